@@ -1,0 +1,292 @@
+//! An [`AddressHandle`] describes the route to a remote port: the datagram transports (UD, and
+//! DC with the `mlx5` feature) name one in every work request. The same
+//! [`AddressHandleAttribute`] is the address vector of a connected queue pair's RTR transition.
+//!
+//! On RoCE (Ethernet link layer) every address must be global (carry a GRH): set it with the
+//! `setup_grh_*` methods. A non-global handle on a RoCE port is refused with
+//! [`CreateAddressHandleErrorKind::GlobalRoutingRequired`].
+//!
+//! # Reference
+//!
+//! - RDMAmojo: [`ibv_create_ah`](https://www.rdmamojo.com/2012/09/22/ibv_create_ah/)
+//! - rdma-core manpage: [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html)
+use std::io;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::{ibv_ah, ibv_ah_attr, ibv_create_ah, ibv_destroy_ah, ibv_port_attr, ibv_query_port};
+use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::device_context::LinkLayer;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+
+/// Error returned by [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to create address handle")]
+#[non_exhaustive]
+pub struct CreateAddressHandleError(#[from] pub CreateAddressHandleErrorKind);
+
+/// The enum type for [`CreateAddressHandleError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateAddressHandleErrorKind {
+    /// The port's link layer is Ethernet (RoCE), where every address handle must carry a GRH.
+    #[error("port {port} is RoCE: the address handle must be global (setup_grh_dest_gid and setup_grh_src_gid_index)")]
+    GlobalRoutingRequired {
+        /// The port the handle was for.
+        port: u8,
+    },
+    /// The port number is 0 or above the device's port count.
+    #[error("port {port} does not exist on this device")]
+    InvalidPort {
+        /// The port the handle was for.
+        port: u8,
+        /// The library's error from querying the port.
+        source: io::Error,
+    },
+    /// The library call failed.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// The route to a remote port: destination LID, service level and local port, and for global
+/// routing (required on RoCE) the GRH: destination GID, source GID index, hop limit, traffic
+/// class and flow label.
+#[derive(Clone, Copy)]
+pub struct AddressHandleAttribute {
+    pub(crate) attr: ibv_ah_attr,
+}
+
+impl Default for AddressHandleAttribute {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for AddressHandleAttribute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = f.debug_struct("AddressHandleAttribute");
+        s.field("dest_lid", &self.attr.dlid)
+            .field("service_level", &self.attr.sl)
+            .field("port", &self.attr.port_num)
+            .field("is_global", &self.is_global());
+        if self.is_global() {
+            s.field("dest_gid", &self.dest_gid().to_string())
+                .field("src_gid_index", &self.attr.grh.sgid_index)
+                .field("hop_limit", &self.attr.grh.hop_limit)
+                .field("traffic_class", &self.attr.grh.traffic_class)
+                .field("flow_label", &self.attr.grh.flow_label);
+        }
+        s.finish()
+    }
+}
+
+impl AddressHandleAttribute {
+    /// An all-zero attribute on port 1, not global.
+    pub fn new() -> Self {
+        // SAFETY: ibv_ah_attr is plain data for which all zeroes is valid.
+        let mut attr: ibv_ah_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        attr.port_num = 1;
+        Self { attr }
+    }
+
+    /// The destination LID (InfiniBand; ignored on RoCE).
+    pub fn setup_dest_lid(&mut self, dest_lid: u16) -> &mut Self {
+        self.attr.dlid = dest_lid;
+        self
+    }
+
+    /// The service level (4 bits).
+    pub fn setup_service_level(&mut self, sl: u8) -> &mut Self {
+        self.attr.sl = sl;
+        self
+    }
+
+    /// The local port the packets leave from (from 1; default 1).
+    pub fn setup_port(&mut self, port_num: u8) -> &mut Self {
+        self.attr.port_num = port_num;
+        self
+    }
+
+    /// The destination GID of the GRH; makes the address global.
+    pub fn setup_grh_dest_gid(&mut self, dest_gid: &Gid) -> &mut Self {
+        self.attr.grh.dgid = (*dest_gid).into();
+        self.attr.is_global = 1;
+        self
+    }
+
+    /// The index of the local GID the packets are sent from (on RoCE, this picks v1 or v2 and
+    /// the source IP); makes the address global.
+    pub fn setup_grh_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
+        self.attr.grh.sgid_index = src_gid_index;
+        self.attr.is_global = 1;
+        self
+    }
+
+    /// The GRH hop limit (IP TTL on RoCE v2); makes the address global.
+    pub fn setup_grh_hop_limit(&mut self, hop_limit: u8) -> &mut Self {
+        self.attr.grh.hop_limit = hop_limit;
+        self.attr.is_global = 1;
+        self
+    }
+
+    /// The GRH traffic class (DSCP/ECN on RoCE v2); makes the address global.
+    pub fn setup_grh_traffic_class(&mut self, traffic_class: u8) -> &mut Self {
+        self.attr.grh.traffic_class = traffic_class;
+        self.attr.is_global = 1;
+        self
+    }
+
+    /// The GRH flow label (20 bits); makes the address global.
+    pub fn setup_grh_flow_label(&mut self, flow_label: u32) -> &mut Self {
+        self.attr.grh.flow_label = flow_label;
+        self.attr.is_global = 1;
+        self
+    }
+
+    /// The destination LID.
+    pub fn dest_lid(&self) -> u16 {
+        self.attr.dlid
+    }
+
+    /// The service level.
+    pub fn service_level(&self) -> u8 {
+        self.attr.sl
+    }
+
+    /// The local port.
+    pub fn port(&self) -> u8 {
+        self.attr.port_num
+    }
+
+    /// Whether the address carries a GRH.
+    pub fn is_global(&self) -> bool {
+        self.attr.is_global != 0
+    }
+
+    /// The GRH destination GID.
+    pub fn dest_gid(&self) -> Gid {
+        self.attr.grh.dgid.into()
+    }
+
+    /// The GRH source GID index.
+    pub fn src_gid_index(&self) -> u8 {
+        self.attr.grh.sgid_index
+    }
+
+    /// The GRH hop limit.
+    pub fn hop_limit(&self) -> u8 {
+        self.attr.grh.hop_limit
+    }
+
+    /// The GRH traffic class.
+    pub fn traffic_class(&self) -> u8 {
+        self.attr.grh.traffic_class
+    }
+
+    /// The GRH flow label.
+    pub fn flow_label(&self) -> u32 {
+        self.attr.grh.flow_label
+    }
+}
+
+/// An address handle (`ibv_ah`), destroyed when dropped. Cache one per destination: creating a
+/// handle per work request is slow.
+#[derive(Debug)]
+pub struct AddressHandle {
+    ah: NonNull<ibv_ah>,
+    attr: AddressHandleAttribute,
+    // Destroyed before the protection domain it was created on.
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: an ibv_ah is immutable after creation and may be used from any thread.
+unsafe impl Send for AddressHandle {}
+// SAFETY: as above.
+unsafe impl Sync for AddressHandle {}
+
+impl Drop for AddressHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from ibv_create_ah and is destroyed once.
+        let ret = unsafe { ibv_destroy_ah(self.ah.as_ptr()) };
+        assert_eq!(ret, 0, "ibv_destroy_ah failed: {}", io::Error::from_raw_os_error(ret));
+    }
+}
+
+impl AddressHandle {
+    pub(crate) fn new(
+        pd: &Arc<ProtectionDomain>, attr: &AddressHandleAttribute,
+    ) -> Result<Self, CreateAddressHandleError> {
+        let port = attr.port();
+        if !attr.is_global() {
+            let mut port_attr = MaybeUninit::<ibv_port_attr>::zeroed();
+            // SAFETY: the PD and its context are alive; port_attr is writable.
+            let ret = unsafe { ibv_query_port(pd.pd().as_ref().context, port, port_attr.as_mut_ptr()) };
+            if ret != 0 {
+                return Err(CreateAddressHandleErrorKind::InvalidPort {
+                    port,
+                    source: io::Error::from_raw_os_error(ret),
+                }
+                .into());
+            }
+            // SAFETY: ibv_query_port filled it.
+            let link_layer = unsafe { port_attr.assume_init() }.link_layer;
+            if matches!(LinkLayer::from(link_layer), LinkLayer::Ethernet) {
+                return Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }.into());
+            }
+        }
+        let mut raw = attr.attr;
+        // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.
+        let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), &mut raw) };
+        let ah = NonNull::new(ah).ok_or_else(|| CreateAddressHandleErrorKind::Ibverbs(io::Error::last_os_error()))?;
+        Ok(Self {
+            ah,
+            attr: *attr,
+            _pd: Arc::clone(pd),
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Return the handle of the address handle. We mark this method unsafe because the lifetime
+    /// of `ibv_ah` is not associated with the return value.
+    pub unsafe fn ah(&self) -> NonNull<ibv_ah> {
+        self.ah
+    }
+
+    /// The attributes the handle was created with.
+    pub fn attribute(&self) -> &AddressHandleAttribute {
+        &self.attr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grh_setters_make_the_address_global() {
+        let mut attr = AddressHandleAttribute::new();
+        assert!(!attr.is_global());
+        assert_eq!(attr.port(), 1);
+        attr.setup_dest_lid(7).setup_service_level(3);
+        assert!(!attr.is_global());
+        let gid = Gid::from(std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 1, 2, 3, 4));
+        attr.setup_grh_dest_gid(&gid)
+            .setup_grh_src_gid_index(1)
+            .setup_grh_hop_limit(64);
+        attr.setup_grh_traffic_class(0x10).setup_grh_flow_label(0xabcde);
+        assert!(attr.is_global());
+        assert_eq!(attr.dest_gid(), gid);
+        assert_eq!(
+            (
+                attr.dest_lid(),
+                attr.service_level(),
+                attr.src_gid_index(),
+                attr.hop_limit()
+            ),
+            (7, 3, 1, 64)
+        );
+        assert_eq!((attr.traffic_class(), attr.flow_label()), (0x10, 0xabcde));
+    }
+}

@@ -1,0 +1,343 @@
+//! Asynchronous events of a device context: a shared receive queue reaching its limit, a queue
+//! pair's last WQE or fatal error, a port going up or down, the device failing.
+//!
+//! Each [`AsyncEvent`] is acknowledged (`ibv_ack_async_event`) when it is dropped. Destroying a
+//! queue pair or shared receive queue waits until its events are acknowledged, so do not keep
+//! events around longer than needed.
+//!
+//! # Reference
+//!
+//! - RDMAmojo: [`ibv_get_async_event`](https://www.rdmamojo.com/2012/08/11/ibv_get_async_event/)
+//! - rdma-core manpage: [`ibv_get_async_event`](https://man7.org/linux/man-pages/man3/ibv_get_async_event.3.html)
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdma_mummy_sys::{ibv_ack_async_event, ibv_async_event, ibv_get_async_event};
+use sideway::ibverbs::device_context::DeviceContext;
+
+use super::shared_receive_queue::SharedReceiveQueueId;
+
+/// Error returned by [`AsyncEventReader::read`] and its variants.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to read an asynchronous event")]
+#[non_exhaustive]
+pub struct ReadAsyncEventError(#[from] pub ReadAsyncEventErrorKind);
+
+/// The enum type for [`ReadAsyncEventError`].
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+#[non_exhaustive]
+pub enum ReadAsyncEventErrorKind {
+    /// The library call (or `poll`/`fcntl` on the event file descriptor) failed; a non-blocking
+    /// reader with no event pending reports [`io::ErrorKind::WouldBlock`] here.
+    Ibverbs(#[from] io::Error),
+}
+
+/// The type of an [`AsyncEvent`] (`enum ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AsyncEventType {
+    /// `IBV_EVENT_CQ_ERR`: a completion queue overran.
+    CompletionQueueError,
+    /// `IBV_EVENT_QP_FATAL`: a queue pair hit an error it cannot report in a completion.
+    QueuePairFatal,
+    /// `IBV_EVENT_QP_REQ_ERR`: invalid request local work queue error.
+    QueuePairRequestError,
+    /// `IBV_EVENT_QP_ACCESS_ERR`: local access violation error.
+    QueuePairAccessError,
+    /// `IBV_EVENT_COMM_EST`: communication established on a queue pair in RTR.
+    CommunicationEstablished,
+    /// `IBV_EVENT_SQ_DRAINED`: the send queue of a queue pair in SQD drained.
+    SendQueueDrained,
+    /// `IBV_EVENT_PATH_MIG`: path migration succeeded.
+    PathMigrated,
+    /// `IBV_EVENT_PATH_MIG_ERR`: path migration failed.
+    PathMigrationError,
+    /// `IBV_EVENT_DEVICE_FATAL`: the device failed; every resource of the context is unusable.
+    DeviceFatal,
+    /// `IBV_EVENT_PORT_ACTIVE`: a port became active.
+    PortActive,
+    /// `IBV_EVENT_PORT_ERR`: a port stopped being active.
+    PortError,
+    /// `IBV_EVENT_LID_CHANGE`: a port's LID changed.
+    LidChange,
+    /// `IBV_EVENT_PKEY_CHANGE`: a port's P_Key table changed.
+    PartitionKeyChange,
+    /// `IBV_EVENT_SM_CHANGE`: the subnet manager of a port changed.
+    SubnetManagerChange,
+    /// `IBV_EVENT_SRQ_ERR`: a shared receive queue hit an error; its queue pairs go to error.
+    SharedReceiveQueueError,
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`: fewer receives than the armed limit are posted on a shared
+    /// receive queue; the limit is now disarmed.
+    SharedReceiveQueueLimitReached,
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a queue pair on a shared receive queue, in error, will
+    /// consume no more receives from it.
+    QueuePairLastWorkQueueEntryReached,
+    /// `IBV_EVENT_CLIENT_REREGISTER`: the subnet manager asks for re-registration.
+    ClientReregister,
+    /// `IBV_EVENT_GID_CHANGE`: a port's GID table changed.
+    GidChange,
+    /// `IBV_EVENT_WQ_FATAL`: a work queue hit a fatal error.
+    WorkQueueFatal,
+    /// `IBV_EVENT_DEVICE_SPEED_CHANGE`: a port's speed changed.
+    DeviceSpeedChange,
+    /// A value this crate does not know.
+    Unknown(u32),
+}
+
+impl From<u32> for AsyncEventType {
+    fn from(value: u32) -> Self {
+        use AsyncEventType::*;
+        match value {
+            0 => CompletionQueueError,
+            1 => QueuePairFatal,
+            2 => QueuePairRequestError,
+            3 => QueuePairAccessError,
+            4 => CommunicationEstablished,
+            5 => SendQueueDrained,
+            6 => PathMigrated,
+            7 => PathMigrationError,
+            8 => DeviceFatal,
+            9 => PortActive,
+            10 => PortError,
+            11 => LidChange,
+            12 => PartitionKeyChange,
+            13 => SubnetManagerChange,
+            14 => SharedReceiveQueueError,
+            15 => SharedReceiveQueueLimitReached,
+            16 => QueuePairLastWorkQueueEntryReached,
+            17 => ClientReregister,
+            18 => GidChange,
+            19 => WorkQueueFatal,
+            20 => DeviceSpeedChange,
+            other => Unknown(other),
+        }
+    }
+}
+
+/// The object an [`AsyncEvent`] concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AsyncEventElement {
+    /// A queue pair, by its number ([`qp_number`](super::queue_pair::SharedReceiveQueuePair::qp_number)).
+    QueuePair {
+        /// The queue pair's number.
+        qp_number: u32,
+    },
+    /// A shared receive queue, by its [`id`](super::shared_receive_queue::SharedReceiveQueue::id).
+    SharedReceiveQueue(SharedReceiveQueueId),
+    /// A completion queue, by the address of its `ibv_cq`.
+    CompletionQueue(usize),
+    /// A work queue, by the address of its `ibv_wq`.
+    WorkQueue(usize),
+    /// A port, by number.
+    Port(u8),
+    /// The device as a whole.
+    Device,
+}
+
+impl AsyncEventType {
+    fn element(self, raw: &ibv_async_event) -> AsyncEventElement {
+        use AsyncEventType::*;
+        // SAFETY (all union reads below): the event type says which member the library set.
+        unsafe {
+            match self {
+                CompletionQueueError => AsyncEventElement::CompletionQueue(raw.element.cq as usize),
+                QueuePairFatal
+                | QueuePairRequestError
+                | QueuePairAccessError
+                | CommunicationEstablished
+                | SendQueueDrained
+                | PathMigrated
+                | PathMigrationError
+                | QueuePairLastWorkQueueEntryReached => AsyncEventElement::QueuePair {
+                    qp_number: (*raw.element.qp).qp_num,
+                },
+                SharedReceiveQueueError | SharedReceiveQueueLimitReached => {
+                    AsyncEventElement::SharedReceiveQueue(SharedReceiveQueueId(raw.element.srq as usize))
+                },
+                WorkQueueFatal => AsyncEventElement::WorkQueue(raw.element.wq as usize),
+                PortActive | PortError | LidChange | PartitionKeyChange | SubnetManagerChange | ClientReregister
+                | GidChange | DeviceSpeedChange => AsyncEventElement::Port(raw.element.port_num as u8),
+                DeviceFatal | Unknown(_) => AsyncEventElement::Device,
+            }
+        }
+    }
+}
+
+/// One asynchronous event, acknowledged with `ibv_ack_async_event` when dropped.
+pub struct AsyncEvent {
+    raw: ibv_async_event,
+    event_type: AsyncEventType,
+    element: AsyncEventElement,
+    // Acknowledged before the context is released.
+    _dev_ctx: Arc<DeviceContext>,
+}
+
+// SAFETY: the event is plain data plus a pointer the library lets any thread acknowledge.
+unsafe impl Send for AsyncEvent {}
+
+impl Drop for AsyncEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event came from ibv_get_async_event and is acknowledged exactly once.
+        unsafe { ibv_ack_async_event(&mut self.raw) };
+    }
+}
+
+impl std::fmt::Debug for AsyncEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncEvent")
+            .field("event_type", &self.event_type)
+            .field("element", &self.element)
+            .finish()
+    }
+}
+
+impl AsyncEvent {
+    /// The event's type.
+    pub fn event_type(&self) -> AsyncEventType {
+        self.event_type
+    }
+
+    /// The object the event concerns.
+    pub fn element(&self) -> AsyncEventElement {
+        self.element
+    }
+}
+
+/// Reads the asynchronous events of one device context; created by
+/// [`DeviceContextExt::async_event_reader`](super::extension::DeviceContextExt::async_event_reader).
+///
+/// Reading blocks by default; [`set_nonblocking`](Self::set_nonblocking) changes that, and the
+/// file descriptor ([`AsRawFd`]) can be polled for readability. Every reader of one context
+/// shares the context's single event file descriptor: its blocking mode is the context's.
+#[derive(Debug)]
+pub struct AsyncEventReader {
+    dev_ctx: Arc<DeviceContext>,
+}
+
+impl AsyncEventReader {
+    pub(crate) fn new(dev_ctx: &Arc<DeviceContext>) -> Self {
+        Self {
+            dev_ctx: Arc::clone(dev_ctx),
+        }
+    }
+
+    /// Reads the next event with `ibv_get_async_event`: waits for one unless the reader was set
+    /// non-blocking, in which case no pending event is an error of kind
+    /// [`io::ErrorKind::WouldBlock`].
+    pub fn read(&self) -> Result<AsyncEvent, ReadAsyncEventError> {
+        let mut raw = MaybeUninit::<ibv_async_event>::zeroed();
+        // SAFETY: the context is alive while self.dev_ctx is; raw is writable.
+        let ret = unsafe { ibv_get_async_event(self.dev_ctx.context().as_ptr(), raw.as_mut_ptr()) };
+        if ret != 0 {
+            return Err(ReadAsyncEventErrorKind::Ibverbs(io::Error::last_os_error()).into());
+        }
+        // SAFETY: ibv_get_async_event filled the event.
+        let raw = unsafe { raw.assume_init() };
+        // Read the type as an integer: the binding's Rust enum cannot hold values it does not list.
+        // SAFETY: event_type is a C enum, stored as a 32-bit integer.
+        let type_value = unsafe { *(std::ptr::addr_of!(raw.event_type) as *const u32) };
+        let event_type = AsyncEventType::from(type_value);
+        let element = event_type.element(&raw);
+        Ok(AsyncEvent {
+            raw,
+            event_type,
+            element,
+            _dev_ctx: Arc::clone(&self.dev_ctx),
+        })
+    }
+
+    /// Reads the next event if one is pending, without waiting.
+    pub fn try_read(&self) -> Result<Option<AsyncEvent>, ReadAsyncEventError> {
+        self.read_timeout(Duration::ZERO)
+    }
+
+    /// Waits at most `timeout` for an event (with `poll` on the event file descriptor).
+    pub fn read_timeout(&self, timeout: Duration) -> Result<Option<AsyncEvent>, ReadAsyncEventError> {
+        let mut pollfd = libc::pollfd {
+            fd: self.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: pollfd is a valid array of one entry.
+        let ret = unsafe { libc::poll(&mut pollfd, 1, millis) };
+        match ret {
+            0 => Ok(None),
+            n if n > 0 => self.read().map(Some),
+            _ => Err(ReadAsyncEventErrorKind::Ibverbs(io::Error::last_os_error()).into()),
+        }
+    }
+
+    /// Makes [`read`](Self::read) return at once when no event is pending (or wait again).
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        let fd = self.as_raw_fd();
+        // SAFETY: fcntl on a file descriptor the context owns, with valid commands.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let flags = if nonblocking {
+                flags | libc::O_NONBLOCK
+            } else {
+                flags & !libc::O_NONBLOCK
+            };
+            if libc::fcntl(fd, libc::F_SETFL, flags) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AsRawFd for AsyncEventReader {
+    fn as_raw_fd(&self) -> RawFd {
+        // SAFETY: the context is alive while self.dev_ctx is; async_fd is set at open.
+        unsafe { self.dev_ctx.context().as_ref().async_fd }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_types_decode_from_their_values() {
+        assert_eq!(AsyncEventType::from(15), AsyncEventType::SharedReceiveQueueLimitReached);
+        assert_eq!(AsyncEventType::from(14), AsyncEventType::SharedReceiveQueueError);
+        assert_eq!(
+            AsyncEventType::from(16),
+            AsyncEventType::QueuePairLastWorkQueueEntryReached
+        );
+        assert_eq!(AsyncEventType::from(1), AsyncEventType::QueuePairFatal);
+        assert_eq!(AsyncEventType::from(9), AsyncEventType::PortActive);
+        assert_eq!(AsyncEventType::from(10), AsyncEventType::PortError);
+        assert_eq!(AsyncEventType::from(8), AsyncEventType::DeviceFatal);
+        assert_eq!(AsyncEventType::from(99), AsyncEventType::Unknown(99));
+        // The numbering is libibverbs': check it against the binding.
+        use rdma_mummy_sys::ibv_event_type as t;
+        for (raw, ours) in [
+            (
+                t::IBV_EVENT_SRQ_LIMIT_REACHED as u32,
+                AsyncEventType::SharedReceiveQueueLimitReached,
+            ),
+            (t::IBV_EVENT_SRQ_ERR as u32, AsyncEventType::SharedReceiveQueueError),
+            (
+                t::IBV_EVENT_QP_LAST_WQE_REACHED as u32,
+                AsyncEventType::QueuePairLastWorkQueueEntryReached,
+            ),
+            (
+                t::IBV_EVENT_DEVICE_SPEED_CHANGE as u32,
+                AsyncEventType::DeviceSpeedChange,
+            ),
+            (t::IBV_EVENT_CQ_ERR as u32, AsyncEventType::CompletionQueueError),
+        ] {
+            assert_eq!(AsyncEventType::from(raw), ours);
+        }
+    }
+}
