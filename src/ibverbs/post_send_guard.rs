@@ -1,12 +1,18 @@
 //! Posting send work requests with the `ibv_wr_*` API, for every queue-pair type of this crate.
 //!
 //! A [`PostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`. Each request
-//! is built in the order the C API demands, enforced by types: [`construct_wr`](PostSendGuard::construct_wr)
-//! (sets `wr_id` and flags) → an opcode (`setup_send`, `setup_write`, …) → for datagram transports,
-//! the destination (`setup_ud_addr`, or `setup_dc_addr` with the `mlx5` feature) → the data
+//! is described in the order the C API demands, enforced by types: [`construct_wr`](PostSendGuard::construct_wr)
+//! (`wr_id` and flags) → an opcode (`setup_send`, `setup_write`, …) → for datagram transports, the
+//! destination (`setup_ud_addr`, or `setup_dc_addr` with the `mlx5` feature) → the data
 //! ([`SetScatterGatherEntry`] or [`SetInlineData`]). A request that skipped a step cannot be
 //! expressed. The guard aborts the batch (`ibv_wr_abort`) when dropped without
 //! [`post`](PostSendGuard::post).
+//!
+//! The C calls of a request are made together at its data step, in that order: `wr_id` and
+//! `wr_flags`, the opcode builder (`ibv_wr_send`, …), the destination setter, the data setter. So
+//! the [`Inline`](WorkRequestFlags::Inline) flag always matches the data step (set for inline data,
+//! cleared for scatter/gather entries), as providers that read it at the opcode call (rxe) need,
+//! and a request that never reached its data step leaves nothing half-built in the queue.
 //!
 //! # Reference
 //!
@@ -16,9 +22,10 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{
-    ibv_data_buf, ibv_qp_ex, ibv_sge, ibv_wr_abort, ibv_wr_atomic_cmp_swp, ibv_wr_atomic_fetch_add, ibv_wr_complete,
-    ibv_wr_rdma_read, ibv_wr_rdma_write, ibv_wr_rdma_write_imm, ibv_wr_send, ibv_wr_send_imm, ibv_wr_set_inline_data,
-    ibv_wr_set_inline_data_list, ibv_wr_set_sge, ibv_wr_set_sge_list, ibv_wr_set_ud_addr, ibv_wr_start,
+    ibv_ah, ibv_data_buf, ibv_qp_ex, ibv_send_flags, ibv_sge, ibv_wr_abort, ibv_wr_atomic_cmp_swp,
+    ibv_wr_atomic_fetch_add, ibv_wr_complete, ibv_wr_rdma_read, ibv_wr_rdma_write, ibv_wr_rdma_write_imm, ibv_wr_send,
+    ibv_wr_send_imm, ibv_wr_set_inline_data, ibv_wr_set_inline_data_list, ibv_wr_set_sge, ibv_wr_set_sge_list,
+    ibv_wr_set_ud_addr, ibv_wr_start,
 };
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
@@ -95,7 +102,7 @@ pub trait Transport: sealed::Sealed + Sized {
     /// What an opcode leads to: the data step, or first the destination step.
     type AfterOpcode<'g>;
     #[doc(hidden)]
-    fn after_opcode<'g>(qp_ex: NonNull<ibv_qp_ex>, context: Self::Context) -> Self::AfterOpcode<'g>;
+    fn after_opcode(request: PendingRequest<'_>, context: Self::Context) -> Self::AfterOpcode<'_>;
 }
 
 /// Transports on which RDMA reads, writes and atomics can be posted.
@@ -111,8 +118,8 @@ impl Transport for ReliableConnection {
     type Context = ();
     type AfterOpcode<'g> = LocalBufferHandle<'g>;
 
-    fn after_opcode<'g>(qp_ex: NonNull<ibv_qp_ex>, _context: ()) -> LocalBufferHandle<'g> {
-        LocalBufferHandle::new(qp_ex)
+    fn after_opcode(request: PendingRequest<'_>, _context: ()) -> LocalBufferHandle<'_> {
+        LocalBufferHandle::new(request, Destination::Connected)
     }
 }
 
@@ -128,11 +135,108 @@ impl Transport for UnreliableDatagram {
     type Context = ();
     type AfterOpcode<'g> = UnreliableDatagramDestination<'g>;
 
-    fn after_opcode<'g>(qp_ex: NonNull<ibv_qp_ex>, _context: ()) -> UnreliableDatagramDestination<'g> {
-        UnreliableDatagramDestination {
-            qp_ex,
-            _guard: PhantomData,
+    fn after_opcode(request: PendingRequest<'_>, _context: ()) -> UnreliableDatagramDestination<'_> {
+        UnreliableDatagramDestination { request }
+    }
+}
+
+/// The operation of a request, issued at its data step.
+#[derive(Debug, Clone, Copy)]
+enum Opcode {
+    Send,
+    SendWithImmediate(u32),
+    Write {
+        rkey: u32,
+        remote_addr: u64,
+    },
+    WriteWithImmediate {
+        rkey: u32,
+        remote_addr: u64,
+        imm_data: u32,
+    },
+    Read {
+        rkey: u32,
+        remote_addr: u64,
+    },
+    AtomicCompareSwap {
+        rkey: u32,
+        remote_addr: u64,
+        compare: u64,
+        swap: u64,
+    },
+    AtomicFetchAdd {
+        rkey: u32,
+        remote_addr: u64,
+        add: u64,
+    },
+}
+
+/// Where a request goes, set at its data step right after the opcode.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Destination {
+    /// A connected queue pair: no per-request address.
+    Connected,
+    /// `ibv_wr_set_ud_addr(ah, remote_qpn, remote_qkey)`.
+    Datagram {
+        ah: NonNull<ibv_ah>,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    },
+}
+
+/// A request described up to its opcode; its C calls wait for the data step.
+#[doc(hidden)]
+pub struct PendingRequest<'g> {
+    qp_ex: NonNull<ibv_qp_ex>,
+    wr_id: u64,
+    wr_flags: WorkRequestFlags,
+    opcode: Opcode,
+    batch_len: &'g mut usize,
+}
+
+impl PendingRequest<'_> {
+    /// Makes the request's C calls in order: `wr_id` and `wr_flags` (with the inline bit set
+    /// exactly when the data is inline), the opcode builder, the destination setter, then `data`.
+    fn issue(self, destination: Destination, inline: bool, data: impl FnOnce(*mut ibv_qp_ex)) {
+        let qp = self.qp_ex.as_ptr();
+        let inline_bit = ibv_send_flags::IBV_SEND_INLINE.0;
+        let flags = self.wr_flags.bits() & !inline_bit | if inline { inline_bit } else { 0 };
+        // SAFETY: the guard that made this request holds the live queue pair exclusively, inside a
+        // batch started with ibv_wr_start; the destination's handles are borrowed for 'g.
+        unsafe {
+            (*qp).wr_id = self.wr_id;
+            (*qp).wr_flags = flags;
+            match self.opcode {
+                Opcode::Send => ibv_wr_send(qp),
+                Opcode::SendWithImmediate(imm_data) => ibv_wr_send_imm(qp, imm_data.to_be()),
+                Opcode::Write { rkey, remote_addr } => ibv_wr_rdma_write(qp, rkey, remote_addr),
+                Opcode::WriteWithImmediate {
+                    rkey,
+                    remote_addr,
+                    imm_data,
+                } => ibv_wr_rdma_write_imm(qp, rkey, remote_addr, imm_data.to_be()),
+                Opcode::Read { rkey, remote_addr } => ibv_wr_rdma_read(qp, rkey, remote_addr),
+                Opcode::AtomicCompareSwap {
+                    rkey,
+                    remote_addr,
+                    compare,
+                    swap,
+                } => ibv_wr_atomic_cmp_swp(qp, rkey, remote_addr, compare, swap),
+                Opcode::AtomicFetchAdd { rkey, remote_addr, add } => {
+                    ibv_wr_atomic_fetch_add(qp, rkey, remote_addr, add)
+                },
+            }
+            match destination {
+                Destination::Connected => {},
+                Destination::Datagram {
+                    ah,
+                    remote_qpn,
+                    remote_qkey,
+                } => ibv_wr_set_ud_addr(qp, ah.as_ptr(), remote_qpn, remote_qkey),
+            }
         }
+        data(qp);
+        *self.batch_len += 1;
     }
 }
 
@@ -164,23 +268,22 @@ impl<T: Transport> PostSendGuard<'_, T> {
     }
 
     /// Starts a new request with this `wr_id` and flags (e.g. [`WorkRequestFlags::Signaled`] for
-    /// a completion); continue with an opcode on the returned handle.
+    /// a completion; the [`Inline`](WorkRequestFlags::Inline) bit is managed by the data step);
+    /// continue with an opcode on the returned handle.
     pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, T> {
-        // SAFETY: the queue pair is alive and exclusively borrowed by the guard.
-        unsafe {
-            let qp_ex = self.qp_ex.as_ptr();
-            (*qp_ex).wr_id = wr_id;
-            (*qp_ex).wr_flags = wr_flags.bits();
-        }
-        self.batch_len += 1;
         WorkRequestHandle {
-            qp_ex: self.qp_ex,
+            request: PendingRequest {
+                qp_ex: self.qp_ex,
+                wr_id,
+                wr_flags,
+                opcode: Opcode::Send,
+                batch_len: &mut self.batch_len,
+            },
             context: self.context,
-            _guard: PhantomData,
         }
     }
 
-    /// How many requests the batch holds.
+    /// How many requests the batch holds (those that reached their data step).
     pub fn batch_len(&self) -> usize {
         self.batch_len
     }
@@ -212,102 +315,103 @@ impl<T: Transport> Drop for PostSendGuard<'_, T> {
     }
 }
 
-/// One request being built: pick its opcode.
+/// One request being described: pick its opcode.
 pub struct WorkRequestHandle<'g, T: Transport> {
-    qp_ex: NonNull<ibv_qp_ex>,
+    request: PendingRequest<'g>,
     context: T::Context,
-    _guard: PhantomData<&'g mut ()>,
 }
 
 impl<'g, T: Transport> WorkRequestHandle<'g, T> {
-    fn next(self) -> T::AfterOpcode<'g> {
-        T::after_opcode(self.qp_ex, self.context)
+    fn with(mut self, opcode: Opcode) -> T::AfterOpcode<'g> {
+        self.request.opcode = opcode;
+        T::after_opcode(self.request, self.context)
     }
 
     /// A SEND (`ibv_wr_send`).
     pub fn setup_send(self) -> T::AfterOpcode<'g> {
-        // SAFETY: the guard holds the live queue pair inside a started batch.
-        unsafe { ibv_wr_send(self.qp_ex.as_ptr()) };
-        self.next()
+        self.with(Opcode::Send)
     }
 
-    /// A SEND with immediate data (`ibv_wr_send_imm`); `imm_data` is sent as given (the C API
-    /// takes it in network byte order: use `u32::to_be` to match a C peer).
+    /// A SEND with immediate data (`ibv_wr_send_imm`). `imm_data` is in host byte order; it goes
+    /// on the wire in network byte order, as a C peer's `htonl(imm_data)` does, and
+    /// [`WorkCompletion::imm_data`](super::work_completion::WorkCompletion::imm_data) gives it back
+    /// in host byte order.
     pub fn setup_send_imm(self, imm_data: u32) -> T::AfterOpcode<'g> {
-        // SAFETY: as in setup_send.
-        unsafe { ibv_wr_send_imm(self.qp_ex.as_ptr(), imm_data) };
-        self.next()
+        self.with(Opcode::SendWithImmediate(imm_data))
     }
 }
 
 impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
     /// An RDMA WRITE to `remote_addr` in the remote region of `rkey` (`ibv_wr_rdma_write`).
     pub fn setup_write(self, rkey: u32, remote_addr: u64) -> T::AfterOpcode<'g> {
-        // SAFETY: as in setup_send.
-        unsafe { ibv_wr_rdma_write(self.qp_ex.as_ptr(), rkey, remote_addr) };
-        self.next()
+        self.with(Opcode::Write { rkey, remote_addr })
     }
 
-    /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`).
+    /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`); `imm_data` in host byte order,
+    /// as for [`setup_send_imm`](Self::setup_send_imm). It consumes a receive at the remote end.
     pub fn setup_write_imm(self, rkey: u32, remote_addr: u64, imm_data: u32) -> T::AfterOpcode<'g> {
-        // SAFETY: as in setup_send.
-        unsafe { ibv_wr_rdma_write_imm(self.qp_ex.as_ptr(), rkey, remote_addr, imm_data) };
-        self.next()
+        self.with(Opcode::WriteWithImmediate {
+            rkey,
+            remote_addr,
+            imm_data,
+        })
     }
 
     /// An RDMA READ from `remote_addr` in the remote region of `rkey` (`ibv_wr_rdma_read`).
     pub fn setup_read(self, rkey: u32, remote_addr: u64) -> T::AfterOpcode<'g> {
-        // SAFETY: as in setup_send.
-        unsafe { ibv_wr_rdma_read(self.qp_ex.as_ptr(), rkey, remote_addr) };
-        self.next()
+        self.with(Opcode::Read { rkey, remote_addr })
     }
 
     /// An atomic compare-and-swap on the 8 bytes at `remote_addr`; the old value lands in the
     /// local buffer (`ibv_wr_atomic_cmp_swp`).
     pub fn setup_atomic_compare_swap(self, rkey: u32, remote_addr: u64, compare: u64, swap: u64) -> T::AfterOpcode<'g> {
-        // SAFETY: as in setup_send.
-        unsafe { ibv_wr_atomic_cmp_swp(self.qp_ex.as_ptr(), rkey, remote_addr, compare, swap) };
-        self.next()
+        self.with(Opcode::AtomicCompareSwap {
+            rkey,
+            remote_addr,
+            compare,
+            swap,
+        })
     }
 
     /// An atomic fetch-and-add on the 8 bytes at `remote_addr`; the old value lands in the local
     /// buffer (`ibv_wr_atomic_fetch_add`).
     pub fn setup_atomic_fetch_add(self, rkey: u32, remote_addr: u64, add: u64) -> T::AfterOpcode<'g> {
-        // SAFETY: as in setup_send.
-        unsafe { ibv_wr_atomic_fetch_add(self.qp_ex.as_ptr(), rkey, remote_addr, add) };
-        self.next()
+        self.with(Opcode::AtomicFetchAdd { rkey, remote_addr, add })
     }
 }
 
 /// The destination step of a UD request.
 pub struct UnreliableDatagramDestination<'g> {
-    qp_ex: NonNull<ibv_qp_ex>,
-    _guard: PhantomData<&'g mut ()>,
+    request: PendingRequest<'g>,
 }
 
 impl<'g> UnreliableDatagramDestination<'g> {
     /// Sends to queue pair `remote_qpn` with Q_Key `remote_qkey`, over the route of `ah`
     /// (`ibv_wr_set_ud_addr`).
-    pub fn setup_ud_addr(self, ah: &AddressHandle, remote_qpn: u32, remote_qkey: u32) -> LocalBufferHandle<'g> {
-        // SAFETY: the queue pair is inside a started batch; the provider copies the address
-        // from the live handle during the call.
-        unsafe { ibv_wr_set_ud_addr(self.qp_ex.as_ptr(), ah.ah().as_ptr(), remote_qpn, remote_qkey) };
-        LocalBufferHandle::new(self.qp_ex)
+    pub fn setup_ud_addr(self, ah: &'g AddressHandle, remote_qpn: u32, remote_qkey: u32) -> LocalBufferHandle<'g> {
+        // SAFETY: the handle is borrowed for 'g, past the data step that uses it.
+        let ah = unsafe { ah.ah() };
+        LocalBufferHandle::new(
+            self.request,
+            Destination::Datagram {
+                ah,
+                remote_qpn,
+                remote_qkey,
+            },
+        )
     }
 }
 
-/// The data step of a request: scatter/gather entries or inline data.
+/// The data step of a request: scatter/gather entries or inline data. Giving the data issues the
+/// request's C calls.
 pub struct LocalBufferHandle<'g> {
-    qp_ex: NonNull<ibv_qp_ex>,
-    _guard: PhantomData<&'g mut ()>,
+    request: PendingRequest<'g>,
+    destination: Destination,
 }
 
-impl LocalBufferHandle<'_> {
-    pub(crate) fn new(qp_ex: NonNull<ibv_qp_ex>) -> Self {
-        Self {
-            qp_ex,
-            _guard: PhantomData,
-        }
+impl<'g> LocalBufferHandle<'g> {
+    pub(crate) fn new(request: PendingRequest<'g>, destination: Destination) -> Self {
+        Self { request, destination }
     }
 }
 
@@ -320,14 +424,18 @@ impl SetInlineData for LocalBufferHandle<'_> {
     /// [`InvalidWorkRequest`](PostSendErrorKind::InvalidWorkRequest).
     fn setup_inline_data(self, buf: &[u8]) {
         // SAFETY: the data is copied during the call.
-        unsafe { ibv_wr_set_inline_data(self.qp_ex.as_ptr(), buf.as_ptr() as *mut _, buf.len()) };
+        self.request.issue(self.destination, true, |qp| unsafe {
+            ibv_wr_set_inline_data(qp, buf.as_ptr() as *mut _, buf.len())
+        });
     }
 
     /// Copies the slices, one after the other, into the request (`ibv_wr_set_inline_data_list`).
     fn setup_inline_data_list(self, bufs: &[IoSlice<'_>]) {
         // SAFETY: IoSlice has ibv_data_buf's layout (checked above); the data is copied during
         // the call.
-        unsafe { ibv_wr_set_inline_data_list(self.qp_ex.as_ptr(), bufs.len(), bufs.as_ptr() as *const ibv_data_buf) };
+        self.request.issue(self.destination, true, |qp| unsafe {
+            ibv_wr_set_inline_data_list(qp, bufs.len(), bufs.as_ptr() as *const ibv_data_buf)
+        });
     }
 }
 
@@ -337,7 +445,8 @@ impl SetScatterGatherEntry for LocalBufferHandle<'_> {
     /// The buffer must lie in the memory region of `lkey` and stay valid until the request
     /// completes.
     unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
-        ibv_wr_set_sge(self.qp_ex.as_ptr(), lkey, addr, length);
+        self.request
+            .issue(self.destination, false, |qp| ibv_wr_set_sge(qp, lkey, addr, length));
     }
 
     /// # Safety
@@ -346,6 +455,8 @@ impl SetScatterGatherEntry for LocalBufferHandle<'_> {
     /// completes; more entries than the queue pair's `max_send_sge` fail the post with
     /// [`InvalidWorkRequest`](PostSendErrorKind::InvalidWorkRequest).
     unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
-        ibv_wr_set_sge_list(self.qp_ex.as_ptr(), sg_list.len(), sg_list.as_ptr());
+        self.request.issue(self.destination, false, |qp| {
+            ibv_wr_set_sge_list(qp, sg_list.len(), sg_list.as_ptr())
+        });
     }
 }

@@ -25,3 +25,147 @@ pub fn open_test_device() -> Arc<DeviceContext> {
         .unwrap_or_else(|| panic!("{DEVICE_VARIABLE}={name}: no such RDMA device"));
     device.open().unwrap_or_else(|e| panic!("cannot open {name}: {e}"))
 }
+
+use sideway::ibverbs::address::{Gid, GidType};
+use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::QueuePairState;
+use sideway::ibverbs::AccessFlags;
+use sideway_ext::ibverbs::address_handle::AddressHandleAttribute;
+use sideway_ext::ibverbs::extension::CompletionQueueExt;
+use sideway_ext::ibverbs::post_send_guard::Transport;
+use sideway_ext::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+
+/// Port 1's GID to address this device by: a RoCE v2 GID with an IPv4-mapped address when there
+/// is one (rxe0's index 1), else index 0.
+pub fn local_gid(ctx: &DeviceContext) -> (u8, Gid) {
+    let table = ctx.query_gid_table().expect("query_gid_table");
+    let entry = table
+        .iter()
+        .find(|e| {
+            e.port_num() == 1
+                && matches!(e.gid_type(), GidType::RoceV2)
+                && std::net::Ipv6Addr::from(e.gid()).to_ipv4_mapped().is_some()
+        })
+        .or_else(|| table.iter().find(|e| e.port_num() == 1 && e.gid_index() == 0))
+        .expect("port 1 has a GID");
+    (entry.gid_index() as u8, entry.gid())
+}
+
+/// The global address of port 1 of this device, sent from `gid_index`.
+pub fn address_of(gid_index: u8, gid: Gid) -> AddressHandleAttribute {
+    let mut ah = AddressHandleAttribute::new();
+    ah.setup_port(1)
+        .setup_grh_dest_gid(&gid)
+        .setup_grh_src_gid_index(gid_index)
+        .setup_grh_hop_limit(1);
+    ah
+}
+
+/// Moves an RC queue pair through INIT, RTR and RTS towards `remote_qpn` on the same device.
+pub fn connect_rc<T: Transport>(
+    qp: &mut SharedReceiveQueuePair<T>, remote_qpn: u32, gid_index: u8, gid: Gid, access: AccessFlags,
+) {
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::Init)
+        .setup_pkey_index(0)
+        .setup_port(1)
+        .setup_access_flags(access);
+    qp.modify(&attr).expect("RC RESET -> INIT");
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::ReadyToReceive)
+        .setup_path_mtu(Mtu::Mtu1024)
+        .setup_dest_qp_num(remote_qpn)
+        .setup_rq_psn(0)
+        .setup_max_dest_read_atomic(4)
+        .setup_min_rnr_timer(1)
+        .setup_address_vector(&address_of(gid_index, gid));
+    qp.modify(&attr).expect("RC INIT -> RTR");
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::ReadyToSend)
+        .setup_sq_psn(0)
+        .setup_timeout(14)
+        .setup_retry_cnt(7)
+        .setup_rnr_retry(7)
+        .setup_max_read_atomic(4);
+    qp.modify(&attr).expect("RC RTR -> RTS");
+    assert_eq!(qp.state(), QueuePairState::ReadyToSend);
+}
+
+/// Moves a UD queue pair to RTS with this Q_Key.
+pub fn activate_ud<T: Transport>(qp: &mut SharedReceiveQueuePair<T>, qkey: u32) {
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::Init)
+        .setup_pkey_index(0)
+        .setup_port(1)
+        .setup_qkey(qkey);
+    qp.modify(&attr).expect("UD RESET -> INIT");
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::ReadyToReceive);
+    qp.modify(&attr).expect("UD INIT -> RTR");
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::ReadyToSend).setup_sq_psn(0);
+    qp.modify(&attr).expect("UD RTR -> RTS");
+}
+
+/// A registered buffer that lives as long as its memory region.
+pub struct Buffer {
+    // Deregistered (dropped) before the memory is freed.
+    pub mr: Arc<MemoryRegion>,
+    pub data: Vec<u8>,
+}
+
+impl Buffer {
+    pub fn new(pd: &Arc<ProtectionDomain>, len: usize) -> Self {
+        let data = vec![0u8; len];
+        let access =
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead | AccessFlags::RemoteAtomic;
+        // SAFETY: `data` is never reallocated and is dropped after `mr` (field order).
+        let mr = unsafe { pd.reg_mr(data.as_ptr() as usize, data.len(), access) }.expect("reg_mr");
+        Self { mr, data }
+    }
+
+    pub fn addr(&self, offset: usize) -> u64 {
+        self.data.as_ptr() as u64 + offset as u64
+    }
+
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey()
+    }
+
+    /// Reads the buffer as the device wrote it (the device writes behind Rust's back).
+    pub fn read(&self, offset: usize, len: usize) -> Vec<u8> {
+        // SAFETY: in bounds of `data`; volatile so the compiler does not assume the content.
+        (offset..offset + len)
+            .map(|i| unsafe { std::ptr::read_volatile(self.data.as_ptr().add(i)) })
+            .collect()
+    }
+
+    pub fn write(&mut self, offset: usize, bytes: &[u8]) {
+        self.data[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+}
+
+/// Polls `cq` until `count` completions arrived or `timeout` passed; panics on timeout.
+pub fn wait_completions(
+    cq: &impl sideway::ibverbs::completion::CompletionQueue, count: usize, timeout: std::time::Duration,
+) -> Vec<WorkCompletion> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out = Vec::with_capacity(count);
+    let mut buf = [WorkCompletion::default(); 16];
+    while out.len() < count {
+        let polled = cq.poll_work_completions(&mut buf).expect("poll");
+        out.extend_from_slice(polled);
+        if polled.is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "only {} of {count} completions arrived",
+                out.len()
+            );
+            std::thread::yield_now();
+        }
+    }
+    out
+}

@@ -1,0 +1,661 @@
+//! Shared receive queues on a real device (SoftRoCE in the VM): data through many queue pairs,
+//! the limit event, a full queue, UD on an SRQ, lifetimes, and bad input.
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{activate_ud, address_of, connect_rc, local_gid, open_test_device, wait_completions, Buffer};
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue};
+use sideway::ibverbs::device_context::DeviceContext;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{
+    ModifyQueuePairErrorKind, QueuePairAttributeMask, QueuePairState, SetInlineData, SetScatterGatherEntry,
+    WorkRequestFlags,
+};
+use sideway::ibverbs::AccessFlags;
+use sideway_ext::ibverbs::address_handle::{AddressHandleAttribute, CreateAddressHandleErrorKind};
+use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
+use sideway_ext::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
+use sideway_ext::ibverbs::shared_receive_queue::{
+    CreateSharedReceiveQueueErrorKind, PostReceiveErrorKind, SharedReceiveQueue, SharedReceiveQueueModification,
+};
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Setup {
+    ctx: Arc<DeviceContext>,
+    pd: Arc<ProtectionDomain>,
+    gid_index: u8,
+    gid: sideway::ibverbs::address::Gid,
+}
+
+fn setup() -> Setup {
+    let ctx = open_test_device();
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let (gid_index, gid) = local_gid(&ctx);
+    Setup {
+        ctx,
+        pd,
+        gid_index,
+        gid,
+    }
+}
+
+fn cq(ctx: &Arc<DeviceContext>, cqe: u32) -> Arc<BasicCompletionQueue> {
+    ctx.create_cq_builder().setup_cqe(cqe).build().expect("create CQ")
+}
+
+/// Posts one receive per `slot_len`-byte slot of `buffer` for the slots in `slots`, `wr_id` = slot.
+fn post_slots(srq: &SharedReceiveQueue, buffer: &Buffer, slot_len: usize, slots: impl IntoIterator<Item = usize>) {
+    let mut guard = srq.start_post_recv();
+    for slot in slots {
+        // SAFETY: the slot lies in `buffer`, which outlives the queue pairs and the SRQ's use.
+        unsafe {
+            guard
+                .construct_wr(slot as u64)
+                .setup_sge(buffer.lkey(), buffer.addr(slot * slot_len), slot_len as u32)
+        };
+    }
+    guard.post().expect("post receives");
+}
+
+/// A connected pair: `sender` (on its own SRQ, which it never receives through) to `receiver`.
+fn rc_pair(
+    s: &Setup, receiver_srq: &Arc<SharedReceiveQueue>, send_cq: &Arc<BasicCompletionQueue>,
+    recv_cq: &Arc<BasicCompletionQueue>,
+) -> (
+    SharedReceiveQueuePair<ReliableConnection>,
+    SharedReceiveQueuePair<ReliableConnection>,
+) {
+    let sender_srq = s.pd.create_srq_builder().setup_max_wr(4).build().expect("sender SRQ");
+    let mut sender = sender_srq
+        .create_qp_builder()
+        .setup_send_cq(send_cq.clone())
+        .setup_recv_cq(send_cq.clone())
+        .setup_max_send_wr(64)
+        .setup_max_send_sge(4)
+        .setup_max_inline_data(64)
+        .build_rc()
+        .expect("sender QP");
+    let mut receiver = receiver_srq
+        .create_qp_builder()
+        .setup_send_cq(send_cq.clone())
+        .setup_recv_cq(recv_cq.clone())
+        .build_rc()
+        .expect("receiver QP");
+    let access =
+        AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead | AccessFlags::RemoteAtomic;
+    let (rq, sq) = (receiver.qp_number(), sender.qp_number());
+    connect_rc(&mut sender, rq, s.gid_index, s.gid, access);
+    connect_rc(&mut receiver, sq, s.gid_index, s.gid, access);
+    (sender, receiver)
+}
+
+/// Sends `count` messages of `payload` (inline) from `sender`, waiting for their completions.
+fn send_messages(
+    sender: &mut SharedReceiveQueuePair<ReliableConnection>, send_cq: &impl CompletionQueue, payload: &[u8],
+    count: usize,
+) {
+    for i in 0..count {
+        let mut guard = sender.start_post_send();
+        guard
+            .construct_wr(i as u64, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data(payload);
+        guard.post().expect("post send");
+        let wc = wait_completions(send_cq, 1, TIMEOUT);
+        assert!(wc[0].is_success(), "send completion {:?}", wc[0]);
+    }
+}
+
+/// Issue point 1: Sixteen RC queue pairs receive through one SRQ; each of their peers sends 1000
+/// sequence-numbered messages; every message arrives exactly once, intact, on the right QP.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn sixteen_rc_queue_pairs_share_one_srq() {
+    const QPS: usize = 16;
+    const MESSAGES: u32 = 1000;
+    const SLOT: usize = 64;
+    const WINDOW: u32 = 16;
+    let s = setup();
+    let send_cq = cq(&s.ctx, (QPS * 64) as u32);
+    let recv_cq = cq(&s.ctx, 1024);
+    let srq =
+        s.pd.create_srq_builder()
+            .setup_max_wr(512)
+            .setup_max_sge(1)
+            .build()
+            .expect("SRQ");
+    let slots = 512.min(srq.max_wr() as usize);
+    let buffer = Buffer::new(&s.pd, slots * SLOT);
+    post_slots(&srq, &buffer, SLOT, 0..slots);
+
+    let mut pairs: Vec<_> = (0..QPS).map(|_| rc_pair(&s, &srq, &send_cq, &recv_cq)).collect();
+    let receiver_of: Vec<u32> = pairs.iter().map(|(_, r)| r.qp_number()).collect();
+    let sender_index: std::collections::HashMap<u32, usize> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (snd, _))| (snd.qp_number(), i))
+        .collect();
+
+    let message = |qp: usize, seq: u32| -> [u8; 32] {
+        let mut m = [0u8; 32];
+        m[0..4].copy_from_slice(&(qp as u32).to_le_bytes());
+        m[4..8].copy_from_slice(&seq.to_le_bytes());
+        for (k, b) in m[8..].iter_mut().enumerate() {
+            *b = (qp as u8).wrapping_mul(31) ^ (seq as u8).wrapping_add(k as u8);
+        }
+        m
+    };
+
+    let mut next_seq = [0u32; QPS];
+    let mut in_flight = [0u32; QPS];
+    let mut seen = vec![vec![false; MESSAGES as usize]; QPS];
+    let mut received = 0usize;
+    let mut receiving_qps = HashSet::new();
+    let total = QPS * MESSAGES as usize;
+    let mut wcs = [WorkCompletion::default(); 64];
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while received < total {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {received} of {total} messages arrived"
+        );
+        for (qp, (sender, _)) in pairs.iter_mut().enumerate() {
+            if next_seq[qp] < MESSAGES && in_flight[qp] < WINDOW {
+                let mut guard = sender.start_post_send();
+                while next_seq[qp] < MESSAGES && in_flight[qp] < WINDOW {
+                    let seq = next_seq[qp];
+                    guard
+                        .construct_wr(seq as u64, WorkRequestFlags::Signaled)
+                        .setup_send()
+                        .setup_inline_data(&message(qp, seq));
+                    next_seq[qp] += 1;
+                    in_flight[qp] += 1;
+                }
+                guard.post().expect("post sends");
+            }
+        }
+        for wc in send_cq.poll_work_completions(&mut wcs).expect("poll send CQ") {
+            assert!(wc.is_success(), "send completion {wc:?}");
+            in_flight[sender_index[&wc.qp_number()]] -= 1;
+        }
+        let mut reposts = Vec::new();
+        for wc in recv_cq.poll_work_completions(&mut wcs).expect("poll receive CQ") {
+            assert!(wc.is_success(), "receive completion {wc:?}");
+            assert_eq!(wc.byte_len(), 32);
+            let slot = wc.wr_id() as usize;
+            let data = buffer.read(slot * SLOT, 32);
+            let qp = u32::from_le_bytes(data[0..4].try_into().unwrap()) as usize;
+            let seq = u32::from_le_bytes(data[4..8].try_into().unwrap());
+            assert!(qp < QPS && seq < MESSAGES, "garbage message {data:?}");
+            assert_eq!(data, message(qp, seq), "payload of message {seq} of QP {qp}");
+            assert_eq!(
+                wc.qp_number(),
+                receiver_of[qp],
+                "message of pair {qp} arrived on another QP"
+            );
+            assert!(!seen[qp][seq as usize], "message {seq} of QP {qp} arrived twice");
+            seen[qp][seq as usize] = true;
+            receiving_qps.insert(wc.qp_number());
+            received += 1;
+            reposts.push(slot);
+        }
+        if !reposts.is_empty() {
+            post_slots(&srq, &buffer, SLOT, reposts);
+        }
+    }
+    assert!(seen.iter().all(|qp| qp.iter().all(|&s| s)), "every message arrived");
+    assert_eq!(
+        receiving_qps,
+        receiver_of.iter().copied().collect::<HashSet<_>>(),
+        "completions name all 16 QPs"
+    );
+    // No stray receive completion arrived after the last message.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(recv_cq.poll_work_completions(&mut wcs).unwrap().is_empty());
+}
+
+/// Issue point 2: The limit: 10 posted, armed at 7, 4 consumed -> exactly one event, limit reads 0; re-arming
+/// works.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn srq_limit_event_fires_once_and_rearms() {
+    let s = setup();
+    let events = s.ctx.async_event_reader();
+    let send_cq = cq(&s.ctx, 64);
+    let recv_cq = cq(&s.ctx, 64);
+    let srq = s.pd.create_srq_builder().setup_max_wr(32).build().expect("SRQ");
+    let buffer = Buffer::new(&s.pd, 10 * 64);
+    post_slots(&srq, &buffer, 64, 0..10);
+    srq.modify(SharedReceiveQueueModification::ArmLimit(7))
+        .expect("arm limit");
+    assert_eq!(srq.query().expect("query").srq_limit, 7);
+
+    let (mut sender, _receiver) = rc_pair(&s, &srq, &send_cq, &recv_cq);
+    send_messages(&mut sender, &*send_cq, b"limit", 4);
+    assert_eq!(wait_completions(&*recv_cq, 4, TIMEOUT).len(), 4);
+
+    let event = events
+        .read_timeout(Duration::from_secs(10))
+        .expect("read event")
+        .expect("an SRQ limit event");
+    assert_eq!(event.event_type(), AsyncEventType::SharedReceiveQueueLimitReached);
+    assert_eq!(event.element(), AsyncEventElement::SharedReceiveQueue(srq.id()));
+    drop(event);
+    assert!(
+        events.read_timeout(Duration::from_millis(500)).expect("read").is_none(),
+        "exactly one event"
+    );
+    assert_eq!(
+        srq.query().expect("query").srq_limit,
+        0,
+        "the limit is disarmed after firing"
+    );
+
+    // Re-arm below the 6 still posted, consume 2 more: a second event.
+    srq.modify(SharedReceiveQueueModification::ArmLimit(5)).expect("re-arm");
+    assert_eq!(srq.query().expect("query").srq_limit, 5);
+    send_messages(&mut sender, &*send_cq, b"again", 2);
+    assert_eq!(wait_completions(&*recv_cq, 2, TIMEOUT).len(), 2);
+    let event = events
+        .read_timeout(Duration::from_secs(10))
+        .expect("read")
+        .expect("a second limit event");
+    assert_eq!(event.event_type(), AsyncEventType::SharedReceiveQueueLimitReached);
+    assert_eq!(srq.query().expect("query").srq_limit, 0);
+}
+
+/// Issue point 3: Posting past capacity reports the first failed request and how many were posted; the
+/// posted ones still complete.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn posting_past_capacity_reports_the_failed_request() {
+    let s = setup();
+    let send_cq = cq(&s.ctx, 256);
+    let recv_cq = cq(&s.ctx, 256);
+    let srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let capacity = srq.max_wr() as usize;
+    assert!(capacity >= 16);
+    let attempt = capacity + 8;
+    let buffer = Buffer::new(&s.pd, attempt * 64);
+    let mut guard = srq.start_post_recv();
+    for slot in 0..attempt {
+        // SAFETY: the slot lies in `buffer`, alive until the end of the test.
+        unsafe {
+            guard
+                .construct_wr(1000 + slot as u64)
+                .setup_sge(buffer.lkey(), buffer.addr(slot * 64), 64)
+        };
+    }
+    let err = guard.post().expect_err("the queue overflows");
+    let posted = err.posted();
+    assert!(matches!(err.0, PostReceiveErrorKind::QueueFull { .. }), "{err:?}");
+    assert!(
+        posted >= capacity && posted < attempt,
+        "posted {posted} of capacity {capacity}"
+    );
+    assert_eq!(err.failed_index(), posted);
+    assert_eq!(err.wr_id(), 1000 + posted as u64);
+    assert!(
+        err.to_string().contains(&format!("{posted} before it were posted")),
+        "{err}"
+    );
+
+    let (mut sender, _receiver) = rc_pair(&s, &srq, &send_cq, &recv_cq);
+    let mut completed = Vec::new();
+    for chunk in 0..posted.div_ceil(16) {
+        let n = 16.min(posted - chunk * 16);
+        send_messages(&mut sender, &*send_cq, b"fill", n);
+        completed.extend(wait_completions(&*recv_cq, n, TIMEOUT));
+    }
+    assert!(completed.iter().all(|wc| wc.is_success()));
+    let mut ids: Vec<u64> = completed.iter().map(|wc| wc.wr_id()).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1000..1000 + posted as u64).collect::<Vec<_>>(),
+        "each posted receive completed once"
+    );
+}
+
+/// Issue point 4: A UD queue pair on an SRQ: the datagram lands after the 40-byte GRH headroom, intact.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn ud_queue_pair_on_srq_receives_with_grh() {
+    const QKEY: u32 = 0x1111_2222;
+    let s = setup();
+    let send_cq = cq(&s.ctx, 64);
+    let recv_cq = cq(&s.ctx, 64);
+    let srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let buffer = Buffer::new(&s.pd, 8 * 256);
+    post_slots(&srq, &buffer, 256, 0..8);
+    let mut receiver = srq
+        .create_qp_builder()
+        .setup_send_cq(send_cq.clone())
+        .setup_recv_cq(recv_cq.clone())
+        .build_ud()
+        .expect("UD");
+    let sender_srq = s.pd.create_srq_builder().setup_max_wr(4).build().expect("sender SRQ");
+    let mut sender = sender_srq
+        .create_qp_builder()
+        .setup_send_cq(send_cq.clone())
+        .setup_recv_cq(send_cq.clone())
+        .build_ud()
+        .expect("UD sender");
+    activate_ud(&mut receiver, QKEY);
+    activate_ud(&mut sender, QKEY);
+
+    let ah = s.pd.create_ah(&address_of(s.gid_index, s.gid)).expect("address handle");
+    let mut payload = Buffer::new(&s.pd, 200);
+    let bytes: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+    payload.write(0, &bytes);
+    for i in 0..3u64 {
+        let mut guard = sender.start_post_send();
+        let data = guard
+            .construct_wr(i, WorkRequestFlags::Signaled)
+            .setup_send_imm(0x0102_0304 + i as u32)
+            .setup_ud_addr(&ah, receiver.qp_number(), QKEY);
+        // SAFETY: `payload` outlives the send's completion, awaited below.
+        unsafe { data.setup_sge(payload.lkey(), payload.addr(0), 200) };
+        guard.post().expect("post UD send");
+        assert!(wait_completions(&*send_cq, 1, TIMEOUT)[0].is_success());
+    }
+    let wcs = wait_completions(&*recv_cq, 3, TIMEOUT);
+    for wc in &wcs {
+        assert!(wc.is_success(), "{wc:?}");
+        assert_eq!(wc.byte_len(), 40 + 200, "GRH headroom plus payload");
+        assert!(wc.has_grh());
+        assert_eq!(wc.qp_number(), receiver.qp_number());
+        assert_eq!(wc.src_qp(), sender.qp_number());
+        assert_eq!(wc.imm_data().map(|imm| imm.wrapping_sub(0x0102_0304) < 3), Some(true));
+        assert_eq!(
+            buffer.read(wc.wr_id() as usize * 256 + 40, 200),
+            bytes,
+            "payload after the GRH"
+        );
+    }
+}
+
+/// Issue point 5: Dropping the user's SRQ handle while queue pairs use it keeps it alive (and working)
+/// until the last queue pair is gone.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn srq_outlives_its_queue_pairs_not_its_handle() {
+    let s = setup();
+    let send_cq = cq(&s.ctx, 64);
+    let recv_cq = cq(&s.ctx, 64);
+    let srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let buffer = Buffer::new(&s.pd, 4 * 64);
+    post_slots(&srq, &buffer, 64, 0..4);
+    let (mut sender, receiver) = rc_pair(&s, &srq, &send_cq, &recv_cq);
+    let second = srq
+        .create_qp_builder()
+        .setup_send_cq(send_cq.clone())
+        .setup_recv_cq(recv_cq.clone())
+        .build_rc();
+    let second = second.expect("second QP");
+    let weak = Arc::downgrade(&srq);
+    drop(srq);
+    assert!(weak.upgrade().is_some(), "the queue pairs keep the SRQ alive");
+
+    // The SRQ still serves receives.
+    send_messages(&mut sender, &*send_cq, b"still here", 2);
+    let wcs = wait_completions(&*recv_cq, 2, TIMEOUT);
+    assert!(wcs
+        .iter()
+        .all(|wc| wc.is_success() && wc.qp_number() == receiver.qp_number()));
+    assert_eq!(buffer.read(wcs[0].wr_id() as usize * 64, 10), b"still here");
+
+    drop(receiver);
+    assert!(weak.upgrade().is_some(), "one queue pair still uses it");
+    drop(second);
+    // The sender's own SRQ is another one: this one is destroyed now, without EBUSY (Drop would
+    // have panicked).
+    assert!(weak.upgrade().is_none(), "destroyed with its last queue pair");
+    drop(sender);
+}
+
+/// Issue point 6: Bad input gets a typed error naming the limit, never a panic.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn bad_input_gets_typed_errors() {
+    let s = setup();
+    let device = s.ctx.query_device().expect("query_device");
+    let max_wr = device.max_srq_wr() as u32;
+    let max_sge = device.max_srq_sge() as u32;
+
+    let err = s.pd.create_srq_builder().setup_max_wr(max_wr + 1).build().unwrap_err();
+    assert!(
+        matches!(err.0, CreateSharedReceiveQueueErrorKind::TooManyWorkRequests { requested, max } if requested == max_wr + 1 && max == max_wr),
+        "{err:?}"
+    );
+    let err =
+        s.pd.create_srq_builder()
+            .setup_max_sge(max_sge + 1)
+            .build()
+            .unwrap_err();
+    assert!(
+        matches!(err.0, CreateSharedReceiveQueueErrorKind::TooManyScatterGatherEntries { max, .. } if max == max_sge),
+        "{err:?}"
+    );
+    let err = s.pd.create_srq_builder().setup_max_wr(0).build().unwrap_err();
+    assert!(
+        matches!(err.0, CreateSharedReceiveQueueErrorKind::ZeroMaxWorkRequests),
+        "{err:?}"
+    );
+
+    // Too many SGEs in one posted request: the requests before it are posted, it is refused.
+    let srq =
+        s.pd.create_srq_builder()
+            .setup_max_wr(8)
+            .setup_max_sge(1)
+            .build()
+            .expect("SRQ");
+    let buffer = Buffer::new(&s.pd, 256);
+    let sges: Vec<_> = (0..srq.max_sge() as usize + 1)
+        .map(|i| rdma_mummy_sys::ibv_sge {
+            addr: buffer.addr(i * 16),
+            length: 16,
+            lkey: buffer.lkey(),
+        })
+        .collect();
+    let mut guard = srq.start_post_recv();
+    // SAFETY: all entries lie in `buffer`, alive until the end of the test.
+    unsafe {
+        guard.construct_wr(1).setup_sge(buffer.lkey(), buffer.addr(0), 16);
+        guard.construct_wr(2).setup_sge_list(&sges);
+    }
+    let err = guard.post().unwrap_err();
+    assert!(
+        matches!(err.0, PostReceiveErrorKind::TooManyScatterGatherEntries { index: 1, wr_id: 2, requested, max }
+            if requested == sges.len() && max == srq.max_sge()),
+        "{err:?}"
+    );
+    assert_eq!(err.posted(), 1);
+
+    // Modify to a state the type cannot reach from here, and with missing mask bits.
+    let send_cq = cq(&s.ctx, 16);
+    let mut qp = srq
+        .create_qp_builder()
+        .setup_send_cq(send_cq.clone())
+        .setup_recv_cq(send_cq)
+        .build_rc()
+        .unwrap();
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::ReadyToSend).setup_sq_psn(0);
+    let err = qp.modify(&attr).unwrap_err();
+    assert!(
+        matches!(
+            err.0,
+            ModifyQueuePairErrorKind::InvalidTransition {
+                cur_state: QueuePairState::Reset,
+                next_state: QueuePairState::ReadyToSend,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::Init).setup_port(1);
+    let err = qp.modify(&attr).unwrap_err();
+    assert!(
+        matches!(err.0, ModifyQueuePairErrorKind::InvalidAttributeMask { needed, .. }
+            if needed == QueuePairAttributeMask::PartitionKeyIndex | QueuePairAttributeMask::AccessFlags),
+        "{err:?}"
+    );
+    assert_eq!(qp.state(), QueuePairState::Reset, "nothing reached the library");
+
+    // A non-global address handle on a RoCE port.
+    let port = s.ctx.query_port(1).expect("query_port");
+    if matches!(port.link_layer(), sideway::ibverbs::device_context::LinkLayer::Ethernet) {
+        let mut attr = AddressHandleAttribute::new();
+        attr.setup_dest_lid(1).setup_port(1);
+        let err = s.pd.create_ah(&attr).unwrap_err();
+        assert!(
+            matches!(err.0, CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 1 }),
+            "{err:?}"
+        );
+    }
+}
+
+/// RC operations through the ibv_wr_* guard: write with immediate, write, read, atomics, inline
+/// and scatter/gather-list sends.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn rc_operations_through_the_post_send_guard() {
+    let s = setup();
+    let send_cq = cq(&s.ctx, 64);
+    let recv_cq = cq(&s.ctx, 64);
+    let srq =
+        s.pd.create_srq_builder()
+            .setup_max_wr(16)
+            .setup_max_sge(2)
+            .build()
+            .expect("SRQ");
+    let inbox = Buffer::new(&s.pd, 4 * 128);
+    post_slots(&srq, &inbox, 128, 0..4);
+    let (mut sender, receiver) = rc_pair(&s, &srq, &send_cq, &recv_cq);
+    let mut local = Buffer::new(&s.pd, 256);
+    let mut remote = Buffer::new(&s.pd, 256);
+    local.write(0, b"written by RDMA");
+    remote.write(64, b"read by RDMA");
+    remote.write(128, &40u64.to_ne_bytes());
+    remote.write(136, &7u64.to_ne_bytes());
+    let (rkey, raddr) = (remote.mr.rkey(), remote.addr(0));
+
+    let mut guard = sender.start_post_send();
+    // SAFETY (all SGEs below): the buffers outlive the completions awaited after posting.
+    unsafe {
+        guard
+            .construct_wr(1, WorkRequestFlags::Signaled)
+            .setup_write(rkey, raddr)
+            .setup_sge(local.lkey(), local.addr(0), 15);
+        guard
+            .construct_wr(2, WorkRequestFlags::Signaled)
+            .setup_read(rkey, raddr + 64)
+            .setup_sge(local.lkey(), local.addr(64), 12);
+        guard
+            .construct_wr(3, WorkRequestFlags::Signaled)
+            .setup_atomic_fetch_add(rkey, raddr + 128, 2)
+            .setup_sge(local.lkey(), local.addr(128), 8);
+        guard
+            .construct_wr(4, WorkRequestFlags::Signaled)
+            .setup_atomic_compare_swap(rkey, raddr + 136, 7, 99)
+            .setup_sge(local.lkey(), local.addr(136), 8);
+        guard
+            .construct_wr(5, WorkRequestFlags::Signaled)
+            .setup_write_imm(rkey, raddr + 200, 0xabcd)
+            .setup_sge(local.lkey(), local.addr(0), 4);
+        guard
+            .construct_wr(6, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data_list(&[std::io::IoSlice::new(b"inline "), std::io::IoSlice::new(b"list")]);
+        guard
+            .construct_wr(7, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_sge_list(&[
+                rdma_mummy_sys::ibv_sge {
+                    addr: local.addr(0),
+                    length: 7,
+                    lkey: local.lkey(),
+                },
+                rdma_mummy_sys::ibv_sge {
+                    addr: local.addr(64),
+                    length: 4,
+                    lkey: local.lkey(),
+                },
+            ]);
+    }
+    assert_eq!(guard.batch_len(), 7);
+    guard.post().expect("post the batch");
+    let sent = wait_completions(&*send_cq, 7, TIMEOUT);
+    assert!(sent.iter().all(|wc| wc.is_success()), "{sent:?}");
+    assert_eq!(remote.read(0, 15), b"written by RDMA");
+    assert_eq!(local.read(64, 12), b"read by RDMA");
+    assert_eq!(
+        local.read(128, 8),
+        40u64.to_ne_bytes(),
+        "fetch-add returns the old value"
+    );
+    assert_eq!(remote.read(128, 8), 42u64.to_ne_bytes());
+    assert_eq!(
+        local.read(136, 8),
+        7u64.to_ne_bytes(),
+        "compare-swap returns the old value"
+    );
+    assert_eq!(remote.read(136, 8), 99u64.to_ne_bytes());
+    assert_eq!(remote.read(200, 4), b"writ");
+
+    // The write with immediate and the two sends consume three receives, in order.
+    let received = wait_completions(&*recv_cq, 3, TIMEOUT);
+    assert!(received
+        .iter()
+        .all(|wc| wc.is_success() && wc.qp_number() == receiver.qp_number()));
+    assert_eq!(received[0].imm_data(), Some(0xabcd));
+    assert_eq!(received[0].byte_len(), 4);
+    assert_eq!(inbox.read(received[1].wr_id() as usize * 128, 11), b"inline list");
+    assert_eq!(inbox.read(received[2].wr_id() as usize * 128, 11), b"written rea");
+}
+
+/// A queue pair on an SRQ that goes to the error state reports its last WQE.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn queue_pair_in_error_reports_last_wqe_reached() {
+    let s = setup();
+    let events = s.ctx.async_event_reader();
+    events.set_nonblocking(true).expect("non-blocking");
+    let send_cq = cq(&s.ctx, 16);
+    let srq = s.pd.create_srq_builder().setup_max_wr(8).build().expect("SRQ");
+    let (_sender, mut receiver) = rc_pair(&s, &srq, &send_cq, &send_cq);
+    let mut attr = QueuePairAttribute::new();
+    attr.setup_state(QueuePairState::Error);
+    receiver.modify(&attr).expect("to ERR");
+    let event = events
+        .read_timeout(Duration::from_secs(10))
+        .expect("read")
+        .expect("a last-WQE event");
+    assert_eq!(event.event_type(), AsyncEventType::QueuePairLastWorkQueueEntryReached);
+    assert_eq!(
+        event.element(),
+        AsyncEventElement::QueuePair {
+            qp_number: receiver.qp_number()
+        }
+    );
+    // Non-blocking and empty: WouldBlock, not a hang.
+    drop(event);
+    match events.read() {
+        Err(err) => match err.0 {
+            sideway_ext::ibverbs::async_event::ReadAsyncEventErrorKind::Ibverbs(io) => {
+                assert_eq!(io.kind(), std::io::ErrorKind::WouldBlock)
+            },
+            other => panic!("unexpected {other:?}"),
+        },
+        Ok(event) => panic!("unexpected second event {event:?}"),
+    }
+}
