@@ -4,3 +4,11 @@
 //! Only compiled with the `mlx5` feature. libmlx5 is loaded at run time: on a device that is not
 //! mlx5, or where libmlx5 is missing, every call reports "not supported" instead of failing to
 //! link or panicking.
+//!
+//! - [`device_context`]: [`Mlx5DeviceContext`](device_context::Mlx5DeviceContext), built from a
+//!   sideway device context, and its queries;
+//! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
+//! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP).
+pub mod dc_capabilities;
+pub mod device_attributes;
+pub mod device_context;

@@ -1,0 +1,396 @@
+//! Lists RDMA devices like `ibv_devinfo` (name, node GUID, firmware, ports, GIDs) and, for mlx5
+//! devices, what `mlx5dv_query_device` reports plus the DC (Dynamically Connected transport)
+//! summary. For any other device it says plainly that the device is not mlx5.
+//!
+//! ```sh
+//! cargo run --features mlx5 --example mlx5_devinfo              # a table
+//! cargo run --features mlx5 --example mlx5_devinfo -- --json    # the same as JSON
+//! cargo run --features mlx5 --example mlx5_devinfo -- -d mlx5_0 # one device
+//! ```
+//!
+//! Exits with status 1 when no RDMA device can be listed (or the named one does not exist).
+use std::net::Ipv6Addr;
+
+use clap::Parser;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use sideway::ibverbs::address::GidType;
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::DeviceContext;
+use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
+use sideway_ext::mlx5::device_attributes::{Mlx5ContextFlags, Mlx5ContextMask, Mlx5DeviceAttributes};
+use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
+
+/// RDMA devices with their mlx5 direct-verbs and DC capabilities.
+#[derive(Parser)]
+#[command(about)]
+struct Args {
+    /// Only this device (e.g. mlx5_0).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    devices: Vec<DeviceReport>,
+}
+
+#[derive(Serialize)]
+struct DeviceReport {
+    name: String,
+    node_guid: String,
+    /// Set when the device could not be opened or queried; the other fields are then partial.
+    error: Option<String>,
+    firmware: Option<String>,
+    vendor_id: Option<u32>,
+    vendor_part_id: Option<u32>,
+    ports: Vec<PortReport>,
+    gids: Vec<GidReport>,
+    /// Whether `mlx5dv_query_device` answered.
+    is_mlx5: bool,
+    /// Why there is no mlx5 section, when there is none.
+    mlx5_status: Option<String>,
+    /// The mlx5 section: `null` for a device that is not mlx5.
+    mlx5: Option<Map<String, Value>>,
+    /// The DC section: `null` for a device that is not mlx5.
+    dc: Option<Map<String, Value>>,
+}
+
+#[derive(Serialize)]
+struct PortReport {
+    port: u8,
+    state: String,
+    link_layer: String,
+    active_mtu: String,
+    max_mtu: String,
+}
+
+#[derive(Serialize)]
+struct GidReport {
+    port: u32,
+    index: u32,
+    gid: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+fn main() {
+    let args = Args::parse();
+    let list = match DeviceList::new() {
+        Ok(list) => list,
+        Err(err) => {
+            eprintln!("mlx5_devinfo: cannot list RDMA devices: {}", chain(&err));
+            std::process::exit(1);
+        },
+    };
+    let mut devices = Vec::new();
+    for device in &list {
+        if args.device.as_deref().is_some_and(|name| name != device.name()) {
+            continue;
+        }
+        let mut report = DeviceReport {
+            name: device.name(),
+            node_guid: device.guid().to_string(),
+            error: None,
+            firmware: None,
+            vendor_id: None,
+            vendor_part_id: None,
+            ports: Vec::new(),
+            gids: Vec::new(),
+            is_mlx5: false,
+            mlx5_status: None,
+            mlx5: None,
+            dc: None,
+        };
+        match device.open() {
+            Ok(ctx) => describe(&ctx, &mut report),
+            Err(err) => report.error = Some(format!("cannot open: {}", chain(&err))),
+        }
+        devices.push(report);
+    }
+    if devices.is_empty() {
+        match &args.device {
+            Some(name) => eprintln!("mlx5_devinfo: no RDMA device named {name}"),
+            None => eprintln!("mlx5_devinfo: no RDMA devices found"),
+        }
+        std::process::exit(1);
+    }
+    let report = Report { devices };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(err) => {
+                eprintln!("mlx5_devinfo: cannot print JSON: {err}");
+                std::process::exit(1);
+            },
+        }
+    } else {
+        print_table(&report);
+    }
+}
+
+/// Fills the report from the opened device; failures are recorded, never fatal.
+fn describe(ctx: &std::sync::Arc<DeviceContext>, report: &mut DeviceReport) {
+    match ctx.query_device() {
+        Ok(attr) => {
+            report.firmware = Some(attr.firmware_version());
+            report.vendor_id = Some(attr.vendor_id());
+            report.vendor_part_id = Some(attr.vendor_part_id());
+            for port in 1..=attr.phys_port_cnt() {
+                match ctx.query_port(port) {
+                    Ok(p) => report.ports.push(PortReport {
+                        port,
+                        state: format!("{:?}", p.port_state()),
+                        link_layer: format!("{:?}", p.link_layer()),
+                        active_mtu: mtu(format!("{:?}", p.active_mtu())),
+                        max_mtu: mtu(format!("{:?}", p.max_mtu())),
+                    }),
+                    Err(err) => report.error = Some(format!("query_port({port}): {}", chain(&err))),
+                }
+            }
+        },
+        Err(err) => report.error = Some(format!("query_device: {}", chain(&err))),
+    }
+    for entry in ctx.query_gid_table().unwrap_or_default() {
+        let gid = entry.gid();
+        let ipv4 = Ipv6Addr::from(gid)
+            .to_ipv4_mapped()
+            .map(|ip| format!(" ({ip})"))
+            .unwrap_or_default();
+        report.gids.push(GidReport {
+            port: entry.port_num(),
+            index: entry.gid_index(),
+            gid: format!("{gid}{ipv4}"),
+            kind: match entry.gid_type() {
+                GidType::InfiniBand => "IB",
+                GidType::RoceV1 => "RoCE v1",
+                GidType::RoceV2 => "RoCE v2",
+            },
+        });
+    }
+
+    let mlx5 = Mlx5DeviceContext::new(ctx.clone());
+    match mlx5.query_device() {
+        Ok(attr) => {
+            report.is_mlx5 = true;
+            report.mlx5 = Some(mlx5_section(&attr));
+        },
+        Err(err) if err.is_not_supported() => {
+            report.mlx5_status = Some("not an mlx5 device (mlx5dv_query_device: not supported)".into());
+        },
+        Err(err) => report.mlx5_status = Some(format!("mlx5dv_query_device failed: {}", err.0)),
+    }
+    if report.is_mlx5 {
+        match mlx5.query_dc_capabilities() {
+            Ok(dc) => report.dc = Some(dc_section(&dc)),
+            Err(err) => report.error = Some(format!("DC capabilities: {}", err.0)),
+        }
+    }
+}
+
+/// An error with its sources: "failed to get device list: Function not implemented (os error 38)".
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+/// "Mtu1024" → "1024".
+fn mtu(debug: String) -> String {
+    debug.trim_start_matches("Mtu").to_string()
+}
+
+/// The names of the set flags of a bitmask-enum type.
+fn names<T: Copy + PartialEq + 'static>(
+    flags: impl Iterator<Item = &'static (&'static str, T)>, has: impl Fn(T) -> bool,
+) -> Value {
+    flags.filter(|(_, f)| has(*f)).map(|(name, _)| json!(name)).collect()
+}
+
+fn mlx5_section(attr: &Mlx5DeviceAttributes) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("version".into(), json!(attr.version()));
+    m.insert(
+        "flags".into(),
+        names(Mlx5ContextFlags::flags(), |f| attr.flags().contains(f)),
+    );
+    m.insert(
+        "comp_mask".into(),
+        names(Mlx5ContextMask::flags(), |f| attr.comp_mask().contains(f)),
+    );
+    let mut opt = |key: &str, value: Option<Value>| {
+        m.insert(key.into(), value.unwrap_or(Value::Null));
+    };
+    opt(
+        "cqe_compression",
+        attr.cqe_comp_caps()
+            .map(|c| json!({"max_num": c.max_num, "supported_format": c.supported_format})),
+    );
+    opt(
+        "sw_parsing",
+        attr.sw_parsing_caps()
+            .map(|c| json!({"offloads": c.sw_parsing_offloads, "supported_qpts": c.supported_qpts})),
+    );
+    opt(
+        "striding_rq",
+        attr.striding_rq_caps().map(|c| {
+            json!({
+                "min_single_stride_log_num_of_bytes": c.min_single_stride_log_num_of_bytes,
+                "max_single_stride_log_num_of_bytes": c.max_single_stride_log_num_of_bytes,
+                "min_single_wqe_log_num_of_strides": c.min_single_wqe_log_num_of_strides,
+                "max_single_wqe_log_num_of_strides": c.max_single_wqe_log_num_of_strides,
+                "supported_qpts": c.supported_qpts,
+            })
+        }),
+    );
+    opt(
+        "tunnel_offloads",
+        attr.tunnel_offloads_caps().map(|t| {
+            names(sideway_ext::mlx5::device_attributes::TunnelOffloads::flags(), |f| {
+                t.contains(f)
+            })
+        }),
+    );
+    opt("max_dynamic_bfregs", attr.max_dynamic_bfregs().map(|v| json!(v)));
+    opt(
+        "max_clock_info_update_nsec",
+        attr.max_clock_info_update_nsec().map(|v| json!(v)),
+    );
+    opt("flow_action_flags", attr.flow_action_flags().map(|v| json!(v)));
+    opt(
+        "dc_odp",
+        attr.dc_odp_caps().map(|o| {
+            names(
+                sideway_ext::mlx5::device_attributes::OdpTransportCapabilities::flags(),
+                |f| o.contains(f),
+            )
+        }),
+    );
+    opt("hca_core_clock_mapped", attr.hca_core_clock_mapped().map(|v| json!(v)));
+    opt("num_lag_ports", attr.num_lag_ports().map(|v| json!(v)));
+    opt(
+        "signature",
+        attr.sig_caps().map(|c| {
+            json!({"block_size": c.block_size, "block_prot": c.block_prot, "t10dif_bg": c.t10dif_bg, "crc_type": c.crc_type})
+        }),
+    );
+    opt(
+        "dci_streams",
+        attr.dci_streams_caps().map(|c| {
+            json!({"max_log_num_concurrent": c.max_log_num_concurrent, "max_log_num_errored": c.max_log_num_errored})
+        }),
+    );
+    opt("max_wr_memcpy_length", attr.max_wr_memcpy_length().map(|v| json!(v)));
+    opt(
+        "crypto",
+        attr.crypto_caps().map(|c| {
+            json!({
+                "failed_selftests": c.failed_selftests,
+                "crypto_engines": c.crypto_engines,
+                "wrapped_import_method": c.wrapped_import_method,
+                "log_max_num_deks": c.log_max_num_deks,
+                "flags": c.flags,
+            })
+        }),
+    );
+    opt("max_dc_rd_atom", attr.max_dc_rd_atom().map(|v| json!(v)));
+    opt("max_dc_init_rd_atom", attr.max_dc_init_rd_atom().map(|v| json!(v)));
+    opt(
+        "reg_c0",
+        attr.reg_c0().map(|r| json!({"value": r.value, "mask": r.mask})),
+    );
+    opt(
+        "ooo_recv_wrs",
+        attr.ooo_recv_wrs_caps().map(|c| {
+            json!({"max_rc": c.max_rc, "max_xrc": c.max_xrc, "max_dct": c.max_dct, "max_ud": c.max_ud, "max_uc": c.max_uc})
+        }),
+    );
+    m
+}
+
+fn dc_section(dc: &DcCapabilities) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("supported".into(), json!(dc.is_supported()));
+    m.insert("max_dc_rd_atom".into(), json!(dc.max_dc_rd_atom()));
+    m.insert("max_dc_init_rd_atom".into(), json!(dc.max_dc_init_rd_atom()));
+    m.insert(
+        "dci_streams".into(),
+        dc.dci_streams()
+            .map(|c| json!({"max_log_num_concurrent": c.max_log_num_concurrent, "max_log_num_errored": c.max_log_num_errored}))
+            .unwrap_or(Value::Null),
+    );
+    m.insert(
+        "dc_odp".into(),
+        dc.dc_odp()
+            .map(|o| {
+                names(
+                    sideway_ext::mlx5::device_attributes::OdpTransportCapabilities::flags(),
+                    |f| o.contains(f),
+                )
+            })
+            .unwrap_or(Value::Null),
+    );
+    m.insert("rc_max_qp_rd_atom".into(), json!(dc.rc_max_qp_rd_atom()));
+    m.insert("rc_max_qp_init_rd_atom".into(), json!(dc.rc_max_qp_init_rd_atom()));
+    m
+}
+
+fn print_table(report: &Report) {
+    for (i, d) in report.devices.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("hca_id: {}", d.name);
+        println!("    {:<24}{}", "node_guid:", d.node_guid);
+        if let Some(fw) = &d.firmware {
+            println!("    {:<24}{fw}", "fw_ver:");
+        }
+        if let (Some(vendor), Some(part)) = (d.vendor_id, d.vendor_part_id) {
+            println!("    {:<24}{vendor:#x}", "vendor_id:");
+            println!("    {:<24}{part}", "vendor_part_id:");
+        }
+        if let Some(err) = &d.error {
+            println!("    {:<24}{err}", "error:");
+        }
+        for p in &d.ports {
+            println!("    port {}:", p.port);
+            println!("        {:<20}{}", "state:", p.state);
+            println!("        {:<20}{}", "link_layer:", p.link_layer);
+            println!("        {:<20}{}", "max_mtu:", p.max_mtu);
+            println!("        {:<20}{}", "active_mtu:", p.active_mtu);
+            for g in d.gids.iter().filter(|g| g.port == u32::from(p.port)) {
+                println!("        {:<20}{}, {}", format!("GID[{:>3}]:", g.index), g.gid, g.kind);
+            }
+        }
+        match (&d.mlx5, &d.mlx5_status) {
+            (Some(mlx5), _) => {
+                println!("    mlx5:");
+                print_map(mlx5);
+                if let Some(dc) = &d.dc {
+                    println!("    DC:");
+                    print_map(dc);
+                }
+            },
+            (None, Some(status)) => println!("{}: {status}", d.name),
+            (None, None) => {},
+        }
+    }
+}
+
+fn print_map(map: &Map<String, Value>) {
+    for (key, value) in map {
+        let shown = match value {
+            Value::Null => "not reported".to_string(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        println!("        {:<30}{shown}", format!("{key}:"));
+    }
+}

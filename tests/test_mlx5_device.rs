@@ -1,0 +1,260 @@
+//! mlx5 direct-verbs device tests: `Mlx5DeviceContext` and `examples/mlx5_devinfo.rs` on a real
+//! device.
+//!
+//! - On the device named by `SIDEWAY_EXT_TEST_DEVICE` (`#[ignore]`d device tests; `rxe0` in the
+//!   SoftRoCE VM): a device that is not mlx5 must report "not supported", as a typed error and
+//!   in the example's output, with libmlx5 installed and with it hidden.
+//! - On the ConnectX device named by `SIDEWAY_EXT_TEST_MLX5_DEVICE` (hardware tests, run one at
+//!   a time): the query succeeds and reports what every ConnectX has. Without the variable they
+//!   print that they were skipped.
+#![cfg(feature = "mlx5")]
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use serial_test::serial;
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::DeviceContext;
+use sideway_ext::mlx5::device_attributes::{Mlx5ContextFlags, Mlx5ContextMask};
+use sideway_ext::mlx5::device_context::{Mlx5DeviceContext, QueryMlx5DeviceErrorKind};
+
+/// The variable that names the mlx5 (ConnectX) device the hardware tests run on.
+const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
+
+/// The IEEE OUI that Mellanox/NVIDIA devices report as `vendor_id`.
+const MELLANOX_VENDOR_ID: u32 = 0x02c9;
+
+/// `vendor_part_id`s of ConnectX-5 and newer physical functions (ConnectX-5, -5 Ex, -6, -6 Dx,
+/// -7, -8) and BlueField DPUs (1, 2, 3): devices with DC read/atomic support.
+const CONNECTX5_OR_NEWER: &[u32] = &[4119, 4121, 4123, 4125, 4129, 4131, 41682, 41686, 41692];
+
+const NOT_MLX5_LINE: &str = "not an mlx5 device (mlx5dv_query_device: not supported)";
+
+/// `target/<profile>/examples/mlx5_devinfo`, next to this test binary's `deps` directory.
+fn example_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile_dir.join("examples").join("mlx5_devinfo");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo test --features mlx5` (or `cargo build --features mlx5 --examples`)",
+        path.display()
+    );
+    path
+}
+
+fn run(command: &mut Command) -> Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Whether the device reports the Mellanox/NVIDIA vendor id: the "not mlx5" tests then have
+/// nothing to check.
+fn is_mellanox(ctx: &DeviceContext) -> bool {
+    ctx.query_device().expect("query_device").vendor_id() == MELLANOX_VENDOR_ID
+}
+
+fn test_device_name() -> String {
+    std::env::var(common::DEVICE_VARIABLE).expect("device tests need SIDEWAY_EXT_TEST_DEVICE")
+}
+
+/// Checks the example's JSON for `name`: it parses, and the device is reported as not mlx5.
+fn assert_json_reports_not_mlx5(stdout: &[u8], name: &str) {
+    let json: serde_json::Value = serde_json::from_slice(stdout).expect("the example prints valid JSON");
+    let devices = json["devices"].as_array().expect("a devices array");
+    assert_eq!(devices.len(), 1, "-d selects one device: {json}");
+    let device = &devices[0];
+    assert_eq!(device["name"], name);
+    assert_eq!(device["is_mlx5"], false);
+    assert!(device["mlx5"].is_null() && device["dc"].is_null(), "{device}");
+    assert_eq!(device["mlx5_status"], NOT_MLX5_LINE);
+    assert!(!device["ports"].as_array().expect("ports").is_empty(), "{device}");
+}
+
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn query_device_on_a_device_that_is_not_mlx5_is_not_supported() {
+    let ctx = common::open_test_device();
+    if is_mellanox(&ctx) {
+        println!("skipped: the test device is an mlx5 device (the hardware tests cover it)");
+        return;
+    }
+    let mlx5 = Mlx5DeviceContext::new(ctx.clone());
+    assert!(Arc::ptr_eq(mlx5.device_context(), &ctx));
+
+    let err = mlx5
+        .query_device()
+        .expect_err("a device that is not mlx5 has no mlx5 attributes");
+    assert!(matches!(err.0, QueryMlx5DeviceErrorKind::NotSupported), "{err:?}");
+    assert!(err.is_not_supported());
+    assert_eq!(
+        err.0.to_string(),
+        "device is not an mlx5 device or libmlx5 is not available"
+    );
+    assert!(!mlx5.is_mlx5());
+
+    let dc = mlx5
+        .query_dc_capabilities()
+        .expect("the DC summary works on every device");
+    assert!(!dc.is_mlx5() && !dc.is_supported());
+    assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (None, None));
+    assert_eq!((dc.dci_streams(), dc.dc_odp()), (None, None));
+    let attr = ctx.query_device().expect("query_device");
+    assert_eq!(dc.rc_max_qp_rd_atom(), attr.max_qp_rd_atom() as u32);
+    assert_eq!(dc.rc_max_qp_init_rd_atom(), attr.max_qp_init_rd_atom() as u32);
+}
+
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn example_reports_a_device_that_is_not_mlx5() {
+    let ctx = common::open_test_device();
+    if is_mellanox(&ctx) {
+        println!("skipped: the test device is an mlx5 device (the hardware tests cover it)");
+        return;
+    }
+    let name = test_device_name();
+    let example = example_path();
+
+    let table = run(Command::new(&example).arg("-d").arg(&name));
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains(&format!("hca_id: {name}")), "{table}");
+    assert!(table.contains("link_layer:") && table.contains("GID["), "{table}");
+    assert!(table.contains(&format!("{name}: {NOT_MLX5_LINE}")), "{table}");
+    assert!(!table.contains("    mlx5:"), "{table}");
+
+    let json = run(Command::new(&example).arg("--json").arg("-d").arg(&name));
+    assert_json_reports_not_mlx5(&json.stdout, &name);
+
+    // Every device listed, with the one under test among them.
+    let all = run(Command::new(&example).arg("--json"));
+    let json: serde_json::Value = serde_json::from_slice(&all.stdout).expect("valid JSON");
+    assert!(json["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .any(|d| d["name"] == name.as_str()));
+}
+
+/// Where the dynamic loader finds `libmlx5.so.1`, resolved to the real file.
+fn libmlx5_path() -> Option<PathBuf> {
+    let output = Command::new("ldconfig").arg("-p").output().ok()?;
+    let listing = String::from_utf8_lossy(&output.stdout);
+    let line = listing.lines().find(|l| l.trim_start().starts_with("libmlx5.so.1 "))?;
+    let path = line.rsplit("=> ").next()?.trim();
+    std::fs::canonicalize(path).ok()
+}
+
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn example_without_libmlx5_reports_a_device_that_is_not_mlx5() {
+    let ctx = common::open_test_device();
+    if is_mellanox(&ctx) {
+        println!("skipped: the test device is an mlx5 device, which needs libmlx5 to be opened at all");
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: hiding libmlx5 needs root (a private mount namespace)");
+        return;
+    }
+    let Some(libmlx5) = libmlx5_path() else {
+        println!("skipped: libmlx5 is not installed, so every other test already ran without it");
+        return;
+    };
+    let name = test_device_name();
+    // In a private mount namespace (only this child sees it), /dev/null is bound over libmlx5,
+    // so rdma-mummy-sys' dlopen("libmlx5.so.1") fails; the script checks the file reads empty.
+    let script = r#"lib=$1; shift; mount --bind /dev/null "$lib" && test ! -s "$lib" || exit 97; exec "$@""#;
+    let output = run(Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+        .arg(&libmlx5)
+        .arg(example_path())
+        .args(["--json", "-d", &name]));
+    assert_json_reports_not_mlx5(&output.stdout, &name);
+}
+
+/// Opens the ConnectX device named by `SIDEWAY_EXT_TEST_MLX5_DEVICE`, or `None` (after printing
+/// that the test was skipped) when the variable is unset.
+fn open_mlx5_test_device() -> Option<(String, Arc<DeviceContext>)> {
+    let Ok(name) = std::env::var(MLX5_DEVICE_VARIABLE) else {
+        println!("skipped: {MLX5_DEVICE_VARIABLE} is not set");
+        return None;
+    };
+    let list = DeviceList::new().unwrap_or_else(|e| panic!("cannot list RDMA devices: {e}"));
+    let device = list
+        .iter()
+        .find(|d| d.name() == name)
+        .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
+    let ctx = device.open().unwrap_or_else(|e| panic!("cannot open {name}: {e}"));
+    Some((name, ctx))
+}
+
+#[test]
+#[serial]
+fn hardware_query_device_on_connectx() {
+    let Some((name, ctx)) = open_mlx5_test_device() else {
+        return;
+    };
+    let mlx5 = Mlx5DeviceContext::new(ctx.clone());
+    let attr = mlx5
+        .query_device()
+        .unwrap_or_else(|e| panic!("mlx5dv_query_device on {name}: {e:?}"));
+    println!("{name}: {attr:#?}");
+    assert!(mlx5.is_mlx5());
+    assert!(
+        attr.flags().contains(Mlx5ContextFlags::CqeV1),
+        "every ConnectX uses CQE v1: {:?}",
+        attr.flags()
+    );
+    assert!(
+        Mlx5ContextMask::all_flags().contains(attr.comp_mask()),
+        "the provider returned a bit that was not requested: {:?}",
+        attr.comp_mask()
+    );
+
+    let part = ctx.query_device().expect("query_device").vendor_part_id();
+    let dc = mlx5.query_dc_capabilities().expect("DC capabilities");
+    assert!(dc.is_mlx5() && dc.is_supported());
+    if !attr.comp_mask().contains(Mlx5ContextMask::MaxDcReadAtomic) {
+        println!("note: libmlx5 does not report DC read/atomic depths (rdma-core before 47)");
+    } else if CONNECTX5_OR_NEWER.contains(&part) {
+        let (responder, initiator) = (attr.max_dc_rd_atom(), attr.max_dc_init_rd_atom());
+        assert!(
+            responder.is_some_and(|d| d > 0) && initiator.is_some_and(|d| d > 0),
+            "ConnectX-5 or newer (part {part}) has DC reads/atomics: {responder:?}/{initiator:?}"
+        );
+        assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (responder, initiator));
+    }
+}
+
+#[test]
+#[serial]
+fn hardware_example_prints_the_mlx5_section() {
+    let Some((name, _ctx)) = open_mlx5_test_device() else {
+        return;
+    };
+    let example = example_path();
+    let table = run(Command::new(&example).arg("-d").arg(&name));
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("    mlx5:") && table.contains("    DC:"), "{table}");
+    assert!(table.contains("CqeV1"), "{table}");
+    assert!(!table.contains(NOT_MLX5_LINE), "{table}");
+
+    let json = run(Command::new(&example).arg("--json").arg("-d").arg(&name));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("valid JSON");
+    let device = &json["devices"][0];
+    assert_eq!(device["is_mlx5"], true);
+    assert!(device["mlx5"].is_object() && device["dc"].is_object(), "{device}");
+    assert_eq!(device["dc"]["supported"], true);
+}
