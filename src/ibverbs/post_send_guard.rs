@@ -14,6 +14,11 @@
 //! cleared for scatter/gather entries), as providers that read it at the opcode call (rxe) need,
 //! and a request that never reached its data step leaves nothing half-built in the queue.
 //!
+//! Known provider bugs, not worked around here: rxe in rdma-core before the fix of PR #1744
+//! (Debian 12 ships 44) sums the *first* entry's length once per entry in
+//! `ibv_wr_set_sge_list` (lists of unequal lengths fail with a local error), and sends nothing
+//! for `ibv_wr_set_inline_data_list` (it never adds up the lengths).
+//!
 //! # Reference
 //!
 //! - rdma-core manpage: [`ibv_wr_post`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html)
