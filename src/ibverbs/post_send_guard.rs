@@ -465,3 +465,152 @@ impl SetScatterGatherEntry for LocalBufferHandle<'_> {
         });
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! The guard driven through a recording function table: no device, the exact sequence of
+    //! provider calls.
+    use std::cell::RefCell;
+    use std::mem::MaybeUninit;
+
+    use rdma_mummy_sys::ibv_ah;
+
+    use super::*;
+
+    thread_local! {
+        pub(crate) static CALLS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(crate) fn record(call: String) {
+        CALLS.with(|calls| calls.borrow_mut().push(call));
+    }
+
+    pub(crate) fn take_calls() -> Vec<String> {
+        CALLS.with(|calls| std::mem::take(&mut *calls.borrow_mut()))
+    }
+
+    unsafe extern "C" fn wr_start(_: *mut ibv_qp_ex) {
+        record("start".into());
+    }
+    unsafe extern "C" fn wr_complete(_: *mut ibv_qp_ex) -> i32 {
+        record("complete".into());
+        0
+    }
+    unsafe extern "C" fn wr_abort(_: *mut ibv_qp_ex) {
+        record("abort".into());
+    }
+    unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+        record(format!("send wr_id={} flags={:#x}", (*qp).wr_id, (*qp).wr_flags));
+    }
+    unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {
+        record(format!("send_imm wr_id={} imm={imm:#x}", (*qp).wr_id));
+    }
+    unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+        record(format!(
+            "write wr_id={} flags={:#x} rkey={rkey:#x} addr={addr:#x}",
+            (*qp).wr_id,
+            (*qp).wr_flags
+        ));
+    }
+    unsafe extern "C" fn wr_set_ud_addr(_: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+        record(format!("ud_addr ah={:#x} qpn={qpn} qkey={qkey:#x}", ah as usize));
+    }
+    unsafe extern "C" fn wr_set_sge(_: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+        record(format!("sge lkey={lkey:#x} addr={addr:#x} len={length}"));
+    }
+    unsafe extern "C" fn wr_set_inline_data(_: *mut ibv_qp_ex, addr: *mut std::ffi::c_void, length: usize) {
+        let data = std::slice::from_raw_parts(addr as *const u8, length);
+        record(format!("inline {:?}", String::from_utf8_lossy(data)));
+    }
+
+    /// A queue pair whose provider calls are recorded.
+    pub(crate) fn recording_qp() -> Box<ibv_qp_ex> {
+        // SAFETY: ibv_qp_ex is plain data (and optional function pointers) for which zeroes are valid.
+        let mut qp: Box<ibv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        qp.wr_start = Some(wr_start);
+        qp.wr_complete = Some(wr_complete);
+        qp.wr_abort = Some(wr_abort);
+        qp.wr_send = Some(wr_send);
+        qp.wr_send_imm = Some(wr_send_imm);
+        qp.wr_rdma_write = Some(wr_rdma_write);
+        qp.wr_set_ud_addr = Some(wr_set_ud_addr);
+        qp.wr_set_sge = Some(wr_set_sge);
+        qp.wr_set_inline_data = Some(wr_set_inline_data);
+        qp
+    }
+
+    #[test]
+    fn rc_requests_issue_flags_opcode_then_data() {
+        let mut qp = recording_qp();
+        take_calls();
+        // SAFETY: the recording queue pair outlives the guard; RC needs no context.
+        let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(NonNull::from(&mut *qp), ()) };
+        guard
+            .construct_wr(7, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+            .setup_write(0x55, 0x1000);
+        // A request dropped before its data step issues nothing and is not counted.
+        assert_eq!(guard.batch_len(), 0);
+        // SAFETY: the recorder does not touch the buffer.
+        unsafe {
+            guard
+                .construct_wr(8, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+                .setup_write(0x55, 0x1000)
+                .setup_sge(0x9, 0x2000, 64)
+        };
+        guard
+            .construct_wr(9, WorkRequestFlags::Signaled)
+            .setup_send_imm(0x0102_0304)
+            .setup_inline_data(b"hi");
+        assert_eq!(guard.batch_len(), 2);
+        guard.post().expect("recorded complete returns 0");
+        let signaled = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        assert_eq!(
+            take_calls(),
+            [
+                "start".to_string(),
+                // Scatter/gather data: the inline bit is cleared even though it was asked for.
+                format!("write wr_id=8 flags={signaled:#x} rkey=0x55 addr=0x1000"),
+                "sge lkey=0x9 addr=0x2000 len=64".to_string(),
+                // Immediate data goes in network byte order.
+                format!("send_imm wr_id=9 imm={:#x}", 0x0102_0304u32.to_be()),
+                "inline \"hi\"".to_string(),
+                "complete".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn ud_requests_set_the_address_between_opcode_and_data_and_drop_aborts() {
+        let mut qp = recording_qp();
+        take_calls();
+        // SAFETY: as above.
+        let mut guard = unsafe { PostSendGuard::<UnreliableDatagram>::start(NonNull::from(&mut *qp), ()) };
+        let request = guard.construct_wr(3, WorkRequestFlags::none()).setup_send();
+        // The address handle is only passed through; a dangling but non-null pointer is never used
+        // by the recorder.
+        let data = LocalBufferHandle::new(
+            request.request,
+            Destination::Datagram {
+                ah: NonNull::dangling(),
+                remote_qpn: 77,
+                remote_qkey: 0x1111,
+            },
+        );
+        data.setup_inline_data(b"datagram");
+        drop(guard);
+        let inline = ibv_send_flags::IBV_SEND_INLINE.0;
+        assert_eq!(
+            take_calls(),
+            [
+                "start".to_string(),
+                format!("send wr_id=3 flags={inline:#x}"),
+                format!(
+                    "ud_addr ah={:#x} qpn=77 qkey=0x1111",
+                    NonNull::<ibv_ah>::dangling().as_ptr() as usize
+                ),
+                "inline \"datagram\"".to_string(),
+                "abort".to_string(),
+            ]
+        );
+    }
+}
