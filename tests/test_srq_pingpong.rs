@@ -1,0 +1,318 @@
+//! Interoperability of `examples/srq_pingpong` with rdma-core's `ibv_srq_pingpong`: the Rust
+//! client against the C server, the C client against the Rust server, and Rust against Rust,
+//! each pair on the device named by `SIDEWAY_EXT_TEST_DEVICE` over its RoCE v2 GID, with the
+//! TCP exchange on 127.0.0.1.
+//!
+//! The example binary is the one cargo builds next to the test binaries
+//! (`target/debug/examples/srq_pingpong`); the C tool is Debian's `/usr/bin/ibv_srq_pingpong`.
+mod common;
+
+use std::io::Read;
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serial_test::serial;
+use sideway::ibverbs::address::GidType;
+
+/// rdma-core's tool, from Debian's ibverbs-utils.
+const C_TOOL: &str = "/usr/bin/ibv_srq_pingpong";
+/// Both peers must be done within this; the pair takes well under a second on SoftRoCE.
+const TIMEOUT: Duration = Duration::from_secs(120);
+const NUM_QP: usize = 16;
+const ITERS: u64 = 2000;
+const SIZE: u64 = 4096;
+
+/// `target/<profile>/examples/srq_pingpong`, from this test's own path
+/// (`target/<profile>/deps/test_srq_pingpong-…`).
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in target/<profile>/deps");
+    let path = profile_dir.join("examples").join("srq_pingpong");
+    assert!(
+        path.is_file(),
+        "{} is missing: build the examples (cargo test builds them with the tests)",
+        path.display()
+    );
+    path
+}
+
+fn c_tool() -> PathBuf {
+    let path = PathBuf::from(C_TOOL);
+    assert!(path.is_file(), "{C_TOOL} is missing: install ibverbs-utils");
+    path
+}
+
+/// The test device's name (the variable is checked by `open_test_device`).
+fn device_name() -> String {
+    std::env::var(common::DEVICE_VARIABLE).unwrap_or_default()
+}
+
+/// The index of port 1's RoCE v2 GID that carries an IPv4 address (1 on SoftRoCE's rxe0), or 1
+/// when the table has none.
+fn roce_v2_ipv4_gid_index() -> u32 {
+    let ctx = common::open_test_device();
+    let table = ctx.query_gid_table().expect("query_gid_table");
+    table
+        .iter()
+        .find(|entry| {
+            entry.port_num() == 1
+                && entry.gid_type() == GidType::RoceV2
+                && Ipv6Addr::from(entry.gid()).to_ipv4_mapped().is_some()
+        })
+        .map_or(1, |entry| entry.gid_index())
+}
+
+/// A running peer whose output is collected by two threads; killed if dropped while running
+/// (a failed assertion, a timeout).
+struct Peer {
+    role: &'static str,
+    program: PathBuf,
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+/// What a peer printed and how it ended (`None`: killed at the time limit).
+struct Finished {
+    role: &'static str,
+    program: PathBuf,
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = match self.status {
+            Some(status) => status.to_string(),
+            None => format!("killed after {TIMEOUT:?}"),
+        };
+        write!(
+            f,
+            "--- {} ({}): {status}\n--- stdout:\n{}--- stderr:\n{}",
+            self.role,
+            self.program.display(),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+impl Peer {
+    fn spawn(role: &'static str, program: &Path, args: &[String]) -> Self {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        let stdout = child.stdout.take().map(collect);
+        let stderr = child.stderr.take().map(collect);
+        Self {
+            role,
+            program: program.to_path_buf(),
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Waits until the peer exits or `deadline` passes, then kills it if it still runs.
+    fn finish(mut self, deadline: Instant) -> Finished {
+        let mut status = None;
+        loop {
+            if let Ok(Some(exit)) = self.child.try_wait() {
+                status = Some(exit);
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let join =
+            |handle: Option<JoinHandle<String>>| handle.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        Finished {
+            role: self.role,
+            program: self.program.clone(),
+            status,
+            stdout: join(self.stdout.take()),
+            stderr: join(self.stderr.take()),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether some socket listens on TCP `port` (IPv4 or IPv6), from /proc/net/tcp{,6}. Probing
+/// with a connection would not do: the server accepts exactly one.
+fn listening(port: u16) -> bool {
+    let port = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|file| {
+        std::fs::read_to_string(file).is_ok_and(|table| {
+            table.lines().skip(1).any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                // local_address is field 1, st (0A = LISTEN) field 3.
+                fields.len() > 3 && fields[1].ends_with(&port) && fields[3] == "0A"
+            })
+        })
+    })
+}
+
+/// Runs `server` then, once it listens, `client` against it on 127.0.0.1; returns both outcomes
+/// (server first).
+fn run_pair(server: &Path, client: &Path, port: u16) -> (Finished, Finished) {
+    let gid_index = roce_v2_ipv4_gid_index();
+    let args: Vec<String> = [
+        "-d",
+        &device_name(),
+        "-g",
+        &gid_index.to_string(),
+        "-p",
+        &port.to_string(),
+        "-q",
+        &NUM_QP.to_string(),
+        "-n",
+        &ITERS.to_string(),
+        "-s",
+        &SIZE.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let deadline = Instant::now() + TIMEOUT;
+
+    let mut server_peer = Peer::spawn("server", server, &args);
+    while !listening(port) {
+        if server_peer.exited() || Instant::now() >= deadline {
+            let server = server_peer.finish(deadline);
+            panic!("the server never listened on port {port}\n{server}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client_args = args;
+    client_args.push("127.0.0.1".to_string());
+    let client_peer = Peer::spawn("client", client, &client_args);
+
+    let client = client_peer.finish(deadline);
+    let server = server_peer.finish(deadline);
+    (server, client)
+}
+
+/// The numbers of the summary lines: `(bytes, Mbit/s)` from "<bytes> bytes in <secs> seconds =
+/// <Mbit/s> Mbit/sec" and `(iters, usec/iter)` from "<iters> iters in <secs> seconds =
+/// <usec/iter> usec/iter".
+fn summary(peer: &Finished) -> ((u64, f64), (u64, f64)) {
+    let parse = |unit: &str, what: &str| {
+        let line = peer
+            .stdout
+            .lines()
+            .find(|line| line.ends_with(unit) && line.contains(what))
+            .unwrap_or_else(|| panic!("no \"… {what} … {unit}\" line\n{peer}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // <count> <what> in <secs> seconds = <rate> <unit>
+        assert_eq!(words.len(), 8, "unexpected summary line {line:?}\n{peer}");
+        assert_eq!(
+            (words[1], words[2], words[4], words[5]),
+            (what, "in", "seconds", "="),
+            "{line:?}"
+        );
+        let count: u64 = words[0].parse().unwrap_or_else(|_| panic!("bad count in {line:?}"));
+        let _secs: f64 = words[3].parse().unwrap_or_else(|_| panic!("bad seconds in {line:?}"));
+        let rate: f64 = words[6].parse().unwrap_or_else(|_| panic!("bad rate in {line:?}"));
+        (count, rate)
+    };
+    (parse("Mbit/sec", "bytes"), parse("usec/iter", "iters"))
+}
+
+/// The QPNs of the "local address:" or "remote address:" lines, in order.
+fn qpns(peer: &Finished, which: &str) -> Vec<u32> {
+    peer.stdout
+        .lines()
+        .filter(|line| line.trim_start().starts_with(which))
+        .map(|line| {
+            let qpn = line
+                .split("QPN 0x")
+                .nth(1)
+                .and_then(|rest| rest.split(',').next())
+                .unwrap_or_else(|| panic!("no QPN in {line:?}"));
+            u32::from_str_radix(qpn, 16).unwrap_or_else(|_| panic!("bad QPN in {line:?}"))
+        })
+        .collect()
+}
+
+/// Both peers succeeded, printed both summary lines for 2000 iterations of 4096 bytes, and each
+/// connected its 16 queue pairs to the other's 16, in order.
+fn check_pair(server: &Finished, client: &Finished) {
+    for peer in [server, client] {
+        assert!(
+            peer.status.is_some_and(|s| s.success()),
+            "the {} failed\n{server}\n{client}",
+            peer.role
+        );
+        let ((bytes, mbit), (iters, usec)) = summary(peer);
+        assert_eq!(bytes, SIZE * ITERS * 2, "{peer}");
+        assert_eq!(iters, ITERS, "{peer}");
+        assert!(mbit > 0.0 && usec > 0.0, "{peer}");
+        assert_eq!(qpns(peer, "local address:").len(), NUM_QP, "{peer}");
+    }
+    assert_eq!(qpns(server, "local address:"), qpns(client, "remote address:"));
+    assert_eq!(qpns(client, "local address:"), qpns(server, "remote address:"));
+}
+
+#[test]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn rust_client_against_c_server() {
+    let (server, client) = run_pair(&c_tool(), &example_binary(), 18611);
+    check_pair(&server, &client);
+    println!("{client}");
+}
+
+#[test]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn c_client_against_rust_server() {
+    let (server, client) = run_pair(&example_binary(), &c_tool(), 18612);
+    check_pair(&server, &client);
+    println!("{server}");
+}
+
+#[test]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn rust_client_against_rust_server() {
+    let (server, client) = run_pair(&example_binary(), &example_binary(), 18613);
+    check_pair(&server, &client);
+    println!("{server}\n{client}");
+}
