@@ -644,3 +644,41 @@ fn async_event_reader_on_an_idle_context() {
     }
     events.set_nonblocking(false).expect("blocking again");
 }
+
+/// Resizing: where the device can (rxe can), the new capacity reads back and more receives fit;
+/// where it cannot, the typed error comes before any library call.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn srq_resize_grows_the_queue_or_is_refused_with_a_typed_error() {
+    use sideway_ext::ibverbs::shared_receive_queue::ModifySharedReceiveQueueErrorKind;
+    let s = setup();
+    let srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let before = srq.max_wr();
+    let result = srq.modify(SharedReceiveQueueModification::Resize { max_wr: 4 * before });
+    if !srq.can_resize() {
+        assert!(matches!(
+            result.unwrap_err().0,
+            ModifySharedReceiveQueueErrorKind::ResizeNotSupported
+        ));
+        return;
+    }
+    result.expect("resize");
+    assert!(
+        srq.max_wr() >= 4 * before,
+        "max_wr {} after resizing {before} to {}",
+        srq.max_wr(),
+        4 * before
+    );
+    assert_eq!(srq.query().expect("query").max_wr, srq.max_wr());
+    // More receives than the old capacity now fit.
+    let buffer = Buffer::new(&s.pd, 64 * (2 * before as usize + 1));
+    post_slots(&srq, &buffer, 64, 0..2 * before as usize + 1);
+    // A limit at or above the capacity is refused before the call.
+    let err = srq
+        .modify(SharedReceiveQueueModification::ArmLimit(srq.max_wr()))
+        .unwrap_err();
+    assert!(
+        matches!(err.0, ModifySharedReceiveQueueErrorKind::LimitTooLarge { .. }),
+        "{err:?}"
+    );
+}
