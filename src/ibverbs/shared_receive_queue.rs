@@ -331,14 +331,21 @@ impl SharedReceiveQueueBuilder {
             pd: Arc::clone(&self.pd),
         });
         if self.srq_limit > 0 {
-            srq.modify(SharedReceiveQueueModification::ArmLimit(self.srq_limit))
-                .map_err(|err| match err.0 {
-                    ModifySharedReceiveQueueErrorKind::LimitTooLarge { requested, max_wr } => {
-                        CreateSharedReceiveQueueErrorKind::LimitTooLarge { requested, max_wr }
-                    },
-                    ModifySharedReceiveQueueErrorKind::Ibverbs(err) => CreateSharedReceiveQueueErrorKind::Ibverbs(err),
-                    other => CreateSharedReceiveQueueErrorKind::Ibverbs(io::Error::other(other)),
-                })?;
+            let max_wr = srq.max_wr();
+            if self.srq_limit >= max_wr {
+                return Err(CreateSharedReceiveQueueErrorKind::LimitTooLarge {
+                    requested: self.srq_limit,
+                    max_wr,
+                }
+                .into());
+            }
+            let mut attr = ibv_srq_attr {
+                max_wr: 0,
+                max_sge: 0,
+                srq_limit: self.srq_limit,
+            };
+            srq.modify_raw(&mut attr, ibv_srq_attr_mask::IBV_SRQ_LIMIT)
+                .map_err(CreateSharedReceiveQueueErrorKind::Ibverbs)?;
         }
         Ok(srq)
     }
@@ -495,13 +502,20 @@ impl SharedReceiveQueue {
                 )
             },
         };
-        // SAFETY: the handle is alive; attr is a valid ibv_srq_attr.
-        let ret = unsafe { ibv_modify_srq(self.srq.as_ptr(), &mut attr, mask.0 as _) };
-        if ret != 0 {
-            return Err(ModifySharedReceiveQueueErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
-        }
+        self.modify_raw(&mut attr, mask)
+            .map_err(ModifySharedReceiveQueueErrorKind::Ibverbs)?;
         if let SharedReceiveQueueModification::Resize { .. } = modification {
             *max_wr = self.query().map(|attr| attr.max_wr).unwrap_or(attr.max_wr);
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_srq`, unchecked.
+    fn modify_raw(&self, attr: &mut ibv_srq_attr, mask: ibv_srq_attr_mask) -> io::Result<()> {
+        // SAFETY: the handle is alive; attr is a valid ibv_srq_attr.
+        let ret = unsafe { ibv_modify_srq(self.srq.as_ptr(), attr, mask.0 as _) };
+        if ret != 0 {
+            return Err(io::Error::from_raw_os_error(ret));
         }
         Ok(())
     }
