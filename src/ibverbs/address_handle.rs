@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use rdma_mummy_sys::{ibv_ah, ibv_ah_attr, ibv_create_ah, ibv_destroy_ah, ibv_port_attr, ibv_query_port};
 use sideway::ibverbs::address::Gid;
-use sideway::ibverbs::device_context::LinkLayer;
+
+/// `IBV_LINK_LAYER_ETHERNET`: a RoCE port.
+const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 /// Error returned by [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
@@ -209,7 +211,7 @@ impl Drop for AddressHandle {
     fn drop(&mut self) {
         // SAFETY: the handle came from ibv_create_ah and is destroyed once.
         let ret = unsafe { ibv_destroy_ah(self.ah.as_ptr()) };
-        assert_eq!(ret, 0, "ibv_destroy_ah failed: {}", io::Error::from_raw_os_error(ret));
+        super::check_destroy("ibv_destroy_ah", ret);
     }
 }
 
@@ -218,22 +220,25 @@ impl AddressHandle {
         pd: &Arc<ProtectionDomain>, attr: &AddressHandleAttribute,
     ) -> Result<Self, CreateAddressHandleError> {
         let port = attr.port();
-        if !attr.is_global() {
-            let mut port_attr = MaybeUninit::<ibv_port_attr>::zeroed();
-            // SAFETY: the PD and its context are alive; port_attr is writable.
-            let ret = unsafe { ibv_query_port(pd.pd().as_ref().context, port, port_attr.as_mut_ptr()) };
-            if ret != 0 {
-                return Err(CreateAddressHandleErrorKind::InvalidPort {
-                    port,
-                    source: io::Error::from_raw_os_error(ret),
-                }
-                .into());
+        // The port is checked before the call, global or not: the library's own error for a bad
+        // port is a bare EINVAL.
+        let mut port_attr = MaybeUninit::<ibv_port_attr>::zeroed();
+        // SAFETY: the PD and its context are alive; port_attr is writable.
+        let ret = match port {
+            0 => libc::EINVAL,
+            _ => unsafe { ibv_query_port(pd.pd().as_ref().context, port, port_attr.as_mut_ptr()) },
+        };
+        if ret != 0 {
+            return Err(CreateAddressHandleErrorKind::InvalidPort {
+                port,
+                source: io::Error::from_raw_os_error(ret),
             }
-            // SAFETY: ibv_query_port filled it.
-            let link_layer = unsafe { port_attr.assume_init() }.link_layer;
-            if matches!(LinkLayer::from(link_layer), LinkLayer::Ethernet) {
-                return Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }.into());
-            }
+            .into());
+        }
+        // SAFETY: ibv_query_port filled it.
+        let link_layer = unsafe { port_attr.assume_init() }.link_layer;
+        if !attr.is_global() && link_layer == IBV_LINK_LAYER_ETHERNET {
+            return Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }.into());
         }
         let mut raw = attr.attr;
         // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.

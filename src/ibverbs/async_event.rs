@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_mummy_sys::{ibv_ack_async_event, ibv_async_event, ibv_get_async_event};
+use rdma_mummy_sys::{ibv_ack_async_event, ibv_async_event, ibv_async_event_element_t, ibv_get_async_event};
 use sideway::ibverbs::device_context::DeviceContext;
 
 use super::shared_receive_queue::SharedReceiveQueueId;
@@ -139,13 +139,31 @@ pub enum AsyncEventElement {
     Device,
 }
 
+/// Decodes an event the library filled, without ever reading `event_type` as the binding's Rust
+/// enum (a value newer than the binding would make that undefined behaviour): the type is read
+/// as the 32-bit integer C stores.
+///
+/// # Safety
+///
+/// `raw` must have been filled by `ibv_get_async_event` (or, in tests, hold an integer type and
+/// the element member that type names).
+unsafe fn decode(raw: &MaybeUninit<ibv_async_event>) -> (AsyncEventType, AsyncEventElement) {
+    let event = raw.as_ptr();
+    let type_value = std::ptr::addr_of!((*event).event_type).cast::<u32>().read();
+    let event_type = AsyncEventType::from(type_value);
+    (event_type, event_type.element(&*std::ptr::addr_of!((*event).element)))
+}
+
 impl AsyncEventType {
-    fn element(self, raw: &ibv_async_event) -> AsyncEventElement {
+    /// # Safety
+    ///
+    /// `element` must hold the member this event type names.
+    unsafe fn element(self, element: &ibv_async_event_element_t) -> AsyncEventElement {
         use AsyncEventType::*;
         // SAFETY (all union reads below): the event type says which member the library set.
         unsafe {
             match self {
-                CompletionQueueError => AsyncEventElement::CompletionQueue(raw.element.cq as usize),
+                CompletionQueueError => AsyncEventElement::CompletionQueue(element.cq as usize),
                 QueuePairFatal
                 | QueuePairRequestError
                 | QueuePairAccessError
@@ -154,14 +172,14 @@ impl AsyncEventType {
                 | PathMigrated
                 | PathMigrationError
                 | QueuePairLastWorkQueueEntryReached => AsyncEventElement::QueuePair {
-                    qp_number: (*raw.element.qp).qp_num,
+                    qp_number: (*element.qp).qp_num,
                 },
                 SharedReceiveQueueError | SharedReceiveQueueLimitReached => {
-                    AsyncEventElement::SharedReceiveQueue(SharedReceiveQueueId(raw.element.srq as usize))
+                    AsyncEventElement::SharedReceiveQueue(SharedReceiveQueueId(element.srq as usize))
                 },
-                WorkQueueFatal => AsyncEventElement::WorkQueue(raw.element.wq as usize),
+                WorkQueueFatal => AsyncEventElement::WorkQueue(element.wq as usize),
                 PortActive | PortError | LidChange | PartitionKeyChange | SubnetManagerChange | ClientReregister
-                | GidChange | DeviceSpeedChange => AsyncEventElement::Port(raw.element.port_num as u8),
+                | GidChange | DeviceSpeedChange => AsyncEventElement::Port(element.port_num as u8),
                 DeviceFatal | Unknown(_) => AsyncEventElement::Device,
             }
         }
@@ -170,7 +188,8 @@ impl AsyncEventType {
 
 /// One asynchronous event, acknowledged with `ibv_ack_async_event` when dropped.
 pub struct AsyncEvent {
-    raw: ibv_async_event,
+    // Kept as C wrote it (never as the binding's typed struct) and handed back to be acknowledged.
+    raw: MaybeUninit<ibv_async_event>,
     event_type: AsyncEventType,
     element: AsyncEventElement,
     // Acknowledged before the context is released.
@@ -183,7 +202,7 @@ unsafe impl Send for AsyncEvent {}
 impl Drop for AsyncEvent {
     fn drop(&mut self) {
         // SAFETY: the event came from ibv_get_async_event and is acknowledged exactly once.
-        unsafe { ibv_ack_async_event(&mut self.raw) };
+        unsafe { ibv_ack_async_event(self.raw.as_mut_ptr()) };
     }
 }
 
@@ -237,12 +256,7 @@ impl AsyncEventReader {
             return Err(ReadAsyncEventErrorKind::Ibverbs(io::Error::last_os_error()).into());
         }
         // SAFETY: ibv_get_async_event filled the event.
-        let raw = unsafe { raw.assume_init() };
-        // Read the type as an integer: the binding's Rust enum cannot hold values it does not list.
-        // SAFETY: event_type is a C enum, stored as a 32-bit integer.
-        let type_value = unsafe { *(std::ptr::addr_of!(raw.event_type) as *const u32) };
-        let event_type = AsyncEventType::from(type_value);
-        let element = event_type.element(&raw);
+        let (event_type, element) = unsafe { decode(&raw) };
         Ok(AsyncEvent {
             raw,
             event_type,
@@ -305,6 +319,38 @@ impl AsRawFd for AsyncEventReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An event as C stores it: the element, then the type as a 32-bit integer.
+    fn raw_event(type_value: u32, port: i32) -> MaybeUninit<ibv_async_event> {
+        let mut raw = MaybeUninit::<ibv_async_event>::zeroed();
+        let event = raw.as_mut_ptr();
+        // SAFETY: writes of the C representation into a zeroed, writable struct.
+        unsafe {
+            std::ptr::addr_of_mut!((*event).event_type)
+                .cast::<u32>()
+                .write(type_value);
+            std::ptr::addr_of_mut!((*event).element).cast::<i32>().write(port);
+        }
+        raw
+    }
+
+    #[test]
+    fn an_event_type_newer_than_the_binding_decodes_from_the_integer() {
+        // Values past IBV_EVENT_DEVICE_SPEED_CHANGE (20) have no variant in the binding's enum;
+        // the reader must never hold them as that enum.
+        for value in [21, 22, 1000, u32::MAX] {
+            // SAFETY: the event holds an integer type and a port number.
+            let (event_type, element) = unsafe { decode(&raw_event(value, 0)) };
+            assert_eq!(event_type, AsyncEventType::Unknown(value));
+            assert_eq!(element, AsyncEventElement::Device);
+        }
+        // SAFETY: as above; PORT_ACTIVE names the port member.
+        let (event_type, element) = unsafe { decode(&raw_event(9, 2)) };
+        assert_eq!(
+            (event_type, element),
+            (AsyncEventType::PortActive, AsyncEventElement::Port(2))
+        );
+    }
 
     #[test]
     fn event_types_decode_from_their_values() {

@@ -1,10 +1,8 @@
 //! Extension traits that stand in for inherent methods on sideway's types. Upstream in sideway,
 //! each would be an inherent method of the type it extends; this is the only code of the crate
 //! that could not go upstream as it is.
-use std::io;
 use std::sync::Arc;
 
-use rdma_mummy_sys::ibv_poll_cq;
 use sideway::ibverbs::completion::{CompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
@@ -51,7 +49,8 @@ impl DeviceContextExt for Arc<DeviceContext> {
 /// Polling a completion queue into a caller-owned buffer, with every field of the completions.
 pub trait CompletionQueueExt {
     /// Polls up to `wcs.len()` completions with `ibv_poll_cq` and returns those that were ready
-    /// (an empty slice when none was). Allocates nothing.
+    /// (an empty slice when none was). Allocates nothing. A provider's failure (a negative return:
+    /// -1 or a negative errno) is an [`Ibverbs`](PollCompletionQueueError::Ibverbs) error.
     fn poll_work_completions<'a>(
         &self, wcs: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion], PollCompletionQueueError>;
@@ -61,13 +60,7 @@ impl<T: CompletionQueue + ?Sized> CompletionQueueExt for T {
     fn poll_work_completions<'a>(
         &self, wcs: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion], PollCompletionQueueError> {
-        let len = wcs.len().min(i32::MAX as usize) as i32;
-        // SAFETY: the CQ is alive while self is; WorkCompletion is a transparent ibv_wc and the
-        // buffer holds `len` of them.
-        let ret = unsafe { ibv_poll_cq(self.cq().as_ptr(), len, wcs.as_mut_ptr() as *mut _) };
-        if ret < 0 {
-            return Err(PollCompletionQueueError::Ibverbs(io::Error::from_raw_os_error(-ret)));
-        }
-        Ok(&wcs[..ret as usize])
+        // SAFETY: the CQ is alive while self is.
+        unsafe { super::work_completion::poll(self.cq(), wcs) }
     }
 }

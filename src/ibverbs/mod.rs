@@ -49,3 +49,52 @@ pub(crate) fn query_device_attr(
     // SAFETY: ibv_query_device filled it (and it was zeroed before).
     Ok(unsafe { attr.assume_init() })
 }
+
+/// Checks the return value of a destroy call made in `Drop` (libibverbs returns an errno value).
+///
+/// As sideway does, a failure panics: it means a handle leaked or a teardown-order bug (e.g. a
+/// shared receive queue that still has queue pairs). While the thread is already unwinding, a
+/// second panic would abort the process, so the failure is printed to stderr instead.
+pub(crate) fn check_destroy(call: &str, ret: i32) {
+    if ret == 0 {
+        return;
+    }
+    let err = std::io::Error::from_raw_os_error(ret);
+    if std::thread::panicking() {
+        eprintln!("sideway-ext: {call} failed while unwinding (resource leaked): {err}");
+    } else {
+        panic!("{call} failed: {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    /// A value whose teardown fails, as a destroy returning EBUSY does.
+    struct FailingDestroy;
+
+    impl Drop for FailingDestroy {
+        fn drop(&mut self) {
+            super::check_destroy("ibv_destroy_test", libc::EBUSY);
+        }
+    }
+
+    #[test]
+    fn a_failed_destroy_while_unwinding_does_not_abort() {
+        // Before the fix, the second panic (an assert in Drop) aborted the whole test process.
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let _value = FailingDestroy;
+            panic!("first failure");
+        }));
+        let payload = result.unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"first failure"));
+    }
+
+    #[test]
+    fn a_failed_destroy_otherwise_panics_with_the_call_and_errno() {
+        let payload = catch_unwind(|| drop(FailingDestroy)).unwrap_err();
+        let message = payload.downcast_ref::<String>().expect("a formatted message");
+        assert!(message.starts_with("ibv_destroy_test failed"), "{message}");
+    }
+}

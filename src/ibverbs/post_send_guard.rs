@@ -2,17 +2,28 @@
 //!
 //! A [`PostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`. Each request
 //! is described in the order the C API demands, enforced by types: [`construct_wr`](PostSendGuard::construct_wr)
-//! (`wr_id` and flags) → an opcode (`setup_send`, `setup_write`, …) → for datagram transports, the
-//! destination (`setup_ud_addr`, or `setup_dc_addr` with the `mlx5` feature) → the data
+//! (`wr_id` and flags) → an operation (`setup_send`, `setup_write`, …) → for datagram transports,
+//! the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module) → the data
 //! ([`SetScatterGatherEntry`] or [`SetInlineData`]). A request that skipped a step cannot be
 //! expressed. The guard aborts the batch (`ibv_wr_abort`) when dropped without
 //! [`post`](PostSendGuard::post).
 //!
 //! The C calls of a request are made together at its data step, in that order: `wr_id` and
-//! `wr_flags`, the opcode builder (`ibv_wr_send`, …), the destination setter, the data setter. So
-//! the [`Inline`](WorkRequestFlags::Inline) flag always matches the data step (set for inline data,
-//! cleared for scatter/gather entries), as providers that read it at the opcode call (rxe) need,
-//! and a request that never reached its data step leaves nothing half-built in the queue.
+//! `wr_flags`, the operation's builder (`ibv_wr_send`, …), the destination setter, the data setter.
+//! So the [`Inline`](WorkRequestFlags::Inline) flag always matches the data step (set for inline
+//! data, cleared for scatter/gather entries), as providers that read it at the builder call (rxe)
+//! need, and a request that never reached its data step leaves nothing half-built in the queue.
+//!
+//! # Provider entries
+//!
+//! libibverbs dispatches every `ibv_wr_*` call through a function pointer of `struct ibv_qp_ex`,
+//! and a provider fills only the builders of the operations the queue pair was created with
+//! (rxe leaves the others NULL). The guard knows which entries are there
+//! ([`ProviderEntries`], read once when the queue pair is created): a request whose operation or
+//! data setter is missing is never handed to the provider; [`post`](PostSendGuard::post) then
+//! aborts the whole batch and reports it as
+//! [`OperationNotEnabled`](PostSendErrorKind::OperationNotEnabled). The check is one branch per
+//! request, on a mask known at compile time.
 //!
 //! Known provider bugs, not worked around here: rxe in rdma-core before the fix of PR #1744
 //! (Debian 12 ships 44) sums the *first* entry's length once per entry in
@@ -32,7 +43,7 @@ use rdma_mummy_sys::{
     ibv_wr_send_imm, ibv_wr_set_inline_data, ibv_wr_set_inline_data_list, ibv_wr_set_sge, ibv_wr_set_sge_list,
     ibv_wr_set_ud_addr, ibv_wr_start,
 };
-use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::queue_pair::{SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
 use super::address_handle::AddressHandle;
 
@@ -54,8 +65,23 @@ impl PostSendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PostSendErrorKind {
-    /// A request was invalid (EINVAL): an unsupported opcode, too many scatter/gather entries,
-    /// inline data over the queue pair's limit, a missing destination.
+    /// A request used an operation or data setter the queue pair was not created with (see
+    /// [`setup_send_ops_flags`](super::queue_pair::SharedReceiveQueuePairBuilder::setup_send_ops_flags)),
+    /// or that its provider does not implement. It never reached the provider; the batch was
+    /// aborted, so none of its requests was posted.
+    #[error("request {index} (wr_id {wr_id}) needs `{entry}`, which this queue pair was not created with")]
+    OperationNotEnabled {
+        /// Index in the batch of the first such request.
+        index: usize,
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// The `ibv_qp_ex` entry it needed (`wr_rdma_write`, `wr_set_inline_data_list`, …).
+        entry: &'static str,
+        /// Requests in the batch.
+        batch_len: usize,
+    },
+    /// A request was invalid (EINVAL): too many scatter/gather entries, inline data over the
+    /// queue pair's limit, a missing destination.
     #[error("a request in the batch of {batch_len} is invalid")]
     InvalidWorkRequest {
         /// Requests in the batch.
@@ -84,30 +110,182 @@ pub enum PostSendErrorKind {
 impl PostSendErrorKind {
     fn batch_len(&self) -> usize {
         match self {
-            Self::InvalidWorkRequest { batch_len, .. }
+            Self::OperationNotEnabled { batch_len, .. }
+            | Self::InvalidWorkRequest { batch_len, .. }
             | Self::QueueFull { batch_len, .. }
             | Self::Ibverbs { batch_len, .. } => *batch_len,
         }
     }
 }
 
-mod sealed {
-    // Transports are this crate's: each one's guarantees (which opcodes, which destination
-    // setter) depend on how its queue pairs were created.
+pub(crate) mod sealed {
+    // Transports, operations and destinations are this crate's: each one's guarantees (which
+    // builders, which destination setter) depend on how its queue pairs were created. Visible
+    // crate-wide so that the mlx5 module's DC transport can implement them.
     pub trait Sealed {}
+}
+
+/// The `ibv_qp_ex` entries a queue pair's provider filled, as a bit mask (one bit per builder and
+/// setter the guards call). Read once when a queue pair is created; each request checks its own
+/// bits against it before reaching the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderEntries(u32);
+
+/// One bit per `ibv_qp_ex` entry the guards call.
+#[doc(hidden)]
+pub mod entry {
+    /// `wr_send`.
+    pub const SEND: u32 = 1 << 0;
+    /// `wr_send_imm`.
+    pub const SEND_IMM: u32 = 1 << 1;
+    /// `wr_rdma_write`.
+    pub const RDMA_WRITE: u32 = 1 << 2;
+    /// `wr_rdma_write_imm`.
+    pub const RDMA_WRITE_IMM: u32 = 1 << 3;
+    /// `wr_rdma_read`.
+    pub const RDMA_READ: u32 = 1 << 4;
+    /// `wr_atomic_cmp_swp`.
+    pub const ATOMIC_CMP_SWP: u32 = 1 << 5;
+    /// `wr_atomic_fetch_add`.
+    pub const ATOMIC_FETCH_ADD: u32 = 1 << 6;
+    /// `wr_set_sge`.
+    pub const SET_SGE: u32 = 1 << 7;
+    /// `wr_set_sge_list`.
+    pub const SET_SGE_LIST: u32 = 1 << 8;
+    /// `wr_set_inline_data`.
+    pub const SET_INLINE_DATA: u32 = 1 << 9;
+    /// `wr_set_inline_data_list`.
+    pub const SET_INLINE_DATA_LIST: u32 = 1 << 10;
+    /// `wr_set_ud_addr`.
+    pub const SET_UD_ADDR: u32 = 1 << 11;
+    /// The first bit free for entries outside `ibv_qp_ex` (the mlx5 module's).
+    pub const FIRST_EXTERNAL: u32 = 1 << 16;
+
+    pub(crate) const NAMES: [&str; 12] = [
+        "wr_send",
+        "wr_send_imm",
+        "wr_rdma_write",
+        "wr_rdma_write_imm",
+        "wr_rdma_read",
+        "wr_atomic_cmp_swp",
+        "wr_atomic_fetch_add",
+        "wr_set_sge",
+        "wr_set_sge_list",
+        "wr_set_inline_data",
+        "wr_set_inline_data_list",
+        "wr_set_ud_addr",
+    ];
+}
+
+/// The send operations a guard can post, with their `ibv_qp_ex` entry bit.
+const OPERATIONS: [(SendOperationFlags, u32); 7] = [
+    (SendOperationFlags::Send, entry::SEND),
+    (SendOperationFlags::SendWithImmediate, entry::SEND_IMM),
+    (SendOperationFlags::Write, entry::RDMA_WRITE),
+    (SendOperationFlags::WriteWithImmediate, entry::RDMA_WRITE_IMM),
+    (SendOperationFlags::Read, entry::RDMA_READ),
+    (SendOperationFlags::AtomicCompareAndSwap, entry::ATOMIC_CMP_SWP),
+    (SendOperationFlags::AtomicFetchAndAdd, entry::ATOMIC_FETCH_ADD),
+];
+
+/// Error returned by [`ProviderEntries::new`]: an entry the queue pair needs is NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the provider did not fill `{0}` of struct ibv_qp_ex")]
+pub struct MissingProviderEntry(pub &'static str);
+
+impl ProviderEntries {
+    /// No entry at all.
+    pub const NONE: Self = Self(0);
+
+    /// Reads which entries of `qp_ex` are filled. The batch entries (`wr_start`, `wr_complete`,
+    /// `wr_abort`), the builder of every operation in `granted`, `wr_set_sge` and
+    /// `wr_set_sge_list` must be: a NULL one is [`MissingProviderEntry`]. Operations outside
+    /// `granted` are left out (their requests are refused), as are inline-data setters the
+    /// provider lacks.
+    ///
+    /// # Safety
+    ///
+    /// `qp_ex` must point to a live `struct ibv_qp_ex`.
+    pub unsafe fn new(qp_ex: NonNull<ibv_qp_ex>, granted: SendOperationFlags) -> Result<Self, MissingProviderEntry> {
+        let qp = qp_ex.as_ref();
+        for (filled, name) in [
+            (qp.wr_start.is_some(), "wr_start"),
+            (qp.wr_complete.is_some(), "wr_complete"),
+            (qp.wr_abort.is_some(), "wr_abort"),
+        ] {
+            if !filled {
+                return Err(MissingProviderEntry(name));
+            }
+        }
+        let filled = [
+            qp.wr_send.is_some(),
+            qp.wr_send_imm.is_some(),
+            qp.wr_rdma_write.is_some(),
+            qp.wr_rdma_write_imm.is_some(),
+            qp.wr_rdma_read.is_some(),
+            qp.wr_atomic_cmp_swp.is_some(),
+            qp.wr_atomic_fetch_add.is_some(),
+            qp.wr_set_sge.is_some(),
+            qp.wr_set_sge_list.is_some(),
+            qp.wr_set_inline_data.is_some(),
+            qp.wr_set_inline_data_list.is_some(),
+            qp.wr_set_ud_addr.is_some(),
+        ];
+        let mut bits = 0;
+        for (flag, bit) in OPERATIONS {
+            if granted.contains(flag) {
+                if !filled[bit.trailing_zeros() as usize] {
+                    return Err(MissingProviderEntry(entry::NAMES[bit.trailing_zeros() as usize]));
+                }
+                bits |= bit;
+            }
+        }
+        for bit in [entry::SET_SGE, entry::SET_SGE_LIST] {
+            if !filled[bit.trailing_zeros() as usize] {
+                return Err(MissingProviderEntry(entry::NAMES[bit.trailing_zeros() as usize]));
+            }
+            bits |= bit;
+        }
+        for bit in [entry::SET_INLINE_DATA, entry::SET_INLINE_DATA_LIST, entry::SET_UD_ADDR] {
+            if filled[bit.trailing_zeros() as usize] {
+                bits |= bit;
+            }
+        }
+        Ok(Self(bits))
+    }
+
+    /// The entries as a bit mask (see the hidden `entry` module).
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every entry of `bits` is there.
+    pub fn contains(self, bits: u32) -> bool {
+        self.0 & bits == bits
+    }
+
+    fn name_of_first_missing(self, needed: u32) -> &'static str {
+        let missing = needed & !self.0;
+        entry::NAMES
+            .get(missing.trailing_zeros() as usize)
+            .copied()
+            .unwrap_or("a provider entry outside ibv_qp_ex")
+    }
 }
 
 /// How the requests of a queue-pair type are addressed: nothing for RC (the connection is the
 /// address), an address handle and remote QPN/Q_Key for UD, an address handle, DCT number and
 /// DC key for DC. Sealed.
 pub trait Transport: sealed::Sealed + Sized {
-    /// Per-queue-pair data the destination setter needs (the mlx5 view of a DC initiator).
+    /// Per-queue-pair data the destination step needs (for DC, the mlx5 view of the queue pair).
     #[doc(hidden)]
-    type Context: Copy + Default;
-    /// What an opcode leads to: the data step, or first the destination step.
-    type AfterOpcode<'g>;
+    type Context: Copy;
+    /// What an operation leads to: the data step, or first the destination step.
+    type AfterOperation<'g, O: Operation>;
     #[doc(hidden)]
-    fn after_opcode(request: PendingRequest<'_>, context: Self::Context) -> Self::AfterOpcode<'_>;
+    fn after_operation<O: Operation>(
+        request: PendingRequest<'_, O>, context: Self::Context,
+    ) -> Self::AfterOperation<'_, O>;
 }
 
 /// Transports on which RDMA reads, writes and atomics can be posted.
@@ -121,10 +299,13 @@ impl sealed::Sealed for ReliableConnection {}
 
 impl Transport for ReliableConnection {
     type Context = ();
-    type AfterOpcode<'g> = LocalBufferHandle<'g>;
+    type AfterOperation<'g, O: Operation> = LocalBufferHandle<'g, O, Connected>;
 
-    fn after_opcode(request: PendingRequest<'_>, _context: ()) -> LocalBufferHandle<'_> {
-        LocalBufferHandle::new(request, Destination::Connected)
+    #[inline]
+    fn after_operation<O: Operation>(
+        request: PendingRequest<'_, O>, _context: (),
+    ) -> LocalBufferHandle<'_, O, Connected> {
+        LocalBufferHandle::new(request, Connected)
     }
 }
 
@@ -138,224 +319,320 @@ impl sealed::Sealed for UnreliableDatagram {}
 
 impl Transport for UnreliableDatagram {
     type Context = ();
-    type AfterOpcode<'g> = UnreliableDatagramDestination<'g>;
+    type AfterOperation<'g, O: Operation> = UnreliableDatagramDestination<'g, O>;
 
-    fn after_opcode(request: PendingRequest<'_>, _context: ()) -> UnreliableDatagramDestination<'_> {
+    #[inline]
+    fn after_operation<O: Operation>(
+        request: PendingRequest<'_, O>, _context: (),
+    ) -> UnreliableDatagramDestination<'_, O> {
         UnreliableDatagramDestination { request }
     }
 }
 
-/// The operation of a request, issued at its data step.
-#[derive(Debug, Clone, Copy)]
-enum Opcode {
-    Send,
-    SendWithImmediate(u32),
-    Write {
-        rkey: u32,
-        remote_addr: u64,
-    },
-    WriteWithImmediate {
-        rkey: u32,
-        remote_addr: u64,
-        imm_data: u32,
-    },
-    Read {
-        rkey: u32,
-        remote_addr: u64,
-    },
-    AtomicCompareSwap {
-        rkey: u32,
-        remote_addr: u64,
-        compare: u64,
-        swap: u64,
-    },
-    AtomicFetchAdd {
-        rkey: u32,
-        remote_addr: u64,
-        add: u64,
-    },
+/// The operation of a request (one type per `ibv_wr_*` builder), issued at its data step. Sealed.
+pub trait Operation: sealed::Sealed + Copy {
+    /// The [`ProviderEntries`] bit of its builder.
+    #[doc(hidden)]
+    const ENTRY: u32;
+    /// Calls the builder.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must be a live queue pair inside a batch, with the builder's entry filled.
+    #[doc(hidden)]
+    unsafe fn build(self, qp: *mut ibv_qp_ex);
 }
 
-/// Where a request goes, set at its data step right after the opcode.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Destination {
-    /// A connected queue pair: no per-request address.
-    Connected,
-    /// `ibv_wr_set_ud_addr(ah, remote_qpn, remote_qkey)`.
-    Datagram {
-        ah: NonNull<ibv_ah>,
-        remote_qpn: u32,
-        remote_qkey: u32,
-    },
-}
+/// The operation types of [`Operation`].
+pub mod operation {
+    use super::*;
 
-/// A request described up to its opcode; its C calls wait for the data step.
-#[doc(hidden)]
-pub struct PendingRequest<'g> {
-    qp_ex: NonNull<ibv_qp_ex>,
-    wr_id: u64,
-    wr_flags: WorkRequestFlags,
-    opcode: Opcode,
-    batch_len: &'g mut usize,
-}
-
-impl PendingRequest<'_> {
-    /// Makes the request's C calls in order: `wr_id` and `wr_flags` (with the inline bit set
-    /// exactly when the data is inline), the opcode builder, the destination setter, then `data`.
-    fn issue(self, destination: Destination, inline: bool, data: impl FnOnce(*mut ibv_qp_ex)) {
-        let qp = self.qp_ex.as_ptr();
-        let inline_bit = ibv_send_flags::IBV_SEND_INLINE.0;
-        let flags = self.wr_flags.bits() & !inline_bit | if inline { inline_bit } else { 0 };
-        // SAFETY: the guard that made this request holds the live queue pair exclusively, inside a
-        // batch started with ibv_wr_start; the destination's handles are borrowed for 'g.
-        unsafe {
-            (*qp).wr_id = self.wr_id;
-            (*qp).wr_flags = flags;
-            match self.opcode {
-                Opcode::Send => ibv_wr_send(qp),
-                Opcode::SendWithImmediate(imm_data) => ibv_wr_send_imm(qp, imm_data.to_be()),
-                Opcode::Write { rkey, remote_addr } => ibv_wr_rdma_write(qp, rkey, remote_addr),
-                Opcode::WriteWithImmediate {
-                    rkey,
-                    remote_addr,
-                    imm_data,
-                } => ibv_wr_rdma_write_imm(qp, rkey, remote_addr, imm_data.to_be()),
-                Opcode::Read { rkey, remote_addr } => ibv_wr_rdma_read(qp, rkey, remote_addr),
-                Opcode::AtomicCompareSwap {
-                    rkey,
-                    remote_addr,
-                    compare,
-                    swap,
-                } => ibv_wr_atomic_cmp_swp(qp, rkey, remote_addr, compare, swap),
-                Opcode::AtomicFetchAdd { rkey, remote_addr, add } => {
-                    ibv_wr_atomic_fetch_add(qp, rkey, remote_addr, add)
-                },
+    macro_rules! operations {
+        ($($(#[$doc:meta])* $name:ident { $($field:ident: $ty:ty),* } => $entry:ident, $call:ident;)*) => {$(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy)]
+            pub struct $name {
+                $(pub(crate) $field: $ty,)*
             }
-            match destination {
-                Destination::Connected => {},
-                Destination::Datagram {
-                    ah,
-                    remote_qpn,
-                    remote_qkey,
-                } => ibv_wr_set_ud_addr(qp, ah.as_ptr(), remote_qpn, remote_qkey),
+
+            impl sealed::Sealed for $name {}
+
+            impl Operation for $name {
+                const ENTRY: u32 = entry::$entry;
+
+                #[inline(always)]
+                unsafe fn build(self, qp: *mut ibv_qp_ex) {
+                    $call(qp $(, self.$field)*)
+                }
             }
-        }
-        data(qp);
-        *self.batch_len += 1;
+        )*};
     }
+
+    operations! {
+        /// A SEND (`ibv_wr_send`).
+        Send {} => SEND, ibv_wr_send;
+        /// A SEND with immediate data (`ibv_wr_send_imm`).
+        SendWithImmediate { imm_data: u32 } => SEND_IMM, ibv_wr_send_imm;
+        /// An RDMA WRITE (`ibv_wr_rdma_write`).
+        Write { rkey: u32, remote_addr: u64 } => RDMA_WRITE, ibv_wr_rdma_write;
+        /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`).
+        WriteWithImmediate { rkey: u32, remote_addr: u64, imm_data: u32 } => RDMA_WRITE_IMM, ibv_wr_rdma_write_imm;
+        /// An RDMA READ (`ibv_wr_rdma_read`).
+        Read { rkey: u32, remote_addr: u64 } => RDMA_READ, ibv_wr_rdma_read;
+        /// An atomic compare-and-swap (`ibv_wr_atomic_cmp_swp`).
+        AtomicCompareAndSwap { rkey: u32, remote_addr: u64, compare: u64, swap: u64 } => ATOMIC_CMP_SWP, ibv_wr_atomic_cmp_swp;
+        /// An atomic fetch-and-add (`ibv_wr_atomic_fetch_add`).
+        AtomicFetchAndAdd { rkey: u32, remote_addr: u64, add: u64 } => ATOMIC_FETCH_ADD, ibv_wr_atomic_fetch_add;
+    }
+}
+
+/// Where a request goes, set at its data step right after the operation's builder. Sealed.
+pub trait Destination: sealed::Sealed + Copy {
+    /// The [`ProviderEntries`] bits of its setter.
+    #[doc(hidden)]
+    const ENTRY: u32;
+    /// Calls the setter.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must be a live queue pair inside a batch, right after a builder, with the setter's
+    /// entry filled; the handles the destination names must be alive.
+    #[doc(hidden)]
+    unsafe fn set(self, qp: *mut ibv_qp_ex);
+}
+
+/// The destination of a connected queue pair's requests: the connection itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Connected;
+
+impl sealed::Sealed for Connected {}
+
+impl Destination for Connected {
+    const ENTRY: u32 = 0;
+
+    #[inline(always)]
+    unsafe fn set(self, _qp: *mut ibv_qp_ex) {}
+}
+
+/// A UD destination: `ibv_wr_set_ud_addr(ah, remote_qpn, remote_qkey)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DatagramAddress {
+    ah: NonNull<ibv_ah>,
+    remote_qpn: u32,
+    remote_qkey: u32,
+}
+
+impl sealed::Sealed for DatagramAddress {}
+
+impl Destination for DatagramAddress {
+    const ENTRY: u32 = entry::SET_UD_ADDR;
+
+    #[inline(always)]
+    unsafe fn set(self, qp: *mut ibv_qp_ex) {
+        ibv_wr_set_ud_addr(qp, self.ah.as_ptr(), self.remote_qpn, self.remote_qkey)
+    }
+}
+
+/// The state of a batch that its requests update: the queue pair, its entries, the count.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Batch {
+    qp_ex: NonNull<ibv_qp_ex>,
+    entries: ProviderEntries,
+    len: usize,
+    refused: Option<Refused>,
+}
+
+/// The first request of a batch that was refused before reaching the provider.
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    index: usize,
+    wr_id: u64,
+    entry: &'static str,
+}
+
+impl Batch {
+    #[cold]
+    #[inline(never)]
+    fn refuse(&mut self, wr_id: u64, needed: u32) {
+        if self.refused.is_none() {
+            self.refused = Some(Refused {
+                index: self.len,
+                wr_id,
+                entry: self.entries.name_of_first_missing(needed),
+            });
+        }
+        self.len += 1;
+    }
+}
+
+/// A request described up to its operation; its C calls wait for the data step.
+#[doc(hidden)]
+pub struct PendingRequest<'g, O: Operation> {
+    batch: &'g mut Batch,
+    wr_id: u64,
+    wr_flags: u32,
+    operation: O,
 }
 
 /// A batch of send requests on one queue pair; see the [module](self) documentation.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
 pub struct PostSendGuard<'qp, T: Transport> {
-    qp_ex: NonNull<ibv_qp_ex>,
+    batch: Batch,
     context: T::Context,
-    batch_len: usize,
     _qp: PhantomData<&'qp mut ()>,
 }
 
 impl<T: Transport> PostSendGuard<'_, T> {
-    /// Starts a batch with `ibv_wr_start`.
+    /// Starts a batch with `ibv_wr_start` on a raw queue pair. The queue pairs of this crate call
+    /// it from their `start_post_send`; it is public for benchmarks and tests that drive the guard
+    /// over hand-made function tables.
     ///
     /// # Safety
     ///
-    /// `qp_ex` must be the extended view of a live queue pair created with the send operations
-    /// that will be posted, exclusively borrowed for the guard's lifetime, and `context` what
-    /// `T` needs for it.
-    pub(crate) unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, context: T::Context) -> Self {
+    /// - `qp_ex` must be the extended view of a live queue pair, exclusively borrowed for the
+    ///   guard's lifetime, whose provider filled at least the entries named by `entries`
+    ///   (read them with [`ProviderEntries::new`]);
+    /// - `context` must be what `T` needs for this queue pair.
+    #[doc(hidden)]
+    #[inline]
+    pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context) -> Self {
         ibv_wr_start(qp_ex.as_ptr());
         Self {
-            qp_ex,
+            batch: Batch {
+                qp_ex,
+                entries,
+                len: 0,
+                refused: None,
+            },
             context,
-            batch_len: 0,
             _qp: PhantomData,
         }
     }
 
     /// Starts a new request with this `wr_id` and flags (e.g. [`WorkRequestFlags::Signaled`] for
     /// a completion; the [`Inline`](WorkRequestFlags::Inline) bit is managed by the data step);
-    /// continue with an opcode on the returned handle.
+    /// continue with an operation on the returned handle.
+    #[inline]
     pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, T> {
         WorkRequestHandle {
-            request: PendingRequest {
-                qp_ex: self.qp_ex,
-                wr_id,
-                wr_flags,
-                opcode: Opcode::Send,
-                batch_len: &mut self.batch_len,
-            },
+            batch: &mut self.batch,
+            wr_id,
+            wr_flags: wr_flags.bits(),
             context: self.context,
         }
     }
 
     /// How many requests the batch holds (those that reached their data step).
+    #[inline]
     pub fn batch_len(&self) -> usize {
-        self.batch_len
+        self.batch.len
     }
 
-    /// Posts the batch with `ibv_wr_complete`: all of it, or on error none of it.
+    /// Posts the batch with `ibv_wr_complete`: all of it, or on error none of it. A batch holding
+    /// a request the queue pair was not created for is aborted instead
+    /// ([`OperationNotEnabled`](PostSendErrorKind::OperationNotEnabled)).
+    #[inline]
     pub fn post(self) -> Result<(), PostSendError> {
-        let batch_len = self.batch_len;
-        // SAFETY: the batch was started on this live queue pair by `start`.
-        let ret = unsafe { ibv_wr_complete(self.qp_ex.as_ptr()) };
+        let batch_len = self.batch.len;
+        let qp = self.batch.qp_ex.as_ptr();
+        if let Some(refused) = self.batch.refused {
+            // Dropping the guard aborts the batch.
+            drop(self);
+            return Err(PostSendErrorKind::OperationNotEnabled {
+                index: refused.index,
+                wr_id: refused.wr_id,
+                entry: refused.entry,
+                batch_len,
+            }
+            .into());
+        }
         // The batch is finished either way: it must not be aborted too.
         std::mem::forget(self);
+        // SAFETY: the batch was started on this live queue pair by `start`.
+        let ret = unsafe { ibv_wr_complete(qp) };
         if ret == 0 {
             return Ok(());
         }
-        let source = io::Error::from_raw_os_error(ret);
-        Err(match ret {
-            libc::EINVAL => PostSendErrorKind::InvalidWorkRequest { batch_len, source },
-            libc::ENOMEM => PostSendErrorKind::QueueFull { batch_len, source },
-            _ => PostSendErrorKind::Ibverbs { batch_len, source },
-        }
-        .into())
+        Err(complete_error(ret, batch_len))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn complete_error(ret: i32, batch_len: usize) -> PostSendError {
+    let source = io::Error::from_raw_os_error(ret);
+    match ret {
+        libc::EINVAL => PostSendErrorKind::InvalidWorkRequest { batch_len, source },
+        libc::ENOMEM => PostSendErrorKind::QueueFull { batch_len, source },
+        _ => PostSendErrorKind::Ibverbs { batch_len, source },
+    }
+    .into()
 }
 
 impl<T: Transport> Drop for PostSendGuard<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: the batch was started by `start` and not completed.
-        unsafe { ibv_wr_abort(self.qp_ex.as_ptr()) };
+        unsafe { ibv_wr_abort(self.batch.qp_ex.as_ptr()) };
     }
 }
 
-/// One request being described: pick its opcode.
+/// One request being described: pick its operation.
+#[must_use = "a request is added to the batch only at its data step"]
 pub struct WorkRequestHandle<'g, T: Transport> {
-    request: PendingRequest<'g>,
+    batch: &'g mut Batch,
+    wr_id: u64,
+    wr_flags: u32,
     context: T::Context,
 }
 
 impl<'g, T: Transport> WorkRequestHandle<'g, T> {
-    fn with(mut self, opcode: Opcode) -> T::AfterOpcode<'g> {
-        self.request.opcode = opcode;
-        T::after_opcode(self.request, self.context)
+    #[inline(always)]
+    fn with<O: Operation>(self, operation: O) -> T::AfterOperation<'g, O> {
+        T::after_operation(
+            PendingRequest {
+                batch: self.batch,
+                wr_id: self.wr_id,
+                wr_flags: self.wr_flags,
+                operation,
+            },
+            self.context,
+        )
     }
 
     /// A SEND (`ibv_wr_send`).
-    pub fn setup_send(self) -> T::AfterOpcode<'g> {
-        self.with(Opcode::Send)
+    #[inline]
+    pub fn setup_send(self) -> T::AfterOperation<'g, operation::Send> {
+        self.with(operation::Send {})
     }
 
-    /// A SEND with immediate data (`ibv_wr_send_imm`). `imm_data` is in host byte order; it goes
-    /// on the wire in network byte order, as a C peer's `htonl(imm_data)` does, and
-    /// [`WorkCompletion::imm_data`](super::work_completion::WorkCompletion::imm_data) gives it back
-    /// in host byte order.
-    pub fn setup_send_imm(self, imm_data: u32) -> T::AfterOpcode<'g> {
-        self.with(Opcode::SendWithImmediate(imm_data))
+    /// A SEND with immediate data (`ibv_wr_send_imm`). As in sideway, `imm_data` goes to the C
+    /// call unchanged, and the receiver's
+    /// [`WorkCompletion::imm_data`](super::work_completion::WorkCompletion::imm_data) (or
+    /// sideway's) gives back the same value. The C API's `imm_data` is big-endian (`__be32`): to
+    /// match a C peer that sends `htonl(x)` and reads `ntohl(wc.imm_data)`, pass `x.to_be()` and
+    /// read `u32::from_be(imm_data)`.
+    #[inline]
+    pub fn setup_send_imm(self, imm_data: u32) -> T::AfterOperation<'g, operation::SendWithImmediate> {
+        self.with(operation::SendWithImmediate { imm_data })
     }
 }
 
 impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
     /// An RDMA WRITE to `remote_addr` in the remote region of `rkey` (`ibv_wr_rdma_write`).
-    pub fn setup_write(self, rkey: u32, remote_addr: u64) -> T::AfterOpcode<'g> {
-        self.with(Opcode::Write { rkey, remote_addr })
+    #[inline]
+    pub fn setup_write(self, rkey: u32, remote_addr: u64) -> T::AfterOperation<'g, operation::Write> {
+        self.with(operation::Write { rkey, remote_addr })
     }
 
-    /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`); `imm_data` in host byte order,
-    /// as for [`setup_send_imm`](Self::setup_send_imm). It consumes a receive at the remote end.
-    pub fn setup_write_imm(self, rkey: u32, remote_addr: u64, imm_data: u32) -> T::AfterOpcode<'g> {
-        self.with(Opcode::WriteWithImmediate {
+    /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`); `imm_data` as for
+    /// [`setup_send_imm`](Self::setup_send_imm). It consumes a receive at the remote end.
+    #[inline]
+    pub fn setup_write_imm(
+        self, rkey: u32, remote_addr: u64, imm_data: u32,
+    ) -> T::AfterOperation<'g, operation::WriteWithImmediate> {
+        self.with(operation::WriteWithImmediate {
             rkey,
             remote_addr,
             imm_data,
@@ -363,14 +640,18 @@ impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
     }
 
     /// An RDMA READ from `remote_addr` in the remote region of `rkey` (`ibv_wr_rdma_read`).
-    pub fn setup_read(self, rkey: u32, remote_addr: u64) -> T::AfterOpcode<'g> {
-        self.with(Opcode::Read { rkey, remote_addr })
+    #[inline]
+    pub fn setup_read(self, rkey: u32, remote_addr: u64) -> T::AfterOperation<'g, operation::Read> {
+        self.with(operation::Read { rkey, remote_addr })
     }
 
     /// An atomic compare-and-swap on the 8 bytes at `remote_addr`; the old value lands in the
     /// local buffer (`ibv_wr_atomic_cmp_swp`).
-    pub fn setup_atomic_compare_swap(self, rkey: u32, remote_addr: u64, compare: u64, swap: u64) -> T::AfterOpcode<'g> {
-        self.with(Opcode::AtomicCompareSwap {
+    #[inline]
+    pub fn setup_atomic_compare_swap(
+        self, rkey: u32, remote_addr: u64, compare: u64, swap: u64,
+    ) -> T::AfterOperation<'g, operation::AtomicCompareAndSwap> {
+        self.with(operation::AtomicCompareAndSwap {
             rkey,
             remote_addr,
             compare,
@@ -380,25 +661,37 @@ impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
 
     /// An atomic fetch-and-add on the 8 bytes at `remote_addr`; the old value lands in the local
     /// buffer (`ibv_wr_atomic_fetch_add`).
-    pub fn setup_atomic_fetch_add(self, rkey: u32, remote_addr: u64, add: u64) -> T::AfterOpcode<'g> {
-        self.with(Opcode::AtomicFetchAdd { rkey, remote_addr, add })
+    #[inline]
+    pub fn setup_atomic_fetch_add(
+        self, rkey: u32, remote_addr: u64, add: u64,
+    ) -> T::AfterOperation<'g, operation::AtomicFetchAndAdd> {
+        self.with(operation::AtomicFetchAndAdd { rkey, remote_addr, add })
     }
 }
 
 /// The destination step of a UD request.
-pub struct UnreliableDatagramDestination<'g> {
-    request: PendingRequest<'g>,
+#[must_use = "a request is added to the batch only at its data step"]
+pub struct UnreliableDatagramDestination<'g, O: Operation> {
+    request: PendingRequest<'g, O>,
 }
 
-impl<'g> UnreliableDatagramDestination<'g> {
+impl<'g, O: Operation> UnreliableDatagramDestination<'g, O> {
     /// Sends to queue pair `remote_qpn` with Q_Key `remote_qkey`, over the route of `ah`
     /// (`ibv_wr_set_ud_addr`).
-    pub fn setup_ud_addr(self, ah: &'g AddressHandle, remote_qpn: u32, remote_qkey: u32) -> LocalBufferHandle<'g> {
-        // SAFETY: the handle is borrowed for 'g, past the data step that uses it.
+    ///
+    /// The provider may resolve the address handle after the post (rxe reads it when it builds
+    /// the packet): keep `ah` alive until the request's completion has been polled, not only until
+    /// [`post`](PostSendGuard::post). Holding the `Arc<AddressHandle>` in a per-destination cache
+    /// does that.
+    #[inline]
+    pub fn setup_ud_addr(
+        self, ah: &'g AddressHandle, remote_qpn: u32, remote_qkey: u32,
+    ) -> LocalBufferHandle<'g, O, DatagramAddress> {
+        // SAFETY: only the pointer is taken; the caller keeps the handle alive (see above).
         let ah = unsafe { ah.ah() };
         LocalBufferHandle::new(
             self.request,
-            Destination::Datagram {
+            DatagramAddress {
                 ah,
                 remote_qpn,
                 remote_qkey,
@@ -409,49 +702,86 @@ impl<'g> UnreliableDatagramDestination<'g> {
 
 /// The data step of a request: scatter/gather entries or inline data. Giving the data issues the
 /// request's C calls.
-pub struct LocalBufferHandle<'g> {
-    request: PendingRequest<'g>,
-    destination: Destination,
+#[must_use = "a request is added to the batch only at its data step"]
+pub struct LocalBufferHandle<'g, O: Operation, D: Destination> {
+    request: PendingRequest<'g, O>,
+    destination: D,
 }
 
-impl<'g> LocalBufferHandle<'g> {
-    pub(crate) fn new(request: PendingRequest<'g>, destination: Destination) -> Self {
+impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
+    /// The data step of `request`, sent to `destination`; for the destination steps of other
+    /// modules' transports.
+    #[inline(always)]
+    pub(crate) fn new(request: PendingRequest<'g, O>, destination: D) -> Self {
         Self { request, destination }
+    }
+
+    /// Makes the request's C calls in order: `wr_id` and `wr_flags` (with the inline bit set
+    /// exactly when the data is inline), the builder, the destination setter, then `data` — or,
+    /// when one of their entries is missing, none of them.
+    #[inline(always)]
+    fn issue<const SETTER: u32, const INLINE: bool>(self, data: impl FnOnce(*mut ibv_qp_ex)) {
+        let Self { request, destination } = self;
+        let batch = request.batch;
+        let needed = O::ENTRY | D::ENTRY | SETTER;
+        if !batch.entries.contains(needed) {
+            batch.refuse(request.wr_id, needed);
+            return;
+        }
+        let qp = batch.qp_ex.as_ptr();
+        let inline_bit = ibv_send_flags::IBV_SEND_INLINE.0;
+        let flags = if INLINE {
+            request.wr_flags | inline_bit
+        } else {
+            request.wr_flags & !inline_bit
+        };
+        // SAFETY: the guard that made this request holds the live queue pair exclusively, inside
+        // a batch started with ibv_wr_start; every entry called was checked above.
+        unsafe {
+            (*qp).wr_id = request.wr_id;
+            (*qp).wr_flags = flags;
+            request.operation.build(qp);
+            destination.set(qp);
+        }
+        data(qp);
+        batch.len += 1;
     }
 }
 
 // IoSlice is ABI-compatible with iovec, which has the layout of ibv_data_buf (pointer, length).
 const _: () = assert!(std::mem::size_of::<IoSlice<'_>>() == std::mem::size_of::<ibv_data_buf>());
 
-impl SetInlineData for LocalBufferHandle<'_> {
+impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D> {
     /// Copies `buf` into the request (`ibv_wr_set_inline_data`); at most the queue pair's
     /// `max_inline_data` bytes, else the post fails with
     /// [`InvalidWorkRequest`](PostSendErrorKind::InvalidWorkRequest).
+    #[inline]
     fn setup_inline_data(self, buf: &[u8]) {
-        // SAFETY: the data is copied during the call.
-        self.request.issue(self.destination, true, |qp| unsafe {
+        // SAFETY: the data is copied during the call; the entry was checked by issue.
+        self.issue::<{ entry::SET_INLINE_DATA }, true>(|qp| unsafe {
             ibv_wr_set_inline_data(qp, buf.as_ptr() as *mut _, buf.len())
         });
     }
 
     /// Copies the slices, one after the other, into the request (`ibv_wr_set_inline_data_list`).
+    #[inline]
     fn setup_inline_data_list(self, bufs: &[IoSlice<'_>]) {
         // SAFETY: IoSlice has ibv_data_buf's layout (checked above); the data is copied during
-        // the call.
-        self.request.issue(self.destination, true, |qp| unsafe {
+        // the call; the entry was checked by issue.
+        self.issue::<{ entry::SET_INLINE_DATA_LIST }, true>(|qp| unsafe {
             ibv_wr_set_inline_data_list(qp, bufs.len(), bufs.as_ptr() as *const ibv_data_buf)
         });
     }
 }
 
-impl SetScatterGatherEntry for LocalBufferHandle<'_> {
+impl<O: Operation, D: Destination> SetScatterGatherEntry for LocalBufferHandle<'_, O, D> {
     /// # Safety
     ///
     /// The buffer must lie in the memory region of `lkey` and stay valid until the request
     /// completes.
+    #[inline]
     unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
-        self.request
-            .issue(self.destination, false, |qp| ibv_wr_set_sge(qp, lkey, addr, length));
+        self.issue::<{ entry::SET_SGE }, false>(|qp| ibv_wr_set_sge(qp, lkey, addr, length));
     }
 
     /// # Safety
@@ -459,10 +789,9 @@ impl SetScatterGatherEntry for LocalBufferHandle<'_> {
     /// Each buffer must lie in the memory region of its `lkey` and stay valid until the request
     /// completes; more entries than the queue pair's `max_send_sge` fail the post with
     /// [`InvalidWorkRequest`](PostSendErrorKind::InvalidWorkRequest).
+    #[inline]
     unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
-        self.request.issue(self.destination, false, |qp| {
-            ibv_wr_set_sge_list(qp, sg_list.len(), sg_list.as_ptr())
-        });
+        self.issue::<{ entry::SET_SGE_LIST }, false>(|qp| ibv_wr_set_sge_list(qp, sg_list.len(), sg_list.as_ptr()));
     }
 }
 
@@ -518,6 +847,11 @@ pub(crate) mod tests {
     unsafe extern "C" fn wr_set_sge(_: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
         record(format!("sge lkey={lkey:#x} addr={addr:#x} len={length}"));
     }
+    unsafe extern "C" fn wr_set_sge_list(_: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+        let list = std::slice::from_raw_parts(sg_list, num_sge);
+        let lengths: Vec<u32> = list.iter().map(|sge| sge.length).collect();
+        record(format!("sge_list {lengths:?}"));
+    }
     unsafe extern "C" fn wr_set_inline_data(_: *mut ibv_qp_ex, addr: *mut std::ffi::c_void, length: usize) {
         let data = std::slice::from_raw_parts(addr as *const u8, length);
         record(format!("inline {:?}", String::from_utf8_lossy(data)));
@@ -535,8 +869,21 @@ pub(crate) mod tests {
         qp.wr_rdma_write = Some(wr_rdma_write);
         qp.wr_set_ud_addr = Some(wr_set_ud_addr);
         qp.wr_set_sge = Some(wr_set_sge);
+        qp.wr_set_sge_list = Some(wr_set_sge_list);
         qp.wr_set_inline_data = Some(wr_set_inline_data);
         qp
+    }
+
+    /// The entries of every operation, as a queue pair created with all of them has.
+    pub(crate) fn all_entries(qp: &mut ibv_qp_ex) -> ProviderEntries {
+        // SAFETY: qp is a live ibv_qp_ex.
+        unsafe {
+            ProviderEntries::new(
+                NonNull::from(qp),
+                SendOperationFlags::Send | SendOperationFlags::SendWithImmediate | SendOperationFlags::Write,
+            )
+        }
+        .expect("the recording table fills these")
     }
 
     #[test]
@@ -544,8 +891,9 @@ pub(crate) mod tests {
         let mut qp = recording_qp();
         take_calls();
         // SAFETY: the recording queue pair outlives the guard; RC needs no context.
-        let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(NonNull::from(&mut *qp), ()) };
-        guard
+        let mut guard =
+            unsafe { PostSendGuard::<ReliableConnection>::start(NonNull::from(&mut *qp), all_entries(&mut qp), ()) };
+        let _ = guard
             .construct_wr(7, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
             .setup_write(0x55, 0x1000);
         // A request dropped before its data step issues nothing and is not counted.
@@ -571,8 +919,8 @@ pub(crate) mod tests {
                 // Scatter/gather data: the inline bit is cleared even though it was asked for.
                 format!("write wr_id=8 flags={signaled:#x} rkey=0x55 addr=0x1000"),
                 "sge lkey=0x9 addr=0x2000 len=64".to_string(),
-                // Immediate data goes in network byte order.
-                format!("send_imm wr_id=9 imm={:#x}", 0x0102_0304u32.to_be()),
+                // Immediate data goes to the provider unchanged, as sideway passes it.
+                "send_imm wr_id=9 imm=0x1020304".to_string(),
                 "inline \"hi\"".to_string(),
                 "complete".to_string(),
             ]
@@ -584,13 +932,14 @@ pub(crate) mod tests {
         let mut qp = recording_qp();
         take_calls();
         // SAFETY: as above.
-        let mut guard = unsafe { PostSendGuard::<UnreliableDatagram>::start(NonNull::from(&mut *qp), ()) };
+        let mut guard =
+            unsafe { PostSendGuard::<UnreliableDatagram>::start(NonNull::from(&mut *qp), all_entries(&mut qp), ()) };
         let request = guard.construct_wr(3, WorkRequestFlags::none()).setup_send();
         // The address handle is only passed through; a dangling but non-null pointer is never used
         // by the recorder.
         let data = LocalBufferHandle::new(
             request.request,
-            Destination::Datagram {
+            DatagramAddress {
                 ah: NonNull::dangling(),
                 remote_qpn: 77,
                 remote_qkey: 0x1111,
@@ -611,6 +960,84 @@ pub(crate) mod tests {
                 "inline \"datagram\"".to_string(),
                 "abort".to_string(),
             ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod provider_entry_tests {
+    //! Operations and setters a queue pair was not created with never reach the provider.
+    use std::mem::MaybeUninit;
+
+    use super::tests::{recording_qp, take_calls};
+    use super::*;
+
+    #[test]
+    fn a_missing_builder_of_a_granted_operation_is_refused_at_creation() {
+        let mut qp = recording_qp();
+        qp.wr_rdma_write = None;
+        // SAFETY: qp is a live ibv_qp_ex.
+        let err = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Write) }.unwrap_err();
+        assert_eq!(err, MissingProviderEntry("wr_rdma_write"));
+        qp.wr_complete = None;
+        // SAFETY: as above.
+        let err = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap_err();
+        assert_eq!(err, MissingProviderEntry("wr_complete"));
+    }
+
+    #[test]
+    fn an_operation_the_queue_pair_was_not_created_with_is_refused_and_the_batch_aborted() {
+        // As rxe does for a queue pair created with SEND only: every other builder is NULL.
+        // SAFETY: zeroes are valid for ibv_qp_ex (plain data and optional function pointers).
+        let mut qp: Box<ibv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let full = recording_qp();
+        qp.wr_start = full.wr_start;
+        qp.wr_complete = full.wr_complete;
+        qp.wr_abort = full.wr_abort;
+        qp.wr_send = full.wr_send;
+        qp.wr_set_sge = full.wr_set_sge;
+        qp.wr_set_sge_list = full.wr_set_sge_list;
+        qp.wr_set_inline_data = full.wr_set_inline_data;
+        // SAFETY: qp is a live ibv_qp_ex.
+        let entries = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap();
+        assert!(!entries.contains(entry::RDMA_WRITE));
+        take_calls();
+        // SAFETY: the table outlives the guard; RC needs no context.
+        let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(NonNull::from(&mut *qp), entries, ()) };
+        guard
+            .construct_wr(1, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data(b"ok");
+        // The write's builder is NULL: calling it would be undefined behaviour.
+        // SAFETY: the recorder does not touch the buffer.
+        unsafe {
+            guard
+                .construct_wr(2, WorkRequestFlags::Signaled)
+                .setup_write(1, 2)
+                .setup_sge(3, 4, 5)
+        };
+        // A setter the provider lacks is refused too.
+        guard
+            .construct_wr(3, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data_list(&[IoSlice::new(b"x")]);
+        assert_eq!(guard.batch_len(), 3);
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::OperationNotEnabled {
+                index,
+                wr_id,
+                entry,
+                batch_len,
+            } => assert_eq!((index, wr_id, entry, batch_len), (1, 2, "wr_rdma_write", 3)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"), "{calls:?}");
+        assert!(
+            !calls.iter().any(|c| c.starts_with("write") || c == "complete"),
+            "{calls:?}"
         );
     }
 }

@@ -35,7 +35,9 @@ use sideway::ibverbs::queue_pair::{
 use sideway::ibverbs::AccessFlags;
 
 use super::address_handle::AddressHandleAttribute;
-use super::post_send_guard::{PostSendGuard, ReliableConnection, Transport, UnreliableDatagram};
+use super::post_send_guard::{
+    entry, MissingProviderEntry, PostSendGuard, ProviderEntries, ReliableConnection, Transport, UnreliableDatagram,
+};
 use super::shared_receive_queue::SharedReceiveQueue;
 
 /// Error returned by [`SharedReceiveQueuePairBuilder::build_rc`] and
@@ -78,6 +80,14 @@ pub enum CreateQueuePairErrorKind {
         requested: u32,
         /// The device's limit.
         max: u32,
+    },
+    /// The provider left an `ibv_qp_ex` entry NULL that the queue pair needs (the builder of a
+    /// requested send operation, a batch or data setter): posting would call through it. The
+    /// queue pair was destroyed.
+    #[error("the provider does not implement `{entry}` for this queue pair")]
+    MissingProviderEntry {
+        /// The entry's name in `struct ibv_qp_ex`.
+        entry: &'static str,
     },
     /// The library call failed.
     #[error(transparent)]
@@ -155,9 +165,10 @@ impl QueuePairAttribute {
         self
     }
 
-    /// The state set by [`setup_state`](Self::setup_state) (or read by a query).
+    /// The state set by [`setup_state`](Self::setup_state) (or read by a query);
+    /// [`Unknown`](QueuePairState::Unknown) for a value this crate does not know.
     pub fn state(&self) -> QueuePairState {
-        QueuePairState::from(self.attr.qp_state)
+        state_from_raw(self.attr.qp_state)
     }
 
     /// The access flags for incoming RDMA and atomics (`IBV_QP_ACCESS_FLAGS`).
@@ -209,21 +220,43 @@ impl QueuePairAttribute {
     }
 }
 
-/// The queue-pair types this crate creates, each with its transition table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-// The DC variants are constructed by the DC queue pairs of the mlx5 module's data plane; until
-// then only the tables' tests use them.
-#[cfg_attr(all(feature = "mlx5", not(test)), allow(dead_code))]
-pub(crate) enum QueuePairKind {
-    ReliableConnection,
-    UnreliableDatagram,
-    #[cfg(feature = "mlx5")]
-    DcInitiator,
-    #[cfg(feature = "mlx5")]
-    DcTarget,
+/// `enum ibv_qp_state` without panicking on a value a newer library may add (sideway's `From`
+/// does).
+pub(crate) fn state_from_raw(state: u32) -> QueuePairState {
+    use rdma_mummy_sys::ibv_qp_state as s;
+    match state {
+        s::IBV_QPS_RESET => QueuePairState::Reset,
+        s::IBV_QPS_INIT => QueuePairState::Init,
+        s::IBV_QPS_RTR => QueuePairState::ReadyToReceive,
+        s::IBV_QPS_RTS => QueuePairState::ReadyToSend,
+        s::IBV_QPS_SQD => QueuePairState::SendQueueDrain,
+        s::IBV_QPS_SQE => QueuePairState::SendQueueError,
+        s::IBV_QPS_ERR => QueuePairState::Error,
+        _ => QueuePairState::Unknown,
+    }
 }
 
-const fn mask(bits: &[ibv_qp_attr_mask]) -> i32 {
+/// One legal transition of a queue-pair type, with its attribute masks (`IBV_QP_STATE` is implied
+/// in `required` when the state changes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transition {
+    pub(crate) from: QueuePairState,
+    pub(crate) to: QueuePairState,
+    pub(crate) required: i32,
+    pub(crate) optional: i32,
+}
+
+/// The transitions a queue-pair type allows, as data: every queue-pair type of this crate (here
+/// RC and UD, DC in the mlx5 module) brings its own, and the queue-pair core checks a
+/// modification against it before `ibv_modify_qp`. "Any state to RESET or ERR" holds for every
+/// type and is not listed.
+#[derive(Debug)]
+pub(crate) struct TransitionTable {
+    pub(crate) transitions: &'static [Transition],
+}
+
+/// The bits of `bits` as an `ibv_modify_qp` attribute mask.
+pub(crate) const fn mask(bits: &[ibv_qp_attr_mask]) -> i32 {
     let mut value = 0;
     let mut i = 0;
     while i < bits.len() {
@@ -233,27 +266,49 @@ const fn mask(bits: &[ibv_qp_attr_mask]) -> i32 {
     value as i32
 }
 
-impl QueuePairKind {
-    /// `(required, optional)` attribute masks of the transition `from -> to` (`IBV_QP_STATE`
-    /// included in required), or `None` when the type does not allow it. Mirrors the kernel's
-    /// `qp_state_table` and, for DC, mlx5_ib's checks.
-    pub(crate) fn transition(self, from: QueuePairState, to: QueuePairState) -> Option<(i32, i32)> {
-        use ibv_qp_attr_mask as m;
-        use QueuePairKind::*;
-        use QueuePairState::*;
-        let state = mask(&[m::IBV_QP_STATE]);
-        // Any state may go to RESET or ERR (a DCT too: that is how it is torn down).
-        if matches!(to, Reset | Error) && from != Unknown {
-            return Some((state, 0));
-        }
-        let (required, optional) = match (self, from, to) {
-            (ReliableConnection, Reset, Init) => {
-                (mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS]), 0)
-            },
-            (ReliableConnection, Init, Init) => {
-                (0, mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS]))
-            },
-            (ReliableConnection, Init, ReadyToReceive) => (
+const fn transition(from: QueuePairState, to: QueuePairState, required: i32, optional: i32) -> Transition {
+    Transition {
+        from,
+        to,
+        required,
+        optional,
+    }
+}
+
+mod tables {
+    use rdma_mummy_sys::ibv_qp_attr_mask as m;
+    use sideway::ibverbs::queue_pair::QueuePairState::*;
+
+    use super::{mask, transition, TransitionTable};
+
+    // The RC send-side attributes that RTS->RTS and SQD->RTS may change.
+    const RC_RTS_OPTIONAL: i32 = mask(&[
+        m::IBV_QP_CUR_STATE,
+        m::IBV_QP_ACCESS_FLAGS,
+        m::IBV_QP_MIN_RNR_TIMER,
+        m::IBV_QP_ALT_PATH,
+        m::IBV_QP_PATH_MIG_STATE,
+    ]);
+    const UD_RTS_OPTIONAL: i32 = mask(&[m::IBV_QP_CUR_STATE, m::IBV_QP_QKEY]);
+
+    /// RC, as the kernel's `qp_state_table` (drivers/infiniband/core/verbs.c).
+    pub(crate) static RELIABLE_CONNECTION: TransitionTable = TransitionTable {
+        transitions: &[
+            transition(
+                Reset,
+                Init,
+                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS]),
+                0,
+            ),
+            transition(
+                Init,
+                Init,
+                0,
+                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS]),
+            ),
+            transition(
+                Init,
+                ReadyToReceive,
                 mask(&[
                     m::IBV_QP_AV,
                     m::IBV_QP_PATH_MTU,
@@ -264,7 +319,9 @@ impl QueuePairKind {
                 ]),
                 mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_ACCESS_FLAGS, m::IBV_QP_ALT_PATH]),
             ),
-            (ReliableConnection, ReadyToReceive, ReadyToSend) => (
+            transition(
+                ReadyToReceive,
+                ReadyToSend,
                 mask(&[
                     m::IBV_QP_SQ_PSN,
                     m::IBV_QP_TIMEOUT,
@@ -272,64 +329,89 @@ impl QueuePairKind {
                     m::IBV_QP_RNR_RETRY,
                     m::IBV_QP_MAX_QP_RD_ATOMIC,
                 ]),
-                mask(&[
-                    m::IBV_QP_CUR_STATE,
-                    m::IBV_QP_ACCESS_FLAGS,
-                    m::IBV_QP_MIN_RNR_TIMER,
-                    m::IBV_QP_ALT_PATH,
-                    m::IBV_QP_PATH_MIG_STATE,
-                ]),
+                RC_RTS_OPTIONAL,
             ),
-            (ReliableConnection, ReadyToSend, ReadyToSend) => (
+            transition(ReadyToSend, ReadyToSend, 0, RC_RTS_OPTIONAL),
+            transition(ReadyToSend, SendQueueDrain, 0, mask(&[m::IBV_QP_EN_SQD_ASYNC_NOTIFY])),
+            transition(SendQueueDrain, ReadyToSend, 0, RC_RTS_OPTIONAL),
+            transition(
+                SendQueueDrain,
+                SendQueueDrain,
                 0,
                 mask(&[
-                    m::IBV_QP_CUR_STATE,
-                    m::IBV_QP_ACCESS_FLAGS,
-                    m::IBV_QP_MIN_RNR_TIMER,
-                    m::IBV_QP_ALT_PATH,
-                    m::IBV_QP_PATH_MIG_STATE,
-                ]),
-            ),
-            (UnreliableDatagram, Reset, Init) => (mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY]), 0),
-            (UnreliableDatagram, Init, Init) => (0, mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY])),
-            (UnreliableDatagram, Init, ReadyToReceive) => (0, mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_QKEY])),
-            (UnreliableDatagram, ReadyToReceive, ReadyToSend) => {
-                (mask(&[m::IBV_QP_SQ_PSN]), mask(&[m::IBV_QP_CUR_STATE, m::IBV_QP_QKEY]))
-            },
-            (UnreliableDatagram, ReadyToSend, ReadyToSend) => (0, mask(&[m::IBV_QP_CUR_STATE, m::IBV_QP_QKEY])),
-            // DC initiator: as mlx5_ib's modify_dci_qp_is_ok.
-            #[cfg(feature = "mlx5")]
-            (DcInitiator, Reset, Init) => (mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]), 0),
-            #[cfg(feature = "mlx5")]
-            (DcInitiator, Init, ReadyToReceive) => {
-                (mask(&[m::IBV_QP_PATH_MTU]), mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_AV]))
-            },
-            #[cfg(feature = "mlx5")]
-            (DcInitiator, ReadyToReceive, ReadyToSend) => (
-                mask(&[
+                    m::IBV_QP_PORT,
+                    m::IBV_QP_AV,
                     m::IBV_QP_TIMEOUT,
                     m::IBV_QP_RETRY_CNT,
                     m::IBV_QP_RNR_RETRY,
                     m::IBV_QP_MAX_QP_RD_ATOMIC,
-                    m::IBV_QP_SQ_PSN,
+                    m::IBV_QP_MAX_DEST_RD_ATOMIC,
+                    m::IBV_QP_ALT_PATH,
+                    m::IBV_QP_ACCESS_FLAGS,
+                    m::IBV_QP_PKEY_INDEX,
+                    m::IBV_QP_MIN_RNR_TIMER,
+                    m::IBV_QP_PATH_MIG_STATE,
                 ]),
-                mask(&[m::IBV_QP_MIN_RNR_TIMER]),
             ),
-            #[cfg(feature = "mlx5")]
-            (DcInitiator, ReadyToSend, ReadyToSend) => (0, mask(&[m::IBV_QP_MIN_RNR_TIMER])),
-            // DC target: it never goes past RTR.
-            #[cfg(feature = "mlx5")]
-            (DcTarget, Reset, Init) => (mask(&[m::IBV_QP_ACCESS_FLAGS, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]), 0),
-            #[cfg(feature = "mlx5")]
-            (DcTarget, Init, ReadyToReceive) => (mask(&[m::IBV_QP_MIN_RNR_TIMER, m::IBV_QP_AV, m::IBV_QP_PATH_MTU]), 0),
-            _ => return None,
-        };
-        Some((required | state, optional))
+            // The kernel's table lets SQE go back to RTS for every type (only UD and UC can
+            // enter SQE); RC has no optional attribute there.
+            transition(SendQueueError, ReadyToSend, 0, mask(&[m::IBV_QP_CUR_STATE])),
+        ],
+    };
+
+    /// UD, as the kernel's `qp_state_table`.
+    pub(crate) static UNRELIABLE_DATAGRAM: TransitionTable = TransitionTable {
+        transitions: &[
+            transition(
+                Reset,
+                Init,
+                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY]),
+                0,
+            ),
+            transition(
+                Init,
+                Init,
+                0,
+                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY]),
+            ),
+            transition(Init, ReadyToReceive, 0, mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_QKEY])),
+            transition(ReadyToReceive, ReadyToSend, mask(&[m::IBV_QP_SQ_PSN]), UD_RTS_OPTIONAL),
+            transition(ReadyToSend, ReadyToSend, 0, UD_RTS_OPTIONAL),
+            transition(ReadyToSend, SendQueueDrain, 0, mask(&[m::IBV_QP_EN_SQD_ASYNC_NOTIFY])),
+            transition(SendQueueDrain, ReadyToSend, 0, UD_RTS_OPTIONAL),
+            transition(
+                SendQueueDrain,
+                SendQueueDrain,
+                0,
+                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_QKEY]),
+            ),
+            transition(SendQueueError, ReadyToSend, 0, UD_RTS_OPTIONAL),
+        ],
+    };
+}
+
+pub(crate) use tables::{RELIABLE_CONNECTION, UNRELIABLE_DATAGRAM};
+
+impl TransitionTable {
+    /// `(required, optional)` attribute masks of the transition `from -> to` (`IBV_QP_STATE`
+    /// included in required), or `None` when the type does not allow it.
+    pub(crate) fn transition(&self, from: QueuePairState, to: QueuePairState) -> Option<(i32, i32)> {
+        let state = mask(&[ibv_qp_attr_mask::IBV_QP_STATE]);
+        // Any state may go to RESET or ERR (a DCT too: that is how it is torn down).
+        if matches!(to, QueuePairState::Reset | QueuePairState::Error) && from != QueuePairState::Unknown {
+            return Some((state, 0));
+        }
+        self.transitions
+            .iter()
+            .find(|t| t.from == from && t.to == to)
+            .map(|t| (t.required | state, t.optional))
     }
 
-    /// Checks a modification against the transition table: the transition must exist, every
-    /// required bit must be set and no bit may be outside required and optional.
-    pub(crate) fn check(self, from: QueuePairState, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairErrorKind> {
+    /// Checks a modification against the table: the transition must exist, every required bit
+    /// must be set and no bit may be outside required and optional.
+    pub(crate) fn check(
+        &self, from: QueuePairState, attr: &QueuePairAttribute,
+    ) -> Result<(), ModifyQueuePairErrorKind> {
         let given = attr.mask.bits();
         let to = if attr.mask.contains(QueuePairAttributeMask::State) {
             attr.state()
@@ -366,14 +448,19 @@ impl QueuePairKind {
     }
 }
 
-/// The part every queue pair of this crate shares: the handle, its extended (`ibv_wr_*`) view,
-/// its type's transition table and the `Arc`s of its parents, released after the handle is
-/// destroyed.
+/// The part every queue pair of this crate shares: the handle, its extended (`ibv_wr_*`) view and
+/// provider entries, its type's transition table, its state as of the last modify or query, and
+/// the `Arc`s of its parents, released after the handle is destroyed.
+///
+/// Nothing here reads the C struct through a Rust reference: libibverbs writes `ibv_qp::state`
+/// in `ibv_modify_qp` and `ibv_query_qp`, which take `&mut self`; the number is read once.
 #[derive(Debug)]
 pub(crate) struct QueuePairCore {
     qp: NonNull<ibv_qp>,
-    qp_ex: Option<NonNull<ibv_qp_ex>>,
-    kind: QueuePairKind,
+    qp_ex: Option<(NonNull<ibv_qp_ex>, ProviderEntries)>,
+    table: &'static TransitionTable,
+    qp_number: u32,
+    state: QueuePairState,
     _srq: Option<Arc<SharedReceiveQueue>>,
     _send_cq: Option<GenericCompletionQueue>,
     _recv_cq: Option<GenericCompletionQueue>,
@@ -384,82 +471,111 @@ impl Drop for QueuePairCore {
     fn drop(&mut self) {
         // SAFETY: the handle came from a create call and is destroyed once, before the parents.
         let ret = unsafe { ibv_destroy_qp(self.qp.as_ptr()) };
-        assert_eq!(ret, 0, "ibv_destroy_qp failed: {}", io::Error::from_raw_os_error(ret));
+        super::check_destroy("ibv_destroy_qp", ret);
     }
 }
 
 impl QueuePairCore {
+    /// Takes ownership of a new queue pair. With `granted` (the send operations it was created
+    /// with), reads its extended view and provider entries: a missing entry destroys the queue
+    /// pair and is returned.
+    ///
     /// # Safety
     ///
-    /// `qp` must be a live queue pair created on `pd` with the given CQs and SRQ, owned by the
-    /// returned value (it destroys it).
+    /// `qp` must be a live queue pair created on `pd` with the given CQs and SRQ, in RESET, owned
+    /// by the returned value (it destroys it); with `granted`, created with those
+    /// `send_ops_flags`.
     pub(crate) unsafe fn new(
-        qp: NonNull<ibv_qp>, kind: QueuePairKind, with_send_ops: bool, pd: Arc<ProtectionDomain>,
-        send_cq: Option<GenericCompletionQueue>, recv_cq: Option<GenericCompletionQueue>,
+        qp: NonNull<ibv_qp>, table: &'static TransitionTable, granted: Option<SendOperationFlags>,
+        pd: Arc<ProtectionDomain>, send_cq: Option<GenericCompletionQueue>, recv_cq: Option<GenericCompletionQueue>,
         srq: Option<Arc<SharedReceiveQueue>>,
-    ) -> Self {
-        // ibv_qp_to_qp_ex is valid only for queue pairs created with send_ops_flags.
-        let qp_ex = if with_send_ops {
-            NonNull::new(ibv_qp_to_qp_ex(qp.as_ptr()))
-        } else {
-            None
-        };
-        Self {
+    ) -> Result<Self, MissingProviderEntry> {
+        let qp_number = (*qp.as_ptr()).qp_num;
+        let mut core = Self {
             qp,
-            qp_ex,
-            kind,
+            qp_ex: None,
+            table,
+            qp_number,
+            state: QueuePairState::Reset,
             _srq: srq,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
             _pd: pd,
+        };
+        // ibv_qp_to_qp_ex is valid only for queue pairs created with send_ops_flags.
+        if let Some(granted) = granted {
+            let qp_ex = NonNull::new(ibv_qp_to_qp_ex(qp.as_ptr())).ok_or(MissingProviderEntry("ibv_qp_to_qp_ex"))?;
+            core.qp_ex = Some((qp_ex, ProviderEntries::new(qp_ex, granted)?));
         }
+        Ok(core)
     }
 
     pub(crate) fn qp(&self) -> NonNull<ibv_qp> {
         self.qp
     }
 
+    /// The provider entries of a queue pair created with send operations (none otherwise).
+    pub(crate) fn entries(&self) -> ProviderEntries {
+        self.qp_ex.map_or(ProviderEntries::NONE, |(_, entries)| entries)
+    }
+
     pub(crate) fn qp_number(&self) -> u32 {
-        // SAFETY: the handle is alive while self is.
-        unsafe { self.qp.as_ref().qp_num }
+        self.qp_number
     }
 
     pub(crate) fn state(&self) -> QueuePairState {
-        // SAFETY: the handle is alive; libibverbs keeps `state` up to date on every modify.
-        QueuePairState::from(unsafe { self.qp.as_ref().state })
+        self.state
     }
 
     pub(crate) fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
-        self.kind.check(self.state(), attr)?;
+        self.table.check(self.state, attr)?;
         let mut raw = ibv_qp_attr { ..attr.attr };
         // SAFETY: the handle is alive and exclusively borrowed; raw is a valid ibv_qp_attr.
         let ret = unsafe { ibv_modify_qp(self.qp.as_ptr(), &mut raw, attr.mask.bits()) };
         if ret != 0 {
             return Err(ModifyQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
+        if attr.mask.contains(QueuePairAttributeMask::State) {
+            self.state = attr.state();
+        }
         Ok(())
     }
 
-    pub(crate) fn query(&self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {
+    pub(crate) fn query(&mut self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {
         let mut attr = QueuePairAttribute::new();
         // SAFETY: ibv_qp_init_attr is plain data for which all zeroes is valid.
         let mut init_attr: ibv_qp_init_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: the handle is alive; both structs are writable.
+        // SAFETY: the handle is alive and exclusively borrowed (libibverbs updates its cached
+        // state); both structs are writable.
         let ret = unsafe { ibv_query_qp(self.qp.as_ptr(), &mut attr.attr, mask.bits(), &mut init_attr) };
         if ret != 0 {
             return Err(QueryQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
         attr.mask = mask;
+        if mask.contains(QueuePairAttributeMask::State) {
+            // The device may have moved the queue pair (to SQE or ERR) on its own.
+            self.state = state_from_raw(attr.attr.qp_state);
+        }
         Ok(attr)
     }
 
+    /// Starts a send batch, or `None` for a queue pair created without send operations.
+    ///
     /// # Safety
     ///
-    /// The queue pair must have been created with send operations (`qp_ex` is `Some`) and
     /// `context` must be what transport `T` needs for this queue pair.
-    pub(crate) unsafe fn start_post_send<T: Transport>(&mut self, context: T::Context) -> PostSendGuard<'_, T> {
-        let qp_ex = self.qp_ex.expect("queue pair created with send operations");
-        PostSendGuard::start(qp_ex, context)
+    #[inline]
+    pub(crate) unsafe fn start_post_send<T: Transport>(&mut self, context: T::Context) -> Option<PostSendGuard<'_, T>> {
+        let (qp_ex, entries) = self.qp_ex?;
+        Some(PostSendGuard::start(qp_ex, entries, context))
+    }
+}
+
+impl SharedReceiveQueue {
+    /// Creates a builder for RC and UD queue pairs that receive through this queue, on the same
+    /// protection domain.
+    pub fn create_qp_builder(self: &Arc<Self>) -> SharedReceiveQueuePairBuilder {
+        SharedReceiveQueuePairBuilder::new(self)
     }
 }
 
@@ -544,18 +660,18 @@ impl SharedReceiveQueuePairBuilder {
             | SendOperationFlags::Read
             | SendOperationFlags::AtomicCompareAndSwap
             | SendOperationFlags::AtomicFetchAndAdd;
-        self.build(ibv_qp_type::IBV_QPT_RC, QueuePairKind::ReliableConnection, all)
+        self.build(ibv_qp_type::IBV_QPT_RC, &RELIABLE_CONNECTION, all)
     }
 
     /// Creates an unreliable-datagram (UD) queue pair; its receives include the 40-byte GRH
     /// headroom at the start of each buffer.
     pub fn build_ud(&self) -> Result<SharedReceiveQueuePair<UnreliableDatagram>, CreateQueuePairError> {
         let all = SendOperationFlags::Send | SendOperationFlags::SendWithImmediate;
-        self.build(ibv_qp_type::IBV_QPT_UD, QueuePairKind::UnreliableDatagram, all)
+        self.build(ibv_qp_type::IBV_QPT_UD, &UNRELIABLE_DATAGRAM, all)
     }
 
     fn build<T: Transport>(
-        &self, qp_type: u32, kind: QueuePairKind, allowed: SendOperationFlags,
+        &self, qp_type: u32, table: &'static TransitionTable, allowed: SendOperationFlags,
     ) -> Result<SharedReceiveQueuePair<T>, CreateQueuePairError> {
         let send_cq = self
             .send_cq
@@ -612,18 +728,26 @@ impl SharedReceiveQueuePairBuilder {
         // SAFETY: init is fully set up and its pointers are alive for the call.
         let qp = unsafe { rdma_mummy_sys::ibv_create_qp_ex(pd.pd().as_ref().context, &mut init) };
         let qp = NonNull::new(qp).ok_or_else(|| CreateQueuePairErrorKind::Ibverbs(io::Error::last_os_error()))?;
-        // SAFETY: qp was just created on these parents, with send operations, and is owned here.
+        // SAFETY: qp was just created on these parents, with these send operations, and is owned
+        // here (a missing provider entry destroys it).
         let core = unsafe {
             QueuePairCore::new(
                 qp,
-                kind,
-                true,
+                table,
+                Some(send_ops),
                 pd,
                 Some(send_cq),
                 Some(recv_cq),
                 Some(Arc::clone(&self.srq)),
             )
-        };
+        }
+        .map_err(|missing| CreateQueuePairErrorKind::MissingProviderEntry { entry: missing.0 })?;
+        if qp_type == ibv_qp_type::IBV_QPT_UD && !core.entries().contains(entry::SET_UD_ADDR) {
+            return Err(CreateQueuePairErrorKind::MissingProviderEntry {
+                entry: "wr_set_ud_addr",
+            }
+            .into());
+        }
         Ok(SharedReceiveQueuePair {
             core,
             max_send_wr: init.cap.max_send_wr,
@@ -643,9 +767,11 @@ pub struct SharedReceiveQueuePair<T: Transport> {
     _transport: PhantomData<T>,
 }
 
-// SAFETY: the handle may be used from any thread; mutation (modify, posting) needs `&mut self`.
+// SAFETY: the handle may be used from any thread; every call that lets the library write the
+// queue pair (modify, query, posting) takes `&mut self`.
 unsafe impl<T: Transport> Send for SharedReceiveQueuePair<T> {}
-// SAFETY: shared access only reads immutable fields of the handle.
+// SAFETY: `&self` methods read only Rust-side copies (number, state, capacities), never the C
+// struct.
 unsafe impl<T: Transport> Sync for SharedReceiveQueuePair<T> {}
 
 impl<T: Transport> SharedReceiveQueuePair<T> {
@@ -662,7 +788,9 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         self.core.qp_number()
     }
 
-    /// The current state, as of the last modification through this value.
+    /// The current state, as of the last [`modify`](Self::modify) or [`query`](Self::query) of the
+    /// state through this value (the device may move a queue pair to SQE or ERR on its own: query
+    /// to see it).
     pub fn state(&self) -> QueuePairState {
         self.core.state()
     }
@@ -686,17 +814,25 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         self.core.modify(attr)
     }
 
-    /// Reads the attributes named by `mask` with `ibv_query_qp`.
-    pub fn query(&self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {
+    /// Reads the attributes named by `mask` with `ibv_query_qp`. Takes `&mut self` because
+    /// libibverbs writes the queue pair's cached state during the call.
+    pub fn query(&mut self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {
         self.core.query(mask)
     }
 
     /// Starts a batch of send requests (`ibv_wr_start`); the guard posts them with `post()` or
     /// discards them when dropped.
-    pub fn start_post_send(&mut self) -> PostSendGuard<'_, T> {
-        // SAFETY: every SharedReceiveQueuePair is created with send operations; RC and UD need no
-        // context.
-        unsafe { self.core.start_post_send::<T>(T::Context::default()) }
+    #[inline]
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_, T>
+    where
+        T: Transport<Context = ()>,
+    {
+        // SAFETY: RC and UD need no context.
+        match unsafe { self.core.start_post_send::<T>(()) } {
+            Some(guard) => guard,
+            // Every SharedReceiveQueuePair is created with send operations.
+            None => unreachable!("a SharedReceiveQueuePair always has send operations"),
+        }
     }
 }
 
@@ -719,14 +855,12 @@ mod tests {
 
     #[test]
     fn rc_rtr_to_rts_with_the_required_bits_passes() {
-        assert!(QueuePairKind::ReliableConnection
-            .check(ReadyToReceive, &rts_attr())
-            .is_ok());
+        assert!(RELIABLE_CONNECTION.check(ReadyToReceive, &rts_attr()).is_ok());
     }
 
     #[test]
     fn rc_reset_to_rts_is_an_invalid_transition() {
-        let err = QueuePairKind::ReliableConnection.check(Reset, &rts_attr()).unwrap_err();
+        let err = RELIABLE_CONNECTION.check(Reset, &rts_attr()).unwrap_err();
         assert!(matches!(
             err,
             ModifyQueuePairErrorKind::InvalidTransition {
@@ -741,7 +875,7 @@ mod tests {
     fn missing_bits_are_named_as_needed() {
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(Init).setup_pkey_index(0).setup_port(1);
-        let err = QueuePairKind::ReliableConnection.check(Reset, &attr).unwrap_err();
+        let err = RELIABLE_CONNECTION.check(Reset, &attr).unwrap_err();
         match err {
             ModifyQueuePairErrorKind::InvalidAttributeMask { needed, invalid, .. } => {
                 assert_eq!(needed, M::AccessFlags);
@@ -760,7 +894,7 @@ mod tests {
             .setup_port(1)
             .setup_qkey(0x1111)
             .setup_access_flags(AccessFlags::LocalWrite);
-        let err = QueuePairKind::UnreliableDatagram.check(Reset, &attr).unwrap_err();
+        let err = UNRELIABLE_DATAGRAM.check(Reset, &attr).unwrap_err();
         match err {
             ModifyQueuePairErrorKind::InvalidAttributeMask { needed, invalid, .. } => {
                 assert_eq!(needed, M::none());
@@ -776,14 +910,8 @@ mod tests {
             for to in [Reset, Error] {
                 let mut attr = QueuePairAttribute::new();
                 attr.setup_state(to);
-                assert!(
-                    QueuePairKind::ReliableConnection.check(from, &attr).is_ok(),
-                    "{from:?} -> {to:?}"
-                );
-                assert!(
-                    QueuePairKind::UnreliableDatagram.check(from, &attr).is_ok(),
-                    "{from:?} -> {to:?}"
-                );
+                assert!(RELIABLE_CONNECTION.check(from, &attr).is_ok(), "{from:?} -> {to:?}");
+                assert!(UNRELIABLE_DATAGRAM.check(from, &attr).is_ok(), "{from:?} -> {to:?}");
             }
         }
     }
@@ -792,57 +920,66 @@ mod tests {
     fn ud_needs_only_the_state_for_rtr_and_the_psn_for_rts() {
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(ReadyToReceive);
-        assert!(QueuePairKind::UnreliableDatagram.check(Init, &rtr).is_ok());
+        assert!(UNRELIABLE_DATAGRAM.check(Init, &rtr).is_ok());
         let mut rts = QueuePairAttribute::new();
         rts.setup_state(ReadyToSend);
-        let err = QueuePairKind::UnreliableDatagram
-            .check(ReadyToReceive, &rts)
-            .unwrap_err();
+        let err = UNRELIABLE_DATAGRAM.check(ReadyToReceive, &rts).unwrap_err();
         assert!(
             matches!(err, ModifyQueuePairErrorKind::InvalidAttributeMask { needed, .. } if needed == M::SendQueuePacketSequenceNumber)
         );
     }
 
-    #[cfg(feature = "mlx5")]
     #[test]
-    fn dc_tables_follow_mlx5_ib() {
-        // DCI RESET->INIT takes no access flags.
-        let mut attr = QueuePairAttribute::new();
-        attr.setup_state(Init).setup_pkey_index(0).setup_port(1);
-        assert!(QueuePairKind::DcInitiator.check(Reset, &attr).is_ok());
-        attr.setup_access_flags(AccessFlags::LocalWrite);
+    fn send_queue_drain_and_error_transitions_follow_the_kernel_table() {
+        // Refused before the fix: the tables had no SQD or SQE rows.
+        let mut sqd = QueuePairAttribute::new();
+        sqd.setup_state(SendQueueDrain);
+        let mut rts = QueuePairAttribute::new();
+        rts.setup_state(ReadyToSend);
+        for table in [&RELIABLE_CONNECTION, &UNRELIABLE_DATAGRAM] {
+            assert!(table.check(ReadyToSend, &sqd).is_ok(), "RTS -> SQD");
+            assert!(table.check(SendQueueDrain, &sqd).is_ok(), "SQD -> SQD");
+            assert!(table.check(SendQueueDrain, &rts).is_ok(), "SQD -> RTS");
+            assert!(table.check(SendQueueError, &rts).is_ok(), "SQE -> RTS");
+        }
+        // RTS -> SQD may ask for the drained event, nothing else.
+        sqd.setup_min_rnr_timer(12);
         assert!(matches!(
-            QueuePairKind::DcInitiator.check(Reset, &attr),
-            Err(ModifyQueuePairErrorKind::InvalidAttributeMask { invalid, .. }) if invalid == M::AccessFlags
+            RELIABLE_CONNECTION.check(ReadyToSend, &sqd),
+            Err(ModifyQueuePairErrorKind::InvalidAttributeMask { invalid, .. }) if invalid == M::MinResponderNotReadyTimer
         ));
-        // ... but a DCT needs them.
-        assert!(QueuePairKind::DcTarget.check(Reset, &attr).is_ok());
-        // DCI INIT->RTR needs only the path MTU.
+        // In SQD an RC queue pair may change its path and timers...
+        let mut change = QueuePairAttribute::new();
+        change.setup_state(SendQueueDrain).setup_timeout(20).setup_retry_cnt(3);
+        assert!(RELIABLE_CONNECTION.check(SendQueueDrain, &change).is_ok());
+        // ... a UD one only its P_Key index and Q_Key.
+        assert!(UNRELIABLE_DATAGRAM.check(SendQueueDrain, &change).is_err());
+        let mut ud = QueuePairAttribute::new();
+        ud.setup_state(SendQueueDrain).setup_qkey(0x1111);
+        assert!(UNRELIABLE_DATAGRAM.check(SendQueueDrain, &ud).is_ok());
+        // SQD cannot go back to RTR.
         let mut rtr = QueuePairAttribute::new();
-        rtr.setup_state(ReadyToReceive).setup_path_mtu(Mtu::Mtu1024);
-        assert!(QueuePairKind::DcInitiator.check(Init, &rtr).is_ok());
-        // A DCT needs min_rnr_timer and the address vector too.
+        rtr.setup_state(ReadyToReceive);
         assert!(matches!(
-            QueuePairKind::DcTarget.check(Init, &rtr),
-            Err(ModifyQueuePairErrorKind::InvalidAttributeMask { needed, .. })
-                if needed == M::MinResponderNotReadyTimer | M::AddressVector
-        ));
-        // DCI RTR->RTS: the RC send-side set, without the destination.
-        assert!(QueuePairKind::DcInitiator.check(ReadyToReceive, &rts_attr()).is_ok());
-        // A DCT never reaches RTS.
-        assert!(matches!(
-            QueuePairKind::DcTarget.check(ReadyToReceive, &rts_attr()),
+            UNRELIABLE_DATAGRAM.check(SendQueueDrain, &rtr),
             Err(ModifyQueuePairErrorKind::InvalidTransition { .. })
         ));
+    }
+
+    #[test]
+    fn an_unknown_state_value_decodes_without_panicking() {
+        let mut attr = QueuePairAttribute::new();
+        attr.attr.qp_state = 1000;
+        assert_eq!(attr.state(), Unknown);
     }
 
     #[test]
     fn a_modification_without_state_stays_in_the_state() {
         let mut attr = QueuePairAttribute::new();
         attr.setup_min_rnr_timer(12);
-        assert!(QueuePairKind::ReliableConnection.check(ReadyToSend, &attr).is_ok());
+        assert!(RELIABLE_CONNECTION.check(ReadyToSend, &attr).is_ok());
         let mut attr = QueuePairAttribute::new();
         attr.setup_path_mtu(Mtu::Mtu1024);
-        assert!(QueuePairKind::ReliableConnection.check(ReadyToSend, &attr).is_err());
+        assert!(RELIABLE_CONNECTION.check(ReadyToSend, &attr).is_err());
     }
 }

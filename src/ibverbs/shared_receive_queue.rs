@@ -10,7 +10,9 @@
 //!   [`ibv_modify_srq`](https://man7.org/linux/man-pages/man3/ibv_modify_srq.3.html),
 //!   [`ibv_query_srq`](https://man7.org/linux/man-pages/man3/ibv_query_srq.3.html),
 //!   [`ibv_post_srq_recv`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
+use std::cell::Cell;
 use std::io;
+use std::marker::PhantomData;
 use std::ptr::{null_mut, NonNull};
 use std::sync::{Arc, Mutex};
 
@@ -20,8 +22,6 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::SetScatterGatherEntry;
-
-use super::queue_pair::SharedReceiveQueuePairBuilder;
 
 /// Error returned by [`SharedReceiveQueueBuilder::build`].
 #[derive(Debug, thiserror::Error)]
@@ -327,7 +327,6 @@ impl SharedReceiveQueueBuilder {
             device_max_wr: max_wr,
             can_resize: device.device_cap_flags & ibv_device_cap_flags::IBV_DEVICE_SRQ_RESIZE.0
                 == ibv_device_cap_flags::IBV_DEVICE_SRQ_RESIZE.0,
-            buffers: Mutex::new(RecvBuffers::default()),
             pd: Arc::clone(&self.pd),
         });
         if self.srq_limit > 0 {
@@ -351,12 +350,22 @@ impl SharedReceiveQueueBuilder {
     }
 }
 
-/// Reusable storage for a batch of receive requests, so that posting allocates nothing once
-/// the vectors have grown to the batch size.
+/// Storage for a batch of receive requests, reused batch after batch so that posting allocates
+/// nothing once it has grown to the batch size. Each thread keeps its own (see
+/// [`RECV_BUFFERS`]): threads posting to one queue share no lock and no storage.
 #[derive(Default)]
 struct RecvBuffers {
     wrs: Vec<ibv_recv_wr>,
     sges: Vec<ibv_sge>,
+}
+
+impl RecvBuffers {
+    const fn new() -> Self {
+        Self {
+            wrs: Vec::new(),
+            sges: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for RecvBuffers {
@@ -367,11 +376,15 @@ impl std::fmt::Debug for RecvBuffers {
     }
 }
 
-// SAFETY: the raw pointers inside are only scratch space, rebuilt on every post.
-unsafe impl Send for RecvBuffers {}
+thread_local! {
+    /// This thread's batch storage, lent to one [`PostReceiveGuard`] at a time (a second guard
+    /// alive on the same thread starts with storage of its own).
+    static RECV_BUFFERS: Cell<RecvBuffers> = const { Cell::new(RecvBuffers::new()) };
+}
 
 /// A shared receive queue (SRQ): receive requests posted once, consumed by every queue pair
-/// created on it (see [`create_qp_builder`](Self::create_qp_builder)).
+/// created on it (see [`create_qp_builder`](Self::create_qp_builder), in the
+/// [`queue_pair`](super::queue_pair) module).
 ///
 /// Queue pairs hold an `Arc` of their SRQ, so the SRQ is destroyed only after the last of them.
 #[derive(Debug)]
@@ -381,14 +394,14 @@ pub struct SharedReceiveQueue {
     max_sge: u32,
     device_max_wr: u32,
     can_resize: bool,
-    buffers: Mutex<RecvBuffers>,
     // Destroyed before the protection domain it was created on.
     pd: Arc<ProtectionDomain>,
 }
 
-// SAFETY: ibv_srq may be used from any thread; libibverbs serialises posting on an SRQ itself.
+// SAFETY: ibv_srq may be used from any thread; providers serialise posting on an SRQ themselves,
+// and the library does not write the ibv_srq struct in query, modify or post.
 unsafe impl Send for SharedReceiveQueue {}
-// SAFETY: as above; the mutable Rust-side state is behind mutexes.
+// SAFETY: as above; the mutable Rust-side state (the capacity) is behind a mutex.
 unsafe impl Sync for SharedReceiveQueue {}
 
 impl Drop for SharedReceiveQueue {
@@ -396,7 +409,7 @@ impl Drop for SharedReceiveQueue {
         // SAFETY: the handle came from ibv_create_srq and every queue pair on it is gone (they
         // hold an Arc of this queue).
         let ret = unsafe { ibv_destroy_srq(self.srq.as_ptr()) };
-        assert_eq!(ret, 0, "ibv_destroy_srq failed: {}", io::Error::from_raw_os_error(ret));
+        super::check_destroy("ibv_destroy_srq", ret);
     }
 }
 
@@ -432,12 +445,6 @@ impl SharedReceiveQueue {
     /// The identity asynchronous events name this queue by.
     pub fn id(&self) -> SharedReceiveQueueId {
         SharedReceiveQueueId(self.srq.as_ptr() as usize)
-    }
-
-    /// Creates a builder for RC and UD queue pairs that receive through this queue, on the same
-    /// protection domain.
-    pub fn create_qp_builder(self: &Arc<Self>) -> SharedReceiveQueuePairBuilder {
-        SharedReceiveQueuePairBuilder::new(self)
     }
 
     /// Reads the queue's attributes with `ibv_query_srq`; `srq_limit` is 0 when no limit is armed.
@@ -523,13 +530,13 @@ impl SharedReceiveQueue {
     /// Starts a batch of receive requests; [`PostReceiveGuard::post`] hands the whole batch to
     /// `ibv_post_srq_recv` at once. Dropping the guard without posting discards the batch.
     ///
-    /// The batch's storage is kept by the queue and reused, so posting allocates nothing once
-    /// it has grown to the batch size.
+    /// The batch's storage belongs to the calling thread and is reused, so posting takes no lock
+    /// and allocates nothing once it has grown to the batch size, also when several threads post
+    /// to one queue.
+    #[inline]
     pub fn start_post_recv(&self) -> PostReceiveGuard<'_> {
-        let mut buffers = std::mem::take(&mut *self.buffers.lock().unwrap_or_else(|e| e.into_inner()));
-        buffers.wrs.clear();
-        buffers.sges.clear();
-        PostReceiveGuard { srq: self, buffers }
+        // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
+        unsafe { PostReceiveGuard::start(self.srq, self.max_sge) }
     }
 }
 
@@ -537,33 +544,54 @@ impl SharedReceiveQueue {
 /// [`SharedReceiveQueue::start_post_recv`].
 #[must_use = "the batch is posted only by post()"]
 pub struct PostReceiveGuard<'srq> {
-    srq: &'srq SharedReceiveQueue,
+    srq: NonNull<ibv_srq>,
+    max_sge: u32,
     buffers: RecvBuffers,
+    _srq: PhantomData<&'srq SharedReceiveQueue>,
 }
 
 impl Drop for PostReceiveGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
-        // Give the storage back to the queue for the next batch.
+        // Give the storage back to this thread for the next batch (unless the thread is exiting).
         let buffers = std::mem::take(&mut self.buffers);
-        let mut slot = self.srq.buffers.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.wrs.capacity() < buffers.wrs.capacity() {
-            *slot = buffers;
-        }
+        let _ = RECV_BUFFERS.try_with(|slot| slot.set(buffers));
     }
 }
 
 impl PostReceiveGuard<'_> {
+    /// Starts a batch on a raw shared receive queue. [`SharedReceiveQueue::start_post_recv`] calls
+    /// it; it is public for benchmarks and tests that drive the guard over hand-made function
+    /// tables.
+    ///
+    /// # Safety
+    ///
+    /// `srq` must be a live shared receive queue for the guard's lifetime, and `max_sge` at most
+    /// the number of scatter/gather entries per request it was created with.
+    #[doc(hidden)]
+    #[inline]
+    pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32) -> Self {
+        let mut buffers = RECV_BUFFERS.try_with(Cell::take).unwrap_or_default();
+        buffers.wrs.clear();
+        buffers.sges.clear();
+        Self {
+            srq,
+            max_sge,
+            buffers,
+            _srq: PhantomData,
+        }
+    }
+
     /// Adds a receive request with this `wr_id` to the batch; give it its buffers through the
     /// returned handle ([`SetScatterGatherEntry`]). A request with no entries receives
     /// zero-length messages only.
+    #[inline]
     pub fn construct_wr(&mut self, wr_id: u64) -> RecvWorkRequestHandle<'_> {
-        // `sg_list` temporarily holds the index of the request's first entry; `post` turns it
-        // into a pointer once the entry vector no longer moves.
-        let first_sge = self.buffers.sges.len();
+        // The pointers are set by `post`, once the vectors no longer move.
         self.buffers.wrs.push(ibv_recv_wr {
             wr_id,
             next: null_mut(),
-            sg_list: first_sge as *mut ibv_sge,
+            sg_list: null_mut(),
             num_sge: 0,
         });
         RecvWorkRequestHandle {
@@ -572,80 +600,113 @@ impl PostReceiveGuard<'_> {
     }
 
     /// How many requests the batch holds.
+    #[inline]
     pub fn len(&self) -> usize {
         self.buffers.wrs.len()
     }
 
     /// Whether the batch is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.buffers.wrs.is_empty()
     }
 
     /// Posts the batch with `ibv_post_srq_recv`. On error, every request before
     /// [`PostReceiveError::failed_index`] was posted and the rest were not.
+    #[inline]
     pub fn post(mut self) -> Result<(), PostReceiveError> {
-        let max_sge = self.srq.max_sge;
+        let max_sge = self.max_sge;
         let RecvBuffers { wrs, sges } = &mut self.buffers;
-        if wrs.is_empty() {
+        let len = wrs.len();
+        // Every pointer comes from these two base pointers, taken after the last write through
+        // the vectors; requests with more entries than the queue takes end the list before them.
+        let wr_base = wrs.as_mut_ptr();
+        let mut sge = sges.as_mut_ptr();
+        let mut valid = len;
+        for i in 0..len {
+            // SAFETY: i < len; the entries of request i follow those of the requests before it.
+            unsafe {
+                let wr = wr_base.add(i);
+                let num_sge = (*wr).num_sge as u32;
+                if num_sge > max_sge {
+                    valid = i;
+                    break;
+                }
+                (*wr).sg_list = sge;
+                sge = sge.add(num_sge as usize);
+                (*wr).next = if i + 1 < len { wr_base.add(i + 1) } else { null_mut() };
+            }
+        }
+        if valid < len {
+            return Err(self.too_many_sges(valid));
+        }
+        if len == 0 {
             return Ok(());
         }
-        // Requests with more entries than the queue takes are refused before the call: only those
-        // before the first such request go to the library.
-        let valid = wrs
-            .iter()
-            .position(|wr| wr.num_sge as u32 > max_sge)
-            .unwrap_or(wrs.len());
-        let base = sges.as_mut_ptr();
-        for i in 0..valid {
-            let first = wrs[i].sg_list as usize;
-            // SAFETY: `first` is an index into `sges` recorded by construct_wr (at most its length).
-            wrs[i].sg_list = if wrs[i].num_sge > 0 {
-                unsafe { base.add(first) }
-            } else {
-                null_mut()
-            };
-            wrs[i].next = if i + 1 < valid {
-                &mut wrs[i + 1] as *mut _
-            } else {
-                null_mut()
-            };
-        }
-        if valid > 0 {
-            let mut bad_wr: *mut ibv_recv_wr = null_mut();
-            // SAFETY: the list and its entries live in `self.buffers` until the call returns; the
-            // SRQ handle is alive while `self.srq` is borrowed.
-            let ret = unsafe { ibv_post_srq_recv(self.srq.srq.as_ptr(), wrs.as_mut_ptr(), &mut bad_wr) };
-            if ret != 0 {
-                let index = if bad_wr.is_null() {
-                    0
-                } else {
-                    // SAFETY: bad_wr points into `wrs`, which is one allocation.
-                    unsafe { bad_wr.offset_from(wrs.as_ptr()) as usize }
-                };
-                let wr_id = wrs[index].wr_id;
-                let source = io::Error::from_raw_os_error(ret);
-                return Err(match ret {
-                    libc::EINVAL => PostReceiveErrorKind::InvalidWorkRequest { index, wr_id, source },
-                    libc::ENOMEM => PostReceiveErrorKind::QueueFull { index, wr_id, source },
-                    _ => PostReceiveErrorKind::Ibverbs { index, wr_id, source },
-                }
-                .into());
-            }
-        }
-        if valid < wrs.len() {
-            return Err(PostReceiveErrorKind::TooManyScatterGatherEntries {
-                index: valid,
-                wr_id: wrs[valid].wr_id,
-                requested: wrs[valid].num_sge as usize,
-                max: max_sge,
-            }
-            .into());
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: the list and its entries live in `self.buffers` until the call returns; the
+        // SRQ is alive for the guard's lifetime.
+        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wr_base, &mut bad_wr) };
+        if ret != 0 {
+            return Err(post_error(ret, wr_base, bad_wr, len));
         }
         Ok(())
     }
+
+    /// Request `valid` has too many entries: post those before it and report it.
+    #[cold]
+    #[inline(never)]
+    fn too_many_sges(&mut self, valid: usize) -> PostReceiveError {
+        let wrs = self.buffers.wrs.as_mut_ptr();
+        // SAFETY: valid < len; the requests before it are linked (the last one's next is cut
+        // here).
+        let (wr_id, requested) = unsafe { ((*wrs.add(valid)).wr_id, (*wrs.add(valid)).num_sge as usize) };
+        if valid > 0 {
+            // SAFETY: as above.
+            unsafe { (*wrs.add(valid - 1)).next = null_mut() };
+            let mut bad_wr: *mut ibv_recv_wr = null_mut();
+            // SAFETY: the valid prefix and its entries live in `self.buffers` until the call
+            // returns; the SRQ is alive.
+            let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wrs, &mut bad_wr) };
+            if ret != 0 {
+                return post_error(ret, wrs, bad_wr, valid);
+            }
+        }
+        PostReceiveErrorKind::TooManyScatterGatherEntries {
+            index: valid,
+            wr_id,
+            requested,
+            max: self.max_sge,
+        }
+        .into()
+    }
+}
+
+/// The error of a failed `ibv_post_srq_recv` over the list at `wrs` of `len` requests.
+#[cold]
+#[inline(never)]
+fn post_error(ret: i32, wrs: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize) -> PostReceiveError {
+    // bad_wr names the first request that was not posted; a provider that left it unset posted
+    // nothing.
+    let index = if bad_wr.is_null() {
+        0
+    } else {
+        // SAFETY: bad_wr points into the list, which is one allocation starting at wrs.
+        (unsafe { bad_wr.offset_from(wrs) } as usize).min(len - 1)
+    };
+    // SAFETY: index < len.
+    let wr_id = unsafe { (*wrs.add(index)).wr_id };
+    let source = io::Error::from_raw_os_error(ret);
+    match ret {
+        libc::EINVAL => PostReceiveErrorKind::InvalidWorkRequest { index, wr_id, source },
+        libc::ENOMEM => PostReceiveErrorKind::QueueFull { index, wr_id, source },
+        _ => PostReceiveErrorKind::Ibverbs { index, wr_id, source },
+    }
+    .into()
 }
 
 /// The buffers of one receive request in a [`PostReceiveGuard`] batch.
+#[must_use = "give the request its buffers with setup_sge or setup_sge_list"]
 pub struct RecvWorkRequestHandle<'g> {
     buffers: &'g mut RecvBuffers,
 }
@@ -655,17 +716,23 @@ impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
     ///
     /// The buffer `addr..addr + length` must lie in a memory region registered with `lkey` and
     /// stay valid until the receive completes (or the queue is destroyed).
+    #[inline]
     unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
-        self.setup_sge_list(&[ibv_sge { addr, length, lkey }]);
+        self.buffers.sges.push(ibv_sge { addr, length, lkey });
+        if let Some(wr) = self.buffers.wrs.last_mut() {
+            wr.num_sge += 1;
+        }
     }
 
     /// # Safety
     ///
     /// Each entry's buffer must lie in the memory region registered with its `lkey` and stay
     /// valid until the receive completes (or the queue is destroyed).
+    #[inline]
     unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
-        let wr = self.buffers.wrs.last_mut().expect("construct_wr pushed a request");
-        wr.num_sge += sg_list.len() as i32;
         self.buffers.sges.extend_from_slice(sg_list);
+        if let Some(wr) = self.buffers.wrs.last_mut() {
+            wr.num_sge = wr.num_sge.saturating_add(sg_list.len().min(i32::MAX as usize) as i32);
+        }
     }
 }

@@ -10,15 +10,42 @@
 //! # Reference
 //!
 //! - RDMAmojo: [`ibv_poll_cq`](https://www.rdmamojo.com/2013/02/15/ibv_poll_cq/)
+use std::io;
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 
-use rdma_mummy_sys::ibv_wc;
-use sideway::ibverbs::completion::{WorkCompletionOperationType, WorkCompletionStatus};
+use rdma_mummy_sys::{ibv_cq, ibv_poll_cq, ibv_wc, ibv_wc_opcode as op, ibv_wc_status};
+use sideway::ibverbs::completion::{PollCompletionQueueError, WorkCompletionOperationType, WorkCompletionStatus};
 
 /// `IBV_WC_GRH`: the receive buffer starts with the 40-byte GRH (UD).
 const WC_GRH: u32 = 1 << 0;
 /// `IBV_WC_WITH_IMM`: the completion carries immediate data.
 const WC_WITH_IMM: u32 = 1 << 1;
+
+/// The `enum ibv_wc_opcode` values sideway's `WorkCompletionOperationType::from` knows (it
+/// panics on any other).
+const KNOWN_OPCODES: [u32; 20] = [
+    op::IBV_WC_SEND,
+    op::IBV_WC_RDMA_WRITE,
+    op::IBV_WC_RDMA_READ,
+    op::IBV_WC_COMP_SWAP,
+    op::IBV_WC_FETCH_ADD,
+    op::IBV_WC_BIND_MW,
+    op::IBV_WC_LOCAL_INV,
+    op::IBV_WC_TSO,
+    op::IBV_WC_FLUSH,
+    op::IBV_WC_ATOMIC_WRITE,
+    op::IBV_WC_RECV,
+    op::IBV_WC_RECV_RDMA_WITH_IMM,
+    op::IBV_WC_TM_ADD,
+    op::IBV_WC_TM_DEL,
+    op::IBV_WC_TM_SYNC,
+    op::IBV_WC_TM_RECV,
+    op::IBV_WC_TM_NO_TAG,
+    op::IBV_WC_DRIVER1,
+    op::IBV_WC_DRIVER2,
+    op::IBV_WC_DRIVER3,
+];
 
 /// One work completion (`struct ibv_wc`).
 #[derive(Clone, Copy)]
@@ -52,9 +79,12 @@ impl WorkCompletion {
         self.0.wr_id
     }
 
-    /// The completion's status.
-    pub fn status(&self) -> WorkCompletionStatus {
-        WorkCompletionStatus::from(self.0.status)
+    /// The completion's status, or `None` for a value this crate does not know (a newer library
+    /// or device may report one; [`status_raw`](Self::status_raw) has it).
+    pub fn status(&self) -> Option<WorkCompletionStatus> {
+        // enum ibv_wc_status is numbered from IBV_WC_SUCCESS (0) without gaps; sideway's `From`
+        // knows every value up to IBV_WC_TM_RNDV_INCOMPLETE and panics on the others.
+        (self.0.status <= ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE).then(|| WorkCompletionStatus::from(self.0.status))
     }
 
     /// Whether the status is success.
@@ -67,9 +97,17 @@ impl WorkCompletion {
         self.0.status
     }
 
-    /// The operation that completed (valid only on success).
-    pub fn opcode(&self) -> WorkCompletionOperationType {
-        WorkCompletionOperationType::from(self.0.opcode)
+    /// The operation that completed (valid only on success), or `None` for a value this crate
+    /// does not know ([`opcode_raw`](Self::opcode_raw) has it).
+    pub fn opcode(&self) -> Option<WorkCompletionOperationType> {
+        KNOWN_OPCODES
+            .contains(&self.0.opcode)
+            .then(|| WorkCompletionOperationType::from(self.0.opcode))
+    }
+
+    /// The raw operation value (`enum ibv_wc_opcode`).
+    pub fn opcode_raw(&self) -> u32 {
+        self.0.opcode
     }
 
     /// The vendor's error syndrome, for failed completions.
@@ -93,11 +131,14 @@ impl WorkCompletion {
         self.0.src_qp
     }
 
-    /// The immediate data, in host byte order, when the completion carries some.
+    /// The immediate data when the completion carries some, as sideway's completions give it: the
+    /// value the sender passed to `setup_send_imm` / `setup_write_imm` (of this crate or of
+    /// sideway), unchanged. A C sender's `htonl(x)` reads back as `u32::from_be(imm_data)`.
     pub fn imm_data(&self) -> Option<u32> {
-        // SAFETY: the union holds immediate data when IBV_WC_WITH_IMM is set.
-        (self.0.wc_flags & WC_WITH_IMM != 0)
-            .then(|| u32::from_be(unsafe { self.0.imm_data_invalidated_rkey_union.imm_data }))
+        // SAFETY: every member of the union is a u32: any bits are a valid value, and it holds
+        // immediate data when IBV_WC_WITH_IMM is set.
+        let imm_data = unsafe { self.0.imm_data_invalidated_rkey_union.imm_data };
+        (self.0.wc_flags & WC_WITH_IMM != 0).then_some(imm_data)
     }
 
     /// Whether the receive buffer starts with a 40-byte GRH (UD).
@@ -118,5 +159,94 @@ impl WorkCompletion {
     /// The P_Key index (GSI queue pairs).
     pub fn pkey_index(&self) -> u16 {
         self.0.pkey_index
+    }
+}
+
+/// `ibv_poll_cq` into `wcs`: the completions that were ready.
+///
+/// # Safety
+///
+/// `cq` must be a live completion queue.
+pub(crate) unsafe fn poll(
+    cq: NonNull<ibv_cq>, wcs: &mut [WorkCompletion],
+) -> Result<&[WorkCompletion], PollCompletionQueueError> {
+    let len = wcs.len().min(i32::MAX as usize) as i32;
+    // SAFETY: the CQ is alive (the caller's promise); WorkCompletion is a transparent ibv_wc and
+    // the buffer holds `len` of them.
+    let ret = unsafe { ibv_poll_cq(cq.as_ptr(), len, wcs.as_mut_ptr().cast()) };
+    if ret < 0 {
+        // Providers return -1 (mlx5, with errno unset) or a negative errno.
+        let err = match ret.checked_neg() {
+            Some(errno) if ret != -1 => io::Error::from_raw_os_error(errno),
+            _ => io::Error::other(format!("the provider's poll_cq failed ({ret})")),
+        };
+        return Err(PollCompletionQueueError::Ibverbs(err));
+    }
+    // A provider never reports more than it was given room for; do not trust it with a slice.
+    Ok(&wcs[..(ret as usize).min(wcs.len())])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    use rdma_mummy_sys::ibv_context;
+
+    use super::*;
+
+    static POLL_RETURNS: AtomicI32 = AtomicI32::new(0);
+
+    unsafe extern "C" fn fake_poll_cq(_: *mut ibv_cq, _: i32, _: *mut ibv_wc) -> i32 {
+        POLL_RETURNS.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn negative_and_oversized_poll_returns_are_errors_not_panics() {
+        // SAFETY: zeroes are valid for these plain C structs (pointers and optional functions).
+        let mut context: Box<ibv_context> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        context.ops.poll_cq = Some(fake_poll_cq);
+        // SAFETY: as above.
+        let mut cq: Box<ibv_cq> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        cq.context = &mut *context;
+        let mut wcs = [WorkCompletion::default(); 4];
+        for (ret, expect) in [(-1, None), (-libc::EAGAIN, Some(libc::EAGAIN)), (i32::MIN, None)] {
+            POLL_RETURNS.store(ret, Ordering::Relaxed);
+            // SAFETY: the fake CQ is alive.
+            match unsafe { poll(NonNull::from(&mut *cq), &mut wcs) } {
+                Err(PollCompletionQueueError::Ibverbs(err)) => assert_eq!(err.raw_os_error(), expect, "{ret}"),
+                other => panic!("{ret}: unexpected {other:?}"),
+            }
+        }
+        POLL_RETURNS.store(9, Ordering::Relaxed);
+        // SAFETY: as above.
+        assert_eq!(unsafe { poll(NonNull::from(&mut *cq), &mut wcs) }.unwrap().len(), 4);
+        POLL_RETURNS.store(2, Ordering::Relaxed);
+        // SAFETY: as above.
+        assert_eq!(unsafe { poll(NonNull::from(&mut *cq), &mut wcs) }.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn unknown_status_and_opcode_values_decode_without_panicking() {
+        let mut wc = WorkCompletion::default();
+        assert_eq!(wc.status(), Some(WorkCompletionStatus::Success));
+        assert_eq!(wc.opcode(), Some(WorkCompletionOperationType::Send));
+        // Values a newer library or device may report: sideway's From panics on them.
+        wc.0.status = 200;
+        wc.0.opcode = 77;
+        assert_eq!((wc.status(), wc.status_raw(), wc.is_success()), (None, 200, false));
+        assert_eq!((wc.opcode(), wc.opcode_raw()), (None, 77));
+        let _ = format!("{wc:?}");
+        wc.0.status = ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE;
+        wc.0.opcode = op::IBV_WC_DRIVER3;
+        assert!(wc.status().is_some() && wc.opcode().is_some());
+    }
+
+    #[test]
+    fn immediate_data_is_passed_through_as_sideway_does() {
+        let mut wc = WorkCompletion::default();
+        assert_eq!(wc.imm_data(), None);
+        wc.0.wc_flags = WC_WITH_IMM;
+        wc.0.imm_data_invalidated_rkey_union.imm_data = 0x0102_0304;
+        assert_eq!(wc.imm_data(), Some(0x0102_0304));
     }
 }

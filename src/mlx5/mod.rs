@@ -10,5 +10,6 @@
 //! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
 //! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP).
 pub mod dc_capabilities;
+mod dc_state_table;
 pub mod device_attributes;
 pub mod device_context;
