@@ -31,3 +31,9 @@ pub mod ibverbs;
 #[cfg(feature = "mlx5")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
 pub mod mlx5;
+
+/// README's Rust snippets, compiled as doctests (`no_run`: they need a device to run). They
+/// include the mlx5 one, so they are checked with the `mlx5` feature: `cargo test --features mlx5`.
+#[cfg(all(doctest, feature = "mlx5"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -4,9 +4,12 @@
 //! - On the device named by `SIDEWAY_EXT_TEST_DEVICE` (`#[ignore]`d device tests; `rxe0` in the
 //!   SoftRoCE VM): a device that is not mlx5 must report "not supported", as a typed error and
 //!   in the example's output, with libmlx5 installed and with it hidden.
-//! - On the ConnectX device named by `SIDEWAY_EXT_TEST_MLX5_DEVICE` (hardware tests, run one at
-//!   a time): the query succeeds and reports what every ConnectX has. Without the variable they
-//!   print that they were skipped.
+//!   These need a device that is not mlx5 (their names contain `device_that_is_not_mlx5`, to
+//!   `--skip` them on a ConnectX host) and fail, saying so, on an mlx5 device.
+//! - On the ConnectX device named by `SIDEWAY_EXT_TEST_MLX5_DEVICE` (hardware tests, named
+//!   `mlx5_hw_…`, `#[ignore]`d and run one at a time): the query succeeds and reports what every
+//!   ConnectX has. Run without the variable they fail; `scripts/device-suite` skips them (and
+//!   counts them as skipped) when it is unset.
 #![cfg(feature = "mlx5")]
 mod common;
 
@@ -22,6 +25,10 @@ use sideway_ext::mlx5::device_context::{Mlx5DeviceContext, QueryMlx5DeviceErrorK
 
 /// The variable that names the mlx5 (ConnectX) device the hardware tests run on.
 const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
+
+/// What the "not mlx5" tests say when the test device is an mlx5 device.
+const TEST_DEVICE_IS_MLX5: &str = "the test device is an mlx5 device: this test needs one that is not \
+    (run it on SoftRoCE, or `--skip device_that_is_not_mlx5`; the mlx5_hw_ tests cover ConnectX)";
 
 /// The IEEE OUI that Mellanox/NVIDIA devices report as `vendor_id`.
 const MELLANOX_VENDOR_ID: u32 = 0x02c9;
@@ -59,10 +66,11 @@ fn run(command: &mut Command) -> Output {
     output
 }
 
-/// Whether the device reports the Mellanox/NVIDIA vendor id: the "not mlx5" tests then have
-/// nothing to check.
-fn is_mellanox(ctx: &DeviceContext) -> bool {
-    ctx.query_device().expect("query_device").vendor_id() == MELLANOX_VENDOR_ID
+/// Panics when the device reports the Mellanox/NVIDIA vendor id: the "not mlx5" tests would have
+/// nothing to check, and must not pass without checking it.
+fn require_not_mellanox(ctx: &DeviceContext) {
+    let vendor_id = ctx.query_device().expect("query_device").vendor_id();
+    assert_ne!(vendor_id, MELLANOX_VENDOR_ID, "{TEST_DEVICE_IS_MLX5}");
 }
 
 fn test_device_name() -> String {
@@ -86,10 +94,7 @@ fn assert_json_reports_not_mlx5(stdout: &[u8], name: &str) {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn query_device_on_a_device_that_is_not_mlx5_is_not_supported() {
     let ctx = common::open_test_device();
-    if is_mellanox(&ctx) {
-        println!("skipped: the test device is an mlx5 device (the hardware tests cover it)");
-        return;
-    }
+    require_not_mellanox(&ctx);
     let mlx5 = Mlx5DeviceContext::new(ctx.clone());
     assert!(Arc::ptr_eq(mlx5.device_context(), &ctx));
 
@@ -119,10 +124,7 @@ fn query_device_on_a_device_that_is_not_mlx5_is_not_supported() {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn example_reports_a_device_that_is_not_mlx5() {
     let ctx = common::open_test_device();
-    if is_mellanox(&ctx) {
-        println!("skipped: the test device is an mlx5 device (the hardware tests cover it)");
-        return;
-    }
+    require_not_mellanox(&ctx);
     let name = test_device_name();
     let example = example_path();
 
@@ -159,20 +161,22 @@ fn libmlx5_path() -> Option<PathBuf> {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn example_without_libmlx5_reports_a_device_that_is_not_mlx5() {
     let ctx = common::open_test_device();
-    if is_mellanox(&ctx) {
-        println!("skipped: the test device is an mlx5 device, which needs libmlx5 to be opened at all");
-        return;
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: hiding libmlx5 needs root (a private mount namespace)");
-        return;
-    }
+    // An mlx5 device needs libmlx5 to be opened at all.
+    require_not_mellanox(&ctx);
+    let name = test_device_name();
     let Some(libmlx5) = libmlx5_path() else {
-        println!("skipped: libmlx5 is not installed, so every other test already ran without it");
+        // Nothing to hide: the example already runs without libmlx5.
+        let output = run(Command::new(example_path()).args(["--json", "-d", &name]));
+        assert_json_reports_not_mlx5(&output.stdout, &name);
         return;
     };
-    let name = test_device_name();
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "hiding libmlx5 needs root (a private mount namespace): run the device tests as root \
+         (scripts/device-suite does), or `--skip example_without_libmlx5`"
+    );
     // In a private mount namespace (only this child sees it), /dev/null is bound over libmlx5,
     // so rdma-mummy-sys' dlopen("libmlx5.so.1") fails; the script checks the file reads empty.
     let script = r#"lib=$1; shift; mount --bind /dev/null "$lib" && test ! -s "$lib" || exit 97; exec "$@""#;
@@ -184,28 +188,29 @@ fn example_without_libmlx5_reports_a_device_that_is_not_mlx5() {
     assert_json_reports_not_mlx5(&output.stdout, &name);
 }
 
-/// Opens the ConnectX device named by `SIDEWAY_EXT_TEST_MLX5_DEVICE`, or `None` (after printing
-/// that the test was skipped) when the variable is unset.
-fn open_mlx5_test_device() -> Option<(String, Arc<DeviceContext>)> {
-    let Ok(name) = std::env::var(MLX5_DEVICE_VARIABLE) else {
-        println!("skipped: {MLX5_DEVICE_VARIABLE} is not set");
-        return None;
-    };
+/// Opens the ConnectX device named by `SIDEWAY_EXT_TEST_MLX5_DEVICE`; panics with a clear
+/// message when the variable is unset or the device is missing, since only hardware tests call it.
+fn open_mlx5_test_device() -> (String, Arc<DeviceContext>) {
+    let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
+        panic!(
+            "mlx5 hardware tests need {MLX5_DEVICE_VARIABLE} to name a ConnectX-4 or newer \
+             (e.g. mlx5_0); without one, `--skip mlx5_hw_`"
+        )
+    });
     let list = DeviceList::new().unwrap_or_else(|e| panic!("cannot list RDMA devices: {e}"));
     let device = list
         .iter()
         .find(|d| d.name() == name)
         .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
     let ctx = device.open().unwrap_or_else(|e| panic!("cannot open {name}: {e}"));
-    Some((name, ctx))
+    (name, ctx)
 }
 
 #[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
-fn hardware_query_device_on_connectx() {
-    let Some((name, ctx)) = open_mlx5_test_device() else {
-        return;
-    };
+fn mlx5_hw_query_device_on_connectx() {
+    let (name, ctx) = open_mlx5_test_device();
     let mlx5 = Mlx5DeviceContext::new(ctx.clone());
     let attr = mlx5
         .query_device()
@@ -239,11 +244,10 @@ fn hardware_query_device_on_connectx() {
 }
 
 #[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
-fn hardware_example_prints_the_mlx5_section() {
-    let Some((name, _ctx)) = open_mlx5_test_device() else {
-        return;
-    };
+fn mlx5_hw_example_prints_the_mlx5_section() {
+    let (name, _ctx) = open_mlx5_test_device();
     let example = example_path();
     let table = run(Command::new(&example).arg("-d").arg(&name));
     let table = String::from_utf8_lossy(&table.stdout);

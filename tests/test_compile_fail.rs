@@ -1,0 +1,13 @@
+//! The post guards' borrow rules, pinned with trybuild: each program in `tests/compile_fail/`
+//! must fail to compile with the borrow error in its `.stderr` file (two send guards on one
+//! queue pair; a request handle outliving its guard; posting while a request handle is alive).
+//!
+//! A host-only test: it runs cargo to compile the programs, so `scripts/device-suite` does not
+//! run it in the VM (it counts it as skipped there). After a change to the guards, regenerate the
+//! expected errors with `TRYBUILD=overwrite cargo test --test test_compile_fail` and review them.
+
+#[test]
+fn post_guard_borrow_rules() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/compile_fail/*.rs");
+}
