@@ -1,6 +1,7 @@
 //! The post guards' borrow rules, pinned with trybuild: each program in `tests/compile_fail/`
 //! must fail to compile with the borrow error in its `.stderr` file (two send guards on one
-//! queue pair; a request handle outliving its guard; posting while a request handle is alive).
+//! queue pair; a request handle outliving its guard; posting while a request handle is alive;
+//! a query, which lets libibverbs write the queue pair, through a shared reference).
 //!
 //! A host-only test: it runs cargo to compile the programs, so `scripts/device-suite` does not
 //! run it in the VM (it counts it as skipped there). After a change to the guards, regenerate the
