@@ -31,13 +31,12 @@ use std::error::Error;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
 use sideway::ibverbs::address::Gid;
-use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue};
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu};
 use sideway::ibverbs::memory_region::MemoryRegion;
@@ -46,7 +45,9 @@ use sideway::ibverbs::queue_pair::{
 };
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandleAttribute;
-use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::extension::{
+    CompletionChannelExt, CompletionQueueEventExt, CompletionQueueExt, ProtectionDomainExt,
+};
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
@@ -401,33 +402,21 @@ fn post_send(
     Ok(())
 }
 
-/// Waits for the next completion event on `channel` (for `cq`), acknowledges it and re-arms the
-/// CQ (`ibv_get_cq_event`, `ibv_ack_cq_events`, `ibv_req_notify_cq`).
-fn wait_cq_event(channel: &CompletionChannel, cq: &BasicCompletionQueue) -> Result<()> {
-    let mut ev_cq: *mut rdma_mummy_sys::ibv_cq = std::ptr::null_mut();
-    let mut ev_ctx: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: the channel is alive; the out-pointers are writable.
-    let ret = unsafe { rdma_mummy_sys::ibv_get_cq_event(channel.comp_channel().as_ptr(), &mut ev_cq, &mut ev_ctx) };
-    if ret != 0 {
-        return Err("Failed to get cq_event".into());
+/// Waits for the next completion event on `channel`, checks that it is for `cq`, and re-arms the
+/// CQ; the event is acknowledged when it goes out of scope.
+fn wait_cq_event(channel: &CompletionChannel, cq: &Arc<BasicCompletionQueue>) -> Result<()> {
+    let event = channel
+        .get_cq_event()
+        .map_err(|e| format!("Failed to get cq_event: {}", report(&e)))?;
+    if !event.is_for(&**cq) {
+        return Err("CQ event for unknown CQ".into());
     }
-    // SAFETY: the CQ is alive.
-    let cq_ptr = unsafe { cq.cq() };
-    if ev_cq != cq_ptr.as_ptr() {
-        return Err(format!("CQ event for unknown CQ {ev_cq:p}").into());
-    }
-    // Acknowledged at once, so that no early return leaves the CQ undestroyable.
-    // SAFETY: one event of this live CQ was received and not yet acknowledged.
-    unsafe { rdma_mummy_sys::ibv_ack_cq_events(cq_ptr.as_ptr(), 1) };
-    request_notify(cq_ptr)
+    request_notify(cq)
 }
 
-fn request_notify(cq: NonNull<rdma_mummy_sys::ibv_cq>) -> Result<()> {
-    // SAFETY: the CQ is alive.
-    if unsafe { rdma_mummy_sys::ibv_req_notify_cq(cq.as_ptr(), 0) } != 0 {
-        return Err("Couldn't request CQ notification".into());
-    }
-    Ok(())
+fn request_notify(cq: &Arc<BasicCompletionQueue>) -> Result<()> {
+    cq.req_notify_cq(false)
+        .map_err(|e| format!("Couldn't request CQ notification: {}", report(&e)).into())
 }
 
 /// Whether the device supports on-demand paging for RC sends and SRQ receives (`-o`).
@@ -555,8 +544,7 @@ fn run(args: &Args) -> Result<()> {
         return Err(format!("Couldn't post receive ({routs})").into());
     }
     if args.events {
-        // SAFETY: the CQ is alive.
-        request_notify(unsafe { cq.cq() })?;
+        request_notify(&cq)?;
     }
 
     let port = ctx

@@ -4,7 +4,7 @@
 //! upstream into sideway as one pull request, under the same public path:
 //!
 //! - [`ibverbs`]: shared receive queues and the queue pairs that receive through them, address
-//!   handles and asynchronous events (plain libibverbs, always compiled);
+//!   handles, asynchronous events and completion events (plain libibverbs, always compiled);
 //! - `mlx5` (feature `mlx5`): mlx5 direct verbs, the device and DC (Dynamically Connected
 //!   transport) capability queries and, later, DC queue pairs.
 //!

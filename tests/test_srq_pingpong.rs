@@ -1,7 +1,7 @@
 //! Interoperability of `examples/srq_pingpong` with rdma-core's `ibv_srq_pingpong`: the Rust
-//! client against the C server, the C client against the Rust server, and Rust against Rust,
-//! each pair on the device named by `SIDEWAY_EXT_TEST_DEVICE` over its RoCE v2 GID, with the
-//! TCP exchange on 127.0.0.1.
+//! client against the C server, the C client against the Rust server, and Rust against Rust, also
+//! with `-e` (sleeping on completion events); each pair on the device named by
+//! `SIDEWAY_EXT_TEST_DEVICE` over its RoCE v2 GID, with the TCP exchange on 127.0.0.1.
 //!
 //! The example binary is the one cargo builds next to the test binaries
 //! (`target/debug/examples/srq_pingpong`); the C tool is Debian's `/usr/bin/ibv_srq_pingpong`.
@@ -189,9 +189,9 @@ fn listening(port: u16) -> bool {
     })
 }
 
-/// Runs `server` then, once it listens, `client` against it on 127.0.0.1; returns both outcomes
-/// (server first).
-fn run_pair(server: &Path, client: &Path, port: u16) -> (Finished, Finished) {
+/// Runs `server` then, once it listens, `client` against it on 127.0.0.1, both with `extra`
+/// arguments besides the common ones; returns both outcomes (server first).
+fn run_pair(server: &Path, client: &Path, port: u16, extra: &[&str]) -> (Finished, Finished) {
     let gid_index = roce_v2_ipv4_gid_index();
     let args: Vec<String> = [
         "-d",
@@ -208,6 +208,7 @@ fn run_pair(server: &Path, client: &Path, port: u16) -> (Finished, Finished) {
         &SIZE.to_string(),
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
     let deadline = Instant::now() + TIMEOUT;
@@ -294,7 +295,7 @@ fn check_pair(server: &Finished, client: &Finished) {
 #[serial]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn rust_client_against_c_server() {
-    let (server, client) = run_pair(&c_tool(), &example_binary(), 18611);
+    let (server, client) = run_pair(&c_tool(), &example_binary(), 18611, &[]);
     check_pair(&server, &client);
     println!("{client}");
 }
@@ -303,7 +304,7 @@ fn rust_client_against_c_server() {
 #[serial]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn c_client_against_rust_server() {
-    let (server, client) = run_pair(&example_binary(), &c_tool(), 18612);
+    let (server, client) = run_pair(&example_binary(), &c_tool(), 18612, &[]);
     check_pair(&server, &client);
     println!("{server}");
 }
@@ -312,7 +313,28 @@ fn c_client_against_rust_server() {
 #[serial]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn rust_client_against_rust_server() {
-    let (server, client) = run_pair(&example_binary(), &example_binary(), 18613);
+    let (server, client) = run_pair(&example_binary(), &example_binary(), 18613, &[]);
     check_pair(&server, &client);
     println!("{server}\n{client}");
+}
+
+/// `-e`: both peers sleep on completion events (the example through sideway-ext's completion
+/// channel API) instead of busy polling.
+#[test]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn rust_client_against_rust_server_with_events() {
+    let (server, client) = run_pair(&example_binary(), &example_binary(), 18614, &["-e"]);
+    check_pair(&server, &client);
+    println!("{server}\n{client}");
+}
+
+/// `-e` against the C tool, also in event mode.
+#[test]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn rust_client_against_c_server_with_events() {
+    let (server, client) = run_pair(&c_tool(), &example_binary(), 18615, &["-e"]);
+    check_pair(&server, &client);
+    println!("{client}");
 }

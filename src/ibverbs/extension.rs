@@ -64,3 +64,103 @@ impl<T: CompletionQueue + ?Sized> CompletionQueueExt for T {
         unsafe { super::work_completion::poll(self.cq(), wcs) }
     }
 }
+
+// Completion events: arming a completion queue and reading its channel. (Imported here, beside
+// their only users, so that this block stays apart from the items above.)
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+use sideway::ibverbs::completion::{
+    BasicCompletionQueue, CompletionChannel, ExtendedCompletionQueue, GenericCompletionQueue,
+};
+
+use super::completion_channel::{self, CompletionEvent, GetCompletionEventError, RequestNotifyCompletionQueueError};
+
+/// Completion event notification on a completion queue
+/// ([`ibv_req_notify_cq`](https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html),
+/// [RDMAmojo](https://www.rdmamojo.com/2013/02/22/ibv_req_notify_cq/)); see
+/// [`completion_channel`] for the whole loop.
+pub trait CompletionQueueEventExt {
+    /// Arms the CQ: the next completion added to it puts one [`CompletionEvent`] on its
+    /// completion channel. With `solicited_only`, only a receive completion of a message with the
+    /// solicited bit set, or a completion in error, does. One arm raises at most one event:
+    /// re-arm after each.
+    ///
+    /// # Errors
+    ///
+    /// - [`NoCompletionChannel`](super::completion_channel::RequestNotifyCompletionQueueErrorKind::NoCompletionChannel):
+    ///   the CQ was built without
+    ///   [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel).
+    /// - [`Ibverbs`](super::completion_channel::RequestNotifyCompletionQueueErrorKind::Ibverbs):
+    ///   the provider refused (the errno `ibv_req_notify_cq` returned).
+    fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError>;
+}
+
+impl CompletionQueueEventExt for Arc<BasicCompletionQueue> {
+    fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError> {
+        completion_channel::req_notify_cq(self, solicited_only)
+    }
+}
+
+impl CompletionQueueEventExt for Arc<ExtendedCompletionQueue> {
+    fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError> {
+        completion_channel::req_notify_cq(self, solicited_only)
+    }
+}
+
+impl CompletionQueueEventExt for GenericCompletionQueue {
+    fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError> {
+        completion_channel::req_notify_cq(self, solicited_only)
+    }
+}
+
+/// Reading completion events from a completion channel
+/// ([`ibv_get_cq_event`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html),
+/// [RDMAmojo](https://www.rdmamojo.com/2013/03/09/ibv_get_cq_event/)).
+///
+/// The channel's file descriptor ([`AsRawFd`](std::os::fd::AsRawFd), or [`as_fd`](Self::as_fd))
+/// becomes readable when an event is pending, so an async runtime can wait on it; make the
+/// channel non-blocking first with sideway's
+/// [`set_nonblocking`](sideway::ibverbs::completion::CompletionChannel::set_nonblocking).
+pub trait CompletionChannelExt {
+    /// Reads the next event with `ibv_get_cq_event`, waiting for one unless the channel is
+    /// non-blocking.
+    ///
+    /// # Errors
+    ///
+    /// - [`Ibverbs`](super::completion_channel::GetCompletionEventErrorKind::Ibverbs): the read
+    ///   failed; [`io::ErrorKind::WouldBlock`] on a non-blocking channel with no event pending.
+    /// - [`UnknownCompletionQueue`](super::completion_channel::GetCompletionEventErrorKind::UnknownCompletionQueue):
+    ///   the event was for a CQ not armed with
+    ///   [`req_notify_cq`](CompletionQueueEventExt::req_notify_cq); it was acknowledged.
+    fn get_cq_event(&self) -> Result<CompletionEvent, GetCompletionEventError>;
+
+    /// Reads the next event if one is pending, without waiting (also on a blocking channel).
+    fn try_get_cq_event(&self) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
+
+    /// Waits at most `timeout` for an event, with `poll` on the channel's file descriptor.
+    fn get_cq_event_timeout(&self, timeout: Duration) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
+
+    /// The channel's file descriptor, borrowed for as long as the channel.
+    fn as_fd(&self) -> BorrowedFd<'_>;
+}
+
+impl CompletionChannelExt for CompletionChannel {
+    fn get_cq_event(&self) -> Result<CompletionEvent, GetCompletionEventError> {
+        completion_channel::get_cq_event(self)
+    }
+
+    fn try_get_cq_event(&self) -> Result<Option<CompletionEvent>, GetCompletionEventError> {
+        completion_channel::get_cq_event_timeout(self, Duration::ZERO)
+    }
+
+    fn get_cq_event_timeout(&self, timeout: Duration) -> Result<Option<CompletionEvent>, GetCompletionEventError> {
+        completion_channel::get_cq_event_timeout(self, timeout)
+    }
+
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the channel owns the descriptor and closes it only when it is destroyed, after
+        // the borrow of self ends.
+        unsafe { BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(self)) }
+    }
+}

@@ -7,8 +7,11 @@
 //! - [`address_handle`]: address handles for datagram transports;
 //! - [`async_event`]: the device context's asynchronous events (SRQ limit, QP last WQE, …);
 //! - [`work_completion`]: completions with every field, including the queue pair number;
+//! - [`completion_channel`]: completion events, to sleep (or wait on a file descriptor) until a
+//!   completion queue gets a completion instead of busy polling it;
 //! - [`extension`]: the factories on sideway's types (`pd.create_srq_builder()`, `pd.create_ah()`,
-//!   `ctx.async_event_reader()`, `cq.poll_work_completions()`).
+//!   `ctx.async_event_reader()`, `cq.poll_work_completions()`) and the completion-event methods
+//!   (`cq.req_notify_cq()`, `channel.get_cq_event()`).
 //!
 //! # Example
 //!
@@ -30,6 +33,7 @@
 //! ```
 pub mod address_handle;
 pub mod async_event;
+pub mod completion_channel;
 pub mod extension;
 pub mod post_send_guard;
 pub mod queue_pair;

@@ -1,0 +1,435 @@
+//! Completion events: a completion channel telling that a completion queue got a new completion,
+//! so that a thread can sleep (or an async runtime's reactor can wait on the channel's file
+//! descriptor) instead of busy polling the CQ.
+//!
+//! The loop, for a CQ created with
+//! [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel):
+//!
+//! 1. arm the CQ with [`req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq):
+//!    the next completion added to it puts one event on the channel;
+//! 2. wait for a [`CompletionEvent`] with
+//!    [`get_cq_event`](super::extension::CompletionChannelExt::get_cq_event) (or wait until the
+//!    channel's file descriptor is readable, then
+//!    [`try_get_cq_event`](super::extension::CompletionChannelExt::try_get_cq_event));
+//! 3. re-arm the CQ, then drain it by polling: a completion that arrives between the last poll and
+//!    the re-arm would otherwise raise no event.
+//!
+//! Each event names its CQ and holds it, so the CQ cannot be destroyed before the event is
+//! acknowledged (`ibv_destroy_cq` waits for every event it delivered to be acknowledged, which
+//! would otherwise deadlock a thread that still holds one). A [`CompletionEvent`] is acknowledged
+//! with `ibv_ack_cq_events` when it is dropped; a [`CompletionEventBatch`] collects the events of
+//! one CQ and acknowledges them in one call, as the man page advises for the data path (the call
+//! takes a mutex).
+//!
+//! An event can only name a CQ armed through `req_notify_cq` of this crate: arming records the
+//! CQ (weakly, it does not keep the CQ alive) so that the event can find it again. An event for a
+//! CQ armed some other way (a raw `ibv_req_notify_cq`) is acknowledged at once and reported as
+//! [`GetCompletionEventErrorKind::UnknownCompletionQueue`].
+//!
+//! # Reference
+//!
+//! - RDMAmojo: [`ibv_req_notify_cq`](https://www.rdmamojo.com/2013/02/22/ibv_req_notify_cq/),
+//!   [`ibv_get_cq_event`](https://www.rdmamojo.com/2013/03/09/ibv_get_cq_event/),
+//!   [`ibv_ack_cq_events`](https://www.rdmamojo.com/2013/03/16/ibv_ack_cq_events/)
+//! - rdma-core manpages: [`ibv_req_notify_cq`](https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html),
+//!   [`ibv_get_cq_event`, `ibv_ack_cq_events`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html)
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::io;
+use std::mem::ManuallyDrop;
+use std::os::fd::AsRawFd;
+use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use rdma_mummy_sys::{ibv_ack_cq_events, ibv_cq, ibv_get_cq_event, ibv_req_notify_cq};
+use sideway::ibverbs::completion::{
+    BasicCompletionQueue, CompletionChannel, CompletionQueue, ExtendedCompletionQueue, GenericCompletionQueue,
+};
+
+/// Error returned by
+/// [`CompletionQueueEventExt::req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to request completion notification")]
+#[non_exhaustive]
+pub struct RequestNotifyCompletionQueueError(#[from] pub RequestNotifyCompletionQueueErrorKind);
+
+/// The enum type for [`RequestNotifyCompletionQueueError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestNotifyCompletionQueueErrorKind {
+    /// The CQ was created without a completion channel, so it has nowhere to send events.
+    #[error("the completion queue has no completion channel")]
+    NoCompletionChannel,
+    /// `ibv_req_notify_cq` failed.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// Error returned by [`CompletionChannelExt::get_cq_event`](super::extension::CompletionChannelExt::get_cq_event)
+/// and its variants.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to get a completion event")]
+#[non_exhaustive]
+pub struct GetCompletionEventError(#[from] pub GetCompletionEventErrorKind);
+
+/// The enum type for [`GetCompletionEventError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GetCompletionEventErrorKind {
+    /// The event was for a CQ that was not armed with
+    /// [`req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq) of this crate
+    /// (or that is being destroyed); the event was acknowledged and dropped.
+    #[error("completion event for a completion queue not armed through req_notify_cq (ibv_cq at {cq:#x})")]
+    UnknownCompletionQueue {
+        /// The address of the CQ's `ibv_cq`.
+        cq: usize,
+    },
+    /// `ibv_get_cq_event` (or `poll` on the channel's file descriptor) failed; on a non-blocking
+    /// channel with no event pending, [`get_cq_event`](super::extension::CompletionChannelExt::get_cq_event)
+    /// reports [`io::ErrorKind::WouldBlock`] here.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// One completion event: the CQ it names got a completion after it was armed. Acknowledged with
+/// `ibv_ack_cq_events` when dropped (or later, by a [`CompletionEventBatch`]).
+///
+/// The event holds its CQ, so the CQ is destroyed only after the event is acknowledged, whatever
+/// order the values are dropped in.
+#[derive(Debug)]
+pub struct CompletionEvent {
+    // Acknowledged in Drop before this handle is released.
+    cq: GenericCompletionQueue,
+}
+
+impl CompletionEvent {
+    /// The completion queue that got the completion.
+    pub fn cq(&self) -> &GenericCompletionQueue {
+        &self.cq
+    }
+
+    /// Whether the event is for `cq`.
+    pub fn is_for(&self, cq: &(impl CompletionQueue + ?Sized)) -> bool {
+        // SAFETY: both CQs are alive; the handles are only compared.
+        unsafe { self.cq.cq() == cq.cq() }
+    }
+
+    /// The context pointer the CQ was created with
+    /// ([`setup_cq_context`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_cq_context)),
+    /// null when none was set.
+    pub fn cq_context(&self) -> *mut c_void {
+        // SAFETY: the CQ is alive while the event holds it; cq_context is set at creation.
+        unsafe { self.cq.cq().as_ref().cq_context }
+    }
+
+    /// Gives up the CQ without acknowledging: the caller acknowledges the event.
+    fn into_unacknowledged(self) -> GenericCompletionQueue {
+        let event = ManuallyDrop::new(self);
+        // SAFETY: `event` is never dropped nor used again, so the CQ handle is moved out once.
+        unsafe { ptr::read(&event.cq) }
+    }
+}
+
+impl Drop for CompletionEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event came from ibv_get_cq_event for this live CQ and is acknowledged once.
+        unsafe { ibv_ack_cq_events(self.cq.cq().as_ptr(), 1) };
+    }
+}
+
+/// Completion events of one CQ whose acknowledgement is deferred, then done in one
+/// `ibv_ack_cq_events` call for all of them (by [`ack_events`](Self::ack_events) or on drop).
+///
+/// The batch holds the CQ of its events, so the CQ is destroyed only after they are
+/// acknowledged.
+#[derive(Debug, Default)]
+pub struct CompletionEventBatch {
+    // Some while count > 0; acknowledged before it is released.
+    cq: Option<GenericCompletionQueue>,
+    count: u32,
+}
+
+impl CompletionEventBatch {
+    /// An empty batch, for the events of any one CQ.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an event, to be acknowledged with the others. An event of another CQ than the
+    /// batch's events is handed back (acknowledge the batch first, or drop the event).
+    pub fn push(&mut self, event: CompletionEvent) -> Result<(), CompletionEvent> {
+        if let Some(cq) = &self.cq {
+            if !event.is_for(cq) {
+                return Err(event);
+            }
+            if self.count == u32::MAX {
+                self.ack_events();
+            }
+        }
+        let cq = event.into_unacknowledged();
+        if self.cq.is_none() {
+            self.cq = Some(cq);
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// How many events wait for acknowledgement.
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    /// Whether no event waits for acknowledgement.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Acknowledges every event of the batch in one `ibv_ack_cq_events` call and returns how many
+    /// that was; the batch is then empty, for events of any CQ.
+    pub fn ack_events(&mut self) -> u32 {
+        let count = std::mem::take(&mut self.count);
+        if let Some(cq) = self.cq.take() {
+            // SAFETY: `count` events of this live CQ came from ibv_get_cq_event and none of them
+            // was acknowledged.
+            unsafe { ibv_ack_cq_events(cq.cq().as_ptr(), count) };
+        }
+        count
+    }
+}
+
+impl Drop for CompletionEventBatch {
+    fn drop(&mut self) {
+        self.ack_events();
+    }
+}
+
+/// A CQ recorded when it was armed, without keeping it alive.
+pub(crate) enum ArmedCompletionQueue {
+    Basic(Weak<BasicCompletionQueue>),
+    Extended(Weak<ExtendedCompletionQueue>),
+}
+
+impl ArmedCompletionQueue {
+    fn upgrade(&self) -> Option<GenericCompletionQueue> {
+        match self {
+            Self::Basic(cq) => cq.upgrade().map(GenericCompletionQueue::Basic),
+            Self::Extended(cq) => cq.upgrade().map(GenericCompletionQueue::Extended),
+        }
+    }
+
+    fn is(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Basic(a), Self::Basic(b)) => a.ptr_eq(b),
+            (Self::Extended(a), Self::Extended(b)) => a.ptr_eq(b),
+            _ => false,
+        }
+    }
+}
+
+/// The CQs armed through this crate, by the address of their `ibv_cq`. An entry whose CQ is
+/// alive names the CQ at that address (a live CQ's memory is not reused); dead entries are
+/// replaced when another CQ at the address is armed, and pruned as the map grows.
+struct ArmedQueues {
+    by_address: BTreeMap<usize, ArmedCompletionQueue>,
+    prune_at: usize,
+}
+
+const FIRST_PRUNE: usize = 64;
+
+static ARMED_QUEUES: Mutex<ArmedQueues> = Mutex::new(ArmedQueues {
+    by_address: BTreeMap::new(),
+    prune_at: FIRST_PRUNE,
+});
+
+fn armed_queues() -> std::sync::MutexGuard<'static, ArmedQueues> {
+    // The map is consistent after every operation on it, so a panic elsewhere cannot poison it.
+    ARMED_QUEUES.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn record_armed(address: usize, cq: ArmedCompletionQueue) {
+    let mut armed = armed_queues();
+    if armed.by_address.get(&address).is_some_and(|known| known.is(&cq)) {
+        return;
+    }
+    armed.by_address.insert(address, cq);
+    if armed.by_address.len() >= armed.prune_at {
+        armed.by_address.retain(|_, cq| cq.upgrade().is_some());
+        armed.prune_at = (armed.by_address.len() * 2).max(FIRST_PRUNE);
+    }
+}
+
+fn find_armed(address: usize) -> Option<GenericCompletionQueue> {
+    armed_queues()
+        .by_address
+        .get(&address)
+        .and_then(ArmedCompletionQueue::upgrade)
+}
+
+/// The CQ types that can be armed: those that can be recorded as a weak handle.
+pub(crate) trait ArmableCompletionQueue {
+    /// The CQ's `ibv_cq`.
+    ///
+    /// # Safety
+    ///
+    /// As [`CompletionQueue::cq`]: the returned pointer's lifetime is not tied to the value.
+    unsafe fn raw_cq(&self) -> NonNull<ibv_cq>;
+
+    /// A weak handle of the CQ.
+    fn armed(&self) -> ArmedCompletionQueue;
+}
+
+impl ArmableCompletionQueue for Arc<BasicCompletionQueue> {
+    unsafe fn raw_cq(&self) -> NonNull<ibv_cq> {
+        // SAFETY: the caller keeps to the contract of CompletionQueue::cq.
+        unsafe { self.cq() }
+    }
+
+    fn armed(&self) -> ArmedCompletionQueue {
+        ArmedCompletionQueue::Basic(Arc::downgrade(self))
+    }
+}
+
+impl ArmableCompletionQueue for Arc<ExtendedCompletionQueue> {
+    unsafe fn raw_cq(&self) -> NonNull<ibv_cq> {
+        // SAFETY: the caller keeps to the contract of CompletionQueue::cq.
+        unsafe { self.cq() }
+    }
+
+    fn armed(&self) -> ArmedCompletionQueue {
+        ArmedCompletionQueue::Extended(Arc::downgrade(self))
+    }
+}
+
+impl ArmableCompletionQueue for GenericCompletionQueue {
+    unsafe fn raw_cq(&self) -> NonNull<ibv_cq> {
+        // SAFETY: the caller keeps to the contract of CompletionQueue::cq.
+        unsafe { self.cq() }
+    }
+
+    fn armed(&self) -> ArmedCompletionQueue {
+        match self {
+            GenericCompletionQueue::Basic(cq) => cq.armed(),
+            GenericCompletionQueue::Extended(cq) => cq.armed(),
+        }
+    }
+}
+
+/// Arms `cq` with `ibv_req_notify_cq`, after recording it for [`get_cq_event`].
+pub(crate) fn req_notify_cq(
+    cq: &impl ArmableCompletionQueue, solicited_only: bool,
+) -> Result<(), RequestNotifyCompletionQueueError> {
+    // SAFETY: the CQ is alive while `cq` is.
+    let raw = unsafe { cq.raw_cq() };
+    // SAFETY: as above; an extended CQ starts with the fields of an ibv_cq, channel included.
+    if unsafe { raw.as_ref().channel.is_null() } {
+        return Err(RequestNotifyCompletionQueueErrorKind::NoCompletionChannel.into());
+    }
+    // Recorded before arming, so that an event raised right after arming finds the CQ.
+    record_armed(raw.as_ptr() as usize, cq.armed());
+    // SAFETY: the CQ is alive and has a completion channel.
+    let ret = unsafe { ibv_req_notify_cq(raw.as_ptr(), i32::from(solicited_only)) };
+    if ret != 0 {
+        return Err(RequestNotifyCompletionQueueErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
+    }
+    Ok(())
+}
+
+/// Reads the next event of `channel` with `ibv_get_cq_event` (waiting unless the channel is
+/// non-blocking).
+pub(crate) fn get_cq_event(channel: &CompletionChannel) -> Result<CompletionEvent, GetCompletionEventError> {
+    let mut cq: *mut ibv_cq = ptr::null_mut();
+    let mut cq_context: *mut c_void = ptr::null_mut();
+    // SAFETY: the channel is alive while `channel` is; the out-pointers are writable.
+    let ret = unsafe { ibv_get_cq_event(channel.comp_channel().as_ptr(), &mut cq, &mut cq_context) };
+    if ret != 0 {
+        return Err(GetCompletionEventErrorKind::Ibverbs(io::Error::last_os_error()).into());
+    }
+    let Some(cq) = NonNull::new(cq) else {
+        return Err(GetCompletionEventErrorKind::Ibverbs(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "ibv_get_cq_event returned no completion queue",
+        ))
+        .into());
+    };
+    match find_armed(cq.as_ptr() as usize) {
+        Some(armed) => Ok(CompletionEvent { cq: armed }),
+        None => {
+            // SAFETY: the event was just received for this CQ; its memory stays valid until the
+            // event is acknowledged, since destroying it waits for that.
+            unsafe { ibv_ack_cq_events(cq.as_ptr(), 1) };
+            Err(GetCompletionEventErrorKind::UnknownCompletionQueue {
+                cq: cq.as_ptr() as usize,
+            }
+            .into())
+        },
+    }
+}
+
+/// Waits at most `timeout` for an event (with `poll` on the channel's file descriptor). No event
+/// within the time, or none left to read on a non-blocking channel, is `Ok(None)`.
+pub(crate) fn get_cq_event_timeout(
+    channel: &CompletionChannel, timeout: Duration,
+) -> Result<Option<CompletionEvent>, GetCompletionEventError> {
+    let mut pollfd = libc::pollfd {
+        fd: channel.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: pollfd is a valid array of one entry.
+    let ret = unsafe { libc::poll(&mut pollfd, 1, millis) };
+    match ret {
+        0 => Ok(None),
+        n if n > 0 => match get_cq_event(channel) {
+            Ok(event) => Ok(Some(event)),
+            Err(GetCompletionEventError(GetCompletionEventErrorKind::Ibverbs(err)))
+                if err.kind() == io::ErrorKind::WouldBlock =>
+            {
+                Ok(None)
+            },
+            Err(err) => Err(err),
+        },
+        _ => Err(GetCompletionEventErrorKind::Ibverbs(io::Error::last_os_error()).into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_batch_acknowledges_nothing() {
+        let mut batch = CompletionEventBatch::new();
+        assert!(batch.is_empty());
+        assert_eq!(batch.len(), 0);
+        assert_eq!(batch.ack_events(), 0);
+    }
+
+    #[test]
+    fn unknown_addresses_find_no_queue() {
+        // Never armed: no entry, so an event for it would be acknowledged and reported unknown.
+        assert!(find_armed(0x10).is_none());
+    }
+
+    #[test]
+    fn dead_entries_are_replaced_and_pruned() {
+        // Weak handles that never had a value stand in for CQs that were dropped.
+        let base = 0x1000_0000_usize;
+        for i in 0..(FIRST_PRUNE * 3) {
+            record_armed(base + i * 64, ArmedCompletionQueue::Basic(Weak::new()));
+        }
+        let armed = armed_queues();
+        let ours = armed.by_address.range(base..base + FIRST_PRUNE * 3 * 64).count();
+        assert!(ours < FIRST_PRUNE, "dead entries were pruned, {ours} left");
+        assert!(armed.prune_at >= FIRST_PRUNE);
+    }
+
+    #[test]
+    fn weak_entries_compare_by_identity() {
+        let a = ArmedCompletionQueue::Basic(Weak::new());
+        let b = ArmedCompletionQueue::Extended(Weak::new());
+        assert!(!a.is(&b));
+        assert!(a.upgrade().is_none() && b.upgrade().is_none());
+    }
+}

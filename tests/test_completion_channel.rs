@@ -1,0 +1,341 @@
+//! Completion events on a real device (SoftRoCE in the VM): an armed CQ raises exactly one event
+//! for a completion, and the channel's file descriptor turns readable; an armed CQ with no
+//! completion, and an unarmed CQ with one, raise none; events keep their CQ alive, batch, and
+//! read without blocking.
+mod common;
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{connect_rc, local_gid, open_test_device, wait_completions, Buffer};
+use sideway::ibverbs::completion::{CompletionChannel, GenericCompletionQueue};
+use sideway::ibverbs::device_context::DeviceContext;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::AccessFlags;
+use sideway_ext::ibverbs::completion_channel::{
+    CompletionEventBatch, GetCompletionEventErrorKind, RequestNotifyCompletionQueueErrorKind,
+};
+use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
+use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
+
+/// How long a completion may take to raise its event.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait to conclude that no event comes.
+const QUIET: Duration = Duration::from_millis(200);
+
+/// Which kind of CQ the event CQ is.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Basic,
+    Extended,
+}
+
+/// A connected RC pair whose sender completes on `cq`, an event CQ on `channel`.
+struct Loopback {
+    // Queue pairs first: they are destroyed before the CQs they hold.
+    sender: SharedReceiveQueuePair<ReliableConnection>,
+    _receiver: SharedReceiveQueuePair<ReliableConnection>,
+    cq: GenericCompletionQueue,
+    channel: Arc<CompletionChannel>,
+    local: Buffer,
+    remote: Buffer,
+    _pd: Arc<ProtectionDomain>,
+    _ctx: Arc<DeviceContext>,
+}
+
+fn loopback(kind: Kind) -> Loopback {
+    let ctx = open_test_device();
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let (gid_index, gid) = local_gid(&ctx);
+    let channel = ctx.create_comp_channel().expect("create_comp_channel");
+    let mut builder = ctx.create_cq_builder();
+    builder.setup_cqe(16).setup_comp_channel(&channel, 0);
+    let cq = match kind {
+        Kind::Basic => GenericCompletionQueue::from(builder.build().expect("basic CQ with a channel")),
+        Kind::Extended => GenericCompletionQueue::from(builder.build_ex().expect("extended CQ with a channel")),
+    };
+    let other_cq = ctx.create_cq_builder().setup_cqe(16).build().expect("plain CQ");
+    let srq = pd.create_srq_builder().setup_max_wr(4).build().expect("SRQ");
+    let mut sender = srq
+        .create_qp_builder()
+        .setup_send_cq(cq.clone())
+        .setup_recv_cq(cq.clone())
+        .setup_max_send_wr(8)
+        .build_rc()
+        .expect("sender QP");
+    let mut receiver = srq
+        .create_qp_builder()
+        .setup_send_cq(other_cq.clone())
+        .setup_recv_cq(other_cq)
+        .build_rc()
+        .expect("receiver QP");
+    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+    let (sq, rq) = (sender.qp_number(), receiver.qp_number());
+    connect_rc(&mut sender, rq, gid_index, gid, access);
+    connect_rc(&mut receiver, sq, gid_index, gid, access);
+    let local = Buffer::new(&pd, 64);
+    let remote = Buffer::new(&pd, 64);
+    Loopback {
+        sender,
+        _receiver: receiver,
+        cq,
+        channel,
+        local,
+        remote,
+        _pd: pd,
+        _ctx: ctx,
+    }
+}
+
+impl Loopback {
+    /// Posts one signaled RDMA write of `byte` to the remote buffer (one completion on `cq`).
+    fn write(&mut self, wr_id: u64, byte: u8) {
+        self.local.write(0, &[byte; 8]);
+        let (rkey, raddr) = (self.remote.mr.rkey(), self.remote.addr(0));
+        let mut guard = self.sender.start_post_send();
+        // SAFETY: both buffers outlive the completion, awaited before they are dropped.
+        unsafe {
+            guard
+                .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                .setup_write(rkey, raddr)
+                .setup_sge(self.local.lkey(), self.local.addr(0), 8);
+        }
+        guard.post().expect("post RDMA write");
+    }
+
+    /// Polls the one completion of a write and checks it.
+    fn expect_completion(&self, wr_id: u64, byte: u8) {
+        let wcs = wait_completions(&self.cq, 1, EVENT_TIMEOUT);
+        assert!(wcs[0].is_success(), "{:?}", wcs[0]);
+        assert_eq!(wcs[0].wr_id(), wr_id);
+        assert_eq!(self.remote.read(0, 8), [byte; 8]);
+    }
+}
+
+/// Whether `fd` turns readable within `timeout`.
+fn readable(fd: i32, timeout: Duration) -> bool {
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ret = unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as i32) };
+    assert!(ret >= 0, "poll: {}", io::Error::last_os_error());
+    ret == 1 && pollfd.revents & libc::POLLIN != 0
+}
+
+fn one_event_per_armed_completion(kind: Kind) {
+    let mut lb = loopback(kind);
+    lb.cq.req_notify_cq(false).expect("req_notify_cq");
+    assert!(
+        !readable(lb.channel.as_raw_fd(), Duration::ZERO),
+        "no event before the completion"
+    );
+
+    lb.write(7, 0x5a);
+    assert!(
+        readable(lb.channel.as_raw_fd(), EVENT_TIMEOUT),
+        "the channel's fd turns readable after the completion"
+    );
+    let event = lb
+        .channel
+        .get_cq_event_timeout(EVENT_TIMEOUT)
+        .expect("get_cq_event")
+        .expect("an event for the completion");
+    assert!(event.is_for(&lb.cq), "the event names the armed CQ");
+    assert!(event.cq_context().is_null());
+    drop(event);
+    lb.expect_completion(7, 0x5a);
+
+    // Exactly one: the arm is spent, so neither that completion nor a next one raises another.
+    assert!(lb.channel.get_cq_event_timeout(QUIET).expect("read").is_none());
+    lb.write(8, 0x6b);
+    lb.expect_completion(8, 0x6b);
+    assert!(lb.channel.try_get_cq_event().expect("read").is_none());
+
+    // Re-armed, the next completion raises the next event, read blocking this time.
+    lb.cq.req_notify_cq(false).expect("re-arm");
+    lb.write(9, 0x7c);
+    let event = lb.channel.get_cq_event().expect("blocking get_cq_event");
+    assert!(event.is_for(&lb.cq));
+    lb.expect_completion(9, 0x7c);
+}
+
+/// (a) An armed basic CQ raises exactly one event for a completion, the completion is then
+/// polled, and the channel's file descriptor is readable meanwhile.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn armed_basic_cq_raises_one_event_for_a_completion() {
+    one_event_per_armed_completion(Kind::Basic);
+}
+
+/// (a) The same for an extended CQ (`ibv_create_cq_ex`).
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn armed_extended_cq_raises_one_event_for_a_completion() {
+    one_event_per_armed_completion(Kind::Extended);
+}
+
+/// (b) An armed CQ with no completion raises no event.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn armed_cq_without_completion_raises_no_event() {
+    let lb = loopback(Kind::Basic);
+    lb.cq.req_notify_cq(false).expect("req_notify_cq");
+    assert!(lb.channel.get_cq_event_timeout(QUIET).expect("read").is_none());
+    assert!(lb.channel.try_get_cq_event().expect("read").is_none());
+    assert!(!readable(lb.channel.as_raw_fd(), Duration::ZERO));
+}
+
+/// (c) A completion on a CQ that was not armed raises no event.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn unarmed_cq_raises_no_event_for_a_completion() {
+    let mut lb = loopback(Kind::Basic);
+    lb.write(1, 0x11);
+    lb.expect_completion(1, 0x11);
+    assert!(lb.channel.get_cq_event_timeout(QUIET).expect("read").is_none());
+    assert!(!readable(lb.channel.as_raw_fd(), Duration::ZERO));
+}
+
+/// An event holds its CQ: dropping every other handle of the CQ (queue pair included) leaves it
+/// alive and pollable, and it is destroyed, without deadlock, when the event is acknowledged.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn event_keeps_its_cq_alive_until_acknowledged() {
+    let mut lb = loopback(Kind::Basic);
+    lb.cq.req_notify_cq(false).expect("req_notify_cq");
+    lb.write(3, 0x33);
+    let event = lb
+        .channel
+        .get_cq_event_timeout(EVENT_TIMEOUT)
+        .expect("read")
+        .expect("an event");
+    let Loopback {
+        sender,
+        _receiver,
+        cq,
+        channel,
+        ..
+    } = lb;
+    drop((sender, _receiver, cq));
+    // The CQ is still there, with its completion.
+    let wcs = wait_completions(event.cq(), 1, EVENT_TIMEOUT);
+    assert_eq!(wcs[0].wr_id(), 3);
+    drop(event);
+    drop(channel);
+}
+
+/// Events of one CQ acknowledged together; an event of another CQ is handed back.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn events_acknowledged_in_a_batch() {
+    let mut lb = loopback(Kind::Basic);
+    let mut batch = CompletionEventBatch::new();
+    for i in 0..3u8 {
+        lb.cq.req_notify_cq(false).expect("req_notify_cq");
+        lb.write(u64::from(i), i);
+        let event = lb
+            .channel
+            .get_cq_event_timeout(EVENT_TIMEOUT)
+            .expect("read")
+            .expect("an event");
+        lb.expect_completion(u64::from(i), i);
+        batch.push(event).expect("same CQ");
+    }
+    assert_eq!(batch.len(), 3);
+
+    // A second loopback on the same device: its event does not join this batch.
+    let mut other = loopback(Kind::Basic);
+    other.cq.req_notify_cq(false).expect("req_notify_cq");
+    other.write(9, 9);
+    let foreign = other
+        .channel
+        .get_cq_event_timeout(EVENT_TIMEOUT)
+        .expect("read")
+        .expect("an event");
+    let foreign = batch.push(foreign).expect_err("another CQ's event is handed back");
+    assert!(foreign.is_for(&other.cq));
+    drop(foreign);
+
+    assert_eq!(batch.ack_events(), 3);
+    assert!(batch.is_empty());
+    drop(batch);
+    drop(lb); // destroys the CQ: every event was acknowledged, or this would hang
+}
+
+/// A non-blocking channel reports "would block" when no event is pending.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn nonblocking_channel_would_block_without_event() {
+    let mut lb = loopback(Kind::Basic);
+    lb.channel.set_nonblocking(true).expect("set_nonblocking");
+    lb.cq.req_notify_cq(false).expect("req_notify_cq");
+    let err = lb.channel.get_cq_event().expect_err("no event pending");
+    match &err.0 {
+        GetCompletionEventErrorKind::Ibverbs(io) => assert_eq!(io.kind(), io::ErrorKind::WouldBlock, "{err:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    lb.write(4, 0x44);
+    assert!(readable(lb.channel.as_fd().as_raw_fd(), EVENT_TIMEOUT));
+    let event = lb.channel.get_cq_event().expect("the event is pending");
+    assert!(event.is_for(&lb.cq));
+    lb.expect_completion(4, 0x44);
+}
+
+/// A CQ built without a completion channel cannot be armed.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn cq_without_channel_cannot_be_armed() {
+    let ctx = open_test_device();
+    let cq = ctx.create_cq_builder().setup_cqe(4).build().expect("CQ");
+    let err = cq.req_notify_cq(false).expect_err("no channel");
+    assert!(
+        matches!(err.0, RequestNotifyCompletionQueueErrorKind::NoCompletionChannel),
+        "{err:?}"
+    );
+}
+
+/// Solicited-only arming: a successful send completion is unsolicited, so it raises no event.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn solicited_only_ignores_successful_send_completions() {
+    let mut lb = loopback(Kind::Basic);
+    lb.cq.req_notify_cq(true).expect("req_notify_cq(solicited_only)");
+    lb.write(5, 0x55);
+    lb.expect_completion(5, 0x55);
+    assert!(lb.channel.get_cq_event_timeout(QUIET).expect("read").is_none());
+}
+
+/// An event for a CQ armed around this crate (a raw `ibv_req_notify_cq`) cannot name its CQ: it
+/// is acknowledged at once and reported, and the CQ is then destroyed without waiting.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn event_of_a_cq_armed_raw_is_acknowledged_and_reported() {
+    use sideway::ibverbs::completion::CompletionQueue;
+
+    let mut lb = loopback(Kind::Basic);
+    // SAFETY: the CQ is alive and has a completion channel.
+    let ret = unsafe { rdma_mummy_sys::ibv_req_notify_cq(lb.cq.cq().as_ptr(), 0) };
+    assert_eq!(ret, 0, "raw ibv_req_notify_cq");
+    lb.write(6, 0x66);
+    let err = lb
+        .channel
+        .get_cq_event()
+        .expect_err("the CQ was not armed through req_notify_cq");
+    match err.0 {
+        GetCompletionEventErrorKind::UnknownCompletionQueue { cq } => {
+            // SAFETY: only the handle's address is compared.
+            let ours = unsafe { lb.cq.cq() }.as_ptr() as usize;
+            assert_eq!(cq, ours);
+        },
+        other => panic!("unexpected {other:?}"),
+    }
+    lb.expect_completion(6, 0x66);
+    drop(lb); // destroys the CQ: the event was acknowledged, or this would hang
+}
