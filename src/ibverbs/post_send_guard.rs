@@ -438,6 +438,8 @@ impl Destination for DatagramAddress {
 #[derive(Debug)]
 pub struct Batch {
     qp_ex: NonNull<ibv_qp_ex>,
+    /// The entries the provider lacks: a request checks its bits with one test.
+    missing: u32,
     entries: ProviderEntries,
     len: usize,
     refused: Option<Refused>,
@@ -452,17 +454,24 @@ struct Refused {
 }
 
 impl Batch {
-    #[cold]
-    #[inline(never)]
+    /// Records a refused request. The batch is passed by value parts, not by address, so that the
+    /// hot path can keep the batch in registers.
+    #[inline(always)]
     fn refuse(&mut self, wr_id: u64, needed: u32) {
         if self.refused.is_none() {
-            self.refused = Some(Refused {
-                index: self.len,
-                wr_id,
-                entry: self.entries.name_of_first_missing(needed),
-            });
+            self.refused = Some(refusal(self.entries, self.len, wr_id, needed));
         }
         self.len += 1;
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn refusal(entries: ProviderEntries, index: usize, wr_id: u64, needed: u32) -> Refused {
+    Refused {
+        index,
+        wr_id,
+        entry: entries.name_of_first_missing(needed),
     }
 }
 
@@ -501,6 +510,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
         Self {
             batch: Batch {
                 qp_ex,
+                missing: !entries.bits(),
                 entries,
                 len: 0,
                 refused: None,
@@ -724,7 +734,7 @@ impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
         let Self { request, destination } = self;
         let batch = request.batch;
         let needed = O::ENTRY | D::ENTRY | SETTER;
-        if !batch.entries.contains(needed) {
+        if batch.missing & needed != 0 {
             batch.refuse(request.wr_id, needed);
             return;
         }

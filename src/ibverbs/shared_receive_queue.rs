@@ -10,9 +10,10 @@
 //!   [`ibv_modify_srq`](https://man7.org/linux/man-pages/man3/ibv_modify_srq.3.html),
 //!   [`ibv_query_srq`](https://man7.org/linux/man-pages/man3/ibv_query_srq.3.html),
 //!   [`ibv_post_srq_recv`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::io;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::ptr::{null_mut, NonNull};
 use std::sync::{Arc, Mutex};
 
@@ -350,36 +351,47 @@ impl SharedReceiveQueueBuilder {
     }
 }
 
-/// Storage for a batch of receive requests, reused batch after batch so that posting allocates
-/// nothing once it has grown to the batch size. Each thread keeps its own (see
-/// [`RECV_BUFFERS`]): threads posting to one queue share no lock and no storage.
-#[derive(Default)]
-struct RecvBuffers {
-    wrs: Vec<ibv_recv_wr>,
-    sges: Vec<ibv_sge>,
+/// Requests a [`PostReceiveGuard`] holds before it hands them to the provider.
+const CHUNK_REQUESTS: usize = 64;
+/// Scatter/gather entries a [`PostReceiveGuard`] holds before it hands its requests over.
+const CHUNK_ENTRIES: usize = 128;
+
+/// The storage of a receive batch: requests and their entries, linked in place as they are added
+/// (its address does not change while a guard uses it, so every pointer is final when written).
+struct RecvChunk {
+    /// The list head: the first request, once there is one.
+    head: *mut ibv_recv_wr,
+    wrs: [MaybeUninit<ibv_recv_wr>; CHUNK_REQUESTS],
+    sges: [MaybeUninit<ibv_sge>; CHUNK_ENTRIES],
 }
 
-impl RecvBuffers {
+impl RecvChunk {
     const fn new() -> Self {
         Self {
-            wrs: Vec::new(),
-            sges: Vec::new(),
+            head: std::ptr::null_mut(),
+            wrs: [MaybeUninit::uninit(); CHUNK_REQUESTS],
+            sges: [MaybeUninit::uninit(); CHUNK_ENTRIES],
         }
     }
 }
 
-impl std::fmt::Debug for RecvBuffers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecvBuffers")
-            .field("capacity", &self.wrs.capacity())
-            .finish()
-    }
+// Every request keeps an entry slot: a full chunk of single-entry requests always fits.
+const _: () = assert!(CHUNK_ENTRIES >= CHUNK_REQUESTS);
+
+/// Each thread's receive chunk: plain data with a constant initialiser and no destructor, so
+/// reaching it is a thread-pointer-relative address; `in_use` lends it to one guard at a time.
+struct ThreadChunk {
+    in_use: Cell<bool>,
+    chunk: UnsafeCell<RecvChunk>,
 }
 
 thread_local! {
-    /// This thread's batch storage, lent to one [`PostReceiveGuard`] at a time (a second guard
-    /// alive on the same thread starts with storage of its own).
-    static RECV_BUFFERS: Cell<RecvBuffers> = const { Cell::new(RecvBuffers::new()) };
+    static THREAD_CHUNK: ThreadChunk = const {
+        ThreadChunk {
+            in_use: Cell::new(false),
+            chunk: UnsafeCell::new(RecvChunk::new()),
+        }
+    };
 }
 
 /// A shared receive queue (SRQ): receive requests posted once, consumed by every queue pair
@@ -542,20 +554,48 @@ impl SharedReceiveQueue {
 
 /// A batch of receive requests for a [`SharedReceiveQueue`]; see
 /// [`SharedReceiveQueue::start_post_recv`].
+///
+/// The guard fills a chunk of [64](CHUNK_REQUESTS) requests (and 128 scatter/gather entries)
+/// that belongs to the calling thread, linking each request into the list as it is added: no
+/// lock, no allocation, no pass over the list before the call. When the chunk is full, the
+/// requests in it are handed to `ibv_post_srq_recv` and the chunk starts over, so a batch of any
+/// size costs one library call per 64 requests. [`post`](Self::post) hands over the rest.
+/// Dropping the guard discards the requests not handed over yet;
+/// [`posted`](Self::posted) tells how many were.
+///
+/// Once a request fails (queue full, too many entries), nothing from it on is posted and
+/// [`post`](Self::post) reports it.
 #[must_use = "the batch is posted only by post()"]
 pub struct PostReceiveGuard<'srq> {
+    batch: RecvBatch,
+    _srq: PhantomData<&'srq SharedReceiveQueue>,
+}
+
+/// The state of a receive batch, which its request handles update. Cursors are pointers into
+/// the chunk (never into the guard, which may move).
+struct RecvBatch {
     srq: NonNull<ibv_srq>,
     max_sge: u32,
-    buffers: RecvBuffers,
-    _srq: PhantomData<&'srq SharedReceiveQueue>,
+    /// The chunk: the thread's, or (when the thread's is lent to another guard) this guard's own.
+    chunk: NonNull<RecvChunk>,
+    owned: Option<Box<RecvChunk>>,
+    /// Where the next request and entry go.
+    next_wr: *mut ibv_recv_wr,
+    next_sge: *mut ibv_sge,
+    /// The `next` field that the next request is linked into (the chunk's head at first).
+    tail: *mut *mut ibv_recv_wr,
+    /// Requests handed to the provider.
+    posted: usize,
+    failed: Option<Failure>,
 }
 
 impl Drop for PostReceiveGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        // Give the storage back to this thread for the next batch (unless the thread is exiting).
-        let buffers = std::mem::take(&mut self.buffers);
-        let _ = RECV_BUFFERS.try_with(|slot| slot.set(buffers));
+        if self.batch.owned.is_none() {
+            // Give the thread's chunk back (unless the thread is exiting).
+            let _ = THREAD_CHUNK.try_with(|thread| thread.in_use.set(false));
+        }
     }
 }
 
@@ -571,13 +611,32 @@ impl PostReceiveGuard<'_> {
     #[doc(hidden)]
     #[inline]
     pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32) -> Self {
-        let mut buffers = RECV_BUFFERS.try_with(Cell::take).unwrap_or_default();
-        buffers.wrs.clear();
-        buffers.sges.clear();
-        Self {
+        let thread = THREAD_CHUNK.try_with(|thread| {
+            if thread.in_use.replace(true) {
+                None
+            } else {
+                NonNull::new(thread.chunk.get())
+            }
+        });
+        let (chunk, owned) = match thread {
+            Ok(Some(chunk)) => (chunk, None),
+            // Another guard of this thread holds the thread's chunk (or the thread is exiting).
+            _ => own_chunk(),
+        };
+        let mut batch = RecvBatch {
             srq,
             max_sge,
-            buffers,
+            chunk,
+            owned,
+            next_wr: null_mut(),
+            next_sge: null_mut(),
+            tail: null_mut(),
+            posted: 0,
+            failed: None,
+        };
+        batch.restart();
+        Self {
+            batch,
             _srq: PhantomData,
         }
     }
@@ -587,128 +646,276 @@ impl PostReceiveGuard<'_> {
     /// zero-length messages only.
     #[inline]
     pub fn construct_wr(&mut self, wr_id: u64) -> RecvWorkRequestHandle<'_> {
-        // The pointers are set by `post`, once the vectors no longer move.
-        self.buffers.wrs.push(ibv_recv_wr {
-            wr_id,
-            next: null_mut(),
-            sg_list: null_mut(),
-            num_sge: 0,
-        });
-        RecvWorkRequestHandle {
-            buffers: &mut self.buffers,
-        }
+        let batch = &mut self.batch;
+        let wr = batch.push(wr_id);
+        RecvWorkRequestHandle { batch, wr }
     }
 
-    /// How many requests the batch holds.
+    /// How many requests the batch holds (handed over or not).
     #[inline]
     pub fn len(&self) -> usize {
-        self.buffers.wrs.len()
+        self.batch.posted + self.batch.len()
     }
 
     /// Whether the batch is empty.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.buffers.wrs.is_empty()
+        self.len() == 0
     }
 
-    /// Posts the batch with `ibv_post_srq_recv`. On error, every request before
-    /// [`PostReceiveError::failed_index`] was posted and the rest were not.
+    /// How many requests were handed to the provider so far (every full chunk).
+    #[inline]
+    pub fn posted(&self) -> usize {
+        self.batch.posted
+    }
+
+    /// Posts the batch with `ibv_post_srq_recv` (what is not handed over yet). On error, every
+    /// request before [`PostReceiveError::failed_index`] was posted and the rest were not.
     #[inline]
     pub fn post(mut self) -> Result<(), PostReceiveError> {
-        let max_sge = self.max_sge;
-        let RecvBuffers { wrs, sges } = &mut self.buffers;
-        let len = wrs.len();
-        // Every pointer comes from these two base pointers, taken after the last write through
-        // the vectors; requests with more entries than the queue takes end the list before them.
-        let wr_base = wrs.as_mut_ptr();
-        let mut sge = sges.as_mut_ptr();
-        let mut valid = len;
-        for i in 0..len {
-            // SAFETY: i < len; the entries of request i follow those of the requests before it.
-            unsafe {
-                let wr = wr_base.add(i);
-                let num_sge = (*wr).num_sge as u32;
-                if num_sge > max_sge {
-                    valid = i;
-                    break;
-                }
-                (*wr).sg_list = sge;
-                sge = sge.add(num_sge as usize);
-                (*wr).next = if i + 1 < len { wr_base.add(i + 1) } else { null_mut() };
-            }
+        if self.batch.len() > 0 {
+            self.batch.hand_over();
         }
-        if valid < len {
-            return Err(self.too_many_sges(valid));
+        match self.batch.failed {
+            None => Ok(()),
+            Some(failure) => Err(failure.into_error()),
         }
-        if len == 0 {
-            return Ok(());
-        }
-        let mut bad_wr: *mut ibv_recv_wr = null_mut();
-        // SAFETY: the list and its entries live in `self.buffers` until the call returns; the
-        // SRQ is alive for the guard's lifetime.
-        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wr_base, &mut bad_wr) };
-        if ret != 0 {
-            return Err(post_error(ret, wr_base, bad_wr, len));
-        }
-        Ok(())
     }
+}
 
-    /// Request `valid` has too many entries: post those before it and report it.
+#[cold]
+#[inline(never)]
+fn own_chunk() -> (NonNull<RecvChunk>, Option<Box<RecvChunk>>) {
+    let mut owned = Box::new(RecvChunk::new());
+    (NonNull::from(&mut *owned), Some(owned))
+}
+
+/// The first request of a batch that failed: `ret` is the library's errno, or 0 for too many
+/// entries (checked before the call). Small and `Copy`, so that the batch stays in registers.
+#[derive(Debug, Clone, Copy)]
+struct Failure {
+    ret: i32,
+    index: usize,
+    wr_id: u64,
+    requested: usize,
+    max: u32,
+}
+
+impl Failure {
     #[cold]
     #[inline(never)]
-    fn too_many_sges(&mut self, valid: usize) -> PostReceiveError {
-        let wrs = self.buffers.wrs.as_mut_ptr();
-        // SAFETY: valid < len; the requests before it are linked (the last one's next is cut
-        // here).
-        let (wr_id, requested) = unsafe { ((*wrs.add(valid)).wr_id, (*wrs.add(valid)).num_sge as usize) };
-        if valid > 0 {
-            // SAFETY: as above.
-            unsafe { (*wrs.add(valid - 1)).next = null_mut() };
-            let mut bad_wr: *mut ibv_recv_wr = null_mut();
-            // SAFETY: the valid prefix and its entries live in `self.buffers` until the call
-            // returns; the SRQ is alive.
-            let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wrs, &mut bad_wr) };
-            if ret != 0 {
-                return post_error(ret, wrs, bad_wr, valid);
-            }
-        }
-        PostReceiveErrorKind::TooManyScatterGatherEntries {
-            index: valid,
+    fn into_error(self) -> PostReceiveError {
+        let Self {
+            ret,
+            index,
             wr_id,
             requested,
-            max: self.max_sge,
+            max,
+        } = self;
+        let source = || io::Error::from_raw_os_error(ret);
+        match ret {
+            0 => PostReceiveErrorKind::TooManyScatterGatherEntries {
+                index,
+                wr_id,
+                requested,
+                max,
+            },
+            libc::EINVAL => PostReceiveErrorKind::InvalidWorkRequest {
+                index,
+                wr_id,
+                source: source(),
+            },
+            libc::ENOMEM => PostReceiveErrorKind::QueueFull {
+                index,
+                wr_id,
+                source: source(),
+            },
+            _ => PostReceiveErrorKind::Ibverbs {
+                index,
+                wr_id,
+                source: source(),
+            },
         }
         .into()
     }
 }
 
-/// The error of a failed `ibv_post_srq_recv` over the list at `wrs` of `len` requests.
+/// How many of the chunk's `len` requests from `head` went in before the one at `bad_wr`
+/// failed, and that one's `wr_id`.
 #[cold]
 #[inline(never)]
-fn post_error(ret: i32, wrs: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize) -> PostReceiveError {
+fn failed_in_chunk(head: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize) -> (usize, u64) {
     // bad_wr names the first request that was not posted; a provider that left it unset posted
     // nothing.
-    let index = if bad_wr.is_null() {
+    let in_chunk = if bad_wr.is_null() {
         0
     } else {
-        // SAFETY: bad_wr points into the list, which is one allocation starting at wrs.
-        (unsafe { bad_wr.offset_from(wrs) } as usize).min(len - 1)
+        // SAFETY: bad_wr points into the chunk's request array, which starts at head.
+        (unsafe { bad_wr.offset_from(head) }.max(0) as usize).min(len - 1)
     };
-    // SAFETY: index < len.
-    let wr_id = unsafe { (*wrs.add(index)).wr_id };
-    let source = io::Error::from_raw_os_error(ret);
-    match ret {
-        libc::EINVAL => PostReceiveErrorKind::InvalidWorkRequest { index, wr_id, source },
-        libc::ENOMEM => PostReceiveErrorKind::QueueFull { index, wr_id, source },
-        _ => PostReceiveErrorKind::Ibverbs { index, wr_id, source },
+    // SAFETY: in_chunk < len requests written in the chunk.
+    (in_chunk, unsafe { (*head.add(in_chunk)).wr_id })
+}
+
+/// A hint for the branch that calls it.
+#[cold]
+#[inline(always)]
+fn cold() {}
+
+impl RecvBatch {
+    /// The chunk's first request slot.
+    #[inline(always)]
+    fn first_wr(&self) -> *mut ibv_recv_wr {
+        // SAFETY: the chunk is this guard's; only an address is computed.
+        unsafe { std::ptr::addr_of_mut!((*self.chunk.as_ptr()).wrs).cast() }
     }
-    .into()
+
+    /// The chunk's head field.
+    #[inline(always)]
+    fn head_link(&self) -> *mut *mut ibv_recv_wr {
+        // SAFETY: the chunk is this guard's and does not move; only the field's address is taken.
+        unsafe { std::ptr::addr_of_mut!((*self.chunk.as_ptr()).head) }
+    }
+
+    /// Requests in the chunk.
+    #[inline(always)]
+    fn len(&self) -> usize {
+        // SAFETY: next_wr lies in the chunk's request array, at or after its start.
+        unsafe { self.next_wr.offset_from(self.first_wr()) as usize }
+    }
+
+    /// Empties the chunk.
+    #[inline(always)]
+    fn restart(&mut self) {
+        let chunk = self.chunk.as_ptr();
+        self.next_wr = self.first_wr();
+        // SAFETY: the chunk is this guard's; only addresses are computed.
+        self.next_sge = unsafe { std::ptr::addr_of_mut!((*chunk).sges).cast() };
+        self.tail = self.head_link();
+    }
+
+    /// Adds a request to the chunk, linked in, with no entries yet. Every request keeps one entry
+    /// slot free for itself (see `setup_sge_list`), so a single entry always fits.
+    #[inline(always)]
+    fn push(&mut self, wr_id: u64) -> *mut ibv_recv_wr {
+        // SAFETY: one past the chunk's request array.
+        if self.next_wr == unsafe { self.first_wr().add(CHUNK_REQUESTS) } {
+            self.hand_over();
+        }
+        let wr = self.next_wr;
+        // SAFETY: wr is a free slot of the chunk (handed over above), which is this guard's until
+        // it is dropped and does not move.
+        unsafe {
+            wr.write(ibv_recv_wr {
+                wr_id,
+                next: null_mut(),
+                sg_list: self.next_sge,
+                num_sge: 0,
+            });
+            *self.tail = wr;
+            self.tail = std::ptr::addr_of_mut!((*wr).next);
+            self.next_wr = wr.add(1);
+        }
+        wr
+    }
+
+    /// Hands the chunk's requests to the provider and starts the chunk over; after a failure,
+    /// drops them.
+    #[inline(always)]
+    fn hand_over(&mut self) {
+        let len = self.len();
+        let head = self.first_wr();
+        self.restart();
+        if self.failed.is_some() {
+            return;
+        }
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: the list from the chunk's first slot is its `len` requests, linked in place,
+        // the last `next` NULL; their entries are in the chunk; the SRQ is alive for the guard's
+        // lifetime.
+        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), head, &mut bad_wr) };
+        if ret != 0 {
+            let (in_chunk, wr_id) = failed_in_chunk(head, bad_wr, len);
+            self.posted += in_chunk;
+            self.failed = Some(Failure {
+                ret,
+                index: self.posted,
+                wr_id,
+                requested: 0,
+                max: self.max_sge,
+            });
+            return;
+        }
+        self.posted += len;
+    }
+
+    /// The last request added (`wr`) has `requested` entries, more than the queue takes: hand
+    /// over the requests before it, and refuse it and everything after it.
+    #[inline(always)]
+    fn refuse_last(&mut self, wr: *mut ibv_recv_wr, requested: usize) {
+        cold();
+        // SAFETY: wr is the chunk's last request; the one before it (if any) links to it.
+        let wr_id = unsafe {
+            if wr != self.first_wr() {
+                (*wr.sub(1)).next = null_mut();
+            }
+            (*wr).wr_id
+        };
+        self.next_wr = wr;
+        if self.len() > 0 {
+            self.hand_over();
+        }
+        self.restart();
+        if self.failed.is_none() {
+            self.failed = Some(Failure {
+                ret: 0,
+                index: self.posted,
+                wr_id,
+                requested,
+                max: self.max_sge,
+            });
+        }
+    }
+
+    /// Copies the entries of the last request added (`wr`), or, when they would take the slots
+    /// kept for the chunk's remaining requests, hands the chunk over with `wr` pointing at the
+    /// caller's list (alive during this call).
+    #[inline(always)]
+    fn add_list(&mut self, wr: *mut ibv_recv_wr, sg_list: &[ibv_sge]) {
+        let count = sg_list.len();
+        // SAFETY: the cursors lie in their arrays; only addresses are compared.
+        let fits = unsafe {
+            let free_requests = self.first_wr().add(CHUNK_REQUESTS).offset_from(self.next_wr) as usize;
+            let sges_end = std::ptr::addr_of_mut!((*self.chunk.as_ptr()).sges)
+                .cast::<ibv_sge>()
+                .add(CHUNK_ENTRIES);
+            count + free_requests <= sges_end.offset_from(self.next_sge) as usize
+        };
+        if fits {
+            // SAFETY: the entries fit at next_sge, where the request's sg_list points, leaving a
+            // slot for each request the chunk can still take.
+            unsafe {
+                std::ptr::copy_nonoverlapping(sg_list.as_ptr(), self.next_sge, count);
+                self.next_sge = self.next_sge.add(count);
+                (*wr).num_sge = count as i32;
+            }
+            return;
+        }
+        cold();
+        // SAFETY: wr is the chunk's last request; the list lives until the call returns.
+        unsafe {
+            (*wr).sg_list = sg_list.as_ptr().cast_mut();
+            (*wr).num_sge = count as i32;
+        }
+        self.hand_over();
+    }
 }
 
 /// The buffers of one receive request in a [`PostReceiveGuard`] batch.
 #[must_use = "give the request its buffers with setup_sge or setup_sge_list"]
 pub struct RecvWorkRequestHandle<'g> {
-    buffers: &'g mut RecvBuffers,
+    batch: &'g mut RecvBatch,
+    wr: *mut ibv_recv_wr,
 }
 
 impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
@@ -718,10 +925,14 @@ impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
     /// stay valid until the receive completes (or the queue is destroyed).
     #[inline]
     unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
-        self.buffers.sges.push(ibv_sge { addr, length, lkey });
-        if let Some(wr) = self.buffers.wrs.last_mut() {
-            wr.num_sge += 1;
+        let batch = self.batch;
+        if batch.max_sge == 0 {
+            return batch.refuse_last(self.wr, 1);
         }
+        // The request's own entry slot, where its sg_list points.
+        batch.next_sge.write(ibv_sge { addr, length, lkey });
+        batch.next_sge = batch.next_sge.add(1);
+        (*self.wr).num_sge = 1;
     }
 
     /// # Safety
@@ -730,9 +941,206 @@ impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
     /// valid until the receive completes (or the queue is destroyed).
     #[inline]
     unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
-        self.buffers.sges.extend_from_slice(sg_list);
-        if let Some(wr) = self.buffers.wrs.last_mut() {
-            wr.num_sge = wr.num_sge.saturating_add(sg_list.len().min(i32::MAX as usize) as i32);
+        let batch = self.batch;
+        if sg_list.len() > batch.max_sge as usize {
+            return batch.refuse_last(self.wr, sg_list.len());
         }
+        batch.add_list(self.wr, sg_list);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The receive guard over a recording `post_srq_recv`: the lists it hands over, chunk by
+    //! chunk, and what its errors say went in.
+    use std::cell::RefCell;
+
+    use rdma_mummy_sys::ibv_context;
+
+    use super::*;
+
+    /// One request as the provider saw it: wr_id and its entries as (addr, length, lkey).
+    type Request = (u64, Vec<(u64, u32, u32)>);
+
+    thread_local! {
+        /// Each call's requests.
+        static CALLS: RefCell<Vec<Vec<Request>>> = const { RefCell::new(Vec::new()) };
+        /// Fail with ENOMEM at this request (counted over all calls).
+        static FAIL_AT: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    unsafe extern "C" fn recording_post(
+        _: *mut ibv_srq, mut wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr,
+    ) -> i32 {
+        let seen: usize = CALLS.with(|calls| calls.borrow().iter().map(Vec::len).sum());
+        let mut list = Vec::new();
+        while !wr.is_null() {
+            if FAIL_AT.get() == Some(seen + list.len()) {
+                CALLS.with(|calls| calls.borrow_mut().push(list));
+                *bad_wr = wr;
+                return libc::ENOMEM;
+            }
+            let sges = std::slice::from_raw_parts((*wr).sg_list, (*wr).num_sge as usize);
+            list.push(((*wr).wr_id, sges.iter().map(|s| (s.addr, s.length, s.lkey)).collect()));
+            wr = (*wr).next;
+        }
+        CALLS.with(|calls| calls.borrow_mut().push(list));
+        0
+    }
+
+    struct FakeSrq {
+        _context: Box<ibv_context>,
+        srq: Box<ibv_srq>,
+    }
+
+    fn fake_srq() -> FakeSrq {
+        // SAFETY: zeroes are valid for these plain C structs.
+        let mut context: Box<ibv_context> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        context.ops.post_srq_recv = Some(recording_post);
+        // SAFETY: as above.
+        let mut srq: Box<ibv_srq> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        srq.context = &mut *context;
+        CALLS.with(|calls| calls.borrow_mut().clear());
+        FAIL_AT.set(None);
+        FakeSrq { _context: context, srq }
+    }
+
+    fn calls() -> Vec<Vec<Request>> {
+        CALLS.with(|calls| std::mem::take(&mut *calls.borrow_mut()))
+    }
+
+    #[test]
+    fn a_large_batch_goes_over_in_chunks_with_every_request_intact() {
+        let mut fake = fake_srq();
+        // SAFETY: the fake SRQ outlives the guard.
+        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 4) };
+        for i in 0..200u64 {
+            let handle = guard.construct_wr(i);
+            // SAFETY: the recorder only reads the entries.
+            unsafe {
+                match i % 3 {
+                    0 => handle.setup_sge(7, 0x1000 * i, 64),
+                    1 => handle.setup_sge_list(&[
+                        ibv_sge {
+                            addr: i,
+                            length: 1,
+                            lkey: 1,
+                        },
+                        ibv_sge {
+                            addr: i,
+                            length: 2,
+                            lkey: 2,
+                        },
+                    ]),
+                    _ => drop(handle),
+                }
+            }
+        }
+        assert_eq!((guard.len(), guard.posted()), (200, 192));
+        guard.post().expect("recorded post succeeds");
+        let calls = calls();
+        assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [64, 64, 64, 8]);
+        for (i, (wr_id, sges)) in calls.into_iter().flatten().enumerate() {
+            let i = i as u64;
+            assert_eq!(wr_id, i);
+            let expected = match i % 3 {
+                0 => vec![(0x1000 * i, 64, 7)],
+                1 => vec![(i, 1, 1), (i, 2, 2)],
+                _ => vec![],
+            };
+            assert_eq!(sges, expected, "request {i}");
+        }
+    }
+
+    #[test]
+    fn too_many_entries_posts_those_before_and_nothing_after() {
+        let mut fake = fake_srq();
+        // SAFETY: as above.
+        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
+        let sge = ibv_sge {
+            addr: 1,
+            length: 1,
+            lkey: 1,
+        };
+        for i in 0..70u64 {
+            // SAFETY: the recorder only reads the entries.
+            unsafe {
+                if i == 66 {
+                    guard.construct_wr(i).setup_sge_list(&[sge, sge]);
+                } else {
+                    guard.construct_wr(i).setup_sge(1, 1, 1);
+                }
+            }
+        }
+        let err = guard.post().unwrap_err();
+        assert_eq!((err.failed_index(), err.posted(), err.wr_id()), (66, 66, 66));
+        assert!(matches!(
+            err.0,
+            PostReceiveErrorKind::TooManyScatterGatherEntries {
+                requested: 2,
+                max: 1,
+                ..
+            }
+        ));
+        let posted: Vec<u64> = calls().into_iter().flatten().map(|(wr_id, _)| wr_id).collect();
+        assert_eq!(posted, (0..66).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_full_queue_in_a_later_chunk_says_which_requests_went_in() {
+        let mut fake = fake_srq();
+        FAIL_AT.set(Some(100));
+        // SAFETY: as above.
+        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
+        for i in 0..150u64 {
+            // SAFETY: the recorder only reads the entries.
+            unsafe { guard.construct_wr(1000 + i).setup_sge(1, i, 1) };
+        }
+        let err = guard.post().unwrap_err();
+        assert_eq!((err.failed_index(), err.wr_id()), (100, 1100));
+        assert!(matches!(err.0, PostReceiveErrorKind::QueueFull { .. }));
+        // The requests after the failure were never handed over.
+        assert_eq!(calls().into_iter().flatten().count(), 100);
+    }
+
+    #[test]
+    fn nested_guards_on_one_thread_use_separate_chunks_and_dropping_discards() {
+        let mut fake = fake_srq();
+        // SAFETY: as above.
+        let mut outer = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
+        // SAFETY: as above.
+        let mut inner = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
+        assert!(outer.batch.owned.is_none() && inner.batch.owned.is_some());
+        // SAFETY: the recorder only reads the entries.
+        unsafe {
+            outer.construct_wr(1).setup_sge(1, 1, 1);
+            inner.construct_wr(2).setup_sge(2, 2, 2);
+            outer.construct_wr(3).setup_sge(3, 3, 3);
+        }
+        drop(inner);
+        outer.post().unwrap();
+        assert_eq!(
+            calls(),
+            [vec![(1, vec![(1, 1, 1)]), (3, vec![(3, 3, 3)])]],
+            "the dropped guard's request was discarded"
+        );
+        // The thread's chunk is free again.
+        // SAFETY: as above.
+        let guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
+        assert!(guard.batch.owned.is_none());
+    }
+
+    #[test]
+    fn a_moved_guard_keeps_its_list_intact() {
+        let mut fake = fake_srq();
+        // SAFETY: as above.
+        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
+        // SAFETY: the recorder only reads the entries.
+        unsafe { guard.construct_wr(1).setup_sge(1, 1, 1) };
+        let mut moved = vec![guard];
+        // SAFETY: as above.
+        unsafe { moved[0].construct_wr(2).setup_sge(2, 2, 2) };
+        moved.pop().unwrap().post().unwrap();
+        assert_eq!(calls(), [vec![(1, vec![(1, 1, 1)]), (2, vec![(2, 2, 2)])]]);
     }
 }
