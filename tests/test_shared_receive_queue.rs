@@ -801,3 +801,65 @@ fn query_reads_the_state_and_send_queue_drain_is_reachable() {
         Err(err) => assert!(matches!(err.0, ModifyQueuePairErrorKind::Ibverbs(_)), "{err:?}"),
     }
 }
+
+/// Four threads post receives to one SRQ at once (each batch in its own thread's chunk, no lock):
+/// every receive is consumed by exactly one message, with the right buffer.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn several_threads_post_receives_to_one_srq() {
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 100;
+    const SLOT: usize = 64;
+    let s = setup();
+    let send_cq = cq(&s.ctx, 512);
+    let recv_cq = cq(&s.ctx, 512);
+    let srq = s.pd.create_srq_builder().setup_max_wr(512).build().expect("SRQ");
+    let buffer = Arc::new(Buffer::new(&s.pd, THREADS * PER_THREAD * SLOT));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (srq, buffer) = (Arc::clone(&srq), Arc::clone(&buffer));
+            std::thread::spawn(move || {
+                // Batches of 1, 3, 16 and the rest, to cross chunk boundaries at different points.
+                let mut next = t * PER_THREAD;
+                let end = next + PER_THREAD;
+                for batch in [1, 3, 16, PER_THREAD].into_iter().cycle() {
+                    let to = (next + batch).min(end);
+                    post_slots(&srq, &buffer, SLOT, next..to);
+                    next = to;
+                    if next == end {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("posting thread");
+    }
+    let (mut sender, _receiver) = rc_pair(&s, &srq, &send_cq, &recv_cq);
+    let total = THREADS * PER_THREAD;
+    let mut seen = vec![false; total];
+    for chunk in 0..total / 50 {
+        let mut guard = sender.start_post_send();
+        for i in 0..50u64 {
+            guard
+                .construct_wr(i, WorkRequestFlags::Signaled)
+                .setup_send()
+                .setup_inline_data(&((chunk * 50) as u64 + i).to_le_bytes());
+        }
+        guard.post().expect("post sends");
+        wait_completions(send_cq.as_ref(), 50, TIMEOUT);
+        for wc in wait_completions(recv_cq.as_ref(), 50, TIMEOUT) {
+            assert!(wc.is_success(), "{wc:?}");
+            let slot = wc.wr_id() as usize;
+            assert!(slot < total && !seen[slot], "receive {slot} consumed twice or unknown");
+            seen[slot] = true;
+            assert_eq!(wc.byte_len(), 8);
+            let _ = buffer.read(slot * SLOT, 8);
+        }
+    }
+    assert!(seen.iter().all(|&s| s), "every posted receive was consumed");
+    let mut wcs = [WorkCompletion::default(); 4];
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(recv_cq.poll_work_completions(&mut wcs).unwrap().is_empty());
+}
