@@ -13,7 +13,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::io;
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::{null_mut, NonNull};
 use std::sync::{Arc, Mutex};
 
@@ -592,10 +592,18 @@ struct RecvBatch {
 impl Drop for PostReceiveGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.batch.owned.is_none() {
-            // Give the thread's chunk back (unless the thread is exiting).
+        release(self.batch.owned.take());
+    }
+}
+
+/// Gives the thread's chunk back (unless the thread is exiting), or frees the guard's own.
+#[inline(always)]
+fn release(owned: Option<Box<RecvChunk>>) {
+    match owned {
+        None => {
             let _ = THREAD_CHUNK.try_with(|thread| thread.in_use.set(false));
-        }
+        },
+        Some(owned) => drop(owned),
     }
 }
 
@@ -672,11 +680,16 @@ impl PostReceiveGuard<'_> {
     /// Posts the batch with `ibv_post_srq_recv` (what is not handed over yet). On error, every
     /// request before [`PostReceiveError::failed_index`] was posted and the rest were not.
     #[inline]
-    pub fn post(mut self) -> Result<(), PostReceiveError> {
-        if self.batch.len() > 0 {
-            self.batch.hand_over();
+    pub fn post(self) -> Result<(), PostReceiveError> {
+        // Not dropped: its parts are released here, so that the batch never has to be in memory.
+        let mut this = ManuallyDrop::new(self);
+        let batch = &mut this.batch;
+        if batch.len() > 0 {
+            batch.hand_over();
         }
-        match self.batch.failed {
+        let failed = batch.failed;
+        release(batch.owned.take());
+        match failed {
             None => Ok(()),
             Some(failure) => Err(failure.into_error()),
         }
