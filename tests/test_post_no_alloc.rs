@@ -5,27 +5,33 @@
 mod workloads;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
 use std::sync::{Arc, Barrier};
 
 use workloads::{CountingSrq, RecvSrq, SendRcWrite, Workload, BATCHES};
 
-/// Counts the allocations of every thread.
+/// Counts each thread's allocations (the test harness's threads allocate meanwhile).
 struct Counting;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
 
 // SAFETY: forwards to the system allocator.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         System.alloc(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         System.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         System.realloc(ptr, layout, new_size)
     }
 }
@@ -33,17 +39,14 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Other tests of this binary run concurrently and allocate: the tests take turns.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
+/// The allocations this thread makes in `f`.
 fn allocations_while(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOCATIONS.with(Cell::get);
     f();
-    ALLOCATIONS.load(Ordering::SeqCst) - before
+    ALLOCATIONS.with(Cell::get) - before
 }
 
 fn no_allocation_once_warm<W: Workload>() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for batch in BATCHES {
         // setup posts a batch each way: the guard's storage has grown.
         let mut state = W::setup(batch);
@@ -70,33 +73,27 @@ fn receives_allocate_nothing_per_batch() {
 #[test]
 fn threads_posting_to_one_srq_allocate_nothing_per_batch() {
     const THREADS: usize = 4;
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for batch in BATCHES {
         let srq = CountingSrq::new();
-        // ready: every thread is warm; go: they post; done: they have posted.
-        let barrier = || Arc::new(Barrier::new(THREADS + 1));
-        let (ready, go, done) = (barrier(), barrier(), barrier());
+        let go = Arc::new(Barrier::new(THREADS));
         let threads: Vec<_> = (0..THREADS)
             .map(|_| {
-                let (srq, ready, go, done) = (srq.clone(), ready.clone(), go.clone(), done.clone());
+                let (srq, go) = (srq.clone(), go.clone());
                 std::thread::spawn(move || {
                     let mut state = RecvSrq::setup_on(srq, batch);
-                    ready.wait();
+                    // Every thread is warm: they post at once.
                     go.wait();
-                    RecvSrq::guard(&mut state, 256 * batch);
-                    done.wait();
+                    allocations_while(|| RecvSrq::guard(&mut state, 256 * batch))
                 })
             })
             .collect();
-        ready.wait();
-        let n = allocations_while(|| {
-            go.wait();
-            done.wait();
-        });
         for thread in threads {
-            thread.join().expect("posting thread");
+            let n = thread.join().expect("posting thread");
+            assert_eq!(
+                n, 0,
+                "batch {batch}: {n} allocations in 256 batches on one of {THREADS} threads"
+            );
         }
-        assert_eq!(n, 0, "batch {batch}: {n} allocations while {THREADS} threads posted 256 batches each");
         // Each thread's setup posted a batch each way.
         assert_eq!(srq.requests(), (THREADS * (256 + 2) * batch) as u64);
     }
