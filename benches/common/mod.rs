@@ -1,0 +1,429 @@
+//! The posting workloads the benchmarks compare, each written twice: with this crate's guard and
+//! as the same requests in direct rdma-mummy-sys calls ("raw"), both over a hand-made provider
+//! table that only counts what it is handed (no device).
+//!
+//! One [`Workload`] is one row of the tables in BENCHMARKS.md. To add a row (e.g. DC sends):
+//! implement [`Workload`] for a new type here, then add one line to the `workloads!` lists of
+//! `benches/post_instructions.rs` and `benches/post_time.rs`, and its limits to
+//! `benches/limits.txt`.
+#![allow(dead_code)]
+
+use std::hint::black_box;
+use std::mem::MaybeUninit;
+use std::ptr::{null_mut, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rdma_mummy_sys::{
+    ibv_context, ibv_post_srq_recv, ibv_qp_ex, ibv_recv_wr, ibv_send_flags, ibv_sge, ibv_srq, ibv_wr_complete,
+    ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
+};
+use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
+use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection};
+use sideway_ext::ibverbs::shared_receive_queue::PostReceiveGuard;
+
+/// The batch sizes of every table.
+pub const BATCHES: [usize; 3] = [1, 16, 256];
+
+/// Requests posted by one measured run of the instruction benchmark, at every batch size
+/// (4096 batches of 1, 256 of 16, 16 of 256); instructions per request = total ÷ this.
+pub const REQUESTS: usize = 4096;
+
+/// Bytes between consecutive requests' buffers.
+const STRIDE: u64 = 64;
+
+/// A posting workload, written with the guard and raw.
+pub trait Workload {
+    /// The row's name in the tables (and the prefix of the benchmark names).
+    const NAME: &'static str;
+    /// The provider table and the per-batch storage of the raw version; built outside the
+    /// measurement.
+    type State: Send;
+    /// Builds the state for batches of `batch` requests and posts one batch each way, so that
+    /// the measured runs start warm (the guard's per-thread storage grown, as in a program that
+    /// has posted before).
+    fn setup(batch: usize) -> Self::State;
+    /// Posts `requests` requests in batches with the guard.
+    fn guard(state: &mut Self::State, requests: usize);
+    /// Posts the same requests with direct rdma-mummy-sys calls.
+    fn raw(state: &mut Self::State, requests: usize);
+    /// How many requests the provider was handed so far.
+    fn posted(state: &Self::State) -> u64;
+}
+
+/// A post that failed: never happens with the counting providers.
+#[cold]
+#[inline(never)]
+fn failed(what: &str) -> ! {
+    panic!("{what} failed on a counting provider")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sends: an `ibv_qp_ex` whose entries count.
+
+/// A queue pair whose `ibv_qp_ex` entries only count their calls (the field after the C struct).
+#[repr(C)]
+pub struct CountingQp {
+    qp: ibv_qp_ex,
+    starts: u64,
+    completes: u64,
+    aborts: u64,
+    requests: u64,
+    sges: u64,
+}
+
+unsafe fn counting(qp: *mut ibv_qp_ex) -> *mut CountingQp {
+    qp.cast()
+}
+// Each entry counts in a field of its own, so that no two are folded into one function (the
+// profiles then name the entry that was called).
+unsafe extern "C" fn count_start(qp: *mut ibv_qp_ex) {
+    (*counting(qp)).starts += 1;
+}
+unsafe extern "C" fn count_complete(qp: *mut ibv_qp_ex) -> i32 {
+    (*counting(qp)).completes += 1;
+    0
+}
+unsafe extern "C" fn count_abort(qp: *mut ibv_qp_ex) {
+    (*counting(qp)).aborts += 1;
+}
+unsafe extern "C" fn count_rdma_write(qp: *mut ibv_qp_ex, _rkey: u32, _addr: u64) {
+    (*counting(qp)).requests += 1;
+}
+unsafe extern "C" fn count_set_sge(qp: *mut ibv_qp_ex, _lkey: u32, _addr: u64, _len: u32) {
+    (*counting(qp)).sges += 1;
+}
+unsafe extern "C" fn count_set_sge_list(qp: *mut ibv_qp_ex, n: usize, _list: *const ibv_sge) {
+    (*counting(qp)).sges += n as u64;
+}
+
+impl CountingQp {
+    /// A zeroed `ibv_qp_ex` with counting batch entries, RDMA write and the SGE setters.
+    pub fn new() -> Box<Self> {
+        // SAFETY: ibv_qp_ex is plain data and optional function pointers, for which zeroes are
+        // valid; so are the counters.
+        let mut qp: Box<Self> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        qp.qp.wr_start = Some(count_start);
+        qp.qp.wr_complete = Some(count_complete);
+        qp.qp.wr_abort = Some(count_abort);
+        qp.qp.wr_rdma_write = Some(count_rdma_write);
+        qp.qp.wr_set_sge = Some(count_set_sge);
+        qp.qp.wr_set_sge_list = Some(count_set_sge_list);
+        qp
+    }
+
+    pub fn as_ptr(&mut self) -> NonNull<ibv_qp_ex> {
+        NonNull::from(&mut self.qp)
+    }
+
+    /// RDMA writes handed to the provider.
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Batches started, completed and aborted.
+    pub fn batches(&self) -> (u64, u64, u64) {
+        (self.starts, self.completes, self.aborts)
+    }
+}
+
+/// The buffers a workload's requests point at (never touched: the providers only count).
+#[derive(Clone, Copy)]
+pub struct Buffers {
+    pub lkey: u32,
+    pub local: u64,
+    pub rkey: u32,
+    pub remote: u64,
+}
+
+impl Buffers {
+    pub fn opaque() -> Self {
+        // Opaque to the optimiser, like keys and addresses a program gets from the device.
+        black_box(Self {
+            lkey: 0x1234,
+            local: 0x10_0000,
+            rkey: 0x5678,
+            remote: 0x20_0000,
+        })
+    }
+}
+
+/// RC RDMA writes of one scatter/gather entry, signalled: `wr_id`, flags, `ibv_wr_rdma_write`,
+/// `ibv_wr_set_sge` per request, between `ibv_wr_start` and `ibv_wr_complete`.
+pub enum SendRcWrite {}
+
+pub struct SendState {
+    pub qp: Box<CountingQp>,
+    /// Read once, as a queue pair does when it is created.
+    pub entries: ProviderEntries,
+    pub batch: usize,
+    pub buffers: Buffers,
+}
+
+// SAFETY: the counting queue pair is plain data, used by one thread at a time.
+unsafe impl Send for SendState {}
+
+impl Workload for SendRcWrite {
+    const NAME: &'static str = "send_rc_write";
+    type State = SendState;
+
+    fn setup(batch: usize) -> SendState {
+        let mut qp = CountingQp::new();
+        // SAFETY: the counting queue pair is live and fills the batch entries, the write and the
+        // SGE setters.
+        let entries = unsafe { ProviderEntries::new(qp.as_ptr(), SendOperationFlags::Write) }
+            .expect("the counting table fills the entries a write needs");
+        let mut state = SendState {
+            qp,
+            entries,
+            batch: black_box(batch),
+            buffers: Buffers::opaque(),
+        };
+        Self::guard(&mut state, batch);
+        Self::raw(&mut state, batch);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut SendState, requests: usize) {
+        let SendState {
+            qp,
+            entries,
+            batch,
+            buffers,
+            ..
+        } = state;
+        let (qp, entries, batch, b) = (qp.as_ptr(), *entries, *batch, *buffers);
+        let mut next = 0;
+        while next < requests {
+            // SAFETY: the counting queue pair is live and not used elsewhere during the batch;
+            // its entries were read by ProviderEntries::new; RC needs no context.
+            let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp, entries, ()) };
+            for n in next as u64..(next + batch) as u64 {
+                // SAFETY: the counting provider never touches the buffers.
+                unsafe {
+                    guard
+                        .construct_wr(n, WorkRequestFlags::Signaled)
+                        .setup_write(b.rkey, b.remote + n * STRIDE)
+                        .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                };
+            }
+            if guard.post().is_err() {
+                failed("PostSendGuard::post");
+            }
+            next += batch;
+        }
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut SendState, requests: usize) {
+        let (qp, batch, b) = (state.qp.as_ptr().as_ptr(), state.batch, state.buffers);
+        let mut next = 0;
+        while next < requests {
+            // SAFETY: the counting queue pair is live and fills every entry called here.
+            unsafe {
+                ibv_wr_start(qp);
+                for n in next as u64..(next + batch) as u64 {
+                    (*qp).wr_id = n;
+                    (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                    ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                    ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                }
+                if ibv_wr_complete(qp) != 0 {
+                    failed("ibv_wr_complete");
+                }
+            }
+            next += batch;
+        }
+    }
+
+    fn posted(state: &SendState) -> u64 {
+        state.qp.requests()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receives: an SRQ whose context's `ops.post_srq_recv` counts.
+
+/// A device context whose `ops.post_srq_recv` walks the list it is handed and counts the requests
+/// (atomically: several threads may post to one SRQ), and an SRQ on it.
+#[repr(C)]
+pub struct CountingSrq {
+    context: ibv_context,
+    srq: ibv_srq,
+    requests: AtomicU64,
+}
+
+unsafe extern "C" fn count_post_srq_recv(
+    srq: *mut ibv_srq, mut wr: *mut ibv_recv_wr, _bad_wr: *mut *mut ibv_recv_wr,
+) -> i32 {
+    let mut n = 0;
+    while !wr.is_null() {
+        n += 1;
+        wr = (*wr).next;
+    }
+    // The SRQ is the field after the context.
+    let this = (*srq).context.cast::<CountingSrq>();
+    (*this).requests.fetch_add(n, Ordering::Relaxed);
+    0
+}
+
+impl CountingSrq {
+    /// A counting SRQ, to be shared by the threads that post to it.
+    pub fn new() -> Arc<Self> {
+        // SAFETY: ibv_context and ibv_srq are plain data, pointers, optional function pointers and
+        // pthread objects, for which zeroes are valid (the latter are never used).
+        let mut this: Arc<Self> = Arc::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let inner = Arc::get_mut(&mut this).expect("just created");
+        inner.context.ops.post_srq_recv = Some(count_post_srq_recv);
+        // The allocation never moves: the pointer stays valid as long as the Arc.
+        inner.srq.context = &mut inner.context;
+        this
+    }
+
+    pub fn srq(&self) -> NonNull<ibv_srq> {
+        NonNull::from(&self.srq)
+    }
+
+    /// Receive requests handed to the provider.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: the counting provider touches only the atomic counter after construction.
+unsafe impl Send for CountingSrq {}
+// SAFETY: as above.
+unsafe impl Sync for CountingSrq {}
+
+/// SRQ receives of one scatter/gather entry: `wr_id` and one SGE per request, the batch handed to
+/// `ibv_post_srq_recv` as one linked list.
+pub enum RecvSrq {}
+
+pub struct RecvState {
+    pub srq: Arc<CountingSrq>,
+    pub batch: usize,
+    pub buffers: Buffers,
+    /// The raw version's list and entries, reused batch after batch (the guard reuses its
+    /// storage too).
+    wrs: Vec<ibv_recv_wr>,
+    sges: Vec<ibv_sge>,
+}
+
+// SAFETY: the raw storage's pointers point into its own vectors, used by one thread at a time.
+unsafe impl Send for RecvState {}
+
+impl RecvState {
+    /// The state of one thread posting batches of `batch` to `srq` (which may be shared).
+    pub fn new(srq: Arc<CountingSrq>, batch: usize) -> Self {
+        let empty = ibv_recv_wr {
+            wr_id: 0,
+            next: null_mut(),
+            sg_list: null_mut(),
+            num_sge: 0,
+        };
+        Self {
+            srq,
+            batch: black_box(batch),
+            buffers: Buffers::opaque(),
+            wrs: vec![empty; batch],
+            sges: vec![
+                ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0
+                };
+                batch
+            ],
+        }
+    }
+}
+
+/// Posts `requests` receives to `srq` in batches of `batch` with the guard.
+#[inline(always)]
+pub fn recv_guard(srq: NonNull<ibv_srq>, batch: usize, b: Buffers, requests: usize) {
+    let mut next = 0;
+    while next < requests {
+        // SAFETY: the counting SRQ is live for the batch; it takes one entry per request.
+        let mut guard = unsafe { PostReceiveGuard::start(srq, 1) };
+        for n in next as u64..(next + batch) as u64 {
+            // SAFETY: the counting provider never touches the buffers.
+            unsafe {
+                guard
+                    .construct_wr(n)
+                    .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+            };
+        }
+        if guard.post().is_err() {
+            failed("PostReceiveGuard::post");
+        }
+        next += batch;
+    }
+}
+
+/// Posts `requests` receives to `srq` in batches of `wrs.len()` with direct calls, building the
+/// list in `wrs` and `sges` each batch.
+#[inline(always)]
+pub fn recv_raw(srq: NonNull<ibv_srq>, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers, requests: usize) {
+    let batch = wrs.len().min(sges.len());
+    let (wr_base, sge_base) = (wrs.as_mut_ptr(), sges.as_mut_ptr());
+    let mut next = 0;
+    while next < requests {
+        // SAFETY: every index is below `batch`, the length of both arrays; the list lives in
+        // them until ibv_post_srq_recv returns; the counting SRQ is live.
+        unsafe {
+            for i in 0..batch {
+                let n = (next + i) as u64;
+                let sge = sge_base.add(i);
+                (*sge).addr = b.local + n * STRIDE;
+                (*sge).length = STRIDE as u32;
+                (*sge).lkey = b.lkey;
+                let wr = wr_base.add(i);
+                (*wr).wr_id = n;
+                (*wr).sg_list = sge;
+                (*wr).num_sge = 1;
+                (*wr).next = if i + 1 < batch { wr_base.add(i + 1) } else { null_mut() };
+            }
+            let mut bad: *mut ibv_recv_wr = null_mut();
+            if ibv_post_srq_recv(srq.as_ptr(), wr_base, &mut bad) != 0 {
+                failed("ibv_post_srq_recv");
+            }
+        }
+        next += batch;
+    }
+}
+
+impl RecvSrq {
+    /// The warm state of one thread posting batches of `batch` to `srq`, which other threads may
+    /// post to as well.
+    pub fn setup_on(srq: Arc<CountingSrq>, batch: usize) -> RecvState {
+        let mut state = RecvState::new(srq, batch);
+        Self::guard(&mut state, batch);
+        Self::raw(&mut state, batch);
+        state
+    }
+}
+
+impl Workload for RecvSrq {
+    const NAME: &'static str = "recv_srq";
+    type State = RecvState;
+
+    fn setup(batch: usize) -> RecvState {
+        Self::setup_on(CountingSrq::new(), batch)
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut RecvState, requests: usize) {
+        recv_guard(state.srq.srq(), state.batch, state.buffers, requests);
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut RecvState, requests: usize) {
+        let srq = state.srq.srq();
+        recv_raw(srq, &mut state.wrs, &mut state.sges, state.buffers, requests);
+    }
+
+    fn posted(state: &RecvState) -> u64 {
+        state.srq.requests()
+    }
+}

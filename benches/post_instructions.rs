@@ -1,0 +1,52 @@
+//! Instructions per request of posting with the guards and with direct rdma-mummy-sys calls,
+//! counted by callgrind through gungraun (deterministic), over counting provider tables (no
+//! device). Each benchmark posts `common::REQUESTS` requests in batches of 1, 16 or 256;
+//! `scripts/bench` divides its instruction count by that. See BENCHMARKS.md.
+//!
+//! Needs `gungraun-runner` 0.20.0 on the PATH (`scripts/install-deps` installs it).
+mod common;
+
+use std::hint::black_box;
+
+use common::{RecvSrq, SendRcWrite, Workload, REQUESTS};
+use gungraun::{library_benchmark, library_benchmark_group, main};
+
+fn setup<W: Workload>(batch: usize) -> W::State {
+    W::setup(batch)
+}
+
+/// One group per workload, with a guard and a raw benchmark at each batch size. The benchmark
+/// returns the state, so that dropping it is not measured.
+macro_rules! workloads {
+    ($($group:ident, $guard:ident, $raw:ident: $workload:ty;)*) => {
+        $(
+            #[library_benchmark]
+            #[bench::batch_1(args = (1), setup = setup::<$workload>)]
+            #[bench::batch_16(args = (16), setup = setup::<$workload>)]
+            #[bench::batch_256(args = (256), setup = setup::<$workload>)]
+            fn $guard(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
+                <$workload as Workload>::guard(&mut state, black_box(REQUESTS));
+                state
+            }
+
+            #[library_benchmark]
+            #[bench::batch_1(args = (1), setup = setup::<$workload>)]
+            #[bench::batch_16(args = (16), setup = setup::<$workload>)]
+            #[bench::batch_256(args = (256), setup = setup::<$workload>)]
+            fn $raw(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
+                <$workload as Workload>::raw(&mut state, black_box(REQUESTS));
+                state
+            }
+
+            library_benchmark_group!(name = $group; benchmarks = $guard, $raw);
+        )*
+        main!(library_benchmark_groups = $($group),*);
+    };
+}
+
+// A row per workload: group, guard benchmark, raw benchmark (named `<NAME>_guard`/`<NAME>_raw`,
+// as scripts/bench reads them): the workload.
+workloads! {
+    send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
+    recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
+}
