@@ -129,7 +129,7 @@ pub trait CompletionChannelExt {
     /// # Errors
     ///
     /// - [`Ibverbs`](super::completion_channel::GetCompletionEventErrorKind::Ibverbs): the read
-    ///   failed; [`io::ErrorKind::WouldBlock`] on a non-blocking channel with no event pending.
+    ///   failed; [`std::io::ErrorKind::WouldBlock`] on a non-blocking channel with no event pending.
     /// - [`UnknownCompletionQueue`](super::completion_channel::GetCompletionEventErrorKind::UnknownCompletionQueue):
     ///   the event was for a CQ not armed with
     ///   [`req_notify_cq`](CompletionQueueEventExt::req_notify_cq); it was acknowledged.

@@ -555,7 +555,7 @@ impl SharedReceiveQueue {
 /// A batch of receive requests for a [`SharedReceiveQueue`]; see
 /// [`SharedReceiveQueue::start_post_recv`].
 ///
-/// The guard fills a chunk of [64](CHUNK_REQUESTS) requests (and 128 scatter/gather entries)
+/// The guard fills a chunk of 64 requests (and 128 scatter/gather entries)
 /// that belongs to the calling thread, linking each request into the list as it is added: no
 /// lock, no allocation, no pass over the list before the call. When the chunk is full, the
 /// requests in it are handed to `ibv_post_srq_recv` and the chunk starts over, so a batch of any
