@@ -72,16 +72,29 @@ fn rc_pair(
     SharedReceiveQueuePair<ReliableConnection>,
     SharedReceiveQueuePair<ReliableConnection>,
 ) {
+    rc_pair_with_send_ops(s, receiver_srq, send_cq, recv_cq, None)
+}
+
+/// [`rc_pair`] whose sender may post only `send_ops` (default: all of RC's operations).
+fn rc_pair_with_send_ops(
+    s: &Setup, receiver_srq: &Arc<SharedReceiveQueue>, send_cq: &Arc<BasicCompletionQueue>,
+    recv_cq: &Arc<BasicCompletionQueue>, send_ops: Option<SendOperationFlags>,
+) -> (
+    SharedReceiveQueuePair<ReliableConnection>,
+    SharedReceiveQueuePair<ReliableConnection>,
+) {
     let sender_srq = s.pd.create_srq_builder().setup_max_wr(4).build().expect("sender SRQ");
-    let mut sender = sender_srq
-        .create_qp_builder()
+    let mut builder = sender_srq.create_qp_builder();
+    builder
         .setup_send_cq(send_cq.clone())
         .setup_recv_cq(send_cq.clone())
         .setup_max_send_wr(64)
         .setup_max_send_sge(4)
-        .setup_max_inline_data(64)
-        .build_rc()
-        .expect("sender QP");
+        .setup_max_inline_data(64);
+    if let Some(send_ops) = send_ops {
+        builder.setup_send_ops_flags(send_ops);
+    }
+    let mut sender = builder.build_rc().expect("sender QP");
     let mut receiver = receiver_srq
         .create_qp_builder()
         .setup_send_cq(send_cq.clone())
@@ -692,25 +705,8 @@ fn an_operation_the_queue_pair_was_not_created_with_is_a_typed_error() {
     let send_cq = cq(&s.ctx, 64);
     let recv_cq = cq(&s.ctx, 64);
     let receiver_srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
-    let sender_srq = s.pd.create_srq_builder().setup_max_wr(4).build().expect("sender SRQ");
-    let mut sender = sender_srq
-        .create_qp_builder()
-        .setup_send_cq(send_cq.clone())
-        .setup_recv_cq(send_cq.clone())
-        .setup_max_inline_data(64)
-        .setup_send_ops_flags(SendOperationFlags::Send)
-        .build_rc()
-        .expect("sender QP with SEND only");
-    let mut receiver = receiver_srq
-        .create_qp_builder()
-        .setup_send_cq(send_cq.clone())
-        .setup_recv_cq(recv_cq.clone())
-        .build_rc()
-        .expect("receiver QP");
-    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
-    let (rq, sq) = (receiver.qp_number(), sender.qp_number());
-    connect_rc(&mut sender, rq, s.gid_index, s.gid, access);
-    connect_rc(&mut receiver, sq, s.gid_index, s.gid, access);
+    let (mut sender, _receiver) =
+        rc_pair_with_send_ops(&s, &receiver_srq, &send_cq, &recv_cq, Some(SendOperationFlags::Send));
     let buffer = Buffer::new(&s.pd, 4096);
 
     let mut guard = sender.start_post_send();

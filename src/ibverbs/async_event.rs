@@ -272,18 +272,10 @@ impl AsyncEventReader {
 
     /// Waits at most `timeout` for an event (with `poll` on the event file descriptor).
     pub fn read_timeout(&self, timeout: Duration) -> Result<Option<AsyncEvent>, ReadAsyncEventError> {
-        let mut pollfd = libc::pollfd {
-            fd: self.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: pollfd is a valid array of one entry.
-        let ret = unsafe { libc::poll(&mut pollfd, 1, millis) };
-        match ret {
-            0 => Ok(None),
-            n if n > 0 => self.read().map(Some),
-            _ => Err(ReadAsyncEventErrorKind::Ibverbs(io::Error::last_os_error()).into()),
+        match super::wait_readable(self.as_raw_fd(), timeout) {
+            Ok(false) => Ok(None),
+            Ok(true) => self.read().map(Some),
+            Err(err) => Err(ReadAsyncEventErrorKind::Ibverbs(err).into()),
         }
     }
 

@@ -371,17 +371,9 @@ pub(crate) fn get_cq_event(channel: &CompletionChannel) -> Result<CompletionEven
 pub(crate) fn get_cq_event_timeout(
     channel: &CompletionChannel, timeout: Duration,
 ) -> Result<Option<CompletionEvent>, GetCompletionEventError> {
-    let mut pollfd = libc::pollfd {
-        fd: channel.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: pollfd is a valid array of one entry.
-    let ret = unsafe { libc::poll(&mut pollfd, 1, millis) };
-    match ret {
-        0 => Ok(None),
-        n if n > 0 => match get_cq_event(channel) {
+    match super::wait_readable(channel.as_raw_fd(), timeout) {
+        Ok(false) => Ok(None),
+        Ok(true) => match get_cq_event(channel) {
             Ok(event) => Ok(Some(event)),
             Err(GetCompletionEventError(GetCompletionEventErrorKind::Ibverbs(err)))
                 if err.kind() == io::ErrorKind::WouldBlock =>
@@ -390,7 +382,7 @@ pub(crate) fn get_cq_event_timeout(
             },
             Err(err) => Err(err),
         },
-        _ => Err(GetCompletionEventErrorKind::Ibverbs(io::Error::last_os_error()).into()),
+        Err(err) => Err(GetCompletionEventErrorKind::Ibverbs(err).into()),
     }
 }
 

@@ -54,6 +54,22 @@ pub(crate) fn query_device_attr(
     Ok(unsafe { attr.assume_init() })
 }
 
+/// Waits at most `timeout` for `fd` to become readable (`poll`): whether it did.
+pub(crate) fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> std::io::Result<bool> {
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: pollfd is a valid array of one entry.
+    match unsafe { libc::poll(&mut pollfd, 1, millis) } {
+        0 => Ok(false),
+        n if n > 0 => Ok(true),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// Checks the return value of a destroy call made in `Drop` (libibverbs returns an errno value).
 ///
 /// As sideway does, a failure panics: it means a handle leaked or a teardown-order bug (e.g. a

@@ -837,12 +837,13 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use QueuePairAttributeMask as M;
     use QueuePairState::*;
 
-    fn rts_attr() -> QueuePairAttribute {
+    /// RTR -> RTS with the RC send-side attributes.
+    pub(crate) fn rts_attr() -> QueuePairAttribute {
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(ReadyToSend)
             .setup_sq_psn(1)

@@ -77,18 +77,8 @@ mod tests {
     use sideway::ibverbs::AccessFlags;
 
     use super::*;
+    use crate::ibverbs::queue_pair::tests::rts_attr;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
-
-    fn rts_attr() -> QueuePairAttribute {
-        let mut attr = QueuePairAttribute::new();
-        attr.setup_state(ReadyToSend)
-            .setup_sq_psn(1)
-            .setup_timeout(14)
-            .setup_retry_cnt(7)
-            .setup_rnr_retry(7)
-            .setup_max_read_atomic(1);
-        attr
-    }
 
     #[test]
     fn dc_tables_follow_mlx5_ib() {
