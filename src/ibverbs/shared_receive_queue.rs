@@ -545,7 +545,7 @@ impl SharedReceiveQueue {
     /// The batch's storage belongs to the calling thread and is reused, so posting takes no lock
     /// and allocates nothing once it has grown to the batch size, also when several threads post
     /// to one queue.
-    #[inline]
+    #[inline(always)]
     pub fn start_post_recv(&self) -> PostReceiveGuard<'_> {
         // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
         unsafe { PostReceiveGuard::start(self.srq, self.max_sge) }
@@ -617,7 +617,7 @@ impl PostReceiveGuard<'_> {
     /// `srq` must be a live shared receive queue for the guard's lifetime, and `max_sge` at most
     /// the number of scatter/gather entries per request it was created with.
     #[doc(hidden)]
-    #[inline]
+    #[inline(always)]
     pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32) -> Self {
         let thread = THREAD_CHUNK.try_with(|thread| {
             if thread.in_use.replace(true) {
@@ -649,14 +649,17 @@ impl PostReceiveGuard<'_> {
         }
     }
 
-    /// Adds a receive request with this `wr_id` to the batch; give it its buffers through the
-    /// returned handle ([`SetScatterGatherEntry`]). A request with no entries receives
-    /// zero-length messages only.
-    #[inline]
+    /// Starts a receive request with this `wr_id`; it joins the batch when the returned handle
+    /// is given its buffers ([`SetScatterGatherEntry`]), and a handle dropped before that adds
+    /// nothing. A request given an empty list (`setup_sge_list(&[])`) receives zero-length
+    /// messages only.
+    #[inline(always)]
     pub fn construct_wr(&mut self, wr_id: u64) -> RecvWorkRequestHandle<'_> {
         let batch = &mut self.batch;
-        let wr = batch.push(wr_id);
-        RecvWorkRequestHandle { batch, wr }
+        if batch.is_full() {
+            batch.hand_over();
+        }
+        RecvWorkRequestHandle { batch, wr_id }
     }
 
     /// How many requests the batch holds (handed over or not).
@@ -679,7 +682,7 @@ impl PostReceiveGuard<'_> {
 
     /// Posts the batch with `ibv_post_srq_recv` (what is not handed over yet). On error, every
     /// request before [`PostReceiveError::failed_index`] was posted and the rest were not.
-    #[inline]
+    #[inline(always)]
     pub fn post(self) -> Result<(), PostReceiveError> {
         // Not dropped: its parts are released here, so that the batch never has to be in memory.
         let mut this = ManuallyDrop::new(self);
@@ -807,29 +810,46 @@ impl RecvBatch {
         self.tail = self.head_link();
     }
 
-    /// Adds a request to the chunk, linked in, with no entries yet. Every request keeps one entry
-    /// slot free for itself (see `setup_sge_list`), so a single entry always fits.
+    /// Whether the chunk has no free request slot.
     #[inline(always)]
-    fn push(&mut self, wr_id: u64) -> *mut ibv_recv_wr {
-        // SAFETY: one past the chunk's request array.
-        if self.next_wr == unsafe { self.first_wr().add(CHUNK_REQUESTS) } {
-            self.hand_over();
-        }
+    fn is_full(&self) -> bool {
+        // SAFETY: one past the chunk's request array; only an address is computed.
+        self.next_wr == unsafe { self.first_wr().add(CHUNK_REQUESTS) }
+    }
+
+    /// Adds a request to the chunk, linked in, its `num_sge` entries to be written at
+    /// `next_sge`. The chunk must have a free slot (`construct_wr` hands a full chunk over), and
+    /// at least `num_sge` entry slots beyond one for each other free request slot.
+    #[inline(always)]
+    fn push(&mut self, wr_id: u64, num_sge: usize) {
         let wr = self.next_wr;
-        // SAFETY: wr is a free slot of the chunk (handed over above), which is this guard's until
-        // it is dropped and does not move.
+        // SAFETY: wr is a free slot of the chunk (the caller's promise), which is this guard's
+        // until it is dropped and does not move.
         unsafe {
             wr.write(ibv_recv_wr {
                 wr_id,
                 next: null_mut(),
                 sg_list: self.next_sge,
-                num_sge: 0,
+                num_sge: num_sge as i32,
             });
             *self.tail = wr;
             self.tail = std::ptr::addr_of_mut!((*wr).next);
             self.next_wr = wr.add(1);
         }
-        wr
+    }
+
+    /// Whether a request of `count` entries fits in the chunk, leaving an entry slot for each
+    /// request slot still free after it.
+    #[inline(always)]
+    fn fits(&self, count: usize) -> bool {
+        // SAFETY: the cursors lie in their arrays; only addresses are compared.
+        unsafe {
+            let free_requests = self.first_wr().add(CHUNK_REQUESTS).offset_from(self.next_wr) as usize;
+            let sges_end = std::ptr::addr_of_mut!((*self.chunk.as_ptr()).sges)
+                .cast::<ibv_sge>()
+                .add(CHUNK_ENTRIES);
+            count + free_requests <= sges_end.offset_from(self.next_sge) as usize + 1
+        }
     }
 
     /// Hands the chunk's requests to the provider and starts the chunk over; after a failure,
@@ -862,23 +882,14 @@ impl RecvBatch {
         self.posted += len;
     }
 
-    /// The last request added (`wr`) has `requested` entries, more than the queue takes: hand
-    /// over the requests before it, and refuse it and everything after it.
+    /// Request `wr_id` has `requested` entries, more than the queue takes: hand over the
+    /// requests before it, and refuse it and everything after it.
     #[inline(always)]
-    fn refuse_last(&mut self, wr: *mut ibv_recv_wr, requested: usize) {
+    fn refuse(&mut self, wr_id: u64, requested: usize) {
         cold();
-        // SAFETY: wr is the chunk's last request; the one before it (if any) links to it.
-        let wr_id = unsafe {
-            if wr != self.first_wr() {
-                (*wr.sub(1)).next = null_mut();
-            }
-            (*wr).wr_id
-        };
-        self.next_wr = wr;
         if self.len() > 0 {
             self.hand_over();
         }
-        self.restart();
         if self.failed.is_none() {
             self.failed = Some(Failure {
                 ret: 0,
@@ -890,45 +901,63 @@ impl RecvBatch {
         }
     }
 
-    /// Copies the entries of the last request added (`wr`), or, when they would take the slots
-    /// kept for the chunk's remaining requests, hands the chunk over with `wr` pointing at the
-    /// caller's list (alive during this call).
+    /// Adds request `wr_id` with the entries of `sg_list` (at most `max_sge`), copied into the
+    /// chunk; a list too long for a chunk is handed over alone, straight from the caller's list
+    /// (alive during this call).
     #[inline(always)]
-    fn add_list(&mut self, wr: *mut ibv_recv_wr, sg_list: &[ibv_sge]) {
+    fn add_list(&mut self, wr_id: u64, sg_list: &[ibv_sge]) {
         let count = sg_list.len();
-        // SAFETY: the cursors lie in their arrays; only addresses are compared.
-        let fits = unsafe {
-            let free_requests = self.first_wr().add(CHUNK_REQUESTS).offset_from(self.next_wr) as usize;
-            let sges_end = std::ptr::addr_of_mut!((*self.chunk.as_ptr()).sges)
-                .cast::<ibv_sge>()
-                .add(CHUNK_ENTRIES);
-            count + free_requests <= sges_end.offset_from(self.next_sge) as usize
-        };
-        if fits {
-            // SAFETY: the entries fit at next_sge, where the request's sg_list points, leaving a
-            // slot for each request the chunk can still take.
-            unsafe {
-                std::ptr::copy_nonoverlapping(sg_list.as_ptr(), self.next_sge, count);
-                self.next_sge = self.next_sge.add(count);
-                (*wr).num_sge = count as i32;
+        if !self.fits(count) {
+            cold();
+            self.hand_over();
+            if !self.fits(count) {
+                return self.post_alone(wr_id, sg_list);
             }
+        }
+        self.push(wr_id, count);
+        // SAFETY: the entries fit at next_sge, where the request's sg_list points (checked
+        // above), leaving an entry slot for each request slot still free.
+        unsafe {
+            std::ptr::copy_nonoverlapping(sg_list.as_ptr(), self.next_sge, count);
+            self.next_sge = self.next_sge.add(count);
+        }
+    }
+
+    /// Posts one request by itself, its entries read from the caller's list.
+    #[cold]
+    #[inline(never)]
+    fn post_alone(&mut self, wr_id: u64, sg_list: &[ibv_sge]) {
+        if self.failed.is_some() {
             return;
         }
-        cold();
-        // SAFETY: wr is the chunk's last request; the list lives until the call returns.
-        unsafe {
-            (*wr).sg_list = sg_list.as_ptr().cast_mut();
-            (*wr).num_sge = count as i32;
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: null_mut(),
+            sg_list: sg_list.as_ptr().cast_mut(),
+            num_sge: sg_list.len() as i32,
+        };
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: a one-request list whose entries live until the call returns; the SRQ is alive.
+        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), &mut wr, &mut bad_wr) };
+        if ret != 0 {
+            self.failed = Some(Failure {
+                ret,
+                index: self.posted,
+                wr_id,
+                requested: 0,
+                max: self.max_sge,
+            });
+            return;
         }
-        self.hand_over();
+        self.posted += 1;
     }
 }
 
-/// The buffers of one receive request in a [`PostReceiveGuard`] batch.
-#[must_use = "give the request its buffers with setup_sge or setup_sge_list"]
+/// One receive request of a [`PostReceiveGuard`] batch: give it its buffers.
+#[must_use = "a request joins the batch only when given its buffers (setup_sge or setup_sge_list)"]
 pub struct RecvWorkRequestHandle<'g> {
     batch: &'g mut RecvBatch,
-    wr: *mut ibv_recv_wr,
+    wr_id: u64,
 }
 
 impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
@@ -936,29 +965,29 @@ impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
     ///
     /// The buffer `addr..addr + length` must lie in a memory region registered with `lkey` and
     /// stay valid until the receive completes (or the queue is destroyed).
-    #[inline]
+    #[inline(always)]
     unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
         let batch = self.batch;
         if batch.max_sge == 0 {
-            return batch.refuse_last(self.wr, 1);
+            return batch.refuse(self.wr_id, 1);
         }
-        // The request's own entry slot, where its sg_list points.
+        // construct_wr left a free request slot, which always has an entry slot of its own.
+        batch.push(self.wr_id, 1);
         batch.next_sge.write(ibv_sge { addr, length, lkey });
         batch.next_sge = batch.next_sge.add(1);
-        (*self.wr).num_sge = 1;
     }
 
     /// # Safety
     ///
     /// Each entry's buffer must lie in the memory region registered with its `lkey` and stay
     /// valid until the receive completes (or the queue is destroyed).
-    #[inline]
+    #[inline(always)]
     unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
         let batch = self.batch;
         if sg_list.len() > batch.max_sge as usize {
-            return batch.refuse_last(self.wr, sg_list.len());
+            return batch.refuse(self.wr_id, sg_list.len());
         }
-        batch.add_list(self.wr, sg_list);
+        batch.add_list(self.wr_id, sg_list);
     }
 }
 
@@ -1045,9 +1074,11 @@ mod tests {
                             lkey: 2,
                         },
                     ]),
-                    _ => drop(handle),
+                    _ => handle.setup_sge_list(&[]),
                 }
             }
+            // A request dropped before its data step adds nothing.
+            let _ = guard.construct_wr(9999);
         }
         assert_eq!((guard.len(), guard.posted()), (200, 192));
         guard.post().expect("recorded post succeeds");
@@ -1063,6 +1094,33 @@ mod tests {
             };
             assert_eq!(sges, expected, "request {i}");
         }
+    }
+
+    #[test]
+    fn a_list_longer_than_a_chunk_goes_over_alone_in_order() {
+        let mut fake = fake_srq();
+        // SAFETY: as above.
+        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 200) };
+        let long: Vec<ibv_sge> = (0..100)
+            .map(|k| ibv_sge {
+                addr: k,
+                length: 1,
+                lkey: 9,
+            })
+            .collect();
+        // SAFETY: the recorder only reads the entries.
+        unsafe {
+            guard.construct_wr(1).setup_sge(1, 1, 1);
+            guard.construct_wr(2).setup_sge_list(&long);
+            guard.construct_wr(3).setup_sge(3, 3, 3);
+        }
+        assert_eq!((guard.len(), guard.posted()), (3, 2));
+        guard.post().unwrap();
+        let calls = calls();
+        let ids: Vec<Vec<u64>> = calls.iter().map(|c| c.iter().map(|r| r.0).collect()).collect();
+        assert_eq!(ids, [vec![1], vec![2], vec![3]]);
+        assert_eq!(calls[1][0].1.len(), 100);
+        assert_eq!(calls[1][0].1[99], (99, 1, 9));
     }
 
     #[test]
