@@ -266,17 +266,19 @@ impl ProviderEntries {
 
     /// Adds entries that lie outside `ibv_qp_ex` (e.g. mlx5's `wr_set_dc_addr`), from
     /// [`entry::FIRST_EXTERNAL`] up, for the transports of other modules.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
     pub(crate) fn with(self, bits: u32) -> Self {
         Self(self.0 | bits)
     }
 
-    fn name_of_first_missing(self, needed: u32) -> &'static str {
+    /// The name of the first entry of `needed` that is missing: an `ibv_qp_ex` entry, or else
+    /// `external` (the destination's own entry).
+    fn name_of_first_missing(self, needed: u32, external: &'static str) -> &'static str {
         let missing = needed & !self.0;
         entry::NAMES
             .get(missing.trailing_zeros() as usize)
             .copied()
-            .unwrap_or("a provider entry outside ibv_qp_ex")
+            .unwrap_or(external)
     }
 }
 
@@ -398,6 +400,9 @@ pub trait Destination: sealed::Sealed + Copy {
     /// The [`ProviderEntries`] bits of its setter.
     #[doc(hidden)]
     const ENTRY: u32;
+    /// The setter's name, for errors.
+    #[doc(hidden)]
+    const ENTRY_NAME: &'static str;
     /// Calls the setter.
     ///
     /// # Safety
@@ -416,6 +421,7 @@ impl sealed::Sealed for Connected {}
 
 impl Destination for Connected {
     const ENTRY: u32 = 0;
+    const ENTRY_NAME: &'static str = "";
 
     #[inline(always)]
     unsafe fn set(self, _qp: *mut ibv_qp_ex) {}
@@ -433,6 +439,7 @@ impl sealed::Sealed for DatagramAddress {}
 
 impl Destination for DatagramAddress {
     const ENTRY: u32 = entry::SET_UD_ADDR;
+    const ENTRY_NAME: &'static str = "wr_set_ud_addr";
 
     #[inline(always)]
     unsafe fn set(self, qp: *mut ibv_qp_ex) {
@@ -464,9 +471,9 @@ impl Batch {
     /// Records a refused request. The batch is passed by value parts, not by address, so that the
     /// hot path can keep the batch in registers.
     #[inline(always)]
-    fn refuse(&mut self, wr_id: u64, needed: u32) {
+    fn refuse(&mut self, wr_id: u64, needed: u32, external: &'static str) {
         if self.refused.is_none() {
-            self.refused = Some(refusal(self.entries, self.len, wr_id, needed));
+            self.refused = Some(refusal(self.entries, self.len, wr_id, needed, external));
         }
         self.len += 1;
     }
@@ -474,11 +481,11 @@ impl Batch {
 
 #[cold]
 #[inline(never)]
-fn refusal(entries: ProviderEntries, index: usize, wr_id: u64, needed: u32) -> Refused {
+fn refusal(entries: ProviderEntries, index: usize, wr_id: u64, needed: u32, external: &'static str) -> Refused {
     Refused {
         index,
         wr_id,
-        entry: entries.name_of_first_missing(needed),
+        entry: entries.name_of_first_missing(needed, external),
     }
 }
 
@@ -742,7 +749,7 @@ impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
         let batch = request.batch;
         let needed = O::ENTRY | D::ENTRY | SETTER;
         if batch.missing & needed != 0 {
-            batch.refuse(request.wr_id, needed);
+            batch.refuse(request.wr_id, needed, D::ENTRY_NAME);
             return;
         }
         let qp = batch.qp_ex.as_ptr();
@@ -1117,6 +1124,7 @@ mod external_transport_tests {
 
     impl Destination for ExternalAddress {
         const ENTRY: u32 = entry::FIRST_EXTERNAL;
+        const ENTRY_NAME: &'static str = "wr_set_external_addr";
 
         unsafe fn set(self, _qp: *mut ibv_qp_ex) {
             record(format!(
@@ -1144,7 +1152,11 @@ mod external_transport_tests {
             .setup_inline_data(b"x");
         assert!(matches!(
             guard.post().unwrap_err().0,
-            PostSendErrorKind::OperationNotEnabled { index: 0, .. }
+            PostSendErrorKind::OperationNotEnabled {
+                index: 0,
+                entry: "wr_set_external_addr",
+                ..
+            }
         ));
         assert_eq!(take_calls(), ["start", "abort"]);
         // With it, the calls come in the contract's order.

@@ -519,6 +519,35 @@ impl QueuePairCore {
         self.qp_ex.map_or(ProviderEntries::NONE, |(_, entries)| entries)
     }
 
+    /// The device context the queue pair was created on.
+    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
+    pub(crate) fn context(&self) -> NonNull<rdma_mummy_sys::ibv_context> {
+        // SAFETY: the protection domain (and its context) are alive while the queue pair is.
+        unsafe { NonNull::new_unchecked(self._pd.pd().as_ref().context) }
+    }
+
+    /// The extended view of a queue pair created with send operations.
+    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
+    pub(crate) fn qp_ex(&self) -> Option<NonNull<ibv_qp_ex>> {
+        self.qp_ex.map(|(qp_ex, _)| qp_ex)
+    }
+
+    /// Adds entries the queue pair's provider filled outside `ibv_qp_ex` (checked by the caller).
+    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
+    pub(crate) fn add_entries(&mut self, bits: u32) {
+        if let Some((_, entries)) = &mut self.qp_ex {
+            *entries = entries.with(bits);
+        }
+    }
+
+    /// The queue pair number as the library holds it now (a DC target gets its number at RTR).
+    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
+    pub(crate) fn live_qp_number(&self) -> u32 {
+        // SAFETY: the handle is alive; the library writes qp_num only inside ibv_modify_qp, which
+        // takes `&mut self`; the field is read through a raw pointer, no reference.
+        unsafe { std::ptr::addr_of!((*self.qp.as_ptr()).qp_num).read() }
+    }
+
     pub(crate) fn qp_number(&self) -> u32 {
         self.qp_number
     }

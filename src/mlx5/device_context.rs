@@ -51,6 +51,31 @@ pub enum QueryDcCapabilitiesErrorKind {
     QueryDevice(#[from] QueryDeviceError),
 }
 
+/// `mlx5dv_query_device` on a raw context (for the DC queue pairs, which reach the context
+/// through their protection domain).
+///
+/// # Safety
+///
+/// `context` must be an open device context.
+pub(crate) unsafe fn query_device_raw(
+    context: std::ptr::NonNull<rdma_mummy_sys::ibv_context>,
+) -> Result<Mlx5DeviceAttributes, QueryMlx5DeviceError> {
+    let raw = MaybeUninit::<mlx5dv_context>::zeroed();
+    // SAFETY: every field of mlx5dv_context is an integer, a plain struct of integers or a raw
+    // pointer, for which all-zero bytes are valid.
+    let mut raw = unsafe { raw.assume_init() };
+    raw.comp_mask = Mlx5ContextMask::all_flags().bits();
+    // SAFETY: the context is open (the caller's promise), and `raw` is a valid, writable
+    // mlx5dv_context for the duration of the call.
+    let ret = unsafe { mlx5dv_query_device(context.as_ptr(), &mut raw) };
+    match ret {
+        0 => Ok(Mlx5DeviceAttributes::from_raw(&raw)),
+        // The call reports its error as its return value (errno is not reliable here).
+        libc::EOPNOTSUPP => Err(QueryMlx5DeviceErrorKind::NotSupported.into()),
+        errno => Err(QueryMlx5DeviceErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),
+    }
+}
+
 /// The mlx5 direct-verbs (`mlx5dv_*`) view of a sideway [`DeviceContext`].
 ///
 /// It holds an [`Arc`] of the device context, so it cannot outlive it. Creating one is cheap and
@@ -102,20 +127,8 @@ impl Mlx5DeviceContext {
     ///   installed (the call returns `EOPNOTSUPP`).
     /// - [`QueryMlx5DeviceErrorKind::Ibverbs`]: any other error the call returns.
     pub fn query_device(&self) -> Result<Mlx5DeviceAttributes, QueryMlx5DeviceError> {
-        let raw = MaybeUninit::<mlx5dv_context>::zeroed();
-        // SAFETY: every field of mlx5dv_context is an integer, a plain struct of integers or a
-        // raw pointer, for which all-zero bytes are valid.
-        let mut raw = unsafe { raw.assume_init() };
-        raw.comp_mask = Mlx5ContextMask::all_flags().bits();
-        // SAFETY: the context is open for as long as `self.context` lives, and `raw` is a valid,
-        // writable mlx5dv_context for the duration of the call.
-        let ret = unsafe { mlx5dv_query_device(self.context.context().as_ptr(), &mut raw) };
-        match ret {
-            0 => Ok(Mlx5DeviceAttributes::from_raw(&raw)),
-            // The call reports its error as its return value (errno is not reliable here).
-            libc::EOPNOTSUPP => Err(QueryMlx5DeviceErrorKind::NotSupported.into()),
-            errno => Err(QueryMlx5DeviceErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),
-        }
+        // SAFETY: the context is open for as long as `self.context` lives.
+        unsafe { query_device_raw(self.context.context()) }
     }
 
     /// Whether the device answers mlx5 direct-verbs queries: it is an mlx5 device and libmlx5 is

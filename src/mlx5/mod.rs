@@ -8,8 +8,14 @@
 //! - [`device_context`]: [`Mlx5DeviceContext`](device_context::Mlx5DeviceContext), built from a
 //!   sideway device context, and its queries;
 //! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
-//! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP).
+//! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP);
+//! - [`dc_initiator`]: the DC initiator (DCI), whose requests are addressed one by one with
+//!   `mlx5dv_wr_set_dc_addr`;
+//! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`).
 pub mod dc_capabilities;
+pub mod dc_initiator;
 mod dc_state_table;
 pub mod device_attributes;
 pub mod device_context;
+pub mod extension;
+mod library;

@@ -1,0 +1,1267 @@
+//! The DC initiator (DCI): a send-only queue pair of the DC (Dynamically Connected) transport,
+//! whose every work request names its destination (address handle, DCT number, DC key) with
+//! `mlx5dv_wr_set_dc_addr`.
+//!
+//! Build one with [`DcInitiatorBuilder`] (from a protection domain), bring it to RTS with
+//! [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]), then post with
+//! [`DcInitiator::start_post_send`]: `construct_wr` → an operation → `setup_dc_addr` → the data.
+//! A request without its address or its data does not compile (`tests/compile_fail/` pins it).
+//!
+//! After an error completion a DC initiator is in ERR for every destination:
+//! [`DcInitiator::recover`] brings it back in one call; with DCI streams, one errored stream is
+//! reset with [`DcInitiator::reset_stream`].
+//!
+//! # Reference
+//!
+//! - rdma-core manpages: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html),
+//!   [`mlx5dv_wr_post`](https://man7.org/linux/man-pages/man3/mlx5dv_wr_post.3.html)
+use std::io;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::{
+    ibv_ah, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_create_qp,
+    mlx5dv_dc_type, mlx5dv_qp_create_flags, mlx5dv_qp_ex, mlx5dv_qp_ex_from_ibv_qp_ex, mlx5dv_qp_init_attr,
+    mlx5dv_qp_init_attr_mask, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream,
+};
+use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
+use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
+
+use super::dc_state_table::DC_INITIATOR;
+use super::device_context::query_device_raw;
+use crate::ibverbs::address_handle::AddressHandle;
+use crate::ibverbs::post_send_guard::{
+    entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, RemoteMemoryAccess,
+    Transport,
+};
+use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+
+/// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
+/// `mlx5dv_qp_ex::wr_set_dc_addr`.
+const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
+/// The bit of `mlx5dv_qp_ex::wr_set_dc_addr_stream`.
+const SET_DC_ADDR_STREAM: u32 = entry::FIRST_EXTERNAL << 1;
+
+/// Every send operation a DC initiator can post.
+pub const DC_SEND_OPERATIONS: SendOperationFlags = SendOperationFlags::Write
+    .or(SendOperationFlags::WriteWithImmediate)
+    .or(SendOperationFlags::Send)
+    .or(SendOperationFlags::SendWithImmediate)
+    .or(SendOperationFlags::Read)
+    .or(SendOperationFlags::AtomicCompareAndSwap)
+    .or(SendOperationFlags::AtomicFetchAndAdd);
+
+/// Error returned by [`DcInitiatorBuilder::build`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to create DC initiator")]
+#[non_exhaustive]
+pub struct CreateDcInitiatorError(#[from] pub CreateDcInitiatorErrorKind);
+
+impl CreateDcInitiatorError {
+    /// Whether the device is not mlx5 or libmlx5 is missing.
+    pub fn is_not_supported(&self) -> bool {
+        matches!(self.0, CreateDcInitiatorErrorKind::NotSupported)
+    }
+}
+
+/// The enum type for [`CreateDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateDcInitiatorErrorKind {
+    /// The device is not an mlx5 device, or libmlx5 could not be loaded (`EOPNOTSUPP`).
+    #[error("DC needs an mlx5 device and libmlx5")]
+    NotSupported,
+    /// No send completion queue was set up.
+    #[error("a send completion queue is required (setup_send_cq)")]
+    MissingSendCompletionQueue,
+    /// The send operations asked for include some a DC initiator cannot post.
+    #[error("send operations {requested:?} are not all DC operations (allowed: {allowed:?})")]
+    UnsupportedSendOperations {
+        /// What was asked for.
+        requested: SendOperationFlags,
+        /// What a DC initiator can post.
+        allowed: SendOperationFlags,
+    },
+    /// `max_send_wr` is 0 or above the device's `max_qp_wr`.
+    #[error("max_send_wr {requested} must be between 1 and the device's max_qp_wr {max}")]
+    InvalidMaxSendWorkRequests {
+        /// What was asked for.
+        requested: u32,
+        /// The device's limit.
+        max: u32,
+    },
+    /// `max_send_sge` is above the device's `max_sge`.
+    #[error("max_send_sge {requested} is above the device's max_sge {max}")]
+    TooManyScatterGatherEntries {
+        /// What was asked for.
+        requested: u32,
+        /// The device's limit.
+        max: u32,
+    },
+    /// DCI streams were asked for on a device without them.
+    #[error("the device has no DCI streams")]
+    DciStreamsNotSupported,
+    /// A DCI-streams size is above the device's limit (`dci_streams_caps`).
+    #[error("DCI streams: {limit} {requested} is above the device's {max}")]
+    DciStreamsTooLarge {
+        /// Which limit: `log_num_concurent` or `log_num_errored`.
+        limit: &'static str,
+        /// What was asked for.
+        requested: u8,
+        /// The device's maximum.
+        max: u8,
+    },
+    /// The provider left an entry NULL that posting would call (a builder of a requested
+    /// operation, a data setter, `wr_set_dc_addr` or, with streams, `wr_set_dc_addr_stream`).
+    /// The queue pair was destroyed.
+    #[error("the provider does not implement `{entry}` for this DC initiator")]
+    MissingProviderEntry {
+        /// The entry's name.
+        entry: &'static str,
+    },
+    /// The library call failed.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// DCI streams: how many concurrent streams a DC initiator has (2^`log_num_concurrent`) and how
+/// many of them may be in error at once (2^`log_num_errored`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DciStreams {
+    /// log2 of the number of concurrent streams (`log_num_concurent`).
+    pub log_num_concurrent: u8,
+    /// log2 of the number of streams that may be in error at once (`log_num_errored`).
+    pub log_num_errored: u8,
+}
+
+/// What a DC initiator is created with: the parts of its init attributes that do not point at
+/// other objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciInitParameters {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_inline_data: u32,
+    pub(crate) send_ops: SendOperationFlags,
+    pub(crate) streams: Option<DciStreams>,
+    pub(crate) disable_scatter_to_cqe: bool,
+    pub(crate) sq_sig_all: bool,
+}
+
+/// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
+/// them): `IBV_QPT_DRIVER`, no receive queue, `SEND_OPS_FLAGS` with every granted operation,
+/// the mlx5 DC attributes of type DCI, and the optional streams and create flags.
+pub(crate) fn dci_init_attributes(params: &DciInitParameters) -> (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) {
+    // SAFETY: both are plain C structs (integers, pointers, unions of integers) for which all
+    // zeroes are valid.
+    let (mut init, mut mlx5): (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) =
+        unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
+    init.qp_type = ibv_qp_type::IBV_QPT_DRIVER;
+    init.sq_sig_all = params.sq_sig_all as i32;
+    init.cap.max_send_wr = params.max_send_wr;
+    init.cap.max_send_sge = params.max_send_sge;
+    init.cap.max_inline_data = params.max_inline_data;
+    // A DCI has no receive queue: the kernel refuses one.
+    init.cap.max_recv_wr = 0;
+    init.cap.max_recv_sge = 0;
+    init.comp_mask =
+        (ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS).0;
+    init.send_ops_flags = params.send_ops.bits();
+    mlx5.comp_mask = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
+    mlx5.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
+    if let Some(streams) = params.streams {
+        mlx5.comp_mask |= mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64;
+        // SAFETY: the union's streams member is written for a DCI with streams.
+        let dci_streams = unsafe { mlx5.dc_init_attr.__bindgen_anon_1.dci_streams.as_mut() };
+        dci_streams.log_num_concurent = streams.log_num_concurrent;
+        dci_streams.log_num_errored = streams.log_num_errored;
+    }
+    if params.disable_scatter_to_cqe {
+        mlx5.comp_mask |= mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS.0 as u64;
+        mlx5.create_flags |= mlx5dv_qp_create_flags::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE.0;
+    }
+    (init, mlx5)
+}
+
+/// `MLX5DV_DCTYPE_DCI`.
+const MLX5DV_DCTYPE_DCI: mlx5dv_dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCI;
+
+/// Creates the queue pair of `init` and `mlx5` on the protection domain's context with
+/// `mlx5dv_create_qp`; EOPNOTSUPP (not mlx5, no libmlx5) comes back as `None` in the error.
+///
+/// # Safety
+///
+/// The pointers in `init` must be alive for the call.
+pub(crate) unsafe fn create_dc_qp(
+    pd: &ProtectionDomain, init: &mut ibv_qp_init_attr_ex, mlx5: &mut mlx5dv_qp_init_attr,
+) -> Result<NonNull<ibv_qp>, Option<io::Error>> {
+    // SAFETY: the PD (and its context) are alive; init and mlx5 are valid, writable structs.
+    let qp = unsafe { mlx5dv_create_qp(pd.pd().as_ref().context, init, mlx5) };
+    NonNull::new(qp).ok_or_else(|| {
+        let err = io::Error::last_os_error();
+        (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err)
+    })
+}
+
+/// Builds a [`DcInitiator`] on a protection domain; see
+/// [`DcProtectionDomainExt::create_dci_builder`](super::extension::DcProtectionDomainExt::create_dci_builder).
+#[derive(Debug)]
+pub struct DcInitiatorBuilder {
+    pd: Arc<ProtectionDomain>,
+    send_cq: Option<GenericCompletionQueue>,
+    params: DciInitParameters,
+}
+
+impl DcInitiatorBuilder {
+    /// A builder with the defaults: 16 send requests of 1 entry, no inline data, every DC
+    /// operation, no streams.
+    pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
+        Self {
+            pd: Arc::clone(pd),
+            send_cq: None,
+            params: DciInitParameters {
+                max_send_wr: 16,
+                max_send_sge: 1,
+                max_inline_data: 0,
+                send_ops: DC_SEND_OPERATIONS,
+                streams: None,
+                disable_scatter_to_cqe: false,
+                sq_sig_all: false,
+            },
+        }
+    }
+
+    /// The completion queue of send completions (required).
+    pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
+        self.send_cq = Some(send_cq.into());
+        self
+    }
+
+    /// Capacity of the send queue (default 16).
+    pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
+        self.params.max_send_wr = max_send_wr;
+        self
+    }
+
+    /// Scatter/gather entries per send request (default 1).
+    pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
+        self.params.max_send_sge = max_send_sge;
+        self
+    }
+
+    /// Inline data per send request in bytes (default 0).
+    pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
+        self.params.max_inline_data = max_inline_data;
+        self
+    }
+
+    /// The send operations the DC initiator will post (every one used must be listed; default:
+    /// all of [`DC_SEND_OPERATIONS`]). A request for another one is refused at post.
+    pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
+        self.params.send_ops = send_ops_flags;
+        self
+    }
+
+    /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), checked against the device's
+    /// `dci_streams_caps` before the call. Requests then address with
+    /// `setup_dc_addr_stream`.
+    pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
+        self.params.streams = Some(streams);
+        self
+    }
+
+    /// Disables scatter to CQE (`MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`), as perftest does for
+    /// DC initiators: small read responses land in the buffer, not in the completion.
+    pub fn setup_disable_scatter_to_cqe(&mut self, disable: bool) -> &mut Self {
+        self.params.disable_scatter_to_cqe = disable;
+        self
+    }
+
+    /// Whether every send request generates a completion, whatever its flags (default false).
+    pub fn setup_sq_sig_all(&mut self, sq_sig_all: bool) -> &mut Self {
+        self.params.sq_sig_all = sq_sig_all;
+        self
+    }
+
+    /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
+    /// device (send operations, capacities, DCI streams). On a device that is not mlx5, or
+    /// without libmlx5, [`NotSupported`](CreateDcInitiatorErrorKind::NotSupported).
+    pub fn build(&self) -> Result<DcInitiator, CreateDcInitiatorError> {
+        let send_cq = self
+            .send_cq
+            .clone()
+            .ok_or(CreateDcInitiatorErrorKind::MissingSendCompletionQueue)?;
+        let params = self.params;
+        if params.send_ops.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
+            return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
+                requested: params.send_ops,
+                allowed: DC_SEND_OPERATIONS,
+            }
+            .into());
+        }
+        // SAFETY: the PD's context is open while the PD is.
+        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
+        // SAFETY: as above.
+        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
+            super::device_context::QueryMlx5DeviceErrorKind::NotSupported => CreateDcInitiatorErrorKind::NotSupported,
+            super::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+        })?;
+        let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
+        let max_qp_wr = device.max_qp_wr.max(0) as u32;
+        if params.max_send_wr == 0 || params.max_send_wr > max_qp_wr {
+            return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
+                requested: params.max_send_wr,
+                max: max_qp_wr,
+            }
+            .into());
+        }
+        let max_sge = device.max_sge.max(0) as u32;
+        if params.max_send_sge > max_sge {
+            return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
+                requested: params.max_send_sge,
+                max: max_sge,
+            }
+            .into());
+        }
+        if let Some(streams) = params.streams {
+            check_streams(streams, mlx5.dci_streams_caps())?;
+        }
+
+        let (mut init, mut mlx5_init) = dci_init_attributes(&params);
+        // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.
+        unsafe {
+            init.pd = self.pd.pd().as_ptr();
+            init.send_cq = send_cq.cq().as_ptr();
+            init.recv_cq = send_cq.cq().as_ptr();
+        }
+        // SAFETY: init's pointers are alive for the call.
+        let qp = unsafe { create_dc_qp(&self.pd, &mut init, &mut mlx5_init) }.map_err(|err| match err {
+            None => CreateDcInitiatorErrorKind::NotSupported,
+            Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+        })?;
+        let missing = |entry: &'static str| CreateDcInitiatorErrorKind::MissingProviderEntry { entry };
+        // SAFETY: qp was just created on these parents, with these send operations, in RESET,
+        // and is owned here (an error below destroys it).
+        let mut core = unsafe {
+            QueuePairCore::new(
+                qp,
+                &DC_INITIATOR,
+                Some(params.send_ops),
+                Arc::clone(&self.pd),
+                Some(send_cq),
+                None,
+                None,
+            )
+        }
+        .map_err(|err| missing(err.0))?;
+        let qp_ex = core.qp_ex().ok_or(missing("ibv_qp_to_qp_ex"))?;
+        // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
+        let mlx5_qp_ex = NonNull::new(unsafe { mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
+            .ok_or(missing("mlx5dv_qp_ex_from_ibv_qp_ex"))?;
+        // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are
+        // read.
+        let entries = unsafe { dc_entries(mlx5_qp_ex, params.streams.is_some()) }.map_err(missing)?;
+        core.add_entries(entries);
+        Ok(DcInitiator {
+            core,
+            mlx5_qp_ex,
+            max_send_wr: init.cap.max_send_wr,
+            max_inline_data: init.cap.max_inline_data,
+            streams: params.streams,
+            max_dc_init_rd_atom: mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
+            brought_up_with: None,
+        })
+    }
+}
+
+/// Checks DCI streams against the device's capabilities.
+fn check_streams(
+    streams: DciStreams, caps: Option<super::device_attributes::DciStreamsCapabilities>,
+) -> Result<(), CreateDcInitiatorErrorKind> {
+    let caps = caps.ok_or(CreateDcInitiatorErrorKind::DciStreamsNotSupported)?;
+    for (limit, requested, max) in [
+        (
+            "log_num_concurent",
+            streams.log_num_concurrent,
+            caps.max_log_num_concurrent,
+        ),
+        ("log_num_errored", streams.log_num_errored, caps.max_log_num_errored),
+    ] {
+        if requested > max {
+            return Err(CreateDcInitiatorErrorKind::DciStreamsTooLarge { limit, requested, max });
+        }
+    }
+    Ok(())
+}
+
+/// The mlx5 entries a DC initiator's requests call: `wr_set_dc_addr`, and with streams
+/// `wr_set_dc_addr_stream`; the name of the first missing one otherwise.
+///
+/// # Safety
+///
+/// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex`.
+pub(crate) unsafe fn dc_entries(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, streams: bool) -> Result<u32, &'static str> {
+    let view = mlx5_qp_ex.as_ref();
+    if view.wr_set_dc_addr.is_none() {
+        return Err("wr_set_dc_addr");
+    }
+    if !streams {
+        return Ok(SET_DC_ADDR);
+    }
+    if view.wr_set_dc_addr_stream.is_none() {
+        return Err("wr_set_dc_addr_stream");
+    }
+    Ok(SET_DC_ADDR | SET_DC_ADDR_STREAM)
+}
+
+/// The attributes a DC initiator was brought up with, to bring it up again after an error.
+#[derive(Debug, Clone)]
+pub(crate) struct BringUpAttributes {
+    init: QueuePairAttribute,
+    rtr: QueuePairAttribute,
+    rts: QueuePairAttribute,
+}
+
+/// A DC initiator (DCI): a send-only queue pair whose every request names its destination.
+/// Created by [`DcInitiatorBuilder::build`]; holds its protection domain and send CQ.
+pub struct DcInitiator {
+    core: QueuePairCore,
+    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
+    max_send_wr: u32,
+    max_inline_data: u32,
+    streams: Option<DciStreams>,
+    max_dc_init_rd_atom: Option<u64>,
+    brought_up_with: Option<BringUpAttributes>,
+}
+
+// SAFETY: the handles may be used from any thread; every call that lets the library write the
+// queue pair (modify, posting) takes `&mut self`.
+unsafe impl Send for DcInitiator {}
+// SAFETY: `&self` methods read only Rust-side copies, never the C structs.
+unsafe impl Sync for DcInitiator {}
+
+impl std::fmt::Debug for DcInitiator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcInitiator")
+            .field("qp_number", &self.qp_number())
+            .field("state", &self.state())
+            .field("streams", &self.streams)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DcInitiator {
+    /// # Safety
+    ///
+    /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
+    /// `ibv_qp` is not associated with the return value.
+    pub unsafe fn qp(&self) -> NonNull<ibv_qp> {
+        self.core.qp()
+    }
+
+    /// The queue pair number.
+    pub fn qp_number(&self) -> u32 {
+        self.core.qp_number()
+    }
+
+    /// The state, as of the last [`modify`](Self::modify) through this value.
+    pub fn state(&self) -> QueuePairState {
+        self.core.state()
+    }
+
+    /// The send queue capacity the device granted.
+    pub fn max_send_wr(&self) -> u32 {
+        self.max_send_wr
+    }
+
+    /// The inline data size the device granted.
+    pub fn max_inline_data(&self) -> u32 {
+        self.max_inline_data
+    }
+
+    /// The DCI streams it was created with.
+    pub fn streams(&self) -> Option<DciStreams> {
+        self.streams
+    }
+
+    /// The device's DC initiator read/atomic depth (`max_dc_init_rd_atom`), when the library
+    /// reports it (rdma-core 47 and later).
+    pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
+        self.max_dc_init_rd_atom
+    }
+
+    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
+    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`).
+    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
+        self.core.modify(attr)
+    }
+
+    /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
+    /// `setup_dc_addr` between its operation and its data.
+    #[inline(always)]
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
+        let context = DcContext(self.mlx5_qp_ex);
+        // SAFETY: the context is this queue pair's mlx5 view.
+        match unsafe { self.core.start_post_send::<DynamicallyConnected>(context) } {
+            Some(guard) => guard,
+            None => unreachable!("a DcInitiator always has send operations"),
+        }
+    }
+}
+
+/// Error returned by [`DcInitiator::bring_up`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to bring up DC initiator")]
+#[non_exhaustive]
+pub struct BringUpDcInitiatorError(#[from] pub BringUpDcInitiatorErrorKind);
+
+/// The enum type for [`BringUpDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BringUpDcInitiatorErrorKind {
+    /// The port is 0 or the device has no such port.
+    #[error("port {port} does not exist on this device")]
+    InvalidPort {
+        /// The port asked for.
+        port: u8,
+        /// The library's error from querying it.
+        source: io::Error,
+    },
+    /// A transition failed (checked against the DC initiator's table first).
+    #[error(transparent)]
+    Modify(#[from] ModifyQueuePairError),
+}
+
+/// Error returned by [`DcInitiator::recover`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to recover DC initiator")]
+#[non_exhaustive]
+pub struct RecoverDcInitiatorError(#[from] pub RecoverDcInitiatorErrorKind);
+
+/// The enum type for [`RecoverDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverDcInitiatorErrorKind {
+    /// The DC initiator was never brought up with [`DcInitiator::bring_up`]: there are no
+    /// attributes to bring it up again with.
+    #[error("the DC initiator was not brought up with bring_up")]
+    NotBroughtUp,
+    /// A transition failed.
+    #[error(transparent)]
+    Modify(#[from] ModifyQueuePairError),
+}
+
+/// Error returned by [`DcInitiator::reset_stream`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to reset DCI stream")]
+#[non_exhaustive]
+pub struct ResetDciStreamError(#[from] pub ResetDciStreamErrorKind);
+
+/// The enum type for [`ResetDciStreamError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResetDciStreamErrorKind {
+    /// libmlx5 has no `mlx5dv_dci_stream_id_reset` (rdma-core before 38, or no libmlx5), or the
+    /// device refused it (`EOPNOTSUPP`).
+    #[error("mlx5dv_dci_stream_id_reset is not supported")]
+    NotSupported,
+    /// The DC initiator was created without streams.
+    #[error("the DC initiator has no DCI streams")]
+    NoStreams,
+    /// The stream number is not below 2^`log_num_concurrent`.
+    #[error("stream {stream_id} is not below the DC initiator's {streams} streams")]
+    InvalidStream {
+        /// The stream asked for.
+        stream_id: u16,
+        /// How many streams the DC initiator has.
+        streams: u32,
+    },
+    /// The library call failed.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// How [`DcInitiator::bring_up`] brings a DC initiator to RTS: the local port and P_Key index,
+/// the path MTU (default: the port's active MTU), and perftest's defaults for the rest (timeout
+/// 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the device's DC
+/// initiator depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DcInitiatorBringUp {
+    port: u8,
+    pkey_index: u16,
+    path_mtu: Option<Mtu>,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    max_read_atomic: Option<u8>,
+}
+
+impl DcInitiatorBringUp {
+    /// The defaults, on local port `port` (from 1).
+    pub fn new(port: u8) -> Self {
+        Self {
+            port,
+            pkey_index: 0,
+            path_mtu: None,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_read_atomic: None,
+        }
+    }
+
+    /// The P_Key index (default 0).
+    pub fn setup_pkey_index(&mut self, pkey_index: u16) -> &mut Self {
+        self.pkey_index = pkey_index;
+        self
+    }
+
+    /// The path MTU (default: the port's active MTU).
+    pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
+        self.path_mtu = Some(path_mtu);
+        self
+    }
+
+    /// The local ACK timeout, 4.096 µs · 2^timeout (default 14).
+    pub fn setup_timeout(&mut self, timeout: u8) -> &mut Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Retries after a timeout (default 7).
+    pub fn setup_retry_cnt(&mut self, retry_cnt: u8) -> &mut Self {
+        self.retry_cnt = retry_cnt;
+        self
+    }
+
+    /// Retries after an RNR NAK, 7 meaning infinite (default 7).
+    pub fn setup_rnr_retry(&mut self, rnr_retry: u8) -> &mut Self {
+        self.rnr_retry = rnr_retry;
+        self
+    }
+
+    /// Outstanding RDMA reads and atomics (default: the device's DC initiator depth, or 1 when
+    /// the library does not report it); capped by the device's DC initiator depth either way.
+    pub fn setup_max_read_atomic(&mut self, max_read_atomic: u8) -> &mut Self {
+        self.max_read_atomic = Some(max_read_atomic);
+        self
+    }
+
+    /// The three transitions' attributes: RESET → INIT, INIT → RTR, RTR → RTS.
+    pub(crate) fn attributes(&self, path_mtu: Mtu, dc_init_depth: Option<u64>) -> BringUpAttributes {
+        let cap = dc_init_depth.map_or(1, |depth| depth.min(u8::MAX as u64) as u8);
+        let max_read_atomic = self.max_read_atomic.map_or(cap, |asked| asked.min(cap));
+        let mut init = QueuePairAttribute::new();
+        init.setup_state(QueuePairState::Init)
+            .setup_pkey_index(self.pkey_index)
+            .setup_port(self.port);
+        let mut rtr = QueuePairAttribute::new();
+        rtr.setup_state(QueuePairState::ReadyToReceive).setup_path_mtu(path_mtu);
+        let mut rts = QueuePairAttribute::new();
+        rts.setup_state(QueuePairState::ReadyToSend)
+            .setup_timeout(self.timeout)
+            .setup_retry_cnt(self.retry_cnt)
+            .setup_rnr_retry(self.rnr_retry)
+            .setup_max_read_atomic(max_read_atomic)
+            .setup_sq_psn(0);
+        BringUpAttributes { init, rtr, rts }
+    }
+}
+
+/// The active MTU of `port`, or the port's error.
+///
+/// # Safety
+///
+/// `context` must be an open device context.
+pub(crate) unsafe fn active_mtu(context: NonNull<rdma_mummy_sys::ibv_context>, port: u8) -> io::Result<Mtu> {
+    if port == 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
+    // SAFETY: the context is open (the caller's promise); attr is writable.
+    let ret = unsafe { rdma_mummy_sys::ibv_query_port(context.as_ptr(), port, attr.as_mut_ptr()) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    // SAFETY: ibv_query_port filled it.
+    let active = unsafe { attr.assume_init() }.active_mtu;
+    Ok(match active {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        5 => Mtu::Mtu4096,
+        // A value this crate does not know: the smallest MTU every port supports.
+        _ => Mtu::Mtu1024,
+    })
+}
+
+impl DcInitiator {
+    /// Brings the DC initiator from RESET to RTS in one call (RESET → INIT → RTR → RTS, each
+    /// checked against the DC initiator's table), and keeps the attributes for
+    /// [`recover`](Self::recover).
+    pub fn bring_up(&mut self, params: &DcInitiatorBringUp) -> Result<(), BringUpDcInitiatorError> {
+        let path_mtu = match params.path_mtu {
+            Some(mtu) => mtu,
+            // SAFETY: the PD's context is open while the queue pair is.
+            None => unsafe { active_mtu(self.core.context(), params.port) }.map_err(|source| {
+                BringUpDcInitiatorErrorKind::InvalidPort {
+                    port: params.port,
+                    source,
+                }
+            })?,
+        };
+        let attributes = params.attributes(path_mtu, self.max_dc_init_rd_atom);
+        for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
+            self.core.modify(attr).map_err(BringUpDcInitiatorErrorKind::Modify)?;
+        }
+        self.brought_up_with = Some(attributes);
+        Ok(())
+    }
+
+    /// Brings a DC initiator in ERR (after an error completion, for every destination) back to
+    /// RTS in one call: RESET → INIT → RTR → RTS with the attributes of the last
+    /// [`bring_up`](Self::bring_up). Poll its failed completions first: the reset discards its
+    /// send queue.
+    pub fn recover(&mut self) -> Result<(), RecoverDcInitiatorError> {
+        let attributes = self
+            .brought_up_with
+            .clone()
+            .ok_or(RecoverDcInitiatorErrorKind::NotBroughtUp)?;
+        let mut reset = QueuePairAttribute::new();
+        reset.setup_state(QueuePairState::Reset);
+        for attr in [&reset, &attributes.init, &attributes.rtr, &attributes.rts] {
+            self.core.modify(attr).map_err(RecoverDcInitiatorErrorKind::Modify)?;
+        }
+        Ok(())
+    }
+
+    /// Resets one errored DCI stream with `mlx5dv_dci_stream_id_reset` (resolved from libmlx5 at
+    /// run time), so that the stream can be used again while the others went on.
+    pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
+        let streams = self.streams.ok_or(ResetDciStreamErrorKind::NoStreams)?;
+        let count = 1u32 << streams.log_num_concurrent.min(31);
+        if u32::from(stream_id) >= count {
+            return Err(ResetDciStreamErrorKind::InvalidStream {
+                stream_id,
+                streams: count,
+            }
+            .into());
+        }
+        let reset = super::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;
+        // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C
+        // signature it was resolved with.
+        match unsafe { reset(self.core.qp().as_ptr(), stream_id) } {
+            0 => Ok(()),
+            libc::EOPNOTSUPP => Err(ResetDciStreamErrorKind::NotSupported.into()),
+            errno => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),
+        }
+    }
+}
+
+/// The DC transport, as posted by a [`DcInitiator`]: every request names its destination.
+#[derive(Debug)]
+pub enum DynamicallyConnected {}
+
+/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct DcContext(NonNull<mlx5dv_qp_ex>);
+
+impl sealed::Sealed for DynamicallyConnected {}
+
+impl Transport for DynamicallyConnected {
+    type Context = DcContext;
+    type AfterOperation<'g, O: Operation> = DcDestination<'g, O>;
+
+    #[inline(always)]
+    fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: DcContext) -> DcDestination<'_, O> {
+        DcDestination { request, context }
+    }
+}
+
+impl RemoteMemoryAccess for DynamicallyConnected {}
+
+/// The destination step of a DC request.
+#[must_use = "a request is added to the batch only at its data step"]
+pub struct DcDestination<'g, O: Operation> {
+    request: PendingRequest<'g, O>,
+    context: DcContext,
+}
+
+impl<'g, O: Operation> DcDestination<'g, O> {
+    /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of `ah`
+    /// (`mlx5dv_wr_set_dc_addr`).
+    ///
+    /// The provider may resolve the address handle after the post: keep `ah` alive until the
+    /// request's completion has been polled, not only until
+    /// [`post`](PostSendGuard::post). Cache one handle per destination.
+    #[inline(always)]
+    pub fn setup_dc_addr(
+        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
+    ) -> LocalBufferHandle<'g, O, DcAddress> {
+        // SAFETY: only the pointer is taken; the caller keeps the handle alive.
+        self.address(unsafe { ah.ah() }, dct_number, dc_key)
+    }
+
+    /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
+    /// (`mlx5dv_wr_set_dc_addr_stream`); the DC initiator must have been created with streams,
+    /// else the request is refused at post.
+    #[inline(always)]
+    pub fn setup_dc_addr_stream(
+        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+        // SAFETY: only the pointer is taken; the caller keeps the handle alive.
+        self.stream_address(unsafe { ah.ah() }, dct_number, dc_key, stream_id)
+    }
+
+    #[inline(always)]
+    fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
+        LocalBufferHandle::new(
+            self.request,
+            DcAddress {
+                mlx5_qp_ex: self.context.0,
+                ah,
+                dct_number,
+                dc_key,
+            },
+        )
+    }
+
+    #[inline(always)]
+    fn stream_address(
+        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+        let address = DcAddress {
+            mlx5_qp_ex: self.context.0,
+            ah,
+            dct_number,
+            dc_key,
+        };
+        LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
+    }
+}
+
+/// A DC destination: `mlx5dv_wr_set_dc_addr(ah, dct_number, dc_key)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DcAddress {
+    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
+    ah: NonNull<ibv_ah>,
+    dct_number: u32,
+    dc_key: u64,
+}
+
+impl sealed::Sealed for DcAddress {}
+
+impl Destination for DcAddress {
+    const ENTRY: u32 = SET_DC_ADDR;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr";
+
+    #[inline(always)]
+    unsafe fn set(self, _qp: *mut ibv_qp_ex) {
+        mlx5dv_wr_set_dc_addr(self.mlx5_qp_ex.as_ptr(), self.ah.as_ptr(), self.dct_number, self.dc_key)
+    }
+}
+
+/// A DC destination on a DCI stream: `mlx5dv_wr_set_dc_addr_stream(ah, dct_number, dc_key,
+/// stream_id)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DcStreamAddress {
+    address: DcAddress,
+    stream_id: u16,
+}
+
+impl sealed::Sealed for DcStreamAddress {}
+
+impl Destination for DcStreamAddress {
+    const ENTRY: u32 = SET_DC_ADDR_STREAM;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream";
+
+    #[inline(always)]
+    unsafe fn set(self, _qp: *mut ibv_qp_ex) {
+        let a = self.address;
+        mlx5dv_wr_set_dc_addr_stream(
+            a.mlx5_qp_ex.as_ptr(),
+            a.ah.as_ptr(),
+            a.dct_number,
+            a.dc_key,
+            self.stream_id,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Everything of the DC initiator that runs without a device: its init attributes, its
+    //! bring-up attributes against the DC table, and the exact provider calls its requests make,
+    //! through hand-made `ibv_qp_ex` and `mlx5dv_qp_ex` tables that record them.
+    use std::io::IoSlice;
+
+    use rdma_mummy_sys::{ibv_send_flags, ibv_sge};
+    use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::tests::{record, recording_qp, take_calls};
+    use crate::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
+
+    fn params() -> DciInitParameters {
+        DciInitParameters {
+            max_send_wr: 64,
+            max_send_sge: 2,
+            max_inline_data: 32,
+            send_ops: DC_SEND_OPERATIONS,
+            streams: None,
+            disable_scatter_to_cqe: false,
+            sq_sig_all: false,
+        }
+    }
+
+    #[test]
+    fn dci_init_attributes_follow_the_reference_rules() {
+        let (init, mlx5) = dci_init_attributes(&params());
+        assert_eq!(init.qp_type, ibv_qp_type::IBV_QPT_DRIVER);
+        assert_eq!(
+            (init.cap.max_recv_wr, init.cap.max_recv_sge),
+            (0, 0),
+            "no receive queue"
+        );
+        assert_eq!(
+            (init.cap.max_send_wr, init.cap.max_send_sge, init.cap.max_inline_data),
+            (64, 2, 32)
+        );
+        assert_eq!(
+            init.comp_mask,
+            (ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS).0
+        );
+        // Every granted operation is listed.
+        assert_eq!(init.send_ops_flags, DC_SEND_OPERATIONS.bits());
+        assert!(init.pd.is_null() && init.send_cq.is_null() && init.srq.is_null());
+        assert_eq!(
+            mlx5.comp_mask,
+            mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64
+        );
+        assert_eq!(mlx5.dc_init_attr.dc_type, MLX5DV_DCTYPE_DCI);
+        assert_eq!(mlx5.create_flags, 0);
+
+        let mut with = params();
+        with.send_ops = SendOperationFlags::Write | SendOperationFlags::Read;
+        with.streams = Some(DciStreams {
+            log_num_concurrent: 3,
+            log_num_errored: 1,
+        });
+        with.disable_scatter_to_cqe = true;
+        let (init, mlx5) = dci_init_attributes(&with);
+        assert_eq!(init.send_ops_flags, with.send_ops.bits());
+        assert_eq!(
+            mlx5.comp_mask,
+            (mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC
+                | mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS
+                | mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS)
+                .0 as u64
+        );
+        // SAFETY: the streams member was written.
+        let streams = unsafe { *mlx5.dc_init_attr.__bindgen_anon_1.dci_streams.as_ref() };
+        assert_eq!((streams.log_num_concurent, streams.log_num_errored), (3, 1));
+        assert_eq!(
+            mlx5.create_flags,
+            mlx5dv_qp_create_flags::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE.0
+        );
+    }
+
+    #[test]
+    fn streams_are_checked_against_the_device_with_the_limit_named() {
+        use super::super::device_attributes::DciStreamsCapabilities;
+        let caps = DciStreamsCapabilities {
+            max_log_num_concurrent: 4,
+            max_log_num_errored: 2,
+        };
+        let ok = DciStreams {
+            log_num_concurrent: 4,
+            log_num_errored: 2,
+        };
+        assert!(check_streams(ok, Some(caps)).is_ok());
+        assert!(matches!(
+            check_streams(ok, None),
+            Err(CreateDcInitiatorErrorKind::DciStreamsNotSupported)
+        ));
+        let errored = DciStreams {
+            log_num_errored: 3,
+            ..ok
+        };
+        assert!(matches!(
+            check_streams(errored, Some(caps)),
+            Err(CreateDcInitiatorErrorKind::DciStreamsTooLarge {
+                limit: "log_num_errored",
+                requested: 3,
+                max: 2
+            })
+        ));
+    }
+
+    #[test]
+    fn bring_up_attributes_pass_the_dc_table_and_cap_the_read_atomic_depth() {
+        let mut params = DcInitiatorBringUp::new(1);
+        let attributes = params.attributes(Mtu::Mtu1024, Some(8));
+        assert!(DC_INITIATOR.check(QueuePairState::Reset, &attributes.init).is_ok());
+        assert!(DC_INITIATOR.check(QueuePairState::Init, &attributes.rtr).is_ok());
+        assert!(DC_INITIATOR
+            .check(QueuePairState::ReadyToReceive, &attributes.rts)
+            .is_ok());
+        assert_eq!(attributes.rts.max_read_atomic(), 8, "default: the device's DC depth");
+        assert_eq!(
+            (
+                attributes.rts.timeout(),
+                attributes.rts.retry_cnt(),
+                attributes.rts.rnr_retry()
+            ),
+            (14, 7, 7)
+        );
+        params.setup_max_read_atomic(64);
+        assert_eq!(
+            params.attributes(Mtu::Mtu1024, Some(8)).rts.max_read_atomic(),
+            8,
+            "capped"
+        );
+        params.setup_max_read_atomic(2);
+        assert_eq!(params.attributes(Mtu::Mtu1024, Some(8)).rts.max_read_atomic(), 2);
+        // Unknown depth (rdma-core before 47): 1, never the RC depth.
+        assert_eq!(
+            DcInitiatorBringUp::new(1)
+                .attributes(Mtu::Mtu1024, None)
+                .rts
+                .max_read_atomic(),
+            1
+        );
+    }
+
+    // The entries recording_qp lacks.
+    unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
+        record(format!(
+            "write_imm wr_id={} rkey={rkey:#x} addr={addr:#x} imm={imm:#x}",
+            (*qp).wr_id
+        ));
+    }
+    unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+        record(format!("read wr_id={} rkey={rkey:#x} addr={addr:#x}", (*qp).wr_id));
+    }
+    unsafe extern "C" fn wr_atomic_cmp_swp(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, compare: u64, swap: u64) {
+        record(format!(
+            "cmp_swp wr_id={} rkey={rkey:#x} addr={addr:#x} compare={compare} swap={swap}",
+            (*qp).wr_id
+        ));
+    }
+    unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
+        record(format!(
+            "fetch_add wr_id={} rkey={rkey:#x} addr={addr:#x} add={add}",
+            (*qp).wr_id
+        ));
+    }
+    unsafe extern "C" fn wr_set_inline_data_list(
+        _: *mut ibv_qp_ex, num: usize, list: *const rdma_mummy_sys::ibv_data_buf,
+    ) {
+        let bufs = std::slice::from_raw_parts(list, num);
+        record(format!("inline_list {}", bufs.iter().map(|b| b.length).sum::<usize>()));
+    }
+    unsafe extern "C" fn wr_set_dc_addr(_: *mut mlx5dv_qp_ex, ah: *mut ibv_ah, dctn: u32, key: u64) {
+        record(format!("dc_addr ah={:#x} dctn={dctn:#x} key={key:#x}", ah as usize));
+    }
+    unsafe extern "C" fn wr_set_dc_addr_stream(
+        _: *mut mlx5dv_qp_ex, ah: *mut ibv_ah, dctn: u32, key: u64, stream: u16,
+    ) {
+        record(format!(
+            "dc_addr_stream ah={:#x} dctn={dctn:#x} key={key:#x} stream={stream}",
+            ah as usize
+        ));
+    }
+
+    /// A DC initiator's tables: every `ibv_qp_ex` entry a DCI may call, and the mlx5 view.
+    fn recording_dci(streams: bool) -> (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>) {
+        let mut qp = recording_qp();
+        qp.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+        qp.wr_rdma_read = Some(wr_rdma_read);
+        qp.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+        qp.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+        qp.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+        // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
+        let mut mlx5: Box<mlx5dv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        mlx5.wr_set_dc_addr = Some(wr_set_dc_addr);
+        if streams {
+            mlx5.wr_set_dc_addr_stream = Some(wr_set_dc_addr_stream);
+        }
+        (qp, mlx5)
+    }
+
+    fn start(
+        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool,
+    ) -> PostSendGuard<'static, DynamicallyConnected> {
+        let (qp, mlx5) = (NonNull::from(qp), NonNull::from(mlx5));
+        // SAFETY: the tables are live (boxes the tests keep until after the guard).
+        let entries = unsafe { ProviderEntries::new(qp, granted) }.expect("recording entries");
+        // SAFETY: as above.
+        let dc = unsafe { dc_entries(mlx5, streams) }.expect("recording mlx5 entries");
+        // SAFETY: the tables outlive the guard and nothing else uses them meanwhile; the
+        // context is their mlx5 view.
+        unsafe { PostSendGuard::start(qp, entries.with(dc), DcContext(mlx5)) }
+    }
+
+    /// A fake address handle: the recorder only prints its address.
+    fn fake_ah() -> NonNull<ibv_ah> {
+        NonNull::dangling()
+    }
+
+    /// Posts one request of `operation` × `data` × `stream`, returns its recorded calls (without
+    /// start and complete).
+    fn one_request(operation: usize, data: usize, stream: bool) -> Vec<String> {
+        let (mut qp, mut mlx5) = recording_dci(true);
+        take_calls();
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, true);
+        macro_rules! finish {
+            ($step:expr) => {{
+                let destination = $step;
+                if stream {
+                    data_step(destination.stream_address(fake_ah(), 0xabcdef, 0xdc, 5), data)
+                } else {
+                    data_step(destination.address(fake_ah(), 0xabcdef, 0xdc), data)
+                }
+            }};
+        }
+        let request = guard.construct_wr(7, WorkRequestFlags::Signaled);
+        match operation {
+            0 => finish!(request.setup_send()),
+            1 => finish!(request.setup_send_imm(0x11)),
+            2 => finish!(request.setup_write(0x22, 0x1000)),
+            3 => finish!(request.setup_write_imm(0x22, 0x1000, 0x33)),
+            4 => finish!(request.setup_read(0x22, 0x1000)),
+            5 => finish!(request.setup_atomic_compare_swap(0x22, 0x1000, 1, 2)),
+            _ => finish!(request.setup_atomic_fetch_add(0x22, 0x1000, 3)),
+        }
+        guard.post().expect("recorded complete");
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("complete"));
+        calls[1..calls.len() - 1].to_vec()
+    }
+
+    fn data_step<O: Operation, D: Destination>(handle: LocalBufferHandle<'_, O, D>, data: usize) {
+        // SAFETY: the recorder does not touch the buffers.
+        unsafe {
+            match data {
+                0 => handle.setup_sge(0x9, 0x2000, 64),
+                1 => handle.setup_sge_list(&[ibv_sge {
+                    addr: 0x2000,
+                    length: 8,
+                    lkey: 0x9,
+                }]),
+                2 => handle.setup_inline_data(b"dc"),
+                _ => handle.setup_inline_data_list(&[IoSlice::new(b"d"), IoSlice::new(b"cc")]),
+            }
+        }
+    }
+
+    #[test]
+    fn every_operation_data_setter_and_address_variant_calls_builder_address_then_data() {
+        let builders = [
+            "send ",
+            "send_imm",
+            "write ",
+            "write_imm",
+            "read ",
+            "cmp_swp",
+            "fetch_add",
+        ];
+        let data = ["sge ", "sge_list [8]", "inline \"dc\"", "inline_list 3"];
+        for (operation, builder) in builders.iter().enumerate() {
+            for (setter, data_call) in data.iter().enumerate() {
+                for stream in [false, true] {
+                    let calls = one_request(operation, setter, stream);
+                    let what = format!("operation {operation}, data {setter}, stream {stream}: {calls:?}");
+                    assert_eq!(calls.len(), 3, "{what}");
+                    assert!(calls[0].starts_with(builder) && calls[0].contains("wr_id=7"), "{what}");
+                    let address = if stream {
+                        format!(
+                            "dc_addr_stream ah={:#x} dctn=0xabcdef key=0xdc stream=5",
+                            fake_ah().as_ptr() as usize
+                        )
+                    } else {
+                        format!("dc_addr ah={:#x} dctn=0xabcdef key=0xdc", fake_ah().as_ptr() as usize)
+                    };
+                    assert_eq!(calls[1], address, "{what}");
+                    assert!(calls[2].starts_with(data_call), "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_flags_match_the_data_step() {
+        let calls = one_request(0, 2, false);
+        let inline = (ibv_send_flags::IBV_SEND_SIGNALED | ibv_send_flags::IBV_SEND_INLINE).0;
+        assert_eq!(calls[0], format!("send wr_id=7 flags={inline:#x}"));
+        let calls = one_request(0, 0, false);
+        assert_eq!(
+            calls[0],
+            format!("send wr_id=7 flags={:#x}", ibv_send_flags::IBV_SEND_SIGNALED.0)
+        );
+    }
+
+    #[test]
+    fn a_dropped_guard_aborts_and_refused_requests_never_reach_the_provider() {
+        let (mut qp, mut mlx5) = recording_dci(false);
+        take_calls();
+        // Created with SEND only and without streams.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_write(1, 2);
+        // SAFETY: the recorder does not touch the buffer.
+        unsafe { request.address(fake_ah(), 1, 2).setup_sge(1, 2, 3) };
+        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
+        assert_eq!(guard.batch_len(), 2);
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::OperationNotEnabled {
+                index, wr_id, entry, ..
+            } => assert_eq!((index, wr_id, entry), (0, 1, "wr_rdma_write")),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // The stream variant alone is refused by its own entry's name.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
+        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::OperationNotEnabled {
+                entry: "wr_set_dc_addr_stream",
+                ..
+            }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // A guard dropped unposted aborts its batch.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(4, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"y");
+        drop(guard);
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"));
+        assert_eq!(calls.len(), 5, "start, send, dc_addr, inline, abort: {calls:?}");
+    }
+
+    #[test]
+    fn a_missing_dc_entry_is_named() {
+        let (_, mut mlx5) = recording_dci(false);
+        // SAFETY: the table is live.
+        assert_eq!(
+            unsafe { dc_entries(NonNull::from(&mut *mlx5), true) },
+            Err("wr_set_dc_addr_stream")
+        );
+        mlx5.wr_set_dc_addr = None;
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { dc_entries(NonNull::from(&mut *mlx5), false) },
+            Err("wr_set_dc_addr")
+        );
+    }
+}

@@ -1,0 +1,20 @@
+//! Extension traits that stand in for inherent methods on sideway's types, for the DC queue
+//! pairs. Upstream in sideway, each would be an inherent method of the type it extends.
+use std::sync::Arc;
+
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+
+use super::dc_initiator::DcInitiatorBuilder;
+
+/// DC factories on a protection domain.
+pub trait DcProtectionDomainExt {
+    /// A builder for a [`DcInitiator`](super::dc_initiator::DcInitiator) on this protection
+    /// domain.
+    fn create_dci_builder(&self) -> DcInitiatorBuilder;
+}
+
+impl DcProtectionDomainExt for Arc<ProtectionDomain> {
+    fn create_dci_builder(&self) -> DcInitiatorBuilder {
+        DcInitiatorBuilder::new(self)
+    }
+}
