@@ -5,16 +5,24 @@ use std::sync::Arc;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::dc_initiator::DcInitiatorBuilder;
+use super::dc_target::DcTargetBuilder;
 
 /// DC factories on a protection domain.
 pub trait DcProtectionDomainExt {
     /// A builder for a [`DcInitiator`](super::dc_initiator::DcInitiator) on this protection
     /// domain.
     fn create_dci_builder(&self) -> DcInitiatorBuilder;
+
+    /// A builder for a [`DcTarget`](super::dc_target::DcTarget) on this protection domain.
+    fn create_dct_builder(&self) -> DcTargetBuilder;
 }
 
 impl DcProtectionDomainExt for Arc<ProtectionDomain> {
     fn create_dci_builder(&self) -> DcInitiatorBuilder {
         DcInitiatorBuilder::new(self)
+    }
+
+    fn create_dct_builder(&self) -> DcTargetBuilder {
+        DcTargetBuilder::new(self)
     }
 }

@@ -11,10 +11,12 @@
 //! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP);
 //! - [`dc_initiator`]: the DC initiator (DCI), whose requests are addressed one by one with
 //!   `mlx5dv_wr_set_dc_addr`;
-//! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`).
+//! - [`dc_target`]: the DC target (DCT), which receives through a shared receive queue;
+//! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`, `pd.create_dct_builder()`).
 pub mod dc_capabilities;
 pub mod dc_initiator;
 mod dc_state_table;
+pub mod dc_target;
 pub mod device_attributes;
 pub mod device_context;
 pub mod extension;

@@ -135,6 +135,10 @@ impl Buffer {
         self.mr.lkey()
     }
 
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+
     /// Reads the buffer as the device wrote it (the device writes behind Rust's back).
     pub fn read(&self, offset: usize, len: usize) -> Vec<u8> {
         // SAFETY: in bounds of `data`; volatile so the compiler does not assume the content.

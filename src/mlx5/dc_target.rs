@@ -1,0 +1,429 @@
+//! The DC target (DCT): the receiving end of the DC (Dynamically Connected) transport. One DCT
+//! per node serves every DC initiator that names it (its DCT number and DC key); what they send
+//! consumes receives from its [`SharedReceiveQueue`].
+//!
+//! Build one with [`DcTargetBuilder`], bring it to RTR with [`DcTarget::bring_up`], then publish
+//! its [`dct_number`](DcTarget::dct_number), which exists only from RTR on.
+//!
+//! # Reference
+//!
+//! - rdma-core manpage: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html)
+use std::io;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::{
+    ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
+};
+use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
+use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState};
+use sideway::ibverbs::AccessFlags;
+
+use super::dc_initiator::{active_mtu, create_dc_qp};
+use super::dc_state_table::DC_TARGET;
+use super::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
+use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
+
+/// Error returned by [`DcTargetBuilder::build`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to create DC target")]
+#[non_exhaustive]
+pub struct CreateDcTargetError(#[from] pub CreateDcTargetErrorKind);
+
+impl CreateDcTargetError {
+    /// Whether the device is not mlx5 or libmlx5 is missing.
+    pub fn is_not_supported(&self) -> bool {
+        matches!(self.0, CreateDcTargetErrorKind::NotSupported)
+    }
+}
+
+/// The enum type for [`CreateDcTargetError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateDcTargetErrorKind {
+    /// The device is not an mlx5 device, or libmlx5 could not be loaded (`EOPNOTSUPP`).
+    #[error("DC needs an mlx5 device and libmlx5")]
+    NotSupported,
+    /// No shared receive queue was set up: a DC target receives only through one.
+    #[error("a shared receive queue is required (setup_srq)")]
+    MissingSharedReceiveQueue,
+    /// No receive completion queue was set up.
+    #[error("a receive completion queue is required (setup_recv_cq)")]
+    MissingReceiveCompletionQueue,
+    /// The library call failed.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// The init attributes of a DC target, without the PD, CQ and SRQ pointers (the caller sets
+/// them): `IBV_QPT_DRIVER`, the protection domain as the only ibv attribute (send operations on
+/// a DCT are refused), the mlx5 DC attributes of type DCT with the access key.
+pub(crate) fn dct_init_attributes(dc_key: u64) -> (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) {
+    // SAFETY: both are plain C structs (integers, pointers, unions of integers) for which all
+    // zeroes are valid.
+    let (mut init, mut mlx5): (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) =
+        unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
+    init.qp_type = ibv_qp_type::IBV_QPT_DRIVER;
+    init.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    mlx5.comp_mask = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
+    mlx5.dc_init_attr.dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCT;
+    // SAFETY: the union's access-key member is written for a DCT.
+    unsafe { *mlx5.dc_init_attr.__bindgen_anon_1.dct_access_key.as_mut() = dc_key };
+    (init, mlx5)
+}
+
+/// Builds a [`DcTarget`] on a protection domain; see
+/// [`DcProtectionDomainExt::create_dct_builder`](super::extension::DcProtectionDomainExt::create_dct_builder).
+#[derive(Debug)]
+pub struct DcTargetBuilder {
+    pd: Arc<ProtectionDomain>,
+    recv_cq: Option<GenericCompletionQueue>,
+    srq: Option<Arc<SharedReceiveQueue>>,
+    dc_key: u64,
+    access_flags: AccessFlags,
+}
+
+impl DcTargetBuilder {
+    /// A builder with DC key 0 and incoming RDMA writes and reads allowed.
+    pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
+        Self {
+            pd: Arc::clone(pd),
+            recv_cq: None,
+            srq: None,
+            dc_key: 0,
+            access_flags: AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+        }
+    }
+
+    /// The completion queue of receive completions (required).
+    pub fn setup_recv_cq(&mut self, recv_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
+        self.recv_cq = Some(recv_cq.into());
+        self
+    }
+
+    /// The shared receive queue incoming sends consume (required); the DC target keeps it alive.
+    pub fn setup_srq(&mut self, srq: Arc<SharedReceiveQueue>) -> &mut Self {
+        self.srq = Some(srq);
+        self
+    }
+
+    /// The DC access key initiators must name (`dct_access_key`, default 0).
+    pub fn setup_dc_key(&mut self, dc_key: u64) -> &mut Self {
+        self.dc_key = dc_key;
+        self
+    }
+
+    /// What initiators may do to this node's memory (set at RESET → INIT; default local write,
+    /// remote write and remote read). Remote atomics need the device's DC atomic support.
+    pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
+        self.access_flags = access_flags;
+        self
+    }
+
+    /// Creates the DC target with `mlx5dv_create_qp`. Without a shared receive queue or a
+    /// receive CQ it is refused before the call; on a device that is not mlx5, or without
+    /// libmlx5, [`NotSupported`](CreateDcTargetErrorKind::NotSupported).
+    pub fn build(&self) -> Result<DcTarget, CreateDcTargetError> {
+        let srq = self
+            .srq
+            .clone()
+            .ok_or(CreateDcTargetErrorKind::MissingSharedReceiveQueue)?;
+        let recv_cq = self
+            .recv_cq
+            .clone()
+            .ok_or(CreateDcTargetErrorKind::MissingReceiveCompletionQueue)?;
+        // SAFETY: the PD's context is open while the PD is.
+        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
+        // SAFETY: as above.
+        unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
+            QueryMlx5DeviceErrorKind::NotSupported => CreateDcTargetErrorKind::NotSupported,
+            QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcTargetErrorKind::Ibverbs(err),
+        })?;
+        let (mut init, mut mlx5) = dct_init_attributes(self.dc_key);
+        // SAFETY: the PD, CQ and SRQ are alive: self holds them, and the queue pair will too.
+        unsafe {
+            init.pd = self.pd.pd().as_ptr();
+            init.send_cq = recv_cq.cq().as_ptr();
+            init.recv_cq = recv_cq.cq().as_ptr();
+            init.srq = srq.srq().as_ptr();
+        }
+        // SAFETY: init's pointers are alive for the call.
+        let qp = unsafe { create_dc_qp(&self.pd, &mut init, &mut mlx5) }.map_err(|err| match err {
+            None => CreateDcTargetErrorKind::NotSupported,
+            Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
+        })?;
+        // SAFETY: qp was just created on these parents, in RESET, without send operations, and
+        // is owned here.
+        let core = unsafe {
+            QueuePairCore::new(
+                qp,
+                &DC_TARGET,
+                None,
+                Arc::clone(&self.pd),
+                None,
+                Some(recv_cq),
+                Some(srq),
+            )
+        }
+        .map_err(|err| CreateDcTargetErrorKind::Ibverbs(io::Error::other(err)))?;
+        Ok(DcTarget {
+            core,
+            dc_key: self.dc_key,
+            access_flags: self.access_flags,
+        })
+    }
+}
+
+/// Error returned by [`DcTarget::bring_up`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to bring up DC target")]
+#[non_exhaustive]
+pub struct BringUpDcTargetError(#[from] pub BringUpDcTargetErrorKind);
+
+/// The enum type for [`BringUpDcTargetError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BringUpDcTargetErrorKind {
+    /// The port is 0 or the device has no such port.
+    #[error("port {port} does not exist on this device")]
+    InvalidPort {
+        /// The port asked for.
+        port: u8,
+        /// The library's error from querying it.
+        source: io::Error,
+    },
+    /// The port is RoCE: the DC target's address vector must be global, with a source GID
+    /// index ([`DcTargetBringUp::setup_src_gid_index`]).
+    #[error("port {port} is RoCE: set the source GID index (setup_src_gid_index)")]
+    SourceGidIndexRequired {
+        /// The port.
+        port: u8,
+    },
+    /// A transition failed (checked against the DC target's table first).
+    #[error(transparent)]
+    Modify(#[from] ModifyQueuePairError),
+}
+
+/// How [`DcTarget::bring_up`] brings a DC target to RTR: the local port and P_Key index, the
+/// path MTU (default: the port's active MTU), the minimum RNR timer (default 12, as
+/// `ibv_rc_pingpong`), and on RoCE the source GID index of its global address vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DcTargetBringUp {
+    port: u8,
+    pkey_index: u16,
+    path_mtu: Option<Mtu>,
+    min_rnr_timer: u8,
+    src_gid_index: Option<u8>,
+    hop_limit: u8,
+}
+
+impl DcTargetBringUp {
+    /// The defaults, on local port `port` (from 1).
+    pub fn new(port: u8) -> Self {
+        Self {
+            port,
+            pkey_index: 0,
+            path_mtu: None,
+            min_rnr_timer: 12,
+            src_gid_index: None,
+            hop_limit: 64,
+        }
+    }
+
+    /// The P_Key index (default 0).
+    pub fn setup_pkey_index(&mut self, pkey_index: u16) -> &mut Self {
+        self.pkey_index = pkey_index;
+        self
+    }
+
+    /// The path MTU (default: the port's active MTU).
+    pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
+        self.path_mtu = Some(path_mtu);
+        self
+    }
+
+    /// The minimum RNR NAK timer (default 12).
+    pub fn setup_min_rnr_timer(&mut self, min_rnr_timer: u8) -> &mut Self {
+        self.min_rnr_timer = min_rnr_timer;
+        self
+    }
+
+    /// The local GID index the address vector is global with (required on RoCE; on
+    /// InfiniBand it makes the address vector global).
+    pub fn setup_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
+        self.src_gid_index = Some(src_gid_index);
+        self
+    }
+
+    /// The GRH hop limit of a global address vector (default 64).
+    pub fn setup_hop_limit(&mut self, hop_limit: u8) -> &mut Self {
+        self.hop_limit = hop_limit;
+        self
+    }
+
+    /// The two transitions' attributes: RESET → INIT, INIT → RTR.
+    pub(crate) fn attributes(&self, access_flags: AccessFlags, path_mtu: Mtu) -> [QueuePairAttribute; 2] {
+        let mut init = QueuePairAttribute::new();
+        init.setup_state(QueuePairState::Init)
+            .setup_pkey_index(self.pkey_index)
+            .setup_port(self.port)
+            .setup_access_flags(access_flags);
+        let mut av = AddressHandleAttribute::new();
+        av.setup_port(self.port);
+        if let Some(index) = self.src_gid_index {
+            av.setup_grh_src_gid_index(index).setup_grh_hop_limit(self.hop_limit);
+        }
+        let mut rtr = QueuePairAttribute::new();
+        rtr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(path_mtu)
+            .setup_min_rnr_timer(self.min_rnr_timer)
+            .setup_address_vector(&av);
+        [init, rtr]
+    }
+}
+
+/// A DC target (DCT). Created by [`DcTargetBuilder::build`]; holds its protection domain,
+/// receive CQ and shared receive queue.
+pub struct DcTarget {
+    core: QueuePairCore,
+    dc_key: u64,
+    access_flags: AccessFlags,
+}
+
+// SAFETY: the handles may be used from any thread; every call that lets the library write the
+// queue pair (modify) takes `&mut self`.
+unsafe impl Send for DcTarget {}
+// SAFETY: `&self` methods read Rust-side copies, or the queue pair number, which the library
+// writes only inside modify (`&mut self`).
+unsafe impl Sync for DcTarget {}
+
+impl std::fmt::Debug for DcTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcTarget")
+            .field("dct_number", &self.dct_number())
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DcTarget {
+    /// # Safety
+    ///
+    /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
+    /// `ibv_qp` is not associated with the return value.
+    pub unsafe fn qp(&self) -> NonNull<ibv_qp> {
+        self.core.qp()
+    }
+
+    /// The DCT number initiators address, read from the library each time: `None` before RTR
+    /// (the hardware object, and its number, are created at INIT → RTR; a DC target recreated
+    /// gets a new one).
+    pub fn dct_number(&self) -> Option<u32> {
+        (self.core.state() == QueuePairState::ReadyToReceive).then(|| self.core.live_qp_number())
+    }
+
+    /// The DC access key initiators must name.
+    pub fn dc_key(&self) -> u64 {
+        self.dc_key
+    }
+
+    /// The state, as of the last [`modify`](Self::modify) through this value.
+    pub fn state(&self) -> QueuePairState {
+        self.core.state()
+    }
+
+    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
+    /// attribute mask against the DC target's table (it never goes past RTR).
+    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
+        self.core.modify(attr)
+    }
+
+    /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
+    /// against the DC target's table), with the access flags it was built with. On a RoCE port
+    /// the address vector is global, from [`DcTargetBringUp::setup_src_gid_index`].
+    pub fn bring_up(&mut self, params: &DcTargetBringUp) -> Result<(), BringUpDcTargetError> {
+        let invalid_port = |source| BringUpDcTargetErrorKind::InvalidPort {
+            port: params.port,
+            source,
+        };
+        // SAFETY: the PD's context is open while the queue pair is.
+        let (active, roce) = unsafe { port_mtu_and_link(self.core.context(), params.port) }.map_err(invalid_port)?;
+        if roce && params.src_gid_index.is_none() {
+            return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
+        }
+        let path_mtu = params.path_mtu.unwrap_or(active);
+        for attr in &params.attributes(self.access_flags, path_mtu) {
+            self.core.modify(attr).map_err(BringUpDcTargetErrorKind::Modify)?;
+        }
+        Ok(())
+    }
+}
+
+/// The active MTU of `port` and whether it is RoCE.
+///
+/// # Safety
+///
+/// `context` must be an open device context.
+unsafe fn port_mtu_and_link(context: NonNull<rdma_mummy_sys::ibv_context>, port: u8) -> io::Result<(Mtu, bool)> {
+    // SAFETY: the caller's promise.
+    let mtu = unsafe { active_mtu(context, port) }?;
+    let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
+    // SAFETY: the context is open; attr is writable.
+    let ret = unsafe { rdma_mummy_sys::ibv_query_port(context.as_ptr(), port, attr.as_mut_ptr()) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    // SAFETY: ibv_query_port filled it. IBV_LINK_LAYER_ETHERNET is 2.
+    Ok((mtu, unsafe { attr.assume_init() }.link_layer == 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use sideway::ibverbs::queue_pair::QueuePairAttributeMask;
+
+    use super::*;
+
+    #[test]
+    fn dct_init_attributes_follow_the_reference_rules() {
+        let (init, mlx5) = dct_init_attributes(0xfeed_beef);
+        assert_eq!(init.qp_type, ibv_qp_type::IBV_QPT_DRIVER);
+        // The PD only: SEND_OPS_FLAGS on a DCT is EINVAL.
+        assert_eq!(init.comp_mask, ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0);
+        assert_eq!(init.send_ops_flags, 0);
+        assert_eq!((init.cap.max_send_wr, init.cap.max_recv_wr), (0, 0));
+        assert_eq!(
+            mlx5.comp_mask,
+            mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64
+        );
+        assert_eq!(mlx5.dc_init_attr.dc_type, rdma_mummy_sys::MLX5DV_DCTYPE_DCT);
+        // SAFETY: the access-key member was written.
+        assert_eq!(
+            unsafe { *mlx5.dc_init_attr.__bindgen_anon_1.dct_access_key.as_ref() },
+            0xfeed_beef
+        );
+    }
+
+    #[test]
+    fn bring_up_attributes_pass_the_dc_table() {
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        let [init, rtr] = DcTargetBringUp::new(1).attributes(access, Mtu::Mtu4096);
+        assert!(DC_TARGET.check(QueuePairState::Reset, &init).is_ok());
+        assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_ok());
+        assert_eq!(rtr.min_rnr_timer(), 12);
+        assert!(!rtr.mask().contains(QueuePairAttributeMask::MaxDestinationReadAtomic));
+        // RoCE: a global address vector from the source GID index.
+        let mut roce = DcTargetBringUp::new(1);
+        roce.setup_src_gid_index(3);
+        let [_, rtr] = roce.attributes(access, Mtu::Mtu1024);
+        assert!(rtr.attr.ah_attr.is_global != 0);
+        assert_eq!(
+            (rtr.attr.ah_attr.grh.sgid_index, rtr.attr.ah_attr.grh.hop_limit),
+            (3, 64)
+        );
+    }
+}
