@@ -12,3 +12,12 @@ fn post_guard_borrow_rules() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/compile_fail/*.rs");
 }
+
+/// The DC initiator's request order (`--features mlx5`): no data step before the DC address,
+/// one batch per DC initiator.
+#[cfg(feature = "mlx5")]
+#[test]
+fn dc_request_order() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/compile_fail/dc/*.rs");
+}
