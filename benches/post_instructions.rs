@@ -8,6 +8,8 @@ mod common;
 
 use std::hint::black_box;
 
+#[cfg(feature = "mlx5")]
+use common::SendDcWrite;
 use common::{RecvSrq, SendRcWrite, Workload, REQUESTS};
 use gungraun::{library_benchmark, library_benchmark_group, main};
 
@@ -46,6 +48,14 @@ macro_rules! workloads {
 
 // A row per workload: group, guard benchmark, raw benchmark (named `<NAME>_guard`/`<NAME>_raw`,
 // as scripts/bench reads them): the workload.
+// The DC row needs the `mlx5` feature (scripts/bench enables it).
+#[cfg(feature = "mlx5")]
+workloads! {
+    send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
+    recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
+    send_dc_write, send_dc_write_guard, send_dc_write_raw: SendDcWrite;
+}
+#[cfg(not(feature = "mlx5"))]
 workloads! {
     send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
     recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;

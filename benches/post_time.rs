@@ -75,6 +75,8 @@ fn benches(c: &mut Criterion) {
     // A row per workload (see benches/common/mod.rs).
     workload::<SendRcWrite>(c);
     workload::<RecvSrq>(c);
+    #[cfg(feature = "mlx5")]
+    workload::<common::SendDcWrite>(c);
     recv_srq_threads(c);
 }
 

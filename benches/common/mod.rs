@@ -243,6 +243,158 @@ impl Workload for SendRcWrite {
 }
 
 // ---------------------------------------------------------------------------------------------
+// DC sends: the same counting `ibv_qp_ex`, and an `mlx5dv_qp_ex` whose `wr_set_dc_addr` counts.
+
+#[cfg(feature = "mlx5")]
+pub use dc::{SendDcWrite, DC_ROWS};
+
+#[cfg(not(feature = "mlx5"))]
+/// Without the `mlx5` feature there is no DC row.
+pub const DC_ROWS: bool = false;
+
+#[cfg(feature = "mlx5")]
+mod dc {
+    use std::hint::black_box;
+    use std::mem::MaybeUninit;
+    use std::ptr::NonNull;
+
+    use rdma_mummy_sys::{
+        ibv_ah, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start, mlx5dv_qp_ex,
+        mlx5dv_wr_set_dc_addr,
+    };
+    use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+    use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
+    use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
+
+    use super::{failed, Buffers, CountingQp, Workload, STRIDE};
+
+    /// With the `mlx5` feature the DC row exists.
+    pub const DC_ROWS: bool = true;
+
+    /// An `mlx5dv_qp_ex` whose `wr_set_dc_addr` counts (the field after the C struct).
+    #[repr(C)]
+    pub struct CountingDc {
+        view: mlx5dv_qp_ex,
+        addresses: u64,
+    }
+
+    unsafe extern "C" fn count_set_dc_addr(view: *mut mlx5dv_qp_ex, _ah: *mut ibv_ah, _dctn: u32, _key: u64) {
+        (*view.cast::<CountingDc>()).addresses += 1;
+    }
+
+    /// DC RDMA writes of one scatter/gather entry, signalled: `wr_id`, flags,
+    /// `ibv_wr_rdma_write`, `mlx5dv_wr_set_dc_addr`, `ibv_wr_set_sge` per request.
+    pub enum SendDcWrite {}
+
+    pub struct DcState {
+        qp: Box<CountingQp>,
+        view: Box<CountingDc>,
+        entries: ProviderEntries,
+        batch: usize,
+        buffers: Buffers,
+        ah: NonNull<ibv_ah>,
+        dct_number: u32,
+        dc_key: u64,
+    }
+
+    // SAFETY: the counting tables are plain data, used by one thread at a time.
+    unsafe impl Send for DcState {}
+
+    impl Workload for SendDcWrite {
+        const NAME: &'static str = "send_dc_write";
+        type State = DcState;
+
+        fn setup(batch: usize) -> DcState {
+            let mut qp = CountingQp::new();
+            // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
+            let mut view: Box<CountingDc> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+            view.view.wr_set_dc_addr = Some(count_set_dc_addr);
+            let context = unsafe { DcContext::from_raw(NonNull::from(&mut view.view)) };
+            // SAFETY: both tables are live; read once, as a DC initiator does at creation.
+            let entries = unsafe {
+                let ibv = ProviderEntries::new(qp.as_ptr(), sideway::ibverbs::queue_pair::SendOperationFlags::Write)
+                    .expect("the counting table fills the entries a write needs");
+                context
+                    .entries(ibv, false)
+                    .expect("the counting view fills wr_set_dc_addr")
+            };
+            let mut state = DcState {
+                qp,
+                view,
+                entries,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+                // Never dereferenced: the counting setter only counts.
+                ah: black_box(NonNull::dangling()),
+                dct_number: black_box(0x00ab_cdef),
+                dc_key: black_box(0xdc),
+            };
+            Self::guard(&mut state, batch);
+            Self::raw(&mut state, batch);
+            state
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut DcState, requests: usize) {
+            let (qp, entries, batch, b) = (state.qp.as_ptr(), state.entries, state.batch, state.buffers);
+            let (ah, dct_number, dc_key) = (state.ah, state.dct_number, state.dc_key);
+            // SAFETY: the view is live for the state's lifetime.
+            let context = unsafe { DcContext::from_raw(NonNull::from(&mut state.view.view)) };
+            let mut next = 0;
+            while next < requests {
+                // SAFETY: the counting tables are live and not used elsewhere during the batch;
+                // their entries were read once above.
+                let mut guard = unsafe { PostSendGuard::<DynamicallyConnected>::start(qp, entries, context) };
+                for n in next as u64..(next + batch) as u64 {
+                    // SAFETY: the counting provider never touches the buffers or the handle.
+                    unsafe {
+                        guard
+                            .construct_wr(n, WorkRequestFlags::Signaled)
+                            .setup_write(b.rkey, b.remote + n * STRIDE)
+                            .setup_dc_addr_raw(ah, dct_number, dc_key)
+                            .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                    };
+                }
+                if guard.post().is_err() {
+                    failed("PostSendGuard::post");
+                }
+                next += batch;
+            }
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut DcState, requests: usize) {
+            let (qp, batch, b) = (state.qp.as_ptr().as_ptr(), state.batch, state.buffers);
+            let view = &mut state.view.view as *mut mlx5dv_qp_ex;
+            let (ah, dct_number, dc_key) = (state.ah.as_ptr(), state.dct_number, state.dc_key);
+            let mut next = 0;
+            while next < requests {
+                // SAFETY: the counting tables are live and fill every entry called here.
+                unsafe {
+                    ibv_wr_start(qp);
+                    for n in next as u64..(next + batch) as u64 {
+                        (*qp).wr_id = n;
+                        (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                        ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                        mlx5dv_wr_set_dc_addr(view, ah, dct_number, dc_key);
+                        ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                    }
+                    if ibv_wr_complete(qp) != 0 {
+                        failed("ibv_wr_complete");
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        fn posted(state: &DcState) -> u64 {
+            assert_eq!(state.view.addresses, state.qp.requests(), "one DC address per request");
+            state.qp.requests()
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Receives: an SRQ whose context's `ops.post_srq_recv` counts.
 
 /// A device context whose `ops.post_srq_recv` walks the list it is handed and counts the requests

@@ -267,7 +267,7 @@ impl ProviderEntries {
     /// Adds entries that lie outside `ibv_qp_ex` (e.g. mlx5's `wr_set_dc_addr`), from
     /// [`entry::FIRST_EXTERNAL`] up, for the transports of other modules.
     #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) fn with(self, bits: u32) -> Self {
+    pub(crate) const fn with(self, bits: u32) -> Self {
         Self(self.0 | bits)
     }
 
