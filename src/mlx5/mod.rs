@@ -8,8 +8,12 @@
 //! - [`device_context`]: [`Mlx5DeviceContext`](device_context::Mlx5DeviceContext), built from a
 //!   sideway device context, and its queries;
 //! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
-//! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP).
+//! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP);
+//! - [`dc_endpoint`]: [`DcEndpoint`](dc_endpoint::DcEndpoint), what a peer sends to be reached
+//!   over DC (LID, GID, DCT number, DC key, RoCE or not; serializable with the `serde` feature),
+//!   and the address handle that reaches it.
 pub mod dc_capabilities;
+pub mod dc_endpoint;
 mod dc_state_table;
 pub mod device_attributes;
 pub mod device_context;
