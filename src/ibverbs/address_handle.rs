@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use rdma_mummy_sys::{ibv_ah, ibv_ah_attr, ibv_create_ah, ibv_destroy_ah, ibv_port_attr, ibv_query_port};
 use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 /// `IBV_LINK_LAYER_ETHERNET`: a RoCE port.
-const IBV_LINK_LAYER_ETHERNET: u8 = 2;
-use sideway::ibverbs::protection_domain::ProtectionDomain;
+pub(crate) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 /// Error returned by [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +192,29 @@ impl AddressHandleAttribute {
     }
 }
 
+/// The `link_layer` of a local port of the PD's device, from `ibv_query_port`: compare it with
+/// [`IBV_LINK_LAYER_ETHERNET`] (sideway's `LinkLayer::from` panics on values it does not know).
+/// Port 0, or one above the device's port count, is
+/// [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort): checked before `ibv_create_ah`,
+/// whose own error for a bad port is a bare `EINVAL`.
+pub(crate) fn query_port_link_layer(pd: &Arc<ProtectionDomain>, port: u8) -> Result<u8, CreateAddressHandleError> {
+    let mut port_attr = MaybeUninit::<ibv_port_attr>::zeroed();
+    // SAFETY: the PD and its context are alive; port_attr is writable.
+    let ret = match port {
+        0 => libc::EINVAL,
+        _ => unsafe { ibv_query_port(pd.pd().as_ref().context, port, port_attr.as_mut_ptr()) },
+    };
+    if ret != 0 {
+        return Err(CreateAddressHandleErrorKind::InvalidPort {
+            port,
+            source: io::Error::from_raw_os_error(ret),
+        }
+        .into());
+    }
+    // SAFETY: ibv_query_port filled it.
+    Ok(unsafe { port_attr.assume_init() }.link_layer)
+}
+
 /// An address handle (`ibv_ah`), destroyed when dropped. Cache one per destination: creating a
 /// handle per work request is slow.
 #[derive(Debug)]
@@ -220,23 +243,8 @@ impl AddressHandle {
         pd: &Arc<ProtectionDomain>, attr: &AddressHandleAttribute,
     ) -> Result<Self, CreateAddressHandleError> {
         let port = attr.port();
-        // The port is checked before the call, global or not: the library's own error for a bad
-        // port is a bare EINVAL.
-        let mut port_attr = MaybeUninit::<ibv_port_attr>::zeroed();
-        // SAFETY: the PD and its context are alive; port_attr is writable.
-        let ret = match port {
-            0 => libc::EINVAL,
-            _ => unsafe { ibv_query_port(pd.pd().as_ref().context, port, port_attr.as_mut_ptr()) },
-        };
-        if ret != 0 {
-            return Err(CreateAddressHandleErrorKind::InvalidPort {
-                port,
-                source: io::Error::from_raw_os_error(ret),
-            }
-            .into());
-        }
-        // SAFETY: ibv_query_port filled it.
-        let link_layer = unsafe { port_attr.assume_init() }.link_layer;
+        // The port is checked before the call, global or not.
+        let link_layer = query_port_link_layer(pd, port)?;
         if !attr.is_global() && link_layer == IBV_LINK_LAYER_ETHERNET {
             return Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }.into());
         }

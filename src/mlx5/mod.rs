@@ -9,11 +9,16 @@
 //!   sideway device context, and its queries;
 //! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
 //! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP);
+//! - [`dc_endpoint`]: [`DcEndpoint`](dc_endpoint::DcEndpoint), what a peer sends to be reached
+//!   over DC (LID, GID, DCT number, DC key, RoCE or not; serializable with the `serde` feature),
+//!   and the address handle that reaches it;
 //! - [`dc_initiator`]: the DC initiator (DCI), whose requests are addressed one by one with
 //!   `mlx5dv_wr_set_dc_addr`;
 //! - [`dc_target`]: the DC target (DCT), which receives through a shared receive queue;
-//! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`, `pd.create_dct_builder()`).
+//! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`,
+//!   `pd.create_dct_builder()`).
 pub mod dc_capabilities;
+pub mod dc_endpoint;
 pub mod dc_initiator;
 mod dc_state_table;
 pub mod dc_target;

@@ -1,0 +1,445 @@
+//! A [`DcEndpoint`] is what a DC initiator needs to reach a DC target on another host: the
+//! target port's LID and GID, the DCT number and DC key, and whether that port is RoCE. Peers
+//! exchange it out of band (over TCP, or a key-value store; with the `serde` feature it
+//! serializes), then each initiator turns it into an [`AddressHandle`] for its local port with
+//! [`DcEndpoint::create_ah`], once per destination, and names that handle, the DCT number and
+//! the DC key in every work request ([`mlx5dv_wr_set_dc_addr`]).
+//!
+//! The address follows the link layer: on RoCE (Ethernet) it must be global (a GRH with the
+//! destination GID), on InfiniBand a non-global address (the destination LID) is enough within
+//! the subnet. Both ends must be on the same link layer: [`DcEndpoint::create_ah`] checks the
+//! local port against the endpoint and reports a mismatch as
+//! [`LinkLayerMismatch`](CreateDcAddressHandleErrorKind::LinkLayerMismatch).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+//! use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let devices = DeviceList::new()?;
+//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
+//!     let pd = ctx.alloc_pd()?;
+//!     // Received from the peer (its DCT's number and key, its port's LID and GID):
+//!     let gid = "::ffff:192.0.2.7".parse::<std::net::Ipv6Addr>()?.into();
+//!     let remote = DcEndpoint::new(0, gid, 0x00_1234, 0xdc_0000_0001, true)?;
+//!     // Once per destination, from local port 1 and its GID index 1 (a RoCE v2 GID):
+//!     let ah = remote.create_ah(&pd, 1, 1)?;
+//!     println!("{remote:?} through {:?}", ah.attribute());
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Reference
+//!
+//! - rdma-core manpages: [`mlx5dv_wr_set_dc_addr`], [`mlx5dv_create_qp`] (the DCT's
+//!   `dct_access_key`), [`ibv_create_ah`], [`ibv_query_port`]
+//! - RDMAmojo: [`ibv_create_ah`](https://www.rdmamojo.com/2012/09/22/ibv_create_ah/),
+//!   [`ibv_query_port`](https://www.rdmamojo.com/2012/07/21/ibv_query_port/)
+//!
+//! [`mlx5dv_wr_set_dc_addr`]: https://man7.org/linux/man-pages/man3/mlx5dv_wr_set_dc_addr.3.html
+//! [`mlx5dv_create_qp`]: https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html
+//! [`ibv_create_ah`]: https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html
+//! [`ibv_query_port`]: https://man7.org/linux/man-pages/man3/ibv_query_port.3.html
+use std::net::Ipv6Addr;
+use std::sync::Arc;
+
+use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+
+use crate::ibverbs::address_handle::{
+    query_port_link_layer, AddressHandle, AddressHandleAttribute, CreateAddressHandleError, IBV_LINK_LAYER_ETHERNET,
+};
+use crate::ibverbs::extension::ProtectionDomainExt;
+
+/// The largest DCT number: queue pair numbers are 24 bits.
+pub const MAX_DCT_NUMBER: u32 = 0xff_ffff;
+
+/// The GRH hop limit of the global addresses built here: 255, as perftest (`0xFF`) and UCX
+/// (`UCX_IB_HOP_LIMIT`, default 255) use. The hop limit is the IP TTL on RoCE v2 and bounds the
+/// routers an InfiniBand packet may cross: the maximum never drops a packet on a routed network,
+/// while the 1 of rdma-core's pingpong examples only works within one subnet.
+pub const DEFAULT_HOP_LIMIT: u8 = 255;
+
+/// Error returned by [`DcEndpoint::new`] (and by deserialization, as a serde error).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid DC endpoint")]
+#[non_exhaustive]
+pub struct InvalidDcEndpointError(#[from] pub InvalidDcEndpointErrorKind);
+
+/// The enum type for [`InvalidDcEndpointError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidDcEndpointErrorKind {
+    /// The DCT number does not fit in 24 bits (above [`MAX_DCT_NUMBER`]).
+    #[error("DCT number {dct_number:#x} does not fit in 24 bits (at most {MAX_DCT_NUMBER:#x})")]
+    DctNumberOutOfRange {
+        /// The number given.
+        dct_number: u32,
+    },
+}
+
+/// Error returned by [`DcEndpoint::create_ah`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to create the address handle of a DC endpoint")]
+#[non_exhaustive]
+pub struct CreateDcAddressHandleError(#[from] pub CreateDcAddressHandleErrorKind);
+
+/// The enum type for [`CreateDcAddressHandleError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateDcAddressHandleErrorKind {
+    /// The local port and the endpoint's port are on different link layers (one RoCE, the other
+    /// InfiniBand): no address from this port reaches the endpoint.
+    #[error(
+        "local port {port} is {} but the endpoint's port is {}",
+        link_layer_name(*local_is_roce),
+        link_layer_name(*remote_is_roce)
+    )]
+    LinkLayerMismatch {
+        /// The local port.
+        port: u8,
+        /// Whether the local port is RoCE (Ethernet link layer).
+        local_is_roce: bool,
+        /// Whether the endpoint says its port is RoCE.
+        remote_is_roce: bool,
+    },
+    /// Querying the port or creating the handle failed; a port that does not exist is
+    /// [`InvalidPort`](crate::ibverbs::address_handle::CreateAddressHandleErrorKind::InvalidPort).
+    #[error(transparent)]
+    AddressHandle(#[from] CreateAddressHandleError),
+}
+
+fn link_layer_name(is_roce: bool) -> &'static str {
+    if is_roce {
+        "RoCE (Ethernet)"
+    } else {
+        "InfiniBand"
+    }
+}
+
+/// What a DC initiator needs to reach a DC target (DCT): the LID and GID of the target's port,
+/// its DCT number and DC key, and whether the port is RoCE.
+///
+/// A value type: build it with [`new`](Self::new) from what the peer sent, keep it in the
+/// initiator's table of destinations, and turn it into an address handle with
+/// [`create_ah`](Self::create_ah) (once per destination, not per request).
+///
+/// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as its IPv6 text
+/// (`"fe80::1"`, `"::ffff:192.0.2.7"`) in human-readable formats such as JSON, as 16 octets in
+/// binary ones (the form of [`Ipv6Addr`]'s serde implementation), the other fields as numbers and
+/// a boolean named like the getters. Deserializing validates like [`new`](Self::new): a DCT
+/// number above 24 bits is a serde error, never an invalid value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct DcEndpoint {
+    lid: u16,
+    #[cfg_attr(feature = "serde", serde(with = "gid_as_ipv6"))]
+    gid: Gid,
+    dct_number: u32,
+    dc_key: u64,
+    is_roce: bool,
+}
+
+impl std::fmt::Debug for DcEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcEndpoint")
+            .field("lid", &self.lid)
+            .field("gid", &Ipv6Addr::from(self.gid))
+            .field("dct_number", &format_args!("{:#x}", self.dct_number))
+            .field("dc_key", &format_args!("{:#x}", self.dc_key))
+            .field("is_roce", &self.is_roce)
+            .finish()
+    }
+}
+
+impl DcEndpoint {
+    /// An endpoint from the target's values: `lid` and `gid` of its port (`ibv_query_port`'s
+    /// `lid`, a GID of its GID table; on RoCE the LID is unused, 0), `dct_number` (the DCT's
+    /// queue pair number), `dc_key` (the `dct_access_key` the DCT was created with) and
+    /// `is_roce`: whether its port's link layer is Ethernet.
+    ///
+    /// # Errors
+    ///
+    /// - [`DctNumberOutOfRange`](InvalidDcEndpointErrorKind::DctNumberOutOfRange): `dct_number`
+    ///   is above [`MAX_DCT_NUMBER`].
+    pub fn new(
+        lid: u16, gid: Gid, dct_number: u32, dc_key: u64, is_roce: bool,
+    ) -> Result<Self, InvalidDcEndpointError> {
+        if dct_number > MAX_DCT_NUMBER {
+            return Err(InvalidDcEndpointErrorKind::DctNumberOutOfRange { dct_number }.into());
+        }
+        Ok(Self {
+            lid,
+            gid,
+            dct_number,
+            dc_key,
+            is_roce,
+        })
+    }
+
+    /// The LID of the target's port (InfiniBand; unused on RoCE).
+    pub fn lid(&self) -> u16 {
+        self.lid
+    }
+
+    /// The GID of the target's port: the destination of a global address.
+    pub fn gid(&self) -> Gid {
+        self.gid
+    }
+
+    /// The DCT number (24 bits): `remote_dctn` of `mlx5dv_wr_set_dc_addr`.
+    pub fn dct_number(&self) -> u32 {
+        self.dct_number
+    }
+
+    /// The DC key: `remote_dc_key` of `mlx5dv_wr_set_dc_addr`, which must equal the DCT's
+    /// `dct_access_key`.
+    pub fn dc_key(&self) -> u64 {
+        self.dc_key
+    }
+
+    /// Whether the target's port is RoCE (Ethernet link layer) rather than InfiniBand.
+    pub fn is_roce(&self) -> bool {
+        self.is_roce
+    }
+
+    /// The address that reaches this endpoint from local `port`, by its link layer:
+    ///
+    /// - RoCE: global, as RoCE requires:
+    ///   [`global_address_handle_attribute`](Self::global_address_handle_attribute).
+    /// - InfiniBand: not global: the destination LID and `port`; `src_gid_index` is unused. Within
+    ///   one subnet that is all InfiniBand needs; to cross subnets (through an IB router), use
+    ///   [`global_address_handle_attribute`](Self::global_address_handle_attribute) instead.
+    ///
+    /// Service level 0. Does not look at the local port: [`create_ah`](Self::create_ah) checks
+    /// that its link layer matches.
+    pub fn address_handle_attribute(&self, port: u8, src_gid_index: u8) -> AddressHandleAttribute {
+        if self.is_roce {
+            return self.global_address_handle_attribute(port, src_gid_index);
+        }
+        let mut attr = AddressHandleAttribute::new();
+        attr.setup_port(port).setup_dest_lid(self.lid);
+        attr
+    }
+
+    /// The global address of this endpoint from local `port`: a GRH to the endpoint's GID, sent
+    /// from the local GID at `src_gid_index` (on RoCE, pick a RoCE v2 GID of the same IP family
+    /// as the endpoint's), hop limit [`DEFAULT_HOP_LIMIT`], traffic class and flow label 0; the
+    /// destination LID is the endpoint's (ignored on RoCE). Valid on both link layers; required
+    /// on RoCE and between InfiniBand subnets.
+    pub fn global_address_handle_attribute(&self, port: u8, src_gid_index: u8) -> AddressHandleAttribute {
+        let mut attr = AddressHandleAttribute::new();
+        attr.setup_port(port)
+            .setup_dest_lid(self.lid)
+            .setup_grh_dest_gid(&self.gid)
+            .setup_grh_src_gid_index(src_gid_index)
+            .setup_grh_hop_limit(DEFAULT_HOP_LIMIT);
+        attr
+    }
+
+    /// Creates the address handle that reaches this endpoint from local `port` (the
+    /// [`address_handle_attribute`](Self::address_handle_attribute)), after checking with
+    /// `ibv_query_port` that the port is on the endpoint's link layer. Cache the handle: one per
+    /// destination, kept alive until the requests that use it have completed.
+    ///
+    /// # Errors
+    ///
+    /// - [`LinkLayerMismatch`](CreateDcAddressHandleErrorKind::LinkLayerMismatch): the local port
+    ///   is RoCE and the endpoint InfiniBand, or the reverse.
+    /// - [`AddressHandle`](CreateDcAddressHandleErrorKind::AddressHandle): the port does not
+    ///   exist ([`InvalidPort`](crate::ibverbs::address_handle::CreateAddressHandleErrorKind::InvalidPort)),
+    ///   or `ibv_create_ah` failed (for example `EINVAL` for a GID index the port does not have).
+    pub fn create_ah(
+        &self, pd: &Arc<ProtectionDomain>, port: u8, src_gid_index: u8,
+    ) -> Result<Arc<AddressHandle>, CreateDcAddressHandleError> {
+        let local_is_roce =
+            query_port_link_layer(pd, port).map_err(CreateDcAddressHandleErrorKind::from)? == IBV_LINK_LAYER_ETHERNET;
+        if local_is_roce != self.is_roce {
+            return Err(CreateDcAddressHandleErrorKind::LinkLayerMismatch {
+                port,
+                local_is_roce,
+                remote_is_roce: self.is_roce,
+            }
+            .into());
+        }
+        let ah = pd
+            .create_ah(&self.address_handle_attribute(port, src_gid_index))
+            .map_err(CreateDcAddressHandleErrorKind::from)?;
+        Ok(ah)
+    }
+}
+
+/// The GID as an [`Ipv6Addr`] for serde: text in human-readable formats, 16 octets otherwise.
+#[cfg(feature = "serde")]
+mod gid_as_ipv6 {
+    use std::net::Ipv6Addr;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use sideway::ibverbs::address::Gid;
+
+    pub(super) fn serialize<S: Serializer>(gid: &Gid, serializer: S) -> Result<S::Ok, S::Error> {
+        Ipv6Addr::from(*gid).serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Gid, D::Error> {
+        Ipv6Addr::deserialize(deserializer).map(Gid::from)
+    }
+}
+
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl<'de> serde::Deserialize<'de> for DcEndpoint {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// The serialized fields, not yet validated.
+        #[derive(serde::Deserialize)]
+        #[serde(rename = "DcEndpoint", deny_unknown_fields)]
+        struct Unchecked {
+            lid: u16,
+            #[serde(with = "gid_as_ipv6")]
+            gid: Gid,
+            dct_number: u32,
+            dc_key: u64,
+            is_roce: bool,
+        }
+        let raw = Unchecked::deserialize(deserializer)?;
+        DcEndpoint::new(raw.lid, raw.gid, raw.dct_number, raw.dc_key, raw.is_roce)
+            .map_err(|err| serde::de::Error::custom(err.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roce_gid() -> Gid {
+        Gid::from(Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]))
+    }
+
+    fn ib_gid() -> Gid {
+        Gid::from(Ipv6Addr::new(0xfe80, 0, 0, 0, 0x0002, 0xc903, 0x00a1, 0xb2c3))
+    }
+
+    #[test]
+    fn new_keeps_the_values() {
+        let ep = DcEndpoint::new(7, ib_gid(), 0x12_3456, 0xdead_beef_cafe, false).unwrap();
+        assert_eq!(
+            (ep.lid(), ep.gid(), ep.dct_number(), ep.dc_key(), ep.is_roce()),
+            (7, ib_gid(), 0x12_3456, 0xdead_beef_cafe, false)
+        );
+        let debug = format!("{ep:?}");
+        assert!(
+            debug.contains("fe80::2:c903:a1:b2c3") && debug.contains("0x123456"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn new_checks_the_dct_number_fits_24_bits() {
+        assert!(DcEndpoint::new(0, roce_gid(), MAX_DCT_NUMBER, 0, true).is_ok());
+        let err = DcEndpoint::new(0, roce_gid(), MAX_DCT_NUMBER + 1, 0, true).unwrap_err();
+        assert!(matches!(
+            err.0,
+            InvalidDcEndpointErrorKind::DctNumberOutOfRange { dct_number: 0x100_0000 }
+        ));
+        assert!(DcEndpoint::new(0, roce_gid(), u32::MAX, 0, true).is_err());
+    }
+
+    #[test]
+    fn roce_address_is_global_with_the_gid_and_index() {
+        let ep = DcEndpoint::new(0, roce_gid(), 0x42, 1, true).unwrap();
+        let attr = ep.address_handle_attribute(2, 3);
+        assert!(attr.is_global());
+        assert_eq!(attr.port(), 2);
+        assert_eq!(attr.dest_gid(), roce_gid());
+        assert_eq!(attr.src_gid_index(), 3);
+        assert_eq!(attr.hop_limit(), DEFAULT_HOP_LIMIT);
+        assert_eq!(
+            (attr.traffic_class(), attr.flow_label(), attr.service_level()),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn infiniband_address_is_the_lid_not_global() {
+        let ep = DcEndpoint::new(0x1234, ib_gid(), 0x42, 1, false).unwrap();
+        let attr = ep.address_handle_attribute(1, 5);
+        assert!(!attr.is_global());
+        assert_eq!((attr.port(), attr.dest_lid(), attr.service_level()), (1, 0x1234, 0));
+    }
+
+    #[test]
+    fn global_address_on_infiniband_keeps_the_lid() {
+        let ep = DcEndpoint::new(0x1234, ib_gid(), 0x42, 1, false).unwrap();
+        let attr = ep.global_address_handle_attribute(1, 0);
+        assert!(attr.is_global());
+        assert_eq!(
+            (attr.dest_lid(), attr.dest_gid(), attr.src_gid_index()),
+            (0x1234, ib_gid(), 0)
+        );
+        assert_eq!(attr.hop_limit(), DEFAULT_HOP_LIMIT);
+    }
+
+    #[test]
+    fn mismatch_error_names_both_link_layers() {
+        let err = CreateDcAddressHandleError::from(CreateDcAddressHandleErrorKind::LinkLayerMismatch {
+            port: 1,
+            local_is_roce: true,
+            remote_is_roce: false,
+        });
+        assert_eq!(
+            err.0.to_string(),
+            "local port 1 is RoCE (Ethernet) but the endpoint's port is InfiniBand"
+        );
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_with_the_gid_as_ipv6_text() {
+        let gid = Gid::from(Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]));
+        let ep = DcEndpoint::new(0, gid, 0xab_cdef, u64::MAX, true).unwrap();
+        let json = serde_json::to_string(&ep).unwrap();
+        assert_eq!(
+            json,
+            r#"{"lid":0,"gid":"::ffff:192.0.2.7","dct_number":11259375,"dc_key":18446744073709551615,"is_roce":true}"#
+        );
+        assert_eq!(serde_json::from_str::<DcEndpoint>(&json).unwrap(), ep);
+
+        let ib = DcEndpoint::new(
+            0x1234,
+            Gid::from(Ipv6Addr::new(0xfe80, 0, 0, 0, 2, 0xc903, 0xa1, 0xb2c3)),
+            1,
+            2,
+            false,
+        )
+        .unwrap();
+        let json = serde_json::to_string(&ib).unwrap();
+        assert!(json.contains(r#""gid":"fe80::2:c903:a1:b2c3""#), "{json}");
+        assert_eq!(serde_json::from_str::<DcEndpoint>(&json).unwrap(), ib);
+    }
+
+    #[test]
+    fn deserializing_rejects_a_dct_number_above_24_bits() {
+        let json = r#"{"lid":0,"gid":"::1","dct_number":16777216,"dc_key":0,"is_roce":true}"#;
+        let err = serde_json::from_str::<DcEndpoint>(json).unwrap_err();
+        assert!(err.to_string().contains("does not fit in 24 bits"), "{err}");
+    }
+
+    #[test]
+    fn deserializing_rejects_bad_gids_and_fields() {
+        for json in [
+            r#"{"lid":0,"gid":"not-a-gid","dct_number":1,"dc_key":0,"is_roce":true}"#,
+            r#"{"lid":0,"gid":"192.0.2.7","dct_number":1,"dc_key":0,"is_roce":true}"#,
+            r#"{"lid":0,"gid":"::1","dct_number":1,"dc_key":0}"#,
+            r#"{"lid":70000,"gid":"::1","dct_number":1,"dc_key":0,"is_roce":true}"#,
+            r#"{"lid":0,"gid":"::1","dct_number":1,"dc_key":0,"is_roce":true,"extra":1}"#,
+        ] {
+            assert!(serde_json::from_str::<DcEndpoint>(json).is_err(), "accepted {json}");
+        }
+    }
+}
