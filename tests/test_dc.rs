@@ -22,7 +22,6 @@ use sideway::ibverbs::queue_pair::{
     QueuePairState, SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags,
 };
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::address_handle::AddressHandleAttribute;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::mlx5::dc_initiator::{CreateDcInitiatorErrorKind, DcInitiatorBringUp};
 use sideway_ext::mlx5::dc_target::{CreateDcTargetErrorKind, DcTargetBringUp};
@@ -196,6 +195,11 @@ fn mlx5_hw_dc_initiator_reaches_a_dc_target() {
     }
     dct.bring_up(&bring_up).expect("DC target to RTR");
     let dct_number = dct.dct_number().expect("a DCT number at RTR");
+    let endpoint = dct.endpoint(1, gid).expect("the DC target's endpoint");
+    assert_eq!(
+        (endpoint.dct_number(), endpoint.dc_key(), endpoint.is_roce()),
+        (dct_number, 0xd0d0, roce)
+    );
 
     let mut dci = pd
         .create_dci_builder()
@@ -207,17 +211,8 @@ fn mlx5_hw_dc_initiator_reaches_a_dc_target() {
     dci.bring_up(&DcInitiatorBringUp::new(1)).expect("DC initiator to RTS");
     assert_eq!(dci.state(), QueuePairState::ReadyToSend);
 
-    let mut attr = AddressHandleAttribute::new();
-    attr.setup_port(1);
-    if roce {
-        attr.setup_grh_dest_gid(&gid)
-            .setup_grh_src_gid_index(gid_index)
-            .setup_grh_hop_limit(64);
-    } else {
-        let lid = ctx.query_port(1).expect("port 1").lid();
-        attr.setup_dest_lid(lid);
-    }
-    let ah = pd.create_ah(&attr).expect("address handle");
+    // The address handle a peer would build from the endpoint it was sent.
+    let ah = endpoint.create_ah(&pd, 1, gid_index).expect("address handle");
 
     // A SEND consumes a receive of the target's SRQ.
     {

@@ -22,6 +22,9 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
+use sideway::ibverbs::address::Gid;
+
+use super::dc_endpoint::DcEndpoint;
 use super::dc_initiator::{active_mtu, create_dc_qp};
 use super::dc_state_table::DC_TARGET;
 use super::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
@@ -209,6 +212,29 @@ pub enum BringUpDcTargetErrorKind {
     Modify(#[from] ModifyQueuePairError),
 }
 
+/// Error returned by [`DcTarget::endpoint`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to describe the DC target's endpoint")]
+#[non_exhaustive]
+pub struct DcTargetEndpointError(#[from] pub DcTargetEndpointErrorKind);
+
+/// The enum type for [`DcTargetEndpointError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DcTargetEndpointErrorKind {
+    /// The DC target is not in RTR: it has no DCT number yet.
+    #[error("the DC target has no DCT number before RTR (bring_up first)")]
+    NoDctNumber,
+    /// The port is 0 or the device has no such port.
+    #[error("port {port} does not exist on this device")]
+    InvalidPort {
+        /// The port asked for.
+        port: u8,
+        /// The library's error from querying it.
+        source: io::Error,
+    },
+}
+
 /// How [`DcTarget::bring_up`] brings a DC target to RTR: the local port and P_Key index, the
 /// path MTU (default: the port's active MTU), the minimum RNR timer (default 12, as
 /// `ibv_rc_pingpong`), and on RoCE the source GID index of its global address vector.
@@ -341,6 +367,29 @@ impl DcTarget {
     /// attribute mask against the DC target's table (it never goes past RTR).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.core.modify(attr)
+    }
+
+    /// What a peer needs to reach this DC target through local port `port`: the port's LID, the
+    /// GID the peer should address (`gid`, e.g. the one of the source GID index the target was
+    /// brought up with), the DCT number, the DC key, and whether the port is RoCE. Only from
+    /// RTR on, when the DCT number exists.
+    pub fn endpoint(&self, port: u8, gid: Gid) -> Result<DcEndpoint, DcTargetEndpointError> {
+        let dct_number = self.dct_number().ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
+        let invalid_port = |source| DcTargetEndpointErrorKind::InvalidPort { port, source };
+        if port == 0 {
+            return Err(invalid_port(io::Error::from_raw_os_error(libc::EINVAL)).into());
+        }
+        let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
+        // SAFETY: the context is open while the queue pair is; attr is writable.
+        let ret = unsafe { rdma_mummy_sys::ibv_query_port(self.core.context().as_ptr(), port, attr.as_mut_ptr()) };
+        if ret != 0 {
+            return Err(invalid_port(io::Error::from_raw_os_error(ret)).into());
+        }
+        // SAFETY: ibv_query_port filled it.
+        let attr = unsafe { attr.assume_init() };
+        // The DCT number is 24 bits by construction (the library's), so this cannot fail.
+        DcEndpoint::new(attr.lid, gid, dct_number, self.dc_key, attr.link_layer == 2)
+            .map_err(|_| DcTargetEndpointErrorKind::NoDctNumber.into())
     }
 
     /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
