@@ -284,3 +284,80 @@ fn mlx5_hw_dc_initiator_reaches_a_dc_target() {
     assert!(done[0].is_success(), "{:?}", done[0]);
     assert_eq!(target_buffer.read(2048, 14), b"after recovery");
 }
+
+/// DCI streams: a wrong key on one stream errors that stream; if the DC initiator is still RTS
+/// (only the stream errored), `reset_stream` makes the stream usable again, else `recover` does.
+/// Needs a ConnectX with DCI streams (ConnectX-6 Dx or newer): on one without, it fails saying so.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX with DCI streams"]
+#[serial]
+fn mlx5_hw_dci_stream_reset_after_an_error() {
+    use sideway_ext::mlx5::dc_initiator::DciStreams;
+    use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
+
+    let ctx = open_mlx5_test_device();
+    let caps = Mlx5DeviceContext::new(ctx.clone())
+        .query_dc_capabilities()
+        .expect("DC capabilities")
+        .dci_streams()
+        .expect("this test needs a device with DCI streams (dci_streams_caps)");
+    assert!(
+        caps.max_log_num_concurrent >= 1 && caps.max_log_num_errored >= 1,
+        "{caps:?}"
+    );
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let cq = ctx.create_cq_builder().setup_cqe(64).build().expect("CQ");
+    let srq = pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let buffer = common::Buffer::new(&pd, 4096);
+    let (gid_index, gid) = common::local_gid(&ctx);
+    let roce = ctx.query_port(1).expect("port 1").link_layer() == sideway::ibverbs::device_context::LinkLayer::Ethernet;
+    let mut dct = pd
+        .create_dct_builder()
+        .setup_recv_cq(cq.clone())
+        .setup_srq(srq)
+        .setup_dc_key(7)
+        .build()
+        .expect("DC target");
+    let mut bring_up = DcTargetBringUp::new(1);
+    if roce {
+        bring_up.setup_src_gid_index(gid_index);
+    }
+    dct.bring_up(&bring_up).expect("DC target to RTR");
+    let endpoint = dct.endpoint(1, gid).expect("endpoint");
+    let ah = endpoint.create_ah(&pd, 1, gid_index).expect("address handle");
+    let mut dci = pd
+        .create_dci_builder()
+        .setup_send_cq(cq.clone())
+        .setup_max_inline_data(16)
+        .setup_dci_streams(DciStreams {
+            log_num_concurrent: 1,
+            log_num_errored: 1,
+        })
+        .build()
+        .expect("DC initiator with streams");
+    dci.bring_up(&DcInitiatorBringUp::new(1)).expect("DC initiator to RTS");
+    let write = |dci: &mut sideway_ext::mlx5::dc_initiator::DcInitiator, key: u64, stream: u16| {
+        let mut guard = dci.start_post_send();
+        guard
+            .construct_wr(u64::from(stream), WorkRequestFlags::Signaled)
+            .setup_write(buffer.rkey(), buffer.addr(0))
+            .setup_dc_addr_stream(&ah, endpoint.dct_number(), key, stream)
+            .setup_inline_data(b"stream");
+        guard.post().expect("post");
+        common::wait_completions(cq.as_ref(), 1, TIMEOUT).remove(0)
+    };
+    assert!(write(&mut dci, 7, 0).is_success());
+    assert!(!write(&mut dci, 0xbad, 1).is_success(), "a wrong key must fail");
+    match dci.query_state().expect("query the DC initiator") {
+        QueuePairState::ReadyToSend => dci.reset_stream(1).expect("reset the errored stream"),
+        _ => dci.recover().expect("recover the DC initiator"),
+    }
+    assert!(write(&mut dci, 7, 1).is_success(), "the stream works again");
+    assert!(matches!(
+        dci.reset_stream(2).unwrap_err().0,
+        sideway_ext::mlx5::dc_initiator::ResetDciStreamErrorKind::InvalidStream {
+            stream_id: 2,
+            streams: 2
+        }
+    ));
+}

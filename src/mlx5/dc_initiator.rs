@@ -28,7 +28,7 @@ use rdma_mummy_sys::{
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairState, SendOperationFlags};
 
 use super::dc_state_table::DC_INITIATOR;
 use super::device_context::query_device_raw;
@@ -490,6 +490,15 @@ impl DcInitiator {
     /// reports it (rdma-core 47 and later).
     pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
         self.max_dc_init_rd_atom
+    }
+
+    /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the
+    /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
+    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
+    pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
+        self.core
+            .query(sideway::ibverbs::queue_pair::QueuePairAttributeMask::State)
+            .map(|attr| attr.state())
     }
 
     /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
