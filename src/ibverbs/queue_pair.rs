@@ -526,10 +526,9 @@ impl QueuePairCore {
         unsafe { NonNull::new_unchecked(self._pd.pd().as_ref().context) }
     }
 
-    /// The extended view of a queue pair created with send operations.
-    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) fn qp_ex(&self) -> Option<NonNull<ibv_qp_ex>> {
-        self.qp_ex.map(|(qp_ex, _)| qp_ex)
+    /// The extended view of a queue pair created with send operations, and its entries.
+    pub(crate) fn send_view(&self) -> Option<(NonNull<ibv_qp_ex>, ProviderEntries)> {
+        self.qp_ex
     }
 
     /// Adds entries the queue pair's provider filled outside `ibv_qp_ex` (checked by the caller).
@@ -586,17 +585,6 @@ impl QueuePairCore {
             self.state = state_from_raw(attr.attr.qp_state);
         }
         Ok(attr)
-    }
-
-    /// Starts a send batch, or `None` for a queue pair created without send operations.
-    ///
-    /// # Safety
-    ///
-    /// `context` must be what transport `T` needs for this queue pair.
-    #[inline]
-    pub(crate) unsafe fn start_post_send<T: Transport>(&mut self, context: T::Context) -> Option<PostSendGuard<'_, T>> {
-        let (qp_ex, entries) = self.qp_ex?;
-        Some(PostSendGuard::start(qp_ex, entries, context))
     }
 }
 
@@ -777,8 +765,12 @@ impl SharedReceiveQueuePairBuilder {
             }
             .into());
         }
+        let send_view = core.send_view().ok_or(CreateQueuePairErrorKind::MissingProviderEntry {
+            entry: "ibv_qp_to_qp_ex",
+        })?;
         Ok(SharedReceiveQueuePair {
             core,
+            send_view,
             max_send_wr: init.cap.max_send_wr,
             max_inline_data: init.cap.max_inline_data,
             _transport: PhantomData,
@@ -791,6 +783,8 @@ impl SharedReceiveQueuePairBuilder {
 #[derive(Debug)]
 pub struct SharedReceiveQueuePair<T: Transport> {
     core: QueuePairCore,
+    // The core's extended view and entries, which every SharedReceiveQueuePair has.
+    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
     max_send_wr: u32,
     max_inline_data: u32,
     _transport: PhantomData<T>,
@@ -856,12 +850,10 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     where
         T: Transport<Context = ()>,
     {
-        // SAFETY: RC and UD need no context.
-        match unsafe { self.core.start_post_send::<T>(()) } {
-            Some(guard) => guard,
-            // Every SharedReceiveQueuePair is created with send operations.
-            None => unreachable!("a SharedReceiveQueuePair always has send operations"),
-        }
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation; RC and UD need no context.
+        unsafe { PostSendGuard::start(qp_ex, entries, ()) }
     }
 }
 

@@ -34,8 +34,8 @@ use super::dc_state_table::DC_INITIATOR;
 use super::device_context::query_device_raw;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::post_send_guard::{
-    entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, RemoteMemoryAccess,
-    Transport,
+    entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
+    RemoteMemoryAccess, Transport,
 };
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 
@@ -356,7 +356,7 @@ impl DcInitiatorBuilder {
             )
         }
         .map_err(|err| missing(err.0))?;
-        let qp_ex = core.qp_ex().ok_or(missing("ibv_qp_to_qp_ex"))?;
+        let (qp_ex, _) = core.send_view().ok_or(missing("ibv_qp_to_qp_ex"))?;
         // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
         let mlx5_qp_ex = NonNull::new(unsafe { mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
             .ok_or(missing("mlx5dv_qp_ex_from_ibv_qp_ex"))?;
@@ -364,8 +364,10 @@ impl DcInitiatorBuilder {
         // read.
         let entries = unsafe { dc_entries(mlx5_qp_ex, params.streams.is_some()) }.map_err(missing)?;
         core.add_entries(entries);
+        let send_view = core.send_view().ok_or(missing("ibv_qp_to_qp_ex"))?;
         Ok(DcInitiator {
             core,
+            send_view,
             mlx5_qp_ex,
             max_send_wr: init.cap.max_send_wr,
             max_inline_data: init.cap.max_inline_data,
@@ -428,6 +430,8 @@ pub(crate) struct BringUpAttributes {
 /// Created by [`DcInitiatorBuilder::build`]; holds its protection domain and send CQ.
 pub struct DcInitiator {
     core: QueuePairCore,
+    // The core's extended view and entries (the DC setters included), which every DCI has.
+    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
     max_send_wr: u32,
     max_inline_data: u32,
@@ -511,12 +515,10 @@ impl DcInitiator {
     /// `setup_dc_addr` between its operation and its data.
     #[inline(always)]
     pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
-        let context = DcContext(self.mlx5_qp_ex);
-        // SAFETY: the context is this queue pair's mlx5 view.
-        match unsafe { self.core.start_post_send::<DynamicallyConnected>(context) } {
-            Some(guard) => guard,
-            None => unreachable!("a DcInitiator always has send operations"),
-        }
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation; the context is its mlx5 view.
+        unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) }
     }
 }
 
