@@ -15,7 +15,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_ah_attr, ibv_create_ah, ibv_destroy_ah, ibv_port_attr, ibv_query_port};
+use rdma_mummy_sys::{ibv_ah, ibv_ah_attr, ibv_create_ah, ibv_destroy_ah};
 use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
@@ -198,21 +198,10 @@ impl AddressHandleAttribute {
 /// [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort): checked before `ibv_create_ah`,
 /// whose own error for a bad port is a bare `EINVAL`.
 pub(crate) fn query_port_link_layer(pd: &Arc<ProtectionDomain>, port: u8) -> Result<u8, CreateAddressHandleError> {
-    let mut port_attr = MaybeUninit::<ibv_port_attr>::zeroed();
-    // SAFETY: the PD and its context are alive; port_attr is writable.
-    let ret = match port {
-        0 => libc::EINVAL,
-        _ => unsafe { ibv_query_port(pd.pd().as_ref().context, port, port_attr.as_mut_ptr()) },
-    };
-    if ret != 0 {
-        return Err(CreateAddressHandleErrorKind::InvalidPort {
-            port,
-            source: io::Error::from_raw_os_error(ret),
-        }
-        .into());
-    }
-    // SAFETY: ibv_query_port filled it.
-    Ok(unsafe { port_attr.assume_init() }.link_layer)
+    // SAFETY: the PD (and so its context) is alive.
+    let attr = unsafe { super::query_port(NonNull::new_unchecked(pd.pd().as_ref().context), port) }
+        .map_err(|source| CreateAddressHandleErrorKind::InvalidPort { port, source })?;
+    Ok(attr.link_layer)
 }
 
 /// An address handle (`ibv_ah`), destroyed when dropped. Cache one per destination: creating a

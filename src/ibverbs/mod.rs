@@ -54,6 +54,28 @@ pub(crate) fn query_device_attr(
     Ok(unsafe { attr.assume_init() })
 }
 
+/// `ibv_query_port` on a raw context, port 0 refused with EINVAL before the call (the library's
+/// answer for it varies). The one port query of the crate.
+///
+/// # Safety
+///
+/// `context` must be an open device context.
+pub(crate) unsafe fn query_port(
+    context: std::ptr::NonNull<rdma_mummy_sys::ibv_context>, port: u8,
+) -> std::io::Result<rdma_mummy_sys::ibv_port_attr> {
+    if port == 0 {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut attr = std::mem::MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
+    // SAFETY: the context is open (the caller's promise); attr is writable.
+    let ret = unsafe { rdma_mummy_sys::ibv_query_port(context.as_ptr(), port, attr.as_mut_ptr()) };
+    if ret != 0 {
+        return Err(std::io::Error::from_raw_os_error(ret));
+    }
+    // SAFETY: ibv_query_port filled it (and it was zeroed before).
+    Ok(unsafe { attr.assume_init() })
+}
+
 /// Waits at most `timeout` for `fd` to become readable (`poll`): whether it did.
 pub(crate) fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> std::io::Result<bool> {
     let mut pollfd = libc::pollfd {

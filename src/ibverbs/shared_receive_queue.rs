@@ -870,14 +870,7 @@ impl RecvBatch {
         if ret != 0 {
             let (in_chunk, wr_id) = failed_in_chunk(head, bad_wr, len);
             self.posted += in_chunk;
-            self.failed = Some(Failure {
-                ret,
-                index: self.posted,
-                wr_id,
-                requested: 0,
-                max: self.max_sge,
-            });
-            return;
+            return self.fail(ret, wr_id, 0);
         }
         self.posted += len;
     }
@@ -890,9 +883,16 @@ impl RecvBatch {
         if self.len() > 0 {
             self.hand_over();
         }
+        self.fail(0, wr_id, requested);
+    }
+
+    /// Records the batch's first failure: request `wr_id`, the next one not posted, failed with
+    /// `ret` (0: it has `requested` entries, more than the queue takes).
+    #[inline(always)]
+    fn fail(&mut self, ret: i32, wr_id: u64, requested: usize) {
         if self.failed.is_none() {
             self.failed = Some(Failure {
-                ret: 0,
+                ret,
                 index: self.posted,
                 wr_id,
                 requested,
@@ -940,14 +940,7 @@ impl RecvBatch {
         // SAFETY: a one-request list whose entries live until the call returns; the SRQ is alive.
         let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), &mut wr, &mut bad_wr) };
         if ret != 0 {
-            self.failed = Some(Failure {
-                ret,
-                index: self.posted,
-                wr_id,
-                requested: 0,
-                max: self.max_sge,
-            });
-            return;
+            return self.fail(ret, wr_id, 0);
         }
         self.posted += 1;
     }

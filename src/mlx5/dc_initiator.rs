@@ -681,24 +681,9 @@ impl DcInitiatorBringUp {
     }
 }
 
-/// The active MTU of `port`, or the port's error.
-///
-/// # Safety
-///
-/// `context` must be an open device context.
-pub(crate) unsafe fn active_mtu(context: NonNull<rdma_mummy_sys::ibv_context>, port: u8) -> io::Result<Mtu> {
-    if port == 0 {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
-    // SAFETY: the context is open (the caller's promise); attr is writable.
-    let ret = unsafe { rdma_mummy_sys::ibv_query_port(context.as_ptr(), port, attr.as_mut_ptr()) };
-    if ret != 0 {
-        return Err(io::Error::from_raw_os_error(ret));
-    }
-    // SAFETY: ibv_query_port filled it.
-    let active = unsafe { attr.assume_init() }.active_mtu;
-    Ok(match active {
+/// A port's active MTU (`ibv_port_attr::active_mtu`).
+pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
+    match attr.active_mtu {
         1 => Mtu::Mtu256,
         2 => Mtu::Mtu512,
         3 => Mtu::Mtu1024,
@@ -706,7 +691,7 @@ pub(crate) unsafe fn active_mtu(context: NonNull<rdma_mummy_sys::ibv_context>, p
         5 => Mtu::Mtu4096,
         // A value this crate does not know: the smallest MTU every port supports.
         _ => Mtu::Mtu1024,
-    })
+    }
 }
 
 impl DcInitiator {
@@ -717,12 +702,12 @@ impl DcInitiator {
         let path_mtu = match params.path_mtu {
             Some(mtu) => mtu,
             // SAFETY: the PD's context is open while the queue pair is.
-            None => unsafe { active_mtu(self.core.context(), params.port) }.map_err(|source| {
-                BringUpDcInitiatorErrorKind::InvalidPort {
+            None => unsafe { crate::ibverbs::query_port(self.core.context(), params.port) }
+                .map(|attr| active_mtu(&attr))
+                .map_err(|source| BringUpDcInitiatorErrorKind::InvalidPort {
                     port: params.port,
                     source,
-                }
-            })?,
+                })?,
         };
         let attributes = params.attributes(path_mtu, self.max_dc_init_rd_atom);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {

@@ -29,6 +29,8 @@ use super::dc_initiator::{active_mtu, create_dc_qp};
 use super::dc_state_table::DC_TARGET;
 use super::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
+use crate::ibverbs::query_port;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 
@@ -375,21 +377,18 @@ impl DcTarget {
     /// RTR on, when the DCT number exists.
     pub fn endpoint(&self, port: u8, gid: Gid) -> Result<DcEndpoint, DcTargetEndpointError> {
         let dct_number = self.dct_number().ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
-        let invalid_port = |source| DcTargetEndpointErrorKind::InvalidPort { port, source };
-        if port == 0 {
-            return Err(invalid_port(io::Error::from_raw_os_error(libc::EINVAL)).into());
-        }
-        let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
-        // SAFETY: the context is open while the queue pair is; attr is writable.
-        let ret = unsafe { rdma_mummy_sys::ibv_query_port(self.core.context().as_ptr(), port, attr.as_mut_ptr()) };
-        if ret != 0 {
-            return Err(invalid_port(io::Error::from_raw_os_error(ret)).into());
-        }
-        // SAFETY: ibv_query_port filled it.
-        let attr = unsafe { attr.assume_init() };
+        // SAFETY: the context is open while the queue pair is.
+        let attr = unsafe { query_port(self.core.context(), port) }
+            .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
         // The DCT number is 24 bits by construction (the library's), so this cannot fail.
-        DcEndpoint::new(attr.lid, gid, dct_number, self.dc_key, attr.link_layer == 2)
-            .map_err(|_| DcTargetEndpointErrorKind::NoDctNumber.into())
+        DcEndpoint::new(
+            attr.lid,
+            gid,
+            dct_number,
+            self.dc_key,
+            attr.link_layer == IBV_LINK_LAYER_ETHERNET,
+        )
+        .map_err(|_| DcTargetEndpointErrorKind::NoDctNumber.into())
     }
 
     /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
@@ -401,7 +400,8 @@ impl DcTarget {
             source,
         };
         // SAFETY: the PD's context is open while the queue pair is.
-        let (active, roce) = unsafe { port_mtu_and_link(self.core.context(), params.port) }.map_err(invalid_port)?;
+        let port = unsafe { query_port(self.core.context(), params.port) }.map_err(invalid_port)?;
+        let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
         if roce && params.src_gid_index.is_none() {
             return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
         }
@@ -411,24 +411,6 @@ impl DcTarget {
         }
         Ok(())
     }
-}
-
-/// The active MTU of `port` and whether it is RoCE.
-///
-/// # Safety
-///
-/// `context` must be an open device context.
-unsafe fn port_mtu_and_link(context: NonNull<rdma_mummy_sys::ibv_context>, port: u8) -> io::Result<(Mtu, bool)> {
-    // SAFETY: the caller's promise.
-    let mtu = unsafe { active_mtu(context, port) }?;
-    let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
-    // SAFETY: the context is open; attr is writable.
-    let ret = unsafe { rdma_mummy_sys::ibv_query_port(context.as_ptr(), port, attr.as_mut_ptr()) };
-    if ret != 0 {
-        return Err(io::Error::from_raw_os_error(ret));
-    }
-    // SAFETY: ibv_query_port filled it. IBV_LINK_LAYER_ETHERNET is 2.
-    Ok((mtu, unsafe { attr.assume_init() }.link_layer == 2))
 }
 
 #[cfg(test)]
