@@ -454,7 +454,6 @@ pub struct Batch {
     qp_ex: NonNull<ibv_qp_ex>,
     /// The entries the provider lacks: a request checks its bits with one test.
     missing: u32,
-    entries: ProviderEntries,
     len: usize,
     refused: Option<Refused>,
 }
@@ -473,7 +472,7 @@ impl Batch {
     #[inline(always)]
     fn refuse(&mut self, wr_id: u64, needed: u32, external: &'static str) {
         if self.refused.is_none() {
-            self.refused = Some(refusal(self.entries, self.len, wr_id, needed, external));
+            self.refused = Some(refusal(self.missing, self.len, wr_id, needed, external));
         }
         self.len += 1;
     }
@@ -481,11 +480,11 @@ impl Batch {
 
 #[cold]
 #[inline(never)]
-fn refusal(entries: ProviderEntries, index: usize, wr_id: u64, needed: u32, external: &'static str) -> Refused {
+fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'static str) -> Refused {
     Refused {
         index,
         wr_id,
-        entry: entries.name_of_first_missing(needed, external),
+        entry: ProviderEntries(!missing).name_of_first_missing(needed, external),
     }
 }
 
@@ -525,7 +524,6 @@ impl<T: Transport> PostSendGuard<'_, T> {
             batch: Batch {
                 qp_ex,
                 missing: !entries.bits(),
-                entries,
                 len: 0,
                 refused: None,
             },
