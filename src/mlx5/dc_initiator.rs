@@ -41,7 +41,7 @@ use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
 /// `mlx5dv_qp_ex::wr_set_dc_addr`.
-const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
+pub(crate) const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
 /// The bit of `mlx5dv_qp_ex::wr_set_dc_addr_stream`.
 const SET_DC_ADDR_STREAM: u32 = entry::FIRST_EXTERNAL << 1;
 
@@ -511,6 +511,11 @@ impl DcInitiator {
         self.core.modify(attr)
     }
 
+    /// The extended and mlx5 views and their entries, for a pool's guard.
+    pub(crate) fn pool_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+        (self.send_view.0, self.send_view.1, self.mlx5_qp_ex)
+    }
+
     /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
     /// `setup_dc_addr` between its operation and its data.
     #[inline(always)]
@@ -610,6 +615,11 @@ pub struct DcInitiatorBringUp {
 }
 
 impl DcInitiatorBringUp {
+    /// The local port.
+    pub fn port(&self) -> u8 {
+        self.port
+    }
+
     /// The defaults, on local port `port` (from 1).
     pub fn new(port: u8) -> Self {
         Self {

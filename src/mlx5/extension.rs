@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::dc_initiator::DcInitiatorBuilder;
+use super::dc_initiator_pool::DcInitiatorPoolBuilder;
 use super::dc_target::DcTargetBuilder;
 
 /// DC factories on a protection domain.
@@ -15,6 +16,10 @@ pub trait DcProtectionDomainExt {
 
     /// A builder for a [`DcTarget`](super::dc_target::DcTarget) on this protection domain.
     fn create_dct_builder(&self) -> DcTargetBuilder;
+
+    /// A builder for a [`DcInitiatorPool`](super::dc_initiator_pool::DcInitiatorPool) of DC
+    /// initiators on this protection domain.
+    fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder;
 }
 
 impl DcProtectionDomainExt for Arc<ProtectionDomain> {
@@ -24,5 +29,9 @@ impl DcProtectionDomainExt for Arc<ProtectionDomain> {
 
     fn create_dct_builder(&self) -> DcTargetBuilder {
         DcTargetBuilder::new(self)
+    }
+
+    fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder {
+        DcInitiatorPoolBuilder::new(self)
     }
 }

@@ -14,12 +14,17 @@
 //!   and the address handle that reaches it;
 //! - [`dc_initiator`]: the DC initiator (DCI), whose requests are addressed one by one with
 //!   `mlx5dv_wr_set_dc_addr`;
+//! - [`dc_initiator_pool`]: [`DcInitiatorPool`](dc_initiator_pool::DcInitiatorPool), DC
+//!   initiators on one send CQ assigned to many destinations by a policy, with every completion
+//!   mapped back to its destination and initiators recovered after errors;
 //! - [`dc_target`]: the DC target (DCT), which receives through a shared receive queue;
 //! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`,
 //!   `pd.create_dct_builder()`).
 pub mod dc_capabilities;
 pub mod dc_endpoint;
 pub mod dc_initiator;
+pub mod dc_initiator_pool;
+mod dc_pool_assignment;
 mod dc_state_table;
 pub mod dc_target;
 pub mod device_attributes;
