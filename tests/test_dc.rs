@@ -3,28 +3,61 @@
 //! - On the device of `SIDEWAY_EXT_TEST_DEVICE` (rxe0 in the SoftRoCE VM, not mlx5): creation
 //!   is the typed "not supported", with libmlx5 visible and with it hidden, and bad input is
 //!   refused before any library call.
-//! - On the ConnectX device of `SIDEWAY_EXT_TEST_MLX5_DEVICE` (`mlx5_hw_` tests, one at a time):
-//!   a DC initiator talks to a DC target on the same port: SEND through the target's SRQ, RDMA
-//!   WRITE and READ, each request addressed with its DCT number and key; a wrong key puts the
-//!   initiator in error and `recover` brings it back. They have not run on hardware yet.
+//! - On the ConnectX-4 or newer of `SIDEWAY_EXT_TEST_MLX5_DEVICE` (`mlx5_hw_` tests, one at a
+//!   time, RoCE or InfiniBand port 1): DC initiators talk to DC targets on the same port, every
+//!   request addressed with the DCT number and key of the target's endpoint, through a shared
+//!   fixture (PD, a send CQ and a receive CQ, the targets' SRQ, targets at RTR, initiators at
+//!   RTS, address handles from the endpoints). After rdma-core's pyverbs `tests/test_mlx5_dc.py`:
+//!   - creation and bring-up: no DCT number before RTR, one from RTR on, carried by the
+//!     endpoint; the initiator's read/atomic depth is the capability query's;
+//!   - one batch of inline SEND, inline RDMA WRITE and RDMA READ;
+//!   - RDMA WRITE and RDMA READ of 4 KiB from registered buffers, checked byte by byte;
+//!   - SEND into the target's SRQ (the receive completion carries the SRQ receive's `wr_id` and
+//!     the byte count), SEND and RDMA WRITE with immediate (each consumes an SRQ receive that
+//!     carries the immediate value);
+//!   - fetch-and-add (as many in flight as the DC depth) and compare-and-swap: original values
+//!     returned, remote memory updated;
+//!   - two initiators into one target, and one initiator alternating between two targets in one
+//!     batch;
+//!   - a wrong DC key: an error completion, the initiator in ERR for every destination (the next
+//!     request is flushed), `recover` and traffic again;
+//!   - a destroyed target: an error completion, `recover`, and a recreated target reached by its
+//!     new DCT number;
+//!   - DCI streams (ConnectX-6 Dx or newer; fails, saying so, on a device without them): an
+//!     errored stream leaves the initiator in RTS and is reset with `reset_stream`; as many
+//!     errored streams as allowed put it in ERR, and `recover` brings it back.
+//!
+//!   They have not run on hardware yet.
 #![cfg(feature = "mlx5")]
 mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serial_test::serial;
+use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::completion::{BasicCompletionQueue, WorkCompletionOperationType, WorkCompletionStatus};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::DeviceContext;
+use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
     QueuePairState, SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags,
 };
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::extension::ProtectionDomainExt;
-use sideway_ext::mlx5::dc_initiator::{CreateDcInitiatorErrorKind, DcInitiatorBringUp};
-use sideway_ext::mlx5::dc_target::{CreateDcTargetErrorKind, DcTargetBringUp};
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::post_send_guard::PostSendGuard;
+use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+use sideway_ext::mlx5::dc_endpoint::{DcEndpoint, MAX_DCT_NUMBER};
+use sideway_ext::mlx5::dc_initiator::{
+    CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams, DynamicallyConnected,
+    ResetDciStreamErrorKind,
+};
+use sideway_ext::mlx5::dc_target::{CreateDcTargetErrorKind, DcTarget, DcTargetBringUp, DcTargetEndpointErrorKind};
+use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
 const MELLANOX_VENDOR_ID: u32 = 0x02c9;
@@ -145,10 +178,25 @@ fn bad_dc_input_is_refused_before_the_library() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// ConnectX hardware.
+// ConnectX hardware: one DC initiator or more and one DC target or more on port 1 of the same
+// device (loopback), after rdma-core's pyverbs tests/test_mlx5_dc.py.
 
 const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
+/// How long a completion that should come quickly may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an error completion may take: a request nobody answers fails only after its retries
+/// (timeout 14: 4.096 µs · 2^14 ≈ 67 ms, 8 tries), and the firmware may add its own.
+const ERROR_TIMEOUT: Duration = Duration::from_secs(30);
+/// The port every queue pair and address handle is on.
+const PORT: u8 = 1;
+/// The DC key of the targets, and of a second target where a test has two.
+const KEY: u64 = 0xd0d0;
+const OTHER_KEY: u64 = 0x5eed_0000_d0d1;
+/// A key no target has.
+const WRONG_KEY: u64 = 0xbad;
+const _: () = assert!(WRONG_KEY != KEY && WRONG_KEY != OTHER_KEY && KEY != OTHER_KEY);
+/// The size of the RDMA WRITE and READ tests.
+const MESSAGE: usize = 4096;
 
 fn open_mlx5_test_device() -> Arc<DeviceContext> {
     let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
@@ -162,200 +210,1064 @@ fn open_mlx5_test_device() -> Arc<DeviceContext> {
     device.open().expect("open the mlx5 device")
 }
 
-/// A DC initiator sends, writes and reads to a DC target on the same port; a wrong DC key puts
-/// the initiator in error, and `recover` brings it back for the right one.
+/// What every ConnectX test needs: the device, a protection domain, one completion queue for the
+/// DC initiators' send completions and one for the DC targets' receive completions (apart, so
+/// that each wait counts exactly one side), the SRQ the targets receive through, and the GID of
+/// port 1 the targets are addressed by.
+struct DcFixture {
+    ctx: Arc<DeviceContext>,
+    pd: Arc<ProtectionDomain>,
+    send_cq: Arc<BasicCompletionQueue>,
+    recv_cq: Arc<BasicCompletionQueue>,
+    srq: Arc<SharedReceiveQueue>,
+    gid_index: u8,
+    gid: Gid,
+    roce: bool,
+}
+
+/// A DC target brought up to RTR, with the endpoint a peer would be sent and the address handle
+/// an initiator builds from it.
+struct Target {
+    dct: DcTarget,
+    endpoint: DcEndpoint,
+    ah: Arc<AddressHandle>,
+}
+
+/// A place in a registered buffer.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    buffer: &'a common::Buffer,
+    offset: usize,
+}
+
+fn at(buffer: &common::Buffer, offset: usize) -> At<'_> {
+    At { buffer, offset }
+}
+
+impl At<'_> {
+    fn addr(&self) -> u64 {
+        self.buffer.addr(self.offset)
+    }
+}
+
+impl DcFixture {
+    fn new() -> Self {
+        let ctx = open_mlx5_test_device();
+        let pd = ctx.alloc_pd().expect("alloc_pd");
+        let send_cq = ctx.create_cq_builder().setup_cqe(256).build().expect("send CQ");
+        let recv_cq = ctx.create_cq_builder().setup_cqe(256).build().expect("receive CQ");
+        let srq = pd.create_srq_builder().setup_max_wr(64).build().expect("SRQ");
+        let (gid_index, gid) = common::local_gid(&ctx);
+        let roce = ctx.query_port(PORT).expect("query port 1").link_layer() == LinkLayer::Ethernet;
+        Self {
+            ctx,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            gid_index,
+            gid,
+            roce,
+        }
+    }
+
+    fn buffer(&self, len: usize) -> common::Buffer {
+        common::Buffer::new(&self.pd, len)
+    }
+
+    /// A DC target with `dc_key` and `access`, in RESET: no DCT number yet.
+    fn build_target(&self, dc_key: u64, access: AccessFlags) -> DcTarget {
+        let dct = self
+            .pd
+            .create_dct_builder()
+            .setup_recv_cq(self.recv_cq.clone())
+            .setup_srq(Arc::clone(&self.srq))
+            .setup_dc_key(dc_key)
+            .setup_access_flags(access)
+            .build()
+            .expect("create a DC target");
+        assert_eq!(dct.state(), QueuePairState::Reset);
+        assert_eq!(dct.dct_number(), None, "a DC target has no DCT number before RTR");
+        dct
+    }
+
+    /// Brings `dct` to RTR (global address vector on RoCE), checks that it has its DCT number and
+    /// that its endpoint carries it, and builds the address handle from the endpoint.
+    fn bring_up_target(&self, mut dct: DcTarget) -> Target {
+        let mut bring_up = DcTargetBringUp::new(PORT);
+        if self.roce {
+            bring_up.setup_src_gid_index(self.gid_index);
+        }
+        dct.bring_up(&bring_up).unwrap_or_else(|err| {
+            panic!("DC target to RTR: {err:?} (with remote atomics, EOPNOTSUPP means the device has no DC atomics)")
+        });
+        assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+        let dct_number = dct.dct_number().expect("a DC target has its DCT number from RTR on");
+        let endpoint = dct.endpoint(PORT, self.gid).expect("the DC target's endpoint");
+        assert_eq!(
+            (
+                endpoint.dct_number(),
+                endpoint.dc_key(),
+                endpoint.is_roce(),
+                endpoint.gid()
+            ),
+            (dct_number, dct.dc_key(), self.roce, self.gid),
+            "the endpoint carries the DC target's number, key, link layer and GID: {endpoint:?}"
+        );
+        let ah = endpoint
+            .create_ah(&self.pd, PORT, self.gid_index)
+            .expect("the address handle of the endpoint");
+        Target { dct, endpoint, ah }
+    }
+
+    /// A DC target with `dc_key` and the default access (local write, remote write and read),
+    /// at RTR.
+    fn target(&self, dc_key: u64) -> Target {
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
+        self.bring_up_target(self.build_target(dc_key, access))
+    }
+
+    /// A DC initiator on the send CQ (64 requests, 64 bytes inline, then `setup`), brought to RTS
+    /// with `bring_up`.
+    fn initiator_with(
+        &self, setup: impl FnOnce(&mut DcInitiatorBuilder), bring_up: &DcInitiatorBringUp,
+    ) -> DcInitiator {
+        let mut builder = self.pd.create_dci_builder();
+        builder
+            .setup_send_cq(self.send_cq.clone())
+            .setup_max_send_wr(64)
+            .setup_max_inline_data(64);
+        setup(&mut builder);
+        let mut dci = builder.build().expect("create a DC initiator");
+        assert_eq!(dci.state(), QueuePairState::Reset);
+        dci.bring_up(bring_up).expect("DC initiator to RTS");
+        assert_eq!(dci.state(), QueuePairState::ReadyToSend);
+        dci
+    }
+
+    /// A DC initiator with the defaults, at RTS.
+    fn initiator(&self) -> DcInitiator {
+        self.initiator_with(|_| {}, &DcInitiatorBringUp::new(PORT))
+    }
+
+    /// Posts one receive of `len` bytes at `to` on the targets' SRQ.
+    fn post_receive(&self, wr_id: u64, to: At<'_>, len: usize) {
+        let mut guard = self.srq.start_post_recv();
+        // SAFETY: the buffer lies in its memory region; the tests wait for the receive's
+        // completion before they drop it (and on a failure, the memory region is deregistered
+        // before the memory is freed).
+        unsafe {
+            guard
+                .construct_wr(wr_id)
+                .setup_sge(to.buffer.lkey(), to.addr(), len as u32)
+        };
+        guard.post().expect("post a receive on the SRQ");
+    }
+
+    /// Waits for exactly `count` completions of the DC initiators.
+    fn wait_sends(&self, count: usize, timeout: Duration) -> Vec<WorkCompletion> {
+        let wcs = common::wait_completions(self.send_cq.as_ref(), count, timeout);
+        assert_eq!(wcs.len(), count, "DC initiators' completions: {wcs:?}");
+        wcs
+    }
+
+    /// Waits for exactly `count` receive completions of the DC targets.
+    fn wait_receives(&self, count: usize) -> Vec<WorkCompletion> {
+        let wcs = common::wait_completions(self.recv_cq.as_ref(), count, TIMEOUT);
+        assert_eq!(wcs.len(), count, "DC targets' receive completions: {wcs:?}");
+        wcs
+    }
+
+    /// Checks that no receive completed: what was sent consumed no receive of the SRQ.
+    fn assert_no_receive(&self, what: &str) {
+        std::thread::sleep(Duration::from_millis(50));
+        let mut wcs = [WorkCompletion::default(); 4];
+        let polled = self
+            .recv_cq
+            .poll_work_completions(&mut wcs)
+            .expect("poll the receive CQ");
+        assert!(polled.is_empty(), "{what}: unexpected receive completions {polled:?}");
+    }
+}
+
+impl Target {
+    /// Adds a signaled RDMA WRITE of `len` bytes from `from` to `to` on this target's node,
+    /// addressed with this target's DCT number and key.
+    fn add_write(
+        &self, guard: &mut PostSendGuard<'_, DynamicallyConnected>, wr_id: u64, from: At<'_>, to: At<'_>, len: usize,
+    ) {
+        // SAFETY: the buffer lies in its memory region; the tests wait for the request's
+        // completion before they drop it (and on a failure, the memory region is deregistered
+        // before the memory is freed).
+        unsafe {
+            guard
+                .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                .setup_write(to.buffer.rkey(), to.addr())
+                .setup_dc_addr(&self.ah, self.endpoint.dct_number(), self.endpoint.dc_key())
+                .setup_sge(from.buffer.lkey(), from.addr(), len as u32)
+        };
+    }
+
+    /// Adds a signaled RDMA READ of `len` bytes from `from` on this target's node into `to`.
+    fn add_read(
+        &self, guard: &mut PostSendGuard<'_, DynamicallyConnected>, wr_id: u64, from: At<'_>, to: At<'_>, len: usize,
+    ) {
+        // SAFETY: as for add_write.
+        unsafe {
+            guard
+                .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                .setup_read(from.buffer.rkey(), from.addr())
+                .setup_dc_addr(&self.ah, self.endpoint.dct_number(), self.endpoint.dc_key())
+                .setup_sge(to.buffer.lkey(), to.addr(), len as u32)
+        };
+    }
+}
+
+/// `len` bytes that differ with `seed` and do not repeat every 256 bytes, so that a shifted or
+/// misplaced chunk shows.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8) ^ ((i >> 8) as u8).wrapping_mul(37) ^ seed)
+        .collect()
+}
+
+/// Compares byte by byte; on a difference, says how many bytes differ and where the first is.
+fn assert_bytes(actual: &[u8], expected: &[u8], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    let wrong: Vec<usize> = (0..actual.len()).filter(|&i| actual[i] != expected[i]).collect();
+    if let Some(&first) = wrong.first() {
+        panic!(
+            "{what}: {} of {} bytes differ, the first at {first}: {:#04x} instead of {:#04x}",
+            wrong.len(),
+            actual.len(),
+            actual[first],
+            expected[first]
+        );
+    }
+}
+
+/// Checks that `len` bytes at `offset` of `buffer` are still zero.
+fn assert_untouched(buffer: &common::Buffer, offset: usize, len: usize, what: &str) {
+    assert_bytes(&buffer.read(offset, len), &vec![0; len], what);
+}
+
+/// Checks that a completion succeeded, with its `wr_id` and operation.
+fn assert_success(wc: &WorkCompletion, wr_id: u64, opcode: WorkCompletionOperationType, what: &str) {
+    assert!(
+        wc.is_success(),
+        "{what}: failed with {:?} (vendor_err {:#x}): {wc:?}",
+        wc.status(),
+        wc.vendor_err()
+    );
+    assert_eq!((wc.wr_id(), wc.opcode()), (wr_id, Some(opcode)), "{what}: {wc:?}");
+}
+
+/// Checks that a completion failed, and not as flushed (the request that failed carries the
+/// cause; flushed ones come after it); prints its status.
+fn assert_failed(wc: &WorkCompletion, wr_id: u64, what: &str) -> Option<WorkCompletionStatus> {
+    assert_eq!(wc.wr_id(), wr_id, "{what}: {wc:?}");
+    assert!(!wc.is_success(), "{what} must fail: {wc:?}");
+    assert_ne!(
+        wc.status(),
+        Some(WorkCompletionStatus::WorkRequestFlushedError),
+        "{what}: the failed request must carry the cause, not be flushed: {wc:?}"
+    );
+    println!(
+        "{what}: {:?} (status {}, vendor_err {:#x})",
+        wc.status(),
+        wc.status_raw(),
+        wc.vendor_err()
+    );
+    wc.status()
+}
+
+/// The DC initiator's state as the device reports it, after waiting up to a second for
+/// `expected` (the move to ERR may lag behind the error completion, as rdma-core's DC stream
+/// test allows for).
+fn query_state_until(dci: &mut DcInitiator, expected: QueuePairState) -> QueuePairState {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let state = dci.query_state().expect("query the DC initiator's state");
+        if state == expected || Instant::now() >= deadline {
+            return state;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Brings a DC initiator in ERR back with `recover` and checks that the device has it in RTS.
+fn recover(dci: &mut DcInitiator) {
+    dci.recover().expect("recover the DC initiator");
+    assert_eq!(dci.state(), QueuePairState::ReadyToSend);
+    assert_eq!(
+        dci.query_state().expect("query the DC initiator's state"),
+        QueuePairState::ReadyToSend
+    );
+}
+
+/// Writes a fresh pattern (`seed`) of `len` bytes from `local` to `remote` at `target`, and checks
+/// that it arrived byte by byte.
+fn assert_write_works(
+    f: &DcFixture, dci: &mut DcInitiator, target: &Target, local: &mut common::Buffer, remote: At<'_>, len: usize,
+    seed: u8,
+) {
+    let data = pattern(len, seed);
+    local.write(0, &data);
+    let mut guard = dci.start_post_send();
+    target.add_write(&mut guard, u64::from(seed), at(local, 0), remote, len);
+    guard.post().expect("post the write");
+    let wc = f.wait_sends(1, TIMEOUT).remove(0);
+    assert_success(&wc, u64::from(seed), WorkCompletionOperationType::Write, "RDMA WRITE");
+    assert_bytes(&remote.buffer.read(remote.offset, len), &data, "the data written");
+}
+
+/// Scenario 1: creation and bring-up. The DC target has no DCT number before RTR and one from
+/// RTR on, which its endpoint carries; the DC initiator reaches RTS, as the device confirms, with
+/// the DC read/atomic depth of the capability query.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
+    let f = DcFixture::new();
+    let caps = Mlx5DeviceContext::new(f.ctx.clone())
+        .query_dc_capabilities()
+        .expect("DC capabilities");
+    assert!(
+        caps.is_supported(),
+        "{MLX5_DEVICE_VARIABLE} must name an mlx5 device with libmlx5 installed: {caps:?}"
+    );
+
+    let dct = f.build_target(KEY, AccessFlags::LocalWrite | AccessFlags::RemoteWrite);
+    assert_eq!(dct.dc_key(), KEY);
+    let err = dct.endpoint(PORT, f.gid).unwrap_err();
+    assert!(matches!(err.0, DcTargetEndpointErrorKind::NoDctNumber), "{err:?}");
+    let target = f.bring_up_target(dct);
+    let dct_number = target.dct.dct_number().expect("a DCT number at RTR");
+    assert!(
+        dct_number != 0 && dct_number <= MAX_DCT_NUMBER,
+        "a DCT number is 24 bits and never 0: {dct_number:#x}"
+    );
+    assert_eq!(target.dct.dct_number(), Some(dct_number), "read twice, the same number");
+    let port = f.ctx.query_port(PORT).expect("query port 1");
+    assert_eq!(target.endpoint.lid(), port.lid(), "{:?}", target.endpoint);
+    println!("DC target {:?}, endpoint {:?}", target.dct, target.endpoint);
+
+    let mut dci = f.initiator();
+    assert_eq!(
+        dci.query_state().expect("query the DC initiator's state"),
+        QueuePairState::ReadyToSend
+    );
+    assert_ne!(dci.qp_number(), dct_number, "two queue pairs, two numbers");
+    assert!(dci.max_send_wr() >= 64 && dci.max_inline_data() >= 64, "{dci:?}");
+    assert_eq!(dci.streams(), None);
+    assert_eq!(
+        dci.max_dc_init_rd_atom(),
+        caps.max_dc_init_rd_atom(),
+        "the DC initiator's read/atomic depth is the capability query's"
+    );
+    println!(
+        "DC initiator {dci:?}, DC read/atomic depths {:?} (target) / {:?} (initiator)",
+        caps.max_dc_rd_atom(),
+        caps.max_dc_init_rd_atom()
+    );
+}
+
+/// A smoke test of every path in one batch: SEND and RDMA WRITE with inline data and an RDMA
+/// READ, each request addressed with the DCT number and key of the target's endpoint.
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
 fn mlx5_hw_dc_initiator_reaches_a_dc_target() {
-    use sideway_ext::ibverbs::extension::CompletionQueueExt;
-    use sideway_ext::ibverbs::work_completion::WorkCompletion;
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dci = f.initiator();
+    let mut remote = f.buffer(4096);
+    let receive = f.buffer(64);
+    let local = f.buffer(64);
+    f.post_receive(100, at(&receive, 0), 64);
+    remote.write(1024, b"read me over DC");
 
-    let ctx = open_mlx5_test_device();
-    let pd = ctx.alloc_pd().expect("alloc_pd");
-    let cq = ctx.create_cq_builder().setup_cqe(256).build().expect("CQ");
-    let srq = pd.create_srq_builder().setup_max_wr(64).build().expect("SRQ");
-    let mut target_buffer = common::Buffer::new(&pd, 4096);
-    let initiator_buffer = common::Buffer::new(&pd, 4096);
-    let (gid_index, gid) = common::local_gid(&ctx);
-    let roce = ctx.query_port(1).expect("port 1").link_layer() == sideway::ibverbs::device_context::LinkLayer::Ethernet;
-
-    let mut dct = pd
-        .create_dct_builder()
-        .setup_recv_cq(cq.clone())
-        .setup_srq(Arc::clone(&srq))
-        .setup_dc_key(0xd0d0)
-        .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead)
-        .build()
-        .expect("DC target");
-    assert_eq!(dct.dct_number(), None, "no DCT number before RTR");
-    let mut bring_up = DcTargetBringUp::new(1);
-    if roce {
-        bring_up.setup_src_gid_index(gid_index);
-    }
-    dct.bring_up(&bring_up).expect("DC target to RTR");
-    let dct_number = dct.dct_number().expect("a DCT number at RTR");
-    let endpoint = dct.endpoint(1, gid).expect("the DC target's endpoint");
-    assert_eq!(
-        (endpoint.dct_number(), endpoint.dc_key(), endpoint.is_roce()),
-        (dct_number, 0xd0d0, roce)
-    );
-
-    let mut dci = pd
-        .create_dci_builder()
-        .setup_send_cq(cq.clone())
-        .setup_max_send_wr(16)
-        .setup_max_inline_data(64)
-        .build()
-        .expect("DC initiator");
-    dci.bring_up(&DcInitiatorBringUp::new(1)).expect("DC initiator to RTS");
-    assert_eq!(dci.state(), QueuePairState::ReadyToSend);
-
-    // The address handle a peer would build from the endpoint it was sent.
-    let ah = endpoint.create_ah(&pd, 1, gid_index).expect("address handle");
-
-    // A SEND consumes a receive of the target's SRQ.
-    {
-        let mut guard = srq.start_post_recv();
-        // SAFETY: the buffer outlives the receive.
-        unsafe {
-            guard
-                .construct_wr(100)
-                .setup_sge(target_buffer.lkey(), target_buffer.addr(0), 64)
-        };
-        guard.post().expect("post receive");
-    }
-    target_buffer.write(1024, b"read me over DC");
+    let (dct_number, dc_key) = (target.endpoint.dct_number(), target.endpoint.dc_key());
     let mut guard = dci.start_post_send();
     guard
         .construct_wr(1, WorkRequestFlags::Signaled)
         .setup_send()
-        .setup_dc_addr(&ah, dct_number, 0xd0d0)
+        .setup_dc_addr(&target.ah, dct_number, dc_key)
         .setup_inline_data(b"hello over DC");
     guard
         .construct_wr(2, WorkRequestFlags::Signaled)
-        .setup_write(target_buffer.rkey(), target_buffer.addr(512))
-        .setup_dc_addr(&ah, dct_number, 0xd0d0)
+        .setup_write(remote.rkey(), remote.addr(512))
+        .setup_dc_addr(&target.ah, dct_number, dc_key)
         .setup_inline_data(b"written over DC");
-    // SAFETY: the buffer outlives the request.
-    unsafe {
-        guard
-            .construct_wr(3, WorkRequestFlags::Signaled)
-            .setup_read(target_buffer.rkey(), target_buffer.addr(1024))
-            .setup_dc_addr(&ah, dct_number, 0xd0d0)
-            .setup_sge(initiator_buffer.lkey(), initiator_buffer.addr(0), 15)
-    };
+    target.add_read(&mut guard, 3, at(&remote, 1024), at(&local, 0), 15);
     guard.post().expect("post DC requests");
-    let completions = common::wait_completions(cq.as_ref(), 4, TIMEOUT);
-    for wc in &completions {
-        assert!(wc.is_success(), "{wc:?}");
-    }
-    let receive = completions
-        .iter()
-        .find(|wc| wc.wr_id() == 100)
-        .expect("the receive completed");
-    assert_eq!(receive.byte_len(), 13);
-    assert_eq!(target_buffer.read(0, 13), b"hello over DC");
-    assert_eq!(target_buffer.read(512, 15), b"written over DC");
-    assert_eq!(initiator_buffer.read(0, 15), b"read me over DC");
 
-    // A wrong key: an error completion, the initiator in error for every destination.
-    let mut guard = dci.start_post_send();
-    guard
-        .construct_wr(4, WorkRequestFlags::Signaled)
-        .setup_write(target_buffer.rkey(), target_buffer.addr(0))
-        .setup_dc_addr(&ah, dct_number, 0xbad)
-        .setup_inline_data(b"x");
-    guard.post().expect("post");
-    let failed = common::wait_completions(cq.as_ref(), 1, TIMEOUT);
-    assert!(!failed[0].is_success(), "a wrong DC key must fail: {:?}", failed[0]);
-    let mut wcs = [WorkCompletion::default(); 4];
-    std::thread::sleep(Duration::from_millis(100));
-    let _ = cq.poll_work_completions(&mut wcs);
-    dci.recover().expect("recover the DC initiator");
-    let mut guard = dci.start_post_send();
-    guard
-        .construct_wr(5, WorkRequestFlags::Signaled)
-        .setup_write(target_buffer.rkey(), target_buffer.addr(2048))
-        .setup_dc_addr(&ah, dct_number, 0xd0d0)
-        .setup_inline_data(b"after recovery");
-    guard.post().expect("post after recovery");
-    let done = common::wait_completions(cq.as_ref(), 1, TIMEOUT);
-    assert!(done[0].is_success(), "{:?}", done[0]);
-    assert_eq!(target_buffer.read(2048, 14), b"after recovery");
+    let sends = f.wait_sends(3, TIMEOUT);
+    assert_success(&sends[0], 1, WorkCompletionOperationType::Send, "inline SEND");
+    assert_success(&sends[1], 2, WorkCompletionOperationType::Write, "inline RDMA WRITE");
+    assert_success(&sends[2], 3, WorkCompletionOperationType::Read, "RDMA READ");
+    let receives = f.wait_receives(1);
+    assert_success(&receives[0], 100, WorkCompletionOperationType::Receive, "receive");
+    assert_eq!(receives[0].byte_len(), 13);
+    assert_eq!(receive.read(0, 13), b"hello over DC");
+    assert_eq!(remote.read(512, 15), b"written over DC");
+    assert_eq!(local.read(0, 15), b"read me over DC");
 }
 
-/// DCI streams: a wrong key on one stream errors that stream; if the DC initiator is still RTS
-/// (only the stream errored), `reset_stream` makes the stream usable again, else `recover` does.
+/// Scenario 2: an RDMA WRITE of 4 KiB from a registered buffer (a scatter/gather entry, not
+/// inline) lands byte for byte where it was aimed, and nothing around it changes.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_dc_rdma_write_of_4_kib_arrives_byte_for_byte() {
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dci = f.initiator();
+    let mut local = f.buffer(MESSAGE);
+    let remote = f.buffer(3 * MESSAGE);
+    let data = pattern(MESSAGE, 0x11);
+    local.write(0, &data);
+
+    let mut guard = dci.start_post_send();
+    target.add_write(&mut guard, 7, at(&local, 0), at(&remote, MESSAGE), MESSAGE);
+    guard.post().expect("post the write");
+    let wc = f.wait_sends(1, TIMEOUT).remove(0);
+    assert_success(&wc, 7, WorkCompletionOperationType::Write, "RDMA WRITE of 4 KiB");
+    assert_bytes(&remote.read(MESSAGE, MESSAGE), &data, "the 4 KiB written");
+    assert_untouched(&remote, 0, MESSAGE, "before the region written");
+    assert_untouched(&remote, 2 * MESSAGE, MESSAGE, "after the region written");
+    f.assert_no_receive("an RDMA WRITE consumes no receive");
+}
+
+/// Scenario 3: an RDMA READ of 4 KiB brings the target's bytes exactly, and nothing past them.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_dc_rdma_read_of_4_kib_arrives_byte_for_byte() {
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dci = f.initiator();
+    let local = f.buffer(2 * MESSAGE);
+    let mut remote = f.buffer(2 * MESSAGE);
+    let data = pattern(MESSAGE, 0x22);
+    remote.write(MESSAGE, &data);
+
+    let mut guard = dci.start_post_send();
+    target.add_read(&mut guard, 9, at(&remote, MESSAGE), at(&local, 0), MESSAGE);
+    guard.post().expect("post the read");
+    let wc = f.wait_sends(1, TIMEOUT).remove(0);
+    assert_success(&wc, 9, WorkCompletionOperationType::Read, "RDMA READ of 4 KiB");
+    assert_bytes(&local.read(0, MESSAGE), &data, "the 4 KiB read");
+    assert_untouched(&local, MESSAGE, MESSAGE, "past the region read");
+    f.assert_no_receive("an RDMA READ consumes no receive");
+}
+
+/// Scenario 4, SEND: a SEND consumes a receive of the target's SRQ; its completion carries that
+/// receive's `wr_id` and the byte count, and the data is in that receive's buffer.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_dc_send_consumes_a_receive_of_the_targets_srq() {
+    const LEN: usize = 3000;
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dci = f.initiator();
+    let receive = f.buffer(MESSAGE);
+    let mut local = f.buffer(MESSAGE);
+    let data = pattern(LEN, 0x33);
+    local.write(0, &data);
+    f.post_receive(1000, at(&receive, 0), MESSAGE);
+
+    let mut guard = dci.start_post_send();
+    // SAFETY: the buffer lies in its memory region and outlives the request.
+    unsafe {
+        guard
+            .construct_wr(1, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_dc_addr(&target.ah, target.endpoint.dct_number(), target.endpoint.dc_key())
+            .setup_sge(local.lkey(), local.addr(0), LEN as u32)
+    };
+    guard.post().expect("post the send");
+    let wc = f.wait_sends(1, TIMEOUT).remove(0);
+    assert_success(&wc, 1, WorkCompletionOperationType::Send, "SEND");
+    let received = f.wait_receives(1).remove(0);
+    assert_success(
+        &received,
+        1000,
+        WorkCompletionOperationType::Receive,
+        "the SRQ receive the SEND consumed",
+    );
+    assert_eq!(received.byte_len(), LEN as u32, "{received:?}");
+    assert_eq!(received.imm_data(), None, "{received:?}");
+    assert_bytes(&receive.read(0, LEN), &data, "the data sent");
+    assert_untouched(&receive, LEN, MESSAGE - LEN, "past the data sent");
+    println!(
+        "receive on queue pair {:#x} from {:#x} (DCT number {:#x}, DC initiator {:#x})",
+        received.qp_number(),
+        received.src_qp(),
+        target.endpoint.dct_number(),
+        dci.qp_number()
+    );
+}
+
+/// Scenario 4, immediates: a SEND with immediate and an RDMA WRITE with immediate each consume a
+/// receive of the target's SRQ, whose completion carries its `wr_id`, the byte count and the
+/// immediate value; the SEND's data is in the receive buffer, the WRITE's where it was aimed.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_dc_send_and_write_with_immediate_consume_srq_receives() {
+    const SEND_LEN: usize = 512;
+    const WRITE_LEN: usize = 1024;
+    const SEND_IMM: u32 = 0x1234_5678;
+    const WRITE_IMM: u32 = 0x0bad_cafe;
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dci = f.initiator();
+    let receive = f.buffer(2 * MESSAGE);
+    let remote = f.buffer(MESSAGE);
+    let mut local = f.buffer(2 * MESSAGE);
+    let send_data = pattern(SEND_LEN, 0x44);
+    let write_data = pattern(WRITE_LEN, 0x55);
+    local.write(0, &send_data);
+    local.write(MESSAGE, &write_data);
+    let (dct_number, dc_key) = (target.endpoint.dct_number(), target.endpoint.dc_key());
+
+    // SEND with immediate: one receive posted, consumed.
+    f.post_receive(2000, at(&receive, 0), MESSAGE);
+    let mut guard = dci.start_post_send();
+    // SAFETY: the buffer lies in its memory region and outlives the request.
+    unsafe {
+        guard
+            .construct_wr(1, WorkRequestFlags::Signaled)
+            .setup_send_imm(SEND_IMM)
+            .setup_dc_addr(&target.ah, dct_number, dc_key)
+            .setup_sge(local.lkey(), local.addr(0), SEND_LEN as u32)
+    };
+    guard.post().expect("post the send with immediate");
+    let wc = f.wait_sends(1, TIMEOUT).remove(0);
+    assert_success(&wc, 1, WorkCompletionOperationType::Send, "SEND with immediate");
+    let received = f.wait_receives(1).remove(0);
+    assert_success(
+        &received,
+        2000,
+        WorkCompletionOperationType::Receive,
+        "the SRQ receive the SEND with immediate consumed",
+    );
+    assert_eq!(
+        (received.byte_len(), received.imm_data()),
+        (SEND_LEN as u32, Some(SEND_IMM)),
+        "{received:?}"
+    );
+    assert_bytes(&receive.read(0, SEND_LEN), &send_data, "the data sent with immediate");
+
+    // RDMA WRITE with immediate: the data goes to the remote address, the receive (posted at
+    // another place) only reports it.
+    f.post_receive(2001, at(&receive, MESSAGE), MESSAGE);
+    let mut guard = dci.start_post_send();
+    // SAFETY: the buffer lies in its memory region and outlives the request.
+    unsafe {
+        guard
+            .construct_wr(2, WorkRequestFlags::Signaled)
+            .setup_write_imm(remote.rkey(), remote.addr(256), WRITE_IMM)
+            .setup_dc_addr(&target.ah, dct_number, dc_key)
+            .setup_sge(local.lkey(), local.addr(MESSAGE), WRITE_LEN as u32)
+    };
+    guard.post().expect("post the write with immediate");
+    let wc = f.wait_sends(1, TIMEOUT).remove(0);
+    assert_success(&wc, 2, WorkCompletionOperationType::Write, "RDMA WRITE with immediate");
+    let received = f.wait_receives(1).remove(0);
+    assert_success(
+        &received,
+        2001,
+        WorkCompletionOperationType::ReceiveWithImmediate,
+        "the SRQ receive the RDMA WRITE with immediate consumed",
+    );
+    assert_eq!(
+        (received.byte_len(), received.imm_data()),
+        (WRITE_LEN as u32, Some(WRITE_IMM)),
+        "{received:?}"
+    );
+    assert_bytes(
+        &remote.read(256, WRITE_LEN),
+        &write_data,
+        "the data written with immediate",
+    );
+    assert_untouched(
+        &receive,
+        MESSAGE,
+        MESSAGE,
+        "the receive buffer of the write with immediate",
+    );
+    f.assert_no_receive("each message consumed exactly one receive");
+}
+
+/// A 64-bit value whose eight bytes are all `byte`: it reads the same in either byte order, so
+/// the atomics test checks the DC path and not the device's atomic endianness mode (as rdma-core's
+/// atomic tests do).
+fn repeated(byte: u8) -> u64 {
+    u64::from_ne_bytes([byte; 8])
+}
+
+fn read_u64(buffer: &common::Buffer, offset: usize) -> u64 {
+    u64::from_ne_bytes(buffer.read(offset, 8).try_into().expect("8 bytes"))
+}
+
+/// Scenario 5: fetch-and-add and compare-and-swap through a DC target with remote atomics. Each
+/// returns the original value, the remote memory is updated (or not, for a compare that does not
+/// match). The initiator is brought up with the DC read/atomic depth from the capability query,
+/// and that many fetch-and-adds are in flight at once.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_dc_fetch_add_and_compare_swap_return_the_original_values() {
+    let f = DcFixture::new();
+    let caps = Mlx5DeviceContext::new(f.ctx.clone())
+        .query_dc_capabilities()
+        .expect("DC capabilities");
+    let depth = caps.max_dc_init_rd_atom();
+    println!(
+        "DC read/atomic depths: {:?} (target) / {depth:?} (initiator)",
+        caps.max_dc_rd_atom()
+    );
+    let access =
+        AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead | AccessFlags::RemoteAtomic;
+    let target = f.bring_up_target(f.build_target(KEY, access));
+    let mut dci_bring_up = DcInitiatorBringUp::new(PORT);
+    if let Some(depth) = depth {
+        dci_bring_up.setup_max_read_atomic(depth.min(u64::from(u8::MAX)) as u8);
+    }
+    let mut dci = f.initiator_with(|_| {}, &dci_bring_up);
+    assert_eq!(
+        dci.max_dc_init_rd_atom(),
+        depth,
+        "the DC initiator's read/atomic depth is the capability query's"
+    );
+
+    let mut remote = f.buffer(64);
+    let mut local = f.buffer(256);
+    assert_eq!(remote.addr(0) % 8, 0, "atomics need 8-byte aligned remote memory");
+    // Fetch-and-add: `in_flight` of them on one counter, in one batch.
+    let in_flight = depth.unwrap_or(1).clamp(1, 8) as usize;
+    remote.write(0, &repeated(1).to_ne_bytes());
+    local.write(0, &[0xee; 256]);
+    let (dct_number, dc_key) = (target.endpoint.dct_number(), target.endpoint.dc_key());
+    let mut guard = dci.start_post_send();
+    for k in 0..in_flight {
+        // SAFETY: the buffer lies in its memory region and outlives the request.
+        unsafe {
+            guard
+                .construct_wr(k as u64, WorkRequestFlags::Signaled)
+                .setup_atomic_fetch_add(remote.rkey(), remote.addr(0), repeated(1))
+                .setup_dc_addr(&target.ah, dct_number, dc_key)
+                .setup_sge(local.lkey(), local.addr(8 * k), 8)
+        };
+    }
+    guard.post().expect("post the fetch-and-adds");
+    let wcs = f.wait_sends(in_flight, TIMEOUT);
+    for (k, wc) in wcs.iter().enumerate() {
+        assert_success(wc, k as u64, WorkCompletionOperationType::FetchAndAdd, "fetch-and-add");
+        // Executed in order: the k-th saw k additions.
+        assert_eq!(
+            read_u64(&local, 8 * k),
+            repeated(1 + k as u8),
+            "fetch-and-add {k} returns the original value"
+        );
+    }
+    assert_eq!(
+        read_u64(&remote, 0),
+        repeated(1 + in_flight as u8),
+        "the counter after {in_flight} additions"
+    );
+
+    // Compare-and-swap: one that matches (swaps), one that no longer matches (does not).
+    remote.write(8, &repeated(0x10).to_ne_bytes());
+    let mut guard = dci.start_post_send();
+    for (wr_id, compare, swap, result) in [
+        (100, repeated(0x10), repeated(0x20), 128),
+        (101, repeated(0x10), repeated(0x30), 136),
+    ] {
+        // SAFETY: the buffer lies in its memory region and outlives the request.
+        unsafe {
+            guard
+                .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                .setup_atomic_compare_swap(remote.rkey(), remote.addr(8), compare, swap)
+                .setup_dc_addr(&target.ah, dct_number, dc_key)
+                .setup_sge(local.lkey(), local.addr(result), 8)
+        };
+    }
+    guard.post().expect("post the compare-and-swaps");
+    let wcs = f.wait_sends(2, TIMEOUT);
+    assert_success(
+        &wcs[0],
+        100,
+        WorkCompletionOperationType::CompareAndSwap,
+        "compare-and-swap",
+    );
+    assert_success(
+        &wcs[1],
+        101,
+        WorkCompletionOperationType::CompareAndSwap,
+        "compare-and-swap",
+    );
+    assert_eq!(
+        read_u64(&local, 128),
+        repeated(0x10),
+        "the matching compare returns the original"
+    );
+    assert_eq!(
+        read_u64(&local, 136),
+        repeated(0x20),
+        "the failed compare returns the current value"
+    );
+    assert_eq!(read_u64(&remote, 8), repeated(0x20), "swapped once, not twice");
+    assert_eq!(
+        read_u64(&remote, 0),
+        repeated(1 + in_flight as u8),
+        "the counter is left alone"
+    );
+    f.assert_no_receive("atomics consume no receive");
+}
+
+/// Scenario 6, many to one: two DC initiators write distinct regions of one DC target; each
+/// completion is on its own initiator, both regions arrive.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_two_dc_initiators_write_into_one_dc_target() {
+    const LEN: usize = 2048;
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dcis = [f.initiator(), f.initiator()];
+    assert_ne!(dcis[0].qp_number(), dcis[1].qp_number());
+    let remote = f.buffer(3 * LEN);
+    let mut locals = [f.buffer(LEN), f.buffer(LEN)];
+    let data = [pattern(LEN, 0x66), pattern(LEN, 0x77)];
+    for (local, data) in locals.iter_mut().zip(&data) {
+        local.write(0, data);
+    }
+    for (i, dci) in dcis.iter_mut().enumerate() {
+        let mut guard = dci.start_post_send();
+        target.add_write(&mut guard, 1 + i as u64, at(&locals[i], 0), at(&remote, i * LEN), LEN);
+        guard.post().expect("post the write");
+    }
+    let wcs = f.wait_sends(2, TIMEOUT);
+    for (i, dci) in dcis.iter().enumerate() {
+        let wc = wcs
+            .iter()
+            .find(|wc| wc.wr_id() == 1 + i as u64)
+            .unwrap_or_else(|| panic!("no completion of initiator {i}: {wcs:?}"));
+        assert_success(wc, 1 + i as u64, WorkCompletionOperationType::Write, "RDMA WRITE");
+        assert_eq!(wc.qp_number(), dci.qp_number(), "on its own initiator: {wc:?}");
+        assert_bytes(
+            &remote.read(i * LEN, LEN),
+            &data[i],
+            &format!("the region of initiator {i}"),
+        );
+    }
+    assert_untouched(&remote, 2 * LEN, LEN, "past both regions");
+}
+
+/// Scenario 6, one to many: one DC initiator alternates between two DC targets (each with its
+/// own key) request by request in one batch; every chunk lands in the target it was addressed to.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_one_dc_initiator_alternates_between_two_dc_targets_in_one_batch() {
+    const CHUNK: usize = 512;
+    const CHUNKS: usize = 8;
+    let f = DcFixture::new();
+    let targets = [f.target(KEY), f.target(OTHER_KEY)];
+    assert_ne!(
+        targets[0].endpoint.dct_number(),
+        targets[1].endpoint.dct_number(),
+        "two DC targets, two numbers"
+    );
+    let mut dci = f.initiator();
+    let remotes = [f.buffer(MESSAGE), f.buffer(MESSAGE)];
+    let mut local = f.buffer(CHUNKS * CHUNK);
+    let data = pattern(CHUNKS * CHUNK, 0x88);
+    local.write(0, &data);
+
+    let mut guard = dci.start_post_send();
+    for i in 0..CHUNKS {
+        let t = i % 2;
+        targets[t].add_write(
+            &mut guard,
+            i as u64,
+            at(&local, i * CHUNK),
+            at(&remotes[t], (i / 2) * CHUNK),
+            CHUNK,
+        );
+    }
+    assert_eq!(guard.batch_len(), CHUNKS);
+    guard.post().expect("post the batch");
+    let wcs = f.wait_sends(CHUNKS, TIMEOUT);
+    for (i, wc) in wcs.iter().enumerate() {
+        // One queue pair's completions come in the order of its requests.
+        assert_success(wc, i as u64, WorkCompletionOperationType::Write, "RDMA WRITE");
+    }
+    for i in 0..CHUNKS {
+        let (t, k) = (i % 2, i / 2);
+        assert_bytes(
+            &remotes[t].read(k * CHUNK, CHUNK),
+            &data[i * CHUNK..(i + 1) * CHUNK],
+            &format!("chunk {i} in target {t}"),
+        );
+    }
+    for (t, remote) in remotes.iter().enumerate() {
+        let written = CHUNKS / 2 * CHUNK;
+        assert_untouched(
+            remote,
+            written,
+            MESSAGE - written,
+            &format!("past the chunks of target {t}"),
+        );
+    }
+}
+
+/// Scenario 7: a wrong DC key gives an error completion, and the DC initiator is in ERR for every
+/// destination (the next request, to another target with its right key, is flushed). `recover`
+/// brings it back to RTS and both targets are reached again.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_wrong_dc_key_puts_the_initiator_in_error_and_recover_brings_it_back() {
+    let f = DcFixture::new();
+    let targets = [f.target(KEY), f.target(OTHER_KEY)];
+    let mut dci = f.initiator();
+    let remotes = [f.buffer(MESSAGE), f.buffer(MESSAGE)];
+    let mut local = f.buffer(MESSAGE);
+    local.write(0, &pattern(MESSAGE, 0x99));
+
+    let mut guard = dci.start_post_send();
+    // SAFETY: the buffer lies in its memory region and outlives the request.
+    unsafe {
+        guard
+            .construct_wr(1, WorkRequestFlags::Signaled)
+            .setup_write(remotes[0].rkey(), remotes[0].addr(0))
+            .setup_dc_addr(&targets[0].ah, targets[0].endpoint.dct_number(), WRONG_KEY)
+            .setup_sge(local.lkey(), local.addr(0), MESSAGE as u32)
+    };
+    targets[1].add_write(&mut guard, 2, at(&local, 0), at(&remotes[1], 0), MESSAGE);
+    guard.post().expect("post");
+    let wcs = f.wait_sends(2, ERROR_TIMEOUT);
+    assert_failed(&wcs[0], 1, "an RDMA WRITE with a wrong DC key");
+    assert_eq!(
+        (wcs[1].wr_id(), wcs[1].status()),
+        (2, Some(WorkCompletionStatus::WorkRequestFlushedError)),
+        "after the error, the request to the other target is flushed: {:?}",
+        wcs[1]
+    );
+    assert_untouched(&remotes[0], 0, MESSAGE, "the target named with a wrong key");
+    assert_untouched(&remotes[1], 0, MESSAGE, "the target of the flushed request");
+    assert_eq!(
+        query_state_until(&mut dci, QueuePairState::Error),
+        QueuePairState::Error,
+        "after an error completion the DC initiator is in ERR"
+    );
+
+    recover(&mut dci);
+    assert_write_works(&f, &mut dci, &targets[0], &mut local, at(&remotes[0], 0), MESSAGE, 1);
+    assert_write_works(&f, &mut dci, &targets[1], &mut local, at(&remotes[1], 0), MESSAGE, 2);
+}
+
+/// Scenario 8: a destroyed DC target gives the DC initiator an error completion (retry exceeded,
+/// or a remote error); the initiator recovers, and a DC target created again, with its own
+/// (likely new) DCT number, is reached by that number.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_destroyed_dc_target_errors_the_initiator_and_a_recreated_one_is_reached_by_its_new_number() {
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dci = f.initiator();
+    let remote = f.buffer(2 * MESSAGE);
+    let mut local = f.buffer(MESSAGE);
+    assert_write_works(&f, &mut dci, &target, &mut local, at(&remote, 0), MESSAGE, 1);
+
+    let Target {
+        dct,
+        endpoint: old_endpoint,
+        ah: old_ah,
+    } = target;
+    let old_number = old_endpoint.dct_number();
+    drop(dct);
+    let mut guard = dci.start_post_send();
+    // SAFETY: the buffer lies in its memory region and outlives the request.
+    unsafe {
+        guard
+            .construct_wr(2, WorkRequestFlags::Signaled)
+            .setup_write(remote.rkey(), remote.addr(MESSAGE))
+            .setup_dc_addr(&old_ah, old_number, old_endpoint.dc_key())
+            .setup_sge(local.lkey(), local.addr(0), MESSAGE as u32)
+    };
+    guard.post().expect("post to the destroyed target");
+    let wc = f.wait_sends(1, ERROR_TIMEOUT).remove(0);
+    let status = assert_failed(&wc, 2, "an RDMA WRITE to a destroyed DC target");
+    assert!(
+        matches!(
+            status,
+            Some(
+                WorkCompletionStatus::RetryCounterExceededError
+                    | WorkCompletionStatus::RemoteAccessError
+                    | WorkCompletionStatus::RemoteInvalidRequestError
+                    | WorkCompletionStatus::RemoteOperationError
+            )
+        ),
+        "a destroyed DC target: retry exceeded or a remote error expected, got {status:?}: {wc:?}"
+    );
+    assert_untouched(
+        &remote,
+        MESSAGE,
+        MESSAGE,
+        "the region aimed at through the destroyed target",
+    );
+    assert_eq!(
+        query_state_until(&mut dci, QueuePairState::Error),
+        QueuePairState::Error,
+        "after an error completion the DC initiator is in ERR"
+    );
+    recover(&mut dci);
+
+    let recreated = f.target(KEY);
+    let new_number = recreated
+        .dct
+        .dct_number()
+        .expect("the recreated DC target has a DCT number");
+    println!(
+        "DCT number {old_number:#x} destroyed, recreated as {new_number:#x}{}",
+        if new_number == old_number {
+            " (the same number, reused)"
+        } else {
+            ""
+        }
+    );
+    assert_eq!(recreated.endpoint.dct_number(), new_number);
+    assert_write_works(&f, &mut dci, &recreated, &mut local, at(&remote, MESSAGE), MESSAGE, 3);
+}
+
+/// Scenario 9: DCI streams (as rdma-core's test_dc_stream_ids_recovery and
+/// test_dc_stream_qp_recovery). With 2 streams of which 2 may be in error: a remote access error
+/// on stream 1 leaves the DC initiator in RTS and stream 0 working; `reset_stream` makes stream 1
+/// usable again. Errors on both streams put the initiator in ERR, and `recover` brings it back.
 /// Needs a ConnectX with DCI streams (ConnectX-6 Dx or newer): on one without, it fails saying so.
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX with DCI streams"]
 #[serial]
 fn mlx5_hw_dci_stream_reset_after_an_error() {
-    use sideway_ext::mlx5::dc_initiator::DciStreams;
-    use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
-
-    let ctx = open_mlx5_test_device();
-    let caps = Mlx5DeviceContext::new(ctx.clone())
+    const LEN: usize = 256;
+    let f = DcFixture::new();
+    let caps = Mlx5DeviceContext::new(f.ctx.clone())
         .query_dc_capabilities()
         .expect("DC capabilities")
         .dci_streams()
-        .expect("this test needs a device with DCI streams (dci_streams_caps)");
+        .expect("this test needs a device with DCI streams (dci_streams_caps), ConnectX-6 Dx or newer");
     assert!(
         caps.max_log_num_concurrent >= 1 && caps.max_log_num_errored >= 1,
-        "{caps:?}"
+        "this test needs at least 2 concurrent and 2 errored DCI streams: {caps:?}"
     );
-    let pd = ctx.alloc_pd().expect("alloc_pd");
-    let cq = ctx.create_cq_builder().setup_cqe(64).build().expect("CQ");
-    let srq = pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
-    let buffer = common::Buffer::new(&pd, 4096);
-    let (gid_index, gid) = common::local_gid(&ctx);
-    let roce = ctx.query_port(1).expect("port 1").link_layer() == sideway::ibverbs::device_context::LinkLayer::Ethernet;
-    let mut dct = pd
-        .create_dct_builder()
-        .setup_recv_cq(cq.clone())
-        .setup_srq(srq)
-        .setup_dc_key(7)
-        .build()
-        .expect("DC target");
-    let mut bring_up = DcTargetBringUp::new(1);
-    if roce {
-        bring_up.setup_src_gid_index(gid_index);
-    }
-    dct.bring_up(&bring_up).expect("DC target to RTR");
-    let endpoint = dct.endpoint(1, gid).expect("endpoint");
-    let ah = endpoint.create_ah(&pd, 1, gid_index).expect("address handle");
-    let mut dci = pd
-        .create_dci_builder()
-        .setup_send_cq(cq.clone())
-        .setup_max_inline_data(16)
-        .setup_dci_streams(DciStreams {
-            log_num_concurrent: 1,
-            log_num_errored: 1,
-        })
-        .build()
-        .expect("DC initiator with streams");
-    dci.bring_up(&DcInitiatorBringUp::new(1)).expect("DC initiator to RTS");
-    let write = |dci: &mut sideway_ext::mlx5::dc_initiator::DcInitiator, key: u64, stream: u16| {
-        let mut guard = dci.start_post_send();
-        guard
-            .construct_wr(u64::from(stream), WorkRequestFlags::Signaled)
-            .setup_write(buffer.rkey(), buffer.addr(0))
-            .setup_dc_addr_stream(&ah, endpoint.dct_number(), key, stream)
-            .setup_inline_data(b"stream");
-        guard.post().expect("post");
-        common::wait_completions(cq.as_ref(), 1, TIMEOUT).remove(0)
+    let streams = DciStreams {
+        log_num_concurrent: 1,
+        log_num_errored: 1,
     };
-    assert!(write(&mut dci, 7, 0).is_success());
-    assert!(!write(&mut dci, 0xbad, 1).is_success(), "a wrong key must fail");
-    match dci.query_state().expect("query the DC initiator") {
-        QueuePairState::ReadyToSend => dci.reset_stream(1).expect("reset the errored stream"),
-        _ => dci.recover().expect("recover the DC initiator"),
-    }
-    assert!(write(&mut dci, 7, 1).is_success(), "the stream works again");
+    let target = f.target(KEY);
+    let mut dci = f.initiator_with(
+        |builder| {
+            builder.setup_dci_streams(streams);
+        },
+        &DcInitiatorBringUp::new(PORT),
+    );
+    assert_eq!(dci.streams(), Some(streams));
+    let remote = f.buffer(MESSAGE);
+    // Registered without remote write: a write into it is a remote access error.
+    let forbidden = common::Buffer::with_access(&f.pd, LEN, AccessFlags::LocalWrite);
+    let mut local = f.buffer(LEN);
+    let (dct_number, dc_key) = (target.endpoint.dct_number(), target.endpoint.dc_key());
+
+    // One write of LEN bytes on `stream` into `to`; its completion.
+    let mut write = |dci: &mut DcInitiator, wr_id: u64, stream: u16, to: At<'_>| {
+        local.write(0, &pattern(LEN, wr_id as u8));
+        let mut guard = dci.start_post_send();
+        // SAFETY: the buffer lies in its memory region and outlives the request.
+        unsafe {
+            guard
+                .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                .setup_write(to.buffer.rkey(), to.addr())
+                .setup_dc_addr_stream(&target.ah, dct_number, dc_key, stream)
+                .setup_sge(local.lkey(), local.addr(0), LEN as u32)
+        };
+        guard.post().expect("post");
+        f.wait_sends(1, ERROR_TIMEOUT).remove(0)
+    };
+    let works = |wc: WorkCompletion, wr_id: u64, offset: usize, what: &str| {
+        assert_success(&wc, wr_id, WorkCompletionOperationType::Write, what);
+        assert_bytes(&remote.read(offset, LEN), &pattern(LEN, wr_id as u8), what);
+    };
+    let remote_access_error = |wc: WorkCompletion, wr_id: u64, what: &str| {
+        let status = assert_failed(&wc, wr_id, what);
+        assert_eq!(status, Some(WorkCompletionStatus::RemoteAccessError), "{what}: {wc:?}");
+    };
+
+    works(write(&mut dci, 1, 0, at(&remote, 0)), 1, 0, "stream 0");
+    remote_access_error(
+        write(&mut dci, 2, 1, at(&forbidden, 0)),
+        2,
+        "stream 1, into memory without remote write",
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        dci.query_state().expect("query the DC initiator's state"),
+        QueuePairState::ReadyToSend,
+        "one errored stream (of 2 allowed) must leave the DC initiator in RTS"
+    );
+    works(
+        write(&mut dci, 3, 0, at(&remote, LEN)),
+        3,
+        LEN,
+        "stream 0 while stream 1 is in error",
+    );
+    dci.reset_stream(1).expect("reset the errored stream");
+    works(
+        write(&mut dci, 4, 1, at(&remote, 2 * LEN)),
+        4,
+        2 * LEN,
+        "stream 1 after its reset",
+    );
+
+    // As many errored streams as allowed: the whole initiator goes to ERR.
+    remote_access_error(
+        write(&mut dci, 5, 0, at(&forbidden, 0)),
+        5,
+        "stream 0 into memory without remote write",
+    );
+    remote_access_error(
+        write(&mut dci, 6, 1, at(&forbidden, 0)),
+        6,
+        "stream 1 into memory without remote write",
+    );
+    assert_eq!(
+        query_state_until(&mut dci, QueuePairState::Error),
+        QueuePairState::Error,
+        "with 2 of 2 allowed streams in error the DC initiator is in ERR"
+    );
+    recover(&mut dci);
+    works(
+        write(&mut dci, 7, 0, at(&remote, 3 * LEN)),
+        7,
+        3 * LEN,
+        "stream 0 after recover",
+    );
+    works(
+        write(&mut dci, 8, 1, at(&remote, 4 * LEN)),
+        8,
+        4 * LEN,
+        "stream 1 after recover",
+    );
+
     assert!(matches!(
         dci.reset_stream(2).unwrap_err().0,
-        sideway_ext::mlx5::dc_initiator::ResetDciStreamErrorKind::InvalidStream {
+        ResetDciStreamErrorKind::InvalidStream {
             stream_id: 2,
             streams: 2
         }

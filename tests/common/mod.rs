@@ -119,9 +119,15 @@ pub struct Buffer {
 
 impl Buffer {
     pub fn new(pd: &Arc<ProtectionDomain>, len: usize) -> Self {
-        let data = vec![0u8; len];
         let access =
             AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead | AccessFlags::RemoteAtomic;
+        Self::with_access(pd, len, access)
+    }
+
+    /// A buffer registered with only `access` (e.g. without remote write, to provoke a remote
+    /// access error).
+    pub fn with_access(pd: &Arc<ProtectionDomain>, len: usize, access: AccessFlags) -> Self {
+        let data = vec![0u8; len];
         // SAFETY: `data` is never reallocated and is dropped after `mr` (field order).
         let mr = unsafe { pd.reg_mr(data.as_ptr() as usize, data.len(), access) }.expect("reg_mr");
         Self { mr, data }
