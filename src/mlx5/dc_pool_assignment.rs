@@ -670,9 +670,16 @@ impl<I: PooledInitiator> PoolCore<I> {
         sink(DcPoolEvent::InitiatorLost { initiator, error });
     }
 
+    /// Keeps the caller's `wr_id` of request `number` of `initiator`; for the simulation, which
+    /// posts without a guard.
+    #[cfg(test)]
+    pub(crate) fn set_wr_id(&mut self, initiator: usize, number: u64, wr_id: u64) {
+        let requests = &mut self.requests[initiator];
+        requests.wr_ids[(number & requests.mask) as usize] = wr_id;
+    }
+
     /// Checks the bookkeeping's invariants; for tests.
     #[cfg(test)]
-    #[allow(dead_code)] // until the simulation uses it
     pub(crate) fn check_invariants(&self) {
         let mut per_destination = vec![0u64; self.destinations.len()];
         for (i, requests) in self.requests.iter().enumerate() {

@@ -25,6 +25,8 @@ pub mod dc_endpoint;
 pub mod dc_initiator;
 pub mod dc_initiator_pool;
 mod dc_pool_assignment;
+#[cfg(test)]
+mod dc_pool_simulation;
 mod dc_state_table;
 pub mod dc_target;
 pub mod device_attributes;
