@@ -1,0 +1,1436 @@
+//! DC ping-pong and bandwidth: a server with a DC target (DCT) and a client with a DC initiator
+//! (DCI), over sideway-ext's DC API, on an NVIDIA/Mellanox ConnectX (mlx5) device.
+//!
+//! ```text
+//! dc_pingpong [OPTIONS]              start a server and wait for a client
+//! dc_pingpong [OPTIONS] <server>     connect to the server at <server> and run the test
+//!
+//! cargo run --release --features mlx5,serde --example dc_pingpong -- -d mlx5_0 -g 3 --bw
+//! cargo run --release --features mlx5,serde --example dc_pingpong -- -d mlx5_0 -g 3 --bw <server>
+//! ```
+//!
+//! The server builds a DC target on a shared receive queue (SRQ) and registers a buffer; the
+//! client builds a DC initiator. Over TCP the client sends its test parameters, and the server
+//! answers with its DC endpoint (`DcEndpoint`: LID, GID, DCT number, DC key), the buffer's rkey
+//! and address, as JSON lines. The client turns the endpoint into one address handle and names
+//! it, the DCT number and the DC key in every request (`setup_dc_addr`).
+//!
+//! `--mode` picks the operation: `write` (the client writes into the server's buffer), `send`
+//! (the client's messages consume receives from the DCT's SRQ; the server keeps the SRQ from
+//! running dry: it arms the SRQ limit, and on the limit event refills it and arms it again) or
+//! `read` (the client reads the server's buffer).
+//!
+//! - Ping-pong (the default): one request at a time, each waited for; every message is checked
+//!   (the server checks what was written and sent, the client what it read) and the latency of
+//!   each request, from post to completion, is reported.
+//! - `--bw`: up to `-t` requests outstanding, one in `-Q` signalled, as perftest's
+//!   `ib_write_bw -c DC` does; the client reports message rate and bandwidth in perftest's layout
+//!   (MiB/s, or Gb/s with `--report-gbits`) and sends its report to the server, which prints it
+//!   too.
+//!
+//! Both sides must be given the same `--mode`, `-s`, `-n` and `--bw` (the server refuses a client
+//! that differs). `-g` (the local GID index) is required on RoCE: use a RoCE v2 GID.
+//!
+//! On a device that is not mlx5 (SoftRoCE's rxe, for one) both sides stop before any network
+//! traffic with "<device>: not an mlx5 device …". Exit status: 0 on success, 1 on any failure
+//! (2 for invalid command-line options).
+use std::alloc::Layout;
+use std::error::Error;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
+use std::process::ExitCode;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::completion::BasicCompletionQueue;
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu};
+use sideway::ibverbs::queue_pair::{SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::AccessFlags;
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventReader, AsyncEventType};
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc_initiator::{DcInitiator, DcInitiatorBringUp};
+use sideway_ext::mlx5::dc_target::DcTargetBringUp;
+use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
+use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+
+/// perftest's defaults, so that the two compare with the same options.
+const DEFAULT_BW_SIZE: u32 = 65536;
+const DEFAULT_BW_ITERS: u32 = 5000;
+const DEFAULT_CQ_MOD: u32 = 100;
+/// Above this message size perftest signals every request unless `-Q` is given.
+const CQ_MOD_SIZE_LIMIT: u32 = 8192;
+/// Ping-pong defaults.
+const DEFAULT_PINGPONG_SIZE: u32 = 64;
+const DEFAULT_PINGPONG_ITERS: u32 = 1000;
+/// The largest message: DC messages are at most 2 GiB; 1 GiB keeps buffers reasonable.
+const MAX_SIZE: u32 = 1 << 30;
+/// The largest registered buffer either side allocates.
+const MAX_BUFFER: u64 = 16 << 30;
+/// Server buffer slots in ping-pong write and read: each iteration uses slot `i % slots`.
+const PINGPONG_SLOTS: u32 = 16;
+/// No completion for this long: the peer is gone, or the DC path does not work.
+const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest JSON line accepted from the peer.
+const MAX_MESSAGE: u64 = 1 << 20;
+/// Peak bandwidth is computed over every pair of signalled windows up to this many windows
+/// (perftest stops computing it past 20000 iterations too); past it the peak reads 0.
+const MAX_PEAK_WINDOWS: usize = 20_000;
+/// Completions polled at a time.
+const POLL_BATCH: usize = 32;
+const RESULT_LINE: &str = "---------------------------------------------------------------------------------------";
+
+/// What the client does to the server's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    /// RDMA WRITE into the server's buffer
+    Write,
+    /// SEND, consuming receives from the server's SRQ
+    Send,
+    /// RDMA READ from the server's buffer
+    Read,
+}
+
+impl Mode {
+    /// perftest's name of the verb.
+    fn verb(self) -> &'static str {
+        match self {
+            Mode::Write => "RDMA_Write",
+            Mode::Send => "Send",
+            Mode::Read => "RDMA_Read",
+        }
+    }
+
+    /// The one operation the DC initiator is created with.
+    fn send_ops(self) -> SendOperationFlags {
+        match self {
+            Mode::Write => SendOperationFlags::Write,
+            Mode::Send => SendOperationFlags::Send,
+            Mode::Read => SendOperationFlags::Read,
+        }
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dc_pingpong",
+    about = "Ping-pong and bandwidth over DC (Dynamically Connected transport) on an mlx5 device: \
+             a server with a DC target, a client with a DC initiator"
+)]
+struct Args {
+    /// Listen on / connect to TCP port <PORT>
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Use IB device <IB_DEV> (default: the first device found)
+    #[arg(short = 'd', long)]
+    ib_dev: Option<String>,
+    /// Use port <IB_PORT> of the IB device
+    #[arg(short = 'i', long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    ib_port: u8,
+    /// Local port GID index (required on RoCE: a RoCE v2 GID)
+    #[arg(short = 'g', long)]
+    gid_idx: Option<u8>,
+    /// Size of a message in bytes (default: 65536 with --bw, 64 otherwise)
+    #[arg(short = 's', long, value_parser = clap::value_parser!(u32).range(1..=MAX_SIZE as i64))]
+    size: Option<u32>,
+    /// Number of requests (default: 5000 with --bw, 1000 otherwise)
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: Option<u32>,
+    /// The operation: write into, send to, or read from the server
+    #[arg(long, value_enum, default_value_t = Mode::Write)]
+    mode: Mode,
+    /// Measure bandwidth and message rate (perftest style) instead of ping-pong latency
+    #[arg(long)]
+    bw: bool,
+    /// With --bw: requests outstanding at a time (the DC initiator's send queue)
+    #[arg(short = 't', long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=8192))]
+    tx_depth: u32,
+    /// With --bw: signal one request in <CQ_MOD> (default 100, 1 above 8192-byte messages; at
+    /// most --tx-depth)
+    #[arg(short = 'Q', long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    cq_mod: Option<u32>,
+    /// Server, send mode: receives posted on the SRQ (refilled on its limit event, armed at half)
+    #[arg(short = 'r', long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(2..=65536))]
+    rx_depth: u32,
+    /// Largest message sent inline (write and send; 0: never inline)
+    #[arg(short = 'I', long, default_value_t = 150, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    inline_size: u32,
+    /// Report bandwidth in Gb/s (10^9 bits) instead of MiB/s
+    #[arg(long, alias = "report_gbits")]
+    report_gbits: bool,
+    /// Connect to the server at <SERVER>; without it, act as the server
+    server: Option<String>,
+}
+
+/// The parameters both sides must agree on; the client sends its own, the server compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct TestParameters {
+    mode: Mode,
+    size: u32,
+    iters: u32,
+    bw: bool,
+}
+
+impl TestParameters {
+    fn from_args(args: &Args) -> Self {
+        let size = args.size.unwrap_or(if args.bw {
+            DEFAULT_BW_SIZE
+        } else {
+            DEFAULT_PINGPONG_SIZE
+        });
+        let iters = args.iters.unwrap_or(if args.bw {
+            DEFAULT_BW_ITERS
+        } else {
+            DEFAULT_PINGPONG_ITERS
+        });
+        Self {
+            mode: args.mode,
+            size,
+            iters,
+            bw: args.bw,
+        }
+    }
+
+    /// Server buffer slots of `size` bytes: the SRQ's receives in send mode, one slot in
+    /// bandwidth mode (written or read over and over, as perftest does), else up to
+    /// [`PINGPONG_SLOTS`].
+    fn server_slots(&self, rx_depth: u32) -> u32 {
+        match (self.mode, self.bw) {
+            (Mode::Send, _) => rx_depth,
+            (_, true) => 1,
+            (_, false) => self.iters.min(PINGPONG_SLOTS),
+        }
+    }
+}
+
+/// The client's first message.
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    parameters: TestParameters,
+    /// The client's DC initiator and port, for the "remote address" line.
+    qp_number: u32,
+    lid: u16,
+    gid: Ipv6Addr,
+}
+
+/// What the server tells the client.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ServerMessage {
+    /// The server's DC target and buffer: `slots` slots of `size` bytes at `addr`.
+    Ready {
+        endpoint: DcEndpoint,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        slots: u32,
+        /// The seed of the data patterns (what the client writes and sends, what it reads).
+        seed: u64,
+    },
+    /// The client's parameters differ from the server's.
+    Refused { reason: String },
+    /// The server's check of what arrived, after the client's report.
+    Verdict { ok: bool, detail: String },
+}
+
+/// The client's report once its requests completed.
+#[derive(Debug, Serialize, Deserialize)]
+struct Done {
+    report: Report,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Report {
+    Latency(LatencyReport),
+    Bandwidth(BandwidthReport),
+}
+
+/// Latency of each request from its post to its completion, in microseconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct LatencyReport {
+    bytes: u32,
+    iterations: u32,
+    min: f64,
+    max: f64,
+    typical: f64,
+    average: f64,
+    stdev: f64,
+    p99: f64,
+    p999: f64,
+}
+
+/// Bandwidth over the run: from the first post to the last completion; the peak over the best
+/// span of signalled windows (none past [`MAX_PEAK_WINDOWS`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct BandwidthReport {
+    bytes: u32,
+    iterations: u32,
+    peak_bytes_per_second: Option<f64>,
+    average_bytes_per_second: f64,
+    messages_per_second: f64,
+}
+
+/// Formats an error with its chain of sources.
+fn report(err: &dyn Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        source = err.source();
+    }
+    text
+}
+
+/// One JSON value per line, each way.
+struct Channel {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Channel {
+    fn new(stream: TcpStream) -> Result<Self> {
+        let writer = stream.try_clone().map_err(|e| format!("TCP: {e}"))?;
+        Ok(Self {
+            reader: BufReader::new(stream),
+            writer,
+        })
+    }
+
+    fn send(&mut self, message: &impl Serialize) -> Result<()> {
+        let mut line = serde_json::to_vec(message)?;
+        line.push(b'\n');
+        self.writer
+            .write_all(&line)
+            .map_err(|e| format!("TCP: cannot send to the peer: {e}"))?;
+        Ok(())
+    }
+
+    fn receive<T: DeserializeOwned>(&mut self, what: &str) -> Result<T> {
+        let mut line = String::new();
+        let read = (&mut self.reader)
+            .take(MAX_MESSAGE)
+            .read_line(&mut line)
+            .map_err(|e| format!("TCP: cannot read {what} from the peer: {e}"))?;
+        if read == 0 {
+            return Err(format!("the peer closed the connection before sending {what}").into());
+        }
+        if !line.ends_with('\n') {
+            return Err(format!("{what} from the peer is cut short or longer than {MAX_MESSAGE} bytes").into());
+        }
+        serde_json::from_str(&line)
+            .map_err(|e| format!("invalid {what} from the peer: {e}: {:?}", line.trim_end()).into())
+    }
+
+    /// Without waiting: whether the peer closed the connection (pending data is left unread).
+    fn peer_closed(&mut self) -> bool {
+        if !self.reader.buffer().is_empty() {
+            return false;
+        }
+        let stream = self.reader.get_ref();
+        if stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let closed = matches!(stream.peek(&mut byte), Ok(0));
+        let _ = stream.set_nonblocking(false);
+        closed
+    }
+}
+
+/// A page-aligned, zeroed allocation that the device reads and writes. Its bytes are only ever
+/// reached through its raw pointer, never through a Rust reference, since the device may write
+/// them at any time.
+struct Buffer {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl Buffer {
+    fn new(len: u64) -> Result<Self> {
+        if len == 0 || len > MAX_BUFFER {
+            return Err(format!("a buffer of {len} bytes is not possible (at most {MAX_BUFFER})").into());
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page_size = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(4096);
+        let layout = Layout::from_size_align(len as usize, page_size)?;
+        // SAFETY: the layout's size is not zero.
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+            .ok_or_else(|| format!("cannot allocate a buffer of {len} bytes"))?;
+        Ok(Self { ptr, layout })
+    }
+
+    fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    fn addr(&self, offset: usize) -> u64 {
+        assert!(offset <= self.len());
+        self.ptr.as_ptr() as u64 + offset as u64
+    }
+
+    /// Copies `out.len()` bytes from `offset` out of the buffer.
+    fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset.checked_add(out.len()).is_some_and(|end| end <= self.len()));
+        // SAFETY: in bounds (checked); `out` is a separate Rust allocation.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+    }
+
+    /// Copies `data` into the buffer at `offset`; only while no request uses those bytes.
+    fn write(&mut self, offset: usize, data: &[u8]) {
+        assert!(offset.checked_add(data.len()).is_some_and(|end| end <= self.len()));
+        // SAFETY: in bounds (checked); `data` is a separate Rust allocation.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the memory region registered on it was
+        // dropped before (it is declared after the buffer wherever both live).
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// The data of message `iteration` under `seed`: splitmix64 of the pair, 8 bytes at a time. The
+/// client fills what it writes and sends with it and the server checks it; the server fills its
+/// read slots with it (slot number as the iteration) and the client checks what it read.
+fn fill_pattern(seed: u64, iteration: u64, out: &mut [u8]) {
+    let base = seed ^ iteration.wrapping_mul(0xd1b5_4a32_d192_ed03);
+    for (index, chunk) in out.chunks_mut(8).enumerate() {
+        let mut z = base.wrapping_add((index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+    }
+}
+
+/// The first byte of `data` that differs from the pattern, as (offset, found, expected).
+fn pattern_mismatch(seed: u64, iteration: u64, data: &[u8], scratch: &mut Vec<u8>) -> Option<(usize, u8, u8)> {
+    scratch.resize(data.len(), 0);
+    fill_pattern(seed, iteration, scratch);
+    data.iter()
+        .zip(scratch.iter())
+        .position(|(found, expected)| found != expected)
+        .map(|offset| (offset, data[offset], scratch[offset]))
+}
+
+/// The local port as this test uses it.
+struct Port {
+    number: u8,
+    lid: u16,
+    roce: bool,
+    mtu: Mtu,
+    /// The GID index given with -g (0 on InfiniBand without it).
+    gid_index: u8,
+    gid: Gid,
+}
+
+fn mtu_bytes(mtu: Mtu) -> u32 {
+    match mtu {
+        Mtu::Mtu256 => 256,
+        Mtu::Mtu512 => 512,
+        Mtu::Mtu1024 => 1024,
+        Mtu::Mtu2048 => 2048,
+        Mtu::Mtu4096 => 4096,
+    }
+}
+
+/// Opens the device of `-d` (or the first one) and checks that it is an mlx5 device before
+/// anything else: DC exists only there.
+fn open_mlx5_device(args: &Args) -> Result<(Arc<DeviceContext>, String)> {
+    let devices = DeviceList::new().map_err(|e| format!("Failed to get IB devices list: {}", report(&e)))?;
+    let device = match &args.ib_dev {
+        Some(name) => devices
+            .iter()
+            .find(|d| d.name() == *name)
+            .ok_or_else(|| format!("IB device {name} not found"))?,
+        None => devices.iter().next().ok_or("No IB devices found")?,
+    };
+    let name = device.name();
+    let ctx = device
+        .open()
+        .map_err(|e| format!("Couldn't get context for {name}: {}", report(&e)))?;
+    match Mlx5DeviceContext::new(Arc::clone(&ctx)).query_device() {
+        Ok(_) => Ok((ctx, name)),
+        Err(err) if err.is_not_supported() => Err(not_mlx5(&name).into()),
+        Err(err) => Err(format!("{name}: mlx5dv_query_device failed: {}", report(&err)).into()),
+    }
+}
+
+/// The message for a device that is not mlx5 (or a host without libmlx5).
+fn not_mlx5(name: &str) -> String {
+    format!(
+        "{name}: not an mlx5 device (or libmlx5 is missing): DC needs an NVIDIA/Mellanox ConnectX-4 or newer \
+         with rdma-core's libmlx5"
+    )
+}
+
+fn query_local_port(ctx: &DeviceContext, name: &str, args: &Args) -> Result<Port> {
+    let number = args.ib_port;
+    let attr = ctx
+        .query_port(number)
+        .map_err(|e| format!("{name}: couldn't get port {number} info: {}", report(&e)))?;
+    let roce = matches!(attr.link_layer(), LinkLayer::Ethernet);
+    let gid_index = match (args.gid_idx, roce) {
+        (Some(index), _) => index,
+        (None, false) => 0,
+        (None, true) => {
+            return Err(format!(
+                "{name} port {number} is RoCE: give -g/--gid-idx, the index of a RoCE v2 GID (mlx5_devinfo lists them)"
+            )
+            .into())
+        },
+    };
+    let gid = ctx.query_gid(number, gid_index.into()).map_err(|e| {
+        format!(
+            "{name}: could not get local gid for gid index {gid_index}: {}",
+            report(&e)
+        )
+    })?;
+    if !roce && attr.lid() == 0 {
+        return Err(format!("{name} port {number}: no LID (is the port up and the subnet manager running?)").into());
+    }
+    Ok(Port {
+        number,
+        lid: attr.lid(),
+        roce,
+        mtu: attr.active_mtu(),
+        gid_index,
+        gid,
+    })
+}
+
+/// perftest's test banner and settings, for one side.
+fn print_banner(parameters: &TestParameters, device: &str, port: &Port, client: Option<(u32, u32, u32)>) {
+    println!("{RESULT_LINE}");
+    let test = if parameters.bw { "BW" } else { "Ping-pong Latency" };
+    println!("                    DC {} {test} Test", parameters.mode.verb());
+    println!(" Device          : {device:<16}Transport type : IB");
+    println!(" Connection type : DC              Using SRQ      : ON");
+    if let Some((tx_depth, cq_mod, inline)) = client {
+        if parameters.bw {
+            println!(" TX depth        : {tx_depth}");
+            println!(" CQ Moderation   : {cq_mod}");
+        }
+        if parameters.mode != Mode::Read {
+            println!(" Max inline data : {inline}[B]");
+        }
+    }
+    println!(" Mtu             : {}[B]", mtu_bytes(port.mtu));
+    println!(" Link type       : {}", if port.roce { "Ethernet" } else { "IB" });
+    println!(" GID index       : {}", port.gid_index);
+    println!(" Message size    : {}[B]", parameters.size);
+    println!(" Iterations      : {}", parameters.iters);
+    println!(" Data ex. method : TCP (JSON)");
+    println!("{RESULT_LINE}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server.
+
+/// The send-mode receive side: the SRQ's slots, which are posted, and the limit refills.
+struct Receiver<'a> {
+    srq: &'a SharedReceiveQueue,
+    lkey: u32,
+    buffer: &'a Buffer,
+    size: u32,
+    /// How many slots the buffer has (the SRQ's receives).
+    slots: u32,
+    limit: u32,
+    /// Slots whose receive completed and was checked: free to post again.
+    free: Vec<u32>,
+    /// Receives posted and not yet seen completing.
+    outstanding: u32,
+    limit_events: u64,
+    reposted: u64,
+    /// Refills made because the SRQ had no receive left and no limit event had come.
+    refills_without_event: u64,
+}
+
+impl Receiver<'_> {
+    /// Posts every free slot's receive.
+    fn refill(&mut self) -> Result<()> {
+        if self.free.is_empty() {
+            return Ok(());
+        }
+        let mut guard = self.srq.start_post_recv();
+        for &slot in &self.free {
+            let offset = slot as usize * self.size as usize;
+            // SAFETY: the slot lies in the buffer the memory region of `lkey` covers; the buffer
+            // outlives the SRQ (declared before it), and the slot is not read again before its
+            // receive completes.
+            unsafe {
+                guard
+                    .construct_wr(u64::from(slot))
+                    .setup_sge(self.lkey, self.buffer.addr(offset), self.size)
+            };
+        }
+        let count = self.free.len();
+        match guard.post() {
+            Ok(()) => {
+                self.outstanding += count as u32;
+                self.reposted += count as u64;
+                self.free.clear();
+                Ok(())
+            },
+            Err(err) => Err(format!("Couldn't post receives: {}", report(&err)).into()),
+        }
+    }
+
+    /// Arms the SRQ limit: the device raises one event once fewer than `limit` receives remain.
+    fn arm(&self) -> Result<()> {
+        self.srq
+            .modify(SharedReceiveQueueModification::ArmLimit(self.limit))
+            .map_err(|e| format!("Couldn't arm the SRQ limit: {}", report(&e)).into())
+    }
+}
+
+/// What the server saw of the client's sends.
+struct SendOutcome {
+    received: u64,
+    /// The first problem found, if any.
+    failure: Option<String>,
+}
+
+/// Receives `iters` messages from the SRQ, checking each (ping-pong: its data, in order;
+/// bandwidth: its length), and refills the SRQ on its limit event.
+fn receive_messages(
+    cq: &BasicCompletionQueue, events: &AsyncEventReader, receiver: &mut Receiver<'_>, parameters: &TestParameters,
+    seed: u64, channel: &mut Channel,
+) -> Result<SendOutcome> {
+    let iters = u64::from(parameters.iters);
+    let mut outcome = SendOutcome {
+        received: 0,
+        failure: None,
+    };
+    let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+    let mut message = vec![0u8; parameters.size as usize];
+    let mut scratch = Vec::new();
+    let mut last_progress = Instant::now();
+    let mut idle_polls = 0u32;
+    let mut polls = 0u32;
+    let srq_id = receiver.srq.id();
+    while outcome.received < iters {
+        polls = polls.wrapping_add(1);
+        let polled = cq
+            .poll_work_completions(&mut wcs)
+            .map_err(|e| format!("poll CQ failed: {}", report(&e)))?;
+        for wc in polled {
+            receiver.outstanding = receiver.outstanding.saturating_sub(1);
+            let slot = u32::try_from(wc.wr_id()).ok().filter(|&s| s < receiver.slots);
+            let Some(slot) = slot else {
+                return Err(format!("receive completion with unknown wr_id {}", wc.wr_id()).into());
+            };
+            receiver.free.push(slot);
+            let index = outcome.received;
+            outcome.received += 1;
+            if outcome.failure.is_some() {
+                continue;
+            }
+            if !wc.is_success() {
+                outcome.failure = Some(format!(
+                    "receive {index} failed: status {:?} ({}), vendor error {:#x}",
+                    wc.status(),
+                    wc.status_raw(),
+                    wc.vendor_err()
+                ));
+            } else if wc.byte_len() != parameters.size {
+                outcome.failure = Some(format!(
+                    "receive {index}: {} bytes, expected {}",
+                    wc.byte_len(),
+                    parameters.size
+                ));
+            } else if !parameters.bw {
+                receiver
+                    .buffer
+                    .read(slot as usize * parameters.size as usize, &mut message);
+                if let Some((offset, found, expected)) = pattern_mismatch(seed, index, &message, &mut scratch) {
+                    outcome.failure = Some(format!(
+                        "message {index} (slot {slot}): byte {offset} is {found:#04x}, expected {expected:#04x}"
+                    ));
+                }
+            }
+        }
+        if !polled.is_empty() {
+            last_progress = Instant::now();
+        }
+        // The SRQ limit event: drain what already completed (its slots become free), refill
+        // every free slot, arm the limit again. Looked for whenever the CQ is drained, and every
+        // few polls under a stream of completions that never drains it.
+        if polled.len() < POLL_BATCH || polls % 8 == 0 {
+            while let Some(event) = events
+                .try_read()
+                .map_err(|e| format!("reading async events failed: {}", report(&e)))?
+            {
+                match (event.event_type(), event.element()) {
+                    (AsyncEventType::SharedReceiveQueueLimitReached, AsyncEventElement::SharedReceiveQueue(id))
+                        if id == srq_id =>
+                    {
+                        receiver.limit_events += 1;
+                        receiver.refill()?;
+                        receiver.arm()?;
+                    },
+                    (event_type, element) => eprintln!("async event {event_type:?} on {element:?}"),
+                }
+            }
+        }
+        // A safety net only: had the limit event not come, the SRQ would run dry and the client
+        // would retry on RNR forever. Counted, so that a run shows whether the event did it.
+        if receiver.outstanding == 0 && !receiver.free.is_empty() {
+            receiver.refills_without_event += 1;
+            receiver.refill()?;
+            receiver.arm()?;
+        }
+        if polled.is_empty() {
+            idle_polls += 1;
+            if idle_polls % 4096 == 0 {
+                if last_progress.elapsed() > STALL_TIMEOUT {
+                    return Err(
+                        format!("no message for {STALL_TIMEOUT:?} after {} of {iters}", outcome.received).into(),
+                    );
+                }
+                if channel.peer_closed() {
+                    return Err(format!(
+                        "the client closed the connection after {} of {iters} messages",
+                        outcome.received
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// Checks the write slots: slot `s` holds the pattern of the last iteration that wrote it.
+fn check_written(buffer: &Buffer, parameters: &TestParameters, slots: u32, seed: u64) -> Result<String, String> {
+    let size = parameters.size as usize;
+    let iters = u64::from(parameters.iters);
+    let slots = u64::from(slots);
+    let mut data = vec![0u8; size];
+    let mut scratch = Vec::new();
+    for slot in 0..slots.min(iters) {
+        let last = slot + (iters - 1 - slot) / slots * slots;
+        buffer.read(slot as usize * size, &mut data);
+        if let Some((offset, found, expected)) = pattern_mismatch(seed, last, &data, &mut scratch) {
+            return Err(format!(
+                "slot {slot} (last written by iteration {last}): byte {offset} is {found:#04x}, expected {expected:#04x}"
+            ));
+        }
+    }
+    Ok(format!(
+        "{} slots hold the data of the last iteration that wrote each",
+        slots.min(iters)
+    ))
+}
+
+fn run_server(args: &Args, parameters: &TestParameters) -> Result<()> {
+    let (ctx, name) = open_mlx5_device(args)?;
+    let port = query_local_port(&ctx, &name, args)?;
+    let size = parameters.size;
+    let slots = parameters.server_slots(args.rx_depth);
+    let len = u64::from(slots) * u64::from(size);
+    let seed = rand::random::<u64>();
+
+    // Declared before every verbs object that refers to it, so dropped after them.
+    let mut buffer = Buffer::new(len)?;
+    if parameters.mode == Mode::Read {
+        let mut data = vec![0u8; size as usize];
+        for slot in 0..slots {
+            fill_pattern(seed, u64::from(slot), &mut data);
+            buffer.write(slot as usize * size as usize, &data);
+        }
+    }
+    let pd = ctx
+        .alloc_pd()
+        .map_err(|e| format!("Couldn't allocate PD: {}", report(&e)))?;
+    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
+    // SAFETY: the buffer outlives the memory region (declared before it) and never moves.
+    let mr = unsafe { pd.reg_mr(buffer.addr(0) as usize, buffer.len(), access) }
+        .map_err(|e| format!("Couldn't register MR: {}", report(&e)))?;
+    let cq = ctx
+        .create_cq_builder()
+        .setup_cqe(args.rx_depth + 1)
+        .build()
+        .map_err(|e| format!("Couldn't create CQ: {}", report(&e)))?;
+    let srq = pd
+        .create_srq_builder()
+        .setup_max_wr(args.rx_depth)
+        .setup_max_sge(1)
+        .build()
+        .map_err(|e| format!("Couldn't create SRQ: {}", report(&e)))?;
+    let mut dct = pd
+        .create_dct_builder()
+        .setup_recv_cq(cq.clone())
+        .setup_srq(Arc::clone(&srq))
+        .setup_dc_key(rand::random::<u64>())
+        .setup_access_flags(access)
+        .build()
+        .map_err(|e| {
+            if e.is_not_supported() {
+                not_mlx5(&name)
+            } else {
+                format!("Couldn't create the DC target: {}", report(&e))
+            }
+        })?;
+    let mut bring_up = DcTargetBringUp::new(port.number);
+    if port.roce || args.gid_idx.is_some() {
+        bring_up.setup_src_gid_index(port.gid_index);
+    }
+    dct.bring_up(&bring_up)
+        .map_err(|e| format!("Couldn't bring the DC target to RTR: {}", report(&e)))?;
+    let endpoint = dct
+        .endpoint(port.number, port.gid)
+        .map_err(|e| format!("Couldn't describe the DC target: {}", report(&e)))?;
+
+    // Send mode: every slot's receive posted, the limit armed at half, before the client comes.
+    let events = ctx.async_event_reader();
+    events.set_nonblocking(true).map_err(|e| format!("async events: {e}"))?;
+    let mut receiver = Receiver {
+        srq: &srq,
+        lkey: mr.lkey(),
+        buffer: &buffer,
+        size,
+        slots,
+        limit: (args.rx_depth / 2).max(1),
+        free: Vec::with_capacity(slots as usize),
+        outstanding: 0,
+        limit_events: 0,
+        reposted: 0,
+        refills_without_event: 0,
+    };
+    if parameters.mode == Mode::Send {
+        receiver.free.extend((0..slots).rev());
+        receiver.refill()?;
+        receiver.reposted = 0;
+        receiver.arm()?;
+    }
+
+    print_banner(parameters, &name, &port, None);
+    println!(
+        " local address:  LID {:#06x} DCTN {:#08x} DC key {:#018x} RKey {:#010x} VAddr {:#018x} GID {}",
+        endpoint.lid(),
+        endpoint.dct_number(),
+        endpoint.dc_key(),
+        mr.rkey(),
+        buffer.addr(0),
+        Ipv6Addr::from(endpoint.gid())
+    );
+
+    // Dual-stack where IPv6 is available.
+    let listener = TcpListener::bind((Ipv6Addr::UNSPECIFIED, args.port))
+        .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, args.port)))
+        .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
+    let (stream, _) = listener.accept().map_err(|e| format!("accept() failed: {e}"))?;
+    drop(listener);
+    let mut channel = Channel::new(stream)?;
+    let hello: Hello = channel.receive("the client's parameters")?;
+    if hello.parameters != *parameters {
+        let reason = format!(
+            "the client's parameters {:?} differ from the server's {:?}: give both the same --mode, -s, -n and --bw",
+            hello.parameters, parameters
+        );
+        let _ = channel.send(&ServerMessage::Refused { reason: reason.clone() });
+        return Err(reason.into());
+    }
+    println!(
+        " remote address: LID {:#06x} QPN {:#08x} GID {}",
+        hello.lid, hello.qp_number, hello.gid
+    );
+    println!("{RESULT_LINE}");
+    channel.send(&ServerMessage::Ready {
+        endpoint,
+        rkey: mr.rkey(),
+        addr: buffer.addr(0),
+        len,
+        slots,
+        seed,
+    })?;
+
+    // Write and read leave no trace on the target's side: the client's report says when it is
+    // done. Sends complete receives here.
+    let outcome = match parameters.mode {
+        Mode::Send => Some(receive_messages(
+            &cq,
+            &events,
+            &mut receiver,
+            parameters,
+            seed,
+            &mut channel,
+        )?),
+        Mode::Write | Mode::Read => None,
+    };
+    let done: Done = channel.receive("the client's report")?;
+    print_report(&done.report, args.report_gbits);
+
+    let verdict =
+        match (&outcome, parameters.mode, parameters.bw) {
+            (Some(outcome), _, _) => {
+                match &outcome.failure {
+                    None => Ok(format!(
+                "{} messages received{}; SRQ limit events {}, receives reposted {}, refills without an event {}",
+                outcome.received,
+                if parameters.bw { " (lengths checked)" } else { " and checked, in order" },
+                receiver.limit_events,
+                receiver.reposted,
+                receiver.refills_without_event
+            )),
+                    Some(failure) => Err(failure.clone()),
+                }
+            },
+            (None, Mode::Write, false) => check_written(&buffer, parameters, slots, seed),
+            (None, Mode::Write, true) => Ok("written (bandwidth mode: data not checked)".to_string()),
+            (None, _, _) => Ok("read by the client (it checks the data)".to_string()),
+        };
+    let (ok, detail) = match verdict {
+        Ok(detail) => (true, detail),
+        Err(detail) => (false, detail),
+    };
+    println!(" server check: {}: {detail}", if ok { "ok" } else { "FAILED" });
+    channel.send(&ServerMessage::Verdict {
+        ok,
+        detail: detail.clone(),
+    })?;
+    if !ok {
+        return Err(format!("server check failed: {detail}").into());
+    }
+    drop(receiver);
+    // Destroy in order: DC target, SRQ, CQ, memory region, PD; the buffer, then the context.
+    drop(dct);
+    drop(srq);
+    drop(cq);
+    drop(mr);
+    drop(pd);
+    drop(buffer);
+    drop(ctx);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client.
+
+/// The server's buffer, as the client addresses it.
+struct Remote {
+    dct_number: u32,
+    dc_key: u64,
+    rkey: u32,
+    addr: u64,
+    slots: u32,
+    seed: u64,
+}
+
+/// The local side of one request: inline bytes or the registered buffer.
+enum LocalData<'a> {
+    Inline(&'a [u8]),
+    Registered { lkey: u32, addr: u64, len: u32 },
+}
+
+fn set_data<H: SetInlineData + SetScatterGatherEntry>(handle: H, data: &LocalData<'_>) {
+    match *data {
+        LocalData::Inline(bytes) => handle.setup_inline_data(bytes),
+        // SAFETY: the caller's buffer lies in its memory region and outlives the request (the
+        // client's buffer is declared before the DC initiator and every request is completed
+        // before it is dropped).
+        LocalData::Registered { lkey, addr, len } => unsafe { handle.setup_sge(lkey, addr, len) },
+    }
+}
+
+/// Posts one request of `mode` to `remote_addr`, addressed to the DC target.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn post_request(
+    dci: &mut DcInitiator, ah: &AddressHandle, remote: &Remote, mode: Mode, remote_addr: u64, wr_id: u64,
+    flags: WorkRequestFlags, data: &LocalData<'_>,
+) -> Result<()> {
+    let mut guard = dci.start_post_send();
+    let request = guard.construct_wr(wr_id, flags);
+    match mode {
+        Mode::Write => set_data(
+            request
+                .setup_write(remote.rkey, remote_addr)
+                .setup_dc_addr(ah, remote.dct_number, remote.dc_key),
+            data,
+        ),
+        Mode::Send => set_data(
+            request.setup_send().setup_dc_addr(ah, remote.dct_number, remote.dc_key),
+            data,
+        ),
+        Mode::Read => set_data(
+            request
+                .setup_read(remote.rkey, remote_addr)
+                .setup_dc_addr(ah, remote.dct_number, remote.dc_key),
+            data,
+        ),
+    }
+    guard
+        .post()
+        .map_err(|e| format!("Couldn't post request {wr_id}: {}", report(&e)).into())
+}
+
+fn check_completion(wc: &WorkCompletion) -> Result<()> {
+    if wc.is_success() {
+        return Ok(());
+    }
+    Err(format!(
+        "request {} failed: status {:?} ({}), vendor error {:#x}",
+        wc.wr_id(),
+        wc.status(),
+        wc.status_raw(),
+        wc.vendor_err()
+    )
+    .into())
+}
+
+/// Latency: one request at a time, each checked.
+#[allow(clippy::too_many_arguments)]
+fn run_latency(
+    dci: &mut DcInitiator, cq: &BasicCompletionQueue, ah: &AddressHandle, remote: &Remote, buffer: &mut Buffer,
+    lkey: u32, parameters: &TestParameters, inline: bool,
+) -> Result<LatencyReport> {
+    let size = parameters.size as usize;
+    let mut message = vec![0u8; size];
+    let zeroes = vec![0u8; size];
+    let mut scratch = Vec::new();
+    let mut samples = Vec::with_capacity(parameters.iters as usize);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut idle_polls = 0u32;
+    for iteration in 0..u64::from(parameters.iters) {
+        let slot = iteration % u64::from(remote.slots);
+        let remote_addr = remote.addr + slot * size as u64;
+        match parameters.mode {
+            Mode::Write | Mode::Send => {
+                fill_pattern(remote.seed, iteration, &mut message);
+                if !inline {
+                    buffer.write(0, &message);
+                }
+            },
+            // Cleared, so that a read that brought nothing cannot pass the check.
+            Mode::Read => buffer.write(0, &zeroes),
+        }
+        let data = if inline {
+            LocalData::Inline(&message)
+        } else {
+            LocalData::Registered {
+                lkey,
+                addr: buffer.addr(0),
+                len: parameters.size,
+            }
+        };
+        let start = Instant::now();
+        post_request(
+            dci,
+            ah,
+            remote,
+            parameters.mode,
+            remote_addr,
+            iteration,
+            WorkRequestFlags::Signaled,
+            &data,
+        )?;
+        let wc = loop {
+            let polled = cq
+                .poll_work_completions(&mut wcs)
+                .map_err(|e| format!("poll CQ failed: {}", report(&e)))?;
+            if let Some(wc) = polled.first() {
+                break *wc;
+            }
+            idle_polls = idle_polls.wrapping_add(1);
+            if idle_polls % 4096 == 0 && start.elapsed() > STALL_TIMEOUT {
+                return Err(format!("request {iteration} did not complete within {STALL_TIMEOUT:?}").into());
+            }
+        };
+        let elapsed = start.elapsed();
+        check_completion(&wc)?;
+        if wc.wr_id() != iteration {
+            return Err(format!("completion for request {}, expected {iteration}", wc.wr_id()).into());
+        }
+        if parameters.mode == Mode::Read {
+            buffer.read(0, &mut message);
+            if let Some((offset, found, expected)) = pattern_mismatch(remote.seed, slot, &message, &mut scratch) {
+                return Err(format!(
+                    "read {iteration} (slot {slot}): byte {offset} is {found:#04x}, expected {expected:#04x}"
+                )
+                .into());
+            }
+        }
+        samples.push(elapsed.as_secs_f64() * 1e6);
+    }
+    println!(
+        " client check: ok: {} {} requests completed{}",
+        parameters.iters,
+        parameters.mode.verb(),
+        if parameters.mode == Mode::Read {
+            ", each read checked"
+        } else {
+            " (the server checks the data)"
+        }
+    );
+    Ok(latency_report(parameters, &mut samples))
+}
+
+fn latency_report(parameters: &TestParameters, samples: &mut [f64]) -> LatencyReport {
+    samples.sort_by(f64::total_cmp);
+    let count = samples.len().max(1) as f64;
+    let average = samples.iter().sum::<f64>() / count;
+    let variance = samples.iter().map(|s| (s - average).powi(2)).sum::<f64>() / count;
+    let percentile = |p: f64| {
+        let index = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len().max(1)) - 1;
+        samples.get(index).copied().unwrap_or(0.0)
+    };
+    LatencyReport {
+        bytes: parameters.size,
+        iterations: parameters.iters,
+        min: samples.first().copied().unwrap_or(0.0),
+        max: samples.last().copied().unwrap_or(0.0),
+        typical: percentile(0.5),
+        average,
+        stdev: variance.sqrt(),
+        p99: percentile(0.99),
+        p999: percentile(0.999),
+    }
+}
+
+/// Bandwidth: up to `tx_depth` requests outstanding, one in `cq_mod` signalled. Timestamps are
+/// taken at the first post of each window of `cq_mod` requests and at its signalled completion.
+#[allow(clippy::too_many_arguments)]
+fn run_bandwidth(
+    dci: &mut DcInitiator, cq: &BasicCompletionQueue, ah: &AddressHandle, remote: &Remote, buffer: &Buffer, lkey: u32,
+    parameters: &TestParameters, inline: bool, tx_depth: u32, cq_mod: u32,
+) -> Result<BandwidthReport> {
+    let iters = u64::from(parameters.iters);
+    let cq_mod = u64::from(cq_mod);
+    let tx_depth = u64::from(tx_depth);
+    let windows = iters.div_ceil(cq_mod) as usize;
+    let mut posted_at = Vec::with_capacity(windows);
+    let mut completed_at = Vec::with_capacity(windows);
+    let mut message = vec![0u8; parameters.size as usize];
+    if inline {
+        fill_pattern(remote.seed, 0, &mut message);
+    }
+    let data = if inline {
+        LocalData::Inline(&message)
+    } else {
+        LocalData::Registered {
+            lkey,
+            addr: buffer.addr(0),
+            len: parameters.size,
+        }
+    };
+    let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+    let (mut posted, mut completed) = (0u64, 0u64);
+    let mut last_progress = Instant::now();
+    let mut idle_polls = 0u32;
+    while completed < iters {
+        while posted < iters && posted - completed < tx_depth {
+            if posted % cq_mod == 0 {
+                posted_at.push(Instant::now());
+            }
+            let signaled = (posted + 1) % cq_mod == 0 || posted + 1 == iters;
+            let flags = if signaled {
+                WorkRequestFlags::Signaled
+            } else {
+                WorkRequestFlags::none()
+            };
+            post_request(dci, ah, remote, parameters.mode, remote.addr, posted, flags, &data)?;
+            posted += 1;
+        }
+        let polled = cq
+            .poll_work_completions(&mut wcs)
+            .map_err(|e| format!("poll CQ failed: {}", report(&e)))?;
+        if polled.is_empty() {
+            idle_polls += 1;
+            if idle_polls % 4096 == 0 && last_progress.elapsed() > STALL_TIMEOUT {
+                return Err(format!("no completion for {STALL_TIMEOUT:?} after {completed} of {iters}").into());
+            }
+            continue;
+        }
+        let now = Instant::now();
+        last_progress = now;
+        for wc in polled {
+            check_completion(wc)?;
+            let index = wc.wr_id();
+            let expected = ((completed / cq_mod + 1) * cq_mod).min(iters) - 1;
+            if index != expected {
+                return Err(format!("completion for request {index}, expected {expected}").into());
+            }
+            completed = index + 1;
+            completed_at.push(now);
+        }
+    }
+    let elapsed = completed_at
+        .last()
+        .zip(posted_at.first())
+        .map(|(end, start)| end.duration_since(*start).as_secs_f64())
+        .unwrap_or_default()
+        .max(f64::MIN_POSITIVE);
+    let bytes = parameters.size as f64;
+    let peak = (windows <= MAX_PEAK_WINDOWS).then(|| {
+        let mut best = 0.0f64;
+        for (first, start) in posted_at.iter().enumerate() {
+            for (last, end) in completed_at.iter().enumerate().skip(first) {
+                let messages = (((last as u64 + 1) * cq_mod).min(iters) - first as u64 * cq_mod) as f64;
+                let seconds = end.duration_since(*start).as_secs_f64();
+                if seconds > 0.0 {
+                    best = best.max(messages * bytes / seconds);
+                }
+            }
+        }
+        best
+    });
+    Ok(BandwidthReport {
+        bytes: parameters.size,
+        iterations: parameters.iters,
+        peak_bytes_per_second: peak,
+        average_bytes_per_second: iters as f64 * bytes / elapsed,
+        messages_per_second: iters as f64 / elapsed,
+    })
+}
+
+fn print_report(report: &Report, gbits: bool) {
+    match report {
+        Report::Bandwidth(bw) => {
+            // MiB = 2^20 bytes; Gb = 10^9 bits (perftest's --report_gbits).
+            let (unit, scale) = if gbits {
+                ("Gb/sec", 8.0 / 1e9)
+            } else {
+                ("MiB/sec", 1.0 / f64::from(1u32 << 20))
+            };
+            println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
+            println!(
+                " {:<10} {:<14} {:<19.2} {:<21.2} {:.6}",
+                bw.bytes,
+                bw.iterations,
+                bw.peak_bytes_per_second.unwrap_or(0.0) * scale,
+                bw.average_bytes_per_second * scale,
+                bw.messages_per_second / 1e6
+            );
+        },
+        Report::Latency(lat) => {
+            println!(
+                " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   \
+                 99% percentile[usec]   99.9% percentile[usec]"
+            );
+            println!(
+                " {:<6} {:<11}    {:<11.2}    {:<11.2}  {:<15.2}    {:<11.2}    {:<13.2}   {:<20.2}   {:.2}",
+                lat.bytes, lat.iterations, lat.min, lat.max, lat.typical, lat.average, lat.stdev, lat.p99, lat.p999
+            );
+            println!(" (each request from its post to its completion)");
+        },
+    }
+    println!("{RESULT_LINE}");
+}
+
+fn connect(server: &str, port: u16) -> Result<TcpStream> {
+    let addrs = (server, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{e} for {server}:{port}"))?;
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect(addr) {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = Some(err),
+        }
+    }
+    Err(match last {
+        Some(err) => format!("Couldn't connect to {server}:{port}: {err}"),
+        None => format!("Couldn't connect to {server}:{port}: no address"),
+    }
+    .into())
+}
+
+fn run_client(args: &Args, parameters: &TestParameters, server: &str) -> Result<()> {
+    // The device first: on one that is not mlx5, nothing goes over the network.
+    let (ctx, name) = open_mlx5_device(args)?;
+    let port = query_local_port(&ctx, &name, args)?;
+    let tx_depth = if parameters.bw { args.tx_depth } else { 1 };
+    // perftest: every request signalled above 8 KiB unless -Q says otherwise; never more than
+    // the send queue holds.
+    let cq_mod = args
+        .cq_mod
+        .unwrap_or(if parameters.size > CQ_MOD_SIZE_LIMIT {
+            1
+        } else {
+            DEFAULT_CQ_MOD
+        })
+        .min(tx_depth);
+    let inline_size = if parameters.mode == Mode::Read {
+        0
+    } else {
+        args.inline_size
+    };
+
+    // Declared before every verbs object that refers to it, so dropped after them.
+    let mut buffer = Buffer::new(u64::from(parameters.size))?;
+    let pd = ctx
+        .alloc_pd()
+        .map_err(|e| format!("Couldn't allocate PD: {}", report(&e)))?;
+    // SAFETY: the buffer outlives the memory region (declared before it) and never moves.
+    let mr = unsafe { pd.reg_mr(buffer.addr(0) as usize, buffer.len(), AccessFlags::LocalWrite) }
+        .map_err(|e| format!("Couldn't register MR: {}", report(&e)))?;
+    let cq = ctx
+        .create_cq_builder()
+        .setup_cqe(tx_depth + 1)
+        .build()
+        .map_err(|e| format!("Couldn't create CQ: {}", report(&e)))?;
+    let mut dci = pd
+        .create_dci_builder()
+        .setup_send_cq(cq.clone())
+        .setup_max_send_wr(tx_depth)
+        .setup_max_inline_data(inline_size)
+        .setup_send_ops_flags(parameters.mode.send_ops())
+        .build()
+        .map_err(|e| {
+            if e.is_not_supported() {
+                not_mlx5(&name)
+            } else {
+                format!("Couldn't create the DC initiator: {}", report(&e))
+            }
+        })?;
+    dci.bring_up(&DcInitiatorBringUp::new(port.number))
+        .map_err(|e| format!("Couldn't bring the DC initiator to RTS: {}", report(&e)))?;
+    let inline = parameters.mode != Mode::Read && parameters.size <= dci.max_inline_data().min(inline_size);
+
+    let mut channel = Channel::new(connect(server, args.port)?)?;
+    channel.send(&Hello {
+        parameters: *parameters,
+        qp_number: dci.qp_number(),
+        lid: port.lid,
+        gid: Ipv6Addr::from(port.gid),
+    })?;
+    let (endpoint, remote) = match channel.receive("the server's DC endpoint")? {
+        ServerMessage::Ready {
+            endpoint,
+            rkey,
+            addr,
+            len,
+            slots,
+            seed,
+        } => {
+            let needed = u64::from(slots) * u64::from(parameters.size);
+            if slots == 0 || len < needed || addr.checked_add(len).is_none() {
+                return Err(format!(
+                    "the server's buffer ({len} bytes at {addr:#x}, {slots} slots) does not hold {slots} messages of {} bytes",
+                    parameters.size
+                )
+                .into());
+            }
+            let remote = Remote {
+                dct_number: endpoint.dct_number(),
+                dc_key: endpoint.dc_key(),
+                rkey,
+                addr,
+                slots,
+                seed,
+            };
+            (endpoint, remote)
+        },
+        ServerMessage::Refused { reason } => return Err(format!("the server refused: {reason}").into()),
+        ServerMessage::Verdict { .. } => return Err("the server sent a verdict before the test".into()),
+    };
+    // One address handle for the one destination, kept until every request completed.
+    let ah = endpoint
+        .create_ah(&pd, port.number, port.gid_index)
+        .map_err(|e| format!("Couldn't create the address handle of the DC target: {}", report(&e)))?;
+
+    print_banner(
+        parameters,
+        &name,
+        &port,
+        Some((tx_depth, cq_mod, if inline { inline_size } else { 0 })),
+    );
+    println!(
+        " local address:  LID {:#06x} QPN {:#08x} GID {}",
+        port.lid,
+        dci.qp_number(),
+        Ipv6Addr::from(port.gid)
+    );
+    println!(
+        " remote address: LID {:#06x} DCTN {:#08x} DC key {:#018x} RKey {:#010x} VAddr {:#018x} GID {}",
+        endpoint.lid(),
+        remote.dct_number,
+        remote.dc_key,
+        remote.rkey,
+        remote.addr,
+        Ipv6Addr::from(endpoint.gid())
+    );
+    println!("{RESULT_LINE}");
+
+    let report = if parameters.bw {
+        Report::Bandwidth(run_bandwidth(
+            &mut dci,
+            &cq,
+            &ah,
+            &remote,
+            &buffer,
+            mr.lkey(),
+            parameters,
+            inline,
+            tx_depth,
+            cq_mod,
+        )?)
+    } else {
+        Report::Latency(run_latency(
+            &mut dci,
+            &cq,
+            &ah,
+            &remote,
+            &mut buffer,
+            mr.lkey(),
+            parameters,
+            inline,
+        )?)
+    };
+    print_report(&report, args.report_gbits);
+    channel.send(&Done { report })?;
+    match channel.receive("the server's verdict")? {
+        ServerMessage::Verdict { ok: true, detail } => println!(" server check: ok: {detail}"),
+        ServerMessage::Verdict { ok: false, detail } => {
+            return Err(format!("the server's check failed: {detail}").into())
+        },
+        other => return Err(format!("expected the server's verdict, got {other:?}").into()),
+    }
+    // Destroy in order: address handle, DC initiator, CQ, memory region, PD; the buffer, then
+    // the context.
+    drop(ah);
+    drop(dci);
+    drop(cq);
+    drop(mr);
+    drop(pd);
+    drop(buffer);
+    drop(ctx);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let parameters = TestParameters::from_args(&args);
+    let result = match &args.server {
+        Some(server) => run_client(&args, &parameters, server),
+        None => run_server(&args, &parameters),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("dc_pingpong: {err}");
+            ExitCode::FAILURE
+        },
+    }
+}

@@ -1,0 +1,579 @@
+//! `examples/dc_pingpong`: its command line (on the host), its refusal of a device that is not
+//! mlx5 as server and as client (on `SIDEWAY_EXT_TEST_DEVICE`, rxe0 in the SoftRoCE VM), and,
+//! on the ConnectX of `SIDEWAY_EXT_TEST_MLX5_DEVICE` (`mlx5_hw_` tests), a server and a client
+//! on the same port in every mode, ping-pong (data checked) and bandwidth (rates reported).
+//!
+//! The example binary is the one cargo builds next to the test binaries
+//! (`target/<profile>/examples/dc_pingpong`). Run under cargo (`CARGO` is set), the tests first
+//! build it, since `cargo test --test test_dc_pingpong` alone does not; in the VM they use the
+//! one `scripts/device-suite` built.
+#![cfg(all(feature = "mlx5", feature = "serde"))]
+mod common;
+
+use std::io::{ErrorKind, Read};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serial_test::serial;
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::DeviceContext;
+
+/// A pair (or one peer) must be done within this.
+const TIMEOUT: Duration = Duration::from_secs(120);
+const MODES: [&str; 3] = ["write", "send", "read"];
+const MELLANOX_VENDOR_ID: u32 = 0x02c9;
+const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
+
+/// `target/<profile>/examples/dc_pingpong`, built first when cargo runs the test.
+fn example_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in target/<profile>/deps");
+        if let Ok(cargo) = std::env::var("CARGO") {
+            let target_dir = profile_dir.parent().expect("target/<profile>");
+            let mut command = Command::new(cargo);
+            command
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args([
+                    "build",
+                    "--example",
+                    "dc_pingpong",
+                    "--features",
+                    "mlx5,serde",
+                    "--target-dir",
+                ])
+                .arg(target_dir);
+            match profile_dir.file_name().and_then(|name| name.to_str()) {
+                Some("debug") | None => {},
+                Some(profile) => {
+                    command.args(["--profile", profile]);
+                },
+            }
+            let output = command.output().expect("run cargo build");
+            assert!(
+                output.status.success(),
+                "cargo build --example dc_pingpong failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let path = profile_dir.join("examples").join("dc_pingpong");
+        assert!(
+            path.is_file(),
+            "{} is missing: build the examples (cargo test --all-features builds them)",
+            path.display()
+        );
+        path
+    })
+}
+
+/// A running peer whose output two threads collect; killed if dropped while running.
+struct Peer {
+    role: &'static str,
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+/// What a peer printed and how it ended (`None`: killed at the time limit).
+struct Finished {
+    role: &'static str,
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = match self.status {
+            Some(status) => status.to_string(),
+            None => format!("killed after {TIMEOUT:?}"),
+        };
+        write!(
+            f,
+            "--- {}: {status}\n--- stdout:\n{}--- stderr:\n{}",
+            self.role, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Finished {
+    fn succeeded(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// Exited by itself, with status 1 (the example's failure status, not clap's 2).
+    fn failed_cleanly(&self) -> bool {
+        self.status.is_some_and(|s| s.code() == Some(1))
+    }
+}
+
+fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+impl Peer {
+    fn spawn(role: &'static str, args: &[String]) -> Self {
+        let mut child = Command::new(example_binary())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start dc_pingpong: {e}"));
+        let stdout = child.stdout.take().map(collect);
+        let stderr = child.stderr.take().map(collect);
+        Self {
+            role,
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Waits until the peer exits or `deadline` passes, then kills it if it still runs.
+    fn finish(mut self, deadline: Instant) -> Finished {
+        let mut status = None;
+        loop {
+            if let Ok(Some(exit)) = self.child.try_wait() {
+                status = Some(exit);
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let join =
+            |handle: Option<JoinHandle<String>>| handle.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        Finished {
+            role: self.role,
+            status,
+            stdout: join(self.stdout.take()),
+            stderr: join(self.stderr.take()),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs the example with `args` to its end (at most [`TIMEOUT`]).
+fn run(role: &'static str, args: &[String]) -> Finished {
+    Peer::spawn(role, args).finish(Instant::now() + TIMEOUT)
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// Whether some socket listens on TCP `port`, from /proc/net/tcp{,6} (a probing connection
+/// would be the server's one client).
+fn listening(port: u16) -> bool {
+    let port = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|file| {
+        std::fs::read_to_string(file).is_ok_and(|table| {
+            table.lines().skip(1).any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                // local_address is field 1, st (0A = LISTEN) field 3.
+                fields.len() > 3 && fields[1].ends_with(&port) && fields[3] == "0A"
+            })
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host: the command line.
+
+#[test]
+fn help_lists_every_option() {
+    let output = Command::new(example_binary())
+        .arg("--help")
+        .output()
+        .expect("run dc_pingpong --help");
+    assert!(output.status.success(), "{output:?}");
+    let help = String::from_utf8_lossy(&output.stdout);
+    for option in [
+        "-d, --ib-dev <IB_DEV>",
+        "-i, --ib-port <IB_PORT>",
+        "-g, --gid-idx <GID_IDX>",
+        "-s, --size <SIZE>",
+        "-n, --iters <ITERS>",
+        "--mode <MODE>",
+        "write:",
+        "send:",
+        "read:",
+        "-p, --port <PORT>",
+        "--bw",
+        "-t, --tx-depth <TX_DEPTH>",
+        "-Q, --cq-mod <CQ_MOD>",
+        "-r, --rx-depth <RX_DEPTH>",
+        "-I, --inline-size <INLINE_SIZE>",
+        "--report-gbits",
+        "[SERVER]",
+    ] {
+        assert!(help.contains(option), "--help does not list {option:?}:\n{help}");
+    }
+    // perftest's defaults, so that the two compare.
+    assert!(help.contains("[default: 18515]"), "{help}");
+    assert!(help.contains("[default: 128]"), "{help}");
+}
+
+/// Bad values stop at the command line (clap's status 2, naming the option), before any device
+/// is opened.
+#[test]
+fn bad_option_values_are_refused_by_name() {
+    for (args, named) in [
+        (&["--mode", "atomic"][..], "--mode"),
+        (&["-s", "0"][..], "--size"),
+        (&["-n", "0"][..], "--iters"),
+        (&["-i", "0"][..], "--ib-port"),
+        (&["-t", "0"][..], "--tx-depth"),
+        (&["-Q", "0"][..], "--cq-mod"),
+        (&["-Q", "2000"][..], "--cq-mod"),
+        (&["-r", "1"][..], "--rx-depth"),
+        (&["-p", "70000"][..], "--port"),
+    ] {
+        let output = Command::new(example_binary())
+            .args(args)
+            .output()
+            .expect("run dc_pingpong");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(named),
+            "{args:?}: the error does not name {named}: {stderr}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SoftRoCE (a device that is not mlx5).
+
+fn require_not_mellanox(ctx: &DeviceContext) {
+    let vendor_id = ctx.query_device().expect("query_device").vendor_id();
+    assert_ne!(
+        vendor_id, MELLANOX_VENDOR_ID,
+        "this test checks a device that is not mlx5; on a ConnectX run the mlx5_hw_ tests instead"
+    );
+}
+
+/// The test device's name and GID index, checked not to be mlx5.
+fn non_mlx5_device() -> (String, u8) {
+    let ctx = common::open_test_device();
+    require_not_mellanox(&ctx);
+    let (gid_index, _) = common::local_gid(&ctx);
+    (std::env::var(common::DEVICE_VARIABLE).expect("checked"), gid_index)
+}
+
+fn check_not_mlx5(peer: &Finished, device: &str) {
+    assert!(peer.failed_cleanly(), "expected exit status 1\n{peer}");
+    let message = format!("{device}: not an mlx5 device");
+    assert!(peer.stderr.contains(&message), "stderr lacks {message:?}\n{peer}");
+    // Stopped before any test output (the banner comes once the DC queue pair exists).
+    assert!(!peer.stdout.contains("address"), "{peer}");
+}
+
+/// As server, in every mode and also with --bw: status 1 and the plain message, before it
+/// listens.
+#[test]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn server_on_a_device_that_is_not_mlx5_says_so() {
+    let (device, gid_index) = non_mlx5_device();
+    let port = 18711;
+    for mode in MODES {
+        for bw in [false, true] {
+            let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
+            args.extend(strings(&["--mode", mode]));
+            if bw {
+                args.push("--bw".into());
+            }
+            let server = run("server", &args);
+            check_not_mlx5(&server, &device);
+            assert!(!listening(port), "{mode}: something still listens on {port}\n{server}");
+        }
+    }
+}
+
+/// As client, in every mode and also with --bw: status 1 and the plain message, and no
+/// connection to the server: it checks the device first.
+#[test]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn client_on_a_device_that_is_not_mlx5_says_so_before_connecting() {
+    let (device, gid_index) = non_mlx5_device();
+    // A server stand-in that only records connections.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let port = listener.local_addr().expect("local_addr").port();
+    for mode in MODES {
+        for bw in [false, true] {
+            let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
+            args.extend(strings(&["--mode", mode]));
+            if bw {
+                args.push("--bw".into());
+            }
+            args.push("127.0.0.1".into());
+            let client = run("client", &args);
+            check_not_mlx5(&client, &device);
+            match listener.accept() {
+                Err(err) if err.kind() == ErrorKind::WouldBlock => {},
+                Ok((_, from)) => {
+                    panic!("{mode}: the client connected from {from} before checking the device\n{client}")
+                },
+                Err(err) => panic!("accept: {err}"),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConnectX hardware: server and client on the same port.
+
+fn open_mlx5_test_device() -> (Arc<DeviceContext>, String) {
+    let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
+        panic!("mlx5 hardware tests need {MLX5_DEVICE_VARIABLE} to name a ConnectX-4 or newer; without one, `--skip mlx5_hw_`")
+    });
+    let list = DeviceList::new().expect("device list");
+    let device = list
+        .iter()
+        .find(|d| d.name() == name)
+        .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
+    (device.open().expect("open the mlx5 device"), name)
+}
+
+/// Runs a server, then once it listens a client on 127.0.0.1, both with the common options and
+/// `extra`, plus `client_extra` for the client alone; returns both outcomes (server first).
+fn run_pair(port: u16, extra: &[&str], client_extra: &[&str]) -> (Finished, Finished) {
+    let (ctx, device) = open_mlx5_test_device();
+    let (gid_index, _) = common::local_gid(&ctx);
+    drop(ctx);
+    let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
+    args.extend(strings(extra));
+    let deadline = Instant::now() + TIMEOUT;
+    let mut server = Peer::spawn("server", &args);
+    while !listening(port) {
+        if server.exited() || Instant::now() >= deadline {
+            panic!("the server never listened on port {port}\n{}", server.finish(deadline));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    args.extend(strings(client_extra));
+    args.push("127.0.0.1".into());
+    let client = Peer::spawn("client", &args).finish(deadline);
+    let server = server.finish(deadline);
+    (server, client)
+}
+
+/// The numbers of the line under the result header that starts with `header`.
+fn result_row(peer: &Finished, header: &str) -> Vec<f64> {
+    let mut lines = peer.stdout.lines();
+    lines
+        .find(|line| line.starts_with(header))
+        .unwrap_or_else(|| panic!("no {header:?} header\n{peer}"));
+    let row = lines
+        .next()
+        .unwrap_or_else(|| panic!("nothing under {header:?}\n{peer}"));
+    row.split_whitespace()
+        .map(|word| {
+            word.parse()
+                .unwrap_or_else(|_| panic!("bad number {word:?} in {row:?}\n{peer}"))
+        })
+        .collect()
+}
+
+/// `(bytes, iterations, peak MiB/s, average MiB/s, Mpps)` of a bandwidth report.
+fn bandwidth_row(peer: &Finished) -> [f64; 5] {
+    let row = result_row(
+        peer,
+        " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]",
+    );
+    row.try_into()
+        .unwrap_or_else(|row| panic!("expected 5 numbers, got {row:?}\n{peer}"))
+}
+
+fn check_bandwidth(server: &Finished, client: &Finished, size: u32, iters: u32) {
+    for peer in [server, client] {
+        assert!(peer.succeeded(), "the {} failed\n{server}\n{client}", peer.role);
+        let [bytes, iterations, peak, average, mpps] = bandwidth_row(peer);
+        assert_eq!((bytes, iterations), (f64::from(size), f64::from(iters)), "{peer}");
+        assert!(peak > 0.0 && average > 0.0 && mpps > 0.0, "{peer}");
+        assert!(peak >= average * 0.99, "peak below the average\n{peer}");
+        // The two rates describe the same run: MiB/s = Mpps · 10^6 · bytes / 2^20.
+        let from_rate = mpps * 1e6 * bytes / f64::from(1u32 << 20);
+        assert!(
+            (from_rate - average).abs() <= average * 0.01 + 0.01,
+            "{from_rate} MiB/s from the message rate, {average} reported\n{peer}"
+        );
+    }
+    // The server prints the client's report, as perftest's server does.
+    assert_eq!(bandwidth_row(server), bandwidth_row(client));
+    assert!(server.stdout.contains(" server check: ok: "), "{server}");
+    assert!(client.stdout.contains(" server check: ok: "), "{client}");
+}
+
+/// Both succeeded and printed the client's latency row, `(bytes, iterations, min, max, typical,
+/// average, stdev, 99%, 99.9%)`, for `iters` requests of `size` bytes; both checks passed.
+fn check_latency(server: &Finished, client: &Finished, size: u32, iters: u32) {
+    for peer in [server, client] {
+        assert!(peer.succeeded(), "the {} failed\n{server}\n{client}", peer.role);
+        let row = result_row(peer, " #bytes #iterations    t_min[usec]");
+        assert_eq!(row.len(), 9, "{peer}");
+        assert_eq!((row[0], row[1]), (f64::from(size), f64::from(iters)), "{peer}");
+        let (min, max, typical, average) = (row[2], row[3], row[4], row[5]);
+        assert!(
+            min > 0.0 && min <= typical && typical <= max && min <= average && average <= max,
+            "{peer}"
+        );
+    }
+    let header = " #bytes #iterations    t_min[usec]";
+    assert_eq!(result_row(server, header), result_row(client, header));
+    assert!(client.stdout.contains(" client check: ok: "), "{client}");
+    assert!(server.stdout.contains(" server check: ok: "), "{server}");
+}
+
+/// The send-mode server's account: received and checked every message and refilled its SRQ on
+/// the limit event (at least once, since more messages came than it holds); with
+/// `every_refill_on_an_event`, it never had to refill without one (ping-pong: one message at a
+/// time leaves the event all the time it needs; at full rate the safety net may step in).
+fn check_send_server(server: &Finished, iters: u32, every_refill_on_an_event: bool) {
+    let line = server
+        .stdout
+        .lines()
+        .find(|line| line.starts_with(" server check: ok: "))
+        .unwrap_or_else(|| panic!("no server check\n{server}"));
+    assert!(line.contains(&format!(": {iters} messages received")), "{line}");
+    let count = |what: &str| -> u64 {
+        line.split(what)
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {what:?} in {line:?}"))
+    };
+    assert!(count("SRQ limit events ") >= 1, "{line}");
+    assert!(count("receives reposted ") >= 1, "{line}");
+    if every_refill_on_an_event {
+        assert_eq!(count("refills without an event "), 0, "{line}");
+    }
+}
+
+const PINGPONG_SIZE: u32 = 4096;
+/// More than the SRQ's 512 receives, so that send mode must refill it.
+const PINGPONG_ITERS: u32 = 2000;
+const BW_SIZE: u32 = 65536;
+const BW_ITERS: u32 = 5000;
+const BW_SMALL_SIZE: u32 = 64;
+const BW_SMALL_ITERS: u32 = 100_000;
+
+fn pingpong(mode: &str, port: u16) {
+    let (size, iters) = (PINGPONG_SIZE.to_string(), PINGPONG_ITERS.to_string());
+    let (server, client) = run_pair(port, &["--mode", mode, "-s", &size, "-n", &iters], &[]);
+    check_latency(&server, &client, PINGPONG_SIZE, PINGPONG_ITERS);
+    if mode == "send" {
+        assert!(server.stdout.contains("received and checked, in order"), "{server}");
+        check_send_server(&server, PINGPONG_ITERS, true);
+    }
+    if mode == "write" {
+        assert!(server.stdout.contains("slots hold the data"), "{server}");
+    }
+    if mode == "read" {
+        assert!(client.stdout.contains("each read checked"), "{client}");
+    }
+    println!("{server}\n{client}");
+}
+
+fn bandwidth(mode: &str, port: u16, size: u32, iters: u32) {
+    let (size_arg, iters_arg) = (size.to_string(), iters.to_string());
+    let (server, client) = run_pair(
+        port,
+        &["--mode", mode, "--bw", "-s", &size_arg, "-n", &iters_arg],
+        &["-t", "128"],
+    );
+    check_bandwidth(&server, &client, size, iters);
+    if mode == "send" {
+        check_send_server(&server, iters, false);
+    }
+    println!("{server}\n{client}");
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_pingpong_write() {
+    pingpong("write", 18721);
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_pingpong_send() {
+    pingpong("send", 18722);
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_pingpong_read() {
+    pingpong("read", 18723);
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_bandwidth_write() {
+    bandwidth("write", 18724, BW_SIZE, BW_ITERS);
+    bandwidth("write", 18725, BW_SMALL_SIZE, BW_SMALL_ITERS);
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_bandwidth_send() {
+    bandwidth("send", 18726, BW_SIZE, BW_ITERS);
+    bandwidth("send", 18727, BW_SMALL_SIZE, BW_SMALL_ITERS);
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_bandwidth_read() {
+    bandwidth("read", 18728, BW_SIZE, BW_ITERS);
+    bandwidth("read", 18729, BW_SMALL_SIZE, BW_SMALL_ITERS);
+}
+
+/// A client whose parameters differ is refused by name, and both sides fail.
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_pingpong_refuses_a_client_with_other_parameters() {
+    let (server, client) = run_pair(18730, &["--mode", "write", "-n", "100"], &["-s", "128"]);
+    assert!(server.failed_cleanly() && client.failed_cleanly(), "{server}\n{client}");
+    assert!(server.stderr.contains("differ from the server's"), "{server}");
+    assert!(client.stderr.contains("the server refused"), "{client}");
+}
