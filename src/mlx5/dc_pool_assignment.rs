@@ -214,8 +214,10 @@ struct InitiatorRequests {
 
 impl InitiatorRequests {
     fn new(capacity: u32, streams: u32) -> Self {
-        // Twice the send queue, so that requests completed out of order (streams) leave room.
-        let size = (u64::from(capacity.max(1)) * 2).next_power_of_two();
+        // Twice the send queue, and with streams one send queue per stream: a request that
+        // completed out of order (another stream) frees its send-queue slot at once, but its
+        // place in the ring only once every request before it completed.
+        let size = (u64::from(capacity.max(1)) * u64::from(streams.max(2))).next_power_of_two();
         Self {
             wr_ids: vec![0; size as usize].into_boxed_slice(),
             mask: size - 1,
@@ -421,13 +423,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         let initiator = match (self.policy, state.initiator) {
             (DcPoolPolicy::Static | DcPoolPolicy::Streams, Some(i)) => i as usize,
             (DcPoolPolicy::DedicatedWithQuota { quota }, Some(i)) => {
-                let others_wait = self.waiting_count > usize::from(state.ticket.is_some());
-                if state.posted_on_hold >= u64::from(quota.max(1)) && others_wait {
-                    self.enqueue(d);
+                // It is not in line while it holds an initiator: once it gave it back, its next
+                // post goes to the end of the line if others wait.
+                if state.posted_on_hold >= u64::from(quota.max(1)) && self.waiting_count > 0 {
                     return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
                 }
-                // Nobody else waits: it goes on, and is no longer in line.
-                self.cancel_wait(destination);
                 i as usize
             },
             (_, Some(i)) => i as usize,
@@ -728,6 +728,10 @@ impl<I: PooledInitiator> PoolCore<I> {
             for (i, requests) in self.requests.iter().enumerate() {
                 if let Some(holder) = requests.holder {
                     assert_eq!(self.destinations[holder as usize].initiator, Some(i as u16));
+                    assert_eq!(
+                        self.destinations[holder as usize].ticket, None,
+                        "a holder is not in line"
+                    );
                     assert!(
                         self.destinations[holder as usize].outstanding > 0,
                         "a holder with nothing outstanding gave its initiator back"
