@@ -3,6 +3,9 @@
 //! rows on either side of them; the refusals of bad options; and, on the device named by
 //! `SIDEWAY_EXT_TEST_DEVICE`, that the device's limits are the ones used.
 //!
+//! Every test's name starts with `scale_model_`, so `scripts/device-suite scale_model` runs just
+//! these in the SoftRoCE VM.
+//!
 //! The example binary is the one next to the test binaries (`target/<profile>/examples/`). Under
 //! cargo (`CARGO` set, as `cargo test --test test_dc_scale_model` does) it is built first, with
 //! this test's features, so it is never stale; elsewhere (the SoftRoCE VM, where
@@ -140,7 +143,7 @@ const DCIS: u64 = 16;
 const DC_MEMORY: u64 = 278_528;
 
 #[test]
-fn defaults_table_has_the_hand_computed_numbers() {
+fn scale_model_defaults_table_has_the_hand_computed_numbers() {
     let report = run_json(&[]);
     assert_eq!(report["limits"]["source"], "defaults");
     assert_eq!(report["limits"]["max_qp"], Value::Null);
@@ -196,7 +199,7 @@ fn defaults_table_has_the_hand_computed_numbers() {
 }
 
 #[test]
-fn defaults_table_is_printed_as_markdown() {
+fn scale_model_defaults_table_is_printed_as_markdown() {
     let out = run(&[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -217,7 +220,7 @@ fn defaults_table_is_printed_as_markdown() {
 
 /// The crossover points are where DC needs less for the first time: not one node before.
 #[test]
-fn crossover_is_where_dc_starts_to_win() {
+fn scale_model_crossover_is_where_dc_starts_to_win() {
     let report = run_json(&[]);
     let crossover = &report["crossover"];
     // By hand: QPs N - 1 > 17 from N = 19; memory (N - 1) × 12288 > 278528 from N = 24, and
@@ -254,7 +257,7 @@ fn crossover_is_where_dc_starts_to_win() {
 }
 
 #[test]
-fn options_change_the_model() {
+fn scale_model_options_change_the_model() {
     // Repeated and comma-separated --nodes, in the order given.
     let report = run_json(&[
         "--nodes",
@@ -305,7 +308,7 @@ fn options_change_the_model() {
 }
 
 #[test]
-fn bad_options_are_refused_with_status_2() {
+fn scale_model_bad_options_are_refused_with_status_2() {
     for (args, option) in [
         (&["--nodes", "1"][..], "--nodes"),
         (&["--nodes", "16,x"][..], "--nodes"),
@@ -325,7 +328,7 @@ fn bad_options_are_refused_with_status_2() {
 /// `-d` naming a device that is not there: the documented defaults, with the reason, on a host
 /// without RDMA devices; an error (status 1) naming the devices there are on a host with some.
 #[test]
-fn missing_device_gives_defaults_only_without_rdma_devices() {
+fn scale_model_missing_device_gives_defaults_only_without_rdma_devices() {
     const NAME: &str = "no_such_device_0";
     let devices = DeviceList::new()
         .map(|list| list.iter().map(|d| d.name()).collect::<Vec<_>>())
@@ -349,7 +352,7 @@ fn missing_device_gives_defaults_only_without_rdma_devices() {
 
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
-fn device_limits_are_used() {
+fn scale_model_device_limits_are_used() {
     let ctx = common::open_test_device();
     let name = std::env::var(common::DEVICE_VARIABLE).expect("checked by open_test_device");
     let attr = ctx.query_device().expect("query_device");
@@ -412,7 +415,7 @@ fn device_limits_are_used() {
 
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
-fn depths_above_the_device_limits_are_refused() {
+fn scale_model_depths_above_the_device_limits_are_refused() {
     let ctx = common::open_test_device();
     let name = std::env::var(common::DEVICE_VARIABLE).expect("checked by open_test_device");
     let attr = ctx.query_device().expect("query_device");
