@@ -67,8 +67,12 @@ use super::dc_initiator::{
     BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams,
     SET_DC_ADDR,
 };
-use super::dc_pool_assignment::{encode, Grant, PoolCore, PooledInitiator, Refusal, INITIATOR_BITS, MAX_INITIATORS};
+use super::dc_pool_assignment::{encode, Grant, PoolCore, Refusal, INITIATOR_BITS, MAX_INITIATORS};
 pub use super::dc_pool_assignment::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
+// The supertrait of `PostingInitiator`: reachable, so that hand-made initiators outside the crate
+// (the benchmarks') can implement both.
+#[doc(hidden)]
+pub use super::dc_pool_assignment::PooledInitiator;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
 use crate::ibverbs::post_send_guard::{
