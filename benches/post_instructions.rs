@@ -8,9 +8,9 @@ mod common;
 
 use std::hint::black_box;
 
-#[cfg(feature = "mlx5")]
-use common::SendDcWrite;
 use common::{RecvSrq, SendRcWrite, Workload, REQUESTS};
+#[cfg(feature = "mlx5")]
+use common::{SendDcPoolWrite, SendDcWrite};
 use gungraun::{library_benchmark, library_benchmark_group, main};
 
 fn setup<W: Workload>(batch: usize) -> W::State {
@@ -48,12 +48,14 @@ macro_rules! workloads {
 
 // A row per workload: group, guard benchmark, raw benchmark (named `<NAME>_guard`/`<NAME>_raw`,
 // as scripts/bench reads them): the workload.
-// The DC row needs the `mlx5` feature (scripts/bench enables it).
+// The DC rows need the `mlx5` feature (scripts/bench enables it). `send_dc_pool_write`'s "raw"
+// benchmark is the direct DC initiator's guard (see benches/common/mod.rs).
 #[cfg(feature = "mlx5")]
 workloads! {
     send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
     recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
     send_dc_write, send_dc_write_guard, send_dc_write_raw: SendDcWrite;
+    send_dc_pool_write, send_dc_pool_write_guard, send_dc_pool_write_raw: SendDcPoolWrite;
 }
 #[cfg(not(feature = "mlx5"))]
 workloads! {

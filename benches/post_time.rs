@@ -77,6 +77,9 @@ fn benches(c: &mut Criterion) {
     workload::<RecvSrq>(c);
     #[cfg(feature = "mlx5")]
     workload::<common::SendDcWrite>(c);
+    // Its "raw" is the direct DC initiator's guard.
+    #[cfg(feature = "mlx5")]
+    workload::<common::SendDcPoolWrite>(c);
     recv_srq_threads(c);
 }
 

@@ -247,7 +247,7 @@ impl Workload for SendRcWrite {
 
 #[cfg(feature = "mlx5")]
 #[allow(unused_imports)] // the allocation test shares this module and posts no DC request
-pub use dc::SendDcWrite;
+pub use dc::{SendDcPoolWrite, SendDcWrite};
 
 #[cfg(feature = "mlx5")]
 mod dc {
@@ -256,12 +256,15 @@ mod dc {
     use std::ptr::NonNull;
 
     use rdma_mummy_sys::{
-        ibv_ah, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start, mlx5dv_qp_ex,
-        mlx5dv_wr_set_dc_addr,
+        ibv_ah, ibv_qp_ex, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
+        mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr,
     };
-    use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+    use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
     use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
     use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
+    use sideway_ext::mlx5::dc_initiator_pool::{
+        DcInitiatorPool, DcPoolPolicy, DestinationId, PooledInitiator, PostingInitiator,
+    };
 
     use super::{failed, Buffers, CountingQp, Workload, STRIDE};
 
@@ -274,6 +277,28 @@ mod dc {
 
     unsafe extern "C" fn count_set_dc_addr(view: *mut mlx5dv_qp_ex, _ah: *mut ibv_ah, _dctn: u32, _key: u64) {
         (*view.cast::<CountingDc>()).addresses += 1;
+    }
+
+    impl CountingDc {
+        fn new() -> Box<Self> {
+            // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
+            let mut view: Box<CountingDc> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+            view.view.wr_set_dc_addr = Some(count_set_dc_addr);
+            view
+        }
+
+        /// The entries of the counting `ibv_qp_ex` (RDMA write) plus `wr_set_dc_addr`, read
+        /// once, as a DC initiator does at creation.
+        fn entries(&mut self, qp: &mut CountingQp) -> ProviderEntries {
+            // SAFETY: both tables are live.
+            unsafe {
+                let ibv = ProviderEntries::new(qp.as_ptr(), SendOperationFlags::Write)
+                    .expect("the counting table fills the entries a write needs");
+                DcContext::from_raw(NonNull::from(&mut self.view))
+                    .entries(ibv, false)
+                    .expect("the counting view fills wr_set_dc_addr")
+            }
+        }
     }
 
     /// DC RDMA writes of one scatter/gather entry, signalled: `wr_id`, flags,
@@ -300,18 +325,8 @@ mod dc {
 
         fn setup(batch: usize) -> DcState {
             let mut qp = CountingQp::new();
-            // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
-            let mut view: Box<CountingDc> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
-            view.view.wr_set_dc_addr = Some(count_set_dc_addr);
-            let context = unsafe { DcContext::from_raw(NonNull::from(&mut view.view)) };
-            // SAFETY: both tables are live; read once, as a DC initiator does at creation.
-            let entries = unsafe {
-                let ibv = ProviderEntries::new(qp.as_ptr(), sideway::ibverbs::queue_pair::SendOperationFlags::Write)
-                    .expect("the counting table fills the entries a write needs");
-                context
-                    .entries(ibv, false)
-                    .expect("the counting view fills wr_set_dc_addr")
-            };
+            let mut view = CountingDc::new();
+            let entries = view.entries(&mut qp);
             let mut state = DcState {
                 qp,
                 view,
@@ -384,6 +399,179 @@ mod dc {
         fn posted(state: &DcState) -> u64 {
             assert_eq!(state.view.addresses, state.qp.requests(), "one DC address per request");
             state.qp.requests()
+        }
+    }
+
+    /// A DC initiator for a pool over the counting tables: a send queue large enough that the
+    /// benchmark never fills it, no streams, never in error.
+    pub struct CountingInitiator {
+        qp: Box<CountingQp>,
+        view: Box<CountingDc>,
+        entries: ProviderEntries,
+    }
+
+    /// Its send queue: two batches of 256 in flight at most (see `SendDcPoolWrite`).
+    const POOL_SEND_QUEUE: u32 = 1024;
+
+    impl PooledInitiator for CountingInitiator {
+        fn max_send_wr(&self) -> u32 {
+            POOL_SEND_QUEUE
+        }
+
+        fn stream_count(&self) -> u32 {
+            0
+        }
+
+        fn is_in_error(&mut self) -> bool {
+            false
+        }
+
+        fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            Ok(())
+        }
+
+        fn reset_stream(&mut self, _stream: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            Ok(())
+        }
+    }
+
+    // SAFETY: the views are the boxes it owns, with the entries read from them (no streams).
+    unsafe impl PostingInitiator for CountingInitiator {
+        fn qp_number(&self) -> u32 {
+            1
+        }
+
+        fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+            (self.qp.as_ptr(), self.entries, NonNull::from(&mut self.view.view))
+        }
+    }
+
+    /// The same DC RDMA writes as [`SendDcWrite`], posted through a `DcInitiatorPool` of one
+    /// counting initiator and one destination (static policy: the destination is bound to the
+    /// initiator once, nothing is released between batches): per batch
+    /// `pool.start_post_send(destination)`, per request
+    /// `construct_wr(wr_id, Signaled)?.setup_write(rkey, addr).setup_sge(lkey, addr, 64)` (the
+    /// pool sets the DC address), `post()`, then one `pool.complete` of the previous batch's
+    /// last request (all signalled: it settles that whole batch).
+    ///
+    /// Its "raw" side is not direct verbs calls but the direct DC initiator's guard, exactly
+    /// [`SendDcWrite`]'s guard side (the same function): the row's ratio is "posting through
+    /// the pool ÷ posting on one DC initiator", whose target is ≤ 1.15 (the pool adds at most a
+    /// lookup to the DCI post path). The pool side also pays for settling its requests (one
+    /// `complete` per batch, in the measured function); the direct side has no bookkeeping to
+    /// settle. One batch stays in flight, as in a sender that keeps its pipe full: completing a
+    /// destination's last outstanding request is not measured here (see BENCHMARKS.md).
+    pub enum SendDcPoolWrite {}
+
+    pub struct DcPoolState {
+        pool: DcInitiatorPool<CountingInitiator>,
+        destination: DestinationId,
+        /// Requests posted through the pool so far: the number of the next one.
+        numbered: u64,
+        /// The provider `wr_id` of the last request of the batch in flight.
+        in_flight: Option<u64>,
+        /// The direct side: [`SendDcWrite`]'s state.
+        direct: DcState,
+        batch: usize,
+        buffers: Buffers,
+    }
+
+    // SAFETY: the counting tables are plain data, used by one thread at a time; the address
+    // handle is never dereferenced.
+    unsafe impl Send for DcPoolState {}
+
+    impl Workload for SendDcPoolWrite {
+        const NAME: &'static str = "send_dc_pool_write";
+        type State = DcPoolState;
+
+        fn setup(batch: usize) -> DcPoolState {
+            let mut qp = CountingQp::new();
+            let mut view = CountingDc::new();
+            let entries = view.entries(&mut qp);
+            let initiator = CountingInitiator { qp, view, entries };
+            let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
+            // The direct side warms itself (one batch each of its ways).
+            let direct = SendDcWrite::setup(batch);
+            // SAFETY: the counting setter never dereferences the handle.
+            let destination = unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) };
+            let mut state = DcPoolState {
+                pool,
+                destination,
+                numbered: 0,
+                in_flight: None,
+                direct,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+            };
+            // Two batches: the second settles the first, so the measured runs start in the
+            // steady state (one batch in flight, the pool's queues grown).
+            Self::guard(&mut state, 2 * batch);
+            state
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut DcPoolState, requests: usize) {
+            let DcPoolState {
+                pool,
+                destination,
+                numbered,
+                in_flight,
+                batch,
+                buffers,
+                ..
+            } = state;
+            let (destination, batch, b) = (*destination, *batch, *buffers);
+            let mut next = 0;
+            while next < requests {
+                let Ok(mut guard) = pool.start_post_send(destination) else {
+                    failed("DcInitiatorPool::start_post_send")
+                };
+                for n in next as u64..(next + batch) as u64 {
+                    let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
+                        failed("DcPoolPostGuard::construct_wr")
+                    };
+                    // SAFETY: the counting provider never touches the buffers.
+                    unsafe {
+                        request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
+                            b.lkey,
+                            b.local + n * STRIDE,
+                            STRIDE as u32,
+                        )
+                    };
+                }
+                if guard.post().is_err() {
+                    failed("DcPoolPostGuard::post");
+                }
+                *numbered += batch as u64;
+                // The provider sees `number << 16 | initiator`; the initiator is 0.
+                let last = (*numbered - 1) << 16;
+                if let Some(previous) = in_flight.replace(last) {
+                    if !pool.complete(previous, 0, |_| {}) {
+                        failed("DcInitiatorPool::complete");
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut DcPoolState, requests: usize) {
+            SendDcWrite::guard(&mut state.direct, requests);
+        }
+
+        fn posted(state: &DcPoolState) -> u64 {
+            let initiator = state.pool.initiator(0).expect("one initiator");
+            assert_eq!(
+                initiator.view.addresses,
+                initiator.qp.requests(),
+                "one DC address per request"
+            );
+            assert_eq!(
+                state.pool.outstanding(state.destination),
+                state.batch as u64,
+                "one batch in flight"
+            );
+            initiator.qp.requests() + SendDcWrite::posted(&state.direct)
         }
     }
 }

@@ -67,8 +67,12 @@ use super::dc_initiator::{
     BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams,
     SET_DC_ADDR,
 };
-use super::dc_pool_assignment::{encode, Grant, PoolCore, PooledInitiator, Refusal, INITIATOR_BITS, MAX_INITIATORS};
+use super::dc_pool_assignment::{encode, Grant, PoolCore, Refusal, INITIATOR_BITS, MAX_INITIATORS};
 pub use super::dc_pool_assignment::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
+// The supertrait of `PostingInitiator`: reachable, so that hand-made initiators outside the crate
+// (the benchmarks') can implement both.
+#[doc(hidden)]
+pub use super::dc_pool_assignment::PooledInitiator;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
 use crate::ibverbs::post_send_guard::{
@@ -768,5 +772,881 @@ impl Destination for PoolAddress {
                 self.stream as u16,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pool over hand-made DC initiators whose `ibv_qp_ex` and `mlx5dv_qp_ex` tables record
+    //! every provider call (no device): the exact calls of each request, the completions mapped
+    //! back to the callers' `wr_id`s, and the pool's answers when it cannot post.
+    use std::cell::Cell;
+    use std::mem::MaybeUninit;
+
+    use rdma_mummy_sys::{ibv_send_flags, ibv_wc_status};
+    use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
+
+    use super::super::dc_initiator::dc_entries;
+    use super::*;
+    use crate::ibverbs::post_send_guard::tests::{record, recording_qp, take_calls};
+    use crate::ibverbs::post_send_guard::PostSendErrorKind;
+
+    thread_local! {
+        /// What the recorded `wr_complete` returns (0, or an errno).
+        static COMPLETE_RETURNS: Cell<i32> = const { Cell::new(0) };
+    }
+
+    const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
+    const INLINE: u32 = ibv_send_flags::IBV_SEND_INLINE.0;
+    const REM_ACCESS_ERR: u32 = ibv_wc_status::IBV_WC_REM_ACCESS_ERR;
+    const FLUSH_ERR: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
+    const RETRY_EXC_ERR: u32 = ibv_wc_status::IBV_WC_RETRY_EXC_ERR;
+
+    /// The `wr_id` the provider should see: request `number` of initiator `initiator`, written
+    /// out here rather than taken from the pool's own encoder.
+    fn provider_wr_id(initiator: usize, number: u64) -> u64 {
+        (number << 16) | initiator as u64
+    }
+
+    // Each recorder names its queue pair by number, so that a test sees which initiator a call
+    // went to.
+    unsafe fn qpn(qp: *mut ibv_qp_ex) -> u32 {
+        (*qp).qp_base.qp_num
+    }
+    unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+        record(format!("qp{} start", qpn(qp)));
+    }
+    unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> i32 {
+        record(format!("qp{} complete", qpn(qp)));
+        COMPLETE_RETURNS.with(Cell::get)
+    }
+    unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+        record(format!("qp{} abort", qpn(qp)));
+    }
+    unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+        record(format!(
+            "qp{} send wr_id={:#x} flags={:#x}",
+            qpn(qp),
+            (*qp).wr_id,
+            (*qp).wr_flags
+        ));
+    }
+    unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+        record(format!(
+            "qp{} write wr_id={:#x} flags={:#x} rkey={rkey:#x} addr={addr:#x}",
+            qpn(qp),
+            (*qp).wr_id,
+            (*qp).wr_flags
+        ));
+    }
+    unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+        record(format!(
+            "qp{} read wr_id={:#x} flags={:#x} rkey={rkey:#x} addr={addr:#x}",
+            qpn(qp),
+            (*qp).wr_id,
+            (*qp).wr_flags
+        ));
+    }
+    unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+        record(format!("qp{} sge lkey={lkey:#x} addr={addr:#x} len={length}", qpn(qp)));
+    }
+    unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut std::ffi::c_void, length: usize) {
+        let data = std::slice::from_raw_parts(addr as *const u8, length);
+        record(format!("qp{} inline {:?}", qpn(qp), String::from_utf8_lossy(data)));
+    }
+
+    /// An `mlx5dv_qp_ex` followed by the number of its queue pair (for the recorders).
+    #[repr(C)]
+    struct RecordingView {
+        view: mlx5dv_qp_ex,
+        qp_number: u32,
+    }
+
+    unsafe fn view_qpn(view: *mut mlx5dv_qp_ex) -> u32 {
+        (*view.cast::<RecordingView>()).qp_number
+    }
+    unsafe extern "C" fn wr_set_dc_addr(view: *mut mlx5dv_qp_ex, ah: *mut ibv_ah, dctn: u32, key: u64) {
+        record(format!(
+            "qp{} dc_addr ah={:#x} dctn={dctn:#x} key={key:#x}",
+            view_qpn(view),
+            ah as usize
+        ));
+    }
+    unsafe extern "C" fn wr_set_dc_addr_stream(
+        view: *mut mlx5dv_qp_ex, ah: *mut ibv_ah, dctn: u32, key: u64, stream: u16,
+    ) {
+        record(format!(
+            "qp{} dc_addr_stream ah={:#x} dctn={dctn:#x} key={key:#x} stream={stream}",
+            view_qpn(view),
+            ah as usize
+        ));
+    }
+
+    /// A hand-made DC initiator: recording tables, and a recovery that is recorded (and fails
+    /// when told to).
+    struct RecordingInitiator {
+        qp: Box<ibv_qp_ex>,
+        view: Box<RecordingView>,
+        entries: ProviderEntries,
+        max_send_wr: u32,
+        streams: u32,
+        /// What `is_in_error` answers (streams only).
+        in_error: Cell<bool>,
+        /// Whether `recover` and `reset_stream` fail.
+        recovery_fails: Cell<bool>,
+    }
+
+    impl RecordingInitiator {
+        /// Queue pair number `qp_number`, a send queue of `max_send_wr`, `streams` DCI streams (0:
+        /// none); writes, sends and reads.
+        fn new(qp_number: u32, max_send_wr: u32, streams: u32) -> Self {
+            let mut qp = recording_qp();
+            qp.qp_base.qp_num = qp_number;
+            qp.wr_start = Some(wr_start);
+            qp.wr_complete = Some(wr_complete);
+            qp.wr_abort = Some(wr_abort);
+            qp.wr_send = Some(wr_send);
+            qp.wr_rdma_write = Some(wr_rdma_write);
+            qp.wr_rdma_read = Some(wr_rdma_read);
+            qp.wr_set_sge = Some(wr_set_sge);
+            qp.wr_set_inline_data = Some(wr_set_inline_data);
+            // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
+            let mut view: Box<RecordingView> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+            view.qp_number = qp_number;
+            view.view.wr_set_dc_addr = Some(wr_set_dc_addr);
+            if streams > 0 {
+                view.view.wr_set_dc_addr_stream = Some(wr_set_dc_addr_stream);
+            }
+            let granted = SendOperationFlags::Write | SendOperationFlags::Send | SendOperationFlags::Read;
+            // SAFETY: both tables are live boxes.
+            let entries = unsafe {
+                let ibv = ProviderEntries::new(NonNull::from(&mut *qp), granted).expect("recording entries");
+                ibv.with(dc_entries(NonNull::from(&mut view.view), streams > 0).expect("recording mlx5 entries"))
+            };
+            Self {
+                qp,
+                view,
+                entries,
+                max_send_wr,
+                streams,
+                in_error: Cell::new(true),
+                recovery_fails: Cell::new(false),
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    struct RecoveryFailed;
+
+    impl std::fmt::Display for RecoveryFailed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("recovery refused by the test")
+        }
+    }
+
+    impl std::error::Error for RecoveryFailed {}
+
+    impl PooledInitiator for RecordingInitiator {
+        fn max_send_wr(&self) -> u32 {
+            self.max_send_wr
+        }
+
+        fn stream_count(&self) -> u32 {
+            self.streams
+        }
+
+        fn is_in_error(&mut self) -> bool {
+            self.in_error.get()
+        }
+
+        fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            record(format!("qp{} recover", self.qp.qp_base.qp_num));
+            if self.recovery_fails.get() {
+                return Err(Box::new(RecoveryFailed));
+            }
+            Ok(())
+        }
+
+        fn reset_stream(&mut self, stream: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            record(format!("qp{} reset_stream {stream}", self.qp.qp_base.qp_num));
+            if self.recovery_fails.get() {
+                return Err(Box::new(RecoveryFailed));
+            }
+            Ok(())
+        }
+    }
+
+    // SAFETY: the views are the boxes this initiator owns, with the entries read from them; the
+    // stream setter is filled when `streams` is not 0.
+    unsafe impl PostingInitiator for RecordingInitiator {
+        fn qp_number(&self) -> u32 {
+            self.qp.qp_base.qp_num
+        }
+
+        fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+            (
+                NonNull::from(&mut *self.qp),
+                self.entries,
+                NonNull::from(&mut self.view.view),
+            )
+        }
+    }
+
+    /// The pool's initiators are queue pairs 0x10 and 0x11 (`qp16`, `qp17` in the records).
+    fn pool(policy: DcPoolPolicy, max_send_wr: u32, streams: u32) -> DcInitiatorPool<RecordingInitiator> {
+        COMPLETE_RETURNS.with(|r| r.set(0));
+        take_calls();
+        let initiators = vec![
+            RecordingInitiator::new(0x10, max_send_wr, streams),
+            RecordingInitiator::new(0x11, max_send_wr, streams),
+        ];
+        DcInitiatorPool::from_initiators(initiators, policy, 2)
+    }
+
+    /// A destination's address: a fake address handle (only its value is recorded), a DCT
+    /// number and a DC key, all derived from `n`.
+    struct Address {
+        ah: NonNull<ibv_ah>,
+        dct_number: u32,
+        dc_key: u64,
+    }
+
+    impl Address {
+        fn new(n: usize) -> Self {
+            Self {
+                ah: NonNull::new(std::ptr::without_provenance_mut(0xa000 + 0x100 * n)).expect("not null"),
+                dct_number: 0x00d0_0000 + n as u32,
+                dc_key: 0xdc00 + n as u64,
+            }
+        }
+
+        fn add_to(&self, pool: &mut DcInitiatorPool<RecordingInitiator>) -> DestinationId {
+            // SAFETY: the recorders never dereference the handle.
+            unsafe { pool.add_destination_raw(self.ah, self.dct_number, self.dc_key) }
+        }
+
+        /// The recorded `wr_set_dc_addr` call on queue pair `qp`.
+        fn call(&self, qp: u32) -> String {
+            format!(
+                "qp{qp} dc_addr ah={:#x} dctn={:#x} key={:#x}",
+                self.ah.as_ptr() as usize,
+                self.dct_number,
+                self.dc_key
+            )
+        }
+
+        /// The recorded `wr_set_dc_addr_stream` call on queue pair `qp`.
+        fn stream_call(&self, qp: u32, stream: u16) -> String {
+            format!(
+                "qp{qp} dc_addr_stream ah={:#x} dctn={:#x} key={:#x} stream={stream}",
+                self.ah.as_ptr() as usize,
+                self.dct_number,
+                self.dc_key
+            )
+        }
+    }
+
+    /// Posts one signalled RDMA write of 64 bytes per caller `wr_id` to `destination`, in one
+    /// batch; returns the initiator it went to.
+    fn post_writes(
+        pool: &mut DcInitiatorPool<RecordingInitiator>, destination: DestinationId, wr_ids: &[u64],
+    ) -> usize {
+        let mut guard = pool.start_post_send(destination).expect("the pool grants a batch");
+        for &wr_id in wr_ids {
+            // SAFETY: the recorders never touch the buffers.
+            unsafe {
+                guard
+                    .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                    .expect("room in the send queue")
+                    .setup_write(0x77, 0x9000 + wr_id)
+                    .setup_sge(0x5, 0x1000 + wr_id, 64)
+            };
+        }
+        let (initiator, _) = guard.initiator();
+        guard.post().expect("the recorded post succeeds");
+        initiator
+    }
+
+    /// Settles the provider `wr_id` with `status`, returns the events.
+    fn complete(pool: &mut DcInitiatorPool<RecordingInitiator>, wr_id: u64, status: u32) -> Vec<DcPoolEvent> {
+        let mut events = Vec::new();
+        assert!(
+            pool.complete(wr_id, status, |event| events.push(event)),
+            "{wr_id:#x} names a live request"
+        );
+        pool.core.check_invariants();
+        events
+    }
+
+    fn completed(destination: DestinationId, wr_id: u64) -> DcPoolEvent {
+        DcPoolEvent::Completed { destination, wr_id }
+    }
+
+    #[test]
+    fn write_send_and_read_go_out_with_the_encoded_wr_id_the_address_then_the_data() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let (a, b) = (Address::new(1), Address::new(2));
+        let (da, db) = (a.add_to(&mut pool), b.add_to(&mut pool));
+
+        let mut guard = pool.start_post_send(da).expect("an initiator is free");
+        assert_eq!(guard.initiator(), (0, None));
+        // SAFETY: the recorders never touch the buffers.
+        unsafe {
+            guard
+                .construct_wr(100, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_write(0x77, 0x9000)
+                .setup_sge(0x5, 0x1000, 64);
+            // Inline data: the pool keeps the guard's inline bit handling.
+            guard
+                .construct_wr(101, WorkRequestFlags::none())
+                .expect("room")
+                .setup_send()
+                .setup_inline_data(b"hi");
+            guard
+                .construct_wr(102, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+                .expect("room")
+                .setup_read(0x78, 0xa000)
+                .setup_sge(0x6, 0x2000, 32);
+        }
+        assert_eq!(guard.batch_len(), 3);
+        guard.post().expect("recorded post");
+        let ah = a.call(16);
+        assert_eq!(
+            take_calls(),
+            [
+                "qp16 start".to_string(),
+                format!("qp16 write wr_id=0x0 flags={SIGNALED:#x} rkey=0x77 addr=0x9000"),
+                ah.clone(),
+                "qp16 sge lkey=0x5 addr=0x1000 len=64".to_string(),
+                format!("qp16 send wr_id={:#x} flags={INLINE:#x}", provider_wr_id(0, 1)),
+                ah.clone(),
+                "qp16 inline \"hi\"".to_string(),
+                // Scatter/gather data: the inline bit asked for is cleared.
+                format!(
+                    "qp16 read wr_id={:#x} flags={SIGNALED:#x} rkey=0x78 addr=0xa000",
+                    provider_wr_id(0, 2)
+                ),
+                ah.clone(),
+                "qp16 sge lkey=0x6 addr=0x2000 len=32".to_string(),
+                "qp16 complete".to_string(),
+            ]
+        );
+        assert_eq!(pool.outstanding(da), 3);
+        assert_eq!(pool.assignment(da), Some((0, None)));
+
+        // The second destination gets the other initiator; its numbers start at 0 there.
+        assert_eq!(post_writes(&mut pool, db, &[200]), 1);
+        assert_eq!(
+            take_calls(),
+            [
+                "qp17 start".to_string(),
+                format!(
+                    "qp17 write wr_id={:#x} flags={SIGNALED:#x} rkey=0x77 addr=0x90c8",
+                    provider_wr_id(1, 0)
+                ),
+                b.call(17),
+                "qp17 sge lkey=0x5 addr=0x10c8 len=64".to_string(),
+                "qp17 complete".to_string(),
+            ]
+        );
+        // The first one keeps its initiator while it has requests outstanding; numbering goes on.
+        assert_eq!(post_writes(&mut pool, da, &[103]), 0);
+        let calls = take_calls();
+        assert_eq!(
+            calls[1],
+            format!(
+                "qp16 write wr_id={:#x} flags={SIGNALED:#x} rkey=0x77 addr=0x9067",
+                provider_wr_id(0, 3)
+            )
+        );
+        assert_eq!(calls[2], ah);
+
+        // Completions come back by provider wr_id and are reported with the callers' wr_ids.
+        assert_eq!(complete(&mut pool, provider_wr_id(1, 0), 0), [completed(db, 200)]);
+        assert_eq!(pool.outstanding(db), 0);
+        assert_eq!(
+            pool.assignment(db),
+            None,
+            "an idle dedicated destination gives its initiator back"
+        );
+        // The send was not signalled: the read's completion covers it.
+        assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(da, 100)]);
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(0, 2), 0),
+            [completed(da, 101), completed(da, 102)]
+        );
+        assert_eq!(complete(&mut pool, provider_wr_id(0, 3), 0), [completed(da, 103)]);
+        assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+        // A completion of a request already reported names nothing.
+        assert!(!pool.complete(provider_wr_id(0, 3), 0, |e| panic!("reported {e:?} twice")));
+        assert!(!pool.complete(provider_wr_id(5, 0), 0, |e| panic!("no initiator 5: {e:?}")));
+        assert!(take_calls().is_empty(), "completions make no provider call");
+    }
+
+    #[test]
+    fn unsignalled_requests_are_reported_by_the_completion_that_covers_them() {
+        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
+        let a = Address::new(1);
+        let da = a.add_to(&mut pool);
+        let (initiator, _) = pool.assignment(da).expect("static binds at once");
+        let mut guard = pool.start_post_send(da).expect("bound");
+        for (wr_id, flags) in [
+            (10, WorkRequestFlags::none()),
+            (11, WorkRequestFlags::Signaled),
+            (12, WorkRequestFlags::none()),
+            (13, WorkRequestFlags::none()),
+            (14, WorkRequestFlags::Signaled),
+        ] {
+            // SAFETY: the recorders never touch the buffers.
+            unsafe {
+                guard
+                    .construct_wr(wr_id, flags)
+                    .expect("room")
+                    .setup_write(1, 2)
+                    .setup_sge(3, 4, 5)
+            };
+        }
+        guard.post().expect("recorded post");
+        let calls = take_calls();
+        let qp = 16 + initiator;
+        let flags: Vec<String> = calls
+            .iter()
+            .filter(|c| c.contains(" write "))
+            .map(|c| c.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(
+            flags,
+            (0..5u64)
+                .map(|n| format!(
+                    "qp{qp} write wr_id={:#x} flags={:#x}",
+                    provider_wr_id(initiator, n),
+                    if n == 1 || n == 4 { SIGNALED } else { 0 }
+                ))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 1), 0),
+            [completed(da, 10), completed(da, 11)]
+        );
+        assert_eq!(pool.outstanding(da), 3);
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 4), 0),
+            [completed(da, 12), completed(da, 13), completed(da, 14)]
+        );
+        assert_eq!(pool.outstanding(da), 0);
+    }
+
+    #[test]
+    fn a_guard_dropped_unposted_aborts_and_leaves_nothing_outstanding() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let a = Address::new(1);
+        let da = a.add_to(&mut pool);
+        let mut guard = pool.start_post_send(da).expect("an initiator is free");
+        // A request dropped before its data step adds nothing.
+        let _ = guard
+            .construct_wr(1, WorkRequestFlags::Signaled)
+            .expect("room")
+            .setup_write(1, 2);
+        assert_eq!(guard.batch_len(), 0);
+        // SAFETY: the recorders never touch the buffers.
+        unsafe {
+            guard
+                .construct_wr(2, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_write(1, 2)
+                .setup_sge(3, 4, 5)
+        };
+        assert_eq!(guard.batch_len(), 1);
+        drop(guard);
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("qp16 start"));
+        assert_eq!(calls.last().map(String::as_str), Some("qp16 abort"));
+        assert!(!calls.iter().any(|c| c.ends_with("complete")), "{calls:?}");
+        assert_eq!(pool.outstanding(da), 0);
+        assert_eq!(pool.assignment(da), None, "the initiator went back");
+        assert!(!pool.complete(provider_wr_id(0, 0), 0, |e| panic!("aborted request reported: {e:?}")));
+
+        // The next batch starts at number 0 again: nothing was counted.
+        post_writes(&mut pool, da, &[3]);
+        assert!(take_calls()[1].contains(&format!("wr_id={:#x} ", provider_wr_id(0, 0))));
+        assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(da, 3)]);
+    }
+
+    #[test]
+    fn a_failed_post_counts_nothing_and_releases_the_initiator() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        COMPLETE_RETURNS.with(|r| r.set(libc::ENOMEM));
+        let mut guard = pool.start_post_send(da).expect("an initiator is free");
+        // SAFETY: the recorders never touch the buffers.
+        unsafe {
+            guard
+                .construct_wr(1, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_write(1, 2)
+                .setup_sge(3, 4, 5)
+        };
+        let err = guard.post().unwrap_err();
+        assert!(
+            matches!(err.0, PostSendErrorKind::QueueFull { batch_len: 1, .. }),
+            "{err:?}"
+        );
+        COMPLETE_RETURNS.with(|r| r.set(0));
+        assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+        assert!(!pool.complete(provider_wr_id(0, 0), 0, |e| panic!("unposted request reported: {e:?}")));
+        pool.core.check_invariants();
+    }
+
+    #[test]
+    fn construct_wr_beyond_the_room_is_queue_full_and_the_batch_so_far_posts() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 4, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        let mut guard = pool.start_post_send(da).expect("an initiator is free");
+        assert_eq!(guard.room(), 4);
+        for wr_id in 0..4 {
+            // SAFETY: the recorders never touch the buffers.
+            unsafe {
+                guard
+                    .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                    .expect("room")
+                    .setup_write(1, 2)
+                    .setup_sge(3, 4, 5)
+            };
+        }
+        assert!(matches!(
+            guard.construct_wr(4, WorkRequestFlags::Signaled),
+            Err(DcPoolWouldBlock::QueueFull)
+        ));
+        assert_eq!(guard.batch_len(), 4);
+        guard.post().expect("the requests before the refusal post");
+        let calls = take_calls();
+        let writes: Vec<&String> = calls.iter().filter(|c| c.contains(" write ")).collect();
+        assert_eq!(writes.len(), 4, "{calls:?}");
+        for (n, write) in writes.iter().enumerate() {
+            assert!(
+                write.contains(&format!("wr_id={:#x} ", provider_wr_id(0, n as u64))),
+                "{write}"
+            );
+        }
+        assert_eq!(calls.last().map(String::as_str), Some("qp16 complete"));
+        assert_eq!(pool.outstanding(da), 4);
+
+        // A full send queue refuses the next batch before starting it.
+        match pool.start_post_send(da) {
+            Err(PostToDestinationError(PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::QueueFull))) => {},
+            Err(other) => panic!("unexpected {other:?}"),
+            Ok(_) => panic!("a full initiator granted a batch"),
+        }
+        assert!(take_calls().is_empty(), "nothing was started");
+
+        // One completion makes room for one.
+        assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(da, 0)]);
+        let mut guard = pool.start_post_send(da).expect("room for one");
+        assert_eq!(guard.room(), 1);
+        // SAFETY: the recorders never touch the buffers.
+        unsafe {
+            guard
+                .construct_wr(4, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_write(1, 2)
+                .setup_sge(3, 4, 5)
+        };
+        assert!(matches!(
+            guard.construct_wr(5, WorkRequestFlags::Signaled),
+            Err(DcPoolWouldBlock::QueueFull)
+        ));
+        guard.post().expect("recorded post");
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(0, 4), 0),
+            [1, 2, 3, 4].map(|wr_id| completed(da, wr_id))
+        );
+    }
+
+    #[test]
+    fn dedicated_a_third_destination_waits_first_in_line_for_a_freed_initiator() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let addresses: Vec<Address> = (0..4).map(Address::new).collect();
+        let ids: Vec<DestinationId> = addresses.iter().map(|a| a.add_to(&mut pool)).collect();
+        let (a, b, c, d) = (ids[0], ids[1], ids[2], ids[3]);
+        assert_eq!(post_writes(&mut pool, a, &[1]), 0);
+        assert_eq!(post_writes(&mut pool, b, &[2]), 1);
+        take_calls();
+
+        match pool.start_post_send(c) {
+            Err(e) => {
+                assert!(e.is_would_block());
+                assert!(matches!(
+                    e.0,
+                    PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
+                ));
+            },
+            Ok(_) => panic!("both initiators are held"),
+        }
+        assert!(take_calls().is_empty(), "nothing was started for it");
+        assert_eq!(pool.waiting().collect::<Vec<_>>(), [c]);
+        assert!(pool.start_post_send(d).is_err_and(|e| e.is_would_block()));
+        assert_eq!(pool.waiting().collect::<Vec<_>>(), [c, d]);
+
+        // b's completion frees initiator 1; c is first in line, so d may not take it.
+        assert_eq!(complete(&mut pool, provider_wr_id(1, 0), 0), [completed(b, 2)]);
+        assert!(matches!(
+            pool.start_post_send(d).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
+        ));
+        assert_eq!(post_writes(&mut pool, c, &[3]), 1);
+        let calls = take_calls();
+        assert_eq!(calls[0], "qp17 start");
+        assert_eq!(calls[2], addresses[2].call(17));
+        assert_eq!(pool.waiting().collect::<Vec<_>>(), [d]);
+        // The numbering of initiator 1 went on from b's request.
+        assert!(
+            calls[1].contains(&format!("wr_id={:#x} ", provider_wr_id(1, 1))),
+            "{calls:?}"
+        );
+        assert_eq!(complete(&mut pool, provider_wr_id(1, 1), 0), [completed(c, 3)]);
+        assert_eq!(post_writes(&mut pool, d, &[4]), 1);
+        assert_eq!(pool.waiting().count(), 0);
+    }
+
+    #[test]
+    fn the_streams_policy_addresses_each_request_on_the_destinations_stream() {
+        let mut pool = pool(DcPoolPolicy::Streams, 16, 4);
+        // Destinations until one lands on a stream other than 0 (the hash is deterministic).
+        let mut addresses = Vec::new();
+        let (address, id, initiator, stream) = loop {
+            let address = Address::new(addresses.len());
+            let id = address.add_to(&mut pool);
+            let (initiator, stream) = pool.assignment(id).expect("streams bind at once");
+            let stream = stream.expect("an initiator with streams gives a stream");
+            assert!(stream < 4 && initiator < 2);
+            if stream != 0 {
+                break (address, id, initiator, stream);
+            }
+            addresses.push(address);
+        };
+        let qp = 16 + initiator as u32;
+        let mut guard = pool.start_post_send(id).expect("bound");
+        assert_eq!(guard.initiator(), (initiator, Some(stream)));
+        // SAFETY: the recorders never touch the buffers.
+        unsafe {
+            guard
+                .construct_wr(7, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_write(0x77, 0x9000)
+                .setup_sge(0x5, 0x1000, 64)
+        };
+        guard
+            .construct_wr(8, WorkRequestFlags::Signaled)
+            .expect("room")
+            .setup_send()
+            .setup_inline_data(b"s");
+        guard.post().expect("recorded post");
+        assert_eq!(
+            take_calls(),
+            [
+                format!("qp{qp} start"),
+                format!(
+                    "qp{qp} write wr_id={:#x} flags={SIGNALED:#x} rkey=0x77 addr=0x9000",
+                    provider_wr_id(initiator, 0)
+                ),
+                address.stream_call(qp, stream),
+                format!("qp{qp} sge lkey=0x5 addr=0x1000 len=64"),
+                format!(
+                    "qp{qp} send wr_id={:#x} flags={:#x}",
+                    provider_wr_id(initiator, 1),
+                    SIGNALED | INLINE
+                ),
+                address.stream_call(qp, stream),
+                format!("qp{qp} inline \"s\""),
+                format!("qp{qp} complete"),
+            ]
+        );
+        // A destination on stream 0 also goes through the stream setter.
+        let first = addresses.first().expect("destination 0 is on stream 0");
+        let first_id = DestinationId(0);
+        let (first_initiator, first_stream) = pool.assignment(first_id).expect("bound");
+        assert_eq!(first_stream, Some(0));
+        post_writes(&mut pool, first_id, &[9]);
+        let calls = take_calls();
+        assert_eq!(calls[2], first.stream_call(16 + first_initiator as u32, 0));
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 1), 0),
+            [completed(id, 7), completed(id, 8)]
+        );
+    }
+
+    #[test]
+    fn an_error_on_one_stream_resets_that_stream_only() {
+        let mut pool = pool(DcPoolPolicy::Streams, 16, 4);
+        // Two destinations on one initiator, on different streams.
+        let mut seen: Vec<(DestinationId, usize, u16)> = Vec::new();
+        let ((x, xs), y, initiator) = loop {
+            let id = Address::new(seen.len()).add_to(&mut pool);
+            let (initiator, stream) = pool.assignment(id).expect("bound");
+            let stream = stream.expect("streams");
+            if let Some(&(other, _, other_stream)) = seen.iter().find(|(_, i, s)| *i == initiator && *s != stream) {
+                break ((other, other_stream), id, initiator);
+            }
+            seen.push((id, initiator, stream));
+            assert!(seen.len() < 64, "the hash spreads destinations over streams");
+        };
+        post_writes(&mut pool, x, &[1, 2]);
+        post_writes(&mut pool, y, &[3]);
+        take_calls();
+        pool.initiator(initiator).expect("initiator").in_error.set(false);
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 0), REM_ACCESS_ERR),
+            [
+                DcPoolEvent::Failed {
+                    destination: x,
+                    wr_id: 1,
+                    status: REM_ACCESS_ERR
+                },
+                DcPoolEvent::Failed {
+                    destination: x,
+                    wr_id: 2,
+                    status: FLUSH_ERR
+                },
+            ]
+        );
+        assert_eq!(take_calls(), [format!("qp{} reset_stream {xs}", 16 + initiator)]);
+        // The other stream's request was not touched and completes.
+        assert_eq!(pool.outstanding(y), 1);
+        assert_eq!(complete(&mut pool, provider_wr_id(initiator, 2), 0), [completed(y, 3)]);
+    }
+
+    #[test]
+    fn an_error_completion_fails_the_destination_hands_back_the_others_and_recovers() {
+        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
+        // Two destinations bound to one initiator (and one elsewhere).
+        let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
+        let shared: Vec<DestinationId> = ids
+            .iter()
+            .copied()
+            .filter(|&d| pool.assignment(d) == pool.assignment(ids[0]))
+            .collect();
+        let (a, b) = (shared[0], shared[1]);
+        let (initiator, _) = pool.assignment(a).expect("bound");
+        let qp = 16 + initiator;
+
+        post_writes(&mut pool, a, &[10, 11, 12]);
+        post_writes(&mut pool, b, &[20]);
+        post_writes(&mut pool, a, &[13]);
+        take_calls();
+        // Request 1 (a's 11) fails: 10 before it completed, a's others fail as flushed, b's is
+        // handed back, and the initiator is recovered.
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 1), REM_ACCESS_ERR),
+            [
+                completed(a, 10),
+                DcPoolEvent::Failed {
+                    destination: a,
+                    wr_id: 11,
+                    status: REM_ACCESS_ERR
+                },
+                DcPoolEvent::Failed {
+                    destination: a,
+                    wr_id: 12,
+                    status: FLUSH_ERR
+                },
+                DcPoolEvent::Retry {
+                    destination: b,
+                    wr_id: 20
+                },
+                DcPoolEvent::Failed {
+                    destination: a,
+                    wr_id: 13,
+                    status: FLUSH_ERR
+                },
+            ]
+        );
+        assert_eq!(take_calls(), [format!("qp{qp} recover")]);
+        assert_eq!((pool.outstanding(a), pool.outstanding(b)), (0, 0));
+        // The provider's flush completions that follow name nothing any more.
+        for n in 2..5 {
+            assert!(!pool.complete(provider_wr_id(initiator, n), FLUSH_ERR, |e| panic!(
+                "reported twice: {e:?}"
+            )));
+        }
+        // The recovered initiator posts on, numbering on.
+        post_writes(&mut pool, b, &[20]);
+        assert!(take_calls()[1].contains(&format!("wr_id={:#x} ", provider_wr_id(initiator, 5))));
+        assert_eq!(complete(&mut pool, provider_wr_id(initiator, 5), 0), [completed(b, 20)]);
+    }
+
+    #[test]
+    fn an_initiator_that_cannot_be_recovered_is_lost_and_refuses_its_destinations() {
+        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
+        let a = Address::new(0).add_to(&mut pool);
+        let (initiator, _) = pool.assignment(a).expect("bound");
+        post_writes(&mut pool, a, &[1, 2]);
+        pool.initiator(initiator).expect("initiator").recovery_fails.set(true);
+        let events = complete(&mut pool, provider_wr_id(initiator, 0), REM_ACCESS_ERR);
+        assert_eq!(
+            events,
+            [
+                DcPoolEvent::Failed {
+                    destination: a,
+                    wr_id: 1,
+                    status: REM_ACCESS_ERR
+                },
+                DcPoolEvent::Failed {
+                    destination: a,
+                    wr_id: 2,
+                    status: FLUSH_ERR
+                },
+                DcPoolEvent::InitiatorLost {
+                    initiator,
+                    error: "recovery refused by the test".into()
+                },
+            ]
+        );
+        take_calls();
+        assert!(matches!(
+            pool.start_post_send(a).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::InitiatorLost { initiator: i } if i == initiator
+        ));
+        assert!(take_calls().is_empty());
+    }
+
+    #[test]
+    fn retry_exceeded_errors_make_a_destination_unreachable_until_revived() {
+        // The pool of these tests reports after 2 consecutive errors.
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let a = Address::new(0).add_to(&mut pool);
+        post_writes(&mut pool, a, &[1]);
+        let first = complete(&mut pool, provider_wr_id(0, 0), RETRY_EXC_ERR);
+        assert_eq!(
+            first,
+            [DcPoolEvent::Failed {
+                destination: a,
+                wr_id: 1,
+                status: RETRY_EXC_ERR
+            }]
+        );
+        assert!(!pool.is_unreachable(a));
+        post_writes(&mut pool, a, &[2]);
+        let second = complete(&mut pool, provider_wr_id(0, 1), RETRY_EXC_ERR);
+        assert_eq!(
+            second,
+            [
+                DcPoolEvent::Unreachable { destination: a },
+                DcPoolEvent::Failed {
+                    destination: a,
+                    wr_id: 2,
+                    status: RETRY_EXC_ERR
+                },
+            ]
+        );
+        take_calls();
+        assert!(matches!(
+            pool.start_post_send(a).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::Unreachable
+        ));
+        assert!(take_calls().is_empty());
+        pool.revive(a);
+        post_writes(&mut pool, a, &[3]);
+        assert_eq!(complete(&mut pool, provider_wr_id(0, 2), 0), [completed(a, 3)]);
     }
 }
