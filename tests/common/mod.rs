@@ -179,3 +179,44 @@ pub fn wait_completions(
     }
     out
 }
+
+/// The variable that names the ConnectX device the mlx5 hardware tests (`mlx5_hw_…`) run on.
+pub const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
+
+/// Opens the ConnectX named by `SIDEWAY_EXT_TEST_MLX5_DEVICE`; panics with a clear message when
+/// the variable is unset or the device is missing, since only mlx5 hardware tests call it.
+pub fn open_mlx5_test_device() -> Arc<DeviceContext> {
+    let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
+        panic!(
+            "mlx5 hardware tests need {MLX5_DEVICE_VARIABLE} to name a ConnectX-4 or newer; without one, `--skip mlx5_hw_`"
+        )
+    });
+    let list = DeviceList::new().unwrap_or_else(|e| panic!("cannot list RDMA devices: {e}"));
+    let device = list
+        .iter()
+        .find(|d| d.name() == name)
+        .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
+    device.open().unwrap_or_else(|e| panic!("cannot open {name}: {e}"))
+}
+
+/// `len` bytes that differ with `seed` and do not repeat every 256 bytes, so that a shifted or
+/// misplaced chunk shows.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8) ^ ((i >> 8) as u8).wrapping_mul(37) ^ seed)
+        .collect()
+}
+
+/// Compares byte by byte; on a difference, says how many bytes differ and where the first is.
+pub fn assert_bytes(actual: &[u8], expected: &[u8], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    let wrong = actual.iter().zip(expected).filter(|(a, e)| a != e).count();
+    if let Some(first) = (0..actual.len()).find(|&i| actual[i] != expected[i]) {
+        panic!(
+            "{what}: {wrong} of {} bytes differ, the first at {first}: {:#04x} instead of {:#04x}",
+            actual.len(),
+            actual[first],
+            expected[first]
+        );
+    }
+}
