@@ -1,7 +1,10 @@
 //! `examples/dc_pingpong`: its command line (on the host), its refusal of a device that is not
-//! mlx5 as server and as client (on `SIDEWAY_EXT_TEST_DEVICE`, rxe0 in the SoftRoCE VM), and,
-//! on the ConnectX of `SIDEWAY_EXT_TEST_MLX5_DEVICE` (`mlx5_hw_` tests), a server and a client
-//! on the same port in every mode, ping-pong (data checked) and bandwidth (rates reported).
+//! mlx5 as server and as client, with one DC initiator and with a pool (on
+//! `SIDEWAY_EXT_TEST_DEVICE`, rxe0 in the SoftRoCE VM), and, on the ConnectX of
+//! `SIDEWAY_EXT_TEST_MLX5_DEVICE` (`mlx5_hw_` tests), a server and a client on the same port in
+//! every mode, ping-pong (data checked) and bandwidth (rates reported), with one DC target and
+//! one DC initiator, and with 16 targets and a pool of 4 initiators under every pool policy
+//! (requests counted per target by both sides).
 //!
 //! The example binary is the one cargo builds next to the test binaries
 //! (`target/<profile>/examples/dc_pingpong`). Run under cargo (`CARGO` is set), the tests first
@@ -21,10 +24,18 @@ use std::time::{Duration, Instant};
 use serial_test::serial;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::DeviceContext;
+use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 
 /// A pair (or one peer) must be done within this.
 const TIMEOUT: Duration = Duration::from_secs(120);
 const MODES: [&str; 3] = ["write", "send", "read"];
+/// The pool options the device-refusal tests add: none, a pool (dedicated policy), a pool under
+/// the streams policy (the device check still comes first).
+const POOL_VARIANTS: [&[&str]; 3] = [
+    &[],
+    &["--pool", "4", "--targets", "8"],
+    &["--pool", "4", "--targets", "8", "--policy", "streams"],
+];
 const MELLANOX_VENDOR_ID: u32 = 0x02c9;
 const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
 
@@ -235,6 +246,14 @@ fn help_lists_every_option() {
         "-r, --rx-depth <RX_DEPTH>",
         "-I, --inline-size <INLINE_SIZE>",
         "--report-gbits",
+        "--targets <M>",
+        "--pool <N>",
+        "--policy <POLICY>",
+        "dedicated",
+        "quota:<Q>",
+        "static",
+        "streams",
+        "--streams <LOG>",
         "[SERVER]",
     ] {
         assert!(help.contains(option), "--help does not list {option:?}:\n{help}");
@@ -242,6 +261,7 @@ fn help_lists_every_option() {
     // perftest's defaults, so that the two compare.
     assert!(help.contains("[default: 18515]"), "{help}");
     assert!(help.contains("[default: 128]"), "{help}");
+    assert!(help.contains("[default: dedicated]"), "{help}");
 }
 
 /// Bad values stop at the command line (clap's status 2, naming the option), before any device
@@ -258,6 +278,21 @@ fn bad_option_values_are_refused_by_name() {
         (&["-Q", "2000"][..], "--cq-mod"),
         (&["-r", "1"][..], "--rx-depth"),
         (&["-p", "70000"][..], "--port"),
+        (&["--pool", "0"][..], "--pool"),
+        (&["--pool", "100000"][..], "--pool"),
+        (&["--policy", "nope"][..], "--policy"),
+        (&["--pool", "4", "--policy", "nope"][..], "--policy"),
+        (&["--pool", "4", "--policy", "quota:0"][..], "--policy"),
+        (&["--pool", "4", "--policy", "quota:many"][..], "--policy"),
+        (&["--targets", "0"][..], "--targets"),
+        (&["--targets", "100000"][..], "--targets"),
+        // A policy without a pool, streams without the streams policy.
+        (&["--policy", "static"][..], "--pool"),
+        (&["--pool", "4", "--streams", "2"][..], "--streams"),
+        (
+            &["--pool", "4", "--policy", "streams", "--streams", "99"][..],
+            "--streams",
+        ),
     ] {
         let output = Command::new(example_binary())
             .args(args)
@@ -299,8 +334,8 @@ fn check_not_mlx5(peer: &Finished, device: &str) {
     assert!(!peer.stdout.contains("address"), "{peer}");
 }
 
-/// As server, in every mode and also with --bw: status 1 and the plain message, before it
-/// listens.
+/// As server, in every mode and also with --bw, with one target and with `--pool 4 --targets 8`:
+/// status 1 and the plain message, before it listens.
 #[test]
 #[serial]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
@@ -309,20 +344,27 @@ fn server_on_a_device_that_is_not_mlx5_says_so() {
     let port = 18711;
     for mode in MODES {
         for bw in [false, true] {
-            let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
-            args.extend(strings(&["--mode", mode]));
-            if bw {
-                args.push("--bw".into());
+            for pool in POOL_VARIANTS {
+                let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
+                args.extend(strings(&["--mode", mode]));
+                if bw {
+                    args.push("--bw".into());
+                }
+                args.extend(strings(pool));
+                let server = run("server", &args);
+                check_not_mlx5(&server, &device);
+                assert!(
+                    !listening(port),
+                    "{mode} {pool:?}: something still listens on {port}\n{server}"
+                );
             }
-            let server = run("server", &args);
-            check_not_mlx5(&server, &device);
-            assert!(!listening(port), "{mode}: something still listens on {port}\n{server}");
         }
     }
 }
 
-/// As client, in every mode and also with --bw: status 1 and the plain message, and no
-/// connection to the server: it checks the device first.
+/// As client, in every mode and also with --bw, with one DC initiator and with
+/// `--pool 4 --targets 8` (also under the streams policy): status 1 and the plain message, and
+/// no connection to the server: it checks the device first.
 #[test]
 #[serial]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
@@ -334,20 +376,23 @@ fn client_on_a_device_that_is_not_mlx5_says_so_before_connecting() {
     let port = listener.local_addr().expect("local_addr").port();
     for mode in MODES {
         for bw in [false, true] {
-            let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
-            args.extend(strings(&["--mode", mode]));
-            if bw {
-                args.push("--bw".into());
-            }
-            args.push("127.0.0.1".into());
-            let client = run("client", &args);
-            check_not_mlx5(&client, &device);
-            match listener.accept() {
-                Err(err) if err.kind() == ErrorKind::WouldBlock => {},
-                Ok((_, from)) => {
-                    panic!("{mode}: the client connected from {from} before checking the device\n{client}")
-                },
-                Err(err) => panic!("accept: {err}"),
+            for pool in POOL_VARIANTS {
+                let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
+                args.extend(strings(&["--mode", mode]));
+                if bw {
+                    args.push("--bw".into());
+                }
+                args.extend(strings(pool));
+                args.push("127.0.0.1".into());
+                let client = run("client", &args);
+                check_not_mlx5(&client, &device);
+                match listener.accept() {
+                    Err(err) if err.kind() == ErrorKind::WouldBlock => {},
+                    Ok((_, from)) => {
+                        panic!("{mode} {pool:?}: the client connected from {from} before checking the device\n{client}")
+                    },
+                    Err(err) => panic!("accept: {err}"),
+                }
             }
         }
     }
@@ -567,13 +612,171 @@ fn mlx5_hw_dc_bandwidth_read() {
     bandwidth("read", 18729, BW_SMALL_SIZE, BW_SMALL_ITERS);
 }
 
-/// A client whose parameters differ is refused by name, and both sides fail.
+/// A client whose parameters differ (its message size; its pool's policy) is refused by name,
+/// and both sides fail.
 #[test]
 #[serial]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 fn mlx5_hw_dc_pingpong_refuses_a_client_with_other_parameters() {
-    let (server, client) = run_pair(18730, &["--mode", "write", "-n", "100"], &["-s", "128"]);
-    assert!(server.failed_cleanly() && client.failed_cleanly(), "{server}\n{client}");
-    assert!(server.stderr.contains("differ from the server's"), "{server}");
-    assert!(client.stderr.contains("the server refused"), "{client}");
+    for (port, common, client_only) in [
+        (18730, &["--mode", "write", "-n", "100"][..], &["-s", "128"][..]),
+        (
+            18731,
+            &["--mode", "write", "-n", "100", "--pool", "4", "--targets", "16"][..],
+            &["--policy", "static"][..],
+        ),
+    ] {
+        let (server, client) = run_pair(port, common, client_only);
+        assert!(server.failed_cleanly() && client.failed_cleanly(), "{server}\n{client}");
+        assert!(server.stderr.contains("differ from the server's"), "{server}");
+        assert!(client.stderr.contains("the server refused"), "{client}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConnectX hardware: 16 DC targets, a pool of 4 DC initiators, every policy.
+
+const POOL_INITIATORS: &str = "4";
+const POOL_TARGETS: u32 = 16;
+const POOL_BW_SIZE: u32 = 4096;
+const POOL_BW_ITERS: u32 = 20_000;
+
+/// How many of `iters` requests, sent round-robin over `targets`, go to each.
+fn round_robin(iters: u32, targets: u32) -> Vec<u64> {
+    (0..targets)
+        .map(|target| u64::from(iters / targets + u32::from(target < iters % targets)))
+        .collect()
+}
+
+/// The numbers in `text`, separated by spaces.
+fn numbers(text: &str, peer: &Finished) -> Vec<u64> {
+    text.split_whitespace()
+        .map(|word| {
+            word.parse()
+                .unwrap_or_else(|_| panic!("bad number {word:?} in {text:?}\n{peer}"))
+        })
+        .collect()
+}
+
+/// The number after `what` in `text`.
+fn number_after(text: &str, what: &str, peer: &Finished) -> u64 {
+    text.split(what)
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {what:?} in {text:?}\n{peer}"))
+}
+
+/// Both peers print the client's per-destination line: each target completed its round-robin
+/// share, and the pool handed nothing back and failed nothing.
+fn check_destinations(server: &Finished, client: &Finished, iters: u32) {
+    let expected = round_robin(iters, POOL_TARGETS);
+    for peer in [server, client] {
+        let line = peer
+            .stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(" completed per destination:"))
+            .unwrap_or_else(|| panic!("no per-destination line\n{peer}"));
+        let (counts, pool) = line
+            .split_once(';')
+            .unwrap_or_else(|| panic!("no pool counts in {line:?}\n{peer}"));
+        assert_eq!(numbers(counts, peer), expected, "{peer}");
+        assert_eq!(number_after(pool, "Retry ", peer), 0, "{peer}");
+        assert_eq!(number_after(pool, "Failed ", peer), 0, "{peer}");
+    }
+}
+
+/// The send-mode server's own count of what each DC target received (by DCT number): the
+/// round-robin share.
+fn check_received_per_target(server: &Finished, iters: u32) {
+    let line = server
+        .stdout
+        .lines()
+        .find(|line| line.starts_with(" server check: ok: "))
+        .unwrap_or_else(|| panic!("no server check\n{server}"));
+    let (_, counts) = line
+        .split_once("per DC target (by DCT number): ")
+        .unwrap_or_else(|| panic!("no per-target receive counts in {line:?}\n{server}"));
+    assert_eq!(numbers(counts, server), round_robin(iters, POOL_TARGETS), "{server}");
+}
+
+/// Ping-pong in every mode and bandwidth in write and send mode through a pool of 4 DC
+/// initiators under `policy`, over 16 DC targets, on ports from `first_port`.
+fn pool_suite(policy: &str, first_port: u16) {
+    let targets = POOL_TARGETS.to_string();
+    let pool = ["--pool", POOL_INITIATORS, "--targets", &targets, "--policy", policy];
+    let mut port = first_port;
+    for mode in MODES {
+        let (size, iters) = (PINGPONG_SIZE.to_string(), PINGPONG_ITERS.to_string());
+        let mut args = vec!["--mode", mode, "-s", &size, "-n", &iters];
+        args.extend(pool);
+        let (server, client) = run_pair(port, &args, &[]);
+        port += 1;
+        check_latency(&server, &client, PINGPONG_SIZE, PINGPONG_ITERS);
+        check_destinations(&server, &client, PINGPONG_ITERS);
+        match mode {
+            "send" => {
+                assert!(server.stdout.contains("received and checked, in order"), "{server}");
+                check_send_server(&server, PINGPONG_ITERS, true);
+                check_received_per_target(&server, PINGPONG_ITERS);
+            },
+            "write" => assert!(
+                server.stdout.contains("slots hold the data") && server.stdout.contains("(16 DC targets)"),
+                "{server}"
+            ),
+            _ => assert!(client.stdout.contains("each read checked"), "{client}"),
+        }
+        println!("{server}\n{client}");
+    }
+    for mode in ["write", "send"] {
+        let (size, iters) = (POOL_BW_SIZE.to_string(), POOL_BW_ITERS.to_string());
+        let mut args = vec!["--mode", mode, "--bw", "-s", &size, "-n", &iters];
+        args.extend(pool);
+        let (server, client) = run_pair(port, &args, &["-t", "128"]);
+        port += 1;
+        check_bandwidth(&server, &client, POOL_BW_SIZE, POOL_BW_ITERS);
+        check_destinations(&server, &client, POOL_BW_ITERS);
+        if mode == "send" {
+            check_send_server(&server, POOL_BW_ITERS, false);
+            check_received_per_target(&server, POOL_BW_ITERS);
+        }
+        println!("{server}\n{client}");
+    }
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_pool_dedicated() {
+    pool_suite("dedicated", 18740);
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_pool_quota() {
+    pool_suite("quota:8", 18750);
+}
+
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+fn mlx5_hw_dc_pool_static() {
+    pool_suite("static", 18760);
+}
+
+/// Needs a ConnectX with DCI streams (ConnectX-6 Dx or newer): on one without, it fails saying so.
+#[test]
+#[serial]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX with DCI streams"]
+fn mlx5_hw_dc_pool_streams() {
+    let (ctx, device) = open_mlx5_test_device();
+    let capabilities = Mlx5DeviceContext::new(ctx)
+        .query_dc_capabilities()
+        .expect("query the DC capabilities");
+    assert!(
+        capabilities.dci_streams().is_some(),
+        "this test needs a device with DCI streams (dci_streams_caps), ConnectX-6 Dx or newer; {device} has none"
+    );
+    pool_suite("streams", 18770);
 }
