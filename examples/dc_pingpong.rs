@@ -1578,6 +1578,7 @@ impl<'a> PoolInitiators<'a> {
                         format!("the pool lost DC initiator {initiator}: it could not be recovered: {error}").into(),
                     )
                 },
+                other => return Err(format!("unexpected pool event {other:?}").into()),
             }
         }
         Ok(polled)

@@ -587,7 +587,7 @@ fn settle(
             assert!(
                 !tally.unreachable.is_empty() || tally.error_statuses.len() <= UNREACHABLE_AFTER as usize,
                 "{} error completions of the destroyed DC target, and it was not reported unreachable \
-                 (the pool counts only IBV_WC_RETRY_EXC_ERR): {}",
+                 (the pool counts transport/RNR retry exceeded and remote invalid request): {}",
                 tally.error_statuses.len(),
                 tally.summary()
             );
@@ -614,6 +614,7 @@ fn settle(
                 tally.summary()
             )
         },
+        other => panic!("an event this test does not know: {other:?}"),
     }
 }
 

@@ -543,8 +543,8 @@ mod dc {
                     failed("DcPoolPostGuard::post");
                 }
                 *numbered += batch as u64;
-                // The provider sees `number << 16 | initiator`; the initiator is 0.
-                let last = (*numbered - 1) << 16;
+                // The provider sees `initiator << 48 | number`; the initiator is 0.
+                let last = *numbered - 1;
                 if let Some(previous) = in_flight.replace(last) {
                     if !pool.complete(previous, 0, |_| {}) {
                         failed("DcInitiatorPool::complete");

@@ -67,7 +67,7 @@ use super::dc_initiator::{
     BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams,
     SET_DC_ADDR,
 };
-use super::dc_pool_assignment::{encode, Grant, PoolCore, Refusal, INITIATOR_BITS, MAX_INITIATORS};
+use super::dc_pool_assignment::{encode, initiator_of, Grant, PoolCore, Refusal, MAX_INITIATORS};
 pub use super::dc_pool_assignment::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 // The supertrait of `PostingInitiator`: reachable, so that hand-made initiators outside the crate
 // (the benchmarks') can implement both.
@@ -122,6 +122,9 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// What it requires.
         requirement: &'static str,
     },
+    /// No send completion queue was given (`setup_send_cq`).
+    #[error("a send completion queue is required (setup_send_cq)")]
+    MissingSendCompletionQueue,
     /// No bring-up parameters were given (`setup_bring_up`).
     #[error("the pool brings its initiators up: setup_bring_up is required")]
     MissingBringUp,
@@ -179,7 +182,10 @@ impl DcInitiatorPoolBuilder {
     }
 
     /// The completion queue of every initiator's send completions (required). The pool polls it
-    /// ([`DcInitiatorPool::poll`]): no other queue pair may complete on it.
+    /// ([`DcInitiatorPool::poll`]): no other queue pair may complete on it. Size it for every
+    /// request that can be in flight: the initiators times each one's send queue as the device
+    /// granted it (which can be more than [`setup_max_send_wr`](Self::setup_max_send_wr) asked;
+    /// [`DcInitiator::max_send_wr`] says), else the CQ can overflow.
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
         let send_cq = send_cq.into();
         self.initiator.setup_send_cq(send_cq.clone());
@@ -282,6 +288,9 @@ impl DcInitiatorPoolBuilder {
                 }
                 .into())
             },
+        }
+        if self.send_cq.is_none() {
+            return Err(CreateDcInitiatorPoolErrorKind::MissingSendCompletionQueue.into());
         }
         let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         let mut initiators = Vec::with_capacity(self.count);
@@ -466,7 +475,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         self.qp_numbers.len()
     }
 
-    /// Initiator `index`, to query it.
+    /// Initiator `index`, to read what it was created with.
     pub fn initiator(&self, index: usize) -> Option<&I> {
         self.core.initiators.get(index)
     }
@@ -543,6 +552,13 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         self.core.revive(destination);
     }
 
+    /// Creates `destination`'s address handle now rather than on its first post (which then
+    /// costs no `ibv_create_ah`), and reports an error in it here.
+    pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
+        self.resolve(destination)?;
+        Ok(())
+    }
+
     /// The destination's address, creating its address handle on first use.
     fn resolve(
         &mut self, destination: DestinationId,
@@ -580,6 +596,8 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let core = NonNull::from(&mut self.core);
         // SAFETY: `core` is the pool's, borrowed for the guard's lifetime.
         let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
+        // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
+        let slots = unsafe { ring.add((grant.first & mask) as usize) };
         let address = PoolAddress {
             mlx5_qp_ex,
             ah,
@@ -592,10 +610,8 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected>::start(qp_ex, entries, address) };
         Ok(DcPoolPostGuard {
             inner: ManuallyDrop::new(inner),
-            ring,
-            mask,
+            slots,
             base: encode(grant.initiator, grant.first),
-            first: grant.first,
             room: grant.room,
             grant,
             core,
@@ -615,8 +631,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let mut wcs = [WorkCompletion::default(); 32];
         let polled = cq.poll_work_completions(&mut wcs)?;
         for wc in polled.iter() {
-            let initiator = (wc.wr_id() & (MAX_INITIATORS as u64 - 1)) as usize;
-            if self.qp_numbers.get(initiator) != Some(&wc.qp_number()) {
+            if self.qp_numbers.get(initiator_of(wc.wr_id())) != Some(&wc.qp_number()) {
                 continue;
             }
             self.core.complete(wc.wr_id(), wc.status_raw(), &mut sink);
@@ -632,18 +647,26 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     }
 }
 
+impl DcInitiatorPool<DcInitiator> {
+    /// Reads initiator `index`'s state from the device (`ibv_query_qp`), e.g. to see that the
+    /// pool brought it back to RTS after an error; `None` for an index out of range.
+    pub fn query_initiator_state(
+        &mut self, index: usize,
+    ) -> Option<Result<QueuePairState, sideway::ibverbs::queue_pair::QueryQueuePairError>> {
+        self.core.initiators.get_mut(index).map(DcInitiator::query_state)
+    }
+}
+
 /// A batch of requests to one destination through a [`DcInitiatorPool`]: the request builder of a
 /// [`DcInitiator`]'s guard, where the pool sets the DC address
 /// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
 pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator> {
     inner: ManuallyDrop<PostSendGuard<'p, PooledDynamicallyConnected>>,
-    /// The initiator's ring of callers' `wr_id`s, and its mask.
-    ring: *mut u64,
-    mask: u64,
-    /// The provider-visible `wr_id` of the batch's first request.
+    /// The batch's places in the initiator's ring of callers' `wr_id`s: `room` of them, in a row.
+    slots: *mut u64,
+    /// The provider-visible `wr_id` of the batch's first request; the others follow by one.
     base: u64,
-    first: u64,
     room: usize,
     grant: Grant,
     /// The pool's bookkeeping, borrowed for `'p`.
@@ -654,22 +677,20 @@ pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator> {
 
 impl<I: PostingInitiator> DcPoolPostGuard<'_, I> {
     /// Starts a new request with the caller's `wr_id` (what [`DcPoolEvent`]s report) and flags;
-    /// continue with an operation, then the data. When the initiator's send queue has no room
-    /// for it, [`DcPoolWouldBlock::QueueFull`]: post the batch so far, poll, and go on.
+    /// continue with an operation, then the data. When the batch holds [`room`](Self::room)
+    /// requests already, [`DcPoolWouldBlock::BatchFull`]: post it and start another.
     #[inline]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
     ) -> Result<WorkRequestHandle<'_, PooledDynamicallyConnected>, DcPoolWouldBlock> {
         let len = self.inner.batch_len();
         if len >= self.room {
-            return Err(DcPoolWouldBlock::QueueFull);
+            return Err(DcPoolWouldBlock::BatchFull);
         }
-        let number = self.first.wrapping_add(len as u64);
-        // SAFETY: the ring is the initiator's, which this guard's pool borrow keeps alive and
-        // unused elsewhere; the index is masked into it; `room` keeps live entries unwritten.
-        unsafe { *self.ring.add((number & self.mask) as usize) = wr_id };
-        let provider_wr_id = self.base.wrapping_add((len as u64) << INITIATOR_BITS);
-        Ok(self.inner.construct_wr(provider_wr_id, wr_flags))
+        // SAFETY: the `room` places from `slots` are the initiator's ring's, which this guard's
+        // pool borrow keeps alive and unused elsewhere, and hold no live request.
+        unsafe { *self.slots.add(len) = wr_id };
+        Ok(self.inner.construct_wr(self.base + len as u64, wr_flags))
     }
 
     /// How many requests the batch holds.
@@ -678,7 +699,8 @@ impl<I: PostingInitiator> DcPoolPostGuard<'_, I> {
         self.inner.batch_len()
     }
 
-    /// How many requests the batch may hold (the initiator's free send-queue room).
+    /// How many requests the batch may hold: the initiator's free send-queue room, up to where
+    /// the pool's ring of `wr_id`s wraps around, and up to the destination's quota.
     #[inline]
     pub fn room(&self) -> usize {
         self.room
@@ -805,7 +827,7 @@ mod tests {
     /// The `wr_id` the provider should see: request `number` of initiator `initiator`, written
     /// out here rather than taken from the pool's own encoder.
     fn provider_wr_id(initiator: usize, number: u64) -> u64 {
-        (number << 16) | initiator as u64
+        ((initiator as u64) << 48) | number
     }
 
     // Each recorder names its queue pair by number, so that a test sees which initiator a call
@@ -1299,7 +1321,7 @@ mod tests {
     }
 
     #[test]
-    fn construct_wr_beyond_the_room_is_queue_full_and_the_batch_so_far_posts() {
+    fn construct_wr_beyond_the_room_is_batch_full_and_the_batch_so_far_posts() {
         let mut pool = pool(DcPoolPolicy::Dedicated, 4, 0);
         let da = Address::new(1).add_to(&mut pool);
         let mut guard = pool.start_post_send(da).expect("an initiator is free");
@@ -1316,7 +1338,7 @@ mod tests {
         }
         assert!(matches!(
             guard.construct_wr(4, WorkRequestFlags::Signaled),
-            Err(DcPoolWouldBlock::QueueFull)
+            Err(DcPoolWouldBlock::BatchFull)
         ));
         assert_eq!(guard.batch_len(), 4);
         guard.post().expect("the requests before the refusal post");
@@ -1354,7 +1376,7 @@ mod tests {
         };
         assert!(matches!(
             guard.construct_wr(5, WorkRequestFlags::Signaled),
-            Err(DcPoolWouldBlock::QueueFull)
+            Err(DcPoolWouldBlock::BatchFull)
         ));
         guard.post().expect("recorded post");
         assert_eq!(
@@ -1648,5 +1670,72 @@ mod tests {
         pool.revive(a);
         post_writes(&mut pool, a, &[3]);
         assert_eq!(complete(&mut pool, provider_wr_id(0, 2), 0), [completed(a, 3)]);
+    }
+
+    /// Posts `count` signalled writes in one batch to `destination`; returns the batch's room.
+    fn post_counted_writes(
+        pool: &mut DcInitiatorPool<RecordingInitiator>, destination: DestinationId, first_wr_id: u64, count: u64,
+    ) -> usize {
+        let mut guard = pool.start_post_send(destination).expect("a batch");
+        let room = guard.room();
+        for wr_id in first_wr_id..first_wr_id + count {
+            // SAFETY: the recorders never touch the buffers.
+            unsafe {
+                guard
+                    .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                    .expect("room")
+                    .setup_write(1, 2)
+                    .setup_sge(3, 4, 5)
+            };
+        }
+        guard.post().expect("recorded post");
+        room
+    }
+
+    #[test]
+    fn a_batch_ends_where_the_ring_wraps_and_the_next_one_starts_at_its_beginning() {
+        // A send queue of 4: a ring of 8 places.
+        let mut pool = pool(DcPoolPolicy::Static, 4, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        let (initiator, _) = pool.assignment(da).expect("bound");
+        assert_eq!(post_counted_writes(&mut pool, da, 0, 3), 4);
+        let settled = complete(&mut pool, provider_wr_id(initiator, 2), 0);
+        assert_eq!(settled, [0, 1, 2].map(|wr_id| completed(da, wr_id)));
+        assert_eq!(post_counted_writes(&mut pool, da, 3, 3), 4);
+        let settled = complete(&mut pool, provider_wr_id(initiator, 5), 0);
+        assert_eq!(settled, [3, 4, 5].map(|wr_id| completed(da, wr_id)));
+        // Requests 6 and 7 fill the ring to its end: the send queue is empty, the batch has 2.
+        assert_eq!(post_counted_writes(&mut pool, da, 6, 2), 2);
+        // The next batch starts at the ring's beginning, with the send queue's 2 free places.
+        assert_eq!(post_counted_writes(&mut pool, da, 8, 2), 2);
+        take_calls();
+        let settled = complete(&mut pool, provider_wr_id(initiator, 9), 0);
+        assert_eq!(settled, [6, 7, 8, 9].map(|wr_id| completed(da, wr_id)));
+        assert_eq!(pool.outstanding(da), 0);
+    }
+
+    #[test]
+    fn a_quota_caps_a_batch_while_others_wait() {
+        let mut pool = pool(DcPoolPolicy::DedicatedWithQuota { quota: 3 }, 16, 0);
+        let (da, db, dc) = (
+            Address::new(1).add_to(&mut pool),
+            Address::new(2).add_to(&mut pool),
+            Address::new(3).add_to(&mut pool),
+        );
+        // Nobody waits: the whole send queue.
+        assert_eq!(post_counted_writes(&mut pool, da, 0, 2), 16);
+        assert_eq!(post_counted_writes(&mut pool, db, 100, 1), 16);
+        // Both initiators are held: the third destination is in line.
+        match pool.start_post_send(dc) {
+            Err(PostToDestinationError(PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator))) => {},
+            other => panic!("unexpected {:?}", other.map(|g| g.room())),
+        }
+        // Now the first destination has 1 request left of its quota, however large the batch.
+        assert_eq!(post_counted_writes(&mut pool, da, 2, 1), 1);
+        match pool.start_post_send(da) {
+            Err(PostToDestinationError(PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::QuotaExhausted))) => {},
+            other => panic!("unexpected {:?}", other.map(|g| g.room())),
+        }
+        take_calls();
     }
 }

@@ -12,8 +12,9 @@
 //! # Request numbers
 //!
 //! Each initiator numbers its requests in posting order. The `wr_id` the provider sees is
-//! `number << 16 | initiator` (the number taken modulo 2⁴⁸); the caller's own `wr_id` is kept in a
-//! ring, at the request's number. A completion thus names its request exactly, also with DCI
+//! `initiator << 48 | number` (the number taken modulo 2⁴⁸); the caller's own `wr_id` is kept in a
+//! ring, at the request's number. A batch's requests take consecutive places in the ring (a batch
+//! never wraps around its end), so a request costs the guard one store and one addition. A completion thus names its request exactly, also with DCI
 //! streams (whose completions can come out of posting order between streams), and completions
 //! left from before a recovery (flushed requests already accounted for) match no live request and
 //! are ignored.
@@ -75,6 +76,7 @@ impl DestinationId {
 /// Why a post to a destination cannot go ahead now; nothing was posted, and posting again after
 /// [`poll`](super::dc_initiator_pool::DcInitiatorPool::poll) freed resources may succeed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DcPoolWouldBlock {
     /// Every DC initiator is held by another destination (dedicated policies), or destinations
     /// that asked earlier are first in line; the destination is now in line.
@@ -86,6 +88,12 @@ pub enum DcPoolWouldBlock {
     /// The initiator's send queue holds as many requests as it can until some complete.
     #[error("the DC initiator's send queue is full")]
     QueueFull,
+    /// The batch holds as many requests as it may
+    /// ([`room`](super::dc_initiator_pool::DcPoolPostGuard::room)): post it, and start another
+    /// (which may say [`QueueFull`](Self::QueueFull)). A batch ends early where the pool's ring of
+    /// `wr_id`s wraps around, and at the quota.
+    #[error("the batch is full: post it and start another")]
+    BatchFull,
 }
 
 /// What happened to a request posted through a pool, or to a destination, as reported by
@@ -93,6 +101,7 @@ pub enum DcPoolWouldBlock {
 /// exactly once: completed, failed or handed back for a retry (signalled or not: a request not
 /// signalled is reported when a later completion of its initiator, or stream, covers it).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DcPoolEvent {
     /// The request completed successfully.
     Completed {
@@ -122,8 +131,9 @@ pub enum DcPoolEvent {
         /// The `wr_id` it was posted with.
         wr_id: u64,
     },
-    /// The destination's requests kept failing with "transport retry counter exceeded": it is
-    /// reported once, its requests now fail at post
+    /// The destination's requests kept failing with errors that say its target is not there
+    /// (transport or RNR retry counter exceeded, remote invalid request), as many times in a row
+    /// as the pool was set up with: it is reported once, its requests now fail at post
     /// ([`Unreachable`](super::dc_initiator_pool::PostToDestinationErrorKind::Unreachable)) until
     /// [`revive`](super::dc_initiator_pool::DcInitiatorPool::revive).
     Unreachable {
@@ -169,18 +179,40 @@ pub struct Grant {
     pub room: usize,
 }
 
-/// Bits of the provider-visible `wr_id` that name the initiator.
-pub(crate) const INITIATOR_BITS: u32 = 16;
+/// Bits of the provider-visible `wr_id` that number an initiator's requests; the initiator takes
+/// the 16 above them.
+pub(crate) const NUMBER_BITS: u32 = 48;
+const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
 /// The largest pool.
-pub(crate) const MAX_INITIATORS: usize = 1 << INITIATOR_BITS;
+pub(crate) const MAX_INITIATORS: usize = 1 << (64 - NUMBER_BITS);
 
 /// The provider-visible `wr_id` of request `number` of initiator `initiator`.
+#[doc(hidden)]
 #[inline(always)]
-pub(crate) fn encode(initiator: usize, number: u64) -> u64 {
-    (number << INITIATOR_BITS) | initiator as u64
+pub fn encode(initiator: usize, number: u64) -> u64 {
+    ((initiator as u64) << NUMBER_BITS) | (number & NUMBER_MASK)
 }
 
-/// A run of requests of one destination, posted in one batch on one initiator.
+/// The initiator a provider-visible `wr_id` names.
+#[inline(always)]
+pub(crate) fn initiator_of(wr_id: u64) -> usize {
+    (wr_id >> NUMBER_BITS) as usize
+}
+
+/// Whether an error status says the target is not there: no answer (transport retry counter
+/// exceeded), no receive ever (RNR retry counter exceeded), or no such DC target (remote invalid
+/// request).
+fn is_no_such_target(status: u32) -> bool {
+    matches!(
+        status,
+        ibv_wc_status::IBV_WC_RETRY_EXC_ERR
+            | ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR
+            | ibv_wc_status::IBV_WC_REM_INV_REQ_ERR
+    )
+}
+
+/// A run of requests of one destination, posted on one initiator in one or more consecutive
+/// batches.
 #[derive(Debug, Clone, Copy)]
 struct BatchRecord {
     destination: u32,
@@ -231,22 +263,33 @@ impl InitiatorRequests {
         }
     }
 
-    /// How many more requests it can take now.
+    /// How many more requests it can take now: free send-queue slots, and places in the ring up
+    /// to its end (a batch does not wrap) and up to the 2⁴⁸ boundary of the numbers.
     fn room(&self) -> usize {
         let oldest = self.batches.front().map_or(self.head, |b| b.settled);
         let ring = (self.mask + 1) - (self.head - oldest);
-        (self.capacity - self.outstanding).min(ring) as usize
+        let to_ring_end = (self.mask + 1) - (self.head & self.mask);
+        let to_number_wrap = (NUMBER_MASK + 1) - (self.head & NUMBER_MASK);
+        (self.capacity - self.outstanding)
+            .min(ring)
+            .min(to_ring_end)
+            .min(to_number_wrap) as usize
     }
 
     /// The full number of a request from the 48 bits the provider gives back.
     fn unwrap_number(&self, low: u64) -> u64 {
-        let distance = (self.head << INITIATOR_BITS).wrapping_sub(low << INITIATOR_BITS) >> INITIATOR_BITS;
+        let distance = self.head.wrapping_sub(low) & NUMBER_MASK;
         self.head.wrapping_sub(distance)
     }
 
     /// The index of the live batch holding request `number`, unless it was already reported.
+    #[inline]
     fn find(&self, number: u64) -> Option<usize> {
-        let index = self.batches.partition_point(|b| b.end <= number);
+        // Completions mostly settle the oldest batch.
+        let index = match self.batches.front() {
+            Some(front) if number < front.end => 0,
+            _ => self.batches.partition_point(|b| b.end <= number),
+        };
         let batch = self.batches.get(index)?;
         (batch.first <= number && number >= batch.settled).then_some(index)
     }
@@ -267,7 +310,7 @@ struct DestinationState {
     outstanding: u64,
     /// Requests posted on the initiator it holds now (quota).
     posted_on_hold: u64,
-    /// Consecutive "retry exceeded" errors.
+    /// Consecutive errors that say the target is not there.
     retries_exceeded: u32,
     unreachable: bool,
     /// Its place in line for an initiator (dedicated policies).
@@ -420,13 +463,18 @@ impl<I: PooledInitiator> PoolCore<I> {
         if state.unreachable {
             return Err(Refusal::Unreachable);
         }
+        // What is left of the quota while others wait.
+        let mut quota_left = u64::MAX;
         let initiator = match (self.policy, state.initiator) {
             (DcPoolPolicy::Static | DcPoolPolicy::Streams, Some(i)) => i as usize,
             (DcPoolPolicy::DedicatedWithQuota { quota }, Some(i)) => {
                 // It is not in line while it holds an initiator: once it gave it back, its next
                 // post goes to the end of the line if others wait.
-                if state.posted_on_hold >= u64::from(quota.max(1)) && self.waiting_count > 0 {
-                    return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
+                if self.waiting_count > 0 {
+                    quota_left = u64::from(quota.max(1)).saturating_sub(state.posted_on_hold);
+                    if quota_left == 0 {
+                        return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
+                    }
                 }
                 i as usize
             },
@@ -460,6 +508,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         if room == 0 {
             return Err(Refusal::WouldBlock(DcPoolWouldBlock::QueueFull));
         }
+        let room = room.min(usize::try_from(quota_left).unwrap_or(usize::MAX));
         let stream = (requests.streams > 0).then_some(self.destinations[d as usize].stream);
         Ok(Grant {
             initiator,
@@ -483,13 +532,20 @@ impl<I: PooledInitiator> PoolCore<I> {
         let d = grant.destination.0;
         if posted > 0 {
             let posted = posted as u64;
-            requests.batches.push_back(BatchRecord {
-                destination: d,
-                stream: grant.stream.unwrap_or(0),
-                first: grant.first,
-                end: grant.first + posted,
-                settled: grant.first,
-            });
+            let stream = grant.stream.unwrap_or(0);
+            match requests.batches.back_mut() {
+                // The same destination and stream right after its last batch: one record.
+                Some(last) if last.end == grant.first && last.destination == d && last.stream == stream => {
+                    last.end += posted;
+                },
+                _ => requests.batches.push_back(BatchRecord {
+                    destination: d,
+                    stream,
+                    first: grant.first,
+                    end: grant.first + posted,
+                    settled: grant.first,
+                }),
+            }
             requests.head += posted;
             requests.outstanding += posted;
             let state = &mut self.destinations[d as usize];
@@ -520,11 +576,11 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// reporting every request it settles to `sink`. A completion that names no live request
     /// (left from before a recovery) is ignored; returns whether it named one.
     pub fn complete(&mut self, wr_id: u64, status: u32, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
-        let initiator = (wr_id & (MAX_INITIATORS as u64 - 1)) as usize;
+        let initiator = initiator_of(wr_id);
         let Some(requests) = self.requests.get(initiator) else {
             return false;
         };
-        let number = requests.unwrap_number(wr_id >> INITIATOR_BITS);
+        let number = requests.unwrap_number(wr_id & NUMBER_MASK);
         let Some(index) = requests.find(number) else {
             return false;
         };
@@ -540,7 +596,6 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Reports as completed the requests of `initiator` before `end` (of `stream`, or all).
     fn settle_up_to(&mut self, initiator: usize, stream: Option<u16>, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
         let requests = &mut self.requests[initiator];
-        let mut touched = Vec::new();
         for batch in requests.batches.iter_mut() {
             if batch.first >= end {
                 break;
@@ -564,13 +619,16 @@ impl<I: PooledInitiator> PoolCore<I> {
             let state = &mut self.destinations[batch.destination as usize];
             state.outstanding -= count;
             state.retries_exceeded = 0;
-            if state.outstanding == 0 {
-                touched.push(batch.destination);
-            }
         }
         requests.pop_settled();
-        for d in touched {
-            self.release_if_idle(d);
+        self.release_holder_if_idle(initiator);
+    }
+
+    /// Gives a held initiator back once its holder has nothing outstanding (dedicated policies:
+    /// a held initiator carries only its holder's requests).
+    fn release_holder_if_idle(&mut self, initiator: usize) {
+        if let Some(holder) = self.requests[initiator].holder {
+            self.release_if_idle(holder);
         }
     }
 
@@ -587,7 +645,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         let at_fault = (!flush).then_some(batch.destination);
         if let Some(d) = at_fault {
             let state = &mut self.destinations[d as usize];
-            if status == ibv_wc_status::IBV_WC_RETRY_EXC_ERR {
+            if !is_no_such_target(status) {
+                state.retries_exceeded = 0;
+            } else {
                 state.retries_exceeded += 1;
                 if state.retries_exceeded >= self.unreachable_after && !state.unreachable {
                     state.unreachable = true;
@@ -620,7 +680,6 @@ impl<I: PooledInitiator> PoolCore<I> {
         sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let requests = &mut self.requests[initiator];
-        let mut touched = Vec::new();
         for batch in requests.batches.iter_mut() {
             if scope.is_some_and(|s| s != batch.stream) || batch.settled == batch.end {
                 continue;
@@ -650,14 +709,9 @@ impl<I: PooledInitiator> PoolCore<I> {
             batch.settled = batch.end;
             requests.outstanding -= count;
             state.outstanding -= count;
-            if state.outstanding == 0 {
-                touched.push(batch.destination);
-            }
         }
         requests.pop_settled();
-        for d in touched {
-            self.release_if_idle(d);
-        }
+        self.release_holder_if_idle(initiator);
     }
 
     /// Takes an initiator that could not be recovered out of service.
