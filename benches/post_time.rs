@@ -80,6 +80,8 @@ fn benches(c: &mut Criterion) {
     // Its "raw" is the direct DC initiator's guard.
     #[cfg(feature = "mlx5")]
     workload::<common::SendDcPoolWrite>(c);
+    #[cfg(feature = "mlx5")]
+    workload::<common::SendDcPoolWriteSettled>(c);
     recv_srq_threads(c);
 }
 

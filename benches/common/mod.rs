@@ -247,7 +247,7 @@ impl Workload for SendRcWrite {
 
 #[cfg(feature = "mlx5")]
 #[allow(unused_imports)] // the allocation test shares this module and posts no DC request
-pub use dc::{SendDcPoolWrite, SendDcWrite};
+pub use dc::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite};
 
 #[cfg(feature = "mlx5")]
 mod dc {
@@ -410,8 +410,9 @@ mod dc {
         entries: ProviderEntries,
     }
 
-    /// Its send queue: two batches of 256 in flight at most (see `SendDcPoolWrite`).
-    const POOL_SEND_QUEUE: u32 = 1024;
+    /// Its send queue: every request of a measured run and of the warm-up fits, so that the
+    /// posting-only row never settles anything.
+    const POOL_SEND_QUEUE: u32 = 8192;
 
     impl PooledInitiator for CountingInitiator {
         fn max_send_wr(&self) -> u32 {
@@ -451,17 +452,22 @@ mod dc {
     /// initiator once, nothing is released between batches): per batch
     /// `pool.start_post_send(destination)`, per request
     /// `construct_wr(wr_id, Signaled)?.setup_write(rkey, addr).setup_sge(lkey, addr, 64)` (the
-    /// pool sets the DC address), `post()`, then one `pool.complete` of the previous batch's
-    /// last request (all signalled: it settles that whole batch).
+    /// pool sets the DC address), `post()`. The send queue holds every request of a run, so
+    /// nothing is settled: this row is the post path alone.
     ///
     /// Its "raw" side is not direct verbs calls but the direct DC initiator's guard, exactly
     /// [`SendDcWrite`]'s guard side (the same function): the row's ratio is "posting through
     /// the pool ÷ posting on one DC initiator", whose target is ≤ 1.15 (the pool adds at most a
-    /// lookup to the DCI post path). The pool side also pays for settling its requests (one
-    /// `complete` per batch, in the measured function); the direct side has no bookkeeping to
-    /// settle. One batch stays in flight, as in a sender that keeps its pipe full: completing a
-    /// destination's last outstanding request is not measured here (see BENCHMARKS.md).
+    /// lookup to the DCI post path).
     pub enum SendDcPoolWrite {}
+
+    /// As [`SendDcPoolWrite`], and after each batch one `pool.complete` of the previous batch's
+    /// last request (all signalled: it settles that whole batch, reporting each request to a
+    /// sink that drops it), in the measured function: the pool's post and poll paths together,
+    /// against the direct guard's post path (which has no bookkeeping to settle). One batch
+    /// stays in flight, as in a sender that keeps its pipe full. No target: it shows what
+    /// settling costs.
+    pub enum SendDcPoolWriteSettled {}
 
     pub struct DcPoolState {
         pool: DcInitiatorPool<CountingInitiator>,
@@ -485,73 +491,15 @@ mod dc {
         type State = DcPoolState;
 
         fn setup(batch: usize) -> DcPoolState {
-            let mut qp = CountingQp::new();
-            let mut view = CountingDc::new();
-            let entries = view.entries(&mut qp);
-            let initiator = CountingInitiator { qp, view, entries };
-            let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
-            // The direct side warms itself (one batch each of its ways).
-            let direct = SendDcWrite::setup(batch);
-            // SAFETY: the counting setter never dereferences the handle.
-            let destination = unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) };
-            let mut state = DcPoolState {
-                pool,
-                destination,
-                numbered: 0,
-                in_flight: None,
-                direct,
-                batch: black_box(batch),
-                buffers: Buffers::opaque(),
-            };
-            // Two batches: the second settles the first, so the measured runs start in the
-            // steady state (one batch in flight, the pool's queues grown).
-            Self::guard(&mut state, 2 * batch);
+            let mut state = pool_state(batch);
+            // One batch, so that the measured runs start warm (the pool's queues grown).
+            Self::guard(&mut state, batch);
             state
         }
 
         #[inline(never)]
         fn guard(state: &mut DcPoolState, requests: usize) {
-            let DcPoolState {
-                pool,
-                destination,
-                numbered,
-                in_flight,
-                batch,
-                buffers,
-                ..
-            } = state;
-            let (destination, batch, b) = (*destination, *batch, *buffers);
-            let mut next = 0;
-            while next < requests {
-                let Ok(mut guard) = pool.start_post_send(destination) else {
-                    failed("DcInitiatorPool::start_post_send")
-                };
-                for n in next as u64..(next + batch) as u64 {
-                    let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
-                        failed("DcPoolPostGuard::construct_wr")
-                    };
-                    // SAFETY: the counting provider never touches the buffers.
-                    unsafe {
-                        request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
-                            b.lkey,
-                            b.local + n * STRIDE,
-                            STRIDE as u32,
-                        )
-                    };
-                }
-                if guard.post().is_err() {
-                    failed("DcPoolPostGuard::post");
-                }
-                *numbered += batch as u64;
-                // The provider sees `initiator << 48 | number`; the initiator is 0.
-                let last = *numbered - 1;
-                if let Some(previous) = in_flight.replace(last) {
-                    if !pool.complete(previous, 0, |_| {}) {
-                        failed("DcInitiatorPool::complete");
-                    }
-                }
-                next += batch;
-            }
+            pool_guard::<false>(state, requests);
         }
 
         #[inline(never)]
@@ -566,12 +514,110 @@ mod dc {
                 initiator.qp.requests(),
                 "one DC address per request"
             );
+            initiator.qp.requests() + SendDcWrite::posted(&state.direct)
+        }
+    }
+
+    impl Workload for SendDcPoolWriteSettled {
+        const NAME: &'static str = "send_dc_pool_write_settled";
+        type State = DcPoolState;
+
+        fn setup(batch: usize) -> DcPoolState {
+            let mut state = pool_state(batch);
+            // Two batches: the second settles the first, so the measured runs start in the
+            // steady state (one batch in flight, the pool's queues grown).
+            Self::guard(&mut state, 2 * batch);
+            state
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut DcPoolState, requests: usize) {
+            pool_guard::<true>(state, requests);
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut DcPoolState, requests: usize) {
+            SendDcWrite::guard(&mut state.direct, requests);
+        }
+
+        fn posted(state: &DcPoolState) -> u64 {
+            let initiator = state.pool.initiator(0).expect("one initiator");
             assert_eq!(
-                state.pool.outstanding(state.destination),
-                state.batch as u64,
-                "one batch in flight"
+                initiator.view.addresses,
+                initiator.qp.requests(),
+                "one DC address per request"
             );
             initiator.qp.requests() + SendDcWrite::posted(&state.direct)
+        }
+    }
+
+    fn pool_state(batch: usize) -> DcPoolState {
+        let mut qp = CountingQp::new();
+        let mut view = CountingDc::new();
+        let entries = view.entries(&mut qp);
+        let initiator = CountingInitiator { qp, view, entries };
+        let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
+        // The direct side warms itself (one batch each of its ways).
+        let direct = SendDcWrite::setup(batch);
+        // SAFETY: the counting setter never dereferences the handle.
+        let destination = unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) };
+        DcPoolState {
+            pool,
+            destination,
+            numbered: 0,
+            in_flight: None,
+            direct,
+            batch: black_box(batch),
+            buffers: Buffers::opaque(),
+        }
+    }
+
+    /// Posts `requests` through the pool in batches; with `SETTLE`, after each batch settles the
+    /// one before it.
+    #[inline(always)]
+    fn pool_guard<const SETTLE: bool>(state: &mut DcPoolState, requests: usize) {
+        let DcPoolState {
+            pool,
+            destination,
+            numbered,
+            in_flight,
+            batch,
+            buffers,
+            ..
+        } = state;
+        let (destination, batch, b) = (*destination, *batch, *buffers);
+        let mut next = 0;
+        while next < requests {
+            let Ok(mut guard) = pool.start_post_send(destination) else {
+                failed("DcInitiatorPool::start_post_send")
+            };
+            for n in next as u64..(next + batch) as u64 {
+                let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
+                    failed("DcPoolPostGuard::construct_wr")
+                };
+                // SAFETY: the counting provider never touches the buffers.
+                unsafe {
+                    request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
+                        b.lkey,
+                        b.local + n * STRIDE,
+                        STRIDE as u32,
+                    )
+                };
+            }
+            if guard.post().is_err() {
+                failed("DcPoolPostGuard::post");
+            }
+            if SETTLE {
+                *numbered += batch as u64;
+                // The provider sees `initiator << 48 | number`; the initiator is 0.
+                let last = *numbered - 1;
+                if let Some(previous) = in_flight.replace(last) {
+                    if !pool.complete(previous, 0, |_| {}) {
+                        failed("DcInitiatorPool::complete");
+                    }
+                }
+            }
+            next += batch;
         }
     }
 }

@@ -560,7 +560,18 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     }
 
     /// The destination's address, creating its address handle on first use.
+    #[inline]
     fn resolve(
+        &mut self, destination: DestinationId,
+    ) -> Result<(NonNull<ibv_ah>, u32, u64), PostToDestinationErrorKind> {
+        match self.addresses.get(destination.index()).and_then(|a| a.resolved) {
+            Some(resolved) => Ok(resolved),
+            None => self.resolve_first(destination),
+        }
+    }
+
+    #[inline(never)]
+    fn resolve_first(
         &mut self, destination: DestinationId,
     ) -> Result<(NonNull<ibv_ah>, u32, u64), PostToDestinationErrorKind> {
         let address = self
@@ -585,6 +596,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// grants it; every request of the batch goes there, and the pool sets its DC address. When
     /// the policy cannot grant one now, the typed
     /// [`WouldBlock`](PostToDestinationErrorKind::WouldBlock): nothing was posted.
+    #[inline(always)]
     pub fn start_post_send(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
@@ -713,7 +725,7 @@ impl<I: PostingInitiator> DcPoolPostGuard<'_, I> {
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
     /// [`PostSendGuard::post`].
-    #[inline]
+    #[inline(always)]
     pub fn post(mut self) -> Result<(), PostSendError> {
         let len = self.inner.batch_len();
         // SAFETY: taken once; `ended` keeps Drop from touching it again.
@@ -728,6 +740,7 @@ impl<I: PostingInitiator> DcPoolPostGuard<'_, I> {
 }
 
 impl<I: PostingInitiator> Drop for DcPoolPostGuard<'_, I> {
+    #[inline(always)]
     fn drop(&mut self) {
         if !self.ended {
             // SAFETY: not taken by post (ended is false); dropping it aborts the batch.

@@ -248,8 +248,11 @@ impl InitiatorRequests {
     fn new(capacity: u32, streams: u32) -> Self {
         // Twice the send queue, and with streams one send queue per stream: a request that
         // completed out of order (another stream) frees its send-queue slot at once, but its
-        // place in the ring only once every request before it completed.
-        let size = (u64::from(capacity.max(1)) * u64::from(streams.max(2))).next_power_of_two();
+        // place in the ring only once every request before it completed. (At most 2⁴⁸, which
+        // it then divides.)
+        let size = (u64::from(capacity.max(1)) * u64::from(streams.max(2)))
+            .next_power_of_two()
+            .min(NUMBER_MASK + 1);
         Self {
             wr_ids: vec![0; size as usize].into_boxed_slice(),
             mask: size - 1,
@@ -264,16 +267,14 @@ impl InitiatorRequests {
     }
 
     /// How many more requests it can take now: free send-queue slots, and places in the ring up
-    /// to its end (a batch does not wrap) and up to the 2⁴⁸ boundary of the numbers.
+    /// to its end (a batch does not wrap). The ring's size is a power of two that divides 2⁴⁸,
+    /// so a batch that stops at the ring's end never crosses the numbers' wrap either.
+    #[inline]
     fn room(&self) -> usize {
         let oldest = self.batches.front().map_or(self.head, |b| b.settled);
         let ring = (self.mask + 1) - (self.head - oldest);
         let to_ring_end = (self.mask + 1) - (self.head & self.mask);
-        let to_number_wrap = (NUMBER_MASK + 1) - (self.head & NUMBER_MASK);
-        (self.capacity - self.outstanding)
-            .min(ring)
-            .min(to_ring_end)
-            .min(to_number_wrap) as usize
+        (self.capacity - self.outstanding).min(ring).min(to_ring_end) as usize
     }
 
     /// The full number of a request from the 48 bits the provider gives back.
@@ -457,7 +458,32 @@ impl<I: PooledInitiator> PoolCore<I> {
     }
 
     /// Grants `destination` an initiator for one batch, or says why not.
+    #[inline]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
+        // The common case: it posts on the initiator it holds or is bound to, with no quota to
+        // mind.
+        if let Some(state) = self.destinations.get(destination.index()) {
+            let quota_applies =
+                matches!(self.policy, DcPoolPolicy::DedicatedWithQuota { .. }) && self.waiting_count > 0;
+            if let (Some(i), false, false) = (state.initiator, state.unreachable, quota_applies) {
+                let requests = &self.requests[i as usize];
+                let room = requests.room();
+                if room > 0 && !requests.out_of_service {
+                    return Ok(Grant {
+                        initiator: i as usize,
+                        stream: (requests.streams > 0).then_some(state.stream),
+                        destination,
+                        first: requests.head,
+                        room,
+                    });
+                }
+            }
+        }
+        self.begin_slow(destination)
+    }
+
+    #[inline(never)]
+    fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let d = destination.0;
         let state = self.destinations.get(d as usize).ok_or(Refusal::UnknownDestination)?;
         if state.unreachable {
@@ -527,6 +553,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Ends a granted batch: `posted` requests went to the provider (0 when it was dropped or
     /// refused), their `wr_id`s in the ring from `grant.first` on.
+    #[inline]
     pub fn commit(&mut self, grant: Grant, posted: usize) {
         let requests = &mut self.requests[grant.initiator];
         let d = grant.destination.0;
@@ -551,8 +578,10 @@ impl<I: PooledInitiator> PoolCore<I> {
             let state = &mut self.destinations[d as usize];
             state.outstanding += posted;
             state.posted_on_hold += posted;
+        } else {
+            // A dedicated destination that posted nothing gives back what it was granted.
+            self.release_if_idle(d);
         }
-        self.release_if_idle(d);
     }
 
     /// Gives a dedicated destination's initiator back once nothing of it is outstanding.
