@@ -1,4 +1,5 @@
-//! Posting allocates nothing per batch once warm, also with several threads posting to one SRQ:
+//! Posting allocates nothing per batch once warm, also with several threads posting to one SRQ
+//! and through a DC initiator pool (with `--features mlx5`):
 //! the benchmarks' counting provider tables (benches/common/mod.rs), under a global allocator
 //! that counts. Host-only (no device).
 #[path = "../benches/common/mod.rs"]
@@ -63,6 +64,15 @@ fn no_allocation_once_warm<W: Workload>() {
 #[test]
 fn sends_allocate_nothing_per_batch() {
     no_allocation_once_warm::<SendRcWrite>();
+}
+
+/// DC sends, directly on a DC initiator and through a DC initiator pool (posting, and settling
+/// each batch's requests with a completion).
+#[cfg(feature = "mlx5")]
+#[test]
+fn dc_sends_allocate_nothing_per_batch_also_through_a_pool() {
+    no_allocation_once_warm::<workloads::SendDcWrite>();
+    no_allocation_once_warm::<workloads::SendDcPoolWriteSettled>();
 }
 
 #[test]
