@@ -77,9 +77,9 @@ fn benches(c: &mut Criterion) {
     workload::<RecvSrq>(c);
     #[cfg(feature = "mlx5")]
     workload::<common::SendDcWrite>(c);
-    // Its "raw" is the direct DC initiator's guard.
-    #[cfg(feature = "mlx5")]
-    workload::<common::SendDcPoolWrite>(c);
+    // Its "raw" is the direct DC initiator's guard. Only the settled pool row: criterion repeats
+    // a run until its time is known, and the posting-only row never settles, so its send queue
+    // would fill.
     #[cfg(feature = "mlx5")]
     workload::<common::SendDcPoolWriteSettled>(c);
     recv_srq_threads(c);
