@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use serial_test::serial;
 use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::completion::{BasicCompletionQueue, WorkCompletionOperationType, WorkCompletionStatus};
-use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
@@ -181,7 +180,7 @@ fn bad_dc_input_is_refused_before_the_library() {
 // ConnectX hardware: one DC initiator or more and one DC target or more on port 1 of the same
 // device (loopback), after rdma-core's pyverbs tests/test_mlx5_dc.py.
 
-const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
+use common::MLX5_DEVICE_VARIABLE;
 /// How long a completion that should come quickly may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an error completion may take: a request nobody answers fails only after its retries
@@ -198,17 +197,7 @@ const _: () = assert!(WRONG_KEY != KEY && WRONG_KEY != OTHER_KEY && KEY != OTHER
 /// The size of the RDMA WRITE and READ tests.
 const MESSAGE: usize = 4096;
 
-fn open_mlx5_test_device() -> Arc<DeviceContext> {
-    let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
-        panic!("mlx5 hardware tests need {MLX5_DEVICE_VARIABLE} to name a ConnectX-4 or newer; without one, `--skip mlx5_hw_`")
-    });
-    let list = DeviceList::new().expect("device list");
-    let device = list
-        .iter()
-        .find(|d| d.name() == name)
-        .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
-    device.open().expect("open the mlx5 device")
-}
+use common::open_mlx5_test_device;
 
 /// What every ConnectX test needs: the device, a protection domain, one completion queue for the
 /// DC initiators' send completions and one for the DC targets' receive completions (apart, so

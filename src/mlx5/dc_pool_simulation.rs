@@ -65,6 +65,38 @@ impl SimInitiator {
     }
 }
 
+impl SimInitiator {
+    /// Lane `lane`'s head request `head` failed with `status`: its error completion, then ERR
+    /// (with streams: the stream's error), which flushes everything behind it (flush
+    /// completions for the signalled requests only).
+    fn fail_head(&mut self, lane: usize, head: Wqe, status: u32, cq: &mut VecDeque<Cqe>) {
+        cq.push_back(Cqe {
+            wr_id: head.provider_wr_id,
+            status,
+        });
+        let lanes = if self.streams > 0 {
+            lane..lane + 1
+        } else {
+            0..self.queues.len()
+        };
+        for l in lanes {
+            for wqe in self.queues[l].0.drain(..) {
+                if wqe.signaled {
+                    cq.push_back(Cqe {
+                        wr_id: wqe.provider_wr_id,
+                        status: ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
+                    });
+                }
+            }
+        }
+        if self.streams > 0 {
+            self.stream_in_error[lane] = true;
+        } else {
+            self.in_error = true;
+        }
+    }
+}
+
 impl PooledInitiator for SimInitiator {
     fn max_send_wr(&self) -> u32 {
         self.capacity
@@ -375,31 +407,7 @@ fn run(s: Scenario) -> Report {
                             }
                         },
                         Some(status) => {
-                            cq.push_back(Cqe {
-                                wr_id: head.provider_wr_id,
-                                status,
-                            });
-                            // ERR (or the stream's error): everything behind is flushed.
-                            let lanes: Vec<usize> = if sim.streams > 0 {
-                                vec![lane]
-                            } else {
-                                (0..sim.queues.len()).collect()
-                            };
-                            for l in lanes {
-                                for wqe in sim.queues[l].0.drain(..) {
-                                    if wqe.signaled {
-                                        cq.push_back(Cqe {
-                                            wr_id: wqe.provider_wr_id,
-                                            status: ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
-                                        });
-                                    }
-                                }
-                            }
-                            if sim.streams > 0 {
-                                sim.stream_in_error[lane] = true;
-                            } else {
-                                sim.in_error = true;
-                            }
+                            sim.fail_head(lane, head, status, &mut cq);
                             break;
                         },
                     }
@@ -762,23 +770,7 @@ mod properties {
                         } else {
                             ibv_wc_status::IBV_WC_REM_ACCESS_ERR
                         };
-                        cq.push_back(Cqe {
-                            wr_id: wqe.provider_wr_id,
-                            status,
-                        });
-                        for wqe in sim.queues[lane].0.drain(..) {
-                            if wqe.signaled {
-                                cq.push_back(Cqe {
-                                    wr_id: wqe.provider_wr_id,
-                                    status: ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
-                                });
-                            }
-                        }
-                        if sim.streams > 0 {
-                            sim.stream_in_error[lane] = true;
-                        } else {
-                            sim.in_error = true;
-                        }
+                        sim.fail_head(lane, wqe, status, cq);
                     }
                 },
                 Op::Flush { initiator } => {
