@@ -1556,10 +1556,11 @@ impl<'a> PoolInitiators<'a> {
                     destination,
                     wr_id,
                     status,
+                    vendor_err,
                 } => {
                     self.counts.failed += 1;
                     return Err(format!(
-                        "request {wr_id} to DC target {} failed: {}; so far {}",
+                        "request {wr_id} to DC target {} failed: {} (vendor_err {vendor_err:#x}); so far {}",
                         destination.index(),
                         status_text(status),
                         DestinationCounts {

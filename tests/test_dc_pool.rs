@@ -567,6 +567,7 @@ fn settle(
             destination,
             wr_id,
             status,
+            vendor_err,
         } => {
             let (d, p, index) = take(destination, wr_id, "failure");
             assert_eq!(
@@ -577,6 +578,10 @@ fn settle(
             );
             tally.failed[index] += 1;
             if status != ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+                eprintln!(
+                    "destination {d}: wr_id {wr_id:#x} failed with {} (vendor_err {vendor_err:#x})",
+                    status_name(status)
+                );
                 tally.error_statuses.push(status);
             }
             assert!(

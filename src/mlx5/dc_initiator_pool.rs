@@ -646,7 +646,8 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             if self.qp_numbers.get(initiator_of(wc.wr_id())) != Some(&wc.qp_number()) {
                 continue;
             }
-            self.core.complete(wc.wr_id(), wc.status_raw(), &mut sink);
+            self.core
+                .complete_with_syndrome(wc.wr_id(), wc.status_raw(), wc.vendor_err(), &mut sink);
         }
         Ok(polled.len())
     }
@@ -1536,12 +1537,14 @@ mod tests {
                 DcPoolEvent::Failed {
                     destination: x,
                     wr_id: 1,
-                    status: REM_ACCESS_ERR
+                    status: REM_ACCESS_ERR,
+                    vendor_err: 0
                 },
                 DcPoolEvent::Failed {
                     destination: x,
                     wr_id: 2,
-                    status: FLUSH_ERR
+                    status: FLUSH_ERR,
+                    vendor_err: 0
                 },
             ]
         );
@@ -1578,12 +1581,14 @@ mod tests {
                 DcPoolEvent::Failed {
                     destination: a,
                     wr_id: 11,
-                    status: REM_ACCESS_ERR
+                    status: REM_ACCESS_ERR,
+                    vendor_err: 0
                 },
                 DcPoolEvent::Failed {
                     destination: a,
                     wr_id: 12,
-                    status: FLUSH_ERR
+                    status: FLUSH_ERR,
+                    vendor_err: 0
                 },
                 DcPoolEvent::Retry {
                     destination: b,
@@ -1592,7 +1597,8 @@ mod tests {
                 DcPoolEvent::Failed {
                     destination: a,
                     wr_id: 13,
-                    status: FLUSH_ERR
+                    status: FLUSH_ERR,
+                    vendor_err: 0
                 },
             ]
         );
@@ -1624,12 +1630,14 @@ mod tests {
                 DcPoolEvent::Failed {
                     destination: a,
                     wr_id: 1,
-                    status: REM_ACCESS_ERR
+                    status: REM_ACCESS_ERR,
+                    vendor_err: 0
                 },
                 DcPoolEvent::Failed {
                     destination: a,
                     wr_id: 2,
-                    status: FLUSH_ERR
+                    status: FLUSH_ERR,
+                    vendor_err: 0
                 },
                 DcPoolEvent::InitiatorLost {
                     initiator,
@@ -1657,7 +1665,8 @@ mod tests {
             [DcPoolEvent::Failed {
                 destination: a,
                 wr_id: 1,
-                status: RETRY_EXC_ERR
+                status: RETRY_EXC_ERR,
+                vendor_err: 0
             }]
         );
         assert!(!pool.is_unreachable(a));
@@ -1670,7 +1679,8 @@ mod tests {
                 DcPoolEvent::Failed {
                     destination: a,
                     wr_id: 2,
-                    status: RETRY_EXC_ERR
+                    status: RETRY_EXC_ERR,
+                    vendor_err: 0
                 },
             ]
         );
@@ -1750,5 +1760,37 @@ mod tests {
             other => panic!("unexpected {:?}", other.map(|g| g.room())),
         }
         take_calls();
+    }
+
+    #[test]
+    fn a_failed_request_carries_its_completions_vendor_syndrome() {
+        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        let (initiator, _) = pool.assignment(da).expect("bound");
+        post_counted_writes(&mut pool, da, 0, 2);
+        take_calls();
+        let mut events = Vec::new();
+        assert!(pool
+            .core
+            .complete_with_syndrome(provider_wr_id(initiator, 0), REM_ACCESS_ERR, 0x15, &mut |e| events
+                .push(e)));
+        assert_eq!(
+            events,
+            [
+                DcPoolEvent::Failed {
+                    destination: da,
+                    wr_id: 0,
+                    status: REM_ACCESS_ERR,
+                    vendor_err: 0x15
+                },
+                DcPoolEvent::Failed {
+                    destination: da,
+                    wr_id: 1,
+                    status: FLUSH_ERR,
+                    vendor_err: 0
+                },
+            ]
+        );
+        pool.core.check_invariants();
     }
 }

@@ -121,6 +121,9 @@ pub enum DcPoolEvent {
         /// The `ibv_wc_status` (e.g. `IBV_WC_RETRY_EXC_ERR` = 12 for a target that does not
         /// answer, `IBV_WC_REM_ACCESS_ERR` = 10 for a wrong DC key).
         status: u32,
+        /// The error completion's vendor syndrome (`vendor_err`, what the mlx5 documentation
+        /// and UCX's logs name errors by); 0 for a request flushed behind it.
+        vendor_err: u32,
     },
     /// The request was flushed by another destination's error (or by an initiator error no
     /// request caused) and did not execute: post it again, before the destination's newer
@@ -605,6 +608,14 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// reporting every request it settles to `sink`. A completion that names no live request
     /// (left from before a recovery) is ignored; returns whether it named one.
     pub fn complete(&mut self, wr_id: u64, status: u32, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
+        self.complete_with_syndrome(wr_id, status, 0, sink)
+    }
+
+    /// As [`complete`](Self::complete), with the completion's vendor syndrome, which the failing
+    /// request's [`DcPoolEvent::Failed`] carries.
+    pub fn complete_with_syndrome(
+        &mut self, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
+    ) -> bool {
         let initiator = initiator_of(wr_id);
         let Some(requests) = self.requests.get(initiator) else {
             return false;
@@ -617,7 +628,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         if status == ibv_wc_status::IBV_WC_SUCCESS {
             self.settle_up_to(initiator, Some(batch.stream), number + 1, sink);
         } else {
-            self.fail(initiator, number, batch, status, sink);
+            self.fail(initiator, number, batch, (status, vendor_err), sink);
         }
         true
     }
@@ -663,7 +674,8 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// An error completion of request `number` (in `batch`) of `initiator`.
     fn fail(
-        &mut self, initiator: usize, number: u64, batch: BatchRecord, status: u32, sink: &mut impl FnMut(DcPoolEvent),
+        &mut self, initiator: usize, number: u64, batch: BatchRecord, (status, vendor_err): (u32, u32),
+        sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let streams = self.requests[initiator].streams > 0;
         // Requests before it completed (completions come in order within a stream).
@@ -689,7 +701,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         let whole = !streams || flush || self.initiators[initiator].is_in_error();
         let scope = (!whole).then_some(batch.stream);
         // A flush is nobody's failure: the flushed request is handed back like the others.
-        let failing = if flush { (u64::MAX, status) } else { (number, status) };
+        let failing = if flush {
+            (u64::MAX, status, 0)
+        } else {
+            (number, status, vendor_err)
+        };
         self.flush(initiator, scope, at_fault, failing, sink);
         let recovered = if whole {
             self.initiators[initiator].recover()
@@ -705,7 +721,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// its status, those of the destination at fault (or unreachable) as failed, the others as
     /// retries.
     fn flush(
-        &mut self, initiator: usize, scope: Option<u16>, at_fault: Option<u32>, failing: (u64, u32),
+        &mut self, initiator: usize, scope: Option<u16>, at_fault: Option<u32>, failing: (u64, u32, u32),
         sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let requests = &mut self.requests[initiator];
@@ -723,12 +739,14 @@ impl<I: PooledInitiator> PoolCore<I> {
                         destination,
                         wr_id,
                         status: failing.1,
+                        vendor_err: failing.2,
                     }
                 } else if fails {
                     DcPoolEvent::Failed {
                         destination,
                         wr_id,
                         status: ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
+                        vendor_err: 0,
                     }
                 } else {
                     DcPoolEvent::Retry { destination, wr_id }
@@ -746,7 +764,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Takes an initiator that could not be recovered out of service.
     fn lose(&mut self, initiator: usize, error: String, sink: &mut impl FnMut(DcPoolEvent)) {
         // Whatever it still held is flushed; no destination is at fault.
-        self.flush(initiator, None, None, (u64::MAX, 0), sink);
+        self.flush(initiator, None, None, (u64::MAX, 0, 0), sink);
         let requests = &mut self.requests[initiator];
         requests.out_of_service = true;
         self.free.retain(|&i| i as usize != initiator);
