@@ -305,6 +305,18 @@ impl InitiatorRequests {
     }
 }
 
+/// Records a new batch (out of line: the common case extends the last one).
+#[inline(never)]
+fn push_batch(batches: &mut VecDeque<BatchRecord>, destination: u32, stream: u16, first: u64, posted: u64) {
+    batches.push_back(BatchRecord {
+        destination,
+        stream,
+        first,
+        end: first + posted,
+        settled: first,
+    });
+}
+
 /// A destination's state.
 #[derive(Debug, Clone, Default)]
 struct DestinationState {
@@ -461,7 +473,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     }
 
     /// Grants `destination` an initiator for one batch, or says why not.
-    #[inline]
+    #[inline(always)]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         // The common case: it posts on the initiator it holds or is bound to, with no quota to
         // mind.
@@ -556,7 +568,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Ends a granted batch: `posted` requests went to the provider (0 when it was dropped or
     /// refused), their `wr_id`s in the ring from `grant.first` on.
-    #[inline]
+    #[inline(always)]
     pub fn commit(&mut self, grant: Grant, posted: usize) {
         let requests = &mut self.requests[grant.initiator];
         let d = grant.destination.0;
@@ -568,13 +580,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 Some(last) if last.end == grant.first && last.destination == d && last.stream == stream => {
                     last.end += posted;
                 },
-                _ => requests.batches.push_back(BatchRecord {
-                    destination: d,
-                    stream,
-                    first: grant.first,
-                    end: grant.first + posted,
-                    settled: grant.first,
-                }),
+                _ => push_batch(&mut requests.batches, d, stream, grant.first, posted),
             }
             requests.head += posted;
             requests.outstanding += posted;
@@ -583,8 +589,14 @@ impl<I: PooledInitiator> PoolCore<I> {
             state.posted_on_hold += posted;
         } else {
             // A dedicated destination that posted nothing gives back what it was granted.
-            self.release_if_idle(d);
+            self.release_if_idle_cold(d);
         }
+    }
+
+    /// [`release_if_idle`](Self::release_if_idle), out of line.
+    #[inline(never)]
+    fn release_if_idle_cold(&mut self, d: u32) {
+        self.release_if_idle(d);
     }
 
     /// Gives a dedicated destination's initiator back once nothing of it is outstanding.
