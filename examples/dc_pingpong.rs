@@ -87,7 +87,7 @@ use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc_initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
 use sideway_ext::mlx5::dc_initiator_pool::{
-    DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DestinationId,
+    DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DestinationId, PoolAddressing,
 };
 use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
@@ -1391,8 +1391,8 @@ fn post_request(
 /// address of the batch's target).
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn add_pool_request(
-    guard: &mut DcPoolPostGuard<'_>, target: &TargetAddress, mode: Mode, remote_addr: u64, wr_id: u64,
+fn add_pool_request<A: PoolAddressing>(
+    guard: &mut DcPoolPostGuard<'_, DcInitiator, A>, target: &TargetAddress, mode: Mode, remote_addr: u64, wr_id: u64,
     flags: WorkRequestFlags, data: &LocalData<'_>,
 ) -> Result<()> {
     let request = guard
@@ -1594,8 +1594,11 @@ impl RoundTrip for PoolInitiators<'_> {
         let mut idle_polls = 0u32;
         loop {
             if to_post {
-                match self.pool.start_post_send(self.destinations[target]) {
-                    Ok(mut guard) => {
+                // One signalled request; a pool with DCI streams posts with
+                // start_post_send_on_stream.
+                macro_rules! post_one {
+                    ($guard:expr) => {{
+                        let mut guard = $guard;
                         add_pool_request(
                             &mut guard,
                             &self.remote.targets[target],
@@ -1608,6 +1611,25 @@ impl RoundTrip for PoolInitiators<'_> {
                         guard
                             .post()
                             .map_err(|e| format!("Couldn't post request {wr_id}: {}", report(&e)))?;
+                    }};
+                }
+                let destination = self.destinations[target];
+                let started = if self.pool.policy() == DcPoolPolicy::Streams {
+                    self.pool
+                        .start_post_send_on_stream(destination)
+                        .map(|guard| -> Result<()> {
+                            post_one!(guard);
+                            Ok(())
+                        })
+                } else {
+                    self.pool.start_post_send(destination).map(|guard| -> Result<()> {
+                        post_one!(guard);
+                        Ok(())
+                    })
+                };
+                match started {
+                    Ok(posted) => {
+                        posted?;
                         to_post = false;
                     },
                     // Nothing was posted: poll, and try again.
@@ -1922,41 +1944,66 @@ fn run_pool_bandwidth(
             if pending == 0 {
                 continue;
             }
-            let mut guard = match pool.pool.start_post_send(pool.destinations[target]) {
-                Ok(guard) => guard,
+            // A batch for the target; a pool with DCI streams posts with
+            // start_post_send_on_stream.
+            macro_rules! fill_and_post {
+                ($guard:expr) => {{
+                    let mut guard = $guard;
+                    let batch = pending
+                        .min(cq_mod)
+                        .min(guard.room() as u64)
+                        .min(in_flight_limit - in_flight);
+                    let address = &remote.targets[target];
+                    for index in 0..batch {
+                        let wr_id = match pool.retries[target].pop_front() {
+                            Some(wr_id) => wr_id,
+                            None => {
+                                let wr_id = next[target];
+                                next[target] += targets;
+                                if posted % cq_mod == 0 {
+                                    posted_at.push(Instant::now());
+                                }
+                                posted += 1;
+                                wr_id
+                            },
+                        };
+                        let flags = if index + 1 == batch {
+                            WorkRequestFlags::Signaled
+                        } else {
+                            WorkRequestFlags::none()
+                        };
+                        add_pool_request(&mut guard, address, mode, address.addr, wr_id, flags, &data)?;
+                    }
+                    sent += batch;
+                    guard
+                        .post()
+                        .map_err(|e| format!("Couldn't post a batch to DC target {target}: {}", report(&e)))?;
+                }};
+            }
+            let destination = pool.destinations[target];
+            let started = if pool.pool.policy() == DcPoolPolicy::Streams {
+                match pool.pool.start_post_send_on_stream(destination) {
+                    Ok(guard) => {
+                        fill_and_post!(guard);
+                        Ok(())
+                    },
+                    Err(e) => Err(e),
+                }
+            } else {
+                match pool.pool.start_post_send(destination) {
+                    Ok(guard) => {
+                        fill_and_post!(guard);
+                        Ok(())
+                    },
+                    Err(e) => Err(e),
+                }
+            };
+            match started {
+                Ok(()) => {},
                 // No initiator for it now, its quota used, or its send queue full: later.
                 Err(e) if e.is_would_block() => continue,
                 Err(e) => return Err(format!("Couldn't post to DC target {target}: {}", report(&e)).into()),
-            };
-            let batch = pending
-                .min(cq_mod)
-                .min(guard.room() as u64)
-                .min(in_flight_limit - in_flight);
-            let address = &remote.targets[target];
-            for index in 0..batch {
-                let wr_id = match pool.retries[target].pop_front() {
-                    Some(wr_id) => wr_id,
-                    None => {
-                        let wr_id = next[target];
-                        next[target] += targets;
-                        if posted % cq_mod == 0 {
-                            posted_at.push(Instant::now());
-                        }
-                        posted += 1;
-                        wr_id
-                    },
-                };
-                let flags = if index + 1 == batch {
-                    WorkRequestFlags::Signaled
-                } else {
-                    WorkRequestFlags::none()
-                };
-                add_pool_request(&mut guard, address, mode, address.addr, wr_id, flags, &data)?;
             }
-            sent += batch;
-            guard
-                .post()
-                .map_err(|e| format!("Couldn't post a batch to DC target {target}: {}", report(&e)))?;
         }
         first = (first + 1) % targets as usize;
         let before = completed;

@@ -37,8 +37,8 @@ use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc_initiator::{CreateDcInitiatorErrorKind, DcInitiatorBringUp, DciStreams};
 use sideway_ext::mlx5::dc_initiator_pool::{
-    CreateDcInitiatorPoolErrorKind, DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId,
-    PostToDestinationErrorKind,
+    CreateDcInitiatorPoolErrorKind, DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DcPoolWouldBlock,
+    DestinationId, PoolAddressing, PostToDestinationErrorKind,
 };
 use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
@@ -415,6 +415,43 @@ fn status_name(status: u32) -> String {
     format!("{:?} ({status})", WorkCompletionStatus::from(status))
 }
 
+/// Fills a granted batch for destination `d` with its pending pieces (as many as the batch's room
+/// and `MAX_BATCH` allow; the last signalled), posts it, and returns where it went and which
+/// pieces it carried.
+fn post_batch<A: PoolAddressing>(
+    mut guard: DcPoolPostGuard<'_, sideway_ext::mlx5::dc_initiator::DcInitiator, A>, f: &PoolFixture, d: usize,
+    pending: &BTreeSet<usize>,
+) -> (usize, Option<u16>, Vec<usize>) {
+    let (initiator, stream) = guard.initiator();
+    let batch: Vec<usize> = pending.iter().copied().take(MAX_BATCH.min(guard.room())).collect();
+    assert!(!batch.is_empty(), "a granted batch has room");
+    for (k, &p) in batch.iter().enumerate() {
+        let flags = if k + 1 == batch.len() {
+            WorkRequestFlags::Signaled
+        } else {
+            WorkRequestFlags::none()
+        };
+        let (offset, len, inline) = PIECES[p];
+        let write = guard
+            .construct_wr(wr_id(d, p), flags)
+            .expect("a request within the batch's room")
+            .setup_write(f.remotes[d].rkey(), f.remotes[d].addr(offset));
+        if inline {
+            write.setup_inline_data(&f.expected[d][offset..offset + len]);
+        } else {
+            // SAFETY: the piece lies in the local buffer's memory region; the run waits for every
+            // request's report before it returns (and on a failure, the pool is dropped before
+            // the fixture's buffers).
+            unsafe { write.setup_sge(f.local.lkey(), f.local.addr(d * REGION + offset), len as u32) };
+        }
+    }
+    assert_eq!(guard.batch_len(), batch.len());
+    guard
+        .post()
+        .unwrap_or_else(|err| panic!("post a batch to destination {d}: {err:?}"));
+    (initiator, stream, batch)
+}
+
 /// Posts `pieces` of every destination through the pool until each was reported completed (or,
 /// for `victim`, until the pool refuses it as unreachable), within `timeout`.
 ///
@@ -439,8 +476,16 @@ fn run(
         for d in order {
             let mut refused_unreachable = false;
             while !pending[d].is_empty() {
-                let mut guard = match pool.start_post_send(ids[d]) {
-                    Ok(guard) => guard,
+                // The streams policy's pool posts with start_post_send_on_stream.
+                let started = if streams_policy {
+                    pool.start_post_send_on_stream(ids[d])
+                        .map(|guard| post_batch(guard, f, d, &pending[d]))
+                } else {
+                    pool.start_post_send(ids[d])
+                        .map(|guard| post_batch(guard, f, d, &pending[d]))
+                };
+                let (initiator, stream, batch) = match started {
+                    Ok(posted) => posted,
                     Err(err) => {
                         match err.0 {
                             PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator) => {
@@ -462,39 +507,12 @@ fn run(
                         break;
                     },
                 };
-                let (initiator, stream) = guard.initiator();
                 assert!(initiator < INITIATORS, "initiator {initiator} of {INITIATORS}");
                 assert_eq!(
                     stream.is_some(),
                     streams_policy,
                     "a batch names a DCI stream exactly under the streams policy"
                 );
-                let batch: Vec<usize> = pending[d].iter().copied().take(MAX_BATCH.min(guard.room())).collect();
-                assert!(!batch.is_empty(), "a granted batch has room");
-                for (k, &p) in batch.iter().enumerate() {
-                    let flags = if k + 1 == batch.len() {
-                        WorkRequestFlags::Signaled
-                    } else {
-                        WorkRequestFlags::none()
-                    };
-                    let (offset, len, inline) = PIECES[p];
-                    let write = guard
-                        .construct_wr(wr_id(d, p), flags)
-                        .expect("a request within the batch's room")
-                        .setup_write(f.remotes[d].rkey(), f.remotes[d].addr(offset));
-                    if inline {
-                        write.setup_inline_data(&f.expected[d][offset..offset + len]);
-                    } else {
-                        // SAFETY: the piece lies in the local buffer's memory region; the run
-                        // waits for every request's report before it returns (and on a
-                        // failure, the pool is dropped before the fixture's buffers).
-                        unsafe { write.setup_sge(f.local.lkey(), f.local.addr(d * REGION + offset), len as u32) };
-                    }
-                }
-                assert_eq!(guard.batch_len(), batch.len());
-                guard
-                    .post()
-                    .unwrap_or_else(|err| panic!("post a batch to destination {d}: {err:?}"));
                 tally.batches += 1;
                 assert_eq!(
                     pool.assignment(ids[d]),

@@ -903,6 +903,19 @@ pub struct DcAddress {
 
 impl sealed::Sealed for DcAddress {}
 
+impl DcAddress {
+    /// The address of one request: the DC initiator's mlx5 view, the route, the target.
+    #[inline(always)]
+    pub(crate) fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
+        Self {
+            mlx5_qp_ex,
+            ah,
+            dct_number,
+            dc_key,
+        }
+    }
+}
+
 impl Destination for DcAddress {
     const ENTRY: u32 = SET_DC_ADDR;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr";
@@ -922,6 +935,14 @@ pub struct DcStreamAddress {
 }
 
 impl sealed::Sealed for DcStreamAddress {}
+
+impl DcStreamAddress {
+    /// `address` on DCI stream `stream_id`.
+    #[inline(always)]
+    pub(crate) fn new(address: DcAddress, stream_id: u16) -> Self {
+        Self { address, stream_id }
+    }
+}
 
 impl Destination for DcStreamAddress {
     const ENTRY: u32 = SET_DC_ADDR_STREAM;

@@ -6,6 +6,11 @@
 //! destination, maps every completion back to its request and destination, and recovers an
 //! initiator an error put in ERR (UCX's `dc_mlx5` transport does the same for its endpoints).
 //!
+//! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) (or,
+//! for the [streams](DcPoolPolicy::Streams) policy,
+//! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
+//! operation → data → `post`.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //!
@@ -57,15 +62,15 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream};
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{QueuePairState, SendOperationFlags, WorkRequestFlags};
 
 use super::dc_endpoint::{CreateDcAddressHandleError, DcEndpoint};
 use super::dc_initiator::{
-    BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams,
-    SET_DC_ADDR,
+    BringUpDcInitiatorError, CreateDcInitiatorError, DcAddress, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder,
+    DcStreamAddress, DciStreams,
 };
 use super::dc_pool_assignment::{encode, initiator_of, Grant, PoolCore, Refusal, MAX_INITIATORS};
 pub use super::dc_pool_assignment::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
@@ -347,6 +352,13 @@ pub enum PostToDestinationErrorKind {
     /// The destination is not one of this pool's.
     #[error("no such destination in this pool")]
     UnknownDestination,
+    /// A pool of the streams policy posts with `start_post_send_on_stream`, the others with
+    /// `start_post_send`.
+    #[error("{}", if *streams_pool { "a pool with DCI streams posts with start_post_send_on_stream" } else { "a pool without DCI streams posts with start_post_send" })]
+    StreamsMismatch {
+        /// Whether the pool has DCI streams.
+        streams_pool: bool,
+    },
     /// The destination's address handle could not be created (first post).
     #[error(transparent)]
     AddressHandle(#[from] CreateDcAddressHandleError),
@@ -592,14 +604,41 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         Ok(resolved)
     }
 
-    /// Starts a batch of requests to `destination` on the initiator (and stream) the policy
-    /// grants it; every request of the batch goes there, and the pool sets its DC address. When
-    /// the policy cannot grant one now, the typed
-    /// [`WouldBlock`](PostToDestinationErrorKind::WouldBlock): nothing was posted.
+    /// Starts a batch of requests to `destination` on the initiator the policy grants it;
+    /// every request of the batch goes there, and the pool sets its DC address
+    /// (`mlx5dv_wr_set_dc_addr`). When the policy cannot grant one now, the typed
+    /// [`WouldBlock`](PostToDestinationErrorKind::WouldBlock): nothing was posted. A pool of the
+    /// [streams](DcPoolPolicy::Streams) policy posts with
+    /// [`start_post_send_on_stream`](Self::start_post_send_on_stream) instead
+    /// ([`StreamsMismatch`](PostToDestinationErrorKind::StreamsMismatch) here).
     #[inline(always)]
     pub fn start_post_send(
         &mut self, destination: DestinationId,
-    ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
+    ) -> Result<DcPoolPostGuard<'_, I, DcAddress>, PostToDestinationError> {
+        self.start(destination)
+    }
+
+    /// As [`start_post_send`](Self::start_post_send), for a pool of the
+    /// [streams](DcPoolPolicy::Streams) policy: every request of the batch goes to the
+    /// destination's DCI stream (`mlx5dv_wr_set_dc_addr_stream`). The two are apart so that
+    /// neither tests per request which setter to call.
+    #[inline(always)]
+    pub fn start_post_send_on_stream(
+        &mut self, destination: DestinationId,
+    ) -> Result<DcPoolPostGuard<'_, I, DcStreamAddress>, PostToDestinationError> {
+        self.start(destination)
+    }
+
+    #[inline(always)]
+    fn start<A: PoolAddressing>(
+        &mut self, destination: DestinationId,
+    ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
+        if A::STREAMS != (self.core.policy() == DcPoolPolicy::Streams) {
+            return Err(PostToDestinationErrorKind::StreamsMismatch {
+                streams_pool: !A::STREAMS,
+            }
+            .into());
+        }
         let (ah, dct_number, dc_key) = self.resolve(destination)?;
         let grant = self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?;
         let (qp_ex, entries, mlx5_qp_ex) = self.core.initiators[grant.initiator].send_view();
@@ -610,16 +649,14 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
         // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
         let slots = unsafe { ring.add((grant.first & mask) as usize) };
-        let address = PoolAddress {
-            mlx5_qp_ex,
-            ah,
-            dct_number,
-            dc_key,
-            stream: grant.stream.map_or(NO_STREAM, u32::from),
-        };
+        let address = A::new(
+            DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key),
+            grant.stream.unwrap_or(0),
+        );
         // SAFETY: the initiator is exclusively borrowed through the pool for the guard's lifetime;
-        // its views and entries come from PostingInitiator's contract.
-        let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected>::start(qp_ex, entries, address) };
+        // its views and entries come from PostingInitiator's contract (with the stream setter
+        // when it has streams, which the streams policy's initiators have).
+        let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected<A>>::start(qp_ex, entries, address) };
         Ok(DcPoolPostGuard {
             inner: ManuallyDrop::new(inner),
             slots,
@@ -674,8 +711,8 @@ impl DcInitiatorPool<DcInitiator> {
 /// [`DcInitiator`]'s guard, where the pool sets the DC address
 /// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
-pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator> {
-    inner: ManuallyDrop<PostSendGuard<'p, PooledDynamicallyConnected>>,
+pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
+    inner: ManuallyDrop<PostSendGuard<'p, PooledDynamicallyConnected<A>>>,
     /// The batch's places in the initiator's ring of callers' `wr_id`s: `room` of them, in a row.
     slots: *mut u64,
     /// The provider-visible `wr_id` of the batch's first request; the others follow by one.
@@ -688,14 +725,14 @@ pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator> {
     ended: bool,
 }
 
-impl<I: PostingInitiator> DcPoolPostGuard<'_, I> {
+impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     /// Starts a new request with the caller's `wr_id` (what [`DcPoolEvent`]s report) and flags;
     /// continue with an operation, then the data. When the batch holds [`room`](Self::room)
     /// requests already, [`DcPoolWouldBlock::BatchFull`]: post it and start another.
     #[inline]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
-    ) -> Result<WorkRequestHandle<'_, PooledDynamicallyConnected>, DcPoolWouldBlock> {
+    ) -> Result<WorkRequestHandle<'_, PooledDynamicallyConnected<A>>, DcPoolWouldBlock> {
         let len = self.inner.batch_len();
         if len >= self.room {
             return Err(DcPoolWouldBlock::BatchFull);
@@ -740,7 +777,7 @@ impl<I: PostingInitiator> DcPoolPostGuard<'_, I> {
     }
 }
 
-impl<I: PostingInitiator> Drop for DcPoolPostGuard<'_, I> {
+impl<I: PostingInitiator, A: PoolAddressing> Drop for DcPoolPostGuard<'_, I, A> {
     #[inline(always)]
     fn drop(&mut self) {
         if !self.ended {
@@ -752,64 +789,53 @@ impl<I: PostingInitiator> Drop for DcPoolPostGuard<'_, I> {
     }
 }
 
-/// No DCI stream: the address is set with `mlx5dv_wr_set_dc_addr`.
-const NO_STREAM: u32 = u32::MAX;
+/// How a pool batch's requests are addressed: [`DcAddress`] (`mlx5dv_wr_set_dc_addr`), or on
+/// DCI streams [`DcStreamAddress`] (`mlx5dv_wr_set_dc_addr_stream`). Sealed.
+pub trait PoolAddressing: Destination + Copy {
+    /// Whether it addresses a DCI stream.
+    #[doc(hidden)]
+    const STREAMS: bool;
+    /// The address of a batch's requests.
+    #[doc(hidden)]
+    fn new(address: DcAddress, stream: u16) -> Self;
+}
 
-/// The DC transport as a pool posts it: the destination is the batch's, set by the pool.
-#[derive(Debug)]
-pub enum PooledDynamicallyConnected {}
-
-impl sealed::Sealed for PooledDynamicallyConnected {}
-
-impl Transport for PooledDynamicallyConnected {
-    type Context = PoolAddress;
-    type AfterOperation<'g, O: Operation> = LocalBufferHandle<'g, O, PoolAddress>;
+impl PoolAddressing for DcAddress {
+    const STREAMS: bool = false;
 
     #[inline(always)]
-    fn after_operation<O: Operation>(
-        request: PendingRequest<'_, O>, context: PoolAddress,
-    ) -> Self::AfterOperation<'_, O> {
+    fn new(address: DcAddress, _stream: u16) -> Self {
+        address
+    }
+}
+
+impl PoolAddressing for DcStreamAddress {
+    const STREAMS: bool = true;
+
+    #[inline(always)]
+    fn new(address: DcAddress, stream: u16) -> Self {
+        DcStreamAddress::new(address, stream)
+    }
+}
+
+/// The DC transport as a pool posts it: the destination is the batch's, set by the pool, with
+/// `A`'s setter.
+#[derive(Debug)]
+pub struct PooledDynamicallyConnected<A: PoolAddressing>(PhantomData<A>, std::convert::Infallible);
+
+impl<A: PoolAddressing> sealed::Sealed for PooledDynamicallyConnected<A> {}
+
+impl<A: PoolAddressing> Transport for PooledDynamicallyConnected<A> {
+    type Context = A;
+    type AfterOperation<'g, O: Operation> = LocalBufferHandle<'g, O, A>;
+
+    #[inline(always)]
+    fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: A) -> Self::AfterOperation<'_, O> {
         LocalBufferHandle::new(request, context)
     }
 }
 
-impl RemoteMemoryAccess for PooledDynamicallyConnected {}
-
-/// A pool batch's DC address: `mlx5dv_wr_set_dc_addr`, or on a DCI stream
-/// `mlx5dv_wr_set_dc_addr_stream`.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub struct PoolAddress {
-    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
-    ah: NonNull<ibv_ah>,
-    dct_number: u32,
-    dc_key: u64,
-    stream: u32,
-}
-
-impl sealed::Sealed for PoolAddress {}
-
-impl Destination for PoolAddress {
-    // The stream setter is checked when the initiator is created with streams, the only case it
-    // is called.
-    const ENTRY: u32 = SET_DC_ADDR;
-    const ENTRY_NAME: &'static str = "wr_set_dc_addr";
-
-    #[inline(always)]
-    unsafe fn set(self, _qp: *mut ibv_qp_ex) {
-        if self.stream == NO_STREAM {
-            mlx5dv_wr_set_dc_addr(self.mlx5_qp_ex.as_ptr(), self.ah.as_ptr(), self.dct_number, self.dc_key)
-        } else {
-            mlx5dv_wr_set_dc_addr_stream(
-                self.mlx5_qp_ex.as_ptr(),
-                self.ah.as_ptr(),
-                self.dct_number,
-                self.dc_key,
-                self.stream as u16,
-            )
-        }
-    }
-}
+impl<A: PoolAddressing> RemoteMemoryAccess for PooledDynamicallyConnected<A> {}
 
 #[cfg(test)]
 mod tests {
@@ -1087,7 +1113,22 @@ mod tests {
     fn post_writes(
         pool: &mut DcInitiatorPool<RecordingInitiator>, destination: DestinationId, wr_ids: &[u64],
     ) -> usize {
-        let mut guard = pool.start_post_send(destination).expect("the pool grants a batch");
+        if pool.policy() == DcPoolPolicy::Streams {
+            let guard = pool
+                .start_post_send_on_stream(destination)
+                .expect("the pool grants a batch");
+            write_and_post(guard, wr_ids)
+        } else {
+            let guard = pool.start_post_send(destination).expect("the pool grants a batch");
+            write_and_post(guard, wr_ids)
+        }
+    }
+
+    /// Adds one signalled RDMA write of 64 bytes per caller `wr_id` to `guard`, posts it, and
+    /// returns the initiator it went to.
+    fn write_and_post<A: PoolAddressing>(
+        mut guard: DcPoolPostGuard<'_, RecordingInitiator, A>, wr_ids: &[u64],
+    ) -> usize {
         for &wr_id in wr_ids {
             // SAFETY: the recorders never touch the buffers.
             unsafe {
@@ -1462,7 +1503,12 @@ mod tests {
             addresses.push(address);
         };
         let qp = 16 + initiator as u32;
-        let mut guard = pool.start_post_send(id).expect("bound");
+        // A pool without streams posts with start_post_send; this one is refused there.
+        assert!(matches!(
+            pool.start_post_send(id).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::StreamsMismatch { streams_pool: true }
+        ));
+        let mut guard = pool.start_post_send_on_stream(id).expect("bound");
         assert_eq!(guard.initiator(), (initiator, Some(stream)));
         // SAFETY: the recorders never touch the buffers.
         unsafe {
@@ -1792,5 +1838,18 @@ mod tests {
             ]
         );
         pool.core.check_invariants();
+    }
+
+    #[test]
+    fn a_pool_without_streams_refuses_to_post_on_a_stream() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        assert!(matches!(
+            pool.start_post_send_on_stream(da).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::StreamsMismatch { streams_pool: false }
+        ));
+        // Refused before anything: no initiator held, nothing started.
+        assert_eq!(pool.assignment(da), None);
+        assert!(take_calls().is_empty());
     }
 }
