@@ -717,6 +717,8 @@ pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator, A: PoolAddress
     slots: *mut u64,
     /// The provider-visible `wr_id` of the batch's first request; the others follow by one.
     base: u64,
+    /// The grant's room, kept apart from it: read on every request, a field of its own costs
+    /// fewer instructions than reaching it through the grant (measured: 6 per batch at batch 1).
     room: usize,
     grant: Grant,
     /// The pool's bookkeeping, borrowed for `'p`.
@@ -872,6 +874,11 @@ mod tests {
 
     // Each recorder names its queue pair by number, so that a test sees which initiator a call
     // went to.
+    /// The number of the recording queue pair `qp`.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must point to a live `ibv_qp_ex` (one of the recording initiators').
     unsafe fn qpn(qp: *mut ibv_qp_ex) -> u32 {
         (*qp).qp_base.qp_num
     }
@@ -924,6 +931,11 @@ mod tests {
         qp_number: u32,
     }
 
+    /// The queue pair number kept after the recording view.
+    ///
+    /// # Safety
+    ///
+    /// `view` must point to the `view` field of a live `RecordingView`.
     unsafe fn view_qpn(view: *mut mlx5dv_qp_ex) -> u32 {
         (*view.cast::<RecordingView>()).qp_number
     }
