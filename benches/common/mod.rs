@@ -72,6 +72,11 @@ pub struct CountingQp {
     sges: u64,
 }
 
+/// The counting queue pair whose first field is `qp`.
+///
+/// # Safety
+///
+/// `qp` must be the `qp` field of a `CountingQp` (which is `repr(C)`, with it first).
 unsafe fn counting(qp: *mut ibv_qp_ex) -> *mut CountingQp {
     qp.cast()
 }
@@ -459,7 +464,7 @@ mod dc {
     /// [`SendDcWrite`]'s guard side (the same function): the row's ratio is "posting through
     /// the pool ÷ posting on one DC initiator", whose target is ≤ 1.15 (the pool adds at most a
     /// lookup to the DCI post path).
-    pub enum SendDcPoolWrite {}
+    pub type SendDcPoolWrite = SendDcPool<false>;
 
     /// As [`SendDcPoolWrite`], and after each batch one `pool.complete` of the previous batch's
     /// last request (all signalled: it settles that whole batch, reporting each request to a
@@ -467,7 +472,10 @@ mod dc {
     /// against the direct guard's post path (which has no bookkeeping to settle). One batch
     /// stays in flight, as in a sender that keeps its pipe full. No target: it shows what
     /// settling costs.
-    pub enum SendDcPoolWriteSettled {}
+    pub type SendDcPoolWriteSettled = SendDcPool<true>;
+
+    /// DC writes through a pool; with `SETTLE`, each batch settles the one before it.
+    pub enum SendDcPool<const SETTLE: bool> {}
 
     pub struct DcPoolState {
         pool: DcInitiatorPool<CountingInitiator>,
@@ -486,53 +494,26 @@ mod dc {
     // handle is never dereferenced.
     unsafe impl Send for DcPoolState {}
 
-    impl Workload for SendDcPoolWrite {
-        const NAME: &'static str = "send_dc_pool_write";
+    impl<const SETTLE: bool> Workload for SendDcPool<SETTLE> {
+        const NAME: &'static str = if SETTLE {
+            "send_dc_pool_write_settled"
+        } else {
+            "send_dc_pool_write"
+        };
         type State = DcPoolState;
 
         fn setup(batch: usize) -> DcPoolState {
             let mut state = pool_state(batch);
-            // One batch, so that the measured runs start warm (the pool's queues grown).
-            Self::guard(&mut state, batch);
+            // Warm, so that the measured runs start with the pool's queues grown; when settling,
+            // two batches: the second settles the first (the steady state: one batch in flight).
+            let warm_up = if SETTLE { 2 * batch } else { batch };
+            Self::guard(&mut state, warm_up);
             state
         }
 
         #[inline(never)]
         fn guard(state: &mut DcPoolState, requests: usize) {
-            pool_guard::<false>(state, requests);
-        }
-
-        #[inline(never)]
-        fn raw(state: &mut DcPoolState, requests: usize) {
-            SendDcWrite::guard(&mut state.direct, requests);
-        }
-
-        fn posted(state: &DcPoolState) -> u64 {
-            let initiator = state.pool.initiator(0).expect("one initiator");
-            assert_eq!(
-                initiator.view.addresses,
-                initiator.qp.requests(),
-                "one DC address per request"
-            );
-            initiator.qp.requests() + SendDcWrite::posted(&state.direct)
-        }
-    }
-
-    impl Workload for SendDcPoolWriteSettled {
-        const NAME: &'static str = "send_dc_pool_write_settled";
-        type State = DcPoolState;
-
-        fn setup(batch: usize) -> DcPoolState {
-            let mut state = pool_state(batch);
-            // Two batches: the second settles the first, so the measured runs start in the
-            // steady state (one batch in flight, the pool's queues grown).
-            Self::guard(&mut state, 2 * batch);
-            state
-        }
-
-        #[inline(never)]
-        fn guard(state: &mut DcPoolState, requests: usize) {
-            pool_guard::<true>(state, requests);
+            pool_guard::<SETTLE>(state, requests);
         }
 
         #[inline(never)]
