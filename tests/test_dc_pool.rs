@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::ibv_wc_status;
 use serial_test::serial;
-use sideway::ibverbs::completion::{BasicCompletionQueue, WorkCompletionStatus};
+use sideway::ibverbs::completion::BasicCompletionQueue;
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{QueuePairState, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
+use sideway_ext::ibverbs::work_completion::decode_status;
 use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc_initiator::{CreateDcInitiatorErrorKind, DcInitiatorBringUp, DciStreams};
 use sideway_ext::mlx5::dc_initiator_pool::{
@@ -412,7 +413,10 @@ impl Tally {
 }
 
 fn status_name(status: u32) -> String {
-    format!("{:?} ({status})", WorkCompletionStatus::from(status))
+    match decode_status(status) {
+        Some(known) => format!("{known:?} ({status})"),
+        None => format!("status {status}"),
+    }
 }
 
 /// Fills a granted batch for destination `d` with its pending pieces (as many as the batch's room

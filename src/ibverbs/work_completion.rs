@@ -82,9 +82,7 @@ impl WorkCompletion {
     /// The completion's status, or `None` for a value this crate does not know (a newer library
     /// or device may report one; [`status_raw`](Self::status_raw) has it).
     pub fn status(&self) -> Option<WorkCompletionStatus> {
-        // enum ibv_wc_status is numbered from IBV_WC_SUCCESS (0) without gaps; sideway's `From`
-        // knows every value up to IBV_WC_TM_RNDV_INCOMPLETE and panics on the others.
-        (self.0.status <= ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE).then(|| WorkCompletionStatus::from(self.0.status))
+        decode_status(self.0.status)
     }
 
     /// Whether the status is success.
@@ -184,6 +182,15 @@ pub(crate) unsafe fn poll(
     }
     // A provider never reports more than it was given room for; do not trust it with a slice.
     Ok(&wcs[..(ret as usize).min(wcs.len())])
+}
+
+/// An `ibv_wc_status` value (as [`WorkCompletion::status_raw`] or a DC pool's failed request
+/// give it), decoded, or `None` for a value this crate does not know: sideway's
+/// `WorkCompletionStatus::from` panics on those.
+pub fn decode_status(status: u32) -> Option<WorkCompletionStatus> {
+    // enum ibv_wc_status is numbered from IBV_WC_SUCCESS (0) without gaps; sideway's `From`
+    // knows every value up to IBV_WC_TM_RNDV_INCOMPLETE.
+    (status <= ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE).then(|| WorkCompletionStatus::from(status))
 }
 
 #[cfg(test)]
