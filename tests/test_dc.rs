@@ -412,28 +412,7 @@ impl Target {
     }
 }
 
-/// `len` bytes that differ with `seed` and do not repeat every 256 bytes, so that a shifted or
-/// misplaced chunk shows.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8) ^ ((i >> 8) as u8).wrapping_mul(37) ^ seed)
-        .collect()
-}
-
-/// Compares byte by byte; on a difference, says how many bytes differ and where the first is.
-fn assert_bytes(actual: &[u8], expected: &[u8], what: &str) {
-    assert_eq!(actual.len(), expected.len(), "{what}: length");
-    let wrong: Vec<usize> = (0..actual.len()).filter(|&i| actual[i] != expected[i]).collect();
-    if let Some(&first) = wrong.first() {
-        panic!(
-            "{what}: {} of {} bytes differ, the first at {first}: {:#04x} instead of {:#04x}",
-            wrong.len(),
-            actual.len(),
-            actual[first],
-            expected[first]
-        );
-    }
-}
+use common::{assert_bytes, pattern};
 
 /// Checks that `len` bytes at `offset` of `buffer` are still zero.
 fn assert_untouched(buffer: &common::Buffer, offset: usize, len: usize, what: &str) {
