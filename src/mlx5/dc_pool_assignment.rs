@@ -391,7 +391,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     pub fn add_destination(&mut self) -> DestinationId {
         let id = self.destinations.len() as u32;
         let mut state = DestinationState::default();
-        if matches!(self.policy, DcPoolPolicy::Static | DcPoolPolicy::Streams) {
+        if matches!(self.policy, DcPoolPolicy::Static | DcPoolPolicy::Streams) && !self.initiators.is_empty() {
             // Fibonacci hashing of the number spreads neighbours over the initiators.
             let hash = u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
             let count = self.initiators.len() as u64;
