@@ -605,6 +605,22 @@ fn a_quota_bounds_the_wait_hot_destinations_impose_on_the_others() {
     );
 }
 
+/// A pool built by hand without initiators (the builder refuses 0) binds nothing and refuses
+/// posts, under every policy, rather than dividing by zero.
+#[test]
+fn a_pool_without_initiators_refuses_posts() {
+    for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static, DcPoolPolicy::Streams] {
+        let mut pool = PoolCore::<SimInitiator>::new(Vec::new(), policy, 3);
+        let destination = pool.add_destination();
+        assert_eq!(pool.assignment(destination), None);
+        assert!(matches!(
+            pool.begin(destination),
+            Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator))
+        ));
+        pool.check_invariants();
+    }
+}
+
 mod properties {
     //! Any interleaving of posts, dropped batches, executions, error completions and polls keeps
     //! the bookkeeping's invariants, and reports every request at most once, exactly once in the
