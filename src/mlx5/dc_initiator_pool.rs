@@ -665,7 +665,6 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             grant,
             core,
             _pool: PhantomData,
-            ended: false,
         })
     }
 
@@ -724,7 +723,6 @@ pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator, A: PoolAddress
     /// The pool's bookkeeping, borrowed for `'p`.
     core: NonNull<PoolCore<I>>,
     _pool: PhantomData<&'p mut PoolCore<I>>,
-    ended: bool,
 }
 
 impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
@@ -766,15 +764,17 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
     /// [`PostSendGuard::post`].
     #[inline(always)]
-    pub fn post(mut self) -> Result<(), PostSendError> {
-        let len = self.inner.batch_len();
-        // SAFETY: taken once; `ended` keeps Drop from touching it again.
-        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
-        self.ended = true;
+    pub fn post(self) -> Result<(), PostSendError> {
+        // Never dropped: the batch is posted here, and its bookkeeping ended.
+        let mut this = ManuallyDrop::new(self);
+        let len = this.inner.batch_len();
+        let (grant, mut core) = (this.grant, this.core);
+        // SAFETY: `this` is never dropped, so the inner guard is taken exactly once.
+        let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
         let result = inner.post();
         // SAFETY: the bookkeeping is borrowed for the guard's lifetime; the ring is not written
         // after this.
-        unsafe { self.core.as_mut() }.commit(self.grant, if result.is_ok() { len } else { 0 });
+        unsafe { core.as_mut() }.commit(grant, if result.is_ok() { len } else { 0 });
         result
     }
 }
@@ -782,12 +782,11 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
 impl<I: PostingInitiator, A: PoolAddressing> Drop for DcPoolPostGuard<'_, I, A> {
     #[inline(always)]
     fn drop(&mut self) {
-        if !self.ended {
-            // SAFETY: not taken by post (ended is false); dropping it aborts the batch.
-            unsafe { ManuallyDrop::drop(&mut self.inner) };
-            // SAFETY: as in post.
-            unsafe { self.core.as_mut() }.commit(self.grant, 0);
-        }
+        // SAFETY: dropped only when not posted (post never drops the guard); dropping the inner
+        // guard aborts the batch.
+        unsafe { ManuallyDrop::drop(&mut self.inner) };
+        // SAFETY: as in post.
+        unsafe { self.core.as_mut() }.commit(self.grant, 0);
     }
 }
 
