@@ -237,6 +237,10 @@ struct InitiatorRequests {
     capacity: u64,
     /// The number of the next request.
     head: u64,
+    /// The oldest request not yet reported (`head` when none is): the ring holds the callers'
+    /// `wr_id`s from here to `head`. Kept by [`pop_settled`](Self::pop_settled), so that
+    /// [`room`](Self::room) does not reach into `batches` on every batch.
+    oldest: u64,
     /// Requests posted and not yet reported.
     outstanding: u64,
     /// Batches with requests not reported, in posting order.
@@ -261,6 +265,7 @@ impl InitiatorRequests {
             mask: size - 1,
             capacity: u64::from(capacity.max(1)),
             head: 0,
+            oldest: 0,
             outstanding: 0,
             batches: VecDeque::new(),
             holder: None,
@@ -274,8 +279,7 @@ impl InitiatorRequests {
     /// so a batch that stops at the ring's end never crosses the numbers' wrap either.
     #[inline]
     fn room(&self) -> usize {
-        let oldest = self.batches.front().map_or(self.head, |b| b.settled);
-        let ring = (self.mask + 1) - (self.head - oldest);
+        let ring = (self.mask + 1) - (self.head - self.oldest);
         let to_ring_end = (self.mask + 1) - (self.head & self.mask);
         (self.capacity - self.outstanding).min(ring).min(to_ring_end) as usize
     }
@@ -298,10 +302,13 @@ impl InitiatorRequests {
         (batch.first <= number && number >= batch.settled).then_some(index)
     }
 
+    /// Drops the fully reported batches at the front, and moves `oldest` up. Every change of a
+    /// batch's `settled` is followed by it.
     fn pop_settled(&mut self) {
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
             self.batches.pop_front();
         }
+        self.oldest = self.batches.front().map_or(self.head, |b| b.settled);
     }
 }
 
@@ -819,6 +826,11 @@ impl<I: PooledInitiator> PoolCore<I> {
             if let Some(front) = requests.batches.front() {
                 assert!(requests.head - front.settled <= requests.mask + 1);
             }
+            assert_eq!(
+                requests.oldest,
+                requests.batches.front().map_or(requests.head, |b| b.settled),
+                "initiator {i}: the oldest request not reported"
+            );
         }
         for (d, state) in self.destinations.iter().enumerate() {
             assert_eq!(state.outstanding, per_destination[d], "destination {d}");
