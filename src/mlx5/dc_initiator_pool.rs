@@ -649,10 +649,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
         // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
         let slots = unsafe { ring.add((grant.first & mask) as usize) };
-        let address = A::new(
-            DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key),
-            grant.stream.unwrap_or(0),
-        );
+        let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream);
         // SAFETY: the initiator is exclusively borrowed through the pool for the guard's lifetime;
         // its views and entries come from PostingInitiator's contract (with the stream setter
         // when it has streams, which the streams policy's initiators have).
@@ -758,7 +755,10 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
 
     /// The initiator (and stream) the batch goes to.
     pub fn initiator(&self) -> (usize, Option<u16>) {
-        (self.grant.initiator, self.grant.stream)
+        // SAFETY: the bookkeeping is borrowed for the guard's lifetime; only read here.
+        let core = unsafe { self.core.as_ref() };
+        let initiator = self.grant.initiator;
+        (initiator, core.has_streams(initiator).then_some(self.grant.stream))
     }
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as

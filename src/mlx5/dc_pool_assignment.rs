@@ -176,7 +176,9 @@ pub trait PooledInitiator {
 #[derive(Debug, Clone, Copy)]
 pub struct Grant {
     pub initiator: usize,
-    pub stream: Option<u16>,
+    /// The destination's stream; 0 when the initiator has none (a destination's stream is 0
+    /// then).
+    pub stream: u16,
     pub destination: DestinationId,
     pub first: u64,
     pub room: usize,
@@ -493,7 +495,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 if room > 0 && !requests.out_of_service {
                     return Ok(Grant {
                         initiator: i as usize,
-                        stream: (requests.streams > 0).then_some(state.stream),
+                        stream: state.stream,
                         destination,
                         first: requests.head,
                         room,
@@ -557,7 +559,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             return Err(Refusal::WouldBlock(DcPoolWouldBlock::QueueFull));
         }
         let room = room.min(usize::try_from(quota_left).unwrap_or(usize::MAX));
-        let stream = (requests.streams > 0).then_some(self.destinations[d as usize].stream);
+        let stream = self.destinations[d as usize].stream;
         Ok(Grant {
             initiator,
             stream,
@@ -565,6 +567,11 @@ impl<I: PooledInitiator> PoolCore<I> {
             first: requests.head,
             room,
         })
+    }
+
+    /// Whether `initiator` has DCI streams.
+    pub fn has_streams(&self, initiator: usize) -> bool {
+        self.requests[initiator].streams > 0
     }
 
     /// The ring of callers' `wr_id`s of `initiator` and its mask, for a guard that writes them.
@@ -581,7 +588,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         let d = grant.destination.0;
         if posted > 0 {
             let posted = posted as u64;
-            let stream = grant.stream.unwrap_or(0);
+            let stream = grant.stream;
             match requests.batches.back_mut() {
                 // The same destination and stream right after its last batch: one record.
                 Some(last) if last.end == grant.first && last.destination == d && last.stream == stream => {
@@ -834,6 +841,14 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         for (d, state) in self.destinations.iter().enumerate() {
             assert_eq!(state.outstanding, per_destination[d], "destination {d}");
+            if let Some(i) = state.initiator {
+                // A grant names the stream as is: 0 on an initiator without streams.
+                assert!(
+                    state.stream < self.requests[i as usize].streams.max(1) as u16,
+                    "destination {d}: stream {} on initiator {i}",
+                    state.stream
+                );
+            }
         }
         if matches!(
             self.policy,

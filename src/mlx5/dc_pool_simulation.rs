@@ -302,7 +302,7 @@ fn run(s: Scenario) -> Report {
                     Ok(grant) => {
                         let count = grant.room.min(s.max_batch).min(queue[d as usize].len());
                         let sim = &mut pool.initiators[grant.initiator];
-                        let lane = grant.stream.unwrap_or(0) as usize;
+                        let lane = grant.stream as usize;
                         let mut posted = Vec::with_capacity(count);
                         for k in 0..count {
                             let request = queue[d as usize].pop_front().unwrap();
@@ -724,7 +724,7 @@ mod properties {
                 } => {
                     if let Ok(grant) = pool.begin(ids[destination as usize]) {
                         let count = count.min(grant.room);
-                        let lane = grant.stream.unwrap_or(0) as usize;
+                        let lane = grant.stream as usize;
                         for k in 0..count {
                             let request = *next_request;
                             *next_request += 1;
