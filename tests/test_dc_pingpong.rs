@@ -13,21 +13,17 @@
 #![cfg(all(feature = "mlx5", feature = "serde"))]
 mod common;
 
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::OnceLock;
 
+use common::peer::{self, listening, strings, Finished, Peer};
 use serial_test::serial;
-use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 
-/// A pair (or one peer) must be done within this.
-const TIMEOUT: Duration = Duration::from_secs(120);
 const MODES: [&str; 3] = ["write", "send", "read"];
 /// The pool options the device-refusal tests add: none, a pool (dedicated policy), a pool under
 /// the streams policy (the device check still comes first).
@@ -37,185 +33,16 @@ const POOL_VARIANTS: [&[&str]; 3] = [
     &["--pool", "4", "--targets", "8", "--policy", "streams"],
 ];
 const MELLANOX_VENDOR_ID: u32 = 0x02c9;
-const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
 
 /// `target/<profile>/examples/dc_pingpong`, built first when cargo runs the test.
 fn example_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in target/<profile>/deps");
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let target_dir = profile_dir.parent().expect("target/<profile>");
-            let mut command = Command::new(cargo);
-            command
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .args([
-                    "build",
-                    "--example",
-                    "dc_pingpong",
-                    "--features",
-                    "mlx5,serde",
-                    "--target-dir",
-                ])
-                .arg(target_dir);
-            match profile_dir.file_name().and_then(|name| name.to_str()) {
-                Some("debug") | None => {},
-                Some(profile) => {
-                    command.args(["--profile", profile]);
-                },
-            }
-            let output = command.output().expect("run cargo build");
-            assert!(
-                output.status.success(),
-                "cargo build --example dc_pingpong failed:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let path = profile_dir.join("examples").join("dc_pingpong");
-        assert!(
-            path.is_file(),
-            "{} is missing: build the examples (cargo test --all-features builds them)",
-            path.display()
-        );
-        path
-    })
+    BINARY.get_or_init(|| peer::example_binary("dc_pingpong", Some("mlx5,serde")))
 }
 
-/// A running peer whose output two threads collect; killed if dropped while running.
-struct Peer {
-    role: &'static str,
-    child: Child,
-    stdout: Option<JoinHandle<String>>,
-    stderr: Option<JoinHandle<String>>,
-}
-
-/// What a peer printed and how it ended (`None`: killed at the time limit).
-struct Finished {
-    role: &'static str,
-    status: Option<ExitStatus>,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Finished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let status = match self.status {
-            Some(status) => status.to_string(),
-            None => format!("killed after {TIMEOUT:?}"),
-        };
-        write!(
-            f,
-            "--- {}: {status}\n--- stdout:\n{}--- stderr:\n{}",
-            self.role, self.stdout, self.stderr
-        )
-    }
-}
-
-impl Finished {
-    fn succeeded(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-
-    /// Exited by itself, with status 1 (the example's failure status, not clap's 2).
-    fn failed_cleanly(&self) -> bool {
-        self.status.is_some_and(|s| s.code() == Some(1))
-    }
-}
-
-fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-impl Peer {
-    fn spawn(role: &'static str, args: &[String]) -> Self {
-        let mut child = Command::new(example_binary())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start dc_pingpong: {e}"));
-        let stdout = child.stdout.take().map(collect);
-        let stderr = child.stderr.take().map(collect);
-        Self {
-            role,
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
-    }
-
-    /// Waits until the peer exits or `deadline` passes, then kills it if it still runs.
-    fn finish(mut self, deadline: Instant) -> Finished {
-        let mut status = None;
-        loop {
-            if let Ok(Some(exit)) = self.child.try_wait() {
-                status = Some(exit);
-                break;
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let join =
-            |handle: Option<JoinHandle<String>>| handle.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-        Finished {
-            role: self.role,
-            status,
-            stdout: join(self.stdout.take()),
-            stderr: join(self.stderr.take()),
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Runs the example with `args` to its end (at most [`TIMEOUT`]).
+/// Runs the example with `args` to its end (at most [`peer::TIMEOUT`]).
 fn run(role: &'static str, args: &[String]) -> Finished {
-    Peer::spawn(role, args).finish(Instant::now() + TIMEOUT)
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
-
-/// Whether some socket listens on TCP `port`, from /proc/net/tcp{,6} (a probing connection
-/// would be the server's one client).
-fn listening(port: u16) -> bool {
-    let port = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|file| {
-        std::fs::read_to_string(file).is_ok_and(|table| {
-            table.lines().skip(1).any(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                // local_address is field 1, st (0A = LISTEN) field 3.
-                fields.len() > 3 && fields[1].ends_with(&port) && fields[3] == "0A"
-            })
-        })
-    })
+    Peer::run(role, example_binary(), args)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -401,39 +228,18 @@ fn client_on_a_device_that_is_not_mlx5_says_so_before_connecting() {
 // ---------------------------------------------------------------------------------------------
 // ConnectX hardware: server and client on the same port.
 
-fn open_mlx5_test_device() -> (Arc<DeviceContext>, String) {
-    let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
-        panic!("mlx5 hardware tests need {MLX5_DEVICE_VARIABLE} to name a ConnectX-4 or newer; without one, `--skip mlx5_hw_`")
-    });
-    let list = DeviceList::new().expect("device list");
-    let device = list
-        .iter()
-        .find(|d| d.name() == name)
-        .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
-    (device.open().expect("open the mlx5 device"), name)
-}
-
 /// Runs a server, then once it listens a client on 127.0.0.1, both with the common options and
 /// `extra`, plus `client_extra` for the client alone; returns both outcomes (server first).
 fn run_pair(port: u16, extra: &[&str], client_extra: &[&str]) -> (Finished, Finished) {
-    let (ctx, device) = open_mlx5_test_device();
+    let (ctx, device) = common::open_mlx5_test_device_named();
     let (gid_index, _) = common::local_gid(&ctx);
     drop(ctx);
     let mut args = strings(&["-d", &device, "-g", &gid_index.to_string(), "-p", &port.to_string()]);
     args.extend(strings(extra));
-    let deadline = Instant::now() + TIMEOUT;
-    let mut server = Peer::spawn("server", &args);
-    while !listening(port) {
-        if server.exited() || Instant::now() >= deadline {
-            panic!("the server never listened on port {port}\n{}", server.finish(deadline));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    args.extend(strings(client_extra));
-    args.push("127.0.0.1".into());
-    let client = Peer::spawn("client", &args).finish(deadline);
-    let server = server.finish(deadline);
-    (server, client)
+    let mut client_args = args.clone();
+    client_args.extend(strings(client_extra));
+    client_args.push("127.0.0.1".into());
+    peer::run_pair(example_binary(), &args, example_binary(), &client_args, port)
 }
 
 /// The numbers of the line under the result header that starts with `header`.
@@ -770,7 +576,7 @@ fn mlx5_hw_dc_pool_static() {
 #[serial]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX with DCI streams"]
 fn mlx5_hw_dc_pool_streams() {
-    let (ctx, device) = open_mlx5_test_device();
+    let (ctx, device) = common::open_mlx5_test_device_named();
     let capabilities = Mlx5DeviceContext::new(ctx)
         .query_dc_capabilities()
         .expect("query the DC capabilities");

@@ -18,13 +18,9 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use serial_test::serial;
-use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway_ext::mlx5::device_attributes::{Mlx5ContextFlags, Mlx5ContextMask};
 use sideway_ext::mlx5::device_context::{Mlx5DeviceContext, QueryMlx5DeviceErrorKind};
-
-/// The variable that names the mlx5 (ConnectX) device the hardware tests run on.
-const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
 
 /// What the "not mlx5" tests say when the test device is an mlx5 device.
 const TEST_DEVICE_IS_MLX5: &str = "the test device is an mlx5 device: this test needs one that is not \
@@ -188,21 +184,10 @@ fn example_without_libmlx5_reports_a_device_that_is_not_mlx5() {
     assert_json_reports_not_mlx5(&output.stdout, &name);
 }
 
-/// Opens the ConnectX device named by `SIDEWAY_EXT_TEST_MLX5_DEVICE`; panics with a clear
-/// message when the variable is unset or the device is missing, since only hardware tests call it.
+/// The ConnectX of `SIDEWAY_EXT_TEST_MLX5_DEVICE` and its name (see
+/// `common::open_mlx5_test_device`).
 fn open_mlx5_test_device() -> (String, Arc<DeviceContext>) {
-    let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
-        panic!(
-            "mlx5 hardware tests need {MLX5_DEVICE_VARIABLE} to name a ConnectX-4 or newer \
-             (e.g. mlx5_0); without one, `--skip mlx5_hw_`"
-        )
-    });
-    let list = DeviceList::new().unwrap_or_else(|e| panic!("cannot list RDMA devices: {e}"));
-    let device = list
-        .iter()
-        .find(|d| d.name() == name)
-        .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
-    let ctx = device.open().unwrap_or_else(|e| panic!("cannot open {name}: {e}"));
+    let (ctx, name) = common::open_mlx5_test_device_named();
     (name, ctx)
 }
 

@@ -7,39 +7,22 @@
 //! (`target/debug/examples/srq_pingpong`); the C tool is Debian's `/usr/bin/ibv_srq_pingpong`.
 mod common;
 
-use std::io::Read;
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
+use common::peer::{self, Finished};
 use serial_test::serial;
 use sideway::ibverbs::address::GidType;
 
 /// rdma-core's tool, from Debian's ibverbs-utils.
 const C_TOOL: &str = "/usr/bin/ibv_srq_pingpong";
-/// Both peers must be done within this; the pair takes well under a second on SoftRoCE.
-const TIMEOUT: Duration = Duration::from_secs(120);
 const NUM_QP: usize = 16;
 const ITERS: u64 = 2000;
 const SIZE: u64 = 4096;
 
-/// `target/<profile>/examples/srq_pingpong`, from this test's own path
-/// (`target/<profile>/deps/test_srq_pingpong-…`).
+/// `target/<profile>/examples/srq_pingpong` (`cargo test` builds it with the tests).
 fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps");
-    let path = profile_dir.join("examples").join("srq_pingpong");
-    assert!(
-        path.is_file(),
-        "{} is missing: build the examples (cargo test builds them with the tests)",
-        path.display()
-    );
-    path
+    peer::example_binary("srq_pingpong", None)
 }
 
 fn c_tool() -> PathBuf {
@@ -68,127 +51,6 @@ fn roce_v2_ipv4_gid_index() -> u32 {
         .map_or(1, |entry| entry.gid_index())
 }
 
-/// A running peer whose output is collected by two threads; killed if dropped while running
-/// (a failed assertion, a timeout).
-struct Peer {
-    role: &'static str,
-    program: PathBuf,
-    child: Child,
-    stdout: Option<JoinHandle<String>>,
-    stderr: Option<JoinHandle<String>>,
-}
-
-/// What a peer printed and how it ended (`None`: killed at the time limit).
-struct Finished {
-    role: &'static str,
-    program: PathBuf,
-    status: Option<ExitStatus>,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Finished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let status = match self.status {
-            Some(status) => status.to_string(),
-            None => format!("killed after {TIMEOUT:?}"),
-        };
-        write!(
-            f,
-            "--- {} ({}): {status}\n--- stdout:\n{}--- stderr:\n{}",
-            self.role,
-            self.program.display(),
-            self.stdout,
-            self.stderr
-        )
-    }
-}
-
-fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-impl Peer {
-    fn spawn(role: &'static str, program: &Path, args: &[String]) -> Self {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
-        let stdout = child.stdout.take().map(collect);
-        let stderr = child.stderr.take().map(collect);
-        Self {
-            role,
-            program: program.to_path_buf(),
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
-    }
-
-    /// Waits until the peer exits or `deadline` passes, then kills it if it still runs.
-    fn finish(mut self, deadline: Instant) -> Finished {
-        let mut status = None;
-        loop {
-            if let Ok(Some(exit)) = self.child.try_wait() {
-                status = Some(exit);
-                break;
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let join =
-            |handle: Option<JoinHandle<String>>| handle.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-        Finished {
-            role: self.role,
-            program: self.program.clone(),
-            status,
-            stdout: join(self.stdout.take()),
-            stderr: join(self.stderr.take()),
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Whether some socket listens on TCP `port` (IPv4 or IPv6), from /proc/net/tcp{,6}. Probing
-/// with a connection would not do: the server accepts exactly one.
-fn listening(port: u16) -> bool {
-    let port = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|file| {
-        std::fs::read_to_string(file).is_ok_and(|table| {
-            table.lines().skip(1).any(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                // local_address is field 1, st (0A = LISTEN) field 3.
-                fields.len() > 3 && fields[1].ends_with(&port) && fields[3] == "0A"
-            })
-        })
-    })
-}
-
 /// Runs `server` then, once it listens, `client` against it on 127.0.0.1, both with `extra`
 /// arguments besides the common ones; returns both outcomes (server first).
 fn run_pair(server: &Path, client: &Path, port: u16, extra: &[&str]) -> (Finished, Finished) {
@@ -211,23 +73,9 @@ fn run_pair(server: &Path, client: &Path, port: u16, extra: &[&str]) -> (Finishe
     .chain(extra)
     .map(|s| s.to_string())
     .collect();
-    let deadline = Instant::now() + TIMEOUT;
-
-    let mut server_peer = Peer::spawn("server", server, &args);
-    while !listening(port) {
-        if server_peer.exited() || Instant::now() >= deadline {
-            let server = server_peer.finish(deadline);
-            panic!("the server never listened on port {port}\n{server}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut client_args = args;
+    let mut client_args = args.clone();
     client_args.push("127.0.0.1".to_string());
-    let client_peer = Peer::spawn("client", client, &client_args);
-
-    let client = client_peer.finish(deadline);
-    let server = server_peer.finish(deadline);
-    (server, client)
+    peer::run_pair(server, &args, client, &client_args, port)
 }
 
 /// The numbers of the summary lines: `(bytes, Mbit/s)` from "<bytes> bytes in <secs> seconds =
@@ -276,11 +124,7 @@ fn qpns(peer: &Finished, which: &str) -> Vec<u32> {
 /// connected its 16 queue pairs to the other's 16, in order.
 fn check_pair(server: &Finished, client: &Finished) {
     for peer in [server, client] {
-        assert!(
-            peer.status.is_some_and(|s| s.success()),
-            "the {} failed\n{server}\n{client}",
-            peer.role
-        );
+        assert!(peer.succeeded(), "the {} failed\n{server}\n{client}", peer.role);
         let ((bytes, mbit), (iters, usec)) = summary(peer);
         assert_eq!(bytes, SIZE * ITERS * 2, "{peer}");
         assert_eq!(iters, ITERS, "{peer}");

@@ -5,6 +5,8 @@
 //! RDMA device: `scripts/test` does that inside the SoftRoCE VM, with `rxe0`.
 #![allow(dead_code)]
 
+pub mod peer;
+
 use std::sync::Arc;
 
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -186,6 +188,11 @@ pub const MLX5_DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
 /// Opens the ConnectX named by `SIDEWAY_EXT_TEST_MLX5_DEVICE`; panics with a clear message when
 /// the variable is unset or the device is missing, since only mlx5 hardware tests call it.
 pub fn open_mlx5_test_device() -> Arc<DeviceContext> {
+    open_mlx5_test_device_named().0
+}
+
+/// As [`open_mlx5_test_device`], with the device's name.
+pub fn open_mlx5_test_device_named() -> (Arc<DeviceContext>, String) {
     let name = std::env::var(MLX5_DEVICE_VARIABLE).unwrap_or_else(|_| {
         panic!(
             "mlx5 hardware tests need {MLX5_DEVICE_VARIABLE} to name a ConnectX-4 or newer; without one, `--skip mlx5_hw_`"
@@ -196,7 +203,8 @@ pub fn open_mlx5_test_device() -> Arc<DeviceContext> {
         .iter()
         .find(|d| d.name() == name)
         .unwrap_or_else(|| panic!("{MLX5_DEVICE_VARIABLE}={name}: no such RDMA device"));
-    device.open().unwrap_or_else(|e| panic!("cannot open {name}: {e}"))
+    let ctx = device.open().unwrap_or_else(|e| panic!("cannot open {name}: {e}"));
+    (ctx, name)
 }
 
 /// `len` bytes that differ with `seed` and do not repeat every 256 bytes, so that a shifted or
