@@ -59,22 +59,12 @@ use sideway_ext::mlx5::dc_target::{CreateDcTargetErrorKind, DcTarget, DcTargetBr
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
-const MELLANOX_VENDOR_ID: u32 = 0x02c9;
-
-fn require_not_mellanox(ctx: &DeviceContext) {
-    let vendor_id = ctx.query_device().expect("query_device").vendor_id();
-    assert_ne!(
-        vendor_id, MELLANOX_VENDOR_ID,
-        "this test checks a device that is not mlx5; on a ConnectX run the mlx5_hw_ tests instead"
-    );
-}
-
 /// DC on a device that is not mlx5 is the typed "not supported", for both queue-pair types.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn dc_on_a_device_that_is_not_mlx5_is_not_supported() {
     let ctx = common::open_test_device();
-    require_not_mellanox(&ctx);
+    common::require_not_mellanox(&ctx);
     let pd = ctx.alloc_pd().expect("alloc_pd");
     let cq = ctx.create_cq_builder().setup_cqe(16).build().expect("CQ");
     let err = pd.create_dci_builder().setup_send_cq(cq.clone()).build().unwrap_err();
@@ -105,7 +95,7 @@ fn libmlx5_path() -> Option<PathBuf> {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn dc_without_libmlx5_is_not_supported() {
     let ctx = common::open_test_device();
-    require_not_mellanox(&ctx);
+    common::require_not_mellanox(&ctx);
     let test = "dc_on_a_device_that_is_not_mlx5_is_not_supported";
     let binary = std::env::current_exe().expect("current_exe");
     let mut command = match libmlx5_path() {

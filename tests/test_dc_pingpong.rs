@@ -21,7 +21,6 @@ use std::sync::OnceLock;
 
 use common::peer::{self, listening, strings, Finished, Peer};
 use serial_test::serial;
-use sideway::ibverbs::device_context::DeviceContext;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 
 const MODES: [&str; 3] = ["write", "send", "read"];
@@ -32,8 +31,6 @@ const POOL_VARIANTS: [&[&str]; 3] = [
     &["--pool", "4", "--targets", "8"],
     &["--pool", "4", "--targets", "8", "--policy", "streams"],
 ];
-const MELLANOX_VENDOR_ID: u32 = 0x02c9;
-
 /// `target/<profile>/examples/dc_pingpong`, built first when cargo runs the test.
 fn example_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
@@ -137,18 +134,10 @@ fn bad_option_values_are_refused_by_name() {
 // ---------------------------------------------------------------------------------------------
 // SoftRoCE (a device that is not mlx5).
 
-fn require_not_mellanox(ctx: &DeviceContext) {
-    let vendor_id = ctx.query_device().expect("query_device").vendor_id();
-    assert_ne!(
-        vendor_id, MELLANOX_VENDOR_ID,
-        "this test checks a device that is not mlx5; on a ConnectX run the mlx5_hw_ tests instead"
-    );
-}
-
 /// The test device's name and GID index, checked not to be mlx5.
 fn non_mlx5_device() -> (String, u8) {
     let ctx = common::open_test_device();
-    require_not_mellanox(&ctx);
+    common::require_not_mellanox(&ctx);
     let (gid_index, _) = common::local_gid(&ctx);
     (std::env::var(common::DEVICE_VARIABLE).expect("checked"), gid_index)
 }

@@ -45,16 +45,6 @@ use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
-const MELLANOX_VENDOR_ID: u32 = 0x02c9;
-
-fn require_not_mellanox(ctx: &DeviceContext) {
-    let vendor_id = ctx.query_device().expect("query_device").vendor_id();
-    assert_ne!(
-        vendor_id, MELLANOX_VENDOR_ID,
-        "this test checks a device that is not mlx5; on a ConnectX run the mlx5_hw_ tests instead"
-    );
-}
-
 /// DCI streams small enough for any device that has them.
 const SOME_STREAMS: DciStreams = DciStreams {
     log_num_concurrent: 1,
@@ -68,7 +58,7 @@ const SOME_STREAMS: DciStreams = DciStreams {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn dci_pool_on_a_device_that_is_not_mlx5_is_not_supported() {
     let ctx = common::open_test_device();
-    require_not_mellanox(&ctx);
+    common::require_not_mellanox(&ctx);
     let pd = ctx.alloc_pd().expect("alloc_pd");
     let cq = ctx.create_cq_builder().setup_cqe(64).build().expect("CQ");
     for (policy, streams) in [

@@ -26,9 +26,6 @@ use sideway_ext::mlx5::device_context::{Mlx5DeviceContext, QueryMlx5DeviceErrorK
 const TEST_DEVICE_IS_MLX5: &str = "the test device is an mlx5 device: this test needs one that is not \
     (run it on SoftRoCE, or `--skip device_that_is_not_mlx5`; the mlx5_hw_ tests cover ConnectX)";
 
-/// The IEEE OUI that Mellanox/NVIDIA devices report as `vendor_id`.
-const MELLANOX_VENDOR_ID: u32 = 0x02c9;
-
 /// `vendor_part_id`s of ConnectX-5 and newer physical functions (ConnectX-5, -5 Ex, -6, -6 Dx,
 /// -7, -8) and BlueField DPUs (1, 2, 3): devices with DC read/atomic support.
 const CONNECTX5_OR_NEWER: &[u32] = &[4119, 4121, 4123, 4125, 4129, 4131, 41682, 41686, 41692];
@@ -62,13 +59,6 @@ fn run(command: &mut Command) -> Output {
     output
 }
 
-/// Panics when the device reports the Mellanox/NVIDIA vendor id: the "not mlx5" tests would have
-/// nothing to check, and must not pass without checking it.
-fn require_not_mellanox(ctx: &DeviceContext) {
-    let vendor_id = ctx.query_device().expect("query_device").vendor_id();
-    assert_ne!(vendor_id, MELLANOX_VENDOR_ID, "{TEST_DEVICE_IS_MLX5}");
-}
-
 fn test_device_name() -> String {
     std::env::var(common::DEVICE_VARIABLE).expect("device tests need SIDEWAY_EXT_TEST_DEVICE")
 }
@@ -90,7 +80,7 @@ fn assert_json_reports_not_mlx5(stdout: &[u8], name: &str) {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn query_device_on_a_device_that_is_not_mlx5_is_not_supported() {
     let ctx = common::open_test_device();
-    require_not_mellanox(&ctx);
+    common::require_not_mellanox_with(&ctx, TEST_DEVICE_IS_MLX5);
     let mlx5 = Mlx5DeviceContext::new(ctx.clone());
     assert!(Arc::ptr_eq(mlx5.device_context(), &ctx));
 
@@ -120,7 +110,7 @@ fn query_device_on_a_device_that_is_not_mlx5_is_not_supported() {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn example_reports_a_device_that_is_not_mlx5() {
     let ctx = common::open_test_device();
-    require_not_mellanox(&ctx);
+    common::require_not_mellanox_with(&ctx, TEST_DEVICE_IS_MLX5);
     let name = test_device_name();
     let example = example_path();
 
@@ -158,7 +148,7 @@ fn libmlx5_path() -> Option<PathBuf> {
 fn example_without_libmlx5_reports_a_device_that_is_not_mlx5() {
     let ctx = common::open_test_device();
     // An mlx5 device needs libmlx5 to be opened at all.
-    require_not_mellanox(&ctx);
+    common::require_not_mellanox_with(&ctx, TEST_DEVICE_IS_MLX5);
     let name = test_device_name();
     let Some(libmlx5) = libmlx5_path() else {
         // Nothing to hide: the example already runs without libmlx5.

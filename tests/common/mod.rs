@@ -207,6 +207,24 @@ pub fn open_mlx5_test_device_named() -> (Arc<DeviceContext>, String) {
     (ctx, name)
 }
 
+/// The IEEE OUI that Mellanox/NVIDIA devices report as `vendor_id`.
+pub const MELLANOX_VENDOR_ID: u32 = 0x02c9;
+
+/// Panics with `message` when the device reports the Mellanox/NVIDIA vendor id: a test of a
+/// device that is not mlx5 would have nothing to check there, and must not pass without checking.
+pub fn require_not_mellanox_with(ctx: &DeviceContext, message: &str) {
+    let vendor_id = ctx.query_device().expect("query_device").vendor_id();
+    assert_ne!(vendor_id, MELLANOX_VENDOR_ID, "{message}");
+}
+
+/// [`require_not_mellanox_with`] the usual message.
+pub fn require_not_mellanox(ctx: &DeviceContext) {
+    require_not_mellanox_with(
+        ctx,
+        "this test checks a device that is not mlx5; on a ConnectX run the mlx5_hw_ tests instead",
+    );
+}
+
 /// `len` bytes that differ with `seed` and do not repeat every 256 bytes, so that a shifted or
 /// misplaced chunk shows.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
