@@ -22,8 +22,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::{
-    ibv_destroy_qp, ibv_modify_qp, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_ex, ibv_qp_init_attr,
-    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type, ibv_query_qp,
+    ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask,
+    ibv_qp_type,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device_context::Mtu;
@@ -248,11 +248,18 @@ pub(crate) struct Transition {
 
 /// The transitions a queue-pair type allows, as data: every queue-pair type of this crate (here
 /// RC and UD, DC in the mlx5 module) brings its own, and the queue-pair core checks a
-/// modification against it before `ibv_modify_qp`. "Any state to RESET or ERR" holds for every
-/// type and is not listed.
+/// modification against it before `ibv_modify_qp`.
 #[derive(Debug)]
 pub(crate) struct TransitionTable {
     pub(crate) transitions: &'static [Transition],
+    /// Whether any state may go to RESET or ERR with the state alone, as the kernel's
+    /// `qp_state_table` lets RC and UD do. When `false` (the DC types, whose rules are mlx5_ib's
+    /// own), only the listed transitions exist.
+    pub(crate) any_to_reset_or_error: bool,
+    /// Whether every modification must carry `IBV_QP_STATE`, even one that stays in its state
+    /// (mlx5_ib's DC rules: `modify_dci_qp_is_ok` requires it, `mlx5_ib_modify_dct` refuses a
+    /// mask without it).
+    pub(crate) state_always_required: bool,
 }
 
 /// The bits of `bits` as an `ibv_modify_qp` attribute mask.
@@ -293,6 +300,8 @@ mod tables {
 
     /// RC, as the kernel's `qp_state_table` (drivers/infiniband/core/verbs.c).
     pub(crate) static RELIABLE_CONNECTION: TransitionTable = TransitionTable {
+        any_to_reset_or_error: true,
+        state_always_required: false,
         transitions: &[
             transition(
                 Reset,
@@ -361,6 +370,8 @@ mod tables {
 
     /// UD, as the kernel's `qp_state_table`.
     pub(crate) static UNRELIABLE_DATAGRAM: TransitionTable = TransitionTable {
+        any_to_reset_or_error: true,
+        state_always_required: false,
         transitions: &[
             transition(
                 Reset,
@@ -397,8 +408,11 @@ impl TransitionTable {
     /// included in required), or `None` when the type does not allow it.
     pub(crate) fn transition(&self, from: QueuePairState, to: QueuePairState) -> Option<(i32, i32)> {
         let state = mask(&[ibv_qp_attr_mask::IBV_QP_STATE]);
-        // Any state may go to RESET or ERR (a DCT too: that is how it is torn down).
-        if matches!(to, QueuePairState::Reset | QueuePairState::Error) && from != QueuePairState::Unknown {
+        // Any state may go to RESET or ERR (kernel `qp_state_table`), where the type says so.
+        if self.any_to_reset_or_error
+            && matches!(to, QueuePairState::Reset | QueuePairState::Error)
+            && from != QueuePairState::Unknown
+        {
             return Some((state, 0));
         }
         self.transitions
@@ -419,6 +433,16 @@ impl TransitionTable {
             from
         };
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let state_bit = mask(&[ibv_qp_attr_mask::IBV_QP_STATE]);
+        if self.state_always_required && given & state_bit == 0 {
+            return Err(ModifyQueuePairErrorKind::InvalidAttributeMask {
+                cur_state: from,
+                next_state: to,
+                invalid: QueuePairAttributeMask::from(0),
+                needed: QueuePairAttributeMask::from(state_bit),
+                source: einval(),
+            });
+        }
         let Some((required, optional)) = self.transition(from, to) else {
             return Err(ModifyQueuePairErrorKind::InvalidTransition {
                 cur_state: from,
@@ -448,6 +472,76 @@ impl TransitionTable {
     }
 }
 
+/// The calls the queue-pair core makes outside the data path, as a table of functions: the real
+/// library's ([`LIBIBVERBS`]), or in unit tests a model of the kernel's rules that records them,
+/// so that the public API of a queue pair can be driven without a device.
+#[derive(Debug)]
+pub(crate) struct QueuePairVerbs {
+    /// `ibv_modify_qp`: an errno value, 0 on success; updates `ibv_qp::state` on success.
+    pub(crate) modify: unsafe fn(*mut ibv_qp, *mut ibv_qp_attr, i32) -> i32,
+    /// `ibv_query_qp`: an errno value, 0 on success.
+    pub(crate) query: unsafe fn(*mut ibv_qp, *mut ibv_qp_attr, i32, *mut ibv_qp_init_attr) -> i32,
+    /// `ibv_destroy_qp`: an errno value, 0 on success.
+    pub(crate) destroy: unsafe fn(*mut ibv_qp) -> i32,
+    /// `ibv_qp_to_qp_ex`: NULL when the queue pair has no extended view.
+    pub(crate) to_qp_ex: unsafe fn(*mut ibv_qp) -> *mut ibv_qp_ex,
+    /// `ibv_query_port`: an errno value, 0 on success.
+    pub(crate) query_port: unsafe fn(*mut rdma_mummy_sys::ibv_context, u8, *mut rdma_mummy_sys::ibv_port_attr) -> i32,
+}
+
+/// libibverbs itself, as rdma-mummy-sys loads it.
+pub(crate) static LIBIBVERBS: QueuePairVerbs = QueuePairVerbs {
+    modify: libibverbs::modify,
+    query: libibverbs::query,
+    destroy: libibverbs::destroy,
+    to_qp_ex: libibverbs::to_qp_ex,
+    query_port: libibverbs::query_port,
+};
+
+mod libibverbs {
+    //! Thin forwarders with the [`QueuePairVerbs`](super::QueuePairVerbs) signatures.
+    //!
+    //! # Safety
+    //!
+    //! Each takes the pointers of the C function it forwards to, with the same requirements.
+    use rdma_mummy_sys::{ibv_context, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_ex, ibv_qp_init_attr};
+
+    /// # Safety
+    ///
+    /// As `ibv_modify_qp`: a live queue pair and a valid attribute struct.
+    pub(super) unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
+        rdma_mummy_sys::ibv_modify_qp(qp, attr, mask)
+    }
+
+    /// # Safety
+    ///
+    /// As `ibv_query_qp`: a live queue pair and writable structs.
+    pub(super) unsafe fn query(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32, init: *mut ibv_qp_init_attr) -> i32 {
+        rdma_mummy_sys::ibv_query_qp(qp, attr, mask, init)
+    }
+
+    /// # Safety
+    ///
+    /// As `ibv_destroy_qp`: a live queue pair, not used afterwards.
+    pub(super) unsafe fn destroy(qp: *mut ibv_qp) -> i32 {
+        rdma_mummy_sys::ibv_destroy_qp(qp)
+    }
+
+    /// # Safety
+    ///
+    /// As `ibv_qp_to_qp_ex`: a live queue pair.
+    pub(super) unsafe fn to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+        rdma_mummy_sys::ibv_qp_to_qp_ex(qp)
+    }
+
+    /// # Safety
+    ///
+    /// As `ibv_query_port`: an open context and a writable struct.
+    pub(super) unsafe fn query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
+        rdma_mummy_sys::ibv_query_port(context, port, attr)
+    }
+}
+
 /// The part every queue pair of this crate shares: the handle, its extended (`ibv_wr_*`) view and
 /// provider entries, its type's transition table, its state as of the last modify or query, and
 /// the `Arc`s of its parents, released after the handle is destroyed.
@@ -459,18 +553,22 @@ pub(crate) struct QueuePairCore {
     qp: NonNull<ibv_qp>,
     qp_ex: Option<(NonNull<ibv_qp_ex>, ProviderEntries)>,
     table: &'static TransitionTable,
+    verbs: &'static QueuePairVerbs,
+    /// The device context of the protection domain (kept alive by `_pd`).
+    context: NonNull<rdma_mummy_sys::ibv_context>,
     qp_number: u32,
     state: QueuePairState,
     _srq: Option<Arc<SharedReceiveQueue>>,
     _send_cq: Option<GenericCompletionQueue>,
     _recv_cq: Option<GenericCompletionQueue>,
-    _pd: Arc<ProtectionDomain>,
+    // Always set for a queue pair on a device; `None` only for the unit tests' modelled ones.
+    _pd: Option<Arc<ProtectionDomain>>,
 }
 
 impl Drop for QueuePairCore {
     fn drop(&mut self) {
         // SAFETY: the handle came from a create call and is destroyed once, before the parents.
-        let ret = unsafe { ibv_destroy_qp(self.qp.as_ptr()) };
+        let ret = unsafe { (self.verbs.destroy)(self.qp.as_ptr()) };
         super::check_destroy("ibv_destroy_qp", ret);
     }
 }
@@ -490,24 +588,86 @@ impl QueuePairCore {
         pd: Arc<ProtectionDomain>, send_cq: Option<GenericCompletionQueue>, recv_cq: Option<GenericCompletionQueue>,
         srq: Option<Arc<SharedReceiveQueue>>,
     ) -> Result<Self, MissingProviderEntry> {
-        let qp_number = (*qp.as_ptr()).qp_num;
+        let context = NonNull::new_unchecked(pd.pd().as_ref().context);
         let mut core = Self {
             qp,
             qp_ex: None,
             table,
-            qp_number,
+            verbs: &LIBIBVERBS,
+            context,
+            qp_number: (*qp.as_ptr()).qp_num,
             state: QueuePairState::Reset,
             _srq: srq,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
-            _pd: pd,
+            _pd: Some(pd),
         };
-        // ibv_qp_to_qp_ex is valid only for queue pairs created with send_ops_flags.
-        if let Some(granted) = granted {
-            let qp_ex = NonNull::new(ibv_qp_to_qp_ex(qp.as_ptr())).ok_or(MissingProviderEntry("ibv_qp_to_qp_ex"))?;
-            core.qp_ex = Some((qp_ex, ProviderEntries::new(qp_ex, granted)?));
-        }
+        core.read_send_view(granted)?;
         Ok(core)
+    }
+
+    /// A queue pair whose calls go to `verbs` (a unit test's model), without parents.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must stay valid for `verbs` until `verbs.destroy` is called on it; `context` is
+    /// only handed to `verbs`.
+    #[cfg(test)]
+    pub(crate) unsafe fn modelled(
+        qp: NonNull<ibv_qp>, table: &'static TransitionTable, granted: Option<SendOperationFlags>,
+        verbs: &'static QueuePairVerbs, context: NonNull<rdma_mummy_sys::ibv_context>,
+    ) -> Result<Self, MissingProviderEntry> {
+        let mut core = Self {
+            qp,
+            qp_ex: None,
+            table,
+            verbs,
+            context,
+            qp_number: (*qp.as_ptr()).qp_num,
+            state: QueuePairState::Reset,
+            _srq: None,
+            _send_cq: None,
+            _recv_cq: None,
+            _pd: None,
+        };
+        core.read_send_view(granted)?;
+        Ok(core)
+    }
+
+    /// Reads the extended view and its entries (`ibv_qp_to_qp_ex` is valid only for queue pairs
+    /// created with `send_ops_flags`).
+    ///
+    /// # Safety
+    ///
+    /// The handle must be live; with `granted`, created with those `send_ops_flags`.
+    unsafe fn read_send_view(&mut self, granted: Option<SendOperationFlags>) -> Result<(), MissingProviderEntry> {
+        self.qp_ex = None;
+        if let Some(granted) = granted {
+            let qp_ex =
+                NonNull::new((self.verbs.to_qp_ex)(self.qp.as_ptr())).ok_or(MissingProviderEntry("ibv_qp_to_qp_ex"))?;
+            self.qp_ex = Some((qp_ex, ProviderEntries::new(qp_ex, granted)?));
+        }
+        Ok(())
+    }
+
+    /// Destroys the queue pair and adopts `qp`, a new one on the same parents (a DC initiator
+    /// rebuilt where the kernel refuses its move to RESET): the parents stay, the number and
+    /// views are the new queue pair's, the state RESET.
+    ///
+    /// # Safety
+    ///
+    /// As [`new`](Self::new), for `qp` on this core's parents, and no view of the old queue pair
+    /// may be used afterwards.
+    #[allow(dead_code)] // used by the DC initiator of the mlx5 module
+    pub(crate) unsafe fn replace(
+        &mut self, qp: NonNull<ibv_qp>, granted: Option<SendOperationFlags>,
+    ) -> Result<(), MissingProviderEntry> {
+        let old = std::mem::replace(&mut self.qp, qp);
+        let ret = (self.verbs.destroy)(old.as_ptr());
+        super::check_destroy("ibv_destroy_qp", ret);
+        self.qp_number = (*qp.as_ptr()).qp_num;
+        self.state = QueuePairState::Reset;
+        self.read_send_view(granted)
     }
 
     pub(crate) fn qp(&self) -> NonNull<ibv_qp> {
@@ -522,8 +682,24 @@ impl QueuePairCore {
     /// The device context the queue pair was created on.
     #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
     pub(crate) fn context(&self) -> NonNull<rdma_mummy_sys::ibv_context> {
-        // SAFETY: the protection domain (and its context) are alive while the queue pair is.
-        unsafe { NonNull::new_unchecked(self._pd.pd().as_ref().context) }
+        self.context
+    }
+
+    /// `ibv_query_port` on the queue pair's context, through its verbs.
+    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
+    pub(crate) fn query_port(&self, port: u8) -> io::Result<rdma_mummy_sys::ibv_port_attr> {
+        if port == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
+        // SAFETY: the context is open while the protection domain is (or is the model's);
+        // attr is writable.
+        let ret = unsafe { (self.verbs.query_port)(self.context.as_ptr(), port, attr.as_mut_ptr()) };
+        if ret != 0 {
+            return Err(io::Error::from_raw_os_error(ret));
+        }
+        // SAFETY: the call filled it (and it was zeroed before).
+        Ok(unsafe { attr.assume_init() })
     }
 
     /// The extended view of a queue pair created with send operations, and its entries.
@@ -555,11 +731,17 @@ impl QueuePairCore {
         self.state
     }
 
+    /// The transition table the queue pair is checked against.
+    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
+    pub(crate) fn table(&self) -> &'static TransitionTable {
+        self.table
+    }
+
     pub(crate) fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.table.check(self.state, attr)?;
         let mut raw = ibv_qp_attr { ..attr.attr };
         // SAFETY: the handle is alive and exclusively borrowed; raw is a valid ibv_qp_attr.
-        let ret = unsafe { ibv_modify_qp(self.qp.as_ptr(), &mut raw, attr.mask.bits()) };
+        let ret = unsafe { (self.verbs.modify)(self.qp.as_ptr(), &mut raw, attr.mask.bits()) };
         if ret != 0 {
             return Err(ModifyQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
@@ -575,7 +757,7 @@ impl QueuePairCore {
         let mut init_attr: ibv_qp_init_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         // SAFETY: the handle is alive and exclusively borrowed (libibverbs updates its cached
         // state); both structs are writable.
-        let ret = unsafe { ibv_query_qp(self.qp.as_ptr(), &mut attr.attr, mask.bits(), &mut init_attr) };
+        let ret = unsafe { (self.verbs.query)(self.qp.as_ptr(), &mut attr.attr, mask.bits(), &mut init_attr) };
         if ret != 0 {
             return Err(QueryQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }

@@ -19,19 +19,23 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::{
-    ibv_ah, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_create_qp,
-    mlx5dv_dc_type, mlx5dv_qp_create_flags, mlx5dv_qp_ex, mlx5dv_qp_ex_from_ibv_qp_ex, mlx5dv_qp_init_attr,
-    mlx5dv_qp_init_attr_mask, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream,
+    ibv_ah, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex,
+    mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairState, SendOperationFlags};
+use sideway::ibverbs::queue_pair::{
+    ModifyQueuePairError, ModifyQueuePairErrorKind, QueryQueuePairError, QueuePairState, SendOperationFlags,
+};
 
 use super::dc_state_table::DC_INITIATOR;
+use super::device_attributes::DciStreamsCapabilities;
 use super::device_context::query_device_raw;
+use super::library::{DcVerbs, LIBMLX5};
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::post_send_guard::{
     entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
@@ -45,7 +49,10 @@ pub(crate) const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
 /// The bit of `mlx5dv_qp_ex::wr_set_dc_addr_stream`.
 const SET_DC_ADDR_STREAM: u32 = entry::FIRST_EXTERNAL << 1;
 
-/// Every send operation a DC initiator can post.
+/// Every send operation a DC initiator can post (libmlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`,
+/// less send with invalidate, which DC cannot carry). The atomics need a device with atomics
+/// (`ibv_device_attr::atomic_cap` not `IBV_ATOMIC_NONE`); see
+/// [`DcInitiatorBuilder::setup_send_ops_flags`].
 pub const DC_SEND_OPERATIONS: SendOperationFlags = SendOperationFlags::Write
     .or(SendOperationFlags::WriteWithImmediate)
     .or(SendOperationFlags::Send)
@@ -54,6 +61,10 @@ pub const DC_SEND_OPERATIONS: SendOperationFlags = SendOperationFlags::Write
     .or(SendOperationFlags::AtomicCompareAndSwap)
     .or(SendOperationFlags::AtomicFetchAndAdd);
 
+/// The atomic operations among [`DC_SEND_OPERATIONS`].
+pub const DC_ATOMIC_OPERATIONS: SendOperationFlags =
+    SendOperationFlags::AtomicCompareAndSwap.or(SendOperationFlags::AtomicFetchAndAdd);
+
 /// Error returned by [`DcInitiatorBuilder::build`].
 #[derive(Debug, thiserror::Error)]
 #[error("failed to create DC initiator")]
@@ -61,9 +72,14 @@ pub const DC_SEND_OPERATIONS: SendOperationFlags = SendOperationFlags::Write
 pub struct CreateDcInitiatorError(#[from] pub CreateDcInitiatorErrorKind);
 
 impl CreateDcInitiatorError {
-    /// Whether the device is not mlx5 or libmlx5 is missing.
+    /// Whether DC is not available at all: the device is not mlx5, libmlx5 is missing
+    /// ([`NotSupported`](CreateDcInitiatorErrorKind::NotSupported)), or the mlx5 device has no DC
+    /// transport ([`DcNotSupportedByDevice`](CreateDcInitiatorErrorKind::DcNotSupportedByDevice)).
     pub fn is_not_supported(&self) -> bool {
-        matches!(self.0, CreateDcInitiatorErrorKind::NotSupported)
+        matches!(
+            self.0,
+            CreateDcInitiatorErrorKind::NotSupported | CreateDcInitiatorErrorKind::DcNotSupportedByDevice
+        )
     }
 }
 
@@ -71,12 +87,26 @@ impl CreateDcInitiatorError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDcInitiatorErrorKind {
-    /// The device is not an mlx5 device, or libmlx5 could not be loaded (`EOPNOTSUPP`).
+    /// The device is not an mlx5 device, or libmlx5 could not be loaded (`mlx5dv_query_device`
+    /// returned `EOPNOTSUPP`).
     #[error("DC needs an mlx5 device and libmlx5")]
     NotSupported,
+    /// The device is mlx5 but has no DC transport: `mlx5dv_create_qp` returned `EOPNOTSUPP`
+    /// after every other check passed (the kernel's `set_mlx_qp_type` without the `dct`
+    /// capability, e.g. a ConnectX-4 Lx or some virtual functions).
+    #[error("this mlx5 device has no DC transport (mlx5dv_create_qp: EOPNOTSUPP)")]
+    DcNotSupportedByDevice,
     /// No send completion queue was set up.
     #[error("a send completion queue is required (setup_send_cq)")]
     MissingSendCompletionQueue,
+    /// Atomic operations were asked for on a device without atomics
+    /// (`ibv_device_attr::atomic_cap` is `IBV_ATOMIC_NONE`): libmlx5's `mlx5_qp_fill_wr_pfns`
+    /// refuses them (`EOPNOTSUPP`). The default operations leave them out on such a device.
+    #[error("atomic operations {requested:?} were asked for, but the device has no atomics (atomic_cap IBV_ATOMIC_NONE)")]
+    AtomicOperationsNotSupported {
+        /// The atomic operations asked for.
+        requested: SendOperationFlags,
+    },
     /// The send operations asked for include some a DC initiator cannot post.
     #[error("send operations {requested:?} are not all DC operations (allowed: {allowed:?})")]
     UnsupportedSendOperations {
@@ -101,8 +131,11 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
-    /// DCI streams were asked for on a device without them.
-    #[error("the device has no DCI streams")]
+    /// DCI streams were asked for on a device without them: `dci_streams_caps` was not reported,
+    /// or reported `max_log_num_concurent` 0 (libmlx5 sets the capability's bit on every device
+    /// and reports zeros where there are none, e.g. a ConnectX-6 that is not a Dx; the kernel
+    /// would refuse the creation with `EINVAL`).
+    #[error("the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 or not reported)")]
     DciStreamsNotSupported,
     /// A DCI-streams size is above the device's limit (`dci_streams_caps`).
     #[error("DCI streams: {limit} {requested} is above the device's {max}")]
@@ -146,8 +179,77 @@ pub(crate) struct DciInitParameters {
     pub(crate) max_inline_data: u32,
     pub(crate) send_ops: SendOperationFlags,
     pub(crate) streams: Option<DciStreams>,
-    pub(crate) disable_scatter_to_cqe: bool,
     pub(crate) sq_sig_all: bool,
+}
+
+/// What a [`DcInitiatorBuilder`] asks for: [`DciInitParameters`] with the send operations left to
+/// the device when not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciRequest {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_inline_data: u32,
+    /// `None`: [`DC_SEND_OPERATIONS`], without the atomics on a device without atomics.
+    pub(crate) send_ops: Option<SendOperationFlags>,
+    pub(crate) streams: Option<DciStreams>,
+    pub(crate) sq_sig_all: bool,
+}
+
+/// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
+/// `max_qp_wr`, `max_sge` and `atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciDevice {
+    pub(crate) max_qp_wr: u32,
+    pub(crate) max_sge: u32,
+    /// `atomic_cap` is not `IBV_ATOMIC_NONE` (libmlx5 sets `atomics_enabled` from it).
+    pub(crate) atomics: bool,
+    pub(crate) dci_streams: Option<DciStreamsCapabilities>,
+}
+
+/// Decides a DC initiator's init parameters from the request and the device, or refuses it
+/// before the library would: the send operations (default: every DC operation the device can
+/// do), the capacities, the DCI streams.
+pub(crate) fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
+    let send_ops = match request.send_ops {
+        Some(requested) => {
+            if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
+                return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
+                    requested,
+                    allowed: DC_SEND_OPERATIONS,
+                });
+            }
+            let atomics = requested.and(DC_ATOMIC_OPERATIONS);
+            if !atomics.is_none() && !device.atomics {
+                return Err(CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested: atomics });
+            }
+            requested
+        },
+        None if device.atomics => DC_SEND_OPERATIONS,
+        None => DC_SEND_OPERATIONS.and(DC_ATOMIC_OPERATIONS.not()),
+    };
+    if request.max_send_wr == 0 || request.max_send_wr > device.max_qp_wr {
+        return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
+            requested: request.max_send_wr,
+            max: device.max_qp_wr,
+        });
+    }
+    if request.max_send_sge > device.max_sge {
+        return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
+            requested: request.max_send_sge,
+            max: device.max_sge,
+        });
+    }
+    if let Some(streams) = request.streams {
+        check_streams(streams, device.dci_streams)?;
+    }
+    Ok(DciInitParameters {
+        max_send_wr: request.max_send_wr,
+        max_send_sge: request.max_send_sge,
+        max_inline_data: request.max_inline_data,
+        send_ops,
+        streams: request.streams,
+        sq_sig_all: request.sq_sig_all,
+    })
 }
 
 /// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
@@ -178,10 +280,6 @@ pub(crate) fn dci_init_attributes(params: &DciInitParameters) -> (ibv_qp_init_at
         dci_streams.log_num_concurent = streams.log_num_concurrent;
         dci_streams.log_num_errored = streams.log_num_errored;
     }
-    if params.disable_scatter_to_cqe {
-        mlx5.comp_mask |= mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS.0 as u64;
-        mlx5.create_flags |= mlx5dv_qp_create_flags::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE.0;
-    }
     (init, mlx5)
 }
 
@@ -189,20 +287,19 @@ pub(crate) fn dci_init_attributes(params: &DciInitParameters) -> (ibv_qp_init_at
 const MLX5DV_DCTYPE_DCI: mlx5dv_dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCI;
 
 /// Creates the queue pair of `init` and `mlx5` on the protection domain's context with
-/// `mlx5dv_create_qp`; EOPNOTSUPP (not mlx5, no libmlx5) comes back as `None` in the error.
+/// `mlx5dv_create_qp` (through `verbs`); `EOPNOTSUPP` comes back as `None` in the error (it is
+/// called after `mlx5dv_query_device` succeeded, so it means the device has no DC).
 ///
 /// # Safety
 ///
-/// The pointers in `init` must be alive for the call.
+/// The pointers in `init` must be alive for the call; `context` must be open.
 pub(crate) unsafe fn create_dc_qp(
-    pd: &ProtectionDomain, init: &mut ibv_qp_init_attr_ex, mlx5: &mut mlx5dv_qp_init_attr,
+    verbs: &DcVerbs, context: NonNull<rdma_mummy_sys::ibv_context>, init: &mut ibv_qp_init_attr_ex,
+    mlx5: &mut mlx5dv_qp_init_attr,
 ) -> Result<NonNull<ibv_qp>, Option<io::Error>> {
-    // SAFETY: the PD (and its context) are alive; init and mlx5 are valid, writable structs.
-    let qp = unsafe { mlx5dv_create_qp(pd.pd().as_ref().context, init, mlx5) };
-    NonNull::new(qp).ok_or_else(|| {
-        let err = io::Error::last_os_error();
-        (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err)
-    })
+    // SAFETY: the context is open; init and mlx5 are valid, writable structs.
+    unsafe { (verbs.create)(context.as_ptr(), init, mlx5) }
+        .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
 }
 
 /// Builds a [`DcInitiator`] on a protection domain; see
@@ -211,23 +308,22 @@ pub(crate) unsafe fn create_dc_qp(
 pub struct DcInitiatorBuilder {
     pd: Arc<ProtectionDomain>,
     send_cq: Option<GenericCompletionQueue>,
-    params: DciInitParameters,
+    request: DciRequest,
 }
 
 impl DcInitiatorBuilder {
     /// A builder with the defaults: 16 send requests of 1 entry, no inline data, every DC
-    /// operation, no streams.
+    /// operation the device can do, no streams.
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
             send_cq: None,
-            params: DciInitParameters {
+            request: DciRequest {
                 max_send_wr: 16,
                 max_send_sge: 1,
                 max_inline_data: 0,
-                send_ops: DC_SEND_OPERATIONS,
+                send_ops: None,
                 streams: None,
-                disable_scatter_to_cqe: false,
                 sq_sig_all: false,
             },
         }
@@ -241,66 +337,62 @@ impl DcInitiatorBuilder {
 
     /// Capacity of the send queue (default 16).
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
-        self.params.max_send_wr = max_send_wr;
+        self.request.max_send_wr = max_send_wr;
         self
     }
 
     /// Scatter/gather entries per send request (default 1).
     pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
-        self.params.max_send_sge = max_send_sge;
+        self.request.max_send_sge = max_send_sge;
         self
     }
 
     /// Inline data per send request in bytes (default 0).
     pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
-        self.params.max_inline_data = max_inline_data;
+        self.request.max_inline_data = max_inline_data;
         self
     }
 
-    /// The send operations the DC initiator will post (every one used must be listed; default:
-    /// all of [`DC_SEND_OPERATIONS`]). A request for another one is refused at post.
+    /// The send operations the DC initiator will post (every one used must be listed). A
+    /// request for another one is refused at post.
+    ///
+    /// Default: every operation of [`DC_SEND_OPERATIONS`] the device can do — without the
+    /// atomics on a device whose `atomic_cap` is `IBV_ATOMIC_NONE`, where libmlx5 refuses them
+    /// (so the default never fails creation). Listing atomics on such a device is refused with
+    /// [`AtomicOperationsNotSupported`](CreateDcInitiatorErrorKind::AtomicOperationsNotSupported).
     pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
-        self.params.send_ops = send_ops_flags;
+        self.request.send_ops = Some(send_ops_flags);
         self
     }
 
     /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), checked against the device's
-    /// `dci_streams_caps` before the call. Requests then address with
-    /// `setup_dc_addr_stream`.
+    /// `dci_streams_caps` before the call: a device whose `max_log_num_concurent` is 0 has no
+    /// streams ([`DciStreamsNotSupported`](CreateDcInitiatorErrorKind::DciStreamsNotSupported)).
+    /// Requests then address with `setup_dc_addr_stream`.
     pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
-        self.params.streams = Some(streams);
-        self
-    }
-
-    /// Disables scatter to CQE (`MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`), as perftest does for
-    /// DC initiators: small read responses land in the buffer, not in the completion.
-    pub fn setup_disable_scatter_to_cqe(&mut self, disable: bool) -> &mut Self {
-        self.params.disable_scatter_to_cqe = disable;
+        self.request.streams = Some(streams);
         self
     }
 
     /// Whether every send request generates a completion, whatever its flags (default false).
     pub fn setup_sq_sig_all(&mut self, sq_sig_all: bool) -> &mut Self {
-        self.params.sq_sig_all = sq_sig_all;
+        self.request.sq_sig_all = sq_sig_all;
         self
     }
 
     /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
-    /// device (send operations, capacities, DCI streams). On a device that is not mlx5, or
-    /// without libmlx5, [`NotSupported`](CreateDcInitiatorErrorKind::NotSupported).
+    /// device (send operations, capacities, DCI streams, see [`CreateDcInitiatorErrorKind`]). On
+    /// a device that is not mlx5, or without libmlx5,
+    /// [`NotSupported`](CreateDcInitiatorErrorKind::NotSupported).
+    ///
+    /// Scatter to CQE (small read responses written into the completion) is always off for a
+    /// DC queue pair: libmlx5 turns it off for every DC queue pair created with send operations,
+    /// because its DC data path does not support it (`create_qp` in `verbs.c`).
     pub fn build(&self) -> Result<DcInitiator, CreateDcInitiatorError> {
         let send_cq = self
             .send_cq
             .clone()
             .ok_or(CreateDcInitiatorErrorKind::MissingSendCompletionQueue)?;
-        let params = self.params;
-        if params.send_ops.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
-            return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
-                requested: params.send_ops,
-                allowed: DC_SEND_OPERATIONS,
-            }
-            .into());
-        }
         // SAFETY: the PD's context is open while the PD is.
         let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
         // SAFETY: as above.
@@ -309,26 +401,13 @@ impl DcInitiatorBuilder {
             super::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
         let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
-        let max_qp_wr = device.max_qp_wr.max(0) as u32;
-        if params.max_send_wr == 0 || params.max_send_wr > max_qp_wr {
-            return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
-                requested: params.max_send_wr,
-                max: max_qp_wr,
-            }
-            .into());
-        }
-        let max_sge = device.max_sge.max(0) as u32;
-        if params.max_send_sge > max_sge {
-            return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
-                requested: params.max_send_sge,
-                max: max_sge,
-            }
-            .into());
-        }
-        if let Some(streams) = params.streams {
-            check_streams(streams, mlx5.dci_streams_caps())?;
-        }
-
+        let device = DciDevice {
+            max_qp_wr: device.max_qp_wr.max(0) as u32,
+            max_sge: device.max_sge.max(0) as u32,
+            atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            dci_streams: mlx5.dci_streams_caps(),
+        };
+        let params = plan_dci(&self.request, &device)?;
         let (mut init, mut mlx5_init) = dci_init_attributes(&params);
         // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.
         unsafe {
@@ -336,15 +415,20 @@ impl DcInitiatorBuilder {
             init.send_cq = send_cq.cq().as_ptr();
             init.recv_cq = send_cq.cq().as_ptr();
         }
+        let creation = DciCreation {
+            init,
+            mlx5: mlx5_init,
+            params,
+            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
+        };
         // SAFETY: init's pointers are alive for the call.
-        let qp = unsafe { create_dc_qp(&self.pd, &mut init, &mut mlx5_init) }.map_err(|err| match err {
-            None => CreateDcInitiatorErrorKind::NotSupported,
+        let qp = unsafe { create_dc_qp(&LIBMLX5, context, &mut init, &mut mlx5_init) }.map_err(|err| match err {
+            None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
-        let missing = |entry: &'static str| CreateDcInitiatorErrorKind::MissingProviderEntry { entry };
         // SAFETY: qp was just created on these parents, with these send operations, in RESET,
         // and is owned here (an error below destroys it).
-        let mut core = unsafe {
+        let core = unsafe {
             QueuePairCore::new(
                 qp,
                 &DC_INITIATOR,
@@ -355,34 +439,19 @@ impl DcInitiatorBuilder {
                 None,
             )
         }
-        .map_err(|err| missing(err.0))?;
-        let (qp_ex, _) = core.send_view().ok_or(missing("ibv_qp_to_qp_ex"))?;
-        // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
-        let mlx5_qp_ex = NonNull::new(unsafe { mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
-            .ok_or(missing("mlx5dv_qp_ex_from_ibv_qp_ex"))?;
-        // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are
-        // read.
-        let entries = unsafe { dc_entries(mlx5_qp_ex, params.streams.is_some()) }.map_err(missing)?;
-        core.add_entries(entries);
-        let send_view = core.send_view().ok_or(missing("ibv_qp_to_qp_ex"))?;
-        Ok(DcInitiator {
-            core,
-            send_view,
-            mlx5_qp_ex,
-            max_send_wr: init.cap.max_send_wr,
-            max_inline_data: init.cap.max_inline_data,
-            streams: params.streams,
-            max_dc_init_rd_atom: mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
-            brought_up_with: None,
-        })
+        .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
+        DcInitiator::adopt(core, &LIBMLX5, creation, mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0))
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
 }
 
-/// Checks DCI streams against the device's capabilities.
-fn check_streams(
-    streams: DciStreams, caps: Option<super::device_attributes::DciStreamsCapabilities>,
-) -> Result<(), CreateDcInitiatorErrorKind> {
-    let caps = caps.ok_or(CreateDcInitiatorErrorKind::DciStreamsNotSupported)?;
+/// Checks DCI streams against the device's capabilities: none reported, or a concurrency of 0
+/// (libmlx5's `_mlx5dv_query_device` reports the capability on every device, with zeros where
+/// there are no streams), is a device without streams.
+fn check_streams(streams: DciStreams, caps: Option<DciStreamsCapabilities>) -> Result<(), CreateDcInitiatorErrorKind> {
+    let caps = caps
+        .filter(|caps| caps.max_log_num_concurrent > 0)
+        .ok_or(CreateDcInitiatorErrorKind::DciStreamsNotSupported)?;
     for (limit, requested, max) in [
         (
             "log_num_concurent",
@@ -426,6 +495,18 @@ pub(crate) struct BringUpAttributes {
     rts: QueuePairAttribute,
 }
 
+/// What a DC initiator was created with, to create it again where the kernel refuses its move
+/// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
+/// kept alive by the queue pair's parents).
+#[derive(Clone, Copy)]
+pub(crate) struct DciCreation {
+    pub(crate) init: ibv_qp_init_attr_ex,
+    pub(crate) mlx5: mlx5dv_qp_init_attr,
+    pub(crate) params: DciInitParameters,
+    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).
+    pub(crate) max_log_num_errored: u8,
+}
+
 /// A DC initiator (DCI): a send-only queue pair whose every request names its destination.
 /// Created by [`DcInitiatorBuilder::build`]; holds its protection domain and send CQ.
 pub struct DcInitiator {
@@ -433,15 +514,15 @@ pub struct DcInitiator {
     // The core's extended view and entries (the DC setters included), which every DCI has.
     send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
-    max_send_wr: u32,
-    max_inline_data: u32,
-    streams: Option<DciStreams>,
+    verbs: &'static DcVerbs,
+    creation: DciCreation,
     max_dc_init_rd_atom: Option<u64>,
     brought_up_with: Option<BringUpAttributes>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
-// queue pair (modify, posting) takes `&mut self`.
+// queue pair (modify, posting) takes `&mut self`; the creation attributes' pointers are only
+// handed to the library again, from `&mut self`.
 unsafe impl Send for DcInitiator {}
 // SAFETY: `&self` methods read only Rust-side copies, never the C structs.
 unsafe impl Sync for DcInitiator {}
@@ -451,12 +532,42 @@ impl std::fmt::Debug for DcInitiator {
         f.debug_struct("DcInitiator")
             .field("qp_number", &self.qp_number())
             .field("state", &self.state())
-            .field("streams", &self.streams)
+            .field("streams", &self.creation.params.streams)
             .finish_non_exhaustive()
     }
 }
 
 impl DcInitiator {
+    /// Completes a DC initiator around a new queue-pair core: its mlx5 view and DC entries, or
+    /// the name of the first entry the provider left NULL.
+    fn adopt(
+        mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, max_dc_init_rd_atom: Option<u64>,
+    ) -> Result<Self, &'static str> {
+        let mlx5_qp_ex = Self::attach(&mut core, verbs, creation.params.streams.is_some())?;
+        let send_view = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
+        Ok(Self {
+            core,
+            send_view,
+            mlx5_qp_ex,
+            verbs,
+            creation,
+            max_dc_init_rd_atom,
+            brought_up_with: None,
+        })
+    }
+
+    /// Reads the mlx5 view of the core's queue pair and adds the DC setters to its entries.
+    fn attach(core: &mut QueuePairCore, verbs: &DcVerbs, streams: bool) -> Result<NonNull<mlx5dv_qp_ex>, &'static str> {
+        let (qp_ex, _) = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
+        // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
+        let mlx5_qp_ex =
+            NonNull::new(unsafe { (verbs.mlx5_view)(qp_ex.as_ptr()) }).ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
+        // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are
+        // read.
+        core.add_entries(unsafe { dc_entries(mlx5_qp_ex, streams) }?);
+        Ok(mlx5_qp_ex)
+    }
+
     /// # Safety
     ///
     /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
@@ -465,29 +576,36 @@ impl DcInitiator {
         self.core.qp()
     }
 
-    /// The queue pair number.
+    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt the DC
+    /// initiator).
     pub fn qp_number(&self) -> u32 {
         self.core.qp_number()
     }
 
-    /// The state, as of the last [`modify`](Self::modify) through this value.
+    /// The state, as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state)
+    /// through this value.
     pub fn state(&self) -> QueuePairState {
         self.core.state()
     }
 
     /// The send queue capacity the device granted.
     pub fn max_send_wr(&self) -> u32 {
-        self.max_send_wr
+        self.creation.init.cap.max_send_wr
     }
 
     /// The inline data size the device granted.
     pub fn max_inline_data(&self) -> u32 {
-        self.max_inline_data
+        self.creation.init.cap.max_inline_data
+    }
+
+    /// The send operations it was created with (the builder's, or the device's default).
+    pub fn send_ops_flags(&self) -> SendOperationFlags {
+        self.creation.params.send_ops
     }
 
     /// The DCI streams it was created with.
     pub fn streams(&self) -> Option<DciStreams> {
-        self.streams
+        self.creation.params.streams
     }
 
     /// The device's DC initiator read/atomic depth (`max_dc_init_rd_atom`), when the library
@@ -499,14 +617,36 @@ impl DcInitiator {
     /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the
     /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
     /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
+    ///
+    /// With streams the move to ERR is asynchronous: one query right after the error completion
+    /// can still read RTS. Use [`wait_for_error`](Self::wait_for_error) where a whole-DCI error
+    /// is expected.
     pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
         self.core
             .query(sideway::ibverbs::queue_pair::QueuePairAttributeMask::State)
             .map(|attr| attr.state())
     }
 
+    /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
+    /// the last state read: the DC initiator goes to ERR some time after its error (with DCI
+    /// streams, after more than 2^`log_num_errored` streams are in error), so a single
+    /// [`query_state`](Self::query_state) can still read RTS. pyverbs waits up to one second
+    /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`).
+    pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let state = self.query_state()?;
+            if state == QueuePairState::Error || Instant::now() >= deadline {
+                return Ok(state);
+            }
+            std::thread::sleep(Duration::from_millis(1).min(deadline.saturating_duration_since(Instant::now())));
+        }
+    }
+
     /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
-    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`).
+    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →
+    /// INIT → RTR → RTS, INIT → INIT and RTS → RTS with their optional attributes, any state to
+    /// RESET, any state but RESET to ERR; every modification carries the state).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.core.modify(attr)
     }
@@ -567,6 +707,35 @@ pub enum RecoverDcInitiatorErrorKind {
     /// A transition failed.
     #[error(transparent)]
     Modify(#[from] ModifyQueuePairError),
+    /// The kernel refused the move to RESET and creating the DC initiator again
+    /// (`mlx5dv_create_qp`) failed: it is still the old queue pair, in its old state.
+    #[error("the kernel refused the move to RESET, and creating the DC initiator again failed")]
+    Rebuild(#[source] io::Error),
+    /// The DC initiator was created again, but its provider left `entry` NULL: the new queue
+    /// pair was destroyed, and posting is refused until a later `recover` succeeds.
+    #[error("the rebuilt DC initiator lacks the provider entry `{entry}`")]
+    RebuildMissingProviderEntry {
+        /// The entry's name.
+        entry: &'static str,
+    },
+}
+
+/// How [`DcInitiator::recover`] brought a DC initiator back to RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DcRecovery {
+    /// Through RESET → INIT → RTR → RTS, as UCX (`uct_dc_mlx5_iface_reset_dci`) and pyverbs
+    /// (`reset_qp`) do: the same queue pair and number.
+    Reset,
+    /// The kernel refused the move to RESET (`EINVAL`: mlx5_ib's `modify_dci_qp_is_ok` before it
+    /// had a RESET branch), so the DC initiator was created again with the same attributes and
+    /// brought up: a new queue pair, whose number is [`DcInitiator::qp_number`] now. The
+    /// `DcInitiator` value stays valid; completions still queued for the old number were
+    /// discarded with the old queue pair.
+    Rebuilt {
+        /// The number of the queue pair it replaced.
+        previous_qp_number: u32,
+    },
 }
 
 /// Error returned by [`DcInitiator::reset_stream`].
@@ -579,21 +748,24 @@ pub struct ResetDciStreamError(#[from] pub ResetDciStreamErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResetDciStreamErrorKind {
-    /// libmlx5 has no `mlx5dv_dci_stream_id_reset` (rdma-core before 38, or no libmlx5), or the
-    /// device refused it (`EOPNOTSUPP`).
-    #[error("mlx5dv_dci_stream_id_reset is not supported")]
+    /// libmlx5 has no `mlx5dv_dci_stream_id_reset` (before rdma-core v37, or no libmlx5).
+    #[error("libmlx5 has no mlx5dv_dci_stream_id_reset (rdma-core v37 or later needed)")]
     NotSupported,
     /// The DC initiator was created without streams.
     #[error("the DC initiator has no DCI streams")]
     NoStreams,
-    /// The stream number is not below 2^`log_num_concurrent`.
-    #[error("stream {stream_id} is not below the DC initiator's {streams} streams")]
-    InvalidStream {
-        /// The stream asked for.
-        stream_id: u16,
-        /// How many streams the DC initiator has.
-        streams: u32,
+    /// The DC initiator is not in RTS (libmlx5 refuses the reset with `EOPNOTSUPP`): too many
+    /// streams errored and it went to ERR as a whole; [`DcInitiator::recover`] it instead.
+    #[error("the DC initiator is in {state:?}, not RTS: recover it instead of resetting a stream")]
+    NotReadyToSend {
+        /// The state read from the device.
+        state: QueuePairState,
     },
+    /// The device cannot reset streams: its `dci_streams_caps.max_log_num_errored` is 0, or it
+    /// lacks the QP context extension (`EOPNOTSUPP` from `mlx5dv_dci_stream_id_reset` while the
+    /// DC initiator is in RTS). Only [`DcInitiator::recover`] brings an errored stream back.
+    #[error("the device cannot reset DCI streams (max_log_num_errored 0 or no QP context extension)")]
+    DeviceCannotResetStreams,
     /// The library call failed.
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
@@ -711,8 +883,9 @@ impl DcInitiator {
     pub fn bring_up(&mut self, params: &DcInitiatorBringUp) -> Result<(), BringUpDcInitiatorError> {
         let path_mtu = match params.path_mtu {
             Some(mtu) => mtu,
-            // SAFETY: the PD's context is open while the queue pair is.
-            None => unsafe { crate::ibverbs::query_port(self.core.context(), params.port) }
+            None => self
+                .core
+                .query_port(params.port)
                 .map(|attr| active_mtu(&attr))
                 .map_err(|source| BringUpDcInitiatorErrorKind::InvalidPort {
                     port: params.port,
@@ -728,40 +901,112 @@ impl DcInitiator {
     }
 
     /// Brings a DC initiator in ERR (after an error completion, for every destination) back to
-    /// RTS in one call: RESET → INIT → RTR → RTS with the attributes of the last
-    /// [`bring_up`](Self::bring_up). Poll its failed completions first: the reset discards its
-    /// send queue.
-    pub fn recover(&mut self) -> Result<(), RecoverDcInitiatorError> {
+    /// RTS in one call, with the attributes of the last [`bring_up`](Self::bring_up): RESET →
+    /// INIT → RTR → RTS ([`DcRecovery::Reset`]). Where the kernel refuses a DC initiator's move to
+    /// RESET (`EINVAL`, kernels whose `modify_dci_qp_is_ok` has no RESET branch), it creates the
+    /// DC initiator again with the same attributes and brings that one up instead
+    /// ([`DcRecovery::Rebuilt`], with a new [`qp_number`](Self::qp_number)); either way this
+    /// value stays the caller's handle.
+    ///
+    /// Poll its failed completions first: the reset (or the destruction) discards its send
+    /// queue and libmlx5 cleans the send CQ of its completions.
+    pub fn recover(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
         let attributes = self
             .brought_up_with
             .clone()
             .ok_or(RecoverDcInitiatorErrorKind::NotBroughtUp)?;
         let mut reset = QueuePairAttribute::new();
         reset.setup_state(QueuePairState::Reset);
-        for attr in [&reset, &attributes.init, &attributes.rtr, &attributes.rts] {
+        let recovery = match self.core.modify(&reset) {
+            Ok(()) => DcRecovery::Reset,
+            Err(err)
+                if matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL)) =>
+            {
+                self.rebuild()?
+            },
+            Err(err) => return Err(RecoverDcInitiatorErrorKind::Modify(err).into()),
+        };
+        for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
             self.core.modify(attr).map_err(RecoverDcInitiatorErrorKind::Modify)?;
         }
-        Ok(())
+        Ok(recovery)
     }
 
-    /// Resets one errored DCI stream with `mlx5dv_dci_stream_id_reset` (resolved from libmlx5 at
-    /// run time), so that the stream can be used again while the others went on.
-    pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
-        let streams = self.streams.ok_or(ResetDciStreamErrorKind::NoStreams)?;
-        let count = 1u32 << streams.log_num_concurrent.min(31);
-        if u32::from(stream_id) >= count {
-            return Err(ResetDciStreamErrorKind::InvalidStream {
-                stream_id,
-                streams: count,
-            }
-            .into());
+    /// Creates the DC initiator again with its creation attributes and puts the new queue pair
+    /// in the old one's place (which is destroyed).
+    fn rebuild(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
+        let previous_qp_number = self.core.qp_number();
+        let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
+        // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while the core
+        // is; the context is theirs.
+        let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }
+            .map_err(|err| {
+                RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
+            })?;
+        // SAFETY: qp was just created on the core's parents with these send operations, in
+        // RESET; the old views are replaced below before any use.
+        let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };
+        let attached = replaced
+            .map_err(|err| err.0)
+            .and_then(|()| Self::attach(&mut self.core, self.verbs, self.creation.params.streams.is_some()))
+            .and_then(|mlx5_qp_ex| Ok((self.core.send_view().ok_or("ibv_qp_to_qp_ex")?, mlx5_qp_ex)));
+        match attached {
+            Ok((send_view, mlx5_qp_ex)) => {
+                self.send_view = send_view;
+                self.mlx5_qp_ex = mlx5_qp_ex;
+                Ok(DcRecovery::Rebuilt { previous_qp_number })
+            },
+            Err(entry) => {
+                // Posting must not reach the new queue pair's NULL entry: no entry is granted
+                // until a later recover succeeds.
+                self.send_view.1 = ProviderEntries::NONE;
+                Err(RecoverDcInitiatorErrorKind::RebuildMissingProviderEntry { entry }.into())
+            },
         }
-        let reset = super::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;
+    }
+
+    /// Resets one errored DCI stream with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later,
+    /// resolved at run time), so that the stream can be used again while the others went on.
+    /// Any `stream_id` a request was posted on with `setup_dc_addr_stream` can be reset (the
+    /// provider writes it into the request as is).
+    ///
+    /// Reset a stream only once every request posted on it has completed — the error
+    /// completion first, then the flush errors of the stream's later requests (man page
+    /// `mlx5dv_dci_stream_id_reset(3)`): the stream's requests still queued are not flushed
+    /// yet when its error completion arrives. Requests of other streams go on executing.
+    ///
+    /// # Errors
+    ///
+    /// - [`NoStreams`](ResetDciStreamErrorKind::NoStreams): created without streams;
+    /// - [`DeviceCannotResetStreams`](ResetDciStreamErrorKind::DeviceCannotResetStreams);
+    /// - [`NotSupported`](ResetDciStreamErrorKind::NotSupported): libmlx5 lacks the function;
+    /// - [`NotReadyToSend`](ResetDciStreamErrorKind::NotReadyToSend): the DC initiator is not
+    ///   in RTS (as last modified or queried; or libmlx5 said so and a query confirmed it):
+    ///   [`recover`](Self::recover) it.
+    pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
+        if self.creation.params.streams.is_none() {
+            return Err(ResetDciStreamErrorKind::NoStreams.into());
+        }
+        if self.creation.max_log_num_errored == 0 {
+            return Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into());
+        }
+        let reset = (self.verbs.stream_id_reset)().ok_or(ResetDciStreamErrorKind::NotSupported)?;
+        // libmlx5 checks its cached state, which ibv_modify_qp and ibv_query_qp update as the
+        // core does.
+        let state = self.core.state();
+        if state != QueuePairState::ReadyToSend {
+            return Err(ResetDciStreamErrorKind::NotReadyToSend { state }.into());
+        }
         // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C
         // signature it was resolved with.
         match unsafe { reset(self.core.qp().as_ptr(), stream_id) } {
             0 => Ok(()),
-            libc::EOPNOTSUPP => Err(ResetDciStreamErrorKind::NotSupported.into()),
+            libc::EOPNOTSUPP => match self.query_state() {
+                Ok(state) if state != QueuePairState::ReadyToSend => {
+                    Err(ResetDciStreamErrorKind::NotReadyToSend { state }.into())
+                },
+                _ => Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into()),
+            },
             errno => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),
         }
     }
@@ -828,9 +1073,12 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of `ah`
     /// (`mlx5dv_wr_set_dc_addr`).
     ///
-    /// The provider may resolve the address handle after the post: keep `ah` alive until the
-    /// request's completion has been polled, not only until
-    /// [`post`](PostSendGuard::post). Cache one handle per destination.
+    /// libmlx5 copies the address handle's address vector into the request when this is called
+    /// (`mlx5_send_wr_set_dc_addr` in `qp.c`): the handle must outlive this call, not the
+    /// request's completion. The borrow here lasts as long as the batch's guard, which is longer
+    /// than needed but costs nothing (it exists only at compile time); dropping the handle after
+    /// [`post`](PostSendGuard::post) is fine. Cache one handle per destination anyway: creating
+    /// one is a system call.
     #[inline(always)]
     pub fn setup_dc_addr(
         self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
@@ -855,8 +1103,9 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     ///
     /// # Safety
     ///
-    /// `ah` must be a live address handle until the request completes (or, over a hand-made
-    /// table, whatever that table's setter accepts).
+    /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
+    /// its address vector then), or, over a hand-made table, whatever that table's setter
+    /// accepts.
     #[doc(hidden)]
     #[inline(always)]
     pub unsafe fn setup_dc_addr_raw(
@@ -982,7 +1231,6 @@ mod tests {
             max_inline_data: 32,
             send_ops: DC_SEND_OPERATIONS,
             streams: None,
-            disable_scatter_to_cqe: false,
             sq_sig_all: false,
         }
     }
@@ -1020,23 +1268,18 @@ mod tests {
             log_num_concurrent: 3,
             log_num_errored: 1,
         });
-        with.disable_scatter_to_cqe = true;
         let (init, mlx5) = dci_init_attributes(&with);
         assert_eq!(init.send_ops_flags, with.send_ops.bits());
         assert_eq!(
             mlx5.comp_mask,
             (mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC
-                | mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS
-                | mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS)
+                | mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS)
                 .0 as u64
         );
         // SAFETY: the streams member was written.
         let streams = unsafe { *mlx5.dc_init_attr.__bindgen_anon_1.dci_streams.as_ref() };
         assert_eq!((streams.log_num_concurent, streams.log_num_errored), (3, 1));
-        assert_eq!(
-            mlx5.create_flags,
-            mlx5dv_qp_create_flags::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE.0
-        );
+        assert_eq!(mlx5.create_flags, 0);
     }
 
     #[test]

@@ -93,13 +93,14 @@ use crate::ibverbs::work_completion::WorkCompletion;
 pub struct CreateDcInitiatorPoolError(#[from] pub CreateDcInitiatorPoolErrorKind);
 
 impl CreateDcInitiatorPoolError {
-    /// Whether the device is not mlx5, libmlx5 is missing, or (streams policy) the device has no
-    /// DCI streams.
+    /// Whether the device is not mlx5, libmlx5 is missing, the device has no DC, or (streams
+    /// policy) the device has no DCI streams (its `dci_streams_caps.max_log_num_concurent` is 0
+    /// or not reported: [`DciStreamsNotSupported`](super::dc_initiator::CreateDcInitiatorErrorKind::DciStreamsNotSupported)).
     pub fn is_not_supported(&self) -> bool {
         use super::dc_initiator::CreateDcInitiatorErrorKind as Kind;
         match &self.0 {
             CreateDcInitiatorPoolErrorKind::Initiator { source, .. } => {
-                matches!(source.0, Kind::NotSupported | Kind::DciStreamsNotSupported)
+                source.is_not_supported() || matches!(source.0, Kind::DciStreamsNotSupported)
             },
             _ => false,
         }
@@ -240,12 +241,6 @@ impl DcInitiatorPoolBuilder {
     pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
         self.streams = Some(streams);
         self.initiator.setup_dci_streams(streams);
-        self
-    }
-
-    /// Disables scatter to CQE on every initiator (as perftest does).
-    pub fn setup_disable_scatter_to_cqe(&mut self, disable: bool) -> &mut Self {
-        self.initiator.setup_disable_scatter_to_cqe(disable);
         self
     }
 
@@ -406,7 +401,8 @@ impl PooledInitiator for DcInitiator {
     }
 
     fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        DcInitiator::recover(self).map_err(Into::into)
+        // Reset or rebuilt: either way the pool reads the (maybe new) number from the initiator.
+        DcInitiator::recover(self).map(drop).map_err(Into::into)
     }
 
     fn reset_stream(&mut self, stream: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -439,7 +435,6 @@ struct DestinationAddress {
 pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
     core: PoolCore<I>,
     addresses: Vec<DestinationAddress>,
-    qp_numbers: Vec<u32>,
     send_cq: Option<GenericCompletionQueue>,
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
@@ -454,7 +449,7 @@ impl<I: PostingInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DcInitiatorPool")
             .field("policy", &self.core.policy())
-            .field("initiators", &self.qp_numbers)
+            .field("initiators", &self.core.initiators.len())
             .field("destinations", &self.addresses.len())
             .finish_non_exhaustive()
     }
@@ -465,11 +460,9 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// tables; [`DcInitiatorPoolBuilder`] makes real ones).
     #[doc(hidden)]
     pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
-        let qp_numbers = initiators.iter().map(PostingInitiator::qp_number).collect();
         Self {
             core: PoolCore::new(initiators, policy, unreachable_after),
             addresses: Vec::new(),
-            qp_numbers,
             send_cq: None,
             pd: None,
             port: 1,
@@ -484,7 +477,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
 
     /// How many initiators it has.
     pub fn initiator_count(&self) -> usize {
-        self.qp_numbers.len()
+        self.core.initiators.len()
     }
 
     /// Initiator `index`, to read what it was created with.
@@ -676,7 +669,10 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let mut wcs = [WorkCompletion::default(); 32];
         let polled = cq.poll_work_completions(&mut wcs)?;
         for wc in polled.iter() {
-            if self.qp_numbers.get(initiator_of(wc.wr_id())) != Some(&wc.qp_number()) {
+            // The initiator's number as of now: a recovery may have rebuilt it with a new one,
+            // and completions of the old queue pair are stale.
+            let initiator = self.core.initiators.get(initiator_of(wc.wr_id()));
+            if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
                 continue;
             }
             self.core

@@ -1,22 +1,44 @@
 //! The transition tables of the DC queue pairs, as data for the queue-pair core of
 //! [`ibverbs::queue_pair`](crate::ibverbs::queue_pair): what mlx5_ib accepts for a DC initiator
-//! (its `modify_dci_qp_is_ok`) and a DC target (which never goes past RTR).
+//! (its `modify_dci_qp_is_ok`) and a DC target (its `mlx5_ib_modify_dct`). Neither follows the
+//! generic `qp_state_table`: each lists every transition it has.
+//!
+//! The unit tests hold both tables to the kernel's functions, transcribed on their own in
+//! [`kernel_rules`](tests) (not derived from these tables).
 //!
 //! # Reference
 //!
 //! - rdma-core manpage: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html)
-// The DC queue pairs of the next part of the data plane use these tables; until then only the
-// tests do.
-#![cfg_attr(not(test), allow(dead_code))]
+//! - Linux `drivers/infiniband/hw/mlx5/qp.c`: `modify_dci_qp_is_ok`, `mlx5_ib_modify_dct`,
+//!   `is_valid_mask`
 
 use rdma_mummy_sys::ibv_qp_attr_mask as m;
 use sideway::ibverbs::queue_pair::QueuePairState::*;
 
 use crate::ibverbs::queue_pair::{mask, Transition, TransitionTable};
 
-/// A DC initiator (DCI): RESET → INIT without access flags, INIT → RTR with only the path MTU
-/// required (no destination: each request names it), RTR → RTS with the RC send-side attributes.
+/// A move to RESET or ERR: the state alone, neither required nor optional attribute
+/// (`modify_dci_qp_is_ok`: `is_valid_mask(attr_mask, IB_QP_STATE, 0)`).
+const fn teardown(from: sideway::ibverbs::queue_pair::QueuePairState, to: sideway::ibverbs::queue_pair::QueuePairState) -> Transition {
+    Transition {
+        from,
+        to,
+        required: 0,
+        optional: 0,
+    }
+}
+
+/// A DC initiator (DCI), as mlx5_ib's `modify_dci_qp_is_ok`: RESET → INIT with the P_Key index
+/// and port, INIT → INIT with either, INIT → RTR with the path MTU (and optionally the P_Key
+/// index; no address vector: each request names its destination), RTR → RTS with the RC
+/// send-side attributes, RTS → RTS with the minimum RNR timer; any state → RESET (kernels since
+/// the RESET branch was added; older ones refuse it, see [`DcInitiator::recover`]), and any
+/// state but RESET → ERR.
+///
+/// [`DcInitiator::recover`]: super::dc_initiator::DcInitiator::recover
 pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
+    any_to_reset_or_error: false,
+    state_always_required: true,
     transitions: &[
         Transition {
             from: Reset,
@@ -26,9 +48,15 @@ pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
         },
         Transition {
             from: Init,
+            to: Init,
+            required: 0,
+            optional: mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]),
+        },
+        Transition {
+            from: Init,
             to: ReadyToReceive,
             required: mask(&[m::IBV_QP_PATH_MTU]),
-            optional: mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_AV]),
+            optional: mask(&[m::IBV_QP_PKEY_INDEX]),
         },
         Transition {
             from: ReadyToReceive,
@@ -48,12 +76,30 @@ pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
             required: 0,
             optional: mask(&[m::IBV_QP_MIN_RNR_TIMER]),
         },
+        teardown(Reset, Reset),
+        teardown(Init, Reset),
+        teardown(ReadyToReceive, Reset),
+        teardown(ReadyToSend, Reset),
+        teardown(SendQueueDrain, Reset),
+        teardown(SendQueueError, Reset),
+        teardown(Error, Reset),
+        // Not from RESET (`cur_state != IB_QPS_RESET && new_state == IB_QPS_ERR`).
+        teardown(Init, Error),
+        teardown(ReadyToReceive, Error),
+        teardown(ReadyToSend, Error),
+        teardown(SendQueueDrain, Error),
+        teardown(SendQueueError, Error),
+        teardown(Error, Error),
     ],
 };
 
-/// A DC target (DCT): RESET → INIT with access flags, INIT → RTR with the minimum RNR timer, the
-/// address vector and the path MTU; it never reaches RTS.
+/// A DC target (DCT), as mlx5_ib's `mlx5_ib_modify_dct`: RESET → INIT with access flags, P_Key
+/// index and port, INIT → RTR with the minimum RNR timer, the address vector and the path MTU,
+/// and nothing else ("Modify DCT: Invalid transition", `EINVAL`): it never reaches RTS, and it is
+/// torn down by `ibv_destroy_qp` (dropping it), never by a move to RESET or ERR.
 pub(crate) static DC_TARGET: TransitionTable = TransitionTable {
+    any_to_reset_or_error: false,
+    state_always_required: true,
     transitions: &[
         Transition {
             from: Reset,
@@ -71,49 +117,209 @@ pub(crate) static DC_TARGET: TransitionTable = TransitionTable {
 };
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use rdma_mummy_sys::ibv_qp_attr_mask as m;
     use sideway::ibverbs::device_context::Mtu;
-    use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairAttributeMask as M, QueuePairState};
+    use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairAttributeMask, QueuePairState};
     use sideway::ibverbs::AccessFlags;
 
     use super::*;
     use crate::ibverbs::queue_pair::tests::rts_attr;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
 
-    #[test]
-    fn dc_tables_follow_mlx5_ib() {
-        // DCI RESET->INIT takes no access flags.
+    /// The kernel's rules, transcribed from Linux `drivers/infiniband/hw/mlx5/qp.c` on their own
+    /// (in the kernel's shape: states and `IB_QP_*` bits, not this crate's tables), so that the
+    /// tables above are checked against them, not against themselves.
+    pub(crate) mod kernel_rules {
+        use rdma_mummy_sys::ibv_qp_attr_mask as m;
+        use sideway::ibverbs::queue_pair::QueuePairState::{self, *};
+
+        const fn bits(list: &[m]) -> i32 {
+            let mut value = 0;
+            let mut i = 0;
+            while i < list.len() {
+                value |= list[i].0 as i32;
+                i += 1;
+            }
+            value
+        }
+
+        /// `is_valid_mask`: every required bit, nothing outside required and optional.
+        pub(crate) fn is_valid_mask(mask: i32, req: i32, opt: i32) -> bool {
+            (mask & req) == req && (mask & !(req | opt)) == 0
+        }
+
+        /// The state a modification moves to, as `mlx5_ib_modify_qp` computes it: the given one
+        /// with `IB_QP_STATE`, the current one otherwise.
+        pub(crate) fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -> QueuePairState {
+            if mask & bits(&[m::IBV_QP_STATE]) != 0 {
+                given
+            } else {
+                cur
+            }
+        }
+
+        /// `modify_dci_qp_is_ok` (current kernels, with the RESET branch first).
+        pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
+            let req = bits(&[m::IBV_QP_STATE]);
+            if new == Reset {
+                return is_valid_mask(mask, req, 0);
+            }
+            match (cur, new) {
+                (Reset, Init) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]), 0),
+                (Init, Init) => is_valid_mask(mask, req, bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT])),
+                (Init, ReadyToReceive) => {
+                    is_valid_mask(mask, req | bits(&[m::IBV_QP_PATH_MTU]), bits(&[m::IBV_QP_PKEY_INDEX]))
+                },
+                (ReadyToReceive, ReadyToSend) => is_valid_mask(
+                    mask,
+                    req | bits(&[
+                        m::IBV_QP_TIMEOUT,
+                        m::IBV_QP_RETRY_CNT,
+                        m::IBV_QP_RNR_RETRY,
+                        m::IBV_QP_MAX_QP_RD_ATOMIC,
+                        m::IBV_QP_SQ_PSN,
+                    ]),
+                    bits(&[m::IBV_QP_MIN_RNR_TIMER]),
+                ),
+                (ReadyToSend, ReadyToSend) => is_valid_mask(mask, req, bits(&[m::IBV_QP_MIN_RNR_TIMER])),
+                (cur, Error) if cur != Reset => is_valid_mask(mask, req, 0),
+                _ => false,
+            }
+        }
+
+        /// `mlx5_ib_modify_dct`: `IB_QP_STATE` always; RESET → INIT and INIT → RTR with exact
+        /// masks; "Modify DCT: Invalid transition" for anything else.
+        pub(crate) fn modify_dct_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
+            let req = bits(&[m::IBV_QP_STATE]);
+            if mask & req == 0 {
+                return false;
+            }
+            match (cur, new) {
+                (Reset, Init) => is_valid_mask(
+                    mask,
+                    req | bits(&[m::IBV_QP_ACCESS_FLAGS, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]),
+                    0,
+                ),
+                (Init, ReadyToReceive) => is_valid_mask(
+                    mask,
+                    req | bits(&[m::IBV_QP_MIN_RNR_TIMER, m::IBV_QP_AV, m::IBV_QP_PATH_MTU]),
+                    0,
+                ),
+                _ => false,
+            }
+        }
+
+        /// Every state a DC queue pair can be in.
+        pub(crate) const STATES: [QueuePairState; 7] = [
+            Reset,
+            Init,
+            ReadyToReceive,
+            ReadyToSend,
+            SendQueueDrain,
+            SendQueueError,
+            Error,
+        ];
+    }
+
+    /// The attribute bits the kernel's DC rules name, plus `IBV_QP_CUR_STATE` and
+    /// `IBV_QP_DEST_QPN`, which they never allow: every subset of them is tried.
+    const BITS: [m; 14] = [
+        m::IBV_QP_STATE,
+        m::IBV_QP_CUR_STATE,
+        m::IBV_QP_ACCESS_FLAGS,
+        m::IBV_QP_PKEY_INDEX,
+        m::IBV_QP_PORT,
+        m::IBV_QP_AV,
+        m::IBV_QP_PATH_MTU,
+        m::IBV_QP_TIMEOUT,
+        m::IBV_QP_RETRY_CNT,
+        m::IBV_QP_RNR_RETRY,
+        m::IBV_QP_MIN_RNR_TIMER,
+        m::IBV_QP_SQ_PSN,
+        m::IBV_QP_MAX_QP_RD_ATOMIC,
+        m::IBV_QP_DEST_QPN,
+    ];
+
+    fn attribute(mask: i32, state: QueuePairState) -> QueuePairAttribute {
         let mut attr = QueuePairAttribute::new();
-        attr.setup_state(Init).setup_pkey_index(0).setup_port(1);
-        assert!(DC_INITIATOR.check(Reset, &attr).is_ok());
-        attr.setup_access_flags(AccessFlags::LocalWrite);
-        assert!(matches!(
-            DC_INITIATOR.check(Reset, &attr),
-            Err(ModifyQueuePairErrorKind::InvalidAttributeMask { invalid, .. }) if invalid == M::AccessFlags
-        ));
-        // ... but a DCT needs them.
-        assert!(DC_TARGET.check(Reset, &attr).is_ok());
-        // DCI INIT->RTR needs only the path MTU.
-        let mut rtr = QueuePairAttribute::new();
-        rtr.setup_state(ReadyToReceive).setup_path_mtu(Mtu::Mtu1024);
-        assert!(DC_INITIATOR.check(Init, &rtr).is_ok());
-        // A DCT needs min_rnr_timer and the address vector too.
-        assert!(matches!(
-            DC_TARGET.check(Init, &rtr),
-            Err(ModifyQueuePairErrorKind::InvalidAttributeMask { needed, .. })
-                if needed == M::MinResponderNotReadyTimer | M::AddressVector
-        ));
-        // DCI RTR->RTS: the RC send-side set, without the destination.
-        assert!(DC_INITIATOR.check(ReadyToReceive, &rts_attr()).is_ok());
-        // A DCT never reaches RTS.
-        assert!(matches!(
-            DC_TARGET.check(ReadyToReceive, &rts_attr()),
-            Err(ModifyQueuePairErrorKind::InvalidTransition { .. })
-        ));
-        // Both can be torn down from any state.
+        attr.mask = QueuePairAttributeMask::from(mask);
+        attr.attr.qp_state = state as u32;
+        attr
+    }
+
+    /// Every (current state, new state, mask of [`BITS`]) is accepted by `table` exactly when the
+    /// kernel's rule accepts it.
+    fn table_agrees_with(table: &TransitionTable, rule: fn(QueuePairState, QueuePairState, i32) -> bool) {
+        let mut accepted = 0;
+        for cur in kernel_rules::STATES {
+            for given in kernel_rules::STATES {
+                for subset in 0u32..1 << BITS.len() {
+                    let mask = BITS
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| subset & (1 << i) != 0)
+                        .fold(0, |mask, (_, bit)| mask | bit.0 as i32);
+                    let new = kernel_rules::new_state(cur, mask, given);
+                    let kernel = rule(cur, new, mask);
+                    let ours = table.check(cur, &attribute(mask, given)).is_ok();
+                    assert_eq!(ours, kernel, "{cur:?} -> {new:?} with mask {mask:#x}");
+                    accepted += usize::from(kernel);
+                }
+            }
+        }
+        assert!(accepted > 0, "the rule accepted nothing: the comparison proves nothing");
+    }
+
+    #[test]
+    fn the_dc_initiator_table_is_modify_dci_qp_is_ok() {
+        table_agrees_with(&DC_INITIATOR, kernel_rules::modify_dci_qp_is_ok);
+    }
+
+    #[test]
+    fn the_dc_target_table_is_mlx5_ib_modify_dct() {
+        table_agrees_with(&DC_TARGET, kernel_rules::modify_dct_is_ok);
+    }
+
+    #[test]
+    fn the_named_rules_of_the_issue_hold() {
+        // A DCT goes RESET -> INIT -> RTR and nowhere else: not to RESET, not to ERR.
         let mut reset = QueuePairAttribute::new();
         reset.setup_state(QueuePairState::Reset);
-        assert!(DC_TARGET.check(ReadyToReceive, &reset).is_ok());
-        assert!(DC_INITIATOR.check(ReadyToSend, &reset).is_ok());
+        let mut error = QueuePairAttribute::new();
+        error.setup_state(QueuePairState::Error);
+        for from in kernel_rules::STATES {
+            for attr in [&reset, &error] {
+                assert!(matches!(
+                    DC_TARGET.check(from, attr),
+                    Err(ModifyQueuePairErrorKind::InvalidTransition { .. })
+                ));
+            }
+        }
+        // A DCI: RESET -> ERR refused, any state -> RESET allowed, INIT -> INIT with PKEY|PORT.
+        assert!(DC_INITIATOR.check(QueuePairState::Reset, &error).is_err());
+        assert!(DC_INITIATOR.check(QueuePairState::ReadyToSend, &error).is_ok());
+        for from in kernel_rules::STATES {
+            assert!(DC_INITIATOR.check(from, &reset).is_ok(), "{from:?} -> RESET");
+        }
+        let mut init = QueuePairAttribute::new();
+        init.setup_state(QueuePairState::Init).setup_port(2);
+        assert!(DC_INITIATOR.check(QueuePairState::Init, &init).is_ok());
+        // DCI INIT -> RTR takes no address vector (each request names its destination).
+        let mut rtr = QueuePairAttribute::new();
+        rtr.setup_state(QueuePairState::ReadyToReceive).setup_path_mtu(Mtu::Mtu1024);
+        assert!(DC_INITIATOR.check(QueuePairState::Init, &rtr).is_ok());
+        assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_err());
+        // DCI RTR -> RTS: the RC send-side set; a DCT never reaches RTS.
+        assert!(DC_INITIATOR.check(QueuePairState::ReadyToReceive, &rts_attr()).is_ok());
+        assert!(DC_TARGET.check(QueuePairState::ReadyToReceive, &rts_attr()).is_err());
+        // DCI RESET -> INIT takes no access flags; a DCT needs them.
+        let mut init = QueuePairAttribute::new();
+        init.setup_state(QueuePairState::Init)
+            .setup_pkey_index(0)
+            .setup_port(1)
+            .setup_access_flags(AccessFlags::LocalWrite);
+        assert!(DC_INITIATOR.check(QueuePairState::Reset, &init).is_err());
+        assert!(DC_TARGET.check(QueuePairState::Reset, &init).is_ok());
     }
 }

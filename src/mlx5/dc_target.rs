@@ -19,7 +19,7 @@ use rdma_mummy_sys::{
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
 use sideway::ibverbs::address::Gid;
@@ -28,9 +28,9 @@ use super::dc_endpoint::DcEndpoint;
 use super::dc_initiator::{active_mtu, create_dc_qp};
 use super::dc_state_table::DC_TARGET;
 use super::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
+use super::library::LIBMLX5;
 use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
-use crate::ibverbs::query_port;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 
@@ -41,9 +41,13 @@ use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 pub struct CreateDcTargetError(#[from] pub CreateDcTargetErrorKind);
 
 impl CreateDcTargetError {
-    /// Whether the device is not mlx5 or libmlx5 is missing.
+    /// Whether DC is not available at all: the device is not mlx5, libmlx5 is missing, or the
+    /// mlx5 device has no DC transport.
     pub fn is_not_supported(&self) -> bool {
-        matches!(self.0, CreateDcTargetErrorKind::NotSupported)
+        matches!(
+            self.0,
+            CreateDcTargetErrorKind::NotSupported | CreateDcTargetErrorKind::DcNotSupportedByDevice
+        )
     }
 }
 
@@ -54,6 +58,11 @@ pub enum CreateDcTargetErrorKind {
     /// The device is not an mlx5 device, or libmlx5 could not be loaded (`EOPNOTSUPP`).
     #[error("DC needs an mlx5 device and libmlx5")]
     NotSupported,
+    /// The device is mlx5 but has no DC transport: `mlx5dv_create_qp` returned `EOPNOTSUPP`
+    /// after `mlx5dv_query_device` succeeded (the kernel's `set_mlx_qp_type` without the `dct`
+    /// capability).
+    #[error("this mlx5 device has no DC transport (mlx5dv_create_qp: EOPNOTSUPP)")]
+    DcNotSupportedByDevice,
     /// No shared receive queue was set up: a DC target receives only through one.
     #[error("a shared receive queue is required (setup_srq)")]
     MissingSharedReceiveQueue,
@@ -124,7 +133,9 @@ impl DcTargetBuilder {
     }
 
     /// What initiators may do to this node's memory (set at RESET → INIT; default local write,
-    /// remote write and remote read). Remote atomics need the device's DC atomic support.
+    /// remote write and remote read). Remote atomics need the device's DC atomic support: without
+    /// it the kernel refuses the move to INIT (`mlx5_ib_modify_dct`: `EOPNOTSUPP`), reported as
+    /// [`RemoteAtomicsNotSupported`](ModifyDcTargetErrorKind::RemoteAtomicsNotSupported).
     pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
         self.access_flags = access_flags;
         self
@@ -158,8 +169,8 @@ impl DcTargetBuilder {
             init.srq = srq.srq().as_ptr();
         }
         // SAFETY: init's pointers are alive for the call.
-        let qp = unsafe { create_dc_qp(&self.pd, &mut init, &mut mlx5) }.map_err(|err| match err {
-            None => CreateDcTargetErrorKind::NotSupported,
+        let qp = unsafe { create_dc_qp(&LIBMLX5, context, &mut init, &mut mlx5) }.map_err(|err| match err {
+            None => CreateDcTargetErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
         })?;
         // SAFETY: qp was just created on these parents, in RESET, without send operations, and
@@ -210,6 +221,38 @@ pub enum BringUpDcTargetErrorKind {
         port: u8,
     },
     /// A transition failed (checked against the DC target's table first).
+    #[error(transparent)]
+    Modify(#[from] ModifyDcTargetError),
+}
+
+/// Error returned by [`DcTarget::modify`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to modify DC target")]
+#[non_exhaustive]
+pub struct ModifyDcTargetError(#[from] pub ModifyDcTargetErrorKind);
+
+/// The enum type for [`ModifyDcTargetError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModifyDcTargetErrorKind {
+    /// Not RESET → INIT or INIT → RTR, the only transitions of a DC target (mlx5_ib's
+    /// `mlx5_ib_modify_dct`: "Invalid transition", `EINVAL`); refused before the call. A DC target
+    /// never reaches RTS, and it is torn down by dropping it (`ibv_destroy_qp`), never by a move
+    /// to RESET or ERR.
+    #[error(
+        "a DC target only moves RESET -> INIT -> RTR, not {from:?} -> {to:?}; it is torn down by dropping it"
+    )]
+    InvalidTransition {
+        /// The state it is in.
+        from: QueuePairState,
+        /// The state asked for.
+        to: QueuePairState,
+    },
+    /// Remote atomics were asked for (`IBV_ACCESS_REMOTE_ATOMIC`) on a device without DC atomics
+    /// (`mlx5_ib_modify_dct` returned `EOPNOTSUPP`).
+    #[error("the device has no DC atomics: remote atomic access refused")]
+    RemoteAtomicsNotSupported,
+    /// The attribute mask does not fit the transition, or the library call failed.
     #[error(transparent)]
     Modify(#[from] ModifyQueuePairError),
 }
@@ -367,8 +410,28 @@ impl DcTarget {
 
     /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
     /// attribute mask against the DC target's table (it never goes past RTR).
-    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
-        self.core.modify(attr)
+    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyDcTargetError> {
+        let err = match self.core.modify(attr) {
+            Ok(()) => return Ok(()),
+            Err(err) => err,
+        };
+        let remote_atomics = attr.mask().contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AccessFlags)
+            && attr.attr.qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
+        Err(match &err.0 {
+            ModifyQueuePairErrorKind::InvalidTransition {
+                cur_state, next_state, ..
+            } => ModifyDcTargetErrorKind::InvalidTransition {
+                from: *cur_state,
+                to: *next_state,
+            },
+            ModifyQueuePairErrorKind::Ibverbs(errno)
+                if errno.raw_os_error() == Some(libc::EOPNOTSUPP) && remote_atomics =>
+            {
+                ModifyDcTargetErrorKind::RemoteAtomicsNotSupported
+            },
+            _ => ModifyDcTargetErrorKind::Modify(err),
+        }
+        .into())
     }
 
     /// What a peer needs to reach this DC target through local port `port`: the port's LID, the
@@ -377,8 +440,9 @@ impl DcTarget {
     /// RTR on, when the DCT number exists.
     pub fn endpoint(&self, port: u8, gid: Gid) -> Result<DcEndpoint, DcTargetEndpointError> {
         let dct_number = self.dct_number().ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
-        // SAFETY: the context is open while the queue pair is.
-        let attr = unsafe { query_port(self.core.context(), port) }
+        let attr = self
+            .core
+            .query_port(port)
             .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
         // The DCT number is 24 bits by construction (the library's), so this cannot fail.
         DcEndpoint::new(
@@ -399,15 +463,14 @@ impl DcTarget {
             port: params.port,
             source,
         };
-        // SAFETY: the PD's context is open while the queue pair is.
-        let port = unsafe { query_port(self.core.context(), params.port) }.map_err(invalid_port)?;
+        let port = self.core.query_port(params.port).map_err(invalid_port)?;
         let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
         if roce && params.src_gid_index.is_none() {
             return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
         }
         let path_mtu = params.path_mtu.unwrap_or(active);
         for attr in &params.attributes(self.access_flags, path_mtu) {
-            self.core.modify(attr).map_err(BringUpDcTargetErrorKind::Modify)?;
+            self.modify(attr).map_err(BringUpDcTargetErrorKind::Modify)?;
         }
         Ok(())
     }
