@@ -38,7 +38,11 @@ impl DcCapabilities {
             is_mlx5: mlx5.is_some(),
             max_dc_rd_atom: known(mlx5.and_then(Mlx5DeviceAttributes::max_dc_rd_atom)),
             max_dc_init_rd_atom: known(mlx5.and_then(Mlx5DeviceAttributes::max_dc_init_rd_atom)),
-            dci_streams: mlx5.and_then(Mlx5DeviceAttributes::dci_streams_caps),
+            // libmlx5's `_mlx5dv_query_device` reports DCI streams on every device (zeros where
+            // there are none, e.g. ConnectX-6 but not Dx): a concurrency of 0 is no streams.
+            dci_streams: mlx5
+                .and_then(Mlx5DeviceAttributes::dci_streams_caps)
+                .filter(|caps| caps.max_log_num_concurrent > 0),
             dc_odp: mlx5.and_then(Mlx5DeviceAttributes::dc_odp_caps),
             rc_max_qp_rd_atom: rc_max_qp_rd_atom.max(0) as u32,
             rc_max_qp_init_rd_atom: rc_max_qp_init_rd_atom.max(0) as u32,
@@ -78,7 +82,12 @@ impl DcCapabilities {
         self.max_dc_init_rd_atom
     }
 
-    /// DCI streams capabilities, when the device reports them.
+    /// DCI streams capabilities, when the device has DCI streams (ConnectX-6 Dx and newer).
+    ///
+    /// [`None`] when the device is not mlx5, the library does not report them, or it reports a
+    /// `max_log_num_concurent` of 0: libmlx5 sets the capability's bit on every device and
+    /// reports zeros where there are no streams, and creating a DC initiator with streams there
+    /// fails. [`Mlx5DeviceAttributes::dci_streams_caps`] gives the raw values.
     pub fn dci_streams(&self) -> Option<DciStreamsCapabilities> {
         self.dci_streams
     }

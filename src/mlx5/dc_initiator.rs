@@ -667,6 +667,35 @@ impl DcInitiator {
     }
 }
 
+#[cfg(test)]
+impl DcInitiator {
+    /// A DC initiator planned from `request` on `device` as [`DcInitiatorBuilder::build`] does,
+    /// created through `queue_pair` and `verbs` (a unit test's model of the library).
+    pub(crate) fn modelled(
+        request: &DciRequest, device: &DciDevice, queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs,
+        verbs: &'static DcVerbs,
+    ) -> Result<Self, CreateDcInitiatorErrorKind> {
+        let params = plan_dci(request, device)?;
+        let (mut init, mut mlx5) = dci_init_attributes(&params);
+        let creation = DciCreation {
+            init,
+            mlx5,
+            params,
+            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
+        };
+        let context = NonNull::dangling();
+        // SAFETY: the model takes any pointers.
+        let qp = unsafe { create_dc_qp(verbs, context, &mut init, &mut mlx5) }.map_err(|err| match err {
+            None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
+            Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+        })?;
+        // SAFETY: the model's queue pair lives as long as the model.
+        let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
+            .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
+        Self::adopt(core, verbs, creation, Some(16)).map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
+    }
+}
+
 /// Error returned by [`DcInitiator::bring_up`].
 #[derive(Debug, thiserror::Error)]
 #[error("failed to bring up DC initiator")]
@@ -1001,13 +1030,15 @@ impl DcInitiator {
         // signature it was resolved with.
         match unsafe { reset(self.core.qp().as_ptr(), stream_id) } {
             0 => Ok(()),
-            libc::EOPNOTSUPP => match self.query_state() {
+            // The DC initiator may have gone to ERR since the state was last read (libmlx5
+            // refuses with EOPNOTSUPP after a query, the device with a command error before).
+            errno => match self.query_state() {
                 Ok(state) if state != QueuePairState::ReadyToSend => {
                     Err(ResetDciStreamErrorKind::NotReadyToSend { state }.into())
                 },
-                _ => Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into()),
+                _ if errno == libc::EOPNOTSUPP => Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into()),
+                _ => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),
             },
-            errno => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),
         }
     }
 }
@@ -1211,7 +1242,7 @@ impl Destination for DcStreamAddress {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! Everything of the DC initiator that runs without a device: its init attributes, its
     //! bring-up attributes against the DC table, and the exact provider calls its requests make,
     //! through hand-made `ibv_qp_ex` and `mlx5dv_qp_ex` tables that record them.
@@ -1389,7 +1420,7 @@ mod tests {
     }
 
     /// A DC initiator's tables: every `ibv_qp_ex` entry a DCI may call, and the mlx5 view.
-    fn recording_dci(streams: bool) -> (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>) {
+    pub(crate) fn recording_dci(streams: bool) -> (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>) {
         let mut qp = recording_qp();
         qp.wr_rdma_write_imm = Some(wr_rdma_write_imm);
         qp.wr_rdma_read = Some(wr_rdma_read);

@@ -4,7 +4,7 @@
 //! generic `qp_state_table`: each lists every transition it has.
 //!
 //! The unit tests hold both tables to the kernel's functions, transcribed on their own in
-//! [`kernel_rules`](tests) (not derived from these tables).
+//! `dc_reference_rules` (not derived from these tables).
 //!
 //! # Reference
 //!
@@ -117,7 +117,7 @@ pub(crate) static DC_TARGET: TransitionTable = TransitionTable {
 };
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use rdma_mummy_sys::ibv_qp_attr_mask as m;
     use sideway::ibverbs::device_context::Mtu;
     use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairAttributeMask, QueuePairState};
@@ -126,101 +126,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::ibverbs::queue_pair::tests::rts_attr;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
-
-    /// The kernel's rules, transcribed from Linux `drivers/infiniband/hw/mlx5/qp.c` on their own
-    /// (in the kernel's shape: states and `IB_QP_*` bits, not this crate's tables), so that the
-    /// tables above are checked against them, not against themselves.
-    pub(crate) mod kernel_rules {
-        use rdma_mummy_sys::ibv_qp_attr_mask as m;
-        use sideway::ibverbs::queue_pair::QueuePairState::{self, *};
-
-        const fn bits(list: &[m]) -> i32 {
-            let mut value = 0;
-            let mut i = 0;
-            while i < list.len() {
-                value |= list[i].0 as i32;
-                i += 1;
-            }
-            value
-        }
-
-        /// `is_valid_mask`: every required bit, nothing outside required and optional.
-        pub(crate) fn is_valid_mask(mask: i32, req: i32, opt: i32) -> bool {
-            (mask & req) == req && (mask & !(req | opt)) == 0
-        }
-
-        /// The state a modification moves to, as `mlx5_ib_modify_qp` computes it: the given one
-        /// with `IB_QP_STATE`, the current one otherwise.
-        pub(crate) fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -> QueuePairState {
-            if mask & bits(&[m::IBV_QP_STATE]) != 0 {
-                given
-            } else {
-                cur
-            }
-        }
-
-        /// `modify_dci_qp_is_ok` (current kernels, with the RESET branch first).
-        pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
-            let req = bits(&[m::IBV_QP_STATE]);
-            if new == Reset {
-                return is_valid_mask(mask, req, 0);
-            }
-            match (cur, new) {
-                (Reset, Init) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]), 0),
-                (Init, Init) => is_valid_mask(mask, req, bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT])),
-                (Init, ReadyToReceive) => {
-                    is_valid_mask(mask, req | bits(&[m::IBV_QP_PATH_MTU]), bits(&[m::IBV_QP_PKEY_INDEX]))
-                },
-                (ReadyToReceive, ReadyToSend) => is_valid_mask(
-                    mask,
-                    req | bits(&[
-                        m::IBV_QP_TIMEOUT,
-                        m::IBV_QP_RETRY_CNT,
-                        m::IBV_QP_RNR_RETRY,
-                        m::IBV_QP_MAX_QP_RD_ATOMIC,
-                        m::IBV_QP_SQ_PSN,
-                    ]),
-                    bits(&[m::IBV_QP_MIN_RNR_TIMER]),
-                ),
-                (ReadyToSend, ReadyToSend) => is_valid_mask(mask, req, bits(&[m::IBV_QP_MIN_RNR_TIMER])),
-                (cur, Error) if cur != Reset => is_valid_mask(mask, req, 0),
-                _ => false,
-            }
-        }
-
-        /// `mlx5_ib_modify_dct`: `IB_QP_STATE` always; RESET → INIT and INIT → RTR with exact
-        /// masks; "Modify DCT: Invalid transition" for anything else.
-        pub(crate) fn modify_dct_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
-            let req = bits(&[m::IBV_QP_STATE]);
-            if mask & req == 0 {
-                return false;
-            }
-            match (cur, new) {
-                (Reset, Init) => is_valid_mask(
-                    mask,
-                    req | bits(&[m::IBV_QP_ACCESS_FLAGS, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]),
-                    0,
-                ),
-                (Init, ReadyToReceive) => is_valid_mask(
-                    mask,
-                    req | bits(&[m::IBV_QP_MIN_RNR_TIMER, m::IBV_QP_AV, m::IBV_QP_PATH_MTU]),
-                    0,
-                ),
-                _ => false,
-            }
-        }
-
-        /// Every state a DC queue pair can be in.
-        pub(crate) const STATES: [QueuePairState; 7] = [
-            Reset,
-            Init,
-            ReadyToReceive,
-            ReadyToSend,
-            SendQueueDrain,
-            SendQueueError,
-            Error,
-        ];
-    }
+    use crate::mlx5::dc_reference_rules as kernel_rules;
 
     /// The attribute bits the kernel's DC rules name, plus `IBV_QP_CUR_STATE` and
     /// `IBV_QP_DEST_QPN`, which they never allow: every subset of them is tried.
@@ -273,7 +179,9 @@ pub(crate) mod tests {
 
     #[test]
     fn the_dc_initiator_table_is_modify_dci_qp_is_ok() {
-        table_agrees_with(&DC_INITIATOR, kernel_rules::modify_dci_qp_is_ok);
+        table_agrees_with(&DC_INITIATOR, |cur, new, mask| {
+            kernel_rules::modify_dci_qp_is_ok(cur, new, mask, true)
+        });
     }
 
     #[test]

@@ -477,6 +477,35 @@ impl DcTarget {
 }
 
 #[cfg(test)]
+impl DcTarget {
+    /// A DC target created through `queue_pair` and `verbs` (a unit test's model of the
+    /// library), with the init attributes [`DcTargetBuilder::build`] hands to the library.
+    pub(crate) fn modelled(
+        dc_key: u64, access_flags: AccessFlags, queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs,
+        verbs: &'static super::library::DcVerbs,
+    ) -> Result<Self, CreateDcTargetErrorKind> {
+        let (mut init, mut mlx5) = dct_init_attributes(dc_key);
+        // The model only checks that the SRQ and CQ are set.
+        init.srq = NonNull::dangling().as_ptr();
+        init.recv_cq = NonNull::dangling().as_ptr();
+        let context = NonNull::dangling();
+        // SAFETY: the model takes any pointers.
+        let qp = unsafe { create_dc_qp(verbs, context, &mut init, &mut mlx5) }.map_err(|err| match err {
+            None => CreateDcTargetErrorKind::DcNotSupportedByDevice,
+            Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
+        })?;
+        // SAFETY: the model's queue pair lives as long as the model.
+        let core = unsafe { QueuePairCore::modelled(qp, &DC_TARGET, None, queue_pair, context) }
+            .map_err(|err| CreateDcTargetErrorKind::Ibverbs(io::Error::other(err)))?;
+        Ok(DcTarget {
+            core,
+            dc_key,
+            access_flags,
+        })
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use sideway::ibverbs::queue_pair::QueuePairAttributeMask;
 

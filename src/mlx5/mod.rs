@@ -24,9 +24,13 @@ pub mod dc_capabilities;
 pub mod dc_endpoint;
 pub mod dc_initiator;
 pub mod dc_initiator_pool;
+#[cfg(test)]
+mod dc_model;
 mod dc_pool_assignment;
 #[cfg(test)]
 mod dc_pool_simulation;
+#[cfg(test)]
+mod dc_reference_rules;
 mod dc_state_table;
 pub mod dc_target;
 pub mod device_attributes;

@@ -1,0 +1,819 @@
+//! A model of what the kernel's mlx5 driver and libmlx5 do with a DC queue pair outside the
+//! data path, behind the verbs tables ([`QueuePairVerbs`], [`DcVerbs`]), so that unit tests drive
+//! the public API of [`DcInitiator`] and [`DcTarget`] without a device, as hostile as the
+//! hardware: it refuses what the kernel refuses (the rules of
+//! [`dc_reference_rules`](super::dc_reference_rules)), moves a DCI to ERR some queries after
+//! too many stream errors (asynchronously, as pyverbs sees it), refuses a stream reset where
+//! libmlx5 does (its cached state not RTS) and records a reset made before the stream's requests
+//! were flushed. Every call is recorded (`post_send_guard::tests::take_calls`).
+//!
+//! [`DcInitiator`]: super::dc_initiator::DcInitiator
+//! [`DcTarget`]: super::dc_target::DcTarget
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::c_int;
+use std::io;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{
+    ibv_context, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex, mlx5dv_qp_ex,
+    mlx5dv_qp_init_attr,
+};
+use sideway::ibverbs::queue_pair::QueuePairState;
+
+use super::dc_initiator::tests::recording_dci;
+use super::dc_reference_rules::{self as rules, Device};
+use super::library::DcVerbs;
+use crate::ibverbs::post_send_guard::tests::record;
+use crate::ibverbs::queue_pair::{state_from_raw, QueuePairVerbs};
+
+/// How many queries of the state still read RTS after a DCI's stream errors passed its limit.
+pub(crate) const QUERIES_BEFORE_ERROR: u32 = 3;
+
+/// One queue pair of the model.
+struct ModelQueuePair {
+    dct: bool,
+    /// The state the device holds (the library's cached `ibv_qp::state` may lag behind).
+    state: QueuePairState,
+    /// log2 of the streams that may be in error at once, with streams.
+    log_num_errored: Option<u8>,
+    errored: BTreeSet<u16>,
+    /// Requests of an errored stream not flushed yet.
+    unflushed: BTreeMap<u16, u32>,
+    queries_until_error: Option<u32>,
+    // The tables the queue pair's pointers point into; kept for the model's lifetime.
+    tables: (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>),
+}
+
+struct Model {
+    device: Device,
+    /// Whether the kernel has `modify_dci_qp_is_ok`'s RESET branch.
+    reset_branch: bool,
+    /// Whether the device has DC atomics (`mlx5_ib_dc_atomic_is_supported`).
+    dc_atomics: bool,
+    queue_pairs: BTreeMap<u32, ModelQueuePair>,
+    next_qp_number: u32,
+}
+
+thread_local! {
+    static MODEL: RefCell<Model> = RefCell::new(Model::new(DEVICE));
+}
+
+/// A ConnectX-6 Dx as the model's default: atomics, 16 streams of which 2 may be in error.
+pub(crate) const DEVICE: Device = Device {
+    max_qp_wr: 32768,
+    max_sge: 30,
+    atomic_cap: true,
+    dci_streams_caps: (4, 1),
+};
+
+impl Model {
+    fn new(device: Device) -> Self {
+        Self {
+            device,
+            reset_branch: true,
+            dc_atomics: true,
+            queue_pairs: BTreeMap::new(),
+            next_qp_number: 0x100,
+        }
+    }
+}
+
+fn with<R>(f: impl FnOnce(&mut Model) -> R) -> R {
+    MODEL.with(|model| f(&mut model.borrow_mut()))
+}
+
+/// A fresh model of `device` for this thread (tests run one per thread).
+pub(crate) fn reset(device: Device) {
+    with(|model| *model = Model::new(device));
+}
+
+/// Whether the kernel has the DCI's RESET branch (older kernels do not).
+pub(crate) fn set_reset_branch(reset_branch: bool) {
+    with(|model| model.reset_branch = reset_branch);
+}
+
+/// Whether the device has DC atomics.
+pub(crate) fn set_dc_atomics(dc_atomics: bool) {
+    with(|model| model.dc_atomics = dc_atomics);
+}
+
+/// The state the device holds for queue pair `qp_number`.
+pub(crate) fn device_state(qp_number: u32) -> QueuePairState {
+    with(|model| model.queue_pairs[&qp_number].state)
+}
+
+/// An error completion on the whole DCI (a wrong DC key, a dead target): the device moves it to
+/// ERR at once; the library's cached state still reads RTS until a query.
+pub(crate) fn fail(qp_number: u32) {
+    with(|model| model.queue_pairs.get_mut(&qp_number).expect("a model queue pair").state = QueuePairState::Error);
+}
+
+/// An error on stream `stream` with `unflushed` of its requests still queued: past
+/// 2^`log_num_errored` errored streams the DCI goes to ERR, after [`QUERIES_BEFORE_ERROR`]
+/// queries.
+pub(crate) fn stream_error(qp_number: u32, stream: u16, unflushed: u32) {
+    with(|model| {
+        let qp = model.queue_pairs.get_mut(&qp_number).expect("a model queue pair");
+        qp.errored.insert(stream);
+        qp.unflushed.insert(stream, unflushed);
+        let allowed = 1usize << qp.log_num_errored.expect("a DCI with streams");
+        if qp.errored.len() > allowed && qp.queries_until_error.is_none() {
+            qp.queries_until_error = Some(QUERIES_BEFORE_ERROR);
+        }
+    });
+}
+
+/// The flush errors of stream `stream`'s remaining requests have been polled.
+pub(crate) fn flush(qp_number: u32, stream: u16) {
+    with(|model| {
+        model.queue_pairs.get_mut(&qp_number).expect("a model queue pair").unflushed.remove(&stream);
+    });
+}
+
+/// The queue pair behind `qp`.
+///
+/// # Safety
+///
+/// `qp` must be a model queue pair.
+unsafe fn number(qp: *mut ibv_qp) -> u32 {
+    (*qp).qp_num
+}
+
+/// `ibv_modify_qp`, as mlx5_ib: the DCI or DCT rules against the device's state, then the
+/// library's cached state.
+unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
+    let n = number(qp);
+    let given = state_from_raw((*attr).qp_state);
+    let remote_atomic = (*attr).qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
+    let result = with(|model| {
+        let reset_branch = model.reset_branch;
+        let dc_atomics = model.dc_atomics;
+        let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
+        let cur = entry.state;
+        let new = rules::new_state(cur, mask, given);
+        let ok = if entry.dct {
+            rules::modify_dct_is_ok(cur, new, mask)
+        } else {
+            rules::modify_dci_qp_is_ok(cur, new, mask, reset_branch)
+        };
+        if !ok {
+            return Err((cur, new, libc::EINVAL));
+        }
+        if entry.dct && new == QueuePairState::Init && remote_atomic && !dc_atomics {
+            return Err((cur, new, libc::EOPNOTSUPP));
+        }
+        entry.state = new;
+        if new == QueuePairState::Reset {
+            entry.errored.clear();
+            entry.unflushed.clear();
+            entry.queries_until_error = None;
+        }
+        Ok((cur, new))
+    });
+    match result {
+        Ok((cur, new)) => {
+            record(format!("modify qp{n:#x} {cur:?} -> {new:?}"));
+            // libibverbs `ibv_modify_qp` caches the new state.
+            (*qp).state = (*attr).qp_state;
+            0
+        },
+        Err((cur, new, errno)) => {
+            record(format!("modify qp{n:#x} {cur:?} -> {new:?} refused ({errno})"));
+            errno
+        },
+    }
+}
+
+/// `ibv_query_qp`: the device's state (which the asynchronous ERR may reach after a few
+/// queries), cached by the library as libibverbs does.
+unsafe fn query(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: i32, _init: *mut ibv_qp_init_attr) -> i32 {
+    let n = number(qp);
+    let state = with(|model| {
+        let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
+        match entry.queries_until_error {
+            Some(0) => {
+                entry.state = QueuePairState::Error;
+                entry.queries_until_error = None;
+            },
+            Some(k) => entry.queries_until_error = Some(k - 1),
+            None => {},
+        }
+        entry.state
+    });
+    record(format!("query qp{n:#x} -> {state:?}"));
+    (*attr).qp_state = state as u32;
+    (*qp).state = state as u32;
+    0
+}
+
+unsafe fn destroy(qp: *mut ibv_qp) -> i32 {
+    record(format!("destroy qp{:#x}", number(qp)));
+    0
+}
+
+unsafe fn to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // The model's queue pairs are ibv_qp_ex tables whose first field is the ibv_qp.
+    qp.cast()
+}
+
+unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
+    if port != 1 {
+        return libc::EINVAL;
+    }
+    (*attr).active_mtu = 3;
+    (*attr).link_layer = 1;
+    (*attr).lid = 7;
+    0
+}
+
+/// `mlx5dv_create_qp`: the creation rules, then a new queue pair in RESET.
+unsafe fn create(
+    _: *mut ibv_context, init: *mut ibv_qp_init_attr_ex, mlx5: *mut mlx5dv_qp_init_attr,
+) -> Result<NonNull<ibv_qp>, io::Error> {
+    let dct = (*mlx5).dc_init_attr.dc_type == rdma_mummy_sys::MLX5DV_DCTYPE_DCT;
+    let device = with(|model| model.device);
+    let checked = if dct {
+        rules::create_dct(&*init, &*mlx5)
+    } else {
+        rules::create_dci(&*init, &*mlx5, &device)
+    };
+    if let Err(rule) = checked {
+        record(format!("create refused: {rule}"));
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let streams = (*mlx5).comp_mask & rdma_mummy_sys::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64
+        != 0;
+    let log_num_errored = streams.then(|| (*mlx5).dc_init_attr.__bindgen_anon_1.dci_streams.as_ref().log_num_errored);
+    let (mut qp, mlx5_view) = if dct {
+        // SAFETY: zeroes are valid for both tables.
+        (Box::new(MaybeUninit::zeroed().assume_init()), Box::new(MaybeUninit::zeroed().assume_init()))
+    } else {
+        recording_dci(streams)
+    };
+    let n = with(|model| {
+        let n = model.next_qp_number;
+        model.next_qp_number += 1;
+        n
+    });
+    qp.qp_base.qp_num = n;
+    qp.qp_base.state = rdma_mummy_sys::ibv_qp_state::IBV_QPS_RESET;
+    let pointer = NonNull::from(&mut qp.qp_base);
+    with(|model| {
+        model.queue_pairs.insert(
+            n,
+            ModelQueuePair {
+                dct,
+                state: QueuePairState::Reset,
+                log_num_errored,
+                errored: BTreeSet::new(),
+                unflushed: BTreeMap::new(),
+                queries_until_error: None,
+                tables: (qp, mlx5_view),
+            },
+        )
+    });
+    record(format!("create qp{n:#x}"));
+    Ok(pointer)
+}
+
+unsafe fn mlx5_view(qp_ex: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex {
+    let n = (*qp_ex).qp_base.qp_num;
+    with(|model| {
+        let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
+        &mut *entry.tables.1 as *mut mlx5dv_qp_ex
+    })
+}
+
+/// `mlx5dv_dci_stream_id_reset`, as libmlx5: `EOPNOTSUPP` when the library's cached state is not
+/// RTS or the device cannot reset streams; the device then refuses a DCI no longer in RTS.
+unsafe extern "C" fn stream_id_reset(qp: *mut ibv_qp, stream: u16) -> c_int {
+    let n = number(qp);
+    let cached = state_from_raw((*qp).state);
+    let result = with(|model| {
+        if model.device.dci_streams_caps.1 == 0 || cached != QueuePairState::ReadyToSend {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
+        if entry.state != QueuePairState::ReadyToSend {
+            return Err(libc::EINVAL);
+        }
+        let unflushed = entry.unflushed.remove(&stream).unwrap_or(0);
+        entry.errored.remove(&stream);
+        Ok(unflushed)
+    });
+    match result {
+        Ok(0) => {
+            record(format!("stream_reset qp{n:#x} {stream}"));
+            0
+        },
+        Ok(unflushed) => {
+            record(format!("stream_reset qp{n:#x} {stream} BEFORE {unflushed} requests were flushed"));
+            0
+        },
+        Err(errno) => {
+            record(format!("stream_reset qp{n:#x} {stream} refused ({errno})"));
+            errno
+        },
+    }
+}
+
+fn stream_id_reset_entry() -> Option<super::library::DciStreamIdReset> {
+    Some(stream_id_reset)
+}
+
+/// The model's queue-pair calls.
+pub(crate) static QUEUE_PAIR_VERBS: QueuePairVerbs = QueuePairVerbs {
+    modify,
+    query,
+    destroy,
+    to_qp_ex,
+    query_port,
+};
+
+/// The model's libmlx5 calls.
+pub(crate) static DC_VERBS: DcVerbs = DcVerbs {
+    create,
+    mlx5_view,
+    stream_id_reset: stream_id_reset_entry,
+};
+
+/// The model's libmlx5 calls, from a libmlx5 without `mlx5dv_dci_stream_id_reset` (before v37).
+pub(crate) static DC_VERBS_WITHOUT_STREAM_RESET: DcVerbs = DcVerbs {
+    create,
+    mlx5_view,
+    stream_id_reset: || None,
+};
+
+/// The public API of the DC queue pairs, driven through the model.
+mod tests {
+    use std::time::Duration;
+
+    use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairState, SendOperationFlags};
+    use sideway::ibverbs::AccessFlags;
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::tests::take_calls;
+    use crate::ibverbs::queue_pair::QueuePairAttribute;
+    use crate::mlx5::dc_initiator::{
+        CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery, DciDevice, DciRequest, DciStreams,
+        RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
+    };
+    use crate::mlx5::dc_target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
+    use crate::mlx5::device_attributes::DciStreamsCapabilities;
+
+    fn request(streams: Option<DciStreams>) -> DciRequest {
+        DciRequest {
+            max_send_wr: 16,
+            max_send_sge: 1,
+            max_inline_data: 0,
+            send_ops: None,
+            streams,
+            sq_sig_all: false,
+        }
+    }
+
+    /// The device of the model, as the builder reads it.
+    fn dci_device(device: &Device) -> DciDevice {
+        let (max_log_num_concurrent, max_log_num_errored) = device.dci_streams_caps;
+        DciDevice {
+            max_qp_wr: device.max_qp_wr,
+            max_sge: device.max_sge,
+            atomics: device.atomic_cap,
+            dci_streams: Some(DciStreamsCapabilities {
+                max_log_num_concurrent,
+                max_log_num_errored,
+            }),
+        }
+    }
+
+    fn dci_on(device: Device, streams: Option<DciStreams>) -> DcInitiator {
+        reset(device);
+        let dci = DcInitiator::modelled(&request(streams), &dci_device(&device), &QUEUE_PAIR_VERBS, &DC_VERBS)
+            .expect("the model creates it");
+        take_calls();
+        dci
+    }
+
+    fn brought_up(device: Device, streams: Option<DciStreams>) -> DcInitiator {
+        let mut dci = dci_on(device, streams);
+        dci.bring_up(&DcInitiatorBringUp::new(1)).expect("bring up");
+        take_calls();
+        dci
+    }
+
+    fn to(state: QueuePairState) -> QueuePairAttribute {
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(state);
+        attr
+    }
+
+    #[test]
+    fn a_dci_is_brought_up_and_each_refused_transition_is_refused_before_the_kernel() {
+        let mut dci = dci_on(DEVICE, None);
+        let n = dci.qp_number();
+        // RESET -> ERR: refused by the kernel's modify_dci_qp_is_ok, so refused before the call.
+        let err = dci.modify(&to(QueuePairState::Error)).unwrap_err();
+        assert!(matches!(err.0, ModifyQueuePairErrorKind::InvalidTransition { .. }), "{err:?}");
+        assert!(take_calls().is_empty(), "nothing reached the kernel");
+
+        dci.bring_up(&DcInitiatorBringUp::new(1)).expect("bring up");
+        assert_eq!(
+            take_calls(),
+            [
+                format!("modify qp{n:#x} Reset -> Init"),
+                format!("modify qp{n:#x} Init -> ReadyToReceive"),
+                format!("modify qp{n:#x} ReadyToReceive -> ReadyToSend"),
+            ]
+        );
+        // RTS -> RTR, RTS -> INIT: no such transition.
+        for state in [QueuePairState::ReadyToReceive, QueuePairState::Init] {
+            assert!(matches!(
+                dci.modify(&to(state)).unwrap_err().0,
+                ModifyQueuePairErrorKind::InvalidTransition { .. }
+            ));
+        }
+        // RTS -> RTS with the minimum RNR timer is allowed; with a timeout it is not.
+        let mut rts = to(QueuePairState::ReadyToSend);
+        rts.setup_min_rnr_timer(12);
+        dci.modify(&rts).expect("RTS -> RTS with the RNR timer");
+        rts.setup_timeout(10);
+        assert!(matches!(
+            dci.modify(&rts).unwrap_err().0,
+            ModifyQueuePairErrorKind::InvalidAttributeMask { .. }
+        ));
+        // A modification without the state is refused (mlx5_ib requires IB_QP_STATE).
+        let mut no_state = QueuePairAttribute::new();
+        no_state.setup_min_rnr_timer(12);
+        assert!(dci.modify(&no_state).is_err());
+        assert_eq!(
+            take_calls(),
+            [format!("modify qp{n:#x} ReadyToSend -> ReadyToSend")],
+            "only the allowed modification reached the kernel"
+        );
+
+        // INIT -> INIT with the port, on a new DCI.
+        let mut dci = dci_on(DEVICE, None);
+        let mut init = to(QueuePairState::Init);
+        init.setup_pkey_index(0).setup_port(1);
+        dci.modify(&init).expect("RESET -> INIT");
+        let mut again = to(QueuePairState::Init);
+        again.setup_port(1);
+        dci.modify(&again).expect("INIT -> INIT with the port");
+        assert_eq!(dci.state(), QueuePairState::Init);
+    }
+
+    #[test]
+    fn recover_after_an_error_goes_through_reset() {
+        let mut dci = brought_up(DEVICE, None);
+        let n = dci.qp_number();
+        fail(n);
+        assert_eq!(dci.query_state().unwrap(), QueuePairState::Error);
+        take_calls();
+        assert_eq!(dci.recover().expect("recover"), DcRecovery::Reset);
+        assert_eq!(
+            take_calls(),
+            [
+                format!("modify qp{n:#x} Error -> Reset"),
+                format!("modify qp{n:#x} Reset -> Init"),
+                format!("modify qp{n:#x} Init -> ReadyToReceive"),
+                format!("modify qp{n:#x} ReadyToReceive -> ReadyToSend"),
+            ]
+        );
+        assert_eq!((dci.qp_number(), device_state(n)), (n, QueuePairState::ReadyToSend));
+    }
+
+    #[test]
+    fn recover_rebuilds_the_dci_where_the_kernel_refuses_reset_and_the_handle_stays_valid() {
+        let mut dci = brought_up(DEVICE, None);
+        set_reset_branch(false);
+        let old = dci.qp_number();
+        fail(old);
+        dci.query_state().unwrap();
+        take_calls();
+        let recovery = dci.recover().expect("recover by rebuilding");
+        let new = dci.qp_number();
+        assert_eq!(recovery, DcRecovery::Rebuilt { previous_qp_number: old });
+        assert_ne!(new, old);
+        assert_eq!(
+            take_calls(),
+            [
+                format!("modify qp{old:#x} Error -> Reset refused ({})", libc::EINVAL),
+                format!("create qp{new:#x}"),
+                format!("destroy qp{old:#x}"),
+                format!("modify qp{new:#x} Reset -> Init"),
+                format!("modify qp{new:#x} Init -> ReadyToReceive"),
+                format!("modify qp{new:#x} ReadyToReceive -> ReadyToSend"),
+            ]
+        );
+        assert_eq!(device_state(new), QueuePairState::ReadyToSend);
+        assert_eq!(dci.state(), QueuePairState::ReadyToSend);
+        // Posting goes to the new queue pair's tables, with its DC setter.
+        let mut guard = dci.start_post_send();
+        let request = guard.construct_wr(5, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled).setup_send();
+        // SAFETY: the model's address setter only records the pointer.
+        let request = unsafe { request.setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
+        sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(request, b"x");
+        guard.post().expect("post on the rebuilt DCI");
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert!(calls.iter().any(|call| call.starts_with("dc_addr") && call.contains("dctn=0x42")), "{calls:?}");
+        // The rebuilt DCI recovers again (the old kernel still refuses RESET).
+        fail(new);
+        dci.query_state().unwrap();
+        assert!(matches!(dci.recover().unwrap(), DcRecovery::Rebuilt { previous_qp_number } if previous_qp_number == new));
+    }
+
+    #[test]
+    fn recover_before_bring_up_is_refused() {
+        let mut dci = dci_on(DEVICE, None);
+        assert!(matches!(dci.recover().unwrap_err().0, RecoverDcInitiatorErrorKind::NotBroughtUp));
+        assert!(take_calls().is_empty());
+    }
+
+    #[test]
+    fn a_stream_is_reset_after_its_flush_and_every_id_that_can_be_posted_can_be_reset() {
+        let streams = DciStreams {
+            log_num_concurrent: 2,
+            log_num_errored: 1,
+        };
+        let mut dci = brought_up(DEVICE, Some(streams));
+        let n = dci.qp_number();
+        // Stream 9 is beyond the 4 concurrent streams; setup_dc_addr_stream takes it, so the
+        // reset must too (pyverbs' generate_stream_id does the same).
+        stream_error(n, 9, 2);
+        assert_eq!(dci.query_state().unwrap(), QueuePairState::ReadyToSend, "one errored stream of two allowed");
+        // The caller polls the stream's flush errors, then resets.
+        flush(n, 9);
+        take_calls();
+        dci.reset_stream(9).expect("reset after the flush");
+        assert_eq!(take_calls(), [format!("stream_reset qp{n:#x} 9")]);
+        assert_eq!(device_state(n), QueuePairState::ReadyToSend);
+    }
+
+    #[test]
+    fn a_whole_dci_error_after_too_many_stream_errors_shows_up_late_and_is_waited_for() {
+        let streams = DciStreams {
+            log_num_concurrent: 2,
+            log_num_errored: 0,
+        };
+        let mut dci = brought_up(DEVICE, Some(streams));
+        let n = dci.qp_number();
+        stream_error(n, 0, 0);
+        stream_error(n, 1, 0);
+        // One immediate query still reads RTS: the move to ERR is asynchronous.
+        assert_eq!(dci.query_state().unwrap(), QueuePairState::ReadyToSend);
+        assert_eq!(dci.wait_for_error(Duration::from_secs(1)).unwrap(), QueuePairState::Error);
+        take_calls();
+        // A stream reset now is its own error, and never reaches libmlx5.
+        match dci.reset_stream(1).unwrap_err().0 {
+            ResetDciStreamErrorKind::NotReadyToSend { state } => assert_eq!(state, QueuePairState::Error),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(take_calls().is_empty());
+        assert_eq!(dci.recover().unwrap(), DcRecovery::Reset);
+        assert_eq!(device_state(n), QueuePairState::ReadyToSend);
+    }
+
+    #[test]
+    fn a_stream_reset_racing_the_move_to_err_is_not_ready_to_send() {
+        let streams = DciStreams {
+            log_num_concurrent: 2,
+            log_num_errored: 1,
+        };
+        let mut dci = brought_up(DEVICE, Some(streams));
+        let n = dci.qp_number();
+        // The device moved to ERR; the cached state still says RTS, so the call is made, the
+        // device refuses it, and a query tells why.
+        fail(n);
+        let err = dci.reset_stream(0).unwrap_err();
+        assert!(
+            matches!(err.0, ResetDciStreamErrorKind::NotReadyToSend { state: QueuePairState::Error }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_device_with_zero_stream_concurrency_has_no_streams() {
+        let streams = DciStreams {
+            log_num_concurrent: 1,
+            log_num_errored: 0,
+        };
+        // libmlx5 reports the capability on every device, zeros where there are no streams.
+        let mut device = DEVICE;
+        device.dci_streams_caps = (0, 0);
+        reset(device);
+        let err = DcInitiator::modelled(&request(Some(streams)), &dci_device(&device), &QUEUE_PAIR_VERBS, &DC_VERBS)
+            .unwrap_err();
+        assert!(matches!(err, CreateDcInitiatorErrorKind::DciStreamsNotSupported), "{err:?}");
+        assert!(err.to_string().contains("max_log_num_concurent"), "{err}");
+        assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
+        // The capability summary says the same.
+        let mut raw: rdma_mummy_sys::mlx5dv_context = unsafe { MaybeUninit::zeroed().assume_init() };
+        raw.comp_mask = crate::mlx5::device_attributes::Mlx5ContextMask::all_flags().bits();
+        let attributes = crate::mlx5::device_attributes::Mlx5DeviceAttributes::from_raw(&raw);
+        let capabilities = crate::mlx5::dc_capabilities::DcCapabilities::from_parts(Some(&attributes), 16, 16);
+        assert_eq!(capabilities.dci_streams(), None);
+        // Streams whose errors cannot be reset: created, but the reset is refused up front.
+        device.dci_streams_caps = (2, 0);
+        let mut dci = brought_up(device, Some(streams));
+        assert!(matches!(
+            dci.reset_stream(0).unwrap_err().0,
+            ResetDciStreamErrorKind::DeviceCannotResetStreams
+        ));
+        assert!(take_calls().is_empty());
+        // A DC initiator without streams has none to reset; a libmlx5 without the function says
+        // so.
+        let mut plain = brought_up(DEVICE, None);
+        assert!(matches!(plain.reset_stream(0).unwrap_err().0, ResetDciStreamErrorKind::NoStreams));
+        reset(DEVICE);
+        let mut old_library = DcInitiator::modelled(
+            &request(Some(streams)),
+            &dci_device(&DEVICE),
+            &QUEUE_PAIR_VERBS,
+            &DC_VERBS_WITHOUT_STREAM_RESET,
+        )
+        .unwrap();
+        old_library.bring_up(&DcInitiatorBringUp::new(1)).unwrap();
+        assert!(matches!(
+            old_library.reset_stream(0).unwrap_err().0,
+            ResetDciStreamErrorKind::NotSupported
+        ));
+    }
+
+    #[test]
+    fn the_default_operations_follow_the_atomic_capability() {
+        let mut device = DEVICE;
+        device.atomic_cap = false;
+        let dci = dci_on(device, None);
+        assert_eq!(dci.send_ops_flags(), DC_SEND_OPERATIONS.and(DC_ATOMIC_OPERATIONS.not()));
+        let dci = dci_on(DEVICE, None);
+        assert_eq!(dci.send_ops_flags(), DC_SEND_OPERATIONS);
+        // Asking for atomics on a device without them is refused, naming them.
+        reset(device);
+        let mut asked = request(None);
+        asked.send_ops = Some(SendOperationFlags::Write | SendOperationFlags::AtomicFetchAndAdd);
+        let err = DcInitiator::modelled(&asked, &dci_device(&device), &QUEUE_PAIR_VERBS, &DC_VERBS).unwrap_err();
+        match err {
+            CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested } => {
+                assert_eq!(requested, SendOperationFlags::AtomicFetchAndAdd)
+            },
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(take_calls().is_empty());
+    }
+
+    #[test]
+    fn a_dct_goes_reset_init_rtr_only_and_is_torn_down_by_dropping_it() {
+        reset(DEVICE);
+        let mut dct = DcTarget::modelled(7, AccessFlags::LocalWrite | AccessFlags::RemoteWrite, &QUEUE_PAIR_VERBS, &DC_VERBS)
+            .expect("the model creates it");
+        let n = take_calls()
+            .iter()
+            .find_map(|call| call.strip_prefix("create qp0x").map(|n| u32::from_str_radix(n, 16).unwrap()))
+            .expect("created");
+        dct.bring_up(&DcTargetBringUp::new(1)).expect("bring up");
+        assert_eq!(
+            take_calls(),
+            [
+                format!("modify qp{n:#x} Reset -> Init"),
+                format!("modify qp{n:#x} Init -> ReadyToReceive"),
+            ]
+        );
+        assert!(dct.dct_number().is_some());
+        for state in [QueuePairState::Reset, QueuePairState::Error, QueuePairState::ReadyToSend] {
+            let err = dct.modify(&to(state)).unwrap_err();
+            match &err.0 {
+                ModifyDcTargetErrorKind::InvalidTransition { from, to } => {
+                    assert_eq!((*from, *to), (QueuePairState::ReadyToReceive, state))
+                },
+                other => panic!("unexpected {other:?}"),
+            }
+            assert!(err.0.to_string().contains("torn down by dropping it"), "{}", err.0);
+        }
+        assert!(take_calls().is_empty(), "nothing reached the kernel");
+        drop(dct);
+        assert_eq!(take_calls(), [format!("destroy qp{n:#x}")]);
+    }
+
+    #[test]
+    fn remote_atomics_on_a_device_without_dc_atomics_are_their_own_error() {
+        reset(DEVICE);
+        set_dc_atomics(false);
+        let mut dct = DcTarget::modelled(7, AccessFlags::LocalWrite | AccessFlags::RemoteAtomic, &QUEUE_PAIR_VERBS, &DC_VERBS)
+            .expect("created");
+        let err = dct.bring_up(&DcTargetBringUp::new(1)).unwrap_err();
+        assert!(
+            matches!(&err.0, BringUpDcTargetErrorKind::Modify(modify) if matches!(modify.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported)),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn every_dci_creation_the_crate_plans_is_one_libmlx5_and_the_kernel_accept() {
+        use crate::mlx5::dc_initiator::{dci_init_attributes, plan_dci, DciInitParameters};
+        let devices = [
+            DEVICE,
+            Device {
+                atomic_cap: false,
+                ..DEVICE
+            },
+            Device {
+                dci_streams_caps: (0, 0),
+                ..DEVICE
+            },
+            Device {
+                dci_streams_caps: (2, 0),
+                ..DEVICE
+            },
+        ];
+        let operations = [
+            None,
+            Some(DC_SEND_OPERATIONS),
+            Some(SendOperationFlags::Write | SendOperationFlags::Read),
+            Some(DC_ATOMIC_OPERATIONS),
+        ];
+        let streams = [
+            None,
+            Some((2, 1)),
+            Some((4, 1)),
+            Some((5, 0)),
+            Some((1, 2)),
+            Some((0, 0)),
+        ];
+        let (mut planned, mut refused) = (0, 0);
+        for device in devices {
+            for max_send_wr in [0, 1, 16, DEVICE.max_qp_wr, DEVICE.max_qp_wr + 1] {
+                for max_send_sge in [1, DEVICE.max_sge, DEVICE.max_sge + 1] {
+                    for send_ops in operations {
+                        for streams in streams {
+                            let asked = DciRequest {
+                                max_send_wr,
+                                max_send_sge,
+                                max_inline_data: 0,
+                                send_ops,
+                                streams: streams.map(|(log_num_concurrent, log_num_errored)| DciStreams {
+                                    log_num_concurrent,
+                                    log_num_errored,
+                                }),
+                                sq_sig_all: false,
+                            };
+                            let what = format!("{asked:?} on {device:?}");
+                            // What the library would get without the crate's checks: the request
+                            // as is, every DC operation by default.
+                            let naive = DciInitParameters {
+                                max_send_wr,
+                                max_send_sge,
+                                max_inline_data: 0,
+                                send_ops: send_ops.unwrap_or(DC_SEND_OPERATIONS),
+                                streams: asked.streams,
+                                sq_sig_all: false,
+                            };
+                            let (init, mlx5) = dci_init_attributes(&naive);
+                            let library = rules::create_dci(&init, &mlx5, &device);
+                            match plan_dci(&asked, &dci_device(&device)) {
+                                Ok(params) => {
+                                    let (init, mlx5) = dci_init_attributes(&params);
+                                    assert_eq!(rules::create_dci(&init, &mlx5, &device), Ok(()), "{what}");
+                                    planned += 1;
+                                },
+                                Err(_) => refused += 1,
+                            }
+                            if library.is_err() && send_ops.is_some() {
+                                assert!(plan_dci(&asked, &dci_device(&device)).is_err(), "{what}: {library:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(planned > 0 && refused > 0, "{planned} planned, {refused} refused");
+    }
+
+    #[test]
+    fn the_dct_creation_and_every_bring_up_step_follow_the_reference_rules() {
+        use crate::mlx5::dc_target::dct_init_attributes;
+        let (mut init, mlx5) = dct_init_attributes(0xdc);
+        // The builder sets the SRQ and CQ it requires before the call.
+        init.srq = NonNull::dangling().as_ptr();
+        init.recv_cq = NonNull::dangling().as_ptr();
+        assert_eq!(rules::create_dct(&init, &mlx5), Ok(()));
+        init.srq = std::ptr::null_mut();
+        assert!(rules::create_dct(&init, &mlx5).is_err(), "the rule can refuse");
+        // DCT: RESET -> INIT -> RTR with the attributes bring_up hands to ibv_modify_qp.
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        let mut state = QueuePairState::Reset;
+        let mut roce = DcTargetBringUp::new(1);
+        roce.setup_src_gid_index(1);
+        for params in [DcTargetBringUp::new(1), roce] {
+            for attr in params.attributes(access, sideway::ibverbs::device_context::Mtu::Mtu4096) {
+                let new = rules::new_state(state, attr.mask().bits(), attr.state());
+                assert!(rules::modify_dct_is_ok(state, new, attr.mask().bits()), "{state:?} -> {new:?}");
+                state = new;
+            }
+            assert_eq!(state, QueuePairState::ReadyToReceive);
+            state = QueuePairState::Reset;
+        }
+    }
+}

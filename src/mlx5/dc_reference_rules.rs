@@ -1,0 +1,213 @@
+//! The rules the DC queue pairs are held to, transcribed on their own from the kernel's mlx5
+//! driver and libmlx5 (in their shapes: `IB_QP_*`/`IBV_*` bits, states, init attributes), never
+//! derived from this crate's tables or attribute builders. Each rule names the function it comes
+//! from. Unit tests check this crate's transition tables ([`dc_state_table`](super::dc_state_table))
+//! and every attribute set it hands to `mlx5dv_create_qp` against them, and the model of
+//! [`dc_model`](super::dc_model) enforces them when the public API is driven without a device.
+//!
+//! Sources (public repositories): Linux `drivers/infiniband/hw/mlx5/qp.c`; rdma-core
+//! `providers/mlx5/{verbs.c,qp.c,mlx5.c}`; see also `../shared/reference/dc-hardware-rules.md`.
+use rdma_mummy_sys::ibv_qp_attr_mask as m;
+use rdma_mummy_sys::{
+    ibv_qp_create_send_ops_flags as ops, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_qp_init_attr,
+    mlx5dv_qp_init_attr_mask,
+};
+use sideway::ibverbs::queue_pair::QueuePairState::{self, *};
+
+const fn bits(list: &[m]) -> i32 {
+    let mut value = 0;
+    let mut i = 0;
+    while i < list.len() {
+        value |= list[i].0 as i32;
+        i += 1;
+    }
+    value
+}
+
+/// Kernel `is_valid_mask`: every required bit, nothing outside required and optional.
+pub(crate) fn is_valid_mask(mask: i32, req: i32, opt: i32) -> bool {
+    (mask & req) == req && (mask & !(req | opt)) == 0
+}
+
+/// The state a modification moves to, as kernel `mlx5_ib_modify_qp` computes it: the given one
+/// with `IB_QP_STATE`, the current one otherwise.
+pub(crate) fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -> QueuePairState {
+    if mask & bits(&[m::IBV_QP_STATE]) != 0 {
+        given
+    } else {
+        cur
+    }
+}
+
+/// Kernel `modify_dci_qp_is_ok`, of current kernels (the RESET branch first). With
+/// `reset_branch` false, as older kernels: no move to RESET at all.
+pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, reset_branch: bool) -> bool {
+    let req = bits(&[m::IBV_QP_STATE]);
+    if new == Reset {
+        return reset_branch && is_valid_mask(mask, req, 0);
+    }
+    match (cur, new) {
+        (Reset, Init) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]), 0),
+        (Init, Init) => is_valid_mask(mask, req, bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT])),
+        (Init, ReadyToReceive) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PATH_MTU]), bits(&[m::IBV_QP_PKEY_INDEX])),
+        (ReadyToReceive, ReadyToSend) => is_valid_mask(
+            mask,
+            req | bits(&[
+                m::IBV_QP_TIMEOUT,
+                m::IBV_QP_RETRY_CNT,
+                m::IBV_QP_RNR_RETRY,
+                m::IBV_QP_MAX_QP_RD_ATOMIC,
+                m::IBV_QP_SQ_PSN,
+            ]),
+            bits(&[m::IBV_QP_MIN_RNR_TIMER]),
+        ),
+        (ReadyToSend, ReadyToSend) => is_valid_mask(mask, req, bits(&[m::IBV_QP_MIN_RNR_TIMER])),
+        (cur, Error) if cur != Reset => is_valid_mask(mask, req, 0),
+        _ => false,
+    }
+}
+
+/// Kernel `mlx5_ib_modify_dct`: `IB_QP_STATE` always; RESET → INIT and INIT → RTR with exact
+/// masks; "Modify DCT: Invalid transition" (`EINVAL`) for anything else.
+pub(crate) fn modify_dct_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
+    let req = bits(&[m::IBV_QP_STATE]);
+    if mask & req == 0 {
+        return false;
+    }
+    match (cur, new) {
+        (Reset, Init) => is_valid_mask(
+            mask,
+            req | bits(&[m::IBV_QP_ACCESS_FLAGS, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]),
+            0,
+        ),
+        (Init, ReadyToReceive) => is_valid_mask(
+            mask,
+            req | bits(&[m::IBV_QP_MIN_RNR_TIMER, m::IBV_QP_AV, m::IBV_QP_PATH_MTU]),
+            0,
+        ),
+        _ => false,
+    }
+}
+
+/// Every state a DC queue pair can be in.
+pub(crate) const STATES: [QueuePairState; 7] = [
+    Reset,
+    Init,
+    ReadyToReceive,
+    ReadyToSend,
+    SendQueueDrain,
+    SendQueueError,
+    Error,
+];
+
+/// What the device reports that the creation rules read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Device {
+    /// `ibv_device_attr::max_qp_wr`.
+    pub(crate) max_qp_wr: u32,
+    /// `ibv_device_attr::max_sge`.
+    pub(crate) max_sge: u32,
+    /// libmlx5 `mlx5_init_context`: `mctx->atomic_cap = device_attr.orig_attr.atomic_cap`, not
+    /// `IBV_ATOMIC_NONE`.
+    pub(crate) atomic_cap: bool,
+    /// libmlx5 `mctx->dci_streams_caps`, as `_mlx5dv_query_device` copies it out (zeros on a
+    /// device without streams): (`max_log_num_concurent`, `max_log_num_errored`).
+    pub(crate) dci_streams_caps: (u8, u8),
+}
+
+/// libmlx5 `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI` (qp.c): `MLX5_SUPPORTED_SEND_OPS_FLAGS_RC`.
+const SUPPORTED_SEND_OPS_FLAGS_DCI: u64 = (ops::IBV_QP_EX_WITH_SEND.0
+    | ops::IBV_QP_EX_WITH_SEND_WITH_INV.0
+    | ops::IBV_QP_EX_WITH_SEND_WITH_IMM.0
+    | ops::IBV_QP_EX_WITH_RDMA_WRITE.0
+    | ops::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM.0
+    | ops::IBV_QP_EX_WITH_RDMA_READ.0
+    | ops::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0
+    | ops::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0
+    | ops::IBV_QP_EX_WITH_LOCAL_INV.0
+    | ops::IBV_QP_EX_WITH_BIND_MW.0) as u64;
+
+fn has(mask: u64, bit: u64) -> bool {
+    mask & bit == bit
+}
+
+/// Whether `mlx5dv_create_qp` creates a DC initiator from these attributes on `device`, and the
+/// rule that refuses it otherwise. The PD and CQ pointers are not looked at.
+pub(crate) fn create_dci(
+    init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr, device: &Device,
+) -> Result<(), &'static str> {
+    let dc = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
+    let streams = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64;
+    // libmlx5 `create_qp` (verbs.c): DC is an IBV_QPT_DRIVER queue pair with the DC mask.
+    if init.qp_type != ibv_qp_type::IBV_QPT_DRIVER || !has(mlx5.comp_mask, dc) {
+        return Err("create_qp: DC needs IBV_QPT_DRIVER and MLX5DV_QP_INIT_ATTR_MASK_DC");
+    }
+    if mlx5.dc_init_attr.dc_type != rdma_mummy_sys::MLX5DV_DCTYPE_DCI {
+        return Err("create_qp: dc_type is not MLX5DV_DCTYPE_DCI");
+    }
+    // libibverbs `ibv_create_qp_ex`: a PD; libmlx5 `mlx5_qp_fill_wr_pfns` is reached, and the
+    // `ibv_wr_*` entries filled, only with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.
+    let pd = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    let send_ops = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+    if init.comp_mask & pd == 0 || init.comp_mask & send_ops == 0 {
+        return Err("create_qp: a DCI needs IBV_QP_INIT_ATTR_PD and IBV_QP_INIT_ATTR_SEND_OPS_FLAGS");
+    }
+    // kernel `check_qp_attr` (DCI): no receive queue.
+    if init.cap.max_recv_wr != 0 || init.cap.max_recv_sge != 0 {
+        return Err("check_qp_attr: a DCI has no receive queue");
+    }
+    // libmlx5 `mlx5_calc_sq_size` / kernel: within the device's limits.
+    if init.cap.max_send_wr == 0 || init.cap.max_send_wr > device.max_qp_wr || init.cap.max_send_sge > device.max_sge {
+        return Err("mlx5_calc_sq_size: send queue beyond max_qp_wr or max_sge");
+    }
+    // libmlx5 `create_qp`: DCI streams within dci_streams_caps (EINVAL); kernel
+    // `process_vendor_flag(MLX5_QP_FLAG_DCI_STREAM, log_max_dci_stream_channels)`: EINVAL on a
+    // device without stream channels.
+    if has(mlx5.comp_mask, streams) {
+        // SAFETY: the streams member is the one a DCI with streams writes (test data).
+        let asked = unsafe { *mlx5.dc_init_attr.__bindgen_anon_1.dci_streams.as_ref() };
+        let (max_concurrent, max_errored) = device.dci_streams_caps;
+        if max_concurrent == 0 {
+            return Err("process_vendor_flag: the device has no DCI stream channels");
+        }
+        if asked.log_num_concurent > max_concurrent || asked.log_num_errored > max_errored {
+            return Err("create_qp: DCI streams beyond dci_streams_caps");
+        }
+    }
+    // libmlx5 `mlx5_qp_fill_wr_pfns` (qp.c): atomics need `atomics_enabled` (the device's
+    // atomic_cap), and only the DCI's supported operations (EOPNOTSUPP).
+    let atomics = ops::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0 as u64 | ops::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0 as u64;
+    if !device.atomic_cap && init.send_ops_flags & atomics != 0 {
+        return Err("mlx5_qp_fill_wr_pfns: atomics without atomics_enabled");
+    }
+    if init.send_ops_flags & !SUPPORTED_SEND_OPS_FLAGS_DCI != 0 {
+        return Err("mlx5_qp_fill_wr_pfns: an operation outside MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI");
+    }
+    Ok(())
+}
+
+/// Whether `mlx5dv_create_qp` creates a DC target from these attributes, and the rule that
+/// refuses it otherwise (the SRQ and CQ pointers are only checked for being set).
+pub(crate) fn create_dct(init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr) -> Result<(), &'static str> {
+    let dc = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
+    if init.qp_type != ibv_qp_type::IBV_QPT_DRIVER || !has(mlx5.comp_mask, dc) {
+        return Err("create_qp: DC needs IBV_QPT_DRIVER and MLX5DV_QP_INIT_ATTR_MASK_DC");
+    }
+    if mlx5.dc_init_attr.dc_type != rdma_mummy_sys::MLX5DV_DCTYPE_DCT {
+        return Err("create_qp: dc_type is not MLX5DV_DCTYPE_DCT");
+    }
+    // libmlx5 `create_dct`: `check_comp_mask(attr->comp_mask, IBV_QP_INIT_ATTR_PD)` (EINVAL).
+    if init.comp_mask & !ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0 != 0 {
+        return Err("create_dct: comp_mask beyond IBV_QP_INIT_ATTR_PD");
+    }
+    // libmlx5 `create_dct`: vendor mask within DC | QP_CREATE_FLAGS.
+    let allowed = dc | mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS.0 as u64;
+    if mlx5.comp_mask & !allowed != 0 {
+        return Err("create_dct: vendor comp_mask beyond DC and QP_CREATE_FLAGS");
+    }
+    // kernel `mlx5_ib_create_dct`: `!attr->srq || !attr->recv_cq` is EINVAL.
+    if init.srq.is_null() || init.recv_cq.is_null() {
+        return Err("mlx5_ib_create_dct: a DCT needs an SRQ and a receive CQ");
+    }
+    Ok(())
+}
