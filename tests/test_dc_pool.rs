@@ -42,7 +42,6 @@ use sideway_ext::mlx5::dc_initiator_pool::{
     DestinationId, PoolAddressing, PostToDestinationErrorKind,
 };
 use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
-use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
 /// DCI streams small enough for any device that has them.
@@ -757,11 +756,7 @@ fn mlx5_hw_dci_pool_static_writes_64_dc_targets() {
 #[serial]
 fn mlx5_hw_dci_pool_streams_write_64_dc_targets() {
     let f = PoolFixture::new(3);
-    let caps = Mlx5DeviceContext::new(f.ctx.clone())
-        .query_dc_capabilities()
-        .expect("DC capabilities")
-        .dci_streams()
-        .expect("this test needs a device with DCI streams (dci_streams_caps), ConnectX-6 Dx or newer");
+    let caps = common::require_dci_streams(&f.ctx);
     assert!(
         caps.max_log_num_concurrent >= 1,
         "this test needs at least 2 concurrent DCI streams: {caps:?}"

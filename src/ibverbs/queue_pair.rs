@@ -613,6 +613,7 @@ impl QueuePairCore {
     /// `qp` must stay valid for `verbs` until `verbs.destroy` is called on it; `context` is
     /// only handed to `verbs`.
     #[cfg(test)]
+    #[allow(dead_code)] // used by the DC queue pairs' model (feature mlx5)
     pub(crate) unsafe fn modelled(
         qp: NonNull<ibv_qp>, table: &'static TransitionTable, granted: Option<SendOperationFlags>,
         verbs: &'static QueuePairVerbs, context: NonNull<rdma_mummy_sys::ibv_context>,

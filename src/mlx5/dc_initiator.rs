@@ -102,7 +102,9 @@ pub enum CreateDcInitiatorErrorKind {
     /// Atomic operations were asked for on a device without atomics
     /// (`ibv_device_attr::atomic_cap` is `IBV_ATOMIC_NONE`): libmlx5's `mlx5_qp_fill_wr_pfns`
     /// refuses them (`EOPNOTSUPP`). The default operations leave them out on such a device.
-    #[error("atomic operations {requested:?} were asked for, but the device has no atomics (atomic_cap IBV_ATOMIC_NONE)")]
+    #[error(
+        "atomic operations {requested:?} were asked for, but the device has no atomics (atomic_cap IBV_ATOMIC_NONE)"
+    )]
     AtomicOperationsNotSupported {
         /// The atomic operations asked for.
         requested: SendOperationFlags,
@@ -209,7 +211,9 @@ pub(crate) struct DciDevice {
 /// Decides a DC initiator's init parameters from the request and the device, or refuses it
 /// before the library would: the send operations (default: every DC operation the device can
 /// do), the capacities, the DCI streams.
-pub(crate) fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
+pub(crate) fn plan_dci(
+    request: &DciRequest, device: &DciDevice,
+) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
     let send_ops = match request.send_ops {
         Some(requested) => {
             if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
@@ -440,8 +444,13 @@ impl DcInitiatorBuilder {
             )
         }
         .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        DcInitiator::adopt(core, &LIBMLX5, creation, mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0))
-            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
+        DcInitiator::adopt(
+            core,
+            &LIBMLX5,
+            creation,
+            mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
+        )
+        .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
 }
 
@@ -692,7 +701,8 @@ impl DcInitiator {
         // SAFETY: the model's queue pair lives as long as the model.
         let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
             .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        Self::adopt(core, verbs, creation, Some(16)).map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
+        Self::adopt(core, verbs, creation, Some(16))
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
     }
 }
 
@@ -948,9 +958,7 @@ impl DcInitiator {
         reset.setup_state(QueuePairState::Reset);
         let recovery = match self.core.modify(&reset) {
             Ok(()) => DcRecovery::Reset,
-            Err(err)
-                if matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL)) =>
-            {
+            Err(err) if matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL)) => {
                 self.rebuild()?
             },
             Err(err) => return Err(RecoverDcInitiatorErrorKind::Modify(err).into()),
@@ -968,10 +976,9 @@ impl DcInitiator {
         let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
         // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while the core
         // is; the context is theirs.
-        let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }
-            .map_err(|err| {
-                RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
-            })?;
+        let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
+            RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
+        })?;
         // SAFETY: qp was just created on the core's parents with these send operations, in
         // RESET; the old views are replaced below before any use.
         let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };

@@ -128,7 +128,12 @@ pub(crate) fn stream_error(qp_number: u32, stream: u16, unflushed: u32) {
 /// The flush errors of stream `stream`'s remaining requests have been polled.
 pub(crate) fn flush(qp_number: u32, stream: u16) {
     with(|model| {
-        model.queue_pairs.get_mut(&qp_number).expect("a model queue pair").unflushed.remove(&stream);
+        model
+            .queue_pairs
+            .get_mut(&qp_number)
+            .expect("a model queue pair")
+            .unflushed
+            .remove(&stream);
     });
 }
 
@@ -243,12 +248,23 @@ unsafe fn create(
         record(format!("create refused: {rule}"));
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let streams = (*mlx5).comp_mask & rdma_mummy_sys::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64
+    let streams = (*mlx5).comp_mask
+        & rdma_mummy_sys::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64
         != 0;
-    let log_num_errored = streams.then(|| (*mlx5).dc_init_attr.__bindgen_anon_1.dci_streams.as_ref().log_num_errored);
+    let log_num_errored = streams.then(|| {
+        (*mlx5)
+            .dc_init_attr
+            .__bindgen_anon_1
+            .dci_streams
+            .as_ref()
+            .log_num_errored
+    });
     let (mut qp, mlx5_view) = if dct {
         // SAFETY: zeroes are valid for both tables.
-        (Box::new(MaybeUninit::zeroed().assume_init()), Box::new(MaybeUninit::zeroed().assume_init()))
+        (
+            Box::new(MaybeUninit::zeroed().assume_init()),
+            Box::new(MaybeUninit::zeroed().assume_init()),
+        )
     } else {
         recording_dci(streams)
     };
@@ -309,7 +325,9 @@ unsafe extern "C" fn stream_id_reset(qp: *mut ibv_qp, stream: u16) -> c_int {
             0
         },
         Ok(unflushed) => {
-            record(format!("stream_reset qp{n:#x} {stream} BEFORE {unflushed} requests were flushed"));
+            record(format!(
+                "stream_reset qp{n:#x} {stream} BEFORE {unflushed} requests were flushed"
+            ));
             0
         },
         Err(errno) => {
@@ -415,7 +433,10 @@ mod tests {
         let n = dci.qp_number();
         // RESET -> ERR: refused by the kernel's modify_dci_qp_is_ok, so refused before the call.
         let err = dci.modify(&to(QueuePairState::Error)).unwrap_err();
-        assert!(matches!(err.0, ModifyQueuePairErrorKind::InvalidTransition { .. }), "{err:?}");
+        assert!(
+            matches!(err.0, ModifyQueuePairErrorKind::InvalidTransition { .. }),
+            "{err:?}"
+        );
         assert!(take_calls().is_empty(), "nothing reached the kernel");
 
         dci.bring_up(&DcInitiatorBringUp::new(1)).expect("bring up");
@@ -494,7 +515,12 @@ mod tests {
         take_calls();
         let recovery = dci.recover().expect("recover by rebuilding");
         let new = dci.qp_number();
-        assert_eq!(recovery, DcRecovery::Rebuilt { previous_qp_number: old });
+        assert_eq!(
+            recovery,
+            DcRecovery::Rebuilt {
+                previous_qp_number: old
+            }
+        );
         assert_ne!(new, old);
         assert_eq!(
             take_calls(),
@@ -511,24 +537,36 @@ mod tests {
         assert_eq!(dci.state(), QueuePairState::ReadyToSend);
         // Posting goes to the new queue pair's tables, with its DC setter.
         let mut guard = dci.start_post_send();
-        let request = guard.construct_wr(5, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled).setup_send();
+        let request = guard
+            .construct_wr(5, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled)
+            .setup_send();
         // SAFETY: the model's address setter only records the pointer.
         let request = unsafe { request.setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
         sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(request, b"x");
         guard.post().expect("post on the rebuilt DCI");
         let calls = take_calls();
         assert_eq!(calls.first().map(String::as_str), Some("start"));
-        assert!(calls.iter().any(|call| call.starts_with("dc_addr") && call.contains("dctn=0x42")), "{calls:?}");
+        assert!(
+            calls
+                .iter()
+                .any(|call| call.starts_with("dc_addr") && call.contains("dctn=0x42")),
+            "{calls:?}"
+        );
         // The rebuilt DCI recovers again (the old kernel still refuses RESET).
         fail(new);
         dci.query_state().unwrap();
-        assert!(matches!(dci.recover().unwrap(), DcRecovery::Rebuilt { previous_qp_number } if previous_qp_number == new));
+        assert!(
+            matches!(dci.recover().unwrap(), DcRecovery::Rebuilt { previous_qp_number } if previous_qp_number == new)
+        );
     }
 
     #[test]
     fn recover_before_bring_up_is_refused() {
         let mut dci = dci_on(DEVICE, None);
-        assert!(matches!(dci.recover().unwrap_err().0, RecoverDcInitiatorErrorKind::NotBroughtUp));
+        assert!(matches!(
+            dci.recover().unwrap_err().0,
+            RecoverDcInitiatorErrorKind::NotBroughtUp
+        ));
         assert!(take_calls().is_empty());
     }
 
@@ -543,7 +581,11 @@ mod tests {
         // Stream 9 is beyond the 4 concurrent streams; setup_dc_addr_stream takes it, so the
         // reset must too (pyverbs' generate_stream_id does the same).
         stream_error(n, 9, 2);
-        assert_eq!(dci.query_state().unwrap(), QueuePairState::ReadyToSend, "one errored stream of two allowed");
+        assert_eq!(
+            dci.query_state().unwrap(),
+            QueuePairState::ReadyToSend,
+            "one errored stream of two allowed"
+        );
         // The caller polls the stream's flush errors, then resets.
         flush(n, 9);
         take_calls();
@@ -564,7 +606,10 @@ mod tests {
         stream_error(n, 1, 0);
         // One immediate query still reads RTS: the move to ERR is asynchronous.
         assert_eq!(dci.query_state().unwrap(), QueuePairState::ReadyToSend);
-        assert_eq!(dci.wait_for_error(Duration::from_secs(1)).unwrap(), QueuePairState::Error);
+        assert_eq!(
+            dci.wait_for_error(Duration::from_secs(1)).unwrap(),
+            QueuePairState::Error
+        );
         take_calls();
         // A stream reset now is its own error, and never reaches libmlx5.
         match dci.reset_stream(1).unwrap_err().0 {
@@ -589,7 +634,12 @@ mod tests {
         fail(n);
         let err = dci.reset_stream(0).unwrap_err();
         assert!(
-            matches!(err.0, ResetDciStreamErrorKind::NotReadyToSend { state: QueuePairState::Error }),
+            matches!(
+                err.0,
+                ResetDciStreamErrorKind::NotReadyToSend {
+                    state: QueuePairState::Error
+                }
+            ),
             "{err:?}"
         );
     }
@@ -604,9 +654,17 @@ mod tests {
         let mut device = DEVICE;
         device.dci_streams_caps = (0, 0);
         reset(device);
-        let err = DcInitiator::modelled(&request(Some(streams)), &dci_device(&device), &QUEUE_PAIR_VERBS, &DC_VERBS)
-            .unwrap_err();
-        assert!(matches!(err, CreateDcInitiatorErrorKind::DciStreamsNotSupported), "{err:?}");
+        let err = DcInitiator::modelled(
+            &request(Some(streams)),
+            &dci_device(&device),
+            &QUEUE_PAIR_VERBS,
+            &DC_VERBS,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, CreateDcInitiatorErrorKind::DciStreamsNotSupported),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("max_log_num_concurent"), "{err}");
         assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
         // The capability summary says the same.
@@ -626,7 +684,10 @@ mod tests {
         // A DC initiator without streams has none to reset; a libmlx5 without the function says
         // so.
         let mut plain = brought_up(DEVICE, None);
-        assert!(matches!(plain.reset_stream(0).unwrap_err().0, ResetDciStreamErrorKind::NoStreams));
+        assert!(matches!(
+            plain.reset_stream(0).unwrap_err().0,
+            ResetDciStreamErrorKind::NoStreams
+        ));
         reset(DEVICE);
         let mut old_library = DcInitiator::modelled(
             &request(Some(streams)),
@@ -667,11 +728,19 @@ mod tests {
     #[test]
     fn a_dct_goes_reset_init_rtr_only_and_is_torn_down_by_dropping_it() {
         reset(DEVICE);
-        let mut dct = DcTarget::modelled(7, AccessFlags::LocalWrite | AccessFlags::RemoteWrite, &QUEUE_PAIR_VERBS, &DC_VERBS)
-            .expect("the model creates it");
+        let mut dct = DcTarget::modelled(
+            7,
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
+            &QUEUE_PAIR_VERBS,
+            &DC_VERBS,
+        )
+        .expect("the model creates it");
         let n = take_calls()
             .iter()
-            .find_map(|call| call.strip_prefix("create qp0x").map(|n| u32::from_str_radix(n, 16).unwrap()))
+            .find_map(|call| {
+                call.strip_prefix("create qp0x")
+                    .map(|n| u32::from_str_radix(n, 16).unwrap())
+            })
             .expect("created");
         dct.bring_up(&DcTargetBringUp::new(1)).expect("bring up");
         assert_eq!(
@@ -682,7 +751,11 @@ mod tests {
             ]
         );
         assert!(dct.dct_number().is_some());
-        for state in [QueuePairState::Reset, QueuePairState::Error, QueuePairState::ReadyToSend] {
+        for state in [
+            QueuePairState::Reset,
+            QueuePairState::Error,
+            QueuePairState::ReadyToSend,
+        ] {
             let err = dct.modify(&to(state)).unwrap_err();
             match &err.0 {
                 ModifyDcTargetErrorKind::InvalidTransition { from, to } => {
@@ -701,8 +774,13 @@ mod tests {
     fn remote_atomics_on_a_device_without_dc_atomics_are_their_own_error() {
         reset(DEVICE);
         set_dc_atomics(false);
-        let mut dct = DcTarget::modelled(7, AccessFlags::LocalWrite | AccessFlags::RemoteAtomic, &QUEUE_PAIR_VERBS, &DC_VERBS)
-            .expect("created");
+        let mut dct = DcTarget::modelled(
+            7,
+            AccessFlags::LocalWrite | AccessFlags::RemoteAtomic,
+            &QUEUE_PAIR_VERBS,
+            &DC_VERBS,
+        )
+        .expect("created");
         let err = dct.bring_up(&DcTargetBringUp::new(1)).unwrap_err();
         assert!(
             matches!(&err.0, BringUpDcTargetErrorKind::Modify(modify) if matches!(modify.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported)),
@@ -809,7 +887,10 @@ mod tests {
         for params in [DcTargetBringUp::new(1), roce] {
             for attr in params.attributes(access, sideway::ibverbs::device_context::Mtu::Mtu4096) {
                 let new = rules::new_state(state, attr.mask().bits(), attr.state());
-                assert!(rules::modify_dct_is_ok(state, new, attr.mask().bits()), "{state:?} -> {new:?}");
+                assert!(
+                    rules::modify_dct_is_ok(state, new, attr.mask().bits()),
+                    "{state:?} -> {new:?}"
+                );
                 state = new;
             }
             assert_eq!(state, QueuePairState::ReadyToReceive);

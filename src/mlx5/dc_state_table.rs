@@ -19,7 +19,9 @@ use crate::ibverbs::queue_pair::{mask, Transition, TransitionTable};
 
 /// A move to RESET or ERR: the state alone, neither required nor optional attribute
 /// (`modify_dci_qp_is_ok`: `is_valid_mask(attr_mask, IB_QP_STATE, 0)`).
-const fn teardown(from: sideway::ibverbs::queue_pair::QueuePairState, to: sideway::ibverbs::queue_pair::QueuePairState) -> Transition {
+const fn teardown(
+    from: sideway::ibverbs::queue_pair::QueuePairState, to: sideway::ibverbs::queue_pair::QueuePairState,
+) -> Transition {
     Transition {
         from,
         to,
@@ -215,7 +217,8 @@ mod tests {
         assert!(DC_INITIATOR.check(QueuePairState::Init, &init).is_ok());
         // DCI INIT -> RTR takes no address vector (each request names its destination).
         let mut rtr = QueuePairAttribute::new();
-        rtr.setup_state(QueuePairState::ReadyToReceive).setup_path_mtu(Mtu::Mtu1024);
+        rtr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(Mtu::Mtu1024);
         assert!(DC_INITIATOR.check(QueuePairState::Init, &rtr).is_ok());
         assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_err());
         // DCI RTR -> RTS: the RC send-side set; a DCT never reaches RTS.

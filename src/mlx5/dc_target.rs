@@ -239,9 +239,7 @@ pub enum ModifyDcTargetErrorKind {
     /// `mlx5_ib_modify_dct`: "Invalid transition", `EINVAL`); refused before the call. A DC target
     /// never reaches RTS, and it is torn down by dropping it (`ibv_destroy_qp`), never by a move
     /// to RESET or ERR.
-    #[error(
-        "a DC target only moves RESET -> INIT -> RTR, not {from:?} -> {to:?}; it is torn down by dropping it"
-    )]
+    #[error("a DC target only moves RESET -> INIT -> RTR, not {from:?} -> {to:?}; it is torn down by dropping it")]
     InvalidTransition {
         /// The state it is in.
         from: QueuePairState,
@@ -415,7 +413,9 @@ impl DcTarget {
             Ok(()) => return Ok(()),
             Err(err) => err,
         };
-        let remote_atomics = attr.mask().contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AccessFlags)
+        let remote_atomics = attr
+            .mask()
+            .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AccessFlags)
             && attr.attr.qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
         Err(match &err.0 {
             ModifyQueuePairErrorKind::InvalidTransition {

@@ -35,7 +35,7 @@ pub(crate) struct DcVerbs {
 /// libmlx5 itself, as rdma-mummy-sys loads them.
 pub(crate) static LIBMLX5: DcVerbs = DcVerbs {
     create: create_qp,
-    mlx5_view: mlx5_view,
+    mlx5_view,
     stream_id_reset: dci_stream_id_reset,
 };
 

@@ -207,6 +207,24 @@ pub fn open_mlx5_test_device_named() -> (Arc<DeviceContext>, String) {
     (ctx, name)
 }
 
+/// The DCI streams of the ConnectX under test, for the tests that need them; on a device without
+/// them (no capability, or `max_log_num_concurent` 0, as a ConnectX-6 that is not a Dx reports),
+/// the test stops at once, not passed, saying it is skipped and which `--skip` leaves it out:
+/// libtest has no skip decided at run time, and a pass would claim work that never ran.
+#[cfg(feature = "mlx5")]
+pub fn require_dci_streams(ctx: &Arc<DeviceContext>) -> sideway_ext::mlx5::device_attributes::DciStreamsCapabilities {
+    let capabilities = sideway_ext::mlx5::device_context::Mlx5DeviceContext::new(Arc::clone(ctx))
+        .query_dc_capabilities()
+        .expect("DC capabilities");
+    match capabilities.dci_streams() {
+        Some(streams) => streams,
+        None => panic!(
+            "SKIPPED (not passed): the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 \
+             or not reported; ConnectX-6 Dx or newer has them); add --skip mlx5_hw_dci_stream --skip mlx5_hw_dci_pool_streams"
+        ),
+    }
+}
+
 /// The IEEE OUI that Mellanox/NVIDIA devices report as `vendor_id`.
 pub const MELLANOX_VENDOR_ID: u32 = 0x02c9;
 
