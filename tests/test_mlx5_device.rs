@@ -134,6 +134,64 @@ fn example_reports_a_device_that_is_not_mlx5() {
         .any(|d| d["name"] == name.as_str()));
 }
 
+/// `mlx5_devinfo --dc-selftest` on a device that is not mlx5: one plain line and status 1, before
+/// any DC object is made (no check line).
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn dc_selftest_on_a_device_that_is_not_mlx5_says_so_and_exits_1() {
+    let ctx = common::open_test_device();
+    common::require_not_mellanox_with(&ctx, TEST_DEVICE_IS_MLX5);
+    let name = test_device_name();
+    let output = Command::new(example_path())
+        .args(["--dc-selftest", "-g", "1", "-d"])
+        .arg(&name)
+        .output()
+        .expect("run mlx5_devinfo --dc-selftest");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert_eq!(
+        stdout.trim(),
+        format!("{name}: not an mlx5 device (or libmlx5 is missing): DC needs a ConnectX-4 or newer"),
+        "exactly the one line"
+    );
+    // -g belongs to the self-test.
+    let refused = Command::new(example_path()).args(["-g", "1"]).output().expect("run");
+    assert_eq!(refused.status.code(), Some(2), "clap refuses -g without --dc-selftest");
+}
+
+/// `mlx5_devinfo --dc-selftest` on the ConnectX: every check `ok` or `skipped` with its reason,
+/// status 0, and each check named.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial_test::serial]
+fn mlx5_hw_dc_selftest_passes() {
+    let (ctx, name) = common::open_mlx5_test_device_named();
+    let (gid_index, _) = common::local_gid(&ctx);
+    let output = Command::new(example_path())
+        .args(["--dc-selftest", "-d", &name, "-g", &gid_index.to_string()])
+        .output()
+        .expect("run mlx5_devinfo --dc-selftest");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    for check in [
+        "DC target at RTR",
+        "DC initiator at RTS",
+        "RDMA WRITE",
+        "RDMA READ",
+        "SEND into the shared receive queue",
+        "wrong DC key: error, recover, write again",
+        "DCI streams",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|line| line.contains(check) && (line.starts_with("ok ") || line.starts_with("skipped "))),
+            "{check}: {stdout}"
+        );
+    }
+    assert!(!stdout.contains("FAILED"), "{stdout}");
+}
+
 /// Where the dynamic loader finds `libmlx5.so.1`, resolved to the real file.
 fn libmlx5_path() -> Option<PathBuf> {
     let output = Command::new("ldconfig").arg("-p").output().ok()?;

@@ -6,9 +6,16 @@
 //! cargo run --features mlx5 --example mlx5_devinfo              # a table
 //! cargo run --features mlx5 --example mlx5_devinfo -- --json    # the same as JSON
 //! cargo run --features mlx5 --example mlx5_devinfo -- -d mlx5_0 # one device
+//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -d mlx5_0 -g 3
 //! ```
 //!
-//! Exits with status 1 when no RDMA device can be listed (or the named one does not exist).
+//! `--dc-selftest` runs DC end to end on one device, in loopback on port 1 (see `dc_selftest.rs`):
+//! a DC target and a DC initiator, RDMA WRITE and READ, both atomics, a SEND into the target's
+//! shared receive queue, a wrong DC key and the recovery, and DCI streams where the device has
+//! them, one line per check (`ok`, `FAILED` with the status, `skipped` with why).
+//!
+//! Exits with status 1 when no RDMA device can be listed (or the named one does not exist), and
+//! with `--dc-selftest` also when the device is not mlx5; 2 when a self-test check failed.
 use std::net::Ipv6Addr;
 
 use clap::Parser;
@@ -21,6 +28,8 @@ use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
 use sideway_ext::mlx5::device_attributes::{Mlx5ContextFlags, Mlx5ContextMask, Mlx5DeviceAttributes};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 
+mod dc_selftest;
+
 /// RDMA devices with their mlx5 direct-verbs and DC capabilities.
 #[derive(Parser)]
 #[command(about)]
@@ -31,6 +40,12 @@ struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Run the DC self-test in loopback on port 1 of the device (`-d`, default: the first).
+    #[arg(long)]
+    dc_selftest: bool,
+    /// The local GID index of the self-test's addresses (RoCE needs one; default 0).
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, requires = "dc_selftest")]
+    gid_index: u8,
 }
 
 #[derive(Serialize)]
@@ -86,6 +101,31 @@ fn main() {
             std::process::exit(1);
         },
     };
+    if args.dc_selftest {
+        let Some(device) = list
+            .iter()
+            .find(|device| args.device.as_deref().is_none_or(|name| name == device.name()))
+        else {
+            match &args.device {
+                Some(name) => eprintln!("mlx5_devinfo: no RDMA device named {name}"),
+                None => eprintln!("mlx5_devinfo: no RDMA devices found"),
+            }
+            std::process::exit(1);
+        };
+        let name = device.name();
+        let ctx = match device.open() {
+            Ok(ctx) => ctx,
+            Err(err) => {
+                eprintln!("mlx5_devinfo: cannot open {name}: {}", chain(&err));
+                std::process::exit(1);
+            },
+        };
+        std::process::exit(match dc_selftest::run(&ctx, &name, args.gid_index) {
+            dc_selftest::Outcome::Passed => 0,
+            dc_selftest::Outcome::NotMlx5 => 1,
+            dc_selftest::Outcome::Failed => 2,
+        });
+    }
     let mut devices = Vec::new();
     for device in &list {
         if args.device.as_deref().is_some_and(|name| name != device.name()) {
