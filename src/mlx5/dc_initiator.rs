@@ -504,6 +504,22 @@ pub(crate) struct BringUpAttributes {
     rts: QueuePairAttribute,
 }
 
+impl BringUpAttributes {
+    /// The three steps, in order: RESET → INIT, INIT → RTR, RTR → RTS.
+    #[cfg(test)]
+    pub(crate) fn steps(&self) -> [&QueuePairAttribute; 3] {
+        [&self.init, &self.rtr, &self.rts]
+    }
+}
+
+/// The first step of [`DcInitiator::recover`]: the move to RESET, with the state alone (mlx5_ib's
+/// `modify_dci_qp_is_ok` allows nothing else with it).
+pub(crate) fn reset_attribute() -> QueuePairAttribute {
+    let mut reset = QueuePairAttribute::new();
+    reset.setup_state(QueuePairState::Reset);
+    reset
+}
+
 /// What a DC initiator was created with, to create it again where the kernel refuses its move
 /// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
 /// kept alive by the queue pair's parents).
@@ -954,9 +970,7 @@ impl DcInitiator {
             .brought_up_with
             .clone()
             .ok_or(RecoverDcInitiatorErrorKind::NotBroughtUp)?;
-        let mut reset = QueuePairAttribute::new();
-        reset.setup_state(QueuePairState::Reset);
-        let recovery = match self.core.modify(&reset) {
+        let recovery = match self.core.modify(&reset_attribute()) {
             Ok(()) => DcRecovery::Reset,
             Err(err) if matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL)) => {
                 self.rebuild()?

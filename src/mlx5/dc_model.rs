@@ -896,5 +896,32 @@ mod tests {
             assert_eq!(state, QueuePairState::ReadyToReceive);
             state = QueuePairState::Reset;
         }
+        // DCI: RESET -> INIT -> RTR -> RTS with the attributes bring_up hands over, then, from
+        // every state, recover's move to RESET and the same steps again.
+        use crate::mlx5::dc_initiator::reset_attribute;
+        let mut bring_up = DcInitiatorBringUp::new(1);
+        bring_up.setup_pkey_index(0).setup_max_read_atomic(4);
+        let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, Some(16));
+        for from in rules::STATES {
+            let reset = reset_attribute();
+            let mut state = rules::new_state(from, reset.mask().bits(), reset.state());
+            assert!(
+                rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), true),
+                "{from:?} -> RESET"
+            );
+            assert!(
+                !rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), false),
+                "old kernels refuse it"
+            );
+            for attr in attributes.steps() {
+                let new = rules::new_state(state, attr.mask().bits(), attr.state());
+                assert!(
+                    rules::modify_dci_qp_is_ok(state, new, attr.mask().bits(), true),
+                    "{state:?} -> {new:?}"
+                );
+                state = new;
+            }
+            assert_eq!(state, QueuePairState::ReadyToSend);
+        }
     }
 }
