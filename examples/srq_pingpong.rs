@@ -602,10 +602,12 @@ fn run(args: &Args) -> Result<()> {
 
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0u32, 0u32);
+    let mut events = 0u64;
     let mut wcs = vec![WorkCompletion::default(); num_wc];
     while rcnt < args.iters || scnt < args.iters {
         if let Some(channel) = &channel {
             wait_cq_event(channel, &cq)?;
+            events += 1;
         }
         let completions = loop {
             let polled = cq
@@ -664,6 +666,10 @@ fn run(args: &Args) -> Result<()> {
         usec / 1e6,
         usec / f64::from(args.iters)
     );
+    if args.events {
+        // Not in the C tool's output: the tests read it to tell that events were waited for.
+        println!("{events} completion events");
+    }
     if args.server.is_none() && args.chk {
         for i in (0..size).step_by(page_size) {
             if buf.read(i) != check_byte(i / page_size) {

@@ -13,7 +13,7 @@ use common::{connect_rc, local_gid, open_test_device, wait_completions, Buffer};
 use sideway::ibverbs::completion::{CompletionChannel, GenericCompletionQueue};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::completion_channel::{
     CompletionEventBatch, GetCompletionEventErrorKind, RequestNotifyCompletionQueueErrorKind,
@@ -21,6 +21,7 @@ use sideway_ext::ibverbs::completion_channel::{
 use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
+use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 
 /// How long a completion may take to raise its event.
 const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,12 +39,14 @@ enum Kind {
 struct Loopback {
     // Queue pairs first: they are destroyed before the CQs they hold.
     sender: SharedReceiveQueuePair<ReliableConnection>,
-    _receiver: SharedReceiveQueuePair<ReliableConnection>,
+    receiver: SharedReceiveQueuePair<ReliableConnection>,
+    /// The SRQ both queue pairs receive through (the sender's receives complete on `cq`).
+    srq: Arc<SharedReceiveQueue>,
     cq: GenericCompletionQueue,
     channel: Arc<CompletionChannel>,
     local: Buffer,
     remote: Buffer,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
     _ctx: Arc<DeviceContext>,
 }
 
@@ -81,12 +84,13 @@ fn loopback(kind: Kind) -> Loopback {
     let remote = Buffer::new(&pd, 64);
     Loopback {
         sender,
-        _receiver: receiver,
+        receiver,
+        srq,
         cq,
         channel,
         local,
         remote,
-        _pd: pd,
+        pd,
         _ctx: ctx,
     }
 }
@@ -218,12 +222,12 @@ fn event_keeps_its_cq_alive_until_acknowledged() {
         .expect("an event");
     let Loopback {
         sender,
-        _receiver,
+        receiver,
         cq,
         channel,
         ..
     } = lb;
-    drop((sender, _receiver, cq));
+    drop((sender, receiver, cq));
     // The CQ is still there, with its completion.
     let wcs = wait_completions(event.cq(), 1, EVENT_TIMEOUT);
     assert_eq!(wcs[0].wr_id(), 3);
@@ -301,15 +305,57 @@ fn cq_without_channel_cannot_be_armed() {
     );
 }
 
-/// Solicited-only arming: a successful send completion is unsolicited, so it raises no event.
+/// Solicited-only arming: a successful send completion and the receive of a message without the
+/// solicited bit raise no event; the receive of a solicited message, on the same arm, raises one.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
-fn solicited_only_ignores_successful_send_completions() {
+fn solicited_only_raises_an_event_for_a_solicited_receive_only() {
     let mut lb = loopback(Kind::Basic);
     lb.cq.req_notify_cq(true).expect("req_notify_cq(solicited_only)");
     lb.write(5, 0x55);
     lb.expect_completion(5, 0x55);
-    assert!(lb.channel.get_cq_event_timeout(QUIET).expect("read").is_none());
+    assert!(
+        lb.channel.get_cq_event_timeout(QUIET).expect("read").is_none(),
+        "a send completion is not solicited"
+    );
+
+    // Messages from the receiver to the sender, whose receives complete on the armed CQ.
+    let inbox = Buffer::new(&lb.pd, 2 * 64);
+    let mut receives = lb.srq.start_post_recv();
+    for slot in 0..2u64 {
+        // SAFETY: `inbox` outlives both receives, awaited below.
+        unsafe {
+            receives
+                .construct_wr(100 + slot)
+                .setup_sge(inbox.lkey(), inbox.addr(slot as usize * 64), 64)
+        };
+    }
+    receives.post().expect("post receives");
+    let send = |lb: &mut Loopback, flags: WorkRequestFlags, byte: u8| {
+        let mut guard = lb.receiver.start_post_send();
+        guard.construct_wr(0, flags).setup_send().setup_inline_data(&[byte; 8]);
+        guard.post().expect("post send");
+    };
+
+    send(&mut lb, WorkRequestFlags::Signaled, 0x11);
+    let wcs = wait_completions(&lb.cq, 1, EVENT_TIMEOUT);
+    assert!(wcs[0].is_success() && wcs[0].wr_id() == 100, "{:?}", wcs[0]);
+    assert!(
+        lb.channel.get_cq_event_timeout(QUIET).expect("read").is_none(),
+        "a message without the solicited bit raises no event"
+    );
+
+    send(&mut lb, WorkRequestFlags::Solicited, 0x22);
+    let event = lb
+        .channel
+        .get_cq_event_timeout(EVENT_TIMEOUT)
+        .expect("get_cq_event")
+        .expect("an event for the solicited message");
+    assert!(event.is_for(&lb.cq), "the event names the armed CQ");
+    drop(event);
+    let wcs = wait_completions(&lb.cq, 1, EVENT_TIMEOUT);
+    assert!(wcs[0].is_success() && wcs[0].wr_id() == 101, "{:?}", wcs[0]);
+    assert_eq!(inbox.read(64, 8), [0x22; 8]);
 }
 
 /// An event for a CQ armed around this crate (a raw `ibv_req_notify_cq`) cannot name its CQ: it

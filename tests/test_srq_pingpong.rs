@@ -159,7 +159,28 @@ fn c_client_against_rust_server() {
 fn rust_client_against_rust_server() {
     let (server, client) = run_pair(&example_binary(), &example_binary(), 18613, &[]);
     check_pair(&server, &client);
+    // Busy polling: no events.
+    assert_eq!(completion_events(&server), None, "{server}");
+    assert_eq!(completion_events(&client), None, "{client}");
     println!("{server}\n{client}");
+}
+
+/// How many completion events the example (not the C tool) says it waited for, from its
+/// "<n> completion events" line, printed with `-e` only.
+fn completion_events(peer: &Finished) -> Option<u64> {
+    let line = peer.stdout.lines().find(|line| line.ends_with(" completion events"))?;
+    let count = line.split_whitespace().next().expect("a word");
+    Some(
+        count
+            .parse()
+            .unwrap_or_else(|_| panic!("bad count in {line:?}\n{peer}")),
+    )
+}
+
+/// The example peer took the events path: it says it waited for completion events, at least one.
+fn check_events(peer: &Finished) {
+    let events = completion_events(peer).unwrap_or_else(|| panic!("no completion events line\n{peer}"));
+    assert!(events >= 1, "{events} completion events\n{peer}");
 }
 
 /// `-e`: both peers sleep on completion events (the example through sideway-ext's completion
@@ -170,6 +191,8 @@ fn rust_client_against_rust_server() {
 fn rust_client_against_rust_server_with_events() {
     let (server, client) = run_pair(&example_binary(), &example_binary(), 18614, &["-e"]);
     check_pair(&server, &client);
+    check_events(&server);
+    check_events(&client);
     println!("{server}\n{client}");
 }
 
@@ -180,5 +203,6 @@ fn rust_client_against_rust_server_with_events() {
 fn rust_client_against_c_server_with_events() {
     let (server, client) = run_pair(&c_tool(), &example_binary(), 18615, &["-e"]);
     check_pair(&server, &client);
+    check_events(&client);
     println!("{client}");
 }

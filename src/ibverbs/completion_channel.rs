@@ -390,6 +390,14 @@ pub(crate) fn get_cq_event_timeout(
 mod tests {
     use super::*;
 
+    /// The tests that record entries in the process-wide map, one at a time: pruning removes
+    /// every dead entry, another test's too.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     #[test]
     fn empty_batch_acknowledges_nothing() {
         let mut batch = CompletionEventBatch::new();
@@ -399,13 +407,26 @@ mod tests {
     }
 
     #[test]
-    fn unknown_addresses_find_no_queue() {
-        // Never armed: no entry, so an event for it would be acknowledged and reported unknown.
-        assert!(find_armed(0x10).is_none());
+    fn a_recorded_entry_whose_queue_is_gone_finds_no_queue() {
+        let _serial = serial();
+        // A recorded entry is found by its address, and a dropped CQ (a weak handle that never
+        // had a value) is not handed out: an event for it is acknowledged and reported unknown.
+        // (A live CQ, found, needs a device: tests/test_completion_channel.rs.)
+        let address = 0x2000_0000_usize;
+        record_armed(address, ArmedCompletionQueue::Extended(Weak::new()));
+        assert!(
+            matches!(
+                armed_queues().by_address.get(&address),
+                Some(ArmedCompletionQueue::Extended(_))
+            ),
+            "the entry is recorded at its address"
+        );
+        assert!(find_armed(address).is_none());
     }
 
     #[test]
     fn dead_entries_are_replaced_and_pruned() {
+        let _serial = serial();
         // Weak handles that never had a value stand in for CQs that were dropped.
         let base = 0x1000_0000_usize;
         for i in 0..(FIRST_PRUNE * 3) {
@@ -418,10 +439,22 @@ mod tests {
     }
 
     #[test]
-    fn weak_entries_compare_by_identity() {
-        let a = ArmedCompletionQueue::Basic(Weak::new());
-        let b = ArmedCompletionQueue::Extended(Weak::new());
-        assert!(!a.is(&b));
-        assert!(a.upgrade().is_none() && b.upgrade().is_none());
+    fn an_entry_of_the_other_kind_replaces_the_recorded_one() {
+        let _serial = serial();
+        // A basic and an extended CQ at one address are different CQs (the second was created
+        // after the first was destroyed): recording one replaces the other, whichever came first.
+        // (Two live CQs of one kind, compared by allocation, need a device.)
+        let address = 0x3000_0000_usize;
+        let kind = || match armed_queues().by_address.get(&address) {
+            Some(ArmedCompletionQueue::Basic(_)) => "basic",
+            Some(ArmedCompletionQueue::Extended(_)) => "extended",
+            None => "none",
+        };
+        record_armed(address, ArmedCompletionQueue::Basic(Weak::new()));
+        assert_eq!(kind(), "basic");
+        record_armed(address, ArmedCompletionQueue::Extended(Weak::new()));
+        assert_eq!(kind(), "extended");
+        record_armed(address, ArmedCompletionQueue::Basic(Weak::new()));
+        assert_eq!(kind(), "basic");
     }
 }

@@ -1161,10 +1161,13 @@ mod tests {
             unsafe { guard.construct_wr(1000 + i).setup_sge(1, i, 1) };
         }
         let err = guard.post().unwrap_err();
-        assert_eq!((err.failed_index(), err.wr_id()), (100, 1100));
+        assert_eq!((err.failed_index(), err.posted(), err.wr_id()), (100, 100, 1100));
         assert!(matches!(err.0, PostReceiveErrorKind::QueueFull { .. }));
-        // The requests after the failure were never handed over.
-        assert_eq!(calls().into_iter().flatten().count(), 100);
+        // What the error says went in is what the provider took: the first 100, in order (the
+        // recorder keeps the requests of the failing call before the one it refuses); those
+        // after the failure were never handed over.
+        let went_in: Vec<u64> = calls().into_iter().flatten().map(|(wr_id, _)| wr_id).collect();
+        assert_eq!(went_in, (1000..1000 + err.posted() as u64).collect::<Vec<_>>());
     }
 
     #[test]
