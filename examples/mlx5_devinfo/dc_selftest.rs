@@ -296,6 +296,42 @@ fn write_into(
     })
 }
 
+/// An atomic on the remote buffer's first 8 bytes.
+enum Atomic {
+    FetchAdd(u64),
+    CompareSwap(u64, u64),
+}
+
+/// Runs `op`; the value it returned and the value it left.
+fn atomic(lb: &mut Loopback, dci: &mut DcInitiator, op: Atomic) -> Result<(u64, u64)> {
+    let wc = lb.one(dci, KEY, None, |lb, guard, key, stream| {
+        let (rkey, remote) = (lb.remote.mr.rkey(), lb.remote.addr(0));
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled);
+        // SAFETY: the local buffer lies in its memory region and outlives the request.
+        match op {
+            Atomic::FetchAdd(add) => finish!(
+                lb,
+                request.setup_atomic_fetch_add(rkey, remote, add),
+                key,
+                stream,
+                |h| unsafe { h.setup_sge(lb.local.mr.lkey(), lb.local.addr(0), 8) }
+            ),
+            Atomic::CompareSwap(compare, swap) => {
+                finish!(
+                    lb,
+                    request.setup_atomic_compare_swap(rkey, remote, compare, swap),
+                    key,
+                    stream,
+                    |h| unsafe { h.setup_sge(lb.local.mr.lkey(), lb.local.addr(0), 8) }
+                )
+            },
+        }
+    })?;
+    success(&wc)?;
+    let value = |buffer: &Buffer| u64::from_ne_bytes(buffer.read(0, 8).try_into().expect("8 bytes"));
+    Ok((value(&lb.local), value(&lb.remote)))
+}
+
 fn written(lb: &Loopback, seed: u8) -> Result<String> {
     (lb.remote.read(0, LEN) == pattern(LEN, seed))
         .then(|| format!("{LEN} bytes arrived"))
@@ -382,42 +418,18 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: u8) -> Outcome {
         .send_ops_flags()
         .contains(sideway::ibverbs::queue_pair::SendOperationFlags::AtomicFetchAndAdd);
     if atomics && dc_atomics {
-        let result = (|| {
-            lb.remote.write(0, &40u64.to_ne_bytes());
-            let wc = lb.one(&mut dci, KEY, None, |lb, guard, key, stream| {
-                let request = guard
-                    .construct_wr(3, WorkRequestFlags::Signaled)
-                    .setup_atomic_fetch_add(lb.remote.mr.rkey(), lb.remote.addr(0), 2);
-                // SAFETY: as above.
-                finish!(lb, request, key, stream, |h| unsafe {
-                    h.setup_sge(lb.local.mr.lkey(), lb.local.addr(0), 8)
-                })
-            })?;
-            success(&wc)?;
-            let before = u64::from_ne_bytes(lb.local.read(0, 8).try_into().expect("8 bytes"));
-            let after = u64::from_ne_bytes(lb.remote.read(0, 8).try_into().expect("8 bytes"));
+        lb.remote.write(0, &40u64.to_ne_bytes());
+        let result = atomic(&mut lb, &mut dci, Atomic::FetchAdd(2)).and_then(|(before, after)| {
             (before == 40 && after == 42)
                 .then(|| "40 + 2 = 42, 40 returned".to_string())
                 .ok_or_else(|| format!("fetch-and-add returned {before}, left {after} (expected 40, 42)"))
-        })();
+        });
         report.check("atomic fetch-and-add", result);
-        let result = (|| {
-            let wc = lb.one(&mut dci, KEY, None, |lb, guard, key, stream| {
-                let request = guard
-                    .construct_wr(4, WorkRequestFlags::Signaled)
-                    .setup_atomic_compare_swap(lb.remote.mr.rkey(), lb.remote.addr(0), 42, 7);
-                // SAFETY: as above.
-                finish!(lb, request, key, stream, |h| unsafe {
-                    h.setup_sge(lb.local.mr.lkey(), lb.local.addr(0), 8)
-                })
-            })?;
-            success(&wc)?;
-            let before = u64::from_ne_bytes(lb.local.read(0, 8).try_into().expect("8 bytes"));
-            let after = u64::from_ne_bytes(lb.remote.read(0, 8).try_into().expect("8 bytes"));
+        let result = atomic(&mut lb, &mut dci, Atomic::CompareSwap(42, 7)).and_then(|(before, after)| {
             (before == 42 && after == 7)
                 .then(|| "42 swapped for 7".to_string())
                 .ok_or_else(|| format!("compare-and-swap returned {before}, left {after} (expected 42, 7)"))
-        })();
+        });
         report.check("atomic compare-and-swap", result);
     } else {
         report.skip(

@@ -381,6 +381,13 @@ mod tests {
     use crate::mlx5::dc_target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
     use crate::mlx5::device_attributes::DciStreamsCapabilities;
 
+    fn streams(log_num_concurrent: u8, log_num_errored: u8) -> DciStreams {
+        DciStreams {
+            log_num_concurrent,
+            log_num_errored,
+        }
+    }
+
     fn request(streams: Option<DciStreams>) -> DciRequest {
         DciRequest {
             max_send_wr: 16,
@@ -572,10 +579,7 @@ mod tests {
 
     #[test]
     fn a_stream_is_reset_after_its_flush_and_every_id_that_can_be_posted_can_be_reset() {
-        let streams = DciStreams {
-            log_num_concurrent: 2,
-            log_num_errored: 1,
-        };
+        let streams = streams(2, 1);
         let mut dci = brought_up(DEVICE, Some(streams));
         let n = dci.qp_number();
         // Stream 9 is beyond the 4 concurrent streams; setup_dc_addr_stream takes it, so the
@@ -596,10 +600,7 @@ mod tests {
 
     #[test]
     fn a_whole_dci_error_after_too_many_stream_errors_shows_up_late_and_is_waited_for() {
-        let streams = DciStreams {
-            log_num_concurrent: 2,
-            log_num_errored: 0,
-        };
+        let streams = streams(2, 0);
         let mut dci = brought_up(DEVICE, Some(streams));
         let n = dci.qp_number();
         stream_error(n, 0, 0);
@@ -623,10 +624,7 @@ mod tests {
 
     #[test]
     fn a_stream_reset_racing_the_move_to_err_is_not_ready_to_send() {
-        let streams = DciStreams {
-            log_num_concurrent: 2,
-            log_num_errored: 1,
-        };
+        let streams = streams(2, 1);
         let mut dci = brought_up(DEVICE, Some(streams));
         let n = dci.qp_number();
         // The device moved to ERR; the cached state still says RTS, so the call is made, the
@@ -646,10 +644,7 @@ mod tests {
 
     #[test]
     fn a_device_with_zero_stream_concurrency_has_no_streams() {
-        let streams = DciStreams {
-            log_num_concurrent: 1,
-            log_num_errored: 0,
-        };
+        let streams = streams(1, 0);
         // libmlx5 reports the capability on every device, zeros where there are no streams.
         let mut device = DEVICE;
         device.dci_streams_caps = (0, 0);
