@@ -208,6 +208,17 @@ pub(crate) struct DciDevice {
     pub(crate) dci_streams: Option<DciStreamsCapabilities>,
 }
 
+/// Refuses send operations a DC initiator cannot post, whatever the device.
+fn check_dc_operations(requested: SendOperationFlags) -> Result<(), CreateDcInitiatorErrorKind> {
+    if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
+        return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
+            requested,
+            allowed: DC_SEND_OPERATIONS,
+        });
+    }
+    Ok(())
+}
+
 /// Decides a DC initiator's init parameters from the request and the device, or refuses it
 /// before the library would: the send operations (default: every DC operation the device can
 /// do), the capacities, the DCI streams.
@@ -216,12 +227,7 @@ pub(crate) fn plan_dci(
 ) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
     let send_ops = match request.send_ops {
         Some(requested) => {
-            if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
-                return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
-                    requested,
-                    allowed: DC_SEND_OPERATIONS,
-                });
-            }
+            check_dc_operations(requested)?;
             let atomics = requested.and(DC_ATOMIC_OPERATIONS);
             if !atomics.is_none() && !device.atomics {
                 return Err(CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested: atomics });
@@ -397,6 +403,10 @@ impl DcInitiatorBuilder {
             .send_cq
             .clone()
             .ok_or(CreateDcInitiatorErrorKind::MissingSendCompletionQueue)?;
+        // Input that no device takes is refused before any library call.
+        if let Some(requested) = self.request.send_ops {
+            check_dc_operations(requested)?;
+        }
         // SAFETY: the PD's context is open while the PD is.
         let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
         // SAFETY: as above.
