@@ -532,6 +532,25 @@ impl<T: Transport> PostSendGuard<'_, T> {
         }
     }
 
+    /// Posts one request on a raw queue pair: `ibv_wr_start`, the request described by `request`
+    /// from its operation step on (as with [`construct_wr`](Self::construct_wr)), then
+    /// `ibv_wr_complete`. The queue pairs of this crate call it from their `post_send_one`; it is
+    /// public for benchmarks and tests that drive it over hand-made function tables.
+    ///
+    /// # Safety
+    ///
+    /// As [`start`](Self::start).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub unsafe fn post_one(
+        qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
+        wr_flags: WorkRequestFlags, request: impl FnOnce(WorkRequestHandle<'_, T>),
+    ) -> Result<(), PostSendError> {
+        let mut guard = Self::start(qp_ex, entries, context);
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
+    }
+
     /// Starts a new request with this `wr_id` and flags (e.g. [`WorkRequestFlags::Signaled`] for
     /// a completion; the [`Inline`](WorkRequestFlags::Inline) bit is managed by the data step);
     /// continue with an operation on the returned handle.

@@ -550,6 +550,75 @@ impl SharedReceiveQueue {
         // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
         unsafe { PostReceiveGuard::start(self.srq, self.max_sge) }
     }
+
+    /// Posts one receive request with `ibv_post_srq_recv`, at the cost of the raw call: for the
+    /// everyday "repost the receive that just completed". Its entries are read from `sg_list`
+    /// during the call (nothing is copied first); an empty list receives zero-length messages
+    /// only.
+    ///
+    /// The same guarantees as a batch: a list longer than the queue's
+    /// [`max_sge`](Self::max_sge) is refused before the library
+    /// ([`TooManyScatterGatherEntries`](PostReceiveErrorKind::TooManyScatterGatherEntries)), and
+    /// an error names the request (`failed_index` 0, its `wr_id`); on error nothing was posted.
+    ///
+    /// See [`ibv_post_srq_recv`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
+    /// ([RDMAmojo](https://www.rdmamojo.com/2013/02/08/ibv_post_srq_recv/)).
+    ///
+    /// # Safety
+    ///
+    /// Each entry's buffer must lie in the memory region registered with its `lkey` and stay
+    /// valid until the receive completes (or the queue is destroyed).
+    #[inline(always)]
+    pub unsafe fn post_recv_one(&self, wr_id: u64, sg_list: &[ibv_sge]) -> Result<(), PostReceiveError> {
+        // SAFETY: the queue is alive during the call and its max_sge is the granted one; the
+        // caller keeps the buffers valid.
+        unsafe { Self::post_recv_one_raw(self.srq, self.max_sge, wr_id, sg_list) }
+    }
+
+    /// [`post_recv_one`](Self::post_recv_one) on a raw shared receive queue, for benchmarks and
+    /// tests that drive it over hand-made function tables.
+    ///
+    /// # Safety
+    ///
+    /// `srq` must be a live shared receive queue and `max_sge` at most the number of entries per
+    /// request it was created with; the buffers as for [`post_recv_one`](Self::post_recv_one).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub unsafe fn post_recv_one_raw(
+        srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
+    ) -> Result<(), PostReceiveError> {
+        if sg_list.len() > max_sge as usize {
+            return Err(one_failed(0, wr_id, sg_list.len(), max_sge));
+        }
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: null_mut(),
+            sg_list: sg_list.as_ptr().cast_mut(),
+            num_sge: sg_list.len() as i32,
+        };
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: a one-request list whose entries (read, never written, by the provider) live
+        // until the call returns; the SRQ is alive (the caller's promise).
+        let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), &mut wr, &mut bad_wr) };
+        if ret != 0 {
+            return Err(one_failed(ret, wr_id, 0, max_sge));
+        }
+        Ok(())
+    }
+}
+
+/// The error of a one-request post (`ret` as in [`Failure`]).
+#[cold]
+#[inline(never)]
+fn one_failed(ret: i32, wr_id: u64, requested: usize, max: u32) -> PostReceiveError {
+    Failure {
+        ret,
+        index: 0,
+        wr_id,
+        requested,
+        max,
+    }
+    .into_error()
 }
 
 /// A batch of receive requests for a [`SharedReceiveQueue`]; see
