@@ -756,15 +756,14 @@ impl PostReceiveGuard<'_> {
         // Not dropped: its parts are released here, so that the batch never has to be in memory.
         let mut this = ManuallyDrop::new(self);
         let batch = &mut this.batch;
-        if batch.len() > 0 {
-            batch.hand_over();
-        }
-        let failed = batch.failed;
-        release(batch.owned.take());
-        match failed {
-            None => Ok(()),
+        let result = match batch.failed {
+            // The batch's last chunk, handed over with nothing kept for after it: no failure
+            // record stays live across the provider call.
+            None => batch.hand_over_last(),
             Some(failure) => Err(failure.into_error()),
-        }
+        };
+        release(batch.owned.take());
+        result
     }
 }
 
@@ -840,6 +839,24 @@ fn failed_in_chunk(head: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize)
     };
     // SAFETY: in_chunk < len requests written in the chunk.
     (in_chunk, unsafe { (*head.add(in_chunk)).wr_id })
+}
+
+/// The error of the batch's last chunk, whose provider call returned `ret` (`posted` requests
+/// were handed over before the chunk).
+#[cold]
+#[inline(never)]
+fn last_failed(
+    ret: i32, head: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize, posted: usize, max: u32,
+) -> PostReceiveError {
+    let (in_chunk, wr_id) = failed_in_chunk(head, bad_wr, len);
+    Failure {
+        ret,
+        index: posted + in_chunk,
+        wr_id,
+        requested: 0,
+        max,
+    }
+    .into_error()
 }
 
 /// A hint for the branch that calls it.
@@ -942,6 +959,24 @@ impl RecvBatch {
             return self.fail(ret, wr_id, 0);
         }
         self.posted += len;
+    }
+
+    /// Hands the chunk's requests to the provider, the batch's last (no failure before them);
+    /// the chunk is not started over.
+    #[inline(always)]
+    fn hand_over_last(&mut self) -> Result<(), PostReceiveError> {
+        let len = self.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let head = self.first_wr();
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: as in hand_over.
+        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), head, &mut bad_wr) };
+        if ret != 0 {
+            return Err(last_failed(ret, head, bad_wr, len, self.posted, self.max_sge));
+        }
+        Ok(())
     }
 
     /// Request `wr_id` has `requested` entries, more than the queue takes: hand over the
