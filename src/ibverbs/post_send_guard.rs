@@ -1084,6 +1084,101 @@ mod provider_entry_tests {
 }
 
 #[cfg(test)]
+mod post_one_tests {
+    //! One-request posts: the same calls as a batch of one.
+    use std::mem::MaybeUninit;
+
+    use super::tests::{all_entries, recording_qp, take_calls};
+    use super::*;
+
+    #[test]
+    fn one_request_makes_the_batch_calls_in_order() {
+        let mut qp = recording_qp();
+        let entries = all_entries(&mut qp);
+        take_calls();
+        // SAFETY: the recording table outlives the call; RC needs no context; the recorder does
+        // not touch the buffer.
+        unsafe {
+            PostSendGuard::<ReliableConnection>::post_one(
+                NonNull::from(&mut *qp),
+                entries,
+                (),
+                5,
+                WorkRequestFlags::Signaled,
+                |wr| wr.setup_write(0x77, 0x3000).setup_sge(0x9, 0x4000, 16),
+            )
+        }
+        .expect("recorded complete returns 0");
+        let signaled = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        assert_eq!(
+            take_calls(),
+            [
+                "start".to_string(),
+                format!("write wr_id=5 flags={signaled:#x} rkey=0x77 addr=0x3000"),
+                "sge lkey=0x9 addr=0x4000 len=16".to_string(),
+                "complete".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_request_reaches_no_null_entry_and_names_its_wr_id() {
+        // SAFETY: zeroes are valid for ibv_qp_ex (plain data and optional function pointers).
+        let mut qp: Box<ibv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let full = recording_qp();
+        qp.wr_start = full.wr_start;
+        qp.wr_complete = full.wr_complete;
+        qp.wr_abort = full.wr_abort;
+        qp.wr_send = full.wr_send;
+        qp.wr_set_sge = full.wr_set_sge;
+        qp.wr_set_sge_list = full.wr_set_sge_list;
+        // SAFETY: qp is a live ibv_qp_ex.
+        let entries = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap();
+        take_calls();
+        // SAFETY: as above.
+        let err = unsafe {
+            PostSendGuard::<ReliableConnection>::post_one(
+                NonNull::from(&mut *qp),
+                entries,
+                (),
+                9,
+                WorkRequestFlags::Signaled,
+                |wr| wr.setup_write(1, 2).setup_sge(3, 4, 5),
+            )
+        }
+        .unwrap_err();
+        assert!(
+            matches!(
+                err.0,
+                PostSendErrorKind::OperationNotEnabled {
+                    index: 0,
+                    wr_id: 9,
+                    entry: "wr_rdma_write",
+                    batch_len: 1
+                }
+            ),
+            "{err:?}"
+        );
+        // The NULL builder was never called; the batch was aborted.
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // A request that never reaches its data step posts nothing (an empty batch).
+        // SAFETY: as above.
+        unsafe {
+            PostSendGuard::<ReliableConnection>::post_one(
+                NonNull::from(&mut *qp),
+                entries,
+                (),
+                10,
+                WorkRequestFlags::Signaled,
+                |wr| drop(wr.setup_send()),
+            )
+        }
+        .expect("nothing to post");
+        assert_eq!(take_calls(), ["start", "complete"]);
+    }
+}
+
+#[cfg(test)]
 mod external_transport_tests {
     //! A transport defined outside this module, as the mlx5 module's DC initiator will be: its
     //! own per-queue-pair context (not `Default`), its own destination step and setter, and a

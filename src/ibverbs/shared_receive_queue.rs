@@ -587,21 +587,24 @@ impl SharedReceiveQueue {
     pub unsafe fn post_recv_one_raw(
         srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
     ) -> Result<(), PostReceiveError> {
-        if sg_list.len() > max_sge as usize {
-            return Err(one_failed(0, wr_id, sg_list.len(), max_sge));
-        }
         let mut wr = ibv_recv_wr {
             wr_id,
             next: null_mut(),
             sg_list: sg_list.as_ptr().cast_mut(),
             num_sge: sg_list.len() as i32,
         };
+        // Checked once the request is written, as raw code writes it first.
+        if sg_list.len() > max_sge as usize {
+            return Err(one_failed(0, wr.wr_id, sg_list.len(), max_sge));
+        }
         let mut bad_wr: *mut ibv_recv_wr = null_mut();
         // SAFETY: a one-request list whose entries (read, never written, by the provider) live
         // until the call returns; the SRQ is alive (the caller's promise).
         let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), &mut wr, &mut bad_wr) };
         if ret != 0 {
-            return Err(one_failed(ret, wr_id, 0, max_sge));
+            // Read back from the request, so that nothing needs to stay live across the call
+            // (`max` only matters for too many entries).
+            return Err(one_failed(ret, wr.wr_id, 0, 0));
         }
         Ok(())
     }
