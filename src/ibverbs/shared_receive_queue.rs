@@ -356,11 +356,11 @@ const CHUNK_REQUESTS: usize = 64;
 /// Scatter/gather entries a [`PostReceiveGuard`] holds before it hands its requests over.
 const CHUNK_ENTRIES: usize = 128;
 
-/// The storage of a receive batch: requests and their entries, linked in place as they are added
-/// (its address does not change while a guard uses it, so every pointer is final when written).
+/// The storage of a receive batch: requests and their entries, in order from the first slot, each
+/// request linked to the slot after it as it is added, the last one's link set to NULL when the
+/// chunk is handed over (its address does not change while a guard uses it, so every pointer is
+/// final when written).
 struct RecvChunk {
-    /// The list head: the first request, once there is one.
-    head: *mut ibv_recv_wr,
     wrs: [MaybeUninit<ibv_recv_wr>; CHUNK_REQUESTS],
     sges: [MaybeUninit<ibv_sge>; CHUNK_ENTRIES],
 }
@@ -368,7 +368,6 @@ struct RecvChunk {
 impl RecvChunk {
     const fn new() -> Self {
         Self {
-            head: std::ptr::null_mut(),
             wrs: [MaybeUninit::uninit(); CHUNK_REQUESTS],
             sges: [MaybeUninit::uninit(); CHUNK_ENTRIES],
         }
@@ -654,8 +653,6 @@ struct RecvBatch {
     /// Where the next request and entry go.
     next_wr: *mut ibv_recv_wr,
     next_sge: *mut ibv_sge,
-    /// The `next` field that the next request is linked into (the chunk's head at first).
-    tail: *mut *mut ibv_recv_wr,
     /// Requests handed to the provider.
     posted: usize,
     failed: Option<Failure>,
@@ -710,7 +707,6 @@ impl PostReceiveGuard<'_> {
             owned,
             next_wr: null_mut(),
             next_sge: null_mut(),
-            tail: null_mut(),
             posted: 0,
             failed: None,
         };
@@ -875,13 +871,6 @@ impl RecvBatch {
         unsafe { std::ptr::addr_of_mut!((*self.chunk.as_ptr()).wrs).cast() }
     }
 
-    /// The chunk's head field.
-    #[inline(always)]
-    fn head_link(&self) -> *mut *mut ibv_recv_wr {
-        // SAFETY: the chunk is this guard's and does not move; only the field's address is taken.
-        unsafe { std::ptr::addr_of_mut!((*self.chunk.as_ptr()).head) }
-    }
-
     /// Requests in the chunk.
     #[inline(always)]
     fn len(&self) -> usize {
@@ -896,7 +885,14 @@ impl RecvBatch {
         self.next_wr = self.first_wr();
         // SAFETY: the chunk is this guard's; only addresses are computed.
         self.next_sge = unsafe { std::ptr::addr_of_mut!((*chunk).sges).cast() };
-        self.tail = self.head_link();
+    }
+
+    /// Ends the chunk's list at its last request (the chunk must hold one).
+    #[inline(always)]
+    fn terminate(&mut self) {
+        // SAFETY: the chunk holds at least one request, written by push; the slot before
+        // next_wr is the last.
+        unsafe { (*self.next_wr.sub(1)).next = null_mut() };
     }
 
     /// Whether the chunk has no free request slot.
@@ -906,7 +902,7 @@ impl RecvBatch {
         self.next_wr == unsafe { self.first_wr().add(CHUNK_REQUESTS) }
     }
 
-    /// Adds a request to the chunk, linked in, its `num_sge` entries to be written at
+    /// Adds a request to the chunk, linked to the slot after it, its `num_sge` entries to be written at
     /// `next_sge`. The chunk must have a free slot (`construct_wr` hands a full chunk over), and
     /// at least `num_sge` entry slots beyond one for each other free request slot.
     #[inline(always)]
@@ -915,15 +911,16 @@ impl RecvBatch {
         // SAFETY: wr is a free slot of the chunk (the caller's promise), which is this guard's
         // until it is dropped and does not move.
         unsafe {
+            // The next slot, or one past the array for the last one: either is replaced by NULL
+            // (terminate) before the list is handed over, if no request follows.
+            let next = wr.add(1);
             wr.write(ibv_recv_wr {
                 wr_id,
-                next: null_mut(),
+                next,
                 sg_list: self.next_sge,
                 num_sge: num_sge as i32,
             });
-            *self.tail = wr;
-            self.tail = std::ptr::addr_of_mut!((*wr).next);
-            self.next_wr = wr.add(1);
+            self.next_wr = next;
         }
     }
 
@@ -946,6 +943,10 @@ impl RecvBatch {
     #[inline(always)]
     fn hand_over(&mut self) {
         let len = self.len();
+        if len == 0 {
+            return;
+        }
+        self.terminate();
         let head = self.first_wr();
         self.restart();
         if self.failed.is_some() {
@@ -972,6 +973,7 @@ impl RecvBatch {
         if len == 0 {
             return Ok(());
         }
+        self.terminate();
         let head = self.first_wr();
         let mut bad_wr: *mut ibv_recv_wr = null_mut();
         // SAFETY: as in hand_over.
