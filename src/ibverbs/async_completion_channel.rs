@@ -3,7 +3,7 @@
 //! tokio's reactor ([`AsyncFd`]), so that `channel.wait().await` sleeps the task, not the thread,
 //! until a CQ of the channel gets a completion.
 //!
-//! The loop is the one of the [`completion_channel`](super::completion_channel) module, with
+//! The loop is the one of the [`super::completion_channel`] module, with
 //! `.await`: arm the CQ, drain it (completions that came before the arm raise no event), then
 //! for each event re-arm *before* draining, so that a completion arriving between the last poll
 //! and the re-arm still raises the next event:
