@@ -8,58 +8,82 @@ mod common;
 
 use std::hint::black_box;
 
-use common::{RecvSrq, SendRcWrite, Workload, REQUESTS};
+use common::{RecvSrq, RecvSrqOne, SendRcWrite, SendRcWriteOne, Workload, REQUESTS};
 #[cfg(feature = "mlx5")]
-use common::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite};
+use common::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
 use gungraun::{library_benchmark, library_benchmark_group, main};
 
 fn setup<W: Workload>(batch: usize) -> W::State {
     W::setup(batch)
 }
 
-/// One group per workload, with a guard and a raw benchmark at each batch size. The benchmark
-/// returns the state, so that dropping it is not measured.
+/// One group per workload, with a guard and a raw benchmark at each batch size (`batched`) or at
+/// batch 1 only (`one`: the one-request posts). The benchmark returns the state, so that dropping
+/// it is not measured.
 macro_rules! workloads {
-    ($($group:ident, $guard:ident, $raw:ident: $workload:ty;)*) => {
-        $(
-            #[library_benchmark]
-            #[bench::batch_1(args = (1), setup = setup::<$workload>)]
-            #[bench::batch_16(args = (16), setup = setup::<$workload>)]
-            #[bench::batch_256(args = (256), setup = setup::<$workload>)]
-            fn $guard(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
-                <$workload as Workload>::guard(&mut state, black_box(REQUESTS));
-                state
-            }
-
-            #[library_benchmark]
-            #[bench::batch_1(args = (1), setup = setup::<$workload>)]
-            #[bench::batch_16(args = (16), setup = setup::<$workload>)]
-            #[bench::batch_256(args = (256), setup = setup::<$workload>)]
-            fn $raw(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
-                <$workload as Workload>::raw(&mut state, black_box(REQUESTS));
-                state
-            }
-
-            library_benchmark_group!(name = $group; benchmarks = $guard, $raw);
-        )*
+    ($($kind:ident $group:ident, $guard:ident, $raw:ident: $workload:ty;)*) => {
+        $(workloads!(@$kind $group, $guard, $raw: $workload);)*
         main!(library_benchmark_groups = $($group),*);
+    };
+    (@batched $group:ident, $guard:ident, $raw:ident: $workload:ty) => {
+        #[library_benchmark]
+        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
+        #[bench::batch_16(args = (16), setup = setup::<$workload>)]
+        #[bench::batch_256(args = (256), setup = setup::<$workload>)]
+        fn $guard(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
+            <$workload as Workload>::guard(&mut state, black_box(REQUESTS));
+            state
+        }
+
+        #[library_benchmark]
+        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
+        #[bench::batch_16(args = (16), setup = setup::<$workload>)]
+        #[bench::batch_256(args = (256), setup = setup::<$workload>)]
+        fn $raw(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
+            <$workload as Workload>::raw(&mut state, black_box(REQUESTS));
+            state
+        }
+
+        library_benchmark_group!(name = $group; benchmarks = $guard, $raw);
+    };
+    (@one $group:ident, $guard:ident, $raw:ident: $workload:ty) => {
+        #[library_benchmark]
+        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
+        fn $guard(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
+            <$workload as Workload>::guard(&mut state, black_box(REQUESTS));
+            state
+        }
+
+        #[library_benchmark]
+        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
+        fn $raw(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
+            <$workload as Workload>::raw(&mut state, black_box(REQUESTS));
+            state
+        }
+
+        library_benchmark_group!(name = $group; benchmarks = $guard, $raw);
     };
 }
 
-// A row per workload: group, guard benchmark, raw benchmark (named `<NAME>_guard`/`<NAME>_raw`,
-// as scripts/bench reads them): the workload.
+// A row per workload: batched or one, group, guard benchmark, raw benchmark (named
+// `<NAME>_guard`/`<NAME>_raw`, as scripts/bench reads them): the workload.
 // The DC rows need the `mlx5` feature (scripts/bench enables it). `send_dc_pool_write`'s "raw"
 // benchmark is the direct DC initiator's guard (see benches/common/mod.rs).
 #[cfg(feature = "mlx5")]
 workloads! {
-    send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
-    recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
-    send_dc_write, send_dc_write_guard, send_dc_write_raw: SendDcWrite;
-    send_dc_pool_write, send_dc_pool_write_guard, send_dc_pool_write_raw: SendDcPoolWrite;
-    send_dc_pool_write_settled, send_dc_pool_write_settled_guard, send_dc_pool_write_settled_raw: SendDcPoolWriteSettled;
+    batched send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
+    one send_rc_write_one, send_rc_write_one_guard, send_rc_write_one_raw: SendRcWriteOne;
+    batched recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
+    one recv_srq_one, recv_srq_one_guard, recv_srq_one_raw: RecvSrqOne;
+    batched send_dc_write, send_dc_write_guard, send_dc_write_raw: SendDcWrite;
+    one send_dc_write_one, send_dc_write_one_guard, send_dc_write_one_raw: SendDcWriteOne;
+    batched send_dc_pool_write, send_dc_pool_write_guard, send_dc_pool_write_raw: SendDcPoolWrite;
+    batched send_dc_pool_write_settled, send_dc_pool_write_settled_guard, send_dc_pool_write_settled_raw: SendDcPoolWriteSettled;
 }
 #[cfg(not(feature = "mlx5"))]
 workloads! {
-    send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
-    recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
+    batched send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
+    one send_rc_write_one, send_rc_write_one_guard, send_rc_write_one_raw: SendRcWriteOne;
+    batched recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
+    one recv_srq_one, recv_srq_one_guard, recv_srq_one_raw: RecvSrqOne;
 }

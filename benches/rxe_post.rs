@@ -135,6 +135,74 @@ fn recv_raw(srq: *mut ibv_srq, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b:
     }
 }
 
+/// One request with `qp.post_send_one` (request `n` of a batch's buffers).
+#[inline(always)]
+fn send_one_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, n: u64) {
+    let posted = qp.post_send_one(n, WorkRequestFlags::Signaled, |wr| {
+        // SAFETY: the buffers lie in the registered region, which outlives the queue pairs.
+        unsafe {
+            wr.setup_write(b.rkey, b.remote + n * LEN as u64)
+                .setup_sge(b.lkey, b.local + n * LEN as u64, LEN)
+        }
+    });
+    if posted.is_err() {
+        failed("post_send_one");
+    }
+}
+
+/// The same request with direct calls.
+#[inline(always)]
+fn send_one_raw(qp: *mut ibv_qp_ex, b: Buffers, n: u64) {
+    // SAFETY: the queue pair is live, in RTS, created with RDMA writes; the buffers lie in the
+    // registered region.
+    unsafe {
+        ibv_wr_start(qp);
+        (*qp).wr_id = n;
+        (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        ibv_wr_rdma_write(qp, b.rkey, b.remote + n * LEN as u64);
+        ibv_wr_set_sge(qp, b.lkey, b.local + n * LEN as u64, LEN);
+        if ibv_wr_complete(qp) != 0 {
+            failed("ibv_wr_complete");
+        }
+    }
+}
+
+/// One receive with `srq.post_recv_one`.
+#[inline(always)]
+fn recv_one_guard(srq: &SharedReceiveQueue, b: Buffers, n: u64) {
+    let sge = [ibv_sge {
+        addr: b.local + n * LEN as u64,
+        length: LEN,
+        lkey: b.lkey,
+    }];
+    // SAFETY: the buffer lies in the registered region, which outlives the SRQ.
+    if unsafe { srq.post_recv_one(n, &sge) }.is_err() {
+        failed("post_recv_one");
+    }
+}
+
+/// The same receive with a direct call, its request and entry on the stack.
+#[inline(always)]
+fn recv_one_raw(srq: *mut ibv_srq, b: Buffers, n: u64) {
+    let mut sge = ibv_sge {
+        addr: b.local + n * LEN as u64,
+        length: LEN,
+        lkey: b.lkey,
+    };
+    let mut wr = ibv_recv_wr {
+        wr_id: n,
+        next: null_mut(),
+        sg_list: &mut sge,
+        num_sge: 1,
+    };
+    let mut bad: *mut ibv_recv_wr = null_mut();
+    // SAFETY: a one-request list on the stack, alive during the call; the SRQ is live; the
+    // buffer lies in the registered region.
+    if unsafe { ibv_post_srq_recv(srq, &mut wr, &mut bad) } != 0 {
+        failed("ibv_post_srq_recv");
+    }
+}
+
 // The functions callgrind measures (by these names: keep them in sync with scripts/bench), and
 // their warm-up twins (which differ by a black_box so that they are not merged).
 
@@ -153,6 +221,37 @@ fn measured_recv_guard(srq: &SharedReceiveQueue, b: Buffers, batch: usize) {
 #[inline(never)]
 fn measured_recv_raw(srq: *mut ibv_srq, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers) {
     recv_raw(srq, wrs, sges, b)
+}
+
+#[inline(never)]
+fn measured_send_one_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, n: u64) {
+    send_one_guard(qp, b, n)
+}
+#[inline(never)]
+fn measured_send_one_raw(qp: *mut ibv_qp_ex, b: Buffers, n: u64) {
+    send_one_raw(qp, b, n)
+}
+#[inline(never)]
+fn measured_recv_one_guard(srq: &SharedReceiveQueue, b: Buffers, n: u64) {
+    recv_one_guard(srq, b, n)
+}
+#[inline(never)]
+fn measured_recv_one_raw(srq: *mut ibv_srq, b: Buffers, n: u64) {
+    recv_one_raw(srq, b, n)
+}
+
+#[inline(never)]
+fn warm_one(qp: &mut SharedReceiveQueuePair<ReliableConnection>, srq: &SharedReceiveQueue, b: Buffers, guard: bool) {
+    black_box(2);
+    if guard {
+        send_one_guard(qp, b, 0);
+        recv_one_guard(srq, b, 0);
+    } else {
+        // SAFETY: the queue pair is live and was created with send operations.
+        send_one_raw(unsafe { ibv_qp_to_qp_ex(qp.qp().as_ptr()) }, b, 0);
+        // SAFETY: the handle is used while `srq` is alive.
+        recv_one_raw(unsafe { srq.srq() }.as_ptr(), b, 0);
+    }
 }
 
 #[inline(never)]
@@ -289,4 +388,33 @@ fn main() {
     }
     println!("measured measured_recv_guard batch={batch} requests={requests}");
     println!("measured measured_recv_raw batch={batch} requests={requests}");
+
+    // One-request posts (in the batch-1 run only): each call posts one request.
+    if batch == 1 {
+        let mut srq = new_srq(&pd);
+        for guard in [true, false] {
+            warm_one(&mut sender, &srq, b, guard);
+            drain(1);
+        }
+        let mut free = SRQ_WR as usize - 2;
+        for n in 0..requests as u64 {
+            if free < 2 {
+                srq = new_srq(&pd);
+                free = SRQ_WR as usize;
+            }
+            measured_send_one_guard(&mut sender, b, n % 256);
+            drain(1);
+            measured_send_one_raw(qp_ex, b, n % 256);
+            drain(1);
+            measured_recv_one_guard(&srq, b, n % 256);
+            // SAFETY: the handle is used while `srq` is alive.
+            measured_recv_one_raw(unsafe { srq.srq() }.as_ptr(), b, n % 256);
+            free -= 2;
+        }
+        for op in ["send_one", "recv_one"] {
+            for kind in ["guard", "raw"] {
+                println!("measured measured_{op}_{kind} batch=1 requests={requests}");
+            }
+        }
+    }
 }

@@ -19,8 +19,8 @@ use rdma_mummy_sys::{
     ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
 };
 use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection};
-use sideway_ext::ibverbs::shared_receive_queue::PostReceiveGuard;
+use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection, WorkRequestHandle};
+use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveGuard, SharedReceiveQueue};
 
 /// The batch sizes of every table.
 pub const BATCHES: [usize; 3] = [1, 16, 256];
@@ -247,12 +247,75 @@ impl Workload for SendRcWrite {
     }
 }
 
+/// The same RC RDMA writes posted one request at a time: the guard side with
+/// `post_send_one(wr_id, Signaled, |wr| wr.setup_write(rkey, addr).setup_sge(lkey, addr, 64))`
+/// (through `PostSendGuard::post_one`, which the queue pairs' `post_send_one` calls), the raw side
+/// with `ibv_wr_start`, `wr_id`, `wr_flags`, `ibv_wr_rdma_write`, `ibv_wr_set_sge`,
+/// `ibv_wr_complete` per request. Its batch is always 1.
+pub enum SendRcWriteOne {}
+
+impl Workload for SendRcWriteOne {
+    const NAME: &'static str = "send_rc_write_one";
+    type State = SendState;
+
+    fn setup(batch: usize) -> SendState {
+        let mut state = SendRcWrite::setup(batch);
+        Self::guard(&mut state, 1);
+        Self::raw(&mut state, 1);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut SendState, requests: usize) {
+        let (qp, entries, b) = (state.qp.as_ptr(), state.entries, state.buffers);
+        for n in 0..requests as u64 {
+            let request = |wr: WorkRequestHandle<'_, ReliableConnection>| {
+                // SAFETY: the counting provider never touches the buffers.
+                unsafe {
+                    wr.setup_write(b.rkey, b.remote + n * STRIDE)
+                        .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                }
+            };
+            // SAFETY: the counting queue pair is live and not used elsewhere during the call; its
+            // entries were read by ProviderEntries::new; RC needs no context.
+            let posted = unsafe {
+                PostSendGuard::<ReliableConnection>::post_one(qp, entries, (), n, WorkRequestFlags::Signaled, request)
+            };
+            if posted.is_err() {
+                failed("PostSendGuard::post_one");
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut SendState, requests: usize) {
+        let (qp, b) = (state.qp.as_ptr().as_ptr(), state.buffers);
+        for n in 0..requests as u64 {
+            // SAFETY: the counting queue pair is live and fills every entry called here.
+            unsafe {
+                ibv_wr_start(qp);
+                (*qp).wr_id = n;
+                (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                if ibv_wr_complete(qp) != 0 {
+                    failed("ibv_wr_complete");
+                }
+            }
+        }
+    }
+
+    fn posted(state: &SendState) -> u64 {
+        state.qp.requests()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // DC sends: the same counting `ibv_qp_ex`, and an `mlx5dv_qp_ex` whose `wr_set_dc_addr` counts.
 
 #[cfg(feature = "mlx5")]
 #[allow(unused_imports)] // the allocation test shares this module and posts no DC request
-pub use dc::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite};
+pub use dc::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
 
 #[cfg(feature = "mlx5")]
 mod dc {
@@ -265,7 +328,7 @@ mod dc {
         mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr,
     };
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
-    use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
+    use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
     use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
     use sideway_ext::mlx5::dc_initiator_pool::{
         DcInitiatorPool, DcPoolPolicy, DestinationId, PooledInitiator, PostingInitiator,
@@ -404,6 +467,81 @@ mod dc {
         fn posted(state: &DcState) -> u64 {
             assert_eq!(state.view.addresses, state.qp.requests(), "one DC address per request");
             state.qp.requests()
+        }
+    }
+
+    /// The same DC RDMA writes posted one request at a time: `post_send_one` (through
+    /// `PostSendGuard::post_one`, as `DcInitiator::post_send_one`) against `ibv_wr_start`, the
+    /// request's calls with `mlx5dv_wr_set_dc_addr`, `ibv_wr_complete` per request.
+    pub enum SendDcWriteOne {}
+
+    impl Workload for SendDcWriteOne {
+        const NAME: &'static str = "send_dc_write_one";
+        type State = DcState;
+
+        fn setup(batch: usize) -> DcState {
+            let mut state = SendDcWrite::setup(batch);
+            Self::guard(&mut state, 1);
+            Self::raw(&mut state, 1);
+            state
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut DcState, requests: usize) {
+            let (qp, entries, b) = (state.qp.as_ptr(), state.entries, state.buffers);
+            let (ah, dct_number, dc_key) = (state.ah, state.dct_number, state.dc_key);
+            // SAFETY: the view is live for the state's lifetime.
+            let context = unsafe { DcContext::from_raw(NonNull::from(&mut state.view.view)) };
+            for n in 0..requests as u64 {
+                let request = |wr: WorkRequestHandle<'_, DynamicallyConnected>| {
+                    // SAFETY: the counting provider never touches the buffers or the handle.
+                    unsafe {
+                        wr.setup_write(b.rkey, b.remote + n * STRIDE)
+                            .setup_dc_addr_raw(ah, dct_number, dc_key)
+                            .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                    }
+                };
+                // SAFETY: the counting tables are live and not used elsewhere during the call;
+                // their entries were read once at setup.
+                let posted = unsafe {
+                    PostSendGuard::<DynamicallyConnected>::post_one(
+                        qp,
+                        entries,
+                        context,
+                        n,
+                        WorkRequestFlags::Signaled,
+                        request,
+                    )
+                };
+                if posted.is_err() {
+                    failed("PostSendGuard::post_one");
+                }
+            }
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut DcState, requests: usize) {
+            let (qp, b) = (state.qp.as_ptr().as_ptr(), state.buffers);
+            let view = &mut state.view.view as *mut mlx5dv_qp_ex;
+            let (ah, dct_number, dc_key) = (state.ah.as_ptr(), state.dct_number, state.dc_key);
+            for n in 0..requests as u64 {
+                // SAFETY: the counting tables are live and fill every entry called here.
+                unsafe {
+                    ibv_wr_start(qp);
+                    (*qp).wr_id = n;
+                    (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                    ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                    mlx5dv_wr_set_dc_addr(view, ah, dct_number, dc_key);
+                    ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                    if ibv_wr_complete(qp) != 0 {
+                        failed("ibv_wr_complete");
+                    }
+                }
+            }
+        }
+
+        fn posted(state: &DcState) -> u64 {
+            SendDcWrite::posted(state)
         }
     }
 
@@ -782,6 +920,78 @@ impl Workload for RecvSrq {
     fn raw(state: &mut RecvState, requests: usize) {
         let srq = state.srq.srq();
         recv_raw(srq, &mut state.wrs, &mut state.sges, state.buffers, requests);
+    }
+
+    fn posted(state: &RecvState) -> u64 {
+        state.srq.requests()
+    }
+}
+
+/// SRQ receives of one 64-byte entry posted one request at a time: the guard side with
+/// `post_recv_one(wr_id, &[sge])` (through `SharedReceiveQueue::post_recv_one_raw`, which
+/// `srq.post_recv_one` calls), the raw side with an `ibv_recv_wr` and an `ibv_sge` on the stack and
+/// one `ibv_post_srq_recv` per request. Its batch is always 1.
+pub enum RecvSrqOne {}
+
+/// Posts `requests` receives to `srq` one at a time with `post_recv_one`.
+#[inline(always)]
+pub fn recv_one_guard(srq: NonNull<ibv_srq>, b: Buffers, requests: usize) {
+    for n in 0..requests as u64 {
+        let sge = [ibv_sge {
+            addr: b.local + n * STRIDE,
+            length: STRIDE as u32,
+            lkey: b.lkey,
+        }];
+        // SAFETY: the counting SRQ is live and takes one entry per request; the counting provider
+        // never touches the buffers.
+        if unsafe { SharedReceiveQueue::post_recv_one_raw(srq, 1, n, &sge) }.is_err() {
+            failed("SharedReceiveQueue::post_recv_one");
+        }
+    }
+}
+
+/// Posts `requests` receives to `srq` one at a time with direct calls.
+#[inline(always)]
+pub fn recv_one_raw(srq: NonNull<ibv_srq>, b: Buffers, requests: usize) {
+    for n in 0..requests as u64 {
+        let mut sge = ibv_sge {
+            addr: b.local + n * STRIDE,
+            length: STRIDE as u32,
+            lkey: b.lkey,
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: n,
+            next: null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad: *mut ibv_recv_wr = null_mut();
+        // SAFETY: a one-request list on the stack, alive during the call; the counting SRQ is live.
+        if unsafe { ibv_post_srq_recv(srq.as_ptr(), &mut wr, &mut bad) } != 0 {
+            failed("ibv_post_srq_recv");
+        }
+    }
+}
+
+impl Workload for RecvSrqOne {
+    const NAME: &'static str = "recv_srq_one";
+    type State = RecvState;
+
+    fn setup(batch: usize) -> RecvState {
+        let mut state = RecvState::new(CountingSrq::new(), batch);
+        Self::guard(&mut state, 1);
+        Self::raw(&mut state, 1);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut RecvState, requests: usize) {
+        recv_one_guard(state.srq.srq(), state.buffers, requests);
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut RecvState, requests: usize) {
+        recv_one_raw(state.srq.srq(), state.buffers, requests);
     }
 
     fn posted(state: &RecvState) -> u64 {

@@ -9,6 +9,8 @@
 //! - [`work_completion`]: completions with every field, including the queue pair number;
 //! - [`completion_channel`]: completion events, to sleep (or wait on a file descriptor) until a
 //!   completion queue gets a completion instead of busy polling it;
+//! - [`async_completion_channel`] (feature `tokio`): the same events awaited from a tokio task
+//!   (`channel.wait().await`);
 //! - [`extension`]: the factories on sideway's types (`pd.create_srq_builder()`, `pd.create_ah()`,
 //!   `ctx.async_event_reader()`, `cq.poll_work_completions()`) and the completion-event methods
 //!   (`cq.req_notify_cq()`, `channel.get_cq_event()`).
@@ -32,6 +34,9 @@
 //! # drop(qp);
 //! ```
 pub mod address_handle;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod async_completion_channel;
 pub mod async_event;
 pub mod completion_channel;
 pub mod extension;

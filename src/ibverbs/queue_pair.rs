@@ -1038,6 +1038,40 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         // provider filled the entries read at creation; RC and UD need no context.
         unsafe { PostSendGuard::start(qp_ex, entries, ()) }
     }
+
+    /// Posts one send request, at the cost of the raw calls (`ibv_wr_start`, the request's
+    /// `ibv_wr_*` calls, `ibv_wr_complete`): for the everyday "send the next message". `request`
+    /// describes it from its operation on, with the same steps as a batch's
+    /// ([`construct_wr`](PostSendGuard::construct_wr)):
+    ///
+    /// ```no_run
+    /// # use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+    /// # fn f(qp: &mut sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair<sideway_ext::ibverbs::post_send_guard::ReliableConnection>) -> Result<(), Box<dyn std::error::Error>> {
+    /// qp.post_send_one(7, WorkRequestFlags::Signaled, |wr| wr.setup_send().setup_inline_data(b"hello"))?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// It guarantees what a batch does: an operation or data setter the queue pair was not
+    /// created with never reaches the provider
+    /// ([`OperationNotEnabled`](super::post_send_guard::PostSendErrorKind::OperationNotEnabled)
+    /// names the request's `wr_id`), and a failed post posted nothing. A `request` that stops
+    /// before its data step posts nothing and returns `Ok`.
+    ///
+    /// See [`ibv_wr_post`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html).
+    #[inline(always)]
+    // Paths spelled out, so that this data-path method leaves the control plane's imports alone.
+    pub fn post_send_one(
+        &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
+        request: impl FnOnce(super::post_send_guard::WorkRequestHandle<'_, T>),
+    ) -> Result<(), super::post_send_guard::PostSendError>
+    where
+        T: Transport<Context = ()>,
+    {
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: as in start_post_send: the queue pair is alive and exclusively borrowed for the
+        // call; its provider filled the entries read at creation; RC and UD need no context.
+        unsafe { PostSendGuard::post_one(qp_ex, entries, (), wr_id, wr_flags, request) }
+    }
 }
 
 #[cfg(test)]

@@ -356,11 +356,11 @@ const CHUNK_REQUESTS: usize = 64;
 /// Scatter/gather entries a [`PostReceiveGuard`] holds before it hands its requests over.
 const CHUNK_ENTRIES: usize = 128;
 
-/// The storage of a receive batch: requests and their entries, linked in place as they are added
-/// (its address does not change while a guard uses it, so every pointer is final when written).
+/// The storage of a receive batch: requests and their entries, in order from the first slot, each
+/// request linked to the slot after it as it is added, the last one's link set to NULL when the
+/// chunk is handed over (its address does not change while a guard uses it, so every pointer is
+/// final when written).
 struct RecvChunk {
-    /// The list head: the first request, once there is one.
-    head: *mut ibv_recv_wr,
     wrs: [MaybeUninit<ibv_recv_wr>; CHUNK_REQUESTS],
     sges: [MaybeUninit<ibv_sge>; CHUNK_ENTRIES],
 }
@@ -368,7 +368,6 @@ struct RecvChunk {
 impl RecvChunk {
     const fn new() -> Self {
         Self {
-            head: std::ptr::null_mut(),
             wrs: [MaybeUninit::uninit(); CHUNK_REQUESTS],
             sges: [MaybeUninit::uninit(); CHUNK_ENTRIES],
         }
@@ -550,6 +549,78 @@ impl SharedReceiveQueue {
         // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
         unsafe { PostReceiveGuard::start(self.srq, self.max_sge) }
     }
+
+    /// Posts one receive request with `ibv_post_srq_recv`, at the cost of the raw call: for the
+    /// everyday "repost the receive that just completed". Its entries are read from `sg_list`
+    /// during the call (nothing is copied first); an empty list receives zero-length messages
+    /// only.
+    ///
+    /// The same guarantees as a batch: a list longer than the queue's
+    /// [`max_sge`](Self::max_sge) is refused before the library
+    /// ([`TooManyScatterGatherEntries`](PostReceiveErrorKind::TooManyScatterGatherEntries)), and
+    /// an error names the request (`failed_index` 0, its `wr_id`); on error nothing was posted.
+    ///
+    /// See [`ibv_post_srq_recv`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
+    /// ([RDMAmojo](https://www.rdmamojo.com/2013/02/08/ibv_post_srq_recv/)).
+    ///
+    /// # Safety
+    ///
+    /// Each entry's buffer must lie in the memory region registered with its `lkey` and stay
+    /// valid until the receive completes (or the queue is destroyed).
+    #[inline(always)]
+    pub unsafe fn post_recv_one(&self, wr_id: u64, sg_list: &[ibv_sge]) -> Result<(), PostReceiveError> {
+        // SAFETY: the queue is alive during the call and its max_sge is the granted one; the
+        // caller keeps the buffers valid.
+        unsafe { Self::post_recv_one_raw(self.srq, self.max_sge, wr_id, sg_list) }
+    }
+
+    /// [`post_recv_one`](Self::post_recv_one) on a raw shared receive queue, for benchmarks and
+    /// tests that drive it over hand-made function tables.
+    ///
+    /// # Safety
+    ///
+    /// `srq` must be a live shared receive queue and `max_sge` at most the number of entries per
+    /// request it was created with; the buffers as for [`post_recv_one`](Self::post_recv_one).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub unsafe fn post_recv_one_raw(
+        srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
+    ) -> Result<(), PostReceiveError> {
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: null_mut(),
+            sg_list: sg_list.as_ptr().cast_mut(),
+            num_sge: sg_list.len() as i32,
+        };
+        // Checked once the request is written, as raw code writes it first.
+        if sg_list.len() > max_sge as usize {
+            return Err(one_failed(0, wr.wr_id, sg_list.len(), max_sge));
+        }
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: a one-request list whose entries (read, never written, by the provider) live
+        // until the call returns; the SRQ is alive (the caller's promise).
+        let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), &mut wr, &mut bad_wr) };
+        if ret != 0 {
+            // Read back from the request, so that nothing needs to stay live across the call
+            // (`max` only matters for too many entries).
+            return Err(one_failed(ret, wr.wr_id, 0, 0));
+        }
+        Ok(())
+    }
+}
+
+/// The error of a one-request post (`ret` as in [`Failure`]).
+#[cold]
+#[inline(never)]
+fn one_failed(ret: i32, wr_id: u64, requested: usize, max: u32) -> PostReceiveError {
+    Failure {
+        ret,
+        index: 0,
+        wr_id,
+        requested,
+        max,
+    }
+    .into_error()
 }
 
 /// A batch of receive requests for a [`SharedReceiveQueue`]; see
@@ -582,8 +653,6 @@ struct RecvBatch {
     /// Where the next request and entry go.
     next_wr: *mut ibv_recv_wr,
     next_sge: *mut ibv_sge,
-    /// The `next` field that the next request is linked into (the chunk's head at first).
-    tail: *mut *mut ibv_recv_wr,
     /// Requests handed to the provider.
     posted: usize,
     failed: Option<Failure>,
@@ -638,7 +707,6 @@ impl PostReceiveGuard<'_> {
             owned,
             next_wr: null_mut(),
             next_sge: null_mut(),
-            tail: null_mut(),
             posted: 0,
             failed: None,
         };
@@ -687,15 +755,14 @@ impl PostReceiveGuard<'_> {
         // Not dropped: its parts are released here, so that the batch never has to be in memory.
         let mut this = ManuallyDrop::new(self);
         let batch = &mut this.batch;
-        if batch.len() > 0 {
-            batch.hand_over();
-        }
-        let failed = batch.failed;
-        release(batch.owned.take());
-        match failed {
-            None => Ok(()),
+        let result = match batch.failed {
+            // The batch's last chunk, handed over with nothing kept for after it: no failure
+            // record stays live across the provider call.
+            None => batch.hand_over_last(),
             Some(failure) => Err(failure.into_error()),
-        }
+        };
+        release(batch.owned.take());
+        result
     }
 }
 
@@ -773,6 +840,24 @@ fn failed_in_chunk(head: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize)
     (in_chunk, unsafe { (*head.add(in_chunk)).wr_id })
 }
 
+/// The error of the batch's last chunk, whose provider call returned `ret` (`posted` requests
+/// were handed over before the chunk).
+#[cold]
+#[inline(never)]
+fn last_failed(
+    ret: i32, head: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize, posted: usize, max: u32,
+) -> PostReceiveError {
+    let (in_chunk, wr_id) = failed_in_chunk(head, bad_wr, len);
+    Failure {
+        ret,
+        index: posted + in_chunk,
+        wr_id,
+        requested: 0,
+        max,
+    }
+    .into_error()
+}
+
 /// A hint for the branch that calls it.
 #[cold]
 #[inline(always)]
@@ -784,13 +869,6 @@ impl RecvBatch {
     fn first_wr(&self) -> *mut ibv_recv_wr {
         // SAFETY: the chunk is this guard's; only an address is computed.
         unsafe { std::ptr::addr_of_mut!((*self.chunk.as_ptr()).wrs).cast() }
-    }
-
-    /// The chunk's head field.
-    #[inline(always)]
-    fn head_link(&self) -> *mut *mut ibv_recv_wr {
-        // SAFETY: the chunk is this guard's and does not move; only the field's address is taken.
-        unsafe { std::ptr::addr_of_mut!((*self.chunk.as_ptr()).head) }
     }
 
     /// Requests in the chunk.
@@ -807,7 +885,14 @@ impl RecvBatch {
         self.next_wr = self.first_wr();
         // SAFETY: the chunk is this guard's; only addresses are computed.
         self.next_sge = unsafe { std::ptr::addr_of_mut!((*chunk).sges).cast() };
-        self.tail = self.head_link();
+    }
+
+    /// Ends the chunk's list at its last request (the chunk must hold one).
+    #[inline(always)]
+    fn terminate(&mut self) {
+        // SAFETY: the chunk holds at least one request, written by push; the slot before
+        // next_wr is the last.
+        unsafe { (*self.next_wr.sub(1)).next = null_mut() };
     }
 
     /// Whether the chunk has no free request slot.
@@ -817,7 +902,7 @@ impl RecvBatch {
         self.next_wr == unsafe { self.first_wr().add(CHUNK_REQUESTS) }
     }
 
-    /// Adds a request to the chunk, linked in, its `num_sge` entries to be written at
+    /// Adds a request to the chunk, linked to the slot after it, its `num_sge` entries to be written at
     /// `next_sge`. The chunk must have a free slot (`construct_wr` hands a full chunk over), and
     /// at least `num_sge` entry slots beyond one for each other free request slot.
     #[inline(always)]
@@ -826,15 +911,16 @@ impl RecvBatch {
         // SAFETY: wr is a free slot of the chunk (the caller's promise), which is this guard's
         // until it is dropped and does not move.
         unsafe {
+            // The next slot, or one past the array for the last one: either is replaced by NULL
+            // (terminate) before the list is handed over, if no request follows.
+            let next = wr.add(1);
             wr.write(ibv_recv_wr {
                 wr_id,
-                next: null_mut(),
+                next,
                 sg_list: self.next_sge,
                 num_sge: num_sge as i32,
             });
-            *self.tail = wr;
-            self.tail = std::ptr::addr_of_mut!((*wr).next);
-            self.next_wr = wr.add(1);
+            self.next_wr = next;
         }
     }
 
@@ -857,6 +943,10 @@ impl RecvBatch {
     #[inline(always)]
     fn hand_over(&mut self) {
         let len = self.len();
+        if len == 0 {
+            return;
+        }
+        self.terminate();
         let head = self.first_wr();
         self.restart();
         if self.failed.is_some() {
@@ -873,6 +963,25 @@ impl RecvBatch {
             return self.fail(ret, wr_id, 0);
         }
         self.posted += len;
+    }
+
+    /// Hands the chunk's requests to the provider, the batch's last (no failure before them);
+    /// the chunk is not started over.
+    #[inline(always)]
+    fn hand_over_last(&mut self) -> Result<(), PostReceiveError> {
+        let len = self.len();
+        if len == 0 {
+            return Ok(());
+        }
+        self.terminate();
+        let head = self.first_wr();
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: as in hand_over.
+        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), head, &mut bad_wr) };
+        if ret != 0 {
+            return Err(last_failed(ret, head, bad_wr, len, self.posted, self.max_sge));
+        }
+        Ok(())
     }
 
     /// Request `wr_id` has `requested` entries, more than the queue takes: hand over the

@@ -700,6 +700,21 @@ impl DcInitiator {
         // provider filled the entries read at creation; the context is its mlx5 view.
         unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) }
     }
+
+    /// Posts one send request at the cost of the raw calls, as
+    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):
+    /// `request` describes it from its operation on, its DC address included
+    /// (`wr.setup_send().setup_dc_addr(&ah, dct_number, dc_key).setup_inline_data(b"hi")`); an
+    /// operation or setter the DC initiator was not created with never reaches the provider.
+    #[inline(always)]
+    pub fn post_send_one(
+        &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
+        request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),
+    ) -> Result<(), crate::ibverbs::post_send_guard::PostSendError> {
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: as in start_post_send.
+        unsafe { PostSendGuard::post_one(qp_ex, entries, DcContext(self.mlx5_qp_ex), wr_id, wr_flags, request) }
+    }
 }
 
 #[cfg(test)]

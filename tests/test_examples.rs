@@ -1,0 +1,132 @@
+//! The newcomer's examples: `examples/async_pingpong` (feature `tokio`) run as a server and a
+//! client against each other on `SIDEWAY_EXT_TEST_DEVICE` (rxe0 in the SoftRoCE VM), and
+//! `examples/dc_hello` (feature `mlx5`), which is README's DC program and stops on a device that
+//! is not mlx5.
+//!
+//! The example binaries are the ones cargo builds next to the test binaries; run under cargo,
+//! the tests build them first.
+mod common;
+
+/// README's DC program is `examples/dc_hello.rs` (after its `//!` header), so that the program
+/// README shows is the one that runs.
+#[test]
+fn readme_dc_program_is_examples_dc_hello() {
+    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/dc_hello.rs"))
+        .expect("examples/dc_hello.rs");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let body: String = example
+        .lines()
+        .skip_while(|line| line.starts_with("//!"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert!(body.lines().count() > 50, "the program follows the header");
+    assert!(
+        readme.contains(&format!("```rust,no_run\n{body}```")),
+        "README's DC block differs from examples/dc_hello.rs"
+    );
+    assert!(example.lines().count() < 200, "dc_hello stays short");
+}
+
+#[cfg(feature = "tokio")]
+mod async_pingpong {
+    use std::path::PathBuf;
+
+    use serial_test::serial;
+
+    use super::common::{self, peer};
+
+    fn example_binary() -> PathBuf {
+        peer::example_binary("async_pingpong", Some("tokio"))
+    }
+
+    /// `N messages on Q queue pairs in S seconds, E completion events`: (N, Q, E).
+    fn summary(peer: &peer::Finished) -> (u64, u64, u64) {
+        let line = peer
+            .stdout
+            .lines()
+            .find(|line| line.contains("messages on"))
+            .unwrap_or_else(|| panic!("no summary line\n{peer}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let number = |i: usize| -> u64 { words[i].parse().unwrap_or_else(|_| panic!("bad summary {line:?}")) };
+        (number(0), number(3), number(9))
+    }
+
+    /// 16 queue pairs × 200 messages, echoed and checked by the client; both sides finish, each
+    /// woke on completion events (at least one, and fewer than its completions: it slept, it did
+    /// not poll a CQ per completion).
+    #[test]
+    #[serial]
+    #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+    fn async_pingpong_server_and_client_echo_over_16_queue_pairs() {
+        let ctx = common::open_test_device();
+        let (gid_index, _) = common::local_gid(&ctx);
+        drop(ctx);
+        let device = std::env::var(common::DEVICE_VARIABLE).expect("checked");
+        let port = 18731;
+        let args = peer::strings(&[
+            "-d",
+            &device,
+            "-g",
+            &gid_index.to_string(),
+            "-p",
+            &port.to_string(),
+            "-q",
+            "16",
+            "-n",
+            "200",
+        ]);
+        let mut client_args = args.clone();
+        client_args.push("127.0.0.1".into());
+        let binary = example_binary();
+        let (server, client) = peer::run_pair(&binary, &args, &binary, &client_args, port);
+        for peer in [&server, &client] {
+            assert!(peer.succeeded(), "the {} failed\n{server}\n{client}", peer.role);
+            let (messages, qps, events) = summary(peer);
+            assert_eq!((messages, qps), (16 * 200, 16), "{peer}");
+            // Each message brings a receive and a send completion.
+            assert!(events >= 1 && events <= 2 * messages, "{events} events\n{peer}");
+        }
+        println!("{server}\n{client}");
+    }
+}
+
+#[cfg(feature = "mlx5")]
+mod dc_hello {
+    use serial_test::serial;
+
+    use super::common::{self, peer};
+
+    /// On rxe: exit status 1 and "rxe0: not an mlx5 device", nothing else done.
+    #[test]
+    #[serial]
+    #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+    fn dc_hello_on_a_device_that_is_not_mlx5_says_so() {
+        let ctx = common::open_test_device();
+        common::require_not_mellanox(&ctx);
+        let (gid_index, _) = common::local_gid(&ctx);
+        let device = std::env::var(common::DEVICE_VARIABLE).expect("checked");
+        let binary = peer::example_binary("dc_hello", Some("mlx5"));
+        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device, &gid_index.to_string()]));
+        assert!(finished.failed_cleanly(), "expected exit status 1\n{finished}");
+        let message = format!("{device}: not an mlx5 device");
+        assert!(
+            finished.stderr.contains(&message),
+            "stderr lacks {message:?}\n{finished}"
+        );
+        assert!(finished.stdout.is_empty(), "{finished}");
+    }
+
+    /// On a ConnectX: the write and the send are checked by the program itself.
+    #[test]
+    #[serial]
+    #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE (a ConnectX-4 or newer)"]
+    fn mlx5_hw_dc_hello_writes_and_sends() {
+        let (ctx, device) = common::open_mlx5_test_device_named();
+        let (gid_index, _) = common::local_gid(&ctx);
+        drop(ctx);
+        let binary = peer::example_binary("dc_hello", Some("mlx5"));
+        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device, &gid_index.to_string()]));
+        assert!(finished.succeeded(), "{finished}");
+        assert!(finished.stdout.contains("DC write and send checked"), "{finished}");
+    }
+}
