@@ -8,14 +8,16 @@ use std::path::Path;
 /// What README's hardware recipe passes to `--skip`.
 const RECIPE_SKIP: &str = "device_that_is_not_mlx5";
 
-/// The functions of `source` (top level, `fn name(` at the start of a line, or after `pub `),
-/// with their text up to the next one, and whether a `#[test]` attribute precedes them.
+/// The functions of `source` (`fn name(` at the start of a line after its indentation, or after
+/// `pub `, so also those of nested modules), with their text up to the next one, and whether a
+/// `#[test]` attribute precedes them.
 fn functions(source: &str) -> Vec<(String, String, bool)> {
     let mut found = Vec::new();
     let mut attributes_test = false;
     let mut current: Option<(String, String, bool)> = None;
     for line in source.lines() {
-        let head = line.strip_prefix("pub ").unwrap_or(line);
+        let trimmed = line.trim_start();
+        let head = trimmed.strip_prefix("pub ").unwrap_or(trimmed);
         if let Some(rest) = head.strip_prefix("fn ") {
             found.extend(current.take());
             let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
@@ -23,7 +25,7 @@ fn functions(source: &str) -> Vec<(String, String, bool)> {
             attributes_test = false;
             continue;
         }
-        if line.starts_with("#[test]") {
+        if trimmed.starts_with("#[test]") {
             attributes_test = true;
         }
         if let Some((_, body, _)) = current.as_mut() {
@@ -95,4 +97,7 @@ fn every_test_of_a_device_that_is_not_mlx5_is_skipped_by_the_hardware_recipe() {
 fn the_scan_follows_helpers() {
     let source = "fn helper() {\n    common::require_not_mellanox(&ctx);\n}\n\n#[test]\nfn a_test() {\n    helper();\n}\n\n#[test]\nfn other() {\n    nothing();\n}\n";
     assert_eq!(tests_needing_a_device_that_is_not_mlx5(source), ["a_test"]);
+    // A test before a nested module does not take in the module's functions.
+    let nested = "#[test]\nfn host_only() {\n    read();\n}\n\nmod device {\n    #[test]\n    fn on_rxe() {\n        common::require_not_mellanox(&ctx);\n    }\n}\n";
+    assert_eq!(tests_needing_a_device_that_is_not_mlx5(nested), ["on_rxe"]);
 }
