@@ -469,6 +469,8 @@ struct PoolCounts {
     retried: u64,
     /// Requests that failed.
     failed: u64,
+    /// Targets reported ready (an initiator granted from the pool's line).
+    ready: u64,
 }
 
 impl DestinationCounts {
@@ -1571,6 +1573,9 @@ impl<'a> PoolInitiators<'a> {
                     )
                     .into());
                 },
+                // A target refused for want of an initiator holds one now: the loops post to
+                // their one target again on their next turn anyway.
+                DcPoolEvent::Ready { .. } => self.counts.ready += 1,
                 DcPoolEvent::Unreachable { destination } => {
                     return Err(format!("the pool reports DC target {} unreachable", destination.index()).into())
                 },

@@ -268,7 +268,7 @@ mod dc {
     use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
     use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
     use sideway_ext::mlx5::dc_initiator_pool::{
-        DcInitiatorPool, DcPoolPolicy, DestinationId, PooledInitiator, PostingInitiator,
+        DcInitiatorPool, DcPoolPolicy, DestinationId, PooledInitiator, PostingInitiator, StreamResetRefusal,
     };
 
     use super::{failed, Buffers, CountingQp, Workload, STRIDE};
@@ -428,15 +428,11 @@ mod dc {
             0
         }
 
-        fn is_in_error(&mut self) -> bool {
-            false
-        }
-
         fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             Ok(())
         }
 
-        fn reset_stream(&mut self, _stream: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        fn reset_stream(&mut self, _stream: u16) -> Result<(), StreamResetRefusal> {
             Ok(())
         }
     }
@@ -593,8 +589,8 @@ mod dc {
                 // The provider sees `initiator << 48 | number`; the initiator is 0.
                 let last = *numbered - 1;
                 if let Some(previous) = in_flight.replace(last) {
-                    if !pool.complete(previous, 0, |_| {}) {
-                        failed("DcInitiatorPool::complete");
+                    if !pool.complete_raw(previous, 0, |_| {}) {
+                        failed("DcInitiatorPool::complete_raw");
                     }
                 }
             }
