@@ -595,6 +595,13 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         }
     }
 
+    /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
+    /// without DC).
+    #[doc(hidden)]
+    pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
+        self.send_cq = Some(send_cq.into());
+    }
+
     /// Sets the grant timeout ([`DcInitiatorPoolBuilder::setup_grant_timeout`]) of a hand-made
     /// pool.
     #[doc(hidden)]
@@ -749,11 +756,15 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// Creates `destination`'s address handle now rather than on its first post (which then
     /// costs no `ibv_create_ah`), and reports an error in it here.
     pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
+        if !self.core.contains(destination) {
+            return Err(PostToDestinationErrorKind::UnknownDestination.into());
+        }
         self.resolve(destination)?;
         Ok(())
     }
 
-    /// The destination's address, creating its address handle on first use.
+    /// The address at the destination's place, creating its address handle on first use; the
+    /// caller checked that the destination is live (its place may serve a newer one).
     #[inline]
     fn resolve(
         &mut self, destination: DestinationId,
@@ -2248,6 +2259,94 @@ mod tests {
             }
         );
         pool.core.check_invariants();
+    }
+
+    /// A work completion as a CQ shared with other queue pairs returns it.
+    fn work_completion(qp_number: u32, wr_id: u64, status: u32, vendor_err: u32) -> WorkCompletion {
+        // SAFETY: zeroes are valid for ibv_wc (plain data).
+        let mut wc: rdma_mummy_sys::ibv_wc = unsafe { MaybeUninit::zeroed().assume_init() };
+        wc.qp_num = qp_number;
+        wc.wr_id = wr_id;
+        wc.status = status;
+        wc.vendor_err = vendor_err;
+        WorkCompletion::from(wc)
+    }
+
+    #[test]
+    fn complete_takes_the_pools_completions_from_a_shared_cq_and_leaves_the_others() {
+        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        let (initiator, _) = pool.assignment(da).expect("bound");
+        post_writes(&mut pool, da, &[7, 8]);
+        take_calls();
+        let qp = 16 + initiator as u32;
+        let mut events = Vec::new();
+        // Another queue pair's completion, with a wr_id that looks like the pool's: not the pool's.
+        assert!(
+            !pool.complete(&work_completion(0x99, provider_wr_id(initiator, 0), 0, 0), |e| events
+                .push(e))
+        );
+        assert!(events.is_empty());
+        // The pool's, with status and vendor syndrome.
+        assert!(
+            pool.complete(&work_completion(qp, provider_wr_id(initiator, 0), 0, 0), |e| events
+                .push(e))
+        );
+        assert!(pool.complete(
+            &work_completion(qp, provider_wr_id(initiator, 1), REM_ACCESS_ERR, 0x22),
+            |e| events.push(e)
+        ));
+        assert_eq!(
+            events,
+            [
+                completed(da, 7),
+                DcPoolEvent::Failed {
+                    destination: da,
+                    wr_id: 8,
+                    status: REM_ACCESS_ERR,
+                    vendor_err: 0x22
+                }
+            ]
+        );
+        // Reported already: no longer the pool's.
+        assert!(
+            !pool.complete(&work_completion(qp, provider_wr_id(initiator, 1), 0, 0), |e| panic!(
+                "{e:?}"
+            ))
+        );
+        take_calls();
+    }
+
+    #[test]
+    fn a_removed_destination_is_stale_and_its_place_serves_another() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        post_writes(&mut pool, da, &[1]);
+        take_calls();
+        assert!(matches!(
+            pool.remove_destination(da).unwrap_err().0,
+            RemoveDestinationErrorKind::Outstanding { requests: 1 }
+        ));
+        assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(da, 1)]);
+        pool.remove_destination(da).expect("nothing outstanding");
+        assert!(matches!(
+            pool.remove_destination(da).unwrap_err().0,
+            RemoveDestinationErrorKind::UnknownDestination
+        ));
+        let db = Address::new(2).add_to(&mut pool);
+        assert_eq!((db.index(), db.generation()), (da.index(), da.generation() + 1));
+        for result in [pool.start_post_send(da).map(|_| ()), pool.prepare(da)] {
+            assert!(matches!(
+                result.unwrap_err().0,
+                PostToDestinationErrorKind::UnknownDestination
+            ));
+        }
+        assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+        assert!(take_calls().is_empty(), "nothing was posted for the stale id");
+        // The new destination posts to its own address.
+        post_writes(&mut pool, db, &[2]);
+        assert_eq!(take_calls()[2], Address::new(2).call(16));
+        assert_eq!(pool.footprint().live_destinations, 1);
     }
 
     #[test]
