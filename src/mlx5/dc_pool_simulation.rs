@@ -13,7 +13,7 @@
 //!   successful completions come after its error completion; once more streams are in error
 //!   than the initiator allows (`log_num_errored`), the initiator goes to ERR as a whole, some
 //!   time later (asynchronously), and flushes every stream;
-//! - a stream reset is refused while the initiator is in ERR, and counted as premature while the
+//! - a stream reset is refused while the initiator is in ERR, and refused (and counted) while the
 //!   stream still holds requests not flushed (the man page: reset once they are);
 //! - recovery (RESET) cleans the CQ of the initiator's completions (`mlx5_cq_clean`) and discards
 //!   its queue: a pool that recovered before it saw every completion loses requests;
@@ -214,7 +214,9 @@ impl PooledInitiator for SimInitiator {
         }
         let lane = &mut self.lanes[stream as usize];
         if !lane.queue.is_empty() {
+            // Refused, as the man page's "once all stream_id WR's are flushed" requires.
             self.premature_resets += 1;
+            return Err(StreamResetRefusal::Failed("the stream still holds requests not flushed".into()));
         }
         lane.errored = false;
         lane.connected = None;
