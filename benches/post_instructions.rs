@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use common::{RecvSrq, SendRcWrite, Workload, REQUESTS};
 #[cfg(feature = "mlx5")]
-use common::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite};
+use common::{SendDcPoolDedicatedSettled, SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite};
 use gungraun::{library_benchmark, library_benchmark_group, main};
 
 fn setup<W: Workload>(batch: usize) -> W::State {
@@ -57,6 +57,7 @@ workloads! {
     send_dc_write, send_dc_write_guard, send_dc_write_raw: SendDcWrite;
     send_dc_pool_write, send_dc_pool_write_guard, send_dc_pool_write_raw: SendDcPoolWrite;
     send_dc_pool_write_settled, send_dc_pool_write_settled_guard, send_dc_pool_write_settled_raw: SendDcPoolWriteSettled;
+    send_dc_pool_dedicated_write_settled, send_dc_pool_dedicated_write_settled_guard, send_dc_pool_dedicated_write_settled_raw: SendDcPoolDedicatedSettled;
 }
 #[cfg(not(feature = "mlx5"))]
 workloads! {

@@ -465,7 +465,8 @@ impl From<Refusal> for PostToDestinationErrorKind {
             Refusal::WouldBlock(reason) => Self::WouldBlock(reason),
             Refusal::Unreachable => Self::Unreachable,
             Refusal::NoInitiatorInService => Self::NoInitiatorInService,
-            Refusal::UnknownDestination => Self::UnknownDestination,
+            // The pool resolves an address before asking again: never reported.
+            Refusal::UnknownDestination | Refusal::Unresolved => Self::UnknownDestination,
         }
     }
 }
@@ -549,7 +550,6 @@ struct DestinationAddress {
     /// Created on the first post (or `prepare`), kept until the destination is removed (requests
     /// in flight do not need it: libmlx5 copies the address into each request).
     ah: Option<Arc<AddressHandle>>,
-    resolved: Option<(NonNull<ibv_ah>, u32, u64)>,
 }
 
 /// A pool of DC initiators on one send CQ serving many destinations; see the
@@ -563,6 +563,8 @@ pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
     src_gid_index: u8,
+    /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
+    streams: bool,
 }
 
 // SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
@@ -592,6 +594,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             pd: None,
             port: 1,
             src_gid_index: 0,
+            streams: policy == DcPoolPolicy::Streams,
         }
     }
 
@@ -666,13 +669,8 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     #[doc(hidden)]
     pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
         let id = self.core.add_destination();
-        self.place(
-            id,
-            DestinationAddress {
-                resolved: Some((ah, dct_number, dc_key)),
-                ..DestinationAddress::default()
-            },
-        );
+        self.place(id, DestinationAddress::default());
+        self.core.set_address(id, (ah, dct_number, dc_key));
         id
     }
 
@@ -763,22 +761,16 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         Ok(())
     }
 
-    /// The address at the destination's place, creating its address handle on first use; the
-    /// caller checked that the destination is live (its place may serve a newer one).
-    #[inline]
-    fn resolve(
-        &mut self, destination: DestinationId,
-    ) -> Result<(NonNull<ibv_ah>, u32, u64), PostToDestinationErrorKind> {
-        match self.addresses.get(destination.index()).and_then(|a| a.resolved) {
-            Some(resolved) => Ok(resolved),
-            None => self.resolve_first(destination),
+    /// The destination's address, creating its address handle on first use.
+    fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
+        if self.core.address(destination).is_some() {
+            return Ok(());
         }
+        self.resolve_first(destination)
     }
 
     #[inline(never)]
-    fn resolve_first(
-        &mut self, destination: DestinationId,
-    ) -> Result<(NonNull<ibv_ah>, u32, u64), PostToDestinationErrorKind> {
+    fn resolve_first(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         }
@@ -786,19 +778,17 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             .addresses
             .get_mut(destination.index())
             .ok_or(PostToDestinationErrorKind::UnknownDestination)?;
-        if let Some(resolved) = address.resolved {
-            return Ok(resolved);
-        }
         let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
         let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
-        // SAFETY: the pointer is used while the pool keeps the Arc.
+        // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
+        // removed; libmlx5 copies the address into each request).
         let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
         address.ah = Some(ah);
-        address.resolved = Some(resolved);
         self.address_handles += 1;
-        Ok(resolved)
+        self.core.set_address(destination, resolved);
+        Ok(())
     }
 
     /// Starts a batch of requests to `destination` on the initiator the policy grants it;
@@ -830,26 +820,25 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
-        if A::STREAMS != (self.core.policy() == DcPoolPolicy::Streams) {
+        if A::STREAMS != self.streams {
             return Err(PostToDestinationErrorKind::StreamsMismatch {
                 streams_pool: !A::STREAMS,
             }
             .into());
         }
-        let grant = self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?;
-        let (ah, dct_number, dc_key) = match self.resolve(destination) {
-            Ok(resolved) => resolved,
-            Err(error) => {
-                // Nothing posted: a grant taken for it goes back.
-                self.core.commit(grant, 0);
-                return Err(error.into());
-            },
+        let grant = match self.core.begin(destination) {
+            Ok(grant) => grant,
+            Err(refusal) => self.begin_refused(destination, refusal)?,
         };
-        let (qp_ex, entries, mlx5_qp_ex) = self.core.initiators[grant.initiator].send_view();
+        let (ah, dct_number, dc_key) = grant.address;
+        // SAFETY: a grant names one of the pool's initiators.
+        let (qp_ex, entries, mlx5_qp_ex) =
+            unsafe { self.core.initiators.get_unchecked_mut(grant.initiator) }.send_view();
         // The guard reaches the bookkeeping and the initiator's ring through raw pointers taken
         // from this one borrow, so that neither invalidates the other.
         let core = NonNull::from(&mut self.core);
-        // SAFETY: `core` is the pool's, borrowed for the guard's lifetime.
+        // SAFETY: `core` is the pool's, borrowed for the guard's lifetime, and the grant names one
+        // of its initiators.
         let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
         // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
         let slots = unsafe { ring.add((grant.first & mask) as usize) };
@@ -867,6 +856,16 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             core,
             _pool: PhantomData,
         })
+    }
+
+    /// A refused grant: for a first post, the address handle, then the grant; else the error.
+    #[inline(never)]
+    fn begin_refused(&mut self, destination: DestinationId, refusal: Refusal) -> Result<Grant, PostToDestinationError> {
+        if refusal != Refusal::Unresolved {
+            return Err(PostToDestinationErrorKind::from(refusal).into());
+        }
+        self.resolve_first(destination)?;
+        Ok(self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?)
     }
 
     /// Polls the send CQ once (up to 32 completions) and reports, through `sink`, every request

@@ -31,7 +31,9 @@
 use std::collections::VecDeque;
 use std::error::Error;
 
-use rdma_mummy_sys::ibv_wc_status;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_ah, ibv_wc_status};
 
 use crate::ibverbs::work_completion::WorkCompletion;
 
@@ -232,6 +234,7 @@ pub trait PooledInitiator {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct Grant {
+    pub address: Address,
     pub initiator: usize,
     /// The destination's stream; 0 when the initiator has none (a destination's stream is 0
     /// then).
@@ -313,8 +316,13 @@ struct InitiatorRequests {
     /// `wr_id`s from here to `head`. Kept by [`pop_settled`](Self::pop_settled), so that
     /// [`room`](Self::room) does not reach into `batches` on every batch.
     oldest: u64,
-    /// Requests posted and not yet reported.
-    outstanding: u64,
+    /// Requests reported so far (`head - reported` are outstanding).
+    reported: u64,
+    /// The request number a batch may not reach: the send queue's free slots and the ring's free
+    /// places, recomputed where requests are reported (a batch also stops at the ring's end).
+    limit: u64,
+    /// `head` when the holder was granted it (dedicated policies): what it posted since.
+    hold_start: u64,
     /// Batches with requests not reported, in posting order.
     batches: VecDeque<BatchRecord>,
     /// The destination holding it (dedicated policies).
@@ -345,7 +353,9 @@ impl InitiatorRequests {
             capacity: u64::from(capacity.max(1)),
             head: 0,
             oldest: 0,
-            outstanding: 0,
+            reported: 0,
+            limit: u64::from(capacity.max(1)).min(size),
+            hold_start: 0,
             batches: VecDeque::new(),
             holder: None,
             streams,
@@ -359,11 +369,22 @@ impl InitiatorRequests {
     /// How many more requests it can take now: free send-queue slots, and places in the ring up
     /// to its end (a batch does not wrap). The ring's size is a power of two that divides 2⁴⁸,
     /// so a batch that stops at the ring's end never crosses the numbers' wrap either.
-    #[inline]
+    #[inline(always)]
     fn room(&self) -> usize {
-        let ring = (self.mask + 1) - (self.head - self.oldest);
         let to_ring_end = (self.mask + 1) - (self.head & self.mask);
-        (self.capacity - self.outstanding).min(ring).min(to_ring_end) as usize
+        (self.limit - self.head).min(to_ring_end) as usize
+    }
+
+    /// Requests posted and not yet reported.
+    #[inline(always)]
+    fn outstanding(&self) -> u64 {
+        self.head - self.reported
+    }
+
+    /// Recomputes `limit` after requests were reported (or the capacity changed).
+    #[inline(always)]
+    fn update_limit(&mut self) {
+        self.limit = (self.reported + self.capacity).min(self.oldest + self.mask + 1);
     }
 
     /// The full number of a request from the 48 bits the provider gives back.
@@ -391,6 +412,7 @@ impl InitiatorRequests {
             self.batches.pop_front();
         }
         self.oldest = self.batches.front().map_or(self.head, |b| b.settled);
+        self.update_limit();
     }
 
     /// Whether stream `lane` holds no request not yet reported.
@@ -420,12 +442,15 @@ fn push_batch(batches: &mut VecDeque<BatchRecord>, destination: u32, stream: u16
 struct DestinationState {
     generation: u32,
     live: bool,
+    /// `generation << 1 | fast`, where fast says it posts on its initiator with no check but
+    /// the initiator's room and health: live, an initiator, reachable, its address resolved.
+    /// One comparison with the id's generation on the post path.
+    gate: u64,
     /// The initiator it posts on: held (dedicated) or bound (static, streams).
     initiator: Option<u16>,
     stream: u16,
-    outstanding: u64,
-    /// Requests posted on the initiator it holds now (quota; 0 for a grant not used yet).
-    posted_on_hold: u64,
+    /// Its address handle, DCT number and DC key, once resolved.
+    address: Option<Address>,
     /// Consecutive errors that say the target is not there.
     retries_exceeded: u32,
     unreachable: bool,
@@ -440,10 +465,10 @@ impl DestinationState {
         Self {
             generation,
             live: true,
+            gate: u64::from(generation) << 1,
             initiator: None,
             stream: 0,
-            outstanding: 0,
-            posted_on_hold: 0,
+            address: None,
             retries_exceeded: 0,
             unreachable: false,
             in_line: false,
@@ -453,11 +478,17 @@ impl DestinationState {
     }
 }
 
+/// Where a destination's requests go: its address handle, DCT number and DC key.
+#[doc(hidden)]
+pub type Address = (NonNull<ibv_ah>, u32, u64);
+
 /// Why a post to a destination is refused, as the bookkeeping sees it.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     WouldBlock(DcPoolWouldBlock),
+    /// Its address is not resolved yet (the pool creates its address handle, then asks again).
+    Unresolved,
     Unreachable,
     /// Every initiator is out of service.
     NoInitiatorInService,
@@ -511,6 +542,8 @@ pub struct PoolCore<I> {
     line_head: u32,
     line_tail: u32,
     waiting_count: usize,
+    /// The quota policy, with destinations in line: holders mind their quota (slow path).
+    quota_active: bool,
     /// Destinations granted an initiator from the line, reported at the end of the `complete`
     /// that granted them, or at the next `poll`/`progress`.
     ready: VecDeque<DestinationId>,
@@ -546,6 +579,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             line_head: NONE,
             line_tail: NONE,
             waiting_count: 0,
+            quota_active: false,
             ready: VecDeque::new(),
             grants: VecDeque::new(),
             clock: 0,
@@ -562,12 +596,54 @@ impl<I: PooledInitiator> PoolCore<I> {
     pub fn limit_send_queue(&mut self, max: u32) {
         for requests in &mut self.requests {
             requests.capacity = requests.capacity.min(u64::from(max.max(1)));
+            requests.update_limit();
         }
     }
 
     /// After how many `poll`/`progress` calls a grant from the line that was not used goes back.
     pub fn set_grant_timeout(&mut self, calls: u64) {
         self.grant_timeout = calls.max(1);
+    }
+
+    /// Recomputes destination `d`'s gate (after any change of what it depends on).
+    fn refresh(&mut self, d: u32) {
+        let state = &mut self.destinations[d as usize];
+        let fast = state.live && state.initiator.is_some() && !state.unreachable && state.address.is_some();
+        state.gate = (u64::from(state.generation) << 1) | u64::from(fast);
+    }
+
+    /// Sets `destination`'s address (its address handle was created); false for a stale id.
+    pub fn set_address(&mut self, destination: DestinationId, address: Address) -> bool {
+        if self.live(destination).is_none() {
+            return false;
+        }
+        self.destinations[destination.index()].address = Some(address);
+        self.refresh(destination.index);
+        true
+    }
+
+    /// `destination`'s address, if resolved.
+    pub fn address(&self, destination: DestinationId) -> Option<Address> {
+        self.live(destination)?.address
+    }
+
+    /// Requests of destination `d` not reported yet: on the initiator it posts on (it has none
+    /// anywhere else: it leaves an initiator only with nothing outstanding there).
+    fn outstanding_of(&self, d: u32) -> u64 {
+        let Some(i) = self.destinations[d as usize].initiator else {
+            return 0;
+        };
+        self.requests[i as usize]
+            .batches
+            .iter()
+            .filter(|b| b.destination == d)
+            .map(|b| b.end - b.settled)
+            .sum()
+    }
+
+    /// Whether the dedicated holder of initiator `i` can give it back: nothing outstanding.
+    fn holder_idle(&self, i: u16) -> bool {
+        self.requests[i as usize].outstanding() == 0
     }
 
     /// The live state of `destination`, or `None` for a stale or unknown id.
@@ -598,6 +674,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             },
         };
         self.bind(index);
+        self.refresh(index);
         DestinationId { index, generation }
     }
 
@@ -632,22 +709,27 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Removes `destination`: refused while requests of it are not reported. Its place is reused
     /// by a later destination, under a new generation.
     pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveRefusal> {
-        let state = self.live(destination).ok_or(RemoveRefusal::UnknownDestination)?;
-        if state.outstanding > 0 {
-            return Err(RemoveRefusal::Outstanding(state.outstanding));
-        }
+        self.live(destination).ok_or(RemoveRefusal::UnknownDestination)?;
         let d = destination.index;
+        let outstanding = self.outstanding_of(d);
+        if outstanding > 0 {
+            return Err(RemoveRefusal::Outstanding(outstanding));
+        }
         self.unlink(d);
         // A dedicated destination with nothing outstanding holds at most a grant not used yet.
         if self.policy.is_dedicated() {
             if let Some(i) = self.destinations[d as usize].initiator.take() {
                 self.requests[i as usize].holder = None;
-                self.give(i);
+                if !self.requests[i as usize].whole_error && !self.requests[i as usize].out_of_service {
+                    self.give(i);
+                }
             }
         }
         let state = &mut self.destinations[d as usize];
         state.live = false;
         state.initiator = None;
+        state.address = None;
+        self.refresh(d);
         self.free_places.push(d);
         Ok(())
     }
@@ -677,7 +759,8 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Requests of `destination` posted and not yet reported.
     pub fn outstanding(&self, destination: DestinationId) -> u64 {
-        self.live(destination).map_or(0, |d| d.outstanding)
+        self.live(destination)
+            .map_or(0, |_| self.outstanding_of(destination.index))
     }
 
     /// Destinations in line for an initiator, first first.
@@ -707,6 +790,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             let state = &mut self.destinations[destination.index()];
             state.unreachable = false;
             state.retries_exceeded = 0;
+            self.refresh(destination.index);
         }
     }
 
@@ -718,11 +802,14 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         let d = destination.index;
         self.unlink(d);
-        let state = &self.destinations[d as usize];
-        if self.policy.is_dedicated() && state.outstanding == 0 {
-            if let Some(i) = self.destinations[d as usize].initiator.take() {
-                self.requests[i as usize].holder = None;
-                self.give(i);
+        if self.policy.is_dedicated() {
+            if let Some(i) = self.destinations[d as usize].initiator {
+                if self.holder_idle(i) && !self.requests[i as usize].whole_error {
+                    self.destinations[d as usize].initiator = None;
+                    self.refresh(d);
+                    self.requests[i as usize].holder = None;
+                    self.give(i);
+                }
             }
         }
     }
@@ -746,6 +833,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         self.line_tail = d;
         self.waiting_count += 1;
+        self.quota_active = matches!(self.policy, DcPoolPolicy::DedicatedWithQuota { .. });
     }
 
     /// Takes destination `d` out of the line, if in it.
@@ -769,6 +857,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             self.destinations[next as usize].previous = previous;
         }
         self.waiting_count -= 1;
+        self.quota_active = self.quota_active && self.waiting_count > 0;
     }
 
     /// A freed initiator (healthy, held by nobody): to the first destination in line, reported
@@ -782,9 +871,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.unlink(first);
         let state = &mut self.destinations[first as usize];
         state.initiator = Some(initiator);
-        state.posted_on_hold = 0;
         let generation = state.generation;
-        self.requests[initiator as usize].holder = Some(first);
+        self.refresh(first);
+        let requests = &mut self.requests[initiator as usize];
+        requests.holder = Some(first);
+        requests.hold_start = requests.head;
         self.ready.push_back(DestinationId {
             index: first,
             generation,
@@ -796,21 +887,21 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Grants `destination` an initiator for one batch, or says why not.
     #[inline(always)]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        // The common case: it posts on the initiator it holds or is bound to, with no quota to
-        // mind and no error to recover from.
+        // The common case: it posts on the initiator it holds or is bound to (its gate says
+        // live, reachable, an initiator, an address), with no quota to mind and no error to
+        // recover from.
         if let Some(state) = self.destinations.get(destination.index()) {
-            let quota_applies =
-                matches!(self.policy, DcPoolPolicy::DedicatedWithQuota { .. }) && self.waiting_count > 0;
-            if let (Some(i), true, false, false) = (
-                state.initiator,
-                state.generation == destination.generation && state.live,
-                state.unreachable,
-                quota_applies,
-            ) {
-                let requests = &self.requests[i as usize];
+            let gate = (u64::from(destination.generation) << 1) | 1;
+            if let (true, false, Some(i), Some(address)) =
+                (state.gate == gate, self.quota_active, state.initiator, state.address)
+            {
+                // SAFETY: a destination's initiator is one of the pool's (indices are never
+                // removed).
+                let requests = unsafe { self.requests.get_unchecked(i as usize) };
                 let room = requests.room();
                 if room > 0 && !requests.troubled {
                     return Ok(Grant {
+                        address,
                         initiator: i as usize,
                         stream: state.stream,
                         destination: destination.index,
@@ -830,6 +921,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         if state.unreachable {
             return Err(Refusal::Unreachable);
         }
+        let Some(address) = state.address else {
+            return Err(Refusal::Unresolved);
+        };
         // What is left of the quota while others wait.
         let mut quota_left = u64::MAX;
         let initiator = match (self.policy, state.initiator) {
@@ -839,7 +933,9 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // It is not in line while it holds an initiator: once it gave it back, its next
                 // post goes to the end of the line if others wait.
                 if self.waiting_count > 0 {
-                    quota_left = u64::from(quota.max(1)).saturating_sub(state.posted_on_hold);
+                    let requests = &self.requests[i as usize];
+                    let posted_on_hold = requests.head - requests.hold_start;
+                    quota_left = u64::from(quota.max(1)).saturating_sub(posted_on_hold);
                     if quota_left == 0 {
                         return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
                     }
@@ -857,10 +953,11 @@ impl<I: PooledInitiator> PoolCore<I> {
                     return Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator));
                 };
                 self.unlink(d);
-                let state = &mut self.destinations[d as usize];
-                state.initiator = Some(i);
-                state.posted_on_hold = 0;
-                self.requests[i as usize].holder = Some(d);
+                self.destinations[d as usize].initiator = Some(i);
+                self.refresh(d);
+                let requests = &mut self.requests[i as usize];
+                requests.holder = Some(d);
+                requests.hold_start = requests.head;
                 i as usize
             },
         };
@@ -886,6 +983,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         let room = room.min(usize::try_from(quota_left).unwrap_or(usize::MAX));
         Ok(Grant {
+            address,
             initiator,
             stream,
             destination: d,
@@ -900,8 +998,13 @@ impl<I: PooledInitiator> PoolCore<I> {
     }
 
     /// The ring of callers' `wr_id`s of `initiator` and its mask, for a guard that writes them.
-    pub fn wr_id_ring(&mut self, initiator: usize) -> (*mut u64, u64) {
-        let requests = &mut self.requests[initiator];
+    ///
+    /// # Safety
+    ///
+    /// `initiator` must be one of the pool's (a grant's).
+    pub unsafe fn wr_id_ring(&mut self, initiator: usize) -> (*mut u64, u64) {
+        // SAFETY: the caller's promise.
+        let requests = unsafe { self.requests.get_unchecked_mut(initiator) };
         (requests.wr_ids.as_mut_ptr(), requests.mask)
     }
 
@@ -909,7 +1012,8 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// refused), their `wr_id`s in the ring from `grant.first` on.
     #[inline(always)]
     pub fn commit(&mut self, grant: Grant, posted: usize) {
-        let requests = &mut self.requests[grant.initiator];
+        // SAFETY: the grant's initiator is one of the pool's.
+        let requests = unsafe { self.requests.get_unchecked_mut(grant.initiator) };
         let d = grant.destination;
         if posted > 0 {
             let posted = posted as u64;
@@ -922,10 +1026,6 @@ impl<I: PooledInitiator> PoolCore<I> {
                 _ => push_batch(&mut requests.batches, d, stream, grant.first, posted),
             }
             requests.head += posted;
-            requests.outstanding += posted;
-            let state = &mut self.destinations[d as usize];
-            state.outstanding += posted;
-            state.posted_on_hold += posted;
         } else {
             // A dedicated destination that posted nothing gives back what it was granted.
             self.release_if_idle_cold(d);
@@ -944,17 +1044,16 @@ impl<I: PooledInitiator> PoolCore<I> {
         if !self.policy.is_dedicated() {
             return;
         }
-        let state = &self.destinations[d as usize];
-        if state.outstanding != 0 {
+        let Some(i) = self.destinations[d as usize].initiator else {
             return;
-        }
-        let Some(i) = state.initiator else { return };
+        };
         let requests = &self.requests[i as usize];
-        if requests.whole_error {
-            // Recovered first (it holds nothing: the holder's requests were all it carried).
+        if requests.outstanding() != 0 || requests.whole_error {
+            // Recovered first (it holds nothing then: the holder's requests were all it carried).
             return;
         }
         self.destinations[d as usize].initiator = None;
+        self.refresh(d);
         self.requests[i as usize].holder = None;
         if !self.requests[i as usize].out_of_service {
             self.give(i);
@@ -971,13 +1070,16 @@ impl<I: PooledInitiator> PoolCore<I> {
             }
             self.grants.pop_front();
             let state = &self.destinations[d as usize];
+            let requests = &self.requests[initiator as usize];
             let unused = state.live
                 && state.generation == generation
                 && state.initiator == Some(initiator)
-                && state.posted_on_hold == 0
-                && state.outstanding == 0;
+                && requests.head == requests.hold_start
+                && requests.outstanding() == 0
+                && !requests.whole_error;
             if unused {
                 self.destinations[d as usize].initiator = None;
+                self.refresh(d);
                 self.requests[initiator as usize].holder = None;
                 self.give(initiator);
             }
@@ -1034,8 +1136,11 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Reports as completed the requests of `initiator`'s stream `lane` before `end` (a stream
     /// completes in order: they executed).
+    #[inline]
     fn settle_up_to(&mut self, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
         let requests = &mut self.requests[initiator];
+        let (ring, mask) = (&requests.wr_ids, requests.mask);
+        let mut reported = 0;
         for batch in requests.batches.iter_mut() {
             if batch.first >= end {
                 break;
@@ -1053,17 +1158,17 @@ impl<I: PooledInitiator> PoolCore<I> {
                 generation: state.generation,
             };
             for number in batch.settled..stop {
-                sink(DcPoolEvent::Completed {
-                    destination,
-                    wr_id: requests.wr_ids[(number & requests.mask) as usize],
-                });
+                // SAFETY: a masked number is within the ring (its length is mask + 1).
+                let wr_id = unsafe { *ring.get_unchecked((number & mask) as usize) };
+                sink(DcPoolEvent::Completed { destination, wr_id });
             }
-            let count = stop - batch.settled;
+            reported += stop - batch.settled;
             batch.settled = stop;
-            requests.outstanding -= count;
-            state.outstanding -= count;
-            state.retries_exceeded = 0;
+            if state.retries_exceeded != 0 {
+                state.retries_exceeded = 0;
+            }
         }
+        requests.reported += reported;
         requests.pop_settled();
         if requests.troubled {
             self.maybe_recover(initiator, sink);
@@ -1075,10 +1180,9 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// a held initiator carries only its holder's requests).
     #[inline]
     fn release_holder_if_idle(&mut self, initiator: usize) {
-        if let Some(holder) = self.requests[initiator].holder {
-            if self.destinations[holder as usize].outstanding == 0 {
-                self.release_if_idle(holder);
-            }
+        let requests = &self.requests[initiator];
+        if let (Some(holder), 0) = (requests.holder, requests.outstanding()) {
+            self.release_if_idle_cold(holder);
         }
     }
 
@@ -1115,6 +1219,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 if state.retries_exceeded >= self.unreachable_after && !state.unreachable {
                     state.unreachable = true;
                     sink(DcPoolEvent::Unreachable { destination });
+                    self.refresh(d);
                 }
             }
             let requests = &mut self.requests[initiator];
@@ -1127,8 +1232,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             });
             let index = requests.find(number).expect("the failing request is live");
             requests.batches[index].settled = number + 1;
-            requests.outstanding -= 1;
-            self.destinations[d as usize].outstanding -= 1;
+            requests.reported += 1;
             let requests = &mut self.requests[initiator];
             requests.lanes[lane as usize] = LaneError {
                 errored: true,
@@ -1180,10 +1284,8 @@ impl<I: PooledInitiator> PoolCore<I> {
                     DcPoolEvent::Retry { destination, wr_id }
                 });
             }
-            let count = stop - batch.settled;
+            requests.reported += stop - batch.settled;
             batch.settled = stop;
-            requests.outstanding -= count;
-            state.outstanding -= count;
         }
         requests.pop_settled();
     }
@@ -1213,7 +1315,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             }
         }
         let requests = &mut self.requests[initiator];
-        if requests.whole_error && requests.outstanding == 0 {
+        if requests.whole_error && requests.outstanding() == 0 {
             match self.initiators[initiator].recover() {
                 Ok(()) => {
                     let requests = &mut self.requests[initiator];
@@ -1234,6 +1336,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         requests.troubled = true;
         if let Some(holder) = requests.holder.take() {
             self.destinations[holder as usize].initiator = None;
+            self.refresh(holder);
         }
         self.free.retain(|&i| i as usize != initiator);
         if !self.policy.is_dedicated() {
@@ -1242,6 +1345,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 let state = &self.destinations[d];
                 if state.live && state.initiator == Some(initiator as u16) {
                     self.bind(d as u32);
+                    self.refresh(d as u32);
                 }
             }
         }
@@ -1282,8 +1386,13 @@ impl<I: PooledInitiator> PoolCore<I> {
                     }
                 }
             }
-            assert_eq!(outstanding, requests.outstanding, "initiator {i}");
-            assert!(requests.outstanding <= requests.capacity);
+            assert_eq!(outstanding, requests.outstanding(), "initiator {i}");
+            assert!(requests.outstanding() <= requests.capacity);
+            assert_eq!(
+                requests.limit,
+                (requests.reported + requests.capacity).min(requests.oldest + requests.mask + 1),
+                "initiator {i}: limit"
+            );
             if let Some(front) = requests.batches.front() {
                 assert!(requests.head - front.settled <= requests.mask + 1);
             }
@@ -1295,11 +1404,17 @@ impl<I: PooledInitiator> PoolCore<I> {
             let troubled = requests.whole_error || requests.out_of_service || requests.lanes.iter().any(|l| l.errored);
             assert_eq!(requests.troubled, troubled, "initiator {i}: troubled");
             if requests.out_of_service {
-                assert_eq!(requests.outstanding, 0, "a lost initiator holds nothing");
+                assert_eq!(requests.outstanding(), 0, "a lost initiator holds nothing");
             }
         }
         for (d, state) in self.destinations.iter().enumerate() {
-            assert_eq!(state.outstanding, per_destination[d], "destination {d}");
+            assert_eq!(self.outstanding_of(d as u32), per_destination[d], "destination {d}");
+            let fast = state.live && state.initiator.is_some() && !state.unreachable && state.address.is_some();
+            assert_eq!(
+                state.gate,
+                (u64::from(state.generation) << 1) | u64::from(fast),
+                "destination {d}: gate"
+            );
             if !state.live {
                 assert!(!state.in_line && state.initiator.is_none());
                 continue;
@@ -1358,7 +1473,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                     assert_eq!(state.initiator, Some(i as u16));
                     assert!(!state.in_line, "a holder is not in line");
                     assert!(
-                        state.outstanding > 0 || requests.whole_error || state.posted_on_hold == 0,
+                        requests.outstanding() > 0 || requests.whole_error || requests.head == requests.hold_start,
                         "a holder with nothing outstanding gave its initiator back"
                     );
                 }

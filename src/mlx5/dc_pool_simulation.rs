@@ -216,13 +216,22 @@ impl PooledInitiator for SimInitiator {
         if !lane.queue.is_empty() {
             // Refused, as the man page's "once all stream_id WR's are flushed" requires.
             self.premature_resets += 1;
-            return Err(StreamResetRefusal::Failed("the stream still holds requests not flushed".into()));
+            return Err(StreamResetRefusal::Failed(
+                "the stream still holds requests not flushed".into(),
+            ));
         }
         lane.errored = false;
         lane.connected = None;
         self.stream_resets += 1;
         Ok(())
     }
+}
+
+/// Adds a destination with an address (the simulated fabric never reads it).
+fn add(pool: &mut PoolCore<SimInitiator>) -> DestinationId {
+    let destination = pool.add_destination();
+    assert!(pool.set_address(destination, (std::ptr::NonNull::dangling(), 0, 0)));
+    destination
 }
 
 /// What a request is for the checks.
@@ -333,7 +342,7 @@ fn run(s: Scenario) -> Report {
         })
         .collect();
     let mut pool = PoolCore::new(initiators, s.policy, 3);
-    let destinations: Vec<DestinationId> = (0..s.destinations).map(|_| pool.add_destination()).collect();
+    let destinations: Vec<DestinationId> = (0..s.destinations).map(|_| add(&mut pool)).collect();
     // Seeded latencies: most destinations 1–4 ticks, one in 50 slow (20–40).
     let latency: Vec<u64> = (0..s.destinations)
         .map(|_| {
@@ -808,7 +817,7 @@ fn the_dead_destinations_statuses_are_counted_as_the_pool_counts_them() {
 fn a_pool_without_initiators_refuses_posts() {
     for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static, DcPoolPolicy::Streams] {
         let mut pool = PoolCore::<SimInitiator>::new(Vec::new(), policy, 3);
-        let destination = pool.add_destination();
+        let destination = add(&mut pool);
         assert_eq!(pool.assignment(destination), None);
         assert!(matches!(pool.begin(destination), Err(Refusal::NoInitiatorInService)));
         pool.check_invariants();
@@ -825,13 +834,13 @@ fn sixty_five_thousand_five_hundred_thirty_six_initiators_are_all_granted() {
     let mut pool = PoolCore::new(initiators, DcPoolPolicy::Dedicated, 3);
     let mut held = std::collections::HashSet::new();
     for _ in 0..count {
-        let destination = pool.add_destination();
+        let destination = add(&mut pool);
         let grant = pool.begin(destination).expect("an initiator is free");
         pool.commit(grant, 1);
         assert!(held.insert(grant.initiator));
     }
     assert_eq!(held.len(), count);
-    let one_more = pool.add_destination();
+    let one_more = add(&mut pool);
     assert_eq!(
         pool.begin(one_more).unwrap_err(),
         Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator)
@@ -851,7 +860,7 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
         let mut live: VecDeque<DestinationId> = VecDeque::new();
         let mut peak = super::dc_pool_assignment::DcPoolFootprint::default();
         for n in 0..1_000_000u64 {
-            let destination = pool.add_destination();
+            let destination = add(&mut pool);
             live.push_back(destination);
             // Post one request; refused ones (in line) are cancelled before removal.
             if let Ok(grant) = pool.begin(destination) {
@@ -1094,7 +1103,7 @@ mod properties {
                             self.in_line[id.index()] = false;
                             prop_assert!(!self.pool.contains(id));
                             prop_assert_eq!(self.pool.begin(id).unwrap_err(), Refusal::UnknownDestination);
-                            let new = self.pool.add_destination();
+                            let new = add(&mut self.pool);
                             prop_assert!(new != id);
                             if new.index() >= self.in_line.len() {
                                 self.in_line.resize(new.index() + 1, false);
@@ -1165,7 +1174,7 @@ mod properties {
             .collect();
         let mut pool = PoolCore::new(initiators, policy, 2);
         pool.set_grant_timeout(4);
-        let ids: Vec<_> = (0..DESTINATIONS).map(|_| pool.add_destination()).collect();
+        let ids: Vec<_> = (0..DESTINATIONS).map(|_| add(&mut pool)).collect();
         let mut run = Run {
             pool,
             fabric,
