@@ -87,7 +87,8 @@ use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc_initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
 use sideway_ext::mlx5::dc_initiator_pool::{
-    DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DestinationId, PoolAddressing,
+    DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DcPoolWouldBlock, DestinationId, PoolAddressing,
+    PostToDestinationErrorKind,
 };
 use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
@@ -487,7 +488,11 @@ impl fmt::Display for DestinationCounts {
             write!(f, " {count}")?;
         }
         if let Some(pool) = self.pool {
-            write!(f, "; pool: Retry {}, Failed {}", pool.retried, pool.failed)?;
+            write!(
+                f,
+                "; pool: Retry {}, Failed {}, Ready {}",
+                pool.retried, pool.failed, pool.ready
+            )?;
         }
         Ok(())
     }
@@ -1511,6 +1516,9 @@ struct PoolInitiators<'a> {
     counts: PoolCounts,
     /// Per target: requests handed back for a retry, to post again before newer ones.
     retries: Vec<VecDeque<u64>>,
+    /// Per target: refused for want of an initiator, and not reported ready since: the pool
+    /// grants it one as one frees up (`DcPoolEvent::Ready`); no post is tried meanwhile.
+    in_line: Vec<bool>,
     events: Vec<DcPoolEvent>,
 }
 
@@ -1530,6 +1538,7 @@ impl<'a> PoolInitiators<'a> {
             completed: vec![0; targets],
             counts: PoolCounts::default(),
             retries: vec![VecDeque::new(); targets],
+            in_line: vec![false; targets],
             events: Vec::with_capacity(POLL_BATCH),
         }
     }
@@ -1573,9 +1582,11 @@ impl<'a> PoolInitiators<'a> {
                     )
                     .into());
                 },
-                // A target refused for want of an initiator holds one now: the loops post to
-                // their one target again on their next turn anyway.
-                DcPoolEvent::Ready { .. } => self.counts.ready += 1,
+                // A target refused for want of an initiator holds one now: post to it again.
+                DcPoolEvent::Ready { destination } => {
+                    self.counts.ready += 1;
+                    self.in_line[destination.index()] = false;
+                },
                 DcPoolEvent::Unreachable { destination } => {
                     return Err(format!("the pool reports DC target {} unreachable", destination.index()).into())
                 },
@@ -1598,7 +1609,8 @@ impl RoundTrip for PoolInitiators<'_> {
         let mut done = false;
         let mut idle_polls = 0u32;
         loop {
-            if to_post {
+            // A target in line waits for its Ready event rather than trying again.
+            if to_post && !self.in_line[target] {
                 // One signalled request; a pool with DCI streams posts with
                 // start_post_send_on_stream.
                 macro_rules! post_one {
@@ -1637,7 +1649,16 @@ impl RoundTrip for PoolInitiators<'_> {
                         posted?;
                         to_post = false;
                     },
-                    // Nothing was posted: poll, and try again.
+                    // In line for an initiator: the pool reports when it holds one.
+                    Err(e)
+                        if matches!(
+                            e.0,
+                            PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
+                        ) =>
+                    {
+                        self.in_line[target] = true
+                    },
+                    // Nothing was posted (send queue full, quota, recovery): poll, and try again.
                     Err(e) if e.is_would_block() => {},
                     Err(e) => {
                         return Err(
@@ -1946,7 +1967,8 @@ fn run_pool_bandwidth(
                 0
             };
             let pending = pool.retries[target].len() as u64 + fresh;
-            if pending == 0 {
+            // A target in line for an initiator waits for its Ready event.
+            if pending == 0 || pool.in_line[target] {
                 continue;
             }
             // A batch for the target; a pool with DCI streams posts with
@@ -2005,7 +2027,16 @@ fn run_pool_bandwidth(
             };
             match started {
                 Ok(()) => {},
-                // No initiator for it now, its quota used, or its send queue full: later.
+                // In line: the pool grants it an initiator as one frees up, and says so.
+                Err(e)
+                    if matches!(
+                        e.0,
+                        PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
+                    ) =>
+                {
+                    pool.in_line[target] = true
+                },
+                // Its quota used, its send queue full, or its initiator recovering: later.
                 Err(e) if e.is_would_block() => continue,
                 Err(e) => return Err(format!("Couldn't post to DC target {target}: {}", report(&e)).into()),
             }
