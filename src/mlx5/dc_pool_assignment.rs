@@ -318,11 +318,19 @@ struct InitiatorRequests {
     oldest: u64,
     /// Requests reported so far (`head - reported` are outstanding).
     reported: u64,
-    /// The request number a batch may not reach: the send queue's free slots and the ring's free
-    /// places, recomputed where requests are reported (a batch also stops at the ring's end).
+    /// The request number a batch may not reach: the send queue's free slots, the ring's free
+    /// places and the ring's end, recomputed where requests are reported (and by the slow path
+    /// when a batch stopped at the ring's end); 0 while it is troubled. A batch's room is
+    /// `limit - head`, or 0.
     limit: u64,
+    /// `destination << 16 | stream` of the last batch record, which is open: its `end` is
+    /// `head` (synchronised before completions are read); `u64::MAX` when there is none.
+    last_key: u64,
     /// `head` when the holder was granted it (dedicated policies): what it posted since.
     hold_start: u64,
+    /// The pool's clock when it was last granted from the line: a grant timer of an older
+    /// grant to the same destination does not revoke this one.
+    granted_at: u64,
     /// Batches with requests not reported, in posting order.
     batches: VecDeque<BatchRecord>,
     /// The destination holding it (dedicated policies).
@@ -355,7 +363,9 @@ impl InitiatorRequests {
             oldest: 0,
             reported: 0,
             limit: u64::from(capacity.max(1)).min(size),
+            last_key: u64::MAX,
             hold_start: 0,
+            granted_at: u64::MAX,
             batches: VecDeque::new(),
             holder: None,
             streams,
@@ -371,8 +381,8 @@ impl InitiatorRequests {
     /// so a batch that stops at the ring's end never crosses the numbers' wrap either.
     #[inline(always)]
     fn room(&self) -> usize {
-        let to_ring_end = (self.mask + 1) - (self.head & self.mask);
-        (self.limit - self.head).min(to_ring_end) as usize
+        // 0 while troubled (its limit is 0; its healthy streams post through the slow path).
+        self.limit.saturating_sub(self.head) as usize
     }
 
     /// Requests posted and not yet reported.
@@ -384,7 +394,34 @@ impl InitiatorRequests {
     /// Recomputes `limit` after requests were reported (or the capacity changed).
     #[inline(always)]
     fn update_limit(&mut self) {
-        self.limit = (self.reported + self.capacity).min(self.oldest + self.mask + 1);
+        self.limit = if self.troubled { 0 } else { self.healthy_limit() };
+    }
+
+    /// The limit as if it were not troubled (a stream in error leaves the others posting).
+    #[inline(always)]
+    fn healthy_limit(&self) -> u64 {
+        // The ring's end after `head`: a batch does not wrap around it.
+        let ring_end = (self.head | self.mask) + 1;
+        (self.reported + self.capacity)
+            .min(self.oldest + self.mask + 1)
+            .min(ring_end)
+    }
+
+    /// Sets the open last record's `end` to `head`, before records are read.
+    #[inline(always)]
+    fn sync_last(&mut self) {
+        if let Some(last) = self.batches.back_mut() {
+            last.end = self.head;
+        }
+    }
+
+    /// The end of record `index` (the last one's is `head`), for readers that cannot sync.
+    fn end_of(&self, index: usize) -> u64 {
+        if index + 1 == self.batches.len() {
+            self.head
+        } else {
+            self.batches[index].end
+        }
     }
 
     /// The full number of a request from the 48 bits the provider gives back.
@@ -407,9 +444,13 @@ impl InitiatorRequests {
 
     /// Drops the fully reported batches at the front, and moves `oldest` up. Every change of a
     /// batch's `settled` is followed by it.
+    #[inline]
     fn pop_settled(&mut self) {
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
             self.batches.pop_front();
+        }
+        if self.batches.is_empty() {
+            self.last_key = u64::MAX;
         }
         self.oldest = self.batches.front().map_or(self.head, |b| b.settled);
         self.update_limit();
@@ -422,19 +463,25 @@ impl InitiatorRequests {
 
     fn update_troubled(&mut self) {
         self.troubled = self.whole_error || self.out_of_service || self.lanes.iter().any(|l| l.errored);
+        self.update_limit();
     }
 }
 
-/// Records a new batch (out of line: the common case extends the last one).
+/// Records a new batch (out of line: the common case extends the last one), closing the last
+/// record at `first`.
 #[inline(never)]
-fn push_batch(batches: &mut VecDeque<BatchRecord>, destination: u32, stream: u16, first: u64, posted: u64) {
-    batches.push_back(BatchRecord {
+fn push_batch(requests: &mut InitiatorRequests, destination: u32, stream: u16, first: u64, posted: u64) {
+    if let Some(last) = requests.batches.back_mut() {
+        last.end = first;
+    }
+    requests.batches.push_back(BatchRecord {
         destination,
         stream,
         first,
         end: first + posted,
         settled: first,
     });
+    requests.last_key = (u64::from(destination) << 16) | u64::from(stream);
 }
 
 /// A destination's place: its state while it lives, and its generation.
@@ -446,6 +493,10 @@ struct DestinationState {
     /// the initiator's room and health: live, an initiator, reachable, its address resolved.
     /// One comparison with the id's generation on the post path.
     gate: u64,
+    /// Its initiator and address as the post path reads them (valid while the gate's fast bit
+    /// is set): plain fields, no `Option` to test.
+    post_initiator: u16,
+    post_address: Address,
     /// The initiator it posts on: held (dedicated) or bound (static, streams).
     initiator: Option<u16>,
     stream: u16,
@@ -466,6 +517,8 @@ impl DestinationState {
             generation,
             live: true,
             gate: u64::from(generation) << 1,
+            post_initiator: 0,
+            post_address: (NonNull::dangling(), 0, 0),
             initiator: None,
             stream: 0,
             address: None,
@@ -547,8 +600,9 @@ pub struct PoolCore<I> {
     /// Destinations granted an initiator from the line, reported at the end of the `complete`
     /// that granted them, or at the next `poll`/`progress`.
     ready: VecDeque<DestinationId>,
-    /// Grants from the line: (destination, generation, initiator, the clock when it expires).
-    grants: VecDeque<(u32, u32, u16, u64)>,
+    /// Grants from the line: (destination, generation, initiator, the clock when it was
+    /// granted, the clock when it expires).
+    grants: VecDeque<(u32, u32, u16, u64, u64)>,
     /// Counts `poll` and `progress` calls (the grant timeout's clock).
     clock: u64,
     grant_timeout: u64,
@@ -608,7 +662,14 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Recomputes destination `d`'s gate (after any change of what it depends on).
     fn refresh(&mut self, d: u32) {
         let state = &mut self.destinations[d as usize];
-        let fast = state.live && state.initiator.is_some() && !state.unreachable && state.address.is_some();
+        let fast = match (state.live && !state.unreachable, state.initiator, state.address) {
+            (true, Some(initiator), Some(address)) => {
+                state.post_initiator = initiator;
+                state.post_address = address;
+                true
+            },
+            _ => false,
+        };
         state.gate = (u64::from(state.generation) << 1) | u64::from(fast);
     }
 
@@ -633,11 +694,10 @@ impl<I: PooledInitiator> PoolCore<I> {
         let Some(i) = self.destinations[d as usize].initiator else {
             return 0;
         };
-        self.requests[i as usize]
-            .batches
-            .iter()
-            .filter(|b| b.destination == d)
-            .map(|b| b.end - b.settled)
+        let requests = &self.requests[i as usize];
+        (0..requests.batches.len())
+            .filter(|&k| requests.batches[k].destination == d)
+            .map(|k| requests.end_of(k) - requests.batches[k].settled)
             .sum()
     }
 
@@ -876,12 +936,18 @@ impl<I: PooledInitiator> PoolCore<I> {
         let requests = &mut self.requests[initiator as usize];
         requests.holder = Some(first);
         requests.hold_start = requests.head;
+        requests.granted_at = self.clock;
         self.ready.push_back(DestinationId {
             index: first,
             generation,
         });
-        self.grants
-            .push_back((first, generation, initiator, self.clock + self.grant_timeout));
+        self.grants.push_back((
+            first,
+            generation,
+            initiator,
+            self.clock,
+            self.clock + self.grant_timeout,
+        ));
     }
 
     /// Grants `destination` an initiator for one batch, or says why not.
@@ -892,17 +958,19 @@ impl<I: PooledInitiator> PoolCore<I> {
         // recover from.
         if let Some(state) = self.destinations.get(destination.index()) {
             let gate = (u64::from(destination.generation) << 1) | 1;
-            if let (true, false, Some(i), Some(address)) =
-                (state.gate == gate, self.quota_active, state.initiator, state.address)
-            {
+            if state.gate == gate && !self.quota_active {
+                // The fast bit says `post_initiator` and `post_address` are its initiator and
+                // address.
+                let i = state.post_initiator as usize;
                 // SAFETY: a destination's initiator is one of the pool's (indices are never
                 // removed).
-                let requests = unsafe { self.requests.get_unchecked(i as usize) };
+                let requests = unsafe { self.requests.get_unchecked(i) };
+                // A troubled initiator has no room (its limit is 0).
                 let room = requests.room();
-                if room > 0 && !requests.troubled {
+                if room > 0 {
                     return Ok(Grant {
-                        address,
-                        initiator: i as usize,
+                        address: state.post_address,
+                        initiator: i,
                         stream: state.stream,
                         destination: destination.index,
                         first: requests.head,
@@ -952,9 +1020,15 @@ impl<I: PooledInitiator> PoolCore<I> {
                     self.enqueue(d);
                     return Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator));
                 };
-                self.unlink(d);
-                self.destinations[d as usize].initiator = Some(i);
-                self.refresh(d);
+                if self.destinations[d as usize].in_line {
+                    self.unlink(d);
+                }
+                let state = &mut self.destinations[d as usize];
+                state.initiator = Some(i);
+                // Live, reachable and resolved (checked above): fast from now on.
+                state.post_initiator = i;
+                state.post_address = address;
+                state.gate = (u64::from(state.generation) << 1) | 1;
                 let requests = &mut self.requests[i as usize];
                 requests.holder = Some(d);
                 requests.hold_start = requests.head;
@@ -962,6 +1036,11 @@ impl<I: PooledInitiator> PoolCore<I> {
             },
         };
         let stream = self.destinations[d as usize].stream;
+        let requests = &mut self.requests[initiator];
+        if !requests.troubled && requests.limit <= requests.head {
+            // A batch stopped at the ring's end: the limit again.
+            requests.update_limit();
+        }
         let requests = &self.requests[initiator];
         if requests.troubled {
             if requests.whole_error || requests.out_of_service {
@@ -977,7 +1056,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 }));
             }
         }
-        let room = requests.room();
+        let room = (requests.healthy_limit() - requests.head) as usize;
         if room == 0 {
             return Err(Refusal::WouldBlock(DcPoolWouldBlock::QueueFull));
         }
@@ -1017,13 +1096,10 @@ impl<I: PooledInitiator> PoolCore<I> {
         let d = grant.destination;
         if posted > 0 {
             let posted = posted as u64;
-            let stream = grant.stream;
-            match requests.batches.back_mut() {
-                // The same destination and stream right after its last batch: one record.
-                Some(last) if last.end == grant.first && last.destination == d && last.stream == stream => {
-                    last.end += posted;
-                },
-                _ => push_batch(&mut requests.batches, d, stream, grant.first, posted),
+            // The same destination and stream as the last record (open: its end is `head`): one
+            // record.
+            if requests.last_key != (u64::from(d) << 16) | u64::from(grant.stream) {
+                push_batch(requests, d, grant.stream, grant.first, posted);
             }
             requests.head += posted;
         } else {
@@ -1052,10 +1128,13 @@ impl<I: PooledInitiator> PoolCore<I> {
             // Recovered first (it holds nothing then: the holder's requests were all it carried).
             return;
         }
-        self.destinations[d as usize].initiator = None;
-        self.refresh(d);
-        self.requests[i as usize].holder = None;
-        if !self.requests[i as usize].out_of_service {
+        let state = &mut self.destinations[d as usize];
+        state.initiator = None;
+        // No initiator: not fast any more.
+        state.gate &= !1;
+        let requests = &mut self.requests[i as usize];
+        requests.holder = None;
+        if !requests.out_of_service {
             self.give(i);
         }
     }
@@ -1064,7 +1143,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// that were not used within the timeout go back; ready destinations are reported.
     pub fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         self.clock += 1;
-        while let Some(&(d, generation, initiator, expires)) = self.grants.front() {
+        while let Some(&(d, generation, initiator, granted_at, expires)) = self.grants.front() {
             if expires > self.clock {
                 break;
             }
@@ -1074,6 +1153,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             let unused = state.live
                 && state.generation == generation
                 && state.initiator == Some(initiator)
+                && requests.granted_at == granted_at
                 && requests.head == requests.hold_start
                 && requests.outstanding() == 0
                 && !requests.whole_error;
@@ -1111,13 +1191,69 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// As [`complete`](Self::complete), with the completion's vendor syndrome, which the failing
     /// request's [`DcPoolEvent::Failed`] carries.
+    #[inline]
     pub fn complete_with_syndrome(
         &mut self, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
         let initiator = initiator_of(wr_id);
-        let Some(requests) = self.requests.get(initiator) else {
+        let Some(requests) = self.requests.get_mut(initiator) else {
             return false;
         };
+        // The common case: a success in the oldest record of a healthy initiator. Its requests
+        // up to this one are one destination's, on one stream: they executed.
+        if status == ibv_wc_status::IBV_WC_SUCCESS && !requests.troubled {
+            let number = requests.unwrap_number(wr_id & NUMBER_MASK);
+            let only = requests.batches.len() == 1;
+            let head = requests.head;
+            if let Some(front) = requests.batches.front_mut() {
+                // The last record is open: its end is `head`.
+                let end = if only { head } else { front.end };
+                if front.settled <= number && number < end {
+                    let state = &mut self.destinations[front.destination as usize];
+                    let destination = DestinationId {
+                        index: front.destination,
+                        generation: state.generation,
+                    };
+                    let (ring, mask) = (&requests.wr_ids, requests.mask);
+                    for n in front.settled..number + 1 {
+                        // SAFETY: a masked number is within the ring (its length is mask + 1).
+                        let wr_id = unsafe { *ring.get_unchecked((n & mask) as usize) };
+                        sink(DcPoolEvent::Completed { destination, wr_id });
+                    }
+                    requests.reported += number + 1 - front.settled;
+                    front.settled = number + 1;
+                    if state.retries_exceeded != 0 {
+                        state.retries_exceeded = 0;
+                    }
+                    if front.settled == end {
+                        // The record is done: the next one (or none) is the oldest.
+                        requests.sync_last();
+                        requests.pop_settled();
+                    } else {
+                        requests.oldest = number + 1;
+                        requests.update_limit();
+                    }
+                    if requests.holder.is_some() && requests.outstanding() == 0 {
+                        self.release_holder_if_idle(initiator);
+                    }
+                    if !self.ready.is_empty() {
+                        self.report_ready(sink);
+                    }
+                    return true;
+                }
+            }
+        }
+        self.complete_slow(initiator, wr_id, status, vendor_err, sink)
+    }
+
+    /// [`complete_with_syndrome`](Self::complete_with_syndrome) beyond the oldest record, or in
+    /// error.
+    #[inline(never)]
+    fn complete_slow(
+        &mut self, initiator: usize, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
+    ) -> bool {
+        let requests = &mut self.requests[initiator];
+        requests.sync_last();
         let number = requests.unwrap_number(wr_id & NUMBER_MASK);
         let Some(index) = requests.find(number) else {
             return false;
@@ -1200,7 +1336,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // A flush no error completion of its stream announced: the whole initiator went
                 // to ERR (on its own, or after too many stream errors).
                 requests.whole_error = true;
-                requests.troubled = true;
+                requests.update_troubled();
             }
             self.flush_up_to(initiator, lane, number + 1, sink);
         } else {
@@ -1242,7 +1378,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // Without streams an error completion puts the initiator in ERR.
                 requests.whole_error = true;
             }
-            requests.troubled = true;
+            requests.update_troubled();
             requests.pop_settled();
         }
         self.maybe_recover(initiator, sink);
@@ -1333,7 +1469,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         let requests = &mut self.requests[initiator];
         requests.out_of_service = true;
         requests.whole_error = false;
-        requests.troubled = true;
+        requests.update_troubled();
         if let Some(holder) = requests.holder.take() {
             self.destinations[holder as usize].initiator = None;
             self.refresh(holder);
@@ -1367,18 +1503,19 @@ impl<I: PooledInitiator> PoolCore<I> {
         for (i, requests) in self.requests.iter().enumerate() {
             let mut outstanding = 0;
             let mut previous_end = None;
-            for batch in &requests.batches {
-                assert!(batch.first <= batch.settled && batch.settled <= batch.end, "{batch:?}");
-                assert!(batch.first < batch.end);
-                if let Some(end) = previous_end {
-                    assert!(batch.first >= end, "batches of initiator {i} overlap");
+            for (k, batch) in requests.batches.iter().enumerate() {
+                let end = requests.end_of(k);
+                assert!(batch.first <= batch.settled && batch.settled <= end, "{batch:?}");
+                assert!(batch.first < end);
+                if let Some(previous) = previous_end {
+                    assert!(batch.first >= previous, "batches of initiator {i} overlap");
                 }
-                previous_end = Some(batch.end);
-                outstanding += batch.end - batch.settled;
-                per_destination[batch.destination as usize] += batch.end - batch.settled;
+                previous_end = Some(end);
+                outstanding += end - batch.settled;
+                per_destination[batch.destination as usize] += end - batch.settled;
                 assert!(self.destinations[batch.destination as usize].live);
                 if let Some(holder) = requests.holder {
-                    if batch.settled < batch.end {
+                    if batch.settled < end {
                         assert_eq!(
                             holder, batch.destination,
                             "a held initiator carries only its holder's requests"
@@ -1388,11 +1525,23 @@ impl<I: PooledInitiator> PoolCore<I> {
             }
             assert_eq!(outstanding, requests.outstanding(), "initiator {i}");
             assert!(requests.outstanding() <= requests.capacity);
-            assert_eq!(
-                requests.limit,
-                (requests.reported + requests.capacity).min(requests.oldest + requests.mask + 1),
-                "initiator {i}: limit"
-            );
+            if requests.troubled {
+                assert_eq!(requests.limit, 0, "initiator {i}: limit");
+            } else {
+                let expected = (requests.reported + requests.capacity).min(requests.oldest + requests.mask + 1);
+                // The ring's end as of the last recomputation may have been reached since.
+                assert!(
+                    requests.limit <= expected && requests.limit >= requests.head,
+                    "initiator {i}: limit"
+                );
+            }
+            match requests.batches.back() {
+                Some(last) => assert_eq!(
+                    requests.last_key,
+                    (u64::from(last.destination) << 16) | u64::from(last.stream)
+                ),
+                None => assert_eq!(requests.last_key, u64::MAX),
+            }
             if let Some(front) = requests.batches.front() {
                 assert!(requests.head - front.settled <= requests.mask + 1);
             }
