@@ -9,7 +9,14 @@
 //! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) (or,
 //! for the [streams](DcPoolPolicy::Streams) policy,
 //! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
-//! operation → data → `post`.
+//! operation → data → `post`. [`poll`](DcInitiatorPool::poll) reports every request exactly once
+//! from its own completion (the pool signals them all), hands initiators that free up to the
+//! destinations in line ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators
+//! once the device flushed them. Destinations come and go
+//! ([`remove_destination`](DcInitiatorPool::remove_destination), generational ids); the send
+//! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
+//! [`DcPoolEvent::OtherCompletion`]) or created by the pool
+//! ([`setup_own_send_cq`](DcInitiatorPoolBuilder::setup_own_send_cq)).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -18,7 +25,7 @@
 //! use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 //! use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
 //! use sideway_ext::mlx5::dc_initiator::DcInitiatorBringUp;
-//! use sideway_ext::mlx5::dc_initiator_pool::{DcPoolEvent, DcPoolPolicy, PostToDestinationErrorKind};
+//! use sideway_ext::mlx5::dc_initiator_pool::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, PostToDestinationErrorKind};
 //! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -45,13 +52,16 @@
 //!         unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote_addr).setup_sge(lkey, addr, 64) };
 //!         guard.post()?;
 //!     },
-//!     // Nothing was posted: try again after polling.
-//!     Err(e) if matches!(e.0, PostToDestinationErrorKind::WouldBlock(_)) => {},
+//!     // In line: `poll` reports `Ready` for it when it holds an initiator.
+//!     Err(e) if matches!(e.0, PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {},
+//!     // Nothing was posted (queue full, quota, recovery): try again after polling.
+//!     Err(e) if e.is_would_block() => {},
 //!     Err(e) => return Err(e.into()),
 //! }
 //! pool.poll(|event| match event {
 //!     DcPoolEvent::Completed { destination, wr_id } => println!("{wr_id} reached {destination:?}"),
 //!     DcPoolEvent::Retry { destination, wr_id } => println!("post {wr_id} to {destination:?} again"),
+//!     DcPoolEvent::Ready { destination } => println!("post to {destination:?} now"),
 //!     other => println!("{other:?}"),
 //! })?;
 //! # Ok(())
