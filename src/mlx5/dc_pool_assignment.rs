@@ -984,6 +984,9 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     #[inline(never)]
     fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
+        if let Some(grant) = self.grant_from_free(destination) {
+            return Ok(grant);
+        }
         let state = self.live(destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.index;
         if state.unreachable {
@@ -1066,6 +1069,49 @@ impl<I: PooledInitiator> PoolCore<I> {
             initiator,
             stream,
             destination: d,
+            first: requests.head,
+            room,
+        })
+    }
+
+    /// The dedicated policies' common case: a live, reachable, resolved destination that holds
+    /// no initiator while one is free (so nobody is in line) takes it.
+    #[inline(always)]
+    fn grant_from_free(&mut self, destination: DestinationId) -> Option<Grant> {
+        if !self.policy.is_dedicated() {
+            return None;
+        }
+        let &i = self.free.last()?;
+        let state = self.destinations.get_mut(destination.index())?;
+        let address = state.address?;
+        if state.gate != u64::from(destination.generation) << 1
+            || !state.live
+            || state.unreachable
+            || state.initiator.is_some()
+        {
+            return None;
+        }
+        // A free initiator is healthy and holds nothing: its room as of now (the ring's end may
+        // have moved since its limit was computed).
+        let requests = &mut self.requests[i as usize];
+        requests.update_limit();
+        let room = requests.room();
+        if room == 0 {
+            return None;
+        }
+        requests.holder = Some(destination.index);
+        requests.hold_start = requests.head;
+        self.free.pop();
+        state.initiator = Some(i);
+        state.post_initiator = i;
+        state.post_address = address;
+        state.gate |= 1;
+        let stream = state.stream;
+        Some(Grant {
+            address,
+            initiator: i as usize,
+            stream,
+            destination: destination.index,
             first: requests.head,
             room,
         })
