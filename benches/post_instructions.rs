@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use common::{RecvSrq, RecvSrqOne, SendRcWrite, SendRcWriteOne, Workload, REQUESTS};
 #[cfg(feature = "mlx5")]
-use common::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
+use common::{SendDcPoolDedicatedSettled, SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
 use gungraun::{library_benchmark, library_benchmark_group, main};
 
 fn setup<W: Workload>(batch: usize) -> W::State {
@@ -79,6 +79,7 @@ workloads! {
     one send_dc_write_one, send_dc_write_one_guard, send_dc_write_one_raw: SendDcWriteOne;
     batched send_dc_pool_write, send_dc_pool_write_guard, send_dc_pool_write_raw: SendDcPoolWrite;
     batched send_dc_pool_write_settled, send_dc_pool_write_settled_guard, send_dc_pool_write_settled_raw: SendDcPoolWriteSettled;
+    batched send_dc_pool_dedicated_write_settled, send_dc_pool_dedicated_write_settled_guard, send_dc_pool_dedicated_write_settled_raw: SendDcPoolDedicatedSettled;
 }
 #[cfg(not(feature = "mlx5"))]
 workloads! {

@@ -82,6 +82,8 @@ fn benches(c: &mut Criterion) {
     // would fill.
     #[cfg(feature = "mlx5")]
     workload::<common::SendDcPoolWriteSettled>(c);
+    #[cfg(feature = "mlx5")]
+    workload::<common::SendDcPoolDedicatedSettled>(c);
     recv_srq_threads(c);
 }
 

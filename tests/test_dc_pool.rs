@@ -77,6 +77,17 @@ fn dci_pool_on_a_device_that_is_not_mlx5_is_not_supported() {
         }
         let err = builder.build().unwrap_err();
         assert!(err.is_not_supported(), "{policy:?}: {err:?}");
+        // The same with a CQ the pool creates itself: the CQ is made, the initiator is not.
+        let mut own = pd.create_dci_pool_builder();
+        own.setup_own_send_cq(&ctx, None)
+            .setup_initiators(4)
+            .setup_policy(policy)
+            .setup_bring_up(DcInitiatorBringUp::new(1));
+        if let Some(streams) = streams {
+            own.setup_dci_streams(streams);
+        }
+        let own_err = own.build().unwrap_err();
+        assert!(own_err.is_not_supported(), "{policy:?}, own CQ: {own_err:?}");
         match &err.0 {
             CreateDcInitiatorPoolErrorKind::Initiator { index: 0, source } => assert!(
                 matches!(source.0, CreateDcInitiatorErrorKind::NotSupported),
@@ -163,6 +174,30 @@ fn bad_dci_pool_input_is_refused_before_the_library() {
         "without setup_send_cq: {err:?}"
     );
     assert!(!err.is_not_supported(), "{err:?}");
+
+    // A CQ that cannot hold every request in flight (8 initiators × 16 > 64), before the library.
+    let err = valid().setup_initiators(8).build().unwrap_err();
+    assert!(
+        matches!(
+            err.0,
+            CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { needed: 128, cqe } if cqe < 128
+        ),
+        "a CQ too small: {err:?}"
+    );
+
+    // 65 536 initiators (the most a pool numbers) with a CQ of their own: more entries than a
+    // device's max_cqe, refused at build rather than a pool that grants nothing.
+    let mut builder = pd.create_dci_pool_builder();
+    builder
+        .setup_own_send_cq(&ctx, None)
+        .setup_initiators(65_536)
+        .setup_max_send_wr(1 << 15)
+        .setup_bring_up(DcInitiatorBringUp::new(1));
+    let err = builder.build().unwrap_err();
+    assert!(
+        matches!(err.0, CreateDcInitiatorPoolErrorKind::SendCompletionQueue { cqe, .. } if cqe == 1 << 31),
+        "65 536 × 32 768 completions: {err:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -369,6 +404,10 @@ struct Tally {
     no_initiator: usize,
     quota_exhausted: usize,
     queue_full: usize,
+    /// Posts refused while the destination's initiator (or stream) was being recovered.
+    recovering: usize,
+    /// Destinations reported ready (an initiator granted from the line).
+    ready: usize,
     batches: usize,
 }
 
@@ -386,7 +425,7 @@ impl Tally {
     fn summary(&self) -> String {
         format!(
             "{} completed, {} failed, {} in flight, {} retries, unreachable {:?}, {} batches, would-block: \
-             {} no initiator, {} quota, {} queue full; error statuses {:?}",
+             {} no initiator, {} quota, {} queue full, {} recovering; {} ready; error statuses {:?}",
             self.completed.iter().sum::<u32>(),
             self.failed.iter().sum::<u32>(),
             self.in_flight.iter().filter(|&&f| f).count(),
@@ -396,6 +435,8 @@ impl Tally {
             self.no_initiator,
             self.quota_exhausted,
             self.queue_full,
+            self.recovering,
+            self.ready,
             self.error_statuses.iter().map(|&s| status_name(s)).collect::<Vec<_>>(),
         )
     }
@@ -489,6 +530,9 @@ fn run(
                             },
                             PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::QueueFull) => {
                                 tally.queue_full += 1
+                            },
+                            PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::Recovering { .. }) => {
+                                tally.recovering += 1
                             },
                             PostToDestinationErrorKind::Unreachable if Some(d) == victim => {
                                 tally.refused_unreachable += 1;
@@ -624,6 +668,10 @@ fn settle(
                 "initiator {initiator} of the pool was lost: {error} ({})",
                 tally.summary()
             )
+        },
+        DcPoolEvent::Ready { destination } => {
+            assert!(destination.index() < DESTINATIONS);
+            tally.ready += 1;
         },
         other => panic!("an event this test does not know: {other:?}"),
     }

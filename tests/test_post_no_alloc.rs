@@ -67,12 +67,15 @@ fn sends_allocate_nothing_per_batch() {
 }
 
 /// DC sends, directly on a DC initiator and through a DC initiator pool (posting, and settling
-/// each batch's requests with a completion).
+/// each batch's requests with a completion, the same post path as the posting-only row, whose
+/// send queue would fill in 128 batches; and the dedicated policy's 1 024 destinations round
+/// robin, each batch granted an initiator and giving it back).
 #[cfg(feature = "mlx5")]
 #[test]
 fn dc_sends_allocate_nothing_per_batch_also_through_a_pool() {
     no_allocation_once_warm::<workloads::SendDcWrite>();
     no_allocation_once_warm::<workloads::SendDcPoolWriteSettled>();
+    no_allocation_once_warm::<workloads::SendDcPoolDedicatedSettled>();
 }
 
 #[test]

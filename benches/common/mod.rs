@@ -315,7 +315,7 @@ impl Workload for SendRcWriteOne {
 
 #[cfg(feature = "mlx5")]
 #[allow(unused_imports)] // the allocation test shares this module and posts no DC request
-pub use dc::{SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
+pub use dc::{SendDcPoolDedicatedSettled, SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
 
 #[cfg(feature = "mlx5")]
 mod dc {
@@ -331,7 +331,7 @@ mod dc {
     use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
     use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
     use sideway_ext::mlx5::dc_initiator_pool::{
-        DcInitiatorPool, DcPoolPolicy, DestinationId, PooledInitiator, PostingInitiator,
+        DcInitiatorPool, DcPoolPolicy, DestinationId, PooledInitiator, PostingInitiator, StreamResetRefusal,
     };
 
     use super::{failed, Buffers, CountingQp, Workload, STRIDE};
@@ -566,15 +566,11 @@ mod dc {
             0
         }
 
-        fn is_in_error(&mut self) -> bool {
-            false
-        }
-
         fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             Ok(())
         }
 
-        fn reset_stream(&mut self, _stream: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        fn reset_stream(&mut self, _stream: u16) -> Result<(), StreamResetRefusal> {
             Ok(())
         }
     }
@@ -731,12 +727,148 @@ mod dc {
                 // The provider sees `initiator << 48 | number`; the initiator is 0.
                 let last = *numbered - 1;
                 if let Some(previous) = in_flight.replace(last) {
-                    if !pool.complete(previous, 0, |_| {}) {
-                        failed("DcInitiatorPool::complete");
+                    if !pool.complete_raw(previous, 0, |_| {}) {
+                        failed("DcInitiatorPool::complete_raw");
                     }
                 }
             }
             next += batch;
+        }
+    }
+
+    /// Initiators of the dedicated row's pool, and requests in flight per initiator at most.
+    const DEDICATED_INITIATORS: usize = 16;
+    /// Destinations of the dedicated row, posted to round robin.
+    const DEDICATED_DESTINATIONS: usize = 1024;
+
+    /// The same DC writes through a `DcInitiatorPool` of the dedicated policy: 16 counting
+    /// initiators, 1 024 destinations posted to round robin, one batch each in turn. A
+    /// destination holds no initiator when its turn comes (its last batch settled long ago):
+    /// each batch is granted a free initiator, and after it the oldest of the 16 batches in
+    /// flight is settled (`complete_raw` of its last request, which reports the batch and gives
+    /// its initiator back). The common case of a pool serving many peers, where no destination
+    /// keeps an initiator from one batch to the next: the post path with a grant and a release
+    /// every batch, and settling. Its "raw" side is the direct DC initiator's guard.
+    pub enum SendDcPoolDedicatedSettled {}
+
+    pub struct DcPoolDedicatedState {
+        pool: DcInitiatorPool<CountingInitiator>,
+        destinations: Vec<DestinationId>,
+        /// The next destination's turn.
+        turn: usize,
+        /// Requests numbered per initiator so far.
+        numbered: [u64; DEDICATED_INITIATORS],
+        /// Provider `wr_id`s of the last request of each batch in flight, oldest first.
+        in_flight: std::collections::VecDeque<u64>,
+        direct: DcState,
+        batch: usize,
+        buffers: Buffers,
+    }
+
+    // SAFETY: as DcPoolState's.
+    unsafe impl Send for DcPoolDedicatedState {}
+
+    impl Workload for SendDcPoolDedicatedSettled {
+        const NAME: &'static str = "send_dc_pool_dedicated_write_settled";
+        type State = DcPoolDedicatedState;
+
+        fn setup(batch: usize) -> DcPoolDedicatedState {
+            let initiators = (0..DEDICATED_INITIATORS)
+                .map(|_| {
+                    let mut qp = CountingQp::new();
+                    let mut view = CountingDc::new();
+                    let entries = view.entries(&mut qp);
+                    CountingInitiator { qp, view, entries }
+                })
+                .collect();
+            let mut pool = DcInitiatorPool::from_initiators(initiators, DcPoolPolicy::Dedicated, 3);
+            let direct = SendDcWrite::setup(batch);
+            let destinations = (0..DEDICATED_DESTINATIONS)
+                // SAFETY: the counting setter never dereferences the handle.
+                .map(|_| unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) })
+                .collect();
+            let mut state = DcPoolDedicatedState {
+                pool,
+                destinations,
+                turn: 0,
+                numbered: [0; DEDICATED_INITIATORS],
+                in_flight: std::collections::VecDeque::with_capacity(DEDICATED_INITIATORS + 1),
+                direct,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+            };
+            // Warm: every destination posted once, the queues grown, 16 batches in flight.
+            Self::guard(&mut state, DEDICATED_DESTINATIONS * batch);
+            state
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut DcPoolDedicatedState, requests: usize) {
+            let DcPoolDedicatedState {
+                pool,
+                destinations,
+                turn,
+                numbered,
+                in_flight,
+                batch,
+                buffers,
+                ..
+            } = state;
+            let (batch, b) = (*batch, *buffers);
+            let mut next = 0;
+            while next < requests {
+                let destination = destinations[*turn];
+                *turn = (*turn + 1) % DEDICATED_DESTINATIONS;
+                let Ok(mut guard) = pool.start_post_send(destination) else {
+                    failed("DcInitiatorPool::start_post_send (dedicated)")
+                };
+                let (initiator, _) = guard.initiator();
+                for n in next as u64..(next + batch) as u64 {
+                    let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
+                        failed("DcPoolPostGuard::construct_wr")
+                    };
+                    // SAFETY: the counting provider never touches the buffers.
+                    unsafe {
+                        request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
+                            b.lkey,
+                            b.local + n * STRIDE,
+                            STRIDE as u32,
+                        )
+                    };
+                }
+                if guard.post().is_err() {
+                    failed("DcPoolPostGuard::post");
+                }
+                numbered[initiator] += batch as u64;
+                // The provider sees `initiator << 48 | number`.
+                in_flight.push_back(((initiator as u64) << 48) | (numbered[initiator] - 1));
+                if in_flight.len() == DEDICATED_INITIATORS {
+                    let oldest = in_flight.pop_front().expect("in flight");
+                    if !pool.complete_raw(oldest, 0, |_| {}) {
+                        failed("DcInitiatorPool::complete_raw (dedicated)");
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut DcPoolDedicatedState, requests: usize) {
+            SendDcWrite::guard(&mut state.direct, requests);
+        }
+
+        fn posted(state: &DcPoolDedicatedState) -> u64 {
+            let mut posted = SendDcWrite::posted(&state.direct);
+            for i in 0..DEDICATED_INITIATORS {
+                let initiator = state.pool.initiator(i).expect("16 initiators");
+                assert_eq!(
+                    initiator.view.addresses,
+                    initiator.qp.requests(),
+                    "one DC address per request"
+                );
+                posted += initiator.qp.requests();
+            }
+            posted
         }
     }
 }

@@ -205,7 +205,8 @@ pub(crate) fn run_pool_bandwidth(
                 0
             };
             let pending = pool.retries[target].len() as u64 + fresh;
-            if pending == 0 {
+            // A target in line for an initiator waits for its Ready event.
+            if pending == 0 || pool.in_line[target] {
                 continue;
             }
             // A batch for the target; a pool with DCI streams posts with
@@ -264,7 +265,16 @@ pub(crate) fn run_pool_bandwidth(
             };
             match started {
                 Ok(()) => {},
-                // No initiator for it now, its quota used, or its send queue full: later.
+                // In line: the pool grants it an initiator as one frees up, and says so.
+                Err(e)
+                    if matches!(
+                        e.0,
+                        PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
+                    ) =>
+                {
+                    pool.in_line[target] = true
+                },
+                // Its quota used, its send queue full, or its initiator recovering: later.
                 Err(e) if e.is_would_block() => continue,
                 Err(e) => return Err(format!("Couldn't post to DC target {target}: {}", report(&e)).into()),
             }

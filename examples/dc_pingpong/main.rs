@@ -92,7 +92,8 @@ use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc_initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
 use sideway_ext::mlx5::dc_initiator_pool::{
-    DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DestinationId, PoolAddressing,
+    DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DcPoolWouldBlock, DestinationId, PoolAddressing,
+    PostToDestinationErrorKind,
 };
 use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;

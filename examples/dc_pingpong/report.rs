@@ -48,6 +48,8 @@ pub(crate) struct PoolCounts {
     pub(crate) retried: u64,
     /// Requests that failed.
     pub(crate) failed: u64,
+    /// Targets reported ready (an initiator granted from the pool's line).
+    pub(crate) ready: u64,
 }
 
 impl DestinationCounts {
@@ -64,7 +66,11 @@ impl fmt::Display for DestinationCounts {
             write!(f, " {count}")?;
         }
         if let Some(pool) = self.pool {
-            write!(f, "; pool: Retry {}, Failed {}", pool.retried, pool.failed)?;
+            write!(
+                f,
+                "; pool: Retry {}, Failed {}, Ready {}",
+                pool.retried, pool.failed, pool.ready
+            )?;
         }
         Ok(())
     }

@@ -189,6 +189,9 @@ pub(crate) struct PoolInitiators<'a> {
     pub(crate) counts: PoolCounts,
     /// Per target: requests handed back for a retry, to post again before newer ones.
     pub(crate) retries: Vec<VecDeque<u64>>,
+    /// Per target: refused for want of an initiator, and not reported ready since: the pool
+    /// grants it one as one frees up (`DcPoolEvent::Ready`); no post is tried meanwhile.
+    pub(crate) in_line: Vec<bool>,
     pub(crate) events: Vec<DcPoolEvent>,
 }
 
@@ -208,6 +211,7 @@ impl<'a> PoolInitiators<'a> {
             completed: vec![0; targets],
             counts: PoolCounts::default(),
             retries: vec![VecDeque::new(); targets],
+            in_line: vec![false; targets],
             events: Vec::with_capacity(POLL_BATCH),
         }
     }
@@ -251,6 +255,11 @@ impl<'a> PoolInitiators<'a> {
                     )
                     .into());
                 },
+                // A target refused for want of an initiator holds one now: post to it again.
+                DcPoolEvent::Ready { destination } => {
+                    self.counts.ready += 1;
+                    self.in_line[destination.index()] = false;
+                },
                 DcPoolEvent::Unreachable { destination } => {
                     return Err(format!("the pool reports DC target {} unreachable", destination.index()).into())
                 },
@@ -273,7 +282,8 @@ impl RoundTrip for PoolInitiators<'_> {
         let mut done = false;
         let mut idle_polls = 0u32;
         loop {
-            if to_post {
+            // A target in line waits for its Ready event rather than trying again.
+            if to_post && !self.in_line[target] {
                 // One signalled request; a pool with DCI streams posts with
                 // start_post_send_on_stream.
                 macro_rules! post_one {
@@ -312,7 +322,16 @@ impl RoundTrip for PoolInitiators<'_> {
                         posted?;
                         to_post = false;
                     },
-                    // Nothing was posted: poll, and try again.
+                    // In line for an initiator: the pool reports when it holds one.
+                    Err(e)
+                        if matches!(
+                            e.0,
+                            PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
+                        ) =>
+                    {
+                        self.in_line[target] = true
+                    },
+                    // Nothing was posted (send queue full, quota, recovery): poll, and try again.
                     Err(e) if e.is_would_block() => {},
                     Err(e) => {
                         return Err(

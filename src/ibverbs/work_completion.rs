@@ -72,6 +72,51 @@ impl std::fmt::Debug for WorkCompletion {
     }
 }
 
+impl PartialEq for WorkCompletion {
+    /// Field by field (every field of `struct ibv_wc`, the immediate data / invalidated key union
+    /// as its bits).
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (&self.0, &other.0);
+        // SAFETY: every member of the union is a u32: any bits are a valid value.
+        let (ua, ub) = unsafe {
+            (
+                a.imm_data_invalidated_rkey_union.imm_data,
+                b.imm_data_invalidated_rkey_union.imm_data,
+            )
+        };
+        (
+            a.wr_id,
+            a.status,
+            a.opcode,
+            a.vendor_err,
+            a.byte_len,
+            ua,
+            a.qp_num,
+            a.src_qp,
+            a.wc_flags,
+        ) == (
+            b.wr_id,
+            b.status,
+            b.opcode,
+            b.vendor_err,
+            b.byte_len,
+            ub,
+            b.qp_num,
+            b.src_qp,
+            b.wc_flags,
+        ) && (a.pkey_index, a.slid, a.sl, a.dlid_path_bits) == (b.pkey_index, b.slid, b.sl, b.dlid_path_bits)
+    }
+}
+
+impl Eq for WorkCompletion {}
+
+impl From<ibv_wc> for WorkCompletion {
+    /// A completion from its C struct (e.g. one polled by other means, or made up by a test).
+    fn from(wc: ibv_wc) -> Self {
+        Self(wc)
+    }
+}
+
 impl WorkCompletion {
     /// The `wr_id` of the request that completed (for a receive on a shared receive queue: of the
     /// receive request posted on the SRQ).

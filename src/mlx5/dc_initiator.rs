@@ -314,7 +314,7 @@ pub(crate) unsafe fn create_dc_qp(
 
 /// Builds a [`DcInitiator`] on a protection domain; see
 /// [`DcProtectionDomainExt::create_dci_builder`](super::extension::DcProtectionDomainExt::create_dci_builder).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DcInitiatorBuilder {
     pd: Arc<ProtectionDomain>,
     send_cq: Option<GenericCompletionQueue>,

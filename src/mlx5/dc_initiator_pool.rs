@@ -9,7 +9,14 @@
 //! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) (or,
 //! for the [streams](DcPoolPolicy::Streams) policy,
 //! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
-//! operation → data → `post`.
+//! operation → data → `post`. [`poll`](DcInitiatorPool::poll) reports every request exactly once
+//! from its own completion (the pool signals them all), hands initiators that free up to the
+//! destinations in line ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators
+//! once the device flushed them. Destinations come and go
+//! ([`remove_destination`](DcInitiatorPool::remove_destination), generational ids); the send
+//! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
+//! [`DcPoolEvent::OtherCompletion`]) or created by the pool
+//! ([`setup_own_send_cq`](DcInitiatorPoolBuilder::setup_own_send_cq)).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -18,7 +25,7 @@
 //! use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 //! use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
 //! use sideway_ext::mlx5::dc_initiator::DcInitiatorBringUp;
-//! use sideway_ext::mlx5::dc_initiator_pool::{DcPoolEvent, DcPoolPolicy, PostToDestinationErrorKind};
+//! use sideway_ext::mlx5::dc_initiator_pool::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, PostToDestinationErrorKind};
 //! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -45,13 +52,16 @@
 //!         unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote_addr).setup_sge(lkey, addr, 64) };
 //!         guard.post()?;
 //!     },
-//!     // Nothing was posted: try again after polling.
-//!     Err(e) if matches!(e.0, PostToDestinationErrorKind::WouldBlock(_)) => {},
+//!     // In line: `poll` reports `Ready` for it when it holds an initiator.
+//!     Err(e) if matches!(e.0, PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {},
+//!     // Nothing was posted (queue full, quota, recovery): try again after polling.
+//!     Err(e) if e.is_would_block() => {},
 //!     Err(e) => return Err(e.into()),
 //! }
 //! pool.poll(|event| match event {
 //!     DcPoolEvent::Completed { destination, wr_id } => println!("{wr_id} reached {destination:?}"),
 //!     DcPoolEvent::Retry { destination, wr_id } => println!("post {wr_id} to {destination:?} again"),
+//!     DcPoolEvent::Ready { destination } => println!("post to {destination:?} now"),
 //!     other => println!("{other:?}"),
 //! })?;
 //! # Ok(())
@@ -63,7 +73,11 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
-use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::completion::{
+    CompletionChannel, CompletionQueue, CreateCompletionQueueError, CreateCompletionQueueErrorKind,
+    GenericCompletionQueue, PollCompletionQueueError,
+};
+use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{QueuePairState, SendOperationFlags, WorkRequestFlags};
 
@@ -72,12 +86,12 @@ use super::dc_initiator::{
     BringUpDcInitiatorError, CreateDcInitiatorError, DcAddress, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder,
     DcStreamAddress, DciStreams,
 };
-use super::dc_pool_assignment::{encode, initiator_of, Grant, PoolCore, Refusal, MAX_INITIATORS};
-pub use super::dc_pool_assignment::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
+use super::dc_pool_assignment::{encode, initiator_of, Grant, PoolCore, Refusal, RemoveRefusal, MAX_INITIATORS};
+pub use super::dc_pool_assignment::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 // The supertrait of `PostingInitiator`: reachable, so that hand-made initiators outside the crate
 // (the benchmarks') can implement both.
 #[doc(hidden)]
-pub use super::dc_pool_assignment::PooledInitiator;
+pub use super::dc_pool_assignment::{PooledInitiator, StreamResetRefusal};
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
 use crate::ibverbs::post_send_guard::{
@@ -128,9 +142,29 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// What it requires.
         requirement: &'static str,
     },
-    /// No send completion queue was given (`setup_send_cq`).
-    #[error("a send completion queue is required (setup_send_cq)")]
+    /// No send completion queue was given (`setup_send_cq`) nor asked for
+    /// (`setup_own_send_cq`).
+    #[error("a send completion queue is required (setup_send_cq or setup_own_send_cq)")]
     MissingSendCompletionQueue,
+    /// The send completion queue given holds fewer completions than can be in flight: every
+    /// request is signalled, so it needs initiators × send queue entries.
+    #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
+    SendCompletionQueueTooSmall {
+        /// What it holds (`ibv_cq.cqe`).
+        cqe: u32,
+        /// Initiators × send queue.
+        needed: u64,
+    },
+    /// Creating the pool's own send completion queue (`setup_own_send_cq`) failed, e.g. larger
+    /// than the device's `max_cqe`.
+    #[error("creating the pool's send completion queue of {cqe} entries failed")]
+    SendCompletionQueue {
+        /// The size asked for (initiators × send queue).
+        cqe: u64,
+        /// Why.
+        #[source]
+        source: CreateCompletionQueueError,
+    },
     /// No bring-up parameters were given (`setup_bring_up`).
     #[error("the pool brings its initiators up: setup_bring_up is required")]
     MissingBringUp,
@@ -167,7 +201,14 @@ pub struct DcInitiatorPoolBuilder {
     bring_up: Option<DcInitiatorBringUp>,
     src_gid_index: u8,
     unreachable_after: u32,
+    max_send_wr: u32,
+    grant_timeout: u64,
+    own_send_cq: Option<OwnSendCq>,
 }
+
+/// What the pool's own send CQ is created on: the device, and a completion channel with its
+/// completion vector.
+type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
 
 impl DcInitiatorPoolBuilder {
     /// A builder with the defaults: 8 initiators, the [dedicated](DcPoolPolicy::Dedicated)
@@ -184,18 +225,53 @@ impl DcInitiatorPoolBuilder {
             bring_up: None,
             src_gid_index: 0,
             unreachable_after: 3,
+            max_send_wr: 16,
+            grant_timeout: 64,
+            own_send_cq: None,
         }
     }
 
-    /// The completion queue of every initiator's send completions (required). The pool polls it
-    /// ([`DcInitiatorPool::poll`]): no other queue pair may complete on it. Size it for every
-    /// request that can be in flight: the initiators times each one's send queue as the device
-    /// granted it (which can be more than [`setup_max_send_wr`](Self::setup_max_send_wr) asked;
-    /// [`DcInitiator::max_send_wr`] says), else the CQ can overflow.
+    /// The completion queue of every initiator's send completions (this, or
+    /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required). It may be shared with other
+    /// queue pairs: [`DcInitiatorPool::poll`] hands their completions over
+    /// ([`DcPoolEvent::OtherCompletion`]), and a caller that polls it itself feeds the pool with
+    /// [`DcInitiatorPool::complete`]. It must hold every request that can be in flight (the pool
+    /// signals every request): initiators × [`setup_max_send_wr`](Self::setup_max_send_wr)
+    /// (the pool keeps no more in flight per initiator, even when the device granted a larger
+    /// send queue), plus what the other queue pairs need; [`build`](Self::build) refuses a CQ
+    /// smaller than the pool's part ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
         let send_cq = send_cq.into();
         self.initiator.setup_send_cq(send_cq.clone());
         self.send_cq = Some(send_cq);
+        self.own_send_cq = None;
+        self
+    }
+
+    /// Lets [`build`](Self::build) create the send completion queue on `context` (the protection
+    /// domain's device), sized initiators × [`setup_max_send_wr`](Self::setup_max_send_wr), and,
+    /// with a `channel`, on that completion channel and completion vector: arm it through
+    /// [`DcInitiatorPool::send_cq`] with
+    /// [`req_notify_cq`](crate::ibverbs::extension::CompletionQueueEventExt::req_notify_cq) and
+    /// wait for its events with [`CompletionChannelExt`](crate::ibverbs::extension::CompletionChannelExt).
+    pub fn setup_own_send_cq(
+        &mut self, context: &Arc<DeviceContext>, channel: Option<(&Arc<CompletionChannel>, u32)>,
+    ) -> &mut Self {
+        self.own_send_cq = Some((
+            Arc::clone(context),
+            channel.map(|(channel, vector)| (Arc::clone(channel), vector)),
+        ));
+        self.send_cq = None;
+        self
+    }
+
+    /// After how many calls of [`poll`](DcInitiatorPool::poll) (or
+    /// [`progress`](DcInitiatorPool::progress)) a destination that
+    /// was granted an initiator from the line ([`DcPoolEvent::Ready`]) and posted nothing on it
+    /// gives it back, to the next in line (default 64, at least 1). It keeps it as long as it
+    /// has requests outstanding once it posted.
+    pub fn setup_grant_timeout(&mut self, calls: u64) -> &mut Self {
+        self.grant_timeout = calls;
         self
     }
 
@@ -213,6 +289,7 @@ impl DcInitiatorPoolBuilder {
 
     /// Each initiator's send queue capacity (default 16).
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
+        self.max_send_wr = max_send_wr;
         self.initiator.setup_max_send_wr(max_send_wr);
         self
     }
@@ -289,14 +366,48 @@ impl DcInitiatorPoolBuilder {
                 .into())
             },
         }
-        if self.send_cq.is_none() {
-            return Err(CreateDcInitiatorPoolErrorKind::MissingSendCompletionQueue.into());
-        }
         let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
+        // Every request is signalled: the CQ holds up to initiators × send queue of the pool's.
+        let needed = self.count as u64 * u64::from(self.max_send_wr.max(1));
+        let mut initiator_builder = self.initiator.clone();
+        let send_cq = match (&self.send_cq, &self.own_send_cq) {
+            (Some(cq), _) => {
+                // SAFETY: the CQ is alive while `cq` is; only its size is read.
+                let cqe = unsafe { (*cq.cq().as_ptr()).cqe };
+                let cqe = u32::try_from(cqe).unwrap_or(0);
+                if u64::from(cqe) < needed {
+                    return Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed }.into());
+                }
+                cq.clone()
+            },
+            (None, Some((context, channel))) => {
+                let cqe = u32::try_from(needed)
+                    .ok()
+                    .filter(|&cqe| cqe <= i32::MAX as u32)
+                    .ok_or_else(|| CreateDcInitiatorPoolErrorKind::SendCompletionQueue {
+                        cqe: needed,
+                        source: CreateCompletionQueueErrorKind::Ibverbs(std::io::Error::from_raw_os_error(
+                            libc::EINVAL,
+                        ))
+                        .into(),
+                    })?;
+                let mut builder = context.create_cq_builder();
+                builder.setup_cqe(cqe);
+                if let Some((channel, vector)) = channel {
+                    builder.setup_comp_channel(channel, *vector);
+                }
+                let cq: GenericCompletionQueue = builder
+                    .build()
+                    .map_err(|source| CreateDcInitiatorPoolErrorKind::SendCompletionQueue { cqe: needed, source })?
+                    .into();
+                initiator_builder.setup_send_cq(cq.clone());
+                cq
+            },
+            (None, None) => return Err(CreateDcInitiatorPoolErrorKind::MissingSendCompletionQueue.into()),
+        };
         let mut initiators = Vec::with_capacity(self.count);
         for index in 0..self.count {
-            let mut initiator = self
-                .initiator
+            let mut initiator = initiator_builder
                 .build()
                 .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index, source })?;
             initiator
@@ -305,7 +416,10 @@ impl DcInitiatorPoolBuilder {
             initiators.push(initiator);
         }
         let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
-        pool.send_cq = self.send_cq.clone();
+        // No more in flight per initiator than the CQ was sized for.
+        pool.core.limit_send_queue(self.max_send_wr);
+        pool.core.set_grant_timeout(self.grant_timeout);
+        pool.send_cq = Some(send_cq);
         pool.pd = Some(Arc::clone(&self.pd));
         pool.port = bring_up.port();
         pool.src_gid_index = self.src_gid_index;
@@ -337,15 +451,11 @@ pub enum PostToDestinationErrorKind {
     /// The destination was reported unreachable ([`DcPoolEvent::Unreachable`]).
     #[error("the destination was reported unreachable")]
     Unreachable,
-    /// The destination is bound to an initiator that could not be recovered
-    /// ([`DcPoolEvent::InitiatorLost`]).
-    #[error("the destination's DC initiator {initiator} is out of service")]
-    InitiatorLost {
-        /// The initiator.
-        initiator: usize,
-    },
-    /// The destination is not one of this pool's.
-    #[error("no such destination in this pool")]
+    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]).
+    #[error("every DC initiator of the pool is out of service")]
+    NoInitiatorInService,
+    /// The destination is not one of this pool's: removed (a stale id), or another pool's.
+    #[error("no such destination in this pool (removed, or another pool's)")]
     UnknownDestination,
     /// A pool of the streams policy posts with `start_post_send_on_stream`, the others with
     /// `start_post_send`.
@@ -364,10 +474,33 @@ impl From<Refusal> for PostToDestinationErrorKind {
         match refusal {
             Refusal::WouldBlock(reason) => Self::WouldBlock(reason),
             Refusal::Unreachable => Self::Unreachable,
-            Refusal::InitiatorLost(initiator) => Self::InitiatorLost { initiator },
-            Refusal::UnknownDestination => Self::UnknownDestination,
+            Refusal::NoInitiatorInService => Self::NoInitiatorInService,
+            // The pool resolves an address before asking again: never reported.
+            Refusal::UnknownDestination | Refusal::Unresolved => Self::UnknownDestination,
         }
     }
+}
+
+/// Error returned by [`DcInitiatorPool::remove_destination`].
+#[derive(Debug, thiserror::Error)]
+#[error("cannot remove the destination")]
+#[non_exhaustive]
+pub struct RemoveDestinationError(#[from] pub RemoveDestinationErrorKind);
+
+/// The enum type for [`RemoveDestinationError`]. Nothing was removed in every case.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoveDestinationErrorKind {
+    /// Requests of the destination are not reported yet: poll, then remove it.
+    #[error("{requests} requests of the destination are not reported yet")]
+    Outstanding {
+        /// How many.
+        requests: u64,
+    },
+    /// The destination is not one of this pool's: removed already (a stale id), or another
+    /// pool's.
+    #[error("no such destination in this pool (removed already, or another pool's)")]
+    UnknownDestination,
 }
 
 /// A DC initiator the pool can post on: [`DcInitiator`], or a hand-made one in benchmarks.
@@ -395,18 +528,17 @@ impl PooledInitiator for DcInitiator {
         self.streams().map_or(0, |s| 1u32 << s.log_num_concurrent.min(16))
     }
 
-    fn is_in_error(&mut self) -> bool {
-        // If the state cannot be read, recover the whole initiator.
-        !matches!(self.query_state(), Ok(QueuePairState::ReadyToSend))
-    }
-
     fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         // Reset or rebuilt: either way the pool reads the (maybe new) number from the initiator.
         DcInitiator::recover(self).map(drop).map_err(Into::into)
     }
 
-    fn reset_stream(&mut self, stream: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        DcInitiator::reset_stream(self, stream).map_err(Into::into)
+    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
+        use super::dc_initiator::ResetDciStreamErrorKind as Kind;
+        DcInitiator::reset_stream(self, stream).map_err(|e| match e.0 {
+            Kind::NotReadyToSend { .. } => StreamResetRefusal::NotReadyToSend,
+            _ => StreamResetRefusal::Failed(e.into()),
+        })
     }
 }
 
@@ -422,23 +554,27 @@ unsafe impl PostingInitiator for DcInitiator {
 }
 
 /// Where a destination's requests go: its address handle, DCT number and DC key.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct DestinationAddress {
     endpoint: Option<DcEndpoint>,
-    /// Created on the first post, kept for the pool's lifetime (requests in flight use it).
+    /// Created on the first post (or `prepare`), kept until the destination is removed (requests
+    /// in flight do not need it: libmlx5 copies the address into each request).
     ah: Option<Arc<AddressHandle>>,
-    resolved: Option<(NonNull<ibv_ah>, u32, u64)>,
 }
 
 /// A pool of DC initiators on one send CQ serving many destinations; see the
 /// [module](self) documentation.
 pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
     core: PoolCore<I>,
+    /// By destination place; emptied when a destination is removed.
     addresses: Vec<DestinationAddress>,
+    address_handles: usize,
     send_cq: Option<GenericCompletionQueue>,
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
     src_gid_index: u8,
+    /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
+    streams: bool,
 }
 
 // SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
@@ -450,7 +586,7 @@ impl<I: PostingInitiator> std::fmt::Debug for DcInitiatorPool<I> {
         f.debug_struct("DcInitiatorPool")
             .field("policy", &self.core.policy())
             .field("initiators", &self.core.initiators.len())
-            .field("destinations", &self.addresses.len())
+            .field("footprint", &self.footprint())
             .finish_non_exhaustive()
     }
 }
@@ -463,11 +599,27 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         Self {
             core: PoolCore::new(initiators, policy, unreachable_after),
             addresses: Vec::new(),
+            address_handles: 0,
             send_cq: None,
             pd: None,
             port: 1,
             src_gid_index: 0,
+            streams: policy == DcPoolPolicy::Streams,
         }
+    }
+
+    /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
+    /// without DC).
+    #[doc(hidden)]
+    pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
+        self.send_cq = Some(send_cq.into());
+    }
+
+    /// Sets the grant timeout ([`DcInitiatorPoolBuilder::setup_grant_timeout`]) of a hand-made
+    /// pool.
+    #[doc(hidden)]
+    pub fn set_grant_timeout(&mut self, calls: u64) {
+        self.core.set_grant_timeout(calls);
     }
 
     /// The policy it was created with.
@@ -485,15 +637,36 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         self.core.initiators.get(index)
     }
 
+    /// The send completion queue of its initiators (the one given to the builder, or the one it
+    /// created), e.g. to arm it for completion events
+    /// ([`CompletionQueueEventExt::req_notify_cq`](crate::ibverbs::extension::CompletionQueueEventExt::req_notify_cq))
+    /// when it was created on a completion channel.
+    pub fn send_cq(&self) -> Option<&GenericCompletionQueue> {
+        self.send_cq.as_ref()
+    }
+
+    /// Keeps `address` at the place of the destination just added.
+    fn place(&mut self, destination: DestinationId, address: DestinationAddress) {
+        let index = destination.index();
+        if index == self.addresses.len() {
+            self.addresses.push(address);
+        } else {
+            self.addresses[index] = address;
+        }
+    }
+
     /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
-    /// first post and kept while the pool lives.
+    /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
-        self.addresses.push(DestinationAddress {
-            endpoint: Some(endpoint),
-            ah: None,
-            resolved: None,
-        });
-        self.core.add_destination()
+        let id = self.core.add_destination();
+        self.place(
+            id,
+            DestinationAddress {
+                endpoint: Some(endpoint),
+                ..DestinationAddress::default()
+            },
+        );
+        id
     }
 
     /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
@@ -502,24 +675,54 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// # Safety
     ///
     /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
-    /// pool posts to the destination and its requests are in flight.
+    /// pool posts to the destination.
     #[doc(hidden)]
     pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
-        self.addresses.push(DestinationAddress {
-            endpoint: None,
-            ah: None,
-            resolved: Some((ah, dct_number, dc_key)),
-        });
-        self.core.add_destination()
+        let id = self.core.add_destination();
+        self.place(id, DestinationAddress::default());
+        self.core.set_address(id, (ah, dct_number, dc_key));
+        id
     }
 
-    /// How many destinations it has.
+    /// Removes `destination`: its address handle and records are freed, and its id becomes stale
+    /// (every method refuses it, or answers as for an unknown destination, also once its place
+    /// serves another destination). Refused while requests of it are not reported yet
+    /// ([`RemoveDestinationErrorKind::Outstanding`]): poll until [`outstanding`](Self::outstanding)
+    /// is 0. A grant it holds and has not used goes to the next destination in line.
+    pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
+        self.core
+            .remove_destination(destination)
+            .map_err(|refusal| match refusal {
+                RemoveRefusal::Outstanding(requests) => RemoveDestinationErrorKind::Outstanding { requests },
+                RemoveRefusal::UnknownDestination => RemoveDestinationErrorKind::UnknownDestination,
+            })?;
+        let address = std::mem::take(&mut self.addresses[destination.index()]);
+        if address.ah.is_some() {
+            self.address_handles -= 1;
+        }
+        Ok(())
+    }
+
+    /// How many destinations it has now.
     pub fn destination_count(&self) -> usize {
-        self.addresses.len()
+        self.core.footprint().live_destinations
+    }
+
+    /// What the pool holds: destination places, address handles, the wait line, grant timers,
+    /// records of requests in flight. Each stays bounded by what is live (destinations, requests
+    /// in flight), however many destinations came and went.
+    pub fn footprint(&self) -> DcPoolFootprint {
+        DcPoolFootprint {
+            address_handles: self.address_handles,
+            ..self.core.footprint()
+        }
     }
 
     /// The endpoint of `destination`.
     pub fn endpoint(&self, destination: DestinationId) -> Option<&DcEndpoint> {
+        if !self.core.contains(destination) {
+            return None;
+        }
         self.addresses.get(destination.index())?.endpoint.as_ref()
     }
 
@@ -534,15 +737,16 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         self.core.outstanding(destination)
     }
 
-    /// The destinations in line for an initiator (dedicated policies), first first: initiators
-    /// are handed out in this order, so post to them first. A destination that no longer has
-    /// anything to post should leave the line ([`cancel_wait`](Self::cancel_wait)), or it holds
-    /// up those behind it.
+    /// The destinations in line for an initiator (dedicated policies), first first. Initiators
+    /// that free up go to them in this order, each reported by [`DcPoolEvent::Ready`]: no caller
+    /// has to try them in order, and a destination in line that is never served again holds
+    /// nobody up (its grant goes back after the grant timeout).
     pub fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
         self.core.waiting()
     }
 
-    /// Takes `destination` out of line for an initiator.
+    /// Takes `destination` out of line for an initiator (nothing is left of it in the line), and
+    /// gives back an initiator it was granted ([`DcPoolEvent::Ready`]) and has not posted on.
     pub fn cancel_wait(&mut self, destination: DestinationId) {
         self.core.cancel_wait(destination);
     }
@@ -560,41 +764,41 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// Creates `destination`'s address handle now rather than on its first post (which then
     /// costs no `ibv_create_ah`), and reports an error in it here.
     pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
+        if !self.core.contains(destination) {
+            return Err(PostToDestinationErrorKind::UnknownDestination.into());
+        }
         self.resolve(destination)?;
         Ok(())
     }
 
     /// The destination's address, creating its address handle on first use.
-    #[inline]
-    fn resolve(
-        &mut self, destination: DestinationId,
-    ) -> Result<(NonNull<ibv_ah>, u32, u64), PostToDestinationErrorKind> {
-        match self.addresses.get(destination.index()).and_then(|a| a.resolved) {
-            Some(resolved) => Ok(resolved),
-            None => self.resolve_first(destination),
+    fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
+        if self.core.address(destination).is_some() {
+            return Ok(());
         }
+        self.resolve_first(destination)
     }
 
     #[inline(never)]
-    fn resolve_first(
-        &mut self, destination: DestinationId,
-    ) -> Result<(NonNull<ibv_ah>, u32, u64), PostToDestinationErrorKind> {
+    fn resolve_first(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
+        if !self.core.contains(destination) {
+            return Err(PostToDestinationErrorKind::UnknownDestination);
+        }
         let address = self
             .addresses
             .get_mut(destination.index())
             .ok_or(PostToDestinationErrorKind::UnknownDestination)?;
-        if let Some(resolved) = address.resolved {
-            return Ok(resolved);
-        }
         let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
         let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
-        // SAFETY: the pointer is used while the pool keeps the Arc.
+        // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
+        // removed; libmlx5 copies the address into each request).
         let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
         address.ah = Some(ah);
-        address.resolved = Some(resolved);
-        Ok(resolved)
+        self.address_handles += 1;
+        self.core.set_address(destination, resolved);
+        Ok(())
     }
 
     /// Starts a batch of requests to `destination` on the initiator the policy grants it;
@@ -626,19 +830,25 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
-        if A::STREAMS != (self.core.policy() == DcPoolPolicy::Streams) {
+        if A::STREAMS != self.streams {
             return Err(PostToDestinationErrorKind::StreamsMismatch {
                 streams_pool: !A::STREAMS,
             }
             .into());
         }
-        let (ah, dct_number, dc_key) = self.resolve(destination)?;
-        let grant = self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?;
-        let (qp_ex, entries, mlx5_qp_ex) = self.core.initiators[grant.initiator].send_view();
+        let grant = match self.core.begin(destination) {
+            Ok(grant) => grant,
+            Err(refusal) => self.begin_refused(destination, refusal)?,
+        };
+        let (ah, dct_number, dc_key) = grant.address;
+        // SAFETY: a grant names one of the pool's initiators.
+        let (qp_ex, entries, mlx5_qp_ex) =
+            unsafe { self.core.initiators.get_unchecked_mut(grant.initiator) }.send_view();
         // The guard reaches the bookkeeping and the initiator's ring through raw pointers taken
         // from this one borrow, so that neither invalidates the other.
         let core = NonNull::from(&mut self.core);
-        // SAFETY: `core` is the pool's, borrowed for the guard's lifetime.
+        // SAFETY: `core` is the pool's, borrowed for the guard's lifetime, and the grant names one
+        // of its initiators.
         let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
         // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
         let slots = unsafe { ring.add((grant.first & mask) as usize) };
@@ -658,33 +868,70 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         })
     }
 
+    /// A refused grant: for a first post, the address handle, then the grant; else the error.
+    #[inline(never)]
+    fn begin_refused(&mut self, destination: DestinationId, refusal: Refusal) -> Result<Grant, PostToDestinationError> {
+        if refusal != Refusal::Unresolved {
+            return Err(PostToDestinationErrorKind::from(refusal).into());
+        }
+        self.resolve_first(destination)?;
+        Ok(self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?)
+    }
+
     /// Polls the send CQ once (up to 32 completions) and reports, through `sink`, every request
-    /// they settle ([`DcPoolEvent`]) — with DCI streams, or requests not signalled, one completion
-    /// can settle several — and recovers initiators an error put in ERR. Completions of queue
-    /// pairs that are not the pool's are skipped. Returns how many completions were polled.
+    /// they settle ([`DcPoolEvent`]), every destination in line that now holds an initiator
+    /// ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device
+    /// flushed them. A completion of a queue pair that is not the pool's is handed over as
+    /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
     pub fn poll(&mut self, mut sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
+        self.core.tick(&mut sink);
         let Some(cq) = &self.send_cq else {
             return Ok(0);
         };
         let mut wcs = [WorkCompletion::default(); 32];
         let polled = cq.poll_work_completions(&mut wcs)?;
         for wc in polled.iter() {
-            // The initiator's number as of now: a recovery may have rebuilt it with a new one,
-            // and completions of the old queue pair are stale.
-            let initiator = self.core.initiators.get(initiator_of(wc.wr_id()));
-            if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
-                continue;
+            if !self.settle(wc, &mut sink) {
+                sink(DcPoolEvent::OtherCompletion(*wc));
             }
-            self.core
-                .complete_with_syndrome(wc.wr_id(), wc.status_raw(), wc.vendor_err(), &mut sink);
         }
         Ok(polled.len())
+    }
+
+    /// Settles one completion polled elsewhere: for a caller that polls a CQ it shares with
+    /// other queue pairs (created with it and given to
+    /// [`setup_send_cq`](DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
+    /// through `sink`, as [`poll`](Self::poll) does (its status and vendor syndrome included);
+    /// returns whether the completion was the pool's (its queue pair number is one of the
+    /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
+    /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
+    /// per round of its own polling instead of [`poll`](Self::poll).
+    pub fn complete(&mut self, wc: &WorkCompletion, mut sink: impl FnMut(DcPoolEvent)) -> bool {
+        self.settle(wc, &mut sink)
+    }
+
+    /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
+    /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
+    /// to the next destination in line) and reports [`DcPoolEvent::Ready`] destinations.
+    pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
+        self.core.tick(&mut sink);
+    }
+
+    #[inline]
+    fn settle(&mut self, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
+        // The initiator's number as of now: a recovery may have rebuilt it with a new one.
+        let initiator = self.core.initiators.get(initiator_of(wc.wr_id()));
+        if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
+            return false;
+        }
+        self.core
+            .complete_with_syndrome(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
     }
 
     /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
     /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
     #[doc(hidden)]
-    pub fn complete(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
+    pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         self.core.complete(wr_id, status, &mut sink)
     }
 }
@@ -720,8 +967,11 @@ pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator, A: PoolAddress
 
 impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     /// Starts a new request with the caller's `wr_id` (what [`DcPoolEvent`]s report) and flags;
-    /// continue with an operation, then the data. When the batch holds [`room`](Self::room)
-    /// requests already, [`DcPoolWouldBlock::BatchFull`]: post it and start another.
+    /// continue with an operation, then the data. The request is signalled whatever `wr_flags`
+    /// say (the pool needs a completion of every request to report it, and to give a dedicated
+    /// destination's initiator back; UCX turns completion moderation off for DC too). When the
+    /// batch holds [`room`](Self::room) requests already, [`DcPoolWouldBlock::BatchFull`]: post
+    /// it and start another.
     #[inline]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
@@ -733,7 +983,9 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         // SAFETY: the `room` places from `slots` are the initiator's ring's, which this guard's
         // pool borrow keeps alive and unused elsewhere, and hold no live request.
         unsafe { *self.slots.add(len) = wr_id };
-        Ok(self.inner.construct_wr(self.base + len as u64, wr_flags))
+        Ok(self
+            .inner
+            .construct_wr(self.base + len as u64, wr_flags | WorkRequestFlags::Signaled))
     }
 
     /// How many requests the batch holds.
@@ -959,7 +1211,7 @@ mod tests {
         entries: ProviderEntries,
         max_send_wr: u32,
         streams: u32,
-        /// What `is_in_error` answers (streams only).
+        /// Whether it is in ERR as a whole (a stream reset is refused).
         in_error: Cell<bool>,
         /// Whether `recover` and `reset_stream` fail.
         recovery_fails: Cell<bool>,
@@ -998,7 +1250,7 @@ mod tests {
                 entries,
                 max_send_wr,
                 streams,
-                in_error: Cell::new(true),
+                in_error: Cell::new(false),
                 recovery_fails: Cell::new(false),
             }
         }
@@ -1024,10 +1276,6 @@ mod tests {
             self.streams
         }
 
-        fn is_in_error(&mut self) -> bool {
-            self.in_error.get()
-        }
-
         fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             record(format!("qp{} recover", self.qp.qp_base.qp_num));
             if self.recovery_fails.get() {
@@ -1036,10 +1284,13 @@ mod tests {
             Ok(())
         }
 
-        fn reset_stream(&mut self, stream: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
             record(format!("qp{} reset_stream {stream}", self.qp.qp_base.qp_num));
+            if self.in_error.get() {
+                return Err(StreamResetRefusal::NotReadyToSend);
+            }
             if self.recovery_fails.get() {
-                return Err(Box::new(RecoveryFailed));
+                return Err(StreamResetRefusal::Failed(Box::new(RecoveryFailed)));
             }
             Ok(())
         }
@@ -1155,7 +1406,7 @@ mod tests {
     fn complete(pool: &mut DcInitiatorPool<RecordingInitiator>, wr_id: u64, status: u32) -> Vec<DcPoolEvent> {
         let mut events = Vec::new();
         assert!(
-            pool.complete(wr_id, status, |event| events.push(event)),
+            pool.complete_raw(wr_id, status, |event| events.push(event)),
             "{wr_id:#x} names a live request"
         );
         pool.core.check_invariants();
@@ -1203,7 +1454,12 @@ mod tests {
                 format!("qp16 write wr_id=0x0 flags={SIGNALED:#x} rkey=0x77 addr=0x9000"),
                 ah.clone(),
                 "qp16 sge lkey=0x5 addr=0x1000 len=64".to_string(),
-                format!("qp16 send wr_id={:#x} flags={INLINE:#x}", provider_wr_id(0, 1)),
+                // Signalled although the flags did not ask: the pool signals every request.
+                format!(
+                    "qp16 send wr_id={:#x} flags={:#x}",
+                    provider_wr_id(0, 1),
+                    SIGNALED | INLINE
+                ),
                 ah.clone(),
                 "qp16 inline \"hi\"".to_string(),
                 // Scatter/gather data: the inline bit asked for is cleared.
@@ -1254,7 +1510,7 @@ mod tests {
             None,
             "an idle dedicated destination gives its initiator back"
         );
-        // The send was not signalled: the read's completion covers it.
+        // A completion also reports the requests of its initiator (stream) before it.
         assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(da, 100)]);
         assert_eq!(
             complete(&mut pool, provider_wr_id(0, 2), 0),
@@ -1263,62 +1519,77 @@ mod tests {
         assert_eq!(complete(&mut pool, provider_wr_id(0, 3), 0), [completed(da, 103)]);
         assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
         // A completion of a request already reported names nothing.
-        assert!(!pool.complete(provider_wr_id(0, 3), 0, |e| panic!("reported {e:?} twice")));
-        assert!(!pool.complete(provider_wr_id(5, 0), 0, |e| panic!("no initiator 5: {e:?}")));
+        assert!(!pool.complete_raw(provider_wr_id(0, 3), 0, |e| panic!("reported {e:?} twice")));
+        assert!(!pool.complete_raw(provider_wr_id(5, 0), 0, |e| panic!("no initiator 5: {e:?}")));
         assert!(take_calls().is_empty(), "completions make no provider call");
     }
 
     #[test]
-    fn unsignalled_requests_are_reported_by_the_completion_that_covers_them() {
-        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
-        let a = Address::new(1);
-        let da = a.add_to(&mut pool);
-        let (initiator, _) = pool.assignment(da).expect("static binds at once");
-        let mut guard = pool.start_post_send(da).expect("bound");
-        for (wr_id, flags) in [
-            (10, WorkRequestFlags::none()),
-            (11, WorkRequestFlags::Signaled),
-            (12, WorkRequestFlags::none()),
-            (13, WorkRequestFlags::none()),
-            (14, WorkRequestFlags::Signaled),
+    fn requests_are_signalled_whatever_the_flags_so_a_dedicated_destination_gives_its_initiator_back() {
+        for policy in [
+            DcPoolPolicy::Dedicated,
+            DcPoolPolicy::DedicatedWithQuota { quota: 2 },
+            DcPoolPolicy::Static,
         ] {
-            // SAFETY: the recorders never touch the buffers.
-            unsafe {
-                guard
-                    .construct_wr(wr_id, flags)
-                    .expect("room")
-                    .setup_write(1, 2)
-                    .setup_sge(3, 4, 5)
-            };
+            let mut pool = pool(policy, 16, 0);
+            let (da, db, dc) = (
+                Address::new(1).add_to(&mut pool),
+                Address::new(2).add_to(&mut pool),
+                Address::new(3).add_to(&mut pool),
+            );
+            // Only unsignalled requests, from every destination (the third waits in line under the
+            // dedicated policies).
+            for (d, wr_id) in [(da, 10), (db, 20)] {
+                let mut guard = pool.start_post_send(d).expect("an initiator");
+                for k in 0..2 {
+                    // SAFETY: the recorders never touch the buffers.
+                    unsafe {
+                        guard
+                            .construct_wr(wr_id + k, WorkRequestFlags::none())
+                            .expect("room")
+                            .setup_write(1, 2)
+                            .setup_sge(3, 4, 5)
+                    };
+                }
+                guard.post().expect("recorded post");
+            }
+            let calls = take_calls();
+            let writes: Vec<&String> = calls.iter().filter(|c| c.contains(" write ")).collect();
+            assert_eq!(writes.len(), 4);
+            assert!(
+                writes.iter().all(|w| w.contains(&format!("flags={SIGNALED:#x} "))),
+                "{policy:?}: {writes:?}"
+            );
+            let dedicated = policy != DcPoolPolicy::Static;
+            if dedicated {
+                assert!(pool.start_post_send(dc).is_err_and(|e| e.is_would_block()));
+            }
+            let (ia, _) = pool.assignment(da).expect("held");
+            let (ib, _) = pool.assignment(db).expect("held");
+            // Each request completes; the last one gives the initiator back (to the one in line).
+            let mut events = complete(&mut pool, provider_wr_id(ia, 0), 0);
+            if ia == ib {
+                events.extend(complete(&mut pool, provider_wr_id(ia, 1), 0));
+                events.extend(complete(&mut pool, provider_wr_id(ib, 2), 0));
+                events.extend(complete(&mut pool, provider_wr_id(ib, 3), 0));
+            } else {
+                events.extend(complete(&mut pool, provider_wr_id(ia, 1), 0));
+                events.extend(complete(&mut pool, provider_wr_id(ib, 0), 0));
+                events.extend(complete(&mut pool, provider_wr_id(ib, 1), 0));
+            }
+            let mut expected = vec![completed(da, 10), completed(da, 11)];
+            if dedicated {
+                expected.push(DcPoolEvent::Ready { destination: dc });
+            }
+            expected.extend([completed(db, 20), completed(db, 21)]);
+            assert_eq!(events, expected, "{policy:?}");
+            assert_eq!(pool.outstanding(da) + pool.outstanding(db), 0);
+            if dedicated {
+                assert_eq!(pool.assignment(da), None, "{policy:?}: da gave its initiator back");
+                assert_eq!(pool.assignment(db), None, "{policy:?}: db gave its initiator back");
+                assert_eq!(pool.assignment(dc), Some((ia, None)), "{policy:?}: dc holds da's");
+            }
         }
-        guard.post().expect("recorded post");
-        let calls = take_calls();
-        let qp = 16 + initiator;
-        let flags: Vec<String> = calls
-            .iter()
-            .filter(|c| c.contains(" write "))
-            .map(|c| c.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
-            .collect();
-        assert_eq!(
-            flags,
-            (0..5u64)
-                .map(|n| format!(
-                    "qp{qp} write wr_id={:#x} flags={:#x}",
-                    provider_wr_id(initiator, n),
-                    if n == 1 || n == 4 { SIGNALED } else { 0 }
-                ))
-                .collect::<Vec<_>>()
-        );
-        assert_eq!(
-            complete(&mut pool, provider_wr_id(initiator, 1), 0),
-            [completed(da, 10), completed(da, 11)]
-        );
-        assert_eq!(pool.outstanding(da), 3);
-        assert_eq!(
-            complete(&mut pool, provider_wr_id(initiator, 4), 0),
-            [completed(da, 12), completed(da, 13), completed(da, 14)]
-        );
-        assert_eq!(pool.outstanding(da), 0);
     }
 
     #[test]
@@ -1349,7 +1620,7 @@ mod tests {
         assert!(!calls.iter().any(|c| c.ends_with("complete")), "{calls:?}");
         assert_eq!(pool.outstanding(da), 0);
         assert_eq!(pool.assignment(da), None, "the initiator went back");
-        assert!(!pool.complete(provider_wr_id(0, 0), 0, |e| panic!("aborted request reported: {e:?}")));
+        assert!(!pool.complete_raw(provider_wr_id(0, 0), 0, |e| panic!("aborted request reported: {e:?}")));
 
         // The next batch starts at number 0 again: nothing was counted.
         post_writes(&mut pool, da, &[3]);
@@ -1378,7 +1649,7 @@ mod tests {
         );
         COMPLETE_RETURNS.with(|r| r.set(0));
         assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
-        assert!(!pool.complete(provider_wr_id(0, 0), 0, |e| panic!("unposted request reported: {e:?}")));
+        assert!(!pool.complete_raw(provider_wr_id(0, 0), 0, |e| panic!("unposted request reported: {e:?}")));
         pool.core.check_invariants();
     }
 
@@ -1448,7 +1719,7 @@ mod tests {
     }
 
     #[test]
-    fn dedicated_a_third_destination_waits_first_in_line_for_a_freed_initiator() {
+    fn freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_event() {
         let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
         let addresses: Vec<Address> = (0..4).map(Address::new).collect();
         let ids: Vec<DestinationId> = addresses.iter().map(|a| a.add_to(&mut pool)).collect();
@@ -1472,8 +1743,12 @@ mod tests {
         assert!(pool.start_post_send(d).is_err_and(|e| e.is_would_block()));
         assert_eq!(pool.waiting().collect::<Vec<_>>(), [c, d]);
 
-        // b's completion frees initiator 1; c is first in line, so d may not take it.
-        assert_eq!(complete(&mut pool, provider_wr_id(1, 0), 0), [completed(b, 2)]);
+        // b's completion frees initiator 1: it goes to c, first in line, at once.
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(1, 0), 0),
+            [completed(b, 2), DcPoolEvent::Ready { destination: c }]
+        );
+        assert_eq!(pool.assignment(c), Some((1, None)));
         assert!(matches!(
             pool.start_post_send(d).map(|_| ()).unwrap_err().0,
             PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
@@ -1488,9 +1763,62 @@ mod tests {
             calls[1].contains(&format!("wr_id={:#x} ", provider_wr_id(1, 1))),
             "{calls:?}"
         );
+        // a's completion frees initiator 0 for d; c's then goes back to the free ones.
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(0, 0), 0),
+            [completed(a, 1), DcPoolEvent::Ready { destination: d }]
+        );
         assert_eq!(complete(&mut pool, provider_wr_id(1, 1), 0), [completed(c, 3)]);
-        assert_eq!(post_writes(&mut pool, d, &[4]), 1);
+        assert_eq!(post_writes(&mut pool, d, &[4]), 0);
         assert_eq!(pool.waiting().count(), 0);
+        // A destination not first in line is not refused while an initiator is free.
+        assert_eq!(post_writes(&mut pool, b, &[5]), 1);
+    }
+
+    #[test]
+    fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        pool.set_grant_timeout(3);
+        let ids: Vec<DestinationId> = (0..5).map(|n| Address::new(n).add_to(&mut pool)).collect();
+        let (a, b, c, d, e) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
+        post_writes(&mut pool, a, &[1]);
+        post_writes(&mut pool, b, &[2]);
+        for x in [c, d, e] {
+            assert!(pool.start_post_send(x).is_err_and(|e| e.is_would_block()));
+        }
+        take_calls();
+        // d leaves the line: nothing of it is left there.
+        pool.cancel_wait(d);
+        assert_eq!(pool.waiting().collect::<Vec<_>>(), [c, e]);
+        assert_eq!(pool.footprint().waiting, 2);
+        // a's initiator goes to c, which never posts (a forgotten waiter).
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(0, 0), 0),
+            [completed(a, 1), DcPoolEvent::Ready { destination: c }]
+        );
+        let mut events = Vec::new();
+        for _ in 0..2 {
+            pool.progress(|event| events.push(event));
+        }
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(pool.assignment(c), Some((0, None)));
+        // The third call after the grant: it goes back, to e.
+        pool.progress(|event| events.push(event));
+        assert_eq!(events, [DcPoolEvent::Ready { destination: e }]);
+        assert_eq!(pool.assignment(c), None);
+        assert_eq!(pool.assignment(e), Some((0, None)));
+        // A grant cancelled goes back at once.
+        pool.cancel_wait(e);
+        assert_eq!(pool.assignment(e), None);
+        assert_eq!(post_writes(&mut pool, d, &[3]), 0);
+        pool.core.check_invariants();
+        // Churn: waiting and cancelling many times keeps the line at its waiters.
+        for _ in 0..1000 {
+            assert!(pool.start_post_send(c).is_err_and(|e| e.is_would_block()));
+            pool.cancel_wait(c);
+        }
+        assert_eq!(pool.footprint().waiting, 0);
+        take_calls();
     }
 
     #[test]
@@ -1553,7 +1881,10 @@ mod tests {
         );
         // A destination on stream 0 also goes through the stream setter.
         let first = addresses.first().expect("destination 0 is on stream 0");
-        let first_id = DestinationId(0);
+        let first_id = DestinationId {
+            index: 0,
+            generation: 0,
+        };
         let (first_initiator, first_stream) = pool.assignment(first_id).expect("bound");
         assert_eq!(first_stream, Some(0));
         post_writes(&mut pool, first_id, &[9]);
@@ -1566,16 +1897,16 @@ mod tests {
     }
 
     #[test]
-    fn an_error_on_one_stream_resets_that_stream_only() {
+    fn a_stream_in_error_is_reset_only_once_flushed_and_other_streams_completions_count() {
         let mut pool = pool(DcPoolPolicy::Streams, 16, 4);
         // Two destinations on one initiator, on different streams.
         let mut seen: Vec<(DestinationId, usize, u16)> = Vec::new();
-        let ((x, xs), y, initiator) = loop {
+        let ((x, xs), (y, ys), initiator) = loop {
             let id = Address::new(seen.len()).add_to(&mut pool);
             let (initiator, stream) = pool.assignment(id).expect("bound");
             let stream = stream.expect("streams");
             if let Some(&(other, _, other_stream)) = seen.iter().find(|(_, i, s)| *i == initiator && *s != stream) {
-                break ((other, other_stream), id, initiator);
+                break ((other, other_stream), (id, stream), initiator);
             }
             seen.push((id, initiator, stream));
             assert!(seen.len() < 64, "the hash spreads destinations over streams");
@@ -1583,32 +1914,104 @@ mod tests {
         post_writes(&mut pool, x, &[1, 2]);
         post_writes(&mut pool, y, &[3]);
         take_calls();
-        pool.initiator(initiator).expect("initiator").in_error.set(false);
+        // x's first request fails: reported at once; its second is not flushed yet, so the
+        // stream is not reset, and x is refused naming the recovery.
         assert_eq!(
             complete(&mut pool, provider_wr_id(initiator, 0), REM_ACCESS_ERR),
-            [
-                DcPoolEvent::Failed {
-                    destination: x,
-                    wr_id: 1,
-                    status: REM_ACCESS_ERR,
-                    vendor_err: 0
-                },
-                DcPoolEvent::Failed {
-                    destination: x,
-                    wr_id: 2,
-                    status: FLUSH_ERR,
-                    vendor_err: 0
-                },
-            ]
+            [DcPoolEvent::Failed {
+                destination: x,
+                wr_id: 1,
+                status: REM_ACCESS_ERR,
+                vendor_err: 0
+            }]
+        );
+        assert!(take_calls().is_empty(), "no reset before the flush");
+        assert!(matches!(
+            pool.start_post_send_on_stream(x).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::Recovering { initiator: i, stream: Some(s) })
+                if i == initiator && s == xs
+        ));
+        // The other stream's request executed: its completion after the error counts.
+        assert_eq!(complete(&mut pool, provider_wr_id(initiator, 2), 0), [completed(y, 3)]);
+        // y's stream posts on meanwhile.
+        post_writes(&mut pool, y, &[4]);
+        take_calls();
+        // The flush of x's second request: failed (x is at fault), then the stream is reset.
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 1), FLUSH_ERR),
+            [DcPoolEvent::Failed {
+                destination: x,
+                wr_id: 2,
+                status: FLUSH_ERR,
+                vendor_err: 0
+            }]
         );
         assert_eq!(take_calls(), [format!("qp{} reset_stream {xs}", 16 + initiator)]);
-        // The other stream's request was not touched and completes.
         assert_eq!(pool.outstanding(y), 1);
-        assert_eq!(complete(&mut pool, provider_wr_id(initiator, 2), 0), [completed(y, 3)]);
+        assert_eq!(complete(&mut pool, provider_wr_id(initiator, 3), 0), [completed(y, 4)]);
+        assert_ne!(xs, ys);
+        post_writes(&mut pool, x, &[5]);
+        take_calls();
     }
 
     #[test]
-    fn an_error_completion_fails_the_destination_hands_back_the_others_and_recovers() {
+    fn a_stream_reset_refused_in_err_recovers_the_initiator_once_everything_completed() {
+        let mut pool = pool(DcPoolPolicy::Streams, 16, 4);
+        let mut seen: Vec<(DestinationId, usize, u16)> = Vec::new();
+        let (x, y, initiator) = loop {
+            let id = Address::new(seen.len()).add_to(&mut pool);
+            let (initiator, stream) = pool.assignment(id).expect("bound");
+            let stream = stream.expect("streams");
+            if let Some(&(other, _, _)) = seen.iter().find(|(_, i, s)| *i == initiator && *s != stream) {
+                break (other, id, initiator);
+            }
+            seen.push((id, initiator, stream));
+        };
+        let qp = 16 + initiator;
+        post_writes(&mut pool, x, &[1]);
+        post_writes(&mut pool, y, &[2, 3]);
+        take_calls();
+        // The initiator went to ERR after the error (too many streams errored): the reset is
+        // refused, and the pool waits for the other stream's requests.
+        pool.initiator(initiator).expect("initiator").in_error.set(true);
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 0), REM_ACCESS_ERR),
+            [DcPoolEvent::Failed {
+                destination: x,
+                wr_id: 1,
+                status: REM_ACCESS_ERR,
+                vendor_err: 0
+            }]
+        );
+        assert_eq!(
+            take_calls(),
+            [format!(
+                "qp{qp} reset_stream {}",
+                pool.assignment(x).unwrap().1.unwrap()
+            )]
+        );
+        assert!(matches!(
+            pool.start_post_send_on_stream(y).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::Recovering { stream: None, .. })
+        ));
+        // y's first executed before the move to ERR, its second was flushed: completed, retry.
+        assert_eq!(complete(&mut pool, provider_wr_id(initiator, 1), 0), [completed(y, 2)]);
+        assert!(take_calls().is_empty(), "no recovery while a request is in flight");
+        assert_eq!(
+            complete(&mut pool, provider_wr_id(initiator, 2), FLUSH_ERR),
+            [DcPoolEvent::Retry {
+                destination: y,
+                wr_id: 3
+            }]
+        );
+        assert_eq!(take_calls(), [format!("qp{qp} recover")]);
+        pool.initiator(initiator).expect("initiator").in_error.set(false);
+        post_writes(&mut pool, y, &[3]);
+        take_calls();
+    }
+
+    #[test]
+    fn an_error_completion_fails_the_destination_hands_back_the_flushed_others_and_recovers() {
         let mut pool = pool(DcPoolPolicy::Static, 16, 0);
         // Two destinations bound to one initiator (and one elsewhere).
         let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
@@ -1625,18 +2028,31 @@ mod tests {
         post_writes(&mut pool, b, &[20]);
         post_writes(&mut pool, a, &[13]);
         take_calls();
-        // Request 1 (a's 11) fails: 10 before it completed, a's others fail as flushed, b's is
-        // handed back, and the initiator is recovered.
+        assert_eq!(complete(&mut pool, provider_wr_id(initiator, 0), 0), [completed(a, 10)]);
+        // Request 1 (a's 11) fails: reported with its status; the initiator is in ERR, and
+        // nothing else is reported before the device flushes it.
         assert_eq!(
             complete(&mut pool, provider_wr_id(initiator, 1), REM_ACCESS_ERR),
+            [DcPoolEvent::Failed {
+                destination: a,
+                wr_id: 11,
+                status: REM_ACCESS_ERR,
+                vendor_err: 0
+            }]
+        );
+        assert!(take_calls().is_empty(), "no recovery before the flush");
+        assert!(matches!(
+            pool.start_post_send(b).map(|_| ()).unwrap_err().0,
+            PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::Recovering { stream: None, .. })
+        ));
+        // The flushes: a's fail, b's is handed back; the last one recovers the initiator.
+        let mut events = Vec::new();
+        for n in 2..5 {
+            events.extend(complete(&mut pool, provider_wr_id(initiator, n), FLUSH_ERR));
+        }
+        assert_eq!(
+            events,
             [
-                completed(a, 10),
-                DcPoolEvent::Failed {
-                    destination: a,
-                    wr_id: 11,
-                    status: REM_ACCESS_ERR,
-                    vendor_err: 0
-                },
                 DcPoolEvent::Failed {
                     destination: a,
                     wr_id: 12,
@@ -1657,12 +2073,6 @@ mod tests {
         );
         assert_eq!(take_calls(), [format!("qp{qp} recover")]);
         assert_eq!((pool.outstanding(a), pool.outstanding(b)), (0, 0));
-        // The provider's flush completions that follow name nothing any more.
-        for n in 2..5 {
-            assert!(!pool.complete(provider_wr_id(initiator, n), FLUSH_ERR, |e| panic!(
-                "reported twice: {e:?}"
-            )));
-        }
         // The recovered initiator posts on, numbering on.
         post_writes(&mut pool, b, &[20]);
         assert!(take_calls()[1].contains(&format!("wr_id={:#x} ", provider_wr_id(initiator, 5))));
@@ -1670,40 +2080,48 @@ mod tests {
     }
 
     #[test]
-    fn an_initiator_that_cannot_be_recovered_is_lost_and_refuses_its_destinations() {
-        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
-        let a = Address::new(0).add_to(&mut pool);
-        let (initiator, _) = pool.assignment(a).expect("bound");
-        post_writes(&mut pool, a, &[1, 2]);
-        pool.initiator(initiator).expect("initiator").recovery_fails.set(true);
-        let events = complete(&mut pool, provider_wr_id(initiator, 0), REM_ACCESS_ERR);
-        assert_eq!(
-            events,
-            [
-                DcPoolEvent::Failed {
-                    destination: a,
-                    wr_id: 1,
-                    status: REM_ACCESS_ERR,
-                    vendor_err: 0
-                },
-                DcPoolEvent::Failed {
-                    destination: a,
-                    wr_id: 2,
-                    status: FLUSH_ERR,
-                    vendor_err: 0
-                },
-                DcPoolEvent::InitiatorLost {
-                    initiator,
-                    error: "recovery refused by the test".into()
-                },
-            ]
-        );
-        take_calls();
-        assert!(matches!(
-            pool.start_post_send(a).map(|_| ()).unwrap_err().0,
-            PostToDestinationErrorKind::InitiatorLost { initiator: i } if i == initiator
-        ));
-        assert!(take_calls().is_empty());
+    fn an_initiator_that_cannot_be_recovered_is_lost_and_its_destinations_move_to_the_others() {
+        for policy in [DcPoolPolicy::Static, DcPoolPolicy::Streams] {
+            let streams = if policy == DcPoolPolicy::Streams { 4 } else { 0 };
+            let mut pool = pool(policy, 16, streams);
+            let a = Address::new(0).add_to(&mut pool);
+            let (initiator, _) = pool.assignment(a).expect("bound");
+            post_writes(&mut pool, a, &[1, 2]);
+            let recorder = pool.initiator(initiator).expect("initiator");
+            recorder.recovery_fails.set(true);
+            // With streams the stream reset is refused as in ERR: the initiator is recovered.
+            recorder.in_error.set(streams > 0);
+            let mut events = complete(&mut pool, provider_wr_id(initiator, 0), REM_ACCESS_ERR);
+            events.extend(complete(&mut pool, provider_wr_id(initiator, 1), FLUSH_ERR));
+            assert_eq!(
+                events,
+                [
+                    DcPoolEvent::Failed {
+                        destination: a,
+                        wr_id: 1,
+                        status: REM_ACCESS_ERR,
+                        vendor_err: 0
+                    },
+                    DcPoolEvent::Failed {
+                        destination: a,
+                        wr_id: 2,
+                        status: FLUSH_ERR,
+                        vendor_err: 0
+                    },
+                    DcPoolEvent::InitiatorLost {
+                        initiator,
+                        error: "recovery refused by the test".into()
+                    },
+                ],
+                "{policy:?}"
+            );
+            take_calls();
+            // Rehashed onto the other initiator: it posts there.
+            let (moved, _) = pool.assignment(a).expect("bound to another");
+            assert_ne!(moved, initiator);
+            assert_eq!(post_writes(&mut pool, a, &[3]), moved);
+            take_calls();
+        }
     }
 
     #[test]
@@ -1829,22 +2247,115 @@ mod tests {
                 .push(e)));
         assert_eq!(
             events,
-            [
-                DcPoolEvent::Failed {
-                    destination: da,
-                    wr_id: 0,
-                    status: REM_ACCESS_ERR,
-                    vendor_err: 0x15
-                },
-                DcPoolEvent::Failed {
-                    destination: da,
-                    wr_id: 1,
-                    status: FLUSH_ERR,
-                    vendor_err: 0
-                },
-            ]
+            [DcPoolEvent::Failed {
+                destination: da,
+                wr_id: 0,
+                status: REM_ACCESS_ERR,
+                vendor_err: 0x15
+            },]
+        );
+        // The request flushed behind it fails with the flush's status and no syndrome.
+        assert!(pool
+            .core
+            .complete_with_syndrome(provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| events.push(e)));
+        assert_eq!(
+            events[1],
+            DcPoolEvent::Failed {
+                destination: da,
+                wr_id: 1,
+                status: FLUSH_ERR,
+                vendor_err: 0
+            }
         );
         pool.core.check_invariants();
+    }
+
+    /// A work completion as a CQ shared with other queue pairs returns it.
+    fn work_completion(qp_number: u32, wr_id: u64, status: u32, vendor_err: u32) -> WorkCompletion {
+        // SAFETY: zeroes are valid for ibv_wc (plain data).
+        let mut wc: rdma_mummy_sys::ibv_wc = unsafe { MaybeUninit::zeroed().assume_init() };
+        wc.qp_num = qp_number;
+        wc.wr_id = wr_id;
+        wc.status = status;
+        wc.vendor_err = vendor_err;
+        WorkCompletion::from(wc)
+    }
+
+    #[test]
+    fn complete_takes_the_pools_completions_from_a_shared_cq_and_leaves_the_others() {
+        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        let (initiator, _) = pool.assignment(da).expect("bound");
+        post_writes(&mut pool, da, &[7, 8]);
+        take_calls();
+        let qp = 16 + initiator as u32;
+        let mut events = Vec::new();
+        // Another queue pair's completion, with a wr_id that looks like the pool's: not the pool's.
+        assert!(
+            !pool.complete(&work_completion(0x99, provider_wr_id(initiator, 0), 0, 0), |e| events
+                .push(e))
+        );
+        assert!(events.is_empty());
+        // The pool's, with status and vendor syndrome.
+        assert!(
+            pool.complete(&work_completion(qp, provider_wr_id(initiator, 0), 0, 0), |e| events
+                .push(e))
+        );
+        assert!(pool.complete(
+            &work_completion(qp, provider_wr_id(initiator, 1), REM_ACCESS_ERR, 0x22),
+            |e| events.push(e)
+        ));
+        assert_eq!(
+            events,
+            [
+                completed(da, 7),
+                DcPoolEvent::Failed {
+                    destination: da,
+                    wr_id: 8,
+                    status: REM_ACCESS_ERR,
+                    vendor_err: 0x22
+                }
+            ]
+        );
+        // Reported already: no longer the pool's.
+        assert!(
+            !pool.complete(&work_completion(qp, provider_wr_id(initiator, 1), 0, 0), |e| panic!(
+                "{e:?}"
+            ))
+        );
+        take_calls();
+    }
+
+    #[test]
+    fn a_removed_destination_is_stale_and_its_place_serves_another() {
+        let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+        let da = Address::new(1).add_to(&mut pool);
+        post_writes(&mut pool, da, &[1]);
+        take_calls();
+        assert!(matches!(
+            pool.remove_destination(da).unwrap_err().0,
+            RemoveDestinationErrorKind::Outstanding { requests: 1 }
+        ));
+        assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(da, 1)]);
+        pool.remove_destination(da).expect("nothing outstanding");
+        assert!(matches!(
+            pool.remove_destination(da).unwrap_err().0,
+            RemoveDestinationErrorKind::UnknownDestination
+        ));
+        let db = Address::new(2).add_to(&mut pool);
+        assert_eq!((db.index(), db.generation()), (da.index(), da.generation() + 1));
+        for result in [pool.start_post_send(da).map(|_| ()), pool.prepare(da)] {
+            assert!(matches!(
+                result.unwrap_err().0,
+                PostToDestinationErrorKind::UnknownDestination
+            ));
+        }
+        assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+        assert!(take_calls().is_empty(), "nothing was posted for the stale id");
+        // The new destination posts to its own address.
+        post_writes(&mut pool, db, &[2]);
+        assert_eq!(take_calls()[2], Address::new(2).call(16));
+        assert_eq!(pool.footprint().live_destinations, 1);
     }
 
     #[test]

@@ -1,27 +1,41 @@
 //! The bookkeeping of a [`DcInitiatorPool`](super::dc_initiator_pool::DcInitiatorPool), apart
 //! from any device: which DC initiator (and stream) a destination posts on, which requests each
-//! initiator holds, what a completion settles, and what an error completion fails, hands back for
-//! a retry, or recovers.
+//! initiator holds, what a completion settles, what an error completion fails or hands back for a
+//! retry, and when an errored stream or initiator is reset.
 //!
-//! It is written against [`PooledInitiator`], a small trait over "a DCI" (is it in ERR, recover
-//! it, reset a stream), so that the pool's unit tests drive it with simulated initiators: a
-//! deterministic scheduler with seeded latencies and injected error completions
-//! (`dc_pool_simulation`), and property tests of any interleaving of posts, completions and
-//! errors.
+//! It is written against [`PooledInitiator`], a small trait over "a DCI" (recover it, reset a
+//! stream), so that the pool's unit tests drive it with simulated initiators: a deterministic
+//! scheduler with seeded latencies and injected error completions (`dc_pool_simulation`), and
+//! property tests of any interleaving of posts, executions, completions and errors.
 //!
 //! # Request numbers
 //!
 //! Each initiator numbers its requests in posting order. The `wr_id` the provider sees is
 //! `initiator << 48 | number` (the number taken modulo 2⁴⁸); the caller's own `wr_id` is kept in a
 //! ring, at the request's number. A batch's requests take consecutive places in the ring (a batch
-//! never wraps around its end), so a request costs the guard one store and one addition. A completion thus names its request exactly, also with DCI
-//! streams (whose completions can come out of posting order between streams), and completions
-//! left from before a recovery (flushed requests already accounted for) match no live request and
-//! are ignored.
+//! never wraps around its end), so a request costs the guard one store and one addition. A
+//! completion thus names its request exactly, also with DCI streams (whose completions can come
+//! out of posting order between streams).
+//!
+//! # Exactly once
+//!
+//! The pool signals every request (UCX turns completion moderation off for DC too), and in the
+//! error state a queue pair completes every outstanding request with `IBV_WC_WR_FLUSH_ERR`,
+//! signalled or not: each request gets a completion of its own. The pool reports a request on its
+//! completion (or on a later one of the same stream, which completes in order), never by
+//! inference: a successful completion is `Completed`, however late after another stream's error;
+//! only a flushed request is `Retry` (or `Failed` for the destination at fault). A stream in error
+//! is reset, and an initiator in ERR recovered, only once every request it held was reported:
+//! resetting earlier would discard completions still in the CQ (`mlx5_cq_clean` at RESET) and
+//! the man page asks for the flush first.
 use std::collections::VecDeque;
 use std::error::Error;
 
-use rdma_mummy_sys::ibv_wc_status;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_ah, ibv_wc_status};
+
+use crate::ibverbs::work_completion::WorkCompletion;
 
 /// How a [`DcInitiatorPool`](super::dc_initiator_pool::DcInitiatorPool) assigns its DC initiators
 /// to destinations (UCX's `dc_mlx5` policies `dcs`, `dcs_quota`, hashing, `hw_dcs`).
@@ -37,12 +51,12 @@ pub enum DcPoolPolicy {
     /// A destination holds a DC initiator of its own while it has requests outstanding and gives
     /// it back when they all completed. Order per destination: kept (one initiator at a time, and
     /// a new one only once the last completed). A slow or failing destination delays and fails
-    /// only its own requests. When every initiator is held, [`DcPoolWouldBlock::NoInitiator`];
-    /// initiators are then handed out in the order destinations asked
-    /// ([`waiting`](super::dc_initiator_pool::DcInitiatorPool::waiting)).
+    /// only its own requests. When every initiator is held, [`DcPoolWouldBlock::NoInitiator`] and
+    /// the destination is in line: initiators that free up go to the destinations in line, first
+    /// first, as many as are free, each reported by [`DcPoolEvent::Ready`].
     Dedicated,
     /// As [`Dedicated`](Self::Dedicated), but once a destination posted `quota` requests on the
-    /// initiator it holds and other destinations are waiting, it posts no more
+    /// initiator it holds and other destinations are in line, it posts no more
     /// ([`DcPoolWouldBlock::QuotaExhausted`]) until it gave the initiator back and its turn comes
     /// again. Bounds how long any destination waits (no starvation).
     DedicatedWithQuota {
@@ -52,24 +66,43 @@ pub enum DcPoolPolicy {
     /// Each destination is bound to one initiator by a hash of its number, shared by many
     /// destinations, and never waits for one. Order per destination: kept (one initiator). A
     /// slow destination delays, and an error completion hands back for a retry, the requests of
-    /// the other destinations on its initiator.
+    /// the other destinations on its initiator. The destinations of an initiator that is lost
+    /// are bound to the others.
     Static,
     /// Hardware DCI streams (ConnectX-6 Dx and newer): each destination is bound by a hash to an
     /// initiator and one of its streams. Order per destination: kept (one stream; streams of one
     /// initiator run concurrently). An error completion errors its stream only, which is reset
-    /// with `mlx5dv_dci_stream_id_reset`, unless the whole initiator went to ERR.
+    /// with `mlx5dv_dci_stream_id_reset` once its requests are flushed, unless the whole
+    /// initiator went to ERR.
     Streams,
 }
 
-/// The number of a destination in a pool, from
-/// [`add_destination`](super::dc_initiator_pool::DcInitiatorPool::add_destination).
+impl DcPoolPolicy {
+    /// Whether destinations hold initiators of their own (dedicated policies).
+    fn is_dedicated(self) -> bool {
+        matches!(self, Self::Dedicated | Self::DedicatedWithQuota { .. })
+    }
+}
+
+/// A destination of a pool, from
+/// [`add_destination`](super::dc_initiator_pool::DcInitiatorPool::add_destination): a place and a
+/// generation. Once the destination is removed, its id is stale: the pool refuses it with a typed
+/// error, even after the place was given to another destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DestinationId(pub(crate) u32);
+pub struct DestinationId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
 
 impl DestinationId {
-    /// The number, from 0 in the order destinations were added.
+    /// Its place in the pool, from 0; a removed destination's place is reused.
     pub fn index(self) -> usize {
-        self.0 as usize
+        self.index as usize
+    }
+
+    /// How many destinations had this place before it.
+    pub fn generation(self) -> u32 {
+        self.generation
     }
 }
 
@@ -78,8 +111,8 @@ impl DestinationId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DcPoolWouldBlock {
-    /// Every DC initiator is held by another destination (dedicated policies), or destinations
-    /// that asked earlier are first in line; the destination is now in line.
+    /// Every DC initiator is held by another destination (dedicated policies); the destination is
+    /// now in line, and [`DcPoolEvent::Ready`] tells when it holds one.
     #[error("no DC initiator is free for this destination now")]
     NoInitiator,
     /// The destination posted its quota on the initiator it holds while others wait.
@@ -94,12 +127,20 @@ pub enum DcPoolWouldBlock {
     /// `wr_id`s wraps around, and at the quota.
     #[error("the batch is full: post it and start another")]
     BatchFull,
+    /// The destination's initiator (or its DCI stream) is in error: the pool waits for the device
+    /// to flush its requests, then resets the stream or recovers the initiator (RESET → RTS).
+    #[error("DC initiator {initiator} (stream {stream:?}) is being recovered")]
+    Recovering {
+        /// The initiator.
+        initiator: usize,
+        /// Its stream in error, or `None` when the whole initiator is.
+        stream: Option<u16>,
+    },
 }
 
 /// What happened to a request posted through a pool, or to a destination, as reported by
 /// [`poll`](super::dc_initiator_pool::DcInitiatorPool::poll). Every request posted is reported
-/// exactly once: completed, failed or handed back for a retry (signalled or not: a request not
-/// signalled is reported when a later completion of its initiator, or stream, covers it).
+/// exactly once: completed, failed, or handed back for a retry. The pool signals every request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DcPoolEvent {
@@ -125,14 +166,22 @@ pub enum DcPoolEvent {
         /// and UCX's logs name errors by); 0 for a request flushed behind it.
         vendor_err: u32,
     },
-    /// The request was flushed by another destination's error (or by an initiator error no
-    /// request caused) and did not execute: post it again, before the destination's newer
-    /// requests.
+    /// The device flushed the request (another destination's error, or an initiator error no
+    /// request of this destination caused): it did not execute. Post it again, before the
+    /// destination's newer requests.
     Retry {
         /// Its destination.
         destination: DestinationId,
         /// The `wr_id` it was posted with.
         wr_id: u64,
+    },
+    /// The destination, which was refused with [`DcPoolWouldBlock::NoInitiator`], now holds an
+    /// initiator: post to it. A destination that posts nothing on it gives it back after the
+    /// pool's grant timeout (see
+    /// [`setup_grant_timeout`](super::dc_initiator_pool::DcInitiatorPoolBuilder::setup_grant_timeout)).
+    Ready {
+        /// The destination.
+        destination: DestinationId,
     },
     /// The destination's requests kept failing with errors that say its target is not there
     /// (transport or RNR retry counter exceeded, remote invalid request), as many times in a row
@@ -143,15 +192,28 @@ pub enum DcPoolEvent {
         /// The destination.
         destination: DestinationId,
     },
-    /// An initiator that an error put in ERR (or a stream of it) could not be recovered; it is
-    /// out of service, and the destinations bound to it (static and streams policies) are
-    /// refused at post.
+    /// An initiator that an error put in ERR could not be recovered; it is out of service (it
+    /// held nothing any more), and the destinations bound to it (static and streams policies)
+    /// are bound to the others.
     InitiatorLost {
         /// Its index in the pool.
         initiator: usize,
         /// The recovery's error, as text.
         error: String,
     },
+    /// A completion on the pool's CQ of a queue pair that is not one of the pool's (a CQ shared
+    /// with other queue pairs): handed over as polled, never dropped.
+    OtherCompletion(WorkCompletion),
+}
+
+/// Why [`PooledInitiator::reset_stream`] refused.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum StreamResetRefusal {
+    /// The initiator is not in RTS: it went to ERR as a whole; recover it.
+    NotReadyToSend,
+    /// Anything else.
+    Failed(Box<dyn Error + Send + Sync>),
 }
 
 /// "A DCI", as the pool's bookkeeping needs it: the DC initiator, or a simulated one.
@@ -161,13 +223,10 @@ pub trait PooledInitiator {
     fn max_send_wr(&self) -> u32;
     /// How many DCI streams it has (0 without).
     fn stream_count(&self) -> u32;
-    /// After an error completion: whether the whole initiator is in ERR (else only a stream
-    /// errored). Without streams an error always puts it in ERR, and this is not asked.
-    fn is_in_error(&mut self) -> bool;
-    /// Brings it back from ERR to RTS.
+    /// Brings it back from ERR to RTS (every request it held was reported).
     fn recover(&mut self) -> Result<(), Box<dyn Error + Send + Sync>>;
-    /// Resets one errored stream.
-    fn reset_stream(&mut self, stream: u16) -> Result<(), Box<dyn Error + Send + Sync>>;
+    /// Resets one errored stream (every request of it was reported).
+    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal>;
 }
 
 /// What a destination was granted for one batch: an initiator (and stream), the number of the
@@ -175,11 +234,12 @@ pub trait PooledInitiator {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct Grant {
+    pub address: Address,
     pub initiator: usize,
     /// The destination's stream; 0 when the initiator has none (a destination's stream is 0
     /// then).
     pub stream: u16,
-    pub destination: DestinationId,
+    pub destination: u32,
     pub first: u64,
     pub room: usize,
 }
@@ -190,6 +250,8 @@ pub(crate) const NUMBER_BITS: u32 = 48;
 const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
 /// The largest pool.
 pub(crate) const MAX_INITIATORS: usize = 1 << (64 - NUMBER_BITS);
+/// "No destination" in the wait line's links.
+const NONE: u32 = u32::MAX;
 
 /// The provider-visible `wr_id` of request `number` of initiator `initiator`.
 #[doc(hidden)]
@@ -205,9 +267,11 @@ pub(crate) fn initiator_of(wr_id: u64) -> usize {
 }
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
-/// exceeded), no receive ever (RNR retry counter exceeded), or no such DC target (remote invalid
-/// request).
-fn is_no_such_target(status: u32) -> bool {
+/// exceeded: what a ConnectX reports for a DC target that was destroyed, as the hardware tests
+/// found), no receive ever (RNR retry counter exceeded), or no such DC target (remote invalid
+/// request). A remote access or remote operation error is not counted: a wrong DC key or rkey
+/// says the target is there.
+pub(crate) fn is_no_such_target(status: u32) -> bool {
     matches!(
         status,
         ibv_wc_status::IBV_WC_RETRY_EXC_ERR
@@ -229,6 +293,15 @@ struct BatchRecord {
     settled: u64,
 }
 
+/// A stream's error (the only one without streams: the initiator's).
+#[derive(Debug, Clone, Copy, Default)]
+struct LaneError {
+    /// An error completion came; the stream's requests are being flushed.
+    errored: bool,
+    /// The destination whose request failed: its flushed requests fail too.
+    at_fault: Option<u32>,
+}
+
 /// One initiator's requests.
 #[derive(Debug)]
 struct InitiatorRequests {
@@ -243,13 +316,33 @@ struct InitiatorRequests {
     /// `wr_id`s from here to `head`. Kept by [`pop_settled`](Self::pop_settled), so that
     /// [`room`](Self::room) does not reach into `batches` on every batch.
     oldest: u64,
-    /// Requests posted and not yet reported.
-    outstanding: u64,
+    /// Requests reported so far (`head - reported` are outstanding).
+    reported: u64,
+    /// The request number a batch may not reach: the send queue's free slots, the ring's free
+    /// places and the ring's end, recomputed where requests are reported (and by the slow path
+    /// when a batch stopped at the ring's end); 0 while it is troubled. A batch's room is
+    /// `limit - head`, or 0.
+    limit: u64,
+    /// `destination << 16 | stream` of the last batch record, which is open: its `end` is
+    /// `head` (synchronised before completions are read); `u64::MAX` when there is none.
+    last_key: u64,
+    /// `head` when the holder was granted it (dedicated policies): what it posted since.
+    hold_start: u64,
+    /// The pool's clock when it was last granted from the line: a grant timer of an older
+    /// grant to the same destination does not revoke this one.
+    granted_at: u64,
     /// Batches with requests not reported, in posting order.
     batches: VecDeque<BatchRecord>,
     /// The destination holding it (dedicated policies).
     holder: Option<u32>,
     streams: u32,
+    /// Any of: a stream in error, the whole initiator in ERR, out of service. Posting takes the
+    /// slow path then.
+    troubled: bool,
+    /// Per stream (one without streams).
+    lanes: Box<[LaneError]>,
+    /// The whole initiator is in ERR: recovered once it holds nothing.
+    whole_error: bool,
     out_of_service: bool,
 }
 
@@ -268,10 +361,17 @@ impl InitiatorRequests {
             capacity: u64::from(capacity.max(1)),
             head: 0,
             oldest: 0,
-            outstanding: 0,
+            reported: 0,
+            limit: u64::from(capacity.max(1)).min(size),
+            last_key: u64::MAX,
+            hold_start: 0,
+            granted_at: u64::MAX,
             batches: VecDeque::new(),
             holder: None,
             streams,
+            troubled: false,
+            lanes: vec![LaneError::default(); streams.max(1) as usize].into_boxed_slice(),
+            whole_error: false,
             out_of_service: false,
         }
     }
@@ -279,11 +379,49 @@ impl InitiatorRequests {
     /// How many more requests it can take now: free send-queue slots, and places in the ring up
     /// to its end (a batch does not wrap). The ring's size is a power of two that divides 2⁴⁸,
     /// so a batch that stops at the ring's end never crosses the numbers' wrap either.
-    #[inline]
+    #[inline(always)]
     fn room(&self) -> usize {
-        let ring = (self.mask + 1) - (self.head - self.oldest);
-        let to_ring_end = (self.mask + 1) - (self.head & self.mask);
-        (self.capacity - self.outstanding).min(ring).min(to_ring_end) as usize
+        // 0 while troubled (its limit is 0; its healthy streams post through the slow path).
+        self.limit.saturating_sub(self.head) as usize
+    }
+
+    /// Requests posted and not yet reported.
+    #[inline(always)]
+    fn outstanding(&self) -> u64 {
+        self.head - self.reported
+    }
+
+    /// Recomputes `limit` after requests were reported (or the capacity changed).
+    #[inline(always)]
+    fn update_limit(&mut self) {
+        self.limit = if self.troubled { 0 } else { self.healthy_limit() };
+    }
+
+    /// The limit as if it were not troubled (a stream in error leaves the others posting).
+    #[inline(always)]
+    fn healthy_limit(&self) -> u64 {
+        // The ring's end after `head`: a batch does not wrap around it.
+        let ring_end = (self.head | self.mask) + 1;
+        (self.reported + self.capacity)
+            .min(self.oldest + self.mask + 1)
+            .min(ring_end)
+    }
+
+    /// Sets the open last record's `end` to `head`, before records are read.
+    #[inline(always)]
+    fn sync_last(&mut self) {
+        if let Some(last) = self.batches.back_mut() {
+            last.end = self.head;
+        }
+    }
+
+    /// The end of record `index` (the last one's is `head`), for readers that cannot sync.
+    fn end_of(&self, index: usize) -> u64 {
+        if index + 1 == self.batches.len() {
+            self.head
+        } else {
+            self.batches[index].end
+        }
     }
 
     /// The full number of a request from the 48 bits the provider gives back.
@@ -306,50 +444,138 @@ impl InitiatorRequests {
 
     /// Drops the fully reported batches at the front, and moves `oldest` up. Every change of a
     /// batch's `settled` is followed by it.
+    #[inline]
     fn pop_settled(&mut self) {
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
             self.batches.pop_front();
         }
+        if self.batches.is_empty() {
+            self.last_key = u64::MAX;
+        }
         self.oldest = self.batches.front().map_or(self.head, |b| b.settled);
+        self.update_limit();
+    }
+
+    /// Whether stream `lane` holds no request not yet reported.
+    fn lane_idle(&self, lane: u16) -> bool {
+        !self.batches.iter().any(|b| b.stream == lane && b.settled < b.end)
+    }
+
+    fn update_troubled(&mut self) {
+        self.troubled = self.whole_error || self.out_of_service || self.lanes.iter().any(|l| l.errored);
+        self.update_limit();
     }
 }
 
-/// Records a new batch (out of line: the common case extends the last one).
+/// Records a new batch (out of line: the common case extends the last one), closing the last
+/// record at `first`.
 #[inline(never)]
-fn push_batch(batches: &mut VecDeque<BatchRecord>, destination: u32, stream: u16, first: u64, posted: u64) {
-    batches.push_back(BatchRecord {
+fn push_batch(requests: &mut InitiatorRequests, destination: u32, stream: u16, first: u64, posted: u64) {
+    if let Some(last) = requests.batches.back_mut() {
+        last.end = first;
+    }
+    requests.batches.push_back(BatchRecord {
         destination,
         stream,
         first,
         end: first + posted,
         settled: first,
     });
+    requests.last_key = (u64::from(destination) << 16) | u64::from(stream);
 }
 
-/// A destination's state.
-#[derive(Debug, Clone, Default)]
+/// A destination's place: its state while it lives, and its generation.
+#[derive(Debug, Clone)]
 struct DestinationState {
+    generation: u32,
+    live: bool,
+    /// `generation << 1 | fast`, where fast says it posts on its initiator with no check but
+    /// the initiator's room and health: live, an initiator, reachable, its address resolved.
+    /// One comparison with the id's generation on the post path.
+    gate: u64,
+    /// Its initiator and address as the post path reads them (valid while the gate's fast bit
+    /// is set): plain fields, no `Option` to test.
+    post_initiator: u16,
+    post_address: Address,
     /// The initiator it posts on: held (dedicated) or bound (static, streams).
     initiator: Option<u16>,
     stream: u16,
-    outstanding: u64,
-    /// Requests posted on the initiator it holds now (quota).
-    posted_on_hold: u64,
+    /// Its address handle, DCT number and DC key, once resolved.
+    address: Option<Address>,
     /// Consecutive errors that say the target is not there.
     retries_exceeded: u32,
     unreachable: bool,
-    /// Its place in line for an initiator (dedicated policies).
-    ticket: Option<u64>,
+    /// Its links in the wait line (dedicated policies), `NONE` at the ends.
+    in_line: bool,
+    previous: u32,
+    next: u32,
 }
+
+impl DestinationState {
+    fn new(generation: u32) -> Self {
+        Self {
+            generation,
+            live: true,
+            gate: u64::from(generation) << 1,
+            post_initiator: 0,
+            post_address: (NonNull::dangling(), 0, 0),
+            initiator: None,
+            stream: 0,
+            address: None,
+            retries_exceeded: 0,
+            unreachable: false,
+            in_line: false,
+            previous: NONE,
+            next: NONE,
+        }
+    }
+}
+
+/// Where a destination's requests go: its address handle, DCT number and DC key.
+#[doc(hidden)]
+pub type Address = (NonNull<ibv_ah>, u32, u64);
 
 /// Why a post to a destination is refused, as the bookkeeping sees it.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     WouldBlock(DcPoolWouldBlock),
+    /// Its address is not resolved yet (the pool creates its address handle, then asks again).
+    Unresolved,
     Unreachable,
-    InitiatorLost(usize),
+    /// Every initiator is out of service.
+    NoInitiatorInService,
     UnknownDestination,
+}
+
+/// Why a destination cannot be removed.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoveRefusal {
+    /// Requests of it are not reported yet.
+    Outstanding(u64),
+    UnknownDestination,
+}
+
+/// What a pool holds, for a caller (or a test) to see that it stays bounded: every count here
+/// is of memory the pool keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct DcPoolFootprint {
+    /// Places for destinations (live or free for reuse): the most that were live at once.
+    pub destination_places: usize,
+    /// Destinations live now.
+    pub live_destinations: usize,
+    /// Address handles the pool holds (one per live destination that posted or was prepared).
+    pub address_handles: usize,
+    /// Destinations in line for an initiator.
+    pub waiting: usize,
+    /// Grants not known to be used yet (each expires after the grant timeout).
+    pub grant_timers: usize,
+    /// Records of runs of requests in flight, over every initiator.
+    pub batch_records: usize,
+    /// Ready events not reported yet.
+    pub ready_events: usize,
 }
 
 /// The bookkeeping of a pool of initiators `I`.
@@ -359,14 +585,27 @@ pub struct PoolCore<I> {
     pub(crate) initiators: Vec<I>,
     requests: Vec<InitiatorRequests>,
     destinations: Vec<DestinationState>,
+    /// Places of removed destinations, for reuse.
+    free_places: Vec<u32>,
     policy: DcPoolPolicy,
-    /// Initiators held by no destination (dedicated policies).
+    /// Initiators held by no destination (dedicated policies). Never not empty while a
+    /// destination is in line: a freed initiator goes to the first in line at once.
     free: Vec<u16>,
-    /// Destinations in line for an initiator, with their tickets (entries whose ticket no longer
-    /// matches the destination's are left-overs, skipped).
-    waiting: VecDeque<(u32, u64)>,
+    /// The wait line, linked through the destinations: first and last, and its length.
+    line_head: u32,
+    line_tail: u32,
     waiting_count: usize,
-    next_ticket: u64,
+    /// The quota policy, with destinations in line: holders mind their quota (slow path).
+    quota_active: bool,
+    /// Destinations granted an initiator from the line, reported at the end of the `complete`
+    /// that granted them, or at the next `poll`/`progress`.
+    ready: VecDeque<DestinationId>,
+    /// Grants from the line: (destination, generation, initiator, the clock when it was
+    /// granted, the clock when it expires).
+    grants: VecDeque<(u32, u32, u16, u64, u64)>,
+    /// Counts `poll` and `progress` calls (the grant timeout's clock).
+    clock: u64,
+    grant_timeout: u64,
     unreachable_after: u32,
 }
 
@@ -378,16 +617,27 @@ impl<I: PooledInitiator> PoolCore<I> {
             .iter()
             .map(|i| InitiatorRequests::new(i.max_send_wr(), i.stream_count()))
             .collect();
-        let free = (0..initiators.len() as u16).rev().collect();
+        // Every index fits in 16 bits (MAX_INITIATORS): 65 536 initiators are 0..=65 535.
+        let free = if policy.is_dedicated() {
+            (0..initiators.len()).rev().map(|i| i as u16).collect()
+        } else {
+            Vec::new()
+        };
         Self {
             initiators,
             requests,
             destinations: Vec::new(),
+            free_places: Vec::new(),
             policy,
             free,
-            waiting: VecDeque::new(),
+            line_head: NONE,
+            line_tail: NONE,
             waiting_count: 0,
-            next_ticket: 0,
+            quota_active: false,
+            ready: VecDeque::new(),
+            grants: VecDeque::new(),
+            clock: 0,
+            grant_timeout: 64,
             unreachable_after: unreachable_after.max(1),
         }
     }
@@ -396,26 +646,170 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.policy
     }
 
+    /// Keeps at most `max` requests in flight per initiator (the CQ was sized for that).
+    pub fn limit_send_queue(&mut self, max: u32) {
+        for requests in &mut self.requests {
+            requests.capacity = requests.capacity.min(u64::from(max.max(1)));
+            requests.update_limit();
+        }
+    }
+
+    /// After how many `poll`/`progress` calls a grant from the line that was not used goes back.
+    pub fn set_grant_timeout(&mut self, calls: u64) {
+        self.grant_timeout = calls.max(1);
+    }
+
+    /// Recomputes destination `d`'s gate (after any change of what it depends on).
+    fn refresh(&mut self, d: u32) {
+        let state = &mut self.destinations[d as usize];
+        let fast = match (state.live && !state.unreachable, state.initiator, state.address) {
+            (true, Some(initiator), Some(address)) => {
+                state.post_initiator = initiator;
+                state.post_address = address;
+                true
+            },
+            _ => false,
+        };
+        state.gate = (u64::from(state.generation) << 1) | u64::from(fast);
+    }
+
+    /// Sets `destination`'s address (its address handle was created); false for a stale id.
+    pub fn set_address(&mut self, destination: DestinationId, address: Address) -> bool {
+        if self.live(destination).is_none() {
+            return false;
+        }
+        self.destinations[destination.index()].address = Some(address);
+        self.refresh(destination.index);
+        true
+    }
+
+    /// `destination`'s address, if resolved.
+    pub fn address(&self, destination: DestinationId) -> Option<Address> {
+        self.live(destination)?.address
+    }
+
+    /// Requests of destination `d` not reported yet: on the initiator it posts on (it has none
+    /// anywhere else: it leaves an initiator only with nothing outstanding there).
+    fn outstanding_of(&self, d: u32) -> u64 {
+        let Some(i) = self.destinations[d as usize].initiator else {
+            return 0;
+        };
+        let requests = &self.requests[i as usize];
+        (0..requests.batches.len())
+            .filter(|&k| requests.batches[k].destination == d)
+            .map(|k| requests.end_of(k) - requests.batches[k].settled)
+            .sum()
+    }
+
+    /// Whether the dedicated holder of initiator `i` can give it back: nothing outstanding.
+    fn holder_idle(&self, i: u16) -> bool {
+        self.requests[i as usize].outstanding() == 0
+    }
+
+    /// The live state of `destination`, or `None` for a stale or unknown id.
+    fn live(&self, destination: DestinationId) -> Option<&DestinationState> {
+        self.destinations
+            .get(destination.index())
+            .filter(|s| s.live && s.generation == destination.generation)
+    }
+
+    /// Whether `destination` is one of this pool's live destinations.
+    pub fn contains(&self, destination: DestinationId) -> bool {
+        self.live(destination).is_some()
+    }
+
     /// Adds a destination; the static and streams policies bind it to its initiator now.
     pub fn add_destination(&mut self) -> DestinationId {
-        let id = self.destinations.len() as u32;
-        let mut state = DestinationState::default();
-        if matches!(self.policy, DcPoolPolicy::Static | DcPoolPolicy::Streams) && !self.initiators.is_empty() {
-            // Fibonacci hashing of the number spreads neighbours over the initiators.
-            let hash = u64::from(id).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
-            let count = self.initiators.len() as u64;
-            let initiator = hash % count;
-            state.initiator = Some(initiator as u16);
-            let streams = u64::from(self.requests[initiator as usize].streams.max(1));
-            state.stream = ((hash / count) % streams) as u16;
+        let (index, generation) = match self.free_places.pop() {
+            Some(index) => {
+                let state = &mut self.destinations[index as usize];
+                let generation = state.generation.wrapping_add(1);
+                *state = DestinationState::new(generation);
+                (index, generation)
+            },
+            None => {
+                let index = u32::try_from(self.destinations.len()).expect("fewer than 2³² destinations");
+                self.destinations.push(DestinationState::new(0));
+                (index, 0)
+            },
+        };
+        self.bind(index);
+        self.refresh(index);
+        DestinationId { index, generation }
+    }
+
+    /// Binds destination `index` to an initiator in service and a stream by a hash of its index
+    /// (static and streams policies); to none when none is in service.
+    fn bind(&mut self, index: u32) {
+        if self.policy.is_dedicated() || self.requests.is_empty() {
+            return;
         }
-        self.destinations.push(state);
-        DestinationId(id)
+        // Fibonacci hashing of the index spreads neighbours over the initiators.
+        let hash = u64::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+        let count = self.requests.len() as u64;
+        let start = (hash % count) as usize;
+        // The first in service from the hashed one on.
+        let found = (0..self.requests.len())
+            .map(|k| (start + k) % self.requests.len())
+            .find(|&i| !self.requests[i].out_of_service);
+        let state = &mut self.destinations[index as usize];
+        match found {
+            Some(i) => {
+                let streams = u64::from(self.requests[i].streams.max(1));
+                state.initiator = Some(i as u16);
+                state.stream = ((hash / count) % streams) as u16;
+            },
+            None => {
+                state.initiator = None;
+                state.stream = 0;
+            },
+        }
+    }
+
+    /// Removes `destination`: refused while requests of it are not reported. Its place is reused
+    /// by a later destination, under a new generation.
+    pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveRefusal> {
+        self.live(destination).ok_or(RemoveRefusal::UnknownDestination)?;
+        let d = destination.index;
+        let outstanding = self.outstanding_of(d);
+        if outstanding > 0 {
+            return Err(RemoveRefusal::Outstanding(outstanding));
+        }
+        self.unlink(d);
+        // A dedicated destination with nothing outstanding holds at most a grant not used yet.
+        if self.policy.is_dedicated() {
+            if let Some(i) = self.destinations[d as usize].initiator.take() {
+                self.requests[i as usize].holder = None;
+                if !self.requests[i as usize].whole_error && !self.requests[i as usize].out_of_service {
+                    self.give(i);
+                }
+            }
+        }
+        let state = &mut self.destinations[d as usize];
+        state.live = false;
+        state.initiator = None;
+        state.address = None;
+        self.refresh(d);
+        self.free_places.push(d);
+        Ok(())
+    }
+
+    /// What the bookkeeping holds (address handles are the pool's, counted there).
+    pub fn footprint(&self) -> DcPoolFootprint {
+        DcPoolFootprint {
+            destination_places: self.destinations.len(),
+            live_destinations: self.destinations.len() - self.free_places.len(),
+            address_handles: 0,
+            waiting: self.waiting_count,
+            grant_timers: self.grants.len(),
+            batch_records: self.requests.iter().map(|r| r.batches.len()).sum(),
+            ready_events: self.ready.len(),
+        }
     }
 
     /// The initiator (and stream) `destination` posts on now, if any.
     pub fn assignment(&self, destination: DestinationId) -> Option<(usize, Option<u16>)> {
-        let state = self.destinations.get(destination.index())?;
+        let state = self.live(destination)?;
         let initiator = state.initiator? as usize;
         Some((
             initiator,
@@ -425,78 +819,160 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Requests of `destination` posted and not yet reported.
     pub fn outstanding(&self, destination: DestinationId) -> u64 {
-        self.destinations.get(destination.index()).map_or(0, |d| d.outstanding)
+        self.live(destination)
+            .map_or(0, |_| self.outstanding_of(destination.index))
     }
 
     /// Destinations in line for an initiator, first first.
     pub fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
-        self.waiting
-            .iter()
-            .filter(|(d, ticket)| self.destinations[*d as usize].ticket == Some(*ticket))
-            .map(|(d, _)| DestinationId(*d))
+        let mut at = self.line_head;
+        std::iter::from_fn(move || {
+            (at != NONE).then(|| {
+                let state = &self.destinations[at as usize];
+                let id = DestinationId {
+                    index: at,
+                    generation: state.generation,
+                };
+                at = state.next;
+                id
+            })
+        })
     }
 
     /// Whether `destination` was reported unreachable.
     pub fn is_unreachable(&self, destination: DestinationId) -> bool {
-        self.destinations
-            .get(destination.index())
-            .is_some_and(|d| d.unreachable)
+        self.live(destination).is_some_and(|d| d.unreachable)
     }
 
     /// Lets an unreachable destination post again.
     pub fn revive(&mut self, destination: DestinationId) {
-        if let Some(state) = self.destinations.get_mut(destination.index()) {
+        if self.live(destination).is_some() {
+            let state = &mut self.destinations[destination.index()];
             state.unreachable = false;
             state.retries_exceeded = 0;
+            self.refresh(destination.index);
         }
     }
 
-    /// Takes `destination` out of line for an initiator.
+    /// Takes `destination` out of line for an initiator, and gives back a grant from the line it
+    /// has not used.
     pub fn cancel_wait(&mut self, destination: DestinationId) {
-        if let Some(state) = self.destinations.get_mut(destination.index()) {
-            if state.ticket.take().is_some() {
-                self.waiting_count -= 1;
+        if self.live(destination).is_none() {
+            return;
+        }
+        let d = destination.index;
+        self.unlink(d);
+        if self.policy.is_dedicated() {
+            if let Some(i) = self.destinations[d as usize].initiator {
+                if self.holder_idle(i) && !self.requests[i as usize].whole_error {
+                    self.destinations[d as usize].initiator = None;
+                    self.refresh(d);
+                    self.requests[i as usize].holder = None;
+                    self.give(i);
+                }
             }
         }
     }
 
-    fn enqueue(&mut self, destination: u32) {
-        let state = &mut self.destinations[destination as usize];
-        if state.ticket.is_none() {
-            state.ticket = Some(self.next_ticket);
-            self.waiting.push_back((destination, self.next_ticket));
-            self.next_ticket += 1;
-            self.waiting_count += 1;
+    /// Puts destination `d` at the end of the line.
+    fn enqueue(&mut self, d: u32) {
+        if self.destinations[d as usize].in_line {
+            return;
         }
+        let tail = self.line_tail;
+        {
+            let state = &mut self.destinations[d as usize];
+            state.in_line = true;
+            state.previous = tail;
+            state.next = NONE;
+        }
+        if tail == NONE {
+            self.line_head = d;
+        } else {
+            self.destinations[tail as usize].next = d;
+        }
+        self.line_tail = d;
+        self.waiting_count += 1;
+        self.quota_active = matches!(self.policy, DcPoolPolicy::DedicatedWithQuota { .. });
     }
 
-    /// The first destination in line, after dropping left-overs.
-    fn first_waiting(&mut self) -> Option<u32> {
-        while let Some(&(d, ticket)) = self.waiting.front() {
-            if self.destinations[d as usize].ticket == Some(ticket) {
-                return Some(d);
-            }
-            self.waiting.pop_front();
+    /// Takes destination `d` out of the line, if in it.
+    fn unlink(&mut self, d: u32) {
+        let state = &mut self.destinations[d as usize];
+        if !state.in_line {
+            return;
         }
-        None
+        let (previous, next) = (state.previous, state.next);
+        state.in_line = false;
+        state.previous = NONE;
+        state.next = NONE;
+        if previous == NONE {
+            self.line_head = next;
+        } else {
+            self.destinations[previous as usize].next = next;
+        }
+        if next == NONE {
+            self.line_tail = previous;
+        } else {
+            self.destinations[next as usize].previous = previous;
+        }
+        self.waiting_count -= 1;
+        self.quota_active = self.quota_active && self.waiting_count > 0;
+    }
+
+    /// A freed initiator (healthy, held by nobody): to the first destination in line, reported
+    /// by `Ready` with a grant timer, or to the free ones.
+    fn give(&mut self, initiator: u16) {
+        let first = self.line_head;
+        if first == NONE {
+            self.free.push(initiator);
+            return;
+        }
+        self.unlink(first);
+        let state = &mut self.destinations[first as usize];
+        state.initiator = Some(initiator);
+        let generation = state.generation;
+        self.refresh(first);
+        let requests = &mut self.requests[initiator as usize];
+        requests.holder = Some(first);
+        requests.hold_start = requests.head;
+        requests.granted_at = self.clock;
+        self.ready.push_back(DestinationId {
+            index: first,
+            generation,
+        });
+        self.grants.push_back((
+            first,
+            generation,
+            initiator,
+            self.clock,
+            self.clock + self.grant_timeout,
+        ));
     }
 
     /// Grants `destination` an initiator for one batch, or says why not.
     #[inline(always)]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        // The common case: it posts on the initiator it holds or is bound to, with no quota to
-        // mind.
+        // The common case: it posts on the initiator it holds or is bound to (its gate says
+        // live, reachable, an initiator, an address), with no quota to mind and no error to
+        // recover from.
         if let Some(state) = self.destinations.get(destination.index()) {
-            let quota_applies =
-                matches!(self.policy, DcPoolPolicy::DedicatedWithQuota { .. }) && self.waiting_count > 0;
-            if let (Some(i), false, false) = (state.initiator, state.unreachable, quota_applies) {
-                let requests = &self.requests[i as usize];
+            let gate = (u64::from(destination.generation) << 1) | 1;
+            if state.gate == gate && !self.quota_active {
+                // The fast bit says `post_initiator` and `post_address` are its initiator and
+                // address.
+                let i = state.post_initiator as usize;
+                // SAFETY: a destination's initiator is one of the pool's (indices are never
+                // removed).
+                let requests = unsafe { self.requests.get_unchecked(i) };
+                // A troubled initiator has no room (its limit is 0).
                 let room = requests.room();
-                if room > 0 && !requests.out_of_service {
+                if room > 0 {
                     return Ok(Grant {
-                        initiator: i as usize,
+                        address: state.post_address,
+                        initiator: i,
                         stream: state.stream,
-                        destination,
+                        destination: destination.index,
                         first: requests.head,
                         room,
                     });
@@ -508,20 +984,29 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     #[inline(never)]
     fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        let d = destination.0;
-        let state = self.destinations.get(d as usize).ok_or(Refusal::UnknownDestination)?;
+        if let Some(grant) = self.grant_from_free(destination) {
+            return Ok(grant);
+        }
+        let state = self.live(destination).ok_or(Refusal::UnknownDestination)?;
+        let d = destination.index;
         if state.unreachable {
             return Err(Refusal::Unreachable);
         }
+        let Some(address) = state.address else {
+            return Err(Refusal::Unresolved);
+        };
         // What is left of the quota while others wait.
         let mut quota_left = u64::MAX;
         let initiator = match (self.policy, state.initiator) {
             (DcPoolPolicy::Static | DcPoolPolicy::Streams, Some(i)) => i as usize,
+            (DcPoolPolicy::Static | DcPoolPolicy::Streams, None) => return Err(Refusal::NoInitiatorInService),
             (DcPoolPolicy::DedicatedWithQuota { quota }, Some(i)) => {
                 // It is not in line while it holds an initiator: once it gave it back, its next
                 // post goes to the end of the line if others wait.
                 if self.waiting_count > 0 {
-                    quota_left = u64::from(quota.max(1)).saturating_sub(state.posted_on_hold);
+                    let requests = &self.requests[i as usize];
+                    let posted_on_hold = requests.head - requests.hold_start;
+                    quota_left = u64::from(quota.max(1)).saturating_sub(posted_on_hold);
                     if quota_left == 0 {
                         return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
                     }
@@ -530,40 +1015,103 @@ impl<I: PooledInitiator> PoolCore<I> {
             },
             (_, Some(i)) => i as usize,
             (_, None) => {
-                let first = self.first_waiting();
-                if first.is_some_and(|f| f != d) || self.free.is_empty() {
+                // A free initiator means nobody is in line (a freed one goes to the line first).
+                let Some(i) = self.free.pop() else {
+                    if self.requests.iter().all(|r| r.out_of_service) {
+                        return Err(Refusal::NoInitiatorInService);
+                    }
                     self.enqueue(d);
                     return Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator));
-                }
-                if first == Some(d) {
-                    self.waiting.pop_front();
-                    self.waiting_count -= 1;
-                }
-                let Some(i) = self.free.pop() else {
-                    return Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator));
                 };
+                if self.destinations[d as usize].in_line {
+                    self.unlink(d);
+                }
                 let state = &mut self.destinations[d as usize];
-                state.ticket = None;
                 state.initiator = Some(i);
-                state.posted_on_hold = 0;
-                self.requests[i as usize].holder = Some(d);
+                // Live, reachable and resolved (checked above): fast from now on.
+                state.post_initiator = i;
+                state.post_address = address;
+                state.gate = (u64::from(state.generation) << 1) | 1;
+                let requests = &mut self.requests[i as usize];
+                requests.holder = Some(d);
+                requests.hold_start = requests.head;
                 i as usize
             },
         };
-        let requests = &self.requests[initiator];
-        if requests.out_of_service {
-            return Err(Refusal::InitiatorLost(initiator));
+        let stream = self.destinations[d as usize].stream;
+        let requests = &mut self.requests[initiator];
+        if !requests.troubled && requests.limit <= requests.head {
+            // A batch stopped at the ring's end: the limit again.
+            requests.update_limit();
         }
-        let room = requests.room();
+        let requests = &self.requests[initiator];
+        if requests.troubled {
+            if requests.whole_error || requests.out_of_service {
+                return Err(Refusal::WouldBlock(DcPoolWouldBlock::Recovering {
+                    initiator,
+                    stream: None,
+                }));
+            }
+            if requests.lanes[stream as usize].errored {
+                return Err(Refusal::WouldBlock(DcPoolWouldBlock::Recovering {
+                    initiator,
+                    stream: Some(stream),
+                }));
+            }
+        }
+        let room = (requests.healthy_limit() - requests.head) as usize;
         if room == 0 {
             return Err(Refusal::WouldBlock(DcPoolWouldBlock::QueueFull));
         }
         let room = room.min(usize::try_from(quota_left).unwrap_or(usize::MAX));
-        let stream = self.destinations[d as usize].stream;
         Ok(Grant {
+            address,
             initiator,
             stream,
-            destination,
+            destination: d,
+            first: requests.head,
+            room,
+        })
+    }
+
+    /// The dedicated policies' common case: a live, reachable, resolved destination that holds
+    /// no initiator while one is free (so nobody is in line) takes it.
+    #[inline(always)]
+    fn grant_from_free(&mut self, destination: DestinationId) -> Option<Grant> {
+        if !self.policy.is_dedicated() {
+            return None;
+        }
+        let &i = self.free.last()?;
+        let state = self.destinations.get_mut(destination.index())?;
+        let address = state.address?;
+        if state.gate != u64::from(destination.generation) << 1
+            || !state.live
+            || state.unreachable
+            || state.initiator.is_some()
+        {
+            return None;
+        }
+        // A free initiator is healthy and holds nothing: its room as of now (the ring's end may
+        // have moved since its limit was computed).
+        let requests = &mut self.requests[i as usize];
+        requests.update_limit();
+        let room = requests.room();
+        if room == 0 {
+            return None;
+        }
+        requests.holder = Some(destination.index);
+        requests.hold_start = requests.head;
+        self.free.pop();
+        state.initiator = Some(i);
+        state.post_initiator = i;
+        state.post_address = address;
+        state.gate |= 1;
+        let stream = state.stream;
+        Some(Grant {
+            address,
+            initiator: i as usize,
+            stream,
+            destination: destination.index,
             first: requests.head,
             room,
         })
@@ -575,8 +1123,13 @@ impl<I: PooledInitiator> PoolCore<I> {
     }
 
     /// The ring of callers' `wr_id`s of `initiator` and its mask, for a guard that writes them.
-    pub fn wr_id_ring(&mut self, initiator: usize) -> (*mut u64, u64) {
-        let requests = &mut self.requests[initiator];
+    ///
+    /// # Safety
+    ///
+    /// `initiator` must be one of the pool's (a grant's).
+    pub unsafe fn wr_id_ring(&mut self, initiator: usize) -> (*mut u64, u64) {
+        // SAFETY: the caller's promise.
+        let requests = unsafe { self.requests.get_unchecked_mut(initiator) };
         (requests.wr_ids.as_mut_ptr(), requests.mask)
     }
 
@@ -584,23 +1137,17 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// refused), their `wr_id`s in the ring from `grant.first` on.
     #[inline(always)]
     pub fn commit(&mut self, grant: Grant, posted: usize) {
-        let requests = &mut self.requests[grant.initiator];
-        let d = grant.destination.0;
+        // SAFETY: the grant's initiator is one of the pool's.
+        let requests = unsafe { self.requests.get_unchecked_mut(grant.initiator) };
+        let d = grant.destination;
         if posted > 0 {
             let posted = posted as u64;
-            let stream = grant.stream;
-            match requests.batches.back_mut() {
-                // The same destination and stream right after its last batch: one record.
-                Some(last) if last.end == grant.first && last.destination == d && last.stream == stream => {
-                    last.end += posted;
-                },
-                _ => push_batch(&mut requests.batches, d, stream, grant.first, posted),
+            // The same destination and stream as the last record (open: its end is `head`): one
+            // record.
+            if requests.last_key != (u64::from(d) << 16) | u64::from(grant.stream) {
+                push_batch(requests, d, grant.stream, grant.first, posted);
             }
             requests.head += posted;
-            requests.outstanding += posted;
-            let state = &mut self.destinations[d as usize];
-            state.outstanding += posted;
-            state.posted_on_hold += posted;
         } else {
             // A dedicated destination that posted nothing gives back what it was granted.
             self.release_if_idle_cold(d);
@@ -613,161 +1160,302 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.release_if_idle(d);
     }
 
-    /// Gives a dedicated destination's initiator back once nothing of it is outstanding.
+    /// Gives a dedicated destination's initiator back once nothing of it is outstanding (and the
+    /// initiator was recovered, if it needed to be).
     fn release_if_idle(&mut self, d: u32) {
-        if !matches!(
-            self.policy,
-            DcPoolPolicy::Dedicated | DcPoolPolicy::DedicatedWithQuota { .. }
-        ) {
+        if !self.policy.is_dedicated() {
+            return;
+        }
+        let Some(i) = self.destinations[d as usize].initiator else {
+            return;
+        };
+        let requests = &self.requests[i as usize];
+        if requests.outstanding() != 0 || requests.whole_error {
+            // Recovered first (it holds nothing then: the holder's requests were all it carried).
             return;
         }
         let state = &mut self.destinations[d as usize];
-        if state.outstanding == 0 {
-            if let Some(i) = state.initiator.take() {
-                self.requests[i as usize].holder = None;
-                self.free.push(i);
+        state.initiator = None;
+        // No initiator: not fast any more.
+        state.gate &= !1;
+        let requests = &mut self.requests[i as usize];
+        requests.holder = None;
+        if !requests.out_of_service {
+            self.give(i);
+        }
+    }
+
+    /// One `poll` (or `progress`): the clock of grant timeouts moves on; grants from the line
+    /// that were not used within the timeout go back; ready destinations are reported.
+    pub fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        self.clock += 1;
+        while let Some(&(d, generation, initiator, granted_at, expires)) = self.grants.front() {
+            if expires > self.clock {
+                break;
+            }
+            self.grants.pop_front();
+            let state = &self.destinations[d as usize];
+            let requests = &self.requests[initiator as usize];
+            let unused = state.live
+                && state.generation == generation
+                && state.initiator == Some(initiator)
+                && requests.granted_at == granted_at
+                && requests.head == requests.hold_start
+                && requests.outstanding() == 0
+                && !requests.whole_error;
+            if unused {
+                self.destinations[d as usize].initiator = None;
+                self.refresh(d);
+                self.requests[initiator as usize].holder = None;
+                self.give(initiator);
+            }
+        }
+        self.report_ready(sink);
+    }
+
+    /// Reports the destinations granted an initiator from the line.
+    #[inline]
+    fn report_ready(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        while let Some(destination) = self.ready.pop_front() {
+            // Still holding what it was granted (not cancelled, removed or expired since).
+            let holds = self
+                .live(destination)
+                .and_then(|s| s.initiator)
+                .is_some_and(|i| self.requests[i as usize].holder == Some(destination.index));
+            if holds {
+                sink(DcPoolEvent::Ready { destination });
             }
         }
     }
 
     /// Settles a completion of the provider-visible `wr_id` with `status` (an `ibv_wc_status`),
     /// reporting every request it settles to `sink`. A completion that names no live request
-    /// (left from before a recovery) is ignored; returns whether it named one.
+    /// is ignored; returns whether it named one.
     pub fn complete(&mut self, wr_id: u64, status: u32, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
         self.complete_with_syndrome(wr_id, status, 0, sink)
     }
 
     /// As [`complete`](Self::complete), with the completion's vendor syndrome, which the failing
     /// request's [`DcPoolEvent::Failed`] carries.
+    #[inline]
     pub fn complete_with_syndrome(
         &mut self, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
         let initiator = initiator_of(wr_id);
-        let Some(requests) = self.requests.get(initiator) else {
+        let Some(requests) = self.requests.get_mut(initiator) else {
             return false;
         };
+        // The common case: a success in the oldest record of a healthy initiator. Its requests
+        // up to this one are one destination's, on one stream: they executed.
+        if status == ibv_wc_status::IBV_WC_SUCCESS && !requests.troubled {
+            let number = requests.unwrap_number(wr_id & NUMBER_MASK);
+            let only = requests.batches.len() == 1;
+            let head = requests.head;
+            if let Some(front) = requests.batches.front_mut() {
+                // The last record is open: its end is `head`.
+                let end = if only { head } else { front.end };
+                if front.settled <= number && number < end {
+                    let state = &mut self.destinations[front.destination as usize];
+                    let destination = DestinationId {
+                        index: front.destination,
+                        generation: state.generation,
+                    };
+                    let (ring, mask) = (&requests.wr_ids, requests.mask);
+                    for n in front.settled..number + 1 {
+                        // SAFETY: a masked number is within the ring (its length is mask + 1).
+                        let wr_id = unsafe { *ring.get_unchecked((n & mask) as usize) };
+                        sink(DcPoolEvent::Completed { destination, wr_id });
+                    }
+                    requests.reported += number + 1 - front.settled;
+                    front.settled = number + 1;
+                    if state.retries_exceeded != 0 {
+                        state.retries_exceeded = 0;
+                    }
+                    if front.settled == end {
+                        // The record is done: the next one (or none) is the oldest.
+                        requests.sync_last();
+                        requests.pop_settled();
+                    } else {
+                        requests.oldest = number + 1;
+                        requests.update_limit();
+                    }
+                    if requests.holder.is_some() && requests.outstanding() == 0 {
+                        self.release_holder_if_idle(initiator);
+                    }
+                    if !self.ready.is_empty() {
+                        self.report_ready(sink);
+                    }
+                    return true;
+                }
+            }
+        }
+        self.complete_slow(initiator, wr_id, status, vendor_err, sink)
+    }
+
+    /// [`complete_with_syndrome`](Self::complete_with_syndrome) beyond the oldest record, or in
+    /// error.
+    #[inline(never)]
+    fn complete_slow(
+        &mut self, initiator: usize, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
+    ) -> bool {
+        let requests = &mut self.requests[initiator];
+        requests.sync_last();
         let number = requests.unwrap_number(wr_id & NUMBER_MASK);
         let Some(index) = requests.find(number) else {
             return false;
         };
         let batch = requests.batches[index];
         if status == ibv_wc_status::IBV_WC_SUCCESS {
-            self.settle_up_to(initiator, Some(batch.stream), number + 1, sink);
+            self.settle_up_to(initiator, batch.stream, number + 1, sink);
         } else {
             self.fail(initiator, number, batch, (status, vendor_err), sink);
+        }
+        if !self.ready.is_empty() {
+            self.report_ready(sink);
         }
         true
     }
 
-    /// Reports as completed the requests of `initiator` before `end` (of `stream`, or all).
-    fn settle_up_to(&mut self, initiator: usize, stream: Option<u16>, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
+    /// Reports as completed the requests of `initiator`'s stream `lane` before `end` (a stream
+    /// completes in order: they executed).
+    #[inline]
+    fn settle_up_to(&mut self, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
         let requests = &mut self.requests[initiator];
+        let (ring, mask) = (&requests.wr_ids, requests.mask);
+        let mut reported = 0;
         for batch in requests.batches.iter_mut() {
             if batch.first >= end {
                 break;
             }
-            if stream.is_some_and(|s| s != batch.stream) {
+            if batch.stream != lane {
                 continue;
             }
             let stop = batch.end.min(end);
             if batch.settled >= stop {
                 continue;
             }
-            for number in batch.settled..stop {
-                sink(DcPoolEvent::Completed {
-                    destination: DestinationId(batch.destination),
-                    wr_id: requests.wr_ids[(number & requests.mask) as usize],
-                });
-            }
-            let count = stop - batch.settled;
-            batch.settled = stop;
-            requests.outstanding -= count;
             let state = &mut self.destinations[batch.destination as usize];
-            state.outstanding -= count;
-            state.retries_exceeded = 0;
+            let destination = DestinationId {
+                index: batch.destination,
+                generation: state.generation,
+            };
+            for number in batch.settled..stop {
+                // SAFETY: a masked number is within the ring (its length is mask + 1).
+                let wr_id = unsafe { *ring.get_unchecked((number & mask) as usize) };
+                sink(DcPoolEvent::Completed { destination, wr_id });
+            }
+            reported += stop - batch.settled;
+            batch.settled = stop;
+            if state.retries_exceeded != 0 {
+                state.retries_exceeded = 0;
+            }
         }
+        requests.reported += reported;
         requests.pop_settled();
+        if requests.troubled {
+            self.maybe_recover(initiator, sink);
+        }
         self.release_holder_if_idle(initiator);
     }
 
     /// Gives a held initiator back once its holder has nothing outstanding (dedicated policies:
     /// a held initiator carries only its holder's requests).
+    #[inline]
     fn release_holder_if_idle(&mut self, initiator: usize) {
-        if let Some(holder) = self.requests[initiator].holder {
-            self.release_if_idle(holder);
+        let requests = &self.requests[initiator];
+        if let (Some(holder), 0) = (requests.holder, requests.outstanding()) {
+            self.release_if_idle_cold(holder);
         }
     }
 
-    /// An error completion of request `number` (in `batch`) of `initiator`.
+    /// A completion in error of request `number` (in `batch`) of `initiator`: an error
+    /// completion, or a flush.
     fn fail(
         &mut self, initiator: usize, number: u64, batch: BatchRecord, (status, vendor_err): (u32, u32),
         sink: &mut impl FnMut(DcPoolEvent),
     ) {
+        let lane = batch.stream;
         let streams = self.requests[initiator].streams > 0;
-        // Requests before it completed (completions come in order within a stream).
-        self.settle_up_to(initiator, Some(batch.stream), number, sink);
-        let flush = status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
-        // A flush that no error completion announced: the initiator went to ERR on its own; no
-        // destination is at fault.
-        let at_fault = (!flush).then_some(batch.destination);
-        if let Some(d) = at_fault {
+        if status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+            let requests = &mut self.requests[initiator];
+            if !requests.lanes[lane as usize].errored && !requests.whole_error {
+                // A flush no error completion of its stream announced: the whole initiator went
+                // to ERR (on its own, or after too many stream errors).
+                requests.whole_error = true;
+                requests.update_troubled();
+            }
+            self.flush_up_to(initiator, lane, number + 1, sink);
+        } else {
+            // Requests of its stream before it executed.
+            self.settle_up_to(initiator, lane, number, sink);
+            let d = batch.destination;
             let state = &mut self.destinations[d as usize];
+            let destination = DestinationId {
+                index: d,
+                generation: state.generation,
+            };
             if !is_no_such_target(status) {
                 state.retries_exceeded = 0;
             } else {
                 state.retries_exceeded += 1;
                 if state.retries_exceeded >= self.unreachable_after && !state.unreachable {
                     state.unreachable = true;
-                    sink(DcPoolEvent::Unreachable {
-                        destination: DestinationId(d),
-                    });
+                    sink(DcPoolEvent::Unreachable { destination });
+                    self.refresh(d);
                 }
             }
+            let requests = &mut self.requests[initiator];
+            let wr_id = requests.wr_ids[(number & requests.mask) as usize];
+            sink(DcPoolEvent::Failed {
+                destination,
+                wr_id,
+                status,
+                vendor_err,
+            });
+            let index = requests.find(number).expect("the failing request is live");
+            requests.batches[index].settled = number + 1;
+            requests.reported += 1;
+            let requests = &mut self.requests[initiator];
+            requests.lanes[lane as usize] = LaneError {
+                errored: true,
+                at_fault: Some(d),
+            };
+            if !streams {
+                // Without streams an error completion puts the initiator in ERR.
+                requests.whole_error = true;
+            }
+            requests.update_troubled();
+            requests.pop_settled();
         }
-        let whole = !streams || flush || self.initiators[initiator].is_in_error();
-        let scope = (!whole).then_some(batch.stream);
-        // A flush is nobody's failure: the flushed request is handed back like the others.
-        let failing = if flush {
-            (u64::MAX, status, 0)
-        } else {
-            (number, status, vendor_err)
-        };
-        self.flush(initiator, scope, at_fault, failing, sink);
-        let recovered = if whole {
-            self.initiators[initiator].recover()
-        } else {
-            self.initiators[initiator].reset_stream(batch.stream)
-        };
-        if let Err(error) = recovered {
-            self.lose(initiator, error.to_string(), sink);
-        }
+        self.maybe_recover(initiator, sink);
+        self.release_holder_if_idle(initiator);
     }
 
-    /// Reports every live request of `initiator` (of stream `scope`, or all): the failing one with
-    /// its status, those of the destination at fault (or unreachable) as failed, the others as
-    /// retries.
-    fn flush(
-        &mut self, initiator: usize, scope: Option<u16>, at_fault: Option<u32>, failing: (u64, u32, u32),
-        sink: &mut impl FnMut(DcPoolEvent),
-    ) {
+    /// Reports the requests of `initiator`'s stream `lane` before `end` as flushed: failed for the
+    /// destination at fault on that stream (or an unreachable one), handed back otherwise.
+    fn flush_up_to(&mut self, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
         let requests = &mut self.requests[initiator];
+        let at_fault = requests.lanes[lane as usize].at_fault;
         for batch in requests.batches.iter_mut() {
-            if scope.is_some_and(|s| s != batch.stream) || batch.settled == batch.end {
+            if batch.first >= end {
+                break;
+            }
+            if batch.stream != lane {
+                continue;
+            }
+            let stop = batch.end.min(end);
+            if batch.settled >= stop {
                 continue;
             }
             let state = &mut self.destinations[batch.destination as usize];
+            let destination = DestinationId {
+                index: batch.destination,
+                generation: state.generation,
+            };
             let fails = at_fault == Some(batch.destination) || state.unreachable;
-            for number in batch.settled..batch.end {
-                let destination = DestinationId(batch.destination);
+            for number in batch.settled..stop {
                 let wr_id = requests.wr_ids[(number & requests.mask) as usize];
-                sink(if number == failing.0 {
-                    DcPoolEvent::Failed {
-                        destination,
-                        wr_id,
-                        status: failing.1,
-                        vendor_err: failing.2,
-                    }
-                } else if fails {
+                sink(if fails {
                     DcPoolEvent::Failed {
                         destination,
                         wr_id,
@@ -778,22 +1466,71 @@ impl<I: PooledInitiator> PoolCore<I> {
                     DcPoolEvent::Retry { destination, wr_id }
                 });
             }
-            let count = batch.end - batch.settled;
-            batch.settled = batch.end;
-            requests.outstanding -= count;
-            state.outstanding -= count;
+            requests.reported += stop - batch.settled;
+            batch.settled = stop;
         }
         requests.pop_settled();
-        self.release_holder_if_idle(initiator);
     }
 
-    /// Takes an initiator that could not be recovered out of service.
+    /// Resets an errored stream once it holds nothing, or recovers an initiator in ERR once it
+    /// holds nothing.
+    fn maybe_recover(&mut self, initiator: usize, sink: &mut impl FnMut(DcPoolEvent)) {
+        let requests = &mut self.requests[initiator];
+        if requests.out_of_service {
+            return;
+        }
+        if !requests.whole_error {
+            for lane in 0..requests.lanes.len() {
+                let lane = lane as u16;
+                if !self.requests[initiator].lanes[lane as usize].errored || !self.requests[initiator].lane_idle(lane) {
+                    continue;
+                }
+                match self.initiators[initiator].reset_stream(lane) {
+                    Ok(()) => self.requests[initiator].lanes[lane as usize] = LaneError::default(),
+                    // It went to ERR as a whole (or cannot reset streams): recovered below once
+                    // everything it holds was reported.
+                    Err(StreamResetRefusal::NotReadyToSend | StreamResetRefusal::Failed(_)) => {
+                        self.requests[initiator].whole_error = true;
+                        break;
+                    },
+                }
+            }
+        }
+        let requests = &mut self.requests[initiator];
+        if requests.whole_error && requests.outstanding() == 0 {
+            match self.initiators[initiator].recover() {
+                Ok(()) => {
+                    let requests = &mut self.requests[initiator];
+                    requests.whole_error = false;
+                    requests.lanes.iter_mut().for_each(|l| *l = LaneError::default());
+                },
+                Err(error) => self.lose(initiator, error.to_string(), sink),
+            }
+        }
+        self.requests[initiator].update_troubled();
+    }
+
+    /// Takes an initiator that could not be recovered (and holds nothing) out of service.
     fn lose(&mut self, initiator: usize, error: String, sink: &mut impl FnMut(DcPoolEvent)) {
-        // Whatever it still held is flushed; no destination is at fault.
-        self.flush(initiator, None, None, (u64::MAX, 0, 0), sink);
         let requests = &mut self.requests[initiator];
         requests.out_of_service = true;
+        requests.whole_error = false;
+        requests.update_troubled();
+        if let Some(holder) = requests.holder.take() {
+            self.destinations[holder as usize].initiator = None;
+            self.refresh(holder);
+        }
         self.free.retain(|&i| i as usize != initiator);
+        if !self.policy.is_dedicated() {
+            // Its destinations go to the others (they have nothing outstanding on it).
+            for d in 0..self.destinations.len() {
+                let state = &self.destinations[d];
+                if state.live && state.initiator == Some(initiator as u16) {
+                    self.bind(d as u32);
+                    self.refresh(d as u32);
+                }
+            }
+        }
         sink(DcPoolEvent::InitiatorLost { initiator, error });
     }
 
@@ -812,24 +1549,45 @@ impl<I: PooledInitiator> PoolCore<I> {
         for (i, requests) in self.requests.iter().enumerate() {
             let mut outstanding = 0;
             let mut previous_end = None;
-            for batch in &requests.batches {
-                assert!(batch.first <= batch.settled && batch.settled <= batch.end, "{batch:?}");
-                assert!(batch.first < batch.end);
-                if let Some(end) = previous_end {
-                    assert!(batch.first >= end, "batches of initiator {i} overlap");
+            for (k, batch) in requests.batches.iter().enumerate() {
+                let end = requests.end_of(k);
+                assert!(batch.first <= batch.settled && batch.settled <= end, "{batch:?}");
+                assert!(batch.first < end);
+                if let Some(previous) = previous_end {
+                    assert!(batch.first >= previous, "batches of initiator {i} overlap");
                 }
-                previous_end = Some(batch.end);
-                outstanding += batch.end - batch.settled;
-                per_destination[batch.destination as usize] += batch.end - batch.settled;
+                previous_end = Some(end);
+                outstanding += end - batch.settled;
+                per_destination[batch.destination as usize] += end - batch.settled;
+                assert!(self.destinations[batch.destination as usize].live);
                 if let Some(holder) = requests.holder {
-                    assert_eq!(
-                        holder, batch.destination,
-                        "a held initiator carries only its holder's requests"
-                    );
+                    if batch.settled < end {
+                        assert_eq!(
+                            holder, batch.destination,
+                            "a held initiator carries only its holder's requests"
+                        );
+                    }
                 }
             }
-            assert_eq!(outstanding, requests.outstanding, "initiator {i}");
-            assert!(requests.outstanding <= requests.capacity);
+            assert_eq!(outstanding, requests.outstanding(), "initiator {i}");
+            assert!(requests.outstanding() <= requests.capacity);
+            if requests.troubled {
+                assert_eq!(requests.limit, 0, "initiator {i}: limit");
+            } else {
+                let expected = (requests.reported + requests.capacity).min(requests.oldest + requests.mask + 1);
+                // The ring's end as of the last recomputation may have been reached since.
+                assert!(
+                    requests.limit <= expected && requests.limit >= requests.head,
+                    "initiator {i}: limit"
+                );
+            }
+            match requests.batches.back() {
+                Some(last) => assert_eq!(
+                    requests.last_key,
+                    (u64::from(last.destination) << 16) | u64::from(last.stream)
+                ),
+                None => assert_eq!(requests.last_key, u64::MAX),
+            }
             if let Some(front) = requests.batches.front() {
                 assert!(requests.head - front.settled <= requests.mask + 1);
             }
@@ -838,9 +1596,24 @@ impl<I: PooledInitiator> PoolCore<I> {
                 requests.batches.front().map_or(requests.head, |b| b.settled),
                 "initiator {i}: the oldest request not reported"
             );
+            let troubled = requests.whole_error || requests.out_of_service || requests.lanes.iter().any(|l| l.errored);
+            assert_eq!(requests.troubled, troubled, "initiator {i}: troubled");
+            if requests.out_of_service {
+                assert_eq!(requests.outstanding(), 0, "a lost initiator holds nothing");
+            }
         }
         for (d, state) in self.destinations.iter().enumerate() {
-            assert_eq!(state.outstanding, per_destination[d], "destination {d}");
+            assert_eq!(self.outstanding_of(d as u32), per_destination[d], "destination {d}");
+            let fast = state.live && state.initiator.is_some() && !state.unreachable && state.address.is_some();
+            assert_eq!(
+                state.gate,
+                (u64::from(state.generation) << 1) | u64::from(fast),
+                "destination {d}: gate"
+            );
+            if !state.live {
+                assert!(!state.in_line && state.initiator.is_none());
+                continue;
+            }
             if let Some(i) = state.initiator {
                 // A grant names the stream as is: 0 on an initiator without streams.
                 assert!(
@@ -848,12 +1621,35 @@ impl<I: PooledInitiator> PoolCore<I> {
                     "destination {d}: stream {} on initiator {i}",
                     state.stream
                 );
+                if !self.policy.is_dedicated() {
+                    assert!(!self.requests[i as usize].out_of_service, "bound to a lost initiator");
+                }
             }
         }
-        if matches!(
-            self.policy,
-            DcPoolPolicy::Dedicated | DcPoolPolicy::DedicatedWithQuota { .. }
-        ) {
+        // The line, walked both ways, holds exactly the destinations marked in it.
+        let mut count = 0;
+        let mut at = self.line_head;
+        let mut previous = NONE;
+        while at != NONE {
+            let state = &self.destinations[at as usize];
+            assert!(state.live && state.in_line);
+            assert_eq!(state.previous, previous);
+            previous = at;
+            at = state.next;
+            count += 1;
+            assert!(count <= self.destinations.len(), "the line loops");
+        }
+        assert_eq!(self.line_tail, previous);
+        assert_eq!(count, self.waiting_count);
+        assert_eq!(self.destinations.iter().filter(|s| s.in_line).count(), count);
+        if self.policy.is_dedicated() {
+            // Liveness: nobody waits while an initiator is free.
+            assert!(
+                self.free.is_empty() || self.waiting_count == 0,
+                "{} destinations wait while {} initiators are free",
+                self.waiting_count,
+                self.free.len()
+            );
             let held = self.requests.iter().filter(|r| r.holder.is_some()).count();
             let lost = self
                 .requests
@@ -863,27 +1659,23 @@ impl<I: PooledInitiator> PoolCore<I> {
             assert_eq!(
                 held + self.free.len() + lost,
                 self.requests.len(),
-                "every initiator is held or free"
+                "every initiator is held, free or lost"
             );
             for (i, requests) in self.requests.iter().enumerate() {
                 if let Some(holder) = requests.holder {
-                    assert_eq!(self.destinations[holder as usize].initiator, Some(i as u16));
-                    assert_eq!(
-                        self.destinations[holder as usize].ticket, None,
-                        "a holder is not in line"
-                    );
+                    let state = &self.destinations[holder as usize];
+                    assert!(state.live);
+                    assert_eq!(state.initiator, Some(i as u16));
+                    assert!(!state.in_line, "a holder is not in line");
                     assert!(
-                        self.destinations[holder as usize].outstanding > 0,
+                        requests.outstanding() > 0 || requests.whole_error || requests.head == requests.hold_start,
                         "a holder with nothing outstanding gave its initiator back"
                     );
                 }
+                if self.free.contains(&(i as u16)) {
+                    assert!(!requests.troubled, "a free initiator is healthy");
+                }
             }
-            let live = self
-                .waiting
-                .iter()
-                .filter(|(d, t)| self.destinations[*d as usize].ticket == Some(*t))
-                .count();
-            assert_eq!(live, self.waiting_count);
         }
     }
 }
