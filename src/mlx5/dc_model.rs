@@ -148,6 +148,10 @@ unsafe fn number(qp: *mut ibv_qp) -> u32 {
 
 /// `ibv_modify_qp`, as mlx5_ib: the DCI or DCT rules against the device's state, then the
 /// library's cached state.
+///
+/// # Safety
+///
+/// `qp` must be a model queue pair and `attr` a valid `ibv_qp_attr` (as `ibv_modify_qp`).
 unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     let n = number(qp);
     let given = state_from_raw((*attr).qp_state);
@@ -193,6 +197,10 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
 
 /// `ibv_query_qp`: the device's state (which the asynchronous ERR may reach after a few
 /// queries), cached by the library as libibverbs does.
+///
+/// # Safety
+///
+/// `qp` must be a model queue pair and `attr` writable (as `ibv_query_qp`).
 unsafe fn query(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: i32, _init: *mut ibv_qp_init_attr) -> i32 {
     let n = number(qp);
     let state = with(|model| {
@@ -213,16 +221,31 @@ unsafe fn query(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: i32, _init: *mut
     0
 }
 
+/// The model's `destroy`.
+///
+/// # Safety
+///
+/// `qp` must be a model queue pair.
 unsafe fn destroy(qp: *mut ibv_qp) -> i32 {
     record(format!("destroy qp{:#x}", number(qp)));
     0
 }
 
+/// The model's `to_qp_ex`.
+///
+/// # Safety
+///
+/// `qp` must be a model queue pair (the first field of its `ibv_qp_ex` table).
 unsafe fn to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     // The model's queue pairs are ibv_qp_ex tables whose first field is the ibv_qp.
     qp.cast()
 }
 
+/// The model's `query_port`.
+///
+/// # Safety
+///
+/// `attr` must be writable (as `ibv_query_port`).
 unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
     if port != 1 {
         return libc::EINVAL;
@@ -234,6 +257,10 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
 }
 
 /// `mlx5dv_create_qp`: the creation rules, then a new queue pair in RESET.
+///
+/// # Safety
+///
+/// `init` and `mlx5` must be valid attribute structs (as `mlx5dv_create_qp`).
 unsafe fn create(
     _: *mut ibv_context, init: *mut ibv_qp_init_attr_ex, mlx5: *mut mlx5dv_qp_init_attr,
 ) -> Result<NonNull<ibv_qp>, io::Error> {
@@ -294,6 +321,11 @@ unsafe fn create(
     Ok(pointer)
 }
 
+/// The model's `mlx5_view`.
+///
+/// # Safety
+///
+/// `qp_ex` must be the extended view of a model queue pair.
 unsafe fn mlx5_view(qp_ex: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex {
     let n = (*qp_ex).qp_base.qp_num;
     with(|model| {
@@ -304,6 +336,10 @@ unsafe fn mlx5_view(qp_ex: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex {
 
 /// `mlx5dv_dci_stream_id_reset`, as libmlx5: `EOPNOTSUPP` when the library's cached state is not
 /// RTS or the device cannot reset streams; the device then refuses a DCI no longer in RTS.
+///
+/// # Safety
+///
+/// `qp` must be a model queue pair (as `mlx5dv_dci_stream_id_reset`).
 unsafe extern "C" fn stream_id_reset(qp: *mut ibv_qp, stream: u16) -> c_int {
     let n = number(qp);
     let cached = state_from_raw((*qp).state);
@@ -663,6 +699,7 @@ mod tests {
         assert!(err.to_string().contains("max_log_num_concurent"), "{err}");
         assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
         // The capability summary says the same.
+        // SAFETY: mlx5dv_context holds only integers and a raw pointer: all-zero bytes are valid.
         let mut raw: rdma_mummy_sys::mlx5dv_context = unsafe { MaybeUninit::zeroed().assume_init() };
         raw.comp_mask = crate::mlx5::device_attributes::Mlx5ContextMask::all_flags().bits();
         let attributes = crate::mlx5::device_attributes::Mlx5DeviceAttributes::from_raw(&raw);
