@@ -2359,6 +2359,33 @@ mod tests {
     }
 
     #[test]
+    fn a_million_destinations_through_the_pool_leave_its_footprint_at_the_live_ones() {
+        let mut pool = pool(DcPoolPolicy::Static, 16, 0);
+        let mut live = std::collections::VecDeque::new();
+        for n in 0..1_000_000usize {
+            live.push_back(Address::new(n % 4096).add_to(&mut pool));
+            if live.len() > 10_000 {
+                let old = live.pop_front().expect("live");
+                pool.remove_destination(old).expect("nothing outstanding");
+            }
+        }
+        let footprint = pool.footprint();
+        assert_eq!(footprint.live_destinations, 10_000);
+        assert_eq!(pool.destination_count(), 10_000);
+        assert!(footprint.destination_places <= 10_001, "{footprint:?}");
+        assert!(
+            pool.addresses.len() <= 10_001,
+            "{} address records",
+            pool.addresses.len()
+        );
+        assert_eq!(
+            (footprint.waiting, footprint.grant_timers, footprint.batch_records),
+            (0, 0, 0)
+        );
+        pool.core.check_invariants();
+    }
+
+    #[test]
     fn a_pool_without_streams_refuses_to_post_on_a_stream() {
         let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
         let da = Address::new(1).add_to(&mut pool);
