@@ -689,6 +689,117 @@ fn check_scale(report: &Report, s: &Scenario) {
     // most a send queue), and the dead destination's.
     let bound = report.injected_failures * u64::from(s.capacity) + report.dead_requests;
     assert!(report.failed <= bound, "{} failures, more than {bound}", report.failed);
+    readme_figure("simulation", &readme_row(s, report));
+}
+
+/// Set by `scripts/readme-figures`, which writes README.md's figures from the lines these tests
+/// print: the tests then print without comparing.
+const WRITE_README: &str = "SIDEWAY_EXT_WRITE_README";
+
+/// `1234567` as README writes it: `1 234 567`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// A run's row of README's simulation table: policy, ticks, longest wait, completed, failed
+/// (injected), retried, reported twice.
+fn readme_row(s: &Scenario, report: &Report) -> String {
+    let streams = if s.streams > 0 {
+        format!(" ({} per initiator)", s.streams)
+    } else {
+        String::new()
+    };
+    format!(
+        "| `{:?}`{streams} | {} | {} | {} | {} ({}) | {} | {} |",
+        s.policy,
+        grouped(report.ticks),
+        grouped(report.max_wait),
+        grouped(report.completed),
+        grouped(report.failed),
+        grouped(report.injected_failures),
+        grouped(report.retried),
+        grouped(report.twice)
+    )
+}
+
+/// What README.md holds between `<!-- {section}:begin -->` and `<!-- {section}:end -->`.
+fn readme_section<'r>(readme: &'r str, section: &str) -> Option<&'r str> {
+    let begin = format!("<!-- {section}:begin -->");
+    let start = readme.find(&begin)? + begin.len();
+    let end = readme[start..].find(&format!("<!-- {section}:end -->"))?;
+    Some(&readme[start..start + end])
+}
+
+/// Whether README's `section` holds the figure a run measured: for a table row (`| key | …`),
+/// the section's row with the same first cell equals it; otherwise the whole section (an inline
+/// phrase) does. The error says what README reads and what was measured.
+fn check_readme_figure(readme: &str, section: &str, measured: &str) -> Result<(), String> {
+    let text = readme_section(readme, section).ok_or(format!("README.md has no {section} markers"))?;
+    let found = match measured.strip_prefix('|') {
+        Some(rest) => {
+            let key = &measured[..rest.find('|').map_or(measured.len(), |end| end + 2)];
+            text.lines()
+                .find(|line| line.starts_with(key))
+                .ok_or(format!("README.md's {section} has no row {key}"))?
+        },
+        None => text.trim(),
+    };
+    // An inline phrase may be wrapped in README: compared word by word.
+    if found.split_whitespace().eq(measured.split_whitespace()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "README.md's {section} reads\n  {found}\nthis run measured\n  {measured}\n\
+             (scripts/readme-figures writes README from this run)"
+        ))
+    }
+}
+
+/// Prints a figure for `scripts/readme-figures` (`readme-figure SECTION: TEXT`) and, unless that
+/// script is writing them, fails when README.md does not hold it.
+fn readme_figure(section: &str, measured: &str) {
+    println!("readme-figure {section}: {measured}");
+    if std::env::var_os(WRITE_README).is_none() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        if let Err(difference) = check_readme_figure(&readme, section, measured) {
+            panic!("{difference}");
+        }
+    }
+}
+
+/// The comparison can fail: a row that differs in one figure, a missing row, missing markers.
+#[test]
+fn readme_figures_that_differ_from_the_run_are_refused() {
+    let readme = "x\n<!-- simulation:begin -->\n| policy | ticks |\n|---|---:|\n| `Static` | 52 303 |\n\
+                  | `Streams` (8 per initiator) | 21 764 |\n<!-- simulation:end -->\n\
+                  is <!-- hot-destinations:begin -->1 220 ticks<!-- hot-destinations:end --> long";
+    assert_eq!(
+        check_readme_figure(readme, "simulation", "| `Static` | 52 303 |"),
+        Ok(())
+    );
+    assert_eq!(
+        check_readme_figure(readme, "simulation", "| `Streams` (8 per initiator) | 21 764 |"),
+        Ok(())
+    );
+    assert!(check_readme_figure(readme, "simulation", "| `Static` | 52 304 |").is_err());
+    assert!(check_readme_figure(readme, "simulation", "| `Dedicated` | 52 303 |").is_err());
+    assert_eq!(check_readme_figure(readme, "hot-destinations", "1 220 ticks"), Ok(()));
+    assert!(check_readme_figure(readme, "hot-destinations", "1 221 ticks").is_err());
+    assert_eq!(check_readme_figure(readme, "hot-destinations", "1 220\n ticks"), Ok(()));
+    assert!(check_readme_figure(readme, "elsewhere", "1 220 ticks").is_err());
+    assert_eq!(grouped(0), "0");
+    assert_eq!(grouped(999), "999");
+    assert_eq!(grouped(1000), "1 000");
+    assert_eq!(grouped(1_000_000), "1 000 000");
+    assert_eq!(grouped(23_188), "23 188");
 }
 
 #[test]
@@ -784,6 +895,16 @@ fn a_quota_bounds_the_wait_hot_destinations_impose_on_the_others() {
     println!(
         "16 hot destinations of 1000: longest wait of a destination to post {} ticks dedicated, {} ticks with a quota of 16 ({} and {} ticks in all)",
         dedicated.max_wait, quota.max_wait, dedicated.ticks, quota.ticks
+    );
+    readme_figure(
+        "hot-destinations",
+        &format!(
+            "{} ticks under `Dedicated` and {} under `DedicatedWithQuota {{ quota: 16 }}` (the test asserts \
+             at most {} with the quota",
+            grouped(dedicated.max_wait),
+            grouped(quota.max_wait),
+            grouped(HOT_WAIT_BOUND)
+        ),
     );
     assert_eq!(dedicated.completed, 200_000);
     assert_eq!(quota.completed, 200_000);
