@@ -127,6 +127,41 @@ fn send_messages(
     }
 }
 
+/// Fails when a completion arrives on `cq` within `wait` (a stray or a refused request's).
+fn assert_nothing_completes(cq: &BasicCompletionQueue, wait: Duration) {
+    std::thread::sleep(wait);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let stray = cq.poll_work_completions(&mut wcs).expect("poll");
+    assert!(stray.is_empty(), "completions arrived: {stray:?}");
+}
+
+/// A pair whose sender was created with SEND only, its CQs, the receiver's SRQ and a 4 KiB
+/// buffer: for the requests a queue pair was not created with.
+struct SendOnlyPair {
+    send_cq: Arc<BasicCompletionQueue>,
+    recv_cq: Arc<BasicCompletionQueue>,
+    receiver_srq: Arc<SharedReceiveQueue>,
+    sender: SharedReceiveQueuePair<ReliableConnection>,
+    _receiver: SharedReceiveQueuePair<ReliableConnection>,
+    buffer: Buffer,
+}
+
+fn send_only_pair(s: &Setup) -> SendOnlyPair {
+    let send_cq = cq(&s.ctx, 64);
+    let recv_cq = cq(&s.ctx, 64);
+    let receiver_srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let (sender, receiver) =
+        rc_pair_with_send_ops(s, &receiver_srq, &send_cq, &recv_cq, Some(SendOperationFlags::Send));
+    SendOnlyPair {
+        send_cq,
+        recv_cq,
+        receiver_srq,
+        sender,
+        _receiver: receiver,
+        buffer: Buffer::new(&s.pd, 4096),
+    }
+}
+
 /// Issue point 1: Sixteen RC queue pairs receive through one SRQ; each of their peers sends 1000
 /// sequence-numbered messages; every message arrives exactly once, intact, on the right QP.
 #[test]
@@ -231,8 +266,7 @@ fn sixteen_rc_queue_pairs_share_one_srq() {
         "completions name all 16 QPs"
     );
     // No stray receive completion arrived after the last message.
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(recv_cq.poll_work_completions(&mut wcs).unwrap().is_empty());
+    assert_nothing_completes(&recv_cq, Duration::from_millis(100));
 }
 
 /// Issue point 2: The limit: 10 posted, armed at 7, 4 consumed -> exactly one event, limit reads 0; re-arming
@@ -711,12 +745,14 @@ fn srq_resize_grows_the_queue_or_is_refused_with_a_typed_error() {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn an_operation_the_queue_pair_was_not_created_with_is_a_typed_error() {
     let s = setup();
-    let send_cq = cq(&s.ctx, 64);
-    let recv_cq = cq(&s.ctx, 64);
-    let receiver_srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
-    let (mut sender, _receiver) =
-        rc_pair_with_send_ops(&s, &receiver_srq, &send_cq, &recv_cq, Some(SendOperationFlags::Send));
-    let buffer = Buffer::new(&s.pd, 4096);
+    let SendOnlyPair {
+        send_cq,
+        recv_cq,
+        receiver_srq,
+        mut sender,
+        _receiver,
+        buffer,
+    } = send_only_pair(&s);
 
     let mut guard = sender.start_post_send();
     guard
@@ -744,9 +780,7 @@ fn an_operation_the_queue_pair_was_not_created_with_is_a_typed_error() {
         "{err:?}"
     );
     // Nothing was posted: the send before the write was aborted with it.
-    let mut wcs = [WorkCompletion::default(); 4];
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(send_cq.poll_work_completions(&mut wcs).expect("poll").is_empty());
+    assert_nothing_completes(&send_cq, Duration::from_millis(200));
     // The queue pair still works for what it was created with.
     post_slots(&receiver_srq, &buffer, 64, [10]);
     send_messages(&mut sender, send_cq.as_ref(), b"after", 1);
@@ -877,9 +911,7 @@ fn several_threads_post_receives_to_one_srq() {
     }
     assert!(seen.iter().all(|&s| s), "every posted receive was consumed");
     assert!(delivered.iter().all(|&d| d), "every message landed in a slot");
-    let mut wcs = [WorkCompletion::default(); 4];
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(recv_cq.poll_work_completions(&mut wcs).unwrap().is_empty());
+    assert_nothing_completes(&recv_cq, Duration::from_millis(100));
 }
 
 /// One-request posts: every receive reposted with `srq.post_recv_one` as it completes, every
@@ -999,12 +1031,15 @@ fn one_request_posts_send_and_repost_receives() {
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn one_request_posts_report_typed_errors_naming_the_request() {
     let s = setup();
-    let send_cq = cq(&s.ctx, 64);
-    let recv_cq = cq(&s.ctx, 64);
-    let receiver_srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
-    let (mut sender, _receiver) =
-        rc_pair_with_send_ops(&s, &receiver_srq, &send_cq, &recv_cq, Some(SendOperationFlags::Send));
-    let buffer = Buffer::new(&s.pd, 4096);
+    // The receiver's side stays alive (bound, not dropped) until the end of the test.
+    let SendOnlyPair {
+        send_cq,
+        recv_cq: _recv_cq,
+        receiver_srq: _receiver_srq,
+        mut sender,
+        _receiver,
+        buffer,
+    } = send_only_pair(&s);
     let err = sender
         .post_send_one(42, WorkRequestFlags::Signaled, |wr| {
             // SAFETY: the buffer outlives the request (which is refused anyway).
@@ -1026,9 +1061,7 @@ fn one_request_posts_report_typed_errors_naming_the_request() {
         ),
         "{err:?}"
     );
-    let mut wcs = [WorkCompletion::default(); 4];
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(send_cq.poll_work_completions(&mut wcs).expect("poll").is_empty());
+    assert_nothing_completes(&send_cq, Duration::from_millis(200));
 
     // Too many entries: refused before the library.
     let srq =

@@ -63,6 +63,26 @@ pub(crate) fn run_latency(
     Ok(latency_report(parameters, &mut samples))
 }
 
+/// The bandwidth runs' inline message: the pattern of `seed` from offset 0, `size` bytes.
+fn inline_message(seed: u64, size: u32) -> Vec<u8> {
+    let mut message = vec![0u8; size as usize];
+    fill_pattern(seed, 0, &mut message);
+    message
+}
+
+/// What every bandwidth request carries: the inline `message`, or else the first `size` bytes
+/// of `buffer`.
+fn bandwidth_data<'m>(message: Option<&'m [u8]>, buffer: &Buffer, lkey: u32, size: u32) -> LocalData<'m> {
+    match message {
+        Some(message) => LocalData::Inline(message),
+        None => LocalData::Registered {
+            lkey,
+            addr: buffer.addr(0),
+            len: size,
+        },
+    }
+}
+
 /// Bandwidth through one DC initiator: up to `tx_depth` requests outstanding, one in `cq_mod`
 /// signalled, request `i` to target `i mod M`. Timestamps are taken at the first post of each
 /// window of `cq_mod` requests and at its signalled completion.
@@ -79,19 +99,8 @@ pub(crate) fn run_bandwidth(
     let windows = iters.div_ceil(cq_mod) as usize;
     let mut posted_at = Vec::with_capacity(windows);
     let mut completed_at = Vec::with_capacity(windows);
-    let mut message = vec![0u8; parameters.size as usize];
-    if inline {
-        fill_pattern(remote.seed, 0, &mut message);
-    }
-    let data = if inline {
-        LocalData::Inline(&message)
-    } else {
-        LocalData::Registered {
-            lkey,
-            addr: buffer.addr(0),
-            len: parameters.size,
-        }
-    };
+    let message = inline.then(|| inline_message(remote.seed, parameters.size));
+    let data = bandwidth_data(message.as_deref(), buffer, lkey, parameters.size);
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     let (mut posted, mut completed) = (0u64, 0u64);
     let mut last_progress = Instant::now();
@@ -170,19 +179,8 @@ pub(crate) fn run_pool_bandwidth(
     let windows = iters.div_ceil(cq_mod) as usize;
     let mut posted_at = Vec::with_capacity(windows);
     let mut completed_at = Vec::with_capacity(windows);
-    let mut message = vec![0u8; parameters.size as usize];
-    if inline {
-        fill_pattern(remote.seed, 0, &mut message);
-    }
-    let data = if inline {
-        LocalData::Inline(&message)
-    } else {
-        LocalData::Registered {
-            lkey,
-            addr: buffer.addr(0),
-            len: parameters.size,
-        }
-    };
+    let message = inline.then(|| inline_message(remote.seed, parameters.size));
+    let data = bandwidth_data(message.as_deref(), buffer, lkey, parameters.size);
     // Per target: its next request never posted.
     let mut next: Vec<u64> = (0..targets).collect();
     // `posted` counts new requests (the windows), `sent` every post, retries too.
