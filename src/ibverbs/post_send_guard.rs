@@ -898,6 +898,22 @@ pub(crate) mod tests {
         record(format!("inline {:?}", String::from_utf8_lossy(data)));
     }
 
+    /// A recording table with only the entries rxe fills for a queue pair created with SEND
+    /// only (start, complete, abort, send, the SGE and inline setters): every other is NULL.
+    pub(crate) fn send_only_recording_qp() -> Box<ibv_qp_ex> {
+        // SAFETY: zeroes are valid for ibv_qp_ex (plain data and optional function pointers).
+        let mut qp: Box<ibv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let full = recording_qp();
+        qp.wr_start = full.wr_start;
+        qp.wr_complete = full.wr_complete;
+        qp.wr_abort = full.wr_abort;
+        qp.wr_send = full.wr_send;
+        qp.wr_set_sge = full.wr_set_sge;
+        qp.wr_set_sge_list = full.wr_set_sge_list;
+        qp.wr_set_inline_data = full.wr_set_inline_data;
+        qp
+    }
+
     /// A queue pair whose provider calls are recorded.
     pub(crate) fn recording_qp() -> Box<ibv_qp_ex> {
         // SAFETY: ibv_qp_ex is plain data (and optional function pointers) for which zeroes are valid.
@@ -1008,9 +1024,7 @@ pub(crate) mod tests {
 #[cfg(test)]
 mod provider_entry_tests {
     //! Operations and setters a queue pair was not created with never reach the provider.
-    use std::mem::MaybeUninit;
-
-    use super::tests::{recording_qp, take_calls};
+    use super::tests::{recording_qp, send_only_recording_qp, take_calls};
     use super::*;
 
     #[test]
@@ -1029,16 +1043,7 @@ mod provider_entry_tests {
     #[test]
     fn an_operation_the_queue_pair_was_not_created_with_is_refused_and_the_batch_aborted() {
         // As rxe does for a queue pair created with SEND only: every other builder is NULL.
-        // SAFETY: zeroes are valid for ibv_qp_ex (plain data and optional function pointers).
-        let mut qp: Box<ibv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
-        let full = recording_qp();
-        qp.wr_start = full.wr_start;
-        qp.wr_complete = full.wr_complete;
-        qp.wr_abort = full.wr_abort;
-        qp.wr_send = full.wr_send;
-        qp.wr_set_sge = full.wr_set_sge;
-        qp.wr_set_sge_list = full.wr_set_sge_list;
-        qp.wr_set_inline_data = full.wr_set_inline_data;
+        let mut qp = send_only_recording_qp();
         // SAFETY: qp is a live ibv_qp_ex.
         let entries = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap();
         assert!(!entries.contains(entry::RDMA_WRITE));
@@ -1086,9 +1091,7 @@ mod provider_entry_tests {
 #[cfg(test)]
 mod post_one_tests {
     //! One-request posts: the same calls as a batch of one.
-    use std::mem::MaybeUninit;
-
-    use super::tests::{all_entries, recording_qp, take_calls};
+    use super::tests::{all_entries, recording_qp, send_only_recording_qp, take_calls};
     use super::*;
 
     #[test]
@@ -1123,15 +1126,8 @@ mod post_one_tests {
 
     #[test]
     fn a_refused_request_reaches_no_null_entry_and_names_its_wr_id() {
-        // SAFETY: zeroes are valid for ibv_qp_ex (plain data and optional function pointers).
-        let mut qp: Box<ibv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
-        let full = recording_qp();
-        qp.wr_start = full.wr_start;
-        qp.wr_complete = full.wr_complete;
-        qp.wr_abort = full.wr_abort;
-        qp.wr_send = full.wr_send;
-        qp.wr_set_sge = full.wr_set_sge;
-        qp.wr_set_sge_list = full.wr_set_sge_list;
+        let mut qp = send_only_recording_qp();
+        qp.wr_set_inline_data = None;
         // SAFETY: qp is a live ibv_qp_ex.
         let entries = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap();
         take_calls();
