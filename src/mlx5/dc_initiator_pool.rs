@@ -836,9 +836,11 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             }
             .into());
         }
-        let grant = match self.core.begin(destination) {
-            Ok(grant) => grant,
-            Err(refusal) => self.begin_refused(destination, refusal)?,
+        // The grant is built in registers on the fast path; the slow one returns it through
+        // memory of its own.
+        let grant = match self.core.begin_fast(destination) {
+            Some(grant) => grant,
+            None => self.begin_cold(destination)?,
         };
         let (ah, dct_number, dc_key) = grant.address;
         // SAFETY: a grant names one of the pool's initiators.
@@ -868,8 +870,17 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         })
     }
 
-    /// A refused grant: for a first post, the address handle, then the grant; else the error.
+    /// A grant beyond [`PoolCore::begin_fast`]'s: the bookkeeping's slow path, and for a first
+    /// post the address handle.
     #[inline(never)]
+    fn begin_cold(&mut self, destination: DestinationId) -> Result<Grant, PostToDestinationError> {
+        match self.core.begin_slow(destination) {
+            Ok(grant) => Ok(grant),
+            Err(refusal) => self.begin_refused(destination, refusal),
+        }
+    }
+
+    /// A refused grant: for a first post, the address handle, then the grant; else the error.
     fn begin_refused(&mut self, destination: DestinationId, refusal: Refusal) -> Result<Grant, PostToDestinationError> {
         if refusal != Refusal::Unresolved {
             return Err(PostToDestinationErrorKind::from(refusal).into());
@@ -931,6 +942,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
     /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
     #[doc(hidden)]
+    #[inline]
     pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         self.core.complete(wr_id, status, &mut sink)
     }

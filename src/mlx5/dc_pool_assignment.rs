@@ -252,6 +252,20 @@ const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
 pub(crate) const MAX_INITIATORS: usize = 1 << (64 - NUMBER_BITS);
 /// "No destination" in the wait line's links.
 const NONE: u32 = u32::MAX;
+/// A destination's gate: `generation << GATE_SHIFT | GRANTABLE | FAST` (at most one of the two
+/// bits). `FAST`: it posts on its initiator with no check but the initiator's room and health
+/// (live, an initiator, reachable, its address resolved).
+const FAST: u64 = 1;
+/// `GRANTABLE`: a dedicated policy's destination that may take a free initiator with no other
+/// check (live, no initiator, reachable, its address resolved).
+const GRANTABLE: u64 = 2;
+const GATE_SHIFT: u32 = 2;
+
+/// The gate of a destination of generation `generation` with `bits` (`FAST` or `GRANTABLE`).
+#[inline(always)]
+fn gate(generation: u32, bits: u64) -> u64 {
+    (u64::from(generation) << GATE_SHIFT) | bits
+}
 
 /// The provider-visible `wr_id` of request `number` of initiator `initiator`.
 #[doc(hidden)]
@@ -469,7 +483,7 @@ impl InitiatorRequests {
 
 /// Records a new batch (out of line: the common case extends the last one), closing the last
 /// record at `first`.
-#[inline(never)]
+#[inline(always)]
 fn push_batch(requests: &mut InitiatorRequests, destination: u32, stream: u16, first: u64, posted: u64) {
     if let Some(last) = requests.batches.back_mut() {
         last.end = first;
@@ -489,12 +503,13 @@ fn push_batch(requests: &mut InitiatorRequests, destination: u32, stream: u16, f
 struct DestinationState {
     generation: u32,
     live: bool,
-    /// `generation << 1 | fast`, where fast says it posts on its initiator with no check but
-    /// the initiator's room and health: live, an initiator, reachable, its address resolved.
-    /// One comparison with the id's generation on the post path.
+    /// `generation << GATE_SHIFT | GRANTABLE | FAST` ([`gate`]): one comparison with the id's
+    /// generation on the post path (fast), and on a dedicated policy's grant from the free
+    /// initiators (grantable).
     gate: u64,
-    /// Its initiator and address as the post path reads them (valid while the gate's fast bit
-    /// is set): plain fields, no `Option` to test.
+    /// Its initiator and address as the post path reads them (the initiator valid while the
+    /// gate's fast bit is set, the address while either bit is): plain fields, no `Option` to
+    /// test.
     post_initiator: u16,
     post_address: Address,
     /// The initiator it posts on: held (dedicated) or bound (static, streams).
@@ -516,7 +531,7 @@ impl DestinationState {
         Self {
             generation,
             live: true,
-            gate: u64::from(generation) << 1,
+            gate: gate(generation, 0),
             post_initiator: 0,
             post_address: (NonNull::dangling(), 0, 0),
             initiator: None,
@@ -661,16 +676,21 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Recomputes destination `d`'s gate (after any change of what it depends on).
     fn refresh(&mut self, d: u32) {
+        let dedicated = self.policy.is_dedicated();
         let state = &mut self.destinations[d as usize];
-        let fast = match (state.live && !state.unreachable, state.initiator, state.address) {
+        let bits = match (state.live && !state.unreachable, state.initiator, state.address) {
             (true, Some(initiator), Some(address)) => {
                 state.post_initiator = initiator;
                 state.post_address = address;
-                true
+                FAST
             },
-            _ => false,
+            (true, None, Some(address)) if dedicated => {
+                state.post_address = address;
+                GRANTABLE
+            },
+            _ => 0,
         };
-        state.gate = (u64::from(state.generation) << 1) | u64::from(fast);
+        state.gate = gate(state.generation, bits);
     }
 
     /// Sets `destination`'s address (its address handle was created); false for a stale id.
@@ -920,6 +940,22 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.quota_active = self.quota_active && self.waiting_count > 0;
     }
 
+    /// [`give`](Self::give), with the common case (nobody in line) inline.
+    #[inline(always)]
+    fn give_back(&mut self, initiator: u16) {
+        if self.line_head == NONE {
+            // At most every initiator is free: within the capacity it was created with.
+            self.free.push(initiator);
+        } else {
+            self.give_cold(initiator);
+        }
+    }
+
+    #[inline(never)]
+    fn give_cold(&mut self, initiator: u16) {
+        self.give(initiator);
+    }
+
     /// A freed initiator (healthy, held by nobody): to the first destination in line, reported
     /// by `Ready` with a grant timer, or to the free ones.
     fn give(&mut self, initiator: u16) {
@@ -953,12 +989,22 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Grants `destination` an initiator for one batch, or says why not.
     #[inline(always)]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
+        match self.begin_fast(destination) {
+            Some(grant) => Ok(grant),
+            None => self.begin_slow(destination),
+        }
+    }
+
+    /// The common cases of [`begin`](Self::begin), with no refusal to build: `None` sends the
+    /// caller to [`begin_slow`](Self::begin_slow). A grant that the caller builds a batch from
+    /// in registers, not through memory shared with the slow path.
+    #[inline(always)]
+    pub fn begin_fast(&mut self, destination: DestinationId) -> Option<Grant> {
         // The common case: it posts on the initiator it holds or is bound to (its gate says
         // live, reachable, an initiator, an address), with no quota to mind and no error to
         // recover from.
         if let Some(state) = self.destinations.get(destination.index()) {
-            let gate = (u64::from(destination.generation) << 1) | 1;
-            if state.gate == gate && !self.quota_active {
+            if state.gate == gate(destination.generation, FAST) && !self.quota_active {
                 // The fast bit says `post_initiator` and `post_address` are its initiator and
                 // address.
                 let i = state.post_initiator as usize;
@@ -968,7 +1014,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // A troubled initiator has no room (its limit is 0).
                 let room = requests.room();
                 if room > 0 {
-                    return Ok(Grant {
+                    return Some(Grant {
                         address: state.post_address,
                         initiator: i,
                         stream: state.stream,
@@ -979,14 +1025,13 @@ impl<I: PooledInitiator> PoolCore<I> {
                 }
             }
         }
-        self.begin_slow(destination)
+        // The dedicated policies' common case.
+        self.grant_from_free(destination)
     }
 
+    /// [`begin`](Self::begin) when [`begin_fast`](Self::begin_fast) found no grant.
     #[inline(never)]
-    fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        if let Some(grant) = self.grant_from_free(destination) {
-            return Ok(grant);
-        }
+    pub(crate) fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let state = self.live(destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.index;
         if state.unreachable {
@@ -1031,7 +1076,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // Live, reachable and resolved (checked above): fast from now on.
                 state.post_initiator = i;
                 state.post_address = address;
-                state.gate = (u64::from(state.generation) << 1) | 1;
+                state.gate = gate(state.generation, FAST);
                 let requests = &mut self.requests[i as usize];
                 requests.holder = Some(d);
                 requests.hold_start = requests.head;
@@ -1075,20 +1120,12 @@ impl<I: PooledInitiator> PoolCore<I> {
     }
 
     /// The dedicated policies' common case: a live, reachable, resolved destination that holds
-    /// no initiator while one is free (so nobody is in line) takes it.
+    /// no initiator (its gate says grantable) while one is free (so nobody is in line) takes it.
     #[inline(always)]
     fn grant_from_free(&mut self, destination: DestinationId) -> Option<Grant> {
-        if !self.policy.is_dedicated() {
-            return None;
-        }
         let &i = self.free.last()?;
         let state = self.destinations.get_mut(destination.index())?;
-        let address = state.address?;
-        if state.gate != u64::from(destination.generation) << 1
-            || !state.live
-            || state.unreachable
-            || state.initiator.is_some()
-        {
+        if state.gate != gate(destination.generation, GRANTABLE) {
             return None;
         }
         // A free initiator is healthy and holds nothing: its room as of now (the ring's end may
@@ -1104,13 +1141,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.free.pop();
         state.initiator = Some(i);
         state.post_initiator = i;
-        state.post_address = address;
-        state.gate |= 1;
-        let stream = state.stream;
+        state.gate = gate(destination.generation, FAST);
         Some(Grant {
-            address,
+            address: state.post_address,
             initiator: i as usize,
-            stream,
+            stream: state.stream,
             destination: destination.index,
             first: requests.head,
             room,
@@ -1176,8 +1211,8 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         let state = &mut self.destinations[d as usize];
         state.initiator = None;
-        // No initiator: not fast any more.
-        state.gate &= !1;
+        // No initiator: not fast any more, grantable if it was fast.
+        state.gate += state.gate & FAST;
         let requests = &mut self.requests[i as usize];
         requests.holder = None;
         if !requests.out_of_service {
@@ -1231,13 +1266,14 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Settles a completion of the provider-visible `wr_id` with `status` (an `ibv_wc_status`),
     /// reporting every request it settles to `sink`. A completion that names no live request
     /// is ignored; returns whether it named one.
+    #[inline(always)]
     pub fn complete(&mut self, wr_id: u64, status: u32, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
         self.complete_with_syndrome(wr_id, status, 0, sink)
     }
 
     /// As [`complete`](Self::complete), with the completion's vendor syndrome, which the failing
     /// request's [`DcPoolEvent::Failed`] carries.
-    #[inline]
+    #[inline(always)]
     pub fn complete_with_syndrome(
         &mut self, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
@@ -1271,25 +1307,54 @@ impl<I: PooledInitiator> PoolCore<I> {
                     if state.retries_exceeded != 0 {
                         state.retries_exceeded = 0;
                     }
-                    if front.settled == end {
-                        // The record is done: the next one (or none) is the oldest.
-                        requests.sync_last();
-                        requests.pop_settled();
-                    } else {
+                    if front.settled != end {
                         requests.oldest = number + 1;
-                        requests.update_limit();
-                    }
-                    if requests.holder.is_some() && requests.outstanding() == 0 {
-                        self.release_holder_if_idle(initiator);
+                        // Healthy (tested above).
+                        requests.limit = requests.healthy_limit();
+                    } else {
+                        self.oldest_done(initiator, only);
                     }
                     if !self.ready.is_empty() {
-                        self.report_ready(sink);
+                        self.report_ready_cold(sink);
                     }
                     return true;
                 }
             }
         }
         self.complete_slow(initiator, wr_id, status, vendor_err, sink)
+    }
+
+    /// The oldest record of healthy `initiator` was reported in full (`only`: it was its only
+    /// one): the next one is the oldest, and a held initiator that carries nothing goes back.
+    #[inline(never)]
+    fn oldest_done(&mut self, initiator: usize, only: bool) {
+        let requests = &mut self.requests[initiator];
+        if !only {
+            requests.sync_last();
+            requests.pop_settled();
+            self.release_holder_if_idle(initiator);
+            return;
+        }
+        // Nothing is outstanding now.
+        requests.batches.clear();
+        requests.last_key = u64::MAX;
+        requests.oldest = requests.head;
+        requests.limit = requests.healthy_limit();
+        if let Some(holder) = requests.holder.take() {
+            // A held initiator carries only its holder's requests, and this one is healthy and
+            // idle: it goes back.
+            let state = &mut self.destinations[holder as usize];
+            state.initiator = None;
+            // Not fast any more; grantable if it was fast.
+            state.gate += state.gate & FAST;
+            self.give_back(initiator as u16);
+        }
+    }
+
+    /// [`report_ready`](Self::report_ready), out of line.
+    #[inline(never)]
+    fn report_ready_cold(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        self.report_ready(sink);
     }
 
     /// [`complete_with_syndrome`](Self::complete_with_syndrome) beyond the oldest record, or in
@@ -1605,11 +1670,22 @@ impl<I: PooledInitiator> PoolCore<I> {
         for (d, state) in self.destinations.iter().enumerate() {
             assert_eq!(self.outstanding_of(d as u32), per_destination[d], "destination {d}");
             let fast = state.live && state.initiator.is_some() && !state.unreachable && state.address.is_some();
-            assert_eq!(
-                state.gate,
-                (u64::from(state.generation) << 1) | u64::from(fast),
-                "destination {d}: gate"
-            );
+            let grantable = self.policy.is_dedicated()
+                && state.live
+                && state.initiator.is_none()
+                && !state.unreachable
+                && state.address.is_some();
+            let bits = if fast {
+                FAST
+            } else if grantable {
+                GRANTABLE
+            } else {
+                0
+            };
+            assert_eq!(state.gate, gate(state.generation, bits), "destination {d}: gate");
+            if fast || grantable {
+                assert_eq!(Some(state.post_address), state.address, "destination {d}: address");
+            }
             if !state.live {
                 assert!(!state.in_line && state.initiator.is_none());
                 continue;
