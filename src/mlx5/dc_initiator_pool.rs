@@ -1034,8 +1034,22 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         let result = inner.post();
         // SAFETY: the bookkeeping is borrowed for the guard's lifetime; the ring is not written
         // after this.
-        unsafe { core.as_mut() }.commit(grant, if result.is_ok() { len } else { 0 });
-        result
+        let core = unsafe { core.as_mut() };
+        // Each outcome commits on its own path: no merged "posted" count to test again.
+        match result {
+            Ok(()) if len > 0 => {
+                core.commit(grant, len);
+                Ok(())
+            },
+            Ok(()) => {
+                core.commit(grant, 0);
+                Ok(())
+            },
+            Err(error) => {
+                core.commit(grant, 0);
+                Err(error)
+            },
+        }
     }
 }
 
