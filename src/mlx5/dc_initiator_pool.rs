@@ -854,7 +854,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
         // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
         let slots = unsafe { ring.add((grant.first & mask) as usize) };
-        let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream);
+        let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream());
         // SAFETY: the initiator is exclusively borrowed through the pool for the guard's lifetime;
         // its views and entries come from PostingInitiator's contract (with the stream setter
         // when it has streams, which the streams policy's initiators have).
@@ -1018,7 +1018,7 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         // SAFETY: the bookkeeping is borrowed for the guard's lifetime; only read here.
         let core = unsafe { self.core.as_ref() };
         let initiator = self.grant.initiator;
-        (initiator, core.has_streams(initiator).then_some(self.grant.stream))
+        (initiator, core.has_streams(initiator).then_some(self.grant.stream()))
     }
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as

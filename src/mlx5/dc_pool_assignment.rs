@@ -236,12 +236,32 @@ pub trait PooledInitiator {
 pub struct Grant {
     pub address: Address,
     pub initiator: usize,
-    /// The destination's stream; 0 when the initiator has none (a destination's stream is 0
-    /// then).
-    pub stream: u16,
-    pub destination: u32,
+    /// `destination << 16 | stream`, the key of its batch records ([`Grant::destination`],
+    /// [`Grant::stream`]).
+    pub key: u64,
     pub first: u64,
     pub room: usize,
+}
+
+impl Grant {
+    /// The destination's place.
+    #[inline(always)]
+    pub fn destination(&self) -> u32 {
+        (self.key >> 16) as u32
+    }
+
+    /// The destination's stream; 0 when the initiator has none (a destination's stream is 0
+    /// then).
+    #[inline(always)]
+    pub fn stream(&self) -> u16 {
+        self.key as u16
+    }
+}
+
+/// The key of destination `d`'s batch records on stream `stream` (a grant's, the last record's).
+#[inline(always)]
+fn record_key(d: u32, stream: u16) -> u64 {
+    (u64::from(d) << 16) | u64::from(stream)
 }
 
 /// Bits of the provider-visible `wr_id` that number an initiator's requests; the initiator takes
@@ -484,18 +504,18 @@ impl InitiatorRequests {
 /// Records a new batch (out of line: the common case extends the last one), closing the last
 /// record at `first`.
 #[inline(always)]
-fn push_batch(requests: &mut InitiatorRequests, destination: u32, stream: u16, first: u64, posted: u64) {
+fn push_batch(requests: &mut InitiatorRequests, key: u64, first: u64, posted: u64) {
     if let Some(last) = requests.batches.back_mut() {
         last.end = first;
     }
     requests.batches.push_back(BatchRecord {
-        destination,
-        stream,
+        destination: (key >> 16) as u32,
+        stream: key as u16,
         first,
         end: first + posted,
         settled: first,
     });
-    requests.last_key = (u64::from(destination) << 16) | u64::from(stream);
+    requests.last_key = key;
 }
 
 /// A destination's place: its state while it lives, and its generation.
@@ -512,6 +532,8 @@ struct DestinationState {
     /// test.
     post_initiator: u16,
     post_address: Address,
+    /// `index << 16 | stream`, its grants' key (set by `refresh`).
+    post_key: u64,
     /// The initiator it posts on: held (dedicated) or bound (static, streams).
     initiator: Option<u16>,
     stream: u16,
@@ -534,6 +556,7 @@ impl DestinationState {
             gate: gate(generation, 0),
             post_initiator: 0,
             post_address: (NonNull::dangling(), 0, 0),
+            post_key: 0,
             initiator: None,
             stream: 0,
             address: None,
@@ -678,6 +701,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     fn refresh(&mut self, d: u32) {
         let dedicated = self.policy.is_dedicated();
         let state = &mut self.destinations[d as usize];
+        state.post_key = record_key(d, state.stream);
         let bits = match (state.live && !state.unreachable, state.initiator, state.address) {
             (true, Some(initiator), Some(address)) => {
                 state.post_initiator = initiator;
@@ -1017,8 +1041,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                     return Some(Grant {
                         address: state.post_address,
                         initiator: i,
-                        stream: state.stream,
-                        destination: destination.index,
+                        key: state.post_key,
                         first: requests.head,
                         room,
                     });
@@ -1112,8 +1135,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         Ok(Grant {
             address,
             initiator,
-            stream,
-            destination: d,
+            key: record_key(d, stream),
             first: requests.head,
             room,
         })
@@ -1145,8 +1167,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         Some(Grant {
             address: state.post_address,
             initiator: i as usize,
-            stream: state.stream,
-            destination: destination.index,
+            key: state.post_key,
             first: requests.head,
             room,
         })
@@ -1174,18 +1195,17 @@ impl<I: PooledInitiator> PoolCore<I> {
     pub fn commit(&mut self, grant: Grant, posted: usize) {
         // SAFETY: the grant's initiator is one of the pool's.
         let requests = unsafe { self.requests.get_unchecked_mut(grant.initiator) };
-        let d = grant.destination;
         if posted > 0 {
             let posted = posted as u64;
             // The same destination and stream as the last record (open: its end is `head`): one
             // record.
-            if requests.last_key != (u64::from(d) << 16) | u64::from(grant.stream) {
-                push_batch(requests, d, grant.stream, grant.first, posted);
+            if requests.last_key != grant.key {
+                push_batch(requests, grant.key, grant.first, posted);
             }
             requests.head += posted;
         } else {
             // A dedicated destination that posted nothing gives back what it was granted.
-            self.release_if_idle_cold(d);
+            self.release_if_idle_cold(grant.destination());
         }
     }
 
@@ -1647,10 +1667,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 );
             }
             match requests.batches.back() {
-                Some(last) => assert_eq!(
-                    requests.last_key,
-                    (u64::from(last.destination) << 16) | u64::from(last.stream)
-                ),
+                Some(last) => assert_eq!(requests.last_key, record_key(last.destination, last.stream)),
                 None => assert_eq!(requests.last_key, u64::MAX),
             }
             if let Some(front) = requests.batches.front() {
@@ -1683,6 +1700,11 @@ impl<I: PooledInitiator> PoolCore<I> {
                 0
             };
             assert_eq!(state.gate, gate(state.generation, bits), "destination {d}: gate");
+            assert_eq!(
+                state.post_key,
+                record_key(d as u32, state.stream),
+                "destination {d}: key"
+            );
             if fast || grantable {
                 assert_eq!(Some(state.post_address), state.address, "destination {d}: address");
             }
