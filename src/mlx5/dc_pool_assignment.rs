@@ -1150,10 +1150,10 @@ impl<I: PooledInitiator> PoolCore<I> {
         if state.gate != gate(destination.generation, GRANTABLE) {
             return None;
         }
-        // A free initiator is healthy and holds nothing: its room as of now (the ring's end may
-        // have moved since its limit was computed).
+        // A free initiator is healthy and holds nothing, and its limit is current: it was
+        // recomputed when its last request was reported, and `head` has not moved since (checked
+        // by `check_invariants`).
         let requests = &mut self.requests[i as usize];
-        requests.update_limit();
         let room = requests.room();
         if room == 0 {
             return None;
@@ -1331,6 +1331,21 @@ impl<I: PooledInitiator> PoolCore<I> {
                         requests.oldest = number + 1;
                         // Healthy (tested above).
                         requests.limit = requests.healthy_limit();
+                    } else if only {
+                        // Its only record was reported in full: nothing is outstanding now.
+                        requests.batches.clear();
+                        requests.last_key = u64::MAX;
+                        requests.oldest = head;
+                        requests.limit = requests.healthy_limit();
+                        if let Some(holder) = requests.holder.take() {
+                            // A held initiator carries only its holder's requests (`state` is
+                            // the holder's), and this one is healthy and idle: it goes back.
+                            debug_assert_eq!(holder, destination.index);
+                            state.initiator = None;
+                            // Not fast any more; grantable if it was fast.
+                            state.gate += state.gate & FAST;
+                            self.give_back(initiator as u16);
+                        }
                     } else {
                         self.oldest_done(initiator, only);
                     }
@@ -1772,6 +1787,12 @@ impl<I: PooledInitiator> PoolCore<I> {
                 }
                 if self.free.contains(&(i as u16)) {
                     assert!(!requests.troubled, "a free initiator is healthy");
+                    assert_eq!(requests.outstanding(), 0, "a free initiator holds nothing");
+                    assert_eq!(
+                        requests.limit,
+                        requests.healthy_limit(),
+                        "a free initiator's limit is current"
+                    );
                 }
             }
         }
