@@ -836,11 +836,18 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             }
             .into());
         }
-        // The grant is built in registers on the fast path; the slow one returns it through
+        // The grant is built in registers on the fast paths; the slow one returns it through
         // memory of its own.
-        let grant = match self.core.begin_fast(destination) {
-            Some(grant) => grant,
-            None => self.begin_cold(destination)?,
+        let held = self.core.begin_held(destination);
+        let grant = if held.room > 0 {
+            held
+        } else {
+            let free = self.core.grant_from_free(destination);
+            if free.room > 0 {
+                free
+            } else {
+                self.begin_cold(destination)?
+            }
         };
         let (ah, dct_number, dc_key) = grant.address;
         // SAFETY: a grant names one of the pool's initiators.
@@ -870,7 +877,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         })
     }
 
-    /// A grant beyond [`PoolCore::begin_fast`]'s: the bookkeeping's slow path, and for a first
+    /// A grant beyond [`PoolCore::begin_held`]'s and [`PoolCore::grant_from_free`]'s: the bookkeeping's slow path, and for a first
     /// post the address handle.
     #[inline(never)]
     fn begin_cold(&mut self, destination: DestinationId) -> Result<Grant, PostToDestinationError> {

@@ -244,6 +244,16 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// No grant: no room (what [`PoolCore::begin_held`] and [`PoolCore::grant_from_free`] return
+    /// when they do not grant).
+    pub const NONE: Grant = Grant {
+        address: (NonNull::dangling(), 0, 0),
+        initiator: 0,
+        key: 0,
+        first: 0,
+        room: 0,
+    };
+
     /// The destination's place.
     #[inline(always)]
     pub fn destination(&self) -> u32 {
@@ -1013,17 +1023,24 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Grants `destination` an initiator for one batch, or says why not.
     #[inline(always)]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        match self.begin_fast(destination) {
-            Some(grant) => Ok(grant),
-            None => self.begin_slow(destination),
+        let grant = self.begin_held(destination);
+        if grant.room > 0 {
+            return Ok(grant);
         }
+        let grant = self.grant_from_free(destination);
+        if grant.room > 0 {
+            return Ok(grant);
+        }
+        self.begin_slow(destination)
     }
 
-    /// The common cases of [`begin`](Self::begin), with no refusal to build: `None` sends the
-    /// caller to [`begin_slow`](Self::begin_slow). A grant that the caller builds a batch from
-    /// in registers, not through memory shared with the slow path.
+    /// The common case of [`begin`](Self::begin), with no refusal to build: a grant of no room
+    /// (and no other meaning) sends the caller to [`grant_from_free`](Self::grant_from_free),
+    /// then to [`begin_slow`](Self::begin_slow). A grant that the caller builds a batch from in
+    /// registers, not through memory shared with the slow path, and tests by its room (no
+    /// `Option` whose niche, the address, would be tested again).
     #[inline(always)]
-    pub fn begin_fast(&mut self, destination: DestinationId) -> Option<Grant> {
+    pub fn begin_held(&mut self, destination: DestinationId) -> Grant {
         // The common case: it posts on the initiator it holds or is bound to (its gate says
         // live, reachable, an initiator, an address), with no quota to mind and no error to
         // recover from.
@@ -1038,21 +1055,21 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // A troubled initiator has no room (its limit is 0).
                 let room = requests.room();
                 if room > 0 {
-                    return Some(Grant {
+                    return Grant {
                         address: state.post_address,
                         initiator: i,
                         key: state.post_key,
                         first: requests.head,
                         room,
-                    });
+                    };
                 }
             }
         }
-        // The dedicated policies' common case.
-        self.grant_from_free(destination)
+        Grant::NONE
     }
 
-    /// [`begin`](Self::begin) when [`begin_fast`](Self::begin_fast) found no grant.
+    /// [`begin`](Self::begin) beyond [`begin_held`](Self::begin_held) and
+    /// [`grant_from_free`](Self::grant_from_free).
     #[inline(never)]
     pub(crate) fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let state = self.live(destination).ok_or(Refusal::UnknownDestination)?;
@@ -1143,12 +1160,17 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// The dedicated policies' common case: a live, reachable, resolved destination that holds
     /// no initiator (its gate says grantable) while one is free (so nobody is in line) takes it.
+    /// As [`begin_held`](Self::begin_held), a grant of no room is none.
     #[inline(always)]
-    fn grant_from_free(&mut self, destination: DestinationId) -> Option<Grant> {
-        let &i = self.free.last()?;
-        let state = self.destinations.get_mut(destination.index())?;
+    pub fn grant_from_free(&mut self, destination: DestinationId) -> Grant {
+        let Some(&i) = self.free.last() else {
+            return Grant::NONE;
+        };
+        let Some(state) = self.destinations.get_mut(destination.index()) else {
+            return Grant::NONE;
+        };
         if state.gate != gate(destination.generation, GRANTABLE) {
-            return None;
+            return Grant::NONE;
         }
         // A free initiator is healthy and holds nothing, and its limit is current: it was
         // recomputed when its last request was reported, and `head` has not moved since (checked
@@ -1156,7 +1178,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         let requests = &mut self.requests[i as usize];
         let room = requests.room();
         if room == 0 {
-            return None;
+            return Grant::NONE;
         }
         requests.holder = Some(destination.index);
         requests.hold_start = requests.head;
@@ -1164,13 +1186,13 @@ impl<I: PooledInitiator> PoolCore<I> {
         state.initiator = Some(i);
         state.post_initiator = i;
         state.gate = gate(destination.generation, FAST);
-        Some(Grant {
+        Grant {
             address: state.post_address,
             initiator: i as usize,
             key: state.post_key,
             first: requests.head,
             room,
-        })
+        }
     }
 
     /// Whether `initiator` has DCI streams.
