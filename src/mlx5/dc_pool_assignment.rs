@@ -1369,7 +1369,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                             self.give_back(initiator as u16);
                         }
                     } else {
-                        self.oldest_done(initiator, only);
+                        self.oldest_done(initiator);
                     }
                     if !self.ready.is_empty() {
                         self.report_ready_cold(sink);
@@ -1381,31 +1381,14 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.complete_slow(initiator, wr_id, status, vendor_err, sink)
     }
 
-    /// The oldest record of healthy `initiator` was reported in full (`only`: it was its only
-    /// one): the next one is the oldest, and a held initiator that carries nothing goes back.
+    /// The oldest record of healthy `initiator` was reported in full, and it holds more: the
+    /// next one is the oldest, and a held initiator that carries nothing goes back.
     #[inline(never)]
-    fn oldest_done(&mut self, initiator: usize, only: bool) {
+    fn oldest_done(&mut self, initiator: usize) {
         let requests = &mut self.requests[initiator];
-        if !only {
-            requests.sync_last();
-            requests.pop_settled();
-            self.release_holder_if_idle(initiator);
-            return;
-        }
-        // Nothing is outstanding now.
-        requests.batches.clear();
-        requests.last_key = u64::MAX;
-        requests.oldest = requests.head;
-        requests.limit = requests.healthy_limit();
-        if let Some(holder) = requests.holder.take() {
-            // A held initiator carries only its holder's requests, and this one is healthy and
-            // idle: it goes back.
-            let state = &mut self.destinations[holder as usize];
-            state.initiator = None;
-            // Not fast any more; grantable if it was fast.
-            state.gate += state.gate & FAST;
-            self.give_back(initiator as u16);
-        }
+        requests.sync_last();
+        requests.pop_settled();
+        self.release_holder_if_idle(initiator);
     }
 
     /// [`report_ready`](Self::report_ready), out of line.
