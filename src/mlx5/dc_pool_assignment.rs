@@ -441,6 +441,14 @@ impl InitiatorRequests {
         self.limit = if self.troubled { 0 } else { self.healthy_limit() };
     }
 
+    /// `limit` of a healthy initiator that holds nothing: `healthy_limit` where `reported` and
+    /// `oldest` are `head`, and the capacity is at most the ring's size.
+    #[inline(always)]
+    fn idle_limit(&mut self) {
+        debug_assert!(self.reported == self.head && self.oldest == self.head && self.capacity <= self.mask + 1);
+        self.limit = (self.head + self.capacity).min((self.head | self.mask) + 1);
+    }
+
     /// The limit as if it were not troubled (a stream in error leaves the others posting).
     #[inline(always)]
     fn healthy_limit(&self) -> u64 {
@@ -1358,7 +1366,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                         requests.batches.clear();
                         requests.last_key = u64::MAX;
                         requests.oldest = head;
-                        requests.limit = requests.healthy_limit();
+                        requests.idle_limit();
                         if let Some(holder) = requests.holder.take() {
                             // A held initiator carries only its holder's requests (`state` is
                             // the holder's), and this one is healthy and idle: it goes back.
