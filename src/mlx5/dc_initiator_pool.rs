@@ -830,23 +830,18 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
-        if A::STREAMS != self.streams {
-            return Err(PostToDestinationErrorKind::StreamsMismatch {
-                streams_pool: !A::STREAMS,
-            }
-            .into());
-        }
         // The grant is built in registers on the fast paths; the slow one returns it through
-        // memory of its own.
-        let held = self.core.begin_held(destination);
+        // memory of its own. A batch not addressed as the pool's policy says misses both fast
+        // paths' gates, and is refused on the slow one.
+        let held = self.core.begin_held(destination, A::STREAMS);
         let grant = if held.room > 0 {
             held
         } else {
-            let free = self.core.grant_from_free(destination);
+            let free = self.core.grant_from_free(destination, A::STREAMS);
             if free.room > 0 {
                 free
             } else {
-                self.begin_cold(destination)?
+                self.begin_cold(destination, A::STREAMS)?
             }
         };
         let (ah, dct_number, dc_key) = grant.address;
@@ -877,10 +872,14 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         })
     }
 
-    /// A grant beyond [`PoolCore::begin_held`]'s and [`PoolCore::grant_from_free`]'s: the bookkeeping's slow path, and for a first
-    /// post the address handle.
+    /// A grant beyond [`PoolCore::begin_held`]'s and [`PoolCore::grant_from_free`]'s, for a
+    /// batch addressed on a stream or not (`streams`): refused when that is not the pool's
+    /// policy's way; else the bookkeeping's slow path, and for a first post the address handle.
     #[inline(never)]
-    fn begin_cold(&mut self, destination: DestinationId) -> Result<Grant, PostToDestinationError> {
+    fn begin_cold(&mut self, destination: DestinationId, streams: bool) -> Result<Grant, PostToDestinationError> {
+        if streams != self.streams {
+            return Err(PostToDestinationErrorKind::StreamsMismatch { streams_pool: !streams }.into());
+        }
         match self.core.begin_slow(destination) {
             Ok(grant) => Ok(grant),
             Err(refusal) => self.begin_refused(destination, refusal),
@@ -888,6 +887,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     }
 
     /// A refused grant: for a first post, the address handle, then the grant; else the error.
+    #[inline(never)]
     fn begin_refused(&mut self, destination: DestinationId, refusal: Refusal) -> Result<Grant, PostToDestinationError> {
         if refusal != Refusal::Unresolved {
             return Err(PostToDestinationErrorKind::from(refusal).into());

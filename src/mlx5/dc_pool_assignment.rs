@@ -289,12 +289,27 @@ const FAST: u64 = 1;
 /// `GRANTABLE`: a dedicated policy's destination that may take a free initiator with no other
 /// check (live, no initiator, reachable, its address resolved).
 const GRANTABLE: u64 = 2;
-const GATE_SHIFT: u32 = 2;
+/// `STREAMS`: the destination is a streams policy pool's, whose batches are started with
+/// `start_post_send_on_stream` (a batch started the other way misses the gate, and is refused
+/// on the slow path).
+const STREAMS: u64 = 4;
+const GATE_SHIFT: u32 = 3;
 
-/// The gate of a destination of generation `generation` with `bits` (`FAST` or `GRANTABLE`).
+/// The gate of a destination of generation `generation` with `bits` (`FAST` or `GRANTABLE`, and
+/// `STREAMS`).
 #[inline(always)]
 fn gate(generation: u32, bits: u64) -> u64 {
     (u64::from(generation) << GATE_SHIFT) | bits
+}
+
+/// The `STREAMS` bit of a gate, for a pool (or a batch) of the streams policy.
+#[inline(always)]
+fn streams_bit(streams: bool) -> u64 {
+    if streams {
+        STREAMS
+    } else {
+        0
+    }
 }
 
 /// The provider-visible `wr_id` of request `number` of initiator `initiator`.
@@ -718,6 +733,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Recomputes destination `d`'s gate (after any change of what it depends on).
     fn refresh(&mut self, d: u32) {
         let dedicated = self.policy.is_dedicated();
+        let streams = streams_bit(self.policy == DcPoolPolicy::Streams);
         let state = &mut self.destinations[d as usize];
         state.post_key = record_key(d, state.stream);
         let bits = match (state.live && !state.unreachable, state.initiator, state.address) {
@@ -732,7 +748,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             },
             _ => 0,
         };
-        state.gate = gate(state.generation, bits);
+        state.gate = gate(state.generation, bits | streams);
     }
 
     /// Sets `destination`'s address (its address handle was created); false for a stale id.
@@ -1031,11 +1047,12 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Grants `destination` an initiator for one batch, or says why not.
     #[inline(always)]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        let grant = self.begin_held(destination);
+        let streams = self.policy == DcPoolPolicy::Streams;
+        let grant = self.begin_held(destination, streams);
         if grant.room > 0 {
             return Ok(grant);
         }
-        let grant = self.grant_from_free(destination);
+        let grant = self.grant_from_free(destination, streams);
         if grant.room > 0 {
             return Ok(grant);
         }
@@ -1048,12 +1065,15 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// registers, not through memory shared with the slow path, and tests by its room (no
     /// `Option` whose niche, the address, would be tested again).
     #[inline(always)]
-    pub fn begin_held(&mut self, destination: DestinationId) -> Grant {
+    ///
+    /// `streams` says how the batch is addressed (with `start_post_send_on_stream`): a batch not
+    /// addressed as its pool's policy says gets none.
+    pub fn begin_held(&mut self, destination: DestinationId, streams: bool) -> Grant {
         // The common case: it posts on the initiator it holds or is bound to (its gate says
         // live, reachable, an initiator, an address), with no quota to mind and no error to
         // recover from.
         if let Some(state) = self.destinations.get(destination.index()) {
-            if state.gate == gate(destination.generation, FAST) && !self.quota_active {
+            if state.gate == gate(destination.generation, FAST | streams_bit(streams)) && !self.quota_active {
                 // The fast bit says `post_initiator` and `post_address` are its initiator and
                 // address.
                 let i = state.post_initiator as usize;
@@ -1170,14 +1190,14 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// no initiator (its gate says grantable) while one is free (so nobody is in line) takes it.
     /// As [`begin_held`](Self::begin_held), a grant of no room is none.
     #[inline(always)]
-    pub fn grant_from_free(&mut self, destination: DestinationId) -> Grant {
+    pub fn grant_from_free(&mut self, destination: DestinationId, streams: bool) -> Grant {
         let Some(&i) = self.free.last() else {
             return Grant::NONE;
         };
         let Some(state) = self.destinations.get_mut(destination.index()) else {
             return Grant::NONE;
         };
-        if state.gate != gate(destination.generation, GRANTABLE) {
+        if state.gate != gate(destination.generation, GRANTABLE | streams_bit(streams)) {
             return Grant::NONE;
         }
         // A free initiator is healthy and holds nothing, and its limit is current: it was
@@ -1727,6 +1747,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             } else {
                 0
             };
+            let bits = bits | streams_bit(self.policy == DcPoolPolicy::Streams);
             assert_eq!(state.gate, gate(state.generation, bits), "destination {d}: gate");
             assert_eq!(
                 state.post_key,
