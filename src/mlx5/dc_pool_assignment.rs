@@ -348,7 +348,8 @@ struct BatchRecord {
     stream: u16,
     first: u64,
     end: u64,
-    /// The first request not yet reported.
+    /// The first request not yet reported; the oldest record's is its initiator's `oldest`,
+    /// written here by [`InitiatorRequests::sync`] before records are read.
     settled: u64,
 }
 
@@ -373,8 +374,15 @@ struct InitiatorRequests {
     head: u64,
     /// The oldest request not yet reported (`head` when none is): the ring holds the callers'
     /// `wr_id`s from here to `head`. Kept by [`pop_settled`](Self::pop_settled), so that
-    /// [`room`](Self::room) does not reach into `batches` on every batch.
+    /// [`room`](Self::room) does not reach into `batches` on every batch. It is the oldest
+    /// record's `settled`, which the fast path of a completion moves here alone.
     oldest: u64,
+    /// The oldest record's end when it is closed (another record follows it), `u64::MAX` when it
+    /// is the open last record (its end is `head`), 0 when there is no record: a completion's
+    /// fast path reaches no record ([`refresh_front`](Self::refresh_front)).
+    front_end: u64,
+    /// The oldest record's destination (valid while there is one).
+    front_destination: u32,
     /// Requests reported so far (`head - reported` are outstanding).
     reported: u64,
     /// The request number a batch may not reach: the send queue's free slots, the ring's free
@@ -420,6 +428,8 @@ impl InitiatorRequests {
             capacity: u64::from(capacity.max(1)),
             head: 0,
             oldest: 0,
+            front_end: 0,
+            front_destination: 0,
             reported: 0,
             limit: u64::from(capacity.max(1)).min(size),
             last_key: u64::MAX,
@@ -474,11 +484,37 @@ impl InitiatorRequests {
             .min(ring_end)
     }
 
-    /// Sets the open last record's `end` to `head`, before records are read.
+    /// Sets the open last record's `end` to `head`, and the oldest record's `settled` to
+    /// `oldest`, before records are read.
     #[inline(always)]
-    fn sync_last(&mut self) {
+    fn sync(&mut self) {
         if let Some(last) = self.batches.back_mut() {
             last.end = self.head;
+        }
+        if let Some(front) = self.batches.front_mut() {
+            front.settled = self.oldest;
+        }
+    }
+
+    /// The first request of record `index` not yet reported, for readers that cannot sync.
+    fn settled_of(&self, index: usize) -> u64 {
+        if index == 0 {
+            self.oldest
+        } else {
+            self.batches[index].settled
+        }
+    }
+
+    /// Recomputes `front_end` and `front_destination` after the oldest record changed.
+    #[inline(always)]
+    fn refresh_front(&mut self) {
+        match self.batches.len() {
+            0 => self.front_end = 0,
+            len => {
+                let front = self.batches[0];
+                self.front_end = if len == 1 { u64::MAX } else { front.end };
+                self.front_destination = front.destination;
+            },
         }
     }
 
@@ -510,7 +546,7 @@ impl InitiatorRequests {
     }
 
     /// Drops the fully reported batches at the front, and moves `oldest` up. Every change of a
-    /// batch's `settled` is followed by it.
+    /// batch's `settled` is followed by it (the records synced before).
     #[inline]
     fn pop_settled(&mut self) {
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
@@ -520,6 +556,7 @@ impl InitiatorRequests {
             self.last_key = u64::MAX;
         }
         self.oldest = self.batches.front().map_or(self.head, |b| b.settled);
+        self.refresh_front();
         self.update_limit();
     }
 
@@ -540,6 +577,16 @@ impl InitiatorRequests {
 fn push_batch(requests: &mut InitiatorRequests, key: u64, first: u64, posted: u64) {
     if let Some(last) = requests.batches.back_mut() {
         last.end = first;
+    }
+    match requests.batches.len() {
+        // The new record is the oldest, and open.
+        0 => {
+            requests.front_end = u64::MAX;
+            requests.front_destination = (key >> 16) as u32;
+        },
+        // The oldest record, which was the last, is closed at `first`.
+        1 => requests.front_end = first,
+        _ => {},
     }
     requests.batches.push_back(BatchRecord {
         destination: (key >> 16) as u32,
@@ -775,7 +822,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         let requests = &self.requests[i as usize];
         (0..requests.batches.len())
             .filter(|&k| requests.batches[k].destination == d)
-            .map(|k| requests.end_of(k) - requests.batches[k].settled)
+            .map(|k| requests.end_of(k) - requests.settled_of(k))
             .sum()
     }
 
@@ -1355,55 +1402,55 @@ impl<I: PooledInitiator> PoolCore<I> {
         // up to this one are one destination's, on one stream: they executed.
         if status == ibv_wc_status::IBV_WC_SUCCESS && !requests.troubled {
             let number = requests.unwrap_number(wr_id & NUMBER_MASK);
-            let only = requests.batches.len() == 1;
-            let head = requests.head;
-            if let Some(front) = requests.batches.front_mut() {
-                // The last record is open: its end is `head`.
-                let end = if only { head } else { front.end };
-                if front.settled <= number && number < end {
-                    let state = &mut self.destinations[front.destination as usize];
-                    let destination = DestinationId {
-                        index: front.destination,
-                        generation: state.generation,
-                    };
-                    let (ring, mask) = (&requests.wr_ids, requests.mask);
-                    for n in front.settled..number + 1 {
-                        // SAFETY: a masked number is within the ring (its length is mask + 1).
-                        let wr_id = unsafe { *ring.get_unchecked((n & mask) as usize) };
-                        sink(DcPoolEvent::Completed { destination, wr_id });
-                    }
-                    requests.reported += number + 1 - front.settled;
-                    front.settled = number + 1;
-                    if state.retries_exceeded != 0 {
-                        state.retries_exceeded = 0;
-                    }
-                    if front.settled != end {
-                        requests.oldest = number + 1;
-                        // Healthy (tested above).
-                        requests.limit = requests.healthy_limit();
-                    } else if only {
-                        // Its only record was reported in full: nothing is outstanding now.
-                        requests.batches.clear();
-                        requests.last_key = u64::MAX;
-                        requests.oldest = head;
-                        requests.idle_limit();
-                        if let Some(holder) = requests.holder.take() {
-                            // A held initiator carries only its holder's requests (`state` is
-                            // the holder's), and this one is healthy and idle: it goes back.
-                            debug_assert_eq!(holder, destination.index);
-                            state.initiator = None;
-                            // Not fast any more; grantable if it was fast.
-                            state.gate += state.gate & FAST;
-                            self.give_back(initiator as u16);
-                        }
-                    } else {
-                        self.oldest_done(initiator);
-                    }
-                    if !self.ready.is_empty() {
-                        self.report_ready_cold(sink);
-                    }
-                    return true;
+            // The oldest record's end (the open last one's is `head`; none: 0), and its first
+            // request not reported.
+            let end = requests.front_end.min(requests.head);
+            let settled = requests.oldest;
+            if settled <= number && number < end {
+                let d = requests.front_destination;
+                let state = &mut self.destinations[d as usize];
+                let destination = DestinationId {
+                    index: d,
+                    generation: state.generation,
+                };
+                let (ring, mask) = (&requests.wr_ids, requests.mask);
+                for n in settled..number + 1 {
+                    // SAFETY: a masked number is within the ring (its length is mask + 1).
+                    let wr_id = unsafe { *ring.get_unchecked((n & mask) as usize) };
+                    sink(DcPoolEvent::Completed { destination, wr_id });
                 }
+                requests.reported += number + 1 - settled;
+                // The oldest record's `settled`, kept here alone (synced before records are
+                // read).
+                requests.oldest = number + 1;
+                if state.retries_exceeded != 0 {
+                    state.retries_exceeded = 0;
+                }
+                if number + 1 != end {
+                    // Healthy (tested above).
+                    requests.limit = requests.healthy_limit();
+                } else if requests.front_end == u64::MAX {
+                    // Its only record was reported in full: nothing is outstanding now.
+                    requests.batches.clear();
+                    requests.last_key = u64::MAX;
+                    requests.front_end = 0;
+                    requests.idle_limit();
+                    if let Some(holder) = requests.holder.take() {
+                        // A held initiator carries only its holder's requests (`state` is the
+                        // holder's), and this one is healthy and idle: it goes back.
+                        debug_assert_eq!(holder, destination.index);
+                        state.initiator = None;
+                        // Not fast any more; grantable if it was fast.
+                        state.gate += state.gate & FAST;
+                        self.give_back(initiator as u16);
+                    }
+                } else {
+                    self.oldest_done(initiator);
+                }
+                if !self.ready.is_empty() {
+                    self.report_ready_cold(sink);
+                }
+                return true;
             }
         }
         self.complete_slow(initiator, wr_id, status, vendor_err, sink)
@@ -1414,7 +1461,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     #[inline(never)]
     fn oldest_done(&mut self, initiator: usize) {
         let requests = &mut self.requests[initiator];
-        requests.sync_last();
+        requests.sync();
         requests.pop_settled();
         self.release_holder_if_idle(initiator);
     }
@@ -1432,7 +1479,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         &mut self, initiator: usize, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
         let requests = &mut self.requests[initiator];
-        requests.sync_last();
+        requests.sync();
         let number = requests.unwrap_number(wr_id & NUMBER_MASK);
         let Some(index) = requests.find(number) else {
             return false;
@@ -1684,6 +1731,10 @@ impl<I: PooledInitiator> PoolCore<I> {
             let mut previous_end = None;
             for (k, batch) in requests.batches.iter().enumerate() {
                 let end = requests.end_of(k);
+                let batch = &BatchRecord {
+                    settled: requests.settled_of(k),
+                    ..*batch
+                };
                 assert!(batch.first <= batch.settled && batch.settled <= end, "{batch:?}");
                 assert!(batch.first < end);
                 if let Some(previous) = previous_end {
@@ -1719,13 +1770,25 @@ impl<I: PooledInitiator> PoolCore<I> {
                 None => assert_eq!(requests.last_key, u64::MAX),
             }
             if let Some(front) = requests.batches.front() {
-                assert!(requests.head - front.settled <= requests.mask + 1);
+                assert!(requests.head - requests.oldest <= requests.mask + 1);
+                assert!(
+                    front.settled <= requests.oldest,
+                    "initiator {i}: the oldest record's settled"
+                );
+                let end = if requests.batches.len() == 1 {
+                    u64::MAX
+                } else {
+                    front.end
+                };
+                assert_eq!(requests.front_end, end, "initiator {i}: the oldest record's end");
+                assert_eq!(requests.front_destination, front.destination, "initiator {i}");
+            } else {
+                assert_eq!(
+                    requests.oldest, requests.head,
+                    "initiator {i}: the oldest request not reported"
+                );
+                assert_eq!(requests.front_end, 0, "initiator {i}: no record");
             }
-            assert_eq!(
-                requests.oldest,
-                requests.batches.front().map_or(requests.head, |b| b.settled),
-                "initiator {i}: the oldest request not reported"
-            );
             let troubled = requests.whole_error || requests.out_of_service || requests.lanes.iter().any(|l| l.errored);
             assert_eq!(requests.troubled, troubled, "initiator {i}: troubled");
             if requests.out_of_service {
