@@ -1429,21 +1429,6 @@ impl<I: PooledInitiator> PoolCore<I> {
                 if number + 1 != end {
                     // Healthy (tested above).
                     requests.limit = requests.healthy_limit();
-                } else if requests.front_end == u64::MAX {
-                    // Its only record was reported in full: nothing is outstanding now.
-                    requests.batches.clear();
-                    requests.last_key = u64::MAX;
-                    requests.front_end = 0;
-                    requests.idle_limit();
-                    if let Some(holder) = requests.holder.take() {
-                        // A held initiator carries only its holder's requests (`state` is the
-                        // holder's), and this one is healthy and idle: it goes back.
-                        debug_assert_eq!(holder, destination.index);
-                        state.initiator = None;
-                        // Not fast any more; grantable if it was fast.
-                        state.gate += state.gate & FAST;
-                        self.give_back(initiator as u16);
-                    }
                 } else {
                     self.oldest_done(initiator);
                 }
@@ -1456,14 +1441,31 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.complete_slow(initiator, wr_id, status, vendor_err, sink)
     }
 
-    /// The oldest record of healthy `initiator` was reported in full, and it holds more: the
-    /// next one is the oldest, and a held initiator that carries nothing goes back.
+    /// The oldest record of healthy `initiator` was reported in full: the next one is the
+    /// oldest; with none left, a held initiator goes back.
     #[inline(never)]
     fn oldest_done(&mut self, initiator: usize) {
         let requests = &mut self.requests[initiator];
-        requests.sync();
-        requests.pop_settled();
-        self.release_holder_if_idle(initiator);
+        if requests.front_end != u64::MAX {
+            requests.sync();
+            requests.pop_settled();
+            self.release_holder_if_idle(initiator);
+            return;
+        }
+        // Its only record was reported in full: nothing is outstanding now.
+        requests.batches.clear();
+        requests.last_key = u64::MAX;
+        requests.front_end = 0;
+        requests.idle_limit();
+        if let Some(holder) = requests.holder.take() {
+            // A held initiator carries only its holder's requests, and this one is healthy and
+            // idle: it goes back.
+            let state = &mut self.destinations[holder as usize];
+            state.initiator = None;
+            // Not fast any more; grantable if it was fast.
+            state.gate += state.gate & FAST;
+            self.give_back(initiator as u16);
+        }
     }
 
     /// [`report_ready`](Self::report_ready), out of line.
