@@ -282,9 +282,9 @@ const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
 pub(crate) const MAX_INITIATORS: usize = 1 << (64 - NUMBER_BITS);
 /// "No destination" in the wait line's links.
 const NONE: u32 = u32::MAX;
-/// A destination's gate: `generation << GATE_SHIFT | GRANTABLE | FAST` (at most one of the two
-/// bits). `FAST`: it posts on its initiator with no check but the initiator's room and health
-/// (live, an initiator, reachable, its address resolved).
+/// A destination's gate: `generation << GATE_SHIFT | STREAMS | GRANTABLE | FAST` (at most one of
+/// the last two bits). `FAST`: it posts on its initiator with no check but the initiator's room
+/// and health (live, an initiator, reachable, its address resolved).
 const FAST: u64 = 1;
 /// `GRANTABLE`: a dedicated policy's destination that may take a free initiator with no other
 /// check (live, no initiator, reachable, its address resolved).
@@ -571,8 +571,8 @@ impl InitiatorRequests {
     }
 }
 
-/// Records a new batch (out of line: the common case extends the last one), closing the last
-/// record at `first`.
+/// Records a new batch (the common case extends the last one instead), closing the last record
+/// at `first`.
 #[inline(always)]
 fn push_batch(requests: &mut InitiatorRequests, key: u64, first: u64, posted: u64) {
     if let Some(last) = requests.batches.back_mut() {
@@ -603,9 +603,9 @@ fn push_batch(requests: &mut InitiatorRequests, key: u64, first: u64, posted: u6
 struct DestinationState {
     generation: u32,
     live: bool,
-    /// `generation << GATE_SHIFT | GRANTABLE | FAST` ([`gate`]): one comparison with the id's
-    /// generation on the post path (fast), and on a dedicated policy's grant from the free
-    /// initiators (grantable).
+    /// `generation << GATE_SHIFT | STREAMS | GRANTABLE | FAST` ([`gate`]): one comparison with
+    /// the id's generation (and the batch's addressing) on the post path (fast), and on a
+    /// dedicated policy's grant from the free initiators (grantable).
     gate: u64,
     /// Its initiator and address as the post path reads them (the initiator valid while the
     /// gate's fast bit is set, the address while either bit is): plain fields, no `Option` to
@@ -1111,10 +1111,10 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// then to [`begin_slow`](Self::begin_slow). A grant that the caller builds a batch from in
     /// registers, not through memory shared with the slow path, and tests by its room (no
     /// `Option` whose niche, the address, would be tested again).
-    #[inline(always)]
     ///
     /// `streams` says how the batch is addressed (with `start_post_send_on_stream`): a batch not
     /// addressed as its pool's policy says gets none.
+    #[inline(always)]
     pub fn begin_held(&mut self, destination: DestinationId, streams: bool) -> Grant {
         // The common case: it posts on the initiator it holds or is bound to (its gate says
         // live, reachable, an initiator, an address), with no quota to mind and no error to
