@@ -830,15 +830,19 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
-        if A::STREAMS != self.streams {
-            return Err(PostToDestinationErrorKind::StreamsMismatch {
-                streams_pool: !A::STREAMS,
+        // The grant is built in registers on the fast paths; the slow one returns it through
+        // memory of its own. A batch not addressed as the pool's policy says misses both fast
+        // paths' gates, and is refused on the slow one.
+        let held = self.core.begin_held(destination, A::STREAMS);
+        let grant = if held.room > 0 {
+            held
+        } else {
+            let free = self.core.grant_from_free(destination, A::STREAMS);
+            if free.room > 0 {
+                free
+            } else {
+                self.begin_cold(destination, A::STREAMS)?
             }
-            .into());
-        }
-        let grant = match self.core.begin(destination) {
-            Ok(grant) => grant,
-            Err(refusal) => self.begin_refused(destination, refusal)?,
         };
         let (ah, dct_number, dc_key) = grant.address;
         // SAFETY: a grant names one of the pool's initiators.
@@ -852,7 +856,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
         // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
         let slots = unsafe { ring.add((grant.first & mask) as usize) };
-        let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream);
+        let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream());
         // SAFETY: the initiator is exclusively borrowed through the pool for the guard's lifetime;
         // its views and entries come from PostingInitiator's contract (with the stream setter
         // when it has streams, which the streams policy's initiators have).
@@ -866,6 +870,20 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             core,
             _pool: PhantomData,
         })
+    }
+
+    /// A grant beyond [`PoolCore::begin_held`]'s and [`PoolCore::grant_from_free`]'s, for a
+    /// batch addressed on a stream or not (`streams`): refused when that is not the pool's
+    /// policy's way; else the bookkeeping's slow path, and for a first post the address handle.
+    #[inline(never)]
+    fn begin_cold(&mut self, destination: DestinationId, streams: bool) -> Result<Grant, PostToDestinationError> {
+        if streams != self.streams {
+            return Err(PostToDestinationErrorKind::StreamsMismatch { streams_pool: !streams }.into());
+        }
+        match self.core.begin_slow(destination) {
+            Ok(grant) => Ok(grant),
+            Err(refusal) => self.begin_refused(destination, refusal),
+        }
     }
 
     /// A refused grant: for a first post, the address handle, then the grant; else the error.
@@ -931,6 +949,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
     /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
     #[doc(hidden)]
+    #[inline]
     pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         self.core.complete(wr_id, status, &mut sink)
     }
@@ -1006,7 +1025,7 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         // SAFETY: the bookkeeping is borrowed for the guard's lifetime; only read here.
         let core = unsafe { self.core.as_ref() };
         let initiator = self.grant.initiator;
-        (initiator, core.has_streams(initiator).then_some(self.grant.stream))
+        (initiator, core.has_streams(initiator).then_some(self.grant.stream()))
     }
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
@@ -1022,8 +1041,22 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         let result = inner.post();
         // SAFETY: the bookkeeping is borrowed for the guard's lifetime; the ring is not written
         // after this.
-        unsafe { core.as_mut() }.commit(grant, if result.is_ok() { len } else { 0 });
-        result
+        let core = unsafe { core.as_mut() };
+        // Each outcome commits on its own path: no merged "posted" count to test again.
+        match result {
+            Ok(()) if len > 0 => {
+                core.commit(grant, len);
+                Ok(())
+            },
+            Ok(()) => {
+                core.commit(grant, 0);
+                Ok(())
+            },
+            Err(error) => {
+                core.commit(grant, 0);
+                Err(error)
+            },
+        }
     }
 }
 

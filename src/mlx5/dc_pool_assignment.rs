@@ -236,12 +236,42 @@ pub trait PooledInitiator {
 pub struct Grant {
     pub address: Address,
     pub initiator: usize,
-    /// The destination's stream; 0 when the initiator has none (a destination's stream is 0
-    /// then).
-    pub stream: u16,
-    pub destination: u32,
+    /// `destination << 16 | stream`, the key of its batch records ([`Grant::destination`],
+    /// [`Grant::stream`]).
+    pub key: u64,
     pub first: u64,
     pub room: usize,
+}
+
+impl Grant {
+    /// No grant: no room (what [`PoolCore::begin_held`] and [`PoolCore::grant_from_free`] return
+    /// when they do not grant).
+    pub const NONE: Grant = Grant {
+        address: (NonNull::dangling(), 0, 0),
+        initiator: 0,
+        key: 0,
+        first: 0,
+        room: 0,
+    };
+
+    /// The destination's place.
+    #[inline(always)]
+    pub fn destination(&self) -> u32 {
+        (self.key >> 16) as u32
+    }
+
+    /// The destination's stream; 0 when the initiator has none (a destination's stream is 0
+    /// then).
+    #[inline(always)]
+    pub fn stream(&self) -> u16 {
+        self.key as u16
+    }
+}
+
+/// The key of destination `d`'s batch records on stream `stream` (a grant's, the last record's).
+#[inline(always)]
+fn record_key(d: u32, stream: u16) -> u64 {
+    (u64::from(d) << 16) | u64::from(stream)
 }
 
 /// Bits of the provider-visible `wr_id` that number an initiator's requests; the initiator takes
@@ -252,6 +282,35 @@ const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
 pub(crate) const MAX_INITIATORS: usize = 1 << (64 - NUMBER_BITS);
 /// "No destination" in the wait line's links.
 const NONE: u32 = u32::MAX;
+/// A destination's gate: `generation << GATE_SHIFT | STREAMS | GRANTABLE | FAST` (at most one of
+/// the last two bits). `FAST`: it posts on its initiator with no check but the initiator's room
+/// and health (live, an initiator, reachable, its address resolved).
+const FAST: u64 = 1;
+/// `GRANTABLE`: a dedicated policy's destination that may take a free initiator with no other
+/// check (live, no initiator, reachable, its address resolved).
+const GRANTABLE: u64 = 2;
+/// `STREAMS`: the destination is a streams policy pool's, whose batches are started with
+/// `start_post_send_on_stream` (a batch started the other way misses the gate, and is refused
+/// on the slow path).
+const STREAMS: u64 = 4;
+const GATE_SHIFT: u32 = 3;
+
+/// The gate of a destination of generation `generation` with `bits` (`FAST` or `GRANTABLE`, and
+/// `STREAMS`).
+#[inline(always)]
+fn gate(generation: u32, bits: u64) -> u64 {
+    (u64::from(generation) << GATE_SHIFT) | bits
+}
+
+/// The `STREAMS` bit of a gate, for a pool (or a batch) of the streams policy.
+#[inline(always)]
+fn streams_bit(streams: bool) -> u64 {
+    if streams {
+        STREAMS
+    } else {
+        0
+    }
+}
 
 /// The provider-visible `wr_id` of request `number` of initiator `initiator`.
 #[doc(hidden)]
@@ -289,7 +348,8 @@ struct BatchRecord {
     stream: u16,
     first: u64,
     end: u64,
-    /// The first request not yet reported.
+    /// The first request not yet reported; the oldest record's is its initiator's `oldest`,
+    /// written here by [`InitiatorRequests::sync`] before records are read.
     settled: u64,
 }
 
@@ -314,8 +374,15 @@ struct InitiatorRequests {
     head: u64,
     /// The oldest request not yet reported (`head` when none is): the ring holds the callers'
     /// `wr_id`s from here to `head`. Kept by [`pop_settled`](Self::pop_settled), so that
-    /// [`room`](Self::room) does not reach into `batches` on every batch.
+    /// [`room`](Self::room) does not reach into `batches` on every batch. It is the oldest
+    /// record's `settled`, which the fast path of a completion moves here alone.
     oldest: u64,
+    /// The oldest record's end when it is closed (another record follows it), `u64::MAX` when it
+    /// is the open last record (its end is `head`), 0 when there is no record: a completion's
+    /// fast path reaches no record ([`refresh_front`](Self::refresh_front)).
+    front_end: u64,
+    /// The oldest record's destination (valid while there is one).
+    front_destination: u32,
     /// Requests reported so far (`head - reported` are outstanding).
     reported: u64,
     /// The request number a batch may not reach: the send queue's free slots, the ring's free
@@ -361,6 +428,8 @@ impl InitiatorRequests {
             capacity: u64::from(capacity.max(1)),
             head: 0,
             oldest: 0,
+            front_end: 0,
+            front_destination: 0,
             reported: 0,
             limit: u64::from(capacity.max(1)).min(size),
             last_key: u64::MAX,
@@ -397,6 +466,14 @@ impl InitiatorRequests {
         self.limit = if self.troubled { 0 } else { self.healthy_limit() };
     }
 
+    /// `limit` of a healthy initiator that holds nothing: `healthy_limit` where `reported` and
+    /// `oldest` are `head`, and the capacity is at most the ring's size.
+    #[inline(always)]
+    fn idle_limit(&mut self) {
+        debug_assert!(self.reported == self.head && self.oldest == self.head && self.capacity <= self.mask + 1);
+        self.limit = (self.head + self.capacity).min((self.head | self.mask) + 1);
+    }
+
     /// The limit as if it were not troubled (a stream in error leaves the others posting).
     #[inline(always)]
     fn healthy_limit(&self) -> u64 {
@@ -407,11 +484,37 @@ impl InitiatorRequests {
             .min(ring_end)
     }
 
-    /// Sets the open last record's `end` to `head`, before records are read.
+    /// Sets the open last record's `end` to `head`, and the oldest record's `settled` to
+    /// `oldest`, before records are read.
     #[inline(always)]
-    fn sync_last(&mut self) {
+    fn sync(&mut self) {
         if let Some(last) = self.batches.back_mut() {
             last.end = self.head;
+        }
+        if let Some(front) = self.batches.front_mut() {
+            front.settled = self.oldest;
+        }
+    }
+
+    /// The first request of record `index` not yet reported, for readers that cannot sync.
+    fn settled_of(&self, index: usize) -> u64 {
+        if index == 0 {
+            self.oldest
+        } else {
+            self.batches[index].settled
+        }
+    }
+
+    /// Recomputes `front_end` and `front_destination` after the oldest record changed.
+    #[inline(always)]
+    fn refresh_front(&mut self) {
+        match self.batches.len() {
+            0 => self.front_end = 0,
+            len => {
+                let front = self.batches[0];
+                self.front_end = if len == 1 { u64::MAX } else { front.end };
+                self.front_destination = front.destination;
+            },
         }
     }
 
@@ -443,7 +546,7 @@ impl InitiatorRequests {
     }
 
     /// Drops the fully reported batches at the front, and moves `oldest` up. Every change of a
-    /// batch's `settled` is followed by it.
+    /// batch's `settled` is followed by it (the records synced before).
     #[inline]
     fn pop_settled(&mut self) {
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
@@ -453,6 +556,7 @@ impl InitiatorRequests {
             self.last_key = u64::MAX;
         }
         self.oldest = self.batches.front().map_or(self.head, |b| b.settled);
+        self.refresh_front();
         self.update_limit();
     }
 
@@ -467,21 +571,31 @@ impl InitiatorRequests {
     }
 }
 
-/// Records a new batch (out of line: the common case extends the last one), closing the last
-/// record at `first`.
-#[inline(never)]
-fn push_batch(requests: &mut InitiatorRequests, destination: u32, stream: u16, first: u64, posted: u64) {
+/// Records a new batch (the common case extends the last one instead), closing the last record
+/// at `first`.
+#[inline(always)]
+fn push_batch(requests: &mut InitiatorRequests, key: u64, first: u64, posted: u64) {
     if let Some(last) = requests.batches.back_mut() {
         last.end = first;
     }
+    match requests.batches.len() {
+        // The new record is the oldest, and open.
+        0 => {
+            requests.front_end = u64::MAX;
+            requests.front_destination = (key >> 16) as u32;
+        },
+        // The oldest record, which was the last, is closed at `first`.
+        1 => requests.front_end = first,
+        _ => {},
+    }
     requests.batches.push_back(BatchRecord {
-        destination,
-        stream,
+        destination: (key >> 16) as u32,
+        stream: key as u16,
         first,
         end: first + posted,
         settled: first,
     });
-    requests.last_key = (u64::from(destination) << 16) | u64::from(stream);
+    requests.last_key = key;
 }
 
 /// A destination's place: its state while it lives, and its generation.
@@ -489,14 +603,17 @@ fn push_batch(requests: &mut InitiatorRequests, destination: u32, stream: u16, f
 struct DestinationState {
     generation: u32,
     live: bool,
-    /// `generation << 1 | fast`, where fast says it posts on its initiator with no check but
-    /// the initiator's room and health: live, an initiator, reachable, its address resolved.
-    /// One comparison with the id's generation on the post path.
+    /// `generation << GATE_SHIFT | STREAMS | GRANTABLE | FAST` ([`gate`]): one comparison with
+    /// the id's generation (and the batch's addressing) on the post path (fast), and on a
+    /// dedicated policy's grant from the free initiators (grantable).
     gate: u64,
-    /// Its initiator and address as the post path reads them (valid while the gate's fast bit
-    /// is set): plain fields, no `Option` to test.
+    /// Its initiator and address as the post path reads them (the initiator valid while the
+    /// gate's fast bit is set, the address while either bit is): plain fields, no `Option` to
+    /// test.
     post_initiator: u16,
     post_address: Address,
+    /// `index << 16 | stream`, its grants' key (set by `refresh`).
+    post_key: u64,
     /// The initiator it posts on: held (dedicated) or bound (static, streams).
     initiator: Option<u16>,
     stream: u16,
@@ -516,9 +633,10 @@ impl DestinationState {
         Self {
             generation,
             live: true,
-            gate: u64::from(generation) << 1,
+            gate: gate(generation, 0),
             post_initiator: 0,
             post_address: (NonNull::dangling(), 0, 0),
+            post_key: 0,
             initiator: None,
             stream: 0,
             address: None,
@@ -661,16 +779,23 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Recomputes destination `d`'s gate (after any change of what it depends on).
     fn refresh(&mut self, d: u32) {
+        let dedicated = self.policy.is_dedicated();
+        let streams = streams_bit(self.policy == DcPoolPolicy::Streams);
         let state = &mut self.destinations[d as usize];
-        let fast = match (state.live && !state.unreachable, state.initiator, state.address) {
+        state.post_key = record_key(d, state.stream);
+        let bits = match (state.live && !state.unreachable, state.initiator, state.address) {
             (true, Some(initiator), Some(address)) => {
                 state.post_initiator = initiator;
                 state.post_address = address;
-                true
+                FAST
             },
-            _ => false,
+            (true, None, Some(address)) if dedicated => {
+                state.post_address = address;
+                GRANTABLE
+            },
+            _ => 0,
         };
-        state.gate = (u64::from(state.generation) << 1) | u64::from(fast);
+        state.gate = gate(state.generation, bits | streams);
     }
 
     /// Sets `destination`'s address (its address handle was created); false for a stale id.
@@ -697,7 +822,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         let requests = &self.requests[i as usize];
         (0..requests.batches.len())
             .filter(|&k| requests.batches[k].destination == d)
-            .map(|k| requests.end_of(k) - requests.batches[k].settled)
+            .map(|k| requests.end_of(k) - requests.settled_of(k))
             .sum()
     }
 
@@ -920,6 +1045,22 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.quota_active = self.quota_active && self.waiting_count > 0;
     }
 
+    /// [`give`](Self::give), with the common case (nobody in line) inline.
+    #[inline(always)]
+    fn give_back(&mut self, initiator: u16) {
+        if self.line_head == NONE {
+            // At most every initiator is free: within the capacity it was created with.
+            self.free.push(initiator);
+        } else {
+            self.give_cold(initiator);
+        }
+    }
+
+    #[inline(never)]
+    fn give_cold(&mut self, initiator: u16) {
+        self.give(initiator);
+    }
+
     /// A freed initiator (healthy, held by nobody): to the first destination in line, reported
     /// by `Ready` with a grant timer, or to the free ones.
     fn give(&mut self, initiator: u16) {
@@ -953,12 +1094,33 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Grants `destination` an initiator for one batch, or says why not.
     #[inline(always)]
     pub fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
+        let streams = self.policy == DcPoolPolicy::Streams;
+        let grant = self.begin_held(destination, streams);
+        if grant.room > 0 {
+            return Ok(grant);
+        }
+        let grant = self.grant_from_free(destination, streams);
+        if grant.room > 0 {
+            return Ok(grant);
+        }
+        self.begin_slow(destination)
+    }
+
+    /// The common case of [`begin`](Self::begin), with no refusal to build: a grant of no room
+    /// (and no other meaning) sends the caller to [`grant_from_free`](Self::grant_from_free),
+    /// then to [`begin_slow`](Self::begin_slow). A grant that the caller builds a batch from in
+    /// registers, not through memory shared with the slow path, and tests by its room (no
+    /// `Option` whose niche, the address, would be tested again).
+    ///
+    /// `streams` says how the batch is addressed (with `start_post_send_on_stream`): a batch not
+    /// addressed as its pool's policy says gets none.
+    #[inline(always)]
+    pub fn begin_held(&mut self, destination: DestinationId, streams: bool) -> Grant {
         // The common case: it posts on the initiator it holds or is bound to (its gate says
         // live, reachable, an initiator, an address), with no quota to mind and no error to
         // recover from.
         if let Some(state) = self.destinations.get(destination.index()) {
-            let gate = (u64::from(destination.generation) << 1) | 1;
-            if state.gate == gate && !self.quota_active {
+            if state.gate == gate(destination.generation, FAST | streams_bit(streams)) && !self.quota_active {
                 // The fast bit says `post_initiator` and `post_address` are its initiator and
                 // address.
                 let i = state.post_initiator as usize;
@@ -968,25 +1130,23 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // A troubled initiator has no room (its limit is 0).
                 let room = requests.room();
                 if room > 0 {
-                    return Ok(Grant {
+                    return Grant {
                         address: state.post_address,
                         initiator: i,
-                        stream: state.stream,
-                        destination: destination.index,
+                        key: state.post_key,
                         first: requests.head,
                         room,
-                    });
+                    };
                 }
             }
         }
-        self.begin_slow(destination)
+        Grant::NONE
     }
 
+    /// [`begin`](Self::begin) beyond [`begin_held`](Self::begin_held) and
+    /// [`grant_from_free`](Self::grant_from_free).
     #[inline(never)]
-    fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        if let Some(grant) = self.grant_from_free(destination) {
-            return Ok(grant);
-        }
+    pub(crate) fn begin_slow(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let state = self.live(destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.index;
         if state.unreachable {
@@ -1031,7 +1191,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // Live, reachable and resolved (checked above): fast from now on.
                 state.post_initiator = i;
                 state.post_address = address;
-                state.gate = (u64::from(state.generation) << 1) | 1;
+                state.gate = gate(state.generation, FAST);
                 let requests = &mut self.requests[i as usize];
                 requests.holder = Some(d);
                 requests.hold_start = requests.head;
@@ -1067,54 +1227,47 @@ impl<I: PooledInitiator> PoolCore<I> {
         Ok(Grant {
             address,
             initiator,
-            stream,
-            destination: d,
+            key: record_key(d, stream),
             first: requests.head,
             room,
         })
     }
 
     /// The dedicated policies' common case: a live, reachable, resolved destination that holds
-    /// no initiator while one is free (so nobody is in line) takes it.
+    /// no initiator (its gate says grantable) while one is free (so nobody is in line) takes it.
+    /// As [`begin_held`](Self::begin_held), a grant of no room is none.
     #[inline(always)]
-    fn grant_from_free(&mut self, destination: DestinationId) -> Option<Grant> {
-        if !self.policy.is_dedicated() {
-            return None;
+    pub fn grant_from_free(&mut self, destination: DestinationId, streams: bool) -> Grant {
+        let Some(&i) = self.free.last() else {
+            return Grant::NONE;
+        };
+        let Some(state) = self.destinations.get_mut(destination.index()) else {
+            return Grant::NONE;
+        };
+        if state.gate != gate(destination.generation, GRANTABLE | streams_bit(streams)) {
+            return Grant::NONE;
         }
-        let &i = self.free.last()?;
-        let state = self.destinations.get_mut(destination.index())?;
-        let address = state.address?;
-        if state.gate != u64::from(destination.generation) << 1
-            || !state.live
-            || state.unreachable
-            || state.initiator.is_some()
-        {
-            return None;
-        }
-        // A free initiator is healthy and holds nothing: its room as of now (the ring's end may
-        // have moved since its limit was computed).
+        // A free initiator is healthy and holds nothing, and its limit is current: it was
+        // recomputed when its last request was reported, and `head` has not moved since (checked
+        // by `check_invariants`).
         let requests = &mut self.requests[i as usize];
-        requests.update_limit();
         let room = requests.room();
         if room == 0 {
-            return None;
+            return Grant::NONE;
         }
         requests.holder = Some(destination.index);
         requests.hold_start = requests.head;
         self.free.pop();
         state.initiator = Some(i);
         state.post_initiator = i;
-        state.post_address = address;
-        state.gate |= 1;
-        let stream = state.stream;
-        Some(Grant {
-            address,
+        state.gate = gate(destination.generation, FAST);
+        Grant {
+            address: state.post_address,
             initiator: i as usize,
-            stream,
-            destination: destination.index,
+            key: state.post_key,
             first: requests.head,
             room,
-        })
+        }
     }
 
     /// Whether `initiator` has DCI streams.
@@ -1139,18 +1292,17 @@ impl<I: PooledInitiator> PoolCore<I> {
     pub fn commit(&mut self, grant: Grant, posted: usize) {
         // SAFETY: the grant's initiator is one of the pool's.
         let requests = unsafe { self.requests.get_unchecked_mut(grant.initiator) };
-        let d = grant.destination;
         if posted > 0 {
             let posted = posted as u64;
             // The same destination and stream as the last record (open: its end is `head`): one
             // record.
-            if requests.last_key != (u64::from(d) << 16) | u64::from(grant.stream) {
-                push_batch(requests, d, grant.stream, grant.first, posted);
+            if requests.last_key != grant.key {
+                push_batch(requests, grant.key, grant.first, posted);
             }
             requests.head += posted;
         } else {
             // A dedicated destination that posted nothing gives back what it was granted.
-            self.release_if_idle_cold(d);
+            self.release_if_idle_cold(grant.destination());
         }
     }
 
@@ -1176,8 +1328,8 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         let state = &mut self.destinations[d as usize];
         state.initiator = None;
-        // No initiator: not fast any more.
-        state.gate &= !1;
+        // No initiator: not fast any more, grantable if it was fast.
+        state.gate += state.gate & FAST;
         let requests = &mut self.requests[i as usize];
         requests.holder = None;
         if !requests.out_of_service {
@@ -1231,13 +1383,14 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Settles a completion of the provider-visible `wr_id` with `status` (an `ibv_wc_status`),
     /// reporting every request it settles to `sink`. A completion that names no live request
     /// is ignored; returns whether it named one.
+    #[inline(always)]
     pub fn complete(&mut self, wr_id: u64, status: u32, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
         self.complete_with_syndrome(wr_id, status, 0, sink)
     }
 
     /// As [`complete`](Self::complete), with the completion's vendor syndrome, which the failing
     /// request's [`DcPoolEvent::Failed`] carries.
-    #[inline]
+    #[inline(always)]
     pub fn complete_with_syndrome(
         &mut self, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
@@ -1249,47 +1402,76 @@ impl<I: PooledInitiator> PoolCore<I> {
         // up to this one are one destination's, on one stream: they executed.
         if status == ibv_wc_status::IBV_WC_SUCCESS && !requests.troubled {
             let number = requests.unwrap_number(wr_id & NUMBER_MASK);
-            let only = requests.batches.len() == 1;
-            let head = requests.head;
-            if let Some(front) = requests.batches.front_mut() {
-                // The last record is open: its end is `head`.
-                let end = if only { head } else { front.end };
-                if front.settled <= number && number < end {
-                    let state = &mut self.destinations[front.destination as usize];
-                    let destination = DestinationId {
-                        index: front.destination,
-                        generation: state.generation,
-                    };
-                    let (ring, mask) = (&requests.wr_ids, requests.mask);
-                    for n in front.settled..number + 1 {
-                        // SAFETY: a masked number is within the ring (its length is mask + 1).
-                        let wr_id = unsafe { *ring.get_unchecked((n & mask) as usize) };
-                        sink(DcPoolEvent::Completed { destination, wr_id });
-                    }
-                    requests.reported += number + 1 - front.settled;
-                    front.settled = number + 1;
-                    if state.retries_exceeded != 0 {
-                        state.retries_exceeded = 0;
-                    }
-                    if front.settled == end {
-                        // The record is done: the next one (or none) is the oldest.
-                        requests.sync_last();
-                        requests.pop_settled();
-                    } else {
-                        requests.oldest = number + 1;
-                        requests.update_limit();
-                    }
-                    if requests.holder.is_some() && requests.outstanding() == 0 {
-                        self.release_holder_if_idle(initiator);
-                    }
-                    if !self.ready.is_empty() {
-                        self.report_ready(sink);
-                    }
-                    return true;
+            // The oldest record's end (the open last one's is `head`; none: 0), and its first
+            // request not reported.
+            let end = requests.front_end.min(requests.head);
+            let settled = requests.oldest;
+            if settled <= number && number < end {
+                let d = requests.front_destination;
+                let state = &mut self.destinations[d as usize];
+                let destination = DestinationId {
+                    index: d,
+                    generation: state.generation,
+                };
+                let (ring, mask) = (&requests.wr_ids, requests.mask);
+                for n in settled..number + 1 {
+                    // SAFETY: a masked number is within the ring (its length is mask + 1).
+                    let wr_id = unsafe { *ring.get_unchecked((n & mask) as usize) };
+                    sink(DcPoolEvent::Completed { destination, wr_id });
                 }
+                requests.reported += number + 1 - settled;
+                // The oldest record's `settled`, kept here alone (synced before records are
+                // read).
+                requests.oldest = number + 1;
+                if state.retries_exceeded != 0 {
+                    state.retries_exceeded = 0;
+                }
+                if number + 1 != end {
+                    // Healthy (tested above).
+                    requests.limit = requests.healthy_limit();
+                } else {
+                    self.oldest_done(initiator);
+                }
+                if !self.ready.is_empty() {
+                    self.report_ready_cold(sink);
+                }
+                return true;
             }
         }
         self.complete_slow(initiator, wr_id, status, vendor_err, sink)
+    }
+
+    /// The oldest record of healthy `initiator` was reported in full: the next one is the
+    /// oldest; with none left, a held initiator goes back.
+    #[inline(never)]
+    fn oldest_done(&mut self, initiator: usize) {
+        let requests = &mut self.requests[initiator];
+        if requests.front_end != u64::MAX {
+            requests.sync();
+            requests.pop_settled();
+            self.release_holder_if_idle(initiator);
+            return;
+        }
+        // Its only record was reported in full: nothing is outstanding now.
+        requests.batches.clear();
+        requests.last_key = u64::MAX;
+        requests.front_end = 0;
+        requests.idle_limit();
+        if let Some(holder) = requests.holder.take() {
+            // A held initiator carries only its holder's requests, and this one is healthy and
+            // idle: it goes back.
+            let state = &mut self.destinations[holder as usize];
+            state.initiator = None;
+            // Not fast any more; grantable if it was fast.
+            state.gate += state.gate & FAST;
+            self.give_back(initiator as u16);
+        }
+    }
+
+    /// [`report_ready`](Self::report_ready), out of line.
+    #[inline(never)]
+    fn report_ready_cold(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        self.report_ready(sink);
     }
 
     /// [`complete_with_syndrome`](Self::complete_with_syndrome) beyond the oldest record, or in
@@ -1299,7 +1481,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         &mut self, initiator: usize, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
         let requests = &mut self.requests[initiator];
-        requests.sync_last();
+        requests.sync();
         let number = requests.unwrap_number(wr_id & NUMBER_MASK);
         let Some(index) = requests.find(number) else {
             return false;
@@ -1551,6 +1733,10 @@ impl<I: PooledInitiator> PoolCore<I> {
             let mut previous_end = None;
             for (k, batch) in requests.batches.iter().enumerate() {
                 let end = requests.end_of(k);
+                let batch = &BatchRecord {
+                    settled: requests.settled_of(k),
+                    ..*batch
+                };
                 assert!(batch.first <= batch.settled && batch.settled <= end, "{batch:?}");
                 assert!(batch.first < end);
                 if let Some(previous) = previous_end {
@@ -1582,20 +1768,29 @@ impl<I: PooledInitiator> PoolCore<I> {
                 );
             }
             match requests.batches.back() {
-                Some(last) => assert_eq!(
-                    requests.last_key,
-                    (u64::from(last.destination) << 16) | u64::from(last.stream)
-                ),
+                Some(last) => assert_eq!(requests.last_key, record_key(last.destination, last.stream)),
                 None => assert_eq!(requests.last_key, u64::MAX),
             }
             if let Some(front) = requests.batches.front() {
-                assert!(requests.head - front.settled <= requests.mask + 1);
+                assert!(requests.head - requests.oldest <= requests.mask + 1);
+                assert!(
+                    front.settled <= requests.oldest,
+                    "initiator {i}: the oldest record's settled"
+                );
+                let end = if requests.batches.len() == 1 {
+                    u64::MAX
+                } else {
+                    front.end
+                };
+                assert_eq!(requests.front_end, end, "initiator {i}: the oldest record's end");
+                assert_eq!(requests.front_destination, front.destination, "initiator {i}");
+            } else {
+                assert_eq!(
+                    requests.oldest, requests.head,
+                    "initiator {i}: the oldest request not reported"
+                );
+                assert_eq!(requests.front_end, 0, "initiator {i}: no record");
             }
-            assert_eq!(
-                requests.oldest,
-                requests.batches.front().map_or(requests.head, |b| b.settled),
-                "initiator {i}: the oldest request not reported"
-            );
             let troubled = requests.whole_error || requests.out_of_service || requests.lanes.iter().any(|l| l.errored);
             assert_eq!(requests.troubled, troubled, "initiator {i}: troubled");
             if requests.out_of_service {
@@ -1605,11 +1800,28 @@ impl<I: PooledInitiator> PoolCore<I> {
         for (d, state) in self.destinations.iter().enumerate() {
             assert_eq!(self.outstanding_of(d as u32), per_destination[d], "destination {d}");
             let fast = state.live && state.initiator.is_some() && !state.unreachable && state.address.is_some();
+            let grantable = self.policy.is_dedicated()
+                && state.live
+                && state.initiator.is_none()
+                && !state.unreachable
+                && state.address.is_some();
+            let bits = if fast {
+                FAST
+            } else if grantable {
+                GRANTABLE
+            } else {
+                0
+            };
+            let bits = bits | streams_bit(self.policy == DcPoolPolicy::Streams);
+            assert_eq!(state.gate, gate(state.generation, bits), "destination {d}: gate");
             assert_eq!(
-                state.gate,
-                (u64::from(state.generation) << 1) | u64::from(fast),
-                "destination {d}: gate"
+                state.post_key,
+                record_key(d as u32, state.stream),
+                "destination {d}: key"
             );
+            if fast || grantable {
+                assert_eq!(Some(state.post_address), state.address, "destination {d}: address");
+            }
             if !state.live {
                 assert!(!state.in_line && state.initiator.is_none());
                 continue;
@@ -1674,6 +1886,12 @@ impl<I: PooledInitiator> PoolCore<I> {
                 }
                 if self.free.contains(&(i as u16)) {
                     assert!(!requests.troubled, "a free initiator is healthy");
+                    assert_eq!(requests.outstanding(), 0, "a free initiator holds nothing");
+                    assert_eq!(
+                        requests.limit,
+                        requests.healthy_limit(),
+                        "a free initiator's limit is current"
+                    );
                 }
             }
         }

@@ -453,7 +453,7 @@ fn run(s: Scenario) -> Report {
                 match pool.begin(id) {
                     Ok(grant) => {
                         let count = grant.room.min(s.max_batch).min(queue[d as usize].len());
-                        let lane = grant.stream as usize;
+                        let lane = grant.stream() as usize;
                         for k in 0..count {
                             let request = queue[d as usize].pop_front().unwrap();
                             let number = grant.first + k as u64;
@@ -1135,7 +1135,7 @@ mod properties {
                         let number = grant.first + k as u64;
                         self.pool.set_wr_id(grant.initiator, number, u64::from(request));
                         self.pool.initiators[grant.initiator].post(
-                            grant.stream as usize,
+                            grant.stream() as usize,
                             Wqe {
                                 provider_wr_id: encode(grant.initiator, number),
                                 request,
