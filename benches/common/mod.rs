@@ -749,6 +749,11 @@ mod dc {
     /// its initiator back). The common case of a pool serving many peers, where no destination
     /// keeps an initiator from one batch to the next: the post path with a grant and a release
     /// every batch, and settling. Its "raw" side is the direct DC initiator's guard.
+    ///
+    /// The batches in flight (the last provider `wr_id` of each, which a CQ would return) are the
+    /// benchmark's stand-in for the CQ, not pool work: a fixed array of 16 used as a ring (a
+    /// `VecDeque` until issue 15's second round, which cost about 25 instructions per batch more
+    /// to push and pop; BENCHMARKS.md gives the row's figure before and after that change).
     pub enum SendDcPoolDedicatedSettled {}
 
     pub struct DcPoolDedicatedState {
@@ -758,8 +763,12 @@ mod dc {
         turn: usize,
         /// Requests numbered per initiator so far.
         numbered: [u64; DEDICATED_INITIATORS],
-        /// Provider `wr_id`s of the last request of each batch in flight, oldest first.
-        in_flight: std::collections::VecDeque<u64>,
+        /// Provider `wr_id`s of the last request of each batch in flight (the CQ's stand-in): a
+        /// ring, batch `t`'s at `t % 16`; batch `t - 15`'s, the oldest, is settled after batch
+        /// `t` is posted, so that 15 stay in flight between batches.
+        in_flight: [u64; DEDICATED_INITIATORS],
+        /// Batches posted so far.
+        batches: u64,
         direct: DcState,
         batch: usize,
         buffers: Buffers,
@@ -792,7 +801,8 @@ mod dc {
                 destinations,
                 turn: 0,
                 numbered: [0; DEDICATED_INITIATORS],
-                in_flight: std::collections::VecDeque::with_capacity(DEDICATED_INITIATORS + 1),
+                in_flight: [0; DEDICATED_INITIATORS],
+                batches: 0,
                 direct,
                 batch: black_box(batch),
                 buffers: Buffers::opaque(),
@@ -810,6 +820,7 @@ mod dc {
                 turn,
                 numbered,
                 in_flight,
+                batches,
                 batch,
                 buffers,
                 ..
@@ -841,9 +852,12 @@ mod dc {
                 }
                 numbered[initiator] += batch as u64;
                 // The provider sees `initiator << 48 | number`.
-                in_flight.push_back(((initiator as u64) << 48) | (numbered[initiator] - 1));
-                if in_flight.len() == DEDICATED_INITIATORS {
-                    let oldest = in_flight.pop_front().expect("in flight");
+                let t = *batches;
+                in_flight[t as usize % DEDICATED_INITIATORS] = ((initiator as u64) << 48) | (numbered[initiator] - 1);
+                *batches = t + 1;
+                if t + 1 >= DEDICATED_INITIATORS as u64 {
+                    // Batch `t - 15`'s, the oldest in flight.
+                    let oldest = in_flight[(t + 1) as usize % DEDICATED_INITIATORS];
                     if !pool.complete_raw(oldest, 0, |_| {}) {
                         failed("DcInitiatorPool::complete_raw (dedicated)");
                     }
