@@ -1404,32 +1404,44 @@ impl<I: PooledInitiator> PoolCore<I> {
             let number = requests.unwrap_number(wr_id & NUMBER_MASK);
             // The oldest record's end (the open last one's is `head`; none: 0), and its first
             // request not reported.
-            let end = requests.front_end.min(requests.head);
+            let head = requests.head;
+            let end = requests.front_end.min(head);
             let settled = requests.oldest;
             if settled <= number && number < end {
                 let d = requests.front_destination;
-                let state = &mut self.destinations[d as usize];
+                let mask = requests.mask;
+                // The bookkeeping first, from values at hand (before the sink, which may be
+                // opaque): `reported` and `oldest` move up by the requests reported.
+                let oldest = number + 1;
+                let reported = requests.reported + (oldest - settled);
+                requests.reported = reported;
+                // The oldest record's `settled`, kept here alone (synced before records are
+                // read).
+                requests.oldest = oldest;
+                if oldest != end {
+                    // Healthy (tested above): `healthy_limit`, from the values at hand.
+                    requests.limit = (reported + requests.capacity)
+                        .min(oldest + mask + 1)
+                        .min((head | mask) + 1);
+                }
+                // SAFETY: the oldest record's destination is one of the pool's (a record's
+                // destination was live when it posted, and destinations are never removed from
+                // the vector).
+                let state = unsafe { self.destinations.get_unchecked_mut(d as usize) };
                 let destination = DestinationId {
                     index: d,
                     generation: state.generation,
                 };
-                let (ring, mask) = (&requests.wr_ids, requests.mask);
-                for n in settled..number + 1 {
+                if state.retries_exceeded != 0 {
+                    state.retries_exceeded = 0;
+                }
+                let ring = &requests.wr_ids;
+                for n in settled..oldest {
                     // SAFETY: a masked number is within the ring (its length is mask + 1).
                     let wr_id = unsafe { *ring.get_unchecked((n & mask) as usize) };
                     sink(DcPoolEvent::Completed { destination, wr_id });
                 }
-                requests.reported += number + 1 - settled;
-                // The oldest record's `settled`, kept here alone (synced before records are
-                // read).
-                requests.oldest = number + 1;
-                if state.retries_exceeded != 0 {
-                    state.retries_exceeded = 0;
-                }
-                if number + 1 != end {
-                    // Healthy (tested above).
-                    requests.limit = requests.healthy_limit();
-                } else {
+                if oldest == end {
                     self.oldest_done(initiator);
                 }
                 if !self.ready.is_empty() {
