@@ -1442,7 +1442,8 @@ impl<I: PooledInitiator> PoolCore<I> {
                     sink(DcPoolEvent::Completed { destination, wr_id });
                 }
                 if oldest == end {
-                    self.oldest_done(initiator);
+                    // SAFETY: `initiator` is one of the pool's (its requests were found above).
+                    unsafe { self.oldest_done(initiator) };
                 }
                 if !self.ready.is_empty() {
                     self.report_ready_cold(sink);
@@ -1455,9 +1456,14 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// The oldest record of healthy `initiator` was reported in full: the next one is the
     /// oldest; with none left, a held initiator goes back.
+    ///
+    /// # Safety
+    ///
+    /// `initiator` must be one of the pool's.
     #[inline(never)]
-    fn oldest_done(&mut self, initiator: usize) {
-        let requests = &mut self.requests[initiator];
+    unsafe fn oldest_done(&mut self, initiator: usize) {
+        // SAFETY: the caller's promise.
+        let requests = unsafe { self.requests.get_unchecked_mut(initiator) };
         if requests.front_end != u64::MAX {
             requests.sync();
             requests.pop_settled();
@@ -1472,7 +1478,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         if let Some(holder) = requests.holder.take() {
             // A held initiator carries only its holder's requests, and this one is healthy and
             // idle: it goes back.
-            let state = &mut self.destinations[holder as usize];
+            // SAFETY: a holder is one of the pool's destinations (never removed from the
+            // vector).
+            let state = unsafe { self.destinations.get_unchecked_mut(holder as usize) };
             state.initiator = None;
             // Not fast any more; grantable if it was fast.
             state.gate += state.gate & FAST;
