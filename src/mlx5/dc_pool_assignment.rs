@@ -378,8 +378,9 @@ struct InitiatorRequests {
     /// record's `settled`, which the fast path of a completion moves here alone.
     oldest: u64,
     /// The oldest record's end when it is closed (another record follows it), `u64::MAX` when it
-    /// is the open last record (its end is `head`), 0 when there is no record: a completion's
-    /// fast path reaches no record ([`refresh_front`](Self::refresh_front)).
+    /// is the open last record (its end is `head`), `head` when there is no record (then
+    /// `oldest` too): a completion's fast path reaches no record, and finds the oldest record's
+    /// span `min(front_end, head) - oldest` empty ([`refresh_front`](Self::refresh_front)).
     front_end: u64,
     /// The oldest record's destination (valid while there is one).
     front_destination: u32,
@@ -509,7 +510,7 @@ impl InitiatorRequests {
     #[inline(always)]
     fn refresh_front(&mut self) {
         match self.batches.len() {
-            0 => self.front_end = 0,
+            0 => self.front_end = self.head,
             len => {
                 let front = self.batches[0];
                 self.front_end = if len == 1 { u64::MAX } else { front.end };
@@ -1401,19 +1402,23 @@ impl<I: PooledInitiator> PoolCore<I> {
         // The common case: a success in the oldest record of a healthy initiator. Its requests
         // up to this one are one destination's, on one stream: they executed.
         if status == ibv_wc_status::IBV_WC_SUCCESS && !requests.troubled {
-            let number = requests.unwrap_number(wr_id & NUMBER_MASK);
-            // The oldest record's end (the open last one's is `head`; none: 0), and its first
-            // request not reported.
+            // The oldest record's end (the open last one's is `head`; none: `head`, which is
+            // `oldest` then), and its first request not reported.
             let head = requests.head;
             let end = requests.front_end.min(head);
             let settled = requests.oldest;
-            if settled <= number && number < end {
+            // The request's distance from `settled` in the 48 bits the provider gives back: it
+            // is in the oldest record when that distance is within the record's span (`settled`
+            // is within 2⁴⁸ of `head`: the ring holds them all, and is smaller).
+            let offset = wr_id.wrapping_sub(settled) & NUMBER_MASK;
+            if offset < end - settled {
                 let d = requests.front_destination;
                 let mask = requests.mask;
                 // The bookkeeping first, from values at hand (before the sink, which may be
                 // opaque): `reported` and `oldest` move up by the requests reported.
-                let oldest = number + 1;
-                let reported = requests.reported + (oldest - settled);
+                let count = offset + 1;
+                let oldest = settled + count;
+                let reported = requests.reported + count;
                 requests.reported = reported;
                 // The oldest record's `settled`, kept here alone (synced before records are
                 // read).
@@ -1473,7 +1478,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         // Its only record was reported in full: nothing is outstanding now.
         requests.batches.clear();
         requests.last_key = u64::MAX;
-        requests.front_end = 0;
+        requests.front_end = requests.head;
         requests.idle_limit();
         if let Some(holder) = requests.holder.take() {
             // A held initiator carries only its holder's requests, and this one is healthy and
@@ -1809,7 +1814,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                     requests.oldest, requests.head,
                     "initiator {i}: the oldest request not reported"
                 );
-                assert_eq!(requests.front_end, 0, "initiator {i}: no record");
+                assert_eq!(requests.front_end, requests.head, "initiator {i}: no record");
             }
             let troubled = requests.whole_error || requests.out_of_service || requests.lanes.iter().any(|l| l.errored);
             assert_eq!(requests.troubled, troubled, "initiator {i}: troubled");
