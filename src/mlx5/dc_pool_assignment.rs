@@ -384,6 +384,15 @@ struct InitiatorRequests {
     front_end: u64,
     /// The oldest record's destination (valid while there is one).
     front_destination: u32,
+    /// The only record is kept in these fields alone, not in `batches` (which is empty then):
+    /// its destination `front_destination`, its stream `last_key`'s, its first request
+    /// `front_first`, its end `head`, its first not reported `oldest`. A batch on an initiator
+    /// with no record pushes nothing, and the record's last report drops nothing; it is put
+    /// in `batches` ([`materialize`](Self::materialize)) when another record follows it, or
+    /// before records are read ([`sync`](Self::sync)).
+    front_virtual: bool,
+    /// The virtual only record's first request (valid while `front_virtual`).
+    front_first: u64,
     /// Requests reported so far (`head - reported` are outstanding).
     reported: u64,
     /// The request number a batch may not reach: the send queue's free slots, the ring's free
@@ -431,6 +440,8 @@ impl InitiatorRequests {
             oldest: 0,
             front_end: 0,
             front_destination: 0,
+            front_virtual: false,
+            front_first: 0,
             reported: 0,
             limit: u64::from(capacity.max(1)).min(size),
             last_key: u64::MAX,
@@ -485,10 +496,33 @@ impl InitiatorRequests {
             .min(ring_end)
     }
 
-    /// Sets the open last record's `end` to `head`, and the oldest record's `settled` to
-    /// `oldest`, before records are read.
+    /// [`materialize`](Self::materialize), out of line.
+    #[cold]
+    #[inline(never)]
+    fn materialize_cold(&mut self) {
+        self.materialize();
+    }
+
+    /// Puts the virtual only record (see `front_virtual`) in `batches`.
+    #[inline(always)]
+    fn materialize(&mut self) {
+        if self.front_virtual {
+            self.front_virtual = false;
+            self.batches.push_back(BatchRecord {
+                destination: self.front_destination,
+                stream: self.last_key as u16,
+                first: self.front_first,
+                end: self.head,
+                settled: self.oldest,
+            });
+        }
+    }
+
+    /// Puts a virtual only record in `batches`, sets the open last record's `end` to `head`,
+    /// and the oldest record's `settled` to `oldest`, before records are read.
     #[inline(always)]
     fn sync(&mut self) {
+        self.materialize();
         if let Some(last) = self.batches.back_mut() {
             last.end = self.head;
         }
@@ -563,6 +597,9 @@ impl InitiatorRequests {
 
     /// Whether stream `lane` holds no request not yet reported.
     fn lane_idle(&self, lane: u16) -> bool {
+        if self.front_virtual {
+            return !(self.last_key as u16 == lane && self.oldest < self.head);
+        }
         !self.batches.iter().any(|b| b.stream == lane && b.settled < b.end)
     }
 
@@ -576,6 +613,20 @@ impl InitiatorRequests {
 /// at `first`.
 #[inline(always)]
 fn push_batch(requests: &mut InitiatorRequests, key: u64, first: u64, posted: u64) {
+    // No record (`last_key` says so): the new one is the only one, kept virtual, in the front
+    // fields alone (no push).
+    if requests.last_key == u64::MAX {
+        debug_assert!(requests.batches.is_empty() && !requests.front_virtual);
+        requests.front_virtual = true;
+        requests.front_first = first;
+        requests.front_end = u64::MAX;
+        requests.front_destination = (key >> 16) as u32;
+        requests.last_key = key;
+        return;
+    }
+    if requests.front_virtual {
+        requests.materialize_cold();
+    }
     if let Some(last) = requests.batches.back_mut() {
         last.end = first;
     }
@@ -821,6 +872,13 @@ impl<I: PooledInitiator> PoolCore<I> {
             return 0;
         };
         let requests = &self.requests[i as usize];
+        if requests.front_virtual {
+            return if requests.front_destination == d {
+                requests.head - requests.oldest
+            } else {
+                0
+            };
+        }
         (0..requests.batches.len())
             .filter(|&k| requests.batches[k].destination == d)
             .map(|k| requests.end_of(k) - requests.settled_of(k))
@@ -928,7 +986,11 @@ impl<I: PooledInitiator> PoolCore<I> {
             address_handles: 0,
             waiting: self.waiting_count,
             grant_timers: self.grants.len(),
-            batch_records: self.requests.iter().map(|r| r.batches.len()).sum(),
+            batch_records: self
+                .requests
+                .iter()
+                .map(|r| r.batches.len() + usize::from(r.front_virtual))
+                .sum(),
             ready_events: self.ready.len(),
         }
     }
@@ -1476,7 +1538,11 @@ impl<I: PooledInitiator> PoolCore<I> {
             return;
         }
         // Its only record was reported in full: nothing is outstanding now.
-        requests.batches.clear();
+        if requests.front_virtual {
+            requests.front_virtual = false;
+        } else {
+            requests.batches.clear();
+        }
         requests.last_key = u64::MAX;
         requests.front_end = requests.head;
         requests.idle_limit();
@@ -1754,14 +1820,34 @@ impl<I: PooledInitiator> PoolCore<I> {
     pub(crate) fn check_invariants(&self) {
         let mut per_destination = vec![0u64; self.destinations.len()];
         for (i, requests) in self.requests.iter().enumerate() {
+            // The records as `sync` would leave them, a virtual only record included.
+            let mut records: VecDeque<BatchRecord> = requests
+                .batches
+                .iter()
+                .enumerate()
+                .map(|(k, batch)| BatchRecord {
+                    settled: requests.settled_of(k),
+                    end: requests.end_of(k),
+                    ..*batch
+                })
+                .collect();
+            if requests.front_virtual {
+                assert!(
+                    requests.batches.is_empty(),
+                    "initiator {i}: a virtual record is the only one"
+                );
+                records.push_back(BatchRecord {
+                    destination: requests.front_destination,
+                    stream: requests.last_key as u16,
+                    first: requests.front_first,
+                    end: requests.head,
+                    settled: requests.oldest,
+                });
+            }
             let mut outstanding = 0;
             let mut previous_end = None;
-            for (k, batch) in requests.batches.iter().enumerate() {
-                let end = requests.end_of(k);
-                let batch = &BatchRecord {
-                    settled: requests.settled_of(k),
-                    ..*batch
-                };
+            for batch in &records {
+                let end = batch.end;
                 assert!(batch.first <= batch.settled && batch.settled <= end, "{batch:?}");
                 assert!(batch.first < end);
                 if let Some(previous) = previous_end {
@@ -1792,21 +1878,17 @@ impl<I: PooledInitiator> PoolCore<I> {
                     "initiator {i}: limit"
                 );
             }
-            match requests.batches.back() {
+            match records.back() {
                 Some(last) => assert_eq!(requests.last_key, record_key(last.destination, last.stream)),
                 None => assert_eq!(requests.last_key, u64::MAX),
             }
-            if let Some(front) = requests.batches.front() {
+            if let Some(front) = records.front() {
                 assert!(requests.head - requests.oldest <= requests.mask + 1);
                 assert!(
                     front.settled <= requests.oldest,
                     "initiator {i}: the oldest record's settled"
                 );
-                let end = if requests.batches.len() == 1 {
-                    u64::MAX
-                } else {
-                    front.end
-                };
+                let end = if records.len() == 1 { u64::MAX } else { front.end };
                 assert_eq!(requests.front_end, end, "initiator {i}: the oldest record's end");
                 assert_eq!(requests.front_destination, front.destination, "initiator {i}");
             } else {
