@@ -1532,9 +1532,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         // SAFETY: the caller's promise.
         let requests = unsafe { self.requests.get_unchecked_mut(initiator) };
         if requests.front_end != u64::MAX {
-            requests.sync();
-            requests.pop_settled();
-            self.release_holder_if_idle(initiator);
+            self.next_record(initiator);
             return;
         }
         // Its only record was reported in full: nothing is outstanding now.
@@ -1557,6 +1555,16 @@ impl<I: PooledInitiator> PoolCore<I> {
             state.gate += state.gate & FAST;
             self.give_back(initiator as u16);
         }
+    }
+
+    /// [`oldest_done`](Self::oldest_done) when another record follows the oldest: out of line,
+    /// so that the drained step saves no more registers than it uses.
+    #[inline(never)]
+    fn next_record(&mut self, initiator: usize) {
+        let requests = &mut self.requests[initiator];
+        requests.sync();
+        requests.pop_settled();
+        self.release_holder_if_idle(initiator);
     }
 
     /// [`report_ready`](Self::report_ready), out of line.
