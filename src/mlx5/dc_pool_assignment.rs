@@ -1111,8 +1111,9 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// [`give`](Self::give), with the common case (nobody in line) inline.
     #[inline(always)]
     fn give_back(&mut self, initiator: u16) {
-        if self.line_head == NONE {
-            // At most every initiator is free: within the capacity it was created with.
+        // At most every initiator is free: within the capacity it was created with (tested, so
+        // that the push has no growth path, and saves no registers for one).
+        if self.line_head == NONE && self.free.len() < self.free.capacity() {
             self.free.push(initiator);
         } else {
             self.give_cold(initiator);
