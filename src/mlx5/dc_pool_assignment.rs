@@ -1492,10 +1492,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                         .min(oldest + mask + 1)
                         .min((head | mask) + 1);
                 }
-                // SAFETY: the oldest record's destination is one of the pool's (a record's
-                // destination was live when it posted, and destinations are never removed from
-                // the vector).
-                let state = unsafe { self.destinations.get_unchecked_mut(d as usize) };
+                let state = &mut self.destinations[d as usize];
                 let destination = DestinationId {
                     index: d,
                     generation: state.generation,
@@ -1510,8 +1507,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                     sink(DcPoolEvent::Completed { destination, wr_id });
                 }
                 if oldest == end {
-                    // SAFETY: `initiator` is one of the pool's (its requests were found above).
-                    unsafe { self.oldest_done(initiator) };
+                    self.oldest_done(initiator);
                 }
                 if !self.ready.is_empty() {
                     self.report_ready_cold(sink);
@@ -1524,14 +1520,9 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// The oldest record of healthy `initiator` was reported in full: the next one is the
     /// oldest; with none left, a held initiator goes back.
-    ///
-    /// # Safety
-    ///
-    /// `initiator` must be one of the pool's.
     #[inline(never)]
-    unsafe fn oldest_done(&mut self, initiator: usize) {
-        // SAFETY: the caller's promise.
-        let requests = unsafe { self.requests.get_unchecked_mut(initiator) };
+    fn oldest_done(&mut self, initiator: usize) {
+        let requests = &mut self.requests[initiator];
         if requests.front_end != u64::MAX {
             self.next_record(initiator);
             return;
@@ -1548,9 +1539,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         if let Some(holder) = requests.holder.take() {
             // A held initiator carries only its holder's requests, and this one is healthy and
             // idle: it goes back.
-            // SAFETY: a holder is one of the pool's destinations (never removed from the
-            // vector).
-            let state = unsafe { self.destinations.get_unchecked_mut(holder as usize) };
+            let state = &mut self.destinations[holder as usize];
             state.initiator = None;
             // Not fast any more; grantable if it was fast.
             state.gate += state.gate & FAST;
