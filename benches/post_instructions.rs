@@ -10,7 +10,10 @@ use std::hint::black_box;
 
 use common::{RecvSrq, RecvSrqOne, SendRcWrite, SendRcWriteOne, Workload, REQUESTS};
 #[cfg(feature = "mlx5")]
-use common::{SendDcPoolDedicatedSettled, SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
+use common::{
+    SendDcFloorDedicatedSettled, SendDcFloorWrite, SendDcFloorWriteSettled, SendDcPoolDedicatedSettled,
+    SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne,
+};
 use gungraun::{library_benchmark, library_benchmark_group, main};
 
 fn setup<W: Workload>(batch: usize) -> W::State {
@@ -80,6 +83,9 @@ workloads! {
     batched send_dc_pool_write, send_dc_pool_write_guard, send_dc_pool_write_raw: SendDcPoolWrite;
     batched send_dc_pool_write_settled, send_dc_pool_write_settled_guard, send_dc_pool_write_settled_raw: SendDcPoolWriteSettled;
     batched send_dc_pool_dedicated_write_settled, send_dc_pool_dedicated_write_settled_guard, send_dc_pool_dedicated_write_settled_raw: SendDcPoolDedicatedSettled;
+    batched send_dc_floor_write, send_dc_floor_write_guard, send_dc_floor_write_raw: SendDcFloorWrite;
+    batched send_dc_floor_write_settled, send_dc_floor_write_settled_guard, send_dc_floor_write_settled_raw: SendDcFloorWriteSettled;
+    batched send_dc_floor_dedicated_write_settled, send_dc_floor_dedicated_write_settled_guard, send_dc_floor_dedicated_write_settled_raw: SendDcFloorDedicatedSettled;
 }
 #[cfg(not(feature = "mlx5"))]
 workloads! {

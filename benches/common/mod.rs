@@ -317,6 +317,13 @@ impl Workload for SendRcWriteOne {
 #[allow(unused_imports)] // the allocation test shares this module and posts no DC request
 pub use dc::{SendDcPoolDedicatedSettled, SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
 
+/// The floor for the DC pool's budgets: the least bookkeeping a pool does (see its module).
+#[cfg(feature = "mlx5")]
+mod dc_floor;
+#[cfg(feature = "mlx5")]
+#[allow(unused_imports)] // the allocation test shares this module and posts no DC request
+pub use dc_floor::{SendDcFloorDedicatedSettled, SendDcFloorWrite, SendDcFloorWriteSettled};
+
 #[cfg(feature = "mlx5")]
 mod dc {
     use std::hint::black_box;
@@ -348,7 +355,7 @@ mod dc {
     }
 
     impl CountingDc {
-        fn new() -> Box<Self> {
+        pub(super) fn new() -> Box<Self> {
             // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
             let mut view: Box<CountingDc> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
             view.view.wr_set_dc_addr = Some(count_set_dc_addr);
@@ -357,7 +364,7 @@ mod dc {
 
         /// The entries of the counting `ibv_qp_ex` (RDMA write) plus `wr_set_dc_addr`, read
         /// once, as a DC initiator does at creation.
-        fn entries(&mut self, qp: &mut CountingQp) -> ProviderEntries {
+        pub(super) fn entries(&mut self, qp: &mut CountingQp) -> ProviderEntries {
             // SAFETY: both tables are live.
             unsafe {
                 let ibv = ProviderEntries::new(qp.as_ptr(), SendOperationFlags::Write)
@@ -366,6 +373,26 @@ mod dc {
                     .entries(ibv, false)
                     .expect("the counting view fills wr_set_dc_addr")
             }
+        }
+    }
+
+    impl CountingDc {
+        /// The view the counting setter is reached through.
+        pub(super) fn view_ptr(&mut self) -> NonNull<mlx5dv_qp_ex> {
+            NonNull::from(&mut self.view)
+        }
+
+        /// DC addresses set so far.
+        pub(super) fn addresses(&self) -> u64 {
+            self.addresses
+        }
+    }
+
+    impl DcState {
+        /// The destination's address (address handle, DCT number, DC key) the direct side
+        /// posts to.
+        pub(super) fn address(&self) -> (NonNull<ibv_ah>, u32, u64) {
+            (self.ah, self.dct_number, self.dc_key)
         }
     }
 

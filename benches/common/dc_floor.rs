@@ -1,0 +1,428 @@
+//! A floor for the DC initiator pool's budgets (issue 15): less bookkeeping than any pool that
+//! maps completions back can do, written plainly, with none of the pool's generality. It posts
+//! with the direct DC initiator's guard (the pool rows' "raw" side), so that what it adds above
+//! that guard is bookkeeping alone, measured in the same harness as the pool rows (the same
+//! loops, the same CQ stand-in), and derived per batch and per request as they are.
+//!
+//! What it does, because every such pool must: a destination looked up by place and generation
+//! (a stale id refused), its initiator (a dedicated one popped from a free stack and bound to
+//! it), the initiator's send views and the destination's address read per batch (they differ
+//! from batch to batch in a pool; the direct guard reads them once), the initiator's room, per
+//! request the caller's `wr_id` stored in a ring (a batch's places in a row, as the pool's) and
+//! the provider `wr_id` (`initiator << 48 | number`) given; per completion the initiator from the
+//! `wr_id`, a test that it names a request in flight, the requests up to it reported, the room
+//! recomputed, and a drained dedicated initiator given back.
+//!
+//! What it leaves out, and a pool cannot: which destination each request was for (the pool
+//! keeps it per run of requests and reports it), error completions (refused here), DCI streams,
+//! quotas, the wait line and its `Ready` events, grant timeouts, address resolution, removal,
+//! recovery, a CQ shared with other queue pairs. So it is a lower bound to read the pool's
+//! figures and budgets against (BENCHMARKS.md, "The floor"), not a pool anyone could use.
+use std::hint::black_box;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
+use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
+
+use super::dc::{CountingDc, DcState, SendDcWrite};
+use super::{failed, Buffers, CountingQp, Workload, STRIDE};
+
+/// Bits of the provider `wr_id` that number an initiator's requests (the pool's layout).
+const NUMBER_BITS: u32 = 48;
+const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
+/// "No initiator".
+const NONE: u32 = u32::MAX;
+
+/// A destination's id: its place and generation.
+#[derive(Clone, Copy)]
+pub struct FloorId {
+    index: u32,
+    generation: u32,
+}
+
+struct FloorDestination {
+    generation: u32,
+    /// Its initiator, or `NONE`.
+    initiator: u32,
+    address: (NonNull<ibv_ah>, u32, u64),
+}
+
+struct FloorInitiator {
+    qp: NonNull<ibv_qp_ex>,
+    entries: ProviderEntries,
+    view: NonNull<mlx5dv_qp_ex>,
+    /// The next request's number, the oldest not reported, and the number a batch may not
+    /// reach: `min(oldest + capacity, the ring's end after head)` (a batch does not wrap).
+    head: u64,
+    oldest: u64,
+    limit: u64,
+    capacity: u64,
+    /// Per request, at `number & mask`: the caller's `wr_id`.
+    wr_ids: Box<[u64]>,
+    mask: u64,
+    /// The destination holding it (dedicated), `NONE` when free.
+    holder: u32,
+    /// The counting tables behind the views.
+    tables: (Box<CountingQp>, Box<CountingDc>),
+}
+
+impl FloorInitiator {
+    fn new(capacity: u64) -> Self {
+        let mut qp = CountingQp::new();
+        let mut view = CountingDc::new();
+        let entries = view.entries(&mut qp);
+        let size = (2 * capacity).next_power_of_two();
+        Self {
+            qp: qp.as_ptr(),
+            entries,
+            view: view.view_ptr(),
+            head: 0,
+            oldest: 0,
+            limit: capacity,
+            capacity,
+            wr_ids: vec![0; size as usize].into_boxed_slice(),
+            mask: size - 1,
+            holder: NONE,
+            tables: (qp, view),
+        }
+    }
+
+    /// The limit from `oldest` and `head`.
+    #[inline(always)]
+    fn update_limit(&mut self) {
+        self.limit = (self.oldest + self.capacity).min((self.head | self.mask) + 1);
+    }
+}
+
+/// The floor's bookkeeping: `DEDICATED` grants a free initiator to a destination that holds none
+/// and takes it back once drained; else every destination is bound to its initiator once.
+pub struct FloorPool<const DEDICATED: bool> {
+    initiators: Vec<FloorInitiator>,
+    destinations: Vec<FloorDestination>,
+    free: Vec<u32>,
+}
+
+impl<const DEDICATED: bool> FloorPool<DEDICATED> {
+    fn new(initiators: usize, capacity: u64) -> Self {
+        let initiators: Vec<_> = (0..initiators).map(|_| FloorInitiator::new(capacity)).collect();
+        let free = (0..initiators.len() as u32).rev().collect();
+        Self {
+            initiators,
+            destinations: Vec::new(),
+            free: if DEDICATED { free } else { Vec::new() },
+        }
+    }
+
+    fn add_destination(&mut self, address: (NonNull<ibv_ah>, u32, u64)) -> FloorId {
+        let index = self.destinations.len() as u32;
+        let initiator = if DEDICATED {
+            NONE
+        } else {
+            index % self.initiators.len() as u32
+        };
+        self.destinations.push(FloorDestination {
+            generation: 1,
+            initiator,
+            address,
+        });
+        FloorId { index, generation: 1 }
+    }
+
+    /// Posts `batch` DC writes to `id` (the callers' `wr_id`s from `first`), as the pool rows
+    /// do; returns the initiator.
+    #[inline(always)]
+    fn post(&mut self, id: FloorId, first: u64, batch: usize, b: Buffers) -> usize {
+        let Some(destination) = self.destinations.get_mut(id.index as usize) else {
+            failed("floor: unknown destination")
+        };
+        if destination.generation != id.generation {
+            failed("floor: stale destination");
+        }
+        let mut i = destination.initiator;
+        if DEDICATED && i == NONE {
+            let Some(free) = self.free.pop() else {
+                failed("floor: no free initiator")
+            };
+            i = free;
+            destination.initiator = i;
+            self.initiators[i as usize].holder = id.index;
+        }
+        let (ah, dct_number, dc_key) = destination.address;
+        let Some(initiator) = self.initiators.get_mut(i as usize) else {
+            failed("floor: no such initiator")
+        };
+        let head = initiator.head;
+        if (initiator.limit.saturating_sub(head) as usize) < batch {
+            failed("floor: no room");
+        }
+        let start = (head & initiator.mask) as usize;
+        let slots = initiator.wr_ids[start..start + batch].as_mut_ptr();
+        let base = ((i as u64) << NUMBER_BITS) | head;
+        // SAFETY: the counting tables are live and not used elsewhere during the batch.
+        let mut guard = unsafe {
+            PostSendGuard::<DynamicallyConnected>::start(
+                initiator.qp,
+                initiator.entries,
+                DcContext::from_raw(initiator.view),
+            )
+        };
+        for n in first..first + batch as u64 {
+            // SAFETY: `slots` holds `batch` places (checked above), and `n - first` is below it.
+            unsafe { *slots.add((n - first) as usize) = n };
+            // SAFETY: the counting provider never touches the buffers or the handle.
+            unsafe {
+                guard
+                    .construct_wr(base + (n - first), WorkRequestFlags::Signaled)
+                    .setup_write(b.rkey, b.remote + n * STRIDE)
+                    .setup_dc_addr_raw(ah, dct_number, dc_key)
+                    .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+            };
+        }
+        if guard.post().is_err() {
+            failed("floor: post");
+        }
+        initiator.head = head + batch as u64;
+        i as usize
+    }
+
+    /// Settles a successful completion of the provider `wr_id`: every request of its initiator
+    /// up to it is reported to `sink` (its caller's `wr_id`); a drained dedicated
+    /// initiator goes back. Returns whether it named a request in flight.
+    #[inline(always)]
+    fn complete(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(u64)) -> bool {
+        let i = (wr_id >> NUMBER_BITS) as usize;
+        let Some(initiator) = self.initiators.get_mut(i) else {
+            return false;
+        };
+        if status != 0 {
+            failed("floor: error completions are the pool's, not the floor's");
+        }
+        let (oldest, head) = (initiator.oldest, initiator.head);
+        let offset = wr_id.wrapping_sub(oldest) & NUMBER_MASK;
+        if offset >= head - oldest {
+            return false;
+        }
+        let end = oldest + offset + 1;
+        // The reported places, in at most two runs (the ring may wrap between batches).
+        let mask = initiator.mask;
+        let (from, to) = ((oldest & mask) as usize, (end & mask) as usize);
+        if from < to {
+            report(&initiator.wr_ids[from..to], &mut sink);
+        } else {
+            report(&initiator.wr_ids[from..], &mut sink);
+            report(&initiator.wr_ids[..to], &mut sink);
+        }
+        initiator.oldest = end;
+        initiator.update_limit();
+        if DEDICATED && end == head {
+            let holder = std::mem::replace(&mut initiator.holder, NONE);
+            if let Some(destination) = self.destinations.get_mut(holder as usize) {
+                destination.initiator = NONE;
+            }
+            self.free.push(i as u32);
+        }
+        true
+    }
+
+    fn posted(&self) -> u64 {
+        self.initiators
+            .iter()
+            .map(|initiator| {
+                let (qp, view) = &initiator.tables;
+                assert_eq!(view.addresses(), qp.requests(), "one DC address per request");
+                qp.requests()
+            })
+            .sum()
+    }
+}
+
+/// Reports the requests of one run of ring places.
+#[inline(always)]
+fn report(wr_ids: &[u64], sink: &mut impl FnMut(u64)) {
+    for wr_id in wr_ids {
+        sink(*wr_id);
+    }
+}
+
+/// The floor of `send_dc_pool_write` (`SETTLE` false) and `send_dc_pool_write_settled`: one
+/// initiator, one destination bound to it, the pool rows' loop.
+pub enum SendDcFloor<const SETTLE: bool> {}
+
+/// The floor of `send_dc_pool_write`.
+pub type SendDcFloorWrite = SendDcFloor<false>;
+/// The floor of `send_dc_pool_write_settled`.
+pub type SendDcFloorWriteSettled = SendDcFloor<true>;
+
+pub struct FloorState {
+    pool: FloorPool<false>,
+    destination: FloorId,
+    numbered: u64,
+    in_flight: Option<u64>,
+    direct: DcState,
+    batch: usize,
+    buffers: Buffers,
+}
+
+// SAFETY: the counting tables are plain data, used by one thread at a time.
+unsafe impl Send for FloorState {}
+
+impl<const SETTLE: bool> Workload for SendDcFloor<SETTLE> {
+    const NAME: &'static str = if SETTLE {
+        "send_dc_floor_write_settled"
+    } else {
+        "send_dc_floor_write"
+    };
+    type State = FloorState;
+
+    fn setup(batch: usize) -> FloorState {
+        // The pool rows' send queue: every request of a run fits.
+        let mut pool = FloorPool::new(1, 8192);
+        let direct = SendDcWrite::setup(batch);
+        let destination = pool.add_destination(direct.address());
+        let mut state = FloorState {
+            pool,
+            destination,
+            numbered: 0,
+            in_flight: None,
+            direct,
+            batch: black_box(batch),
+            buffers: Buffers::opaque(),
+        };
+        // Warm, as the pool rows: when settling, two batches (the second settles the first).
+        let warm_up = if SETTLE { 2 * batch } else { batch };
+        Self::guard(&mut state, warm_up);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut FloorState, requests: usize) {
+        let FloorState {
+            pool,
+            destination,
+            numbered,
+            in_flight,
+            batch,
+            buffers,
+            ..
+        } = state;
+        let (destination, batch, b) = (*destination, *batch, *buffers);
+        let mut next = 0;
+        while next < requests {
+            pool.post(destination, next as u64, batch, b);
+            if SETTLE {
+                *numbered += batch as u64;
+                let last = *numbered - 1;
+                if let Some(previous) = in_flight.replace(last) {
+                    if !pool.complete(previous, 0, |_| {}) {
+                        failed("floor: complete");
+                    }
+                }
+            }
+            next += batch;
+        }
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut FloorState, requests: usize) {
+        SendDcWrite::guard(&mut state.direct, requests);
+    }
+
+    fn posted(state: &FloorState) -> u64 {
+        state.pool.posted() + SendDcWrite::posted(&state.direct)
+    }
+}
+
+/// Initiators and destinations of the dedicated floor: the pool row's.
+const DEDICATED_INITIATORS: usize = 16;
+const DEDICATED_DESTINATIONS: usize = 1024;
+
+/// The floor of `send_dc_pool_dedicated_write_settled`: 16 initiators, 1 024 destinations
+/// posted to round robin, each batch granted a free initiator and the oldest of the 16 in flight
+/// settled after it, in the pool row's loop with its CQ stand-in.
+pub enum SendDcFloorDedicatedSettled {}
+
+pub struct FloorDedicatedState {
+    pool: FloorPool<true>,
+    destinations: Vec<FloorId>,
+    turn: usize,
+    numbered: [u64; DEDICATED_INITIATORS],
+    in_flight: [u64; DEDICATED_INITIATORS],
+    batches: u64,
+    direct: DcState,
+    batch: usize,
+    buffers: Buffers,
+}
+
+// SAFETY: as FloorState's.
+unsafe impl Send for FloorDedicatedState {}
+
+impl Workload for SendDcFloorDedicatedSettled {
+    const NAME: &'static str = "send_dc_floor_dedicated_write_settled";
+    type State = FloorDedicatedState;
+
+    fn setup(batch: usize) -> FloorDedicatedState {
+        let mut pool = FloorPool::new(DEDICATED_INITIATORS, 8192);
+        let direct = SendDcWrite::setup(batch);
+        let destinations = (0..DEDICATED_DESTINATIONS)
+            .map(|_| pool.add_destination(direct.address()))
+            .collect();
+        let mut state = FloorDedicatedState {
+            pool,
+            destinations,
+            turn: 0,
+            numbered: [0; DEDICATED_INITIATORS],
+            in_flight: [0; DEDICATED_INITIATORS],
+            batches: 0,
+            direct,
+            batch: black_box(batch),
+            buffers: Buffers::opaque(),
+        };
+        // Warm: every destination posted once, 16 batches in flight.
+        Self::guard(&mut state, DEDICATED_DESTINATIONS * batch);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut FloorDedicatedState, requests: usize) {
+        let FloorDedicatedState {
+            pool,
+            destinations,
+            turn,
+            numbered,
+            in_flight,
+            batches,
+            batch,
+            buffers,
+            ..
+        } = state;
+        let (batch, b) = (*batch, *buffers);
+        let mut next = 0;
+        while next < requests {
+            let destination = destinations[*turn];
+            *turn = (*turn + 1) % DEDICATED_DESTINATIONS;
+            let initiator = pool.post(destination, next as u64, batch, b);
+            numbered[initiator] += batch as u64;
+            let t = *batches;
+            in_flight[t as usize % DEDICATED_INITIATORS] = ((initiator as u64) << 48) | (numbered[initiator] - 1);
+            *batches = t + 1;
+            if t + 1 >= DEDICATED_INITIATORS as u64 {
+                let oldest = in_flight[(t + 1) as usize % DEDICATED_INITIATORS];
+                if !pool.complete(oldest, 0, |_| {}) {
+                    failed("floor: complete (dedicated)");
+                }
+            }
+            next += batch;
+        }
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut FloorDedicatedState, requests: usize) {
+        SendDcWrite::guard(&mut state.direct, requests);
+    }
+
+    fn posted(state: &FloorDedicatedState) -> u64 {
+        state.pool.posted() + SendDcWrite::posted(&state.direct)
+    }
+}
