@@ -18,7 +18,6 @@
 //! quotas, the wait line and its `Ready` events, grant timeouts, address resolution, removal,
 //! recovery, a CQ shared with other queue pairs. So it is a lower bound to read the pool's
 //! figures and budgets against (BENCHMARKS.md, "The floor"), not a pool anyone could use.
-use std::hint::black_box;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
@@ -26,7 +25,9 @@ use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
 use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
 
-use super::dc::{CountingDc, DcState, SendDcWrite};
+use super::dc::{
+    CountingDc, DedicatedRows, PoolRow, SendDcWrite, StaticRows, DEDICATED_DESTINATIONS, DEDICATED_INITIATORS,
+};
 use super::{failed, Buffers, CountingQp, Workload, STRIDE};
 
 /// Bits of the provider `wr_id` that number an initiator's requests (the pool's layout).
@@ -225,8 +226,29 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
         }
         true
     }
+}
 
-    fn posted(&self) -> u64 {
+impl<const DEDICATED: bool> PoolRow for FloorPool<DEDICATED> {
+    type Destination = FloorId;
+
+    #[inline(always)]
+    fn post_batch(&mut self, destination: FloorId, first: u64, batch: usize, b: Buffers) {
+        self.post(destination, first, batch, b);
+    }
+
+    #[inline(always)]
+    fn post_batch_on(&mut self, destination: FloorId, first: u64, batch: usize, b: Buffers) -> usize {
+        self.post(destination, first, batch, b)
+    }
+
+    type Event = u64;
+
+    #[inline(always)]
+    fn settle(&mut self, wr_id: u64, sink: impl FnMut(u64)) -> bool {
+        self.complete(wr_id, 0, sink)
+    }
+
+    fn posted_requests(&self) -> u64 {
         self.initiators
             .iter()
             .map(|initiator| {
@@ -255,174 +277,66 @@ pub type SendDcFloorWrite = SendDcFloor<false>;
 /// The floor of `send_dc_pool_write_settled`.
 pub type SendDcFloorWriteSettled = SendDcFloor<true>;
 
-pub struct FloorState {
-    pool: FloorPool<false>,
-    destination: FloorId,
-    numbered: u64,
-    in_flight: Option<u64>,
-    direct: DcState,
-    batch: usize,
-    buffers: Buffers,
-}
-
-// SAFETY: the counting tables are plain data, used by one thread at a time.
-unsafe impl Send for FloorState {}
-
 impl<const SETTLE: bool> Workload for SendDcFloor<SETTLE> {
     const NAME: &'static str = if SETTLE {
         "send_dc_floor_write_settled"
     } else {
         "send_dc_floor_write"
     };
-    type State = FloorState;
+    type State = StaticRows<FloorPool<false>>;
 
-    fn setup(batch: usize) -> FloorState {
+    fn setup(batch: usize) -> Self::State {
         // The pool rows' send queue: every request of a run fits.
         let mut pool = FloorPool::new(1, 8192);
         let direct = SendDcWrite::setup(batch);
         let destination = pool.add_destination(direct.address());
-        let mut state = FloorState {
-            pool,
-            destination,
-            numbered: 0,
-            in_flight: None,
-            direct,
-            batch: black_box(batch),
-            buffers: Buffers::opaque(),
-        };
-        // Warm, as the pool rows: when settling, two batches (the second settles the first).
-        let warm_up = if SETTLE { 2 * batch } else { batch };
-        Self::guard(&mut state, warm_up);
-        state
+        StaticRows::new::<SETTLE>(pool, destination, direct, batch, Self::guard)
     }
 
     #[inline(never)]
-    fn guard(state: &mut FloorState, requests: usize) {
-        let FloorState {
-            pool,
-            destination,
-            numbered,
-            in_flight,
-            batch,
-            buffers,
-            ..
-        } = state;
-        let (destination, batch, b) = (*destination, *batch, *buffers);
-        let mut next = 0;
-        while next < requests {
-            pool.post(destination, next as u64, batch, b);
-            if SETTLE {
-                *numbered += batch as u64;
-                let last = *numbered - 1;
-                if let Some(previous) = in_flight.replace(last) {
-                    if !pool.complete(previous, 0, |_| {}) {
-                        failed("floor: complete");
-                    }
-                }
-            }
-            next += batch;
-        }
+    fn guard(state: &mut Self::State, requests: usize) {
+        state.run::<SETTLE>(requests);
     }
 
     #[inline(never)]
-    fn raw(state: &mut FloorState, requests: usize) {
+    fn raw(state: &mut Self::State, requests: usize) {
         SendDcWrite::guard(&mut state.direct, requests);
     }
 
-    fn posted(state: &FloorState) -> u64 {
-        state.pool.posted() + SendDcWrite::posted(&state.direct)
+    fn posted(state: &Self::State) -> u64 {
+        state.posted()
     }
 }
-
-/// Initiators and destinations of the dedicated floor: the pool row's.
-const DEDICATED_INITIATORS: usize = 16;
-const DEDICATED_DESTINATIONS: usize = 1024;
 
 /// The floor of `send_dc_pool_dedicated_write_settled`: 16 initiators, 1 024 destinations
 /// posted to round robin, each batch granted a free initiator and the oldest of the 16 in flight
 /// settled after it, in the pool row's loop with its CQ stand-in.
 pub enum SendDcFloorDedicatedSettled {}
 
-pub struct FloorDedicatedState {
-    pool: FloorPool<true>,
-    destinations: Vec<FloorId>,
-    turn: usize,
-    numbered: [u64; DEDICATED_INITIATORS],
-    in_flight: [u64; DEDICATED_INITIATORS],
-    batches: u64,
-    direct: DcState,
-    batch: usize,
-    buffers: Buffers,
-}
-
-// SAFETY: as FloorState's.
-unsafe impl Send for FloorDedicatedState {}
-
 impl Workload for SendDcFloorDedicatedSettled {
     const NAME: &'static str = "send_dc_floor_dedicated_write_settled";
-    type State = FloorDedicatedState;
+    type State = DedicatedRows<FloorPool<true>>;
 
-    fn setup(batch: usize) -> FloorDedicatedState {
+    fn setup(batch: usize) -> Self::State {
         let mut pool = FloorPool::new(DEDICATED_INITIATORS, 8192);
         let direct = SendDcWrite::setup(batch);
         let destinations = (0..DEDICATED_DESTINATIONS)
             .map(|_| pool.add_destination(direct.address()))
             .collect();
-        let mut state = FloorDedicatedState {
-            pool,
-            destinations,
-            turn: 0,
-            numbered: [0; DEDICATED_INITIATORS],
-            in_flight: [0; DEDICATED_INITIATORS],
-            batches: 0,
-            direct,
-            batch: black_box(batch),
-            buffers: Buffers::opaque(),
-        };
-        // Warm: every destination posted once, 16 batches in flight.
-        Self::guard(&mut state, DEDICATED_DESTINATIONS * batch);
-        state
+        DedicatedRows::new(pool, destinations, direct, batch, Self::guard)
     }
 
     #[inline(never)]
-    fn guard(state: &mut FloorDedicatedState, requests: usize) {
-        let FloorDedicatedState {
-            pool,
-            destinations,
-            turn,
-            numbered,
-            in_flight,
-            batches,
-            batch,
-            buffers,
-            ..
-        } = state;
-        let (batch, b) = (*batch, *buffers);
-        let mut next = 0;
-        while next < requests {
-            let destination = destinations[*turn];
-            *turn = (*turn + 1) % DEDICATED_DESTINATIONS;
-            let initiator = pool.post(destination, next as u64, batch, b);
-            numbered[initiator] += batch as u64;
-            let t = *batches;
-            in_flight[t as usize % DEDICATED_INITIATORS] = ((initiator as u64) << 48) | (numbered[initiator] - 1);
-            *batches = t + 1;
-            if t + 1 >= DEDICATED_INITIATORS as u64 {
-                let oldest = in_flight[(t + 1) as usize % DEDICATED_INITIATORS];
-                if !pool.complete(oldest, 0, |_| {}) {
-                    failed("floor: complete (dedicated)");
-                }
-            }
-            next += batch;
-        }
+    fn guard(state: &mut Self::State, requests: usize) {
+        state.run(requests);
     }
 
     #[inline(never)]
-    fn raw(state: &mut FloorDedicatedState, requests: usize) {
+    fn raw(state: &mut Self::State, requests: usize) {
         SendDcWrite::guard(&mut state.direct, requests);
     }
 
-    fn posted(state: &FloorDedicatedState) -> u64 {
-        state.pool.posted() + SendDcWrite::posted(&state.direct)
+    fn posted(state: &Self::State) -> u64 {
+        state.posted()
     }
 }

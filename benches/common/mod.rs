@@ -338,7 +338,8 @@ mod dc {
     use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
     use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
     use sideway_ext::mlx5::dc_initiator_pool::{
-        DcInitiatorPool, DcPoolPolicy, DestinationId, PooledInitiator, PostingInitiator, StreamResetRefusal,
+        DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DestinationId, PooledInitiator, PostingInitiator,
+        StreamResetRefusal,
     };
 
     use super::{failed, Buffers, CountingQp, Workload, STRIDE};
@@ -638,22 +639,81 @@ mod dc {
     /// DC writes through a pool; with `SETTLE`, each batch settles the one before it.
     pub enum SendDcPool<const SETTLE: bool> {}
 
-    pub struct DcPoolState {
-        pool: DcInitiatorPool<CountingInitiator>,
-        destination: DestinationId,
+    /// The `Static` rows' state, over the pool or its floor (`P`).
+    pub struct StaticRows<P: PoolRow> {
+        pub(super) pool: P,
+        destination: P::Destination,
         /// Requests posted through the pool so far: the number of the next one.
         numbered: u64,
         /// The provider `wr_id` of the last request of the batch in flight.
         in_flight: Option<u64>,
         /// The direct side: [`SendDcWrite`]'s state.
-        direct: DcState,
+        pub(super) direct: DcState,
         batch: usize,
         buffers: Buffers,
     }
 
     // SAFETY: the counting tables are plain data, used by one thread at a time; the address
     // handle is never dereferenced.
-    unsafe impl Send for DcPoolState {}
+    unsafe impl<P: PoolRow> Send for StaticRows<P> {}
+
+    impl<P: PoolRow> StaticRows<P> {
+        /// The state of batches of `batch` to `destination` of `pool`, warmed by the row's
+        /// measured function `guard` (so that [`run`](Self::run) is inlined there alone): with
+        /// `SETTLE`, two batches posted (the second settles the first: the steady state, one
+        /// batch in flight), else one.
+        pub(super) fn new<const SETTLE: bool>(
+            pool: P, destination: P::Destination, direct: DcState, batch: usize, guard: fn(&mut Self, usize),
+        ) -> Self {
+            let mut state = Self {
+                pool,
+                destination,
+                numbered: 0,
+                in_flight: None,
+                direct,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+            };
+            guard(&mut state, if SETTLE { 2 * batch } else { batch });
+            state
+        }
+
+        /// Posts `requests` to the destination in batches; with `SETTLE`, after each batch
+        /// settles the one before it (the initiator is 0).
+        #[inline(always)]
+        pub(super) fn run<const SETTLE: bool>(&mut self, requests: usize) {
+            let Self {
+                pool,
+                destination,
+                numbered,
+                in_flight,
+                batch,
+                buffers,
+                ..
+            } = self;
+            let (destination, batch, b) = (*destination, *batch, *buffers);
+            let mut next = 0;
+            while next < requests {
+                pool.post_batch(destination, next as u64, batch, b);
+                if SETTLE {
+                    *numbered += batch as u64;
+                    // The provider sees `initiator << 48 | number`; the initiator is 0.
+                    let last = *numbered - 1;
+                    if let Some(previous) = in_flight.replace(last) {
+                        if !pool.settle(previous, |_| {}) {
+                            failed("settling the batch in flight");
+                        }
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        /// Requests the provider was handed on both sides.
+        pub(super) fn posted(&self) -> u64 {
+            self.pool.posted_requests() + SendDcWrite::posted(&self.direct)
+        }
+    }
 
     impl<const SETTLE: bool> Workload for SendDcPool<SETTLE> {
         const NAME: &'static str = if SETTLE {
@@ -661,112 +721,126 @@ mod dc {
         } else {
             "send_dc_pool_write"
         };
-        type State = DcPoolState;
+        type State = StaticRows<DcInitiatorPool<CountingInitiator>>;
 
-        fn setup(batch: usize) -> DcPoolState {
-            let mut state = pool_state(batch);
-            // Warm, so that the measured runs start with the pool's queues grown; when settling,
-            // two batches: the second settles the first (the steady state: one batch in flight).
-            let warm_up = if SETTLE { 2 * batch } else { batch };
-            Self::guard(&mut state, warm_up);
-            state
+        fn setup(batch: usize) -> Self::State {
+            let mut qp = CountingQp::new();
+            let mut view = CountingDc::new();
+            let entries = view.entries(&mut qp);
+            let initiator = CountingInitiator { qp, view, entries };
+            let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
+            // The direct side warms itself (one batch each of its ways).
+            let direct = SendDcWrite::setup(batch);
+            // SAFETY: the counting setter never dereferences the handle.
+            let destination = unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) };
+            StaticRows::new::<SETTLE>(pool, destination, direct, batch, Self::guard)
         }
 
         #[inline(never)]
-        fn guard(state: &mut DcPoolState, requests: usize) {
-            pool_guard::<SETTLE>(state, requests);
+        fn guard(state: &mut Self::State, requests: usize) {
+            state.run::<SETTLE>(requests);
         }
 
         #[inline(never)]
-        fn raw(state: &mut DcPoolState, requests: usize) {
+        fn raw(state: &mut Self::State, requests: usize) {
             SendDcWrite::guard(&mut state.direct, requests);
         }
 
-        fn posted(state: &DcPoolState) -> u64 {
-            let initiator = state.pool.initiator(0).expect("one initiator");
-            assert_eq!(
-                initiator.view.addresses,
-                initiator.qp.requests(),
-                "one DC address per request"
-            );
-            initiator.qp.requests() + SendDcWrite::posted(&state.direct)
+        fn posted(state: &Self::State) -> u64 {
+            state.posted()
         }
     }
 
-    fn pool_state(batch: usize) -> DcPoolState {
-        let mut qp = CountingQp::new();
-        let mut view = CountingDc::new();
-        let entries = view.entries(&mut qp);
-        let initiator = CountingInitiator { qp, view, entries };
-        let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
-        // The direct side warms itself (one batch each of its ways).
-        let direct = SendDcWrite::setup(batch);
-        // SAFETY: the counting setter never dereferences the handle.
-        let destination = unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) };
-        DcPoolState {
-            pool,
-            destination,
-            numbered: 0,
-            in_flight: None,
-            direct,
-            batch: black_box(batch),
-            buffers: Buffers::opaque(),
-        }
+    /// What the pool rows' harness drives: the pool, or the floor under it
+    /// (`benches/common/dc_floor.rs`), so that both are measured in the same loops.
+    pub trait PoolRow {
+        type Destination: Copy;
+        /// Posts one batch of `batch` DC writes to `destination`, the callers' `wr_id`s (and
+        /// the buffers' places) from `first`.
+        fn post_batch(&mut self, destination: Self::Destination, first: u64, batch: usize, b: Buffers);
+        /// As [`post_batch`](Self::post_batch), and says which initiator the batch went to.
+        fn post_batch_on(&mut self, destination: Self::Destination, first: u64, batch: usize, b: Buffers) -> usize;
+        /// What settling reports per request.
+        type Event;
+        /// Settles the successful completion of provider `wr_id`, reporting to `sink`; whether it
+        /// named a request in flight. (Each loop passes a sink of its own, as when each called
+        /// the pool itself: one caller per instance, which the compiler inlines.)
+        fn settle(&mut self, wr_id: u64, sink: impl FnMut(Self::Event)) -> bool;
+        /// Requests handed to its initiators' providers so far (checking one DC address each).
+        fn posted_requests(&self) -> u64;
     }
 
-    /// Posts `requests` through the pool in batches; with `SETTLE`, after each batch settles the
-    /// one before it.
-    #[inline(always)]
-    fn pool_guard<const SETTLE: bool>(state: &mut DcPoolState, requests: usize) {
-        let DcPoolState {
-            pool,
-            destination,
-            numbered,
-            in_flight,
-            batch,
-            buffers,
-            ..
-        } = state;
-        let (destination, batch, b) = (*destination, *batch, *buffers);
-        let mut next = 0;
-        while next < requests {
-            let Ok(mut guard) = pool.start_post_send(destination) else {
+    impl PoolRow for DcInitiatorPool<CountingInitiator> {
+        type Destination = DestinationId;
+
+        #[inline(always)]
+        fn post_batch(&mut self, destination: DestinationId, first: u64, batch: usize, b: Buffers) {
+            let Ok(mut guard) = self.start_post_send(destination) else {
                 failed("DcInitiatorPool::start_post_send")
             };
-            for n in next as u64..(next + batch) as u64 {
-                let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
-                    failed("DcPoolPostGuard::construct_wr")
-                };
-                // SAFETY: the counting provider never touches the buffers.
-                unsafe {
-                    request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
-                        b.lkey,
-                        b.local + n * STRIDE,
-                        STRIDE as u32,
-                    )
-                };
-            }
+            write_requests(&mut guard, first, batch, b);
             if guard.post().is_err() {
                 failed("DcPoolPostGuard::post");
             }
-            if SETTLE {
-                *numbered += batch as u64;
-                // The provider sees `initiator << 48 | number`; the initiator is 0.
-                let last = *numbered - 1;
-                if let Some(previous) = in_flight.replace(last) {
-                    if !pool.complete_raw(previous, 0, |_| {}) {
-                        failed("DcInitiatorPool::complete_raw");
-                    }
-                }
+        }
+
+        #[inline(always)]
+        fn post_batch_on(&mut self, destination: DestinationId, first: u64, batch: usize, b: Buffers) -> usize {
+            let Ok(mut guard) = self.start_post_send(destination) else {
+                failed("DcInitiatorPool::start_post_send (dedicated)")
+            };
+            let (initiator, _) = guard.initiator();
+            write_requests(&mut guard, first, batch, b);
+            if guard.post().is_err() {
+                failed("DcPoolPostGuard::post");
             }
-            next += batch;
+            initiator
+        }
+
+        type Event = DcPoolEvent;
+
+        #[inline(always)]
+        fn settle(&mut self, wr_id: u64, sink: impl FnMut(DcPoolEvent)) -> bool {
+            self.complete_raw(wr_id, 0, sink)
+        }
+
+        fn posted_requests(&self) -> u64 {
+            (0..self.initiator_count())
+                .map(|i| {
+                    let initiator = self.initiator(i).expect("an initiator of the pool");
+                    assert_eq!(
+                        initiator.view.addresses,
+                        initiator.qp.requests(),
+                        "one DC address per request"
+                    );
+                    initiator.qp.requests()
+                })
+                .sum()
+        }
+    }
+
+    /// A pool batch's requests (callers' `wr_id`s and places from `first`).
+    #[inline(always)]
+    fn write_requests(guard: &mut DcPoolPostGuard<'_, CountingInitiator>, first: u64, batch: usize, b: Buffers) {
+        for n in first..first + batch as u64 {
+            let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
+                failed("DcPoolPostGuard::construct_wr")
+            };
+            // SAFETY: the counting provider never touches the buffers.
+            unsafe {
+                request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
+                    b.lkey,
+                    b.local + n * STRIDE,
+                    STRIDE as u32,
+                )
+            };
         }
     }
 
     /// Initiators of the dedicated row's pool, and requests in flight per initiator at most.
-    const DEDICATED_INITIATORS: usize = 16;
+    pub(super) const DEDICATED_INITIATORS: usize = 16;
     /// Destinations of the dedicated row, posted to round robin.
-    const DEDICATED_DESTINATIONS: usize = 1024;
+    pub(super) const DEDICATED_DESTINATIONS: usize = 1024;
 
     /// The same DC writes through a `DcInitiatorPool` of the dedicated policy: 16 counting
     /// initiators, 1 024 destinations posted to round robin, one batch each in turn. A
@@ -783,9 +857,10 @@ mod dc {
     /// to push and pop; BENCHMARKS.md gives the row's figure before and after that change).
     pub enum SendDcPoolDedicatedSettled {}
 
-    pub struct DcPoolDedicatedState {
-        pool: DcInitiatorPool<CountingInitiator>,
-        destinations: Vec<DestinationId>,
+    /// The `Dedicated` rows' state, over the pool or its floor (`P`).
+    pub struct DedicatedRows<P: PoolRow> {
+        pub(super) pool: P,
+        destinations: Vec<P::Destination>,
         /// The next destination's turn.
         turn: usize,
         /// Requests numbered per initiator so far.
@@ -796,19 +871,74 @@ mod dc {
         in_flight: [u64; DEDICATED_INITIATORS],
         /// Batches posted so far.
         batches: u64,
-        direct: DcState,
+        pub(super) direct: DcState,
         batch: usize,
         buffers: Buffers,
     }
 
-    // SAFETY: as DcPoolState's.
-    unsafe impl Send for DcPoolDedicatedState {}
+    // SAFETY: as StaticRows'.
+    unsafe impl<P: PoolRow> Send for DedicatedRows<P> {}
+
+    impl<P: PoolRow> DedicatedRows<P> {
+        /// The state of batches of `batch` to `destinations` of `pool` round robin, warmed by the
+        /// row's measured function `guard` (as [`StaticRows::new`]): every destination posted
+        /// once, 16 batches in flight.
+        pub(super) fn new(
+            pool: P, destinations: Vec<P::Destination>, direct: DcState, batch: usize, guard: fn(&mut Self, usize),
+        ) -> Self {
+            let mut state = Self {
+                pool,
+                destinations,
+                turn: 0,
+                numbered: [0; DEDICATED_INITIATORS],
+                in_flight: [0; DEDICATED_INITIATORS],
+                batches: 0,
+                direct,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+            };
+            guard(&mut state, DEDICATED_DESTINATIONS * batch);
+            state
+        }
+
+        /// Posts `requests` to the destinations round robin, one batch each; after each batch
+        /// the oldest of the batches in flight is settled once 16 are.
+        #[inline(always)]
+        pub(super) fn run(&mut self, requests: usize) {
+            let (batch, b) = (self.batch, self.buffers);
+            let mut next = 0;
+            while next < requests {
+                let destination = self.destinations[self.turn];
+                self.turn = (self.turn + 1) % DEDICATED_DESTINATIONS;
+                let initiator = self.pool.post_batch_on(destination, next as u64, batch, b);
+                self.numbered[initiator] += batch as u64;
+                // The provider sees `initiator << 48 | number`.
+                let t = self.batches;
+                self.in_flight[t as usize % DEDICATED_INITIATORS] =
+                    ((initiator as u64) << 48) | (self.numbered[initiator] - 1);
+                self.batches = t + 1;
+                if t + 1 >= DEDICATED_INITIATORS as u64 {
+                    // Batch `t - 15`'s, the oldest in flight.
+                    let oldest = self.in_flight[(t + 1) as usize % DEDICATED_INITIATORS];
+                    if !self.pool.settle(oldest, |_| {}) {
+                        failed("settling the oldest batch in flight (dedicated)");
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        /// Requests the provider was handed on both sides.
+        pub(super) fn posted(&self) -> u64 {
+            self.pool.posted_requests() + SendDcWrite::posted(&self.direct)
+        }
+    }
 
     impl Workload for SendDcPoolDedicatedSettled {
         const NAME: &'static str = "send_dc_pool_dedicated_write_settled";
-        type State = DcPoolDedicatedState;
+        type State = DedicatedRows<DcInitiatorPool<CountingInitiator>>;
 
-        fn setup(batch: usize) -> DcPoolDedicatedState {
+        fn setup(batch: usize) -> Self::State {
             let initiators = (0..DEDICATED_INITIATORS)
                 .map(|_| {
                     let mut qp = CountingQp::new();
@@ -823,93 +953,21 @@ mod dc {
                 // SAFETY: the counting setter never dereferences the handle.
                 .map(|_| unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) })
                 .collect();
-            let mut state = DcPoolDedicatedState {
-                pool,
-                destinations,
-                turn: 0,
-                numbered: [0; DEDICATED_INITIATORS],
-                in_flight: [0; DEDICATED_INITIATORS],
-                batches: 0,
-                direct,
-                batch: black_box(batch),
-                buffers: Buffers::opaque(),
-            };
-            // Warm: every destination posted once, the queues grown, 16 batches in flight.
-            Self::guard(&mut state, DEDICATED_DESTINATIONS * batch);
-            state
+            DedicatedRows::new(pool, destinations, direct, batch, Self::guard)
         }
 
         #[inline(never)]
-        fn guard(state: &mut DcPoolDedicatedState, requests: usize) {
-            let DcPoolDedicatedState {
-                pool,
-                destinations,
-                turn,
-                numbered,
-                in_flight,
-                batches,
-                batch,
-                buffers,
-                ..
-            } = state;
-            let (batch, b) = (*batch, *buffers);
-            let mut next = 0;
-            while next < requests {
-                let destination = destinations[*turn];
-                *turn = (*turn + 1) % DEDICATED_DESTINATIONS;
-                let Ok(mut guard) = pool.start_post_send(destination) else {
-                    failed("DcInitiatorPool::start_post_send (dedicated)")
-                };
-                let (initiator, _) = guard.initiator();
-                for n in next as u64..(next + batch) as u64 {
-                    let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
-                        failed("DcPoolPostGuard::construct_wr")
-                    };
-                    // SAFETY: the counting provider never touches the buffers.
-                    unsafe {
-                        request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
-                            b.lkey,
-                            b.local + n * STRIDE,
-                            STRIDE as u32,
-                        )
-                    };
-                }
-                if guard.post().is_err() {
-                    failed("DcPoolPostGuard::post");
-                }
-                numbered[initiator] += batch as u64;
-                // The provider sees `initiator << 48 | number`.
-                let t = *batches;
-                in_flight[t as usize % DEDICATED_INITIATORS] = ((initiator as u64) << 48) | (numbered[initiator] - 1);
-                *batches = t + 1;
-                if t + 1 >= DEDICATED_INITIATORS as u64 {
-                    // Batch `t - 15`'s, the oldest in flight.
-                    let oldest = in_flight[(t + 1) as usize % DEDICATED_INITIATORS];
-                    if !pool.complete_raw(oldest, 0, |_| {}) {
-                        failed("DcInitiatorPool::complete_raw (dedicated)");
-                    }
-                }
-                next += batch;
-            }
+        fn guard(state: &mut Self::State, requests: usize) {
+            state.run(requests);
         }
 
         #[inline(never)]
-        fn raw(state: &mut DcPoolDedicatedState, requests: usize) {
+        fn raw(state: &mut Self::State, requests: usize) {
             SendDcWrite::guard(&mut state.direct, requests);
         }
 
-        fn posted(state: &DcPoolDedicatedState) -> u64 {
-            let mut posted = SendDcWrite::posted(&state.direct);
-            for i in 0..DEDICATED_INITIATORS {
-                let initiator = state.pool.initiator(i).expect("16 initiators");
-                assert_eq!(
-                    initiator.view.addresses,
-                    initiator.qp.requests(),
-                    "one DC address per request"
-                );
-                posted += initiator.qp.requests();
-            }
-            posted
+        fn posted(state: &Self::State) -> u64 {
+            state.posted()
         }
     }
 }
