@@ -155,6 +155,9 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
             failed("floor: no such initiator")
         };
         let head = initiator.head;
+        // No slow path (the pool's recomputes the limit when a batch stopped at the ring's end):
+        // the rows' runs never fill the send queue nor reach the ring's end, so a batch that
+        // does not fit is a failure here.
         if (initiator.limit.saturating_sub(head) as usize) < batch {
             failed("floor: no room");
         }
