@@ -84,9 +84,17 @@ fn with<R>(f: impl FnOnce(&mut Model) -> R) -> R {
     MODEL.with(|model| f(&mut model.borrow_mut()))
 }
 
-/// A fresh model of `device` for this thread (tests run one per thread).
+/// A fresh model of `device` for this thread (tests run one per thread). The queue pairs of the
+/// previous model stay until they are destroyed: a handle that is still alive points into them.
 pub(crate) fn reset(device: Device) {
-    with(|model| *model = Model::new(device));
+    with(|model| {
+        let live = std::mem::take(&mut model.queue_pairs);
+        *model = Model {
+            queue_pairs: live,
+            next_qp_number: model.next_qp_number,
+            ..Model::new(device)
+        };
+    });
 }
 
 /// Whether the kernel has the DCI's RESET branch (older kernels do not).
@@ -227,7 +235,10 @@ unsafe fn query(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: i32, _init: *mut
 ///
 /// `qp` must be a model queue pair.
 unsafe fn destroy(qp: *mut ibv_qp) -> i32 {
-    record(format!("destroy qp{:#x}", number(qp)));
+    let n = number(qp);
+    record(format!("destroy qp{n:#x}"));
+    // The handle is gone: its tables go with it (`qp` points into them and is not read again).
+    with(|model| model.queue_pairs.remove(&n));
     0
 }
 
