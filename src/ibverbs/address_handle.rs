@@ -10,8 +10,8 @@
 //!
 //! - RDMAmojo: [`ibv_create_ah`](https://www.rdmamojo.com/2012/09/22/ibv_create_ah/)
 //! - rdma-core manpage: [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html)
+use super::zeroed::Zeroed;
 use std::io;
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -56,7 +56,7 @@ pub enum CreateAddressHandleErrorKind {
 /// class and flow label.
 #[derive(Clone, Copy)]
 pub struct AddressHandleAttribute {
-    pub(crate) attr: ibv_ah_attr,
+    pub(crate) attr: Zeroed<ibv_ah_attr>,
 }
 
 impl Default for AddressHandleAttribute {
@@ -86,8 +86,7 @@ impl std::fmt::Debug for AddressHandleAttribute {
 impl AddressHandleAttribute {
     /// An all-zero attribute on port 1, not global.
     pub fn new() -> Self {
-        // SAFETY: ibv_ah_attr is plain data for which all zeroes is valid.
-        let mut attr: ibv_ah_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        let mut attr = Zeroed::<ibv_ah_attr>::new();
         attr.port_num = 1;
         Self { attr }
     }
@@ -239,7 +238,7 @@ impl AddressHandle {
         }
         let mut raw = attr.attr;
         // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.
-        let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), &mut raw) };
+        let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), raw.as_mut_ptr()) };
         let ah = NonNull::new(ah).ok_or_else(|| CreateAddressHandleErrorKind::Ibverbs(io::Error::last_os_error()))?;
         Ok(Self {
             ah,

@@ -44,6 +44,7 @@ pub mod post_send_guard;
 pub mod queue_pair;
 pub mod shared_receive_queue;
 pub mod work_completion;
+pub(crate) mod zeroed;
 
 /// Reads the device attributes through a protection domain's context (`ibv_query_device`).
 pub(crate) fn query_device_attr(

@@ -39,6 +39,7 @@ use super::post_send_guard::{
     entry, MissingProviderEntry, PostSendGuard, ProviderEntries, ReliableConnection, Transport, UnreliableDatagram,
 };
 use super::shared_receive_queue::SharedReceiveQueue;
+use super::zeroed::Zeroed;
 
 /// Error returned by [`SharedReceiveQueuePairBuilder::build_rc`] and
 /// [`build_ud`](SharedReceiveQueuePairBuilder::build_ud).
@@ -97,14 +98,14 @@ pub enum CreateQueuePairErrorKind {
 /// The attributes given to [`SharedReceiveQueuePair::modify`] (`struct ibv_qp_attr` and its mask):
 /// each `setup_*` sets a field and its mask bit.
 pub struct QueuePairAttribute {
-    pub(crate) attr: ibv_qp_attr,
+    pub(crate) attr: Zeroed<ibv_qp_attr>,
     pub(crate) mask: QueuePairAttributeMask,
 }
 
 impl Clone for QueuePairAttribute {
     fn clone(&self) -> Self {
         Self {
-            attr: ibv_qp_attr { ..self.attr },
+            attr: self.attr.clone(),
             mask: self.mask,
         }
     }
@@ -146,9 +147,8 @@ macro_rules! qp_attribute_setters {
 impl QueuePairAttribute {
     /// An empty attribute: all zero, no mask bit set.
     pub fn new() -> Self {
-        // SAFETY: ibv_qp_attr is plain data for which all zeroes is valid.
         Self {
-            attr: unsafe { MaybeUninit::zeroed().assume_init() },
+            attr: Zeroed::new(),
             mask: QueuePairAttributeMask::none(),
         }
     }
@@ -187,7 +187,8 @@ impl QueuePairAttribute {
 
     /// The primary path's address vector (`IBV_QP_AV`); on RoCE it must be global.
     pub fn setup_address_vector(&mut self, ah_attr: &AddressHandleAttribute) -> &mut Self {
-        self.attr.ah_attr = ah_attr.attr;
+        // SAFETY: an untyped copy between two live values: the GRH's padding stays zero.
+        unsafe { std::ptr::copy_nonoverlapping(&*ah_attr.attr, &mut self.attr.ah_attr, 1) };
         self.mask |= QueuePairAttributeMask::AddressVector;
         self
     }
@@ -740,9 +741,9 @@ impl QueuePairCore {
 
     pub(crate) fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.table.check(self.state, attr)?;
-        let mut raw = ibv_qp_attr { ..attr.attr };
+        let mut raw = attr.attr.clone();
         // SAFETY: the handle is alive and exclusively borrowed; raw is a valid ibv_qp_attr.
-        let ret = unsafe { (self.verbs.modify)(self.qp.as_ptr(), &mut raw, attr.mask.bits()) };
+        let ret = unsafe { (self.verbs.modify)(self.qp.as_ptr(), raw.as_mut_ptr(), attr.mask.bits()) };
         if ret != 0 {
             return Err(ModifyQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
@@ -758,7 +759,7 @@ impl QueuePairCore {
         let mut init_attr: ibv_qp_init_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         // SAFETY: the handle is alive and exclusively borrowed (libibverbs updates its cached
         // state); both structs are writable.
-        let ret = unsafe { (self.verbs.query)(self.qp.as_ptr(), &mut attr.attr, mask.bits(), &mut init_attr) };
+        let ret = unsafe { (self.verbs.query)(self.qp.as_ptr(), attr.attr.as_mut_ptr(), mask.bits(), &mut init_attr) };
         if ret != 0 {
             return Err(QueryQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
@@ -908,8 +909,7 @@ impl SharedReceiveQueuePairBuilder {
             .into());
         }
 
-        // SAFETY: ibv_qp_init_attr_ex is plain data for which all zeroes is valid.
-        let mut init: ibv_qp_init_attr_ex = unsafe { MaybeUninit::zeroed().assume_init() };
+        let mut init = Zeroed::<ibv_qp_init_attr_ex>::new();
         // SAFETY: the CQs, SRQ and PD are alive: self holds them, and the queue pair will too.
         unsafe {
             init.send_cq = send_cq.cq().as_ptr();
@@ -926,7 +926,7 @@ impl SharedReceiveQueuePairBuilder {
             (ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS).0;
         init.send_ops_flags = send_ops.bits();
         // SAFETY: init is fully set up and its pointers are alive for the call.
-        let qp = unsafe { rdma_mummy_sys::ibv_create_qp_ex(pd.pd().as_ref().context, &mut init) };
+        let qp = unsafe { rdma_mummy_sys::ibv_create_qp_ex(pd.pd().as_ref().context, init.as_mut_ptr()) };
         let qp = NonNull::new(qp).ok_or_else(|| CreateQueuePairErrorKind::Ibverbs(io::Error::last_os_error()))?;
         // SAFETY: qp was just created on these parents, with these send operations, and is owned
         // here (a missing provider entry destroys it).

@@ -14,9 +14,10 @@ use std::cell::{Cell, UnsafeCell};
 use std::io;
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
-use std::ptr::{null_mut, NonNull};
+use std::ptr::{addr_of_mut, null_mut, NonNull};
 use std::sync::{Arc, Mutex};
 
+use super::zeroed::Zeroed;
 use rdma_mummy_sys::{
     ibv_create_srq, ibv_destroy_srq, ibv_device_cap_flags, ibv_modify_srq, ibv_post_srq_recv, ibv_query_srq,
     ibv_recv_wr, ibv_sge, ibv_srq, ibv_srq_attr, ibv_srq_attr_mask, ibv_srq_init_attr,
@@ -308,16 +309,12 @@ impl SharedReceiveQueueBuilder {
             .into());
         }
 
-        let mut init_attr = ibv_srq_init_attr {
-            srq_context: null_mut(),
-            attr: ibv_srq_attr {
-                max_wr: self.max_wr,
-                max_sge: self.max_sge,
-                srq_limit: 0,
-            },
-        };
+        // Zeroed: libibverbs copies the whole struct and reads its tail padding as `comp_mask`.
+        let mut init_attr = Zeroed::<ibv_srq_init_attr>::new();
+        init_attr.attr.max_wr = self.max_wr;
+        init_attr.attr.max_sge = self.max_sge;
         // SAFETY: the PD handle is alive while `self.pd` is; init_attr is a valid, writable struct.
-        let srq = unsafe { ibv_create_srq(self.pd.pd().as_ptr(), &mut init_attr) };
+        let srq = unsafe { ibv_create_srq(self.pd.pd().as_ptr(), init_attr.as_mut_ptr()) };
         let srq =
             NonNull::new(srq).ok_or_else(|| CreateSharedReceiveQueueErrorKind::Ibverbs(io::Error::last_os_error()))?;
         // ibv_create_srq writes back what the device actually granted.
@@ -368,8 +365,9 @@ struct RecvChunk {
 impl RecvChunk {
     const fn new() -> Self {
         Self {
-            wrs: [MaybeUninit::uninit(); CHUNK_REQUESTS],
-            sges: [MaybeUninit::uninit(); CHUNK_ENTRIES],
+            // Zeroed, padding included: requests are written field by field (see `push`).
+            wrs: [MaybeUninit::zeroed(); CHUNK_REQUESTS],
+            sges: [MaybeUninit::zeroed(); CHUNK_ENTRIES],
         }
     }
 }
@@ -586,12 +584,10 @@ impl SharedReceiveQueue {
     pub unsafe fn post_recv_one_raw(
         srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
     ) -> Result<(), PostReceiveError> {
-        let mut wr = ibv_recv_wr {
-            wr_id,
-            next: null_mut(),
-            sg_list: sg_list.as_ptr().cast_mut(),
-            num_sge: sg_list.len() as i32,
-        };
+        let mut wr = Zeroed::<ibv_recv_wr>::new();
+        wr.wr_id = wr_id;
+        wr.sg_list = sg_list.as_ptr().cast_mut();
+        wr.num_sge = sg_list.len() as i32;
         // Checked once the request is written, as raw code writes it first.
         if sg_list.len() > max_sge as usize {
             return Err(one_failed(0, wr.wr_id, sg_list.len(), max_sge));
@@ -599,7 +595,7 @@ impl SharedReceiveQueue {
         let mut bad_wr: *mut ibv_recv_wr = null_mut();
         // SAFETY: a one-request list whose entries (read, never written, by the provider) live
         // until the call returns; the SRQ is alive (the caller's promise).
-        let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), &mut wr, &mut bad_wr) };
+        let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), wr.as_mut_ptr(), &mut bad_wr) };
         if ret != 0 {
             // Read back from the request, so that nothing needs to stay live across the call
             // (`max` only matters for too many entries).
@@ -914,12 +910,11 @@ impl RecvBatch {
             // The next slot, or one past the array for the last one: either is replaced by NULL
             // (terminate) before the list is handed over, if no request follows.
             let next = wr.add(1);
-            wr.write(ibv_recv_wr {
-                wr_id,
-                next,
-                sg_list: self.next_sge,
-                num_sge: num_sge as i32,
-            });
+            // Field by field: the slot's padding keeps the zeroes the chunk was made with.
+            addr_of_mut!((*wr).wr_id).write(wr_id);
+            addr_of_mut!((*wr).next).write(next);
+            addr_of_mut!((*wr).sg_list).write(self.next_sge);
+            addr_of_mut!((*wr).num_sge).write(num_sge as i32);
             self.next_wr = next;
         }
     }
@@ -1039,15 +1034,13 @@ impl RecvBatch {
         if self.failed.is_some() {
             return;
         }
-        let mut wr = ibv_recv_wr {
-            wr_id,
-            next: null_mut(),
-            sg_list: sg_list.as_ptr().cast_mut(),
-            num_sge: sg_list.len() as i32,
-        };
+        let mut wr = Zeroed::<ibv_recv_wr>::new();
+        wr.wr_id = wr_id;
+        wr.sg_list = sg_list.as_ptr().cast_mut();
+        wr.num_sge = sg_list.len() as i32;
         let mut bad_wr: *mut ibv_recv_wr = null_mut();
         // SAFETY: a one-request list whose entries live until the call returns; the SRQ is alive.
-        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), &mut wr, &mut bad_wr) };
+        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wr.as_mut_ptr(), &mut bad_wr) };
         if ret != 0 {
             return self.fail(ret, wr_id, 0);
         }

@@ -16,7 +16,6 @@
 //! - rdma-core manpages: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html),
 //!   [`mlx5dv_wr_post`](https://man7.org/linux/man-pages/man3/mlx5dv_wr_post.3.html)
 use std::io;
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +41,7 @@ use crate::ibverbs::post_send_guard::{
     RemoteMemoryAccess, Transport,
 };
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+use crate::ibverbs::zeroed::Zeroed;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
 /// `mlx5dv_qp_ex::wr_set_dc_addr`.
@@ -265,11 +265,13 @@ pub(crate) fn plan_dci(
 /// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
 /// them): `IBV_QPT_DRIVER`, no receive queue, `SEND_OPS_FLAGS` with every granted operation,
 /// the mlx5 DC attributes of type DCI, and the optional streams and create flags.
-pub(crate) fn dci_init_attributes(params: &DciInitParameters) -> (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) {
-    // SAFETY: both are plain C structs (integers, pointers, unions of integers) for which all
-    // zeroes are valid.
-    let (mut init, mut mlx5): (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) =
-        unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
+pub(crate) fn dci_init_attributes(
+    params: &DciInitParameters,
+) -> (Zeroed<ibv_qp_init_attr_ex>, Zeroed<mlx5dv_qp_init_attr>) {
+    let (mut init, mut mlx5) = (
+        Zeroed::<ibv_qp_init_attr_ex>::new(),
+        Zeroed::<mlx5dv_qp_init_attr>::new(),
+    );
     init.qp_type = ibv_qp_type::IBV_QPT_DRIVER;
     init.sq_sig_all = params.sq_sig_all as i32;
     init.cap.max_send_wr = params.max_send_wr;
@@ -535,8 +537,8 @@ pub(crate) fn reset_attribute() -> QueuePairAttribute {
 /// kept alive by the queue pair's parents).
 #[derive(Clone, Copy)]
 pub(crate) struct DciCreation {
-    pub(crate) init: ibv_qp_init_attr_ex,
-    pub(crate) mlx5: mlx5dv_qp_init_attr,
+    pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,
+    pub(crate) mlx5: Zeroed<mlx5dv_qp_init_attr>,
     pub(crate) params: DciInitParameters,
     /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).
     pub(crate) max_log_num_errored: u8,
@@ -1474,7 +1476,7 @@ pub(crate) mod tests {
         qp.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
         qp.wr_set_inline_data_list = Some(wr_set_inline_data_list);
         // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
-        let mut mlx5: Box<mlx5dv_qp_ex> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let mut mlx5: Box<mlx5dv_qp_ex> = Box::new(unsafe { std::mem::MaybeUninit::zeroed().assume_init() });
         mlx5.wr_set_dc_addr = Some(wr_set_dc_addr);
         if streams {
             mlx5.wr_set_dc_addr_stream = Some(wr_set_dc_addr_stream);

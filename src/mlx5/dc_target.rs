@@ -9,7 +9,6 @@
 //!
 //! - rdma-core manpage: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html)
 use std::io;
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -33,6 +32,7 @@ use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
+use crate::ibverbs::zeroed::Zeroed;
 
 /// Error returned by [`DcTargetBuilder::build`].
 #[derive(Debug, thiserror::Error)]
@@ -77,11 +77,11 @@ pub enum CreateDcTargetErrorKind {
 /// The init attributes of a DC target, without the PD, CQ and SRQ pointers (the caller sets
 /// them): `IBV_QPT_DRIVER`, the protection domain as the only ibv attribute (send operations on
 /// a DCT are refused), the mlx5 DC attributes of type DCT with the access key.
-pub(crate) fn dct_init_attributes(dc_key: u64) -> (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) {
-    // SAFETY: both are plain C structs (integers, pointers, unions of integers) for which all
-    // zeroes are valid.
-    let (mut init, mut mlx5): (ibv_qp_init_attr_ex, mlx5dv_qp_init_attr) =
-        unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
+pub(crate) fn dct_init_attributes(dc_key: u64) -> (Zeroed<ibv_qp_init_attr_ex>, Zeroed<mlx5dv_qp_init_attr>) {
+    let (mut init, mut mlx5) = (
+        Zeroed::<ibv_qp_init_attr_ex>::new(),
+        Zeroed::<mlx5dv_qp_init_attr>::new(),
+    );
     init.qp_type = ibv_qp_type::IBV_QPT_DRIVER;
     init.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
     mlx5.comp_mask = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
