@@ -15,24 +15,162 @@
 //!   `ctx.async_event_reader()`, `cq.poll_work_completions()`) and the completion-event methods
 //!   (`cq.req_notify_cq()`, `channel.get_cq_event()`).
 //!
-//! # Example
+//! # Shared receive queues
+//!
+//! One SRQ feeds many queue pairs: post receives once, and every RC or UD queue pair created on
+//! it consumes them. The SRQ outlives its queue pairs by construction (each holds an `Arc` of
+//! it); its limit event ([`async_event`]) tells when to refill.
 //!
 //! ```no_run
-//! use sideway::ibverbs::device::DeviceList;
-//! use sideway_ext::ibverbs::extension::ProtectionDomainExt;
+//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+//! use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+//! use sideway::ibverbs::AccessFlags;
+//! use sideway_ext::ibverbs::async_event::AsyncEventType;
+//! use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 //! use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueueModification;
+//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
 //!
-//! let devices = DeviceList::new().unwrap();
-//! let ctx = devices.get(0).unwrap().open().unwrap();
-//! let pd = ctx.alloc_pd().unwrap();
-//! let cq = ctx.create_cq_builder().setup_cqe(256).build().unwrap();
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // sideway as usual: a device, a protection domain, a completion queue, a registered buffer.
+//!     let devices = DeviceList::new()?;
+//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
+//!     let pd = ctx.alloc_pd()?;
+//!     let cq = ctx.create_cq_builder().setup_cqe(1024).build()?;
+//!     let buffer = vec![0u8; 512 * 4096];
+//!     let base = buffer.as_ptr() as u64;
+//!     // SAFETY: the buffer outlives the memory region (dropped after it) and is never moved.
+//!     let mr = unsafe { pd.reg_mr(base as usize, buffer.len(), AccessFlags::LocalWrite)? };
 //!
-//! let srq = pd.create_srq_builder().setup_max_wr(128).setup_max_sge(1).build().unwrap();
-//! srq.modify(SharedReceiveQueueModification::ArmLimit(16)).unwrap();
-//! let qp = srq.create_qp_builder().setup_send_cq(cq.clone()).setup_recv_cq(cq).build_rc().unwrap();
-//! assert_eq!(srq.query().unwrap().srq_limit, 16);
-//! # drop(qp);
+//!     let srq = pd.create_srq_builder().setup_max_wr(512).setup_max_sge(1).build()?;
+//!     let mut guard = srq.start_post_recv();
+//!     for slot in 0..512u64 {
+//!         // SAFETY: each slot lies in `mr` and stays valid until its receive completes.
+//!         unsafe { guard.construct_wr(slot).setup_sge(mr.lkey(), base + slot * 4096, 4096) };
+//!     }
+//!     guard.post()?; // on error: err.failed_index() and err.posted() say what went in
+//!     srq.modify(SharedReceiveQueueModification::ArmLimit(64))?;
+//!
+//!     let mut qp = srq.create_qp_builder().setup_send_cq(cq.clone()).setup_recv_cq(cq.clone()).build_rc()?;
+//!     // ... bring the queue pair up to RTS towards its peer (queue_pair module) ...
+//!     let mut send = qp.start_post_send();
+//!     send.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_inline_data(b"hello");
+//!     send.post()?;
+//!
+//!     let mut wcs = [WorkCompletion::default(); 32];
+//!     for wc in cq.poll_work_completions(&mut wcs)? {
+//!         println!("wr_id {} arrived on QP {}", wc.wr_id(), wc.qp_number());
+//!     }
+//!     let events = ctx.async_event_reader();
+//!     if let Some(event) = events.try_read()? {
+//!         if event.event_type() == AsyncEventType::SharedReceiveQueueLimitReached { /* refill */ }
+//!     }
+//!     Ok(())
+//! }
 //! ```
+//!
+//! `tests/test_shared_receive_queue.rs` has complete, running versions of each step.
+//!
+//! # One request at a time
+//!
+//! The everyday paths, reposting the receive that just completed and sending the next message,
+//! have one-request calls that cost what the raw verbs call costs (BENCHMARKS.md has the
+//! figures): [`SharedReceiveQueue::post_recv_one`](shared_receive_queue::SharedReceiveQueue::post_recv_one)
+//! and `post_send_one` on every queue pair.
+//!
+//! ```no_run
+//! # use rdma_mummy_sys::ibv_sge;
+//! # use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+//! # use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
+//! # use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
+//! # use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
+//! # use sideway_ext::ibverbs::work_completion::WorkCompletion;
+//! # fn repost(srq: &SharedReceiveQueue, qp: &mut SharedReceiveQueuePair<ReliableConnection>, wc: &WorkCompletion, lkey: u32, addr: u64)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! // SAFETY: the slot lies in the region of `lkey` and stays valid until its receive completes.
+//! unsafe { srq.post_recv_one(wc.wr_id(), &[ibv_sge { addr, length: 4096, lkey }])? };
+//! qp.post_send_one(7, WorkRequestFlags::Signaled, |wr| wr.setup_send().setup_inline_data(b"next"))?;
+//! # Ok(()) }
+//! ```
+//!
+//! The request is described by the same steps as in a batch (operation, destination, data), so
+//! it has the same guarantees: an operation the queue pair was not created with never reaches
+//! the provider (`OperationNotEnabled` names its `wr_id`), a receive with more entries than the
+//! queue's `max_sge` is refused before the library, and errors name the request
+//! (`failed_index()` 0, its `wr_id`); a failed post posted nothing.
+//!
+//! # What posting guarantees
+//!
+//! - **Cost.** The guards compile to the raw `ibv_wr_*` / `ibv_post_srq_recv` calls: a send
+//!   request is its C calls plus nothing in the loop (the provider-entry check below is hoisted
+//!   out of it); a receive batch fills a chunk of 64 requests owned by the calling thread, linked
+//!   in place, and hands each full chunk to the provider (one library call per 64 requests, no
+//!   lock, no allocation, also with many threads posting to one SRQ).
+//! - **No call through a NULL entry.** A provider fills only the `ibv_qp_ex` builders of the
+//!   operations a queue pair was created with. A request for another operation (or a data setter
+//!   the provider lacks) never reaches it: `post()` aborts the batch and returns
+//!   `PostSendErrorKind::OperationNotEnabled` naming the request and the entry; a granted
+//!   operation whose builder is missing fails at `build_rc()` / `build_ud()` with
+//!   `MissingProviderEntry`.
+//! - **A request joins its batch at its data step.** A send or receive request handle dropped
+//!   before its data (`setup_sge`, `setup_sge_list`, inline data) adds nothing; a receive given
+//!   an empty list (`setup_sge_list(&[])`) takes zero-length messages only.
+//! - **What went in.** A failed send batch posted nothing (`ibv_wr_complete` is all or nothing);
+//!   a failed receive batch posted exactly the requests before `err.failed_index()`.
+//! - **Immediate data** follows sideway: the value given to `setup_send_imm` / `setup_write_imm`
+//!   reaches the C call unchanged and `WorkCompletion::imm_data()` returns it unchanged. The C
+//!   API's `imm_data` is big-endian: to talk to a C peer that sends `htonl(x)`, send `x.to_be()`
+//!   and read `u32::from_be(imm)`.
+//! - **Address handles** given to `setup_ud_addr` must outlive the request's completion, not
+//!   only the post (rxe resolves the handle when it builds the packet).
+//! - **Shared access.** Queue pairs are `Sync`; every call that lets libibverbs write the queue
+//!   pair (`modify`, `query`, posting) takes `&mut self`, and `state()` is the state as of the
+//!   last `modify` or `query` through the value.
+//! - **No panic on what a device or a newer library reports**: unknown completion statuses and
+//!   opcodes are `None` (`status_raw()`, `opcode_raw()` keep the value), unknown async events are
+//!   `AsyncEventType::Unknown(n)`, a provider's negative `poll_cq` return is an error. A destroy
+//!   that fails in `Drop` panics as in sideway, except while the thread is already unwinding,
+//!   where it is printed to stderr instead of aborting the process.
+//! - **Every C struct handed to a library is initialised, padding included** (made zeroed and
+//!   changed field by field); CI runs every test binary under valgrind memcheck.
+//!
+//! # Completion events
+//!
+//! Instead of busy polling, sleep until a completion queue gets a completion: build the CQ with a
+//! completion channel, arm it, wait for the event (blocking, with a timeout, or on the channel's
+//! file descriptor from an async runtime), re-arm, then drain the CQ. Each event holds its CQ and
+//! is acknowledged when dropped, so a CQ is never destroyed with an event outstanding.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+//! use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt, CompletionQueueExt};
+//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let devices = DeviceList::new()?;
+//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
+//!     let channel = ctx.create_comp_channel()?;
+//!     let cq = ctx.create_cq_builder().setup_cqe(256).setup_comp_channel(&channel, 0).build()?;
+//!     cq.req_notify_cq(false)?; // the next completion raises one event
+//!     // ... post work ...
+//!     if let Some(event) = channel.get_cq_event_timeout(Duration::from_secs(1))? {
+//!         assert!(event.is_for(&*cq));
+//!         cq.req_notify_cq(false)?; // re-arm before draining: no completion slips between the two
+//!         let mut wcs = [WorkCompletion::default(); 32];
+//!         while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
+//!     } // the event is acknowledged here (or collect many in a CompletionEventBatch)
+//!     Ok(())
+//! }
+//! ```
+//!
+//! For an async runtime, `channel.set_nonblocking(true)` and wait on `channel.as_fd()` turning
+//! readable, then `channel.try_get_cq_event()`; with the `tokio` feature,
+//! `async_completion_channel::AsyncCompletionChannel` does it: `channel.wait().await` returns the
+//! next event (readiness is cleared only after the channel said `EAGAIN`, so no wakeup is lost;
+//! dropping the future consumes no event). `examples/async_pingpong.rs` is an echo over 16 RC
+//! queue pairs on one SRQ driven from one tokio task this way; `srq_pingpong -e` runs the
+//! blocking loop.
 pub mod address_handle;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
