@@ -15,8 +15,8 @@ use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkReq
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc_initiator::DcInitiatorBringUp;
-use sideway_ext::mlx5::dc_target::DcTargetBringUp;
+use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+use sideway_ext::mlx5::dc::target::DcTargetBringUp;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 

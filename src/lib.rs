@@ -37,3 +37,6 @@ pub mod mlx5;
 #[cfg(all(doctest, feature = "mlx5"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod test_support;

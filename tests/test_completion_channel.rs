@@ -395,8 +395,9 @@ fn event_of_a_cq_armed_raw_is_acknowledged_and_reported() {
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn a_dci_pool_on_a_shared_cq_sleeps_on_the_channel_wakes_drains_and_rearms() {
-    use sideway_ext::mlx5::dc_initiator::DcInitiator;
-    use sideway_ext::mlx5::dc_initiator_pool::{DcInitiatorPool, DcPoolEvent, DcPoolPolicy};
+    use sideway_ext::mlx5::dc::initiator::DcInitiator;
+    use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy};
+    use sideway_ext::mlx5::dc::pool::DcInitiatorPool;
 
     let mut lb = loopback(Kind::Basic);
     let mut pool = DcInitiatorPool::<DcInitiator>::from_initiators(Vec::new(), DcPoolPolicy::Dedicated, 3);

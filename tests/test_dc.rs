@@ -52,12 +52,12 @@ use sideway_ext::ibverbs::post_send_guard::PostSendGuard;
 use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc_endpoint::{DcEndpoint, MAX_DCT_NUMBER};
-use sideway_ext::mlx5::dc_initiator::{
+use sideway_ext::mlx5::dc::endpoint::{DcEndpoint, MAX_DCT_NUMBER};
+use sideway_ext::mlx5::dc::initiator::{
     CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams, DynamicallyConnected,
     ResetDciStreamErrorKind,
 };
-use sideway_ext::mlx5::dc_target::{
+use sideway_ext::mlx5::dc::target::{
     CreateDcTargetErrorKind, DcTarget, DcTargetBringUp, DcTargetEndpointErrorKind, ModifyDcTargetErrorKind,
 };
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;

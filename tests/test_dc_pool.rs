@@ -35,13 +35,15 @@ use sideway::ibverbs::queue_pair::{QueuePairState, SetInlineData, SetScatterGath
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::ibverbs::work_completion::decode_status;
-use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
-use sideway_ext::mlx5::dc_initiator::{CreateDcInitiatorErrorKind, DcInitiatorBringUp, DciStreams};
-use sideway_ext::mlx5::dc_initiator_pool::{
-    CreateDcInitiatorPoolErrorKind, DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DcPoolWouldBlock,
-    DestinationId, PoolAddressing, PostToDestinationErrorKind,
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc::initiator::{CreateDcInitiatorErrorKind, DcInitiatorBringUp, DciStreams};
+use sideway_ext::mlx5::dc::pool::builder::CreateDcInitiatorPoolErrorKind;
+use sideway_ext::mlx5::dc::pool::post_guard::{DcPoolPostGuard, PoolAddressing};
+use sideway_ext::mlx5::dc::pool::types::{
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };
-use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::dc::pool::DcInitiatorPool;
+use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
 /// DCI streams small enough for any device that has them.
@@ -453,7 +455,7 @@ fn status_name(status: u32) -> String {
 /// and `MAX_BATCH` allow; the last signalled), posts it, and returns where it went and which
 /// pieces it carried.
 fn post_batch<A: PoolAddressing>(
-    mut guard: DcPoolPostGuard<'_, sideway_ext::mlx5::dc_initiator::DcInitiator, A>, f: &PoolFixture, d: usize,
+    mut guard: DcPoolPostGuard<'_, sideway_ext::mlx5::dc::initiator::DcInitiator, A>, f: &PoolFixture, d: usize,
     pending: &BTreeSet<usize>,
 ) -> (usize, Option<u16>, Vec<usize>) {
     let (initiator, stream) = guard.initiator();

@@ -23,7 +23,7 @@ use std::ptr::NonNull;
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
-use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
+use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
 
 use super::dc::{
     CountingDc, DedicatedRows, PoolRow, SendDcWrite, StaticRows, DEDICATED_DESTINATIONS, DEDICATED_INITIATORS,

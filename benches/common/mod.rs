@@ -336,11 +336,10 @@ mod dc {
     };
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
     use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
-    use sideway_ext::mlx5::dc_initiator::{DcContext, DynamicallyConnected};
-    use sideway_ext::mlx5::dc_initiator_pool::{
-        DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DestinationId, PooledInitiator, PostingInitiator,
-        StreamResetRefusal,
-    };
+    use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
+    use sideway_ext::mlx5::dc::pool::post_guard::DcPoolPostGuard;
+    use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
+    use sideway_ext::mlx5::dc::pool::{DcInitiatorPool, PooledInitiator, PostingInitiator, StreamResetRefusal};
 
     use super::{failed, Buffers, CountingQp, Workload, STRIDE};
 

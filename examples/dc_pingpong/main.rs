@@ -89,13 +89,14 @@ use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventReader, Asy
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
-use sideway_ext::mlx5::dc_initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
-use sideway_ext::mlx5::dc_initiator_pool::{
-    DcInitiatorPool, DcPoolEvent, DcPoolPolicy, DcPoolPostGuard, DcPoolWouldBlock, DestinationId, PoolAddressing,
-    PostToDestinationErrorKind,
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
+use sideway_ext::mlx5::dc::pool::post_guard::{DcPoolPostGuard, PoolAddressing};
+use sideway_ext::mlx5::dc::pool::types::{
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };
-use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::dc::pool::DcInitiatorPool;
+use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 

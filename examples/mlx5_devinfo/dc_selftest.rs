@@ -15,9 +15,9 @@ use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
-use sideway_ext::mlx5::dc_initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
-use sideway_ext::mlx5::dc_target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
+use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
@@ -199,7 +199,7 @@ impl Loopback {
             &mut Self,
             &mut sideway_ext::ibverbs::post_send_guard::PostSendGuard<
                 '_,
-                sideway_ext::mlx5::dc_initiator::DynamicallyConnected,
+                sideway_ext::mlx5::dc::initiator::DynamicallyConnected,
             >,
             u64,
             Option<u16>,

@@ -1075,22 +1075,11 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::test_support::rts_attr;
     use QueuePairAttributeMask as M;
     use QueuePairState::*;
-
-    /// RTR -> RTS with the RC send-side attributes.
-    pub(crate) fn rts_attr() -> QueuePairAttribute {
-        let mut attr = QueuePairAttribute::new();
-        attr.setup_state(ReadyToSend)
-            .setup_sq_psn(1)
-            .setup_timeout(14)
-            .setup_retry_cnt(7)
-            .setup_rnr_retry(7)
-            .setup_max_read_atomic(1);
-        attr
-    }
 
     #[test]
     fn rc_rtr_to_rts_with_the_required_bits_passes() {

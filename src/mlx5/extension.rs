@@ -4,20 +4,20 @@ use std::sync::Arc;
 
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-use super::dc_initiator::DcInitiatorBuilder;
-use super::dc_initiator_pool::DcInitiatorPoolBuilder;
-use super::dc_target::DcTargetBuilder;
+use super::dc::initiator::DcInitiatorBuilder;
+use super::dc::pool::builder::DcInitiatorPoolBuilder;
+use super::dc::target::DcTargetBuilder;
 
 /// DC factories on a protection domain.
 pub trait DcProtectionDomainExt {
-    /// A builder for a [`DcInitiator`](super::dc_initiator::DcInitiator) on this protection
+    /// A builder for a [`DcInitiator`](super::dc::initiator::DcInitiator) on this protection
     /// domain.
     fn create_dci_builder(&self) -> DcInitiatorBuilder;
 
-    /// A builder for a [`DcTarget`](super::dc_target::DcTarget) on this protection domain.
+    /// A builder for a [`DcTarget`](super::dc::target::DcTarget) on this protection domain.
     fn create_dct_builder(&self) -> DcTargetBuilder;
 
-    /// A builder for a [`DcInitiatorPool`](super::dc_initiator_pool::DcInitiatorPool) of DC
+    /// A builder for a [`DcInitiatorPool`](super::dc::pool::DcInitiatorPool) of DC
     /// initiators on this protection domain.
     fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder;
 }

@@ -1,7 +1,7 @@
 // A DC request names its destination between its operation and its data: the data step is not
 // reachable before the address (the WQE would be finished without one).
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
-use sideway_ext::mlx5::dc_initiator::DcInitiator;
+use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 fn data_before_address(dci: &mut DcInitiator) {
     let mut guard = dci.start_post_send();

@@ -1,7 +1,7 @@
 // A DC request that skipped its address cannot reach its data step, so it cannot join the
 // batch: dropping it halfway leaves nothing; what it returns is not a data step either.
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::mlx5::dc_initiator::DcInitiator;
+use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 fn without_address(dci: &mut DcInitiator) {
     let mut guard = dci.start_post_send();

@@ -1,7 +1,8 @@
 // Through a pool, the destination is the batch's: a request has no DC address step.
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::mlx5::dc_initiator_pool::{DcInitiatorPool, DestinationId};
+use sideway_ext::mlx5::dc::pool::DcInitiatorPool;
+use sideway_ext::mlx5::dc::pool::types::DestinationId;
 
 fn addressed(pool: &mut DcInitiatorPool, destination: DestinationId, ah: &AddressHandle) {
     let mut guard = pool.start_post_send(destination).unwrap();

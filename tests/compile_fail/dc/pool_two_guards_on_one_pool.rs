@@ -1,5 +1,6 @@
 // A pool has one batch at a time (each batch holds its initiator's send queue).
-use sideway_ext::mlx5::dc_initiator_pool::{DcInitiatorPool, DestinationId};
+use sideway_ext::mlx5::dc::pool::DcInitiatorPool;
+use sideway_ext::mlx5::dc::pool::types::DestinationId;
 
 fn two_guards(pool: &mut DcInitiatorPool, a: DestinationId, b: DestinationId) {
     let first = pool.start_post_send(a).unwrap();

@@ -1,9 +1,9 @@
 //! The rules the DC queue pairs are held to, transcribed on their own from the kernel's mlx5
 //! driver and libmlx5 (in their shapes: `IB_QP_*`/`IBV_*` bits, states, init attributes), never
 //! derived from this crate's tables or attribute builders. Each rule names the function it comes
-//! from. Unit tests check this crate's transition tables ([`dc_state_table`](super::dc_state_table))
+//! from. Unit tests check this crate's transition tables ([`state_table`](super::super::state_table))
 //! and every attribute set it hands to `mlx5dv_create_qp` against them, and the model of
-//! [`dc_model`](super::dc_model) enforces them when the public API is driven without a device.
+//! [`model`](super) enforces them when the public API is driven without a device.
 //!
 //! Sources (public repositories): Linux `drivers/infiniband/hw/mlx5/qp.c`; rdma-core
 //! `providers/mlx5/{verbs.c,qp.c,mlx5.c}`; see also `../shared/reference/dc-hardware-rules.md`.

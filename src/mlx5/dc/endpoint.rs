@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-//! use sideway_ext::mlx5::dc_endpoint::DcEndpoint;
+//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let devices = DeviceList::new()?;

@@ -4,7 +4,7 @@
 //! generic `qp_state_table`: each lists every transition it has.
 //!
 //! The unit tests hold both tables to the kernel's functions, transcribed on their own in
-//! `dc_reference_rules` (not derived from these tables).
+//! `model::reference_rules` (not derived from these tables).
 //!
 //! # Reference
 //!
@@ -37,7 +37,7 @@ const fn teardown(
 /// the RESET branch was added; older ones refuse it, see [`DcInitiator::recover`]), and any
 /// state but RESET → ERR.
 ///
-/// [`DcInitiator::recover`]: super::dc_initiator::DcInitiator::recover
+/// [`DcInitiator::recover`]: super::initiator::DcInitiator::recover
 pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
     any_to_reset_or_error: false,
     state_always_required: true,
@@ -126,9 +126,9 @@ mod tests {
     use sideway::ibverbs::AccessFlags;
 
     use super::*;
-    use crate::ibverbs::queue_pair::tests::rts_attr;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
-    use crate::mlx5::dc_reference_rules as kernel_rules;
+    use crate::mlx5::dc::model::reference_rules as kernel_rules;
+    use crate::test_support::rts_attr;
 
     /// The attribute bits the kernel's DC rules name, plus `IBV_QP_CUR_STATE` and
     /// `IBV_QP_DEST_QPN`, which they never allow: every subset of them is tried.

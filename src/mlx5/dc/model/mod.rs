@@ -2,13 +2,13 @@
 //! data path, behind the verbs tables ([`QueuePairVerbs`], [`DcVerbs`]), so that unit tests drive
 //! the public API of [`DcInitiator`] and [`DcTarget`] without a device, as hostile as the
 //! hardware: it refuses what the kernel refuses (the rules of
-//! [`dc_reference_rules`](super::dc_reference_rules)), moves a DCI to ERR some queries after
+//! [`reference_rules`](self::reference_rules)), moves a DCI to ERR some queries after
 //! too many stream errors (asynchronously, as pyverbs sees it), refuses a stream reset where
 //! libmlx5 does (its cached state not RTS) and records a reset made before the stream's requests
-//! were flushed. Every call is recorded (`post_send_guard::tests::take_calls`).
+//! were flushed. Every call is recorded (`test_support::take_calls`).
 //!
-//! [`DcInitiator`]: super::dc_initiator::DcInitiator
-//! [`DcTarget`]: super::dc_target::DcTarget
+//! [`DcInitiator`]: crate::mlx5::dc::initiator::DcInitiator
+//! [`DcTarget`]: crate::mlx5::dc::target::DcTarget
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_int;
@@ -22,11 +22,13 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::queue_pair::QueuePairState;
 
-use super::dc_initiator::tests::recording_dci;
-use super::dc_reference_rules::{self as rules, Device};
-use super::library::DcVerbs;
-use crate::ibverbs::post_send_guard::tests::record;
+use self::reference_rules::{self as rules, Device};
 use crate::ibverbs::queue_pair::{state_from_raw, QueuePairVerbs};
+use crate::mlx5::library::DcVerbs;
+use crate::test_support::dc::recording_dci;
+use crate::test_support::record;
+
+pub(crate) mod reference_rules;
 
 /// How many queries of the state still read RTS after a DCI's stream errors passed its limit.
 pub(crate) const QUERIES_BEFORE_ERROR: u32 = 3;
@@ -384,7 +386,7 @@ unsafe extern "C" fn stream_id_reset(qp: *mut ibv_qp, stream: u16) -> c_int {
     }
 }
 
-fn stream_id_reset_entry() -> Option<super::library::DciStreamIdReset> {
+fn stream_id_reset_entry() -> Option<crate::mlx5::library::DciStreamIdReset> {
     Some(stream_id_reset)
 }
 
@@ -419,14 +421,14 @@ mod tests {
     use sideway::ibverbs::AccessFlags;
 
     use super::*;
-    use crate::ibverbs::post_send_guard::tests::take_calls;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
-    use crate::mlx5::dc_initiator::{
+    use crate::mlx5::dc::initiator::{
         CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery, DciDevice, DciRequest, DciStreams,
         RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
     };
-    use crate::mlx5::dc_target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
+    use crate::mlx5::dc::target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
     use crate::mlx5::device_attributes::DciStreamsCapabilities;
+    use crate::test_support::take_calls;
 
     fn streams(log_num_concurrent: u8, log_num_errored: u8) -> DciStreams {
         DciStreams {
@@ -833,7 +835,7 @@ mod tests {
 
     #[test]
     fn every_dci_creation_the_crate_plans_is_one_libmlx5_and_the_kernel_accept() {
-        use crate::mlx5::dc_initiator::{dci_init_attributes, plan_dci, DciInitParameters};
+        use crate::mlx5::dc::initiator::{dci_init_attributes, plan_dci, DciInitParameters};
         let devices = [
             DEVICE,
             Device {
@@ -914,7 +916,7 @@ mod tests {
 
     #[test]
     fn the_dct_creation_and_every_bring_up_step_follow_the_reference_rules() {
-        use crate::mlx5::dc_target::dct_init_attributes;
+        use crate::mlx5::dc::target::dct_init_attributes;
         let (mut init, mlx5) = dct_init_attributes(0xdc);
         // The builder sets the SRQ and CQ it requires before the call.
         init.srq = NonNull::dangling().as_ptr();
@@ -941,7 +943,7 @@ mod tests {
         }
         // DCI: RESET -> INIT -> RTR -> RTS with the attributes bring_up hands over, then, from
         // every state, recover's move to RESET and the same steps again.
-        use crate::mlx5::dc_initiator::reset_attribute;
+        use crate::mlx5::dc::initiator::reset_attribute;
         let mut bring_up = DcInitiatorBringUp::new(1);
         bring_up.setup_pkey_index(0).setup_max_read_atomic(4);
         let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, Some(16));

@@ -39,7 +39,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_wc_status;
 
-use super::dc_pool_assignment::{
+use super::assignment::{
     encode, initiator_of, is_no_such_target, DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PoolCore,
     PooledInitiator, Refusal, StreamResetRefusal,
 };
@@ -950,7 +950,7 @@ fn a_pool_without_initiators_refuses_posts() {
 #[test]
 fn sixty_five_thousand_five_hundred_thirty_six_initiators_are_all_granted() {
     let fabric: Shared = Rc::default();
-    let count = super::dc_pool_assignment::MAX_INITIATORS;
+    let count = super::assignment::MAX_INITIATORS;
     let initiators = (0..count).map(|i| SimInitiator::new(i, 1, 0, &fabric)).collect();
     let mut pool = PoolCore::new(initiators, DcPoolPolicy::Dedicated, 3);
     let mut held = std::collections::HashSet::new();
@@ -979,7 +979,7 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
         let initiators = (0..16).map(|i| SimInitiator::new(i, 64, 0, &fabric)).collect();
         let mut pool = PoolCore::new(initiators, policy, 3);
         let mut live: VecDeque<DestinationId> = VecDeque::new();
-        let mut peak = super::dc_pool_assignment::DcPoolFootprint::default();
+        let mut peak = super::types::DcPoolFootprint::default();
         for n in 0..1_000_000u64 {
             let destination = add(&mut pool);
             live.push_back(destination);

@@ -31,10 +31,7 @@ use sideway::ibverbs::queue_pair::{
     ModifyQueuePairError, ModifyQueuePairErrorKind, QueryQueuePairError, QueuePairState, SendOperationFlags,
 };
 
-use super::dc_state_table::DC_INITIATOR;
-use super::device_attributes::DciStreamsCapabilities;
-use super::device_context::query_device_raw;
-use super::library::{DcVerbs, LIBMLX5};
+use super::state_table::DC_INITIATOR;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::post_send_guard::{
     entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
@@ -42,6 +39,9 @@ use crate::ibverbs::post_send_guard::{
 };
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::zeroed::Zeroed;
+use crate::mlx5::device_attributes::DciStreamsCapabilities;
+use crate::mlx5::device_context::query_device_raw;
+use crate::mlx5::library::{DcVerbs, LIBMLX5};
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
 /// `mlx5dv_qp_ex::wr_set_dc_addr`.
@@ -315,7 +315,7 @@ pub(crate) unsafe fn create_dc_qp(
 }
 
 /// Builds a [`DcInitiator`] on a protection domain; see
-/// [`DcProtectionDomainExt::create_dci_builder`](super::extension::DcProtectionDomainExt::create_dci_builder).
+/// [`DcProtectionDomainExt::create_dci_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_builder).
 #[derive(Debug, Clone)]
 pub struct DcInitiatorBuilder {
     pd: Arc<ProtectionDomain>,
@@ -413,8 +413,12 @@ impl DcInitiatorBuilder {
         let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
         // SAFETY: as above.
         let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
-            super::device_context::QueryMlx5DeviceErrorKind::NotSupported => CreateDcInitiatorErrorKind::NotSupported,
-            super::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => {
+                CreateDcInitiatorErrorKind::NotSupported
+            },
+            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => {
+                CreateDcInitiatorErrorKind::Ibverbs(err)
+            },
         })?;
         let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
         let device = DciDevice {
@@ -1290,7 +1294,7 @@ impl Destination for DcStreamAddress {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     //! Everything of the DC initiator that runs without a device: its init attributes, its
     //! bring-up attributes against the DC table, and the exact provider calls its requests make,
     //! through hand-made `ibv_qp_ex` and `mlx5dv_qp_ex` tables that record them.
@@ -1300,8 +1304,9 @@ pub(crate) mod tests {
     use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
     use super::*;
-    use crate::ibverbs::post_send_guard::tests::{record, recording_qp, take_calls};
     use crate::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
+    use crate::test_support::dc::recording_dci;
+    use crate::test_support::take_calls;
 
     fn params() -> DciInitParameters {
         DciInitParameters {
@@ -1363,7 +1368,7 @@ pub(crate) mod tests {
 
     #[test]
     fn streams_are_checked_against_the_device_with_the_limit_named() {
-        use super::super::device_attributes::DciStreamsCapabilities;
+        use crate::mlx5::device_attributes::DciStreamsCapabilities;
         let caps = DciStreamsCapabilities {
             max_log_num_concurrent: 4,
             max_log_num_errored: 2,
@@ -1425,63 +1430,6 @@ pub(crate) mod tests {
                 .max_read_atomic(),
             1
         );
-    }
-
-    // The entries recording_qp lacks.
-    unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
-        record(format!(
-            "write_imm wr_id={} rkey={rkey:#x} addr={addr:#x} imm={imm:#x}",
-            (*qp).wr_id
-        ));
-    }
-    unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-        record(format!("read wr_id={} rkey={rkey:#x} addr={addr:#x}", (*qp).wr_id));
-    }
-    unsafe extern "C" fn wr_atomic_cmp_swp(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, compare: u64, swap: u64) {
-        record(format!(
-            "cmp_swp wr_id={} rkey={rkey:#x} addr={addr:#x} compare={compare} swap={swap}",
-            (*qp).wr_id
-        ));
-    }
-    unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
-        record(format!(
-            "fetch_add wr_id={} rkey={rkey:#x} addr={addr:#x} add={add}",
-            (*qp).wr_id
-        ));
-    }
-    unsafe extern "C" fn wr_set_inline_data_list(
-        _: *mut ibv_qp_ex, num: usize, list: *const rdma_mummy_sys::ibv_data_buf,
-    ) {
-        let bufs = std::slice::from_raw_parts(list, num);
-        record(format!("inline_list {}", bufs.iter().map(|b| b.length).sum::<usize>()));
-    }
-    unsafe extern "C" fn wr_set_dc_addr(_: *mut mlx5dv_qp_ex, ah: *mut ibv_ah, dctn: u32, key: u64) {
-        record(format!("dc_addr ah={:#x} dctn={dctn:#x} key={key:#x}", ah as usize));
-    }
-    unsafe extern "C" fn wr_set_dc_addr_stream(
-        _: *mut mlx5dv_qp_ex, ah: *mut ibv_ah, dctn: u32, key: u64, stream: u16,
-    ) {
-        record(format!(
-            "dc_addr_stream ah={:#x} dctn={dctn:#x} key={key:#x} stream={stream}",
-            ah as usize
-        ));
-    }
-
-    /// A DC initiator's tables: every `ibv_qp_ex` entry a DCI may call, and the mlx5 view.
-    pub(crate) fn recording_dci(streams: bool) -> (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>) {
-        let mut qp = recording_qp();
-        qp.wr_rdma_write_imm = Some(wr_rdma_write_imm);
-        qp.wr_rdma_read = Some(wr_rdma_read);
-        qp.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
-        qp.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
-        qp.wr_set_inline_data_list = Some(wr_set_inline_data_list);
-        // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
-        let mut mlx5: Box<mlx5dv_qp_ex> = Box::new(unsafe { std::mem::MaybeUninit::zeroed().assume_init() });
-        mlx5.wr_set_dc_addr = Some(wr_set_dc_addr);
-        if streams {
-            mlx5.wr_set_dc_addr_stream = Some(wr_set_dc_addr_stream);
-        }
-        (qp, mlx5)
     }
 
     fn start(

@@ -23,16 +23,16 @@ use sideway::ibverbs::AccessFlags;
 
 use sideway::ibverbs::address::Gid;
 
-use super::dc_endpoint::DcEndpoint;
-use super::dc_initiator::{active_mtu, create_dc_qp};
-use super::dc_state_table::DC_TARGET;
-use super::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
-use super::library::LIBMLX5;
+use super::endpoint::DcEndpoint;
+use super::initiator::{active_mtu, create_dc_qp};
+use super::state_table::DC_TARGET;
 use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use crate::ibverbs::zeroed::Zeroed;
+use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
+use crate::mlx5::library::LIBMLX5;
 
 /// Error returned by [`DcTargetBuilder::build`].
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +92,7 @@ pub(crate) fn dct_init_attributes(dc_key: u64) -> (Zeroed<ibv_qp_init_attr_ex>, 
 }
 
 /// Builds a [`DcTarget`] on a protection domain; see
-/// [`DcProtectionDomainExt::create_dct_builder`](super::extension::DcProtectionDomainExt::create_dct_builder).
+/// [`DcProtectionDomainExt::create_dct_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dct_builder).
 #[derive(Debug)]
 pub struct DcTargetBuilder {
     pd: Arc<ProtectionDomain>,
@@ -482,7 +482,7 @@ impl DcTarget {
     /// library), with the init attributes [`DcTargetBuilder::build`] hands to the library.
     pub(crate) fn modelled(
         dc_key: u64, access_flags: AccessFlags, queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs,
-        verbs: &'static super::library::DcVerbs,
+        verbs: &'static crate::mlx5::library::DcVerbs,
     ) -> Result<Self, CreateDcTargetErrorKind> {
         let (mut init, mut mlx5) = dct_init_attributes(dc_key);
         // The model only checks that the SRQ and CQ are set.

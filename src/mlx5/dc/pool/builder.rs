@@ -1,0 +1,344 @@
+//! The pool's builder: how many initiators, their settings, the policy, the send CQ.
+use std::sync::Arc;
+
+use sideway::ibverbs::completion::{
+    CompletionChannel, CompletionQueue, CreateCompletionQueueError, CreateCompletionQueueErrorKind,
+    GenericCompletionQueue,
+};
+use sideway::ibverbs::device_context::DeviceContext;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::SendOperationFlags;
+
+use super::assignment::MAX_INITIATORS;
+use super::types::DcPoolPolicy;
+use super::DcInitiatorPool;
+use crate::mlx5::dc::initiator::{
+    BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams,
+};
+
+/// Error returned by [`DcInitiatorPoolBuilder::build`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to create DC initiator pool")]
+#[non_exhaustive]
+pub struct CreateDcInitiatorPoolError(#[from] pub CreateDcInitiatorPoolErrorKind);
+
+impl CreateDcInitiatorPoolError {
+    /// Whether the device is not mlx5, libmlx5 is missing, the device has no DC, or (streams
+    /// policy) the device has no DCI streams (its `dci_streams_caps.max_log_num_concurent` is 0
+    /// or not reported: [`DciStreamsNotSupported`](crate::mlx5::dc::initiator::CreateDcInitiatorErrorKind::DciStreamsNotSupported)).
+    pub fn is_not_supported(&self) -> bool {
+        use crate::mlx5::dc::initiator::CreateDcInitiatorErrorKind as Kind;
+        match &self.0 {
+            CreateDcInitiatorPoolErrorKind::Initiator { source, .. } => {
+                source.is_not_supported() || matches!(source.0, Kind::DciStreamsNotSupported)
+            },
+            _ => false,
+        }
+    }
+}
+
+/// The enum type for [`CreateDcInitiatorPoolError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateDcInitiatorPoolErrorKind {
+    /// The number of initiators is 0 or above the pool's limit of 65 536.
+    #[error("a pool holds 1 to {max} DC initiators, not {requested}")]
+    InvalidInitiatorCount {
+        /// What was asked for.
+        requested: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The streams policy needs DCI streams (`setup_dci_streams`), and the other policies must
+    /// not have them.
+    #[error("the {policy:?} policy {requirement}")]
+    StreamsMismatch {
+        /// The policy.
+        policy: DcPoolPolicy,
+        /// What it requires.
+        requirement: &'static str,
+    },
+    /// No send completion queue was given (`setup_send_cq`) nor asked for
+    /// (`setup_own_send_cq`).
+    #[error("a send completion queue is required (setup_send_cq or setup_own_send_cq)")]
+    MissingSendCompletionQueue,
+    /// The send completion queue given holds fewer completions than can be in flight: every
+    /// request is signalled, so it needs initiators × send queue entries.
+    #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
+    SendCompletionQueueTooSmall {
+        /// What it holds (`ibv_cq.cqe`).
+        cqe: u32,
+        /// Initiators × send queue.
+        needed: u64,
+    },
+    /// Creating the pool's own send completion queue (`setup_own_send_cq`) failed, e.g. larger
+    /// than the device's `max_cqe`.
+    #[error("creating the pool's send completion queue of {cqe} entries failed")]
+    SendCompletionQueue {
+        /// The size asked for (initiators × send queue).
+        cqe: u64,
+        /// Why.
+        #[source]
+        source: CreateCompletionQueueError,
+    },
+    /// No bring-up parameters were given (`setup_bring_up`).
+    #[error("the pool brings its initiators up: setup_bring_up is required")]
+    MissingBringUp,
+    /// Creating initiator `index` failed (the ones before it were destroyed).
+    #[error("creating DC initiator {index} failed")]
+    Initiator {
+        /// Which one.
+        index: usize,
+        /// Why.
+        #[source]
+        source: CreateDcInitiatorError,
+    },
+    /// Bringing initiator `index` up failed.
+    #[error("bringing DC initiator {index} up failed")]
+    BringUp {
+        /// Which one.
+        index: usize,
+        /// Why.
+        #[source]
+        source: BringUpDcInitiatorError,
+    },
+}
+
+/// Builds a [`DcInitiatorPool`]; see
+/// [`DcProtectionDomainExt::create_dci_pool_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_pool_builder).
+#[derive(Debug)]
+pub struct DcInitiatorPoolBuilder {
+    pd: Arc<ProtectionDomain>,
+    initiator: DcInitiatorBuilder,
+    send_cq: Option<GenericCompletionQueue>,
+    streams: Option<DciStreams>,
+    count: usize,
+    policy: DcPoolPolicy,
+    bring_up: Option<DcInitiatorBringUp>,
+    src_gid_index: u8,
+    unreachable_after: u32,
+    max_send_wr: u32,
+    grant_timeout: u64,
+    own_send_cq: Option<OwnSendCq>,
+}
+
+/// What the pool's own send CQ is created on: the device, and a completion channel with its
+/// completion vector.
+type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
+
+impl DcInitiatorPoolBuilder {
+    /// A builder with the defaults: 8 initiators, the [dedicated](DcPoolPolicy::Dedicated)
+    /// policy, each initiator as [`DcInitiatorBuilder::new`] makes it, GID index 0 for address
+    /// handles, unreachable after 3 consecutive "retry exceeded" errors.
+    pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
+        Self {
+            pd: Arc::clone(pd),
+            initiator: DcInitiatorBuilder::new(pd),
+            send_cq: None,
+            streams: None,
+            count: 8,
+            policy: DcPoolPolicy::Dedicated,
+            bring_up: None,
+            src_gid_index: 0,
+            unreachable_after: 3,
+            max_send_wr: 16,
+            grant_timeout: 64,
+            own_send_cq: None,
+        }
+    }
+
+    /// The completion queue of every initiator's send completions (this, or
+    /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required). It may be shared with other
+    /// queue pairs: [`DcInitiatorPool::poll`] hands their completions over
+    /// ([`DcPoolEvent::OtherCompletion`]), and a caller that polls it itself feeds the pool with
+    /// [`DcInitiatorPool::complete`]. It must hold every request that can be in flight (the pool
+    /// signals every request): initiators × [`setup_max_send_wr`](Self::setup_max_send_wr)
+    /// (the pool keeps no more in flight per initiator, even when the device granted a larger
+    /// send queue), plus what the other queue pairs need; [`build`](Self::build) refuses a CQ
+    /// smaller than the pool's part ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
+    pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
+        let send_cq = send_cq.into();
+        self.initiator.setup_send_cq(send_cq.clone());
+        self.send_cq = Some(send_cq);
+        self.own_send_cq = None;
+        self
+    }
+
+    /// Lets [`build`](Self::build) create the send completion queue on `context` (the protection
+    /// domain's device), sized initiators × [`setup_max_send_wr`](Self::setup_max_send_wr), and,
+    /// with a `channel`, on that completion channel and completion vector: arm it through
+    /// [`DcInitiatorPool::send_cq`] with
+    /// [`req_notify_cq`](crate::ibverbs::extension::CompletionQueueEventExt::req_notify_cq) and
+    /// wait for its events with [`CompletionChannelExt`](crate::ibverbs::extension::CompletionChannelExt).
+    pub fn setup_own_send_cq(
+        &mut self, context: &Arc<DeviceContext>, channel: Option<(&Arc<CompletionChannel>, u32)>,
+    ) -> &mut Self {
+        self.own_send_cq = Some((
+            Arc::clone(context),
+            channel.map(|(channel, vector)| (Arc::clone(channel), vector)),
+        ));
+        self.send_cq = None;
+        self
+    }
+
+    /// After how many calls of [`poll`](DcInitiatorPool::poll) (or
+    /// [`progress`](DcInitiatorPool::progress)) a destination that
+    /// was granted an initiator from the line ([`DcPoolEvent::Ready`]) and posted nothing on it
+    /// gives it back, to the next in line (default 64, at least 1). It keeps it as long as it
+    /// has requests outstanding once it posted.
+    pub fn setup_grant_timeout(&mut self, calls: u64) -> &mut Self {
+        self.grant_timeout = calls;
+        self
+    }
+
+    /// How many DC initiators (default 8).
+    pub fn setup_initiators(&mut self, count: usize) -> &mut Self {
+        self.count = count;
+        self
+    }
+
+    /// How initiators are assigned to destinations (default dedicated).
+    pub fn setup_policy(&mut self, policy: DcPoolPolicy) -> &mut Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Each initiator's send queue capacity (default 16).
+    pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
+        self.max_send_wr = max_send_wr;
+        self.initiator.setup_max_send_wr(max_send_wr);
+        self
+    }
+
+    /// Scatter/gather entries per request (default 1).
+    pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
+        self.initiator.setup_max_send_sge(max_send_sge);
+        self
+    }
+
+    /// Inline data per request in bytes (default 0).
+    pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
+        self.initiator.setup_max_inline_data(max_inline_data);
+        self
+    }
+
+    /// The send operations requests may use (default: every DC operation).
+    pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
+        self.initiator.setup_send_ops_flags(send_ops_flags);
+        self
+    }
+
+    /// DCI streams of every initiator: required by, and only allowed with, the
+    /// [streams](DcPoolPolicy::Streams) policy. On a device without them, creation fails with
+    /// [`is_not_supported`](CreateDcInitiatorPoolError::is_not_supported).
+    pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
+        self.streams = Some(streams);
+        self.initiator.setup_dci_streams(streams);
+        self
+    }
+
+    /// How every initiator is brought up to RTS, and recovered (required).
+    pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
+        self.bring_up = Some(bring_up);
+        self
+    }
+
+    /// The local GID index of the address handles to destinations on RoCE (default 0).
+    pub fn setup_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
+        self.src_gid_index = src_gid_index;
+        self
+    }
+
+    /// After how many consecutive "transport retry counter exceeded" errors a destination is
+    /// reported unreachable (default 3; at least 1).
+    pub fn setup_unreachable_after(&mut self, errors: u32) -> &mut Self {
+        self.unreachable_after = errors;
+        self
+    }
+
+    /// Creates the initiators on the send CQ and brings each up to RTS.
+    pub fn build(&self) -> Result<DcInitiatorPool, CreateDcInitiatorPoolError> {
+        if self.count == 0 || self.count > MAX_INITIATORS {
+            return Err(CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount {
+                requested: self.count,
+                max: MAX_INITIATORS,
+            }
+            .into());
+        }
+        match (self.policy, self.streams) {
+            (DcPoolPolicy::Streams, None) => {
+                return Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch {
+                    policy: self.policy,
+                    requirement: "needs DCI streams (setup_dci_streams)",
+                }
+                .into())
+            },
+            (DcPoolPolicy::Streams, Some(_)) | (_, None) => {},
+            (_, Some(_)) => {
+                return Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch {
+                    policy: self.policy,
+                    requirement: "does not use DCI streams (only the streams policy does)",
+                }
+                .into())
+            },
+        }
+        let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
+        // Every request is signalled: the CQ holds up to initiators × send queue of the pool's.
+        let needed = self.count as u64 * u64::from(self.max_send_wr.max(1));
+        let mut initiator_builder = self.initiator.clone();
+        let send_cq = match (&self.send_cq, &self.own_send_cq) {
+            (Some(cq), _) => {
+                // SAFETY: the CQ is alive while `cq` is; only its size is read.
+                let cqe = unsafe { (*cq.cq().as_ptr()).cqe };
+                let cqe = u32::try_from(cqe).unwrap_or(0);
+                if u64::from(cqe) < needed {
+                    return Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed }.into());
+                }
+                cq.clone()
+            },
+            (None, Some((context, channel))) => {
+                let cqe = u32::try_from(needed)
+                    .ok()
+                    .filter(|&cqe| cqe <= i32::MAX as u32)
+                    .ok_or_else(|| CreateDcInitiatorPoolErrorKind::SendCompletionQueue {
+                        cqe: needed,
+                        source: CreateCompletionQueueErrorKind::Ibverbs(std::io::Error::from_raw_os_error(
+                            libc::EINVAL,
+                        ))
+                        .into(),
+                    })?;
+                let mut builder = context.create_cq_builder();
+                builder.setup_cqe(cqe);
+                if let Some((channel, vector)) = channel {
+                    builder.setup_comp_channel(channel, *vector);
+                }
+                let cq: GenericCompletionQueue = builder
+                    .build()
+                    .map_err(|source| CreateDcInitiatorPoolErrorKind::SendCompletionQueue { cqe: needed, source })?
+                    .into();
+                initiator_builder.setup_send_cq(cq.clone());
+                cq
+            },
+            (None, None) => return Err(CreateDcInitiatorPoolErrorKind::MissingSendCompletionQueue.into()),
+        };
+        let mut initiators = Vec::with_capacity(self.count);
+        for index in 0..self.count {
+            let mut initiator = initiator_builder
+                .build()
+                .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index, source })?;
+            initiator
+                .bring_up(&bring_up)
+                .map_err(|source| CreateDcInitiatorPoolErrorKind::BringUp { index, source })?;
+            initiators.push(initiator);
+        }
+        let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
+        // No more in flight per initiator than the CQ was sized for.
+        pool.core.limit_send_queue(self.max_send_wr);
+        pool.core.set_grant_timeout(self.grant_timeout);
+        pool.send_cq = Some(send_cq);
+        pool.pd = Some(Arc::clone(&self.pd));
+        pool.port = bring_up.port();
+        pool.src_gid_index = self.src_gid_index;
+        Ok(pool)
+    }
+}

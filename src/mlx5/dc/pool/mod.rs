@@ -1,0 +1,468 @@
+//! A pool of DC initiators that serves many destinations: DC at scale.
+//!
+//! One [`DcInitiator`] serialises every destination behind it: a slow peer stalls the others, and
+//! one error completion puts it in ERR for all of them. A [`DcInitiatorPool`] creates several on
+//! one send CQ, assigns them to destinations by a [`DcPoolPolicy`], keeps one address handle per
+//! destination, maps every completion back to its request and destination, and recovers an
+//! initiator an error put in ERR (UCX's `dc_mlx5` transport does the same for its endpoints).
+//!
+//! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) (or,
+//! for the [streams](DcPoolPolicy::Streams) policy,
+//! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
+//! operation → data → `post`. [`poll`](DcInitiatorPool::poll) reports every request exactly once
+//! from its own completion (the pool signals them all), hands initiators that free up to the
+//! destinations in line ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators
+//! once the device flushed them. Destinations come and go
+//! ([`remove_destination`](DcInitiatorPool::remove_destination), generational ids); the send
+//! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
+//! [`DcPoolEvent::OtherCompletion`]) or created by the pool
+//! ([`setup_own_send_cq`](DcInitiatorPoolBuilder::setup_own_send_cq)).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use sideway::ibverbs::device::DeviceList;
+//! use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+//! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+//! use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, PostToDestinationErrorKind};
+//! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let endpoints: Vec<DcEndpoint> = Vec::new();
+//! # let (lkey, addr, rkey, remote_addr) = (0u32, 0u64, 0u32, 0u64);
+//! let ctx = DeviceList::new()?.iter().next().expect("a device").open()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq_builder().setup_cqe(4096).build()?;
+//! let mut pool = pd
+//!     .create_dci_pool_builder()
+//!     .setup_send_cq(cq)
+//!     .setup_initiators(16)
+//!     .setup_policy(DcPoolPolicy::DedicatedWithQuota { quota: 64 })
+//!     .setup_max_send_wr(128)
+//!     .setup_bring_up(DcInitiatorBringUp::new(1))
+//!     .setup_src_gid_index(3)
+//!     .build()?;
+//! // One destination per peer's DC target (its endpoint came over the wire).
+//! let peers: Vec<_> = endpoints.iter().map(|e| pool.add_destination(e.clone())).collect();
+//! match pool.start_post_send(peers[0]) {
+//!     Ok(mut guard) => {
+//!         // The same request builder as a DC initiator's, minus the address: the pool sets it.
+//!         // SAFETY: the buffer is registered and outlives the request.
+//!         unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote_addr).setup_sge(lkey, addr, 64) };
+//!         guard.post()?;
+//!     },
+//!     // In line: `poll` reports `Ready` for it when it holds an initiator.
+//!     Err(e) if matches!(e.0, PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {},
+//!     // Nothing was posted (queue full, quota, recovery): try again after polling.
+//!     Err(e) if e.is_would_block() => {},
+//!     Err(e) => return Err(e.into()),
+//! }
+//! pool.poll(|event| match event {
+//!     DcPoolEvent::Completed { destination, wr_id } => println!("{wr_id} reached {destination:?}"),
+//!     DcPoolEvent::Retry { destination, wr_id } => println!("post {wr_id} to {destination:?} again"),
+//!     DcPoolEvent::Ready { destination } => println!("post to {destination:?} now"),
+//!     other => println!("{other:?}"),
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::QueuePairState;
+
+use self::assignment::{initiator_of, PoolCore, RemoveRefusal};
+// The supertrait of `PostingInitiator`: reachable, so that hand-made initiators outside the crate
+// (the benchmarks') can implement both.
+#[doc(hidden)]
+pub use self::assignment::{PooledInitiator, StreamResetRefusal};
+use self::types::{
+    DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
+    RemoveDestinationError, RemoveDestinationErrorKind,
+};
+use super::endpoint::DcEndpoint;
+use super::initiator::DcInitiator;
+use crate::ibverbs::address_handle::AddressHandle;
+use crate::ibverbs::extension::CompletionQueueExt;
+use crate::ibverbs::post_send_guard::ProviderEntries;
+use crate::ibverbs::work_completion::WorkCompletion;
+
+mod assignment;
+pub mod builder;
+pub mod post_guard;
+#[cfg(test)]
+mod simulation;
+#[cfg(test)]
+mod tests;
+pub mod types;
+
+/// A DC initiator the pool can post on: [`DcInitiator`], or a hand-made one in benchmarks.
+///
+/// # Safety
+///
+/// `send_view` must return the live extended and mlx5 views of a queue pair owned by the
+/// implementor, exclusively usable while the implementor is mutably borrowed, with at least the
+/// entries named (including `wr_set_dc_addr`, and `wr_set_dc_addr_stream` when `stream_count` is
+/// not 0).
+#[doc(hidden)]
+pub unsafe trait PostingInitiator: PooledInitiator {
+    /// The queue pair number its completions carry.
+    fn qp_number(&self) -> u32;
+    /// The views and entries posting uses.
+    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>);
+}
+
+impl PooledInitiator for DcInitiator {
+    fn max_send_wr(&self) -> u32 {
+        DcInitiator::max_send_wr(self)
+    }
+
+    fn stream_count(&self) -> u32 {
+        self.streams().map_or(0, |s| 1u32 << s.log_num_concurrent.min(16))
+    }
+
+    fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        // Reset or rebuilt: either way the pool reads the (maybe new) number from the initiator.
+        DcInitiator::recover(self).map(drop).map_err(Into::into)
+    }
+
+    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
+        use super::initiator::ResetDciStreamErrorKind as Kind;
+        DcInitiator::reset_stream(self, stream).map_err(|e| match e.0 {
+            Kind::NotReadyToSend { .. } => StreamResetRefusal::NotReadyToSend,
+            _ => StreamResetRefusal::Failed(e.into()),
+        })
+    }
+}
+
+// SAFETY: the views are the DC initiator's own, read at creation with their entries.
+unsafe impl PostingInitiator for DcInitiator {
+    fn qp_number(&self) -> u32 {
+        DcInitiator::qp_number(self)
+    }
+
+    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+        self.pool_view()
+    }
+}
+
+/// Where a destination's requests go: its address handle, DCT number and DC key.
+#[derive(Debug, Default)]
+struct DestinationAddress {
+    endpoint: Option<DcEndpoint>,
+    /// Created on the first post (or `prepare`), kept until the destination is removed (requests
+    /// in flight do not need it: libmlx5 copies the address into each request).
+    ah: Option<Arc<AddressHandle>>,
+}
+
+/// A pool of DC initiators on one send CQ serving many destinations; see the
+/// [module](self) documentation.
+pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
+    core: PoolCore<I>,
+    /// By destination place; emptied when a destination is removed.
+    addresses: Vec<DestinationAddress>,
+    address_handles: usize,
+    send_cq: Option<GenericCompletionQueue>,
+    pd: Option<Arc<ProtectionDomain>>,
+    port: u8,
+    src_gid_index: u8,
+    /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
+    streams: bool,
+}
+
+// SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
+// pools, by the caller); every method that posts or recovers takes `&mut self`.
+unsafe impl<I: PostingInitiator + Send> Send for DcInitiatorPool<I> {}
+
+impl<I: PostingInitiator> std::fmt::Debug for DcInitiatorPool<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcInitiatorPool")
+            .field("policy", &self.core.policy())
+            .field("initiators", &self.core.initiators.len())
+            .field("footprint", &self.footprint())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I: PostingInitiator> DcInitiatorPool<I> {
+    /// A pool over initiators already brought up (for benchmarks and tests over hand-made
+    /// tables; [`DcInitiatorPoolBuilder`] makes real ones).
+    #[doc(hidden)]
+    pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
+        Self {
+            core: PoolCore::new(initiators, policy, unreachable_after),
+            addresses: Vec::new(),
+            address_handles: 0,
+            send_cq: None,
+            pd: None,
+            port: 1,
+            src_gid_index: 0,
+            streams: policy == DcPoolPolicy::Streams,
+        }
+    }
+
+    /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
+    /// without DC).
+    #[doc(hidden)]
+    pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
+        self.send_cq = Some(send_cq.into());
+    }
+
+    /// Sets the grant timeout ([`DcInitiatorPoolBuilder::setup_grant_timeout`]) of a hand-made
+    /// pool.
+    #[doc(hidden)]
+    pub fn set_grant_timeout(&mut self, calls: u64) {
+        self.core.set_grant_timeout(calls);
+    }
+
+    /// The policy it was created with.
+    pub fn policy(&self) -> DcPoolPolicy {
+        self.core.policy()
+    }
+
+    /// How many initiators it has.
+    pub fn initiator_count(&self) -> usize {
+        self.core.initiators.len()
+    }
+
+    /// Initiator `index`, to read what it was created with.
+    pub fn initiator(&self, index: usize) -> Option<&I> {
+        self.core.initiators.get(index)
+    }
+
+    /// The send completion queue of its initiators (the one given to the builder, or the one it
+    /// created), e.g. to arm it for completion events
+    /// ([`CompletionQueueEventExt::req_notify_cq`](crate::ibverbs::extension::CompletionQueueEventExt::req_notify_cq))
+    /// when it was created on a completion channel.
+    pub fn send_cq(&self) -> Option<&GenericCompletionQueue> {
+        self.send_cq.as_ref()
+    }
+
+    /// Keeps `address` at the place of the destination just added.
+    fn place(&mut self, destination: DestinationId, address: DestinationAddress) {
+        let index = destination.index();
+        if index == self.addresses.len() {
+            self.addresses.push(address);
+        } else {
+            self.addresses[index] = address;
+        }
+    }
+
+    /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
+    /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
+    pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
+        let id = self.core.add_destination();
+        self.place(
+            id,
+            DestinationAddress {
+                endpoint: Some(endpoint),
+                ..DestinationAddress::default()
+            },
+        );
+        id
+    }
+
+    /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
+    /// tables).
+    ///
+    /// # Safety
+    ///
+    /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
+    /// pool posts to the destination.
+    #[doc(hidden)]
+    pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
+        let id = self.core.add_destination();
+        self.place(id, DestinationAddress::default());
+        self.core.set_address(id, (ah, dct_number, dc_key));
+        id
+    }
+
+    /// Removes `destination`: its address handle and records are freed, and its id becomes stale
+    /// (every method refuses it, or answers as for an unknown destination, also once its place
+    /// serves another destination). Refused while requests of it are not reported yet
+    /// ([`RemoveDestinationErrorKind::Outstanding`]): poll until [`outstanding`](Self::outstanding)
+    /// is 0. A grant it holds and has not used goes to the next destination in line.
+    pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
+        self.core
+            .remove_destination(destination)
+            .map_err(|refusal| match refusal {
+                RemoveRefusal::Outstanding(requests) => RemoveDestinationErrorKind::Outstanding { requests },
+                RemoveRefusal::UnknownDestination => RemoveDestinationErrorKind::UnknownDestination,
+            })?;
+        let address = std::mem::take(&mut self.addresses[destination.index()]);
+        if address.ah.is_some() {
+            self.address_handles -= 1;
+        }
+        Ok(())
+    }
+
+    /// How many destinations it has now.
+    pub fn destination_count(&self) -> usize {
+        self.core.footprint().live_destinations
+    }
+
+    /// What the pool holds: destination places, address handles, the wait line, grant timers,
+    /// records of requests in flight. Each stays bounded by what is live (destinations, requests
+    /// in flight), however many destinations came and went.
+    pub fn footprint(&self) -> DcPoolFootprint {
+        DcPoolFootprint {
+            address_handles: self.address_handles,
+            ..self.core.footprint()
+        }
+    }
+
+    /// The endpoint of `destination`.
+    pub fn endpoint(&self, destination: DestinationId) -> Option<&DcEndpoint> {
+        if !self.core.contains(destination) {
+            return None;
+        }
+        self.addresses.get(destination.index())?.endpoint.as_ref()
+    }
+
+    /// The initiator (and DCI stream) `destination` posts on now: none for a dedicated policy's
+    /// destination that holds none.
+    pub fn assignment(&self, destination: DestinationId) -> Option<(usize, Option<u16>)> {
+        self.core.assignment(destination)
+    }
+
+    /// Requests of `destination` posted and not yet reported by [`poll`](Self::poll).
+    pub fn outstanding(&self, destination: DestinationId) -> u64 {
+        self.core.outstanding(destination)
+    }
+
+    /// The destinations in line for an initiator (dedicated policies), first first. Initiators
+    /// that free up go to them in this order, each reported by [`DcPoolEvent::Ready`]: no caller
+    /// has to try them in order, and a destination in line that is never served again holds
+    /// nobody up (its grant goes back after the grant timeout).
+    pub fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
+        self.core.waiting()
+    }
+
+    /// Takes `destination` out of line for an initiator (nothing is left of it in the line), and
+    /// gives back an initiator it was granted ([`DcPoolEvent::Ready`]) and has not posted on.
+    pub fn cancel_wait(&mut self, destination: DestinationId) {
+        self.core.cancel_wait(destination);
+    }
+
+    /// Whether `destination` was reported unreachable.
+    pub fn is_unreachable(&self, destination: DestinationId) -> bool {
+        self.core.is_unreachable(destination)
+    }
+
+    /// Lets a destination reported unreachable post again (e.g. its peer is back).
+    pub fn revive(&mut self, destination: DestinationId) {
+        self.core.revive(destination);
+    }
+
+    /// Creates `destination`'s address handle now rather than on its first post (which then
+    /// costs no `ibv_create_ah`), and reports an error in it here.
+    pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
+        if !self.core.contains(destination) {
+            return Err(PostToDestinationErrorKind::UnknownDestination.into());
+        }
+        self.resolve(destination)?;
+        Ok(())
+    }
+
+    /// The destination's address, creating its address handle on first use.
+    fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
+        if self.core.address(destination).is_some() {
+            return Ok(());
+        }
+        self.resolve_first(destination)
+    }
+
+    #[inline(never)]
+    fn resolve_first(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
+        if !self.core.contains(destination) {
+            return Err(PostToDestinationErrorKind::UnknownDestination);
+        }
+        let address = self
+            .addresses
+            .get_mut(destination.index())
+            .ok_or(PostToDestinationErrorKind::UnknownDestination)?;
+        let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
+            return Err(PostToDestinationErrorKind::UnknownDestination);
+        };
+        let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
+        // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
+        // removed; libmlx5 copies the address into each request).
+        let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
+        address.ah = Some(ah);
+        self.address_handles += 1;
+        self.core.set_address(destination, resolved);
+        Ok(())
+    }
+
+    /// Polls the send CQ once (up to 32 completions) and reports, through `sink`, every request
+    /// they settle ([`DcPoolEvent`]), every destination in line that now holds an initiator
+    /// ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device
+    /// flushed them. A completion of a queue pair that is not the pool's is handed over as
+    /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
+    pub fn poll(&mut self, mut sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
+        self.core.tick(&mut sink);
+        let Some(cq) = &self.send_cq else {
+            return Ok(0);
+        };
+        let mut wcs = [WorkCompletion::default(); 32];
+        let polled = cq.poll_work_completions(&mut wcs)?;
+        for wc in polled.iter() {
+            if !self.settle(wc, &mut sink) {
+                sink(DcPoolEvent::OtherCompletion(*wc));
+            }
+        }
+        Ok(polled.len())
+    }
+
+    /// Settles one completion polled elsewhere: for a caller that polls a CQ it shares with
+    /// other queue pairs (created with it and given to
+    /// [`setup_send_cq`](DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
+    /// through `sink`, as [`poll`](Self::poll) does (its status and vendor syndrome included);
+    /// returns whether the completion was the pool's (its queue pair number is one of the
+    /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
+    /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
+    /// per round of its own polling instead of [`poll`](Self::poll).
+    pub fn complete(&mut self, wc: &WorkCompletion, mut sink: impl FnMut(DcPoolEvent)) -> bool {
+        self.settle(wc, &mut sink)
+    }
+
+    /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
+    /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
+    /// to the next destination in line) and reports [`DcPoolEvent::Ready`] destinations.
+    pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
+        self.core.tick(&mut sink);
+    }
+
+    #[inline]
+    fn settle(&mut self, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
+        // The initiator's number as of now: a recovery may have rebuilt it with a new one.
+        let initiator = self.core.initiators.get(initiator_of(wc.wr_id()));
+        if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
+            return false;
+        }
+        self.core
+            .complete_with_syndrome(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
+    }
+
+    /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
+    /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
+    #[doc(hidden)]
+    #[inline]
+    pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
+        self.core.complete(wr_id, status, &mut sink)
+    }
+}
+
+impl DcInitiatorPool<DcInitiator> {
+    /// Reads initiator `index`'s state from the device (`ibv_query_qp`), e.g. to see that the
+    /// pool brought it back to RTS after an error; `None` for an index out of range.
+    pub fn query_initiator_state(
+        &mut self, index: usize,
+    ) -> Option<Result<QueuePairState, sideway::ibverbs::queue_pair::QueryQueuePairError>> {
+        self.core.initiators.get_mut(index).map(DcInitiator::query_state)
+    }
+}
