@@ -1,16 +1,96 @@
-//! Extensions for the [sideway] RDMA verbs crate.
+//! Extensions for the [sideway] RDMA verbs crate: shared receive queues, mlx5 direct verbs and
+//! the DC (Dynamically Connected) transport, for programs that run RDMA on NVIDIA/Mellanox
+//! ConnectX NICs and write their verbs code with sideway.
 //!
 //! sideway-ext adds what sideway 0.4.3 does not have yet, shaped so that each part can move
-//! upstream into sideway as one pull request, under the same public path:
+//! upstream into sideway as one pull request, under the same public path
+//! (`sideway_ext::ibverbs::…` would become `sideway::ibverbs::…`; the repository's UPSTREAM.md
+//! is that series). It reuses sideway's objects ([`DeviceContext`], [`ProtectionDomain`],
+//! completion queues, memory regions) and value types, and takes their raw handles through
+//! sideway's own `unsafe` accessors.
 //!
-//! - [`ibverbs`]: shared receive queues and the queue pairs that receive through them, address
-//!   handles, asynchronous events and completion events (plain libibverbs, always compiled);
-//! - `mlx5` (feature `mlx5`): mlx5 direct verbs, the device and DC (Dynamically Connected
-//!   transport) capability queries and, later, DC queue pairs.
+//! | part | module | feature | status |
+//! |---|---|---|---|
+//! | Shared receive queues, RC/UD queue pairs on them, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
+//! | mlx5 control plane: direct-verbs device context, device and DC capability queries | `mlx5` | `mlx5` | done |
+//! | DC initiators and targets, requests addressed one by one, a pool of initiators for thousands of destinations | `mlx5::dc` | `mlx5` | checked without hardware (recording tables, a model of mlx5_ib/libmlx5, a simulation); not yet run on a ConnectX |
 //!
-//! The crate reuses sideway's objects ([`DeviceContext`], [`ProtectionDomain`], completion
-//! queues, memory regions) and value types, and takes their raw handles through sideway's own
-//! `unsafe` accessors.
+//! # Features
+//!
+//! - `mlx5`: mlx5 direct verbs, the DC transport and its pool. libmlx5 is loaded at run time: on
+//!   a device that is not mlx5, or without libmlx5, every mlx5 call is a typed "not supported"
+//!   error, never a link failure or a panic.
+//! - `tokio`: completion events and asynchronous events awaited from a tokio task
+//!   (`ibverbs::async_completion_channel`).
+//! - `serde`: `Serialize`/`Deserialize` for the values peers exchange (a DC endpoint).
+//!
+//! # A first program
+//!
+//! Receive on many queue pairs through one shared receive queue:
+//!
+//! ```no_run
+//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+//! use sideway::ibverbs::queue_pair::SetScatterGatherEntry;
+//! use sideway::ibverbs::AccessFlags;
+//! use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
+//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let devices = DeviceList::new()?;
+//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
+//!     let pd = ctx.alloc_pd()?;
+//!     let cq = ctx.create_cq_builder().setup_cqe(256).build()?;
+//!     let buffer = vec![0u8; 64 * 4096];
+//!     let base = buffer.as_ptr() as u64;
+//!     // SAFETY: the buffer outlives the memory region (dropped after it) and is never moved.
+//!     let mr = unsafe { pd.reg_mr(base as usize, buffer.len(), AccessFlags::LocalWrite)? };
+//!
+//!     let srq = pd.create_srq_builder().setup_max_wr(64).setup_max_sge(1).build()?;
+//!     let mut guard = srq.start_post_recv();
+//!     for slot in 0..64u64 {
+//!         // SAFETY: each slot lies in `mr` and stays valid until its receive completes.
+//!         unsafe { guard.construct_wr(slot).setup_sge(mr.lkey(), base + slot * 4096, 4096) };
+//!     }
+//!     guard.post()?;
+//!     // Four RC queue pairs receive through it (bring each up towards its peer, then post).
+//!     let qps = (0..4)
+//!         .map(|_| srq.create_qp_builder().setup_send_cq(cq.clone()).setup_recv_cq(cq.clone()).build_rc())
+//!         .collect::<Result<Vec<_>, _>>()?;
+//!     let mut wcs = [WorkCompletion::default(); 16];
+//!     for wc in cq.poll_work_completions(&mut wcs)? {
+//!         println!("slot {} filled through QP {:#x}", wc.wr_id(), wc.qp_number());
+//!     }
+//!     # drop(qps);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # The guide
+//!
+//! Each module's documentation is a chapter:
+//!
+//! - [`ibverbs`]: shared receive queues, one-request posts, what posting guarantees, completion
+//!   events; then [`ibverbs::async_event`] for the SRQ limit event and the refill loop;
+//! - `mlx5`: is this device mlx5, and what can its DC do (`mlx5::dc_capabilities`);
+//! - `mlx5::dc`: DC targets and initiators, a whole DC program, recovery after errors;
+//! - `mlx5::dc::pool`: a pool of DC initiators for thousands of destinations, its policies, what
+//!   a middleware meets.
+//!
+//! # Examples
+//!
+//! In the repository's `examples/`; each runs on SoftRoCE except the DC ones, which need a
+//! ConnectX-4 or newer and stop with "not an mlx5 device" elsewhere.
+//!
+//! - `list_devices`: the devices, their ports and GID tables.
+//! - `srq_pingpong`: 16 RC queue pairs on one SRQ, wire-compatible with rdma-core's
+//!   `ibv_srq_pingpong` (same flags).
+//! - `async_pingpong` (`tokio`): an echo over 16 RC queue pairs on one SRQ from one tokio task
+//!   that sleeps on the completion channel.
+//! - `mlx5_devinfo` (`mlx5`): the mlx5 and DC capabilities; `--dc-selftest` checks DC end to end
+//!   on one ConnectX (the first command to run there).
+//! - `dc_hello` (`mlx5`): one DC target, one DC initiator, a write and a send.
+//! - `dc_pingpong` (`mlx5`, `serde`): DC latency and bandwidth between two hosts, through the
+//!   pool, comparable with perftest.
 //!
 //! # Resource cleanup order
 //!
