@@ -209,7 +209,7 @@ fn sixteen_rc_queue_pairs_share_one_srq() {
     let mut receiving_qps = HashSet::new();
     let total = QPS * MESSAGES as usize;
     let mut wcs = [WorkCompletion::default(); 64];
-    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    let deadline = std::time::Instant::now() + common::slowed(Duration::from_secs(240));
     while received < total {
         assert!(
             std::time::Instant::now() < deadline,

@@ -15,6 +15,20 @@ use sideway::ibverbs::device_context::DeviceContext;
 /// The variable that names the device the device tests run on.
 pub const DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_DEVICE";
 
+/// How many times slower than usual the tests run: `scripts/memcheck` sets it for runs under
+/// valgrind, where a device test's traffic takes tens of times longer (a whole number; 1 unset).
+pub const SLOWDOWN_VARIABLE: &str = "SIDEWAY_EXT_TEST_SLOWDOWN";
+
+/// `limit` stretched by [`SLOWDOWN_VARIABLE`]: for deadlines of tests that move much traffic.
+#[allow(dead_code)] // not every test binary has such a deadline
+pub fn slowed(limit: std::time::Duration) -> std::time::Duration {
+    let factor = std::env::var(SLOWDOWN_VARIABLE)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1);
+    limit * factor.max(1)
+}
+
 /// Opens the device named by `SIDEWAY_EXT_TEST_DEVICE`; panics with a clear message when the
 /// variable is unset or the device is missing, since only device tests call it.
 pub fn open_test_device() -> Arc<DeviceContext> {
