@@ -2,8 +2,7 @@
 //! connection-setup exchanges each node needs with RC (a full mesh: one RC queue pair per peer,
 //! receiving on its own receive queue or through one shared receive queue) and with DC (a pool of
 //! D DC initiators, one DC target and the target's shared receive queue), and the smallest N
-//! from which DC needs less on each measure. README's section "DC at scale: the numbers" is this
-//! program's output.
+//! from which DC needs less on each measure.
 //!
 //! ```sh
 //! cargo run --example dc_scale_model                              # N = 16, 256, 10 000, 16 DCIs
@@ -51,6 +50,37 @@
 //! per node of its only endpoint (LID/GID, DCT number, DC key: `DcEndpoint`), which every peer
 //! reads without a reply (N in all). State transitions are the `modify_qp` calls: 3 per RC queue
 //! pair and per DCI (INIT, RTR, RTS), 2 for the DCT (INIT, RTR).
+//!
+//! # Why UCX puts the crossover much higher
+//!
+//! The crossovers this program prints for resources and setup exchanges are an order of
+//! magnitude below UCX's switch from RC to DC. UCX's pull request
+//! [openucx/ucx#10415](https://github.com/openucx/ucx/pull/10415) moved its switch from RC to DC
+//! from about 60 to about 180–190 endpoints, and that is a performance estimate, the expected
+//! latency per message: RC's grows with every queue pair (more queue-pair contexts for the adapter
+//! to cache; the estimate adds 0.32 ns per queue pair, 1 ns before the change), DC's carries an
+//! added connection handshake. Memory and setup do not enter it, and they are what this table
+//! counts: DC's do not grow with N, so DC wins them within a few tens of nodes. What the table does
+//! not show is what DC pays per request and on the wire:
+//!
+//! - the address in every request: a DC work request carries the 48 B datagram segment, so a small
+//!   send is 80 B (two 64 B basic blocks) against 32 B (one) on RC: twice the bytes per BlueFlame
+//!   write and per WQE fetch, and the address copied in by the CPU for every request;
+//! - the connection on the wire: a DCI that changes target first connects to the new DCT (a half
+//!   handshake; a full handshake adds a round trip, about 2.7 µs by that pull request's author),
+//!   so traffic spread over many targets keeps paying it;
+//! - DCI contention: D DCIs serve N − 1 peers and a DCI is connected to one target at a time
+//!   (without DCI streams): mixing targets on one DCI reconnects it at every change, so pools keep a
+//!   DCI per busy target and requests to other targets wait for one to drain; the pool's policy
+//!   decides who starves (ucx #3164, #8919);
+//! - reconnection: one error puts a DCI in the error state for every target it serves; it is
+//!   drained and reset (RESET → INIT → RTR → RTS) before reuse.
+//!
+//! RC pays per peer, once: memory, queue pairs, handshakes. It then runs at full message rate until
+//! its queue-pair contexts outgrow the adapter's cache. So below the memory crossover this
+//! program prints RC needs less memory and is faster; from there up to UCX's switch, DC saves
+//! memory and setup while RC can still deliver the higher message rate; beyond it, DC wins on
+//! both counts.
 //!
 //! # Limits
 //!

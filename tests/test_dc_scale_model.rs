@@ -1,4 +1,4 @@
-//! `examples/dc_scale_model`: the numbers of README's "DC at scale" table, checked against values
+//! `examples/dc_scale_model`: the numbers it prints, checked against values
 //! worked out here by hand from rdma-core's mlx5 sizes; the crossover points, checked against the
 //! rows on either side of them; the refusals of bad options; and, on the device named by
 //! `SIDEWAY_EXT_TEST_DEVICE`, that the device's limits are the ones used.

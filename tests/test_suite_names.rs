@@ -1,11 +1,11 @@
-//! README's hardware recipe skips the tests of a device that is not mlx5 by name
+//! TESTING.md's hardware recipe skips the tests of a device that is not mlx5 by name
 //! (`--skip device_that_is_not_mlx5`): every test that needs such a device (it calls
 //! `require_not_mellanox…`, directly or through a helper of its file) must carry that in its
 //! name, or the recipe fails on a ConnectX. Host-only: reads the test sources.
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// What README's hardware recipe passes to `--skip`.
+/// What TESTING.md's hardware recipe passes to `--skip`.
 const RECIPE_SKIP: &str = "device_that_is_not_mlx5";
 
 /// The functions of `source` (`fn name(` at the start of a line after its indentation, or after
@@ -61,10 +61,10 @@ fn tests_needing_a_device_that_is_not_mlx5(source: &str) -> Vec<String> {
 #[test]
 fn every_test_of_a_device_that_is_not_mlx5_is_skipped_by_the_hardware_recipe() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("TESTING.md")).expect("TESTING.md");
     assert!(
         readme.contains(&format!("--skip {RECIPE_SKIP}")),
-        "README's hardware recipe no longer skips {RECIPE_SKIP}: update this test"
+        "TESTING.md's hardware recipe no longer skips {RECIPE_SKIP}: update this test"
     );
     let mut checked = 0;
     let mut misnamed = Vec::new();
@@ -89,7 +89,7 @@ fn every_test_of_a_device_that_is_not_mlx5_is_skipped_by_the_hardware_recipe() {
     );
     assert!(
         misnamed.is_empty(),
-        "these tests fail on a ConnectX but README's recipe (--skip {RECIPE_SKIP}) runs them: {misnamed:?}"
+        "these tests fail on a ConnectX but TESTING.md's recipe (--skip {RECIPE_SKIP}) runs them: {misnamed:?}"
     );
 }
 

@@ -28,6 +28,25 @@
 //!   (MiB/s, or Gb/s with `--report-gbits`) and sends its report to the server, which prints it
 //!   too.
 //!
+//! # Against perftest
+//!
+//! To compare, perftest's DC tests with the same settings (`-x` is perftest's GID index; both sides
+//! take `-c DC`):
+//!
+//! ```sh
+//! ib_write_bw -c DC -d mlx5_0 -x 3 -s 65536 -n 5000 -t 128              # server
+//! ib_write_bw -c DC -d mlx5_0 -x 3 -s 65536 -n 5000 -t 128 server-host  # client
+//! ```
+//!
+//! `ib_send_bw -c DC …` and `ib_read_bw -c DC …` (same options; their default `-n` is 1000)
+//! compare with `--mode send` and `--mode read`. The defaults follow perftest: 65536-byte messages
+//! and 5000 iterations with `--bw`, TX depth 128, one request in 100 signalled (every one above
+//! 8 KiB unless `-Q` is given), TCP port 18515; `--report-gbits` (or perftest's spelling
+//! `--report_gbits`) reports Gb/s instead of MiB/s. Both measure from the first post to the last
+//! completion; the peak is the best rate over spans between signalled completions. Both sides must
+//! be given the same `--mode`, `-s`, `-n` and `--bw`. On a device that is not mlx5 (rxe) both sides
+//! stop at once with "… not an mlx5 device …" and exit status 1.
+//!
 //! Many targets and a pool of initiators, DC's point:
 //!
 //! - `--targets M`: the server builds M DC targets on its one SRQ, each with its own DC key and

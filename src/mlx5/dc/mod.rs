@@ -14,6 +14,37 @@
 //! The transition tables of both queue-pair types (which attributes each state change needs) are
 //! in a private module; a model of mlx5_ib and libmlx5 and the rules it enforces, transcribed
 //! from them, drive the public API in the unit tests without a device.
+//!
+//! # A DC program
+//!
+//! A DC target (DCT) receives through a shared receive queue; a DC initiator (DCI) sends to any
+//! target, each work request naming it: address handle, DCT number, DC key. Both need a ConnectX
+//! (on rxe, or without libmlx5, creation is the typed "not supported"). The whole of it in one
+//! program, `examples/dc_hello.rs` as it is in the file: one DC target and one DC initiator on
+//! the same port, an RDMA WRITE and a SEND addressed by the target's endpoint, both checked.
+//! `cargo run --features mlx5 --example dc_hello -- mlx5_0` on a ConnectX; on rxe0 it stops with
+//! "rxe0: not an mlx5 device".
+//!
+//! ```no_run
+#![doc = include_str!("../../../examples/dc_hello.rs")]
+//! ```
+//!
+//! A DC initiator reaches a target through a [`DcEndpoint`](endpoint::DcEndpoint): the target's
+//! LID, GID, DCT number, DC key and whether its port is RoCE, sent by the peer (with the `serde`
+//! feature it serializes, the GID as IPv6 text). `endpoint.create_ah(&pd, port, gid_index)` gives
+//! the address handle to name in its work requests (global on RoCE, the LID on InfiniBand), after
+//! checking that the local port is on the same link layer.
+//!
+//! The guard makes each request's C calls in the order the man page demands (`wr_id` and flags,
+//! the operation's builder, `mlx5dv_wr_set_dc_addr`, the data); a request without its address or
+//! its data does not compile, an operation the DCI was not created with is refused before the
+//! provider.
+//!
+//! # After an error
+//!
+//! An error completion (wrong key, target gone) puts a DC initiator in ERR for every target:
+//! poll its completions, then `dci.recover()?` brings it back to RTS (through RESET, or by
+//! creating it again where the kernel refuses that: `DcRecovery::Reset` or `Rebuilt`).
 pub mod endpoint;
 pub mod initiator;
 #[cfg(test)]
