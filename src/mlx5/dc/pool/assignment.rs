@@ -29,36 +29,13 @@
 //! resetting earlier would discard completions still in the CQ (`mlx5_cq_clean` at RESET) and
 //! the man page asks for the flush first.
 use std::collections::VecDeque;
-use std::error::Error;
 
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_wc_status};
 
+use super::initiator::{PooledInitiator, StreamResetRefusal};
 pub(crate) use super::types::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
-
-/// Why [`PooledInitiator::reset_stream`] refused.
-#[doc(hidden)]
-#[derive(Debug)]
-pub enum StreamResetRefusal {
-    /// The initiator is not in RTS: it went to ERR as a whole; recover it.
-    NotReadyToSend,
-    /// Anything else.
-    Failed(Box<dyn Error + Send + Sync>),
-}
-
-/// "A DCI", as the pool's bookkeeping needs it: the DC initiator, or a simulated one.
-#[doc(hidden)]
-pub trait PooledInitiator {
-    /// How many requests its send queue holds.
-    fn max_send_wr(&self) -> u32;
-    /// How many DCI streams it has (0 without).
-    fn stream_count(&self) -> u32;
-    /// Brings it back from ERR to RTS (every request it held was reported).
-    fn recover(&mut self) -> Result<(), Box<dyn Error + Send + Sync>>;
-    /// Resets one errored stream (every request of it was reported).
-    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal>;
-}
 
 /// What a destination was granted for one batch: an initiator (and stream), the number of the
 /// batch's first request, and how many requests the batch may hold.

@@ -16,7 +16,7 @@
 //! ([`remove_destination`](DcInitiatorPool::remove_destination), generational ids); the send
 //! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
 //! [`DcPoolEvent::OtherCompletion`]) or created by the pool
-//! ([`setup_own_send_cq`](DcInitiatorPoolBuilder::setup_own_send_cq)).
+//! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -39,7 +39,7 @@
 //!     .setup_send_cq(cq)
 //!     .setup_initiators(16)
 //!     .setup_policy(DcPoolPolicy::DedicatedWithQuota { quota: 64 })
-//!     .setup_max_send_wr(128)
+//!     .setup_initiator(pd.create_dci_builder().setup_max_send_wr(128))
 //!     .setup_bring_up(DcInitiatorBringUp::new(1))
 //!     .setup_src_gid_index(3)
 //!     .build()?;
@@ -70,16 +70,13 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use rdma_mummy_sys::ibv_ah;
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
 use self::assignment::{initiator_of, PoolCore, RemoveRefusal};
-// The supertrait of `PostingInitiator`: reachable, so that hand-made initiators outside the crate
-// (the benchmarks') can implement both.
-#[doc(hidden)]
-pub use self::assignment::{PooledInitiator, StreamResetRefusal};
+use self::initiator::PostingInitiator;
 use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationError, RemoveDestinationErrorKind,
@@ -88,11 +85,13 @@ use super::endpoint::DcEndpoint;
 use super::initiator::DcInitiator;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
-use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::work_completion::WorkCompletion;
 
 mod assignment;
 pub mod builder;
+bench_visible! {
+    pub mod initiator;
+}
 pub mod post_guard;
 #[cfg(test)]
 mod simulation;
@@ -100,55 +99,14 @@ mod simulation;
 mod tests;
 pub mod types;
 
-/// A DC initiator the pool can post on: [`DcInitiator`], or a hand-made one in benchmarks.
+/// The DC initiators a [`DcInitiatorPool`] is made of: [`DcInitiator`], the default and the one
+/// [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) creates.
 ///
-/// # Safety
-///
-/// `send_view` must return the live extended and mlx5 views of a queue pair owned by the
-/// implementor, exclusively usable while the implementor is mutably borrowed, with at least the
-/// entries named (including `wr_set_dc_addr`, and `wr_set_dc_addr_stream` when `stream_count` is
-/// not 0).
-#[doc(hidden)]
-pub unsafe trait PostingInitiator: PooledInitiator {
-    /// The queue pair number its completions carry.
-    fn qp_number(&self) -> u32;
-    /// The views and entries posting uses.
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>);
-}
+/// Sealed: the pool posts through the queue pair an implementor owns and recovers it, relying on
+/// promises only this crate's implementations keep, so no other type implements it.
+pub trait PoolInitiator: PostingInitiator {}
 
-impl PooledInitiator for DcInitiator {
-    fn max_send_wr(&self) -> u32 {
-        DcInitiator::max_send_wr(self)
-    }
-
-    fn stream_count(&self) -> u32 {
-        self.streams().map_or(0, |s| 1u32 << s.log_num_concurrent.min(16))
-    }
-
-    fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        // Reset or rebuilt: either way the pool reads the (maybe new) number from the initiator.
-        DcInitiator::recover(self).map(drop).map_err(Into::into)
-    }
-
-    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
-        use super::initiator::ResetDciStreamErrorKind as Kind;
-        DcInitiator::reset_stream(self, stream).map_err(|e| match e.0 {
-            Kind::NotReadyToSend { .. } => StreamResetRefusal::NotReadyToSend,
-            _ => StreamResetRefusal::Failed(e.into()),
-        })
-    }
-}
-
-// SAFETY: the views are the DC initiator's own, read at creation with their entries.
-unsafe impl PostingInitiator for DcInitiator {
-    fn qp_number(&self) -> u32 {
-        DcInitiator::qp_number(self)
-    }
-
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        self.pool_view()
-    }
-}
+impl PoolInitiator for DcInitiator {}
 
 /// Where a destination's requests go: its address handle, DCT number and DC key.
 #[derive(Debug, Default)]
@@ -161,7 +119,7 @@ struct DestinationAddress {
 
 /// A pool of DC initiators on one send CQ serving many destinations; see the
 /// [module](self) documentation.
-pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
+pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     core: PoolCore<I>,
     /// By destination place; emptied when a destination is removed.
     addresses: Vec<DestinationAddress>,
@@ -176,9 +134,9 @@ pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
 
 // SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
 // pools, by the caller); every method that posts or recovers takes `&mut self`.
-unsafe impl<I: PostingInitiator + Send> Send for DcInitiatorPool<I> {}
+unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> {}
 
-impl<I: PostingInitiator> std::fmt::Debug for DcInitiatorPool<I> {
+impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DcInitiatorPool")
             .field("policy", &self.core.policy())
@@ -188,34 +146,36 @@ impl<I: PostingInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     }
 }
 
-impl<I: PostingInitiator> DcInitiatorPool<I> {
-    /// A pool over initiators already brought up (for benchmarks and tests over hand-made
-    /// tables; [`DcInitiatorPoolBuilder`] makes real ones).
-    #[doc(hidden)]
-    pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
-        Self {
-            core: PoolCore::new(initiators, policy, unreachable_after),
-            addresses: Vec::new(),
-            address_handles: 0,
-            send_cq: None,
-            pd: None,
-            port: 1,
-            src_gid_index: 0,
-            streams: policy == DcPoolPolicy::Streams,
+impl<I: PoolInitiator> DcInitiatorPool<I> {
+    bench_visible! {
+        /// A pool over initiators already brought up (for benchmarks and tests over hand-made
+        /// tables; [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) makes real ones).
+        pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
+            Self {
+                core: PoolCore::new(initiators, policy, unreachable_after),
+                addresses: Vec::new(),
+                address_handles: 0,
+                send_cq: None,
+                pd: None,
+                port: 1,
+                src_gid_index: 0,
+                streams: policy == DcPoolPolicy::Streams,
+            }
         }
     }
 
-    /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
-    /// without DC).
-    #[doc(hidden)]
-    pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
-        self.send_cq = Some(send_cq.into());
+    bench_visible! {
+        /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
+        /// without DC).
+        pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
+            self.send_cq = Some(send_cq.into());
+        }
     }
 
-    /// Sets the grant timeout ([`DcInitiatorPoolBuilder::setup_grant_timeout`]) of a hand-made
-    /// pool.
-    #[doc(hidden)]
-    pub fn set_grant_timeout(&mut self, calls: u64) {
+    /// Sets the grant timeout ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout))
+    /// of a hand-made pool.
+    #[cfg(test)]
+    pub(crate) fn set_grant_timeout(&mut self, calls: u64) {
         self.core.set_grant_timeout(calls);
     }
 
@@ -266,19 +226,20 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         id
     }
 
-    /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
-    /// tables).
-    ///
-    /// # Safety
-    ///
-    /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
-    /// pool posts to the destination.
-    #[doc(hidden)]
-    pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
-        let id = self.core.add_destination();
-        self.place(id, DestinationAddress::default());
-        self.core.set_address(id, (ah, dct_number, dc_key));
-        id
+    bench_visible! {
+        /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
+        /// tables).
+        ///
+        /// # Safety
+        ///
+        /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
+        /// pool posts to the destination.
+        pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
+            let id = self.core.add_destination();
+            self.place(id, DestinationAddress::default());
+            self.core.set_address(id, (ah, dct_number, dc_key));
+            id
+        }
     }
 
     /// Removes `destination`: its address handle and records are freed, and its id becomes stale
@@ -420,7 +381,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
 
     /// Settles one completion polled elsewhere: for a caller that polls a CQ it shares with
     /// other queue pairs (created with it and given to
-    /// [`setup_send_cq`](DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
+    /// [`setup_send_cq`](builder::DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
     /// through `sink`, as [`poll`](Self::poll) does (its status and vendor syndrome included);
     /// returns whether the completion was the pool's (its queue pair number is one of the
     /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
@@ -448,12 +409,13 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             .complete_with_syndrome(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
     }
 
-    /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
-    /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
-    #[doc(hidden)]
-    #[inline]
-    pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-        self.core.complete(wr_id, status, &mut sink)
+    bench_visible! {
+        /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
+        /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
+        #[inline]
+        pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
+            self.core.complete(wr_id, status, &mut sink)
+        }
     }
 }
 

@@ -8,19 +8,19 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::assignment::{encode, Grant, PoolCore, Refusal};
 use super::types::{DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
-use super::{DcInitiatorPool, PostingInitiator};
+use super::{DcInitiatorPool, PoolInitiator};
 use crate::ibverbs::post_send_guard::{
     sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendError, PostSendGuard,
     RemoteMemoryAccess, Transport, WorkRequestHandle,
 };
 use crate::mlx5::dc::initiator::{DcAddress, DcInitiator, DcStreamAddress};
 
-impl<I: PostingInitiator> DcInitiatorPool<I> {
+impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Starts a batch of requests to `destination` on the initiator the policy grants it;
     /// every request of the batch goes there, and the pool sets its DC address
     /// (`mlx5dv_wr_set_dc_addr`). When the policy cannot grant one now, the typed
     /// [`WouldBlock`](PostToDestinationErrorKind::WouldBlock): nothing was posted. A pool of the
-    /// [streams](DcPoolPolicy::Streams) policy posts with
+    /// [streams](super::types::DcPoolPolicy::Streams) policy posts with
     /// [`start_post_send_on_stream`](Self::start_post_send_on_stream) instead
     /// ([`StreamsMismatch`](PostToDestinationErrorKind::StreamsMismatch) here).
     #[inline(always)]
@@ -31,7 +31,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     }
 
     /// As [`start_post_send`](Self::start_post_send), for a pool of the
-    /// [streams](DcPoolPolicy::Streams) policy: every request of the batch goes to the
+    /// [streams](super::types::DcPoolPolicy::Streams) policy: every request of the batch goes to the
     /// destination's DCI stream (`mlx5dv_wr_set_dc_addr_stream`). The two are apart so that
     /// neither tests per request which setter to call.
     #[inline(always)]
@@ -116,7 +116,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
 /// [`DcInitiator`]'s guard, where the pool sets the DC address
 /// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
-pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
+pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
     inner: ManuallyDrop<PostSendGuard<'p, PooledDynamicallyConnected<A>>>,
     /// The batch's places in the initiator's ring of callers' `wr_id`s: `room` of them, in a row.
     slots: *mut u64,
@@ -131,8 +131,8 @@ pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator, A: PoolAddress
     _pool: PhantomData<&'p mut PoolCore<I>>,
 }
 
-impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
-    /// Starts a new request with the caller's `wr_id` (what [`DcPoolEvent`]s report) and flags;
+impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
+    /// Starts a new request with the caller's `wr_id` (what [`DcPoolEvent`](super::types::DcPoolEvent)s report) and flags;
     /// continue with an operation, then the data. The request is signalled whatever `wr_flags`
     /// say (the pool needs a completion of every request to report it, and to give a dedicated
     /// destination's initiator back; UCX turns completion moderation off for DC too). When the
@@ -207,7 +207,7 @@ impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     }
 }
 
-impl<I: PostingInitiator, A: PoolAddressing> Drop for DcPoolPostGuard<'_, I, A> {
+impl<I: PoolInitiator, A: PoolAddressing> Drop for DcPoolPostGuard<'_, I, A> {
     #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: dropped only when not posted (post never drops the guard); dropping the inner

@@ -41,8 +41,9 @@ use rdma_mummy_sys::ibv_wc_status;
 
 use super::assignment::{
     encode, initiator_of, is_no_such_target, DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PoolCore,
-    PooledInitiator, Refusal, StreamResetRefusal,
+    Refusal,
 };
+use super::initiator::{PooledInitiator, StreamResetRefusal};
 
 const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
 const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;

@@ -12,13 +12,14 @@ use std::ptr::NonNull;
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 
-use super::assignment::{PooledInitiator, StreamResetRefusal};
+use super::initiator::PostingInitiator;
+use super::initiator::{PooledInitiator, StreamResetRefusal};
 use super::post_guard::{DcPoolPostGuard, PoolAddressing};
 use super::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationErrorKind,
 };
-use super::{DcInitiatorPool, PostingInitiator};
+use super::{DcInitiatorPool, PoolInitiator};
 use crate::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
 use crate::ibverbs::work_completion::WorkCompletion;
 use crate::mlx5::dc::initiator::dc_entries;
@@ -215,6 +216,8 @@ impl PooledInitiator for RecordingInitiator {
         Ok(())
     }
 }
+
+impl PoolInitiator for RecordingInitiator {}
 
 // SAFETY: the views are the boxes this initiator owns, with the entries read from them; the
 // stream setter is filled when `streams` is not 0.

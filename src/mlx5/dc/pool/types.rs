@@ -194,7 +194,7 @@ pub struct DcPoolFootprint {
     pub ready_events: usize,
 }
 
-/// Error returned by [`DcInitiatorPool::start_post_send`].
+/// Error returned by [`DcInitiatorPool::start_post_send`](super::DcInitiatorPool::start_post_send).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot post to the destination")]
 #[non_exhaustive]
@@ -202,7 +202,7 @@ pub struct PostToDestinationError(#[from] pub PostToDestinationErrorKind);
 
 impl PostToDestinationError {
     /// Whether this is a would-block refusal (post again after
-    /// [`poll`](DcInitiatorPool::poll)).
+    /// [`poll`](super::DcInitiatorPool::poll)).
     pub fn is_would_block(&self) -> bool {
         matches!(self.0, PostToDestinationErrorKind::WouldBlock(_))
     }
@@ -248,7 +248,7 @@ impl From<Refusal> for PostToDestinationErrorKind {
     }
 }
 
-/// Error returned by [`DcInitiatorPool::remove_destination`].
+/// Error returned by [`DcInitiatorPool::remove_destination`](super::DcInitiatorPool::remove_destination).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot remove the destination")]
 #[non_exhaustive]
