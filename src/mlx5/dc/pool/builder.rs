@@ -8,7 +8,7 @@ use sideway::ibverbs::completion::{
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-use super::assignment::MAX_INITIATORS;
+use super::requests::MAX_INITIATORS;
 use super::types::DcPoolPolicy;
 use super::DcInitiatorPool;
 use crate::mlx5::dc::initiator::{

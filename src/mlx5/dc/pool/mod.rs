@@ -75,8 +75,9 @@ use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueEr
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
-use self::assignment::{initiator_of, PoolCore, RemoveRefusal};
+use self::destinations::{PoolCore, RemoveRefusal};
 use self::initiator::PostingInitiator;
+use self::requests::initiator_of;
 use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationError, RemoveDestinationErrorKind,
@@ -87,12 +88,14 @@ use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
 use crate::ibverbs::work_completion::WorkCompletion;
 
-mod assignment;
 pub mod builder;
+mod completions;
+mod destinations;
 bench_visible! {
     pub mod initiator;
 }
 pub mod post_guard;
+mod requests;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]
@@ -325,37 +328,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
         }
-        self.resolve(destination)?;
-        Ok(())
-    }
-
-    /// The destination's address, creating its address handle on first use.
-    fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
-        if self.core.address(destination).is_some() {
-            return Ok(());
+        if self.core.address(destination).is_none() {
+            self.resolve(destination)?;
         }
-        self.resolve_first(destination)
-    }
-
-    #[inline(never)]
-    fn resolve_first(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
-        if !self.core.contains(destination) {
-            return Err(PostToDestinationErrorKind::UnknownDestination);
-        }
-        let address = self
-            .addresses
-            .get_mut(destination.index())
-            .ok_or(PostToDestinationErrorKind::UnknownDestination)?;
-        let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
-            return Err(PostToDestinationErrorKind::UnknownDestination);
-        };
-        let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
-        // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
-        // removed; libmlx5 copies the address into each request).
-        let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
-        address.ah = Some(ah);
-        self.address_handles += 1;
-        self.core.set_address(destination, resolved);
         Ok(())
     }
 
@@ -398,23 +373,20 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.tick(&mut sink);
     }
 
-    #[inline]
     fn settle(&mut self, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
         // The initiator's number as of now: a recovery may have rebuilt it with a new one.
         let initiator = self.core.initiators.get(initiator_of(wc.wr_id()));
         if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
             return false;
         }
-        self.core
-            .complete_with_syndrome(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
+        self.core.complete(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
     }
 
     bench_visible! {
         /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
         /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
-        #[inline]
         pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-            self.core.complete(wr_id, status, &mut sink)
+            self.core.complete(wr_id, status, 0, &mut sink)
         }
     }
 }

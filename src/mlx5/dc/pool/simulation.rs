@@ -39,11 +39,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_wc_status;
 
-use super::assignment::{
-    encode, initiator_of, is_no_such_target, DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PoolCore,
-    Refusal,
-};
+use super::completions::is_no_such_target;
+use super::destinations::{PoolCore, Refusal};
 use super::initiator::{PooledInitiator, StreamResetRefusal};
+use super::requests::{encode, initiator_of};
+use super::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 
 const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
 const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
@@ -454,7 +454,7 @@ fn run(s: Scenario) -> Report {
                 match pool.begin(id) {
                     Ok(grant) => {
                         let count = grant.room.min(s.max_batch).min(queue[d as usize].len());
-                        let lane = grant.stream() as usize;
+                        let lane = grant.stream as usize;
                         for k in 0..count {
                             let request = queue[d as usize].pop_front().unwrap();
                             let number = grant.first + k as u64;
@@ -567,7 +567,7 @@ fn run(s: Scenario) -> Report {
             let Some(cqe) = fabric.borrow_mut().cq.pop_front() else {
                 break;
             };
-            pool.complete(cqe.wr_id, cqe.status, &mut |e| events.push(e));
+            pool.complete(cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
             if s.check_every_step {
                 pool.check_invariants();
             }
@@ -951,7 +951,7 @@ fn a_pool_without_initiators_refuses_posts() {
 #[test]
 fn sixty_five_thousand_five_hundred_thirty_six_initiators_are_all_granted() {
     let fabric: Shared = Rc::default();
-    let count = super::assignment::MAX_INITIATORS;
+    let count = super::requests::MAX_INITIATORS;
     let initiators = (0..count).map(|i| SimInitiator::new(i, 1, 0, &fabric)).collect();
     let mut pool = PoolCore::new(initiators, DcPoolPolicy::Dedicated, 3);
     let mut held = std::collections::HashSet::new();
@@ -988,7 +988,7 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
             if let Ok(grant) = pool.begin(destination) {
                 pool.set_wr_id(grant.initiator, grant.first, n);
                 pool.commit(grant, 1);
-                assert!(pool.complete(encode(grant.initiator, grant.first), SUCCESS, &mut |_| {}));
+                assert!(pool.complete(encode(grant.initiator, grant.first), SUCCESS, 0, &mut |_| {}));
             }
             if live.len() > 10_000 {
                 let old = live.pop_front().unwrap();
@@ -1136,7 +1136,7 @@ mod properties {
                         let number = grant.first + k as u64;
                         self.pool.set_wr_id(grant.initiator, number, u64::from(request));
                         self.pool.initiators[grant.initiator].post(
-                            grant.stream() as usize,
+                            grant.stream as usize,
                             Wqe {
                                 provider_wr_id: encode(grant.initiator, number),
                                 request,
@@ -1201,7 +1201,7 @@ mod properties {
                         let Some(cqe) = self.fabric.borrow_mut().cq.pop_front() else {
                             break;
                         };
-                        self.pool.complete(cqe.wr_id, cqe.status, &mut |e| events.push(e));
+                        self.pool.complete(cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
                     }
                     self.settle(events)?;
                 },

@@ -1162,7 +1162,7 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
     let mut events = Vec::new();
     assert!(pool
         .core
-        .complete_with_syndrome(provider_wr_id(initiator, 0), REM_ACCESS_ERR, 0x15, &mut |e| events
+        .complete(provider_wr_id(initiator, 0), REM_ACCESS_ERR, 0x15, &mut |e| events
             .push(e)));
     assert_eq!(
         events,
@@ -1176,7 +1176,7 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
     // The request flushed behind it fails with the flush's status and no syndrome.
     assert!(pool
         .core
-        .complete_with_syndrome(provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| events.push(e)));
+        .complete(provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| events.push(e)));
     assert_eq!(
         events[1],
         DcPoolEvent::Failed {

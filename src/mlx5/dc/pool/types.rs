@@ -1,6 +1,6 @@
 //! The pool's public values: its policy, destination ids, events, would-block reasons, footprint,
 //! and the errors of its operations.
-use super::assignment::Refusal;
+use super::destinations::Refusal;
 use crate::ibverbs::work_completion::WorkCompletion;
 use crate::mlx5::dc::endpoint::CreateDcAddressHandleError;
 
