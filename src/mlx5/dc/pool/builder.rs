@@ -1,5 +1,6 @@
 //! The pool's builder: how many initiators, their settings, the policy, the send CQ.
 use std::sync::Arc;
+use std::time::Duration;
 
 use sideway::ibverbs::completion::{
     CompletionChannel, CompletionQueue, CreateCompletionQueueError, CreateCompletionQueueErrorKind,
@@ -115,7 +116,7 @@ pub struct DcInitiatorPoolBuilder {
     bring_up: Option<DcInitiatorBringUp>,
     src_gid_index: u8,
     unreachable_after: u32,
-    grant_timeout: u64,
+    grant_timeout: Duration,
     own_send_cq: Option<OwnSendCq>,
 }
 
@@ -137,7 +138,7 @@ impl DcInitiatorPoolBuilder {
             bring_up: None,
             src_gid_index: 0,
             unreachable_after: 3,
-            grant_timeout: 64,
+            grant_timeout: Duration::from_millis(10),
             own_send_cq: None,
         }
     }
@@ -174,13 +175,13 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// After how many calls of [`poll`](DcInitiatorPool::poll) (or
-    /// [`progress`](DcInitiatorPool::progress)) a destination that
-    /// was granted an initiator from the line ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) and posted nothing on it
-    /// gives it back, to the next in line (default 64, at least 1). It keeps it as long as it
-    /// has requests outstanding once it posted.
-    pub fn setup_grant_timeout(&mut self, calls: u64) -> &mut Self {
-        self.grant_timeout = calls;
+    /// How long a destination that was granted an initiator from the line
+    /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) and posted nothing on it keeps
+    /// it before it goes to the next in line (default 10 ms). It keeps it as long as it has
+    /// requests outstanding once it posted. The clock is read by [`poll`](super::DcInitiatorPool::poll)
+    /// and [`progress`](super::DcInitiatorPool::progress) only while such a grant is unused.
+    pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.grant_timeout = timeout;
         self
     }
 

@@ -55,6 +55,8 @@ impl<I: PooledInitiator> PoolCore<I> {
         } else {
             self.fail(initiator, number, batch, (status, vendor_err), sink);
         }
+        self.remove_retired(initiator);
+        self.unblock(initiator);
         self.report_ready(sink);
         true
     }

@@ -9,6 +9,7 @@
 //! in `completions`; each initiator's requests in `requests`.
 use std::collections::VecDeque;
 use std::ptr::NonNull;
+use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::ibv_ah;
 
@@ -41,6 +42,8 @@ pub(crate) enum Refusal {
     /// Its address is not resolved yet.
     Unresolved,
     Unreachable,
+    /// It is removed once its requests are reported ([`PoolCore::retire`]).
+    Retiring,
     /// Every initiator is out of service.
     NoInitiatorInService,
     UnknownDestination,
@@ -67,6 +70,13 @@ pub(super) struct DestinationState {
     /// Consecutive errors that say the target is not there.
     pub(super) retries_exceeded: u32,
     pub(super) unreachable: bool,
+    /// Refused with a would-block it waits out on its initiator (queue full, recovering): in its
+    /// initiator's `blocked`, reported `Ready` once it may post again.
+    blocked: bool,
+    /// Refused for its quota: goes in line when it gives its initiator back.
+    over_quota: bool,
+    /// Removed once every request of it was reported.
+    pub(super) retiring: bool,
     /// Its links in the wait line (dedicated policies), `NONE` at the ends.
     in_line: bool,
     previous: u32,
@@ -83,6 +93,9 @@ impl DestinationState {
             address: None,
             retries_exceeded: 0,
             unreachable: false,
+            blocked: false,
+            over_quota: false,
+            retiring: false,
             in_line: false,
             previous: NONE,
             next: NONE,
@@ -91,8 +104,11 @@ impl DestinationState {
 }
 
 /// A grant from the line not known to be used yet: destination, generation, initiator, which
-/// grant, and the clock when it expires.
-type GrantTimer = (u32, u32, u16, u64, u64);
+/// grant, and when it expires.
+type GrantTimer = (u32, u32, u16, u64, Instant);
+
+/// The grant timeout's clock: [`Instant::now`], or a test's.
+pub(crate) type Clock = fn() -> Instant;
 
 /// The bookkeeping of a pool of initiators `I`.
 #[derive(Debug)]
@@ -113,13 +129,17 @@ pub(crate) struct PoolCore<I> {
     /// Destinations granted an initiator from the line, reported at the end of the completion
     /// that granted them, or at the next `poll`/`progress`.
     pub(super) ready: VecDeque<DestinationId>,
+    /// Destinations that may post again after a would-block they waited out, reported as `ready`.
+    unblocked: VecDeque<DestinationId>,
+    /// Destinations removed once their requests were reported, reported as `ready`.
+    removed: VecDeque<DestinationId>,
     /// Grants from the line, oldest first.
     grants: VecDeque<GrantTimer>,
     /// How many grants from the line were made (names each).
     granted: u64,
-    /// Counts `poll` and `progress` calls (the grant timeout's clock).
-    clock: u64,
-    grant_timeout: u64,
+    /// Read only while a grant from the line is outstanding.
+    clock: Clock,
+    grant_timeout: Duration,
     pub(super) unreachable_after: u32,
 }
 
@@ -148,10 +168,12 @@ impl<I: PooledInitiator> PoolCore<I> {
             line_tail: NONE,
             waiting_count: 0,
             ready: VecDeque::new(),
+            unblocked: VecDeque::new(),
+            removed: VecDeque::new(),
             grants: VecDeque::new(),
             granted: 0,
-            clock: 0,
-            grant_timeout: 64,
+            clock: Instant::now,
+            grant_timeout: Duration::from_millis(10),
             unreachable_after: unreachable_after.max(1),
         }
     }
@@ -167,9 +189,15 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
     }
 
-    /// After how many `poll`/`progress` calls a grant from the line that was not used goes back.
-    pub(crate) fn set_grant_timeout(&mut self, calls: u64) {
-        self.grant_timeout = calls.max(1);
+    /// How long a grant from the line that is not used is kept.
+    pub(crate) fn set_grant_timeout(&mut self, timeout: Duration) {
+        self.grant_timeout = timeout;
+    }
+
+    /// Reads the grant timeout's time from `clock` (tests: a clock they move).
+    #[cfg(test)]
+    pub(crate) fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
     }
 
     /// The live state of `destination`, or `None` for a stale or unknown id.
@@ -272,6 +300,12 @@ impl<I: PooledInitiator> PoolCore<I> {
         if outstanding > 0 {
             return Err(RemoveRefusal::Outstanding(outstanding));
         }
+        self.remove(d);
+        Ok(())
+    }
+
+    /// Removes destination `d`, which has nothing outstanding.
+    fn remove(&mut self, d: u32) {
         self.unlink(d);
         // A dedicated destination with nothing outstanding holds at most a grant not used yet.
         if self.policy.is_dedicated() {
@@ -284,7 +318,42 @@ impl<I: PooledInitiator> PoolCore<I> {
         state.initiator = None;
         state.address = None;
         self.free_places.push(d);
+    }
+
+    /// Removes `destination` once every request of it was reported, with a
+    /// [`DcPoolEvent::Removed`] (at once when none is outstanding: reported by the next
+    /// `poll`/`progress`). It posts nothing from now on.
+    pub(crate) fn retire(&mut self, destination: DestinationId) -> Result<(), RemoveRefusal> {
+        if !self.contains(destination) || self.destinations[destination.index()].retiring {
+            return Err(RemoveRefusal::UnknownDestination);
+        }
+        let d = destination.index;
+        self.destinations[d as usize].retiring = true;
+        self.unlink(d);
+        match self.destinations[d as usize].initiator {
+            Some(i) if self.outstanding_of(d) > 0 => self.requests[i as usize].retiring.push(d),
+            _ => {
+                self.remove(d);
+                self.removed.push_back(destination);
+            },
+        }
         Ok(())
+    }
+
+    /// Removes the destinations retiring on `initiator` whose requests were all reported.
+    pub(super) fn remove_retired(&mut self, initiator: usize) {
+        let mut k = 0;
+        while k < self.requests[initiator].retiring.len() {
+            let d = self.requests[initiator].retiring[k];
+            if self.requests[initiator].outstanding_of(d) > 0 {
+                k += 1;
+                continue;
+            }
+            self.requests[initiator].retiring.swap_remove(k);
+            let id = self.id(d);
+            self.remove(d);
+            self.removed.push_back(id);
+        }
     }
 
     /// What the bookkeeping holds (address handles are the pool's, counted there).
@@ -296,7 +365,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             waiting: self.waiting_count,
             grant_timers: self.grants.len(),
             batch_records: self.requests.iter().map(|r| r.batches.len()).sum(),
-            ready_events: self.ready.len(),
+            ready_events: self.ready.len() + self.unblocked.len() + self.removed.len(),
         }
     }
 
@@ -371,6 +440,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         if state.unreachable {
             return Err(Refusal::Unreachable);
         }
+        if state.retiring {
+            return Err(Refusal::Retiring);
+        }
         let address = state.address.ok_or(Refusal::Unresolved)?;
         let stream = state.stream;
         // What is left of the quota while others wait.
@@ -384,6 +456,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                     let posted = requests.head - requests.hold_start;
                     quota_left = u64::from(quota.max(1)).saturating_sub(posted) as usize;
                     if quota_left == 0 {
+                        self.destinations[d as usize].over_quota = true;
                         return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
                     }
                 }
@@ -393,18 +466,27 @@ impl<I: PooledInitiator> PoolCore<I> {
             (_, None) => self.take_free(d)? as usize,
         };
         let requests = &self.requests[initiator];
-        if requests.whole_error || requests.out_of_service {
-            let stream = None;
-            return Err(Refusal::WouldBlock(DcPoolWouldBlock::Recovering { initiator, stream }));
+        let refusal = if requests.whole_error || requests.out_of_service {
+            Some(DcPoolWouldBlock::Recovering {
+                initiator,
+                stream: None,
+            })
+        } else if requests.lanes[stream as usize].errored {
+            Some(DcPoolWouldBlock::Recovering {
+                initiator,
+                stream: Some(stream),
+            })
+        } else if requests.room() == 0 {
+            Some(DcPoolWouldBlock::QueueFull)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            self.block(d, initiator);
+            return Err(Refusal::WouldBlock(reason));
         }
-        if requests.lanes[stream as usize].errored {
-            let stream = Some(stream);
-            return Err(Refusal::WouldBlock(DcPoolWouldBlock::Recovering { initiator, stream }));
-        }
+        let requests = &self.requests[initiator];
         let room = requests.room().min(quota_left);
-        if room == 0 {
-            return Err(Refusal::WouldBlock(DcPoolWouldBlock::QueueFull));
-        }
         Ok(Grant {
             destination: d,
             initiator,
@@ -413,6 +495,43 @@ impl<I: PooledInitiator> PoolCore<I> {
             first: requests.head,
             room,
         })
+    }
+
+    /// Destination `d` waits for initiator `initiator` (room, or its recovery).
+    fn block(&mut self, d: u32, initiator: usize) {
+        let state = &mut self.destinations[d as usize];
+        if !state.blocked {
+            state.blocked = true;
+            self.requests[initiator].blocked.push((d, state.generation));
+        }
+    }
+
+    /// Reports `Ready` for the destinations waiting for `initiator` that may post again: it has
+    /// room and is not in error (their stream not either), or it is out of service (they were
+    /// bound to others, or hold nothing).
+    pub(super) fn unblock(&mut self, initiator: usize) {
+        let requests = &self.requests[initiator];
+        if requests.blocked.is_empty() || requests.whole_error {
+            return;
+        }
+        let lost = requests.out_of_service;
+        let room = lost || requests.room() > 0;
+        let mut k = 0;
+        while k < self.requests[initiator].blocked.len() {
+            let requests = &mut self.requests[initiator];
+            let (d, generation) = requests.blocked[k];
+            let state = &mut self.destinations[d as usize];
+            if !state.live || state.generation != generation {
+                // Removed since.
+                requests.blocked.swap_remove(k);
+            } else if room && (lost || !requests.lanes[state.stream as usize].errored) {
+                requests.blocked.swap_remove(k);
+                state.blocked = false;
+                self.unblocked.push_back(DestinationId { index: d, generation });
+            } else {
+                k += 1;
+            }
+        }
     }
 
     /// A free initiator for dedicated destination `d`, which holds it from now on; none free: `d`
@@ -461,7 +580,12 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Destination `d` gives initiator `i` back: to the line or the free ones (unless it is out
     /// of service).
     fn release(&mut self, d: u32, i: u16) {
-        self.destinations[d as usize].initiator = None;
+        let state = &mut self.destinations[d as usize];
+        state.initiator = None;
+        if std::mem::take(&mut state.over_quota) && state.live && !state.retiring {
+            // Its turn comes again after those in line.
+            self.enqueue(d);
+        }
         let requests = &mut self.requests[i as usize];
         requests.holder = None;
         if !requests.out_of_service {
@@ -482,13 +606,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.requests[initiator as usize].grant = self.granted;
         let id = self.id(first);
         self.ready.push_back(id);
-        self.grants.push_back((
-            first,
-            id.generation,
-            initiator,
-            self.granted,
-            self.clock + self.grant_timeout,
-        ));
+        let expires = (self.clock)() + self.grant_timeout;
+        self.grants
+            .push_back((first, id.generation, initiator, self.granted, expires));
     }
 
     /// Puts destination `d` at the end of the line.
@@ -543,6 +663,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             self.destinations[holder as usize].initiator = None;
         }
         self.free.retain(|&i| i as usize != initiator);
+        self.unblock(initiator);
         if !self.policy.is_dedicated() {
             // They have nothing outstanding on it.
             for d in 0..self.destinations.len() {
@@ -554,12 +675,16 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
     }
 
-    /// One `poll` (or `progress`): the clock of grant timeouts moves on; grants from the line
-    /// that were not used within the timeout go back; ready destinations are reported.
+    /// One `poll` (or `progress`): grants from the line that were not used within the timeout
+    /// go back (the clock is read only while there are any); ready destinations are reported.
     pub(crate) fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
-        self.clock += 1;
-        while let Some(&(d, generation, initiator, grant, expires)) = self.grants.front() {
-            if expires > self.clock {
+        let now = if self.grants.is_empty() {
+            None
+        } else {
+            Some((self.clock)())
+        };
+        while let (Some(&(d, generation, initiator, grant, expires)), Some(now)) = (self.grants.front(), now) {
+            if expires > now {
                 break;
             }
             self.grants.pop_front();
@@ -579,8 +704,17 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.report_ready(sink);
     }
 
-    /// Reports the destinations granted an initiator from the line.
+    /// Reports the destinations granted an initiator from the line, those that may post again
+    /// after a would-block, and those removed once their requests were reported.
     pub(super) fn report_ready(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        while let Some(destination) = self.removed.pop_front() {
+            sink(DcPoolEvent::Removed { destination });
+        }
+        while let Some(destination) = self.unblocked.pop_front() {
+            if self.contains(destination) {
+                sink(DcPoolEvent::Ready { destination });
+            }
+        }
         while let Some(destination) = self.ready.pop_front() {
             // Still holding what it was granted (not cancelled, removed or expired since).
             let holds = self

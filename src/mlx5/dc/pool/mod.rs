@@ -11,12 +11,19 @@
 //! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
 //! operation → data → `post`. [`poll`](DcInitiatorPool::poll) reports every request exactly once
 //! from its own completion (the pool signals them all), hands initiators that free up to the
-//! destinations in line ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators
-//! once the device flushed them. Destinations come and go
-//! ([`remove_destination`](DcInitiatorPool::remove_destination), generational ids); the send
+//! destinations in line, tells a destination refused with a would-block when it may post again
+//! ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device flushed
+//! them. Destinations come and go ([`remove_destination`](DcInitiatorPool::remove_destination),
+//! [`retire_destination`](DcInitiatorPool::retire_destination), generational ids); the send
 //! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
 //! [`DcPoolEvent::OtherCompletion`]) or created by the pool
 //! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
+//!
+//! This module holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the post
+//! path (address handle, grant, guard), [`types`] its values and errors. The bookkeeping, apart
+//! from any device, is in private modules: destinations, the wait line and grants; each
+//! initiator's ring of requests and batch records; completions and recovery; and what the pool
+//! needs of an initiator ([`PoolInitiator`]'s sealed part).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -25,7 +32,7 @@
 //! use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 //! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 //! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
-//! use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, PostToDestinationErrorKind};
+//! use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy};
 //! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -52,9 +59,8 @@
 //!         unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote_addr).setup_sge(lkey, addr, 64) };
 //!         guard.post()?;
 //!     },
-//!     // In line: `poll` reports `Ready` for it when it holds an initiator.
-//!     Err(e) if matches!(e.0, PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {},
-//!     // Nothing was posted (queue full, quota, recovery): try again after polling.
+//!     // Nothing was posted (no initiator, quota, queue full, recovery): `poll` reports `Ready`
+//!     // for it when it may post again.
 //!     Err(e) if e.is_would_block() => {},
 //!     Err(e) => return Err(e.into()),
 //! }
@@ -178,8 +184,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Sets the grant timeout ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout))
     /// of a hand-made pool.
     #[cfg(test)]
-    pub(crate) fn set_grant_timeout(&mut self, calls: u64) {
-        self.core.set_grant_timeout(calls);
+    pub(crate) fn set_grant_timeout(&mut self, timeout: std::time::Duration) {
+        self.core.set_grant_timeout(timeout);
     }
 
     /// The policy it was created with.
@@ -249,7 +255,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// (every method refuses it, or answers as for an unknown destination, also once its place
     /// serves another destination). Refused while requests of it are not reported yet
     /// ([`RemoveDestinationErrorKind::Outstanding`]): poll until [`outstanding`](Self::outstanding)
-    /// is 0. A grant it holds and has not used goes to the next destination in line.
+    /// is 0, or [`retire`](Self::retire_destination) it instead. A grant it holds and has not
+    /// used goes to the next destination in line.
     pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
         self.core
             .remove_destination(destination)
@@ -257,10 +264,20 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 RemoveRefusal::Outstanding(requests) => RemoveDestinationErrorKind::Outstanding { requests },
                 RemoveRefusal::UnknownDestination => RemoveDestinationErrorKind::UnknownDestination,
             })?;
-        let address = std::mem::take(&mut self.addresses[destination.index()]);
-        if address.ah.is_some() {
-            self.address_handles -= 1;
-        }
+        forget(&mut self.addresses, &mut self.address_handles, destination);
+        Ok(())
+    }
+
+    /// Removes `destination` once every request of it was reported, with a
+    /// [`DcPoolEvent::Removed`] from [`poll`](Self::poll) (or [`complete`](Self::complete), or
+    /// [`progress`](Self::progress) when nothing was outstanding): no caller has to wait for
+    /// [`outstanding`](Self::outstanding) to reach 0. From now on it posts nothing
+    /// ([`Retiring`](PostToDestinationErrorKind::Retiring)) and leaves the line; its requests
+    /// in flight are reported as usual.
+    pub fn retire_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
+        self.core
+            .retire(destination)
+            .map_err(|_| RemoveDestinationErrorKind::UnknownDestination)?;
         Ok(())
     }
 
@@ -339,15 +356,23 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device
     /// flushed them. A completion of a queue pair that is not the pool's is handed over as
     /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
-    pub fn poll(&mut self, mut sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
-        self.core.tick(&mut sink);
-        let Some(cq) = &self.send_cq else {
+    pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
+        let Self {
+            core,
+            addresses,
+            address_handles,
+            send_cq,
+            ..
+        } = self;
+        let mut sink = freeing_removed(addresses, address_handles, sink);
+        core.tick(&mut sink);
+        let Some(cq) = send_cq else {
             return Ok(0);
         };
         let mut wcs = [WorkCompletion::default(); 32];
         let polled = cq.poll_work_completions(&mut wcs)?;
         for wc in polled.iter() {
-            if !self.settle(wc, &mut sink) {
+            if !settle(core, wc, &mut sink) {
                 sink(DcPoolEvent::OtherCompletion(*wc));
             }
         }
@@ -362,32 +387,57 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
     /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
     /// per round of its own polling instead of [`poll`](Self::poll).
-    pub fn complete(&mut self, wc: &WorkCompletion, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-        self.settle(wc, &mut sink)
+    pub fn complete(&mut self, wc: &WorkCompletion, sink: impl FnMut(DcPoolEvent)) -> bool {
+        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+        settle(&mut self.core, wc, &mut sink)
     }
 
     /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
     /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
     /// to the next destination in line) and reports [`DcPoolEvent::Ready`] destinations.
-    pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
+    pub fn progress(&mut self, sink: impl FnMut(DcPoolEvent)) {
+        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
         self.core.tick(&mut sink);
-    }
-
-    fn settle(&mut self, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
-        // The initiator's number as of now: a recovery may have rebuilt it with a new one.
-        let initiator = self.core.initiators.get(initiator_of(wc.wr_id()));
-        if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
-            return false;
-        }
-        self.core.complete(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
     }
 
     bench_visible! {
         /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
         /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
-        pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
+        pub fn complete_raw(&mut self, wr_id: u64, status: u32, sink: impl FnMut(DcPoolEvent)) -> bool {
+            let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
             self.core.complete(wr_id, status, 0, &mut sink)
         }
+    }
+}
+
+/// Settles completion `wc` if it is one of the pool's: its queue pair number is the initiator's
+/// its `wr_id` names (as of now: a recovery may have rebuilt it with a new number).
+fn settle<I: PoolInitiator>(core: &mut PoolCore<I>, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
+    let initiator = core.initiators.get(initiator_of(wc.wr_id()));
+    if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
+        return false;
+    }
+    core.complete(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
+}
+
+/// Frees the address handle of a removed destination.
+fn forget(addresses: &mut [DestinationAddress], address_handles: &mut usize, destination: DestinationId) {
+    if let Some(address) = addresses.get_mut(destination.index()) {
+        if std::mem::take(address).ah.is_some() {
+            *address_handles -= 1;
+        }
+    }
+}
+
+/// `sink`, after the address handle of a destination reported removed was freed.
+fn freeing_removed<'a>(
+    addresses: &'a mut [DestinationAddress], address_handles: &'a mut usize, mut sink: impl FnMut(DcPoolEvent) + 'a,
+) -> impl FnMut(DcPoolEvent) + 'a {
+    move |event| {
+        if let DcPoolEvent::Removed { destination } = event {
+            forget(addresses, address_handles, destination);
+        }
+        sink(event)
     }
 }
 

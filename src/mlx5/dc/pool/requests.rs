@@ -75,6 +75,11 @@ pub(super) struct InitiatorRequests {
     /// The whole initiator is in ERR: recovered once it holds nothing.
     pub(super) whole_error: bool,
     pub(super) out_of_service: bool,
+    /// Destinations (place, generation) refused a batch on it (queue full, recovering), waiting
+    /// for a `Ready`.
+    pub(super) blocked: Vec<(u32, u32)>,
+    /// Destinations with requests on it, removed once those are reported.
+    pub(super) retiring: Vec<u32>,
 }
 
 impl InitiatorRequests {
@@ -100,6 +105,8 @@ impl InitiatorRequests {
             lanes: vec![LaneError::default(); streams.max(1) as usize].into_boxed_slice(),
             whole_error: false,
             out_of_service: false,
+            blocked: Vec::new(),
+            retiring: Vec::new(),
         }
     }
 
