@@ -434,6 +434,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Grants `destination` an initiator (and stream) for one batch, or says why not. A
     /// dedicated policy's destination without an initiator takes a free one, or goes in line.
+    #[inline]
     pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let state = self.live(destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.index;
@@ -466,6 +467,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             (_, None) => self.take_free(d)? as usize,
         };
         let requests = &self.requests[initiator];
+        let room = requests.room();
         let refusal = if requests.whole_error || requests.out_of_service {
             Some(DcPoolWouldBlock::Recovering {
                 initiator,
@@ -476,7 +478,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 initiator,
                 stream: Some(stream),
             })
-        } else if requests.room() == 0 {
+        } else if room == 0 {
             Some(DcPoolWouldBlock::QueueFull)
         } else {
             None
@@ -486,7 +488,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             return Err(Refusal::WouldBlock(reason));
         }
         let requests = &self.requests[initiator];
-        let room = requests.room().min(quota_left);
+        let room = room.min(quota_left);
         Ok(Grant {
             destination: d,
             initiator,
@@ -559,6 +561,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Ends a granted batch: `posted` requests went to the provider (0 when it was dropped or
     /// refused), their `wr_id`s kept from `grant.first` on.
+    #[inline]
     pub(crate) fn commit(&mut self, grant: Grant, posted: usize) {
         if posted > 0 {
             self.requests[grant.initiator].record(grant.destination, grant.stream, posted as u64);
@@ -570,6 +573,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Gives a held initiator back once its holder has nothing outstanding and it needs no
     /// recovery (dedicated policies: a held initiator carries only its holder's requests).
+    #[inline]
     pub(super) fn release_holder_if_idle(&mut self, initiator: usize) {
         let requests = &self.requests[initiator];
         if let (Some(holder), 0, false) = (requests.holder, requests.outstanding(), requests.whole_error) {

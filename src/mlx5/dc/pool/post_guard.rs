@@ -23,6 +23,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// [streams](super::types::DcPoolPolicy::Streams) policy posts with
     /// [`start_post_send_on_stream`](Self::start_post_send_on_stream) instead
     /// ([`StreamsMismatch`](PostToDestinationErrorKind::StreamsMismatch) here).
+    #[inline(always)]
     pub fn start_post_send(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, DcAddress>, PostToDestinationError> {
@@ -33,6 +34,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// [streams](super::types::DcPoolPolicy::Streams) policy: every request of the batch goes to the
     /// destination's DCI stream (`mlx5dv_wr_set_dc_addr_stream`). The two are apart so that
     /// neither tests per request which setter to call.
+    #[inline(always)]
     pub fn start_post_send_on_stream(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, DcStreamAddress>, PostToDestinationError> {
@@ -60,6 +62,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
     /// The post path: the destination's address handle on its first post, one grant (or
     /// refusal) from the bookkeeping, then the guard over the granted initiator.
+    #[inline(always)]
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
@@ -114,6 +117,7 @@ struct PoolBatch<'p, I: PoolInitiator> {
 }
 
 impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
+    #[inline(always)]
     fn drop(&mut self) {
         self.core.commit(self.grant, self.posted);
     }
@@ -127,6 +131,7 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     /// back; UCX turns completion moderation off for DC too). When the batch holds
     /// [`room`](Self::room) requests already, [`DcPoolWouldBlock::BatchFull`]: post it and start
     /// another.
+    #[inline(always)]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
     ) -> Result<WorkRequestHandle<'_, PooledDynamicallyConnected<A>>, DcPoolWouldBlock> {
@@ -162,6 +167,7 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
     /// [`PostSendGuard::post`].
+    #[inline(always)]
     pub fn post(self) -> Result<(), PostSendError> {
         let Self { inner, mut batch } = self;
         let len = inner.batch_len();

@@ -18,11 +18,13 @@ const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
 pub(crate) const MAX_INITIATORS: usize = 1 << (64 - NUMBER_BITS);
 
 /// The provider-visible `wr_id` of request `number` of initiator `initiator`.
+#[inline]
 pub(crate) fn encode(initiator: usize, number: u64) -> u64 {
     ((initiator as u64) << NUMBER_BITS) | (number & NUMBER_MASK)
 }
 
 /// The initiator a provider-visible `wr_id` names.
+#[inline]
 pub(crate) fn initiator_of(wr_id: u64) -> usize {
     (wr_id >> NUMBER_BITS) as usize
 }
@@ -111,12 +113,14 @@ impl InitiatorRequests {
     }
 
     /// Requests posted and not yet reported.
+    #[inline]
     pub(super) fn outstanding(&self) -> u64 {
         self.head - self.reported
     }
 
     /// The oldest request not reported yet (`head` when none is): the ring holds the callers'
     /// `wr_id`s from here to `head`.
+    #[inline]
     pub(super) fn oldest(&self) -> u64 {
         self.batches.front().map_or(self.head, |b| b.settled)
     }
@@ -129,6 +133,7 @@ impl InitiatorRequests {
     /// How many more requests a batch may hold now: free send-queue slots, and places in the ring
     /// up to its end (a batch does not wrap). The ring's size is a power of two that divides 2⁴⁸,
     /// so a batch that stops at the ring's end never crosses the numbers' wrap either.
+    #[inline]
     pub(super) fn room(&self) -> usize {
         let ring_end = (self.head | self.mask) + 1;
         let limit = (self.reported + self.capacity)
@@ -138,17 +143,20 @@ impl InitiatorRequests {
     }
 
     /// Keeps the caller's `wr_id` of request `number`.
+    #[inline]
     pub(super) fn keep_wr_id(&mut self, number: u64, wr_id: u64) {
         self.wr_ids[(number & self.mask) as usize] = wr_id;
     }
 
     /// The caller's `wr_id` of request `number`.
+    #[inline]
     pub(super) fn wr_id(&self, number: u64) -> u64 {
         self.wr_ids[(number & self.mask) as usize]
     }
 
     /// Records `posted` requests of `destination` on `stream` from `head` on: the last record
     /// (which ends at `head`) grows when it is the same destination's and stream's.
+    #[inline]
     pub(super) fn record(&mut self, destination: u32, stream: u16, posted: u64) {
         let first = self.head;
         match self.batches.back_mut() {
@@ -167,12 +175,14 @@ impl InitiatorRequests {
     }
 
     /// The full number of a request from the 48 bits the provider gives back.
+    #[inline]
     pub(super) fn unwrap_number(&self, low: u64) -> u64 {
         let distance = self.head.wrapping_sub(low) & NUMBER_MASK;
         self.head.wrapping_sub(distance)
     }
 
     /// The index of the record holding request `number`, unless it was already reported.
+    #[inline]
     pub(super) fn find(&self, number: u64) -> Option<usize> {
         // Completions mostly settle the oldest record.
         let index = match self.batches.front() {
@@ -184,6 +194,7 @@ impl InitiatorRequests {
     }
 
     /// Drops the fully reported records at the front.
+    #[inline]
     pub(super) fn pop_settled(&mut self) {
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
             self.batches.pop_front();
