@@ -17,7 +17,7 @@ use rdma_mummy_sys::ibv_wc_status;
 use super::destinations::PoolCore;
 use super::initiator::{PooledInitiator, StreamResetRefusal};
 use super::requests::{initiator_of, BatchRecord, LaneError};
-use super::types::DcPoolEvent;
+use super::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
 /// exceeded: what a ConnectX reports for a DC target that was destroyed, as the hardware tests
@@ -55,8 +55,14 @@ impl<I: PooledInitiator> PoolCore<I> {
         } else {
             self.fail(initiator, number, batch, (status, vendor_err), sink);
         }
-        self.remove_retired(initiator);
-        self.unblock(initiator);
+        // Mostly none waits or retires: tested here, not in a call.
+        let requests = &self.requests[initiator];
+        if !requests.retiring.is_empty() {
+            self.remove_retired(initiator);
+        }
+        if !self.requests[initiator].blocked.is_empty() {
+            self.unblock(initiator);
+        }
         self.report_ready(sink);
         true
     }
@@ -65,9 +71,9 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// completes in order: they executed).
     fn settle_up_to(&mut self, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
         let requests = &mut self.requests[initiator];
+        let (batches, ring, mask) = requests.records_and_ring();
         let mut reported = 0;
-        for k in 0..requests.batches.len() {
-            let batch = requests.batches[k];
+        for batch in batches.iter_mut() {
             if batch.first >= end {
                 break;
             }
@@ -76,19 +82,17 @@ impl<I: PooledInitiator> PoolCore<I> {
                 continue;
             }
             let state = &mut self.destinations[batch.destination as usize];
-            let destination = super::types::DestinationId {
+            let destination = DestinationId {
                 index: batch.destination,
                 generation: state.generation,
             };
             state.retries_exceeded = 0;
             for number in batch.settled..stop {
-                sink(DcPoolEvent::Completed {
-                    destination,
-                    wr_id: requests.wr_id(number),
-                });
+                let wr_id = ring[(number & mask) as usize];
+                sink(DcPoolEvent::Completed { destination, wr_id });
             }
             reported += stop - batch.settled;
-            requests.batches[k].settled = stop;
+            batch.settled = stop;
         }
         requests.reported += reported;
         requests.pop_settled();
@@ -159,8 +163,9 @@ impl<I: PooledInitiator> PoolCore<I> {
     fn flush_up_to(&mut self, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
         let requests = &mut self.requests[initiator];
         let at_fault = requests.lanes[lane as usize].at_fault;
-        for k in 0..requests.batches.len() {
-            let batch = requests.batches[k];
+        let (batches, ring, mask) = requests.records_and_ring();
+        let mut reported = 0;
+        for batch in batches.iter_mut() {
             if batch.first >= end {
                 break;
             }
@@ -169,13 +174,13 @@ impl<I: PooledInitiator> PoolCore<I> {
                 continue;
             }
             let state = &self.destinations[batch.destination as usize];
-            let destination = super::types::DestinationId {
+            let destination = DestinationId {
                 index: batch.destination,
                 generation: state.generation,
             };
             let fails = at_fault == Some(batch.destination) || state.unreachable;
             for number in batch.settled..stop {
-                let wr_id = requests.wr_id(number);
+                let wr_id = ring[(number & mask) as usize];
                 sink(if fails {
                     DcPoolEvent::Failed {
                         destination,
@@ -187,9 +192,10 @@ impl<I: PooledInitiator> PoolCore<I> {
                     DcPoolEvent::Retry { destination, wr_id }
                 });
             }
-            requests.reported += stop - batch.settled;
-            requests.batches[k].settled = stop;
+            reported += stop - batch.settled;
+            batch.settled = stop;
         }
+        requests.reported += reported;
         requests.pop_settled();
     }
 

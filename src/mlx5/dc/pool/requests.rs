@@ -126,6 +126,7 @@ impl InitiatorRequests {
     }
 
     /// Whether a stream, or the whole initiator, is in error or out of service.
+    #[inline]
     pub(super) fn troubled(&self) -> bool {
         self.whole_error || self.out_of_service || self.lanes.iter().any(|l| l.errored)
     }
@@ -152,6 +153,13 @@ impl InitiatorRequests {
     #[inline]
     pub(super) fn wr_id(&self, number: u64) -> u64 {
         self.wr_ids[(number & self.mask) as usize]
+    }
+
+    /// The records, with the ring (and its mask) to read the callers' `wr_id`s of their requests
+    /// by, for a walk that reports and marks them.
+    #[inline]
+    pub(super) fn records_and_ring(&mut self) -> (&mut VecDeque<BatchRecord>, &[u64], u64) {
+        (&mut self.batches, &self.wr_ids, self.mask)
     }
 
     /// Records `posted` requests of `destination` on `stream` from `head` on: the last record
