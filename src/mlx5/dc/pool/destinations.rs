@@ -306,6 +306,10 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Removes destination `d`, which has nothing outstanding.
     fn remove(&mut self, d: u32) {
+        // Nothing of it goes in line (a quota it used) nor waits for a Ready.
+        let state = &mut self.destinations[d as usize];
+        state.over_quota = false;
+        state.blocked = false;
         self.unlink(d);
         // A dedicated destination with nothing outstanding holds at most a grant not used yet.
         if self.policy.is_dedicated() {
