@@ -88,7 +88,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             };
             state.retries_exceeded = 0;
             for number in batch.settled..stop {
-                let wr_id = ring[(number & mask) as usize];
+                let wr_id = ring.get((number & mask) as usize).copied().unwrap_or(0);
                 sink(DcPoolEvent::Completed { destination, wr_id });
             }
             reported += stop - batch.settled;
@@ -180,7 +180,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             };
             let fails = at_fault == Some(batch.destination) || state.unreachable;
             for number in batch.settled..stop {
-                let wr_id = ring[(number & mask) as usize];
+                let wr_id = ring.get((number & mask) as usize).copied().unwrap_or(0);
                 sink(if fails {
                     DcPoolEvent::Failed {
                         destination,

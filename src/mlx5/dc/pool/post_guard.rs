@@ -83,11 +83,16 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
         // stream setter when it has streams, which the streams policy's initiators have).
         let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected<A>>::start(qp_ex, entries, address) };
+        let requests = &mut self.core.requests[grant.initiator];
+        let first_slot = requests.slot(grant.first);
+        let ring = requests.lend_ring();
         Ok(DcPoolPostGuard {
             inner,
             batch: PoolBatch {
-                core: &mut self.core,
                 base: encode(grant.initiator, grant.first),
+                ring,
+                first_slot,
+                core: &mut self.core,
                 grant,
                 posted: 0,
             },
@@ -97,7 +102,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
 /// A batch to one destination through a [`DcInitiatorPool`]: the request builder of a
 /// [`DcInitiator`]'s guard, where the pool sets the DC address
-/// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
+/// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch. It holds the
+/// initiator's ring of `wr_id`s while it is open: leaked (`mem::forget`), it takes it along, and
+/// the requests of that initiator then in flight are reported with `wr_id` 0.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
 pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
     // Dropped first: an unposted batch is aborted before the pool ends it.
@@ -105,13 +112,18 @@ pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing
     batch: PoolBatch<'p, I>,
 }
 
-/// The pool's side of a batch: its grant, with the pool borrowed until the batch ends (posted,
-/// refused or dropped), when the pool records what was posted.
+/// The pool's side of a batch: its grant, and the initiator's ring of `wr_id`s, lent to the batch
+/// while it is open, with the pool borrowed until the batch ends (posted, refused or dropped),
+/// when the ring goes back and the pool records what was posted.
 struct PoolBatch<'p, I: PoolInitiator> {
     core: &'p mut PoolCore<I>,
     grant: Grant,
     /// The provider-visible `wr_id` of the batch's first request; the others follow by one.
     base: u64,
+    /// The initiator's ring, its callers' `wr_id`s at their requests' places; the batch's from
+    /// `first_slot` on, in a row (a batch does not wrap).
+    ring: Box<[u64]>,
+    first_slot: usize,
     /// Requests the provider took (set once `ibv_wr_complete` succeeded).
     posted: usize,
 }
@@ -119,6 +131,8 @@ struct PoolBatch<'p, I: PoolInitiator> {
 impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
     #[inline(always)]
     fn drop(&mut self) {
+        let ring = std::mem::take(&mut self.ring);
+        self.core.requests[self.grant.initiator].return_ring(ring);
         self.core.commit(self.grant, self.posted);
     }
 }
@@ -140,8 +154,7 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         if len >= batch.grant.room {
             return Err(DcPoolWouldBlock::BatchFull);
         }
-        let number = batch.grant.first + len as u64;
-        batch.core.requests[batch.grant.initiator].keep_wr_id(number, wr_id);
+        batch.ring[batch.first_slot + len] = wr_id;
         Ok(self
             .inner
             .construct_wr(batch.base + len as u64, wr_flags | WorkRequestFlags::Signaled))

@@ -143,8 +143,34 @@ impl InitiatorRequests {
         limit.saturating_sub(self.head) as usize
     }
 
-    /// Keeps the caller's `wr_id` of request `number`.
+    /// The place of request `number` in the ring.
     #[inline]
+    pub(super) fn slot(&self, number: u64) -> usize {
+        (number & self.mask) as usize
+    }
+
+    /// Lends the ring to an open batch, which keeps its requests' `wr_id`s there and gives it
+    /// back when it ends ([`return_ring`](Self::return_ring)); nothing reads it meanwhile (the
+    /// batch borrows the pool).
+    #[inline]
+    pub(super) fn lend_ring(&mut self) -> Box<[u64]> {
+        if self.wr_ids.is_empty() {
+            // A guard leaked (`mem::forget`) kept the last one: the `wr_id`s of its requests
+            // still in flight are lost (reported as 0).
+            self.wr_ids = vec![0; self.mask as usize + 1].into_boxed_slice();
+        }
+        std::mem::take(&mut self.wr_ids)
+    }
+
+    /// Takes the ring back from a batch that ended.
+    #[inline]
+    pub(super) fn return_ring(&mut self, ring: Box<[u64]>) {
+        self.wr_ids = ring;
+    }
+
+    /// Keeps the caller's `wr_id` of request `number` (the simulation, which posts without a
+    /// guard).
+    #[cfg(test)]
     pub(super) fn keep_wr_id(&mut self, number: u64, wr_id: u64) {
         self.wr_ids[(number & self.mask) as usize] = wr_id;
     }
@@ -152,7 +178,8 @@ impl InitiatorRequests {
     /// The caller's `wr_id` of request `number`.
     #[inline]
     pub(super) fn wr_id(&self, number: u64) -> u64 {
-        self.wr_ids[(number & self.mask) as usize]
+        // Empty only after a guard was leaked (see `lend_ring`).
+        self.wr_ids.get((number & self.mask) as usize).copied().unwrap_or(0)
     }
 
     /// The records, with the ring (and its mask) to read the callers' `wr_id`s of their requests
