@@ -75,7 +75,7 @@ fn dci_pool_on_a_device_that_is_not_mlx5_is_not_supported() {
             .setup_policy(policy)
             .setup_bring_up(DcInitiatorBringUp::new(1));
         if let Some(streams) = streams {
-            builder.setup_dci_streams(streams);
+            builder.setup_initiator(pd.create_dci_builder().setup_dci_streams(streams));
         }
         let err = builder.build().unwrap_err();
         assert!(err.is_not_supported(), "{policy:?}: {err:?}");
@@ -86,7 +86,7 @@ fn dci_pool_on_a_device_that_is_not_mlx5_is_not_supported() {
             .setup_policy(policy)
             .setup_bring_up(DcInitiatorBringUp::new(1));
         if let Some(streams) = streams {
-            own.setup_dci_streams(streams);
+            own.setup_initiator(pd.create_dci_builder().setup_dci_streams(streams));
         }
         let own_err = own.build().unwrap_err();
         assert!(own_err.is_not_supported(), "{policy:?}, own CQ: {own_err:?}");
@@ -150,7 +150,7 @@ fn bad_dci_pool_input_is_refused_before_the_library() {
     ] {
         let err = valid()
             .setup_policy(policy)
-            .setup_dci_streams(SOME_STREAMS)
+            .setup_initiator(pd.create_dci_builder().setup_dci_streams(SOME_STREAMS))
             .build()
             .unwrap_err();
         assert!(
@@ -193,7 +193,7 @@ fn bad_dci_pool_input_is_refused_before_the_library() {
     builder
         .setup_own_send_cq(&ctx, None)
         .setup_initiators(65_536)
-        .setup_max_send_wr(1 << 15)
+        .setup_initiator(pd.create_dci_builder().setup_max_send_wr(1 << 15))
         .setup_bring_up(DcInitiatorBringUp::new(1));
     let err = builder.build().unwrap_err();
     assert!(
@@ -318,19 +318,22 @@ impl PoolFixture {
     fn pool(
         &self, policy: DcPoolPolicy, streams: Option<DciStreams>, bring_up: DcInitiatorBringUp,
     ) -> (DcInitiatorPool, Vec<DestinationId>) {
+        let mut initiator = self.pd.create_dci_builder();
+        initiator
+            .setup_max_send_wr(MAX_SEND_WR)
+            .setup_max_inline_data(MAX_INLINE);
+        if let Some(streams) = streams {
+            initiator.setup_dci_streams(streams);
+        }
         let mut builder = self.pd.create_dci_pool_builder();
         builder
             .setup_send_cq(self.send_cq.clone())
             .setup_initiators(INITIATORS)
             .setup_policy(policy)
-            .setup_max_send_wr(MAX_SEND_WR)
-            .setup_max_inline_data(MAX_INLINE)
+            .setup_initiator(&initiator)
             .setup_bring_up(bring_up)
             .setup_src_gid_index(self.gid_index)
             .setup_unreachable_after(UNREACHABLE_AFTER);
-        if let Some(streams) = streams {
-            builder.setup_dci_streams(streams);
-        }
         let mut pool = builder.build().unwrap_or_else(|err| {
             panic!(
                 "create the pool ({policy:?}): {err:?}{}",

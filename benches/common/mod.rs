@@ -337,9 +337,10 @@ mod dc {
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
     use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
     use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
+    use sideway_ext::mlx5::dc::pool::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
     use sideway_ext::mlx5::dc::pool::post_guard::DcPoolPostGuard;
     use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
-    use sideway_ext::mlx5::dc::pool::{DcInitiatorPool, PooledInitiator, PostingInitiator, StreamResetRefusal};
+    use sideway_ext::mlx5::dc::pool::{DcInitiatorPool, PoolInitiator};
 
     use super::{failed, Buffers, CountingQp, Workload, STRIDE};
 
@@ -601,6 +602,8 @@ mod dc {
             Ok(())
         }
     }
+
+    impl PoolInitiator for CountingInitiator {}
 
     // SAFETY: the views are the boxes it owns, with the entries read from them (no streams).
     unsafe impl PostingInitiator for CountingInitiator {

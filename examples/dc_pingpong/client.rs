@@ -387,19 +387,22 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
             Initiators::Single(dci)
         },
         Some(pool) => {
+            let mut initiator = pd.create_dci_builder();
+            initiator
+                .setup_max_send_wr(tx_depth)
+                .setup_max_inline_data(inline_size)
+                .setup_send_ops_flags(parameters.mode.send_ops());
+            if let Some(streams) = streams {
+                initiator.setup_dci_streams(streams);
+            }
             let mut builder = pd.create_dci_pool_builder();
             builder
                 .setup_send_cq(cq.clone())
                 .setup_initiators(pool.initiators as usize)
                 .setup_policy(pool.policy.to_pool())
-                .setup_max_send_wr(tx_depth)
-                .setup_max_inline_data(inline_size)
-                .setup_send_ops_flags(parameters.mode.send_ops())
+                .setup_initiator(&initiator)
                 .setup_bring_up(DcInitiatorBringUp::new(port.number))
                 .setup_src_gid_index(port.gid_index);
-            if let Some(streams) = streams {
-                builder.setup_dci_streams(streams);
-            }
             let pool = builder.build().map_err(|e| {
                 if e.is_not_supported() && streams.is_some() {
                     no_dci_streams(&name)

@@ -132,8 +132,7 @@ pub(crate) mod sealed {
 pub struct ProviderEntries(u32);
 
 /// One bit per `ibv_qp_ex` entry the guards call.
-#[doc(hidden)]
-pub mod entry {
+pub(crate) mod entry {
     /// `wr_send`.
     pub const SEND: u32 = 1 << 0;
     /// `wr_send_imm`.
@@ -159,6 +158,7 @@ pub mod entry {
     /// `wr_set_ud_addr`.
     pub const SET_UD_ADDR: u32 = 1 << 11;
     /// The first bit free for entries outside `ibv_qp_ex` (the mlx5 module's).
+    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
     pub const FIRST_EXTERNAL: u32 = 1 << 16;
 
     pub(crate) const NAMES: [&str; 12] = [
@@ -506,49 +506,51 @@ pub struct PostSendGuard<'qp, T: Transport> {
 }
 
 impl<T: Transport> PostSendGuard<'_, T> {
-    /// Starts a batch with `ibv_wr_start` on a raw queue pair. The queue pairs of this crate call
-    /// it from their `start_post_send`; it is public for benchmarks and tests that drive the guard
-    /// over hand-made function tables.
-    ///
-    /// # Safety
-    ///
-    /// - `qp_ex` must be the extended view of a live queue pair, exclusively borrowed for the
-    ///   guard's lifetime, whose provider filled at least the entries named by `entries`
-    ///   (read them with [`ProviderEntries::new`]);
-    /// - `context` must be what `T` needs for this queue pair.
-    #[doc(hidden)]
-    #[inline]
-    pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context) -> Self {
-        ibv_wr_start(qp_ex.as_ptr());
-        Self {
-            batch: Batch {
-                qp_ex,
-                missing: !entries.bits(),
-                len: 0,
-                refused: None,
-            },
-            context,
-            _qp: PhantomData,
+    bench_visible! {
+        /// Starts a batch with `ibv_wr_start` on a raw queue pair. The queue pairs of this crate call
+        /// it from their `start_post_send`; it is public for benchmarks and tests that drive the guard
+        /// over hand-made function tables.
+        ///
+        /// # Safety
+        ///
+        /// - `qp_ex` must be the extended view of a live queue pair, exclusively borrowed for the
+        ///   guard's lifetime, whose provider filled at least the entries named by `entries`
+        ///   (read them with [`ProviderEntries::new`]);
+        /// - `context` must be what `T` needs for this queue pair.
+        #[inline]
+        pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context) -> Self {
+            ibv_wr_start(qp_ex.as_ptr());
+            Self {
+                batch: Batch {
+                    qp_ex,
+                    missing: !entries.bits(),
+                    len: 0,
+                    refused: None,
+                },
+                context,
+                _qp: PhantomData,
+            }
         }
     }
 
-    /// Posts one request on a raw queue pair: `ibv_wr_start`, the request described by `request`
-    /// from its operation step on (as with [`construct_wr`](Self::construct_wr)), then
-    /// `ibv_wr_complete`. The queue pairs of this crate call it from their `post_send_one`; it is
-    /// public for benchmarks and tests that drive it over hand-made function tables.
-    ///
-    /// # Safety
-    ///
-    /// As [`start`](Self::start).
-    #[doc(hidden)]
-    #[inline(always)]
-    pub unsafe fn post_one(
-        qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
-        wr_flags: WorkRequestFlags, request: impl FnOnce(WorkRequestHandle<'_, T>),
-    ) -> Result<(), PostSendError> {
-        let mut guard = Self::start(qp_ex, entries, context);
-        request(guard.construct_wr(wr_id, wr_flags));
-        guard.post()
+    bench_visible! {
+        /// Posts one request on a raw queue pair: `ibv_wr_start`, the request described by `request`
+        /// from its operation step on (as with [`construct_wr`](Self::construct_wr)), then
+        /// `ibv_wr_complete`. The queue pairs of this crate call it from their `post_send_one`; it is
+        /// public for benchmarks and tests that drive it over hand-made function tables.
+        ///
+        /// # Safety
+        ///
+        /// As [`start`](Self::start).
+        #[inline(always)]
+        pub unsafe fn post_one(
+            qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
+            wr_flags: WorkRequestFlags, request: impl FnOnce(WorkRequestHandle<'_, T>),
+        ) -> Result<(), PostSendError> {
+            let mut guard = Self::start(qp_ex, entries, context);
+            request(guard.construct_wr(wr_id, wr_flags));
+            guard.post()
+        }
     }
 
     /// Starts a new request with this `wr_id` and flags (e.g. [`WorkRequestFlags::Signaled`] for

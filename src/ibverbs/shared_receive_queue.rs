@@ -572,36 +572,37 @@ impl SharedReceiveQueue {
         unsafe { Self::post_recv_one_raw(self.srq, self.max_sge, wr_id, sg_list) }
     }
 
-    /// [`post_recv_one`](Self::post_recv_one) on a raw shared receive queue, for benchmarks and
-    /// tests that drive it over hand-made function tables.
-    ///
-    /// # Safety
-    ///
-    /// `srq` must be a live shared receive queue and `max_sge` at most the number of entries per
-    /// request it was created with; the buffers as for [`post_recv_one`](Self::post_recv_one).
-    #[doc(hidden)]
-    #[inline(always)]
-    pub unsafe fn post_recv_one_raw(
-        srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
-    ) -> Result<(), PostReceiveError> {
-        let mut wr = Zeroed::<ibv_recv_wr>::new();
-        wr.wr_id = wr_id;
-        wr.sg_list = sg_list.as_ptr().cast_mut();
-        wr.num_sge = sg_list.len() as i32;
-        // Checked once the request is written, as raw code writes it first.
-        if sg_list.len() > max_sge as usize {
-            return Err(one_failed(0, wr.wr_id, sg_list.len(), max_sge));
+    bench_visible! {
+        /// [`post_recv_one`](Self::post_recv_one) on a raw shared receive queue, for benchmarks and
+        /// tests that drive it over hand-made function tables.
+        ///
+        /// # Safety
+        ///
+        /// `srq` must be a live shared receive queue and `max_sge` at most the number of entries per
+        /// request it was created with; the buffers as for [`post_recv_one`](Self::post_recv_one).
+        #[inline(always)]
+        pub unsafe fn post_recv_one_raw(
+            srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
+        ) -> Result<(), PostReceiveError> {
+            let mut wr = Zeroed::<ibv_recv_wr>::new();
+            wr.wr_id = wr_id;
+            wr.sg_list = sg_list.as_ptr().cast_mut();
+            wr.num_sge = sg_list.len() as i32;
+            // Checked once the request is written, as raw code writes it first.
+            if sg_list.len() > max_sge as usize {
+                return Err(one_failed(0, wr.wr_id, sg_list.len(), max_sge));
+            }
+            let mut bad_wr: *mut ibv_recv_wr = null_mut();
+            // SAFETY: a one-request list whose entries (read, never written, by the provider) live
+            // until the call returns; the SRQ is alive (the caller's promise).
+            let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), wr.as_mut_ptr(), &mut bad_wr) };
+            if ret != 0 {
+                // Read back from the request, so that nothing needs to stay live across the call
+                // (`max` only matters for too many entries).
+                return Err(one_failed(ret, wr.wr_id, 0, 0));
+            }
+            Ok(())
         }
-        let mut bad_wr: *mut ibv_recv_wr = null_mut();
-        // SAFETY: a one-request list whose entries (read, never written, by the provider) live
-        // until the call returns; the SRQ is alive (the caller's promise).
-        let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), wr.as_mut_ptr(), &mut bad_wr) };
-        if ret != 0 {
-            // Read back from the request, so that nothing needs to stay live across the call
-            // (`max` only matters for too many entries).
-            return Err(one_failed(ret, wr.wr_id, 0, 0));
-        }
-        Ok(())
     }
 }
 
@@ -673,43 +674,44 @@ fn release(owned: Option<Box<RecvChunk>>) {
 }
 
 impl PostReceiveGuard<'_> {
-    /// Starts a batch on a raw shared receive queue. [`SharedReceiveQueue::start_post_recv`] calls
-    /// it; it is public for benchmarks and tests that drive the guard over hand-made function
-    /// tables.
-    ///
-    /// # Safety
-    ///
-    /// `srq` must be a live shared receive queue for the guard's lifetime, and `max_sge` at most
-    /// the number of scatter/gather entries per request it was created with.
-    #[doc(hidden)]
-    #[inline(always)]
-    pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32) -> Self {
-        let thread = THREAD_CHUNK.try_with(|thread| {
-            if thread.in_use.replace(true) {
-                None
-            } else {
-                NonNull::new(thread.chunk.get())
+    bench_visible! {
+        /// Starts a batch on a raw shared receive queue. [`SharedReceiveQueue::start_post_recv`] calls
+        /// it; it is public for benchmarks and tests that drive the guard over hand-made function
+        /// tables.
+        ///
+        /// # Safety
+        ///
+        /// `srq` must be a live shared receive queue for the guard's lifetime, and `max_sge` at most
+        /// the number of scatter/gather entries per request it was created with.
+        #[inline(always)]
+        pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32) -> Self {
+            let thread = THREAD_CHUNK.try_with(|thread| {
+                if thread.in_use.replace(true) {
+                    None
+                } else {
+                    NonNull::new(thread.chunk.get())
+                }
+            });
+            let (chunk, owned) = match thread {
+                Ok(Some(chunk)) => (chunk, None),
+                // Another guard of this thread holds the thread's chunk (or the thread is exiting).
+                _ => own_chunk(),
+            };
+            let mut batch = RecvBatch {
+                srq,
+                max_sge,
+                chunk,
+                owned,
+                next_wr: null_mut(),
+                next_sge: null_mut(),
+                posted: 0,
+                failed: None,
+            };
+            batch.restart();
+            Self {
+                batch,
+                _srq: PhantomData,
             }
-        });
-        let (chunk, owned) = match thread {
-            Ok(Some(chunk)) => (chunk, None),
-            // Another guard of this thread holds the thread's chunk (or the thread is exiting).
-            _ => own_chunk(),
-        };
-        let mut batch = RecvBatch {
-            srq,
-            max_sge,
-            chunk,
-            owned,
-            next_wr: null_mut(),
-            next_sge: null_mut(),
-            posted: 0,
-            failed: None,
-        };
-        batch.restart();
-        Self {
-            batch,
-            _srq: PhantomData,
         }
     }
 

@@ -341,6 +341,22 @@ impl DcInitiatorBuilder {
         }
     }
 
+    /// The protection domain the initiators are created on (a pool's builder sets its own).
+    pub(crate) fn setup_protection_domain(&mut self, pd: &Arc<ProtectionDomain>) -> &mut Self {
+        self.pd = Arc::clone(pd);
+        self
+    }
+
+    /// The send queue capacity asked for.
+    pub(crate) fn max_send_wr(&self) -> u32 {
+        self.request.max_send_wr
+    }
+
+    /// The DCI streams asked for.
+    pub(crate) fn streams(&self) -> Option<DciStreams> {
+        self.request.streams
+    }
+
     /// The completion queue of send completions (required).
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
         self.send_cq = Some(send_cq.into());
@@ -1105,29 +1121,31 @@ pub enum DynamicallyConnected {}
 pub struct DcContext(NonNull<mlx5dv_qp_ex>);
 
 impl DcContext {
-    /// The context of a DC initiator's mlx5 view, for benchmarks and tests that drive the guard
-    /// over hand-made function tables ([`PostSendGuard::start`]).
-    ///
-    /// # Safety
-    ///
-    /// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex` for as long as guards use the
-    /// context.
-    #[doc(hidden)]
-    pub unsafe fn from_raw(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Self {
-        Self(mlx5_qp_ex)
+    bench_visible! {
+        /// The context of a DC initiator's mlx5 view, for benchmarks and tests that drive the guard
+        /// over hand-made function tables ([`PostSendGuard::start`]).
+        ///
+        /// # Safety
+        ///
+        /// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex` for as long as guards use the
+        /// context.
+        pub unsafe fn from_raw(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Self {
+            Self(mlx5_qp_ex)
+        }
     }
 
-    /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
-    /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing.
-    ///
-    /// # Safety
-    ///
-    /// The view must be live (see [`from_raw`](Self::from_raw)).
-    #[doc(hidden)]
-    pub unsafe fn entries(
-        self, ibv_entries: crate::ibverbs::post_send_guard::ProviderEntries, streams: bool,
-    ) -> Result<crate::ibverbs::post_send_guard::ProviderEntries, &'static str> {
-        Ok(ibv_entries.with(dc_entries(self.0, streams)?))
+    bench_visible! {
+        /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
+        /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing.
+        ///
+        /// # Safety
+        ///
+        /// The view must be live (see [`from_raw`](Self::from_raw)).
+        pub unsafe fn entries(
+            self, ibv_entries: crate::ibverbs::post_send_guard::ProviderEntries, streams: bool,
+        ) -> Result<crate::ibverbs::post_send_guard::ProviderEntries, &'static str> {
+            Ok(ibv_entries.with(dc_entries(self.0, streams)?))
+        }
     }
 }
 
@@ -1181,20 +1199,21 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         self.stream_address(unsafe { ah.ah() }, dct_number, dc_key, stream_id)
     }
 
-    /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: for benchmarks and
-    /// tests over hand-made function tables.
-    ///
-    /// # Safety
-    ///
-    /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
-    /// its address vector then), or, over a hand-made table, whatever that table's setter
-    /// accepts.
-    #[doc(hidden)]
-    #[inline(always)]
-    pub unsafe fn setup_dc_addr_raw(
-        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
-    ) -> LocalBufferHandle<'g, O, DcAddress> {
-        self.address(ah, dct_number, dc_key)
+    bench_visible! {
+        /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: for benchmarks and
+        /// tests over hand-made function tables.
+        ///
+        /// # Safety
+        ///
+        /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
+        /// its address vector then), or, over a hand-made table, whatever that table's setter
+        /// accepts.
+        #[inline(always)]
+        pub unsafe fn setup_dc_addr_raw(
+            self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
+        ) -> LocalBufferHandle<'g, O, DcAddress> {
+            self.address(ah, dct_number, dc_key)
+        }
     }
 
     #[inline(always)]

@@ -1,5 +1,6 @@
 //! The pool's builder: how many initiators, their settings, the policy, the send CQ.
 use std::sync::Arc;
+use std::time::Duration;
 
 use sideway::ibverbs::completion::{
     CompletionChannel, CompletionQueue, CreateCompletionQueueError, CreateCompletionQueueErrorKind,
@@ -7,13 +8,12 @@ use sideway::ibverbs::completion::{
 };
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::SendOperationFlags;
 
-use super::assignment::MAX_INITIATORS;
+use super::requests::MAX_INITIATORS;
 use super::types::DcPoolPolicy;
 use super::DcInitiatorPool;
 use crate::mlx5::dc::initiator::{
-    BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams,
+    BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder,
 };
 
 /// Error returned by [`DcInitiatorPoolBuilder::build`].
@@ -49,7 +49,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// The limit.
         max: usize,
     },
-    /// The streams policy needs DCI streams (`setup_dci_streams`), and the other policies must
+    /// The streams policy needs DCI streams (the initiator's `setup_dci_streams`), and the other policies must
     /// not have them.
     #[error("the {policy:?} policy {requirement}")]
     StreamsMismatch {
@@ -111,14 +111,12 @@ pub struct DcInitiatorPoolBuilder {
     pd: Arc<ProtectionDomain>,
     initiator: DcInitiatorBuilder,
     send_cq: Option<GenericCompletionQueue>,
-    streams: Option<DciStreams>,
     count: usize,
     policy: DcPoolPolicy,
     bring_up: Option<DcInitiatorBringUp>,
     src_gid_index: u8,
     unreachable_after: u32,
-    max_send_wr: u32,
-    grant_timeout: u64,
+    grant_timeout: Duration,
     own_send_cq: Option<OwnSendCq>,
 }
 
@@ -135,14 +133,12 @@ impl DcInitiatorPoolBuilder {
             pd: Arc::clone(pd),
             initiator: DcInitiatorBuilder::new(pd),
             send_cq: None,
-            streams: None,
             count: 8,
             policy: DcPoolPolicy::Dedicated,
             bring_up: None,
             src_gid_index: 0,
             unreachable_after: 3,
-            max_send_wr: 16,
-            grant_timeout: 64,
+            grant_timeout: Duration::from_millis(10),
             own_send_cq: None,
         }
     }
@@ -150,22 +146,20 @@ impl DcInitiatorPoolBuilder {
     /// The completion queue of every initiator's send completions (this, or
     /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required). It may be shared with other
     /// queue pairs: [`DcInitiatorPool::poll`] hands their completions over
-    /// ([`DcPoolEvent::OtherCompletion`]), and a caller that polls it itself feeds the pool with
+    /// ([`DcPoolEvent::OtherCompletion`](super::types::DcPoolEvent::OtherCompletion)), and a caller that polls it itself feeds the pool with
     /// [`DcInitiatorPool::complete`]. It must hold every request that can be in flight (the pool
-    /// signals every request): initiators × [`setup_max_send_wr`](Self::setup_max_send_wr)
+    /// signals every request): initiators × the initiator's `max_send_wr` ([`setup_initiator`](Self::setup_initiator))
     /// (the pool keeps no more in flight per initiator, even when the device granted a larger
     /// send queue), plus what the other queue pairs need; [`build`](Self::build) refuses a CQ
     /// smaller than the pool's part ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
-        let send_cq = send_cq.into();
-        self.initiator.setup_send_cq(send_cq.clone());
-        self.send_cq = Some(send_cq);
+        self.send_cq = Some(send_cq.into());
         self.own_send_cq = None;
         self
     }
 
     /// Lets [`build`](Self::build) create the send completion queue on `context` (the protection
-    /// domain's device), sized initiators × [`setup_max_send_wr`](Self::setup_max_send_wr), and,
+    /// domain's device), sized initiators × the initiator's `max_send_wr` ([`setup_initiator`](Self::setup_initiator)), and,
     /// with a `channel`, on that completion channel and completion vector: arm it through
     /// [`DcInitiatorPool::send_cq`] with
     /// [`req_notify_cq`](crate::ibverbs::extension::CompletionQueueEventExt::req_notify_cq) and
@@ -181,13 +175,13 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// After how many calls of [`poll`](DcInitiatorPool::poll) (or
-    /// [`progress`](DcInitiatorPool::progress)) a destination that
-    /// was granted an initiator from the line ([`DcPoolEvent::Ready`]) and posted nothing on it
-    /// gives it back, to the next in line (default 64, at least 1). It keeps it as long as it
-    /// has requests outstanding once it posted.
-    pub fn setup_grant_timeout(&mut self, calls: u64) -> &mut Self {
-        self.grant_timeout = calls;
+    /// How long a destination that was granted an initiator from the line
+    /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) and posted nothing on it keeps
+    /// it before it goes to the next in line (default 10 ms). It keeps it as long as it has
+    /// requests outstanding once it posted. The clock is read by [`poll`](super::DcInitiatorPool::poll)
+    /// and [`progress`](super::DcInitiatorPool::progress) only while such a grant is unused.
+    pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.grant_timeout = timeout;
         self
     }
 
@@ -203,37 +197,14 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// Each initiator's send queue capacity (default 16).
-    pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
-        self.max_send_wr = max_send_wr;
-        self.initiator.setup_max_send_wr(max_send_wr);
-        self
-    }
-
-    /// Scatter/gather entries per request (default 1).
-    pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
-        self.initiator.setup_max_send_sge(max_send_sge);
-        self
-    }
-
-    /// Inline data per request in bytes (default 0).
-    pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
-        self.initiator.setup_max_inline_data(max_inline_data);
-        self
-    }
-
-    /// The send operations requests may use (default: every DC operation).
-    pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
-        self.initiator.setup_send_ops_flags(send_ops_flags);
-        self
-    }
-
-    /// DCI streams of every initiator: required by, and only allowed with, the
-    /// [streams](DcPoolPolicy::Streams) policy. On a device without them, creation fails with
-    /// [`is_not_supported`](CreateDcInitiatorPoolError::is_not_supported).
-    pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
-        self.streams = Some(streams);
-        self.initiator.setup_dci_streams(streams);
+    /// Each initiator's settings, from a DC initiator builder (`pd.create_dci_builder()`): its
+    /// send queue, scatter/gather entries, inline data, send operations and DCI streams (default:
+    /// as [`DcInitiatorBuilder::new`] makes it). Its protection domain and send CQ are not used:
+    /// the initiators are created on the pool's. DCI streams are required by, and only allowed
+    /// with, the [streams](DcPoolPolicy::Streams) policy; on a device without them, creation
+    /// fails with [`is_not_supported`](CreateDcInitiatorPoolError::is_not_supported).
+    pub fn setup_initiator(&mut self, initiator: &DcInitiatorBuilder) -> &mut Self {
+        self.initiator = initiator.clone();
         self
     }
 
@@ -265,7 +236,7 @@ impl DcInitiatorPoolBuilder {
             }
             .into());
         }
-        match (self.policy, self.streams) {
+        match (self.policy, self.initiator.streams()) {
             (DcPoolPolicy::Streams, None) => {
                 return Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch {
                     policy: self.policy,
@@ -284,8 +255,10 @@ impl DcInitiatorPoolBuilder {
         }
         let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         // Every request is signalled: the CQ holds up to initiators × send queue of the pool's.
-        let needed = self.count as u64 * u64::from(self.max_send_wr.max(1));
+        let max_send_wr = self.initiator.max_send_wr();
+        let needed = self.count as u64 * u64::from(max_send_wr.max(1));
         let mut initiator_builder = self.initiator.clone();
+        initiator_builder.setup_protection_domain(&self.pd);
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
                 // SAFETY: the CQ is alive while `cq` is; only its size is read.
@@ -294,6 +267,7 @@ impl DcInitiatorPoolBuilder {
                 if u64::from(cqe) < needed {
                     return Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed }.into());
                 }
+                initiator_builder.setup_send_cq(cq.clone());
                 cq.clone()
             },
             (None, Some((context, channel))) => {
@@ -333,7 +307,7 @@ impl DcInitiatorPoolBuilder {
         }
         let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
         // No more in flight per initiator than the CQ was sized for.
-        pool.core.limit_send_queue(self.max_send_wr);
+        pool.core.limit_send_queue(max_send_wr);
         pool.core.set_grant_timeout(self.grant_timeout);
         pool.send_cq = Some(send_cq);
         pool.pd = Some(Arc::clone(&self.pd));

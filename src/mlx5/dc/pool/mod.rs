@@ -11,12 +11,19 @@
 //! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
 //! operation → data → `post`. [`poll`](DcInitiatorPool::poll) reports every request exactly once
 //! from its own completion (the pool signals them all), hands initiators that free up to the
-//! destinations in line ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators
-//! once the device flushed them. Destinations come and go
-//! ([`remove_destination`](DcInitiatorPool::remove_destination), generational ids); the send
+//! destinations in line, tells a destination refused with a would-block when it may post again
+//! ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device flushed
+//! them. Destinations come and go ([`remove_destination`](DcInitiatorPool::remove_destination),
+//! [`retire_destination`](DcInitiatorPool::retire_destination), generational ids); the send
 //! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
 //! [`DcPoolEvent::OtherCompletion`]) or created by the pool
-//! ([`setup_own_send_cq`](DcInitiatorPoolBuilder::setup_own_send_cq)).
+//! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
+//!
+//! This module holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the post
+//! path (address handle, grant, guard), [`types`] its values and errors. The bookkeeping, apart
+//! from any device, is in private modules: destinations, the wait line and grants; each
+//! initiator's ring of requests and batch records; completions and recovery; and what the pool
+//! needs of an initiator ([`PoolInitiator`]'s sealed part).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -25,7 +32,7 @@
 //! use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 //! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 //! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
-//! use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, PostToDestinationErrorKind};
+//! use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy};
 //! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,7 +46,7 @@
 //!     .setup_send_cq(cq)
 //!     .setup_initiators(16)
 //!     .setup_policy(DcPoolPolicy::DedicatedWithQuota { quota: 64 })
-//!     .setup_max_send_wr(128)
+//!     .setup_initiator(pd.create_dci_builder().setup_max_send_wr(128))
 //!     .setup_bring_up(DcInitiatorBringUp::new(1))
 //!     .setup_src_gid_index(3)
 //!     .build()?;
@@ -52,9 +59,8 @@
 //!         unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote_addr).setup_sge(lkey, addr, 64) };
 //!         guard.post()?;
 //!     },
-//!     // In line: `poll` reports `Ready` for it when it holds an initiator.
-//!     Err(e) if matches!(e.0, PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {},
-//!     // Nothing was posted (queue full, quota, recovery): try again after polling.
+//!     // Nothing was posted (no initiator, quota, queue full, recovery): `poll` reports `Ready`
+//!     // for it when it may post again.
 //!     Err(e) if e.is_would_block() => {},
 //!     Err(e) => return Err(e.into()),
 //! }
@@ -70,16 +76,14 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use rdma_mummy_sys::ibv_ah;
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
-use self::assignment::{initiator_of, PoolCore, RemoveRefusal};
-// The supertrait of `PostingInitiator`: reachable, so that hand-made initiators outside the crate
-// (the benchmarks') can implement both.
-#[doc(hidden)]
-pub use self::assignment::{PooledInitiator, StreamResetRefusal};
+use self::destinations::{PoolCore, RemoveRefusal};
+use self::initiator::PostingInitiator;
+use self::requests::initiator_of;
 use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationError, RemoveDestinationErrorKind,
@@ -88,67 +92,30 @@ use super::endpoint::DcEndpoint;
 use super::initiator::DcInitiator;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
-use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::work_completion::WorkCompletion;
 
-mod assignment;
 pub mod builder;
+mod completions;
+mod destinations;
+bench_visible! {
+    pub mod initiator;
+}
 pub mod post_guard;
+mod requests;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]
 mod tests;
 pub mod types;
 
-/// A DC initiator the pool can post on: [`DcInitiator`], or a hand-made one in benchmarks.
+/// The DC initiators a [`DcInitiatorPool`] is made of: [`DcInitiator`], the default and the one
+/// [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) creates.
 ///
-/// # Safety
-///
-/// `send_view` must return the live extended and mlx5 views of a queue pair owned by the
-/// implementor, exclusively usable while the implementor is mutably borrowed, with at least the
-/// entries named (including `wr_set_dc_addr`, and `wr_set_dc_addr_stream` when `stream_count` is
-/// not 0).
-#[doc(hidden)]
-pub unsafe trait PostingInitiator: PooledInitiator {
-    /// The queue pair number its completions carry.
-    fn qp_number(&self) -> u32;
-    /// The views and entries posting uses.
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>);
-}
+/// Sealed: the pool posts through the queue pair an implementor owns and recovers it, relying on
+/// promises only this crate's implementations keep, so no other type implements it.
+pub trait PoolInitiator: PostingInitiator {}
 
-impl PooledInitiator for DcInitiator {
-    fn max_send_wr(&self) -> u32 {
-        DcInitiator::max_send_wr(self)
-    }
-
-    fn stream_count(&self) -> u32 {
-        self.streams().map_or(0, |s| 1u32 << s.log_num_concurrent.min(16))
-    }
-
-    fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        // Reset or rebuilt: either way the pool reads the (maybe new) number from the initiator.
-        DcInitiator::recover(self).map(drop).map_err(Into::into)
-    }
-
-    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
-        use super::initiator::ResetDciStreamErrorKind as Kind;
-        DcInitiator::reset_stream(self, stream).map_err(|e| match e.0 {
-            Kind::NotReadyToSend { .. } => StreamResetRefusal::NotReadyToSend,
-            _ => StreamResetRefusal::Failed(e.into()),
-        })
-    }
-}
-
-// SAFETY: the views are the DC initiator's own, read at creation with their entries.
-unsafe impl PostingInitiator for DcInitiator {
-    fn qp_number(&self) -> u32 {
-        DcInitiator::qp_number(self)
-    }
-
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        self.pool_view()
-    }
-}
+impl PoolInitiator for DcInitiator {}
 
 /// Where a destination's requests go: its address handle, DCT number and DC key.
 #[derive(Debug, Default)]
@@ -161,7 +128,7 @@ struct DestinationAddress {
 
 /// A pool of DC initiators on one send CQ serving many destinations; see the
 /// [module](self) documentation.
-pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
+pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     core: PoolCore<I>,
     /// By destination place; emptied when a destination is removed.
     addresses: Vec<DestinationAddress>,
@@ -176,9 +143,9 @@ pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
 
 // SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
 // pools, by the caller); every method that posts or recovers takes `&mut self`.
-unsafe impl<I: PostingInitiator + Send> Send for DcInitiatorPool<I> {}
+unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> {}
 
-impl<I: PostingInitiator> std::fmt::Debug for DcInitiatorPool<I> {
+impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DcInitiatorPool")
             .field("policy", &self.core.policy())
@@ -188,35 +155,37 @@ impl<I: PostingInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     }
 }
 
-impl<I: PostingInitiator> DcInitiatorPool<I> {
-    /// A pool over initiators already brought up (for benchmarks and tests over hand-made
-    /// tables; [`DcInitiatorPoolBuilder`] makes real ones).
-    #[doc(hidden)]
-    pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
-        Self {
-            core: PoolCore::new(initiators, policy, unreachable_after),
-            addresses: Vec::new(),
-            address_handles: 0,
-            send_cq: None,
-            pd: None,
-            port: 1,
-            src_gid_index: 0,
-            streams: policy == DcPoolPolicy::Streams,
+impl<I: PoolInitiator> DcInitiatorPool<I> {
+    bench_visible! {
+        /// A pool over initiators already brought up (for benchmarks and tests over hand-made
+        /// tables; [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) makes real ones).
+        pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
+            Self {
+                core: PoolCore::new(initiators, policy, unreachable_after),
+                addresses: Vec::new(),
+                address_handles: 0,
+                send_cq: None,
+                pd: None,
+                port: 1,
+                src_gid_index: 0,
+                streams: policy == DcPoolPolicy::Streams,
+            }
         }
     }
 
-    /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
-    /// without DC).
-    #[doc(hidden)]
-    pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
-        self.send_cq = Some(send_cq.into());
+    bench_visible! {
+        /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
+        /// without DC).
+        pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
+            self.send_cq = Some(send_cq.into());
+        }
     }
 
-    /// Sets the grant timeout ([`DcInitiatorPoolBuilder::setup_grant_timeout`]) of a hand-made
-    /// pool.
-    #[doc(hidden)]
-    pub fn set_grant_timeout(&mut self, calls: u64) {
-        self.core.set_grant_timeout(calls);
+    /// Sets the grant timeout ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout))
+    /// of a hand-made pool.
+    #[cfg(test)]
+    pub(crate) fn set_grant_timeout(&mut self, timeout: std::time::Duration) {
+        self.core.set_grant_timeout(timeout);
     }
 
     /// The policy it was created with.
@@ -266,26 +235,28 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         id
     }
 
-    /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
-    /// tables).
-    ///
-    /// # Safety
-    ///
-    /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
-    /// pool posts to the destination.
-    #[doc(hidden)]
-    pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
-        let id = self.core.add_destination();
-        self.place(id, DestinationAddress::default());
-        self.core.set_address(id, (ah, dct_number, dc_key));
-        id
+    bench_visible! {
+        /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
+        /// tables).
+        ///
+        /// # Safety
+        ///
+        /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
+        /// pool posts to the destination.
+        pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
+            let id = self.core.add_destination();
+            self.place(id, DestinationAddress::default());
+            self.core.set_address(id, (ah, dct_number, dc_key));
+            id
+        }
     }
 
     /// Removes `destination`: its address handle and records are freed, and its id becomes stale
     /// (every method refuses it, or answers as for an unknown destination, also once its place
     /// serves another destination). Refused while requests of it are not reported yet
     /// ([`RemoveDestinationErrorKind::Outstanding`]): poll until [`outstanding`](Self::outstanding)
-    /// is 0. A grant it holds and has not used goes to the next destination in line.
+    /// is 0, or [`retire`](Self::retire_destination) it instead. A grant it holds and has not
+    /// used goes to the next destination in line.
     pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
         self.core
             .remove_destination(destination)
@@ -293,10 +264,20 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
                 RemoveRefusal::Outstanding(requests) => RemoveDestinationErrorKind::Outstanding { requests },
                 RemoveRefusal::UnknownDestination => RemoveDestinationErrorKind::UnknownDestination,
             })?;
-        let address = std::mem::take(&mut self.addresses[destination.index()]);
-        if address.ah.is_some() {
-            self.address_handles -= 1;
-        }
+        forget(&mut self.addresses, &mut self.address_handles, destination);
+        Ok(())
+    }
+
+    /// Removes `destination` once every request of it was reported, with a
+    /// [`DcPoolEvent::Removed`] from [`poll`](Self::poll) (or [`complete`](Self::complete), or
+    /// [`progress`](Self::progress) when nothing was outstanding): no caller has to wait for
+    /// [`outstanding`](Self::outstanding) to reach 0. From now on it posts nothing
+    /// ([`Retiring`](PostToDestinationErrorKind::Retiring)) and leaves the line; its requests
+    /// in flight are reported as usual.
+    pub fn retire_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
+        self.core
+            .retire(destination)
+            .map_err(|_| RemoveDestinationErrorKind::UnknownDestination)?;
         Ok(())
     }
 
@@ -364,37 +345,9 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
         }
-        self.resolve(destination)?;
-        Ok(())
-    }
-
-    /// The destination's address, creating its address handle on first use.
-    fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
-        if self.core.address(destination).is_some() {
-            return Ok(());
+        if self.core.address(destination).is_none() {
+            self.resolve(destination)?;
         }
-        self.resolve_first(destination)
-    }
-
-    #[inline(never)]
-    fn resolve_first(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
-        if !self.core.contains(destination) {
-            return Err(PostToDestinationErrorKind::UnknownDestination);
-        }
-        let address = self
-            .addresses
-            .get_mut(destination.index())
-            .ok_or(PostToDestinationErrorKind::UnknownDestination)?;
-        let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
-            return Err(PostToDestinationErrorKind::UnknownDestination);
-        };
-        let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
-        // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
-        // removed; libmlx5 copies the address into each request).
-        let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
-        address.ah = Some(ah);
-        self.address_handles += 1;
-        self.core.set_address(destination, resolved);
         Ok(())
     }
 
@@ -403,15 +356,23 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     /// ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device
     /// flushed them. A completion of a queue pair that is not the pool's is handed over as
     /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
-    pub fn poll(&mut self, mut sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
-        self.core.tick(&mut sink);
-        let Some(cq) = &self.send_cq else {
+    pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
+        let Self {
+            core,
+            addresses,
+            address_handles,
+            send_cq,
+            ..
+        } = self;
+        let mut sink = freeing_removed(addresses, address_handles, sink);
+        core.tick(&mut sink);
+        let Some(cq) = send_cq else {
             return Ok(0);
         };
         let mut wcs = [WorkCompletion::default(); 32];
         let polled = cq.poll_work_completions(&mut wcs)?;
         for wc in polled.iter() {
-            if !self.settle(wc, &mut sink) {
+            if !settle(core, wc, &mut sink) {
                 sink(DcPoolEvent::OtherCompletion(*wc));
             }
         }
@@ -420,40 +381,63 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
 
     /// Settles one completion polled elsewhere: for a caller that polls a CQ it shares with
     /// other queue pairs (created with it and given to
-    /// [`setup_send_cq`](DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
+    /// [`setup_send_cq`](builder::DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
     /// through `sink`, as [`poll`](Self::poll) does (its status and vendor syndrome included);
     /// returns whether the completion was the pool's (its queue pair number is one of the
     /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
     /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
     /// per round of its own polling instead of [`poll`](Self::poll).
-    pub fn complete(&mut self, wc: &WorkCompletion, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-        self.settle(wc, &mut sink)
+    pub fn complete(&mut self, wc: &WorkCompletion, sink: impl FnMut(DcPoolEvent)) -> bool {
+        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+        settle(&mut self.core, wc, &mut sink)
     }
 
     /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
     /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
     /// to the next destination in line) and reports [`DcPoolEvent::Ready`] destinations.
-    pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
+    pub fn progress(&mut self, sink: impl FnMut(DcPoolEvent)) {
+        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
         self.core.tick(&mut sink);
     }
 
-    #[inline]
-    fn settle(&mut self, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
-        // The initiator's number as of now: a recovery may have rebuilt it with a new one.
-        let initiator = self.core.initiators.get(initiator_of(wc.wr_id()));
-        if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
-            return false;
+    bench_visible! {
+        /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
+        /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
+        pub fn complete_raw(&mut self, wr_id: u64, status: u32, sink: impl FnMut(DcPoolEvent)) -> bool {
+            let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+            self.core.complete(wr_id, status, 0, &mut sink)
         }
-        self.core
-            .complete_with_syndrome(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
     }
+}
 
-    /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
-    /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
-    #[doc(hidden)]
-    #[inline]
-    pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-        self.core.complete(wr_id, status, &mut sink)
+/// Settles completion `wc` if it is one of the pool's: its queue pair number is the initiator's
+/// its `wr_id` names (as of now: a recovery may have rebuilt it with a new number).
+fn settle<I: PoolInitiator>(core: &mut PoolCore<I>, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
+    let initiator = core.initiators.get(initiator_of(wc.wr_id()));
+    if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
+        return false;
+    }
+    core.complete(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
+}
+
+/// Frees the address handle of a removed destination.
+fn forget(addresses: &mut [DestinationAddress], address_handles: &mut usize, destination: DestinationId) {
+    if let Some(address) = addresses.get_mut(destination.index()) {
+        if std::mem::take(address).ah.is_some() {
+            *address_handles -= 1;
+        }
+    }
+}
+
+/// `sink`, after the address handle of a destination reported removed was freed.
+fn freeing_removed<'a>(
+    addresses: &'a mut [DestinationAddress], address_handles: &'a mut usize, mut sink: impl FnMut(DcPoolEvent) + 'a,
+) -> impl FnMut(DcPoolEvent) + 'a {
+    move |event| {
+        if let DcPoolEvent::Removed { destination } = event {
+            forget(addresses, address_handles, destination);
+        }
+        sink(event)
     }
 }
 

@@ -1,26 +1,26 @@
-//! A batch to one destination: the grant (`start_post_send`) and the guard that builds and posts
-//! its requests.
+//! A batch to one destination, the post path from the API to the C calls: the destination's
+//! address handle on its first post, one grant from the bookkeeping (`begin`), and the guard that
+//! builds its requests and posts them (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`).
 use std::marker::PhantomData;
-use std::mem::ManuallyDrop;
-use std::ptr::NonNull;
 
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::assignment::{encode, Grant, PoolCore, Refusal};
+use super::destinations::{Grant, PoolCore};
+use super::requests::encode;
 use super::types::{DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
-use super::{DcInitiatorPool, PostingInitiator};
+use super::{DcInitiatorPool, PoolInitiator};
 use crate::ibverbs::post_send_guard::{
     sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendError, PostSendGuard,
     RemoteMemoryAccess, Transport, WorkRequestHandle,
 };
 use crate::mlx5::dc::initiator::{DcAddress, DcInitiator, DcStreamAddress};
 
-impl<I: PostingInitiator> DcInitiatorPool<I> {
+impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Starts a batch of requests to `destination` on the initiator the policy grants it;
     /// every request of the batch goes there, and the pool sets its DC address
     /// (`mlx5dv_wr_set_dc_addr`). When the policy cannot grant one now, the typed
     /// [`WouldBlock`](PostToDestinationErrorKind::WouldBlock): nothing was posted. A pool of the
-    /// [streams](DcPoolPolicy::Streams) policy posts with
+    /// [streams](super::types::DcPoolPolicy::Streams) policy posts with
     /// [`start_post_send_on_stream`](Self::start_post_send_on_stream) instead
     /// ([`StreamsMismatch`](PostToDestinationErrorKind::StreamsMismatch) here).
     #[inline(always)]
@@ -31,7 +31,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
     }
 
     /// As [`start_post_send`](Self::start_post_send), for a pool of the
-    /// [streams](DcPoolPolicy::Streams) policy: every request of the batch goes to the
+    /// [streams](super::types::DcPoolPolicy::Streams) policy: every request of the batch goes to the
     /// destination's DCI stream (`mlx5dv_wr_set_dc_addr_stream`). The two are apart so that
     /// neither tests per request which setter to call.
     #[inline(always)]
@@ -41,180 +41,152 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         self.start(destination)
     }
 
+    /// Creates `destination`'s address handle (its first post, or `prepare`).
+    pub(super) fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
+        let address = match self.addresses.get_mut(destination.index()) {
+            Some(address) if self.core.contains(destination) => address,
+            _ => return Err(PostToDestinationErrorKind::UnknownDestination),
+        };
+        let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
+            return Err(PostToDestinationErrorKind::UnknownDestination);
+        };
+        let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
+        // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
+        // removed; libmlx5 copies the address into each request).
+        let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
+        address.ah = Some(ah);
+        self.address_handles += 1;
+        self.core.set_address(destination, resolved);
+        Ok(())
+    }
+
+    /// The post path: the destination's address handle on its first post, one grant (or
+    /// refusal) from the bookkeeping, then the guard over the granted initiator.
     #[inline(always)]
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
-        // The grant is built in registers on the fast paths; the slow one returns it through
-        // memory of its own. A batch not addressed as the pool's policy says misses both fast
-        // paths' gates, and is refused on the slow one.
-        let held = self.core.begin_held(destination, A::STREAMS);
-        let grant = if held.room > 0 {
-            held
-        } else {
-            let free = self.core.grant_from_free(destination, A::STREAMS);
-            if free.room > 0 {
-                free
-            } else {
-                self.begin_cold(destination, A::STREAMS)?
+        if A::STREAMS != self.streams {
+            return Err(PostToDestinationErrorKind::StreamsMismatch {
+                streams_pool: !A::STREAMS,
             }
-        };
+            .into());
+        }
+        if self.core.address(destination).is_none() {
+            self.resolve(destination)?;
+        }
+        let grant = self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?;
         let (ah, dct_number, dc_key) = grant.address;
-        // SAFETY: a grant names one of the pool's initiators.
-        let (qp_ex, entries, mlx5_qp_ex) =
-            unsafe { self.core.initiators.get_unchecked_mut(grant.initiator) }.send_view();
-        // The guard reaches the bookkeeping and the initiator's ring through raw pointers taken
-        // from this one borrow, so that neither invalidates the other.
-        let core = NonNull::from(&mut self.core);
-        // SAFETY: `core` is the pool's, borrowed for the guard's lifetime, and the grant names one
-        // of its initiators.
-        let (ring, mask) = unsafe { (*core.as_ptr()).wr_id_ring(grant.initiator) };
-        // SAFETY: the index is masked into the ring, and the grant's room ends at the ring's end.
-        let slots = unsafe { ring.add((grant.first & mask) as usize) };
-        let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream());
-        // SAFETY: the initiator is exclusively borrowed through the pool for the guard's lifetime;
-        // its views and entries come from PostingInitiator's contract (with the stream setter
-        // when it has streams, which the streams policy's initiators have).
+        let (qp_ex, entries, mlx5_qp_ex) = self.core.initiators[grant.initiator].send_view();
+        let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream);
+        // SAFETY: the initiator's queue pair is exclusively borrowed through the pool for the
+        // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
+        // stream setter when it has streams, which the streams policy's initiators have).
         let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected<A>>::start(qp_ex, entries, address) };
+        let requests = &mut self.core.requests[grant.initiator];
+        let first_slot = requests.slot(grant.first);
+        let ring = requests.lend_ring();
         Ok(DcPoolPostGuard {
-            inner: ManuallyDrop::new(inner),
-            slots,
-            base: encode(grant.initiator, grant.first),
-            room: grant.room,
-            grant,
-            core,
-            _pool: PhantomData,
+            inner,
+            batch: PoolBatch {
+                base: encode(grant.initiator, grant.first),
+                ring,
+                first_slot,
+                core: &mut self.core,
+                grant,
+                posted: 0,
+            },
         })
     }
-
-    /// A grant beyond [`PoolCore::begin_held`]'s and [`PoolCore::grant_from_free`]'s, for a
-    /// batch addressed on a stream or not (`streams`): refused when that is not the pool's
-    /// policy's way; else the bookkeeping's slow path, and for a first post the address handle.
-    #[inline(never)]
-    fn begin_cold(&mut self, destination: DestinationId, streams: bool) -> Result<Grant, PostToDestinationError> {
-        if streams != self.streams {
-            return Err(PostToDestinationErrorKind::StreamsMismatch { streams_pool: !streams }.into());
-        }
-        match self.core.begin_slow(destination) {
-            Ok(grant) => Ok(grant),
-            Err(refusal) => self.begin_refused(destination, refusal),
-        }
-    }
-
-    /// A refused grant: for a first post, the address handle, then the grant; else the error.
-    #[inline(never)]
-    fn begin_refused(&mut self, destination: DestinationId, refusal: Refusal) -> Result<Grant, PostToDestinationError> {
-        if refusal != Refusal::Unresolved {
-            return Err(PostToDestinationErrorKind::from(refusal).into());
-        }
-        self.resolve_first(destination)?;
-        Ok(self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?)
-    }
 }
 
-/// A batch of requests to one destination through a [`DcInitiatorPool`]: the request builder of a
+/// A batch to one destination through a [`DcInitiatorPool`]: the request builder of a
 /// [`DcInitiator`]'s guard, where the pool sets the DC address
-/// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
+/// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch. It holds the
+/// initiator's ring of `wr_id`s while it is open: leaked (`mem::forget`), it takes it along, and
+/// the requests of that initiator then in flight are reported with `wr_id` 0.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
-pub struct DcPoolPostGuard<'p, I: PostingInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
-    inner: ManuallyDrop<PostSendGuard<'p, PooledDynamicallyConnected<A>>>,
-    /// The batch's places in the initiator's ring of callers' `wr_id`s: `room` of them, in a row.
-    slots: *mut u64,
+pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
+    // Dropped first: an unposted batch is aborted before the pool ends it.
+    inner: PostSendGuard<'p, PooledDynamicallyConnected<A>>,
+    batch: PoolBatch<'p, I>,
+}
+
+/// The pool's side of a batch: its grant, and the initiator's ring of `wr_id`s, lent to the batch
+/// while it is open, with the pool borrowed until the batch ends (posted, refused or dropped),
+/// when the ring goes back and the pool records what was posted.
+struct PoolBatch<'p, I: PoolInitiator> {
+    core: &'p mut PoolCore<I>,
+    grant: Grant,
     /// The provider-visible `wr_id` of the batch's first request; the others follow by one.
     base: u64,
-    /// The grant's room, kept apart from it: read on every request, a field of its own costs
-    /// fewer instructions than reaching it through the grant (measured: 6 per batch at batch 1).
-    room: usize,
-    grant: Grant,
-    /// The pool's bookkeeping, borrowed for `'p`.
-    core: NonNull<PoolCore<I>>,
-    _pool: PhantomData<&'p mut PoolCore<I>>,
+    /// The initiator's ring, its callers' `wr_id`s at their requests' places; the batch's from
+    /// `first_slot` on, in a row (a batch does not wrap).
+    ring: Box<[u64]>,
+    first_slot: usize,
+    /// Requests the provider took (set once `ibv_wr_complete` succeeded).
+    posted: usize,
 }
 
-impl<I: PostingInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
-    /// Starts a new request with the caller's `wr_id` (what [`DcPoolEvent`]s report) and flags;
-    /// continue with an operation, then the data. The request is signalled whatever `wr_flags`
-    /// say (the pool needs a completion of every request to report it, and to give a dedicated
-    /// destination's initiator back; UCX turns completion moderation off for DC too). When the
-    /// batch holds [`room`](Self::room) requests already, [`DcPoolWouldBlock::BatchFull`]: post
-    /// it and start another.
-    #[inline]
+impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let ring = std::mem::take(&mut self.ring);
+        self.core.requests[self.grant.initiator].return_ring(ring);
+        self.core.commit(self.grant, self.posted);
+    }
+}
+
+impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
+    /// Starts a new request with the caller's `wr_id` (what
+    /// [`DcPoolEvent`](super::types::DcPoolEvent)s report) and flags; continue with an operation,
+    /// then the data. The request is signalled whatever `wr_flags` say (the pool needs a
+    /// completion of every request to report it, and to give a dedicated destination's initiator
+    /// back; UCX turns completion moderation off for DC too). When the batch holds
+    /// [`room`](Self::room) requests already, [`DcPoolWouldBlock::BatchFull`]: post it and start
+    /// another.
+    #[inline(always)]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
     ) -> Result<WorkRequestHandle<'_, PooledDynamicallyConnected<A>>, DcPoolWouldBlock> {
         let len = self.inner.batch_len();
-        if len >= self.room {
+        let batch = &mut self.batch;
+        if len >= batch.grant.room {
             return Err(DcPoolWouldBlock::BatchFull);
         }
-        // SAFETY: the `room` places from `slots` are the initiator's ring's, which this guard's
-        // pool borrow keeps alive and unused elsewhere, and hold no live request.
-        unsafe { *self.slots.add(len) = wr_id };
+        batch.ring[batch.first_slot + len] = wr_id;
         Ok(self
             .inner
-            .construct_wr(self.base + len as u64, wr_flags | WorkRequestFlags::Signaled))
+            .construct_wr(batch.base + len as u64, wr_flags | WorkRequestFlags::Signaled))
     }
 
     /// How many requests the batch holds.
-    #[inline]
     pub fn batch_len(&self) -> usize {
         self.inner.batch_len()
     }
 
     /// How many requests the batch may hold: the initiator's free send-queue room, up to where
     /// the pool's ring of `wr_id`s wraps around, and up to the destination's quota.
-    #[inline]
     pub fn room(&self) -> usize {
-        self.room
+        self.batch.grant.room
     }
 
     /// The initiator (and stream) the batch goes to.
     pub fn initiator(&self) -> (usize, Option<u16>) {
-        // SAFETY: the bookkeeping is borrowed for the guard's lifetime; only read here.
-        let core = unsafe { self.core.as_ref() };
-        let initiator = self.grant.initiator;
-        (initiator, core.has_streams(initiator).then_some(self.grant.stream()))
+        let grant = &self.batch.grant;
+        let streams = self.batch.core.has_streams(grant.initiator);
+        (grant.initiator, streams.then_some(grant.stream))
     }
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
     /// [`PostSendGuard::post`].
     #[inline(always)]
     pub fn post(self) -> Result<(), PostSendError> {
-        // Never dropped: the batch is posted here, and its bookkeeping ended.
-        let mut this = ManuallyDrop::new(self);
-        let len = this.inner.batch_len();
-        let (grant, mut core) = (this.grant, this.core);
-        // SAFETY: `this` is never dropped, so the inner guard is taken exactly once.
-        let inner = unsafe { ManuallyDrop::take(&mut this.inner) };
-        let result = inner.post();
-        // SAFETY: the bookkeeping is borrowed for the guard's lifetime; the ring is not written
-        // after this.
-        let core = unsafe { core.as_mut() };
-        // Each outcome commits on its own path: no merged "posted" count to test again.
-        match result {
-            Ok(()) if len > 0 => {
-                core.commit(grant, len);
-                Ok(())
-            },
-            Ok(()) => {
-                core.commit(grant, 0);
-                Ok(())
-            },
-            Err(error) => {
-                core.commit(grant, 0);
-                Err(error)
-            },
-        }
-    }
-}
-
-impl<I: PostingInitiator, A: PoolAddressing> Drop for DcPoolPostGuard<'_, I, A> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        // SAFETY: dropped only when not posted (post never drops the guard); dropping the inner
-        // guard aborts the batch.
-        unsafe { ManuallyDrop::drop(&mut self.inner) };
-        // SAFETY: as in post.
-        unsafe { self.core.as_mut() }.commit(self.grant, 0);
+        let Self { inner, mut batch } = self;
+        let len = inner.batch_len();
+        inner.post()?;
+        batch.posted = len;
+        Ok(())
     }
 }
 
@@ -232,7 +204,6 @@ pub trait PoolAddressing: Destination + Copy {
 impl PoolAddressing for DcAddress {
     const STREAMS: bool = false;
 
-    #[inline(always)]
     fn new(address: DcAddress, _stream: u16) -> Self {
         address
     }
@@ -241,7 +212,6 @@ impl PoolAddressing for DcAddress {
 impl PoolAddressing for DcStreamAddress {
     const STREAMS: bool = true;
 
-    #[inline(always)]
     fn new(address: DcAddress, stream: u16) -> Self {
         DcStreamAddress::new(address, stream)
     }
@@ -258,7 +228,6 @@ impl<A: PoolAddressing> Transport for PooledDynamicallyConnected<A> {
     type Context = A;
     type AfterOperation<'g, O: Operation> = LocalBufferHandle<'g, O, A>;
 
-    #[inline(always)]
     fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: A) -> Self::AfterOperation<'_, O> {
         LocalBufferHandle::new(request, context)
     }

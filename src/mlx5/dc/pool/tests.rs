@@ -8,21 +8,23 @@ use rdma_mummy_sys::{ibv_send_flags, ibv_wc_status};
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 
 use std::ptr::NonNull;
+use std::time::Duration;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 
-use super::assignment::{PooledInitiator, StreamResetRefusal};
+use super::initiator::PostingInitiator;
+use super::initiator::{PooledInitiator, StreamResetRefusal};
 use super::post_guard::{DcPoolPostGuard, PoolAddressing};
 use super::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationErrorKind,
 };
-use super::{DcInitiatorPool, PostingInitiator};
+use super::{DcInitiatorPool, PoolInitiator};
 use crate::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
 use crate::ibverbs::work_completion::WorkCompletion;
 use crate::mlx5::dc::initiator::dc_entries;
-use crate::test_support::{record, recording_qp, take_calls};
+use crate::test_support::{advance_clock, fake_now, record, recording_qp, take_calls};
 
 thread_local! {
     /// What the recorded `wr_complete` returns (0, or an errno).
@@ -215,6 +217,8 @@ impl PooledInitiator for RecordingInitiator {
         Ok(())
     }
 }
+
+impl PoolInitiator for RecordingInitiator {}
 
 // SAFETY: the views are the boxes this initiator owns, with the entries read from them; the
 // stream setter is filled when `streams` is not 0.
@@ -611,8 +615,11 @@ fn construct_wr_beyond_the_room_is_batch_full_and_the_batch_so_far_posts() {
     }
     assert!(take_calls().is_empty(), "nothing was started");
 
-    // One completion makes room for one.
-    assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(da, 0)]);
+    // One completion makes room for one: the destination refused is ready.
+    assert_eq!(
+        complete(&mut pool, provider_wr_id(0, 0), 0),
+        [completed(da, 0), DcPoolEvent::Ready { destination: da }]
+    );
     let mut guard = pool.start_post_send(da).expect("room for one");
     assert_eq!(guard.room(), 1);
     // SAFETY: the recorders never touch the buffers.
@@ -694,7 +701,8 @@ fn freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_even
 #[test]
 fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing() {
     let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
-    pool.set_grant_timeout(3);
+    pool.core.set_clock(fake_now);
+    pool.set_grant_timeout(Duration::from_millis(3));
     let ids: Vec<DestinationId> = (0..5).map(|n| Address::new(n).add_to(&mut pool)).collect();
     let (a, b, c, d, e) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
     post_writes(&mut pool, a, &[1]);
@@ -714,11 +722,13 @@ fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing
     );
     let mut events = Vec::new();
     for _ in 0..2 {
+        advance_clock(Duration::from_millis(1));
         pool.progress(|event| events.push(event));
     }
     assert!(events.is_empty(), "{events:?}");
     assert_eq!(pool.assignment(c), Some((0, None)));
-    // The third call after the grant: it goes back, to e.
+    // The third millisecond after the grant: it goes back, to e.
+    advance_clock(Duration::from_millis(1));
     pool.progress(|event| events.push(event));
     assert_eq!(events, [DcPoolEvent::Ready { destination: e }]);
     assert_eq!(pool.assignment(c), None);
@@ -855,12 +865,16 @@ fn a_stream_in_error_is_reset_only_once_flushed_and_other_streams_completions_co
     // The flush of x's second request: failed (x is at fault), then the stream is reset.
     assert_eq!(
         complete(&mut pool, provider_wr_id(initiator, 1), FLUSH_ERR),
-        [DcPoolEvent::Failed {
-            destination: x,
-            wr_id: 2,
-            status: FLUSH_ERR,
-            vendor_err: 0
-        }]
+        [
+            DcPoolEvent::Failed {
+                destination: x,
+                wr_id: 2,
+                status: FLUSH_ERR,
+                vendor_err: 0
+            },
+            // x was refused while its stream recovered.
+            DcPoolEvent::Ready { destination: x }
+        ]
     );
     assert_eq!(take_calls(), [format!("qp{} reset_stream {xs}", 16 + initiator)]);
     assert_eq!(pool.outstanding(y), 1);
@@ -915,10 +929,14 @@ fn a_stream_reset_refused_in_err_recovers_the_initiator_once_everything_complete
     assert!(take_calls().is_empty(), "no recovery while a request is in flight");
     assert_eq!(
         complete(&mut pool, provider_wr_id(initiator, 2), FLUSH_ERR),
-        [DcPoolEvent::Retry {
-            destination: y,
-            wr_id: 3
-        }]
+        [
+            DcPoolEvent::Retry {
+                destination: y,
+                wr_id: 3
+            },
+            // y was refused while its initiator recovered.
+            DcPoolEvent::Ready { destination: y }
+        ]
     );
     assert_eq!(take_calls(), [format!("qp{qp} recover")]);
     pool.initiator(initiator).expect("initiator").in_error.set(false);
@@ -985,6 +1003,8 @@ fn an_error_completion_fails_the_destination_hands_back_the_flushed_others_and_r
                 status: FLUSH_ERR,
                 vendor_err: 0
             },
+            // b was refused while the initiator recovered.
+            DcPoolEvent::Ready { destination: b },
         ]
     );
     assert_eq!(take_calls(), [format!("qp{qp} recover")]);
@@ -1159,7 +1179,7 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
     let mut events = Vec::new();
     assert!(pool
         .core
-        .complete_with_syndrome(provider_wr_id(initiator, 0), REM_ACCESS_ERR, 0x15, &mut |e| events
+        .complete(provider_wr_id(initiator, 0), REM_ACCESS_ERR, 0x15, &mut |e| events
             .push(e)));
     assert_eq!(
         events,
@@ -1173,7 +1193,7 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
     // The request flushed behind it fails with the flush's status and no syndrome.
     assert!(pool
         .core
-        .complete_with_syndrome(provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| events.push(e)));
+        .complete(provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| events.push(e)));
     assert_eq!(
         events[1],
         DcPoolEvent::Failed {
@@ -1312,4 +1332,145 @@ fn a_pool_without_streams_refuses_to_post_on_a_stream() {
     // Refused before anything: no initiator held, nothing started.
     assert_eq!(pool.assignment(da), None);
     assert!(take_calls().is_empty());
+}
+
+/// The would-block reason of a refused batch.
+fn would_block(pool: &mut DcInitiatorPool<RecordingInitiator>, destination: DestinationId) -> DcPoolWouldBlock {
+    match pool.start_post_send(destination) {
+        Err(PostToDestinationError(PostToDestinationErrorKind::WouldBlock(reason))) => reason,
+        other => panic!("not a would-block: {:?}", other.map(|g| g.room())),
+    }
+}
+
+#[test]
+fn a_busy_polling_waiter_keeps_its_grant_until_the_timeout_has_elapsed() {
+    let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+    pool.core.set_clock(fake_now);
+    pool.set_grant_timeout(Duration::from_millis(10));
+    let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    post_writes(&mut pool, a, &[1]);
+    post_writes(&mut pool, b, &[2]);
+    assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(
+        complete(&mut pool, provider_wr_id(0, 0), 0),
+        [completed(a, 1), DcPoolEvent::Ready { destination: c }]
+    );
+    // A caller that busy-polls calls progress thousands of times within the timeout: c, slow
+    // rather than gone, keeps what it was granted.
+    let mut events = Vec::new();
+    for _ in 0..10_000 {
+        pool.progress(|event| events.push(event));
+    }
+    assert_eq!(
+        pool.assignment(c),
+        Some((0, None)),
+        "the grant was revoked by a count of calls"
+    );
+    advance_clock(Duration::from_millis(9));
+    pool.progress(|event| events.push(event));
+    assert_eq!(pool.assignment(c), Some((0, None)));
+    // Once the timeout has elapsed, one call gives it back (to the free initiators).
+    advance_clock(Duration::from_millis(1));
+    pool.progress(|event| events.push(event));
+    assert_eq!(pool.assignment(c), None, "expired");
+    assert!(events.is_empty(), "{events:?}");
+    pool.core.check_invariants();
+    take_calls();
+}
+
+#[test]
+fn a_destination_refused_for_a_full_queue_gets_ready_when_room_frees_up() {
+    let mut pool = pool(DcPoolPolicy::Static, 2, 0);
+    let a = Address::new(1).add_to(&mut pool);
+    let (initiator, _) = pool.assignment(a).expect("bound");
+    post_writes(&mut pool, a, &[1, 2]);
+    assert_eq!(would_block(&mut pool, a), DcPoolWouldBlock::QueueFull);
+    assert_eq!(
+        complete(&mut pool, provider_wr_id(initiator, 0), 0),
+        [completed(a, 1), DcPoolEvent::Ready { destination: a }]
+    );
+    // Once: a Ready per refusal, not per completion.
+    assert_eq!(complete(&mut pool, provider_wr_id(initiator, 1), 0), [completed(a, 2)]);
+    take_calls();
+}
+
+#[test]
+fn a_destination_refused_while_its_initiator_recovers_gets_ready_once_recovered() {
+    let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+    let a = Address::new(1).add_to(&mut pool);
+    post_writes(&mut pool, a, &[1, 2]);
+    let events = complete(&mut pool, provider_wr_id(0, 0), REM_ACCESS_ERR);
+    assert!(
+        matches!(events[..], [DcPoolEvent::Failed { wr_id: 1, .. }]),
+        "{events:?}"
+    );
+    assert_eq!(
+        would_block(&mut pool, a),
+        DcPoolWouldBlock::Recovering {
+            initiator: 0,
+            stream: None
+        }
+    );
+    // The flush of its last request lets the initiator recover: a may post again.
+    let events = complete(&mut pool, provider_wr_id(0, 1), FLUSH_ERR);
+    assert!(
+        matches!(events[..], [DcPoolEvent::Failed { wr_id: 2, .. }, DcPoolEvent::Ready { destination }] if destination == a),
+        "{events:?}"
+    );
+    take_calls();
+}
+
+#[test]
+fn a_destination_that_used_its_quota_gets_ready_when_its_turn_comes_again() {
+    let mut pool = pool(DcPoolPolicy::DedicatedWithQuota { quota: 1 }, 16, 0);
+    let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    post_writes(&mut pool, a, &[1]);
+    post_writes(&mut pool, b, &[2]);
+    assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(would_block(&mut pool, a), DcPoolWouldBlock::QuotaExhausted);
+    // a's initiator goes to c, first in line; a is in line behind it.
+    assert_eq!(
+        complete(&mut pool, provider_wr_id(0, 0), 0),
+        [completed(a, 1), DcPoolEvent::Ready { destination: c }]
+    );
+    assert_eq!(
+        complete(&mut pool, provider_wr_id(1, 0), 0),
+        [completed(b, 2), DcPoolEvent::Ready { destination: a }]
+    );
+    take_calls();
+}
+
+#[test]
+fn a_retired_destination_is_removed_once_its_requests_are_reported() {
+    let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+    let (a, b) = (Address::new(1).add_to(&mut pool), Address::new(2).add_to(&mut pool));
+    post_writes(&mut pool, a, &[1, 2]);
+    pool.retire_destination(a).expect("a live destination");
+    // It posts no more, and is there until its requests are reported.
+    assert!(matches!(
+        pool.start_post_send(a).map(|g| g.room()),
+        Err(PostToDestinationError(PostToDestinationErrorKind::Retiring))
+    ));
+    assert_eq!(complete(&mut pool, provider_wr_id(0, 0), 0), [completed(a, 1)]);
+    assert_eq!(pool.destination_count(), 2);
+    assert_eq!(
+        complete(&mut pool, provider_wr_id(0, 1), 0),
+        [completed(a, 2), DcPoolEvent::Removed { destination: a }]
+    );
+    assert_eq!(pool.destination_count(), 1);
+    assert!(pool
+        .start_post_send(a)
+        .is_err_and(|e| matches!(e.0, PostToDestinationErrorKind::UnknownDestination)));
+    // With nothing outstanding: removed at once, reported by the next progress.
+    pool.retire_destination(b).expect("a live destination");
+    assert_eq!(pool.destination_count(), 0);
+    let mut events = Vec::new();
+    pool.progress(|event| events.push(event));
+    assert_eq!(events, [DcPoolEvent::Removed { destination: b }]);
+    assert!(pool.retire_destination(b).is_err(), "stale");
+    assert_eq!(pool.footprint().ready_events, 0);
+    pool.core.check_invariants();
+    take_calls();
 }

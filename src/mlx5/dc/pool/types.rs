@@ -1,6 +1,6 @@
 //! The pool's public values: its policy, destination ids, events, would-block reasons, footprint,
 //! and the errors of its operations.
-use super::assignment::Refusal;
+use super::destinations::Refusal;
 use crate::ibverbs::work_completion::WorkCompletion;
 use crate::mlx5::dc::endpoint::CreateDcAddressHandleError;
 
@@ -82,10 +82,13 @@ pub enum DcPoolWouldBlock {
     /// now in line, and [`DcPoolEvent::Ready`] tells when it holds one.
     #[error("no DC initiator is free for this destination now")]
     NoInitiator,
-    /// The destination posted its quota on the initiator it holds while others wait.
+    /// The destination posted its quota on the initiator it holds while others wait. It goes in
+    /// line when it gives the initiator back, and [`DcPoolEvent::Ready`] tells when it holds one
+    /// again.
     #[error("the destination used its quota while other destinations wait")]
     QuotaExhausted,
-    /// The initiator's send queue holds as many requests as it can until some complete.
+    /// The initiator's send queue holds as many requests as it can until some complete;
+    /// [`DcPoolEvent::Ready`] tells when it has room again.
     #[error("the DC initiator's send queue is full")]
     QueueFull,
     /// The batch holds as many requests as it may
@@ -95,7 +98,8 @@ pub enum DcPoolWouldBlock {
     #[error("the batch is full: post it and start another")]
     BatchFull,
     /// The destination's initiator (or its DCI stream) is in error: the pool waits for the device
-    /// to flush its requests, then resets the stream or recovers the initiator (RESET → RTS).
+    /// to flush its requests, then resets the stream or recovers the initiator (RESET → RTS);
+    /// [`DcPoolEvent::Ready`] tells when it is back.
     #[error("DC initiator {initiator} (stream {stream:?}) is being recovered")]
     Recovering {
         /// The initiator.
@@ -142,9 +146,11 @@ pub enum DcPoolEvent {
         /// The `wr_id` it was posted with.
         wr_id: u64,
     },
-    /// The destination, which was refused with [`DcPoolWouldBlock::NoInitiator`], now holds an
-    /// initiator: post to it. A destination that posts nothing on it gives it back after the
-    /// pool's grant timeout (see
+    /// The destination, which was refused with a would-block it waits out
+    /// ([`NoInitiator`](DcPoolWouldBlock::NoInitiator), [`QuotaExhausted`](DcPoolWouldBlock::QuotaExhausted),
+    /// [`QueueFull`](DcPoolWouldBlock::QueueFull), [`Recovering`](DcPoolWouldBlock::Recovering)),
+    /// may post again: post to it (once per refusal). A destination granted an initiator from
+    /// the line that posts nothing on it gives it back after the pool's grant timeout (see
     /// [`setup_grant_timeout`](super::builder::DcInitiatorPoolBuilder::setup_grant_timeout)).
     Ready {
         /// The destination.
@@ -167,6 +173,13 @@ pub enum DcPoolEvent {
         initiator: usize,
         /// The recovery's error, as text.
         error: String,
+    },
+    /// The destination, which was retired with
+    /// [`retire_destination`](super::DcInitiatorPool::retire_destination), is removed: every
+    /// request of it was reported, its address handle is freed and its id is stale.
+    Removed {
+        /// The destination.
+        destination: DestinationId,
     },
     /// A completion on the pool's CQ of a queue pair that is not one of the pool's (a CQ shared
     /// with other queue pairs): handed over as polled, never dropped.
@@ -194,7 +207,7 @@ pub struct DcPoolFootprint {
     pub ready_events: usize,
 }
 
-/// Error returned by [`DcInitiatorPool::start_post_send`].
+/// Error returned by [`DcInitiatorPool::start_post_send`](super::DcInitiatorPool::start_post_send).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot post to the destination")]
 #[non_exhaustive]
@@ -202,7 +215,7 @@ pub struct PostToDestinationError(#[from] pub PostToDestinationErrorKind);
 
 impl PostToDestinationError {
     /// Whether this is a would-block refusal (post again after
-    /// [`poll`](DcInitiatorPool::poll)).
+    /// [`poll`](super::DcInitiatorPool::poll)).
     pub fn is_would_block(&self) -> bool {
         matches!(self.0, PostToDestinationErrorKind::WouldBlock(_))
     }
@@ -224,6 +237,10 @@ pub enum PostToDestinationErrorKind {
     /// The destination is not one of this pool's: removed (a stale id), or another pool's.
     #[error("no such destination in this pool (removed, or another pool's)")]
     UnknownDestination,
+    /// The destination was retired: it is removed once its requests are reported
+    /// ([`DcPoolEvent::Removed`]).
+    #[error("the destination was retired")]
+    Retiring,
     /// A pool of the streams policy posts with `start_post_send_on_stream`, the others with
     /// `start_post_send`.
     #[error("{}", if *streams_pool { "a pool with DCI streams posts with start_post_send_on_stream" } else { "a pool without DCI streams posts with start_post_send" })]
@@ -242,13 +259,14 @@ impl From<Refusal> for PostToDestinationErrorKind {
             Refusal::WouldBlock(reason) => Self::WouldBlock(reason),
             Refusal::Unreachable => Self::Unreachable,
             Refusal::NoInitiatorInService => Self::NoInitiatorInService,
+            Refusal::Retiring => Self::Retiring,
             // The pool resolves an address before asking again: never reported.
             Refusal::UnknownDestination | Refusal::Unresolved => Self::UnknownDestination,
         }
     }
 }
 
-/// Error returned by [`DcInitiatorPool::remove_destination`].
+/// Error returned by [`DcInitiatorPool::remove_destination`](super::DcInitiatorPool::remove_destination).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot remove the destination")]
 #[non_exhaustive]
