@@ -11,6 +11,8 @@
 //!   completion queue gets a completion instead of busy polling it;
 //! - [`async_completion_channel`] (feature `tokio`): the same events awaited from a tokio task
 //!   (`channel.wait().await`);
+//! - [`async_event_waiter`] (feature `tokio`): asynchronous events awaited from a tokio task
+//!   (`events.wait().await`), and the shared receive queue's limit-event refill loop;
 //! - [`extension`]: the factories on sideway's types (`pd.create_srq_builder()`, `pd.create_ah()`,
 //!   `ctx.async_event_reader()`, `cq.poll_work_completions()`) and the completion-event methods
 //!   (`cq.req_notify_cq()`, `channel.get_cq_event()`).
@@ -38,6 +40,9 @@ pub mod address_handle;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod async_completion_channel;
 pub mod async_event;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod async_event_waiter;
 pub mod completion_channel;
 pub mod extension;
 pub mod post_send_guard;
