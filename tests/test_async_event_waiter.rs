@@ -156,12 +156,12 @@ async fn a_cancelled_wait_consumes_no_event() {
     assert_eq!(event.event_type(), AsyncEventType::SharedReceiveQueueLimitReached);
     drop(event);
 
-    // 6 still posted: armed at 5, one more consumed, a second event through wait().
+    // 6 still posted: armed at 5, two more consumed (4 is below 5), a second event through wait().
     setup
         .srq
         .modify(SharedReceiveQueueModification::ArmLimit(5))
         .expect("re-arm");
-    tokio::task::block_in_place(|| setup.consume(1));
+    tokio::task::block_in_place(|| setup.consume(2));
     let event = tokio::time::timeout(WAKE_BOUND, waiter.wait())
         .await
         .expect("woke")

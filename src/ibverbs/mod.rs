@@ -4,7 +4,10 @@
 //! - [`shared_receive_queue`]: shared receive queues (SRQ), their limit, and posting receives;
 //! - [`queue_pair`]: RC and UD queue pairs that receive through an SRQ, on a queue-pair core
 //!   with a transition table per type, and [`post_send_guard`], the `ibv_wr_*` posting API;
-//! - [`address_handle`]: address handles for datagram transports;
+//! - [`bring_up`]: RC and UD queue pairs brought to RTS in one call (RC from the peer's
+//!   [`RcEndpoint`](bring_up::RcEndpoint));
+//! - [`address_handle`]: address handles for datagram transports, also from a received
+//!   datagram's work completion;
 //! - [`async_event`]: the device context's asynchronous events (SRQ limit, QP last WQE, …);
 //! - [`work_completion`]: completions with every field, including the queue pair number;
 //! - [`completion_channel`]: completion events, to sleep (or wait on a file descriptor) until a
@@ -43,6 +46,7 @@ pub mod async_event;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod async_event_waiter;
+pub mod bring_up;
 pub mod completion_channel;
 pub mod extension;
 pub mod post_send_guard;
