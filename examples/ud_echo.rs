@@ -61,6 +61,9 @@ const QKEY: u32 = 0x11_1111;
 const MESSAGE: usize = 16;
 /// A receive slot: the GRH, then the datagram.
 const SLOT: usize = GRH_LEN + MESSAGE;
+/// Sends a queue pair may have outstanding (one datagram in flight per client queue pair: at most
+/// two echoes wait for their completion on a server queue pair).
+const SEND_DEPTH: u32 = 4;
 /// `wr_id`s of sends are tagged with this bit; receives are numbered by their buffer slot.
 const SEND: u64 = 1 << 63;
 /// The longest the client waits for an echo: past it the datagram (or its echo) was lost.
@@ -211,7 +214,7 @@ async fn run(args: Args) -> Result<()> {
     let channel = AsyncCompletionChannel::new(ctx.create_comp_channel()?)?;
     let cq = ctx
         .create_cq_builder()
-        .setup_cqe((rx_depth + 2 * num_qp) as u32)
+        .setup_cqe(rx_depth as u32 + SEND_DEPTH * num_qp as u32)
         .setup_comp_channel(channel.channel(), 0)
         .build()?;
     // One shared receive queue for every queue pair, full.
@@ -224,7 +227,7 @@ async fn run(args: Args) -> Result<()> {
                 .create_qp_builder()
                 .setup_send_cq(cq.clone())
                 .setup_recv_cq(cq.clone())
-                .setup_max_send_wr(4)
+                .setup_max_send_wr(SEND_DEPTH)
                 .setup_max_inline_data(MESSAGE as u32)
                 .build_ud()?;
             qp.bring_up(&UdBringUp::new(1, QKEY))?;
@@ -306,7 +309,8 @@ async fn serve(
     };
     // The slots whose receives completed, to post again on the limit event.
     let mut free: Vec<usize> = Vec::with_capacity(rx_depth);
-    // One address handle per sender (its queue pair number; one client host here).
+    // One address handle per sender, by its queue pair number: one client host here. A server of
+    // many hosts keys by the sender's GID too, which from_work_completion reads.
     let mut senders: HashMap<u32, Arc<AddressHandle>> = HashMap::new();
     let (mut sent, mut send_completions) = (0u64, 0u64);
     let refill = |event: AsyncEvent, free: &mut Vec<usize>, counts: &mut ServerCounts| -> Result<()> {

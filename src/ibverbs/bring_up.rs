@@ -62,8 +62,11 @@ use super::address_handle::{AddressHandleAttribute, IBV_LINK_LAYER_ETHERNET};
 use super::post_send_guard::{ReliableConnection, Transport, UnreliableDatagram};
 use super::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
 
-/// The largest queue pair number and PSN: both are 24 bits.
-pub const MAX_24_BITS: u32 = 0xff_ffff;
+/// The largest queue pair number: 24 bits.
+pub const MAX_QP_NUMBER: u32 = 0xff_ffff;
+
+/// The largest packet sequence number (PSN): 24 bits.
+pub const MAX_PSN: u32 = 0xff_ffff;
 
 /// The GRH hop limit of an RC address vector unless set: 255, as perftest and UCX use (the
 /// maximum never drops a packet on a routed network).
@@ -173,13 +176,13 @@ pub struct InvalidRcEndpointError(#[from] pub InvalidRcEndpointErrorKind);
 #[non_exhaustive]
 pub enum InvalidRcEndpointErrorKind {
     /// The queue pair number does not fit in 24 bits.
-    #[error("queue pair number {qp_number:#x} does not fit in 24 bits (at most {MAX_24_BITS:#x})")]
+    #[error("queue pair number {qp_number:#x} does not fit in 24 bits (at most {MAX_QP_NUMBER:#x})")]
     QueuePairNumberOutOfRange {
         /// The number given.
         qp_number: u32,
     },
     /// The PSN does not fit in 24 bits.
-    #[error("PSN {psn:#x} does not fit in 24 bits (at most {MAX_24_BITS:#x})")]
+    #[error("PSN {psn:#x} does not fit in 24 bits (at most {MAX_PSN:#x})")]
     PacketSequenceNumberOutOfRange {
         /// The PSN given.
         psn: u32,
@@ -225,12 +228,12 @@ impl RcEndpoint {
     ///
     /// - [`QueuePairNumberOutOfRange`](InvalidRcEndpointErrorKind::QueuePairNumberOutOfRange),
     ///   [`PacketSequenceNumberOutOfRange`](InvalidRcEndpointErrorKind::PacketSequenceNumberOutOfRange):
-    ///   above [`MAX_24_BITS`].
+    ///   above [`MAX_QP_NUMBER`], [`MAX_PSN`].
     pub fn new(lid: u16, gid: Gid, qp_number: u32, psn: u32) -> Result<Self, InvalidRcEndpointError> {
-        if qp_number > MAX_24_BITS {
+        if qp_number > MAX_QP_NUMBER {
             return Err(InvalidRcEndpointErrorKind::QueuePairNumberOutOfRange { qp_number }.into());
         }
-        if psn > MAX_24_BITS {
+        if psn > MAX_PSN {
             return Err(InvalidRcEndpointErrorKind::PacketSequenceNumberOutOfRange { psn }.into());
         }
         Ok(Self {
@@ -688,9 +691,9 @@ mod tests {
 
     #[test]
     fn endpoint_fields_are_checked_to_24_bits() {
-        assert!(RcEndpoint::new(0, roce_gid(), MAX_24_BITS, MAX_24_BITS).is_ok());
+        assert!(RcEndpoint::new(0, roce_gid(), MAX_QP_NUMBER, MAX_PSN).is_ok());
         assert!(matches!(
-            RcEndpoint::new(0, roce_gid(), MAX_24_BITS + 1, 0).unwrap_err().0,
+            RcEndpoint::new(0, roce_gid(), MAX_QP_NUMBER + 1, 0).unwrap_err().0,
             InvalidRcEndpointErrorKind::QueuePairNumberOutOfRange { qp_number: 0x100_0000 }
         ));
         assert!(matches!(
