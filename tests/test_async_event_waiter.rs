@@ -1,14 +1,16 @@
 //! Asynchronous events awaited from tokio (feature `tokio`) on a real device (SoftRoCE in the
 //! VM): a task sleeps on the context's events, a shared receive queue drops below its armed
 //! limit, the task wakes within a bound with that queue's limit event; a wait that is cancelled
-//! consumes no event; outside a runtime the waiter is refused with a typed error.
+//! consumes no event; outside a runtime the waiter is refused with a typed error; and what the
+//! refill rule guards against: a datagram that finds the shared receive queue empty is lost, with
+//! the limit event pending all along.
 #![cfg(feature = "tokio")]
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{connect_rc, local_gid, open_test_device, wait_completions, Buffer};
+use common::{address_of, connect_rc, local_gid, open_test_device, wait_completions, Buffer};
 use rdma_mummy_sys::ibv_sge;
 use serial_test::serial;
 use sideway::ibverbs::completion::BasicCompletionQueue;
@@ -17,10 +19,12 @@ use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
 use sideway_ext::ibverbs::async_event_waiter::{AsyncEventWaiter, CreateAsyncEventWaiterErrorKind};
-use sideway_ext::ibverbs::extension::{DeviceContextExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::bring_up::UdBringUp;
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
 use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
 
 /// How soon after the send the sleeping task must be awake.
 const WAKE_BOUND: Duration = Duration::from_secs(5);
@@ -183,4 +187,92 @@ fn a_waiter_outside_a_runtime_is_no_reactor() {
         .expect("runtime without I/O");
     let err = runtime.block_on(async { AsyncEventWaiter::new(ctx.async_event_reader()).unwrap_err() });
     assert!(matches!(err.0, CreateAsyncEventWaiterErrorKind::NoReactor), "{err:?}");
+}
+
+/// Why the limit event must be looked at on every drain: 4 receives posted, the limit armed at 2,
+/// 5 datagrams sent, each send completing successfully. The first 3 arrive, the limit event is
+/// pending from the third on, the 4th takes the last receive and the 5th finds the queue empty:
+/// it is dropped without a completion or an error anywhere (UD has no retransmission), while a
+/// server that had read the pending event after its drain would have refilled in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[serial]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+async fn a_datagram_that_finds_the_srq_empty_is_lost_with_the_limit_event_pending() {
+    const QKEY: u32 = 0x600d;
+    let ctx = open_test_device();
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let (gid_index, gid) = local_gid(&ctx);
+    let waiter = AsyncEventWaiter::new(ctx.async_event_reader()).expect("waiter");
+    let cq = ctx.create_cq_builder().setup_cqe(64).build().expect("CQ");
+    let srq = pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let sender_srq = pd.create_srq_builder().setup_max_wr(4).build().expect("sender SRQ");
+    let buffer = Buffer::new(&pd, 4 * 128);
+    for slot in 0..4u64 {
+        let sge = ibv_sge {
+            addr: buffer.addr(slot as usize * 128),
+            length: 128,
+            lkey: buffer.lkey(),
+        };
+        // SAFETY: the slot lies in the buffer, which outlives the SRQ's use of it.
+        unsafe { srq.post_recv_one(slot, &[sge]) }.expect("post_recv_one");
+    }
+    srq.modify(SharedReceiveQueueModification::ArmLimit(2)).expect("arm");
+    let build = |srq: &Arc<SharedReceiveQueue>| {
+        let mut qp = srq
+            .create_qp_builder()
+            .setup_send_cq(cq.clone())
+            .setup_recv_cq(cq.clone())
+            .setup_max_inline_data(64)
+            .build_ud()
+            .expect("UD");
+        qp.bring_up(&UdBringUp::new(1, QKEY)).expect("bring up");
+        qp
+    };
+    let (receiver, mut sender) = (build(&srq), build(&sender_srq));
+    let ah = pd.create_ah(&address_of(gid_index, gid)).expect("AH");
+    let mut received = 0;
+    for i in 0..5u64 {
+        sender
+            .post_send_one(i, WorkRequestFlags::Signaled, |wr| {
+                wr.setup_send()
+                    .setup_ud_addr(&ah, receiver.qp_number(), QKEY)
+                    .setup_inline_data(b"datagram")
+            })
+            .expect("post send");
+        // The send completes (successfully) whether or not the datagram finds a receive.
+        let deadline = Instant::now() + TIMEOUT;
+        let mut sent = false;
+        while !sent {
+            let mut wcs = [WorkCompletion::default(); 4];
+            for wc in cq.poll_work_completions(&mut wcs).expect("poll") {
+                assert!(wc.is_success(), "{wc:?}");
+                if wc.qp_number() == sender.qp_number() {
+                    sent = true;
+                } else {
+                    received += 1;
+                }
+            }
+            assert!(Instant::now() < deadline, "send {i} did not complete");
+        }
+        if i == 2 {
+            // 3 consumed, 1 left, below the limit of 2: the event is there to be read.
+            let deadline = Instant::now() + WAKE_BOUND;
+            while received < 3 {
+                let mut wcs = [WorkCompletion::default(); 4];
+                received += cq.poll_work_completions(&mut wcs).expect("poll").len();
+                assert!(Instant::now() < deadline, "datagram {received} did not arrive");
+            }
+            let event = tokio::time::timeout(WAKE_BOUND, waiter.wait())
+                .await
+                .expect("the limit event")
+                .expect("wait");
+            assert_eq!(event.event_type(), AsyncEventType::SharedReceiveQueueLimitReached);
+        }
+    }
+    // Whatever was still on its way: the 4th datagram arrives, the 5th never does.
+    tokio::time::sleep(QUIET).await;
+    let mut wcs = [WorkCompletion::default(); 8];
+    received += cq.poll_work_completions(&mut wcs).expect("poll").len();
+    assert_eq!(received, 4, "4 receives posted, 5 datagrams sent: exactly one lost");
+    assert_eq!(srq.query().expect("query").srq_limit, 0, "the limit fired");
 }
