@@ -12,9 +12,10 @@
 //! cargo run --features tokio --example async_pingpong -- -d rxe0 -g 1 127.0.0.1     # client
 //! ```
 //!
-//! The queue-pair addresses go over TCP as one text line per queue pair, `lid qpn gid`. Both sides
-//! print `N messages on Q queue pairs in S seconds, E completion events`; exit status 0 on
-//! success, 1 on failure.
+//! Each queue pair is brought up from the peer's endpoint (`RcBringUp`, `RcEndpoint`), which goes
+//! over TCP as one text line per queue pair, `lid qpn psn gid`. Each side prints its role and
+//! `N messages on Q queue pairs in S seconds, E completion events` (`server: …`, `client: …`);
+//! exit status 0 on success, 1 on failure.
 use std::error::Error;
 use std::net::Ipv6Addr;
 use std::process::ExitCode;
@@ -24,14 +25,13 @@ use clap::Parser;
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::Mtu;
-use sideway::ibverbs::queue_pair::{QueuePairState, SetInlineData, WorkRequestFlags};
+use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::address_handle::AddressHandleAttribute;
 use sideway_ext::ibverbs::async_completion_channel::AsyncCompletionChannel;
+use sideway_ext::ibverbs::bring_up::{RcBringUp, RcEndpoint};
 use sideway_ext::ibverbs::extension::{CompletionQueueEventExt, CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
-use sideway_ext::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
+use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -70,78 +70,41 @@ struct Args {
     server: Option<String>,
 }
 
-/// What a queue pair's peer needs to reach it.
-#[derive(Debug, Clone, Copy)]
-struct Address {
-    lid: u16,
-    qpn: u32,
-    gid: Gid,
+/// A queue pair's endpoint as one text line, `lid qpn psn gid`.
+fn to_line(endpoint: &RcEndpoint) -> String {
+    format!(
+        "{} {} {} {}\n",
+        endpoint.lid(),
+        endpoint.qp_number(),
+        endpoint.psn(),
+        Ipv6Addr::from(endpoint.gid())
+    )
 }
 
-impl Address {
-    fn to_line(self) -> String {
-        format!("{} {} {}\n", self.lid, self.qpn, Ipv6Addr::from(self.gid))
-    }
-
-    fn parse(line: &str) -> Result<Self> {
-        let mut words = line.split_whitespace();
-        let mut next = || words.next().ok_or_else(|| format!("short address line {line:?}"));
-        let (lid, qpn, gid) = (next()?.parse()?, next()?.parse()?, next()?.parse::<Ipv6Addr>()?);
-        Ok(Self {
-            lid,
-            qpn,
-            gid: Gid::from(gid),
-        })
-    }
+fn parse(line: &str) -> Result<RcEndpoint> {
+    let mut words = line.split_whitespace();
+    let mut next = || words.next().ok_or_else(|| format!("short endpoint line {line:?}"));
+    let (lid, qpn, psn, gid) = (
+        next()?.parse()?,
+        next()?.parse()?,
+        next()?.parse()?,
+        next()?.parse::<Ipv6Addr>()?,
+    );
+    Ok(RcEndpoint::new(lid, Gid::from(gid), qpn, psn)?)
 }
 
-/// Sends our addresses and reads the peer's, one line each.
-async fn exchange(stream: TcpStream, mine: &[Address]) -> Result<Vec<Address>> {
+/// Sends our endpoints and reads the peer's, one line each.
+async fn exchange(stream: TcpStream, mine: &[RcEndpoint]) -> Result<Vec<RcEndpoint>> {
     let (read, mut write) = stream.into_split();
-    let text: String = mine.iter().map(|a| a.to_line()).collect();
+    let text: String = mine.iter().map(to_line).collect();
     write.write_all(text.as_bytes()).await?;
     let mut lines = BufReader::new(read).lines();
     let mut theirs = Vec::with_capacity(mine.len());
     while theirs.len() < mine.len() {
         let line = lines.next_line().await?.ok_or("the peer closed the connection")?;
-        theirs.push(Address::parse(&line)?);
+        theirs.push(parse(&line)?);
     }
     Ok(theirs)
-}
-
-/// Brings `qp` to RTS against `peer` (RoCE: global routing through `gid_idx`).
-fn connect(qp: &mut Qp, peer: Address, gid_idx: u8) -> Result<()> {
-    let mut av = AddressHandleAttribute::new();
-    av.setup_dest_lid(peer.lid).setup_port(1);
-    if peer.gid.raw != [0; 16] {
-        av.setup_grh_dest_gid(&peer.gid)
-            .setup_grh_hop_limit(1)
-            .setup_grh_src_gid_index(gid_idx);
-    }
-    let mut attr = QueuePairAttribute::new();
-    attr.setup_state(QueuePairState::Init)
-        .setup_pkey_index(0)
-        .setup_port(1)
-        .setup_access_flags(AccessFlags::LocalWrite);
-    qp.modify(&attr)?;
-    let mut attr = QueuePairAttribute::new();
-    attr.setup_state(QueuePairState::ReadyToReceive)
-        .setup_path_mtu(Mtu::Mtu1024)
-        .setup_dest_qp_num(peer.qpn)
-        .setup_rq_psn(0)
-        .setup_max_dest_read_atomic(0)
-        .setup_min_rnr_timer(12)
-        .setup_address_vector(&av);
-    qp.modify(&attr)?;
-    let mut attr = QueuePairAttribute::new();
-    attr.setup_state(QueuePairState::ReadyToSend)
-        .setup_sq_psn(0)
-        .setup_timeout(14)
-        .setup_retry_cnt(7)
-        .setup_rnr_retry(7)
-        .setup_max_read_atomic(0);
-    qp.modify(&attr)?;
-    Ok(())
 }
 
 /// A message: the queue pair's index and the sequence number, little-endian.
@@ -166,8 +129,9 @@ async fn run(args: Args) -> Result<()> {
     };
     let pd = ctx.alloc_pd()?;
     let num_qp = args.num_qp as usize;
-    let gid = ctx.query_gid(1, args.gid_idx.into())?;
-    let lid = ctx.query_port(1)?.lid();
+    // Port 1, sending from the GID at -g (a global address: RoCE needs one).
+    let mut params = RcBringUp::new(1);
+    params.setup_src_gid_index(args.gid_idx);
 
     // One completion channel, awaited from this task; one CQ for every send and receive.
     let channel = AsyncCompletionChannel::new(ctx.create_comp_channel()?)?;
@@ -204,14 +168,10 @@ async fn run(args: Args) -> Result<()> {
                 .build_rc()
         })
         .collect::<Result<Vec<Qp>, _>>()?;
-    let mine: Vec<Address> = qps
+    let mine = qps
         .iter()
-        .map(|qp| Address {
-            lid,
-            qpn: qp.qp_number(),
-            gid,
-        })
-        .collect();
+        .map(|qp| qp.endpoint(&params))
+        .collect::<Result<Vec<RcEndpoint>, _>>()?;
 
     let stream = match &args.server {
         Some(server) => TcpStream::connect((server.as_str(), args.port)).await?,
@@ -219,7 +179,7 @@ async fn run(args: Args) -> Result<()> {
     };
     let theirs = exchange(stream, &mine).await?;
     for (qp, peer) in qps.iter_mut().zip(&theirs) {
-        connect(qp, *peer, args.gid_idx)?;
+        qp.bring_up(&params, peer)?;
     }
     let client = args.server.is_some();
     let total = num_qp as u64 * args.iters;
@@ -287,7 +247,8 @@ async fn run(args: Args) -> Result<()> {
         event.cq().req_notify_cq(false)?;
     }
     println!(
-        "{received} messages on {num_qp} queue pairs in {:.3} seconds, {events} completion events",
+        "{}: {received} messages on {num_qp} queue pairs in {:.3} seconds, {events} completion events",
+        if client { "client" } else { "server" },
         start.elapsed().as_secs_f64()
     );
     Ok(())

@@ -20,7 +20,9 @@
 //! (16), `-r` receives posted at a time (500), `-n` iterations (1000), `-l` service level (0),
 //! `-e` sleep on completion events instead of busy polling, `-g` local GID index (on RoCE: use a
 //! RoCE v2 GID, e.g. 1 on SoftRoCE), `-o` on-demand paging, `-c` check the received buffer (the
-//! server prints "invalid data in page N" on a mismatch, as the C tool does).
+//! server prints "invalid data in page N" on a mismatch, as the C tool does). One more, `-v`,
+//! prints the queue-pair addresses, which the C tool always prints. Each queue pair is brought up
+//! with `bring_up` from the peer's record (`RcBringUp`, `RcEndpoint`).
 //!
 //! The queue-pair addresses go over TCP exactly as the C tool sends them: 256 records of 52 bytes
 //! each way, the text `lid:qpn:psn:gid` in hex, NUL-padded, then "done" from the client. Both
@@ -40,16 +42,14 @@ use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu};
 use sideway::ibverbs::memory_region::MemoryRegion;
-use sideway::ibverbs::queue_pair::{
-    QueuePairState, SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags,
-};
+use sideway::ibverbs::queue_pair::{SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::address_handle::AddressHandleAttribute;
+use sideway_ext::ibverbs::bring_up::{RcBringUp, RcEndpoint};
 use sideway_ext::ibverbs::extension::{
     CompletionChannelExt, CompletionQueueEventExt, CompletionQueueExt, ProtectionDomainExt,
 };
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
-use sideway_ext::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
+use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 
@@ -111,6 +111,9 @@ struct Args {
     /// Validate the received buffer
     #[arg(short = 'c', long)]
     chk: bool,
+    /// Print every queue pair's local and remote address (the C tool always does)
+    #[arg(short = 'v', long)]
+    verbose: bool,
     /// Connect to the server at <SERVER>; without it, act as the server
     server: Option<String>,
 }
@@ -281,43 +284,28 @@ fn report(err: &dyn Error) -> String {
     text
 }
 
-/// Moves every queue pair to RTR then RTS against its remote destination.
+/// Brings every queue pair to RTS against its remote destination (RESET → INIT → RTR → RTS), with
+/// the C tool's attributes: `RcBringUp`'s defaults, hop limit 1, and global routing only when the
+/// remote GID's interface id (its low 64 bits) is set.
 fn connect_qps(
     qps: &mut [SharedReceiveQueuePair<ReliableConnection>], args: &Args, mine: &[Destination], remote: &[Destination],
 ) -> Result<()> {
     for (i, qp) in qps.iter_mut().enumerate() {
         let dest = &remote[i];
-        let mut av = AddressHandleAttribute::new();
-        av.setup_dest_lid(dest.lid)
+        let peer = RcEndpoint::new(dest.lid, dest.gid, dest.qpn, dest.psn)
+            .map_err(|e| format!("Bad remote address [{i}]: {}", report(&e)))?;
+        let mut params = RcBringUp::new(args.ib_port);
+        params
+            .setup_path_mtu(args.mtu)
             .setup_service_level(args.sl)
-            .setup_port(args.ib_port);
-        // Global routing only when the remote GID's interface id (its low 64 bits) is set.
+            .setup_psn(mine[i].psn)
+            .setup_hop_limit(1);
         if dest.gid.raw[8..].iter().any(|&b| b != 0) {
             // The C tool passes its -g value, -1 when not given; no GID index is -1: use 0.
-            av.setup_grh_hop_limit(1)
-                .setup_grh_dest_gid(&dest.gid)
-                .setup_grh_src_gid_index(args.gid_idx.unwrap_or(0));
+            params.setup_src_gid_index(args.gid_idx.unwrap_or(0));
         }
-        let mut rtr = QueuePairAttribute::new();
-        rtr.setup_state(QueuePairState::ReadyToReceive)
-            .setup_path_mtu(args.mtu)
-            .setup_dest_qp_num(dest.qpn)
-            .setup_rq_psn(dest.psn)
-            .setup_max_dest_read_atomic(1)
-            .setup_min_rnr_timer(12)
-            .setup_address_vector(&av);
-        qp.modify(&rtr)
-            .map_err(|e| format!("Failed to modify QP[{i}] to RTR: {}", report(&e)))?;
-
-        let mut rts = QueuePairAttribute::new();
-        rts.setup_state(QueuePairState::ReadyToSend)
-            .setup_timeout(14)
-            .setup_retry_cnt(7)
-            .setup_rnr_retry(7)
-            .setup_sq_psn(mine[i].psn)
-            .setup_max_read_atomic(1);
-        qp.modify(&rts)
-            .map_err(|e| format!("Failed to modify QP[{i}] to RTS: {}", report(&e)))?;
+        qp.bring_up(&params, &peer)
+            .map_err(|e| format!("Failed to bring up QP[{i}]: {}", report(&e)))?;
     }
     Ok(())
 }
@@ -529,16 +517,6 @@ fn run(args: &Args) -> Result<()> {
         inline |= qp.max_inline_data() as usize >= size;
         qps.push(qp);
     }
-    for (i, qp) in qps.iter_mut().enumerate() {
-        let mut attr = QueuePairAttribute::new();
-        attr.setup_state(QueuePairState::Init)
-            .setup_pkey_index(0)
-            .setup_port(args.ib_port)
-            .setup_access_flags(AccessFlags::none());
-        qp.modify(&attr)
-            .map_err(|e| format!("Failed to modify QP[{i}] to INIT: {}", report(&e)))?;
-    }
-
     let mut routs = post_recv(&srq, &mr, &buf, args.rx_depth);
     if routs < args.rx_depth {
         return Err(format!("Couldn't post receive ({routs})").into());
@@ -568,16 +546,20 @@ fn run(args: &Args) -> Result<()> {
             gid,
         })
         .collect();
-    for dest in &mine {
-        dest.print("local address: ");
+    if args.verbose {
+        for dest in &mine {
+            dest.print("local address: ");
+        }
     }
 
     let remote = match &args.server {
         Some(server) => client_exchange(server, args.port, &mine)?,
         None => server_exchange(args.port, &mine, |remote| connect_qps(&mut qps, args, &mine, remote))?,
     };
-    for dest in &remote {
-        dest.print("remote address:");
+    if args.verbose {
+        for dest in &remote {
+            dest.print("remote address:");
+        }
     }
     if args.server.is_some() {
         connect_qps(&mut qps, args, &mine, &remote)?;

@@ -1,6 +1,6 @@
-//! The newcomer's examples: `examples/async_pingpong` (feature `tokio`) run as a server and a
-//! client against each other on `SIDEWAY_EXT_TEST_DEVICE` (rxe0 in the SoftRoCE VM), and
-//! `examples/dc_hello` (feature `mlx5`), which stops on a device that
+//! The newcomer's examples: `examples/async_pingpong` and `examples/ud_echo` (feature `tokio`)
+//! run as a server and a client against each other on `SIDEWAY_EXT_TEST_DEVICE` (rxe0 in the
+//! SoftRoCE VM), and `examples/dc_hello` (feature `mlx5`), which stops on a device that
 //! is not mlx5.
 //!
 //! The example binaries are the ones cargo builds next to the test binaries; run under cargo,
@@ -19,13 +19,15 @@ mod async_pingpong {
         peer::example_binary("async_pingpong", Some("tokio"))
     }
 
-    /// `N messages on Q queue pairs in S seconds, E completion events`: (N, Q, E).
+    /// `<role>: N messages on Q queue pairs in S seconds, E completion events`, labelled with the
+    /// peer's role: (N, Q, E).
     fn summary(peer: &peer::Finished) -> (u64, u64, u64) {
+        let label = format!("{}: ", peer.role);
         let line = peer
             .stdout
             .lines()
-            .find(|line| line.contains("messages on"))
-            .unwrap_or_else(|| panic!("no summary line\n{peer}"));
+            .find_map(|line| line.strip_prefix(&label).filter(|rest| rest.contains("messages on")))
+            .unwrap_or_else(|| panic!("no summary line labelled {label:?}\n{peer}"));
         let words: Vec<&str> = line.split_whitespace().collect();
         let number = |i: usize| -> u64 { words[i].parse().unwrap_or_else(|_| panic!("bad summary {line:?}")) };
         (number(0), number(3), number(9))
@@ -70,6 +72,91 @@ mod async_pingpong {
     }
 }
 
+#[cfg(feature = "tokio")]
+mod ud_echo {
+    use serial_test::serial;
+
+    use super::common::{self, peer};
+
+    /// The numbers of the line labelled `<role>: ` that contains `what`, in order.
+    fn numbers(peer: &peer::Finished, what: &str) -> Vec<u64> {
+        let label = format!("{}: ", peer.role);
+        let line = peer
+            .stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(&label).filter(|rest| rest.contains(what)))
+            .unwrap_or_else(|| panic!("no line labelled {label:?} with {what:?}\n{peer}"));
+        line.split(|c: char| !c.is_ascii_digit() && c != '.')
+            .filter(|word| !word.is_empty() && !word.contains('.'))
+            .map(|word| {
+                word.parse()
+                    .unwrap_or_else(|_| panic!("bad number {word:?} in {line:?}"))
+            })
+            .collect()
+    }
+
+    /// 4 UD queue pairs × 200 datagrams through one SRQ of 64 receives that the server refills
+    /// only on its limit event (armed at 16): every datagram is echoed and checked by the client
+    /// (a lost one fails it), both count 800; the server saw the limit event and refilled on it
+    /// often enough to have posted a receive for each datagram (64 at the start, at most 64 per
+    /// refill: at least (800 - 64) / 64 refills), and no more than it consumed.
+    #[test]
+    #[serial]
+    #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+    fn ud_echo_refills_its_srq_on_the_limit_event_and_echoes_every_datagram() {
+        const QPS: u64 = 4;
+        const ITERS: u64 = 200;
+        const RX_DEPTH: u64 = 64;
+        let ctx = common::open_test_device();
+        let (gid_index, _) = common::local_gid(&ctx);
+        drop(ctx);
+        let device = std::env::var(common::DEVICE_VARIABLE).expect("checked");
+        let port = 18733;
+        let args = peer::strings(&[
+            "-d",
+            &device,
+            "-g",
+            &gid_index.to_string(),
+            "-p",
+            &port.to_string(),
+            "-q",
+            &QPS.to_string(),
+            "-n",
+            &ITERS.to_string(),
+            "-r",
+            &RX_DEPTH.to_string(),
+        ]);
+        let mut client_args = args.clone();
+        client_args.push("127.0.0.1".into());
+        let binary = peer::example_binary("ud_echo", Some("tokio"));
+        let (server, client) = peer::run_pair(&binary, &args, &binary, &client_args, port);
+        for peer in [&server, &client] {
+            assert!(peer.succeeded(), "the {} failed\n{server}\n{client}", peer.role);
+        }
+        let total = QPS * ITERS;
+        // client: N datagrams echoed on Q queue pairs in S seconds
+        let counts = numbers(&client, "datagrams echoed");
+        assert_eq!(counts[..2], [total, QPS], "{client}");
+        // server: N datagrams echoed on Q queue pairs through one SRQ, L limit events, P receives
+        // posted, E completion events
+        let counts = numbers(&server, "limit events");
+        let [echoed, qps, limit_events, posted, events] = counts[..] else {
+            panic!("unexpected server line\n{server}")
+        };
+        assert_eq!((echoed, qps), (total, QPS), "{server}");
+        assert!(
+            limit_events >= (total - RX_DEPTH) / RX_DEPTH,
+            "{limit_events} limit events\n{server}"
+        );
+        assert!(
+            posted >= total && posted <= total + RX_DEPTH,
+            "{posted} receives posted for {total} datagrams\n{server}"
+        );
+        assert!(events >= 1, "{server}");
+        println!("{server}\n{client}");
+    }
+}
+
 #[cfg(feature = "mlx5")]
 mod dc_hello {
     use serial_test::serial;
@@ -86,14 +173,18 @@ mod dc_hello {
         let (gid_index, _) = common::local_gid(&ctx);
         let device = std::env::var(common::DEVICE_VARIABLE).expect("checked");
         let binary = peer::example_binary("dc_hello", Some("mlx5"));
-        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device, &gid_index.to_string()]));
-        assert!(finished.failed_cleanly(), "expected exit status 1\n{finished}");
-        let message = format!("{device}: not an mlx5 device");
-        assert!(
-            finished.stderr.contains(&message),
-            "stderr lacks {message:?}\n{finished}"
-        );
-        assert!(finished.stdout.is_empty(), "{finished}");
+        // With a GID index, and without one (dc_hello would pick one, after the mlx5 check).
+        let gid_index = gid_index.to_string();
+        for args in [&[device.as_str(), gid_index.as_str()][..], &[device.as_str()]] {
+            let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(args));
+            assert!(finished.failed_cleanly(), "expected exit status 1\n{finished}");
+            let message = format!("{device}: not an mlx5 device");
+            assert!(
+                finished.stderr.contains(&message),
+                "stderr lacks {message:?}\n{finished}"
+            );
+            assert!(finished.stdout.is_empty(), "{finished}");
+        }
     }
 
     /// On a ConnectX: the write and the send are checked by the program itself.
@@ -105,8 +196,13 @@ mod dc_hello {
         let (gid_index, _) = common::local_gid(&ctx);
         drop(ctx);
         let binary = peer::example_binary("dc_hello", Some("mlx5"));
-        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device, &gid_index.to_string()]));
+        // No GID index: dc_hello picks the port's RoCE v2 GID (0 on InfiniBand) and prints it.
+        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device]));
         assert!(finished.succeeded(), "{finished}");
+        assert!(
+            finished.stdout.contains(&format!("GID index {gid_index} (")),
+            "{finished}"
+        );
         assert!(finished.stdout.contains("DC write and send checked"), "{finished}");
     }
 }

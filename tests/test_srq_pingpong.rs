@@ -25,6 +25,10 @@ fn example_binary() -> PathBuf {
     peer::example_binary("srq_pingpong", None)
 }
 
+fn c_tool_path() -> &'static Path {
+    Path::new(C_TOOL)
+}
+
 fn c_tool() -> PathBuf {
     let path = PathBuf::from(C_TOOL);
     assert!(path.is_file(), "{C_TOOL} is missing: install ibverbs-utils");
@@ -73,9 +77,17 @@ fn run_pair(server: &Path, client: &Path, port: u16, extra: &[&str]) -> (Finishe
     .chain(extra)
     .map(|s| s.to_string())
     .collect();
-    let mut client_args = args.clone();
+    // The example prints the queue-pair addresses that check_pair compares with -v (the C tool
+    // always does, and has no -v).
+    let for_program = |program: &Path, mut args: Vec<String>| {
+        if program != c_tool_path() {
+            args.push("-v".to_string());
+        }
+        args
+    };
+    let mut client_args = for_program(client, args.clone());
     client_args.push("127.0.0.1".to_string());
-    peer::run_pair(server, &args, client, &client_args, port)
+    peer::run_pair(server, &for_program(server, args), client, &client_args, port)
 }
 
 /// The numbers of the summary lines: `(bytes, Mbit/s)` from "<bytes> bytes in <secs> seconds =

@@ -7,7 +7,10 @@ use sideway::ibverbs::completion::{CompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-use super::address_handle::{AddressHandle, AddressHandleAttribute, CreateAddressHandleError};
+use super::address_handle::{
+    AddressHandle, AddressHandleAttribute, CreateAddressHandleError, CreateAddressHandleFromWorkCompletionError,
+    CreateAddressHandleFromWorkCompletionErrorKind,
+};
 use super::async_event::AsyncEventReader;
 use super::shared_receive_queue::SharedReceiveQueueBuilder;
 use super::work_completion::WorkCompletion;
@@ -22,6 +25,16 @@ pub trait ProtectionDomainExt {
     /// refused before the call with
     /// [`GlobalRoutingRequired`](super::address_handle::CreateAddressHandleErrorKind::GlobalRoutingRequired).
     fn create_ah(&self, attr: &AddressHandleAttribute) -> Result<Arc<AddressHandle>, CreateAddressHandleError>;
+
+    /// Creates the address handle that answers the sender of a received datagram, as
+    /// `ibv_create_ah_from_wc` does: the address from the receive completion `wc` and `grh`, the
+    /// first [`GRH_LEN`](super::address_handle::GRH_LEN) bytes of its receive buffer
+    /// ([`AddressHandleAttribute::from_work_completion`]), then [`create_ah`](Self::create_ah)
+    /// with it. See [`ibv_create_ah_from_wc`](https://man7.org/linux/man-pages/man3/ibv_create_ah_from_wc.3.html),
+    /// [RDMAmojo](https://www.rdmamojo.com/2012/11/17/ibv_create_ah_from_wc/).
+    fn create_ah_from_wc(
+        &self, port: u8, wc: &WorkCompletion, grh: &[u8; super::address_handle::GRH_LEN],
+    ) -> Result<Arc<AddressHandle>, CreateAddressHandleFromWorkCompletionError>;
 }
 
 impl ProtectionDomainExt for Arc<ProtectionDomain> {
@@ -31,6 +44,20 @@ impl ProtectionDomainExt for Arc<ProtectionDomain> {
 
     fn create_ah(&self, attr: &AddressHandleAttribute) -> Result<Arc<AddressHandle>, CreateAddressHandleError> {
         AddressHandle::new(self, attr).map(Arc::new)
+    }
+
+    fn create_ah_from_wc(
+        &self, port: u8, wc: &WorkCompletion, grh: &[u8; super::address_handle::GRH_LEN],
+    ) -> Result<Arc<AddressHandle>, CreateAddressHandleFromWorkCompletionError> {
+        // SAFETY: the PD, and so its context, is alive while self is.
+        let attr = unsafe {
+            let context = std::ptr::NonNull::new_unchecked(self.pd().as_ref().context);
+            AddressHandleAttribute::from_work_completion_on(context, port, wc, grh)
+        }
+        .map_err(CreateAddressHandleFromWorkCompletionErrorKind::from)?;
+        Ok(self
+            .create_ah(&attr)
+            .map_err(CreateAddressHandleFromWorkCompletionErrorKind::from)?)
     }
 }
 

@@ -4,13 +4,18 @@
 //! - [`shared_receive_queue`]: shared receive queues (SRQ), their limit, and posting receives;
 //! - [`queue_pair`]: RC and UD queue pairs that receive through an SRQ, on a queue-pair core
 //!   with a transition table per type, and [`post_send_guard`], the `ibv_wr_*` posting API;
-//! - [`address_handle`]: address handles for datagram transports;
+//! - [`bring_up`]: RC and UD queue pairs brought to RTS in one call (RC from the peer's
+//!   [`RcEndpoint`](bring_up::RcEndpoint));
+//! - [`address_handle`]: address handles for datagram transports, also from a received
+//!   datagram's work completion;
 //! - [`async_event`]: the device context's asynchronous events (SRQ limit, QP last WQE, …);
 //! - [`work_completion`]: completions with every field, including the queue pair number;
 //! - [`completion_channel`]: completion events, to sleep (or wait on a file descriptor) until a
 //!   completion queue gets a completion instead of busy polling it;
 //! - [`async_completion_channel`] (feature `tokio`): the same events awaited from a tokio task
 //!   (`channel.wait().await`);
+//! - [`async_event_waiter`] (feature `tokio`): asynchronous events awaited from a tokio task
+//!   (`events.wait().await`), and the shared receive queue's limit-event refill loop;
 //! - [`extension`]: the factories on sideway's types (`pd.create_srq_builder()`, `pd.create_ah()`,
 //!   `ctx.async_event_reader()`, `cq.poll_work_completions()`) and the completion-event methods
 //!   (`cq.req_notify_cq()`, `channel.get_cq_event()`).
@@ -176,6 +181,10 @@ pub mod address_handle;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod async_completion_channel;
 pub mod async_event;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod async_event_waiter;
+pub mod bring_up;
 pub mod completion_channel;
 pub mod extension;
 pub mod post_send_guard;

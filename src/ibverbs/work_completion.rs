@@ -118,6 +118,12 @@ impl From<ibv_wc> for WorkCompletion {
 }
 
 impl WorkCompletion {
+    /// The C struct, for a library call that reads it (copy it field by field into a
+    /// [`Zeroed`](super::zeroed::Zeroed) first: a typed copy leaves its padding undefined).
+    pub(crate) fn raw(&self) -> &ibv_wc {
+        &self.0
+    }
+
     /// The `wr_id` of the request that completed (for a receive on a shared receive queue: of the
     /// receive request posted on the SRQ).
     pub fn wr_id(&self) -> u64 {

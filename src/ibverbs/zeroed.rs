@@ -11,7 +11,8 @@ use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 
 use rdma_mummy_sys::{
-    ibv_ah_attr, ibv_qp_attr, ibv_qp_init_attr_ex, ibv_recv_wr, ibv_srq_attr, ibv_srq_init_attr, mlx5dv_qp_init_attr,
+    ibv_ah_attr, ibv_grh, ibv_qp_attr, ibv_qp_init_attr_ex, ibv_recv_wr, ibv_srq_attr, ibv_srq_init_attr, ibv_wc,
+    mlx5dv_qp_init_attr,
 };
 
 /// Plain C data: integers, raw pointers, and structs, unions and arrays of these.
@@ -35,6 +36,10 @@ unsafe impl PlainData for ibv_qp_init_attr_ex {}
 unsafe impl PlainData for ibv_ah_attr {}
 // SAFETY: as above.
 unsafe impl PlainData for mlx5dv_qp_init_attr {}
+// SAFETY: as above.
+unsafe impl PlainData for ibv_wc {}
+// SAFETY: as above.
+unsafe impl PlainData for ibv_grh {}
 
 /// A C struct that starts with every byte zero and is changed field by field; see the module.
 pub(crate) struct Zeroed<T: PlainData>(MaybeUninit<T>);

@@ -1,8 +1,10 @@
-//! libmlx5 functions that rdma-mummy-sys does not bind, resolved at run time from the library
-//! it loads (`libmlx5.so.1`), as rdma-mummy-sys does for the others: a missing library or symbol
-//! is `None`, never a link error.
-use std::ffi::{c_int, CStr};
+//! libmlx5 functions that rdma-mummy-sys does not bind, resolved at run time (with libloading)
+//! from the library it loads (`libmlx5.so.1`), as rdma-mummy-sys does for the others: a missing
+//! library or symbol is `None`, never a link error.
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::OnceLock;
+
+use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
 use std::io;
 use std::ptr::NonNull;
@@ -12,7 +14,7 @@ use rdma_mummy_sys::{ibv_context, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, mlx5dv
 /// `int mlx5dv_dci_stream_id_reset(struct ibv_qp *qp, uint16_t stream_id)`.
 pub(crate) type DciStreamIdReset = unsafe extern "C" fn(*mut ibv_qp, u16) -> c_int;
 
-const LIBRARY: &CStr = c"libmlx5.so.1";
+const LIBRARY: &str = "libmlx5.so.1";
 
 /// The libmlx5 calls of the DC queue pairs outside the data path, as a table of functions:
 /// libmlx5's ([`LIBMLX5`]), or in unit tests a model of libmlx5's rules, so that the public API of
@@ -66,23 +68,21 @@ pub(crate) fn dci_stream_id_reset() -> Option<DciStreamIdReset> {
     *RESOLVED.get_or_init(|| {
         let symbol = resolve(LIBRARY, c"mlx5dv_dci_stream_id_reset")?;
         // SAFETY: the symbol is the C function of this signature (mlx5dv.h).
-        Some(unsafe { std::mem::transmute::<*mut std::ffi::c_void, DciStreamIdReset>(symbol) })
+        Some(unsafe { std::mem::transmute::<*mut c_void, DciStreamIdReset>(symbol) })
     })
 }
 
-/// The address of `symbol` in `library`, loaded (or found loaded) with `dlopen`; the library
-/// stays loaded.
-fn resolve(library: &CStr, symbol: &CStr) -> Option<*mut std::ffi::c_void> {
-    // SAFETY: both names are NUL-terminated; the handle is never closed, so the address stays
-    // valid for the process's lifetime.
-    unsafe {
-        let handle = libc::dlopen(library.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
-        if handle.is_null() {
-            return None;
-        }
-        let address = libc::dlsym(handle, symbol.as_ptr());
-        (!address.is_null()).then_some(address)
-    }
+/// The address of `symbol` in `library`, loaded (or found loaded) as rdma-mummy-sys loads it
+/// (`RTLD_NOW | RTLD_GLOBAL`); the library stays loaded.
+fn resolve(library: &str, symbol: &CStr) -> Option<*mut c_void> {
+    // SAFETY: loading runs the library's initialisers; for libmlx5 those rdma-mummy-sys runs when
+    // it loads the same library.
+    let library = unsafe { Library::open(Some(library), RTLD_NOW | RTLD_GLOBAL) }.ok()?;
+    // SAFETY: the symbol is read as a plain address, never called here.
+    let address = unsafe { library.get::<*mut c_void>(symbol.to_bytes_with_nul()) }.map(|address| *address);
+    // Never closed, so that the address stays valid for the process's lifetime.
+    library.into_raw();
+    address.ok().filter(|address| !address.is_null())
 }
 
 #[cfg(test)]
@@ -91,9 +91,9 @@ mod tests {
 
     #[test]
     fn a_missing_library_or_symbol_is_none() {
-        assert!(resolve(c"libsideway-ext-no-such-library.so.1", c"mlx5dv_dci_stream_id_reset").is_none());
-        assert!(resolve(c"libc.so.6", c"mlx5dv_dci_stream_id_reset").is_none());
-        assert!(resolve(c"libc.so.6", c"getpid").is_some());
+        assert!(resolve("libsideway-ext-no-such-library.so.1", c"mlx5dv_dci_stream_id_reset").is_none());
+        assert!(resolve("libc.so.6", c"mlx5dv_dci_stream_id_reset").is_none());
+        assert!(resolve("libc.so.6", c"getpid").is_some());
     }
 
     #[test]
