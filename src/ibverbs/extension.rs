@@ -78,6 +78,12 @@ pub trait CompletionQueueExt {
     /// Polls up to `wcs.len()` completions with `ibv_poll_cq` and returns those that were ready
     /// (an empty slice when none was). Allocates nothing. A provider's failure (a negative return:
     /// -1 or a negative errno) is an [`Ibverbs`](PollCompletionQueueError::Ibverbs) error.
+    ///
+    /// It polls an `ExtendedCompletionQueue` the same way, and that is the way to poll one more
+    /// than once on SoftRoCE: with rdma-core before 55 (Debian 12 ships 44), rxe's
+    /// `ibv_next_poll`/`ibv_end_poll` overrun the queue, so the batch after a drained
+    /// `ExtendedCompletionQueue::start_poll` hands back completions that were never produced
+    /// (UPSTREAM.md, "sideway bugs met on the way").
     fn poll_work_completions<'a>(
         &self, wcs: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion], PollCompletionQueueError>;
