@@ -106,14 +106,18 @@ mod dc_hello {
         let (gid_index, _) = common::local_gid(&ctx);
         let device = std::env::var(common::DEVICE_VARIABLE).expect("checked");
         let binary = peer::example_binary("dc_hello", Some("mlx5"));
-        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device, &gid_index.to_string()]));
-        assert!(finished.failed_cleanly(), "expected exit status 1\n{finished}");
-        let message = format!("{device}: not an mlx5 device");
-        assert!(
-            finished.stderr.contains(&message),
-            "stderr lacks {message:?}\n{finished}"
-        );
-        assert!(finished.stdout.is_empty(), "{finished}");
+        // With a GID index, and without one (dc_hello would pick one, after the mlx5 check).
+        let gid_index = gid_index.to_string();
+        for args in [&[device.as_str(), gid_index.as_str()][..], &[device.as_str()]] {
+            let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(args));
+            assert!(finished.failed_cleanly(), "expected exit status 1\n{finished}");
+            let message = format!("{device}: not an mlx5 device");
+            assert!(
+                finished.stderr.contains(&message),
+                "stderr lacks {message:?}\n{finished}"
+            );
+            assert!(finished.stdout.is_empty(), "{finished}");
+        }
     }
 
     /// On a ConnectX: the write and the send are checked by the program itself.
@@ -125,8 +129,13 @@ mod dc_hello {
         let (gid_index, _) = common::local_gid(&ctx);
         drop(ctx);
         let binary = peer::example_binary("dc_hello", Some("mlx5"));
-        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device, &gid_index.to_string()]));
+        // No GID index: dc_hello picks the port's RoCE v2 GID (0 on InfiniBand) and prints it.
+        let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device]));
         assert!(finished.succeeded(), "{finished}");
+        assert!(
+            finished.stdout.contains(&format!("GID index {gid_index} (")),
+            "{finished}"
+        );
         assert!(finished.stdout.contains("DC write and send checked"), "{finished}");
     }
 }

@@ -12,7 +12,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
@@ -338,8 +338,28 @@ fn written(lb: &Loopback, seed: u8) -> Result<String> {
         .ok_or_else(|| "the bytes that arrived differ from those sent".to_string())
 }
 
-/// Runs the self-test on `ctx` (named `name`) with the local GID `gid_index`.
-pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: u8) -> Outcome {
+/// The GID index to use: the one given, else on RoCE the port's RoCE v2 GID (IPv4-mapped
+/// first), on InfiniBand 0.
+fn pick_gid_index(ctx: &Arc<DeviceContext>, given: Option<u8>) -> Result<u8> {
+    if let Some(index) = given {
+        return Ok(index);
+    }
+    let port = ctx
+        .query_port(PORT)
+        .map_err(|e| format!("query port {PORT}: {}", chain(&e)))?;
+    if port.link_layer() != LinkLayer::Ethernet {
+        return Ok(0);
+    }
+    let entry = ctx
+        .roce_v2_gid(PORT)
+        .map_err(|e| format!("read the GID table: {}", chain(&e)))?
+        .ok_or_else(|| format!("port {PORT} is RoCE and has no RoCE v2 GID (no IP address?): give one with -g"))?;
+    Ok(entry.gid_index() as u8)
+}
+
+/// Runs the self-test on `ctx` (named `name`) with the local GID `gid_index` (picked when
+/// `None`).
+pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outcome {
     let mlx5 = Mlx5DeviceContext::new(Arc::clone(ctx));
     let capabilities = match mlx5.query_dc_capabilities() {
         Ok(capabilities) if capabilities.is_mlx5() => capabilities,
@@ -352,8 +372,19 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: u8) -> Outcome {
             return Outcome::Failed;
         },
     };
+    let gid_index = match pick_gid_index(ctx, gid_index) {
+        Ok(index) => index,
+        Err(why) => {
+            println!("{name}: {why}");
+            return Outcome::Failed;
+        },
+    };
+    let gid = ctx.query_gid(PORT, gid_index.into()).map_or_else(
+        |e| format!("unreadable: {e}"),
+        |gid| std::net::Ipv6Addr::from(gid).to_string(),
+    );
     println!(
-        "DC self-test of {name}, port {PORT}, GID index {gid_index}: DC read/atomic depths {:?}/{:?}, DCI streams {:?}",
+        "DC self-test of {name}, port {PORT}, GID index {gid_index} ({gid}): DC read/atomic depths {:?}/{:?}, DCI streams {:?}",
         capabilities.max_dc_rd_atom(),
         capabilities.max_dc_init_rd_atom(),
         capabilities.dci_streams()

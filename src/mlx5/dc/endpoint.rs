@@ -78,6 +78,12 @@ pub enum InvalidDcEndpointErrorKind {
         /// The number given.
         dct_number: u32,
     },
+    /// A RoCE endpoint with the zero GID (`::`): what `ibv_query_gid` reads, with success, from
+    /// an empty slot of the GID table. No packet reaches it; the GID index it was read from is
+    /// not a GID of the port (see
+    /// [`DeviceContextExt::roce_v2_gid`](crate::ibverbs::extension::DeviceContextExt::roce_v2_gid)).
+    #[error("the GID is zero (an empty GID table slot): a RoCE endpoint is addressed by its GID")]
+    ZeroGid,
 }
 
 /// Error returned by [`DcEndpoint::create_ah`].
@@ -164,11 +170,16 @@ impl DcEndpoint {
     ///
     /// - [`DctNumberOutOfRange`](InvalidDcEndpointErrorKind::DctNumberOutOfRange): `dct_number`
     ///   is above [`MAX_DCT_NUMBER`].
+    /// - [`ZeroGid`](InvalidDcEndpointErrorKind::ZeroGid): a RoCE endpoint with the zero GID (an
+    ///   empty GID table slot).
     pub fn new(
         lid: u16, gid: Gid, dct_number: u32, dc_key: u64, is_roce: bool,
     ) -> Result<Self, InvalidDcEndpointError> {
         if dct_number > MAX_DCT_NUMBER {
             return Err(InvalidDcEndpointErrorKind::DctNumberOutOfRange { dct_number }.into());
+        }
+        if is_roce && gid.is_zero() {
+            return Err(InvalidDcEndpointErrorKind::ZeroGid.into());
         }
         Ok(Self {
             lid,
@@ -344,6 +355,16 @@ mod tests {
             InvalidDcEndpointErrorKind::DctNumberOutOfRange { dct_number: 0x100_0000 }
         ));
         assert!(DcEndpoint::new(0, roce_gid(), u32::MAX, 0, true).is_err());
+    }
+
+    #[test]
+    fn a_roce_endpoint_with_the_zero_gid_is_refused() {
+        let zero = Gid::from(Ipv6Addr::UNSPECIFIED);
+        let err = DcEndpoint::new(0, zero, 0x42, 1, true).unwrap_err();
+        assert!(matches!(err.0, InvalidDcEndpointErrorKind::ZeroGid), "{err:?}");
+        assert!(err.0.to_string().contains("empty GID table slot"), "{}", err.0);
+        // InfiniBand addresses by LID: its GID is only used by a global address.
+        assert!(DcEndpoint::new(7, zero, 0x42, 1, false).is_ok());
     }
 
     #[test]

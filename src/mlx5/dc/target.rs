@@ -220,6 +220,28 @@ pub enum BringUpDcTargetErrorKind {
         /// The port.
         port: u8,
     },
+    /// The source GID index names an empty slot of the port's GID table (`ibv_query_gid` read
+    /// zeros): the move to RTR would fail, or the DC target would answer from no address. Pick a
+    /// RoCE v2 GID with
+    /// [`DeviceContextExt::roce_v2_gid`](crate::ibverbs::extension::DeviceContextExt::roce_v2_gid).
+    #[error("GID index {index} of port {port} is empty (a zero GID): pick a RoCE v2 GID index")]
+    ZeroSourceGid {
+        /// The port.
+        port: u8,
+        /// The source GID index.
+        index: u8,
+    },
+    /// Reading the GID at the source GID index failed (`ibv_query_gid`; e.g. an index beyond
+    /// the port's table).
+    #[error("cannot read GID index {index} of port {port}")]
+    QueryGid {
+        /// The port.
+        port: u8,
+        /// The source GID index.
+        index: u8,
+        /// The library's error.
+        source: io::Error,
+    },
     /// A transition failed (checked against the DC target's table first).
     #[error(transparent)]
     Modify(#[from] ModifyDcTargetError),
@@ -276,6 +298,9 @@ pub enum DcTargetEndpointErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
+    /// The endpoint would be invalid (a RoCE port and the zero GID given).
+    #[error(transparent)]
+    InvalidEndpoint(#[from] super::endpoint::InvalidDcEndpointError),
 }
 
 /// How [`DcTarget::bring_up`] brings a DC target to RTR: the local port and P_Key index, the
@@ -444,7 +469,7 @@ impl DcTarget {
             .core
             .query_port(port)
             .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
-        // The DCT number is 24 bits by construction (the library's), so this cannot fail.
+        // The DCT number is 24 bits by construction (the library's); the GID may be zero.
         DcEndpoint::new(
             attr.lid,
             gid,
@@ -452,12 +477,14 @@ impl DcTarget {
             self.dc_key,
             attr.link_layer == IBV_LINK_LAYER_ETHERNET,
         )
-        .map_err(|_| DcTargetEndpointErrorKind::NoDctNumber.into())
+        .map_err(|err| DcTargetEndpointErrorKind::InvalidEndpoint(err).into())
     }
 
     /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
     /// against the DC target's table), with the access flags it was built with. On a RoCE port
-    /// the address vector is global, from [`DcTargetBringUp::setup_src_gid_index`].
+    /// the address vector is global, from [`DcTargetBringUp::setup_src_gid_index`], whose GID is
+    /// read first: an empty slot (zeros) is
+    /// [`ZeroSourceGid`](BringUpDcTargetErrorKind::ZeroSourceGid), before any transition.
     pub fn bring_up(&mut self, params: &DcTargetBringUp) -> Result<(), BringUpDcTargetError> {
         let invalid_port = |source| BringUpDcTargetErrorKind::InvalidPort {
             port: params.port,
@@ -465,8 +492,28 @@ impl DcTarget {
         };
         let port = self.core.query_port(params.port).map_err(invalid_port)?;
         let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
-        if roce && params.src_gid_index.is_none() {
-            return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
+        match (roce, params.src_gid_index) {
+            (true, None) => {
+                return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
+            },
+            (true, Some(index)) => {
+                let gid =
+                    self.core
+                        .query_gid(params.port, index)
+                        .map_err(|source| BringUpDcTargetErrorKind::QueryGid {
+                            port: params.port,
+                            index,
+                            source,
+                        })?;
+                if gid.is_zero() {
+                    return Err(BringUpDcTargetErrorKind::ZeroSourceGid {
+                        port: params.port,
+                        index,
+                    }
+                    .into());
+                }
+            },
+            (false, _) => {},
         }
         let path_mtu = params.path_mtu.unwrap_or(active);
         for attr in &params.attributes(self.access_flags, path_mtu) {

@@ -54,6 +54,9 @@ struct Model {
     reset_branch: bool,
     /// Whether the device has DC atomics (`mlx5_ib_dc_atomic_is_supported`).
     dc_atomics: bool,
+    /// `None`: port 1 is InfiniBand; `Some(indices)`: it is RoCE, with a GID set at these
+    /// indices of its table and the other slots empty (read as zeros).
+    roce_gids: Option<&'static [u8]>,
     queue_pairs: BTreeMap<u32, ModelQueuePair>,
     next_qp_number: u32,
 }
@@ -76,6 +79,7 @@ impl Model {
             device,
             reset_branch: true,
             dc_atomics: true,
+            roce_gids: None,
             queue_pairs: BTreeMap::new(),
             next_qp_number: 0x100,
         }
@@ -107,6 +111,11 @@ pub(crate) fn set_reset_branch(reset_branch: bool) {
 /// Whether the device has DC atomics.
 pub(crate) fn set_dc_atomics(dc_atomics: bool) {
     with(|model| model.dc_atomics = dc_atomics);
+}
+
+/// Port 1 is RoCE, with GIDs set at `gid_indices` only.
+pub(crate) fn set_roce(gid_indices: &'static [u8]) {
+    with(|model| model.roce_gids = Some(gid_indices));
 }
 
 /// The state the device holds for queue pair `qp_number`.
@@ -263,9 +272,39 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
     if port != 1 {
         return libc::EINVAL;
     }
+    let roce = with(|model| model.roce_gids.is_some());
     (*attr).active_mtu = 3;
-    (*attr).link_layer = 1;
-    (*attr).lid = 7;
+    (*attr).link_layer = if roce {
+        crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET
+    } else {
+        1
+    };
+    (*attr).lid = if roce { 0 } else { 7 };
+    0
+}
+
+/// The model's `query_gid`: on RoCE, a GID (`::ffff:192.0.2.<index>`) at the indices set, zeros
+/// elsewhere (libibverbs reads an empty slot as zeros, with success); on InfiniBand a link-local
+/// GID at index 0 only.
+///
+/// # Safety
+///
+/// `gid` must be writable (as `ibv_query_gid`).
+unsafe fn query_gid(_: *mut ibv_context, port: u8, index: i32, gid: *mut rdma_mummy_sys::ibv_gid) -> i32 {
+    if port != 1 {
+        return libc::EINVAL;
+    }
+    let set = with(|model| match model.roce_gids {
+        Some(indices) => indices.iter().any(|&i| i32::from(i) == index),
+        None => index == 0,
+    });
+    let mut raw = [0u8; 16];
+    if set {
+        raw[10] = 0xff;
+        raw[11] = 0xff;
+        raw[12..].copy_from_slice(&[192, 0, 2, index as u8]);
+    }
+    (*gid).raw = raw;
     0
 }
 
@@ -397,6 +436,7 @@ pub(crate) static QUEUE_PAIR_VERBS: QueuePairVerbs = QueuePairVerbs {
     destroy,
     to_qp_ex,
     query_port,
+    query_gid,
 };
 
 /// The model's libmlx5 calls.
@@ -813,6 +853,37 @@ mod tests {
         assert!(take_calls().is_empty(), "nothing reached the kernel");
         drop(dct);
         assert_eq!(take_calls(), [format!("destroy qp{n:#x}")]);
+    }
+
+    #[test]
+    fn a_dct_on_roce_is_refused_an_empty_gid_slot_by_its_index_before_any_transition() {
+        reset(DEVICE);
+        set_roce(&[1, 3]);
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        let mut dct = DcTarget::modelled(7, access, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        take_calls();
+        let mut params = DcTargetBringUp::new(1);
+        params.setup_src_gid_index(0);
+        let err = dct.bring_up(&params).unwrap_err();
+        assert!(
+            matches!(err.0, BringUpDcTargetErrorKind::ZeroSourceGid { port: 1, index: 0 }),
+            "{err:?}"
+        );
+        assert!(
+            err.0.to_string().contains("GID index 0 of port 1 is empty"),
+            "{}",
+            err.0
+        );
+        assert!(take_calls().is_empty(), "nothing reached the kernel");
+        params.setup_src_gid_index(3);
+        dct.bring_up(&params).expect("a GID is set at index 3");
+        assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+        // The endpoint refuses the zero GID too.
+        let zero = sideway::ibverbs::address::Gid::from(std::net::Ipv6Addr::UNSPECIFIED);
+        assert!(matches!(
+            dct.endpoint(1, zero).unwrap_err().0,
+            crate::mlx5::dc::target::DcTargetEndpointErrorKind::InvalidEndpoint(_)
+        ));
     }
 
     #[test]
