@@ -99,18 +99,26 @@ pub struct DcTargetBuilder {
     recv_cq: Option<GenericCompletionQueue>,
     srq: Option<Arc<SharedReceiveQueue>>,
     dc_key: u64,
-    access_flags: AccessFlags,
+    /// `None`: [`DEFAULT_ACCESS`], with remote atomics where the device has DC atomics.
+    access_flags: Option<AccessFlags>,
 }
 
+/// The default access of a DC target, as [`DcTargetBuilder::setup_access_flags`] describes:
+/// local write, remote write, remote read, and remote atomics where the device has DC atomics.
+pub const DEFAULT_ACCESS: AccessFlags = AccessFlags::LocalWrite
+    .or(AccessFlags::RemoteWrite)
+    .or(AccessFlags::RemoteRead)
+    .or(AccessFlags::RemoteAtomic);
+
 impl DcTargetBuilder {
-    /// A builder with DC key 0 and incoming RDMA writes and reads allowed.
+    /// A builder with DC key 0 and the default access ([`DEFAULT_ACCESS`]).
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
             recv_cq: None,
             srq: None,
             dc_key: 0,
-            access_flags: AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+            access_flags: None,
         }
     }
 
@@ -132,12 +140,21 @@ impl DcTargetBuilder {
         self
     }
 
-    /// What initiators may do to this node's memory (set at RESET → INIT; default local write,
-    /// remote write and remote read). Remote atomics need the device's DC atomic support: without
-    /// it the kernel refuses the move to INIT (`mlx5_ib_modify_dct`: `EOPNOTSUPP`), reported as
+    /// What initiators may do to this node's memory (set at RESET → INIT).
+    ///
+    /// Default: [`DEFAULT_ACCESS`], every remote access the device can take — remote write, read
+    /// and, where the device has DC atomics, atomics — so that a
+    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults (every DC
+    /// operation the device can do, atomics included) can post each of them to a target built
+    /// with its own. What a request may touch is still decided by the memory region it names
+    /// (its own access flags), as on RC. Where the device has no DC atomics the kernel refuses
+    /// remote atomics at the move to INIT (`mlx5_ib_modify_dct`: `EOPNOTSUPP`); the default then
+    /// leaves them out ([`DcTarget::access_flags`] says what was granted).
+    ///
+    /// Set here, the flags are used as given: remote atomics on a device without DC atomics are
     /// [`RemoteAtomicsNotSupported`](ModifyDcTargetErrorKind::RemoteAtomicsNotSupported).
     pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
-        self.access_flags = access_flags;
+        self.access_flags = Some(access_flags);
         self
     }
 
@@ -190,7 +207,8 @@ impl DcTargetBuilder {
         Ok(DcTarget {
             core,
             dc_key: self.dc_key,
-            access_flags: self.access_flags,
+            access_flags: self.access_flags.unwrap_or(DEFAULT_ACCESS),
+            default_access: self.access_flags.is_none(),
         })
     }
 }
@@ -387,6 +405,8 @@ pub struct DcTarget {
     core: QueuePairCore,
     dc_key: u64,
     access_flags: AccessFlags,
+    /// Whether `access_flags` is the builder's default (remote atomics dropped where refused).
+    default_access: bool,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
@@ -424,6 +444,13 @@ impl DcTarget {
     /// The DC access key initiators must name.
     pub fn dc_key(&self) -> u64 {
         self.dc_key
+    }
+
+    /// What initiators may do to this node's memory: the flags set on the builder, or its
+    /// default ([`DEFAULT_ACCESS`]) — without remote atomics once [`bring_up`](Self::bring_up)
+    /// found the device has no DC atomics.
+    pub fn access_flags(&self) -> AccessFlags {
+        self.access_flags
     }
 
     /// The state, as of the last [`modify`](Self::modify) through this value.
@@ -516,9 +543,18 @@ impl DcTarget {
             (false, _) => {},
         }
         let path_mtu = params.path_mtu.unwrap_or(active);
-        for attr in &params.attributes(self.access_flags, path_mtu) {
-            self.modify(attr).map_err(BringUpDcTargetErrorKind::Modify)?;
+        let [init, rtr] = params.attributes(self.access_flags, path_mtu);
+        match self.modify(&init) {
+            // The default access asks for remote atomics where the device has DC atomics: the
+            // kernel refuses them before it changes anything, so INIT is asked again without.
+            Err(err) if self.default_access && matches!(err.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported) => {
+                self.access_flags = DEFAULT_ACCESS.and(AccessFlags::RemoteAtomic.not());
+                let [init, _] = params.attributes(self.access_flags, path_mtu);
+                self.modify(&init).map_err(BringUpDcTargetErrorKind::Modify)?;
+            },
+            other => other.map_err(BringUpDcTargetErrorKind::Modify)?,
         }
+        self.modify(&rtr).map_err(BringUpDcTargetErrorKind::Modify)?;
         Ok(())
     }
 }
@@ -528,8 +564,8 @@ impl DcTarget {
     /// A DC target created through `queue_pair` and `verbs` (a unit test's model of the
     /// library), with the init attributes [`DcTargetBuilder::build`] hands to the library.
     pub(crate) fn modelled(
-        dc_key: u64, access_flags: AccessFlags, queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs,
-        verbs: &'static crate::mlx5::library::DcVerbs,
+        dc_key: u64, access_flags: Option<AccessFlags>,
+        queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs, verbs: &'static crate::mlx5::library::DcVerbs,
     ) -> Result<Self, CreateDcTargetErrorKind> {
         let (mut init, mut mlx5) = dct_init_attributes(dc_key);
         // The model only checks that the SRQ and CQ are set.
@@ -547,7 +583,8 @@ impl DcTarget {
         Ok(DcTarget {
             core,
             dc_key,
-            access_flags,
+            access_flags: access_flags.unwrap_or(DEFAULT_ACCESS),
+            default_access: access_flags.is_none(),
         })
     }
 }

@@ -815,7 +815,7 @@ mod tests {
         reset(DEVICE);
         let mut dct = DcTarget::modelled(
             7,
-            AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
+            Some(AccessFlags::LocalWrite | AccessFlags::RemoteWrite),
             &QUEUE_PAIR_VERBS,
             &DC_VERBS,
         )
@@ -860,7 +860,7 @@ mod tests {
         reset(DEVICE);
         set_roce(&[1, 3]);
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
-        let mut dct = DcTarget::modelled(7, access, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
         take_calls();
         let mut params = DcTargetBringUp::new(1);
         params.setup_src_gid_index(0);
@@ -887,12 +887,45 @@ mod tests {
     }
 
     #[test]
+    fn the_dci_and_dct_defaults_agree_on_atomics() {
+        // A device with atomics and DC atomics: the DC initiator's default operations include
+        // the atomics, so the DC target's default access must let them in.
+        let dci = dci_on(DEVICE, None);
+        assert!(dci.send_ops_flags().contains(SendOperationFlags::AtomicFetchAndAdd));
+        let mut dct = DcTarget::modelled(7, None, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        dct.bring_up(&DcTargetBringUp::new(1))
+            .expect("bring up with the defaults");
+        assert!(
+            dct.access_flags().contains(AccessFlags::RemoteAtomic),
+            "{:?}",
+            dct.access_flags()
+        );
+        // A device without DC atomics: the default brings the DC target up without them (one
+        // refused move to INIT, no error), while atomics listed by the caller stay an error.
+        set_dc_atomics(false);
+        let mut dct = DcTarget::modelled(7, None, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        take_calls();
+        dct.bring_up(&DcTargetBringUp::new(1))
+            .expect("bring up with the defaults");
+        assert_eq!(
+            dct.access_flags(),
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead
+        );
+        let calls = take_calls();
+        assert_eq!(calls.len(), 3, "INIT refused, INIT, RTR: {calls:?}");
+        assert!(
+            calls[0].ends_with(&format!("refused ({})", libc::EOPNOTSUPP)),
+            "{calls:?}"
+        );
+    }
+
+    #[test]
     fn remote_atomics_on_a_device_without_dc_atomics_are_their_own_error() {
         reset(DEVICE);
         set_dc_atomics(false);
         let mut dct = DcTarget::modelled(
             7,
-            AccessFlags::LocalWrite | AccessFlags::RemoteAtomic,
+            Some(AccessFlags::LocalWrite | AccessFlags::RemoteAtomic),
             &QUEUE_PAIR_VERBS,
             &DC_VERBS,
         )
