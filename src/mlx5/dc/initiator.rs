@@ -125,6 +125,24 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
+    /// `max_send_wr` requests would take more of the send queue's 64-byte basic blocks than the
+    /// device has: libmlx5's `mlx5_calc_sq_size` refuses it (`EINVAL`). A DC request takes
+    /// `request_size` bytes (at least 2 blocks: see [`DcInitiatorBuilder::setup_max_send_wr`]),
+    /// and the queue is rounded up to a power of two.
+    #[error(
+        "max_send_wr {requested} does not fit: a DC request takes {request_size} bytes, and the device's \
+         {max_qp_wr} send queue blocks of 64 bytes hold at most {max} of them"
+    )]
+    SendQueueTooLarge {
+        /// What was asked for.
+        requested: u32,
+        /// The largest `max_send_wr` that fits.
+        max: u32,
+        /// The size of one request, in bytes (a multiple of 64).
+        request_size: u32,
+        /// The device's `max_qp_wr`, read as its number of basic blocks.
+        max_qp_wr: u32,
+    },
     /// `max_send_sge` is above the device's `max_sge`.
     #[error("max_send_sge {requested} is above the device's max_sge {max}")]
     TooManyScatterGatherEntries {
@@ -243,6 +261,16 @@ pub(crate) fn plan_dci(
             max: device.max_qp_wr,
         });
     }
+    let request_size = dci_request_size(send_ops, request.max_send_sge, request.max_inline_data);
+    let max = dci_max_send_wr(device.max_qp_wr, request_size);
+    if request.max_send_wr > max {
+        return Err(CreateDcInitiatorErrorKind::SendQueueTooLarge {
+            requested: request.max_send_wr,
+            max,
+            request_size,
+            max_qp_wr: device.max_qp_wr,
+        });
+    }
     if request.max_send_sge > device.max_sge {
         return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
             requested: request.max_send_sge,
@@ -260,6 +288,42 @@ pub(crate) fn plan_dci(
         streams: request.streams,
         sq_sig_all: request.sq_sig_all,
     })
+}
+
+/// The bytes one DC request takes in the send queue, as libmlx5 sizes it (`mlx5_calc_send_wqe`
+/// in `verbs.c`): a 16-byte control segment, grown to the largest operation granted (16 more for
+/// RDMA's remote address, 32 more for an atomic's), the 48-byte DC address vector, then the
+/// larger of the scatter/gather entries (16 bytes each) and the inline data (a 4-byte header,
+/// padded to 16), rounded up to 64-byte basic blocks: 128 bytes for the default initiator.
+pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
+    let rdma = SendOperationFlags::Write | SendOperationFlags::WriteWithImmediate | SendOperationFlags::Read;
+    let operation = if !send_ops.and(DC_ATOMIC_OPERATIONS).is_none() {
+        48
+    } else if !send_ops.and(rdma).is_none() {
+        32
+    } else {
+        16
+    };
+    let overhead = operation + 48;
+    let gather = overhead + max_send_sge.saturating_mul(16);
+    let inline = match max_inline_data {
+        0 => 0,
+        bytes => overhead + (bytes.saturating_add(4 + 15) & !15),
+    };
+    gather.max(inline).saturating_add(63) & !63
+}
+
+/// The most requests of `request_size` bytes a send queue holds on a device whose `max_qp_wr` is
+/// read as its number of 64-byte basic blocks (libmlx5 `mlx5_calc_sq_size`: the queue is the
+/// requests' bytes rounded up to a power of two, at most `max_send_wqebb` blocks, which the
+/// kernel's `mlx5_ib_alloc_ucontext` sets to `1 << log_max_qp_sz`, as `max_qp_wr` was before
+/// kernels that report fewer): `max_qp_wr` itself at most.
+pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
+    let blocks = match max_qp_wr {
+        0 => return 0,
+        n => 1u64 << (31 - n.leading_zeros()),
+    };
+    ((blocks * 64) / u64::from(request_size.max(64))).min(u64::from(max_qp_wr)) as u32
 }
 
 /// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
@@ -347,7 +411,15 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// Capacity of the send queue (default 16).
+    /// Capacity of the send queue (default 16); [`DcInitiator::max_send_wr`] reads what was
+    /// granted.
+    ///
+    /// A DC request takes at least two 64-byte basic blocks of the send queue (its control,
+    /// operation and 48-byte address segments before any data: libmlx5's `mlx5_calc_send_wqe`),
+    /// and the queue is rounded up to a power of two of bytes, while the device's `max_qp_wr`
+    /// counts blocks. A request that would not fit is refused before the call with
+    /// [`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge), which names the
+    /// largest that fits (half of `max_qp_wr` for the default initiator).
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
         self.request.max_send_wr = max_send_wr;
         self
@@ -446,6 +518,8 @@ impl DcInitiatorBuilder {
             None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
+        // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
+        let granted = Granted::of(&init);
         // SAFETY: qp was just created on these parents, with these send operations, in RESET,
         // and is owned here (an error below destroys it).
         let core = unsafe {
@@ -464,6 +538,7 @@ impl DcInitiatorBuilder {
             core,
             &LIBMLX5,
             creation,
+            granted,
             mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
         )
         .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
@@ -548,10 +623,29 @@ pub(crate) struct DciCreation {
     pub(crate) max_log_num_errored: u8,
 }
 
+/// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back into the init attributes: at least
+/// what was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Granted {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_inline_data: u32,
+}
+
+impl Granted {
+    /// The capacities of init attributes after `mlx5dv_create_qp` returned.
+    fn of(init: &ibv_qp_init_attr_ex) -> Self {
+        Self {
+            max_send_wr: init.cap.max_send_wr,
+            max_inline_data: init.cap.max_inline_data,
+        }
+    }
+}
+
 /// A DC initiator (DCI): a send-only queue pair whose every request names its destination.
 /// Created by [`DcInitiatorBuilder::build`]; holds its protection domain and send CQ.
 pub struct DcInitiator {
     core: QueuePairCore,
+    granted: Granted,
     // The core's extended view and entries (the DC setters included), which every DCI has.
     send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
@@ -582,12 +676,14 @@ impl DcInitiator {
     /// Completes a DC initiator around a new queue-pair core: its mlx5 view and DC entries, or
     /// the name of the first entry the provider left NULL.
     fn adopt(
-        mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, max_dc_init_rd_atom: Option<u64>,
+        mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, granted: Granted,
+        max_dc_init_rd_atom: Option<u64>,
     ) -> Result<Self, &'static str> {
         let mlx5_qp_ex = Self::attach(&mut core, verbs, creation.params.streams.is_some())?;
         let send_view = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
         Ok(Self {
             core,
+            granted,
             send_view,
             mlx5_qp_ex,
             verbs,
@@ -629,14 +725,20 @@ impl DcInitiator {
         self.core.state()
     }
 
-    /// The send queue capacity the device granted.
+    /// The send queue capacity `mlx5dv_create_qp` granted: at least the
+    /// [`setup_max_send_wr`](DcInitiatorBuilder::setup_max_send_wr) asked for, often more
+    /// (libmlx5 rounds the queue up to a power of two of bytes).
     pub fn max_send_wr(&self) -> u32 {
-        self.creation.init.cap.max_send_wr
+        self.granted.max_send_wr
     }
 
-    /// The inline data size the device granted.
+    /// The inline data size `mlx5dv_create_qp` granted: at least the
+    /// [`setup_max_inline_data`](DcInitiatorBuilder::setup_max_inline_data) asked for, and what
+    /// the request's basic blocks leave after its other segments (28 bytes when 0 was asked,
+    /// for the default operations and one scatter/gather entry). Longer inline data is refused
+    /// at post ([`InlineDataTooLong`](crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong)).
     pub fn max_inline_data(&self) -> u32 {
-        self.creation.init.cap.max_inline_data
+        self.granted.max_inline_data
     }
 
     /// The send operations it was created with (the builder's, or the device's default).
@@ -745,10 +847,11 @@ impl DcInitiator {
             None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
+        let granted = Granted::of(&init);
         // SAFETY: the model's queue pair lives as long as the model.
         let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
             .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        Self::adopt(core, verbs, creation, Some(16))
+        Self::adopt(core, verbs, creation, granted, Some(16))
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
     }
 }
@@ -1024,6 +1127,8 @@ impl DcInitiator {
         let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
             RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
         })?;
+        // The same request is granted the same sizes; keep what this one was granted.
+        self.granted = Granted::of(&init);
         // SAFETY: qp was just created on the core's parents with these send operations, in
         // RESET; the old views are replaced below before any use.
         let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };

@@ -68,6 +68,7 @@ thread_local! {
 /// A ConnectX-6 Dx as the model's default: atomics, 16 streams of which 2 may be in error.
 pub(crate) const DEVICE: Device = Device {
     max_qp_wr: 32768,
+    max_sq_desc_sz: 1024,
     max_sge: 30,
     atomic_cap: true,
     dci_streams_caps: (4, 1),
@@ -326,6 +327,12 @@ unsafe fn create(
     if let Err(rule) = checked {
         record(format!("create refused: {rule}"));
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    if !dct {
+        // libmlx5 `create_qp` writes the granted sizes back.
+        let (max_send_wr, max_inline_data) = rules::calc_dci_sq_size(&*init, &device).expect("checked");
+        (*init).cap.max_send_wr = max_send_wr;
+        (*init).cap.max_inline_data = max_inline_data;
     }
     let streams = (*mlx5).comp_mask
         & rdma_mummy_sys::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64
@@ -884,6 +891,86 @@ mod tests {
             dct.endpoint(1, zero).unwrap_err().0,
             crate::mlx5::dc::target::DcTargetEndpointErrorKind::InvalidEndpoint(_)
         ));
+    }
+
+    #[test]
+    fn max_send_wr_and_max_inline_data_are_what_libmlx5_granted() {
+        reset(DEVICE);
+        let mut asked = request(None);
+        asked.max_send_wr = 20;
+        let dci = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        // A DC request with every operation and one entry takes 128 bytes (2 basic blocks); 20 of
+        // them round up to a 4 KiB queue, which holds 32; the request leaves 28 bytes inline.
+        assert_eq!((dci.max_send_wr(), dci.max_inline_data()), (32, 28));
+        // 100 inline bytes make the request 256 bytes, which leave 156.
+        asked.max_inline_data = 100;
+        let dci = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        assert_eq!((dci.max_send_wr(), dci.max_inline_data()), (32, 156));
+    }
+
+    #[test]
+    fn a_send_queue_beyond_the_devices_basic_blocks_is_refused_naming_the_limit() {
+        reset(DEVICE);
+        let mut asked = request(None);
+        // Within max_qp_wr, but 2 basic blocks a request: twice the blocks the device has.
+        asked.max_send_wr = DEVICE.max_qp_wr;
+        let err = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS).unwrap_err();
+        match &err {
+            CreateDcInitiatorErrorKind::SendQueueTooLarge {
+                requested,
+                max,
+                request_size,
+                ..
+            } => assert_eq!((*requested, *max, *request_size), (32768, 16384, 128)),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(err.to_string().contains("at most 16384"), "{err}");
+        assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
+        asked.max_send_wr = 16384;
+        DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS)
+            .expect("the limit itself fits");
+    }
+
+    #[test]
+    fn the_largest_send_queue_the_crate_plans_is_libmlx5s_largest() {
+        use crate::mlx5::dc::initiator::{dci_init_attributes, plan_dci};
+        let mut checked = 0;
+        for send_ops in [
+            None,
+            Some(SendOperationFlags::Send),
+            Some(SendOperationFlags::Write | SendOperationFlags::Read),
+        ] {
+            for max_send_sge in [1, 2, 5, 16] {
+                for max_inline_data in [0, 12, 28, 29, 100, 220, 500] {
+                    let mut asked = request(None);
+                    asked.send_ops = send_ops;
+                    asked.max_send_sge = max_send_sge;
+                    asked.max_inline_data = max_inline_data;
+                    asked.max_send_wr = DEVICE.max_qp_wr;
+                    let max = match plan_dci(&asked, &dci_device(&DEVICE)) {
+                        Err(CreateDcInitiatorErrorKind::SendQueueTooLarge { max, .. }) => max,
+                        other => panic!("{asked:?}: {other:?}"),
+                    };
+                    for (max_send_wr, fits) in [(max, true), (max + 1, false)] {
+                        asked.max_send_wr = max_send_wr;
+                        let params = match plan_dci(&asked, &dci_device(&DEVICE)) {
+                            Ok(params) => params,
+                            Err(_) if !fits => continue,
+                            Err(err) => panic!("{asked:?}: {err:?}"),
+                        };
+                        assert!(fits, "{asked:?} planned beyond the limit");
+                        let (init, mlx5) = dci_init_attributes(&params);
+                        assert_eq!(rules::create_dci(&init, &mlx5, &DEVICE), Ok(()), "{asked:?}");
+                        let mut beyond = params;
+                        beyond.max_send_wr += 1;
+                        let (init, mlx5) = dci_init_attributes(&beyond);
+                        assert!(rules::create_dci(&init, &mlx5, &DEVICE).is_err(), "{asked:?} + 1");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 84);
     }
 
     #[test]
