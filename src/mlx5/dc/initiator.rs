@@ -806,7 +806,9 @@ impl DcInitiator {
         let (qp_ex, entries) = self.send_view;
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation; the context is its mlx5 view.
-        unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) }
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) };
+        guard.set_max_inline_data(self.granted.max_inline_data);
+        guard
     }
 
     /// Posts one send request at the cost of the raw calls, as
@@ -819,9 +821,9 @@ impl DcInitiator {
         &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
         request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),
     ) -> Result<(), crate::ibverbs::post_send_guard::PostSendError> {
-        let (qp_ex, entries) = self.send_view;
-        // SAFETY: as in start_post_send.
-        unsafe { PostSendGuard::post_one(qp_ex, entries, DcContext(self.mlx5_qp_ex), wr_id, wr_flags, request) }
+        let mut guard = self.start_post_send();
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
     }
 }
 
@@ -1691,6 +1693,45 @@ mod tests {
         assert_eq!(calls.first().map(String::as_str), Some("start"));
         assert_eq!(calls.last().map(String::as_str), Some("abort"));
         assert_eq!(calls.len(), 5, "start, send, dc_addr, inline, abort: {calls:?}");
+    }
+
+    #[test]
+    fn inline_data_beyond_the_granted_size_is_refused_before_the_provider() {
+        let (mut qp, mut mlx5) = recording_dci(false);
+        take_calls();
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"four");
+        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"fiveb");
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::InlineDataTooLong {
+                index,
+                wr_id,
+                length,
+                max_inline_data,
+                batch_len,
+            } => assert_eq!((index, wr_id, length, max_inline_data, batch_len), (1, 2, 5, 4, 2)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"));
+        assert!(!calls.iter().any(|call| call.contains("fiveb")), "{calls:?}");
+        // The list variant counts every slice.
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
+        request
+            .address(fake_ah(), 1, 2)
+            .setup_inline_data_list(&[IoSlice::new(b"abc"), IoSlice::new(b"de")]);
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::InlineDataTooLong { length: 5, .. }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
     }
 
     #[test]

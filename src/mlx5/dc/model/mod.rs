@@ -909,6 +909,34 @@ mod tests {
     }
 
     #[test]
+    fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
+        let mut dci = brought_up(DEVICE, None);
+        assert_eq!(dci.max_inline_data(), 28);
+        let post = |dci: &mut DcInitiator, len: usize| {
+            dci.post_send_one(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled, |wr| {
+                // SAFETY: the model's address setter only records the pointer.
+                let wr = unsafe { wr.setup_send().setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
+                sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
+            })
+        };
+        post(&mut dci, 28).expect("the granted size fits");
+        take_calls();
+        let err = post(&mut dci, 29).unwrap_err();
+        assert!(
+            matches!(
+                err.0,
+                crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong {
+                    length: 29,
+                    max_inline_data: 28,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(take_calls(), ["start", "abort"]);
+    }
+
+    #[test]
     fn a_send_queue_beyond_the_devices_basic_blocks_is_refused_naming_the_limit() {
         reset(DEVICE);
         let mut asked = request(None);
