@@ -32,7 +32,7 @@ use sideway::ibverbs::queue_pair::{
 };
 
 use super::state_table::DC_INITIATOR;
-use crate::ibverbs::address_handle::AddressHandle;
+use crate::ibverbs::address_handle::{AddressHandle, AddressHandleAttribute};
 use crate::ibverbs::post_send_guard::{
     entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
     RemoteMemoryAccess, Transport,
@@ -876,6 +876,19 @@ pub enum BringUpDcInitiatorErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
+    /// The kernel refused the move to RTR with the address vector of
+    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
+    /// older kernels' `modify_dci_qp_is_ok` take no address vector at a DC initiator's INIT →
+    /// RTR (or this one is invalid for the port). The DC initiator is left in INIT; bring it up
+    /// without one, which every kernel takes.
+    #[error(
+        "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): older kernels \
+         take none there; bring it up without setup_rtr_address_vector"
+    )]
+    RtrAddressVectorRefused {
+        /// The library's error.
+        source: ModifyQueuePairError,
+    },
     /// A transition failed (checked against the DC initiator's table first).
     #[error(transparent)]
     Modify(#[from] ModifyQueuePairError),
@@ -966,7 +979,7 @@ pub enum ResetDciStreamErrorKind {
 /// the path MTU (default: the port's active MTU), and perftest's defaults for the rest (timeout
 /// 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the device's DC
 /// initiator depth.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct DcInitiatorBringUp {
     port: u8,
     pkey_index: u16,
@@ -975,6 +988,7 @@ pub struct DcInitiatorBringUp {
     retry_cnt: u8,
     rnr_retry: u8,
     max_read_atomic: Option<u8>,
+    rtr_address_vector: Option<AddressHandleAttribute>,
 }
 
 impl DcInitiatorBringUp {
@@ -993,7 +1007,24 @@ impl DcInitiatorBringUp {
             retry_cnt: 7,
             rnr_retry: 7,
             max_read_atomic: None,
+            rtr_address_vector: None,
         }
+    }
+
+    /// An address vector for the move to RTR (`IBV_QP_AV`; default none). A DC initiator needs
+    /// none — each request names its destination's address handle — and none is what every
+    /// kernel takes. Set one where the DC initiator's own path matters: a service level
+    /// ([`setup_service_level`](AddressHandleAttribute::setup_service_level)) on InfiniBand, or
+    /// on RoCE a global address whose traffic class and source GID pick the priority and, under
+    /// RoCE LAG, the port, as UCX and perftest send it (e.g. an endpoint's
+    /// [`address_handle_attribute`](super::endpoint::DcEndpoint::address_handle_attribute)).
+    ///
+    /// Current kernels' `modify_dci_qp_is_ok` accept it at INIT → RTR; older ones refuse it
+    /// (`EINVAL`), reported as
+    /// [`RtrAddressVectorRefused`](BringUpDcInitiatorErrorKind::RtrAddressVectorRefused).
+    pub fn setup_rtr_address_vector(&mut self, address_vector: AddressHandleAttribute) -> &mut Self {
+        self.rtr_address_vector = Some(address_vector);
+        self
     }
 
     /// The P_Key index (default 0).
@@ -1043,6 +1074,9 @@ impl DcInitiatorBringUp {
             .setup_port(self.port);
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive).setup_path_mtu(path_mtu);
+        if let Some(address_vector) = &self.rtr_address_vector {
+            rtr.setup_address_vector(address_vector);
+        }
         let mut rts = QueuePairAttribute::new();
         rts.setup_state(QueuePairState::ReadyToSend)
             .setup_timeout(self.timeout)
@@ -1085,7 +1119,15 @@ impl DcInitiator {
         };
         let attributes = params.attributes(path_mtu, self.max_dc_init_rd_atom);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
-            self.core.modify(attr).map_err(BringUpDcInitiatorErrorKind::Modify)?;
+            self.core.modify(attr).map_err(|err| {
+                let refused_av = params.rtr_address_vector.is_some()
+                    && attr.state() == QueuePairState::ReadyToReceive
+                    && matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL));
+                match refused_av {
+                    true => BringUpDcInitiatorErrorKind::RtrAddressVectorRefused { source: err },
+                    false => BringUpDcInitiatorErrorKind::Modify(err),
+                }
+            })?;
         }
         self.brought_up_with = Some(attributes);
         Ok(())

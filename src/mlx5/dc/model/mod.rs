@@ -52,6 +52,8 @@ struct Model {
     device: Device,
     /// Whether the kernel has `modify_dci_qp_is_ok`'s RESET branch.
     reset_branch: bool,
+    /// Whether the kernel's `modify_dci_qp_is_ok` takes `IB_QP_AV` at INIT → RTR.
+    rtr_av: bool,
     /// Whether the device has DC atomics (`mlx5_ib_dc_atomic_is_supported`).
     dc_atomics: bool,
     /// `None`: port 1 is InfiniBand; `Some(indices)`: it is RoCE, with a GID set at these
@@ -79,6 +81,7 @@ impl Model {
         Self {
             device,
             reset_branch: true,
+            rtr_av: true,
             dc_atomics: true,
             roce_gids: None,
             queue_pairs: BTreeMap::new(),
@@ -107,6 +110,11 @@ pub(crate) fn reset(device: Device) {
 /// Whether the kernel has the DCI's RESET branch (older kernels do not).
 pub(crate) fn set_reset_branch(reset_branch: bool) {
     with(|model| model.reset_branch = reset_branch);
+}
+
+/// Whether the kernel takes an address vector at a DCI's INIT → RTR (older ones do not).
+pub(crate) fn set_rtr_av(rtr_av: bool) {
+    with(|model| model.rtr_av = rtr_av);
 }
 
 /// Whether the device has DC atomics.
@@ -177,7 +185,10 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     let given = state_from_raw((*attr).qp_state);
     let remote_atomic = (*attr).qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
     let result = with(|model| {
-        let reset_branch = model.reset_branch;
+        let kernel = rules::DciKernel {
+            reset_branch: model.reset_branch,
+            rtr_av: model.rtr_av,
+        };
         let dc_atomics = model.dc_atomics;
         let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
         let cur = entry.state;
@@ -185,7 +196,7 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
         let ok = if entry.dct {
             rules::modify_dct_is_ok(cur, new, mask)
         } else {
-            rules::modify_dci_qp_is_ok(cur, new, mask, reset_branch)
+            rules::modify_dci_qp_is_ok(cur, new, mask, kernel)
         };
         if !ok {
             return Err((cur, new, libc::EINVAL));
@@ -470,8 +481,9 @@ mod tests {
     use super::*;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
     use crate::mlx5::dc::initiator::{
-        CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery, DciDevice, DciRequest, DciStreams,
-        RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
+        BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
+        DciDevice, DciRequest, DciStreams, RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS,
+        DC_SEND_OPERATIONS,
     };
     use crate::mlx5::dc::target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
     use crate::mlx5::device_attributes::DciStreamsCapabilities;
@@ -661,6 +673,45 @@ mod tests {
         assert!(
             matches!(dci.recover().unwrap(), DcRecovery::Rebuilt { previous_qp_number } if previous_qp_number == new)
         );
+    }
+
+    #[test]
+    fn the_rtr_address_vector_is_sent_only_when_asked_and_an_old_kernel_says_so() {
+        // By default no address vector at RTR: both kernels take that.
+        let attributes = DcInitiatorBringUp::new(1).attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, None);
+        assert!(!attributes.steps()[1]
+            .mask()
+            .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AddressVector));
+        // Asked for (a service level, on the current kernel): sent, and the DCI reaches RTS.
+        let mut av = crate::ibverbs::address_handle::AddressHandleAttribute::new();
+        av.setup_port(1).setup_service_level(3);
+        let mut params = DcInitiatorBringUp::new(1);
+        params.setup_rtr_address_vector(av);
+        let rtr = params
+            .attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, None)
+            .steps()[1]
+            .clone();
+        assert!(rtr
+            .mask()
+            .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AddressVector));
+        assert_eq!(rtr.attr.ah_attr.sl, 3);
+        let mut dci = dci_on(DEVICE, None);
+        dci.bring_up(&params).expect("the current kernel takes the AV at RTR");
+        assert_eq!(dci.state(), QueuePairState::ReadyToSend);
+        // A kernel whose modify_dci_qp_is_ok predates the AV: its EINVAL is named.
+        let mut dci = dci_on(DEVICE, None);
+        set_rtr_av(false);
+        let err = dci.bring_up(&params).unwrap_err();
+        assert!(
+            matches!(err.0, BringUpDcInitiatorErrorKind::RtrAddressVectorRefused { .. }),
+            "{err:?}"
+        );
+        assert!(err.0.to_string().contains("older kernels"), "{}", err.0);
+        assert_eq!(dci.state(), QueuePairState::Init);
+        // Without it, the same kernel brings the DCI up.
+        let mut dci = dci_on(DEVICE, None);
+        set_rtr_av(false);
+        dci.bring_up(&DcInitiatorBringUp::new(1)).expect("no AV: every kernel");
     }
 
     #[test]
@@ -1170,17 +1221,17 @@ mod tests {
             let reset = reset_attribute();
             let mut state = rules::new_state(from, reset.mask().bits(), reset.state());
             assert!(
-                rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), true),
+                rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), rules::DciKernel::CURRENT),
                 "{from:?} -> RESET"
             );
             assert!(
-                !rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), false),
+                !rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), rules::DciKernel::OLD),
                 "old kernels refuse it"
             );
             for attr in attributes.steps() {
                 let new = rules::new_state(state, attr.mask().bits(), attr.state());
                 assert!(
-                    rules::modify_dci_qp_is_ok(state, new, attr.mask().bits(), true),
+                    rules::modify_dci_qp_is_ok(state, new, attr.mask().bits(), rules::DciKernel::OLD),
                     "{state:?} -> {new:?}"
                 );
                 state = new;

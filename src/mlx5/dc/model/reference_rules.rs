@@ -39,17 +39,49 @@ pub(crate) fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -
     }
 }
 
-/// Kernel `modify_dci_qp_is_ok`, of current kernels (the RESET branch first). With
-/// `reset_branch` false, as older kernels: no move to RESET at all.
-pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, reset_branch: bool) -> bool {
+/// Which kernel's `modify_dci_qp_is_ok`: its branches changed over time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DciKernel {
+    /// The first branch, `new_state == IB_QPS_RESET` (any state to RESET, the state alone);
+    /// older kernels have none, and refuse every move to RESET (`EINVAL`).
+    pub(crate) reset_branch: bool,
+    /// INIT → RTR takes `IB_QP_AV` as optional, beside `IB_QP_PKEY_INDEX`
+    /// (`opt = IB_QP_PKEY_INDEX | IB_QP_AV`, so that a DCI can carry a service level or a
+    /// LAG port, as UCX and perftest send); older kernels take `IB_QP_PKEY_INDEX` only, and
+    /// refuse an address vector with `EINVAL`. (The kernel commit that added `IB_QP_AV` there
+    /// is not pinned in this file: the kernel's history was not at hand when it was written;
+    /// both forms are read from published `qp.c` versions.)
+    pub(crate) rtr_av: bool,
+}
+
+impl DciKernel {
+    /// A current kernel (e.g. Linux 6.x's `drivers/infiniband/hw/mlx5/qp.c`).
+    pub(crate) const CURRENT: Self = Self {
+        reset_branch: true,
+        rtr_av: true,
+    };
+    /// The first kernels with DC (Linux 4.15's `modify_dci_qp_is_ok`): neither.
+    pub(crate) const OLD: Self = Self {
+        reset_branch: false,
+        rtr_av: false,
+    };
+}
+
+/// Kernel `modify_dci_qp_is_ok`, as `kernel` has it (the RESET branch first).
+pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, kernel: DciKernel) -> bool {
     let req = bits(&[m::IBV_QP_STATE]);
     if new == Reset {
-        return reset_branch && is_valid_mask(mask, req, 0);
+        return kernel.reset_branch && is_valid_mask(mask, req, 0);
     }
+    let rtr_optional = if kernel.rtr_av {
+        bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_AV])
+    } else {
+        bits(&[m::IBV_QP_PKEY_INDEX])
+    };
     match (cur, new) {
         (Reset, Init) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]), 0),
         (Init, Init) => is_valid_mask(mask, req, bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT])),
-        (Init, ReadyToReceive) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PATH_MTU]), bits(&[m::IBV_QP_PKEY_INDEX])),
+        (Init, ReadyToReceive) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PATH_MTU]), rtr_optional),
         (ReadyToReceive, ReadyToSend) => is_valid_mask(
             mask,
             req | bits(&[
