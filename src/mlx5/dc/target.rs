@@ -23,7 +23,7 @@ use sideway::ibverbs::AccessFlags;
 
 use sideway::ibverbs::address::Gid;
 
-use super::endpoint::DcEndpoint;
+use super::endpoint::{DcEndpoint, DcServiceClass};
 use super::initiator::{active_mtu, create_dc_qp};
 use super::state_table::DC_TARGET;
 use crate::ibverbs::address_handle::AddressHandleAttribute;
@@ -332,6 +332,7 @@ pub struct DcTargetBringUp {
     min_rnr_timer: u8,
     src_gid_index: Option<u8>,
     hop_limit: u8,
+    class: DcServiceClass,
 }
 
 impl DcTargetBringUp {
@@ -344,6 +345,7 @@ impl DcTargetBringUp {
             min_rnr_timer: 12,
             src_gid_index: None,
             hop_limit: 64,
+            class: DcServiceClass::new(),
         }
     }
 
@@ -378,6 +380,18 @@ impl DcTargetBringUp {
         self
     }
 
+    /// The traffic class, flow label and service level of what the DC target sends: ACKs, RDMA
+    /// READ responses and atomic responses (default all 0). On a lossless RoCE fabric give it
+    /// the class its initiators' address handles have
+    /// ([`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class)),
+    /// as UCX and perftest pass the traffic class to the DCT at RTR; see [`DcServiceClass`] for
+    /// the DSCP. Traffic class and flow label need a global address vector
+    /// ([`setup_src_gid_index`](Self::setup_src_gid_index), always on RoCE).
+    pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
+        self.class = class;
+        self
+    }
+
     /// The two transitions' attributes: RESET → INIT, INIT → RTR.
     pub(crate) fn attributes(&self, access_flags: AccessFlags, path_mtu: Mtu) -> [QueuePairAttribute; 2] {
         let mut init = QueuePairAttribute::new();
@@ -390,6 +404,7 @@ impl DcTargetBringUp {
         if let Some(index) = self.src_gid_index {
             av.setup_grh_src_gid_index(index).setup_grh_hop_limit(self.hop_limit);
         }
+        self.class.apply_to(&mut av);
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive)
             .setup_path_mtu(path_mtu)
@@ -632,5 +647,30 @@ mod tests {
             (rtr.attr.ah_attr.grh.sgid_index, rtr.attr.ah_attr.grh.hop_limit),
             (3, 64)
         );
+        // By default class 0; with a class, the RTR address vector carries it.
+        assert_eq!(
+            (
+                rtr.attr.ah_attr.grh.traffic_class,
+                rtr.attr.ah_attr.grh.flow_label,
+                rtr.attr.ah_attr.sl
+            ),
+            (0, 0, 0)
+        );
+        let mut class = DcServiceClass::new();
+        class
+            .setup_traffic_class(26 << 2)
+            .setup_flow_label(7)
+            .setup_service_level(3);
+        roce.setup_service_class(class);
+        let [_, rtr] = roce.attributes(access, Mtu::Mtu1024);
+        assert_eq!(
+            (
+                rtr.attr.ah_attr.grh.traffic_class,
+                rtr.attr.ah_attr.grh.flow_label,
+                rtr.attr.ah_attr.sl
+            ),
+            (104, 7, 3)
+        );
+        assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_ok());
     }
 }

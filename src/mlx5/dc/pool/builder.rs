@@ -12,6 +12,7 @@ use sideway::ibverbs::queue_pair::SendOperationFlags;
 use super::assignment::MAX_INITIATORS;
 use super::types::DcPoolPolicy;
 use super::DcInitiatorPool;
+use crate::mlx5::dc::endpoint::DcServiceClass;
 use crate::mlx5::dc::initiator::{
     BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams,
 };
@@ -116,6 +117,7 @@ pub struct DcInitiatorPoolBuilder {
     policy: DcPoolPolicy,
     bring_up: Option<DcInitiatorBringUp>,
     src_gid_index: u8,
+    service_class: DcServiceClass,
     unreachable_after: u32,
     max_send_wr: u32,
     grant_timeout: u64,
@@ -140,6 +142,7 @@ impl DcInitiatorPoolBuilder {
             policy: DcPoolPolicy::Dedicated,
             bring_up: None,
             src_gid_index: 0,
+            service_class: DcServiceClass::new(),
             unreachable_after: 3,
             max_send_wr: 16,
             grant_timeout: 64,
@@ -249,6 +252,13 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
+    /// The traffic class, flow label and service level of the address handles the pool creates
+    /// (default all 0); see [`DcServiceClass`] (the DSCP on RoCE v2).
+    pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
+        self.service_class = class;
+        self
+    }
+
     /// After how many consecutive "transport retry counter exceeded" errors a destination is
     /// reported unreachable (default 3; at least 1).
     pub fn setup_unreachable_after(&mut self, errors: u32) -> &mut Self {
@@ -339,6 +349,7 @@ impl DcInitiatorPoolBuilder {
         pool.pd = Some(Arc::clone(&self.pd));
         pool.port = bring_up.port();
         pool.src_gid_index = self.src_gid_index;
+        pool.service_class = self.service_class;
         Ok(pool)
     }
 }

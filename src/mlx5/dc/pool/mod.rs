@@ -90,6 +90,7 @@ use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::work_completion::WorkCompletion;
+use crate::mlx5::dc::endpoint::DcServiceClass;
 
 mod assignment;
 pub mod builder;
@@ -170,6 +171,7 @@ pub struct DcInitiatorPool<I: PostingInitiator = DcInitiator> {
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
     src_gid_index: u8,
+    service_class: DcServiceClass,
     /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
     streams: bool,
 }
@@ -201,6 +203,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
             pd: None,
             port: 1,
             src_gid_index: 0,
+            service_class: DcServiceClass::new(),
             streams: policy == DcPoolPolicy::Streams,
         }
     }
@@ -388,7 +391,7 @@ impl<I: PostingInitiator> DcInitiatorPool<I> {
         let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
-        let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
+        let ah = endpoint.create_ah_with_class(pd, self.port, self.src_gid_index, &self.service_class)?;
         // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
         // removed; libmlx5 copies the address into each request).
         let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
