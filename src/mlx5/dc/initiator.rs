@@ -751,8 +751,10 @@ impl DcInitiator {
         self.creation.params.streams
     }
 
-    /// The device's DC initiator read/atomic depth (`max_dc_init_rd_atom`), when the library
-    /// reports it (rdma-core 47 and later).
+    /// The device's `max_dc_init_rd_atom`, when the library reports it (rdma-core 47 and later):
+    /// labelled "as a responder" by mlx5dv_query_device(3), but read from
+    /// `log_max_ra_res_dc`, the value mlx5_ib's `validate_rd_atomic` bounds a DC initiator's
+    /// `max_rd_atomic` by, so the depth [`bring_up`](Self::bring_up) caps it with.
     pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
         self.max_dc_init_rd_atom
     }

@@ -71,6 +71,7 @@ thread_local! {
 pub(crate) const DEVICE: Device = Device {
     max_qp_wr: 32768,
     max_sq_desc_sz: 1024,
+    log_max_ra_res_dc: 4,
     max_sge: 30,
     atomic_cap: true,
     dci_streams_caps: (4, 1),
@@ -184,12 +185,14 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     let n = number(qp);
     let given = state_from_raw((*attr).qp_state);
     let remote_atomic = (*attr).qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
+    let max_rd_atomic = (*attr).max_rd_atomic;
     let result = with(|model| {
         let kernel = rules::DciKernel {
             reset_branch: model.reset_branch,
             rtr_av: model.rtr_av,
         };
         let dc_atomics = model.dc_atomics;
+        let log_max_ra_res_dc = model.device.log_max_ra_res_dc;
         let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
         let cur = entry.state;
         let new = rules::new_state(cur, mask, given);
@@ -197,6 +200,7 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
             rules::modify_dct_is_ok(cur, new, mask)
         } else {
             rules::modify_dci_qp_is_ok(cur, new, mask, kernel)
+                && rules::validate_dci_rd_atomic(mask, max_rd_atomic, log_max_ra_res_dc)
         };
         if !ok {
             return Err((cur, new, libc::EINVAL));
@@ -712,6 +716,26 @@ mod tests {
         let mut dci = dci_on(DEVICE, None);
         set_rtr_av(false);
         dci.bring_up(&DcInitiatorBringUp::new(1)).expect("no AV: every kernel");
+    }
+
+    #[test]
+    fn a_dcis_depth_is_capped_by_max_dc_init_rd_atom_as_validate_rd_atomic_bounds_it() {
+        // The model's kernel refuses a DCI max_rd_atomic above 1 << log_max_ra_res_dc (16),
+        // which libmlx5 reports as max_dc_init_rd_atom ("as a responder" in the man page).
+        let mut dci = dci_on(DEVICE, None);
+        let mut params = DcInitiatorBringUp::new(1);
+        params.setup_max_read_atomic(64);
+        dci.bring_up(&params).expect("capped at max_dc_init_rd_atom");
+        let mut init = to(QueuePairState::Init);
+        init.setup_pkey_index(0).setup_port(1);
+        let mut dci = dci_on(DEVICE, None);
+        dci.modify(&init).unwrap();
+        let mut rtr = to(QueuePairState::ReadyToReceive);
+        rtr.setup_path_mtu(sideway::ibverbs::device_context::Mtu::Mtu1024);
+        dci.modify(&rtr).unwrap();
+        let mut rts = crate::test_support::rts_attr();
+        rts.setup_max_read_atomic(17);
+        assert!(dci.modify(&rts).is_err(), "the kernel's bound");
     }
 
     #[test]

@@ -99,6 +99,14 @@ pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask
     }
 }
 
+/// Kernel `validate_rd_atomic` (qp.c), for a DCI: `max_rd_atomic` (with `IB_QP_MAX_QP_RD_ATOMIC`)
+/// at most `1 << log_max_ra_res_dc`, else `EINVAL`. libmlx5 (`mlx5_init_context`) reports that
+/// same capability as `max_dc_init_rd_atom`, which mlx5dv_query_device(3) labels "as a
+/// responder", and `1 << log_max_ra_req_dc` as `max_dc_rd_atom` ("as a requester").
+pub(crate) fn validate_dci_rd_atomic(mask: i32, max_rd_atomic: u8, log_max_ra_res_dc: u8) -> bool {
+    mask & bits(&[m::IBV_QP_MAX_QP_RD_ATOMIC]) == 0 || u32::from(max_rd_atomic) <= 1u32 << log_max_ra_res_dc
+}
+
 /// Kernel `mlx5_ib_modify_dct`: `IB_QP_STATE` always; RESET → INIT and INIT → RTR with exact
 /// masks; "Modify DCT: Invalid transition" (`EINVAL`) for anything else.
 pub(crate) fn modify_dct_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
@@ -141,6 +149,8 @@ pub(crate) struct Device {
     /// libmlx5 `ctx->max_sq_desc_sz`: kernel `mlx5_ib_alloc_ucontext` sends
     /// `MLX5_CAP_GEN(max_wqe_sz_sq)`, the largest send request in bytes.
     pub(crate) max_sq_desc_sz: u32,
+    /// The `log_max_ra_res_dc` capability (libmlx5's `max_dc_init_rd_atom` is its power of two).
+    pub(crate) log_max_ra_res_dc: u8,
     /// `ibv_device_attr::max_sge`.
     pub(crate) max_sge: u32,
     /// libmlx5 `mlx5_init_context`: `mctx->atomic_cap = device_attr.orig_attr.atomic_cap`, not
