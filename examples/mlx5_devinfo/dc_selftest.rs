@@ -48,8 +48,8 @@ impl Buffer {
     fn new(pd: &Arc<ProtectionDomain>, len: usize, access: AccessFlags) -> Result<Self> {
         let data = vec![0u8; len];
         // SAFETY: `data` is never reallocated and is dropped after `mr` (field order).
-        let mr =
-            unsafe { pd.reg_mr(data.as_ptr() as usize, data.len(), access) }.map_err(|e| format!("reg_mr: {e}"))?;
+        let mr = unsafe { pd.reg_mr(data.as_ptr() as usize, data.len(), access) }
+            .map_err(|e| format!("reg_mr: {}", chain(&e)))?;
         Ok(Self { mr, data })
     }
 
@@ -97,19 +97,19 @@ fn cq(ctx: &Arc<DeviceContext>) -> Result<sideway::ibverbs::completion::GenericC
         .create_cq_builder()
         .setup_cqe(256)
         .build()
-        .map_err(|e| format!("create CQ: {e}"))?;
+        .map_err(|e| format!("create CQ: {}", chain(&e)))?;
     Ok(cq.into())
 }
 
 impl Loopback {
     fn new(ctx: &Arc<DeviceContext>, gid_index: u8, atomics: bool) -> Result<Self> {
-        let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
+        let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {}", chain(&e)))?;
         let (send_cq, recv_cq) = (cq(ctx)?, cq(ctx)?);
         let srq = pd
             .create_srq_builder()
             .setup_max_wr(16)
             .build()
-            .map_err(|e| format!("create SRQ: {e}"))?;
+            .map_err(|e| format!("create SRQ: {}", chain(&e)))?;
         let mut access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
         if atomics {
             access |= AccessFlags::RemoteAtomic;
@@ -124,7 +124,7 @@ impl Loopback {
             .map_err(|e| format!("create the DC target: {}", chain(&e)))?;
         let roce = ctx
             .query_port(PORT)
-            .map_err(|e| format!("query port {PORT}: {e}"))?
+            .map_err(|e| format!("query port {PORT}: {}", chain(&e)))?
             .link_layer()
             == LinkLayer::Ethernet;
         let mut bring_up = DcTargetBringUp::new(PORT);
@@ -135,7 +135,7 @@ impl Loopback {
             .map_err(|e| format!("DC target to RTR: {}", chain(&e)))?;
         let gid = ctx
             .query_gid(PORT, gid_index as u32)
-            .map_err(|e| format!("GID index {gid_index}: {e}"))?;
+            .map_err(|e| format!("GID index {gid_index}: {}", chain(&e)))?;
         let endpoint = dct
             .endpoint(PORT, gid)
             .map_err(|e| format!("the DC target's endpoint: {}", chain(&e)))?;
@@ -180,7 +180,9 @@ impl Loopback {
         let deadline = Instant::now() + TIMEOUT;
         let mut wcs = [WorkCompletion::default(); 1];
         loop {
-            let polled = cq.poll_work_completions(&mut wcs).map_err(|e| format!("poll: {e}"))?;
+            let polled = cq
+                .poll_work_completions(&mut wcs)
+                .map_err(|e| format!("poll: {}", chain(&e)))?;
             if let Some(wc) = polled.first() {
                 return Ok(*wc);
             }
@@ -380,7 +382,7 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
         },
     };
     let gid = ctx.query_gid(PORT, gid_index.into()).map_or_else(
-        |e| format!("unreadable: {e}"),
+        |e| format!("unreadable: {}", chain(&e)),
         |gid| std::net::Ipv6Addr::from(gid).to_string(),
     );
     println!(
@@ -511,7 +513,7 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
         }
         let state = dci
             .wait_for_error(Duration::from_secs(1))
-            .map_err(|e| format!("query: {e}"))?;
+            .map_err(|e| format!("query: {}", chain(&e)))?;
         if state != QueuePairState::Error {
             return Err(format!("after the error the DC initiator is {state:?}, not ERR"));
         }

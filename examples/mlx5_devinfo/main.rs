@@ -164,7 +164,7 @@ fn main() {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),
             Err(err) => {
-                eprintln!("mlx5_devinfo: cannot print JSON: {err}");
+                eprintln!("mlx5_devinfo: cannot print JSON: {}", chain(&err));
                 std::process::exit(1);
             },
         }
