@@ -197,6 +197,13 @@ fn mlx5_hw_dc_selftest_passes() {
         );
     }
     assert!(!stdout.contains("FAILED"), "{stdout}");
+    // The atomics say which byte order the device used (host, or big-endian).
+    for line in stdout
+        .lines()
+        .filter(|line| line.starts_with("ok ") && line.contains("atomic"))
+    {
+        assert!(line.contains("byte order"), "{line}");
+    }
 }
 
 /// Where the dynamic loader finds `libmlx5.so.1`, resolved to the real file.

@@ -304,8 +304,43 @@ enum Atomic {
     CompareSwap(u64, u64),
 }
 
-/// Runs `op`; the value it returned and the value it left.
-fn atomic(lb: &mut Loopback, dci: &mut DcInitiator, op: Atomic) -> Result<(u64, u64)> {
+/// The byte order a ConnectX gives an 8-byte atomic's operands and reply: the host's where
+/// mlx5_core set `atomic_req_8B_endianness_mode` to host endianness, big-endian (the wire's)
+/// otherwise. UCX handles both (`ib_mlx5dv_md.c`); the self-test accepts both and says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtomicOrder {
+    Host,
+    BigEndian,
+}
+
+impl AtomicOrder {
+    /// The value of 8 bytes of memory, as the device reads them in this order.
+    fn read(self, bytes: [u8; 8]) -> u64 {
+        match self {
+            Self::Host => u64::from_ne_bytes(bytes),
+            Self::BigEndian => u64::from_be_bytes(bytes),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Host => "host byte order",
+            Self::BigEndian => "big-endian byte order (atomic_req_8B_endianness_mode not host)",
+        }
+    }
+
+    /// The order in which a fetch-and-add of `add` on memory that held `before` returned
+    /// `returned` and left `left`, if one explains all three (the host's first: on a big-endian
+    /// host both do).
+    fn of_fetch_add(before: [u8; 8], add: u64, returned: [u8; 8], left: [u8; 8]) -> Option<Self> {
+        [Self::Host, Self::BigEndian].into_iter().find(|order| {
+            order.read(returned) == order.read(before) && order.read(left) == order.read(before).wrapping_add(add)
+        })
+    }
+}
+
+/// Runs `op`; the bytes it returned and the bytes it left.
+fn atomic(lb: &mut Loopback, dci: &mut DcInitiator, op: Atomic) -> Result<([u8; 8], [u8; 8])> {
     let wc = lb.one(dci, KEY, None, |lb, guard, key, stream| {
         let (rkey, remote) = (lb.remote.mr.rkey(), lb.remote.addr(0));
         let request = guard.construct_wr(3, WorkRequestFlags::Signaled);
@@ -330,8 +365,8 @@ fn atomic(lb: &mut Loopback, dci: &mut DcInitiator, op: Atomic) -> Result<(u64, 
         }
     })?;
     success(&wc)?;
-    let value = |buffer: &Buffer| u64::from_ne_bytes(buffer.read(0, 8).try_into().expect("8 bytes"));
-    Ok((value(&lb.local), value(&lb.remote)))
+    let bytes = |buffer: &Buffer| -> [u8; 8] { buffer.read(0, 8).try_into().expect("8 bytes") };
+    Ok((bytes(&lb.local), bytes(&lb.remote)))
 }
 
 fn written(lb: &Loopback, seed: u8) -> Result<String> {
@@ -451,19 +486,42 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
         .send_ops_flags()
         .contains(sideway::ibverbs::queue_pair::SendOperationFlags::AtomicFetchAndAdd);
     if atomics && dc_atomics {
-        lb.remote.write(0, &40u64.to_ne_bytes());
-        let result = atomic(&mut lb, &mut dci, Atomic::FetchAdd(2)).and_then(|(before, after)| {
-            (before == 40 && after == 42)
-                .then(|| "40 + 2 = 42, 40 returned".to_string())
-                .ok_or_else(|| format!("fetch-and-add returned {before}, left {after} (expected 40, 42)"))
+        let before = 40u64.to_ne_bytes();
+        lb.remote.write(0, &before);
+        let mut order = None;
+        let result = atomic(&mut lb, &mut dci, Atomic::FetchAdd(2)).and_then(|(returned, left)| {
+            order = AtomicOrder::of_fetch_add(before, 2, returned, left);
+            order
+                .map(|order| format!("40 + 2 = 42, 40 returned, in {}", order.name()))
+                .ok_or_else(|| {
+                    format!(
+                        "fetch-and-add of 2 on {before:02x?} returned {returned:02x?} and left {left:02x?}: neither \
+                         host nor big-endian order explains it"
+                    )
+                })
         });
         report.check("atomic fetch-and-add", result);
-        let result = atomic(&mut lb, &mut dci, Atomic::CompareSwap(42, 7)).and_then(|(before, after)| {
-            (before == 42 && after == 7)
-                .then(|| "42 swapped for 7".to_string())
-                .ok_or_else(|| format!("compare-and-swap returned {before}, left {after} (expected 42, 7)"))
-        });
-        report.check("atomic compare-and-swap", result);
+        // The compare value and the swap value are numbers, which the device compares with the
+        // memory in its order.
+        match order {
+            None => report.skip("atomic compare-and-swap", "the fetch-and-add showed no byte order"),
+            Some(order) => {
+                let current: [u8; 8] = lb.remote.read(0, 8).try_into().expect("8 bytes");
+                let compare = order.read(current);
+                let result = atomic(&mut lb, &mut dci, Atomic::CompareSwap(compare, 7)).and_then(|(returned, left)| {
+                    (order.read(returned) == compare && order.read(left) == 7)
+                        .then(|| format!("{compare} swapped for 7, in {}", order.name()))
+                        .ok_or_else(|| {
+                            format!(
+                                "compare-and-swap returned {:#x}, left {:#x} (expected {compare:#x}, 7)",
+                                order.read(returned),
+                                order.read(left)
+                            )
+                        })
+                });
+                report.check("atomic compare-and-swap", result);
+            },
+        }
     } else {
         report.skip(
             "atomics",
@@ -569,5 +627,33 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
         Outcome::Failed
     } else {
         Outcome::Passed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AtomicOrder;
+
+    #[test]
+    fn a_fetch_add_in_either_byte_order_is_recognised() {
+        let before = 40u64.to_ne_bytes();
+        // Host order: the reply is 40, the memory 42, both in the host's bytes.
+        assert_eq!(
+            AtomicOrder::of_fetch_add(before, 2, before, 42u64.to_ne_bytes()),
+            Some(AtomicOrder::Host)
+        );
+        // Big-endian: the device reads the memory's bytes as a big-endian number and writes
+        // the sum and the reply back in that order.
+        let as_be = u64::from_be_bytes(before);
+        let returned = as_be.to_be_bytes();
+        let left = (as_be + 2).to_be_bytes();
+        let seen = AtomicOrder::of_fetch_add(before, 2, returned, left);
+        if cfg!(target_endian = "little") {
+            assert_eq!(seen, Some(AtomicOrder::BigEndian));
+        } else {
+            assert_eq!(seen, Some(AtomicOrder::Host));
+        }
+        // Anything else is neither.
+        assert_eq!(AtomicOrder::of_fetch_add(before, 2, before, before), None);
     }
 }

@@ -753,6 +753,13 @@ impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
 
     /// An atomic compare-and-swap on the 8 bytes at `remote_addr`; the old value lands in the
     /// local buffer (`ibv_wr_atomic_cmp_swp`).
+    ///
+    /// `compare` and `swap` are numbers; in which byte order the device reads and writes the
+    /// remote 8 bytes, and writes the old value into the local buffer, is the device's: a
+    /// ConnectX uses host order only where mlx5_core set its `atomic_req_8B_endianness_mode`
+    /// so, big-endian (InfiniBand's wire order) otherwise, as rxe and other providers may too.
+    /// Keep atomic variables in the order the device uses (UCX reads the mode, `ib_mlx5dv_md.c`;
+    /// `mlx5_devinfo --dc-selftest` reports it).
     #[inline]
     pub fn setup_atomic_compare_swap(
         self, rkey: u32, remote_addr: u64, compare: u64, swap: u64,
@@ -766,7 +773,8 @@ impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
     }
 
     /// An atomic fetch-and-add on the 8 bytes at `remote_addr`; the old value lands in the local
-    /// buffer (`ibv_wr_atomic_fetch_add`).
+    /// buffer (`ibv_wr_atomic_fetch_add`). The byte order of the remote value and of the reply is
+    /// the device's, as for [`setup_atomic_compare_swap`](Self::setup_atomic_compare_swap).
     #[inline]
     pub fn setup_atomic_fetch_add(
         self, rkey: u32, remote_addr: u64, add: u64,
