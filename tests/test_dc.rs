@@ -545,7 +545,8 @@ fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
         "the DC initiator's read/atomic depth is the capability query's"
     );
     println!(
-        "DC initiator {dci:?}, DC read/atomic depths {:?} (target) / {:?} (initiator)",
+        "DC initiator {dci:?}, max_dc_rd_atom {:?} (as requester) / max_dc_init_rd_atom {:?} (as responder; \
+         a DCI's bound)",
         caps.max_dc_rd_atom(),
         caps.max_dc_init_rd_atom()
     );
@@ -807,7 +808,7 @@ fn mlx5_hw_dc_fetch_add_and_compare_swap_return_the_original_values() {
         .expect("DC capabilities");
     let depth = caps.max_dc_init_rd_atom();
     println!(
-        "DC read/atomic depths: {:?} (target) / {depth:?} (initiator)",
+        "max_dc_rd_atom {:?} (as requester) / max_dc_init_rd_atom {depth:?} (as responder; a DCI's bound)",
         caps.max_dc_rd_atom()
     );
     let access =

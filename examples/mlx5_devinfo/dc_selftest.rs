@@ -421,7 +421,8 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
         |gid| std::net::Ipv6Addr::from(gid).to_string(),
     );
     println!(
-        "DC self-test of {name}, port {PORT}, GID index {gid_index} ({gid}): DC read/atomic depths {:?}/{:?}, DCI streams {:?}",
+        "DC self-test of {name}, port {PORT}, GID index {gid_index} ({gid}): max_dc_rd_atom {:?} (as requester), \
+         max_dc_init_rd_atom {:?} (as responder; a DCI's bound), DCI streams {:?}",
         capabilities.max_dc_rd_atom(),
         capabilities.max_dc_init_rd_atom(),
         capabilities.dci_streams()
