@@ -254,12 +254,23 @@ async fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// An error with its causes (`source()`), as one line.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(source) = cause {
+        text = format!("{text}: {source}");
+        cause = source.source();
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("async_pingpong: {err}");
+            eprintln!("async_pingpong: {}", chain(&err));
             return ExitCode::FAILURE;
         },
     };
@@ -267,11 +278,11 @@ fn main() -> ExitCode {
     match runtime.block_on(async { tokio::spawn(run(args)).await }) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) => {
-            eprintln!("async_pingpong: {err}");
+            eprintln!("async_pingpong: {}", chain(&*err));
             ExitCode::FAILURE
         },
         Err(err) => {
-            eprintln!("async_pingpong: the task failed: {err}");
+            eprintln!("async_pingpong: the task failed: {}", chain(&err));
             ExitCode::FAILURE
         },
     }

@@ -2,9 +2,11 @@
 //! WRITE and a SEND addressed by the target's endpoint, both checked.
 //!
 //! `cargo run --features mlx5 --example dc_hello -- [DEVICE [GID_INDEX]]` (defaults: the first
-//! device, GID index 3, a RoCE v2 one on most ConnectX ports). On a device that is not mlx5
-//! (SoftRoCE's rxe) it stops with "DEVICE: not an mlx5 device" and exit status 1.
+//! device; on RoCE the port's RoCE v2 GID, IPv4-mapped first, on InfiniBand index 0; printed).
+//! On a device that is not mlx5 (SoftRoCE's rxe) it stops with "DEVICE: not an mlx5 device" and
+//! exit status 1. Errors are printed with their causes.
 use std::error::Error;
+use std::net::Ipv6Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -13,7 +15,7 @@ use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::LinkLayer;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::dc::target::DcTargetBringUp;
@@ -32,7 +34,13 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("dc_hello: {err}");
+            let mut line = format!("dc_hello: {err}");
+            let mut cause = err.source();
+            while let Some(source) = cause {
+                line = format!("{line}: {source}");
+                cause = source.source();
+            }
+            eprintln!("{line}");
             ExitCode::FAILURE
         },
     }
@@ -40,10 +48,7 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
-    let (name, gid_index) = (
-        args.next(),
-        args.next().map(|g| g.parse::<u8>()).transpose()?.unwrap_or(3),
-    );
+    let (name, gid_index) = (args.next(), args.next().map(|g| g.parse::<u8>()).transpose()?);
     let devices = DeviceList::new()?;
     let device = devices
         .iter()
@@ -57,7 +62,17 @@ fn run() -> Result<(), Box<dyn Error>> {
         });
     }
     let roce = ctx.query_port(PORT)?.link_layer() == LinkLayer::Ethernet;
+    let gid_index = match (gid_index, roce) {
+        (Some(index), _) => index,
+        (None, true) => ctx.roce_v2_gid(PORT)?.ok_or("port 1 has no RoCE v2 GID")?.gid_index() as u8,
+        (None, false) => 0,
+    };
     let gid = ctx.query_gid(PORT, gid_index.into())?;
+    println!(
+        "{}: port {PORT}, GID index {gid_index} ({})",
+        device.name(),
+        Ipv6Addr::from(gid)
+    );
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq_builder().setup_cqe(16).build()?;
     // 64 bytes to write from, 64 to write to, 64 to receive into; never moved, dropped last.

@@ -829,7 +829,7 @@ fn main() -> ExitCode {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),
             Err(err) => {
-                eprintln!("dc_scale_model: cannot print JSON: {err}");
+                eprintln!("dc_scale_model: cannot print JSON: {}", chain(&err));
                 return ExitCode::FAILURE;
             },
         }

@@ -11,7 +11,14 @@ fn main() {
     let list = match DeviceList::new() {
         Ok(list) => list,
         Err(err) => {
-            eprintln!("no RDMA devices: {err}");
+            // The whole chain: the library's cause is in `source()`.
+            let mut line = format!("no RDMA devices: {err}");
+            let mut cause = std::error::Error::source(&err);
+            while let Some(source) = cause {
+                line = format!("{line}: {source}");
+                cause = source.source();
+            }
+            eprintln!("{line}");
             std::process::exit(1);
         },
     };

@@ -678,7 +678,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("{err}");
+            eprintln!("{}", report(&*err));
             ExitCode::FAILURE
         },
     }

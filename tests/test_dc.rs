@@ -545,7 +545,8 @@ fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
         "the DC initiator's read/atomic depth is the capability query's"
     );
     println!(
-        "DC initiator {dci:?}, DC read/atomic depths {:?} (target) / {:?} (initiator)",
+        "DC initiator {dci:?}, max_dc_rd_atom {:?} (as requester) / max_dc_init_rd_atom {:?} (as responder; \
+         a DCI's bound)",
         caps.max_dc_rd_atom(),
         caps.max_dc_init_rd_atom()
     );
@@ -807,7 +808,7 @@ fn mlx5_hw_dc_fetch_add_and_compare_swap_return_the_original_values() {
         .expect("DC capabilities");
     let depth = caps.max_dc_init_rd_atom();
     println!(
-        "DC read/atomic depths: {:?} (target) / {depth:?} (initiator)",
+        "max_dc_rd_atom {:?} (as requester) / max_dc_init_rd_atom {depth:?} (as responder; a DCI's bound)",
         caps.max_dc_rd_atom()
     );
     let access =
@@ -1065,15 +1066,13 @@ fn mlx5_hw_wrong_dc_key_puts_the_initiator_in_error_and_recover_brings_it_back()
 /// error completion; the initiator recovers, and a DC target created again, with its own (likely
 /// new) DCT number, is reached by that number.
 ///
-/// Why that status only: a packet for a DCT number that names no DC target finds no context to
-/// answer from, so the responder drops it without a NAK (as for any invalid destination QP); the
-/// initiator's transport timer then expires `retry_cnt` + 1 times, the CQE syndrome is 0x15
-/// (MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR), which libmlx5 reports as IBV_WC_RETRY_EXC_ERR
-/// (rdma-core providers/mlx5/cq.c). UCX's DC peer-failure tests see the same on ConnectX
-/// ("Transport retry count exceeded … synd 0x15", openucx/ucx#3679). A remote access, operation or
-/// invalid-request error would need a responder that answers, i.e. a live target: it would mean
-/// the number was reused, which this test does not do. tests/test_dc_pool.rs demands the same
-/// status, and the pool counts it toward unreachable.
+/// Which status: a packet for a DCT number that names no DC target finds no context to answer
+/// from; UCX's DC peer-failure tests see "Transport retry count exceeded … synd 0x15" on ConnectX
+/// (openucx/ucx#3679), libmlx5's IBV_WC_RETRY_EXC_ERR. No reference promises that one status,
+/// so the test accepts the statuses the pool counts as "no such target" (retry exceeded, RNR
+/// retry exceeded, remote invalid request: `is_no_such_target`) and prints the one seen. A
+/// remote access or operation error would mean a live target answered: the number was reused,
+/// which this test does not do.
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
@@ -1104,10 +1103,21 @@ fn mlx5_hw_destroyed_dc_target_errors_the_initiator_and_a_recreated_one_is_reach
     guard.post().expect("post to the destroyed target");
     let wc = f.wait_sends(1, ERROR_TIMEOUT).remove(0);
     let status = assert_failed(&wc, 2, "an RDMA WRITE to a destroyed DC target");
-    assert_eq!(
-        status,
-        Some(WorkCompletionStatus::RetryCounterExceededError),
-        "a destroyed DC target: transport retry counter exceeded expected: {wc:?}"
+    assert!(
+        matches!(
+            status,
+            Some(
+                WorkCompletionStatus::RetryCounterExceededError
+                    | WorkCompletionStatus::ResponderNotReadyRetryCounterExceededError
+                    | WorkCompletionStatus::RemoteInvalidRequestError
+            )
+        ),
+        "a destroyed DC target: a \"no such target\" status expected (retry exceeded, RNR retry exceeded \
+         or remote invalid request, as the pool counts them): {wc:?}"
+    );
+    println!(
+        "a destroyed DC target answered {status:?} (vendor syndrome {:#x})",
+        wc.vendor_err()
     );
     assert_untouched(
         &remote,
@@ -1141,10 +1151,10 @@ fn mlx5_hw_destroyed_dc_target_errors_the_initiator_and_a_recreated_one_is_reach
 
 /// Scenario 9: DCI streams (as rdma-core's test_dc_stream_ids_recovery and
 /// test_dc_stream_qp_recovery). With 2 streams of which 2 may be in error: a remote access error
-/// on stream 1 leaves the DC initiator in RTS and stream 0 working; the stream's next request is
-/// flushed, and only then `reset_stream` makes stream 1 usable again (man page: reset once the
-/// stream's requests are flushed). A stream id beyond the 2 streams (posted and errored) is reset
-/// too. Errors on both streams put the initiator in ERR, waited for (the move is asynchronous),
+/// on stream 1 leaves the DC initiator in RTS and stream 0 working (man page); with none of its
+/// requests left to flush, `reset_stream` makes stream 1 usable again (as pyverbs resets right
+/// after the error). A stream id beyond the 2 streams, within pyverbs' range (streams + 2), is
+/// posted on, errored and reset too. Errors on both streams put the initiator in ERR, waited for (the move is asynchronous),
 /// and `recover` brings it back. Needs DCI streams (ConnectX-6 Dx or newer): on a device without
 /// them (`max_log_num_concurent` 0) it stops at once, not passed, naming the capability and the
 /// skip to add (`--skip mlx5_hw_dci_stream`).
@@ -1220,19 +1230,9 @@ fn mlx5_hw_dci_stream_reset_after_an_error() {
         LEN,
         "stream 0 while stream 1 is in error",
     );
-    // The errored stream's next request is flushed; the stream is reset only after that.
-    let flushed = write(&mut dci, 30, 1, at(&remote, LEN));
-    assert_eq!(
-        (flushed.wr_id(), flushed.status()),
-        (30, Some(WorkCompletionStatus::WorkRequestFlushedError)),
-        "a request on the errored stream is flushed: {flushed:?}"
-    );
-    assert_bytes(
-        &remote.read(LEN, LEN),
-        &pattern(LEN, 3),
-        "the flushed request wrote nothing",
-    );
-    dci.reset_stream(1).expect("reset the errored stream after its flush");
+    // Stream 1 had no other request queued: nothing is left to flush, so it is reset now (what
+    // a request posted on an errored stream gets is not in the man page: it is not tested).
+    dci.reset_stream(1).expect("reset the errored stream");
     works(
         write(&mut dci, 4, 1, at(&remote, 2 * LEN)),
         4,
@@ -1271,18 +1271,19 @@ fn mlx5_hw_dci_stream_reset_after_an_error() {
     );
 
     // A stream id beyond the 2 concurrent streams can be posted on (the provider writes it into
-    // the request as is, as pyverbs' generate_stream_id does), so it can be reset too.
+    // the request as is), so it can be reset too: id 3, within the ids pyverbs' generate_stream_id
+    // uses (up to streams + 2).
     remote_access_error(
-        write(&mut dci, 9, 5, at(&forbidden, 0)),
+        write(&mut dci, 9, 3, at(&forbidden, 0)),
         9,
-        "stream 5 into memory without remote write",
+        "stream 3 into memory without remote write",
     );
-    dci.reset_stream(5).expect("reset stream 5, beyond the concurrency");
+    dci.reset_stream(3).expect("reset stream 3, beyond the concurrency");
     works(
-        write(&mut dci, 10, 5, at(&remote, 0)),
+        write(&mut dci, 10, 3, at(&remote, 0)),
         10,
         0,
-        "stream 5 after its reset",
+        "stream 3 after its reset",
     );
     // The whole DC initiator in ERR: a stream reset is refused by name.
     remote_access_error(write(&mut dci, 11, 0, at(&forbidden, 0)), 11, "stream 0");

@@ -46,3 +46,28 @@ fn open_device_alloc_pd_reg_mr_create_cqs() {
         ));
     }
 }
+
+/// `DeviceContextExt::roce_v2_gid` picks what the tests address a device by: on rxe0, a RoCE v2
+/// port, its IPv4-mapped RoCE v2 GID (never an empty, zero slot).
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn roce_v2_gid_is_the_ipv4_mapped_roce_v2_gid_of_the_port() {
+    use sideway::ibverbs::address::GidType;
+    use sideway::ibverbs::device_context::LinkLayer;
+    use sideway_ext::ibverbs::extension::DeviceContextExt;
+
+    let ctx = common::open_test_device();
+    let found = ctx.roce_v2_gid(1).expect("query the GID table");
+    if ctx.query_port(1).expect("query_port(1)").link_layer() != LinkLayer::Ethernet {
+        assert!(found.is_none(), "an InfiniBand port has no RoCE v2 GID");
+        return;
+    }
+    let entry = found.expect("a RoCE port with an IP address has a RoCE v2 GID");
+    let (index, gid) = common::local_gid(&ctx);
+    assert_eq!((entry.gid_index(), entry.gid()), (u32::from(index), gid));
+    assert!(matches!(entry.gid_type(), GidType::RoceV2) && !entry.gid().is_zero());
+    assert!(std::net::Ipv6Addr::from(entry.gid()).to_ipv4_mapped().is_some());
+    assert_eq!(ctx.query_gid(1, entry.gid_index()).expect("query_gid"), entry.gid());
+    // A port that does not exist has none.
+    assert!(ctx.roce_v2_gid(2).expect("query the GID table").is_none());
+}

@@ -142,18 +142,23 @@ fn dc_selftest_on_a_device_that_is_not_mlx5_says_so_and_exits_1() {
     let ctx = common::open_test_device();
     common::require_not_mellanox_with(&ctx, TEST_DEVICE_IS_MLX5);
     let name = test_device_name();
-    let output = Command::new(example_path())
-        .args(["--dc-selftest", "-g", "1", "-d"])
-        .arg(&name)
-        .output()
-        .expect("run mlx5_devinfo --dc-selftest");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(1), "{stdout}");
-    assert_eq!(
-        stdout.trim(),
-        format!("{name}: not an mlx5 device (or libmlx5 is missing): DC needs a ConnectX-4 or newer"),
-        "exactly the one line"
-    );
+    // With a GID index, and without one (the self-test would pick one, after the mlx5 check).
+    for gid in [&["-g", "1"][..], &[]] {
+        let output = Command::new(example_path())
+            .arg("--dc-selftest")
+            .args(gid)
+            .arg("-d")
+            .arg(&name)
+            .output()
+            .expect("run mlx5_devinfo --dc-selftest");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(1), "{gid:?}: {stdout}");
+        assert_eq!(
+            stdout.trim(),
+            format!("{name}: not an mlx5 device (or libmlx5 is missing): DC needs a ConnectX-4 or newer"),
+            "{gid:?}: exactly the one line"
+        );
+    }
     // -g belongs to the self-test.
     let refused = Command::new(example_path()).args(["-g", "1"]).output().expect("run");
     assert_eq!(refused.status.code(), Some(2), "clap refuses -g without --dc-selftest");
@@ -166,13 +171,15 @@ fn dc_selftest_on_a_device_that_is_not_mlx5_says_so_and_exits_1() {
 #[serial_test::serial]
 fn mlx5_hw_dc_selftest_passes() {
     let (ctx, name) = common::open_mlx5_test_device_named();
+    // No -g: the self-test picks the port's RoCE v2 GID (index 0 on InfiniBand) and prints it.
     let (gid_index, _) = common::local_gid(&ctx);
     let output = Command::new(example_path())
-        .args(["--dc-selftest", "-d", &name, "-g", &gid_index.to_string()])
+        .args(["--dc-selftest", "-d", &name])
         .output()
         .expect("run mlx5_devinfo --dc-selftest");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(&format!("GID index {gid_index} (")), "{stdout}");
     for check in [
         "DC target at RTR",
         "DC initiator at RTS",
@@ -190,6 +197,13 @@ fn mlx5_hw_dc_selftest_passes() {
         );
     }
     assert!(!stdout.contains("FAILED"), "{stdout}");
+    // The atomics say which byte order the device used (host, or big-endian).
+    for line in stdout
+        .lines()
+        .filter(|line| line.starts_with("ok ") && line.contains("atomic"))
+    {
+        assert!(line.contains("byte order"), "{line}");
+    }
 }
 
 /// Where the dynamic loader finds `libmlx5.so.1`, resolved to the real file.

@@ -146,7 +146,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("dc_pingpong: {err}");
+            eprintln!("dc_pingpong: {}", report(&*err));
             ExitCode::FAILURE
         },
     }

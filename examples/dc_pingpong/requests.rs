@@ -77,7 +77,7 @@ pub(crate) fn add_pool_request<A: PoolAddressing>(
 ) -> Result<()> {
     let request = guard
         .construct_wr(wr_id, flags)
-        .map_err(|e| format!("Couldn't add request {wr_id} to the batch: {e}"))?;
+        .map_err(|e| format!("Couldn't add request {wr_id} to the batch: {}", report(&e)))?;
     match mode {
         Mode::Write => set_data(request.setup_write(target.rkey, remote_addr), data),
         Mode::Send => set_data(request.setup_send(), data),

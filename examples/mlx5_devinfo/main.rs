@@ -6,7 +6,7 @@
 //! cargo run --features mlx5 --example mlx5_devinfo              # a table
 //! cargo run --features mlx5 --example mlx5_devinfo -- --json    # the same as JSON
 //! cargo run --features mlx5 --example mlx5_devinfo -- -d mlx5_0 # one device
-//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -d mlx5_0 -g 3
+//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -d mlx5_0
 //! ```
 //!
 //! `--dc-selftest` runs DC end to end on one device, in loopback on port 1 (see `dc_selftest.rs`):
@@ -43,9 +43,10 @@ struct Args {
     /// Run the DC self-test in loopback on port 1 of the device (`-d`, default: the first).
     #[arg(long)]
     dc_selftest: bool,
-    /// The local GID index of the self-test's addresses (RoCE needs one; default 0).
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, requires = "dc_selftest")]
-    gid_index: u8,
+    /// The local GID index of the self-test's addresses (default: on RoCE the port's RoCE v2 GID,
+    /// IPv4-mapped first; on InfiniBand 0).
+    #[arg(short = 'g', long = "gid-idx", requires = "dc_selftest")]
+    gid_index: Option<u8>,
 }
 
 #[derive(Serialize)]
@@ -163,7 +164,7 @@ fn main() {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),
             Err(err) => {
-                eprintln!("mlx5_devinfo: cannot print JSON: {err}");
+                eprintln!("mlx5_devinfo: cannot print JSON: {}", chain(&err));
                 std::process::exit(1);
             },
         }

@@ -89,7 +89,24 @@ pub enum PostSendErrorKind {
         /// The library's error.
         source: io::Error,
     },
-    /// The send queue is full (ENOMEM).
+    /// A request's inline data is longer than the queue pair's granted `max_inline_data`
+    /// (libmlx5 would fail the batch with `ENOMEM`, as if the queue were full). It never reached
+    /// the provider; the batch was aborted, so none of its requests was posted.
+    #[error("request {index} (wr_id {wr_id}) has {length} bytes of inline data; the queue pair takes at most {max_inline_data}")]
+    InlineDataTooLong {
+        /// Index in the batch of the first such request.
+        index: usize,
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// Its inline data's length (all slices together).
+        length: usize,
+        /// The queue pair's granted `max_inline_data`.
+        max_inline_data: u32,
+        /// Requests in the batch.
+        batch_len: usize,
+    },
+    /// The send queue is full (ENOMEM); on a queue pair whose granted inline size this crate
+    /// does not know, also inline data over it.
     #[error("the send queue has no room for the batch of {batch_len}")]
     QueueFull {
         /// Requests in the batch.
@@ -111,6 +128,7 @@ impl PostSendErrorKind {
     fn batch_len(&self) -> usize {
         match self {
             Self::OperationNotEnabled { batch_len, .. }
+            | Self::InlineDataTooLong { batch_len, .. }
             | Self::InvalidWorkRequest { batch_len, .. }
             | Self::QueueFull { batch_len, .. }
             | Self::Ibverbs { batch_len, .. } => *batch_len,
@@ -456,6 +474,8 @@ pub struct Batch {
     missing: u32,
     len: usize,
     refused: Option<Refused>,
+    /// The queue pair's granted inline size (`u32::MAX` where it is not known here).
+    max_inline_data: u32,
 }
 
 /// The first request of a batch that was refused before reaching the provider.
@@ -463,7 +483,16 @@ pub struct Batch {
 struct Refused {
     index: usize,
     wr_id: u64,
-    entry: &'static str,
+    reason: Refusal,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// It needed this entry, which the queue pair lacks.
+    Entry(&'static str),
+    /// Its inline data has this length, over the granted size.
+    InlineDataTooLong(usize),
 }
 
 impl Batch {
@@ -476,6 +505,20 @@ impl Batch {
         }
         self.len += 1;
     }
+
+    /// Records a request whose inline data of `length` bytes is over the granted size.
+    #[cold]
+    #[inline(never)]
+    fn refuse_inline(&mut self, wr_id: u64, length: usize) {
+        if self.refused.is_none() {
+            self.refused = Some(Refused {
+                index: self.len,
+                wr_id,
+                reason: Refusal::InlineDataTooLong(length),
+            });
+        }
+        self.len += 1;
+    }
 }
 
 #[cold]
@@ -484,7 +527,7 @@ fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'stat
     Refused {
         index,
         wr_id,
-        entry: ProviderEntries(!missing).name_of_first_missing(needed, external),
+        reason: Refusal::Entry(ProviderEntries(!missing).name_of_first_missing(needed, external)),
     }
 }
 
@@ -526,6 +569,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
                     missing: !entries.bits(),
                     len: 0,
                     refused: None,
+                    max_inline_data: u32::MAX,
                 },
                 context,
                 _qp: PhantomData,
@@ -566,6 +610,16 @@ impl<T: Transport> PostSendGuard<'_, T> {
         }
     }
 
+    /// Refuses inline data longer than `max_inline_data` bytes, the queue pair's granted size,
+    /// before the provider ([`InlineDataTooLong`](PostSendErrorKind::InlineDataTooLong)); by
+    /// default the guard does not know it and the provider decides. For benchmarks and tests
+    /// over hand-made function tables, and the queue pairs that know their granted size.
+    #[doc(hidden)]
+    #[inline]
+    pub fn set_max_inline_data(&mut self, max_inline_data: u32) {
+        self.batch.max_inline_data = max_inline_data;
+    }
+
     /// How many requests the batch holds (those that reached their data step).
     #[inline]
     pub fn batch_len(&self) -> usize {
@@ -580,13 +634,24 @@ impl<T: Transport> PostSendGuard<'_, T> {
         let batch_len = self.batch.len;
         let qp = self.batch.qp_ex.as_ptr();
         if let Some(refused) = self.batch.refused {
+            let max_inline_data = self.batch.max_inline_data;
             // Dropping the guard aborts the batch.
             drop(self);
-            return Err(PostSendErrorKind::OperationNotEnabled {
-                index: refused.index,
-                wr_id: refused.wr_id,
-                entry: refused.entry,
-                batch_len,
+            let Refused { index, wr_id, reason } = refused;
+            return Err(match reason {
+                Refusal::Entry(entry) => PostSendErrorKind::OperationNotEnabled {
+                    index,
+                    wr_id,
+                    entry,
+                    batch_len,
+                },
+                Refusal::InlineDataTooLong(length) => PostSendErrorKind::InlineDataTooLong {
+                    index,
+                    wr_id,
+                    length,
+                    max_inline_data,
+                    batch_len,
+                },
             }
             .into());
         }
@@ -690,6 +755,13 @@ impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
 
     /// An atomic compare-and-swap on the 8 bytes at `remote_addr`; the old value lands in the
     /// local buffer (`ibv_wr_atomic_cmp_swp`).
+    ///
+    /// `compare` and `swap` are numbers; in which byte order the device reads and writes the
+    /// remote 8 bytes, and writes the old value into the local buffer, is the device's: a
+    /// ConnectX uses host order only where mlx5_core set its `atomic_req_8B_endianness_mode`
+    /// so, big-endian (InfiniBand's wire order) otherwise, as rxe and other providers may too.
+    /// Keep atomic variables in the order the device uses (UCX reads the mode, `ib_mlx5dv_md.c`;
+    /// `mlx5_devinfo --dc-selftest` reports it).
     #[inline]
     pub fn setup_atomic_compare_swap(
         self, rkey: u32, remote_addr: u64, compare: u64, swap: u64,
@@ -703,7 +775,8 @@ impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
     }
 
     /// An atomic fetch-and-add on the 8 bytes at `remote_addr`; the old value lands in the local
-    /// buffer (`ibv_wr_atomic_fetch_add`).
+    /// buffer (`ibv_wr_atomic_fetch_add`). The byte order of the remote value and of the reply is
+    /// the device's, as for [`setup_atomic_compare_swap`](Self::setup_atomic_compare_swap).
     #[inline]
     pub fn setup_atomic_fetch_add(
         self, rkey: u32, remote_addr: u64, add: u64,
@@ -796,10 +869,14 @@ const _: () = assert!(std::mem::size_of::<IoSlice<'_>>() == std::mem::size_of::<
 
 impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D> {
     /// Copies `buf` into the request (`ibv_wr_set_inline_data`); at most the queue pair's
-    /// `max_inline_data` bytes, else the post fails with
-    /// [`InvalidWorkRequest`](PostSendErrorKind::InvalidWorkRequest).
+    /// granted `max_inline_data` bytes, else the post fails with
+    /// [`InlineDataTooLong`](PostSendErrorKind::InlineDataTooLong) where the queue pair knows
+    /// its granted size (a DC initiator), with the provider's error otherwise.
     #[inline]
     fn setup_inline_data(self, buf: &[u8]) {
+        if buf.len() > self.request.batch.max_inline_data as usize {
+            return self.request.batch.refuse_inline(self.request.wr_id, buf.len());
+        }
         // SAFETY: the data is copied during the call; the entry was checked by issue.
         self.issue::<{ entry::SET_INLINE_DATA }, true>(|qp| unsafe {
             ibv_wr_set_inline_data(qp, buf.as_ptr() as *mut _, buf.len())
@@ -809,6 +886,13 @@ impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D>
     /// Copies the slices, one after the other, into the request (`ibv_wr_set_inline_data_list`).
     #[inline]
     fn setup_inline_data_list(self, bufs: &[IoSlice<'_>]) {
+        let max = self.request.batch.max_inline_data as usize;
+        if max != u32::MAX as usize {
+            let length = bufs.iter().map(|buf| buf.len()).sum();
+            if length > max {
+                return self.request.batch.refuse_inline(self.request.wr_id, length);
+            }
+        }
         // SAFETY: IoSlice has ibv_data_buf's layout (checked above); the data is copied during
         // the call; the entry was checked by issue.
         self.issue::<{ entry::SET_INLINE_DATA_LIST }, true>(|qp| unsafe {

@@ -488,6 +488,9 @@ pub(crate) struct QueuePairVerbs {
     pub(crate) to_qp_ex: unsafe fn(*mut ibv_qp) -> *mut ibv_qp_ex,
     /// `ibv_query_port`: an errno value, 0 on success.
     pub(crate) query_port: unsafe fn(*mut rdma_mummy_sys::ibv_context, u8, *mut rdma_mummy_sys::ibv_port_attr) -> i32,
+    /// `ibv_query_gid`: an errno value (or -1), 0 on success. (Used by the DC target's bring-up.)
+    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
+    pub(crate) query_gid: unsafe fn(*mut rdma_mummy_sys::ibv_context, u8, i32, *mut rdma_mummy_sys::ibv_gid) -> i32,
 }
 
 /// libibverbs itself, as rdma-mummy-sys loads it.
@@ -497,6 +500,7 @@ pub(crate) static LIBIBVERBS: QueuePairVerbs = QueuePairVerbs {
     destroy: libibverbs::destroy,
     to_qp_ex: libibverbs::to_qp_ex,
     query_port: libibverbs::query_port,
+    query_gid: libibverbs::query_gid,
 };
 
 mod libibverbs {
@@ -540,6 +544,15 @@ mod libibverbs {
     /// As `ibv_query_port`: an open context and a writable struct.
     pub(super) unsafe fn query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
         rdma_mummy_sys::ibv_query_port(context, port, attr)
+    }
+
+    /// # Safety
+    ///
+    /// As `ibv_query_gid`: an open context and a writable GID.
+    pub(super) unsafe fn query_gid(
+        context: *mut ibv_context, port: u8, index: i32, gid: *mut rdma_mummy_sys::ibv_gid,
+    ) -> i32 {
+        rdma_mummy_sys::ibv_query_gid(context, port, index, gid)
     }
 }
 
@@ -702,6 +715,23 @@ impl QueuePairCore {
         }
         // SAFETY: the call filled it (and it was zeroed before).
         Ok(unsafe { attr.assume_init() })
+    }
+
+    /// The GID at `index` of local `port` (`ibv_query_gid`; an empty slot reads as zeros).
+    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
+    pub(crate) fn query_gid(&self, port: u8, index: u8) -> io::Result<sideway::ibverbs::address::Gid> {
+        let mut gid = MaybeUninit::<rdma_mummy_sys::ibv_gid>::zeroed();
+        // SAFETY: the context is open while the protection domain is (or is the model's); gid
+        // is writable.
+        let ret = unsafe { (self.verbs.query_gid)(self.context.as_ptr(), port, index.into(), gid.as_mut_ptr()) };
+        if ret != 0 {
+            return Err(match ret {
+                -1 => io::Error::last_os_error(),
+                errno => io::Error::from_raw_os_error(errno.abs()),
+            });
+        }
+        // SAFETY: the call filled it (and it was zeroed before).
+        Ok(unsafe { gid.assume_init() }.into())
     }
 
     /// The extended view of a queue pair created with send operations, and its entries.

@@ -65,16 +65,20 @@ impl DcCapabilities {
         self.is_mlx5
     }
 
-    /// Maximum number of outstanding RDMA read and atomic requests a DC target accepts (depth as
-    /// responder). [`None`] when the device is not mlx5, or the provider did not report it
-    /// (rdma-core before 47) or reported 0 (it could not read it).
+    /// Outstanding RDMA reads and atomics per DC queue pair "as a requester", as
+    /// mlx5dv_query_device(3) labels `max_dc_rd_atom` (libmlx5: `1 << log_max_ra_req_dc`).
+    /// [`None`] when the device is not mlx5, or the provider did not report it (rdma-core before
+    /// 47) or reported 0 (it could not read it).
     pub fn max_dc_rd_atom(&self) -> Option<u64> {
         self.max_dc_rd_atom
     }
 
-    /// Maximum number of outstanding RDMA read and atomic requests a DC initiator may issue
-    /// (depth as initiator): the bound for a DCI's `max_rd_atomic`. [`None`] as for
-    /// [`max_dc_rd_atom`](Self::max_dc_rd_atom).
+    /// Outstanding RDMA reads and atomics per DC queue pair "as a responder", as
+    /// mlx5dv_query_device(3) labels `max_dc_init_rd_atom` (libmlx5: `1 << log_max_ra_res_dc`).
+    /// It is nonetheless the bound of a DC initiator's `max_rd_atomic`: mlx5_ib's
+    /// `validate_rd_atomic` compares a DCI's `max_rd_atomic` with `1 << log_max_ra_res_dc`
+    /// (`EINVAL` above it), so [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) caps its
+    /// depth by this value. [`None`] as for [`max_dc_rd_atom`](Self::max_dc_rd_atom).
     ///
     /// Do not use the RC value ([`rc_max_qp_init_rd_atom`](Self::rc_max_qp_init_rd_atom)) in
     /// its place: a DCI `max_rd_atomic` above the DC limit fails with `EINVAL`.

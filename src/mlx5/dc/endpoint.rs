@@ -62,6 +62,88 @@ pub const MAX_DCT_NUMBER: u32 = 0xff_ffff;
 /// while the 1 of rdma-core's pingpong examples only works within one subnet.
 pub const DEFAULT_HOP_LIMIT: u8 = 255;
 
+/// The class of service of DC packets: the GRH's traffic class and flow label, and the service
+/// level, which a lossless fabric maps to a priority. Applied to the address handles of
+/// [`DcEndpoint::create_ah_with_class`] (the requests), to a DC target's RTR address vector with
+/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class)
+/// (its ACKs, read responses and atomic responses) and to a pool's address handles with
+/// [`DcInitiatorPoolBuilder::setup_service_class`](super::pool::builder::DcInitiatorPoolBuilder::setup_service_class).
+/// Set the same class on both sides: otherwise responses leave in class 0 while requests do not.
+///
+/// On RoCE v2 the traffic class is the IP header's DS field: DSCP in its upper six bits, ECN in
+/// its lower two (`traffic_class = dscp << 2 | ecn`; DSCP 26 is traffic class 104, as perftest's
+/// `--tclass=104` and UCX's `UCX_IB_TRAFFIC_CLASS=104`), and switches usually map the DSCP to a
+/// PFC priority. The service level is InfiniBand's (its SL-to-VL table); on RoCE, mlx5 maps it to
+/// the VLAN priority (PCP) where the port sends tagged frames. Traffic class and flow label exist
+/// only in a global address (a GRH): on a non-global InfiniBand address only the service level
+/// applies.
+///
+/// # Example
+///
+/// ```
+/// use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+///
+/// let mut class = DcServiceClass::new();
+/// class.setup_traffic_class(26 << 2).setup_service_level(3);
+/// assert_eq!((class.traffic_class(), class.flow_label(), class.service_level()), (104, 0, 3));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DcServiceClass {
+    traffic_class: u8,
+    flow_label: u32,
+    service_level: u8,
+}
+
+impl DcServiceClass {
+    /// Traffic class 0, flow label 0, service level 0 (what an address gets without a class).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The GRH traffic class (on RoCE v2: `dscp << 2 | ecn`).
+    pub fn setup_traffic_class(&mut self, traffic_class: u8) -> &mut Self {
+        self.traffic_class = traffic_class;
+        self
+    }
+
+    /// The GRH flow label (20 bits; on RoCE v2 it may feed the UDP source port's hash).
+    pub fn setup_flow_label(&mut self, flow_label: u32) -> &mut Self {
+        self.flow_label = flow_label;
+        self
+    }
+
+    /// The service level (4 bits).
+    pub fn setup_service_level(&mut self, service_level: u8) -> &mut Self {
+        self.service_level = service_level;
+        self
+    }
+
+    /// The traffic class.
+    pub fn traffic_class(&self) -> u8 {
+        self.traffic_class
+    }
+
+    /// The flow label.
+    pub fn flow_label(&self) -> u32 {
+        self.flow_label
+    }
+
+    /// The service level.
+    pub fn service_level(&self) -> u8 {
+        self.service_level
+    }
+
+    /// Sets this class on `attr`: its service level, and on a global address its traffic class
+    /// and flow label.
+    pub fn apply_to(&self, attr: &mut AddressHandleAttribute) {
+        attr.setup_service_level(self.service_level);
+        if attr.is_global() {
+            attr.setup_grh_traffic_class(self.traffic_class)
+                .setup_grh_flow_label(self.flow_label);
+        }
+    }
+}
+
 /// Error returned by [`DcEndpoint::new`] (and by deserialization, as a serde error).
 #[derive(Debug, thiserror::Error)]
 #[error("invalid DC endpoint")]
@@ -78,6 +160,12 @@ pub enum InvalidDcEndpointErrorKind {
         /// The number given.
         dct_number: u32,
     },
+    /// A RoCE endpoint with the zero GID (`::`): what `ibv_query_gid` reads, with success, from
+    /// an empty slot of the GID table. No packet reaches it; the GID index it was read from is
+    /// not a GID of the port (see
+    /// [`DeviceContextExt::roce_v2_gid`](crate::ibverbs::extension::DeviceContextExt::roce_v2_gid)).
+    #[error("the GID is zero (an empty GID table slot): a RoCE endpoint is addressed by its GID")]
+    ZeroGid,
 }
 
 /// Error returned by [`DcEndpoint::create_ah`].
@@ -164,11 +252,16 @@ impl DcEndpoint {
     ///
     /// - [`DctNumberOutOfRange`](InvalidDcEndpointErrorKind::DctNumberOutOfRange): `dct_number`
     ///   is above [`MAX_DCT_NUMBER`].
+    /// - [`ZeroGid`](InvalidDcEndpointErrorKind::ZeroGid): a RoCE endpoint with the zero GID (an
+    ///   empty GID table slot).
     pub fn new(
         lid: u16, gid: Gid, dct_number: u32, dc_key: u64, is_roce: bool,
     ) -> Result<Self, InvalidDcEndpointError> {
         if dct_number > MAX_DCT_NUMBER {
             return Err(InvalidDcEndpointErrorKind::DctNumberOutOfRange { dct_number }.into());
+        }
+        if is_roce && gid.is_zero() {
+            return Err(InvalidDcEndpointErrorKind::ZeroGid.into());
         }
         Ok(Self {
             lid,
@@ -254,6 +347,14 @@ impl DcEndpoint {
     pub fn create_ah(
         &self, pd: &Arc<ProtectionDomain>, port: u8, src_gid_index: u8,
     ) -> Result<Arc<AddressHandle>, CreateDcAddressHandleError> {
+        self.create_ah_with_class(pd, port, src_gid_index, &DcServiceClass::new())
+    }
+
+    /// As [`create_ah`](Self::create_ah), with the requests' traffic class, flow label and
+    /// service level from `class` (see [`DcServiceClass`] for their meaning on RoCE v2).
+    pub fn create_ah_with_class(
+        &self, pd: &Arc<ProtectionDomain>, port: u8, src_gid_index: u8, class: &DcServiceClass,
+    ) -> Result<Arc<AddressHandle>, CreateDcAddressHandleError> {
         let local_is_roce =
             query_port_link_layer(pd, port).map_err(CreateDcAddressHandleErrorKind::from)? == IBV_LINK_LAYER_ETHERNET;
         if local_is_roce != self.is_roce {
@@ -264,9 +365,9 @@ impl DcEndpoint {
             }
             .into());
         }
-        let ah = pd
-            .create_ah(&self.address_handle_attribute(port, src_gid_index))
-            .map_err(CreateDcAddressHandleErrorKind::from)?;
+        let mut attr = self.address_handle_attribute(port, src_gid_index);
+        class.apply_to(&mut attr);
+        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;
         Ok(ah)
     }
 }
@@ -347,6 +448,16 @@ mod tests {
     }
 
     #[test]
+    fn a_roce_endpoint_with_the_zero_gid_is_refused() {
+        let zero = Gid::from(Ipv6Addr::UNSPECIFIED);
+        let err = DcEndpoint::new(0, zero, 0x42, 1, true).unwrap_err();
+        assert!(matches!(err.0, InvalidDcEndpointErrorKind::ZeroGid), "{err:?}");
+        assert!(err.0.to_string().contains("empty GID table slot"), "{}", err.0);
+        // InfiniBand addresses by LID: its GID is only used by a global address.
+        assert!(DcEndpoint::new(7, zero, 0x42, 1, false).is_ok());
+    }
+
+    #[test]
     fn roce_address_is_global_with_the_gid_and_index() {
         let ep = DcEndpoint::new(0, roce_gid(), 0x42, 1, true).unwrap();
         let attr = ep.address_handle_attribute(2, 3);
@@ -358,6 +469,32 @@ mod tests {
         assert_eq!(
             (attr.traffic_class(), attr.flow_label(), attr.service_level()),
             (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn a_service_class_sets_the_grh_on_roce_and_the_service_level_everywhere() {
+        let mut class = DcServiceClass::new();
+        class
+            .setup_traffic_class(26 << 2 | 1)
+            .setup_flow_label(0xabcde)
+            .setup_service_level(5);
+        let roce = DcEndpoint::new(0, roce_gid(), 0x42, 1, true).unwrap();
+        let mut attr = roce.address_handle_attribute(1, 3);
+        class.apply_to(&mut attr);
+        assert_eq!(
+            (attr.traffic_class(), attr.flow_label(), attr.service_level()),
+            (105, 0xabcde, 5)
+        );
+        assert_eq!((attr.dest_gid(), attr.src_gid_index()), (roce_gid(), 3));
+        // InfiniBand within the subnet: no GRH, so the service level only.
+        let ib = DcEndpoint::new(0x1234, ib_gid(), 0x42, 1, false).unwrap();
+        let mut attr = ib.address_handle_attribute(1, 0);
+        class.apply_to(&mut attr);
+        assert!(!attr.is_global());
+        assert_eq!(
+            (attr.traffic_class(), attr.flow_label(), attr.service_level()),
+            (0, 0, 5)
         );
     }
 

@@ -32,7 +32,7 @@ use sideway::ibverbs::queue_pair::{
 };
 
 use super::state_table::DC_INITIATOR;
-use crate::ibverbs::address_handle::AddressHandle;
+use crate::ibverbs::address_handle::{AddressHandle, AddressHandleAttribute};
 use crate::ibverbs::post_send_guard::{
     entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
     RemoteMemoryAccess, Transport,
@@ -124,6 +124,24 @@ pub enum CreateDcInitiatorErrorKind {
         requested: u32,
         /// The device's limit.
         max: u32,
+    },
+    /// `max_send_wr` requests would take more of the send queue's 64-byte basic blocks than the
+    /// device has: libmlx5's `mlx5_calc_sq_size` refuses it (`EINVAL`). A DC request takes
+    /// `request_size` bytes (at least 2 blocks: see [`DcInitiatorBuilder::setup_max_send_wr`]),
+    /// and the queue is rounded up to a power of two.
+    #[error(
+        "max_send_wr {requested} does not fit: a DC request takes {request_size} bytes, and the device's \
+         {max_qp_wr} send queue blocks of 64 bytes hold at most {max} of them"
+    )]
+    SendQueueTooLarge {
+        /// What was asked for.
+        requested: u32,
+        /// The largest `max_send_wr` that fits.
+        max: u32,
+        /// The size of one request, in bytes (a multiple of 64).
+        request_size: u32,
+        /// The device's `max_qp_wr`, read as its number of basic blocks.
+        max_qp_wr: u32,
     },
     /// `max_send_sge` is above the device's `max_sge`.
     #[error("max_send_sge {requested} is above the device's max_sge {max}")]
@@ -243,6 +261,16 @@ pub(crate) fn plan_dci(
             max: device.max_qp_wr,
         });
     }
+    let request_size = dci_request_size(send_ops, request.max_send_sge, request.max_inline_data);
+    let max = dci_max_send_wr(device.max_qp_wr, request_size);
+    if request.max_send_wr > max {
+        return Err(CreateDcInitiatorErrorKind::SendQueueTooLarge {
+            requested: request.max_send_wr,
+            max,
+            request_size,
+            max_qp_wr: device.max_qp_wr,
+        });
+    }
     if request.max_send_sge > device.max_sge {
         return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
             requested: request.max_send_sge,
@@ -260,6 +288,42 @@ pub(crate) fn plan_dci(
         streams: request.streams,
         sq_sig_all: request.sq_sig_all,
     })
+}
+
+/// The bytes one DC request takes in the send queue, as libmlx5 sizes it (`mlx5_calc_send_wqe`
+/// in `verbs.c`): a 16-byte control segment, grown to the largest operation granted (16 more for
+/// RDMA's remote address, 32 more for an atomic's), the 48-byte DC address vector, then the
+/// larger of the scatter/gather entries (16 bytes each) and the inline data (a 4-byte header,
+/// padded to 16), rounded up to 64-byte basic blocks: 128 bytes for the default initiator.
+pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
+    let rdma = SendOperationFlags::Write | SendOperationFlags::WriteWithImmediate | SendOperationFlags::Read;
+    let operation = if !send_ops.and(DC_ATOMIC_OPERATIONS).is_none() {
+        48
+    } else if !send_ops.and(rdma).is_none() {
+        32
+    } else {
+        16
+    };
+    let overhead = operation + 48;
+    let gather = overhead + max_send_sge.saturating_mul(16);
+    let inline = match max_inline_data {
+        0 => 0,
+        bytes => overhead + (bytes.saturating_add(4 + 15) & !15),
+    };
+    gather.max(inline).saturating_add(63) & !63
+}
+
+/// The most requests of `request_size` bytes a send queue holds on a device whose `max_qp_wr` is
+/// read as its number of 64-byte basic blocks (libmlx5 `mlx5_calc_sq_size`: the queue is the
+/// requests' bytes rounded up to a power of two, at most `max_send_wqebb` blocks, which the
+/// kernel's `mlx5_ib_alloc_ucontext` sets to `1 << log_max_qp_sz`, as `max_qp_wr` was before
+/// kernels that report fewer): `max_qp_wr` itself at most.
+pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
+    let blocks = match max_qp_wr {
+        0 => return 0,
+        n => 1u64 << (31 - n.leading_zeros()),
+    };
+    ((blocks * 64) / u64::from(request_size.max(64))).min(u64::from(max_qp_wr)) as u32
 }
 
 /// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
@@ -363,7 +427,15 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// Capacity of the send queue (default 16).
+    /// Capacity of the send queue (default 16); [`DcInitiator::max_send_wr`] reads what was
+    /// granted.
+    ///
+    /// A DC request takes at least two 64-byte basic blocks of the send queue (its control,
+    /// operation and 48-byte address segments before any data: libmlx5's `mlx5_calc_send_wqe`),
+    /// and the queue is rounded up to a power of two of bytes, while the device's `max_qp_wr`
+    /// counts blocks. A request that would not fit is refused before the call with
+    /// [`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge), which names the
+    /// largest that fits (half of `max_qp_wr` for the default initiator).
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
         self.request.max_send_wr = max_send_wr;
         self
@@ -462,6 +534,8 @@ impl DcInitiatorBuilder {
             None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
+        // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
+        let granted = Granted::of(&init);
         // SAFETY: qp was just created on these parents, with these send operations, in RESET,
         // and is owned here (an error below destroys it).
         let core = unsafe {
@@ -480,6 +554,7 @@ impl DcInitiatorBuilder {
             core,
             &LIBMLX5,
             creation,
+            granted,
             mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
         )
         .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
@@ -564,10 +639,29 @@ pub(crate) struct DciCreation {
     pub(crate) max_log_num_errored: u8,
 }
 
+/// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back into the init attributes: at least
+/// what was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Granted {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_inline_data: u32,
+}
+
+impl Granted {
+    /// The capacities of init attributes after `mlx5dv_create_qp` returned.
+    fn of(init: &ibv_qp_init_attr_ex) -> Self {
+        Self {
+            max_send_wr: init.cap.max_send_wr,
+            max_inline_data: init.cap.max_inline_data,
+        }
+    }
+}
+
 /// A DC initiator (DCI): a send-only queue pair whose every request names its destination.
 /// Created by [`DcInitiatorBuilder::build`]; holds its protection domain and send CQ.
 pub struct DcInitiator {
     core: QueuePairCore,
+    granted: Granted,
     // The core's extended view and entries (the DC setters included), which every DCI has.
     send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
@@ -598,12 +692,14 @@ impl DcInitiator {
     /// Completes a DC initiator around a new queue-pair core: its mlx5 view and DC entries, or
     /// the name of the first entry the provider left NULL.
     fn adopt(
-        mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, max_dc_init_rd_atom: Option<u64>,
+        mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, granted: Granted,
+        max_dc_init_rd_atom: Option<u64>,
     ) -> Result<Self, &'static str> {
         let mlx5_qp_ex = Self::attach(&mut core, verbs, creation.params.streams.is_some())?;
         let send_view = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
         Ok(Self {
             core,
+            granted,
             send_view,
             mlx5_qp_ex,
             verbs,
@@ -645,14 +741,20 @@ impl DcInitiator {
         self.core.state()
     }
 
-    /// The send queue capacity the device granted.
+    /// The send queue capacity `mlx5dv_create_qp` granted: at least the
+    /// [`setup_max_send_wr`](DcInitiatorBuilder::setup_max_send_wr) asked for, often more
+    /// (libmlx5 rounds the queue up to a power of two of bytes).
     pub fn max_send_wr(&self) -> u32 {
-        self.creation.init.cap.max_send_wr
+        self.granted.max_send_wr
     }
 
-    /// The inline data size the device granted.
+    /// The inline data size `mlx5dv_create_qp` granted: at least the
+    /// [`setup_max_inline_data`](DcInitiatorBuilder::setup_max_inline_data) asked for, and what
+    /// the request's basic blocks leave after its other segments (28 bytes when 0 was asked,
+    /// for the default operations and one scatter/gather entry). Longer inline data is refused
+    /// at post ([`InlineDataTooLong`](crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong)).
     pub fn max_inline_data(&self) -> u32 {
-        self.creation.init.cap.max_inline_data
+        self.granted.max_inline_data
     }
 
     /// The send operations it was created with (the builder's, or the device's default).
@@ -665,8 +767,10 @@ impl DcInitiator {
         self.creation.params.streams
     }
 
-    /// The device's DC initiator read/atomic depth (`max_dc_init_rd_atom`), when the library
-    /// reports it (rdma-core 47 and later).
+    /// The device's `max_dc_init_rd_atom`, when the library reports it (rdma-core 47 and later):
+    /// labelled "as a responder" by mlx5dv_query_device(3), but read from
+    /// `log_max_ra_res_dc`, the value mlx5_ib's `validate_rd_atomic` bounds a DC initiator's
+    /// `max_rd_atomic` by, so the depth [`bring_up`](Self::bring_up) caps it with.
     pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
         self.max_dc_init_rd_atom
     }
@@ -720,7 +824,9 @@ impl DcInitiator {
         let (qp_ex, entries) = self.send_view;
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation; the context is its mlx5 view.
-        unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) }
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) };
+        guard.set_max_inline_data(self.granted.max_inline_data);
+        guard
     }
 
     /// Posts one send request at the cost of the raw calls, as
@@ -733,9 +839,9 @@ impl DcInitiator {
         &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
         request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),
     ) -> Result<(), crate::ibverbs::post_send_guard::PostSendError> {
-        let (qp_ex, entries) = self.send_view;
-        // SAFETY: as in start_post_send.
-        unsafe { PostSendGuard::post_one(qp_ex, entries, DcContext(self.mlx5_qp_ex), wr_id, wr_flags, request) }
+        let mut guard = self.start_post_send();
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
     }
 }
 
@@ -761,10 +867,11 @@ impl DcInitiator {
             None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
+        let granted = Granted::of(&init);
         // SAFETY: the model's queue pair lives as long as the model.
         let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
             .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        Self::adopt(core, verbs, creation, Some(16))
+        Self::adopt(core, verbs, creation, granted, Some(16))
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
     }
 }
@@ -786,6 +893,19 @@ pub enum BringUpDcInitiatorErrorKind {
         port: u8,
         /// The library's error from querying it.
         source: io::Error,
+    },
+    /// The kernel refused the move to RTR with the address vector of
+    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
+    /// older kernels' `modify_dci_qp_is_ok` take no address vector at a DC initiator's INIT →
+    /// RTR (or this one is invalid for the port). The DC initiator is left in INIT; bring it up
+    /// without one, which every kernel takes.
+    #[error(
+        "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): older kernels \
+         take none there; bring it up without setup_rtr_address_vector"
+    )]
+    RtrAddressVectorRefused {
+        /// The library's error.
+        source: ModifyQueuePairError,
     },
     /// A transition failed (checked against the DC initiator's table first).
     #[error(transparent)]
@@ -877,7 +997,7 @@ pub enum ResetDciStreamErrorKind {
 /// the path MTU (default: the port's active MTU), and perftest's defaults for the rest (timeout
 /// 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the device's DC
 /// initiator depth.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct DcInitiatorBringUp {
     port: u8,
     pkey_index: u16,
@@ -886,6 +1006,7 @@ pub struct DcInitiatorBringUp {
     retry_cnt: u8,
     rnr_retry: u8,
     max_read_atomic: Option<u8>,
+    rtr_address_vector: Option<AddressHandleAttribute>,
 }
 
 impl DcInitiatorBringUp {
@@ -904,7 +1025,24 @@ impl DcInitiatorBringUp {
             retry_cnt: 7,
             rnr_retry: 7,
             max_read_atomic: None,
+            rtr_address_vector: None,
         }
+    }
+
+    /// An address vector for the move to RTR (`IBV_QP_AV`; default none). A DC initiator needs
+    /// none — each request names its destination's address handle — and none is what every
+    /// kernel takes. Set one where the DC initiator's own path matters: a service level
+    /// ([`setup_service_level`](AddressHandleAttribute::setup_service_level)) on InfiniBand, or
+    /// on RoCE a global address whose traffic class and source GID pick the priority and, under
+    /// RoCE LAG, the port, as UCX and perftest send it (e.g. an endpoint's
+    /// [`address_handle_attribute`](super::endpoint::DcEndpoint::address_handle_attribute)).
+    ///
+    /// Current kernels' `modify_dci_qp_is_ok` accept it at INIT → RTR; older ones refuse it
+    /// (`EINVAL`), reported as
+    /// [`RtrAddressVectorRefused`](BringUpDcInitiatorErrorKind::RtrAddressVectorRefused).
+    pub fn setup_rtr_address_vector(&mut self, address_vector: AddressHandleAttribute) -> &mut Self {
+        self.rtr_address_vector = Some(address_vector);
+        self
     }
 
     /// The P_Key index (default 0).
@@ -954,6 +1092,9 @@ impl DcInitiatorBringUp {
             .setup_port(self.port);
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive).setup_path_mtu(path_mtu);
+        if let Some(address_vector) = &self.rtr_address_vector {
+            rtr.setup_address_vector(address_vector);
+        }
         let mut rts = QueuePairAttribute::new();
         rts.setup_state(QueuePairState::ReadyToSend)
             .setup_timeout(self.timeout)
@@ -996,7 +1137,15 @@ impl DcInitiator {
         };
         let attributes = params.attributes(path_mtu, self.max_dc_init_rd_atom);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
-            self.core.modify(attr).map_err(BringUpDcInitiatorErrorKind::Modify)?;
+            self.core.modify(attr).map_err(|err| {
+                let refused_av = params.rtr_address_vector.is_some()
+                    && attr.state() == QueuePairState::ReadyToReceive
+                    && matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL));
+                match refused_av {
+                    true => BringUpDcInitiatorErrorKind::RtrAddressVectorRefused { source: err },
+                    false => BringUpDcInitiatorErrorKind::Modify(err),
+                }
+            })?;
         }
         self.brought_up_with = Some(attributes);
         Ok(())
@@ -1040,6 +1189,8 @@ impl DcInitiator {
         let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
             RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
         })?;
+        // The same request is granted the same sizes; keep what this one was granted.
+        self.granted = Granted::of(&init);
         // SAFETY: qp was just created on the core's parents with these send operations, in
         // RESET; the old views are replaced below before any use.
         let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };
@@ -1605,6 +1756,45 @@ mod tests {
         assert_eq!(calls.first().map(String::as_str), Some("start"));
         assert_eq!(calls.last().map(String::as_str), Some("abort"));
         assert_eq!(calls.len(), 5, "start, send, dc_addr, inline, abort: {calls:?}");
+    }
+
+    #[test]
+    fn inline_data_beyond_the_granted_size_is_refused_before_the_provider() {
+        let (mut qp, mut mlx5) = recording_dci(false);
+        take_calls();
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"four");
+        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"fiveb");
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::InlineDataTooLong {
+                index,
+                wr_id,
+                length,
+                max_inline_data,
+                batch_len,
+            } => assert_eq!((index, wr_id, length, max_inline_data, batch_len), (1, 2, 5, 4, 2)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"));
+        assert!(!calls.iter().any(|call| call.contains("fiveb")), "{calls:?}");
+        // The list variant counts every slice.
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
+        request
+            .address(fake_ah(), 1, 2)
+            .setup_inline_data_list(&[IoSlice::new(b"abc"), IoSlice::new(b"de")]);
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::InlineDataTooLong { length: 5, .. }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
     }
 
     #[test]

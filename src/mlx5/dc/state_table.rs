@@ -30,14 +30,17 @@ const fn teardown(
     }
 }
 
-/// A DC initiator (DCI), as mlx5_ib's `modify_dci_qp_is_ok`: RESET → INIT with the P_Key index
-/// and port, INIT → INIT with either, INIT → RTR with the path MTU (and optionally the P_Key
-/// index; no address vector: each request names its destination), RTR → RTS with the RC
+/// A DC initiator (DCI), as current mlx5_ib's `modify_dci_qp_is_ok`: RESET → INIT with the P_Key
+/// index and port, INIT → INIT with either, INIT → RTR with the path MTU (and optionally the
+/// P_Key index and an address vector, for a service level or a LAG port; each request names its
+/// destination, so none is needed, and older kernels refuse one with `EINVAL`, see
+/// [`DcInitiatorBringUp::setup_rtr_address_vector`]), RTR → RTS with the RC
 /// send-side attributes, RTS → RTS with the minimum RNR timer; any state → RESET (kernels since
 /// the RESET branch was added; older ones refuse it, see [`DcInitiator::recover`]), and any
 /// state but RESET → ERR.
 ///
 /// [`DcInitiator::recover`]: super::initiator::DcInitiator::recover
+/// [`DcInitiatorBringUp::setup_rtr_address_vector`]: super::initiator::DcInitiatorBringUp::setup_rtr_address_vector
 pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
     any_to_reset_or_error: false,
     state_always_required: true,
@@ -58,7 +61,7 @@ pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
             from: Init,
             to: ReadyToReceive,
             required: mask(&[m::IBV_QP_PATH_MTU]),
-            optional: mask(&[m::IBV_QP_PKEY_INDEX]),
+            optional: mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_AV]),
         },
         Transition {
             from: ReadyToReceive,
@@ -182,7 +185,7 @@ mod tests {
     #[test]
     fn the_dc_initiator_table_is_modify_dci_qp_is_ok() {
         table_agrees_with(&DC_INITIATOR, |cur, new, mask| {
-            kernel_rules::modify_dci_qp_is_ok(cur, new, mask, true)
+            kernel_rules::modify_dci_qp_is_ok(cur, new, mask, kernel_rules::DciKernel::CURRENT)
         });
     }
 
@@ -215,12 +218,31 @@ mod tests {
         let mut init = QueuePairAttribute::new();
         init.setup_state(QueuePairState::Init).setup_port(2);
         assert!(DC_INITIATOR.check(QueuePairState::Init, &init).is_ok());
-        // DCI INIT -> RTR takes no address vector (each request names its destination).
+        // DCI INIT -> RTR needs no address vector (each request names its destination); the
+        // current kernel takes one (a service level, a LAG port), older ones refuse it.
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive)
             .setup_path_mtu(Mtu::Mtu1024);
         assert!(DC_INITIATOR.check(QueuePairState::Init, &rtr).is_ok());
         assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_err());
+        let mut with_av = rtr.clone();
+        let mut av = crate::ibverbs::address_handle::AddressHandleAttribute::new();
+        av.setup_port(1).setup_service_level(2);
+        with_av.setup_address_vector(&av);
+        assert!(DC_INITIATOR.check(QueuePairState::Init, &with_av).is_ok());
+        let mask = with_av.mask().bits();
+        assert!(kernel_rules::modify_dci_qp_is_ok(
+            QueuePairState::Init,
+            QueuePairState::ReadyToReceive,
+            mask,
+            kernel_rules::DciKernel::CURRENT
+        ));
+        assert!(!kernel_rules::modify_dci_qp_is_ok(
+            QueuePairState::Init,
+            QueuePairState::ReadyToReceive,
+            mask,
+            kernel_rules::DciKernel::OLD
+        ));
         // DCI RTR -> RTS: the RC send-side set; a DCT never reaches RTS.
         assert!(DC_INITIATOR.check(QueuePairState::ReadyToReceive, &rts_attr()).is_ok());
         assert!(DC_TARGET.check(QueuePairState::ReadyToReceive, &rts_attr()).is_err());

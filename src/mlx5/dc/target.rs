@@ -23,7 +23,7 @@ use sideway::ibverbs::AccessFlags;
 
 use sideway::ibverbs::address::Gid;
 
-use super::endpoint::DcEndpoint;
+use super::endpoint::{DcEndpoint, DcServiceClass};
 use super::initiator::{active_mtu, create_dc_qp};
 use super::state_table::DC_TARGET;
 use crate::ibverbs::address_handle::AddressHandleAttribute;
@@ -99,18 +99,26 @@ pub struct DcTargetBuilder {
     recv_cq: Option<GenericCompletionQueue>,
     srq: Option<Arc<SharedReceiveQueue>>,
     dc_key: u64,
-    access_flags: AccessFlags,
+    /// `None`: [`DEFAULT_ACCESS`], with remote atomics where the device has DC atomics.
+    access_flags: Option<AccessFlags>,
 }
 
+/// The default access of a DC target, as [`DcTargetBuilder::setup_access_flags`] describes:
+/// local write, remote write, remote read, and remote atomics where the device has DC atomics.
+pub const DEFAULT_ACCESS: AccessFlags = AccessFlags::LocalWrite
+    .or(AccessFlags::RemoteWrite)
+    .or(AccessFlags::RemoteRead)
+    .or(AccessFlags::RemoteAtomic);
+
 impl DcTargetBuilder {
-    /// A builder with DC key 0 and incoming RDMA writes and reads allowed.
+    /// A builder with DC key 0 and the default access ([`DEFAULT_ACCESS`]).
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
             recv_cq: None,
             srq: None,
             dc_key: 0,
-            access_flags: AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+            access_flags: None,
         }
     }
 
@@ -132,12 +140,21 @@ impl DcTargetBuilder {
         self
     }
 
-    /// What initiators may do to this node's memory (set at RESET → INIT; default local write,
-    /// remote write and remote read). Remote atomics need the device's DC atomic support: without
-    /// it the kernel refuses the move to INIT (`mlx5_ib_modify_dct`: `EOPNOTSUPP`), reported as
+    /// What initiators may do to this node's memory (set at RESET → INIT).
+    ///
+    /// Default: [`DEFAULT_ACCESS`], every remote access the device can take — remote write, read
+    /// and, where the device has DC atomics, atomics — so that a
+    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults (every DC
+    /// operation the device can do, atomics included) can post each of them to a target built
+    /// with its own. What a request may touch is still decided by the memory region it names
+    /// (its own access flags), as on RC. Where the device has no DC atomics the kernel refuses
+    /// remote atomics at the move to INIT (`mlx5_ib_modify_dct`: `EOPNOTSUPP`); the default then
+    /// leaves them out ([`DcTarget::access_flags`] says what was granted).
+    ///
+    /// Set here, the flags are used as given: remote atomics on a device without DC atomics are
     /// [`RemoteAtomicsNotSupported`](ModifyDcTargetErrorKind::RemoteAtomicsNotSupported).
     pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
-        self.access_flags = access_flags;
+        self.access_flags = Some(access_flags);
         self
     }
 
@@ -190,7 +207,8 @@ impl DcTargetBuilder {
         Ok(DcTarget {
             core,
             dc_key: self.dc_key,
-            access_flags: self.access_flags,
+            access_flags: self.access_flags.unwrap_or(DEFAULT_ACCESS),
+            default_access: self.access_flags.is_none(),
         })
     }
 }
@@ -219,6 +237,28 @@ pub enum BringUpDcTargetErrorKind {
     SourceGidIndexRequired {
         /// The port.
         port: u8,
+    },
+    /// The source GID index names an empty slot of the port's GID table (`ibv_query_gid` read
+    /// zeros): the move to RTR would fail, or the DC target would answer from no address. Pick a
+    /// RoCE v2 GID with
+    /// [`DeviceContextExt::roce_v2_gid`](crate::ibverbs::extension::DeviceContextExt::roce_v2_gid).
+    #[error("GID index {index} of port {port} is empty (a zero GID): pick a RoCE v2 GID index")]
+    ZeroSourceGid {
+        /// The port.
+        port: u8,
+        /// The source GID index.
+        index: u8,
+    },
+    /// Reading the GID at the source GID index failed (`ibv_query_gid`; e.g. an index beyond
+    /// the port's table).
+    #[error("cannot read GID index {index} of port {port}")]
+    QueryGid {
+        /// The port.
+        port: u8,
+        /// The source GID index.
+        index: u8,
+        /// The library's error.
+        source: io::Error,
     },
     /// A transition failed (checked against the DC target's table first).
     #[error(transparent)]
@@ -276,6 +316,9 @@ pub enum DcTargetEndpointErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
+    /// The endpoint would be invalid (a RoCE port and the zero GID given).
+    #[error(transparent)]
+    InvalidEndpoint(#[from] super::endpoint::InvalidDcEndpointError),
 }
 
 /// How [`DcTarget::bring_up`] brings a DC target to RTR: the local port and P_Key index, the
@@ -289,6 +332,7 @@ pub struct DcTargetBringUp {
     min_rnr_timer: u8,
     src_gid_index: Option<u8>,
     hop_limit: u8,
+    class: DcServiceClass,
 }
 
 impl DcTargetBringUp {
@@ -301,6 +345,7 @@ impl DcTargetBringUp {
             min_rnr_timer: 12,
             src_gid_index: None,
             hop_limit: 64,
+            class: DcServiceClass::new(),
         }
     }
 
@@ -335,6 +380,18 @@ impl DcTargetBringUp {
         self
     }
 
+    /// The traffic class, flow label and service level of what the DC target sends: ACKs, RDMA
+    /// READ responses and atomic responses (default all 0). On a lossless RoCE fabric give it
+    /// the class its initiators' address handles have
+    /// ([`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class)),
+    /// as UCX and perftest pass the traffic class to the DCT at RTR; see [`DcServiceClass`] for
+    /// the DSCP. Traffic class and flow label need a global address vector
+    /// ([`setup_src_gid_index`](Self::setup_src_gid_index), always on RoCE).
+    pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
+        self.class = class;
+        self
+    }
+
     /// The two transitions' attributes: RESET → INIT, INIT → RTR.
     pub(crate) fn attributes(&self, access_flags: AccessFlags, path_mtu: Mtu) -> [QueuePairAttribute; 2] {
         let mut init = QueuePairAttribute::new();
@@ -347,6 +404,7 @@ impl DcTargetBringUp {
         if let Some(index) = self.src_gid_index {
             av.setup_grh_src_gid_index(index).setup_grh_hop_limit(self.hop_limit);
         }
+        self.class.apply_to(&mut av);
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive)
             .setup_path_mtu(path_mtu)
@@ -362,6 +420,8 @@ pub struct DcTarget {
     core: QueuePairCore,
     dc_key: u64,
     access_flags: AccessFlags,
+    /// Whether `access_flags` is the builder's default (remote atomics dropped where refused).
+    default_access: bool,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
@@ -399,6 +459,13 @@ impl DcTarget {
     /// The DC access key initiators must name.
     pub fn dc_key(&self) -> u64 {
         self.dc_key
+    }
+
+    /// What initiators may do to this node's memory: the flags set on the builder, or its
+    /// default ([`DEFAULT_ACCESS`]) — without remote atomics once [`bring_up`](Self::bring_up)
+    /// found the device has no DC atomics.
+    pub fn access_flags(&self) -> AccessFlags {
+        self.access_flags
     }
 
     /// The state, as of the last [`modify`](Self::modify) through this value.
@@ -444,7 +511,7 @@ impl DcTarget {
             .core
             .query_port(port)
             .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
-        // The DCT number is 24 bits by construction (the library's), so this cannot fail.
+        // The DCT number is 24 bits by construction (the library's); the GID may be zero.
         DcEndpoint::new(
             attr.lid,
             gid,
@@ -452,12 +519,14 @@ impl DcTarget {
             self.dc_key,
             attr.link_layer == IBV_LINK_LAYER_ETHERNET,
         )
-        .map_err(|_| DcTargetEndpointErrorKind::NoDctNumber.into())
+        .map_err(|err| DcTargetEndpointErrorKind::InvalidEndpoint(err).into())
     }
 
     /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
     /// against the DC target's table), with the access flags it was built with. On a RoCE port
-    /// the address vector is global, from [`DcTargetBringUp::setup_src_gid_index`].
+    /// the address vector is global, from [`DcTargetBringUp::setup_src_gid_index`], whose GID is
+    /// read first: an empty slot (zeros) is
+    /// [`ZeroSourceGid`](BringUpDcTargetErrorKind::ZeroSourceGid), before any transition.
     pub fn bring_up(&mut self, params: &DcTargetBringUp) -> Result<(), BringUpDcTargetError> {
         let invalid_port = |source| BringUpDcTargetErrorKind::InvalidPort {
             port: params.port,
@@ -465,13 +534,42 @@ impl DcTarget {
         };
         let port = self.core.query_port(params.port).map_err(invalid_port)?;
         let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
-        if roce && params.src_gid_index.is_none() {
-            return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
+        match (roce, params.src_gid_index) {
+            (true, None) => {
+                return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
+            },
+            (true, Some(index)) => {
+                let gid =
+                    self.core
+                        .query_gid(params.port, index)
+                        .map_err(|source| BringUpDcTargetErrorKind::QueryGid {
+                            port: params.port,
+                            index,
+                            source,
+                        })?;
+                if gid.is_zero() {
+                    return Err(BringUpDcTargetErrorKind::ZeroSourceGid {
+                        port: params.port,
+                        index,
+                    }
+                    .into());
+                }
+            },
+            (false, _) => {},
         }
         let path_mtu = params.path_mtu.unwrap_or(active);
-        for attr in &params.attributes(self.access_flags, path_mtu) {
-            self.modify(attr).map_err(BringUpDcTargetErrorKind::Modify)?;
+        let [init, rtr] = params.attributes(self.access_flags, path_mtu);
+        match self.modify(&init) {
+            // The default access asks for remote atomics where the device has DC atomics: the
+            // kernel refuses them before it changes anything, so INIT is asked again without.
+            Err(err) if self.default_access && matches!(err.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported) => {
+                self.access_flags = DEFAULT_ACCESS.and(AccessFlags::RemoteAtomic.not());
+                let [init, _] = params.attributes(self.access_flags, path_mtu);
+                self.modify(&init).map_err(BringUpDcTargetErrorKind::Modify)?;
+            },
+            other => other.map_err(BringUpDcTargetErrorKind::Modify)?,
         }
+        self.modify(&rtr).map_err(BringUpDcTargetErrorKind::Modify)?;
         Ok(())
     }
 }
@@ -481,8 +579,8 @@ impl DcTarget {
     /// A DC target created through `queue_pair` and `verbs` (a unit test's model of the
     /// library), with the init attributes [`DcTargetBuilder::build`] hands to the library.
     pub(crate) fn modelled(
-        dc_key: u64, access_flags: AccessFlags, queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs,
-        verbs: &'static crate::mlx5::library::DcVerbs,
+        dc_key: u64, access_flags: Option<AccessFlags>,
+        queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs, verbs: &'static crate::mlx5::library::DcVerbs,
     ) -> Result<Self, CreateDcTargetErrorKind> {
         let (mut init, mut mlx5) = dct_init_attributes(dc_key);
         // The model only checks that the SRQ and CQ are set.
@@ -500,7 +598,8 @@ impl DcTarget {
         Ok(DcTarget {
             core,
             dc_key,
-            access_flags,
+            access_flags: access_flags.unwrap_or(DEFAULT_ACCESS),
+            default_access: access_flags.is_none(),
         })
     }
 }
@@ -548,5 +647,30 @@ mod tests {
             (rtr.attr.ah_attr.grh.sgid_index, rtr.attr.ah_attr.grh.hop_limit),
             (3, 64)
         );
+        // By default class 0; with a class, the RTR address vector carries it.
+        assert_eq!(
+            (
+                rtr.attr.ah_attr.grh.traffic_class,
+                rtr.attr.ah_attr.grh.flow_label,
+                rtr.attr.ah_attr.sl
+            ),
+            (0, 0, 0)
+        );
+        let mut class = DcServiceClass::new();
+        class
+            .setup_traffic_class(26 << 2)
+            .setup_flow_label(7)
+            .setup_service_level(3);
+        roce.setup_service_class(class);
+        let [_, rtr] = roce.attributes(access, Mtu::Mtu1024);
+        assert_eq!(
+            (
+                rtr.attr.ah_attr.grh.traffic_class,
+                rtr.attr.ah_attr.grh.flow_label,
+                rtr.attr.ah_attr.sl
+            ),
+            (104, 7, 3)
+        );
+        assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_ok());
     }
 }

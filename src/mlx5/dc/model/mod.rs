@@ -52,8 +52,13 @@ struct Model {
     device: Device,
     /// Whether the kernel has `modify_dci_qp_is_ok`'s RESET branch.
     reset_branch: bool,
+    /// Whether the kernel's `modify_dci_qp_is_ok` takes `IB_QP_AV` at INIT → RTR.
+    rtr_av: bool,
     /// Whether the device has DC atomics (`mlx5_ib_dc_atomic_is_supported`).
     dc_atomics: bool,
+    /// `None`: port 1 is InfiniBand; `Some(indices)`: it is RoCE, with a GID set at these
+    /// indices of its table and the other slots empty (read as zeros).
+    roce_gids: Option<&'static [u8]>,
     queue_pairs: BTreeMap<u32, ModelQueuePair>,
     next_qp_number: u32,
 }
@@ -65,6 +70,8 @@ thread_local! {
 /// A ConnectX-6 Dx as the model's default: atomics, 16 streams of which 2 may be in error.
 pub(crate) const DEVICE: Device = Device {
     max_qp_wr: 32768,
+    max_sq_desc_sz: 1024,
+    log_max_ra_res_dc: 4,
     max_sge: 30,
     atomic_cap: true,
     dci_streams_caps: (4, 1),
@@ -75,7 +82,9 @@ impl Model {
         Self {
             device,
             reset_branch: true,
+            rtr_av: true,
             dc_atomics: true,
+            roce_gids: None,
             queue_pairs: BTreeMap::new(),
             next_qp_number: 0x100,
         }
@@ -104,9 +113,19 @@ pub(crate) fn set_reset_branch(reset_branch: bool) {
     with(|model| model.reset_branch = reset_branch);
 }
 
+/// Whether the kernel takes an address vector at a DCI's INIT → RTR (older ones do not).
+pub(crate) fn set_rtr_av(rtr_av: bool) {
+    with(|model| model.rtr_av = rtr_av);
+}
+
 /// Whether the device has DC atomics.
 pub(crate) fn set_dc_atomics(dc_atomics: bool) {
     with(|model| model.dc_atomics = dc_atomics);
+}
+
+/// Port 1 is RoCE, with GIDs set at `gid_indices` only.
+pub(crate) fn set_roce(gid_indices: &'static [u8]) {
+    with(|model| model.roce_gids = Some(gid_indices));
 }
 
 /// The state the device holds for queue pair `qp_number`.
@@ -166,16 +185,22 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     let n = number(qp);
     let given = state_from_raw((*attr).qp_state);
     let remote_atomic = (*attr).qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
+    let max_rd_atomic = (*attr).max_rd_atomic;
     let result = with(|model| {
-        let reset_branch = model.reset_branch;
+        let kernel = rules::DciKernel {
+            reset_branch: model.reset_branch,
+            rtr_av: model.rtr_av,
+        };
         let dc_atomics = model.dc_atomics;
+        let log_max_ra_res_dc = model.device.log_max_ra_res_dc;
         let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
         let cur = entry.state;
         let new = rules::new_state(cur, mask, given);
         let ok = if entry.dct {
             rules::modify_dct_is_ok(cur, new, mask)
         } else {
-            rules::modify_dci_qp_is_ok(cur, new, mask, reset_branch)
+            rules::modify_dci_qp_is_ok(cur, new, mask, kernel)
+                && rules::validate_dci_rd_atomic(mask, max_rd_atomic, log_max_ra_res_dc)
         };
         if !ok {
             return Err((cur, new, libc::EINVAL));
@@ -263,9 +288,39 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
     if port != 1 {
         return libc::EINVAL;
     }
+    let roce = with(|model| model.roce_gids.is_some());
     (*attr).active_mtu = 3;
-    (*attr).link_layer = 1;
-    (*attr).lid = 7;
+    (*attr).link_layer = if roce {
+        crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET
+    } else {
+        1
+    };
+    (*attr).lid = if roce { 0 } else { 7 };
+    0
+}
+
+/// The model's `query_gid`: on RoCE, a GID (`::ffff:192.0.2.<index>`) at the indices set, zeros
+/// elsewhere (libibverbs reads an empty slot as zeros, with success); on InfiniBand a link-local
+/// GID at index 0 only.
+///
+/// # Safety
+///
+/// `gid` must be writable (as `ibv_query_gid`).
+unsafe fn query_gid(_: *mut ibv_context, port: u8, index: i32, gid: *mut rdma_mummy_sys::ibv_gid) -> i32 {
+    if port != 1 {
+        return libc::EINVAL;
+    }
+    let set = with(|model| match model.roce_gids {
+        Some(indices) => indices.iter().any(|&i| i32::from(i) == index),
+        None => index == 0,
+    });
+    let mut raw = [0u8; 16];
+    if set {
+        raw[10] = 0xff;
+        raw[11] = 0xff;
+        raw[12..].copy_from_slice(&[192, 0, 2, index as u8]);
+    }
+    (*gid).raw = raw;
     0
 }
 
@@ -287,6 +342,12 @@ unsafe fn create(
     if let Err(rule) = checked {
         record(format!("create refused: {rule}"));
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    if !dct {
+        // libmlx5 `create_qp` writes the granted sizes back.
+        let (max_send_wr, max_inline_data) = rules::calc_dci_sq_size(&*init, &device).expect("checked");
+        (*init).cap.max_send_wr = max_send_wr;
+        (*init).cap.max_inline_data = max_inline_data;
     }
     let streams = (*mlx5).comp_mask
         & rdma_mummy_sys::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64
@@ -397,6 +458,7 @@ pub(crate) static QUEUE_PAIR_VERBS: QueuePairVerbs = QueuePairVerbs {
     destroy,
     to_qp_ex,
     query_port,
+    query_gid,
 };
 
 /// The model's libmlx5 calls.
@@ -423,8 +485,9 @@ mod tests {
     use super::*;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
     use crate::mlx5::dc::initiator::{
-        CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery, DciDevice, DciRequest, DciStreams,
-        RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
+        BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
+        DciDevice, DciRequest, DciStreams, RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS,
+        DC_SEND_OPERATIONS,
     };
     use crate::mlx5::dc::target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
     use crate::mlx5::device_attributes::DciStreamsCapabilities;
@@ -617,6 +680,65 @@ mod tests {
     }
 
     #[test]
+    fn the_rtr_address_vector_is_sent_only_when_asked_and_an_old_kernel_says_so() {
+        // By default no address vector at RTR: both kernels take that.
+        let attributes = DcInitiatorBringUp::new(1).attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, None);
+        assert!(!attributes.steps()[1]
+            .mask()
+            .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AddressVector));
+        // Asked for (a service level, on the current kernel): sent, and the DCI reaches RTS.
+        let mut av = crate::ibverbs::address_handle::AddressHandleAttribute::new();
+        av.setup_port(1).setup_service_level(3);
+        let mut params = DcInitiatorBringUp::new(1);
+        params.setup_rtr_address_vector(av);
+        let rtr = params
+            .attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, None)
+            .steps()[1]
+            .clone();
+        assert!(rtr
+            .mask()
+            .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AddressVector));
+        assert_eq!(rtr.attr.ah_attr.sl, 3);
+        let mut dci = dci_on(DEVICE, None);
+        dci.bring_up(&params).expect("the current kernel takes the AV at RTR");
+        assert_eq!(dci.state(), QueuePairState::ReadyToSend);
+        // A kernel whose modify_dci_qp_is_ok predates the AV: its EINVAL is named.
+        let mut dci = dci_on(DEVICE, None);
+        set_rtr_av(false);
+        let err = dci.bring_up(&params).unwrap_err();
+        assert!(
+            matches!(err.0, BringUpDcInitiatorErrorKind::RtrAddressVectorRefused { .. }),
+            "{err:?}"
+        );
+        assert!(err.0.to_string().contains("older kernels"), "{}", err.0);
+        assert_eq!(dci.state(), QueuePairState::Init);
+        // Without it, the same kernel brings the DCI up.
+        let mut dci = dci_on(DEVICE, None);
+        set_rtr_av(false);
+        dci.bring_up(&DcInitiatorBringUp::new(1)).expect("no AV: every kernel");
+    }
+
+    #[test]
+    fn a_dcis_depth_is_capped_by_max_dc_init_rd_atom_as_validate_rd_atomic_bounds_it() {
+        // The model's kernel refuses a DCI max_rd_atomic above 1 << log_max_ra_res_dc (16),
+        // which libmlx5 reports as max_dc_init_rd_atom ("as a responder" in the man page).
+        let mut dci = dci_on(DEVICE, None);
+        let mut params = DcInitiatorBringUp::new(1);
+        params.setup_max_read_atomic(64);
+        dci.bring_up(&params).expect("capped at max_dc_init_rd_atom");
+        let mut init = to(QueuePairState::Init);
+        init.setup_pkey_index(0).setup_port(1);
+        let mut dci = dci_on(DEVICE, None);
+        dci.modify(&init).unwrap();
+        let mut rtr = to(QueuePairState::ReadyToReceive);
+        rtr.setup_path_mtu(sideway::ibverbs::device_context::Mtu::Mtu1024);
+        dci.modify(&rtr).unwrap();
+        let mut rts = crate::test_support::rts_attr();
+        rts.setup_max_read_atomic(17);
+        assert!(dci.modify(&rts).is_err(), "the kernel's bound");
+    }
+
+    #[test]
     fn recover_before_bring_up_is_refused() {
         let mut dci = dci_on(DEVICE, None);
         assert!(matches!(
@@ -775,7 +897,7 @@ mod tests {
         reset(DEVICE);
         let mut dct = DcTarget::modelled(
             7,
-            AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
+            Some(AccessFlags::LocalWrite | AccessFlags::RemoteWrite),
             &QUEUE_PAIR_VERBS,
             &DC_VERBS,
         )
@@ -816,12 +938,184 @@ mod tests {
     }
 
     #[test]
+    fn a_dct_on_roce_is_refused_an_empty_gid_slot_by_its_index_before_any_transition() {
+        reset(DEVICE);
+        set_roce(&[1, 3]);
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        take_calls();
+        let mut params = DcTargetBringUp::new(1);
+        params.setup_src_gid_index(0);
+        let err = dct.bring_up(&params).unwrap_err();
+        assert!(
+            matches!(err.0, BringUpDcTargetErrorKind::ZeroSourceGid { port: 1, index: 0 }),
+            "{err:?}"
+        );
+        assert!(
+            err.0.to_string().contains("GID index 0 of port 1 is empty"),
+            "{}",
+            err.0
+        );
+        assert!(take_calls().is_empty(), "nothing reached the kernel");
+        params.setup_src_gid_index(3);
+        dct.bring_up(&params).expect("a GID is set at index 3");
+        assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+        // The endpoint refuses the zero GID too.
+        let zero = sideway::ibverbs::address::Gid::from(std::net::Ipv6Addr::UNSPECIFIED);
+        assert!(matches!(
+            dct.endpoint(1, zero).unwrap_err().0,
+            crate::mlx5::dc::target::DcTargetEndpointErrorKind::InvalidEndpoint(_)
+        ));
+    }
+
+    #[test]
+    fn max_send_wr_and_max_inline_data_are_what_libmlx5_granted() {
+        reset(DEVICE);
+        let mut asked = request(None);
+        asked.max_send_wr = 20;
+        let dci = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        // A DC request with every operation and one entry takes 128 bytes (2 basic blocks); 20 of
+        // them round up to a 4 KiB queue, which holds 32; the request leaves 28 bytes inline.
+        assert_eq!((dci.max_send_wr(), dci.max_inline_data()), (32, 28));
+        // 100 inline bytes make the request 256 bytes, which leave 156.
+        asked.max_inline_data = 100;
+        let dci = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        assert_eq!((dci.max_send_wr(), dci.max_inline_data()), (32, 156));
+    }
+
+    #[test]
+    fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
+        let mut dci = brought_up(DEVICE, None);
+        assert_eq!(dci.max_inline_data(), 28);
+        let post = |dci: &mut DcInitiator, len: usize| {
+            dci.post_send_one(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled, |wr| {
+                // SAFETY: the model's address setter only records the pointer.
+                let wr = unsafe { wr.setup_send().setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
+                sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
+            })
+        };
+        post(&mut dci, 28).expect("the granted size fits");
+        take_calls();
+        let err = post(&mut dci, 29).unwrap_err();
+        assert!(
+            matches!(
+                err.0,
+                crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong {
+                    length: 29,
+                    max_inline_data: 28,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(take_calls(), ["start", "abort"]);
+    }
+
+    #[test]
+    fn a_send_queue_beyond_the_devices_basic_blocks_is_refused_naming_the_limit() {
+        reset(DEVICE);
+        let mut asked = request(None);
+        // Within max_qp_wr, but 2 basic blocks a request: twice the blocks the device has.
+        asked.max_send_wr = DEVICE.max_qp_wr;
+        let err = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS).unwrap_err();
+        match &err {
+            CreateDcInitiatorErrorKind::SendQueueTooLarge {
+                requested,
+                max,
+                request_size,
+                ..
+            } => assert_eq!((*requested, *max, *request_size), (32768, 16384, 128)),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(err.to_string().contains("at most 16384"), "{err}");
+        assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
+        asked.max_send_wr = 16384;
+        DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS)
+            .expect("the limit itself fits");
+    }
+
+    #[test]
+    fn the_largest_send_queue_the_crate_plans_is_libmlx5s_largest() {
+        use crate::mlx5::dc::initiator::{dci_init_attributes, plan_dci};
+        let mut checked = 0;
+        for send_ops in [
+            None,
+            Some(SendOperationFlags::Send),
+            Some(SendOperationFlags::Write | SendOperationFlags::Read),
+        ] {
+            for max_send_sge in [1, 2, 5, 16] {
+                for max_inline_data in [0, 12, 28, 29, 100, 220, 500] {
+                    let mut asked = request(None);
+                    asked.send_ops = send_ops;
+                    asked.max_send_sge = max_send_sge;
+                    asked.max_inline_data = max_inline_data;
+                    asked.max_send_wr = DEVICE.max_qp_wr;
+                    let max = match plan_dci(&asked, &dci_device(&DEVICE)) {
+                        Err(CreateDcInitiatorErrorKind::SendQueueTooLarge { max, .. }) => max,
+                        other => panic!("{asked:?}: {other:?}"),
+                    };
+                    for (max_send_wr, fits) in [(max, true), (max + 1, false)] {
+                        asked.max_send_wr = max_send_wr;
+                        let params = match plan_dci(&asked, &dci_device(&DEVICE)) {
+                            Ok(params) => params,
+                            Err(_) if !fits => continue,
+                            Err(err) => panic!("{asked:?}: {err:?}"),
+                        };
+                        assert!(fits, "{asked:?} planned beyond the limit");
+                        let (init, mlx5) = dci_init_attributes(&params);
+                        assert_eq!(rules::create_dci(&init, &mlx5, &DEVICE), Ok(()), "{asked:?}");
+                        let mut beyond = params;
+                        beyond.max_send_wr += 1;
+                        let (init, mlx5) = dci_init_attributes(&beyond);
+                        assert!(rules::create_dci(&init, &mlx5, &DEVICE).is_err(), "{asked:?} + 1");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 84);
+    }
+
+    #[test]
+    fn the_dci_and_dct_defaults_agree_on_atomics() {
+        // A device with atomics and DC atomics: the DC initiator's default operations include
+        // the atomics, so the DC target's default access must let them in.
+        let dci = dci_on(DEVICE, None);
+        assert!(dci.send_ops_flags().contains(SendOperationFlags::AtomicFetchAndAdd));
+        let mut dct = DcTarget::modelled(7, None, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        dct.bring_up(&DcTargetBringUp::new(1))
+            .expect("bring up with the defaults");
+        assert!(
+            dct.access_flags().contains(AccessFlags::RemoteAtomic),
+            "{:?}",
+            dct.access_flags()
+        );
+        // A device without DC atomics: the default brings the DC target up without them (one
+        // refused move to INIT, no error), while atomics listed by the caller stay an error.
+        set_dc_atomics(false);
+        let mut dct = DcTarget::modelled(7, None, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        take_calls();
+        dct.bring_up(&DcTargetBringUp::new(1))
+            .expect("bring up with the defaults");
+        assert_eq!(
+            dct.access_flags(),
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead
+        );
+        let calls = take_calls();
+        assert_eq!(calls.len(), 3, "INIT refused, INIT, RTR: {calls:?}");
+        assert!(
+            calls[0].ends_with(&format!("refused ({})", libc::EOPNOTSUPP)),
+            "{calls:?}"
+        );
+    }
+
+    #[test]
     fn remote_atomics_on_a_device_without_dc_atomics_are_their_own_error() {
         reset(DEVICE);
         set_dc_atomics(false);
         let mut dct = DcTarget::modelled(
             7,
-            AccessFlags::LocalWrite | AccessFlags::RemoteAtomic,
+            Some(AccessFlags::LocalWrite | AccessFlags::RemoteAtomic),
             &QUEUE_PAIR_VERBS,
             &DC_VERBS,
         )
@@ -951,17 +1245,17 @@ mod tests {
             let reset = reset_attribute();
             let mut state = rules::new_state(from, reset.mask().bits(), reset.state());
             assert!(
-                rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), true),
+                rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), rules::DciKernel::CURRENT),
                 "{from:?} -> RESET"
             );
             assert!(
-                !rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), false),
+                !rules::modify_dci_qp_is_ok(from, state, reset.mask().bits(), rules::DciKernel::OLD),
                 "old kernels refuse it"
             );
             for attr in attributes.steps() {
                 let new = rules::new_state(state, attr.mask().bits(), attr.state());
                 assert!(
-                    rules::modify_dci_qp_is_ok(state, new, attr.mask().bits(), true),
+                    rules::modify_dci_qp_is_ok(state, new, attr.mask().bits(), rules::DciKernel::OLD),
                     "{state:?} -> {new:?}"
                 );
                 state = new;

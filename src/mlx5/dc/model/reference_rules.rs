@@ -39,17 +39,49 @@ pub(crate) fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -
     }
 }
 
-/// Kernel `modify_dci_qp_is_ok`, of current kernels (the RESET branch first). With
-/// `reset_branch` false, as older kernels: no move to RESET at all.
-pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, reset_branch: bool) -> bool {
+/// Which kernel's `modify_dci_qp_is_ok`: its branches changed over time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DciKernel {
+    /// The first branch, `new_state == IB_QPS_RESET` (any state to RESET, the state alone);
+    /// older kernels have none, and refuse every move to RESET (`EINVAL`).
+    pub(crate) reset_branch: bool,
+    /// INIT → RTR takes `IB_QP_AV` as optional, beside `IB_QP_PKEY_INDEX`
+    /// (`opt = IB_QP_PKEY_INDEX | IB_QP_AV`, so that a DCI can carry a service level or a
+    /// LAG port, as UCX and perftest send); older kernels take `IB_QP_PKEY_INDEX` only, and
+    /// refuse an address vector with `EINVAL`. (The kernel commit that added `IB_QP_AV` there
+    /// is not pinned in this file: the kernel's history was not at hand when it was written;
+    /// both forms are read from published `qp.c` versions.)
+    pub(crate) rtr_av: bool,
+}
+
+impl DciKernel {
+    /// A current kernel (e.g. Linux 6.x's `drivers/infiniband/hw/mlx5/qp.c`).
+    pub(crate) const CURRENT: Self = Self {
+        reset_branch: true,
+        rtr_av: true,
+    };
+    /// The first kernels with DC (Linux 4.15's `modify_dci_qp_is_ok`): neither.
+    pub(crate) const OLD: Self = Self {
+        reset_branch: false,
+        rtr_av: false,
+    };
+}
+
+/// Kernel `modify_dci_qp_is_ok`, as `kernel` has it (the RESET branch first).
+pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, kernel: DciKernel) -> bool {
     let req = bits(&[m::IBV_QP_STATE]);
     if new == Reset {
-        return reset_branch && is_valid_mask(mask, req, 0);
+        return kernel.reset_branch && is_valid_mask(mask, req, 0);
     }
+    let rtr_optional = if kernel.rtr_av {
+        bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_AV])
+    } else {
+        bits(&[m::IBV_QP_PKEY_INDEX])
+    };
     match (cur, new) {
         (Reset, Init) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT]), 0),
         (Init, Init) => is_valid_mask(mask, req, bits(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT])),
-        (Init, ReadyToReceive) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PATH_MTU]), bits(&[m::IBV_QP_PKEY_INDEX])),
+        (Init, ReadyToReceive) => is_valid_mask(mask, req | bits(&[m::IBV_QP_PATH_MTU]), rtr_optional),
         (ReadyToReceive, ReadyToSend) => is_valid_mask(
             mask,
             req | bits(&[
@@ -65,6 +97,14 @@ pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask
         (cur, Error) if cur != Reset => is_valid_mask(mask, req, 0),
         _ => false,
     }
+}
+
+/// Kernel `validate_rd_atomic` (qp.c), for a DCI: `max_rd_atomic` (with `IB_QP_MAX_QP_RD_ATOMIC`)
+/// at most `1 << log_max_ra_res_dc`, else `EINVAL`. libmlx5 (`mlx5_init_context`) reports that
+/// same capability as `max_dc_init_rd_atom`, which mlx5dv_query_device(3) labels "as a
+/// responder", and `1 << log_max_ra_req_dc` as `max_dc_rd_atom` ("as a requester").
+pub(crate) fn validate_dci_rd_atomic(mask: i32, max_rd_atomic: u8, log_max_ra_res_dc: u8) -> bool {
+    mask & bits(&[m::IBV_QP_MAX_QP_RD_ATOMIC]) == 0 || u32::from(max_rd_atomic) <= 1u32 << log_max_ra_res_dc
 }
 
 /// Kernel `mlx5_ib_modify_dct`: `IB_QP_STATE` always; RESET → INIT and INIT → RTR with exact
@@ -103,8 +143,14 @@ pub(crate) const STATES: [QueuePairState; 7] = [
 /// What the device reports that the creation rules read.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Device {
-    /// `ibv_device_attr::max_qp_wr`.
+    /// `ibv_device_attr::max_qp_wr`. Kernel `mlx5_ib_query_device`: `1 << log_max_qp_sz`, which
+    /// `mlx5_ib_alloc_ucontext` also hands libmlx5 as `max_send_wqebb` (send queue basic blocks).
     pub(crate) max_qp_wr: u32,
+    /// libmlx5 `ctx->max_sq_desc_sz`: kernel `mlx5_ib_alloc_ucontext` sends
+    /// `MLX5_CAP_GEN(max_wqe_sz_sq)`, the largest send request in bytes.
+    pub(crate) max_sq_desc_sz: u32,
+    /// The `log_max_ra_res_dc` capability (libmlx5's `max_dc_init_rd_atom` is its power of two).
+    pub(crate) log_max_ra_res_dc: u8,
     /// `ibv_device_attr::max_sge`.
     pub(crate) max_sge: u32,
     /// libmlx5 `mlx5_init_context`: `mctx->atomic_cap = device_attr.orig_attr.atomic_cap`, not
@@ -156,10 +202,11 @@ pub(crate) fn create_dci(
     if init.cap.max_recv_wr != 0 || init.cap.max_recv_sge != 0 {
         return Err("check_qp_attr: a DCI has no receive queue");
     }
-    // libmlx5 `mlx5_calc_sq_size` / kernel: within the device's limits.
+    // Kernel `check_qp_attr`/`calc_sq_size` and ibv_device_attr: within the device's limits.
     if init.cap.max_send_wr == 0 || init.cap.max_send_wr > device.max_qp_wr || init.cap.max_send_sge > device.max_sge {
         return Err("mlx5_calc_sq_size: send queue beyond max_qp_wr or max_sge");
     }
+    calc_dci_sq_size(init, device)?;
     // libmlx5 `create_qp`: DCI streams within dci_streams_caps (EINVAL); kernel
     // `process_vendor_flag(MLX5_QP_FLAG_DCI_STREAM, log_max_dci_stream_channels)`: EINVAL on a
     // device without stream channels.
@@ -184,6 +231,74 @@ pub(crate) fn create_dci(
         return Err("mlx5_qp_fill_wr_pfns: an operation outside MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI");
     }
     Ok(())
+}
+
+/// 16 bytes: `struct mlx5_wqe_ctrl_seg`, `mlx5_wqe_raddr_seg`, `mlx5_wqe_atomic_seg` and
+/// `mlx5_wqe_data_seg` each (`mlx5dv.h`).
+const SEGMENT: u32 = 16;
+/// `struct mlx5_wqe_datagram_seg`: the address vector `struct mlx5_wqe_av`, 48 bytes.
+const DATAGRAM_SEGMENT: u32 = 48;
+/// `MLX5_SEND_WQE_BB`: a send queue basic block.
+const SEND_WQE_BB: u32 = 64;
+
+fn align(value: u32, to: u32) -> u32 {
+    value.div_ceil(to) * to
+}
+
+/// libmlx5 `_sq_overhead` (verbs.c) for a DCI: the control segment, grown to the largest
+/// operation's segments among the send operations asked for (RDMA: control + remote address;
+/// atomics: control + remote address + atomic), plus the transport's: `IBV_QPT_DRIVER` with
+/// `MLX5DV_DCTYPE_DCI` falls through to UD's datagram segment.
+fn dci_sq_overhead(send_ops_flags: u64) -> u32 {
+    let rdma = (ops::IBV_QP_EX_WITH_RDMA_WRITE.0
+        | ops::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM.0
+        | ops::IBV_QP_EX_WITH_RDMA_READ.0) as u64;
+    let atomic = (ops::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0 | ops::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0) as u64;
+    let mut size = SEGMENT;
+    if send_ops_flags & rdma != 0 {
+        size = size.max(2 * SEGMENT);
+    }
+    if send_ops_flags & atomic != 0 {
+        size = size.max(3 * SEGMENT);
+    }
+    size + DATAGRAM_SEGMENT
+}
+
+/// libmlx5 `mlx5_calc_sq_size` with `mlx5_calc_send_wqe` (verbs.c), for a DCI: the request size
+/// is the overhead plus the larger of the scatter/gather entries (16 bytes each, `EINVAL` past
+/// `max_sq_desc_sz`) and the inline data (a 4-byte `mlx5_wqe_inl_data_seg` header, padded to
+/// 16; only when some was asked for), rounded up to basic blocks of 64 bytes — two for the
+/// smallest DC request. The granted inline size is what that request leaves after the overhead
+/// and the header (written back into `cap.max_inline_data`, even when 0 was asked). The queue is
+/// `roundup_pow_of_two(max_send_wr × request size)` bytes, `EINVAL` past `max_send_wqebb`
+/// blocks; `create_qp` writes back `max_post`, the requests it holds, as `cap.max_send_wr`.
+/// Returns (granted `max_send_wr`, granted `max_inline_data`).
+pub(crate) fn calc_dci_sq_size(init: &ibv_qp_init_attr_ex, device: &Device) -> Result<(u32, u32), &'static str> {
+    let cap = init.cap;
+    let overhead = dci_sq_overhead(init.send_ops_flags);
+    let inline = if cap.max_inline_data != 0 {
+        overhead + align(4 + cap.max_inline_data, 16)
+    } else {
+        0
+    };
+    let max_gather = device.max_sq_desc_sz.saturating_sub(overhead) / SEGMENT;
+    if cap.max_send_sge > max_gather {
+        return Err("mlx5_calc_send_wqe: max_send_sge beyond max_sq_desc_sz");
+    }
+    let total = (overhead + cap.max_send_sge * SEGMENT).max(inline);
+    if total > device.max_sq_desc_sz {
+        return Err("mlx5_calc_send_wqe: request beyond max_sq_desc_sz");
+    }
+    let wqe_size = align(total, SEND_WQE_BB);
+    let granted_inline = wqe_size - overhead - 4;
+    if cap.max_send_wr > 0x7fff_ffff / device.max_sq_desc_sz {
+        return Err("mlx5_calc_sq_size: max_send_wr overflows");
+    }
+    let wq_size = (u64::from(cap.max_send_wr) * u64::from(wqe_size)).next_power_of_two();
+    if wq_size / u64::from(SEND_WQE_BB) > u64::from(device.max_qp_wr) {
+        return Err("mlx5_calc_sq_size: send queue beyond max_send_wqebb basic blocks");
+    }
+    Ok(((wq_size / u64::from(wqe_size)) as u32, granted_inline))
 }
 
 /// Whether `mlx5dv_create_qp` creates a DC target from these attributes, and the rule that

@@ -12,6 +12,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use super::requests::MAX_INITIATORS;
 use super::types::DcPoolPolicy;
 use super::DcInitiatorPool;
+use crate::mlx5::dc::endpoint::DcServiceClass;
 use crate::mlx5::dc::initiator::{
     BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder,
 };
@@ -115,6 +116,7 @@ pub struct DcInitiatorPoolBuilder {
     policy: DcPoolPolicy,
     bring_up: Option<DcInitiatorBringUp>,
     src_gid_index: u8,
+    service_class: DcServiceClass,
     unreachable_after: u32,
     grant_timeout: Duration,
     own_send_cq: Option<OwnSendCq>,
@@ -137,6 +139,7 @@ impl DcInitiatorPoolBuilder {
             policy: DcPoolPolicy::Dedicated,
             bring_up: None,
             src_gid_index: 0,
+            service_class: DcServiceClass::new(),
             unreachable_after: 3,
             grant_timeout: Duration::from_millis(10),
             own_send_cq: None,
@@ -217,6 +220,13 @@ impl DcInitiatorPoolBuilder {
     /// The local GID index of the address handles to destinations on RoCE (default 0).
     pub fn setup_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
         self.src_gid_index = src_gid_index;
+        self
+    }
+
+    /// The traffic class, flow label and service level of the address handles the pool creates
+    /// (default all 0); see [`DcServiceClass`] (the DSCP on RoCE v2).
+    pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
+        self.service_class = class;
         self
     }
 
@@ -313,6 +323,7 @@ impl DcInitiatorPoolBuilder {
         pool.pd = Some(Arc::clone(&self.pd));
         pool.port = bring_up.port();
         pool.src_gid_index = self.src_gid_index;
+        pool.service_class = self.service_class;
         Ok(pool)
     }
 }

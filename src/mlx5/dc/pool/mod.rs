@@ -93,6 +93,7 @@ use super::initiator::DcInitiator;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::extension::CompletionQueueExt;
 use crate::ibverbs::work_completion::WorkCompletion;
+use crate::mlx5::dc::endpoint::DcServiceClass;
 
 pub mod builder;
 mod completions;
@@ -137,6 +138,7 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
     src_gid_index: u8,
+    service_class: DcServiceClass,
     /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
     streams: bool,
 }
@@ -168,6 +170,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 pd: None,
                 port: 1,
                 src_gid_index: 0,
+                service_class: DcServiceClass::new(),
                 streams: policy == DcPoolPolicy::Streams,
             }
         }

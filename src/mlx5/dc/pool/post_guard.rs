@@ -50,7 +50,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
-        let ah = endpoint.create_ah(pd, self.port, self.src_gid_index)?;
+        let ah = endpoint.create_ah_with_class(pd, self.port, self.src_gid_index, &self.service_class)?;
         // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
         // removed; libmlx5 copies the address into each request).
         let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
