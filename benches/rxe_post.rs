@@ -189,16 +189,18 @@ fn recv_one_raw(srq: *mut ibv_srq, b: Buffers, n: u64) {
         length: LEN,
         lkey: b.lkey,
     };
-    let mut wr = ibv_recv_wr {
-        wr_id: n,
-        next: null_mut(),
-        sg_list: &mut sge,
-        num_sge: 1,
-    };
+    // Zeroed first, padding included, as a correct C caller does (`= {0}`): libibverbs may
+    // copy the whole struct.
+    let mut wr = std::mem::MaybeUninit::<ibv_recv_wr>::zeroed();
+    // SAFETY: all-zero bytes are a valid ibv_recv_wr; fields are written in place.
+    let wr = unsafe { wr.assume_init_mut() };
+    wr.wr_id = n;
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
     let mut bad: *mut ibv_recv_wr = null_mut();
     // SAFETY: a one-request list on the stack, alive during the call; the SRQ is live; the
     // buffer lies in the registered region.
-    if unsafe { ibv_post_srq_recv(srq, &mut wr, &mut bad) } != 0 {
+    if unsafe { ibv_post_srq_recv(srq, wr, &mut bad) } != 0 {
         failed("ibv_post_srq_recv");
     }
 }
