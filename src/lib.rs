@@ -11,7 +11,7 @@
 //!
 //! | part | module | feature | status |
 //! |---|---|---|---|
-//! | Shared receive queues, RC/UD queue pairs on them, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
+//! | Shared receive queues, RC/UD queue pairs on them and their bring-up, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
 //! | mlx5 control plane: direct-verbs device context, device and DC capability queries | `mlx5` | `mlx5` | done |
 //! | DC initiators and targets, requests addressed one by one, a pool of initiators for thousands of destinations | `mlx5::dc` | `mlx5` | checked without hardware (recording tables, a model of mlx5_ib/libmlx5, a simulation); not yet run on a ConnectX |
 //!
@@ -86,6 +86,8 @@
 //!   `ibv_srq_pingpong` (same flags).
 //! - `async_pingpong` (`tokio`): an echo over 16 RC queue pairs on one SRQ from one tokio task
 //!   that sleeps on the completion channel.
+//! - `ud_echo` (`tokio`): four UD queue pairs on one SRQ refilled on its limit event, answering
+//!   each sender through an address handle made from its completion.
 //! - `mlx5_devinfo` (`mlx5`): the mlx5 and DC capabilities; `--dc-selftest` checks DC end to end
 //!   on one ConnectX (the first command to run there).
 //! - `dc_hello` (`mlx5`): one DC target, one DC initiator, a write and a send.
