@@ -10,9 +10,9 @@
 use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 
+use rdma_mummy_sys::mlx5dv_qp_init_attr;
 use rdma_mummy_sys::{
     ibv_ah_attr, ibv_grh, ibv_qp_attr, ibv_qp_init_attr_ex, ibv_recv_wr, ibv_srq_attr, ibv_srq_init_attr, ibv_wc,
-    mlx5dv_qp_init_attr,
 };
 
 /// Plain C data: integers, raw pointers, and structs, unions and arrays of these.
