@@ -596,19 +596,20 @@ impl SharedReceiveQueuePair<ReliableConnection> {
     }
 }
 
-/// The GID as an [`Ipv6Addr`] for serde: text in human-readable formats, 16 octets otherwise.
+/// The GID as an [`Ipv6Addr`] for serde: text in human-readable formats, 16 octets otherwise
+/// (also `DcEndpoint`'s).
 #[cfg(feature = "serde")]
-mod gid_as_ipv6 {
+pub(crate) mod gid_as_ipv6 {
     use std::net::Ipv6Addr;
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use sideway::ibverbs::address::Gid;
 
-    pub(super) fn serialize<S: Serializer>(gid: &Gid, serializer: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(gid: &Gid, serializer: S) -> Result<S::Ok, S::Error> {
         Ipv6Addr::from(*gid).serialize(serializer)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Gid, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Gid, D::Error> {
         Ipv6Addr::deserialize(deserializer).map(Gid::from)
     }
 }

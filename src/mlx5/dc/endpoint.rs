@@ -223,7 +223,7 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
     lid: u16,
-    #[cfg_attr(feature = "serde", serde(with = "gid_as_ipv6"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::bring_up::gid_as_ipv6"))]
     gid: Gid,
     dct_number: u32,
     dc_key: u64,
@@ -372,23 +372,6 @@ impl DcEndpoint {
     }
 }
 
-/// The GID as an [`Ipv6Addr`] for serde: text in human-readable formats, 16 octets otherwise.
-#[cfg(feature = "serde")]
-mod gid_as_ipv6 {
-    use std::net::Ipv6Addr;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use sideway::ibverbs::address::Gid;
-
-    pub(super) fn serialize<S: Serializer>(gid: &Gid, serializer: S) -> Result<S::Ok, S::Error> {
-        Ipv6Addr::from(*gid).serialize(serializer)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Gid, D::Error> {
-        Ipv6Addr::deserialize(deserializer).map(Gid::from)
-    }
-}
-
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl<'de> serde::Deserialize<'de> for DcEndpoint {
@@ -398,7 +381,7 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
         #[serde(rename = "DcEndpoint", deny_unknown_fields)]
         struct Unchecked {
             lid: u16,
-            #[serde(with = "gid_as_ipv6")]
+            #[serde(with = "crate::ibverbs::bring_up::gid_as_ipv6")]
             gid: Gid,
             dct_number: u32,
             dc_key: u64,
