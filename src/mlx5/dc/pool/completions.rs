@@ -16,7 +16,7 @@ use rdma_mummy_sys::ibv_wc_status;
 
 use super::destinations::PoolCore;
 use super::initiator::{PooledInitiator, StreamResetRefusal};
-use super::requests::{initiator_of, BatchRecord, LaneError};
+use super::requests::{initiator_of, BatchRecord, LaneError, WrIds};
 use super::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
@@ -39,7 +39,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// reporting every request it settles to `sink`. A completion that names no request in
     /// flight is ignored; returns whether it named one.
     pub(crate) fn complete(
-        &mut self, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
+        &mut self, wr_ids: &WrIds, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
         let initiator = initiator_of(wr_id);
         let Some(requests) = self.requests.get(initiator) else {
@@ -51,9 +51,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         };
         let batch = requests.batches[index];
         if status == ibv_wc_status::IBV_WC_SUCCESS {
-            self.settle_up_to(initiator, batch.stream, number + 1, sink);
+            self.settle_up_to(wr_ids, initiator, batch.stream, number + 1, sink);
         } else {
-            self.fail(initiator, number, batch, (status, vendor_err), sink);
+            self.fail(wr_ids, initiator, number, batch, (status, vendor_err), sink);
         }
         // Mostly none waits or retires: tested here, not in a call.
         let requests = &self.requests[initiator];
@@ -69,11 +69,13 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Reports as completed the requests of `initiator`'s stream `lane` before `end` (a stream
     /// completes in order: they executed).
-    fn settle_up_to(&mut self, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
+    fn settle_up_to(
+        &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
+    ) {
         let requests = &mut self.requests[initiator];
-        let (batches, ring, mask) = requests.records_and_ring();
+        let (ring, mask) = (wr_ids.ring(initiator), requests.mask);
         let mut reported = 0;
-        for batch in batches.iter_mut() {
+        for batch in requests.batches.iter_mut() {
             if batch.first >= end {
                 break;
             }
@@ -88,7 +90,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             };
             state.retries_exceeded = 0;
             for number in batch.settled..stop {
-                let wr_id = ring.get((number & mask) as usize).copied().unwrap_or(0);
+                let wr_id = ring[(number & mask) as usize];
                 sink(DcPoolEvent::Completed { destination, wr_id });
             }
             reported += stop - batch.settled;
@@ -105,7 +107,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// A completion in error of request `number` (in `batch`) of `initiator`: an error
     /// completion, or a flush.
     fn fail(
-        &mut self, initiator: usize, number: u64, batch: BatchRecord, (status, vendor_err): (u32, u32),
+        &mut self, wr_ids: &WrIds, initiator: usize, number: u64, batch: BatchRecord, (status, vendor_err): (u32, u32),
         sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let lane = batch.stream;
@@ -116,10 +118,10 @@ impl<I: PooledInitiator> PoolCore<I> {
                 // to ERR (on its own, or after too many stream errors).
                 requests.whole_error = true;
             }
-            self.flush_up_to(initiator, lane, number + 1, sink);
+            self.flush_up_to(wr_ids, initiator, lane, number + 1, sink);
         } else {
             // Requests of its stream before it executed.
-            self.settle_up_to(initiator, lane, number, sink);
+            self.settle_up_to(wr_ids, initiator, lane, number, sink);
             let d = batch.destination;
             let destination = self.id(d);
             let unreachable_after = self.unreachable_after;
@@ -136,7 +138,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             let requests = &mut self.requests[initiator];
             sink(DcPoolEvent::Failed {
                 destination,
-                wr_id: requests.wr_id(number),
+                wr_id: wr_ids.ring(initiator)[requests.slot(number)],
                 status,
                 vendor_err,
             });
@@ -160,12 +162,14 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Reports the requests of `initiator`'s stream `lane` before `end` as flushed: failed for the
     /// destination at fault on that stream (or an unreachable one), handed back otherwise.
-    fn flush_up_to(&mut self, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent)) {
+    fn flush_up_to(
+        &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
+    ) {
         let requests = &mut self.requests[initiator];
         let at_fault = requests.lanes[lane as usize].at_fault;
-        let (batches, ring, mask) = requests.records_and_ring();
+        let (ring, mask) = (wr_ids.ring(initiator), requests.mask);
         let mut reported = 0;
-        for batch in batches.iter_mut() {
+        for batch in requests.batches.iter_mut() {
             if batch.first >= end {
                 break;
             }
@@ -180,7 +184,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             };
             let fails = at_fault == Some(batch.destination) || state.unreachable;
             for number in batch.settled..stop {
-                let wr_id = ring.get((number & mask) as usize).copied().unwrap_or(0);
+                let wr_id = ring[(number & mask) as usize];
                 sink(if fails {
                     DcPoolEvent::Failed {
                         destination,

@@ -438,7 +438,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Grants `destination` an initiator (and stream) for one batch, or says why not. A
     /// dedicated policy's destination without an initiator takes a free one, or goes in line.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let state = self.live(destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.index;
@@ -563,15 +563,16 @@ impl<I: PooledInitiator> PoolCore<I> {
         requests.hold_start = requests.head;
     }
 
-    /// Ends a granted batch: `posted` requests went to the provider (0 when it was dropped or
-    /// refused), their `wr_id`s kept from `grant.first` on.
-    #[inline]
-    pub(crate) fn commit(&mut self, grant: Grant, posted: usize) {
+    /// Ends a batch granted to destination `d` on `initiator`'s `stream`: `posted` requests
+    /// went to the provider (0 when it was dropped or refused), their `wr_id`s kept from the
+    /// grant's first on.
+    #[inline(always)]
+    pub(crate) fn commit(&mut self, initiator: usize, d: u32, stream: u16, posted: usize) {
         if posted > 0 {
-            self.requests[grant.initiator].record(grant.destination, grant.stream, posted as u64);
+            self.requests[initiator].record(d, stream, posted as u64);
         } else {
             // A dedicated destination that posted nothing gives back what it was granted.
-            self.release_holder_if_idle(grant.initiator);
+            self.release_holder_if_idle(initiator);
         }
     }
 
@@ -733,13 +734,6 @@ impl<I: PooledInitiator> PoolCore<I> {
                 sink(DcPoolEvent::Ready { destination });
             }
         }
-    }
-
-    /// Keeps the caller's `wr_id` of request `number` of `initiator`; for the simulation, which
-    /// posts without a guard.
-    #[cfg(test)]
-    pub(crate) fn set_wr_id(&mut self, initiator: usize, number: u64, wr_id: u64) {
-        self.requests[initiator].keep_wr_id(number, wr_id);
     }
 
     /// Checks what is derived from more than one record; for tests.

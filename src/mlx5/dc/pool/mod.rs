@@ -158,7 +158,7 @@ use sideway::ibverbs::queue_pair::QueuePairState;
 
 use self::destinations::{PoolCore, RemoveRefusal};
 use self::initiator::PostingInitiator;
-use self::requests::initiator_of;
+use self::requests::{initiator_of, WrIds};
 use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationError, RemoveDestinationErrorKind,
@@ -206,6 +206,9 @@ struct DestinationAddress {
 /// [module](self) documentation.
 pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     core: PoolCore<I>,
+    /// The callers' `wr_id`s of the requests in flight, apart from `core` so that an open batch
+    /// holds its places in them while it borrows `core`.
+    wr_ids: WrIds,
     /// By destination place; emptied when a destination is removed.
     addresses: Vec<DestinationAddress>,
     address_handles: usize,
@@ -237,8 +240,10 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         /// A pool over initiators already brought up (for benchmarks and tests over hand-made
         /// tables; [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) makes real ones).
         pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
+            let core = PoolCore::new(initiators, policy, unreachable_after);
             Self {
-                core: PoolCore::new(initiators, policy, unreachable_after),
+                wr_ids: WrIds::new(&core.requests),
+                core,
                 addresses: Vec::new(),
                 address_handles: 0,
                 send_cq: None,
@@ -437,6 +442,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
         let Self {
             core,
+            wr_ids,
             addresses,
             address_handles,
             send_cq,
@@ -450,7 +456,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let mut wcs = [WorkCompletion::default(); 32];
         let polled = cq.poll_work_completions(&mut wcs)?;
         for wc in polled.iter() {
-            if !settle(core, wc, &mut sink) {
+            if !settle(core, wr_ids, wc, &mut sink) {
                 sink(DcPoolEvent::OtherCompletion(*wc));
             }
         }
@@ -467,7 +473,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// per round of its own polling instead of [`poll`](Self::poll).
     pub fn complete(&mut self, wc: &WorkCompletion, sink: impl FnMut(DcPoolEvent)) -> bool {
         let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
-        settle(&mut self.core, wc, &mut sink)
+        settle(&mut self.core, &self.wr_ids, wc, &mut sink)
     }
 
     /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
@@ -483,19 +489,21 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
         pub fn complete_raw(&mut self, wr_id: u64, status: u32, sink: impl FnMut(DcPoolEvent)) -> bool {
             let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
-            self.core.complete(wr_id, status, 0, &mut sink)
+            self.core.complete(&self.wr_ids, wr_id, status, 0, &mut sink)
         }
     }
 }
 
 /// Settles completion `wc` if it is one of the pool's: its queue pair number is the initiator's
 /// its `wr_id` names (as of now: a recovery may have rebuilt it with a new number).
-fn settle<I: PoolInitiator>(core: &mut PoolCore<I>, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent)) -> bool {
+fn settle<I: PoolInitiator>(
+    core: &mut PoolCore<I>, wr_ids: &WrIds, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent),
+) -> bool {
     let initiator = core.initiators.get(initiator_of(wc.wr_id()));
     if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
         return false;
     }
-    core.complete(wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
+    core.complete(wr_ids, wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
 }
 
 /// Frees the address handle of a removed destination.

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::destinations::{Grant, PoolCore};
+use super::destinations::{PoolCore, Refusal};
 use super::requests::encode;
 use super::types::{DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
 use super::{DcInitiatorPool, PoolInitiator};
@@ -60,8 +60,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         Ok(())
     }
 
-    /// The post path: the destination's address handle on its first post, one grant (or
-    /// refusal) from the bookkeeping, then the guard over the granted initiator.
+    /// The post path: one grant (or refusal) from the bookkeeping (after creating the
+    /// destination's address handle on its first post), then the guard over the granted
+    /// initiator, holding the batch's places in the initiator's ring of `wr_id`s.
     #[inline(always)]
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
@@ -72,10 +73,14 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             }
             .into());
         }
-        if self.core.address(destination).is_none() {
-            self.resolve(destination)?;
-        }
-        let grant = self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?;
+        let grant = match self.core.begin(destination) {
+            Ok(grant) => grant,
+            Err(Refusal::Unresolved) => {
+                self.resolve(destination)?;
+                self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?
+            },
+            Err(refusal) => return Err(PostToDestinationErrorKind::from(refusal).into()),
+        };
         let (ah, dct_number, dc_key) = grant.address;
         let (qp_ex, entries, mlx5_qp_ex) = self.core.initiators[grant.initiator].send_view();
         let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream);
@@ -83,17 +88,17 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
         // stream setter when it has streams, which the streams policy's initiators have).
         let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected<A>>::start(qp_ex, entries, address) };
-        let requests = &mut self.core.requests[grant.initiator];
-        let first_slot = requests.slot(grant.first);
-        let ring = requests.lend_ring();
+        let slot = self.core.requests[grant.initiator].slot(grant.first);
         Ok(DcPoolPostGuard {
             inner,
             batch: PoolBatch {
-                base: encode(grant.initiator, grant.first),
-                ring,
-                first_slot,
                 core: &mut self.core,
-                grant,
+                wr_ids: self.wr_ids.batch(grant.initiator, slot, grant.room),
+                base: encode(grant.initiator, grant.first),
+                destination: grant.destination,
+                // Every index fits in 16 bits (MAX_INITIATORS).
+                initiator: grant.initiator as u16,
+                stream: grant.stream,
                 posted: 0,
             },
         })
@@ -102,9 +107,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
 /// A batch to one destination through a [`DcInitiatorPool`]: the request builder of a
 /// [`DcInitiator`]'s guard, where the pool sets the DC address
-/// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch. It holds the
-/// initiator's ring of `wr_id`s while it is open: leaked (`mem::forget`), it takes it along, and
-/// the requests of that initiator then in flight are reported with `wr_id` 0.
+/// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
 pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
     // Dropped first: an unposted batch is aborted before the pool ends it.
@@ -112,28 +115,34 @@ pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing
     batch: PoolBatch<'p, I>,
 }
 
-/// The pool's side of a batch: its grant, and the initiator's ring of `wr_id`s, lent to the batch
-/// while it is open, with the pool borrowed until the batch ends (posted, refused or dropped),
-/// when the ring goes back and the pool records what was posted.
+/// The pool's side of a batch: where it goes, and its places in the initiator's ring of
+/// `wr_id`s, with the bookkeeping borrowed until the batch ends (posted, refused or dropped),
+/// when it records what was posted.
 struct PoolBatch<'p, I: PoolInitiator> {
     core: &'p mut PoolCore<I>,
-    grant: Grant,
+    /// The callers' `wr_id`s of the batch's requests, in a row (a batch does not wrap): as many
+    /// places as the batch may hold requests.
+    wr_ids: &'p mut [u64],
     /// The provider-visible `wr_id` of the batch's first request; the others follow by one.
     base: u64,
-    /// The initiator's ring, its callers' `wr_id`s at their requests' places; the batch's from
-    /// `first_slot` on, in a row (a batch does not wrap).
-    ring: Box<[u64]>,
-    first_slot: usize,
-    /// Requests the provider took (set once `ibv_wr_complete` succeeded).
-    posted: usize,
+    destination: u32,
+    /// Below [`MAX_INITIATORS`](super::requests::MAX_INITIATORS).
+    initiator: u16,
+    stream: u16,
+    /// Requests the provider took (set once `ibv_wr_complete` succeeded; at most the
+    /// initiator's send queue).
+    posted: u32,
 }
 
 impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
     #[inline(always)]
     fn drop(&mut self) {
-        let ring = std::mem::take(&mut self.ring);
-        self.core.requests[self.grant.initiator].return_ring(ring);
-        self.core.commit(self.grant, self.posted);
+        self.core.commit(
+            usize::from(self.initiator),
+            self.destination,
+            self.stream,
+            self.posted as usize,
+        );
     }
 }
 
@@ -150,14 +159,13 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
     ) -> Result<WorkRequestHandle<'_, PooledDynamicallyConnected<A>>, DcPoolWouldBlock> {
         let len = self.inner.batch_len();
-        let batch = &mut self.batch;
-        if len >= batch.grant.room {
+        let Some(place) = self.batch.wr_ids.get_mut(len) else {
             return Err(DcPoolWouldBlock::BatchFull);
-        }
-        batch.ring[batch.first_slot + len] = wr_id;
+        };
+        *place = wr_id;
         Ok(self
             .inner
-            .construct_wr(batch.base + len as u64, wr_flags | WorkRequestFlags::Signaled))
+            .construct_wr(self.batch.base + len as u64, wr_flags | WorkRequestFlags::Signaled))
     }
 
     /// How many requests the batch holds.
@@ -168,14 +176,14 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     /// How many requests the batch may hold: the initiator's free send-queue room, up to where
     /// the pool's ring of `wr_id`s wraps around, and up to the destination's quota.
     pub fn room(&self) -> usize {
-        self.batch.grant.room
+        self.batch.wr_ids.len()
     }
 
     /// The initiator (and stream) the batch goes to.
     pub fn initiator(&self) -> (usize, Option<u16>) {
-        let grant = &self.batch.grant;
-        let streams = self.batch.core.has_streams(grant.initiator);
-        (grant.initiator, streams.then_some(grant.stream))
+        let batch = &self.batch;
+        let initiator = usize::from(batch.initiator);
+        (initiator, batch.core.has_streams(initiator).then_some(batch.stream))
     }
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
@@ -183,7 +191,8 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     #[inline(always)]
     pub fn post(self) -> Result<(), PostSendError> {
         let Self { inner, mut batch } = self;
-        let len = inner.batch_len();
+        // At most the room, which the send queue's size (a u32) bounds.
+        let len = inner.batch_len() as u32;
         inner.post()?;
         batch.posted = len;
         Ok(())

@@ -51,12 +51,48 @@ pub(super) struct LaneError {
     pub(super) at_fault: Option<u32>,
 }
 
+/// The callers' `wr_id`s of every initiator's requests: a ring per initiator, each request's at
+/// its place ([`InitiatorRequests::slot`]). Apart from the bookkeeping so that an open batch can
+/// hold its places while it borrows the bookkeeping to end the batch.
+#[derive(Debug)]
+pub(super) struct WrIds(Vec<Box<[u64]>>);
+
+impl WrIds {
+    /// A ring for each of `requests`.
+    pub(super) fn new(requests: &[InitiatorRequests]) -> Self {
+        Self(
+            requests
+                .iter()
+                .map(|r| vec![0; r.mask as usize + 1].into_boxed_slice())
+                .collect(),
+        )
+    }
+
+    /// The places of a batch on `initiator`: `room` of them from `slot` on.
+    #[inline]
+    pub(super) fn batch(&mut self, initiator: usize, slot: usize, room: usize) -> &mut [u64] {
+        &mut self.0[initiator][slot..slot + room]
+    }
+
+    /// `initiator`'s ring: the caller's `wr_id` of each request at its place.
+    #[inline]
+    pub(super) fn ring(&self, initiator: usize) -> &[u64] {
+        &self.0[initiator]
+    }
+
+    /// Keeps a caller's `wr_id` at place `slot` of `initiator`'s ring (the simulation, which
+    /// posts without a guard).
+    #[cfg(test)]
+    pub(super) fn set(&mut self, initiator: usize, slot: usize, wr_id: u64) {
+        self.0[initiator][slot] = wr_id;
+    }
+}
+
 /// One initiator's requests, and its state.
 #[derive(Debug)]
 pub(super) struct InitiatorRequests {
-    /// The callers' `wr_id`s, at `number & mask`.
-    wr_ids: Box<[u64]>,
-    mask: u64,
+    /// The size of its ring of `wr_id`s ([`WrIds`]) less one.
+    pub(super) mask: u64,
     /// Requests it may hold at once (its send queue).
     pub(super) capacity: u64,
     /// The number of the next request.
@@ -94,7 +130,6 @@ impl InitiatorRequests {
             .next_power_of_two()
             .min(NUMBER_MASK + 1);
         Self {
-            wr_ids: vec![0; size as usize].into_boxed_slice(),
             mask: size - 1,
             capacity: u64::from(capacity.max(1)),
             head: 0,
@@ -147,46 +182,6 @@ impl InitiatorRequests {
     #[inline]
     pub(super) fn slot(&self, number: u64) -> usize {
         (number & self.mask) as usize
-    }
-
-    /// Lends the ring to an open batch, which keeps its requests' `wr_id`s there and gives it
-    /// back when it ends ([`return_ring`](Self::return_ring)); nothing reads it meanwhile (the
-    /// batch borrows the pool).
-    #[inline]
-    pub(super) fn lend_ring(&mut self) -> Box<[u64]> {
-        if self.wr_ids.is_empty() {
-            // A guard leaked (`mem::forget`) kept the last one: the `wr_id`s of its requests
-            // still in flight are lost (reported as 0).
-            self.wr_ids = vec![0; self.mask as usize + 1].into_boxed_slice();
-        }
-        std::mem::take(&mut self.wr_ids)
-    }
-
-    /// Takes the ring back from a batch that ended.
-    #[inline]
-    pub(super) fn return_ring(&mut self, ring: Box<[u64]>) {
-        self.wr_ids = ring;
-    }
-
-    /// Keeps the caller's `wr_id` of request `number` (the simulation, which posts without a
-    /// guard).
-    #[cfg(test)]
-    pub(super) fn keep_wr_id(&mut self, number: u64, wr_id: u64) {
-        self.wr_ids[(number & self.mask) as usize] = wr_id;
-    }
-
-    /// The caller's `wr_id` of request `number`.
-    #[inline]
-    pub(super) fn wr_id(&self, number: u64) -> u64 {
-        // Empty only after a guard was leaked (see `lend_ring`).
-        self.wr_ids.get((number & self.mask) as usize).copied().unwrap_or(0)
-    }
-
-    /// The records, with the ring (and its mask) to read the callers' `wr_id`s of their requests
-    /// by, for a walk that reports and marks them.
-    #[inline]
-    pub(super) fn records_and_ring(&mut self) -> (&mut VecDeque<BatchRecord>, &[u64], u64) {
-        (&mut self.batches, &self.wr_ids, self.mask)
     }
 
     /// Records `posted` requests of `destination` on `stream` from `head` on: the last record

@@ -43,7 +43,7 @@ use rdma_mummy_sys::ibv_wc_status;
 use super::completions::is_no_such_target;
 use super::destinations::{PoolCore, Refusal};
 use super::initiator::{PooledInitiator, StreamResetRefusal};
-use super::requests::{encode, initiator_of};
+use super::requests::{encode, initiator_of, WrIds};
 use super::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 use crate::test_support::{advance_clock, fake_now};
 
@@ -345,6 +345,7 @@ fn run(s: Scenario) -> Report {
         })
         .collect();
     let mut pool = PoolCore::new(initiators, s.policy, 3);
+    let mut wr_ids = WrIds::new(&pool.requests);
     // One millisecond of the pool's clock per step: the grant timeout is 64 steps.
     pool.set_clock(fake_now);
     pool.set_grant_timeout(Duration::from_millis(64));
@@ -465,7 +466,8 @@ fn run(s: Scenario) -> Report {
                         for k in 0..count {
                             let request = queue[d as usize].pop_front().unwrap();
                             let number = grant.first + k as u64;
-                            pool.set_wr_id(grant.initiator, number, u64::from(request));
+                            let slot = pool.requests[grant.initiator].slot(number);
+                            wr_ids.set(grant.initiator, slot, u64::from(request));
                             pool.initiators[grant.initiator].post(
                                 lane,
                                 Wqe {
@@ -476,7 +478,7 @@ fn run(s: Scenario) -> Report {
                                 },
                             );
                         }
-                        pool.commit(grant, count);
+                        pool.commit(grant.initiator, grant.destination, grant.stream, count);
                         if let Some(since) = waiting_since[d as usize].take() {
                             report.max_wait = report.max_wait.max(now - since);
                         }
@@ -576,7 +578,7 @@ fn run(s: Scenario) -> Report {
             let Some(cqe) = fabric.borrow_mut().cq.pop_front() else {
                 break;
             };
-            pool.complete(cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
+            pool.complete(&wr_ids, cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
             if s.check_every_step {
                 pool.check_invariants();
             }
@@ -914,7 +916,7 @@ fn sixty_five_thousand_five_hundred_thirty_six_initiators_are_all_granted() {
     for _ in 0..count {
         let destination = add(&mut pool);
         let grant = pool.begin(destination).expect("an initiator is free");
-        pool.commit(grant, 1);
+        pool.commit(grant.initiator, grant.destination, grant.stream, 1);
         assert!(held.insert(grant.initiator));
     }
     assert_eq!(held.len(), count);
@@ -935,6 +937,7 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
         let fabric: Shared = Rc::default();
         let initiators = (0..16).map(|i| SimInitiator::new(i, 64, 0, &fabric)).collect();
         let mut pool = PoolCore::new(initiators, policy, 3);
+        let mut wr_ids = WrIds::new(&pool.requests);
         let mut live: VecDeque<DestinationId> = VecDeque::new();
         let mut peak = super::types::DcPoolFootprint::default();
         for n in 0..1_000_000u64 {
@@ -942,9 +945,10 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
             live.push_back(destination);
             // Post one request; refused ones (in line) are cancelled before removal.
             if let Ok(grant) = pool.begin(destination) {
-                pool.set_wr_id(grant.initiator, grant.first, n);
-                pool.commit(grant, 1);
-                assert!(pool.complete(encode(grant.initiator, grant.first), SUCCESS, 0, &mut |_| {}));
+                let slot = pool.requests[grant.initiator].slot(grant.first);
+                wr_ids.set(grant.initiator, slot, n);
+                pool.commit(grant.initiator, grant.destination, grant.stream, 1);
+                assert!(pool.complete(&wr_ids, encode(grant.initiator, grant.first), SUCCESS, 0, &mut |_| {}));
             }
             if live.len() > 10_000 {
                 let old = live.pop_front().unwrap();
@@ -1064,6 +1068,7 @@ mod properties {
     /// The state of a run.
     struct Run {
         pool: PoolCore<SimInitiator>,
+        wr_ids: WrIds,
         fabric: Shared,
         /// The live destination in each of the `DESTINATIONS` slots of the ops.
         ids: Vec<DestinationId>,
@@ -1090,7 +1095,8 @@ mod properties {
                         self.destination_of.push(id.index);
                         self.fabric.borrow_mut().truth.push(Truth::NotYet);
                         let number = grant.first + k as u64;
-                        self.pool.set_wr_id(grant.initiator, number, u64::from(request));
+                        let slot = self.pool.requests[grant.initiator].slot(number);
+                        self.wr_ids.set(grant.initiator, slot, u64::from(request));
                         self.pool.initiators[grant.initiator].post(
                             grant.stream as usize,
                             Wqe {
@@ -1101,7 +1107,8 @@ mod properties {
                             },
                         );
                     }
-                    self.pool.commit(grant, count);
+                    self.pool
+                        .commit(grant.initiator, grant.destination, grant.stream, count);
                 },
                 Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator)) => self.in_line[id.index()] = true,
                 Err(_) => {},
@@ -1116,7 +1123,7 @@ mod properties {
                     match self.pool.begin(id) {
                         Ok(grant) => {
                             self.in_line[id.index()] = false;
-                            self.pool.commit(grant, 0);
+                            self.pool.commit(grant.initiator, grant.destination, grant.stream, 0);
                         },
                         Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator)) => self.in_line[id.index()] = true,
                         Err(_) => {},
@@ -1157,7 +1164,8 @@ mod properties {
                         let Some(cqe) = self.fabric.borrow_mut().cq.pop_front() else {
                             break;
                         };
-                        self.pool.complete(cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
+                        self.pool
+                            .complete(&self.wr_ids, cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
                     }
                     self.settle(events)?;
                 },
@@ -1256,6 +1264,7 @@ mod properties {
         pool.set_grant_timeout(Duration::from_millis(4));
         let ids: Vec<_> = (0..DESTINATIONS).map(|_| add(&mut pool)).collect();
         let mut run = Run {
+            wr_ids: WrIds::new(&pool.requests),
             pool,
             fabric,
             ids,

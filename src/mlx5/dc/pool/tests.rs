@@ -1177,10 +1177,13 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
     post_counted_writes(&mut pool, da, 0, 2);
     take_calls();
     let mut events = Vec::new();
-    assert!(pool
-        .core
-        .complete(provider_wr_id(initiator, 0), REM_ACCESS_ERR, 0x15, &mut |e| events
-            .push(e)));
+    assert!(pool.core.complete(
+        &pool.wr_ids,
+        provider_wr_id(initiator, 0),
+        REM_ACCESS_ERR,
+        0x15,
+        &mut |e| events.push(e)
+    ));
     assert_eq!(
         events,
         [DcPoolEvent::Failed {
@@ -1193,7 +1196,9 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
     // The request flushed behind it fails with the flush's status and no syndrome.
     assert!(pool
         .core
-        .complete(provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| events.push(e)));
+        .complete(&pool.wr_ids, provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| {
+            events.push(e)
+        }));
     assert_eq!(
         events[1],
         DcPoolEvent::Failed {
