@@ -735,72 +735,79 @@ impl<I: PooledInitiator> PoolCore<I> {
             }
         }
     }
+}
 
-    /// Checks what is derived from more than one record; for tests.
-    #[cfg(test)]
-    pub(crate) fn check_invariants(&self) {
-        for (i, requests) in self.requests.iter().enumerate() {
-            requests.check_invariants(i);
-            for batch in &requests.batches {
-                assert!(self.destinations[batch.destination as usize].live);
-                if let (Some(holder), true) = (requests.holder, batch.settled < batch.end) {
-                    assert_eq!(
-                        holder, batch.destination,
-                        "a held initiator carries only its holder's requests"
-                    );
-                }
-            }
-        }
-        for (d, state) in self.destinations.iter().enumerate() {
-            if !state.live {
-                assert!(!state.in_line && state.initiator.is_none(), "destination {d}: removed");
-                continue;
-            }
-            if let Some(i) = state.initiator {
-                // A grant names the stream as is: 0 on an initiator without streams.
-                assert!(state.stream < self.requests[i as usize].streams.max(1) as u16);
-                if !self.policy.is_dedicated() {
-                    assert!(!self.requests[i as usize].out_of_service, "bound to a lost initiator");
-                }
-            }
-        }
-        // The line, walked both ways, holds exactly the destinations marked in it.
-        let mut count = 0;
-        let (mut at, mut previous) = (self.line_head, NONE);
-        while at != NONE {
-            let state = &self.destinations[at as usize];
-            assert!(state.live && state.in_line && state.previous == previous);
-            (previous, at) = (at, state.next);
-            count += 1;
-            assert!(count <= self.destinations.len(), "the line loops");
-        }
-        assert_eq!(self.line_tail, previous);
-        assert_eq!(count, self.waiting_count);
-        assert_eq!(self.destinations.iter().filter(|s| s.in_line).count(), count);
-        if self.policy.is_dedicated() {
-            // Liveness: nobody waits while an initiator is free.
-            assert!(
-                self.free.is_empty() || self.waiting_count == 0,
-                "waiting while initiators are free"
-            );
-            let held = self.requests.iter().filter(|r| r.holder.is_some()).count();
-            let lost = self
-                .requests
-                .iter()
-                .filter(|r| r.out_of_service && r.holder.is_none())
-                .count();
-            assert_eq!(held + self.free.len() + lost, self.requests.len(), "held, free or lost");
+/// What the bookkeeping's records say together, checked by the tests after every step.
+#[cfg(test)]
+mod invariants {
+    use super::*;
+
+    impl<I: PooledInitiator> PoolCore<I> {
+        /// Checks what is derived from more than one record.
+        pub(crate) fn check_invariants(&self) {
             for (i, requests) in self.requests.iter().enumerate() {
-                if let Some(holder) = requests.holder {
-                    let state = &self.destinations[holder as usize];
-                    assert!(state.live && !state.in_line && state.initiator == Some(i as u16));
-                    assert!(
-                        requests.outstanding() > 0 || requests.whole_error || requests.head == requests.hold_start,
-                        "a holder with nothing outstanding gave its initiator back"
-                    );
+                requests.check_invariants(i);
+                for batch in &requests.batches {
+                    assert!(self.destinations[batch.destination as usize].live);
+                    if let (Some(holder), true) = (requests.holder, batch.settled < batch.end) {
+                        assert_eq!(
+                            holder, batch.destination,
+                            "a held initiator carries only its holder's requests"
+                        );
+                    }
                 }
-                if self.free.contains(&(i as u16)) {
-                    assert!(!requests.troubled() && requests.outstanding() == 0, "a free initiator");
+            }
+            for (d, state) in self.destinations.iter().enumerate() {
+                if !state.live {
+                    assert!(!state.in_line && state.initiator.is_none(), "destination {d}: removed");
+                    continue;
+                }
+                if let Some(i) = state.initiator {
+                    // A grant names the stream as is: 0 on an initiator without streams.
+                    assert!(state.stream < self.requests[i as usize].streams.max(1) as u16);
+                    if !self.policy.is_dedicated() {
+                        assert!(!self.requests[i as usize].out_of_service, "bound to a lost initiator");
+                    }
+                }
+            }
+            // The line, walked both ways, holds exactly the destinations marked in it.
+            let mut count = 0;
+            let (mut at, mut previous) = (self.line_head, NONE);
+            while at != NONE {
+                let state = &self.destinations[at as usize];
+                assert!(state.live && state.in_line && state.previous == previous);
+                (previous, at) = (at, state.next);
+                count += 1;
+                assert!(count <= self.destinations.len(), "the line loops");
+            }
+            assert_eq!(self.line_tail, previous);
+            assert_eq!(count, self.waiting_count);
+            assert_eq!(self.destinations.iter().filter(|s| s.in_line).count(), count);
+            if self.policy.is_dedicated() {
+                // Liveness: nobody waits while an initiator is free.
+                assert!(
+                    self.free.is_empty() || self.waiting_count == 0,
+                    "waiting while initiators are free"
+                );
+                let held = self.requests.iter().filter(|r| r.holder.is_some()).count();
+                let lost = self
+                    .requests
+                    .iter()
+                    .filter(|r| r.out_of_service && r.holder.is_none())
+                    .count();
+                assert_eq!(held + self.free.len() + lost, self.requests.len(), "held, free or lost");
+                for (i, requests) in self.requests.iter().enumerate() {
+                    if let Some(holder) = requests.holder {
+                        let state = &self.destinations[holder as usize];
+                        assert!(state.live && !state.in_line && state.initiator == Some(i as u16));
+                        assert!(
+                            requests.outstanding() > 0 || requests.whole_error || requests.head == requests.hold_start,
+                            "a holder with nothing outstanding gave its initiator back"
+                        );
+                    }
+                    if self.free.contains(&(i as u16)) {
+                        assert!(!requests.troubled() && requests.outstanding() == 0, "a free initiator");
+                    }
                 }
             }
         }
