@@ -98,7 +98,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         requests.reported += reported;
         requests.pop_settled();
-        if requests.troubled() {
+        // Only this stream's requests were settled: only it (or the whole initiator) may now
+        // hold nothing and be ready for its reset.
+        if requests.whole_error || requests.lanes[lane as usize].errored {
             self.maybe_recover(initiator, sink);
         }
         self.release_holder_if_idle(initiator);

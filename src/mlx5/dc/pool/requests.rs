@@ -161,7 +161,7 @@ impl InitiatorRequests {
     }
 
     /// Whether a stream, or the whole initiator, is in error or out of service.
-    #[inline]
+    #[cfg(test)]
     pub(super) fn troubled(&self) -> bool {
         self.whole_error || self.out_of_service || self.lanes.iter().any(|l| l.errored)
     }
