@@ -32,6 +32,8 @@ pub(crate) struct Grant {
     pub(crate) stream: u16,
     pub(crate) address: Address,
     pub(crate) first: u64,
+    /// The place of the first in the initiator's ring of `wr_id`s.
+    pub(crate) slot: usize,
     pub(crate) room: usize,
 }
 
@@ -499,6 +501,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             stream,
             address,
             first: requests.head,
+            slot: requests.slot(requests.head),
             room,
         })
     }

@@ -81,6 +81,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             },
             Err(refusal) => return Err(PostToDestinationErrorKind::from(refusal).into()),
         };
+        // The batch's places, before the provider's calls (which the compiler cannot see into).
+        let wr_ids = self.wr_ids.batch(grant.initiator, grant.slot, grant.room);
         let (ah, dct_number, dc_key) = grant.address;
         let (qp_ex, entries, mlx5_qp_ex) = self.core.initiators[grant.initiator].send_view();
         let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream);
@@ -88,18 +90,16 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
         // stream setter when it has streams, which the streams policy's initiators have).
         let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected<A>>::start(qp_ex, entries, address) };
-        let slot = self.core.requests[grant.initiator].slot(grant.first);
         Ok(DcPoolPostGuard {
             inner,
             batch: PoolBatch {
                 core: &mut self.core,
-                wr_ids: self.wr_ids.batch(grant.initiator, slot, grant.room),
+                wr_ids,
                 base: encode(grant.initiator, grant.first),
                 destination: grant.destination,
                 // Every index fits in 16 bits (MAX_INITIATORS).
                 initiator: grant.initiator as u16,
                 stream: grant.stream,
-                posted: 0,
             },
         })
     }
@@ -116,8 +116,8 @@ pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing
 }
 
 /// The pool's side of a batch: where it goes, and its places in the initiator's ring of
-/// `wr_id`s, with the bookkeeping borrowed until the batch ends (posted, refused or dropped),
-/// when it records what was posted.
+/// `wr_id`s, with the bookkeeping borrowed until the batch ends: posted, it records what was
+/// posted; refused or dropped, it gives back what an unused grant holds.
 struct PoolBatch<'p, I: PoolInitiator> {
     core: &'p mut PoolCore<I>,
     /// The callers' `wr_id`s of the batch's requests, in a row (a batch does not wrap): as many
@@ -129,20 +129,14 @@ struct PoolBatch<'p, I: PoolInitiator> {
     /// Below [`MAX_INITIATORS`](super::requests::MAX_INITIATORS).
     initiator: u16,
     stream: u16,
-    /// Requests the provider took (set once `ibv_wr_complete` succeeded; at most the
-    /// initiator's send queue).
-    posted: u32,
 }
 
 impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.core.commit(
-            usize::from(self.initiator),
-            self.destination,
-            self.stream,
-            self.posted as usize,
-        );
+        // Nothing was posted (a posted batch does not come here).
+        self.core
+            .commit(usize::from(self.initiator), self.destination, self.stream, 0);
     }
 }
 
@@ -190,11 +184,15 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     /// [`PostSendGuard::post`].
     #[inline(always)]
     pub fn post(self) -> Result<(), PostSendError> {
-        let Self { inner, mut batch } = self;
-        // At most the room, which the send queue's size (a u32) bounds.
-        let len = inner.batch_len() as u32;
+        let Self { inner, batch } = self;
+        let len = inner.batch_len();
+        // Refused: `batch` ends unposted.
         inner.post()?;
-        batch.posted = len;
+        batch
+            .core
+            .commit(usize::from(batch.initiator), batch.destination, batch.stream, len);
+        // Ended: it holds only borrows, nothing to free.
+        std::mem::forget(batch);
         Ok(())
     }
 }
