@@ -46,10 +46,9 @@ impl<I: PooledInitiator> PoolCore<I> {
             return false;
         };
         let number = requests.unwrap_number(wr_id);
-        let Some(index) = requests.find(number) else {
+        let Some((_, batch)) = requests.find(number) else {
             return false;
         };
-        let batch = requests.batches[index];
         if status == ibv_wc_status::IBV_WC_SUCCESS {
             self.settle_up_to(wr_ids, initiator, batch.stream, number + 1, sink);
         } else {
@@ -57,10 +56,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         // Mostly none waits or retires: tested here, not in a call.
         let requests = &self.requests[initiator];
-        if !requests.retiring.is_empty() {
+        let (retiring, blocked) = (!requests.retiring.is_empty(), !requests.blocked.is_empty());
+        if retiring {
             self.remove_retired(initiator);
         }
-        if !self.requests[initiator].blocked.is_empty() {
+        if blocked {
             self.unblock(initiator);
         }
         self.report_ready(sink);
@@ -147,7 +147,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 status,
                 vendor_err,
             });
-            if let Some(index) = requests.find(number) {
+            if let Some((index, _)) = requests.find(number) {
                 requests.batches[index].settled = number + 1;
                 requests.reported += 1;
             }

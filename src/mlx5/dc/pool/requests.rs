@@ -216,16 +216,18 @@ impl InitiatorRequests {
         self.head.wrapping_sub(distance)
     }
 
-    /// The index of the record holding request `number`, unless it was already reported.
+    /// The record holding request `number`, and its index, unless it was already reported.
     #[inline]
-    pub(super) fn find(&self, number: u64) -> Option<usize> {
+    pub(super) fn find(&self, number: u64) -> Option<(usize, BatchRecord)> {
         // Completions mostly settle the oldest record.
-        let index = match self.batches.front() {
-            Some(front) if number < front.end => 0,
-            _ => self.batches.partition_point(|b| b.end <= number),
+        let (index, batch) = match self.batches.front() {
+            Some(front) if number < front.end => (0, *front),
+            _ => {
+                let index = self.batches.partition_point(|b| b.end <= number);
+                (index, *self.batches.get(index)?)
+            },
         };
-        let batch = self.batches.get(index)?;
-        (batch.first <= number && number >= batch.settled).then_some(index)
+        (batch.first <= number && number >= batch.settled).then_some((index, batch))
     }
 
     /// Drops the fully reported records at the front.
