@@ -69,6 +69,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Reports as completed the requests of `initiator`'s stream `lane` before `end` (a stream
     /// completes in order: they executed).
+    #[inline(always)]
     fn settle_up_to(
         &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
