@@ -74,7 +74,9 @@ impl<I: PooledInitiator> PoolCore<I> {
         &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let requests = &mut self.requests[initiator];
-        let (ring, mask) = (wr_ids.ring(initiator), requests.mask);
+        // The ring's size is a power of two.
+        let ring = wr_ids.ring(initiator);
+        let mask = ring.len() as u64 - 1;
         let mut reported = 0;
         // Walked by index: mostly one record, where an iterator's set-up costs more than the walk.
         let mut k = 0;
@@ -173,7 +175,9 @@ impl<I: PooledInitiator> PoolCore<I> {
     ) {
         let requests = &mut self.requests[initiator];
         let at_fault = requests.lanes[lane as usize].at_fault;
-        let (ring, mask) = (wr_ids.ring(initiator), requests.mask);
+        // The ring's size is a power of two.
+        let ring = wr_ids.ring(initiator);
+        let mask = ring.len() as u64 - 1;
         let mut reported = 0;
         for batch in requests.batches.iter_mut() {
             if batch.first >= end {
