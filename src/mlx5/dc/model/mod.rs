@@ -4,8 +4,9 @@
 //! hardware: it refuses what the kernel refuses (the rules of
 //! [`reference_rules`](self::reference_rules)), moves a DCI to ERR some queries after
 //! too many stream errors (asynchronously, as pyverbs sees it), refuses a stream reset where
-//! libmlx5 does (its cached state not RTS) and records a reset made before the stream's requests
-//! were flushed. Every call is recorded (`test_support::take_calls`).
+//! libmlx5 does (its cached state not RTS), records a reset made before the stream's requests
+//! were flushed, and fails a batch with inline data beyond the granted size as libmlx5 does
+//! (`ENOMEM` from `wr_complete`). Every call is recorded (`test_support::take_calls`).
 //!
 //! [`DcInitiator`]: crate::mlx5::dc::initiator::DcInitiator
 //! [`DcTarget`]: crate::mlx5::dc::target::DcTarget
@@ -26,7 +27,7 @@ use self::reference_rules::{self as rules, Device};
 use crate::ibverbs::queue_pair::{state_from_raw, QueuePairVerbs};
 use crate::mlx5::library::DcVerbs;
 use crate::test_support::dc::recording_dci;
-use crate::test_support::record;
+use crate::test_support::{self, record};
 
 pub(crate) mod reference_rules;
 
@@ -44,6 +45,10 @@ struct ModelQueuePair {
     /// Requests of an errored stream not flushed yet.
     unflushed: BTreeMap<u16, u32>,
     queries_until_error: Option<u32>,
+    /// The inline data its requests take, as `create` granted it (a DCI).
+    max_inline_data: u32,
+    /// libmlx5's `mqp->err` of the open batch: `ENOMEM` after inline data beyond the granted size.
+    batch_error: bool,
     // The tables the queue pair's pointers point into; kept for the model's lifetime.
     tables: (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>),
 }
@@ -343,11 +348,13 @@ unsafe fn create(
         record(format!("create refused: {rule}"));
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
+    let mut granted_inline = 0;
     if !dct {
         // libmlx5 `create_qp` writes the granted sizes back.
         let (max_send_wr, max_inline_data) = rules::calc_dci_sq_size(&*init, &device).expect("checked");
         (*init).cap.max_send_wr = max_send_wr;
         (*init).cap.max_inline_data = max_inline_data;
+        granted_inline = max_inline_data;
     }
     let streams = (*mlx5).comp_mask
         & rdma_mummy_sys::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64
@@ -367,7 +374,13 @@ unsafe fn create(
             Box::new(MaybeUninit::zeroed().assume_init()),
         )
     } else {
-        recording_dci(streams)
+        let (mut qp, mlx5_view) = recording_dci(streams);
+        qp.wr_start = Some(wr_start);
+        qp.wr_complete = Some(wr_complete);
+        qp.wr_abort = Some(wr_abort);
+        qp.wr_set_inline_data = Some(wr_set_inline_data);
+        qp.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+        (qp, mlx5_view)
     };
     let n = with(|model| {
         let n = model.next_qp_number;
@@ -387,12 +400,83 @@ unsafe fn create(
                 errored: BTreeSet::new(),
                 unflushed: BTreeMap::new(),
                 queries_until_error: None,
+                max_inline_data: granted_inline,
+                batch_error: false,
                 tables: (qp, mlx5_view),
             },
         )
     });
     record(format!("create qp{n:#x}"));
     Ok(pointer)
+}
+
+/// The open batch's error of the model queue pair behind `qp`: `set` it, or take it (`None`).
+///
+/// # Safety
+///
+/// `qp` must be the extended view of a model queue pair.
+unsafe fn batch_error(qp: *mut ibv_qp_ex, set: Option<bool>) -> bool {
+    let n = (*qp).qp_base.qp_num;
+    with(|model| {
+        let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
+        match set {
+            Some(error) => entry.batch_error = error,
+            None => return std::mem::take(&mut entry.batch_error),
+        }
+        false
+    })
+}
+
+/// libmlx5 `_mlx5_send_wr_set_inline_data` (qp.c): data beyond the queue pair's granted
+/// `max_inline_data` is not copied; the batch's error becomes `ENOMEM`.
+///
+/// # Safety
+///
+/// `qp` must be the extended view of a model queue pair.
+unsafe fn check_inline(qp: *mut ibv_qp_ex, length: usize) {
+    let n = (*qp).qp_base.qp_num;
+    let max = with(|model| model.queue_pairs[&n].max_inline_data);
+    if length > max as usize {
+        record(format!("inline of {length} bytes beyond {max}: ENOMEM"));
+        batch_error(qp, Some(true));
+    }
+}
+
+/// The model's `wr_start`: a new batch, without error (libmlx5 clears `mqp->err`).
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    test_support::wr_start(qp);
+    batch_error(qp, Some(false));
+}
+
+/// The model's `wr_complete`: the batch's error, if any, instead of posting it (libmlx5
+/// `mlx5_send_wr_complete`).
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    if batch_error(qp, None) {
+        record("complete refused: ENOMEM".into());
+        return libc::ENOMEM;
+    }
+    test_support::wr_complete(qp)
+}
+
+/// The model's `wr_abort`: the batch and its error are dropped.
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    test_support::wr_abort(qp);
+    batch_error(qp, Some(false));
+}
+
+/// The model's `wr_set_inline_data`.
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut std::ffi::c_void, length: usize) {
+    test_support::wr_set_inline_data(qp, addr, length);
+    check_inline(qp, length);
+}
+
+/// The model's `wr_set_inline_data_list`: the slices' lengths together.
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex, num: usize, list: *const rdma_mummy_sys::ibv_data_buf,
+) {
+    test_support::dc::wr_set_inline_data_list(qp, num, list);
+    let length = std::slice::from_raw_parts(list, num).iter().map(|buf| buf.length).sum();
+    check_inline(qp, length);
 }
 
 /// The model's `mlx5_view`.
@@ -997,6 +1081,40 @@ mod tests {
         post(&mut dci, 28).expect("the granted size fits");
         take_calls();
         let err = post(&mut dci, 29).unwrap_err();
+        assert!(
+            matches!(
+                err.0,
+                crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong {
+                    length: 29,
+                    max_inline_data: 28,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(take_calls(), ["start", "abort"]);
+    }
+
+    #[test]
+    fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue() {
+        use crate::mlx5::dc::pool::types::DcPoolPolicy;
+        use crate::mlx5::dc::pool::DcInitiatorPool;
+        let mut pool = DcInitiatorPool::from_initiators(vec![brought_up(DEVICE, None)], DcPoolPolicy::Static, 3);
+        // SAFETY: the model's address setter only records the pointer.
+        let destination = unsafe { pool.add_destination_raw(NonNull::dangling(), 0x42, 7) };
+        let post = |pool: &mut DcInitiatorPool, len: usize| {
+            let mut guard = pool.start_post_send(destination).expect("an initiator");
+            let wr = guard
+                .construct_wr(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_send();
+            sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
+            guard.post()
+        };
+        post(&mut pool, 28).expect("the granted size fits");
+        take_calls();
+        // libmlx5 would answer ENOMEM (QueueFull): the pool refuses it before, as the DCI does.
+        let err = post(&mut pool, 29).unwrap_err();
         assert!(
             matches!(
                 err.0,
