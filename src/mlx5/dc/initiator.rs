@@ -326,6 +326,23 @@ pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
     ((blocks * 64) / u64::from(request_size.max(64))).min(u64::from(max_qp_wr)) as u32
 }
 
+/// The requests a send queue of `max_send_wr` requests of `request_size` bytes is granted
+/// (libmlx5 `mlx5_calc_sq_size`: the queue is `max_send_wr` × `request_size` bytes rounded up to
+/// a power of two, and `create_qp` writes back `max_post`, the requests it holds): at least
+/// `max_send_wr`, e.g. 32 for 20 requests of 128 bytes.
+pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
+    let request_size = u64::from(request_size.max(64));
+    ((u64::from(max_send_wr) * request_size).next_power_of_two() / request_size).min(u64::from(u32::MAX)) as u32
+}
+
+impl DciInitParameters {
+    /// The send queue `mlx5dv_create_qp` grants these parameters ([`dci_granted_send_wr`]).
+    pub(crate) fn granted_max_send_wr(&self) -> u32 {
+        let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
+        dci_granted_send_wr(self.max_send_wr, request_size)
+    }
+}
+
 /// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
 /// them): `IBV_QPT_DRIVER`, no receive queue, `SEND_OPS_FLAGS` with every granted operation,
 /// the mlx5 DC attributes of type DCI, and the optional streams and create flags.
@@ -411,11 +428,6 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// The send queue capacity asked for.
-    pub(crate) fn max_send_wr(&self) -> u32 {
-        self.request.max_send_wr
-    }
-
     /// The DCI streams asked for.
     pub(crate) fn streams(&self) -> Option<DciStreams> {
         self.request.streams
@@ -493,29 +505,12 @@ impl DcInitiatorBuilder {
             .send_cq
             .clone()
             .ok_or(CreateDcInitiatorErrorKind::MissingSendCompletionQueue)?;
-        // Input that no device takes is refused before any library call.
-        if let Some(requested) = self.request.send_ops {
-            check_dc_operations(requested)?;
-        }
-        // SAFETY: the PD's context is open while the PD is.
-        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
-        // SAFETY: as above.
-        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
-            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => {
-                CreateDcInitiatorErrorKind::NotSupported
-            },
-            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => {
-                CreateDcInitiatorErrorKind::Ibverbs(err)
-            },
-        })?;
-        let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
-        let device = DciDevice {
-            max_qp_wr: device.max_qp_wr.max(0) as u32,
-            max_sge: device.max_sge.max(0) as u32,
-            atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
-            dci_streams: mlx5.dci_streams_caps(),
-        };
-        let params = plan_dci(&self.request, &device)?;
+        let DciPlan {
+            context,
+            max_dc_init_rd_atom,
+            device,
+            params,
+        } = self.plan()?;
         let (mut init, mut mlx5_init) = dci_init_attributes(&params);
         // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.
         unsafe {
@@ -550,15 +545,60 @@ impl DcInitiatorBuilder {
             )
         }
         .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        DcInitiator::adopt(
-            core,
-            &LIBMLX5,
-            creation,
-            granted,
-            mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
-        )
-        .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
+        DcInitiator::adopt(core, &LIBMLX5, creation, granted, max_dc_init_rd_atom)
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
+}
+
+impl DcInitiatorBuilder {
+    /// The send queue [`build`](Self::build) will be granted ([`DcInitiator::max_send_wr`]),
+    /// from the request and the device, before creating anything: a pool sizes its own send CQ
+    /// with it.
+    pub(crate) fn planned_max_send_wr(&self) -> Result<u32, CreateDcInitiatorError> {
+        Ok(self.plan()?.params.granted_max_send_wr())
+    }
+
+    /// Queries the device (`mlx5dv_query_device`, `ibv_query_device`) and plans the creation
+    /// ([`plan_dci`]), refusing input no device takes before any library call.
+    fn plan(&self) -> Result<DciPlan, CreateDcInitiatorError> {
+        if let Some(requested) = self.request.send_ops {
+            check_dc_operations(requested)?;
+        }
+        // SAFETY: the PD's context is open while the PD is.
+        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
+        // SAFETY: as above.
+        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
+            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => {
+                CreateDcInitiatorErrorKind::NotSupported
+            },
+            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => {
+                CreateDcInitiatorErrorKind::Ibverbs(err)
+            },
+        })?;
+        let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
+        let device = DciDevice {
+            max_qp_wr: device.max_qp_wr.max(0) as u32,
+            max_sge: device.max_sge.max(0) as u32,
+            atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            dci_streams: mlx5.dci_streams_caps(),
+        };
+        let params = plan_dci(&self.request, &device)?;
+        Ok(DciPlan {
+            context,
+            max_dc_init_rd_atom: mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
+            device,
+            params,
+        })
+    }
+}
+
+/// What [`DcInitiatorBuilder::build`] creates a DC initiator from: the device's context and
+/// what it reported, and the planned parameters.
+struct DciPlan {
+    context: NonNull<rdma_mummy_sys::ibv_context>,
+    max_dc_init_rd_atom: Option<u64>,
+    device: DciDevice,
+    params: DciInitParameters,
 }
 
 /// Checks DCI streams against the device's capabilities: none reported, or a concurrency of 0

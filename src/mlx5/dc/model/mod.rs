@@ -1068,6 +1068,35 @@ mod tests {
     }
 
     #[test]
+    fn the_send_queue_the_crate_plans_is_the_one_libmlx5_grants() {
+        use crate::mlx5::dc::initiator::plan_dci;
+        let mut checked = 0;
+        for send_ops in [None, Some(SendOperationFlags::Send), Some(SendOperationFlags::Write)] {
+            for max_send_sge in [1, 5] {
+                for max_inline_data in [0, 29, 220] {
+                    for max_send_wr in [1, 3, 16, 20, 100, 1000] {
+                        reset(DEVICE);
+                        let mut asked = request(None);
+                        asked.send_ops = send_ops;
+                        asked.max_send_sge = max_send_sge;
+                        asked.max_inline_data = max_inline_data;
+                        asked.max_send_wr = max_send_wr;
+                        let planned = plan_dci(&asked, &dci_device(&DEVICE)).expect("planned");
+                        let dci = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS)
+                            .expect("created");
+                        assert_eq!(planned.granted_max_send_wr(), dci.max_send_wr(), "{asked:?}");
+                        checked += usize::from(dci.max_send_wr() > max_send_wr);
+                    }
+                }
+            }
+        }
+        assert!(
+            checked > 0,
+            "no request was granted more than it asked: the comparison proves little"
+        );
+    }
+
+    #[test]
     fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
         let mut dci = brought_up(DEVICE, None);
         assert_eq!(dci.max_inline_data(), 28);
