@@ -936,12 +936,13 @@ pub enum BringUpDcInitiatorErrorKind {
     },
     /// The kernel refused the move to RTR with the address vector of
     /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
-    /// older kernels' `modify_dci_qp_is_ok` take no address vector at a DC initiator's INIT →
-    /// RTR (or this one is invalid for the port). The DC initiator is left in INIT; bring it up
-    /// without one, which every kernel takes.
+    /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before
+    /// Linux v5.0 (nor in distribution kernels with an older mlx5_ib), or this one is invalid
+    /// for the port. The DC initiator is left in INIT; bring it up without one, which every
+    /// kernel takes.
     #[error(
-        "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): older kernels \
-         take none there; bring it up without setup_rtr_address_vector"
+        "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): kernels before \
+         Linux 5.0 take none there; bring it up without setup_rtr_address_vector"
     )]
     RtrAddressVectorRefused {
         /// The library's error.
@@ -1077,8 +1078,9 @@ impl DcInitiatorBringUp {
     /// RoCE LAG, the port, as UCX and perftest send it (e.g. an endpoint's
     /// [`address_handle_attribute`](super::endpoint::DcEndpoint::address_handle_attribute)).
     ///
-    /// Current kernels' `modify_dci_qp_is_ok` accept it at INIT → RTR; older ones refuse it
-    /// (`EINVAL`), reported as
+    /// mlx5_ib's `modify_dci_qp_is_ok` accepts it at INIT → RTR from Linux v5.0 on (v4.20 and
+    /// older, and distribution kernels with an older mlx5_ib such as SLES 12 SP5's, refuse it
+    /// with `EINVAL`), reported as
     /// [`RtrAddressVectorRefused`](BringUpDcInitiatorErrorKind::RtrAddressVectorRefused).
     pub fn setup_rtr_address_vector(&mut self, address_vector: AddressHandleAttribute) -> &mut Self {
         self.rtr_address_vector = Some(address_vector);
