@@ -568,10 +568,10 @@ mod tests {
 
     use super::*;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
+    use crate::mlx5::dc::initiator::creation::{DciDevice, DciRequest};
     use crate::mlx5::dc::initiator::{
         BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
-        DciDevice, DciRequest, DciStreams, RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS,
-        DC_SEND_OPERATIONS,
+        DciStreams, RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
     };
     use crate::mlx5::dc::target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
     use crate::mlx5::device_attributes::DciStreamsCapabilities;
@@ -1070,7 +1070,7 @@ mod tests {
 
     #[test]
     fn the_send_queue_the_crate_plans_is_the_one_libmlx5_grants() {
-        use crate::mlx5::dc::initiator::plan_dci;
+        use crate::mlx5::dc::initiator::creation::plan_dci;
         let mut checked = 0;
         for send_ops in [None, Some(SendOperationFlags::Send), Some(SendOperationFlags::Write)] {
             for max_send_sge in [1, 5] {
@@ -1184,7 +1184,7 @@ mod tests {
 
     #[test]
     fn the_largest_send_queue_the_crate_plans_is_libmlx5s_largest() {
-        use crate::mlx5::dc::initiator::{dci_init_attributes, plan_dci};
+        use crate::mlx5::dc::initiator::creation::{dci_init_attributes, plan_dci};
         let mut checked = 0;
         for send_ops in [
             None,
@@ -1277,7 +1277,7 @@ mod tests {
 
     #[test]
     fn every_dci_creation_the_crate_plans_is_one_libmlx5_and_the_kernel_accept() {
-        use crate::mlx5::dc::initiator::{dci_init_attributes, plan_dci, DciInitParameters};
+        use crate::mlx5::dc::initiator::creation::{dci_init_attributes, plan_dci, DciInitParameters};
         let devices = [
             DEVICE,
             Device {
@@ -1385,7 +1385,7 @@ mod tests {
         }
         // DCI: RESET -> INIT -> RTR -> RTS with the attributes bring_up hands over, then, from
         // every state, recover's move to RESET and the same steps again.
-        use crate::mlx5::dc::initiator::reset_attribute;
+        use crate::mlx5::dc::initiator::bring_up::reset_attribute;
         let mut bring_up = DcInitiatorBringUp::new(1);
         bring_up.setup_pkey_index(0).setup_max_read_atomic(4);
         let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, Some(16));

@@ -347,7 +347,8 @@ fn pool_on<I: PoolInitiator>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mlx5::dc::initiator::{DcInitiator, DciDevice, DciRequest};
+    use crate::mlx5::dc::initiator::creation::{DciDevice, DciRequest};
+    use crate::mlx5::dc::initiator::DcInitiator;
     use crate::mlx5::dc::model::{self, DC_VERBS, DEVICE, QUEUE_PAIR_VERBS};
     use crate::mlx5::dc::pool::initiator::PooledInitiator;
 
