@@ -66,7 +66,7 @@ impl DcInitiatorBringUp {
     /// ([`setup_service_level`](AddressHandleAttribute::setup_service_level)) on InfiniBand, or
     /// on RoCE a global address whose traffic class and source GID pick the priority and, under
     /// RoCE LAG, the port, as UCX and perftest send it (e.g. an endpoint's
-    /// [`address_handle_attribute`](super::endpoint::DcEndpoint::address_handle_attribute)).
+    /// [`address_handle_attribute`](crate::mlx5::dc::endpoint::DcEndpoint::address_handle_attribute)).
     ///
     /// mlx5_ib's `modify_dci_qp_is_ok` accepts it at INIT → RTR from Linux v5.0 on (v4.20 and
     /// older, and distribution kernels with an older mlx5_ib such as SLES 12 SP5's, refuse it
