@@ -1097,20 +1097,14 @@ mod tests {
         );
     }
 
-    #[test]
-    fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
-        let mut dci = brought_up(DEVICE, None);
-        assert_eq!(dci.max_inline_data(), 28);
-        let post = |dci: &mut DcInitiator, len: usize| {
-            dci.post_send_one(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled, |wr| {
-                // SAFETY: the model's address setter only records the pointer.
-                let wr = unsafe { wr.setup_send().setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
-                sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
-            })
-        };
-        post(&mut dci, 28).expect("the granted size fits");
+    /// Posts 28 bytes inline through `post` (the default DCI's granted size: it fits), then 29:
+    /// refused by name before the provider, never libmlx5's `ENOMEM` (`QueueFull`).
+    fn inline_beyond_the_granted_28_is_refused(
+        mut post: impl FnMut(usize) -> Result<(), crate::ibverbs::post_send_guard::PostSendError>,
+    ) {
+        post(28).expect("the granted size fits");
         take_calls();
-        let err = post(&mut dci, 29).unwrap_err();
+        let err = post(29).unwrap_err();
         assert!(
             matches!(
                 err.0,
@@ -1126,13 +1120,27 @@ mod tests {
     }
 
     #[test]
+    fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
+        let mut dci = brought_up(DEVICE, None);
+        assert_eq!(dci.max_inline_data(), 28);
+        inline_beyond_the_granted_28_is_refused(|len| {
+            dci.post_send_one(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled, |wr| {
+                // SAFETY: the model's address setter only records the pointer.
+                let wr = unsafe { wr.setup_send().setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
+                sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
+            })
+        });
+    }
+
+    #[test]
     fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue() {
         use crate::mlx5::dc::pool::types::DcPoolPolicy;
         use crate::mlx5::dc::pool::DcInitiatorPool;
         let mut pool = DcInitiatorPool::from_initiators(vec![brought_up(DEVICE, None)], DcPoolPolicy::Static, 3);
         // SAFETY: the model's address setter only records the pointer.
         let destination = unsafe { pool.add_destination_raw(NonNull::dangling(), 0x42, 7) };
-        let post = |pool: &mut DcInitiatorPool, len: usize| {
+        // As a DC initiator's own guard (the model fails it with ENOMEM, as libmlx5 does).
+        inline_beyond_the_granted_28_is_refused(|len| {
             let mut guard = pool.start_post_send(destination).expect("an initiator");
             let wr = guard
                 .construct_wr(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled)
@@ -1140,23 +1148,7 @@ mod tests {
                 .setup_send();
             sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
             guard.post()
-        };
-        post(&mut pool, 28).expect("the granted size fits");
-        take_calls();
-        // libmlx5 would answer ENOMEM (QueueFull): the pool refuses it before, as the DCI does.
-        let err = post(&mut pool, 29).unwrap_err();
-        assert!(
-            matches!(
-                err.0,
-                crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong {
-                    length: 29,
-                    max_inline_data: 28,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert_eq!(take_calls(), ["start", "abort"]);
+        });
     }
 
     #[test]
