@@ -57,8 +57,8 @@ pub(crate) struct DciKernel {
 }
 
 impl DciKernel {
-    /// A current kernel: Linux v5.0 and later (v4.19 and v4.20 already have the RESET branch,
-    /// without the address vector).
+    /// A current kernel: Linux v5.0 and later (v4.20 already has the RESET branch, without the
+    /// address vector).
     pub(crate) const CURRENT: Self = Self {
         reset_branch: true,
         rtr_av: true,
