@@ -50,6 +50,11 @@ impl DcInitiatorBuilder {
         self
     }
 
+    /// The send queue asked for: at most what [`build`](Self::build) is granted.
+    pub(crate) fn max_send_wr(&self) -> u32 {
+        self.request.max_send_wr
+    }
+
     /// The DCI streams asked for.
     pub(crate) fn streams(&self) -> Option<DciStreams> {
         self.request.streams

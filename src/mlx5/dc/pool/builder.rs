@@ -66,7 +66,9 @@ pub enum CreateDcInitiatorPoolErrorKind {
     /// The send completion queue holds fewer completions than can be in flight: every request is
     /// signalled, so it needs initiators × the send queue each was granted
     /// ([`DcInitiator::max_send_wr`](crate::mlx5::dc::initiator::DcInitiator::max_send_wr)).
-    /// Checked once the initiators were created (and destroyed again on this error).
+    /// Checked before any library call against the send queue asked for (each is granted at
+    /// least that), then against the one granted once the initiators exist (they are destroyed
+    /// again on this error).
     #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
     SendCompletionQueueTooSmall {
         /// What it holds (`ibv_cq.cqe`).
@@ -271,25 +273,40 @@ impl DcInitiatorPoolBuilder {
         let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
+        // Every request is signalled, and each initiator is granted at least the send queue asked
+        // for: a CQ below initiators × that is refused before any library call (and checked
+        // against what was granted once the initiators exist).
+        let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
-            (Some(cq), _) => cq.clone(),
+            (Some(cq), _) => {
+                let cqe = entries(cq);
+                if u64::from(cqe) < at_least {
+                    return Err(
+                        CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed: at_least }.into(),
+                    );
+                }
+                cq.clone()
+            },
             (None, Some((context, channel))) => {
-                // Sized for the send queue libmlx5 will grant each initiator (checked below
-                // against what it did grant).
+                let cqe_of = |needed: u64| {
+                    u32::try_from(needed)
+                        .ok()
+                        .filter(|&cqe| cqe <= i32::MAX as u32)
+                        .ok_or_else(|| CreateDcInitiatorPoolErrorKind::SendCompletionQueue {
+                            cqe: needed,
+                            source: CreateCompletionQueueErrorKind::Ibverbs(std::io::Error::from_raw_os_error(
+                                libc::EINVAL,
+                            ))
+                            .into(),
+                        })
+                };
+                cqe_of(at_least)?;
+                // Sized for the send queue libmlx5 will grant each initiator.
                 let per_initiator = initiator_builder
                     .planned_max_send_wr()
                     .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index: 0, source })?;
                 let needed = self.count as u64 * u64::from(per_initiator.max(1));
-                let cqe = u32::try_from(needed)
-                    .ok()
-                    .filter(|&cqe| cqe <= i32::MAX as u32)
-                    .ok_or_else(|| CreateDcInitiatorPoolErrorKind::SendCompletionQueue {
-                        cqe: needed,
-                        source: CreateCompletionQueueErrorKind::Ibverbs(std::io::Error::from_raw_os_error(
-                            libc::EINVAL,
-                        ))
-                        .into(),
-                    })?;
+                let cqe = cqe_of(needed)?;
                 let mut builder = context.create_cq_builder();
                 builder.setup_cqe(cqe);
                 if let Some((channel, vector)) = channel {
@@ -313,9 +330,7 @@ impl DcInitiatorPoolBuilder {
                 .map_err(|source| CreateDcInitiatorPoolErrorKind::BringUp { index, source })?;
             initiators.push(initiator);
         }
-        // SAFETY: the CQ is alive while `send_cq` is; only its size is read.
-        let cqe = u32::try_from(unsafe { (*send_cq.cq().as_ptr()).cqe }).unwrap_or(0);
-        let mut pool = pool_on(initiators, cqe, self.policy, self.unreachable_after)?;
+        let mut pool = pool_on(initiators, entries(&send_cq), self.policy, self.unreachable_after)?;
         pool.core.set_grant_timeout(self.grant_timeout);
         pool.send_cq = Some(send_cq);
         pool.pd = Some(Arc::clone(&self.pd));
@@ -324,6 +339,12 @@ impl DcInitiatorPoolBuilder {
         pool.service_class = self.service_class;
         Ok(pool)
     }
+}
+
+/// How many completions `cq` holds (`ibv_cq.cqe`).
+fn entries(cq: &GenericCompletionQueue) -> u32 {
+    // SAFETY: the CQ is alive while `cq` is; only its size is read.
+    u32::try_from(unsafe { (*cq.cq().as_ptr()).cqe }).unwrap_or(0)
 }
 
 /// The pool over `initiators` on a send CQ of `cqe` entries. It keeps in flight on each
