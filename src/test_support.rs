@@ -23,14 +23,14 @@ pub(crate) fn take_calls() -> Vec<String> {
     CALLS.with(|calls| std::mem::take(&mut *calls.borrow_mut()))
 }
 
-unsafe extern "C" fn wr_start(_: *mut ibv_qp_ex) {
+pub(crate) unsafe extern "C" fn wr_start(_: *mut ibv_qp_ex) {
     record("start".into());
 }
-unsafe extern "C" fn wr_complete(_: *mut ibv_qp_ex) -> i32 {
+pub(crate) unsafe extern "C" fn wr_complete(_: *mut ibv_qp_ex) -> i32 {
     record("complete".into());
     0
 }
-unsafe extern "C" fn wr_abort(_: *mut ibv_qp_ex) {
+pub(crate) unsafe extern "C" fn wr_abort(_: *mut ibv_qp_ex) {
     record("abort".into());
 }
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
@@ -57,7 +57,7 @@ unsafe extern "C" fn wr_set_sge_list(_: *mut ibv_qp_ex, num_sge: usize, sg_list:
     let lengths: Vec<u32> = list.iter().map(|sge| sge.length).collect();
     record(format!("sge_list {lengths:?}"));
 }
-unsafe extern "C" fn wr_set_inline_data(_: *mut ibv_qp_ex, addr: *mut std::ffi::c_void, length: usize) {
+pub(crate) unsafe extern "C" fn wr_set_inline_data(_: *mut ibv_qp_ex, addr: *mut std::ffi::c_void, length: usize) {
     let data = std::slice::from_raw_parts(addr as *const u8, length);
     record(format!("inline {:?}", String::from_utf8_lossy(data)));
 }
@@ -148,7 +148,7 @@ pub(crate) mod dc {
             (*qp).wr_id
         ));
     }
-    unsafe extern "C" fn wr_set_inline_data_list(
+    pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
         _: *mut ibv_qp_ex, num: usize, list: *const rdma_mummy_sys::ibv_data_buf,
     ) {
         let bufs = std::slice::from_raw_parts(list, num);

@@ -79,7 +79,8 @@ fn dci_pool_on_a_device_that_is_not_mlx5_is_not_supported() {
         }
         let err = builder.build().unwrap_err();
         assert!(err.is_not_supported(), "{policy:?}: {err:?}");
-        // The same with a CQ the pool creates itself: the CQ is made, the initiator is not.
+        // The same with a CQ the pool creates itself: sizing it for the initiators' send queues
+        // asks the device first, which is not mlx5.
         let mut own = pd.create_dci_pool_builder();
         own.setup_own_send_cq(&ctx, None)
             .setup_initiators(4)

@@ -614,6 +614,11 @@ mod dc {
         fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
             (self.qp.as_ptr(), self.entries, NonNull::from(&mut self.view.view))
         }
+
+        fn max_inline_data(&self) -> u32 {
+            // The counting tables take any length (the benchmark posts none).
+            u32::MAX
+        }
     }
 
     /// The same DC RDMA writes as [`SendDcWrite`], posted through a `DcInitiatorPool` of one

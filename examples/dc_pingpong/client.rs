@@ -302,11 +302,12 @@ pub(crate) fn run_pool_bandwidth(
     Ok(bandwidth_report(parameters, cq_mod, &posted_at, &completed_at))
 }
 
-/// The client's DC initiators: one, or a pool.
+/// The client's DC initiators: one, with its send CQ (dropped after it), or a pool, which
+/// creates its own.
 // One value, made once and kept on the stack for the run: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Initiators {
-    Single(DcInitiator),
+    Single(DcInitiator, Arc<BasicCompletionQueue>),
     Pool(DcInitiatorPool),
 }
 
@@ -334,9 +335,9 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
         Some(pool) if pool.policy == PoolPolicy::Streams => Some(dci_streams(&ctx, &name, pool.streams)?),
         _ => None,
     };
-    // Every request of every initiator may complete on the one CQ: with a pool, the client keeps
-    // at most -t requests per initiator in flight in all (an initiator's send queue may hold
-    // more than asked for).
+    // Every request of every initiator may complete on the one send CQ: N initiators hold at
+    // least N·-t requests (the pool sizes its own CQ for the send queues they were granted,
+    // which can be more than asked for).
     let initiator_count = parameters.pool.map_or(1, |pool| pool.initiators);
     let cqe = u64::from(initiator_count) * u64::from(tx_depth) + 1;
     if parameters.pool.is_some() {
@@ -361,13 +362,13 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
     // SAFETY: the buffer outlives the memory region (declared before it) and never moves.
     let mr = unsafe { pd.reg_mr(buffer.addr(0) as usize, buffer.len(), AccessFlags::LocalWrite) }
         .map_err(|e| format!("Couldn't register MR: {}", report(&e)))?;
-    let cq = ctx
-        .create_cq_builder()
-        .setup_cqe(cqe as u32)
-        .build()
-        .map_err(|e| format!("Couldn't create CQ: {}", report(&e)))?;
     let mut initiators = match parameters.pool {
         None => {
+            let cq = ctx
+                .create_cq_builder()
+                .setup_cqe(cqe as u32)
+                .build()
+                .map_err(|e| format!("Couldn't create CQ: {}", report(&e)))?;
             let mut dci = pd
                 .create_dci_builder()
                 .setup_send_cq(cq.clone())
@@ -384,7 +385,7 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
                 })?;
             dci.bring_up(&DcInitiatorBringUp::new(port.number))
                 .map_err(|e| format!("Couldn't bring the DC initiator to RTS: {}", report(&e)))?;
-            Initiators::Single(dci)
+            Initiators::Single(dci, cq)
         },
         Some(pool) => {
             let mut initiator = pd.create_dci_builder();
@@ -397,7 +398,7 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
             }
             let mut builder = pd.create_dci_pool_builder();
             builder
-                .setup_send_cq(cq.clone())
+                .setup_own_send_cq(&ctx, None)
                 .setup_initiators(pool.initiators as usize)
                 .setup_policy(pool.policy.to_pool())
                 .setup_initiator(&initiator)
@@ -420,7 +421,7 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
         },
     };
     let (qp_numbers, max_inline): (Vec<u32>, u32) = match &initiators {
-        Initiators::Single(dci) => (vec![dci.qp_number()], dci.max_inline_data()),
+        Initiators::Single(dci, _) => (vec![dci.qp_number()], dci.max_inline_data()),
         Initiators::Pool(pool) => {
             let members: Vec<&DcInitiator> = (0..pool.initiator_count()).filter_map(|i| pool.initiator(i)).collect();
             (
@@ -507,7 +508,7 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
     // own, created on each target's first post).
     let mut ahs = Vec::new();
     let (report, destinations) = match &mut initiators {
-        Initiators::Single(dci) => {
+        Initiators::Single(dci, cq) => {
             for (index, target) in remote.targets.iter().enumerate() {
                 ahs.push(
                     target
@@ -524,7 +525,7 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
             }
             let mut single = SingleInitiator {
                 dci,
-                cq: &cq,
+                cq,
                 ahs: &ahs,
                 remote: &remote,
                 mode: parameters.mode,
@@ -587,11 +588,10 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
         },
         other => return Err(format!("expected the server's verdict, got {other:?}").into()),
     }
-    // Destroy in order: address handles, DC initiators (the pool's address handles with it),
-    // CQ, memory region, PD; the buffer, then the context.
+    // Destroy in order: address handles, DC initiators (the pool's address handles with it) and
+    // their CQ, memory region, PD; the buffer, then the context.
     drop(ahs);
     drop(initiators);
-    drop(cq);
     drop(mr);
     drop(pd);
     drop(buffer);

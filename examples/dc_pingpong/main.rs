@@ -61,9 +61,9 @@
 //!   initiator, 2^`--streams` streams each; ConnectX-6 Dx or newer). With `--bw` the client posts
 //!   each target's requests in batches of up to `-Q`, the last of each signalled (under the
 //!   dedicated policies a target gives its initiator back only once a completion covers its last
-//!   request), and `-t` is each initiator's send queue (at most N·`-t` requests are in flight in
-//!   all, what the one send CQ holds). Requests the pool hands back for a retry (another
-//!   target's error flushed them) are posted again, first.
+//!   request), and `-t` is each initiator's send queue (the pool creates its send CQ, sized for
+//!   the send queues its initiators were granted, at least N·`-t`). Requests the pool hands back
+//!   for a retry (another target's error flushed them) are posted again, first.
 //!
 //! With more than one target or a pool, the report adds a line with the requests completed per
 //! target and, with a pool, its Retry and Failed counts; the server checks them against the

@@ -33,7 +33,7 @@ const fn teardown(
 /// A DC initiator (DCI), as current mlx5_ib's `modify_dci_qp_is_ok`: RESET → INIT with the P_Key
 /// index and port, INIT → INIT with either, INIT → RTR with the path MTU (and optionally the
 /// P_Key index and an address vector, for a service level or a LAG port; each request names its
-/// destination, so none is needed, and older kernels refuse one with `EINVAL`, see
+/// destination, so none is needed, and kernels before Linux v5.0 refuse one with `EINVAL`, see
 /// [`DcInitiatorBringUp::setup_rtr_address_vector`]), RTR → RTS with the RC
 /// send-side attributes, RTS → RTS with the minimum RNR timer; any state → RESET (kernels since
 /// the RESET branch was added; older ones refuse it, see [`DcInitiator::recover`]), and any

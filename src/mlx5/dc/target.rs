@@ -24,7 +24,8 @@ use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::Gid;
 
 use super::endpoint::{DcEndpoint, DcServiceClass};
-use super::initiator::{active_mtu, create_dc_qp};
+use super::initiator::bring_up::active_mtu;
+use super::initiator::creation::create_dc_qp;
 use super::state_table::DC_TARGET;
 use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;

@@ -4,8 +4,9 @@
 //! hardware: it refuses what the kernel refuses (the rules of
 //! [`reference_rules`](self::reference_rules)), moves a DCI to ERR some queries after
 //! too many stream errors (asynchronously, as pyverbs sees it), refuses a stream reset where
-//! libmlx5 does (its cached state not RTS) and records a reset made before the stream's requests
-//! were flushed. Every call is recorded (`test_support::take_calls`).
+//! libmlx5 does (its cached state not RTS), records a reset made before the stream's requests
+//! were flushed, and fails a batch with inline data beyond the granted size as libmlx5 does
+//! (`ENOMEM` from `wr_complete`). Every call is recorded (`test_support::take_calls`).
 //!
 //! [`DcInitiator`]: crate::mlx5::dc::initiator::DcInitiator
 //! [`DcTarget`]: crate::mlx5::dc::target::DcTarget
@@ -26,7 +27,7 @@ use self::reference_rules::{self as rules, Device};
 use crate::ibverbs::queue_pair::{state_from_raw, QueuePairVerbs};
 use crate::mlx5::library::DcVerbs;
 use crate::test_support::dc::recording_dci;
-use crate::test_support::record;
+use crate::test_support::{self, record};
 
 pub(crate) mod reference_rules;
 
@@ -44,6 +45,10 @@ struct ModelQueuePair {
     /// Requests of an errored stream not flushed yet.
     unflushed: BTreeMap<u16, u32>,
     queries_until_error: Option<u32>,
+    /// The inline data its requests take, as `create` granted it (a DCI).
+    max_inline_data: u32,
+    /// libmlx5's `mqp->err` of the open batch: `ENOMEM` after inline data beyond the granted size.
+    batch_error: bool,
     // The tables the queue pair's pointers point into; kept for the model's lifetime.
     tables: (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>),
 }
@@ -343,11 +348,13 @@ unsafe fn create(
         record(format!("create refused: {rule}"));
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
+    let mut granted_inline = 0;
     if !dct {
         // libmlx5 `create_qp` writes the granted sizes back.
         let (max_send_wr, max_inline_data) = rules::calc_dci_sq_size(&*init, &device).expect("checked");
         (*init).cap.max_send_wr = max_send_wr;
         (*init).cap.max_inline_data = max_inline_data;
+        granted_inline = max_inline_data;
     }
     let streams = (*mlx5).comp_mask
         & rdma_mummy_sys::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64
@@ -367,7 +374,13 @@ unsafe fn create(
             Box::new(MaybeUninit::zeroed().assume_init()),
         )
     } else {
-        recording_dci(streams)
+        let (mut qp, mlx5_view) = recording_dci(streams);
+        qp.wr_start = Some(wr_start);
+        qp.wr_complete = Some(wr_complete);
+        qp.wr_abort = Some(wr_abort);
+        qp.wr_set_inline_data = Some(wr_set_inline_data);
+        qp.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+        (qp, mlx5_view)
     };
     let n = with(|model| {
         let n = model.next_qp_number;
@@ -387,12 +400,83 @@ unsafe fn create(
                 errored: BTreeSet::new(),
                 unflushed: BTreeMap::new(),
                 queries_until_error: None,
+                max_inline_data: granted_inline,
+                batch_error: false,
                 tables: (qp, mlx5_view),
             },
         )
     });
     record(format!("create qp{n:#x}"));
     Ok(pointer)
+}
+
+/// The open batch's error of the model queue pair behind `qp`: `set` it, or take it (`None`).
+///
+/// # Safety
+///
+/// `qp` must be the extended view of a model queue pair.
+unsafe fn batch_error(qp: *mut ibv_qp_ex, set: Option<bool>) -> bool {
+    let n = (*qp).qp_base.qp_num;
+    with(|model| {
+        let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
+        match set {
+            Some(error) => entry.batch_error = error,
+            None => return std::mem::take(&mut entry.batch_error),
+        }
+        false
+    })
+}
+
+/// libmlx5 `_mlx5_send_wr_set_inline_data` (qp.c): data beyond the queue pair's granted
+/// `max_inline_data` is not copied; the batch's error becomes `ENOMEM`.
+///
+/// # Safety
+///
+/// `qp` must be the extended view of a model queue pair.
+unsafe fn check_inline(qp: *mut ibv_qp_ex, length: usize) {
+    let n = (*qp).qp_base.qp_num;
+    let max = with(|model| model.queue_pairs[&n].max_inline_data);
+    if length > max as usize {
+        record(format!("inline of {length} bytes beyond {max}: ENOMEM"));
+        batch_error(qp, Some(true));
+    }
+}
+
+/// The model's `wr_start`: a new batch, without error (libmlx5 clears `mqp->err`).
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    test_support::wr_start(qp);
+    batch_error(qp, Some(false));
+}
+
+/// The model's `wr_complete`: the batch's error, if any, instead of posting it (libmlx5
+/// `mlx5_send_wr_complete`).
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    if batch_error(qp, None) {
+        record("complete refused: ENOMEM".into());
+        return libc::ENOMEM;
+    }
+    test_support::wr_complete(qp)
+}
+
+/// The model's `wr_abort`: the batch and its error are dropped.
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    test_support::wr_abort(qp);
+    batch_error(qp, Some(false));
+}
+
+/// The model's `wr_set_inline_data`.
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut std::ffi::c_void, length: usize) {
+    test_support::wr_set_inline_data(qp, addr, length);
+    check_inline(qp, length);
+}
+
+/// The model's `wr_set_inline_data_list`: the slices' lengths together.
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex, num: usize, list: *const rdma_mummy_sys::ibv_data_buf,
+) {
+    test_support::dc::wr_set_inline_data_list(qp, num, list);
+    let length = std::slice::from_raw_parts(list, num).iter().map(|buf| buf.length).sum();
+    check_inline(qp, length);
 }
 
 /// The model's `mlx5_view`.
@@ -484,10 +568,10 @@ mod tests {
 
     use super::*;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
+    use crate::mlx5::dc::initiator::creation::{DciDevice, DciRequest};
     use crate::mlx5::dc::initiator::{
         BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
-        DciDevice, DciRequest, DciStreams, RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS,
-        DC_SEND_OPERATIONS,
+        DciStreams, RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
     };
     use crate::mlx5::dc::target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
     use crate::mlx5::device_attributes::DciStreamsCapabilities;
@@ -710,7 +794,8 @@ mod tests {
             matches!(err.0, BringUpDcInitiatorErrorKind::RtrAddressVectorRefused { .. }),
             "{err:?}"
         );
-        assert!(err.0.to_string().contains("older kernels"), "{}", err.0);
+        // It names the first kernel that takes one (Linux v5.0), so the user knows what to run.
+        assert!(err.0.to_string().contains("kernels before Linux 5.0"), "{}", err.0);
         assert_eq!(dci.state(), QueuePairState::Init);
         // Without it, the same kernel brings the DCI up.
         let mut dci = dci_on(DEVICE, None);
@@ -984,19 +1069,42 @@ mod tests {
     }
 
     #[test]
-    fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
-        let mut dci = brought_up(DEVICE, None);
-        assert_eq!(dci.max_inline_data(), 28);
-        let post = |dci: &mut DcInitiator, len: usize| {
-            dci.post_send_one(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled, |wr| {
-                // SAFETY: the model's address setter only records the pointer.
-                let wr = unsafe { wr.setup_send().setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
-                sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
-            })
-        };
-        post(&mut dci, 28).expect("the granted size fits");
+    fn the_send_queue_the_crate_plans_is_the_one_libmlx5_grants() {
+        use crate::mlx5::dc::initiator::creation::plan_dci;
+        let mut checked = 0;
+        for send_ops in [None, Some(SendOperationFlags::Send), Some(SendOperationFlags::Write)] {
+            for max_send_sge in [1, 5] {
+                for max_inline_data in [0, 29, 220] {
+                    for max_send_wr in [1, 3, 16, 20, 100, 1000] {
+                        reset(DEVICE);
+                        let mut asked = request(None);
+                        asked.send_ops = send_ops;
+                        asked.max_send_sge = max_send_sge;
+                        asked.max_inline_data = max_inline_data;
+                        asked.max_send_wr = max_send_wr;
+                        let planned = plan_dci(&asked, &dci_device(&DEVICE)).expect("planned");
+                        let dci = DcInitiator::modelled(&asked, &dci_device(&DEVICE), &QUEUE_PAIR_VERBS, &DC_VERBS)
+                            .expect("created");
+                        assert_eq!(planned.granted_max_send_wr(), dci.max_send_wr(), "{asked:?}");
+                        checked += usize::from(dci.max_send_wr() > max_send_wr);
+                    }
+                }
+            }
+        }
+        assert!(
+            checked > 0,
+            "no request was granted more than it asked: the comparison proves little"
+        );
+    }
+
+    /// Posts 28 bytes inline through `post` (the default DCI's granted size: it fits), then 29:
+    /// refused by name before the provider, never libmlx5's `ENOMEM` (`QueueFull`).
+    fn inline_beyond_the_granted_28_is_refused(
+        mut post: impl FnMut(usize) -> Result<(), crate::ibverbs::post_send_guard::PostSendError>,
+    ) {
+        post(28).expect("the granted size fits");
         take_calls();
-        let err = post(&mut dci, 29).unwrap_err();
+        let err = post(29).unwrap_err();
         assert!(
             matches!(
                 err.0,
@@ -1009,6 +1117,38 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(take_calls(), ["start", "abort"]);
+    }
+
+    #[test]
+    fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
+        let mut dci = brought_up(DEVICE, None);
+        assert_eq!(dci.max_inline_data(), 28);
+        inline_beyond_the_granted_28_is_refused(|len| {
+            dci.post_send_one(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled, |wr| {
+                // SAFETY: the model's address setter only records the pointer.
+                let wr = unsafe { wr.setup_send().setup_dc_addr_raw(NonNull::dangling(), 0x42, 7) };
+                sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
+            })
+        });
+    }
+
+    #[test]
+    fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue() {
+        use crate::mlx5::dc::pool::types::DcPoolPolicy;
+        use crate::mlx5::dc::pool::DcInitiatorPool;
+        let mut pool = DcInitiatorPool::from_initiators(vec![brought_up(DEVICE, None)], DcPoolPolicy::Static, 3);
+        // SAFETY: the model's address setter only records the pointer.
+        let destination = unsafe { pool.add_destination_raw(NonNull::dangling(), 0x42, 7) };
+        // As a DC initiator's own guard (the model fails it with ENOMEM, as libmlx5 does).
+        inline_beyond_the_granted_28_is_refused(|len| {
+            let mut guard = pool.start_post_send(destination).expect("an initiator");
+            let wr = guard
+                .construct_wr(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_send();
+            sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
+            guard.post()
+        });
     }
 
     #[test]
@@ -1036,7 +1176,7 @@ mod tests {
 
     #[test]
     fn the_largest_send_queue_the_crate_plans_is_libmlx5s_largest() {
-        use crate::mlx5::dc::initiator::{dci_init_attributes, plan_dci};
+        use crate::mlx5::dc::initiator::creation::{dci_init_attributes, plan_dci};
         let mut checked = 0;
         for send_ops in [
             None,
@@ -1129,7 +1269,7 @@ mod tests {
 
     #[test]
     fn every_dci_creation_the_crate_plans_is_one_libmlx5_and_the_kernel_accept() {
-        use crate::mlx5::dc::initiator::{dci_init_attributes, plan_dci, DciInitParameters};
+        use crate::mlx5::dc::initiator::creation::{dci_init_attributes, plan_dci, DciInitParameters};
         let devices = [
             DEVICE,
             Device {
@@ -1237,7 +1377,7 @@ mod tests {
         }
         // DCI: RESET -> INIT -> RTR -> RTS with the attributes bring_up hands over, then, from
         // every state, recover's move to RESET and the same steps again.
-        use crate::mlx5::dc::initiator::reset_attribute;
+        use crate::mlx5::dc::initiator::bring_up::reset_attribute;
         let mut bring_up = DcInitiatorBringUp::new(1);
         bring_up.setup_pkey_index(0).setup_max_read_atomic(4);
         let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, Some(16));

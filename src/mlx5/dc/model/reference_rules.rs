@@ -48,14 +48,17 @@ pub(crate) struct DciKernel {
     /// INIT → RTR takes `IB_QP_AV` as optional, beside `IB_QP_PKEY_INDEX`
     /// (`opt = IB_QP_PKEY_INDEX | IB_QP_AV`, so that a DCI can carry a service level or a
     /// LAG port, as UCX and perftest send); older kernels take `IB_QP_PKEY_INDEX` only, and
-    /// refuse an address vector with `EINVAL`. (The kernel commit that added `IB_QP_AV` there
-    /// is not pinned in this file: the kernel's history was not at hand when it was written;
-    /// both forms are read from published `qp.c` versions.)
+    /// refuse an address vector with `EINVAL`. Linux v5.0 is the first release with it: v4.20's
+    /// `qp.c` has `opt = IB_QP_PKEY_INDEX` there and v5.0's `IB_QP_PKEY_INDEX | IB_QP_AV`, the
+    /// function's only change between the two (the commit's id and subject were not found
+    /// without the kernel's history). Distribution kernels whose mlx5_ib is older refuse it too
+    /// (UCX's DCI RTR with an AV fails `EINVAL` on SLES 12 SP5's 4.12, openucx/ucx#8604).
     pub(crate) rtr_av: bool,
 }
 
 impl DciKernel {
-    /// A current kernel (e.g. Linux 6.x's `drivers/infiniband/hw/mlx5/qp.c`).
+    /// A current kernel: Linux v5.0 and later (v4.20 already has the RESET branch, without the
+    /// address vector).
     pub(crate) const CURRENT: Self = Self {
         reset_branch: true,
         rtr_av: true,

@@ -11,7 +11,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::requests::MAX_INITIATORS;
 use super::types::DcPoolPolicy;
-use super::DcInitiatorPool;
+use super::{DcInitiatorPool, PoolInitiator};
 use crate::mlx5::dc::endpoint::DcServiceClass;
 use crate::mlx5::dc::initiator::{
     BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder,
@@ -63,20 +63,24 @@ pub enum CreateDcInitiatorPoolErrorKind {
     /// (`setup_own_send_cq`).
     #[error("a send completion queue is required (setup_send_cq or setup_own_send_cq)")]
     MissingSendCompletionQueue,
-    /// The send completion queue given holds fewer completions than can be in flight: every
-    /// request is signalled, so it needs initiators × send queue entries.
+    /// The send completion queue holds fewer completions than can be in flight: every request is
+    /// signalled, so it needs initiators × the send queue each was granted
+    /// ([`DcInitiator::max_send_wr`](crate::mlx5::dc::initiator::DcInitiator::max_send_wr)).
+    /// Checked before any library call against the send queue asked for (each is granted at
+    /// least that), then against the one granted once the initiators exist (they are destroyed
+    /// again on this error).
     #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
     SendCompletionQueueTooSmall {
         /// What it holds (`ibv_cq.cqe`).
         cqe: u32,
-        /// Initiators × send queue.
+        /// Initiators × granted send queue.
         needed: u64,
     },
     /// Creating the pool's own send completion queue (`setup_own_send_cq`) failed, e.g. larger
     /// than the device's `max_cqe`.
     #[error("creating the pool's send completion queue of {cqe} entries failed")]
     SendCompletionQueue {
-        /// The size asked for (initiators × send queue).
+        /// The size asked for (initiators × granted send queue).
         cqe: u64,
         /// Why.
         #[source]
@@ -151,10 +155,12 @@ impl DcInitiatorPoolBuilder {
     /// queue pairs: [`DcInitiatorPool::poll`] hands their completions over
     /// ([`DcPoolEvent::OtherCompletion`](super::types::DcPoolEvent::OtherCompletion)), and a caller that polls it itself feeds the pool with
     /// [`DcInitiatorPool::complete`]. It must hold every request that can be in flight (the pool
-    /// signals every request): initiators × the initiator's `max_send_wr` ([`setup_initiator`](Self::setup_initiator))
-    /// (the pool keeps no more in flight per initiator, even when the device granted a larger
-    /// send queue), plus what the other queue pairs need; [`build`](Self::build) refuses a CQ
-    /// smaller than the pool's part ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
+    /// signals every request): initiators × the send queue each is granted
+    /// ([`DcInitiator::max_send_wr`](crate::mlx5::dc::initiator::DcInitiator::max_send_wr): at
+    /// least the `max_send_wr` of [`setup_initiator`](Self::setup_initiator), as libmlx5 rounds
+    /// the queue up to a power of two of bytes, e.g. 32 for 20), plus what the other queue pairs
+    /// need; [`build`](Self::build) refuses a CQ smaller than the pool's part
+    /// ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
         self.send_cq = Some(send_cq.into());
         self.own_send_cq = None;
@@ -162,7 +168,8 @@ impl DcInitiatorPoolBuilder {
     }
 
     /// Lets [`build`](Self::build) create the send completion queue on `context` (the protection
-    /// domain's device), sized initiators × the initiator's `max_send_wr` ([`setup_initiator`](Self::setup_initiator)), and,
+    /// domain's device), sized initiators × the send queue each will be granted (planned from
+    /// [`setup_initiator`](Self::setup_initiator)'s request and the device), and,
     /// with a `channel`, on that completion channel and completion vector: arm it through
     /// [`DcInitiatorPool::send_cq`] with
     /// [`req_notify_cq`](crate::ibverbs::extension::CompletionQueueEventExt::req_notify_cq) and
@@ -264,47 +271,55 @@ impl DcInitiatorPoolBuilder {
             },
         }
         let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
-        // Every request is signalled: the CQ holds up to initiators × send queue of the pool's.
-        let max_send_wr = self.initiator.max_send_wr();
-        let needed = self.count as u64 * u64::from(max_send_wr.max(1));
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
+        // Every request is signalled, and each initiator is granted at least the send queue asked
+        // for: a CQ below initiators × that is refused before any library call (and checked
+        // against what was granted once the initiators exist).
+        let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
-                // SAFETY: the CQ is alive while `cq` is; only its size is read.
-                let cqe = unsafe { (*cq.cq().as_ptr()).cqe };
-                let cqe = u32::try_from(cqe).unwrap_or(0);
-                if u64::from(cqe) < needed {
-                    return Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed }.into());
+                let cqe = entries(cq);
+                if u64::from(cqe) < at_least {
+                    return Err(
+                        CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed: at_least }.into(),
+                    );
                 }
-                initiator_builder.setup_send_cq(cq.clone());
                 cq.clone()
             },
             (None, Some((context, channel))) => {
-                let cqe = u32::try_from(needed)
-                    .ok()
-                    .filter(|&cqe| cqe <= i32::MAX as u32)
-                    .ok_or_else(|| CreateDcInitiatorPoolErrorKind::SendCompletionQueue {
-                        cqe: needed,
-                        source: CreateCompletionQueueErrorKind::Ibverbs(std::io::Error::from_raw_os_error(
-                            libc::EINVAL,
-                        ))
-                        .into(),
-                    })?;
+                let cqe_of = |needed: u64| {
+                    u32::try_from(needed)
+                        .ok()
+                        .filter(|&cqe| cqe <= i32::MAX as u32)
+                        .ok_or_else(|| CreateDcInitiatorPoolErrorKind::SendCompletionQueue {
+                            cqe: needed,
+                            source: CreateCompletionQueueErrorKind::Ibverbs(std::io::Error::from_raw_os_error(
+                                libc::EINVAL,
+                            ))
+                            .into(),
+                        })
+                };
+                cqe_of(at_least)?;
+                // Sized for the send queue libmlx5 will grant each initiator.
+                let per_initiator = initiator_builder
+                    .planned_max_send_wr()
+                    .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index: 0, source })?;
+                let needed = self.count as u64 * u64::from(per_initiator.max(1));
+                let cqe = cqe_of(needed)?;
                 let mut builder = context.create_cq_builder();
                 builder.setup_cqe(cqe);
                 if let Some((channel, vector)) = channel {
                     builder.setup_comp_channel(channel, *vector);
                 }
-                let cq: GenericCompletionQueue = builder
+                builder
                     .build()
                     .map_err(|source| CreateDcInitiatorPoolErrorKind::SendCompletionQueue { cqe: needed, source })?
-                    .into();
-                initiator_builder.setup_send_cq(cq.clone());
-                cq
+                    .into()
             },
             (None, None) => return Err(CreateDcInitiatorPoolErrorKind::MissingSendCompletionQueue.into()),
         };
+        initiator_builder.setup_send_cq(send_cq.clone());
         let mut initiators = Vec::with_capacity(self.count);
         for index in 0..self.count {
             let mut initiator = initiator_builder
@@ -315,9 +330,7 @@ impl DcInitiatorPoolBuilder {
                 .map_err(|source| CreateDcInitiatorPoolErrorKind::BringUp { index, source })?;
             initiators.push(initiator);
         }
-        let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
-        // No more in flight per initiator than the CQ was sized for.
-        pool.core.limit_send_queue(max_send_wr);
+        let mut pool = pool_on(initiators, entries(&send_cq), self.policy, self.unreachable_after)?;
         pool.core.set_grant_timeout(self.grant_timeout);
         pool.send_cq = Some(send_cq);
         pool.pd = Some(Arc::clone(&self.pd));
@@ -325,5 +338,77 @@ impl DcInitiatorPoolBuilder {
         pool.src_gid_index = self.src_gid_index;
         pool.service_class = self.service_class;
         Ok(pool)
+    }
+}
+
+/// How many completions `cq` holds (`ibv_cq.cqe`).
+fn entries(cq: &GenericCompletionQueue) -> u32 {
+    // SAFETY: the CQ is alive while `cq` is; only its size is read.
+    u32::try_from(unsafe { (*cq.cq().as_ptr()).cqe }).unwrap_or(0)
+}
+
+/// The pool over `initiators` on a send CQ of `cqe` entries. It keeps in flight on each
+/// initiator its send queue as libmlx5 granted it
+/// ([`DcInitiator::max_send_wr`](crate::mlx5::dc::initiator::DcInitiator::max_send_wr), the
+/// smallest were they to differ), which the CQ must hold for every initiator: the pool signals
+/// every request.
+fn pool_on<I: PoolInitiator>(
+    initiators: Vec<I>, cqe: u32, policy: DcPoolPolicy, unreachable_after: u32,
+) -> Result<DcInitiatorPool<I>, CreateDcInitiatorPoolErrorKind> {
+    let per_initiator = initiators.iter().map(I::max_send_wr).min().unwrap_or(0).max(1);
+    let needed = initiators.len() as u64 * u64::from(per_initiator);
+    if u64::from(cqe) < needed {
+        return Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed });
+    }
+    let mut pool = DcInitiatorPool::from_initiators(initiators, policy, unreachable_after);
+    pool.core.limit_send_queue(per_initiator);
+    Ok(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mlx5::dc::initiator::creation::{DciDevice, DciRequest};
+    use crate::mlx5::dc::initiator::DcInitiator;
+    use crate::mlx5::dc::model::{self, DC_VERBS, DEVICE, QUEUE_PAIR_VERBS};
+    use crate::mlx5::dc::pool::initiator::PooledInitiator;
+
+    /// Two DC initiators of the model, each asked for 20 requests.
+    fn initiators() -> Vec<DcInitiator> {
+        let asked = DciRequest {
+            max_send_wr: 20,
+            max_send_sge: 1,
+            max_inline_data: 0,
+            send_ops: None,
+            streams: None,
+            sq_sig_all: false,
+        };
+        let device = DciDevice {
+            max_qp_wr: DEVICE.max_qp_wr,
+            max_sge: DEVICE.max_sge,
+            atomics: DEVICE.atomic_cap,
+            dci_streams: None,
+        };
+        (0..2)
+            .map(|_| DcInitiator::modelled(&asked, &device, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created"))
+            .collect()
+    }
+
+    #[test]
+    fn the_send_cq_and_the_in_flight_cap_follow_the_granted_send_queue() {
+        model::reset(DEVICE);
+        // 20 requests of 128 bytes round up to a 4 KiB queue: libmlx5 grants 32.
+        assert_eq!(initiators()[0].max_send_wr(), 32);
+        // A CQ for what was asked (2 × 20) cannot hold what the initiators may have in flight.
+        assert!(matches!(
+            pool_on(initiators(), 40, DcPoolPolicy::Static, 3).err(),
+            Some(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe: 40, needed: 64 })
+        ));
+        // One for what was granted holds it, and the pool keeps that much in flight on each.
+        let mut pool = pool_on(initiators(), 64, DcPoolPolicy::Static, 3).expect("the CQ holds 2 × 32");
+        assert_eq!(pool.initiator(0).map(PooledInitiator::max_send_wr), Some(32));
+        // SAFETY: the model's address setter only records the pointer.
+        let destination = unsafe { pool.add_destination_raw(std::ptr::NonNull::dangling(), 0x42, 7) };
+        assert_eq!(pool.start_post_send(destination).expect("an initiator").room(), 32);
     }
 }

@@ -45,6 +45,8 @@ pub unsafe trait PostingInitiator: PooledInitiator {
     fn qp_number(&self) -> u32;
     /// The views and entries posting uses.
     fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>);
+    /// The inline data its requests take, as granted: longer is refused before the provider.
+    fn max_inline_data(&self) -> u32;
 }
 
 impl PooledInitiator for DcInitiator {
@@ -78,5 +80,9 @@ unsafe impl PostingInitiator for DcInitiator {
 
     fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
         self.pool_view()
+    }
+
+    fn max_inline_data(&self) -> u32 {
+        DcInitiator::max_inline_data(self)
     }
 }

@@ -84,12 +84,16 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         // The batch's places, before the provider's calls (which the compiler cannot see into).
         let wr_ids = self.wr_ids.batch(grant.initiator, grant.slot, grant.room);
         let (ah, dct_number, dc_key) = grant.address;
-        let (qp_ex, entries, mlx5_qp_ex) = self.core.initiators[grant.initiator].send_view();
+        let initiator = &mut self.core.initiators[grant.initiator];
+        let max_inline_data = initiator.max_inline_data();
+        let (qp_ex, entries, mlx5_qp_ex) = initiator.send_view();
         let address = A::new(DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key), grant.stream);
         // SAFETY: the initiator's queue pair is exclusively borrowed through the pool for the
         // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
         // stream setter when it has streams, which the streams policy's initiators have).
-        let inner = unsafe { PostSendGuard::<PooledDynamicallyConnected<A>>::start(qp_ex, entries, address) };
+        let mut inner = unsafe { PostSendGuard::<PooledDynamicallyConnected<A>>::start(qp_ex, entries, address) };
+        // As the DC initiator's own guard: longer inline data is its own error, not QueueFull.
+        inner.set_max_inline_data(max_inline_data);
         Ok(DcPoolPostGuard {
             inner,
             batch: PoolBatch {

@@ -234,6 +234,11 @@ unsafe impl PostingInitiator for RecordingInitiator {
             NonNull::from(&mut self.view.view),
         )
     }
+
+    fn max_inline_data(&self) -> u32 {
+        // The recording tables take any length.
+        u32::MAX
+    }
 }
 
 /// The pool's initiators are queue pairs 0x10 and 0x11 (`qp16`, `qp17` in the records).

@@ -1,0 +1,643 @@
+//! How a DC initiator is created: the builder's settings and `build`, which queries the device,
+//! plans the init parameters (or refuses the request by type before the library), hands them to
+//! `mlx5dv_create_qp` and completes the queue pair into a [`DcInitiator`]. The send queue is sized
+//! as libmlx5 sizes it, so what it will grant is known before the call (a pool sizes its CQ with
+//! it) and what it granted is read back after.
+use std::io;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::{
+    ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
+    mlx5dv_qp_init_attr_mask,
+};
+use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::SendOperationFlags;
+
+use super::{
+    dc_entries, CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciStreams,
+    DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
+};
+use crate::ibverbs::queue_pair::QueuePairCore;
+use crate::ibverbs::zeroed::Zeroed;
+use crate::mlx5::dc::state_table::DC_INITIATOR;
+use crate::mlx5::device_attributes::DciStreamsCapabilities;
+use crate::mlx5::device_context::query_device_raw;
+use crate::mlx5::library::{DcVerbs, LIBMLX5};
+
+impl DcInitiatorBuilder {
+    /// A builder with the defaults: 16 send requests of 1 entry, no inline data, every DC
+    /// operation the device can do, no streams.
+    pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
+        Self {
+            pd: Arc::clone(pd),
+            send_cq: None,
+            request: DciRequest {
+                max_send_wr: 16,
+                max_send_sge: 1,
+                max_inline_data: 0,
+                send_ops: None,
+                streams: None,
+                sq_sig_all: false,
+            },
+        }
+    }
+
+    /// The protection domain the initiators are created on (a pool's builder sets its own).
+    pub(crate) fn setup_protection_domain(&mut self, pd: &Arc<ProtectionDomain>) -> &mut Self {
+        self.pd = Arc::clone(pd);
+        self
+    }
+
+    /// The send queue asked for: at most what [`build`](Self::build) is granted.
+    pub(crate) fn max_send_wr(&self) -> u32 {
+        self.request.max_send_wr
+    }
+
+    /// The DCI streams asked for.
+    pub(crate) fn streams(&self) -> Option<DciStreams> {
+        self.request.streams
+    }
+
+    /// The completion queue of send completions (required).
+    pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
+        self.send_cq = Some(send_cq.into());
+        self
+    }
+
+    /// Capacity of the send queue (default 16); [`DcInitiator::max_send_wr`] reads what was
+    /// granted.
+    ///
+    /// A DC request takes at least two 64-byte basic blocks of the send queue (its control,
+    /// operation and 48-byte address segments before any data: libmlx5's `mlx5_calc_send_wqe`),
+    /// and the queue is rounded up to a power of two of bytes, while the device's `max_qp_wr`
+    /// counts blocks. A request that would not fit is refused before the call with
+    /// [`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge), which names the
+    /// largest that fits (half of `max_qp_wr` for the default initiator).
+    pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
+        self.request.max_send_wr = max_send_wr;
+        self
+    }
+
+    /// Scatter/gather entries per send request (default 1).
+    pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
+        self.request.max_send_sge = max_send_sge;
+        self
+    }
+
+    /// Inline data per send request in bytes (default 0).
+    pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
+        self.request.max_inline_data = max_inline_data;
+        self
+    }
+
+    /// The send operations the DC initiator will post (every one used must be listed). A
+    /// request for another one is refused at post.
+    ///
+    /// Default: every operation of [`DC_SEND_OPERATIONS`] the device can do — without the
+    /// atomics on a device whose `atomic_cap` is `IBV_ATOMIC_NONE`, where libmlx5 refuses them
+    /// (so the default never fails creation). Listing atomics on such a device is refused with
+    /// [`AtomicOperationsNotSupported`](CreateDcInitiatorErrorKind::AtomicOperationsNotSupported).
+    pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
+        self.request.send_ops = Some(send_ops_flags);
+        self
+    }
+
+    /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), checked against the device's
+    /// `dci_streams_caps` before the call: a device whose `max_log_num_concurent` is 0 has no
+    /// streams ([`DciStreamsNotSupported`](CreateDcInitiatorErrorKind::DciStreamsNotSupported)).
+    /// Requests then address with `setup_dc_addr_stream`.
+    pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
+        self.request.streams = Some(streams);
+        self
+    }
+
+    /// Whether every send request generates a completion, whatever its flags (default false).
+    pub fn setup_sq_sig_all(&mut self, sq_sig_all: bool) -> &mut Self {
+        self.request.sq_sig_all = sq_sig_all;
+        self
+    }
+
+    /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
+    /// device (send operations, capacities, DCI streams, see [`CreateDcInitiatorErrorKind`]). On
+    /// a device that is not mlx5, or without libmlx5,
+    /// [`NotSupported`](CreateDcInitiatorErrorKind::NotSupported).
+    ///
+    /// Scatter to CQE (small read responses written into the completion) is always off for a
+    /// DC queue pair: libmlx5 turns it off for every DC queue pair created with send operations,
+    /// because its DC data path does not support it (`create_qp` in `verbs.c`).
+    pub fn build(&self) -> Result<DcInitiator, CreateDcInitiatorError> {
+        let send_cq = self
+            .send_cq
+            .clone()
+            .ok_or(CreateDcInitiatorErrorKind::MissingSendCompletionQueue)?;
+        let DciPlan {
+            context,
+            max_dc_init_rd_atom,
+            device,
+            params,
+        } = self.plan()?;
+        let (mut init, mut mlx5_init) = dci_init_attributes(&params);
+        // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.
+        unsafe {
+            init.pd = self.pd.pd().as_ptr();
+            init.send_cq = send_cq.cq().as_ptr();
+            init.recv_cq = send_cq.cq().as_ptr();
+        }
+        let creation = DciCreation {
+            init,
+            mlx5: mlx5_init,
+            params,
+            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
+        };
+        // SAFETY: init's pointers are alive for the call.
+        let qp = unsafe { create_dc_qp(&LIBMLX5, context, &mut init, &mut mlx5_init) }.map_err(|err| match err {
+            None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
+            Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+        })?;
+        // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
+        let granted = Granted::of(&init);
+        // SAFETY: qp was just created on these parents, with these send operations, in RESET,
+        // and is owned here (an error below destroys it).
+        let core = unsafe {
+            QueuePairCore::new(
+                qp,
+                &DC_INITIATOR,
+                Some(params.send_ops),
+                Arc::clone(&self.pd),
+                Some(send_cq),
+                None,
+                None,
+            )
+        }
+        .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
+        DcInitiator::adopt(core, &LIBMLX5, creation, granted, max_dc_init_rd_atom)
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
+    }
+
+    /// The send queue [`build`](Self::build) will be granted ([`DcInitiator::max_send_wr`]),
+    /// from the request and the device, before creating anything: a pool sizes its own send CQ
+    /// with it.
+    pub(crate) fn planned_max_send_wr(&self) -> Result<u32, CreateDcInitiatorError> {
+        Ok(self.plan()?.params.granted_max_send_wr())
+    }
+
+    /// Queries the device (`mlx5dv_query_device`, `ibv_query_device`) and plans the creation
+    /// ([`plan_dci`]), refusing input no device takes before any library call.
+    fn plan(&self) -> Result<DciPlan, CreateDcInitiatorError> {
+        if let Some(requested) = self.request.send_ops {
+            check_dc_operations(requested)?;
+        }
+        // SAFETY: the PD's context is open while the PD is.
+        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
+        // SAFETY: as above.
+        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
+            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => {
+                CreateDcInitiatorErrorKind::NotSupported
+            },
+            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => {
+                CreateDcInitiatorErrorKind::Ibverbs(err)
+            },
+        })?;
+        let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
+        let device = DciDevice {
+            max_qp_wr: device.max_qp_wr.max(0) as u32,
+            max_sge: device.max_sge.max(0) as u32,
+            atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            dci_streams: mlx5.dci_streams_caps(),
+        };
+        let params = plan_dci(&self.request, &device)?;
+        Ok(DciPlan {
+            context,
+            max_dc_init_rd_atom: mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
+            device,
+            params,
+        })
+    }
+}
+
+/// What [`DcInitiatorBuilder::build`] creates a DC initiator from: the device's context and
+/// what it reported, and the planned parameters.
+struct DciPlan {
+    context: NonNull<rdma_mummy_sys::ibv_context>,
+    max_dc_init_rd_atom: Option<u64>,
+    device: DciDevice,
+    params: DciInitParameters,
+}
+
+impl DcInitiator {
+    /// Completes a DC initiator around a new queue-pair core: its mlx5 view and DC entries, or
+    /// the name of the first entry the provider left NULL.
+    fn adopt(
+        mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, granted: Granted,
+        max_dc_init_rd_atom: Option<u64>,
+    ) -> Result<Self, &'static str> {
+        let mlx5_qp_ex = Self::attach(&mut core, verbs, creation.params.streams.is_some())?;
+        let send_view = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
+        Ok(Self {
+            core,
+            granted,
+            send_view,
+            mlx5_qp_ex,
+            verbs,
+            creation,
+            max_dc_init_rd_atom,
+            brought_up_with: None,
+        })
+    }
+
+    /// Reads the mlx5 view of the core's queue pair and adds the DC setters to its entries.
+    pub(super) fn attach(
+        core: &mut QueuePairCore, verbs: &DcVerbs, streams: bool,
+    ) -> Result<NonNull<mlx5dv_qp_ex>, &'static str> {
+        let (qp_ex, _) = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
+        // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
+        let mlx5_qp_ex =
+            NonNull::new(unsafe { (verbs.mlx5_view)(qp_ex.as_ptr()) }).ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
+        // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are
+        // read.
+        core.add_entries(unsafe { dc_entries(mlx5_qp_ex, streams) }?);
+        Ok(mlx5_qp_ex)
+    }
+}
+
+#[cfg(test)]
+impl DcInitiator {
+    /// A DC initiator planned from `request` on `device` as [`DcInitiatorBuilder::build`] does,
+    /// created through `queue_pair` and `verbs` (a unit test's model of the library).
+    pub(crate) fn modelled(
+        request: &DciRequest, device: &DciDevice, queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs,
+        verbs: &'static DcVerbs,
+    ) -> Result<Self, CreateDcInitiatorErrorKind> {
+        let params = plan_dci(request, device)?;
+        let (mut init, mut mlx5) = dci_init_attributes(&params);
+        let creation = DciCreation {
+            init,
+            mlx5,
+            params,
+            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
+        };
+        let context = NonNull::dangling();
+        // SAFETY: the model takes any pointers.
+        let qp = unsafe { create_dc_qp(verbs, context, &mut init, &mut mlx5) }.map_err(|err| match err {
+            None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
+            Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+        })?;
+        let granted = Granted::of(&init);
+        // SAFETY: the model's queue pair lives as long as the model.
+        let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
+            .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
+        Self::adopt(core, verbs, creation, granted, Some(16))
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
+    }
+}
+
+/// What a DC initiator is created with: the parts of its init attributes that do not point at
+/// other objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciInitParameters {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_inline_data: u32,
+    pub(crate) send_ops: SendOperationFlags,
+    pub(crate) streams: Option<DciStreams>,
+    pub(crate) sq_sig_all: bool,
+}
+
+/// What a [`DcInitiatorBuilder`] asks for: [`DciInitParameters`] with the send operations left to
+/// the device when not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciRequest {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_inline_data: u32,
+    /// `None`: [`DC_SEND_OPERATIONS`], without the atomics on a device without atomics.
+    pub(crate) send_ops: Option<SendOperationFlags>,
+    pub(crate) streams: Option<DciStreams>,
+    pub(crate) sq_sig_all: bool,
+}
+
+/// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
+/// `max_qp_wr`, `max_sge` and `atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciDevice {
+    pub(crate) max_qp_wr: u32,
+    pub(crate) max_sge: u32,
+    /// `atomic_cap` is not `IBV_ATOMIC_NONE` (libmlx5 sets `atomics_enabled` from it).
+    pub(crate) atomics: bool,
+    pub(crate) dci_streams: Option<DciStreamsCapabilities>,
+}
+
+/// Refuses send operations a DC initiator cannot post, whatever the device.
+pub(super) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), CreateDcInitiatorErrorKind> {
+    if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
+        return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
+            requested,
+            allowed: DC_SEND_OPERATIONS,
+        });
+    }
+    Ok(())
+}
+
+/// Decides a DC initiator's init parameters from the request and the device, or refuses it
+/// before the library would: the send operations (default: every DC operation the device can
+/// do), the capacities, the DCI streams.
+pub(crate) fn plan_dci(
+    request: &DciRequest, device: &DciDevice,
+) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
+    let send_ops = match request.send_ops {
+        Some(requested) => {
+            check_dc_operations(requested)?;
+            let atomics = requested.and(DC_ATOMIC_OPERATIONS);
+            if !atomics.is_none() && !device.atomics {
+                return Err(CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested: atomics });
+            }
+            requested
+        },
+        None if device.atomics => DC_SEND_OPERATIONS,
+        None => DC_SEND_OPERATIONS.and(DC_ATOMIC_OPERATIONS.not()),
+    };
+    if request.max_send_wr == 0 || request.max_send_wr > device.max_qp_wr {
+        return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
+            requested: request.max_send_wr,
+            max: device.max_qp_wr,
+        });
+    }
+    let request_size = dci_request_size(send_ops, request.max_send_sge, request.max_inline_data);
+    let max = dci_max_send_wr(device.max_qp_wr, request_size);
+    if request.max_send_wr > max {
+        return Err(CreateDcInitiatorErrorKind::SendQueueTooLarge {
+            requested: request.max_send_wr,
+            max,
+            request_size,
+            max_qp_wr: device.max_qp_wr,
+        });
+    }
+    if request.max_send_sge > device.max_sge {
+        return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
+            requested: request.max_send_sge,
+            max: device.max_sge,
+        });
+    }
+    if let Some(streams) = request.streams {
+        check_streams(streams, device.dci_streams)?;
+    }
+    Ok(DciInitParameters {
+        max_send_wr: request.max_send_wr,
+        max_send_sge: request.max_send_sge,
+        max_inline_data: request.max_inline_data,
+        send_ops,
+        streams: request.streams,
+        sq_sig_all: request.sq_sig_all,
+    })
+}
+
+/// The bytes one DC request takes in the send queue, as libmlx5 sizes it (`mlx5_calc_send_wqe`
+/// in `verbs.c`): a 16-byte control segment, grown to the largest operation granted (16 more for
+/// RDMA's remote address, 32 more for an atomic's), the 48-byte DC address vector, then the
+/// larger of the scatter/gather entries (16 bytes each) and the inline data (a 4-byte header,
+/// padded to 16), rounded up to 64-byte basic blocks: 128 bytes for the default initiator.
+pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
+    let rdma = SendOperationFlags::Write | SendOperationFlags::WriteWithImmediate | SendOperationFlags::Read;
+    let operation = if !send_ops.and(DC_ATOMIC_OPERATIONS).is_none() {
+        48
+    } else if !send_ops.and(rdma).is_none() {
+        32
+    } else {
+        16
+    };
+    let overhead = operation + 48;
+    let gather = overhead + max_send_sge.saturating_mul(16);
+    let inline = match max_inline_data {
+        0 => 0,
+        bytes => overhead + (bytes.saturating_add(4 + 15) & !15),
+    };
+    gather.max(inline).saturating_add(63) & !63
+}
+
+/// The most requests of `request_size` bytes a send queue holds on a device whose `max_qp_wr` is
+/// read as its number of 64-byte basic blocks (libmlx5 `mlx5_calc_sq_size`: the queue is the
+/// requests' bytes rounded up to a power of two, at most `max_send_wqebb` blocks, which the
+/// kernel's `mlx5_ib_alloc_ucontext` sets to `1 << log_max_qp_sz`, as `max_qp_wr` was before
+/// kernels that report fewer): `max_qp_wr` itself at most.
+pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
+    let blocks = match max_qp_wr {
+        0 => return 0,
+        n => 1u64 << (31 - n.leading_zeros()),
+    };
+    ((blocks * 64) / u64::from(request_size.max(64))).min(u64::from(max_qp_wr)) as u32
+}
+
+/// The requests a send queue of `max_send_wr` requests of `request_size` bytes is granted
+/// (libmlx5 `mlx5_calc_sq_size`: the queue is `max_send_wr` × `request_size` bytes rounded up to
+/// a power of two, and `create_qp` writes back `max_post`, the requests it holds): at least
+/// `max_send_wr`, e.g. 32 for 20 requests of 128 bytes.
+pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
+    let request_size = u64::from(request_size.max(64));
+    ((u64::from(max_send_wr) * request_size).next_power_of_two() / request_size).min(u64::from(u32::MAX)) as u32
+}
+
+impl DciInitParameters {
+    /// The send queue `mlx5dv_create_qp` grants these parameters ([`dci_granted_send_wr`]).
+    pub(crate) fn granted_max_send_wr(&self) -> u32 {
+        let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
+        dci_granted_send_wr(self.max_send_wr, request_size)
+    }
+}
+
+/// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
+/// them): `IBV_QPT_DRIVER`, no receive queue, `SEND_OPS_FLAGS` with every granted operation,
+/// the mlx5 DC attributes of type DCI, and the optional streams and create flags.
+pub(crate) fn dci_init_attributes(
+    params: &DciInitParameters,
+) -> (Zeroed<ibv_qp_init_attr_ex>, Zeroed<mlx5dv_qp_init_attr>) {
+    let (mut init, mut mlx5) = (
+        Zeroed::<ibv_qp_init_attr_ex>::new(),
+        Zeroed::<mlx5dv_qp_init_attr>::new(),
+    );
+    init.qp_type = ibv_qp_type::IBV_QPT_DRIVER;
+    init.sq_sig_all = params.sq_sig_all as i32;
+    init.cap.max_send_wr = params.max_send_wr;
+    init.cap.max_send_sge = params.max_send_sge;
+    init.cap.max_inline_data = params.max_inline_data;
+    // A DCI has no receive queue: the kernel refuses one.
+    init.cap.max_recv_wr = 0;
+    init.cap.max_recv_sge = 0;
+    init.comp_mask =
+        (ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS).0;
+    init.send_ops_flags = params.send_ops.bits();
+    mlx5.comp_mask = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
+    mlx5.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
+    if let Some(streams) = params.streams {
+        mlx5.comp_mask |= mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64;
+        // SAFETY: the union's streams member is written for a DCI with streams.
+        let dci_streams = unsafe { mlx5.dc_init_attr.__bindgen_anon_1.dci_streams.as_mut() };
+        dci_streams.log_num_concurent = streams.log_num_concurrent;
+        dci_streams.log_num_errored = streams.log_num_errored;
+    }
+    (init, mlx5)
+}
+
+/// `MLX5DV_DCTYPE_DCI`.
+const MLX5DV_DCTYPE_DCI: mlx5dv_dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCI;
+
+/// Creates the queue pair of `init` and `mlx5` on the protection domain's context with
+/// `mlx5dv_create_qp` (through `verbs`); `EOPNOTSUPP` comes back as `None` in the error (it is
+/// called after `mlx5dv_query_device` succeeded, so it means the device has no DC).
+///
+/// # Safety
+///
+/// The pointers in `init` must be alive for the call; `context` must be open.
+pub(crate) unsafe fn create_dc_qp(
+    verbs: &DcVerbs, context: NonNull<rdma_mummy_sys::ibv_context>, init: &mut ibv_qp_init_attr_ex,
+    mlx5: &mut mlx5dv_qp_init_attr,
+) -> Result<NonNull<ibv_qp>, Option<io::Error>> {
+    // SAFETY: the context is open; init and mlx5 are valid, writable structs.
+    unsafe { (verbs.create)(context.as_ptr(), init, mlx5) }
+        .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
+}
+
+/// Checks DCI streams against the device's capabilities: none reported, or a concurrency of 0
+/// (libmlx5's `_mlx5dv_query_device` reports the capability on every device, with zeros where
+/// there are no streams), is a device without streams.
+fn check_streams(streams: DciStreams, caps: Option<DciStreamsCapabilities>) -> Result<(), CreateDcInitiatorErrorKind> {
+    let caps = caps
+        .filter(|caps| caps.max_log_num_concurrent > 0)
+        .ok_or(CreateDcInitiatorErrorKind::DciStreamsNotSupported)?;
+    for (limit, requested, max) in [
+        (
+            "log_num_concurent",
+            streams.log_num_concurrent,
+            caps.max_log_num_concurrent,
+        ),
+        ("log_num_errored", streams.log_num_errored, caps.max_log_num_errored),
+    ] {
+        if requested > max {
+            return Err(CreateDcInitiatorErrorKind::DciStreamsTooLarge { limit, requested, max });
+        }
+    }
+    Ok(())
+}
+
+/// What a DC initiator was created with, to create it again where the kernel refuses its move
+/// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
+/// kept alive by the queue pair's parents).
+#[derive(Clone, Copy)]
+pub(crate) struct DciCreation {
+    pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,
+    pub(crate) mlx5: Zeroed<mlx5dv_qp_init_attr>,
+    pub(crate) params: DciInitParameters,
+    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).
+    pub(crate) max_log_num_errored: u8,
+}
+
+/// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back into the init attributes: at least
+/// what was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Granted {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_inline_data: u32,
+}
+
+impl Granted {
+    /// The capacities of init attributes after `mlx5dv_create_qp` returned.
+    pub(super) fn of(init: &ibv_qp_init_attr_ex) -> Self {
+        Self {
+            max_send_wr: init.cap.max_send_wr,
+            max_inline_data: init.cap.max_inline_data,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The init attributes and the streams check, against the reference rules.
+    use super::*;
+
+    fn params() -> DciInitParameters {
+        DciInitParameters {
+            max_send_wr: 64,
+            max_send_sge: 2,
+            max_inline_data: 32,
+            send_ops: DC_SEND_OPERATIONS,
+            streams: None,
+            sq_sig_all: false,
+        }
+    }
+    #[test]
+    fn dci_init_attributes_follow_the_reference_rules() {
+        let (init, mlx5) = dci_init_attributes(&params());
+        assert_eq!(init.qp_type, ibv_qp_type::IBV_QPT_DRIVER);
+        assert_eq!(
+            (init.cap.max_recv_wr, init.cap.max_recv_sge),
+            (0, 0),
+            "no receive queue"
+        );
+        assert_eq!(
+            (init.cap.max_send_wr, init.cap.max_send_sge, init.cap.max_inline_data),
+            (64, 2, 32)
+        );
+        assert_eq!(
+            init.comp_mask,
+            (ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS).0
+        );
+        // Every granted operation is listed.
+        assert_eq!(init.send_ops_flags, DC_SEND_OPERATIONS.bits());
+        assert!(init.pd.is_null() && init.send_cq.is_null() && init.srq.is_null());
+        assert_eq!(
+            mlx5.comp_mask,
+            mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64
+        );
+        assert_eq!(mlx5.dc_init_attr.dc_type, MLX5DV_DCTYPE_DCI);
+        assert_eq!(mlx5.create_flags, 0);
+
+        let mut with = params();
+        with.send_ops = SendOperationFlags::Write | SendOperationFlags::Read;
+        with.streams = Some(DciStreams {
+            log_num_concurrent: 3,
+            log_num_errored: 1,
+        });
+        let (init, mlx5) = dci_init_attributes(&with);
+        assert_eq!(init.send_ops_flags, with.send_ops.bits());
+        assert_eq!(
+            mlx5.comp_mask,
+            (mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC
+                | mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS)
+                .0 as u64
+        );
+        // SAFETY: the streams member was written.
+        let streams = unsafe { *mlx5.dc_init_attr.__bindgen_anon_1.dci_streams.as_ref() };
+        assert_eq!((streams.log_num_concurent, streams.log_num_errored), (3, 1));
+        assert_eq!(mlx5.create_flags, 0);
+    }
+    #[test]
+    fn streams_are_checked_against_the_device_with_the_limit_named() {
+        use crate::mlx5::device_attributes::DciStreamsCapabilities;
+        let caps = DciStreamsCapabilities {
+            max_log_num_concurrent: 4,
+            max_log_num_errored: 2,
+        };
+        let ok = DciStreams {
+            log_num_concurrent: 4,
+            log_num_errored: 2,
+        };
+        assert!(check_streams(ok, Some(caps)).is_ok());
+        assert!(matches!(
+            check_streams(ok, None),
+            Err(CreateDcInitiatorErrorKind::DciStreamsNotSupported)
+        ));
+        let errored = DciStreams {
+            log_num_errored: 3,
+            ..ok
+        };
+        assert!(matches!(
+            check_streams(errored, Some(caps)),
+            Err(CreateDcInitiatorErrorKind::DciStreamsTooLarge {
+                limit: "log_num_errored",
+                requested: 3,
+                max: 2
+            })
+        ));
+    }
+}

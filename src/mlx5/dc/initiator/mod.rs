@@ -1,0 +1,940 @@
+//! The DC initiator (DCI): a send-only queue pair of the DC (Dynamically Connected) transport,
+//! whose every work request names its destination (address handle, DCT number, DC key) with
+//! `mlx5dv_wr_set_dc_addr`.
+//!
+//! Build one with [`DcInitiatorBuilder`] (from a protection domain), bring it to RTS with
+//! [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]), then post with
+//! [`DcInitiator::start_post_send`]: `construct_wr` → an operation → `setup_dc_addr` → the data.
+//! A request without its address or its data does not compile (`tests/compile_fail/` pins it).
+//!
+//! After an error completion a DC initiator is in ERR for every destination:
+//! [`DcInitiator::recover`] brings it back in one call; with DCI streams, one errored stream is
+//! reset with [`DcInitiator::reset_stream`].
+//!
+//! This module defines the public types: the builder and its errors, the DC initiator (its
+//! accessors and posting), its bring-up parameters and errors, and the DC transport of the post
+//! guard (a request's address step, `mlx5dv_wr_set_dc_addr`). Their behaviour is in two private
+//! rooms: `creation`, the builder's settings and `build` (the plan from a request and the device
+//! to `mlx5dv_create_qp`, sized as libmlx5 sizes it, so what it will grant is known before the
+//! call); `bring_up`, the bring-up parameters, the transitions to RTS, recovery after an error
+//! and stream resets.
+//!
+//! # Reference
+//!
+//! - rdma-core manpages: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html),
+//!   [`mlx5dv_wr_post`](https://man7.org/linux/man-pages/man3/mlx5dv_wr_post.3.html)
+use std::io;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdma_mummy_sys::{ibv_ah, ibv_qp, ibv_qp_ex, mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream};
+use sideway::ibverbs::completion::GenericCompletionQueue;
+use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairState, SendOperationFlags};
+
+use self::bring_up::BringUpAttributes;
+use self::creation::{DciCreation, DciRequest, Granted};
+use crate::ibverbs::address_handle::{AddressHandle, AddressHandleAttribute};
+use crate::ibverbs::post_send_guard::{
+    entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
+    RemoteMemoryAccess, Transport,
+};
+use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+use crate::mlx5::library::DcVerbs;
+
+pub(crate) mod bring_up;
+pub(crate) mod creation;
+
+/// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
+/// `mlx5dv_qp_ex::wr_set_dc_addr`.
+pub(crate) const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
+/// The bit of `mlx5dv_qp_ex::wr_set_dc_addr_stream`.
+const SET_DC_ADDR_STREAM: u32 = entry::FIRST_EXTERNAL << 1;
+
+/// Every send operation a DC initiator can post (libmlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`,
+/// less send with invalidate, which DC cannot carry). The atomics need a device with atomics
+/// (`ibv_device_attr::atomic_cap` not `IBV_ATOMIC_NONE`); see
+/// [`DcInitiatorBuilder::setup_send_ops_flags`].
+pub const DC_SEND_OPERATIONS: SendOperationFlags = SendOperationFlags::Write
+    .or(SendOperationFlags::WriteWithImmediate)
+    .or(SendOperationFlags::Send)
+    .or(SendOperationFlags::SendWithImmediate)
+    .or(SendOperationFlags::Read)
+    .or(SendOperationFlags::AtomicCompareAndSwap)
+    .or(SendOperationFlags::AtomicFetchAndAdd);
+
+/// The atomic operations among [`DC_SEND_OPERATIONS`].
+pub const DC_ATOMIC_OPERATIONS: SendOperationFlags =
+    SendOperationFlags::AtomicCompareAndSwap.or(SendOperationFlags::AtomicFetchAndAdd);
+
+/// Error returned by [`DcInitiatorBuilder::build`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to create DC initiator")]
+#[non_exhaustive]
+pub struct CreateDcInitiatorError(#[from] pub CreateDcInitiatorErrorKind);
+
+impl CreateDcInitiatorError {
+    /// Whether DC is not available at all: the device is not mlx5, libmlx5 is missing
+    /// ([`NotSupported`](CreateDcInitiatorErrorKind::NotSupported)), or the mlx5 device has no DC
+    /// transport ([`DcNotSupportedByDevice`](CreateDcInitiatorErrorKind::DcNotSupportedByDevice)).
+    pub fn is_not_supported(&self) -> bool {
+        matches!(
+            self.0,
+            CreateDcInitiatorErrorKind::NotSupported | CreateDcInitiatorErrorKind::DcNotSupportedByDevice
+        )
+    }
+}
+
+/// The enum type for [`CreateDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateDcInitiatorErrorKind {
+    /// The device is not an mlx5 device, or libmlx5 could not be loaded (`mlx5dv_query_device`
+    /// returned `EOPNOTSUPP`).
+    #[error("DC needs an mlx5 device and libmlx5")]
+    NotSupported,
+    /// The device is mlx5 but has no DC transport: `mlx5dv_create_qp` returned `EOPNOTSUPP`
+    /// after every other check passed (the kernel's `set_mlx_qp_type` without the `dct`
+    /// capability, e.g. a ConnectX-4 Lx or some virtual functions).
+    #[error("this mlx5 device has no DC transport (mlx5dv_create_qp: EOPNOTSUPP)")]
+    DcNotSupportedByDevice,
+    /// No send completion queue was set up.
+    #[error("a send completion queue is required (setup_send_cq)")]
+    MissingSendCompletionQueue,
+    /// Atomic operations were asked for on a device without atomics
+    /// (`ibv_device_attr::atomic_cap` is `IBV_ATOMIC_NONE`): libmlx5's `mlx5_qp_fill_wr_pfns`
+    /// refuses them (`EOPNOTSUPP`). The default operations leave them out on such a device.
+    #[error(
+        "atomic operations {requested:?} were asked for, but the device has no atomics (atomic_cap IBV_ATOMIC_NONE)"
+    )]
+    AtomicOperationsNotSupported {
+        /// The atomic operations asked for.
+        requested: SendOperationFlags,
+    },
+    /// The send operations asked for include some a DC initiator cannot post.
+    #[error("send operations {requested:?} are not all DC operations (allowed: {allowed:?})")]
+    UnsupportedSendOperations {
+        /// What was asked for.
+        requested: SendOperationFlags,
+        /// What a DC initiator can post.
+        allowed: SendOperationFlags,
+    },
+    /// `max_send_wr` is 0 or above the device's `max_qp_wr`.
+    #[error("max_send_wr {requested} must be between 1 and the device's max_qp_wr {max}")]
+    InvalidMaxSendWorkRequests {
+        /// What was asked for.
+        requested: u32,
+        /// The device's limit.
+        max: u32,
+    },
+    /// `max_send_wr` requests would take more of the send queue's 64-byte basic blocks than the
+    /// device has: libmlx5's `mlx5_calc_sq_size` refuses it (`EINVAL`). A DC request takes
+    /// `request_size` bytes (at least 2 blocks: see [`DcInitiatorBuilder::setup_max_send_wr`]),
+    /// and the queue is rounded up to a power of two.
+    #[error(
+        "max_send_wr {requested} does not fit: a DC request takes {request_size} bytes, and the device's \
+         {max_qp_wr} send queue blocks of 64 bytes hold at most {max} of them"
+    )]
+    SendQueueTooLarge {
+        /// What was asked for.
+        requested: u32,
+        /// The largest `max_send_wr` that fits.
+        max: u32,
+        /// The size of one request, in bytes (a multiple of 64).
+        request_size: u32,
+        /// The device's `max_qp_wr`, read as its number of basic blocks.
+        max_qp_wr: u32,
+    },
+    /// `max_send_sge` is above the device's `max_sge`.
+    #[error("max_send_sge {requested} is above the device's max_sge {max}")]
+    TooManyScatterGatherEntries {
+        /// What was asked for.
+        requested: u32,
+        /// The device's limit.
+        max: u32,
+    },
+    /// DCI streams were asked for on a device without them: `dci_streams_caps` was not reported,
+    /// or reported `max_log_num_concurent` 0 (libmlx5 sets the capability's bit on every device
+    /// and reports zeros where there are none, e.g. a ConnectX-6 that is not a Dx; the kernel
+    /// would refuse the creation with `EINVAL`).
+    #[error("the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 or not reported)")]
+    DciStreamsNotSupported,
+    /// A DCI-streams size is above the device's limit (`dci_streams_caps`).
+    #[error("DCI streams: {limit} {requested} is above the device's {max}")]
+    DciStreamsTooLarge {
+        /// Which limit: `log_num_concurent` or `log_num_errored`.
+        limit: &'static str,
+        /// What was asked for.
+        requested: u8,
+        /// The device's maximum.
+        max: u8,
+    },
+    /// The provider left an entry NULL that posting would call (a builder of a requested
+    /// operation, a data setter, `wr_set_dc_addr` or, with streams, `wr_set_dc_addr_stream`).
+    /// The queue pair was destroyed.
+    #[error("the provider does not implement `{entry}` for this DC initiator")]
+    MissingProviderEntry {
+        /// The entry's name.
+        entry: &'static str,
+    },
+    /// The library call failed.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// DCI streams: how many concurrent streams a DC initiator has (2^`log_num_concurrent`) and how
+/// many of them may be in error at once (2^`log_num_errored`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DciStreams {
+    /// log2 of the number of concurrent streams (`log_num_concurent`).
+    pub log_num_concurrent: u8,
+    /// log2 of the number of streams that may be in error at once (`log_num_errored`).
+    pub log_num_errored: u8,
+}
+/// Builds a [`DcInitiator`] on a protection domain; see
+/// [`DcProtectionDomainExt::create_dci_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_builder).
+#[derive(Debug, Clone)]
+pub struct DcInitiatorBuilder {
+    pd: Arc<ProtectionDomain>,
+    send_cq: Option<GenericCompletionQueue>,
+    request: DciRequest,
+}
+
+/// A DC initiator (DCI): a send-only queue pair whose every request names its destination.
+/// Created by [`DcInitiatorBuilder::build`]; holds its protection domain and send CQ.
+pub struct DcInitiator {
+    core: QueuePairCore,
+    granted: Granted,
+    // The core's extended view and entries (the DC setters included), which every DCI has.
+    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
+    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
+    verbs: &'static DcVerbs,
+    creation: DciCreation,
+    max_dc_init_rd_atom: Option<u64>,
+    brought_up_with: Option<BringUpAttributes>,
+}
+
+// SAFETY: the handles may be used from any thread; every call that lets the library write the
+// queue pair (modify, posting) takes `&mut self`; the creation attributes' pointers are only
+// handed to the library again, from `&mut self`.
+unsafe impl Send for DcInitiator {}
+// SAFETY: `&self` methods read only Rust-side copies, never the C structs.
+unsafe impl Sync for DcInitiator {}
+
+impl std::fmt::Debug for DcInitiator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcInitiator")
+            .field("qp_number", &self.qp_number())
+            .field("state", &self.state())
+            .field("streams", &self.creation.params.streams)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DcInitiator {
+    /// # Safety
+    ///
+    /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
+    /// `ibv_qp` is not associated with the return value.
+    pub unsafe fn qp(&self) -> NonNull<ibv_qp> {
+        self.core.qp()
+    }
+
+    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt the DC
+    /// initiator).
+    pub fn qp_number(&self) -> u32 {
+        self.core.qp_number()
+    }
+
+    /// The state, as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state)
+    /// through this value.
+    pub fn state(&self) -> QueuePairState {
+        self.core.state()
+    }
+
+    /// The send queue capacity `mlx5dv_create_qp` granted: at least the
+    /// [`setup_max_send_wr`](DcInitiatorBuilder::setup_max_send_wr) asked for, often more
+    /// (libmlx5 rounds the queue up to a power of two of bytes).
+    pub fn max_send_wr(&self) -> u32 {
+        self.granted.max_send_wr
+    }
+
+    /// The inline data size `mlx5dv_create_qp` granted: at least the
+    /// [`setup_max_inline_data`](DcInitiatorBuilder::setup_max_inline_data) asked for, and what
+    /// the request's basic blocks leave after its other segments (28 bytes when 0 was asked,
+    /// for the default operations and one scatter/gather entry). Longer inline data is refused
+    /// at post ([`InlineDataTooLong`](crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong)).
+    pub fn max_inline_data(&self) -> u32 {
+        self.granted.max_inline_data
+    }
+
+    /// The send operations it was created with (the builder's, or the device's default).
+    pub fn send_ops_flags(&self) -> SendOperationFlags {
+        self.creation.params.send_ops
+    }
+
+    /// The DCI streams it was created with.
+    pub fn streams(&self) -> Option<DciStreams> {
+        self.creation.params.streams
+    }
+
+    /// The device's `max_dc_init_rd_atom`, when the library reports it (rdma-core 47 and later):
+    /// labelled "as a responder" by mlx5dv_query_device(3), but read from
+    /// `log_max_ra_res_dc`, the value mlx5_ib's `validate_rd_atomic` bounds a DC initiator's
+    /// `max_rd_atomic` by, so the depth [`bring_up`](Self::bring_up) caps it with.
+    pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
+        self.max_dc_init_rd_atom
+    }
+
+    /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the
+    /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
+    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
+    ///
+    /// With streams the move to ERR is asynchronous: one query right after the error completion
+    /// can still read RTS. Use [`wait_for_error`](Self::wait_for_error) where a whole-DCI error
+    /// is expected.
+    pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
+        self.core
+            .query(sideway::ibverbs::queue_pair::QueuePairAttributeMask::State)
+            .map(|attr| attr.state())
+    }
+
+    /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
+    /// the last state read: the DC initiator goes to ERR some time after its error (with DCI
+    /// streams, after more than 2^`log_num_errored` streams are in error), so a single
+    /// [`query_state`](Self::query_state) can still read RTS. pyverbs waits up to one second
+    /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`).
+    pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let state = self.query_state()?;
+            if state == QueuePairState::Error || Instant::now() >= deadline {
+                return Ok(state);
+            }
+            std::thread::sleep(Duration::from_millis(1).min(deadline.saturating_duration_since(Instant::now())));
+        }
+    }
+
+    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
+    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →
+    /// INIT → RTR → RTS, INIT → INIT and RTS → RTS with their optional attributes, any state to
+    /// RESET, any state but RESET to ERR; every modification carries the state).
+    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
+        self.core.modify(attr)
+    }
+
+    /// The extended and mlx5 views and their entries, for a pool's guard.
+    pub(crate) fn pool_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+        (self.send_view.0, self.send_view.1, self.mlx5_qp_ex)
+    }
+
+    /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
+    /// `setup_dc_addr` between its operation and its data.
+    #[inline(always)]
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation; the context is its mlx5 view.
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) };
+        guard.set_max_inline_data(self.granted.max_inline_data);
+        guard
+    }
+
+    /// Posts one send request at the cost of the raw calls, as
+    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):
+    /// `request` describes it from its operation on, its DC address included
+    /// (`wr.setup_send().setup_dc_addr(&ah, dct_number, dc_key).setup_inline_data(b"hi")`); an
+    /// operation or setter the DC initiator was not created with never reaches the provider.
+    #[inline(always)]
+    pub fn post_send_one(
+        &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
+        request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),
+    ) -> Result<(), crate::ibverbs::post_send_guard::PostSendError> {
+        let mut guard = self.start_post_send();
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
+    }
+}
+
+/// Error returned by [`DcInitiator::bring_up`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to bring up DC initiator")]
+#[non_exhaustive]
+pub struct BringUpDcInitiatorError(#[from] pub BringUpDcInitiatorErrorKind);
+
+/// The enum type for [`BringUpDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BringUpDcInitiatorErrorKind {
+    /// The port is 0 or the device has no such port.
+    #[error("port {port} does not exist on this device")]
+    InvalidPort {
+        /// The port asked for.
+        port: u8,
+        /// The library's error from querying it.
+        source: io::Error,
+    },
+    /// The kernel refused the move to RTR with the address vector of
+    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
+    /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before
+    /// Linux v5.0 (nor in distribution kernels with an older mlx5_ib), or this one is invalid
+    /// for the port. The DC initiator is left in INIT; bring it up without one, which every
+    /// kernel takes.
+    #[error(
+        "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): kernels before \
+         Linux 5.0 take none there; bring it up without setup_rtr_address_vector"
+    )]
+    RtrAddressVectorRefused {
+        /// The library's error.
+        source: ModifyQueuePairError,
+    },
+    /// A transition failed (checked against the DC initiator's table first).
+    #[error(transparent)]
+    Modify(#[from] ModifyQueuePairError),
+}
+
+/// Error returned by [`DcInitiator::recover`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to recover DC initiator")]
+#[non_exhaustive]
+pub struct RecoverDcInitiatorError(#[from] pub RecoverDcInitiatorErrorKind);
+
+/// The enum type for [`RecoverDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverDcInitiatorErrorKind {
+    /// The DC initiator was never brought up with [`DcInitiator::bring_up`]: there are no
+    /// attributes to bring it up again with.
+    #[error("the DC initiator was not brought up with bring_up")]
+    NotBroughtUp,
+    /// A transition failed.
+    #[error(transparent)]
+    Modify(#[from] ModifyQueuePairError),
+    /// The kernel refused the move to RESET and creating the DC initiator again
+    /// (`mlx5dv_create_qp`) failed: it is still the old queue pair, in its old state.
+    #[error("the kernel refused the move to RESET, and creating the DC initiator again failed")]
+    Rebuild(#[source] io::Error),
+    /// The DC initiator was created again, but its provider left `entry` NULL: the new queue
+    /// pair was destroyed, and posting is refused until a later `recover` succeeds.
+    #[error("the rebuilt DC initiator lacks the provider entry `{entry}`")]
+    RebuildMissingProviderEntry {
+        /// The entry's name.
+        entry: &'static str,
+    },
+}
+
+/// How [`DcInitiator::recover`] brought a DC initiator back to RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DcRecovery {
+    /// Through RESET → INIT → RTR → RTS, as UCX (`uct_dc_mlx5_iface_reset_dci`) and pyverbs
+    /// (`reset_qp`) do: the same queue pair and number.
+    Reset,
+    /// The kernel refused the move to RESET (`EINVAL`: mlx5_ib's `modify_dci_qp_is_ok` before it
+    /// had a RESET branch), so the DC initiator was created again with the same attributes and
+    /// brought up: a new queue pair, whose number is [`DcInitiator::qp_number`] now. The
+    /// `DcInitiator` value stays valid; completions still queued for the old number were
+    /// discarded with the old queue pair.
+    Rebuilt {
+        /// The number of the queue pair it replaced.
+        previous_qp_number: u32,
+    },
+}
+
+/// Error returned by [`DcInitiator::reset_stream`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to reset DCI stream")]
+#[non_exhaustive]
+pub struct ResetDciStreamError(#[from] pub ResetDciStreamErrorKind);
+
+/// The enum type for [`ResetDciStreamError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResetDciStreamErrorKind {
+    /// libmlx5 has no `mlx5dv_dci_stream_id_reset` (before rdma-core v37, or no libmlx5).
+    #[error("libmlx5 has no mlx5dv_dci_stream_id_reset (rdma-core v37 or later needed)")]
+    NotSupported,
+    /// The DC initiator was created without streams.
+    #[error("the DC initiator has no DCI streams")]
+    NoStreams,
+    /// The DC initiator is not in RTS (libmlx5 refuses the reset with `EOPNOTSUPP`): too many
+    /// streams errored and it went to ERR as a whole; [`DcInitiator::recover`] it instead.
+    #[error("the DC initiator is in {state:?}, not RTS: recover it instead of resetting a stream")]
+    NotReadyToSend {
+        /// The state read from the device.
+        state: QueuePairState,
+    },
+    /// The device cannot reset streams: its `dci_streams_caps.max_log_num_errored` is 0, or it
+    /// lacks the QP context extension (`EOPNOTSUPP` from `mlx5dv_dci_stream_id_reset` while the
+    /// DC initiator is in RTS). Only [`DcInitiator::recover`] brings an errored stream back.
+    #[error("the device cannot reset DCI streams (max_log_num_errored 0 or no QP context extension)")]
+    DeviceCannotResetStreams,
+    /// The library call failed.
+    #[error(transparent)]
+    Ibverbs(#[from] io::Error),
+}
+
+/// How [`DcInitiator::bring_up`] brings a DC initiator to RTS: the local port and P_Key index,
+/// the path MTU (default: the port's active MTU), and perftest's defaults for the rest (timeout
+/// 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the device's DC
+/// initiator depth.
+#[derive(Debug, Clone, Copy)]
+pub struct DcInitiatorBringUp {
+    port: u8,
+    pkey_index: u16,
+    path_mtu: Option<Mtu>,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    max_read_atomic: Option<u8>,
+    rtr_address_vector: Option<AddressHandleAttribute>,
+}
+
+/// The mlx5 entries a DC initiator's requests call: `wr_set_dc_addr`, and with streams
+/// `wr_set_dc_addr_stream`; the name of the first missing one otherwise.
+///
+/// # Safety
+///
+/// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex`.
+pub(crate) unsafe fn dc_entries(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, streams: bool) -> Result<u32, &'static str> {
+    let view = mlx5_qp_ex.as_ref();
+    if view.wr_set_dc_addr.is_none() {
+        return Err("wr_set_dc_addr");
+    }
+    if !streams {
+        return Ok(SET_DC_ADDR);
+    }
+    if view.wr_set_dc_addr_stream.is_none() {
+        return Err("wr_set_dc_addr_stream");
+    }
+    Ok(SET_DC_ADDR | SET_DC_ADDR_STREAM)
+}
+
+/// The DC transport, as posted by a [`DcInitiator`]: every request names its destination.
+#[derive(Debug)]
+pub enum DynamicallyConnected {}
+
+/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct DcContext(NonNull<mlx5dv_qp_ex>);
+
+impl DcContext {
+    bench_visible! {
+        /// The context of a DC initiator's mlx5 view, for benchmarks and tests that drive the guard
+        /// over hand-made function tables ([`PostSendGuard::start`]).
+        ///
+        /// # Safety
+        ///
+        /// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex` for as long as guards use the
+        /// context.
+        pub unsafe fn from_raw(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Self {
+            Self(mlx5_qp_ex)
+        }
+    }
+
+    bench_visible! {
+        /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
+        /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing.
+        ///
+        /// # Safety
+        ///
+        /// The view must be live (see [`from_raw`](Self::from_raw)).
+        pub unsafe fn entries(
+            self, ibv_entries: crate::ibverbs::post_send_guard::ProviderEntries, streams: bool,
+        ) -> Result<crate::ibverbs::post_send_guard::ProviderEntries, &'static str> {
+            Ok(ibv_entries.with(dc_entries(self.0, streams)?))
+        }
+    }
+}
+
+impl sealed::Sealed for DynamicallyConnected {}
+
+impl Transport for DynamicallyConnected {
+    type Context = DcContext;
+    type AfterOperation<'g, O: Operation> = DcDestination<'g, O>;
+
+    #[inline(always)]
+    fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: DcContext) -> DcDestination<'_, O> {
+        DcDestination { request, context }
+    }
+}
+
+impl RemoteMemoryAccess for DynamicallyConnected {}
+
+/// The destination step of a DC request.
+#[must_use = "a request is added to the batch only at its data step"]
+pub struct DcDestination<'g, O: Operation> {
+    request: PendingRequest<'g, O>,
+    context: DcContext,
+}
+
+impl<'g, O: Operation> DcDestination<'g, O> {
+    /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of `ah`
+    /// (`mlx5dv_wr_set_dc_addr`).
+    ///
+    /// libmlx5 copies the address handle's address vector into the request when this is called
+    /// (`mlx5_send_wr_set_dc_addr` in `qp.c`): the handle must outlive this call, not the
+    /// request's completion. The borrow here lasts as long as the batch's guard, which is longer
+    /// than needed but costs nothing (it exists only at compile time); dropping the handle after
+    /// [`post`](PostSendGuard::post) is fine. Cache one handle per destination anyway: creating
+    /// one is a system call.
+    #[inline(always)]
+    pub fn setup_dc_addr(
+        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
+    ) -> LocalBufferHandle<'g, O, DcAddress> {
+        // SAFETY: only the pointer is taken; the caller keeps the handle alive.
+        self.address(unsafe { ah.ah() }, dct_number, dc_key)
+    }
+
+    /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
+    /// (`mlx5dv_wr_set_dc_addr_stream`); the DC initiator must have been created with streams,
+    /// else the request is refused at post.
+    #[inline(always)]
+    pub fn setup_dc_addr_stream(
+        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+        // SAFETY: only the pointer is taken; the caller keeps the handle alive.
+        self.stream_address(unsafe { ah.ah() }, dct_number, dc_key, stream_id)
+    }
+
+    bench_visible! {
+        /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: for benchmarks and
+        /// tests over hand-made function tables.
+        ///
+        /// # Safety
+        ///
+        /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
+        /// its address vector then), or, over a hand-made table, whatever that table's setter
+        /// accepts.
+        #[inline(always)]
+        pub unsafe fn setup_dc_addr_raw(
+            self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
+        ) -> LocalBufferHandle<'g, O, DcAddress> {
+            self.address(ah, dct_number, dc_key)
+        }
+    }
+
+    #[inline(always)]
+    fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
+        LocalBufferHandle::new(
+            self.request,
+            DcAddress {
+                mlx5_qp_ex: self.context.0,
+                ah,
+                dct_number,
+                dc_key,
+            },
+        )
+    }
+
+    #[inline(always)]
+    fn stream_address(
+        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+        let address = DcAddress {
+            mlx5_qp_ex: self.context.0,
+            ah,
+            dct_number,
+            dc_key,
+        };
+        LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
+    }
+}
+
+/// A DC destination: `mlx5dv_wr_set_dc_addr(ah, dct_number, dc_key)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DcAddress {
+    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
+    ah: NonNull<ibv_ah>,
+    dct_number: u32,
+    dc_key: u64,
+}
+
+impl sealed::Sealed for DcAddress {}
+
+impl DcAddress {
+    /// The address of one request: the DC initiator's mlx5 view, the route, the target.
+    #[inline(always)]
+    pub(crate) fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
+        Self {
+            mlx5_qp_ex,
+            ah,
+            dct_number,
+            dc_key,
+        }
+    }
+}
+
+impl Destination for DcAddress {
+    const ENTRY: u32 = SET_DC_ADDR;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr";
+
+    #[inline(always)]
+    unsafe fn set(self, _qp: *mut ibv_qp_ex) {
+        mlx5dv_wr_set_dc_addr(self.mlx5_qp_ex.as_ptr(), self.ah.as_ptr(), self.dct_number, self.dc_key)
+    }
+}
+
+/// A DC destination on a DCI stream: `mlx5dv_wr_set_dc_addr_stream(ah, dct_number, dc_key,
+/// stream_id)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DcStreamAddress {
+    address: DcAddress,
+    stream_id: u16,
+}
+
+impl sealed::Sealed for DcStreamAddress {}
+
+impl DcStreamAddress {
+    /// `address` on DCI stream `stream_id`.
+    #[inline(always)]
+    pub(crate) fn new(address: DcAddress, stream_id: u16) -> Self {
+        Self { address, stream_id }
+    }
+}
+
+impl Destination for DcStreamAddress {
+    const ENTRY: u32 = SET_DC_ADDR_STREAM;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream";
+
+    #[inline(always)]
+    unsafe fn set(self, _qp: *mut ibv_qp_ex) {
+        let a = self.address;
+        mlx5dv_wr_set_dc_addr_stream(
+            a.mlx5_qp_ex.as_ptr(),
+            a.ah.as_ptr(),
+            a.dct_number,
+            a.dc_key,
+            self.stream_id,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The DC transport without a device: the exact provider calls its requests make, through
+    //! hand-made `ibv_qp_ex` and `mlx5dv_qp_ex` tables that record them.
+    use std::io::IoSlice;
+
+    use rdma_mummy_sys::{ibv_send_flags, ibv_sge};
+    use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
+    use crate::test_support::dc::recording_dci;
+    use crate::test_support::take_calls;
+
+    fn start(
+        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool,
+    ) -> PostSendGuard<'static, DynamicallyConnected> {
+        let (qp, mlx5) = (NonNull::from(qp), NonNull::from(mlx5));
+        // SAFETY: the tables are live (boxes the tests keep until after the guard).
+        let entries = unsafe { ProviderEntries::new(qp, granted) }.expect("recording entries");
+        // SAFETY: as above.
+        let dc = unsafe { dc_entries(mlx5, streams) }.expect("recording mlx5 entries");
+        // SAFETY: the tables outlive the guard and nothing else uses them meanwhile; the
+        // context is their mlx5 view.
+        unsafe { PostSendGuard::start(qp, entries.with(dc), DcContext(mlx5)) }
+    }
+
+    /// A fake address handle: the recorder only prints its address.
+    fn fake_ah() -> NonNull<ibv_ah> {
+        NonNull::dangling()
+    }
+
+    /// Posts one request of `operation` × `data` × `stream`, returns its recorded calls (without
+    /// start and complete).
+    fn one_request(operation: usize, data: usize, stream: bool) -> Vec<String> {
+        let (mut qp, mut mlx5) = recording_dci(true);
+        take_calls();
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, true);
+        macro_rules! finish {
+            ($step:expr) => {{
+                let destination = $step;
+                if stream {
+                    data_step(destination.stream_address(fake_ah(), 0xabcdef, 0xdc, 5), data)
+                } else {
+                    data_step(destination.address(fake_ah(), 0xabcdef, 0xdc), data)
+                }
+            }};
+        }
+        let request = guard.construct_wr(7, WorkRequestFlags::Signaled);
+        match operation {
+            0 => finish!(request.setup_send()),
+            1 => finish!(request.setup_send_imm(0x11)),
+            2 => finish!(request.setup_write(0x22, 0x1000)),
+            3 => finish!(request.setup_write_imm(0x22, 0x1000, 0x33)),
+            4 => finish!(request.setup_read(0x22, 0x1000)),
+            5 => finish!(request.setup_atomic_compare_swap(0x22, 0x1000, 1, 2)),
+            _ => finish!(request.setup_atomic_fetch_add(0x22, 0x1000, 3)),
+        }
+        guard.post().expect("recorded complete");
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("complete"));
+        calls[1..calls.len() - 1].to_vec()
+    }
+
+    fn data_step<O: Operation, D: Destination>(handle: LocalBufferHandle<'_, O, D>, data: usize) {
+        // SAFETY: the recorder does not touch the buffers.
+        unsafe {
+            match data {
+                0 => handle.setup_sge(0x9, 0x2000, 64),
+                1 => handle.setup_sge_list(&[ibv_sge {
+                    addr: 0x2000,
+                    length: 8,
+                    lkey: 0x9,
+                }]),
+                2 => handle.setup_inline_data(b"dc"),
+                _ => handle.setup_inline_data_list(&[IoSlice::new(b"d"), IoSlice::new(b"cc")]),
+            }
+        }
+    }
+
+    #[test]
+    fn every_operation_data_setter_and_address_variant_calls_builder_address_then_data() {
+        let builders = [
+            "send ",
+            "send_imm",
+            "write ",
+            "write_imm",
+            "read ",
+            "cmp_swp",
+            "fetch_add",
+        ];
+        let data = ["sge ", "sge_list [8]", "inline \"dc\"", "inline_list 3"];
+        for (operation, builder) in builders.iter().enumerate() {
+            for (setter, data_call) in data.iter().enumerate() {
+                for stream in [false, true] {
+                    let calls = one_request(operation, setter, stream);
+                    let what = format!("operation {operation}, data {setter}, stream {stream}: {calls:?}");
+                    assert_eq!(calls.len(), 3, "{what}");
+                    assert!(calls[0].starts_with(builder) && calls[0].contains("wr_id=7"), "{what}");
+                    let address = if stream {
+                        format!(
+                            "dc_addr_stream ah={:#x} dctn=0xabcdef key=0xdc stream=5",
+                            fake_ah().as_ptr() as usize
+                        )
+                    } else {
+                        format!("dc_addr ah={:#x} dctn=0xabcdef key=0xdc", fake_ah().as_ptr() as usize)
+                    };
+                    assert_eq!(calls[1], address, "{what}");
+                    assert!(calls[2].starts_with(data_call), "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_flags_match_the_data_step() {
+        let calls = one_request(0, 2, false);
+        let inline = (ibv_send_flags::IBV_SEND_SIGNALED | ibv_send_flags::IBV_SEND_INLINE).0;
+        assert_eq!(calls[0], format!("send wr_id=7 flags={inline:#x}"));
+        let calls = one_request(0, 0, false);
+        assert_eq!(
+            calls[0],
+            format!("send wr_id=7 flags={:#x}", ibv_send_flags::IBV_SEND_SIGNALED.0)
+        );
+    }
+
+    #[test]
+    fn a_dropped_guard_aborts_and_refused_requests_never_reach_the_provider() {
+        let (mut qp, mut mlx5) = recording_dci(false);
+        take_calls();
+        // Created with SEND only and without streams.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_write(1, 2);
+        // SAFETY: the recorder does not touch the buffer.
+        unsafe { request.address(fake_ah(), 1, 2).setup_sge(1, 2, 3) };
+        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
+        assert_eq!(guard.batch_len(), 2);
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::OperationNotEnabled {
+                index, wr_id, entry, ..
+            } => assert_eq!((index, wr_id, entry), (0, 1, "wr_rdma_write")),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // The stream variant alone is refused by its own entry's name.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
+        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::OperationNotEnabled {
+                entry: "wr_set_dc_addr_stream",
+                ..
+            }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // A guard dropped unposted aborts its batch.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(4, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"y");
+        drop(guard);
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"));
+        assert_eq!(calls.len(), 5, "start, send, dc_addr, inline, abort: {calls:?}");
+    }
+
+    #[test]
+    fn inline_data_beyond_the_granted_size_is_refused_before_the_provider() {
+        let (mut qp, mut mlx5) = recording_dci(false);
+        take_calls();
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"four");
+        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"fiveb");
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::InlineDataTooLong {
+                index,
+                wr_id,
+                length,
+                max_inline_data,
+                batch_len,
+            } => assert_eq!((index, wr_id, length, max_inline_data, batch_len), (1, 2, 5, 4, 2)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"));
+        assert!(!calls.iter().any(|call| call.contains("fiveb")), "{calls:?}");
+        // The list variant counts every slice.
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
+        request
+            .address(fake_ah(), 1, 2)
+            .setup_inline_data_list(&[IoSlice::new(b"abc"), IoSlice::new(b"de")]);
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::InlineDataTooLong { length: 5, .. }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
+    }
+
+    #[test]
+    fn a_missing_dc_entry_is_named() {
+        let (_, mut mlx5) = recording_dci(false);
+        // SAFETY: the table is live.
+        assert_eq!(
+            unsafe { dc_entries(NonNull::from(&mut *mlx5), true) },
+            Err("wr_set_dc_addr_stream")
+        );
+        mlx5.wr_set_dc_addr = None;
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { dc_entries(NonNull::from(&mut *mlx5), false) },
+            Err("wr_set_dc_addr")
+        );
+    }
+}
