@@ -92,7 +92,7 @@ impl WrIds {
 #[derive(Debug)]
 pub(super) struct InitiatorRequests {
     /// The size of its ring of `wr_id`s ([`WrIds`]) less one.
-    pub(super) mask: u64,
+    mask: u64,
     /// Requests it may hold at once (its send queue).
     pub(super) capacity: u64,
     /// The number of the next request.
