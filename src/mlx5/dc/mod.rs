@@ -50,5 +50,8 @@ pub mod initiator;
 #[cfg(test)]
 mod model;
 pub mod pool;
+#[cfg(feature = "simulation")]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
+pub mod simulation;
 mod state_table;
 pub mod target;

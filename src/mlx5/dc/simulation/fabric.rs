@@ -1,0 +1,675 @@
+//! The simulated fabric's engine: the DC targets, the send queues of the initiators, the clock
+//! and the completion queue, and what a ConnectX does with a DC request, tick by tick. Each rule
+//! names the reference it follows; the public handles (`SimulatedFabric`, `SimulatedTarget`,
+//! `SimulatedInitiator`) only reach in here.
+use std::collections::{BTreeMap, VecDeque};
+
+use rdma_mummy_sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
+
+use crate::ibverbs::zeroed::Zeroed;
+
+pub(crate) const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
+pub(crate) const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
+const REM_INV_REQ: u32 = ibv_wc_status::IBV_WC_REM_INV_REQ_ERR;
+const REM_ACCESS: u32 = ibv_wc_status::IBV_WC_REM_ACCESS_ERR;
+const RETRY_EXC: u32 = ibv_wc_status::IBV_WC_RETRY_EXC_ERR;
+const RNR_RETRY_EXC: u32 = ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR;
+
+/// The first queue pair number the fabric gives an initiator; the next ones follow by one.
+pub(crate) const FIRST_QP_NUMBER: u32 = 0x100;
+/// The first DCT number the fabric gives a target; the next ones follow by one.
+pub(crate) const FIRST_DCT_NUMBER: u32 = 0x1_0000;
+/// `rnr_retry` 7: retry for ever (ibv_modify_qp(3): "7 means infinite").
+pub(crate) const RNR_RETRY_INFINITE: u8 = 7;
+
+/// What the simulated fabric did, for a test to assert on; from
+/// [`SimulatedFabric::counters`](super::SimulatedFabric::counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimulatedCounters {
+    /// Requests the initiators took (`ibv_wr_complete` returned 0).
+    pub posted: u64,
+    /// Requests that executed at their target (a success completion).
+    pub executed: u64,
+    /// Requests that ended with an error completion other than a flush.
+    pub failed: u64,
+    /// Requests flushed (`IBV_WC_WR_FLUSH_ERR`): behind an error, or on an initiator in ERR.
+    pub flushed: u64,
+    /// Completions handed to the program by `ibv_poll_cq` (what the pool reports from).
+    pub polled: u64,
+    /// Receiver-not-ready retries: a SEND (or WRITE with immediate) found no receive posted at
+    /// its target and was tried again after the RNR timer.
+    pub rnr_retries: u64,
+    /// Initiators brought back through RESET.
+    pub recoveries: u64,
+    /// DCI streams reset.
+    pub stream_resets: u64,
+    /// Stream resets refused because the stream still held requests not flushed (the man page:
+    /// reset once they are); a pool that does this has a bug.
+    pub premature_stream_resets: u64,
+    /// Completions a move to RESET (or a destruction) removed from the CQ before they were
+    /// polled (libmlx5's `mlx5_cq_clean`): requests a program never hears of.
+    pub cleaned_completions: u64,
+}
+
+/// The fabric's settings, in ticks (one tick per `ibv_poll_cq`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// How long a request to a target that does not answer takes to fail (the transport
+    /// timeout times the retry count).
+    pub(crate) transport_timeout: u64,
+    /// How long a receiver-not-ready NAK holds a request before it is tried again.
+    pub(crate) rnr_timer: u64,
+    /// The initiators' `rnr_retry` (7: for ever).
+    pub(crate) rnr_retry: u8,
+    /// Ticks between a request's end and its completion in the CQ.
+    pub(crate) completion_delay: u64,
+    /// Up to this many more ticks, drawn per completion: completions of different streams (and
+    /// initiators) are reordered; those of one stream never are.
+    pub(crate) completion_jitter: u64,
+    /// Ticks between the stream error that passes `log_num_errored` and the DCI's move to ERR.
+    pub(crate) error_delay: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            transport_timeout: 64,
+            rnr_timer: 2,
+            rnr_retry: RNR_RETRY_INFINITE,
+            completion_delay: 0,
+            completion_jitter: 0,
+            error_delay: 3,
+        }
+    }
+}
+
+/// SplitMix64: a small seeded generator, so that a run depends on its seed alone.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..=max`.
+    fn up_to(&mut self, max: u64) -> u64 {
+        if max == 0 {
+            0
+        } else {
+            self.next() % (max + 1)
+        }
+    }
+}
+
+/// A request's operation, as its builder (`ibv_wr_*`) gave it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Operation {
+    Send {
+        imm: Option<u32>,
+    },
+    Write {
+        rkey: u32,
+        remote_addr: u64,
+        imm: Option<u32>,
+    },
+    Read {
+        rkey: u32,
+        remote_addr: u64,
+    },
+}
+
+impl Operation {
+    fn opcode(self) -> u32 {
+        match self {
+            Self::Send { .. } => ibv_wc_opcode::IBV_WC_SEND,
+            Self::Write { .. } => ibv_wc_opcode::IBV_WC_RDMA_WRITE,
+            Self::Read { .. } => ibv_wc_opcode::IBV_WC_RDMA_READ,
+        }
+    }
+}
+
+/// A request's local data: copied at the setter (inline), or read (written, for a READ) where
+/// the scatter/gather list points when the request executes, as the device's DMA does.
+#[derive(Debug, Clone)]
+pub(crate) enum Payload {
+    Inline(Vec<u8>),
+    Gather(Vec<(u64, u32)>),
+}
+
+/// One request in an initiator's send queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub(crate) wr_id: u64,
+    pub(crate) operation: Operation,
+    pub(crate) dct_number: u32,
+    pub(crate) dc_key: u64,
+    pub(crate) stream: Option<u16>,
+    pub(crate) payload: Payload,
+}
+
+/// A message a target received: a SEND's bytes, or a WRITE with immediate's (empty) receive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulatedMessage {
+    /// The bytes (empty for a WRITE with immediate).
+    pub data: Vec<u8>,
+    /// The immediate data, if the request carried some.
+    pub imm_data: Option<u32>,
+}
+
+/// A DC target.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub(crate) dc_key: u64,
+    pub(crate) alive: bool,
+    pub(crate) latency: u64,
+    pub(crate) memory: Vec<u8>,
+    pub(crate) base: u64,
+    pub(crate) rkey: u32,
+    pub(crate) slot_size: u32,
+    pub(crate) free_slots: u64,
+    pub(crate) received: VecDeque<SimulatedMessage>,
+}
+
+/// One DCI stream's queue (the whole send queue of a DCI without streams).
+#[derive(Debug, Default)]
+struct Lane {
+    queue: VecDeque<Request>,
+    /// When the head request ends (set when it becomes the head).
+    head_due: Option<u64>,
+    /// Receiver-not-ready NAKs the head met so far.
+    rnr_attempts: u32,
+    errored: bool,
+    /// When the lane's last completion reaches the CQ: the next one comes no earlier.
+    last_arrival: u64,
+    /// A scripted failure: the next request to execute here ends with this status.
+    fail_next: Option<u32>,
+}
+
+/// A DC initiator.
+#[derive(Debug)]
+pub(crate) struct Initiator {
+    pub(crate) qp_number: u32,
+    pub(crate) max_send_wr: u32,
+    /// Send-queue entries taken: posted, and not yet polled.
+    in_flight: u32,
+    lanes: Vec<Lane>,
+    streams: bool,
+    /// How many streams may be in error at once (2^`log_num_errored`).
+    errored_allowed: usize,
+    in_error: bool,
+    error_at: Option<u64>,
+    stalled_until: u64,
+    pub(crate) refuse_recovery: bool,
+    destroyed: bool,
+}
+
+/// Why a stream reset was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum StreamResetRefused {
+    /// The DCI is not in RTS.
+    NotReadyToSend,
+    /// The stream still holds requests not flushed.
+    NotFlushed,
+}
+
+/// The whole fabric.
+pub(crate) struct Fabric {
+    pub(crate) now: u64,
+    rng: Rng,
+    pub(crate) targets: Vec<Target>,
+    pub(crate) initiators: Vec<Initiator>,
+    /// Completions by (arrival tick, order of making).
+    cq: BTreeMap<(u64, u64), Zeroed<ibv_wc>>,
+    made: u64,
+    pub(crate) settings: Settings,
+    pub(crate) counters: SimulatedCounters,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("now", &self.now)
+            .field("targets", &self.targets.len())
+            .field("initiators", &self.initiators.len())
+            .field("completions", &self.cq.len())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fabric {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self {
+            now: 0,
+            rng: Rng(seed),
+            targets: Vec::new(),
+            initiators: Vec::new(),
+            cq: BTreeMap::new(),
+            made: 0,
+            settings: Settings::default(),
+            counters: SimulatedCounters::default(),
+        }
+    }
+
+    /// A new initiator: its index. `streams`: (2^`log_num_concurrent`, 2^`log_num_errored`).
+    pub(crate) fn add_initiator(&mut self, max_send_wr: u32, streams: Option<(usize, usize)>) -> usize {
+        let index = self.initiators.len();
+        let (lanes, errored_allowed) = streams.unwrap_or((1, 0));
+        self.initiators.push(Initiator {
+            qp_number: FIRST_QP_NUMBER + index as u32,
+            max_send_wr,
+            in_flight: 0,
+            lanes: (0..lanes.max(1)).map(|_| Lane::default()).collect(),
+            streams: streams.is_some(),
+            errored_allowed,
+            in_error: false,
+            error_at: None,
+            stalled_until: 0,
+            refuse_recovery: false,
+            destroyed: false,
+        });
+        index
+    }
+
+    /// The lane a request of `stream` runs on: stream ids beyond the concurrency share lanes
+    /// (mlx5dv_wr_set_dc_addr_stream(3): the stream id only orders; the device runs as many
+    /// streams at once as the DCI was created with).
+    fn lane_of(initiator: &Initiator, stream: Option<u16>) -> usize {
+        stream.map_or(0, |stream| usize::from(stream) % initiator.lanes.len())
+    }
+
+    /// `ibv_wr_complete`: the batch joins the send queue, whole, or not at all with an errno.
+    /// A full send queue is `ENOMEM` (libmlx5 `mlx5_wq_overflow`, which the `ibv_wr_*` builders
+    /// check, and `mlx5_send_wr_complete` returns). An initiator in ERR takes requests and
+    /// flushes them (ibv_post_send(3), ibv_modify_qp(3): the Error state flushes).
+    pub(crate) fn post(&mut self, initiator: usize, requests: Vec<Request>) -> Result<(), i32> {
+        let Some(qp) = self.initiators.get_mut(initiator).filter(|qp| !qp.destroyed) else {
+            return Err(libc::EINVAL);
+        };
+        let len = u32::try_from(requests.len()).map_err(|_| libc::ENOMEM)?;
+        if qp.in_flight.saturating_add(len) > qp.max_send_wr {
+            return Err(libc::ENOMEM);
+        }
+        qp.in_flight += len;
+        self.counters.posted += u64::from(len);
+        for request in requests {
+            let lane = Self::lane_of(qp, request.stream);
+            qp.lanes[lane].queue.push_back(request);
+        }
+        Ok(())
+    }
+
+    /// One tick: every initiator's streams run their heads that are due, and an initiator whose
+    /// move to ERR was pending makes it.
+    pub(crate) fn step(&mut self) {
+        self.now += 1;
+        for initiator in 0..self.initiators.len() {
+            let now = self.now;
+            let qp = &mut self.initiators[initiator];
+            if qp.destroyed {
+                continue;
+            }
+            if qp.error_at.is_some_and(|at| at <= now) {
+                qp.error_at = None;
+                qp.in_error = true;
+            }
+            for lane in 0..qp.lanes.len() {
+                self.run_lane(initiator, lane);
+            }
+        }
+    }
+
+    /// Runs lane `lane` of `initiator` at this tick: in posting order (the send queue of a DCI,
+    /// or one DCI stream, executes in order; mlx5dv_create_qp(3), DCI streams), one request
+    /// ending per tick at most, every request behind an error flushed.
+    fn run_lane(&mut self, initiator: usize, lane: usize) {
+        let now = self.now;
+        let mut ended: Vec<(u64, u32, u32, u32)> = Vec::new();
+        {
+            let Self {
+                initiators,
+                targets,
+                settings,
+                counters,
+                ..
+            } = self;
+            let qp = &mut initiators[initiator];
+            loop {
+                let flushing = qp.in_error || qp.lanes[lane].errored;
+                let stalled = qp.stalled_until > now;
+                let l = &mut qp.lanes[lane];
+                let Some(head) = l.queue.front() else { break };
+                if flushing {
+                    // ibv_poll_cq(3), IBV_WC_WR_FLUSH_ERR: "a Work Request was in process or
+                    // outstanding when the QP transitioned into the Error State".
+                    let op = head.operation.opcode();
+                    let wr_id = head.wr_id;
+                    l.queue.pop_front();
+                    l.head_due = None;
+                    counters.flushed += 1;
+                    ended.push((wr_id, FLUSH, op, 0));
+                    continue;
+                }
+                if stalled {
+                    break;
+                }
+                let due = *l.head_due.get_or_insert_with(|| now + cost(targets, settings, head));
+                if due > now {
+                    break;
+                }
+                let outcome = match l.fail_next.take() {
+                    Some(status) => Outcome::Ended(status, 0),
+                    None => execute(targets, settings, head, l.rnr_attempts),
+                };
+                let (status, byte_len) = match outcome {
+                    Outcome::ReceiverNotReady => {
+                        counters.rnr_retries += 1;
+                        l.rnr_attempts += 1;
+                        l.head_due = Some(now + settings.rnr_timer.max(1));
+                        break;
+                    },
+                    Outcome::Ended(status, byte_len) => (status, byte_len),
+                };
+                let op = head.operation.opcode();
+                let wr_id = head.wr_id;
+                l.queue.pop_front();
+                l.head_due = None;
+                l.rnr_attempts = 0;
+                ended.push((wr_id, status, op, byte_len));
+                if status == SUCCESS {
+                    counters.executed += 1;
+                    break;
+                }
+                counters.failed += 1;
+                if qp.streams {
+                    // mlx5dv_create_qp(3), `log_num_errored`: the streams that may be in error
+                    // before the DCI moves to ERR as a whole; the move is asynchronous (rdma-core
+                    // tests/test_mlx5_dc.py, test_dc_stream_qp_recovery, polls the state for it).
+                    qp.lanes[lane].errored = true;
+                    let errored = qp.lanes.iter().filter(|l| l.errored).count();
+                    if errored > qp.errored_allowed && qp.error_at.is_none() && !qp.in_error {
+                        qp.error_at = Some(now + settings.error_delay);
+                    }
+                } else {
+                    // An error completion moves the queue pair to ERR (ibv_poll_cq(3),
+                    // IBV_WC_WR_FLUSH_ERR; the DC transport: one DCI for every target).
+                    qp.in_error = true;
+                }
+            }
+        }
+        for (wr_id, status, opcode, byte_len) in ended {
+            self.add_completion(initiator, lane, wr_id, status, opcode, byte_len);
+        }
+    }
+
+    /// Puts a completion in the CQ: after the completion delay and a drawn jitter, never before
+    /// the lane's previous one (one stream completes in order; streams and initiators do not
+    /// order between them).
+    fn add_completion(&mut self, initiator: usize, lane: usize, wr_id: u64, status: u32, opcode: u32, byte_len: u32) {
+        let jitter = self.rng.up_to(self.settings.completion_jitter);
+        let qp = &mut self.initiators[initiator];
+        let l = &mut qp.lanes[lane];
+        let arrival = (self.now + self.settings.completion_delay + jitter).max(l.last_arrival);
+        l.last_arrival = arrival;
+        let mut wc = Zeroed::<ibv_wc>::new();
+        wc.wr_id = wr_id;
+        wc.status = status;
+        wc.opcode = opcode;
+        wc.byte_len = byte_len;
+        wc.qp_num = qp.qp_number;
+        self.made += 1;
+        self.cq.insert((arrival, self.made), wc);
+    }
+
+    /// `ibv_poll_cq`: one tick of the fabric, then up to `room` completions that reached the CQ,
+    /// each handed to `out`; a polled completion frees its send-queue entry (libmlx5's
+    /// `mlx5_parse_cqe` moves the send queue's tail).
+    pub(crate) fn poll(&mut self, room: usize, mut out: impl FnMut(usize, &Zeroed<ibv_wc>)) -> usize {
+        self.step();
+        let mut polled = 0;
+        while polled < room {
+            let Some(entry) = self.cq.first_entry() else { break };
+            if entry.key().0 > self.now {
+                break;
+            }
+            let wc = entry.remove();
+            if let Some(qp) = self
+                .initiators
+                .get_mut(wc.qp_num.wrapping_sub(FIRST_QP_NUMBER) as usize)
+            {
+                qp.in_flight = qp.in_flight.saturating_sub(1);
+            }
+            out(polled, &wc);
+            polled += 1;
+        }
+        self.counters.polled += polled as u64;
+        polled
+    }
+
+    /// Removes `initiator`'s completions from the CQ and empties its send queue: what a move to
+    /// RESET does (libmlx5 `mlx5_modify_qp`: `mlx5_cq_clean` on its CQs and
+    /// `mlx5_init_qp_indices`), and a destruction (`mlx5_destroy_qp` cleans the CQs too).
+    fn clean(&mut self, initiator: usize) {
+        let qp_number = self.initiators[initiator].qp_number;
+        let before = self.cq.len();
+        self.cq.retain(|_, wc| wc.qp_num != qp_number);
+        self.counters.cleaned_completions += (before - self.cq.len()) as u64;
+        let qp = &mut self.initiators[initiator];
+        for lane in &mut qp.lanes {
+            *lane = Lane::default();
+        }
+        qp.in_flight = 0;
+        qp.in_error = false;
+        qp.error_at = None;
+    }
+
+    /// RESET → INIT → RTR → RTS, as UCX's `uct_dc_mlx5_iface_reset_dci` and pyverbs' recovery
+    /// do (kernel `modify_dci_qp_is_ok` takes a move to RESET from any state).
+    pub(crate) fn recover(&mut self, initiator: usize) -> Result<(), &'static str> {
+        if self.initiators[initiator].refuse_recovery {
+            return Err("the simulated fabric refused the recovery (refuse_recovery)");
+        }
+        self.clean(initiator);
+        self.counters.recoveries += 1;
+        Ok(())
+    }
+
+    /// `mlx5dv_dci_stream_id_reset`: refused when the DCI is not in RTS (libmlx5 mlx5.c returns
+    /// EOPNOTSUPP), and, counted, while the stream still holds requests not flushed
+    /// (mlx5dv_dci_stream_id_reset(3): "once all stream_id WR's are flushed").
+    pub(crate) fn reset_stream(&mut self, initiator: usize, stream: u16) -> Result<(), StreamResetRefused> {
+        let qp = &mut self.initiators[initiator];
+        if qp.in_error {
+            return Err(StreamResetRefused::NotReadyToSend);
+        }
+        let lane = Self::lane_of(qp, Some(stream));
+        if !qp.lanes[lane].queue.is_empty() {
+            self.counters.premature_stream_resets += 1;
+            return Err(StreamResetRefused::NotFlushed);
+        }
+        qp.lanes[lane].errored = false;
+        self.counters.stream_resets += 1;
+        Ok(())
+    }
+
+    /// The initiator is destroyed: its requests go, and its completions leave the CQ.
+    pub(crate) fn destroy(&mut self, initiator: usize) {
+        self.clean(initiator);
+        self.initiators[initiator].destroyed = true;
+    }
+
+    /// The initiator goes to ERR by itself (a fault: an asynchronous error).
+    pub(crate) fn move_to_error(&mut self, initiator: usize) {
+        self.initiators[initiator].in_error = true;
+    }
+
+    /// The initiator executes nothing for `ticks` (its requests wait; flushes still happen).
+    pub(crate) fn stall(&mut self, initiator: usize, ticks: u64) {
+        self.initiators[initiator].stalled_until = self.now + ticks;
+    }
+
+    /// The next request to execute on `stream` of `initiator` ends with `status`.
+    pub(crate) fn fail_next(&mut self, initiator: usize, stream: u16, status: u32) {
+        let qp = &mut self.initiators[initiator];
+        let lane = Self::lane_of(qp, qp.streams.then_some(stream));
+        qp.lanes[lane].fail_next = Some(status);
+    }
+
+    /// Whether the initiator is in ERR.
+    pub(crate) fn in_error(&self, initiator: usize) -> bool {
+        self.initiators[initiator].in_error
+    }
+}
+
+/// How a request ended at its target, or that it must wait.
+enum Outcome {
+    /// A status and, for a READ, the bytes read.
+    Ended(u32, u32),
+    /// A receiver-not-ready NAK: tried again after the RNR timer.
+    ReceiverNotReady,
+}
+
+/// How long a request takes from the moment it is the head of its queue: its target's latency,
+/// or the transport timeout for a target that does not answer.
+fn cost(targets: &[Target], settings: &Settings, request: &Request) -> u64 {
+    let target = request
+        .dct_number
+        .checked_sub(FIRST_DCT_NUMBER)
+        .and_then(|index| targets.get(index as usize));
+    match target {
+        Some(target) if target.alive => target.latency.max(1),
+        _ => settings.transport_timeout.max(1),
+    }
+}
+
+/// What a request does at its target. The statuses are ibv_poll_cq(3)'s:
+/// - no DC target behind the DCT number (killed, or never there): nothing answers, so the
+///   transport retries run out, `IBV_WC_RETRY_EXC_ERR` ("the remote side didn't send any Ack or
+///   Nack"; what ConnectX reports for a destroyed DCT: openucx/ucx#3679, syndrome 0x15);
+/// - a DC key other than the target's, or a WRITE/READ outside its memory or with another rkey:
+///   `IBV_WC_REM_ACCESS_ERR` ("a protection error occurred on a remote data buffer");
+/// - a SEND longer than a receive slot: `IBV_WC_REM_INV_REQ_ERR` (the responder cannot take
+///   the message), the slot consumed;
+/// - a SEND (or WRITE with immediate) with no receive posted: a receiver-not-ready NAK, tried
+///   again after the RNR timer, `IBV_WC_RNR_RETRY_EXC_ERR` once `rnr_retry` NAKs were met
+///   (7: never; ibv_modify_qp(3)).
+fn execute(targets: &mut [Target], settings: &Settings, request: &Request, rnr_attempts: u32) -> Outcome {
+    let target = request
+        .dct_number
+        .checked_sub(FIRST_DCT_NUMBER)
+        .and_then(|index| targets.get_mut(index as usize));
+    let Some(target) = target.filter(|target| target.alive) else {
+        return Outcome::Ended(RETRY_EXC, 0);
+    };
+    if request.dc_key != target.dc_key {
+        return Outcome::Ended(REM_ACCESS, 0);
+    }
+    let needs_receive = match request.operation {
+        Operation::Send { .. } | Operation::Write { imm: Some(_), .. } => true,
+        Operation::Write { imm: None, .. } | Operation::Read { .. } => false,
+    };
+    if needs_receive && target.free_slots == 0 {
+        if settings.rnr_retry != RNR_RETRY_INFINITE && rnr_attempts >= u32::from(settings.rnr_retry) {
+            return Outcome::Ended(RNR_RETRY_EXC, 0);
+        }
+        return Outcome::ReceiverNotReady;
+    }
+    match request.operation {
+        Operation::Send { imm } => {
+            target.free_slots -= 1;
+            let data = gather(&request.payload);
+            if data.len() > target.slot_size as usize {
+                return Outcome::Ended(REM_INV_REQ, 0);
+            }
+            target.received.push_back(SimulatedMessage { data, imm_data: imm });
+            Outcome::Ended(SUCCESS, 0)
+        },
+        Operation::Write { rkey, remote_addr, imm } => {
+            let length = payload_length(&request.payload);
+            let Some(range) = remote_range(target, rkey, remote_addr, length) else {
+                return Outcome::Ended(REM_ACCESS, 0);
+            };
+            let data = gather(&request.payload);
+            target.memory[range].copy_from_slice(&data);
+            if let Some(imm) = imm {
+                target.free_slots -= 1;
+                target.received.push_back(SimulatedMessage {
+                    data: Vec::new(),
+                    imm_data: Some(imm),
+                });
+            }
+            Outcome::Ended(SUCCESS, 0)
+        },
+        Operation::Read { rkey, remote_addr } => {
+            let length = payload_length(&request.payload);
+            let Some(range) = remote_range(target, rkey, remote_addr, length) else {
+                return Outcome::Ended(REM_ACCESS, 0);
+            };
+            scatter(&request.payload, &target.memory[range]);
+            Outcome::Ended(SUCCESS, length as u32)
+        },
+    }
+}
+
+/// The bytes of `[remote_addr, +length)` in the target's memory, if `rkey` is its and the range
+/// lies inside.
+fn remote_range(target: &Target, rkey: u32, remote_addr: u64, length: usize) -> Option<std::ops::Range<usize>> {
+    if rkey != target.rkey {
+        return None;
+    }
+    let start = usize::try_from(remote_addr.checked_sub(target.base)?).ok()?;
+    let end = start.checked_add(length)?;
+    (end <= target.memory.len()).then_some(start..end)
+}
+
+fn payload_length(payload: &Payload) -> usize {
+    match payload {
+        Payload::Inline(bytes) => bytes.len(),
+        Payload::Gather(list) => list.iter().map(|&(_, length)| length as usize).sum(),
+    }
+}
+
+/// The request's bytes: its inline copy, or what its scatter/gather list points at now.
+fn gather(payload: &Payload) -> Vec<u8> {
+    match payload {
+        Payload::Inline(bytes) => bytes.clone(),
+        Payload::Gather(list) => {
+            let mut bytes = Vec::with_capacity(payload_length(payload));
+            for &(addr, length) in list {
+                if length == 0 {
+                    continue;
+                }
+                // SAFETY: the caller of the unsafe `setup_sge`/`setup_sge_list` promised that the
+                // buffer is valid and stays so until the request completes; it has not yet (its
+                // completion is made after this), and requests a reset or a destruction discards
+                // are never executed.
+                bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, length as usize) });
+            }
+            bytes
+        },
+    }
+}
+
+/// Writes `data` where a READ's scatter list points, in order.
+fn scatter(payload: &Payload, mut data: &[u8]) {
+    let Payload::Gather(list) = payload else {
+        // Inline data cannot take a READ's reply; the guard never builds one.
+        return;
+    };
+    for &(addr, length) in list {
+        let length = (length as usize).min(data.len());
+        if length == 0 {
+            continue;
+        }
+        // SAFETY: as in `gather`: the buffer is valid, and writable by the device (the caller's
+        // promise), until the request completes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, length) };
+        data = &data[length..];
+    }
+}
