@@ -52,7 +52,8 @@ pub mod initiator;
 #[cfg(test)]
 mod model;
 pub mod pool;
-#[cfg(feature = "simulation")]
+// Also in the unit tests without the feature: the pool's own simulation runs on it.
+#[cfg(any(test, feature = "simulation"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
 pub mod simulation;
 mod state_table;

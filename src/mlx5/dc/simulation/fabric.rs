@@ -53,7 +53,7 @@ pub struct SimulatedCounters {
 }
 
 /// The fabric's settings, in ticks (one tick per `ibv_poll_cq`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Settings {
     /// How long a request to a target that does not answer takes to fail (the transport
     /// timeout times the retry count).
@@ -69,6 +69,10 @@ pub(crate) struct Settings {
     pub(crate) completion_jitter: u64,
     /// Ticks between the stream error that passes `log_num_errored` and the DCI's move to ERR.
     pub(crate) error_delay: u64,
+    /// The statuses a request to a dead target ends with, one drawn per request.
+    pub(crate) dead_statuses: Vec<u32>,
+    /// One request to a live target in this many fails (0: none), drawn per request.
+    pub(crate) random_failures: u32,
 }
 
 impl Default for Settings {
@@ -80,6 +84,8 @@ impl Default for Settings {
             completion_delay: 0,
             completion_jitter: 0,
             error_delay: 3,
+            dead_statuses: vec![RETRY_EXC],
+            random_failures: 0,
         }
     }
 }
@@ -104,6 +110,12 @@ impl Rng {
         } else {
             self.next() % (max + 1)
         }
+    }
+
+    /// One of `choices`.
+    fn pick(&mut self, choices: &[u32]) -> Option<u32> {
+        let last = choices.len().checked_sub(1)?;
+        choices.get(self.up_to(last as u64) as usize).copied()
     }
 }
 
@@ -151,6 +163,8 @@ pub(crate) struct Request {
     pub(crate) dc_key: u64,
     pub(crate) stream: Option<u16>,
     pub(crate) payload: Payload,
+    /// The tick it was posted at.
+    pub(crate) posted_at: u64,
 }
 
 /// A message a target received: a SEND's bytes, or a WRITE with immediate's (empty) receive.
@@ -180,8 +194,12 @@ pub(crate) struct Target {
 #[derive(Debug, Default)]
 struct Lane {
     queue: VecDeque<Request>,
-    /// When the head request ends (set when it becomes the head).
-    head_due: Option<u64>,
+    /// When the request before the head ended.
+    last_finish: u64,
+    /// The DC target the lane is connected to (its last request's).
+    connected: Option<u32>,
+    /// When the head, NAKed by a receiver not ready, is tried again.
+    retry_at: Option<u64>,
     /// Receiver-not-ready NAKs the head met so far.
     rnr_attempts: u32,
     errored: bool,
@@ -229,6 +247,14 @@ pub(crate) struct Fabric {
     made: u64,
     pub(crate) settings: Settings,
     pub(crate) counters: SimulatedCounters,
+    /// The unit tests drive execution themselves (`execute`, `fail_head`): a tick only moves the
+    /// clock and makes pending moves to ERR.
+    #[cfg(test)]
+    pub(crate) manual: bool,
+    /// The unit tests' record of how each request ended: its inline data's first 8 bytes (the
+    /// test's request number) and its status.
+    #[cfg(test)]
+    pub(crate) journal: Vec<(u64, u32)>,
 }
 
 impl std::fmt::Debug for Fabric {
@@ -254,6 +280,10 @@ impl Fabric {
             made: 0,
             settings: Settings::default(),
             counters: SimulatedCounters::default(),
+            #[cfg(test)]
+            manual: false,
+            #[cfg(test)]
+            journal: Vec::new(),
         }
     }
 
@@ -298,7 +328,8 @@ impl Fabric {
         }
         qp.in_flight += len;
         self.counters.posted += u64::from(len);
-        for request in requests {
+        for mut request in requests {
+            request.posted_at = self.now;
             let lane = Self::lane_of(qp, request.stream);
             qp.lanes[lane].queue.push_back(request);
         }
@@ -319,28 +350,46 @@ impl Fabric {
                 qp.error_at = None;
                 qp.in_error = true;
             }
+            #[cfg(test)]
+            if self.manual {
+                continue;
+            }
             for lane in 0..qp.lanes.len() {
-                self.run_lane(initiator, lane);
+                self.run_lane(initiator, lane, Drive::Due);
             }
         }
     }
 
-    /// Runs lane `lane` of `initiator` at this tick: in posting order (the send queue of a DCI,
-    /// or one DCI stream, executes in order; mlx5dv_create_qp(3), DCI streams), one request
-    /// ending per tick at most, every request behind an error flushed.
-    fn run_lane(&mut self, initiator: usize, lane: usize) {
+    /// Runs lane `lane` of `initiator` as `drive` says: in posting order (the send queue of a
+    /// DCI, or one DCI stream, executes in order; mlx5dv_create_qp(3), DCI streams), every
+    /// request behind an error flushed.
+    ///
+    /// Timing: a DCI is connected to one DC target at a time; requests to the target it is
+    /// connected to are pipelined (each ends its target's latency after it was posted, never
+    /// before the one ahead), and a request to another target first waits for the one ahead to
+    /// end, then connects (a tick). A DCI serves one DCT at a time (the DC transport's half
+    /// handshake; UCX's `dc_mlx5` policies exist because of it).
+    fn run_lane(&mut self, initiator: usize, lane: usize, drive: Drive) {
         let now = self.now;
-        let mut ended: Vec<(u64, u32, u32, u32)> = Vec::new();
+        let (mut budget, mut forced, on_time) = match drive {
+            Drive::Due => (usize::MAX, None, true),
+            #[cfg(test)]
+            Drive::Execute(count) => (count, None, false),
+            #[cfg(test)]
+            Drive::Fail(status) => (1, Some(status), false),
+        };
+        let mut ended: Vec<(Request, u32, u32)> = Vec::new();
         {
             let Self {
                 initiators,
                 targets,
                 settings,
                 counters,
+                rng,
                 ..
             } = self;
             let qp = &mut initiators[initiator];
-            loop {
+            while budget > 0 {
                 let flushing = qp.in_error || qp.lanes[lane].errored;
                 let stalled = qp.stalled_until > now;
                 let l = &mut qp.lanes[lane];
@@ -348,43 +397,50 @@ impl Fabric {
                 if flushing {
                     // ibv_poll_cq(3), IBV_WC_WR_FLUSH_ERR: "a Work Request was in process or
                     // outstanding when the QP transitioned into the Error State".
-                    let op = head.operation.opcode();
-                    let wr_id = head.wr_id;
-                    l.queue.pop_front();
-                    l.head_due = None;
+                    let request = l.queue.pop_front().expect("the head");
+                    l.retry_at = None;
+                    l.rnr_attempts = 0;
                     counters.flushed += 1;
-                    ended.push((wr_id, FLUSH, op, 0));
+                    ended.push((request, FLUSH, 0));
+                    budget -= 1;
                     continue;
                 }
-                if stalled {
+                if stalled && on_time {
                     break;
                 }
-                let due = *l.head_due.get_or_insert_with(|| now + cost(targets, settings, head));
-                if due > now {
+                let took = cost(targets, settings, head);
+                let done_at = if l.connected == Some(head.dct_number) {
+                    l.last_finish.max(head.posted_at + took)
+                } else {
+                    l.last_finish.max(head.posted_at) + 1 + took
+                }
+                .max(l.retry_at.unwrap_or(0));
+                if on_time && done_at > now {
                     break;
                 }
-                let outcome = match l.fail_next.take() {
+                let outcome = match forced.take().or_else(|| l.fail_next.take()) {
                     Some(status) => Outcome::Ended(status, 0),
-                    None => execute(targets, settings, head, l.rnr_attempts),
+                    None => execute(targets, settings, rng, head, l.rnr_attempts),
                 };
                 let (status, byte_len) = match outcome {
                     Outcome::ReceiverNotReady => {
                         counters.rnr_retries += 1;
                         l.rnr_attempts += 1;
-                        l.head_due = Some(now + settings.rnr_timer.max(1));
+                        l.retry_at = Some(now + settings.rnr_timer.max(1));
                         break;
                     },
                     Outcome::Ended(status, byte_len) => (status, byte_len),
                 };
-                let op = head.operation.opcode();
-                let wr_id = head.wr_id;
-                l.queue.pop_front();
-                l.head_due = None;
+                l.last_finish = if on_time { done_at } else { now };
+                l.connected = Some(head.dct_number);
+                let request = l.queue.pop_front().expect("the head");
+                l.retry_at = None;
                 l.rnr_attempts = 0;
-                ended.push((wr_id, status, op, byte_len));
+                ended.push((request, status, byte_len));
+                budget -= 1;
                 if status == SUCCESS {
                     counters.executed += 1;
-                    break;
+                    continue;
                 }
                 counters.failed += 1;
                 if qp.streams {
@@ -401,11 +457,46 @@ impl Fabric {
                     // IBV_WC_WR_FLUSH_ERR; the DC transport: one DCI for every target).
                     qp.in_error = true;
                 }
+                break;
             }
         }
-        for (wr_id, status, opcode, byte_len) in ended {
-            self.add_completion(initiator, lane, wr_id, status, opcode, byte_len);
+        for (request, status, byte_len) in ended {
+            #[cfg(test)]
+            self.journal.push((request_number(&request.payload), status));
+            let opcode = request.operation.opcode();
+            self.add_completion(initiator, lane, request.wr_id, status, opcode, byte_len);
         }
+    }
+
+    /// Executes (or flushes, in error) up to `count` requests at the head of `lane` now.
+    #[cfg(test)]
+    pub(crate) fn execute(&mut self, initiator: usize, lane: usize, count: usize) {
+        self.run_lane(initiator, lane, Drive::Execute(count));
+    }
+
+    /// The head request of `lane` ends with error `status` now (nothing if the lane flushes).
+    #[cfg(test)]
+    pub(crate) fn fail_head(&mut self, initiator: usize, lane: usize, status: u32) {
+        let qp = &self.initiators[initiator];
+        if !qp.in_error && !qp.lanes[lane].errored {
+            self.run_lane(initiator, lane, Drive::Fail(status));
+        }
+    }
+
+    /// How many streams the initiator runs at once (1 without streams).
+    #[cfg(test)]
+    pub(crate) fn lanes(&self, initiator: usize) -> usize {
+        self.initiators[initiator].lanes.len()
+    }
+
+    /// Whether nothing is queued or in the CQ.
+    #[cfg(test)]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.cq.is_empty()
+            && self
+                .initiators
+                .iter()
+                .all(|qp| qp.lanes.iter().all(|l| l.queue.is_empty()))
     }
 
     /// Puts a completion in the CQ: after the completion delay and a drawn jitter, never before
@@ -527,6 +618,28 @@ impl Fabric {
     }
 }
 
+/// What a lane runs.
+#[derive(Debug, Clone, Copy)]
+enum Drive {
+    /// The requests due by now.
+    Due,
+    /// Up to this many requests, now (unit tests).
+    #[cfg(test)]
+    Execute(usize),
+    /// The head, with this error status, now (unit tests).
+    #[cfg(test)]
+    Fail(u32),
+}
+
+/// A test request's number: the first 8 bytes of its inline data (little-endian).
+#[cfg(test)]
+fn request_number(payload: &Payload) -> u64 {
+    match payload {
+        Payload::Inline(bytes) if bytes.len() >= 8 => u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
+        _ => u64::MAX,
+    }
+}
+
 /// How a request ended at its target, or that it must wait.
 enum Outcome {
     /// A status and, for a READ, the bytes read.
@@ -559,16 +672,24 @@ fn cost(targets: &[Target], settings: &Settings, request: &Request) -> u64 {
 /// - a SEND (or WRITE with immediate) with no receive posted: a receiver-not-ready NAK, tried
 ///   again after the RNR timer, `IBV_WC_RNR_RETRY_EXC_ERR` once `rnr_retry` NAKs were met
 ///   (7: never; ibv_modify_qp(3)).
-fn execute(targets: &mut [Target], settings: &Settings, request: &Request, rnr_attempts: u32) -> Outcome {
+fn execute(
+    targets: &mut [Target], settings: &Settings, rng: &mut Rng, request: &Request, rnr_attempts: u32,
+) -> Outcome {
     let target = request
         .dct_number
         .checked_sub(FIRST_DCT_NUMBER)
         .and_then(|index| targets.get_mut(index as usize));
     let Some(target) = target.filter(|target| target.alive) else {
-        return Outcome::Ended(RETRY_EXC, 0);
+        return Outcome::Ended(rng.pick(&settings.dead_statuses).unwrap_or(RETRY_EXC), 0);
     };
     if request.dc_key != target.dc_key {
         return Outcome::Ended(REM_ACCESS, 0);
+    }
+    if settings.random_failures > 0 && rng.up_to(u64::from(settings.random_failures) - 1) == 0 {
+        // A scripted transient failure: a remote access error, or one time in four a transport
+        // retry exceeded.
+        let status = if rng.up_to(3) == 0 { RETRY_EXC } else { REM_ACCESS };
+        return Outcome::Ended(status, 0);
     }
     let needs_receive = match request.operation {
         Operation::Send { .. } | Operation::Write { imm: Some(_), .. } => true,

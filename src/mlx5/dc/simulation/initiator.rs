@@ -380,6 +380,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> i32 {
                 dc_key,
                 stream,
                 payload,
+                posted_at: 0,
             });
         }
         let Ok(mut fabric) = fabric.try_borrow_mut() else {

@@ -72,9 +72,10 @@
 //! | behaviour | source |
 //! |---|---|
 //! | each DCI (without streams) or DCI stream executes its requests in posting order; streams of one DCI run concurrently | mlx5dv_create_qp(3) and mlx5dv_wr_set_dc_addr_stream(3) (DCI streams) |
+//! | a DCI (or stream) serves one DC target at a time: requests to it are pipelined, a request to another target waits for the one ahead, then connects | the DC transport's half handshake (dc-transport notes); why UCX's `dc_mlx5` has DCI policies |
 //! | a full send queue refuses the batch with `ENOMEM`, nothing posted; an entry frees when its completion is polled | libmlx5 `mlx5_wq_overflow` (`ibv_wr_*` builders), `mlx5_send_wr_complete`; `mlx5_parse_cqe` |
 //! | inline data longer than the initiator's `max_inline_data` fails the post with `ENOMEM` | libmlx5 `_mlx5_send_wr_set_inline_data` |
-//! | a dead target (killed, or an unknown DCT number): `IBV_WC_RETRY_EXC_ERR` after the transport timeout | ibv_poll_cq(3) ("the remote side didn't send any Ack or Nack"); ConnectX on a destroyed DCT, openucx/ucx#3679 |
+//! | a dead target (killed, or an unknown DCT number): `IBV_WC_RETRY_EXC_ERR` after the transport timeout (other statuses on request: [`SimulatedFabric::set_dead_target_statuses`]) | ibv_poll_cq(3) ("the remote side didn't send any Ack or Nack"); ConnectX on a destroyed DCT, openucx/ucx#3679 |
 //! | a wrong DC key, or a WRITE/READ outside the target's memory or with another rkey: `IBV_WC_REM_ACCESS_ERR` | ibv_poll_cq(3), remote access error |
 //! | a SEND longer than a receive: `IBV_WC_REM_INV_REQ_ERR` | ibv_poll_cq(3), remote invalid request |
 //! | no receive posted: receiver-not-ready NAKs, retried after the RNR timer; `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry` of them (7: never) | ibv_poll_cq(3); ibv_modify_qp(3) (`rnr_retry`) |
@@ -95,7 +96,8 @@
 //! (fail a stream, or an initiator without streams, with a status),
 //! [`SimulatedInitiator::move_to_error`], [`SimulatedInitiator::refuse_recovery`],
 //! [`SimulatedFabric::set_completion_delay`] and [`SimulatedFabric::set_completion_jitter`]
-//! (delay completions; reorder them across streams and initiators, never within one). It asserts
+//! (delay completions; reorder them across streams and initiators, never within one),
+//! [`SimulatedFabric::set_random_failures`] (seeded transient failures). It asserts
 //! on [`SimulatedFabric::counters`]: requests posted, executed, failed, flushed, completions
 //! polled, receiver-not-ready retries, recoveries, stream resets (and premature ones), and
 //! completions a reset cleaned from the CQ.
@@ -200,5 +202,20 @@ impl SimulatedFabric {
     /// (default 3).
     pub fn set_error_delay(&self, ticks: u64) {
         self.fabric.borrow_mut().settings.error_delay = ticks;
+    }
+
+    /// The statuses a request to a dead target ends with, one drawn per request (default
+    /// `IBV_WC_RETRY_EXC_ERR` alone; an empty list keeps it). No reference promises one status:
+    /// make the fabric more hostile with others (e.g. `IBV_WC_REM_INV_REQ_ERR`, or a remote
+    /// access error that a pool cannot tell from a wrong key).
+    pub fn set_dead_target_statuses(&self, statuses: &[u32]) {
+        self.fabric.borrow_mut().settings.dead_statuses = statuses.to_vec();
+    }
+
+    /// A fault: one request in `one_in` to a live target fails (drawn from the seed), with a
+    /// remote access error, or one time in four a transport retry exceeded, with what follows
+    /// (the initiator or stream in error, the rest flushed); 0 (the default): none.
+    pub fn set_random_failures(&self, one_in: u32) {
+        self.fabric.borrow_mut().settings.random_failures = one_in;
     }
 }
