@@ -142,12 +142,15 @@
 //!
 //! # Checked without a ConnectX
 //!
-//! The bookkeeping is driven in the unit tests by simulated initiators on a deterministic,
-//! seeded fabric that executes each stream in order, flushes behind errors, moves an initiator
-//! to ERR some time after too many stream errors, refuses a stream reset before the flush, and
-//! empties the CQ of an initiator's completions when it is recovered; property tests run any
-//! interleaving of posts, executions, errors, polls, timeouts and removals against it. README
-//! shows the simulation at 10 000 destinations.
+//! The pool runs, through this very guard and `poll`, on the simulated DC fabric of the
+//! `simulation` feature (`mlx5::dc::simulation`): a program tests its pool loop there with no
+//! device. The unit tests drive it on that fabric too, the one model of a
+//! ConnectX in the crate: each stream executes in order, flushes behind errors, an initiator
+//! moves to ERR some time after too many stream errors, a stream reset before the flush is
+//! refused, and RESET empties the CQ of an initiator's completions; property tests run any
+//! interleaving of posts, executions, errors, polls, timeouts and removals against it, and
+//! README shows the pool at 10 000 destinations on it. Recording provider tables check the exact
+//! C calls of each request.
 use std::ptr::NonNull;
 use std::sync::Arc;
 

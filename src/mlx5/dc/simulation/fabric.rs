@@ -247,6 +247,8 @@ pub(crate) struct Fabric {
     made: u64,
     pub(crate) settings: Settings,
     pub(crate) counters: SimulatedCounters,
+    /// Whether each poll is a tick.
+    pub(crate) poll_ticks: bool,
     /// The unit tests drive execution themselves (`execute`, `fail_head`): a tick only moves the
     /// clock and makes pending moves to ERR.
     #[cfg(test)]
@@ -280,6 +282,7 @@ impl Fabric {
             made: 0,
             settings: Settings::default(),
             counters: SimulatedCounters::default(),
+            poll_ticks: true,
             #[cfg(test)]
             manual: false,
             #[cfg(test)]
@@ -518,11 +521,13 @@ impl Fabric {
         self.cq.insert((arrival, self.made), wc);
     }
 
-    /// `ibv_poll_cq`: one tick of the fabric, then up to `room` completions that reached the CQ,
+    /// `ibv_poll_cq`: one tick of the fabric (unless ticks are the program's), then up to `room` completions that reached the CQ,
     /// each handed to `out`; a polled completion frees its send-queue entry (libmlx5's
     /// `mlx5_parse_cqe` moves the send queue's tail).
     pub(crate) fn poll(&mut self, room: usize, mut out: impl FnMut(usize, &Zeroed<ibv_wc>)) -> usize {
-        self.step();
+        if self.poll_ticks {
+            self.step();
+        }
         let mut polled = 0;
         while polled < room {
             let Some(entry) = self.cq.first_entry() else { break };

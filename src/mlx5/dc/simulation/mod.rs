@@ -158,6 +158,12 @@ impl SimulatedFabric {
         self.fabric.borrow().now
     }
 
+    /// Whether each `ibv_poll_cq` is a tick (default `true`); with `false` the clock moves only
+    /// by [`advance`](Self::advance), for a program that keeps its own time (many polls a tick).
+    pub fn set_poll_ticks(&self, poll_ticks: bool) {
+        self.fabric.borrow_mut().poll_ticks = poll_ticks;
+    }
+
     /// Runs `ticks` ticks without polling: requests execute, their completions wait in the CQ.
     pub fn advance(&self, ticks: u64) {
         let mut fabric = self.fabric.borrow_mut();
@@ -217,5 +223,41 @@ impl SimulatedFabric {
     /// (the initiator or stream in error, the rest flushed); 0 (the default): none.
     pub fn set_random_failures(&self, one_in: u32) {
         self.fabric.borrow_mut().settings.random_failures = one_in;
+    }
+}
+
+/// What the pool's unit tests drive directly (crate-private): execution by hand, and the
+/// record of how each request ended.
+#[cfg(test)]
+impl SimulatedFabric {
+    /// Ticks only move the clock; [`execute`](Self::execute) and [`fail_head`](Self::fail_head)
+    /// run the requests.
+    pub(crate) fn set_manual(&self, manual: bool) {
+        self.fabric.borrow_mut().manual = manual;
+    }
+
+    /// Executes (or flushes) up to `count` requests at the head of `lane` of `initiator` now.
+    pub(crate) fn execute(&self, initiator: usize, lane: usize, count: usize) {
+        self.fabric.borrow_mut().execute(initiator, lane, count);
+    }
+
+    /// The head request of `lane` fails with `status` now (nothing if the lane flushes).
+    pub(crate) fn fail_head(&self, initiator: usize, lane: usize, status: u32) {
+        self.fabric.borrow_mut().fail_head(initiator, lane, status);
+    }
+
+    /// How many streams `initiator` runs (1 without streams).
+    pub(crate) fn lanes(&self, initiator: usize) -> usize {
+        self.fabric.borrow().lanes(initiator)
+    }
+
+    /// Whether no request is queued and the CQ is empty.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.fabric.borrow().is_idle()
+    }
+
+    /// How requests ended since the last call: (the number in their inline data, status).
+    pub(crate) fn take_journal(&self) -> Vec<(u64, u32)> {
+        std::mem::take(&mut self.fabric.borrow_mut().journal)
     }
 }
