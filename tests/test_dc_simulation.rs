@@ -11,7 +11,8 @@
 //!   until receives are posted;
 //! - DCI streams: one stream's error leaves the others executing, the stream is reset after its
 //!   flush (never before); too many stream errors move the initiator to ERR;
-//! - a stalled initiator, delayed and reordered completions, an initiator whose recovery fails;
+//! - a stalled initiator, delayed and reordered completions, an initiator whose recovery fails,
+//!   a kernel that refuses a DCI's move to RESET (the initiator created again);
 //! - the same seed, the same run.
 use std::collections::{BTreeMap, VecDeque};
 
@@ -565,4 +566,26 @@ fn a_write_from_a_scatter_gather_entry_moves_the_buffer_s_bytes() {
     }
     assert_eq!(target.read(16..32).as_deref(), Some(&buffer[..]));
     assert_eq!(target.read(0..16), Some(vec![0; 16]));
+}
+
+/// On a kernel whose `modify_dci_qp_is_ok` refuses a DCI's move to RESET, the initiator is
+/// created again: a new queue pair number, and the pool keeps reporting its completions.
+#[test]
+fn on_a_kernel_without_the_dci_reset_a_recovered_initiator_comes_back_with_a_new_number() {
+    let fabric = SimulatedFabric::new(11);
+    fabric.set_kernel_without_dci_reset(true);
+    let targets = targets(&fabric, 4, 0);
+    let mut pool = fabric
+        .create_pool_builder()
+        .setup_initiators(1)
+        .build()
+        .expect("a pool");
+    let before = pool.initiator(0).expect("initiator 0").qp_number();
+    targets[1].set_dc_key(0xbad);
+    let outcome = run(&mut pool, &targets, 5, Kind::Write, |_, _| {});
+    assert_eq!(outcome.completed.len(), 15, "{outcome:?}");
+    assert_eq!(outcome.failed.len(), 5);
+    let counters = fabric.counters();
+    assert!(counters.rebuilds >= 1 && counters.recoveries == 0, "{counters:?}");
+    assert_ne!(pool.initiator(0).expect("initiator 0").qp_number(), before);
 }

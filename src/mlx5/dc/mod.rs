@@ -51,7 +51,10 @@ pub mod endpoint;
 pub mod initiator;
 #[cfg(test)]
 mod model;
+// The simulated fabric follows them too.
 pub mod pool;
+#[cfg(any(test, feature = "simulation"))]
+pub(crate) mod reference_rules;
 // Also in the unit tests without the feature: the pool's own simulation runs on it.
 #[cfg(any(test, feature = "simulation"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]

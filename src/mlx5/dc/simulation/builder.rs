@@ -98,12 +98,9 @@ impl SimulatedPoolBuilder {
     /// them).
     pub fn build(&self) -> Result<DcInitiatorPool<SimulatedInitiator>, CreateDcInitiatorPoolError> {
         check_shape(self.count, self.policy, self.streams.is_some())?;
-        let streams = self.streams.map(|streams| {
-            (
-                1usize << streams.log_num_concurrent.min(16),
-                1usize << streams.log_num_errored.min(16),
-            )
-        });
+        let streams = self
+            .streams
+            .map(|streams| (streams.log_num_concurrent, streams.log_num_errored));
         let initiators = (0..self.count)
             .map(|_| SimulatedInitiator::new(&self.fabric, self.max_send_wr, self.max_inline_data, streams))
             .collect();

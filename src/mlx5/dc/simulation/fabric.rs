@@ -6,7 +6,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use rdma_mummy_sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
 
+use rdma_mummy_sys::ibv_qp_attr_mask;
+use sideway::ibverbs::queue_pair::QueuePairState::{self, Error, Init, ReadyToReceive, ReadyToSend, Reset};
+
 use crate::ibverbs::zeroed::Zeroed;
+use crate::mlx5::dc::reference_rules::{self as rules, DciKernel};
+use crate::mlx5::dc::state_table::DC_INITIATOR;
 
 pub(crate) const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
 pub(crate) const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
@@ -42,6 +47,9 @@ pub struct SimulatedCounters {
     pub rnr_retries: u64,
     /// Initiators brought back through RESET.
     pub recoveries: u64,
+    /// Initiators recovered by being created again, with a new queue pair number (a kernel that
+    /// refuses a DCI's move to RESET).
+    pub rebuilds: u64,
     /// DCI streams reset.
     pub stream_resets: u64,
     /// Stream resets refused because the stream still held requests not flushed (the man page:
@@ -73,6 +81,8 @@ pub(crate) struct Settings {
     pub(crate) dead_statuses: Vec<u32>,
     /// One request to a live target in this many fails (0: none), drawn per request.
     pub(crate) random_failures: u32,
+    /// The kernel's `modify_dci_qp_is_ok`.
+    pub(crate) kernel: DciKernel,
 }
 
 impl Default for Settings {
@@ -86,6 +96,7 @@ impl Default for Settings {
             error_delay: 3,
             dead_statuses: vec![RETRY_EXC],
             random_failures: 0,
+            kernel: DciKernel::CURRENT,
         }
     }
 }
@@ -218,8 +229,8 @@ pub(crate) struct Initiator {
     in_flight: u32,
     lanes: Vec<Lane>,
     streams: bool,
-    /// How many streams may be in error at once (2^`log_num_errored`).
-    errored_allowed: usize,
+    /// log2 of the streams that may be in error at once.
+    log_num_errored: u8,
     in_error: bool,
     error_at: Option<u64>,
     stalled_until: u64,
@@ -242,6 +253,9 @@ pub(crate) struct Fabric {
     rng: Rng,
     pub(crate) targets: Vec<Target>,
     pub(crate) initiators: Vec<Initiator>,
+    /// The initiator of each queue pair number.
+    numbers: BTreeMap<u32, usize>,
+    next_qp_number: u32,
     /// Completions by (arrival tick, order of making).
     cq: BTreeMap<(u64, u64), Zeroed<ibv_wc>>,
     made: u64,
@@ -278,6 +292,8 @@ impl Fabric {
             rng: Rng(seed),
             targets: Vec::new(),
             initiators: Vec::new(),
+            numbers: BTreeMap::new(),
+            next_qp_number: FIRST_QP_NUMBER,
             cq: BTreeMap::new(),
             made: 0,
             settings: Settings::default(),
@@ -290,17 +306,18 @@ impl Fabric {
         }
     }
 
-    /// A new initiator: its index. `streams`: (2^`log_num_concurrent`, 2^`log_num_errored`).
-    pub(crate) fn add_initiator(&mut self, max_send_wr: u32, streams: Option<(usize, usize)>) -> usize {
+    /// A new initiator: its index. `streams`: (`log_num_concurrent`, `log_num_errored`).
+    pub(crate) fn add_initiator(&mut self, max_send_wr: u32, streams: Option<(u8, u8)>) -> usize {
         let index = self.initiators.len();
-        let (lanes, errored_allowed) = streams.unwrap_or((1, 0));
+        let (lanes, log_num_errored) = streams.map_or((1, 0), |(log, errored)| (1usize << log.min(16), errored));
+        let qp_number = self.new_qp_number(index);
         self.initiators.push(Initiator {
-            qp_number: FIRST_QP_NUMBER + index as u32,
+            qp_number,
             max_send_wr,
             in_flight: 0,
             lanes: (0..lanes.max(1)).map(|_| Lane::default()).collect(),
             streams: streams.is_some(),
-            errored_allowed,
+            log_num_errored,
             in_error: false,
             error_at: None,
             stalled_until: 0,
@@ -308,6 +325,14 @@ impl Fabric {
             destroyed: false,
         });
         index
+    }
+
+    /// The next queue pair number (24 bits, wrapping), for initiator `index`.
+    fn new_qp_number(&mut self, index: usize) -> u32 {
+        let number = self.next_qp_number;
+        self.next_qp_number = (number + 1) & 0xff_ffff;
+        self.numbers.insert(number, index);
+        number
     }
 
     /// The lane a request of `stream` runs on: stream ids beyond the concurrency share lanes
@@ -447,12 +472,11 @@ impl Fabric {
                 }
                 counters.failed += 1;
                 if qp.streams {
-                    // mlx5dv_create_qp(3), `log_num_errored`: the streams that may be in error
-                    // before the DCI moves to ERR as a whole; the move is asynchronous (rdma-core
-                    // tests/test_mlx5_dc.py, test_dc_stream_qp_recovery, polls the state for it).
+                    // Too many streams in error move the DCI to ERR, some ticks later.
                     qp.lanes[lane].errored = true;
                     let errored = qp.lanes.iter().filter(|l| l.errored).count();
-                    if errored > qp.errored_allowed && qp.error_at.is_none() && !qp.in_error {
+                    let to_error = rules::dci_errored_streams_move_it_to_error(errored, qp.log_num_errored);
+                    if to_error && qp.error_at.is_none() && !qp.in_error {
                         qp.error_at = Some(now + settings.error_delay);
                     }
                 } else {
@@ -565,15 +589,36 @@ impl Fabric {
         qp.error_at = None;
     }
 
-    /// RESET → INIT → RTR → RTS, as UCX's `uct_dc_mlx5_iface_reset_dci` and pyverbs' recovery
-    /// do (kernel `modify_dci_qp_is_ok` takes a move to RESET from any state).
-    pub(crate) fn recover(&mut self, initiator: usize) -> Result<(), &'static str> {
+    /// Brings `initiator` back to RTS as `DcInitiator::recover` does: RESET → INIT → RTR → RTS
+    /// (UCX's `uct_dc_mlx5_iface_reset_dci` and pyverbs' recovery), each step with the masks of
+    /// the DC initiator's transition table and held to the kernel's `modify_dci_qp_is_ok`; where
+    /// the kernel refuses the move to RESET (no RESET branch, Linux 4.15), the DCI is destroyed
+    /// and created again, with a new queue pair number (returned).
+    pub(crate) fn recover(&mut self, initiator: usize) -> Result<Option<u32>, &'static str> {
         if self.initiators[initiator].refuse_recovery {
             return Err("the simulated fabric refused the recovery (refuse_recovery)");
         }
+        let kernel = self.settings.kernel;
+        let state = if self.initiators[initiator].in_error {
+            Error
+        } else {
+            ReadyToSend
+        };
+        if !dci_step_is_ok(state, Reset, kernel) {
+            self.clean(initiator);
+            let number = self.new_qp_number(initiator);
+            let old = std::mem::replace(&mut self.initiators[initiator].qp_number, number);
+            self.numbers.remove(&old);
+            self.counters.rebuilds += 1;
+            return Ok(Some(number));
+        }
         self.clean(initiator);
+        let path = [(Reset, Init), (Init, ReadyToReceive), (ReadyToReceive, ReadyToSend)];
+        if !path.iter().all(|&(from, to)| dci_step_is_ok(from, to, kernel)) {
+            return Err("the kernel refused the DCI's bring-up");
+        }
         self.counters.recoveries += 1;
-        Ok(())
+        Ok(None)
     }
 
     /// `mlx5dv_dci_stream_id_reset`: refused when the DCI is not in RTS (libmlx5 mlx5.c returns
@@ -581,7 +626,12 @@ impl Fabric {
     /// (mlx5dv_dci_stream_id_reset(3): "once all stream_id WR's are flushed").
     pub(crate) fn reset_stream(&mut self, initiator: usize, stream: u16) -> Result<(), StreamResetRefused> {
         let qp = &mut self.initiators[initiator];
-        if qp.in_error {
+        let state = if qp.in_error {
+            QueuePairState::Error
+        } else {
+            QueuePairState::ReadyToSend
+        };
+        if !rules::dci_stream_reset_is_ok(state) {
             return Err(StreamResetRefused::NotReadyToSend);
         }
         let lane = Self::lane_of(qp, Some(stream));
@@ -621,6 +671,17 @@ impl Fabric {
     pub(crate) fn in_error(&self, initiator: usize) -> bool {
         self.initiators[initiator].in_error
     }
+}
+
+/// Whether the kernel takes a DCI from `from` to `to` with the attributes the DC initiator's
+/// transition table requires for it (and `IBV_QP_STATE`).
+fn dci_step_is_ok(from: QueuePairState, to: QueuePairState, kernel: DciKernel) -> bool {
+    let state = ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
+    DC_INITIATOR
+        .transitions
+        .iter()
+        .find(|t| t.from == from && t.to == to)
+        .is_some_and(|t| rules::modify_dci_qp_is_ok(from, to, t.required | state, kernel))
 }
 
 /// What a lane runs.

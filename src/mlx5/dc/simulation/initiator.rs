@@ -81,10 +81,8 @@ impl std::fmt::Debug for SimulatedInitiator {
 }
 
 impl SimulatedInitiator {
-    /// A new initiator on `fabric`: `streams` as (2^`log_num_concurrent`, 2^`log_num_errored`).
-    pub(crate) fn new(
-        fabric: &Shared, max_send_wr: u32, max_inline_data: u32, streams: Option<(usize, usize)>,
-    ) -> Self {
+    /// A new initiator on `fabric`: `streams` as (`log_num_concurrent`, `log_num_errored`).
+    pub(crate) fn new(fabric: &Shared, max_send_wr: u32, max_inline_data: u32, streams: Option<(u8, u8)>) -> Self {
         let (index, qp_number) = {
             let mut state = fabric.borrow_mut();
             let index = state.add_initiator(max_send_wr, streams);
@@ -136,7 +134,7 @@ impl SimulatedInitiator {
             index,
             qp_number,
             max_send_wr,
-            streams: streams.map_or(0, |(lanes, _)| lanes as u32),
+            streams: streams.map_or(0, |(log, _)| 1u32 << log.min(16)),
         }
     }
 
@@ -206,7 +204,14 @@ impl PooledInitiator for SimulatedInitiator {
     }
 
     fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        Ok(self.fabric.borrow_mut().recover(self.index).map_err(SimulatedRefusal)?)
+        let rebuilt = self.fabric.borrow_mut().recover(self.index).map_err(SimulatedRefusal)?;
+        if let Some(qp_number) = rebuilt {
+            self.qp_number = qp_number;
+            // SAFETY: a plain field of the live tables; no guard is open (recovery takes
+            // `&mut self`).
+            unsafe { (*self.tables.as_ptr()).qp_ex.qp_base.qp_num = qp_number };
+        }
+        Ok(())
     }
 
     fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {

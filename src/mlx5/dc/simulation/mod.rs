@@ -80,9 +80,9 @@
 //! | a SEND longer than a receive: `IBV_WC_REM_INV_REQ_ERR` | ibv_poll_cq(3), remote invalid request |
 //! | no receive posted: receiver-not-ready NAKs, retried after the RNR timer; `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry` of them (7: never) | ibv_poll_cq(3); ibv_modify_qp(3) (`rnr_retry`) |
 //! | an error completion puts a DCI without streams in ERR; everything behind it, and anything posted to it in ERR, completes with `IBV_WC_WR_FLUSH_ERR` | ibv_poll_cq(3), ibv_modify_qp(3) (Error state) |
-//! | with streams, an error errs its stream only (the others go on; their completions come after the error's); once more than 2^`log_num_errored` streams are in error the DCI moves to ERR, some ticks later | mlx5dv_create_qp(3) (`log_num_errored`); rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery` (the move is asynchronous) |
-//! | a stream reset is refused while the DCI is not in RTS, and (counted) while the stream holds requests not flushed | libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c, `EOPNOTSUPP`); mlx5dv_dci_stream_id_reset(3) ("once all stream_id WR's are flushed") |
-//! | recovery through RESET: the DCI's completions not yet polled leave the CQ and its send queue empties | kernel `modify_dci_qp_is_ok` (RESET from any state); libmlx5 `mlx5_modify_qp` (`mlx5_cq_clean`, `mlx5_init_qp_indices`); UCX `uct_dc_mlx5_iface_reset_dci` |
+//! | with streams, an error errs its stream only (the others go on; their completions come after the error's); once more than 2^`log_num_errored` streams are in error the DCI moves to ERR, some ticks later | mlx5dv_create_qp(3) (`log_num_errored`); rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery` (the move is asynchronous); the rule shared with the unit tests' model (`reference_rules`) |
+//! | a stream reset is refused while the DCI is not in RTS, and (counted) while the stream holds requests not flushed | libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c, `EOPNOTSUPP`; `reference_rules`, shared with the model); mlx5dv_dci_stream_id_reset(3) ("once all stream_id WR's are flushed") |
+//! | recovery through RESET → INIT → RTR → RTS, each step held to the kernel's rule (the crate's transcription, `reference_rules`, shared with its unit tests' model of mlx5_ib): the DCI's completions not yet polled leave the CQ and its send queue empties; on a kernel without the RESET branch, the DCI is created again with a new number | kernel `modify_dci_qp_is_ok`; libmlx5 `mlx5_modify_qp` (`mlx5_cq_clean`, `mlx5_init_qp_indices`); UCX `uct_dc_mlx5_iface_reset_dci` |
 //! | a destroyed initiator's completions leave the CQ | libmlx5 `mlx5_destroy_qp` (`__mlx5_cq_clean`) |
 //! | the stream setter exists only on initiators with streams | libmlx5 `mlx5_qp_fill_wr_pfns` (dc-hardware-rules) |
 //!
@@ -112,6 +112,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use self::fabric::Fabric;
+use super::reference_rules::DciKernel;
 
 mod builder;
 mod completion_queue;
@@ -216,6 +217,13 @@ impl SimulatedFabric {
     /// access error that a pool cannot tell from a wrong key).
     pub fn set_dead_target_statuses(&self, statuses: &[u32]) {
         self.fabric.borrow_mut().settings.dead_statuses = statuses.to_vec();
+    }
+
+    /// The kernel has no RESET branch in `modify_dci_qp_is_ok` (Linux 4.15, the first with DC):
+    /// a DCI's move to RESET is refused, and recovering one creates it again, with a new queue
+    /// pair number (default `false`: a current kernel).
+    pub fn set_kernel_without_dci_reset(&self, old_kernel: bool) {
+        self.fabric.borrow_mut().settings.kernel = if old_kernel { DciKernel::OLD } else { DciKernel::CURRENT };
     }
 
     /// A fault: one request in `one_in` to a live target fails (drawn from the seed), with a
