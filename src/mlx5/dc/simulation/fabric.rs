@@ -2,7 +2,9 @@
 //! and the completion queue, and what a ConnectX does with a DC request, tick by tick. Each rule
 //! names the reference it follows; the public handles (`SimulatedFabric`, `SimulatedTarget`,
 //! `SimulatedInitiator`) only reach in here.
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
 
 use rdma_mummy_sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
 
@@ -236,6 +238,9 @@ pub(crate) struct Initiator {
     stalled_until: u64,
     pub(crate) refuse_recovery: bool,
     destroyed: bool,
+    /// Set by its handle when it was dropped while the fabric was borrowed: destroyed at the
+    /// next tick.
+    pub(crate) dropped: Rc<Cell<bool>>,
 }
 
 /// Why a stream reset was refused.
@@ -323,6 +328,7 @@ impl Fabric {
             stalled_until: 0,
             refuse_recovery: false,
             destroyed: false,
+            dropped: Rc::default(),
         });
         index
     }
@@ -398,6 +404,12 @@ impl Fabric {
     /// end, then connects (a tick). A DCI serves one DCT at a time (the DC transport's half
     /// handshake; UCX's `dc_mlx5` policies exist because of it).
     fn run_lane(&mut self, initiator: usize, lane: usize, drive: Drive) {
+        if self.initiators[initiator].dropped.take() {
+            self.destroy(initiator);
+        }
+        if self.initiators[initiator].destroyed {
+            return;
+        }
         let now = self.now;
         let (mut budget, mut forced, on_time) = match drive {
             Drive::Due => (usize::MAX, None, true),

@@ -2,9 +2,11 @@
 //! entries are this module's `extern "C"` functions, which build each request as libmlx5's
 //! `mlx5_send_wr_*` builders do and hand the batch to the fabric at `ibv_wr_complete`. The pool
 //! posts on it through the very guard it posts on a ConnectX DCI with.
+use std::cell::Cell;
 use std::mem::{offset_of, MaybeUninit};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{addr_of_mut, NonNull};
+use std::rc::Rc;
 
 use rdma_mummy_sys::{ibv_ah, ibv_cq, ibv_data_buf, ibv_qp_ex, ibv_sge, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::SendOperationFlags;
@@ -40,6 +42,8 @@ pub struct SimulatedInitiator {
     qp_number: u32,
     max_send_wr: u32,
     streams: u32,
+    /// Set when it was dropped while the fabric was borrowed.
+    dropped: Rc<Cell<bool>>,
 }
 
 /// The tables the guard calls through, and the batch being built. `qp_ex` comes first: a
@@ -83,10 +87,11 @@ impl std::fmt::Debug for SimulatedInitiator {
 impl SimulatedInitiator {
     /// A new initiator on `fabric`: `streams` as (`log_num_concurrent`, `log_num_errored`).
     pub(crate) fn new(fabric: &Shared, max_send_wr: u32, max_inline_data: u32, streams: Option<(u8, u8)>) -> Self {
-        let (index, qp_number) = {
+        let (index, qp_number, dropped) = {
             let mut state = fabric.borrow_mut();
             let index = state.add_initiator(max_send_wr, streams);
-            (index, state.initiators[index].qp_number)
+            let qp = &state.initiators[index];
+            (index, qp.qp_number, Rc::clone(&qp.dropped))
         };
         // SAFETY: ibv_qp_ex and mlx5dv_qp_ex are plain C data (integers, raw pointers, optional
         // functions): all zeroes is a valid value, every entry NULL until set below.
@@ -134,6 +139,7 @@ impl SimulatedInitiator {
             index,
             qp_number,
             max_send_wr,
+            dropped,
             streams: streams.map_or(0, |(log, _)| 1u32 << log.min(16)),
         }
     }
@@ -179,9 +185,13 @@ impl SimulatedInitiator {
 
 impl Drop for SimulatedInitiator {
     fn drop(&mut self) {
-        // As `ibv_destroy_qp`: its requests go, and its completions leave the CQ.
-        if let Ok(mut fabric) = self.fabric.try_borrow_mut() {
-            fabric.destroy(self.index);
+        // As `ibv_destroy_qp`: its requests go (none of them reads a buffer afterwards), and its
+        // completions leave the CQ. The fabric is borrowed only inside this module's calls, none
+        // of which drops an initiator, so the borrow succeeds; should it not, the fabric
+        // destroys it at its next tick, before it executes anything.
+        match self.fabric.try_borrow_mut() {
+            Ok(mut fabric) => fabric.destroy(self.index),
+            Err(_) => self.dropped.set(true),
         }
         // SAFETY: the tables were leaked from a Box in `new` and are freed once, here; the guard
         // that used them borrowed self, so none is alive.
