@@ -12,7 +12,8 @@ use rdma_mummy_sys::{ibv_ah, ibv_cq, ibv_data_buf, ibv_qp_ex, ibv_sge, mlx5dv_qp
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::completion_queue::SimulatedCompletionQueue;
-use super::fabric::{Operation, Payload, Request, StreamResetRefused, FLUSH, SUCCESS};
+use super::fabric::StreamResetRefused;
+use super::request::{Operation, Payload, Request, FLUSH, SUCCESS};
 use super::Shared;
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::mlx5::dc::initiator::dc_entries;

@@ -118,13 +118,14 @@ mod builder;
 mod completion_queue;
 mod fabric;
 mod initiator;
+mod request;
 mod target;
 
 pub use self::builder::SimulatedPoolBuilder;
 pub use self::completion_queue::SimulatedCompletionQueue;
-pub use self::fabric::{SimulatedCounters, SimulatedMessage};
+pub use self::fabric::SimulatedCounters;
 pub use self::initiator::SimulatedInitiator;
-pub use self::target::{SimulatedTarget, SimulatedTargetBuilder};
+pub use self::target::{SimulatedMessage, SimulatedTarget, SimulatedTargetBuilder};
 
 /// The fabric as its handles share it.
 pub(crate) type Shared = Rc<RefCell<Fabric>>;

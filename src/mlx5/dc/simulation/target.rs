@@ -6,9 +6,34 @@ use std::ops::Range;
 
 use sideway::ibverbs::address::Gid;
 
-use super::fabric::{SimulatedMessage, Target, FIRST_DCT_NUMBER};
 use super::Shared;
 use crate::mlx5::dc::endpoint::{DcEndpoint, InvalidDcEndpointError};
+
+/// The first DCT number the fabric gives a target; the next ones follow by one.
+pub(crate) const FIRST_DCT_NUMBER: u32 = 0x1_0000;
+
+/// A message a target received: a SEND's bytes, or a WRITE with immediate's (empty) receive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulatedMessage {
+    /// The bytes (empty for a WRITE with immediate).
+    pub data: Vec<u8>,
+    /// The immediate data, if the request carried some.
+    pub imm_data: Option<u32>,
+}
+
+/// A DC target's state in the fabric.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub(crate) dc_key: u64,
+    pub(crate) alive: bool,
+    pub(crate) latency: u64,
+    pub(crate) memory: Vec<u8>,
+    pub(crate) base: u64,
+    pub(crate) rkey: u32,
+    pub(crate) slot_size: u32,
+    pub(crate) free_slots: u64,
+    pub(crate) received: VecDeque<SimulatedMessage>,
+}
 
 /// Where a simulated target's memory starts in its address space (what `remote_addr`s name).
 const MEMORY_BASE: u64 = 0x7f00_0000_0000;
