@@ -120,6 +120,8 @@ mod fabric;
 mod initiator;
 mod request;
 mod target;
+#[cfg(test)]
+mod tests;
 
 pub use self::builder::SimulatedPoolBuilder;
 pub use self::completion_queue::SimulatedCompletionQueue;
