@@ -113,7 +113,7 @@ impl Rng {
         if max == 0 {
             0
         } else {
-            self.next() % (max + 1)
+            max.checked_add(1).map_or(self.next(), |range| self.next() % range)
         }
     }
 
@@ -371,9 +371,9 @@ impl Fabric {
                 }
                 let took = cost(targets, settings, head);
                 let done_at = if l.connected == Some(head.dct_number) {
-                    l.last_finish.max(head.posted_at + took)
+                    l.last_finish.max(head.posted_at.saturating_add(took))
                 } else {
-                    l.last_finish.max(head.posted_at) + 1 + took
+                    l.last_finish.max(head.posted_at).saturating_add(1).saturating_add(took)
                 }
                 .max(l.retry_at.unwrap_or(0));
                 if on_time && done_at > now {
@@ -386,8 +386,8 @@ impl Fabric {
                 let (status, byte_len) = match outcome {
                     Outcome::ReceiverNotReady => {
                         counters.rnr_retries += 1;
-                        l.rnr_attempts += 1;
-                        l.retry_at = Some(now + settings.rnr_timer.max(1));
+                        l.rnr_attempts = l.rnr_attempts.saturating_add(1);
+                        l.retry_at = Some(now.saturating_add(settings.rnr_timer.max(1)));
                         break;
                     },
                     Outcome::Ended(status, byte_len) => (status, byte_len),
@@ -410,7 +410,7 @@ impl Fabric {
                     let errored = qp.lanes.iter().filter(|l| l.errored).count();
                     let to_error = rules::dci_errored_streams_move_it_to_error(errored, qp.log_num_errored);
                     if to_error && qp.error_at.is_none() && !qp.in_error {
-                        qp.error_at = Some(now + settings.error_delay);
+                        qp.error_at = Some(now.saturating_add(settings.error_delay));
                     }
                 } else {
                     // An error completion moves the queue pair to ERR (ibv_poll_cq(3),
@@ -466,7 +466,12 @@ impl Fabric {
         let jitter = self.rng.up_to(self.settings.completion_jitter);
         let qp = &mut self.initiators[initiator];
         let l = &mut qp.lanes[lane];
-        let arrival = (self.now + self.settings.completion_delay + jitter).max(l.last_arrival);
+        // Saturating: the delays are the caller's, any u64.
+        let arrival = (self
+            .now
+            .saturating_add(self.settings.completion_delay)
+            .saturating_add(jitter))
+        .max(l.last_arrival);
         l.last_arrival = arrival;
         let mut wc = Zeroed::<ibv_wc>::new();
         wc.wr_id = wr_id;
@@ -590,7 +595,7 @@ impl Fabric {
 
     /// The initiator executes nothing for `ticks` (its requests wait; flushes still happen).
     pub(crate) fn stall(&mut self, initiator: usize, ticks: u64) {
-        self.initiators[initiator].stalled_until = self.now + ticks;
+        self.initiators[initiator].stalled_until = self.now.saturating_add(ticks);
     }
 
     /// The next request to execute on `stream` of `initiator` ends with `status`.
