@@ -144,13 +144,12 @@
 //!
 //! The pool runs, through this very guard and `poll`, on the simulated DC fabric of the
 //! `simulation` feature (`mlx5::dc::simulation`): a program tests its pool loop there with no
-//! device. The unit tests drive it on that fabric too, the one model of a
-//! ConnectX in the crate: each stream executes in order, flushes behind errors, an initiator
-//! moves to ERR some time after too many stream errors, a stream reset before the flush is
-//! refused, and RESET empties the CQ of an initiator's completions; property tests run any
-//! interleaving of posts, executions, errors, polls, timeouts and removals against it, and
-//! README shows the pool at 10 000 destinations on it. Recording provider tables check the exact
-//! C calls of each request.
+//! device. The unit tests drive it on that fabric too, the one model of a ConnectX in the crate:
+//! each stream executes in order, flushes behind errors, an initiator moves to ERR some time
+//! after too many stream errors, a stream reset before the flush is refused, and RESET empties
+//! the CQ of an initiator's completions; property tests run any interleaving of posts,
+//! executions, errors, polls, timeouts and removals against it, and README shows the pool at
+//! 10 000 destinations on it. Recording provider tables check the exact C calls of each request.
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -248,7 +247,8 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
 }
 
 // SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
-// pools, by the caller); every method that posts or recovers takes `&mut self`.
+// pools, by the caller, or are the simulated fabric's, never read); every method that posts or
+// recovers takes `&mut self`; the initiators and the CQ are sent along only when they are Send.
 unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> where I::CompletionQueue: Send {}
 
 impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
