@@ -113,7 +113,8 @@ impl Rng {
         if max == 0 {
             0
         } else {
-            max.checked_add(1).map_or(self.next(), |range| self.next() % range)
+            let draw = self.next();
+            max.checked_add(1).map_or(draw, |range| draw % range)
         }
     }
 
