@@ -23,6 +23,10 @@
 //! - `tokio`: completion events and asynchronous events awaited from a tokio task
 //!   (`ibverbs::async_completion_channel`).
 //! - `serde`: `Serialize`/`Deserialize` for the values peers exchange (a DC endpoint).
+//! - `simulation` (with `mlx5`): a seeded, deterministic simulated DC fabric
+//!   (`mlx5::dc::simulation`) on which the DC pool runs, posting and polling through the same
+//!   code as on a ConnectX, with scripted faults and counters: a DC program's pool loop tested
+//!   on any machine.
 //!
 //! # A first program
 //!
@@ -74,7 +78,9 @@
 //! - `mlx5`: is this device mlx5, and what can its DC do (`mlx5::dc_capabilities`);
 //! - `mlx5::dc`: DC targets and initiators, a whole DC program, recovery after errors;
 //! - `mlx5::dc::pool`: a pool of DC initiators for thousands of destinations, its policies, what
-//!   a middleware meets.
+//!   a middleware meets;
+//! - `mlx5::dc::simulation` (`simulation`): the pool on a simulated DC fabric, for tests without
+//!   a device.
 //!
 //! # Examples
 //!
@@ -93,6 +99,8 @@
 //! - `dc_hello` (`mlx5`): one DC target, one DC initiator, a write and a send.
 //! - `dc_pingpong` (`mlx5`, `serde`): DC latency and bandwidth between two hosts, through the
 //!   pool, comparable with perftest.
+//! - `dc_pool_simulated` (`mlx5`, `simulation`): a pool sending to 1 000 peers on the simulated
+//!   DC fabric, one peer dying mid-run; runs anywhere, no device.
 //!
 //! # Resource cleanup order
 //!

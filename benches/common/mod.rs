@@ -331,9 +331,10 @@ mod dc {
     use std::ptr::NonNull;
 
     use rdma_mummy_sys::{
-        ibv_ah, ibv_qp_ex, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
+        ibv_ah, ibv_cq, ibv_qp_ex, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
         mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr,
     };
+    use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue};
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
     use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
     use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
@@ -603,7 +604,14 @@ mod dc {
         }
     }
 
-    impl PoolInitiator for CountingInitiator {}
+    impl PoolInitiator for CountingInitiator {
+        type CompletionQueue = GenericCompletionQueue;
+
+        fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
+            // SAFETY: only the pointer is read.
+            unsafe { cq.cq() }
+        }
+    }
 
     // SAFETY: the views are the boxes it owns, with the entries read from them (no streams).
     unsafe impl PostingInitiator for CountingInitiator {

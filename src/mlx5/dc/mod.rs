@@ -9,7 +9,9 @@
 //! - [`target`]: the DC target (DCT), which receives through a shared receive queue;
 //! - [`pool`]: [`DcInitiatorPool`](pool::DcInitiatorPool), DC initiators on one send CQ assigned
 //!   to many destinations by a policy, with every completion mapped back to its destination and
-//!   initiators recovered after errors.
+//!   initiators recovered after errors;
+//! - `simulation` (feature `simulation`): a seeded simulated DC fabric the pool runs on without
+//!   a device.
 //!
 //! The transition tables of both queue-pair types (which attributes each state change needs) are
 //! in a private module; a model of mlx5_ib and libmlx5 and the rules it enforces, transcribed
@@ -49,6 +51,13 @@ pub mod endpoint;
 pub mod initiator;
 #[cfg(test)]
 mod model;
+// The simulated fabric follows them too.
 pub mod pool;
+#[cfg(any(test, feature = "simulation"))]
+pub(crate) mod reference_rules;
+// Also in the unit tests without the feature: the pool's own simulation runs on it.
+#[cfg(any(test, feature = "simulation"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
+pub mod simulation;
 mod state_table;
 pub mod target;

@@ -29,7 +29,7 @@ use crate::mlx5::library::DcVerbs;
 use crate::test_support::dc::recording_dci;
 use crate::test_support::{self, record};
 
-pub(crate) mod reference_rules;
+pub(crate) use super::reference_rules;
 
 /// How many queries of the state still read RTS after a DCI's stream errors passed its limit.
 pub(crate) const QUERIES_BEFORE_ERROR: u32 = 3;
@@ -152,8 +152,10 @@ pub(crate) fn stream_error(qp_number: u32, stream: u16, unflushed: u32) {
         let qp = model.queue_pairs.get_mut(&qp_number).expect("a model queue pair");
         qp.errored.insert(stream);
         qp.unflushed.insert(stream, unflushed);
-        let allowed = 1usize << qp.log_num_errored.expect("a DCI with streams");
-        if qp.errored.len() > allowed && qp.queries_until_error.is_none() {
+        let log_num_errored = qp.log_num_errored.expect("a DCI with streams");
+        if rules::dci_errored_streams_move_it_to_error(qp.errored.len(), log_num_errored)
+            && qp.queries_until_error.is_none()
+        {
             qp.queries_until_error = Some(QUERIES_BEFORE_ERROR);
         }
     });
@@ -502,7 +504,7 @@ unsafe extern "C" fn stream_id_reset(qp: *mut ibv_qp, stream: u16) -> c_int {
     let n = number(qp);
     let cached = state_from_raw((*qp).state);
     let result = with(|model| {
-        if model.device.dci_streams_caps.1 == 0 || cached != QueuePairState::ReadyToSend {
+        if model.device.dci_streams_caps.1 == 0 || !rules::dci_stream_reset_is_ok(cached) {
             return Err(libc::EOPNOTSUPP);
         }
         let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");

@@ -246,30 +246,7 @@ impl DcInitiatorPoolBuilder {
 
     /// Creates the initiators on the send CQ and brings each up to RTS.
     pub fn build(&self) -> Result<DcInitiatorPool, CreateDcInitiatorPoolError> {
-        if self.count == 0 || self.count > MAX_INITIATORS {
-            return Err(CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount {
-                requested: self.count,
-                max: MAX_INITIATORS,
-            }
-            .into());
-        }
-        match (self.policy, self.initiator.streams()) {
-            (DcPoolPolicy::Streams, None) => {
-                return Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch {
-                    policy: self.policy,
-                    requirement: "needs DCI streams (setup_dci_streams)",
-                }
-                .into())
-            },
-            (DcPoolPolicy::Streams, Some(_)) | (_, None) => {},
-            (_, Some(_)) => {
-                return Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch {
-                    policy: self.policy,
-                    requirement: "does not use DCI streams (only the streams policy does)",
-                }
-                .into())
-            },
-        }
+        check_shape(self.count, self.policy, self.initiator.streams().is_some())?;
         let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
@@ -363,6 +340,25 @@ fn pool_on<I: PoolInitiator>(
     let mut pool = DcInitiatorPool::from_initiators(initiators, policy, unreachable_after);
     pool.core.limit_send_queue(per_initiator);
     Ok(pool)
+}
+
+/// What every pool's builder refuses: 0 or too many initiators, and DCI streams without the
+/// streams policy or that policy without them.
+pub(crate) fn check_shape(
+    count: usize, policy: DcPoolPolicy, streams: bool,
+) -> Result<(), CreateDcInitiatorPoolErrorKind> {
+    if count == 0 || count > MAX_INITIATORS {
+        return Err(CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount {
+            requested: count,
+            max: MAX_INITIATORS,
+        });
+    }
+    let requirement = match (policy == DcPoolPolicy::Streams, streams) {
+        (true, false) => "needs DCI streams (setup_dci_streams)",
+        (false, true) => "does not use DCI streams (only the streams policy does)",
+        _ => return Ok(()),
+    };
+    Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch { policy, requirement })
 }
 
 #[cfg(test)]

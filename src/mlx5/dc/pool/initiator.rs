@@ -1,11 +1,12 @@
 //! What the pool needs of a DC initiator: its send queue and streams, its recovery, and (to post)
-//! its queue pair's views. [`DcInitiator`] provides it; the unit tests' simulation and recording
-//! initiators, and the benchmarks' counting ones, stand in for it. Crate-private: public (and
-//! hidden) only with the benchmarks' `__bench` feature.
+//! its queue pair's views. [`DcInitiator`] provides it, and with the `simulation` feature the
+//! simulated fabric's initiator; the unit tests' recording initiators and the benchmarks'
+//! counting ones stand in for it. Crate-private: public (and hidden) only with the benchmarks'
+//! `__bench` feature.
 use std::error::Error;
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::mlx5::dc::initiator::DcInitiator;
@@ -39,7 +40,10 @@ pub trait PooledInitiator {
 /// `send_view` must return the live extended and mlx5 views of a queue pair owned by the
 /// implementor, exclusively usable while the implementor is mutably borrowed, with at least the
 /// entries named (including `wr_set_dc_addr`, and `wr_set_dc_addr_stream` when `stream_count` is
-/// not 0).
+/// not 0); an implementor of [`PoolInitiator`](super::PoolInitiator) must return from its
+/// `raw_cq` a live completion queue (its context's `poll_cq` entry filled) for as long as the
+/// value it was given lives; `address_handle_without_pd` must return what its own
+/// `wr_set_dc_addr` entries accept.
 pub unsafe trait PostingInitiator: PooledInitiator {
     /// The queue pair number its completions carry.
     fn qp_number(&self) -> u32;
@@ -47,6 +51,12 @@ pub unsafe trait PostingInitiator: PooledInitiator {
     fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>);
     /// The inline data its requests take, as granted: longer is refused before the provider.
     fn max_inline_data(&self) -> u32;
+    /// The address handle a pool without a protection domain names its destinations by (the
+    /// simulated fabric's, which routes by DCT number); `None`: the pool creates one per
+    /// destination with `ibv_create_ah`.
+    fn address_handle_without_pd() -> Option<NonNull<ibv_ah>> {
+        None
+    }
 }
 
 impl PooledInitiator for DcInitiator {

@@ -142,17 +142,19 @@
 //!
 //! # Checked without a ConnectX
 //!
-//! The bookkeeping is driven in the unit tests by simulated initiators on a deterministic,
-//! seeded fabric that executes each stream in order, flushes behind errors, moves an initiator
-//! to ERR some time after too many stream errors, refuses a stream reset before the flush, and
-//! empties the CQ of an initiator's completions when it is recovered; property tests run any
-//! interleaving of posts, executions, errors, polls, timeouts and removals against it. README
-//! shows the simulation at 10 000 destinations.
+//! The pool runs, through this very guard and `poll`, on the simulated DC fabric of the
+//! `simulation` feature (`mlx5::dc::simulation`): a program tests its pool loop there with no
+//! device. The unit tests drive it on that fabric too, the one model of a ConnectX in the crate:
+//! each stream executes in order, flushes behind errors, an initiator moves to ERR some time
+//! after too many stream errors, a stream reset before the flush is refused, and RESET empties
+//! the CQ of an initiator's completions; property tests run any interleaving of posts,
+//! executions, errors, polls, timeouts and removals against it, and README shows the pool at
+//! 10 000 destinations on it. Recording provider tables check the exact C calls of each request.
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::ibv_ah;
-use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
+use rdma_mummy_sys::{ibv_ah, ibv_cq};
+use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
@@ -166,8 +168,7 @@ use self::types::{
 use super::endpoint::DcEndpoint;
 use super::initiator::DcInitiator;
 use crate::ibverbs::address_handle::AddressHandle;
-use crate::ibverbs::extension::CompletionQueueExt;
-use crate::ibverbs::work_completion::WorkCompletion;
+use crate::ibverbs::work_completion::{poll as poll_work_completions, WorkCompletion};
 use crate::mlx5::dc::endpoint::DcServiceClass;
 
 pub mod builder;
@@ -184,14 +185,41 @@ mod simulation;
 mod tests;
 pub mod types;
 
-/// The DC initiators a [`DcInitiatorPool`] is made of: [`DcInitiator`], the default and the one
-/// [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) creates.
+/// The DC initiators a [`DcInitiatorPool`] is made of, and the send completion queue it polls.
+/// Two implementations:
 ///
-/// Sealed: the pool posts through the queue pair an implementor owns and recovers it, relying on
-/// promises only this crate's implementations keep, so no other type implements it.
-pub trait PoolInitiator: PostingInitiator {}
+/// - [`DcInitiator`], a ConnectX DCI: the default, the one
+///   [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) creates, on sideway's
+///   [`GenericCompletionQueue`];
+/// - with the `simulation` feature, `SimulatedInitiator` of the simulated DC fabric
+///   (`mlx5::dc::simulation`), on its simulated completion queue: the same pool, posting through
+///   the same guard (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`) and polling with the same
+///   `ibv_poll_cq`, without a device.
+///
+/// Code written against `DcInitiatorPool<I>` for any `I: PoolInitiator` runs on both.
+///
+/// Sealed: the pool posts through the queue pair an implementor owns, polls its completion
+/// queue and recovers it, relying on promises only this crate's implementations keep, so no
+/// other type implements it.
+pub trait PoolInitiator: PostingInitiator {
+    /// The send completion queue a pool of these initiators polls.
+    type CompletionQueue;
 
-impl PoolInitiator for DcInitiator {}
+    /// The `struct ibv_cq` of `cq`, which [`poll`](DcInitiatorPool::poll) hands to
+    /// `ibv_poll_cq`; alive while `cq` is (part of [`PostingInitiator`]'s contract).
+    #[doc(hidden)]
+    fn raw_cq(cq: &Self::CompletionQueue) -> NonNull<ibv_cq>;
+}
+
+impl PoolInitiator for DcInitiator {
+    type CompletionQueue = GenericCompletionQueue;
+
+    #[inline]
+    fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
+        // SAFETY: only the pointer is read; the CQ is alive while `cq` is.
+        unsafe { cq.cq() }
+    }
+}
 
 /// Where a destination's requests go: its address handle, DCT number and DC key.
 #[derive(Debug, Default)]
@@ -212,7 +240,7 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     /// By destination place; emptied when a destination is removed.
     addresses: Vec<DestinationAddress>,
     address_handles: usize,
-    send_cq: Option<GenericCompletionQueue>,
+    send_cq: Option<I::CompletionQueue>,
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
     src_gid_index: u8,
@@ -222,8 +250,9 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
 }
 
 // SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
-// pools, by the caller); every method that posts or recovers takes `&mut self`.
-unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> {}
+// pools, by the caller, or are the simulated fabric's, never read); every method that posts or
+// recovers takes `&mut self`; the initiators and the CQ are sent along only when they are Send.
+unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> where I::CompletionQueue: Send {}
 
 impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -259,14 +288,14 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     bench_visible! {
         /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
         /// without DC).
-        pub fn set_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) {
+        pub fn set_send_cq(&mut self, send_cq: impl Into<I::CompletionQueue>) {
             self.send_cq = Some(send_cq.into());
         }
     }
 
     /// Sets the grant timeout ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout))
     /// of a hand-made pool.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "simulation"))]
     pub(crate) fn set_grant_timeout(&mut self, timeout: std::time::Duration) {
         self.core.set_grant_timeout(timeout);
     }
@@ -290,7 +319,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// created), e.g. to arm it for completion events
     /// ([`CompletionQueueEventExt::req_notify_cq`](crate::ibverbs::extension::CompletionQueueEventExt::req_notify_cq))
     /// when it was created on a completion channel.
-    pub fn send_cq(&self) -> Option<&GenericCompletionQueue> {
+    pub fn send_cq(&self) -> Option<&I::CompletionQueue> {
         self.send_cq.as_ref()
     }
 
@@ -454,7 +483,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             return Ok(0);
         };
         let mut wcs = [WorkCompletion::default(); 32];
-        let polled = cq.poll_work_completions(&mut wcs)?;
+        // SAFETY: the CQ is alive while the pool holds it (PoolInitiator::raw_cq).
+        let polled = unsafe { poll_work_completions(I::raw_cq(cq), &mut wcs) }?;
         for wc in polled.iter() {
             if !settle(core, wr_ids, wc, &mut sink) {
                 sink(DcPoolEvent::OtherCompletion(*wc));

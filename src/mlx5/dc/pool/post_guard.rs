@@ -47,8 +47,16 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             Some(address) if self.core.contains(destination) => address,
             _ => return Err(PostToDestinationErrorKind::UnknownDestination),
         };
-        let (Some(endpoint), Some(pd)) = (&address.endpoint, &self.pd) else {
+        let Some(endpoint) = &address.endpoint else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
+        };
+        let Some(pd) = &self.pd else {
+            // A pool without a protection domain (the simulated fabric's) names every
+            // destination through its initiators' own address handle.
+            let ah = I::address_handle_without_pd().ok_or(PostToDestinationErrorKind::UnknownDestination)?;
+            self.core
+                .set_address(destination, (ah, endpoint.dct_number(), endpoint.dc_key()));
+            return Ok(());
         };
         let ah = endpoint.create_ah_with_class(pd, self.port, self.src_gid_index, &self.service_class)?;
         // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is

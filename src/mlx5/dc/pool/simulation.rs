@@ -1,50 +1,41 @@
-//! The DCI pool's bookkeeping ([`PoolCore`]) driven by simulated DC initiators: a deterministic
-//! scheduler with seeded latencies and injected error completions, no device.
-//!
-//! The simulated fabric models what the pool has to cope with on a ConnectX:
-//! - each initiator (each DCI stream) executes its requests in posting order, a request finishing
-//!   no earlier than the one before it, each taking its destination's latency: a slow destination
-//!   delays everything behind it on the same initiator (or stream);
-//! - every request the pool posts is signalled (the pool's guard signals them all); an error
-//!   completion puts the initiator in ERR (with streams: only the stream), and every request
-//!   behind it then completes with `IBV_WC_WR_FLUSH_ERR`, one by one as the fabric gets to it,
-//!   as does a request posted to an initiator (or stream) in error;
-//! - with streams, requests of the other streams keep executing after a stream's error, and their
-//!   successful completions come after its error completion; once more streams are in error
-//!   than the initiator allows (`log_num_errored`), the initiator goes to ERR as a whole, some
-//!   time later (asynchronously), and flushes every stream;
-//! - a stream reset is refused while the initiator is in ERR, and refused (and counted) while the
-//!   stream still holds requests not flushed (the man page: reset once they are);
-//! - recovery (RESET) cleans the CQ of the initiator's completions (`mlx5_cq_clean`) and discards
-//!   its queue: a pool that recovered before it saw every completion loses requests;
+//! The DCI pool driven on the simulated DC fabric ([`crate::mlx5::dc::simulation`], the crate's
+//! one model of a ConnectX): a `DcInitiatorPool<SimulatedInitiator>` posting through its guard
+//! and polling its CQ, with seeded latencies and failures, no device. The fabric's rules (each
+//! stream executes in order, flushes behind an error, the asynchronous move to ERR after too
+//! many stream errors, stream resets refused before the flush, RESET cleaning the CQ) are the
+//! references', documented and sourced in that module; here they meet the pool:
+//! - each destination's latency is drawn (most 1–4 ticks, one in 50 slow, 20–40); a DCI serves
+//!   one target at a time, so a slow destination delays everything behind it on its initiator
+//!   (or stream);
 //! - a dead destination answers nothing: each request to it fails after a long timeout, mostly
-//!   with "transport retry counter exceeded" (what a ConnectX reports for a destroyed DC target),
-//!   sometimes with "remote invalid request", and sometimes with a remote access error, which the
-//!   pool does not count as "no such target": unreachable is not true by construction;
-//!   a live destination's injected failures are remote access errors, and one in four a
-//!   transient "retry exceeded".
+//!   with "transport retry counter exceeded", sometimes with "remote invalid request", and
+//!   sometimes with a remote access error, which the pool does not count as "no such target":
+//!   unreachable is not true by construction; live destinations' requests fail now and then
+//!   (the fabric's seeded failures: remote access errors, one in four a transient "retry
+//!   exceeded").
 //!
-//! The fabric records what happened to each request (executed, errored, flushed), and the checks
-//! compare every report with it: every request is reported exactly once; `Completed` only for a
-//! request that executed, `Failed` with its status for the one that errored, `Retry` (or `Failed`
-//! with a flush status) only for one the fabric flushed; a destination's completions come in
-//! posting order; nobody is in line while an initiator is free; the dead destination is reported
-//! unreachable and the others finish.
-use std::cell::RefCell;
+//! The fabric records how each request ended (executed, errored, flushed; the request's number
+//! travels as its inline data), and the checks compare every report with it: every request is
+//! reported exactly once; `Completed` only for a request that executed, `Failed` with its status
+//! for the one that errored, `Retry` (or `Failed` with a flush status) only for one the fabric
+//! flushed; a destination's completions come in posting order; nobody is in line while an
+//! initiator is free; the dead destination is reported unreachable and the others finish.
 use std::collections::VecDeque;
-use std::error::Error;
-use std::rc::Rc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_wc_status;
+use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 
 use super::completions::is_no_such_target;
 use super::destinations::{PoolCore, Refusal};
-use super::initiator::{PooledInitiator, StreamResetRefusal};
-use super::requests::{encode, initiator_of, WrIds};
-use super::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
+use super::post_guard::{DcPoolPostGuard, PoolAddressing};
+use super::requests::{encode, WrIds};
+use super::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind};
+use super::DcInitiatorPool;
+use crate::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
+use crate::mlx5::dc::simulation::{SimulatedFabric, SimulatedInitiator, SimulatedTarget};
 use crate::test_support::{advance_clock, fake_now};
 
 const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
@@ -52,22 +43,6 @@ const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
 const RETRY_EXC: u32 = ibv_wc_status::IBV_WC_RETRY_EXC_ERR;
 const REM_ACCESS: u32 = ibv_wc_status::IBV_WC_REM_ACCESS_ERR;
 const REM_INV_REQ: u32 = ibv_wc_status::IBV_WC_REM_INV_REQ_ERR;
-
-/// A request in the simulated fabric.
-#[derive(Debug, Clone, Copy)]
-struct Wqe {
-    provider_wr_id: u64,
-    request: u32,
-    destination: u32,
-    posted_at: u64,
-}
-
-/// A completion in the simulated CQ.
-#[derive(Debug, Clone, Copy)]
-struct Cqe {
-    wr_id: u64,
-    status: u32,
-}
 
 /// What the fabric did with a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,160 +53,93 @@ enum Truth {
     Flushed,
 }
 
-/// What the fabric shares between initiators: the CQ and what happened to each request.
-#[derive(Debug, Default)]
-struct Fabric {
-    cq: VecDeque<Cqe>,
-    truth: Vec<Truth>,
-}
-
-type Shared = Rc<RefCell<Fabric>>;
-
-/// One stream of an initiator (the only one without streams).
-#[derive(Debug, Default)]
-struct Lane {
-    queue: VecDeque<Wqe>,
-    /// When the request before the head finished.
-    last_finish: u64,
-    /// The DC target it is connected to.
-    connected: Option<u32>,
-    errored: bool,
-}
-
-/// One initiator of the simulated fabric.
-#[derive(Debug)]
-struct SimInitiator {
-    index: usize,
-    capacity: u32,
-    streams: u32,
-    lanes: Vec<Lane>,
-    /// In ERR as a whole.
-    in_error: bool,
-    /// When it goes to ERR (too many streams in error; the move is asynchronous).
-    error_at: Option<u64>,
-    /// How many streams may be in error before it goes to ERR.
-    errored_limit: u32,
-    fabric: Shared,
-    recoveries: u32,
-    stream_resets: u32,
-    /// Resets of a stream that still held requests not flushed: a pool bug.
-    premature_resets: u32,
-}
-
-impl SimInitiator {
-    fn new(index: usize, capacity: u32, streams: u32, fabric: &Shared) -> Self {
-        Self {
-            index,
-            capacity,
-            streams,
-            lanes: (0..streams.max(1)).map(|_| Lane::default()).collect(),
-            in_error: false,
-            error_at: None,
-            errored_limit: 2,
-            fabric: Rc::clone(fabric),
-            recoveries: 0,
-            stream_resets: 0,
-            premature_resets: 0,
-        }
-    }
-
-    fn post(&mut self, lane: usize, wqe: Wqe) {
-        self.lanes[lane].queue.push_back(wqe);
-    }
-
-    /// Whether lane `lane` flushes instead of executing.
-    fn flushing(&self, lane: usize) -> bool {
-        self.in_error || self.lanes[lane].errored
-    }
-
-    /// The head of `lane` leaves the queue with `status` (its completion: every request is
-    /// signalled, and a flush completes every request anyway), at time `now`.
-    fn finish_head(&mut self, lane: usize, status: u32, now: u64) {
-        let Some(wqe) = self.lanes[lane].queue.pop_front() else {
-            return;
-        };
-        let truth = match status {
+/// Reads how requests ended from the fabric's record.
+fn learn(fabric: &SimulatedFabric, truth: &mut [Truth]) {
+    for (request, status) in fabric.take_journal() {
+        truth[request as usize] = match status {
             SUCCESS => Truth::Executed,
             FLUSH => Truth::Flushed,
             error => Truth::Errored(error),
         };
-        {
-            let mut fabric = self.fabric.borrow_mut();
-            fabric.truth[wqe.request as usize] = truth;
-            fabric.cq.push_back(Cqe {
-                wr_id: wqe.provider_wr_id,
-                status,
-            });
-        }
-        if status != SUCCESS && status != FLUSH {
-            if self.streams == 0 {
-                self.in_error = true;
-            } else {
-                self.lanes[lane].errored = true;
-                let errored = self.lanes.iter().filter(|l| l.errored).count() as u32;
-                if errored > self.errored_limit && self.error_at.is_none() {
-                    self.error_at = Some(now + 3);
-                }
-            }
-        }
-    }
-
-    /// The asynchronous move to ERR, when its time came.
-    fn advance(&mut self, now: u64) {
-        if self.error_at.is_some_and(|at| at <= now) {
-            self.error_at = None;
-            self.in_error = true;
-        }
     }
 }
 
-impl PooledInitiator for SimInitiator {
-    fn max_send_wr(&self) -> u32 {
-        self.capacity
-    }
-
-    fn stream_count(&self) -> u32 {
-        self.streams
-    }
-
-    fn recover(&mut self) -> Result<(), Box<dyn Error + Send + Sync>> {
-        // RESET discards the send queue, and libmlx5 cleans the CQ of the queue pair's
-        // completions (mlx5_cq_clean): what the pool did not poll by now is lost.
-        let index = self.index;
-        self.fabric
-            .borrow_mut()
-            .cq
-            .retain(|cqe| initiator_of(cqe.wr_id) != index);
-        for lane in &mut self.lanes {
-            *lane = Lane::default();
-        }
-        self.in_error = false;
-        self.error_at = None;
-        self.recoveries += 1;
-        Ok(())
-    }
-
-    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
-        if self.in_error {
-            return Err(StreamResetRefusal::NotReadyToSend);
-        }
-        let lane = &mut self.lanes[stream as usize];
-        if !lane.queue.is_empty() {
-            // Refused, as the man page's "once all stream_id WR's are flushed" requires.
-            self.premature_resets += 1;
-            return Err(StreamResetRefusal::Failed(
-                "the stream still holds requests not flushed".into(),
-            ));
-        }
-        lane.errored = false;
-        lane.connected = None;
-        self.stream_resets += 1;
-        Ok(())
+/// Posts `requests` (their numbers) to `destination` as one batch, as far as the batch's room
+/// goes: RDMA WRITEs of each number, inline, to the destination's target. With no request, the
+/// batch is started and dropped unposted. Returns how many went in.
+fn post(
+    pool: &mut DcInitiatorPool<SimulatedInitiator>, destination: DestinationId, target: &SimulatedTarget,
+    requests: &[u64],
+) -> Result<usize, PostToDestinationErrorKind> {
+    let target = (target.rkey(), target.address());
+    if pool.policy() == DcPoolPolicy::Streams {
+        let guard = pool.start_post_send_on_stream(destination).map_err(|e| e.0)?;
+        Ok(fill::<DcStreamAddress>(guard, target, requests))
+    } else {
+        let guard = pool.start_post_send(destination).map_err(|e| e.0)?;
+        Ok(fill::<DcAddress>(guard, target, requests))
     }
 }
 
-/// Adds a destination with an address (the simulated fabric never reads it).
-fn add(pool: &mut PoolCore<SimInitiator>) -> DestinationId {
+fn fill<A: PoolAddressing>(
+    mut guard: DcPoolPostGuard<'_, SimulatedInitiator, A>, (rkey, address): (u32, u64), requests: &[u64],
+) -> usize {
+    let count = guard.room().min(requests.len());
+    if count == 0 {
+        return 0;
+    }
+    for &request in &requests[..count] {
+        guard
+            .construct_wr(request, WorkRequestFlags::none())
+            .expect("within the room")
+            .setup_write(rkey, address)
+            .setup_inline_data(&request.to_le_bytes());
+    }
+    guard.post().expect("the fabric takes a batch within the room");
+    count
+}
+
+/// A target per destination, with the latency `latency` gives it.
+fn targets(fabric: &SimulatedFabric, count: u32, mut latency: impl FnMut() -> u64) -> Vec<SimulatedTarget> {
+    (0..count)
+        .map(|_| {
+            fabric
+                .create_target_builder()
+                .setup_memory(8)
+                .setup_latency(latency())
+                .build()
+                .expect("a target")
+        })
+        .collect()
+}
+
+/// A pool on `fabric` of `initiators` with send queues of `capacity`, with DCI streams (2^`log`
+/// per initiator, 2^`errored` of them may be in error) for the streams policy; the pool's clock
+/// is the tests' (`advance_clock`).
+fn pool(
+    fabric: &SimulatedFabric, policy: DcPoolPolicy, initiators: usize, capacity: u32, log_streams: (u8, u8),
+    unreachable_after: u32, grant_timeout: Duration,
+) -> DcInitiatorPool<SimulatedInitiator> {
+    let mut builder = fabric.create_pool_builder();
+    builder
+        .setup_initiators(initiators)
+        .setup_policy(policy)
+        .setup_max_send_wr(capacity)
+        .setup_unreachable_after(unreachable_after)
+        .setup_grant_timeout(grant_timeout);
+    if policy == DcPoolPolicy::Streams {
+        builder.setup_dci_streams(DciStreams {
+            log_num_concurrent: log_streams.0,
+            log_num_errored: log_streams.1,
+        });
+    }
+    let mut pool = builder.build().expect("a simulated pool");
+    pool.core.set_clock(fake_now);
+    pool
+}
+
+/// Adds a destination with an address to a bare bookkeeping core.
+fn add(pool: &mut PoolCore<SimulatedInitiator>) -> DestinationId {
     let destination = pool.add_destination();
     assert!(pool.set_address(destination, (std::ptr::NonNull::dangling(), 0, 0)));
     destination
@@ -247,11 +155,11 @@ enum Fate {
 
 /// Checks one report against what the fabric did; returns the request and its fate (`None` for
 /// a retry, which the caller posts again).
-fn check_report(event: &DcPoolEvent, fabric: &Fabric, destination_of: &[u32]) -> Option<(u32, u32, Option<Fate>)> {
+fn check_report(event: &DcPoolEvent, truth: &[Truth], destination_of: &[u32]) -> Option<(u32, u32, Option<Fate>)> {
     let (destination, wr_id, fate) = match *event {
         DcPoolEvent::Completed { destination, wr_id } => {
             assert_eq!(
-                fabric.truth[wr_id as usize],
+                truth[wr_id as usize],
                 Truth::Executed,
                 "request {wr_id} reported completed"
             );
@@ -263,7 +171,7 @@ fn check_report(event: &DcPoolEvent, fabric: &Fabric, destination_of: &[u32]) ->
             status,
             ..
         } => {
-            let truth = fabric.truth[wr_id as usize];
+            let truth = truth[wr_id as usize];
             if status == FLUSH {
                 assert_eq!(truth, Truth::Flushed, "request {wr_id} reported flushed");
             } else {
@@ -273,7 +181,7 @@ fn check_report(event: &DcPoolEvent, fabric: &Fabric, destination_of: &[u32]) ->
         },
         DcPoolEvent::Retry { destination, wr_id } => {
             assert_eq!(
-                fabric.truth[wr_id as usize],
+                truth[wr_id as usize],
                 Truth::Flushed,
                 "request {wr_id} handed back for a retry: it was not flushed"
             );
@@ -294,7 +202,8 @@ struct Scenario {
     seed: u64,
     destinations: u32,
     initiators: u32,
-    streams: u32,
+    /// log2 of the DCI streams per initiator (streams policy).
+    log_streams: u8,
     capacity: u32,
     requests: u32,
     /// Requests arriving per tick.
@@ -307,8 +216,8 @@ struct Scenario {
     /// Share of requests (in percent) that go to the first `hot` destinations.
     hot: u32,
     hot_percent: u32,
-    /// Streams an initiator allows in error before it goes to ERR as a whole.
-    errored_limit: u32,
+    /// log2 of the streams an initiator allows in error before it goes to ERR as a whole.
+    log_errored: u8,
     check_every_step: bool,
 }
 
@@ -321,9 +230,9 @@ struct Report {
     /// Requests reported a second time (must be 0).
     twice: u64,
     injected_failures: u64,
-    recoveries: u32,
-    stream_resets: u32,
-    premature_resets: u32,
+    recoveries: u64,
+    stream_resets: u64,
+    premature_resets: u64,
     /// The longest a request took from arrival to its report.
     max_latency: u64,
     /// The longest a destination with requests to post went without posting any (starvation).
@@ -336,38 +245,43 @@ const DEAD_TIMEOUT: u64 = 60;
 
 fn run(s: Scenario) -> Report {
     let mut rng = StdRng::seed_from_u64(s.seed);
-    let fabric: Shared = Rc::default();
-    let initiators = (0..s.initiators as usize)
-        .map(|i| {
-            let mut sim = SimInitiator::new(i, s.capacity, s.streams, &fabric);
-            sim.errored_limit = s.errored_limit;
-            sim
-        })
-        .collect();
-    let mut pool = PoolCore::new(initiators, s.policy, 3);
-    let mut wr_ids = WrIds::new(&pool.requests);
-    // One millisecond of the pool's clock per step: the grant timeout is 64 steps.
-    pool.set_clock(fake_now);
-    pool.set_grant_timeout(Duration::from_millis(64));
-    let destinations: Vec<DestinationId> = (0..s.destinations).map(|_| add(&mut pool)).collect();
+    let fabric = SimulatedFabric::new(s.seed);
+    // The program keeps the time: one tick per round, as many polls as it takes.
+    fabric.set_poll_ticks(false);
+    fabric.set_transport_timeout(DEAD_TIMEOUT);
+    // What a ConnectX may return for a DC target that is not there (mostly retry exceeded).
+    fabric.set_dead_target_statuses(&[RETRY_EXC, RETRY_EXC, RETRY_EXC, REM_INV_REQ, REM_ACCESS]);
+    fabric.set_random_failures(s.fail_one_in);
     // Seeded latencies: most destinations 1–4 ticks, one in 50 slow (20–40).
-    let latency: Vec<u64> = (0..s.destinations)
-        .map(|_| {
-            if rng.random_ratio(1, 50) {
-                rng.random_range(20..=40)
-            } else {
-                rng.random_range(1..=4)
-            }
-        })
-        .collect();
+    let targets = targets(&fabric, s.destinations, || {
+        if rng.random_ratio(1, 50) {
+            rng.random_range(20..=40)
+        } else {
+            rng.random_range(1..=4)
+        }
+    });
+    if let Some(dead) = s.dead_destination {
+        targets[dead as usize].kill();
+    }
+    // One millisecond of the pool's clock per round: the grant timeout is 64 rounds.
+    let log_streams = (s.log_streams, s.log_errored);
+    let mut pool = pool(
+        &fabric,
+        s.policy,
+        s.initiators as usize,
+        s.capacity,
+        log_streams,
+        3,
+        Duration::from_millis(64),
+    );
+    let destinations: Vec<DestinationId> = targets.iter().map(|t| pool.add_destination(t.endpoint())).collect();
 
     let total = s.requests as usize;
     let mut destination_of = Vec::with_capacity(total);
     let mut arrival = Vec::with_capacity(total);
-    let mut fails = Vec::with_capacity(total);
-    fabric.borrow_mut().truth = vec![Truth::NotYet; total];
+    let mut truth = vec![Truth::NotYet; total];
     let mut fate = vec![Fate::Pending; total];
-    let mut queue: Vec<VecDeque<u32>> = vec![VecDeque::new(); s.destinations as usize];
+    let mut queue: Vec<VecDeque<u64>> = vec![VecDeque::new(); s.destinations as usize];
     // Per destination: the last request that completed (order check).
     let mut last_completed: Vec<Option<u32>> = vec![None; s.destinations as usize];
     // Destinations to try, in the order they got work (each once), and those reported ready.
@@ -405,6 +319,8 @@ fn run(s: Scenario) -> Report {
             now < 5_000_000,
             "the simulation does not finish: {settled} of {total} settled"
         );
+        // 0. The fabric runs a tick: requests due end, pending moves to ERR happen.
+        fabric.advance(1);
         // 1. Arrivals.
         for _ in 0..s.arrivals_per_tick {
             if arrived == total {
@@ -423,14 +339,13 @@ fn run(s: Scenario) -> Report {
             }
             destination_of.push(d);
             arrival.push(now);
-            fails.push(s.fail_one_in > 0 && rng.random_ratio(1, s.fail_one_in));
             arrived += 1;
             if unreachable[d as usize] {
                 finish(request, Fate::Failed, &mut fate, &mut report, now, &arrival);
                 settled += 1;
                 continue;
             }
-            queue[d as usize].push_back(request);
+            queue[d as usize].push_back(u64::from(request));
             waiting_since[d as usize].get_or_insert(now);
             if !in_pending[d as usize] {
                 in_pending[d as usize] = true;
@@ -459,26 +374,10 @@ fn run(s: Scenario) -> Report {
                 if queue[d as usize].is_empty() {
                     break;
                 }
-                match pool.begin(id) {
-                    Ok(grant) => {
-                        let count = grant.room.min(s.max_batch).min(queue[d as usize].len());
-                        let lane = grant.stream as usize;
-                        for k in 0..count {
-                            let request = queue[d as usize].pop_front().unwrap();
-                            let number = grant.first + k as u64;
-                            let slot = pool.requests[grant.initiator].slot(number);
-                            wr_ids.set(grant.initiator, slot, u64::from(request));
-                            pool.initiators[grant.initiator].post(
-                                lane,
-                                Wqe {
-                                    provider_wr_id: encode(grant.initiator, number),
-                                    request,
-                                    destination: d,
-                                    posted_at: now,
-                                },
-                            );
-                        }
-                        pool.commit(grant.initiator, grant.destination, grant.stream, count);
+                let batch: Vec<u64> = queue[d as usize].iter().take(s.max_batch).copied().collect();
+                match post(&mut pool, id, &targets[d as usize], &batch) {
+                    Ok(count) => {
+                        queue[d as usize].drain(..count);
                         if let Some(since) = waiting_since[d as usize].take() {
                             report.max_wait = report.max_wait.max(now - since);
                         }
@@ -486,23 +385,23 @@ fn run(s: Scenario) -> Report {
                             waiting_since[d as usize] = Some(now);
                         }
                         if s.check_every_step {
-                            pool.check_invariants();
+                            pool.core.check_invariants();
                         }
                     },
-                    Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {
+                    Err(PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {
                         in_line = true;
                         lined[d as usize] = true;
                         break;
                     },
-                    Err(Refusal::WouldBlock(
+                    Err(PostToDestinationErrorKind::WouldBlock(
                         DcPoolWouldBlock::QueueFull
                         | DcPoolWouldBlock::QuotaExhausted
                         | DcPoolWouldBlock::Recovering { .. },
                     )) => break,
-                    Err(Refusal::Unreachable) => {
+                    Err(PostToDestinationErrorKind::Unreachable) => {
                         unreachable[d as usize] = true;
                         while let Some(request) = queue[d as usize].pop_front() {
-                            finish(request, Fate::Failed, &mut fate, &mut report, now, &arrival);
+                            finish(request as u32, Fate::Failed, &mut fate, &mut report, now, &arrival);
                             settled += 1;
                         }
                         break;
@@ -516,73 +415,14 @@ fn run(s: Scenario) -> Report {
             }
         }
 
-        // 3. The fabric executes requests (or flushes them, in error).
-        for i in 0..s.initiators as usize {
-            let sim = &mut pool.initiators[i];
-            sim.advance(now);
-            for lane in 0..sim.lanes.len() {
-                while let Some(&head) = sim.lanes[lane].queue.front() {
-                    if sim.flushing(lane) {
-                        sim.finish_head(lane, FLUSH, now);
-                        continue;
-                    }
-                    let dead = Some(head.destination) == s.dead_destination;
-                    let took = if dead {
-                        DEAD_TIMEOUT
-                    } else {
-                        latency[head.destination as usize]
-                    };
-                    let l = &sim.lanes[lane];
-                    // Requests to the DCT the lane is connected to overlap; another destination
-                    // waits for the last one to finish, then connects (1 tick).
-                    let done_at = if l.connected == Some(head.destination) {
-                        l.last_finish.max(head.posted_at + took)
-                    } else {
-                        l.last_finish.max(head.posted_at) + 1 + took
-                    };
-                    if done_at > now {
-                        break;
-                    }
-                    sim.lanes[lane].last_finish = done_at;
-                    sim.lanes[lane].connected = Some(head.destination);
-                    let status = if dead {
-                        // What a ConnectX may return for a DC target that is not there.
-                        match rng.random_range(0..5) {
-                            0..=2 => RETRY_EXC,
-                            3 => REM_INV_REQ,
-                            _ => REM_ACCESS,
-                        }
-                    } else if fails[head.request as usize] {
-                        report.injected_failures += 1;
-                        if rng.random_ratio(1, 4) {
-                            RETRY_EXC
-                        } else {
-                            REM_ACCESS
-                        }
-                    } else {
-                        SUCCESS
-                    };
-                    sim.finish_head(lane, status, now);
-                    if status != SUCCESS {
-                        break;
-                    }
-                }
-            }
-        }
-
-        // 4. The pool polls the CQ (and its clock moves on).
+        // 3. The pool polls the CQ until it is empty (and its clock moves on).
         let mut events = Vec::new();
         advance_clock(Duration::from_millis(1));
-        pool.tick(&mut |e| events.push(e));
-        loop {
-            let Some(cqe) = fabric.borrow_mut().cq.pop_front() else {
-                break;
-            };
-            pool.complete(&wr_ids, cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
-            if s.check_every_step {
-                pool.check_invariants();
-            }
+        while pool.poll(|e| events.push(e)).expect("poll") == 32 {}
+        if s.check_every_step {
+            pool.core.check_invariants();
         }
+        learn(&fabric, &mut truth);
         let mut retries: Vec<(u32, u32)> = Vec::new();
         for event in events {
             match event {
@@ -597,7 +437,7 @@ fn run(s: Scenario) -> Report {
                 DcPoolEvent::Unreachable { destination } => report.unreachable.push(destination.index),
                 DcPoolEvent::InitiatorLost { initiator, error } => panic!("initiator {initiator} lost: {error}"),
                 event => {
-                    let checked = check_report(&event, &fabric.borrow(), &destination_of);
+                    let checked = check_report(&event, &truth, &destination_of);
                     let Some((d, request, outcome)) = checked else {
                         panic!("unexpected {event:?}")
                     };
@@ -626,17 +466,18 @@ fn run(s: Scenario) -> Report {
                                 "request {request} retried after its end"
                             );
                             report.retried += 1;
-                            fabric.borrow_mut().truth[request as usize] = Truth::NotYet;
+                            truth[request as usize] = Truth::NotYet;
                             retries.push((d, request));
                         },
                     }
                 },
             }
         }
-        // Retries go back before the destination's newer requests, in their order.
-        retries.sort_unstable();
-        for (d, request) in retries.into_iter().rev() {
-            queue[d as usize].push_front(request);
+        // Retries go back before the destination's newer requests, in their order (also before
+        // requests retried in an earlier round that are newer).
+        for (d, request) in retries {
+            let queue = &mut queue[d as usize];
+            queue.insert(queue.partition_point(|&r| r < u64::from(request)), u64::from(request));
             waiting_since[d as usize].get_or_insert(now);
             if !in_pending[d as usize] {
                 in_pending[d as usize] = true;
@@ -644,24 +485,34 @@ fn run(s: Scenario) -> Report {
             }
         }
     }
-    pool.check_invariants();
+    pool.core.check_invariants();
     report.ticks = now;
-    for sim in &pool.initiators {
-        report.recoveries += sim.recoveries;
-        report.stream_resets += sim.stream_resets;
-        report.premature_resets += sim.premature_resets;
-    }
+    let counters = fabric.counters();
+    report.recoveries = counters.recoveries;
+    report.stream_resets = counters.stream_resets;
+    report.premature_resets = counters.premature_stream_resets;
+    // The fabric's failures at live destinations: the injected ones.
+    report.injected_failures = counters.failed - dead_failures(&truth, &destination_of, s.dead_destination);
     assert!(fate.iter().all(|f| *f != Fate::Pending));
     report
 }
 
-fn scale(policy: DcPoolPolicy, streams: u32) -> Scenario {
+/// Requests to the dead destination whose last end was an error of their own (not a flush).
+fn dead_failures(truth: &[Truth], destination_of: &[u32], dead: Option<u32>) -> u64 {
+    truth
+        .iter()
+        .zip(destination_of)
+        .filter(|(truth, d)| Some(**d) == dead && matches!(truth, Truth::Errored(_)))
+        .count() as u64
+}
+
+fn scale(policy: DcPoolPolicy, log_streams: u8) -> Scenario {
     Scenario {
         policy,
         seed: 0x5eed,
         destinations: 10_000,
         initiators: 16,
-        streams,
+        log_streams,
         capacity: 64,
         requests: 1_000_000,
         arrivals_per_tick: 50,
@@ -670,7 +521,7 @@ fn scale(policy: DcPoolPolicy, streams: u32) -> Scenario {
         max_batch: 32,
         hot: 0,
         hot_percent: 0,
-        errored_limit: 2,
+        log_errored: 1,
         check_every_step: false,
     }
 }
@@ -682,7 +533,7 @@ fn check_scale(report: &Report, s: &Scenario) {
         s.requests,
         s.destinations,
         s.initiators,
-        if s.streams > 0 { format!(" × {} streams", s.streams) } else { String::new() },
+        if s.policy == DcPoolPolicy::Streams { format!(" × {} streams", 1u32 << s.log_streams) } else { String::new() },
         report.ticks,
         report.completed,
         report.failed,
@@ -727,8 +578,8 @@ fn grouped(n: u64) -> String {
 /// A run's row of README's simulation table: policy, ticks, longest wait, completed, failed
 /// (injected), retried, reported twice.
 fn readme_row(s: &Scenario, report: &Report) -> String {
-    let streams = if s.streams > 0 {
-        format!(" ({} per initiator)", s.streams)
+    let streams = if s.policy == DcPoolPolicy::Streams {
+        format!(" ({} per initiator)", 1u32 << s.log_streams)
     } else {
         String::new()
     };
@@ -784,7 +635,7 @@ fn ten_thousand_destinations_static() {
 
 #[test]
 fn ten_thousand_destinations_streams() {
-    let s = scale(DcPoolPolicy::Streams, 8);
+    let s = scale(DcPoolPolicy::Streams, 3);
     let report = run(s);
     check_scale(&report, &s);
     assert!(
@@ -804,9 +655,9 @@ fn streams_whose_initiators_go_to_err_after_too_many_stream_errors() {
         destinations: 1000,
         fail_one_in: 40,
         dead_destination: None,
-        errored_limit: 1,
+        log_errored: 0,
         check_every_step: true,
-        ..scale(DcPoolPolicy::Streams, 8)
+        ..scale(DcPoolPolicy::Streams, 3)
     };
     let report = run(s);
     println!(
@@ -837,7 +688,7 @@ fn a_quota_bounds_the_wait_hot_destinations_impose_on_the_others() {
         seed: 0x407,
         destinations: 1000,
         initiators: 16,
-        streams: 0,
+        log_streams: 0,
         capacity: 64,
         requests: 200_000,
         arrivals_per_tick: 60,
@@ -846,7 +697,7 @@ fn a_quota_bounds_the_wait_hot_destinations_impose_on_the_others() {
         max_batch: 32,
         hot: 16,
         hot_percent: 90,
-        errored_limit: 2,
+        log_errored: 1,
         check_every_step: false,
     };
     let dedicated = run(hot(DcPoolPolicy::Dedicated));
@@ -896,7 +747,7 @@ fn the_dead_destinations_statuses_are_counted_as_the_pool_counts_them() {
 #[test]
 fn a_pool_without_initiators_refuses_posts() {
     for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static, DcPoolPolicy::Streams] {
-        let mut pool = PoolCore::<SimInitiator>::new(Vec::new(), policy, 3);
+        let mut pool = PoolCore::<SimulatedInitiator>::new(Vec::new(), policy, 3);
         let destination = add(&mut pool);
         assert_eq!(pool.assignment(destination), None);
         assert!(matches!(pool.begin(destination), Err(Refusal::NoInitiatorInService)));
@@ -908,10 +759,15 @@ fn a_pool_without_initiators_refuses_posts() {
 /// list by a 16-bit range that wraps to empty.
 #[test]
 fn sixty_five_thousand_five_hundred_thirty_six_initiators_are_all_granted() {
-    let fabric: Shared = Rc::default();
     let count = super::requests::MAX_INITIATORS;
-    let initiators = (0..count).map(|i| SimInitiator::new(i, 1, 0, &fabric)).collect();
-    let mut pool = PoolCore::new(initiators, DcPoolPolicy::Dedicated, 3);
+    let fabric = SimulatedFabric::new(0);
+    let mut pool = fabric
+        .create_pool_builder()
+        .setup_initiators(count)
+        .setup_max_send_wr(1)
+        .build()
+        .expect("a simulated pool")
+        .core;
     let mut held = std::collections::HashSet::new();
     for _ in 0..count {
         let destination = add(&mut pool);
@@ -934,9 +790,15 @@ fn sixty_five_thousand_five_hundred_thirty_six_initiators_are_all_granted() {
 #[test]
 fn a_million_destinations_come_and_go_in_bounded_memory() {
     for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static] {
-        let fabric: Shared = Rc::default();
-        let initiators = (0..16).map(|i| SimInitiator::new(i, 64, 0, &fabric)).collect();
-        let mut pool = PoolCore::new(initiators, policy, 3);
+        let fabric = SimulatedFabric::new(0);
+        let mut pool = fabric
+            .create_pool_builder()
+            .setup_initiators(16)
+            .setup_max_send_wr(64)
+            .setup_policy(policy)
+            .build()
+            .expect("a simulated pool")
+            .core;
         let mut wr_ids = WrIds::new(&pool.requests);
         let mut live: VecDeque<DestinationId> = VecDeque::new();
         let mut peak = super::types::DcPoolFootprint::default();
@@ -945,8 +807,7 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
             live.push_back(destination);
             // Post one request; refused ones (in line) are cancelled before removal.
             if let Ok(grant) = pool.begin(destination) {
-                let slot = pool.requests[grant.initiator].slot(grant.first);
-                wr_ids.set(grant.initiator, slot, n);
+                wr_ids.set(grant.initiator, grant.slot, n);
                 pool.commit(grant.initiator, grant.destination, grant.stream, 1);
                 assert!(pool.complete(&wr_ids, encode(grant.initiator, grant.first), SUCCESS, 0, &mut |_| {}));
             }
@@ -978,11 +839,14 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
 
 mod properties {
     //! Any interleaving of posts, dropped batches, executions, error completions, asynchronous
-    //! moves to ERR, flushes, polls, cancellations and removals keeps the bookkeeping's
-    //! invariants, and reports every request exactly once, as the fabric saw it.
+    //! moves to ERR, flushes, polls (through `poll`, and a completion at a time through
+    //! `complete`), cancellations and removals keeps the bookkeeping's invariants, and reports
+    //! every request exactly once, as the fabric saw it. The test drives the fabric's execution
+    //! by hand.
     use proptest::prelude::*;
 
     use super::*;
+    use crate::ibverbs::work_completion::{poll as poll_cq, WorkCompletion};
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -1014,7 +878,8 @@ mod properties {
         },
         /// Time passes: asynchronous moves to ERR happen.
         Advance,
-        /// The pool polls up to `count` completions.
+        /// The caller polls up to `count` completions and hands each to `complete`, or (from 8
+        /// on) the pool polls (`poll`).
         Poll {
             count: usize,
         },
@@ -1044,7 +909,7 @@ mod properties {
             1 => (0..initiators, 0..lanes, status()).prop_map(|(initiator, lane, status)| Op::Fail { initiator, lane, status }),
             1 => (0..initiators).prop_map(|initiator| Op::Error { initiator }),
             1 => Just(Op::Advance),
-            3 => (1..8usize).prop_map(|count| Op::Poll { count }),
+            3 => (1..10usize).prop_map(|count| Op::Poll { count }),
             1 => Just(Op::Tick),
             1 => (0..destinations).prop_map(|destination| Op::Revive { destination }),
             1 => (0..destinations).prop_map(|destination| Op::CancelWait { destination }),
@@ -1063,54 +928,44 @@ mod properties {
 
     const DESTINATIONS: u32 = 5;
     const INITIATORS: usize = 3;
-    const LANES: usize = 3;
+    /// Streams per initiator (2^2), of which 2^0 may be in error.
+    const LANES: usize = 4;
 
     /// The state of a run.
     struct Run {
-        pool: PoolCore<SimInitiator>,
-        wr_ids: WrIds,
-        fabric: Shared,
-        /// The live destination in each of the `DESTINATIONS` slots of the ops.
+        fabric: SimulatedFabric,
+        pool: DcInitiatorPool<SimulatedInitiator>,
+        /// The target of each of the `DESTINATIONS` slots of the ops.
+        targets: Vec<SimulatedTarget>,
+        /// The live destination in each slot.
         ids: Vec<DestinationId>,
-        /// Per request: its destination's place, and its fate.
+        /// Per request: its destination's place, what the fabric did, and its fate.
         destination_of: Vec<u32>,
+        truth: Vec<Truth>,
         fates: Vec<Fate>,
-        /// Per destination slot: the last request completed (order).
+        /// Per destination place: the last request completed (order).
         last_completed: Vec<Option<u32>>,
         /// Per destination place: refused for want of an initiator and not served since.
         in_line: Vec<bool>,
-        now: u64,
     }
 
     impl Run {
         fn post(&mut self, slot: u32, count: usize) {
             let id = self.ids[slot as usize];
-            match self.pool.begin(id) {
-                Ok(grant) => {
+            let first = self.fates.len() as u64;
+            let requests: Vec<u64> = (first..first + count as u64).collect();
+            match post(&mut self.pool, id, &self.targets[slot as usize], &requests) {
+                Ok(posted) => {
                     self.in_line[id.index()] = false;
-                    let count = count.min(grant.room);
-                    for k in 0..count {
-                        let request = self.fates.len() as u32;
+                    for _ in 0..posted {
                         self.fates.push(Fate::Pending);
                         self.destination_of.push(id.index);
-                        self.fabric.borrow_mut().truth.push(Truth::NotYet);
-                        let number = grant.first + k as u64;
-                        let slot = self.pool.requests[grant.initiator].slot(number);
-                        self.wr_ids.set(grant.initiator, slot, u64::from(request));
-                        self.pool.initiators[grant.initiator].post(
-                            grant.stream as usize,
-                            Wqe {
-                                provider_wr_id: encode(grant.initiator, number),
-                                request,
-                                destination: id.index,
-                                posted_at: 0,
-                            },
-                        );
+                        self.truth.push(Truth::NotYet);
                     }
-                    self.pool
-                        .commit(grant.initiator, grant.destination, grant.stream, count);
                 },
-                Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator)) => self.in_line[id.index()] = true,
+                Err(PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {
+                    self.in_line[id.index()] = true
+                },
                 Err(_) => {},
             }
         }
@@ -1118,61 +973,40 @@ mod properties {
         fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
             match *op {
                 Op::Post { destination, count } => self.post(destination, count),
-                Op::Drop { destination } => {
-                    let id = self.ids[destination as usize];
-                    match self.pool.begin(id) {
-                        Ok(grant) => {
-                            self.in_line[id.index()] = false;
-                            self.pool.commit(grant.initiator, grant.destination, grant.stream, 0);
-                        },
-                        Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator)) => self.in_line[id.index()] = true,
-                        Err(_) => {},
-                    }
-                },
+                Op::Drop { destination } => self.post(destination, 0),
                 Op::Execute { initiator, lane, count } => {
-                    let sim = &mut self.pool.initiators[initiator];
-                    let lane = lane % sim.lanes.len();
-                    for _ in 0..count {
-                        if sim.lanes[lane].queue.is_empty() {
-                            break;
-                        }
-                        let status = if sim.flushing(lane) { FLUSH } else { SUCCESS };
-                        sim.finish_head(lane, status, self.now);
-                    }
+                    self.fabric
+                        .execute(initiator, lane % self.fabric.lanes(initiator), count)
                 },
                 Op::Fail {
                     initiator,
                     lane,
                     status,
-                } => {
-                    let sim = &mut self.pool.initiators[initiator];
-                    let lane = lane % sim.lanes.len();
-                    if !sim.flushing(lane) {
-                        sim.finish_head(lane, status, self.now);
-                    }
-                },
-                Op::Error { initiator } => self.pool.initiators[initiator].in_error = true,
-                Op::Advance => {
-                    self.now += 1;
-                    for sim in &mut self.pool.initiators {
-                        sim.advance(self.now);
-                    }
+                } => self
+                    .fabric
+                    .fail_head(initiator, lane % self.fabric.lanes(initiator), status),
+                Op::Error { initiator } => self.pool.initiator(initiator).expect("an initiator").move_to_error(),
+                Op::Advance => self.fabric.advance(1),
+                Op::Poll { count } if count >= 8 => {
+                    let mut events = Vec::new();
+                    self.pool.poll(|e| events.push(e)).expect("poll");
+                    self.settle(events)?;
                 },
                 Op::Poll { count } => {
                     let mut events = Vec::new();
-                    for _ in 0..count {
-                        let Some(cqe) = self.fabric.borrow_mut().cq.pop_front() else {
-                            break;
-                        };
-                        self.pool
-                            .complete(&self.wr_ids, cqe.wr_id, cqe.status, 0, &mut |e| events.push(e));
+                    let cq = self.pool.send_cq().expect("the simulated CQ").raw();
+                    let mut wcs = vec![WorkCompletion::default(); count];
+                    // SAFETY: the pool's CQ, alive while the pool is.
+                    let polled = unsafe { poll_cq(cq, &mut wcs) }.expect("poll");
+                    for wc in polled {
+                        prop_assert!(self.pool.complete(wc, |e| events.push(e)), "not the pool's: {:?}", wc);
                     }
                     self.settle(events)?;
                 },
                 Op::Tick => {
                     let mut events = Vec::new();
                     advance_clock(Duration::from_millis(1));
-                    self.pool.tick(&mut |e| events.push(e));
+                    self.pool.progress(|e| events.push(e));
                     self.settle(events)?;
                 },
                 Op::Revive { destination } => self.pool.revive(self.ids[destination as usize]),
@@ -1188,9 +1022,12 @@ mod properties {
                         Ok(()) => {
                             prop_assert_eq!(outstanding, 0);
                             self.in_line[id.index()] = false;
-                            prop_assert!(!self.pool.contains(id));
-                            prop_assert_eq!(self.pool.begin(id).unwrap_err(), Refusal::UnknownDestination);
-                            let new = add(&mut self.pool);
+                            let target = &self.targets[destination as usize];
+                            prop_assert!(matches!(
+                                post(&mut self.pool, id, target, &[]),
+                                Err(PostToDestinationErrorKind::UnknownDestination)
+                            ));
+                            let new = self.pool.add_destination(target.endpoint());
                             prop_assert!(new != id);
                             if new.index() >= self.in_line.len() {
                                 self.in_line.resize(new.index() + 1, false);
@@ -1205,10 +1042,11 @@ mod properties {
         }
 
         fn settle(&mut self, events: Vec<DcPoolEvent>) -> Result<(), TestCaseError> {
+            learn(&self.fabric, &mut self.truth);
             for event in events {
                 match event {
                     DcPoolEvent::Ready { destination } => {
-                        prop_assert!(self.pool.contains(destination));
+                        prop_assert!(self.pool.core.contains(destination));
                         self.in_line[destination.index()] = false;
                         continue;
                     },
@@ -1216,7 +1054,7 @@ mod properties {
                     DcPoolEvent::InitiatorLost { .. } => return Err(TestCaseError::fail("initiator lost")),
                     _ => {},
                 }
-                let Some((d, request, fate)) = check_report(&event, &self.fabric.borrow(), &self.destination_of) else {
+                let Some((d, request, fate)) = check_report(&event, &self.truth, &self.destination_of) else {
                     return Err(TestCaseError::fail(format!("unexpected {event:?}")));
                 };
                 prop_assert_eq!(
@@ -1246,38 +1084,35 @@ mod properties {
 
     /// Runs `ops`, then drains everything (executes, polls and ticks until nothing is left).
     fn check(policy: DcPoolPolicy, capacity: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
-        let streams = if policy == DcPoolPolicy::Streams {
-            LANES as u32
-        } else {
-            0
-        };
-        let fabric: Shared = Rc::default();
-        let initiators = (0..INITIATORS)
-            .map(|i| {
-                let mut sim = SimInitiator::new(i, capacity, streams, &fabric);
-                sim.errored_limit = 1;
-                sim
-            })
-            .collect();
-        let mut pool = PoolCore::new(initiators, policy, 2);
-        pool.set_clock(fake_now);
-        pool.set_grant_timeout(Duration::from_millis(4));
-        let ids: Vec<_> = (0..DESTINATIONS).map(|_| add(&mut pool)).collect();
+        let fabric = SimulatedFabric::new(0);
+        fabric.set_manual(true);
+        fabric.set_poll_ticks(false);
+        let targets = targets(&fabric, DESTINATIONS, || 1);
+        let mut pool = pool(
+            &fabric,
+            policy,
+            INITIATORS,
+            capacity,
+            (2, 0),
+            2,
+            Duration::from_millis(4),
+        );
+        let ids: Vec<_> = targets.iter().map(|t| pool.add_destination(t.endpoint())).collect();
         let mut run = Run {
-            wr_ids: WrIds::new(&pool.requests),
-            pool,
             fabric,
+            pool,
+            targets,
             ids,
             destination_of: Vec::new(),
+            truth: Vec::new(),
             fates: Vec::new(),
             last_completed: vec![None; 64],
             in_line: vec![false; DESTINATIONS as usize],
-            now: 0,
         };
 
         for op in &ops {
             run.apply(op)?;
-            run.pool.check_invariants();
+            run.pool.core.check_invariants();
         }
         // Drain: time passes, everything executes (or flushes), the pool polls and ticks, until
         // nothing is left anywhere; destinations posting nothing let their grants expire.
@@ -1292,10 +1127,10 @@ mod properties {
                     })?;
                 }
             }
-            run.apply(&Op::Poll { count: usize::MAX })?;
+            run.apply(&Op::Poll { count: 64 })?;
             run.apply(&Op::Tick)?;
-            run.pool.check_invariants();
-            let idle = run.fabric.borrow().cq.is_empty()
+            run.pool.core.check_invariants();
+            let idle = run.fabric.is_idle()
                 && run.fates.iter().all(|f| *f != Fate::Pending)
                 && run.pool.waiting().next().is_none()
                 && run.pool.footprint().grant_timers == 0;
@@ -1315,14 +1150,13 @@ mod properties {
         for id in &run.ids {
             prop_assert!(!run.in_line[id.index()], "destination {:?} never got its Ready", id);
         }
-        for (i, sim) in run.pool.initiators.iter().enumerate() {
-            prop_assert_eq!(
-                sim.premature_resets,
-                0,
-                "initiator {}: a stream reset before its flush",
-                i
-            );
-        }
+        let counters = run.fabric.counters();
+        prop_assert_eq!(counters.premature_stream_resets, 0, "a stream reset before its flush");
+        prop_assert_eq!(
+            counters.cleaned_completions,
+            0,
+            "a recovery before every completion was seen"
+        );
         Ok(())
     }
 

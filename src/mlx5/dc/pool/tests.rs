@@ -10,7 +10,8 @@ use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use rdma_mummy_sys::{ibv_ah, ibv_cq, ibv_qp_ex, mlx5dv_qp_ex};
+use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue};
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 
 use super::initiator::PostingInitiator;
@@ -218,7 +219,14 @@ impl PooledInitiator for RecordingInitiator {
     }
 }
 
-impl PoolInitiator for RecordingInitiator {}
+impl PoolInitiator for RecordingInitiator {
+    type CompletionQueue = GenericCompletionQueue;
+
+    fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
+        // SAFETY: only the pointer is read.
+        unsafe { cq.cq() }
+    }
+}
 
 // SAFETY: the views are the boxes this initiator owns, with the entries read from them; the
 // stream setter is filled when `streams` is not 0.

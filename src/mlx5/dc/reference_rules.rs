@@ -1,9 +1,12 @@
 //! The rules the DC queue pairs are held to, transcribed on their own from the kernel's mlx5
 //! driver and libmlx5 (in their shapes: `IB_QP_*`/`IBV_*` bits, states, init attributes), never
 //! derived from this crate's tables or attribute builders. Each rule names the function it comes
-//! from. Unit tests check this crate's transition tables ([`state_table`](super::super::state_table))
-//! and every attribute set it hands to `mlx5dv_create_qp` against them, and the model of
-//! [`model`](super) enforces them when the public API is driven without a device.
+//! from. Unit tests check this crate's transition tables ([`state_table`](super::state_table))
+//! and every attribute set it hands to `mlx5dv_create_qp` against them; the unit tests' model of
+//! mlx5_ib and libmlx5 (`model`) and the simulated fabric of the `simulation` feature both
+//! enforce them. (Built for the unit tests and the feature; without the tests, the rules only
+//! the tests read are not used.)
+#![cfg_attr(not(test), allow(dead_code))]
 //!
 //! Sources (public repositories): Linux `drivers/infiniband/hw/mlx5/qp.c`; rdma-core
 //! `providers/mlx5/{verbs.c,qp.c,mlx5.c}`; see also `../shared/reference/dc-hardware-rules.md`.
@@ -328,4 +331,18 @@ pub(crate) fn create_dct(init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr)
         return Err("mlx5_ib_create_dct: a DCT needs an SRQ and a receive CQ");
     }
     Ok(())
+}
+
+/// DCI streams (mlx5dv_create_qp(3), `dci_streams.log_num_errored`): a DCI takes up to
+/// 2^`log_num_errored` streams in error and stays in RTS; one more moves it to ERR as a whole,
+/// asynchronously (rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery`, polls the
+/// state for up to a second).
+pub(crate) fn dci_errored_streams_move_it_to_error(errored_streams: usize, log_num_errored: u8) -> bool {
+    errored_streams > 1usize << log_num_errored.min(16)
+}
+
+/// libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c): `EOPNOTSUPP` unless the queue pair is in RTS
+/// (the library's cached state).
+pub(crate) fn dci_stream_reset_is_ok(state: QueuePairState) -> bool {
+    state == ReadyToSend
 }

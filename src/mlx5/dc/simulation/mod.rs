@@ -1,0 +1,274 @@
+//! A simulated DC fabric (feature `simulation`): seeded and deterministic, with DC targets and
+//! DC initiators that behave as the references say a ConnectX does, on which the real
+//! [`DcInitiatorPool`](super::pool::DcInitiatorPool) runs with the API a program writes against
+//! hardware: test a DC program's pool loop on any machine, in CI, with no device.
+//!
+//! The pool is the same: a `DcInitiatorPool<SimulatedInitiator>` posts through the guard that
+//! calls the `ibv_wr_*` and `mlx5dv_wr_set_dc_addr` entries of the initiator's queue pair, and
+//! polls with `ibv_poll_cq`, as on a ConnectX; here the entries are the fabric's. Code written
+//! for `DcInitiatorPool<I>` with any `I:` [`PoolInitiator`](super::pool::PoolInitiator) runs on
+//! both.
+//!
+//! ```
+//! use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+//! use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy};
+//! use sideway_ext::mlx5::dc::simulation::SimulatedFabric;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let fabric = SimulatedFabric::new(7); // the seed: same seed, same run
+//! let targets = (0..4)
+//!     .map(|_| fabric.create_target_builder().setup_dc_key(0xd0c).build())
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! let mut pool = fabric
+//!     .create_pool_builder()
+//!     .setup_initiators(2)
+//!     .setup_policy(DcPoolPolicy::Static)
+//!     .build()?;
+//! // From here on, the code is what it is on a ConnectX.
+//! let destinations: Vec<_> = targets.iter().map(|t| pool.add_destination(t.endpoint())).collect();
+//! for (wr_id, (&destination, target)) in destinations.iter().zip(&targets).enumerate() {
+//!     let mut guard = pool.start_post_send(destination)?;
+//!     guard
+//!         .construct_wr(wr_id as u64, WorkRequestFlags::none())?
+//!         .setup_write(target.rkey(), target.address())
+//!         .setup_inline_data(b"DC hello");
+//!     guard.post()?;
+//! }
+//! let mut completed = 0;
+//! while completed < targets.len() {
+//!     pool.poll(|event| match event {
+//!         DcPoolEvent::Completed { .. } => completed += 1,
+//!         other => panic!("{other:?}"),
+//!     })?;
+//! }
+//! // The bytes arrived.
+//! for target in &targets {
+//!     assert_eq!(target.read(0..8).as_deref(), Some(&b"DC hello"[..]));
+//! }
+//! assert_eq!(fabric.counters().executed, 4);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The fabric
+//!
+//! [`SimulatedFabric::new`] takes a seed; every draw (completion jitter) comes from it, so a
+//! run is the same each time. Time is in ticks: every `ibv_poll_cq` (every
+//! [`poll`](super::pool::DcInitiatorPool::poll)) is one tick, in which each initiator's streams
+//! run the requests that are due; [`SimulatedFabric::advance`] runs ticks without polling.
+//! Targets ([`SimulatedFabric::create_target_builder`]) have a DCT number, a DC key, memory
+//! that RDMA WRITEs and READs reach, and a shared receive queue of receive slots that SENDs
+//! fill; a pool ([`SimulatedFabric::create_pool_builder`]) takes their
+//! [endpoints](SimulatedTarget::endpoint) as destinations. The bytes move: a WRITE's land in
+//! the target's memory ([`SimulatedTarget::read`]), a SEND's in a receive
+//! ([`SimulatedTarget::take_received`]), a READ's in the local buffer. Data given by
+//! scatter/gather entries is read (or written) at the address the entry names when the request
+//! executes, as the device's DMA does: the `unsafe` promise of `setup_sge` (a valid buffer
+//! until the request completes) is what makes that sound, here as on hardware; the lkey is not
+//! checked (the fabric has no memory registrations).
+//!
+//! # What it does, and from where
+//!
+//! | behaviour | source |
+//! |---|---|
+//! | each DCI (without streams) or DCI stream executes its requests in posting order; streams of one DCI run concurrently | mlx5dv_create_qp(3) and mlx5dv_wr_set_dc_addr_stream(3) (DCI streams) |
+//! | a DCI (or stream) serves one DC target at a time: requests to it are pipelined, a request to another target waits for the one ahead, then connects | the DC transport's half handshake (dc-transport notes); why UCX's `dc_mlx5` has DCI policies |
+//! | a full send queue refuses the batch with `ENOMEM`, nothing posted; an entry frees when its completion is polled | libmlx5 `mlx5_wq_overflow` (`ibv_wr_*` builders), `mlx5_send_wr_complete`; `mlx5_parse_cqe` |
+//! | inline data longer than the initiator's `max_inline_data` fails the post with `ENOMEM` | libmlx5 `_mlx5_send_wr_set_inline_data` |
+//! | a dead target (killed, or an unknown DCT number): `IBV_WC_RETRY_EXC_ERR` after the transport timeout (other statuses on request: [`SimulatedFabric::set_dead_target_statuses`]) | ibv_poll_cq(3) ("the remote side didn't send any Ack or Nack"); ConnectX on a destroyed DCT, openucx/ucx#3679 |
+//! | a wrong DC key, or a WRITE/READ outside the target's memory or with another rkey: `IBV_WC_REM_ACCESS_ERR` | ibv_poll_cq(3), remote access error |
+//! | a SEND longer than a receive: `IBV_WC_REM_INV_REQ_ERR` | ibv_poll_cq(3), remote invalid request |
+//! | no receive posted: receiver-not-ready NAKs, retried after the RNR timer; `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry` of them (7: never) | ibv_poll_cq(3); ibv_modify_qp(3) (`rnr_retry`) |
+//! | an error completion puts a DCI without streams in ERR; everything behind it, and anything posted to it in ERR, completes with `IBV_WC_WR_FLUSH_ERR` | ibv_poll_cq(3), ibv_modify_qp(3) (Error state) |
+//! | with streams, an error errs its stream only (the others go on; their completions come after the error's); once more than 2^`log_num_errored` streams are in error the DCI moves to ERR, some ticks later | mlx5dv_create_qp(3) (`log_num_errored`); rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery` (the move is asynchronous); the rule shared with the unit tests' model (`reference_rules`) |
+//! | a stream reset is refused while the DCI is not in RTS, and (counted) while the stream holds requests not flushed | libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c, `EOPNOTSUPP`; `reference_rules`, shared with the model); mlx5dv_dci_stream_id_reset(3) ("once all stream_id WR's are flushed") |
+//! | recovery through RESET → INIT → RTR → RTS, each step held to the kernel's rule (the crate's transcription, `reference_rules`, shared with its unit tests' model of mlx5_ib): the DCI's completions not yet polled leave the CQ and its send queue empties; on a kernel without the RESET branch, the DCI is created again with a new number | kernel `modify_dci_qp_is_ok`; libmlx5 `mlx5_modify_qp` (`mlx5_cq_clean`, `mlx5_init_qp_indices`); UCX `uct_dc_mlx5_iface_reset_dci` |
+//! | a destroyed initiator's completions leave the CQ | libmlx5 `mlx5_destroy_qp` (`__mlx5_cq_clean`) |
+//! | the stream setter exists only on initiators with streams | libmlx5 `mlx5_qp_fill_wr_pfns` (dc-hardware-rules) |
+//!
+//! The rules are the references', not the pool's: the pool is what they test. Vendor syndromes
+//! (`vendor_err`) are the firmware's and documented nowhere: the fabric reports 0.
+//!
+//! # Faults and counters
+//!
+//! A test scripts faults while the pool runs: [`SimulatedTarget::kill`] (and `revive`),
+//! [`SimulatedTarget::set_dc_key`], [`SimulatedInitiator::stall`], [`SimulatedInitiator::fail_next`]
+//! (fail a stream, or an initiator without streams, with a status),
+//! [`SimulatedInitiator::move_to_error`], [`SimulatedInitiator::refuse_recovery`],
+//! [`SimulatedFabric::set_completion_delay`] and [`SimulatedFabric::set_completion_jitter`]
+//! (delay completions; reorder them across streams and initiators, never within one),
+//! [`SimulatedFabric::set_random_failures`] (seeded transient failures). It asserts
+//! on [`SimulatedFabric::counters`]: requests posted, executed, failed, flushed, completions
+//! polled, receiver-not-ready retries, recoveries, stream resets (and premature ones), and
+//! completions a reset cleaned from the CQ.
+//!
+//! # Limits
+//!
+//! One thread: the fabric and its pools are neither `Send` nor `Sync` (a deterministic run has
+//! one order of events). Atomics are not simulated (the guard refuses them: the simulated
+//! initiators are created without them). The pool's grant timeout still reads the real clock.
+//! Address handles are not created: the fabric routes by DCT number.
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use self::fabric::Fabric;
+use super::reference_rules::DciKernel;
+
+mod builder;
+mod completion_queue;
+mod fabric;
+mod initiator;
+mod request;
+mod target;
+#[cfg(test)]
+mod tests;
+
+pub use self::builder::SimulatedPoolBuilder;
+pub use self::completion_queue::SimulatedCompletionQueue;
+pub use self::fabric::SimulatedCounters;
+pub use self::initiator::SimulatedInitiator;
+pub use self::target::{SimulatedMessage, SimulatedTarget, SimulatedTargetBuilder};
+
+/// The fabric as its handles share it.
+pub(crate) type Shared = Rc<RefCell<Fabric>>;
+
+/// A simulated DC fabric; see the [module](self) documentation. A handle: clones are the same
+/// fabric.
+#[derive(Debug, Clone)]
+pub struct SimulatedFabric {
+    fabric: Shared,
+}
+
+impl SimulatedFabric {
+    /// An empty fabric whose draws all come from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            fabric: Rc::new(RefCell::new(Fabric::new(seed))),
+        }
+    }
+
+    /// Creates a DC target on it.
+    pub fn create_target_builder(&self) -> SimulatedTargetBuilder {
+        SimulatedTargetBuilder::new(&self.fabric)
+    }
+
+    /// Creates a pool of simulated DC initiators on it.
+    pub fn create_pool_builder(&self) -> SimulatedPoolBuilder {
+        SimulatedPoolBuilder::new(&self.fabric)
+    }
+
+    /// The tick it is at (one per `ibv_poll_cq` and per tick [`advance`](Self::advance)d).
+    pub fn now(&self) -> u64 {
+        self.fabric.borrow().now
+    }
+
+    /// Whether each `ibv_poll_cq` is a tick (default `true`); with `false` the clock moves only
+    /// by [`advance`](Self::advance), for a program that keeps its own time (many polls a tick).
+    pub fn set_poll_ticks(&self, poll_ticks: bool) {
+        self.fabric.borrow_mut().poll_ticks = poll_ticks;
+    }
+
+    /// Runs `ticks` ticks without polling: requests execute, their completions wait in the CQ.
+    pub fn advance(&self, ticks: u64) {
+        let mut fabric = self.fabric.borrow_mut();
+        for _ in 0..ticks {
+            fabric.step();
+        }
+    }
+
+    /// What it did so far.
+    pub fn counters(&self) -> SimulatedCounters {
+        self.fabric.borrow().counters
+    }
+
+    /// How many ticks a request to a target that does not answer takes to fail (default 64; at
+    /// least 1).
+    pub fn set_transport_timeout(&self, ticks: u64) {
+        self.fabric.borrow_mut().settings.transport_timeout = ticks.max(1);
+    }
+
+    /// The initiators' receiver-not-ready handling: the RNR timer in ticks (default 2) and
+    /// `rnr_retry` (default 7: retry for ever).
+    pub fn set_rnr_retry(&self, timer_ticks: u64, rnr_retry: u8) {
+        let mut fabric = self.fabric.borrow_mut();
+        fabric.settings.rnr_timer = timer_ticks.max(1);
+        fabric.settings.rnr_retry = rnr_retry;
+    }
+
+    /// A fault: every completion reaches the CQ `ticks` ticks after its request ended (default
+    /// 0).
+    pub fn set_completion_delay(&self, ticks: u64) {
+        self.fabric.borrow_mut().settings.completion_delay = ticks;
+    }
+
+    /// A fault: each completion reaches the CQ up to `ticks` more ticks late, drawn from the
+    /// seed: completions of different streams and initiators are reordered, those of one stream
+    /// never (default 0).
+    pub fn set_completion_jitter(&self, ticks: u64) {
+        self.fabric.borrow_mut().settings.completion_jitter = ticks;
+    }
+
+    /// How many ticks after the stream error that passes `log_num_errored` a DCI moves to ERR
+    /// (default 3).
+    pub fn set_error_delay(&self, ticks: u64) {
+        self.fabric.borrow_mut().settings.error_delay = ticks;
+    }
+
+    /// The statuses a request to a dead target ends with, one drawn per request (default
+    /// `IBV_WC_RETRY_EXC_ERR` alone; an empty list keeps it). No reference promises one status:
+    /// make the fabric more hostile with others (e.g. `IBV_WC_REM_INV_REQ_ERR`, or a remote
+    /// access error that a pool cannot tell from a wrong key).
+    pub fn set_dead_target_statuses(&self, statuses: &[u32]) {
+        self.fabric.borrow_mut().settings.dead_statuses = statuses.to_vec();
+    }
+
+    /// The kernel has no RESET branch in `modify_dci_qp_is_ok` (Linux 4.15, the first with DC):
+    /// a DCI's move to RESET is refused, and recovering one creates it again, with a new queue
+    /// pair number (default `false`: a current kernel).
+    pub fn set_kernel_without_dci_reset(&self, old_kernel: bool) {
+        self.fabric.borrow_mut().settings.kernel = if old_kernel { DciKernel::OLD } else { DciKernel::CURRENT };
+    }
+
+    /// A fault: one request in `one_in` to a live target fails (drawn from the seed), with a
+    /// remote access error, or one time in four a transport retry exceeded, with what follows
+    /// (the initiator or stream in error, the rest flushed); 0 (the default): none.
+    pub fn set_random_failures(&self, one_in: u32) {
+        self.fabric.borrow_mut().settings.random_failures = one_in;
+    }
+}
+
+/// What the pool's unit tests drive directly (crate-private): execution by hand, and the
+/// record of how each request ended.
+#[cfg(test)]
+impl SimulatedFabric {
+    /// Ticks only move the clock; [`execute`](Self::execute) and [`fail_head`](Self::fail_head)
+    /// run the requests.
+    pub(crate) fn set_manual(&self, manual: bool) {
+        self.fabric.borrow_mut().manual = manual;
+    }
+
+    /// Executes (or flushes) up to `count` requests at the head of `lane` of `initiator` now.
+    pub(crate) fn execute(&self, initiator: usize, lane: usize, count: usize) {
+        self.fabric.borrow_mut().execute(initiator, lane, count);
+    }
+
+    /// The head request of `lane` fails with `status` now (nothing if the lane flushes).
+    pub(crate) fn fail_head(&self, initiator: usize, lane: usize, status: u32) {
+        self.fabric.borrow_mut().fail_head(initiator, lane, status);
+    }
+
+    /// How many streams `initiator` runs (1 without streams).
+    pub(crate) fn lanes(&self, initiator: usize) -> usize {
+        self.fabric.borrow().lanes(initiator)
+    }
+
+    /// Whether no request is queued and the CQ is empty.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.fabric.borrow().is_idle()
+    }
+
+    /// How requests ended since the last call: (the number in their inline data, status).
+    pub(crate) fn take_journal(&self) -> Vec<(u64, u32)> {
+        std::mem::take(&mut self.fabric.borrow_mut().journal)
+    }
+}
