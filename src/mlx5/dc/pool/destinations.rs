@@ -631,9 +631,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.requests[initiator as usize].grant = self.granted;
         let id = self.id(first);
         self.ready.push_back(id);
-        let expires = self.clock.now() + self.grant_timeout;
-        self.grants
-            .push_back((first, id.generation, initiator, self.granted, expires));
+        // A timeout past the clock's end (`Duration::MAX`): the grant never expires.
+        if let Some(expires) = self.clock.now().checked_add(self.grant_timeout) {
+            self.grants
+                .push_back((first, id.generation, initiator, self.granted, expires));
+        }
     }
 
     /// Puts destination `d` at the end of the line.
