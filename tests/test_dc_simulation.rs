@@ -13,13 +13,16 @@
 //!   flush (never before); too many stream errors move the initiator to ERR;
 //! - a stalled initiator, delayed and reordered completions, an initiator whose recovery fails,
 //!   a kernel that refuses a DCI's move to RESET (the initiator created again);
+//! - a grant from the line left unused goes on after the grant timeout, in the fabric's ticks;
 //! - the same seed, the same run.
 use std::collections::{BTreeMap, VecDeque};
 
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
 use sideway_ext::mlx5::dc::pool::post_guard::{DcPoolPostGuard, PoolAddressing};
-use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId, PostToDestinationErrorKind};
+use sideway_ext::mlx5::dc::pool::types::{
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
+};
 use sideway_ext::mlx5::dc::pool::{DcInitiatorPool, PoolInitiator};
 use sideway_ext::mlx5::dc::simulation::{SimulatedFabric, SimulatedTarget};
 
@@ -588,4 +591,74 @@ fn on_a_kernel_without_the_dci_reset_a_recovered_initiator_comes_back_with_a_new
     let counters = fabric.counters();
     assert!(counters.rebuilds >= 1 && counters.recoveries == 0, "{counters:?}");
     assert_ne!(pool.initiator(0).expect("initiator 0").qp_number(), before);
+}
+
+/// The pool's grant timeout counts the fabric's ticks, not the machine's time: a destination
+/// granted an initiator from the line and leaving it unused keeps it for exactly that many
+/// ticks, however many polls (or how much real time) they take, then the next in line gets it.
+#[test]
+fn a_grant_left_unused_goes_to_the_next_in_line_after_its_timeout_in_ticks() {
+    let fabric = SimulatedFabric::new(12);
+    fabric.set_poll_ticks(false);
+    let targets = targets(&fabric, 3, 0);
+    let mut pool = fabric
+        .create_pool_builder()
+        .setup_initiators(1)
+        .setup_policy(DcPoolPolicy::Dedicated)
+        .setup_grant_timeout(10)
+        .build()
+        .expect("a pool");
+    let [first, second, third] = [0, 1, 2].map(|t| pool.add_destination(targets[t].endpoint()));
+    // The first holds the only initiator with a request in flight; the others wait in line.
+    let mut guard = pool.start_post_send(first).expect("the free initiator");
+    add(&mut guard, Kind::Write, &targets[0], 1);
+    guard.post().expect("posted");
+    for waiting in [second, third] {
+        let refused = pool
+            .start_post_send(waiting)
+            .map(drop)
+            .expect_err("no initiator is free");
+        assert!(
+            matches!(
+                refused.0,
+                PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)
+            ),
+            "{refused:?}"
+        );
+    }
+    // Its completion gives the initiator to the second, which is told so.
+    let mut ready = Vec::new();
+    while !ready.contains(&second) {
+        assert!(fabric.now() < 100, "the first request never completed");
+        fabric.advance(1);
+        pool.poll(|event| {
+            if let DcPoolEvent::Ready { destination } = event {
+                ready.push(destination);
+            }
+        })
+        .expect("a poll");
+    }
+    let granted = fabric.now();
+    assert_eq!(pool.assignment(second), Some((0, None)));
+    // The second posts nothing. Polls without ticks, and ticks up to the timeout, leave the
+    // grant where it is.
+    for _ in 0..1000 {
+        pool.poll(|event| panic!("{event:?} before the timeout"))
+            .expect("a poll");
+    }
+    fabric.advance(9);
+    pool.poll(|event| panic!("{event:?} before the timeout"))
+        .expect("a poll");
+    assert_eq!(pool.assignment(second), Some((0, None)), "held for 9 ticks");
+    // At the tenth tick it goes to the third.
+    fabric.advance(1);
+    assert_eq!(fabric.now(), granted + 10);
+    let mut events = Vec::new();
+    pool.poll(|event| events.push(event)).expect("a poll");
+    assert!(
+        matches!(events[..], [DcPoolEvent::Ready { destination }] if destination == third),
+        "{events:?}"
+    );
+    assert_eq!(pool.assignment(second), None);
+    assert_eq!(pool.assignment(third), Some((0, None)));
 }

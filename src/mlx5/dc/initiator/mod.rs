@@ -305,15 +305,17 @@ impl DcInitiator {
     /// the last state read: the DC initiator goes to ERR some time after its error (with DCI
     /// streams, after more than 2^`log_num_errored` streams are in error), so a single
     /// [`query_state`](Self::query_state) can still read RTS. pyverbs waits up to one second
-    /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`).
+    /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`). A timeout past the
+    /// clock's end (`Duration::MAX`) waits until ERR.
     pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             let state = self.query_state()?;
-            if state == QueuePairState::Error || Instant::now() >= deadline {
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            if state == QueuePairState::Error || left.is_zero() {
                 return Ok(state);
             }
-            std::thread::sleep(Duration::from_millis(1).min(deadline.saturating_duration_since(Instant::now())));
+            std::thread::sleep(Duration::from_millis(1).min(left));
         }
     }
 

@@ -857,6 +857,15 @@ mod tests {
     }
 
     #[test]
+    fn waiting_for_an_error_with_no_timeout_waits_until_err() {
+        let mut dci = brought_up(DEVICE, Some(streams(2, 0)));
+        let n = dci.qp_number();
+        stream_error(n, 0, 0);
+        stream_error(n, 1, 0);
+        assert_eq!(dci.wait_for_error(Duration::MAX).unwrap(), QueuePairState::Error);
+    }
+
+    #[test]
     fn a_whole_dci_error_after_too_many_stream_errors_shows_up_late_and_is_waited_for() {
         let streams = streams(2, 0);
         let mut dci = brought_up(DEVICE, Some(streams));

@@ -187,9 +187,10 @@ impl DcInitiatorPoolBuilder {
 
     /// How long a destination that was granted an initiator from the line
     /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) and posted nothing on it keeps
-    /// it before it goes to the next in line (default 10 ms). It keeps it as long as it has
-    /// requests outstanding once it posted. The clock is read by [`poll`](super::DcInitiatorPool::poll)
-    /// and [`progress`](super::DcInitiatorPool::progress) only while such a grant is unused.
+    /// it before it goes to the next in line (default 10 ms; `Duration::MAX`: for ever). It keeps
+    /// it as long as it has requests outstanding once it posted. The clock is read by
+    /// [`poll`](super::DcInitiatorPool::poll) and [`progress`](super::DcInitiatorPool::progress)
+    /// only while such a grant is unused.
     pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.grant_timeout = timeout;
         self

@@ -109,8 +109,20 @@ impl DestinationState {
 /// grant, and when it expires.
 type GrantTimer = (u32, u32, u16, u64, Instant);
 
-/// The grant timeout's clock: [`Instant::now`], or a test's.
-pub(crate) type Clock = fn() -> Instant;
+/// The grant timeout's clock: [`Instant::now`], a test's, or the simulated fabric's ticks.
+struct Clock(Box<dyn Fn() -> Instant + Send>);
+
+impl Clock {
+    fn now(&self) -> Instant {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
 
 /// The bookkeeping of a pool of initiators `I`.
 #[derive(Debug)]
@@ -174,7 +186,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             removed: VecDeque::new(),
             grants: VecDeque::new(),
             granted: 0,
-            clock: Instant::now,
+            clock: Clock(Box::new(Instant::now)),
             grant_timeout: Duration::from_millis(10),
             unreachable_after: unreachable_after.max(1),
         }
@@ -196,10 +208,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.grant_timeout = timeout;
     }
 
-    /// Reads the grant timeout's time from `clock` (tests: a clock they move).
-    #[cfg(test)]
-    pub(crate) fn set_clock(&mut self, clock: Clock) {
-        self.clock = clock;
+    /// Reads the grant timeout's time from `now` (tests: a clock they move; the simulated
+    /// fabric: its ticks).
+    #[cfg(any(test, feature = "simulation"))]
+    pub(crate) fn set_clock(&mut self, now: impl Fn() -> Instant + Send + 'static) {
+        self.clock = Clock(Box::new(now));
     }
 
     /// The live state of `destination`, or `None` for a stale or unknown id.
@@ -618,9 +631,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.requests[initiator as usize].grant = self.granted;
         let id = self.id(first);
         self.ready.push_back(id);
-        let expires = (self.clock)() + self.grant_timeout;
-        self.grants
-            .push_back((first, id.generation, initiator, self.granted, expires));
+        // A timeout past the clock's end (`Duration::MAX`): the grant never expires.
+        if let Some(expires) = self.clock.now().checked_add(self.grant_timeout) {
+            self.grants
+                .push_back((first, id.generation, initiator, self.granted, expires));
+        }
     }
 
     /// Puts destination `d` at the end of the line.
@@ -693,7 +708,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         let now = if self.grants.is_empty() {
             None
         } else {
-            Some((self.clock)())
+            Some(self.clock.now())
         };
         while let (Some(&(d, generation, initiator, grant, expires)), Some(now)) = (self.grants.front(), now) {
             if expires > now {

@@ -300,6 +300,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.set_grant_timeout(timeout);
     }
 
+    /// Reads the grant timeout's time from `now` (the simulated fabric's ticks) rather than
+    /// [`Instant::now`](std::time::Instant::now).
+    #[cfg(any(test, feature = "simulation"))]
+    pub(crate) fn set_clock(&mut self, now: impl Fn() -> std::time::Instant + Send + 'static) {
+        self.core.set_clock(now);
+    }
+
     /// The policy it was created with.
     pub fn policy(&self) -> DcPoolPolicy {
         self.core.policy()

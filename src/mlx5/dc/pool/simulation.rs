@@ -125,8 +125,7 @@ fn pool(
         .setup_initiators(initiators)
         .setup_policy(policy)
         .setup_max_send_wr(capacity)
-        .setup_unreachable_after(unreachable_after)
-        .setup_grant_timeout(grant_timeout);
+        .setup_unreachable_after(unreachable_after);
     if policy == DcPoolPolicy::Streams {
         builder.setup_dci_streams(DciStreams {
             log_num_concurrent: log_streams.0,
@@ -135,6 +134,7 @@ fn pool(
     }
     let mut pool = builder.build().expect("a simulated pool");
     pool.core.set_clock(fake_now);
+    pool.set_grant_timeout(grant_timeout);
     pool
 }
 

@@ -712,6 +712,30 @@ fn freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_even
 }
 
 #[test]
+fn a_grant_timeout_of_duration_max_never_expires() {
+    let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
+    pool.core.set_clock(fake_now);
+    pool.set_grant_timeout(Duration::MAX);
+    let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    post_writes(&mut pool, a, &[1]);
+    post_writes(&mut pool, b, &[2]);
+    assert!(pool.start_post_send(c).is_err_and(|e| e.is_would_block()));
+    // a's completion grants its initiator to c (the timer's end is past the clock's).
+    assert_eq!(
+        complete(&mut pool, provider_wr_id(0, 0), 0),
+        [completed(a, 1), DcPoolEvent::Ready { destination: c }]
+    );
+    advance_clock(Duration::from_secs(365 * 24 * 3600));
+    pool.progress(|event| panic!("{event:?}"));
+    assert_eq!(pool.assignment(c), Some((0, None)));
+    // It posts on the initiator it was granted.
+    assert_eq!(post_writes(&mut pool, c, &[3]), 0);
+    pool.core.check_invariants();
+    take_calls();
+}
+
+#[test]
 fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing() {
     let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
     pool.core.set_clock(fake_now);

@@ -1,6 +1,6 @@
 //! Creates a [`DcInitiatorPool`] of simulated initiators on a simulated fabric, with the
 //! settings and the checks of the hardware pool's builder.
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::completion_queue::SimulatedCompletionQueue;
 use super::initiator::SimulatedInitiator;
@@ -24,13 +24,14 @@ pub struct SimulatedPoolBuilder {
     max_inline_data: u32,
     streams: Option<DciStreams>,
     unreachable_after: u32,
-    grant_timeout: Duration,
+    /// In ticks.
+    grant_timeout: u64,
 }
 
 impl SimulatedPoolBuilder {
     /// The defaults of the hardware pool's builder: 8 initiators, the dedicated policy,
-    /// unreachable after 3 errors, a grant timeout of 10 ms; each initiator with a send queue of
-    /// 64 requests, 64 bytes of inline data, no streams.
+    /// unreachable after 3 errors; a grant timeout of 64 ticks; each initiator with a send queue
+    /// of 64 requests, 64 bytes of inline data, no streams.
     pub(crate) fn new(fabric: &Shared) -> Self {
         Self {
             fabric: Shared::clone(fabric),
@@ -40,7 +41,7 @@ impl SimulatedPoolBuilder {
             max_inline_data: 64,
             streams: None,
             unreachable_after: 3,
-            grant_timeout: Duration::from_millis(10),
+            grant_timeout: 64,
         }
     }
 
@@ -82,10 +83,12 @@ impl SimulatedPoolBuilder {
         self
     }
 
-    /// How long a destination granted an initiator from the line may leave it unused (default
-    /// 10 ms, of the real clock: the pool's clock).
-    pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
-        self.grant_timeout = timeout;
+    /// How many ticks of the fabric's clock a destination granted an initiator from the line
+    /// may leave it unused (default 64): the pool's grant timeout
+    /// ([`setup_grant_timeout`](crate::mlx5::dc::pool::builder::DcInitiatorPoolBuilder::setup_grant_timeout)),
+    /// timed by the fabric, so that a run depends on its seed alone.
+    pub fn setup_grant_timeout(&mut self, ticks: u64) -> &mut Self {
+        self.grant_timeout = ticks;
         self
     }
 
@@ -105,7 +108,9 @@ impl SimulatedPoolBuilder {
             .map(|_| SimulatedInitiator::new(&self.fabric, self.max_send_wr, self.max_inline_data, streams))
             .collect();
         let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
-        pool.set_grant_timeout(self.grant_timeout);
+        // The pool's time is the fabric's, a tick per nanosecond.
+        pool.set_clock(self.fabric.borrow().clock(Instant::now()));
+        pool.set_grant_timeout(Duration::from_nanos(self.grant_timeout));
         pool.set_send_cq(SimulatedCompletionQueue::new(&self.fabric));
         Ok(pool)
     }

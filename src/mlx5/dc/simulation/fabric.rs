@@ -5,6 +5,9 @@
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::ibv_wc;
 
@@ -176,7 +179,8 @@ pub(crate) enum StreamResetRefused {
 
 /// The whole fabric.
 pub(crate) struct Fabric {
-    pub(crate) now: u64,
+    /// The tick it is at, shared with its pools' grant timeouts ([`Fabric::clock`]).
+    now: Arc<AtomicU64>,
     rng: Rng,
     pub(crate) targets: Vec<Target>,
     pub(crate) initiators: Vec<Initiator>,
@@ -203,7 +207,7 @@ pub(crate) struct Fabric {
 impl std::fmt::Debug for Fabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fabric")
-            .field("now", &self.now)
+            .field("now", &self.now())
             .field("targets", &self.targets.len())
             .field("initiators", &self.initiators.len())
             .field("completions", &self.cq.len())
@@ -213,9 +217,21 @@ impl std::fmt::Debug for Fabric {
 }
 
 impl Fabric {
+    /// The tick it is at.
+    pub(crate) fn now(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    /// Its clock, for a pool's grant timeout: the tick it is at, as the pool reads time (a tick
+    /// per nanosecond from `start`).
+    pub(crate) fn clock(&self, start: Instant) -> impl Fn() -> Instant + Send + 'static {
+        let now = Arc::clone(&self.now);
+        move || start + Duration::from_nanos(now.load(Ordering::Relaxed))
+    }
+
     pub(crate) fn new(seed: u64) -> Self {
         Self {
-            now: 0,
+            now: Arc::new(AtomicU64::new(0)),
             rng: Rng(seed),
             targets: Vec::new(),
             initiators: Vec::new(),
@@ -275,6 +291,7 @@ impl Fabric {
     /// check, and `mlx5_send_wr_complete` returns). An initiator in ERR takes requests and
     /// flushes them (ibv_post_send(3), ibv_modify_qp(3): the Error state flushes).
     pub(crate) fn post(&mut self, initiator: usize, requests: Vec<Request>) -> Result<(), i32> {
+        let now = self.now();
         let Some(qp) = self.initiators.get_mut(initiator).filter(|qp| !qp.destroyed) else {
             return Err(libc::EINVAL);
         };
@@ -285,7 +302,7 @@ impl Fabric {
         qp.in_flight += len;
         self.counters.posted += u64::from(len);
         for mut request in requests {
-            request.posted_at = self.now;
+            request.posted_at = now;
             let lane = Self::lane_of(qp, request.stream);
             qp.lanes[lane].queue.push_back(request);
         }
@@ -295,9 +312,9 @@ impl Fabric {
     /// One tick: every initiator's streams run their heads that are due, and an initiator whose
     /// move to ERR was pending makes it.
     pub(crate) fn step(&mut self) {
-        self.now += 1;
+        self.now.fetch_add(1, Ordering::Relaxed);
         for initiator in 0..self.initiators.len() {
-            let now = self.now;
+            let now = self.now();
             let qp = &mut self.initiators[initiator];
             if qp.destroyed {
                 continue;
@@ -332,7 +349,7 @@ impl Fabric {
         if self.initiators[initiator].destroyed {
             return;
         }
-        let now = self.now;
+        let now = self.now();
         let (mut budget, mut forced, on_time) = match drive {
             Drive::Due => (usize::MAX, None, true),
             #[cfg(test)]
@@ -465,11 +482,11 @@ impl Fabric {
     /// order between them).
     fn add_completion(&mut self, initiator: usize, lane: usize, wr_id: u64, status: u32, opcode: u32, byte_len: u32) {
         let jitter = self.rng.up_to(self.settings.completion_jitter);
+        let now = self.now();
         let qp = &mut self.initiators[initiator];
         let l = &mut qp.lanes[lane];
         // Saturating: the delays are the caller's, any u64.
-        let arrival = (self
-            .now
+        let arrival = (now
             .saturating_add(self.settings.completion_delay)
             .saturating_add(jitter))
         .max(l.last_arrival);
@@ -491,10 +508,11 @@ impl Fabric {
         if self.poll_ticks {
             self.step();
         }
+        let now = self.now();
         let mut polled = 0;
         while polled < room {
             let Some(entry) = self.cq.first_entry() else { break };
-            if entry.key().0 > self.now {
+            if entry.key().0 > now {
                 break;
             }
             let wc = entry.remove();
@@ -596,7 +614,7 @@ impl Fabric {
 
     /// The initiator executes nothing for `ticks` (its requests wait; flushes still happen).
     pub(crate) fn stall(&mut self, initiator: usize, ticks: u64) {
-        self.initiators[initiator].stalled_until = self.now.saturating_add(ticks);
+        self.initiators[initiator].stalled_until = self.now().saturating_add(ticks);
     }
 
     /// The next request to execute on `stream` of `initiator` ends with `status`.

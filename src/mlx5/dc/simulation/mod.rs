@@ -56,6 +56,8 @@
 //! run is the same each time. Time is in ticks: every `ibv_poll_cq` (every
 //! [`poll`](super::pool::DcInitiatorPool::poll)) is one tick, in which each initiator's streams
 //! run the requests that are due; [`SimulatedFabric::advance`] runs ticks without polling.
+//! A pool's grant timeout is counted in ticks too
+//! ([`SimulatedPoolBuilder::setup_grant_timeout`]).
 //! Targets ([`SimulatedFabric::create_target_builder`]) have a DCT number, a DC key, memory
 //! that RDMA WRITEs and READs reach, and a shared receive queue of receive slots that SENDs
 //! fill; a pool ([`SimulatedFabric::create_pool_builder`]) takes their
@@ -106,8 +108,8 @@
 //!
 //! One thread: the fabric and its pools are neither `Send` nor `Sync` (a deterministic run has
 //! one order of events). Atomics are not simulated (the guard refuses them: the simulated
-//! initiators are created without them). The pool's grant timeout still reads the real clock.
-//! Address handles are not created: the fabric routes by DCT number.
+//! initiators are created without them). Address handles are not created: the fabric routes
+//! by DCT number.
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -159,7 +161,7 @@ impl SimulatedFabric {
 
     /// The tick it is at (one per `ibv_poll_cq` and per tick [`advance`](Self::advance)d).
     pub fn now(&self) -> u64 {
-        self.fabric.borrow().now
+        self.fabric.borrow().now()
     }
 
     /// Whether each `ibv_poll_cq` is a tick (default `true`); with `false` the clock moves only
