@@ -1,8 +1,9 @@
 //! Creates a [`DcInitiatorPool`] of simulated initiators on a simulated fabric, with the
 //! settings and the checks of the hardware pool's builder.
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::completion_queue::SimulatedCompletionQueue;
+use super::fabric::Fabric;
 use super::initiator::SimulatedInitiator;
 use super::Shared;
 use crate::mlx5::dc::initiator::DciStreams;
@@ -108,9 +109,9 @@ impl SimulatedPoolBuilder {
             .map(|_| SimulatedInitiator::new(&self.fabric, self.max_send_wr, self.max_inline_data, streams))
             .collect();
         let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
-        // The pool's time is the fabric's, a tick per nanosecond.
+        // The pool's time is the fabric's.
         pool.set_clock(self.fabric.borrow().clock(Instant::now()));
-        pool.set_grant_timeout(Duration::from_nanos(self.grant_timeout));
+        pool.set_grant_timeout(Fabric::span(self.grant_timeout));
         pool.set_send_cq(SimulatedCompletionQueue::new(&self.fabric));
         Ok(pool)
     }

@@ -222,11 +222,15 @@ impl Fabric {
         self.now.load(Ordering::Relaxed)
     }
 
-    /// Its clock, for a pool's grant timeout: the tick it is at, as the pool reads time (a tick
-    /// per nanosecond from `start`).
+    /// Its clock, for a pool's grant timeout: the tick it is at, as time from `start`.
     pub(crate) fn clock(&self, start: Instant) -> impl Fn() -> Instant + Send + 'static {
         let now = Arc::clone(&self.now);
-        move || start + Duration::from_nanos(now.load(Ordering::Relaxed))
+        move || start + Self::span(now.load(Ordering::Relaxed))
+    }
+
+    /// `ticks` as the pool's clock counts time: a tick is a nanosecond.
+    pub(crate) fn span(ticks: u64) -> Duration {
+        Duration::from_nanos(ticks)
     }
 
     pub(crate) fn new(seed: u64) -> Self {
