@@ -22,11 +22,17 @@ use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 
-/// How soon after the send the sleeping task must be awake.
+/// How soon after the send the sleeping task must be awake, before [`wake_bound`] stretches it.
 const WAKE_BOUND: Duration = Duration::from_secs(2);
 /// How long a task is left waiting to show that it sleeps.
 const QUIET: Duration = Duration::from_millis(300);
 const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// [`WAKE_BOUND`] stretched for slow runs: under valgrind memcheck (`scripts/memcheck`) a woken
+/// task waits its turn among the process's threads, seconds at times.
+fn wake_bound() -> Duration {
+    common::slowed(WAKE_BOUND)
+}
 
 /// The receiving side, shared with the waiting task: its receives (through `srq`) complete on
 /// `cq`, an event CQ of `channel`.
@@ -172,7 +178,7 @@ async fn a_sleeping_task_wakes_when_the_peer_sends_then_drains_and_rearms() {
             .expect("the task woke")
             .expect("the task did not panic");
         let latency = woke.saturating_duration_since(sent_at);
-        assert!(latency < WAKE_BOUND, "round {round}: woke {latency:?} after the send");
+        assert!(latency < wake_bound(), "round {round}: woke {latency:?} after the send");
         assert_eq!(drained, [payload.into_bytes()], "round {round}: exactly the message");
     }
 }
@@ -200,7 +206,7 @@ async fn a_cancelled_wait_loses_no_event_and_leaks_nothing() {
     }
     // A send after the cancelled waits wakes the next one.
     peer.send(1, b"after a cancel");
-    let event = tokio::time::timeout(WAKE_BOUND, receiver.channel.wait())
+    let event = tokio::time::timeout(wake_bound(), receiver.channel.wait())
         .await
         .expect("woken within the bound")
         .expect("event");
@@ -211,7 +217,7 @@ async fn a_cancelled_wait_loses_no_event_and_leaks_nothing() {
     // An event raised while a wait is started and dropped unpolled, then read by the next one.
     peer.send(2, b"nobody waiting");
     drop(receiver.channel.wait());
-    let event = tokio::time::timeout(WAKE_BOUND, receiver.channel.wait())
+    let event = tokio::time::timeout(wake_bound(), receiver.channel.wait())
         .await
         .expect("the pending event is read at once")
         .expect("event");

@@ -26,11 +26,17 @@ use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
 use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 
-/// How soon after the send the sleeping task must be awake.
+/// How soon after the send the sleeping task must be awake, before [`wake_bound`] stretches it.
 const WAKE_BOUND: Duration = Duration::from_secs(5);
 /// How long a task is left waiting to show that it sleeps.
 const QUIET: Duration = Duration::from_millis(300);
 const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// [`WAKE_BOUND`] stretched for slow runs: under valgrind memcheck (`scripts/memcheck`) a woken
+/// task waits its turn among the process's threads, seconds at times.
+fn wake_bound() -> Duration {
+    common::slowed(WAKE_BOUND)
+}
 
 /// A shared receive queue with 10 receives posted and its limit armed at 7, a queue pair on it,
 /// and a connected sender.
@@ -124,7 +130,7 @@ async fn a_task_sleeping_on_async_events_wakes_on_the_srq_limit() {
 
     let sent = Instant::now();
     tokio::task::block_in_place(|| setup.consume(4));
-    let (event_type, element, woke) = tokio::time::timeout(WAKE_BOUND, task)
+    let (event_type, element, woke) = tokio::time::timeout(wake_bound(), task)
         .await
         .expect("the task woke within the bound")
         .expect("the task");
@@ -149,7 +155,7 @@ async fn a_cancelled_wait_consumes_no_event() {
         "nothing to read yet"
     );
     tokio::task::block_in_place(|| setup.consume(4));
-    let deadline = Instant::now() + WAKE_BOUND;
+    let deadline = Instant::now() + wake_bound();
     let event = loop {
         if let Some(event) = waiter.try_read().expect("try_read") {
             break event;
@@ -166,7 +172,7 @@ async fn a_cancelled_wait_consumes_no_event() {
         .modify(SharedReceiveQueueModification::ArmLimit(5))
         .expect("re-arm");
     tokio::task::block_in_place(|| setup.consume(2));
-    let event = tokio::time::timeout(WAKE_BOUND, waiter.wait())
+    let event = tokio::time::timeout(wake_bound(), waiter.wait())
         .await
         .expect("woke")
         .expect("wait");
@@ -256,13 +262,13 @@ async fn a_datagram_that_finds_the_srq_empty_is_lost_with_the_limit_event_pendin
         }
         if i == 2 {
             // 3 consumed, 1 left, below the limit of 2: the event is there to be read.
-            let deadline = Instant::now() + WAKE_BOUND;
+            let deadline = Instant::now() + wake_bound();
             while received < 3 {
                 let mut wcs = [WorkCompletion::default(); 4];
                 received += cq.poll_work_completions(&mut wcs).expect("poll").len();
                 assert!(Instant::now() < deadline, "datagram {received} did not arrive");
             }
-            let event = tokio::time::timeout(WAKE_BOUND, waiter.wait())
+            let event = tokio::time::timeout(wake_bound(), waiter.wait())
                 .await
                 .expect("the limit event")
                 .expect("wait");

@@ -19,7 +19,8 @@ pub const DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_DEVICE";
 /// valgrind, where a device test's traffic takes tens of times longer (a whole number; 1 unset).
 pub const SLOWDOWN_VARIABLE: &str = "SIDEWAY_EXT_TEST_SLOWDOWN";
 
-/// `limit` stretched by [`SLOWDOWN_VARIABLE`]: for deadlines of tests that move much traffic.
+/// `limit` stretched by [`SLOWDOWN_VARIABLE`]: for deadlines of tests that move much traffic, and
+/// for bounds on how soon a woken thread runs.
 #[allow(dead_code)] // not every test binary has such a deadline
 pub fn slowed(limit: std::time::Duration) -> std::time::Duration {
     let factor = std::env::var(SLOWDOWN_VARIABLE)
