@@ -270,7 +270,9 @@ impl AsyncEventReader {
         self.read_timeout(Duration::ZERO)
     }
 
-    /// Waits at most `timeout` for an event (with `poll` on the event file descriptor).
+    /// Waits up to `timeout` for an event, with `ppoll` on the event file descriptor: to the
+    /// nanosecond, on across signals, for good with [`Duration::MAX`]. None within the time is
+    /// `Ok(None)`.
     pub fn read_timeout(&self, timeout: Duration) -> Result<Option<AsyncEvent>, ReadAsyncEventError> {
         match super::wait_readable(self.as_raw_fd(), timeout) {
             Ok(false) => Ok(None),

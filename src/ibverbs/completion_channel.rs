@@ -366,7 +366,7 @@ pub(crate) fn get_cq_event(channel: &CompletionChannel) -> Result<CompletionEven
     }
 }
 
-/// Waits at most `timeout` for an event (with `poll` on the channel's file descriptor). No event
+/// Waits up to `timeout` for an event (`ppoll` on the channel's file descriptor). No event
 /// within the time, or none left to read on a non-blocking channel, is `Ok(None)`.
 pub(crate) fn get_cq_event_timeout(
     channel: &CompletionChannel, timeout: Duration,

@@ -218,7 +218,9 @@ pub trait CompletionChannelExt {
     /// Reads the next event if one is pending, without waiting (also on a blocking channel).
     fn try_get_cq_event(&self) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
 
-    /// Waits at most `timeout` for an event, with `poll` on the channel's file descriptor.
+    /// Waits up to `timeout` for an event, with `ppoll` on the channel's file descriptor: to the
+    /// nanosecond, on across signals, for good with [`Duration::MAX`]. None within the time is
+    /// `Ok(None)`.
     fn get_cq_event_timeout(&self, timeout: Duration) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
 
     /// The channel's file descriptor, borrowed for as long as the channel.

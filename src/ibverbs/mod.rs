@@ -232,19 +232,43 @@ pub(crate) unsafe fn query_port(
     Ok(unsafe { attr.assume_init() })
 }
 
-/// Waits at most `timeout` for `fd` to become readable (`poll`): whether it did.
+/// Waits up to `timeout` for `fd` to become readable (`ppoll`): whether it did.
+///
+/// The whole of `timeout` is honoured: to the nanosecond (`poll`'s milliseconds would turn a
+/// wait under one into none), past `poll`'s 24 days (`Duration::MAX` waits for good), and across
+/// signals (an interrupted wait goes on for the time left, as `EINTR` is no error of the caller's).
 pub(crate) fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> std::io::Result<bool> {
-    let mut pollfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: pollfd is a valid array of one entry.
-    match unsafe { libc::poll(&mut pollfd, 1, millis) } {
-        0 => Ok(false),
-        n if n > 0 => Ok(true),
-        _ => Err(std::io::Error::last_os_error()),
+    let deadline = std::time::Instant::now().checked_add(timeout);
+    let mut left = timeout;
+    loop {
+        let mut pollfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // A wait longer than `time_t` seconds (292 billion years) is a wait for good.
+        let timespec = libc::time_t::try_from(left.as_secs())
+            .ok()
+            .map(|seconds| libc::timespec {
+                tv_sec: seconds,
+                tv_nsec: left.subsec_nanos().into(),
+            });
+        let timespec_pointer = timespec.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+        // SAFETY: pollfd is a valid array of one entry; the timespec is null or alive for the
+        // call; a null signal mask keeps the thread's.
+        match unsafe { libc::ppoll(&mut pollfd, 1, timespec_pointer, std::ptr::null()) } {
+            0 => return Ok(false),
+            n if n > 0 => return Ok(true),
+            _ => {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+                if let Some(deadline) = deadline {
+                    left = deadline.saturating_duration_since(std::time::Instant::now());
+                }
+            },
+        }
     }
 }
 
@@ -267,7 +291,10 @@ pub(crate) fn check_destroy(call: &str, ret: i32) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::thread::JoinHandleExt;
     use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::time::{Duration, Instant};
 
     /// A value whose teardown fails, as a destroy returning EBUSY does.
     struct FailingDestroy;
@@ -294,5 +321,71 @@ mod tests {
         let payload = catch_unwind(|| drop(FailingDestroy)).unwrap_err();
         let message = payload.downcast_ref::<String>().expect("a formatted message");
         assert!(message.starts_with("ibv_destroy_test failed"), "{message}");
+    }
+
+    /// A pipe: its read end is what waits, a byte written to the other makes it readable.
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: fds is an array of two descriptors for pipe2 to fill.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+        // SAFETY: pipe2 opened both; each is owned once.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    fn write_byte(fd: &OwnedFd) {
+        // SAFETY: one byte from a live buffer to an open descriptor.
+        assert_eq!(
+            unsafe { libc::write(fd.as_raw_fd(), [1u8].as_ptr().cast(), 1) },
+            1,
+            "write"
+        );
+    }
+
+    #[test]
+    fn a_wait_under_a_millisecond_waits_its_time() {
+        // In poll's milliseconds, 500 µs would be no wait at all.
+        let (read, _write) = pipe();
+        let started = Instant::now();
+        assert!(!super::wait_readable(read.as_raw_fd(), Duration::from_micros(500)).expect("wait"));
+        assert!(
+            started.elapsed() >= Duration::from_micros(500),
+            "waited {:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_wait_for_good_ends_when_the_descriptor_is_readable() {
+        let (read, write) = pipe();
+        let waiter = std::thread::spawn(move || super::wait_readable(read.as_raw_fd(), Duration::MAX));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "Duration::MAX waits");
+        write_byte(&write);
+        assert!(waiter.join().expect("waiter").expect("wait"), "readable");
+    }
+
+    extern "C" fn ignore_signal(_: libc::c_int) {}
+
+    #[test]
+    fn a_wait_goes_on_across_signals() {
+        // A signal's EINTR is no error of the caller's: the wait goes on for the time left.
+        // SAFETY: a handler that does nothing, installed without SA_RESTART so that a blocked
+        // ppoll returns EINTR; no other test uses SIGUSR1.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
+        }
+        let (read, write) = pipe();
+        let waiter = std::thread::spawn(move || super::wait_readable(read.as_raw_fd(), Duration::from_secs(60)));
+        // Several signals, so that some land while the waiter is inside ppoll.
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(20));
+            // SAFETY: the waiter has not been joined, so its thread is alive.
+            assert_eq!(unsafe { libc::pthread_kill(waiter.as_pthread_t(), libc::SIGUSR1) }, 0);
+        }
+        assert!(!waiter.is_finished(), "still waiting after the signals");
+        write_byte(&write);
+        assert!(waiter.join().expect("waiter").expect("wait, not an error"), "readable");
     }
 }
