@@ -162,7 +162,7 @@ fn send_only_pair(s: &Setup) -> SendOnlyPair {
     }
 }
 
-/// Issue point 1: Sixteen RC queue pairs receive through one SRQ; each of their peers sends 1000
+/// Sixteen RC queue pairs receive through one SRQ; each of their peers sends 1000
 /// sequence-numbered messages; every message arrives exactly once, intact, on the right QP.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
@@ -269,7 +269,7 @@ fn sixteen_rc_queue_pairs_share_one_srq() {
     assert_nothing_completes(&recv_cq, Duration::from_millis(100));
 }
 
-/// Issue point 2: The limit: 10 posted, armed at 7, 4 consumed -> exactly one event, limit reads 0; re-arming
+/// The limit: 10 posted, armed at 7, 4 consumed -> exactly one event, limit reads 0; re-arming
 /// works.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
@@ -319,7 +319,7 @@ fn srq_limit_event_fires_once_and_rearms() {
     assert_eq!(srq.query().expect("query").srq_limit, 0);
 }
 
-/// Issue point 3: Posting past capacity reports the first failed request and how many were posted; the
+/// Posting past capacity reports the first failed request and how many were posted; the
 /// posted ones still complete.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
@@ -373,7 +373,7 @@ fn posting_past_capacity_reports_the_failed_request() {
     );
 }
 
-/// Issue point 4: A UD queue pair on an SRQ: the datagram lands after the 40-byte GRH headroom, intact.
+/// A UD queue pair on an SRQ: the datagram lands after the 40-byte GRH headroom, intact.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn ud_queue_pair_on_srq_receives_with_grh() {
@@ -431,7 +431,7 @@ fn ud_queue_pair_on_srq_receives_with_grh() {
     }
 }
 
-/// Issue point 5: Dropping the user's SRQ handle while queue pairs use it keeps it alive (and working)
+/// Dropping the user's SRQ handle while queue pairs use it keeps it alive (and working)
 /// until the last queue pair is gone.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
@@ -470,7 +470,7 @@ fn srq_outlives_its_queue_pairs_not_its_handle() {
     drop(sender);
 }
 
-/// Issue point 6: Bad input gets a typed error naming the limit, never a panic.
+/// Bad input gets a typed error naming the limit, never a panic.
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn bad_input_gets_typed_errors() {

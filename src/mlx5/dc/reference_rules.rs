@@ -8,8 +8,10 @@
 //! the tests read are not used.)
 #![cfg_attr(not(test), allow(dead_code))]
 //!
-//! Sources (public repositories): Linux `drivers/infiniband/hw/mlx5/qp.c`; rdma-core
-//! `providers/mlx5/{verbs.c,qp.c,mlx5.c}`; see also `../shared/reference/dc-hardware-rules.md`.
+//! Sources (public repositories): Linux `drivers/infiniband/hw/mlx5/qp.c` (`is_valid_mask`,
+//! `mlx5_ib_modify_qp`, `modify_dci_qp_is_ok`, `validate_rd_atomic`, `mlx5_ib_modify_dct`);
+//! rdma-core `providers/mlx5/{verbs.c,qp.c,mlx5.c}` (`mlx5dv_create_qp`, `_sq_overhead`,
+//! `mlx5_calc_sq_size`, `mlx5dv_dci_stream_id_reset`) and mlx5dv_create_qp(3).
 use rdma_mummy_sys::ibv_qp_attr_mask as m;
 use rdma_mummy_sys::{
     ibv_qp_create_send_ops_flags as ops, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_qp_init_attr,

@@ -195,7 +195,7 @@ mod tests {
     }
 
     #[test]
-    fn the_named_rules_of_the_issue_hold() {
+    fn the_kernels_named_dc_transitions_hold() {
         // A DCT goes RESET -> INIT -> RTR and nowhere else: not to RESET, not to ERR.
         let mut reset = QueuePairAttribute::new();
         reset.setup_state(QueuePairState::Reset);
