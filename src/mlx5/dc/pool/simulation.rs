@@ -559,57 +559,6 @@ fn check_scale(report: &Report, s: &Scenario) {
     // most a send queue), and the dead destination's.
     let bound = report.injected_failures * u64::from(s.capacity) + report.dead_requests;
     assert!(report.failed <= bound, "{} failures, more than {bound}", report.failed);
-    readme_figure("simulation", &readme_row(s, report));
-}
-
-/// `1234567` as README writes it: `1 234 567`.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(' ');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-/// A run's row of README's simulation table: policy, ticks, longest wait, completed, failed
-/// (injected), retried, reported twice.
-fn readme_row(s: &Scenario, report: &Report) -> String {
-    let streams = if s.policy == DcPoolPolicy::Streams {
-        format!(" ({} per initiator)", 1u32 << s.log_streams)
-    } else {
-        String::new()
-    };
-    format!(
-        "| `{:?}`{streams} | {} | {} | {} | {} ({}) | {} | {} |",
-        s.policy,
-        grouped(report.ticks),
-        grouped(report.max_wait),
-        grouped(report.completed),
-        grouped(report.failed),
-        grouped(report.injected_failures),
-        grouped(report.retried),
-        grouped(report.twice)
-    )
-}
-
-/// Prints a figure of README's (`readme-figure SECTION: TEXT`): CI compares README with it
-/// (`scripts/readme-figures --check`), and `scripts/readme-figures` writes README from it.
-fn readme_figure(section: &str, measured: &str) {
-    println!("readme-figure {section}: {measured}");
-}
-
-/// Figures are written with their thousands grouped, as README has them.
-#[test]
-fn figures_group_thousands_as_readme_does() {
-    assert_eq!(grouped(0), "0");
-    assert_eq!(grouped(999), "999");
-    assert_eq!(grouped(1000), "1 000");
-    assert_eq!(grouped(1_000_000), "1 000 000");
-    assert_eq!(grouped(23_188), "23 188");
 }
 
 #[test]
@@ -705,16 +654,6 @@ fn a_quota_bounds_the_wait_hot_destinations_impose_on_the_others() {
     println!(
         "16 hot destinations of 1000: longest wait of a destination to post {} ticks dedicated, {} ticks with a quota of 16 ({} and {} ticks in all)",
         dedicated.max_wait, quota.max_wait, dedicated.ticks, quota.ticks
-    );
-    readme_figure(
-        "hot-destinations",
-        &format!(
-            "{} ticks under `Dedicated` and {} under `DedicatedWithQuota {{ quota: 16 }}` (the test asserts \
-             at most {} with the quota",
-            grouped(dedicated.max_wait),
-            grouped(quota.max_wait),
-            grouped(HOT_WAIT_BOUND)
-        ),
     );
     assert_eq!(dedicated.completed, 200_000);
     assert_eq!(quota.completed, 200_000);
