@@ -78,8 +78,9 @@
 //! # One request at a time
 //!
 //! The everyday paths, reposting the receive that just completed and sending the next message,
-//! have one-request calls that cost what the raw verbs call costs (BENCHMARKS.md has the
-//! figures): [`SharedReceiveQueue::post_recv_one`](shared_receive_queue::SharedReceiveQueue::post_recv_one)
+//! have one-request calls that make the same verbs calls as direct C code, with no batch to
+//! open (`scripts/bench` prints their cost beside the raw calls'):
+//! [`SharedReceiveQueue::post_recv_one`](shared_receive_queue::SharedReceiveQueue::post_recv_one)
 //! and `post_send_one` on every queue pair.
 //!
 //! ```no_run
