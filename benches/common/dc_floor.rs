@@ -1,4 +1,4 @@
-//! A floor for the DC initiator pool's budgets (issue 15): less bookkeeping than any pool that
+//! A floor for the DC initiator pool's limits: less bookkeeping than any pool that
 //! maps completions back can do, written plainly, with none of the pool's generality. It posts
 //! with the direct DC initiator's guard (the pool rows' "raw" side), so that what it adds above
 //! that guard is bookkeeping alone, measured in the same harness as the pool rows (the same
@@ -17,7 +17,7 @@
 //! keeps it per run of requests and reports it), error completions (refused here), DCI streams,
 //! quotas, the wait line and its `Ready` events, grant timeouts, address resolution, removal,
 //! recovery, a CQ shared with other queue pairs. So it is a lower bound to read the pool's
-//! figures and budgets against (BENCHMARKS.md, "The floor"), not a pool anyone could use.
+//! figures and limits against (BENCHMARKS.md), not a pool anyone could use.
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};

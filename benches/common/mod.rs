@@ -2,10 +2,10 @@
 //! as the same requests in direct rdma-mummy-sys calls ("raw"), both over a hand-made provider
 //! table that only counts what it is handed (no device).
 //!
-//! One [`Workload`] is one row of the tables in BENCHMARKS.md. To add a row (e.g. DC sends):
-//! implement [`Workload`] for a new type here, then add one line to the `workloads!` lists of
-//! `benches/post_instructions.rs` and `benches/post_time.rs`, and its limits to
-//! `benches/limits.txt`.
+//! One [`Workload`] is one row of BENCHMARKS.md's table. To add a row: implement [`Workload`]
+//! for a new type here, then add one line to the `workloads!` lists of
+//! `benches/post_instructions.rs` and `benches/post_time.rs`, and the row's name to the rows
+//! `scripts/bench-results` holds to a limit.
 #![allow(dead_code)]
 
 use std::hint::black_box;
@@ -317,7 +317,7 @@ impl Workload for SendRcWriteOne {
 #[allow(unused_imports)] // the allocation test shares this module and posts no DC request
 pub use dc::{SendDcPoolDedicatedSettled, SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
 
-/// The floor for the DC pool's budgets: the least bookkeeping a pool does (see its module).
+/// The floor for the DC pool's limits: the least bookkeeping a pool does (see its module).
 #[cfg(feature = "mlx5")]
 mod dc_floor;
 #[cfg(feature = "mlx5")]
@@ -639,16 +639,15 @@ mod dc {
     ///
     /// Its "raw" side is not direct verbs calls but the direct DC initiator's guard, exactly
     /// [`SendDcWrite`]'s guard side (the same function): the row's ratio is "posting through
-    /// the pool ÷ posting on one DC initiator", whose target is ≤ 1.15 (the pool adds at most a
-    /// lookup to the DCI post path).
+    /// the pool ÷ posting on one DC initiator". Its limit is set against the floor's row.
     pub type SendDcPoolWrite = SendDcPool<false>;
 
     /// As [`SendDcPoolWrite`], and after each batch one `pool.complete` of the previous batch's
     /// last request (all signalled: it settles that whole batch, reporting each request to a
     /// sink that drops it), in the measured function: the pool's post and poll paths together,
     /// against the direct guard's post path (which has no bookkeeping to settle). One batch
-    /// stays in flight, as in a sender that keeps its pipe full. No target: it shows what
-    /// settling costs.
+    /// stays in flight, as in a sender that keeps its pipe full: less the posting row, it shows
+    /// what settling costs.
     pub type SendDcPoolWriteSettled = SendDcPool<true>;
 
     /// DC writes through a pool; with `SETTLE`, each batch settles the one before it.
@@ -867,9 +866,9 @@ mod dc {
     /// every batch, and settling. Its "raw" side is the direct DC initiator's guard.
     ///
     /// The batches in flight (the last provider `wr_id` of each, which a CQ would return) are the
-    /// benchmark's stand-in for the CQ, not pool work: a fixed array of 16 used as a ring (a
-    /// `VecDeque` until issue 15's second round, which cost about 25 instructions per batch more
-    /// to push and pop; BENCHMARKS.md gives the row's figure before and after that change).
+    /// benchmark's stand-in for the CQ, not pool work: a fixed array of 16 used as a ring, not a
+    /// `VecDeque`, whose push and pop cost about 25 instructions per batch more, which the row
+    /// would have counted as the pool's.
     pub enum SendDcPoolDedicatedSettled {}
 
     /// The `Dedicated` rows' state, over the pool or its floor (`P`).
