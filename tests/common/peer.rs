@@ -13,10 +13,12 @@ pub const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `target/<profile>/examples/<name>`, found from the test binary's own path
 /// (`target/<profile>/deps/<test>-…`). With `build_features`, run under cargo (`CARGO` is set),
-/// it first builds the example with those features, since `cargo test --test <test>` does not
-/// build examples whose required features it lacks; without, the example must be built already
-/// (`cargo test` builds the examples it can with the tests, and `scripts/device-suite` builds
-/// them all for the VM).
+/// it first builds the example with those features and the test's own, since `cargo test --test
+/// <test>` does not build examples whose required features it lacks; the test's own features
+/// keep the library as the tests built it (under `cargo test --all-features`, which built the
+/// example already, cargo has nothing to do). Without `build_features`, the example must be built
+/// already (`cargo test` builds the examples it can with the tests, and `scripts/device-suite`
+/// builds them all for the VM).
 pub fn example_binary(name: &str, build_features: Option<&str>) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe
@@ -28,7 +30,14 @@ pub fn example_binary(name: &str, build_features: Option<&str>) -> PathBuf {
         let mut command = Command::new(cargo);
         command
             .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["build", "--example", name, "--features", features, "--target-dir"])
+            .args([
+                "build",
+                "--example",
+                name,
+                "--features",
+                &with_own_features(features),
+                "--target-dir",
+            ])
             .arg(target_dir);
         match profile_dir.file_name().and_then(|profile| profile.to_str()) {
             Some("debug") | None => {},
@@ -50,6 +59,22 @@ pub fn example_binary(name: &str, build_features: Option<&str>) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// `features` and the features this test binary was built with, comma-separated.
+fn with_own_features(features: &str) -> String {
+    let own = [
+        ("mlx5", cfg!(feature = "mlx5")),
+        ("serde", cfg!(feature = "serde")),
+        ("simulation", cfg!(feature = "simulation")),
+        ("tokio", cfg!(feature = "tokio")),
+        ("__bench", cfg!(feature = "__bench")),
+    ];
+    let mut all: Vec<&str> = features.split(',').collect();
+    all.extend(own.iter().filter(|(_, on)| *on).map(|(name, _)| *name));
+    all.sort_unstable();
+    all.dedup();
+    all.join(",")
 }
 
 /// Owned copies of `args`, as [`Peer::spawn`] takes them.
