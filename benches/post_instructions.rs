@@ -1,96 +1,112 @@
-//! Instructions per request of posting with the guards and with direct rdma-mummy-sys calls,
-//! counted by callgrind through gungraun (deterministic), over counting provider tables (no
-//! device). Each benchmark posts `common::REQUESTS` requests in batches of 1, 16 or 256;
-//! `scripts/bench` divides its instruction count by that. See BENCHMARKS.md.
+//! Posting with the guards and with direct rdma-mummy-sys calls over counting provider tables (no
+//! device), for callgrind to count: each row's posting is done only in its two `measured_*`
+//! functions (guard and raw), which `scripts/bench` passes to `valgrind --tool=callgrind
+//! --toggle-collect=…`, so the counts hold the posting and nothing of the setup (the provider
+//! tables, the warm-up batches) or of the teardown. See BENCHMARKS.md.
 //!
-//! Needs `gungraun-runner` 0.20.0 on the PATH (`scripts/install-deps` installs it).
+//! ```text
+//! post_instructions BATCH      # every row's guard and raw post common::REQUESTS requests in
+//!                              # batches of BATCH (1, 16 or 256; the `_one` rows at 1 only)
+//! ```
+//!
+//! It prints one line per measured function, `measured <function> batch=<BATCH> requests=<N>`,
+//! for scripts/bench to divide the counts by. Each measured function runs once, on a state of its
+//! own, so that callgrind's `--dump-after` gives each a profile of its own.
 mod common;
 
 use std::hint::black_box;
 
-use common::{RecvSrq, RecvSrqOne, SendRcWrite, SendRcWriteOne, Workload, REQUESTS};
+use common::{RecvSrq, RecvSrqOne, SendRcWrite, SendRcWriteOne, Workload, BATCHES, REQUESTS};
 #[cfg(feature = "mlx5")]
 use common::{
     SendDcFloorDedicatedSettled, SendDcFloorWrite, SendDcFloorWriteSettled, SendDcPoolDedicatedSettled,
     SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne,
 };
-use gungraun::{library_benchmark, library_benchmark_group, main};
 
-fn setup<W: Workload>(batch: usize) -> W::State {
-    W::setup(batch)
+/// Builds a warm state for batches of `batch` (not measured), runs `measured` on it once and
+/// says so.
+fn run<W: Workload>(batch: usize, name: &str, measured: fn(&mut W::State)) {
+    let mut state = W::setup(batch);
+    let before = W::posted(&state);
+    measured(&mut state);
+    assert_eq!(W::posted(&state) - before, REQUESTS as u64, "{name}: requests posted");
+    println!("measured {name} batch={batch} requests={REQUESTS}");
 }
 
-/// One group per workload, with a guard and a raw benchmark at each batch size (`batched`) or at
-/// batch 1 only (`one`: the one-request posts). The benchmark returns the state, so that dropping
-/// it is not measured.
-macro_rules! workloads {
-    ($($kind:ident $group:ident, $guard:ident, $raw:ident: $workload:ty;)*) => {
-        $(workloads!(@$kind $group, $guard, $raw: $workload);)*
-        main!(library_benchmark_groups = $($group),*);
+/// A guard and a raw measured function per row, named as scripts/bench-results reads them
+/// (`measured_<row>_guard`, `measured_<row>_raw`); `batched` rows run at every batch size, `one`
+/// rows at batch 1 only. Each measured function hands the black box its own name, so that no two
+/// are merged into one symbol.
+macro_rules! rows {
+    ($($kind:ident $guard:ident, $raw:ident: $workload:ty;)*) => {
+        $(
+            #[inline(never)]
+            fn $guard(state: &mut <$workload as Workload>::State) {
+                black_box(stringify!($guard));
+                <$workload as Workload>::guard(state, black_box(REQUESTS));
+            }
+
+            #[inline(never)]
+            fn $raw(state: &mut <$workload as Workload>::State) {
+                black_box(stringify!($raw));
+                <$workload as Workload>::raw(state, black_box(REQUESTS));
+            }
+        )*
+
+        fn run_rows(batch: usize) {
+            $(
+                if rows!(@runs $kind batch) {
+                    run::<$workload>(batch, stringify!($guard), $guard);
+                    run::<$workload>(batch, stringify!($raw), $raw);
+                }
+            )*
+        }
     };
-    (@batched $group:ident, $guard:ident, $raw:ident: $workload:ty) => {
-        #[library_benchmark]
-        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
-        #[bench::batch_16(args = (16), setup = setup::<$workload>)]
-        #[bench::batch_256(args = (256), setup = setup::<$workload>)]
-        fn $guard(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
-            <$workload as Workload>::guard(&mut state, black_box(REQUESTS));
-            state
-        }
-
-        #[library_benchmark]
-        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
-        #[bench::batch_16(args = (16), setup = setup::<$workload>)]
-        #[bench::batch_256(args = (256), setup = setup::<$workload>)]
-        fn $raw(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
-            <$workload as Workload>::raw(&mut state, black_box(REQUESTS));
-            state
-        }
-
-        library_benchmark_group!(name = $group; benchmarks = $guard, $raw);
-    };
-    (@one $group:ident, $guard:ident, $raw:ident: $workload:ty) => {
-        #[library_benchmark]
-        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
-        fn $guard(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
-            <$workload as Workload>::guard(&mut state, black_box(REQUESTS));
-            state
-        }
-
-        #[library_benchmark]
-        #[bench::batch_1(args = (1), setup = setup::<$workload>)]
-        fn $raw(mut state: <$workload as Workload>::State) -> <$workload as Workload>::State {
-            <$workload as Workload>::raw(&mut state, black_box(REQUESTS));
-            state
-        }
-
-        library_benchmark_group!(name = $group; benchmarks = $guard, $raw);
-    };
+    (@runs batched $batch:ident) => { true };
+    (@runs one $batch:ident) => { $batch == 1 };
 }
 
-// A row per workload: batched or one, group, guard benchmark, raw benchmark (named
-// `<NAME>_guard`/`<NAME>_raw`, as scripts/bench reads them): the workload.
-// The DC rows need the `mlx5` feature (scripts/bench enables it). `send_dc_pool_write`'s "raw"
-// benchmark is the direct DC initiator's guard (see benches/common/mod.rs).
+// A row per workload (benches/common/mod.rs): batched or one, its guard and raw functions, the
+// workload. The DC rows need the `mlx5` feature (scripts/bench enables it). The DC pool rows'
+// "raw" side is the direct DC initiator's guard, their floors' too (see benches/common/mod.rs).
 #[cfg(feature = "mlx5")]
-workloads! {
-    batched send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
-    one send_rc_write_one, send_rc_write_one_guard, send_rc_write_one_raw: SendRcWriteOne;
-    batched recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
-    one recv_srq_one, recv_srq_one_guard, recv_srq_one_raw: RecvSrqOne;
-    batched send_dc_write, send_dc_write_guard, send_dc_write_raw: SendDcWrite;
-    one send_dc_write_one, send_dc_write_one_guard, send_dc_write_one_raw: SendDcWriteOne;
-    batched send_dc_pool_write, send_dc_pool_write_guard, send_dc_pool_write_raw: SendDcPoolWrite;
-    batched send_dc_pool_write_settled, send_dc_pool_write_settled_guard, send_dc_pool_write_settled_raw: SendDcPoolWriteSettled;
-    batched send_dc_pool_dedicated_write_settled, send_dc_pool_dedicated_write_settled_guard, send_dc_pool_dedicated_write_settled_raw: SendDcPoolDedicatedSettled;
-    batched send_dc_floor_write, send_dc_floor_write_guard, send_dc_floor_write_raw: SendDcFloorWrite;
-    batched send_dc_floor_write_settled, send_dc_floor_write_settled_guard, send_dc_floor_write_settled_raw: SendDcFloorWriteSettled;
-    batched send_dc_floor_dedicated_write_settled, send_dc_floor_dedicated_write_settled_guard, send_dc_floor_dedicated_write_settled_raw: SendDcFloorDedicatedSettled;
+rows! {
+    batched measured_send_rc_write_guard, measured_send_rc_write_raw: SendRcWrite;
+    one measured_send_rc_write_one_guard, measured_send_rc_write_one_raw: SendRcWriteOne;
+    batched measured_recv_srq_guard, measured_recv_srq_raw: RecvSrq;
+    one measured_recv_srq_one_guard, measured_recv_srq_one_raw: RecvSrqOne;
+    batched measured_send_dc_write_guard, measured_send_dc_write_raw: SendDcWrite;
+    one measured_send_dc_write_one_guard, measured_send_dc_write_one_raw: SendDcWriteOne;
+    batched measured_send_dc_pool_write_guard, measured_send_dc_pool_write_raw: SendDcPoolWrite;
+    batched measured_send_dc_pool_write_settled_guard, measured_send_dc_pool_write_settled_raw:
+        SendDcPoolWriteSettled;
+    batched measured_send_dc_pool_dedicated_write_settled_guard, measured_send_dc_pool_dedicated_write_settled_raw:
+        SendDcPoolDedicatedSettled;
+    batched measured_send_dc_floor_write_guard, measured_send_dc_floor_write_raw: SendDcFloorWrite;
+    batched measured_send_dc_floor_write_settled_guard, measured_send_dc_floor_write_settled_raw:
+        SendDcFloorWriteSettled;
+    batched measured_send_dc_floor_dedicated_write_settled_guard, measured_send_dc_floor_dedicated_write_settled_raw:
+        SendDcFloorDedicatedSettled;
 }
 #[cfg(not(feature = "mlx5"))]
-workloads! {
-    batched send_rc_write, send_rc_write_guard, send_rc_write_raw: SendRcWrite;
-    one send_rc_write_one, send_rc_write_one_guard, send_rc_write_one_raw: SendRcWriteOne;
-    batched recv_srq, recv_srq_guard, recv_srq_raw: RecvSrq;
-    one recv_srq_one, recv_srq_one_guard, recv_srq_one_raw: RecvSrqOne;
+rows! {
+    batched measured_send_rc_write_guard, measured_send_rc_write_raw: SendRcWrite;
+    one measured_send_rc_write_one_guard, measured_send_rc_write_one_raw: SendRcWriteOne;
+    batched measured_recv_srq_guard, measured_recv_srq_raw: RecvSrq;
+    one measured_recv_srq_one_guard, measured_recv_srq_one_raw: RecvSrqOne;
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let batch = match args.as_slice() {
+        [batch] => batch.parse::<usize>().expect("BATCH"),
+        // `cargo bench` without arguments (e.g. `cargo bench --all-targets`): nothing to measure.
+        [] => {
+            eprintln!("post_instructions: usage: post_instructions BATCH (scripts/bench runs it under callgrind)");
+            return;
+        },
+        _ => panic!("usage: post_instructions BATCH"),
+    };
+    assert!(BATCHES.contains(&batch), "BATCH is one of {BATCHES:?}");
+    run_rows(batch);
 }

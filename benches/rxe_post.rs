@@ -205,40 +205,40 @@ fn recv_one_raw(srq: *mut ibv_srq, b: Buffers, n: u64) {
     }
 }
 
-// The functions callgrind measures (by these names: keep them in sync with scripts/bench), and
-// their warm-up twins (which differ by a black_box so that they are not merged).
+// The functions callgrind measures (`measured_<row>_<side>`, the names scripts/bench-results
+// reads), and their warm-up twins (which differ by a black_box so that they are not merged).
 
 #[inline(never)]
-fn measured_send_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, batch: usize) {
+fn measured_send_rc_write_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, batch: usize) {
     send_guard(qp, b, batch)
 }
 #[inline(never)]
-fn measured_send_raw(qp: *mut ibv_qp_ex, b: Buffers, batch: usize) {
+fn measured_send_rc_write_raw(qp: *mut ibv_qp_ex, b: Buffers, batch: usize) {
     send_raw(qp, b, batch)
 }
 #[inline(never)]
-fn measured_recv_guard(srq: &SharedReceiveQueue, b: Buffers, batch: usize) {
+fn measured_recv_srq_guard(srq: &SharedReceiveQueue, b: Buffers, batch: usize) {
     recv_guard(srq, b, batch)
 }
 #[inline(never)]
-fn measured_recv_raw(srq: *mut ibv_srq, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers) {
+fn measured_recv_srq_raw(srq: *mut ibv_srq, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers) {
     recv_raw(srq, wrs, sges, b)
 }
 
 #[inline(never)]
-fn measured_send_one_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, n: u64) {
+fn measured_send_rc_write_one_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, n: u64) {
     send_one_guard(qp, b, n)
 }
 #[inline(never)]
-fn measured_send_one_raw(qp: *mut ibv_qp_ex, b: Buffers, n: u64) {
+fn measured_send_rc_write_one_raw(qp: *mut ibv_qp_ex, b: Buffers, n: u64) {
     send_one_raw(qp, b, n)
 }
 #[inline(never)]
-fn measured_recv_one_guard(srq: &SharedReceiveQueue, b: Buffers, n: u64) {
+fn measured_recv_srq_one_guard(srq: &SharedReceiveQueue, b: Buffers, n: u64) {
     recv_one_guard(srq, b, n)
 }
 #[inline(never)]
-fn measured_recv_one_raw(srq: *mut ibv_srq, b: Buffers, n: u64) {
+fn measured_recv_srq_one_raw(srq: *mut ibv_srq, b: Buffers, n: u64) {
     recv_one_raw(srq, b, n)
 }
 
@@ -354,13 +354,13 @@ fn main() {
         drain(batch);
     }
     for _ in 0..rounds {
-        measured_send_guard(&mut sender, b, batch);
+        measured_send_rc_write_guard(&mut sender, b, batch);
         drain(batch);
-        measured_send_raw(qp_ex, b, batch);
+        measured_send_rc_write_raw(qp_ex, b, batch);
         drain(batch);
     }
-    println!("measured measured_send_guard batch={batch} requests={requests}");
-    println!("measured measured_send_raw batch={batch} requests={requests}");
+    println!("measured measured_send_rc_write_guard batch={batch} requests={requests}");
+    println!("measured measured_send_rc_write_raw batch={batch} requests={requests}");
 
     // Receives: an SRQ with no queue pair, replaced when it has no room for another batch.
     let empty_wr = ibv_recv_wr {
@@ -383,13 +383,13 @@ fn main() {
             srq = new_srq(&pd);
             free = SRQ_WR as usize;
         }
-        measured_recv_guard(&srq, b, batch);
+        measured_recv_srq_guard(&srq, b, batch);
         // SAFETY: the handle is used while `srq` is alive.
-        measured_recv_raw(unsafe { srq.srq() }.as_ptr(), &mut wrs, &mut sges, b);
+        measured_recv_srq_raw(unsafe { srq.srq() }.as_ptr(), &mut wrs, &mut sges, b);
         free -= 2 * batch;
     }
-    println!("measured measured_recv_guard batch={batch} requests={requests}");
-    println!("measured measured_recv_raw batch={batch} requests={requests}");
+    println!("measured measured_recv_srq_guard batch={batch} requests={requests}");
+    println!("measured measured_recv_srq_raw batch={batch} requests={requests}");
 
     // One-request posts (in the batch-1 run only): each call posts one request.
     if batch == 1 {
@@ -404,16 +404,16 @@ fn main() {
                 srq = new_srq(&pd);
                 free = SRQ_WR as usize;
             }
-            measured_send_one_guard(&mut sender, b, n % 256);
+            measured_send_rc_write_one_guard(&mut sender, b, n % 256);
             drain(1);
-            measured_send_one_raw(qp_ex, b, n % 256);
+            measured_send_rc_write_one_raw(qp_ex, b, n % 256);
             drain(1);
-            measured_recv_one_guard(&srq, b, n % 256);
+            measured_recv_srq_one_guard(&srq, b, n % 256);
             // SAFETY: the handle is used while `srq` is alive.
-            measured_recv_one_raw(unsafe { srq.srq() }.as_ptr(), b, n % 256);
+            measured_recv_srq_one_raw(unsafe { srq.srq() }.as_ptr(), b, n % 256);
             free -= 2;
         }
-        for op in ["send_one", "recv_one"] {
+        for op in ["send_rc_write_one", "recv_srq_one"] {
             for kind in ["guard", "raw"] {
                 println!("measured measured_{op}_{kind} batch=1 requests={requests}");
             }

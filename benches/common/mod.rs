@@ -3,9 +3,9 @@
 //! table that only counts what it is handed (no device).
 //!
 //! One [`Workload`] is one row of BENCHMARKS.md's table. To add a row: implement [`Workload`]
-//! for a new type here, then add one line to the `workloads!` lists of
-//! `benches/post_instructions.rs` and `benches/post_time.rs`, and the row's name to the rows
-//! `scripts/bench-results` holds to a limit.
+//! for a new type here, then add one line to the `rows!` lists of `benches/post_instructions.rs`
+//! and one to `benches/post_time.rs`, and the row's name to the rows `scripts/bench-results`
+//! holds to a limit.
 #![allow(dead_code)]
 
 use std::hint::black_box;
