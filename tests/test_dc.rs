@@ -60,6 +60,7 @@ use sideway_ext::mlx5::dc::initiator::{
 use sideway_ext::mlx5::dc::target::{
     CreateDcTargetErrorKind, DcTarget, DcTargetBringUp, DcTargetEndpointErrorKind, ModifyDcTargetErrorKind,
 };
+use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
@@ -540,8 +541,8 @@ fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
     assert!(dci.max_send_wr() >= 64 && dci.max_inline_data() >= 64, "{dci:?}");
     assert_eq!(dci.streams(), None);
     assert_eq!(
-        dci.max_dc_init_rd_atom(),
-        caps.max_dc_init_rd_atom(),
+        u64::from(dci.max_read_atomic()),
+        dci_depth(&caps),
         "the DC initiator's read/atomic depth is the capability query's"
     );
     println!(
@@ -550,6 +551,18 @@ fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
         caps.max_dc_rd_atom(),
         caps.max_dc_init_rd_atom()
     );
+}
+
+/// A DC initiator's read/atomic depth as the capabilities give it: the smaller of
+/// `max_dc_rd_atom` and `max_dc_init_rd_atom` where known (0: unknown), at most 255 (a `u8`),
+/// 1 when the library reports neither (rdma-core before 47).
+fn dci_depth(caps: &DcCapabilities) -> u64 {
+    [caps.max_dc_rd_atom(), caps.max_dc_init_rd_atom()]
+        .into_iter()
+        .flatten()
+        .filter(|&depth| depth > 0)
+        .min()
+        .map_or(1, |depth| depth.min(u64::from(u8::MAX)))
 }
 
 /// A smoke test of every path in one batch: SEND and RDMA WRITE with inline data and an RDMA
@@ -806,21 +819,20 @@ fn mlx5_hw_dc_fetch_add_and_compare_swap_return_the_original_values() {
     let caps = Mlx5DeviceContext::new(f.ctx.clone())
         .query_dc_capabilities()
         .expect("DC capabilities");
-    let depth = caps.max_dc_init_rd_atom();
+    let depth = dci_depth(&caps);
     println!(
-        "max_dc_rd_atom {:?} (as requester) / max_dc_init_rd_atom {depth:?} (as responder; a DCI's bound)",
-        caps.max_dc_rd_atom()
+        "max_dc_rd_atom {:?} (as requester) / max_dc_init_rd_atom {:?} (as responder; a DCI's bound): depth {depth}",
+        caps.max_dc_rd_atom(),
+        caps.max_dc_init_rd_atom()
     );
     let access =
         AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead | AccessFlags::RemoteAtomic;
     let target = f.bring_up_target(f.build_target(KEY, access));
     let mut dci_bring_up = DcInitiatorBringUp::new(PORT);
-    if let Some(depth) = depth {
-        dci_bring_up.setup_max_read_atomic(depth.min(u64::from(u8::MAX)) as u8);
-    }
-    // Fetch-and-add: the whole depth of them on one counter, in one batch (≤ 255: the depth is
-    // set as a u8, checked just below), so the send queue holds at least that many.
-    let in_flight = depth.unwrap_or(1).min(u64::from(u8::MAX)) as usize;
+    dci_bring_up.setup_max_read_atomic(depth as u8);
+    // Fetch-and-add: the whole depth of them on one counter, in one batch, so the send queue
+    // holds at least that many.
+    let in_flight = depth as usize;
     let mut dci = f.initiator_with(
         |builder| {
             builder.setup_max_send_wr(in_flight.max(64) as u32);
@@ -828,7 +840,7 @@ fn mlx5_hw_dc_fetch_add_and_compare_swap_return_the_original_values() {
         &dci_bring_up,
     );
     assert_eq!(
-        dci.max_dc_init_rd_atom(),
+        u64::from(dci.max_read_atomic()),
         depth,
         "the DC initiator's read/atomic depth is the capability query's"
     );

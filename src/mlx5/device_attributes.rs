@@ -442,6 +442,8 @@ impl Mlx5DeviceAttributes {
     /// ([mlx5dv_query_device(3)](https://man7.org/linux/man-pages/man3/mlx5dv_query_device.3.html)),
     /// when [`Mlx5ContextMask::MaxDcReadAtomic`] came back set. libmlx5 reads it as
     /// `1 << log_max_ra_req_dc` of the device's capabilities (`mlx5_init_context` in `verbs.c`).
+    /// A DC initiator's depth is at most this and [`max_dc_init_rd_atom`](Self::max_dc_init_rd_atom)
+    /// ([`DcInitiator::max_read_atomic`](crate::mlx5::dc::initiator::DcInitiator::max_read_atomic)).
     ///
     /// rdma-core reports this from version 47 on; a value of 0 means the provider could not
     /// read it.
@@ -455,8 +457,8 @@ impl Mlx5DeviceAttributes {
     /// `1 << log_max_ra_res_dc`, and that is also the bound the kernel puts on a DC initiator's
     /// `max_rd_atomic` (`validate_rd_atomic` in mlx5_ib's `qp.c` compares a DCI's
     /// `max_rd_atomic` with `1 << log_max_ra_res_dc`, `EINVAL` above it): so, whatever the
-    /// label, this is the value a DC initiator's depth is capped by
-    /// ([`DcInitiatorBringUp::setup_max_read_atomic`](crate::mlx5::dc::initiator::DcInitiatorBringUp::setup_max_read_atomic)).
+    /// label, a DC initiator's depth is capped by it, and by [`max_dc_rd_atom`](Self::max_dc_rd_atom)
+    /// ([`DcInitiator::max_read_atomic`](crate::mlx5::dc::initiator::DcInitiator::max_read_atomic)).
     ///
     /// rdma-core reports this from version 47 on; a value of 0 means the provider could not
     /// read it.

@@ -159,6 +159,8 @@ pub(crate) struct Device {
     pub(crate) max_sq_desc_sz: u32,
     /// The `log_max_ra_res_dc` capability (libmlx5's `max_dc_init_rd_atom` is its power of two).
     pub(crate) log_max_ra_res_dc: u8,
+    /// The `log_max_ra_req_dc` capability (libmlx5's `max_dc_rd_atom` is its power of two).
+    pub(crate) log_max_ra_req_dc: u8,
     /// `ibv_device_attr::max_sge`.
     pub(crate) max_sge: u32,
     /// libmlx5 `mlx5_init_context`: `mctx->atomic_cap = device_attr.orig_attr.atomic_cap`, not

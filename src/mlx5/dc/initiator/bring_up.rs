@@ -107,17 +107,17 @@ impl DcInitiatorBringUp {
         self
     }
 
-    /// Outstanding RDMA reads and atomics (default: the device's DC initiator depth, or 1 when
-    /// the library does not report it); capped by the device's DC initiator depth either way.
+    /// Outstanding RDMA reads and atomics (default: the device's DC initiator depth,
+    /// [`DcInitiator::max_read_atomic`]: the smaller of `max_dc_rd_atom` and
+    /// `max_dc_init_rd_atom`, 1 before rdma-core 47); capped by that depth either way.
     pub fn setup_max_read_atomic(&mut self, max_read_atomic: u8) -> &mut Self {
         self.max_read_atomic = Some(max_read_atomic);
         self
     }
 
     /// The three transitions' attributes: RESET → INIT, INIT → RTR, RTR → RTS.
-    pub(crate) fn attributes(&self, path_mtu: Mtu, dc_init_depth: Option<u64>) -> BringUpAttributes {
-        let cap = dc_init_depth.map_or(1, |depth| depth.min(u8::MAX as u64) as u8);
-        let max_read_atomic = self.max_read_atomic.map_or(cap, |asked| asked.min(cap));
+    pub(crate) fn attributes(&self, path_mtu: Mtu, depth: u8) -> BringUpAttributes {
+        let max_read_atomic = self.max_read_atomic.map_or(depth, |asked| asked.min(depth));
         let mut init = QueuePairAttribute::new();
         init.setup_state(QueuePairState::Init)
             .setup_pkey_index(self.pkey_index)
@@ -167,7 +167,7 @@ impl DcInitiator {
                     source,
                 })?,
         };
-        let attributes = params.attributes(path_mtu, self.max_dc_init_rd_atom);
+        let attributes = params.attributes(path_mtu, self.read_atomic_depth);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
             self.core.modify(attr).map_err(|err| {
                 let refused_av = params.rtr_address_vector.is_some()
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn bring_up_attributes_pass_the_dc_table_and_cap_the_read_atomic_depth() {
         let mut params = DcInitiatorBringUp::new(1);
-        let attributes = params.attributes(Mtu::Mtu1024, Some(8));
+        let attributes = params.attributes(Mtu::Mtu1024, 8);
         assert!(DC_INITIATOR.check(QueuePairState::Reset, &attributes.init).is_ok());
         assert!(DC_INITIATOR.check(QueuePairState::Init, &attributes.rtr).is_ok());
         assert!(DC_INITIATOR
@@ -319,20 +319,8 @@ mod tests {
             (14, 7, 7)
         );
         params.setup_max_read_atomic(64);
-        assert_eq!(
-            params.attributes(Mtu::Mtu1024, Some(8)).rts.max_read_atomic(),
-            8,
-            "capped"
-        );
+        assert_eq!(params.attributes(Mtu::Mtu1024, 8).rts.max_read_atomic(), 8, "capped");
         params.setup_max_read_atomic(2);
-        assert_eq!(params.attributes(Mtu::Mtu1024, Some(8)).rts.max_read_atomic(), 2);
-        // Unknown depth (rdma-core before 47): 1, never the RC depth.
-        assert_eq!(
-            DcInitiatorBringUp::new(1)
-                .attributes(Mtu::Mtu1024, None)
-                .rts
-                .max_read_atomic(),
-            1
-        );
+        assert_eq!(params.attributes(Mtu::Mtu1024, 8).rts.max_read_atomic(), 2);
     }
 }

@@ -134,7 +134,6 @@ impl DcInitiatorBuilder {
             .ok_or(CreateDcInitiatorErrorKind::MissingSendCompletionQueue)?;
         let DciPlan {
             context,
-            max_dc_init_rd_atom,
             device,
             params,
         } = self.plan()?;
@@ -172,7 +171,7 @@ impl DcInitiatorBuilder {
             )
         }
         .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        DcInitiator::adopt(core, &LIBMLX5, creation, granted, max_dc_init_rd_atom)
+        DcInitiator::adopt(core, &LIBMLX5, creation, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
 
@@ -206,11 +205,11 @@ impl DcInitiatorBuilder {
             max_sge: device.max_sge.max(0) as u32,
             atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
             dci_streams: mlx5.dci_streams_caps(),
+            read_atomic_depth: dci_read_atomic_depth(mlx5.max_dc_rd_atom(), mlx5.max_dc_init_rd_atom()),
         };
         let params = plan_dci(&self.request, &device)?;
         Ok(DciPlan {
             context,
-            max_dc_init_rd_atom: mlx5.max_dc_init_rd_atom().filter(|&depth| depth > 0),
             device,
             params,
         })
@@ -221,7 +220,6 @@ impl DcInitiatorBuilder {
 /// what it reported, and the planned parameters.
 struct DciPlan {
     context: NonNull<rdma_mummy_sys::ibv_context>,
-    max_dc_init_rd_atom: Option<u64>,
     device: DciDevice,
     params: DciInitParameters,
 }
@@ -231,7 +229,7 @@ impl DcInitiator {
     /// the name of the first entry the provider left NULL.
     fn adopt(
         mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, granted: Granted,
-        max_dc_init_rd_atom: Option<u64>,
+        read_atomic_depth: u8,
     ) -> Result<Self, &'static str> {
         let mlx5_qp_ex = Self::attach(&mut core, verbs, creation.params.streams.is_some())?;
         let send_view = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
@@ -242,7 +240,7 @@ impl DcInitiator {
             mlx5_qp_ex,
             verbs,
             creation,
-            max_dc_init_rd_atom,
+            read_atomic_depth,
             brought_up_with: None,
         })
     }
@@ -288,7 +286,7 @@ impl DcInitiator {
         // SAFETY: the model's queue pair lives as long as the model.
         let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
             .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        Self::adopt(core, verbs, creation, granted, Some(16))
+        Self::adopt(core, verbs, creation, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
     }
 }
@@ -327,6 +325,22 @@ pub(crate) struct DciDevice {
     /// `atomic_cap` is not `IBV_ATOMIC_NONE` (libmlx5 sets `atomics_enabled` from it).
     pub(crate) atomics: bool,
     pub(crate) dci_streams: Option<DciStreamsCapabilities>,
+    /// The deepest `max_rd_atomic` a DC initiator takes ([`dci_read_atomic_depth`]).
+    pub(crate) read_atomic_depth: u8,
+}
+
+/// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
+/// smaller of `max_dc_rd_atom` (`1 << log_max_ra_req_dc`, the requester's outstanding reads and
+/// atomics) and `max_dc_init_rd_atom` (`1 << log_max_ra_res_dc`, the bound mlx5_ib's
+/// `validate_rd_atomic` puts on a DC initiator's `max_rd_atomic`), each known one taken. Before
+/// rdma-core 47 libmlx5 reports neither, and the depth is 1, which every device takes.
+pub(crate) fn dci_read_atomic_depth(max_dc_rd_atom: Option<u64>, max_dc_init_rd_atom: Option<u64>) -> u8 {
+    [max_dc_rd_atom, max_dc_init_rd_atom]
+        .into_iter()
+        .flatten()
+        .filter(|&depth| depth > 0)
+        .min()
+        .map_or(1, |depth| depth.min(u64::from(u8::MAX)) as u8)
 }
 
 /// Refuses send operations a DC initiator cannot post, whatever the device.
@@ -554,6 +568,22 @@ impl Granted {
 mod tests {
     //! The init attributes and the streams check, against the reference rules.
     use super::*;
+
+    #[test]
+    fn the_read_atomic_depth_is_the_smaller_known_depth_and_1_when_none_is_known() {
+        assert_eq!(dci_read_atomic_depth(Some(4), Some(16)), 4);
+        assert_eq!(dci_read_atomic_depth(Some(16), Some(8)), 8);
+        assert_eq!(dci_read_atomic_depth(None, Some(16)), 16);
+        assert_eq!(
+            dci_read_atomic_depth(Some(0), Some(8)),
+            8,
+            "0: the provider could not read it"
+        );
+        assert_eq!(dci_read_atomic_depth(Some(1 << 20), None), u8::MAX);
+        // rdma-core before 47 reports neither: 1, which every device takes.
+        assert_eq!(dci_read_atomic_depth(None, None), 1);
+        assert_eq!(dci_read_atomic_depth(Some(0), Some(0)), 1);
+    }
 
     fn params() -> DciInitParameters {
         DciInitParameters {

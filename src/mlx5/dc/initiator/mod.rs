@@ -212,7 +212,7 @@ pub struct DcInitiator {
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
     verbs: &'static DcVerbs,
     creation: DciCreation,
-    max_dc_init_rd_atom: Option<u64>,
+    read_atomic_depth: u8,
     brought_up_with: Option<BringUpAttributes>,
 }
 
@@ -280,12 +280,13 @@ impl DcInitiator {
         self.creation.params.streams
     }
 
-    /// The device's `max_dc_init_rd_atom`, when the library reports it (rdma-core 47 and later):
-    /// labelled "as a responder" by mlx5dv_query_device(3), but read from
-    /// `log_max_ra_res_dc`, the value mlx5_ib's `validate_rd_atomic` bounds a DC initiator's
-    /// `max_rd_atomic` by, so the depth [`bring_up`](Self::bring_up) caps it with.
-    pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
-        self.max_dc_init_rd_atom
+    /// The deepest `max_rd_atomic` (outstanding RDMA reads and atomics) this DC initiator
+    /// takes, which [`bring_up`](Self::bring_up) caps the asked depth with: the smaller of the
+    /// device's `max_dc_rd_atom` (as a requester) and `max_dc_init_rd_atom` (read from
+    /// `log_max_ra_res_dc`, the bound mlx5_ib's `validate_rd_atomic` puts on a DC initiator),
+    /// each when libmlx5 reports it; 1 before rdma-core 47, which reports neither.
+    pub fn max_read_atomic(&self) -> u8 {
+        self.read_atomic_depth
     }
 
     /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the

@@ -49,6 +49,8 @@ struct ModelQueuePair {
     max_inline_data: u32,
     /// libmlx5's `mqp->err` of the open batch: `ENOMEM` after inline data beyond the granted size.
     batch_error: bool,
+    /// The `max_rd_atomic` the last modify that set one handed the kernel.
+    max_rd_atomic: u8,
     // The tables the queue pair's pointers point into; kept for the model's lifetime.
     tables: (Box<ibv_qp_ex>, Box<mlx5dv_qp_ex>),
 }
@@ -77,6 +79,7 @@ pub(crate) const DEVICE: Device = Device {
     max_qp_wr: 32768,
     max_sq_desc_sz: 1024,
     log_max_ra_res_dc: 4,
+    log_max_ra_req_dc: 4,
     max_sge: 30,
     atomic_cap: true,
     dci_streams_caps: (4, 1),
@@ -216,6 +219,9 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
             return Err((cur, new, libc::EOPNOTSUPP));
         }
         entry.state = new;
+        if mask & rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC.0 as i32 != 0 {
+            entry.max_rd_atomic = max_rd_atomic;
+        }
         if new == QueuePairState::Reset {
             entry.errored.clear();
             entry.unflushed.clear();
@@ -404,6 +410,7 @@ unsafe fn create(
                 queries_until_error: None,
                 max_inline_data: granted_inline,
                 batch_error: false,
+                max_rd_atomic: 0,
                 tables: (qp, mlx5_view),
             },
         )
@@ -608,7 +615,16 @@ mod tests {
                 max_log_num_concurrent,
                 max_log_num_errored,
             }),
+            read_atomic_depth: crate::mlx5::dc::initiator::creation::dci_read_atomic_depth(
+                Some(1 << device.log_max_ra_req_dc),
+                Some(1 << device.log_max_ra_res_dc),
+            ),
         }
+    }
+
+    /// The `max_rd_atomic` the model's kernel was last given for queue pair `n`.
+    fn given_max_rd_atomic(n: u32) -> u8 {
+        with(|model| model.queue_pairs[&n].max_rd_atomic)
     }
 
     fn dci_on(device: Device, streams: Option<DciStreams>) -> DcInitiator {
@@ -768,7 +784,7 @@ mod tests {
     #[test]
     fn the_rtr_address_vector_is_sent_only_when_asked_and_an_old_kernel_says_so() {
         // By default no address vector at RTR: both kernels take that.
-        let attributes = DcInitiatorBringUp::new(1).attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, None);
+        let attributes = DcInitiatorBringUp::new(1).attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 1);
         assert!(!attributes.steps()[1]
             .mask()
             .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AddressVector));
@@ -778,7 +794,7 @@ mod tests {
         let mut params = DcInitiatorBringUp::new(1);
         params.setup_rtr_address_vector(av);
         let rtr = params
-            .attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, None)
+            .attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 1)
             .steps()[1]
             .clone();
         assert!(rtr
@@ -823,6 +839,30 @@ mod tests {
         let mut rts = crate::test_support::rts_attr();
         rts.setup_max_read_atomic(17);
         assert!(dci.modify(&rts).is_err(), "the kernel's bound");
+    }
+
+    #[test]
+    fn a_dcis_default_depth_is_the_smaller_of_the_requester_and_initiator_depths() {
+        // A device whose DC requester takes 4 reads and atomics in flight (max_dc_rd_atom) and
+        // whose kernel bounds a DCI at 16 (max_dc_init_rd_atom): the depth is 4.
+        let device = Device {
+            log_max_ra_req_dc: 2,
+            ..DEVICE
+        };
+        let mut dci = dci_on(device, None);
+        assert_eq!(dci.max_read_atomic(), 4);
+        dci.bring_up(&DcInitiatorBringUp::new(1)).expect("bring up");
+        assert_eq!(given_max_rd_atomic(dci.qp_number()), 4, "the default depth");
+        // Asked for more, it is capped the same way; asked for less, it gets what it asked.
+        let mut dci = dci_on(device, None);
+        let mut params = DcInitiatorBringUp::new(1);
+        params.setup_max_read_atomic(64);
+        dci.bring_up(&params).expect("bring up");
+        assert_eq!(given_max_rd_atomic(dci.qp_number()), 4, "capped");
+        let mut dci = dci_on(device, None);
+        params.setup_max_read_atomic(2);
+        dci.bring_up(&params).expect("bring up");
+        assert_eq!(given_max_rd_atomic(dci.qp_number()), 2, "as asked");
     }
 
     #[test]
@@ -1391,7 +1431,7 @@ mod tests {
         use crate::mlx5::dc::initiator::bring_up::reset_attribute;
         let mut bring_up = DcInitiatorBringUp::new(1);
         bring_up.setup_pkey_index(0).setup_max_read_atomic(4);
-        let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, Some(16));
+        let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 16);
         for from in rules::STATES {
             let reset = reset_attribute();
             let mut state = rules::new_state(from, reset.mask().bits(), reset.state());

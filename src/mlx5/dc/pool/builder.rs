@@ -385,6 +385,7 @@ mod tests {
             max_sge: DEVICE.max_sge,
             atomics: DEVICE.atomic_cap,
             dci_streams: None,
+            read_atomic_depth: 1,
         };
         (0..2)
             .map(|_| DcInitiator::modelled(&asked, &device, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created"))
