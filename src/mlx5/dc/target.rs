@@ -24,8 +24,9 @@ use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::Gid;
 
 use super::endpoint::{DcEndpoint, DcServiceClass};
-use super::initiator::bring_up::active_mtu;
+use super::initiator::bring_up::{active_mtu, check_port_ready};
 use super::initiator::creation::create_dc_qp;
+use super::initiator::PortNotReady;
 use super::state_table::DC_TARGET;
 use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
@@ -232,6 +233,10 @@ pub enum BringUpDcTargetErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
+    /// The port cannot carry DC traffic yet (not active, or an InfiniBand port without a LID),
+    /// found before any transition.
+    #[error(transparent)]
+    PortNotReady(PortNotReady),
     /// The port is RoCE: the DC target's address vector must be global, with a source GID
     /// index ([`DcTargetBringUp::setup_src_gid_index`]).
     #[error("port {port} is RoCE: set the source GID index (setup_src_gid_index)")]
@@ -524,7 +529,9 @@ impl DcTarget {
     }
 
     /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
-    /// against the DC target's table), with the access flags it was built with. On a RoCE port
+    /// against the DC target's table), with the access flags it was built with. A port that
+    /// cannot carry traffic yet (not active, or an InfiniBand port without a LID) is refused
+    /// first, with [`PortNotReady`](BringUpDcTargetErrorKind::PortNotReady). On a RoCE port
     /// the address vector is global, from [`DcTargetBringUp::setup_src_gid_index`], whose GID is
     /// read first: an empty slot (zeros) is
     /// [`ZeroSourceGid`](BringUpDcTargetErrorKind::ZeroSourceGid), before any transition.
@@ -534,6 +541,7 @@ impl DcTarget {
             source,
         };
         let port = self.core.query_port(params.port).map_err(invalid_port)?;
+        check_port_ready(params.port, &port).map_err(BringUpDcTargetErrorKind::PortNotReady)?;
         let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
         match (roce, params.src_gid_index) {
             (true, None) => {

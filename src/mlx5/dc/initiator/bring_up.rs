@@ -138,6 +138,57 @@ impl DcInitiatorBringUp {
     }
 }
 
+/// Why a port cannot carry DC traffic yet, found by bring-up before any transition: a queue
+/// pair brought up on it would reach RTS and then fail every request with RETRY_EXC (the pool
+/// would call each destination unreachable a second later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PortNotReady {
+    /// The port's logical state (`ibv_port_attr::state`) is not `IBV_PORT_ACTIVE`: the link is
+    /// down, or on InfiniBand the subnet manager has not brought the port up yet.
+    #[error("port {port} is not active (state {}): bring its link up first", port_state_name(*.state))]
+    NotActive {
+        /// The port.
+        port: u8,
+        /// Its `ibv_port_state` value.
+        state: u32,
+    },
+    /// An InfiniBand port without a LID (0): no subnet manager has assigned one, and no peer
+    /// can address it.
+    #[error("InfiniBand port {port} has no LID: is a subnet manager running?")]
+    NoLid {
+        /// The port.
+        port: u8,
+    },
+}
+
+/// `ibv_port_state_str`'s names.
+fn port_state_name(state: u32) -> String {
+    match state {
+        0 => "NOP".into(),
+        1 => "DOWN".into(),
+        2 => "INIT".into(),
+        3 => "ARMED".into(),
+        4 => "ACTIVE".into(),
+        5 => "ACTIVE_DEFER".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Refuses a port that cannot carry DC traffic yet ([`PortNotReady`]).
+pub(crate) fn check_port_ready(port: u8, attr: &rdma_mummy_sys::ibv_port_attr) -> Result<(), PortNotReady> {
+    if attr.state != rdma_mummy_sys::ibv_port_state::IBV_PORT_ACTIVE {
+        return Err(PortNotReady::NotActive {
+            port,
+            state: attr.state,
+        });
+    }
+    if attr.link_layer != crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
+        return Err(PortNotReady::NoLid { port });
+    }
+    Ok(())
+}
+
 /// A port's active MTU (`ibv_port_attr::active_mtu`).
 pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
     match attr.active_mtu {
@@ -154,19 +205,19 @@ pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
 impl DcInitiator {
     /// Brings the DC initiator from RESET to RTS in one call (RESET → INIT → RTR → RTS, each
     /// checked against the DC initiator's table), and keeps the attributes for
-    /// [`recover`](Self::recover).
+    /// [`recover`](Self::recover). A port that cannot carry traffic yet (not active, or an
+    /// InfiniBand port without a LID) is refused first, with
+    /// [`PortNotReady`](BringUpDcInitiatorErrorKind::PortNotReady).
     pub fn bring_up(&mut self, params: &DcInitiatorBringUp) -> Result<(), BringUpDcInitiatorError> {
-        let path_mtu = match params.path_mtu {
-            Some(mtu) => mtu,
-            None => self
-                .core
-                .query_port(params.port)
-                .map(|attr| active_mtu(&attr))
-                .map_err(|source| BringUpDcInitiatorErrorKind::InvalidPort {
-                    port: params.port,
-                    source,
-                })?,
-        };
+        let port = self
+            .core
+            .query_port(params.port)
+            .map_err(|source| BringUpDcInitiatorErrorKind::InvalidPort {
+                port: params.port,
+                source,
+            })?;
+        check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
+        let path_mtu = params.path_mtu.unwrap_or_else(|| active_mtu(&port));
         let attributes = params.attributes(path_mtu, self.read_atomic_depth);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
             self.core.modify(attr).map_err(|err| {

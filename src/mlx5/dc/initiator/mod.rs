@@ -47,6 +47,8 @@ use crate::mlx5::library::DcVerbs;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 
+pub use self::bring_up::PortNotReady;
+
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
 /// `mlx5dv_qp_ex::wr_set_dc_addr`.
 pub(crate) const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
@@ -379,6 +381,10 @@ pub enum BringUpDcInitiatorErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
+    /// The port cannot carry DC traffic yet (not active, or an InfiniBand port without a LID),
+    /// found before any transition.
+    #[error(transparent)]
+    PortNotReady(PortNotReady),
     /// The kernel refused the move to RTR with the address vector of
     /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
     /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before

@@ -66,6 +66,8 @@ struct Model {
     /// `None`: port 1 is InfiniBand; `Some(indices)`: it is RoCE, with a GID set at these
     /// indices of its table and the other slots empty (read as zeros).
     roce_gids: Option<&'static [u8]>,
+    /// Port 1's `ibv_port_state` and, on InfiniBand, its LID.
+    port: (rdma_mummy_sys::ibv_port_state::Type, u16),
     queue_pairs: BTreeMap<u32, ModelQueuePair>,
     next_qp_number: u32,
 }
@@ -93,6 +95,7 @@ impl Model {
             rtr_av: true,
             dc_atomics: true,
             roce_gids: None,
+            port: (rdma_mummy_sys::ibv_port_state::IBV_PORT_ACTIVE, 7),
             queue_pairs: BTreeMap::new(),
             next_qp_number: 0x100,
         }
@@ -129,6 +132,11 @@ pub(crate) fn set_rtr_av(rtr_av: bool) {
 /// Whether the device has DC atomics.
 pub(crate) fn set_dc_atomics(dc_atomics: bool) {
     with(|model| model.dc_atomics = dc_atomics);
+}
+
+/// Port 1's `ibv_port_state` and, on InfiniBand, its LID.
+pub(crate) fn set_port(state: rdma_mummy_sys::ibv_port_state::Type, lid: u16) {
+    with(|model| model.port = (state, lid));
 }
 
 /// Port 1 is RoCE, with GIDs set at `gid_indices` only.
@@ -308,7 +316,9 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
     } else {
         1
     };
-    (*attr).lid = if roce { 0 } else { 7 };
+    let (state, lid) = with(|model| model.port);
+    (*attr).state = state;
+    (*attr).lid = if roce { 0 } else { lid };
     0
 }
 
@@ -1071,6 +1081,56 @@ mod tests {
         assert!(take_calls().is_empty(), "nothing reached the kernel");
         drop(dct);
         assert_eq!(take_calls(), [format!("destroy qp{n:#x}")]);
+    }
+
+    #[test]
+    fn a_port_that_cannot_carry_dc_traffic_is_refused_by_both_bring_ups_before_any_transition() {
+        use crate::mlx5::dc::initiator::PortNotReady;
+        use rdma_mummy_sys::ibv_port_state::{IBV_PORT_ACTIVE, IBV_PORT_DOWN};
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        // A port whose link is down; then an InfiniBand port no subnet manager gave a LID.
+        for (state, lid, want) in [
+            (
+                IBV_PORT_DOWN,
+                7,
+                PortNotReady::NotActive {
+                    port: 1,
+                    state: IBV_PORT_DOWN,
+                },
+            ),
+            (IBV_PORT_ACTIVE, 0, PortNotReady::NoLid { port: 1 }),
+        ] {
+            let mut dci = dci_on(DEVICE, None);
+            set_port(state, lid);
+            let err = dci.bring_up(&DcInitiatorBringUp::new(1)).unwrap_err();
+            assert!(
+                matches!(err.0, BringUpDcInitiatorErrorKind::PortNotReady(got) if got == want),
+                "{err:?}"
+            );
+            assert_eq!(dci.state(), QueuePairState::Reset);
+            let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+            take_calls();
+            let err = dct.bring_up(&DcTargetBringUp::new(1)).unwrap_err();
+            assert!(
+                matches!(err.0, BringUpDcTargetErrorKind::PortNotReady(got) if got == want),
+                "{err:?}"
+            );
+            assert!(take_calls().is_empty(), "nothing reached the kernel");
+        }
+        // The message names the port and its state.
+        let down = PortNotReady::NotActive {
+            port: 1,
+            state: IBV_PORT_DOWN,
+        };
+        assert_eq!(
+            down.to_string(),
+            "port 1 is not active (state DOWN): bring its link up first"
+        );
+        // A RoCE port has no LID: active is enough.
+        let mut dci = dci_on(DEVICE, None);
+        set_roce(&[1]);
+        set_port(IBV_PORT_ACTIVE, 0);
+        dci.bring_up(&DcInitiatorBringUp::new(1)).expect("an active RoCE port");
     }
 
     #[test]
