@@ -23,7 +23,7 @@ use crate::mlx5::dc::reference_rules::{self as rules, DciKernel};
 use crate::mlx5::dc::state_table::DC_INITIATOR;
 
 /// The first queue pair number the fabric gives an initiator; the next ones follow by one.
-pub(crate) const FIRST_QP_NUMBER: u32 = 0x100;
+const FIRST_QP_NUMBER: u32 = 0x100;
 /// What the simulated fabric did, for a test to assert on; from
 /// [`SimulatedFabric::counters`](super::SimulatedFabric::counters).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -520,10 +520,8 @@ impl Fabric {
                 break;
             }
             let wc = entry.remove();
-            if let Some(qp) = self
-                .initiators
-                .get_mut(wc.qp_num.wrapping_sub(FIRST_QP_NUMBER) as usize)
-            {
+            if let Some(&initiator) = self.numbers.get(&wc.qp_num) {
+                let qp = &mut self.initiators[initiator];
                 qp.in_flight = qp.in_flight.saturating_sub(1);
             }
             out(polled, &wc);

@@ -210,3 +210,24 @@ fn a_dead_target_fails_after_the_transport_timeout_with_retry_exceeded() {
     );
     assert_eq!(poll_for(&mut fabric, 2), [(0, RETRY_EXC)]);
 }
+
+#[test]
+fn a_rebuilt_initiator_s_polled_completions_free_its_send_queue() {
+    let (handle, _target, target) = fabric(6);
+    handle.set_kernel_without_dci_reset(true);
+    let mut fabric = handle.fabric.borrow_mut();
+    let initiator = fabric.add_initiator(4, None);
+    let before = fabric.initiators[initiator].qp_number;
+    fabric.move_to_error(initiator);
+    let rebuilt = fabric.recover(initiator).expect("a rebuild");
+    assert!(
+        rebuilt.is_some_and(|number| number != before),
+        "created again with a new number: {rebuilt:?}"
+    );
+    // Three queues' worth, each posted once the one before was polled.
+    for round in 0..3u64 {
+        let requests = (0..4).map(|k| write(&target, round * 4 + k, None)).collect();
+        assert_eq!(fabric.post(initiator, requests), Ok(()), "round {round}");
+        assert_eq!(poll_for(&mut fabric, 10).len(), 4, "round {round}");
+    }
+}
