@@ -12,7 +12,8 @@
 //! - DCI streams: one stream's error leaves the others executing, the stream is reset after its
 //!   flush (never before); too many stream errors move the initiator to ERR;
 //! - a stalled initiator, delayed and reordered completions, an initiator whose recovery fails,
-//!   a kernel that refuses a DCI's move to RESET (the initiator created again);
+//!   a kernel that refuses a DCI's move to RESET (the initiator created again, its send queue
+//!   still freed by its completions);
 //! - a grant from the line left unused goes on after the grant timeout, in the fabric's ticks;
 //! - the same seed, the same run.
 use std::collections::{BTreeMap, VecDeque};
@@ -591,6 +592,29 @@ fn on_a_kernel_without_the_dci_reset_a_recovered_initiator_comes_back_with_a_new
     let counters = fabric.counters();
     assert!(counters.rebuilds >= 1 && counters.recoveries == 0, "{counters:?}");
     assert_ne!(pool.initiator(0).expect("initiator 0").qp_number(), before);
+}
+
+/// After that rebuild, the initiator's completions still free its send queue: more requests
+/// than it holds go through, and none is refused as a full queue the pool's room has room for.
+#[test]
+fn on_a_kernel_without_the_dci_reset_a_rebuilt_initiator_takes_more_than_its_send_queue() {
+    let fabric = SimulatedFabric::new(12);
+    fabric.set_kernel_without_dci_reset(true);
+    let targets = targets(&fabric, 1, 0);
+    let mut pool = fabric
+        .create_pool_builder()
+        .setup_initiators(1)
+        .setup_max_send_wr(4)
+        .build()
+        .expect("a pool");
+    let outcome = run(&mut pool, &targets, 12, Kind::Write, |pool, polls| {
+        if polls == 0 {
+            pool.initiator(0).expect("initiator 0").move_to_error();
+        }
+    });
+    assert_eq!(outcome.completed.len(), 12, "{outcome:?}");
+    assert_eq!(fabric.counters().rebuilds, 1);
+    assert_written(&targets, 12, &outcome);
 }
 
 /// The pool's grant timeout counts the fabric's ticks, not the machine's time: a destination
