@@ -1516,3 +1516,62 @@ fn a_retired_destination_is_removed_once_its_requests_are_reported() {
     pool.core.check_invariants();
     take_calls();
 }
+
+#[test]
+fn a_refused_post_says_why_once() {
+    use crate::mlx5::dc::endpoint::{CreateDcAddressHandleError, CreateDcAddressHandleErrorKind};
+    use std::error::Error as _;
+
+    let link_layer = CreateDcAddressHandleErrorKind::LinkLayerMismatch {
+        port: 1,
+        local_is_roce: true,
+        remote_is_roce: false,
+    };
+    let kinds = [
+        (
+            PostToDestinationErrorKind::from(DcPoolWouldBlock::NoInitiator),
+            "no DC initiator is free",
+        ),
+        (DcPoolWouldBlock::QuotaExhausted.into(), "used its quota"),
+        (DcPoolWouldBlock::QueueFull.into(), "send queue is full"),
+        (DcPoolWouldBlock::BatchFull.into(), "the batch is full"),
+        (
+            DcPoolWouldBlock::Recovering {
+                initiator: 3,
+                stream: Some(1),
+            }
+            .into(),
+            "DC initiator 3 (stream Some(1)) is being recovered",
+        ),
+        (PostToDestinationErrorKind::Unreachable, "reported unreachable"),
+        (PostToDestinationErrorKind::NoInitiatorInService, "out of service"),
+        (PostToDestinationErrorKind::UnknownDestination, "no such destination"),
+        (PostToDestinationErrorKind::Retiring, "retired"),
+        (
+            PostToDestinationErrorKind::StreamsMismatch { streams_pool: true },
+            "posts with start_post_send_on_stream",
+        ),
+        (
+            PostToDestinationErrorKind::StreamsMismatch { streams_pool: false },
+            "posts with start_post_send",
+        ),
+        (CreateDcAddressHandleError::from(link_layer).into(), "address handle"),
+    ];
+    for (kind, reason) in kinds {
+        let error = PostToDestinationError::from(kind);
+        let text = error.to_string();
+        assert!(text.contains(reason), "{text:?} does not say {reason:?}");
+        // What a report that prints the chain of sources shows: the reason once.
+        let mut chain = vec![text];
+        let mut source = error.source();
+        while let Some(cause) = source {
+            chain.push(cause.to_string());
+            source = cause.source();
+        }
+        assert_eq!(
+            chain.iter().filter(|message| message.contains(reason)).count(),
+            1,
+            "{chain:?}"
+        );
+    }
+}

@@ -208,8 +208,11 @@ pub struct DcPoolFootprint {
 }
 
 /// Error returned by [`DcInitiatorPool::start_post_send`](super::DcInitiatorPool::start_post_send).
+///
+/// It prints its [kind](PostToDestinationErrorKind): why the post was refused (which
+/// would-block reason, what is wrong with the destination), once, and its source is the kind's.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot post to the destination")]
+#[error(transparent)]
 #[non_exhaustive]
 pub struct PostToDestinationError(#[from] pub PostToDestinationErrorKind);
 
