@@ -291,8 +291,8 @@ fn a_changed_dc_key_fails_with_a_remote_access_error_and_the_initiator_recovers(
         .setup_initiators(2)
         .build()
         .expect("a pool");
-    targets[1].set_dc_key(0xbad);
-    let outcome = run(&mut pool, &targets, 5, Kind::Write, |_, _| {});
+    // Once its destination was added with the old key (the endpoint follows the new one).
+    let outcome = run(&mut pool, &targets, 5, Kind::Write, |_, _| targets[1].set_dc_key(0xbad));
     assert_eq!(outcome.failed.get(&5), Some(&REM_ACCESS), "{outcome:?}");
     assert!((6..10).all(|wr_id| matches!(outcome.failed.get(&wr_id), Some(&REM_ACCESS | &FLUSH))));
     assert_eq!(outcome.completed.len(), 15);
@@ -585,8 +585,8 @@ fn on_a_kernel_without_the_dci_reset_a_recovered_initiator_comes_back_with_a_new
         .build()
         .expect("a pool");
     let before = pool.initiator(0).expect("initiator 0").qp_number();
-    targets[1].set_dc_key(0xbad);
-    let outcome = run(&mut pool, &targets, 5, Kind::Write, |_, _| {});
+    // Once its destination was added with the old key (the endpoint follows the new one).
+    let outcome = run(&mut pool, &targets, 5, Kind::Write, |_, _| targets[1].set_dc_key(0xbad));
     assert_eq!(outcome.completed.len(), 15, "{outcome:?}");
     assert_eq!(outcome.failed.len(), 5);
     let counters = fabric.counters();

@@ -98,8 +98,8 @@ impl SimulatedTargetBuilder {
         let mut fabric = self.fabric.borrow_mut();
         let index = fabric.targets.len();
         let dct_number = u32::try_from(index).map_or(u32::MAX, |index| index.saturating_add(FIRST_DCT_NUMBER));
-        // An InfiniBand port at LID 1: the fabric routes by DCT number.
-        let endpoint = DcEndpoint::new(1, Gid::default(), dct_number, self.dc_key, false)?;
+        // Checked once here: `endpoint` builds it again with the key the target has then.
+        endpoint(dct_number, self.dc_key)?;
         fabric.targets.push(Target {
             dc_key: self.dc_key,
             alive: true,
@@ -114,9 +114,15 @@ impl SimulatedTargetBuilder {
         Ok(SimulatedTarget {
             fabric: Shared::clone(&self.fabric),
             index,
-            endpoint,
+            dct_number,
         })
     }
+}
+
+/// The endpoint of the target with `dct_number` and `dc_key`: an InfiniBand port at LID 1 (the
+/// fabric routes by DCT number).
+fn endpoint(dct_number: u32, dc_key: u64) -> Result<DcEndpoint, InvalidDcEndpointError> {
+    DcEndpoint::new(1, Gid::default(), dct_number, dc_key, false)
 }
 
 /// A DC target of a [`SimulatedFabric`](super::SimulatedFabric): what a program gives a pool as
@@ -127,7 +133,7 @@ impl SimulatedTargetBuilder {
 pub struct SimulatedTarget {
     fabric: Shared,
     index: usize,
-    endpoint: DcEndpoint,
+    dct_number: u32,
 }
 
 impl SimulatedTarget {
@@ -137,14 +143,16 @@ impl SimulatedTarget {
 
     /// Its endpoint, as a peer would send it: give it to
     /// [`add_destination`](crate::mlx5::dc::pool::DcInitiatorPool::add_destination). Its DC key
-    /// is the one the target was created with.
+    /// is the one the target has now: after [`set_dc_key`](Self::set_dc_key), the new one (a
+    /// destination added before keeps the endpoint it was added with).
     pub fn endpoint(&self) -> DcEndpoint {
-        self.endpoint
+        let dc_key = self.with(|target| target.dc_key);
+        endpoint(self.dct_number, dc_key).expect("its DCT number was checked when it was built")
     }
 
     /// Its DCT number.
     pub fn dct_number(&self) -> u32 {
-        self.endpoint.dct_number()
+        self.dct_number
     }
 
     /// The rkey of its memory (what RDMA WRITEs and READs name).
@@ -194,7 +202,9 @@ impl SimulatedTarget {
         self.with(|target| target.alive)
     }
 
-    /// A fault: its DC key changes; requests naming the old key fail.
+    /// A fault: its DC key changes; requests naming the old key fail (those to a destination
+    /// added with an [`endpoint`](Self::endpoint) taken before), and the endpoint names the new
+    /// one.
     pub fn set_dc_key(&self, dc_key: u64) {
         self.with(|target| target.dc_key = dc_key);
     }

@@ -231,3 +231,20 @@ fn a_rebuilt_initiator_s_polled_completions_free_its_send_queue() {
         assert_eq!(poll_for(&mut fabric, 10).len(), 4, "round {round}");
     }
 }
+
+#[test]
+fn the_endpoint_carries_the_key_the_target_has_now() {
+    let fabric = SimulatedFabric::new(1);
+    let target = fabric
+        .create_target_builder()
+        .setup_dc_key(0xd0c)
+        .build()
+        .expect("a target");
+    let before = target.endpoint();
+    assert_eq!(before.dc_key(), 0xd0c);
+    target.set_dc_key(0xbad);
+    let after = target.endpoint();
+    assert_eq!(after.dc_key(), 0xbad, "{after:?}");
+    assert_eq!(after.dct_number(), before.dct_number());
+    assert_eq!(target.clone().endpoint(), after);
+}
