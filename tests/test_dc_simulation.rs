@@ -5,7 +5,8 @@
 //! - RDMA WRITEs to many destinations under each policy: every request reported exactly once,
 //!   completed, and its bytes in its target's memory;
 //! - a target killed mid-run: its destination reported unreachable, its requests failed (with a
-//!   "no such target" status, or flushed), every other request completed, none twice;
+//!   "no such target" status, or flushed), every other request completed, none twice; it is
+//!   reported no later than the failure that made it so;
 //! - a target whose DC key changed: a remote access error, the initiator recovered;
 //! - SENDs: the bytes in the target's receives; no receive posted: receiver-not-ready retries
 //!   until receives are posted;
@@ -51,6 +52,8 @@ struct Outcome {
     unreachable: Vec<DestinationId>,
     lost: Vec<usize>,
     polls: u64,
+    /// What the pool reported, in its order (`Ready` left out).
+    events: Vec<DcPoolEvent>,
 }
 
 /// One destination's work: its target, and its requests not yet posted, in order.
@@ -141,20 +144,25 @@ fn run<I: PoolInitiator>(
         outcome.polls += 1;
         assert!(outcome.polls < 1_000_000, "the run does not end: {outcome:?}");
         let mut retries = Vec::new();
-        pool.poll(|event| match event {
-            DcPoolEvent::Completed { destination, wr_id } => {
-                assert!(outcome.completed.insert(wr_id, destination).is_none(), "{wr_id} twice");
-                assert!(!outcome.failed.contains_key(&wr_id), "{wr_id} failed and completed");
-            },
-            DcPoolEvent::Failed { wr_id, status, .. } => {
-                assert!(outcome.failed.insert(wr_id, status).is_none(), "{wr_id} twice");
-                assert!(!outcome.completed.contains_key(&wr_id), "{wr_id} completed and failed");
-            },
-            DcPoolEvent::Retry { destination, wr_id } => retries.push((destination, wr_id)),
-            DcPoolEvent::Ready { destination } => work[index_of(destination)].waiting = false,
-            DcPoolEvent::Unreachable { destination } => outcome.unreachable.push(destination),
-            DcPoolEvent::InitiatorLost { initiator, .. } => outcome.lost.push(initiator),
-            other => panic!("unexpected {other:?}"),
+        pool.poll(|event| {
+            if !matches!(event, DcPoolEvent::Ready { .. }) {
+                outcome.events.push(event.clone());
+            }
+            match event {
+                DcPoolEvent::Completed { destination, wr_id } => {
+                    assert!(outcome.completed.insert(wr_id, destination).is_none(), "{wr_id} twice");
+                    assert!(!outcome.failed.contains_key(&wr_id), "{wr_id} failed and completed");
+                },
+                DcPoolEvent::Failed { wr_id, status, .. } => {
+                    assert!(outcome.failed.insert(wr_id, status).is_none(), "{wr_id} twice");
+                    assert!(!outcome.completed.contains_key(&wr_id), "{wr_id} completed and failed");
+                },
+                DcPoolEvent::Retry { destination, wr_id } => retries.push((destination, wr_id)),
+                DcPoolEvent::Ready { destination } => work[index_of(destination)].waiting = false,
+                DcPoolEvent::Unreachable { destination } => outcome.unreachable.push(destination),
+                DcPoolEvent::InitiatorLost { initiator, .. } => outcome.lost.push(initiator),
+                other => panic!("unexpected {other:?}"),
+            }
         })
         .expect("poll");
         // Retries go back before the destination's newer requests, in their order.
@@ -278,6 +286,73 @@ fn a_target_killed_mid_run_is_reported_unreachable_and_the_others_finish() {
                 outcome.retried > 0,
                 "other destinations on the dead one's initiator retried"
             );
+        }
+    }
+}
+
+/// A program that reads the events in order learns that a destination is unreachable no later
+/// than it reads the failure that made it so: the last of the consecutive "no such target"
+/// errors that the pool counts.
+#[test]
+fn a_destination_is_reported_unreachable_no_later_than_the_failure_that_made_it_so() {
+    for policy in [
+        DcPoolPolicy::Dedicated,
+        DcPoolPolicy::DedicatedWithQuota { quota: 2 },
+        DcPoolPolicy::Static,
+        DcPoolPolicy::Streams,
+    ] {
+        for unreachable_after in [1, 2, 3] {
+            let fabric = SimulatedFabric::new(5);
+            fabric.set_transport_timeout(20);
+            let targets = targets(&fabric, 12, 0);
+            let mut builder = fabric.create_pool_builder();
+            builder
+                .setup_initiators(3)
+                .setup_policy(policy)
+                .setup_max_send_wr(8)
+                .setup_unreachable_after(unreachable_after);
+            if policy == DcPoolPolicy::Streams {
+                builder.setup_dci_streams(DciStreams {
+                    log_num_concurrent: 2,
+                    log_num_errored: 0,
+                });
+            }
+            let mut pool = builder.build().expect("a simulated pool");
+            let victims = [targets[2].clone(), targets[9].clone()];
+            let outcome = run(&mut pool, &targets, 48, Kind::Write, |_, polls| {
+                if polls == 1 {
+                    victims.iter().for_each(SimulatedTarget::kill);
+                }
+            });
+            assert_eq!(outcome.unreachable.len(), 2, "{policy:?}, after {unreachable_after}");
+            // Consecutive "no such target" errors per destination, as the pool counts them.
+            let mut errors = BTreeMap::<DestinationId, u32>::new();
+            let mut reported = Vec::new();
+            for event in &outcome.events {
+                match *event {
+                    DcPoolEvent::Unreachable { destination } => reported.push(destination),
+                    DcPoolEvent::Completed { destination, .. } => {
+                        errors.remove(&destination);
+                    },
+                    DcPoolEvent::Failed {
+                        destination, status, ..
+                    } if status != FLUSH => {
+                        let count = errors.entry(destination).or_default();
+                        if matches!(status, RETRY_EXC | RNR_RETRY_EXC | REM_INV_REQ) {
+                            *count += 1;
+                        } else {
+                            *count = 0;
+                        }
+                        if *count >= unreachable_after {
+                            assert!(
+                                reported.contains(&destination),
+                                "{policy:?}, after {unreachable_after}: {event:?} before its Unreachable"
+                            );
+                        }
+                    },
+                    _ => {},
+                }
+            }
         }
     }
 }

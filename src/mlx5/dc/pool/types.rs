@@ -158,8 +158,9 @@ pub enum DcPoolEvent {
     },
     /// The destination's requests kept failing with errors that say its target is not there
     /// (transport or RNR retry counter exceeded, remote invalid request), as many times in a row
-    /// as the pool was set up with: it is reported once, its requests now fail at post
-    /// ([`Unreachable`](PostToDestinationErrorKind::Unreachable)) until
+    /// as the pool was set up with: it is reported once, just before the
+    /// [`Failed`](Self::Failed) of the request whose error made it so, and its requests now fail
+    /// at post ([`Unreachable`](PostToDestinationErrorKind::Unreachable)) until
     /// [`revive`](super::DcInitiatorPool::revive).
     Unreachable {
         /// The destination.
