@@ -217,6 +217,10 @@ impl DcInitiator {
                 source,
             })?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
+        if let Some(address_vector) = &params.rtr_address_vector {
+            let roce = port.link_layer == crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
+            self.check_rtr_address_vector(params.port, roce, address_vector)?;
+        }
         let path_mtu = params.path_mtu.unwrap_or_else(|| active_mtu(&port));
         let attributes = params.attributes(path_mtu, self.read_atomic_depth);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
@@ -231,6 +235,33 @@ impl DcInitiator {
             })?;
         }
         self.brought_up_with = Some(attributes);
+        Ok(())
+    }
+
+    /// Refuses an RTR address vector the kernel would refuse whatever its version, so that an
+    /// `EINVAL` at INIT → RTR can only be an old kernel's: on RoCE it must be global, naming a
+    /// GID slot that is set.
+    fn check_rtr_address_vector(
+        &self, port: u8, roce: bool, address_vector: &AddressHandleAttribute,
+    ) -> Result<(), BringUpDcInitiatorErrorKind> {
+        if !roce {
+            return Ok(());
+        }
+        if !address_vector.is_global() {
+            return Err(BringUpDcInitiatorErrorKind::RtrAddressVectorNotGlobal { port });
+        }
+        let index = address_vector.src_gid_index();
+        let gid = self
+            .core
+            .query_gid(port, index)
+            .map_err(|source| BringUpDcInitiatorErrorKind::RtrAddressVectorGid { port, index, source })?;
+        if gid.is_zero() {
+            return Err(BringUpDcInitiatorErrorKind::RtrAddressVectorGid {
+                port,
+                index,
+                source: io::Error::new(io::ErrorKind::NotFound, "the GID slot is empty (zeros)"),
+            });
+        }
         Ok(())
     }
 

@@ -385,12 +385,36 @@ pub enum BringUpDcInitiatorErrorKind {
     /// found before any transition.
     #[error(transparent)]
     PortNotReady(PortNotReady),
+    /// The address vector of
+    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) is not global
+    /// on a RoCE port, where every address vector must carry a GRH; found before any transition.
+    #[error(
+        "port {port} is RoCE: the RTR address vector must be global (setup_grh_dest_gid and setup_grh_src_gid_index)"
+    )]
+    RtrAddressVectorNotGlobal {
+        /// The port.
+        port: u8,
+    },
+    /// The RTR address vector's source GID index names a slot of the port's GID table that
+    /// cannot be read or is empty (zeros); found before any transition.
+    #[error(
+        "the RTR address vector's source GID index {index} of port {port} is not usable: pick a RoCE v2 GID index"
+    )]
+    RtrAddressVectorGid {
+        /// The port.
+        port: u8,
+        /// The source GID index.
+        index: u8,
+        /// Why: the library's error, or an empty slot.
+        source: io::Error,
+    },
     /// The kernel refused the move to RTR with the address vector of
     /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
     /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before
-    /// Linux v5.0 (nor in distribution kernels with an older mlx5_ib), or this one is invalid
-    /// for the port. The DC initiator is left in INIT; bring it up without one, which every
-    /// kernel takes.
+    /// Linux v5.0 (nor in distribution kernels with an older mlx5_ib). The address vector was
+    /// checked first ([`RtrAddressVectorNotGlobal`](Self::RtrAddressVectorNotGlobal),
+    /// [`RtrAddressVectorGid`](Self::RtrAddressVectorGid)), so an old kernel is the likely cause.
+    /// The DC initiator is left in INIT; bring it up without one, which every kernel takes.
     #[error(
         "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): kernels before \
          Linux 5.0 take none there; bring it up without setup_rtr_address_vector"

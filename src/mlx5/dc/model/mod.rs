@@ -1084,6 +1084,55 @@ mod tests {
     }
 
     #[test]
+    fn an_rtr_address_vector_is_checked_before_an_old_kernel_is_blamed() {
+        use crate::ibverbs::address_handle::AddressHandleAttribute;
+        let gid = sideway::ibverbs::address::Gid::from(std::net::Ipv6Addr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1]));
+        let with = |av: AddressHandleAttribute| {
+            let mut params = DcInitiatorBringUp::new(1);
+            params.setup_rtr_address_vector(av);
+            params
+        };
+        let mut not_global = AddressHandleAttribute::new();
+        not_global.setup_port(1).setup_service_level(3);
+        let mut empty_slot = AddressHandleAttribute::new();
+        empty_slot
+            .setup_port(1)
+            .setup_grh_dest_gid(&gid)
+            .setup_grh_src_gid_index(0);
+        let mut good = empty_slot;
+        good.setup_grh_src_gid_index(1);
+        // On RoCE (GIDs at 1 only), on an old kernel: the address vector's own faults are named,
+        // before any transition, and only a sound one is put down to the kernel.
+        for (av, want) in [(not_global, "not global"), (empty_slot, "empty slot")] {
+            let mut dci = dci_on(DEVICE, None);
+            set_roce(&[1]);
+            set_rtr_av(false);
+            let err = dci.bring_up(&with(av)).unwrap_err();
+            let named = match &err.0 {
+                BringUpDcInitiatorErrorKind::RtrAddressVectorNotGlobal { port: 1 } => "not global",
+                BringUpDcInitiatorErrorKind::RtrAddressVectorGid { port: 1, index: 0, .. } => "empty slot",
+                _ => "something else",
+            };
+            assert_eq!(named, want, "{err:?}");
+            assert_eq!(dci.state(), QueuePairState::Reset, "{want}: before any transition");
+        }
+        let mut dci = dci_on(DEVICE, None);
+        set_roce(&[1]);
+        set_rtr_av(false);
+        let err = dci.bring_up(&with(good)).unwrap_err();
+        assert!(
+            matches!(err.0, BringUpDcInitiatorErrorKind::RtrAddressVectorRefused { .. }),
+            "{err:?}"
+        );
+        // The current kernel takes it.
+        let mut dci = dci_on(DEVICE, None);
+        set_roce(&[1]);
+        dci.bring_up(&with(good))
+            .expect("a global address vector with a set GID");
+        assert_eq!(dci.state(), QueuePairState::ReadyToSend);
+    }
+
+    #[test]
     fn a_port_that_cannot_carry_dc_traffic_is_refused_by_both_bring_ups_before_any_transition() {
         use crate::mlx5::dc::initiator::PortNotReady;
         use rdma_mummy_sys::ibv_port_state::{IBV_PORT_ACTIVE, IBV_PORT_DOWN};
