@@ -605,16 +605,21 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Destination `d` gives initiator `i` back: to the line or the free ones (unless it is out
     /// of service).
     fn release(&mut self, d: u32, i: u16) {
-        let state = &mut self.destinations[d as usize];
-        state.initiator = None;
-        if std::mem::take(&mut state.over_quota) && state.live && !state.retiring {
-            // Its turn comes again after those in line.
-            self.enqueue(d);
-        }
+        self.unhold(d);
         let requests = &mut self.requests[i as usize];
         requests.holder = None;
         if !requests.out_of_service {
             self.give(i);
+        }
+    }
+
+    /// Destination `d` holds its initiator no more (given back or lost): refused for its quota,
+    /// it waits for a `Ready`, so it goes in line, its turn coming again after those in line.
+    fn unhold(&mut self, d: u32) {
+        let state = &mut self.destinations[d as usize];
+        state.initiator = None;
+        if std::mem::take(&mut state.over_quota) && state.live && !state.retiring {
+            self.enqueue(d);
         }
     }
 
@@ -686,10 +691,17 @@ impl<I: PooledInitiator> PoolCore<I> {
         let requests = &mut self.requests[initiator];
         requests.out_of_service = true;
         requests.whole_error = false;
-        if let Some(holder) = requests.holder.take() {
-            self.destinations[holder as usize].initiator = None;
-        }
+        let holder = requests.holder.take();
         self.free.retain(|&i| i as usize != initiator);
+        if let Some(holder) = holder {
+            self.unhold(holder);
+            // Back in line, it takes a free initiator if there is one.
+            if self.line_head != NONE {
+                if let Some(free) = self.free.pop() {
+                    self.give(free);
+                }
+            }
+        }
         self.unblock(initiator);
         if !self.policy.is_dedicated() {
             // They have nothing outstanding on it.

@@ -1575,3 +1575,5 @@ fn a_refused_post_says_why_once() {
         );
     }
 }
+
+mod lost_initiators;
