@@ -773,6 +773,16 @@ mod invariants {
     use super::*;
 
     impl<I: PooledInitiator> PoolCore<I> {
+        /// Whether `destination` waits out a would-block on an initiator, or its `Ready` for
+        /// one it waited out is to be reported: either way a `Ready` comes.
+        pub(crate) fn awaits_ready(&self, destination: DestinationId) -> bool {
+            let waits_out = self
+                .requests
+                .iter()
+                .any(|r| r.blocked.contains(&(destination.index, destination.generation)));
+            self.contains(destination) && (waits_out || self.unblocked.contains(&destination))
+        }
+
         /// Checks what is derived from more than one record.
         pub(crate) fn check_invariants(&self) {
             for (i, requests) in self.requests.iter().enumerate() {

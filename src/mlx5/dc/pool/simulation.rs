@@ -1112,3 +1112,5 @@ mod properties {
         }
     }
 }
+
+mod faults;
