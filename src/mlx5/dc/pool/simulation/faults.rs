@@ -1,9 +1,9 @@
-//! Any schedule of the fabric's faults (a target killed and revived, its DC key changed, an
-//! initiator stalled or moved to ERR, recoveries refused so that initiators are lost) among
-//! posts, polls and retirements, under every policy: a destination refused with a would-block
-//! it can wait out gets its `Ready`. After every step it is in line, holds an initiator
-//! (dedicated policies), or waits out the would-block on an initiator; once the faults are over
-//! and everything drained, every one got its `Ready`.
+//! Any schedule of the fabric's faults (a target killed and revived, its DC key changed, a
+//! request failing, an initiator stalled or moved to ERR, recoveries refused so that initiators
+//! are lost) among posts, polls and retirements, under every policy: a destination refused with
+//! a would-block it can wait out gets its `Ready`. After every step it is in line, holds an
+//! initiator (dedicated policies), or waits out the would-block on an initiator; once the faults
+//! are over and everything drained, every one got its `Ready`.
 use proptest::prelude::*;
 
 use super::*;
@@ -26,6 +26,8 @@ enum Step {
     Revive { destination: usize },
     /// An initiator executes nothing for `ticks` ticks.
     Stall { initiator: usize, ticks: u64 },
+    /// The next request on a stream of an initiator (its only one without streams) fails.
+    FailNext { initiator: usize, stream: u16, status: u32 },
     /// An initiator goes to ERR by itself.
     MoveToError { initiator: usize },
     /// An initiator's recoveries are refused (it is lost at the next), or allowed again. The
@@ -50,6 +52,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => destination.clone().prop_map(|destination| Step::ChangeKey { destination }),
         1 => destination.clone().prop_map(|destination| Step::Revive { destination }),
         1 => (0..INITIATORS, 1..20u64).prop_map(|(initiator, ticks)| Step::Stall { initiator, ticks }),
+        1 => (0..INITIATORS, 0..4u16, prop_oneof![Just(RETRY_EXC), Just(REM_ACCESS), Just(REM_INV_REQ)])
+            .prop_map(|(initiator, stream, status)| Step::FailNext { initiator, stream, status }),
         1 => (0..INITIATORS).prop_map(|initiator| Step::MoveToError { initiator }),
         1 => (1..INITIATORS, any::<bool>()).prop_map(|(initiator, refuse)| Step::RefuseRecovery { initiator, refuse }),
         1 => destination.prop_map(|destination| Step::Replace { destination }),
@@ -113,6 +117,11 @@ impl Run {
                 self.pool.revive(self.ids[destination]);
             },
             Step::Stall { initiator, ticks } => self.initiator(initiator).stall(ticks),
+            Step::FailNext {
+                initiator,
+                stream,
+                status,
+            } => self.initiator(initiator).fail_next(stream, status),
             Step::MoveToError { initiator } => self.initiator(initiator).move_to_error(),
             Step::RefuseRecovery { initiator, refuse } => self.initiator(initiator).refuse_recovery(refuse),
             Step::Replace { destination } => {
