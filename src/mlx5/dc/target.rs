@@ -23,7 +23,7 @@ use sideway::ibverbs::AccessFlags;
 
 use sideway::ibverbs::address::Gid;
 
-use super::endpoint::{DcEndpoint, DcServiceClass};
+use super::endpoint::{DcEndpoint, DcServiceClass, DEFAULT_HOP_LIMIT};
 use super::initiator::bring_up::{active_mtu, check_port_ready};
 use super::initiator::creation::create_dc_qp;
 use super::initiator::PortNotReady;
@@ -350,7 +350,7 @@ impl DcTargetBringUp {
             path_mtu: None,
             min_rnr_timer: 12,
             src_gid_index: None,
-            hop_limit: 64,
+            hop_limit: DEFAULT_HOP_LIMIT,
             class: DcServiceClass::new(),
         }
     }
@@ -380,7 +380,9 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The GRH hop limit of a global address vector (default 64).
+    /// The GRH hop limit of a global address vector (default [`DEFAULT_HOP_LIMIT`], as the
+    /// address handles initiators reach it through have: the replies cross as many routers as
+    /// the requests).
     pub fn setup_hop_limit(&mut self, hop_limit: u8) -> &mut Self {
         self.hop_limit = hop_limit;
         self
@@ -654,7 +656,8 @@ mod tests {
         assert!(rtr.attr.ah_attr.is_global != 0);
         assert_eq!(
             (rtr.attr.ah_attr.grh.sgid_index, rtr.attr.ah_attr.grh.hop_limit),
-            (3, 64)
+            (3, DEFAULT_HOP_LIMIT),
+            "the hop limit of the initiators' address handles"
         );
         // By default class 0; with a class, the RTR address vector carries it.
         assert_eq!(
