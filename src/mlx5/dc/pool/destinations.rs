@@ -421,6 +421,60 @@ impl<I: PooledInitiator> PoolCore<I> {
         })
     }
 
+    /// Why `destination` can or cannot post now, read from the same records (and in the same
+    /// order) as [`begin`](Self::begin) reads them.
+    pub(crate) fn state(&self, destination: DestinationId) -> super::types::DestinationState {
+        use super::types::DestinationState as Answer;
+        let Some(state) = self.live(destination) else {
+            return Answer::Unknown;
+        };
+        if state.unreachable {
+            return Answer::Unreachable;
+        }
+        if state.retiring {
+            return Answer::Retiring {
+                outstanding: self.outstanding_of(destination.index),
+            };
+        }
+        let Some(i) = state.initiator else {
+            if state.in_line {
+                // Its place: how many are before it, counted back along the line's links.
+                let mut place = 0;
+                let mut at = state.previous;
+                while at != NONE {
+                    place += 1;
+                    at = self.destinations[at as usize].previous;
+                }
+                return Answer::InLine { place };
+            }
+            if self.requests.iter().all(|r| r.out_of_service) {
+                return Answer::NoInitiatorInService;
+            }
+            return Answer::Idle;
+        };
+        let initiator = i as usize;
+        let requests = &self.requests[initiator];
+        let stream = (requests.streams > 0).then_some(state.stream);
+        if let (DcPoolPolicy::DedicatedWithQuota { quota }, true) = (self.policy, self.waiting_count > 0) {
+            if requests.head - requests.hold_start >= u64::from(quota.max(1)) {
+                return Answer::OverQuota { initiator };
+            }
+        }
+        if requests.whole_error || requests.out_of_service {
+            return Answer::Recovering {
+                initiator,
+                stream: None,
+            };
+        }
+        if requests.lanes[state.stream as usize].errored {
+            return Answer::Recovering { initiator, stream };
+        }
+        if requests.room() == 0 {
+            return Answer::QueueFull { initiator, stream };
+        }
+        Answer::Holds { initiator, stream }
+    }
+
     /// Whether `destination` was reported unreachable.
     pub(crate) fn is_unreachable(&self, destination: DestinationId) -> bool {
         self.live(destination).is_some_and(|d| d.unreachable)

@@ -164,8 +164,8 @@ use self::destinations::{PoolCore, RemoveRefusal};
 use self::initiator::PostingInitiator;
 use self::requests::{initiator_of, WrIds};
 use self::types::{
-    DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
-    RemoveDestinationError, RemoveDestinationErrorKind,
+    DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, DestinationState, PostToDestinationError,
+    PostToDestinationErrorKind, RemoveDestinationError, RemoveDestinationErrorKind,
 };
 use super::endpoint::DcEndpoint;
 use super::initiator::DcInitiator;
@@ -453,6 +453,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Whether `destination` was reported unreachable.
     pub fn is_unreachable(&self, destination: DestinationId) -> bool {
         self.core.is_unreachable(destination)
+    }
+
+    /// Why `destination` can or cannot post now ("why is this destination blocked?"): what its
+    /// next [`start_post_send`](Self::start_post_send) would meet, read from the pool's records
+    /// without posting, with what to do about it ([`DestinationState`]).
+    pub fn destination_state(&self, destination: DestinationId) -> DestinationState {
+        self.core.state(destination)
     }
 
     /// Lets a destination reported unreachable post again (e.g. its peer is back).

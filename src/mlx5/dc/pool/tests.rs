@@ -1576,4 +1576,5 @@ fn a_refused_post_says_why_once() {
     }
 }
 
+mod destination_state;
 mod lost_initiators;

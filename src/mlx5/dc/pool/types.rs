@@ -109,6 +109,69 @@ pub enum DcPoolWouldBlock {
     },
 }
 
+/// Why a destination of a pool can or cannot post now, from
+/// [`destination_state`](super::DcInitiatorPool::destination_state): what its next post would
+/// meet, and what the program should do. It changes with every post, `poll` and removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DestinationState {
+    /// It holds no initiator and is not in line (dedicated policies): post, and it takes a free
+    /// initiator or goes in line.
+    Idle,
+    /// It holds initiator `initiator` (dedicated policies), or is bound to it (static and
+    /// streams policies), which has room: post now.
+    Holds {
+        /// The initiator.
+        initiator: usize,
+        /// Its DCI stream (streams policy), else `None`.
+        stream: Option<u16>,
+    },
+    /// It waits in line for an initiator (dedicated policies), `place` destinations before it:
+    /// wait for its [`DcPoolEvent::Ready`], or [`cancel_wait`](super::DcInitiatorPool::cancel_wait).
+    InLine {
+        /// How many destinations are before it in line (0: it is next).
+        place: usize,
+    },
+    /// It posted its quota on the initiator it holds while others are in line
+    /// ([`DcPoolPolicy::DedicatedWithQuota`]): poll until its requests complete and its
+    /// [`DcPoolEvent::Ready`] comes.
+    OverQuota {
+        /// The initiator it holds.
+        initiator: usize,
+    },
+    /// The send queue of its initiator (stream) is full: poll, and post on its
+    /// [`DcPoolEvent::Ready`] (or when requests completed).
+    QueueFull {
+        /// The initiator.
+        initiator: usize,
+        /// Its DCI stream (streams policy), else `None`.
+        stream: Option<u16>,
+    },
+    /// Its initiator (or, with `stream`, its DCI stream) is in error and being recovered: poll
+    /// until the device flushed it, and post on its [`DcPoolEvent::Ready`].
+    Recovering {
+        /// The initiator.
+        initiator: usize,
+        /// Its stream in error, or `None` when the whole initiator is.
+        stream: Option<u16>,
+    },
+    /// It was reported unreachable ([`DcPoolEvent::Unreachable`]): fix or give up on its peer,
+    /// then [`revive`](super::DcInitiatorPool::revive) or remove it.
+    Unreachable,
+    /// It was retired and is removed once its `outstanding` requests are reported: poll until
+    /// its [`DcPoolEvent::Removed`]; post to it no more.
+    Retiring {
+        /// Its requests not reported yet.
+        outstanding: u64,
+    },
+    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]): nothing
+    /// can be posted; rebuild the pool.
+    NoInitiatorInService,
+    /// It is not one of this pool's: removed (a stale id, also once retired and reported
+    /// [`Removed`](DcPoolEvent::Removed)), or another pool's: drop the id.
+    Unknown,
+}
+
 /// What happened to a request posted through a pool, or to a destination, as reported by
 /// [`poll`](super::DcInitiatorPool::poll). Every request posted is reported
 /// exactly once: completed, failed, or handed back for a retry. The pool signals every request.
