@@ -453,26 +453,53 @@ impl<I: PooledInitiator> PoolCore<I> {
             return Answer::Idle;
         };
         let initiator = i as usize;
-        let requests = &self.requests[initiator];
-        let stream = (requests.streams > 0).then_some(state.stream);
-        if let (DcPoolPolicy::DedicatedWithQuota { quota }, true) = (self.policy, self.waiting_count > 0) {
-            if requests.head - requests.hold_start >= u64::from(quota.max(1)) {
-                return Answer::OverQuota { initiator };
-            }
+        let stream = (self.requests[initiator].streams > 0).then_some(state.stream);
+        if self.quota_left(initiator) == 0 {
+            return Answer::OverQuota { initiator };
         }
+        match self.initiator_refusal(initiator, state.stream) {
+            Some(DcPoolWouldBlock::Recovering { initiator, stream }) => Answer::Recovering { initiator, stream },
+            // The only other reason an initiator gives.
+            Some(_) => Answer::QueueFull { initiator, stream },
+            None => Answer::Holds { initiator, stream },
+        }
+    }
+
+    /// What is left of the quota of initiator `initiator`'s holder while others wait in line
+    /// (`usize::MAX` without a quota or a line). The holder is not in line while it holds an
+    /// initiator: once it gave it back, its next post goes to the end of the line.
+    #[inline]
+    fn quota_left(&self, initiator: usize) -> usize {
+        match (self.policy, self.waiting_count > 0) {
+            (DcPoolPolicy::DedicatedWithQuota { quota }, true) => {
+                let requests = &self.requests[initiator];
+                let posted = requests.head - requests.hold_start;
+                u64::from(quota.max(1)).saturating_sub(posted) as usize
+            },
+            _ => usize::MAX,
+        }
+    }
+
+    /// Why nothing can be posted on initiator `initiator` (on `stream`) now: it or the stream
+    /// is being recovered, or its send queue is full.
+    #[inline]
+    fn initiator_refusal(&self, initiator: usize, stream: u16) -> Option<DcPoolWouldBlock> {
+        let requests = &self.requests[initiator];
         if requests.whole_error || requests.out_of_service {
-            return Answer::Recovering {
+            Some(DcPoolWouldBlock::Recovering {
                 initiator,
                 stream: None,
-            };
+            })
+        } else if requests.lanes[stream as usize].errored {
+            Some(DcPoolWouldBlock::Recovering {
+                initiator,
+                stream: Some(stream),
+            })
+        } else if requests.room() == 0 {
+            Some(DcPoolWouldBlock::QueueFull)
+        } else {
+            None
         }
-        if requests.lanes[state.stream as usize].errored {
-            return Answer::Recovering { initiator, stream };
-        }
-        if requests.room() == 0 {
-            return Answer::QueueFull { initiator, stream };
-        }
-        Answer::Holds { initiator, stream }
     }
 
     /// Whether `destination` was reported unreachable.
@@ -519,49 +546,25 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         let address = state.address.ok_or(Refusal::Unresolved)?;
         let stream = state.stream;
-        // What is left of the quota while others wait.
         let mut quota_left = usize::MAX;
         let initiator = match (self.policy, state.initiator) {
             (_, Some(i)) => {
-                if let (DcPoolPolicy::DedicatedWithQuota { quota }, true) = (self.policy, self.waiting_count > 0) {
-                    // It is not in line while it holds an initiator: once it gave it back, its
-                    // next post goes to the end of the line.
-                    let requests = &self.requests[i as usize];
-                    let posted = requests.head - requests.hold_start;
-                    quota_left = u64::from(quota.max(1)).saturating_sub(posted) as usize;
-                    if quota_left == 0 {
-                        self.destinations[d as usize].over_quota = true;
-                        return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
-                    }
+                quota_left = self.quota_left(i as usize);
+                if quota_left == 0 {
+                    self.destinations[d as usize].over_quota = true;
+                    return Err(Refusal::WouldBlock(DcPoolWouldBlock::QuotaExhausted));
                 }
                 i as usize
             },
             (DcPoolPolicy::Static | DcPoolPolicy::Streams, None) => return Err(Refusal::NoInitiatorInService),
             (_, None) => self.take_free(d)? as usize,
         };
-        let requests = &self.requests[initiator];
-        let room = requests.room();
-        let refusal = if requests.whole_error || requests.out_of_service {
-            Some(DcPoolWouldBlock::Recovering {
-                initiator,
-                stream: None,
-            })
-        } else if requests.lanes[stream as usize].errored {
-            Some(DcPoolWouldBlock::Recovering {
-                initiator,
-                stream: Some(stream),
-            })
-        } else if room == 0 {
-            Some(DcPoolWouldBlock::QueueFull)
-        } else {
-            None
-        };
-        if let Some(reason) = refusal {
+        if let Some(reason) = self.initiator_refusal(initiator, stream) {
             self.block(d, initiator);
             return Err(Refusal::WouldBlock(reason));
         }
         let requests = &self.requests[initiator];
-        let room = room.min(quota_left);
+        let room = requests.room().min(quota_left);
         Ok(Grant {
             destination: d,
             initiator,
