@@ -26,7 +26,7 @@
 //!     recreated target reached by its new DCT number;
 //!   - DCI streams (ConnectX-6 Dx or newer; fails, saying so, on a device without them): an
 //!     errored stream leaves the initiator in RTS and is reset with `reset_stream`; as many
-//!     errored streams as allowed put it in ERR, and `recover` brings it back.
+//!     errored streams as 2^`log_num_errored` put it in ERR, and `recover` brings it back.
 //!
 //!   They have not run on hardware yet.
 #![cfg(feature = "mlx5")]
@@ -1191,7 +1191,7 @@ fn mlx5_hw_destroyed_dc_target_errors_the_initiator_and_a_recreated_one_is_reach
 }
 
 /// Scenario 9: DCI streams (as rdma-core's test_dc_stream_ids_recovery and
-/// test_dc_stream_qp_recovery). With 2 streams of which 2 may be in error: a remote access error
+/// test_dc_stream_qp_recovery). With 2 streams, 2 of them in error moving it to ERR: a remote access error
 /// on stream 1 leaves the DC initiator in RTS and stream 0 working (man page); with none of its
 /// requests left to flush, `reset_stream` makes stream 1 usable again (as pyverbs resets right
 /// after the error). A stream id beyond the 2 streams, within pyverbs' range (streams + 2), is
@@ -1263,7 +1263,7 @@ fn mlx5_hw_dci_stream_reset_after_an_error() {
     assert_eq!(
         dci.query_state().expect("query the DC initiator's state"),
         QueuePairState::ReadyToSend,
-        "one errored stream (of 2 allowed) must leave the DC initiator in RTS"
+        "one errored stream (2 move it to ERR) must leave the DC initiator in RTS"
     );
     works(
         write(&mut dci, 3, 0, at(&remote, LEN)),
@@ -1281,7 +1281,7 @@ fn mlx5_hw_dci_stream_reset_after_an_error() {
         "stream 1 after its reset",
     );
 
-    // As many errored streams as allowed: the whole initiator goes to ERR.
+    // 2^log_num_errored errored streams: the whole initiator goes to ERR.
     remote_access_error(
         write(&mut dci, 5, 0, at(&forbidden, 0)),
         5,
@@ -1295,7 +1295,7 @@ fn mlx5_hw_dci_stream_reset_after_an_error() {
     assert_eq!(
         query_state_until(&mut dci, QueuePairState::Error),
         QueuePairState::Error,
-        "with 2 of 2 allowed streams in error the DC initiator is in ERR"
+        "with 2 streams in error (log_num_errored 1) the DC initiator is in ERR"
     );
     recover(&mut dci);
     works(

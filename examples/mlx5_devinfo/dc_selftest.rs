@@ -247,7 +247,7 @@ fn success(wc: &WorkCompletion) -> Result<()> {
 /// stream's completions from its error on (`seen`, the error first) and the DC initiator's state
 /// read right after the error. It requires what mlx5dv_dci_stream_id_reset(3) guarantees: the
 /// request failed with its own cause (not as flushed), and the DC initiator stayed in RTS (one
-/// errored stream of the 2 allowed). It reports the statuses, whatever they are: no reference
+/// errored stream; 2 would move it to ERR). It reports the statuses, whatever they are: no reference
 /// promises one error status, nor `WR_FLUSH_ERR` for the stream's later requests (only rdma-core
 /// commit 82166bcc's message says so; pyverbs resets the stream right after its error).
 fn errored_stream_verdict(seen: &[Option<WorkCompletionStatus>], state: QueuePairState) -> Result<String> {

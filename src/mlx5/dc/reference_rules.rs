@@ -337,12 +337,14 @@ pub(crate) fn create_dct(init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr)
     Ok(())
 }
 
-/// DCI streams (mlx5dv_create_qp(3), `dci_streams.log_num_errored`): a DCI takes up to
-/// 2^`log_num_errored` streams in error and stays in RTS; one more moves it to ERR as a whole,
-/// asynchronously (rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery`, polls the
-/// state for up to a second).
+/// DCI streams: a DCI stays in RTS with fewer than 2^`log_num_errored` streams in error; the
+/// 2^`log_num_errored`-th moves it to ERR as a whole, asynchronously (with `log_num_errored` 0,
+/// the first stream error). rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery`:
+/// `1 << log_num_errored` errors, then the state polled up to a second must read ERR;
+/// mlx5dv_dci_stream_id_reset(3): ERR "once the number of unique stream_id in error reaches" the
+/// DCI's `log_num_errored` streams. No ConnectX has confirmed it for this crate.
 pub(crate) fn dci_errored_streams_move_it_to_error(errored_streams: usize, log_num_errored: u8) -> bool {
-    errored_streams > 1usize << log_num_errored.min(16)
+    errored_streams >= 1usize << log_num_errored.min(16)
 }
 
 /// libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c): `EOPNOTSUPP` unless the queue pair is in RTS

@@ -187,12 +187,14 @@ pub enum CreateDcInitiatorErrorKind {
 }
 
 /// DCI streams: how many concurrent streams a DC initiator has (2^`log_num_concurrent`) and how
-/// many of them may be in error at once (2^`log_num_errored`).
+/// many streams in error move it to ERR as a whole (2^`log_num_errored`; 0: the first stream
+/// error does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DciStreams {
     /// log2 of the number of concurrent streams (`log_num_concurent`).
     pub log_num_concurrent: u8,
-    /// log2 of the number of streams that may be in error at once (`log_num_errored`).
+    /// log2 of the number of streams in error that move the DC initiator to ERR
+    /// (`log_num_errored`; rdma-core `test_dc_stream_qp_recovery`).
     pub log_num_errored: u8,
 }
 /// Builds a [`DcInitiator`] on a protection domain; see
@@ -306,7 +308,7 @@ impl DcInitiator {
 
     /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
     /// the last state read: the DC initiator goes to ERR some time after its error (with DCI
-    /// streams, after more than 2^`log_num_errored` streams are in error), so a single
+    /// streams, once 2^`log_num_errored` streams are in error), so a single
     /// [`query_state`](Self::query_state) can still read RTS. pyverbs waits up to one second
     /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`). A timeout past the
     /// clock's end (`Duration::MAX`) waits until ERR.
@@ -492,8 +494,8 @@ pub enum ResetDciStreamErrorKind {
     /// The DC initiator was created without streams.
     #[error("the DC initiator has no DCI streams")]
     NoStreams,
-    /// The DC initiator is not in RTS (libmlx5 refuses the reset with `EOPNOTSUPP`): too many
-    /// streams errored and it went to ERR as a whole; [`DcInitiator::recover`] it instead.
+    /// The DC initiator is not in RTS (libmlx5 refuses the reset with `EOPNOTSUPP`):
+    /// 2^`log_num_errored` streams errored and it went to ERR as a whole; [`DcInitiator::recover`] it instead.
     #[error("the DC initiator is in {state:?}, not RTS: recover it instead of resetting a stream")]
     NotReadyToSend {
         /// The state read from the device.

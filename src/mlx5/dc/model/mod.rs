@@ -3,7 +3,7 @@
 //! the public API of [`DcInitiator`] and [`DcTarget`] without a device, as hostile as the
 //! hardware: it refuses what the kernel refuses (the rules of
 //! [`reference_rules`](self::reference_rules)), moves a DCI to ERR some queries after
-//! too many stream errors (asynchronously, as pyverbs sees it), refuses a stream reset where
+//! 2^`log_num_errored` stream errors (asynchronously, as pyverbs sees it), refuses a stream reset where
 //! libmlx5 does (its cached state not RTS), records a reset made before the stream's requests
 //! were flushed, and fails a batch with inline data beyond the granted size as libmlx5 does
 //! (`ENOMEM` from `wr_complete`). Every call is recorded (`test_support::take_calls`).
@@ -39,7 +39,7 @@ struct ModelQueuePair {
     dct: bool,
     /// The state the device holds (the library's cached `ibv_qp::state` may lag behind).
     state: QueuePairState,
-    /// log2 of the streams that may be in error at once, with streams.
+    /// log2 of the streams in error that move the DCI to ERR, with streams.
     log_num_errored: Option<u8>,
     errored: BTreeSet<u16>,
     /// Requests of an errored stream not flushed yet.
@@ -76,7 +76,8 @@ thread_local! {
     static MODEL: RefCell<Model> = RefCell::new(Model::new(DEVICE));
 }
 
-/// A ConnectX-6 Dx as the model's default: atomics, 16 streams of which 2 may be in error.
+/// A ConnectX-6 Dx as the model's default: atomics, 16 streams, 2 of them in error move a DCI to
+/// ERR.
 pub(crate) const DEVICE: Device = Device {
     max_qp_wr: 32768,
     max_sq_desc_sz: 1024,
@@ -155,7 +156,7 @@ pub(crate) fn fail(qp_number: u32) {
     with(|model| model.queue_pairs.get_mut(&qp_number).expect("a model queue pair").state = QueuePairState::Error);
 }
 
-/// An error on stream `stream` with `unflushed` of its requests still queued: past
+/// An error on stream `stream` with `unflushed` of its requests still queued: at
 /// 2^`log_num_errored` errored streams the DCI goes to ERR, after [`QUERIES_BEFORE_ERROR`]
 /// queries.
 pub(crate) fn stream_error(qp_number: u32, stream: u16, unflushed: u32) {
@@ -896,7 +897,7 @@ mod tests {
         assert_eq!(
             dci.query_state().unwrap(),
             QueuePairState::ReadyToSend,
-            "one errored stream of two allowed"
+            "one errored stream; two would move it to ERR"
         );
         // The caller polls the stream's flush errors, then resets.
         flush(n, 9);
@@ -937,6 +938,36 @@ mod tests {
         assert!(take_calls().is_empty());
         assert_eq!(dci.recover().unwrap(), DcRecovery::Reset);
         assert_eq!(device_state(n), QueuePairState::ReadyToSend);
+    }
+
+    #[test]
+    fn exactly_two_to_the_log_num_errored_errored_streams_move_the_dci_to_err() {
+        // pyverbs `test_dc_stream_qp_recovery`: 1 << log_num_errored errors, then ERR.
+        let mut device = DEVICE;
+        device.dci_streams_caps = (4, 2);
+        for log_num_errored in 0..=2u8 {
+            let mut dci = brought_up(device, Some(streams(3, log_num_errored)));
+            let n = dci.qp_number();
+            let allowed = (1u16 << log_num_errored) - 1;
+            for stream in 0..allowed {
+                stream_error(n, stream, 0);
+            }
+            for _ in 0..=QUERIES_BEFORE_ERROR + 1 {
+                assert_eq!(
+                    dci.query_state().unwrap(),
+                    QueuePairState::ReadyToSend,
+                    "{allowed} errored streams, log_num_errored {log_num_errored}"
+                );
+            }
+            stream_error(n, allowed, 0);
+            let states: Vec<_> = (0..=QUERIES_BEFORE_ERROR).map(|_| dci.query_state().unwrap()).collect();
+            assert_eq!(
+                states.last(),
+                Some(&QueuePairState::Error),
+                "{} errored streams, log_num_errored {log_num_errored}: {states:?}",
+                allowed + 1
+            );
+        }
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             let requests = &mut self.requests[initiator];
             if !requests.lanes[lane as usize].errored {
                 // A flush no error completion of its stream announced: the whole initiator went
-                // to ERR (on its own, or after too many stream errors).
+                // to ERR (on its own, or after 2^`log_num_errored` stream errors).
                 requests.whole_error = true;
             }
             self.flush_up_to(wr_ids, initiator, lane, number + 1, sink);

@@ -146,7 +146,7 @@
 //! `simulation` feature (`mlx5::dc::simulation`): a program tests its pool loop there with no
 //! device. The unit tests drive it on that fabric too, the one model of a ConnectX in the crate:
 //! each stream executes in order, flushes behind errors, an initiator moves to ERR some time
-//! after too many stream errors, a stream reset before the flush is refused, and RESET empties
+//! after 2^`log_num_errored` stream errors, a stream reset before the flush is refused, and RESET empties
 //! the CQ of an initiator's completions; property tests run any interleaving of posts,
 //! executions, errors, polls, timeouts and removals against it, and runs at 10 000 destinations
 //! under each policy check that every request is reported exactly once (`cargo test

@@ -114,7 +114,7 @@ fn targets(fabric: &SimulatedFabric, count: u32, mut latency: impl FnMut() -> u6
 }
 
 /// A pool on `fabric` of `initiators` with send queues of `capacity`, with DCI streams (2^`log`
-/// per initiator, 2^`errored` of them may be in error) for the streams policy; the pool's clock
+/// per initiator; 2^`errored` of them in error move it to ERR) for the streams policy; the pool's clock
 /// is the tests' (`advance_clock`).
 fn pool(
     fabric: &SimulatedFabric, policy: DcPoolPolicy, initiators: usize, capacity: u32, log_streams: (u8, u8),
@@ -867,7 +867,7 @@ mod properties {
 
     const DESTINATIONS: u32 = 5;
     const INITIATORS: usize = 3;
-    /// Streams per initiator (2^2), of which 2^0 may be in error.
+    /// Streams per initiator (2^2); 2^0 of them in error (the first) move it to ERR.
     const LANES: usize = 4;
 
     /// The state of a run.

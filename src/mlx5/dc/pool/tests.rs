@@ -938,7 +938,7 @@ fn a_stream_reset_refused_in_err_recovers_the_initiator_once_everything_complete
     post_writes(&mut pool, x, &[1]);
     post_writes(&mut pool, y, &[2, 3]);
     take_calls();
-    // The initiator went to ERR after the error (too many streams errored): the reset is
+    // The initiator went to ERR after the error (2^`log_num_errored` streams errored): the reset is
     // refused, and the pool waits for the other stream's requests.
     pool.initiator(initiator).expect("initiator").in_error.set(true);
     assert_eq!(

@@ -72,7 +72,7 @@ pub(crate) struct Settings {
     /// Up to this many more ticks, drawn per completion: completions of different streams (and
     /// initiators) are reordered; those of one stream never are.
     pub(crate) completion_jitter: u64,
-    /// Ticks between the stream error that passes `log_num_errored` and the DCI's move to ERR.
+    /// Ticks between a DCI's 2^`log_num_errored`-th errored stream and its move to ERR.
     pub(crate) error_delay: u64,
     /// The statuses a request to a dead target ends with, one drawn per request.
     pub(crate) dead_statuses: Vec<u32>,
@@ -156,7 +156,7 @@ pub(crate) struct Initiator {
     in_flight: u32,
     lanes: Vec<Lane>,
     streams: bool,
-    /// log2 of the streams that may be in error at once.
+    /// log2 of the streams in error that move it to ERR.
     log_num_errored: u8,
     in_error: bool,
     error_at: Option<u64>,
@@ -427,7 +427,7 @@ impl Fabric {
                 }
                 counters.failed += 1;
                 if qp.streams {
-                    // Too many streams in error move the DCI to ERR, some ticks later.
+                    // 2^log_num_errored streams in error move the DCI to ERR, some ticks later.
                     qp.lanes[lane].errored = true;
                     let errored = qp.lanes.iter().filter(|l| l.errored).count();
                     let to_error = rules::dci_errored_streams_move_it_to_error(errored, qp.log_num_errored);

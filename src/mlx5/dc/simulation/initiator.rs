@@ -150,8 +150,8 @@ impl SimulatedInitiator {
         self.qp_number
     }
 
-    /// Whether it is in ERR now (after an error completion without streams, too many errored
-    /// streams, or [`move_to_error`](Self::move_to_error)), until the pool recovers it.
+    /// Whether it is in ERR now (after an error completion without streams, 2^`log_num_errored`
+    /// errored streams, or [`move_to_error`](Self::move_to_error)), until the pool recovers it.
     pub fn is_in_error(&self) -> bool {
         self.fabric.borrow().in_error(self.index)
     }

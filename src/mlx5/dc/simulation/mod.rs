@@ -82,7 +82,7 @@
 //! | a SEND longer than a receive: `IBV_WC_REM_INV_REQ_ERR` | ibv_poll_cq(3), remote invalid request |
 //! | no receive posted: receiver-not-ready NAKs, retried after the RNR timer; `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry` of them (7: never) | ibv_poll_cq(3); ibv_modify_qp(3) (`rnr_retry`) |
 //! | an error completion puts a DCI without streams in ERR; everything behind it, and anything posted to it in ERR, completes with `IBV_WC_WR_FLUSH_ERR` | ibv_poll_cq(3), ibv_modify_qp(3) (Error state) |
-//! | with streams, an error errs its stream only (the others go on; their completions come after the error's); once more than 2^`log_num_errored` streams are in error the DCI moves to ERR, some ticks later | mlx5dv_create_qp(3) (`log_num_errored`); rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery` (the move is asynchronous); the rule shared with the unit tests' model (`reference_rules`) |
+//! | with streams, an error errs its stream only (the others go on; their completions come after the error's); once 2^`log_num_errored` streams are in error (the first error if it is 0) the DCI moves to ERR, some ticks later | mlx5dv_create_qp(3) (`log_num_errored`); mlx5dv_dci_stream_id_reset(3) (ERR once the streams in error reach it); rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery` (`1 << log_num_errored` errors, then ERR; the move is asynchronous); the rule shared with the unit tests' model (`reference_rules`) |
 //! | a stream reset is refused while the DCI is not in RTS, and (counted) while the stream holds requests not flushed | libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c, `EOPNOTSUPP`; `reference_rules`, shared with the model); mlx5dv_dci_stream_id_reset(3) ("once all stream_id WR's are flushed") |
 //! | recovery through RESET → INIT → RTR → RTS, each step held to the kernel's rule (the crate's transcription, `reference_rules`, shared with its unit tests' model of mlx5_ib): the DCI's completions not yet polled leave the CQ and its send queue empties; on a kernel without the RESET branch, the DCI is created again with a new number | kernel `modify_dci_qp_is_ok`; libmlx5 `mlx5_modify_qp` (`mlx5_cq_clean`, `mlx5_init_qp_indices`); UCX `uct_dc_mlx5_iface_reset_dci` |
 //! | a destroyed initiator's completions leave the CQ | libmlx5 `mlx5_destroy_qp` (`__mlx5_cq_clean`) |
@@ -210,7 +210,7 @@ impl SimulatedFabric {
         self.fabric.borrow_mut().settings.completion_jitter = ticks;
     }
 
-    /// How many ticks after the stream error that passes `log_num_errored` a DCI moves to ERR
+    /// How many ticks after its 2^`log_num_errored`-th errored stream a DCI moves to ERR
     /// (default 3).
     pub fn set_error_delay(&self, ticks: u64) {
         self.fabric.borrow_mut().settings.error_delay = ticks;

@@ -1,7 +1,7 @@
 //! The fabric's own rules, on its engine directly (requests built by hand, no pool): order per
 //! stream and reordering across streams, flushes behind an error and on an initiator in ERR,
 //! the send queue's room, RESET cleaning the CQ, stream resets refused before the flush and in
-//! ERR, the move to ERR after too many stream errors, a dead target's timeout.
+//! ERR, the move to ERR after exactly 2^`log_num_errored` stream errors, a dead target's timeout.
 use super::fabric::{Fabric, StreamResetRefused};
 use super::request::{Operation, Payload, Request, FLUSH, REM_ACCESS, RETRY_EXC, SUCCESS};
 use super::{SimulatedFabric, SimulatedTarget};
@@ -157,8 +157,8 @@ fn stream_resets_wait_for_the_flush_and_too_many_errors_move_the_initiator_to_er
     let (handle, _target, target) = fabric(4);
     let mut fabric = handle.fabric.borrow_mut();
     fabric.settings.error_delay = 5;
-    // 2 streams, of which 2^0 = 1 may be in error.
-    let initiator = fabric.add_initiator(16, Some((1, 0)));
+    // 2 streams; 2^1 = 2 in error move the initiator to ERR.
+    let initiator = fabric.add_initiator(16, Some((1, 1)));
     fabric.fail_next(initiator, 0, REM_ACCESS);
     fabric
         .post(initiator, (0..3).map(|k| write(&target, k, Some(0))).collect())
@@ -175,7 +175,10 @@ fn stream_resets_wait_for_the_flush_and_too_many_errors_move_the_initiator_to_er
         "the other stream goes on: {completions:?}"
     );
     assert_eq!(fabric.reset_stream(initiator, 0), Ok(()));
-    assert!(!fabric.in_error(initiator), "one errored stream is allowed");
+    assert!(
+        !fabric.in_error(initiator),
+        "one errored stream of two leaves it in RTS"
+    );
 
     // Two streams in error: ERR, some ticks later, and then no stream reset.
     fabric.fail_next(initiator, 0, REM_ACCESS);
@@ -194,6 +197,34 @@ fn stream_resets_wait_for_the_flush_and_too_many_errors_move_the_initiator_to_er
         fabric.reset_stream(initiator, 0),
         Err(StreamResetRefused::NotReadyToSend)
     );
+}
+
+#[test]
+fn exactly_two_to_the_log_num_errored_errored_streams_move_the_initiator_to_err() {
+    // pyverbs `test_dc_stream_qp_recovery`: 1 << log_num_errored errors, then ERR.
+    for log_num_errored in 0..=2u8 {
+        let (handle, _target, target) = fabric(11);
+        let mut fabric = handle.fabric.borrow_mut();
+        fabric.settings.error_delay = 2;
+        let initiator = fabric.add_initiator(16, Some((3, log_num_errored)));
+        let errors = 1u16 << log_num_errored;
+        for stream in 0..errors {
+            fabric.fail_next(initiator, stream, REM_ACCESS);
+            let wr_id = u64::from(stream);
+            fabric
+                .post(initiator, vec![write(&target, wr_id, Some(stream))])
+                .expect("room");
+            let completions = poll_for(&mut fabric, 10);
+            assert_eq!(completions, [(wr_id, REM_ACCESS)]);
+            let expected = stream + 1 == errors;
+            assert_eq!(
+                fabric.in_error(initiator),
+                expected,
+                "{} errored streams, log_num_errored {log_num_errored}",
+                stream + 1
+            );
+        }
+    }
 }
 
 #[test]
