@@ -20,8 +20,9 @@ use super::requests::{initiator_of, BatchRecord, LaneError, WrIds};
 use super::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
-/// exceeded: what a ConnectX reports for a DC target that was destroyed, as the hardware tests
-/// found), no receive ever (RNR retry counter exceeded), or no such DC target (remote invalid
+/// exceeded: ibv_poll_cq(3), "the remote side didn't send any Ack or Nack"; UCX's DC
+/// peer-failure test logs it for DCIs whose peer was destroyed, openucx/ucx#3679; no ConnectX has
+/// confirmed it for this crate), no receive ever (RNR retry counter exceeded), or no such DC target (remote invalid
 /// request). A remote access or remote operation error is not counted: a wrong DC key or rkey
 /// says the target is there.
 pub(crate) fn is_no_such_target(status: u32) -> bool {
