@@ -78,6 +78,24 @@ pub const DEFAULT_HOP_LIMIT: u8 = 255;
 /// only in a global address (a GRH): on a non-global InfiniBand address only the service level
 /// applies.
 ///
+/// # A DC target's replies
+///
+/// Through `ibv_modify_qp`, this crate's path, kernel mlx5 `mlx5_ib_modify_dct` (qp.c) programs
+/// at INIT → RTR the DCT context's `tclass` and `flow_label` from the address vector's GRH and,
+/// on RoCE only, `eth_prio` from the service level's low three bits (commit "RDMA/mlx5: Set user
+/// priority for DCT", October 2021: Linux 5.15 and stable kernels; before it the replies carry no
+/// priority). It never programs `dctc.dscp`, and on InfiniBand no service level for a DCT. UCX's
+/// DEVX target (`uct_dc_mlx5_iface_devx_create_dct`) sets `dctc.dscp` on RoCE v2, and `tclass`
+/// too only because "some old FW versions rely on tclass even for RoCE v2".
+///
+/// So on a lossless RoCE v2 fabric classified by DSCP, the requests carry the DSCP (the traffic
+/// class's upper six bits, in the GRH of their address handle), but whether the replies (ACKs,
+/// read and atomic responses) do is unconfirmed: the DSCP reaches the DCT only inside `tclass`,
+/// UCX's comment implies current firmware takes a RoCE v2 DCT's DSCP from `dscp`, no reference
+/// says a ConnectX copies `tclass` to the replies' IP header, and no ConnectX has confirmed it for
+/// this crate. The replies may leave with DSCP 0, outside the lossless class: check the switch's
+/// per-class counters for them; a fabric classified by PCP gets the service level's priority.
+///
 /// # Example
 ///
 /// ```

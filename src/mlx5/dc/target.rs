@@ -388,12 +388,14 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The traffic class, flow label and service level of what the DC target sends: ACKs, RDMA
-    /// READ responses and atomic responses (default all 0). On a lossless RoCE fabric give it
-    /// the class its initiators' address handles have
+    /// The class of what the DC target sends: ACKs, RDMA READ responses and atomic responses
+    /// (default all 0). The kernel programs the DCT's `tclass`, `flow_label` and, on RoCE only,
+    /// `eth_prio` from the service level (Linux 5.15 and stable kernels); never its `dscp`, and
+    /// on InfiniBand no service level. Give it the class its initiators' address handles have
     /// ([`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class)),
-    /// as UCX and perftest pass the traffic class to the DCT at RTR; see [`DcServiceClass`] for
-    /// the DSCP. Traffic class and flow label need a global address vector
+    /// as UCX and perftest pass the traffic class to the DCT at RTR. Whether the replies carry the
+    /// DSCP on RoCE v2 is unconfirmed: see [`DcServiceClass`]'s "A DC target's replies". Traffic
+    /// class and flow label need a global address vector
     /// ([`setup_src_gid_index`](Self::setup_src_gid_index), always on RoCE).
     pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
         self.class = class;
