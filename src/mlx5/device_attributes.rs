@@ -183,13 +183,15 @@ pub struct SignatureCapabilities {
 }
 
 /// DCI streams capabilities (`struct mlx5dv_dci_streams_caps`): how many concurrent streams a
-/// DC initiator can have, and how many of them can be in error at once.
+/// DC initiator can have, and the largest `log_num_errored` it may ask for (2^`log_num_errored`
+/// streams in error move it to ERR).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct DciStreamsCapabilities {
     /// Maximum log2 of the number of concurrent streams (`max_log_num_concurent`).
     pub max_log_num_concurrent: u8,
-    /// Maximum log2 of the number of errored streams (`max_log_num_errored`).
+    /// Maximum log2 of the number of errored streams that move a DCI to ERR
+    /// (`max_log_num_errored`).
     pub max_log_num_errored: u8,
 }
 
