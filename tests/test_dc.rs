@@ -24,7 +24,7 @@
 //!   - a destroyed target: a "transport retry counter exceeded" error completion (the status
 //!     tests/test_dc_pool.rs demands and the pool counts toward unreachable), `recover`, and a
 //!     recreated target reached by its new DCT number;
-//!   - DCI streams (ConnectX-6 Dx or newer; fails, saying so, on a device without them): an
+//!   - DCI streams (ConnectX-6 Dx or newer; skipped, with the reason, on a device without them): an
 //!     errored stream leaves the initiator in RTS and is reset with `reset_stream`; as many
 //!     errored streams as 2^`log_num_errored` put it in ERR, and `recover` brings it back.
 //!
@@ -1190,27 +1190,46 @@ fn mlx5_hw_destroyed_dc_target_errors_the_initiator_and_a_recreated_one_is_reach
     assert_write_works(&f, &mut dci, &recreated, &mut local, at(&remote, MESSAGE), MESSAGE, 3);
 }
 
+/// The streams tests' decision, on the host: a device that reports zero concurrency (as
+/// libmlx5 does on a ConnectX-6 that is not a Dx) or no capabilities skips them with the reason;
+/// one with streams runs them, and one with fewer than a test needs skips that test. The skip's
+/// line is the one scripts/device-suite-tally counts as skipped.
+#[test]
+fn a_card_without_dci_streams_skips_the_streams_tests_with_the_reason() {
+    use common::skip::{dci_streams_decision, SKIP_MARKER};
+    let zero = dci_streams_decision(Some((0, 0)), (1, 0)).unwrap_err();
+    assert!(zero.contains("max_log_num_concurent is 0"), "{zero}");
+    let none = dci_streams_decision(None, (1, 0)).unwrap_err();
+    assert!(none.contains("no DCI streams capabilities"), "{none}");
+    assert_eq!(dci_streams_decision(Some((4, 1)), (1, 1)), Ok((4, 1)));
+    assert_eq!(dci_streams_decision(Some((1, 0)), (1, 0)), Ok((1, 0)));
+    let fewer = dci_streams_decision(Some((4, 0)), (1, 1)).unwrap_err();
+    assert!(fewer.contains("log_num_errored 1"), "{fewer}");
+    let tally = include_str!("../scripts/device-suite-tally");
+    assert!(
+        tally.contains(&format!("^{SKIP_MARKER} ")),
+        "scripts/device-suite-tally no longer matches the skip line"
+    );
+}
+
 /// Scenario 9: DCI streams (as rdma-core's test_dc_stream_ids_recovery and
 /// test_dc_stream_qp_recovery). With 2 streams, 2 of them in error moving it to ERR: a remote access error
 /// on stream 1 leaves the DC initiator in RTS and stream 0 working (man page); with none of its
 /// requests left to flush, `reset_stream` makes stream 1 usable again (as pyverbs resets right
-/// after the error). A stream id beyond the 2 streams, within pyverbs' range (streams + 2), is
-/// posted on, errored and reset too. Errors on both streams put the initiator in ERR, waited for (the move is asynchronous),
-/// and `recover` brings it back. Needs DCI streams (ConnectX-6 Dx or newer): on a device without
-/// them (`max_log_num_concurent` 0) it stops at once, not passed, naming the capability and the
-/// skip to add (`--skip mlx5_hw_dci_stream`).
+/// after the error). Errors on both streams put the initiator in ERR, waited for (the move is
+/// asynchronous), and `recover` brings it back. Needs DCI streams (ConnectX-6 Dx or newer): on a
+/// device without them (`max_log_num_concurent` 0) it is skipped at once, with the reason
+/// (`common::skip`).
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX with DCI streams"]
 #[serial]
 fn mlx5_hw_dci_stream_reset_after_an_error() {
     const LEN: usize = 256;
     let f = DcFixture::new();
-    let caps = common::require_dci_streams(&f.ctx);
-    assert!(
-        caps.max_log_num_concurrent >= 1 && caps.max_log_num_errored >= 1,
-        "SKIPPED (not passed): this test needs at least 2 concurrent and 2 errored DCI streams: {caps:?}; \
-         add --skip mlx5_hw_dci_stream"
-    );
+    // 2 concurrent streams, 2 errored ones moving the initiator to ERR.
+    if common::require_dci_streams(&f.ctx, (1, 1)).is_none() {
+        return;
+    }
     let streams = DciStreams {
         log_num_concurrent: 1,
         log_num_errored: 1,

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod peer;
+pub mod skip;
 
 use std::sync::Arc;
 
@@ -222,22 +223,20 @@ pub fn open_mlx5_test_device_named() -> (Arc<DeviceContext>, String) {
     (ctx, name)
 }
 
-/// The DCI streams of the ConnectX under test, for the tests that need them; on a device without
-/// them (no capability, or `max_log_num_concurent` 0, as a ConnectX-6 that is not a Dx reports),
-/// the test stops at once, not passed, saying it is skipped and which `--skip` leaves it out:
-/// libtest has no skip decided at run time, and a pass would claim work that never ran.
+/// The DCI streams of the ConnectX under test (`max_log_num_concurent`, `max_log_num_errored`),
+/// for a test that needs at least `needed` of them; `None` on a device without them, or with
+/// fewer: the test is reported skipped, with why ([`skip::report_skip`]), and must return.
 #[cfg(feature = "mlx5")]
-pub fn require_dci_streams(ctx: &Arc<DeviceContext>) -> sideway_ext::mlx5::device_attributes::DciStreamsCapabilities {
-    let capabilities = sideway_ext::mlx5::device_context::Mlx5DeviceContext::new(Arc::clone(ctx))
-        .query_dc_capabilities()
-        .expect("DC capabilities");
-    match capabilities.dci_streams() {
-        Some(streams) => streams,
-        None => panic!(
-            "SKIPPED (not passed): the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 \
-             or not reported; ConnectX-6 Dx or newer has them); add --skip mlx5_hw_dci_stream --skip mlx5_hw_dci_pool_streams"
-        ),
-    }
+pub fn require_dci_streams(ctx: &Arc<DeviceContext>, needed: (u8, u8)) -> Option<(u8, u8)> {
+    let attributes = sideway_ext::mlx5::device_context::Mlx5DeviceContext::new(Arc::clone(ctx))
+        .query_device()
+        .expect("mlx5dv_query_device");
+    let caps = attributes
+        .dci_streams_caps()
+        .map(|caps| (caps.max_log_num_concurrent, caps.max_log_num_errored));
+    skip::dci_streams_decision(caps, needed)
+        .map_err(|reason| skip::report_skip(&reason))
+        .ok()
 }
 
 /// The IEEE OUI that Mellanox/NVIDIA devices report as `vendor_id`.
