@@ -1,7 +1,9 @@
 //! `mlx5_devinfo --dc-selftest`: DC end to end on one ConnectX, in loopback on port 1. A DC target
 //! (on a shared receive queue) and a DC initiator are built and brought up, then each check runs
 //! and prints one line: `ok`, `FAILED` with the status, or `skipped` with why. The exit status is
-//! 1 when the device is not mlx5 (or libmlx5 is missing) and 2 when a check failed.
+//! 1 when the device is not mlx5 (or libmlx5 is missing) and 2 when a check failed. The fault
+//! steps are in `dc_selftest/faults.rs`; with `--report FILE` the steps are also written as JSON
+//! (`report.rs`).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,7 @@ use sideway::ibverbs::completion::{BasicCompletionQueue, WorkCompletionStatus};
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
@@ -21,10 +23,19 @@ use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
+use self::atomic_order::AtomicOrder;
+use crate::chain;
+use crate::report::{step, SelftestReport};
+
 const PORT: u8 = 1;
 const KEY: u64 = 0x5e1f_7e57;
 const LEN: usize = 4096;
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait for a completion: a request to a destroyed DC target completes only once the
+/// initiator's retries are spent (about half a second with the default timeout and retry count).
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+mod atomic_order;
+mod faults;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -82,14 +93,46 @@ struct Loopback {
     send_cq: sideway::ibverbs::completion::GenericCompletionQueue,
     recv_cq: sideway::ibverbs::completion::GenericCompletionQueue,
     srq: Arc<SharedReceiveQueue>,
+    /// How its DC target was made: the fault steps make one more.
+    recipe: TargetRecipe,
     dct: DcTarget,
     endpoint: DcEndpoint,
     ah: Arc<AddressHandle>,
-    gid_index: u8,
     remote: Buffer,
     /// Registered without remote write: a write into it is a remote access error.
     forbidden: Buffer,
     local: Buffer,
+}
+
+/// A DC target of the loopback, on its receive CQ and SRQ, brought up on the local GID.
+struct TargetRecipe {
+    pd: Arc<ProtectionDomain>,
+    recv_cq: sideway::ibverbs::completion::GenericCompletionQueue,
+    srq: Arc<SharedReceiveQueue>,
+    access: AccessFlags,
+    bring_up: DcTargetBringUp,
+    gid: sideway::ibverbs::address::Gid,
+}
+
+impl TargetRecipe {
+    /// A DC target at RTR and its endpoint.
+    fn build(&self) -> Result<(DcTarget, DcEndpoint)> {
+        let mut dct = self
+            .pd
+            .create_dct_builder()
+            .setup_recv_cq(self.recv_cq.clone())
+            .setup_srq(Arc::clone(&self.srq))
+            .setup_dc_key(KEY)
+            .setup_access_flags(self.access)
+            .build()
+            .map_err(|e| format!("create the DC target: {}", chain(&e)))?;
+        dct.bring_up(&self.bring_up)
+            .map_err(|e| format!("DC target to RTR: {}", chain(&e)))?;
+        let endpoint = dct
+            .endpoint(PORT, self.gid)
+            .map_err(|e| format!("the DC target's endpoint: {}", chain(&e)))?;
+        Ok((dct, endpoint))
+    }
 }
 
 fn cq(ctx: &Arc<DeviceContext>) -> Result<sideway::ibverbs::completion::GenericCompletionQueue> {
@@ -114,14 +157,6 @@ impl Loopback {
         if atomics {
             access |= AccessFlags::RemoteAtomic;
         }
-        let mut dct = pd
-            .create_dct_builder()
-            .setup_recv_cq(recv_cq.clone())
-            .setup_srq(Arc::clone(&srq))
-            .setup_dc_key(KEY)
-            .setup_access_flags(access)
-            .build()
-            .map_err(|e| format!("create the DC target: {}", chain(&e)))?;
         let roce = ctx
             .query_port(PORT)
             .map_err(|e| format!("query port {PORT}: {}", chain(&e)))?
@@ -131,14 +166,18 @@ impl Loopback {
         if roce {
             bring_up.setup_src_gid_index(gid_index);
         }
-        dct.bring_up(&bring_up)
-            .map_err(|e| format!("DC target to RTR: {}", chain(&e)))?;
         let gid = ctx
             .query_gid(PORT, gid_index as u32)
             .map_err(|e| format!("GID index {gid_index}: {}", chain(&e)))?;
-        let endpoint = dct
-            .endpoint(PORT, gid)
-            .map_err(|e| format!("the DC target's endpoint: {}", chain(&e)))?;
+        let recipe = TargetRecipe {
+            pd: Arc::clone(&pd),
+            recv_cq: recv_cq.clone(),
+            srq: Arc::clone(&srq),
+            access,
+            bring_up,
+            gid,
+        };
+        let (dct, endpoint) = recipe.build()?;
         let ah = endpoint
             .create_ah(&pd, PORT, gid_index)
             .map_err(|e| format!("address handle: {}", chain(&e)))?;
@@ -150,10 +189,10 @@ impl Loopback {
             send_cq,
             recv_cq,
             srq,
+            recipe,
             dct,
             endpoint,
             ah,
-            gid_index,
             remote,
             forbidden,
             local,
@@ -243,65 +282,6 @@ fn success(wc: &WorkCompletion) -> Result<()> {
     }
 }
 
-/// The streams check's verdict on an errored stream, from what it saw: the statuses of the
-/// stream's completions from its error on (`seen`, the error first) and the DC initiator's state
-/// read right after the error. It requires what mlx5dv_dci_stream_id_reset(3) guarantees: the
-/// request failed with its own cause (not as flushed), and the DC initiator stayed in RTS (one
-/// errored stream; 2 would move it to ERR). It reports the statuses, whatever they are: no reference
-/// promises one error status, nor `WR_FLUSH_ERR` for the stream's later requests (only rdma-core
-/// commit 82166bcc's message says so; pyverbs resets the stream right after its error).
-fn errored_stream_verdict(seen: &[Option<WorkCompletionStatus>], state: QueuePairState) -> Result<String> {
-    match seen.first() {
-        None => return Err("no completion of the errored stream".into()),
-        Some(Some(WorkCompletionStatus::Success)) => return Err("the request meant to fail succeeded".into()),
-        Some(Some(WorkCompletionStatus::WorkRequestFlushedError)) => {
-            return Err("the failed request was flushed instead of carrying its cause".into())
-        },
-        Some(_) => {},
-    }
-    if state != QueuePairState::ReadyToSend {
-        return Err(format!(
-            "after one stream's error the DC initiator is {state:?}, not RTS"
-        ));
-    }
-    Ok(format!(
-        "the stream's completions {seen:?} left the DC initiator in {state:?}"
-    ))
-}
-
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// The checks' lines and whether one failed.
-struct Report {
-    failed: bool,
-}
-
-impl Report {
-    fn check(&mut self, name: &str, result: Result<String>) {
-        match result {
-            Ok(detail) if detail.is_empty() => println!("ok       {name}"),
-            Ok(detail) => println!("ok       {name}: {detail}"),
-            Err(why) => {
-                self.failed = true;
-                println!("FAILED   {name}: {why}");
-            },
-        }
-    }
-
-    fn skip(&self, name: &str, why: &str) {
-        println!("skipped  {name}: {why}");
-    }
-}
-
 fn write(lb: &mut Loopback, dci: &mut DcInitiator, key: u64, stream: Option<u16>, seed: u8) -> Result<WorkCompletion> {
     write_into(lb, dci, key, stream, seed, false)
 }
@@ -328,41 +308,6 @@ fn write_into(
 enum Atomic {
     FetchAdd(u64),
     CompareSwap(u64, u64),
-}
-
-/// The byte order a ConnectX gives an 8-byte atomic's operands and reply: the host's where
-/// mlx5_core set `atomic_req_8B_endianness_mode` to host endianness, big-endian (the wire's)
-/// otherwise. UCX handles both (`ib_mlx5dv_md.c`); the self-test accepts both and says which.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AtomicOrder {
-    Host,
-    BigEndian,
-}
-
-impl AtomicOrder {
-    /// The value of 8 bytes of memory, as the device reads them in this order.
-    fn read(self, bytes: [u8; 8]) -> u64 {
-        match self {
-            Self::Host => u64::from_ne_bytes(bytes),
-            Self::BigEndian => u64::from_be_bytes(bytes),
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::Host => "host byte order",
-            Self::BigEndian => "big-endian byte order (atomic_req_8B_endianness_mode not host)",
-        }
-    }
-
-    /// The order in which a fetch-and-add of `add` on memory that held `before` returned
-    /// `returned` and left `left`, if one explains all three (the host's first: on a big-endian
-    /// host both do).
-    fn of_fetch_add(before: [u8; 8], add: u64, returned: [u8; 8], left: [u8; 8]) -> Option<Self> {
-        [Self::Host, Self::BigEndian].into_iter().find(|order| {
-            order.read(returned) == order.read(before) && order.read(left) == order.read(before).wrapping_add(add)
-        })
-    }
 }
 
 /// Runs `op`; the bytes it returned and the bytes it left.
@@ -421,31 +366,36 @@ fn pick_gid_index(ctx: &Arc<DeviceContext>, given: Option<u8>) -> Result<u8> {
 }
 
 /// Runs the self-test on `ctx` (named `name`) with the local GID `gid_index` (picked when
-/// `None`).
-pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outcome {
+/// `None`), recording it in `report`.
+pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: &mut SelftestReport) -> Outcome {
+    report.device(ctx, name);
     let mlx5 = Mlx5DeviceContext::new(Arc::clone(ctx));
     let capabilities = match mlx5.query_dc_capabilities() {
-        Ok(capabilities) if capabilities.is_mlx5() => capabilities,
-        Ok(_) => {
-            println!("{name}: not an mlx5 device (or libmlx5 is missing): DC needs a ConnectX-4 or newer");
-            return Outcome::NotMlx5;
+        Ok(capabilities) => {
+            report.capabilities(&capabilities);
+            capabilities
         },
-        Err(err) => {
-            println!("{name}: the DC capability query failed: {}", chain(&err));
-            return Outcome::Failed;
-        },
+        Err(err) => return stop(report, name, format!("the DC capability query failed: {}", chain(&err))),
     };
+    if !capabilities.is_mlx5() {
+        let why = "not an mlx5 device (or libmlx5 is missing): DC needs a ConnectX-4 or newer";
+        println!("{name}: {why}");
+        report.stop(why);
+        return Outcome::NotMlx5;
+    }
     let gid_index = match pick_gid_index(ctx, gid_index) {
         Ok(index) => index,
-        Err(why) => {
-            println!("{name}: {why}");
-            return Outcome::Failed;
-        },
+        Err(why) => return stop(report, name, why),
     };
     let gid = ctx.query_gid(PORT, gid_index.into()).map_or_else(
         |e| format!("unreadable: {}", chain(&e)),
         |gid| std::net::Ipv6Addr::from(gid).to_string(),
     );
+    let link_layer = ctx.query_port(PORT).map_or_else(
+        |e| format!("unreadable: {}", chain(&e)),
+        |port| format!("{:?}", port.link_layer()),
+    );
+    report.address(PORT, link_layer, gid_index, gid.clone());
     println!(
         "DC self-test of {name}, port {PORT}, GID index {gid_index} ({gid}): max_dc_rd_atom {:?} (as requester), \
          max_dc_init_rd_atom {:?} (as responder; a DCI's bound), DCI streams {:?}",
@@ -453,7 +403,6 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
         capabilities.max_dc_init_rd_atom(),
         capabilities.dci_streams()
     );
-    let mut report = Report { failed: false };
     // The DC initiator's default operations leave the atomics out on a device without them; a
     // device without DC atomics refuses the DC target's remote atomic access by name, and the
     // loopback is built again without it.
@@ -464,23 +413,26 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
     let (mut lb, dc_atomics) = match lb {
         Ok((lb, dc_atomics)) => {
             report.check(
-                "DC target at RTR",
+                step::DC_TARGET,
                 Ok(format!("DCT number {:#x}", lb.endpoint.dct_number())),
             );
             (lb, dc_atomics)
         },
         Err(why) => {
-            report.check("DC target at RTR", Err(why));
+            report.check(step::DC_TARGET, Err(why));
+            report.stop("the DC target could not be made");
             return Outcome::Failed;
         },
     };
     let mut dci = match lb.initiator(None) {
         Ok(dci) => {
-            report.check("DC initiator at RTS", Ok(format!("QP number {:#x}", dci.qp_number())));
+            report.check(step::DC_INITIATOR, Ok(format!("QP number {:#x}", dci.qp_number())));
+            report.granted(step::DC_INITIATOR, &dci);
             dci
         },
         Err(why) => {
-            report.check("DC initiator at RTS", Err(why));
+            report.check(step::DC_INITIATOR, Err(why));
+            report.stop("the DC initiator could not be made");
             return Outcome::Failed;
         },
     };
@@ -488,7 +440,7 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
     let result = write(&mut lb, &mut dci, KEY, None, 1)
         .and_then(|wc| success(&wc))
         .and_then(|()| written(&lb, 1));
-    report.check("RDMA WRITE", result);
+    report.check(step::WRITE, result);
 
     let result = (|| {
         lb.remote.write(0, &pattern(LEN, 2));
@@ -507,7 +459,7 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
             .then(|| format!("{LEN} bytes read back"))
             .ok_or_else(|| "the bytes read differ from the remote ones".to_string())
     })();
-    report.check("RDMA READ", result);
+    report.check(step::READ, result);
 
     let atomics = dci
         .send_ops_flags()
@@ -527,11 +479,11 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
                     )
                 })
         });
-        report.check("atomic fetch-and-add", result);
+        report.check(step::FETCH_ADD, result);
         // The compare value and the swap value are numbers, which the device compares with the
         // memory in its order.
         match order {
-            None => report.skip("atomic compare-and-swap", "the fetch-and-add showed no byte order"),
+            None => report.skip(step::COMPARE_SWAP, "the fetch-and-add showed no byte order"),
             Some(order) => {
                 let current: [u8; 8] = lb.remote.read(0, 8).try_into().expect("8 bytes");
                 let compare = order.read(current);
@@ -546,18 +498,17 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
                             )
                         })
                 });
-                report.check("atomic compare-and-swap", result);
+                report.check(step::COMPARE_SWAP, result);
             },
         }
     } else {
-        report.skip(
-            "atomics",
-            if atomics {
-                "the device has no DC atomics (the DC target refused remote atomic access)"
-            } else {
-                "the device reports no atomics (atomic_cap IBV_ATOMIC_NONE)"
-            },
-        );
+        let why = if atomics {
+            "the device has no DC atomics (the DC target refused remote atomic access)"
+        } else {
+            "the device reports no atomics (atomic_cap IBV_ATOMIC_NONE)"
+        };
+        report.skip(step::FETCH_ADD, why);
+        report.skip(step::COMPARE_SWAP, why);
     }
 
     let result = (|| {
@@ -589,121 +540,43 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>) -> Outco
         }
         Ok("64 bytes into the SRQ's receive".to_string())
     })();
-    report.check("SEND into the shared receive queue", result);
+    report.check(step::SEND, result);
 
-    let result = (|| {
-        let error = write(&mut lb, &mut dci, KEY ^ 1, None, 6)?;
-        if success(&error).is_ok() {
-            return Err("a write with a wrong DC key succeeded".into());
-        }
-        let state = dci
-            .wait_for_error(Duration::from_secs(1))
-            .map_err(|e| format!("query: {}", chain(&e)))?;
-        if state != QueuePairState::Error {
-            return Err(format!("after the error the DC initiator is {state:?}, not ERR"));
-        }
-        let recovery = dci.recover().map_err(|e| format!("recover: {}", chain(&e)))?;
-        let wc = write(&mut lb, &mut dci, KEY, None, 8)?;
-        success(&wc)?;
-        written(&lb, 8)?;
-        Ok(format!(
-            "error status {:?} (vendor syndrome {:#x}), then {recovery:?} and a write that arrived",
-            error.status(),
-            error.vendor_err()
-        ))
-    })();
-    report.check("wrong DC key: error, recover, write again", result);
+    let (result, fault) = faults::wrong_key(&mut lb, &mut dci);
+    report.check_fault(step::WRONG_KEY, result, fault);
+    let (result, fault) = faults::destroyed_target(&mut lb, &mut dci);
+    report.check_fault(step::DESTROYED_TARGET, result, fault);
 
     match capabilities.dci_streams() {
         None => report.skip(
-            "DCI streams",
+            step::STREAMS,
             "the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0: ConnectX-6 Dx or newer has them)",
         ),
         Some(caps) if caps.max_log_num_errored == 0 => report.skip(
-            "DCI streams",
+            step::STREAMS,
             "the device cannot reset a stream (dci_streams_caps.max_log_num_errored is 0)",
         ),
         Some(_) => {
-            let result = (|| {
-                let streams = DciStreams {
-                    log_num_concurrent: 1,
-                    log_num_errored: 1,
-                };
-                let mut dci = lb.initiator(Some(streams))?;
-                let wc = write_into(&mut lb, &mut dci, KEY, Some(1), 9, true)?;
-                let state = dci.query_state().map_err(|e| format!("query: {}", chain(&e)))?;
-                let seen = errored_stream_verdict(&[wc.status()], state)
-                    .map_err(|why| format!("a write on stream 1 into memory without remote write: {why}"))?;
-                // Other streams go on (man page mlx5dv_dci_stream_id_reset(3)).
-                success(&write(&mut lb, &mut dci, KEY, Some(0), 11)?).map_err(|e| format!("stream 0: {e}"))?;
-                // Stream 1 had nothing else queued, so nothing is left to flush: reset it now, as
-                // pyverbs does right after the error.
-                dci.reset_stream(1).map_err(|e| format!("reset stream 1: {}", chain(&e)))?;
-                success(&write(&mut lb, &mut dci, KEY, Some(1), 12)?).map_err(|e| format!("stream 1 after its reset: {e}"))?;
-                written(&lb, 12)?;
-                Ok(format!(
-                    "stream 1: {seen} (vendor syndrome {:#x}); stream 0 went on; stream 1 reset and used again",
-                    wc.vendor_err()
-                ))
-            })();
-            report.check("DCI streams", result);
+            let mut built = None;
+            let (result, fault) = faults::errored_stream(&mut lb, &mut built);
+            if let Some(dci) = &built {
+                report.granted(step::STREAMS, dci);
+            }
+            report.check_fault(step::STREAMS, result, fault);
         },
     }
-    // The rest of the loopback goes with `lb`; the GID index is reported for the record.
-    let _ = (&lb.dct, lb.gid_index);
-    if report.failed {
+    // The rest of the loopback goes with `lb`.
+    let _ = &lb.dct;
+    if report.failed() {
         Outcome::Failed
     } else {
         Outcome::Passed
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use sideway::ibverbs::completion::WorkCompletionStatus::*;
-    use sideway::ibverbs::queue_pair::QueuePairState;
-
-    use super::{errored_stream_verdict, AtomicOrder};
-
-    #[test]
-    fn an_errored_stream_needs_its_error_and_rts_only_and_its_statuses_are_reported() {
-        let rts = QueuePairState::ReadyToSend;
-        // Whatever error the device gives, with nothing after it: no flush is required.
-        for error in [RemoteAccessError, RemoteInvalidRequestError, LocalProtectionError] {
-            let verdict = errored_stream_verdict(&[Some(error)], rts).expect("the man page's promise holds");
-            assert!(verdict.contains(&format!("{error:?}")), "{verdict}");
-        }
-        // Later completions of the stream are reported, flushed or not.
-        let verdict = errored_stream_verdict(&[Some(RemoteAccessError), Some(WorkRequestFlushedError)], rts);
-        assert!(verdict.expect("reported").contains("WorkRequestFlushedError"));
-        // What the man page does promise.
-        assert!(errored_stream_verdict(&[Some(Success)], rts).is_err());
-        assert!(errored_stream_verdict(&[Some(WorkRequestFlushedError)], rts).is_err());
-        assert!(errored_stream_verdict(&[], rts).is_err());
-        let err = errored_stream_verdict(&[Some(RemoteAccessError)], QueuePairState::Error).unwrap_err();
-        assert!(err.contains("not RTS"), "{err}");
-    }
-
-    #[test]
-    fn a_fetch_add_in_either_byte_order_is_recognised() {
-        let before = 40u64.to_ne_bytes();
-        // Host order: the reply is 40, the memory 42, both in the host's bytes.
-        assert_eq!(
-            AtomicOrder::of_fetch_add(before, 2, before, 42u64.to_ne_bytes()),
-            Some(AtomicOrder::Host)
-        );
-        // Big-endian: the device reads the memory's bytes as a big-endian number and writes
-        // the sum and the reply back in that order.
-        let as_be = u64::from_be_bytes(before);
-        let returned = as_be.to_be_bytes();
-        let left = (as_be + 2).to_be_bytes();
-        let seen = AtomicOrder::of_fetch_add(before, 2, returned, left);
-        if cfg!(target_endian = "little") {
-            assert_eq!(seen, Some(AtomicOrder::BigEndian));
-        } else {
-            assert_eq!(seen, Some(AtomicOrder::Host));
-        }
-        // Anything else is neither.
-        assert_eq!(AtomicOrder::of_fetch_add(before, 2, before, before), None);
-    }
+/// Prints why the self-test stops before its steps, records it, and fails.
+fn stop(report: &mut SelftestReport, name: &str, why: String) -> Outcome {
+    println!("{name}: {why}");
+    report.stop(&why);
+    Outcome::Failed
 }

@@ -7,12 +7,16 @@
 //! cargo run --features mlx5 --example mlx5_devinfo -- --json    # the same as JSON
 //! cargo run --features mlx5 --example mlx5_devinfo -- -d mlx5_0 # one device
 //! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -d mlx5_0
+//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest --report dc-report.json
 //! ```
 //!
 //! `--dc-selftest` runs DC end to end on one device, in loopback on port 1 (see `dc_selftest.rs`):
 //! a DC target and a DC initiator, RDMA WRITE and READ, both atomics, a SEND into the target's
 //! shared receive queue, a wrong DC key and the recovery, and DCI streams where the device has
-//! them, one line per check (`ok`, `FAILED` with the status, `skipped` with why).
+//! them, one line per check (`ok`, `FAILED` with the status, `skipped` with why). With
+//! `--report FILE` it also writes what it saw as JSON (`report.rs`: versions, device,
+//! capabilities, granted sizes, each step, each fault's completion), to attach to an issue; the
+//! file is written whatever happens, also when no device can be listed.
 //!
 //! Exits with status 1 when no RDMA device can be listed (or the named one does not exist), and
 //! with `--dc-selftest` also when the device is not mlx5; 2 when a self-test check failed.
@@ -29,6 +33,8 @@ use sideway_ext::mlx5::device_attributes::{Mlx5ContextFlags, Mlx5ContextMask, Ml
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 
 mod dc_selftest;
+mod fault;
+mod report;
 
 /// RDMA devices with their mlx5 direct-verbs and DC capabilities.
 #[derive(Parser)]
@@ -47,6 +53,9 @@ struct Args {
     /// IPv4-mapped first; on InfiniBand 0).
     #[arg(short = 'g', long = "gid-idx", requires = "dc_selftest")]
     gid_index: Option<u8>,
+    /// Also write the self-test's report to this file, as JSON (to attach to an issue).
+    #[arg(long, value_name = "FILE", requires = "dc_selftest")]
+    report: Option<std::path::PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -95,6 +104,20 @@ struct GidReport {
 
 fn main() {
     let args = Args::parse();
+    if args.dc_selftest {
+        let mut report = report::SelftestReport::new();
+        let mut status = selftest(&args, &mut report);
+        if let Some(path) = &args.report {
+            match report.write(path) {
+                Ok(()) => eprintln!("mlx5_devinfo: report written to {}", path.display()),
+                Err(why) => {
+                    eprintln!("mlx5_devinfo: {why}");
+                    status = status.max(1);
+                },
+            }
+        }
+        std::process::exit(status);
+    }
     let list = match DeviceList::new() {
         Ok(list) => list,
         Err(err) => {
@@ -102,31 +125,6 @@ fn main() {
             std::process::exit(1);
         },
     };
-    if args.dc_selftest {
-        let Some(device) = list
-            .iter()
-            .find(|device| args.device.as_deref().is_none_or(|name| name == device.name()))
-        else {
-            match &args.device {
-                Some(name) => eprintln!("mlx5_devinfo: no RDMA device named {name}"),
-                None => eprintln!("mlx5_devinfo: no RDMA devices found"),
-            }
-            std::process::exit(1);
-        };
-        let name = device.name();
-        let ctx = match device.open() {
-            Ok(ctx) => ctx,
-            Err(err) => {
-                eprintln!("mlx5_devinfo: cannot open {name}: {}", chain(&err));
-                std::process::exit(1);
-            },
-        };
-        std::process::exit(match dc_selftest::run(&ctx, &name, args.gid_index) {
-            dc_selftest::Outcome::Passed => 0,
-            dc_selftest::Outcome::NotMlx5 => 1,
-            dc_selftest::Outcome::Failed => 2,
-        });
-    }
     let mut devices = Vec::new();
     for device in &list {
         if args.device.as_deref().is_some_and(|name| name != device.name()) {
@@ -171,6 +169,45 @@ fn main() {
     } else {
         print_table(&report);
     }
+}
+
+/// Runs the DC self-test on the chosen device, recording it in `report`: the exit status.
+fn selftest(args: &Args, report: &mut report::SelftestReport) -> i32 {
+    let fail = |report: &mut report::SelftestReport, why: String| {
+        eprintln!("mlx5_devinfo: {why}");
+        report.stop(&why);
+        report.outcome("not run");
+        1
+    };
+    let list = match DeviceList::new() {
+        Ok(list) => list,
+        Err(err) => return fail(report, format!("cannot list RDMA devices: {}", chain(&err))),
+    };
+    let Some(device) = list
+        .iter()
+        .find(|device| args.device.as_deref().is_none_or(|name| name == device.name()))
+    else {
+        return fail(
+            report,
+            match &args.device {
+                Some(name) => format!("no RDMA device named {name}"),
+                None => "no RDMA devices found".to_string(),
+            },
+        );
+    };
+    let name = device.name();
+    let ctx = match device.open() {
+        Ok(ctx) => ctx,
+        Err(err) => return fail(report, format!("cannot open {name}: {}", chain(&err))),
+    };
+    let outcome = dc_selftest::run(&ctx, &name, args.gid_index, report);
+    let (status, said) = match outcome {
+        dc_selftest::Outcome::Passed => (0, "passed"),
+        dc_selftest::Outcome::NotMlx5 => (1, "not mlx5"),
+        dc_selftest::Outcome::Failed => (2, "failed"),
+    };
+    report.outcome(said);
+    status
 }
 
 /// Fills the report from the opened device; failures are recorded, never fatal.
