@@ -1,7 +1,7 @@
 //! The newcomer's examples: `examples/async_pingpong` and `examples/ud_echo` (feature `tokio`)
 //! run as a server and a client against each other on `SIDEWAY_EXT_TEST_DEVICE` (rxe0 in the
 //! SoftRoCE VM), and `examples/dc_hello` (feature `mlx5`), which stops on a device that
-//! is not mlx5.
+//! is not mlx5; `mlx5_devinfo --dc-selftest --report` on whatever this machine has.
 //!
 //! The example binaries are the ones cargo builds next to the test binaries; run under cargo,
 //! the tests build them first.
@@ -204,6 +204,186 @@ mod dc_hello {
             "{finished}"
         );
         assert!(finished.stdout.contains("DC write and send checked"), "{finished}");
+    }
+}
+
+#[cfg(feature = "mlx5")]
+mod mlx5_devinfo_report {
+    use std::path::Path;
+
+    use serde_json::Value;
+    use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+    use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
+
+    use super::common::peer;
+
+    /// The self-test's steps, by name, in order (the lines `mlx5_hw_dc_selftest_passes` reads).
+    const STEPS: [&str; 10] = [
+        "DC target at RTR",
+        "DC initiator at RTS",
+        "RDMA WRITE",
+        "RDMA READ",
+        "atomic fetch-and-add",
+        "atomic compare-and-swap",
+        "SEND into the shared receive queue",
+        "wrong DC key: error, recover, write again",
+        "destroyed DC target: error, recover, write again",
+        "DCI streams",
+    ];
+
+    /// The steps whose report carries an error completion when they ran.
+    const FAULT_STEPS: [&str; 3] = [STEPS[7], STEPS[8], STEPS[9]];
+
+    /// What this machine has, read by the test itself: no device (the list fails or is empty),
+    /// or the first device's name, `ibv_query_device` facts and whether it is mlx5.
+    struct Here {
+        first: Option<(String, String, u32, u32, bool)>,
+    }
+
+    impl Here {
+        fn read() -> Self {
+            let Ok(list) = DeviceList::new() else {
+                return Self { first: None };
+            };
+            let first = list.iter().next().map(|device| {
+                let ctx = device.open().expect("open the first device");
+                let attr = ctx.query_device().expect("query_device");
+                let is_mlx5 = Mlx5DeviceContext::new(ctx.clone())
+                    .query_dc_capabilities()
+                    .expect("the DC summary works on every device")
+                    .is_mlx5();
+                (
+                    device.name(),
+                    attr.firmware_version(),
+                    attr.vendor_id(),
+                    attr.vendor_part_id(),
+                    is_mlx5,
+                )
+            });
+            Self { first }
+        }
+    }
+
+    /// A library's entry: its file, if named, is that library with the version it reports, and
+    /// the rdma-core release is the version's last two numbers (or `unknown`).
+    fn check_library(library: &Value, prefix: &str) {
+        let version = library["version"].as_str().expect("a version");
+        let release = library["rdma_core"].as_str().expect("an rdma-core release");
+        if let Some(file) = library["file"].as_str() {
+            assert!(Path::new(file).is_file(), "{library}");
+            assert_eq!(
+                file.rsplit('/').next(),
+                Some(format!("{prefix}{version}").as_str()),
+                "{library}"
+            );
+            let numbers: Vec<&str> = version.split('.').collect();
+            match numbers[..] {
+                [_, _, major, minor] => assert_eq!(release, format!("{major}.{minor}"), "{library}"),
+                _ => assert_eq!(release, "unknown", "{library}"),
+            }
+        } else {
+            assert_eq!((version, release), ("unknown", "unknown"), "{library}");
+        }
+    }
+
+    /// `mlx5_devinfo --dc-selftest --report FILE` on whatever is here (the first device, none on
+    /// a host without RDMA): the file is JSON with the versions (this kernel, sideway-ext's, the
+    /// libraries as mapped), every step once, and the device's facts as the test reads them.
+    /// Without an mlx5 device no step is `ok`: each is skipped with why. On a ConnectX the
+    /// outcome matches the exit status, the DC initiator's grant is there, and a fault step that
+    /// ran carries its error completion.
+    #[test]
+    fn mlx5_devinfo_writes_a_dc_selftest_report_that_runs_no_mlx5_step_without_mlx5() {
+        let here = Here::read();
+        let path = std::env::temp_dir().join(format!("sideway-ext-dc-report-{}.json", std::process::id()));
+        let binary = peer::example_binary("mlx5_devinfo", Some("mlx5"));
+        let args = peer::strings(&["--dc-selftest", "--report", path.to_str().expect("a UTF-8 path")]);
+        let finished = peer::Peer::run("mlx5_devinfo", &binary, &args);
+        let text = std::fs::read_to_string(&path);
+        let _ = std::fs::remove_file(&path);
+        let text = text.unwrap_or_else(|e| panic!("no report at {}: {e}\n{finished}", path.display()));
+        let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON: {e}\n{text}"));
+        assert!(finished.stderr.contains("report written to"), "{finished}");
+
+        assert_eq!(report["program"], "mlx5_devinfo --dc-selftest");
+        assert_eq!(report["sideway_ext"], env!("CARGO_PKG_VERSION"));
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("the kernel release");
+        assert_eq!(report["versions"]["kernel"], kernel.trim());
+        check_library(&report["versions"]["libibverbs"], "libibverbs.so.");
+        check_library(&report["versions"]["libmlx5"], "libmlx5.so.");
+
+        let steps = report["steps"].as_array().expect("steps");
+        let names: Vec<&str> = steps.iter().map(|s| s["name"].as_str().expect("a name")).collect();
+        assert_eq!(names.len(), STEPS.len(), "{names:?}");
+        for name in STEPS {
+            assert_eq!(
+                names.iter().filter(|n| **n == name).count(),
+                1,
+                "{name} once: {names:?}"
+            );
+        }
+        for step in steps {
+            assert!(
+                ["ok", "failed", "skipped"].contains(&step["result"].as_str().expect("a result")),
+                "{step}"
+            );
+            assert!(!step["detail"].as_str().expect("a detail").is_empty(), "{step}");
+        }
+        let code = finished.status.and_then(|status| status.code());
+        let every_step_skipped = || {
+            for step in steps {
+                assert_eq!(step["result"], "skipped", "no mlx5 device, nothing run: {step}");
+                assert!(step["fault"].is_null(), "{step}");
+            }
+            assert!(report["granted"].as_array().expect("granted").is_empty(), "{report}");
+            assert!(report["stopped"].is_string(), "{report}");
+        };
+        match &here.first {
+            None => {
+                assert_eq!(code, Some(1), "{finished}");
+                assert!(report["device"].is_null(), "{report}");
+                assert_eq!(report["outcome"], "not run");
+                every_step_skipped();
+            },
+            Some((name, firmware, vendor_id, part_id, is_mlx5)) => {
+                let device = &report["device"];
+                assert_eq!(device["name"], name.as_str(), "{device}");
+                assert_eq!(device["firmware"], firmware.as_str(), "{device}");
+                assert_eq!(device["vendor_id"], format!("{vendor_id:#06x}"), "{device}");
+                assert_eq!(device["vendor_part_id"], *part_id, "{device}");
+                assert_eq!(report["capabilities"]["is_mlx5"], *is_mlx5, "{report}");
+                if !is_mlx5 {
+                    assert_eq!(code, Some(1), "{finished}");
+                    assert_eq!(report["outcome"], "not mlx5");
+                    every_step_skipped();
+                } else {
+                    let outcome = match code {
+                        Some(0) => "passed",
+                        Some(2) => "failed",
+                        _ => panic!("exit status {code:?} on an mlx5 device\n{finished}"),
+                    };
+                    assert_eq!(report["outcome"], outcome, "{report}");
+                    assert!(
+                        device["gid"].is_string() && device["link_layer"].is_string(),
+                        "{device}"
+                    );
+                    let granted = &report["granted"][0];
+                    assert_eq!(granted["step"], "DC initiator at RTS", "{report}");
+                    assert!(granted["max_send_wr"].as_u64().is_some_and(|wr| wr >= 16), "{granted}");
+                    for step in steps
+                        .iter()
+                        .filter(|s| FAULT_STEPS.contains(&s["name"].as_str().unwrap_or("")))
+                    {
+                        if step["result"] == "ok" {
+                            let fault = &step["fault"];
+                            assert!(fault["status"].is_string() && fault["status"] != "Success", "{step}");
+                            assert!(fault["vendor_err"].is_u64() && fault["elapsed_us"].is_u64(), "{step}");
+                        }
+                    }
+                }
+            },
+        }
+        println!("{text}");
     }
 }
 
