@@ -31,11 +31,16 @@
 //!   They have not run on hardware yet.
 #![cfg(feature = "mlx5")]
 mod common;
+/// The fault's facts as `mlx5_devinfo --dc-selftest --report` gives them: one formatter for the
+/// example and these tests.
+#[allow(dead_code)]
+#[path = "../examples/mlx5_devinfo/fault.rs"]
+mod fault;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serial_test::serial;
 use sideway::ibverbs::address::Gid;
@@ -426,8 +431,9 @@ fn assert_success(wc: &WorkCompletion, wr_id: u64, opcode: WorkCompletionOperati
 }
 
 /// Checks that a completion failed, and not as flushed (the request that failed carries the
-/// cause; flushed ones come after it); prints its status.
-fn assert_failed(wc: &WorkCompletion, wr_id: u64, what: &str) -> Option<WorkCompletionStatus> {
+/// cause; flushed ones come after it); prints its status, vendor syndrome and the time since its
+/// request was posted (`elapsed`), as the self-test's report does.
+fn assert_failed(wc: &WorkCompletion, wr_id: u64, what: &str, elapsed: Duration) -> Option<WorkCompletionStatus> {
     assert_eq!(wc.wr_id(), wr_id, "{what}: {wc:?}");
     assert!(!wc.is_success(), "{what} must fail: {wc:?}");
     assert_ne!(
@@ -435,12 +441,7 @@ fn assert_failed(wc: &WorkCompletion, wr_id: u64, what: &str) -> Option<WorkComp
         Some(WorkCompletionStatus::WorkRequestFlushedError),
         "{what}: the failed request must carry the cause, not be flushed: {wc:?}"
     );
-    println!(
-        "{what}: {:?} (status {}, vendor_err {:#x})",
-        wc.status(),
-        wc.status_raw(),
-        wc.vendor_err()
-    );
+    println!("{what}: {}", fault::Fault::new(wc, elapsed));
     wc.status()
 }
 
@@ -1052,9 +1053,10 @@ fn mlx5_hw_wrong_dc_key_puts_the_initiator_in_error_and_recover_brings_it_back()
             .setup_sge(local.lkey(), local.addr(0), MESSAGE as u32)
     };
     targets[1].add_write(&mut guard, 2, at(&local, 0), at(&remotes[1], 0), MESSAGE);
+    let start = Instant::now();
     guard.post().expect("post");
     let wcs = f.wait_sends(2, ERROR_TIMEOUT);
-    assert_failed(&wcs[0], 1, "an RDMA WRITE with a wrong DC key");
+    assert_failed(&wcs[0], 1, "an RDMA WRITE with a wrong DC key", start.elapsed());
     assert_eq!(
         (wcs[1].wr_id(), wcs[1].status()),
         (2, Some(WorkCompletionStatus::WorkRequestFlushedError)),
@@ -1150,16 +1152,13 @@ fn mlx5_hw_destroyed_dc_target_errors_the_initiator_and_a_recreated_one_is_reach
             .setup_dc_addr(&old_ah, old_number, old_endpoint.dc_key())
             .setup_sge(local.lkey(), local.addr(0), MESSAGE as u32)
     };
+    let start = Instant::now();
     guard.post().expect("post to the destroyed target");
     let wc = f.wait_sends(1, ERROR_TIMEOUT).remove(0);
-    let status = assert_failed(&wc, 2, "an RDMA WRITE to a destroyed DC target");
+    let status = assert_failed(&wc, 2, "an RDMA WRITE to a destroyed DC target", start.elapsed());
     if let Err(why) = destroyed_target_verdict(status) {
         panic!("{why}: {wc:?}");
     }
-    println!(
-        "a destroyed DC target answered {status:?} (vendor syndrome {:#x})",
-        wc.vendor_err()
-    );
     assert_untouched(
         &remote,
         MESSAGE,
@@ -1248,7 +1247,7 @@ fn mlx5_hw_dci_stream_reset_after_an_error() {
     let mut local = f.buffer(LEN);
     let (dct_number, dc_key) = (target.endpoint.dct_number(), target.endpoint.dc_key());
 
-    // One write of LEN bytes on `stream` into `to`; its completion.
+    // One write of LEN bytes on `stream` into `to`; its completion, and how long it took.
     let mut write = |dci: &mut DcInitiator, wr_id: u64, stream: u16, to: At<'_>| {
         local.write(0, &pattern(LEN, wr_id as u8));
         let mut guard = dci.start_post_send();
@@ -1260,15 +1259,16 @@ fn mlx5_hw_dci_stream_reset_after_an_error() {
                 .setup_dc_addr_stream(&target.ah, dct_number, dc_key, stream)
                 .setup_sge(local.lkey(), local.addr(0), LEN as u32)
         };
+        let start = Instant::now();
         guard.post().expect("post");
-        f.wait_sends(1, ERROR_TIMEOUT).remove(0)
+        (f.wait_sends(1, ERROR_TIMEOUT).remove(0), start.elapsed())
     };
-    let works = |wc: WorkCompletion, wr_id: u64, offset: usize, what: &str| {
+    let works = |(wc, _): (WorkCompletion, Duration), wr_id: u64, offset: usize, what: &str| {
         assert_success(&wc, wr_id, WorkCompletionOperationType::Write, what);
         assert_bytes(&remote.read(offset, LEN), &pattern(LEN, wr_id as u8), what);
     };
-    let remote_access_error = |wc: WorkCompletion, wr_id: u64, what: &str| {
-        let status = assert_failed(&wc, wr_id, what);
+    let remote_access_error = |(wc, elapsed): (WorkCompletion, Duration), wr_id: u64, what: &str| {
+        let status = assert_failed(&wc, wr_id, what, elapsed);
         assert_eq!(status, Some(WorkCompletionStatus::RemoteAccessError), "{what}: {wc:?}");
     };
 

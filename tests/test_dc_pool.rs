@@ -20,6 +20,10 @@
 //!   They have not run on hardware yet.
 #![cfg(feature = "mlx5")]
 mod common;
+/// The fault's facts as `mlx5_devinfo --dc-selftest --report` gives them (one formatter).
+#[allow(dead_code)]
+#[path = "../examples/mlx5_devinfo/fault.rs"]
+mod fault;
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -415,6 +419,8 @@ struct Tally {
     /// Destinations reported ready (an initiator granted from the line).
     ready: usize,
     batches: usize,
+    /// When the victim was destroyed: its error completions say how long after.
+    destroyed_at: Option<Instant>,
 }
 
 impl Tally {
@@ -639,9 +645,10 @@ fn settle(
             );
             tally.failed[index] += 1;
             if status != ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+                let elapsed = tally.destroyed_at.map_or(Duration::ZERO, |at| at.elapsed());
                 eprintln!(
-                    "destination {d}: wr_id {wr_id:#x} failed with {} (vendor_err {vendor_err:#x})",
-                    status_name(status)
+                    "destination {d}: wr_id {wr_id:#x} failed: {} (since the DC target was destroyed)",
+                    fault::Fault::from_parts(status, vendor_err, elapsed)
                 );
                 tally.error_statuses.push(status);
             }
@@ -838,6 +845,7 @@ fn destroyed_target(policy: DcPoolPolicy, salt: u8) {
     assert_all_completed(&pool, &ids, 0..1, None, &tally);
 
     drop(f.targets[VICTIM].take());
+    tally.destroyed_at = Some(Instant::now());
     run(
         &f,
         &mut pool,

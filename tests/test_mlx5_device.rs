@@ -164,8 +164,8 @@ fn dc_selftest_on_a_device_that_is_not_mlx5_says_so_and_exits_1() {
     assert_eq!(refused.status.code(), Some(2), "clap refuses -g without --dc-selftest");
 }
 
-/// `mlx5_devinfo --dc-selftest` on the ConnectX: every check `ok` or `skipped` with its reason,
-/// status 0, and each check named.
+/// `mlx5_devinfo --dc-selftest --report` on the ConnectX: every check `ok` or `skipped` with its
+/// reason, status 0, and each check named; the report is printed (`--nocapture` shows it).
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial_test::serial]
@@ -173,11 +173,17 @@ fn mlx5_hw_dc_selftest_passes() {
     let (ctx, name) = common::open_mlx5_test_device_named();
     // No -g: the self-test picks the port's RoCE v2 GID (index 0 on InfiniBand) and prints it.
     let (gid_index, _) = common::local_gid(&ctx);
+    let report = std::env::temp_dir().join(format!("sideway-ext-dc-report-{}.json", std::process::id()));
     let output = Command::new(example_path())
-        .args(["--dc-selftest", "-d", &name])
+        .args(["--dc-selftest", "-d", &name, "--report"])
+        .arg(&report)
         .output()
         .expect("run mlx5_devinfo --dc-selftest");
     let stdout = String::from_utf8_lossy(&output.stdout);
+    // What to attach to an issue: the report, with each fault's status, syndrome and time.
+    let json = std::fs::read_to_string(&report).unwrap_or_else(|e| format!("no report: {e}"));
+    let _ = std::fs::remove_file(&report);
+    println!("{stdout}\n{json}");
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains(&format!("GID index {gid_index} (")), "{stdout}");
     for check in [
@@ -187,6 +193,7 @@ fn mlx5_hw_dc_selftest_passes() {
         "RDMA READ",
         "SEND into the shared receive queue",
         "wrong DC key: error, recover, write again",
+        "destroyed DC target: error, recover, write again",
         "DCI streams",
     ] {
         assert!(

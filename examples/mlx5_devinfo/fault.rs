@@ -4,12 +4,13 @@
 //! error one round trip).
 //!
 //! `mlx5_devinfo --dc-selftest --report` writes it in its JSON report, and the DC hardware tests
-//! (`tests/test_dc.rs`) print it with the same line, through `#[path]`: one formatter for both.
+//! (`tests/test_dc.rs`, `tests/test_dc_pool.rs`) print it with the same line, through `#[path]`:
+//! one formatter for both.
 use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
-use sideway_ext::ibverbs::work_completion::WorkCompletion;
+use sideway_ext::ibverbs::work_completion::{decode_status, WorkCompletion};
 
 /// The facts of one error completion.
 #[derive(Debug, Clone, Serialize)]
@@ -29,13 +30,17 @@ pub struct Fault {
 impl Fault {
     /// The facts of `wc`, which completed `elapsed` after its request was posted.
     pub fn new(wc: &WorkCompletion, elapsed: Duration) -> Self {
+        Self::from_parts(wc.status_raw(), wc.vendor_err(), elapsed)
+    }
+
+    /// The facts of an error completion given by its parts (as a DC pool's failed request gives
+    /// them): the status as the library gave it, the vendor syndrome, and the time it took.
+    pub fn from_parts(status_raw: u32, vendor_err: u32, elapsed: Duration) -> Self {
         Self {
-            status: wc
-                .status()
-                .map_or_else(|| "unknown".to_string(), |status| format!("{status:?}")),
-            status_raw: wc.status_raw(),
-            vendor_err: wc.vendor_err(),
-            vendor_err_hex: format!("{:#x}", wc.vendor_err()),
+            status: decode_status(status_raw).map_or_else(|| "unknown".to_string(), |status| format!("{status:?}")),
+            status_raw,
+            vendor_err,
+            vendor_err_hex: format!("{vendor_err:#x}"),
             elapsed_us: elapsed.as_micros(),
         }
     }
