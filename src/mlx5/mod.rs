@@ -51,11 +51,14 @@
 //!
 //! It builds a DC target on a shared receive queue and a DC initiator, then runs an RDMA WRITE
 //! and READ of 4 KiB (checked byte for byte), fetch-and-add and compare-and-swap, a SEND into the
-//! target's SRQ, a write with a wrong DC key (the error completion, the initiator in ERR,
-//! `recover`, a write that arrives), and DCI streams where the device has them. It prints one
-//! line per check, `ok`, `FAILED` with the completion status, or `skipped` with why, and exits 0
-//! when nothing failed, 2 when a check failed, and 1 with one line on a device that is not mlx5,
-//! as on SoftRoCE. The ConnectX test suite (TESTING.md) goes further.
+//! target's SRQ, a write with a wrong DC key and one to a destroyed DC target (each: the error
+//! completion, the initiator in ERR, `recover`, a write that arrives), and an errored DCI stream
+//! where the device has streams. It prints one line per check, `ok`, `FAILED` with the
+//! completion status, or `skipped` with why, and exits 0 when nothing failed, 2 when a check
+//! failed, and 1 with one line on a device that is not mlx5, as on SoftRoCE. With
+//! `--report FILE` it also writes a JSON report to attach to an issue (versions, device,
+//! capabilities, granted sizes, each check, each fault's status, vendor syndrome and time; see
+//! TESTING.md). The ConnectX test suite (TESTING.md) goes further.
 pub mod dc;
 pub mod dc_capabilities;
 pub mod device_attributes;
