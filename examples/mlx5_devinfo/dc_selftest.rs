@@ -11,7 +11,7 @@ use sideway::ibverbs::completion::{BasicCompletionQueue, WorkCompletionStatus};
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
@@ -544,8 +544,16 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: 
 
     let (result, fault) = faults::wrong_key(&mut lb, &mut dci);
     report.check_fault(step::WRONG_KEY, result, fault);
-    let (result, fault) = faults::destroyed_target(&mut lb, &mut dci);
-    report.check_fault(step::DESTROYED_TARGET, result, fault);
+    match dci.query_state() {
+        Ok(QueuePairState::ReadyToSend) => {
+            let (result, fault) = faults::destroyed_target(&mut lb, &mut dci);
+            report.check_fault(step::DESTROYED_TARGET, result, fault);
+        },
+        state => report.skip(
+            step::DESTROYED_TARGET,
+            &format!("the DC initiator is not back in RTS after the wrong DC key ({state:?})"),
+        ),
+    }
 
     match capabilities.dci_streams() {
         None => report.skip(

@@ -77,7 +77,8 @@ pub fn destroyed_target(lb: &mut Loopback, dci: &mut DcInitiator) -> Outcome {
 
 /// A DC initiator with 2 streams, 2 of which may be in error: a write on stream 1 into memory
 /// without remote write fails and leaves the initiator in RTS ([`errored_stream_verdict`]),
-/// stream 0 goes on, and stream 1, reset, is used again. `dci` receives the DC initiator built.
+/// stream 0 goes on, and stream 1, reset, is used again. `built` receives the DC initiator
+/// (for its grant in the report).
 pub fn errored_stream(lb: &mut Loopback, built: &mut Option<DcInitiator>) -> Outcome {
     let mut fault = None;
     let result = (|| {
