@@ -2,7 +2,8 @@
 //! WRITE and a SEND addressed by the target's endpoint, both checked.
 //!
 //! `cargo run --features mlx5 --example dc_hello -- [DEVICE [GID_INDEX]]` (defaults: the first
-//! device; on RoCE the port's RoCE v2 GID, IPv4-mapped first, on InfiniBand index 0; printed).
+//! device; on RoCE the port's RoCE v2 GID, IPv4-mapped first, which bring-up picks; on
+//! InfiniBand the LID; printed).
 //! On a device that is not mlx5 (SoftRoCE's rxe) it stops with "DEVICE: not an mlx5 device" and
 //! exit status 1. Errors are printed with their causes.
 use std::error::Error;
@@ -12,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::LinkLayer;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::source_gid::SourceGid;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::dc::target::DcTargetBringUp;
@@ -61,18 +62,8 @@ fn run() -> Result<(), Box<dyn Error>> {
             false => err.into(),
         });
     }
-    let roce = ctx.query_port(PORT)?.link_layer() == LinkLayer::Ethernet;
-    let gid_index = match (gid_index, roce) {
-        (Some(index), _) => index,
-        (None, true) => ctx.roce_v2_gid(PORT)?.ok_or("port 1 has no RoCE v2 GID")?.gid_index() as u8,
-        (None, false) => 0,
-    };
-    let gid = ctx.query_gid(PORT, gid_index.into())?;
-    println!(
-        "{}: port {PORT}, GID index {gid_index} ({})",
-        device.name(),
-        Ipv6Addr::from(gid)
-    );
+    // Both ends send from the same GID: the one given, or the port's RoCE v2 GID.
+    let source_gid = gid_index.map_or(SourceGid::Automatic, SourceGid::Index);
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq_builder().setup_cqe(16).build()?;
     // 64 bytes to write from, 64 to write to, 64 to receive into; never moved, dropped last.
@@ -102,12 +93,16 @@ fn run() -> Result<(), Box<dyn Error>> {
         .setup_dc_key(DC_KEY)
         .setup_access_flags(access)
         .build()?;
-    let mut bring_up = DcTargetBringUp::new(PORT);
-    if roce {
-        bring_up.setup_src_gid_index(gid_index);
-    }
-    dct.bring_up(&bring_up)?;
-    let endpoint = dct.endpoint(PORT, gid)?;
+    dct.bring_up(DcTargetBringUp::new(PORT).setup_source_gid(source_gid.clone()))?;
+    let endpoint = dct.endpoint()?;
+    println!(
+        "{}: port {PORT}, GID index {} ({}), path MTU {:?}",
+        device.name(),
+        dct.source_gid()
+            .map_or("none".into(), |entry| entry.index().to_string()),
+        Ipv6Addr::from(endpoint.gid()),
+        endpoint.path_mtu()
+    );
 
     // The initiator: a DCI at RTS, and the address handle of the target's endpoint.
     let mut dci = pd
@@ -115,8 +110,14 @@ fn run() -> Result<(), Box<dyn Error>> {
         .setup_send_cq(cq.clone())
         .setup_max_inline_data(64)
         .build()?;
-    dci.bring_up(&DcInitiatorBringUp::new(PORT))?;
-    let ah = endpoint.create_ah(&pd, PORT, gid_index)?;
+    // Its packets no larger than the target takes (the same port here).
+    let mut params = DcInitiatorBringUp::new(PORT);
+    params.setup_source_gid(source_gid);
+    if let Some(mtu) = endpoint.path_mtu() {
+        params.setup_destination_path_mtu(mtu);
+    }
+    dci.bring_up(&params)?;
+    let ah = endpoint.create_ah(&pd, PORT, dci.source_gid().map_or(0, |entry| entry.index()))?;
     let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
 
     // An RDMA WRITE of the first 64 bytes into the second, then a SEND into the SRQ's receive.

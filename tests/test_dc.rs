@@ -283,16 +283,16 @@ impl DcFixture {
     /// Brings `dct` to RTR (global address vector on RoCE), checks that it has its DCT number and
     /// that its endpoint carries it, and builds the address handle from the endpoint.
     fn bring_up_target(&self, mut dct: DcTarget) -> Target {
-        let mut bring_up = DcTargetBringUp::new(PORT);
-        if self.roce {
-            bring_up.setup_src_gid_index(self.gid_index);
-        }
+        // By default: on RoCE the port's RoCE v2 GID, IPv4-mapped first (as common::local_gid).
+        let bring_up = DcTargetBringUp::new(PORT);
         dct.bring_up(&bring_up).unwrap_or_else(|err| {
             panic!("DC target to RTR: {err:?} (with remote atomics, EOPNOTSUPP means the device has no DC atomics)")
         });
         assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
         let dct_number = dct.dct_number().expect("a DC target has its DCT number from RTR on");
-        let endpoint = dct.endpoint(PORT, self.gid).expect("the DC target's endpoint");
+        let endpoint = dct.endpoint().expect("the DC target's endpoint");
+        // On InfiniBand without a source GID: the zero GID (LID routing).
+        let gid = if self.roce { self.gid } else { Default::default() };
         assert_eq!(
             (
                 endpoint.dct_number(),
@@ -300,9 +300,14 @@ impl DcFixture {
                 endpoint.is_roce(),
                 endpoint.gid()
             ),
-            (dct_number, dct.dc_key(), self.roce, self.gid),
+            (dct_number, dct.dc_key(), self.roce, gid),
             "the endpoint carries the DC target's number, key, link layer and GID: {endpoint:?}"
         );
+        let active = self.ctx.query_port(PORT).expect("query port 1").active_mtu();
+        assert_eq!(endpoint.path_mtu(), Some(active), "the port's active MTU");
+        if self.roce {
+            assert_eq!(dct.source_gid().map(|entry| entry.index()), Some(self.gid_index));
+        }
         let ah = endpoint
             .create_ah(&self.pd, PORT, self.gid_index)
             .expect("the address handle of the endpoint");
@@ -499,7 +504,7 @@ fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
 
     let dct = f.build_target(KEY, AccessFlags::LocalWrite | AccessFlags::RemoteWrite);
     assert_eq!(dct.dc_key(), KEY);
-    let err = dct.endpoint(PORT, f.gid).unwrap_err();
+    let err = dct.endpoint().unwrap_err();
     assert!(matches!(err.0, DcTargetEndpointErrorKind::NoDctNumber), "{err:?}");
     let target = f.bring_up_target(dct);
     let dct_number = target.dct.dct_number().expect("a DCT number at RTR");

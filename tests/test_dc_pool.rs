@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use rdma_mummy_sys::ibv_wc_status;
 use serial_test::serial;
 use sideway::ibverbs::completion::BasicCompletionQueue;
-use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
+use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{QueuePairState, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
@@ -271,12 +271,9 @@ impl PoolFixture {
         let send_cq = ctx.create_cq_builder().setup_cqe(1024).build().expect("send CQ");
         let recv_cq = ctx.create_cq_builder().setup_cqe(64).build().expect("receive CQ");
         let srq = pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
-        let (gid_index, gid) = common::local_gid(&ctx);
-        let roce = ctx.query_port(PORT).expect("query port 1").link_layer() == LinkLayer::Ethernet;
-        let mut bring_up = DcTargetBringUp::new(PORT);
-        if roce {
-            bring_up.setup_src_gid_index(gid_index);
-        }
+        let (gid_index, _) = common::local_gid(&ctx);
+        // By default a DC target answers from the port's RoCE v2 GID on RoCE.
+        let bring_up = DcTargetBringUp::new(PORT);
         let mut targets = Vec::with_capacity(DESTINATIONS);
         let mut endpoints = Vec::with_capacity(DESTINATIONS);
         for d in 0..DESTINATIONS {
@@ -290,7 +287,7 @@ impl PoolFixture {
                 .unwrap_or_else(|err| panic!("create DC target {d}: {err:?}"));
             dct.bring_up(&bring_up)
                 .unwrap_or_else(|err| panic!("DC target {d} to RTR: {err:?}"));
-            let endpoint = dct.endpoint(PORT, gid).expect("the DC target's endpoint");
+            let endpoint = dct.endpoint().expect("the DC target's endpoint");
             assert_eq!(endpoint.dc_key(), KEY_BASE + d as u64);
             endpoints.push(endpoint);
             targets.push(Some(dct));
@@ -337,7 +334,6 @@ impl PoolFixture {
             .setup_policy(policy)
             .setup_initiator(&initiator)
             .setup_bring_up(bring_up)
-            .setup_src_gid_index(self.gid_index)
             .setup_unreachable_after(UNREACHABLE_AFTER);
         let mut pool = builder.build().unwrap_or_else(|err| {
             panic!(
@@ -354,6 +350,10 @@ impl PoolFixture {
             let dci = pool.initiator(i).expect("an initiator of the pool");
             assert_eq!(dci.state(), QueuePairState::ReadyToSend, "initiator {i}");
             assert_eq!(dci.streams(), streams, "initiator {i}");
+            // On RoCE the default source GID is the port's RoCE v2 GID, as common::local_gid's.
+            let on_roce = self.endpoints[0].is_roce();
+            let index = dci.source_gid().map(|entry| entry.index());
+            assert_eq!(index, on_roce.then_some(self.gid_index), "initiator {i}");
         }
         let ids: Vec<DestinationId> = self.endpoints.iter().map(|e| pool.add_destination(*e)).collect();
         for (d, id) in ids.iter().enumerate() {

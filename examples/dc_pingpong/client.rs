@@ -396,14 +396,18 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
             if let Some(streams) = streams {
                 initiator.setup_dci_streams(streams);
             }
+            // The pool's address handles are sent from the initiators' source GID: -g's.
+            let mut bring_up = DcInitiatorBringUp::new(port.number);
+            if port.roce {
+                bring_up.setup_source_gid(SourceGid::Index(port.gid_index));
+            }
             let mut builder = pd.create_dci_pool_builder();
             builder
                 .setup_own_send_cq(&ctx, None)
                 .setup_initiators(pool.initiators as usize)
                 .setup_policy(pool.policy.to_pool())
                 .setup_initiator(&initiator)
-                .setup_bring_up(DcInitiatorBringUp::new(port.number))
-                .setup_src_gid_index(port.gid_index);
+                .setup_bring_up(bring_up);
             let pool = builder.build().map_err(|e| {
                 if e.is_not_supported() && streams.is_some() {
                     no_dci_streams(&name)

@@ -361,7 +361,7 @@ pub(crate) fn run_server(args: &Args, parameters: &TestParameters) -> Result<()>
         dct.bring_up(&bring_up)
             .map_err(|e| format!("Couldn't bring {} to RTR: {}", target_name(target, targets), report(&e)))?;
         let endpoint = dct
-            .endpoint(port.number, port.gid)
+            .endpoint()
             .map_err(|e| format!("Couldn't describe {}: {}", target_name(target, targets), report(&e)))?;
         endpoints.push(endpoint);
         dcts.push(dct);

@@ -111,7 +111,6 @@ struct TargetRecipe {
     srq: Arc<SharedReceiveQueue>,
     access: AccessFlags,
     bring_up: DcTargetBringUp,
-    gid: sideway::ibverbs::address::Gid,
 }
 
 impl TargetRecipe {
@@ -129,7 +128,7 @@ impl TargetRecipe {
         dct.bring_up(&self.bring_up)
             .map_err(|e| format!("DC target to RTR: {}", chain(&e)))?;
         let endpoint = dct
-            .endpoint(PORT, self.gid)
+            .endpoint()
             .map_err(|e| format!("the DC target's endpoint: {}", chain(&e)))?;
         Ok((dct, endpoint))
     }
@@ -166,16 +165,12 @@ impl Loopback {
         if roce {
             bring_up.setup_src_gid_index(gid_index);
         }
-        let gid = ctx
-            .query_gid(PORT, gid_index as u32)
-            .map_err(|e| format!("GID index {gid_index}: {}", chain(&e)))?;
         let recipe = TargetRecipe {
             pd: Arc::clone(&pd),
             recv_cq: recv_cq.clone(),
             srq: Arc::clone(&srq),
             access,
             bring_up,
-            gid,
         };
         let (dct, endpoint) = recipe.build()?;
         let ah = endpoint

@@ -3,7 +3,7 @@
 //! that could not go upstream as it is.
 use std::sync::Arc;
 
-use sideway::ibverbs::address::{Gid, GidEntry, GidType};
+use sideway::ibverbs::address::{GidEntry, GidType};
 use sideway::ibverbs::completion::{CompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::device_context::{DeviceContext, QueryGidTableError};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
@@ -91,7 +91,7 @@ impl DeviceContextExt for Arc<DeviceContext> {
 
     fn roce_v2_gid(&self, port: u8) -> Result<Option<GidEntry>, QueryGidTableError> {
         let table = self.query_gid_table()?;
-        let pick = pick_roce_v2_gid(
+        let pick = super::source_gid::pick_roce_v2_gid(
             table.iter().map(|entry| {
                 (
                     entry.port_num(),
@@ -103,21 +103,6 @@ impl DeviceContextExt for Arc<DeviceContext> {
         );
         Ok(pick.map(|position| table[position]))
     }
-}
-
-/// The position, among `entries` (port, is RoCE v2, GID), of the GID to address `port` by over
-/// RoCE v2: the first IPv4-mapped RoCE v2 GID, else the first non-zero RoCE v2 GID.
-fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> + Clone, port: u8) -> Option<usize> {
-    let candidates = entries
-        .enumerate()
-        .filter(move |(_, (on, roce_v2, gid))| *on == u32::from(port) && *roce_v2 && !gid.is_zero());
-    let ipv4_mapped =
-        |(_, (_, _, gid)): &(usize, (u32, bool, Gid))| std::net::Ipv6Addr::from(*gid).to_ipv4_mapped().is_some();
-    candidates
-        .clone()
-        .find(ipv4_mapped)
-        .or_else(|| candidates.clone().next())
-        .map(|(position, _)| position)
 }
 
 /// Polling a completion queue into a caller-owned buffer, with every field of the completions.
@@ -244,35 +229,5 @@ impl CompletionChannelExt for CompletionChannel {
         // SAFETY: the channel owns the descriptor and closes it only when it is destroyed, after
         // the borrow of self ends.
         unsafe { BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(self)) }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::net::Ipv6Addr;
-
-    use super::*;
-
-    fn gid(text: &str) -> Gid {
-        Gid::from(text.parse::<Ipv6Addr>().unwrap())
-    }
-
-    #[test]
-    fn the_roce_v2_gid_is_ipv4_mapped_first_then_any_roce_v2_on_the_port() {
-        let table = [
-            (1, false, gid("fe80::1")),          // RoCE v1 link-local
-            (1, true, gid("fe80::1")),           // RoCE v2 link-local
-            (1, false, gid("::ffff:192.0.2.7")), // RoCE v1, IPv4-mapped
-            (2, true, gid("::ffff:192.0.2.8")),  // another port
-            (1, true, gid("::ffff:192.0.2.7")),  // the one
-        ];
-        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 1), Some(4));
-        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 2), Some(3));
-        // Without an IPv4-mapped one: the first RoCE v2 GID.
-        assert_eq!(pick_roce_v2_gid(table[..4].iter().copied(), 1), Some(1));
-        // A zero GID (an empty slot) is never picked; no RoCE v2 GID is None.
-        let empty = [(1, true, gid("::")), (1, false, gid("fe80::1"))];
-        assert_eq!(pick_roce_v2_gid(empty.iter().copied(), 1), None);
-        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 3), None);
     }
 }

@@ -194,6 +194,7 @@ pub mod extension;
 pub mod post_send_guard;
 pub mod queue_pair;
 pub mod shared_receive_queue;
+pub mod source_gid;
 pub mod work_completion;
 pub(crate) mod zeroed;
 

@@ -488,9 +488,11 @@ pub(crate) struct QueuePairVerbs {
     pub(crate) to_qp_ex: unsafe fn(*mut ibv_qp) -> *mut ibv_qp_ex,
     /// `ibv_query_port`: an errno value, 0 on success.
     pub(crate) query_port: unsafe fn(*mut rdma_mummy_sys::ibv_context, u8, *mut rdma_mummy_sys::ibv_port_attr) -> i32,
-    /// `ibv_query_gid`: an errno value (or -1), 0 on success. (Used by the DC target's bring-up.)
+    /// `ibv_query_gid_ex` without flags: an errno value, 0 on success (`ENODATA`: an empty
+    /// slot). (Used by DC bring-up.)
     #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
-    pub(crate) query_gid: unsafe fn(*mut rdma_mummy_sys::ibv_context, u8, i32, *mut rdma_mummy_sys::ibv_gid) -> i32,
+    pub(crate) query_gid_entry:
+        unsafe fn(*mut rdma_mummy_sys::ibv_context, u8, u32, *mut rdma_mummy_sys::ibv_gid_entry) -> i32,
 }
 
 /// libibverbs itself, as rdma-mummy-sys loads it.
@@ -500,7 +502,7 @@ pub(crate) static LIBIBVERBS: QueuePairVerbs = QueuePairVerbs {
     destroy: libibverbs::destroy,
     to_qp_ex: libibverbs::to_qp_ex,
     query_port: libibverbs::query_port,
-    query_gid: libibverbs::query_gid,
+    query_gid_entry: libibverbs::query_gid_entry,
 };
 
 mod libibverbs {
@@ -548,11 +550,11 @@ mod libibverbs {
 
     /// # Safety
     ///
-    /// As `ibv_query_gid`: an open context and a writable GID.
-    pub(super) unsafe fn query_gid(
-        context: *mut ibv_context, port: u8, index: i32, gid: *mut rdma_mummy_sys::ibv_gid,
+    /// As `ibv_query_gid_ex`: an open context and a writable entry.
+    pub(super) unsafe fn query_gid_entry(
+        context: *mut ibv_context, port: u8, index: u32, entry: *mut rdma_mummy_sys::ibv_gid_entry,
     ) -> i32 {
-        rdma_mummy_sys::ibv_query_gid(context, port, index, gid)
+        rdma_mummy_sys::ibv_query_gid_ex(context, port.into(), index, entry, 0)
     }
 }
 
@@ -717,21 +719,33 @@ impl QueuePairCore {
         Ok(unsafe { attr.assume_init() })
     }
 
-    /// The GID at `index` of local `port` (`ibv_query_gid`; an empty slot reads as zeros).
+    /// The set slots of local `port`'s GID table, read one index at a time with
+    /// `ibv_query_gid_ex` up to the port's `gid_tbl_len` (an empty slot, `ENODATA`, is left out).
     #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
-    pub(crate) fn query_gid(&self, port: u8, index: u8) -> io::Result<sideway::ibverbs::address::Gid> {
-        let mut gid = MaybeUninit::<rdma_mummy_sys::ibv_gid>::zeroed();
-        // SAFETY: the context is open while the protection domain is (or is the model's); gid
-        // is writable.
-        let ret = unsafe { (self.verbs.query_gid)(self.context.as_ptr(), port, index.into(), gid.as_mut_ptr()) };
-        if ret != 0 {
-            return Err(match ret {
-                -1 => io::Error::last_os_error(),
-                errno => io::Error::from_raw_os_error(errno.abs()),
-            });
+    pub(crate) fn gid_table(
+        &self, port: u8, port_attr: &rdma_mummy_sys::ibv_port_attr,
+    ) -> Result<Vec<rdma_mummy_sys::ibv_gid_entry>, super::source_gid::SourceGidError> {
+        // A source GID index is a u8: slots beyond 255 cannot be sent from.
+        let length = port_attr.gid_tbl_len.clamp(0, 256) as u16;
+        let mut table = Vec::new();
+        for index in 0..length {
+            let mut entry = MaybeUninit::<rdma_mummy_sys::ibv_gid_entry>::zeroed();
+            // SAFETY: the context is open while the protection domain is (or is the model's);
+            // entry is writable.
+            let ret =
+                unsafe { (self.verbs.query_gid_entry)(self.context.as_ptr(), port, index.into(), entry.as_mut_ptr()) };
+            match ret {
+                // SAFETY: the call filled it (and it was zeroed before).
+                0 => table.push(unsafe { entry.assume_init() }),
+                libc::ENODATA => {},
+                errno => {
+                    let source = io::Error::from_raw_os_error(errno.abs());
+                    let index = index as u8;
+                    return Err(super::source_gid::SourceGidErrorKind::QueryGid { port, index, source }.into());
+                },
+            }
         }
-        // SAFETY: the call filled it (and it was zeroed before).
-        Ok(unsafe { gid.assume_init() }.into())
+        Ok(table)
     }
 
     /// The extended view of a queue pair created with send operations, and its entries.

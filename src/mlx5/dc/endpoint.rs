@@ -46,6 +46,7 @@ use std::net::Ipv6Addr;
 use std::sync::Arc;
 
 use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use crate::ibverbs::address_handle::{
@@ -226,7 +227,8 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 }
 
 /// What a DC initiator needs to reach a DC target (DCT): the LID and GID of the target's port,
-/// its DCT number and DC key, and whether the port is RoCE.
+/// its DCT number and DC key, whether the port is RoCE, and the largest packets it takes (its
+/// path MTU, when the peer said).
 ///
 /// A value type: build it with [`new`](Self::new) from what the peer sent, keep it in the
 /// initiator's table of destinations, and turn it into an address handle with
@@ -235,8 +237,9 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 /// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as its IPv6 text
 /// (`"fe80::1"`, `"::ffff:192.0.2.7"`) in human-readable formats such as JSON, as 16 octets in
 /// binary ones (the form of [`Ipv6Addr`]'s serde implementation), the other fields as numbers and
-/// a boolean named like the getters. Deserializing validates like [`new`](Self::new): a DCT
-/// number above 24 bits is a serde error, never an invalid value.
+/// a boolean named like the getters, the path MTU (when known) as its bytes (`4096`), absent
+/// when unknown. Deserializing validates like [`new`](Self::new): a DCT number above 24 bits or
+/// an MTU that is not one of the five is a serde error, never an invalid value.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
@@ -246,6 +249,11 @@ pub struct DcEndpoint {
     dct_number: u32,
     dc_key: u64,
     is_roce: bool,
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "mtu_as_bytes", skip_serializing_if = "Option::is_none")
+    )]
+    path_mtu: Option<Mtu>,
 }
 
 impl std::fmt::Debug for DcEndpoint {
@@ -256,6 +264,7 @@ impl std::fmt::Debug for DcEndpoint {
             .field("dct_number", &format_args!("{:#x}", self.dct_number))
             .field("dc_key", &format_args!("{:#x}", self.dc_key))
             .field("is_roce", &self.is_roce)
+            .field("path_mtu", &self.path_mtu)
             .finish()
     }
 }
@@ -287,7 +296,25 @@ impl DcEndpoint {
             dct_number,
             dc_key,
             is_roce,
+            path_mtu: None,
         })
+    }
+
+    /// The target's path MTU: the largest packets its port takes
+    /// ([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up
+    /// with). A DC initiator must send no larger ones: on nodes at 1500 and 9000 bytes of
+    /// Ethernet MTU, 4096-byte packets to the 1500 node are dropped and end in `RETRY_EXC`.
+    /// [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)
+    /// takes it into account, and a pool refuses a destination whose MTU is below its
+    /// initiators'.
+    pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
+        self.path_mtu = Some(path_mtu);
+        self
+    }
+
+    /// The target's path MTU, if the peer said ([`setup_path_mtu`](Self::setup_path_mtu)).
+    pub fn path_mtu(&self) -> Option<Mtu> {
+        self.path_mtu
     }
 
     /// The LID of the target's port (InfiniBand; unused on RoCE).
@@ -404,10 +431,47 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
             dct_number: u32,
             dc_key: u64,
             is_roce: bool,
+            #[serde(default, with = "mtu_as_bytes")]
+            path_mtu: Option<Mtu>,
         }
         let raw = Unchecked::deserialize(deserializer)?;
-        DcEndpoint::new(raw.lid, raw.gid, raw.dct_number, raw.dc_key, raw.is_roce)
-            .map_err(|err| serde::de::Error::custom(err.0))
+        let mut endpoint = DcEndpoint::new(raw.lid, raw.gid, raw.dct_number, raw.dc_key, raw.is_roce)
+            .map_err(|err| serde::de::Error::custom(err.0))?;
+        endpoint.path_mtu = raw.path_mtu;
+        Ok(endpoint)
+    }
+}
+
+/// A path MTU for serde: its bytes (256 to 4096).
+#[cfg(feature = "serde")]
+mod mtu_as_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use sideway::ibverbs::device_context::Mtu;
+
+    const ALL: [(Mtu, u16); 5] = [
+        (Mtu::Mtu256, 256),
+        (Mtu::Mtu512, 512),
+        (Mtu::Mtu1024, 1024),
+        (Mtu::Mtu2048, 2048),
+        (Mtu::Mtu4096, 4096),
+    ];
+
+    pub(super) fn serialize<S: Serializer>(mtu: &Option<Mtu>, serializer: S) -> Result<S::Ok, S::Error> {
+        let bytes = ALL
+            .iter()
+            .find(|(each, _)| Some(*each) == *mtu)
+            .map(|(_, bytes)| *bytes);
+        serializer.serialize_u16(bytes.unwrap_or(0))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Mtu>, D::Error> {
+        let bytes = u16::deserialize(deserializer)?;
+        match ALL.iter().find(|(_, each)| *each == bytes) {
+            Some((mtu, _)) => Ok(Some(*mtu)),
+            None => Err(serde::de::Error::custom(format!(
+                "path MTU {bytes} is not 256, 512, 1024, 2048 or 4096"
+            ))),
+        }
     }
 }
 
@@ -559,6 +623,25 @@ mod serde_tests {
         let json = serde_json::to_string(&ib).unwrap();
         assert!(json.contains(r#""gid":"fe80::2:c903:a1:b2c3""#), "{json}");
         assert_eq!(serde_json::from_str::<DcEndpoint>(&json).unwrap(), ib);
+    }
+
+    #[test]
+    fn the_path_mtu_travels_as_bytes_and_may_be_absent() {
+        let gid = Gid::from(Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]));
+        let mut ep = DcEndpoint::new(0, gid, 7, 9, true).unwrap();
+        ep.setup_path_mtu(Mtu::Mtu1024);
+        let json = serde_json::to_string(&ep).unwrap();
+        assert!(json.ends_with(r#""is_roce":true,"path_mtu":1024}"#), "{json}");
+        assert_eq!(
+            serde_json::from_str::<DcEndpoint>(&json).unwrap().path_mtu(),
+            Some(Mtu::Mtu1024)
+        );
+        // From a peer that does not say: unknown.
+        let old = r#"{"lid":0,"gid":"::ffff:192.0.2.7","dct_number":7,"dc_key":9,"is_roce":true}"#;
+        assert_eq!(serde_json::from_str::<DcEndpoint>(old).unwrap().path_mtu(), None);
+        let bad = r#"{"lid":0,"gid":"::ffff:192.0.2.7","dct_number":7,"dc_key":9,"is_roce":true,"path_mtu":1500}"#;
+        let err = serde_json::from_str::<DcEndpoint>(bad).unwrap_err();
+        assert!(err.to_string().contains("path MTU 1500"), "{err}");
     }
 
     #[test]

@@ -21,8 +21,6 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
-use sideway::ibverbs::address::Gid;
-
 use super::endpoint::{DcEndpoint, DcServiceClass, DEFAULT_HOP_LIMIT};
 use super::initiator::bring_up::{active_mtu, check_port_ready};
 use super::initiator::creation::create_dc_qp;
@@ -32,6 +30,7 @@ use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
+use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry, SourceGidError};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 use crate::mlx5::library::LIBMLX5;
@@ -211,6 +210,7 @@ impl DcTargetBuilder {
             dc_key: self.dc_key,
             access_flags: self.access_flags.unwrap_or(DEFAULT_ACCESS),
             default_access: self.access_flags.is_none(),
+            brought_up_with: None,
         })
     }
 }
@@ -237,35 +237,10 @@ pub enum BringUpDcTargetErrorKind {
     /// found before any transition.
     #[error(transparent)]
     PortNotReady(PortNotReady),
-    /// The port is RoCE: the DC target's address vector must be global, with a source GID
-    /// index ([`DcTargetBringUp::setup_src_gid_index`]).
-    #[error("port {port} is RoCE: set the source GID index (setup_src_gid_index)")]
-    SourceGidIndexRequired {
-        /// The port.
-        port: u8,
-    },
-    /// The source GID index names an empty slot of the port's GID table (`ibv_query_gid` read
-    /// zeros): the move to RTR would fail, or the DC target would answer from no address. Pick a
-    /// RoCE v2 GID with
-    /// [`DeviceContextExt::roce_v2_gid`](crate::ibverbs::extension::DeviceContextExt::roce_v2_gid).
-    #[error("GID index {index} of port {port} is empty (a zero GID): pick a RoCE v2 GID index")]
-    ZeroSourceGid {
-        /// The port.
-        port: u8,
-        /// The source GID index.
-        index: u8,
-    },
-    /// Reading the GID at the source GID index failed (`ibv_query_gid`; e.g. an index beyond
-    /// the port's table).
-    #[error("cannot read GID index {index} of port {port}")]
-    QueryGid {
-        /// The port.
-        port: u8,
-        /// The source GID index.
-        index: u8,
-        /// The library's error.
-        source: io::Error,
-    },
+    /// The source GID ([`DcTargetBringUp::setup_source_gid`]) is not in the port's GID table,
+    /// or on RoCE is not RoCE v2 (or the port has none); found before any transition.
+    #[error(transparent)]
+    SourceGid(#[from] SourceGidError),
     /// A transition failed (checked against the DC target's table first).
     #[error(transparent)]
     Modify(#[from] ModifyDcTargetError),
@@ -311,7 +286,8 @@ pub struct DcTargetEndpointError(#[from] pub DcTargetEndpointErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DcTargetEndpointErrorKind {
-    /// The DC target is not in RTR: it has no DCT number yet.
+    /// The DC target is not in RTR, or was not brought up by [`DcTarget::bring_up`]: it has
+    /// no DCT number yet, or no port and GID to announce.
     #[error("the DC target has no DCT number before RTR (bring_up first)")]
     NoDctNumber,
     /// The port is 0 or the device has no such port.
@@ -329,14 +305,15 @@ pub enum DcTargetEndpointErrorKind {
 
 /// How [`DcTarget::bring_up`] brings a DC target to RTR: the local port and P_Key index, the
 /// path MTU (default: the port's active MTU), the minimum RNR timer (default 12, as
-/// `ibv_rc_pingpong`), and on RoCE the source GID index of its global address vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `ibv_rc_pingpong`), and the source GID of its address vector (default: on RoCE the port's
+/// RoCE v2 GID, [`SourceGid::Automatic`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DcTargetBringUp {
     port: u8,
     pkey_index: u16,
     path_mtu: Option<Mtu>,
     min_rnr_timer: u8,
-    src_gid_index: Option<u8>,
+    source_gid: SourceGid,
     hop_limit: u8,
     class: DcServiceClass,
 }
@@ -349,7 +326,7 @@ impl DcTargetBringUp {
             pkey_index: 0,
             path_mtu: None,
             min_rnr_timer: 12,
-            src_gid_index: None,
+            source_gid: SourceGid::Automatic,
             hop_limit: DEFAULT_HOP_LIMIT,
             class: DcServiceClass::new(),
         }
@@ -361,7 +338,9 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The path MTU (default: the port's active MTU).
+    /// The path MTU (default: the port's active MTU). The target's
+    /// [`endpoint`](DcTarget::endpoint) announces it: initiators must send no larger packets
+    /// ([`DcEndpoint::path_mtu`]).
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
@@ -373,11 +352,19 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The local GID index the address vector is global with (required on RoCE; on
-    /// InfiniBand it makes the address vector global).
-    pub fn setup_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
-        self.src_gid_index = Some(src_gid_index);
+    /// The local GID the address vector is global with, and that the target's
+    /// [`endpoint`](DcTarget::endpoint) announces (default [`SourceGid::Automatic`]: on RoCE the
+    /// port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none, the LID). On RoCE it must be a
+    /// RoCE v2 GID; on InfiniBand a GID makes the address vector global.
+    pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
+        self.source_gid = source_gid;
         self
+    }
+
+    /// The source GID by its index: [`setup_source_gid`](Self::setup_source_gid) with
+    /// [`SourceGid::Index`].
+    pub fn setup_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
+        self.setup_source_gid(SourceGid::Index(src_gid_index))
     }
 
     /// The GRH hop limit of a global address vector (default [`DEFAULT_HOP_LIMIT`], as the
@@ -396,14 +383,17 @@ impl DcTargetBringUp {
     /// as UCX and perftest pass the traffic class to the DCT at RTR. Whether the replies carry the
     /// DSCP on RoCE v2 is unconfirmed: see [`DcServiceClass`]'s "A DC target's replies". Traffic
     /// class and flow label need a global address vector
-    /// ([`setup_src_gid_index`](Self::setup_src_gid_index), always on RoCE).
+    /// (a source GID: always on RoCE).
     pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
         self.class = class;
         self
     }
 
-    /// The two transitions' attributes: RESET → INIT, INIT → RTR.
-    pub(crate) fn attributes(&self, access_flags: AccessFlags, path_mtu: Mtu) -> [QueuePairAttribute; 2] {
+    /// The two transitions' attributes: RESET → INIT, INIT → RTR (global from `src_gid_index`, the
+    /// index of the resolved source GID).
+    pub(crate) fn attributes(
+        &self, access_flags: AccessFlags, path_mtu: Mtu, src_gid_index: Option<u8>,
+    ) -> [QueuePairAttribute; 2] {
         let mut init = QueuePairAttribute::new();
         init.setup_state(QueuePairState::Init)
             .setup_pkey_index(self.pkey_index)
@@ -411,7 +401,7 @@ impl DcTargetBringUp {
             .setup_access_flags(access_flags);
         let mut av = AddressHandleAttribute::new();
         av.setup_port(self.port);
-        if let Some(index) = self.src_gid_index {
+        if let Some(index) = src_gid_index {
             av.setup_grh_src_gid_index(index).setup_grh_hop_limit(self.hop_limit);
         }
         self.class.apply_to(&mut av);
@@ -432,6 +422,16 @@ pub struct DcTarget {
     access_flags: AccessFlags,
     /// Whether `access_flags` is the builder's default (remote atomics dropped where refused).
     default_access: bool,
+    /// What [`DcTarget::bring_up`] brought it up with, which its endpoint announces.
+    brought_up_with: Option<TargetAddress>,
+}
+
+/// The port, source GID and path MTU a DC target was brought up with.
+#[derive(Debug, Clone, Copy)]
+struct TargetAddress {
+    port: u8,
+    source_gid: Option<SourceGidEntry>,
+    path_mtu: Mtu,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
@@ -511,34 +511,49 @@ impl DcTarget {
         .into())
     }
 
-    /// What a peer needs to reach this DC target through local port `port`: the port's LID, the
-    /// GID the peer should address (`gid`, e.g. the one of the source GID index the target was
-    /// brought up with), the DCT number, the DC key, and whether the port is RoCE. Only from
-    /// RTR on, when the DCT number exists.
-    pub fn endpoint(&self, port: u8, gid: Gid) -> Result<DcEndpoint, DcTargetEndpointError> {
+    /// What a peer needs to reach this DC target, as [`bring_up`](Self::bring_up) brought it
+    /// up: its port's LID, the source GID it answers from (the zero GID on InfiniBand without
+    /// one: LID routing), the DCT number, the DC key, whether the port is RoCE, and the path
+    /// MTU. Only from RTR on, when the DCT number exists.
+    ///
+    /// It is the GID the target sends its replies from: a peer that addressed another GID of
+    /// this port would get replies from an address it did not send to, so no other can be
+    /// announced.
+    pub fn endpoint(&self) -> Result<DcEndpoint, DcTargetEndpointError> {
         let dct_number = self.dct_number().ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
+        let address = self.brought_up_with.ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
+        let port = address.port;
         let attr = self
             .core
             .query_port(port)
             .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
-        // The DCT number is 24 bits by construction (the library's); the GID may be zero.
-        DcEndpoint::new(
+        let gid = address.source_gid.map(|entry| entry.gid()).unwrap_or_default();
+        // The DCT number is 24 bits by construction (the library's); on RoCE the GID is a set
+        // RoCE v2 slot's.
+        let mut endpoint = DcEndpoint::new(
             attr.lid,
             gid,
             dct_number,
             self.dc_key,
             attr.link_layer == IBV_LINK_LAYER_ETHERNET,
         )
-        .map_err(|err| DcTargetEndpointErrorKind::InvalidEndpoint(err).into())
+        .map_err(DcTargetEndpointErrorKind::InvalidEndpoint)?;
+        endpoint.setup_path_mtu(address.path_mtu);
+        Ok(endpoint)
+    }
+
+    /// The source GID it was brought up with (`None` before [`bring_up`](Self::bring_up), and
+    /// on InfiniBand without one).
+    pub fn source_gid(&self) -> Option<SourceGidEntry> {
+        self.brought_up_with?.source_gid
     }
 
     /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
-    /// against the DC target's table), with the access flags it was built with. A port that
-    /// cannot carry traffic yet (not active, or an InfiniBand port without a LID) is refused
-    /// first, with [`PortNotReady`](BringUpDcTargetErrorKind::PortNotReady). On a RoCE port
-    /// the address vector is global, from [`DcTargetBringUp::setup_src_gid_index`], whose GID is
-    /// read first: an empty slot (zeros) is
-    /// [`ZeroSourceGid`](BringUpDcTargetErrorKind::ZeroSourceGid), before any transition.
+    /// against the DC target's table), with the access flags it was built with. Before any
+    /// transition it refuses a port that cannot carry traffic yet (not active, or an InfiniBand
+    /// port without a LID: [`PortNotReady`](BringUpDcTargetErrorKind::PortNotReady)) and
+    /// resolves the source GID in the port's GID table: on RoCE a RoCE v2 GID, by default the
+    /// port's own ([`SourceGid`](BringUpDcTargetErrorKind::SourceGid) otherwise).
     pub fn bring_up(&mut self, params: &DcTargetBringUp) -> Result<(), BringUpDcTargetError> {
         let invalid_port = |source| BringUpDcTargetErrorKind::InvalidPort {
             port: params.port,
@@ -547,42 +562,33 @@ impl DcTarget {
         let port = self.core.query_port(params.port).map_err(invalid_port)?;
         check_port_ready(params.port, &port).map_err(BringUpDcTargetErrorKind::PortNotReady)?;
         let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
-        match (roce, params.src_gid_index) {
-            (true, None) => {
-                return Err(BringUpDcTargetErrorKind::SourceGidIndexRequired { port: params.port }.into());
-            },
-            (true, Some(index)) => {
-                let gid =
-                    self.core
-                        .query_gid(params.port, index)
-                        .map_err(|source| BringUpDcTargetErrorKind::QueryGid {
-                            port: params.port,
-                            index,
-                            source,
-                        })?;
-                if gid.is_zero() {
-                    return Err(BringUpDcTargetErrorKind::ZeroSourceGid {
-                        port: params.port,
-                        index,
-                    }
-                    .into());
-                }
-            },
-            (false, _) => {},
-        }
+        let table = self
+            .core
+            .gid_table(params.port, &port)
+            .map_err(BringUpDcTargetErrorKind::SourceGid)?;
+        let source_gid = params
+            .source_gid
+            .resolve(params.port, roce, &table, netdev_index)
+            .map_err(|kind| BringUpDcTargetErrorKind::SourceGid(kind.into()))?;
         let path_mtu = params.path_mtu.unwrap_or(active);
-        let [init, rtr] = params.attributes(self.access_flags, path_mtu);
+        let src_gid_index = source_gid.map(|entry| entry.index());
+        let [init, rtr] = params.attributes(self.access_flags, path_mtu, src_gid_index);
         match self.modify(&init) {
             // The default access asks for remote atomics where the device has DC atomics: the
             // kernel refuses them before it changes anything, so INIT is asked again without.
             Err(err) if self.default_access && matches!(err.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported) => {
                 self.access_flags = DEFAULT_ACCESS.and(AccessFlags::RemoteAtomic.not());
-                let [init, _] = params.attributes(self.access_flags, path_mtu);
+                let [init, _] = params.attributes(self.access_flags, path_mtu, src_gid_index);
                 self.modify(&init).map_err(BringUpDcTargetErrorKind::Modify)?;
             },
             other => other.map_err(BringUpDcTargetErrorKind::Modify)?,
         }
         self.modify(&rtr).map_err(BringUpDcTargetErrorKind::Modify)?;
+        self.brought_up_with = Some(TargetAddress {
+            port: params.port,
+            source_gid,
+            path_mtu,
+        });
         Ok(())
     }
 }
@@ -613,6 +619,7 @@ impl DcTarget {
             dc_key,
             access_flags: access_flags.unwrap_or(DEFAULT_ACCESS),
             default_access: access_flags.is_none(),
+            brought_up_with: None,
         })
     }
 }
@@ -646,15 +653,14 @@ mod tests {
     #[test]
     fn bring_up_attributes_pass_the_dc_table() {
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
-        let [init, rtr] = DcTargetBringUp::new(1).attributes(access, Mtu::Mtu4096);
+        let [init, rtr] = DcTargetBringUp::new(1).attributes(access, Mtu::Mtu4096, None);
         assert!(DC_TARGET.check(QueuePairState::Reset, &init).is_ok());
         assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_ok());
         assert_eq!(rtr.min_rnr_timer(), 12);
         assert!(!rtr.mask().contains(QueuePairAttributeMask::MaxDestinationReadAtomic));
         // RoCE: a global address vector from the source GID index.
         let mut roce = DcTargetBringUp::new(1);
-        roce.setup_src_gid_index(3);
-        let [_, rtr] = roce.attributes(access, Mtu::Mtu1024);
+        let [_, rtr] = roce.attributes(access, Mtu::Mtu1024, Some(3));
         assert!(rtr.attr.ah_attr.is_global != 0);
         assert_eq!(
             (rtr.attr.ah_attr.grh.sgid_index, rtr.attr.ah_attr.grh.hop_limit),
@@ -676,7 +682,7 @@ mod tests {
             .setup_flow_label(7)
             .setup_service_level(3);
         roce.setup_service_class(class);
-        let [_, rtr] = roce.attributes(access, Mtu::Mtu1024);
+        let [_, rtr] = roce.attributes(access, Mtu::Mtu1024, Some(3));
         assert_eq!(
             (
                 rtr.attr.ah_attr.grh.traffic_class,

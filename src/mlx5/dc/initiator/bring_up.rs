@@ -15,6 +15,7 @@ use super::{
 use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
+use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry};
 
 /// The attributes a DC initiator was brought up with, to bring it up again after an error.
 #[derive(Debug, Clone)]
@@ -22,9 +23,21 @@ pub(crate) struct BringUpAttributes {
     init: QueuePairAttribute,
     rtr: QueuePairAttribute,
     rts: QueuePairAttribute,
+    path_mtu: Mtu,
+    source_gid: Option<SourceGidEntry>,
 }
 
 impl BringUpAttributes {
+    /// The path MTU of the move to RTR.
+    pub(crate) fn path_mtu(&self) -> Mtu {
+        self.path_mtu
+    }
+
+    /// The source GID bring-up resolved.
+    pub(crate) fn source_gid(&self) -> Option<SourceGidEntry> {
+        self.source_gid
+    }
+
     /// The three steps, in order: RESET → INIT, INIT → RTR, RTR → RTS.
     #[cfg(test)]
     pub(crate) fn steps(&self) -> [&QueuePairAttribute; 3] {
@@ -52,6 +65,8 @@ impl DcInitiatorBringUp {
             port,
             pkey_index: 0,
             path_mtu: None,
+            destination_path_mtu: None,
+            source_gid: SourceGid::Automatic,
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -83,9 +98,30 @@ impl DcInitiatorBringUp {
         self
     }
 
-    /// The path MTU (default: the port's active MTU).
+    /// The path MTU (default: the port's active MTU). Bring-up takes the smaller of it and
+    /// [`setup_destination_path_mtu`](Self::setup_destination_path_mtu).
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
+        self
+    }
+
+    /// The smallest path MTU among the DC targets it will reach (their endpoints'
+    /// [`path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu); default: none known).
+    /// A DC initiator sends every request with one path MTU, set at bring-up, whatever its
+    /// destination: bring-up takes the smaller of this and its own
+    /// ([`setup_path_mtu`](Self::setup_path_mtu) or the port's), so that no packet is larger
+    /// than a destination's port takes (dropped there, the requests end in `RETRY_EXC`).
+    pub fn setup_destination_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
+        self.destination_path_mtu = Some(path_mtu);
+        self
+    }
+
+    /// The local GID its requests are sent from (default [`SourceGid::Automatic`]: on RoCE the
+    /// port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none). Bring-up resolves it in the
+    /// port's GID table and refuses a slot that is empty or, on RoCE, not RoCE v2; the address
+    /// handles of its requests use its index ([`DcInitiator::source_gid`]), as a pool's do.
+    pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
+        self.source_gid = source_gid;
         self
     }
 
@@ -115,8 +151,13 @@ impl DcInitiatorBringUp {
         self
     }
 
-    /// The three transitions' attributes: RESET → INIT, INIT → RTR, RTR → RTS.
-    pub(crate) fn attributes(&self, path_mtu: Mtu, depth: u8) -> BringUpAttributes {
+    /// The three transitions' attributes: RESET → INIT, INIT → RTR, RTR → RTS, with the smaller
+    /// of this path MTU, `port_mtu` (the port's active one) and the destinations'.
+    pub(crate) fn attributes(&self, port_mtu: Mtu, depth: u8, source_gid: Option<SourceGidEntry>) -> BringUpAttributes {
+        let path_mtu = self
+            .path_mtu
+            .unwrap_or(port_mtu)
+            .min(self.destination_path_mtu.unwrap_or(Mtu::Mtu4096));
         let max_read_atomic = self.max_read_atomic.map_or(depth, |asked| asked.min(depth));
         let mut init = QueuePairAttribute::new();
         init.setup_state(QueuePairState::Init)
@@ -134,7 +175,13 @@ impl DcInitiatorBringUp {
             .setup_rnr_retry(self.rnr_retry)
             .setup_max_read_atomic(max_read_atomic)
             .setup_sq_psn(0);
-        BringUpAttributes { init, rtr, rts }
+        BringUpAttributes {
+            init,
+            rtr,
+            rts,
+            path_mtu,
+            source_gid,
+        }
     }
 }
 
@@ -217,12 +264,24 @@ impl DcInitiator {
                 source,
             })?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
+        let roce = port.link_layer == crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
+        let table = self
+            .core
+            .gid_table(params.port, &port)
+            .map_err(BringUpDcInitiatorErrorKind::SourceGid)?;
+        let resolve = |source_gid: &SourceGid| source_gid.resolve(params.port, roce, &table, netdev_index);
         if let Some(address_vector) = &params.rtr_address_vector {
-            let roce = port.link_layer == crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
-            self.check_rtr_address_vector(params.port, roce, address_vector)?;
+            if roce && !address_vector.is_global() {
+                return Err(BringUpDcInitiatorErrorKind::RtrAddressVectorNotGlobal { port: params.port }.into());
+            }
+            if address_vector.is_global() {
+                resolve(&SourceGid::Index(address_vector.src_gid_index()))
+                    .map_err(|kind| BringUpDcInitiatorErrorKind::RtrAddressVectorGid(kind.into()))?;
+            }
         }
-        let path_mtu = params.path_mtu.unwrap_or_else(|| active_mtu(&port));
-        let attributes = params.attributes(path_mtu, self.read_atomic_depth);
+        let source_gid =
+            resolve(&params.source_gid).map_err(|kind| BringUpDcInitiatorErrorKind::SourceGid(kind.into()))?;
+        let attributes = params.attributes(active_mtu(&port), self.read_atomic_depth, source_gid);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
             self.core.modify(attr).map_err(|err| {
                 let refused_av = params.rtr_address_vector.is_some()
@@ -235,33 +294,6 @@ impl DcInitiator {
             })?;
         }
         self.brought_up_with = Some(attributes);
-        Ok(())
-    }
-
-    /// Refuses an RTR address vector the kernel would refuse whatever its version, so that an
-    /// `EINVAL` at INIT → RTR can only be an old kernel's: on RoCE it must be global, naming a
-    /// GID slot that is set.
-    fn check_rtr_address_vector(
-        &self, port: u8, roce: bool, address_vector: &AddressHandleAttribute,
-    ) -> Result<(), BringUpDcInitiatorErrorKind> {
-        if !roce {
-            return Ok(());
-        }
-        if !address_vector.is_global() {
-            return Err(BringUpDcInitiatorErrorKind::RtrAddressVectorNotGlobal { port });
-        }
-        let index = address_vector.src_gid_index();
-        let gid = self
-            .core
-            .query_gid(port, index)
-            .map_err(|source| BringUpDcInitiatorErrorKind::RtrAddressVectorGid { port, index, source })?;
-        if gid.is_zero() {
-            return Err(BringUpDcInitiatorErrorKind::RtrAddressVectorGid {
-                port,
-                index,
-                source: io::Error::new(io::ErrorKind::NotFound, "the GID slot is empty (zeros)"),
-            });
-        }
         Ok(())
     }
 
@@ -385,7 +417,7 @@ mod tests {
     #[test]
     fn bring_up_attributes_pass_the_dc_table_and_cap_the_read_atomic_depth() {
         let mut params = DcInitiatorBringUp::new(1);
-        let attributes = params.attributes(Mtu::Mtu1024, 8);
+        let attributes = params.attributes(Mtu::Mtu1024, 8, None);
         assert!(DC_INITIATOR.check(QueuePairState::Reset, &attributes.init).is_ok());
         assert!(DC_INITIATOR.check(QueuePairState::Init, &attributes.rtr).is_ok());
         assert!(DC_INITIATOR
@@ -401,8 +433,35 @@ mod tests {
             (14, 7, 7)
         );
         params.setup_max_read_atomic(64);
-        assert_eq!(params.attributes(Mtu::Mtu1024, 8).rts.max_read_atomic(), 8, "capped");
+        assert_eq!(
+            params.attributes(Mtu::Mtu1024, 8, None).rts.max_read_atomic(),
+            8,
+            "capped"
+        );
         params.setup_max_read_atomic(2);
-        assert_eq!(params.attributes(Mtu::Mtu1024, 8).rts.max_read_atomic(), 2);
+        assert_eq!(params.attributes(Mtu::Mtu1024, 8, None).rts.max_read_atomic(), 2);
+    }
+
+    #[test]
+    fn the_path_mtu_is_the_smallest_of_its_own_the_ports_and_the_destinations() {
+        let mut params = DcInitiatorBringUp::new(1);
+        assert_eq!(
+            params.attributes(Mtu::Mtu4096, 1, None).path_mtu,
+            Mtu::Mtu4096,
+            "the port's"
+        );
+        // A 1500-byte Ethernet peer (path MTU 1024) next to a 9000-byte local port.
+        params.setup_destination_path_mtu(Mtu::Mtu1024);
+        let attributes = params.attributes(Mtu::Mtu4096, 1, None);
+        assert_eq!(
+            (attributes.path_mtu, attributes.rtr.attr.path_mtu),
+            (Mtu::Mtu1024, Mtu::Mtu1024 as u32)
+        );
+        params.setup_path_mtu(Mtu::Mtu512);
+        assert_eq!(
+            params.attributes(Mtu::Mtu4096, 1, None).path_mtu,
+            Mtu::Mtu512,
+            "its own, smaller"
+        );
     }
 }

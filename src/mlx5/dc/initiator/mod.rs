@@ -42,6 +42,7 @@ use crate::ibverbs::post_send_guard::{
     RemoteMemoryAccess, Transport,
 };
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+use crate::ibverbs::source_gid::{SourceGid, SourceGidEntry, SourceGidError};
 use crate::mlx5::library::DcVerbs;
 
 pub(crate) mod bring_up;
@@ -293,6 +294,19 @@ impl DcInitiator {
         self.read_atomic_depth
     }
 
+    /// The local GID its requests' address handles are sent from, resolved by
+    /// [`bring_up`](Self::bring_up) ([`DcInitiatorBringUp::setup_source_gid`]): on RoCE a
+    /// RoCE v2 GID; `None` on InfiniBand without one, and before bring-up.
+    pub fn source_gid(&self) -> Option<SourceGidEntry> {
+        self.brought_up_with.as_ref()?.source_gid()
+    }
+
+    /// The path MTU it was brought up with: the largest packets it sends (`None` before
+    /// [`bring_up`](Self::bring_up)).
+    pub fn path_mtu(&self) -> Option<Mtu> {
+        Some(self.brought_up_with.as_ref()?.path_mtu())
+    }
+
     /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the
     /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
     /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
@@ -398,18 +412,13 @@ pub enum BringUpDcInitiatorErrorKind {
         port: u8,
     },
     /// The RTR address vector's source GID index names a slot of the port's GID table that
-    /// cannot be read or is empty (zeros); found before any transition.
-    #[error(
-        "the RTR address vector's source GID index {index} of port {port} is not usable: pick a RoCE v2 GID index"
-    )]
-    RtrAddressVectorGid {
-        /// The port.
-        port: u8,
-        /// The source GID index.
-        index: u8,
-        /// Why: the library's error, or an empty slot.
-        source: io::Error,
-    },
+    /// cannot be read, is empty, or on RoCE is not RoCE v2; found before any transition.
+    #[error("the RTR address vector's source GID is not usable")]
+    RtrAddressVectorGid(#[source] SourceGidError),
+    /// The source GID ([`DcInitiatorBringUp::setup_source_gid`]) is not in the port's GID
+    /// table, or on RoCE is not RoCE v2 (or the port has none); found before any transition.
+    #[error(transparent)]
+    SourceGid(#[from] SourceGidError),
     /// The kernel refused the move to RTR with the address vector of
     /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
     /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before
@@ -512,14 +521,17 @@ pub enum ResetDciStreamErrorKind {
 }
 
 /// How [`DcInitiator::bring_up`] brings a DC initiator to RTS: the local port and P_Key index,
-/// the path MTU (default: the port's active MTU), and perftest's defaults for the rest (timeout
-/// 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the device's DC
-/// initiator depth.
-#[derive(Debug, Clone, Copy)]
+/// the path MTU (default: the port's active MTU, no larger than its destinations'), the source
+/// GID of its requests (default: on RoCE the port's RoCE v2 GID), and perftest's defaults for
+/// the rest (timeout 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the
+/// device's DC initiator depth.
+#[derive(Debug, Clone)]
 pub struct DcInitiatorBringUp {
     port: u8,
     pkey_index: u16,
     path_mtu: Option<Mtu>,
+    destination_path_mtu: Option<Mtu>,
+    source_gid: SourceGid,
     timeout: u8,
     retry_cnt: u8,
     rnr_retry: u8,

@@ -140,7 +140,8 @@ pub(crate) fn set_port(state: rdma_mummy_sys::ibv_port_state::Type, lid: u16) {
     with(|model| model.port = (state, lid));
 }
 
-/// Port 1 is RoCE, with GIDs set at `gid_indices` only.
+/// Port 1 is RoCE, with GIDs set at `gid_indices` only: as on mlx5, each address twice, RoCE v1
+/// at the even index and RoCE v2 at the odd one.
 pub(crate) fn set_roce(gid_indices: &'static [u8]) {
     with(|model| model.roce_gids = Some(gid_indices));
 }
@@ -312,6 +313,7 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
     }
     let roce = with(|model| model.roce_gids.is_some());
     (*attr).active_mtu = 3;
+    (*attr).gid_tbl_len = 16;
     (*attr).link_layer = if roce {
         crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET
     } else {
@@ -323,28 +325,45 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
     0
 }
 
-/// The model's `query_gid`: on RoCE, a GID (`::ffff:192.0.2.<index>`) at the indices set, zeros
-/// elsewhere (libibverbs reads an empty slot as zeros, with success); on InfiniBand a link-local
-/// GID at index 0 only.
+/// The model's `ibv_query_gid_ex`: on RoCE, a GID (`::ffff:192.0.2.<index>`) at the indices set,
+/// RoCE v1 at an even index and RoCE v2 at an odd one (mlx5's table lists each address once per
+/// RoCE version), `ENODATA` elsewhere (libibverbs' answer for an empty slot); on InfiniBand a
+/// link-local GID at index 0 only.
 ///
 /// # Safety
 ///
-/// `gid` must be writable (as `ibv_query_gid`).
-unsafe fn query_gid(_: *mut ibv_context, port: u8, index: i32, gid: *mut rdma_mummy_sys::ibv_gid) -> i32 {
+/// `entry` must be writable (as `ibv_query_gid_ex`).
+unsafe fn query_gid_entry(_: *mut ibv_context, port: u8, index: u32, entry: *mut rdma_mummy_sys::ibv_gid_entry) -> i32 {
     if port != 1 {
         return libc::EINVAL;
     }
-    let set = with(|model| match model.roce_gids {
-        Some(indices) => indices.iter().any(|&i| i32::from(i) == index),
-        None => index == 0,
-    });
-    let mut raw = [0u8; 16];
-    if set {
-        raw[10] = 0xff;
-        raw[11] = 0xff;
-        raw[12..].copy_from_slice(&[192, 0, 2, index as u8]);
+    if index >= 16 {
+        return libc::EINVAL;
     }
-    (*gid).raw = raw;
+    let roce = with(|model| model.roce_gids);
+    let (raw, gid_type) = match roce {
+        Some(indices) if indices.iter().any(|&i| u32::from(i) == index) => {
+            let mut raw = [0u8; 16];
+            raw[10] = 0xff;
+            raw[11] = 0xff;
+            raw[12..].copy_from_slice(&[192, 0, 2, index as u8]);
+            let gid_type = match index % 2 {
+                0 => rdma_mummy_sys::IBV_GID_TYPE_ROCE_V1,
+                _ => rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2,
+            };
+            (raw, gid_type)
+        },
+        None if index == 0 => (
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            rdma_mummy_sys::IBV_GID_TYPE_IB,
+        ),
+        _ => return libc::ENODATA,
+    };
+    (*entry).gid.raw = raw;
+    (*entry).gid_index = index;
+    (*entry).port_num = 1;
+    (*entry).gid_type = gid_type;
+    (*entry).ndev_ifindex = u32::from(roce.is_some()) * 2;
     0
 }
 
@@ -562,7 +581,7 @@ pub(crate) static QUEUE_PAIR_VERBS: QueuePairVerbs = QueuePairVerbs {
     destroy,
     to_qp_ex,
     query_port,
-    query_gid,
+    query_gid_entry,
 };
 
 /// The model's libmlx5 calls.
@@ -588,6 +607,7 @@ mod tests {
 
     use super::*;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
+    use crate::ibverbs::source_gid::SourceGidErrorKind;
     use crate::mlx5::dc::initiator::creation::{DciDevice, DciRequest};
     use crate::mlx5::dc::initiator::{
         BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
@@ -795,7 +815,7 @@ mod tests {
     #[test]
     fn the_rtr_address_vector_is_sent_only_when_asked_and_an_old_kernel_says_so() {
         // By default no address vector at RTR: both kernels take that.
-        let attributes = DcInitiatorBringUp::new(1).attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 1);
+        let attributes = DcInitiatorBringUp::new(1).attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 1, None);
         assert!(!attributes.steps()[1]
             .mask()
             .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AddressVector));
@@ -805,7 +825,7 @@ mod tests {
         let mut params = DcInitiatorBringUp::new(1);
         params.setup_rtr_address_vector(av);
         let rtr = params
-            .attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 1)
+            .attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 1, None)
             .steps()[1]
             .clone();
         assert!(rtr
@@ -1141,7 +1161,11 @@ mod tests {
             let err = dci.bring_up(&with(av)).unwrap_err();
             let named = match &err.0 {
                 BringUpDcInitiatorErrorKind::RtrAddressVectorNotGlobal { port: 1 } => "not global",
-                BringUpDcInitiatorErrorKind::RtrAddressVectorGid { port: 1, index: 0, .. } => "empty slot",
+                BringUpDcInitiatorErrorKind::RtrAddressVectorGid(gid)
+                    if matches!(gid.0, SourceGidErrorKind::EmptySlot { port: 1, index: 0 }) =>
+                {
+                    "empty slot"
+                },
                 _ => "something else",
             };
             assert_eq!(named, want, "{err:?}");
@@ -1214,34 +1238,83 @@ mod tests {
     }
 
     #[test]
-    fn a_dct_on_roce_is_refused_an_empty_gid_slot_by_its_index_before_any_transition() {
+    fn a_dct_on_roce_answers_from_a_roce_v2_gid_and_announces_it_with_its_path_mtu() {
+        use crate::mlx5::dc::target::DcTargetEndpointErrorKind;
         reset(DEVICE);
-        set_roce(&[1, 3]);
+        // As on mlx5: RoCE v1 at 0 and 2, RoCE v2 at 1 and 3.
+        set_roce(&[0, 1, 2, 3]);
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
         let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        assert!(matches!(
+            dct.endpoint().unwrap_err().0,
+            DcTargetEndpointErrorKind::NoDctNumber
+        ));
         take_calls();
+        // A RoCE v1 GID, an empty slot: refused by name before any transition.
         let mut params = DcTargetBringUp::new(1);
-        params.setup_src_gid_index(0);
-        let err = dct.bring_up(&params).unwrap_err();
+        for (index, want) in [(0, "RoCE v1"), (5, "empty")] {
+            params.setup_src_gid_index(index);
+            let err = dct.bring_up(&params).unwrap_err();
+            let BringUpDcTargetErrorKind::SourceGid(gid) = &err.0 else {
+                panic!("{err:?}")
+            };
+            let named = match gid.0 {
+                SourceGidErrorKind::NotRoceV2 { port: 1, index: 0, .. } => "RoCE v1",
+                SourceGidErrorKind::EmptySlot { port: 1, index: 5 } => "empty",
+                _ => "something else",
+            };
+            assert_eq!(named, want, "{err:?}");
+            assert!(take_calls().is_empty(), "nothing reached the kernel");
+        }
+        // By default: the port's first RoCE v2 GID, in the RTR address vector and the endpoint.
+        dct.bring_up(&DcTargetBringUp::new(1)).expect("a RoCE v2 GID at 1");
+        assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+        assert_eq!(dct.source_gid().map(|entry| entry.index()), Some(1));
+        let endpoint = dct.endpoint().expect("its endpoint");
+        let gid = std::net::Ipv6Addr::from(endpoint.gid());
+        assert_eq!(gid, "::ffff:192.0.2.1".parse::<std::net::Ipv6Addr>().unwrap());
+        let mtu = sideway::ibverbs::device_context::Mtu::Mtu1024;
+        assert_eq!(
+            (endpoint.is_roce(), endpoint.path_mtu()),
+            (true, Some(mtu)),
+            "the port's active MTU"
+        );
+        // A port with RoCE v1 GIDs only has nothing to answer from.
+        let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+        set_roce(&[0, 2]);
+        let err = dct.bring_up(&DcTargetBringUp::new(1)).unwrap_err();
         assert!(
-            matches!(err.0, BringUpDcTargetErrorKind::ZeroSourceGid { port: 1, index: 0 }),
+            matches!(&err.0, BringUpDcTargetErrorKind::SourceGid(gid) if matches!(gid.0, SourceGidErrorKind::NoRoceV2Gid { port: 1 })),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_dci_on_roce_sends_from_a_roce_v2_gid_and_refuses_a_roce_v1_one() {
+        use crate::ibverbs::source_gid::SourceGid;
+        let mut dci = dci_on(DEVICE, None);
+        set_roce(&[0, 1, 2, 3]);
+        let mut params = DcInitiatorBringUp::new(1);
+        params.setup_source_gid(SourceGid::Index(2));
+        let err = dci.bring_up(&params).unwrap_err();
         assert!(
-            err.0.to_string().contains("GID index 0 of port 1 is empty"),
-            "{}",
-            err.0
+            matches!(&err.0, BringUpDcInitiatorErrorKind::SourceGid(gid) if matches!(gid.0, SourceGidErrorKind::NotRoceV2 { port: 1, index: 2, .. })),
+            "{err:?}"
         );
-        assert!(take_calls().is_empty(), "nothing reached the kernel");
-        params.setup_src_gid_index(3);
-        dct.bring_up(&params).expect("a GID is set at index 3");
-        assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
-        // The endpoint refuses the zero GID too.
-        let zero = sideway::ibverbs::address::Gid::from(std::net::Ipv6Addr::UNSPECIFIED);
-        assert!(matches!(
-            dct.endpoint(1, zero).unwrap_err().0,
-            crate::mlx5::dc::target::DcTargetEndpointErrorKind::InvalidEndpoint(_)
-        ));
+        assert_eq!(dci.state(), QueuePairState::Reset, "before any transition");
+        params.setup_source_gid(SourceGid::Index(3));
+        dci.bring_up(&params).expect("a RoCE v2 GID");
+        assert_eq!(dci.source_gid().map(|entry| entry.index()), Some(3));
+        assert_eq!(dci.path_mtu(), Some(sideway::ibverbs::device_context::Mtu::Mtu1024));
+        // By default the first RoCE v2 GID; on InfiniBand none.
+        let mut dci = dci_on(DEVICE, None);
+        set_roce(&[0, 1, 2, 3]);
+        dci.bring_up(&DcInitiatorBringUp::new(1)).expect("brought up");
+        assert_eq!(dci.source_gid().map(|entry| entry.index()), Some(1));
+        let mut dci = dci_on(DEVICE, None);
+        dci.bring_up(&DcInitiatorBringUp::new(1))
+            .expect("brought up on InfiniBand");
+        assert_eq!(dci.source_gid(), None);
     }
 
     #[test]
@@ -1552,10 +1625,9 @@ mod tests {
         // DCT: RESET -> INIT -> RTR with the attributes bring_up hands to ibv_modify_qp.
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
         let mut state = QueuePairState::Reset;
-        let mut roce = DcTargetBringUp::new(1);
-        roce.setup_src_gid_index(1);
-        for params in [DcTargetBringUp::new(1), roce] {
-            for attr in params.attributes(access, sideway::ibverbs::device_context::Mtu::Mtu4096) {
+        for src_gid_index in [None, Some(1)] {
+            let params = DcTargetBringUp::new(1);
+            for attr in params.attributes(access, sideway::ibverbs::device_context::Mtu::Mtu4096, src_gid_index) {
                 let new = rules::new_state(state, attr.mask().bits(), attr.state());
                 assert!(
                     rules::modify_dct_is_ok(state, new, attr.mask().bits()),
@@ -1571,7 +1643,7 @@ mod tests {
         use crate::mlx5::dc::initiator::bring_up::reset_attribute;
         let mut bring_up = DcInitiatorBringUp::new(1);
         bring_up.setup_pkey_index(0).setup_max_read_atomic(4);
-        let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 16);
+        let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 16, None);
         for from in rules::STATES {
             let reset = reset_attribute();
             let mut state = rules::new_state(from, reset.mask().bits(), reset.state());

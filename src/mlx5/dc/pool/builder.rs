@@ -119,7 +119,6 @@ pub struct DcInitiatorPoolBuilder {
     count: usize,
     policy: DcPoolPolicy,
     bring_up: Option<DcInitiatorBringUp>,
-    src_gid_index: u8,
     service_class: DcServiceClass,
     unreachable_after: u32,
     grant_timeout: Duration,
@@ -132,8 +131,8 @@ type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
 
 impl DcInitiatorPoolBuilder {
     /// A builder with the defaults: 8 initiators, the [dedicated](DcPoolPolicy::Dedicated)
-    /// policy, each initiator as [`DcInitiatorBuilder::new`] makes it, GID index 0 for address
-    /// handles, unreachable after 3 consecutive "retry exceeded" errors.
+    /// policy, each initiator as [`DcInitiatorBuilder::new`] makes it, address handles from the
+    /// initiators' source GID, unreachable after 3 consecutive "retry exceeded" errors.
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
@@ -142,7 +141,6 @@ impl DcInitiatorPoolBuilder {
             count: 8,
             policy: DcPoolPolicy::Dedicated,
             bring_up: None,
-            src_gid_index: 0,
             service_class: DcServiceClass::new(),
             unreachable_after: 3,
             grant_timeout: Duration::from_millis(10),
@@ -219,15 +217,15 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// How every initiator is brought up to RTS, and recovered (required).
+    /// How every initiator is brought up to RTS, and recovered (required). Its source GID is the
+    /// one the pool's address handles are sent from (by default, on RoCE, the port's RoCE v2
+    /// GID: [`DcInitiatorBringUp::setup_source_gid`]); its path MTU is the largest packet the
+    /// pool sends, and a destination whose endpoint says its port takes less is refused
+    /// ([`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)): give
+    /// it the smallest of your destinations'
+    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`]).
     pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
         self.bring_up = Some(bring_up);
-        self
-    }
-
-    /// The local GID index of the address handles to destinations on RoCE (default 0).
-    pub fn setup_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
-        self.src_gid_index = src_gid_index;
         self
     }
 
@@ -248,7 +246,10 @@ impl DcInitiatorPoolBuilder {
     /// Creates the initiators on the send CQ and brings each up to RTS.
     pub fn build(&self) -> Result<DcInitiatorPool, CreateDcInitiatorPoolError> {
         check_shape(self.count, self.policy, self.initiator.streams().is_some())?;
-        let bring_up = self.bring_up.ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
+        let bring_up = self
+            .bring_up
+            .as_ref()
+            .ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
         // Every request is signalled, and each initiator is granted at least the send queue asked
@@ -304,16 +305,19 @@ impl DcInitiatorPoolBuilder {
                 .build()
                 .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index, source })?;
             initiator
-                .bring_up(&bring_up)
+                .bring_up(bring_up)
                 .map_err(|source| CreateDcInitiatorPoolErrorKind::BringUp { index, source })?;
             initiators.push(initiator);
         }
+        // Brought up alike: the first one's source GID and path MTU are every one's.
+        let (source_gid, path_mtu) = (initiators[0].source_gid(), initiators[0].path_mtu());
         let mut pool = pool_on(initiators, entries(&send_cq), self.policy, self.unreachable_after)?;
         pool.core.set_grant_timeout(self.grant_timeout);
         pool.send_cq = Some(send_cq);
         pool.pd = Some(Arc::clone(&self.pd));
         pool.port = bring_up.port();
-        pool.src_gid_index = self.src_gid_index;
+        pool.src_gid_index = source_gid.map_or(0, |entry| entry.index());
+        pool.path_mtu = path_mtu;
         pool.service_class = self.service_class;
         Ok(pool)
     }

@@ -29,6 +29,7 @@
 //! use std::sync::Arc;
 //!
 //! use sideway::ibverbs::device::DeviceList;
+//! use sideway::ibverbs::device_context::Mtu;
 //! use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 //! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 //! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
@@ -47,8 +48,9 @@
 //!     .setup_initiators(16)
 //!     .setup_policy(DcPoolPolicy::DedicatedWithQuota { quota: 64 })
 //!     .setup_initiator(pd.create_dci_builder().setup_max_send_wr(128))
-//!     .setup_bring_up(DcInitiatorBringUp::new(1))
-//!     .setup_src_gid_index(3)
+//!     // On RoCE its address handles are sent from the port's RoCE v2 GID (or `setup_source_gid`);
+//!     // its packets are no larger than the smallest destination takes.
+//!     .setup_bring_up(DcInitiatorBringUp::new(1).setup_destination_path_mtu(Mtu::Mtu1024).clone())
 //!     .build()?;
 //! // One destination per peer's DC target (its endpoint came over the wire).
 //! let peers: Vec<_> = endpoints.iter().map(|e| pool.add_destination(e.clone())).collect();
@@ -157,6 +159,7 @@ use std::sync::Arc;
 
 use rdma_mummy_sys::{ibv_ah, ibv_cq};
 use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
@@ -245,7 +248,10 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     send_cq: Option<I::CompletionQueue>,
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
+    /// The initiators' source GID index (their [`DcInitiator::source_gid`]).
     src_gid_index: u8,
+    /// The initiators' path MTU (their [`DcInitiator::path_mtu`]): no destination may take less.
+    path_mtu: Option<Mtu>,
     service_class: DcServiceClass,
     /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
     streams: bool,
@@ -281,6 +287,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 pd: None,
                 port: 1,
                 src_gid_index: 0,
+                path_mtu: None,
                 service_class: DcServiceClass::new(),
                 streams: policy == DcPoolPolicy::Streams,
             }

@@ -50,6 +50,14 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let Some(endpoint) = &address.endpoint else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
+        if let (Some(destination), Some(initiators)) = (endpoint.path_mtu(), self.path_mtu) {
+            if destination < initiators {
+                return Err(PostToDestinationErrorKind::PathMtuTooSmall {
+                    destination,
+                    initiators,
+                });
+            }
+        }
         let Some(pd) = &self.pd else {
             // A pool without a protection domain (the simulated fabric's) names every
             // destination through its initiators' own address handle.

@@ -1578,3 +1578,4 @@ fn a_refused_post_says_why_once() {
 
 mod destination_state;
 mod lost_initiators;
+mod path_mtu;

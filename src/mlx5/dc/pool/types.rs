@@ -1,5 +1,7 @@
 //! The pool's public values: its policy, destination ids, events, would-block reasons, footprint,
 //! and the errors of its operations.
+use sideway::ibverbs::device_context::Mtu;
+
 use super::destinations::Refusal;
 use crate::ibverbs::work_completion::WorkCompletion;
 use crate::mlx5::dc::endpoint::CreateDcAddressHandleError;
@@ -318,6 +320,19 @@ pub enum PostToDestinationErrorKind {
     /// The destination's address handle could not be created (first post).
     #[error(transparent)]
     AddressHandle(#[from] CreateDcAddressHandleError),
+    /// The destination's port takes smaller packets than the pool's initiators send (its
+    /// endpoint's [`path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)): they would be
+    /// dropped there and end in `RETRY_EXC`. Found by its first post or
+    /// [`prepare`](super::DcInitiatorPool::prepare), before anything reaches the wire. Bring the
+    /// pool's initiators up with the smallest path MTU of every destination
+    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`](crate::mlx5::dc::initiator::DcInitiatorBringUp::setup_destination_path_mtu)).
+    #[error("the destination's path MTU is {destination:?}, the pool's initiators send {initiators:?}")]
+    PathMtuTooSmall {
+        /// The destination's path MTU.
+        destination: Mtu,
+        /// The initiators'.
+        initiators: Mtu,
+    },
 }
 
 impl From<Refusal> for PostToDestinationErrorKind {

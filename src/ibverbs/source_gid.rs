@@ -1,0 +1,415 @@
+//! Which local GID a global address is sent from. [`SourceGid`] names it: by default the port's
+//! RoCE v2 GID, or a GID table index, a network device, an IP address. Bring-up resolves it
+//! against the port's GID table into a [`SourceGidEntry`], and refuses what would not carry a
+//! packet beyond the link: an empty slot, or on RoCE a GID that is not RoCE v2.
+//!
+//! Why RoCE v2: on RoCE a port's GID table has each address twice, once per RoCE version (on
+//! mlx5, index 0 is the link-local address as RoCE v1). The provider takes a packet's framing
+//! from the type of its source GID (libmlx5 `mlx5_create_ah`, `ibv_query_gid_type`): a RoCE v1
+//! packet is an Ethernet frame without an IP header, which no router forwards. UCX
+//! (`UCX_IB_GID_INDEX=auto`) and perftest pick a RoCE v2 GID on their own; so does
+//! [`SourceGid::Automatic`].
+//!
+//! # Reference
+//!
+//! - [`ibv_query_gid_ex`](https://man7.org/linux/man-pages/man3/ibv_query_gid_ex.3.html) (an
+//!   empty slot: `ENODATA`), [`ibv_query_gid_table`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)
+//! - rdma-core `providers/mlx5/verbs.c` `mlx5_create_ah` (the packet type from the GID type)
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+
+use rdma_mummy_sys::ibv_gid_entry;
+use sideway::ibverbs::address::{Gid, GidType};
+
+/// The local GID a global address is sent from; see the [module](self) docs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SourceGid {
+    /// On RoCE, the port's RoCE v2 GID: the first with an IPv4-mapped address
+    /// (`::ffff:a.b.c.d`), else the first (as
+    /// [`DeviceContextExt::roce_v2_gid`](super::extension::DeviceContextExt::roce_v2_gid)); on
+    /// InfiniBand none: the address is the LID, within the subnet. The default.
+    #[default]
+    Automatic,
+    /// The GID at this index of the port's GID table (the `-g` of rdma-core's and perftest's
+    /// tools): on RoCE it must be a RoCE v2 GID.
+    Index(u8),
+    /// The RoCE v2 GID of this network device (`"eth0"`, a VLAN device `"eth0.100"`), IPv4-mapped
+    /// first: for a port with several (multi-homed, VLANs).
+    Netdev(String),
+    /// The RoCE v2 GID of this IP address (an IPv4 address is looked up IPv4-mapped).
+    Address(IpAddr),
+}
+
+/// A GID of the port's table that a [`SourceGid`] named: its index, the GID, its type and its
+/// network device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceGidEntry {
+    index: u8,
+    gid: Gid,
+    gid_type: GidType,
+    netdev_index: u32,
+}
+
+impl SourceGidEntry {
+    /// The GID index: the source GID index of a global address.
+    pub fn index(&self) -> u8 {
+        self.index
+    }
+
+    /// The GID: what a peer addresses.
+    pub fn gid(&self) -> Gid {
+        self.gid
+    }
+
+    /// Its type (RoCE v2 on RoCE, once resolved).
+    pub fn gid_type(&self) -> GidType {
+        self.gid_type
+    }
+
+    /// The interface index of its network device (0 on InfiniBand).
+    pub fn netdev_index(&self) -> u32 {
+        self.netdev_index
+    }
+}
+
+/// Error returned by resolving a [`SourceGid`] (inside a bring-up error).
+#[derive(Debug, thiserror::Error)]
+#[error("no usable source GID")]
+#[non_exhaustive]
+pub struct SourceGidError(#[from] pub SourceGidErrorKind);
+
+/// The enum type for [`SourceGidError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceGidErrorKind {
+    /// A RoCE port without a RoCE v2 GID: its network device has no IP address.
+    #[error("RoCE port {port} has no RoCE v2 GID: give its network device an IP address")]
+    NoRoceV2Gid {
+        /// The port.
+        port: u8,
+    },
+    /// The index names an empty slot of the port's GID table (or none at all).
+    #[error("GID index {index} of port {port} is empty: pick a RoCE v2 GID")]
+    EmptySlot {
+        /// The port.
+        port: u8,
+        /// The index.
+        index: u8,
+    },
+    /// On RoCE, a GID that is not RoCE v2: its packets have no IP header and cross no router.
+    #[error("GID index {index} of port {port} is {}, not RoCE v2: its packets are not routed", gid_type_name(*.gid_type))]
+    NotRoceV2 {
+        /// The port.
+        port: u8,
+        /// The index.
+        index: u8,
+        /// Its type.
+        gid_type: GidType,
+    },
+    /// No network device has this name.
+    #[error("no network device is named {name:?}")]
+    UnknownNetdev {
+        /// The name.
+        name: String,
+    },
+    /// The network device has no RoCE v2 GID on this port.
+    #[error("network device {name:?} has no RoCE v2 GID on port {port}")]
+    NoGidOnNetdev {
+        /// The port.
+        port: u8,
+        /// The name.
+        name: String,
+    },
+    /// No RoCE v2 GID of the port carries this address.
+    #[error("no RoCE v2 GID of port {port} carries {address}")]
+    NoGidForAddress {
+        /// The port.
+        port: u8,
+        /// The address.
+        address: IpAddr,
+    },
+    /// A network device or an IP address names a GID on InfiniBand: pick it by index.
+    #[error("port {port} is InfiniBand: pick its GID by index")]
+    NotRoce {
+        /// The port.
+        port: u8,
+    },
+    /// Reading the port's GID table failed (`ibv_query_gid_ex`).
+    #[error("cannot read GID index {index} of port {port}")]
+    QueryGid {
+        /// The port.
+        port: u8,
+        /// The index.
+        index: u8,
+        /// The library's error.
+        source: io::Error,
+    },
+}
+
+fn gid_type_name(gid_type: GidType) -> &'static str {
+    match gid_type {
+        GidType::InfiniBand => "an InfiniBand GID",
+        GidType::RoceV1 => "RoCE v1",
+        GidType::RoceV2 => "RoCE v2",
+    }
+}
+
+/// The type of a raw `ibv_gid_entry::gid_type` (an unknown value is taken as RoCE v1: never
+/// picked, and refused on RoCE).
+#[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
+fn gid_type(raw: u32) -> GidType {
+    match raw {
+        rdma_mummy_sys::IBV_GID_TYPE_IB => GidType::InfiniBand,
+        rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+        _ => GidType::RoceV1,
+    }
+}
+
+#[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
+fn entry(raw: &ibv_gid_entry) -> SourceGidEntry {
+    SourceGidEntry {
+        index: raw.gid_index as u8,
+        gid: Gid::from(raw.gid),
+        gid_type: gid_type(raw.gid_type),
+        netdev_index: raw.ndev_ifindex,
+    }
+}
+
+/// Of `entries` (port, is RoCE v2, GID), the position of the first IPv4-mapped RoCE v2 GID of
+/// `port`, else of its first non-zero RoCE v2 GID.
+pub(crate) fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> + Clone, port: u8) -> Option<usize> {
+    let candidates = entries
+        .enumerate()
+        .filter(move |(_, (on, roce_v2, gid))| *on == u32::from(port) && *roce_v2 && !gid.is_zero());
+    let ipv4_mapped = |(_, (_, _, gid)): &(usize, (u32, bool, Gid))| Ipv6Addr::from(*gid).to_ipv4_mapped().is_some();
+    candidates
+        .clone()
+        .find(ipv4_mapped)
+        .or_else(|| candidates.clone().next())
+        .map(|(position, _)| position)
+}
+
+impl SourceGid {
+    /// The entry this names among `table`, the set slots of `port`'s GID table (`roce`: whether
+    /// the port is Ethernet); `None` for [`Automatic`](Self::Automatic) on InfiniBand.
+    /// `netdev_index` turns a device name into its interface index (`if_nametoindex`).
+    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
+    pub(crate) fn resolve(
+        &self, port: u8, roce: bool, table: &[ibv_gid_entry], netdev_index: impl Fn(&str) -> Option<u32>,
+    ) -> Result<Option<SourceGidEntry>, SourceGidErrorKind> {
+        let pick = |also: &dyn Fn(&ibv_gid_entry) -> bool| {
+            let candidates = table.iter().map(|e| {
+                let v2 = e.gid_type == rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2 && also(e);
+                (e.port_num, v2, Gid::from(e.gid))
+            });
+            pick_roce_v2_gid(candidates, port).map(|position| entry(&table[position]))
+        };
+        match self {
+            SourceGid::Automatic if !roce => Ok(None),
+            SourceGid::Automatic => pick(&|_| true)
+                .map(Some)
+                .ok_or(SourceGidErrorKind::NoRoceV2Gid { port }),
+            SourceGid::Index(index) => {
+                let found = table
+                    .iter()
+                    .find(|e| e.port_num == u32::from(port) && e.gid_index == u32::from(*index))
+                    .map(entry)
+                    .filter(|found| !found.gid.is_zero())
+                    .ok_or(SourceGidErrorKind::EmptySlot { port, index: *index })?;
+                if roce && found.gid_type != GidType::RoceV2 {
+                    return Err(SourceGidErrorKind::NotRoceV2 {
+                        port,
+                        index: *index,
+                        gid_type: found.gid_type,
+                    });
+                }
+                Ok(Some(found))
+            },
+            _ if !roce => Err(SourceGidErrorKind::NotRoce { port }),
+            SourceGid::Netdev(name) => {
+                let ifindex =
+                    netdev_index(name).ok_or_else(|| SourceGidErrorKind::UnknownNetdev { name: name.clone() })?;
+                pick(&|e| e.ndev_ifindex == ifindex)
+                    .map(Some)
+                    .ok_or_else(|| SourceGidErrorKind::NoGidOnNetdev {
+                        port,
+                        name: name.clone(),
+                    })
+            },
+            SourceGid::Address(address) => {
+                let wanted = match address {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                    IpAddr::V6(v6) => *v6,
+                };
+                pick(&|e| Ipv6Addr::from(Gid::from(e.gid)) == wanted).map(Some).ok_or(
+                    SourceGidErrorKind::NoGidForAddress {
+                        port,
+                        address: *address,
+                    },
+                )
+            },
+        }
+    }
+}
+
+/// The interface index of network device `name` (`if_nametoindex`), `None` when there is none.
+#[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
+pub(crate) fn netdev_index(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: `name` is a NUL-terminated string that outlives the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use super::*;
+
+    fn gid(text: &str) -> Gid {
+        Gid::from(text.parse::<Ipv6Addr>().unwrap())
+    }
+
+    #[test]
+    fn the_roce_v2_gid_is_ipv4_mapped_first_then_any_roce_v2_on_the_port() {
+        let table = [
+            (1, false, gid("fe80::1")),          // RoCE v1 link-local
+            (1, true, gid("fe80::1")),           // RoCE v2 link-local
+            (1, false, gid("::ffff:192.0.2.7")), // RoCE v1, IPv4-mapped
+            (2, true, gid("::ffff:192.0.2.8")),  // another port
+            (1, true, gid("::ffff:192.0.2.7")),  // the one
+        ];
+        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 1), Some(4));
+        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 2), Some(3));
+        // Without an IPv4-mapped one: the first RoCE v2 GID.
+        assert_eq!(pick_roce_v2_gid(table[..4].iter().copied(), 1), Some(1));
+        // A zero GID (an empty slot) is never picked; no RoCE v2 GID is None.
+        let empty = [(1, true, gid("::")), (1, false, gid("fe80::1"))];
+        assert_eq!(pick_roce_v2_gid(empty.iter().copied(), 1), None);
+        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 3), None);
+    }
+
+    /// A mlx5-like RoCE table: each address as RoCE v1 then v2; two devices.
+    fn table() -> Vec<ibv_gid_entry> {
+        let raw = |index: u32, text: &str, gid_type: u32, ndev_ifindex: u32| ibv_gid_entry {
+            gid: gid(text).into(),
+            gid_index: index,
+            port_num: 1,
+            gid_type,
+            ndev_ifindex,
+        };
+        let (v1, v2) = (
+            rdma_mummy_sys::IBV_GID_TYPE_ROCE_V1,
+            rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2,
+        );
+        vec![
+            raw(0, "fe80::1", v1, 4),
+            raw(1, "fe80::1", v2, 4),
+            raw(2, "::ffff:192.0.2.7", v1, 4),
+            raw(3, "::ffff:192.0.2.7", v2, 4),
+            raw(4, "::ffff:198.51.100.7", v1, 5),
+            raw(5, "::ffff:198.51.100.7", v2, 5),
+            raw(7, "2001:db8::7", v2, 5),
+        ]
+    }
+
+    fn netdevs(name: &str) -> Option<u32> {
+        match name {
+            "eth0" => Some(4),
+            "eth0.100" => Some(5),
+            "lo" => Some(1),
+            _ => None,
+        }
+    }
+
+    fn resolve(selection: SourceGid, roce: bool) -> Result<Option<u8>, SourceGidErrorKind> {
+        selection
+            .resolve(1, roce, &table(), netdevs)
+            .map(|found| found.map(|entry| entry.index()))
+    }
+
+    #[test]
+    fn automatic_is_the_ipv4_mapped_roce_v2_gid_on_roce_and_none_on_infiniband() {
+        assert_eq!(resolve(SourceGid::Automatic, true).unwrap(), Some(3));
+        assert_eq!(resolve(SourceGid::Automatic, false).unwrap(), None);
+        let v1_only = &table()[..1];
+        let err = SourceGid::Automatic.resolve(1, true, v1_only, netdevs).unwrap_err();
+        assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { port: 1 }), "{err:?}");
+    }
+
+    #[test]
+    fn an_index_on_roce_must_be_a_set_roce_v2_slot() {
+        assert_eq!(resolve(SourceGid::Index(5), true).unwrap(), Some(5));
+        let err = resolve(SourceGid::Index(2), true).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SourceGidErrorKind::NotRoceV2 {
+                    port: 1,
+                    index: 2,
+                    gid_type: GidType::RoceV1
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "GID index 2 of port 1 is RoCE v1, not RoCE v2: its packets are not routed"
+        );
+        let err = resolve(SourceGid::Index(6), true).unwrap_err();
+        assert!(
+            matches!(err, SourceGidErrorKind::EmptySlot { port: 1, index: 6 }),
+            "{err:?}"
+        );
+        // On InfiniBand any set slot is a source GID.
+        assert_eq!(resolve(SourceGid::Index(2), false).unwrap(), Some(2));
+    }
+
+    #[test]
+    fn a_netdev_or_an_address_picks_among_several_roce_v2_gids() {
+        assert_eq!(resolve(SourceGid::Netdev("eth0".into()), true).unwrap(), Some(3));
+        assert_eq!(resolve(SourceGid::Netdev("eth0.100".into()), true).unwrap(), Some(5));
+        let err = resolve(SourceGid::Netdev("eth9".into()), true).unwrap_err();
+        assert!(
+            matches!(&err, SourceGidErrorKind::UnknownNetdev { name } if name == "eth9"),
+            "{err:?}"
+        );
+        let err = resolve(SourceGid::Netdev("lo".into()), true).unwrap_err();
+        assert!(
+            matches!(&err, SourceGidErrorKind::NoGidOnNetdev { port: 1, name } if name == "lo"),
+            "{err:?}"
+        );
+
+        let v4 = |text: &str| SourceGid::Address(text.parse().unwrap());
+        assert_eq!(resolve(v4("198.51.100.7"), true).unwrap(), Some(5));
+        assert_eq!(resolve(v4("2001:db8::7"), true).unwrap(), Some(7));
+        let err = resolve(v4("203.0.113.1"), true).unwrap_err();
+        assert!(
+            matches!(err, SourceGidErrorKind::NoGidForAddress { port: 1, .. }),
+            "{err:?}"
+        );
+        let err = resolve(v4("198.51.100.7"), false).unwrap_err();
+        assert!(matches!(err, SourceGidErrorKind::NotRoce { port: 1 }), "{err:?}");
+    }
+
+    #[test]
+    fn an_unknown_gid_type_is_never_picked_and_never_panics() {
+        let mut table = table();
+        for entry in &mut table {
+            entry.gid_type = 9;
+        }
+        let err = SourceGid::Automatic.resolve(1, true, &table, netdevs).unwrap_err();
+        assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { .. }), "{err:?}");
+        let err = SourceGid::Index(3).resolve(1, true, &table, netdevs).unwrap_err();
+        assert!(matches!(err, SourceGidErrorKind::NotRoceV2 { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn netdev_index_finds_the_loopback_device_and_no_unknown_one() {
+        assert!(netdev_index("lo").is_some());
+        assert_eq!(netdev_index("no-such-device0"), None);
+        assert_eq!(netdev_index("nul\0inside"), None);
+    }
+}
