@@ -7,7 +7,7 @@
 //! - a target killed mid-run: its destination reported unreachable, its requests failed (with a
 //!   "no such target" status, or flushed), every other request completed, none twice; it is
 //!   reported no later than the failure that made it so;
-//! - a target whose DC key changed: a remote access error, the initiator recovered;
+//! - a target whose DC key changed, answering with a remote access error: the initiator recovered;
 //! - SENDs: the bytes in the target's receives; no receive posted: receiver-not-ready retries
 //!   until receives are posted;
 //! - DCI streams: one stream's error leaves the others executing, the stream is reset after its
@@ -26,7 +26,7 @@ use sideway_ext::mlx5::dc::pool::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };
 use sideway_ext::mlx5::dc::pool::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::mlx5::dc::simulation::{SimulatedFabric, SimulatedTarget};
+use sideway_ext::mlx5::dc::simulation::{SimulatedFabric, SimulatedTarget, WrongDcKey};
 
 const RETRY_EXC: u32 = 12;
 const REM_ACCESS: u32 = 10;
@@ -358,15 +358,15 @@ fn a_destination_is_reported_unreachable_no_later_than_the_failure_that_made_it_
 }
 
 #[test]
-fn a_changed_dc_key_fails_with_a_remote_access_error_and_the_initiator_recovers() {
+fn a_changed_dc_key_answered_with_a_remote_access_error_fails_and_the_initiator_recovers() {
     let fabric = SimulatedFabric::new(3);
+    fabric.set_wrong_dc_key(WrongDcKey::RemoteAccessError); // the NAK (the default drops it)
     let targets = targets(&fabric, 4, 0);
     let mut pool = fabric
         .create_pool_builder()
         .setup_initiators(2)
         .build()
         .expect("a pool");
-    // Once its destination was added with the old key (the endpoint follows the new one).
     let outcome = run(&mut pool, &targets, 5, Kind::Write, |_, _| targets[1].set_dc_key(0xbad));
     assert_eq!(outcome.failed.get(&5), Some(&REM_ACCESS), "{outcome:?}");
     assert!((6..10).all(|wr_id| matches!(outcome.failed.get(&wr_id), Some(&REM_ACCESS | &FLUSH))));

@@ -10,9 +10,8 @@
 //! - a dead destination answers nothing: each request to it fails after a long timeout, mostly
 //!   with "transport retry counter exceeded", sometimes with "remote invalid request", and
 //!   sometimes with a remote access error, which the pool does not count as "no such target":
-//!   unreachable is not true by construction; live destinations' requests fail now and then
-//!   (the fabric's seeded failures: remote access errors, one in four a transient "retry
-//!   exceeded").
+//!   unreachable is not true by construction; live destinations' requests fail now and then (the
+//!   fabric's seeded failures: remote access errors, one in four a transient "retry exceeded").
 //!
 //! The fabric records how each request ended (executed, errored, flushed; the request's number
 //! travels as its inline data), and the checks compare every report with it: every request is
@@ -1114,3 +1113,4 @@ mod properties {
 }
 
 mod faults;
+mod wrong_key;

@@ -80,6 +80,8 @@ pub(crate) struct Settings {
     pub(crate) random_failures: u32,
     /// The kernel's `modify_dci_qp_is_ok`.
     pub(crate) kernel: DciKernel,
+    /// What a live target does with a request naming another DC key.
+    pub(crate) wrong_key: super::WrongDcKey,
 }
 
 impl Default for Settings {
@@ -94,6 +96,7 @@ impl Default for Settings {
             dead_statuses: vec![RETRY_EXC],
             random_failures: 0,
             kernel: DciKernel::CURRENT,
+            wrong_key: super::WrongDcKey::Dropped,
         }
     }
 }

@@ -78,7 +78,8 @@
 //! | a full send queue refuses the batch with `ENOMEM`, nothing posted; an entry frees when its completion is polled | libmlx5 `mlx5_wq_overflow` (`ibv_wr_*` builders), `mlx5_send_wr_complete`; `mlx5_parse_cqe` |
 //! | inline data longer than the initiator's `max_inline_data` fails the post with `ENOMEM` | libmlx5 `_mlx5_send_wr_set_inline_data` |
 //! | a dead target (killed, or an unknown DCT number): `IBV_WC_RETRY_EXC_ERR` after the transport timeout (other statuses on request: [`SimulatedFabric::set_dead_target_statuses`]) | ibv_poll_cq(3) ("the remote side didn't send any Ack or Nack"); ConnectX on a destroyed DCT, openucx/ucx#3679 |
-//! | a wrong DC key, or a WRITE/READ outside the target's memory or with another rkey: `IBV_WC_REM_ACCESS_ERR` | ibv_poll_cq(3), remote access error |
+//! | a wrong DC key at a live target: the packet dropped, `IBV_WC_RETRY_EXC_ERR` after the transport timeout (or, with [`SimulatedFabric::set_wrong_dc_key`], `IBV_WC_REM_ACCESS_ERR` after the target's latency); unconfirmed on hardware, so both are modelled | kernel mlx5 `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION` (0x1d, an event at the target, the DCT context's `dc_access_key_violation_count`), no NAK to the initiator (dc-hardware-rules, third review); ibv_poll_cq(3), remote access error |
+//! | a WRITE/READ outside the target's memory or with another rkey: `IBV_WC_REM_ACCESS_ERR` | ibv_poll_cq(3), remote access error |
 //! | a SEND longer than a receive: `IBV_WC_REM_INV_REQ_ERR` | ibv_poll_cq(3), remote invalid request |
 //! | no receive posted: receiver-not-ready NAKs, retried after the RNR timer; `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry` of them (7: never) | ibv_poll_cq(3); ibv_modify_qp(3) (`rnr_retry`) |
 //! | an error completion puts a DCI without streams in ERR; everything behind it, and anything posted to it in ERR, completes with `IBV_WC_WR_FLUSH_ERR` | ibv_poll_cq(3), ibv_modify_qp(3) (Error state) |
@@ -94,7 +95,7 @@
 //! # Faults and counters
 //!
 //! A test scripts faults while the pool runs: [`SimulatedTarget::kill`] (and `revive`),
-//! [`SimulatedTarget::set_dc_key`], [`SimulatedInitiator::stall`], [`SimulatedInitiator::fail_next`]
+//! [`SimulatedTarget::set_dc_key`] (see [`WrongDcKey`]), [`SimulatedInitiator::stall`], [`SimulatedInitiator::fail_next`]
 //! (fail a stream, or an initiator without streams, with a status),
 //! [`SimulatedInitiator::move_to_error`], [`SimulatedInitiator::refuse_recovery`],
 //! [`SimulatedFabric::set_completion_delay`] and [`SimulatedFabric::set_completion_jitter`]
@@ -224,6 +225,12 @@ impl SimulatedFabric {
         self.fabric.borrow_mut().settings.dead_statuses = statuses.to_vec();
     }
 
+    /// What a live target answers a request that names a DC key other than its own (default
+    /// [`WrongDcKey::Dropped`]).
+    pub fn set_wrong_dc_key(&self, answer: WrongDcKey) {
+        self.fabric.borrow_mut().settings.wrong_key = answer;
+    }
+
     /// The kernel has no RESET branch in `modify_dci_qp_is_ok` (Linux 4.15, the first with DC):
     /// a DCI's move to RESET is refused, and recovering one creates it again, with a new queue
     /// pair number (default `false`: a current kernel).
@@ -237,6 +244,22 @@ impl SimulatedFabric {
     pub fn set_random_failures(&self, one_in: u32) {
         self.fabric.borrow_mut().settings.random_failures = one_in;
     }
+}
+
+/// What a live DC target does with a request that names a DC key other than its own
+/// ([`SimulatedFabric::set_wrong_dc_key`]). mlx5 raises `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION` at
+/// the target and counts it in the DCT context; whether the initiator then sees a NAK or
+/// nothing is not confirmed on hardware: both are modelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WrongDcKey {
+    /// The packet is dropped: the initiator's transport retries run out, and the request ends
+    /// with `IBV_WC_RETRY_EXC_ERR` after the transport timeout, as for a target that is not
+    /// there (what the references make most likely; the default).
+    #[default]
+    Dropped,
+    /// The target NAKs it: `IBV_WC_REM_ACCESS_ERR` after the target's latency.
+    RemoteAccessError,
 }
 
 /// What the pool's unit tests drive directly (crate-private): execution by hand, and the

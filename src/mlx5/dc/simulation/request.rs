@@ -5,6 +5,7 @@ use rdma_mummy_sys::{ibv_wc_opcode, ibv_wc_status};
 
 use super::fabric::{Rng, Settings};
 use super::target::{SimulatedMessage, Target, FIRST_DCT_NUMBER};
+use super::WrongDcKey;
 
 pub(crate) const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
 pub(crate) const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
@@ -82,24 +83,33 @@ pub(crate) enum Outcome {
 }
 
 /// How long a request takes from the moment it is the head of its queue: its target's latency,
-/// or the transport timeout for a target that does not answer.
+/// or the transport timeout for a target that does not answer (not there, or dropping a wrong DC
+/// key).
 pub(crate) fn cost(targets: &[Target], settings: &Settings, request: &Request) -> u64 {
     let target = request
         .dct_number
         .checked_sub(FIRST_DCT_NUMBER)
         .and_then(|index| targets.get(index as usize));
     match target {
-        Some(target) if target.alive => target.latency.max(1),
+        Some(target) if target.alive && !drops_key(settings, target, request) => target.latency.max(1),
         _ => settings.transport_timeout.max(1),
     }
+}
+
+/// Whether `target` drops `request` for its DC key.
+fn drops_key(settings: &Settings, target: &Target, request: &Request) -> bool {
+    request.dc_key != target.dc_key && settings.wrong_key == WrongDcKey::Dropped
 }
 
 /// What a request does at its target. The statuses are ibv_poll_cq(3)'s:
 /// - no DC target behind the DCT number (killed, or never there): nothing answers, so the
 ///   transport retries run out, `IBV_WC_RETRY_EXC_ERR` ("the remote side didn't send any Ack or
 ///   Nack"; what ConnectX reports for a destroyed DCT: openucx/ucx#3679, syndrome 0x15);
-/// - a DC key other than the target's, or a WRITE/READ outside its memory or with another rkey:
-///   `IBV_WC_REM_ACCESS_ERR` ("a protection error occurred on a remote data buffer");
+/// - a DC key other than the target's: dropped, so `IBV_WC_RETRY_EXC_ERR` as for a target that
+///   is not there (mlx5 raises `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION` at the target instead of a
+///   NAK), or, as the fabric is set, `IBV_WC_REM_ACCESS_ERR` ([`WrongDcKey`]);
+/// - a WRITE/READ outside its memory or with another rkey: `IBV_WC_REM_ACCESS_ERR` ("a
+///   protection error occurred on a remote data buffer");
 /// - a SEND longer than a receive slot: `IBV_WC_REM_INV_REQ_ERR` (the responder cannot take
 ///   the message), the slot consumed;
 /// - a SEND (or WRITE with immediate) with no receive posted: a receiver-not-ready NAK, tried
@@ -116,7 +126,11 @@ pub(crate) fn execute(
         return Outcome::Ended(rng.pick(&settings.dead_statuses).unwrap_or(RETRY_EXC), 0);
     };
     if request.dc_key != target.dc_key {
-        return Outcome::Ended(REM_ACCESS, 0);
+        let status = match settings.wrong_key {
+            WrongDcKey::Dropped => RETRY_EXC,
+            WrongDcKey::RemoteAccessError => REM_ACCESS,
+        };
+        return Outcome::Ended(status, 0);
     }
     if settings.random_failures > 0 && rng.up_to(u64::from(settings.random_failures) - 1) == 0 {
         // A scripted transient failure: a remote access error, or one time in four a transport

@@ -203,8 +203,9 @@ impl SimulatedTarget {
     }
 
     /// A fault: its DC key changes; requests naming the old key fail (those to a destination
-    /// added with an [`endpoint`](Self::endpoint) taken before), and the endpoint names the new
-    /// one.
+    /// added with an [`endpoint`](Self::endpoint) taken before) as the fabric's
+    /// [`WrongDcKey`](super::WrongDcKey) says (by default dropped: transport retry exceeded after
+    /// the transport timeout), and the endpoint names the new one.
     pub fn set_dc_key(&self, dc_key: u64) {
         self.with(|target| target.dc_key = dc_key);
     }
