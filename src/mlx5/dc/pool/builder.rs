@@ -122,6 +122,7 @@ pub struct DcInitiatorPoolBuilder {
     service_class: DcServiceClass,
     unreachable_after: u32,
     grant_timeout: Duration,
+    stall_timeout: Option<Duration>,
     own_send_cq: Option<OwnSendCq>,
 }
 
@@ -132,7 +133,8 @@ type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
 impl DcInitiatorPoolBuilder {
     /// A builder with the defaults: 8 initiators, the [dedicated](DcPoolPolicy::Dedicated)
     /// policy, each initiator as [`DcInitiatorBuilder::new`] makes it, address handles from the
-    /// initiators' source GID, unreachable after 3 consecutive "retry exceeded" errors.
+    /// initiators' source GID, unreachable after 3 consecutive "retry exceeded" errors, stalls
+    /// reported after 5 s.
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
@@ -144,6 +146,7 @@ impl DcInitiatorPoolBuilder {
             service_class: DcServiceClass::new(),
             unreachable_after: 3,
             grant_timeout: Duration::from_millis(10),
+            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
             own_send_cq: None,
         }
     }
@@ -243,6 +246,23 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
+    /// After how long a request that is the oldest outstanding one of its initiator (or DCI
+    /// stream) is reported [`Stalled`](super::types::DcPoolEvent::Stalled), once, with its
+    /// destination (default 5 s; `None`: never). Checked by [`poll`](super::DcInitiatorPool::poll)
+    /// and [`progress`](super::DcInitiatorPool::progress), which read the clock once each while
+    /// it is on, and look at the initiators' oldest requests every eighth of the timeout: a
+    /// request is reported between the timeout and an eighth more after it was posted.
+    ///
+    /// On by default because with `rnr_retry` 7 (retry for ever, the bring-up's default) a
+    /// target whose receive queue ran dry stalls its initiator with no completion, ever, and
+    /// nothing else tells. 5 s is past the longest a request waits for anything else: the
+    /// transport retries to a target that does not answer end after about 0.5–2 s (timeout 14,
+    /// `retry_cnt` 7), and a request waits for the ones ahead of it only while they move.
+    pub fn setup_stall_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.stall_timeout = timeout;
+        self
+    }
+
     /// Creates the initiators on the send CQ and brings each up to RTS.
     pub fn build(&self) -> Result<DcInitiatorPool, CreateDcInitiatorPoolError> {
         check_shape(self.count, self.policy, self.initiator.streams().is_some())?;
@@ -313,6 +333,7 @@ impl DcInitiatorPoolBuilder {
         let (source_gid, path_mtu) = (initiators[0].source_gid(), initiators[0].path_mtu());
         let mut pool = pool_on(initiators, entries(&send_cq), self.policy, self.unreachable_after)?;
         pool.core.set_grant_timeout(self.grant_timeout);
+        pool.core.set_stall_timeout(self.stall_timeout);
         pool.send_cq = Some(send_cq);
         pool.pd = Some(Arc::clone(&self.pd));
         pool.port = bring_up.port();
@@ -322,6 +343,9 @@ impl DcInitiatorPoolBuilder {
         Ok(pool)
     }
 }
+
+/// The default of [`DcInitiatorPoolBuilder::setup_stall_timeout`].
+const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many completions `cq` holds (`ibv_cq.cqe`).
 fn entries(cq: &GenericCompletionQueue) -> u32 {

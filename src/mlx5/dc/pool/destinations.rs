@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::ibv_ah;
 
+use super::clock::Clock;
 use super::initiator::PooledInitiator;
 use super::requests::InitiatorRequests;
+use super::stall::StallWatch;
 use super::types::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 
 /// Where a destination's requests go: its address handle, DCT number and DC key.
@@ -109,21 +111,6 @@ impl DestinationState {
 /// grant, and when it expires.
 type GrantTimer = (u32, u32, u16, u64, Instant);
 
-/// The grant timeout's clock: [`Instant::now`], a test's, or the simulated fabric's ticks.
-struct Clock(Box<dyn Fn() -> Instant + Send>);
-
-impl Clock {
-    fn now(&self) -> Instant {
-        (self.0)()
-    }
-}
-
-impl std::fmt::Debug for Clock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Clock")
-    }
-}
-
 /// The bookkeeping of a pool of initiators `I`.
 #[derive(Debug)]
 pub(crate) struct PoolCore<I> {
@@ -151,10 +138,11 @@ pub(crate) struct PoolCore<I> {
     grants: VecDeque<GrantTimer>,
     /// How many grants from the line were made (names each).
     granted: u64,
-    /// Read only while a grant from the line is outstanding.
-    clock: Clock,
+    /// Read while a grant from the line is outstanding, and by stall reports.
+    pub(super) clock: Clock,
     grant_timeout: Duration,
     pub(super) unreachable_after: u32,
+    pub(super) stalls: StallWatch,
 }
 
 impl<I: PooledInitiator> PoolCore<I> {
@@ -186,9 +174,10 @@ impl<I: PooledInitiator> PoolCore<I> {
             removed: VecDeque::new(),
             grants: VecDeque::new(),
             granted: 0,
-            clock: Clock(Box::new(Instant::now)),
+            clock: Clock::new(Instant::now),
             grant_timeout: Duration::from_millis(10),
             unreachable_after: unreachable_after.max(1),
+            stalls: StallWatch::default(),
         }
     }
 
@@ -212,7 +201,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// fabric: its ticks).
     #[cfg(any(test, feature = "simulation"))]
     pub(crate) fn set_clock(&mut self, now: impl Fn() -> Instant + Send + 'static) {
-        self.clock = Clock(Box::new(now));
+        self.clock = Clock::new(now);
     }
 
     /// The live state of `destination`, or `None` for a stale or unknown id.
@@ -772,7 +761,8 @@ impl<I: PooledInitiator> PoolCore<I> {
     }
 
     /// One `poll` (or `progress`): grants from the line that were not used within the timeout
-    /// go back (the clock is read only while there are any); ready destinations are reported.
+    /// go back (the clock is read only while there are any); stalled destinations and ready
+    /// destinations are reported.
     pub(crate) fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         let now = if self.grants.is_empty() {
             None
@@ -797,6 +787,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 self.release(d, initiator);
             }
         }
+        self.watch_stalls(sink);
         self.report_ready(sink);
     }
 

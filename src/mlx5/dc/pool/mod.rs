@@ -115,8 +115,14 @@
 //!   once they are, with a `Removed` event. [`footprint`](DcInitiatorPool::footprint) stays that
 //!   of the live destinations however many came and went.
 //! - **Unreachable targets.** A destination whose requests keep failing with errors that say its
-//!   target is not there is reported `Unreachable` once; its posts are then refused until
-//!   [`revive`](DcInitiatorPool::revive).
+//!   target is not there (transport retries exceeded: each fails, its initiator is recovered) is
+//!   reported `Unreachable` once; its posts are then refused until [`revive`](DcInitiatorPool::revive).
+//!   A live target whose DC key is not the endpoint's (recreated, or its key changed) most
+//!   likely looks the same: mlx5 drops the packet (see [`DcTarget`](super::target::DcTarget));
+//!   get the peer's current endpoint, remove the destination and add it again with that one.
+//! - **Stalls are seen.** A request outstanding longer than the stall timeout (default 5 s) is
+//!   reported once, [`DcPoolEvent::Stalled`]: e.g. a target whose receive queue ran dry, which
+//!   `rnr_retry` 7 retries for ever with no completion.
 //!
 //! # Posting
 //!
@@ -177,6 +183,7 @@ use crate::ibverbs::work_completion::{poll as poll_work_completions, WorkComplet
 use crate::mlx5::dc::endpoint::DcServiceClass;
 
 pub mod builder;
+mod clock;
 mod completions;
 mod destinations;
 bench_visible! {
@@ -186,6 +193,7 @@ pub mod post_guard;
 mod requests;
 #[cfg(test)]
 mod simulation;
+mod stall;
 #[cfg(test)]
 mod tests;
 pub mod types;
@@ -302,11 +310,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         }
     }
 
-    /// Sets the grant timeout ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout))
-    /// of a hand-made pool.
+    /// Sets the grant timeout and the stall timeout of a hand-made pool
+    /// ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout),
+    /// [`setup_stall_timeout`](builder::DcInitiatorPoolBuilder::setup_stall_timeout)).
     #[cfg(any(test, feature = "simulation"))]
-    pub(crate) fn set_grant_timeout(&mut self, timeout: std::time::Duration) {
-        self.core.set_grant_timeout(timeout);
+    pub(crate) fn set_timeouts(&mut self, grant: std::time::Duration, stall: Option<std::time::Duration>) {
+        self.core.set_grant_timeout(grant);
+        self.core.set_stall_timeout(stall);
     }
 
     /// Reads the grant timeout's time from `now` (the simulated fabric's ticks) rather than

@@ -133,7 +133,7 @@ fn pool(
     }
     let mut pool = builder.build().expect("a simulated pool");
     pool.core.set_clock(fake_now);
-    pool.set_grant_timeout(grant_timeout);
+    pool.set_timeouts(grant_timeout, None);
     pool
 }
 

@@ -715,7 +715,7 @@ fn freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_even
 fn a_grant_timeout_of_duration_max_never_expires() {
     let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
     pool.core.set_clock(fake_now);
-    pool.set_grant_timeout(Duration::MAX);
+    pool.set_timeouts(Duration::MAX, None);
     let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
     let (a, b, c) = (ids[0], ids[1], ids[2]);
     post_writes(&mut pool, a, &[1]);
@@ -739,7 +739,7 @@ fn a_grant_timeout_of_duration_max_never_expires() {
 fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing() {
     let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
     pool.core.set_clock(fake_now);
-    pool.set_grant_timeout(Duration::from_millis(3));
+    pool.set_timeouts(Duration::from_millis(3), None);
     let ids: Vec<DestinationId> = (0..5).map(|n| Address::new(n).add_to(&mut pool)).collect();
     let (a, b, c, d, e) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
     post_writes(&mut pool, a, &[1]);
@@ -1388,7 +1388,7 @@ fn would_block(pool: &mut DcInitiatorPool<RecordingInitiator>, destination: Dest
 fn a_busy_polling_waiter_keeps_its_grant_until_the_timeout_has_elapsed() {
     let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
     pool.core.set_clock(fake_now);
-    pool.set_grant_timeout(Duration::from_millis(10));
+    pool.set_timeouts(Duration::from_millis(10), None);
     let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
     let (a, b, c) = (ids[0], ids[1], ids[2]);
     post_writes(&mut pool, a, &[1]);

@@ -231,6 +231,31 @@ pub enum DcPoolEvent {
         /// The destination.
         destination: DestinationId,
     },
+    /// The destination's request has been the oldest outstanding one of its initiator (or DCI
+    /// stream) for the pool's stall timeout or longer
+    /// ([`setup_stall_timeout`](super::builder::DcInitiatorPoolBuilder::setup_stall_timeout)):
+    /// the device works on nothing else there, and every request behind it, of any destination
+    /// on that initiator (stream), waits. Reported once per stalled request, no earlier than the
+    /// timeout after it was posted; once it completes or fails, a later stall is reported again.
+    /// The pool changes nothing: the request may still complete.
+    ///
+    /// The usual cause is a SEND (or WRITE with immediate) to a target whose shared receive
+    /// queue ran dry: with `rnr_retry` 7 (the default) the initiator retries it for ever and no
+    /// completion ever comes. What to do: have the peer post receives (refill its SRQ, e.g. on
+    /// its SRQ limit event); or give up on the destination
+    /// ([`retire_destination`](super::DcInitiatorPool::retire_destination); its requests are
+    /// reported when they end); or bound the retries (`setup_rnr_retry` below 7 on the
+    /// initiators' bring-up: `IBV_WC_RNR_RETRY_EXC_ERR` then, and the destination is counted
+    /// towards [`Unreachable`](Self::Unreachable)); or credit the peer's receives, as UCX's
+    /// `dc_mlx5` does with its DC flow control.
+    Stalled {
+        /// The destination.
+        destination: DestinationId,
+        /// The initiator it stalls.
+        initiator: usize,
+        /// Its DCI stream (streams policy), else `None`.
+        stream: Option<u16>,
+    },
     /// An initiator that an error put in ERR could not be recovered; it is out of service (it
     /// held nothing any more), and the destinations bound to it (static and streams policies)
     /// are bound to the others.

@@ -27,12 +27,15 @@ pub struct SimulatedPoolBuilder {
     unreachable_after: u32,
     /// In ticks.
     grant_timeout: u64,
+    /// In ticks.
+    stall_timeout: Option<u64>,
 }
 
 impl SimulatedPoolBuilder {
     /// The defaults of the hardware pool's builder: 8 initiators, the dedicated policy,
-    /// unreachable after 3 errors; a grant timeout of 64 ticks; each initiator with a send queue
-    /// of 64 requests, 64 bytes of inline data, no streams.
+    /// unreachable after 3 errors; a grant timeout of 64 ticks; stalls reported after 640 ticks
+    /// (ten transport timeouts, as 5 s are for the hardware pool); each initiator with a send
+    /// queue of 64 requests, 64 bytes of inline data, no streams.
     pub(crate) fn new(fabric: &Shared) -> Self {
         Self {
             fabric: Shared::clone(fabric),
@@ -43,6 +46,7 @@ impl SimulatedPoolBuilder {
             streams: None,
             unreachable_after: 3,
             grant_timeout: 64,
+            stall_timeout: Some(640),
         }
     }
 
@@ -93,6 +97,17 @@ impl SimulatedPoolBuilder {
         self
     }
 
+    /// After how many ticks of the fabric's clock a request that is the oldest outstanding one
+    /// of its initiator (stream) is reported
+    /// [`Stalled`](crate::mlx5::dc::pool::types::DcPoolEvent::Stalled) (default 640; `None`:
+    /// never): the pool's stall timeout
+    /// ([`setup_stall_timeout`](crate::mlx5::dc::pool::builder::DcInitiatorPoolBuilder::setup_stall_timeout)),
+    /// timed by the fabric. A target without receives stalls a SEND for ever (`rnr_retry` 7).
+    pub fn setup_stall_timeout(&mut self, ticks: Option<u64>) -> &mut Self {
+        self.stall_timeout = ticks;
+        self
+    }
+
     /// Creates the initiators on the fabric and the pool over them.
     ///
     /// # Errors
@@ -111,7 +126,7 @@ impl SimulatedPoolBuilder {
         let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
         // The pool's time is the fabric's.
         pool.set_clock(self.fabric.borrow().clock(Instant::now()));
-        pool.set_grant_timeout(Fabric::span(self.grant_timeout));
+        pool.set_timeouts(Fabric::span(self.grant_timeout), self.stall_timeout.map(Fabric::span));
         pool.set_send_cq(SimulatedCompletionQueue::new(&self.fabric));
         Ok(pool)
     }

@@ -1,0 +1,110 @@
+//! Stalled destinations: a request outstanding far too long, reported once
+//! ([`DcPoolEvent::Stalled`]).
+//!
+//! With `rnr_retry` 7 (retry for ever, the bring-up's default) a SEND (or WRITE with immediate)
+//! to a target whose shared receive queue ran dry is NAKed "receiver not ready" again and
+//! again: its DCI, or DCI stream, completes nothing, ever, and every request behind it waits
+//! (ibv_modify_qp(3): `rnr_retry` 7 "means infinite"; dc-hardware-rules, third review). Nothing
+//! fails, so nothing else in the pool sees it.
+//!
+//! The oldest request not reported of each initiator (of each stream, with DCI streams) is the
+//! one the device works on: every request behind it waits for it. [`PoolCore::watch_stalls`],
+//! run by every `poll` and `progress` (through `tick`), reads these heads at most every eighth
+//! of the stall timeout; a head seen again unchanged since the first scan that saw it, for the
+//! stall timeout or longer, is reported with its destination, once. A head is seen no earlier
+//! than it was posted, so no request is reported before it was outstanding for the timeout; it
+//! is reported at most an eighth of the timeout (and one poll) after that. Once the head
+//! completes (or fails), the next one is watched afresh: a later stall is reported again.
+//!
+//! The time is the pool's clock (`clock`): `Instant::now` on a device, the simulated fabric's
+//! ticks on the fabric, so that a run there depends on its seed alone.
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::destinations::PoolCore;
+use super::initiator::PooledInitiator;
+use super::types::DcPoolEvent;
+
+/// The head request of one initiator's stream, as the scans saw it.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    /// Its request number.
+    number: u64,
+    /// The first scan that saw it at the head.
+    since: Instant,
+    reported: bool,
+}
+
+/// The stall timeout, and the heads of the streams holding requests (only those: bounded by the
+/// initiators' streams in use).
+#[derive(Debug, Default)]
+pub(super) struct StallWatch {
+    /// `None`: stalls are not reported (and the clock is not read for them).
+    timeout: Option<Duration>,
+    next_scan: Option<Instant>,
+    /// By (initiator, stream; 0 without streams).
+    heads: BTreeMap<(usize, u16), Head>,
+}
+
+impl<I: PooledInitiator> PoolCore<I> {
+    /// Reports a destination whose request has been the oldest outstanding one of its initiator
+    /// (stream) for `timeout` or longer; `None` reports none.
+    pub(crate) fn set_stall_timeout(&mut self, timeout: Option<Duration>) {
+        self.stalls = StallWatch {
+            timeout,
+            ..StallWatch::default()
+        };
+    }
+
+    /// Reports, once each, the heads outstanding for the stall timeout or longer (see the
+    /// [module](self) documentation).
+    pub(super) fn watch_stalls(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        let Some(timeout) = self.stalls.timeout else {
+            return;
+        };
+        let now = self.clock.now();
+        if self.stalls.next_scan.is_some_and(|at| now < at) {
+            return;
+        }
+        match now.checked_add((timeout / 8).max(Duration::from_nanos(1))) {
+            Some(at) => self.stalls.next_scan = Some(at),
+            // A timeout past the clock's end: nothing is outstanding that long.
+            None => {
+                self.stalls = StallWatch::default();
+                return;
+            },
+        }
+        let mut heads = BTreeMap::new();
+        for (initiator, requests) in self.requests.iter().enumerate() {
+            // In posting order: a stream's first record with a request not reported holds its
+            // oldest one (a stream completes in order).
+            for batch in requests.batches.iter().filter(|b| b.settled < b.end) {
+                let key = (initiator, batch.stream);
+                if heads.contains_key(&key) {
+                    continue;
+                }
+                let mut head = match self.stalls.heads.get(&key) {
+                    Some(seen) if seen.number == batch.settled => *seen,
+                    _ => Head {
+                        number: batch.settled,
+                        since: now,
+                        reported: false,
+                    },
+                };
+                if !head.reported && now.saturating_duration_since(head.since) >= timeout {
+                    head.reported = true;
+                    sink(DcPoolEvent::Stalled {
+                        destination: self.id(batch.destination),
+                        initiator,
+                        stream: (requests.streams > 0).then_some(batch.stream),
+                    });
+                }
+                heads.insert(key, head);
+            }
+        }
+        self.stalls.heads = heads;
+    }
+}
+
+#[cfg(test)]
+mod tests;
