@@ -416,6 +416,7 @@ impl DcTargetBringUp {
 
 /// A DC target (DCT). Created by [`DcTargetBuilder::build`]; holds its protection domain,
 /// receive CQ and shared receive queue.
+#[doc = include_str!("target/wrong_key.md")]
 pub struct DcTarget {
     core: QueuePairCore,
     dc_key: u64,

@@ -20,11 +20,15 @@ use super::requests::{initiator_of, BatchRecord, LaneError, WrIds};
 use super::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
-/// exceeded: ibv_poll_cq(3), "the remote side didn't send any Ack or Nack"; UCX's DC
-/// peer-failure test logs it for DCIs whose peer was destroyed, openucx/ucx#3679; no ConnectX has
-/// confirmed it for this crate), no receive ever (RNR retry counter exceeded), or no such DC target (remote invalid
-/// request). A remote access or remote operation error is not counted: a wrong DC key or rkey
-/// says the target is there.
+/// exceeded: ibv_poll_cq(3), "the remote side didn't send any Ack or Nack"; what UCX's DC
+/// peer-failure test logs for a destroyed DCT, openucx/ucx#3679; and most likely a live DCT whose
+/// DC key is not the one named, which mlx5 drops with a key-violation event at the target and no
+/// NAK; no ConnectX has confirmed either for this crate), no receive ever (RNR retry counter
+/// exceeded), or no such DC target (remote invalid request). Such a request fails (it may have
+/// executed and its acknowledgement been lost: no retry), its initiator is recovered, and after
+/// `unreachable_after` in a row the destination is unreachable. A remote access or remote
+/// operation error is not counted: a NAK says a target answered (an rkey, or a DC key a target
+/// NAKs rather than drops).
 pub(crate) fn is_no_such_target(status: u32) -> bool {
     matches!(
         status,

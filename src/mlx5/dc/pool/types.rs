@@ -196,7 +196,9 @@ pub enum DcPoolEvent {
         /// The `wr_id` it was posted with.
         wr_id: u64,
         /// The `ibv_wc_status` (e.g. `IBV_WC_RETRY_EXC_ERR` = 12 for a target that does not
-        /// answer, `IBV_WC_REM_ACCESS_ERR` = 10 for a wrong DC key).
+        /// answer, which most likely includes a live target whose DC key is not the
+        /// endpoint's; `IBV_WC_REM_ACCESS_ERR` = 10 for a wrong rkey, or a wrong DC key if the
+        /// target NAKs it).
         status: u32,
         /// The error completion's vendor syndrome (`vendor_err`, what the mlx5 documentation
         /// and UCX's logs name errors by); 0 for a request flushed behind it.
@@ -227,6 +229,14 @@ pub enum DcPoolEvent {
     /// [`Failed`](Self::Failed) of the request whose error made it so, and its requests now fail
     /// at post ([`Unreachable`](PostToDestinationErrorKind::Unreachable)) until
     /// [`revive`](super::DcInitiatorPool::revive).
+    ///
+    /// A target that is alive but has another DC key than the destination's endpoint (the peer
+    /// recreated its DCT, or changed its key) most likely ends here too: mlx5 drops such
+    /// requests (a key-violation event at the target, which no user-space program receives:
+    /// see [`DcTarget`](crate::mlx5::dc::target::DcTarget)), so they fail with
+    /// `IBV_WC_RETRY_EXC_ERR` after the transport timeout. What to do: get the peer's current
+    /// endpoint; if it differs, remove the destination (its requests are all reported by now)
+    /// and add it again with the new one, else `revive` it once the peer is back.
     Unreachable {
         /// The destination.
         destination: DestinationId,
