@@ -56,8 +56,8 @@
 //! run is the same each time. Time is in ticks: every `ibv_poll_cq` (every
 //! [`poll`](super::pool::DcInitiatorPool::poll)) is one tick, in which each initiator's streams
 //! run the requests that are due; [`SimulatedFabric::advance`] runs ticks without polling.
-//! A pool's grant timeout is counted in ticks too
-//! ([`SimulatedPoolBuilder::setup_grant_timeout`]).
+//! A pool's grant and stall timeouts are counted in ticks too
+//! ([`SimulatedPoolBuilder::setup_grant_timeout`], [`SimulatedPoolBuilder::setup_stall_timeout`]).
 //! Targets ([`SimulatedFabric::create_target_builder`]) have a DCT number, a DC key, memory
 //! that RDMA WRITEs and READs reach, and a shared receive queue of receive slots that SENDs
 //! fill; a pool ([`SimulatedFabric::create_pool_builder`]) takes their
