@@ -541,7 +541,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
     /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
     /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
-    /// to the next destination in line) and reports [`DcPoolEvent::Ready`] destinations.
+    /// to the next destination in line), reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
     pub fn progress(&mut self, sink: impl FnMut(DcPoolEvent)) {
         let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
         self.core.tick(&mut sink);
