@@ -17,11 +17,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+use sideway::ibverbs::AccessFlags;
 use sideway_ext::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
 use sideway_ext::mlx5::dc::pool::post_guard::{DcPoolPostGuard, PoolAddressing};
 use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId, PostToDestinationErrorKind};
 use sideway_ext::mlx5::dc::pool::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::mlx5::dc::simulation::{SimulatedFabric, SimulatedTarget};
+use sideway_ext::mlx5::dc::simulation::{SimulatedFabric, SimulatedMemoryRegion, SimulatedTarget};
 
 #[derive(Debug, Parser)]
 #[command(about = "A DCI pool sending to many DC peers on the simulated DC fabric")]
@@ -89,6 +90,13 @@ fn main() -> ExitCode {
         })
         .collect::<Result<_, _>>()
         .expect("DCT numbers for every peer");
+    // Each peer registers the memory the requests write to, as its program does with
+    // `ibv_reg_mr`: an RDMA WRITE reaches a peer only through the rkey of such a region.
+    let regions: Vec<SimulatedMemoryRegion> = targets
+        .iter()
+        .map(|target| target.register_memory(0..4096, AccessFlags::LocalWrite | AccessFlags::RemoteWrite))
+        .collect::<Result<_, _>>()
+        .expect("every peer's memory registered");
     let mut builder = fabric.create_pool_builder();
     // Nothing but the dead peer fails here: one "no such target" error is enough to give up on
     // a peer (the default, 3 in a row, suits a fabric with transient errors).
@@ -118,7 +126,7 @@ fn main() -> ExitCode {
 
     // The peer in the middle dies mid-run: once its first request arrived.
     let victim = targets[targets.len() / 2].clone();
-    let tally = send_all(&mut pool, &targets, args.requests, || {
+    let tally = send_all(&mut pool, &targets, &regions, args.requests, || {
         if victim.is_alive() && victim.read(0..8) != Some(vec![0; 8]) {
             println!("tick {}: the peer of DCT {:#x} dies", fabric.now(), victim.dct_number());
             victim.kill();
@@ -178,15 +186,17 @@ fn main() -> ExitCode {
 /// refused peer waiting for its `Ready`, polls until each request was reported; `each_poll` runs
 /// before every poll.
 fn send_all<I: PoolInitiator>(
-    pool: &mut DcInitiatorPool<I>, targets: &[SimulatedTarget], requests: u64, mut each_poll: impl FnMut(),
+    pool: &mut DcInitiatorPool<I>, targets: &[SimulatedTarget], regions: &[SimulatedMemoryRegion], requests: u64,
+    mut each_poll: impl FnMut(),
 ) -> Tally {
     let mut peers: Vec<Peer> = targets
         .iter()
+        .zip(regions)
         .enumerate()
-        .map(|(t, target)| Peer {
+        .map(|(t, (target, region))| Peer {
             destination: pool.add_destination(target.endpoint()),
-            rkey: target.rkey(),
-            address: target.address(),
+            rkey: region.rkey(),
+            address: region.address(),
             queue: (0..requests).map(|k| t as u64 * requests + k).collect(),
             waiting: false,
         })

@@ -20,13 +20,14 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::AccessFlags;
 use sideway_ext::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
 use sideway_ext::mlx5::dc::pool::post_guard::{DcPoolPostGuard, PoolAddressing};
 use sideway_ext::mlx5::dc::pool::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };
 use sideway_ext::mlx5::dc::pool::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::mlx5::dc::simulation::{SimulatedFabric, SimulatedTarget, WrongDcKey};
+use sideway_ext::mlx5::dc::simulation::{SimulatedFabric, SimulatedMemoryRegion, SimulatedTarget, WrongDcKey};
 
 const RETRY_EXC: u32 = 12;
 const REM_ACCESS: u32 = 10;
@@ -56,10 +57,24 @@ struct Outcome {
     events: Vec<DcPoolEvent>,
 }
 
+/// A target and its memory, registered for RDMA WRITEs (as its program registers it).
+struct Peer {
+    target: SimulatedTarget,
+    region: SimulatedMemoryRegion,
+}
+
+impl std::ops::Deref for Peer {
+    type Target = SimulatedTarget;
+
+    fn deref(&self) -> &SimulatedTarget {
+        &self.target
+    }
+}
+
 /// One destination's work: its target, and its requests not yet posted, in order.
 struct Work<'t> {
     destination: DestinationId,
-    target: &'t SimulatedTarget,
+    target: &'t Peer,
     queue: VecDeque<u64>,
     /// Refused with a would-block it waits out: post again at its `Ready`.
     waiting: bool,
@@ -67,7 +82,7 @@ struct Work<'t> {
 
 /// Builds one request on a batch.
 fn add<I: PoolInitiator, A: PoolAddressing>(
-    guard: &mut DcPoolPostGuard<'_, I, A>, kind: Kind, target: &SimulatedTarget, wr_id: u64,
+    guard: &mut DcPoolPostGuard<'_, I, A>, kind: Kind, target: &Peer, wr_id: u64,
 ) {
     let request = guard
         .construct_wr(wr_id, WorkRequestFlags::none())
@@ -75,7 +90,7 @@ fn add<I: PoolInitiator, A: PoolAddressing>(
     let bytes = wr_id.to_le_bytes();
     match kind {
         Kind::Write => request
-            .setup_write(target.rkey(), target.address() + (wr_id % 512) * 8)
+            .setup_write(target.region.rkey(), target.region.address() + (wr_id % 512) * 8)
             .setup_inline_data(&bytes),
         Kind::Send => request.setup_send().setup_inline_data(&bytes),
     }
@@ -98,7 +113,7 @@ fn post_batch<I: PoolInitiator, A: PoolAddressing>(
 /// batches, as room allows), re-posts retries first, waits out would-blocks until `Ready`, and
 /// polls until every request was reported; `between` runs before each poll (faults).
 fn run<I: PoolInitiator>(
-    pool: &mut DcInitiatorPool<I>, targets: &[SimulatedTarget], per_target: u64, kind: Kind,
+    pool: &mut DcInitiatorPool<I>, targets: &[Peer], per_target: u64, kind: Kind,
     mut between: impl FnMut(&mut DcInitiatorPool<I>, u64),
 ) -> Outcome {
     let streams = pool.policy() == DcPoolPolicy::Streams;
@@ -175,22 +190,25 @@ fn run<I: PoolInitiator>(
     outcome
 }
 
-fn targets(fabric: &SimulatedFabric, count: usize, receives: u64) -> Vec<SimulatedTarget> {
+fn targets(fabric: &SimulatedFabric, count: usize, receives: u64) -> Vec<Peer> {
     (0..count)
         .map(|t| {
-            fabric
+            let target = fabric
                 .create_target_builder()
                 .setup_dc_key(0xdc00 + t as u64)
                 .setup_latency(1 + t as u64 % 3)
                 .setup_receives(receives, 64)
                 .build()
-                .expect("a target")
+                .expect("a target");
+            let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+            let region = target.register_memory(0..4096, access).expect("a region");
+            Peer { target, region }
         })
         .collect()
 }
 
 /// Every request written landed at its place in its target's memory.
-fn assert_written(targets: &[SimulatedTarget], per_target: u64, outcome: &Outcome) {
+fn assert_written(targets: &[Peer], per_target: u64, outcome: &Outcome) {
     for (&wr_id, destination) in &outcome.completed {
         let target = &targets[destination.index()];
         let offset = (wr_id % 512) as usize * 8;
@@ -627,15 +645,21 @@ fn a_write_from_a_scatter_gather_entry_moves_the_buffer_s_bytes() {
         .build()
         .expect("a pool");
     let destination = pool.add_destination(target.endpoint());
+    let remote = target
+        .register_memory(0..64, AccessFlags::LocalWrite | AccessFlags::RemoteWrite)
+        .expect("the target's region");
     let buffer = *b"sixteen bytes!!!";
+    let local = fabric
+        .register_memory(buffer.as_ptr() as u64, buffer.len(), AccessFlags::LocalWrite)
+        .expect("the buffer's region");
     let mut guard = pool.start_post_send(destination).expect("an initiator");
     // SAFETY: the buffer outlives the request (it is polled below, before the buffer goes).
     unsafe {
         guard
             .construct_wr(1, WorkRequestFlags::none())
             .expect("room")
-            .setup_write(target.rkey(), target.address() + 16)
-            .setup_sge(0, buffer.as_ptr() as u64, 16)
+            .setup_write(remote.rkey(), remote.address() + 16)
+            .setup_sge(local.lkey(), buffer.as_ptr() as u64, 16)
     };
     guard.post().expect("posted");
     let mut completed = false;

@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_wc_status;
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 
+use self::remote::Remote;
 use super::completions::is_no_such_target;
 use super::destinations::{PoolCore, Refusal};
 use super::post_guard::{DcPoolPostGuard, PoolAddressing};
@@ -34,7 +35,7 @@ use super::requests::{encode, WrIds};
 use super::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind};
 use super::DcInitiatorPool;
 use crate::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
-use crate::mlx5::dc::simulation::{SimulatedFabric, SimulatedInitiator, SimulatedTarget};
+use crate::mlx5::dc::simulation::{SimulatedFabric, SimulatedInitiator};
 use crate::test_support::{advance_clock, fake_now};
 
 const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
@@ -67,10 +68,9 @@ fn learn(fabric: &SimulatedFabric, truth: &mut [Truth]) {
 /// goes: RDMA WRITEs of each number, inline, to the destination's target. With no request, the
 /// batch is started and dropped unposted. Returns how many went in.
 fn post(
-    pool: &mut DcInitiatorPool<SimulatedInitiator>, destination: DestinationId, target: &SimulatedTarget,
-    requests: &[u64],
+    pool: &mut DcInitiatorPool<SimulatedInitiator>, destination: DestinationId, target: &Remote, requests: &[u64],
 ) -> Result<usize, PostToDestinationErrorKind> {
-    let target = (target.rkey(), target.address());
+    let target = (target.region.rkey(), target.region.address());
     if pool.policy() == DcPoolPolicy::Streams {
         let guard = pool.start_post_send_on_stream(destination).map_err(|e| e.0)?;
         Ok(fill::<DcStreamAddress>(guard, target, requests))
@@ -99,7 +99,7 @@ fn fill<A: PoolAddressing>(
 }
 
 /// A target per destination, with the latency `latency` gives it.
-fn targets(fabric: &SimulatedFabric, count: u32, mut latency: impl FnMut() -> u64) -> Vec<SimulatedTarget> {
+fn targets(fabric: &SimulatedFabric, count: u32, mut latency: impl FnMut() -> u64) -> Vec<Remote> {
     (0..count)
         .map(|_| {
             fabric
@@ -109,6 +109,7 @@ fn targets(fabric: &SimulatedFabric, count: u32, mut latency: impl FnMut() -> u6
                 .build()
                 .expect("a target")
         })
+        .map(Remote::new)
         .collect()
 }
 
@@ -874,7 +875,7 @@ mod properties {
         fabric: SimulatedFabric,
         pool: DcInitiatorPool<SimulatedInitiator>,
         /// The target of each of the `DESTINATIONS` slots of the ops.
-        targets: Vec<SimulatedTarget>,
+        targets: Vec<Remote>,
         /// The live destination in each slot.
         ids: Vec<DestinationId>,
         /// Per request: its destination's place, what the fabric did, and its fate.
@@ -1113,4 +1114,5 @@ mod properties {
 }
 
 mod faults;
+mod remote;
 mod wrong_key;

@@ -13,7 +13,7 @@ use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::completion_queue::SimulatedCompletionQueue;
 use super::fabric::StreamResetRefused;
-use super::request::{Operation, Payload, Request, FLUSH, SUCCESS};
+use super::request::{Operation, Payload, Request, Sge, FLUSH, SUCCESS};
 use super::Shared;
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::mlx5::dc::initiator::dc_entries;
@@ -453,11 +453,16 @@ unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u6
     })
 }
 
-/// The SGE is kept (address and length); the bytes are read when the request executes, as the
-/// device's DMA reads them. The lkey is not checked: the fabric has no memory registrations.
-unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, _lkey: u32, addr: u64, length: u32) {
+/// The SGE is kept; its lkey and bounds are checked, and the bytes read, when the request
+/// executes, as the device's DMA reads them.
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let sge = Sge {
+        address: addr,
+        length,
+        lkey,
+    };
     // SAFETY: see "The entries".
-    no_unwind((), || unsafe { set_payload(qp, Payload::Gather(vec![(addr, length)])) })
+    no_unwind((), || unsafe { set_payload(qp, Payload::Gather(vec![sge])) })
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
@@ -468,7 +473,14 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
             // SAFETY: ibv_wr_set_sge_list(3): the list is valid for the call.
             unsafe { std::slice::from_raw_parts(sg_list, num_sge) }
         };
-        let gather = list.iter().map(|sge| (sge.addr, sge.length)).collect();
+        let gather = list
+            .iter()
+            .map(|sge| Sge {
+                address: sge.addr,
+                length: sge.length,
+                lkey: sge.lkey,
+            })
+            .collect();
         // SAFETY: see "The entries".
         unsafe { set_payload(qp, Payload::Gather(gather)) }
     })

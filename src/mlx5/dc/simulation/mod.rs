@@ -11,6 +11,7 @@
 //!
 //! ```
 //! use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+//! use sideway::ibverbs::AccessFlags;
 //! use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy};
 //! use sideway_ext::mlx5::dc::simulation::SimulatedFabric;
 //!
@@ -19,6 +20,12 @@
 //! let targets = (0..4)
 //!     .map(|_| fabric.create_target_builder().setup_dc_key(0xd0c).build())
 //!     .collect::<Result<Vec<_>, _>>()?;
+//! // Each target registers the memory the WRITEs reach, as its program does (`ibv_reg_mr`).
+//! let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+//! let regions = targets
+//!     .iter()
+//!     .map(|t| t.register_memory(0..64, access))
+//!     .collect::<Result<Vec<_>, _>>()?;
 //! let mut pool = fabric
 //!     .create_pool_builder()
 //!     .setup_initiators(2)
@@ -26,11 +33,11 @@
 //!     .build()?;
 //! // From here on, the code is what it is on a ConnectX.
 //! let destinations: Vec<_> = targets.iter().map(|t| pool.add_destination(t.endpoint())).collect();
-//! for (wr_id, (&destination, target)) in destinations.iter().zip(&targets).enumerate() {
+//! for (wr_id, (&destination, region)) in destinations.iter().zip(&regions).enumerate() {
 //!     let mut guard = pool.start_post_send(destination)?;
 //!     guard
 //!         .construct_wr(wr_id as u64, WorkRequestFlags::none())?
-//!         .setup_write(target.rkey(), target.address())
+//!         .setup_write(region.rkey(), region.address())
 //!         .setup_inline_data(b"DC hello");
 //!     guard.post()?;
 //! }
@@ -59,15 +66,17 @@
 //! A pool's grant and stall timeouts are counted in ticks too
 //! ([`SimulatedPoolBuilder::setup_grant_timeout`], [`SimulatedPoolBuilder::setup_stall_timeout`]).
 //! Targets ([`SimulatedFabric::create_target_builder`]) have a DCT number, a DC key, memory
-//! that RDMA WRITEs and READs reach, and a shared receive queue of receive slots that SENDs
-//! fill; a pool ([`SimulatedFabric::create_pool_builder`]) takes their
+//! that RDMA WRITEs and READs reach where it is registered ([`SimulatedTarget::register_memory`]),
+//! and a shared receive queue of receive slots that SENDs fill; a pool ([`SimulatedFabric::create_pool_builder`]) takes their
 //! [endpoints](SimulatedTarget::endpoint) as destinations. The bytes move: a WRITE's land in
 //! the target's memory ([`SimulatedTarget::read`]), a SEND's in a receive
 //! ([`SimulatedTarget::take_received`]), a READ's in the local buffer. Data given by
 //! scatter/gather entries is read (or written) at the address the entry names when the request
 //! executes, as the device's DMA does: the `unsafe` promise of `setup_sge` (a valid buffer
-//! until the request completes) is what makes that sound, here as on hardware; the lkey is not
-//! checked (the fabric has no memory registrations).
+//! until the request completes) is what makes that sound, here as on hardware. As on hardware,
+//! the entry must lie in a region of the program's memory registered on the fabric
+//! ([`SimulatedFabric::register_memory`]), named by the region's lkey: a program that forgets to
+//! register fails here as on a ConnectX.
 //!
 //! # What it does, and from where
 //!
@@ -79,7 +88,10 @@
 //! | inline data longer than the initiator's `max_inline_data` fails the post with `ENOMEM` | libmlx5 `_mlx5_send_wr_set_inline_data` |
 //! | a dead target (killed, or an unknown DCT number): `IBV_WC_RETRY_EXC_ERR` after the transport timeout (other statuses on request: [`SimulatedFabric::set_dead_target_statuses`]) | ibv_poll_cq(3) ("the remote side didn't send any Ack or Nack"); ConnectX on a destroyed DCT, openucx/ucx#3679 |
 //! | a wrong DC key at a live target: the packet dropped, `IBV_WC_RETRY_EXC_ERR` after the transport timeout (or, with [`SimulatedFabric::set_wrong_dc_key`], `IBV_WC_REM_ACCESS_ERR` after the target's latency); unconfirmed on hardware, so both are modelled | kernel mlx5 `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION` (0x1d, an event at the target, the DCT context's `dc_access_key_violation_count`), no NAK to the initiator (dc-hardware-rules, third review); ibv_poll_cq(3), remote access error |
-//! | a WRITE/READ outside the target's memory or with another rkey: `IBV_WC_REM_ACCESS_ERR` | ibv_poll_cq(3), remote access error |
+//! | a WRITE/READ whose rkey is no region of the target's (never registered, deregistered, another node's), outside the region, or without its remote write/read access: `IBV_WC_REM_ACCESS_ERR` at the initiator | IB spec requester "remote access" error ("a protection error occurred on a remote data buffer to be read by an RDMA Read, written by an RDMA Write"); rdma-core `tests/test_mr.py` (`test_mr_rereg_access_bad_flow`: MR without remote write; `test_mw_type2_invalidate_dealloc`: a key gone) |
+//! | a scatter/gather entry whose lkey is no region of the program's, or that leaves its region, or a READ's into a region without local write: `IBV_WC_LOC_PROT_ERR` (inline data is not checked; zero-length entries are skipped) | IB spec requester "local protection" error ("the data segment does not reference a memory region that is valid for the requested operation"); libmlx5 `mlx5_handle_error_cqe` (syndrome `LOCAL_PROT_ERR`); rdma-core `tests/test_mlx5_dma_memcpy.py` (insufficient local access: `IBV_WC_LOC_PROT_ERR`); ibv_post_send(3) (`IBV_SEND_INLINE`: "the L_Key will not be checked") |
+//! | a message longer than the port's `max_msg_sz` (2^30, [`SimulatedFabric::set_max_message_size`]): `IBV_WC_LOC_LEN_ERR` | libmlx5 `mlx5_handle_error_cqe` (syndrome `LOCAL_LENGTH_ERR`); kernel mlx5 `max_msg_sz = 1 << log_max_msg`; IB spec, messages up to `max_msg_sz` |
+//! | a registration with remote write or atomic access but no local write is refused; a region's lkey and rkey are one key | ibv_reg_mr(3) ("then IBV_ACCESS_LOCAL_WRITE must be set too"); mlx5 memory keys (an `ibv_mr`'s lkey and rkey are its mkey) |
 //! | a SEND longer than a receive: `IBV_WC_REM_INV_REQ_ERR` | ibv_poll_cq(3), remote invalid request |
 //! | no receive posted: receiver-not-ready NAKs, retried after the RNR timer; `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry` of them (7: never) | ibv_poll_cq(3); ibv_modify_qp(3) (`rnr_retry`) |
 //! | an error completion puts a DCI without streams in ERR; everything behind it, and anything posted to it in ERR, completes with `IBV_WC_WR_FLUSH_ERR` | ibv_poll_cq(3), ibv_modify_qp(3) (Error state) |
@@ -110,18 +122,24 @@
 //! One thread: the fabric and its pools are neither `Send` nor `Sync` (a deterministic run has
 //! one order of events). Atomics are not simulated (the guard refuses them: the simulated
 //! initiators are created without them). Address handles are not created: the fabric routes
-//! by DCT number.
+//! by DCT number. Registrations have no protection domains (one for the program's initiators,
+//! one per target), and a target's receives are slots, not registered buffers.
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use sideway::ibverbs::AccessFlags;
+
 use self::fabric::Fabric;
+use self::memory::Node;
 use super::reference_rules::DciKernel;
 
 mod builder;
 mod completion_queue;
 mod fabric;
 mod initiator;
+mod memory;
 mod request;
+mod settings;
 mod target;
 #[cfg(test)]
 mod tests;
@@ -130,6 +148,7 @@ pub use self::builder::SimulatedPoolBuilder;
 pub use self::completion_queue::SimulatedCompletionQueue;
 pub use self::fabric::SimulatedCounters;
 pub use self::initiator::SimulatedInitiator;
+pub use self::memory::{RegisterMemoryError, RegisterMemoryErrorKind, SimulatedMemoryRegion};
 pub use self::target::{SimulatedMessage, SimulatedTarget, SimulatedTargetBuilder};
 
 /// The fabric as its handles share it.
@@ -153,6 +172,23 @@ impl SimulatedFabric {
     /// Creates a DC target on it.
     pub fn create_target_builder(&self) -> SimulatedTargetBuilder {
         SimulatedTargetBuilder::new(&self.fabric)
+    }
+
+    /// Registers `[address, +length)` of the program's own memory with `access`, as `ibv_reg_mr`
+    /// does for the initiators' protection domain: the scatter/gather entries of its requests
+    /// (`setup_sge`) name the region's [`lkey`](SimulatedMemoryRegion::lkey) and must lie inside
+    /// it (a READ's also needs local write access), or the request ends with a local protection
+    /// error. Registering reads nothing: the bytes are read (written) when a request executes,
+    /// under `setup_sge`'s promise. Dropping the region deregisters it.
+    ///
+    /// # Errors
+    ///
+    /// Remote write or atomic access without local write (ibv_reg_mr(3)), a range that wraps
+    /// around, or no key left: [`RegisterMemoryError`].
+    pub fn register_memory(
+        &self, address: u64, length: usize, access: AccessFlags,
+    ) -> Result<SimulatedMemoryRegion, RegisterMemoryError> {
+        SimulatedMemoryRegion::register(&self.fabric, Node::Local, address, length, access)
     }
 
     /// Creates a pool of simulated DC initiators on it.
@@ -236,6 +272,12 @@ impl SimulatedFabric {
     /// pair number (default `false`: a current kernel).
     pub fn set_kernel_without_dci_reset(&self, old_kernel: bool) {
         self.fabric.borrow_mut().settings.kernel = if old_kernel { DciKernel::OLD } else { DciKernel::CURRENT };
+    }
+
+    /// The port's `max_msg_sz` in bytes (default 2^30, a ConnectX's): a longer request ends with
+    /// a local length error.
+    pub fn set_max_message_size(&self, bytes: u64) {
+        self.fabric.borrow_mut().settings.max_message_size = bytes;
     }
 
     /// A fault: one request in `one_in` to a live target fails (drawn from the seed), with a

@@ -2,12 +2,16 @@
 //! made of it, how long it takes, and what it does at its DC target: the statuses it ends with
 //! and the bytes it moves.
 use rdma_mummy_sys::{ibv_wc_opcode, ibv_wc_status};
+use sideway::ibverbs::AccessFlags;
 
-use super::fabric::{Rng, Settings};
+use super::memory::Memory;
+use super::settings::{Rng, Settings};
 use super::target::{SimulatedMessage, Target, FIRST_DCT_NUMBER};
 use super::WrongDcKey;
 
 pub(crate) const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
+pub(crate) const LOC_LEN: u32 = ibv_wc_status::IBV_WC_LOC_LEN_ERR;
+pub(crate) const LOC_PROT: u32 = ibv_wc_status::IBV_WC_LOC_PROT_ERR;
 pub(crate) const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
 pub(crate) const REM_INV_REQ: u32 = ibv_wc_status::IBV_WC_REM_INV_REQ_ERR;
 pub(crate) const REM_ACCESS: u32 = ibv_wc_status::IBV_WC_REM_ACCESS_ERR;
@@ -49,7 +53,15 @@ impl Operation {
 #[derive(Debug, Clone)]
 pub(crate) enum Payload {
     Inline(Vec<u8>),
-    Gather(Vec<(u64, u32)>),
+    Gather(Vec<Sge>),
+}
+
+/// A scatter/gather entry: a buffer of the program's memory and the lkey of its region.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sge {
+    pub(crate) address: u64,
+    pub(crate) length: u32,
+    pub(crate) lkey: u32,
 }
 
 /// One request in an initiator's send queue.
@@ -108,20 +120,35 @@ fn drops_key(settings: &Settings, target: &Target, request: &Request) -> bool {
 /// - a DC key other than the target's: dropped, so `IBV_WC_RETRY_EXC_ERR` as for a target that
 ///   is not there (mlx5 raises `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION` at the target instead of a
 ///   NAK), or, as the fabric is set, `IBV_WC_REM_ACCESS_ERR` ([`WrongDcKey`]);
-/// - a WRITE/READ outside its memory or with another rkey: `IBV_WC_REM_ACCESS_ERR` ("a
-///   protection error occurred on a remote data buffer");
 /// - a SEND longer than a receive slot: `IBV_WC_REM_INV_REQ_ERR` (the responder cannot take
 ///   the message), the slot consumed;
 /// - a SEND (or WRITE with immediate) with no receive posted: a receiver-not-ready NAK, tried
 ///   again after the RNR timer, `IBV_WC_RNR_RETRY_EXC_ERR` once `rnr_retry` NAKs were met
-///   (7: never; ibv_modify_qp(3)).
+///   (7: never; ibv_modify_qp(3));
+/// - at the initiator, before anything leaves it: a message longer than the port's
+///   `max_msg_sz`, `IBV_WC_LOC_LEN_ERR`; a scatter/gather entry whose lkey is no region of the
+///   program's, or that leaves its region, `IBV_WC_LOC_PROT_ERR` ("the data segment does not
+///   reference a memory region valid for the requested operation"); a READ's entries are
+///   checked when its reply lands, and need local write access too;
+/// - at the target: a WRITE or READ whose rkey is no region of the target's, that leaves it, or
+///   whose region lacks remote write (read) access, `IBV_WC_REM_ACCESS_ERR` ("a protection
+///   error occurred on a remote data buffer").
 pub(crate) fn execute(
-    targets: &mut [Target], settings: &Settings, rng: &mut Rng, request: &Request, rnr_attempts: u32,
+    targets: &mut [Target], memory: &Memory, settings: &Settings, rng: &mut Rng, request: &Request, rnr_attempts: u32,
 ) -> Outcome {
+    if payload_length(&request.payload) as u64 > settings.max_message_size {
+        return Outcome::Ended(LOC_LEN, 0);
+    }
+    let reads = matches!(request.operation, Operation::Read { .. });
+    if !reads && !local_access(memory, &request.payload, false) {
+        return Outcome::Ended(LOC_PROT, 0);
+    }
+    let index = request.dct_number.checked_sub(FIRST_DCT_NUMBER);
     let target = request
         .dct_number
         .checked_sub(FIRST_DCT_NUMBER)
         .and_then(|index| targets.get_mut(index as usize));
+    let index = index.map_or(usize::MAX, |index| index as usize);
     let Some(target) = target.filter(|target| target.alive) else {
         return Outcome::Ended(rng.pick(&settings.dead_statuses).unwrap_or(RETRY_EXC), 0);
     };
@@ -160,7 +187,8 @@ pub(crate) fn execute(
         },
         Operation::Write { rkey, remote_addr, imm } => {
             let length = payload_length(&request.payload);
-            let Some(range) = remote_range(target, rkey, remote_addr, length) else {
+            let reach = (memory, index, rkey, AccessFlags::RemoteWrite);
+            let Some(range) = remote_range(target, reach, remote_addr, length) else {
                 return Outcome::Ended(REM_ACCESS, 0);
             };
             let data = gather(&request.payload);
@@ -176,19 +204,37 @@ pub(crate) fn execute(
         },
         Operation::Read { rkey, remote_addr } => {
             let length = payload_length(&request.payload);
-            let Some(range) = remote_range(target, rkey, remote_addr, length) else {
+            let reach = (memory, index, rkey, AccessFlags::RemoteRead);
+            let Some(range) = remote_range(target, reach, remote_addr, length) else {
                 return Outcome::Ended(REM_ACCESS, 0);
             };
+            if !local_access(memory, &request.payload, true) {
+                return Outcome::Ended(LOC_PROT, 0);
+            }
             scatter(&request.payload, &target.memory[range]);
             Outcome::Ended(SUCCESS, length as u32)
         },
     }
 }
 
-/// The bytes of `[remote_addr, +length)` in the target's memory, if `rkey` is its and the range
-/// lies inside.
-fn remote_range(target: &Target, rkey: u32, remote_addr: u64, length: usize) -> Option<std::ops::Range<usize>> {
-    if rkey != target.rkey {
+/// Whether every scatter/gather entry (none for inline data, whose lkey is not checked:
+/// ibv_post_send(3), `IBV_SEND_INLINE`) lies in a region of the program's, writable when
+/// `write`. Zero-length entries are skipped (libmlx5 builds no data segment for them).
+fn local_access(memory: &Memory, payload: &Payload, write: bool) -> bool {
+    match payload {
+        Payload::Inline(_) => true,
+        Payload::Gather(list) => list
+            .iter()
+            .all(|sge| sge.length == 0 || memory.local_access(sge.lkey, sge.address, sge.length, write)),
+    }
+}
+
+/// The bytes of `[remote_addr, +length)` in the target's memory, if `rkey` is one of its regions
+/// (registered with `access`) and the range lies inside it.
+fn remote_range(
+    target: &Target, (memory, index, rkey, access): (&Memory, usize, u32, AccessFlags), remote_addr: u64, length: usize,
+) -> Option<std::ops::Range<usize>> {
+    if !memory.remote_access(index, rkey, remote_addr, length as u64, access) {
         return None;
     }
     let start = usize::try_from(remote_addr.checked_sub(target.base)?).ok()?;
@@ -199,7 +245,7 @@ fn remote_range(target: &Target, rkey: u32, remote_addr: u64, length: usize) -> 
 fn payload_length(payload: &Payload) -> usize {
     match payload {
         Payload::Inline(bytes) => bytes.len(),
-        Payload::Gather(list) => list.iter().map(|&(_, length)| length as usize).sum(),
+        Payload::Gather(list) => list.iter().map(|sge| sge.length as usize).sum(),
     }
 }
 
@@ -209,7 +255,7 @@ fn gather(payload: &Payload) -> Vec<u8> {
         Payload::Inline(bytes) => bytes.clone(),
         Payload::Gather(list) => {
             let mut bytes = Vec::with_capacity(payload_length(payload));
-            for &(addr, length) in list {
+            for &Sge { address, length, .. } in list {
                 if length == 0 {
                     continue;
                 }
@@ -217,7 +263,7 @@ fn gather(payload: &Payload) -> Vec<u8> {
                 // buffer is valid and stays so until the request completes; it has not yet (its
                 // completion is made after this), and requests a reset or a destruction discards
                 // are never executed.
-                bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, length as usize) });
+                bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(address as *const u8, length as usize) });
             }
             bytes
         },
@@ -230,14 +276,14 @@ fn scatter(payload: &Payload, mut data: &[u8]) {
         // Inline data cannot take a READ's reply; the guard never builds one.
         return;
     };
-    for &(addr, length) in list {
+    for &Sge { address, length, .. } in list {
         let length = (length as usize).min(data.len());
         if length == 0 {
             continue;
         }
         // SAFETY: as in `gather`: the buffer is valid, and writable by the device (the caller's
         // promise), until the request completes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, length) };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), address as *mut u8, length) };
         data = &data[length..];
     }
 }

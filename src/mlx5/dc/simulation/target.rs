@@ -1,11 +1,13 @@
 //! A simulated DC target: its DCT number and DC key (its [`DcEndpoint`]), the memory RDMA WRITEs
-//! and READs reach, and its shared receive queue of receive slots that SENDs fill; and the
+//! and READs reach where it registered it, and its shared receive queue of receive slots that SENDs fill; and the
 //! faults a test scripts on it (kill it, change its key).
 use std::collections::VecDeque;
 use std::ops::Range;
 
 use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::AccessFlags;
 
+use super::memory::{Node, RegisterMemoryError, RegisterMemoryErrorKind, SimulatedMemoryRegion};
 use super::Shared;
 use crate::mlx5::dc::endpoint::{DcEndpoint, InvalidDcEndpointError};
 
@@ -29,7 +31,6 @@ pub(crate) struct Target {
     pub(crate) latency: u64,
     pub(crate) memory: Vec<u8>,
     pub(crate) base: u64,
-    pub(crate) rkey: u32,
     pub(crate) slot_size: u32,
     pub(crate) free_slots: u64,
     pub(crate) received: VecDeque<SimulatedMessage>,
@@ -68,7 +69,8 @@ impl SimulatedTargetBuilder {
         self
     }
 
-    /// The bytes of memory RDMA WRITEs and READs may reach (default 4096), zeroed.
+    /// Its memory in bytes (default 4096), zeroed: RDMA WRITEs and READs reach the parts of it
+    /// [registered](SimulatedTarget::register_memory).
     pub fn setup_memory(&mut self, bytes: usize) -> &mut Self {
         self.memory = bytes;
         self
@@ -106,7 +108,6 @@ impl SimulatedTargetBuilder {
             latency: self.latency,
             memory: vec![0; self.memory],
             base: MEMORY_BASE,
-            rkey: dct_number,
             slot_size: self.receive_size,
             free_slots: self.receives,
             received: VecDeque::new(),
@@ -155,14 +156,30 @@ impl SimulatedTarget {
         self.dct_number
     }
 
-    /// The rkey of its memory (what RDMA WRITEs and READs name).
-    pub fn rkey(&self) -> u32 {
-        self.with(|target| target.rkey)
-    }
-
-    /// The address of the first byte of its memory (the `remote_addr` that reaches it).
+    /// The address of the first byte of its memory.
     pub fn address(&self) -> u64 {
         self.with(|target| target.base)
+    }
+
+    /// Registers the bytes `range` of its memory (offsets from [`address`](Self::address)) with
+    /// `access`, as its program's `ibv_reg_mr` does: RDMA WRITEs reach the region through its
+    /// [`rkey`](SimulatedMemoryRegion::rkey) if `access` has remote write, READs if it has
+    /// remote read; a request outside it, with another key, or after it is dropped
+    /// (deregistered) ends with a remote access error.
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterMemoryErrorKind::InvalidRange`] for a range outside its memory, and the
+    /// others of [`SimulatedFabric::register_memory`](super::SimulatedFabric::register_memory).
+    pub fn register_memory(
+        &self, range: Range<usize>, access: AccessFlags,
+    ) -> Result<SimulatedMemoryRegion, RegisterMemoryError> {
+        let (base, size) = self.with(|target| (target.base, target.memory.len()));
+        if range.start > range.end || range.end > size {
+            return Err(RegisterMemoryErrorKind::InvalidRange.into());
+        }
+        let node = Node::Target(self.index);
+        SimulatedMemoryRegion::register(&self.fabric, node, base + range.start as u64, range.len(), access)
     }
 
     /// A copy of its memory in `range` (offsets from [`address`](Self::address)); `None` for a

@@ -4,7 +4,8 @@
 //! ERR, the move to ERR after exactly 2^`log_num_errored` stream errors, a dead target's timeout.
 use super::fabric::{Fabric, StreamResetRefused};
 use super::request::{Operation, Payload, Request, FLUSH, REM_ACCESS, RETRY_EXC, SUCCESS};
-use super::{SimulatedFabric, SimulatedTarget};
+use super::{SimulatedFabric, SimulatedMemoryRegion, SimulatedTarget};
+use sideway::ibverbs::AccessFlags;
 
 /// Where requests go: a target's rkey, memory and DCT number (read before the fabric is
 /// borrowed by hand).
@@ -15,20 +16,22 @@ struct Aim {
     dct_number: u32,
 }
 
-/// A fabric with one target (latency 1).
-fn fabric(seed: u64) -> (SimulatedFabric, SimulatedTarget, Aim) {
+/// A fabric with one target (latency 1), its memory registered for remote writes and reads.
+fn fabric(seed: u64) -> (SimulatedFabric, (SimulatedTarget, SimulatedMemoryRegion), Aim) {
     let fabric = SimulatedFabric::new(seed);
     let target = fabric
         .create_target_builder()
         .setup_memory(64)
         .build()
         .expect("a target");
+    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
+    let region = target.register_memory(0..64, access).expect("a region");
     let aim = Aim {
-        rkey: target.rkey(),
-        address: target.address(),
+        rkey: region.rkey(),
+        address: region.address(),
         dct_number: target.dct_number(),
     };
-    (fabric, target, aim)
+    (fabric, (target, region), aim)
 }
 
 /// An RDMA WRITE of `wr_id` (inline) to the target, on `stream`.
@@ -229,7 +232,7 @@ fn exactly_two_to_the_log_num_errored_errored_streams_move_the_initiator_to_err(
 
 #[test]
 fn a_dead_target_fails_after_the_transport_timeout_with_retry_exceeded() {
-    let (handle, dead, target) = fabric(5);
+    let (handle, (dead, _region), target) = fabric(5);
     dead.kill();
     let mut fabric = handle.fabric.borrow_mut();
     fabric.settings.transport_timeout = 10;

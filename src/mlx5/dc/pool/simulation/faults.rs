@@ -74,7 +74,7 @@ struct Run {
     fabric: SimulatedFabric,
     pool: DcInitiatorPool<SimulatedInitiator>,
     /// The target of each destination slot of the steps, and the live destination in it.
-    targets: Vec<SimulatedTarget>,
+    targets: Vec<Remote>,
     ids: Vec<DestinationId>,
     /// Per slot: refused with a would-block and not reported `Ready` since.
     refused: Vec<bool>,
@@ -179,7 +179,7 @@ fn check(policy: DcPoolPolicy, capacity: u32, steps: Vec<Step>) -> Result<(), Te
     let fabric = SimulatedFabric::new(0);
     fabric.set_poll_ticks(false);
     fabric.set_transport_timeout(4);
-    let targets: Vec<SimulatedTarget> = (0..DESTINATIONS)
+    let targets: Vec<Remote> = (0..DESTINATIONS)
         .map(|_| {
             fabric
                 .create_target_builder()
@@ -189,6 +189,7 @@ fn check(policy: DcPoolPolicy, capacity: u32, steps: Vec<Step>) -> Result<(), Te
                 .build()
                 .expect("a target")
         })
+        .map(Remote::new)
         .collect();
     let mut pool = pool(
         &fabric,
