@@ -14,50 +14,20 @@ use rdma_mummy_sys::ibv_wc;
 use rdma_mummy_sys::ibv_qp_attr_mask;
 use sideway::ibverbs::queue_pair::QueuePairState::{self, Error, Init, ReadyToReceive, ReadyToSend, Reset};
 
+use super::faults::Schedule;
 use super::memory::Memory;
 #[cfg(test)]
 use super::request;
 use super::request::{cost, execute, Outcome, Request, FLUSH, SUCCESS};
 use super::settings::{Rng, Settings};
 use super::target::Target;
+use super::trace::{SimulatedCounters, SimulatedEvent, Trace};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::reference_rules::{self as rules, DciKernel};
 use crate::mlx5::dc::state_table::DC_INITIATOR;
 
 /// The first queue pair number the fabric gives an initiator; the next ones follow by one.
 const FIRST_QP_NUMBER: u32 = 0x100;
-/// What the simulated fabric did, for a test to assert on; from
-/// [`SimulatedFabric::counters`](super::SimulatedFabric::counters).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SimulatedCounters {
-    /// Requests the initiators took (`ibv_wr_complete` returned 0).
-    pub posted: u64,
-    /// Requests that executed at their target (a success completion).
-    pub executed: u64,
-    /// Requests that ended with an error completion other than a flush.
-    pub failed: u64,
-    /// Requests flushed (`IBV_WC_WR_FLUSH_ERR`): behind an error, or on an initiator in ERR.
-    pub flushed: u64,
-    /// Completions handed to the program by `ibv_poll_cq` (what the pool reports from).
-    pub polled: u64,
-    /// Receiver-not-ready retries: a SEND (or WRITE with immediate) found no receive posted at
-    /// its target and was tried again after the RNR timer.
-    pub rnr_retries: u64,
-    /// Initiators brought back through RESET.
-    pub recoveries: u64,
-    /// Initiators recovered by being created again, with a new queue pair number (a kernel that
-    /// refuses a DCI's move to RESET).
-    pub rebuilds: u64,
-    /// DCI streams reset.
-    pub stream_resets: u64,
-    /// Stream resets refused because the stream still held requests not flushed (the man page:
-    /// reset once they are); a pool that does this has a bug.
-    pub premature_stream_resets: u64,
-    /// Completions a move to RESET (or a destruction) removed from the CQ before they were
-    /// polled (libmlx5's `mlx5_cq_clean`): requests a program never hears of.
-    pub cleaned_completions: u64,
-}
 
 /// One DCI stream's queue (the whole send queue of a DCI without streams).
 #[derive(Debug, Default)]
@@ -124,6 +94,9 @@ pub(crate) struct Fabric {
     pub(crate) settings: Settings,
     pub(crate) memory: Memory,
     pub(crate) counters: SimulatedCounters,
+    pub(crate) trace: Trace,
+    /// Faults waiting for their tick.
+    pub(crate) schedule: Schedule,
     /// Whether each poll is a tick.
     pub(crate) poll_ticks: bool,
     /// The unit tests drive execution themselves (`execute`, `fail_head`): a tick only moves the
@@ -178,6 +151,8 @@ impl Fabric {
             settings: Settings::default(),
             memory: Memory::default(),
             counters: SimulatedCounters::default(),
+            trace: Trace::default(),
+            schedule: Schedule::default(),
             poll_ticks: true,
             #[cfg(test)]
             manual: false,
@@ -240,6 +215,13 @@ impl Fabric {
         self.counters.posted += u64::from(len);
         for mut request in requests {
             request.posted_at = now;
+            let (qp_number, dct_number, wr_id) = (qp.qp_number, request.dct_number, request.wr_id);
+            self.trace.record(|| SimulatedEvent::Posted {
+                tick: now,
+                qp_number,
+                dct_number,
+                wr_id,
+            });
             let lane = Self::lane_of(qp, request.stream);
             qp.lanes[lane].queue.push_back(request);
         }
@@ -250,6 +232,7 @@ impl Fabric {
     /// move to ERR was pending makes it.
     pub(crate) fn step(&mut self) {
         self.now.fetch_add(1, Ordering::Relaxed);
+        self.apply_due_faults();
         for initiator in 0..self.initiators.len() {
             let now = self.now();
             let qp = &mut self.initiators[initiator];
@@ -376,9 +359,13 @@ impl Fabric {
                 break;
             }
         }
+        let qp_number = self.initiators[initiator].qp_number;
         for (request, status, byte_len) in ended {
             #[cfg(test)]
             self.journal.push((request::number(&request.payload), status));
+            let (dct_number, wr_id) = (request.dct_number, request.wr_id);
+            self.trace
+                .record(|| SimulatedEvent::ended(now, qp_number, dct_number, wr_id, status));
             let opcode = request.operation.opcode();
             self.add_completion(initiator, lane, request.wr_id, status, opcode, byte_len);
         }
@@ -503,6 +490,12 @@ impl Fabric {
             let old = std::mem::replace(&mut self.initiators[initiator].qp_number, number);
             self.numbers.remove(&old);
             self.counters.rebuilds += 1;
+            let (tick, rebuilt_as) = (self.now(), Some(number));
+            self.trace.record(|| SimulatedEvent::Recovered {
+                tick,
+                qp_number: old,
+                rebuilt_as,
+            });
             return Ok(Some(number));
         }
         self.clean(initiator);
@@ -511,6 +504,12 @@ impl Fabric {
             return Err("the kernel refused the DCI's bring-up");
         }
         self.counters.recoveries += 1;
+        let (tick, qp_number) = (self.now(), self.initiators[initiator].qp_number);
+        self.trace.record(|| SimulatedEvent::Recovered {
+            tick,
+            qp_number,
+            rebuilt_as: None,
+        });
         Ok(None)
     }
 
@@ -534,6 +533,12 @@ impl Fabric {
         }
         qp.lanes[lane].errored = false;
         self.counters.stream_resets += 1;
+        let (qp_number, tick) = (qp.qp_number, self.now());
+        self.trace.record(|| SimulatedEvent::StreamReset {
+            tick,
+            qp_number,
+            stream,
+        });
         Ok(())
     }
 

@@ -145,6 +145,11 @@ impl SimulatedInitiator {
         }
     }
 
+    /// Its index among the fabric's initiators.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
     /// Its queue pair number, which its completions carry.
     pub fn qp_number(&self) -> u32 {
         self.qp_number

@@ -117,6 +117,17 @@
 //! polled, receiver-not-ready retries, recoveries, stream resets (and premature ones), and
 //! completions a reset cleaned from the CQ.
 //!
+//! The same faults can wait for a tick: [`SimulatedFabric::schedule`] takes a
+//! [`SimulatedFault`] (`kill`, `revive`, `set_dc_key`, `stall`, `move_to_error`, `fail_next`,
+//! `refuse_recovery`) and makes it when the fabric reaches the tick, before any request runs in
+//! it. What the fabric did, in order, is in its trace ([`SimulatedFabric::set_trace_capacity`],
+//! [`SimulatedFabric::take_trace`]): each request posted, executed, failed (with its status)
+//! or flushed, each recovery and stream reset, each scheduled fault made, with its tick, its
+//! initiator's queue pair number, its DCT number and `wr_id` (the one the initiator was given:
+//! through a pool, the pool's number of the request). The trace is off by default and, when
+//! on, keeps the last events up to its capacity (the older ones are dropped and counted): a long
+//! run does not grow it without bound.
+//!
 //! # Limits
 //!
 //! One thread: the fabric and its pools are neither `Send` nor `Sync` (a deterministic run has
@@ -136,6 +147,7 @@ use super::reference_rules::DciKernel;
 mod builder;
 mod completion_queue;
 mod fabric;
+mod faults;
 mod initiator;
 mod memory;
 mod request;
@@ -143,13 +155,15 @@ mod settings;
 mod target;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 pub use self::builder::SimulatedPoolBuilder;
 pub use self::completion_queue::SimulatedCompletionQueue;
-pub use self::fabric::SimulatedCounters;
+pub use self::faults::SimulatedFault;
 pub use self::initiator::SimulatedInitiator;
 pub use self::memory::{RegisterMemoryError, RegisterMemoryErrorKind, SimulatedMemoryRegion};
 pub use self::target::{SimulatedMessage, SimulatedTarget, SimulatedTargetBuilder};
+pub use self::trace::{SimulatedCounters, SimulatedEvent};
 
 /// The fabric as its handles share it.
 pub(crate) type Shared = Rc<RefCell<Fabric>>;
@@ -218,6 +232,32 @@ impl SimulatedFabric {
     /// What it did so far.
     pub fn counters(&self) -> SimulatedCounters {
         self.fabric.borrow().counters
+    }
+
+    /// Turns its trace on: it records what it does ([`SimulatedEvent`]s: requests posted,
+    /// executed, failed, flushed; recoveries, stream resets, scheduled faults), keeping the last
+    /// `events` not yet [taken](Self::take_trace) and dropping older ones (counted by
+    /// [`dropped_events`](Self::dropped_events)), so a long run stays within that memory. 0 (the
+    /// default) turns it off.
+    pub fn set_trace_capacity(&self, events: usize) {
+        self.fabric.borrow_mut().trace.set_capacity(events);
+    }
+
+    /// The events recorded since the last call, in the order they happened.
+    pub fn take_trace(&self) -> Vec<SimulatedEvent> {
+        self.fabric.borrow_mut().trace.take()
+    }
+
+    /// How many events the trace dropped to stay within its capacity.
+    pub fn dropped_events(&self) -> u64 {
+        self.fabric.borrow().trace.dropped()
+    }
+
+    /// Schedules `fault` for tick `tick`: it is made when the fabric reaches that tick, before
+    /// any request runs in it (faults of one tick in the order they were scheduled); a tick
+    /// already reached means the next one. Made, it is in the trace.
+    pub fn schedule(&self, tick: u64, fault: SimulatedFault) {
+        self.fabric.borrow_mut().schedule.add(tick, fault);
     }
 
     /// How many ticks a request to a target that does not answer takes to fail (default 64; at

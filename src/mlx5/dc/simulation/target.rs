@@ -142,6 +142,11 @@ impl SimulatedTarget {
         f(&mut self.fabric.borrow_mut().targets[self.index])
     }
 
+    /// Its index among the fabric's targets.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
     /// Its endpoint, as a peer would send it: give it to
     /// [`add_destination`](crate::mlx5::dc::pool::DcInitiatorPool::add_destination). Its DC key
     /// is the one the target has now: after [`set_dc_key`](Self::set_dc_key), the new one (a
