@@ -130,6 +130,8 @@ fn a_buffer_not_registered_or_left_by_its_entry_is_a_local_protection_error() {
     let lkey = local.lkey();
     drop(local);
     assert_eq!(status_of(&mut setup, write(lkey, address, 32)), LOC_PROT);
+    // A zero-length entry has no data segment: its key is never looked at.
+    assert_eq!(status_of(&mut setup, write(0, address, 0)), SUCCESS);
 }
 
 /// A READ lands in local memory: its region needs local write access.

@@ -219,7 +219,8 @@ pub(crate) fn execute(
 
 /// Whether every scatter/gather entry (none for inline data, whose lkey is not checked:
 /// ibv_post_send(3), `IBV_SEND_INLINE`) lies in a region of the program's, writable when
-/// `write`. Zero-length entries are skipped (libmlx5 builds no data segment for them).
+/// `write`. Zero-length entries are skipped (libmlx5's `_mlx5_send_wr_set_sge` builds no data
+/// segment for them).
 fn local_access(memory: &Memory, payload: &Payload, write: bool) -> bool {
     match payload {
         Payload::Inline(_) => true,
