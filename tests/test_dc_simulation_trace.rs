@@ -6,7 +6,8 @@ use sideway::ibverbs::AccessFlags;
 use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
 use sideway_ext::mlx5::dc::pool::DcInitiatorPool;
 use sideway_ext::mlx5::dc::simulation::{
-    SimulatedEvent, SimulatedFabric, SimulatedFault, SimulatedInitiator, SimulatedMemoryRegion, SimulatedTarget,
+    ScheduleFaultErrorKind, SimulatedEvent, SimulatedFabric, SimulatedFault, SimulatedInitiator, SimulatedMemoryRegion,
+    SimulatedTarget,
 };
 
 const REM_ACCESS: u32 = 10;
@@ -190,7 +191,10 @@ fn a_scheduled_move_to_error_takes_effect_at_its_tick_and_not_before() {
     setup.fabric.set_trace_capacity(64);
     let initiator = setup.pool.initiator(0).expect("initiator 0");
     let to_error = SimulatedFault::move_to_error(initiator);
-    setup.fabric.schedule(5, to_error);
+    setup
+        .fabric
+        .schedule(5, to_error.clone())
+        .expect("a fault of its fabric");
     setup.fabric.advance(4);
     assert!(!initiator.is_in_error(), "tick 4: not yet");
     setup.fabric.advance(1);
@@ -210,7 +214,7 @@ fn a_scheduled_kill_takes_effect_at_its_tick_and_not_before() {
     setup.fabric.set_poll_ticks(false);
     setup.fabric.set_trace_capacity(64);
     let kill = SimulatedFault::kill(&setup.targets[0]);
-    setup.fabric.schedule(10, kill);
+    setup.fabric.schedule(10, kill.clone()).expect("a fault of its fabric");
     // Posted at tick 7: connects at 8, executes at 9.
     setup.fabric.advance(7);
     let rkey = setup.regions[0].rkey();
@@ -280,8 +284,22 @@ fn a_fault_scheduled_for_a_past_tick_is_made_at_the_next() {
     setup.fabric.advance(3);
     setup
         .fabric
-        .schedule(1, SimulatedFault::set_dc_key(&setup.targets[1], 0xbad));
+        .schedule(1, SimulatedFault::set_dc_key(&setup.targets[1], 0xbad))
+        .expect("a fault of its fabric");
     assert_eq!(setup.targets[1].endpoint().dc_key(), 0, "not yet");
     setup.fabric.advance(1);
     assert_eq!(setup.targets[1].endpoint().dc_key(), 0xbad);
+}
+
+/// A fault belongs to the fabric of the handle it was made from: another fabric refuses it.
+#[test]
+fn a_fault_of_another_fabric_is_refused() {
+    let setup = setup(5);
+    let other = SimulatedFabric::new(5);
+    let refused = other
+        .schedule(1, SimulatedFault::kill(&setup.targets[0]))
+        .expect_err("another fabric's target");
+    assert_eq!(refused.0, ScheduleFaultErrorKind::OtherFabric);
+    other.advance(2);
+    assert!(setup.targets[0].is_alive());
 }

@@ -145,9 +145,9 @@ impl SimulatedInitiator {
         }
     }
 
-    /// Its index among the fabric's initiators.
-    pub(crate) fn index(&self) -> usize {
-        self.index
+    /// Its fabric, and its index among the fabric's initiators.
+    pub(crate) fn place(&self) -> (&Shared, usize) {
+        (&self.fabric, self.index)
     }
 
     /// Its queue pair number, which its completions carry.

@@ -141,6 +141,7 @@ use std::rc::Rc;
 use sideway::ibverbs::AccessFlags;
 
 use self::fabric::Fabric;
+use self::faults::Schedule;
 use self::memory::Node;
 use super::reference_rules::DciKernel;
 
@@ -159,7 +160,7 @@ mod trace;
 
 pub use self::builder::SimulatedPoolBuilder;
 pub use self::completion_queue::SimulatedCompletionQueue;
-pub use self::faults::SimulatedFault;
+pub use self::faults::{ScheduleFaultError, ScheduleFaultErrorKind, SimulatedFault};
 pub use self::initiator::SimulatedInitiator;
 pub use self::memory::{RegisterMemoryError, RegisterMemoryErrorKind, SimulatedMemoryRegion};
 pub use self::target::{SimulatedMessage, SimulatedTarget, SimulatedTargetBuilder};
@@ -256,8 +257,12 @@ impl SimulatedFabric {
     /// Schedules `fault` for tick `tick`: it is made when the fabric reaches that tick, before
     /// any request runs in it (faults of one tick in the order they were scheduled); a tick
     /// already reached means the next one. Made, it is in the trace.
-    pub fn schedule(&self, tick: u64, fault: SimulatedFault) {
-        self.fabric.borrow_mut().schedule.add(tick, fault);
+    ///
+    /// # Errors
+    ///
+    /// The fault was made from a handle of another fabric: [`ScheduleFaultError`].
+    pub fn schedule(&self, tick: u64, fault: SimulatedFault) -> Result<(), ScheduleFaultError> {
+        Schedule::add(&self.fabric, tick, fault)
     }
 
     /// How many ticks a request to a target that does not answer takes to fail (default 64; at

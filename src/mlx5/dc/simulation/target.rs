@@ -142,9 +142,9 @@ impl SimulatedTarget {
         f(&mut self.fabric.borrow_mut().targets[self.index])
     }
 
-    /// Its index among the fabric's targets.
-    pub(crate) fn index(&self) -> usize {
-        self.index
+    /// Its fabric, and its index among the fabric's targets.
+    pub(crate) fn place(&self) -> (&Shared, usize) {
+        (&self.fabric, self.index)
     }
 
     /// Its endpoint, as a peer would send it: give it to
