@@ -134,7 +134,10 @@
 //! one order of events). Atomics are not simulated (the guard refuses them: the simulated
 //! initiators are created without them). Address handles are not created: the fabric routes
 //! by DCT number. Registrations have no protection domains (one for the program's initiators,
-//! one per target), and a target's receives are slots, not registered buffers.
+//! one per target), and a target's receives are slots, not registered buffers. Initiators come
+//! from a pool: a program that posts on one DC initiator without a pool
+//! ([`DcInitiator`](super::initiator::DcInitiator), whose address setter takes an address handle
+//! a device made, polled through its own CQ) cannot run here.
 use std::cell::RefCell;
 use std::rc::Rc;
 
