@@ -17,7 +17,7 @@ const TRANSPORT_TIMEOUT: u64 = 16;
 struct Run {
     fabric: SimulatedFabric,
     pool: DcInitiatorPool<SimulatedInitiator>,
-    targets: [SimulatedTarget; 2],
+    targets: [Remote; 2],
     ids: [DestinationId; 2],
     next: u64,
     /// Request number → how the pool reported it (`Retry`s are posted again, not kept).
@@ -46,7 +46,7 @@ impl Run {
                 .build()
                 .expect("a target")
         };
-        let targets = [target(0xd0c), target(0)];
+        let targets = [Remote::new(target(0xd0c)), Remote::new(target(0))];
         let mut pool = pool(&fabric, DcPoolPolicy::Static, 1, 8, (0, 0), 3, Duration::from_millis(4));
         let ids = [
             pool.add_destination(targets[STALE].endpoint()),

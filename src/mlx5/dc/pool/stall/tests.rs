@@ -7,9 +7,33 @@ use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use crate::mlx5::dc::initiator::DciStreams;
 use crate::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
 use crate::mlx5::dc::pool::DcInitiatorPool;
-use crate::mlx5::dc::simulation::{SimulatedFabric, SimulatedInitiator, SimulatedTarget};
+use crate::mlx5::dc::simulation::{SimulatedFabric, SimulatedInitiator, SimulatedMemoryRegion, SimulatedTarget};
 
 const TIMEOUT: u64 = 100;
+
+/// A target and, for WRITEs, the region of its memory they go to.
+struct Target {
+    target: SimulatedTarget,
+    region: Option<SimulatedMemoryRegion>,
+}
+
+impl Target {
+    fn rkey(&self) -> u32 {
+        self.region.as_ref().expect("a registered region").rkey()
+    }
+
+    fn region_address(&self) -> u64 {
+        self.region.as_ref().expect("a registered region").address()
+    }
+}
+
+impl std::ops::Deref for Target {
+    type Target = SimulatedTarget;
+
+    fn deref(&self) -> &SimulatedTarget {
+        &self.target
+    }
+}
 
 /// A dry target (no receives: a SEND to it waits for ever), a busy one (memory for WRITEs), and
 /// a pool of two initiators reporting stalls after `TIMEOUT` ticks (`None`: never).
@@ -18,7 +42,7 @@ fn setup(
 ) -> (
     SimulatedFabric,
     DcInitiatorPool<SimulatedInitiator>,
-    [SimulatedTarget; 2],
+    [Target; 2],
     [DestinationId; 2],
 ) {
     let fabric = SimulatedFabric::new(11);
@@ -44,13 +68,24 @@ fn setup(
         pool.add_destination(dry.endpoint()),
         pool.add_destination(busy.endpoint()),
     ];
-    (fabric, pool, [dry, busy], ids)
+    let access = sideway::ibverbs::AccessFlags::LocalWrite | sideway::ibverbs::AccessFlags::RemoteWrite;
+    let region = busy.register_memory(0..8, access).expect("a region");
+    let targets = [
+        Target {
+            target: dry,
+            region: None,
+        },
+        Target {
+            target: busy,
+            region: Some(region),
+        },
+    ];
+    (fabric, pool, targets, ids)
 }
 
 /// Posts a SEND (`send`) or a WRITE of `wr_id` to `destination`; whether it was posted.
 fn post(
-    pool: &mut DcInitiatorPool<SimulatedInitiator>, destination: DestinationId, target: &SimulatedTarget, wr_id: u64,
-    send: bool,
+    pool: &mut DcInitiatorPool<SimulatedInitiator>, destination: DestinationId, target: &Target, wr_id: u64, send: bool,
 ) -> bool {
     let bytes = wr_id.to_le_bytes();
     if pool.policy() == DcPoolPolicy::Streams {
@@ -62,7 +97,7 @@ fn post(
             request.setup_send().setup_inline_data(&bytes);
         } else {
             request
-                .setup_write(target.rkey(), target.address())
+                .setup_write(target.rkey(), target.region_address())
                 .setup_inline_data(&bytes);
         }
         guard.post().expect("posted");
@@ -75,7 +110,7 @@ fn post(
             request.setup_send().setup_inline_data(&bytes);
         } else {
             request
-                .setup_write(target.rkey(), target.address())
+                .setup_write(target.rkey(), target.region_address())
                 .setup_inline_data(&bytes);
         }
         guard.post().expect("posted");
@@ -91,7 +126,7 @@ struct Seen {
 }
 
 fn run(
-    fabric: &SimulatedFabric, pool: &mut DcInitiatorPool<SimulatedInitiator>, targets: &[SimulatedTarget; 2],
+    fabric: &SimulatedFabric, pool: &mut DcInitiatorPool<SimulatedInitiator>, targets: &[Target; 2],
     ids: [DestinationId; 2], polls: u64, next_write: &mut u64,
 ) -> Seen {
     let mut seen = Seen {
