@@ -80,13 +80,28 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// Scatter/gather entries per send request (default 1).
+    /// Scatter/gather entries per send request (default 1), at most the device's `max_sge`
+    /// ([`TooManyScatterGatherEntries`](CreateDcInitiatorErrorKind::TooManyScatterGatherEntries)
+    /// before the call).
+    ///
+    /// libmlx5 also bounds the whole request (`mlx5_calc_send_wqe`): this initiator's overhead
+    /// (control segment, 48-byte address vector, 16 more for RDMA's remote address, 32 more for
+    /// an atomic's), then 16 bytes an entry, or the inline data with a 4-byte header padded to
+    /// 16, must fit the device's largest send request, `max_wqe_sz_sq`. No query reports that
+    /// size; every device takes at least `16 · max_sge + 32` bytes (the kernel derives `max_sge`
+    /// from it, capped at 512), so `max_sge − 3` entries (`− 4` with atomics) and 428 bytes of
+    /// inline data (412 with atomics) fit every device with `max_sge` 30. A larger request is
+    /// left to the library, and its refusal reported as
+    /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge), never a bare `EINVAL`.
     pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
         self.request.max_send_sge = max_send_sge;
         self
     }
 
-    /// Inline data per send request in bytes (default 0).
+    /// Inline data per send request in bytes (default 0); bounded with the scatter/gather
+    /// entries by the device's largest send request
+    /// ([`setup_max_send_sge`](Self::setup_max_send_sge)). [`DcInitiator::max_inline_data`]
+    /// reads what libmlx5 granted, which can be more.
     pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
         self.request.max_inline_data = max_inline_data;
         self
@@ -151,10 +166,8 @@ impl DcInitiatorBuilder {
             max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
         };
         // SAFETY: init's pointers are alive for the call.
-        let qp = unsafe { create_dc_qp(&LIBMLX5, context, &mut init, &mut mlx5_init) }.map_err(|err| match err {
-            None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
-            Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
-        })?;
+        let qp = unsafe { create_dc_qp(&LIBMLX5, context, &mut init, &mut mlx5_init) }
+            .map_err(|err| creation_error(err, &params, &device))?;
         // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
         let granted = Granted::of(&init);
         // SAFETY: qp was just created on these parents, with these send operations, in RESET,
@@ -278,10 +291,8 @@ impl DcInitiator {
         };
         let context = NonNull::dangling();
         // SAFETY: the model takes any pointers.
-        let qp = unsafe { create_dc_qp(verbs, context, &mut init, &mut mlx5) }.map_err(|err| match err {
-            None => CreateDcInitiatorErrorKind::DcNotSupportedByDevice,
-            Some(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
-        })?;
+        let qp = unsafe { create_dc_qp(verbs, context, &mut init, &mut mlx5) }
+            .map_err(|err| creation_error(err, &params, device))?;
         let granted = Granted::of(&init);
         // SAFETY: the model's queue pair lives as long as the model.
         let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
@@ -407,12 +418,42 @@ pub(crate) fn plan_dci(
     })
 }
 
-/// The bytes one DC request takes in the send queue, as libmlx5 sizes it (`mlx5_calc_send_wqe`
+/// Why `mlx5dv_create_qp` refused to create the DC initiator `params` describes: `EOPNOTSUPP`
+/// (`None`) is a device without DC; `EINVAL` for a request larger than every device takes
+/// ([`guaranteed_request_bytes`]) is libmlx5's `mlx5_calc_send_wqe` refusing its size.
+pub(crate) fn creation_error(
+    err: Option<io::Error>, params: &DciInitParameters, device: &DciDevice,
+) -> CreateDcInitiatorErrorKind {
+    let Some(err) = err else {
+        return CreateDcInitiatorErrorKind::DcNotSupportedByDevice;
+    };
+    let request_bytes = dci_request_bytes(params.send_ops, params.max_send_sge, params.max_inline_data);
+    let guaranteed = guaranteed_request_bytes(device.max_sge);
+    match err.raw_os_error() {
+        Some(libc::EINVAL) if request_bytes > guaranteed => CreateDcInitiatorErrorKind::RequestTooLarge {
+            max_send_sge: params.max_send_sge,
+            max_inline_data: params.max_inline_data,
+            request_bytes,
+            guaranteed,
+        },
+        _ => CreateDcInitiatorErrorKind::Ibverbs(err),
+    }
+}
+
+/// The largest send request every device with this `max_sge` takes, in bytes: the kernel's
+/// `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`, and its
+/// `mlx5_ib_alloc_ucontext` hands libmlx5 `max_wqe_sz_sq` itself as `max_sq_desc_sz`, the bound
+/// of `mlx5_calc_send_wqe`: so `max_sq_desc_sz ≥ 16 · max_sge + 32`.
+pub(crate) fn guaranteed_request_bytes(max_sge: u32) -> u32 {
+    max_sge.saturating_mul(16).saturating_add(32)
+}
+
+/// The bytes one DC request takes before rounding, as libmlx5 sizes it (`mlx5_calc_send_wqe`
 /// in `verbs.c`): a 16-byte control segment, grown to the largest operation granted (16 more for
 /// RDMA's remote address, 32 more for an atomic's), the 48-byte DC address vector, then the
 /// larger of the scatter/gather entries (16 bytes each) and the inline data (a 4-byte header,
-/// padded to 16), rounded up to 64-byte basic blocks: 128 bytes for the default initiator.
-pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
+/// padded to 16). It must not exceed the device's `max_sq_desc_sz`.
+pub(crate) fn dci_request_bytes(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
     let rdma = SendOperationFlags::Write | SendOperationFlags::WriteWithImmediate | SendOperationFlags::Read;
     let operation = if !send_ops.and(DC_ATOMIC_OPERATIONS).is_none() {
         48
@@ -427,7 +468,13 @@ pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, 
         0 => 0,
         bytes => overhead + (bytes.saturating_add(4 + 15) & !15),
     };
-    gather.max(inline).saturating_add(63) & !63
+    gather.max(inline)
+}
+
+/// The bytes one DC request takes in the send queue: [`dci_request_bytes`] rounded up to 64-byte
+/// basic blocks, 128 bytes for the default initiator.
+pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
+    dci_request_bytes(send_ops, max_send_sge, max_inline_data).saturating_add(63) & !63
 }
 
 /// The most requests of `request_size` bytes a send queue holds on a device whose `max_qp_wr` is

@@ -158,6 +158,25 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
+    /// libmlx5 refused the size of a request (`EINVAL` from `mlx5_calc_send_wqe`): with
+    /// `max_send_sge` entries or `max_inline_data` bytes inline, and this initiator's overhead,
+    /// a request takes `request_bytes`, more than the device's largest send request
+    /// (`max_wqe_sz_sq`, which no query reports; every device takes `guaranteed`). See
+    /// [`DcInitiatorBuilder::setup_max_send_sge`].
+    #[error(
+        "a request of {request_bytes} bytes (max_send_sge {max_send_sge}, max_inline_data {max_inline_data}) \
+         is larger than the device's largest send request; {guaranteed} bytes fit every device"
+    )]
+    RequestTooLarge {
+        /// The scatter/gather entries asked for.
+        max_send_sge: u32,
+        /// The inline bytes asked for.
+        max_inline_data: u32,
+        /// What a request takes (libmlx5's sizing, before rounding to 64-byte blocks).
+        request_bytes: u32,
+        /// What every device with this `max_sge` takes (`16 · max_sge + 32`).
+        guaranteed: u32,
+    },
     /// DCI streams were asked for on a device without them: `dci_streams_caps` was not reported,
     /// or reported `max_log_num_concurent` 0 (libmlx5 sets the capability's bit on every device
     /// and reports zeros where there are none, e.g. a ConnectX-6 that is not a Dx; the kernel

@@ -1318,6 +1318,58 @@ mod tests {
     }
 
     #[test]
+    fn a_request_beyond_the_devices_largest_send_request_is_named_not_a_bare_einval() {
+        // A device whose largest send request is 512 bytes: every device with max_sge 30 takes
+        // that much, some take more.
+        let small = Device {
+            max_sq_desc_sz: 512,
+            ..DEVICE
+        };
+        let create = |device: Device, sge: u32, inline: u32| {
+            reset(device);
+            let mut asked = request(None);
+            asked.max_send_sge = sge;
+            asked.max_inline_data = inline;
+            DcInitiator::modelled(&asked, &dci_device(&device), &QUEUE_PAIR_VERBS, &DC_VERBS)
+        };
+        // 30 entries with the atomics' overhead: 96 + 30 * 16 = 576 bytes.
+        let err = create(small, 30, 0).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CreateDcInitiatorErrorKind::RequestTooLarge {
+                    max_send_sge: 30,
+                    max_inline_data: 0,
+                    request_bytes: 576,
+                    guaranteed: 512
+                }
+            ),
+            "{err:?}"
+        );
+        // 500 bytes inline: 96 + (4 + 500, padded to 16) = 608.
+        let err = create(small, 1, 500).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 608, .. }
+            ),
+            "{err:?}"
+        );
+        // The same requests on a device that takes 1024 bytes are created; what fits every device
+        // (26 entries, 412 bytes inline with atomics) is created on the small one.
+        create(DEVICE, 30, 0).expect("1024 bytes take 30 entries");
+        create(DEVICE, 1, 500).expect("1024 bytes take 500 inline");
+        create(small, 26, 0).expect("26 entries fit 512 bytes");
+        let dci = create(small, 1, 412).expect("412 inline bytes fit 512 bytes");
+        assert_eq!(dci.max_inline_data(), 412);
+        // Another EINVAL is left as it is: the request fits, the library refused something else.
+        let params = crate::mlx5::dc::initiator::creation::plan_dci(&request(None), &dci_device(&DEVICE)).unwrap();
+        let einval = std::io::Error::from_raw_os_error(libc::EINVAL);
+        let kind = crate::mlx5::dc::initiator::creation::creation_error(Some(einval), &params, &dci_device(&DEVICE));
+        assert!(matches!(kind, CreateDcInitiatorErrorKind::Ibverbs(_)), "{kind:?}");
+    }
+
+    #[test]
     fn max_send_wr_and_max_inline_data_are_what_libmlx5_granted() {
         reset(DEVICE);
         let mut asked = request(None);
