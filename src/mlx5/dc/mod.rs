@@ -32,10 +32,28 @@
 //! ```
 //!
 //! A DC initiator reaches a target through a [`DcEndpoint`](endpoint::DcEndpoint): the target's
-//! LID, GID, DCT number, DC key and whether its port is RoCE, sent by the peer (with the `serde`
-//! feature it serializes, the GID as IPv6 text). `endpoint.create_ah(&pd, port, gid_index)` gives
-//! the address handle to name in its work requests (global on RoCE, the LID on InfiniBand), after
-//! checking that the local port is on the same link layer.
+//! LID, GID, DCT number, DC key, whether its port is RoCE and its path MTU, sent by the peer
+//! (with the `serde` feature it serializes, the GID as IPv6 text).
+//! `endpoint.create_ah(&pd, port, gid_index)` gives the address handle to name in its work
+//! requests (global on RoCE, the LID on InfiniBand), after checking that the local port is on the
+//! same link layer.
+//!
+//! # Across nodes
+//!
+//! What a single node in loopback never shows, bring-up settles for a routed RoCE v2 fabric:
+//!
+//! - **GID.** On RoCE both ends send from the port's RoCE v2 GID by default, IPv4-mapped first
+//!   ([`SourceGid`](crate::ibverbs::source_gid::SourceGid)); pick another by index, network device
+//!   or address where a port has several. A RoCE v1 GID (mlx5's index 0) is refused: its packets
+//!   have no IP header and no router forwards them. A DC target's `endpoint()` announces the GID
+//!   it answers from; a DC initiator's address handles use its
+//!   [`source_gid`](initiator::DcInitiator::source_gid) index.
+//! - **MTU.** A DC initiator sends with one path MTU whatever the destination: bring it up with
+//!   the smallest of its destinations' (`setup_destination_path_mtu` with their endpoints'
+//!   `path_mtu`), or packets larger than a 1500-byte node's port are dropped and end in
+//!   `RETRY_EXC`. A pool refuses such a destination (`PathMtuTooSmall`).
+//! - **Port.** A port that is not active, or an InfiniBand port without a LID, is refused before
+//!   any transition (`PortNotReady`).
 //!
 //! The guard makes each request's C calls in the order the man page demands (`wr_id` and flags,
 //! the operation's builder, `mlx5dv_wr_set_dc_addr`, the data); a request without its address or
