@@ -16,6 +16,7 @@ use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
+use sideway_ext::ibverbs::source_gid::SourceGid;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp, DciStreams};
@@ -354,10 +355,10 @@ fn pick_gid_index(ctx: &Arc<DeviceContext>, given: Option<u8>) -> Result<u8> {
         return Ok(0);
     }
     let entry = ctx
-        .roce_v2_gid(PORT)
-        .map_err(|e| format!("read the GID table: {}", chain(&e)))?
+        .source_gid(PORT, &SourceGid::Automatic)
+        .map_err(|e| format!("pick a RoCE v2 GID: {}: give one with -g", chain(&e)))?
         .ok_or_else(|| format!("port {PORT} is RoCE and has no RoCE v2 GID (no IP address?): give one with -g"))?;
-    Ok(entry.gid_index() as u8)
+    Ok(entry.index())
 }
 
 /// Runs the self-test on `ctx` (named `name`) with the local GID `gid_index` (picked when

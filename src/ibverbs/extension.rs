@@ -3,9 +3,8 @@
 //! that could not go upstream as it is.
 use std::sync::Arc;
 
-use sideway::ibverbs::address::{GidEntry, GidType};
 use sideway::ibverbs::completion::{CompletionQueue, PollCompletionQueueError};
-use sideway::ibverbs::device_context::{DeviceContext, QueryGidTableError};
+use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address_handle::{
@@ -14,6 +13,9 @@ use super::address_handle::{
 };
 use super::async_event::AsyncEventReader;
 use super::shared_receive_queue::SharedReceiveQueueBuilder;
+use super::source_gid::{
+    netdev_index, query_gid_entry, read_gid_table, SourceGid, SourceGidEntry, SourceGidError, SourceGidErrorKind,
+};
 use super::work_completion::WorkCompletion;
 
 /// Factories on a protection domain.
@@ -67,21 +69,21 @@ pub trait DeviceContextExt {
     /// A reader of this context's asynchronous events.
     fn async_event_reader(&self) -> AsyncEventReader;
 
-    /// The GID of `port` to address it by over RoCE v2, from its GID table
-    /// ([`ibv_query_gid_table`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)):
-    /// the first RoCE v2 GID with an IPv4-mapped address (`::ffff:a.b.c.d`, routable over an
-    /// IPv4 network), else the first RoCE v2 GID; [`None`] when the port has no RoCE v2 GID (an
-    /// InfiniBand port, or a RoCE port without an IP address). The table lists only GIDs that are
-    /// set: an empty slot, which `ibv_query_gid` reads as zeros with success, is never picked.
+    /// The GID of local `port` that `source_gid` names, from its GID table, as DC bring-up
+    /// resolves it ([`SourceGid`]): with [`SourceGid::Automatic`] on RoCE the first RoCE v2 GID
+    /// with an IPv4-mapped address (`::ffff:a.b.c.d`, routable over an IPv4 network), else the
+    /// first RoCE v2 GID; on InfiniBand [`None`]. An empty slot, which `ibv_query_gid` reads as
+    /// zeros with success, is never picked; a GID type this crate does not know is never RoCE v2.
     ///
-    /// Its [`gid_index`](GidEntry::gid_index) is the source GID index of a global address (the
-    /// `-g` of rdma-core's and perftest's tools), its [`gid`](GidEntry::gid) the GID a peer
+    /// Its [`index`](SourceGidEntry::index) is the source GID index of a global address (the
+    /// `-g` of rdma-core's and perftest's tools), its [`gid`](SourceGidEntry::gid) the GID a peer
     /// addresses.
     ///
     /// # Errors
     ///
-    /// Reading the GID table failed ([`QueryGidTableError`]).
-    fn roce_v2_gid(&self, port: u8) -> Result<Option<GidEntry>, QueryGidTableError>;
+    /// [`SourceGidError`]: no such port, a GID that cannot be read, none that fits (a RoCE port
+    /// without a RoCE v2 GID: [`NoRoceV2Gid`](super::source_gid::SourceGidErrorKind::NoRoceV2Gid)).
+    fn source_gid(&self, port: u8, source_gid: &SourceGid) -> Result<Option<SourceGidEntry>, SourceGidError>;
 }
 
 impl DeviceContextExt for Arc<DeviceContext> {
@@ -89,19 +91,16 @@ impl DeviceContextExt for Arc<DeviceContext> {
         AsyncEventReader::new(self)
     }
 
-    fn roce_v2_gid(&self, port: u8) -> Result<Option<GidEntry>, QueryGidTableError> {
-        let table = self.query_gid_table()?;
-        let pick = super::source_gid::pick_roce_v2_gid(
-            table.iter().map(|entry| {
-                (
-                    entry.port_num(),
-                    matches!(entry.gid_type(), GidType::RoceV2),
-                    entry.gid(),
-                )
-            }),
-            port,
-        );
-        Ok(pick.map(|position| table[position]))
+    fn source_gid(&self, port: u8, source_gid: &SourceGid) -> Result<Option<SourceGidEntry>, SourceGidError> {
+        // SAFETY: the context is open while self is.
+        let context = unsafe { self.context() };
+        // SAFETY: as above.
+        let attr = unsafe { super::query_port(context, port) }
+            .map_err(|source| SourceGidErrorKind::InvalidPort { port, source })?;
+        // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
+        let table = unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?;
+        let roce = attr.link_layer == super::address_handle::IBV_LINK_LAYER_ETHERNET;
+        Ok(source_gid.resolve(port, roce, &table, netdev_index)?)
     }
 }
 

@@ -502,7 +502,7 @@ pub(crate) static LIBIBVERBS: QueuePairVerbs = QueuePairVerbs {
     destroy: libibverbs::destroy,
     to_qp_ex: libibverbs::to_qp_ex,
     query_port: libibverbs::query_port,
-    query_gid_entry: libibverbs::query_gid_entry,
+    query_gid_entry: super::source_gid::query_gid_entry,
 };
 
 mod libibverbs {
@@ -546,15 +546,6 @@ mod libibverbs {
     /// As `ibv_query_port`: an open context and a writable struct.
     pub(super) unsafe fn query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
         rdma_mummy_sys::ibv_query_port(context, port, attr)
-    }
-
-    /// # Safety
-    ///
-    /// As `ibv_query_gid_ex`: an open context and a writable entry.
-    pub(super) unsafe fn query_gid_entry(
-        context: *mut ibv_context, port: u8, index: u32, entry: *mut rdma_mummy_sys::ibv_gid_entry,
-    ) -> i32 {
-        rdma_mummy_sys::ibv_query_gid_ex(context, port.into(), index, entry, 0)
     }
 }
 
@@ -719,33 +710,16 @@ impl QueuePairCore {
         Ok(unsafe { attr.assume_init() })
     }
 
-    /// The set slots of local `port`'s GID table, read one index at a time with
-    /// `ibv_query_gid_ex` up to the port's `gid_tbl_len` (an empty slot, `ENODATA`, is left out).
+    /// The set slots of local `port`'s GID table ([`read_gid_table`](super::source_gid::read_gid_table)).
     #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
     pub(crate) fn gid_table(
         &self, port: u8, port_attr: &rdma_mummy_sys::ibv_port_attr,
     ) -> Result<Vec<rdma_mummy_sys::ibv_gid_entry>, super::source_gid::SourceGidError> {
-        // A source GID index is a u8: slots beyond 255 cannot be sent from.
-        let length = port_attr.gid_tbl_len.clamp(0, 256) as u16;
-        let mut table = Vec::new();
-        for index in 0..length {
-            let mut entry = MaybeUninit::<rdma_mummy_sys::ibv_gid_entry>::zeroed();
-            // SAFETY: the context is open while the protection domain is (or is the model's);
-            // entry is writable.
-            let ret =
-                unsafe { (self.verbs.query_gid_entry)(self.context.as_ptr(), port, index.into(), entry.as_mut_ptr()) };
-            match ret {
-                // SAFETY: the call filled it (and it was zeroed before).
-                0 => table.push(unsafe { entry.assume_init() }),
-                libc::ENODATA => {},
-                errno => {
-                    let source = io::Error::from_raw_os_error(errno.abs());
-                    let index = index as u8;
-                    return Err(super::source_gid::SourceGidErrorKind::QueryGid { port, index, source }.into());
-                },
-            }
+        // SAFETY: the context is open while the protection domain is (or is the model's, which
+        // its verbs take).
+        unsafe {
+            super::source_gid::read_gid_table(self.context, port, port_attr.gid_tbl_len, self.verbs.query_gid_entry)
         }
-        Ok(table)
     }
 
     /// The extended view of a queue pair created with send operations, and its entries.

@@ -16,9 +16,11 @@
 //!   empty slot: `ENODATA`), [`ibv_query_gid_table`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)
 //! - rdma-core `providers/mlx5/verbs.c` `mlx5_create_ah` (the packet type from the GID type)
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv6Addr};
+use std::ptr::NonNull;
 
-use rdma_mummy_sys::ibv_gid_entry;
+use rdma_mummy_sys::{ibv_context, ibv_gid_entry};
 use sideway::ibverbs::address::{Gid, GidType};
 
 /// The local GID a global address is sent from; see the [module](self) docs.
@@ -27,7 +29,7 @@ use sideway::ibverbs::address::{Gid, GidType};
 pub enum SourceGid {
     /// On RoCE, the port's RoCE v2 GID: the first with an IPv4-mapped address
     /// (`::ffff:a.b.c.d`), else the first (as
-    /// [`DeviceContextExt::roce_v2_gid`](super::extension::DeviceContextExt::roce_v2_gid)); on
+    /// [`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)); on
     /// InfiniBand none: the address is the LID, within the subnet. The default.
     #[default]
     Automatic,
@@ -135,6 +137,14 @@ pub enum SourceGidErrorKind {
         /// The port.
         port: u8,
     },
+    /// The port is 0 or the device has no such port (`ibv_query_port`).
+    #[error("port {port} does not exist on this device")]
+    InvalidPort {
+        /// The port.
+        port: u8,
+        /// The library's error.
+        source: io::Error,
+    },
     /// Reading the port's GID table failed (`ibv_query_gid_ex`).
     #[error("cannot read GID index {index} of port {port}")]
     QueryGid {
@@ -157,7 +167,6 @@ fn gid_type_name(gid_type: GidType) -> &'static str {
 
 /// The type of a raw `ibv_gid_entry::gid_type` (an unknown value is taken as RoCE v1: never
 /// picked, and refused on RoCE).
-#[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
 fn gid_type(raw: u32) -> GidType {
     match raw {
         rdma_mummy_sys::IBV_GID_TYPE_IB => GidType::InfiniBand,
@@ -166,7 +175,6 @@ fn gid_type(raw: u32) -> GidType {
     }
 }
 
-#[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
 fn entry(raw: &ibv_gid_entry) -> SourceGidEntry {
     SourceGidEntry {
         index: raw.gid_index as u8,
@@ -194,7 +202,6 @@ impl SourceGid {
     /// The entry this names among `table`, the set slots of `port`'s GID table (`roce`: whether
     /// the port is Ethernet); `None` for [`Automatic`](Self::Automatic) on InfiniBand.
     /// `netdev_index` turns a device name into its interface index (`if_nametoindex`).
-    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
     pub(crate) fn resolve(
         &self, port: u8, roce: bool, table: &[ibv_gid_entry], netdev_index: impl Fn(&str) -> Option<u32>,
     ) -> Result<Option<SourceGidEntry>, SourceGidErrorKind> {
@@ -253,8 +260,47 @@ impl SourceGid {
     }
 }
 
+/// `ibv_query_gid_ex` without flags: an errno value, 0 on success (`ENODATA`: an empty slot).
+///
+/// # Safety
+///
+/// As `ibv_query_gid_ex`: an open context and a writable entry.
+pub(crate) unsafe fn query_gid_entry(
+    context: *mut ibv_context, port: u8, index: u32, entry: *mut ibv_gid_entry,
+) -> i32 {
+    rdma_mummy_sys::ibv_query_gid_ex(context, port.into(), index, entry, 0)
+}
+
+/// The set slots of `port`'s GID table, read one index at a time with `query_gid_entry` up to
+/// the port's `gid_tbl_len` (an empty slot, `ENODATA`, is left out; a source GID index is a
+/// `u8`, so slots beyond 255 are not read).
+///
+/// # Safety
+///
+/// `context` must be a context `query_gid_entry` takes: an open device context for
+/// [`query_gid_entry`] (libibverbs), anything for a unit test's model.
+pub(crate) unsafe fn read_gid_table(
+    context: NonNull<ibv_context>, port: u8, gid_tbl_len: i32,
+    query_gid_entry: unsafe fn(*mut ibv_context, u8, u32, *mut ibv_gid_entry) -> i32,
+) -> Result<Vec<ibv_gid_entry>, SourceGidError> {
+    let mut table = Vec::new();
+    for index in 0..gid_tbl_len.clamp(0, 256) as u16 {
+        let mut entry = MaybeUninit::<ibv_gid_entry>::zeroed();
+        // SAFETY: the caller's context; entry is writable.
+        match query_gid_entry(context.as_ptr(), port, index.into(), entry.as_mut_ptr()) {
+            // SAFETY: the call filled it (and it was zeroed before).
+            0 => table.push(entry.assume_init()),
+            libc::ENODATA => {},
+            errno => {
+                let (index, source) = (index as u8, io::Error::from_raw_os_error(errno.abs()));
+                return Err(SourceGidErrorKind::QueryGid { port, index, source }.into());
+            },
+        }
+    }
+    Ok(table)
+}
+
 /// The interface index of network device `name` (`if_nametoindex`), `None` when there is none.
-#[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by DC bring-up
 pub(crate) fn netdev_index(name: &str) -> Option<u32> {
     let name = std::ffi::CString::new(name).ok()?;
     // SAFETY: `name` is a NUL-terminated string that outlives the call.

@@ -182,7 +182,7 @@ pub enum InvalidDcEndpointErrorKind {
     /// A RoCE endpoint with the zero GID (`::`): what `ibv_query_gid` reads, with success, from
     /// an empty slot of the GID table. No packet reaches it; the GID index it was read from is
     /// not a GID of the port (see
-    /// [`DeviceContextExt::roce_v2_gid`](crate::ibverbs::extension::DeviceContextExt::roce_v2_gid)).
+    /// [`DeviceContextExt::source_gid`](crate::ibverbs::extension::DeviceContextExt::source_gid)).
     #[error("the GID is zero (an empty GID table slot): a RoCE endpoint is addressed by its GID")]
     ZeroGid,
 }
