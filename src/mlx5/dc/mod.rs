@@ -73,6 +73,7 @@ mod model;
 pub mod pool;
 #[cfg(any(test, feature = "simulation"))]
 pub(crate) mod reference_rules;
+mod service_class;
 // Also in the unit tests without the feature: the pool's own simulation runs on it.
 #[cfg(any(test, feature = "simulation"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]

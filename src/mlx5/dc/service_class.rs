@@ -1,0 +1,105 @@
+//! The class of service of DC packets ([`DcServiceClass`], re-exported by
+//! [`endpoint`](super::endpoint)): what the requests' address handles, a DC target's replies and a
+//! pool's address handles are sent with.
+use crate::ibverbs::address_handle::AddressHandleAttribute;
+
+/// The class of service of DC packets: the GRH's traffic class and flow label, and the service
+/// level, which a lossless fabric maps to a priority. Applied to the address handles of
+/// [`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class) (the
+/// requests), to a DC target's RTR address vector with
+/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class)
+/// (its ACKs, read responses and atomic responses) and to a pool's address handles with
+/// [`DcInitiatorPoolBuilder::setup_service_class`](super::pool::builder::DcInitiatorPoolBuilder::setup_service_class).
+/// Set the same class on both sides: otherwise responses leave in class 0 while requests do not.
+///
+/// On RoCE v2 the traffic class is the IP header's DS field: DSCP in its upper six bits, ECN in
+/// its lower two (`traffic_class = dscp << 2 | ecn`; DSCP 26 is traffic class 104, as perftest's
+/// `--tclass=104` and UCX's `UCX_IB_TRAFFIC_CLASS=104`), and switches usually map the DSCP to a
+/// PFC priority. The service level is InfiniBand's (its SL-to-VL table); on RoCE, mlx5 maps it to
+/// the VLAN priority (PCP) where the port sends tagged frames. Traffic class and flow label exist
+/// only in a global address (a GRH): on a non-global InfiniBand address only the service level
+/// applies.
+///
+/// # A DC target's replies
+///
+/// Through `ibv_modify_qp`, this crate's path, kernel mlx5 `mlx5_ib_modify_dct` (qp.c) programs
+/// at INIT → RTR the DCT context's `tclass` and `flow_label` from the address vector's GRH and,
+/// on RoCE only, `eth_prio` from the service level's low three bits (commit "RDMA/mlx5: Set user
+/// priority for DCT", October 2021: Linux 5.15 and stable kernels; before it the replies carry no
+/// priority). It never programs `dctc.dscp`, and on InfiniBand no service level for a DCT. UCX's
+/// DEVX target (`uct_dc_mlx5_iface_devx_create_dct`) sets `dctc.dscp` on RoCE v2, and `tclass`
+/// too only because "some old FW versions rely on tclass even for RoCE v2".
+///
+/// So on a lossless RoCE v2 fabric classified by DSCP, the requests carry the DSCP (the traffic
+/// class's upper six bits, in the GRH of their address handle), but whether the replies (ACKs,
+/// read and atomic responses) do is unconfirmed: the DSCP reaches the DCT only inside `tclass`,
+/// UCX's comment implies current firmware takes a RoCE v2 DCT's DSCP from `dscp`, no reference
+/// says a ConnectX copies `tclass` to the replies' IP header, and no ConnectX has confirmed it for
+/// this crate. The replies may leave with DSCP 0, outside the lossless class: check the switch's
+/// per-class counters for them; a fabric classified by PCP gets the service level's priority.
+///
+/// # Example
+///
+/// ```
+/// use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+///
+/// let mut class = DcServiceClass::new();
+/// class.setup_traffic_class(26 << 2).setup_service_level(3);
+/// assert_eq!((class.traffic_class(), class.flow_label(), class.service_level()), (104, 0, 3));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DcServiceClass {
+    traffic_class: u8,
+    flow_label: u32,
+    service_level: u8,
+}
+
+impl DcServiceClass {
+    /// Traffic class 0, flow label 0, service level 0 (what an address gets without a class).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The GRH traffic class (on RoCE v2: `dscp << 2 | ecn`).
+    pub fn setup_traffic_class(&mut self, traffic_class: u8) -> &mut Self {
+        self.traffic_class = traffic_class;
+        self
+    }
+
+    /// The GRH flow label (20 bits; on RoCE v2 it may feed the UDP source port's hash).
+    pub fn setup_flow_label(&mut self, flow_label: u32) -> &mut Self {
+        self.flow_label = flow_label;
+        self
+    }
+
+    /// The service level (4 bits).
+    pub fn setup_service_level(&mut self, service_level: u8) -> &mut Self {
+        self.service_level = service_level;
+        self
+    }
+
+    /// The traffic class.
+    pub fn traffic_class(&self) -> u8 {
+        self.traffic_class
+    }
+
+    /// The flow label.
+    pub fn flow_label(&self) -> u32 {
+        self.flow_label
+    }
+
+    /// The service level.
+    pub fn service_level(&self) -> u8 {
+        self.service_level
+    }
+
+    /// Sets this class on `attr`: its service level, and on a global address its traffic class
+    /// and flow label.
+    pub fn apply_to(&self, attr: &mut AddressHandleAttribute) {
+        attr.setup_service_level(self.service_level);
+        if attr.is_global() {
+            attr.setup_grh_traffic_class(self.traffic_class)
+                .setup_grh_flow_label(self.flow_label);
+        }
+    }
+}
