@@ -38,6 +38,13 @@ pub const GRH_LEN: usize = 40;
 /// `IBV_LINK_LAYER_ETHERNET`: a RoCE port.
 pub(crate) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
+/// The GRH hop limit of the global addresses this crate builds unless set (RC and DC address
+/// vectors, a DC target's, DC endpoints' address handles): 255, as perftest (`0xFF`) and UCX
+/// (`UCX_IB_HOP_LIMIT`, default 255) use. The hop limit is the IP TTL on RoCE v2 and bounds the
+/// routers an InfiniBand packet may cross: the maximum never drops a packet on a routed network,
+/// while the 1 of rdma-core's pingpong examples only works within one subnet.
+pub const DEFAULT_HOP_LIMIT: u8 = 255;
+
 /// Error returned by [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
 #[derive(Debug, thiserror::Error)]
 #[error("failed to create address handle")]

@@ -58,7 +58,7 @@ use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
-use super::address_handle::{AddressHandleAttribute, IBV_LINK_LAYER_ETHERNET};
+use super::address_handle::{AddressHandleAttribute, DEFAULT_HOP_LIMIT, IBV_LINK_LAYER_ETHERNET};
 use super::post_send_guard::{ReliableConnection, Transport, UnreliableDatagram};
 use super::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
 
@@ -67,10 +67,6 @@ pub const MAX_QP_NUMBER: u32 = 0xff_ffff;
 
 /// The largest packet sequence number (PSN): 24 bits.
 pub const MAX_PSN: u32 = 0xff_ffff;
-
-/// The GRH hop limit of an RC address vector unless set: 255, as perftest and UCX use (the
-/// maximum never drops a packet on a routed network).
-const DEFAULT_HOP_LIMIT: u8 = 255;
 
 /// Error returned by [`UdBringUp`]'s [`bring_up`](SharedReceiveQueuePair::bring_up).
 #[derive(Debug, thiserror::Error)]

@@ -57,11 +57,7 @@ use crate::ibverbs::extension::ProtectionDomainExt;
 /// The largest DCT number: queue pair numbers are 24 bits.
 pub const MAX_DCT_NUMBER: u32 = 0xff_ffff;
 
-/// The GRH hop limit of the global addresses built here: 255, as perftest (`0xFF`) and UCX
-/// (`UCX_IB_HOP_LIMIT`, default 255) use. The hop limit is the IP TTL on RoCE v2 and bounds the
-/// routers an InfiniBand packet may cross: the maximum never drops a packet on a routed network,
-/// while the 1 of rdma-core's pingpong examples only works within one subnet.
-pub const DEFAULT_HOP_LIMIT: u8 = 255;
+pub use crate::ibverbs::address_handle::DEFAULT_HOP_LIMIT;
 
 pub use super::service_class::DcServiceClass;
 
