@@ -1,10 +1,6 @@
 //! Asynchronous events of a device context: a shared receive queue reaching its limit, a queue
 //! pair's last WQE or fatal error, a port going up or down, the device failing.
 //!
-//! Not every device event becomes one: a DC target's key violation (mlx5's
-//! `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION`) never does (the upstream kernel drops it before user
-//! space, and `enum ibv_event_type` has no DC target event; see `mlx5::dc::target::DcTarget`).
-//!
 //! Each [`AsyncEvent`] is acknowledged (`ibv_ack_async_event`) when it is dropped. Destroying a
 //! queue pair or shared receive queue waits until its events are acknowledged, so do not keep
 //! events around longer than needed.
