@@ -36,7 +36,7 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, Qu
 
 use self::bring_up::BringUpAttributes;
 use self::creation::{DciCreation, DciRequest, Granted};
-use crate::ibverbs::address_handle::{AddressHandle, AddressHandleAttribute};
+use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::post_send_guard::{
     entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
     RemoteMemoryAccess, Transport,
@@ -47,8 +47,14 @@ use crate::mlx5::library::DcVerbs;
 
 pub(crate) mod bring_up;
 pub(crate) mod creation;
+mod route;
+mod send;
 
 pub use self::bring_up::PortNotReady;
+pub use self::route::DcRoute;
+#[cfg(any(test, feature = "simulation"))]
+pub(crate) use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress, SIMULATED_ROUTE};
+pub use self::send::DcSend;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
 /// `mlx5dv_qp_ex::wr_set_dc_addr`.
@@ -647,23 +653,25 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// than needed but costs nothing (it exists only at compile time); dropping the handle after
     /// [`post`](PostSendGuard::post) is fine. Cache one handle per destination anyway: creating
     /// one is a system call.
+    ///
+    /// `ah` is any [`DcRoute`]: an [`AddressHandle`](crate::ibverbs::address_handle::AddressHandle)
+    /// (or an `Arc` of one), or a simulated fabric's, which only a simulated initiator takes.
     #[inline(always)]
-    pub fn setup_dc_addr(
-        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
-    ) -> LocalBufferHandle<'g, O, DcAddress> {
-        // SAFETY: only the pointer is taken; the caller keeps the handle alive.
-        self.address(unsafe { ah.ah() }, dct_number, dc_key)
+    pub fn setup_dc_addr<R: DcRoute + ?Sized>(
+        self, ah: &'g R, dct_number: u32, dc_key: u64,
+    ) -> LocalBufferHandle<'g, O, R::Address> {
+        LocalBufferHandle::new(self.request, ah.address(self.context.0, dct_number, dc_key))
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
     /// (`mlx5dv_wr_set_dc_addr_stream`); the DC initiator must have been created with streams,
     /// else the request is refused at post.
     #[inline(always)]
-    pub fn setup_dc_addr_stream(
-        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
-        // SAFETY: only the pointer is taken; the caller keeps the handle alive.
-        self.stream_address(unsafe { ah.ah() }, dct_number, dc_key, stream_id)
+    pub fn setup_dc_addr_stream<R: DcRoute + ?Sized>(
+        self, ah: &'g R, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, R::StreamAddress> {
+        let address = ah.stream_address(self.context.0, dct_number, dc_key, stream_id);
+        LocalBufferHandle::new(self.request, address)
     }
 
     bench_visible! {
@@ -685,27 +693,14 @@ impl<'g, O: Operation> DcDestination<'g, O> {
 
     #[inline(always)]
     fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
-        LocalBufferHandle::new(
-            self.request,
-            DcAddress {
-                mlx5_qp_ex: self.context.0,
-                ah,
-                dct_number,
-                dc_key,
-            },
-        )
+        LocalBufferHandle::new(self.request, DcAddress::new(self.context.0, ah, dct_number, dc_key))
     }
 
-    #[inline(always)]
+    #[cfg(test)]
     fn stream_address(
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
-        let address = DcAddress {
-            mlx5_qp_ex: self.context.0,
-            ah,
-            dct_number,
-            dc_key,
-        };
+        let address = DcAddress::new(self.context.0, ah, dct_number, dc_key);
         LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
     }
 }

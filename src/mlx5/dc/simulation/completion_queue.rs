@@ -11,9 +11,10 @@ use rdma_mummy_sys::{ibv_context, ibv_cq, ibv_wc};
 
 use super::Shared;
 
-/// The send completion queue of a simulated pool
-/// ([`pool.send_cq()`](crate::mlx5::dc::pool::DcInitiatorPool::send_cq)): every completion of
-/// the fabric's initiators reaches it, and [`poll`](crate::mlx5::dc::pool::DcInitiatorPool::poll)
+/// The completion queue of a simulated fabric: the send CQ of a simulated pool
+/// ([`pool.send_cq()`](crate::mlx5::dc::pool::DcInitiatorPool::send_cq)), or of initiators
+/// without a pool ([`SimulatedFabric::create_cq`](super::SimulatedFabric::create_cq)): every
+/// completion of the fabric's initiators reaches it, and [`poll`](crate::mlx5::dc::pool::DcInitiatorPool::poll)
 /// reads it through `ibv_poll_cq`, each call one tick of the fabric.
 pub struct SimulatedCompletionQueue {
     tables: NonNull<Tables>,
@@ -51,6 +52,7 @@ impl SimulatedCompletionQueue {
         unsafe {
             let raw = tables.as_ptr();
             (*raw).context.ops.poll_cq = Some(poll_cq);
+            (*raw).context.ops.req_notify_cq = Some(req_notify_cq);
             (*raw).cq.context = addr_of_mut!((*raw).context);
         }
         Self { tables }
@@ -59,6 +61,15 @@ impl SimulatedCompletionQueue {
     /// Its `struct ibv_cq`, alive as long as self.
     pub(crate) fn raw(&self) -> NonNull<ibv_cq> {
         self.tables.cast()
+    }
+}
+
+/// Polled as a device's CQ is: [`poll_work_completions`](crate::ibverbs::extension::CompletionQueueExt::poll_work_completions)
+/// reads it through `ibv_poll_cq`. It has no completion channel: `ibv_req_notify_cq` on it
+/// returns `EOPNOTSUPP`.
+impl sideway::ibverbs::completion::CompletionQueue for SimulatedCompletionQueue {
+    unsafe fn cq(&self) -> NonNull<ibv_cq> {
+        self.raw()
     }
 }
 
@@ -90,4 +101,10 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
         polled as c_int
     }))
     .unwrap_or(-libc::EIO)
+}
+
+/// `ibv_req_notify_cq` (the context's `ops.req_notify_cq`): the fabric has no completion
+/// channel.
+unsafe extern "C" fn req_notify_cq(_cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    libc::EOPNOTSUPP
 }

@@ -16,7 +16,7 @@ use super::fabric::StreamResetRefused;
 use super::request::{Operation, Payload, Request, Sge, FLUSH, SUCCESS};
 use super::Shared;
 use crate::ibverbs::post_send_guard::ProviderEntries;
-use crate::mlx5::dc::initiator::dc_entries;
+use crate::mlx5::dc::initiator::{dc_entries, SIMULATED_ROUTE};
 use crate::mlx5::dc::pool::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
 use crate::mlx5::dc::pool::PoolInitiator;
 
@@ -131,7 +131,8 @@ impl SimulatedInitiator {
             let qp_ex = tables.cast::<ibv_qp_ex>();
             let mlx5 = NonNull::new_unchecked(addr_of_mut!((*tables.as_ptr()).mlx5));
             let ibv = ProviderEntries::new(qp_ex, OPERATIONS).expect("every entry of the operations is filled");
-            ibv.with(dc_entries(mlx5, streams.is_some()).expect("the DC address setters are filled"))
+            let dc = dc_entries(mlx5, streams.is_some()).expect("the DC address setters are filled");
+            ibv.with(dc | SIMULATED_ROUTE)
         };
         Self {
             tables,

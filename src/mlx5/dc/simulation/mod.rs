@@ -57,6 +57,59 @@
 //! # }
 //! ```
 //!
+//! # One initiator, without a pool
+//!
+//! A program that posts on one [`DcInitiator`](super::initiator::DcInitiator) runs here too:
+//! [`SimulatedFabric::create_dci_builder`] makes a [`SimulatedInitiator`] (in RTS) that posts
+//! through the same guard, with `setup_dc_addr` taking the address handle
+//! [`SimulatedFabric::create_ah`] makes from the target's endpoint (where a device's program
+//! calls [`DcEndpoint::create_ah`](super::endpoint::DcEndpoint::create_ah)); its completions are
+//! polled as [`WorkCompletion`](crate::ibverbs::work_completion::WorkCompletion)s from
+//! [`SimulatedFabric::create_cq`]. Code generic over [`DcSend`](super::initiator::DcSend) posts on
+//! both.
+//!
+//! ```
+//! use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+//! use sideway::ibverbs::AccessFlags;
+//! use sideway_ext::ibverbs::extension::CompletionQueueExt;
+//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
+//! use sideway_ext::mlx5::dc::simulation::SimulatedFabric;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let fabric = SimulatedFabric::new(7);
+//! let target = fabric.create_target_builder().setup_dc_key(0xd0c).setup_receives(1, 64).build()?;
+//! let region = target.register_memory(0..64, AccessFlags::LocalWrite | AccessFlags::RemoteWrite)?;
+//! let cq = fabric.create_cq();
+//! let mut dci = fabric.create_dci_builder().setup_max_send_wr(16).build()?;
+//! // The endpoint is what a peer sends; a device's program makes the handle with
+//! // `endpoint.create_ah(&pd, port, gid_index)`.
+//! let endpoint = target.endpoint();
+//! let ah = fabric.create_ah(&endpoint);
+//! let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
+//! let mut guard = dci.start_post_send();
+//! guard
+//!     .construct_wr(1, WorkRequestFlags::Signaled)
+//!     .setup_write(region.rkey(), region.address())
+//!     .setup_dc_addr(&ah, dct_number, dc_key)
+//!     .setup_inline_data(b"DC hello");
+//! guard
+//!     .construct_wr(2, WorkRequestFlags::Signaled)
+//!     .setup_send()
+//!     .setup_dc_addr(&ah, dct_number, dc_key)
+//!     .setup_inline_data(b"ping");
+//! guard.post()?;
+//! let mut wcs = [WorkCompletion::default(); 4];
+//! let mut done = Vec::new();
+//! while done.len() < 2 {
+//!     done.extend_from_slice(cq.poll_work_completions(&mut wcs)?); // one tick a poll
+//! }
+//! assert!(done.iter().all(|wc| wc.is_success() && wc.qp_number() == dci.qp_number()));
+//! assert_eq!(target.read(0..8).as_deref(), Some(&b"DC hello"[..]));
+//! assert_eq!(target.take_received()[0].data, b"ping");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # The fabric
 //!
 //! [`SimulatedFabric::new`] takes a seed; every draw (completion jitter) comes from it, so a
@@ -100,6 +153,8 @@
 //! | recovery through RESET → INIT → RTR → RTS, each step held to the kernel's rule (the crate's transcription, `reference_rules`, shared with its unit tests' model of mlx5_ib): the DCI's completions not yet polled leave the CQ and its send queue empties; on a kernel without the RESET branch, the DCI is created again with a new number | kernel `modify_dci_qp_is_ok`; libmlx5 `mlx5_modify_qp` (`mlx5_cq_clean`, `mlx5_init_qp_indices`); UCX `uct_dc_mlx5_iface_reset_dci` |
 //! | a destroyed initiator's completions leave the CQ | libmlx5 `mlx5_destroy_qp` (`__mlx5_cq_clean`) |
 //! | the stream setter exists only on initiators with streams | libmlx5 `mlx5_qp_fill_wr_pfns` (dc-hardware-rules) |
+//! | an initiator without a pool: created in RTS, its send queue 1 to 2^15 requests (a `max_send_wr` outside is refused); it completes into the fabric's one CQ | mlx5dv_create_qp(3); kernel mlx5 `mlx5_ib_query_device` (`max_qp_wr = 1 << log_max_qp_sz`, 2^15 on ConnectX) |
+//! | a request routed by a simulated address handle on a device's DC initiator is refused before the provider; a simulated initiator takes a device's handle too (it routes by DCT number, as the target is named by its DCT number and key) | libmlx5 `mlx5_send_wr_set_dc_addr` (copies the handle's address vector, which only a device's handle has; the crate's guard refuses the request first, `OperationNotEnabled`) |
 //!
 //! The rules are the references', not the pool's: the pool is what they test. Vendor syndromes
 //! (`vendor_err`) are the firmware's and documented nowhere: the fabric reports 0.
@@ -132,12 +187,12 @@
 //!
 //! One thread: the fabric and its pools are neither `Send` nor `Sync` (a deterministic run has
 //! one order of events). Atomics are not simulated (the guard refuses them: the simulated
-//! initiators are created without them). Address handles are not created: the fabric routes
-//! by DCT number. Registrations have no protection domains (one for the program's initiators,
-//! one per target), and a target's receives are slots, not registered buffers. Initiators come
-//! from a pool: a program that posts on one DC initiator without a pool
-//! ([`DcInitiator`](super::initiator::DcInitiator), whose address setter takes an address handle
-//! a device made, polled through its own CQ) cannot run here.
+//! initiators are created without them). Address handles carry no route: the fabric routes by
+//! DCT number ([`SimulatedFabric::create_ah`] makes them for any endpoint). Registrations have no protection domains (one for the program's initiators,
+//! one per target), and a target's receives are slots, not registered buffers. Every request
+//! completes, signaled or not, and every initiator of a fabric completes into its one CQ: post
+//! `Signaled` (as a pool does), and poll one CQ. Initiators have no bring-up (they are created
+//! in RTS) and no `ibv_query_qp` ([`SimulatedInitiator::is_in_error`] reads the state).
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -150,6 +205,7 @@ use super::reference_rules::DciKernel;
 
 mod builder;
 mod completion_queue;
+mod dci;
 mod fabric;
 mod faults;
 mod initiator;
@@ -163,6 +219,9 @@ mod trace;
 
 pub use self::builder::SimulatedPoolBuilder;
 pub use self::completion_queue::SimulatedCompletionQueue;
+pub use self::dci::{
+    RecoverSimulatedInitiatorError, RecoverSimulatedInitiatorErrorKind, SimulatedAddressHandle, SimulatedDciBuilder,
+};
 pub use self::faults::{ScheduleFaultError, ScheduleFaultErrorKind, SimulatedFault};
 pub use self::initiator::SimulatedInitiator;
 pub use self::memory::{RegisterMemoryError, RegisterMemoryErrorKind, SimulatedMemoryRegion};

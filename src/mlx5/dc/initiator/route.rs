@@ -1,0 +1,206 @@
+//! What a DC request's address step takes as its route: [`DcRoute`], an address handle a device
+//! made, or one a simulated fabric made (feature `simulation`). The DC transport's
+//! `setup_dc_addr` is generic over it, so that one program posts on a [`DcInitiator`] and on a
+//! simulated initiator alike.
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::{ibv_ah, mlx5dv_qp_ex};
+
+use super::{DcAddress, DcStreamAddress};
+#[cfg(doc)]
+use super::{DcDestination, DcInitiator};
+use crate::ibverbs::address_handle::AddressHandle;
+use crate::ibverbs::post_send_guard::{sealed, Destination};
+
+/// The route a DC request is sent over, as [`DcDestination::setup_dc_addr`] takes it: an
+/// [`AddressHandle`] (from a [`DcEndpoint`](crate::mlx5::dc::endpoint::DcEndpoint)'s
+/// `create_ah`), or, with the feature `simulation`, a simulated fabric's address handle
+/// (`SimulatedFabric::create_ah`), or an [`Arc`] of either. Sealed.
+///
+/// A simulated fabric's address handle names no route a device knows: a [`DcInitiator`] refuses
+/// a request addressed with one before the provider
+/// ([`OperationNotEnabled`](crate::ibverbs::post_send_guard::PostSendErrorKind::OperationNotEnabled)).
+/// A simulated initiator takes both kinds: the fabric routes by DCT number.
+pub trait DcRoute: sealed::Sealed {
+    /// The destination a request addressed over this route has.
+    #[doc(hidden)]
+    type Address: Destination;
+    /// The destination a request addressed over this route on a DCI stream has.
+    #[doc(hidden)]
+    type StreamAddress: Destination;
+
+    /// The destination of a request on the DC initiator whose mlx5 view is `mlx5_qp_ex`.
+    #[doc(hidden)]
+    fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self::Address;
+
+    /// As `address`, on DCI stream `stream_id`.
+    #[doc(hidden)]
+    fn stream_address(
+        &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> Self::StreamAddress;
+}
+
+impl sealed::Sealed for AddressHandle {}
+
+impl DcRoute for AddressHandle {
+    type Address = DcAddress;
+    type StreamAddress = DcStreamAddress;
+
+    #[inline(always)]
+    fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> DcAddress {
+        // SAFETY: only the pointer is taken; the guard's borrow keeps the handle alive until the
+        // request's data step, where libmlx5 copies its address vector.
+        DcAddress::new(mlx5_qp_ex, unsafe { self.ah() }, dct_number, dc_key)
+    }
+
+    #[inline(always)]
+    fn stream_address(
+        &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> DcStreamAddress {
+        DcStreamAddress::new(self.address(mlx5_qp_ex, dct_number, dc_key), stream_id)
+    }
+}
+
+impl<R: DcRoute + ?Sized> sealed::Sealed for Arc<R> {}
+
+impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
+    type Address = R::Address;
+    type StreamAddress = R::StreamAddress;
+
+    #[inline(always)]
+    fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> R::Address {
+        R::address(self, mlx5_qp_ex, dct_number, dc_key)
+    }
+
+    #[inline(always)]
+    fn stream_address(
+        &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> R::StreamAddress {
+        R::stream_address(self, mlx5_qp_ex, dct_number, dc_key, stream_id)
+    }
+}
+
+/// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit that only a
+/// simulated initiator's entries carry: a request over a simulated route needs it, so that a
+/// device's DC initiator refuses one before the provider.
+#[cfg(any(test, feature = "simulation"))]
+pub(crate) const SIMULATED_ROUTE: u32 = crate::ibverbs::post_send_guard::entry::FIRST_EXTERNAL << 2;
+
+/// A DC destination over a simulated fabric's route: `mlx5dv_wr_set_dc_addr` on the simulated
+/// initiator's own entry, which routes by DCT number and never reads the address handle.
+#[cfg(any(test, feature = "simulation"))]
+#[derive(Debug, Clone, Copy)]
+pub struct SimulatedDcAddress(DcAddress);
+
+/// As [`SimulatedDcAddress`], on a DCI stream (`mlx5dv_wr_set_dc_addr_stream`).
+#[cfg(any(test, feature = "simulation"))]
+#[derive(Debug, Clone, Copy)]
+pub struct SimulatedDcStreamAddress(DcStreamAddress);
+
+#[cfg(any(test, feature = "simulation"))]
+impl SimulatedDcAddress {
+    /// The address of one request on a simulated initiator's mlx5 view: the address handle is a
+    /// placeholder its setter never reads.
+    pub(crate) fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self {
+        Self(DcAddress::new(
+            mlx5_qp_ex,
+            NonNull::<ibv_ah>::dangling(),
+            dct_number,
+            dc_key,
+        ))
+    }
+
+    /// As `new`, on DCI stream `stream_id`.
+    pub(crate) fn on_stream(self, stream_id: u16) -> SimulatedDcStreamAddress {
+        SimulatedDcStreamAddress(DcStreamAddress::new(self.0, stream_id))
+    }
+}
+
+#[cfg(any(test, feature = "simulation"))]
+impl sealed::Sealed for SimulatedDcAddress {}
+
+#[cfg(any(test, feature = "simulation"))]
+impl Destination for SimulatedDcAddress {
+    const ENTRY: u32 = DcAddress::ENTRY | SIMULATED_ROUTE;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr of a simulated fabric";
+
+    #[inline(always)]
+    unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
+        // SAFETY: the caller's promise; the entry is the simulated initiator's (checked through
+        // SIMULATED_ROUTE), which reads no address handle.
+        unsafe { self.0.set(qp) }
+    }
+}
+
+#[cfg(any(test, feature = "simulation"))]
+impl sealed::Sealed for SimulatedDcStreamAddress {}
+
+#[cfg(any(test, feature = "simulation"))]
+impl Destination for SimulatedDcStreamAddress {
+    const ENTRY: u32 = DcStreamAddress::ENTRY | SIMULATED_ROUTE;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream of a simulated fabric";
+
+    #[inline(always)]
+    unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
+        // SAFETY: as for SimulatedDcAddress.
+        unsafe { self.0.set(qp) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A simulated route on a device's DC initiator (the recording tables of the unit tests,
+    //! which stand for libmlx5's): refused before the provider.
+    use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::{PostSendErrorKind, PostSendGuard, ProviderEntries};
+    use crate::mlx5::dc::initiator::{dc_entries, DcContext, DynamicallyConnected, DC_SEND_OPERATIONS};
+    use crate::mlx5::dc::simulation::SimulatedFabric;
+    use crate::test_support::dc::recording_dci;
+    use crate::test_support::take_calls;
+
+    /// Posts one inline SEND over a simulated fabric's route on a device's DC initiator, on a
+    /// stream or not; returns the error and the provider calls made.
+    fn post_simulated_route(stream: bool) -> (PostSendErrorKind, Vec<String>) {
+        let fabric = SimulatedFabric::new(1);
+        let target = fabric.create_target_builder().build().expect("target");
+        let ah = fabric.create_ah(&target.endpoint());
+        let (mut qp, mut mlx5) = recording_dci(true);
+        let (qp, mlx5) = (NonNull::from(&mut *qp), NonNull::from(&mut *mlx5));
+        take_calls();
+        // SAFETY: the recording tables are live until the end of this function, used by the
+        // guard alone; the context is their mlx5 view.
+        let mut guard: PostSendGuard<'_, DynamicallyConnected> = unsafe {
+            let entries = ProviderEntries::new(qp, DC_SEND_OPERATIONS).expect("recording entries");
+            let dc = dc_entries(mlx5, true).expect("recording mlx5 entries");
+            PostSendGuard::start(qp, entries.with(dc), DcContext::from_raw(mlx5))
+        };
+        let request = guard.construct_wr(7, WorkRequestFlags::Signaled).setup_send();
+        if stream {
+            request.setup_dc_addr_stream(&ah, target.dct_number(), 0, 1).setup_inline_data(b"x");
+        } else {
+            request.setup_dc_addr(&ah, target.dct_number(), 0).setup_inline_data(b"x");
+        }
+        let err = guard.post().expect_err("a simulated route on a device's DC initiator");
+        (err.0, take_calls())
+    }
+
+    #[test]
+    fn a_simulated_route_is_refused_by_a_devices_dc_initiator_before_the_provider() {
+        for (stream, setter) in [(false, "wr_set_dc_addr"), (true, "wr_set_dc_addr_stream")] {
+            let (err, calls) = post_simulated_route(stream);
+            match err {
+                PostSendErrorKind::OperationNotEnabled {
+                    index: 0,
+                    wr_id: 7,
+                    entry,
+                    batch_len: 1,
+                } => assert_eq!(entry, format!("{setter} of a simulated fabric")),
+                other => panic!("stream {stream}: {other:?}"),
+            }
+            assert_eq!(calls, ["start", "abort"], "stream {stream}: nothing reached the provider");
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! One simulated DC initiator without a pool: what a program that posts on one
+//! [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) runs on the fabric. The builder, the
+//! fabric's address handles (the route `setup_dc_addr` takes) and its completion queue, and the
+//! initiator's posting, through the guard a `DcInitiator` posts with.
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::mlx5dv_qp_ex;
+use sideway::ibverbs::address::Gid;
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
+
+use super::completion_queue::SimulatedCompletionQueue;
+use super::initiator::SimulatedInitiator;
+use super::{Shared, SimulatedFabric};
+use crate::ibverbs::post_send_guard::{sealed, PostSendError, PostSendGuard, WorkRequestHandle};
+use crate::mlx5::dc::endpoint::DcEndpoint;
+use crate::mlx5::dc::initiator::{
+    CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcContext, DcRecovery, DcRoute, DcSend, DciStreams,
+    DynamicallyConnected, SimulatedDcAddress,
+};
+use crate::mlx5::dc::pool::initiator::{PooledInitiator, PostingInitiator};
+
+/// The fabric's `max_qp_wr`: a ConnectX's 2^15 (mlx5_ib's `max_qp_wr`, `1 << log_max_qp_sz`).
+const MAX_QP_WR: u32 = 1 << 15;
+
+impl SimulatedFabric {
+    /// Creates one DC initiator on it, without a pool, as
+    /// [`create_dci_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_builder)
+    /// does on a device; post on it as on a
+    /// [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) and poll its completions from
+    /// [`create_cq`](Self::create_cq).
+    pub fn create_dci_builder(&self) -> SimulatedDciBuilder {
+        SimulatedDciBuilder {
+            fabric: Shared::clone(&self.fabric),
+            max_send_wr: 64,
+            max_inline_data: 64,
+            streams: None,
+        }
+    }
+
+    /// The address handle that reaches `endpoint` on this fabric, what
+    /// [`DcEndpoint::create_ah`] makes on a device: the route a request's `setup_dc_addr` takes.
+    /// The fabric routes by DCT number, so the handle names no target: any endpoint has one.
+    pub fn create_ah(&self, endpoint: &DcEndpoint) -> Arc<SimulatedAddressHandle> {
+        Arc::new(SimulatedAddressHandle {
+            lid: endpoint.lid(),
+            gid: endpoint.gid(),
+        })
+    }
+
+    /// A handle on its completion queue: the fabric has one, which every initiator on it completes
+    /// into (as initiators sharing one send CQ do). Poll it with
+    /// [`poll_work_completions`](crate::ibverbs::extension::CompletionQueueExt::poll_work_completions);
+    /// each poll is one tick, as for a pool.
+    pub fn create_cq(&self) -> SimulatedCompletionQueue {
+        SimulatedCompletionQueue::new(&self.fabric)
+    }
+}
+
+/// Builds one [`SimulatedInitiator`] without a pool, as
+/// [`DcInitiatorBuilder`](crate::mlx5::dc::initiator::DcInitiatorBuilder) builds a DC initiator
+/// (from [`SimulatedFabric::create_dci_builder`]). It is created in RTS (the fabric models no
+/// bring-up), and completes into the fabric's completion queue.
+#[derive(Debug, Clone)]
+pub struct SimulatedDciBuilder {
+    fabric: Shared,
+    max_send_wr: u32,
+    max_inline_data: u32,
+    streams: Option<DciStreams>,
+}
+
+impl SimulatedDciBuilder {
+    /// Its send queue (`max_send_wr`, default 64; 1 to 2^15, a ConnectX's `max_qp_wr`).
+    pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
+        self.max_send_wr = max_send_wr;
+        self
+    }
+
+    /// Its inline data (`max_inline_data`, default 64): more in one request is refused at post.
+    pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
+        self.max_inline_data = max_inline_data;
+        self
+    }
+
+    /// DCI streams (default none).
+    pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
+        self.streams = Some(streams);
+        self
+    }
+
+    /// Creates the initiator on the fabric, in RTS.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidMaxSendWorkRequests`](CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests):
+    /// `max_send_wr` is 0 or over the fabric's `max_qp_wr` (2^15).
+    pub fn build(&self) -> Result<SimulatedInitiator, CreateDcInitiatorError> {
+        if !(1..=MAX_QP_WR).contains(&self.max_send_wr) {
+            return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
+                requested: self.max_send_wr,
+                max: MAX_QP_WR,
+            }
+            .into());
+        }
+        let streams = self
+            .streams
+            .map(|streams| (streams.log_num_concurrent, streams.log_num_errored));
+        Ok(SimulatedInitiator::new(
+            &self.fabric,
+            self.max_send_wr,
+            self.max_inline_data,
+            streams,
+        ))
+    }
+}
+
+/// A simulated fabric's address handle ([`SimulatedFabric::create_ah`]): the route of a request
+/// to a simulated target, which only a simulated initiator takes (a
+/// [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) refuses a request routed by one at
+/// post, before the provider: `OperationNotEnabled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimulatedAddressHandle {
+    lid: u16,
+    gid: Gid,
+}
+
+impl sealed::Sealed for SimulatedAddressHandle {}
+
+impl DcRoute for SimulatedAddressHandle {
+    type Address = SimulatedDcAddress;
+    type StreamAddress = crate::mlx5::dc::initiator::SimulatedDcStreamAddress;
+
+    fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self::Address {
+        SimulatedDcAddress::new(mlx5_qp_ex, dct_number, dc_key)
+    }
+
+    fn stream_address(
+        &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> Self::StreamAddress {
+        SimulatedDcAddress::new(mlx5_qp_ex, dct_number, dc_key).on_stream(stream_id)
+    }
+}
+
+/// Error returned by [`SimulatedInitiator::recover`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to recover simulated DC initiator")]
+#[non_exhaustive]
+pub struct RecoverSimulatedInitiatorError(#[from] pub RecoverSimulatedInitiatorErrorKind);
+
+/// The enum type for [`RecoverSimulatedInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverSimulatedInitiatorErrorKind {
+    /// The fabric refused it: a [`refuse_recovery`](SimulatedInitiator::refuse_recovery) fault,
+    /// or a step the kernel's transition table does not take.
+    #[error("the fabric refused the recovery: {reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl SimulatedInitiator {
+    /// Starts a batch of send requests, as
+    /// [`DcInitiator::start_post_send`](crate::mlx5::dc::initiator::DcInitiator::start_post_send):
+    /// each request is addressed with `setup_dc_addr` (a [`SimulatedAddressHandle`], the DCT
+    /// number and the DC key) between its operation and its data.
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
+        let max_inline_data = PostingInitiator::max_inline_data(self);
+        let (qp_ex, entries, mlx5) = self.send_view();
+        // SAFETY: the views are this initiator's own tables, alive and exclusively borrowed for
+        // the guard's lifetime (`&mut self`), with the entries read from them; the context is its
+        // mlx5 view.
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcContext::from_raw(mlx5)) };
+        guard.set_max_inline_data(max_inline_data);
+        guard
+    }
+
+    /// Posts one send request described by `request` from its operation on, as
+    /// [`DcInitiator::post_send_one`](crate::mlx5::dc::initiator::DcInitiator::post_send_one).
+    ///
+    /// # Errors
+    ///
+    /// As [`PostSendGuard::post`].
+    pub fn post_send_one(
+        &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
+        request: impl FnOnce(WorkRequestHandle<'_, DynamicallyConnected>),
+    ) -> Result<(), PostSendError> {
+        let mut guard = self.start_post_send();
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
+    }
+
+    /// Its send queue's capacity.
+    pub fn max_send_wr(&self) -> u32 {
+        PooledInitiator::max_send_wr(self)
+    }
+
+    /// The longest inline data one request takes.
+    pub fn max_inline_data(&self) -> u32 {
+        PostingInitiator::max_inline_data(self)
+    }
+
+    /// Brings it back to RTS after an error, as
+    /// [`DcInitiator::recover`](crate::mlx5::dc::initiator::DcInitiator::recover): its
+    /// completions not yet polled leave the CQ and its send queue empties; on a kernel without
+    /// the RESET branch ([`SimulatedFabric::set_kernel_without_dci_reset`]) it is created again,
+    /// with a new queue pair number ([`DcRecovery::Rebuilt`]).
+    ///
+    /// # Errors
+    ///
+    /// The fabric refused it: [`RecoverSimulatedInitiatorError`].
+    pub fn recover(&mut self) -> Result<DcRecovery, RecoverSimulatedInitiatorError> {
+        let previous_qp_number = self.qp_number();
+        PooledInitiator::recover(self)
+            .map_err(|e| RecoverSimulatedInitiatorErrorKind::Refused { reason: e.to_string() })?;
+        Ok(if self.qp_number() == previous_qp_number {
+            DcRecovery::Reset
+        } else {
+            DcRecovery::Rebuilt { previous_qp_number }
+        })
+    }
+}
+
+impl DcSend for SimulatedInitiator {
+    type AddressHandle = SimulatedAddressHandle;
+
+    fn qp_number(&self) -> u32 {
+        SimulatedInitiator::qp_number(self)
+    }
+
+    fn max_send_wr(&self) -> u32 {
+        SimulatedInitiator::max_send_wr(self)
+    }
+
+    fn max_inline_data(&self) -> u32 {
+        SimulatedInitiator::max_inline_data(self)
+    }
+
+    fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
+        SimulatedInitiator::start_post_send(self)
+    }
+}
