@@ -179,9 +179,13 @@ mod tests {
         };
         let request = guard.construct_wr(7, WorkRequestFlags::Signaled).setup_send();
         if stream {
-            request.setup_dc_addr_stream(&ah, target.dct_number(), 0, 1).setup_inline_data(b"x");
+            request
+                .setup_dc_addr_stream(&ah, target.dct_number(), 0, 1)
+                .setup_inline_data(b"x");
         } else {
-            request.setup_dc_addr(&ah, target.dct_number(), 0).setup_inline_data(b"x");
+            request
+                .setup_dc_addr(&ah, target.dct_number(), 0)
+                .setup_inline_data(b"x");
         }
         let err = guard.post().expect_err("a simulated route on a device's DC initiator");
         (err.0, take_calls())
@@ -200,7 +204,11 @@ mod tests {
                 } => assert_eq!(entry, format!("{setter} of a simulated fabric")),
                 other => panic!("stream {stream}: {other:?}"),
             }
-            assert_eq!(calls, ["start", "abort"], "stream {stream}: nothing reached the provider");
+            assert_eq!(
+                calls,
+                ["start", "abort"],
+                "stream {stream}: nothing reached the provider"
+            );
         }
     }
 }

@@ -1,0 +1,221 @@
+//! One DC program, two places: each test body below is written once, generic over the bed
+//! ([`common::dc_bed::DcBed`]), and runs on the simulated fabric (`simulated_…`, every run) and
+//! on the ConnectX of `SIDEWAY_EXT_TEST_MLX5_DEVICE` (`mlx5_hw_…`, ignored without it). The
+//! body posts on one DC initiator with the guard of a `DcInitiator` (`DcSend`), and polls its
+//! completions as `WorkCompletion`s.
+mod common;
+
+use serial_test::serial;
+use sideway::ibverbs::completion::WorkCompletionOperationType;
+use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+use sideway_ext::ibverbs::extension::CompletionQueueExt;
+use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind;
+use sideway_ext::mlx5::dc::initiator::{CreateDcInitiatorErrorKind, DcRecovery, DcSend};
+use sideway_ext::mlx5::dc::simulation::SimulatedFabric;
+
+use common::dc_bed::{DcBed, DeviceBed, SimulatedBed};
+
+/// An RDMA WRITE and a SEND in one batch: both complete, the WRITE's bytes are in the target's
+/// memory, the SEND's in a receive that completed.
+fn write_and_send_arrive<B: DcBed>(mut bed: B) {
+    bed.post_receives(1);
+    let endpoint = bed.endpoint();
+    let (rkey, address) = bed.remote();
+    let (dci, ah) = bed.sender();
+    let qp_number = dci.qp_number();
+    let mut guard = dci.start_post_send();
+    guard
+        .construct_wr(1, WorkRequestFlags::Signaled)
+        .setup_write(rkey, address + 128)
+        .setup_dc_addr(ah, endpoint.dct_number(), endpoint.dc_key())
+        .setup_inline_data(b"written over DC");
+    guard
+        .construct_wr(2, WorkRequestFlags::Signaled)
+        .setup_send()
+        .setup_dc_addr(ah, endpoint.dct_number(), endpoint.dc_key())
+        .setup_inline_data(b"sent over DC");
+    guard.post().expect("post a WRITE and a SEND");
+
+    let sends = bed.wait_sends(2);
+    let ended: Vec<_> = sends
+        .iter()
+        .map(|wc| (wc.wr_id(), wc.is_success(), wc.opcode(), wc.qp_number()))
+        .collect();
+    assert_eq!(
+        ended,
+        [
+            (1, true, Some(WorkCompletionOperationType::Write), qp_number),
+            (2, true, Some(WorkCompletionOperationType::Send), qp_number),
+        ],
+        "{sends:?}"
+    );
+    assert_eq!(bed.read_remote(128, 15), b"written over DC");
+    assert_eq!(
+        bed.read_remote(0, 128),
+        vec![0; 128],
+        "nothing before the WRITE's bytes"
+    );
+    assert_eq!(bed.wait_receives(1), [b"sent over DC".to_vec()]);
+}
+
+/// A WRITE to a destroyed target ends with a "no such target" error completion.
+fn a_destroyed_target_fails_the_request<B: DcBed>(mut bed: B) {
+    let endpoint = bed.endpoint();
+    let (rkey, address) = bed.remote();
+    bed.destroy_target();
+    let (dci, ah) = bed.sender();
+    dci.post_send_one(9, WorkRequestFlags::Signaled, |wr| {
+        wr.setup_write(rkey, address)
+            .setup_dc_addr(ah, endpoint.dct_number(), endpoint.dc_key())
+            .setup_inline_data(b"nobody there");
+    })
+    .expect("post a WRITE to the destroyed target");
+    let wcs = bed.wait_sends(1);
+    assert_eq!(wcs[0].wr_id(), 9);
+    let status = wcs[0].status();
+    assert!(
+        status.is_some_and(|s| bed.dead_target_statuses().contains(&s)),
+        "a destroyed target answered {status:?}, not one of {:?}",
+        bed.dead_target_statuses()
+    );
+}
+
+#[test]
+fn simulated_write_and_send_arrive() {
+    write_and_send_arrive(SimulatedBed::new());
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_write_and_send_arrive() {
+    write_and_send_arrive(DeviceBed::new());
+}
+
+#[test]
+fn simulated_destroyed_target_fails_the_request() {
+    a_destroyed_target_fails_the_request(SimulatedBed::new());
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_destroyed_target_fails_the_request() {
+    a_destroyed_target_fails_the_request(DeviceBed::new());
+}
+
+// The simulated initiator's own API: what the bed does not cover.
+
+#[test]
+fn a_simulated_initiator_recovers_from_a_dead_target_and_posts_again() {
+    let fabric = SimulatedFabric::new(3);
+    let target = fabric.create_target_builder().build().expect("target");
+    let access = sideway::ibverbs::AccessFlags::LocalWrite | sideway::ibverbs::AccessFlags::RemoteWrite;
+    let region = target.register_memory(0..64, access).expect("register");
+    let cq = fabric.create_cq();
+    let mut dci = fabric.create_dci_builder().build().expect("initiator");
+    let endpoint = target.endpoint();
+    let ah = fabric.create_ah(&endpoint);
+    let write = |dci: &mut sideway_ext::mlx5::dc::simulation::SimulatedInitiator, wr_id: u64, bytes: &[u8]| {
+        dci.post_send_one(wr_id, WorkRequestFlags::Signaled, |wr| {
+            wr.setup_write(region.rkey(), region.address())
+                .setup_dc_addr(&ah, endpoint.dct_number(), endpoint.dc_key())
+                .setup_inline_data(bytes);
+        })
+        .expect("post a WRITE");
+    };
+    let mut wcs = [sideway_ext::ibverbs::work_completion::WorkCompletion::default(); 4];
+    let mut poll = |count: usize| {
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            out.extend_from_slice(cq.poll_work_completions(&mut wcs).expect("poll"));
+            if out.len() == count {
+                break;
+            }
+        }
+        out.iter().map(|wc| (wc.wr_id(), wc.status_raw())).collect::<Vec<_>>()
+    };
+    target.kill();
+    write(&mut dci, 1, b"lost");
+    assert_eq!(poll(1), [(1, 12)], "IBV_WC_RETRY_EXC_ERR");
+    assert!(dci.is_in_error());
+    write(&mut dci, 2, b"flushed");
+    assert_eq!(poll(1), [(2, 5)], "IBV_WC_WR_FLUSH_ERR: posted to an initiator in ERR");
+    target.revive();
+    assert_eq!(dci.recover().expect("recover"), DcRecovery::Reset);
+    assert!(!dci.is_in_error());
+    write(&mut dci, 3, b"back");
+    assert_eq!(poll(1), [(3, 0)]);
+    assert_eq!(target.read(0..4).as_deref(), Some(&b"back"[..]));
+
+    dci.refuse_recovery(true);
+    let err = dci.recover().expect_err("a refused recovery");
+    assert!(err.to_string().contains("recover"), "{err}");
+}
+
+#[test]
+fn the_simulated_builder_refuses_a_send_queue_outside_one_to_2_pow_15() {
+    let fabric = SimulatedFabric::new(1);
+    for requested in [0, (1 << 15) + 1] {
+        let err = fabric
+            .create_dci_builder()
+            .setup_max_send_wr(requested)
+            .build()
+            .expect_err("out of range");
+        assert!(
+            matches!(err.0, CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests { requested: r, max: 32768 } if r == requested),
+            "{err:?}"
+        );
+    }
+    let dci = fabric
+        .create_dci_builder()
+        .setup_max_send_wr(1 << 15)
+        .build()
+        .expect("the largest");
+    assert_eq!(dci.max_send_wr(), 1 << 15);
+}
+
+#[test]
+fn a_simulated_initiator_refuses_what_its_creation_does_not_allow_at_post() {
+    let fabric = SimulatedFabric::new(1);
+    let target = fabric.create_target_builder().build().expect("target");
+    let endpoint = target.endpoint();
+    let ah = fabric.create_ah(&endpoint);
+    let mut dci = fabric
+        .create_dci_builder()
+        .setup_max_inline_data(8)
+        .build()
+        .expect("initiator");
+    assert_eq!(dci.max_inline_data(), 8);
+    let err = dci
+        .post_send_one(1, WorkRequestFlags::Signaled, |wr| {
+            wr.setup_send()
+                .setup_dc_addr(&ah, endpoint.dct_number(), endpoint.dc_key())
+                .setup_inline_data(b"nine bytes");
+        })
+        .expect_err("inline data over 8 bytes");
+    assert!(
+        matches!(
+            err.0,
+            PostSendErrorKind::InlineDataTooLong {
+                length: 10,
+                max_inline_data: 8,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // No streams: the stream setter is not there (libmlx5 fills it on DCIs with streams only).
+    let err = dci
+        .post_send_one(2, WorkRequestFlags::Signaled, |wr| {
+            wr.setup_send()
+                .setup_dc_addr_stream(&ah, endpoint.dct_number(), endpoint.dc_key(), 0)
+                .setup_inline_data(b"x");
+        })
+        .expect_err("a stream address without streams");
+    assert!(
+        matches!(err.0, PostSendErrorKind::OperationNotEnabled { wr_id: 2, .. }),
+        "{err:?}"
+    );
+    assert_eq!(fabric.counters().posted, 0, "nothing reached the fabric");
+}
