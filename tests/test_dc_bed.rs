@@ -10,7 +10,7 @@ use sideway::ibverbs::completion::WorkCompletionOperationType;
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway_ext::ibverbs::extension::CompletionQueueExt;
 use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind;
-use sideway_ext::mlx5::dc::initiator::{CreateDcInitiatorErrorKind, DcRecovery, DcSend};
+use sideway_ext::mlx5::dc::initiator::{CreateDcInitiatorErrorKind, DcRecovery, DcSend, DciStreams};
 use sideway_ext::mlx5::dc::simulation::SimulatedFabric;
 
 use common::dc_bed::{DcBed, DeviceBed, SimulatedBed};
@@ -153,26 +153,54 @@ fn a_simulated_initiator_recovers_from_a_dead_target_and_posts_again() {
     assert!(err.to_string().contains("recover"), "{err}");
 }
 
+/// The builder holds a simulated initiator to the hardware builder's rules: a request of the
+/// default initiator (64 bytes inline, RDMA, one entry) takes 192 bytes, three basic blocks.
 #[test]
-fn the_simulated_builder_refuses_a_send_queue_outside_one_to_2_pow_15() {
+fn the_simulated_builder_sizes_the_send_queue_as_libmlx5() {
     let fabric = SimulatedFabric::new(1);
+    let build = |max_send_wr: u32| fabric.create_dci_builder().setup_max_send_wr(max_send_wr).build();
     for requested in [0, (1 << 15) + 1] {
-        let err = fabric
-            .create_dci_builder()
-            .setup_max_send_wr(requested)
-            .build()
-            .expect_err("out of range");
+        let err = build(requested).expect_err("out of range");
         assert!(
             matches!(err.0, CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests { requested: r, max: 32768 } if r == requested),
             "{err:?}"
         );
     }
-    let dci = fabric
+    // 2^15 blocks of 64 bytes hold 10922 requests of 192.
+    let err = build(10_923).expect_err("more than the blocks hold");
+    assert!(
+        matches!(
+            err.0,
+            CreateDcInitiatorErrorKind::SendQueueTooLarge {
+                requested: 10_923,
+                max: 10_922,
+                request_size: 192,
+                max_qp_wr: 32768
+            }
+        ),
+        "{err:?}"
+    );
+    // Granted: the requests' bytes rounded up to a power of two (64 × 192 → 16384 = 85 × 192 + 64).
+    let granted: Vec<_> = [1, 20, 64, 10_922]
+        .into_iter()
+        .map(|asked| build(asked).expect("fits").max_send_wr())
+        .collect();
+    assert_eq!(granted, [1, 21, 85, 10_922]);
+    let err = fabric
         .create_dci_builder()
-        .setup_max_send_wr(1 << 15)
+        .setup_dci_streams(DciStreams {
+            log_num_concurrent: 17,
+            log_num_errored: 0,
+        })
         .build()
-        .expect("the largest");
-    assert_eq!(dci.max_send_wr(), 1 << 15);
+        .expect_err("over 2^16 streams");
+    assert!(
+        matches!(
+            err.0,
+            CreateDcInitiatorErrorKind::DciStreamsTooLarge { requested: 17, .. }
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]

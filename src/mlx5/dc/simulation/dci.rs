@@ -14,21 +14,37 @@ use super::initiator::SimulatedInitiator;
 use super::{Shared, SimulatedFabric};
 use crate::ibverbs::post_send_guard::{sealed, PostSendError, PostSendGuard, WorkRequestHandle};
 use crate::mlx5::dc::endpoint::DcEndpoint;
+use crate::mlx5::dc::initiator::creation::{plan_dci, DciDevice, DciRequest};
+#[cfg(doc)]
+use crate::mlx5::dc::initiator::CreateDcInitiatorErrorKind;
 use crate::mlx5::dc::initiator::{
-    CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcContext, DcRecovery, DcRoute, DcSend, DciStreams,
-    DynamicallyConnected, SimulatedDcAddress,
+    CreateDcInitiatorError, DcContext, DcRecovery, DcRoute, DcSend, DciStreams, DynamicallyConnected,
+    SimulatedDcAddress,
 };
 use crate::mlx5::dc::pool::initiator::{PooledInitiator, PostingInitiator};
+use crate::mlx5::device_attributes::DciStreamsCapabilities;
 
-/// The fabric's `max_qp_wr`: a ConnectX's 2^15 (mlx5_ib's `max_qp_wr`, `1 << log_max_qp_sz`).
-const MAX_QP_WR: u32 = 1 << 15;
+/// The device the fabric's initiators are created on, as the hardware builder's rules read one
+/// (`plan_dci`): a ConnectX's `max_qp_wr` of 2^15 (mlx5_ib's `1 << log_max_qp_sz`), no atomics
+/// (not simulated), DCI streams up to the fabric's 2^16.
+const FABRIC_DEVICE: DciDevice = DciDevice {
+    max_qp_wr: 1 << 15,
+    max_sge: 1,
+    atomics: false,
+    dci_streams: Some(DciStreamsCapabilities {
+        max_log_num_concurrent: 16,
+        max_log_num_errored: 16,
+    }),
+    read_atomic_depth: 1,
+};
 
 impl SimulatedFabric {
     /// Creates one DC initiator on it, without a pool, as
     /// [`create_dci_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_builder)
     /// does on a device; post on it as on a
     /// [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) and poll its completions from
-    /// [`create_cq`](Self::create_cq).
+    /// [`create_cq`](Self::create_cq). Defaults as a simulated pool's initiators: 64 requests,
+    /// 64 bytes of inline data, no streams.
     pub fn create_dci_builder(&self) -> SimulatedDciBuilder {
         SimulatedDciBuilder {
             fabric: Shared::clone(&self.fabric),
@@ -70,7 +86,8 @@ pub struct SimulatedDciBuilder {
 }
 
 impl SimulatedDciBuilder {
-    /// Its send queue (`max_send_wr`, default 64; 1 to 2^15, a ConnectX's `max_qp_wr`).
+    /// Its send queue (`max_send_wr`, default 64): at least 1, and as many as the queue's basic
+    /// blocks hold (see [`build`](Self::build)).
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
         self.max_send_wr = max_send_wr;
         self
@@ -88,27 +105,36 @@ impl SimulatedDciBuilder {
         self
     }
 
-    /// Creates the initiator on the fabric, in RTS.
+    /// Creates the initiator on the fabric, in RTS, held to the hardware builder's rules: its
+    /// send queue is what libmlx5 would grant (the requests' bytes rounded up to a power of two,
+    /// so often more than asked: [`max_send_wr`](SimulatedInitiator::max_send_wr)); its inline
+    /// data is what was asked.
     ///
     /// # Errors
     ///
-    /// [`InvalidMaxSendWorkRequests`](CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests):
-    /// `max_send_wr` is 0 or over the fabric's `max_qp_wr` (2^15).
+    /// As [`DcInitiatorBuilder::build`](crate::mlx5::dc::initiator::DcInitiatorBuilder::build)
+    /// on a device with a `max_qp_wr` of 2^15 and no atomics:
+    /// [`InvalidMaxSendWorkRequests`](CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests)
+    /// (0, or over 2^15), [`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge)
+    /// (more requests than the queue's basic blocks hold),
+    /// [`DciStreamsTooLarge`](CreateDcInitiatorErrorKind::DciStreamsTooLarge) (over 2^16 streams).
     pub fn build(&self) -> Result<SimulatedInitiator, CreateDcInitiatorError> {
-        if !(1..=MAX_QP_WR).contains(&self.max_send_wr) {
-            return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
-                requested: self.max_send_wr,
-                max: MAX_QP_WR,
-            }
-            .into());
-        }
-        let streams = self
+        let request = DciRequest {
+            max_send_wr: self.max_send_wr,
+            max_send_sge: 1,
+            max_inline_data: self.max_inline_data,
+            send_ops: None,
+            streams: self.streams,
+            sq_sig_all: false,
+        };
+        let params = plan_dci(&request, &FABRIC_DEVICE)?;
+        let streams = params
             .streams
             .map(|streams| (streams.log_num_concurrent, streams.log_num_errored));
         Ok(SimulatedInitiator::new(
             &self.fabric,
-            self.max_send_wr,
-            self.max_inline_data,
+            params.granted_max_send_wr(),
+            params.max_inline_data,
             streams,
         ))
     }
