@@ -24,9 +24,9 @@
 //!   (`ibverbs::async_completion_channel`).
 //! - `serde`: `Serialize`/`Deserialize` for the values peers exchange (a DC endpoint).
 //! - `simulation` (with `mlx5`): a seeded, deterministic simulated DC fabric
-//!   (`mlx5::dc::simulation`) on which the DC pool runs, posting and polling through the same
-//!   code as on a ConnectX, with scripted faults and counters: a DC program's pool loop tested
-//!   on any machine.
+//!   (`mlx5::dc::simulation`) on which the DC pool, or a program posting on one DC initiator,
+//!   runs, posting and polling through the same code as on a ConnectX, with scripted faults and
+//!   counters: a DC program tested on any machine.
 //!
 //! # A first program
 //!
@@ -79,8 +79,8 @@
 //! - `mlx5::dc`: DC targets and initiators, a whole DC program, recovery after errors;
 //! - `mlx5::dc::pool`: a pool of DC initiators for thousands of destinations, its policies, what
 //!   a middleware meets;
-//! - `mlx5::dc::simulation` (`simulation`): the pool on a simulated DC fabric, for tests without
-//!   a device.
+//! - `mlx5::dc::simulation` (`simulation`): the pool, or one DC initiator, on a simulated DC
+//!   fabric, for tests without a device.
 //!
 //! # Examples
 //!

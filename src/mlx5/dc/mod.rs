@@ -10,8 +10,8 @@
 //! - [`pool`]: [`DcInitiatorPool`](pool::DcInitiatorPool), DC initiators on one send CQ assigned
 //!   to many destinations by a policy, with every completion mapped back to its destination and
 //!   initiators recovered after errors;
-//! - `simulation` (feature `simulation`): a seeded simulated DC fabric the pool runs on without
-//!   a device.
+//! - `simulation` (feature `simulation`): a seeded simulated DC fabric the pool, or a program
+//!   posting on one DC initiator, runs on without a device.
 //!
 //! The transition tables of both queue-pair types (which attributes each state change needs) are
 //! in a private module; a model of mlx5_ib and libmlx5 and the rules it enforces, transcribed

@@ -31,7 +31,9 @@ const OPERATIONS: SendOperationFlags = SendOperationFlags::Send
 
 /// A DC initiator of a [`SimulatedFabric`](super::SimulatedFabric), what a
 /// `DcInitiatorPool<SimulatedInitiator>` is made of
-/// ([`SimulatedPoolBuilder`](super::SimulatedPoolBuilder) creates them). Read it with
+/// ([`SimulatedPoolBuilder`](super::SimulatedPoolBuilder) creates them), or one a program posts
+/// on without a pool ([`SimulatedFabric::create_dci_builder`](super::SimulatedFabric::create_dci_builder),
+/// `start_post_send` as on a [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator)). Read it with
 /// [`pool.initiator(index)`](crate::mlx5::dc::pool::DcInitiatorPool::initiator), and script its
 /// faults through it: [`stall`](Self::stall), [`fail_next`](Self::fail_next),
 /// [`move_to_error`](Self::move_to_error), [`refuse_recovery`](Self::refuse_recovery).
