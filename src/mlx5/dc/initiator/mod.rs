@@ -53,7 +53,9 @@ mod send;
 pub use self::bring_up::PortNotReady;
 pub use self::route::DcRoute;
 #[cfg(any(test, feature = "simulation"))]
-pub(crate) use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress, SIMULATED_ROUTE};
+pub(crate) use self::route::SIMULATED_ROUTE;
+#[cfg(any(test, feature = "simulation"))]
+pub use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress};
 pub use self::send::DcSend;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of

@@ -87,14 +87,17 @@ impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
 #[cfg(any(test, feature = "simulation"))]
 pub(crate) const SIMULATED_ROUTE: u32 = crate::ibverbs::post_send_guard::entry::FIRST_EXTERNAL << 2;
 
-/// A DC destination over a simulated fabric's route: `mlx5dv_wr_set_dc_addr` on the simulated
-/// initiator's own entry, which routes by DCT number and never reads the address handle.
+/// A DC destination over a simulated fabric's route (`setup_dc_addr` with a simulated fabric's
+/// address handle): `mlx5dv_wr_set_dc_addr` on the simulated initiator's own entry, which routes
+/// by DCT number and never reads the address handle.
 #[cfg(any(test, feature = "simulation"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
 #[derive(Debug, Clone, Copy)]
 pub struct SimulatedDcAddress(DcAddress);
 
 /// As [`SimulatedDcAddress`], on a DCI stream (`mlx5dv_wr_set_dc_addr_stream`).
 #[cfg(any(test, feature = "simulation"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
 #[derive(Debug, Clone, Copy)]
 pub struct SimulatedDcStreamAddress(DcStreamAddress);
 
