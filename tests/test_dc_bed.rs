@@ -58,6 +58,32 @@ fn write_and_send_arrive<B: DcBed>(mut bed: B) {
     assert_eq!(bed.wait_receives(1), [b"sent over DC".to_vec()]);
 }
 
+/// An unsignaled WRITE (the DC initiator is created with `sq_sig_all` 0) has no completion of
+/// its own when it succeeds: only the signaled SEND behind it completes, and both arrived.
+fn only_signaled_requests_complete<B: DcBed>(mut bed: B) {
+    bed.post_receives(1);
+    let endpoint = bed.endpoint();
+    let (rkey, address) = bed.remote();
+    let (dci, ah) = bed.sender();
+    let mut guard = dci.start_post_send();
+    guard
+        .construct_wr(1, WorkRequestFlags::none())
+        .setup_write(rkey, address)
+        .setup_dc_addr(ah, endpoint.dct_number(), endpoint.dc_key())
+        .setup_inline_data(b"unsignaled");
+    guard
+        .construct_wr(2, WorkRequestFlags::Signaled)
+        .setup_send()
+        .setup_dc_addr(ah, endpoint.dct_number(), endpoint.dc_key())
+        .setup_inline_data(b"signaled");
+    guard.post().expect("post an unsignaled WRITE and a signaled SEND");
+    let sends = bed.wait_sends(1);
+    assert_eq!((sends[0].wr_id(), sends[0].is_success()), (2, true), "{sends:?}");
+    bed.assert_no_send_completion();
+    assert_eq!(bed.read_remote(0, 10), b"unsignaled");
+    assert_eq!(bed.wait_receives(1), [b"signaled".to_vec()]);
+}
+
 /// A WRITE to a destroyed target ends with a "no such target" error completion.
 fn a_destroyed_target_fails_the_request<B: DcBed>(mut bed: B) {
     let endpoint = bed.endpoint();
@@ -90,6 +116,18 @@ fn simulated_write_and_send_arrive() {
 #[serial]
 fn mlx5_hw_write_and_send_arrive() {
     write_and_send_arrive(DeviceBed::new());
+}
+
+#[test]
+fn simulated_only_signaled_requests_complete() {
+    only_signaled_requests_complete(SimulatedBed::new());
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_only_signaled_requests_complete() {
+    only_signaled_requests_complete(DeviceBed::new());
 }
 
 #[test]
@@ -246,4 +284,55 @@ fn a_simulated_initiator_refuses_what_its_creation_does_not_allow_at_post() {
         "{err:?}"
     );
     assert_eq!(fabric.counters().posted, 0, "nothing reached the fabric");
+}
+
+/// An unsignaled request's send-queue entry frees only when a later completion of its initiator
+/// is polled (libmlx5 `mlx5_parse_cqe` moves the tail past it): a queue of two entries holding
+/// one unsignaled WRITE takes one request more, not two, until that one's completion is polled.
+#[test]
+fn an_unsignaled_requests_entry_frees_with_the_next_completion() {
+    let fabric = SimulatedFabric::new(5);
+    let target = fabric.create_target_builder().build().expect("target");
+    let access = sideway::ibverbs::AccessFlags::LocalWrite | sideway::ibverbs::AccessFlags::RemoteWrite;
+    let region = target.register_memory(0..64, access).expect("register");
+    let cq = fabric.create_cq();
+    let mut dci = fabric
+        .create_dci_builder()
+        .setup_max_send_wr(2)
+        .build()
+        .expect("initiator");
+    assert_eq!(dci.max_send_wr(), 2);
+    let endpoint = target.endpoint();
+    let ah = fabric.create_ah(&endpoint);
+    let mut write = |wr_id: u64, flags: WorkRequestFlags| {
+        dci.post_send_one(wr_id, flags, |wr| {
+            wr.setup_write(region.rkey(), region.address())
+                .setup_dc_addr(&ah, endpoint.dct_number(), endpoint.dc_key())
+                .setup_inline_data(b"x");
+        })
+    };
+    let mut wcs = [sideway_ext::ibverbs::work_completion::WorkCompletion::default(); 4];
+    write(1, WorkRequestFlags::none()).expect("the first entry");
+    fabric.advance(100);
+    assert!(
+        cq.poll_work_completions(&mut wcs).expect("poll").is_empty(),
+        "no completion: unsignaled"
+    );
+    write(2, WorkRequestFlags::Signaled).expect("the second entry");
+    let err = write(3, WorkRequestFlags::Signaled).expect_err("the WRITE that executed still holds its entry");
+    assert!(
+        matches!(err.0, PostSendErrorKind::QueueFull { batch_len: 1, .. }),
+        "{err:?}"
+    );
+    fabric.advance(100);
+    let polled: Vec<_> = cq
+        .poll_work_completions(&mut wcs)
+        .expect("poll")
+        .iter()
+        .map(|wc| wc.wr_id())
+        .collect();
+    assert_eq!(polled, [2]);
+    write(3, WorkRequestFlags::Signaled).expect("both entries free");
+    write(4, WorkRequestFlags::none()).expect("the second free entry");
+    assert_eq!(fabric.counters().executed, 2, "the first two executed");
 }

@@ -61,6 +61,9 @@ pub trait DcBed {
     /// Waits for exactly `count` completions of the initiator.
     fn wait_sends(&mut self, count: usize) -> Vec<WorkCompletion>;
 
+    /// Checks that the initiator has no completion to poll, a while after its last one.
+    fn assert_no_send_completion(&mut self);
+
     /// Waits for `count` receives at the target; their bytes.
     fn wait_receives(&mut self, count: usize) -> Vec<Vec<u8>>;
 
@@ -157,6 +160,14 @@ impl DcBed for SimulatedBed {
             "the initiator's completions after {TICKS} ticks: {out:?}"
         );
         out
+    }
+
+    fn assert_no_send_completion(&mut self) {
+        let mut wcs = [WorkCompletion::default(); 4];
+        for _ in 0..TICKS {
+            let polled = self.cq.poll_work_completions(&mut wcs).expect("poll the fabric's CQ");
+            assert!(polled.is_empty(), "an unexpected completion: {polled:?}");
+        }
     }
 
     fn wait_receives(&mut self, count: usize) -> Vec<Vec<u8>> {
@@ -281,6 +292,13 @@ impl DcBed for DeviceBed {
         let wcs = super::wait_completions(self.send_cq.as_ref(), count, super::slowed(TIMEOUT));
         assert_eq!(wcs.len(), count, "the DC initiator's completions: {wcs:?}");
         wcs
+    }
+
+    fn assert_no_send_completion(&mut self) {
+        std::thread::sleep(super::slowed(Duration::from_millis(50)));
+        let mut wcs = [WorkCompletion::default(); 4];
+        let polled = self.send_cq.poll_work_completions(&mut wcs).expect("poll the send CQ");
+        assert!(polled.is_empty(), "an unexpected completion: {polled:?}");
     }
 
     fn wait_receives(&mut self, count: usize) -> Vec<Vec<u8>> {

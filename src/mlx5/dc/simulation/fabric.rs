@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::ibv_wc;
 
-use rdma_mummy_sys::ibv_qp_attr_mask;
 use sideway::ibverbs::queue_pair::QueuePairState::{self, Error, Init, ReadyToReceive, ReadyToSend, Reset};
 
 use super::faults::Schedule;
@@ -23,8 +22,7 @@ use super::settings::{Rng, Settings};
 use super::target::Target;
 use super::trace::{SimulatedCounters, SimulatedEvent, Trace};
 use crate::ibverbs::zeroed::Zeroed;
-use crate::mlx5::dc::reference_rules::{self as rules, DciKernel};
-use crate::mlx5::dc::state_table::DC_INITIATOR;
+use crate::mlx5::dc::reference_rules::{self as rules, dci_step_is_ok};
 
 /// The first queue pair number the fabric gives an initiator; the next ones follow by one.
 const FIRST_QP_NUMBER: u32 = 0x100;
@@ -46,6 +44,8 @@ struct Lane {
     last_arrival: u64,
     /// A scripted failure: the next request to execute here ends with this status.
     fail_next: Option<u32>,
+    /// Unsignaled requests that succeeded since the lane's last completion was made.
+    silent: u32,
 }
 
 /// A DC initiator.
@@ -88,8 +88,9 @@ pub(crate) struct Fabric {
     /// The initiator of each queue pair number.
     numbers: BTreeMap<u32, usize>,
     next_qp_number: u32,
-    /// Completions by (arrival tick, order of making).
-    cq: BTreeMap<(u64, u64), Zeroed<ibv_wc>>,
+    /// Completions by (arrival tick, order of making), with the send-queue entries polling each
+    /// frees.
+    cq: BTreeMap<(u64, u64), (Zeroed<ibv_wc>, u32)>,
     made: u64,
     pub(crate) settings: Settings,
     pub(crate) memory: Memory,
@@ -366,6 +367,12 @@ impl Fabric {
             let (dct_number, wr_id) = (request.dct_number, request.wr_id);
             self.trace
                 .record(|| SimulatedEvent::ended(now, qp_number, dct_number, wr_id, status));
+            // ibv_post_send(3), IBV_SEND_SIGNALED: with sq_sig_all 0, a success completes only
+            // when signaled; an error always does. Its entry frees with the next completion.
+            if status == SUCCESS && !request.signaled {
+                self.initiators[initiator].lanes[lane].silent += 1;
+                continue;
+            }
             let opcode = request.operation.opcode();
             self.add_completion(initiator, lane, request.wr_id, status, opcode, byte_len);
         }
@@ -404,7 +411,8 @@ impl Fabric {
 
     /// Puts a completion in the CQ: after the completion delay and a drawn jitter, never before
     /// the lane's previous one (one stream completes in order; streams and initiators do not
-    /// order between them).
+    /// order between them). Polled, it frees its entry and those of the lane's unsignaled
+    /// requests before it (libmlx5 `mlx5_parse_cqe` moves the tail past every entry up to it).
     fn add_completion(&mut self, initiator: usize, lane: usize, wr_id: u64, status: u32, opcode: u32, byte_len: u32) {
         let jitter = self.rng.up_to(self.settings.completion_jitter);
         let now = self.now();
@@ -422,8 +430,9 @@ impl Fabric {
         wc.opcode = opcode;
         wc.byte_len = byte_len;
         wc.qp_num = qp.qp_number;
+        let frees = 1 + std::mem::take(&mut l.silent);
         self.made += 1;
-        self.cq.insert((arrival, self.made), wc);
+        self.cq.insert((arrival, self.made), (wc, frees));
     }
 
     /// `ibv_poll_cq`: one tick of the fabric (unless ticks are the program's), then up to `room` completions that reached the CQ,
@@ -440,10 +449,10 @@ impl Fabric {
             if entry.key().0 > now {
                 break;
             }
-            let wc = entry.remove();
+            let (wc, frees) = entry.remove();
             if let Some(&initiator) = self.numbers.get(&wc.qp_num) {
                 let qp = &mut self.initiators[initiator];
-                qp.in_flight = qp.in_flight.saturating_sub(1);
+                qp.in_flight = qp.in_flight.saturating_sub(frees);
             }
             out(polled, &wc);
             polled += 1;
@@ -458,7 +467,7 @@ impl Fabric {
     fn clean(&mut self, initiator: usize) {
         let qp_number = self.initiators[initiator].qp_number;
         let before = self.cq.len();
-        self.cq.retain(|_, wc| wc.qp_num != qp_number);
+        self.cq.retain(|_, (wc, _)| wc.qp_num != qp_number);
         self.counters.cleaned_completions += (before - self.cq.len()) as u64;
         let qp = &mut self.initiators[initiator];
         for lane in &mut qp.lanes {
@@ -569,17 +578,6 @@ impl Fabric {
     pub(crate) fn in_error(&self, initiator: usize) -> bool {
         self.initiators[initiator].in_error
     }
-}
-
-/// Whether the kernel takes a DCI from `from` to `to` with the attributes the DC initiator's
-/// transition table requires for it (and `IBV_QP_STATE`).
-fn dci_step_is_ok(from: QueuePairState, to: QueuePairState, kernel: DciKernel) -> bool {
-    let state = ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
-    DC_INITIATOR
-        .transitions
-        .iter()
-        .find(|t| t.from == from && t.to == to)
-        .is_some_and(|t| rules::modify_dci_qp_is_ok(from, to, t.required | state, kernel))
 }
 
 /// What a lane runs.

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{addr_of_mut, NonNull};
 use std::rc::Rc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_cq, ibv_data_buf, ibv_qp_ex, ibv_sge, mlx5dv_qp_ex};
+use rdma_mummy_sys::{ibv_ah, ibv_cq, ibv_data_buf, ibv_qp_ex, ibv_send_flags, ibv_sge, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::completion_queue::SimulatedCompletionQueue;
@@ -72,6 +72,7 @@ struct Batch {
 /// A request as its builders made it so far.
 struct Building {
     wr_id: u64,
+    signaled: bool,
     operation: Operation,
     address: Option<(u32, u64, Option<u16>)>,
     payload: Option<Payload>,
@@ -324,9 +325,10 @@ unsafe fn qp_of(mqp: *mut mlx5dv_qp_ex) -> *mut ibv_qp_ex {
 ///
 /// As [`tables`].
 unsafe fn start_request(qp: *mut ibv_qp_ex, operation: Operation) {
-    let wr_id = (*qp).wr_id;
+    let (wr_id, flags) = ((*qp).wr_id, (*qp).wr_flags);
     tables(qp).batch.requests.push(Building {
         wr_id,
+        signaled: flags & ibv_send_flags::IBV_SEND_SIGNALED.0 != 0,
         operation,
         address: None,
         payload: None,
@@ -410,6 +412,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> i32 {
                 stream,
                 payload,
                 posted_at: 0,
+                signaled: request.signaled,
             });
         }
         let Ok(mut fabric) = fabric.try_borrow_mut() else {

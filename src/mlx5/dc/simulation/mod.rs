@@ -137,7 +137,8 @@
 //! |---|---|
 //! | each DCI (without streams) or DCI stream executes its requests in posting order; streams of one DCI run concurrently | mlx5dv_create_qp(3) and mlx5dv_wr_set_dc_addr_stream(3) (DCI streams) |
 //! | a DCI (or stream) serves one DC target at a time: requests to it are pipelined, a request to another target waits for the one ahead, then connects | the DC transport's half handshake (dc-transport notes); why UCX's `dc_mlx5` has DCI policies |
-//! | a full send queue refuses the batch with `ENOMEM`, nothing posted; an entry frees when its completion is polled | libmlx5 `mlx5_wq_overflow` (`ibv_wr_*` builders), `mlx5_send_wr_complete`; `mlx5_parse_cqe` |
+//! | a full send queue refuses the batch with `ENOMEM`, nothing posted; an entry frees when its completion is polled, an unsignaled request's when the next completion of its stream (or initiator) is | libmlx5 `mlx5_wq_overflow` (`ibv_wr_*` builders), `mlx5_send_wr_complete`; `mlx5_parse_cqe` (the tail moves past every entry up to the one completed) |
+//! | initiators are created with `sq_sig_all` 0: a request completes on success only when posted `IBV_SEND_SIGNALED`; an error (a flush included) completes always | ibv_create_qp(3) (`sq_sig_all`), ibv_post_send(3) (`IBV_SEND_SIGNALED`); IB spec, selective signaling (a request completed in error always generates a completion; Dotan Barak, rdmamojo "Working with Unsignaled completions") |
 //! | inline data longer than the initiator's `max_inline_data` fails the post with `ENOMEM` | libmlx5 `_mlx5_send_wr_set_inline_data` |
 //! | a dead target (killed, or an unknown DCT number): `IBV_WC_RETRY_EXC_ERR` after the transport timeout (other statuses on request: [`SimulatedFabric::set_dead_target_statuses`]) | ibv_poll_cq(3) ("the remote side didn't send any Ack or Nack"); ConnectX on a destroyed DCT, openucx/ucx#3679 |
 //! | a wrong DC key at a live target: the packet dropped, `IBV_WC_RETRY_EXC_ERR` after the transport timeout (or, with [`SimulatedFabric::set_wrong_dc_key`], `IBV_WC_REM_ACCESS_ERR` after the target's latency); unconfirmed on hardware, so both are modelled | kernel mlx5 `MLX5_EVENT_TYPE_DCT_KEY_VIOLATION` (0x1d, an event at the target, the DCT context's `dc_access_key_violation_count`), no NAK to the initiator (dc-hardware-rules, third review); ibv_poll_cq(3), remote access error |
@@ -189,9 +190,8 @@
 //! one order of events). Atomics are not simulated (the guard refuses them: the simulated
 //! initiators are created without them). Address handles carry no route: the fabric routes by
 //! DCT number ([`SimulatedFabric::create_ah`] makes them for any endpoint). Registrations have no protection domains (one for the program's initiators,
-//! one per target), and a target's receives are slots, not registered buffers. Every request
-//! completes, signaled or not, and every initiator of a fabric completes into its one CQ: post
-//! `Signaled` (as a pool does), and poll one CQ. Initiators have no bring-up (they are created
+//! one per target), and a target's receives are slots, not registered buffers. Every initiator
+//! of a fabric completes into its one CQ. Initiators have no bring-up (they are created
 //! in RTS) and no `ibv_query_qp` ([`SimulatedInitiator::is_in_error`] reads the state).
 use std::cell::RefCell;
 use std::rc::Rc;

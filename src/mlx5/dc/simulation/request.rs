@@ -75,6 +75,8 @@ pub(crate) struct Request {
     pub(crate) payload: Payload,
     /// The tick it was posted at.
     pub(crate) posted_at: u64,
+    /// Whether it completes on success too (`IBV_SEND_SIGNALED`); an error completes always.
+    pub(crate) signaled: bool,
 }
 
 /// A test request's number: the first 8 bytes of its inline data (little-endian).

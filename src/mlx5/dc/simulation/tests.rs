@@ -37,6 +37,7 @@ fn fabric(seed: u64) -> (SimulatedFabric, (SimulatedTarget, SimulatedMemoryRegio
 /// An RDMA WRITE of `wr_id` (inline) to the target, on `stream`.
 fn write(target: &Aim, wr_id: u64, stream: Option<u16>) -> Request {
     Request {
+        signaled: true,
         wr_id,
         operation: Operation::Write {
             rkey: target.rkey,
