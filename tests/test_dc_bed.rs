@@ -11,7 +11,7 @@ use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway_ext::ibverbs::extension::CompletionQueueExt;
 use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind;
 use sideway_ext::mlx5::dc::initiator::{CreateDcInitiatorErrorKind, DcRecovery, DcSend, DciStreams};
-use sideway_ext::mlx5::dc::simulation::SimulatedFabric;
+use sideway_ext::mlx5::dc::simulation::{ResetSimulatedStreamErrorKind, SimulatedFabric};
 
 use common::dc_bed::{DcBed, DeviceBed, SimulatedBed};
 
@@ -335,4 +335,89 @@ fn an_unsignaled_requests_entry_frees_with_the_next_completion() {
     write(3, WorkRequestFlags::Signaled).expect("both entries free");
     write(4, WorkRequestFlags::none()).expect("the second free entry");
     assert_eq!(fabric.counters().executed, 2, "the first two executed");
+}
+
+/// With streams, an error errs its stream only; the stream is reset once its requests are
+/// flushed (not before), and then executes again. Without streams there is nothing to reset.
+#[test]
+fn a_simulated_initiators_errored_stream_is_reset_after_its_flush() {
+    let fabric = SimulatedFabric::new(9);
+    let target = fabric.create_target_builder().build().expect("target");
+    let access = sideway::ibverbs::AccessFlags::LocalWrite | sideway::ibverbs::AccessFlags::RemoteWrite;
+    let region = target.register_memory(0..64, access).expect("register");
+    let cq = fabric.create_cq();
+    let endpoint = target.endpoint();
+    let ah = fabric.create_ah(&endpoint);
+    let mut plain = fabric.create_dci_builder().build().expect("initiator without streams");
+    let err = plain.reset_stream(0).expect_err("no streams");
+    assert!(matches!(err.0, ResetSimulatedStreamErrorKind::NoStreams), "{err:?}");
+
+    let streams = DciStreams {
+        log_num_concurrent: 1,
+        log_num_errored: 1,
+    };
+    let mut dci = fabric
+        .create_dci_builder()
+        .setup_dci_streams(streams)
+        .build()
+        .expect("initiator");
+    let mut guard = dci.start_post_send();
+    for wr_id in [1, 2] {
+        guard
+            .construct_wr(wr_id, WorkRequestFlags::Signaled)
+            .setup_write(region.rkey(), region.address())
+            .setup_dc_addr_stream(&*ah, endpoint.dct_number(), endpoint.dc_key(), 0)
+            .setup_inline_data(b"s0");
+    }
+    guard.post().expect("post two WRITEs on stream 0");
+    dci.fail_next(0, 10); // IBV_WC_REM_ACCESS_ERR
+    let mut wcs = [sideway_ext::ibverbs::work_completion::WorkCompletion::default(); 4];
+    let mut first = Vec::new();
+    while first.is_empty() {
+        first.extend(
+            cq.poll_work_completions(&mut wcs)
+                .expect("poll")
+                .iter()
+                .map(|wc| (wc.wr_id(), wc.status_raw())),
+        );
+    }
+    assert_eq!(first, [(1, 10)]);
+    let err = dci.reset_stream(0).expect_err("WRITE 2 is not flushed yet");
+    assert!(matches!(err.0, ResetSimulatedStreamErrorKind::NotFlushed), "{err:?}");
+    let flushed: Vec<_> = cq
+        .poll_work_completions(&mut wcs)
+        .expect("poll")
+        .iter()
+        .map(|wc| (wc.wr_id(), wc.status_raw()))
+        .collect();
+    assert_eq!(flushed, [(2, 5)], "IBV_WC_WR_FLUSH_ERR");
+    assert!(
+        !dci.is_in_error(),
+        "one errored stream of 2^1 leaves the initiator in RTS"
+    );
+    dci.reset_stream(0).expect("the stream is flushed");
+    dci.post_send_one(3, WorkRequestFlags::Signaled, |wr| {
+        wr.setup_write(region.rkey(), region.address())
+            .setup_dc_addr_stream(&*ah, endpoint.dct_number(), endpoint.dc_key(), 0)
+            .setup_inline_data(b"ok");
+    })
+    .expect("post on the reset stream");
+    let mut last = Vec::new();
+    while last.is_empty() {
+        last.extend(
+            cq.poll_work_completions(&mut wcs)
+                .expect("poll")
+                .iter()
+                .map(|wc| (wc.wr_id(), wc.status_raw())),
+        );
+    }
+    assert_eq!(last, [(3, 0)]);
+    assert_eq!(target.read(0..2).as_deref(), Some(&b"ok"[..]));
+
+    dci.move_to_error();
+    let err = dci.reset_stream(1).expect_err("in ERR");
+    assert!(
+        matches!(err.0, ResetSimulatedStreamErrorKind::NotReadyToSend),
+        "{err:?}"
+    );
 }

@@ -21,7 +21,7 @@ use crate::mlx5::dc::initiator::{
     CreateDcInitiatorError, DcContext, DcRecovery, DcRoute, DcSend, DciStreams, DynamicallyConnected,
     SimulatedDcAddress,
 };
-use crate::mlx5::dc::pool::initiator::{PooledInitiator, PostingInitiator};
+use crate::mlx5::dc::pool::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
 
 /// The device the fabric's initiators are created on, as the hardware builder's rules read one
@@ -186,6 +186,29 @@ pub enum RecoverSimulatedInitiatorErrorKind {
     },
 }
 
+/// Error returned by [`SimulatedInitiator::reset_stream`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to reset simulated DCI stream")]
+#[non_exhaustive]
+pub struct ResetSimulatedStreamError(#[from] pub ResetSimulatedStreamErrorKind);
+
+/// The enum type for [`ResetSimulatedStreamError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResetSimulatedStreamErrorKind {
+    /// The initiator was created without streams.
+    #[error("the simulated DC initiator has no DCI streams")]
+    NoStreams,
+    /// The initiator is in ERR, not RTS: 2^`log_num_errored` streams errored; recover it
+    /// instead (libmlx5 refuses the reset with `EOPNOTSUPP`).
+    #[error("the simulated DC initiator is in ERR: recover it instead of resetting a stream")]
+    NotReadyToSend,
+    /// The stream still holds requests not yet flushed: poll their flush completions first
+    /// (mlx5dv_dci_stream_id_reset(3): "once all stream_id WR's are flushed").
+    #[error("the stream still holds requests not flushed")]
+    NotFlushed,
+}
+
 impl SimulatedInitiator {
     /// Starts a batch of send requests, as
     /// [`DcInitiator::start_post_send`](crate::mlx5::dc::initiator::DcInitiator::start_post_send):
@@ -244,6 +267,30 @@ impl SimulatedInitiator {
             DcRecovery::Reset
         } else {
             DcRecovery::Rebuilt { previous_qp_number }
+        })
+    }
+}
+
+impl SimulatedInitiator {
+    /// Resets DCI stream `stream_id` after its error, as
+    /// [`DcInitiator::reset_stream`](crate::mlx5::dc::initiator::DcInitiator::reset_stream): its
+    /// later requests execute again.
+    ///
+    /// # Errors
+    ///
+    /// No streams, the initiator in ERR, or requests of the stream not flushed yet:
+    /// [`ResetSimulatedStreamError`].
+    pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetSimulatedStreamError> {
+        if PooledInitiator::stream_count(self) == 0 {
+            return Err(ResetSimulatedStreamErrorKind::NoStreams.into());
+        }
+        PooledInitiator::reset_stream(self, stream_id).map_err(|refusal| {
+            match refusal {
+                StreamResetRefusal::NotReadyToSend => ResetSimulatedStreamErrorKind::NotReadyToSend,
+                // The fabric's only other refusal.
+                StreamResetRefusal::Failed(_) => ResetSimulatedStreamErrorKind::NotFlushed,
+            }
+            .into()
         })
     }
 }

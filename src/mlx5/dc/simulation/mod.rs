@@ -220,7 +220,8 @@ mod trace;
 pub use self::builder::SimulatedPoolBuilder;
 pub use self::completion_queue::SimulatedCompletionQueue;
 pub use self::dci::{
-    RecoverSimulatedInitiatorError, RecoverSimulatedInitiatorErrorKind, SimulatedAddressHandle, SimulatedDciBuilder,
+    RecoverSimulatedInitiatorError, RecoverSimulatedInitiatorErrorKind, ResetSimulatedStreamError,
+    ResetSimulatedStreamErrorKind, SimulatedAddressHandle, SimulatedDciBuilder,
 };
 pub use self::faults::{ScheduleFaultError, ScheduleFaultErrorKind, SimulatedFault};
 pub use self::initiator::SimulatedInitiator;
