@@ -66,7 +66,9 @@
 //! calls [`DcEndpoint::create_ah`](super::endpoint::DcEndpoint::create_ah)); its completions are
 //! polled as [`WorkCompletion`](crate::ibverbs::work_completion::WorkCompletion)s from
 //! [`SimulatedFabric::create_cq`]. Code generic over [`DcSend`](super::initiator::DcSend) posts on
-//! both.
+//! both. After an error it comes back as a `DcInitiator` does:
+//! [`recover`](SimulatedInitiator::recover), or with streams
+//! [`reset_stream`](SimulatedInitiator::reset_stream); it needs no bring-up.
 //!
 //! ```
 //! use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
