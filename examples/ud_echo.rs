@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::error::Error;
 use std::net::Ipv6Addr;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -47,7 +47,9 @@ use sideway_ext::ibverbs::extension::{
 };
 use sideway_ext::ibverbs::post_send_guard::UnreliableDatagram;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
-use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
+use sideway_ext::ibverbs::shared_receive_queue::{
+    PostReceiveStorage, SharedReceiveQueue, SharedReceiveQueueModification,
+};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -137,6 +139,9 @@ struct Slots {
     // Deregistered before the memory is freed (field order).
     mr: Arc<MemoryRegion>,
     buffer: Vec<u8>,
+    /// Where each post's receives are staged, reused post after post (locked only inside
+    /// `post`, which does not await).
+    storage: Mutex<PostReceiveStorage>,
 }
 
 impl Slots {
@@ -145,7 +150,11 @@ impl Slots {
         // SAFETY: the buffer is never reallocated and outlives the region (field order); the
         // queues that write into it are dropped before the Slots (declared after them).
         let mr = unsafe { pd.reg_mr(buffer.as_ptr() as usize, buffer.len(), AccessFlags::LocalWrite)? };
-        Ok(Self { mr, buffer })
+        Ok(Self {
+            mr,
+            buffer,
+            storage: Mutex::new(PostReceiveStorage::with_capacity(count, count)),
+        })
     }
 
     fn sge(&self, slot: usize) -> ibv_sge {
@@ -158,7 +167,8 @@ impl Slots {
 
     /// Posts a receive for each of `slots` on `srq` in one call.
     fn post(&self, srq: &SharedReceiveQueue, slots: impl IntoIterator<Item = usize>) -> Result<()> {
-        let mut guard = srq.start_post_recv();
+        let mut storage = self.storage.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = srq.start_post_recv(&mut storage);
         for slot in slots {
             let sge = self.sge(slot);
             // SAFETY: the slot lies in the registered buffer, which outlives the SRQ.

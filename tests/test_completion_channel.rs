@@ -21,7 +21,7 @@ use sideway_ext::ibverbs::completion_channel::{
 use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
-use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
+use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
 
 /// How long a completion may take to raise its event.
 const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -321,7 +321,8 @@ fn solicited_only_raises_an_event_for_a_solicited_receive_only() {
 
     // Messages from the receiver to the sender, whose receives complete on the armed CQ.
     let inbox = Buffer::new(&lb.pd, 2 * 64);
-    let mut receives = lb.srq.start_post_recv();
+    let mut storage = PostReceiveStorage::new();
+    let mut receives = lb.srq.start_post_recv(&mut storage);
     for slot in 0..2u64 {
         // SAFETY: `inbox` outlives both receives, awaited below.
         unsafe {

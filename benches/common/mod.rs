@@ -20,7 +20,7 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection, WorkRequestHandle};
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveGuard, SharedReceiveQueue};
+use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveGuard, PostReceiveStorage, SharedReceiveQueue};
 
 /// The batch sizes of every table.
 pub const BATCHES: [usize; 3] = [1, 16, 256];
@@ -1048,8 +1048,9 @@ pub struct RecvState {
     pub srq: Arc<CountingSrq>,
     pub batch: usize,
     pub buffers: Buffers,
-    /// The raw version's list and entries, reused batch after batch (the guard reuses its
-    /// storage too).
+    /// The guard's storage and the raw version's list and entries, each reused batch after
+    /// batch.
+    storage: PostReceiveStorage,
     wrs: Vec<ibv_recv_wr>,
     sges: Vec<ibv_sge>,
 }
@@ -1070,6 +1071,7 @@ impl RecvState {
             srq,
             batch: black_box(batch),
             buffers: Buffers::opaque(),
+            storage: PostReceiveStorage::new(),
             wrs: vec![empty; batch],
             sges: vec![
                 ibv_sge {
@@ -1085,11 +1087,11 @@ impl RecvState {
 
 /// Posts `requests` receives to `srq` in batches of `batch` with the guard.
 #[inline(always)]
-pub fn recv_guard(srq: NonNull<ibv_srq>, batch: usize, b: Buffers, requests: usize) {
+pub fn recv_guard(srq: NonNull<ibv_srq>, storage: &mut PostReceiveStorage, batch: usize, b: Buffers, requests: usize) {
     let mut next = 0;
     while next < requests {
         // SAFETY: the counting SRQ is live for the batch; it takes one entry per request.
-        let mut guard = unsafe { PostReceiveGuard::start(srq, 1) };
+        let mut guard = unsafe { PostReceiveGuard::start(srq, 1, storage) };
         for n in next as u64..(next + batch) as u64 {
             // SAFETY: the counting provider never touches the buffers.
             unsafe {
@@ -1158,7 +1160,13 @@ impl Workload for RecvSrq {
 
     #[inline(never)]
     fn guard(state: &mut RecvState, requests: usize) {
-        recv_guard(state.srq.srq(), state.batch, state.buffers, requests);
+        recv_guard(
+            state.srq.srq(),
+            &mut state.storage,
+            state.batch,
+            state.buffers,
+            requests,
+        );
     }
 
     #[inline(never)]

@@ -15,7 +15,7 @@ use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRe
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
+use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
 use sideway_ext::ibverbs::source_gid::SourceGid;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
@@ -508,7 +508,8 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: 
     }
 
     let result = (|| {
-        let mut guard = lb.srq.start_post_recv();
+        let mut storage = PostReceiveStorage::new();
+        let mut guard = lb.srq.start_post_recv(&mut storage);
         // SAFETY: the remote buffer lies in its memory region and outlives the receive.
         unsafe {
             guard

@@ -32,7 +32,7 @@
 //! use sideway::ibverbs::AccessFlags;
 //! use sideway_ext::ibverbs::async_event::AsyncEventType;
 //! use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
-//! use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueueModification;
+//! use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueueModification};
 //! use sideway_ext::ibverbs::work_completion::WorkCompletion;
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -47,7 +47,8 @@
 //!     let mr = unsafe { pd.reg_mr(base as usize, buffer.len(), AccessFlags::LocalWrite)? };
 //!
 //!     let srq = pd.create_srq_builder().setup_max_wr(512).setup_max_sge(1).build()?;
-//!     let mut guard = srq.start_post_recv();
+//!     let mut storage = PostReceiveStorage::with_capacity(512, 512); // reused batch after batch
+//!     let mut guard = srq.start_post_recv(&mut storage);
 //!     for slot in 0..512u64 {
 //!         // SAFETY: each slot lies in `mr` and stays valid until its receive completes.
 //!         unsafe { guard.construct_wr(slot).setup_sge(mr.lkey(), base + slot * 4096, 4096) };
@@ -108,9 +109,11 @@
 //!
 //! - **Cost.** The guards compile to the raw `ibv_wr_*` / `ibv_post_srq_recv` calls: a send
 //!   request is its C calls plus nothing in the loop (the provider-entry check below is hoisted
-//!   out of it); a receive batch fills a chunk of 64 requests owned by the calling thread, linked
-//!   in place, and hands each full chunk to the provider (one library call per 64 requests, no
-//!   lock, no allocation, also with many threads posting to one SRQ).
+//!   out of it); a receive batch stages its requests, linked in place, in a
+//!   [`PostReceiveStorage`](shared_receive_queue::PostReceiveStorage) the caller keeps and
+//!   reuses, and `post()` hands the whole batch to the provider in one call (no lock, no
+//!   allocation once the storage has grown, also with many threads posting to one SRQ, each with
+//!   its own storage).
 //! - **No call through a NULL entry.** A provider fills only the `ibv_qp_ex` builders of the
 //!   operations a queue pair was created with. A request for another operation (or a data setter
 //!   the provider lacks) never reaches it: `post()` aborts the batch and returns

@@ -10,11 +10,9 @@
 //!   [`ibv_modify_srq`](https://man7.org/linux/man-pages/man3/ibv_modify_srq.3.html),
 //!   [`ibv_query_srq`](https://man7.org/linux/man-pages/man3/ibv_query_srq.3.html),
 //!   [`ibv_post_srq_recv`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
-use std::cell::{Cell, UnsafeCell};
 use std::io;
 use std::marker::PhantomData;
-use std::mem::{ManuallyDrop, MaybeUninit};
-use std::ptr::{addr_of_mut, null_mut, NonNull};
+use std::ptr::{null_mut, NonNull};
 use std::sync::{Arc, Mutex};
 
 use super::zeroed::Zeroed;
@@ -119,10 +117,13 @@ pub enum QuerySharedReceiveQueueErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// Error returned by [`PostReceiveGuard::post`]. Every request before
-/// [`failed_index`](Self::failed_index) was posted; the failed one and those after it were not.
+/// Error returned by [`PostReceiveGuard::post`] and [`SharedReceiveQueue::post_recv_one`]: which
+/// request failed, and how many of the batch were [`posted`](Self::posted). A request refused
+/// before the library (too many entries) means none was; when the library refuses a request, those
+/// before it were posted (`ibv_post_srq_recv` stops at `bad_wr`), the failed one and those after it
+/// were not.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to post receive request {} (wr_id {}); {} before it were posted", .0.failed_index(), .0.wr_id(), .0.failed_index())]
+#[error("failed to post receive request {} (wr_id {}); {} of the batch were posted", .0.failed_index(), .0.wr_id(), .0.posted())]
 #[non_exhaustive]
 pub struct PostReceiveError(#[from] pub PostReceiveErrorKind);
 
@@ -132,9 +133,11 @@ impl PostReceiveError {
         self.0.failed_index()
     }
 
-    /// How many requests of the batch were posted (all those before the failed one).
+    /// How many requests of the batch were posted: none when the request was refused before the
+    /// library ([`TooManyScatterGatherEntries`](PostReceiveErrorKind::TooManyScatterGatherEntries)),
+    /// else all those before the failed one.
     pub fn posted(&self) -> usize {
-        self.0.failed_index()
+        self.0.posted()
     }
 
     /// `wr_id` of the first request that was not posted.
@@ -148,7 +151,7 @@ impl PostReceiveError {
 #[non_exhaustive]
 pub enum PostReceiveErrorKind {
     /// The request has more scatter/gather entries than the queue's `max_sge`; checked before the
-    /// batch was handed to the library, so nothing of it from this request on was posted.
+    /// batch was handed to the library, so none of the batch was posted.
     #[error("request {index} (wr_id {wr_id}) has {requested} scatter/gather entries, the queue's max_sge is {max}")]
     TooManyScatterGatherEntries {
         /// Index of the request in the batch.
@@ -199,6 +202,15 @@ impl PostReceiveErrorKind {
             | Self::InvalidWorkRequest { index, .. }
             | Self::QueueFull { index, .. }
             | Self::Ibverbs { index, .. } => *index,
+        }
+    }
+
+    fn posted(&self) -> usize {
+        match self {
+            Self::TooManyScatterGatherEntries { .. } => 0,
+            Self::InvalidWorkRequest { index, .. } | Self::QueueFull { index, .. } | Self::Ibverbs { index, .. } => {
+                *index
+            },
         }
     }
 
@@ -348,49 +360,6 @@ impl SharedReceiveQueueBuilder {
     }
 }
 
-/// Requests a [`PostReceiveGuard`] holds before it hands them to the provider.
-const CHUNK_REQUESTS: usize = 64;
-/// Scatter/gather entries a [`PostReceiveGuard`] holds before it hands its requests over.
-const CHUNK_ENTRIES: usize = 128;
-
-/// The storage of a receive batch: requests and their entries, in order from the first slot, each
-/// request linked to the slot after it as it is added, the last one's link set to NULL when the
-/// chunk is handed over (its address does not change while a guard uses it, so every pointer is
-/// final when written).
-struct RecvChunk {
-    wrs: [MaybeUninit<ibv_recv_wr>; CHUNK_REQUESTS],
-    sges: [MaybeUninit<ibv_sge>; CHUNK_ENTRIES],
-}
-
-impl RecvChunk {
-    const fn new() -> Self {
-        Self {
-            // Zeroed, padding included: requests are written field by field (see `push`).
-            wrs: [MaybeUninit::zeroed(); CHUNK_REQUESTS],
-            sges: [MaybeUninit::zeroed(); CHUNK_ENTRIES],
-        }
-    }
-}
-
-// Every request keeps an entry slot: a full chunk of single-entry requests always fits.
-const _: () = assert!(CHUNK_ENTRIES >= CHUNK_REQUESTS);
-
-/// Each thread's receive chunk: plain data with a constant initialiser and no destructor, so
-/// reaching it is a thread-pointer-relative address; `in_use` lends it to one guard at a time.
-struct ThreadChunk {
-    in_use: Cell<bool>,
-    chunk: UnsafeCell<RecvChunk>,
-}
-
-thread_local! {
-    static THREAD_CHUNK: ThreadChunk = const {
-        ThreadChunk {
-            in_use: Cell::new(false),
-            chunk: UnsafeCell::new(RecvChunk::new()),
-        }
-    };
-}
-
 /// A shared receive queue (SRQ): receive requests posted once, consumed by every queue pair
 /// created on it (see [`create_qp_builder`](Self::create_qp_builder), in the
 /// [`queue_pair`](super::queue_pair) module).
@@ -536,16 +505,17 @@ impl SharedReceiveQueue {
         Ok(())
     }
 
-    /// Starts a batch of receive requests; [`PostReceiveGuard::post`] hands the whole batch to
-    /// `ibv_post_srq_recv` at once. Dropping the guard without posting discards the batch.
+    /// Starts a batch of receive requests, staged in `storage`: nothing reaches the library
+    /// before [`PostReceiveGuard::post`], which hands the whole batch to `ibv_post_srq_recv` in
+    /// one call. Dropping the guard without posting posts nothing.
     ///
-    /// The batch's storage belongs to the calling thread and is reused, so posting takes no lock
-    /// and allocates nothing once it has grown to the batch size, also when several threads post
-    /// to one queue.
-    #[inline(always)]
-    pub fn start_post_recv(&self) -> PostReceiveGuard<'_> {
+    /// The storage is the caller's and is reused batch after batch, so posting takes no lock and
+    /// allocates nothing once it has grown to the batch size; several threads posting to one
+    /// queue each use their own.
+    #[inline]
+    pub fn start_post_recv<'a>(&'a self, storage: &'a mut PostReceiveStorage) -> PostReceiveGuard<'a> {
         // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
-        unsafe { PostReceiveGuard::start(self.srq, self.max_sge) }
+        unsafe { PostReceiveGuard::start(self.srq, self.max_sge, storage) }
     }
 
     /// Posts one receive request with `ibv_post_srq_recv`, at the cost of the raw call: for the
@@ -620,60 +590,202 @@ fn one_failed(ret: i32, wr_id: u64, requested: usize, max: u32) -> PostReceiveEr
     .into_error()
 }
 
+/// Storage for the requests of [`PostReceiveGuard`] batches, reused from batch to batch: each
+/// batch is staged here, and nothing reaches the library before [`PostReceiveGuard::post`].
+///
+/// It grows to the largest batch it has held (requests and scatter/gather entries) and keeps that
+/// size, so that posting allocates nothing once it has grown, or from the start with
+/// [`with_capacity`](Self::with_capacity). Each poster keeps its own, as it keeps its buffers:
+/// batches on one queue, from one thread or several, each stage in their own storage, and a
+/// storage serves one batch at a time (the guard borrows it mutably).
+///
+/// ```
+/// use sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage;
+///
+/// let storage = PostReceiveStorage::with_capacity(64, 64);
+/// assert_eq!((storage.capacity(), storage.entry_capacity()), (64, 64));
+/// ```
+#[derive(Default)]
+pub struct PostReceiveStorage {
+    /// The requests, zeroed (padding included) as the storage grows.
+    wrs: Vec<Zeroed<ibv_recv_wr>>,
+    sges: Vec<ibv_sge>,
+}
+
+// SAFETY: the only pointers it holds are links a batch left between its own requests and
+// entries, in its vectors' heap buffers (which move with it); nothing reads them outside a batch,
+// which rewrites every link it hands over, and a batch borrows the storage mutably.
+unsafe impl Send for PostReceiveStorage {}
+// SAFETY: a shared reference reads nothing but the capacities.
+unsafe impl Sync for PostReceiveStorage {}
+
+impl std::fmt::Debug for PostReceiveStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostReceiveStorage")
+            .field("capacity", &self.capacity())
+            .field("entry_capacity", &self.entry_capacity())
+            .finish()
+    }
+}
+
+impl PostReceiveStorage {
+    /// Empty storage: it grows with the first batches.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Storage for batches of up to `requests` requests with `entries` scatter/gather entries in
+    /// all, which then allocate nothing.
+    pub fn with_capacity(requests: usize, entries: usize) -> Self {
+        let mut storage = Self::new();
+        storage.wrs.resize(requests, Zeroed::new());
+        storage.sges.resize(entries, EMPTY_SGE);
+        storage
+    }
+
+    /// How many requests a batch may hold before the storage grows.
+    pub fn capacity(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// How many scatter/gather entries, in all, a batch may hold before the storage grows.
+    pub fn entry_capacity(&self) -> usize {
+        self.sges.len()
+    }
+}
+
+/// A zeroed scatter/gather entry, to grow the storage with.
+const EMPTY_SGE: ibv_sge = ibv_sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+};
+
+/// A request of the batch with more entries than the queue takes (refused before the library).
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    index: usize,
+    wr_id: u64,
+    requested: usize,
+}
+
+/// The cursors of the batch being staged, kept in the guard (which the compiler keeps in
+/// registers), apart from the storage they index.
+struct RecvBatch {
+    /// The batch's requests are the storage's first `requests`, each linked to the slot after it
+    /// (the last one's link set to NULL by `post`) and to its entries, which follow each other
+    /// in the storage's entries up to `entries`.
+    requests: usize,
+    entries: usize,
+    /// The queue's `max_sge`.
+    max_sge: u32,
+    /// The batch's first request with more entries than the queue takes.
+    refused: Option<Refusal>,
+}
+
+impl RecvBatch {
+    /// Adds request `wr_id` to the batch in `storage`, with a copy of `sg_list` (at most
+    /// `max_sge` entries), linked in place.
+    #[inline]
+    fn push(&mut self, storage: &mut PostReceiveStorage, wr_id: u64, sg_list: &[ibv_sge]) {
+        let (index, first) = (self.requests, self.entries);
+        let end = first + sg_list.len();
+        // Addresses only: the library reads them during `post`.
+        let next = storage.wrs.as_mut_ptr().wrapping_add(index + 1).cast::<ibv_recv_wr>();
+        let entries = storage.sges.as_mut_ptr().wrapping_add(first);
+        match (storage.wrs.get_mut(index), storage.sges.get_mut(first..end)) {
+            (Some(wr), Some(slots)) => {
+                slots.copy_from_slice(sg_list);
+                link(wr, wr_id, next, entries, sg_list.len());
+            },
+            _ => storage.push_grown(index, first, wr_id, sg_list),
+        }
+        self.requests = index + 1;
+        self.entries = end;
+    }
+
+    /// Request `wr_id` has `requested` entries, more than the queue takes: the batch will post
+    /// nothing. Only the first is kept; it is not added, so its index is the count before it.
+    #[inline]
+    fn refuse(&mut self, wr_id: u64, requested: usize) {
+        if self.refused.is_none() {
+            self.refused = Some(Refusal {
+                index: self.requests,
+                wr_id,
+                requested,
+            });
+        }
+    }
+}
+
+/// Writes request `wr_id` in its slot `wr`, linked to the slot `next` and to its `count` entries
+/// at `entries`. Field by field: the slot's padding keeps its zeroes.
+#[inline]
+fn link(wr: &mut Zeroed<ibv_recv_wr>, wr_id: u64, next: *mut ibv_recv_wr, entries: *mut ibv_sge, count: usize) {
+    wr.wr_id = wr_id;
+    wr.next = next;
+    wr.sg_list = entries;
+    wr.num_sge = count as i32;
+}
+
+impl PostReceiveStorage {
+    /// Adds request `wr_id` of a batch of `index` requests and `first` entries, with a copy of
+    /// `sg_list`, growing first: the batch's requests, from 0 to `index`, linked again.
+    #[cold]
+    #[inline(never)]
+    fn push_grown(&mut self, index: usize, first: usize, wr_id: u64, sg_list: &[ibv_sge]) {
+        let end = first + sg_list.len();
+        self.grow(index, index + 1, end);
+        let next = self.wrs.as_mut_ptr().wrapping_add(index + 1).cast::<ibv_recv_wr>();
+        let entries = self.sges.as_mut_ptr().wrapping_add(first);
+        self.sges[first..end].copy_from_slice(sg_list);
+        link(&mut self.wrs[index], wr_id, next, entries, sg_list.len());
+    }
+
+    /// Grows to hold `requests` requests and `entries` entries (at least doubling), and links the
+    /// batch's first `linked` requests again at their new addresses.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, linked: usize, requests: usize, entries: usize) {
+        if requests > self.wrs.len() {
+            let len = requests.max(2 * self.wrs.len()).max(16);
+            self.wrs.resize(len, Zeroed::new());
+        }
+        if entries > self.sges.len() {
+            let len = entries.max(2 * self.sges.len()).max(16);
+            self.sges.resize(len, EMPTY_SGE);
+        }
+        let (wr_base, sge_base) = (self.wrs.as_mut_ptr().cast::<ibv_recv_wr>(), self.sges.as_mut_ptr());
+        let mut first = 0;
+        for (index, wr) in self.wrs[..linked].iter_mut().enumerate() {
+            wr.next = wr_base.wrapping_add(index + 1);
+            wr.sg_list = sge_base.wrapping_add(first);
+            first += wr.num_sge as usize;
+        }
+    }
+}
+
 /// A batch of receive requests for a [`SharedReceiveQueue`]; see
 /// [`SharedReceiveQueue::start_post_recv`].
 ///
-/// The guard fills a chunk of 64 requests (and 128 scatter/gather entries)
-/// that belongs to the calling thread, linking each request into the list as it is added: no
-/// lock, no allocation, no pass over the list before the call. When the chunk is full, the
-/// requests in it are handed to `ibv_post_srq_recv` and the chunk starts over, so a batch of any
-/// size costs one library call per 64 requests. [`post`](Self::post) hands over the rest.
-/// Dropping the guard discards the requests not handed over yet;
-/// [`posted`](Self::posted) tells how many were.
+/// The guard stages each request in its [`PostReceiveStorage`], linked into the list as it is
+/// added: no lock, no allocation once the storage has grown, no pass over the list before the
+/// call. Nothing reaches the library before [`post`](Self::post), which hands the whole batch to
+/// `ibv_post_srq_recv` in one call; dropping the guard posts nothing.
 ///
-/// Once a request fails (queue full, too many entries), nothing from it on is posted and
-/// [`post`](Self::post) reports it.
-#[must_use = "the batch is posted only by post()"]
+/// A request with more scatter/gather entries than the queue's `max_sge` is refused before the
+/// library: [`post`](Self::post) then posts nothing and reports it. The library itself may refuse
+/// a request (the queue is full): the requests before it are posted, and the error says which
+/// one failed and how many went in.
+#[must_use = "the batch is posted only by post(); dropping the guard posts nothing"]
 pub struct PostReceiveGuard<'srq> {
+    srq: NonNull<ibv_srq>,
+    storage: &'srq mut PostReceiveStorage,
     batch: RecvBatch,
     _srq: PhantomData<&'srq SharedReceiveQueue>,
 }
 
-/// The state of a receive batch, which its request handles update. Cursors are pointers into
-/// the chunk (never into the guard, which may move).
-struct RecvBatch {
-    srq: NonNull<ibv_srq>,
-    max_sge: u32,
-    /// The chunk: the thread's, or (when the thread's is lent to another guard) this guard's own.
-    chunk: NonNull<RecvChunk>,
-    owned: Option<Box<RecvChunk>>,
-    /// Where the next request and entry go.
-    next_wr: *mut ibv_recv_wr,
-    next_sge: *mut ibv_sge,
-    /// Requests handed to the provider.
-    posted: usize,
-    failed: Option<Failure>,
-}
-
-impl Drop for PostReceiveGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        release(self.batch.owned.take());
-    }
-}
-
-/// Gives the thread's chunk back (unless the thread is exiting), or frees the guard's own.
-#[inline(always)]
-fn release(owned: Option<Box<RecvChunk>>) {
-    match owned {
-        None => {
-            let _ = THREAD_CHUNK.try_with(|thread| thread.in_use.set(false));
-        },
-        Some(owned) => drop(owned),
-    }
-}
-
-impl PostReceiveGuard<'_> {
+impl<'srq> PostReceiveGuard<'srq> {
     bench_visible! {
         /// Starts a batch on a raw shared receive queue. [`SharedReceiveQueue::start_post_recv`] calls
         /// it; it is public for benchmarks and tests that drive the guard over hand-made function
@@ -683,33 +795,17 @@ impl PostReceiveGuard<'_> {
         ///
         /// `srq` must be a live shared receive queue for the guard's lifetime, and `max_sge` at most
         /// the number of scatter/gather entries per request it was created with.
-        #[inline(always)]
-        pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32) -> Self {
-            let thread = THREAD_CHUNK.try_with(|thread| {
-                if thread.in_use.replace(true) {
-                    None
-                } else {
-                    NonNull::new(thread.chunk.get())
-                }
-            });
-            let (chunk, owned) = match thread {
-                Ok(Some(chunk)) => (chunk, None),
-                // Another guard of this thread holds the thread's chunk (or the thread is exiting).
-                _ => own_chunk(),
-            };
-            let mut batch = RecvBatch {
-                srq,
-                max_sge,
-                chunk,
-                owned,
-                next_wr: null_mut(),
-                next_sge: null_mut(),
-                posted: 0,
-                failed: None,
-            };
-            batch.restart();
+        #[inline]
+        pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32, storage: &'srq mut PostReceiveStorage) -> Self {
             Self {
-                batch,
+                srq,
+                storage,
+                batch: RecvBatch {
+                    requests: 0,
+                    entries: 0,
+                    max_sge,
+                    refused: None,
+                },
                 _srq: PhantomData,
             }
         }
@@ -719,19 +815,19 @@ impl PostReceiveGuard<'_> {
     /// is given its buffers ([`SetScatterGatherEntry`]), and a handle dropped before that adds
     /// nothing. A request given an empty list (`setup_sge_list(&[])`) receives zero-length
     /// messages only.
-    #[inline(always)]
+    #[inline]
     pub fn construct_wr(&mut self, wr_id: u64) -> RecvWorkRequestHandle<'_> {
-        let batch = &mut self.batch;
-        if batch.is_full() {
-            batch.hand_over();
+        RecvWorkRequestHandle {
+            storage: self.storage,
+            batch: &mut self.batch,
+            wr_id,
         }
-        RecvWorkRequestHandle { batch, wr_id }
     }
 
-    /// How many requests the batch holds (handed over or not).
+    /// How many requests the batch holds (a refused one is not held).
     #[inline]
     pub fn len(&self) -> usize {
-        self.batch.posted + self.batch.len()
+        self.batch.requests
     }
 
     /// Whether the batch is empty.
@@ -740,39 +836,74 @@ impl PostReceiveGuard<'_> {
         self.len() == 0
     }
 
-    /// How many requests were handed to the provider so far (every full chunk).
+    /// Posts the whole batch with one `ibv_post_srq_recv`. If a request was refused before the
+    /// library (too many entries), nothing is posted. If the library refuses a request, those
+    /// before it are posted and the rest are not: the error's
+    /// [`failed_index`](PostReceiveError::failed_index) and [`posted`](PostReceiveError::posted)
+    /// say which.
     #[inline]
-    pub fn posted(&self) -> usize {
-        self.batch.posted
-    }
-
-    /// Posts the batch with `ibv_post_srq_recv` (what is not handed over yet). On error, every
-    /// request before [`PostReceiveError::failed_index`] was posted and the rest were not.
-    #[inline(always)]
     pub fn post(self) -> Result<(), PostReceiveError> {
-        // Not dropped: its parts are released here, so that the batch never has to be in memory.
-        let mut this = ManuallyDrop::new(self);
-        let batch = &mut this.batch;
-        let result = match batch.failed {
-            // The batch's last chunk, handed over with nothing kept for after it: no failure
-            // record stays live across the provider call.
-            None => batch.hand_over_last(),
-            Some(failure) => Err(failure.into_error()),
+        let (batch, storage) = (self.batch, self.storage);
+        if let Some(refusal) = batch.refused {
+            return Err(refused(refusal, batch.max_sge));
+        }
+        let wrs = &mut storage.wrs[..batch.requests];
+        let Some(last) = wrs.last_mut() else {
+            return Ok(());
         };
-        release(batch.owned.take());
-        result
+        last.next = null_mut();
+        let head = wrs.as_mut_ptr().cast::<ibv_recv_wr>();
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: the list from head is the batch's requests, linked in place in the storage (at
+        // their current addresses: `grow` links them again), the last `next` NULL; each names
+        // its entries in the storage; the storage is borrowed, so nothing of it changes during
+        // the call; the SRQ is alive for the guard's lifetime (`start`'s promise).
+        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), head, &mut bad_wr) };
+        if ret != 0 {
+            return Err(failed(wrs, ret, bad_wr, batch.max_sge));
+        }
+        Ok(())
     }
 }
 
+/// The error of a batch with a refused request: nothing was posted.
 #[cold]
 #[inline(never)]
-fn own_chunk() -> (NonNull<RecvChunk>, Option<Box<RecvChunk>>) {
-    let mut owned = Box::new(RecvChunk::new());
-    (NonNull::from(&mut *owned), Some(owned))
+fn refused(refusal: Refusal, max: u32) -> PostReceiveError {
+    PostReceiveErrorKind::TooManyScatterGatherEntries {
+        index: refusal.index,
+        wr_id: refusal.wr_id,
+        requested: refusal.requested,
+        max,
+    }
+    .into()
+}
+
+/// The error of the batch `wrs` whose library call returned `ret` and named `bad_wr`, the first
+/// request not posted (those before it were).
+#[cold]
+#[inline(never)]
+fn failed(wrs: &[Zeroed<ibv_recv_wr>], ret: i32, bad_wr: *mut ibv_recv_wr, max: u32) -> PostReceiveError {
+    // A provider that left bad_wr unset posted nothing; one outside the list is read as the last
+    // request, so that the index stays in the batch.
+    let index = if bad_wr.is_null() {
+        0
+    } else {
+        ((bad_wr as usize).saturating_sub(wrs.as_ptr() as usize) / std::mem::size_of::<ibv_recv_wr>())
+            .min(wrs.len() - 1)
+    };
+    Failure {
+        ret,
+        index,
+        wr_id: wrs[index].wr_id,
+        requested: 0,
+        max,
+    }
+    .into_error()
 }
 
 /// The first request of a batch that failed: `ret` is the library's errno, or 0 for too many
-/// entries (checked before the call). Small and `Copy`, so that the batch stays in registers.
+/// entries (checked before the call).
 #[derive(Debug, Clone, Copy)]
 struct Failure {
     ret: i32,
@@ -821,238 +952,10 @@ impl Failure {
     }
 }
 
-/// How many of the chunk's `len` requests from `head` went in before the one at `bad_wr`
-/// failed, and that one's `wr_id`.
-#[cold]
-#[inline(never)]
-fn failed_in_chunk(head: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize) -> (usize, u64) {
-    // bad_wr names the first request that was not posted; a provider that left it unset posted
-    // nothing.
-    let in_chunk = if bad_wr.is_null() {
-        0
-    } else {
-        // SAFETY: bad_wr points into the chunk's request array, which starts at head.
-        (unsafe { bad_wr.offset_from(head) }.max(0) as usize).min(len - 1)
-    };
-    // SAFETY: in_chunk < len requests written in the chunk.
-    (in_chunk, unsafe { (*head.add(in_chunk)).wr_id })
-}
-
-/// The error of the batch's last chunk, whose provider call returned `ret` (`posted` requests
-/// were handed over before the chunk).
-#[cold]
-#[inline(never)]
-fn last_failed(
-    ret: i32, head: *mut ibv_recv_wr, bad_wr: *mut ibv_recv_wr, len: usize, posted: usize, max: u32,
-) -> PostReceiveError {
-    let (in_chunk, wr_id) = failed_in_chunk(head, bad_wr, len);
-    Failure {
-        ret,
-        index: posted + in_chunk,
-        wr_id,
-        requested: 0,
-        max,
-    }
-    .into_error()
-}
-
-/// A hint for the branch that calls it.
-#[cold]
-#[inline(always)]
-fn cold() {}
-
-impl RecvBatch {
-    /// The chunk's first request slot.
-    #[inline(always)]
-    fn first_wr(&self) -> *mut ibv_recv_wr {
-        // SAFETY: the chunk is this guard's; only an address is computed.
-        unsafe { std::ptr::addr_of_mut!((*self.chunk.as_ptr()).wrs).cast() }
-    }
-
-    /// Requests in the chunk.
-    #[inline(always)]
-    fn len(&self) -> usize {
-        // SAFETY: next_wr lies in the chunk's request array, at or after its start.
-        unsafe { self.next_wr.offset_from(self.first_wr()) as usize }
-    }
-
-    /// Empties the chunk.
-    #[inline(always)]
-    fn restart(&mut self) {
-        let chunk = self.chunk.as_ptr();
-        self.next_wr = self.first_wr();
-        // SAFETY: the chunk is this guard's; only addresses are computed.
-        self.next_sge = unsafe { std::ptr::addr_of_mut!((*chunk).sges).cast() };
-    }
-
-    /// Ends the chunk's list at its last request (the chunk must hold one).
-    #[inline(always)]
-    fn terminate(&mut self) {
-        // SAFETY: the chunk holds at least one request, written by push; the slot before
-        // next_wr is the last.
-        unsafe { (*self.next_wr.sub(1)).next = null_mut() };
-    }
-
-    /// Whether the chunk has no free request slot.
-    #[inline(always)]
-    fn is_full(&self) -> bool {
-        // SAFETY: one past the chunk's request array; only an address is computed.
-        self.next_wr == unsafe { self.first_wr().add(CHUNK_REQUESTS) }
-    }
-
-    /// Adds a request to the chunk, linked to the slot after it, its `num_sge` entries to be written at
-    /// `next_sge`. The chunk must have a free slot (`construct_wr` hands a full chunk over), and
-    /// at least `num_sge` entry slots beyond one for each other free request slot.
-    #[inline(always)]
-    fn push(&mut self, wr_id: u64, num_sge: usize) {
-        let wr = self.next_wr;
-        // SAFETY: wr is a free slot of the chunk (the caller's promise), which is this guard's
-        // until it is dropped and does not move.
-        unsafe {
-            // The next slot, or one past the array for the last one: either is replaced by NULL
-            // (terminate) before the list is handed over, if no request follows.
-            let next = wr.add(1);
-            // Field by field: the slot's padding keeps the zeroes the chunk was made with.
-            addr_of_mut!((*wr).wr_id).write(wr_id);
-            addr_of_mut!((*wr).next).write(next);
-            addr_of_mut!((*wr).sg_list).write(self.next_sge);
-            addr_of_mut!((*wr).num_sge).write(num_sge as i32);
-            self.next_wr = next;
-        }
-    }
-
-    /// Whether a request of `count` entries fits in the chunk, leaving an entry slot for each
-    /// request slot still free after it.
-    #[inline(always)]
-    fn fits(&self, count: usize) -> bool {
-        // SAFETY: the cursors lie in their arrays; only addresses are compared.
-        unsafe {
-            let free_requests = self.first_wr().add(CHUNK_REQUESTS).offset_from(self.next_wr) as usize;
-            let sges_end = std::ptr::addr_of_mut!((*self.chunk.as_ptr()).sges)
-                .cast::<ibv_sge>()
-                .add(CHUNK_ENTRIES);
-            count + free_requests <= sges_end.offset_from(self.next_sge) as usize + 1
-        }
-    }
-
-    /// Hands the chunk's requests to the provider and starts the chunk over; after a failure,
-    /// drops them.
-    #[inline(always)]
-    fn hand_over(&mut self) {
-        let len = self.len();
-        if len == 0 {
-            return;
-        }
-        self.terminate();
-        let head = self.first_wr();
-        self.restart();
-        if self.failed.is_some() {
-            return;
-        }
-        let mut bad_wr: *mut ibv_recv_wr = null_mut();
-        // SAFETY: the list from the chunk's first slot is its `len` requests, linked in place,
-        // the last `next` NULL; their entries are in the chunk; the SRQ is alive for the guard's
-        // lifetime.
-        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), head, &mut bad_wr) };
-        if ret != 0 {
-            let (in_chunk, wr_id) = failed_in_chunk(head, bad_wr, len);
-            self.posted += in_chunk;
-            return self.fail(ret, wr_id, 0);
-        }
-        self.posted += len;
-    }
-
-    /// Hands the chunk's requests to the provider, the batch's last (no failure before them);
-    /// the chunk is not started over.
-    #[inline(always)]
-    fn hand_over_last(&mut self) -> Result<(), PostReceiveError> {
-        let len = self.len();
-        if len == 0 {
-            return Ok(());
-        }
-        self.terminate();
-        let head = self.first_wr();
-        let mut bad_wr: *mut ibv_recv_wr = null_mut();
-        // SAFETY: as in hand_over.
-        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), head, &mut bad_wr) };
-        if ret != 0 {
-            return Err(last_failed(ret, head, bad_wr, len, self.posted, self.max_sge));
-        }
-        Ok(())
-    }
-
-    /// Request `wr_id` has `requested` entries, more than the queue takes: hand over the
-    /// requests before it, and refuse it and everything after it.
-    #[inline(always)]
-    fn refuse(&mut self, wr_id: u64, requested: usize) {
-        cold();
-        if self.len() > 0 {
-            self.hand_over();
-        }
-        self.fail(0, wr_id, requested);
-    }
-
-    /// Records the batch's first failure: request `wr_id`, the next one not posted, failed with
-    /// `ret` (0: it has `requested` entries, more than the queue takes).
-    #[inline(always)]
-    fn fail(&mut self, ret: i32, wr_id: u64, requested: usize) {
-        if self.failed.is_none() {
-            self.failed = Some(Failure {
-                ret,
-                index: self.posted,
-                wr_id,
-                requested,
-                max: self.max_sge,
-            });
-        }
-    }
-
-    /// Adds request `wr_id` with the entries of `sg_list` (at most `max_sge`), copied into the
-    /// chunk; a list too long for a chunk is handed over alone, straight from the caller's list
-    /// (alive during this call).
-    #[inline(always)]
-    fn add_list(&mut self, wr_id: u64, sg_list: &[ibv_sge]) {
-        let count = sg_list.len();
-        if !self.fits(count) {
-            cold();
-            self.hand_over();
-            if !self.fits(count) {
-                return self.post_alone(wr_id, sg_list);
-            }
-        }
-        self.push(wr_id, count);
-        // SAFETY: the entries fit at next_sge, where the request's sg_list points (checked
-        // above), leaving an entry slot for each request slot still free.
-        unsafe {
-            std::ptr::copy_nonoverlapping(sg_list.as_ptr(), self.next_sge, count);
-            self.next_sge = self.next_sge.add(count);
-        }
-    }
-
-    /// Posts one request by itself, its entries read from the caller's list.
-    #[cold]
-    #[inline(never)]
-    fn post_alone(&mut self, wr_id: u64, sg_list: &[ibv_sge]) {
-        if self.failed.is_some() {
-            return;
-        }
-        let mut wr = Zeroed::<ibv_recv_wr>::new();
-        wr.wr_id = wr_id;
-        wr.sg_list = sg_list.as_ptr().cast_mut();
-        wr.num_sge = sg_list.len() as i32;
-        let mut bad_wr: *mut ibv_recv_wr = null_mut();
-        // SAFETY: a one-request list whose entries live until the call returns; the SRQ is alive.
-        let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), wr.as_mut_ptr(), &mut bad_wr) };
-        if ret != 0 {
-            return self.fail(ret, wr_id, 0);
-        }
-        self.posted += 1;
-    }
-}
-
 /// One receive request of a [`PostReceiveGuard`] batch: give it its buffers.
 #[must_use = "a request joins the batch only when given its buffers (setup_sge or setup_sge_list)"]
 pub struct RecvWorkRequestHandle<'g> {
+    storage: &'g mut PostReceiveStorage,
     batch: &'g mut RecvBatch,
     wr_id: u64,
 }
@@ -1062,39 +965,35 @@ impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
     ///
     /// The buffer `addr..addr + length` must lie in a memory region registered with `lkey` and
     /// stay valid until the receive completes (or the queue is destroyed).
-    #[inline(always)]
+    #[inline]
     unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
-        let batch = self.batch;
-        if batch.max_sge == 0 {
-            return batch.refuse(self.wr_id, 1);
+        if self.batch.max_sge == 0 {
+            return self.batch.refuse(self.wr_id, 1);
         }
-        // construct_wr left a free request slot, which always has an entry slot of its own.
-        batch.push(self.wr_id, 1);
-        batch.next_sge.write(ibv_sge { addr, length, lkey });
-        batch.next_sge = batch.next_sge.add(1);
+        self.batch
+            .push(self.storage, self.wr_id, &[ibv_sge { addr, length, lkey }]);
     }
 
     /// # Safety
     ///
     /// Each entry's buffer must lie in the memory region registered with its `lkey` and stay
     /// valid until the receive completes (or the queue is destroyed).
-    #[inline(always)]
+    #[inline]
     unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
-        let batch = self.batch;
-        if sg_list.len() > batch.max_sge as usize {
-            return batch.refuse(self.wr_id, sg_list.len());
+        if sg_list.len() > self.batch.max_sge as usize {
+            return self.batch.refuse(self.wr_id, sg_list.len());
         }
-        batch.add_list(self.wr_id, sg_list);
+        self.batch.push(self.storage, self.wr_id, sg_list);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    //! The receive guard over a recording `post_srq_recv`: the lists it hands over, chunk by
-    //! chunk, and what its errors say went in.
-    use std::cell::RefCell;
+    //! The receive guard over a recording `post_srq_recv`: the lists it hands over, call by call,
+    //! and what its errors say went in.
+    use std::cell::{Cell, RefCell};
 
-    use rdma_mummy_sys::ibv_context;
+    use rdma_mummy_sys::{ibv_context, ibv_srq};
 
     use super::*;
 
@@ -1134,53 +1033,65 @@ mod tests {
 
     fn fake_srq() -> FakeSrq {
         // SAFETY: zeroes are valid for these plain C structs.
-        let mut context: Box<ibv_context> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let mut context: Box<ibv_context> = Box::new(unsafe { std::mem::MaybeUninit::zeroed().assume_init() });
         context.ops.post_srq_recv = Some(recording_post);
         // SAFETY: as above.
-        let mut srq: Box<ibv_srq> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let mut srq: Box<ibv_srq> = Box::new(unsafe { std::mem::MaybeUninit::zeroed().assume_init() });
         srq.context = &mut *context;
         CALLS.with(|calls| calls.borrow_mut().clear());
         FAIL_AT.set(None);
         FakeSrq { _context: context, srq }
     }
 
+    impl FakeSrq {
+        fn start<'a>(&'a mut self, max_sge: u32, storage: &'a mut PostReceiveStorage) -> PostReceiveGuard<'a> {
+            // SAFETY: the fake SRQ outlives the guard, which borrows it.
+            unsafe { PostReceiveGuard::start(NonNull::from(&mut *self.srq), max_sge, storage) }
+        }
+    }
+
     fn calls() -> Vec<Vec<Request>> {
         CALLS.with(|calls| std::mem::take(&mut *calls.borrow_mut()))
     }
 
+    fn sge(addr: u64, length: u32, lkey: u32) -> ibv_sge {
+        ibv_sge { addr, length, lkey }
+    }
+
+    /// Adds `count` one-entry requests with wr_ids from `first`.
+    fn add(guard: &mut PostReceiveGuard<'_>, first: u64, count: u64) {
+        for wr_id in first..first + count {
+            // SAFETY: the recorder only reads the entries.
+            unsafe { guard.construct_wr(wr_id).setup_sge(1, wr_id, 1) };
+        }
+    }
+
     #[test]
-    fn a_large_batch_goes_over_in_chunks_with_every_request_intact() {
+    fn a_large_batch_goes_over_in_one_call_on_post_with_every_request_intact() {
         let mut fake = fake_srq();
-        // SAFETY: the fake SRQ outlives the guard.
-        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 4) };
+        let mut storage = PostReceiveStorage::new();
+        let mut guard = fake.start(4, &mut storage);
         for i in 0..200u64 {
             let handle = guard.construct_wr(i);
             // SAFETY: the recorder only reads the entries.
             unsafe {
                 match i % 3 {
                     0 => handle.setup_sge(7, 0x1000 * i, 64),
-                    1 => handle.setup_sge_list(&[
-                        ibv_sge {
-                            addr: i,
-                            length: 1,
-                            lkey: 1,
-                        },
-                        ibv_sge {
-                            addr: i,
-                            length: 2,
-                            lkey: 2,
-                        },
-                    ]),
+                    1 => handle.setup_sge_list(&[sge(i, 1, 1), sge(i, 2, 2)]),
                     _ => handle.setup_sge_list(&[]),
                 }
             }
             // A request dropped before its data step adds nothing.
             let _ = guard.construct_wr(9999);
         }
-        assert_eq!((guard.len(), guard.posted()), (200, 192));
+        assert_eq!(guard.len(), 200);
+        assert!(
+            calls().is_empty(),
+            "nothing reaches the library before post(), past 64 requests too"
+        );
         guard.post().expect("recorded post succeeds");
         let calls = calls();
-        assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [64, 64, 64, 8]);
+        assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [200]);
         for (i, (wr_id, sges)) in calls.into_iter().flatten().enumerate() {
             let i = i as u64;
             assert_eq!(wr_id, i);
@@ -1194,54 +1105,64 @@ mod tests {
     }
 
     #[test]
-    fn a_list_longer_than_a_chunk_goes_over_alone_in_order() {
+    fn a_dropped_guard_posts_nothing_and_its_storage_serves_the_next_batch() {
         let mut fake = fake_srq();
-        // SAFETY: as above.
-        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 200) };
-        let long: Vec<ibv_sge> = (0..100)
-            .map(|k| ibv_sge {
-                addr: k,
-                length: 1,
-                lkey: 9,
-            })
-            .collect();
+        let mut storage = PostReceiveStorage::new();
+        let mut guard = fake.start(1, &mut storage);
+        add(&mut guard, 0, 300);
+        drop(guard);
+        assert!(calls().is_empty(), "a dropped guard posts nothing");
+        let capacity = storage.capacity();
+        assert!(capacity >= 300);
+        // A smaller batch in the same storage: only its own requests go over.
+        let mut guard = fake.start(1, &mut storage);
+        add(&mut guard, 1000, 3);
+        guard.post().unwrap();
+        let calls = calls();
+        assert_eq!(
+            calls,
+            [vec![
+                (1000, vec![(1000, 1, 1)]),
+                (1001, vec![(1001, 1, 1)]),
+                (1002, vec![(1002, 1, 1)])
+            ]]
+        );
+        assert_eq!(storage.capacity(), capacity, "the storage is reused, not grown");
+    }
+
+    #[test]
+    fn a_list_longer_than_the_storage_stays_in_the_batch_in_order() {
+        let mut fake = fake_srq();
+        let mut storage = PostReceiveStorage::with_capacity(2, 2);
+        let long: Vec<ibv_sge> = (0..100).map(|k| sge(k, 1, 9)).collect();
+        let mut guard = fake.start(200, &mut storage);
         // SAFETY: the recorder only reads the entries.
         unsafe {
             guard.construct_wr(1).setup_sge(1, 1, 1);
             guard.construct_wr(2).setup_sge_list(&long);
             guard.construct_wr(3).setup_sge(3, 3, 3);
         }
-        assert_eq!((guard.len(), guard.posted()), (3, 2));
         guard.post().unwrap();
         let calls = calls();
         let ids: Vec<Vec<u64>> = calls.iter().map(|c| c.iter().map(|r| r.0).collect()).collect();
-        assert_eq!(ids, [vec![1], vec![2], vec![3]]);
-        assert_eq!(calls[1][0].1.len(), 100);
-        assert_eq!(calls[1][0].1[99], (99, 1, 9));
+        assert_eq!(ids, [vec![1, 2, 3]]);
+        assert_eq!(calls[0][0].1, [(1, 1, 1)]);
+        assert_eq!(calls[0][1].1.len(), 100);
+        assert_eq!(calls[0][1].1[99], (99, 1, 9));
+        assert_eq!(calls[0][2].1, [(3, 3, 3)]);
     }
 
     #[test]
-    fn too_many_entries_posts_those_before_and_nothing_after() {
+    fn too_many_entries_posts_nothing_of_the_batch() {
         let mut fake = fake_srq();
-        // SAFETY: as above.
-        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
-        let sge = ibv_sge {
-            addr: 1,
-            length: 1,
-            lkey: 1,
-        };
-        for i in 0..70u64 {
-            // SAFETY: the recorder only reads the entries.
-            unsafe {
-                if i == 66 {
-                    guard.construct_wr(i).setup_sge_list(&[sge, sge]);
-                } else {
-                    guard.construct_wr(i).setup_sge(1, 1, 1);
-                }
-            }
-        }
+        let mut storage = PostReceiveStorage::new();
+        let mut guard = fake.start(1, &mut storage);
+        add(&mut guard, 0, 66);
+        // SAFETY: the recorder only reads the entries.
+        unsafe { guard.construct_wr(66).setup_sge_list(&[sge(1, 1, 1), sge(1, 1, 1)]) };
+        add(&mut guard, 67, 3);
         let err = guard.post().unwrap_err();
-        assert_eq!((err.failed_index(), err.posted(), err.wr_id()), (66, 66, 66));
+        assert_eq!((err.failed_index(), err.posted(), err.wr_id()), (66, 0, 66));
         assert!(matches!(
             err.0,
             PostReceiveErrorKind::TooManyScatterGatherEntries {
@@ -1250,38 +1171,36 @@ mod tests {
                 ..
             }
         ));
-        let posted: Vec<u64> = calls().into_iter().flatten().map(|(wr_id, _)| wr_id).collect();
-        assert_eq!(posted, (0..66).collect::<Vec<_>>());
+        assert!(calls().is_empty(), "a refused request posts nothing of its batch");
     }
 
     #[test]
-    fn a_full_queue_in_a_later_chunk_says_which_requests_went_in() {
+    fn a_full_queue_says_which_request_failed_and_how_many_went_in() {
         let mut fake = fake_srq();
         FAIL_AT.set(Some(100));
-        // SAFETY: as above.
-        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
-        for i in 0..150u64 {
-            // SAFETY: the recorder only reads the entries.
-            unsafe { guard.construct_wr(1000 + i).setup_sge(1, i, 1) };
-        }
+        let mut storage = PostReceiveStorage::new();
+        let mut guard = fake.start(1, &mut storage);
+        add(&mut guard, 1000, 150);
         let err = guard.post().unwrap_err();
         assert_eq!((err.failed_index(), err.posted(), err.wr_id()), (100, 100, 1100));
         assert!(matches!(err.0, PostReceiveErrorKind::QueueFull { .. }));
-        // What the error says went in is what the provider took: the first 100, in order (the
-        // recorder keeps the requests of the failing call before the one it refuses); those
-        // after the failure were never handed over.
-        let went_in: Vec<u64> = calls().into_iter().flatten().map(|(wr_id, _)| wr_id).collect();
+        // What the error says went in is what the provider took, in one call: the first 100, in
+        // order (the recorder keeps the requests before the one it refuses).
+        let calls = calls();
+        assert_eq!(calls.len(), 1);
+        let went_in: Vec<u64> = calls.into_iter().flatten().map(|(wr_id, _)| wr_id).collect();
         assert_eq!(went_in, (1000..1000 + err.posted() as u64).collect::<Vec<_>>());
     }
 
     #[test]
-    fn nested_guards_on_one_thread_use_separate_chunks_and_dropping_discards() {
-        let mut fake = fake_srq();
+    fn nested_guards_on_one_queue_keep_their_batches_apart() {
+        let fake = fake_srq();
+        let srq = NonNull::from(&*fake.srq);
+        let (mut outer_storage, mut inner_storage) = (PostReceiveStorage::new(), PostReceiveStorage::new());
+        // SAFETY: the fake SRQ outlives both guards.
+        let mut outer = unsafe { PostReceiveGuard::start(srq, 1, &mut outer_storage) };
         // SAFETY: as above.
-        let mut outer = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
-        // SAFETY: as above.
-        let mut inner = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
-        assert!(outer.batch.owned.is_none() && inner.batch.owned.is_some());
+        let mut inner = unsafe { PostReceiveGuard::start(srq, 1, &mut inner_storage) };
         // SAFETY: the recorder only reads the entries.
         unsafe {
             outer.construct_wr(1).setup_sge(1, 1, 1);
@@ -1295,23 +1214,23 @@ mod tests {
             [vec![(1, vec![(1, 1, 1)]), (3, vec![(3, 3, 3)])]],
             "the dropped guard's request was discarded"
         );
-        // The thread's chunk is free again.
-        // SAFETY: as above.
-        let guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
-        assert!(guard.batch.owned.is_none());
     }
 
     #[test]
-    fn a_moved_guard_keeps_its_list_intact() {
+    fn a_moved_guard_and_a_moved_storage_keep_the_list_intact() {
         let mut fake = fake_srq();
-        // SAFETY: as above.
-        let mut guard = unsafe { PostReceiveGuard::start(NonNull::from(&mut *fake.srq), 1) };
-        // SAFETY: the recorder only reads the entries.
-        unsafe { guard.construct_wr(1).setup_sge(1, 1, 1) };
+        let mut storage = Box::new(PostReceiveStorage::new());
+        let mut guard = fake.start(1, &mut storage);
+        add(&mut guard, 1, 1);
         let mut moved = vec![guard];
-        // SAFETY: as above.
-        unsafe { moved[0].construct_wr(2).setup_sge(2, 2, 2) };
+        add(&mut moved[0], 2, 1);
         moved.pop().unwrap().post().unwrap();
-        assert_eq!(calls(), [vec![(1, vec![(1, 1, 1)]), (2, vec![(2, 2, 2)])]]);
+        assert_eq!(calls(), [vec![(1, vec![(1, 1, 1)]), (2, vec![(2, 1, 1)])]]);
+        // The storage itself moves between batches (its requests live on the heap).
+        let mut storage = *storage;
+        let mut guard = fake.start(1, &mut storage);
+        add(&mut guard, 3, 2);
+        guard.post().unwrap();
+        assert_eq!(calls(), [vec![(3, vec![(3, 1, 1)]), (4, vec![(4, 1, 1)])]]);
     }
 }

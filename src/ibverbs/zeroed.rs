@@ -42,6 +42,8 @@ unsafe impl PlainData for ibv_wc {}
 unsafe impl PlainData for ibv_grh {}
 
 /// A C struct that starts with every byte zero and is changed field by field; see the module.
+/// Transparent: an array of them is an array of `T`, as the library reads it.
+#[repr(transparent)]
 pub(crate) struct Zeroed<T: PlainData>(MaybeUninit<T>);
 
 impl<T: PlainData> Zeroed<T> {

@@ -6,6 +6,7 @@ use sideway::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError, WorkCompletionStatus};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::queue_pair::{GenericQueuePair, PostSendGuard, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::shared_receive_queue::PostReceiveStorage;
 use sideway::ibverbs::{
     address::{AddressHandleAttribute, GidType},
     device,
@@ -133,7 +134,8 @@ fn four_rc_receivers_share_one_srq(#[case] use_qp_ex: bool) -> Result<(), Box<dy
             .build()
             .unwrap();
         // One receive per message, each its own slot (wr_id = slot).
-        let mut guard = srq.start_post_recv();
+        let mut storage = PostReceiveStorage::new();
+        let mut guard = srq.start_post_recv(&mut storage);
         for slot in 0..messages {
             unsafe {
                 guard.construct_wr(slot as u64).setup_sge(
