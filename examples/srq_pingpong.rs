@@ -521,7 +521,7 @@ fn run(args: &Args) -> Result<()> {
         inline |= qp.max_inline_data() as usize >= size;
         qps.push(qp);
     }
-    let mut storage = PostReceiveStorage::with_capacity(args.rx_depth as usize, args.rx_depth as usize);
+    let mut storage = PostReceiveStorage::with_capacity(args.rx_depth as usize, 0);
     let mut routs = post_recv(&srq, &mut storage, &mr, &buf, args.rx_depth);
     if routs < args.rx_depth {
         return Err(format!("Couldn't post receive ({routs})").into());

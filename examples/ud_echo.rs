@@ -153,7 +153,7 @@ impl Slots {
         Ok(Self {
             mr,
             buffer,
-            storage: Mutex::new(PostReceiveStorage::with_capacity(count, count)),
+            storage: Mutex::new(PostReceiveStorage::with_capacity(count, 0)),
         })
     }
 

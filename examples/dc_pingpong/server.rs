@@ -394,7 +394,7 @@ pub(crate) fn run_server(args: &Args, parameters: &TestParameters) -> Result<()>
         slots,
         limit: (args.rx_depth / 2).max(1),
         free: Vec::with_capacity(slots as usize),
-        storage: PostReceiveStorage::with_capacity(slots as usize, slots as usize),
+        storage: PostReceiveStorage::with_capacity(slots as usize, 0),
         outstanding: 0,
         limit_events: 0,
         reposted: 0,

@@ -47,7 +47,7 @@
 //!     let mr = unsafe { pd.reg_mr(base as usize, buffer.len(), AccessFlags::LocalWrite)? };
 //!
 //!     let srq = pd.create_srq_builder().setup_max_wr(512).setup_max_sge(1).build()?;
-//!     let mut storage = PostReceiveStorage::with_capacity(512, 512); // reused batch after batch
+//!     let mut storage = PostReceiveStorage::with_capacity(512, 0); // reused batch after batch
 //!     let mut guard = srq.start_post_recv(&mut storage);
 //!     for slot in 0..512u64 {
 //!         // SAFETY: each slot lies in `mr` and stays valid until its receive completes.

@@ -593,23 +593,27 @@ fn one_failed(ret: i32, wr_id: u64, requested: usize, max: u32) -> PostReceiveEr
 /// Storage for the requests of [`PostReceiveGuard`] batches, reused from batch to batch: each
 /// batch is staged here, and nothing reaches the library before [`PostReceiveGuard::post`].
 ///
-/// It grows to the largest batch it has held (requests and scatter/gather entries) and keeps that
-/// size, so that posting allocates nothing once it has grown, or from the start with
-/// [`with_capacity`](Self::with_capacity). Each poster keeps its own, as it keeps its buffers:
-/// batches on one queue, from one thread or several, each stage in their own storage, and a
-/// storage serves one batch at a time (the guard borrows it mutably).
-///
-/// ```
-/// use sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage;
-///
-/// let storage = PostReceiveStorage::with_capacity(64, 64);
-/// assert_eq!((storage.capacity(), storage.entry_capacity()), (64, 64));
-/// ```
+/// It grows to the largest batch it has held and keeps that size, so that posting allocates
+/// nothing once it has grown, or from the start with [`with_capacity`](Self::with_capacity). Each
+/// poster keeps its own, as it keeps its buffers: batches on one queue, from one thread or several,
+/// each stage in their own storage, and a storage serves one batch at a time (the guard borrows
+/// it mutably).
 #[derive(Default)]
 pub struct PostReceiveStorage {
-    /// The requests, zeroed (padding included) as the storage grows.
-    wrs: Vec<Zeroed<ibv_recv_wr>>,
-    sges: Vec<ibv_sge>,
+    /// A slot per request, zeroed (padding included) as the storage grows.
+    slots: Vec<RecvSlot>,
+    /// The entries of requests with other than one entry, each list after the one before.
+    lists: Vec<ibv_sge>,
+}
+
+/// A request and, when it has exactly one, its entry (most receives have one): one bounds check
+/// and one address per request.
+#[derive(Clone)]
+#[repr(C)]
+struct RecvSlot {
+    /// First: a slot's address is its request's.
+    wr: Zeroed<ibv_recv_wr>,
+    sge: ibv_sge,
 }
 
 // SAFETY: the only pointers it holds are links a batch left between its own requests and
@@ -623,7 +627,7 @@ impl std::fmt::Debug for PostReceiveStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostReceiveStorage")
             .field("capacity", &self.capacity())
-            .field("entry_capacity", &self.entry_capacity())
+            .field("list_entry_capacity", &self.list_entry_capacity())
             .finish()
     }
 }
@@ -634,23 +638,25 @@ impl PostReceiveStorage {
         Self::default()
     }
 
-    /// Storage for batches of up to `requests` requests with `entries` scatter/gather entries in
-    /// all, which then allocate nothing.
-    pub fn with_capacity(requests: usize, entries: usize) -> Self {
+    /// Storage for batches of up to `requests` requests, whose requests with more than one
+    /// scatter/gather entry have up to `list_entries` entries in all, which then allocate
+    /// nothing. (A request with one entry keeps it beside the request.)
+    pub fn with_capacity(requests: usize, list_entries: usize) -> Self {
         let mut storage = Self::new();
-        storage.wrs.resize(requests, Zeroed::new());
-        storage.sges.resize(entries, EMPTY_SGE);
+        storage.slots.resize(requests, EMPTY_SLOT);
+        storage.lists.resize(list_entries, EMPTY_SGE);
         storage
     }
 
     /// How many requests a batch may hold before the storage grows.
     pub fn capacity(&self) -> usize {
-        self.wrs.len()
+        self.slots.len()
     }
 
-    /// How many scatter/gather entries, in all, a batch may hold before the storage grows.
-    pub fn entry_capacity(&self) -> usize {
-        self.sges.len()
+    /// How many scatter/gather entries, in all, the requests of a batch with more than one entry
+    /// may have before the storage grows.
+    pub fn list_entry_capacity(&self) -> usize {
+        self.lists.len()
     }
 }
 
@@ -659,6 +665,13 @@ const EMPTY_SGE: ibv_sge = ibv_sge {
     addr: 0,
     length: 0,
     lkey: 0,
+};
+
+/// A zeroed slot, to grow the storage with (its request's padding included: `Zeroed` copies
+/// every byte).
+const EMPTY_SLOT: RecvSlot = RecvSlot {
+    wr: Zeroed::new(),
+    sge: EMPTY_SGE,
 };
 
 /// A request of the batch with more entries than the queue takes (refused before the library).
@@ -672,11 +685,12 @@ struct Refusal {
 /// The cursors of the batch being staged, kept in the guard (which the compiler keeps in
 /// registers), apart from the storage they index.
 struct RecvBatch {
-    /// The batch's requests are the storage's first `requests`, each linked to the slot after it
-    /// (the last one's link set to NULL by `post`) and to its entries, which follow each other
-    /// in the storage's entries up to `entries`.
+    /// The batch's requests are the storage's first `requests` slots, each linked to the slot
+    /// after it (the last one's link set to NULL by `post`) and to its entries: its slot's own
+    /// for one entry, else the next ones in the storage's lists, which the batch has used up to
+    /// `list_entries`.
     requests: usize,
-    entries: usize,
+    list_entries: usize,
     /// The queue's `max_sge`.
     max_sge: u32,
     /// The batch's first request with more entries than the queue takes.
@@ -684,24 +698,43 @@ struct RecvBatch {
 }
 
 impl RecvBatch {
+    /// Adds request `wr_id` with one entry, `sge`, to the batch in `storage`, linked in place.
+    #[inline]
+    fn push_one(&mut self, storage: &mut PostReceiveStorage, wr_id: u64, sge: ibv_sge) {
+        let index = self.requests;
+        // An address only: the library reads it during `post`.
+        let next = storage.slots.as_mut_ptr().wrapping_add(index + 1).cast::<ibv_recv_wr>();
+        match storage.slots.get_mut(index) {
+            Some(slot) => {
+                slot.sge = sge;
+                let entry = &mut slot.sge as *mut ibv_sge;
+                link(&mut slot.wr, wr_id, next, entry, 1);
+            },
+            None => storage.push_grown(index, self.list_entries, wr_id, &[sge]),
+        }
+        self.requests = index + 1;
+    }
+
     /// Adds request `wr_id` to the batch in `storage`, with a copy of `sg_list` (at most
     /// `max_sge` entries), linked in place.
     #[inline]
-    fn push(&mut self, storage: &mut PostReceiveStorage, wr_id: u64, sg_list: &[ibv_sge]) {
-        let (index, first) = (self.requests, self.entries);
+    fn push_list(&mut self, storage: &mut PostReceiveStorage, wr_id: u64, sg_list: &[ibv_sge]) {
+        if let [sge] = sg_list {
+            return self.push_one(storage, wr_id, *sge);
+        }
+        let (index, first) = (self.requests, self.list_entries);
         let end = first + sg_list.len();
-        // Addresses only: the library reads them during `post`.
-        let next = storage.wrs.as_mut_ptr().wrapping_add(index + 1).cast::<ibv_recv_wr>();
-        let entries = storage.sges.as_mut_ptr().wrapping_add(first);
-        match (storage.wrs.get_mut(index), storage.sges.get_mut(first..end)) {
-            (Some(wr), Some(slots)) => {
-                slots.copy_from_slice(sg_list);
-                link(wr, wr_id, next, entries, sg_list.len());
+        let next = storage.slots.as_mut_ptr().wrapping_add(index + 1).cast::<ibv_recv_wr>();
+        let entries = storage.lists.as_mut_ptr().wrapping_add(first);
+        match (storage.slots.get_mut(index), storage.lists.get_mut(first..end)) {
+            (Some(slot), Some(list)) => {
+                list.copy_from_slice(sg_list);
+                link(&mut slot.wr, wr_id, next, entries, sg_list.len());
             },
             _ => storage.push_grown(index, first, wr_id, sg_list),
         }
         self.requests = index + 1;
-        self.entries = end;
+        self.list_entries = end;
     }
 
     /// Request `wr_id` has `requested` entries, more than the queue takes: the batch will post
@@ -729,38 +762,53 @@ fn link(wr: &mut Zeroed<ibv_recv_wr>, wr_id: u64, next: *mut ibv_recv_wr, entrie
 }
 
 impl PostReceiveStorage {
-    /// Adds request `wr_id` of a batch of `index` requests and `first` entries, with a copy of
-    /// `sg_list`, growing first: the batch's requests, from 0 to `index`, linked again.
+    /// Adds request `wr_id` to a batch of `index` requests that used `first` list entries, with a
+    /// copy of `sg_list`, growing first (the batch's requests linked again).
     #[cold]
     #[inline(never)]
     fn push_grown(&mut self, index: usize, first: usize, wr_id: u64, sg_list: &[ibv_sge]) {
-        let end = first + sg_list.len();
+        let count = sg_list.len();
+        let end = if count == 1 { first } else { first + count };
         self.grow(index, index + 1, end);
-        let next = self.wrs.as_mut_ptr().wrapping_add(index + 1).cast::<ibv_recv_wr>();
-        let entries = self.sges.as_mut_ptr().wrapping_add(first);
-        self.sges[first..end].copy_from_slice(sg_list);
-        link(&mut self.wrs[index], wr_id, next, entries, sg_list.len());
+        let next = self.slots.as_mut_ptr().wrapping_add(index + 1).cast::<ibv_recv_wr>();
+        let entries = self.lists.as_mut_ptr().wrapping_add(first);
+        let slot = &mut self.slots[index];
+        let entries = match sg_list {
+            [sge] => {
+                slot.sge = *sge;
+                &mut slot.sge as *mut ibv_sge
+            },
+            _ => {
+                self.lists[first..end].copy_from_slice(sg_list);
+                entries
+            },
+        };
+        link(&mut self.slots[index].wr, wr_id, next, entries, count);
     }
 
-    /// Grows to hold `requests` requests and `entries` entries (at least doubling), and links the
-    /// batch's first `linked` requests again at their new addresses.
-    #[cold]
-    #[inline(never)]
-    fn grow(&mut self, linked: usize, requests: usize, entries: usize) {
-        if requests > self.wrs.len() {
-            let len = requests.max(2 * self.wrs.len()).max(16);
-            self.wrs.resize(len, Zeroed::new());
+    /// Grows to hold `requests` requests and `list_entries` list entries (at least doubling), and
+    /// links the batch's first `linked` requests again at their new addresses.
+    fn grow(&mut self, linked: usize, requests: usize, list_entries: usize) {
+        if requests > self.slots.len() {
+            let len = requests.max(2 * self.slots.len()).max(16);
+            self.slots.resize(len, EMPTY_SLOT);
         }
-        if entries > self.sges.len() {
-            let len = entries.max(2 * self.sges.len()).max(16);
-            self.sges.resize(len, EMPTY_SGE);
+        if list_entries > self.lists.len() {
+            let len = list_entries.max(2 * self.lists.len()).max(16);
+            self.lists.resize(len, EMPTY_SGE);
         }
-        let (wr_base, sge_base) = (self.wrs.as_mut_ptr().cast::<ibv_recv_wr>(), self.sges.as_mut_ptr());
+        let (slot_base, list_base) = (self.slots.as_mut_ptr(), self.lists.as_mut_ptr());
         let mut first = 0;
-        for (index, wr) in self.wrs[..linked].iter_mut().enumerate() {
-            wr.next = wr_base.wrapping_add(index + 1);
-            wr.sg_list = sge_base.wrapping_add(first);
-            first += wr.num_sge as usize;
+        for (index, slot) in self.slots[..linked].iter_mut().enumerate() {
+            slot.wr.next = slot_base.wrapping_add(index + 1).cast();
+            slot.wr.sg_list = match slot.wr.num_sge {
+                1 => &mut slot.sge,
+                count => {
+                    let entries = list_base.wrapping_add(first);
+                    first += count as usize;
+                    entries
+                },
+            };
         }
     }
 }
@@ -802,7 +850,7 @@ impl<'srq> PostReceiveGuard<'srq> {
                 storage,
                 batch: RecvBatch {
                     requests: 0,
-                    entries: 0,
+                    list_entries: 0,
                     max_sge,
                     refused: None,
                 },
@@ -847,20 +895,21 @@ impl<'srq> PostReceiveGuard<'srq> {
         if let Some(refusal) = batch.refused {
             return Err(refused(refusal, batch.max_sge));
         }
-        let wrs = &mut storage.wrs[..batch.requests];
-        let Some(last) = wrs.last_mut() else {
+        let slots = &mut storage.slots[..batch.requests];
+        let Some(last) = slots.last_mut() else {
             return Ok(());
         };
-        last.next = null_mut();
-        let head = wrs.as_mut_ptr().cast::<ibv_recv_wr>();
+        last.wr.next = null_mut();
+        let head = slots.as_mut_ptr().cast::<ibv_recv_wr>();
         let mut bad_wr: *mut ibv_recv_wr = null_mut();
-        // SAFETY: the list from head is the batch's requests, linked in place in the storage (at
-        // their current addresses: `grow` links them again), the last `next` NULL; each names
-        // its entries in the storage; the storage is borrowed, so nothing of it changes during
-        // the call; the SRQ is alive for the guard's lifetime (`start`'s promise).
+        // SAFETY: the list from head (the first slot's request) is the batch's requests, linked
+        // in place in the storage's slots (at their current addresses: `grow` links them again),
+        // the last `next` NULL; each names its entries in its slot or the storage's lists; the
+        // storage is borrowed, so nothing of it changes during the call; the SRQ is alive for the
+        // guard's lifetime (`start`'s promise).
         let ret = unsafe { ibv_post_srq_recv(self.srq.as_ptr(), head, &mut bad_wr) };
         if ret != 0 {
-            return Err(failed(wrs, ret, bad_wr, batch.max_sge));
+            return Err(failed(slots, ret, bad_wr, batch.max_sge));
         }
         Ok(())
     }
@@ -879,23 +928,21 @@ fn refused(refusal: Refusal, max: u32) -> PostReceiveError {
     .into()
 }
 
-/// The error of the batch `wrs` whose library call returned `ret` and named `bad_wr`, the first
-/// request not posted (those before it were).
+/// The error of the batch in `slots` whose library call returned `ret` and named `bad_wr`, the
+/// first request not posted (those before it were).
 #[cold]
 #[inline(never)]
-fn failed(wrs: &[Zeroed<ibv_recv_wr>], ret: i32, bad_wr: *mut ibv_recv_wr, max: u32) -> PostReceiveError {
-    // A provider that left bad_wr unset posted nothing; one outside the list is read as the last
-    // request, so that the index stays in the batch.
-    let index = if bad_wr.is_null() {
-        0
-    } else {
-        ((bad_wr as usize).saturating_sub(wrs.as_ptr() as usize) / std::mem::size_of::<ibv_recv_wr>())
-            .min(wrs.len() - 1)
-    };
+fn failed(slots: &[RecvSlot], ret: i32, bad_wr: *mut ibv_recv_wr, max: u32) -> PostReceiveError {
+    // A provider that left bad_wr unset, or named no request of the batch, is taken to have
+    // posted nothing.
+    let index = slots
+        .iter()
+        .position(|slot| std::ptr::eq(&*slot.wr, bad_wr))
+        .unwrap_or(0);
     Failure {
         ret,
         index,
-        wr_id: wrs[index].wr_id,
+        wr_id: slots[index].wr.wr_id,
         requested: 0,
         max,
     }
@@ -971,7 +1018,7 @@ impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
             return self.batch.refuse(self.wr_id, 1);
         }
         self.batch
-            .push(self.storage, self.wr_id, &[ibv_sge { addr, length, lkey }]);
+            .push_one(self.storage, self.wr_id, ibv_sge { addr, length, lkey });
     }
 
     /// # Safety
@@ -983,7 +1030,7 @@ impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
         if sg_list.len() > self.batch.max_sge as usize {
             return self.batch.refuse(self.wr_id, sg_list.len());
         }
-        self.batch.push(self.storage, self.wr_id, sg_list);
+        self.batch.push_list(self.storage, self.wr_id, sg_list);
     }
 }
 

@@ -48,7 +48,7 @@ pub(crate) struct Zeroed<T: PlainData>(MaybeUninit<T>);
 
 impl<T: PlainData> Zeroed<T> {
     /// Every byte zero.
-    pub(crate) fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self(MaybeUninit::zeroed())
     }
 
