@@ -355,7 +355,7 @@ fn posting_past_capacity_reports_the_failed_request() {
     assert_eq!(err.failed_index(), posted);
     assert_eq!(err.wr_id(), 1000 + posted as u64);
     assert!(
-        err.to_string().contains(&format!("{posted} before it were posted")),
+        err.to_string().contains(&format!("{posted} of the batch were posted")),
         "{err}"
     );
 
