@@ -183,25 +183,3 @@ pub(crate) mod dc {
         (qp, mlx5)
     }
 }
-
-thread_local! {
-    /// The time of [`fake_now`], per test thread: set on first use, moved by [`advance_clock`].
-    static FAKE_NOW: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
-}
-
-/// A clock that moves only when a test says so ([`advance_clock`]).
-#[cfg(feature = "mlx5")]
-pub(crate) fn fake_now() -> std::time::Instant {
-    FAKE_NOW.with(|now| {
-        let time = now.get().unwrap_or_else(std::time::Instant::now);
-        now.set(Some(time));
-        time
-    })
-}
-
-/// Moves [`fake_now`] on by `by`.
-#[cfg(feature = "mlx5")]
-pub(crate) fn advance_clock(by: std::time::Duration) {
-    let time = fake_now() + by;
-    FAKE_NOW.with(|now| now.set(Some(time)));
-}

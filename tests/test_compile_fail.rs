@@ -14,8 +14,7 @@ fn post_guard_borrow_rules() {
 }
 
 /// The DC initiator's request order (`--features mlx5`): no data step before the DC address,
-/// one batch per DC initiator; through a pool, no address step (the pool sets it) and one batch
-/// per pool.
+/// one batch per DC initiator (a pool's, in sideway-ext-dc-pool's own test).
 #[cfg(feature = "mlx5")]
 #[test]
 fn dc_request_order() {

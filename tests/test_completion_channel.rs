@@ -6,119 +6,18 @@ mod common;
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{connect_rc, local_gid, open_test_device, wait_completions, Buffer};
-use sideway::ibverbs::completion::{CompletionChannel, GenericCompletionQueue};
-use sideway::ibverbs::device_context::DeviceContext;
-use sideway::ibverbs::protection_domain::ProtectionDomain;
+use common::loopback::{loopback, Kind, Loopback, EVENT_TIMEOUT};
+use common::{open_test_device, wait_completions, Buffer};
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
-use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::completion_channel::{
     CompletionEventBatch, GetCompletionEventErrorKind, RequestNotifyCompletionQueueErrorKind,
 };
-use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
-use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt};
 
-/// How long a completion may take to raise its event.
-const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait to conclude that no event comes.
 const QUIET: Duration = Duration::from_millis(200);
-
-/// Which kind of CQ the event CQ is.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Basic,
-    Extended,
-}
-
-/// A connected RC pair whose sender completes on `cq`, an event CQ on `channel`.
-struct Loopback {
-    // Queue pairs first: they are destroyed before the CQs they hold.
-    sender: SharedReceiveQueuePair<ReliableConnection>,
-    receiver: SharedReceiveQueuePair<ReliableConnection>,
-    /// The SRQ both queue pairs receive through (the sender's receives complete on `cq`).
-    srq: Arc<SharedReceiveQueue>,
-    cq: GenericCompletionQueue,
-    channel: Arc<CompletionChannel>,
-    local: Buffer,
-    remote: Buffer,
-    pd: Arc<ProtectionDomain>,
-    _ctx: Arc<DeviceContext>,
-}
-
-fn loopback(kind: Kind) -> Loopback {
-    let ctx = open_test_device();
-    let pd = ctx.alloc_pd().expect("alloc_pd");
-    let (gid_index, gid) = local_gid(&ctx);
-    let channel = ctx.create_comp_channel().expect("create_comp_channel");
-    let mut builder = ctx.create_cq_builder();
-    builder.setup_cqe(16).setup_comp_channel(&channel, 0);
-    let cq = match kind {
-        Kind::Basic => GenericCompletionQueue::from(builder.build().expect("basic CQ with a channel")),
-        Kind::Extended => GenericCompletionQueue::from(builder.build_ex().expect("extended CQ with a channel")),
-    };
-    let other_cq = ctx.create_cq_builder().setup_cqe(16).build().expect("plain CQ");
-    let srq = pd.create_srq_builder().setup_max_wr(4).build().expect("SRQ");
-    let mut sender = srq
-        .create_qp_builder()
-        .setup_send_cq(cq.clone())
-        .setup_recv_cq(cq.clone())
-        .setup_max_send_wr(8)
-        .build_rc()
-        .expect("sender QP");
-    let mut receiver = srq
-        .create_qp_builder()
-        .setup_send_cq(other_cq.clone())
-        .setup_recv_cq(other_cq)
-        .build_rc()
-        .expect("receiver QP");
-    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
-    let (sq, rq) = (sender.qp_number(), receiver.qp_number());
-    connect_rc(&mut sender, rq, gid_index, gid, access);
-    connect_rc(&mut receiver, sq, gid_index, gid, access);
-    let local = Buffer::new(&pd, 64);
-    let remote = Buffer::new(&pd, 64);
-    Loopback {
-        sender,
-        receiver,
-        srq,
-        cq,
-        channel,
-        local,
-        remote,
-        pd,
-        _ctx: ctx,
-    }
-}
-
-impl Loopback {
-    /// Posts one signaled RDMA write of `byte` to the remote buffer (one completion on `cq`).
-    fn write(&mut self, wr_id: u64, byte: u8) {
-        self.local.write(0, &[byte; 8]);
-        let (rkey, raddr) = (self.remote.mr.rkey(), self.remote.addr(0));
-        let mut guard = self.sender.start_post_send();
-        // SAFETY: both buffers outlive the completion, awaited before they are dropped.
-        unsafe {
-            guard
-                .construct_wr(wr_id, WorkRequestFlags::Signaled)
-                .setup_write(rkey, raddr)
-                .setup_sge(self.local.lkey(), self.local.addr(0), 8);
-        }
-        guard.post().expect("post RDMA write");
-    }
-
-    /// Polls the one completion of a write and checks it.
-    fn expect_completion(&self, wr_id: u64, byte: u8) {
-        let wcs = wait_completions(&self.cq, 1, EVENT_TIMEOUT);
-        assert!(wcs[0].is_success(), "{:?}", wcs[0]);
-        assert_eq!(wcs[0].wr_id(), wr_id);
-        assert_eq!(self.remote.read(0, 8), [byte; 8]);
-    }
-}
 
 /// Whether `fd` turns readable within `timeout`.
 fn readable(fd: i32, timeout: Duration) -> bool {
@@ -321,8 +220,7 @@ fn solicited_only_raises_an_event_for_a_solicited_receive_only() {
 
     // Messages from the receiver to the sender, whose receives complete on the armed CQ.
     let inbox = Buffer::new(&lb.pd, 2 * 64);
-    let mut storage = PostReceiveStorage::new();
-    let mut receives = lb.srq.start_post_recv(&mut storage);
+    let mut receives = lb.srq.start_post_recv();
     for slot in 0..2u64 {
         // SAFETY: `inbox` outlives both receives, awaited below.
         unsafe {
@@ -385,56 +283,4 @@ fn event_of_a_cq_armed_raw_is_acknowledged_and_reported() {
     }
     lb.expect_completion(6, 0x66);
     drop(lb); // destroys the CQ: the event was acknowledged, or this would hang
-}
-
-/// A DCI pool's send CQ shared with another queue pair, on a completion channel: armed through
-/// the pool, the caller sleeps on the channel, wakes for the other queue pair's completion,
-/// drains the CQ through the pool (which hands that completion over, never drops it), re-arms,
-/// and sleeps again. rxe has no DC, so the pool here has no initiator of its own: what is
-/// checked is the progress path a caller drives (arm, wait, poll, re-arm). Such a pool is made with
-/// the benchmarks' hook (`__bench`); the device suite builds with every feature.
-#[cfg(all(feature = "mlx5", feature = "__bench"))]
-#[test]
-#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
-fn a_dci_pool_on_a_shared_cq_sleeps_on_the_channel_wakes_drains_and_rearms() {
-    use sideway_ext::mlx5::dc::initiator::DcInitiator;
-    use sideway_ext::mlx5::dc::pool::types::{DcPoolEvent, DcPoolPolicy};
-    use sideway_ext::mlx5::dc::pool::DcInitiatorPool;
-
-    let mut lb = loopback(Kind::Basic);
-    let mut pool = DcInitiatorPool::<DcInitiator>::from_initiators(Vec::new(), DcPoolPolicy::Dedicated, 3);
-    pool.set_send_cq(lb.cq.clone());
-    let sender = lb.sender.qp_number();
-    for (round, wr_id) in [(0u8, 40u64), (1, 41)] {
-        pool.send_cq()
-            .expect("the pool's CQ")
-            .req_notify_cq(false)
-            .expect("arm the pool's CQ");
-        lb.write(wr_id, 0x30 + round);
-        // Sleep on the channel until the completion wakes us.
-        let event = lb
-            .channel
-            .get_cq_event()
-            .expect("a blocking get_cq_event wakes for the completion");
-        assert!(event.is_for(pool.send_cq().expect("the pool's CQ")));
-        drop(event);
-        // Drain: the other queue pair's completion comes back whole.
-        let mut events = Vec::new();
-        let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
-        while events.is_empty() {
-            pool.poll(|e| events.push(e)).expect("poll");
-            assert!(std::time::Instant::now() < deadline, "the completion is in the CQ");
-        }
-        match &events[..] {
-            [DcPoolEvent::OtherCompletion(wc)] => {
-                assert_eq!((wc.qp_number(), wc.wr_id()), (sender, wr_id));
-                assert!(wc.is_success(), "{wc:?}");
-            },
-            other => panic!("round {round}: {other:?}"),
-        }
-        assert_eq!(lb.remote.read(0, 8), [0x30 + round; 8]);
-        // Nothing more, and no event until re-armed.
-        assert_eq!(pool.poll(|e| panic!("nothing left: {e:?}")).expect("poll"), 0);
-        assert!(lb.channel.try_get_cq_event().expect("read").is_none());
-    }
 }

@@ -4,7 +4,7 @@
 //! error one round trip).
 //!
 //! `mlx5_devinfo --dc-selftest --report` writes it in its JSON report, and the DC hardware tests
-//! (`tests/test_dc.rs`, `tests/test_dc_pool.rs`) print it with the same line, through `#[path]`:
+//! (`tests/test_dc.rs`, `dc-pool/tests/test_dc_pool.rs`) print it with the same line, through `#[path]`:
 //! one formatter for both.
 use std::fmt;
 use std::time::Duration;

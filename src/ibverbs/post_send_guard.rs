@@ -284,8 +284,7 @@ impl ProviderEntries {
 
     /// Adds entries that lie outside `ibv_qp_ex` (e.g. mlx5's `wr_set_dc_addr`), from
     /// [`entry::FIRST_EXTERNAL`] up, for the transports of other modules.
-    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) const fn with(self, bits: u32) -> Self {
+    pub const fn with(self, bits: u32) -> Self {
         Self(self.0 | bits)
     }
 
@@ -305,11 +304,10 @@ impl ProviderEntries {
 /// DC key for DC. Sealed.
 pub trait Transport: sealed::Sealed + Sized {
     /// Per-queue-pair data the destination step needs (for DC, the mlx5 view of the queue pair).
-    #[doc(hidden)]
     type Context: Copy;
     /// What an operation leads to: the data step, or first the destination step.
     type AfterOperation<'g, O: Operation>;
-    #[doc(hidden)]
+    /// The step after the operation of `request`, on a queue pair with `context`.
     fn after_operation<O: Operation>(
         request: PendingRequest<'_, O>, context: Self::Context,
     ) -> Self::AfterOperation<'_, O>;
@@ -359,14 +357,12 @@ impl Transport for UnreliableDatagram {
 /// The operation of a request (one type per `ibv_wr_*` builder), issued at its data step. Sealed.
 pub trait Operation: sealed::Sealed + Copy {
     /// The [`ProviderEntries`] bit of its builder.
-    #[doc(hidden)]
     const ENTRY: u32;
     /// Calls the builder.
     ///
     /// # Safety
     ///
     /// `qp` must be a live queue pair inside a batch, with the builder's entry filled.
-    #[doc(hidden)]
     unsafe fn build(self, qp: *mut ibv_qp_ex);
 }
 
@@ -416,10 +412,8 @@ pub mod operation {
 /// Where a request goes, set at its data step right after the operation's builder. Sealed.
 pub trait Destination: sealed::Sealed + Copy {
     /// The [`ProviderEntries`] bits of its setter.
-    #[doc(hidden)]
     const ENTRY: u32;
     /// The setter's name, for errors.
-    #[doc(hidden)]
     const ENTRY_NAME: &'static str;
     /// Calls the setter.
     ///
@@ -427,7 +421,6 @@ pub trait Destination: sealed::Sealed + Copy {
     ///
     /// `qp` must be a live queue pair inside a batch, right after a builder, with the setter's
     /// entry filled; the handles the destination names must be alive.
-    #[doc(hidden)]
     unsafe fn set(self, qp: *mut ibv_qp_ex);
 }
 
@@ -465,8 +458,8 @@ impl Destination for DatagramAddress {
     }
 }
 
-/// The state of a batch that its requests update: the queue pair, its entries, the count.
-#[doc(hidden)]
+/// The state of a batch that its requests update: the queue pair, its entries, the count
+/// (opaque: reached only through a [`PostSendGuard`]).
 #[derive(Debug)]
 pub struct Batch {
     qp_ex: NonNull<ibv_qp_ex>,
@@ -531,8 +524,8 @@ fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'stat
     }
 }
 
-/// A request described up to its operation; its C calls wait for the data step.
-#[doc(hidden)]
+/// A request described up to its operation; its C calls wait for the data step (opaque: what a
+/// [`Transport`]'s destination step carries on).
 pub struct PendingRequest<'g, O: Operation> {
     batch: &'g mut Batch,
     wr_id: u64,
@@ -549,52 +542,64 @@ pub struct PostSendGuard<'qp, T: Transport> {
 }
 
 impl<T: Transport> PostSendGuard<'_, T> {
-    bench_visible! {
-        /// Starts a batch with `ibv_wr_start` on a raw queue pair. The queue pairs of this crate call
-        /// it from their `start_post_send`; it is public for benchmarks and tests that drive the guard
-        /// over hand-made function tables.
-        ///
-        /// # Safety
-        ///
-        /// - `qp_ex` must be the extended view of a live queue pair, exclusively borrowed for the
-        ///   guard's lifetime, whose provider filled at least the entries named by `entries`
-        ///   (read them with [`ProviderEntries::new`]);
-        /// - `context` must be what `T` needs for this queue pair.
-        #[inline]
-        pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context) -> Self {
-            ibv_wr_start(qp_ex.as_ptr());
-            Self {
-                batch: Batch {
-                    qp_ex,
-                    missing: !entries.bits(),
-                    len: 0,
-                    refused: None,
-                    max_inline_data: u32::MAX,
-                },
-                context,
-                _qp: PhantomData,
-            }
+    /// Starts a batch with `ibv_wr_start` on a queue pair this crate did not create: one created
+    /// through libibverbs directly, or a provider table of one's own (a simulated device, a
+    /// counting table). The queue pairs of this crate call it from their `start_post_send`.
+    ///
+    /// ```no_run
+    /// # use std::ptr::NonNull;
+    /// # use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags, SetScatterGatherEntry};
+    /// use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection};
+    /// # fn adopt(qp_ex: NonNull<rdma_mummy_sys::ibv_qp_ex>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // `qp_ex`: the extended view of an RC queue pair created elsewhere and in RTS.
+    /// // SAFETY: the queue pair is alive and used by no one else while the guard lives.
+    /// let entries = unsafe { ProviderEntries::new(qp_ex, SendOperationFlags::Send) }?;
+    /// // SAFETY: as above; its provider filled `entries`.
+    /// let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
+    /// // SAFETY: the buffer at 0x1000 is registered under lkey 7 and outlives the request.
+    /// unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_sge(7, 0x1000, 64) };
+    /// guard.post()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// - `qp_ex` must be the extended view of a live queue pair, exclusively borrowed for the
+    ///   guard's lifetime, whose provider filled at least the entries named by `entries`
+    ///   (read them with [`ProviderEntries::new`]);
+    /// - `context` must be what `T` needs for this queue pair.
+    #[inline]
+    pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context) -> Self {
+        ibv_wr_start(qp_ex.as_ptr());
+        Self {
+            batch: Batch {
+                qp_ex,
+                missing: !entries.bits(),
+                len: 0,
+                refused: None,
+                max_inline_data: u32::MAX,
+            },
+            context,
+            _qp: PhantomData,
         }
     }
 
-    bench_visible! {
-        /// Posts one request on a raw queue pair: `ibv_wr_start`, the request described by `request`
-        /// from its operation step on (as with [`construct_wr`](Self::construct_wr)), then
-        /// `ibv_wr_complete`. The queue pairs of this crate call it from their `post_send_one`; it is
-        /// public for benchmarks and tests that drive it over hand-made function tables.
-        ///
-        /// # Safety
-        ///
-        /// As [`start`](Self::start).
-        #[inline(always)]
-        pub unsafe fn post_one(
-            qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
-            wr_flags: WorkRequestFlags, request: impl FnOnce(WorkRequestHandle<'_, T>),
-        ) -> Result<(), PostSendError> {
-            let mut guard = Self::start(qp_ex, entries, context);
-            request(guard.construct_wr(wr_id, wr_flags));
-            guard.post()
-        }
+    /// Posts one request on a raw queue pair: `ibv_wr_start`, the request described by `request`
+    /// from its operation step on (as with [`construct_wr`](Self::construct_wr)), then
+    /// `ibv_wr_complete`, on a queue pair this crate did not create (see [`start`](Self::start)).
+    /// The queue pairs of this crate call it from their `post_send_one`.
+    ///
+    /// # Safety
+    ///
+    /// As [`start`](Self::start).
+    #[inline(always)]
+    pub unsafe fn post_one(
+        qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
+        wr_flags: WorkRequestFlags, request: impl FnOnce(WorkRequestHandle<'_, T>),
+    ) -> Result<(), PostSendError> {
+        let mut guard = Self::start(qp_ex, entries, context);
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
     }
 
     /// Starts a new request with this `wr_id` and flags (e.g. [`WorkRequestFlags::Signaled`] for
@@ -612,9 +617,8 @@ impl<T: Transport> PostSendGuard<'_, T> {
 
     /// Refuses inline data longer than `max_inline_data` bytes, the queue pair's granted size,
     /// before the provider ([`InlineDataTooLong`](PostSendErrorKind::InlineDataTooLong)); by
-    /// default the guard does not know it and the provider decides. For benchmarks and tests
-    /// over hand-made function tables, and the queue pairs that know their granted size.
-    #[doc(hidden)]
+    /// default the guard does not know it and the provider decides. For a guard
+    /// [`start`](Self::start)ed on a queue pair whose granted size its creator knows.
     #[inline]
     pub fn set_max_inline_data(&mut self, max_inline_data: u32) {
         self.batch.max_inline_data = max_inline_data;

@@ -195,6 +195,18 @@ pub struct DciStreamsCapabilities {
     pub max_log_num_errored: u8,
 }
 
+impl DciStreamsCapabilities {
+    /// Capabilities of up to 2^`max_log_num_concurrent` concurrent streams, 2^`max_log_num_errored`
+    /// of them in error moving a DCI to ERR: what a device reports, written by hand (e.g. for
+    /// [`plan_dci`](crate::mlx5::dc::initiator::plan_dci) on a device one describes).
+    pub const fn new(max_log_num_concurrent: u8, max_log_num_errored: u8) -> Self {
+        Self {
+            max_log_num_concurrent,
+            max_log_num_errored,
+        }
+    }
+}
+
 /// Crypto offload capabilities (`struct mlx5dv_crypto_caps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::dc::initiator::DcInitiatorBuilder;
-use super::dc::pool::builder::DcInitiatorPoolBuilder;
 use super::dc::target::DcTargetBuilder;
 
 /// DC factories on a protection domain.
@@ -16,10 +15,6 @@ pub trait DcProtectionDomainExt {
 
     /// A builder for a [`DcTarget`](super::dc::target::DcTarget) on this protection domain.
     fn create_dct_builder(&self) -> DcTargetBuilder;
-
-    /// A builder for a [`DcInitiatorPool`](super::dc::pool::DcInitiatorPool) of DC
-    /// initiators on this protection domain.
-    fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder;
 }
 
 impl DcProtectionDomainExt for Arc<ProtectionDomain> {
@@ -29,9 +24,5 @@ impl DcProtectionDomainExt for Arc<ProtectionDomain> {
 
     fn create_dct_builder(&self) -> DcTargetBuilder {
         DcTargetBuilder::new(self)
-    }
-
-    fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder {
-        DcInitiatorPoolBuilder::new(self)
     }
 }

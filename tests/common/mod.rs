@@ -5,8 +5,7 @@
 //! RDMA device: `scripts/test` does that inside the SoftRoCE VM, with `rxe0`.
 #![allow(dead_code)]
 
-#[cfg(all(feature = "mlx5", feature = "simulation"))]
-pub mod dc_bed;
+pub mod loopback;
 pub mod peer;
 pub mod skip;
 

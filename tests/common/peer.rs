@@ -66,7 +66,6 @@ fn with_own_features(features: &str) -> String {
     let own = [
         ("mlx5", cfg!(feature = "mlx5")),
         ("serde", cfg!(feature = "serde")),
-        ("simulation", cfg!(feature = "simulation")),
         ("tokio", cfg!(feature = "tokio")),
         ("__bench", cfg!(feature = "__bench")),
     ];

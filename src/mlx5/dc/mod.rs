@@ -69,14 +69,10 @@ pub mod endpoint;
 pub mod initiator;
 #[cfg(test)]
 mod model;
-// The simulated fabric follows them too.
-pub mod pool;
-#[cfg(any(test, feature = "simulation"))]
+// The rules the unit tests' model enforces; the simulated fabric of sideway-ext-dc-pool reads
+// this same file (one place for both).
+#[cfg(test)]
 pub(crate) mod reference_rules;
 mod service_class;
-// Also in the unit tests without the feature: the pool's own simulation runs on it.
-#[cfg(any(test, feature = "simulation"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
-pub mod simulation;
 mod state_table;
 pub mod target;

@@ -107,16 +107,6 @@ pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask
     }
 }
 
-/// Whether the kernel takes a DCI from `from` to `to` with the attributes the DC initiator's
-/// transition table requires for it (and `IBV_QP_STATE`): the simulated fabric's recovery.
-pub(crate) fn dci_step_is_ok(from: QueuePairState, to: QueuePairState, kernel: DciKernel) -> bool {
-    crate::mlx5::dc::state_table::DC_INITIATOR
-        .transitions
-        .iter()
-        .find(|t| t.from == from && t.to == to)
-        .is_some_and(|t| modify_dci_qp_is_ok(from, to, t.required | bits(&[m::IBV_QP_STATE]), kernel))
-}
-
 /// Kernel `validate_rd_atomic` (qp.c), for a DCI: `max_rd_atomic` (with `IB_QP_MAX_QP_RD_ATOMIC`)
 /// at most `1 << log_max_ra_res_dc`, else `EINVAL`. libmlx5 (`mlx5_init_context`) reports that
 /// same capability as `max_dc_init_rd_atom`, which mlx5dv_query_device(3) labels "as a

@@ -44,19 +44,20 @@ impl DcInitiatorBuilder {
         }
     }
 
-    /// The protection domain the initiators are created on (a pool's builder sets its own).
-    pub(crate) fn setup_protection_domain(&mut self, pd: &Arc<ProtectionDomain>) -> &mut Self {
+    /// The protection domain the initiator is created on (default: the one the builder was
+    /// made from); a builder of many initiators (a pool's) sets its own.
+    pub fn setup_protection_domain(&mut self, pd: &Arc<ProtectionDomain>) -> &mut Self {
         self.pd = Arc::clone(pd);
         self
     }
 
     /// The send queue asked for: at most what [`build`](Self::build) is granted.
-    pub(crate) fn max_send_wr(&self) -> u32 {
+    pub fn max_send_wr(&self) -> u32 {
         self.request.max_send_wr
     }
 
     /// The DCI streams asked for.
-    pub(crate) fn streams(&self) -> Option<DciStreams> {
+    pub fn streams(&self) -> Option<DciStreams> {
         self.request.streams
     }
 
@@ -191,7 +192,7 @@ impl DcInitiatorBuilder {
     /// The send queue [`build`](Self::build) will be granted ([`DcInitiator::max_send_wr`]),
     /// from the request and the device, before creating anything: a pool sizes its own send CQ
     /// with it.
-    pub(crate) fn planned_max_send_wr(&self) -> Result<u32, CreateDcInitiatorError> {
+    pub fn planned_max_send_wr(&self) -> Result<u32, CreateDcInitiatorError> {
         Ok(self.plan()?.params.granted_max_send_wr())
     }
 
@@ -303,41 +304,57 @@ impl DcInitiator {
 }
 
 /// What a DC initiator is created with: the parts of its init attributes that do not point at
-/// other objects.
+/// other objects ([`plan_dci`]'s answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DciInitParameters {
-    pub(crate) max_send_wr: u32,
-    pub(crate) max_send_sge: u32,
-    pub(crate) max_inline_data: u32,
-    pub(crate) send_ops: SendOperationFlags,
-    pub(crate) streams: Option<DciStreams>,
-    pub(crate) sq_sig_all: bool,
+#[non_exhaustive]
+pub struct DciInitParameters {
+    /// The send queue asked of the library (`cap.max_send_wr`).
+    pub max_send_wr: u32,
+    /// `cap.max_send_sge`.
+    pub max_send_sge: u32,
+    /// `cap.max_inline_data`.
+    pub max_inline_data: u32,
+    /// The send operations (`send_ops_flags`).
+    pub send_ops: SendOperationFlags,
+    /// The DCI streams.
+    pub streams: Option<DciStreams>,
+    /// `sq_sig_all`.
+    pub sq_sig_all: bool,
 }
 
 /// What a [`DcInitiatorBuilder`] asks for: [`DciInitParameters`] with the send operations left to
 /// the device when not set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DciRequest {
-    pub(crate) max_send_wr: u32,
-    pub(crate) max_send_sge: u32,
-    pub(crate) max_inline_data: u32,
+pub struct DciRequest {
+    /// The send queue asked for.
+    pub max_send_wr: u32,
+    /// Scatter/gather entries per request.
+    pub max_send_sge: u32,
+    /// Inline data per request, in bytes.
+    pub max_inline_data: u32,
     /// `None`: [`DC_SEND_OPERATIONS`], without the atomics on a device without atomics.
-    pub(crate) send_ops: Option<SendOperationFlags>,
-    pub(crate) streams: Option<DciStreams>,
-    pub(crate) sq_sig_all: bool,
+    pub send_ops: Option<SendOperationFlags>,
+    /// DCI streams.
+    pub streams: Option<DciStreams>,
+    /// Whether every request is signalled.
+    pub sq_sig_all: bool,
 }
 
 /// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
 /// `max_qp_wr`, `max_sge` and `atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DciDevice {
-    pub(crate) max_qp_wr: u32,
-    pub(crate) max_sge: u32,
+pub struct DciDevice {
+    /// `ibv_device_attr::max_qp_wr`.
+    pub max_qp_wr: u32,
+    /// `ibv_device_attr::max_sge`.
+    pub max_sge: u32,
     /// `atomic_cap` is not `IBV_ATOMIC_NONE` (libmlx5 sets `atomics_enabled` from it).
-    pub(crate) atomics: bool,
-    pub(crate) dci_streams: Option<DciStreamsCapabilities>,
-    /// The deepest `max_rd_atomic` a DC initiator takes ([`dci_read_atomic_depth`]).
-    pub(crate) read_atomic_depth: u8,
+    pub atomics: bool,
+    /// `mlx5dv_context::dci_streams_caps`, when the device has DCI streams.
+    pub dci_streams: Option<DciStreamsCapabilities>,
+    /// The deepest `max_rd_atomic` a DC initiator takes (the smaller of the device's DC
+    /// read/atomic depths; 1 when unknown).
+    pub read_atomic_depth: u8,
 }
 
 /// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
@@ -367,10 +384,28 @@ pub(super) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), C
 
 /// Decides a DC initiator's init parameters from the request and the device, or refuses it
 /// before the library would: the send operations (default: every DC operation the device can
-/// do), the capacities, the DCI streams.
-pub(crate) fn plan_dci(
-    request: &DciRequest, device: &DciDevice,
-) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
+/// do), the capacities, the DCI streams. What [`DcInitiatorBuilder::build`] creates, for a
+/// program that sizes initiators before creating them, or a simulated device held to the same
+/// rules:
+///
+/// ```
+/// use sideway_ext::mlx5::dc::initiator::{plan_dci, DciDevice, DciRequest};
+///
+/// let request = DciRequest {
+///     max_send_wr: 20, max_send_sge: 1, max_inline_data: 0, send_ops: None, streams: None, sq_sig_all: false,
+/// };
+/// let device = DciDevice { max_qp_wr: 1 << 15, max_sge: 30, atomics: false, dci_streams: None, read_atomic_depth: 1 };
+/// let planned = plan_dci(&request, &device)?;
+/// // libmlx5 rounds the queue's bytes up to a power of two: 32 requests of 128 bytes.
+/// assert_eq!(planned.granted_max_send_wr(), 32);
+/// # Ok::<(), sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind>(())
+/// ```
+///
+/// # Errors
+///
+/// What [`DcInitiatorBuilder::build`] refuses before the library (e.g.
+/// [`InvalidMaxSendWorkRequests`](CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests)).
+pub fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
     let send_ops = match request.send_ops {
         Some(requested) => {
             check_dc_operations(requested)?;
@@ -501,7 +536,7 @@ pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
 
 impl DciInitParameters {
     /// The send queue `mlx5dv_create_qp` grants these parameters ([`dci_granted_send_wr`]).
-    pub(crate) fn granted_max_send_wr(&self) -> u32 {
+    pub fn granted_max_send_wr(&self) -> u32 {
         let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
         dci_granted_send_wr(self.max_send_wr, request_size)
     }

@@ -35,7 +35,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairState, SendOperationFlags};
 
 use self::bring_up::BringUpAttributes;
-use self::creation::{DciCreation, DciRequest, Granted};
+use self::creation::{DciCreation, Granted};
 use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::post_send_guard::{
     entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, PostSendGuard, ProviderEntries,
@@ -45,17 +45,17 @@ use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::source_gid::{SourceGid, SourceGidEntry, SourceGidError};
 use crate::mlx5::library::DcVerbs;
 
+mod addressed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod route;
 mod send;
 
+pub use self::addressed::{BatchAddressed, DcAddressing};
 pub use self::bring_up::PortNotReady;
+pub use self::creation::{plan_dci, DciDevice, DciInitParameters, DciRequest};
 pub use self::route::DcRoute;
-#[cfg(any(test, feature = "simulation"))]
-pub(crate) use self::route::SIMULATED_ROUTE;
-#[cfg(any(test, feature = "simulation"))]
-pub use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress};
+pub use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress, SIMULATED_ROUTE};
 pub use self::send::DcSend;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
@@ -302,6 +302,28 @@ impl DcInitiator {
         self.granted.max_inline_data
     }
 
+    /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
+    /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
+    /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
+    /// initiators up by hand, or a simulated device held to the same rules.
+    ///
+    /// ```
+    /// use sideway::ibverbs::queue_pair::QueuePairState::{Error, Init, ReadyToReceive, Reset};
+    /// use sideway_ext::mlx5::dc::initiator::DcInitiator;
+    ///
+    /// // INIT → RTR needs the path MTU; RESET → RTR does not exist.
+    /// assert_eq!(DcInitiator::required_attributes(Init, ReadyToReceive), Some(rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_PATH_MTU.0 as i32));
+    /// assert_eq!(DcInitiator::required_attributes(Reset, ReadyToReceive), None);
+    /// assert_eq!(DcInitiator::required_attributes(Init, Error), Some(0));
+    /// ```
+    pub fn required_attributes(from: QueuePairState, to: QueuePairState) -> Option<i32> {
+        crate::mlx5::dc::state_table::DC_INITIATOR
+            .transitions
+            .iter()
+            .find(|t| t.from == from && t.to == to)
+            .map(|t| t.required)
+    }
+
     /// The send operations it was created with (the builder's, or the device's default).
     pub fn send_ops_flags(&self) -> SendOperationFlags {
         self.creation.params.send_ops
@@ -373,8 +395,11 @@ impl DcInitiator {
         self.core.modify(attr)
     }
 
-    /// The extended and mlx5 views and their entries, for a pool's guard.
-    pub(crate) fn pool_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+    /// The queue pair's extended and mlx5 views and the entries their provider filled (the DC
+    /// setters included), for a guard [`start`](PostSendGuard::start)ed by hand: one whose
+    /// requests all go to one address ([`BatchAddressed`]), as a pool of initiators posts.
+    /// Using them needs `unsafe` (see [`PostSendGuard::start`]); reading them does not.
+    pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
         (self.send_view.0, self.send_view.1, self.mlx5_qp_ex)
     }
 
@@ -591,36 +616,31 @@ pub(crate) unsafe fn dc_entries(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, streams: bool
 pub enum DynamicallyConnected {}
 
 /// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.
-#[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct DcContext(NonNull<mlx5dv_qp_ex>);
 
 impl DcContext {
-    bench_visible! {
-        /// The context of a DC initiator's mlx5 view, for benchmarks and tests that drive the guard
-        /// over hand-made function tables ([`PostSendGuard::start`]).
-        ///
-        /// # Safety
-        ///
-        /// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex` for as long as guards use the
-        /// context.
-        pub unsafe fn from_raw(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Self {
-            Self(mlx5_qp_ex)
-        }
+    /// The context of a DC initiator's mlx5 view, for a guard [`start`](PostSendGuard::start)ed
+    /// on a DC initiator this crate did not create (or on a provider table of one's own).
+    ///
+    /// # Safety
+    ///
+    /// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex` for as long as guards use the
+    /// context.
+    pub unsafe fn from_raw(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Self {
+        Self(mlx5_qp_ex)
     }
 
-    bench_visible! {
-        /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
-        /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing.
-        ///
-        /// # Safety
-        ///
-        /// The view must be live (see [`from_raw`](Self::from_raw)).
-        pub unsafe fn entries(
-            self, ibv_entries: crate::ibverbs::post_send_guard::ProviderEntries, streams: bool,
-        ) -> Result<crate::ibverbs::post_send_guard::ProviderEntries, &'static str> {
-            Ok(ibv_entries.with(dc_entries(self.0, streams)?))
-        }
+    /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
+    /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing.
+    ///
+    /// # Safety
+    ///
+    /// The view must be live (see [`from_raw`](Self::from_raw)).
+    pub unsafe fn entries(
+        self, ibv_entries: crate::ibverbs::post_send_guard::ProviderEntries, streams: bool,
+    ) -> Result<crate::ibverbs::post_send_guard::ProviderEntries, &'static str> {
+        Ok(ibv_entries.with(dc_entries(self.0, streams)?))
     }
 }
 
@@ -676,33 +696,35 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         LocalBufferHandle::new(self.request, address)
     }
 
-    bench_visible! {
-        /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: for benchmarks and
-        /// tests over hand-made function tables.
-        ///
-        /// # Safety
-        ///
-        /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
-        /// its address vector then), or, over a hand-made table, whatever that table's setter
-        /// accepts.
-        #[inline(always)]
-        pub unsafe fn setup_dc_addr_raw(
-            self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
-        ) -> LocalBufferHandle<'g, O, DcAddress> {
-            self.address(ah, dct_number, dc_key)
-        }
+    /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: one created outside
+    /// this crate (`ibv_create_ah`), or whatever a provider table of one's own accepts.
+    ///
+    /// # Safety
+    ///
+    /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
+    /// its address vector then), or, over a hand-made table, whatever that table's setter
+    /// accepts.
+    #[inline(always)]
+    pub unsafe fn setup_dc_addr_raw(
+        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
+    ) -> LocalBufferHandle<'g, O, DcAddress> {
+        self.address(ah, dct_number, dc_key)
     }
 
     #[inline(always)]
     fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
-        LocalBufferHandle::new(self.request, DcAddress::new(self.context.0, ah, dct_number, dc_key))
+        // SAFETY: the view is the guard's own; `ah` is the caller's promise (setup_dc_addr_raw).
+        LocalBufferHandle::new(self.request, unsafe {
+            DcAddress::new(self.context.0, ah, dct_number, dc_key)
+        })
     }
 
     #[cfg(test)]
     fn stream_address(
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
-        let address = DcAddress::new(self.context.0, ah, dct_number, dc_key);
+        // SAFETY: as in `address` (the tests' recording tables take any pointer).
+        let address = unsafe { DcAddress::new(self.context.0, ah, dct_number, dc_key) };
         LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
     }
 }
@@ -719,9 +741,16 @@ pub struct DcAddress {
 impl sealed::Sealed for DcAddress {}
 
 impl DcAddress {
-    /// The address of one request: the DC initiator's mlx5 view, the route, the target.
+    /// The address of one request: the DC initiator's mlx5 view, the route, the target; for a
+    /// guard whose requests all go to one address ([`BatchAddressed`]).
+    ///
+    /// # Safety
+    ///
+    /// `mlx5_qp_ex` must be the live mlx5 view of the queue pair the address is set on, and `ah`
+    /// a live address handle (or whatever that view's `wr_set_dc_addr` accepts) until each
+    /// request's data step has run (libmlx5 copies its address vector then).
     #[inline(always)]
-    pub(crate) fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
+    pub unsafe fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
         Self {
             mlx5_qp_ex,
             ah,
@@ -754,7 +783,7 @@ impl sealed::Sealed for DcStreamAddress {}
 impl DcStreamAddress {
     /// `address` on DCI stream `stream_id`.
     #[inline(always)]
-    pub(crate) fn new(address: DcAddress, stream_id: u16) -> Self {
+    pub fn new(address: DcAddress, stream_id: u16) -> Self {
         Self { address, stream_id }
     }
 }

@@ -15,33 +15,31 @@ use crate::ibverbs::post_send_guard::{sealed, Destination};
 
 /// The route a DC request is sent over, as [`DcDestination::setup_dc_addr`] takes it: an
 /// [`AddressHandle`] (from a [`DcEndpoint`](crate::mlx5::dc::endpoint::DcEndpoint)'s
-/// `create_ah`), or, with the feature `simulation`, a simulated fabric's address handle
-/// (`SimulatedFabric::create_ah`), or an [`Arc`] of either. Sealed.
+/// `create_ah`), or the simulated DC fabric's of `sideway-ext-dc-pool`
+/// (`SimulatedFabric::create_ah`), or an [`Arc`] of either.
+///
+/// Open: a route only hands out destinations, and only this crate's [`Destination`]s exist
+/// (sealed), each built by a constructor that states what it needs; a route of one's own returns
+/// [`DcAddress`]es (through `unsafe` [`DcAddress::new`]) or [`SimulatedDcAddress`]es.
 ///
 /// A simulated fabric's address handle names no route a device knows: a [`DcInitiator`] refuses
 /// a request addressed with one before the provider
 /// ([`OperationNotEnabled`](crate::ibverbs::post_send_guard::PostSendErrorKind::OperationNotEnabled)).
 /// A simulated initiator takes both kinds: the fabric routes by DCT number.
-pub trait DcRoute: sealed::Sealed {
+pub trait DcRoute {
     /// The destination a request addressed over this route has.
-    #[doc(hidden)]
     type Address: Destination;
     /// The destination a request addressed over this route on a DCI stream has.
-    #[doc(hidden)]
     type StreamAddress: Destination;
 
     /// The destination of a request on the DC initiator whose mlx5 view is `mlx5_qp_ex`.
-    #[doc(hidden)]
     fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self::Address;
 
     /// As `address`, on DCI stream `stream_id`.
-    #[doc(hidden)]
     fn stream_address(
         &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> Self::StreamAddress;
 }
-
-impl sealed::Sealed for AddressHandle {}
 
 impl DcRoute for AddressHandle {
     type Address = DcAddress;
@@ -50,8 +48,8 @@ impl DcRoute for AddressHandle {
     #[inline(always)]
     fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> DcAddress {
         // SAFETY: only the pointer is taken; the guard's borrow keeps the handle alive until the
-        // request's data step, where libmlx5 copies its address vector.
-        DcAddress::new(mlx5_qp_ex, unsafe { self.ah() }, dct_number, dc_key)
+        // request's data step, where libmlx5 copies its address vector; the view is the guard's.
+        unsafe { DcAddress::new(mlx5_qp_ex, self.ah(), dct_number, dc_key) }
     }
 
     #[inline(always)]
@@ -61,8 +59,6 @@ impl DcRoute for AddressHandle {
         DcStreamAddress::new(self.address(mlx5_qp_ex, dct_number, dc_key), stream_id)
     }
 }
-
-impl<R: DcRoute + ?Sized> sealed::Sealed for Arc<R> {}
 
 impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
     type Address = R::Address;
@@ -84,46 +80,35 @@ impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit that only a
 /// simulated initiator's entries carry: a request over a simulated route needs it, so that a
 /// device's DC initiator refuses one before the provider.
-#[cfg(any(test, feature = "simulation"))]
-pub(crate) const SIMULATED_ROUTE: u32 = crate::ibverbs::post_send_guard::entry::FIRST_EXTERNAL << 2;
+pub const SIMULATED_ROUTE: u32 = crate::ibverbs::post_send_guard::entry::FIRST_EXTERNAL << 2;
 
 /// A DC destination over a simulated fabric's route (`setup_dc_addr` with a simulated fabric's
 /// address handle): `mlx5dv_wr_set_dc_addr` on the simulated initiator's own entry, which routes
 /// by DCT number and never reads the address handle.
-#[cfg(any(test, feature = "simulation"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
 #[derive(Debug, Clone, Copy)]
 pub struct SimulatedDcAddress(DcAddress);
 
 /// As [`SimulatedDcAddress`], on a DCI stream (`mlx5dv_wr_set_dc_addr_stream`).
-#[cfg(any(test, feature = "simulation"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
 #[derive(Debug, Clone, Copy)]
 pub struct SimulatedDcStreamAddress(DcStreamAddress);
 
-#[cfg(any(test, feature = "simulation"))]
 impl SimulatedDcAddress {
     /// The address of one request on a simulated initiator's mlx5 view: the address handle is a
     /// placeholder its setter never reads.
-    pub(crate) fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self {
-        Self(DcAddress::new(
-            mlx5_qp_ex,
-            NonNull::<ibv_ah>::dangling(),
-            dct_number,
-            dc_key,
-        ))
+    pub fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self {
+        // SAFETY: the setter is reached only through SIMULATED_ROUTE's entry, a simulated
+        // initiator's own, which reads neither pointer's target beyond its own view.
+        Self(unsafe { DcAddress::new(mlx5_qp_ex, NonNull::<ibv_ah>::dangling(), dct_number, dc_key) })
     }
 
     /// As `new`, on DCI stream `stream_id`.
-    pub(crate) fn on_stream(self, stream_id: u16) -> SimulatedDcStreamAddress {
+    pub fn on_stream(self, stream_id: u16) -> SimulatedDcStreamAddress {
         SimulatedDcStreamAddress(DcStreamAddress::new(self.0, stream_id))
     }
 }
 
-#[cfg(any(test, feature = "simulation"))]
 impl sealed::Sealed for SimulatedDcAddress {}
 
-#[cfg(any(test, feature = "simulation"))]
 impl Destination for SimulatedDcAddress {
     const ENTRY: u32 = DcAddress::ENTRY | SIMULATED_ROUTE;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr of a simulated fabric";
@@ -136,10 +121,8 @@ impl Destination for SimulatedDcAddress {
     }
 }
 
-#[cfg(any(test, feature = "simulation"))]
 impl sealed::Sealed for SimulatedDcStreamAddress {}
 
-#[cfg(any(test, feature = "simulation"))]
 impl Destination for SimulatedDcStreamAddress {
     const ENTRY: u32 = DcStreamAddress::ENTRY | SIMULATED_ROUTE;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream of a simulated fabric";
@@ -160,16 +143,32 @@ mod tests {
     use super::*;
     use crate::ibverbs::post_send_guard::{PostSendErrorKind, PostSendGuard, ProviderEntries};
     use crate::mlx5::dc::initiator::{dc_entries, DcContext, DynamicallyConnected, DC_SEND_OPERATIONS};
-    use crate::mlx5::dc::simulation::SimulatedFabric;
     use crate::test_support::dc::recording_dci;
     use crate::test_support::take_calls;
+
+    /// A simulated fabric's route, as sideway-ext-dc-pool's address handle is: by DCT number.
+    struct ByDctNumber;
+
+    impl DcRoute for ByDctNumber {
+        type Address = SimulatedDcAddress;
+        type StreamAddress = SimulatedDcStreamAddress;
+
+        fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> SimulatedDcAddress {
+            SimulatedDcAddress::new(mlx5_qp_ex, dct_number, dc_key)
+        }
+
+        fn stream_address(
+            &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
+        ) -> SimulatedDcStreamAddress {
+            SimulatedDcAddress::new(mlx5_qp_ex, dct_number, dc_key).on_stream(stream_id)
+        }
+    }
 
     /// Posts one inline SEND over a simulated fabric's route on a device's DC initiator, on a
     /// stream or not; returns the error and the provider calls made.
     fn post_simulated_route(stream: bool) -> (PostSendErrorKind, Vec<String>) {
-        let fabric = SimulatedFabric::new(1);
-        let target = fabric.create_target_builder().build().expect("target");
-        let ah = fabric.create_ah(&target.endpoint());
+        let ah = ByDctNumber;
+        let dct_number = 0x42;
         let (mut qp, mut mlx5) = recording_dci(true);
         let (qp, mlx5) = (NonNull::from(&mut *qp), NonNull::from(&mut *mlx5));
         take_calls();
@@ -183,12 +182,10 @@ mod tests {
         let request = guard.construct_wr(7, WorkRequestFlags::Signaled).setup_send();
         if stream {
             request
-                .setup_dc_addr_stream(&ah, target.dct_number(), 0, 1)
+                .setup_dc_addr_stream(&ah, dct_number, 0, 1)
                 .setup_inline_data(b"x");
         } else {
-            request
-                .setup_dc_addr(&ah, target.dct_number(), 0)
-                .setup_inline_data(b"x");
+            request.setup_dc_addr(&ah, dct_number, 0).setup_inline_data(b"x");
         }
         let err = guard.post().expect_err("a simulated route on a device's DC initiator");
         (err.0, take_calls())

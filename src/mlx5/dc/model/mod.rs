@@ -1449,25 +1449,6 @@ mod tests {
     }
 
     #[test]
-    fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue() {
-        use crate::mlx5::dc::pool::types::DcPoolPolicy;
-        use crate::mlx5::dc::pool::DcInitiatorPool;
-        let mut pool = DcInitiatorPool::from_initiators(vec![brought_up(DEVICE, None)], DcPoolPolicy::Static, 3);
-        // SAFETY: the model's address setter only records the pointer.
-        let destination = unsafe { pool.add_destination_raw(NonNull::dangling(), 0x42, 7) };
-        // As a DC initiator's own guard (the model fails it with ENOMEM, as libmlx5 does).
-        inline_beyond_the_granted_28_is_refused(|len| {
-            let mut guard = pool.start_post_send(destination).expect("an initiator");
-            let wr = guard
-                .construct_wr(9, sideway::ibverbs::queue_pair::WorkRequestFlags::Signaled)
-                .expect("room")
-                .setup_send();
-            sideway::ibverbs::queue_pair::SetInlineData::setup_inline_data(wr, &[0x5a; 64][..len]);
-            guard.post()
-        });
-    }
-
-    #[test]
     fn a_send_queue_beyond_the_devices_basic_blocks_is_refused_naming_the_limit() {
         reset(DEVICE);
         let mut asked = request(None);

@@ -1,0 +1,1249 @@
+//! The posting workloads the benchmarks compare, each written twice: with this crate's guard and
+//! as the same requests in direct rdma-mummy-sys calls ("raw"), both over a hand-made provider
+//! table that only counts what it is handed (no device).
+//!
+//! One [`Workload`] is one row of BENCHMARKS.md's table. To add a row: implement [`Workload`]
+//! for a new type here, then add one line to the `rows!` lists of `benches/post_instructions.rs`
+//! and one to `benches/post_time.rs`, and the row's name to the rows `scripts/bench-results`
+//! holds to a limit.
+#![allow(dead_code)]
+
+use std::hint::black_box;
+use std::mem::MaybeUninit;
+use std::ptr::{null_mut, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rdma_mummy_sys::{
+    ibv_context, ibv_post_srq_recv, ibv_qp_ex, ibv_recv_wr, ibv_send_flags, ibv_sge, ibv_srq, ibv_wr_complete,
+    ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
+};
+use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
+use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection, WorkRequestHandle};
+use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveGuard, PostReceiveStorage, SharedReceiveQueue};
+
+/// The batch sizes of every table.
+pub const BATCHES: [usize; 3] = [1, 16, 256];
+
+/// Requests posted by one measured run of the instruction benchmark, at every batch size
+/// (4096 batches of 1, 256 of 16, 16 of 256); instructions per request = total ÷ this.
+pub const REQUESTS: usize = 4096;
+
+/// Bytes between consecutive requests' buffers.
+const STRIDE: u64 = 64;
+
+/// A posting workload, written with the guard and raw.
+pub trait Workload {
+    /// The row's name in the tables (and the prefix of the benchmark names).
+    const NAME: &'static str;
+    /// The provider table and the per-batch storage of the raw version; built outside the
+    /// measurement.
+    type State: Send;
+    /// Builds the state for batches of `batch` requests and posts one batch each way, so that
+    /// the measured runs start warm (the guard's per-thread storage grown, as in a program that
+    /// has posted before).
+    fn setup(batch: usize) -> Self::State;
+    /// Posts `requests` requests in batches with the guard.
+    fn guard(state: &mut Self::State, requests: usize);
+    /// Posts the same requests with direct rdma-mummy-sys calls.
+    fn raw(state: &mut Self::State, requests: usize);
+    /// How many requests the provider was handed so far.
+    fn posted(state: &Self::State) -> u64;
+}
+
+/// A post that failed: never happens with the counting providers.
+#[cold]
+#[inline(never)]
+fn failed(what: &str) -> ! {
+    panic!("{what} failed on a counting provider")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sends: an `ibv_qp_ex` whose entries count.
+
+/// A queue pair whose `ibv_qp_ex` entries only count their calls (the field after the C struct).
+#[repr(C)]
+pub struct CountingQp {
+    qp: ibv_qp_ex,
+    starts: u64,
+    completes: u64,
+    aborts: u64,
+    requests: u64,
+    sges: u64,
+}
+
+/// The counting queue pair whose first field is `qp`.
+///
+/// # Safety
+///
+/// `qp` must be the `qp` field of a `CountingQp` (which is `repr(C)`, with it first).
+unsafe fn counting(qp: *mut ibv_qp_ex) -> *mut CountingQp {
+    qp.cast()
+}
+// Each entry counts in a field of its own, so that no two are folded into one function (the
+// profiles then name the entry that was called).
+unsafe extern "C" fn count_start(qp: *mut ibv_qp_ex) {
+    (*counting(qp)).starts += 1;
+}
+unsafe extern "C" fn count_complete(qp: *mut ibv_qp_ex) -> i32 {
+    (*counting(qp)).completes += 1;
+    0
+}
+unsafe extern "C" fn count_abort(qp: *mut ibv_qp_ex) {
+    (*counting(qp)).aborts += 1;
+}
+unsafe extern "C" fn count_rdma_write(qp: *mut ibv_qp_ex, _rkey: u32, _addr: u64) {
+    (*counting(qp)).requests += 1;
+}
+unsafe extern "C" fn count_set_sge(qp: *mut ibv_qp_ex, _lkey: u32, _addr: u64, _len: u32) {
+    (*counting(qp)).sges += 1;
+}
+unsafe extern "C" fn count_set_sge_list(qp: *mut ibv_qp_ex, n: usize, _list: *const ibv_sge) {
+    (*counting(qp)).sges += n as u64;
+}
+
+impl CountingQp {
+    /// A zeroed `ibv_qp_ex` with counting batch entries, RDMA write and the SGE setters.
+    pub fn new() -> Box<Self> {
+        // SAFETY: ibv_qp_ex is plain data and optional function pointers, for which zeroes are
+        // valid; so are the counters.
+        let mut qp: Box<Self> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        qp.qp.wr_start = Some(count_start);
+        qp.qp.wr_complete = Some(count_complete);
+        qp.qp.wr_abort = Some(count_abort);
+        qp.qp.wr_rdma_write = Some(count_rdma_write);
+        qp.qp.wr_set_sge = Some(count_set_sge);
+        qp.qp.wr_set_sge_list = Some(count_set_sge_list);
+        qp
+    }
+
+    pub fn as_ptr(&mut self) -> NonNull<ibv_qp_ex> {
+        NonNull::from(&mut self.qp)
+    }
+
+    /// RDMA writes handed to the provider.
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Batches started, completed and aborted.
+    pub fn batches(&self) -> (u64, u64, u64) {
+        (self.starts, self.completes, self.aborts)
+    }
+}
+
+/// The buffers a workload's requests point at (never touched: the providers only count).
+#[derive(Clone, Copy)]
+pub struct Buffers {
+    pub lkey: u32,
+    pub local: u64,
+    pub rkey: u32,
+    pub remote: u64,
+}
+
+impl Buffers {
+    pub fn opaque() -> Self {
+        // Opaque to the optimiser, like keys and addresses a program gets from the device.
+        black_box(Self {
+            lkey: 0x1234,
+            local: 0x10_0000,
+            rkey: 0x5678,
+            remote: 0x20_0000,
+        })
+    }
+}
+
+/// RC RDMA writes of one scatter/gather entry, signalled: `wr_id`, flags, `ibv_wr_rdma_write`,
+/// `ibv_wr_set_sge` per request, between `ibv_wr_start` and `ibv_wr_complete`.
+pub enum SendRcWrite {}
+
+pub struct SendState {
+    pub qp: Box<CountingQp>,
+    /// Read once, as a queue pair does when it is created.
+    pub entries: ProviderEntries,
+    pub batch: usize,
+    pub buffers: Buffers,
+}
+
+// SAFETY: the counting queue pair is plain data, used by one thread at a time.
+unsafe impl Send for SendState {}
+
+impl Workload for SendRcWrite {
+    const NAME: &'static str = "send_rc_write";
+    type State = SendState;
+
+    fn setup(batch: usize) -> SendState {
+        let mut qp = CountingQp::new();
+        // SAFETY: the counting queue pair is live and fills the batch entries, the write and the
+        // SGE setters.
+        let entries = unsafe { ProviderEntries::new(qp.as_ptr(), SendOperationFlags::Write) }
+            .expect("the counting table fills the entries a write needs");
+        let mut state = SendState {
+            qp,
+            entries,
+            batch: black_box(batch),
+            buffers: Buffers::opaque(),
+        };
+        Self::guard(&mut state, batch);
+        Self::raw(&mut state, batch);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut SendState, requests: usize) {
+        let SendState {
+            qp,
+            entries,
+            batch,
+            buffers,
+            ..
+        } = state;
+        let (qp, entries, batch, b) = (qp.as_ptr(), *entries, *batch, *buffers);
+        let mut next = 0;
+        while next < requests {
+            // SAFETY: the counting queue pair is live and not used elsewhere during the batch;
+            // its entries were read by ProviderEntries::new; RC needs no context.
+            let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp, entries, ()) };
+            for n in next as u64..(next + batch) as u64 {
+                // SAFETY: the counting provider never touches the buffers.
+                unsafe {
+                    guard
+                        .construct_wr(n, WorkRequestFlags::Signaled)
+                        .setup_write(b.rkey, b.remote + n * STRIDE)
+                        .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                };
+            }
+            if guard.post().is_err() {
+                failed("PostSendGuard::post");
+            }
+            next += batch;
+        }
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut SendState, requests: usize) {
+        let (qp, batch, b) = (state.qp.as_ptr().as_ptr(), state.batch, state.buffers);
+        let mut next = 0;
+        while next < requests {
+            // SAFETY: the counting queue pair is live and fills every entry called here.
+            unsafe {
+                ibv_wr_start(qp);
+                for n in next as u64..(next + batch) as u64 {
+                    (*qp).wr_id = n;
+                    (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                    ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                    ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                }
+                if ibv_wr_complete(qp) != 0 {
+                    failed("ibv_wr_complete");
+                }
+            }
+            next += batch;
+        }
+    }
+
+    fn posted(state: &SendState) -> u64 {
+        state.qp.requests()
+    }
+}
+
+/// The same RC RDMA writes posted one request at a time: the guard side with
+/// `post_send_one(wr_id, Signaled, |wr| wr.setup_write(rkey, addr).setup_sge(lkey, addr, 64))`
+/// (through `PostSendGuard::post_one`, which the queue pairs' `post_send_one` calls), the raw side
+/// with `ibv_wr_start`, `wr_id`, `wr_flags`, `ibv_wr_rdma_write`, `ibv_wr_set_sge`,
+/// `ibv_wr_complete` per request. Its batch is always 1.
+pub enum SendRcWriteOne {}
+
+impl Workload for SendRcWriteOne {
+    const NAME: &'static str = "send_rc_write_one";
+    type State = SendState;
+
+    fn setup(batch: usize) -> SendState {
+        let mut state = SendRcWrite::setup(batch);
+        Self::guard(&mut state, 1);
+        Self::raw(&mut state, 1);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut SendState, requests: usize) {
+        let (qp, entries, b) = (state.qp.as_ptr(), state.entries, state.buffers);
+        for n in 0..requests as u64 {
+            let request = |wr: WorkRequestHandle<'_, ReliableConnection>| {
+                // SAFETY: the counting provider never touches the buffers.
+                unsafe {
+                    wr.setup_write(b.rkey, b.remote + n * STRIDE)
+                        .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                }
+            };
+            // SAFETY: the counting queue pair is live and not used elsewhere during the call; its
+            // entries were read by ProviderEntries::new; RC needs no context.
+            let posted = unsafe {
+                PostSendGuard::<ReliableConnection>::post_one(qp, entries, (), n, WorkRequestFlags::Signaled, request)
+            };
+            if posted.is_err() {
+                failed("PostSendGuard::post_one");
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut SendState, requests: usize) {
+        let (qp, b) = (state.qp.as_ptr().as_ptr(), state.buffers);
+        for n in 0..requests as u64 {
+            // SAFETY: the counting queue pair is live and fills every entry called here.
+            unsafe {
+                ibv_wr_start(qp);
+                (*qp).wr_id = n;
+                (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                if ibv_wr_complete(qp) != 0 {
+                    failed("ibv_wr_complete");
+                }
+            }
+        }
+    }
+
+    fn posted(state: &SendState) -> u64 {
+        state.qp.requests()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DC sends: the same counting `ibv_qp_ex`, and an `mlx5dv_qp_ex` whose `wr_set_dc_addr` counts.
+#[allow(unused_imports)] // the allocation test shares this module and posts no DC request
+pub use dc::{SendDcPoolDedicatedSettled, SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne};
+
+/// The floor for the DC pool's limits: the least bookkeeping a pool does (see its module).
+mod dc_floor;
+#[allow(unused_imports)] // the allocation test shares this module and posts no DC request
+pub use dc_floor::{SendDcFloorDedicatedSettled, SendDcFloorWrite, SendDcFloorWriteSettled};
+mod dc {
+    use std::hint::black_box;
+    use std::mem::MaybeUninit;
+    use std::ptr::NonNull;
+
+    use rdma_mummy_sys::{
+        ibv_ah, ibv_cq, ibv_qp_ex, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
+        mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr,
+    };
+    use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue};
+    use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
+    use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
+    use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
+    use sideway_ext_dc_pool::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
+    use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
+    use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
+    use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
+
+    use super::{failed, Buffers, CountingQp, Workload, STRIDE};
+
+    /// An `mlx5dv_qp_ex` whose `wr_set_dc_addr` counts (the field after the C struct).
+    #[repr(C)]
+    pub struct CountingDc {
+        view: mlx5dv_qp_ex,
+        addresses: u64,
+    }
+
+    unsafe extern "C" fn count_set_dc_addr(view: *mut mlx5dv_qp_ex, _ah: *mut ibv_ah, _dctn: u32, _key: u64) {
+        (*view.cast::<CountingDc>()).addresses += 1;
+    }
+
+    impl CountingDc {
+        pub(super) fn new() -> Box<Self> {
+            // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
+            let mut view: Box<CountingDc> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+            view.view.wr_set_dc_addr = Some(count_set_dc_addr);
+            view
+        }
+
+        /// The entries of the counting `ibv_qp_ex` (RDMA write) plus `wr_set_dc_addr`, read
+        /// once, as a DC initiator does at creation.
+        pub(super) fn entries(&mut self, qp: &mut CountingQp) -> ProviderEntries {
+            // SAFETY: both tables are live.
+            unsafe {
+                let ibv = ProviderEntries::new(qp.as_ptr(), SendOperationFlags::Write)
+                    .expect("the counting table fills the entries a write needs");
+                DcContext::from_raw(NonNull::from(&mut self.view))
+                    .entries(ibv, false)
+                    .expect("the counting view fills wr_set_dc_addr")
+            }
+        }
+    }
+
+    impl CountingDc {
+        /// The view the counting setter is reached through.
+        pub(super) fn view_ptr(&mut self) -> NonNull<mlx5dv_qp_ex> {
+            NonNull::from(&mut self.view)
+        }
+
+        /// DC addresses set so far.
+        pub(super) fn addresses(&self) -> u64 {
+            self.addresses
+        }
+    }
+
+    impl DcState {
+        /// The destination's address (address handle, DCT number, DC key) the direct side
+        /// posts to.
+        pub(super) fn address(&self) -> (NonNull<ibv_ah>, u32, u64) {
+            (self.ah, self.dct_number, self.dc_key)
+        }
+    }
+
+    /// DC RDMA writes of one scatter/gather entry, signalled: `wr_id`, flags,
+    /// `ibv_wr_rdma_write`, `mlx5dv_wr_set_dc_addr`, `ibv_wr_set_sge` per request.
+    pub enum SendDcWrite {}
+
+    pub struct DcState {
+        qp: Box<CountingQp>,
+        view: Box<CountingDc>,
+        entries: ProviderEntries,
+        batch: usize,
+        buffers: Buffers,
+        ah: NonNull<ibv_ah>,
+        dct_number: u32,
+        dc_key: u64,
+    }
+
+    // SAFETY: the counting tables are plain data, used by one thread at a time.
+    unsafe impl Send for DcState {}
+
+    impl Workload for SendDcWrite {
+        const NAME: &'static str = "send_dc_write";
+        type State = DcState;
+
+        fn setup(batch: usize) -> DcState {
+            let mut qp = CountingQp::new();
+            let mut view = CountingDc::new();
+            let entries = view.entries(&mut qp);
+            let mut state = DcState {
+                qp,
+                view,
+                entries,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+                // Never dereferenced: the counting setter only counts.
+                ah: black_box(NonNull::dangling()),
+                dct_number: black_box(0x00ab_cdef),
+                dc_key: black_box(0xdc),
+            };
+            Self::guard(&mut state, batch);
+            Self::raw(&mut state, batch);
+            state
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut DcState, requests: usize) {
+            let (qp, entries, batch, b) = (state.qp.as_ptr(), state.entries, state.batch, state.buffers);
+            let (ah, dct_number, dc_key) = (state.ah, state.dct_number, state.dc_key);
+            // SAFETY: the view is live for the state's lifetime.
+            let context = unsafe { DcContext::from_raw(NonNull::from(&mut state.view.view)) };
+            let mut next = 0;
+            while next < requests {
+                // SAFETY: the counting tables are live and not used elsewhere during the batch;
+                // their entries were read once above.
+                let mut guard = unsafe { PostSendGuard::<DynamicallyConnected>::start(qp, entries, context) };
+                for n in next as u64..(next + batch) as u64 {
+                    // SAFETY: the counting provider never touches the buffers or the handle.
+                    unsafe {
+                        guard
+                            .construct_wr(n, WorkRequestFlags::Signaled)
+                            .setup_write(b.rkey, b.remote + n * STRIDE)
+                            .setup_dc_addr_raw(ah, dct_number, dc_key)
+                            .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                    };
+                }
+                if guard.post().is_err() {
+                    failed("PostSendGuard::post");
+                }
+                next += batch;
+            }
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut DcState, requests: usize) {
+            let (qp, batch, b) = (state.qp.as_ptr().as_ptr(), state.batch, state.buffers);
+            let view = &mut state.view.view as *mut mlx5dv_qp_ex;
+            let (ah, dct_number, dc_key) = (state.ah.as_ptr(), state.dct_number, state.dc_key);
+            let mut next = 0;
+            while next < requests {
+                // SAFETY: the counting tables are live and fill every entry called here.
+                unsafe {
+                    ibv_wr_start(qp);
+                    for n in next as u64..(next + batch) as u64 {
+                        (*qp).wr_id = n;
+                        (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                        ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                        mlx5dv_wr_set_dc_addr(view, ah, dct_number, dc_key);
+                        ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                    }
+                    if ibv_wr_complete(qp) != 0 {
+                        failed("ibv_wr_complete");
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        fn posted(state: &DcState) -> u64 {
+            assert_eq!(state.view.addresses, state.qp.requests(), "one DC address per request");
+            state.qp.requests()
+        }
+    }
+
+    /// The same DC RDMA writes posted one request at a time: `post_send_one` (through
+    /// `PostSendGuard::post_one`, as `DcInitiator::post_send_one`) against `ibv_wr_start`, the
+    /// request's calls with `mlx5dv_wr_set_dc_addr`, `ibv_wr_complete` per request.
+    pub enum SendDcWriteOne {}
+
+    impl Workload for SendDcWriteOne {
+        const NAME: &'static str = "send_dc_write_one";
+        type State = DcState;
+
+        fn setup(batch: usize) -> DcState {
+            let mut state = SendDcWrite::setup(batch);
+            Self::guard(&mut state, 1);
+            Self::raw(&mut state, 1);
+            state
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut DcState, requests: usize) {
+            let (qp, entries, b) = (state.qp.as_ptr(), state.entries, state.buffers);
+            let (ah, dct_number, dc_key) = (state.ah, state.dct_number, state.dc_key);
+            // SAFETY: the view is live for the state's lifetime.
+            let context = unsafe { DcContext::from_raw(NonNull::from(&mut state.view.view)) };
+            for n in 0..requests as u64 {
+                let request = |wr: WorkRequestHandle<'_, DynamicallyConnected>| {
+                    // SAFETY: the counting provider never touches the buffers or the handle.
+                    unsafe {
+                        wr.setup_write(b.rkey, b.remote + n * STRIDE)
+                            .setup_dc_addr_raw(ah, dct_number, dc_key)
+                            .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+                    }
+                };
+                // SAFETY: the counting tables are live and not used elsewhere during the call;
+                // their entries were read once at setup.
+                let posted = unsafe {
+                    PostSendGuard::<DynamicallyConnected>::post_one(
+                        qp,
+                        entries,
+                        context,
+                        n,
+                        WorkRequestFlags::Signaled,
+                        request,
+                    )
+                };
+                if posted.is_err() {
+                    failed("PostSendGuard::post_one");
+                }
+            }
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut DcState, requests: usize) {
+            let (qp, b) = (state.qp.as_ptr().as_ptr(), state.buffers);
+            let view = &mut state.view.view as *mut mlx5dv_qp_ex;
+            let (ah, dct_number, dc_key) = (state.ah.as_ptr(), state.dct_number, state.dc_key);
+            for n in 0..requests as u64 {
+                // SAFETY: the counting tables are live and fill every entry called here.
+                unsafe {
+                    ibv_wr_start(qp);
+                    (*qp).wr_id = n;
+                    (*qp).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                    ibv_wr_rdma_write(qp, b.rkey, b.remote + n * STRIDE);
+                    mlx5dv_wr_set_dc_addr(view, ah, dct_number, dc_key);
+                    ibv_wr_set_sge(qp, b.lkey, b.local + n * STRIDE, STRIDE as u32);
+                    if ibv_wr_complete(qp) != 0 {
+                        failed("ibv_wr_complete");
+                    }
+                }
+            }
+        }
+
+        fn posted(state: &DcState) -> u64 {
+            SendDcWrite::posted(state)
+        }
+    }
+
+    /// A DC initiator for a pool over the counting tables: a send queue large enough that the
+    /// benchmark never fills it, no streams, never in error.
+    pub struct CountingInitiator {
+        qp: Box<CountingQp>,
+        view: Box<CountingDc>,
+        entries: ProviderEntries,
+    }
+
+    /// Its send queue: every request of a measured run and of the warm-up fits, so that the
+    /// posting-only row never settles anything.
+    const POOL_SEND_QUEUE: u32 = 8192;
+
+    impl PooledInitiator for CountingInitiator {
+        fn max_send_wr(&self) -> u32 {
+            POOL_SEND_QUEUE
+        }
+
+        fn stream_count(&self) -> u32 {
+            0
+        }
+
+        fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            Ok(())
+        }
+
+        fn reset_stream(&mut self, _stream: u16) -> Result<(), StreamResetRefusal> {
+            Ok(())
+        }
+    }
+
+    impl PoolInitiator for CountingInitiator {
+        type CompletionQueue = GenericCompletionQueue;
+
+        fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
+            // SAFETY: only the pointer is read.
+            unsafe { cq.cq() }
+        }
+    }
+
+    // SAFETY: the views are the boxes it owns, with the entries read from them (no streams).
+    unsafe impl PostingInitiator for CountingInitiator {
+        fn qp_number(&self) -> u32 {
+            1
+        }
+
+        fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+            (self.qp.as_ptr(), self.entries, NonNull::from(&mut self.view.view))
+        }
+
+        fn max_inline_data(&self) -> u32 {
+            // The counting tables take any length (the benchmark posts none).
+            u32::MAX
+        }
+    }
+
+    /// The same DC RDMA writes as [`SendDcWrite`], posted through a `DcInitiatorPool` of one
+    /// counting initiator and one destination (static policy: the destination is bound to the
+    /// initiator once, nothing is released between batches): per batch
+    /// `pool.start_post_send(destination)`, per request
+    /// `construct_wr(wr_id, Signaled)?.setup_write(rkey, addr).setup_sge(lkey, addr, 64)` (the
+    /// pool sets the DC address), `post()`. The send queue holds every request of a run, so
+    /// nothing is settled: this row is the post path alone.
+    ///
+    /// Its "raw" side is not direct verbs calls but the direct DC initiator's guard, exactly
+    /// [`SendDcWrite`]'s guard side (the same function): the row's ratio is "posting through
+    /// the pool ÷ posting on one DC initiator". Its limit is set against the floor's row.
+    pub type SendDcPoolWrite = SendDcPool<false>;
+
+    /// As [`SendDcPoolWrite`], and after each batch one `pool.complete` of the previous batch's
+    /// last request (all signalled: it settles that whole batch, reporting each request to a
+    /// sink that drops it), in the measured function: the pool's post and poll paths together,
+    /// against the direct guard's post path (which has no bookkeeping to settle). One batch
+    /// stays in flight, as in a sender that keeps its pipe full: less the posting row, it shows
+    /// what settling costs.
+    pub type SendDcPoolWriteSettled = SendDcPool<true>;
+
+    /// DC writes through a pool; with `SETTLE`, each batch settles the one before it.
+    pub enum SendDcPool<const SETTLE: bool> {}
+
+    /// The `Static` rows' state, over the pool or its floor (`P`).
+    pub struct StaticRows<P: PoolRow> {
+        pub(super) pool: P,
+        destination: P::Destination,
+        /// Requests posted through the pool so far: the number of the next one.
+        numbered: u64,
+        /// The provider `wr_id` of the last request of the batch in flight.
+        in_flight: Option<u64>,
+        /// The direct side: [`SendDcWrite`]'s state.
+        pub(super) direct: DcState,
+        batch: usize,
+        buffers: Buffers,
+    }
+
+    // SAFETY: the counting tables are plain data, used by one thread at a time; the address
+    // handle is never dereferenced.
+    unsafe impl<P: PoolRow> Send for StaticRows<P> {}
+
+    impl<P: PoolRow> StaticRows<P> {
+        /// The state of batches of `batch` to `destination` of `pool`, warmed by the row's
+        /// measured function `guard` (so that [`run`](Self::run) is inlined there alone): with
+        /// `SETTLE`, two batches posted (the second settles the first: the steady state, one
+        /// batch in flight), else one.
+        pub(super) fn new<const SETTLE: bool>(
+            pool: P, destination: P::Destination, direct: DcState, batch: usize, guard: fn(&mut Self, usize),
+        ) -> Self {
+            let mut state = Self {
+                pool,
+                destination,
+                numbered: 0,
+                in_flight: None,
+                direct,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+            };
+            guard(&mut state, if SETTLE { 2 * batch } else { batch });
+            state
+        }
+
+        /// Posts `requests` to the destination in batches; with `SETTLE`, after each batch
+        /// settles the one before it (the initiator is 0).
+        #[inline(always)]
+        pub(super) fn run<const SETTLE: bool>(&mut self, requests: usize) {
+            let Self {
+                pool,
+                destination,
+                numbered,
+                in_flight,
+                batch,
+                buffers,
+                ..
+            } = self;
+            let (destination, batch, b) = (*destination, *batch, *buffers);
+            let mut next = 0;
+            while next < requests {
+                pool.post_batch(destination, next as u64, batch, b);
+                if SETTLE {
+                    *numbered += batch as u64;
+                    // The provider sees `initiator << 48 | number`; the initiator is 0.
+                    let last = *numbered - 1;
+                    if let Some(previous) = in_flight.replace(last) {
+                        if !pool.settle(previous, |_| {}) {
+                            failed("settling the batch in flight");
+                        }
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        /// Requests the provider was handed on both sides.
+        pub(super) fn posted(&self) -> u64 {
+            self.pool.posted_requests() + SendDcWrite::posted(&self.direct)
+        }
+    }
+
+    impl<const SETTLE: bool> Workload for SendDcPool<SETTLE> {
+        const NAME: &'static str = if SETTLE {
+            "send_dc_pool_write_settled"
+        } else {
+            "send_dc_pool_write"
+        };
+        type State = StaticRows<DcInitiatorPool<CountingInitiator>>;
+
+        fn setup(batch: usize) -> Self::State {
+            let mut qp = CountingQp::new();
+            let mut view = CountingDc::new();
+            let entries = view.entries(&mut qp);
+            let initiator = CountingInitiator { qp, view, entries };
+            let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
+            // The direct side warms itself (one batch each of its ways).
+            let direct = SendDcWrite::setup(batch);
+            // SAFETY: the counting setter never dereferences the handle.
+            let destination = unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) };
+            StaticRows::new::<SETTLE>(pool, destination, direct, batch, Self::guard)
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut Self::State, requests: usize) {
+            state.run::<SETTLE>(requests);
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut Self::State, requests: usize) {
+            SendDcWrite::guard(&mut state.direct, requests);
+        }
+
+        fn posted(state: &Self::State) -> u64 {
+            state.posted()
+        }
+    }
+
+    /// What the pool rows' harness drives: the pool, or the floor under it
+    /// (`benches/common/dc_floor.rs`), so that both are measured in the same loops.
+    pub trait PoolRow {
+        type Destination: Copy;
+        /// Posts one batch of `batch` DC writes to `destination`, the callers' `wr_id`s (and
+        /// the buffers' places) from `first`.
+        fn post_batch(&mut self, destination: Self::Destination, first: u64, batch: usize, b: Buffers);
+        /// As [`post_batch`](Self::post_batch), and says which initiator the batch went to.
+        fn post_batch_on(&mut self, destination: Self::Destination, first: u64, batch: usize, b: Buffers) -> usize;
+        /// What settling reports per request.
+        type Event;
+        /// Settles the successful completion of provider `wr_id`, reporting to `sink`; whether it
+        /// named a request in flight. (Each loop passes a sink of its own, as when each called
+        /// the pool itself: one caller per instance, which the compiler inlines.)
+        fn settle(&mut self, wr_id: u64, sink: impl FnMut(Self::Event)) -> bool;
+        /// Requests handed to its initiators' providers so far (checking one DC address each).
+        fn posted_requests(&self) -> u64;
+    }
+
+    impl PoolRow for DcInitiatorPool<CountingInitiator> {
+        type Destination = DestinationId;
+
+        #[inline(always)]
+        fn post_batch(&mut self, destination: DestinationId, first: u64, batch: usize, b: Buffers) {
+            let Ok(mut guard) = self.start_post_send(destination) else {
+                failed("DcInitiatorPool::start_post_send")
+            };
+            write_requests(&mut guard, first, batch, b);
+            if guard.post().is_err() {
+                failed("DcPoolPostGuard::post");
+            }
+        }
+
+        #[inline(always)]
+        fn post_batch_on(&mut self, destination: DestinationId, first: u64, batch: usize, b: Buffers) -> usize {
+            let Ok(mut guard) = self.start_post_send(destination) else {
+                failed("DcInitiatorPool::start_post_send (dedicated)")
+            };
+            let (initiator, _) = guard.initiator();
+            write_requests(&mut guard, first, batch, b);
+            if guard.post().is_err() {
+                failed("DcPoolPostGuard::post");
+            }
+            initiator
+        }
+
+        type Event = DcPoolEvent;
+
+        #[inline(always)]
+        fn settle(&mut self, wr_id: u64, sink: impl FnMut(DcPoolEvent)) -> bool {
+            self.complete_raw(wr_id, 0, sink)
+        }
+
+        fn posted_requests(&self) -> u64 {
+            (0..self.initiator_count())
+                .map(|i| {
+                    let initiator = self.initiator(i).expect("an initiator of the pool");
+                    assert_eq!(
+                        initiator.view.addresses,
+                        initiator.qp.requests(),
+                        "one DC address per request"
+                    );
+                    initiator.qp.requests()
+                })
+                .sum()
+        }
+    }
+
+    /// A pool batch's requests (callers' `wr_id`s and places from `first`).
+    #[inline(always)]
+    fn write_requests(guard: &mut DcPoolPostGuard<'_, CountingInitiator>, first: u64, batch: usize, b: Buffers) {
+        for n in first..first + batch as u64 {
+            let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
+                failed("DcPoolPostGuard::construct_wr")
+            };
+            // SAFETY: the counting provider never touches the buffers.
+            unsafe {
+                request.setup_write(b.rkey, b.remote + n * STRIDE).setup_sge(
+                    b.lkey,
+                    b.local + n * STRIDE,
+                    STRIDE as u32,
+                )
+            };
+        }
+    }
+
+    /// Initiators of the dedicated row's pool, and requests in flight per initiator at most.
+    pub(super) const DEDICATED_INITIATORS: usize = 16;
+    /// Destinations of the dedicated row, posted to round robin.
+    pub(super) const DEDICATED_DESTINATIONS: usize = 1024;
+
+    /// The same DC writes through a `DcInitiatorPool` of the dedicated policy: 16 counting
+    /// initiators, 1 024 destinations posted to round robin, one batch each in turn. A
+    /// destination holds no initiator when its turn comes (its last batch settled long ago):
+    /// each batch is granted a free initiator, and after it the oldest of the 16 batches in
+    /// flight is settled (`complete_raw` of its last request, which reports the batch and gives
+    /// its initiator back). The common case of a pool serving many peers, where no destination
+    /// keeps an initiator from one batch to the next: the post path with a grant and a release
+    /// every batch, and settling. Its "raw" side is the direct DC initiator's guard.
+    ///
+    /// The batches in flight (the last provider `wr_id` of each, which a CQ would return) are the
+    /// benchmark's stand-in for the CQ, not pool work: a fixed array of 16 used as a ring, not a
+    /// `VecDeque`, whose push and pop cost about 25 instructions per batch more, which the row
+    /// would have counted as the pool's.
+    pub enum SendDcPoolDedicatedSettled {}
+
+    /// The `Dedicated` rows' state, over the pool or its floor (`P`).
+    pub struct DedicatedRows<P: PoolRow> {
+        pub(super) pool: P,
+        destinations: Vec<P::Destination>,
+        /// The next destination's turn.
+        turn: usize,
+        /// Requests numbered per initiator so far.
+        numbered: [u64; DEDICATED_INITIATORS],
+        /// Provider `wr_id`s of the last request of each batch in flight (the CQ's stand-in): a
+        /// ring, batch `t`'s at `t % 16`; batch `t - 15`'s, the oldest, is settled after batch
+        /// `t` is posted, so that 15 stay in flight between batches.
+        in_flight: [u64; DEDICATED_INITIATORS],
+        /// Batches posted so far.
+        batches: u64,
+        pub(super) direct: DcState,
+        batch: usize,
+        buffers: Buffers,
+    }
+
+    // SAFETY: as StaticRows'.
+    unsafe impl<P: PoolRow> Send for DedicatedRows<P> {}
+
+    impl<P: PoolRow> DedicatedRows<P> {
+        /// The state of batches of `batch` to `destinations` of `pool` round robin, warmed by the
+        /// row's measured function `guard` (as [`StaticRows::new`]): every destination posted
+        /// once, 16 batches in flight.
+        pub(super) fn new(
+            pool: P, destinations: Vec<P::Destination>, direct: DcState, batch: usize, guard: fn(&mut Self, usize),
+        ) -> Self {
+            let mut state = Self {
+                pool,
+                destinations,
+                turn: 0,
+                numbered: [0; DEDICATED_INITIATORS],
+                in_flight: [0; DEDICATED_INITIATORS],
+                batches: 0,
+                direct,
+                batch: black_box(batch),
+                buffers: Buffers::opaque(),
+            };
+            guard(&mut state, DEDICATED_DESTINATIONS * batch);
+            state
+        }
+
+        /// Posts `requests` to the destinations round robin, one batch each; after each batch
+        /// the oldest of the batches in flight is settled once 16 are.
+        #[inline(always)]
+        pub(super) fn run(&mut self, requests: usize) {
+            let (batch, b) = (self.batch, self.buffers);
+            let mut next = 0;
+            while next < requests {
+                let destination = self.destinations[self.turn];
+                self.turn = (self.turn + 1) % DEDICATED_DESTINATIONS;
+                let initiator = self.pool.post_batch_on(destination, next as u64, batch, b);
+                self.numbered[initiator] += batch as u64;
+                // The provider sees `initiator << 48 | number`.
+                let t = self.batches;
+                self.in_flight[t as usize % DEDICATED_INITIATORS] =
+                    ((initiator as u64) << 48) | (self.numbered[initiator] - 1);
+                self.batches = t + 1;
+                if t + 1 >= DEDICATED_INITIATORS as u64 {
+                    // Batch `t - 15`'s, the oldest in flight.
+                    let oldest = self.in_flight[(t + 1) as usize % DEDICATED_INITIATORS];
+                    if !self.pool.settle(oldest, |_| {}) {
+                        failed("settling the oldest batch in flight (dedicated)");
+                    }
+                }
+                next += batch;
+            }
+        }
+
+        /// Requests the provider was handed on both sides.
+        pub(super) fn posted(&self) -> u64 {
+            self.pool.posted_requests() + SendDcWrite::posted(&self.direct)
+        }
+    }
+
+    impl Workload for SendDcPoolDedicatedSettled {
+        const NAME: &'static str = "send_dc_pool_dedicated_write_settled";
+        type State = DedicatedRows<DcInitiatorPool<CountingInitiator>>;
+
+        fn setup(batch: usize) -> Self::State {
+            let initiators = (0..DEDICATED_INITIATORS)
+                .map(|_| {
+                    let mut qp = CountingQp::new();
+                    let mut view = CountingDc::new();
+                    let entries = view.entries(&mut qp);
+                    CountingInitiator { qp, view, entries }
+                })
+                .collect();
+            let mut pool = DcInitiatorPool::from_initiators(initiators, DcPoolPolicy::Dedicated, 3);
+            let direct = SendDcWrite::setup(batch);
+            let destinations = (0..DEDICATED_DESTINATIONS)
+                // SAFETY: the counting setter never dereferences the handle.
+                .map(|_| unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) })
+                .collect();
+            DedicatedRows::new(pool, destinations, direct, batch, Self::guard)
+        }
+
+        #[inline(never)]
+        fn guard(state: &mut Self::State, requests: usize) {
+            state.run(requests);
+        }
+
+        #[inline(never)]
+        fn raw(state: &mut Self::State, requests: usize) {
+            SendDcWrite::guard(&mut state.direct, requests);
+        }
+
+        fn posted(state: &Self::State) -> u64 {
+            state.posted()
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receives: an SRQ whose context's `ops.post_srq_recv` counts.
+
+/// A device context whose `ops.post_srq_recv` walks the list it is handed and counts the requests
+/// (atomically: several threads may post to one SRQ), and an SRQ on it.
+#[repr(C)]
+pub struct CountingSrq {
+    context: ibv_context,
+    srq: ibv_srq,
+    requests: AtomicU64,
+}
+
+unsafe extern "C" fn count_post_srq_recv(
+    srq: *mut ibv_srq, mut wr: *mut ibv_recv_wr, _bad_wr: *mut *mut ibv_recv_wr,
+) -> i32 {
+    let mut n = 0;
+    while !wr.is_null() {
+        n += 1;
+        wr = (*wr).next;
+    }
+    // The SRQ is the field after the context.
+    let this = (*srq).context.cast::<CountingSrq>();
+    (*this).requests.fetch_add(n, Ordering::Relaxed);
+    0
+}
+
+impl CountingSrq {
+    /// A counting SRQ, to be shared by the threads that post to it.
+    pub fn new() -> Arc<Self> {
+        // SAFETY: ibv_context and ibv_srq are plain data, pointers, optional function pointers and
+        // pthread objects, for which zeroes are valid (the latter are never used).
+        let mut this: Arc<Self> = Arc::new(unsafe { MaybeUninit::zeroed().assume_init() });
+        let inner = Arc::get_mut(&mut this).expect("just created");
+        inner.context.ops.post_srq_recv = Some(count_post_srq_recv);
+        // The allocation never moves: the pointer stays valid as long as the Arc.
+        inner.srq.context = &mut inner.context;
+        this
+    }
+
+    pub fn srq(&self) -> NonNull<ibv_srq> {
+        NonNull::from(&self.srq)
+    }
+
+    /// Receive requests handed to the provider.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: the counting provider touches only the atomic counter after construction.
+unsafe impl Send for CountingSrq {}
+// SAFETY: as above.
+unsafe impl Sync for CountingSrq {}
+
+/// SRQ receives of one scatter/gather entry: `wr_id` and one SGE per request, the batch handed to
+/// `ibv_post_srq_recv` as one linked list.
+pub enum RecvSrq {}
+
+pub struct RecvState {
+    pub srq: Arc<CountingSrq>,
+    pub batch: usize,
+    pub buffers: Buffers,
+    /// The guard's storage and the raw version's list and entries, each reused batch after
+    /// batch.
+    storage: PostReceiveStorage,
+    wrs: Vec<ibv_recv_wr>,
+    sges: Vec<ibv_sge>,
+}
+
+// SAFETY: the raw storage's pointers point into its own vectors, used by one thread at a time.
+unsafe impl Send for RecvState {}
+
+impl RecvState {
+    /// The state of one thread posting batches of `batch` to `srq` (which may be shared).
+    pub fn new(srq: Arc<CountingSrq>, batch: usize) -> Self {
+        let empty = ibv_recv_wr {
+            wr_id: 0,
+            next: null_mut(),
+            sg_list: null_mut(),
+            num_sge: 0,
+        };
+        Self {
+            srq,
+            batch: black_box(batch),
+            buffers: Buffers::opaque(),
+            storage: PostReceiveStorage::new(),
+            wrs: vec![empty; batch],
+            sges: vec![
+                ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0
+                };
+                batch
+            ],
+        }
+    }
+}
+
+/// Posts `requests` receives to `srq` in batches of `batch` with the guard.
+#[inline(always)]
+pub fn recv_guard(srq: NonNull<ibv_srq>, storage: &mut PostReceiveStorage, batch: usize, b: Buffers, requests: usize) {
+    let mut next = 0;
+    while next < requests {
+        // SAFETY: the counting SRQ is live for the batch; it takes one entry per request.
+        let mut guard = unsafe { PostReceiveGuard::start(srq, 1, storage) };
+        for n in next as u64..(next + batch) as u64 {
+            // SAFETY: the counting provider never touches the buffers.
+            unsafe {
+                guard
+                    .construct_wr(n)
+                    .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
+            };
+        }
+        if guard.post().is_err() {
+            failed("PostReceiveGuard::post");
+        }
+        next += batch;
+    }
+}
+
+/// Posts `requests` receives to `srq` in batches of `wrs.len()` with direct calls, building the
+/// list in `wrs` and `sges` each batch.
+#[inline(always)]
+pub fn recv_raw(srq: NonNull<ibv_srq>, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers, requests: usize) {
+    let batch = wrs.len().min(sges.len());
+    let (wr_base, sge_base) = (wrs.as_mut_ptr(), sges.as_mut_ptr());
+    let mut next = 0;
+    while next < requests {
+        // SAFETY: every index is below `batch`, the length of both arrays; the list lives in
+        // them until ibv_post_srq_recv returns; the counting SRQ is live.
+        unsafe {
+            for i in 0..batch {
+                let n = (next + i) as u64;
+                let sge = sge_base.add(i);
+                (*sge).addr = b.local + n * STRIDE;
+                (*sge).length = STRIDE as u32;
+                (*sge).lkey = b.lkey;
+                let wr = wr_base.add(i);
+                (*wr).wr_id = n;
+                (*wr).sg_list = sge;
+                (*wr).num_sge = 1;
+                (*wr).next = if i + 1 < batch { wr_base.add(i + 1) } else { null_mut() };
+            }
+            let mut bad: *mut ibv_recv_wr = null_mut();
+            if ibv_post_srq_recv(srq.as_ptr(), wr_base, &mut bad) != 0 {
+                failed("ibv_post_srq_recv");
+            }
+        }
+        next += batch;
+    }
+}
+
+impl RecvSrq {
+    /// The warm state of one thread posting batches of `batch` to `srq`, which other threads may
+    /// post to as well.
+    pub fn setup_on(srq: Arc<CountingSrq>, batch: usize) -> RecvState {
+        let mut state = RecvState::new(srq, batch);
+        Self::guard(&mut state, batch);
+        Self::raw(&mut state, batch);
+        state
+    }
+}
+
+impl Workload for RecvSrq {
+    const NAME: &'static str = "recv_srq";
+    type State = RecvState;
+
+    fn setup(batch: usize) -> RecvState {
+        Self::setup_on(CountingSrq::new(), batch)
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut RecvState, requests: usize) {
+        recv_guard(
+            state.srq.srq(),
+            &mut state.storage,
+            state.batch,
+            state.buffers,
+            requests,
+        );
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut RecvState, requests: usize) {
+        let srq = state.srq.srq();
+        recv_raw(srq, &mut state.wrs, &mut state.sges, state.buffers, requests);
+    }
+
+    fn posted(state: &RecvState) -> u64 {
+        state.srq.requests()
+    }
+}
+
+/// SRQ receives of one 64-byte entry posted one request at a time: the guard side with
+/// `post_recv_one(wr_id, &[sge])` (through `SharedReceiveQueue::post_recv_one_raw`, which
+/// `srq.post_recv_one` calls), the raw side with an `ibv_recv_wr` and an `ibv_sge` on the stack and
+/// one `ibv_post_srq_recv` per request. Its batch is always 1.
+pub enum RecvSrqOne {}
+
+/// Posts `requests` receives to `srq` one at a time with `post_recv_one`.
+#[inline(always)]
+pub fn recv_one_guard(srq: NonNull<ibv_srq>, b: Buffers, requests: usize) {
+    for n in 0..requests as u64 {
+        let sge = [ibv_sge {
+            addr: b.local + n * STRIDE,
+            length: STRIDE as u32,
+            lkey: b.lkey,
+        }];
+        // SAFETY: the counting SRQ is live and takes one entry per request; the counting provider
+        // never touches the buffers.
+        if unsafe { SharedReceiveQueue::post_recv_one_raw(srq, 1, n, &sge) }.is_err() {
+            failed("SharedReceiveQueue::post_recv_one");
+        }
+    }
+}
+
+/// Posts `requests` receives to `srq` one at a time with direct calls.
+#[inline(always)]
+pub fn recv_one_raw(srq: NonNull<ibv_srq>, b: Buffers, requests: usize) {
+    for n in 0..requests as u64 {
+        let mut sge = ibv_sge {
+            addr: b.local + n * STRIDE,
+            length: STRIDE as u32,
+            lkey: b.lkey,
+        };
+        // Zeroed first, padding included, as a correct C caller does (`= {0}`): libibverbs may
+        // copy the whole struct.
+        let mut wr = std::mem::MaybeUninit::<ibv_recv_wr>::zeroed();
+        // SAFETY: all-zero bytes are a valid ibv_recv_wr; fields are written in place.
+        let wr = unsafe { wr.assume_init_mut() };
+        wr.wr_id = n;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        let mut bad: *mut ibv_recv_wr = null_mut();
+        // SAFETY: a one-request list on the stack, alive during the call; the counting SRQ is live.
+        if unsafe { ibv_post_srq_recv(srq.as_ptr(), wr, &mut bad) } != 0 {
+            failed("ibv_post_srq_recv");
+        }
+    }
+}
+
+impl Workload for RecvSrqOne {
+    const NAME: &'static str = "recv_srq_one";
+    type State = RecvState;
+
+    fn setup(batch: usize) -> RecvState {
+        let mut state = RecvState::new(CountingSrq::new(), batch);
+        Self::guard(&mut state, 1);
+        Self::raw(&mut state, 1);
+        state
+    }
+
+    #[inline(never)]
+    fn guard(state: &mut RecvState, requests: usize) {
+        recv_one_guard(state.srq.srq(), state.buffers, requests);
+    }
+
+    #[inline(never)]
+    fn raw(state: &mut RecvState, requests: usize) {
+        recv_one_raw(state.srq.srq(), state.buffers, requests);
+    }
+
+    fn posted(state: &RecvState) -> u64 {
+        state.srq.requests()
+    }
+}

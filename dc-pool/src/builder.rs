@@ -1,0 +1,484 @@
+//! The pool's builder: how many initiators, their settings, the policy, the send CQ.
+use std::sync::Arc;
+use std::time::Duration;
+
+use sideway::ibverbs::completion::{
+    CompletionChannel, CompletionQueue, CreateCompletionQueueError, CreateCompletionQueueErrorKind,
+    GenericCompletionQueue,
+};
+use sideway::ibverbs::device_context::DeviceContext;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+
+use super::requests::MAX_INITIATORS;
+use super::types::DcPoolPolicy;
+use super::{DcInitiatorPool, PoolInitiator};
+use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+use sideway_ext::mlx5::dc::initiator::{
+    BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder,
+};
+
+/// Error returned by [`DcInitiatorPoolBuilder::build`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to create DC initiator pool")]
+#[non_exhaustive]
+pub struct CreateDcInitiatorPoolError(#[from] pub CreateDcInitiatorPoolErrorKind);
+
+impl CreateDcInitiatorPoolError {
+    /// Whether the device is not mlx5, libmlx5 is missing, the device has no DC, or (streams
+    /// policy) the device has no DCI streams (its `dci_streams_caps.max_log_num_concurent` is 0
+    /// or not reported: [`DciStreamsNotSupported`](sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind::DciStreamsNotSupported)).
+    pub fn is_not_supported(&self) -> bool {
+        use sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind as Kind;
+        match &self.0 {
+            CreateDcInitiatorPoolErrorKind::Initiator { source, .. } => {
+                source.is_not_supported() || matches!(source.0, Kind::DciStreamsNotSupported)
+            },
+            _ => false,
+        }
+    }
+}
+
+/// The enum type for [`CreateDcInitiatorPoolError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateDcInitiatorPoolErrorKind {
+    /// The number of initiators is 0 or above the pool's limit of 65 536.
+    #[error("a pool holds 1 to {max} DC initiators, not {requested}")]
+    InvalidInitiatorCount {
+        /// What was asked for.
+        requested: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The streams policy needs DCI streams (the initiator's `setup_dci_streams`), and the other policies must
+    /// not have them.
+    #[error("the {policy:?} policy {requirement}")]
+    StreamsMismatch {
+        /// The policy.
+        policy: DcPoolPolicy,
+        /// What it requires.
+        requirement: &'static str,
+    },
+    /// No send completion queue was given (`setup_send_cq`) nor asked for
+    /// (`setup_own_send_cq`).
+    #[error("a send completion queue is required (setup_send_cq or setup_own_send_cq)")]
+    MissingSendCompletionQueue,
+    /// The send completion queue holds fewer completions than can be in flight: every request is
+    /// signalled, so it needs initiators × the send queue each was granted
+    /// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr)).
+    /// Checked before any library call against the send queue asked for (each is granted at
+    /// least that), then against the one granted once the initiators exist (they are destroyed
+    /// again on this error).
+    #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
+    SendCompletionQueueTooSmall {
+        /// What it holds (`ibv_cq.cqe`).
+        cqe: u32,
+        /// Initiators × granted send queue.
+        needed: u64,
+    },
+    /// Creating the pool's own send completion queue (`setup_own_send_cq`) failed, e.g. larger
+    /// than the device's `max_cqe`.
+    #[error("creating the pool's send completion queue of {cqe} entries failed")]
+    SendCompletionQueue {
+        /// The size asked for (initiators × granted send queue).
+        cqe: u64,
+        /// Why.
+        #[source]
+        source: CreateCompletionQueueError,
+    },
+    /// No bring-up parameters were given (`setup_bring_up`).
+    #[error("the pool brings its initiators up: setup_bring_up is required")]
+    MissingBringUp,
+    /// Creating initiator `index` failed (the ones before it were destroyed).
+    #[error("creating DC initiator {index} failed")]
+    Initiator {
+        /// Which one.
+        index: usize,
+        /// Why.
+        #[source]
+        source: CreateDcInitiatorError,
+    },
+    /// Bringing initiator `index` up failed.
+    #[error("bringing DC initiator {index} up failed")]
+    BringUp {
+        /// Which one.
+        index: usize,
+        /// Why.
+        #[source]
+        source: BringUpDcInitiatorError,
+    },
+}
+
+/// Builds a [`DcInitiatorPool`]; see
+/// [`DcProtectionDomainExt::create_dci_pool_builder`](sideway_ext::mlx5::extension::DcProtectionDomainExt::create_dci_pool_builder).
+#[derive(Debug)]
+pub struct DcInitiatorPoolBuilder {
+    pd: Arc<ProtectionDomain>,
+    initiator: DcInitiatorBuilder,
+    send_cq: Option<GenericCompletionQueue>,
+    count: usize,
+    policy: DcPoolPolicy,
+    bring_up: Option<DcInitiatorBringUp>,
+    service_class: DcServiceClass,
+    unreachable_after: u32,
+    grant_timeout: Duration,
+    stall_timeout: Option<Duration>,
+    own_send_cq: Option<OwnSendCq>,
+}
+
+/// What the pool's own send CQ is created on: the device, and a completion channel with its
+/// completion vector.
+type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
+
+impl DcInitiatorPoolBuilder {
+    /// A builder with the defaults: 8 initiators, the [dedicated](DcPoolPolicy::Dedicated)
+    /// policy, each initiator as [`DcInitiatorBuilder::new`] makes it, address handles from the
+    /// initiators' source GID, unreachable after 3 consecutive "retry exceeded" errors, stalls
+    /// reported after 5 s.
+    pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
+        Self {
+            pd: Arc::clone(pd),
+            initiator: DcInitiatorBuilder::new(pd),
+            send_cq: None,
+            count: 8,
+            policy: DcPoolPolicy::Dedicated,
+            bring_up: None,
+            service_class: DcServiceClass::new(),
+            unreachable_after: 3,
+            grant_timeout: Duration::from_millis(10),
+            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
+            own_send_cq: None,
+        }
+    }
+
+    /// The completion queue of every initiator's send completions (this, or
+    /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required). It may be shared with other
+    /// queue pairs: [`DcInitiatorPool::poll`] hands their completions over
+    /// ([`DcPoolEvent::OtherCompletion`](super::types::DcPoolEvent::OtherCompletion)), and a caller that polls it itself feeds the pool with
+    /// [`DcInitiatorPool::complete`]. It must hold every request that can be in flight (the pool
+    /// signals every request): initiators × the send queue each is granted
+    /// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr): at
+    /// least the `max_send_wr` of [`setup_initiator`](Self::setup_initiator), as libmlx5 rounds
+    /// the queue up to a power of two of bytes, e.g. 32 for 20), plus what the other queue pairs
+    /// need; [`build`](Self::build) refuses a CQ smaller than the pool's part
+    /// ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
+    pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
+        self.send_cq = Some(send_cq.into());
+        self.own_send_cq = None;
+        self
+    }
+
+    /// Lets [`build`](Self::build) create the send completion queue on `context` (the protection
+    /// domain's device), sized initiators × the send queue each will be granted (planned from
+    /// [`setup_initiator`](Self::setup_initiator)'s request and the device), and,
+    /// with a `channel`, on that completion channel and completion vector: arm it through
+    /// [`DcInitiatorPool::send_cq`] with
+    /// [`req_notify_cq`](sideway_ext::ibverbs::extension::CompletionQueueEventExt::req_notify_cq) and
+    /// wait for its events with [`CompletionChannelExt`](sideway_ext::ibverbs::extension::CompletionChannelExt).
+    pub fn setup_own_send_cq(
+        &mut self, context: &Arc<DeviceContext>, channel: Option<(&Arc<CompletionChannel>, u32)>,
+    ) -> &mut Self {
+        self.own_send_cq = Some((
+            Arc::clone(context),
+            channel.map(|(channel, vector)| (Arc::clone(channel), vector)),
+        ));
+        self.send_cq = None;
+        self
+    }
+
+    /// How long a destination that was granted an initiator from the line
+    /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) and posted nothing on it keeps
+    /// it before it goes to the next in line (default 10 ms; `Duration::MAX`: for ever). It keeps
+    /// it as long as it has requests outstanding once it posted. The clock is read by
+    /// [`poll`](super::DcInitiatorPool::poll) and [`progress`](super::DcInitiatorPool::progress)
+    /// only while such a grant is unused.
+    pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.grant_timeout = timeout;
+        self
+    }
+
+    /// How many DC initiators (default 8).
+    pub fn setup_initiators(&mut self, count: usize) -> &mut Self {
+        self.count = count;
+        self
+    }
+
+    /// How initiators are assigned to destinations (default dedicated).
+    pub fn setup_policy(&mut self, policy: DcPoolPolicy) -> &mut Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Each initiator's settings, from a DC initiator builder (`pd.create_dci_builder()`): its
+    /// send queue, scatter/gather entries, inline data, send operations and DCI streams (default:
+    /// as [`DcInitiatorBuilder::new`] makes it). Its protection domain and send CQ are not used:
+    /// the initiators are created on the pool's. DCI streams are required by, and only allowed
+    /// with, the [streams](DcPoolPolicy::Streams) policy; on a device without them, creation
+    /// fails with [`is_not_supported`](CreateDcInitiatorPoolError::is_not_supported).
+    pub fn setup_initiator(&mut self, initiator: &DcInitiatorBuilder) -> &mut Self {
+        self.initiator = initiator.clone();
+        self
+    }
+
+    /// How every initiator is brought up to RTS, and recovered (required). Its source GID is the
+    /// one the pool's address handles are sent from (by default, on RoCE, the port's RoCE v2
+    /// GID: [`DcInitiatorBringUp::setup_source_gid`]); its path MTU is the largest packet the
+    /// pool sends, and a destination whose endpoint says its port takes less is refused
+    /// ([`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)): give
+    /// it the smallest of your destinations'
+    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`]).
+    pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
+        self.bring_up = Some(bring_up);
+        self
+    }
+
+    /// The traffic class, flow label and service level of the address handles the pool creates
+    /// (default all 0); see [`DcServiceClass`] (the DSCP on RoCE v2).
+    pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
+        self.service_class = class;
+        self
+    }
+
+    /// After how many consecutive "transport retry counter exceeded" errors a destination is
+    /// reported unreachable (default 3; at least 1).
+    pub fn setup_unreachable_after(&mut self, errors: u32) -> &mut Self {
+        self.unreachable_after = errors;
+        self
+    }
+
+    /// After how long a request that is the oldest outstanding one of its initiator (or DCI
+    /// stream) is reported [`Stalled`](super::types::DcPoolEvent::Stalled), once, with its
+    /// destination (default 5 s; `None`: never). Checked by [`poll`](super::DcInitiatorPool::poll)
+    /// and [`progress`](super::DcInitiatorPool::progress), which read the clock once each while
+    /// it is on, and look at the initiators' oldest requests every eighth of the timeout: a
+    /// request is reported between the timeout and an eighth more after it was posted.
+    ///
+    /// On by default because with `rnr_retry` 7 (retry for ever, the bring-up's default) a
+    /// target whose receive queue ran dry stalls its initiator with no completion, ever, and
+    /// nothing else tells. 5 s is past the longest a request waits for anything else: the
+    /// transport retries to a target that does not answer end after about 0.5–2 s (timeout 14,
+    /// `retry_cnt` 7), and a request waits for the ones ahead of it only while they move.
+    pub fn setup_stall_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.stall_timeout = timeout;
+        self
+    }
+
+    /// Creates the initiators on the send CQ and brings each up to RTS.
+    pub fn build(&self) -> Result<DcInitiatorPool, CreateDcInitiatorPoolError> {
+        check_shape(self.count, self.policy, self.initiator.streams().is_some())?;
+        let bring_up = self
+            .bring_up
+            .as_ref()
+            .ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
+        let mut initiator_builder = self.initiator.clone();
+        initiator_builder.setup_protection_domain(&self.pd);
+        // Every request is signalled, and each initiator is granted at least the send queue asked
+        // for: a CQ below initiators × that is refused before any library call (and checked
+        // against what was granted once the initiators exist).
+        let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
+        let send_cq = match (&self.send_cq, &self.own_send_cq) {
+            (Some(cq), _) => {
+                let cqe = entries(cq);
+                if u64::from(cqe) < at_least {
+                    return Err(
+                        CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed: at_least }.into(),
+                    );
+                }
+                cq.clone()
+            },
+            (None, Some((context, channel))) => {
+                let cqe_of = |needed: u64| {
+                    u32::try_from(needed)
+                        .ok()
+                        .filter(|&cqe| cqe <= i32::MAX as u32)
+                        .ok_or_else(|| CreateDcInitiatorPoolErrorKind::SendCompletionQueue {
+                            cqe: needed,
+                            source: CreateCompletionQueueErrorKind::Ibverbs(std::io::Error::from_raw_os_error(
+                                libc::EINVAL,
+                            ))
+                            .into(),
+                        })
+                };
+                cqe_of(at_least)?;
+                // Sized for the send queue libmlx5 will grant each initiator.
+                let per_initiator = initiator_builder
+                    .planned_max_send_wr()
+                    .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index: 0, source })?;
+                let needed = self.count as u64 * u64::from(per_initiator.max(1));
+                let cqe = cqe_of(needed)?;
+                let mut builder = context.create_cq_builder();
+                builder.setup_cqe(cqe);
+                if let Some((channel, vector)) = channel {
+                    builder.setup_comp_channel(channel, *vector);
+                }
+                builder
+                    .build()
+                    .map_err(|source| CreateDcInitiatorPoolErrorKind::SendCompletionQueue { cqe: needed, source })?
+                    .into()
+            },
+            (None, None) => return Err(CreateDcInitiatorPoolErrorKind::MissingSendCompletionQueue.into()),
+        };
+        initiator_builder.setup_send_cq(send_cq.clone());
+        let mut initiators = Vec::with_capacity(self.count);
+        for index in 0..self.count {
+            let mut initiator = initiator_builder
+                .build()
+                .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index, source })?;
+            initiator
+                .bring_up(bring_up)
+                .map_err(|source| CreateDcInitiatorPoolErrorKind::BringUp { index, source })?;
+            initiators.push(initiator);
+        }
+        // Brought up alike: the first one's source GID and path MTU are every one's.
+        let (source_gid, path_mtu) = (initiators[0].source_gid(), initiators[0].path_mtu());
+        let mut pool = pool_on(initiators, entries(&send_cq), self.policy, self.unreachable_after)?;
+        pool.core.set_grant_timeout(self.grant_timeout);
+        pool.core.set_stall_timeout(self.stall_timeout);
+        pool.send_cq = Some(send_cq);
+        pool.pd = Some(Arc::clone(&self.pd));
+        pool.port = bring_up.port();
+        pool.src_gid_index = source_gid.map_or(0, |entry| entry.index());
+        pool.path_mtu = path_mtu;
+        pool.service_class = self.service_class;
+        Ok(pool)
+    }
+}
+
+/// The default of [`DcInitiatorPoolBuilder::setup_stall_timeout`].
+const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many completions `cq` holds (`ibv_cq.cqe`).
+fn entries(cq: &GenericCompletionQueue) -> u32 {
+    // SAFETY: the CQ is alive while `cq` is; only its size is read.
+    u32::try_from(unsafe { (*cq.cq().as_ptr()).cqe }).unwrap_or(0)
+}
+
+/// The pool over `initiators` on a send CQ of `cqe` entries. It keeps in flight on each
+/// initiator its send queue as libmlx5 granted it
+/// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr), the
+/// smallest were they to differ), which the CQ must hold for every initiator: the pool signals
+/// every request.
+fn pool_on<I: PoolInitiator>(
+    initiators: Vec<I>, cqe: u32, policy: DcPoolPolicy, unreachable_after: u32,
+) -> Result<DcInitiatorPool<I>, CreateDcInitiatorPoolErrorKind> {
+    let per_initiator = initiators.iter().map(I::max_send_wr).min().unwrap_or(0).max(1);
+    let needed = initiators.len() as u64 * u64::from(per_initiator);
+    if u64::from(cqe) < needed {
+        return Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed });
+    }
+    let mut pool = DcInitiatorPool::from_initiators(initiators, policy, unreachable_after);
+    pool.core.limit_send_queue(per_initiator);
+    Ok(pool)
+}
+
+/// What every pool's builder refuses: 0 or too many initiators, and DCI streams without the
+/// streams policy or that policy without them.
+pub(crate) fn check_shape(
+    count: usize, policy: DcPoolPolicy, streams: bool,
+) -> Result<(), CreateDcInitiatorPoolErrorKind> {
+    if count == 0 || count > MAX_INITIATORS {
+        return Err(CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount {
+            requested: count,
+            max: MAX_INITIATORS,
+        });
+    }
+    let requirement = match (policy == DcPoolPolicy::Streams, streams) {
+        (true, false) => "needs DCI streams (setup_dci_streams)",
+        (false, true) => "does not use DCI streams (only the streams policy does)",
+        _ => return Ok(()),
+    };
+    Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch { policy, requirement })
+}
+
+/// The DC initiator pool's factory on a protection domain, beside sideway-ext's
+/// [`DcProtectionDomainExt`](sideway_ext::mlx5::extension::DcProtectionDomainExt) (`use` both).
+pub trait DcPoolProtectionDomainExt {
+    /// A builder for a [`DcInitiatorPool`] of DC initiators on this protection domain.
+    fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder;
+}
+
+impl DcPoolProtectionDomainExt for Arc<ProtectionDomain> {
+    fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder {
+        DcInitiatorPoolBuilder::new(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::initiator::PooledInitiator;
+    use crate::simulation::SimulatedFabric;
+
+    /// Two simulated DC initiators (held to the DC initiator builder's sizing, `plan_dci`), each
+    /// asked for 20 requests.
+    fn initiators(fabric: &SimulatedFabric) -> Vec<crate::simulation::SimulatedInitiator> {
+        (0..2)
+            .map(|_| {
+                fabric
+                    .create_dci_builder()
+                    .setup_max_send_wr(20)
+                    .build()
+                    .expect("created")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_send_cq_and_the_in_flight_cap_follow_the_granted_send_queue() {
+        let fabric = SimulatedFabric::new(1);
+        // 20 requests round up to what the send queue's power of two of bytes holds (libmlx5's
+        // rounding, `plan_dci`): 21 on the fabric's device.
+        let granted = initiators(&fabric)[0].max_send_wr();
+        assert_eq!(granted, 21);
+        // A CQ for what was asked (2 × 20) cannot hold what the initiators may have in flight.
+        assert!(matches!(
+            pool_on(initiators(&fabric), 40, DcPoolPolicy::Static, 3).err(),
+            Some(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe: 40, needed: 42 })
+        ));
+        // One for what was granted holds it, and the pool keeps that much in flight on each.
+        let mut pool = pool_on(initiators(&fabric), 42, DcPoolPolicy::Static, 3).expect("the CQ holds 2 × 21");
+        assert_eq!(pool.initiator(0).map(PooledInitiator::max_send_wr), Some(21));
+        let target = fabric.create_target_builder().build().expect("a target");
+        let destination = pool.add_destination(target.endpoint());
+        assert_eq!(pool.start_post_send(destination).expect("an initiator").room(), 21);
+    }
+
+    #[test]
+    fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue() {
+        use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+        use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind;
+        let fabric = SimulatedFabric::new(1);
+        let initiator = fabric
+            .create_dci_builder()
+            .setup_max_send_wr(8)
+            .setup_max_inline_data(28)
+            .build()
+            .expect("created");
+        let mut pool = pool_on(vec![initiator], 64, DcPoolPolicy::Static, 3).expect("a pool");
+        let target = fabric.create_target_builder().build().expect("a target");
+        let destination = pool.add_destination(target.endpoint());
+        // As a DC initiator's own guard: refused before the provider, not a full queue.
+        let mut post = |len: usize| {
+            let mut guard = pool.start_post_send(destination).expect("an initiator");
+            let wr = guard
+                .construct_wr(9, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_send();
+            wr.setup_inline_data(&[0x5a; 64][..len]);
+            guard.post()
+        };
+        post(28).expect("the granted size fits");
+        let err = post(29).unwrap_err();
+        assert!(
+            matches!(
+                err.0,
+                PostSendErrorKind::InlineDataTooLong {
+                    length: 29,
+                    max_inline_data: 28,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}

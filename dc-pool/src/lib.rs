@@ -1,0 +1,598 @@
+//! A pool of DC initiators that serves many destinations: DC at scale.
+//!
+//! One [`DcInitiator`] serialises every destination behind it: a slow peer stalls the others, and
+//! one error completion puts it in ERR for all of them. A [`DcInitiatorPool`] creates several on
+//! one send CQ, assigns them to destinations by a [`DcPoolPolicy`], keeps one address handle per
+//! destination, maps every completion back to its request and destination, and recovers an
+//! initiator an error put in ERR (UCX's `dc_mlx5` transport does the same for its endpoints).
+//!
+//! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) (or,
+//! for the [streams](DcPoolPolicy::Streams) policy,
+//! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
+//! operation → data → `post`. [`poll`](DcInitiatorPool::poll) reports every request exactly once
+//! from its own completion (the pool signals them all), hands initiators that free up to the
+//! destinations in line, tells a destination refused with a would-block when it may post again
+//! ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device flushed
+//! them. Destinations come and go ([`remove_destination`](DcInitiatorPool::remove_destination),
+//! [`retire_destination`](DcInitiatorPool::retire_destination), generational ids); the send
+//! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
+//! [`DcPoolEvent::OtherCompletion`]) or created by the pool
+//! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
+//!
+//! This module holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the post
+//! path (address handle, grant, guard), [`types`] its values and errors. The bookkeeping, apart
+//! from any device, is in private modules: destinations, the wait line and grants; each
+//! initiator's ring of requests and batch records; completions and recovery; and what the pool
+//! needs of an initiator ([`PoolInitiator`]'s sealed part).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use sideway::ibverbs::device::DeviceList;
+//! use sideway::ibverbs::device_context::Mtu;
+//! use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+//! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+//! use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};
+//! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+//! use sideway_ext_dc_pool::builder::DcPoolProtectionDomainExt;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let endpoints: Vec<DcEndpoint> = Vec::new();
+//! # let (lkey, addr, rkey, remote_addr) = (0u32, 0u64, 0u32, 0u64);
+//! let ctx = DeviceList::new()?.iter().next().expect("a device").open()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq_builder().setup_cqe(4096).build()?;
+//! let mut pool = pd
+//!     .create_dci_pool_builder()
+//!     .setup_send_cq(cq)
+//!     .setup_initiators(16)
+//!     .setup_policy(DcPoolPolicy::DedicatedWithQuota { quota: 64 })
+//!     .setup_initiator(pd.create_dci_builder().setup_max_send_wr(128))
+//!     // On RoCE its address handles are sent from the port's RoCE v2 GID (or `setup_source_gid`);
+//!     // its packets are no larger than the smallest destination takes.
+//!     .setup_bring_up(DcInitiatorBringUp::new(1).setup_destination_path_mtu(Mtu::Mtu1024).clone())
+//!     .build()?;
+//! // One destination per peer's DC target (its endpoint came over the wire).
+//! let peers: Vec<_> = endpoints.iter().map(|e| pool.add_destination(e.clone())).collect();
+//! match pool.start_post_send(peers[0]) {
+//!     Ok(mut guard) => {
+//!         // The same request builder as a DC initiator's, minus the address: the pool sets it.
+//!         // SAFETY: the buffer is registered and outlives the request.
+//!         unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote_addr).setup_sge(lkey, addr, 64) };
+//!         guard.post()?;
+//!     },
+//!     // Nothing was posted (no initiator, quota, queue full, recovery): `poll` reports `Ready`
+//!     // for it when it may post again.
+//!     Err(e) if e.is_would_block() => {},
+//!     Err(e) => return Err(e.into()),
+//! }
+//! pool.poll(|event| match event {
+//!     DcPoolEvent::Completed { destination, wr_id } => println!("{wr_id} reached {destination:?}"),
+//!     DcPoolEvent::Retry { destination, wr_id } => println!("post {wr_id} to {destination:?} again"),
+//!     DcPoolEvent::Ready { destination } => println!("post to {destination:?} now"),
+//!     other => println!("{other:?}"),
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Policies
+//!
+//! | policy | a destination posts on | order per destination | when it cannot post |
+//! |---|---|---|---|
+//! | `Dedicated` | an initiator of its own while it has requests outstanding | kept | `WouldBlock(NoInitiator)`: it is in line |
+//! | `DedicatedWithQuota { quota }` | as above, but it yields after `quota` requests when others are in line | kept | also `WouldBlock(QuotaExhausted)`: no starvation |
+//! | `Static` | the initiator its number hashes to, shared | kept | `WouldBlock(QueueFull)`; a slow or failing destination delays or flushes the others on its initiator |
+//! | `Streams` | a hashed initiator and DCI stream (ConnectX-6 Dx and newer; else "not supported" at creation) | kept (streams run concurrently) | `WouldBlock(QueueFull)`; an error resets one stream only |
+//!
+//! Every would-block a destination can wait out ends with a [`DcPoolEvent::Ready`] for it: post
+//! then, not after every poll.
+//!
+//! # What a caller can rely on
+//!
+//! - **Nobody stalls, with no caller discipline.** Initiators that free up go to the destinations
+//!   in line at once, first first, as many as are free, inside the same `poll`. A destination is
+//!   never refused while an initiator is free for it. One that was granted an initiator and posts
+//!   nothing on it gives it back after the grant timeout (a time:
+//!   [`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout)), or at once
+//!   with [`cancel_wait`](DcInitiatorPool::cancel_wait).
+//! - **Every request signalled.** The pool signals every request whatever its flags (UCX turns
+//!   completion moderation off for DC too): a dedicated destination gives its initiator back
+//!   when its last request completes. The send CQ holds initiators × the initiator's send queue;
+//!   `build` refuses a smaller one.
+//! - **Exactly once.** `poll` reports every request once, with its destination: `Completed` (it
+//!   executed, also a completion of another stream that comes after an error), `Failed` (its
+//!   error completion's status and vendor syndrome; the same destination's requests the device
+//!   flushed behind it fail too), or `Retry` (the device flushed it for another destination's
+//!   error: it did not execute; post it again, before the destination's newer requests). The
+//!   pool reports a request on its own completion, never by inference, and resets a stream in
+//!   error, or recovers an initiator in ERR, only once the device flushed everything it held;
+//!   meanwhile its destinations get `WouldBlock(Recovering { .. })`.
+//! - **Peers come and go.** Destination ids are generational: a removed destination's id is
+//!   refused (`UnknownDestination`) everywhere, also once its place serves another destination.
+//!   [`remove_destination`](DcInitiatorPool::remove_destination) is refused while requests of it
+//!   are not reported; [`retire_destination`](DcInitiatorPool::retire_destination) removes it
+//!   once they are, with a `Removed` event. [`footprint`](DcInitiatorPool::footprint) stays that
+//!   of the live destinations however many came and went.
+//! - **Unreachable targets.** A destination whose requests keep failing with errors that say its
+//!   target is not there (transport retries exceeded: each fails, its initiator is recovered) is
+//!   reported `Unreachable` once; its posts are then refused until [`revive`](DcInitiatorPool::revive).
+//!   A live target whose DC key is not the endpoint's (recreated, or its key changed) most
+//!   likely looks the same: mlx5 drops the packet (see [`DcTarget`](sideway_ext::mlx5::dc::target::DcTarget));
+//!   get the peer's current endpoint, remove the destination and add it again with that one.
+//! - **Stalls are seen.** A request outstanding longer than the stall timeout (default 5 s) is
+//!   reported once, [`DcPoolEvent::Stalled`]: e.g. a target whose receive queue ran dry, which
+//!   `rnr_retry` 7 retries for ever with no completion.
+//!
+//! # Posting
+//!
+//! The pool's guard is the DC initiator's request builder minus the address, which the pool
+//! sets: `start_post_send(destination)?` → `construct_wr(wr_id, flags)?` → operation → data →
+//! `post()`. A would-block posts nothing. A batch holds at most `guard.room()` requests (the
+//! initiator's free send queue, the pool's ring of `wr_id`s, and the quota): beyond it
+//! `construct_wr` says `BatchFull`; post and start another.
+//! [`prepare`](DcInitiatorPool::prepare) creates a destination's address handle ahead of its
+//! first post.
+//!
+//! # A CQ shared with other queue pairs
+//!
+//! Give the pool a CQ that other queue pairs complete on too (`setup_send_cq`); a caller that
+//! polls it hands each completion to [`complete`](DcInitiatorPool::complete), which settles it
+//! and returns `true` when it was the pool's, and calls [`progress`](DcInitiatorPool::progress)
+//! once per polling round (grant timeouts, `Ready` events). `poll` on a shared CQ hands the
+//! others' completions over whole, as `DcPoolEvent::OtherCompletion`. For completion events,
+//! create the pool's CQ on a completion channel (`setup_own_send_cq(&ctx, Some((&channel, 0)))`),
+//! arm it, sleep on the channel, then drain with `poll` and re-arm.
+//!
+//! The provider sees `wr_id = initiator << 48 | request number`; the caller's `wr_id` is kept in
+//! a ring per initiator, so a completion names its request exactly (also out of order between
+//! DCI streams).
+//!
+//! # Checked without a ConnectX
+//!
+//! The pool runs, through this very guard and `poll`, on the simulated DC fabric of the
+//! `simulation` feature (`mlx5::dc::simulation`): a program tests its pool loop there with no
+//! device. The unit tests drive it on that fabric too, the one model of a ConnectX in the crate:
+//! each stream executes in order, flushes behind errors, an initiator moves to ERR some time
+//! after 2^`log_num_errored` stream errors, a stream reset before the flush is refused, and RESET empties
+//! the CQ of an initiator's completions; property tests run any interleaving of posts,
+//! executions, errors, polls, timeouts and removals against it, and runs at 10 000 destinations
+//! under each policy check that every request is reported exactly once (`cargo test
+//! --all-features --lib pool::simulation -- --nocapture` prints each run's outcome). Recording
+//! provider tables check the exact C calls of each request.
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::{ibv_ah, ibv_cq};
+use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::QueuePairState;
+
+use self::destinations::{PoolCore, RemoveRefusal};
+use self::initiator::PostingInitiator;
+use self::requests::{initiator_of, WrIds};
+use self::types::{
+    DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, DestinationState, PostToDestinationError,
+    PostToDestinationErrorKind, RemoveDestinationError, RemoveDestinationErrorKind,
+};
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::ibverbs::work_completion::{poll as poll_work_completions, WorkCompletion};
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+use sideway_ext::mlx5::dc::initiator::DcInitiator;
+
+pub mod builder;
+mod clock;
+mod completions;
+mod destinations;
+pub mod initiator;
+pub mod post_guard;
+// sideway-ext's transcription of mlx5_ib's and libmlx5's rules, the one its unit tests' model
+// enforces: the simulated fabric enforces the same file.
+#[path = "../../src/mlx5/dc/reference_rules.rs"]
+#[allow(dead_code)] // the rules only the model (sideway-ext's unit tests) reads
+mod reference_rules;
+mod requests;
+// The pool's runs on the simulated fabric: property tests, 10 000 destinations, faults.
+#[cfg(test)]
+mod simulated_runs;
+pub mod simulation;
+mod stall;
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod tests;
+pub mod types;
+
+/// The DC initiators a [`DcInitiatorPool`] is made of, and the send completion queue it polls.
+/// Two implementations:
+///
+/// - [`DcInitiator`], a ConnectX DCI: the default, the one
+///   [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) creates, on sideway's
+///   [`GenericCompletionQueue`];
+/// - with the `simulation` feature, `SimulatedInitiator` of the simulated DC fabric
+///   (`mlx5::dc::simulation`), on its simulated completion queue: the same pool, posting through
+///   the same guard (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`) and polling with the same
+///   `ibv_poll_cq`, without a device.
+///
+/// Code written against `DcInitiatorPool<I>` for any `I: PoolInitiator` runs on both.
+///
+/// Open: an initiator of one's own (another simulator, a counting table for benchmarks)
+/// implements it; the promises the pool relies on to post and poll are
+/// [`PostingInitiator`]'s, an `unsafe` trait whose `# Safety` says what an implementor keeps.
+pub trait PoolInitiator: PostingInitiator {
+    /// The send completion queue a pool of these initiators polls.
+    type CompletionQueue;
+
+    /// The `struct ibv_cq` of `cq`, which [`poll`](DcInitiatorPool::poll) hands to
+    /// `ibv_poll_cq`; alive while `cq` is (part of [`PostingInitiator`]'s contract).
+    fn raw_cq(cq: &Self::CompletionQueue) -> NonNull<ibv_cq>;
+}
+
+impl PoolInitiator for DcInitiator {
+    type CompletionQueue = GenericCompletionQueue;
+
+    #[inline]
+    fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
+        // SAFETY: only the pointer is read; the CQ is alive while `cq` is.
+        unsafe { cq.cq() }
+    }
+}
+
+/// Where a destination's requests go: its address handle, DCT number and DC key.
+#[derive(Debug, Default)]
+struct DestinationAddress {
+    endpoint: Option<DcEndpoint>,
+    /// Created on the first post (or `prepare`), kept until the destination is removed (requests
+    /// in flight do not need it: libmlx5 copies the address into each request).
+    ah: Option<Arc<AddressHandle>>,
+}
+
+/// A pool of DC initiators on one send CQ serving many destinations; see the
+/// [module](self) documentation.
+pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
+    core: PoolCore<I>,
+    /// The callers' `wr_id`s of the requests in flight, apart from `core` so that an open batch
+    /// holds its places in them while it borrows `core`.
+    wr_ids: WrIds,
+    /// By destination place; emptied when a destination is removed.
+    addresses: Vec<DestinationAddress>,
+    address_handles: usize,
+    send_cq: Option<I::CompletionQueue>,
+    pd: Option<Arc<ProtectionDomain>>,
+    port: u8,
+    /// The initiators' source GID index (their [`DcInitiator::source_gid`]).
+    src_gid_index: u8,
+    /// The initiators' path MTU (their [`DcInitiator::path_mtu`]): no destination may take less.
+    path_mtu: Option<Mtu>,
+    service_class: DcServiceClass,
+    /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
+    streams: bool,
+}
+
+// SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
+// pools, by the caller, or are the simulated fabric's, never read); every method that posts or
+// recovers takes `&mut self`; the initiators and the CQ are sent along only when they are Send.
+unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> where I::CompletionQueue: Send {}
+
+impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcInitiatorPool")
+            .field("policy", &self.core.policy())
+            .field("initiators", &self.core.initiators.len())
+            .field("footprint", &self.footprint())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I: PoolInitiator> DcInitiatorPool<I> {
+    /// A pool over initiators already brought up (for benchmarks and tests over hand-made
+    /// tables; [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) makes real ones).
+    pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
+        let core = PoolCore::new(initiators, policy, unreachable_after);
+        Self {
+            wr_ids: WrIds::new(&core.requests),
+            core,
+            addresses: Vec::new(),
+            address_handles: 0,
+            send_cq: None,
+            pd: None,
+            port: 1,
+            src_gid_index: 0,
+            path_mtu: None,
+            service_class: DcServiceClass::new(),
+            streams: policy == DcPoolPolicy::Streams,
+        }
+    }
+
+    /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
+    /// without DC).
+    pub fn set_send_cq(&mut self, send_cq: impl Into<I::CompletionQueue>) {
+        self.send_cq = Some(send_cq.into());
+    }
+
+    /// Sets the grant timeout and the stall timeout of a hand-made pool
+    /// ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout),
+    /// [`setup_stall_timeout`](builder::DcInitiatorPoolBuilder::setup_stall_timeout)).
+    pub(crate) fn set_timeouts(&mut self, grant: std::time::Duration, stall: Option<std::time::Duration>) {
+        self.core.set_grant_timeout(grant);
+        self.core.set_stall_timeout(stall);
+    }
+
+    /// Reads the grant timeout's time from `now` (the simulated fabric's ticks) rather than
+    /// [`Instant::now`](std::time::Instant::now).
+    pub(crate) fn set_clock(&mut self, now: impl Fn() -> std::time::Instant + Send + 'static) {
+        self.core.set_clock(now);
+    }
+
+    /// The policy it was created with.
+    pub fn policy(&self) -> DcPoolPolicy {
+        self.core.policy()
+    }
+
+    /// How many initiators it has.
+    pub fn initiator_count(&self) -> usize {
+        self.core.initiators.len()
+    }
+
+    /// Initiator `index`, to read what it was created with.
+    pub fn initiator(&self, index: usize) -> Option<&I> {
+        self.core.initiators.get(index)
+    }
+
+    /// The send completion queue of its initiators (the one given to the builder, or the one it
+    /// created), e.g. to arm it for completion events
+    /// ([`CompletionQueueEventExt::req_notify_cq`](sideway_ext::ibverbs::extension::CompletionQueueEventExt::req_notify_cq))
+    /// when it was created on a completion channel.
+    pub fn send_cq(&self) -> Option<&I::CompletionQueue> {
+        self.send_cq.as_ref()
+    }
+
+    /// Keeps `address` at the place of the destination just added.
+    fn place(&mut self, destination: DestinationId, address: DestinationAddress) {
+        let index = destination.index();
+        if index == self.addresses.len() {
+            self.addresses.push(address);
+        } else {
+            self.addresses[index] = address;
+        }
+    }
+
+    /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
+    /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
+    pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
+        let id = self.core.add_destination();
+        self.place(
+            id,
+            DestinationAddress {
+                endpoint: Some(endpoint),
+                ..DestinationAddress::default()
+            },
+        );
+        id
+    }
+
+    /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
+    /// tables).
+    ///
+    /// # Safety
+    ///
+    /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
+    /// pool posts to the destination.
+    pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
+        let id = self.core.add_destination();
+        self.place(id, DestinationAddress::default());
+        self.core.set_address(id, (ah, dct_number, dc_key));
+        id
+    }
+
+    /// Removes `destination`: its address handle and records are freed, and its id becomes stale
+    /// (every method refuses it, or answers as for an unknown destination, also once its place
+    /// serves another destination). Refused while requests of it are not reported yet
+    /// ([`RemoveDestinationErrorKind::Outstanding`]): poll until [`outstanding`](Self::outstanding)
+    /// is 0, or [`retire`](Self::retire_destination) it instead. A grant it holds and has not
+    /// used goes to the next destination in line.
+    pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
+        self.core
+            .remove_destination(destination)
+            .map_err(|refusal| match refusal {
+                RemoveRefusal::Outstanding(requests) => RemoveDestinationErrorKind::Outstanding { requests },
+                RemoveRefusal::UnknownDestination => RemoveDestinationErrorKind::UnknownDestination,
+            })?;
+        forget(&mut self.addresses, &mut self.address_handles, destination);
+        Ok(())
+    }
+
+    /// Removes `destination` once every request of it was reported, with a
+    /// [`DcPoolEvent::Removed`] from [`poll`](Self::poll) (or [`complete`](Self::complete), or
+    /// [`progress`](Self::progress) when nothing was outstanding): no caller has to wait for
+    /// [`outstanding`](Self::outstanding) to reach 0. From now on it posts nothing
+    /// ([`Retiring`](PostToDestinationErrorKind::Retiring)) and leaves the line; its requests
+    /// in flight are reported as usual.
+    pub fn retire_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
+        self.core
+            .retire(destination)
+            .map_err(|_| RemoveDestinationErrorKind::UnknownDestination)?;
+        Ok(())
+    }
+
+    /// How many destinations it has now.
+    pub fn destination_count(&self) -> usize {
+        self.core.footprint().live_destinations
+    }
+
+    /// What the pool holds: destination places, address handles, the wait line, grant timers,
+    /// records of requests in flight. Each stays bounded by what is live (destinations, requests
+    /// in flight), however many destinations came and went.
+    pub fn footprint(&self) -> DcPoolFootprint {
+        DcPoolFootprint {
+            address_handles: self.address_handles,
+            ..self.core.footprint()
+        }
+    }
+
+    /// The endpoint of `destination`.
+    pub fn endpoint(&self, destination: DestinationId) -> Option<&DcEndpoint> {
+        if !self.core.contains(destination) {
+            return None;
+        }
+        self.addresses.get(destination.index())?.endpoint.as_ref()
+    }
+
+    /// The initiator (and DCI stream) `destination` posts on now: none for a dedicated policy's
+    /// destination that holds none.
+    pub fn assignment(&self, destination: DestinationId) -> Option<(usize, Option<u16>)> {
+        self.core.assignment(destination)
+    }
+
+    /// Requests of `destination` posted and not yet reported by [`poll`](Self::poll).
+    pub fn outstanding(&self, destination: DestinationId) -> u64 {
+        self.core.outstanding(destination)
+    }
+
+    /// The destinations in line for an initiator (dedicated policies), first first. Initiators
+    /// that free up go to them in this order, each reported by [`DcPoolEvent::Ready`]: no caller
+    /// has to try them in order, and a destination in line that is never served again holds
+    /// nobody up (its grant goes back after the grant timeout).
+    pub fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
+        self.core.waiting()
+    }
+
+    /// Takes `destination` out of line for an initiator (nothing is left of it in the line), and
+    /// gives back an initiator it was granted ([`DcPoolEvent::Ready`]) and has not posted on.
+    pub fn cancel_wait(&mut self, destination: DestinationId) {
+        self.core.cancel_wait(destination);
+    }
+
+    /// Whether `destination` was reported unreachable.
+    pub fn is_unreachable(&self, destination: DestinationId) -> bool {
+        self.core.is_unreachable(destination)
+    }
+
+    /// Why `destination` can or cannot post now ("why is this destination blocked?"): what its
+    /// next [`start_post_send`](Self::start_post_send) would meet, read from the pool's records
+    /// without posting, with what to do about it ([`DestinationState`]).
+    pub fn destination_state(&self, destination: DestinationId) -> DestinationState {
+        self.core.state(destination)
+    }
+
+    /// Lets a destination reported unreachable post again (e.g. its peer is back).
+    pub fn revive(&mut self, destination: DestinationId) {
+        self.core.revive(destination);
+    }
+
+    /// Creates `destination`'s address handle now rather than on its first post (which then
+    /// costs no `ibv_create_ah`), and reports an error in it here.
+    pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
+        if !self.core.contains(destination) {
+            return Err(PostToDestinationErrorKind::UnknownDestination.into());
+        }
+        if self.core.address(destination).is_none() {
+            self.resolve(destination)?;
+        }
+        Ok(())
+    }
+
+    /// Polls the send CQ once (up to 32 completions) and reports, through `sink`, every request
+    /// they settle ([`DcPoolEvent`]), every destination in line that now holds an initiator
+    /// ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device
+    /// flushed them. A completion of a queue pair that is not the pool's is handed over as
+    /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
+    pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
+        let Self {
+            core,
+            wr_ids,
+            addresses,
+            address_handles,
+            send_cq,
+            ..
+        } = self;
+        let mut sink = freeing_removed(addresses, address_handles, sink);
+        core.tick(&mut sink);
+        let Some(cq) = send_cq else {
+            return Ok(0);
+        };
+        let mut wcs = [WorkCompletion::default(); 32];
+        // SAFETY: the CQ is alive while the pool holds it (PoolInitiator::raw_cq).
+        let polled = unsafe { poll_work_completions(I::raw_cq(cq), &mut wcs) }?;
+        for wc in polled.iter() {
+            if !settle(core, wr_ids, wc, &mut sink) {
+                sink(DcPoolEvent::OtherCompletion(*wc));
+            }
+        }
+        Ok(polled.len())
+    }
+
+    /// Settles one completion polled elsewhere: for a caller that polls a CQ it shares with
+    /// other queue pairs (created with it and given to
+    /// [`setup_send_cq`](builder::DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
+    /// through `sink`, as [`poll`](Self::poll) does (its status and vendor syndrome included);
+    /// returns whether the completion was the pool's (its queue pair number is one of the
+    /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
+    /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
+    /// per round of its own polling instead of [`poll`](Self::poll).
+    pub fn complete(&mut self, wc: &WorkCompletion, sink: impl FnMut(DcPoolEvent)) -> bool {
+        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+        settle(&mut self.core, &self.wr_ids, wc, &mut sink)
+    }
+
+    /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
+    /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
+    /// to the next destination in line), reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
+    pub fn progress(&mut self, sink: impl FnMut(DcPoolEvent)) {
+        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+        self.core.tick(&mut sink);
+    }
+
+    /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
+    /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
+    pub fn complete_raw(&mut self, wr_id: u64, status: u32, sink: impl FnMut(DcPoolEvent)) -> bool {
+        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+        self.core.complete(&self.wr_ids, wr_id, status, 0, &mut sink)
+    }
+}
+
+/// Settles completion `wc` if it is one of the pool's: its queue pair number is the initiator's
+/// its `wr_id` names (as of now: a recovery may have rebuilt it with a new number).
+fn settle<I: PoolInitiator>(
+    core: &mut PoolCore<I>, wr_ids: &WrIds, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent),
+) -> bool {
+    let initiator = core.initiators.get(initiator_of(wc.wr_id()));
+    if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
+        return false;
+    }
+    core.complete(wr_ids, wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
+}
+
+/// Frees the address handle of a removed destination.
+fn forget(addresses: &mut [DestinationAddress], address_handles: &mut usize, destination: DestinationId) {
+    if let Some(address) = addresses.get_mut(destination.index()) {
+        if std::mem::take(address).ah.is_some() {
+            *address_handles -= 1;
+        }
+    }
+}
+
+/// `sink`, after the address handle of a destination reported removed was freed.
+fn freeing_removed<'a>(
+    addresses: &'a mut [DestinationAddress], address_handles: &'a mut usize, mut sink: impl FnMut(DcPoolEvent) + 'a,
+) -> impl FnMut(DcPoolEvent) + 'a {
+    move |event| {
+        if let DcPoolEvent::Removed { destination } = event {
+            forget(addresses, address_handles, destination);
+        }
+        sink(event)
+    }
+}
+
+impl DcInitiatorPool<DcInitiator> {
+    /// Reads initiator `index`'s state from the device (`ibv_query_qp`), e.g. to see that the
+    /// pool brought it back to RTS after an error; `None` for an index out of range.
+    pub fn query_initiator_state(
+        &mut self, index: usize,
+    ) -> Option<Result<QueuePairState, sideway::ibverbs::queue_pair::QueryQueuePairError>> {
+        self.core.initiators.get_mut(index).map(DcInitiator::query_state)
+    }
+}

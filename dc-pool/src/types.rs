@@ -1,0 +1,406 @@
+//! The pool's public values: its policy, destination ids, events, would-block reasons, footprint,
+//! and the errors of its operations.
+use sideway::ibverbs::device_context::Mtu;
+
+use super::destinations::Refusal;
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+use sideway_ext::mlx5::dc::endpoint::CreateDcAddressHandleError;
+
+/// How a [`DcInitiatorPool`](super::DcInitiatorPool) assigns its DC initiators
+/// to destinations (UCX's `dc_mlx5` policies `dcs`, `dcs_quota`, hashing, `hw_dcs`).
+///
+/// Every policy keeps the order of a destination's requests: its requests that complete
+/// successfully complete in the order they were posted, and a request handed back for a retry
+/// ([`DcPoolEvent::Retry`]) is followed by no successful request of the same destination that was
+/// posted after it (re-post the retries before anything newer). Between destinations, no policy
+/// orders anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DcPoolPolicy {
+    /// A destination holds a DC initiator of its own while it has requests outstanding and gives
+    /// it back when they all completed. Order per destination: kept (one initiator at a time, and
+    /// a new one only once the last completed). A slow or failing destination delays and fails
+    /// only its own requests. When every initiator is held, [`DcPoolWouldBlock::NoInitiator`] and
+    /// the destination is in line: initiators that free up go to the destinations in line, first
+    /// first, as many as are free, each reported by [`DcPoolEvent::Ready`].
+    Dedicated,
+    /// As [`Dedicated`](Self::Dedicated), but once a destination posted `quota` requests on the
+    /// initiator it holds and other destinations are in line, it posts no more
+    /// ([`DcPoolWouldBlock::QuotaExhausted`]) until it gave the initiator back and its turn comes
+    /// again. Bounds how long any destination waits (no starvation).
+    DedicatedWithQuota {
+        /// Requests a destination may post per holding while others wait (at least 1).
+        quota: u32,
+    },
+    /// Each destination is bound to one initiator by a hash of its number, shared by many
+    /// destinations, and never waits for one. Order per destination: kept (one initiator). A
+    /// slow destination delays, and an error completion hands back for a retry, the requests of
+    /// the other destinations on its initiator. The destinations of an initiator that is lost
+    /// are bound to the others.
+    Static,
+    /// Hardware DCI streams (ConnectX-6 Dx and newer): each destination is bound by a hash to an
+    /// initiator and one of its streams. Order per destination: kept (one stream; streams of one
+    /// initiator run concurrently). An error completion errors its stream only, which is reset
+    /// with `mlx5dv_dci_stream_id_reset` once its requests are flushed, unless the whole
+    /// initiator went to ERR.
+    Streams,
+}
+
+impl DcPoolPolicy {
+    /// Whether destinations hold initiators of their own (dedicated policies).
+    pub(crate) fn is_dedicated(self) -> bool {
+        matches!(self, Self::Dedicated | Self::DedicatedWithQuota { .. })
+    }
+}
+
+/// A destination of a pool, from
+/// [`add_destination`](super::DcInitiatorPool::add_destination): a place and a
+/// generation. Once the destination is removed, its id is stale: the pool refuses it with a typed
+/// error, even after the place was given to another destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DestinationId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+impl DestinationId {
+    /// Its place in the pool, from 0; a removed destination's place is reused.
+    pub fn index(self) -> usize {
+        self.index as usize
+    }
+
+    /// How many destinations had this place before it.
+    pub fn generation(self) -> u32 {
+        self.generation
+    }
+}
+
+/// Why a post to a destination cannot go ahead now; nothing was posted, and posting again after
+/// [`poll`](super::DcInitiatorPool::poll) freed resources may succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DcPoolWouldBlock {
+    /// Every DC initiator is held by another destination (dedicated policies); the destination is
+    /// now in line, and [`DcPoolEvent::Ready`] tells when it holds one.
+    #[error("no DC initiator is free for this destination now")]
+    NoInitiator,
+    /// The destination posted its quota on the initiator it holds while others wait. It goes in
+    /// line when it gives the initiator back, and [`DcPoolEvent::Ready`] tells when it holds one
+    /// again.
+    #[error("the destination used its quota while other destinations wait")]
+    QuotaExhausted,
+    /// The initiator's send queue holds as many requests as it can until some complete;
+    /// [`DcPoolEvent::Ready`] tells when it has room again.
+    #[error("the DC initiator's send queue is full")]
+    QueueFull,
+    /// The batch holds as many requests as it may
+    /// ([`room`](super::post_guard::DcPoolPostGuard::room)): post it, and start another
+    /// (which may say [`QueueFull`](Self::QueueFull)). A batch ends early where the pool's ring of
+    /// `wr_id`s wraps around, and at the quota.
+    #[error("the batch is full: post it and start another")]
+    BatchFull,
+    /// The destination's initiator (or its DCI stream) is in error: the pool waits for the device
+    /// to flush its requests, then resets the stream or recovers the initiator (RESET → RTS);
+    /// [`DcPoolEvent::Ready`] tells when it is back.
+    #[error("DC initiator {initiator} (stream {stream:?}) is being recovered")]
+    Recovering {
+        /// The initiator.
+        initiator: usize,
+        /// Its stream in error, or `None` when the whole initiator is.
+        stream: Option<u16>,
+    },
+}
+
+/// Why a destination of a pool can or cannot post now, from
+/// [`destination_state`](super::DcInitiatorPool::destination_state): what its next post would
+/// meet, and what the program should do. It changes with every post, `poll` and removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DestinationState {
+    /// It holds no initiator and is not in line (dedicated policies): post, and it takes a free
+    /// initiator or goes in line.
+    Idle,
+    /// It holds initiator `initiator` (dedicated policies), or is bound to it (static and
+    /// streams policies), which has room: post now.
+    Holds {
+        /// The initiator.
+        initiator: usize,
+        /// Its DCI stream (streams policy), else `None`.
+        stream: Option<u16>,
+    },
+    /// It waits in line for an initiator (dedicated policies), `place` destinations before it:
+    /// wait for its [`DcPoolEvent::Ready`], or [`cancel_wait`](super::DcInitiatorPool::cancel_wait).
+    InLine {
+        /// How many destinations are before it in line (0: it is next).
+        place: usize,
+    },
+    /// It posted its quota on the initiator it holds while others are in line
+    /// ([`DcPoolPolicy::DedicatedWithQuota`]): poll until its requests complete and its
+    /// [`DcPoolEvent::Ready`] comes.
+    OverQuota {
+        /// The initiator it holds.
+        initiator: usize,
+    },
+    /// The send queue of its initiator (stream) is full: poll, and post on its
+    /// [`DcPoolEvent::Ready`] (or when requests completed).
+    QueueFull {
+        /// The initiator.
+        initiator: usize,
+        /// Its DCI stream (streams policy), else `None`.
+        stream: Option<u16>,
+    },
+    /// Its initiator (or, with `stream`, its DCI stream) is in error and being recovered: poll
+    /// until the device flushed it, and post on its [`DcPoolEvent::Ready`].
+    Recovering {
+        /// The initiator.
+        initiator: usize,
+        /// Its stream in error, or `None` when the whole initiator is.
+        stream: Option<u16>,
+    },
+    /// It was reported unreachable ([`DcPoolEvent::Unreachable`]): fix or give up on its peer,
+    /// then [`revive`](super::DcInitiatorPool::revive) or remove it.
+    Unreachable,
+    /// It was retired and is removed once its `outstanding` requests are reported: poll until
+    /// its [`DcPoolEvent::Removed`]; post to it no more.
+    Retiring {
+        /// Its requests not reported yet.
+        outstanding: u64,
+    },
+    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]): nothing
+    /// can be posted; rebuild the pool.
+    NoInitiatorInService,
+    /// It is not one of this pool's: removed (a stale id, also once retired and reported
+    /// [`Removed`](DcPoolEvent::Removed)), or another pool's: drop the id.
+    Unknown,
+}
+
+/// What happened to a request posted through a pool, or to a destination, as reported by
+/// [`poll`](super::DcInitiatorPool::poll). Every request posted is reported
+/// exactly once: completed, failed, or handed back for a retry. The pool signals every request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DcPoolEvent {
+    /// The request completed successfully.
+    Completed {
+        /// Its destination.
+        destination: DestinationId,
+        /// The `wr_id` it was posted with.
+        wr_id: u64,
+    },
+    /// The request failed. `status` is the `ibv_wc_status` of its error completion, or
+    /// `IBV_WC_WR_FLUSH_ERR` for a request of the same destination flushed behind it (or of a
+    /// destination reported unreachable).
+    Failed {
+        /// Its destination.
+        destination: DestinationId,
+        /// The `wr_id` it was posted with.
+        wr_id: u64,
+        /// The `ibv_wc_status` (e.g. `IBV_WC_RETRY_EXC_ERR` = 12 for a target that does not
+        /// answer, which most likely includes a live target whose DC key is not the
+        /// endpoint's; `IBV_WC_REM_ACCESS_ERR` = 10 for a wrong rkey, or a wrong DC key if the
+        /// target NAKs it).
+        status: u32,
+        /// The error completion's vendor syndrome (`vendor_err`, what the mlx5 documentation
+        /// and UCX's logs name errors by); 0 for a request flushed behind it.
+        vendor_err: u32,
+    },
+    /// The device flushed the request (another destination's error, or an initiator error no
+    /// request of this destination caused): it did not execute. Post it again, before the
+    /// destination's newer requests.
+    Retry {
+        /// Its destination.
+        destination: DestinationId,
+        /// The `wr_id` it was posted with.
+        wr_id: u64,
+    },
+    /// The destination, which was refused with a would-block it waits out
+    /// ([`NoInitiator`](DcPoolWouldBlock::NoInitiator), [`QuotaExhausted`](DcPoolWouldBlock::QuotaExhausted),
+    /// [`QueueFull`](DcPoolWouldBlock::QueueFull), [`Recovering`](DcPoolWouldBlock::Recovering)),
+    /// may post again: post to it (once per refusal). A destination granted an initiator from
+    /// the line that posts nothing on it gives it back after the pool's grant timeout (see
+    /// [`setup_grant_timeout`](super::builder::DcInitiatorPoolBuilder::setup_grant_timeout)).
+    Ready {
+        /// The destination.
+        destination: DestinationId,
+    },
+    /// The destination's requests kept failing with errors that say its target is not there
+    /// (transport or RNR retry counter exceeded, remote invalid request), as many times in a row
+    /// as the pool was set up with: it is reported once, just before the
+    /// [`Failed`](Self::Failed) of the request whose error made it so, and its requests now fail
+    /// at post ([`Unreachable`](PostToDestinationErrorKind::Unreachable)) until
+    /// [`revive`](super::DcInitiatorPool::revive).
+    ///
+    /// A target that is alive but has another DC key than the destination's endpoint (the peer
+    /// recreated its DCT, or changed its key) most likely ends here too: mlx5 drops such
+    /// requests (a key-violation event at the target, which no user-space program receives:
+    /// see [`DcTarget`](sideway_ext::mlx5::dc::target::DcTarget)), so they fail with
+    /// `IBV_WC_RETRY_EXC_ERR` after the transport timeout. What to do: get the peer's current
+    /// endpoint; if it differs, remove the destination (its requests are all reported by now)
+    /// and add it again with the new one, else `revive` it once the peer is back.
+    Unreachable {
+        /// The destination.
+        destination: DestinationId,
+    },
+    /// The destination's request has been the oldest outstanding one of its initiator (or DCI
+    /// stream) for the pool's stall timeout or longer
+    /// ([`setup_stall_timeout`](super::builder::DcInitiatorPoolBuilder::setup_stall_timeout)):
+    /// the device works on nothing else there, and every request behind it, of any destination
+    /// on that initiator (stream), waits. Reported once per stalled request, no earlier than the
+    /// timeout after it was posted; once it completes or fails, a later stall is reported again.
+    /// The pool changes nothing: the request may still complete.
+    ///
+    /// The usual cause is a SEND (or WRITE with immediate) to a target whose shared receive
+    /// queue ran dry: with `rnr_retry` 7 (the default) the initiator retries it for ever and no
+    /// completion ever comes. What to do: have the peer post receives (refill its SRQ, e.g. on
+    /// its SRQ limit event); or give up on the destination
+    /// ([`retire_destination`](super::DcInitiatorPool::retire_destination); its requests are
+    /// reported when they end); or bound the retries (`setup_rnr_retry` below 7 on the
+    /// initiators' bring-up: `IBV_WC_RNR_RETRY_EXC_ERR` then, and the destination is counted
+    /// towards [`Unreachable`](Self::Unreachable)); or credit the peer's receives, as UCX's
+    /// `dc_mlx5` does with its DC flow control.
+    Stalled {
+        /// The destination.
+        destination: DestinationId,
+        /// The initiator it stalls.
+        initiator: usize,
+        /// Its DCI stream (streams policy), else `None`.
+        stream: Option<u16>,
+    },
+    /// An initiator that an error put in ERR could not be recovered; it is out of service (it
+    /// held nothing any more), and the destinations bound to it (static and streams policies)
+    /// are bound to the others.
+    InitiatorLost {
+        /// Its index in the pool.
+        initiator: usize,
+        /// The recovery's error, as text.
+        error: String,
+    },
+    /// The destination, which was retired with
+    /// [`retire_destination`](super::DcInitiatorPool::retire_destination), is removed: every
+    /// request of it was reported, its address handle is freed and its id is stale.
+    Removed {
+        /// The destination.
+        destination: DestinationId,
+    },
+    /// A completion on the pool's CQ of a queue pair that is not one of the pool's (a CQ shared
+    /// with other queue pairs): handed over as polled, never dropped.
+    OtherCompletion(WorkCompletion),
+}
+
+/// What a pool holds, for a caller (or a test) to see that it stays bounded: every count here
+/// is of memory the pool keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct DcPoolFootprint {
+    /// Places for destinations (live or free for reuse): the most that were live at once.
+    pub destination_places: usize,
+    /// Destinations live now.
+    pub live_destinations: usize,
+    /// Address handles the pool holds (one per live destination that posted or was prepared).
+    pub address_handles: usize,
+    /// Destinations in line for an initiator.
+    pub waiting: usize,
+    /// Grants not known to be used yet (each expires after the grant timeout).
+    pub grant_timers: usize,
+    /// Records of runs of requests in flight, over every initiator.
+    pub batch_records: usize,
+    /// Ready events not reported yet.
+    pub ready_events: usize,
+}
+
+/// Error returned by [`DcInitiatorPool::start_post_send`](super::DcInitiatorPool::start_post_send).
+///
+/// It prints its [kind](PostToDestinationErrorKind): why the post was refused (which
+/// would-block reason, what is wrong with the destination), once, and its source is the kind's.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+#[non_exhaustive]
+pub struct PostToDestinationError(#[from] pub PostToDestinationErrorKind);
+
+impl PostToDestinationError {
+    /// Whether this is a would-block refusal (post again after
+    /// [`poll`](super::DcInitiatorPool::poll)).
+    pub fn is_would_block(&self) -> bool {
+        matches!(self.0, PostToDestinationErrorKind::WouldBlock(_))
+    }
+}
+
+/// The enum type for [`PostToDestinationError`]. Nothing was posted in every case.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostToDestinationErrorKind {
+    /// Not now: no initiator, quota used, or send queue full.
+    #[error(transparent)]
+    WouldBlock(#[from] DcPoolWouldBlock),
+    /// The destination was reported unreachable ([`DcPoolEvent::Unreachable`]).
+    #[error("the destination was reported unreachable")]
+    Unreachable,
+    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]).
+    #[error("every DC initiator of the pool is out of service")]
+    NoInitiatorInService,
+    /// The destination is not one of this pool's: removed (a stale id), or another pool's.
+    #[error("no such destination in this pool (removed, or another pool's)")]
+    UnknownDestination,
+    /// The destination was retired: it is removed once its requests are reported
+    /// ([`DcPoolEvent::Removed`]).
+    #[error("the destination was retired")]
+    Retiring,
+    /// A pool of the streams policy posts with `start_post_send_on_stream`, the others with
+    /// `start_post_send`.
+    #[error("{}", if *streams_pool { "a pool with DCI streams posts with start_post_send_on_stream" } else { "a pool without DCI streams posts with start_post_send" })]
+    StreamsMismatch {
+        /// Whether the pool has DCI streams.
+        streams_pool: bool,
+    },
+    /// The destination's address handle could not be created (first post).
+    #[error(transparent)]
+    AddressHandle(#[from] CreateDcAddressHandleError),
+    /// The destination's port takes smaller packets than the pool's initiators send (its
+    /// endpoint's [`path_mtu`](sideway_ext::mlx5::dc::endpoint::DcEndpoint::path_mtu)): they would be
+    /// dropped there and end in `RETRY_EXC`. Found by its first post or
+    /// [`prepare`](super::DcInitiatorPool::prepare), before anything reaches the wire. Bring the
+    /// pool's initiators up with the smallest path MTU of every destination
+    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`](sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp::setup_destination_path_mtu)).
+    #[error("the destination's path MTU is {destination:?}, the pool's initiators send {initiators:?}")]
+    PathMtuTooSmall {
+        /// The destination's path MTU.
+        destination: Mtu,
+        /// The initiators'.
+        initiators: Mtu,
+    },
+}
+
+impl From<Refusal> for PostToDestinationErrorKind {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::WouldBlock(reason) => Self::WouldBlock(reason),
+            Refusal::Unreachable => Self::Unreachable,
+            Refusal::NoInitiatorInService => Self::NoInitiatorInService,
+            Refusal::Retiring => Self::Retiring,
+            // The pool resolves an address before asking again: never reported.
+            Refusal::UnknownDestination | Refusal::Unresolved => Self::UnknownDestination,
+        }
+    }
+}
+
+/// Error returned by [`DcInitiatorPool::remove_destination`](super::DcInitiatorPool::remove_destination).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot remove the destination")]
+#[non_exhaustive]
+pub struct RemoveDestinationError(#[from] pub RemoveDestinationErrorKind);
+
+/// The enum type for [`RemoveDestinationError`]. Nothing was removed in every case.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoveDestinationErrorKind {
+    /// Requests of the destination are not reported yet: poll, then remove it.
+    #[error("{requests} requests of the destination are not reported yet")]
+    Outstanding {
+        /// How many.
+        requests: u64,
+    },
+    /// The destination is not one of this pool's: removed already (a stale id), or another
+    /// pool's.
+    #[error("no such destination in this pool (removed already, or another pool's)")]
+    UnknownDestination,
+}
