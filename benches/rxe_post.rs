@@ -58,7 +58,7 @@ fn failed(what: &str) -> ! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The posting code: the same requests as benches/common/mod.rs, through the public entry points
+// The posting code: the same requests as dc-pool/benches/common/mod.rs, through the public entry points
 // (`qp.start_post_send()`, `srq.start_post_recv()`). Each body is inlined into a measured and a
 // warm-up function.
 

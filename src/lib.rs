@@ -13,20 +13,21 @@
 //! |---|---|---|---|
 //! | Shared receive queues, RC/UD queue pairs on them and their bring-up, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
 //! | mlx5 control plane: direct-verbs device context, device and DC capability queries | `mlx5` | `mlx5` | done |
-//! | DC initiators and targets, requests addressed one by one, a pool of initiators for thousands of destinations | `mlx5::dc` | `mlx5` | checked without hardware (recording tables, a model of mlx5_ib/libmlx5, a simulation); not yet run on a ConnectX |
+//! | DC initiators and targets, requests addressed one by one | `mlx5::dc` | `mlx5` | checked without hardware (recording tables, a model of mlx5_ib/libmlx5, a simulation); not yet run on a ConnectX |
 //!
 //! # Features
 //!
-//! - `mlx5`: mlx5 direct verbs, the DC transport and its pool. libmlx5 is loaded at run time: on
+//! - `mlx5`: mlx5 direct verbs and the DC transport. libmlx5 is loaded at run time: on
 //!   a device that is not mlx5, or without libmlx5, every mlx5 call is a typed "not supported"
 //!   error, never a link failure or a panic.
 //! - `tokio`: completion events and asynchronous events awaited from a tokio task
 //!   (`ibverbs::async_completion_channel`).
 //! - `serde`: `Serialize`/`Deserialize` for the values peers exchange (a DC endpoint).
-//! - `simulation` (with `mlx5`): a seeded, deterministic simulated DC fabric
-//!   (`mlx5::dc::simulation`) on which the DC pool, or a program posting on one DC initiator,
-//!   runs, posting and polling through the same code as on a ConnectX, with scripted faults and
-//!   counters: a DC program tested on any machine.
+//!
+//! A pool of DC initiators for thousands of destinations, and a seeded simulated DC fabric to
+//! test a DC program on without a device, are a second crate, `sideway-ext-dc-pool` (the
+//! repository's `dc-pool/`, with the examples `dc_pingpong` and `dc_pool_simulated`), built on
+//! this crate's public API alone.
 //!
 //! # A first program
 //!
@@ -80,10 +81,6 @@
 //!   events; then [`ibverbs::async_event`] for the SRQ limit event and the refill loop;
 //! - `mlx5`: is this device mlx5, and what can its DC do (`mlx5::dc_capabilities`);
 //! - `mlx5::dc`: DC targets and initiators, a whole DC program, recovery after errors;
-//! - `mlx5::dc::pool`: a pool of DC initiators for thousands of destinations, its policies, what
-//!   a middleware meets;
-//! - `mlx5::dc::simulation` (`simulation`): the pool, or one DC initiator, on a simulated DC
-//!   fabric, for tests without a device.
 //!
 //! # Examples
 //!
@@ -100,10 +97,6 @@
 //! - `mlx5_devinfo` (`mlx5`): the mlx5 and DC capabilities; `--dc-selftest` checks DC end to end
 //!   on one ConnectX (the first command to run there).
 //! - `dc_hello` (`mlx5`): one DC target, one DC initiator, a write and a send.
-//! - `dc_pingpong` (`mlx5`, `serde`): DC latency and bandwidth between two hosts, through the
-//!   pool, comparable with perftest.
-//! - `dc_pool_simulated` (`mlx5`, `simulation`): a pool sending to 1 000 peers on the simulated
-//!   DC fabric, one peer dying mid-run; runs anywhere, no device.
 //!
 //! # Resource cleanup order
 //!

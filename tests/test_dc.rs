@@ -22,7 +22,7 @@
 //!   - a wrong DC key: an error completion, the initiator in ERR for every destination (the next
 //!     request is flushed), `recover` and traffic again;
 //!   - a destroyed target: a "transport retry counter exceeded" error completion (the status
-//!     tests/test_dc_pool.rs demands and the pool counts toward unreachable), `recover`, and a
+//!     dc-pool/tests/test_dc_pool.rs demands and the pool counts toward unreachable), `recover`, and a
 //!     recreated target reached by its new DCT number;
 //!   - DCI streams (ConnectX-6 Dx or newer; skipped, with the reason, on a device without them): an
 //!     errored stream leaves the initiator in RTS and is reset with `reset_stream`; as many

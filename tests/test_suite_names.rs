@@ -60,7 +60,9 @@ fn tests_needing_a_device_that_is_not_mlx5(source: &str) -> Vec<String> {
 
 #[test]
 fn every_test_of_a_device_that_is_not_mlx5_is_skipped_by_the_hardware_recipe() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Both crates' tests: sideway-ext's and sideway-ext-dc-pool's (dc-pool/).
+    let dirs = [root.join("tests"), root.join("dc-pool").join("tests")];
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("TESTING.md")).expect("TESTING.md");
     assert!(
         readme.contains(&format!("--skip {RECIPE_SKIP}")),
@@ -68,7 +70,7 @@ fn every_test_of_a_device_that_is_not_mlx5_is_skipped_by_the_hardware_recipe() {
     );
     let mut checked = 0;
     let mut misnamed = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("tests/") {
+    for entry in dirs.iter().flat_map(|dir| std::fs::read_dir(dir).expect("tests/")) {
         let path = entry.expect("entry").path();
         // This file's own example of a scan is no test of a device.
         if path.extension().is_none_or(|e| e != "rs") || path.ends_with("test_suite_names.rs") {
@@ -82,7 +84,7 @@ fn every_test_of_a_device_that_is_not_mlx5_is_skipped_by_the_hardware_recipe() {
             }
         }
     }
-    // test_dc, test_dc_pool, test_dc_pingpong and test_mlx5_device have such tests.
+    // test_dc, test_mlx5_device, and dc-pool's test_dc_pool and test_dc_pingpong have such tests.
     assert!(
         checked >= 6,
         "only {checked} tests found that need a device that is not mlx5"

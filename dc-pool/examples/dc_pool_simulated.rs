@@ -6,8 +6,8 @@
 //! are in its peer's memory. Exit status 1 if not.
 //!
 //! ```sh
-//! cargo run --features mlx5,simulation --example dc_pool_simulated
-//! cargo run --features mlx5,simulation --example dc_pool_simulated -- --destinations 5000 --policy streams --seed 7
+//! cargo run --example dc_pool_simulated
+//! cargo run --example dc_pool_simulated -- --destinations 5000 --policy streams --seed 7
 //! ```
 //!
 //! Apart from where the pool and its targets come from (`SimulatedFabric`), `send_all` is the

@@ -110,7 +110,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
 }
 
 /// Builds a [`DcInitiatorPool`]; see
-/// [`DcProtectionDomainExt::create_dci_pool_builder`](sideway_ext::mlx5::extension::DcProtectionDomainExt::create_dci_pool_builder).
+/// [`DcPoolProtectionDomainExt::create_dci_pool_builder`].
 #[derive(Debug)]
 pub struct DcInitiatorPoolBuilder {
     pd: Arc<ProtectionDomain>,

@@ -1,6 +1,6 @@
 //! What the pool needs of a DC initiator: its send queue and streams, its recovery, and (to post)
-//! its queue pair's views. [`DcInitiator`] provides it, and with the `simulation` feature the
-//! simulated fabric's initiator; the unit tests' recording initiators and the benchmarks'
+//! its queue pair's views. [`DcInitiator`] provides it, and so does the simulated fabric's
+//! initiator; the unit tests' recording initiators and the benchmarks'
 //! counting ones stand in for it.
 use std::error::Error;
 use std::ptr::NonNull;

@@ -1,4 +1,7 @@
-//! A pool of DC initiators that serves many destinations: DC at scale.
+//! A pool of DC initiators that serves many destinations: DC at scale, and a simulated DC
+//! fabric ([`simulation`]) to run it, or one DC initiator, without a device. Built on
+//! [sideway-ext](sideway_ext)'s public API alone (its DC initiators, post guards and completion
+//! polling), as any crate could be.
 //!
 //! One [`DcInitiator`] serialises every destination behind it: a slow peer stalls the others, and
 //! one error completion puts it in ERR for all of them. A [`DcInitiatorPool`] creates several on
@@ -19,7 +22,7 @@
 //! [`DcPoolEvent::OtherCompletion`]) or created by the pool
 //! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
 //!
-//! This module holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the post
+//! The crate's root holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the post
 //! path (address handle, grant, guard), [`types`] its values and errors. The bookkeeping, apart
 //! from any device, is in private modules: destinations, the wait line and grants; each
 //! initiator's ring of requests and batch records; completions and recovery; and what the pool
@@ -151,16 +154,16 @@
 //!
 //! # Checked without a ConnectX
 //!
-//! The pool runs, through this very guard and `poll`, on the simulated DC fabric of the
-//! `simulation` feature (`mlx5::dc::simulation`): a program tests its pool loop there with no
-//! device. The unit tests drive it on that fabric too, the one model of a ConnectX in the crate:
+//! The pool runs, through this very guard and `poll`, on the simulated DC fabric of
+//! [`simulation`]: a program tests its pool loop there with no device. The unit tests drive it on that fabric too, the one model of a ConnectX in the crate:
 //! each stream executes in order, flushes behind errors, an initiator moves to ERR some time
 //! after 2^`log_num_errored` stream errors, a stream reset before the flush is refused, and RESET empties
 //! the CQ of an initiator's completions; property tests run any interleaving of posts,
 //! executions, errors, polls, timeouts and removals against it, and runs at 10 000 destinations
 //! under each policy check that every request is reported exactly once (`cargo test
-//! --all-features --lib pool::simulation -- --nocapture` prints each run's outcome). Recording
+//! -p sideway-ext-dc-pool --lib simulated_runs -- --nocapture` prints each run's outcome). Recording
 //! provider tables check the exact C calls of each request.
+#![deny(missing_docs)]
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -192,7 +195,6 @@ pub mod post_guard;
 // sideway-ext's transcription of mlx5_ib's and libmlx5's rules, the one its unit tests' model
 // enforces: the simulated fabric enforces the same file.
 #[path = "../../src/mlx5/dc/reference_rules.rs"]
-#[allow(dead_code)] // the rules only the model (sideway-ext's unit tests) reads
 mod reference_rules;
 mod requests;
 // The pool's runs on the simulated fabric: property tests, 10 000 destinations, faults.
@@ -212,14 +214,14 @@ pub mod types;
 /// - [`DcInitiator`], a ConnectX DCI: the default, the one
 ///   [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) creates, on sideway's
 ///   [`GenericCompletionQueue`];
-/// - with the `simulation` feature, `SimulatedInitiator` of the simulated DC fabric
-///   (`mlx5::dc::simulation`), on its simulated completion queue: the same pool, posting through
+/// - [`SimulatedInitiator`](simulation::SimulatedInitiator) of the simulated DC fabric
+///   ([`simulation`]), on its simulated completion queue: the same pool, posting through
 ///   the same guard (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`) and polling with the same
 ///   `ibv_poll_cq`, without a device.
 ///
 /// Code written against `DcInitiatorPool<I>` for any `I: PoolInitiator` runs on both.
 ///
-/// Open: an initiator of one's own (another simulator, a counting table for benchmarks)
+/// Open: an initiator of one's own (another simulator, a counting provider table)
 /// implements it; the promises the pool relies on to post and poll are
 /// [`PostingInitiator`]'s, an `unsafe` trait whose `# Safety` says what an implementor keeps.
 pub trait PoolInitiator: PostingInitiator {
@@ -288,8 +290,11 @@ impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
 }
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
-    /// A pool over initiators already brought up (for benchmarks and tests over hand-made
-    /// tables; [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) makes real ones).
+    /// A pool over initiators already brought up, of any [`PoolInitiator`] (one's own, or DC
+    /// initiators made and brought up elsewhere); without a protection domain, it names its
+    /// destinations through [`add_destination_raw`](Self::add_destination_raw) (or its
+    /// initiators' own address handle). [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder)
+    /// creates and brings up DC initiators itself.
     pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
         let core = PoolCore::new(initiators, policy, unreachable_after);
         Self {
@@ -307,8 +312,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         }
     }
 
-    /// Gives a hand-made pool a send CQ to poll (for tests of the progress path on a device
-    /// without DC).
+    /// Gives a pool made [`from_initiators`](Self::from_initiators) the send CQ its initiators
+    /// complete into, which [`poll`](Self::poll) then reads.
     pub fn set_send_cq(&mut self, send_cq: impl Into<I::CompletionQueue>) {
         self.send_cq = Some(send_cq.into());
     }
@@ -374,13 +379,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         id
     }
 
-    /// Adds a destination by a raw address handle (for benchmarks and tests over hand-made
-    /// tables).
+    /// Adds a destination by an address handle made outside this crate (`ibv_create_ah`), or
+    /// whatever the initiators' own `wr_set_dc_addr` takes.
     ///
     /// # Safety
     ///
-    /// `ah` must stay a live address handle (or whatever a hand-made table accepts) while the
-    /// pool posts to the destination.
+    /// `ah` must stay a live address handle (or whatever the initiators' `wr_set_dc_addr` entry
+    /// accepts) while the pool posts to the destination.
     pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
         let id = self.core.add_destination();
         self.place(id, DestinationAddress::default());
@@ -546,8 +551,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.tick(&mut sink);
     }
 
-    /// Settles one completion by hand (for tests and benchmarks over hand-made tables, which
-    /// have no CQ): the provider-visible `wr_id` and an `ibv_wc_status`.
+    /// Settles one completion by hand, as its provider-visible `wr_id` and `ibv_wc_status`: for
+    /// initiators whose completions do not come from a CQ as `ibv_wc`s (a provider table of
+    /// one's own); [`complete`](Self::complete) takes a polled one.
     pub fn complete_raw(&mut self, wr_id: u64, status: u32, sink: impl FnMut(DcPoolEvent)) -> bool {
         let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
         self.core.complete(&self.wr_ids, wr_id, status, 0, &mut sink)

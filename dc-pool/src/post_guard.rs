@@ -217,6 +217,6 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     }
 }
 
-/// How a pool batch's requests are addressed: sideway-ext's [`DcAddressing`] ([`DcAddress`],
+/// How a pool batch's requests are addressed: sideway-ext's [`DcAddressing`](sideway_ext::mlx5::dc::initiator::DcAddressing) ([`DcAddress`],
 /// or on DCI streams [`DcStreamAddress`]).
 pub use sideway_ext::mlx5::dc::initiator::DcAddressing as PoolAddressing;

@@ -283,7 +283,9 @@ impl ProviderEntries {
     }
 
     /// Adds entries that lie outside `ibv_qp_ex` (e.g. mlx5's `wr_set_dc_addr`), from
-    /// [`entry::FIRST_EXTERNAL`] up, for the transports of other modules.
+    /// bit 16 up, for the transports of other modules; e.g. the DC setters that
+    /// [`DcContext::entries`](crate::mlx5::dc::initiator::DcContext::entries) reads, or a
+    /// simulated route's bit.
     pub const fn with(self, bits: u32) -> Self {
         Self(self.0 | bits)
     }

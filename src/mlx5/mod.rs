@@ -10,9 +10,10 @@
 //!   sideway device context, and its queries;
 //! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
 //! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP);
-//! - [`dc`]: DC initiators and targets, their endpoints, and the pool of initiators;
+//! - [`dc`]: DC initiators and targets, and their endpoints (a pool of initiators is the crate
+//!   `sideway-ext-dc-pool`);
 //! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`,
-//!   `pd.create_dct_builder()`, `pd.create_dci_pool_builder()`).
+//!   `pd.create_dct_builder()`).
 //!
 //! # Is this device mlx5, and what can its DC do?
 //!

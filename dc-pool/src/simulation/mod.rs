@@ -1,12 +1,12 @@
-//! A simulated DC fabric (feature `simulation`): seeded and deterministic, with DC targets and
+//! A simulated DC fabric: seeded and deterministic, with DC targets and
 //! DC initiators that behave as the references say a ConnectX does, on which the real
-//! [`DcInitiatorPool`](super::pool::DcInitiatorPool) runs with the API a program writes against
+//! [`DcInitiatorPool`](crate::DcInitiatorPool) runs with the API a program writes against
 //! hardware: test a DC program's pool loop on any machine, in CI, with no device.
 //!
 //! The pool is the same: a `DcInitiatorPool<SimulatedInitiator>` posts through the guard that
 //! calls the `ibv_wr_*` and `mlx5dv_wr_set_dc_addr` entries of the initiator's queue pair, and
 //! polls with `ibv_poll_cq`, as on a ConnectX; here the entries are the fabric's. Code written
-//! for `DcInitiatorPool<I>` with any `I:` [`PoolInitiator`](super::pool::PoolInitiator) runs on
+//! for `DcInitiatorPool<I>` with any `I:` [`PoolInitiator`](crate::PoolInitiator) runs on
 //! both.
 //!
 //! ```
@@ -59,13 +59,13 @@
 //!
 //! # One initiator, without a pool
 //!
-//! A program that posts on one [`DcInitiator`](super::initiator::DcInitiator) runs here too:
+//! A program that posts on one [`DcInitiator`](sideway_ext::mlx5::dc::initiator::DcInitiator) runs here too:
 //! [`SimulatedFabric::create_dci_builder`] makes a [`SimulatedInitiator`] (in RTS) that posts
 //! through the same guard, with `setup_dc_addr` taking the address handle
 //! [`SimulatedFabric::create_ah`] makes from the target's endpoint (where a device's program
 //! calls [`DcEndpoint::create_ah`](sideway_ext::mlx5::dc::endpoint::DcEndpoint::create_ah)); its completions are
 //! polled as [`WorkCompletion`](sideway_ext::ibverbs::work_completion::WorkCompletion)s from
-//! [`SimulatedFabric::create_cq`]. Code generic over [`DcSend`](super::initiator::DcSend) posts on
+//! [`SimulatedFabric::create_cq`]. Code generic over [`DcSend`](sideway_ext::mlx5::dc::initiator::DcSend) posts on
 //! both. After an error it comes back as a `DcInitiator` does:
 //! [`recover`](SimulatedInitiator::recover), or with streams
 //! [`reset_stream`](SimulatedInitiator::reset_stream); it needs no bring-up.
@@ -116,7 +116,7 @@
 //!
 //! [`SimulatedFabric::new`] takes a seed; every draw (completion jitter) comes from it, so a
 //! run is the same each time. Time is in ticks: every `ibv_poll_cq` (every
-//! [`poll`](super::pool::DcInitiatorPool::poll)) is one tick, in which each initiator's streams
+//! [`poll`](crate::DcInitiatorPool::poll)) is one tick, in which each initiator's streams
 //! run the requests that are due; [`SimulatedFabric::advance`] runs ticks without polling.
 //! A pool's grant and stall timeouts are counted in ticks too
 //! ([`SimulatedPoolBuilder::setup_grant_timeout`], [`SimulatedPoolBuilder::setup_stall_timeout`]).

@@ -7,11 +7,10 @@
 //! - [`initiator`]: the DC initiator (DCI), its bring-up and recovery, and the DC transport of
 //!   the post guard, whose requests are addressed one by one;
 //! - [`target`]: the DC target (DCT), which receives through a shared receive queue;
-//! - [`pool`]: [`DcInitiatorPool`](pool::DcInitiatorPool), DC initiators on one send CQ assigned
-//!   to many destinations by a policy, with every completion mapped back to its destination and
-//!   initiators recovered after errors;
-//! - `simulation` (feature `simulation`): a seeded simulated DC fabric the pool, or a program
-//!   posting on one DC initiator, runs on without a device.
+//!
+//! A pool of DC initiators for many destinations (`DcInitiatorPool`), and a seeded simulated DC
+//! fabric the pool, or a program posting on one DC initiator, runs on without a device, are the
+//! crate `sideway-ext-dc-pool`, built on this module's public API.
 //!
 //! The transition tables of both queue-pair types (which attributes each state change needs) are
 //! in a private module; a model of mlx5_ib and libmlx5 and the rules it enforces, transcribed

@@ -9,7 +9,7 @@ use crate::ibverbs::address_handle::AddressHandleAttribute;
 /// requests), to a DC target's RTR address vector with
 /// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class)
 /// (its ACKs, read responses and atomic responses) and to a pool's address handles with
-/// [`DcInitiatorPoolBuilder::setup_service_class`](super::pool::builder::DcInitiatorPoolBuilder::setup_service_class).
+/// `DcInitiatorPoolBuilder::setup_service_class` (sideway-ext-dc-pool).
 /// Set the same class on both sides: otherwise responses leave in class 0 while requests do not.
 ///
 /// On RoCE v2 the traffic class is the IP header's DS field: DSCP in its upper six bits, ECN in

@@ -535,7 +535,8 @@ pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
 }
 
 impl DciInitParameters {
-    /// The send queue `mlx5dv_create_qp` grants these parameters ([`dci_granted_send_wr`]).
+    /// The send queue `mlx5dv_create_qp` grants these parameters (libmlx5's
+    /// `mlx5_calc_sq_size`: the requests' bytes rounded up to a power of two).
     pub fn granted_max_send_wr(&self) -> u32 {
         let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
         dci_granted_send_wr(self.max_send_wr, request_size)

@@ -1,5 +1,5 @@
 //! What a DC request's address step takes as its route: [`DcRoute`], an address handle a device
-//! made, or one a simulated fabric made (feature `simulation`). The DC transport's
+//! made, or one a simulated fabric made (sideway-ext-dc-pool's). The DC transport's
 //! `setup_dc_addr` is generic over it, so that one program posts on a [`DcInitiator`] and on a
 //! simulated initiator alike.
 use std::ptr::NonNull;

@@ -6,9 +6,8 @@ use super::{DcInitiator, DcRoute, DynamicallyConnected};
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::post_send_guard::{PostSendError, PostSendGuard, WorkRequestHandle};
 
-/// A DC initiator a program posts on: [`DcInitiator`] on a device, and with the feature
-/// `simulation` a simulated fabric's initiator
-/// ([`SimulatedFabric::create_dci_builder`](crate::mlx5::dc::simulation::SimulatedFabric::create_dci_builder)).
+/// A DC initiator a program posts on: [`DcInitiator`] on a device, and a simulated fabric's
+/// initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).
 /// Both post through the same guard (`construct_wr` → operation → `setup_dc_addr` → data →
 /// `post`), so code generic over `I: DcSend` builds its requests once for both. Creating,
 /// bringing up and polling stay each side's own: a device's initiator completes into the CQ its

@@ -4,7 +4,7 @@
 //!
 //! A host-only test: it runs cargo to compile the programs, so `scripts/device-suite` does not
 //! run it in the VM. After a change to the pool's guard, regenerate the expected errors with
-//! `TRYBUILD=overwrite cargo test -p sideway-ext-dc-pool --test test_compile_fail` and review them.
+//! `TRYBUILD=overwrite cargo test -p sideway-ext-dc-pool --test test_dc_pool_compile_fail` and review them.
 
 #[test]
 fn pool_request_order() {
