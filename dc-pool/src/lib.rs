@@ -22,11 +22,12 @@
 //! [`DcPoolEvent::OtherCompletion`]) or created by the pool
 //! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
 //!
-//! The crate's root holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the post
-//! path (address handle, grant, guard), [`types`] its values and errors. The bookkeeping, apart
-//! from any device, is in private modules: destinations, the wait line and grants; each
-//! initiator's ring of requests and batch records; completions and recovery; and what the pool
-//! needs of an initiator ([`PoolInitiator`]'s sealed part).
+//! The crate's root holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the
+//! post path (address handle, grant, guard), [`types`] its values and errors, [`initiator`] what
+//! the pool needs of an initiator ([`PoolInitiator`]'s `unsafe` part,
+//! [`PostingInitiator`]). The bookkeeping, apart from any device,
+//! is in private modules: destinations, the wait line and grants; each initiator's ring of
+//! requests and batch records; completions and recovery.
 //!
 //! ```no_run
 //! use std::sync::Arc;

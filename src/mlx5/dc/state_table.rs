@@ -16,6 +16,7 @@ use rdma_mummy_sys::ibv_qp_attr_mask as m;
 use sideway::ibverbs::queue_pair::QueuePairState::*;
 
 use crate::ibverbs::queue_pair::{mask, Transition, TransitionTable};
+use crate::mlx5::dc::initiator::DcInitiator;
 
 /// A move to RESET or ERR: the state alone, neither required nor optional attribute
 /// (`modify_dci_qp_is_ok`: `is_valid_mask(attr_mask, IB_QP_STATE, 0)`).
@@ -120,6 +121,32 @@ pub(crate) static DC_TARGET: TransitionTable = TransitionTable {
         },
     ],
 };
+
+impl DcInitiator {
+    /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
+    /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
+    /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
+    /// initiators up by hand, or a simulated device held to the same rules.
+    ///
+    /// ```
+    /// use sideway::ibverbs::queue_pair::QueuePairState::{Error, Init, ReadyToReceive, Reset};
+    /// use sideway_ext::mlx5::dc::initiator::DcInitiator;
+    ///
+    /// // INIT → RTR needs the path MTU; RESET → RTR does not exist.
+    /// assert_eq!(DcInitiator::required_attributes(Init, ReadyToReceive), Some(rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_PATH_MTU.0 as i32));
+    /// assert_eq!(DcInitiator::required_attributes(Reset, ReadyToReceive), None);
+    /// assert_eq!(DcInitiator::required_attributes(Init, Error), Some(0));
+    /// ```
+    pub fn required_attributes(
+        from: sideway::ibverbs::queue_pair::QueuePairState, to: sideway::ibverbs::queue_pair::QueuePairState,
+    ) -> Option<i32> {
+        DC_INITIATOR
+            .transitions
+            .iter()
+            .find(|t| t.from == from && t.to == to)
+            .map(|t| t.required)
+    }
+}
 
 #[cfg(test)]
 mod tests {

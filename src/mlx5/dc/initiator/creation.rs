@@ -17,14 +17,15 @@ use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::{
     dc_entries, CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciStreams,
-    DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
 };
 use crate::ibverbs::queue_pair::QueuePairCore;
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::state_table::DC_INITIATOR;
-use crate::mlx5::device_attributes::DciStreamsCapabilities;
 use crate::mlx5::device_context::query_device_raw;
 use crate::mlx5::library::{DcVerbs, LIBMLX5};
+
+// The planning, which `build` runs first (and the unit tests' paths name here).
+pub(crate) use super::plan::*;
 
 impl DcInitiatorBuilder {
     /// A builder with the defaults: 16 send requests of 1 entry, no inline data, every DC
@@ -111,7 +112,7 @@ impl DcInitiatorBuilder {
     /// The send operations the DC initiator will post (every one used must be listed). A
     /// request for another one is refused at post.
     ///
-    /// Default: every operation of [`DC_SEND_OPERATIONS`] the device can do — without the
+    /// Default: every operation of [`DC_SEND_OPERATIONS`](super::DC_SEND_OPERATIONS) the device can do — without the
     /// atomics on a device whose `atomic_cap` is `IBV_ATOMIC_NONE`, where libmlx5 refuses them
     /// (so the default never fails creation). Listing atomics on such a device is refused with
     /// [`AtomicOperationsNotSupported`](CreateDcInitiatorErrorKind::AtomicOperationsNotSupported).
@@ -303,156 +304,6 @@ impl DcInitiator {
     }
 }
 
-/// What a DC initiator is created with: the parts of its init attributes that do not point at
-/// other objects ([`plan_dci`]'s answer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DciInitParameters {
-    /// The send queue asked of the library (`cap.max_send_wr`).
-    pub max_send_wr: u32,
-    /// `cap.max_send_sge`.
-    pub max_send_sge: u32,
-    /// `cap.max_inline_data`.
-    pub max_inline_data: u32,
-    /// The send operations (`send_ops_flags`).
-    pub send_ops: SendOperationFlags,
-    /// The DCI streams.
-    pub streams: Option<DciStreams>,
-    /// `sq_sig_all`.
-    pub sq_sig_all: bool,
-}
-
-/// What a [`DcInitiatorBuilder`] asks for: [`DciInitParameters`] with the send operations left to
-/// the device when not set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DciRequest {
-    /// The send queue asked for.
-    pub max_send_wr: u32,
-    /// Scatter/gather entries per request.
-    pub max_send_sge: u32,
-    /// Inline data per request, in bytes.
-    pub max_inline_data: u32,
-    /// `None`: [`DC_SEND_OPERATIONS`], without the atomics on a device without atomics.
-    pub send_ops: Option<SendOperationFlags>,
-    /// DCI streams.
-    pub streams: Option<DciStreams>,
-    /// Whether every request is signalled.
-    pub sq_sig_all: bool,
-}
-
-/// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
-/// `max_qp_wr`, `max_sge` and `atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DciDevice {
-    /// `ibv_device_attr::max_qp_wr`.
-    pub max_qp_wr: u32,
-    /// `ibv_device_attr::max_sge`.
-    pub max_sge: u32,
-    /// `atomic_cap` is not `IBV_ATOMIC_NONE` (libmlx5 sets `atomics_enabled` from it).
-    pub atomics: bool,
-    /// `mlx5dv_context::dci_streams_caps`, when the device has DCI streams.
-    pub dci_streams: Option<DciStreamsCapabilities>,
-    /// The deepest `max_rd_atomic` a DC initiator takes (the smaller of the device's DC
-    /// read/atomic depths; 1 when unknown).
-    pub read_atomic_depth: u8,
-}
-
-/// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
-/// smaller of `max_dc_rd_atom` (`1 << log_max_ra_req_dc`, the requester's outstanding reads and
-/// atomics) and `max_dc_init_rd_atom` (`1 << log_max_ra_res_dc`, the bound mlx5_ib's
-/// `validate_rd_atomic` puts on a DC initiator's `max_rd_atomic`), each known one taken. Before
-/// rdma-core 47 libmlx5 reports neither, and the depth is 1, which every device takes.
-pub(crate) fn dci_read_atomic_depth(max_dc_rd_atom: Option<u64>, max_dc_init_rd_atom: Option<u64>) -> u8 {
-    [max_dc_rd_atom, max_dc_init_rd_atom]
-        .into_iter()
-        .flatten()
-        .filter(|&depth| depth > 0)
-        .min()
-        .map_or(1, |depth| depth.min(u64::from(u8::MAX)) as u8)
-}
-
-/// Refuses send operations a DC initiator cannot post, whatever the device.
-pub(super) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), CreateDcInitiatorErrorKind> {
-    if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
-        return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
-            requested,
-            allowed: DC_SEND_OPERATIONS,
-        });
-    }
-    Ok(())
-}
-
-/// Decides a DC initiator's init parameters from the request and the device, or refuses it
-/// before the library would: the send operations (default: every DC operation the device can
-/// do), the capacities, the DCI streams. What [`DcInitiatorBuilder::build`] creates, for a
-/// program that sizes initiators before creating them, or a simulated device held to the same
-/// rules:
-///
-/// ```
-/// use sideway_ext::mlx5::dc::initiator::{plan_dci, DciDevice, DciRequest};
-///
-/// let request = DciRequest {
-///     max_send_wr: 20, max_send_sge: 1, max_inline_data: 0, send_ops: None, streams: None, sq_sig_all: false,
-/// };
-/// let device = DciDevice { max_qp_wr: 1 << 15, max_sge: 30, atomics: false, dci_streams: None, read_atomic_depth: 1 };
-/// let planned = plan_dci(&request, &device)?;
-/// // libmlx5 rounds the queue's bytes up to a power of two: 32 requests of 128 bytes.
-/// assert_eq!(planned.granted_max_send_wr(), 32);
-/// # Ok::<(), sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind>(())
-/// ```
-///
-/// # Errors
-///
-/// What [`DcInitiatorBuilder::build`] refuses before the library (e.g.
-/// [`InvalidMaxSendWorkRequests`](CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests)).
-pub fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
-    let send_ops = match request.send_ops {
-        Some(requested) => {
-            check_dc_operations(requested)?;
-            let atomics = requested.and(DC_ATOMIC_OPERATIONS);
-            if !atomics.is_none() && !device.atomics {
-                return Err(CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested: atomics });
-            }
-            requested
-        },
-        None if device.atomics => DC_SEND_OPERATIONS,
-        None => DC_SEND_OPERATIONS.and(DC_ATOMIC_OPERATIONS.not()),
-    };
-    if request.max_send_wr == 0 || request.max_send_wr > device.max_qp_wr {
-        return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
-            requested: request.max_send_wr,
-            max: device.max_qp_wr,
-        });
-    }
-    let request_size = dci_request_size(send_ops, request.max_send_sge, request.max_inline_data);
-    let max = dci_max_send_wr(device.max_qp_wr, request_size);
-    if request.max_send_wr > max {
-        return Err(CreateDcInitiatorErrorKind::SendQueueTooLarge {
-            requested: request.max_send_wr,
-            max,
-            request_size,
-            max_qp_wr: device.max_qp_wr,
-        });
-    }
-    if request.max_send_sge > device.max_sge {
-        return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
-            requested: request.max_send_sge,
-            max: device.max_sge,
-        });
-    }
-    if let Some(streams) = request.streams {
-        check_streams(streams, device.dci_streams)?;
-    }
-    Ok(DciInitParameters {
-        max_send_wr: request.max_send_wr,
-        max_send_sge: request.max_send_sge,
-        max_inline_data: request.max_inline_data,
-        send_ops,
-        streams: request.streams,
-        sq_sig_all: request.sq_sig_all,
-    })
-}
-
 /// Why `mlx5dv_create_qp` refused to create the DC initiator `params` describes: `EOPNOTSUPP`
 /// (`None`) is a device without DC; `EINVAL` for a request larger than every device takes
 /// ([`guaranteed_request_bytes`]) is libmlx5's `mlx5_calc_send_wqe` refusing its size.
@@ -472,74 +323,6 @@ pub(crate) fn creation_error(
             guaranteed,
         },
         _ => CreateDcInitiatorErrorKind::Ibverbs(err),
-    }
-}
-
-/// The largest send request every device with this `max_sge` takes, in bytes: the kernel's
-/// `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`, and its
-/// `mlx5_ib_alloc_ucontext` hands libmlx5 `max_wqe_sz_sq` itself as `max_sq_desc_sz`, the bound
-/// of `mlx5_calc_send_wqe`: so `max_sq_desc_sz ≥ 16 · max_sge + 32`.
-pub(crate) fn guaranteed_request_bytes(max_sge: u32) -> u32 {
-    max_sge.saturating_mul(16).saturating_add(32)
-}
-
-/// The bytes one DC request takes before rounding, as libmlx5 sizes it (`mlx5_calc_send_wqe`
-/// in `verbs.c`): a 16-byte control segment, grown to the largest operation granted (16 more for
-/// RDMA's remote address, 32 more for an atomic's), the 48-byte DC address vector, then the
-/// larger of the scatter/gather entries (16 bytes each) and the inline data (a 4-byte header,
-/// padded to 16). It must not exceed the device's `max_sq_desc_sz`.
-pub(crate) fn dci_request_bytes(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
-    let rdma = SendOperationFlags::Write | SendOperationFlags::WriteWithImmediate | SendOperationFlags::Read;
-    let operation = if !send_ops.and(DC_ATOMIC_OPERATIONS).is_none() {
-        48
-    } else if !send_ops.and(rdma).is_none() {
-        32
-    } else {
-        16
-    };
-    let overhead = operation + 48;
-    let gather = overhead + max_send_sge.saturating_mul(16);
-    let inline = match max_inline_data {
-        0 => 0,
-        bytes => overhead + (bytes.saturating_add(4 + 15) & !15),
-    };
-    gather.max(inline)
-}
-
-/// The bytes one DC request takes in the send queue: [`dci_request_bytes`] rounded up to 64-byte
-/// basic blocks, 128 bytes for the default initiator.
-pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
-    dci_request_bytes(send_ops, max_send_sge, max_inline_data).saturating_add(63) & !63
-}
-
-/// The most requests of `request_size` bytes a send queue holds on a device whose `max_qp_wr` is
-/// read as its number of 64-byte basic blocks (libmlx5 `mlx5_calc_sq_size`: the queue is the
-/// requests' bytes rounded up to a power of two, at most `max_send_wqebb` blocks, which the
-/// kernel's `mlx5_ib_alloc_ucontext` sets to `1 << log_max_qp_sz`, as `max_qp_wr` was before
-/// kernels that report fewer): `max_qp_wr` itself at most.
-pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
-    let blocks = match max_qp_wr {
-        0 => return 0,
-        n => 1u64 << (31 - n.leading_zeros()),
-    };
-    ((blocks * 64) / u64::from(request_size.max(64))).min(u64::from(max_qp_wr)) as u32
-}
-
-/// The requests a send queue of `max_send_wr` requests of `request_size` bytes is granted
-/// (libmlx5 `mlx5_calc_sq_size`: the queue is `max_send_wr` × `request_size` bytes rounded up to
-/// a power of two, and `create_qp` writes back `max_post`, the requests it holds): at least
-/// `max_send_wr`, e.g. 32 for 20 requests of 128 bytes.
-pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
-    let request_size = u64::from(request_size.max(64));
-    ((u64::from(max_send_wr) * request_size).next_power_of_two() / request_size).min(u64::from(u32::MAX)) as u32
-}
-
-impl DciInitParameters {
-    /// The send queue `mlx5dv_create_qp` grants these parameters (libmlx5's
-    /// `mlx5_calc_sq_size`: the requests' bytes rounded up to a power of two).
-    pub fn granted_max_send_wr(&self) -> u32 {
-        let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
-        dci_granted_send_wr(self.max_send_wr, request_size)
     }
 }
 
@@ -595,28 +378,6 @@ pub(crate) unsafe fn create_dc_qp(
         .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
 }
 
-/// Checks DCI streams against the device's capabilities: none reported, or a concurrency of 0
-/// (libmlx5's `_mlx5dv_query_device` reports the capability on every device, with zeros where
-/// there are no streams), is a device without streams.
-fn check_streams(streams: DciStreams, caps: Option<DciStreamsCapabilities>) -> Result<(), CreateDcInitiatorErrorKind> {
-    let caps = caps
-        .filter(|caps| caps.max_log_num_concurrent > 0)
-        .ok_or(CreateDcInitiatorErrorKind::DciStreamsNotSupported)?;
-    for (limit, requested, max) in [
-        (
-            "log_num_concurent",
-            streams.log_num_concurrent,
-            caps.max_log_num_concurrent,
-        ),
-        ("log_num_errored", streams.log_num_errored, caps.max_log_num_errored),
-    ] {
-        if requested > max {
-            return Err(CreateDcInitiatorErrorKind::DciStreamsTooLarge { limit, requested, max });
-        }
-    }
-    Ok(())
-}
-
 /// What a DC initiator was created with, to create it again where the kernel refuses its move
 /// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
 /// kept alive by the queue pair's parents).
@@ -650,7 +411,9 @@ impl Granted {
 #[cfg(test)]
 mod tests {
     //! The init attributes and the streams check, against the reference rules.
+    use super::super::DC_SEND_OPERATIONS;
     use super::*;
+    use crate::mlx5::device_attributes::DciStreamsCapabilities;
 
     #[test]
     fn the_read_atomic_depth_is_the_smaller_known_depth_and_1_when_none_is_known() {
@@ -726,7 +489,6 @@ mod tests {
     }
     #[test]
     fn streams_are_checked_against_the_device_with_the_limit_named() {
-        use crate::mlx5::device_attributes::DciStreamsCapabilities;
         let caps = DciStreamsCapabilities {
             max_log_num_concurrent: 4,
             max_log_num_errored: 2,

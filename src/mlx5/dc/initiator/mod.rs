@@ -48,12 +48,13 @@ use crate::mlx5::library::DcVerbs;
 mod addressed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
+mod plan;
 mod route;
 mod send;
 
 pub use self::addressed::{BatchAddressed, DcAddressing};
 pub use self::bring_up::PortNotReady;
-pub use self::creation::{plan_dci, DciDevice, DciInitParameters, DciRequest};
+pub use self::plan::{plan_dci, DciDevice, DciInitParameters, DciRequest};
 pub use self::route::DcRoute;
 pub use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress, SIMULATED_ROUTE};
 pub use self::send::DcSend;
@@ -300,28 +301,6 @@ impl DcInitiator {
     /// at post ([`InlineDataTooLong`](crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong)).
     pub fn max_inline_data(&self) -> u32 {
         self.granted.max_inline_data
-    }
-
-    /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
-    /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
-    /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
-    /// initiators up by hand, or a simulated device held to the same rules.
-    ///
-    /// ```
-    /// use sideway::ibverbs::queue_pair::QueuePairState::{Error, Init, ReadyToReceive, Reset};
-    /// use sideway_ext::mlx5::dc::initiator::DcInitiator;
-    ///
-    /// // INIT → RTR needs the path MTU; RESET → RTR does not exist.
-    /// assert_eq!(DcInitiator::required_attributes(Init, ReadyToReceive), Some(rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_PATH_MTU.0 as i32));
-    /// assert_eq!(DcInitiator::required_attributes(Reset, ReadyToReceive), None);
-    /// assert_eq!(DcInitiator::required_attributes(Init, Error), Some(0));
-    /// ```
-    pub fn required_attributes(from: QueuePairState, to: QueuePairState) -> Option<i32> {
-        crate::mlx5::dc::state_table::DC_INITIATOR
-            .transitions
-            .iter()
-            .find(|t| t.from == from && t.to == to)
-            .map(|t| t.required)
     }
 
     /// The send operations it was created with (the builder's, or the device's default).
