@@ -282,10 +282,13 @@ impl ProviderEntries {
         self.0 & bits == bits
     }
 
-    /// Adds entries that lie outside `ibv_qp_ex` (e.g. mlx5's `wr_set_dc_addr`), from
-    /// bit 16 up, for the transports of other modules; e.g. the DC setters that
+    /// The first bit free for the entries of a [`Destination`] of another crate: below it,
+    /// `ibv_qp_ex`'s entries and this crate's own outside it (mlx5's DC setters).
+    pub const FIRST_EXTERNAL_FREE: u32 = entry::FIRST_EXTERNAL << 2;
+
+    /// Adds entries that lie outside `ibv_qp_ex`: the DC setters that
     /// [`DcContext::entries`](crate::mlx5::dc::initiator::DcContext::entries) reads, or a
-    /// simulated route's bit.
+    /// [`Destination`] of another crate's, from [`FIRST_EXTERNAL_FREE`](Self::FIRST_EXTERNAL_FREE) up.
     pub const fn with(self, bits: u32) -> Self {
         Self(self.0 | bits)
     }
@@ -411,8 +414,19 @@ pub mod operation {
     }
 }
 
-/// Where a request goes, set at its data step right after the operation's builder. Sealed.
-pub trait Destination: sealed::Sealed + Copy {
+/// Where a request goes, set at its data step right after the operation's builder.
+///
+/// Open, and `unsafe` to implement: a destination of one's own (e.g. for a provider table of
+/// one's own, as a simulated device has) names in `ENTRY` the entries its `set` calls, each
+/// [`ProviderEntries::FIRST_EXTERNAL_FREE`] or above when it lies outside `ibv_qp_ex` and is not
+/// one of this crate's; the guard refuses the request before the provider when the queue pair's
+/// entries lack one.
+///
+/// # Safety
+///
+/// `set` calls nothing but the entries `ENTRY` names (which the guard checked the queue pair
+/// has), with handles alive as long as the destination is used.
+pub unsafe trait Destination: Copy {
     /// The [`ProviderEntries`] bits of its setter.
     const ENTRY: u32;
     /// The setter's name, for errors.
@@ -432,7 +446,8 @@ pub struct Connected;
 
 impl sealed::Sealed for Connected {}
 
-impl Destination for Connected {
+// SAFETY: it calls nothing.
+unsafe impl Destination for Connected {
     const ENTRY: u32 = 0;
     const ENTRY_NAME: &'static str = "";
 
@@ -450,7 +465,8 @@ pub struct DatagramAddress {
 
 impl sealed::Sealed for DatagramAddress {}
 
-impl Destination for DatagramAddress {
+// SAFETY: it calls `wr_set_ud_addr`, its entry, with the address handle the guard's borrow keeps.
+unsafe impl Destination for DatagramAddress {
     const ENTRY: u32 = entry::SET_UD_ADDR;
     const ENTRY_NAME: &'static str = "wr_set_ud_addr";
 
@@ -1224,7 +1240,8 @@ mod external_transport_tests {
 
     impl sealed::Sealed for ExternalAddress {}
 
-    impl Destination for ExternalAddress {
+    // SAFETY: it calls the recording table's external entry only.
+    unsafe impl Destination for ExternalAddress {
         const ENTRY: u32 = entry::FIRST_EXTERNAL;
         const ENTRY_NAME: &'static str = "wr_set_external_addr";
 

@@ -20,8 +20,9 @@ use sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind;
 use sideway_ext::mlx5::dc::initiator::{plan_dci, DciDevice, DciRequest};
 use sideway_ext::mlx5::dc::initiator::{
     CreateDcInitiatorError, DcContext, DcRecovery, DcRoute, DcSend, DciStreams, DynamicallyConnected,
-    SimulatedDcAddress,
 };
+
+use super::route::{SimulatedDcAddress, SimulatedDcStreamAddress};
 use sideway_ext::mlx5::device_attributes::DciStreamsCapabilities;
 
 /// The device the fabric's initiators are created on, as the hardware builder's rules read one
@@ -149,7 +150,7 @@ pub struct SimulatedAddressHandle {
 
 impl DcRoute for SimulatedAddressHandle {
     type Address = SimulatedDcAddress;
-    type StreamAddress = sideway_ext::mlx5::dc::initiator::SimulatedDcStreamAddress;
+    type StreamAddress = SimulatedDcStreamAddress;
 
     fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self::Address {
         SimulatedDcAddress::new(mlx5_qp_ex, dct_number, dc_key)

@@ -18,7 +18,9 @@ use super::Shared;
 use crate::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
 use crate::PoolInitiator;
 use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
-use sideway_ext::mlx5::dc::initiator::{DcContext, SIMULATED_ROUTE};
+use sideway_ext::mlx5::dc::initiator::DcContext;
+
+use super::route::SIMULATED_ROUTE;
 
 /// The operations a simulated initiator builds: SEND and RDMA WRITE (with immediate or not), RDMA
 /// READ. Atomics are not simulated: the guard refuses them before the provider

@@ -213,6 +213,7 @@ mod faults;
 mod initiator;
 mod memory;
 mod request;
+mod route;
 mod settings;
 mod target;
 #[cfg(test)]
@@ -229,6 +230,7 @@ pub use self::dci::{
 pub use self::faults::{ScheduleFaultError, ScheduleFaultErrorKind, SimulatedFault};
 pub use self::initiator::SimulatedInitiator;
 pub use self::memory::{RegisterMemoryError, RegisterMemoryErrorKind, SimulatedMemoryRegion};
+pub use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress};
 pub use self::target::{SimulatedMessage, SimulatedTarget, SimulatedTargetBuilder};
 pub use self::trace::{SimulatedCounters, SimulatedEvent};
 

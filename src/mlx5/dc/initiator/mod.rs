@@ -56,7 +56,6 @@ pub use self::addressed::{BatchAddressed, DcAddressing};
 pub use self::bring_up::PortNotReady;
 pub use self::plan::{plan_dci, DciDevice, DciInitParameters, DciRequest};
 pub use self::route::DcRoute;
-pub use self::route::{SimulatedDcAddress, SimulatedDcStreamAddress, SIMULATED_ROUTE};
 pub use self::send::DcSend;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
@@ -739,7 +738,9 @@ impl DcAddress {
     }
 }
 
-impl Destination for DcAddress {
+// SAFETY: it calls `wr_set_dc_addr`, its entry, with the views and handle `DcAddress::new`
+// promises alive.
+unsafe impl Destination for DcAddress {
     const ENTRY: u32 = SET_DC_ADDR;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr";
 
@@ -767,7 +768,8 @@ impl DcStreamAddress {
     }
 }
 
-impl Destination for DcStreamAddress {
+// SAFETY: as for DcAddress, through `wr_set_dc_addr_stream`.
+unsafe impl Destination for DcStreamAddress {
     const ENTRY: u32 = SET_DC_ADDR_STREAM;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream";
 

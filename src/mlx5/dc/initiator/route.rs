@@ -5,22 +5,22 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, mlx5dv_qp_ex};
+use rdma_mummy_sys::mlx5dv_qp_ex;
 
 use super::{DcAddress, DcStreamAddress};
 #[cfg(doc)]
 use super::{DcDestination, DcInitiator};
 use crate::ibverbs::address_handle::AddressHandle;
-use crate::ibverbs::post_send_guard::{sealed, Destination};
+use crate::ibverbs::post_send_guard::Destination;
 
 /// The route a DC request is sent over, as [`DcDestination::setup_dc_addr`] takes it: an
 /// [`AddressHandle`] (from a [`DcEndpoint`](crate::mlx5::dc::endpoint::DcEndpoint)'s
 /// `create_ah`), or the simulated DC fabric's of `sideway-ext-dc-pool`
 /// (`SimulatedFabric::create_ah`), or an [`Arc`] of either.
 ///
-/// Open: a route only hands out destinations, and only this crate's [`Destination`]s exist
-/// (sealed), each built by a constructor that states what it needs; a route of one's own returns
-/// [`DcAddress`]es (through `unsafe` [`DcAddress::new`]) or [`SimulatedDcAddress`]es.
+/// Open: a route only hands out destinations, [`DcAddress`]es (through `unsafe`
+/// [`DcAddress::new`]) or [`Destination`]s of one's own (an `unsafe` trait), such as the
+/// simulated fabric's, which need an entry of the simulated initiators' own.
 ///
 /// A simulated fabric's address handle names no route a device knows: a [`DcInitiator`] refuses
 /// a request addressed with one before the provider
@@ -77,63 +77,6 @@ impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
     }
 }
 
-/// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit that only a
-/// simulated initiator's entries carry: a request over a simulated route needs it, so that a
-/// device's DC initiator refuses one before the provider.
-pub const SIMULATED_ROUTE: u32 = crate::ibverbs::post_send_guard::entry::FIRST_EXTERNAL << 2;
-
-/// A DC destination over a simulated fabric's route (`setup_dc_addr` with a simulated fabric's
-/// address handle): `mlx5dv_wr_set_dc_addr` on the simulated initiator's own entry, which routes
-/// by DCT number and never reads the address handle.
-#[derive(Debug, Clone, Copy)]
-pub struct SimulatedDcAddress(DcAddress);
-
-/// As [`SimulatedDcAddress`], on a DCI stream (`mlx5dv_wr_set_dc_addr_stream`).
-#[derive(Debug, Clone, Copy)]
-pub struct SimulatedDcStreamAddress(DcStreamAddress);
-
-impl SimulatedDcAddress {
-    /// The address of one request on a simulated initiator's mlx5 view: the address handle is a
-    /// placeholder its setter never reads.
-    pub fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self {
-        // SAFETY: the setter is reached only through SIMULATED_ROUTE's entry, a simulated
-        // initiator's own, which reads neither pointer's target beyond its own view.
-        Self(unsafe { DcAddress::new(mlx5_qp_ex, NonNull::<ibv_ah>::dangling(), dct_number, dc_key) })
-    }
-
-    /// As `new`, on DCI stream `stream_id`.
-    pub fn on_stream(self, stream_id: u16) -> SimulatedDcStreamAddress {
-        SimulatedDcStreamAddress(DcStreamAddress::new(self.0, stream_id))
-    }
-}
-
-impl sealed::Sealed for SimulatedDcAddress {}
-
-impl Destination for SimulatedDcAddress {
-    const ENTRY: u32 = DcAddress::ENTRY | SIMULATED_ROUTE;
-    const ENTRY_NAME: &'static str = "wr_set_dc_addr of a simulated fabric";
-
-    #[inline(always)]
-    unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
-        // SAFETY: the caller's promise; the entry is the simulated initiator's (checked through
-        // SIMULATED_ROUTE), which reads no address handle.
-        unsafe { self.0.set(qp) }
-    }
-}
-
-impl sealed::Sealed for SimulatedDcStreamAddress {}
-
-impl Destination for SimulatedDcStreamAddress {
-    const ENTRY: u32 = DcStreamAddress::ENTRY | SIMULATED_ROUTE;
-    const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream of a simulated fabric";
-
-    #[inline(always)]
-    unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
-        // SAFETY: as for SimulatedDcAddress.
-        unsafe { self.0.set(qp) }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! A simulated route on a device's DC initiator (the recording tables of the unit tests,
@@ -146,21 +89,57 @@ mod tests {
     use crate::test_support::dc::recording_dci;
     use crate::test_support::take_calls;
 
-    /// A simulated fabric's route, as sideway-ext-dc-pool's address handle is: by DCT number.
+    /// A route of another crate's, as sideway-ext-dc-pool's simulated fabric has: its
+    /// destinations need an entry of their own, beside the DC setter's.
     struct ByDctNumber;
 
-    impl DcRoute for ByDctNumber {
-        type Address = SimulatedDcAddress;
-        type StreamAddress = SimulatedDcStreamAddress;
+    /// The entry only the other crate's initiators carry.
+    const OWN_ROUTE: u32 = ProviderEntries::FIRST_EXTERNAL_FREE;
 
-        fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> SimulatedDcAddress {
-            SimulatedDcAddress::new(mlx5_qp_ex, dct_number, dc_key)
+    #[derive(Debug, Clone, Copy)]
+    struct ByDctNumberAddress(DcAddress);
+
+    #[derive(Debug, Clone, Copy)]
+    struct ByDctNumberStreamAddress(DcStreamAddress);
+
+    // SAFETY: the setters the DC addresses call, behind an entry no device's initiator has.
+    unsafe impl Destination for ByDctNumberAddress {
+        const ENTRY: u32 = DcAddress::ENTRY | OWN_ROUTE;
+        const ENTRY_NAME: &'static str = "wr_set_dc_addr of a simulated fabric";
+
+        unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
+            // SAFETY: the caller's promise.
+            unsafe { self.0.set(qp) }
+        }
+    }
+
+    // SAFETY: as above.
+    unsafe impl Destination for ByDctNumberStreamAddress {
+        const ENTRY: u32 = DcStreamAddress::ENTRY | OWN_ROUTE;
+        const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream of a simulated fabric";
+
+        unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
+            // SAFETY: the caller's promise.
+            unsafe { self.0.set(qp) }
+        }
+    }
+
+    impl DcRoute for ByDctNumber {
+        type Address = ByDctNumberAddress;
+        type StreamAddress = ByDctNumberStreamAddress;
+
+        fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> ByDctNumberAddress {
+            // SAFETY: never set: the guard refuses it (no initiator here has OWN_ROUTE).
+            ByDctNumberAddress(unsafe { DcAddress::new(mlx5_qp_ex, NonNull::dangling(), dct_number, dc_key) })
         }
 
         fn stream_address(
             &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
-        ) -> SimulatedDcStreamAddress {
-            SimulatedDcAddress::new(mlx5_qp_ex, dct_number, dc_key).on_stream(stream_id)
+        ) -> ByDctNumberStreamAddress {
+            ByDctNumberStreamAddress(DcStreamAddress::new(
+                self.address(mlx5_qp_ex, dct_number, dc_key).0,
+                stream_id,
+            ))
         }
     }
 
