@@ -16,13 +16,12 @@ use super::memory::Memory;
 #[cfg(test)]
 use super::request;
 use super::request::{cost, execute, Outcome, Request, FLUSH, SUCCESS};
+use super::settings::dci_step_is_ok;
 use super::settings::{Rng, Settings};
 use super::target::Target;
 use super::trace::{SimulatedCounters, SimulatedEvent, Trace};
-use sideway_ext::mlx5::dc::initiator::DcInitiator;
-
 use super::zeroed::Zeroed;
-use crate::reference_rules::{self as rules, DciKernel};
+use crate::reference_rules as rules;
 
 /// The first queue pair number the fabric gives an initiator; the next ones follow by one.
 const FIRST_QP_NUMBER: u32 = 0x100;
@@ -591,13 +590,4 @@ enum Drive {
     /// The head, with this error status, now (unit tests).
     #[cfg(test)]
     Fail(u32),
-}
-
-/// Whether the kernel takes a DCI from `from` to `to` with the attributes the DC initiator's
-/// transition table requires for it ([`DcInitiator::required_attributes`]) and `IBV_QP_STATE`,
-/// by the reference rules' `modify_dci_qp_is_ok`: the fabric's recovery.
-fn dci_step_is_ok(from: QueuePairState, to: QueuePairState, kernel: DciKernel) -> bool {
-    let state = rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
-    DcInitiator::required_attributes(from, to)
-        .is_some_and(|required| rules::modify_dci_qp_is_ok(from, to, required | state, kernel))
 }

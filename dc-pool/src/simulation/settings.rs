@@ -1,7 +1,10 @@
 //! The simulated fabric's settings (its timings, faults and limits, set through
 //! `SimulatedFabric`) and its seeded generator.
 use super::request::{RETRY_EXC, RNR_RETRY_INFINITE};
-use crate::reference_rules::DciKernel;
+use sideway::ibverbs::queue_pair::QueuePairState;
+use sideway_ext::mlx5::dc::initiator::DcInitiator;
+
+use crate::reference_rules::{self as rules, DciKernel};
 
 /// A ConnectX port's `max_msg_sz`, 1 GiB: kernel mlx5 reports `1 << log_max_msg`, 30 on
 /// ConnectX-4 and later (`ibv_devinfo -v`: `max_msg_sz: 0x40000000`).
@@ -81,4 +84,13 @@ impl Rng {
         let last = choices.len().checked_sub(1)?;
         choices.get(self.up_to(last as u64) as usize).copied()
     }
+}
+
+/// Whether the kernel takes a DCI from `from` to `to` with the attributes the DC initiator's
+/// transition table requires for it ([`DcInitiator::required_attributes`]) and `IBV_QP_STATE`,
+/// by the reference rules' `modify_dci_qp_is_ok`: the fabric's recovery.
+pub(crate) fn dci_step_is_ok(from: QueuePairState, to: QueuePairState, kernel: DciKernel) -> bool {
+    let state = rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
+    DcInitiator::required_attributes(from, to)
+        .is_some_and(|required| rules::modify_dci_qp_is_ok(from, to, required | state, kernel))
 }
