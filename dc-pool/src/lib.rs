@@ -193,10 +193,6 @@ mod completions;
 mod destinations;
 pub mod initiator;
 pub mod post_guard;
-// sideway-ext's transcription of mlx5_ib's and libmlx5's rules, the one its unit tests' model
-// enforces: the simulated fabric enforces the same file.
-#[path = "../../src/mlx5/dc/reference_rules.rs"]
-mod reference_rules;
 mod requests;
 // The pool's runs on the simulated fabric: property tests, 10 000 destinations, faults.
 #[cfg(test)]

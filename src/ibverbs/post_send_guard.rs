@@ -137,9 +137,11 @@ impl PostSendErrorKind {
 }
 
 pub(crate) mod sealed {
-    // Transports, operations and destinations are this crate's: each one's guarantees (which
-    // builders, which destination setter) depend on how its queue pairs were created. Visible
-    // crate-wide so that the mlx5 module's DC transport can implement them.
+    // Transports and operations are this crate's: each one's guarantees (which builders, which
+    // destination step) depend on how its queue pairs were created, and the guard's checks of
+    // provider entries rely on them. (Destinations are open, an unsafe trait: a destination only
+    // sets an address through entries the guard checks.) Visible crate-wide so that the mlx5
+    // module's DC transport can implement them.
     pub trait Sealed {}
 }
 

@@ -13,6 +13,7 @@ use sideway::ibverbs::queue_pair::QueuePairState::{self, Error, Init, ReadyToRec
 
 use super::faults::Schedule;
 use super::memory::Memory;
+use super::reference_rules as rules;
 #[cfg(test)]
 use super::request;
 use super::request::{cost, execute, Outcome, Request, FLUSH, SUCCESS};
@@ -21,7 +22,6 @@ use super::settings::{Rng, Settings};
 use super::target::Target;
 use super::trace::{SimulatedCounters, SimulatedEvent, Trace};
 use super::zeroed::Zeroed;
-use crate::reference_rules as rules;
 
 /// The first queue pair number the fabric gives an initiator; the next ones follow by one.
 const FIRST_QP_NUMBER: u32 = 0x100;
