@@ -112,23 +112,6 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-/// Declares an item the benchmarks reach over hand-made provider tables (the shared receive
-/// queue's raw posts, until its rewrite): `pub` and hidden from the docs with the non-default
-/// `__bench` feature, which only sideway-ext-dc-pool's benchmarks (and the allocation test over
-/// their workloads) enable; crate-private without it. None of it is API.
-macro_rules! bench_visible {
-    ($(#[$attr:meta])* pub $($item:tt)*) => {
-        #[cfg(feature = "__bench")]
-        $(#[$attr])*
-        #[doc(hidden)]
-        pub $($item)*
-        #[cfg(not(feature = "__bench"))]
-        $(#[$attr])*
-        #[allow(dead_code)]
-        pub(crate) $($item)*
-    };
-}
-
 pub mod ibverbs;
 
 #[cfg(feature = "mlx5")]

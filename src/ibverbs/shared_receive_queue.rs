@@ -542,37 +542,56 @@ impl SharedReceiveQueue {
         unsafe { Self::post_recv_one_raw(self.srq, self.max_sge, wr_id, sg_list) }
     }
 
-    bench_visible! {
-        /// [`post_recv_one`](Self::post_recv_one) on a raw shared receive queue, for benchmarks and
-        /// tests that drive it over hand-made function tables.
-        ///
-        /// # Safety
-        ///
-        /// `srq` must be a live shared receive queue and `max_sge` at most the number of entries per
-        /// request it was created with; the buffers as for [`post_recv_one`](Self::post_recv_one).
-        #[inline(always)]
-        pub unsafe fn post_recv_one_raw(
-            srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
-        ) -> Result<(), PostReceiveError> {
-            let mut wr = Zeroed::<ibv_recv_wr>::new();
-            wr.wr_id = wr_id;
-            wr.sg_list = sg_list.as_ptr().cast_mut();
-            wr.num_sge = sg_list.len() as i32;
-            // Checked once the request is written, as raw code writes it first.
-            if sg_list.len() > max_sge as usize {
-                return Err(one_failed(0, wr.wr_id, sg_list.len(), max_sge));
-            }
-            let mut bad_wr: *mut ibv_recv_wr = null_mut();
-            // SAFETY: a one-request list whose entries (read, never written, by the provider) live
-            // until the call returns; the SRQ is alive (the caller's promise).
-            let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), wr.as_mut_ptr(), &mut bad_wr) };
-            if ret != 0 {
-                // Read back from the request, so that nothing needs to stay live across the call
-                // (`max` only matters for too many entries).
-                return Err(one_failed(ret, wr.wr_id, 0, 0));
-            }
-            Ok(())
+    /// [`post_recv_one`](Self::post_recv_one) on a shared receive queue this crate did not
+    /// create (by C code, another binding, or a provider's own tables): the same checks and
+    /// errors, on the raw `ibv_srq`.
+    ///
+    /// # Safety
+    ///
+    /// - `srq` must be a live shared receive queue for the duration of the call;
+    /// - `max_sge` must be at most the scatter/gather entries per request it was created with
+    ///   (the check against it is the only one before the library);
+    /// - the buffers as for [`post_recv_one`](Self::post_recv_one).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use std::ptr::NonNull;
+    ///
+    /// use rdma_mummy_sys::{ibv_sge, ibv_srq};
+    /// use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
+    ///
+    /// /// `srq` comes from C code that created it with `max_sge` 1 and keeps it alive.
+    /// fn refill(srq: NonNull<ibv_srq>, lkey: u32, addr: u64) -> Result<(), Box<dyn std::error::Error>> {
+    ///     let sge = ibv_sge { addr, length: 64, lkey };
+    ///     // SAFETY: the SRQ is live and takes one entry a request; the buffer is registered
+    ///     // under `lkey` and outlives the receive.
+    ///     unsafe { SharedReceiveQueue::post_recv_one_raw(srq, 1, 7, &[sge]) }?;
+    ///     Ok(())
+    /// }
+    /// ```
+    #[inline(always)]
+    pub unsafe fn post_recv_one_raw(
+        srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
+    ) -> Result<(), PostReceiveError> {
+        let mut wr = Zeroed::<ibv_recv_wr>::new();
+        wr.wr_id = wr_id;
+        wr.sg_list = sg_list.as_ptr().cast_mut();
+        wr.num_sge = sg_list.len() as i32;
+        // Checked once the request is written, as raw code writes it first.
+        if sg_list.len() > max_sge as usize {
+            return Err(one_failed(0, wr.wr_id, sg_list.len(), max_sge));
         }
+        let mut bad_wr: *mut ibv_recv_wr = null_mut();
+        // SAFETY: a one-request list whose entries (read, never written, by the provider) live
+        // until the call returns; the SRQ is alive (the caller's promise).
+        let ret = unsafe { ibv_post_srq_recv(srq.as_ptr(), wr.as_mut_ptr(), &mut bad_wr) };
+        if ret != 0 {
+            // Read back from the request, so that nothing needs to stay live across the call
+            // (`max` only matters for too many entries).
+            return Err(one_failed(ret, wr.wr_id, 0, 0));
+        }
+        Ok(())
     }
 }
 
@@ -834,28 +853,51 @@ pub struct PostReceiveGuard<'srq> {
 }
 
 impl<'srq> PostReceiveGuard<'srq> {
-    bench_visible! {
-        /// Starts a batch on a raw shared receive queue. [`SharedReceiveQueue::start_post_recv`] calls
-        /// it; it is public for benchmarks and tests that drive the guard over hand-made function
-        /// tables.
-        ///
-        /// # Safety
-        ///
-        /// `srq` must be a live shared receive queue for the guard's lifetime, and `max_sge` at most
-        /// the number of scatter/gather entries per request it was created with.
-        #[inline]
-        pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32, storage: &'srq mut PostReceiveStorage) -> Self {
-            Self {
-                srq,
-                storage,
-                batch: RecvBatch {
-                    requests: 0,
-                    list_entries: 0,
-                    max_sge,
-                    refused: None,
-                },
-                _srq: PhantomData,
-            }
+    /// Starts a batch on a shared receive queue this crate did not create (by C code, another
+    /// binding, or a provider's own tables), staged in `storage`:
+    /// [`SharedReceiveQueue::start_post_recv`] on the raw `ibv_srq`, with the same checks and
+    /// errors.
+    ///
+    /// # Safety
+    ///
+    /// - `srq` must be a live shared receive queue for the guard's lifetime;
+    /// - `max_sge` must be at most the scatter/gather entries per request it was created with
+    ///   (the check against it is the only one before the library).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use std::ptr::NonNull;
+    ///
+    /// use rdma_mummy_sys::ibv_srq;
+    /// use sideway::ibverbs::queue_pair::SetScatterGatherEntry;
+    /// use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveGuard, PostReceiveStorage};
+    ///
+    /// /// `srq` comes from C code that created it with `max_sge` 1 and keeps it alive.
+    /// fn refill(srq: NonNull<ibv_srq>, lkey: u32, addr: u64) -> Result<(), Box<dyn std::error::Error>> {
+    ///     let mut storage = PostReceiveStorage::new();
+    ///     // SAFETY: the SRQ is live while the guard is, and takes one entry a request.
+    ///     let mut guard = unsafe { PostReceiveGuard::start(srq, 1, &mut storage) };
+    ///     for slot in 0..4 {
+    ///         // SAFETY: each buffer is registered under `lkey` and outlives its receive.
+    ///         unsafe { guard.construct_wr(slot).setup_sge(lkey, addr + slot * 64, 64) };
+    ///     }
+    ///     guard.post()?;
+    ///     Ok(())
+    /// }
+    /// ```
+    #[inline]
+    pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32, storage: &'srq mut PostReceiveStorage) -> Self {
+        Self {
+            srq,
+            storage,
+            batch: RecvBatch {
+                requests: 0,
+                list_entries: 0,
+                max_sge,
+                refused: None,
+            },
+            _srq: PhantomData,
         }
     }
 

@@ -67,7 +67,6 @@ fn with_own_features(features: &str) -> String {
         ("mlx5", cfg!(feature = "mlx5")),
         ("serde", cfg!(feature = "serde")),
         ("tokio", cfg!(feature = "tokio")),
-        ("__bench", cfg!(feature = "__bench")),
     ];
     let mut all: Vec<&str> = features.split(',').collect();
     all.extend(own.iter().filter(|(_, on)| *on).map(|(name, _)| *name));
