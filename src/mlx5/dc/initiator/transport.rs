@@ -1,0 +1,441 @@
+//! The DC transport of the post guard: [`DynamicallyConnected`], its per-queue-pair context
+//! (the mlx5 view), and the destination step that names each request's DC target
+//! (`mlx5dv_wr_set_dc_addr`, with streams `mlx5dv_wr_set_dc_addr_stream`).
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream};
+
+use super::{dc_entries, DcRoute, SET_DC_ADDR, SET_DC_ADDR_STREAM};
+#[allow(unused_imports)] // for the docs' links
+use crate::ibverbs::post_send_guard::PostSendGuard;
+use crate::ibverbs::post_send_guard::{
+    sealed, Destination, LocalBufferHandle, Operation, PendingRequest, RemoteMemoryAccess, Transport,
+};
+
+/// The DC transport, as posted by a [`DcInitiator`](super::DcInitiator): every request names its destination.
+#[derive(Debug)]
+pub enum DynamicallyConnected {}
+
+/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.
+#[derive(Debug, Clone, Copy)]
+pub struct DcContext(pub(super) NonNull<mlx5dv_qp_ex>);
+
+impl DcContext {
+    /// The context of a DC initiator's mlx5 view, for a guard started with
+    /// [`PostSendGuard::start`] on a DC initiator this crate did not create (or on a provider
+    /// table of one's own).
+    ///
+    /// # Safety
+    ///
+    /// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex` for as long as guards use the
+    /// context.
+    pub unsafe fn from_raw(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Self {
+        Self(mlx5_qp_ex)
+    }
+
+    /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
+    /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing.
+    ///
+    /// # Safety
+    ///
+    /// The view must be live (see [`from_raw`](Self::from_raw)).
+    pub unsafe fn entries(
+        self, ibv_entries: crate::ibverbs::post_send_guard::ProviderEntries, streams: bool,
+    ) -> Result<crate::ibverbs::post_send_guard::ProviderEntries, &'static str> {
+        Ok(ibv_entries.with(dc_entries(self.0, streams)?))
+    }
+}
+
+impl sealed::Sealed for DynamicallyConnected {}
+
+impl Transport for DynamicallyConnected {
+    type Context = DcContext;
+    type AfterOperation<'g, O: Operation> = DcDestination<'g, O>;
+
+    #[inline(always)]
+    fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: DcContext) -> DcDestination<'_, O> {
+        DcDestination { request, context }
+    }
+}
+
+impl RemoteMemoryAccess for DynamicallyConnected {}
+
+/// The destination step of a DC request.
+#[must_use = "a request is added to the batch only at its data step"]
+pub struct DcDestination<'g, O: Operation> {
+    request: PendingRequest<'g, O>,
+    context: DcContext,
+}
+
+impl<'g, O: Operation> DcDestination<'g, O> {
+    /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of `ah`
+    /// (`mlx5dv_wr_set_dc_addr`).
+    ///
+    /// libmlx5 copies the address handle's address vector into the request when this is called
+    /// (`mlx5_send_wr_set_dc_addr` in `qp.c`): the handle must outlive this call, not the
+    /// request's completion. The borrow here lasts as long as the batch's guard, which is longer
+    /// than needed but costs nothing (it exists only at compile time); dropping the handle after
+    /// [`PostSendGuard::post`] is fine. Cache one handle per destination anyway: creating one is a
+    /// system call.
+    ///
+    /// `ah` is any [`DcRoute`]: an [`AddressHandle`](crate::ibverbs::address_handle::AddressHandle)
+    /// (or an `Arc` of one), or a simulated fabric's, which only a simulated initiator takes.
+    #[inline(always)]
+    pub fn setup_dc_addr<R: DcRoute + ?Sized>(
+        self, ah: &'g R, dct_number: u32, dc_key: u64,
+    ) -> LocalBufferHandle<'g, O, R::Address> {
+        LocalBufferHandle::new(self.request, ah.address(self.context.0, dct_number, dc_key))
+    }
+
+    /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
+    /// (`mlx5dv_wr_set_dc_addr_stream`); the DC initiator must have been created with streams,
+    /// else the request is refused at post.
+    #[inline(always)]
+    pub fn setup_dc_addr_stream<R: DcRoute + ?Sized>(
+        self, ah: &'g R, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, R::StreamAddress> {
+        let address = ah.stream_address(self.context.0, dct_number, dc_key, stream_id);
+        LocalBufferHandle::new(self.request, address)
+    }
+
+    /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: one created outside
+    /// this crate (`ibv_create_ah`), or whatever a provider table of one's own accepts.
+    ///
+    /// # Safety
+    ///
+    /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
+    /// its address vector then), or, over a hand-made table, whatever that table's setter
+    /// accepts.
+    #[inline(always)]
+    pub unsafe fn setup_dc_addr_raw(
+        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
+    ) -> LocalBufferHandle<'g, O, DcAddress> {
+        self.address(ah, dct_number, dc_key)
+    }
+
+    #[inline(always)]
+    fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
+        // SAFETY: the view is the guard's own; `ah` is the caller's promise (setup_dc_addr_raw).
+        LocalBufferHandle::new(self.request, unsafe {
+            DcAddress::new(self.context.0, ah, dct_number, dc_key)
+        })
+    }
+
+    #[cfg(test)]
+    fn stream_address(
+        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+        // SAFETY: as in `address` (the tests' recording tables take any pointer).
+        let address = unsafe { DcAddress::new(self.context.0, ah, dct_number, dc_key) };
+        LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
+    }
+}
+
+/// A DC destination: `mlx5dv_wr_set_dc_addr(ah, dct_number, dc_key)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DcAddress {
+    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
+    ah: NonNull<ibv_ah>,
+    dct_number: u32,
+    dc_key: u64,
+}
+
+impl sealed::Sealed for DcAddress {}
+
+impl DcAddress {
+    /// The address of one request: the DC initiator's mlx5 view, the route, the target; for a
+    /// guard whose requests all go to one address ([`BatchAddressed`](super::BatchAddressed)).
+    ///
+    /// # Safety
+    ///
+    /// `mlx5_qp_ex` must be the live mlx5 view of the queue pair the address is set on, and `ah`
+    /// a live address handle (or whatever that view's `wr_set_dc_addr` accepts) until each
+    /// request's data step has run (libmlx5 copies its address vector then).
+    #[inline(always)]
+    pub unsafe fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
+        Self {
+            mlx5_qp_ex,
+            ah,
+            dct_number,
+            dc_key,
+        }
+    }
+}
+
+// SAFETY: it calls `wr_set_dc_addr`, its entry, with the views and handle `DcAddress::new`
+// promises alive.
+unsafe impl Destination for DcAddress {
+    const ENTRY: u32 = SET_DC_ADDR;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr";
+
+    #[inline(always)]
+    unsafe fn set(self, _qp: *mut ibv_qp_ex) {
+        mlx5dv_wr_set_dc_addr(self.mlx5_qp_ex.as_ptr(), self.ah.as_ptr(), self.dct_number, self.dc_key)
+    }
+}
+
+/// A DC destination on a DCI stream: `mlx5dv_wr_set_dc_addr_stream(ah, dct_number, dc_key,
+/// stream_id)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DcStreamAddress {
+    address: DcAddress,
+    stream_id: u16,
+}
+
+impl sealed::Sealed for DcStreamAddress {}
+
+impl DcStreamAddress {
+    /// `address` on DCI stream `stream_id`.
+    #[inline(always)]
+    pub fn new(address: DcAddress, stream_id: u16) -> Self {
+        Self { address, stream_id }
+    }
+}
+
+// SAFETY: as for DcAddress, through `wr_set_dc_addr_stream`.
+unsafe impl Destination for DcStreamAddress {
+    const ENTRY: u32 = SET_DC_ADDR_STREAM;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream";
+
+    #[inline(always)]
+    unsafe fn set(self, _qp: *mut ibv_qp_ex) {
+        let a = self.address;
+        mlx5dv_wr_set_dc_addr_stream(
+            a.mlx5_qp_ex.as_ptr(),
+            a.ah.as_ptr(),
+            a.dct_number,
+            a.dc_key,
+            self.stream_id,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The DC transport without a device: the exact provider calls its requests make, through
+    //! hand-made `ibv_qp_ex` and `mlx5dv_qp_ex` tables that record them.
+    use std::io::IoSlice;
+
+    use rdma_mummy_sys::{ibv_ah, ibv_send_flags, ibv_sge};
+    use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::{
+        Destination, LocalBufferHandle, Operation, PostSendErrorKind, ProviderEntries,
+    };
+    use crate::mlx5::dc::initiator::DC_SEND_OPERATIONS;
+    use crate::test_support::dc::recording_dci;
+    use crate::test_support::take_calls;
+    use sideway::ibverbs::queue_pair::SendOperationFlags;
+
+    fn start(
+        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool,
+    ) -> PostSendGuard<'static, DynamicallyConnected> {
+        let (qp, mlx5) = (NonNull::from(qp), NonNull::from(mlx5));
+        // SAFETY: the tables are live (boxes the tests keep until after the guard).
+        let entries = unsafe { ProviderEntries::new(qp, granted) }.expect("recording entries");
+        // SAFETY: as above.
+        let dc = unsafe { dc_entries(mlx5, streams) }.expect("recording mlx5 entries");
+        // SAFETY: the tables outlive the guard and nothing else uses them meanwhile; the
+        // context is their mlx5 view.
+        unsafe { PostSendGuard::start(qp, entries.with(dc), DcContext(mlx5)) }
+    }
+
+    /// A fake address handle: the recorder only prints its address.
+    fn fake_ah() -> NonNull<ibv_ah> {
+        NonNull::dangling()
+    }
+
+    /// Posts one request of `operation` × `data` × `stream`, returns its recorded calls (without
+    /// start and complete).
+    fn one_request(operation: usize, data: usize, stream: bool) -> Vec<String> {
+        let (mut qp, mut mlx5) = recording_dci(true);
+        take_calls();
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, true);
+        macro_rules! finish {
+            ($step:expr) => {{
+                let destination = $step;
+                if stream {
+                    data_step(destination.stream_address(fake_ah(), 0xabcdef, 0xdc, 5), data)
+                } else {
+                    data_step(destination.address(fake_ah(), 0xabcdef, 0xdc), data)
+                }
+            }};
+        }
+        let request = guard.construct_wr(7, WorkRequestFlags::Signaled);
+        match operation {
+            0 => finish!(request.setup_send()),
+            1 => finish!(request.setup_send_imm(0x11)),
+            2 => finish!(request.setup_write(0x22, 0x1000)),
+            3 => finish!(request.setup_write_imm(0x22, 0x1000, 0x33)),
+            4 => finish!(request.setup_read(0x22, 0x1000)),
+            5 => finish!(request.setup_atomic_compare_swap(0x22, 0x1000, 1, 2)),
+            _ => finish!(request.setup_atomic_fetch_add(0x22, 0x1000, 3)),
+        }
+        guard.post().expect("recorded complete");
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("complete"));
+        calls[1..calls.len() - 1].to_vec()
+    }
+
+    fn data_step<O: Operation, D: Destination>(handle: LocalBufferHandle<'_, O, D>, data: usize) {
+        // SAFETY: the recorder does not touch the buffers.
+        unsafe {
+            match data {
+                0 => handle.setup_sge(0x9, 0x2000, 64),
+                1 => handle.setup_sge_list(&[ibv_sge {
+                    addr: 0x2000,
+                    length: 8,
+                    lkey: 0x9,
+                }]),
+                2 => handle.setup_inline_data(b"dc"),
+                _ => handle.setup_inline_data_list(&[IoSlice::new(b"d"), IoSlice::new(b"cc")]),
+            }
+        }
+    }
+
+    #[test]
+    fn every_operation_data_setter_and_address_variant_calls_builder_address_then_data() {
+        let builders = [
+            "send ",
+            "send_imm",
+            "write ",
+            "write_imm",
+            "read ",
+            "cmp_swp",
+            "fetch_add",
+        ];
+        let data = ["sge ", "sge_list [8]", "inline \"dc\"", "inline_list 3"];
+        for (operation, builder) in builders.iter().enumerate() {
+            for (setter, data_call) in data.iter().enumerate() {
+                for stream in [false, true] {
+                    let calls = one_request(operation, setter, stream);
+                    let what = format!("operation {operation}, data {setter}, stream {stream}: {calls:?}");
+                    assert_eq!(calls.len(), 3, "{what}");
+                    assert!(calls[0].starts_with(builder) && calls[0].contains("wr_id=7"), "{what}");
+                    let address = if stream {
+                        format!(
+                            "dc_addr_stream ah={:#x} dctn=0xabcdef key=0xdc stream=5",
+                            fake_ah().as_ptr() as usize
+                        )
+                    } else {
+                        format!("dc_addr ah={:#x} dctn=0xabcdef key=0xdc", fake_ah().as_ptr() as usize)
+                    };
+                    assert_eq!(calls[1], address, "{what}");
+                    assert!(calls[2].starts_with(data_call), "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_flags_match_the_data_step() {
+        let calls = one_request(0, 2, false);
+        let inline = (ibv_send_flags::IBV_SEND_SIGNALED | ibv_send_flags::IBV_SEND_INLINE).0;
+        assert_eq!(calls[0], format!("send wr_id=7 flags={inline:#x}"));
+        let calls = one_request(0, 0, false);
+        assert_eq!(
+            calls[0],
+            format!("send wr_id=7 flags={:#x}", ibv_send_flags::IBV_SEND_SIGNALED.0)
+        );
+    }
+
+    #[test]
+    fn a_dropped_guard_aborts_and_refused_requests_never_reach_the_provider() {
+        let (mut qp, mut mlx5) = recording_dci(false);
+        take_calls();
+        // Created with SEND only and without streams.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_write(1, 2);
+        // SAFETY: the recorder does not touch the buffer.
+        unsafe { request.address(fake_ah(), 1, 2).setup_sge(1, 2, 3) };
+        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
+        assert_eq!(guard.batch_len(), 2);
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::OperationNotEnabled {
+                index, wr_id, entry, ..
+            } => assert_eq!((index, wr_id, entry), (0, 1, "wr_rdma_write")),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // The stream variant alone is refused by its own entry's name.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
+        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::OperationNotEnabled {
+                entry: "wr_set_dc_addr_stream",
+                ..
+            }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // A guard dropped unposted aborts its batch.
+        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
+        let request = guard.construct_wr(4, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"y");
+        drop(guard);
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"));
+        assert_eq!(calls.len(), 5, "start, send, dc_addr, inline, abort: {calls:?}");
+    }
+
+    #[test]
+    fn inline_data_beyond_the_granted_size_is_refused_before_the_provider() {
+        let (mut qp, mut mlx5) = recording_dci(false);
+        take_calls();
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"four");
+        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+        request.address(fake_ah(), 1, 2).setup_inline_data(b"fiveb");
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::InlineDataTooLong {
+                index,
+                wr_id,
+                length,
+                max_inline_data,
+                batch_len,
+            } => assert_eq!((index, wr_id, length, max_inline_data, batch_len), (1, 2, 5, 4, 2)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"));
+        assert!(!calls.iter().any(|call| call.contains("fiveb")), "{calls:?}");
+        // The list variant counts every slice.
+        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
+        guard.set_max_inline_data(4);
+        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
+        request
+            .address(fake_ah(), 1, 2)
+            .setup_inline_data_list(&[IoSlice::new(b"abc"), IoSlice::new(b"de")]);
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::InlineDataTooLong { length: 5, .. }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
+    }
+
+    #[test]
+    fn a_missing_dc_entry_is_named() {
+        let (_, mut mlx5) = recording_dci(false);
+        // SAFETY: the table is live.
+        assert_eq!(
+            unsafe { dc_entries(NonNull::from(&mut *mlx5), true) },
+            Err("wr_set_dc_addr_stream")
+        );
+        mlx5.wr_set_dc_addr = None;
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { dc_entries(NonNull::from(&mut *mlx5), false) },
+            Err("wr_set_dc_addr")
+        );
+    }
+}
