@@ -407,6 +407,24 @@ impl AddressHandle {
     }
 }
 
+/// The GID as an [`Ipv6Addr`] for serde: text in human-readable formats, 16 octets otherwise
+/// (`RcEndpoint`'s and `DcEndpoint`'s).
+#[cfg(feature = "serde")]
+pub(crate) mod gid_as_ipv6 {
+    use std::net::Ipv6Addr;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use sideway::ibverbs::address::Gid;
+
+    pub(crate) fn serialize<S: Serializer>(gid: &Gid, serializer: S) -> Result<S::Ok, S::Error> {
+        Ipv6Addr::from(*gid).serialize(serializer)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Gid, D::Error> {
+        Ipv6Addr::deserialize(deserializer).map(Gid::from)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

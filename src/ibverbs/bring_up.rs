@@ -198,7 +198,7 @@ pub enum InvalidRcEndpointErrorKind {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RcEndpoint {
     lid: u16,
-    #[cfg_attr(feature = "serde", serde(with = "gid_as_ipv6"))]
+    #[cfg_attr(feature = "serde", serde(with = "super::address_handle::gid_as_ipv6"))]
     gid: Gid,
     qp_number: u32,
     psn: u32,
@@ -592,24 +592,6 @@ impl SharedReceiveQueuePair<ReliableConnection> {
     }
 }
 
-/// The GID as an [`Ipv6Addr`] for serde: text in human-readable formats, 16 octets otherwise
-/// (also `DcEndpoint`'s).
-#[cfg(feature = "serde")]
-pub(crate) mod gid_as_ipv6 {
-    use std::net::Ipv6Addr;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use sideway::ibverbs::address::Gid;
-
-    pub(crate) fn serialize<S: Serializer>(gid: &Gid, serializer: S) -> Result<S::Ok, S::Error> {
-        Ipv6Addr::from(*gid).serialize(serializer)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Gid, D::Error> {
-        Ipv6Addr::deserialize(deserializer).map(Gid::from)
-    }
-}
-
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl<'de> serde::Deserialize<'de> for RcEndpoint {
@@ -619,7 +601,7 @@ impl<'de> serde::Deserialize<'de> for RcEndpoint {
         #[serde(rename = "RcEndpoint", deny_unknown_fields)]
         struct Unchecked {
             lid: u16,
-            #[serde(with = "gid_as_ipv6")]
+            #[serde(with = "super::address_handle::gid_as_ipv6")]
             gid: Gid,
             qp_number: u32,
             psn: u32,

@@ -142,7 +142,7 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
     lid: u16,
-    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::bring_up::gid_as_ipv6"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::address_handle::gid_as_ipv6"))]
     gid: Gid,
     dct_number: u32,
     dc_key: u64,
@@ -324,7 +324,7 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
         #[serde(rename = "DcEndpoint", deny_unknown_fields)]
         struct Unchecked {
             lid: u16,
-            #[serde(with = "crate::ibverbs::bring_up::gid_as_ipv6")]
+            #[serde(with = "crate::ibverbs::address_handle::gid_as_ipv6")]
             gid: Gid,
             dct_number: u32,
             dc_key: u64,
