@@ -614,7 +614,7 @@ impl<'de> serde::Deserialize<'de> for RcEndpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ibverbs::queue_pair::{RELIABLE_CONNECTION, UNRELIABLE_DATAGRAM};
+    use crate::ibverbs::queue_pair::transition::{RELIABLE_CONNECTION, UNRELIABLE_DATAGRAM};
 
     fn roce_gid() -> Gid {
         Gid::from(Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]))

@@ -19,7 +19,7 @@ const LIBRARY: &str = "libmlx5.so.1";
 /// The libmlx5 calls of the DC queue pairs outside the data path, as a table of functions:
 /// libmlx5's ([`LIBMLX5`]), or in unit tests a model of libmlx5's rules, so that the public API of
 /// the DC queue pairs can be driven without a device (their libibverbs calls go through the
-/// queue-pair core's [`QueuePairVerbs`](crate::ibverbs::queue_pair::QueuePairVerbs)).
+/// queue-pair core's [`QueuePairVerbs`](crate::ibverbs::queue_pair::verbs::QueuePairVerbs)).
 #[derive(Debug)]
 pub(crate) struct DcVerbs {
     /// `mlx5dv_create_qp`: the queue pair, or the error (`errno`).

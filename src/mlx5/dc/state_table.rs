@@ -15,7 +15,7 @@
 use rdma_mummy_sys::ibv_qp_attr_mask as m;
 use sideway::ibverbs::queue_pair::QueuePairState::*;
 
-use crate::ibverbs::queue_pair::{mask, Transition, TransitionTable};
+use crate::ibverbs::queue_pair::transition::{mask, Transition, TransitionTable};
 use crate::mlx5::dc::initiator::DcInitiator;
 
 /// A move to RESET or ERR: the state alone, neither required nor optional attribute

@@ -492,7 +492,8 @@ impl DcTarget {
     /// library), with the init attributes [`DcTargetBuilder::build`] hands to the library.
     pub(crate) fn modelled(
         dc_key: u64, access_flags: Option<AccessFlags>,
-        queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs, verbs: &'static crate::mlx5::library::DcVerbs,
+        queue_pair: &'static crate::ibverbs::queue_pair::verbs::QueuePairVerbs,
+        verbs: &'static crate::mlx5::library::DcVerbs,
     ) -> Result<Self, CreateDcTargetErrorKind> {
         let (mut init, mut mlx5) = dct_init_attributes(dc_key);
         // The model only checks that the SRQ and CQ are set.

@@ -280,8 +280,8 @@ impl DcInitiator {
     /// A DC initiator planned from `request` on `device` as [`DcInitiatorBuilder::build`] does,
     /// created through `queue_pair` and `verbs` (a unit test's model of the library).
     pub(crate) fn modelled(
-        request: &DciRequest, device: &DciDevice, queue_pair: &'static crate::ibverbs::queue_pair::QueuePairVerbs,
-        verbs: &'static DcVerbs,
+        request: &DciRequest, device: &DciDevice,
+        queue_pair: &'static crate::ibverbs::queue_pair::verbs::QueuePairVerbs, verbs: &'static DcVerbs,
     ) -> Result<Self, CreateDcInitiatorErrorKind> {
         let params = plan_dci(request, device)?;
         let (mut init, mut mlx5) = dci_init_attributes(&params);

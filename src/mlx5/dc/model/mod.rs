@@ -24,7 +24,8 @@ use rdma_mummy_sys::{
 use sideway::ibverbs::queue_pair::QueuePairState;
 
 use self::reference_rules::{self as rules, Device};
-use crate::ibverbs::queue_pair::{state_from_raw, QueuePairVerbs};
+use crate::ibverbs::queue_pair::attribute::state_from_raw;
+use crate::ibverbs::queue_pair::verbs::QueuePairVerbs;
 use crate::mlx5::library::DcVerbs;
 use crate::test_support::dc::recording_dci;
 use crate::test_support::{self, record};

@@ -1,0 +1,162 @@
+//! Queue pairs owned by this crate: RC and UD queue pairs that receive through a
+//! [`SharedReceiveQueue`], on one queue-pair core that the DC queue pairs of the `mlx5` feature
+//! share (raw handle and `Arc` parents, a transition table per queue-pair type checked before
+//! `ibv_modify_qp`, and the `ibv_wr_*` post guard of [`post_send_guard`](super::post_send_guard)).
+//!
+//! sideway's own [`QueuePairBuilder`](sideway::ibverbs::queue_pair::QueuePairBuilder) cannot
+//! attach a shared receive queue, and its [`QueuePairAttribute`](sideway::ibverbs::queue_pair::QueuePairAttribute)
+//! hides its raw struct, so this module has its own builder and [`QueuePairAttribute`], shaped
+//! like sideway's and using sideway's value types.
+//!
+//! # Reference
+//!
+//! - RDMAmojo: [`ibv_create_qp`](https://www.rdmamojo.com/2012/12/21/ibv_create_qp/),
+//!   [`ibv_modify_qp`](https://www.rdmamojo.com/2013/01/12/ibv_modify_qp/),
+//!   [QP state machine](https://www.rdmamojo.com/2012/05/05/qp-state-machine/)
+//! - rdma-core manpages: [`ibv_create_qp_ex`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html),
+//!   [`ibv_modify_qp`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html)
+//!
+//! # Layout
+//!
+//! The queue pair is here; `builder.rs` creates it, `attribute.rs` holds [`QueuePairAttribute`],
+//! `transition.rs` the transition tables, `core.rs` the queue-pair core the DC queue pairs share
+//! and `verbs.rs` the library calls it makes.
+//!
+//! [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
+pub(crate) mod attribute;
+mod builder;
+pub(crate) mod core;
+pub(crate) mod transition;
+pub(crate) mod verbs;
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_qp, ibv_qp_ex};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairAttributeMask, QueuePairState};
+
+pub use self::attribute::QueuePairAttribute;
+pub use self::builder::{CreateQueuePairError, CreateQueuePairErrorKind, SharedReceiveQueuePairBuilder};
+pub(crate) use self::core::QueuePairCore;
+use super::post_send_guard::{PostSendGuard, ProviderEntries, Transport};
+
+/// An RC or UD queue pair that receives through a [`SharedReceiveQueue`] (which it keeps alive).
+/// Receives are posted on the SRQ; sends with [`start_post_send`](Self::start_post_send).
+///
+/// [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
+#[derive(Debug)]
+pub struct SharedReceiveQueuePair<T: Transport> {
+    core: QueuePairCore,
+    // The core's extended view and entries, which every SharedReceiveQueuePair has.
+    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
+    max_send_wr: u32,
+    max_inline_data: u32,
+    _transport: PhantomData<T>,
+}
+
+// SAFETY: the handle may be used from any thread; every call that lets the library write the
+// queue pair (modify, query, posting) takes `&mut self`.
+unsafe impl<T: Transport> Send for SharedReceiveQueuePair<T> {}
+// SAFETY: `&self` methods read only Rust-side copies (number, state, capacities), never the C
+// struct.
+unsafe impl<T: Transport> Sync for SharedReceiveQueuePair<T> {}
+
+impl<T: Transport> SharedReceiveQueuePair<T> {
+    /// The queue-pair core, for the bring-up helpers.
+    pub(crate) fn core(&self) -> &QueuePairCore {
+        &self.core
+    }
+
+    /// # Safety
+    ///
+    /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
+    /// `ibv_qp` is not associated with the return value.
+    pub unsafe fn qp(&self) -> NonNull<ibv_qp> {
+        self.core.qp()
+    }
+
+    /// The queue pair number.
+    pub fn qp_number(&self) -> u32 {
+        self.core.qp_number()
+    }
+
+    /// The current state, as of the last [`modify`](Self::modify) or [`query`](Self::query) of the
+    /// state through this value (the device may move a queue pair to SQE or ERR on its own: query
+    /// to see it).
+    pub fn state(&self) -> QueuePairState {
+        self.core.state()
+    }
+
+    /// The send queue capacity the device granted.
+    pub fn max_send_wr(&self) -> u32 {
+        self.max_send_wr
+    }
+
+    /// The inline data size the device granted.
+    pub fn max_inline_data(&self) -> u32 {
+        self.max_inline_data
+    }
+
+    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
+    /// attribute mask against this type's table: an impossible transition is
+    /// [`InvalidTransition`](sideway::ibverbs::queue_pair::ModifyQueuePairErrorKind::InvalidTransition),
+    /// missing or extra mask bits are
+    /// [`InvalidAttributeMask`](sideway::ibverbs::queue_pair::ModifyQueuePairErrorKind::InvalidAttributeMask)
+    /// with `needed` and `invalid` set; neither reaches the library.
+    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
+        self.core.modify(attr)
+    }
+
+    /// Reads the attributes named by `mask` with `ibv_query_qp`. Takes `&mut self` because
+    /// libibverbs writes the queue pair's cached state during the call.
+    pub fn query(&mut self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {
+        self.core.query(mask)
+    }
+
+    /// Starts a batch of send requests (`ibv_wr_start`); the guard posts them with `post()` or
+    /// discards them when dropped.
+    #[inline]
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_, T>
+    where
+        T: Transport<Context = ()>,
+    {
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation; RC and UD need no context.
+        unsafe { PostSendGuard::start(qp_ex, entries, ()) }
+    }
+
+    /// Posts one send request, at the cost of the raw calls (`ibv_wr_start`, the request's
+    /// `ibv_wr_*` calls, `ibv_wr_complete`): for the everyday "send the next message". `request`
+    /// describes it from its operation on, with the same steps as a batch's
+    /// ([`construct_wr`](PostSendGuard::construct_wr)):
+    ///
+    /// ```no_run
+    /// # use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+    /// # fn f(qp: &mut sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair<sideway_ext::ibverbs::post_send_guard::ReliableConnection>) -> Result<(), Box<dyn std::error::Error>> {
+    /// qp.post_send_one(7, WorkRequestFlags::Signaled, |wr| wr.setup_send().setup_inline_data(b"hello"))?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// It guarantees what a batch does: an operation or data setter the queue pair was not
+    /// created with never reaches the provider
+    /// ([`OperationNotEnabled`](super::post_send_guard::PostSendErrorKind::OperationNotEnabled)
+    /// names the request's `wr_id`), and a failed post posted nothing. A `request` that stops
+    /// before its data step posts nothing and returns `Ok`.
+    ///
+    /// See [`ibv_wr_post`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html).
+    #[inline(always)]
+    // Paths spelled out, so that this data-path method leaves the control plane's imports alone.
+    pub fn post_send_one(
+        &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
+        request: impl FnOnce(super::post_send_guard::WorkRequestHandle<'_, T>),
+    ) -> Result<(), super::post_send_guard::PostSendError>
+    where
+        T: Transport<Context = ()>,
+    {
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: as in start_post_send: the queue pair is alive and exclusively borrowed for the
+        // call; its provider filled the entries read at creation; RC and UD need no context.
+        unsafe { PostSendGuard::post_one(qp_ex, entries, (), wr_id, wr_flags, request) }
+    }
+}
