@@ -5,6 +5,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, ibv_sge};
+use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::queue_pair::QueuePairState::ReadyToSend;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
@@ -117,6 +118,11 @@ pub(crate) fn rts_attr() -> QueuePairAttribute {
         .setup_rnr_retry(7)
         .setup_max_read_atomic(1);
     attr
+}
+
+/// A RoCE v2 GID: IPv4 192.0.2.7 mapped into IPv6.
+pub(crate) fn roce_gid() -> Gid {
+    Gid::from(std::net::Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]))
 }
 
 /// A DC initiator's recording tables.
