@@ -1,6 +1,11 @@
 //! The operation types of [`Operation`]: one per `ibv_wr_*` builder, each what a request's
 //! operation step issues.
-use super::*;
+use rdma_mummy_sys::{
+    ibv_qp_ex, ibv_wr_atomic_cmp_swp, ibv_wr_atomic_fetch_add, ibv_wr_rdma_read, ibv_wr_rdma_write,
+    ibv_wr_rdma_write_imm, ibv_wr_send, ibv_wr_send_imm,
+};
+
+use super::{entry, sealed, Operation};
 
 macro_rules! operations {
     ($($(#[$doc:meta])* $name:ident { $($field:ident: $ty:ty),* } => $entry:ident, $call:ident;)*) => {$(

@@ -1,0 +1,208 @@
+//! The data step of a request ([`LocalBufferHandle`]): its scatter/gather entries or inline
+//! data, at which the request's C calls are made, in order.
+use std::io::IoSlice;
+
+use rdma_mummy_sys::{
+    ibv_data_buf, ibv_qp_ex, ibv_send_flags, ibv_sge, ibv_wr_set_inline_data, ibv_wr_set_inline_data_list,
+    ibv_wr_set_sge, ibv_wr_set_sge_list,
+};
+use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
+
+use super::{entry, Destination, Operation, PendingRequest};
+
+/// The data step of a request: scatter/gather entries or inline data. Giving the data issues the
+/// request's C calls.
+#[must_use = "a request is added to the batch only at its data step"]
+pub struct LocalBufferHandle<'g, O: Operation, D: Destination> {
+    request: PendingRequest<'g, O>,
+    destination: D,
+}
+
+impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
+    /// The data step of `request`, sent to `destination`; for the destination steps of other
+    /// modules' transports.
+    #[inline(always)]
+    pub(crate) fn new(request: PendingRequest<'g, O>, destination: D) -> Self {
+        Self { request, destination }
+    }
+
+    /// Makes the request's C calls in order: `wr_id` and `wr_flags` (with the inline bit set
+    /// exactly when the data is inline), the builder, the destination setter, then `data` — or,
+    /// when one of their entries is missing, none of them.
+    #[inline(always)]
+    fn issue<const SETTER: u32, const INLINE: bool>(self, data: impl FnOnce(*mut ibv_qp_ex)) {
+        let Self { request, destination } = self;
+        let batch = request.batch;
+        let needed = O::ENTRY | D::ENTRY | SETTER;
+        if batch.missing & needed != 0 {
+            batch.refuse(request.wr_id, needed, D::ENTRY_NAME);
+            return;
+        }
+        let qp = batch.qp_ex.as_ptr();
+        let inline_bit = ibv_send_flags::IBV_SEND_INLINE.0;
+        let flags = if INLINE {
+            request.wr_flags | inline_bit
+        } else {
+            request.wr_flags & !inline_bit
+        };
+        // SAFETY: the guard that made this request holds the live queue pair exclusively, inside
+        // a batch started with ibv_wr_start; every entry called was checked above.
+        unsafe {
+            (*qp).wr_id = request.wr_id;
+            (*qp).wr_flags = flags;
+            request.operation.build(qp);
+            destination.set(qp);
+        }
+        data(qp);
+        batch.len += 1;
+    }
+}
+
+// IoSlice is ABI-compatible with iovec, which has the layout of ibv_data_buf (pointer, length).
+const _: () = assert!(std::mem::size_of::<IoSlice<'_>>() == std::mem::size_of::<ibv_data_buf>());
+
+impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D> {
+    /// Copies `buf` into the request (`ibv_wr_set_inline_data`); at most the queue pair's
+    /// granted `max_inline_data` bytes, else the post fails with
+    /// [`InlineDataTooLong`](super::PostSendErrorKind::InlineDataTooLong) where the queue pair knows
+    /// its granted size (a DC initiator), with the provider's error otherwise.
+    #[inline]
+    fn setup_inline_data(self, buf: &[u8]) {
+        if buf.len() > self.request.batch.max_inline_data as usize {
+            return self.request.batch.refuse_inline(self.request.wr_id, buf.len());
+        }
+        // SAFETY: the data is copied during the call; the entry was checked by issue.
+        self.issue::<{ entry::SET_INLINE_DATA }, true>(|qp| unsafe {
+            ibv_wr_set_inline_data(qp, buf.as_ptr() as *mut _, buf.len())
+        });
+    }
+
+    /// Copies the slices, one after the other, into the request (`ibv_wr_set_inline_data_list`).
+    #[inline]
+    fn setup_inline_data_list(self, bufs: &[IoSlice<'_>]) {
+        let max = self.request.batch.max_inline_data as usize;
+        if max != u32::MAX as usize {
+            let length = bufs.iter().map(|buf| buf.len()).sum();
+            if length > max {
+                return self.request.batch.refuse_inline(self.request.wr_id, length);
+            }
+        }
+        // SAFETY: IoSlice has ibv_data_buf's layout (checked above); the data is copied during
+        // the call; the entry was checked by issue.
+        self.issue::<{ entry::SET_INLINE_DATA_LIST }, true>(|qp| unsafe {
+            ibv_wr_set_inline_data_list(qp, bufs.len(), bufs.as_ptr() as *const ibv_data_buf)
+        });
+    }
+}
+
+impl<O: Operation, D: Destination> SetScatterGatherEntry for LocalBufferHandle<'_, O, D> {
+    /// # Safety
+    ///
+    /// The buffer must lie in the memory region of `lkey` and stay valid until the request
+    /// completes.
+    #[inline]
+    unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
+        self.issue::<{ entry::SET_SGE }, false>(|qp| ibv_wr_set_sge(qp, lkey, addr, length));
+    }
+
+    /// # Safety
+    ///
+    /// Each buffer must lie in the memory region of its `lkey` and stay valid until the request
+    /// completes; more entries than the queue pair's `max_send_sge` fail the post with
+    /// [`InvalidWorkRequest`](super::PostSendErrorKind::InvalidWorkRequest).
+    #[inline]
+    unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
+        self.issue::<{ entry::SET_SGE_LIST }, false>(|qp| ibv_wr_set_sge_list(qp, sg_list.len(), sg_list.as_ptr()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The guard driven through a recording function table: no device, the exact sequence of
+    //! provider calls.
+    use std::ptr::NonNull;
+
+    use rdma_mummy_sys::ibv_ah;
+    use sideway::ibverbs::queue_pair::WorkRequestFlags;
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::{DatagramAddress, PostSendGuard, ReliableConnection, UnreliableDatagram};
+    use crate::test_support::{all_entries, recording_qp, take_calls};
+
+    #[test]
+    fn rc_requests_issue_flags_opcode_then_data() {
+        let mut qp = recording_qp();
+        take_calls();
+        // SAFETY: the recording queue pair outlives the guard; RC needs no context.
+        let mut guard =
+            unsafe { PostSendGuard::<ReliableConnection>::start(NonNull::from(&mut *qp), all_entries(&mut qp), ()) };
+        let _ = guard
+            .construct_wr(7, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+            .setup_write(0x55, 0x1000);
+        // A request dropped before its data step issues nothing and is not counted.
+        assert_eq!(guard.batch_len(), 0);
+        // SAFETY: the recorder does not touch the buffer.
+        unsafe {
+            guard
+                .construct_wr(8, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+                .setup_write(0x55, 0x1000)
+                .setup_sge(0x9, 0x2000, 64)
+        };
+        guard
+            .construct_wr(9, WorkRequestFlags::Signaled)
+            .setup_send_imm(0x0102_0304)
+            .setup_inline_data(b"hi");
+        assert_eq!(guard.batch_len(), 2);
+        guard.post().expect("recorded complete returns 0");
+        let signaled = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        assert_eq!(
+            take_calls(),
+            [
+                "start".to_string(),
+                // Scatter/gather data: the inline bit is cleared even though it was asked for.
+                format!("write wr_id=8 flags={signaled:#x} rkey=0x55 addr=0x1000"),
+                "sge lkey=0x9 addr=0x2000 len=64".to_string(),
+                // Immediate data goes to the provider unchanged, as sideway passes it.
+                "send_imm wr_id=9 imm=0x1020304".to_string(),
+                "inline \"hi\"".to_string(),
+                "complete".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn ud_requests_set_the_address_between_opcode_and_data_and_drop_aborts() {
+        let mut qp = recording_qp();
+        take_calls();
+        // SAFETY: as above.
+        let mut guard =
+            unsafe { PostSendGuard::<UnreliableDatagram>::start(NonNull::from(&mut *qp), all_entries(&mut qp), ()) };
+        let request = guard.construct_wr(3, WorkRequestFlags::none()).setup_send();
+        // The address handle is only passed through; a dangling but non-null pointer is never used
+        // by the recorder.
+        let data = LocalBufferHandle::new(
+            request.request,
+            DatagramAddress {
+                ah: NonNull::dangling(),
+                remote_qpn: 77,
+                remote_qkey: 0x1111,
+            },
+        );
+        data.setup_inline_data(b"datagram");
+        drop(guard);
+        let inline = ibv_send_flags::IBV_SEND_INLINE.0;
+        assert_eq!(
+            take_calls(),
+            [
+                "start".to_string(),
+                format!("send wr_id=3 flags={inline:#x}"),
+                format!(
+                    "ud_addr ah={:#x} qpn=77 qkey=0x1111",
+                    NonNull::<ibv_ah>::dangling().as_ptr() as usize
+                ),
+                "inline \"datagram\"".to_string(),
+                "abort".to_string(),
+            ]
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! [`PostSendGuard`]: a batch of send requests between `ibv_wr_start` and `ibv_wr_complete`, and
+//! the [`Batch`] state its requests update.
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_qp_ex, ibv_wr_abort, ibv_wr_complete, ibv_wr_start};
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
+
+use super::error::complete_error;
+use super::{PostSendError, PostSendErrorKind, ProviderEntries, Transport, WorkRequestHandle};
+
+/// The state of a batch that its requests update: the queue pair, its entries, the count
+/// (opaque: reached only through a [`PostSendGuard`]).
+#[derive(Debug)]
+pub struct Batch {
+    pub(super) qp_ex: NonNull<ibv_qp_ex>,
+    /// The entries the provider lacks: a request checks its bits with one test.
+    pub(super) missing: u32,
+    pub(super) len: usize,
+    refused: Option<Refused>,
+    /// The queue pair's granted inline size (`u32::MAX` where it is not known here).
+    pub(super) max_inline_data: u32,
+}
+
+/// The first request of a batch that was refused before reaching the provider.
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    index: usize,
+    wr_id: u64,
+    reason: Refusal,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// It needed this entry, which the queue pair lacks.
+    Entry(&'static str),
+    /// Its inline data has this length, over the granted size.
+    InlineDataTooLong(usize),
+}
+
+impl Batch {
+    /// Records a refused request. The batch is passed by value parts, not by address, so that the
+    /// hot path can keep the batch in registers.
+    #[inline(always)]
+    pub(super) fn refuse(&mut self, wr_id: u64, needed: u32, external: &'static str) {
+        if self.refused.is_none() {
+            self.refused = Some(refusal(self.missing, self.len, wr_id, needed, external));
+        }
+        self.len += 1;
+    }
+
+    /// Records a request whose inline data of `length` bytes is over the granted size.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse_inline(&mut self, wr_id: u64, length: usize) {
+        if self.refused.is_none() {
+            self.refused = Some(Refused {
+                index: self.len,
+                wr_id,
+                reason: Refusal::InlineDataTooLong(length),
+            });
+        }
+        self.len += 1;
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'static str) -> Refused {
+    Refused {
+        index,
+        wr_id,
+        reason: Refusal::Entry(ProviderEntries(!missing).name_of_first_missing(needed, external)),
+    }
+}
+
+/// A batch of send requests on one queue pair; see the [module](super) documentation.
+#[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
+pub struct PostSendGuard<'qp, T: Transport> {
+    batch: Batch,
+    context: T::Context,
+    _qp: PhantomData<&'qp mut ()>,
+}
+
+impl<T: Transport> PostSendGuard<'_, T> {
+    /// Starts a batch with `ibv_wr_start` on a queue pair this crate did not create: one created
+    /// through libibverbs directly, or a provider table of one's own (a simulated device, a
+    /// counting table). The queue pairs of this crate call it from their `start_post_send`.
+    ///
+    /// ```no_run
+    /// # use std::ptr::NonNull;
+    /// # use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags, SetScatterGatherEntry};
+    /// use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection};
+    /// # fn adopt(qp_ex: NonNull<rdma_mummy_sys::ibv_qp_ex>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // `qp_ex`: the extended view of an RC queue pair created elsewhere and in RTS.
+    /// // SAFETY: the queue pair is alive and used by no one else while the guard lives.
+    /// let entries = unsafe { ProviderEntries::new(qp_ex, SendOperationFlags::Send) }?;
+    /// // SAFETY: as above; its provider filled `entries`.
+    /// let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
+    /// // SAFETY: the buffer at 0x1000 is registered under lkey 7 and outlives the request.
+    /// unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_sge(7, 0x1000, 64) };
+    /// guard.post()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// - `qp_ex` must be the extended view of a live queue pair, exclusively borrowed for the
+    ///   guard's lifetime, whose provider filled at least the entries named by `entries`
+    ///   (read them with [`ProviderEntries::new`]);
+    /// - `context` must be what `T` needs for this queue pair.
+    #[inline]
+    pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context) -> Self {
+        ibv_wr_start(qp_ex.as_ptr());
+        Self {
+            batch: Batch {
+                qp_ex,
+                missing: !entries.bits(),
+                len: 0,
+                refused: None,
+                max_inline_data: u32::MAX,
+            },
+            context,
+            _qp: PhantomData,
+        }
+    }
+
+    /// Posts one request on a raw queue pair: `ibv_wr_start`, the request described by `request`
+    /// from its operation step on (as with [`construct_wr`](Self::construct_wr)), then
+    /// `ibv_wr_complete`, on a queue pair this crate did not create (see [`start`](Self::start)).
+    /// The queue pairs of this crate call it from their `post_send_one`.
+    ///
+    /// # Safety
+    ///
+    /// As [`start`](Self::start).
+    #[inline(always)]
+    pub unsafe fn post_one(
+        qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
+        wr_flags: WorkRequestFlags, request: impl FnOnce(WorkRequestHandle<'_, T>),
+    ) -> Result<(), PostSendError> {
+        let mut guard = Self::start(qp_ex, entries, context);
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
+    }
+
+    /// Starts a new request with this `wr_id` and flags (e.g. [`WorkRequestFlags::Signaled`] for
+    /// a completion; the [`Inline`](WorkRequestFlags::Inline) bit is managed by the data step);
+    /// continue with an operation on the returned handle.
+    #[inline]
+    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, T> {
+        WorkRequestHandle {
+            batch: &mut self.batch,
+            wr_id,
+            wr_flags: wr_flags.bits(),
+            context: self.context,
+        }
+    }
+
+    /// Refuses inline data longer than `max_inline_data` bytes, the queue pair's granted size,
+    /// before the provider ([`InlineDataTooLong`](PostSendErrorKind::InlineDataTooLong)); by
+    /// default the guard does not know it and the provider decides. For a guard
+    /// [`start`](Self::start)ed on a queue pair whose granted size its creator knows.
+    #[inline]
+    pub fn set_max_inline_data(&mut self, max_inline_data: u32) {
+        self.batch.max_inline_data = max_inline_data;
+    }
+
+    /// How many requests the batch holds (those that reached their data step).
+    #[inline]
+    pub fn batch_len(&self) -> usize {
+        self.batch.len
+    }
+
+    /// Posts the batch with `ibv_wr_complete`: all of it, or on error none of it. A batch holding
+    /// a request the queue pair was not created for is aborted instead
+    /// ([`OperationNotEnabled`](PostSendErrorKind::OperationNotEnabled)).
+    #[inline]
+    pub fn post(self) -> Result<(), PostSendError> {
+        let batch_len = self.batch.len;
+        let qp = self.batch.qp_ex.as_ptr();
+        if let Some(refused) = self.batch.refused {
+            let max_inline_data = self.batch.max_inline_data;
+            // Dropping the guard aborts the batch.
+            drop(self);
+            let Refused { index, wr_id, reason } = refused;
+            return Err(match reason {
+                Refusal::Entry(entry) => PostSendErrorKind::OperationNotEnabled {
+                    index,
+                    wr_id,
+                    entry,
+                    batch_len,
+                },
+                Refusal::InlineDataTooLong(length) => PostSendErrorKind::InlineDataTooLong {
+                    index,
+                    wr_id,
+                    length,
+                    max_inline_data,
+                    batch_len,
+                },
+            }
+            .into());
+        }
+        // The batch is finished either way: it must not be aborted too.
+        std::mem::forget(self);
+        // SAFETY: the batch was started on this live queue pair by `start`.
+        let ret = unsafe { ibv_wr_complete(qp) };
+        if ret == 0 {
+            return Ok(());
+        }
+        Err(complete_error(ret, batch_len))
+    }
+}
+
+impl<T: Transport> Drop for PostSendGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the batch was started by `start` and not completed.
+        unsafe { ibv_wr_abort(self.batch.qp_ex.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod post_one_tests {
+    //! One-request posts: the same calls as a batch of one.
+    use rdma_mummy_sys::ibv_send_flags;
+    use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry};
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::ReliableConnection;
+    use crate::test_support::{all_entries, recording_qp, send_only_recording_qp, take_calls};
+
+    #[test]
+    fn one_request_makes_the_batch_calls_in_order() {
+        let mut qp = recording_qp();
+        let entries = all_entries(&mut qp);
+        take_calls();
+        // SAFETY: the recording table outlives the call; RC needs no context; the recorder does
+        // not touch the buffer.
+        unsafe {
+            PostSendGuard::<ReliableConnection>::post_one(
+                NonNull::from(&mut *qp),
+                entries,
+                (),
+                5,
+                WorkRequestFlags::Signaled,
+                |wr| wr.setup_write(0x77, 0x3000).setup_sge(0x9, 0x4000, 16),
+            )
+        }
+        .expect("recorded complete returns 0");
+        let signaled = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        assert_eq!(
+            take_calls(),
+            [
+                "start".to_string(),
+                format!("write wr_id=5 flags={signaled:#x} rkey=0x77 addr=0x3000"),
+                "sge lkey=0x9 addr=0x4000 len=16".to_string(),
+                "complete".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_request_reaches_no_null_entry_and_names_its_wr_id() {
+        let mut qp = send_only_recording_qp();
+        qp.wr_set_inline_data = None;
+        // SAFETY: qp is a live ibv_qp_ex.
+        let entries = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap();
+        take_calls();
+        // SAFETY: as above.
+        let err = unsafe {
+            PostSendGuard::<ReliableConnection>::post_one(
+                NonNull::from(&mut *qp),
+                entries,
+                (),
+                9,
+                WorkRequestFlags::Signaled,
+                |wr| wr.setup_write(1, 2).setup_sge(3, 4, 5),
+            )
+        }
+        .unwrap_err();
+        assert!(
+            matches!(
+                err.0,
+                PostSendErrorKind::OperationNotEnabled {
+                    index: 0,
+                    wr_id: 9,
+                    entry: "wr_rdma_write",
+                    batch_len: 1
+                }
+            ),
+            "{err:?}"
+        );
+        // The NULL builder was never called; the batch was aborted.
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // A request that never reaches its data step posts nothing (an empty batch).
+        // SAFETY: as above.
+        unsafe {
+            PostSendGuard::<ReliableConnection>::post_one(
+                NonNull::from(&mut *qp),
+                entries,
+                (),
+                10,
+                WorkRequestFlags::Signaled,
+                |wr| drop(wr.setup_send()),
+            )
+        }
+        .expect("nothing to post");
+        assert_eq!(take_calls(), ["start", "complete"]);
+    }
+}

@@ -1,0 +1,85 @@
+//! Posting send work requests with the `ibv_wr_*` API, for every queue-pair type of this crate.
+//!
+//! A [`PostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`. Each request
+//! is described in the order the C API demands, enforced by types: [`construct_wr`](PostSendGuard::construct_wr)
+//! (`wr_id` and flags) → an operation (`setup_send`, `setup_write`, …) → for datagram transports,
+//! the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module) → the data
+//! ([`SetScatterGatherEntry`] or [`SetInlineData`]). A request that skipped a step cannot be
+//! expressed. The guard aborts the batch (`ibv_wr_abort`) when dropped without
+//! [`post`](PostSendGuard::post).
+//!
+//! The C calls of a request are made together at its data step, in that order: `wr_id` and
+//! `wr_flags`, the operation's builder (`ibv_wr_send`, …), the destination setter, the data setter.
+//! So the [`Inline`] flag always matches the data step (set for inline
+//! data, cleared for scatter/gather entries), as providers that read it at the builder call (rxe)
+//! need, and a request that never reached its data step leaves nothing half-built in the queue.
+//!
+//! # Provider entries
+//!
+//! libibverbs dispatches every `ibv_wr_*` call through a function pointer of `struct ibv_qp_ex`,
+//! and a provider fills only the builders of the operations the queue pair was created with
+//! (rxe leaves the others NULL). The guard knows which entries are there
+//! ([`ProviderEntries`], read once when the queue pair is created): a request whose operation or
+//! data setter is missing is never handed to the provider; [`post`](PostSendGuard::post) then
+//! aborts the whole batch and reports it as
+//! [`OperationNotEnabled`](PostSendErrorKind::OperationNotEnabled). The check is one branch per
+//! request, on a mask known at compile time.
+//!
+//! Known provider bugs, not worked around here: rxe in rdma-core before the fix of PR #1744
+//! (Debian 12 ships 44) sums the *first* entry's length once per entry in
+//! `ibv_wr_set_sge_list` (lists of unequal lengths fail with a local error), and sends nothing
+//! for `ibv_wr_set_inline_data_list` (it never adds up the lengths).
+//!
+//! # Reference
+//!
+//! - rdma-core manpage: [`ibv_wr_post`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html)
+//!
+//! [`SetScatterGatherEntry`]: sideway::ibverbs::queue_pair::SetScatterGatherEntry
+//! [`SetInlineData`]: sideway::ibverbs::queue_pair::SetInlineData
+//! [`Inline`]: sideway::ibverbs::queue_pair::WorkRequestFlags::Inline
+
+// The guard and the state of its batch (guard), each request's operation step (request), the
+// transports and their destination step (transport), the data step that makes a request's C
+// calls (data), the provider entries the guard checks (provider_entries), the errors (error), the
+// operation types (operation).
+mod data;
+mod error;
+mod guard;
+pub mod operation;
+mod provider_entries;
+mod request;
+mod transport;
+
+pub use data::LocalBufferHandle;
+pub use error::{PostSendError, PostSendErrorKind};
+pub use guard::{Batch, PostSendGuard};
+pub(crate) use provider_entries::entry;
+pub use provider_entries::{MissingProviderEntry, ProviderEntries};
+pub use request::{PendingRequest, WorkRequestHandle};
+pub use transport::{
+    Connected, DatagramAddress, Destination, ReliableConnection, RemoteMemoryAccess, Transport, UnreliableDatagram,
+    UnreliableDatagramDestination,
+};
+
+pub(crate) mod sealed {
+    // Transports and operations are this crate's: each one's guarantees (which builders, which
+    // destination step) depend on how its queue pairs were created, and the guard's checks of
+    // provider entries rely on them. (Destinations are open, an unsafe trait: a destination only
+    // sets an address through entries the guard checks.) Visible crate-wide so that the mlx5
+    // module's DC transport can implement them.
+    pub trait Sealed {}
+}
+
+use rdma_mummy_sys::ibv_qp_ex;
+
+/// The operation of a request (one type per `ibv_wr_*` builder), issued at its data step. Sealed.
+pub trait Operation: sealed::Sealed + Copy {
+    /// The [`ProviderEntries`] bit of its builder.
+    const ENTRY: u32;
+    /// Calls the builder.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must be a live queue pair inside a batch, with the builder's entry filled.
+    unsafe fn build(self, qp: *mut ibv_qp_ex);
+}

@@ -1,0 +1,240 @@
+//! [`ProviderEntries`]: which `ibv_qp_ex` entries a queue pair's provider filled, one bit each
+//! (the `entry` module), read once when the queue pair is created.
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::ibv_qp_ex;
+use sideway::ibverbs::queue_pair::SendOperationFlags;
+
+/// The `ibv_qp_ex` entries a queue pair's provider filled, as a bit mask (one bit per builder and
+/// setter the guards call). Read once when a queue pair is created; each request checks its own
+/// bits against it before reaching the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderEntries(pub(super) u32);
+
+/// One bit per `ibv_qp_ex` entry the guards call.
+pub(crate) mod entry {
+    /// `wr_send`.
+    pub const SEND: u32 = 1 << 0;
+    /// `wr_send_imm`.
+    pub const SEND_IMM: u32 = 1 << 1;
+    /// `wr_rdma_write`.
+    pub const RDMA_WRITE: u32 = 1 << 2;
+    /// `wr_rdma_write_imm`.
+    pub const RDMA_WRITE_IMM: u32 = 1 << 3;
+    /// `wr_rdma_read`.
+    pub const RDMA_READ: u32 = 1 << 4;
+    /// `wr_atomic_cmp_swp`.
+    pub const ATOMIC_CMP_SWP: u32 = 1 << 5;
+    /// `wr_atomic_fetch_add`.
+    pub const ATOMIC_FETCH_ADD: u32 = 1 << 6;
+    /// `wr_set_sge`.
+    pub const SET_SGE: u32 = 1 << 7;
+    /// `wr_set_sge_list`.
+    pub const SET_SGE_LIST: u32 = 1 << 8;
+    /// `wr_set_inline_data`.
+    pub const SET_INLINE_DATA: u32 = 1 << 9;
+    /// `wr_set_inline_data_list`.
+    pub const SET_INLINE_DATA_LIST: u32 = 1 << 10;
+    /// `wr_set_ud_addr`.
+    pub const SET_UD_ADDR: u32 = 1 << 11;
+    /// The first bit free for entries outside `ibv_qp_ex` (the mlx5 module's).
+    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
+    pub const FIRST_EXTERNAL: u32 = 1 << 16;
+
+    pub(crate) const NAMES: [&str; 12] = [
+        "wr_send",
+        "wr_send_imm",
+        "wr_rdma_write",
+        "wr_rdma_write_imm",
+        "wr_rdma_read",
+        "wr_atomic_cmp_swp",
+        "wr_atomic_fetch_add",
+        "wr_set_sge",
+        "wr_set_sge_list",
+        "wr_set_inline_data",
+        "wr_set_inline_data_list",
+        "wr_set_ud_addr",
+    ];
+}
+
+/// The send operations a guard can post, with their `ibv_qp_ex` entry bit.
+const OPERATIONS: [(SendOperationFlags, u32); 7] = [
+    (SendOperationFlags::Send, entry::SEND),
+    (SendOperationFlags::SendWithImmediate, entry::SEND_IMM),
+    (SendOperationFlags::Write, entry::RDMA_WRITE),
+    (SendOperationFlags::WriteWithImmediate, entry::RDMA_WRITE_IMM),
+    (SendOperationFlags::Read, entry::RDMA_READ),
+    (SendOperationFlags::AtomicCompareAndSwap, entry::ATOMIC_CMP_SWP),
+    (SendOperationFlags::AtomicFetchAndAdd, entry::ATOMIC_FETCH_ADD),
+];
+
+/// Error returned by [`ProviderEntries::new`]: an entry the queue pair needs is NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the provider did not fill `{0}` of struct ibv_qp_ex")]
+pub struct MissingProviderEntry(pub &'static str);
+
+impl ProviderEntries {
+    /// No entry at all.
+    pub const NONE: Self = Self(0);
+
+    /// Reads which entries of `qp_ex` are filled. The batch entries (`wr_start`, `wr_complete`,
+    /// `wr_abort`), the builder of every operation in `granted`, `wr_set_sge` and
+    /// `wr_set_sge_list` must be: a NULL one is [`MissingProviderEntry`]. Operations outside
+    /// `granted` are left out (their requests are refused), as are inline-data setters the
+    /// provider lacks.
+    ///
+    /// # Safety
+    ///
+    /// `qp_ex` must point to a live `struct ibv_qp_ex`.
+    pub unsafe fn new(qp_ex: NonNull<ibv_qp_ex>, granted: SendOperationFlags) -> Result<Self, MissingProviderEntry> {
+        let qp = qp_ex.as_ref();
+        for (filled, name) in [
+            (qp.wr_start.is_some(), "wr_start"),
+            (qp.wr_complete.is_some(), "wr_complete"),
+            (qp.wr_abort.is_some(), "wr_abort"),
+        ] {
+            if !filled {
+                return Err(MissingProviderEntry(name));
+            }
+        }
+        let filled = [
+            qp.wr_send.is_some(),
+            qp.wr_send_imm.is_some(),
+            qp.wr_rdma_write.is_some(),
+            qp.wr_rdma_write_imm.is_some(),
+            qp.wr_rdma_read.is_some(),
+            qp.wr_atomic_cmp_swp.is_some(),
+            qp.wr_atomic_fetch_add.is_some(),
+            qp.wr_set_sge.is_some(),
+            qp.wr_set_sge_list.is_some(),
+            qp.wr_set_inline_data.is_some(),
+            qp.wr_set_inline_data_list.is_some(),
+            qp.wr_set_ud_addr.is_some(),
+        ];
+        let mut bits = 0;
+        for (flag, bit) in OPERATIONS {
+            if granted.contains(flag) {
+                if !filled[bit.trailing_zeros() as usize] {
+                    return Err(MissingProviderEntry(entry::NAMES[bit.trailing_zeros() as usize]));
+                }
+                bits |= bit;
+            }
+        }
+        for bit in [entry::SET_SGE, entry::SET_SGE_LIST] {
+            if !filled[bit.trailing_zeros() as usize] {
+                return Err(MissingProviderEntry(entry::NAMES[bit.trailing_zeros() as usize]));
+            }
+            bits |= bit;
+        }
+        for bit in [entry::SET_INLINE_DATA, entry::SET_INLINE_DATA_LIST, entry::SET_UD_ADDR] {
+            if filled[bit.trailing_zeros() as usize] {
+                bits |= bit;
+            }
+        }
+        Ok(Self(bits))
+    }
+
+    /// The entries as a bit mask (see the hidden `entry` module).
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every entry of `bits` is there.
+    pub fn contains(self, bits: u32) -> bool {
+        self.0 & bits == bits
+    }
+
+    /// The first bit free for the entries of a [`Destination`](super::Destination) of another
+    /// crate: below it, `ibv_qp_ex`'s entries and this crate's own outside it (mlx5's DC setters).
+    pub const FIRST_EXTERNAL_FREE: u32 = entry::FIRST_EXTERNAL << 2;
+
+    /// Adds entries that lie outside `ibv_qp_ex`: the DC setters that
+    /// [`DcContext::entries`](crate::mlx5::dc::initiator::DcContext::entries) reads, or a
+    /// [`Destination`](super::Destination) of another crate's, from
+    /// [`FIRST_EXTERNAL_FREE`](Self::FIRST_EXTERNAL_FREE) up.
+    pub const fn with(self, bits: u32) -> Self {
+        Self(self.0 | bits)
+    }
+
+    /// The name of the first entry of `needed` that is missing: an `ibv_qp_ex` entry, or else
+    /// `external` (the destination's own entry).
+    pub(super) fn name_of_first_missing(self, needed: u32, external: &'static str) -> &'static str {
+        let missing = needed & !self.0;
+        entry::NAMES
+            .get(missing.trailing_zeros() as usize)
+            .copied()
+            .unwrap_or(external)
+    }
+}
+
+#[cfg(test)]
+mod provider_entry_tests {
+    //! Operations and setters a queue pair was not created with never reach the provider.
+    use std::io::IoSlice;
+
+    use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+
+    use super::*;
+    use crate::ibverbs::post_send_guard::{PostSendErrorKind, PostSendGuard, ReliableConnection};
+    use crate::test_support::{recording_qp, send_only_recording_qp, take_calls};
+
+    #[test]
+    fn a_missing_builder_of_a_granted_operation_is_refused_at_creation() {
+        let mut qp = recording_qp();
+        qp.wr_rdma_write = None;
+        // SAFETY: qp is a live ibv_qp_ex.
+        let err = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Write) }.unwrap_err();
+        assert_eq!(err, MissingProviderEntry("wr_rdma_write"));
+        qp.wr_complete = None;
+        // SAFETY: as above.
+        let err = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap_err();
+        assert_eq!(err, MissingProviderEntry("wr_complete"));
+    }
+
+    #[test]
+    fn an_operation_the_queue_pair_was_not_created_with_is_refused_and_the_batch_aborted() {
+        // As rxe does for a queue pair created with SEND only: every other builder is NULL.
+        let mut qp = send_only_recording_qp();
+        // SAFETY: qp is a live ibv_qp_ex.
+        let entries = unsafe { ProviderEntries::new(NonNull::from(&mut *qp), SendOperationFlags::Send) }.unwrap();
+        assert!(!entries.contains(entry::RDMA_WRITE));
+        take_calls();
+        // SAFETY: the table outlives the guard; RC needs no context.
+        let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(NonNull::from(&mut *qp), entries, ()) };
+        guard
+            .construct_wr(1, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data(b"ok");
+        // The write's builder is NULL: calling it would be undefined behaviour.
+        // SAFETY: the recorder does not touch the buffer.
+        unsafe {
+            guard
+                .construct_wr(2, WorkRequestFlags::Signaled)
+                .setup_write(1, 2)
+                .setup_sge(3, 4, 5)
+        };
+        // A setter the provider lacks is refused too.
+        guard
+            .construct_wr(3, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data_list(&[IoSlice::new(b"x")]);
+        assert_eq!(guard.batch_len(), 3);
+        let err = guard.post().unwrap_err();
+        match err.0 {
+            PostSendErrorKind::OperationNotEnabled {
+                index,
+                wr_id,
+                entry,
+                batch_len,
+            } => assert_eq!((index, wr_id, entry, batch_len), (1, 2, "wr_rdma_write", 3)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let calls = take_calls();
+        assert_eq!(calls.first().map(String::as_str), Some("start"));
+        assert_eq!(calls.last().map(String::as_str), Some("abort"), "{calls:?}");
+        assert!(
+            !calls.iter().any(|c| c.starts_with("write") || c == "complete"),
+            "{calls:?}"
+        );
+    }
+}
