@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sideway::ibverbs::queue_pair::QueuePairState::{self, Error, Init, ReadyToReceive, ReadyToSend, Reset};
+use sideway_ext_dc_rules as rules;
 
 use super::faults::Schedule;
 use super::memory::Memory;
-use super::reference_rules as rules;
 #[cfg(test)]
 use super::request;
 use super::request::{cost, execute, Outcome, Request, FLUSH, SUCCESS};

@@ -151,9 +151,9 @@
 //! | a SEND longer than a receive: `IBV_WC_REM_INV_REQ_ERR` | ibv_poll_cq(3), remote invalid request |
 //! | no receive posted: receiver-not-ready NAKs, retried after the RNR timer; `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry` of them (7: never) | ibv_poll_cq(3); ibv_modify_qp(3) (`rnr_retry`) |
 //! | an error completion puts a DCI without streams in ERR; everything behind it, and anything posted to it in ERR, completes with `IBV_WC_WR_FLUSH_ERR` | ibv_poll_cq(3), ibv_modify_qp(3) (Error state) |
-//! | with streams, an error errs its stream only (the others go on; their completions come after the error's); once 2^`log_num_errored` streams are in error (the first error if it is 0) the DCI moves to ERR, some ticks later | mlx5dv_create_qp(3) (`log_num_errored`); mlx5dv_dci_stream_id_reset(3) (ERR once the streams in error reach it); rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery` (`1 << log_num_errored` errors, then ERR; the move is asynchronous); the rule shared with the unit tests' model (`reference_rules`) |
-//! | a stream reset is refused while the DCI is not in RTS, and (counted) while the stream holds requests not flushed | libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c, `EOPNOTSUPP`; `reference_rules`, shared with the model); mlx5dv_dci_stream_id_reset(3) ("once all stream_id WR's are flushed") |
-//! | recovery through RESET → INIT → RTR → RTS, each step held to the kernel's rule (the crate's transcription, `reference_rules`, shared with its unit tests' model of mlx5_ib): the DCI's completions not yet polled leave the CQ and its send queue empties; on a kernel without the RESET branch, the DCI is created again with a new number | kernel `modify_dci_qp_is_ok`; libmlx5 `mlx5_modify_qp` (`mlx5_cq_clean`, `mlx5_init_qp_indices`); UCX `uct_dc_mlx5_iface_reset_dci` |
+//! | with streams, an error errs its stream only (the others go on; their completions come after the error's); once 2^`log_num_errored` streams are in error (the first error if it is 0) the DCI moves to ERR, some ticks later | mlx5dv_create_qp(3) (`log_num_errored`); mlx5dv_dci_stream_id_reset(3) (ERR once the streams in error reach it); rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery` (`1 << log_num_errored` errors, then ERR; the move is asynchronous); the rule shared with sideway-ext's unit tests' model ([`sideway_ext_dc_rules`]) |
+//! | a stream reset is refused while the DCI is not in RTS, and (counted) while the stream holds requests not flushed | libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c, `EOPNOTSUPP`; [`sideway_ext_dc_rules`], shared with the model); mlx5dv_dci_stream_id_reset(3) ("once all stream_id WR's are flushed") |
+//! | recovery through RESET → INIT → RTR → RTS, each step held to the kernel's rule (the transcription of [`sideway_ext_dc_rules`], shared with sideway-ext's unit tests' model of mlx5_ib): the DCI's completions not yet polled leave the CQ and its send queue empties; on a kernel without the RESET branch, the DCI is created again with a new number | kernel `modify_dci_qp_is_ok`; libmlx5 `mlx5_modify_qp` (`mlx5_cq_clean`, `mlx5_init_qp_indices`); UCX `uct_dc_mlx5_iface_reset_dci` |
 //! | a destroyed initiator's completions leave the CQ | libmlx5 `mlx5_destroy_qp` (`__mlx5_cq_clean`) |
 //! | the stream setter exists only on initiators with streams | libmlx5 `mlx5_qp_fill_wr_pfns` (dc-hardware-rules) |
 //! | an initiator without a pool: created in RTS, held to the DC initiator builder's rules on a device with a `max_qp_wr` of 2^15 and no atomics: `max_send_wr` 0 or over 2^15 refused, more than the send queue's basic blocks hold refused, the queue granted as libmlx5 rounds it (the requests' bytes up to a power of two); it completes into the fabric's one CQ | mlx5dv_create_qp(3); libmlx5 `mlx5_calc_send_wqe`, `mlx5_calc_sq_size` (the crate's transcription, `plan_dci`, shared with `DcInitiatorBuilder`); kernel mlx5 `mlx5_ib_query_device` (`max_qp_wr = 1 << log_max_qp_sz`) |
@@ -199,11 +199,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use sideway::ibverbs::AccessFlags;
+use sideway_ext_dc_rules::DciKernel;
 
 use self::fabric::Fabric;
 use self::faults::Schedule;
 use self::memory::Node;
-use self::reference_rules::DciKernel;
 
 mod builder;
 mod completion_queue;
@@ -212,10 +212,6 @@ mod fabric;
 mod faults;
 mod initiator;
 mod memory;
-// sideway-ext's transcription of mlx5_ib's and libmlx5's rules, the one its unit tests' model
-// enforces: the fabric enforces the same file.
-#[path = "../../../src/mlx5/dc/reference_rules.rs"]
-mod reference_rules;
 mod request;
 mod route;
 mod settings;

@@ -3,8 +3,7 @@
 use super::request::{RETRY_EXC, RNR_RETRY_INFINITE};
 use sideway::ibverbs::queue_pair::QueuePairState;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
-
-use super::reference_rules::{self as rules, DciKernel};
+use sideway_ext_dc_rules::{self as rules, DciKernel};
 
 /// A ConnectX port's `max_msg_sz`, 1 GiB: kernel mlx5 reports `1 << log_max_msg`, 30 on
 /// ConnectX-4 and later (`ibv_devinfo -v`: `max_msg_sz: 0x40000000`).

@@ -68,10 +68,6 @@ pub mod endpoint;
 pub mod initiator;
 #[cfg(test)]
 mod model;
-// The rules the unit tests' model enforces; the simulated fabric of sideway-ext-dc-pool reads
-// this same file (one place for both).
-#[cfg(test)]
-pub(crate) mod reference_rules;
 mod service_class;
 mod state_table;
 pub mod target;

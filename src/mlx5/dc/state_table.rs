@@ -4,7 +4,7 @@
 //! generic `qp_state_table`: each lists every transition it has.
 //!
 //! The unit tests hold both tables to the kernel's functions, transcribed on their own in
-//! `model::reference_rules` (not derived from these tables).
+//! the crate sideway-ext-dc-rules (not derived from these tables).
 //!
 //! # Reference
 //!
@@ -154,10 +154,10 @@ mod tests {
     use sideway::ibverbs::device_context::Mtu;
     use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairAttributeMask, QueuePairState};
     use sideway::ibverbs::AccessFlags;
+    use sideway_ext_dc_rules as kernel_rules;
 
     use super::*;
     use crate::ibverbs::queue_pair::QueuePairAttribute;
-    use crate::mlx5::dc::model::reference_rules as kernel_rules;
     use crate::test_support::rts_attr;
 
     /// The attribute bits the kernel's DC rules name, plus `IBV_QP_CUR_STATE` and

@@ -2,7 +2,7 @@
 //! data path, behind the verbs tables ([`QueuePairVerbs`], [`DcVerbs`]), so that unit tests drive
 //! the public API of [`DcInitiator`] and [`DcTarget`] without a device, as hostile as the
 //! hardware: it refuses what the kernel refuses (the rules of
-//! [`reference_rules`](self::reference_rules)), moves a DCI to ERR some queries after
+//! [`sideway_ext_dc_rules`], shared with the simulated fabric of sideway-ext-dc-pool)), moves a DCI to ERR some queries after
 //! 2^`log_num_errored` stream errors (asynchronously, as pyverbs sees it), refuses a stream reset where
 //! libmlx5 does (its cached state not RTS), records a reset made before the stream's requests
 //! were flushed, and fails a batch with inline data beyond the granted size as libmlx5 does
@@ -22,15 +22,13 @@ use rdma_mummy_sys::{
     mlx5dv_qp_init_attr,
 };
 use sideway::ibverbs::queue_pair::QueuePairState;
+use sideway_ext_dc_rules::{self as rules, Device};
 
-use self::reference_rules::{self as rules, Device};
 use crate::ibverbs::queue_pair::attribute::state_from_raw;
 use crate::ibverbs::queue_pair::verbs::QueuePairVerbs;
 use crate::mlx5::library::DcVerbs;
 use crate::test_support::dc::recording_dci;
 use crate::test_support::{self, record};
-
-pub(crate) use super::reference_rules;
 
 /// How many queries of the state still read RTS after a DCI's stream errors passed its limit.
 pub(crate) const QUERIES_BEFORE_ERROR: u32 = 3;

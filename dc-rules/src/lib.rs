@@ -1,16 +1,47 @@
-//! The rules the DC queue pairs are held to, transcribed on their own from the kernel's mlx5
-//! driver and libmlx5 (in their shapes: `IB_QP_*`/`IBV_*` bits, states, init attributes), never
-//! derived from this crate's tables or attribute builders. Each rule names the function it comes
-//! from. Unit tests check this crate's transition tables (`state_table`) and every attribute set
-//! it hands to `mlx5dv_create_qp` against them; the unit tests' model of mlx5_ib and libmlx5
-//! (`model`) and the simulated DC fabric of sideway-ext-dc-pool, which compiles this same file,
-//! both enforce them. (Each reads only some: the rest are unused there.)
-#![allow(dead_code)]
+//! The rules the Linux mlx5 driver (mlx5_ib) and libmlx5 hold DC (Dynamically Connected) queue
+//! pairs to, transcribed from their source, for tests and simulations of mlx5 DC: which
+//! `ibv_modify_qp` a DC initiator (DCI) or target (DCT) accepts in each state, with which
+//! attribute bits; which init attributes `mlx5dv_create_qp` creates a DCI or DCT from, and the
+//! send queue it grants; and when DCI streams in error move a DCI to ERR. They keep the sources'
+//! shapes (`IB_QP_*`/`IBV_QP_*` mask bits as `i32`, sideway's [`QueuePairState`], the
+//! `ibv_qp_init_attr_ex` and `mlx5dv_qp_init_attr` of rdma-mummy-sys), and each names the function
+//! it comes from.
 //!
-//! Sources (public repositories): Linux `drivers/infiniband/hw/mlx5/qp.c` (`is_valid_mask`,
-//! `mlx5_ib_modify_qp`, `modify_dci_qp_is_ok`, `validate_rd_atomic`, `mlx5_ib_modify_dct`);
-//! rdma-core `providers/mlx5/{verbs.c,qp.c,mlx5.c}` (`mlx5dv_create_qp`, `_sq_overhead`,
-//! `mlx5_calc_sq_size`, `mlx5dv_dci_stream_id_reset`) and mlx5dv_create_qp(3).
+//! Used by sideway-ext's unit tests (its transition tables and every attribute set it hands to
+//! `mlx5dv_create_qp` are checked against these rules, and its model of mlx5_ib and libmlx5
+//! enforces them) and by sideway-ext-dc-pool's simulated DC fabric, which enforces the same rules.
+//! They are transcribed on their own from the sources below, deliberately never derived from
+//! sideway-ext's tables or attribute builders: checking sideway-ext against them then proves
+//! something.
+//!
+//! # Sources
+//!
+//! Public repositories:
+//! - Linux `drivers/infiniband/hw/mlx5/qp.c`: `is_valid_mask`, `mlx5_ib_modify_qp`,
+//!   `modify_dci_qp_is_ok`, `validate_rd_atomic`, `mlx5_ib_modify_dct`, `mlx5_ib_create_dct`,
+//!   `check_qp_attr`, `process_vendor_flag`; its `main.c`: `mlx5_ib_query_device`,
+//!   `mlx5_ib_alloc_ucontext` (what [`Device`] holds);
+//! - rdma-core `providers/mlx5/{verbs.c,qp.c,mlx5.c}`: `mlx5dv_create_qp` (`create_qp`,
+//!   `create_dct`), `_sq_overhead`, `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`,
+//!   `mlx5_qp_fill_wr_pfns`, `mlx5dv_dci_stream_id_reset`, `mlx5_init_context`,
+//!   `_mlx5dv_query_device`; libibverbs `ibv_create_qp_ex`; rdma-core `tests/test_mlx5_dc.py`;
+//! - the man pages mlx5dv_create_qp(3), mlx5dv_query_device(3) and mlx5dv_dci_stream_id_reset(3).
+//!
+//! # Example
+//!
+//! ```
+//! use rdma_mummy_sys::ibv_qp_attr_mask as m;
+//! use sideway::ibverbs::queue_pair::QueuePairState;
+//! use sideway_ext_dc_rules::{modify_dci_qp_is_ok, DciKernel};
+//!
+//! let mask = (m::IBV_QP_STATE.0 | m::IBV_QP_PKEY_INDEX.0 | m::IBV_QP_PORT.0) as i32;
+//! let (reset, init) = (QueuePairState::Reset, QueuePairState::Init);
+//! assert!(modify_dci_qp_is_ok(reset, init, mask, DciKernel::CURRENT));
+//! // INIT needs the port: the kernel refuses the state alone (EINVAL).
+//! assert!(!modify_dci_qp_is_ok(reset, init, m::IBV_QP_STATE.0 as i32, DciKernel::CURRENT));
+//! ```
+#![deny(missing_docs)]
+
 use rdma_mummy_sys::ibv_qp_attr_mask as m;
 use rdma_mummy_sys::{
     ibv_qp_create_send_ops_flags as ops, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_qp_init_attr,
@@ -29,13 +60,13 @@ const fn bits(list: &[m]) -> i32 {
 }
 
 /// Kernel `is_valid_mask`: every required bit, nothing outside required and optional.
-pub(crate) fn is_valid_mask(mask: i32, req: i32, opt: i32) -> bool {
+pub fn is_valid_mask(mask: i32, req: i32, opt: i32) -> bool {
     (mask & req) == req && (mask & !(req | opt)) == 0
 }
 
 /// The state a modification moves to, as kernel `mlx5_ib_modify_qp` computes it: the given one
 /// with `IB_QP_STATE`, the current one otherwise.
-pub(crate) fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -> QueuePairState {
+pub fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -> QueuePairState {
     if mask & bits(&[m::IBV_QP_STATE]) != 0 {
         given
     } else {
@@ -45,10 +76,10 @@ pub(crate) fn new_state(cur: QueuePairState, mask: i32, given: QueuePairState) -
 
 /// Which kernel's `modify_dci_qp_is_ok`: its branches changed over time.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DciKernel {
+pub struct DciKernel {
     /// The first branch, `new_state == IB_QPS_RESET` (any state to RESET, the state alone);
     /// older kernels have none, and refuse every move to RESET (`EINVAL`).
-    pub(crate) reset_branch: bool,
+    pub reset_branch: bool,
     /// INIT → RTR takes `IB_QP_AV` as optional, beside `IB_QP_PKEY_INDEX`
     /// (`opt = IB_QP_PKEY_INDEX | IB_QP_AV`, so that a DCI can carry a service level or a
     /// LAG port, as UCX and perftest send); older kernels take `IB_QP_PKEY_INDEX` only, and
@@ -57,25 +88,25 @@ pub(crate) struct DciKernel {
     /// function's only change between the two (the commit's id and subject were not found
     /// without the kernel's history). Distribution kernels whose mlx5_ib is older refuse it too
     /// (UCX's DCI RTR with an AV fails `EINVAL` on SLES 12 SP5's 4.12, openucx/ucx#8604).
-    pub(crate) rtr_av: bool,
+    pub rtr_av: bool,
 }
 
 impl DciKernel {
     /// A current kernel: Linux v5.0 and later (v4.20 already has the RESET branch, without the
     /// address vector).
-    pub(crate) const CURRENT: Self = Self {
+    pub const CURRENT: Self = Self {
         reset_branch: true,
         rtr_av: true,
     };
     /// The first kernels with DC (Linux 4.15's `modify_dci_qp_is_ok`): neither.
-    pub(crate) const OLD: Self = Self {
+    pub const OLD: Self = Self {
         reset_branch: false,
         rtr_av: false,
     };
 }
 
 /// Kernel `modify_dci_qp_is_ok`, as `kernel` has it (the RESET branch first).
-pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, kernel: DciKernel) -> bool {
+pub fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, kernel: DciKernel) -> bool {
     let req = bits(&[m::IBV_QP_STATE]);
     if new == Reset {
         return kernel.reset_branch && is_valid_mask(mask, req, 0);
@@ -110,13 +141,13 @@ pub(crate) fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask
 /// at most `1 << log_max_ra_res_dc`, else `EINVAL`. libmlx5 (`mlx5_init_context`) reports that
 /// same capability as `max_dc_init_rd_atom`, which mlx5dv_query_device(3) labels "as a
 /// responder", and `1 << log_max_ra_req_dc` as `max_dc_rd_atom` ("as a requester").
-pub(crate) fn validate_dci_rd_atomic(mask: i32, max_rd_atomic: u8, log_max_ra_res_dc: u8) -> bool {
+pub fn validate_dci_rd_atomic(mask: i32, max_rd_atomic: u8, log_max_ra_res_dc: u8) -> bool {
     mask & bits(&[m::IBV_QP_MAX_QP_RD_ATOMIC]) == 0 || u32::from(max_rd_atomic) <= 1u32 << log_max_ra_res_dc
 }
 
 /// Kernel `mlx5_ib_modify_dct`: `IB_QP_STATE` always; RESET → INIT and INIT → RTR with exact
 /// masks; "Modify DCT: Invalid transition" (`EINVAL`) for anything else.
-pub(crate) fn modify_dct_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
+pub fn modify_dct_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32) -> bool {
     let req = bits(&[m::IBV_QP_STATE]);
     if mask & req == 0 {
         return false;
@@ -137,7 +168,7 @@ pub(crate) fn modify_dct_is_ok(cur: QueuePairState, new: QueuePairState, mask: i
 }
 
 /// Every state a DC queue pair can be in.
-pub(crate) const STATES: [QueuePairState; 7] = [
+pub const STATES: [QueuePairState; 7] = [
     Reset,
     Init,
     ReadyToReceive,
@@ -149,25 +180,25 @@ pub(crate) const STATES: [QueuePairState; 7] = [
 
 /// What the device reports that the creation rules read.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Device {
+pub struct Device {
     /// `ibv_device_attr::max_qp_wr`. Kernel `mlx5_ib_query_device`: `1 << log_max_qp_sz`, which
     /// `mlx5_ib_alloc_ucontext` also hands libmlx5 as `max_send_wqebb` (send queue basic blocks).
-    pub(crate) max_qp_wr: u32,
+    pub max_qp_wr: u32,
     /// libmlx5 `ctx->max_sq_desc_sz`: kernel `mlx5_ib_alloc_ucontext` sends
     /// `MLX5_CAP_GEN(max_wqe_sz_sq)`, the largest send request in bytes.
-    pub(crate) max_sq_desc_sz: u32,
+    pub max_sq_desc_sz: u32,
     /// The `log_max_ra_res_dc` capability (libmlx5's `max_dc_init_rd_atom` is its power of two).
-    pub(crate) log_max_ra_res_dc: u8,
+    pub log_max_ra_res_dc: u8,
     /// The `log_max_ra_req_dc` capability (libmlx5's `max_dc_rd_atom` is its power of two).
-    pub(crate) log_max_ra_req_dc: u8,
+    pub log_max_ra_req_dc: u8,
     /// `ibv_device_attr::max_sge`.
-    pub(crate) max_sge: u32,
+    pub max_sge: u32,
     /// libmlx5 `mlx5_init_context`: `mctx->atomic_cap = device_attr.orig_attr.atomic_cap`, not
     /// `IBV_ATOMIC_NONE`.
-    pub(crate) atomic_cap: bool,
+    pub atomic_cap: bool,
     /// libmlx5 `mctx->dci_streams_caps`, as `_mlx5dv_query_device` copies it out (zeros on a
     /// device without streams): (`max_log_num_concurent`, `max_log_num_errored`).
-    pub(crate) dci_streams_caps: (u8, u8),
+    pub dci_streams_caps: (u8, u8),
 }
 
 /// libmlx5 `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI` (qp.c): `MLX5_SUPPORTED_SEND_OPS_FLAGS_RC`.
@@ -188,9 +219,7 @@ fn has(mask: u64, bit: u64) -> bool {
 
 /// Whether `mlx5dv_create_qp` creates a DC initiator from these attributes on `device`, and the
 /// rule that refuses it otherwise. The PD and CQ pointers are not looked at.
-pub(crate) fn create_dci(
-    init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr, device: &Device,
-) -> Result<(), &'static str> {
+pub fn create_dci(init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr, device: &Device) -> Result<(), &'static str> {
     let dc = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
     let streams = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS.0 as u64;
     // libmlx5 `create_qp` (verbs.c): DC is an IBV_QPT_DRIVER queue pair with the DC mask.
@@ -220,7 +249,8 @@ pub(crate) fn create_dci(
     // `process_vendor_flag(MLX5_QP_FLAG_DCI_STREAM, log_max_dci_stream_channels)`: EINVAL on a
     // device without stream channels.
     if has(mlx5.comp_mask, streams) {
-        // SAFETY: the streams member is the one a DCI with streams writes (test data).
+        // SAFETY: the union's storage is its `u64` (`bindgen_union_field`), always initialized,
+        // and `mlx5dv_dci_streams` is two `u8`s, valid for any bytes.
         let asked = unsafe { *mlx5.dc_init_attr.__bindgen_anon_1.dci_streams.as_ref() };
         let (max_concurrent, max_errored) = device.dci_streams_caps;
         if max_concurrent == 0 {
@@ -282,7 +312,7 @@ fn dci_sq_overhead(send_ops_flags: u64) -> u32 {
 /// `roundup_pow_of_two(max_send_wr × request size)` bytes, `EINVAL` past `max_send_wqebb`
 /// blocks; `create_qp` writes back `max_post`, the requests it holds, as `cap.max_send_wr`.
 /// Returns (granted `max_send_wr`, granted `max_inline_data`).
-pub(crate) fn calc_dci_sq_size(init: &ibv_qp_init_attr_ex, device: &Device) -> Result<(u32, u32), &'static str> {
+pub fn calc_dci_sq_size(init: &ibv_qp_init_attr_ex, device: &Device) -> Result<(u32, u32), &'static str> {
     let cap = init.cap;
     let overhead = dci_sq_overhead(init.send_ops_flags);
     let inline = if cap.max_inline_data != 0 {
@@ -312,7 +342,7 @@ pub(crate) fn calc_dci_sq_size(init: &ibv_qp_init_attr_ex, device: &Device) -> R
 
 /// Whether `mlx5dv_create_qp` creates a DC target from these attributes, and the rule that
 /// refuses it otherwise (the SRQ and CQ pointers are only checked for being set).
-pub(crate) fn create_dct(init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr) -> Result<(), &'static str> {
+pub fn create_dct(init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr) -> Result<(), &'static str> {
     let dc = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC.0 as u64;
     if init.qp_type != ibv_qp_type::IBV_QPT_DRIVER || !has(mlx5.comp_mask, dc) {
         return Err("create_qp: DC needs IBV_QPT_DRIVER and MLX5DV_QP_INIT_ATTR_MASK_DC");
@@ -341,13 +371,13 @@ pub(crate) fn create_dct(init: &ibv_qp_init_attr_ex, mlx5: &mlx5dv_qp_init_attr)
 /// the first stream error). rdma-core `tests/test_mlx5_dc.py`, `test_dc_stream_qp_recovery`:
 /// `1 << log_num_errored` errors, then the state polled up to a second must read ERR;
 /// mlx5dv_dci_stream_id_reset(3): ERR "once the number of unique stream_id in error reaches" the
-/// DCI's `log_num_errored` streams. No ConnectX has confirmed it for this crate.
-pub(crate) fn dci_errored_streams_move_it_to_error(errored_streams: usize, log_num_errored: u8) -> bool {
+/// DCI's `log_num_errored` streams. No ConnectX has confirmed it for sideway-ext.
+pub fn dci_errored_streams_move_it_to_error(errored_streams: usize, log_num_errored: u8) -> bool {
     errored_streams >= 1usize << log_num_errored.min(16)
 }
 
 /// libmlx5 `mlx5dv_dci_stream_id_reset` (mlx5.c): `EOPNOTSUPP` unless the queue pair is in RTS
 /// (the library's cached state).
-pub(crate) fn dci_stream_reset_is_ok(state: QueuePairState) -> bool {
+pub fn dci_stream_reset_is_ok(state: QueuePairState) -> bool {
     state == ReadyToSend
 }
