@@ -21,7 +21,7 @@ pub struct LocalBufferHandle<'g, O: Operation, D: Destination> {
 impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
     /// The data step of `request`, sent to `destination`; for the destination steps of other
     /// modules' transports.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn new(request: PendingRequest<'g, O>, destination: D) -> Self {
         Self { request, destination }
     }
@@ -29,7 +29,7 @@ impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
     /// Makes the request's C calls in order: `wr_id` and `wr_flags` (with the inline bit set
     /// exactly when the data is inline), the builder, the destination setter, then `data` — or,
     /// when one of their entries is missing, none of them.
-    #[inline(always)]
+    #[inline]
     fn issue<const SETTER: u32, const INLINE: bool>(self, data: impl FnOnce(*mut ibv_qp_ex)) {
         let Self { request, destination } = self;
         let batch = request.batch;

@@ -42,7 +42,7 @@ enum Refusal {
 impl Batch {
     /// Records a refused request. The batch is passed by value parts, not by address, so that the
     /// hot path can keep the batch in registers.
-    #[inline(always)]
+    #[inline]
     pub(super) fn refuse(&mut self, wr_id: u64, needed: u32, external: &'static str) {
         if self.refused.is_none() {
             self.refused = Some(refusal(self.missing, self.len, wr_id, needed, external));
@@ -134,7 +134,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
     /// # Safety
     ///
     /// As [`start`](Self::start).
-    #[inline(always)]
+    #[inline]
     pub unsafe fn post_one(
         qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
         wr_flags: WorkRequestFlags, request: impl FnOnce(WorkRequestHandle<'_, T>),

@@ -20,7 +20,7 @@ macro_rules! operations {
         impl Operation for $name {
             const ENTRY: u32 = entry::$entry;
 
-            #[inline(always)]
+            #[inline]
             unsafe fn build(self, qp: *mut ibv_qp_ex) {
                 $call(qp $(, self.$field)*)
             }

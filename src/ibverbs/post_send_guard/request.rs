@@ -21,7 +21,7 @@ pub struct WorkRequestHandle<'g, T: Transport> {
 }
 
 impl<'g, T: Transport> WorkRequestHandle<'g, T> {
-    #[inline(always)]
+    #[inline]
     fn with<O: Operation>(self, operation: O) -> T::AfterOperation<'g, O> {
         T::after_operation(
             PendingRequest {

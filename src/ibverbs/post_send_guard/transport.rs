@@ -100,7 +100,7 @@ unsafe impl Destination for Connected {
     const ENTRY: u32 = 0;
     const ENTRY_NAME: &'static str = "";
 
-    #[inline(always)]
+    #[inline]
     unsafe fn set(self, _qp: *mut ibv_qp_ex) {}
 }
 
@@ -119,7 +119,7 @@ unsafe impl Destination for DatagramAddress {
     const ENTRY: u32 = entry::SET_UD_ADDR;
     const ENTRY_NAME: &'static str = "wr_set_ud_addr";
 
-    #[inline(always)]
+    #[inline]
     unsafe fn set(self, qp: *mut ibv_qp_ex) {
         ibv_wr_set_ud_addr(qp, self.ah.as_ptr(), self.remote_qpn, self.remote_qkey)
     }

@@ -145,7 +145,7 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     /// before its data step posts nothing and returns `Ok`.
     ///
     /// See [`ibv_wr_post`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html).
-    #[inline(always)]
+    #[inline]
     // Paths spelled out, so that this data-path method leaves the control plane's imports alone.
     pub fn post_send_one(
         &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,

@@ -27,7 +27,7 @@ impl SharedReceiveQueue {
     ///
     /// Each entry's buffer must lie in the memory region registered with its `lkey` and stay
     /// valid until the receive completes (or the queue is destroyed).
-    #[inline(always)]
+    #[inline]
     pub unsafe fn post_recv_one(&self, wr_id: u64, sg_list: &[ibv_sge]) -> Result<(), PostReceiveError> {
         // SAFETY: the queue is alive during the call and its max_sge is the granted one; the
         // caller keeps the buffers valid.
@@ -62,7 +62,7 @@ impl SharedReceiveQueue {
     ///     Ok(())
     /// }
     /// ```
-    #[inline(always)]
+    #[inline]
     pub unsafe fn post_recv_one_raw(
         srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
     ) -> Result<(), PostReceiveError> {

@@ -21,7 +21,7 @@ pub trait DcAddressing: Destination + Copy + sealed::Sealed {
 impl DcAddressing for DcAddress {
     const STREAMS: bool = false;
 
-    #[inline(always)]
+    #[inline]
     fn new(address: DcAddress, _stream: u16) -> Self {
         address
     }
@@ -30,7 +30,7 @@ impl DcAddressing for DcAddress {
 impl DcAddressing for DcStreamAddress {
     const STREAMS: bool = true;
 
-    #[inline(always)]
+    #[inline]
     fn new(address: DcAddress, stream: u16) -> Self {
         DcStreamAddress::new(address, stream)
     }
@@ -72,7 +72,7 @@ impl<A: DcAddressing> Transport for BatchAddressed<A> {
     type Context = A;
     type AfterOperation<'g, O: Operation> = LocalBufferHandle<'g, O, A>;
 
-    #[inline(always)]
+    #[inline]
     fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: A) -> Self::AfterOperation<'_, O> {
         LocalBufferHandle::new(request, context)
     }

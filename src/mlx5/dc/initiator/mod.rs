@@ -382,7 +382,7 @@ impl DcInitiator {
 
     /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
     /// `setup_dc_addr` between its operation and its data.
-    #[inline(always)]
+    #[inline]
     pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
         let (qp_ex, entries) = self.send_view;
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
@@ -397,7 +397,7 @@ impl DcInitiator {
     /// `request` describes it from its operation on, its DC address included
     /// (`wr.setup_send().setup_dc_addr(&ah, dct_number, dc_key).setup_inline_data(b"hi")`); an
     /// operation or setter the DC initiator was not created with never reaches the provider.
-    #[inline(always)]
+    #[inline]
     pub fn post_send_one(
         &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
         request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),

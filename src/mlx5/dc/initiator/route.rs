@@ -45,14 +45,14 @@ impl DcRoute for AddressHandle {
     type Address = DcAddress;
     type StreamAddress = DcStreamAddress;
 
-    #[inline(always)]
+    #[inline]
     fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> DcAddress {
         // SAFETY: only the pointer is taken; the guard's borrow keeps the handle alive until the
         // request's data step, where libmlx5 copies its address vector; the view is the guard's.
         unsafe { DcAddress::new(mlx5_qp_ex, self.ah(), dct_number, dc_key) }
     }
 
-    #[inline(always)]
+    #[inline]
     fn stream_address(
         &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> DcStreamAddress {
@@ -64,12 +64,12 @@ impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
     type Address = R::Address;
     type StreamAddress = R::StreamAddress;
 
-    #[inline(always)]
+    #[inline]
     fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> R::Address {
         R::address(self, mlx5_qp_ex, dct_number, dc_key)
     }
 
-    #[inline(always)]
+    #[inline]
     fn stream_address(
         &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> R::StreamAddress {

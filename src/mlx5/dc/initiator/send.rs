@@ -78,12 +78,12 @@ impl DcSend for DcInitiator {
         DcInitiator::max_inline_data(self)
     }
 
-    #[inline(always)]
+    #[inline]
     fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
         DcInitiator::start_post_send(self)
     }
 
-    #[inline(always)]
+    #[inline]
     fn post_send_one(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
         request: impl FnOnce(WorkRequestHandle<'_, DynamicallyConnected>),

@@ -52,7 +52,7 @@ impl Transport for DynamicallyConnected {
     type Context = DcContext;
     type AfterOperation<'g, O: Operation> = DcDestination<'g, O>;
 
-    #[inline(always)]
+    #[inline]
     fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: DcContext) -> DcDestination<'_, O> {
         DcDestination { request, context }
     }
@@ -80,7 +80,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     ///
     /// `ah` is any [`DcRoute`]: an [`AddressHandle`](crate::ibverbs::address_handle::AddressHandle)
     /// (or an `Arc` of one), or a simulated fabric's, which only a simulated initiator takes.
-    #[inline(always)]
+    #[inline]
     pub fn setup_dc_addr<R: DcRoute + ?Sized>(
         self, ah: &'g R, dct_number: u32, dc_key: u64,
     ) -> LocalBufferHandle<'g, O, R::Address> {
@@ -90,7 +90,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
     /// (`mlx5dv_wr_set_dc_addr_stream`); the DC initiator must have been created with streams,
     /// else the request is refused at post.
-    #[inline(always)]
+    #[inline]
     pub fn setup_dc_addr_stream<R: DcRoute + ?Sized>(
         self, ah: &'g R, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> LocalBufferHandle<'g, O, R::StreamAddress> {
@@ -106,14 +106,14 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// `ah` must be a live address handle until the request's data step has run (libmlx5 copies
     /// its address vector then), or, over a hand-made table, whatever that table's setter
     /// accepts.
-    #[inline(always)]
+    #[inline]
     pub unsafe fn setup_dc_addr_raw(
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
     ) -> LocalBufferHandle<'g, O, DcAddress> {
         self.address(ah, dct_number, dc_key)
     }
 
-    #[inline(always)]
+    #[inline]
     fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
         // SAFETY: the view is the guard's own; `ah` is the caller's promise (setup_dc_addr_raw).
         LocalBufferHandle::new(self.request, unsafe {
@@ -151,7 +151,7 @@ impl DcAddress {
     /// `mlx5_qp_ex` must be the live mlx5 view of the queue pair the address is set on, and `ah`
     /// a live address handle (or whatever that view's `wr_set_dc_addr` accepts) until each
     /// request's data step has run (libmlx5 copies its address vector then).
-    #[inline(always)]
+    #[inline]
     pub unsafe fn new(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
         Self {
             mlx5_qp_ex,
@@ -168,7 +168,7 @@ unsafe impl Destination for DcAddress {
     const ENTRY: u32 = SET_DC_ADDR;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr";
 
-    #[inline(always)]
+    #[inline]
     unsafe fn set(self, _qp: *mut ibv_qp_ex) {
         mlx5dv_wr_set_dc_addr(self.mlx5_qp_ex.as_ptr(), self.ah.as_ptr(), self.dct_number, self.dc_key)
     }
@@ -186,7 +186,7 @@ impl sealed::Sealed for DcStreamAddress {}
 
 impl DcStreamAddress {
     /// `address` on DCI stream `stream_id`.
-    #[inline(always)]
+    #[inline]
     pub fn new(address: DcAddress, stream_id: u16) -> Self {
         Self { address, stream_id }
     }
@@ -197,7 +197,7 @@ unsafe impl Destination for DcStreamAddress {
     const ENTRY: u32 = SET_DC_ADDR_STREAM;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream";
 
-    #[inline(always)]
+    #[inline]
     unsafe fn set(self, _qp: *mut ibv_qp_ex) {
         let a = self.address;
         mlx5dv_wr_set_dc_addr_stream(
