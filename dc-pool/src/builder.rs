@@ -329,16 +329,12 @@ impl DcInitiatorPoolBuilder {
                 .map_err(|source| CreateDcInitiatorPoolErrorKind::BringUp { index, source })?;
             initiators.push(initiator);
         }
-        // Brought up alike: the first one's source GID and path MTU are every one's.
-        let (source_gid, path_mtu) = (initiators[0].source_gid(), initiators[0].path_mtu());
         let mut pool = pool_on(initiators, entries(&send_cq), self.policy, self.unreachable_after)?;
         pool.core.set_grant_timeout(self.grant_timeout);
         pool.core.set_stall_timeout(self.stall_timeout);
         pool.send_cq = Some(send_cq);
         pool.pd = Some(Arc::clone(&self.pd));
         pool.port = bring_up.port();
-        pool.src_gid_index = source_gid.map_or(0, |entry| entry.index());
-        pool.path_mtu = path_mtu;
         pool.service_class = self.service_class;
         Ok(pool)
     }

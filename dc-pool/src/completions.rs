@@ -16,7 +16,7 @@ use rdma_mummy_sys::ibv_wc_status;
 
 use super::destinations::PoolCore;
 use super::initiator::{PooledInitiator, StreamResetRefusal};
-use super::requests::{initiator_of, BatchRecord, LaneError, WrIds};
+use super::requests::{initiator_of, BatchRecord, Health, WrIds};
 use super::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
@@ -51,21 +51,28 @@ impl<I: PooledInitiator> PoolCore<I> {
             return false;
         };
         let number = requests.unwrap_number(wr_id);
-        let Some((_, batch)) = requests.find(number) else {
+        let Some(batch) = requests.find(number) else {
             return false;
         };
         if status == ibv_wc_status::IBV_WC_SUCCESS {
             self.settle_up_to(wr_ids, initiator, batch.stream, number + 1, sink);
+            let requests = &self.requests[initiator];
+            // Only this stream's requests were settled: only it (or the whole initiator) may now
+            // hold nothing and be ready for its reset.
+            if requests.health() == Health::Error || requests.lane_errored(batch.stream) {
+                self.maybe_recover(initiator, sink);
+            }
         } else {
             self.fail(wr_ids, initiator, number, batch, (status, vendor_err), sink);
+            self.maybe_recover(initiator, sink);
         }
-        // Mostly none waits or retires: tested here, not in a call.
-        let requests = &self.requests[initiator];
-        let (retiring, blocked) = (!requests.retiring.is_empty(), !requests.blocked.is_empty());
-        if retiring {
-            self.remove_retired(initiator);
+        // A held initiator carries only its holder's requests.
+        self.release_if_idle(batch.destination, initiator);
+        // Mostly none retires or waits: tested here, not in a call.
+        if !self.retiring_settled.is_empty() {
+            self.remove_retired();
         }
-        if blocked {
+        if self.requests[initiator].has_blocked() {
             self.unblock(initiator);
         }
         self.report_ready(sink);
@@ -78,43 +85,28 @@ impl<I: PooledInitiator> PoolCore<I> {
     fn settle_up_to(
         &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
-        let requests = &mut self.requests[initiator];
-        // The ring's size is a power of two.
-        let ring = wr_ids.ring(initiator);
-        let mask = ring.len() as u64 - 1;
-        let mut reported = 0;
-        // Walked by index: mostly one record, where an iterator's set-up costs more than the walk.
-        let mut k = 0;
-        while let Some(batch) = requests.batches.get_mut(k) {
-            k += 1;
-            if batch.first >= end {
-                break;
-            }
-            let stop = batch.end.min(end);
-            if batch.stream != lane || batch.settled >= stop {
-                continue;
-            }
-            let state = &mut self.destinations[batch.destination as usize];
+        let Self {
+            requests,
+            places,
+            retiring_settled,
+            ..
+        } = self;
+        requests[initiator].settle(wr_ids, lane, end, |d, run| {
+            let place = &mut places[d as usize];
             let destination = DestinationId {
-                index: batch.destination,
-                generation: state.generation,
+                index: d,
+                generation: place.generation,
             };
-            state.retries_exceeded = 0;
-            for number in batch.settled..stop {
-                let wr_id = ring[(number & mask) as usize];
+            if let Some(live) = place.destination.as_mut() {
+                live.answered();
+                if live.retiring {
+                    retiring_settled.push(d);
+                }
+            }
+            for wr_id in run {
                 sink(DcPoolEvent::Completed { destination, wr_id });
             }
-            reported += stop - batch.settled;
-            batch.settled = stop;
-        }
-        requests.reported += reported;
-        requests.pop_settled();
-        // Only this stream's requests were settled: only it (or the whole initiator) may now
-        // hold nothing and be ready for its reset.
-        if requests.whole_error || requests.lanes[lane as usize].errored {
-            self.maybe_recover(initiator, sink);
-        }
-        self.release_holder_if_idle(initiator);
+        });
     }
 
     /// A completion in error of request `number` (in `batch`) of `initiator`: an error
@@ -125,52 +117,30 @@ impl<I: PooledInitiator> PoolCore<I> {
     ) {
         let lane = batch.stream;
         if status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
-            let requests = &mut self.requests[initiator];
-            if !requests.lanes[lane as usize].errored {
-                // A flush no error completion of its stream announced: the whole initiator went
-                // to ERR (on its own, or after 2^`log_num_errored` stream errors).
-                requests.whole_error = true;
-            }
             self.flush_up_to(wr_ids, initiator, lane, number + 1, sink);
-        } else {
-            // Requests of its stream before it executed.
-            self.settle_up_to(wr_ids, initiator, lane, number, sink);
-            let d = batch.destination;
-            let destination = self.id(d);
-            let unreachable_after = self.unreachable_after;
-            let state = &mut self.destinations[d as usize];
-            if !is_no_such_target(status) {
-                state.retries_exceeded = 0;
-            } else {
-                state.retries_exceeded += 1;
-                if state.retries_exceeded >= unreachable_after && !state.unreachable {
-                    state.unreachable = true;
-                    sink(DcPoolEvent::Unreachable { destination });
-                }
-            }
-            let requests = &mut self.requests[initiator];
-            sink(DcPoolEvent::Failed {
-                destination,
-                wr_id: wr_ids.ring(initiator)[requests.slot(number)],
-                status,
-                vendor_err,
-            });
-            if let Some((index, _)) = requests.find(number) {
-                requests.batches[index].settled = number + 1;
-                requests.reported += 1;
-            }
-            requests.lanes[lane as usize] = LaneError {
-                errored: true,
-                at_fault: Some(d),
-            };
-            if requests.streams == 0 {
-                // Without streams an error completion puts the initiator in ERR.
-                requests.whole_error = true;
-            }
-            requests.pop_settled();
+            return;
         }
-        self.maybe_recover(initiator, sink);
-        self.release_holder_if_idle(initiator);
+        // Requests of its stream before it executed.
+        self.settle_up_to(wr_ids, initiator, lane, number, sink);
+        let d = batch.destination;
+        let destination = self.id(d);
+        let unreachable_after = self.unreachable_after;
+        let live = self.at(d);
+        if !is_no_such_target(status) {
+            live.answered();
+        } else if live.not_answered(unreachable_after) {
+            sink(DcPoolEvent::Unreachable { destination });
+        }
+        if live.retiring {
+            self.retiring_settled.push(d);
+        }
+        let wr_id = self.requests[initiator].fail(wr_ids, number, d, lane);
+        sink(DcPoolEvent::Failed {
+            destination,
+            wr_id,
+            status,
+            vendor_err,
+        });
     }
 
     /// Reports the requests of `initiator`'s stream `lane` before `end` as flushed: failed for the
@@ -178,28 +148,24 @@ impl<I: PooledInitiator> PoolCore<I> {
     fn flush_up_to(
         &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
-        let requests = &mut self.requests[initiator];
-        let at_fault = requests.lanes[lane as usize].at_fault;
-        // The ring's size is a power of two.
-        let ring = wr_ids.ring(initiator);
-        let mask = ring.len() as u64 - 1;
-        let mut reported = 0;
-        for batch in requests.batches.iter_mut() {
-            if batch.first >= end {
-                break;
-            }
-            let stop = batch.end.min(end);
-            if batch.stream != lane || batch.settled >= stop {
-                continue;
-            }
-            let state = &self.destinations[batch.destination as usize];
+        let Self {
+            requests,
+            places,
+            retiring_settled,
+            ..
+        } = self;
+        requests[initiator].flush(wr_ids, lane, end, |d, run, at_fault| {
+            let place = &places[d as usize];
             let destination = DestinationId {
-                index: batch.destination,
-                generation: state.generation,
+                index: d,
+                generation: place.generation,
             };
-            let fails = at_fault == Some(batch.destination) || state.unreachable;
-            for number in batch.settled..stop {
-                let wr_id = ring[(number & mask) as usize];
+            let live = place.destination.as_ref();
+            if live.is_some_and(|l| l.retiring) {
+                retiring_settled.push(d);
+            }
+            let fails = at_fault || live.is_some_and(|l| l.is_unreachable());
+            for wr_id in run {
                 sink(if fails {
                     DcPoolEvent::Failed {
                         destination,
@@ -211,54 +177,48 @@ impl<I: PooledInitiator> PoolCore<I> {
                     DcPoolEvent::Retry { destination, wr_id }
                 });
             }
-            reported += stop - batch.settled;
-            batch.settled = stop;
-        }
-        requests.reported += reported;
-        requests.pop_settled();
+        });
     }
 
     /// Resets an errored stream once it holds nothing, or recovers an initiator in ERR once it
     /// holds nothing.
     fn maybe_recover(&mut self, initiator: usize, sink: &mut impl FnMut(DcPoolEvent)) {
-        let requests = &mut self.requests[initiator];
-        if requests.out_of_service {
+        let Self {
+            requests, initiators, ..
+        } = self;
+        let requests = &mut requests[initiator];
+        if requests.health() == Health::OutOfService {
             return;
         }
-        if !requests.whole_error {
-            for lane in 0..requests.lanes.len() as u16 {
-                let requests = &self.requests[initiator];
-                if !requests.lanes[lane as usize].errored || !requests.lane_idle(lane) {
+        if requests.health() == Health::InService {
+            for lane in 0..requests.lane_count() as u16 {
+                if !requests.lane_needs_reset(lane) {
                     continue;
                 }
-                match self.initiators[initiator].reset_stream(lane) {
-                    Ok(()) => self.requests[initiator].lanes[lane as usize] = LaneError::default(),
+                match initiators[initiator].reset_stream(lane) {
+                    Ok(()) => requests.lane_reset(lane),
                     // It went to ERR as a whole (or cannot reset streams): recovered below once
                     // everything it holds was reported.
                     Err(StreamResetRefusal::NotReadyToSend | StreamResetRefusal::Failed(_)) => {
-                        self.requests[initiator].whole_error = true;
+                        requests.enter_error();
                         break;
                     },
                 }
             }
         }
-        let requests = &self.requests[initiator];
-        if requests.whole_error && requests.outstanding() == 0 {
-            match self.initiators[initiator].recover() {
-                Ok(()) => {
-                    let requests = &mut self.requests[initiator];
-                    requests.whole_error = false;
-                    requests.lanes.iter_mut().for_each(|l| *l = LaneError::default());
-                },
-                Err(error) => {
-                    // It holds nothing: out of service.
-                    self.take_out_of_service(initiator);
-                    sink(DcPoolEvent::InitiatorLost {
-                        initiator,
-                        error: error.to_string(),
-                    });
-                },
-            }
+        if !requests.ready_to_recover() {
+            return;
+        }
+        match initiators[initiator].recover() {
+            Ok(()) => requests.recovered(),
+            Err(error) => {
+                // It holds nothing: out of service.
+                self.take_out_of_service(initiator);
+                sink(DcPoolEvent::InitiatorLost {
+                    initiator,
+                    error: error.to_string(),
+                });
+            },
         }
     }
 }

@@ -174,6 +174,7 @@ use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
+use self::destination::Address;
 use self::destinations::{PoolCore, RemoveRefusal};
 use self::initiator::PostingInitiator;
 use self::requests::{initiator_of, WrIds};
@@ -181,7 +182,6 @@ use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, DestinationState, PostToDestinationError,
     PostToDestinationErrorKind, RemoveDestinationError, RemoveDestinationErrorKind,
 };
-use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::work_completion::{poll as poll_work_completions, WorkCompletion};
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
@@ -190,7 +190,9 @@ use sideway_ext::mlx5::dc::initiator::DcInitiator;
 pub mod builder;
 mod clock;
 mod completions;
+mod destination;
 mod destinations;
+mod holds;
 pub mod initiator;
 pub mod post_guard;
 mod requests;
@@ -228,6 +230,20 @@ pub trait PoolInitiator: PostingInitiator {
     /// The `struct ibv_cq` of `cq`, which [`poll`](DcInitiatorPool::poll) hands to
     /// `ibv_poll_cq`; alive while `cq` is (part of [`PostingInitiator`]'s contract).
     fn raw_cq(cq: &Self::CompletionQueue) -> NonNull<ibv_cq>;
+
+    /// The path MTU it sends with, when known: the pool refuses a destination whose endpoint
+    /// announces a smaller one
+    /// ([`PathMtuTooSmall`](types::PostToDestinationErrorKind::PathMtuTooSmall)). By default
+    /// unknown, and not checked.
+    fn path_mtu(&self) -> Option<Mtu> {
+        None
+    }
+
+    /// The index of the GID its requests are sent from, which the address handles the pool
+    /// creates for its destinations name; by default 0 (InfiniBand needs no other).
+    fn source_gid_index(&self) -> u8 {
+        0
+    }
 }
 
 impl PoolInitiator for DcInitiator {
@@ -238,15 +254,14 @@ impl PoolInitiator for DcInitiator {
         // SAFETY: only the pointer is read; the CQ is alive while `cq` is.
         unsafe { cq.cq() }
     }
-}
 
-/// Where a destination's requests go: its address handle, DCT number and DC key.
-#[derive(Debug, Default)]
-struct DestinationAddress {
-    endpoint: Option<DcEndpoint>,
-    /// Created on the first post (or `prepare`), kept until the destination is removed (requests
-    /// in flight do not need it: libmlx5 copies the address into each request).
-    ah: Option<Arc<AddressHandle>>,
+    fn path_mtu(&self) -> Option<Mtu> {
+        DcInitiator::path_mtu(self)
+    }
+
+    fn source_gid_index(&self) -> u8 {
+        self.source_gid().map_or(0, |entry| entry.index())
+    }
 }
 
 /// A pool of DC initiators on one send CQ serving many destinations; see the
@@ -254,25 +269,16 @@ struct DestinationAddress {
 pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     core: PoolCore<I>,
     /// The callers' `wr_id`s of the requests in flight, apart from `core` so that an open batch
-    /// holds its places in them while it borrows `core`.
+    /// writes its places in them while it holds `core`.
     wr_ids: WrIds,
-    /// By destination place; emptied when a destination is removed.
-    addresses: Vec<DestinationAddress>,
-    address_handles: usize,
     send_cq: Option<I::CompletionQueue>,
     pd: Option<Arc<ProtectionDomain>>,
     port: u8,
-    /// The initiators' source GID index (their [`DcInitiator::source_gid`]).
-    src_gid_index: u8,
-    /// The initiators' path MTU (their [`DcInitiator::path_mtu`]): no destination may take less.
-    path_mtu: Option<Mtu>,
     service_class: DcServiceClass,
-    /// Whether the policy is the streams policy (which posts with `start_post_send_on_stream`).
-    streams: bool,
 }
 
-// SAFETY: the raw address-handle pointers are owned through `addresses`' Arcs (or, for hand-made
-// pools, by the caller, or are the simulated fabric's, never read); every method that posts or
+// SAFETY: the raw address-handle pointers are owned through the destinations' Arcs (or, for
+// hand-made pools, by the caller, or are the simulated fabric's, never read); every method that posts or
 // recovers takes `&mut self`; the initiators and the CQ are sent along only when they are Send.
 unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> where I::CompletionQueue: Send {}
 
@@ -297,15 +303,10 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         Self {
             wr_ids: WrIds::new(&core.requests),
             core,
-            addresses: Vec::new(),
-            address_handles: 0,
             send_cq: None,
             pd: None,
             port: 1,
-            src_gid_index: 0,
-            path_mtu: None,
             service_class: DcServiceClass::new(),
-            streams: policy == DcPoolPolicy::Streams,
         }
     }
 
@@ -352,28 +353,10 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.send_cq.as_ref()
     }
 
-    /// Keeps `address` at the place of the destination just added.
-    fn place(&mut self, destination: DestinationId, address: DestinationAddress) {
-        let index = destination.index();
-        if index == self.addresses.len() {
-            self.addresses.push(address);
-        } else {
-            self.addresses[index] = address;
-        }
-    }
-
     /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
     /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
-        let id = self.core.add_destination();
-        self.place(
-            id,
-            DestinationAddress {
-                endpoint: Some(endpoint),
-                ..DestinationAddress::default()
-            },
-        );
-        id
+        self.core.add_destination(Some(endpoint))
     }
 
     /// Adds a destination by an address handle made outside this crate (`ibv_create_ah`), or
@@ -384,9 +367,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// `ah` must stay a live address handle (or whatever the initiators' `wr_set_dc_addr` entry
     /// accepts) while the pool posts to the destination.
     pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
-        let id = self.core.add_destination();
-        self.place(id, DestinationAddress::default());
-        self.core.set_address(id, (ah, dct_number, dc_key));
+        let id = self.core.add_destination(None);
+        self.core.set_address(id, Address::borrowed(ah, dct_number, dc_key));
         id
     }
 
@@ -403,7 +385,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 RemoveRefusal::Outstanding(requests) => RemoveDestinationErrorKind::Outstanding { requests },
                 RemoveRefusal::UnknownDestination => RemoveDestinationErrorKind::UnknownDestination,
             })?;
-        forget(&mut self.addresses, &mut self.address_handles, destination);
         Ok(())
     }
 
@@ -422,25 +403,19 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
     /// How many destinations it has now.
     pub fn destination_count(&self) -> usize {
-        self.core.footprint().live_destinations
+        self.core.destination_count()
     }
 
     /// What the pool holds: destination places, address handles, the wait line, grant timers,
     /// records of requests in flight. Each stays bounded by what is live (destinations, requests
     /// in flight), however many destinations came and went.
     pub fn footprint(&self) -> DcPoolFootprint {
-        DcPoolFootprint {
-            address_handles: self.address_handles,
-            ..self.core.footprint()
-        }
+        self.core.footprint()
     }
 
     /// The endpoint of `destination`.
     pub fn endpoint(&self, destination: DestinationId) -> Option<&DcEndpoint> {
-        if !self.core.contains(destination) {
-            return None;
-        }
-        self.addresses.get(destination.index())?.endpoint.as_ref()
+        self.core.endpoint(destination)
     }
 
     /// The initiator (and DCI stream) `destination` posts on now: none for a dedicated policy's
@@ -491,7 +466,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
         }
-        if self.core.address(destination).is_none() {
+        if self.core.live(destination).is_some_and(|l| l.address.is_none()) {
             self.resolve(destination)?;
         }
         Ok(())
@@ -504,14 +479,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
     pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
         let Self {
-            core,
-            wr_ids,
-            addresses,
-            address_handles,
-            send_cq,
-            ..
+            core, wr_ids, send_cq, ..
         } = self;
-        let mut sink = freeing_removed(addresses, address_handles, sink);
+        let mut sink = sink;
         core.tick(&mut sink);
         let Some(cq) = send_cq else {
             return Ok(0);
@@ -535,24 +505,21 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
     /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
     /// per round of its own polling instead of [`poll`](Self::poll).
-    pub fn complete(&mut self, wc: &WorkCompletion, sink: impl FnMut(DcPoolEvent)) -> bool {
-        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+    pub fn complete(&mut self, wc: &WorkCompletion, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         settle(&mut self.core, &self.wr_ids, wc, &mut sink)
     }
 
     /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
     /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
     /// to the next destination in line), reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
-    pub fn progress(&mut self, sink: impl FnMut(DcPoolEvent)) {
-        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+    pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
         self.core.tick(&mut sink);
     }
 
     /// Settles one completion by hand, as its provider-visible `wr_id` and `ibv_wc_status`: for
     /// initiators whose completions do not come from a CQ as `ibv_wc`s (a provider table of
     /// one's own); [`complete`](Self::complete) takes a polled one.
-    pub fn complete_raw(&mut self, wr_id: u64, status: u32, sink: impl FnMut(DcPoolEvent)) -> bool {
-        let mut sink = freeing_removed(&mut self.addresses, &mut self.address_handles, sink);
+    pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         self.core.complete(&self.wr_ids, wr_id, status, 0, &mut sink)
     }
 }
@@ -567,27 +534,6 @@ fn settle<I: PoolInitiator>(
         return false;
     }
     core.complete(wr_ids, wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
-}
-
-/// Frees the address handle of a removed destination.
-fn forget(addresses: &mut [DestinationAddress], address_handles: &mut usize, destination: DestinationId) {
-    if let Some(address) = addresses.get_mut(destination.index()) {
-        if std::mem::take(address).ah.is_some() {
-            *address_handles -= 1;
-        }
-    }
-}
-
-/// `sink`, after the address handle of a destination reported removed was freed.
-fn freeing_removed<'a>(
-    addresses: &'a mut [DestinationAddress], address_handles: &'a mut usize, mut sink: impl FnMut(DcPoolEvent) + 'a,
-) -> impl FnMut(DcPoolEvent) + 'a {
-    move |event| {
-        if let DcPoolEvent::Removed { destination } = event {
-            forget(addresses, address_handles, destination);
-        }
-        sink(event)
-    }
 }
 
 impl DcInitiatorPool<DcInitiator> {

@@ -3,9 +3,10 @@
 //! builds its requests and posts them (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`).
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
+use super::destination::Address;
 use super::destinations::{PoolCore, Refusal};
 use super::requests::encode;
-use super::types::{DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
+use super::types::{DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
 use super::{DcInitiatorPool, PoolInitiator};
 use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendGuard, WorkRequestHandle};
 use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcInitiator, DcStreamAddress};
@@ -38,14 +39,14 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
     /// Creates `destination`'s address handle (its first post, or `prepare`).
     pub(super) fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
-        let address = match self.addresses.get_mut(destination.index()) {
-            Some(address) if self.core.contains(destination) => address,
-            _ => return Err(PostToDestinationErrorKind::UnknownDestination),
-        };
-        let Some(endpoint) = &address.endpoint else {
+        let Some(endpoint) = self.core.endpoint(destination) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
-        if let (Some(destination), Some(initiators)) = (endpoint.path_mtu(), self.path_mtu) {
+        let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
+        // Brought up alike: the first initiator's path MTU and source GID are every one's.
+        let first = self.core.initiators.first();
+        let (path_mtu, src_gid_index) = first.map_or((None, 0), |i| (i.path_mtu(), i.source_gid_index()));
+        if let (Some(destination), Some(initiators)) = (endpoint.path_mtu(), path_mtu) {
             if destination < initiators {
                 return Err(PostToDestinationErrorKind::PathMtuTooSmall {
                     destination,
@@ -58,16 +59,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             // destination through its initiators' own address handle.
             let ah = I::address_handle_without_pd().ok_or(PostToDestinationErrorKind::UnknownDestination)?;
             self.core
-                .set_address(destination, (ah, endpoint.dct_number(), endpoint.dc_key()));
+                .set_address(destination, Address::borrowed(ah, dct_number, dc_key));
             return Ok(());
         };
-        let ah = endpoint.create_ah_with_class(pd, self.port, self.src_gid_index, &self.service_class)?;
-        // SAFETY: the pointer is used while the pool keeps the Arc (until the destination is
-        // removed; libmlx5 copies the address into each request).
-        let resolved = (unsafe { ah.ah() }, endpoint.dct_number(), endpoint.dc_key());
-        address.ah = Some(ah);
-        self.address_handles += 1;
-        self.core.set_address(destination, resolved);
+        // Kept until the destination is removed (libmlx5 copies the address into each request).
+        let ah = endpoint.create_ah_with_class(pd, self.port, src_gid_index, &self.service_class)?;
+        self.core
+            .set_address(destination, Address::owned(ah, dct_number, dc_key));
         Ok(())
     }
 
@@ -78,7 +76,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
-        if A::STREAMS != self.streams {
+        if A::STREAMS != (self.core.policy() == DcPoolPolicy::Streams) {
             return Err(PostToDestinationErrorKind::StreamsMismatch {
                 streams_pool: !A::STREAMS,
             }
@@ -93,7 +91,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             Err(refusal) => return Err(PostToDestinationErrorKind::from(refusal).into()),
         };
         // The batch's places, before the provider's calls (which the compiler cannot see into).
-        let wr_ids = self.wr_ids.batch(grant.initiator, grant.slot, grant.room);
+        let wr_ids = self.wr_ids.batch(grant.slot, grant.room);
         let (ah, dct_number, dc_key) = grant.address;
         let initiator = &mut self.core.initiators[grant.initiator];
         let max_inline_data = initiator.max_inline_data();

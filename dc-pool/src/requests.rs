@@ -1,5 +1,7 @@
-//! An initiator's requests: the ring of the callers' `wr_id`s, numbered in posting order, and the
-//! batch records that say whose requests they are and which were reported.
+//! An initiator's requests: its ring of the callers' `wr_id`s, numbered in posting order, the
+//! records that say whose requests they are and which were reported, and the errors of its
+//! streams. Only its methods change it: record a batch, settle, fail or flush requests, reset a
+//! stream, recover.
 //!
 //! # Request numbers
 //!
@@ -9,6 +11,8 @@
 //! batch never wraps around its end). A completion thus names its request exactly, also with DCI
 //! streams (whose completions can come out of posting order between streams).
 use std::collections::VecDeque;
+
+use super::types::DestinationId;
 
 /// Bits of the provider-visible `wr_id` that number an initiator's requests; the initiator takes
 /// the 16 above them.
@@ -33,95 +37,115 @@ pub(crate) fn initiator_of(wr_id: u64) -> usize {
 /// consecutive batches.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct BatchRecord {
+    /// The destination's place.
     pub(super) destination: u32,
     /// The stream, or 0 without streams.
     pub(super) stream: u16,
-    pub(super) first: u64,
-    pub(super) end: u64,
+    first: u64,
+    end: u64,
     /// The first request not yet reported.
-    pub(super) settled: u64,
+    settled: u64,
 }
 
-/// A stream's error (the only one without streams: the initiator's).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct LaneError {
-    /// An error completion came; the stream's requests are being flushed.
-    pub(super) errored: bool,
-    /// The destination whose request failed: its flushed requests fail too.
-    pub(super) at_fault: Option<u32>,
+impl BatchRecord {
+    fn unsettled(&self) -> u64 {
+        self.end - self.settled
+    }
 }
 
-/// The callers' `wr_id`s of every initiator's requests: a ring per initiator, each request's at
-/// its place ([`InitiatorRequests::slot`]). Apart from the bookkeeping so that an open batch can
-/// hold its places while it borrows the bookkeeping to end the batch.
+/// The callers' `wr_id`s of every initiator's requests, one ring after another (each at its
+/// initiator's [`slot`](InitiatorRequests::slot)s). Apart from the bookkeeping, so that an open
+/// batch writes its places while it holds the bookkeeping to end the batch.
 #[derive(Debug)]
-pub(super) struct WrIds(Vec<Box<[u64]>>);
+pub(crate) struct WrIds(Box<[u64]>);
 
 impl WrIds {
-    /// A ring for each of `requests`.
-    pub(super) fn new(requests: &[InitiatorRequests]) -> Self {
-        Self(
-            requests
-                .iter()
-                .map(|r| vec![0; r.mask as usize + 1].into_boxed_slice())
-                .collect(),
-        )
+    /// The rings of `requests`.
+    pub(crate) fn new(requests: &[InitiatorRequests]) -> Self {
+        let len = requests.last().map_or(0, |r| r.ring_start + r.mask as usize + 1);
+        Self(vec![0; len].into_boxed_slice())
     }
 
-    /// The places of a batch on `initiator`: `room` of them from `slot` on.
+    /// The places of a batch: `room` of them from `slot` on.
     #[inline]
-    pub(super) fn batch(&mut self, initiator: usize, slot: usize, room: usize) -> &mut [u64] {
-        &mut self.0[initiator][slot..slot + room]
+    pub(crate) fn batch(&mut self, slot: usize, room: usize) -> &mut [u64] {
+        &mut self.0[slot..slot + room]
     }
 
-    /// `initiator`'s ring: the caller's `wr_id` of each request at its place.
-    #[inline]
-    pub(super) fn ring(&self, initiator: usize) -> &[u64] {
-        &self.0[initiator]
-    }
-
-    /// Keeps a caller's `wr_id` at place `slot` of `initiator`'s ring (the simulation, which
-    /// posts without a guard).
+    /// Keeps a caller's `wr_id` at place `slot` (the simulation, which posts without a guard).
     #[cfg(test)]
-    pub(super) fn set(&mut self, initiator: usize, slot: usize, wr_id: u64) {
-        self.0[initiator][slot] = wr_id;
+    pub(crate) fn set(&mut self, slot: usize, wr_id: u64) {
+        self.0[slot] = wr_id;
     }
+}
+
+/// One initiator's ring in [`WrIds`].
+#[derive(Debug, Clone, Copy)]
+struct Ring<'a> {
+    wr_ids: &'a [u64],
+    mask: u64,
+}
+
+/// The callers' `wr_id`s of a run of requests being reported, in order.
+#[derive(Debug)]
+pub(super) struct Run<'a> {
+    ring: Ring<'a>,
+    numbers: std::ops::Range<u64>,
+}
+
+impl Iterator for Run<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        let number = self.numbers.next()?;
+        Some(self.ring.wr_ids[(number & self.ring.mask) as usize])
+    }
+}
+
+/// Whether an initiator can take requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Health {
+    /// In service; some of its streams may be in error ([`InitiatorRequests::lane_errored`]).
+    InService,
+    /// The whole initiator is in ERR: recovered once it holds nothing.
+    Error,
+    /// Its recovery failed: it takes nothing more.
+    OutOfService,
 }
 
 /// One initiator's requests, and its state.
 #[derive(Debug)]
 pub(super) struct InitiatorRequests {
-    /// The size of its ring of `wr_id`s ([`WrIds`]) less one.
+    /// Where its ring of callers' `wr_id`s starts in [`WrIds`].
+    ring_start: usize,
+    /// Its ring's size less one: a power of two that divides 2⁴⁸.
     mask: u64,
     /// Requests it may hold at once (its send queue).
-    pub(super) capacity: u64,
+    capacity: u64,
     /// The number of the next request.
-    pub(super) head: u64,
-    /// Requests reported so far (`head - reported` are outstanding).
-    pub(super) reported: u64,
+    head: u64,
+    /// How many requests were reported: `head - reported` are outstanding. A count, not a sum
+    /// over the records when asked: summed, a pooled write costs 22 more instructions per
+    /// request at batch 16 (scripts/bench, counting, 2026-11-26).
+    reported: u64,
     /// Records of the requests not reported yet, in posting order.
-    pub(super) batches: VecDeque<BatchRecord>,
-    /// The destination holding it (dedicated policies).
-    pub(super) holder: Option<u32>,
-    /// `head` when the holder was granted it: what it posted since.
-    pub(super) hold_start: u64,
-    /// Which grant from the line it holds (a grant timer of an older grant does not revoke it).
-    pub(super) grant: u64,
-    pub(super) streams: u32,
-    /// Per stream (one without streams).
-    pub(super) lanes: Box<[LaneError]>,
-    /// The whole initiator is in ERR: recovered once it holds nothing.
-    pub(super) whole_error: bool,
-    pub(super) out_of_service: bool,
-    /// Destinations (place, generation) refused a batch on it (queue full, recovering), waiting
-    /// for a `Ready`.
-    pub(super) blocked: Vec<(u32, u32)>,
-    /// Destinations with requests on it, removed once those are reported.
-    pub(super) retiring: Vec<u32>,
+    batches: VecDeque<BatchRecord>,
+    /// Its DCI streams; 0 without streams.
+    streams: u32,
+    /// Per stream (one without streams): the destination whose request failed, while the
+    /// stream's requests are flushed (its flushed requests fail too).
+    lanes: Box<[Option<u32>]>,
+    health: Health,
+    /// Destinations refused a batch on it (queue full, recovering), each once, waiting for a
+    /// `Ready`.
+    blocked: Vec<DestinationId>,
 }
 
 impl InitiatorRequests {
-    pub(super) fn new(capacity: u32, streams: u32) -> Self {
+    /// The requests of an initiator of send queue `capacity` and `streams` DCI streams, its ring
+    /// from `ring_start` on; the next one's starts at [`ring_end`](Self::ring_end).
+    pub(super) fn new(capacity: u32, streams: u32, ring_start: usize) -> Self {
         // Twice the send queue, and with streams one send queue per stream: a request that
         // completed out of order (another stream) frees its send-queue slot at once, but its
         // place in the ring only once every request before it was reported. (At most 2⁴⁸, which
@@ -130,21 +154,59 @@ impl InitiatorRequests {
             .next_power_of_two()
             .min(NUMBER_MASK + 1);
         Self {
+            ring_start,
             mask: size - 1,
             capacity: u64::from(capacity.max(1)),
             head: 0,
             reported: 0,
             batches: VecDeque::new(),
-            holder: None,
-            hold_start: 0,
-            grant: 0,
             streams,
-            lanes: vec![LaneError::default(); streams.max(1) as usize].into_boxed_slice(),
-            whole_error: false,
-            out_of_service: false,
+            lanes: vec![None; streams.max(1) as usize].into_boxed_slice(),
+            health: Health::InService,
             blocked: Vec::new(),
-            retiring: Vec::new(),
         }
+    }
+
+    /// Where its ring ends in [`WrIds`].
+    pub(super) fn ring_end(&self) -> usize {
+        self.ring_start + self.mask as usize + 1
+    }
+
+    /// Keeps at most `max` requests in flight.
+    pub(super) fn limit(&mut self, max: u32) {
+        self.capacity = self.capacity.min(u64::from(max.max(1)));
+    }
+
+    /// The number of the next request.
+    #[inline]
+    pub(super) fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Whether it has DCI streams.
+    #[inline]
+    pub(super) fn has_streams(&self) -> bool {
+        self.streams > 0
+    }
+
+    /// How many streams a destination may be bound to (1 without streams).
+    pub(super) fn lane_count(&self) -> u32 {
+        self.streams.max(1)
+    }
+
+    pub(super) fn health(&self) -> Health {
+        self.health
+    }
+
+    /// How many records of requests not reported it keeps.
+    pub(super) fn record_count(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Whether stream `lane` had an error completion and is being flushed.
+    #[inline]
+    pub(super) fn lane_errored(&self, lane: u16) -> bool {
+        self.lanes[lane as usize].is_some()
     }
 
     /// Requests posted and not yet reported.
@@ -153,40 +215,44 @@ impl InitiatorRequests {
         self.head - self.reported
     }
 
+    /// Requests of destination `d` not reported yet.
+    pub(super) fn outstanding_of(&self, d: u32) -> u64 {
+        self.batches
+            .iter()
+            .filter(|b| b.destination == d)
+            .map(BatchRecord::unsettled)
+            .sum()
+    }
+
     /// The oldest request not reported yet (`head` when none is): the ring holds the callers'
     /// `wr_id`s from here to `head`.
     #[inline]
-    pub(super) fn oldest(&self) -> u64 {
+    fn oldest(&self) -> u64 {
         self.batches.front().map_or(self.head, |b| b.settled)
     }
 
-    /// Whether a stream, or the whole initiator, is in error or out of service.
-    #[cfg(test)]
-    pub(super) fn troubled(&self) -> bool {
-        self.whole_error || self.out_of_service || self.lanes.iter().any(|l| l.errored)
-    }
-
     /// How many more requests a batch may hold now: free send-queue slots, and places in the ring
-    /// up to its end (a batch does not wrap). The ring's size is a power of two that divides 2⁴⁸,
-    /// so a batch that stops at the ring's end never crosses the numbers' wrap either.
+    /// up to its end (a batch does not wrap). The ring's size divides 2⁴⁸, so a batch that stops
+    /// at the ring's end never crosses the numbers' wrap either.
     #[inline]
     pub(super) fn room(&self) -> usize {
-        let ring_end = (self.head | self.mask) + 1;
+        let mask = self.mask;
+        let ring_end = (self.head | mask) + 1;
         let mut limit = (self.reported + self.capacity).min(ring_end);
         if self.streams > 0 {
             // Streams complete out of order between them: the oldest request not reported can
             // hold its place in the ring longer than the send queue holds requests. Without
             // streams every request before the oldest was reported, and the ring holds twice
             // the send queue.
-            limit = limit.min(self.oldest() + self.mask + 1);
+            limit = limit.min(self.oldest() + mask + 1);
         }
         limit.saturating_sub(self.head) as usize
     }
 
-    /// The place of request `number` in the ring.
+    /// The place of request `number` in [`WrIds`].
     #[inline]
     pub(super) fn slot(&self, number: u64) -> usize {
-        (number & self.mask) as usize
+        self.ring_start + (number & self.mask) as usize
     }
 
     /// Records `posted` requests of `destination` on `stream` from `head` on: the last record
@@ -216,72 +282,198 @@ impl InitiatorRequests {
         self.head.wrapping_sub(distance)
     }
 
-    /// The record holding request `number`, and its index, unless it was already reported.
+    /// The index of the record holding request `number`, unless it was already reported.
     #[inline]
-    pub(super) fn find(&self, number: u64) -> Option<(usize, BatchRecord)> {
+    fn position(&self, number: u64) -> Option<usize> {
         // Completions mostly settle the oldest record.
-        let (index, batch) = match self.batches.front() {
-            Some(front) if number < front.end => (0, *front),
-            _ => {
-                let index = self.batches.partition_point(|b| b.end <= number);
-                (index, *self.batches.get(index)?)
-            },
+        let index = match self.batches.front() {
+            Some(front) if number < front.end => 0,
+            _ => self.batches.partition_point(|b| b.end <= number),
         };
-        (batch.first <= number && number >= batch.settled).then_some((index, batch))
+        let batch = self.batches.get(index)?;
+        (batch.first <= number && number >= batch.settled).then_some(index)
     }
 
-    /// Drops the fully reported records at the front.
+    /// The record holding request `number`, unless it was already reported.
     #[inline]
-    pub(super) fn pop_settled(&mut self) {
+    pub(super) fn find(&self, number: u64) -> Option<BatchRecord> {
+        self.position(number).map(|index| self.batches[index])
+    }
+
+    /// Reports the requests of stream `lane` before `end`, oldest first, to `report`: a run of
+    /// them at a time, all of one destination (its place, and their callers' `wr_id`s). Drops the
+    /// records it used up.
+    #[inline(always)]
+    fn settle_lane(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
+        let wr_ids = &wr_ids.0[self.ring_start..=self.ring_start + self.mask as usize];
+        // The mask from the slice's length (the same), so that no read of it needs a bounds check.
+        let ring = Ring {
+            wr_ids,
+            mask: wr_ids.len() as u64 - 1,
+        };
+        // Walked by index: mostly one record, where an iterator's set-up costs more than the walk.
+        let mut k = 0;
+        while let Some(batch) = self.batches.get_mut(k) {
+            k += 1;
+            if batch.first >= end {
+                break;
+            }
+            let stop = batch.end.min(end);
+            if batch.stream != lane || batch.settled >= stop {
+                continue;
+            }
+            report(
+                batch.destination,
+                Run {
+                    ring,
+                    numbers: batch.settled..stop,
+                },
+            );
+            self.reported += stop - batch.settled;
+            batch.settled = stop;
+        }
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
             self.batches.pop_front();
         }
     }
 
-    /// Whether stream `lane` holds no request not yet reported.
-    pub(super) fn lane_idle(&self, lane: u16) -> bool {
-        !self.batches.iter().any(|b| b.stream == lane && b.settled < b.end)
+    /// Reports as completed the requests of stream `lane` before `end` (a stream completes in
+    /// order: they executed), to `report`, a run of one destination's at a time.
+    #[inline]
+    pub(super) fn settle(&mut self, wr_ids: &WrIds, lane: u16, end: u64, report: impl FnMut(u32, Run<'_>)) {
+        self.settle_lane(wr_ids, lane, end, report);
     }
 
-    /// Requests of destination `d` not reported yet.
-    pub(super) fn outstanding_of(&self, d: u32) -> u64 {
+    /// Reports the requests of stream `lane` before `end` as flushed, to `report` (their
+    /// destination's place, the caller's `wr_id`, and whether that destination's request failed
+    /// on this stream). A flush no error completion of its stream announced puts the whole
+    /// initiator in error (on its own, or after 2^`log_num_errored` stream errors).
+    pub(super) fn flush(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>, bool)) {
+        let at_fault = self.lanes[lane as usize];
+        if at_fault.is_none() {
+            self.enter_error();
+        }
+        self.settle_lane(wr_ids, lane, end, |d, run| report(d, run, at_fault == Some(d)));
+    }
+
+    /// Request `number` of destination `d` on stream `lane` failed: it is reported (its caller's
+    /// `wr_id` returned) and its stream is in error, the whole initiator without streams.
+    pub(super) fn fail(&mut self, wr_ids: &WrIds, number: u64, d: u32, lane: u16) -> u64 {
+        let wr_id = wr_ids.0[self.slot(number)];
+        if let Some(index) = self.position(number) {
+            // The requests before it on its stream were settled: it is the record's first.
+            self.batches[index].settled = number + 1;
+            self.reported += 1;
+        }
+        while self.batches.front().is_some_and(|b| b.settled == b.end) {
+            self.batches.pop_front();
+        }
+        self.lanes[lane as usize] = Some(d);
+        if self.streams == 0 {
+            // Without streams an error completion puts the initiator in ERR.
+            self.enter_error();
+        }
+        wr_id
+    }
+
+    /// The whole initiator is in ERR (unless it is out of service).
+    pub(super) fn enter_error(&mut self) {
+        if self.health == Health::InService {
+            self.health = Health::Error;
+        }
+    }
+
+    /// Whether stream `lane` is in error and holds no request any more: time to reset it.
+    pub(super) fn lane_needs_reset(&self, lane: u16) -> bool {
+        self.lane_errored(lane) && !self.batches.iter().any(|b| b.stream == lane && b.settled < b.end)
+    }
+
+    /// Stream `lane` was reset: it takes requests again.
+    pub(super) fn lane_reset(&mut self, lane: u16) {
+        self.lanes[lane as usize] = None;
+    }
+
+    /// Whether the whole initiator is in ERR and holds nothing: time to recover it.
+    pub(super) fn ready_to_recover(&self) -> bool {
+        self.health == Health::Error && self.outstanding() == 0
+    }
+
+    /// It was recovered: every stream takes requests again.
+    pub(super) fn recovered(&mut self) {
+        self.health = Health::InService;
+        self.lanes.iter_mut().for_each(|lane| *lane = None);
+    }
+
+    /// Its recovery failed: it takes nothing more.
+    pub(super) fn take_out_of_service(&mut self) {
+        self.health = Health::OutOfService;
+    }
+
+    /// Whether it, or stream `lane`, is being recovered; a destination posting there waits.
+    #[inline]
+    pub(super) fn recovering(&self, lane: u16) -> Option<Option<u16>> {
+        if self.health != Health::InService {
+            Some(None)
+        } else if self.lane_errored(lane) {
+            Some(Some(lane))
+        } else {
+            None
+        }
+    }
+
+    /// Destination `destination` waits for it (room, or its recovery), once.
+    pub(super) fn block(&mut self, destination: DestinationId) {
+        if !self.blocked.contains(&destination) {
+            self.blocked.push(destination);
+        }
+    }
+
+    /// Whether a destination waits for it.
+    #[inline]
+    pub(super) fn has_blocked(&self) -> bool {
+        !self.blocked.is_empty()
+    }
+
+    /// Whether `destination` waits for it.
+    #[cfg(test)]
+    pub(super) fn blocks(&self, destination: DestinationId) -> bool {
+        self.blocked.contains(&destination)
+    }
+
+    /// Takes out the destinations waiting for it for which `ready` says whether they may post
+    /// again (or `None`: they are gone), and hands those that may to `unblocked`.
+    pub(super) fn unblock(
+        &mut self, mut ready: impl FnMut(&Self, DestinationId) -> Option<bool>,
+        mut unblocked: impl FnMut(DestinationId),
+    ) {
+        let mut k = 0;
+        while k < self.blocked.len() {
+            let destination = self.blocked[k];
+            match ready(self, destination) {
+                None => {
+                    self.blocked.swap_remove(k);
+                },
+                Some(true) => {
+                    self.blocked.swap_remove(k);
+                    unblocked(destination);
+                },
+                Some(false) => k += 1,
+            }
+        }
+    }
+
+    /// The oldest request not reported of each stream holding one (a stream completes in
+    /// order): (stream, its number, its destination's place).
+    pub(super) fn heads(&self) -> impl Iterator<Item = (u16, u64, u32)> + '_ {
+        let mut seen = Vec::new();
         self.batches
             .iter()
-            .filter(|b| b.destination == d)
-            .map(|b| b.end - b.settled)
-            .sum()
-    }
-
-    /// Checks what is derived: the records lie in posting order between the reported and the
-    /// posted, and count what is outstanding; for tests.
-    #[cfg(test)]
-    pub(super) fn check_invariants(&self, i: usize) {
-        if self.streams == 0 {
-            // One stream completes in order: every request before the oldest was reported.
-            assert_eq!(self.oldest(), self.reported, "initiator {i}: reported out of order");
-        }
-        let mut previous_end = None;
-        let mut outstanding = 0;
-        for batch in &self.batches {
-            assert!(batch.first <= batch.settled && batch.settled <= batch.end && batch.first < batch.end);
-            assert!(batch.end <= self.head, "initiator {i}: a record past head");
-            if let Some(previous) = previous_end {
-                assert!(batch.first >= previous, "records of initiator {i} overlap");
-            }
-            previous_end = Some(batch.end);
-            outstanding += batch.end - batch.settled;
-        }
-        assert_eq!(outstanding, self.outstanding(), "initiator {i}: outstanding");
-        assert!(
-            self.outstanding() <= self.capacity,
-            "initiator {i}: over its send queue"
-        );
-        assert!(
-            self.head - self.oldest() <= self.mask + 1,
-            "initiator {i}: over its ring"
-        );
-        if self.out_of_service {
-            assert_eq!(self.outstanding(), 0, "a lost initiator holds nothing");
-        }
+            .filter(|b| b.settled < b.end)
+            .filter(move |b| {
+                let first = !seen.contains(&b.stream);
+                seen.push(b.stream);
+                first
+            })
+            .map(|b| (b.stream, b.settled, b.destination))
     }
 }

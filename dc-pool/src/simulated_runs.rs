@@ -29,6 +29,7 @@ use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 
 use self::remote::Remote;
 use super::completions::is_no_such_target;
+use super::destination::Address;
 use super::destinations::{PoolCore, Refusal};
 use super::post_guard::{DcPoolPostGuard, PoolAddressing};
 use super::requests::{encode, WrIds};
@@ -140,8 +141,8 @@ fn pool(
 
 /// Adds a destination with an address to a bare bookkeeping core.
 fn add(pool: &mut PoolCore<SimulatedInitiator>) -> DestinationId {
-    let destination = pool.add_destination();
-    assert!(pool.set_address(destination, (std::ptr::NonNull::dangling(), 0, 0)));
+    let destination = pool.add_destination(None);
+    assert!(pool.set_address(destination, Address::borrowed(std::ptr::NonNull::dangling(), 0, 0)));
     destination
 }
 
@@ -385,7 +386,7 @@ fn run(s: Scenario) -> Report {
                             waiting_since[d as usize] = Some(now);
                         }
                         if s.check_every_step {
-                            pool.core.check_invariants();
+                            pool.core.check_no_destination_stranded();
                         }
                     },
                     Err(PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::NoInitiator)) => {
@@ -420,7 +421,7 @@ fn run(s: Scenario) -> Report {
         advance_clock(Duration::from_millis(1));
         while pool.poll(|e| events.push(e)).expect("poll") == 32 {}
         if s.check_every_step {
-            pool.core.check_invariants();
+            pool.core.check_no_destination_stranded();
         }
         learn(&fabric, &mut truth);
         let mut retries: Vec<(u32, u32)> = Vec::new();
@@ -485,7 +486,7 @@ fn run(s: Scenario) -> Report {
             }
         }
     }
-    pool.core.check_invariants();
+    pool.core.check_no_destination_stranded();
     report.ticks = now;
     let counters = fabric.counters();
     report.recoveries = counters.recoveries;
@@ -595,7 +596,7 @@ fn ten_thousand_destinations_streams() {
 
 /// Streams under many errors: one request in 40 fails, and an initiator goes to ERR as a whole
 /// (some ticks later) once a second stream errs while one is: the whole-initiator path, with the
-/// other streams' completions still coming after the errors, and every invariant checked at
+/// other streams' completions still coming after the errors, and no destination stranded at
 /// every step.
 #[test]
 fn streams_whose_initiators_go_to_err_after_too_many_stream_errors() {
@@ -690,7 +691,7 @@ fn a_pool_without_initiators_refuses_posts() {
         let destination = add(&mut pool);
         assert_eq!(pool.assignment(destination), None);
         assert!(matches!(pool.begin(destination), Err(Refusal::NoInitiatorInService)));
-        pool.check_invariants();
+        pool.check_no_destination_stranded();
     }
 }
 
@@ -746,7 +747,7 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
             live.push_back(destination);
             // Post one request; refused ones (in line) are cancelled before removal.
             if let Ok(grant) = pool.begin(destination) {
-                wr_ids.set(grant.initiator, grant.slot, n);
+                wr_ids.set(grant.slot, n);
                 pool.commit(grant.initiator, grant.destination, grant.stream, 1);
                 assert!(pool.complete(&wr_ids, encode(grant.initiator, grant.first), SUCCESS, 0, &mut |_| {}));
             }
@@ -758,13 +759,18 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
                 assert_eq!(pool.begin(old).unwrap_err(), Refusal::UnknownDestination);
                 assert!(pool.remove_destination(old).is_err());
             }
+            // Counted when asked (a walk of the places): every 97th step, the leak of a record
+            // grows over many.
+            if n % 97 != 0 {
+                continue;
+            }
             let footprint = pool.footprint();
             peak.destination_places = peak.destination_places.max(footprint.destination_places);
             peak.waiting = peak.waiting.max(footprint.waiting);
             peak.batch_records = peak.batch_records.max(footprint.batch_records);
             peak.grant_timers = peak.grant_timers.max(footprint.grant_timers);
         }
-        pool.check_invariants();
+        pool.check_no_destination_stranded();
         let footprint = pool.footprint();
         assert_eq!(footprint.live_destinations, 10_000, "{policy:?}");
         assert!(peak.destination_places <= 10_001, "{policy:?}: {peak:?}");
@@ -779,7 +785,7 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
 mod properties {
     //! Any interleaving of posts, dropped batches, executions, error completions, asynchronous
     //! moves to ERR, flushes, polls (through `poll`, and a completion at a time through
-    //! `complete`), cancellations and removals keeps the bookkeeping's invariants, and reports
+    //! `complete`), cancellations and removals strands no destination, and reports
     //! every request exactly once, as the fabric saw it. The test drives the fabric's execution
     //! by hand.
     use proptest::prelude::*;
@@ -1051,7 +1057,7 @@ mod properties {
 
         for op in &ops {
             run.apply(op)?;
-            run.pool.core.check_invariants();
+            run.pool.core.check_no_destination_stranded();
         }
         // Drain: time passes, everything executes (or flushes), the pool polls and ticks, until
         // nothing is left anywhere; destinations posting nothing let their grants expire.
@@ -1068,7 +1074,7 @@ mod properties {
             }
             run.apply(&Op::Poll { count: 64 })?;
             run.apply(&Op::Tick)?;
-            run.pool.core.check_invariants();
+            run.pool.core.check_no_destination_stranded();
             let idle = run.fabric.is_idle()
                 && run.fates.iter().all(|f| *f != Fate::Pending)
                 && run.pool.waiting().next().is_none()

@@ -76,17 +76,11 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         let mut heads = BTreeMap::new();
         for (initiator, requests) in self.requests.iter().enumerate() {
-            // In posting order: a stream's first record with a request not reported holds its
-            // oldest one (a stream completes in order).
-            for batch in requests.batches.iter().filter(|b| b.settled < b.end) {
-                let key = (initiator, batch.stream);
-                if heads.contains_key(&key) {
-                    continue;
-                }
-                let mut head = match self.stalls.heads.get(&key) {
-                    Some(seen) if seen.number == batch.settled => *seen,
+            for (stream, number, d) in requests.heads() {
+                let mut head = match self.stalls.heads.get(&(initiator, stream)) {
+                    Some(seen) if seen.number == number => *seen,
                     _ => Head {
-                        number: batch.settled,
+                        number,
                         since: now,
                         reported: false,
                     },
@@ -94,12 +88,12 @@ impl<I: PooledInitiator> PoolCore<I> {
                 if !head.reported && now.saturating_duration_since(head.since) >= timeout {
                     head.reported = true;
                     sink(DcPoolEvent::Stalled {
-                        destination: self.id(batch.destination),
+                        destination: self.id(d),
                         initiator,
-                        stream: (requests.streams > 0).then_some(batch.stream),
+                        stream: requests.has_streams().then_some(stream),
                     });
                 }
-                heads.insert(key, head);
+                heads.insert((initiator, stream), head);
             }
         }
         self.stalls.heads = heads;

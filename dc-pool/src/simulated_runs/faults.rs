@@ -212,7 +212,7 @@ fn check(policy: DcPoolPolicy, capacity: u32, steps: Vec<Step>) -> Result<(), Te
     };
     for step in &steps {
         run.apply(step)?;
-        run.pool.core.check_invariants();
+        run.pool.core.check_no_destination_stranded();
         run.check_refused_can_get_ready()?;
     }
     // The faults end: everything answers and recovers; the fabric runs, the pool polls and
@@ -232,7 +232,7 @@ fn check(policy: DcPoolPolicy, capacity: u32, steps: Vec<Step>) -> Result<(), Te
         }
         for step in [Step::Advance { ticks: 8 }, Step::Poll, Step::Tick] {
             run.apply(&step)?;
-            run.pool.core.check_invariants();
+            run.pool.core.check_no_destination_stranded();
             run.check_refused_can_get_ready()?;
         }
     }

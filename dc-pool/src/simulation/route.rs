@@ -45,7 +45,7 @@ unsafe impl Destination for SimulatedDcAddress {
     const ENTRY: u32 = DcAddress::ENTRY | SIMULATED_ROUTE;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr of a simulated fabric";
 
-    #[inline(always)]
+    #[inline]
     unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
         // SAFETY: the caller's promise; the entry is the simulated initiator's (checked through
         // SIMULATED_ROUTE), which reads no address handle.
@@ -58,7 +58,7 @@ unsafe impl Destination for SimulatedDcStreamAddress {
     const ENTRY: u32 = DcStreamAddress::ENTRY | SIMULATED_ROUTE;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream of a simulated fabric";
 
-    #[inline(always)]
+    #[inline]
     unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
         // SAFETY: as for SimulatedDcAddress.
         unsafe { self.0.set(qp) }

@@ -47,7 +47,7 @@ fn destinations_in_line_say_their_place_and_leave_it_when_cancelled() {
             stream: None
         }
     );
-    pool.core.check_invariants();
+    pool.core.check_no_destination_stranded();
     take_calls();
 }
 

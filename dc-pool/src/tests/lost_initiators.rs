@@ -27,7 +27,7 @@ fn an_over_quota_destination_whose_initiator_is_lost_gets_ready_when_its_turn_co
             },
         ]
     );
-    pool.core.check_invariants();
+    pool.core.check_no_destination_stranded();
     // Refused for its quota, a waits for a Ready: it is in line behind c.
     assert_eq!(pool.waiting().collect::<Vec<_>>(), [c, a]);
     assert_eq!(
@@ -40,6 +40,6 @@ fn an_over_quota_destination_whose_initiator_is_lost_gets_ready_when_its_turn_co
         [completed(c, 3), DcPoolEvent::Ready { destination: a }]
     );
     assert_eq!(post_writes(&mut pool, a, &[4]), 1);
-    pool.core.check_invariants();
+    pool.core.check_no_destination_stranded();
     take_calls();
 }

@@ -8,7 +8,9 @@ use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 fn a_destination_with_a_smaller_path_mtu_than_the_initiators_is_refused_before_the_wire() {
     let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
     // Initiators brought up at 4096 bytes (a 9000-byte Ethernet port).
-    pool.path_mtu = Some(Mtu::Mtu4096);
+    for initiator in &mut pool.core.initiators {
+        initiator.path_mtu = Some(Mtu::Mtu4096);
+    }
     let gid = std::net::Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]).into();
     let endpoint = |mtu: Option<Mtu>| {
         let mut endpoint = DcEndpoint::new(0, gid, 0x42, 7, true).expect("an endpoint");

@@ -1,0 +1,177 @@
+//! One destination's record: its endpoint, its address once resolved, which initiator it posts
+//! on (or its place in the wait line), and whether its target answers. Each is kept here only.
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_mummy_sys::ibv_ah;
+
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+
+use super::types::DestinationId;
+
+/// What a request names its target by: the address handle, the DCT number and the DC key.
+pub(crate) type RawAddress = (NonNull<ibv_ah>, u32, u64);
+
+/// A destination's resolved address.
+#[derive(Debug)]
+pub(crate) struct Address {
+    handle: Handle,
+    dct_number: u32,
+    dc_key: u64,
+}
+
+/// Whose address handle a destination's requests name.
+#[derive(Debug)]
+enum Handle {
+    /// The pool's, created from the endpoint and freed with the destination.
+    Owned(Arc<AddressHandle>),
+    /// The caller's ([`add_destination_raw`](super::DcInitiatorPool::add_destination_raw)), or
+    /// the initiators' own (a pool without a protection domain).
+    Borrowed(NonNull<ibv_ah>),
+}
+
+impl Address {
+    /// An address on an address handle the pool created.
+    pub(crate) fn owned(ah: Arc<AddressHandle>, dct_number: u32, dc_key: u64) -> Self {
+        Self {
+            handle: Handle::Owned(ah),
+            dct_number,
+            dc_key,
+        }
+    }
+
+    /// An address on an address handle someone else keeps alive.
+    pub(crate) fn borrowed(ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
+        Self {
+            handle: Handle::Borrowed(ah),
+            dct_number,
+            dc_key,
+        }
+    }
+
+    /// What a request names.
+    #[inline]
+    pub(crate) fn raw(&self) -> RawAddress {
+        let ah = match &self.handle {
+            // SAFETY: only the pointer is read; the handle lives while the destination does.
+            Handle::Owned(ah) => unsafe { ah.ah() },
+            Handle::Borrowed(ah) => *ah,
+        };
+        (ah, self.dct_number, self.dc_key)
+    }
+
+    /// Whether the pool created its address handle.
+    pub(crate) fn owns_handle(&self) -> bool {
+        matches!(self.handle, Handle::Owned(_))
+    }
+}
+
+/// Which initiator a destination posts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Assignment {
+    /// None: a dedicated policy's destination that holds none, or a static one while no
+    /// initiator is in service.
+    None,
+    /// It waits in line for an initiator (dedicated policies), after `previous` and before
+    /// `next`: the line is these links.
+    InLine { previous: Option<u32>, next: Option<u32> },
+    /// It holds `initiator` (dedicated policies): granted when the initiator's next request was
+    /// number `since`, by grant `grant` from the line (0: taken free). `over_quota`: refused for
+    /// its quota, it goes in line when it gives the initiator back.
+    Holds {
+        initiator: u16,
+        since: u64,
+        grant: u64,
+        over_quota: bool,
+    },
+    /// It is bound to `initiator`'s `stream` (static and streams policies; stream 0 without
+    /// streams).
+    Bound { initiator: u16, stream: u16 },
+}
+
+impl Assignment {
+    /// The initiator it posts on, and its stream there.
+    #[inline]
+    pub(crate) fn initiator(self) -> Option<(u16, u16)> {
+        match self {
+            Self::Holds { initiator, .. } => Some((initiator, 0)),
+            Self::Bound { initiator, stream } => Some((initiator, stream)),
+            Self::None | Self::InLine { .. } => None,
+        }
+    }
+}
+
+/// Whether a destination's target answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// It answers, or failed `retries_exceeded` times in a row with an error that says no target
+    /// is there.
+    Answering { retries_exceeded: u32 },
+    /// Reported unreachable: it posts nothing until revived.
+    Unreachable,
+}
+
+/// One live destination.
+#[derive(Debug)]
+pub(crate) struct Destination {
+    /// Its DC target, unless added by its address alone.
+    pub(crate) endpoint: Option<DcEndpoint>,
+    pub(crate) address: Option<Address>,
+    pub(crate) assignment: Assignment,
+    pub(crate) reach: Reach,
+    /// It posts no more, and is removed once its requests were reported.
+    pub(crate) retiring: bool,
+}
+
+impl Destination {
+    pub(crate) fn new(endpoint: Option<DcEndpoint>) -> Self {
+        Self {
+            endpoint,
+            address: None,
+            assignment: Assignment::None,
+            reach: Reach::Answering { retries_exceeded: 0 },
+            retiring: false,
+        }
+    }
+
+    /// Its target answered (a request of it completed, or failed for another reason).
+    #[inline]
+    pub(crate) fn answered(&mut self) {
+        if let Reach::Answering { retries_exceeded } = &mut self.reach {
+            *retries_exceeded = 0;
+        }
+    }
+
+    /// Its target did not answer; true when this makes it unreachable after `unreachable_after`
+    /// in a row.
+    pub(crate) fn not_answered(&mut self, unreachable_after: u32) -> bool {
+        let Reach::Answering { retries_exceeded } = &mut self.reach else {
+            return false;
+        };
+        *retries_exceeded += 1;
+        if *retries_exceeded < unreachable_after {
+            return false;
+        }
+        self.reach = Reach::Unreachable;
+        true
+    }
+
+    pub(crate) fn is_unreachable(&self) -> bool {
+        self.reach == Reach::Unreachable
+    }
+}
+
+/// A place for a destination: the one living there, if any, and how many lived there before.
+#[derive(Debug)]
+pub(crate) struct Place {
+    pub(crate) generation: u32,
+    pub(crate) destination: Option<Destination>,
+}
+
+/// The live destination `id` names in `places`, or `None` for a stale or unknown id.
+#[inline]
+pub(crate) fn live(places: &[Place], id: DestinationId) -> Option<&Destination> {
+    let place = places.get(id.index())?;
+    (place.generation == id.generation).then_some(place.destination.as_ref()?)
+}

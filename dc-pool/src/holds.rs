@@ -1,0 +1,316 @@
+//! Who holds an initiator and who waits for one (dedicated policies), and who waits out a
+//! would-block: a free initiator goes to the destination that asks, or to the first in line with
+//! a `Ready` and a grant timer; a held one goes back once its holder has nothing outstanding.
+//! A destination's [`Assignment`] is the only record of its hold and of its place in line.
+use super::destination::{live, Assignment};
+use super::destinations::{PoolCore, Refusal};
+use super::initiator::PooledInitiator;
+use super::requests::Health;
+use super::types::{DcPoolEvent, DcPoolWouldBlock, DestinationId};
+
+impl<I: PooledInitiator> PoolCore<I> {
+    /// A free initiator for dedicated destination `d`, which holds it from now on; none free: `d`
+    /// goes in line.
+    pub(super) fn take_free(&mut self, d: u32) -> Result<u16, Refusal> {
+        let Some(i) = self.free.pop() else {
+            if self.requests.iter().all(|r| r.health() == Health::OutOfService) {
+                return Err(Refusal::NoInitiatorInService);
+            }
+            self.enqueue(d);
+            return Err(Refusal::WouldBlock(DcPoolWouldBlock::NoInitiator));
+        };
+        self.hold(d, i, 0);
+        Ok(i)
+    }
+
+    /// Destination `d` holds initiator `i` from now on, by grant `grant` from the line (0: taken
+    /// free).
+    fn hold(&mut self, d: u32, i: u16, grant: u64) {
+        self.unlink(d);
+        let since = self.requests[i as usize].head();
+        self.at(d).assignment = Assignment::Holds {
+            initiator: i,
+            since,
+            grant,
+            over_quota: false,
+        };
+    }
+
+    /// Destination `d` gives back initiator `initiator` if it holds it, has nothing outstanding
+    /// there, and it needs no recovery (a held initiator carries only its holder's requests).
+    #[inline(always)]
+    pub(super) fn release_if_idle(&mut self, d: u32, initiator: usize) {
+        let holds = self.places[d as usize]
+            .destination
+            .as_ref()
+            .is_some_and(|l| matches!(l.assignment, Assignment::Holds { initiator: i, .. } if i as usize == initiator));
+        let requests = &self.requests[initiator];
+        if holds && requests.outstanding() == 0 && requests.health() != Health::Error {
+            self.release(d);
+        }
+    }
+
+    /// Destination `d` gives back the initiator it holds: to the line or the free ones (unless
+    /// it is out of service).
+    fn release(&mut self, d: u32) {
+        if let Some(initiator) = self.unhold(d) {
+            self.give_back(initiator);
+        }
+    }
+
+    /// Initiator `initiator`, held by nobody now, goes to the line or the free ones, unless it is
+    /// out of service.
+    pub(super) fn give_back(&mut self, initiator: u16) {
+        if self.requests[initiator as usize].health() != Health::OutOfService {
+            self.give(initiator);
+        }
+    }
+
+    /// Destination `d` holds its initiator no more (given back or lost), which is returned:
+    /// refused for its quota, it waits for a `Ready`, so it goes in line, its turn coming again
+    /// after those in line.
+    fn unhold(&mut self, d: u32) -> Option<u16> {
+        let live = self.at(d);
+        let Assignment::Holds {
+            initiator, over_quota, ..
+        } = live.assignment
+        else {
+            return None;
+        };
+        live.assignment = Assignment::None;
+        if over_quota && !live.retiring {
+            self.enqueue(d);
+        }
+        Some(initiator)
+    }
+
+    /// A freed initiator (healthy, held by nobody): to the first destination in line, reported
+    /// by `Ready` with a grant timer, or to the free ones.
+    fn give(&mut self, initiator: u16) {
+        let Some((first, _)) = self.line_ends else {
+            self.free.push(initiator);
+            return;
+        };
+        self.granted += 1;
+        self.hold(first, initiator, self.granted);
+        let id = self.id(first);
+        self.ready.push_back(id);
+        // A timeout past the clock's end (`Duration::MAX`): the grant never expires.
+        if let Some(expires) = self.clock.now().checked_add(self.grant_timeout) {
+            self.grants.push_back((id, initiator, self.granted, expires));
+        }
+    }
+
+    /// Puts destination `d` at the end of the line.
+    fn enqueue(&mut self, d: u32) {
+        if matches!(self.at(d).assignment, Assignment::InLine { .. }) {
+            return;
+        }
+        let previous = self.line_ends.map(|(_, last)| last);
+        self.at(d).assignment = Assignment::InLine { previous, next: None };
+        match self.line_ends {
+            None => self.line_ends = Some((d, d)),
+            Some((first, last)) => {
+                self.set_link(last, |_, next| *next = Some(d));
+                self.line_ends = Some((first, d));
+            },
+        }
+    }
+
+    /// Changes the links of destination `d`, which is in line.
+    fn set_link(&mut self, d: u32, change: impl FnOnce(&mut Option<u32>, &mut Option<u32>)) {
+        if let Assignment::InLine { previous, next } = &mut self.at(d).assignment {
+            change(previous, next);
+        }
+    }
+
+    /// Takes destination `d` out of the line, if in it.
+    pub(super) fn unlink(&mut self, d: u32) {
+        let Some(live) = self.places[d as usize].destination.as_mut() else {
+            return;
+        };
+        let Assignment::InLine { previous, next } = live.assignment else {
+            return;
+        };
+        live.assignment = Assignment::None;
+        let (first, last) = self.line_ends.expect("a destination in line: the line has ends");
+        match previous {
+            Some(p) => self.set_link(p, |_, n| *n = next),
+            None => debug_assert_eq!(first, d),
+        }
+        match next {
+            Some(n) => self.set_link(n, |p, _| *p = previous),
+            None => debug_assert_eq!(last, d),
+        }
+        self.line_ends = match (previous, next) {
+            (None, None) => None,
+            (None, Some(n)) => Some((n, last)),
+            (Some(p), None) => Some((first, p)),
+            (Some(_), Some(_)) => Some((first, last)),
+        };
+    }
+
+    /// Destinations in line for an initiator, first first.
+    pub(crate) fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
+        let mut at = self.line_ends.map(|(first, _)| first);
+        std::iter::from_fn(move || {
+            let d = at?;
+            at = match self.places[d as usize].destination.as_ref()?.assignment {
+                Assignment::InLine { next, .. } => next,
+                _ => None,
+            };
+            Some(self.id(d))
+        })
+    }
+
+    /// Takes `destination` out of line for an initiator, and gives back a grant from the line it
+    /// has not used.
+    pub(crate) fn cancel_wait(&mut self, destination: DestinationId) {
+        if !self.contains(destination) {
+            return;
+        }
+        let d = destination.index;
+        self.unlink(d);
+        if let Assignment::Holds { initiator, .. } = self.at(d).assignment {
+            self.release_if_idle(d, initiator as usize);
+        }
+    }
+
+    /// Takes initiator `initiator`, which holds nothing, out of service: its holder loses it, and
+    /// the destinations bound to it (static and streams policies) are bound to the others.
+    pub(super) fn take_out_of_service(&mut self, initiator: usize) {
+        self.requests[initiator].take_out_of_service();
+        self.free.retain(|&i| i as usize != initiator);
+        let on_it = |assignment: Assignment| assignment.initiator().is_some_and(|(i, _)| i as usize == initiator);
+        let on_it: Vec<u32> = (0..self.places.len() as u32)
+            .filter(|&d| {
+                self.places[d as usize]
+                    .destination
+                    .as_ref()
+                    .is_some_and(|l| on_it(l.assignment))
+            })
+            .collect();
+        for d in on_it {
+            if self.policy.is_dedicated() {
+                self.unhold(d);
+                // Back in line, it takes a free initiator if there is one.
+                if self.line_ends.is_some() {
+                    if let Some(free) = self.free.pop() {
+                        self.give(free);
+                    }
+                }
+            } else {
+                // They have nothing outstanding on it.
+                self.bind(d);
+            }
+        }
+        self.unblock(initiator);
+    }
+
+    /// Reports `Ready` for the destinations waiting for `initiator` that may post again: it has
+    /// room and is not in error (their stream not either), or it is out of service (they were
+    /// bound to others, or hold nothing).
+    pub(super) fn unblock(&mut self, initiator: usize) {
+        let Self {
+            requests,
+            places,
+            unblocked,
+            ..
+        } = self;
+        let requests = &mut requests[initiator];
+        if !requests.has_blocked() || requests.health() == Health::Error {
+            return;
+        }
+        let lost = requests.health() == Health::OutOfService;
+        let room = lost || requests.room() > 0;
+        requests.unblock(
+            |requests, id| {
+                let stream = live(places, id)?.assignment.initiator().map_or(0, |(_, stream)| stream);
+                Some(room && (lost || !requests.lane_errored(stream)))
+            },
+            |id| unblocked.push_back(id),
+        );
+    }
+
+    /// One `poll` (or `progress`): grants from the line that were not used within the timeout
+    /// go back (the clock is read only while there are any); stalled destinations and ready
+    /// destinations are reported.
+    pub(crate) fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        let now = if self.grants.is_empty() {
+            None
+        } else {
+            Some(self.clock.now())
+        };
+        while let (Some(&(id, initiator, grant, expires)), Some(now)) = (self.grants.front(), now) {
+            if expires > now {
+                break;
+            }
+            self.grants.pop_front();
+            let requests = &self.requests[initiator as usize];
+            let unused = self.live(id).is_some_and(|l| {
+                l.assignment
+                    == Assignment::Holds {
+                        initiator,
+                        since: requests.head(),
+                        grant,
+                        over_quota: false,
+                    }
+            }) && requests.outstanding() == 0
+                && requests.health() != Health::Error;
+            if unused {
+                self.release(id.index);
+            }
+        }
+        self.watch_stalls(sink);
+        self.report_ready(sink);
+    }
+
+    /// Whether `destination` waits out a would-block on an initiator, or its `Ready` for one it
+    /// waited out is to be reported: either way a `Ready` comes.
+    #[cfg(test)]
+    pub(crate) fn awaits_ready(&self, destination: DestinationId) -> bool {
+        let waits_out = self.requests.iter().any(|r| r.blocks(destination));
+        self.contains(destination) && (waits_out || self.unblocked.contains(&destination))
+    }
+
+    /// Checks that no destination is stranded (dedicated policies): nobody waits while an
+    /// initiator is free, each initiator is held by one destination, free, or lost, a free one
+    /// is healthy and idle, and a holder with nothing outstanding has a fresh grant or a
+    /// recovery to wait for.
+    #[cfg(test)]
+    pub(crate) fn check_no_destination_stranded(&self) {
+        if !self.policy.is_dedicated() {
+            return;
+        }
+        assert!(
+            self.free.is_empty() || self.line_ends.is_none(),
+            "waiting while initiators are free"
+        );
+        let mut holders = vec![0; self.requests.len()];
+        for live in self.places.iter().filter_map(|p| p.destination.as_ref()) {
+            if let Assignment::Holds { initiator, since, .. } = live.assignment {
+                let requests = &self.requests[initiator as usize];
+                holders[initiator as usize] += 1;
+                assert!(
+                    requests.outstanding() > 0 || requests.health() == Health::Error || requests.head() == since,
+                    "a holder with nothing outstanding gave its initiator back"
+                );
+            }
+        }
+        for (i, requests) in self.requests.iter().enumerate() {
+            let free = self.free.contains(&(i as u16));
+            let lost = requests.health() == Health::OutOfService;
+            assert_eq!(
+                holders[i] + usize::from(free) + usize::from(lost),
+                1,
+                "initiator {i}: held, free or lost"
+            );
+            if free {
+                assert!(
+                    requests.outstanding() == 0 && requests.recovering(0).is_none(),
+                    "a free initiator"
+                );
+            }
+        }
+    }
+}
