@@ -5,11 +5,13 @@
 //! that is not mlx5, or where libmlx5 is missing, every query reports "not supported" instead of
 //! failing to link or panicking.
 //!
-//! - [`device_context`]: [`Mlx5DeviceContext`](device_context::Mlx5DeviceContext), built from a
+//! - [`device_context`](crate::mlx5::device_context):
+//!   [`Mlx5DeviceContext`](crate::mlx5::device_context::Mlx5DeviceContext), built from a
 //!   [`DeviceContext`](crate::ibverbs::device_context::DeviceContext), and its queries;
-//! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
-//! - [`dc_capabilities`]: the DC (Dynamically Connected transport) summary: is DC usable, its
-//!   read/atomic depths, DCI streams, on-demand paging.
+//! - [`device_attributes`](crate::mlx5::device_attributes): the attributes `mlx5dv_query_device`
+//!   returns, decoded;
+//! - [`dc_capabilities`](crate::mlx5::dc_capabilities): the DC (Dynamically Connected transport)
+//!   summary: is DC usable, its read/atomic depths, DCI streams, on-demand paging.
 //!
 //! # Is this device mlx5, and what can its DC do?
 //!
