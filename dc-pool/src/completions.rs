@@ -14,9 +14,10 @@
 //! the man page asks for the flush first.
 use rdma_mummy_sys::ibv_wc_status;
 
+use super::destination::Place;
 use super::destinations::PoolCore;
 use super::initiator::{PooledInitiator, StreamResetRefusal};
-use super::requests::{initiator_of, BatchRecord, Health, WrIds};
+use super::requests::{initiator_of, BatchRecord, Health, Run, WrIds};
 use super::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
@@ -38,6 +39,28 @@ pub(crate) fn is_no_such_target(status: u32) -> bool {
     )
 }
 
+/// Reports `run`, requests of the destination at place `d`, as completed: its target answered,
+/// and a retiring destination may be removed now.
+#[inline]
+fn completed(
+    places: &mut [Place], retiring_settled: &mut Vec<u32>, d: u32, run: Run<'_>, sink: &mut impl FnMut(DcPoolEvent),
+) {
+    let place = &mut places[d as usize];
+    let destination = DestinationId {
+        index: d,
+        generation: place.generation,
+    };
+    if let Some(live) = place.destination.as_mut() {
+        live.answered();
+        if live.retiring {
+            retiring_settled.push(d);
+        }
+    }
+    for wr_id in run {
+        sink(DcPoolEvent::Completed { destination, wr_id });
+    }
+}
+
 impl<I: PooledInitiator> PoolCore<I> {
     /// Settles a completion of the provider-visible `wr_id` with `status` (an `ibv_wc_status`)
     /// and its vendor syndrome (carried by the failing request's [`DcPoolEvent::Failed`]),
@@ -47,27 +70,41 @@ impl<I: PooledInitiator> PoolCore<I> {
         &mut self, wr_ids: &WrIds, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
         let initiator = initiator_of(wr_id);
-        let Some(requests) = self.requests.get(initiator) else {
+        let Self {
+            requests,
+            places,
+            retiring_settled,
+            ..
+        } = self;
+        let Some(requests) = requests.get_mut(initiator) else {
             return false;
         };
         let number = requests.unwrap_number(wr_id);
-        let Some(batch) = requests.find(number) else {
-            return false;
-        };
-        if status == ibv_wc_status::IBV_WC_SUCCESS {
-            self.settle_up_to(wr_ids, initiator, batch.stream, number + 1, sink);
-            let requests = &self.requests[initiator];
+        let batch = if status == ibv_wc_status::IBV_WC_SUCCESS {
+            // Reports it and the requests of its stream before it, in one walk of the records.
+            let Some(batch) = requests.settle_through(wr_ids, number, |d, run| {
+                completed(places, retiring_settled, d, run, sink)
+            }) else {
+                return false;
+            };
             // Only this stream's requests were settled: only it (or the whole initiator) may now
             // hold nothing and be ready for its reset.
             if requests.health() == Health::Error || requests.lane_errored(batch.stream) {
                 self.maybe_recover(initiator, sink);
             }
+            batch
         } else {
+            let Some(batch) = requests.find(number) else {
+                return false;
+            };
             self.fail(wr_ids, initiator, number, batch, (status, vendor_err), sink);
             self.maybe_recover(initiator, sink);
+            batch
+        };
+        // A held initiator carries only its holder's requests; only dedicated policies hold.
+        if self.policy.is_dedicated() {
+            self.release_if_idle(batch.destination, initiator);
         }
-        // A held initiator carries only its holder's requests.
-        self.release_if_idle(batch.destination, initiator);
         // Mostly none retires or waits: tested here, not in a call.
         if !self.retiring_settled.is_empty() {
             self.remove_retired();
@@ -81,7 +118,6 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Reports as completed the requests of `initiator`'s stream `lane` before `end` (a stream
     /// completes in order: they executed).
-    #[inline(always)]
     fn settle_up_to(
         &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
@@ -92,20 +128,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             ..
         } = self;
         requests[initiator].settle(wr_ids, lane, end, |d, run| {
-            let place = &mut places[d as usize];
-            let destination = DestinationId {
-                index: d,
-                generation: place.generation,
-            };
-            if let Some(live) = place.destination.as_mut() {
-                live.answered();
-                if live.retiring {
-                    retiring_settled.push(d);
-                }
-            }
-            for wr_id in run {
-                sink(DcPoolEvent::Completed { destination, wr_id });
-            }
+            completed(places, retiring_settled, d, run, sink);
         });
     }
 

@@ -86,6 +86,19 @@ struct Ring<'a> {
     mask: u64,
 }
 
+impl<'a> Ring<'a> {
+    /// The ring of `mask + 1` places from `start` on in `wr_ids`.
+    #[inline]
+    fn of(wr_ids: &'a WrIds, start: usize, mask: u64) -> Self {
+        let wr_ids = &wr_ids.0[start..=start + mask as usize];
+        // The mask from the slice's length (the same), so that no read of it needs a bounds check.
+        Self {
+            wr_ids,
+            mask: wr_ids.len() as u64 - 1,
+        }
+    }
+}
+
 /// The callers' `wr_id`s of a run of requests being reported, in order.
 #[derive(Debug)]
 pub(super) struct Run<'a> {
@@ -305,12 +318,7 @@ impl InitiatorRequests {
     /// records it used up.
     #[inline(always)]
     fn settle_lane(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
-        let wr_ids = &wr_ids.0[self.ring_start..=self.ring_start + self.mask as usize];
-        // The mask from the slice's length (the same), so that no read of it needs a bounds check.
-        let ring = Ring {
-            wr_ids,
-            mask: wr_ids.len() as u64 - 1,
-        };
+        let ring = Ring::of(wr_ids, self.ring_start, self.mask);
         // Walked by index: mostly one record, where an iterator's set-up costs more than the walk.
         let mut k = 0;
         while let Some(batch) = self.batches.get_mut(k) {
@@ -332,9 +340,7 @@ impl InitiatorRequests {
             self.reported += stop - batch.settled;
             batch.settled = stop;
         }
-        while self.batches.front().is_some_and(|b| b.settled == b.end) {
-            self.batches.pop_front();
-        }
+        self.drop_reported();
     }
 
     /// Reports as completed the requests of stream `lane` before `end` (a stream completes in
@@ -342,6 +348,47 @@ impl InitiatorRequests {
     #[inline]
     pub(super) fn settle(&mut self, wr_ids: &WrIds, lane: u16, end: u64, report: impl FnMut(u32, Run<'_>)) {
         self.settle_lane(wr_ids, lane, end, report);
+    }
+
+    /// Request `number` completed: reports it and the requests of its stream before it (a stream
+    /// completes in order: they executed) as [`settle`](Self::settle), and returns its record as
+    /// it was; `None` when it was already reported (or never posted).
+    #[inline]
+    pub(super) fn settle_through(
+        &mut self, wr_ids: &WrIds, number: u64, mut report: impl FnMut(u32, Run<'_>),
+    ) -> Option<BatchRecord> {
+        let front = self.batches.front_mut()?;
+        if number >= front.end {
+            // On another record than the oldest: its stream's records before it are walked too.
+            let batch = self.find(number)?;
+            self.settle_lane(wr_ids, batch.stream, number + 1, report);
+            return Some(batch);
+        }
+        // Mostly the oldest record: nothing of its stream is before it.
+        if number < front.settled {
+            return None;
+        }
+        let batch = *front;
+        let ring = Ring::of(wr_ids, self.ring_start, self.mask);
+        report(
+            batch.destination,
+            Run {
+                ring,
+                numbers: batch.settled..number + 1,
+            },
+        );
+        front.settled = number + 1;
+        self.reported += number + 1 - batch.settled;
+        self.drop_reported();
+        Some(batch)
+    }
+
+    /// Drops the records at the front whose requests were all reported.
+    #[inline]
+    fn drop_reported(&mut self) {
+        while self.batches.front().is_some_and(|b| b.settled == b.end) {
+            self.batches.pop_front();
+        }
     }
 
     /// Reports the requests of stream `lane` before `end` as flushed, to `report` (their
@@ -365,9 +412,7 @@ impl InitiatorRequests {
             self.batches[index].settled = number + 1;
             self.reported += 1;
         }
-        while self.batches.front().is_some_and(|b| b.settled == b.end) {
-            self.batches.pop_front();
-        }
+        self.drop_reported();
         self.lanes[lane as usize] = Some(d);
         if self.streams == 0 {
             // Without streams an error completion puts the initiator in ERR.
