@@ -379,7 +379,11 @@ impl InitiatorRequests {
         );
         front.settled = number + 1;
         self.reported += number + 1 - batch.settled;
-        self.drop_reported();
+        if front.settled == front.end {
+            // Done: dropped, with the records after it that other streams' completions reported.
+            self.batches.pop_front();
+            self.drop_reported();
+        }
         Some(batch)
     }
 
