@@ -26,14 +26,17 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Destination `d` holds initiator `i` from now on, by grant `grant` from the line (0: taken
     /// free).
     fn hold(&mut self, d: u32, i: u16, grant: u64) {
-        self.unlink(d);
         let since = self.requests[i as usize].head();
-        self.at(d).assignment = Assignment::Holds {
+        let holds = Assignment::Holds {
             initiator: i,
             since,
             grant,
             over_quota: false,
         };
+        // Out of line, if it was in it.
+        if let Assignment::InLine { previous, next } = std::mem::replace(&mut self.at(d).assignment, holds) {
+            self.close_line(d, previous, next);
+        }
     }
 
     /// Destination `d` gives back initiator `initiator` if it holds it, has nothing outstanding
@@ -145,10 +148,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     }
 
     /// Links destination `d`'s neighbours in line, `previous` and `next`, to each other: `d` left
-    /// the line. Out of line: inlined, `unlink` is a call of its own from `hold` even for a
-    /// destination not in line, 20 more instructions per batch on the dedicated row
-    /// (scripts/bench, counting, 2026-11-26).
-    #[inline(never)]
+    /// the line.
     fn close_line(&mut self, d: u32, previous: Option<u32>, next: Option<u32>) {
         let (first, last) = self.line_ends.expect("a destination in line: the line has ends");
         match previous {
