@@ -114,7 +114,8 @@ pub trait CompletionQueueExt {
     /// than once on SoftRoCE: with rdma-core before 55 (Debian 12 ships 44), rxe's
     /// `ibv_next_poll`/`ibv_end_poll` overrun the queue, so the batch after a drained
     /// `ExtendedCompletionQueue::start_poll` hands back completions that were never produced
-    /// (UPSTREAM.md, "sideway bugs met on the way").
+    /// (rxe's `cq_next_poll` and `cq_end_poll` both advance the consumer index; fixed by
+    /// rdma-core b78b414).
     fn poll_work_completions<'a>(
         &self, wcs: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion], PollCompletionQueueError>;
