@@ -445,6 +445,8 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Grants `destination` an initiator (and stream) for one batch, or says why not. A
     /// dedicated policy's destination without an initiator takes a free one, or goes in line.
+    // inline(always): with #[inline] it is called, not inlined, and the pool rows of
+    // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
     #[inline(always)]
     pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let live = self.live(destination).ok_or(Refusal::UnknownDestination)?;
@@ -492,7 +494,7 @@ impl<I: PooledInitiator> PoolCore<I> {
     /// Ends a batch granted to destination `d` on `initiator`'s `stream`: `posted` requests
     /// went to the provider (0 when it was dropped or refused), their `wr_id`s kept from the
     /// grant's first on.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn commit(&mut self, initiator: usize, d: u32, stream: u16, posted: usize) {
         if posted > 0 {
             self.requests[initiator].record(d, stream, posted as u64);
@@ -503,8 +505,8 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// A batch of destination `d` on `initiator` ended with nothing posted: a dedicated
     /// destination gives back what it was granted. Out of line: with it inlined, the pool's post
-    /// guard is no longer kept in registers but copied (`memcpy`), 60 more instructions per
-    /// batch (scripts/bench, counting, 2026-11-26).
+    /// guard is no longer kept in registers but copied (`memcpy`), a call `scripts/bench` refuses
+    /// on the pool rows.
     #[inline(never)]
     fn end_unposted(&mut self, initiator: usize, d: u32) {
         self.release_if_idle(d, initiator);

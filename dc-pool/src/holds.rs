@@ -41,7 +41,7 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Destination `d` gives back initiator `initiator` if it holds it, has nothing outstanding
     /// there, and it needs no recovery (a held initiator carries only its holder's requests).
-    #[inline(always)]
+    #[inline]
     pub(super) fn release_if_idle(&mut self, d: u32, initiator: usize) {
         let holds = self.places[d as usize]
             .destination
@@ -98,8 +98,8 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Destination `first`, the first in line, is granted `initiator`, reported by `Ready` with
     /// a grant timer. Out of line: inlined in `give`, it makes the common give back to the free
-    /// ones save and restore six registers, 18 more instructions per batch on the dedicated row
-    /// (scripts/bench, counting, 2026-11-26).
+    /// ones save and restore registers (`scripts/bench`, counting,
+    /// send_dc_pool_dedicated_write_settled).
     #[inline(never)]
     fn grant(&mut self, first: u32, initiator: u16) {
         self.granted += 1;

@@ -19,7 +19,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// [streams](super::types::DcPoolPolicy::Streams) policy posts with
     /// [`start_post_send_on_stream`](Self::start_post_send_on_stream) instead
     /// ([`StreamsMismatch`](PostToDestinationErrorKind::StreamsMismatch) here).
-    #[inline(always)]
+    #[inline]
     pub fn start_post_send(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, DcAddress>, PostToDestinationError> {
@@ -30,7 +30,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// [streams](super::types::DcPoolPolicy::Streams) policy: every request of the batch goes to the
     /// destination's DCI stream (`mlx5dv_wr_set_dc_addr_stream`). The two are apart so that
     /// neither tests per request which setter to call.
-    #[inline(always)]
+    #[inline]
     pub fn start_post_send_on_stream(
         &mut self, destination: DestinationId,
     ) -> Result<DcPoolPostGuard<'_, I, DcStreamAddress>, PostToDestinationError> {
@@ -72,6 +72,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// The post path: one grant (or refusal) from the bookkeeping (after creating the
     /// destination's address handle on its first post), then the guard over the granted
     /// initiator, holding the batch's places in the initiator's ring of `wr_id`s.
+    // inline(always): with #[inline] it is called, not inlined, and the pool rows of
+    // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
     #[inline(always)]
     fn start<A: PoolAddressing>(
         &mut self, destination: DestinationId,
@@ -150,7 +152,7 @@ struct PoolBatch<'p, I: PoolInitiator> {
 }
 
 impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
-    #[inline(always)]
+    #[inline]
     fn drop(&mut self) {
         // Nothing was posted (a posted batch does not come here).
         self.core
@@ -166,7 +168,7 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     /// back; UCX turns completion moderation off for DC too). When the batch holds
     /// [`room`](Self::room) requests already, [`DcPoolWouldBlock::BatchFull`]: post it and start
     /// another.
-    #[inline(always)]
+    #[inline]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
     ) -> Result<WorkRequestHandle<'_, BatchAddressed<A>>, DcPoolWouldBlock> {
@@ -200,6 +202,8 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
     /// [`PostSendGuard::post`].
+    // inline(always): with #[inline] it is called, not inlined, and the pool rows of
+    // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
     #[inline(always)]
     pub fn post(self) -> Result<(), PostSendError> {
         let Self { inner, batch } = self;

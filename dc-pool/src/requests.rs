@@ -139,8 +139,8 @@ pub(super) struct InitiatorRequests {
     /// The number of the next request.
     head: u64,
     /// How many requests were reported: `head - reported` are outstanding. A count, not a sum
-    /// over the records when asked: summed, a pooled write costs 22 more instructions per
-    /// request at batch 16 (scripts/bench, counting, 2026-11-26).
+    /// over the records when asked: summed, every grant walks the records, and the pool rows of
+    /// `scripts/bench` (counting, send_dc_pool_*) go over their floor's per-request limit.
     reported: u64,
     /// Records of the requests not reported yet, in posting order.
     batches: VecDeque<BatchRecord>,
@@ -316,7 +316,7 @@ impl InitiatorRequests {
     /// Reports the requests of stream `lane` before `end`, oldest first, to `report`: a run of
     /// them at a time, all of one destination (its place, and their callers' `wr_id`s). Drops the
     /// records it used up.
-    #[inline(always)]
+    #[inline]
     fn settle_lane(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
         let ring = Ring::of(wr_ids, self.ring_start, self.mask);
         // Walked by index: mostly one record, where an iterator's set-up costs more than the walk.
