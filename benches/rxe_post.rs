@@ -62,6 +62,8 @@ fn failed(what: &str) -> ! {
 // (`qp.start_post_send()`, `srq.start_post_recv()`). Each body is inlined into a measured and a
 // warm-up function.
 
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn send_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, batch: usize) {
     let mut guard = qp.start_post_send();
@@ -79,6 +81,8 @@ fn send_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, b
     }
 }
 
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn send_raw(qp: *mut ibv_qp_ex, b: Buffers, batch: usize) {
     // SAFETY: the queue pair is live, in RTS, created with RDMA writes; the buffers lie in the
@@ -97,6 +101,8 @@ fn send_raw(qp: *mut ibv_qp_ex, b: Buffers, batch: usize) {
     }
 }
 
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn recv_guard(srq: &SharedReceiveQueue, storage: &mut PostReceiveStorage, b: Buffers, batch: usize) {
     let mut guard = srq.start_post_recv(storage);
@@ -109,6 +115,8 @@ fn recv_guard(srq: &SharedReceiveQueue, storage: &mut PostReceiveStorage, b: Buf
     }
 }
 
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn recv_raw(srq: *mut ibv_srq, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers) {
     let batch = wrs.len().min(sges.len());
@@ -136,6 +144,8 @@ fn recv_raw(srq: *mut ibv_srq, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b:
 }
 
 /// One request with `qp.post_send_one` (request `n` of a batch's buffers).
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn send_one_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, n: u64) {
     let posted = qp.post_send_one(n, WorkRequestFlags::Signaled, |wr| {
@@ -151,6 +161,8 @@ fn send_one_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffer
 }
 
 /// The same request with direct calls.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn send_one_raw(qp: *mut ibv_qp_ex, b: Buffers, n: u64) {
     // SAFETY: the queue pair is live, in RTS, created with RDMA writes; the buffers lie in the
@@ -168,6 +180,8 @@ fn send_one_raw(qp: *mut ibv_qp_ex, b: Buffers, n: u64) {
 }
 
 /// One receive with `srq.post_recv_one`.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn recv_one_guard(srq: &SharedReceiveQueue, b: Buffers, n: u64) {
     let sge = [ibv_sge {
@@ -182,6 +196,8 @@ fn recv_one_guard(srq: &SharedReceiveQueue, b: Buffers, n: u64) {
 }
 
 /// The same receive with a direct call, its request and entry on the stack.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn recv_one_raw(srq: *mut ibv_srq, b: Buffers, n: u64) {
     let mut sge = ibv_sge {

@@ -91,6 +91,8 @@ impl FloorInitiator {
     }
 
     /// The limit from `oldest` and `head`.
+    // inline(always): into its measured_* function, as the rows it is compared with; with
+    // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
     #[inline(always)]
     fn update_limit(&mut self) {
         self.limit = (self.oldest + self.capacity).min((self.head | self.mask) + 1);
@@ -133,6 +135,8 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
 
     /// Posts `batch` DC writes to `id` (the callers' `wr_id`s from `first`), as the pool rows
     /// do; returns the initiator.
+    // inline(always): into its measured_* function, as the rows it is compared with; with
+    // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
     #[inline(always)]
     fn post(&mut self, id: FloorId, first: u64, batch: usize, b: Buffers) -> usize {
         let Some(destination) = self.destinations.get_mut(id.index as usize) else {
@@ -194,6 +198,8 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
     /// Settles a successful completion of the provider `wr_id`: every request of its initiator
     /// up to it is reported to `sink` (its caller's `wr_id`); a drained dedicated
     /// initiator goes back. Returns whether it named a request in flight.
+    // inline(always): into its measured_* function, as the rows it is compared with; with
+    // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
     #[inline(always)]
     fn complete(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(u64)) -> bool {
         let i = (wr_id >> NUMBER_BITS) as usize;
@@ -234,11 +240,15 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
 impl<const DEDICATED: bool> PoolRow for FloorPool<DEDICATED> {
     type Destination = FloorId;
 
+    // inline(always): into its measured_* function, as the rows it is compared with; with
+    // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
     #[inline(always)]
     fn post_batch(&mut self, destination: FloorId, first: u64, batch: usize, b: Buffers) {
         self.post(destination, first, batch, b);
     }
 
+    // inline(always): into its measured_* function, as the rows it is compared with; with
+    // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
     #[inline(always)]
     fn post_batch_on(&mut self, destination: FloorId, first: u64, batch: usize, b: Buffers) -> usize {
         self.post(destination, first, batch, b)
@@ -246,6 +256,8 @@ impl<const DEDICATED: bool> PoolRow for FloorPool<DEDICATED> {
 
     type Event = u64;
 
+    // inline(always): into its measured_* function, as the rows it is compared with; with
+    // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
     #[inline(always)]
     fn settle(&mut self, wr_id: u64, sink: impl FnMut(u64)) -> bool {
         self.complete(wr_id, 0, sink)
@@ -264,6 +276,8 @@ impl<const DEDICATED: bool> PoolRow for FloorPool<DEDICATED> {
 }
 
 /// Reports the requests of one run of ring places.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 fn report(wr_ids: &[u64], sink: &mut impl FnMut(u64)) {
     for wr_id in wr_ids {

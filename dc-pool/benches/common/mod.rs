@@ -688,6 +688,8 @@ mod dc {
 
         /// Posts `requests` to the destination in batches; with `SETTLE`, after each batch
         /// settles the one before it (the initiator is 0).
+        // inline(always): into its measured_* function, as the rows it is compared with; with
+        // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
         #[inline(always)]
         pub(super) fn run<const SETTLE: bool>(&mut self, requests: usize) {
             let Self {
@@ -781,6 +783,8 @@ mod dc {
     impl PoolRow for DcInitiatorPool<CountingInitiator> {
         type Destination = DestinationId;
 
+        // inline(always): into its measured_* function, as the rows it is compared with; with
+        // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
         #[inline(always)]
         fn post_batch(&mut self, destination: DestinationId, first: u64, batch: usize, b: Buffers) {
             let Ok(mut guard) = self.start_post_send(destination) else {
@@ -792,6 +796,8 @@ mod dc {
             }
         }
 
+        // inline(always): into its measured_* function, as the rows it is compared with; with
+        // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
         #[inline(always)]
         fn post_batch_on(&mut self, destination: DestinationId, first: u64, batch: usize, b: Buffers) -> usize {
             let Ok(mut guard) = self.start_post_send(destination) else {
@@ -807,6 +813,8 @@ mod dc {
 
         type Event = DcPoolEvent;
 
+        // inline(always): into its measured_* function, as the rows it is compared with; with
+        // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
         #[inline(always)]
         fn settle(&mut self, wr_id: u64, sink: impl FnMut(DcPoolEvent)) -> bool {
             self.complete_raw(wr_id, 0, sink)
@@ -828,6 +836,8 @@ mod dc {
     }
 
     /// A pool batch's requests (callers' `wr_id`s and places from `first`).
+    // inline(always): into its measured_* function, as the rows it is compared with; with
+    // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
     #[inline(always)]
     fn write_requests(guard: &mut DcPoolPostGuard<'_, CountingInitiator>, first: u64, batch: usize, b: Buffers) {
         for n in first..first + batch as u64 {
@@ -911,6 +921,8 @@ mod dc {
 
         /// Posts `requests` to the destinations round robin, one batch each; after each batch
         /// the oldest of the batches in flight is settled once 16 are.
+        // inline(always): into its measured_* function, as the rows it is compared with; with
+        // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
         #[inline(always)]
         pub(super) fn run(&mut self, requests: usize) {
             let (batch, b) = (self.batch, self.buffers);
@@ -1080,6 +1092,8 @@ impl RecvState {
 }
 
 /// Posts `requests` receives to `srq` in batches of `batch` with the guard.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 pub fn recv_guard(srq: NonNull<ibv_srq>, storage: &mut PostReceiveStorage, batch: usize, b: Buffers, requests: usize) {
     let mut next = 0;
@@ -1103,6 +1117,8 @@ pub fn recv_guard(srq: NonNull<ibv_srq>, storage: &mut PostReceiveStorage, batch
 
 /// Posts `requests` receives to `srq` in batches of `wrs.len()` with direct calls, building the
 /// list in `wrs` and `sges` each batch.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 pub fn recv_raw(srq: NonNull<ibv_srq>, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers, requests: usize) {
     let batch = wrs.len().min(sges.len());
@@ -1181,6 +1197,8 @@ impl Workload for RecvSrq {
 pub enum RecvSrqOne {}
 
 /// Posts `requests` receives to `srq` one at a time with `post_recv_one`.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 pub fn recv_one_guard(srq: NonNull<ibv_srq>, b: Buffers, requests: usize) {
     for n in 0..requests as u64 {
@@ -1198,6 +1216,8 @@ pub fn recv_one_guard(srq: NonNull<ibv_srq>, b: Buffers, requests: usize) {
 }
 
 /// Posts `requests` receives to `srq` one at a time with direct calls.
+// inline(always): into its measured_* function, as the rows it is compared with; with
+// #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
 pub fn recv_one_raw(srq: NonNull<ibv_srq>, b: Buffers, requests: usize) {
     for n in 0..requests as u64 {
