@@ -1,4 +1,5 @@
-//! One destination's record: its endpoint, its address once resolved, which initiator it posts
+//! One destination's record: whom its requests go to (its endpoint and, once resolved, its
+//! address handle, or an address added by hand), which initiator it posts
 //! on (or its place in the wait line), and whether its target answers. Each is kept here only.
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -13,57 +14,67 @@ use super::types::DestinationId;
 /// What a request names its target by: the address handle, the DCT number and the DC key.
 pub(crate) type RawAddress = (NonNull<ibv_ah>, u32, u64);
 
-/// A destination's resolved address.
+/// Whom a destination's requests go to.
 #[derive(Debug)]
-pub(crate) struct Address {
-    handle: Handle,
-    dct_number: u32,
-    dc_key: u64,
+pub(crate) enum Target {
+    /// A DC target's endpoint, and once resolved the address handle its requests name.
+    Endpoint {
+        endpoint: DcEndpoint,
+        handle: Option<Handle>,
+    },
+    /// An address handle kept alive by the caller
+    /// ([`add_destination_raw`](super::DcInitiatorPool::add_destination_raw)), with the DCT
+    /// number and DC key.
+    Raw {
+        ah: NonNull<ibv_ah>,
+        dct_number: u32,
+        dc_key: u64,
+    },
 }
 
-/// Whose address handle a destination's requests name.
+/// Whose address handle an endpoint's requests name.
 #[derive(Debug)]
-enum Handle {
+pub(crate) enum Handle {
     /// The pool's, created from the endpoint and freed with the destination.
     Owned(Arc<AddressHandle>),
-    /// The caller's ([`add_destination_raw`](super::DcInitiatorPool::add_destination_raw)), or
-    /// the initiators' own (a pool without a protection domain).
+    /// The initiators' own (a pool without a protection domain).
     Borrowed(NonNull<ibv_ah>),
 }
 
-impl Address {
-    /// An address on an address handle the pool created.
-    pub(crate) fn owned(ah: Arc<AddressHandle>, dct_number: u32, dc_key: u64) -> Self {
-        Self {
-            handle: Handle::Owned(ah),
-            dct_number,
-            dc_key,
-        }
-    }
-
-    /// An address on an address handle someone else keeps alive.
-    pub(crate) fn borrowed(ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> Self {
-        Self {
-            handle: Handle::Borrowed(ah),
-            dct_number,
-            dc_key,
-        }
-    }
-
-    /// What a request names.
+impl Target {
+    /// What a request names, once resolved.
     #[inline]
-    pub(crate) fn raw(&self) -> RawAddress {
-        let ah = match &self.handle {
-            // SAFETY: only the pointer is read; the handle lives while the destination does.
-            Handle::Owned(ah) => unsafe { ah.ah() },
-            Handle::Borrowed(ah) => *ah,
-        };
-        (ah, self.dct_number, self.dc_key)
+    pub(crate) fn raw(&self) -> Option<RawAddress> {
+        match self {
+            Self::Endpoint { endpoint, handle } => {
+                let ah = match handle.as_ref()? {
+                    // SAFETY: only the pointer is read; the handle lives while the destination does.
+                    Handle::Owned(ah) => unsafe { ah.ah() },
+                    Handle::Borrowed(ah) => *ah,
+                };
+                Some((ah, endpoint.dct_number(), endpoint.dc_key()))
+            },
+            Self::Raw { ah, dct_number, dc_key } => Some((*ah, *dct_number, *dc_key)),
+        }
+    }
+
+    /// Its endpoint, unless it was added by its address alone.
+    pub(crate) fn endpoint(&self) -> Option<&DcEndpoint> {
+        match self {
+            Self::Endpoint { endpoint, .. } => Some(endpoint),
+            Self::Raw { .. } => None,
+        }
     }
 
     /// Whether the pool created its address handle.
     pub(crate) fn owns_handle(&self) -> bool {
-        matches!(self.handle, Handle::Owned(_))
+        matches!(
+            self,
+            Self::Endpoint {
+                handle: Some(Handle::Owned(_)),
+                ..
+            }
+        )
     }
 }
 
@@ -115,9 +126,7 @@ pub(crate) enum Reach {
 /// One live destination.
 #[derive(Debug)]
 pub(crate) struct Destination {
-    /// Its DC target, unless added by its address alone.
-    pub(crate) endpoint: Option<DcEndpoint>,
-    pub(crate) address: Option<Address>,
+    pub(crate) target: Target,
     pub(crate) assignment: Assignment,
     pub(crate) reach: Reach,
     /// It posts no more, and is removed once its requests were reported.
@@ -125,10 +134,9 @@ pub(crate) struct Destination {
 }
 
 impl Destination {
-    pub(crate) fn new(endpoint: Option<DcEndpoint>) -> Self {
+    pub(crate) fn new(target: Target) -> Self {
         Self {
-            endpoint,
-            address: None,
+            target,
             assignment: Assignment::None,
             reach: Reach::Answering { retries_exceeded: 0 },
             retiring: false,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
 use super::clock::Clock;
-use super::destination::{live, Address, Assignment, Destination, Place, RawAddress};
+use super::destination::{live, Assignment, Destination, Handle, Place, RawAddress, Target};
 use super::initiator::PooledInitiator;
 use super::requests::{Health, InitiatorRequests};
 use super::stall::StallWatch;
@@ -185,18 +185,21 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.live(destination).is_some()
     }
 
-    /// Sets `destination`'s address; false for a stale id.
-    pub(crate) fn set_address(&mut self, destination: DestinationId, address: Address) -> bool {
-        let Some(live) = self.live_mut(destination) else {
-            return false;
-        };
-        live.address = Some(address);
-        true
+    /// Resolves `destination`'s endpoint to the address handle `handle`; false for a stale id or
+    /// one added by its address alone.
+    pub(crate) fn resolve(&mut self, destination: DestinationId, handle: Handle) -> bool {
+        match self.live_mut(destination).map(|l| &mut l.target) {
+            Some(Target::Endpoint { handle: slot, .. }) => {
+                *slot = Some(handle);
+                true
+            },
+            _ => false,
+        }
     }
 
     /// `destination`'s endpoint, unless it was added by its address alone.
     pub(crate) fn endpoint(&self, destination: DestinationId) -> Option<&DcEndpoint> {
-        self.live(destination)?.endpoint.as_ref()
+        self.live(destination)?.target.endpoint()
     }
 
     /// Requests of destination `d` not reported yet: on the initiator it posts on (it has none
@@ -208,10 +211,10 @@ impl<I: PooledInitiator> PoolCore<I> {
             .map_or(0, |(i, _)| self.requests[i as usize].outstanding_of(d))
     }
 
-    /// Adds a destination (of `endpoint`, or named by its address alone); the static and streams
-    /// policies bind it to its initiator now.
-    pub(crate) fn add_destination(&mut self, endpoint: Option<DcEndpoint>) -> DestinationId {
-        let destination = Some(Destination::new(endpoint));
+    /// Adds a destination (of an endpoint, or named by its address alone); the static and
+    /// streams policies bind it to its initiator now.
+    pub(crate) fn add_destination(&mut self, target: Target) -> DestinationId {
+        let destination = Some(Destination::new(target));
         let (index, generation) = match self.free_places.pop() {
             Some(index) => {
                 let place = &mut self.places[index as usize];
@@ -319,9 +322,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         DcPoolFootprint {
             destination_places: self.places.len(),
             live_destinations: self.places.len() - self.free_places.len(),
-            address_handles: live()
-                .filter(|l| l.address.as_ref().is_some_and(Address::owns_handle))
-                .count(),
+            address_handles: live().filter(|l| l.target.owns_handle()).count(),
             waiting: self.waiting().count(),
             grant_timers: self.grants.len(),
             batch_records: self.requests.iter().map(InitiatorRequests::record_count).sum(),
@@ -457,7 +458,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         if live.retiring {
             return Err(Refusal::Retiring);
         }
-        let address = live.address.as_ref().ok_or(Refusal::Unresolved)?.raw();
+        let address = live.target.raw().ok_or(Refusal::Unresolved)?;
         let (initiator, stream, quota_left) = match live.assignment {
             Assignment::Holds { initiator, since, .. } => {
                 let quota_left = self.quota_left(initiator as usize, since);

@@ -174,7 +174,7 @@ use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
-use self::destination::Address;
+use self::destination::Target;
 use self::destinations::{PoolCore, RemoveRefusal};
 use self::initiator::PostingInitiator;
 use self::requests::{initiator_of, WrIds};
@@ -356,7 +356,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
     /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
-        self.core.add_destination(Some(endpoint))
+        self.core.add_destination(Target::Endpoint { endpoint, handle: None })
     }
 
     /// Adds a destination by an address handle made outside this crate (`ibv_create_ah`), or
@@ -367,9 +367,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// `ah` must stay a live address handle (or whatever the initiators' `wr_set_dc_addr` entry
     /// accepts) while the pool posts to the destination.
     pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
-        let id = self.core.add_destination(None);
-        self.core.set_address(id, Address::borrowed(ah, dct_number, dc_key));
-        id
+        self.core.add_destination(Target::Raw { ah, dct_number, dc_key })
     }
 
     /// Removes `destination`: its address handle and records are freed, and its id becomes stale
@@ -466,7 +464,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
         }
-        if self.core.live(destination).is_some_and(|l| l.address.is_none()) {
+        if self.core.live(destination).is_some_and(|l| l.target.raw().is_none()) {
             self.resolve(destination)?;
         }
         Ok(())

@@ -3,7 +3,7 @@
 //! builds its requests and posts them (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`).
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::destination::Address;
+use super::destination::Handle;
 use super::destinations::{PoolCore, Refusal};
 use super::requests::encode;
 use super::types::{DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
@@ -42,7 +42,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let Some(endpoint) = self.core.endpoint(destination) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
-        let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
         // Brought up alike: the first initiator's path MTU and source GID are every one's.
         let first = self.core.initiators.first();
         let (path_mtu, src_gid_index) = first.map_or((None, 0), |i| (i.path_mtu(), i.source_gid_index()));
@@ -58,14 +57,12 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             // A pool without a protection domain (the simulated fabric's) names every
             // destination through its initiators' own address handle.
             let ah = I::address_handle_without_pd().ok_or(PostToDestinationErrorKind::UnknownDestination)?;
-            self.core
-                .set_address(destination, Address::borrowed(ah, dct_number, dc_key));
+            self.core.resolve(destination, Handle::Borrowed(ah));
             return Ok(());
         };
         // Kept until the destination is removed (libmlx5 copies the address into each request).
         let ah = endpoint.create_ah_with_class(pd, self.port, src_gid_index, &self.service_class)?;
-        self.core
-            .set_address(destination, Address::owned(ah, dct_number, dc_key));
+        self.core.resolve(destination, Handle::Owned(ah));
         Ok(())
     }
 

@@ -29,7 +29,7 @@ use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 
 use self::remote::Remote;
 use super::completions::is_no_such_target;
-use super::destination::Address;
+use super::destination::Target;
 use super::destinations::{PoolCore, Refusal};
 use super::post_guard::{DcPoolPostGuard, PoolAddressing};
 use super::requests::{encode, WrIds};
@@ -141,9 +141,11 @@ fn pool(
 
 /// Adds a destination with an address to a bare bookkeeping core.
 fn add(pool: &mut PoolCore<SimulatedInitiator>) -> DestinationId {
-    let destination = pool.add_destination(None);
-    assert!(pool.set_address(destination, Address::borrowed(std::ptr::NonNull::dangling(), 0, 0)));
-    destination
+    pool.add_destination(Target::Raw {
+        ah: std::ptr::NonNull::dangling(),
+        dct_number: 0,
+        dc_key: 0,
+    })
 }
 
 /// What a request is for the checks.
