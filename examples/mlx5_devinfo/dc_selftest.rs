@@ -326,6 +326,7 @@ fn atomic(lb: &mut Loopback, dci: &mut DcInitiator, op: Atomic) -> Result<([u8; 
                     request.setup_atomic_compare_swap(rkey, remote, compare, swap),
                     key,
                     stream,
+                    // SAFETY: the 8 bytes at the start of the local buffer, registered as its region.
                     |h| unsafe { h.setup_sge(lb.local.mr.lkey(), lb.local.addr(0), 8) }
                 )
             },

@@ -84,6 +84,11 @@ impl Drop for SimulatedCompletionQueue {
 /// `ibv_poll_cq` (the context's `ops.poll_cq`): one tick of the fabric, then up to
 /// `num_entries` completions into `wc`, the count returned (ibv_poll_cq(3)); a negative errno if
 /// the fabric is busy or something panicked (nothing unwinds out of it).
+///
+/// # Safety
+///
+/// `cq` is a simulated CQ's `struct ibv_cq`, alive through the call, and `wc` has room for
+/// `num_entries` completions (libibverbs' contract for `ibv_poll_cq`).
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `cq` is a simulated CQ's (its context is only reachable through one), alive
@@ -105,6 +110,10 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
 
 /// `ibv_req_notify_cq` (the context's `ops.req_notify_cq`): the fabric has no completion
 /// channel.
+///
+/// # Safety
+///
+/// Nothing is read: any arguments.
 unsafe extern "C" fn req_notify_cq(_cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
     libc::EOPNOTSUPP
 }

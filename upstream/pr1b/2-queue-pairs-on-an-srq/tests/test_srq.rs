@@ -119,6 +119,7 @@ fn four_rc_receivers_share_one_srq(#[case] use_qp_ex: bool) -> Result<(), Box<dy
         let mut recv_data = vec![0u8; messages * MESSAGE_LEN];
         let mut send_data = vec![0u8; RECEIVERS * MESSAGE_LEN];
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        // SAFETY: both buffers outlive their regions, which are dropped first at the end.
         let recv_mr = unsafe { pd.reg_mr(recv_data.as_mut_ptr() as _, recv_data.len(), access).unwrap() };
         let send_mr = unsafe { pd.reg_mr(send_data.as_mut_ptr() as _, send_data.len(), access).unwrap() };
 
@@ -137,6 +138,7 @@ fn four_rc_receivers_share_one_srq(#[case] use_qp_ex: bool) -> Result<(), Box<dy
         let mut storage = PostReceiveStorage::new();
         let mut guard = srq.start_post_recv(&mut storage);
         for slot in 0..messages {
+            // SAFETY: the slot lies inside `recv_data`, registered as `recv_mr`.
             unsafe {
                 guard.construct_wr(slot as u64).setup_sge(
                     recv_mr.lkey(),
@@ -176,6 +178,7 @@ fn four_rc_receivers_share_one_srq(#[case] use_qp_ex: bool) -> Result<(), Box<dy
                 let send_handle = guard
                     .construct_wr((round * RECEIVERS + receiver) as u64, WorkRequestFlags::Signaled)
                     .setup_send();
+                // SAFETY: the message lies inside `send_data`, registered as `send_mr`.
                 unsafe {
                     send_handle.setup_sge(
                         send_mr.lkey(),

@@ -20,6 +20,7 @@ struct NotMlx5Device {
 }
 
 fn libmlx5_has_stream_id_reset() -> bool {
+    // SAFETY: C strings; the handle is only tested and looked up in, never closed.
     unsafe {
         let handle = libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
         !handle.is_null() && !libc::dlsym(handle, c"mlx5dv_dci_stream_id_reset".as_ptr()).is_null()
@@ -28,13 +29,16 @@ fn libmlx5_has_stream_id_reset() -> bool {
 
 #[test]
 fn dci_stream_id_reset_calls_libmlx5_where_it_has_it() {
+    // SAFETY (the three `zeroed`): plain C structs of pointers and integers, all-zero valid.
     let mut device: NotMlx5Device = unsafe { zeroed() };
     let mut context: ibv_context = unsafe { zeroed() };
     context.device = &mut device.device;
     let mut qp: ibv_qp = unsafe { zeroed() };
     qp.context = &mut context;
 
+    // SAFETY: this thread's errno.
     unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: `qp` and what it points to live through the call; libmlx5 only reads them.
     let ret = unsafe { mlx5dv_dci_stream_id_reset(&mut qp, 1) };
     let errno = Error::last_os_error().raw_os_error();
 
