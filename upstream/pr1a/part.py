@@ -1,0 +1,92 @@
+# Pull request 1a: shared receive queues. Read by scripts/upstream-pr (see upstream/README.md).
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-shared-receive-queue"]
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr).
+MOVES = {
+    "1-shared-receive-queue": [
+        # The module folder src/ibverbs/shared_receive_queue/, file by file (every file of a
+        # moved folder must have its entry: see `folders_complete`).
+        {
+            "from": "src/ibverbs/shared_receive_queue/mod.rs",
+            "to": "src/ibverbs/shared_receive_queue/mod.rs",
+            "helpers": [],
+            "rewrites": [],
+        },
+        {
+            "from": "src/ibverbs/shared_receive_queue/queue.rs",
+            "to": "src/ibverbs/shared_receive_queue/queue.rs",
+            "helpers": ["query_device_attr", "check_destroy"],
+            "rewrites": [
+                ("crate::ibverbs::query_device_attr(", "query_device_attr(", 1),
+                ("crate::ibverbs::check_destroy(", "check_destroy(", 1),
+                ('eprintln!("sideway-ext: {call}', 'eprintln!("sideway: {call}', 1),
+                ("[`ProtectionDomainExt::create_srq_builder`](crate::ibverbs::extension::ProtectionDomainExt::create_srq_builder)",
+                 "[`ProtectionDomain::create_srq_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_srq_builder)", 1),
+                ("created on it (see [`create_qp_builder`](Self::create_qp_builder), in the\n"
+                 "/// [`queue_pair`](crate::ibverbs::queue_pair) module).",
+                 "created on it (see\n"
+                 "/// [`QueuePairBuilder::setup_srq`](crate::ibverbs::queue_pair::QueuePairBuilder::setup_srq)).", 1),
+            ],
+        },
+        {
+            "from": "src/ibverbs/shared_receive_queue/attributes.rs",
+            "to": "src/ibverbs/shared_receive_queue/attributes.rs",
+            "helpers": [],
+            "rewrites": [],
+        },
+        {
+            "from": "src/ibverbs/shared_receive_queue/guard.rs",
+            "to": "src/ibverbs/shared_receive_queue/guard.rs",
+            "helpers": [],
+            "rewrites": [
+                # The raw post's example, as a user of sideway writes it.
+                ("/// use sideway_ext::ibverbs::shared_receive_queue::",
+                 "/// use sideway::ibverbs::shared_receive_queue::", 1),
+                ("/// use crate::ibverbs::queue_pair::SetScatterGatherEntry;",
+                 "/// use sideway::ibverbs::queue_pair::SetScatterGatherEntry;", 1),
+            ],
+        },
+        {
+            "from": "src/ibverbs/shared_receive_queue/storage.rs",
+            "to": "src/ibverbs/shared_receive_queue/storage.rs",
+            "helpers": [],
+            "rewrites": [],
+        },
+        {
+            "from": "src/ibverbs/shared_receive_queue/post_one.rs",
+            "to": "src/ibverbs/shared_receive_queue/post_one.rs",
+            "helpers": [],
+            "rewrites": [
+                # The raw post's example, as a user of sideway writes it.
+                ("/// use sideway_ext::ibverbs::shared_receive_queue::",
+                 "/// use sideway::ibverbs::shared_receive_queue::", 1),
+            ],
+        },
+        {
+            "from": "src/ibverbs/shared_receive_queue/post_error.rs",
+            "to": "src/ibverbs/shared_receive_queue/post_error.rs",
+            "helpers": [],
+            "rewrites": [],
+        },
+        {
+            "from": "src/ibverbs/zeroed.rs",
+            "to": "src/ibverbs/zeroed.rs",
+            "helpers": [],
+            "rewrites": [
+                # The mlx5 direct-verbs struct belongs to pull request 3.
+                ("use rdma_mummy_sys::mlx5dv_qp_init_attr;\n", "", 1),
+                ("// SAFETY: as above.\nunsafe impl PlainData for mlx5dv_qp_init_attr {}\n", "", 1),
+                (" valgrind memcheck (scripts/memcheck) is the check.", "", 1),
+                ("handed to libibverbs and libmlx5 with", "handed to libibverbs with", 1),
+            ],
+        },
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say.
+FORBIDDEN = GLUE + ["SharedReceiveQueuePair", "mlx5"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (1600, 300)

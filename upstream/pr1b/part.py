@@ -1,0 +1,29 @@
+# Pull request 1b: asynchronous events; queue pairs on an SRQ. Read by scripts/upstream-pr (see upstream/README.md).
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-async-events", "2-queue-pairs-on-an-srq"]
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr).
+MOVES = {
+    "1-async-events": [
+        {
+            "from": "src/ibverbs/async_event.rs",
+            "to": "src/ibverbs/async_event.rs",
+            "helpers": ["wait_readable"],
+            "rewrites": [
+                ("use crate::ibverbs::device_context::DeviceContext;", "use super::device_context::DeviceContext;", 1),
+                ("super::wait_readable(", "wait_readable(", 1),
+                ("[`DeviceContextExt::async_event_reader`](super::extension::DeviceContextExt::async_event_reader)",
+                 "[`DeviceContext::async_event_reader`](super::device_context::DeviceContext::async_event_reader)", 1),
+                ("[`qp_number`](super::queue_pair::SharedReceiveQueuePair::qp_number)",
+                 "[`qp_number`](super::queue_pair::QueuePair::qp_number)", 1),
+            ],
+        },
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say.
+FORBIDDEN = GLUE + ["SharedReceiveQueuePair", "mlx5"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (800, 300)
