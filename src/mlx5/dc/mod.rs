@@ -13,7 +13,8 @@
 //! crate `sideway-ext-dc-pool`, built on this module's public API.
 //!
 //! The transition tables of both queue-pair types (which attributes each state change needs) are
-//! in a private module; a model of mlx5_ib and libmlx5 and the rules it enforces, transcribed
+//! in a private module, and what both share (their creation with `mlx5dv_create_qp`, the port
+//! check before bring-up) in another; a model of mlx5_ib and libmlx5 and the rules it enforces, transcribed
 //! from them, drive the public API in the unit tests without a device.
 //!
 //! # A DC program
@@ -68,6 +69,7 @@ pub mod endpoint;
 pub mod initiator;
 #[cfg(test)]
 mod model;
+mod queue_pair;
 mod service_class;
 mod state_table;
 pub mod target;

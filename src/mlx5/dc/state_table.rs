@@ -16,7 +16,6 @@ use rdma_mummy_sys::ibv_qp_attr_mask as m;
 use sideway::ibverbs::queue_pair::QueuePairState::*;
 
 use crate::ibverbs::queue_pair::transition::{mask, Transition, TransitionTable};
-use crate::mlx5::dc::initiator::DcInitiator;
 
 /// A move to RESET or ERR: the state alone, neither required nor optional attribute
 /// (`modify_dci_qp_is_ok`: `is_valid_mask(attr_mask, IB_QP_STATE, 0)`).
@@ -35,14 +34,10 @@ const fn teardown(
 /// index and port, INIT → INIT with either, INIT → RTR with the path MTU (and optionally the
 /// P_Key index and an address vector, for a service level or a LAG port; each request names its
 /// destination, so none is needed, and kernels before Linux v5.0 refuse one with `EINVAL`, see
-/// [`DcInitiatorBringUp::setup_rtr_address_vector`]), RTR → RTS with the RC
-/// send-side attributes, RTS → RTS with the minimum RNR timer; any state → RESET (kernels since
-/// the RESET branch was added; older ones refuse it, see [`DcInitiator::recover`]), and any
-/// state but RESET → ERR.
-///
-/// [`DcInitiator::recover`]: super::initiator::DcInitiator::recover
-/// [`DcInitiatorBringUp::setup_rtr_address_vector`]: super::initiator::DcInitiatorBringUp::setup_rtr_address_vector
-pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
+/// the DC initiator's `setup_rtr_address_vector`), RTR → RTS with the RC send-side attributes,
+/// RTS → RTS with the minimum RNR timer; any state → RESET (kernels since the RESET branch was
+/// added; older ones refuse it, see the DC initiator's `recover`), and any state but RESET → ERR.
+pub(crate) static DC_INITIATOR_STATE_TABLE: TransitionTable = TransitionTable {
     any_to_reset_or_error: false,
     state_always_required: true,
     transitions: &[
@@ -103,7 +98,7 @@ pub(crate) static DC_INITIATOR: TransitionTable = TransitionTable {
 /// index and port, INIT → RTR with the minimum RNR timer, the address vector and the path MTU,
 /// and nothing else ("Modify DCT: Invalid transition", `EINVAL`): it never reaches RTS, and it is
 /// torn down by `ibv_destroy_qp` (dropping it), never by a move to RESET or ERR.
-pub(crate) static DC_TARGET: TransitionTable = TransitionTable {
+pub(crate) static DC_TARGET_STATE_TABLE: TransitionTable = TransitionTable {
     any_to_reset_or_error: false,
     state_always_required: true,
     transitions: &[
@@ -121,32 +116,6 @@ pub(crate) static DC_TARGET: TransitionTable = TransitionTable {
         },
     ],
 };
-
-impl DcInitiator {
-    /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
-    /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
-    /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
-    /// initiators up by hand, or a simulated device held to the same rules.
-    ///
-    /// ```
-    /// use sideway::ibverbs::queue_pair::QueuePairState::{Error, Init, ReadyToReceive, Reset};
-    /// use sideway_ext::mlx5::dc::initiator::DcInitiator;
-    ///
-    /// // INIT → RTR needs the path MTU; RESET → RTR does not exist.
-    /// assert_eq!(DcInitiator::required_attributes(Init, ReadyToReceive), Some(rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_PATH_MTU.0 as i32));
-    /// assert_eq!(DcInitiator::required_attributes(Reset, ReadyToReceive), None);
-    /// assert_eq!(DcInitiator::required_attributes(Init, Error), Some(0));
-    /// ```
-    pub fn required_attributes(
-        from: sideway::ibverbs::queue_pair::QueuePairState, to: sideway::ibverbs::queue_pair::QueuePairState,
-    ) -> Option<i32> {
-        DC_INITIATOR
-            .transitions
-            .iter()
-            .find(|t| t.from == from && t.to == to)
-            .map(|t| t.required)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -211,14 +180,14 @@ mod tests {
 
     #[test]
     fn the_dc_initiator_table_is_modify_dci_qp_is_ok() {
-        table_agrees_with(&DC_INITIATOR, |cur, new, mask| {
+        table_agrees_with(&DC_INITIATOR_STATE_TABLE, |cur, new, mask| {
             kernel_rules::modify_dci_qp_is_ok(cur, new, mask, kernel_rules::DciKernel::CURRENT)
         });
     }
 
     #[test]
     fn the_dc_target_table_is_mlx5_ib_modify_dct() {
-        table_agrees_with(&DC_TARGET, kernel_rules::modify_dct_is_ok);
+        table_agrees_with(&DC_TARGET_STATE_TABLE, kernel_rules::modify_dct_is_ok);
     }
 
     #[test]
@@ -231,32 +200,37 @@ mod tests {
         for from in kernel_rules::STATES {
             for attr in [&reset, &error] {
                 assert!(matches!(
-                    DC_TARGET.check(from, attr),
+                    DC_TARGET_STATE_TABLE.check(from, attr),
                     Err(ModifyQueuePairErrorKind::InvalidTransition { .. })
                 ));
             }
         }
         // A DCI: RESET -> ERR refused, any state -> RESET allowed, INIT -> INIT with PKEY|PORT.
-        assert!(DC_INITIATOR.check(QueuePairState::Reset, &error).is_err());
-        assert!(DC_INITIATOR.check(QueuePairState::ReadyToSend, &error).is_ok());
+        assert!(DC_INITIATOR_STATE_TABLE.check(QueuePairState::Reset, &error).is_err());
+        assert!(DC_INITIATOR_STATE_TABLE
+            .check(QueuePairState::ReadyToSend, &error)
+            .is_ok());
         for from in kernel_rules::STATES {
-            assert!(DC_INITIATOR.check(from, &reset).is_ok(), "{from:?} -> RESET");
+            assert!(
+                DC_INITIATOR_STATE_TABLE.check(from, &reset).is_ok(),
+                "{from:?} -> RESET"
+            );
         }
         let mut init = QueuePairAttribute::new();
         init.setup_state(QueuePairState::Init).setup_port(2);
-        assert!(DC_INITIATOR.check(QueuePairState::Init, &init).is_ok());
+        assert!(DC_INITIATOR_STATE_TABLE.check(QueuePairState::Init, &init).is_ok());
         // DCI INIT -> RTR needs no address vector (each request names its destination); the
         // current kernel takes one (a service level, a LAG port), older ones refuse it.
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive)
             .setup_path_mtu(Mtu::Mtu1024);
-        assert!(DC_INITIATOR.check(QueuePairState::Init, &rtr).is_ok());
-        assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_err());
+        assert!(DC_INITIATOR_STATE_TABLE.check(QueuePairState::Init, &rtr).is_ok());
+        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Init, &rtr).is_err());
         let mut with_av = rtr.clone();
         let mut av = crate::ibverbs::address_handle::AddressHandleAttribute::new();
         av.setup_port(1).setup_service_level(2);
         with_av.setup_address_vector(&av);
-        assert!(DC_INITIATOR.check(QueuePairState::Init, &with_av).is_ok());
+        assert!(DC_INITIATOR_STATE_TABLE.check(QueuePairState::Init, &with_av).is_ok());
         let mask = with_av.mask().bits();
         assert!(kernel_rules::modify_dci_qp_is_ok(
             QueuePairState::Init,
@@ -271,15 +245,19 @@ mod tests {
             kernel_rules::DciKernel::OLD
         ));
         // DCI RTR -> RTS: the RC send-side set; a DCT never reaches RTS.
-        assert!(DC_INITIATOR.check(QueuePairState::ReadyToReceive, &rts_attr()).is_ok());
-        assert!(DC_TARGET.check(QueuePairState::ReadyToReceive, &rts_attr()).is_err());
+        assert!(DC_INITIATOR_STATE_TABLE
+            .check(QueuePairState::ReadyToReceive, &rts_attr())
+            .is_ok());
+        assert!(DC_TARGET_STATE_TABLE
+            .check(QueuePairState::ReadyToReceive, &rts_attr())
+            .is_err());
         // DCI RESET -> INIT takes no access flags; a DCT needs them.
         let mut init = QueuePairAttribute::new();
         init.setup_state(QueuePairState::Init)
             .setup_pkey_index(0)
             .setup_port(1)
             .setup_access_flags(AccessFlags::LocalWrite);
-        assert!(DC_INITIATOR.check(QueuePairState::Reset, &init).is_err());
-        assert!(DC_TARGET.check(QueuePairState::Reset, &init).is_ok());
+        assert!(DC_INITIATOR_STATE_TABLE.check(QueuePairState::Reset, &init).is_err());
+        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Reset, &init).is_ok());
     }
 }

@@ -22,10 +22,8 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKin
 use sideway::ibverbs::AccessFlags;
 
 use super::endpoint::DcEndpoint;
-use super::initiator::bring_up::{active_mtu, check_port_ready};
-use super::initiator::creation::create_dc_qp;
-use super::initiator::PortNotReady;
-use super::state_table::DC_TARGET;
+use super::queue_pair::{active_mtu, check_port_ready, create_dc_qp};
+use super::state_table::DC_TARGET_STATE_TABLE;
 use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
@@ -37,6 +35,7 @@ use crate::mlx5::library::LIBMLX5;
 mod bring_up;
 
 pub use self::bring_up::DcTargetBringUp;
+pub use super::queue_pair::PortNotReady;
 
 /// Error returned by [`DcTargetBuilder::build`].
 #[derive(Debug, thiserror::Error)]
@@ -199,7 +198,7 @@ impl DcTargetBuilder {
         let core = unsafe {
             QueuePairCore::new(
                 qp,
-                &DC_TARGET,
+                &DC_TARGET_STATE_TABLE,
                 None,
                 Arc::clone(&self.pd),
                 None,
@@ -506,7 +505,7 @@ impl DcTarget {
             Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
         })?;
         // SAFETY: the model's queue pair lives as long as the model.
-        let core = unsafe { QueuePairCore::modelled(qp, &DC_TARGET, None, queue_pair, context) }
+        let core = unsafe { QueuePairCore::modelled(qp, &DC_TARGET_STATE_TABLE, None, queue_pair, context) }
             .map_err(|err| CreateDcTargetErrorKind::Ibverbs(io::Error::other(err)))?;
         Ok(DcTarget {
             core,

@@ -7,7 +7,7 @@ use std::io;
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairState};
 
-use super::creation::{create_dc_qp, Granted};
+use super::creation::Granted;
 use super::{
     BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
     RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
@@ -16,6 +16,8 @@ use crate::ibverbs::address_handle::AddressHandleAttribute;
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry};
+use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready, create_dc_qp};
+use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
 
 /// The attributes a DC initiator was brought up with, to bring it up again after an error.
 #[derive(Debug, Clone)]
@@ -185,67 +187,29 @@ impl DcInitiatorBringUp {
     }
 }
 
-/// Why a port cannot carry DC traffic yet, found by bring-up before any transition: a queue
-/// pair brought up on it would reach RTS and then fail every request with RETRY_EXC (the pool
-/// would call each destination unreachable a second later).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PortNotReady {
-    /// The port's logical state (`ibv_port_attr::state`) is not `IBV_PORT_ACTIVE`: the link is
-    /// down, or on InfiniBand the subnet manager has not brought the port up yet.
-    #[error("port {port} is not active (state {}): bring its link up first", port_state_name(*.state))]
-    NotActive {
-        /// The port.
-        port: u8,
-        /// Its `ibv_port_state` value.
-        state: u32,
-    },
-    /// An InfiniBand port without a LID (0): no subnet manager has assigned one, and no peer
-    /// can address it.
-    #[error("InfiniBand port {port} has no LID: is a subnet manager running?")]
-    NoLid {
-        /// The port.
-        port: u8,
-    },
-}
-
-/// `ibv_port_state_str`'s names.
-fn port_state_name(state: u32) -> String {
-    match state {
-        0 => "NOP".into(),
-        1 => "DOWN".into(),
-        2 => "INIT".into(),
-        3 => "ARMED".into(),
-        4 => "ACTIVE".into(),
-        5 => "ACTIVE_DEFER".into(),
-        other => other.to_string(),
-    }
-}
-
-/// Refuses a port that cannot carry DC traffic yet ([`PortNotReady`]).
-pub(crate) fn check_port_ready(port: u8, attr: &rdma_mummy_sys::ibv_port_attr) -> Result<(), PortNotReady> {
-    if attr.state != rdma_mummy_sys::ibv_port_state::IBV_PORT_ACTIVE {
-        return Err(PortNotReady::NotActive {
-            port,
-            state: attr.state,
-        });
-    }
-    if attr.link_layer != crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
-        return Err(PortNotReady::NoLid { port });
-    }
-    Ok(())
-}
-
-/// A port's active MTU (`ibv_port_attr::active_mtu`).
-pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
-    match attr.active_mtu {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        3 => Mtu::Mtu1024,
-        4 => Mtu::Mtu2048,
-        5 => Mtu::Mtu4096,
-        // A value this crate does not know: the smallest MTU every port supports.
-        _ => Mtu::Mtu1024,
+impl DcInitiator {
+    /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
+    /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
+    /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
+    /// initiators up by hand, or a simulated device held to the same rules.
+    ///
+    /// ```
+    /// use sideway::ibverbs::queue_pair::QueuePairState::{Error, Init, ReadyToReceive, Reset};
+    /// use sideway_ext::mlx5::dc::initiator::DcInitiator;
+    ///
+    /// // INIT → RTR needs the path MTU; RESET → RTR does not exist.
+    /// assert_eq!(DcInitiator::required_attributes(Init, ReadyToReceive), Some(rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_PATH_MTU.0 as i32));
+    /// assert_eq!(DcInitiator::required_attributes(Reset, ReadyToReceive), None);
+    /// assert_eq!(DcInitiator::required_attributes(Init, Error), Some(0));
+    /// ```
+    pub fn required_attributes(
+        from: sideway::ibverbs::queue_pair::QueuePairState, to: sideway::ibverbs::queue_pair::QueuePairState,
+    ) -> Option<i32> {
+        DC_INITIATOR_STATE_TABLE
+            .transitions
+            .iter()
+            .find(|t| t.from == from && t.to == to)
+            .map(|t| t.required)
     }
 }
 
@@ -412,15 +376,18 @@ impl DcInitiator {
 mod tests {
     //! The bring-up attributes against the DC table.
     use super::*;
-    use crate::mlx5::dc::state_table::DC_INITIATOR;
 
     #[test]
     fn bring_up_attributes_pass_the_dc_table_and_cap_the_read_atomic_depth() {
         let mut params = DcInitiatorBringUp::new(1);
         let attributes = params.attributes(Mtu::Mtu1024, 8, None);
-        assert!(DC_INITIATOR.check(QueuePairState::Reset, &attributes.init).is_ok());
-        assert!(DC_INITIATOR.check(QueuePairState::Init, &attributes.rtr).is_ok());
-        assert!(DC_INITIATOR
+        assert!(DC_INITIATOR_STATE_TABLE
+            .check(QueuePairState::Reset, &attributes.init)
+            .is_ok());
+        assert!(DC_INITIATOR_STATE_TABLE
+            .check(QueuePairState::Init, &attributes.rtr)
+            .is_ok());
+        assert!(DC_INITIATOR_STATE_TABLE
             .check(QueuePairState::ReadyToReceive, &attributes.rts)
             .is_ok());
         assert_eq!(attributes.rts.max_read_atomic(), 8, "default: the device's DC depth");

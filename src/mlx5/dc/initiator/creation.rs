@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::{
-    ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
+    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
     mlx5dv_qp_init_attr_mask,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
@@ -20,7 +20,8 @@ use super::{
 };
 use crate::ibverbs::queue_pair::QueuePairCore;
 use crate::ibverbs::zeroed::Zeroed;
-use crate::mlx5::dc::state_table::DC_INITIATOR;
+use crate::mlx5::dc::queue_pair::create_dc_qp;
+use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
 use crate::mlx5::device_context::query_device_raw;
 use crate::mlx5::library::{DcVerbs, LIBMLX5};
 
@@ -177,7 +178,7 @@ impl DcInitiatorBuilder {
         let core = unsafe {
             QueuePairCore::new(
                 qp,
-                &DC_INITIATOR,
+                &DC_INITIATOR_STATE_TABLE,
                 Some(params.send_ops),
                 Arc::clone(&self.pd),
                 Some(send_cq),
@@ -297,8 +298,16 @@ impl DcInitiator {
             .map_err(|err| creation_error(err, &params, device))?;
         let granted = Granted::of(&init);
         // SAFETY: the model's queue pair lives as long as the model.
-        let core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR, Some(params.send_ops), queue_pair, context) }
-            .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
+        let core = unsafe {
+            QueuePairCore::modelled(
+                qp,
+                &DC_INITIATOR_STATE_TABLE,
+                Some(params.send_ops),
+                queue_pair,
+                context,
+            )
+        }
+        .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
         Self::adopt(core, verbs, creation, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
     }
@@ -361,22 +370,6 @@ pub(crate) fn dci_init_attributes(
 
 /// `MLX5DV_DCTYPE_DCI`.
 const MLX5DV_DCTYPE_DCI: mlx5dv_dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCI;
-
-/// Creates the queue pair of `init` and `mlx5` on the protection domain's context with
-/// `mlx5dv_create_qp` (through `verbs`); `EOPNOTSUPP` comes back as `None` in the error (it is
-/// called after `mlx5dv_query_device` succeeded, so it means the device has no DC).
-///
-/// # Safety
-///
-/// The pointers in `init` must be alive for the call; `context` must be open.
-pub(crate) unsafe fn create_dc_qp(
-    verbs: &DcVerbs, context: NonNull<rdma_mummy_sys::ibv_context>, init: &mut ibv_qp_init_attr_ex,
-    mlx5: &mut mlx5dv_qp_init_attr,
-) -> Result<NonNull<ibv_qp>, Option<io::Error>> {
-    // SAFETY: the context is open; init and mlx5 are valid, writable structs.
-    unsafe { (verbs.create)(context.as_ptr(), init, mlx5) }
-        .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
-}
 
 /// What a DC initiator was created with, to create it again where the kernel refuses its move
 /// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are

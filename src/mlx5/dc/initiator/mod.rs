@@ -51,11 +51,11 @@ mod send;
 mod transport;
 
 pub use self::addressed::{BatchAddressed, DcAddressing};
-pub use self::bring_up::PortNotReady;
 pub use self::plan::{plan_dci, DciDevice, DciInitParameters, DciRequest};
 pub use self::route::DcRoute;
 pub use self::send::DcSend;
 pub use self::transport::{DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
+pub use super::queue_pair::PortNotReady;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
 /// `mlx5dv_qp_ex::wr_set_dc_addr`.

@@ -126,14 +126,14 @@ mod tests {
     use sideway::ibverbs::queue_pair::QueuePairAttributeMask;
 
     use super::*;
-    use crate::mlx5::dc::state_table::DC_TARGET;
+    use crate::mlx5::dc::state_table::DC_TARGET_STATE_TABLE;
 
     #[test]
     fn bring_up_attributes_pass_the_dc_table() {
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
         let [init, rtr] = DcTargetBringUp::new(1).attributes(access, Mtu::Mtu4096, None);
-        assert!(DC_TARGET.check(QueuePairState::Reset, &init).is_ok());
-        assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_ok());
+        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Reset, &init).is_ok());
+        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Init, &rtr).is_ok());
         assert_eq!(rtr.min_rnr_timer(), 12);
         assert!(!rtr.mask().contains(QueuePairAttributeMask::MaxDestinationReadAtomic));
         // RoCE: a global address vector from the source GID index.
@@ -169,6 +169,6 @@ mod tests {
             ),
             (104, 7, 3)
         );
-        assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_ok());
+        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Init, &rtr).is_ok());
     }
 }

@@ -1,0 +1,95 @@
+//! What the DC queue pairs, target and initiator, share: their creation with
+//! `mlx5dv_create_qp`, and before bring-up the check that the port can carry DC traffic
+//! ([`PortNotReady`]) and its active MTU.
+//!
+//! # Reference
+//!
+//! - rdma-core manpages: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html),
+//!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
+use std::io;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
+use sideway::ibverbs::device_context::Mtu;
+
+use crate::mlx5::library::DcVerbs;
+
+/// Creates the queue pair of `init` and `mlx5` on the protection domain's context with
+/// `mlx5dv_create_qp` (through `verbs`); `EOPNOTSUPP` comes back as `None` in the error (it is
+/// called after `mlx5dv_query_device` succeeded, so it means the device has no DC).
+///
+/// # Safety
+///
+/// The pointers in `init` must be alive for the call; `context` must be open.
+pub(crate) unsafe fn create_dc_qp(
+    verbs: &DcVerbs, context: NonNull<rdma_mummy_sys::ibv_context>, init: &mut ibv_qp_init_attr_ex,
+    mlx5: &mut mlx5dv_qp_init_attr,
+) -> Result<NonNull<ibv_qp>, Option<io::Error>> {
+    // SAFETY: the context is open; init and mlx5 are valid, writable structs.
+    unsafe { (verbs.create)(context.as_ptr(), init, mlx5) }
+        .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
+}
+
+/// Why a port cannot carry DC traffic yet, found by bring-up before any transition: a queue
+/// pair brought up on it would reach RTS and then fail every request with RETRY_EXC (the pool
+/// would call each destination unreachable a second later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PortNotReady {
+    /// The port's logical state (`ibv_port_attr::state`) is not `IBV_PORT_ACTIVE`: the link is
+    /// down, or on InfiniBand the subnet manager has not brought the port up yet.
+    #[error("port {port} is not active (state {}): bring its link up first", port_state_name(*.state))]
+    NotActive {
+        /// The port.
+        port: u8,
+        /// Its `ibv_port_state` value.
+        state: u32,
+    },
+    /// An InfiniBand port without a LID (0): no subnet manager has assigned one, and no peer
+    /// can address it.
+    #[error("InfiniBand port {port} has no LID: is a subnet manager running?")]
+    NoLid {
+        /// The port.
+        port: u8,
+    },
+}
+
+/// `ibv_port_state_str`'s names.
+fn port_state_name(state: u32) -> String {
+    match state {
+        0 => "NOP".into(),
+        1 => "DOWN".into(),
+        2 => "INIT".into(),
+        3 => "ARMED".into(),
+        4 => "ACTIVE".into(),
+        5 => "ACTIVE_DEFER".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Refuses a port that cannot carry DC traffic yet ([`PortNotReady`]).
+pub(crate) fn check_port_ready(port: u8, attr: &rdma_mummy_sys::ibv_port_attr) -> Result<(), PortNotReady> {
+    if attr.state != rdma_mummy_sys::ibv_port_state::IBV_PORT_ACTIVE {
+        return Err(PortNotReady::NotActive {
+            port,
+            state: attr.state,
+        });
+    }
+    if attr.link_layer != crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
+        return Err(PortNotReady::NoLid { port });
+    }
+    Ok(())
+}
+
+/// A port's active MTU (`ibv_port_attr::active_mtu`).
+pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
+    match attr.active_mtu {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        5 => Mtu::Mtu4096,
+        // A value this crate does not know: the smallest MTU every port supports.
+        _ => Mtu::Mtu1024,
+    }
+}
