@@ -227,18 +227,11 @@ impl SharedReceiveQueuePairBuilder {
         let qp = NonNull::new(qp).ok_or_else(|| CreateQueuePairErrorKind::Ibverbs(io::Error::last_os_error()))?;
         // SAFETY: qp was just created on these parents, with these send operations, and is owned
         // here (a missing provider entry destroys it).
-        let core = unsafe {
-            QueuePairCore::new(
-                qp,
-                table,
-                Some(send_ops),
-                pd,
-                Some(send_cq),
-                Some(recv_cq),
-                Some(Arc::clone(&self.srq)),
-            )
-        }
-        .map_err(|missing| CreateQueuePairErrorKind::MissingProviderEntry { entry: missing.0 })?;
+        let mut core =
+            unsafe { QueuePairCore::new(qp, table, pd, Some(send_cq), Some(recv_cq), Some(Arc::clone(&self.srq))) };
+        // SAFETY: created with these send operations.
+        unsafe { core.read_send_view(send_ops) }
+            .map_err(|missing| CreateQueuePairErrorKind::MissingProviderEntry { entry: missing.0 })?;
         if qp_type == ibv_qp_type::IBV_QPT_UD && !core.entries().contains(entry::SET_UD_ADDR) {
             return Err(CreateQueuePairErrorKind::MissingProviderEntry {
                 entry: "wr_set_ud_addr",

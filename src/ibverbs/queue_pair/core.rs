@@ -53,22 +53,20 @@ impl Drop for QueuePairCore {
 }
 
 impl QueuePairCore {
-    /// Takes ownership of a new queue pair. With `granted` (the send operations it was created
-    /// with), reads its extended view and provider entries: a missing entry destroys the queue
-    /// pair and is returned.
+    /// Takes ownership of a new queue pair, without a send view: a queue pair created with send
+    /// operations then reads it with [`read_send_view`](Self::read_send_view).
     ///
     /// # Safety
     ///
     /// `qp` must be a live queue pair created on `pd` with the given CQs and SRQ, in RESET, owned
-    /// by the returned value (it destroys it); with `granted`, created with those
-    /// `send_ops_flags`.
+    /// by the returned value (it destroys it).
     pub(crate) unsafe fn new(
-        qp: NonNull<ibv_qp>, table: &'static TransitionTable, granted: Option<SendOperationFlags>,
-        pd: Arc<ProtectionDomain>, send_cq: Option<GenericCompletionQueue>, recv_cq: Option<GenericCompletionQueue>,
+        qp: NonNull<ibv_qp>, table: &'static TransitionTable, pd: Arc<ProtectionDomain>,
+        send_cq: Option<GenericCompletionQueue>, recv_cq: Option<GenericCompletionQueue>,
         srq: Option<Arc<SharedReceiveQueue>>,
-    ) -> Result<Self, MissingProviderEntry> {
+    ) -> Self {
         let context = NonNull::new_unchecked(pd.pd().as_ref().context);
-        let mut core = Self {
+        Self {
             qp,
             qp_ex: None,
             table,
@@ -80,12 +78,11 @@ impl QueuePairCore {
             _send_cq: send_cq,
             _recv_cq: recv_cq,
             _pd: Some(pd),
-        };
-        core.read_send_view(granted)?;
-        Ok(core)
+        }
     }
 
-    /// A queue pair whose calls go to `verbs` (a unit test's model), without parents.
+    /// A queue pair whose calls go to `verbs` (a unit test's model), without parents or send
+    /// view.
     ///
     /// # Safety
     ///
@@ -94,10 +91,10 @@ impl QueuePairCore {
     #[cfg(test)]
     #[allow(dead_code)] // used by the DC queue pairs' model (feature mlx5)
     pub(crate) unsafe fn modelled(
-        qp: NonNull<ibv_qp>, table: &'static TransitionTable, granted: Option<SendOperationFlags>,
-        verbs: &'static QueuePairVerbs, context: NonNull<rdma_mummy_sys::ibv_context>,
-    ) -> Result<Self, MissingProviderEntry> {
-        let mut core = Self {
+        qp: NonNull<ibv_qp>, table: &'static TransitionTable, verbs: &'static QueuePairVerbs,
+        context: NonNull<rdma_mummy_sys::ibv_context>,
+    ) -> Self {
+        Self {
             qp,
             qp_ex: None,
             table,
@@ -109,24 +106,21 @@ impl QueuePairCore {
             _send_cq: None,
             _recv_cq: None,
             _pd: None,
-        };
-        core.read_send_view(granted)?;
-        Ok(core)
+        }
     }
 
-    /// Reads the extended view and its entries (`ibv_qp_to_qp_ex` is valid only for queue pairs
-    /// created with `send_ops_flags`).
+    /// Reads the extended view and its provider entries of a queue pair created with `granted`
+    /// as its `send_ops_flags` (`ibv_qp_to_qp_ex` is valid only for those); a missing entry is
+    /// returned, and the caller drops the core, which destroys the queue pair.
     ///
     /// # Safety
     ///
-    /// The handle must be live; with `granted`, created with those `send_ops_flags`.
-    unsafe fn read_send_view(&mut self, granted: Option<SendOperationFlags>) -> Result<(), MissingProviderEntry> {
+    /// The queue pair must have been created with `granted` as its `send_ops_flags`.
+    pub(crate) unsafe fn read_send_view(&mut self, granted: SendOperationFlags) -> Result<(), MissingProviderEntry> {
         self.qp_ex = None;
-        if let Some(granted) = granted {
-            let qp_ex =
-                NonNull::new((self.verbs.to_qp_ex)(self.qp.as_ptr())).ok_or(MissingProviderEntry("ibv_qp_to_qp_ex"))?;
-            self.qp_ex = Some((qp_ex, ProviderEntries::new(qp_ex, granted)?));
-        }
+        let qp_ex =
+            NonNull::new((self.verbs.to_qp_ex)(self.qp.as_ptr())).ok_or(MissingProviderEntry("ibv_qp_to_qp_ex"))?;
+        self.qp_ex = Some((qp_ex, ProviderEntries::new(qp_ex, granted)?));
         Ok(())
     }
 
@@ -136,8 +130,8 @@ impl QueuePairCore {
     ///
     /// # Safety
     ///
-    /// As [`new`](Self::new), for `qp` on this core's parents, and no view of the old queue pair
-    /// may be used afterwards.
+    /// As [`new`](Self::new), for `qp` on this core's parents (with `granted`, created with those
+    /// `send_ops_flags`), and no view of the old queue pair may be used afterwards.
     #[allow(dead_code)] // used by the DC initiator of the mlx5 module
     pub(crate) unsafe fn replace(
         &mut self, qp: NonNull<ibv_qp>, granted: Option<SendOperationFlags>,
@@ -147,7 +141,11 @@ impl QueuePairCore {
         crate::ibverbs::check_destroy("ibv_destroy_qp", ret);
         self.qp_number = (*qp.as_ptr()).qp_num;
         self.state = QueuePairState::Reset;
-        self.read_send_view(granted)
+        self.qp_ex = None;
+        match granted {
+            Some(granted) => self.read_send_view(granted),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn qp(&self) -> NonNull<ibv_qp> {

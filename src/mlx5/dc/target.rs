@@ -193,20 +193,17 @@ impl DcTargetBuilder {
             None => CreateDcTargetErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
         })?;
-        // SAFETY: qp was just created on these parents, in RESET, without send operations, and
-        // is owned here.
+        // SAFETY: qp was just created on these parents, in RESET, and is owned here.
         let core = unsafe {
             QueuePairCore::new(
                 qp,
                 &DC_TARGET_STATE_TABLE,
-                None,
                 Arc::clone(&self.pd),
                 None,
                 Some(recv_cq),
                 Some(srq),
             )
-        }
-        .map_err(|err| CreateDcTargetErrorKind::Ibverbs(io::Error::other(err)))?;
+        };
         Ok(DcTarget {
             core,
             dc_key: self.dc_key,
@@ -505,8 +502,7 @@ impl DcTarget {
             Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
         })?;
         // SAFETY: the model's queue pair lives as long as the model.
-        let core = unsafe { QueuePairCore::modelled(qp, &DC_TARGET_STATE_TABLE, None, queue_pair, context) }
-            .map_err(|err| CreateDcTargetErrorKind::Ibverbs(io::Error::other(err)))?;
+        let core = unsafe { QueuePairCore::modelled(qp, &DC_TARGET_STATE_TABLE, queue_pair, context) };
         Ok(DcTarget {
             core,
             dc_key,

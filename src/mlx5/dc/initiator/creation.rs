@@ -175,18 +175,19 @@ impl DcInitiatorBuilder {
         let granted = Granted::of(&init);
         // SAFETY: qp was just created on these parents, with these send operations, in RESET,
         // and is owned here (an error below destroys it).
-        let core = unsafe {
+        let mut core = unsafe {
             QueuePairCore::new(
                 qp,
                 &DC_INITIATOR_STATE_TABLE,
-                Some(params.send_ops),
                 Arc::clone(&self.pd),
                 Some(send_cq),
                 None,
                 None,
             )
-        }
-        .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
+        };
+        // SAFETY: created with these send operations.
+        unsafe { core.read_send_view(params.send_ops) }
+            .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
         DcInitiator::adopt(core, &LIBMLX5, creation, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
@@ -298,16 +299,10 @@ impl DcInitiator {
             .map_err(|err| creation_error(err, &params, device))?;
         let granted = Granted::of(&init);
         // SAFETY: the model's queue pair lives as long as the model.
-        let core = unsafe {
-            QueuePairCore::modelled(
-                qp,
-                &DC_INITIATOR_STATE_TABLE,
-                Some(params.send_ops),
-                queue_pair,
-                context,
-            )
-        }
-        .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
+        let mut core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR_STATE_TABLE, queue_pair, context) };
+        // SAFETY: created with these send operations.
+        unsafe { core.read_send_view(params.send_ops) }
+            .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
         Self::adopt(core, verbs, creation, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
     }
