@@ -17,7 +17,7 @@ use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry};
 use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready, create_dc_qp};
-use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
+use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 
 /// The attributes a DC initiator was brought up with, to bring it up again after an error.
 #[derive(Debug, Clone)]
@@ -205,11 +205,10 @@ impl DcInitiator {
     pub fn required_attributes(
         from: sideway::ibverbs::queue_pair::QueuePairState, to: sideway::ibverbs::queue_pair::QueuePairState,
     ) -> Option<i32> {
-        DC_INITIATOR_STATE_TABLE
-            .transitions
+        DC_INITIATOR_TRANSITIONS
             .iter()
-            .find(|t| t.from == from && t.to == to)
-            .map(|t| t.required)
+            .find(|(listed_from, listed_to, _, _)| (*listed_from, *listed_to) == (from, to))
+            .map(|(_, _, required, _)| required.bits())
     }
 }
 
@@ -376,6 +375,7 @@ impl DcInitiator {
 mod tests {
     //! The bring-up attributes against the DC table.
     use super::*;
+    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
 
     #[test]
     fn bring_up_attributes_pass_the_dc_table_and_cap_the_read_atomic_depth() {
