@@ -75,7 +75,7 @@ pub(crate) fn check_port_ready(port: u8, attr: &rdma_mummy_sys::ibv_port_attr) -
             state: attr.state,
         });
     }
-    if attr.link_layer != crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
+    if attr.link_layer != rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
         return Err(PortNotReady::NoLid { port });
     }
     Ok(())

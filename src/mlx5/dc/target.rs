@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use rdma_mummy_sys::{
     ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
+    IBV_LINK_LAYER_ETHERNET,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device_context::Mtu;
@@ -24,7 +25,6 @@ use sideway::ibverbs::AccessFlags;
 use super::endpoint::DcEndpoint;
 use super::queue_pair::{active_mtu, check_port_ready, create_dc_qp};
 use super::state_table::DC_TARGET_STATE_TABLE;
-use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use crate::ibverbs::source_gid::{netdev_index, SourceGidEntry, SourceGidError};

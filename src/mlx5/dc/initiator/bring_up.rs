@@ -227,7 +227,7 @@ impl DcInitiator {
                 source,
             })?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
-        let roce = port.link_layer == crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
+        let roce = port.link_layer == rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET;
         let table = self
             .core
             .gid_table(params.port, &port)
