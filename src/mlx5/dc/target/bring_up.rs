@@ -128,14 +128,19 @@ mod tests {
     use super::*;
     use crate::mlx5::dc::state_table::DC_TARGET_STATE_TABLE;
 
+    /// Whether the DC target's table takes `attr` in state `from`.
+    fn takes(from: QueuePairState, attr: &QueuePairAttribute) -> bool {
+        DC_TARGET_STATE_TABLE.check(from, attr).is_ok()
+    }
+
     #[test]
     fn bring_up_attributes_pass_the_dc_table() {
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
         let [init, rtr] = DcTargetBringUp::new(1).attributes(access, Mtu::Mtu4096, None);
-        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Reset, &init).is_ok());
-        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Init, &rtr).is_ok());
-        assert_eq!(rtr.min_rnr_timer(), 12);
-        assert!(!rtr.mask().contains(QueuePairAttributeMask::MaxDestinationReadAtomic));
+        assert!(takes(QueuePairState::Reset, &init));
+        assert!(takes(QueuePairState::Init, &rtr));
+        assert_eq!(rtr.attr.min_rnr_timer, 12);
+        assert!(!rtr.mask.contains(QueuePairAttributeMask::MaxDestinationReadAtomic));
         // RoCE: a global address vector from the source GID index.
         let mut roce = DcTargetBringUp::new(1);
         let [_, rtr] = roce.attributes(access, Mtu::Mtu1024, Some(3));
@@ -169,6 +174,6 @@ mod tests {
             ),
             (104, 7, 3)
         );
-        assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Init, &rtr).is_ok());
+        assert!(takes(QueuePairState::Init, &rtr));
     }
 }
