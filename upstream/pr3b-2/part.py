@@ -1,0 +1,116 @@
+# Pull request 3b-2: the DC target. Read by scripts/upstream-pr (see upstream/README.md).
+#
+# DRAFT, not yet in PART_NAMES: it goes on top of 3b-1 (DcEndpoint, DcServiceClass), which goes
+# on top of 1c-1 (address handles, SourceGid). What is here is checked against sideway at pr3a
+# (the driver queue-pair core, the DC tables, what the DC queue pairs share); the DC target's own
+# files (target.rs, target/bring_up.rs, target/wrong_key.md), sideway's dc/mod.rs and
+# protection_domain.rs (create_dct_builder) and tests/test_dc_target.rs wait for 1c-1's and 3b-1's
+# shapes (SourceGid, AddressHandleAttribute, IBV_LINK_LAYER_ETHERNET, the dc module).
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-dc-target"]
+
+# The crate's tables are made at compile time from the lists; sideway's are QueuePairStateTables
+# (LazyLock, as its RC, UC, UD tables), checked by `modify_qp` after the device's EINVAL.
+UPSTREAM_TABLES = '''// The tables, as sideway's `modify_qp` explains the device's `EINVAL` with them.
+
+/// The DC initiator's table, [`DC_INITIATOR_TRANSITIONS`].
+#[cfg_attr(not(test), allow(dead_code))] // the DC initiator's, which comes next
+pub(crate) static DC_INITIATOR_STATE_TABLE: LazyLock<QueuePairStateTable> =
+    LazyLock::new(|| dc_table(&DC_INITIATOR_TRANSITIONS));
+
+/// The DC target's table, [`DC_TARGET_TRANSITIONS`].
+pub(crate) static DC_TARGET_STATE_TABLE: LazyLock<QueuePairStateTable> =
+    LazyLock::new(|| dc_table(&DC_TARGET_TRANSITIONS));
+
+/// A table in which only the listed transitions are valid, each needing `IBV_QP_STATE` too.
+fn dc_table(transitions: &[DcTransition]) -> QueuePairStateTable {
+    let invalid = QueuePairStateTableEntry {
+        valid: false,
+        required_mask: Mask::none(),
+        optional_mask: Mask::none(),
+    };
+    let mut table = [[invalid; QueuePairState::Error as usize + 1]; QueuePairState::Error as usize + 1];
+    for &(from, to, required, optional) in transitions {
+        table[from as usize][to as usize] = QueuePairStateTableEntry {
+            valid: true,
+            required_mask: required | Mask::State,
+            optional_mask: optional,
+        };
+    }
+    table
+}
+'''
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr).
+MOVES = {
+    "1-dc-target": [
+        {
+            # The DC transitions as they are; the tables made from them in sideway's shape. The
+            # tests (against sideway-ext-dc-rules, which sideway does not have) stay: sideway's
+            # are files/src/mlx5/dc/state_table/tests.rs.
+            "from": "src/mlx5/dc/state_table.rs",
+            "to": "src/mlx5/dc/state_table.rs",
+            "helpers": [],
+            "rewrites": [
+                ("//! and those it may take. From the lists, the tables the queue-pair core of\n"
+                 "//! [`ibverbs::queue_pair`](crate::ibverbs::queue_pair) checks a modification against.\n"
+                 "//!\n"
+                 "//! The unit tests hold both tables to the kernel's functions, transcribed on their own in\n"
+                 "//! the crate sideway-ext-dc-rules (not derived from these tables).\n",
+                 "//! and those it may take. From the lists, the tables with which a DC queue pair's `modify`\n"
+                 "//! explains the device's `EINVAL`.\n", 1),
+                ("use crate::ibverbs::queue_pair::QueuePairAttributeMask as Mask;\n"
+                 "use crate::ibverbs::queue_pair::QueuePairState::{self, *};\n\n"
+                 "use crate::ibverbs::queue_pair::transition::{Transition, TransitionTable};\n",
+                 "use std::sync::LazyLock;\n\n"
+                 "use crate::ibverbs::queue_pair::QueuePairAttributeMask as Mask;\n"
+                 "use crate::ibverbs::queue_pair::QueuePairState::{self, *};\n"
+                 "use crate::ibverbs::queue_pair::{QueuePairStateTable, QueuePairStateTableEntry};\n", 1),
+                (("// The tables, as this crate's queue-pair core checks them", "    rows\n}\n"),
+                 UPSTREAM_TABLES, 1),
+            ],
+        },
+        {
+            # What the DC queue pairs share, calling libmlx5 itself (the crate's DcVerbs table is
+            # a seam for its unit tests' model).
+            "from": "src/mlx5/dc/queue_pair.rs",
+            "to": "src/mlx5/dc/queue_pair.rs",
+            "helpers": [],
+            "rewrites": [
+                ("use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};",
+                 "use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_create_qp, mlx5dv_qp_init_attr};", 1),
+                ("\nuse crate::mlx5::library::DcVerbs;\n", "", 1),
+                ("`mlx5dv_create_qp` (through `verbs`);", "`mlx5dv_create_qp`;", 1),
+                ("    verbs: &DcVerbs, context: NonNull<rdma_mummy_sys::ibv_context>,",
+                 "    context: NonNull<rdma_mummy_sys::ibv_context>,", 1),
+                ("    unsafe { (verbs.create)(context.as_ptr(), init, mlx5) }\n",
+                 "    NonNull::new(unsafe { mlx5dv_create_qp(context.as_ptr(), init, mlx5) })\n"
+                 "        .ok_or_else(io::Error::last_os_error)\n", 1),
+            ],
+        },
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the
+# DC words of the later parts (3c: the initiator and its planning; 3d: posting; 3e: streams and
+# the example).
+FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "TransitionTable", "DcInitiator",
+                    "plan_dci", "DciStreams", "DcRoute", "DcSend", "setup_dc_addr", "reset_stream", "dc_hello",
+                    "dc_selftest", "SharedReceiveQueuePair", "sideway_ext_dc_rules", "modelled"]
+
+# The most it may change: lines, and lines of sideway's existing files (estimate until generated:
+# UPSTREAM.md's split says about 1 200 and 25).
+LIMITS = (1300, 60)
+
+# Its unit tests, and those of the transition tables it changes: no device, on the host.
+HOST_TESTS = [
+    "mlx5::dc::state_table::tests",
+    "ibverbs::queue_pair::tests::state_table_tests",
+]
+
+# Files of the moved dc/ folder that later parts take.
+LEFT_OUT = {
+    "src/mlx5/dc/state_table/tests.rs": "held to sideway-ext-dc-rules, a crate of this workspace: "
+                                        "sideway's tests are upstream/pr3b-2/1-dc-target/files/",
+}
