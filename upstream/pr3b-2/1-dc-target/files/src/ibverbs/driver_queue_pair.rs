@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_destroy_qp, ibv_port_attr, ibv_qp, ibv_query_port};
+use rdma_mummy_sys::{ibv_context, ibv_destroy_qp, ibv_gid_entry, ibv_port_attr, ibv_qp, ibv_query_port};
 
 use super::completion::GenericCompletionQueue;
 use super::protection_domain::ProtectionDomain;
@@ -20,6 +20,7 @@ use super::queue_pair::{
     modify_qp, ModifyQueuePairError, QueuePairAttribute, QueuePairAttributeMask, QueuePairState, QueuePairStateTable,
 };
 use super::shared_receive_queue::SharedReceiveQueue;
+use super::source_gid::{query_gid_entry, read_gid_table, SourceGidError};
 
 /// A queue pair created by a provider's direct verbs, owned: destroyed on drop, before its
 /// parents.
@@ -31,7 +32,7 @@ pub(crate) struct DriverQueuePair {
     qp: NonNull<ibv_qp>,
     state_table: &'static QueuePairStateTable,
     state: QueuePairState,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
     _send_cq: Option<GenericCompletionQueue>,
     _recv_cq: Option<GenericCompletionQueue>,
     _srq: Option<Arc<SharedReceiveQueue>>,
@@ -62,7 +63,7 @@ impl DriverQueuePair {
             qp,
             state_table,
             state: QueuePairState::Reset,
-            _pd: pd,
+            pd,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
             _srq: srq,
@@ -103,11 +104,23 @@ impl DriverQueuePair {
         }
         let mut attr = MaybeUninit::<ibv_port_attr>::zeroed();
         // SAFETY: the context is open while the protection domain is; `attr` is writable.
-        let ret = unsafe { ibv_query_port(self._pd._dev_ctx.context.as_ptr(), port, attr.as_mut_ptr()) };
+        let ret = unsafe { ibv_query_port(self.context().as_ptr(), port, attr.as_mut_ptr()) };
         if ret != 0 {
             return Err(io::Error::from_raw_os_error(ret));
         }
         // SAFETY: the call filled it (and it was zeroed before).
         Ok(unsafe { attr.assume_init() })
+    }
+
+    /// The set slots of local `port`'s GID table ([`read_gid_table`]), `port_attr` its attributes.
+    pub(crate) fn gid_table(&self, port: u8, port_attr: &ibv_port_attr) -> Result<Vec<ibv_gid_entry>, SourceGidError> {
+        // SAFETY: the context is open while the protection domain is; `query_gid_entry` is
+        // libibverbs'.
+        unsafe { read_gid_table(self.context(), port, port_attr.gid_tbl_len, query_gid_entry) }
+    }
+
+    /// The device context of the queue pair's protection domain.
+    fn context(&self) -> NonNull<ibv_context> {
+        self.pd._dev_ctx.context
     }
 }
