@@ -20,8 +20,9 @@ use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_context, ibv_gid_entry};
+use rdma_mummy_sys::{ibv_context, ibv_gid_entry, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::address::{Gid, GidType};
+use sideway::ibverbs::device_context::DeviceContext;
 
 /// The local GID a global address is sent from; see the [module](self) docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -199,6 +200,20 @@ pub(crate) fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> +
 }
 
 impl SourceGid {
+    /// The entry of local `port`'s GID table this names, read from the device of `ctx`; `None`
+    /// for [`Automatic`](Self::Automatic) on InfiniBand.
+    pub(crate) fn find(&self, ctx: &DeviceContext, port: u8) -> Result<Option<SourceGidEntry>, SourceGidError> {
+        // SAFETY: the context is open while ctx is.
+        let context = unsafe { ctx.context() };
+        // SAFETY: as above.
+        let attr = unsafe { super::query_port(context, port) }
+            .map_err(|source| SourceGidErrorKind::InvalidPort { port, source })?;
+        // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
+        let table = unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?;
+        let roce = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+        Ok(self.resolve(port, roce, &table, netdev_index)?)
+    }
+
     /// The entry this names among `table`, the set slots of `port`'s GID table (`roce`: whether
     /// the port is Ethernet); `None` for [`Automatic`](Self::Automatic) on InfiniBand.
     /// `netdev_index` turns a device name into its interface index (`if_nametoindex`).

@@ -253,7 +253,7 @@ mod tests {
         assert!(DC_INITIATOR.check(QueuePairState::Init, &rtr).is_ok());
         assert!(DC_TARGET.check(QueuePairState::Init, &rtr).is_err());
         let mut with_av = rtr.clone();
-        let mut av = crate::ibverbs::address_handle::AddressHandleAttribute::new();
+        let mut av = crate::ibverbs::address::AddressHandleAttribute::new();
         av.setup_port(1).setup_service_level(2);
         with_av.setup_address_vector(&av);
         assert!(DC_INITIATOR.check(QueuePairState::Init, &with_av).is_ok());

@@ -26,13 +26,13 @@ use super::initiator::bring_up::{active_mtu, check_port_ready};
 use super::initiator::creation::create_dc_qp;
 use super::initiator::PortNotReady;
 use super::state_table::DC_TARGET;
-use crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use crate::ibverbs::source_gid::{netdev_index, SourceGidEntry, SourceGidError};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 use crate::mlx5::library::LIBMLX5;
+use rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET;
 
 mod bring_up;
 

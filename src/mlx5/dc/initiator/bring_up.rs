@@ -12,7 +12,7 @@ use super::{
     BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
     RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
 };
-use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry};
@@ -230,7 +230,7 @@ pub(crate) fn check_port_ready(port: u8, attr: &rdma_mummy_sys::ibv_port_attr) -
             state: attr.state,
         });
     }
-    if attr.link_layer != crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
+    if attr.link_layer != rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
         return Err(PortNotReady::NoLid { port });
     }
     Ok(())
@@ -264,7 +264,7 @@ impl DcInitiator {
                 source,
             })?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
-        let roce = port.link_layer == crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET;
+        let roce = port.link_layer == rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET;
         let table = self
             .core
             .gid_table(params.port, &port)
