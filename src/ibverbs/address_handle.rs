@@ -49,9 +49,9 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
 
-/// The GRH hop limit of the global addresses this crate builds unless set (RC and DC address
-/// vectors, a DC target's, DC endpoints' address handles): 255, as perftest (`0xFF`) and UCX
-/// (`UCX_IB_HOP_LIMIT`, default 255) use. The hop limit is the IP TTL on RoCE v2 and bounds the
+/// The GRH hop limit a global address takes unless there is a reason for another (bring-up's
+/// address vectors and the DC endpoints' address handles take it): 255, as perftest (`0xFF`) and
+/// UCX (`UCX_IB_HOP_LIMIT`, default 255) use. The hop limit is the IP TTL on RoCE v2 and bounds the
 /// routers an InfiniBand packet may cross: the maximum never drops a packet on a routed network,
 /// while the 1 of rdma-core's pingpong examples only works within one subnet.
 pub const DEFAULT_HOP_LIMIT: u8 = 255;

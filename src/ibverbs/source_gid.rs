@@ -1,7 +1,8 @@
 //! Which local GID a global address is sent from. [`SourceGid`] names it: by default the port's
-//! RoCE v2 GID, or a GID table index, a network device, an IP address. Bring-up resolves it
-//! against the port's GID table into a [`SourceGidEntry`], and refuses what would not carry a
-//! packet beyond the link: an empty slot, or on RoCE a GID that is not RoCE v2.
+//! RoCE v2 GID, or a GID table index, a network device, an IP address. The device context's
+//! `source_gid` (and bring-up) resolves it against the port's GID table into a
+//! [`SourceGidEntry`], and refuses what would not carry a packet beyond the link: an empty slot,
+//! or on RoCE a GID that is not RoCE v2.
 //!
 //! Why RoCE v2: on RoCE a port's GID table has each address twice, once per RoCE version (on
 //! mlx5, index 0 is the link-local address as RoCE v1). The provider takes a packet's framing
@@ -76,7 +77,8 @@ impl SourceGidEntry {
     }
 }
 
-/// Error returned by resolving a [`SourceGid`] (inside a bring-up error).
+/// Error returned by resolving a [`SourceGid`] (the device context's `source_gid`, or inside a
+/// bring-up error).
 #[derive(Debug, thiserror::Error)]
 #[error("no usable source GID")]
 #[non_exhaustive]
