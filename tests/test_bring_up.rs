@@ -16,7 +16,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
     ModifyQueuePairErrorKind, QueuePairAttributeMask, QueuePairState, SetInlineData, WorkRequestFlags,
 };
-use sideway_ext::ibverbs::address_handle::GRH_LEN;
+use sideway_ext::ibverbs::address_from_work_completion::GRH_LEN;
 use sideway_ext::ibverbs::bring_up::{
     BringUpRcErrorKind, BringUpUdErrorKind, QueryRcEndpointErrorKind, RcBringUp, RcEndpoint, UdBringUp,
 };

@@ -16,7 +16,8 @@ use sideway::ibverbs::queue_pair::{
     SetScatterGatherEntry, WorkRequestFlags,
 };
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::address_handle::{AddressHandleAttribute, CreateAddressHandleErrorKind};
+use sideway_ext::ibverbs::address::AddressHandleAttribute;
+use sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind;
 use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::{PostSendErrorKind, ReliableConnection};

@@ -7,15 +7,14 @@ use sideway::ibverbs::completion::{CompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-use super::address_handle::{
-    AddressHandle, AddressHandleAttribute, CreateAddressHandleError, CreateAddressHandleFromWorkCompletionError,
-    CreateAddressHandleFromWorkCompletionErrorKind,
+use super::address::AddressHandleAttribute;
+use super::address_from_work_completion::{
+    CreateAddressHandleFromWorkCompletionError, CreateAddressHandleFromWorkCompletionErrorKind, GRH_LEN,
 };
+use super::address_handle::{AddressHandle, CreateAddressHandleError};
 use super::async_event::AsyncEventReader;
 use super::shared_receive_queue::SharedReceiveQueueBuilder;
-use super::source_gid::{
-    netdev_index, query_gid_entry, read_gid_table, SourceGid, SourceGidEntry, SourceGidError, SourceGidErrorKind,
-};
+use super::source_gid::{SourceGid, SourceGidEntry, SourceGidError};
 use super::work_completion::WorkCompletion;
 
 /// Factories on a protection domain.
@@ -31,12 +30,12 @@ pub trait ProtectionDomainExt {
 
     /// Creates the address handle that answers the sender of a received datagram, as
     /// `ibv_create_ah_from_wc` does: the address from the receive completion `wc` and `grh`, the
-    /// first [`GRH_LEN`](super::address_handle::GRH_LEN) bytes of its receive buffer
+    /// first [`GRH_LEN`] bytes of its receive buffer
     /// ([`AddressHandleAttribute::from_work_completion`]), then [`create_ah`](Self::create_ah)
     /// with it. See [`ibv_create_ah_from_wc`](https://man7.org/linux/man-pages/man3/ibv_create_ah_from_wc.3.html),
     /// [RDMAmojo](https://www.rdmamojo.com/2012/11/17/ibv_create_ah_from_wc/).
     fn create_ah_from_wc(
-        &self, port: u8, wc: &WorkCompletion, grh: &[u8; super::address_handle::GRH_LEN],
+        &self, port: u8, wc: &WorkCompletion, grh: &[u8; GRH_LEN],
     ) -> Result<Arc<AddressHandle>, CreateAddressHandleFromWorkCompletionError>;
 }
 
@@ -50,7 +49,7 @@ impl ProtectionDomainExt for Arc<ProtectionDomain> {
     }
 
     fn create_ah_from_wc(
-        &self, port: u8, wc: &WorkCompletion, grh: &[u8; super::address_handle::GRH_LEN],
+        &self, port: u8, wc: &WorkCompletion, grh: &[u8; GRH_LEN],
     ) -> Result<Arc<AddressHandle>, CreateAddressHandleFromWorkCompletionError> {
         // SAFETY: the PD, and so its context, is alive while self is.
         let attr = unsafe {
@@ -92,15 +91,7 @@ impl DeviceContextExt for Arc<DeviceContext> {
     }
 
     fn source_gid(&self, port: u8, source_gid: &SourceGid) -> Result<Option<SourceGidEntry>, SourceGidError> {
-        // SAFETY: the context is open while self is.
-        let context = unsafe { self.context() };
-        // SAFETY: as above.
-        let attr = unsafe { super::query_port(context, port) }
-            .map_err(|source| SourceGidErrorKind::InvalidPort { port, source })?;
-        // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
-        let table = unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?;
-        let roce = attr.link_layer == super::address_handle::IBV_LINK_LAYER_ETHERNET;
-        Ok(source_gid.resolve(port, roce, &table, netdev_index)?)
+        source_gid.find(self, port)
     }
 }
 

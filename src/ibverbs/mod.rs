@@ -6,8 +6,10 @@
 //!   with a transition table per type, and [`post_send_guard`], the `ibv_wr_*` posting API;
 //! - [`bring_up`]: RC and UD queue pairs brought to RTS in one call (RC from the peer's
 //!   [`RcEndpoint`](bring_up::RcEndpoint));
-//! - [`address_handle`]: address handles for datagram transports, also from a received
-//!   datagram's work completion;
+//! - [`address_handle`]: address handles for datagram transports, made from an
+//!   [`address::AddressHandleAttribute`] (also from a received datagram's work completion:
+//!   [`address_from_work_completion`]), and [`source_gid`], which local GID a global address is
+//!   sent from;
 //! - [`async_event`]: the device context's asynchronous events (SRQ limit, QP last WQE, …);
 //! - [`work_completion`]: completions with every field, including the queue pair number;
 //! - [`completion_channel`]: completion events, to sleep (or wait on a file descriptor) until a
@@ -183,6 +185,8 @@
 // The list above links the tokio modules, which exist with the `tokio` feature only (CI
 // documents with every feature, where the links are checked).
 #![cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
+pub mod address;
+pub mod address_from_work_completion;
 pub mod address_handle;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
@@ -194,6 +198,8 @@ pub mod async_event_waiter;
 pub mod bring_up;
 pub mod completion_channel;
 pub mod extension;
+#[cfg(feature = "serde")]
+pub(crate) mod gid_as_ipv6;
 pub mod post_send_guard;
 pub mod queue_pair;
 pub mod shared_receive_queue;

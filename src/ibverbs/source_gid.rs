@@ -1,7 +1,8 @@
 //! Which local GID a global address is sent from. [`SourceGid`] names it: by default the port's
-//! RoCE v2 GID, or a GID table index, a network device, an IP address. Bring-up resolves it
-//! against the port's GID table into a [`SourceGidEntry`], and refuses what would not carry a
-//! packet beyond the link: an empty slot, or on RoCE a GID that is not RoCE v2.
+//! RoCE v2 GID, or a GID table index, a network device, an IP address. The device context's
+//! `source_gid` (and bring-up) resolves it against the port's GID table into a
+//! [`SourceGidEntry`], and refuses what would not carry a packet beyond the link: an empty slot,
+//! or on RoCE a GID that is not RoCE v2.
 //!
 //! Why RoCE v2: on RoCE a port's GID table has each address twice, once per RoCE version (on
 //! mlx5, index 0 is the link-local address as RoCE v1). The provider takes a packet's framing
@@ -20,8 +21,9 @@ use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_context, ibv_gid_entry};
+use rdma_mummy_sys::{ibv_context, ibv_gid_entry, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::address::{Gid, GidType};
+use sideway::ibverbs::device_context::DeviceContext;
 
 /// The local GID a global address is sent from; see the [module](self) docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,7 +77,8 @@ impl SourceGidEntry {
     }
 }
 
-/// Error returned by resolving a [`SourceGid`] (inside a bring-up error).
+/// Error returned by resolving a [`SourceGid`] (the device context's `source_gid`, or inside a
+/// bring-up error).
 #[derive(Debug, thiserror::Error)]
 #[error("no usable source GID")]
 #[non_exhaustive]
@@ -199,6 +202,20 @@ pub(crate) fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> +
 }
 
 impl SourceGid {
+    /// The entry of local `port`'s GID table this names, read from the device of `ctx`; `None`
+    /// for [`Automatic`](Self::Automatic) on InfiniBand.
+    pub(crate) fn find(&self, ctx: &DeviceContext, port: u8) -> Result<Option<SourceGidEntry>, SourceGidError> {
+        // SAFETY: the context is open while ctx is.
+        let context = unsafe { ctx.context() };
+        // SAFETY: as above.
+        let attr = unsafe { super::query_port(context, port) }
+            .map_err(|source| SourceGidErrorKind::InvalidPort { port, source })?;
+        // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
+        let table = unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?;
+        let roce = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+        Ok(self.resolve(port, roce, &table, netdev_index)?)
+    }
+
     /// The entry this names among `table`, the set slots of `port`'s GID table (`roce`: whether
     /// the port is Ethernet); `None` for [`Automatic`](Self::Automatic) on InfiniBand.
     /// `netdev_index` turns a device name into its interface index (`if_nametoindex`).

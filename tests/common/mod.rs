@@ -51,7 +51,7 @@ use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::address_handle::AddressHandleAttribute;
+use sideway_ext::ibverbs::address::AddressHandleAttribute;
 use sideway_ext::ibverbs::extension::CompletionQueueExt;
 use sideway_ext::ibverbs::post_send_guard::Transport;
 use sideway_ext::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};

@@ -49,7 +49,7 @@ pub enum InvalidRcEndpointErrorKind {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RcEndpoint {
     lid: u16,
-    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::address_handle::gid_as_ipv6"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::gid_as_ipv6"))]
     gid: Gid,
     qp_number: u32,
     psn: u32,
@@ -121,7 +121,7 @@ impl<'de> serde::Deserialize<'de> for RcEndpoint {
         #[serde(rename = "RcEndpoint", deny_unknown_fields)]
         struct Unchecked {
             lid: u16,
-            #[serde(with = "crate::ibverbs::address_handle::gid_as_ipv6")]
+            #[serde(with = "crate::ibverbs::gid_as_ipv6")]
             gid: Gid,
             qp_number: u32,
             psn: u32,

@@ -11,9 +11,11 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
 use super::endpoint::{InvalidRcEndpointError, RcEndpoint};
-use crate::ibverbs::address_handle::{AddressHandleAttribute, DEFAULT_HOP_LIMIT, IBV_LINK_LAYER_ETHERNET};
+use crate::ibverbs::address::AddressHandleAttribute;
+use crate::ibverbs::address_handle::DEFAULT_HOP_LIMIT;
 use crate::ibverbs::post_send_guard::ReliableConnection;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
+use rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET;
 
 /// Error returned by [`RcBringUp`]'s [`bring_up`](SharedReceiveQueuePair::bring_up).
 #[derive(Debug, thiserror::Error)]

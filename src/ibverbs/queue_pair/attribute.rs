@@ -5,7 +5,7 @@ use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{QueuePairAttributeMask, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
-use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::zeroed::Zeroed;
 
 /// The attributes given to [`SharedReceiveQueuePair::modify`] (`struct ibv_qp_attr` and its mask):

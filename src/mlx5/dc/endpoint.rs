@@ -49,9 +49,8 @@ use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-use crate::ibverbs::address_handle::{
-    query_port_link_layer, AddressHandle, AddressHandleAttribute, CreateAddressHandleError, IBV_LINK_LAYER_ETHERNET,
-};
+use crate::ibverbs::address::AddressHandleAttribute;
+use crate::ibverbs::address_handle::{port_is_roce, AddressHandle, CreateAddressHandleError};
 use crate::ibverbs::extension::ProtectionDomainExt;
 
 /// The largest DCT number: queue pair numbers are 24 bits.
@@ -142,7 +141,7 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
     lid: u16,
-    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::address_handle::gid_as_ipv6"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::gid_as_ipv6"))]
     gid: Gid,
     dct_number: u32,
     dc_key: u64,
@@ -298,8 +297,7 @@ impl DcEndpoint {
     pub fn create_ah_with_class(
         &self, pd: &Arc<ProtectionDomain>, port: u8, src_gid_index: u8, class: &DcServiceClass,
     ) -> Result<Arc<AddressHandle>, CreateDcAddressHandleError> {
-        let local_is_roce =
-            query_port_link_layer(pd, port).map_err(CreateDcAddressHandleErrorKind::from)? == IBV_LINK_LAYER_ETHERNET;
+        let local_is_roce = port_is_roce(pd, port).map_err(CreateDcAddressHandleErrorKind::from)?;
         if local_is_roce != self.is_roce {
             return Err(CreateDcAddressHandleErrorKind::LinkLayerMismatch {
                 port,
@@ -324,7 +322,7 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
         #[serde(rename = "DcEndpoint", deny_unknown_fields)]
         struct Unchecked {
             lid: u16,
-            #[serde(with = "crate::ibverbs::address_handle::gid_as_ipv6")]
+            #[serde(with = "crate::ibverbs::gid_as_ipv6")]
             gid: Gid,
             dct_number: u32,
             dc_key: u64,

@@ -1,7 +1,7 @@
 //! The class of service of DC packets ([`DcServiceClass`], re-exported by
 //! [`endpoint`](super::endpoint)): what the requests' address handles, a DC target's replies and a
 //! pool's address handles are sent with.
-use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::address::AddressHandleAttribute;
 
 /// The class of service of DC packets: the GRH's traffic class and flow label, and the service
 /// level, which a lossless fabric maps to a priority. Applied to the address handles of

@@ -12,7 +12,7 @@ use super::{
     BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
     RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
 };
-use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry};

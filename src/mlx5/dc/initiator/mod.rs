@@ -36,7 +36,7 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, Qu
 
 use self::bring_up::BringUpAttributes;
 use self::creation::{DciCreation, Granted};
-use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::post_send_guard::{entry, PostSendGuard, ProviderEntries};
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::source_gid::{SourceGid, SourceGidEntry, SourceGidError};

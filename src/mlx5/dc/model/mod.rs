@@ -314,7 +314,7 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
     (*attr).active_mtu = 3;
     (*attr).gid_tbl_len = 16;
     (*attr).link_layer = if roce {
-        crate::ibverbs::address_handle::IBV_LINK_LAYER_ETHERNET
+        rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET
     } else {
         1
     };

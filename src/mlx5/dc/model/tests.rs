@@ -217,7 +217,7 @@ fn the_rtr_address_vector_is_sent_only_when_asked_and_an_old_kernel_says_so() {
         .mask()
         .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AddressVector));
     // Asked for (a service level, on the current kernel): sent, and the DCI reaches RTS.
-    let mut av = crate::ibverbs::address_handle::AddressHandleAttribute::new();
+    let mut av = crate::ibverbs::address::AddressHandleAttribute::new();
     av.setup_port(1).setup_service_level(3);
     let mut params = DcInitiatorBringUp::new(1);
     params.setup_rtr_address_vector(av);
@@ -533,7 +533,7 @@ fn a_dct_goes_reset_init_rtr_only_and_is_torn_down_by_dropping_it() {
 
 #[test]
 fn an_rtr_address_vector_is_checked_before_an_old_kernel_is_blamed() {
-    use crate::ibverbs::address_handle::AddressHandleAttribute;
+    use crate::ibverbs::address::AddressHandleAttribute;
     let gid = sideway::ibverbs::address::Gid::from(std::net::Ipv6Addr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1]));
     let with = |av: AddressHandleAttribute| {
         let mut params = DcInitiatorBringUp::new(1);

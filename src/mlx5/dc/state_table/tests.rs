@@ -108,7 +108,7 @@ fn the_kernels_named_dc_transitions_hold() {
     assert!(DC_INITIATOR_STATE_TABLE.check(QueuePairState::Init, &rtr).is_ok());
     assert!(DC_TARGET_STATE_TABLE.check(QueuePairState::Init, &rtr).is_err());
     let mut with_av = rtr.clone();
-    let mut av = crate::ibverbs::address_handle::AddressHandleAttribute::new();
+    let mut av = crate::ibverbs::address::AddressHandleAttribute::new();
     av.setup_port(1).setup_service_level(2);
     with_av.setup_address_vector(&av);
     assert!(DC_INITIATOR_STATE_TABLE.check(QueuePairState::Init, &with_av).is_ok());

@@ -5,7 +5,7 @@ use sideway::ibverbs::queue_pair::QueuePairState;
 use sideway::ibverbs::AccessFlags;
 
 use super::super::endpoint::{DcServiceClass, DEFAULT_HOP_LIMIT};
-use crate::ibverbs::address_handle::AddressHandleAttribute;
+use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::SourceGid;
 
