@@ -1,12 +1,8 @@
-//! The transports of the guard ([`Transport`]: RC and UD here, DC in the mlx5 module) and where
-//! their requests go ([`Destination`]), set by the destination step (UD's
-//! [`setup_ud_addr`](UnreliableDatagramDestination::setup_ud_addr)).
-use std::ptr::NonNull;
+//! The transports of the guard ([`Transport`]; RC here, each other transport in a file of its
+//! own) and where their requests go ([`Destination`]), set by a transport's destination step.
+use rdma_mummy_sys::ibv_qp_ex;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, ibv_wr_set_ud_addr};
-
-use super::{entry, sealed, LocalBufferHandle, Operation, PendingRequest};
-use crate::ibverbs::address_handle::AddressHandle;
+use super::{sealed, LocalBufferHandle, Operation, PendingRequest};
 
 /// How the requests of a queue-pair type are addressed: nothing for RC (the connection is the
 /// address), an address handle and remote QPN/Q_Key for UD, an address handle, DCT number and
@@ -44,24 +40,6 @@ impl Transport for ReliableConnection {
 }
 
 impl RemoteMemoryAccess for ReliableConnection {}
-
-/// The unreliable-datagram transport (UD): every request names its destination.
-#[derive(Debug)]
-pub enum UnreliableDatagram {}
-
-impl sealed::Sealed for UnreliableDatagram {}
-
-impl Transport for UnreliableDatagram {
-    type Context = ();
-    type AfterOperation<'g, O: Operation> = UnreliableDatagramDestination<'g, O>;
-
-    #[inline]
-    fn after_operation<O: Operation>(
-        request: PendingRequest<'_, O>, _context: (),
-    ) -> UnreliableDatagramDestination<'_, O> {
-        UnreliableDatagramDestination { request }
-    }
-}
 
 /// Where a request goes, set at its data step right after the operation's builder.
 ///
@@ -104,58 +82,6 @@ unsafe impl Destination for Connected {
     unsafe fn set(self, _qp: *mut ibv_qp_ex) {}
 }
 
-/// A UD destination: `ibv_wr_set_ud_addr(ah, remote_qpn, remote_qkey)`.
-#[derive(Debug, Clone, Copy)]
-pub struct DatagramAddress {
-    pub(super) ah: NonNull<ibv_ah>,
-    pub(super) remote_qpn: u32,
-    pub(super) remote_qkey: u32,
-}
-
-impl sealed::Sealed for DatagramAddress {}
-
-// SAFETY: it calls `wr_set_ud_addr`, its entry, with the address handle the guard's borrow keeps.
-unsafe impl Destination for DatagramAddress {
-    const ENTRY: u32 = entry::SET_UD_ADDR;
-    const ENTRY_NAME: &'static str = "wr_set_ud_addr";
-
-    #[inline]
-    unsafe fn set(self, qp: *mut ibv_qp_ex) {
-        ibv_wr_set_ud_addr(qp, self.ah.as_ptr(), self.remote_qpn, self.remote_qkey)
-    }
-}
-
-/// The destination step of a UD request.
-#[must_use = "a request is added to the batch only at its data step"]
-pub struct UnreliableDatagramDestination<'g, O: Operation> {
-    pub(super) request: PendingRequest<'g, O>,
-}
-
-impl<'g, O: Operation> UnreliableDatagramDestination<'g, O> {
-    /// Sends to queue pair `remote_qpn` with Q_Key `remote_qkey`, over the route of `ah`
-    /// (`ibv_wr_set_ud_addr`).
-    ///
-    /// The provider may resolve the address handle after the post (rxe reads it when it builds
-    /// the packet): keep `ah` alive until the request's completion has been polled, not only until
-    /// [`post`](super::PostSendGuard::post). Holding the `Arc<AddressHandle>` in a per-destination cache
-    /// does that.
-    #[inline]
-    pub fn setup_ud_addr(
-        self, ah: &'g AddressHandle, remote_qpn: u32, remote_qkey: u32,
-    ) -> LocalBufferHandle<'g, O, DatagramAddress> {
-        // SAFETY: only the pointer is taken; the caller keeps the handle alive (see above).
-        let ah = unsafe { ah.ah() };
-        LocalBufferHandle::new(
-            self.request,
-            DatagramAddress {
-                ah,
-                remote_qpn,
-                remote_qkey,
-            },
-        )
-    }
-}
-
 #[cfg(test)]
 mod external_transport_tests {
     //! A transport defined outside this module, as the mlx5 module's DC initiator will be: its
@@ -167,8 +93,8 @@ mod external_transport_tests {
     use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
     use super::*;
-    use crate::ibverbs::post_send_guard::{PostSendErrorKind, PostSendGuard};
-    use crate::test_support::{all_entries, record, recording_qp, take_calls};
+    use crate::ibverbs::post_send_guard::recording::{all_entries, record, recording_qp, take_calls};
+    use crate::ibverbs::post_send_guard::{entry, PostSendErrorKind, PostSendGuard};
 
     /// The per-queue-pair context: a pointer, as DC's mlx5 view of the queue pair will be.
     #[derive(Clone, Copy)]
