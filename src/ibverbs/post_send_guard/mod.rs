@@ -42,9 +42,12 @@
 // transports (transport: the trait, RC; unreliable_datagram: UD and its destination step), the
 // data step that makes a request's C calls (data), the provider entries the guard checks
 // (provider_entries), the errors (error), the operation types (operation); for the unit tests, a
-// provider table that records its calls (recording).
+// provider table that records its calls (recording) and a transport of another module's
+// (external_transport).
 mod data;
 mod error;
+#[cfg(test)]
+mod external_transport;
 mod guard;
 pub mod operation;
 mod provider_entries;
