@@ -1,6 +1,6 @@
 //! A [`Gid`](sideway::ibverbs::address::Gid) as an [`Ipv6Addr`](std::net::Ipv6Addr) for serde
 //! (`#[serde(with = "…::gid_as_ipv6")]`): text in human-readable formats, 16 octets otherwise,
-//! for the endpoints peers exchange (`RcEndpoint`'s and `DcEndpoint`'s GID).
+//! for the GIDs of the endpoints peers exchange.
 use std::net::Ipv6Addr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

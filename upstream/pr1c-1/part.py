@@ -36,6 +36,7 @@ MOVES = {
                  "[`DeviceContext::source_gid`](super::device_context::DeviceContext::source_gid)", 1),
                 ("super::query_port(", "query_port(", 1),
                 (" The one port query of the crate.", "", 1),
+                (" (libibverbs), anything for a unit test's model.", ".", 1),
             ],
         },
     ],

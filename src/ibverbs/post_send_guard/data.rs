@@ -122,12 +122,11 @@ mod tests {
     //! provider calls.
     use std::ptr::NonNull;
 
-    use rdma_mummy_sys::ibv_ah;
     use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
     use super::*;
-    use crate::ibverbs::post_send_guard::{DatagramAddress, PostSendGuard, ReliableConnection, UnreliableDatagram};
-    use crate::test_support::{all_entries, recording_qp, take_calls};
+    use crate::ibverbs::post_send_guard::recording::{all_entries, recording_qp, take_calls};
+    use crate::ibverbs::post_send_guard::{PostSendGuard, ReliableConnection};
 
     #[test]
     fn rc_requests_issue_flags_opcode_then_data() {
@@ -166,42 +165,6 @@ mod tests {
                 "send_imm wr_id=9 imm=0x1020304".to_string(),
                 "inline \"hi\"".to_string(),
                 "complete".to_string(),
-            ]
-        );
-    }
-
-    #[test]
-    fn ud_requests_set_the_address_between_opcode_and_data_and_drop_aborts() {
-        let mut qp = recording_qp();
-        take_calls();
-        // SAFETY: as above.
-        let mut guard =
-            unsafe { PostSendGuard::<UnreliableDatagram>::start(NonNull::from(&mut *qp), all_entries(&mut qp), ()) };
-        let request = guard.construct_wr(3, WorkRequestFlags::none()).setup_send();
-        // The address handle is only passed through; a dangling but non-null pointer is never used
-        // by the recorder.
-        let data = LocalBufferHandle::new(
-            request.request,
-            DatagramAddress {
-                ah: NonNull::dangling(),
-                remote_qpn: 77,
-                remote_qkey: 0x1111,
-            },
-        );
-        data.setup_inline_data(b"datagram");
-        drop(guard);
-        let inline = ibv_send_flags::IBV_SEND_INLINE.0;
-        assert_eq!(
-            take_calls(),
-            [
-                "start".to_string(),
-                format!("send wr_id=3 flags={inline:#x}"),
-                format!(
-                    "ud_addr ah={:#x} qpn=77 qkey=0x1111",
-                    NonNull::<ibv_ah>::dangling().as_ptr() as usize
-                ),
-                "inline \"datagram\"".to_string(),
-                "abort".to_string(),
             ]
         );
     }

@@ -227,8 +227,8 @@ mod post_one_tests {
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry};
 
     use super::*;
+    use crate::ibverbs::post_send_guard::recording::{all_entries, recording_qp, send_only_recording_qp, take_calls};
     use crate::ibverbs::post_send_guard::ReliableConnection;
-    use crate::test_support::{all_entries, recording_qp, send_only_recording_qp, take_calls};
 
     #[test]
     fn one_request_makes_the_batch_calls_in_order() {

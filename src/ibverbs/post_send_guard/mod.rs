@@ -39,16 +39,23 @@
 //! [`Inline`]: sideway::ibverbs::queue_pair::WorkRequestFlags::Inline
 
 // The guard and the state of its batch (guard), each request's operation step (request), the
-// transports and their destination step (transport), the data step that makes a request's C
-// calls (data), the provider entries the guard checks (provider_entries), the errors (error), the
-// operation types (operation).
+// transports (transport: the trait, RC; unreliable_datagram: UD and its destination step), the
+// data step that makes a request's C calls (data), the provider entries the guard checks
+// (provider_entries), the errors (error), the operation types (operation); for the unit tests, a
+// provider table that records its calls (recording) and a transport of another module's
+// (external_transport).
 mod data;
 mod error;
+#[cfg(test)]
+mod external_transport;
 mod guard;
 pub mod operation;
 mod provider_entries;
+#[cfg(test)]
+pub(crate) mod recording;
 mod request;
 mod transport;
+mod unreliable_datagram;
 
 pub use data::LocalBufferHandle;
 pub use error::{PostSendError, PostSendErrorKind};
@@ -56,10 +63,8 @@ pub use guard::{Batch, PostSendGuard};
 pub(crate) use provider_entries::entry;
 pub use provider_entries::{MissingProviderEntry, ProviderEntries};
 pub use request::{PendingRequest, WorkRequestHandle};
-pub use transport::{
-    Connected, DatagramAddress, Destination, ReliableConnection, RemoteMemoryAccess, Transport, UnreliableDatagram,
-    UnreliableDatagramDestination,
-};
+pub use transport::{Connected, Destination, ReliableConnection, RemoteMemoryAccess, Transport};
+pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};
 
 pub(crate) mod sealed {
     // Transports and operations are this crate's: each one's guarantees (which builders, which

@@ -175,8 +175,8 @@ mod provider_entry_tests {
     use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
     use super::*;
+    use crate::ibverbs::post_send_guard::recording::{recording_qp, send_only_recording_qp, take_calls};
     use crate::ibverbs::post_send_guard::{PostSendErrorKind, PostSendGuard, ReliableConnection};
-    use crate::test_support::{recording_qp, send_only_recording_qp, take_calls};
 
     #[test]
     fn a_missing_builder_of_a_granted_operation_is_refused_at_creation() {
