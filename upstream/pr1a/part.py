@@ -27,14 +27,21 @@ MOVES = {
                 ("created on it (see [`create_qp_builder`](Self::create_qp_builder), in the\n"
                  "/// [`queue_pair`](crate::ibverbs::queue_pair) module).",
                  "created on it (see\n"
-                 "/// [`QueuePairBuilder::setup_srq`](crate::ibverbs::queue_pair::QueuePairBuilder::setup_srq)).", 1),
+                 "/// `QueuePairBuilder::setup_srq`, which the next pull request adds).", 1),
+                # Asynchronous events come with the next pull request too: no link into it.
+                ("(see [`AsyncEvent::element`](crate::ibverbs::async_event::AsyncEvent::element))",
+                 "(see `AsyncEvent::element`, which the next pull request adds)", 1),
             ],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/attributes.rs",
             "to": "src/ibverbs/shared_receive_queue/attributes.rs",
             "helpers": [],
-            "rewrites": [],
+            "rewrites": [
+                # Asynchronous events come with the next pull request: no link into it.
+                ("[`SharedReceiveQueueLimitReached`](crate::ibverbs::async_event::AsyncEventType::SharedReceiveQueueLimitReached)",
+                 "`SharedReceiveQueueLimitReached` (an asynchronous event)", 1),
+            ],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/guard.rs",
