@@ -17,11 +17,9 @@ MOVES = {
         {
             "from": "src/ibverbs/shared_receive_queue/queue.rs",
             "to": "src/ibverbs/shared_receive_queue/queue.rs",
-            "helpers": ["query_device_attr", "check_destroy"],
+            "helpers": ["query_device_attr"],
             "rewrites": [
                 ("crate::ibverbs::query_device_attr(", "query_device_attr(", 1),
-                ("crate::ibverbs::check_destroy(", "check_destroy(", 1),
-                ('eprintln!("sideway-ext: {call}', 'eprintln!("sideway: {call}', 1),
                 ("[`ProtectionDomainExt::create_srq_builder`](crate::ibverbs::extension::ProtectionDomainExt::create_srq_builder)",
                  "[`ProtectionDomain::create_srq_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_srq_builder)", 1),
                 ("created on it (see [`create_qp_builder`](Self::create_qp_builder), in the\n"
@@ -89,6 +87,13 @@ MOVES = {
                 ("handed to libibverbs and libmlx5 with", "handed to libibverbs with", 1),
             ],
         },
+    ],
+}
+
+# The helpers of src/ibverbs/mod.rs that moved files of this and later parts call.
+SHARED = {
+    "1-shared-receive-queue": [
+        ("check_destroy", [('eprintln!("sideway-ext: {call}', 'eprintln!("sideway: {call}', 1)]),
     ],
 }
 
