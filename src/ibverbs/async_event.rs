@@ -2,8 +2,8 @@
 //! pair's last WQE or fatal error, a port going up or down, the device failing.
 //!
 //! Each [`AsyncEvent`] is acknowledged (`ibv_ack_async_event`) when it is dropped. Destroying a
-//! queue pair or shared receive queue waits until its events are acknowledged, so do not keep
-//! events around longer than needed.
+//! queue pair, shared receive queue or completion queue waits until its events are acknowledged,
+//! so do not keep events around longer than needed.
 //!
 //! # Reference
 //!
@@ -15,7 +15,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_mummy_sys::{ibv_ack_async_event, ibv_async_event, ibv_async_event_element_t, ibv_get_async_event};
+use rdma_mummy_sys::{
+    ibv_ack_async_event, ibv_async_event, ibv_async_event_element_t, ibv_event_type, ibv_get_async_event,
+};
 use sideway::ibverbs::device_context::DeviceContext;
 
 use super::shared_receive_queue::SharedReceiveQueueId;
@@ -88,33 +90,41 @@ pub enum AsyncEventType {
     Unknown(u32),
 }
 
+/// Each `enum ibv_event_type` value with its [`AsyncEventType`].
+const EVENT_TYPES: [(ibv_event_type, AsyncEventType); 21] = {
+    use ibv_event_type::*;
+    use AsyncEventType::*;
+    [
+        (IBV_EVENT_CQ_ERR, CompletionQueueError),
+        (IBV_EVENT_QP_FATAL, QueuePairFatal),
+        (IBV_EVENT_QP_REQ_ERR, QueuePairRequestError),
+        (IBV_EVENT_QP_ACCESS_ERR, QueuePairAccessError),
+        (IBV_EVENT_COMM_EST, CommunicationEstablished),
+        (IBV_EVENT_SQ_DRAINED, SendQueueDrained),
+        (IBV_EVENT_PATH_MIG, PathMigrated),
+        (IBV_EVENT_PATH_MIG_ERR, PathMigrationError),
+        (IBV_EVENT_DEVICE_FATAL, DeviceFatal),
+        (IBV_EVENT_PORT_ACTIVE, PortActive),
+        (IBV_EVENT_PORT_ERR, PortError),
+        (IBV_EVENT_LID_CHANGE, LidChange),
+        (IBV_EVENT_PKEY_CHANGE, PartitionKeyChange),
+        (IBV_EVENT_SM_CHANGE, SubnetManagerChange),
+        (IBV_EVENT_SRQ_ERR, SharedReceiveQueueError),
+        (IBV_EVENT_SRQ_LIMIT_REACHED, SharedReceiveQueueLimitReached),
+        (IBV_EVENT_QP_LAST_WQE_REACHED, QueuePairLastWorkQueueEntryReached),
+        (IBV_EVENT_CLIENT_REREGISTER, ClientReregister),
+        (IBV_EVENT_GID_CHANGE, GidChange),
+        (IBV_EVENT_WQ_FATAL, WorkQueueFatal),
+        (IBV_EVENT_DEVICE_SPEED_CHANGE, DeviceSpeedChange),
+    ]
+};
+
 impl From<u32> for AsyncEventType {
     fn from(value: u32) -> Self {
-        use AsyncEventType::*;
-        match value {
-            0 => CompletionQueueError,
-            1 => QueuePairFatal,
-            2 => QueuePairRequestError,
-            3 => QueuePairAccessError,
-            4 => CommunicationEstablished,
-            5 => SendQueueDrained,
-            6 => PathMigrated,
-            7 => PathMigrationError,
-            8 => DeviceFatal,
-            9 => PortActive,
-            10 => PortError,
-            11 => LidChange,
-            12 => PartitionKeyChange,
-            13 => SubnetManagerChange,
-            14 => SharedReceiveQueueError,
-            15 => SharedReceiveQueueLimitReached,
-            16 => QueuePairLastWorkQueueEntryReached,
-            17 => ClientReregister,
-            18 => GidChange,
-            19 => WorkQueueFatal,
-            20 => DeviceSpeedChange,
-            other => Unknown(other),
-        }
+        EVENT_TYPES
+            .iter()
+            .find(|&&(raw, _)| raw as u32 == value)
+            .map_or(AsyncEventType::Unknown(value), |&(_, event_type)| event_type)
     }
 }
 
@@ -187,6 +197,12 @@ impl AsyncEventType {
 }
 
 /// One asynchronous event, acknowledged with `ibv_ack_async_event` when dropped.
+///
+/// Destroying the object an event concerns (`ibv_destroy_qp`, `ibv_destroy_srq`,
+/// `ibv_destroy_cq`, run when its last handle is dropped) waits until every event affiliated
+/// with it is acknowledged: while this event is held, dropping the last handle of its queue pair,
+/// shared receive queue or completion queue blocks, on the same thread for good. Drop the event
+/// first.
 pub struct AsyncEvent {
     // Kept as C wrote it (never as the binding's typed struct) and handed back to be acknowledged.
     raw: MaybeUninit<ibv_async_event>,
@@ -233,6 +249,13 @@ impl AsyncEvent {
 /// Reading blocks by default; [`set_nonblocking`](Self::set_nonblocking) changes that, and the
 /// file descriptor ([`AsRawFd`]) can be polled for readability. Every reader of one context
 /// shares the context's single event file descriptor: its blocking mode is the context's.
+///
+/// One reader per device context is expected. Several readers of one context share its
+/// events (each goes to one of them, unpredictably) and its blocking mode:
+/// [`set_nonblocking`](Self::set_nonblocking) on one changes it for all, and when two readers
+/// poll the same file descriptor both wake for one event, so the one that loses the race blocks
+/// in [`read_timeout`](Self::read_timeout) (past its timeout) until the next event unless the
+/// context is non-blocking.
 #[derive(Debug)]
 pub struct AsyncEventReader {
     dev_ctx: Arc<DeviceContext>,
