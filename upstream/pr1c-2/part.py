@@ -6,6 +6,31 @@ COMMITS = ["1-post-send-guard"]
 
 _GUARD = "src/ibverbs/post_send_guard/"
 
+# The example of the raw `PostSendGuard::start`, after COMMON.
+START_EXAMPLE = """    ///
+    /// ```no_run
+    /// # use std::ptr::NonNull;
+    /// # use crate::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags, SetScatterGatherEntry};
+    /// use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection};
+    /// # fn adopt(qp_ex: NonNull<rdma_mummy_sys::ibv_qp_ex>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // `qp_ex`: the extended view of an RC queue pair created elsewhere and in RTS.
+    /// // SAFETY: the queue pair is alive and used by no one else while the guard lives.
+    /// let entries = unsafe { ProviderEntries::new(qp_ex, SendOperationFlags::Send) }?;
+    /// // SAFETY: as above; its provider filled `entries`.
+    /// let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
+    /// // SAFETY: the buffer at 0x1000 is registered under lkey 7 and outlives the request.
+    /// unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_sge(7, 0x1000, 64) };
+    /// guard.post()?;
+    /// # Ok(()) }
+    /// ```
+"""
+
+# The one-request post's line in the guard's mod.rs (pull requests 1c-2 and 1c-3).
+ONE_REQUEST = [
+    (", one-request posts on\n// a raw queue pair (one_request); for the unit tests, a\n", "; for the unit tests, a\n", 1),
+    ("mod one_request;\n", "", 1),
+]
+
 
 def _move(name, rewrites=()):
     return {"from": _GUARD + name, "to": _GUARD + name, "helpers": [], "rewrites": list(rewrites)}
@@ -24,17 +49,30 @@ MOVES = {
              "provider table that records its calls (recording).", 1),
             ("#[cfg(test)]\nmod external_transport;\n", "", 1),
             ("mod unreliable_datagram;\n", "", 1),
+            *ONE_REQUEST,
+            ("    // Transports and operations are this crate's:", "    // Transports, operations and destinations are sideway's:", 1),
+            # Destinations are sealed upstream, as transports are: every one is sideway's.
+            ("provider entries rely on them. (Destinations are open, an unsafe trait: a destination only\n"
+             "    // sets an address through entries the guard checks.) Visible crate-wide so that the mlx5\n"
+             "    // module's DC transport can implement them.",
+             "provider entries rely on them. Visible crate-wide so that the mlx5 module's DC transport can\n"
+             "    // implement them.", 1),
             ("pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};\n",
              "", 1),
         ]),
+        # Upstream the raw start is crate-private: the transports that need it (UD, DC) are
+        # sideway's own, so its example (a user's doctest) goes, and so does the one-request post
+        # on a raw queue pair (one_request.rs, LEFT_OUT), which sideway does not call.
         _move("guard.rs", [
-            ("use sideway_ext::ibverbs::", "use sideway::ibverbs::", 1),
-            # The doctest is a user of sideway: COMMON made its path the crate's.
-            ("# use crate::ibverbs::queue_pair::", "# use sideway::ibverbs::queue_pair::", 1),
-            ("The queue pairs of this crate call it from their `start_post_send`.",
-             "[`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
-             "    /// calls it on the queue pairs sideway creates.", 1),
-            ("\n    /// The queue pairs of this crate call it from their `post_send_one`.", "", 1),
+            ("on a queue pair this crate did not create: one created\n"
+             "    /// through libibverbs directly, or a provider table of one's own (a simulated device, a\n"
+             "    /// counting table). The queue pairs of this crate call it from their `start_post_send`.\n",
+             "on the queue pairs sideway creates, for\n"
+             "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as).\n",
+             1),
+            (START_EXAMPLE, "", 1),
+            ("    pub unsafe fn start(", "    pub(crate) unsafe fn start(", 1),
+            (" For a guard\n    /// [`start`](Self::start)ed on a queue pair whose granted size its creator knows.", "", 1),
         ]),
         _move("request.rs", [
             ("[`WorkCompletion::imm_data`](crate::ibverbs::work_completion::WorkCompletion::imm_data) (or\n"
@@ -49,9 +87,15 @@ MOVES = {
              "crate::ibverbs::queue_pair::QueuePairBuilder::setup_send_ops_flags", 1),
         ]),
         _move("operation.rs"),
+        # Upstream no destination comes from another crate: no first bit free for one.
         _move("provider_entries.rs", [
-            ("the DC setters that\n    /// [`DcContext::entries`](crate::mlx5::dc::initiator::DcContext::entries) reads, or a",
-             "the DC setters of the\n    /// mlx5 module, or a", 1),
+            ("    /// The first bit free for the entries of a [`Destination`](super::Destination) of another\n"
+             "    /// crate: below it, `ibv_qp_ex`'s entries and this crate's own outside it (mlx5's DC setters).\n"
+             "    pub const FIRST_EXTERNAL_FREE: u32 = entry::FIRST_EXTERNAL << 2;\n\n", "", 1),
+            ("the DC setters that\n    /// [`DcContext::entries`](crate::mlx5::dc::initiator::DcContext::entries) reads, or a\n"
+             "    /// [`Destination`](super::Destination) of another crate's, from\n"
+             "    /// [`FIRST_EXTERNAL_FREE`](Self::FIRST_EXTERNAL_FREE) up.",
+             "the DC setters of the mlx5\n    /// module.", 1),
         ]),
         _move("transport.rs", [
             # The queue-pair type a transport posts on: ExtendedQueuePair::start_post_send_as checks it.
@@ -62,6 +106,16 @@ MOVES = {
              "    const QP_TYPE: QueuePairType;\n", 1),
             ("    type Context = ();\n",
              "    const QP_TYPE: QueuePairType = QueuePairType::ReliableConnection;\n    type Context = ();\n", 1),
+            # Destinations are sealed upstream, as transports are: every one is sideway's.
+            ("/// Open, and `unsafe` to implement: a destination of one's own (e.g. for a provider table of\n"
+             "/// one's own, as a simulated device has) names in `ENTRY` the entries its `set` calls, each\n"
+             "/// [`ProviderEntries::FIRST_EXTERNAL_FREE`](super::ProviderEntries::FIRST_EXTERNAL_FREE) or above\n"
+             "/// when it lies outside `ibv_qp_ex` and is not one of this crate's; the guard refuses the request\n"
+             "/// before the provider when the queue pair's entries lack one.",
+             "/// Sealed, and `unsafe` to implement: a destination names in `ENTRY` the entries its `set`\n"
+             "/// calls; the guard refuses the request before the provider when the queue pair's entries lack\n"
+             "/// one.", 1),
+            ("pub unsafe trait Destination: Copy {", "pub unsafe trait Destination: sealed::Sealed + Copy {", 1),
             ("use super::{sealed, LocalBufferHandle, Operation, PendingRequest};\n",
              "use super::{sealed, LocalBufferHandle, Operation, PendingRequest};\n"
              "use crate::ibverbs::queue_pair::QueuePairType;\n", 1),
@@ -72,6 +126,7 @@ MOVES = {
 
 # The files of the moved folder that a later part takes.
 LEFT_OUT = {
+    _GUARD + "one_request.rs": "the one-request post on a raw queue pair: sideway has no caller (its start is crate-private)",
     _GUARD + "external_transport.rs": "the test of a transport of another module's (DC's): pull request 3d",
 }
 

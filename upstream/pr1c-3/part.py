@@ -20,6 +20,17 @@ MOVES = {
                 ("provider table that records its calls (recording) and a transport of another module's\n// (external_transport).",
                  "provider table that records its calls (recording).", 1),
                 ("#[cfg(test)]\nmod external_transport;\n", "", 1),
+                # As pull request 1c-2 moved it: no one-request post, destinations sealed.
+                (", one-request posts on\n// a raw queue pair (one_request); for the unit tests, a\n",
+                 "; for the unit tests, a\n", 1),
+                ("mod one_request;\n", "", 1),
+                ("    // Transports and operations are this crate's:",
+                 "    // Transports, operations and destinations are sideway's:", 1),
+                ("provider entries rely on them. (Destinations are open, an unsafe trait: a destination only\n"
+                 "    // sets an address through entries the guard checks.) Visible crate-wide so that the mlx5\n"
+                 "    // module's DC transport can implement them.",
+                 "provider entries rely on them. Visible crate-wide so that the mlx5 module's DC transport can\n"
+                 "    // implement them.", 1),
             ],
         },
         {

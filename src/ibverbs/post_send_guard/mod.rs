@@ -41,7 +41,8 @@
 // The guard and the state of its batch (guard), each request's operation step (request), the
 // transports (transport: the trait, RC; unreliable_datagram: UD and its destination step), the
 // data step that makes a request's C calls (data), the provider entries the guard checks
-// (provider_entries), the errors (error), the operation types (operation); for the unit tests, a
+// (provider_entries), the errors (error), the operation types (operation), one-request posts on
+// a raw queue pair (one_request); for the unit tests, a
 // provider table that records its calls (recording) and a transport of another module's
 // (external_transport).
 mod data;
@@ -49,6 +50,7 @@ mod error;
 #[cfg(test)]
 mod external_transport;
 mod guard;
+mod one_request;
 pub mod operation;
 mod provider_entries;
 #[cfg(test)]
