@@ -226,3 +226,77 @@ fn rc_guard_posts_send_and_write_and_refuses_what_the_queue_pair_lacks() -> Resu
     }
     Ok(())
 }
+
+/// Inline data longer than the queue pair's granted `max_inline_data` (as `build_ex` read it
+/// back) is refused by the guard before the provider, with the granted size, and the batch is
+/// aborted: the queue pair posts again afterwards.
+#[test]
+fn rc_guard_refuses_inline_data_over_the_granted_size() -> Result<(), Box<dyn std::error::Error>> {
+    let device_list = device::DeviceList::new()?;
+    assert!(device_list.iter().next().is_some(), "no device to test on");
+    for device in &device_list {
+        let ctx = device.open()?;
+        let pd = ctx.alloc_pd()?;
+        let mut received = vec![0u8; 4096];
+        // SAFETY: the buffer outlives its memory region and every request that uses it.
+        let received_mr = unsafe { pd.reg_mr(received.as_mut_ptr() as _, received.len(), AccessFlags::LocalWrite)? };
+
+        let mut cq_builder = ctx.create_cq_builder();
+        cq_builder.setup_cqe(64);
+        let send_cq = GenericCompletionQueue::from(cq_builder.build()?);
+        let recv_cq = GenericCompletionQueue::from(cq_builder.build()?);
+        let mut builder = pd.create_qp_builder();
+        builder
+            .setup_max_inline_data(64)
+            .setup_send_cq(send_cq.clone())
+            .setup_recv_cq(recv_cq.clone())
+            .setup_send_ops_flags(SendOperationFlags::Send);
+        let mut qp = builder.build_ex()?;
+        connect_to_self(&ctx, &mut qp);
+
+        // Far over what any provider grants for 64 bytes asked.
+        let too_long = vec![7u8; 4096];
+        let mut guard = qp.start_post_send_as::<ReliableConnection>()?;
+        guard
+            .construct_wr(30, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data(b"aborted");
+        guard
+            .construct_wr(31, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data(&too_long);
+        let err = guard.post().unwrap_err();
+        let PostSendErrorKind::InlineDataTooLong {
+            index,
+            wr_id,
+            length,
+            max_inline_data,
+            batch_len,
+        } = err.0
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!((index, wr_id, length, batch_len), (1, 31, 4096, 2));
+        assert!((64..4096).contains(&max_inline_data), "granted {max_inline_data}");
+
+        // The batch was aborted: only what comes next lands.
+        let mut guard = qp.start_post_recv();
+        // SAFETY: `received` is registered under `received_mr` and outlives the receive.
+        unsafe {
+            guard
+                .construct_wr(3)
+                .setup_sge(received_mr.lkey(), received.as_mut_ptr() as _, 4096)
+        };
+        guard.post()?;
+        let mut guard = qp.start_post_send_as::<ReliableConnection>()?;
+        guard
+            .construct_wr(32, WorkRequestFlags::Signaled)
+            .setup_send()
+            .setup_inline_data(&too_long[..max_inline_data as usize]);
+        guard.post()?;
+        assert_eq!(poll(&send_cq, 1)[0].0, 32);
+        assert_eq!(poll(&recv_cq, 1), [(3, max_inline_data)]);
+        assert!(received[..max_inline_data as usize].iter().all(|&byte| byte == 7));
+    }
+    Ok(())
+}
