@@ -100,9 +100,10 @@ impl AddressHandleAttribute {
         self
     }
 
-    /// The GRH flow label (20 bits); makes the address global.
+    /// The GRH flow label: its low 20 bits, the field's width (the rest is dropped); makes the
+    /// address global.
     pub fn setup_grh_flow_label(&mut self, flow_label: u32) -> &mut Self {
-        self.attr.grh.flow_label = flow_label;
+        self.attr.grh.flow_label = flow_label & 0xf_ffff;
         self.attr.is_global = 1;
         self
     }
@@ -181,5 +182,14 @@ mod tests {
             (7, 3, 1, 64)
         );
         assert_eq!((attr.traffic_class(), attr.flow_label()), (0x10, 0xabcde));
+    }
+
+    #[test]
+    fn a_flow_label_keeps_its_low_20_bits() {
+        let mut attr = AddressHandleAttribute::new();
+        attr.setup_grh_flow_label(0xfff0_0001);
+        assert_eq!(attr.flow_label(), 1);
+        attr.setup_grh_flow_label(u32::MAX);
+        assert_eq!(attr.flow_label(), 0xf_ffff);
     }
 }

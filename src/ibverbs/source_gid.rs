@@ -1,8 +1,8 @@
 //! Which local GID a global address is sent from. [`SourceGid`] names it: by default the port's
 //! RoCE v2 GID, or a GID table index, a network device, an IP address. The device context's
-//! `source_gid` (and bring-up) resolves it against the port's GID table into a
-//! [`SourceGidEntry`], and refuses what would not carry a packet beyond the link: an empty slot,
-//! or on RoCE a GID that is not RoCE v2.
+//! `source_gid` resolves it against the port's GID table into a [`SourceGidEntry`], and refuses
+//! what would not carry a packet beyond the link: an empty slot, or on RoCE a GID that is not
+//! RoCE v2.
 //!
 //! Why RoCE v2: on RoCE a port's GID table has each address twice, once per RoCE version (on
 //! mlx5, index 0 is the link-local address as RoCE v1). The provider takes a packet's framing
@@ -77,8 +77,7 @@ impl SourceGidEntry {
     }
 }
 
-/// Error returned by resolving a [`SourceGid`] (the device context's `source_gid`, or inside a
-/// bring-up error).
+/// Error returned by resolving a [`SourceGid`] (the device context's `source_gid`).
 #[derive(Debug, thiserror::Error)]
 #[error("no usable source GID")]
 #[non_exhaustive]
@@ -189,7 +188,7 @@ fn entry(raw: &ibv_gid_entry) -> SourceGidEntry {
 
 /// Of `entries` (port, is RoCE v2, GID), the position of the first IPv4-mapped RoCE v2 GID of
 /// `port`, else of its first non-zero RoCE v2 GID.
-pub(crate) fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> + Clone, port: u8) -> Option<usize> {
+fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> + Clone, port: u8) -> Option<usize> {
     let candidates = entries
         .enumerate()
         .filter(move |(_, (on, roce_v2, gid))| *on == u32::from(port) && *roce_v2 && !gid.is_zero());
