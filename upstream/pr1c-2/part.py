@@ -87,8 +87,12 @@ MOVES = {
              "crate::ibverbs::queue_pair::QueuePairBuilder::setup_send_ops_flags", 1),
         ]),
         _move("operation.rs"),
-        # Upstream no destination comes from another crate: no first bit free for one.
+        # Upstream no destination comes from another crate: no first bit free for one; and no
+        # entry outside `ibv_qp_ex` before DC's posting (pull request 3d) brings its setters.
         _move("provider_entries.rs", [
+            ("    /// The first bit free for entries outside `ibv_qp_ex` (the mlx5 module's).\n"
+             "    #[cfg_attr(not(feature = \"mlx5\"), allow(dead_code))]\n"
+             "    pub const FIRST_EXTERNAL: u32 = 1 << 16;\n\n", "", 1),
             ("    /// The first bit free for the entries of a [`Destination`](super::Destination) of another\n"
              "    /// crate: below it, `ibv_qp_ex`'s entries and this crate's own outside it (mlx5's DC setters).\n"
              "    pub const FIRST_EXTERNAL_FREE: u32 = entry::FIRST_EXTERNAL << 2;\n\n", "", 1),
