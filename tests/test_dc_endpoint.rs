@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind;
-use sideway_ext::mlx5::dc::endpoint::{CreateDcAddressHandleErrorKind, DcEndpoint, DEFAULT_HOP_LIMIT};
+use sideway_ext::ibverbs::address_handle::{CreateAddressHandleErrorKind, DEFAULT_HOP_LIMIT};
+use sideway_ext::mlx5::dc::endpoint::{CreateDcAddressHandleErrorKind, DcEndpoint};
 
 /// The test device's context and a PD. These tests assume port 1 is RoCE (rxe0 is).
 fn roce_device() -> (Arc<DeviceContext>, Arc<ProtectionDomain>) {

@@ -56,7 +56,8 @@ use crate::ibverbs::extension::ProtectionDomainExt;
 /// The largest DCT number: queue pair numbers are 24 bits.
 pub const MAX_DCT_NUMBER: u32 = 0xff_ffff;
 
-pub use crate::ibverbs::address_handle::DEFAULT_HOP_LIMIT;
+// One public path: `ibverbs::address_handle`; the DC target takes it from here too.
+pub(crate) use crate::ibverbs::address_handle::DEFAULT_HOP_LIMIT;
 
 pub use super::service_class::DcServiceClass;
 

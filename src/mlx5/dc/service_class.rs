@@ -34,8 +34,8 @@ use crate::ibverbs::address::AddressHandleAttribute;
 /// class's upper six bits, in the GRH of their address handle), but whether the replies (ACKs,
 /// read and atomic responses) do is unconfirmed: the DSCP reaches the DCT only inside `tclass`,
 /// UCX's comment implies current firmware takes a RoCE v2 DCT's DSCP from `dscp`, no reference
-/// says a ConnectX copies `tclass` to the replies' IP header, and no ConnectX has confirmed it for
-/// this crate. The replies may leave with DSCP 0, outside the lossless class: check the switch's
+/// says a ConnectX copies `tclass` to the replies' IP header, and it has not been checked on a
+/// ConnectX. The replies may leave with DSCP 0, outside the lossless class: check the switch's
 /// per-class counters for them; a fabric classified by PCP gets the service level's priority.
 ///
 /// # Example
