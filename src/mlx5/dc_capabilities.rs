@@ -4,8 +4,8 @@
 //! [`Mlx5DeviceContext::query_dc_capabilities`]: super::device_context::Mlx5DeviceContext::query_dc_capabilities
 use super::device_attributes::{DciStreamsCapabilities, Mlx5DeviceAttributes, OdpTransportCapabilities};
 
-/// What a program needs to know before it builds DC queue pairs on a device: whether DC is
-/// usable, how deep DC reads and atomics can go, DCI streams and DC on-demand paging.
+/// What a program needs to know before it builds DC queue pairs on a device: whether DC can be
+/// there at all (an mlx5 device), how deep DC reads and atomics can go, DCI streams and DC on-demand paging.
 ///
 /// Combines [`mlx5dv_query_device(3)`] (the DC values) with sideway's
 /// [`DeviceAttr`](sideway::ibverbs::device_context::DeviceAttr) (the RC read/atomic depths, for
@@ -55,12 +55,11 @@ impl DcCapabilities {
         self.is_mlx5
     }
 
-    /// Whether DC queue pairs can be expected to work: the device is an mlx5 device, the only
-    /// provider with DC.
-    ///
+    /// Whether the device can have DC at all: the same answer as [`is_mlx5`](Self::is_mlx5), mlx5
+    /// being the only provider with DC. `false` means no DC; `true` does not promise it:
     /// `mlx5dv_query_device` has no "DC supported" bit, and a few mlx5 devices (ConnectX-4 Lx,
-    /// some virtual functions) lack DC: the definitive test is creating a DC target and moving
-    /// it to RTR, where the hardware object is created.
+    /// some virtual functions) lack DC. The definitive test is creating a DC target and moving it
+    /// to RTR, where the hardware object is created.
     pub fn is_supported(&self) -> bool {
         self.is_mlx5
     }

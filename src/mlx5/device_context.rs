@@ -97,9 +97,10 @@ pub(crate) unsafe fn query_device_raw(
 ///     Err(err) => return Err(err.into()),
 /// }
 /// let dc = mlx5.query_dc_capabilities()?;
-/// println!("DC usable: {}", dc.is_supported());
+/// println!("mlx5, so DC possible: {}", dc.is_supported());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[derive(Debug)]
 pub struct Mlx5DeviceContext {
     // The device context the mlx5 queries run on; the Arc keeps it open.
     context: Arc<DeviceContext>,
@@ -164,5 +165,16 @@ impl Mlx5DeviceContext {
             attr.max_qp_rd_atom(),
             attr.max_qp_init_rd_atom(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_context_is_debug() {
+        fn debug<T: std::fmt::Debug>() {}
+        debug::<Mlx5DeviceContext>();
     }
 }

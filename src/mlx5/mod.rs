@@ -9,7 +9,8 @@
 //! - [`device_context`]: [`Mlx5DeviceContext`](device_context::Mlx5DeviceContext), built from a
 //!   sideway device context, and its queries;
 //! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
-//! - [`dc_capabilities`]: the DC summary (is DC usable, read/atomic depths, DCI streams, ODP);
+//! - [`dc_capabilities`]: the DC summary (can the device have DC, read/atomic depths, DCI streams,
+//!   ODP);
 //! - [`dc`]: DC initiators and targets, and their endpoints (a pool of initiators is the crate
 //!   `sideway-ext-dc-pool`);
 //! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`,

@@ -11,7 +11,7 @@
 //! - [`device_attributes`](crate::mlx5::device_attributes): the attributes `mlx5dv_query_device`
 //!   returns, decoded;
 //! - [`dc_capabilities`](crate::mlx5::dc_capabilities): the DC (Dynamically Connected transport)
-//!   summary: is DC usable, its read/atomic depths, DCI streams, on-demand paging.
+//!   summary: can the device have DC, its read/atomic depths, DCI streams, on-demand paging.
 //!
 //! # Is this device mlx5, and what can its DC do?
 //!
