@@ -2,6 +2,7 @@
 //! transitions' attributes (checked against the DC initiator's table), `bring_up` and its errors,
 //! and what it was brought up with (kept for `recover`, in `recovery`).
 use std::io;
+use std::sync::Arc;
 
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairState};
@@ -92,8 +93,8 @@ pub struct DcInitiatorBringUp {
     rtr_address_vector: Option<AddressHandleAttribute>,
 }
 
-/// The attributes a DC initiator was brought up with, to bring it up again after an error.
-#[derive(Debug, Clone)]
+/// The attributes a DC initiator was brought up with, to bring it up again after an error
+/// (shared: `recover` holds them while it modifies the DC initiator).
 pub(crate) struct BringUpAttributes {
     init: QueuePairAttribute,
     rtr: QueuePairAttribute,
@@ -335,7 +336,7 @@ impl DcInitiator {
                 }
             })?;
         }
-        self.brought_up_with = Some(attributes);
+        self.brought_up_with = Some(Arc::new(attributes));
         Ok(())
     }
 }
@@ -346,19 +347,18 @@ mod tests {
     use super::*;
     use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
 
+    /// Whether the DC initiator's table takes `attr` in state `from`.
+    fn takes(from: QueuePairState, attr: &QueuePairAttribute) -> bool {
+        DC_INITIATOR_STATE_TABLE.check(from, attr).is_ok()
+    }
+
     #[test]
     fn bring_up_attributes_pass_the_dc_table_and_cap_the_read_atomic_depth() {
         let mut params = DcInitiatorBringUp::new(1);
         let attributes = params.attributes(Mtu::Mtu1024, 8, None);
-        assert!(DC_INITIATOR_STATE_TABLE
-            .check(QueuePairState::Reset, &attributes.init)
-            .is_ok());
-        assert!(DC_INITIATOR_STATE_TABLE
-            .check(QueuePairState::Init, &attributes.rtr)
-            .is_ok());
-        assert!(DC_INITIATOR_STATE_TABLE
-            .check(QueuePairState::ReadyToReceive, &attributes.rts)
-            .is_ok());
+        assert!(takes(QueuePairState::Reset, &attributes.init));
+        assert!(takes(QueuePairState::Init, &attributes.rtr));
+        assert!(takes(QueuePairState::ReadyToReceive, &attributes.rts));
         assert_eq!(attributes.rts.max_read_atomic(), 8, "default: the device's DC depth");
         assert_eq!(
             (

@@ -246,7 +246,7 @@ pub struct DcInitiator {
     verbs: &'static DcVerbs,
     creation: DciCreation,
     read_atomic_depth: u8,
-    brought_up_with: Option<BringUpAttributes>,
+    brought_up_with: Option<Arc<BringUpAttributes>>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the

@@ -5,7 +5,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use sideway::ibverbs::queue_pair::{
-    ModifyQueuePairError, ModifyQueuePairErrorKind, QueryQueuePairError, QueuePairAttributeMask, QueuePairState,
+    ModifyQueuePairError, ModifyQueuePairErrorKind, QueryQueuePairError, QueuePairState,
 };
 
 use super::creation::Granted;
@@ -71,7 +71,7 @@ impl DcInitiator {
     /// can still read RTS. Use [`wait_for_error`](Self::wait_for_error) where a whole-DCI error
     /// is expected.
     pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
-        self.core.query(QueuePairAttributeMask::State).map(|attr| attr.state())
+        self.core.query_state()
     }
 
     /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
