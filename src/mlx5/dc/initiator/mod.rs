@@ -43,6 +43,8 @@ mod addressed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
+#[cfg(test)]
+pub(crate) mod recording;
 pub(crate) mod recovery;
 mod route;
 mod send;
