@@ -56,6 +56,8 @@ _ALWAYS = {
     ],
     "bring_up.rs": [
         ("sideway_ext::mlx5::", "sideway::mlx5::", 1),
+        # The doctest is a user of sideway: COMMON made its path the crate's.
+        ("/// use crate::ibverbs::queue_pair::QueuePairState::", "/// use sideway::ibverbs::queue_pair::QueuePairState::", 1),
         # sideway's modify_qp explains the device's EINVAL with the table (no check before it).
         ("transitions' attributes (checked against the DC initiator's table),",
          "transitions' attributes (which the DC initiator's table takes),", 1),
@@ -74,6 +76,37 @@ _ALWAYS = {
          "            false => from,\n"
          "        };\n"
          "        attr_mask_check(attr.attr_mask, from, to, &DC_INITIATOR_STATE_TABLE).is_ok()", 1),
+    ],
+    # DC posting (3d on).
+    "transport.rs": [
+        # sideway's transports name the queue-pair type they post on (1c-2): DC's is Driver.
+        ("impl Transport for DynamicallyConnected {\n",
+         "impl Transport for DynamicallyConnected {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
+        ("use crate::ibverbs::post_send_guard::{\n    sealed, Destination,",
+         "use crate::ibverbs::queue_pair::QueuePairType;\nuse crate::ibverbs::post_send_guard::{\n    sealed, Destination,", 1),
+    ],
+    "addressed.rs": [
+        ("impl<A: DcAddressing> Transport for BatchAddressed<A> {\n",
+         "impl<A: DcAddressing> Transport for BatchAddressed<A> {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
+        ("use crate::ibverbs::post_send_guard::{\n", "use crate::ibverbs::queue_pair::QueuePairType;\nuse crate::ibverbs::post_send_guard::{\n", 1),
+        # The doctest is a user of sideway: COMMON made its path the crate's.
+        ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
+        ("/// use sideway_ext::", "/// use sideway::", 3),
+    ],
+    "route.rs": [
+        (" made, or one a simulated fabric made (sideway-ext-dc-pool's).", " made, or one a simulated fabric made.", 1),
+        ("or the simulated DC fabric's of `sideway-ext-dc-pool`\n/// (`SimulatedFabric::create_ah`), or an [`Arc`] of either.",
+         "or a simulated DC fabric's, or an [`Arc`] of\n/// either.", 1),
+        ("A route of another crate's, as sideway-ext-dc-pool's simulated fabric has:",
+         "A route of another crate's, as a simulated fabric has:", 1),
+    ],
+    "send.rs": [
+        ("initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).\n", "initiator.\n", 1),
+        ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
+        ("/// use sideway_ext::", "/// use sideway::", 3),
+        ("    /// Posts one send request at the cost of the raw calls, as\n"
+         "    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):\n",
+         "    /// Posts one send request at the cost of the raw calls:\n", 1),
     ],
     "recovery.rs": [
         ("create_dc_qp(self.verbs, self.core.context(),", "create_dc_qp(self.core.context(),", 1),
@@ -102,6 +135,24 @@ _GUIDE = {
         "//!\n"
         "//! This module defines the builder and its errors and the DC initiator with its accessors;\n"
         "//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`.\n"
+    ),
+    "pr3d": (
+        "//! Build one with [`DcInitiatorBuilder`]\n"
+        "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)),\n"
+        "//! bring it to RTS with [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]),\n"
+        "//! then post with [`DcInitiator::start_post_send`]: `construct_wr` → an operation →\n"
+        "//! `setup_dc_addr` → the data. A request without its address or its data does not compile.\n"
+        "//!\n"
+        "//! After an error completion a DC initiator is in ERR for every destination:\n"
+        "//! [`DcInitiator::recover`] brings it back in one call.\n"
+        "//!\n"
+        "//! This module defines the builder and its errors and the DC initiator with its accessors; the\n"
+        "//! rest is in private files, one concern each: `plan` and `creation`, the builder's settings and\n"
+        "//! `build` (the plan from a request and the device to `mlx5dv_create_qp`, sized as libmlx5 sizes\n"
+        "//! it, so what it will grant is known before the call); `bring_up`, the bring-up parameters and\n"
+        "//! the transitions to RTS; `recovery`, the state read from the device and `recover` after an\n"
+        "//! error; `transport`, `addressed`, `route` and `send`, posting: the DC transport of the post\n"
+        "//! guard (a request's address step, `mlx5dv_wr_set_dc_addr`) and what a program posts on.\n"
     ),
     "pr3c-2": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
@@ -156,6 +207,7 @@ _LATER = {
     "pr3d": {
         "mod.rs": [
             ("mod addressed;\n", "", 1),
+            ("#[cfg(test)]\npub(crate) mod recording;\n", "", 1),
             ("mod route;\n", "", 1),
             ("mod send;\n", "", 1),
             ("mod transport;\n", "", 1),
@@ -231,6 +283,7 @@ LEFT_OUT = {
     _INIT + "addressed.rs": "DC posting: pull request 3d",
     _INIT + "route.rs": "DC posting: pull request 3d",
     _INIT + "send.rs": "DC posting: pull request 3d",
+    _INIT + "recording.rs": "the DC initiator's recording tables, for DC posting's unit tests: pull request 3d",
     _INIT + "stream_reset.rs": "mlx5dv_dci_stream_id_reset, after an rdma-mummy-sys release: pull request 3e",
 }
 
