@@ -6,8 +6,8 @@ COMMITS = ["1-shared-receive-queue"]
 # The files that move, per commit (see MOVES in scripts/upstream-pr).
 MOVES = {
     "1-shared-receive-queue": [
-        # The module folder src/ibverbs/shared_receive_queue/, file by file (every file of a
-        # moved folder must have its entry: see `folders_complete`).
+        # The module folder src/ibverbs/shared_receive_queue/, file by file (every file of src/
+        # must be placed: see `every_file_placed` in scripts/upstream-pr).
         {
             "from": "src/ibverbs/shared_receive_queue/mod.rs",
             "to": "src/ibverbs/shared_receive_queue/mod.rs",
@@ -17,24 +17,29 @@ MOVES = {
         {
             "from": "src/ibverbs/shared_receive_queue/queue.rs",
             "to": "src/ibverbs/shared_receive_queue/queue.rs",
-            "helpers": ["query_device_attr", "check_destroy"],
+            "helpers": ["query_device_attr"],
             "rewrites": [
                 ("crate::ibverbs::query_device_attr(", "query_device_attr(", 1),
-                ("crate::ibverbs::check_destroy(", "check_destroy(", 1),
-                ('eprintln!("sideway-ext: {call}', 'eprintln!("sideway: {call}', 1),
                 ("[`ProtectionDomainExt::create_srq_builder`](crate::ibverbs::extension::ProtectionDomainExt::create_srq_builder)",
                  "[`ProtectionDomain::create_srq_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_srq_builder)", 1),
                 ("created on it (see [`create_qp_builder`](Self::create_qp_builder), in the\n"
                  "/// [`queue_pair`](crate::ibverbs::queue_pair) module).",
                  "created on it (see\n"
-                 "/// [`QueuePairBuilder::setup_srq`](crate::ibverbs::queue_pair::QueuePairBuilder::setup_srq)).", 1),
+                 "/// `QueuePairBuilder::setup_srq`, which the next pull request adds).", 1),
+                # Asynchronous events come with the next pull request too: no link into it.
+                ("(see [`AsyncEvent::element`](crate::ibverbs::async_event::AsyncEvent::element))",
+                 "(see `AsyncEvent::element`, which the next pull request adds)", 1),
             ],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/attributes.rs",
             "to": "src/ibverbs/shared_receive_queue/attributes.rs",
             "helpers": [],
-            "rewrites": [],
+            "rewrites": [
+                # Asynchronous events come with the next pull request: no link into it.
+                ("[`SharedReceiveQueueLimitReached`](crate::ibverbs::async_event::AsyncEventType::SharedReceiveQueueLimitReached)",
+                 "`SharedReceiveQueueLimitReached` (an asynchronous event)", 1),
+            ],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/guard.rs",
@@ -82,6 +87,13 @@ MOVES = {
                 ("handed to libibverbs and libmlx5 with", "handed to libibverbs with", 1),
             ],
         },
+    ],
+}
+
+# The helpers of src/ibverbs/mod.rs that moved files of this and later parts call.
+SHARED = {
+    "1-shared-receive-queue": [
+        ("check_destroy", [('eprintln!("sideway-ext: {call}', 'eprintln!("sideway: {call}', 1)]),
     ],
 }
 

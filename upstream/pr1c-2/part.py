@@ -72,7 +72,6 @@ MOVES = {
 
 # The files of the moved folder that a later part takes.
 LEFT_OUT = {
-    _GUARD + "unreliable_datagram.rs": "the UD transport and its destination step: pull request 1c-3",
     _GUARD + "external_transport.rs": "the test of a transport of another module's (DC's): pull request 3d",
 }
 

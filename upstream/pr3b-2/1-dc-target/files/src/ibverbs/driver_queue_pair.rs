@@ -8,11 +8,10 @@
 //! know, and its posting is the provider's. Its public type wraps this core and says which table
 //! applies.
 use std::io;
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_context, ibv_destroy_qp, ibv_gid_entry, ibv_port_attr, ibv_qp, ibv_query_port};
+use rdma_mummy_sys::{ibv_context, ibv_destroy_qp, ibv_gid_entry, ibv_port_attr, ibv_qp};
 
 use super::completion::GenericCompletionQueue;
 use super::protection_domain::ProtectionDomain;
@@ -43,7 +42,7 @@ impl Drop for DriverQueuePair {
         // SAFETY: the handle came from a create call and is destroyed once, before the parents
         // (the fields are dropped after this).
         let ret = unsafe { ibv_destroy_qp(self.qp.as_ptr()) };
-        assert_eq!(ret, 0);
+        super::check_destroy("ibv_destroy_qp", ret);
     }
 }
 
@@ -99,17 +98,8 @@ impl DriverQueuePair {
 
     /// `ibv_query_port` on the context of the queue pair's protection domain.
     pub(crate) fn query_port(&self, port: u8) -> io::Result<ibv_port_attr> {
-        if port == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let mut attr = MaybeUninit::<ibv_port_attr>::zeroed();
-        // SAFETY: the context is open while the protection domain is; `attr` is writable.
-        let ret = unsafe { ibv_query_port(self.context().as_ptr(), port, attr.as_mut_ptr()) };
-        if ret != 0 {
-            return Err(io::Error::from_raw_os_error(ret));
-        }
-        // SAFETY: the call filled it (and it was zeroed before).
-        Ok(unsafe { attr.assume_init() })
+        // SAFETY: the context is open while the protection domain is.
+        unsafe { super::query_port(self.context(), port) }
     }
 
     /// The set slots of local `port`'s GID table ([`read_gid_table`]), `port_attr` its attributes.

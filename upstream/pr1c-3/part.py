@@ -1,0 +1,51 @@
+# Pull request 1c-3: the UD transport of the post guard, `setup_qkey`, and the old extended guard
+# deprecated. Read by scripts/upstream-pr (see upstream/README.md).
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-unreliable-datagram"]
+
+_GUARD = "src/ibverbs/post_send_guard/"
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr): UD's transport, and the
+# guard's mod.rs again (pull request 1c-2 moved it without UD), now with its UD lines.
+MOVES = {
+    "1-unreliable-datagram": [
+        {
+            "from": _GUARD + "mod.rs",
+            "to": _GUARD + "mod.rs",
+            "helpers": [],
+            "rewrites": [
+                ("the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module)",
+                 "the destination (`setup_ud_addr`)", 1),
+                ("provider table that records its calls (recording) and a transport of another module's\n// (external_transport).",
+                 "provider table that records its calls (recording).", 1),
+                ("#[cfg(test)]\nmod external_transport;\n", "", 1),
+            ],
+        },
+        {
+            "from": _GUARD + "unreliable_datagram.rs",
+            "to": _GUARD + "unreliable_datagram.rs",
+            "helpers": [],
+            "rewrites": [
+                # The queue-pair type a transport posts on (1c-2's `Transport::QP_TYPE`).
+                ("    type Context = ();\n",
+                 "    const QP_TYPE: QueuePairType = QueuePairType::UnreliableDatagram;\n    type Context = ();\n", 1),
+                ("use crate::ibverbs::address_handle::AddressHandle;\n",
+                 "use crate::ibverbs::address_handle::AddressHandle;\nuse crate::ibverbs::queue_pair::QueuePairType;\n", 1),
+            ],
+        },
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say: this crate's names and DC's data plane
+# (DC's destination step is pull request 3d).
+FORBIDDEN = GLUE + DC_DATA_PLANE + ["external_transport", "test_support", "setup_dc_addr"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (500, 150)
+
+# Its unit tests (a recording provider table, and the attribute's Q_Key; no device): on the host.
+HOST_TESTS = [
+    "ibverbs::post_send_guard::unreliable_datagram::",
+    "ibverbs::queue_pair::tests::test_qkey_and_mask",
+]
