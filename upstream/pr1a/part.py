@@ -6,8 +6,8 @@ COMMITS = ["1-shared-receive-queue"]
 # The files that move, per commit (see MOVES in scripts/upstream-pr).
 MOVES = {
     "1-shared-receive-queue": [
-        # The module folder src/ibverbs/shared_receive_queue/, file by file (every file of a
-        # moved folder must have its entry: see `folders_complete`).
+        # The module folder src/ibverbs/shared_receive_queue/, file by file (every file of src/
+        # must be placed: see `every_file_placed` in scripts/upstream-pr).
         {
             "from": "src/ibverbs/shared_receive_queue/mod.rs",
             "to": "src/ibverbs/shared_receive_queue/mod.rs",

@@ -247,6 +247,13 @@ impl QueuePairCore {
         Ok(())
     }
 
+    /// The state read from the device (`ibv_query_qp`), kept as the state from then on (the
+    /// device may have moved the queue pair to SQE or ERR on its own).
+    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by the DC initiator of the mlx5 module
+    pub(crate) fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
+        self.query(QueuePairAttributeMask::State).map(|attr| attr.state())
+    }
+
     pub(crate) fn query(&mut self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {
         let mut attr = QueuePairAttribute::new();
         // SAFETY: ibv_qp_init_attr is plain data for which all zeroes is valid.

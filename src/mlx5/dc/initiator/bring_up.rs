@@ -1,26 +1,100 @@
-//! How a DC initiator reaches RTS and comes back after an error: the bring-up parameters'
-//! settings and the three transitions' attributes (checked against the DC initiator's table),
-//! `bring_up`, `recover` (through RESET, or by creating the DC initiator again where the kernel
-//! refuses RESET) and the reset of one errored DCI stream.
+//! How a DC initiator reaches RTS: the bring-up parameters, their settings and the three
+//! transitions' attributes (checked against the DC initiator's table), `bring_up` and its errors,
+//! and what it was brought up with (kept for `recover`, in `recovery`).
 use std::io;
+use std::sync::Arc;
 
 use sideway::ibverbs::device_context::Mtu;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairState};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairState};
 
-use super::creation::Granted;
-use super::{
-    BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcRecovery,
-    RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
-};
+use super::{DcInitiator, PortNotReady};
 use crate::ibverbs::address::AddressHandleAttribute;
-use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
-use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry};
-use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready, create_dc_qp};
+use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry, SourceGidError};
+use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 
-/// The attributes a DC initiator was brought up with, to bring it up again after an error.
+/// Error returned by [`DcInitiator::bring_up`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to bring up DC initiator")]
+#[non_exhaustive]
+pub struct BringUpDcInitiatorError(#[from] pub BringUpDcInitiatorErrorKind);
+
+/// The enum type for [`BringUpDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BringUpDcInitiatorErrorKind {
+    /// The port is 0 or the device has no such port.
+    #[error("port {port} does not exist on this device")]
+    InvalidPort {
+        /// The port asked for.
+        port: u8,
+        /// The library's error from querying it.
+        source: io::Error,
+    },
+    /// The port cannot carry DC traffic yet (not active, or an InfiniBand port without a LID),
+    /// found before any transition.
+    #[error(transparent)]
+    PortNotReady(PortNotReady),
+    /// The address vector of
+    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) is not global
+    /// on a RoCE port, where every address vector must carry a GRH; found before any transition.
+    #[error(
+        "port {port} is RoCE: the RTR address vector must be global (setup_grh_dest_gid and setup_grh_src_gid_index)"
+    )]
+    RtrAddressVectorNotGlobal {
+        /// The port.
+        port: u8,
+    },
+    /// The RTR address vector's source GID index names a slot of the port's GID table that
+    /// cannot be read, is empty, or on RoCE is not RoCE v2; found before any transition.
+    #[error("the RTR address vector's source GID is not usable")]
+    RtrAddressVectorGid(#[source] SourceGidError),
+    /// The source GID ([`DcInitiatorBringUp::setup_source_gid`]) is not in the port's GID
+    /// table, or on RoCE is not RoCE v2 (or the port has none); found before any transition.
+    #[error(transparent)]
+    SourceGid(#[from] SourceGidError),
+    /// The kernel refused the move to RTR with the address vector of
+    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
+    /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before
+    /// Linux v5.0 (nor in distribution kernels with an older mlx5_ib). The address vector was
+    /// checked first ([`RtrAddressVectorNotGlobal`](Self::RtrAddressVectorNotGlobal),
+    /// [`RtrAddressVectorGid`](Self::RtrAddressVectorGid)), so an old kernel is the likely cause.
+    /// The DC initiator is left in INIT; bring it up without one, which every kernel takes.
+    #[error(
+        "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): kernels before \
+         Linux 5.0 take none there; bring it up without setup_rtr_address_vector"
+    )]
+    RtrAddressVectorRefused {
+        /// The library's error.
+        source: ModifyQueuePairError,
+    },
+    /// A transition failed (checked against the DC initiator's table first).
+    #[error(transparent)]
+    Modify(#[from] ModifyQueuePairError),
+}
+
+/// How [`DcInitiator::bring_up`] brings a DC initiator to RTS: the local port and P_Key index,
+/// the path MTU (default: the port's active MTU, no larger than its destinations'), the source
+/// GID of its requests (default: on RoCE the port's RoCE v2 GID), and perftest's defaults for
+/// the rest (timeout 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the
+/// device's DC initiator depth.
 #[derive(Debug, Clone)]
+pub struct DcInitiatorBringUp {
+    port: u8,
+    pkey_index: u16,
+    path_mtu: Option<Mtu>,
+    destination_path_mtu: Option<Mtu>,
+    source_gid: SourceGid,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    max_read_atomic: Option<u8>,
+    rtr_address_vector: Option<AddressHandleAttribute>,
+}
+
+/// The attributes a DC initiator was brought up with, to bring it up again after an error
+/// (shared: `recover` holds them while it modifies the DC initiator).
 pub(crate) struct BringUpAttributes {
     init: QueuePairAttribute,
     rtr: QueuePairAttribute,
@@ -41,18 +115,9 @@ impl BringUpAttributes {
     }
 
     /// The three steps, in order: RESET → INIT, INIT → RTR, RTR → RTS.
-    #[cfg(test)]
     pub(crate) fn steps(&self) -> [&QueuePairAttribute; 3] {
         [&self.init, &self.rtr, &self.rts]
     }
-}
-
-/// The first step of [`DcInitiator::recover`]: the move to RESET, with the state alone (mlx5_ib's
-/// `modify_dci_qp_is_ok` allows nothing else with it).
-pub(crate) fn reset_attribute() -> QueuePairAttribute {
-    let mut reset = QueuePairAttribute::new();
-    reset.setup_state(QueuePairState::Reset);
-    reset
 }
 
 impl DcInitiatorBringUp {
@@ -188,6 +253,21 @@ impl DcInitiatorBringUp {
 }
 
 impl DcInitiator {
+    /// The local GID its requests' address handles are sent from, resolved by
+    /// [`bring_up`](Self::bring_up) ([`DcInitiatorBringUp::setup_source_gid`]): on RoCE a
+    /// RoCE v2 GID; `None` on InfiniBand without one, and before bring-up.
+    pub fn source_gid(&self) -> Option<SourceGidEntry> {
+        self.brought_up_with.as_ref()?.source_gid()
+    }
+
+    /// The path MTU it was brought up with: the largest packets it sends (`None` before
+    /// [`bring_up`](Self::bring_up)).
+    pub fn path_mtu(&self) -> Option<Mtu> {
+        Some(self.brought_up_with.as_ref()?.path_mtu())
+    }
+}
+
+impl DcInitiator {
     /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
     /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
     /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
@@ -256,118 +336,8 @@ impl DcInitiator {
                 }
             })?;
         }
-        self.brought_up_with = Some(attributes);
+        self.brought_up_with = Some(Arc::new(attributes));
         Ok(())
-    }
-
-    /// Brings a DC initiator in ERR (after an error completion, for every destination) back to
-    /// RTS in one call, with the attributes of the last [`bring_up`](Self::bring_up): RESET →
-    /// INIT → RTR → RTS ([`DcRecovery::Reset`]). Where the kernel refuses a DC initiator's move to
-    /// RESET (`EINVAL`, kernels whose `modify_dci_qp_is_ok` has no RESET branch), it creates the
-    /// DC initiator again with the same attributes and brings that one up instead
-    /// ([`DcRecovery::Rebuilt`], with a new [`qp_number`](Self::qp_number)); either way this
-    /// value stays the caller's handle.
-    ///
-    /// Poll its failed completions first: the reset (or the destruction) discards its send
-    /// queue and libmlx5 cleans the send CQ of its completions.
-    pub fn recover(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
-        let attributes = self
-            .brought_up_with
-            .clone()
-            .ok_or(RecoverDcInitiatorErrorKind::NotBroughtUp)?;
-        let recovery = match self.core.modify(&reset_attribute()) {
-            Ok(()) => DcRecovery::Reset,
-            Err(err) if matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL)) => {
-                self.rebuild()?
-            },
-            Err(err) => return Err(RecoverDcInitiatorErrorKind::Modify(err).into()),
-        };
-        for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
-            self.core.modify(attr).map_err(RecoverDcInitiatorErrorKind::Modify)?;
-        }
-        Ok(recovery)
-    }
-
-    /// Creates the DC initiator again with its creation attributes and puts the new queue pair
-    /// in the old one's place (which is destroyed).
-    fn rebuild(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
-        let previous_qp_number = self.core.qp_number();
-        let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
-        // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while the core
-        // is; the context is theirs.
-        let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
-            RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
-        })?;
-        // The same request is granted the same sizes; keep what this one was granted.
-        self.granted = Granted::of(&init);
-        // SAFETY: qp was just created on the core's parents with these send operations, in
-        // RESET; the old views are replaced below before any use.
-        let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };
-        let attached = replaced
-            .map_err(|err| err.0)
-            .and_then(|()| Self::attach(&mut self.core, self.verbs, self.creation.params.streams.is_some()))
-            .and_then(|mlx5_qp_ex| Ok((self.core.send_view().ok_or("ibv_qp_to_qp_ex")?, mlx5_qp_ex)));
-        match attached {
-            Ok((send_view, mlx5_qp_ex)) => {
-                self.send_view = send_view;
-                self.mlx5_qp_ex = mlx5_qp_ex;
-                Ok(DcRecovery::Rebuilt { previous_qp_number })
-            },
-            Err(entry) => {
-                // Posting must not reach the new queue pair's NULL entry: no entry is granted
-                // until a later recover succeeds.
-                self.send_view.1 = ProviderEntries::NONE;
-                Err(RecoverDcInitiatorErrorKind::RebuildMissingProviderEntry { entry }.into())
-            },
-        }
-    }
-
-    /// Resets one errored DCI stream with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later,
-    /// resolved at run time), so that the stream can be used again while the others went on.
-    /// Any `stream_id` a request was posted on with `setup_dc_addr_stream` can be reset (the
-    /// provider writes it into the request as is).
-    ///
-    /// Reset a stream only once every request posted on it has completed — the error
-    /// completion first, then the flush errors of the stream's later requests (man page
-    /// `mlx5dv_dci_stream_id_reset(3)`): the stream's requests still queued are not flushed
-    /// yet when its error completion arrives. Requests of other streams go on executing.
-    ///
-    /// # Errors
-    ///
-    /// - [`NoStreams`](ResetDciStreamErrorKind::NoStreams): created without streams;
-    /// - [`DeviceCannotResetStreams`](ResetDciStreamErrorKind::DeviceCannotResetStreams);
-    /// - [`NotSupported`](ResetDciStreamErrorKind::NotSupported): libmlx5 lacks the function;
-    /// - [`NotReadyToSend`](ResetDciStreamErrorKind::NotReadyToSend): the DC initiator is not
-    ///   in RTS (as last modified or queried; or libmlx5 said so and a query confirmed it):
-    ///   [`recover`](Self::recover) it.
-    pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
-        if self.creation.params.streams.is_none() {
-            return Err(ResetDciStreamErrorKind::NoStreams.into());
-        }
-        if self.creation.max_log_num_errored == 0 {
-            return Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into());
-        }
-        let reset = (self.verbs.stream_id_reset)().ok_or(ResetDciStreamErrorKind::NotSupported)?;
-        // libmlx5 checks its cached state, which ibv_modify_qp and ibv_query_qp update as the
-        // core does.
-        let state = self.core.state();
-        if state != QueuePairState::ReadyToSend {
-            return Err(ResetDciStreamErrorKind::NotReadyToSend { state }.into());
-        }
-        // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C
-        // signature it was resolved with.
-        match unsafe { reset(self.core.qp().as_ptr(), stream_id) } {
-            0 => Ok(()),
-            // The DC initiator may have gone to ERR since the state was last read (libmlx5
-            // refuses with EOPNOTSUPP after a query, the device with a command error before).
-            errno => match self.query_state() {
-                Ok(state) if state != QueuePairState::ReadyToSend => {
-                    Err(ResetDciStreamErrorKind::NotReadyToSend { state }.into())
-                },
-                _ if errno == libc::EOPNOTSUPP => Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into()),
-                _ => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),
-            },
-        }
     }
 }
 
@@ -377,19 +347,18 @@ mod tests {
     use super::*;
     use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
 
+    /// Whether the DC initiator's table takes `attr` in state `from`.
+    fn takes(from: QueuePairState, attr: &QueuePairAttribute) -> bool {
+        DC_INITIATOR_STATE_TABLE.check(from, attr).is_ok()
+    }
+
     #[test]
     fn bring_up_attributes_pass_the_dc_table_and_cap_the_read_atomic_depth() {
         let mut params = DcInitiatorBringUp::new(1);
         let attributes = params.attributes(Mtu::Mtu1024, 8, None);
-        assert!(DC_INITIATOR_STATE_TABLE
-            .check(QueuePairState::Reset, &attributes.init)
-            .is_ok());
-        assert!(DC_INITIATOR_STATE_TABLE
-            .check(QueuePairState::Init, &attributes.rtr)
-            .is_ok());
-        assert!(DC_INITIATOR_STATE_TABLE
-            .check(QueuePairState::ReadyToReceive, &attributes.rts)
-            .is_ok());
+        assert!(takes(QueuePairState::Reset, &attributes.init));
+        assert!(takes(QueuePairState::Init, &attributes.rtr));
+        assert!(takes(QueuePairState::ReadyToReceive, &attributes.rts));
         assert_eq!(attributes.rts.max_read_atomic(), 8, "default: the device's DC depth");
         assert_eq!(
             (

@@ -1,8 +1,8 @@
 //! How a DC initiator is created: the builder's settings and `build`, which queries the device,
 //! plans the init parameters (or refuses the request by type before the library), hands them to
 //! `mlx5dv_create_qp` and completes the queue pair into a [`DcInitiator`]. The send queue is sized
-//! as libmlx5 sizes it, so what it will grant is known before the call (a pool sizes its CQ with
-//! it) and what it granted is read back after.
+//! as libmlx5 sizes it, so what it will grant is known before the call (a program sizes its send
+//! CQ with it) and what it granted is read back after.
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ impl DcInitiatorBuilder {
     }
 
     /// The protection domain the initiator is created on (default: the one the builder was
-    /// made from); a builder of many initiators (a pool's) sets its own.
+    /// made from); a builder of many initiators on several sets its own.
     pub fn setup_protection_domain(&mut self, pd: &Arc<ProtectionDomain>) -> &mut Self {
         self.pd = Arc::clone(pd);
         self
@@ -193,7 +193,7 @@ impl DcInitiatorBuilder {
     }
 
     /// The send queue [`build`](Self::build) will be granted ([`DcInitiator::max_send_wr`]),
-    /// from the request and the device, before creating anything: a pool sizes its own send CQ
+    /// from the request and the device, before creating anything: a program sizes its send CQ
     /// with it.
     pub fn planned_max_send_wr(&self) -> Result<u32, CreateDcInitiatorError> {
         Ok(self.plan()?.params.granted_max_send_wr())

@@ -11,13 +11,14 @@
 //! [`DcInitiator::recover`] brings it back in one call; with DCI streams, one errored stream is
 //! reset with [`DcInitiator::reset_stream`].
 //!
-//! This module defines the public types: the builder and its errors, the DC initiator (its
-//! accessors and posting), its bring-up parameters and errors, and the DC transport of the post
-//! guard (a request's address step, `mlx5dv_wr_set_dc_addr`). Their behaviour is in two private
-//! rooms: `creation`, the builder's settings and `build` (the plan from a request and the device
-//! to `mlx5dv_create_qp`, sized as libmlx5 sizes it, so what it will grant is known before the
-//! call); `bring_up`, the bring-up parameters, the transitions to RTS, recovery after an error
-//! and stream resets.
+//! This module defines the builder and its errors and the DC initiator with its accessors; the
+//! rest is in private files, one concern each: `plan` and `creation`, the builder's settings and
+//! `build` (the plan from a request and the device to `mlx5dv_create_qp`, sized as libmlx5 sizes
+//! it, so what it will grant is known before the call); `bring_up`, the bring-up parameters and
+//! the transitions to RTS; `recovery`, the state read from the device and `recover` after an
+//! error; `stream_reset`, the reset of one DCI stream; `transport`, `addressed`, `route` and
+//! `send`, posting: the DC transport of the post guard (a request's address step,
+//! `mlx5dv_wr_set_dc_addr`) and what a program posts on.
 //!
 //! # Reference
 //!
@@ -26,34 +27,37 @@
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rdma_mummy_sys::{ibv_qp, ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::completion::GenericCompletionQueue;
-use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairState, SendOperationFlags};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
 
 use self::bring_up::BringUpAttributes;
 use self::creation::{DciCreation, Granted};
-use crate::ibverbs::address::AddressHandleAttribute;
-use crate::ibverbs::post_send_guard::{entry, PostSendGuard, ProviderEntries};
+use crate::ibverbs::post_send_guard::{entry, ProviderEntries};
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
-use crate::ibverbs::source_gid::{SourceGid, SourceGidEntry, SourceGidError};
 use crate::mlx5::library::DcVerbs;
 
 mod addressed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
+#[cfg(test)]
+pub(crate) mod recording;
+pub(crate) mod recovery;
 mod route;
 mod send;
+mod stream_reset;
 mod transport;
 
 pub use self::addressed::{BatchAddressed, DcAddressing};
+pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
 pub use self::plan::{plan_dci, DciDevice, DciInitParameters, DciRequest};
+pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};
 pub use self::route::DcRoute;
 pub use self::send::DcSend;
+pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};
 pub use self::transport::{DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
 pub use super::queue_pair::PortNotReady;
 
@@ -244,7 +248,7 @@ pub struct DcInitiator {
     verbs: &'static DcVerbs,
     creation: DciCreation,
     read_atomic_depth: u8,
-    brought_up_with: Option<BringUpAttributes>,
+    brought_up_with: Option<Arc<BringUpAttributes>>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
@@ -320,50 +324,6 @@ impl DcInitiator {
         self.read_atomic_depth
     }
 
-    /// The local GID its requests' address handles are sent from, resolved by
-    /// [`bring_up`](Self::bring_up) ([`DcInitiatorBringUp::setup_source_gid`]): on RoCE a
-    /// RoCE v2 GID; `None` on InfiniBand without one, and before bring-up.
-    pub fn source_gid(&self) -> Option<SourceGidEntry> {
-        self.brought_up_with.as_ref()?.source_gid()
-    }
-
-    /// The path MTU it was brought up with: the largest packets it sends (`None` before
-    /// [`bring_up`](Self::bring_up)).
-    pub fn path_mtu(&self) -> Option<Mtu> {
-        Some(self.brought_up_with.as_ref()?.path_mtu())
-    }
-
-    /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the
-    /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
-    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
-    ///
-    /// With streams the move to ERR is asynchronous: one query right after the error completion
-    /// can still read RTS. Use [`wait_for_error`](Self::wait_for_error) where a whole-DCI error
-    /// is expected.
-    pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
-        self.core
-            .query(sideway::ibverbs::queue_pair::QueuePairAttributeMask::State)
-            .map(|attr| attr.state())
-    }
-
-    /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
-    /// the last state read: the DC initiator goes to ERR some time after its error (with DCI
-    /// streams, once 2^`log_num_errored` streams are in error), so a single
-    /// [`query_state`](Self::query_state) can still read RTS. pyverbs waits up to one second
-    /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`). A timeout past the
-    /// clock's end (`Duration::MAX`) waits until ERR.
-    pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            let state = self.query_state()?;
-            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
-            if state == QueuePairState::Error || left.is_zero() {
-                return Ok(state);
-            }
-            std::thread::sleep(Duration::from_millis(1).min(left));
-        }
-    }
-
     /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
     /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →
     /// INIT → RTR → RTS, INIT → INIT and RTS → RTS with their optional attributes, any state to
@@ -371,201 +331,6 @@ impl DcInitiator {
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.core.modify(attr)
     }
-
-    /// The queue pair's extended and mlx5 views and the entries their provider filled (the DC
-    /// setters included), for a guard [`start`](PostSendGuard::start)ed by hand: one whose
-    /// requests all go to one address ([`BatchAddressed`]), as a pool of initiators posts.
-    /// Using them needs `unsafe` (see [`PostSendGuard::start`]); reading them does not.
-    pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        (self.send_view.0, self.send_view.1, self.mlx5_qp_ex)
-    }
-
-    /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
-    /// `setup_dc_addr` between its operation and its data.
-    #[inline]
-    pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
-        let (qp_ex, entries) = self.send_view;
-        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
-        // provider filled the entries read at creation; the context is its mlx5 view.
-        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) };
-        guard.set_max_inline_data(self.granted.max_inline_data);
-        guard
-    }
-
-    /// Posts one send request at the cost of the raw calls, as
-    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):
-    /// `request` describes it from its operation on, its DC address included
-    /// (`wr.setup_send().setup_dc_addr(&ah, dct_number, dc_key).setup_inline_data(b"hi")`); an
-    /// operation or setter the DC initiator was not created with never reaches the provider.
-    #[inline]
-    pub fn post_send_one(
-        &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
-        request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),
-    ) -> Result<(), crate::ibverbs::post_send_guard::PostSendError> {
-        let mut guard = self.start_post_send();
-        request(guard.construct_wr(wr_id, wr_flags));
-        guard.post()
-    }
-}
-
-/// Error returned by [`DcInitiator::bring_up`].
-#[derive(Debug, thiserror::Error)]
-#[error("failed to bring up DC initiator")]
-#[non_exhaustive]
-pub struct BringUpDcInitiatorError(#[from] pub BringUpDcInitiatorErrorKind);
-
-/// The enum type for [`BringUpDcInitiatorError`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BringUpDcInitiatorErrorKind {
-    /// The port is 0 or the device has no such port.
-    #[error("port {port} does not exist on this device")]
-    InvalidPort {
-        /// The port asked for.
-        port: u8,
-        /// The library's error from querying it.
-        source: io::Error,
-    },
-    /// The port cannot carry DC traffic yet (not active, or an InfiniBand port without a LID),
-    /// found before any transition.
-    #[error(transparent)]
-    PortNotReady(PortNotReady),
-    /// The address vector of
-    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) is not global
-    /// on a RoCE port, where every address vector must carry a GRH; found before any transition.
-    #[error(
-        "port {port} is RoCE: the RTR address vector must be global (setup_grh_dest_gid and setup_grh_src_gid_index)"
-    )]
-    RtrAddressVectorNotGlobal {
-        /// The port.
-        port: u8,
-    },
-    /// The RTR address vector's source GID index names a slot of the port's GID table that
-    /// cannot be read, is empty, or on RoCE is not RoCE v2; found before any transition.
-    #[error("the RTR address vector's source GID is not usable")]
-    RtrAddressVectorGid(#[source] SourceGidError),
-    /// The source GID ([`DcInitiatorBringUp::setup_source_gid`]) is not in the port's GID
-    /// table, or on RoCE is not RoCE v2 (or the port has none); found before any transition.
-    #[error(transparent)]
-    SourceGid(#[from] SourceGidError),
-    /// The kernel refused the move to RTR with the address vector of
-    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
-    /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before
-    /// Linux v5.0 (nor in distribution kernels with an older mlx5_ib). The address vector was
-    /// checked first ([`RtrAddressVectorNotGlobal`](Self::RtrAddressVectorNotGlobal),
-    /// [`RtrAddressVectorGid`](Self::RtrAddressVectorGid)), so an old kernel is the likely cause.
-    /// The DC initiator is left in INIT; bring it up without one, which every kernel takes.
-    #[error(
-        "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): kernels before \
-         Linux 5.0 take none there; bring it up without setup_rtr_address_vector"
-    )]
-    RtrAddressVectorRefused {
-        /// The library's error.
-        source: ModifyQueuePairError,
-    },
-    /// A transition failed (checked against the DC initiator's table first).
-    #[error(transparent)]
-    Modify(#[from] ModifyQueuePairError),
-}
-
-/// Error returned by [`DcInitiator::recover`].
-#[derive(Debug, thiserror::Error)]
-#[error("failed to recover DC initiator")]
-#[non_exhaustive]
-pub struct RecoverDcInitiatorError(#[from] pub RecoverDcInitiatorErrorKind);
-
-/// The enum type for [`RecoverDcInitiatorError`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RecoverDcInitiatorErrorKind {
-    /// The DC initiator was never brought up with [`DcInitiator::bring_up`]: there are no
-    /// attributes to bring it up again with.
-    #[error("the DC initiator was not brought up with bring_up")]
-    NotBroughtUp,
-    /// A transition failed.
-    #[error(transparent)]
-    Modify(#[from] ModifyQueuePairError),
-    /// The kernel refused the move to RESET and creating the DC initiator again
-    /// (`mlx5dv_create_qp`) failed: it is still the old queue pair, in its old state.
-    #[error("the kernel refused the move to RESET, and creating the DC initiator again failed")]
-    Rebuild(#[source] io::Error),
-    /// The DC initiator was created again, but its provider left `entry` NULL: the new queue
-    /// pair was destroyed, and posting is refused until a later `recover` succeeds.
-    #[error("the rebuilt DC initiator lacks the provider entry `{entry}`")]
-    RebuildMissingProviderEntry {
-        /// The entry's name.
-        entry: &'static str,
-    },
-}
-
-/// How [`DcInitiator::recover`] brought a DC initiator back to RTS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DcRecovery {
-    /// Through RESET → INIT → RTR → RTS, as UCX (`uct_dc_mlx5_iface_reset_dci`) and pyverbs
-    /// (`reset_qp`) do: the same queue pair and number.
-    Reset,
-    /// The kernel refused the move to RESET (`EINVAL`: mlx5_ib's `modify_dci_qp_is_ok` before it
-    /// had a RESET branch), so the DC initiator was created again with the same attributes and
-    /// brought up: a new queue pair, whose number is [`DcInitiator::qp_number`] now. The
-    /// `DcInitiator` value stays valid; completions still queued for the old number were
-    /// discarded with the old queue pair.
-    Rebuilt {
-        /// The number of the queue pair it replaced.
-        previous_qp_number: u32,
-    },
-}
-
-/// Error returned by [`DcInitiator::reset_stream`].
-#[derive(Debug, thiserror::Error)]
-#[error("failed to reset DCI stream")]
-#[non_exhaustive]
-pub struct ResetDciStreamError(#[from] pub ResetDciStreamErrorKind);
-
-/// The enum type for [`ResetDciStreamError`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ResetDciStreamErrorKind {
-    /// libmlx5 has no `mlx5dv_dci_stream_id_reset` (before rdma-core v37, or no libmlx5).
-    #[error("libmlx5 has no mlx5dv_dci_stream_id_reset (rdma-core v37 or later needed)")]
-    NotSupported,
-    /// The DC initiator was created without streams.
-    #[error("the DC initiator has no DCI streams")]
-    NoStreams,
-    /// The DC initiator is not in RTS (libmlx5 refuses the reset with `EOPNOTSUPP`):
-    /// 2^`log_num_errored` streams errored and it went to ERR as a whole; [`DcInitiator::recover`] it instead.
-    #[error("the DC initiator is in {state:?}, not RTS: recover it instead of resetting a stream")]
-    NotReadyToSend {
-        /// The state read from the device.
-        state: QueuePairState,
-    },
-    /// The device cannot reset streams: its `dci_streams_caps.max_log_num_errored` is 0, or it
-    /// lacks the QP context extension (`EOPNOTSUPP` from `mlx5dv_dci_stream_id_reset` while the
-    /// DC initiator is in RTS). Only [`DcInitiator::recover`] brings an errored stream back.
-    #[error("the device cannot reset DCI streams (max_log_num_errored 0 or no QP context extension)")]
-    DeviceCannotResetStreams,
-    /// The library call failed.
-    #[error(transparent)]
-    Ibverbs(#[from] io::Error),
-}
-
-/// How [`DcInitiator::bring_up`] brings a DC initiator to RTS: the local port and P_Key index,
-/// the path MTU (default: the port's active MTU, no larger than its destinations'), the source
-/// GID of its requests (default: on RoCE the port's RoCE v2 GID), and perftest's defaults for
-/// the rest (timeout 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the
-/// device's DC initiator depth.
-#[derive(Debug, Clone)]
-pub struct DcInitiatorBringUp {
-    port: u8,
-    pkey_index: u16,
-    path_mtu: Option<Mtu>,
-    destination_path_mtu: Option<Mtu>,
-    source_gid: SourceGid,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-    max_read_atomic: Option<u8>,
-    rtr_address_vector: Option<AddressHandleAttribute>,
 }
 
 /// The mlx5 entries a DC initiator's requests call: `wr_set_dc_addr`, and with streams

@@ -84,10 +84,10 @@ mod tests {
     use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 
     use super::*;
+    use crate::ibverbs::post_send_guard::recording::take_calls;
     use crate::ibverbs::post_send_guard::{PostSendErrorKind, PostSendGuard, ProviderEntries};
+    use crate::mlx5::dc::initiator::recording::recording_dci;
     use crate::mlx5::dc::initiator::{dc_entries, DcContext, DynamicallyConnected, DC_SEND_OPERATIONS};
-    use crate::test_support::dc::recording_dci;
-    use crate::test_support::take_calls;
 
     /// A route of another crate's, as sideway-ext-dc-pool's simulated fabric has: its
     /// destinations need an entry of their own, beside the DC setter's.

@@ -1,10 +1,13 @@
 //! [`DcSend`]: what a program posts DC requests on, a [`DcInitiator`] or a simulated one, so that
 //! one program (or one test) runs on a ConnectX and on a simulated fabric.
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::{DcInitiator, DcRoute, DynamicallyConnected};
+use super::{DcContext, DcInitiator, DcRoute, DynamicallyConnected};
 use crate::ibverbs::address_handle::AddressHandle;
-use crate::ibverbs::post_send_guard::{PostSendError, PostSendGuard, WorkRequestHandle};
+use crate::ibverbs::post_send_guard::{PostSendError, PostSendGuard, ProviderEntries, WorkRequestHandle};
 
 /// A DC initiator a program posts on: [`DcInitiator`] on a device, and a simulated fabric's
 /// initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).
@@ -57,6 +60,43 @@ pub trait DcSend {
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
         request: impl FnOnce(WorkRequestHandle<'_, DynamicallyConnected>),
     ) -> Result<(), PostSendError> {
+        let mut guard = self.start_post_send();
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
+    }
+}
+
+impl DcInitiator {
+    /// The queue pair's extended and mlx5 views and the entries their provider filled (the DC
+    /// setters included), for a guard [`start`](PostSendGuard::start)ed by hand: one whose
+    /// requests all go to one address ([`BatchAddressed`](super::BatchAddressed)), as a pool of initiators posts.
+    /// Using them needs `unsafe` (see [`PostSendGuard::start`]); reading them does not.
+    pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+        (self.send_view.0, self.send_view.1, self.mlx5_qp_ex)
+    }
+
+    /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
+    /// `setup_dc_addr` between its operation and its data.
+    #[inline]
+    pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
+        let (qp_ex, entries) = self.send_view;
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation; the context is its mlx5 view.
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) };
+        guard.set_max_inline_data(self.granted.max_inline_data);
+        guard
+    }
+
+    /// Posts one send request at the cost of the raw calls, as
+    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):
+    /// `request` describes it from its operation on, its DC address included
+    /// (`wr.setup_send().setup_dc_addr(&ah, dct_number, dc_key).setup_inline_data(b"hi")`); an
+    /// operation or setter the DC initiator was not created with never reaches the provider.
+    #[inline]
+    pub fn post_send_one(
+        &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
+        request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),
+    ) -> Result<(), crate::ibverbs::post_send_guard::PostSendError> {
         let mut guard = self.start_post_send();
         request(guard.construct_wr(wr_id, wr_flags));
         guard.post()

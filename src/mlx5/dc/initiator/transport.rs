@@ -220,12 +220,12 @@ mod tests {
     use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
     use super::*;
+    use crate::ibverbs::post_send_guard::recording::take_calls;
     use crate::ibverbs::post_send_guard::{
         Destination, LocalBufferHandle, Operation, PostSendErrorKind, ProviderEntries,
     };
+    use crate::mlx5::dc::initiator::recording::recording_dci;
     use crate::mlx5::dc::initiator::DC_SEND_OPERATIONS;
-    use crate::test_support::dc::recording_dci;
-    use crate::test_support::take_calls;
     use sideway::ibverbs::queue_pair::SendOperationFlags;
 
     fn start(

@@ -1069,7 +1069,7 @@ fn the_dct_creation_and_every_bring_up_step_follow_the_reference_rules() {
     }
     // DCI: RESET -> INIT -> RTR -> RTS with the attributes bring_up hands over, then, from
     // every state, recover's move to RESET and the same steps again.
-    use crate::mlx5::dc::initiator::bring_up::reset_attribute;
+    use crate::mlx5::dc::initiator::recovery::reset_attribute;
     let mut bring_up = DcInitiatorBringUp::new(1);
     bring_up.setup_pkey_index(0).setup_max_read_atomic(4);
     let attributes = bring_up.attributes(sideway::ibverbs::device_context::Mtu::Mtu1024, 16, None);

@@ -1,0 +1,164 @@
+//! How a DC initiator comes back after an error completion: its state read from the device
+//! (`query_state`, `wait_for_error`), and `recover`, which brings it back to RTS through RESET, or
+//! by creating it again where the kernel refuses a DC initiator's move to RESET.
+use std::io;
+use std::time::{Duration, Instant};
+
+use sideway::ibverbs::queue_pair::{
+    ModifyQueuePairError, ModifyQueuePairErrorKind, QueryQueuePairError, QueuePairState,
+};
+
+use super::creation::Granted;
+use super::DcInitiator;
+use crate::ibverbs::post_send_guard::ProviderEntries;
+use crate::ibverbs::queue_pair::QueuePairAttribute;
+use crate::mlx5::dc::queue_pair::create_dc_qp;
+
+/// Error returned by [`DcInitiator::recover`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to recover DC initiator")]
+#[non_exhaustive]
+pub struct RecoverDcInitiatorError(#[from] pub RecoverDcInitiatorErrorKind);
+
+/// The enum type for [`RecoverDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverDcInitiatorErrorKind {
+    /// The DC initiator was never brought up with [`DcInitiator::bring_up`]: there are no
+    /// attributes to bring it up again with.
+    #[error("the DC initiator was not brought up with bring_up")]
+    NotBroughtUp,
+    /// A transition failed.
+    #[error(transparent)]
+    Modify(#[from] ModifyQueuePairError),
+    /// The kernel refused the move to RESET and creating the DC initiator again
+    /// (`mlx5dv_create_qp`) failed: it is still the old queue pair, in its old state.
+    #[error("the kernel refused the move to RESET, and creating the DC initiator again failed")]
+    Rebuild(#[source] io::Error),
+    /// The DC initiator was created again, but its provider left `entry` NULL: the new queue
+    /// pair was destroyed, and posting is refused until a later `recover` succeeds.
+    #[error("the rebuilt DC initiator lacks the provider entry `{entry}`")]
+    RebuildMissingProviderEntry {
+        /// The entry's name.
+        entry: &'static str,
+    },
+}
+
+/// How [`DcInitiator::recover`] brought a DC initiator back to RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DcRecovery {
+    /// Through RESET → INIT → RTR → RTS, as UCX (`uct_dc_mlx5_iface_reset_dci`) and pyverbs
+    /// (`reset_qp`) do: the same queue pair and number.
+    Reset,
+    /// The kernel refused the move to RESET (`EINVAL`: mlx5_ib's `modify_dci_qp_is_ok` before it
+    /// had a RESET branch), so the DC initiator was created again with the same attributes and
+    /// brought up: a new queue pair, whose number is [`DcInitiator::qp_number`] now. The
+    /// `DcInitiator` value stays valid; completions still queued for the old number were
+    /// discarded with the old queue pair.
+    Rebuilt {
+        /// The number of the queue pair it replaced.
+        previous_qp_number: u32,
+    },
+}
+
+impl DcInitiator {
+    /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the
+    /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
+    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
+    ///
+    /// With streams the move to ERR is asynchronous: one query right after the error completion
+    /// can still read RTS. Use [`wait_for_error`](Self::wait_for_error) where a whole-DCI error
+    /// is expected.
+    pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
+        self.core.query_state()
+    }
+
+    /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
+    /// the last state read: the DC initiator goes to ERR some time after its error (with DCI
+    /// streams, once 2^`log_num_errored` streams are in error), so a single
+    /// [`query_state`](Self::query_state) can still read RTS. pyverbs waits up to one second
+    /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`). A timeout past the
+    /// clock's end (`Duration::MAX`) waits until ERR.
+    pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let state = self.query_state()?;
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            if state == QueuePairState::Error || left.is_zero() {
+                return Ok(state);
+            }
+            std::thread::sleep(Duration::from_millis(1).min(left));
+        }
+    }
+
+    /// Brings a DC initiator in ERR (after an error completion, for every destination) back to
+    /// RTS in one call, with the attributes of the last [`bring_up`](Self::bring_up): RESET →
+    /// INIT → RTR → RTS ([`DcRecovery::Reset`]). Where the kernel refuses a DC initiator's move to
+    /// RESET (`EINVAL`, kernels whose `modify_dci_qp_is_ok` has no RESET branch), it creates the
+    /// DC initiator again with the same attributes and brings that one up instead
+    /// ([`DcRecovery::Rebuilt`], with a new [`qp_number`](Self::qp_number)); either way this
+    /// value stays the caller's handle.
+    ///
+    /// Poll its failed completions first: the reset (or the destruction) discards its send
+    /// queue and libmlx5 cleans the send CQ of its completions.
+    pub fn recover(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
+        let attributes = self
+            .brought_up_with
+            .clone()
+            .ok_or(RecoverDcInitiatorErrorKind::NotBroughtUp)?;
+        let recovery = match self.core.modify(&reset_attribute()) {
+            Ok(()) => DcRecovery::Reset,
+            Err(err) if matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL)) => {
+                self.rebuild()?
+            },
+            Err(err) => return Err(RecoverDcInitiatorErrorKind::Modify(err).into()),
+        };
+        for attr in attributes.steps() {
+            self.core.modify(attr).map_err(RecoverDcInitiatorErrorKind::Modify)?;
+        }
+        Ok(recovery)
+    }
+
+    /// Creates the DC initiator again with its creation attributes and puts the new queue pair
+    /// in the old one's place (which is destroyed).
+    fn rebuild(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
+        let previous_qp_number = self.core.qp_number();
+        let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
+        // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while the core
+        // is; the context is theirs.
+        let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
+            RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
+        })?;
+        // The same request is granted the same sizes; keep what this one was granted.
+        self.granted = Granted::of(&init);
+        // SAFETY: qp was just created on the core's parents with these send operations, in
+        // RESET; the old views are replaced below before any use.
+        let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };
+        let attached = replaced
+            .map_err(|err| err.0)
+            .and_then(|()| Self::attach(&mut self.core, self.verbs, self.creation.params.streams.is_some()))
+            .and_then(|mlx5_qp_ex| Ok((self.core.send_view().ok_or("ibv_qp_to_qp_ex")?, mlx5_qp_ex)));
+        match attached {
+            Ok((send_view, mlx5_qp_ex)) => {
+                self.send_view = send_view;
+                self.mlx5_qp_ex = mlx5_qp_ex;
+                Ok(DcRecovery::Rebuilt { previous_qp_number })
+            },
+            Err(entry) => {
+                // Posting must not reach the new queue pair's NULL entry: no entry is granted
+                // until a later recover succeeds.
+                self.send_view.1 = ProviderEntries::NONE;
+                Err(RecoverDcInitiatorErrorKind::RebuildMissingProviderEntry { entry }.into())
+            },
+        }
+    }
+}
+
+/// The first step of [`DcInitiator::recover`]: the move to RESET, with the state alone (mlx5_ib's
+/// `modify_dci_qp_is_ok` allows nothing else with it).
+pub(crate) fn reset_attribute() -> QueuePairAttribute {
+    let mut reset = QueuePairAttribute::new();
+    reset.setup_state(QueuePairState::Reset);
+    reset
+}

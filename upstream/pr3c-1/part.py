@@ -1,0 +1,300 @@
+# Pull request 3c-1: the DC initiator's creation and its planning. Read by scripts/upstream-pr (see
+# upstream/README.md).
+#
+# The DC initiator's files move again with 3c-2 (bring-up, recovery), 3d (posting) and 3e (stream
+# reset): each part takes the rewrites below that hold for it, so that every later part's commit
+# is the difference. The rewrites are grouped by the part that brings what they cut:
+# `INITIATOR_REWRITES(files, later)` gives a file's rewrites for a part whose later parts are
+# `later` (pull request 3c-2 reads this file with runpy).
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-dc-initiator"]
+
+_INIT = "src/mlx5/dc/initiator/"
+
+# What holds for every part: this crate's queue-pair core and libmlx5 table (a seam for its unit
+# tests' model) are sideway's driver queue-pair core and libmlx5's own calls there.
+_ALWAYS = {
+    "mod.rs": [
+        ("use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};\n",
+         "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n"
+         "use crate::ibverbs::queue_pair::QueuePairAttribute;\n", 1),
+        ("use crate::mlx5::library::DcVerbs;\n", "", 1),
+        ("    verbs: &'static DcVerbs,\n", "", 1),
+        ("    core: QueuePairCore,\n", "    core: DriverQueuePair,\n", 1),
+        # The number as the library holds it: read, never cached, as the DC target's.
+        ("self.core.qp_number()", "self.core.live_qp_number()", 1),
+        ("[`DcProtectionDomainExt::create_dci_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_builder).",
+         "[`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder).", 1),
+        ("    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the\n"
+         "    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →",
+         "    /// Modifies the queue pair with `ibv_modify_qp`; a refusal (`EINVAL`) is explained by the DC\n"
+         "    /// initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →", 1),
+    ],
+    "creation.rs": [
+        ("use crate::ibverbs::queue_pair::QueuePairCore;\n",
+         "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n", 1),
+        ("QueuePairCore", "DriverQueuePair", 3),
+        ("use crate::mlx5::library::{DcVerbs, LIBMLX5};\n", "", 1),
+        ("    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex, mlx5dv_qp_init_attr,\n"
+         "    mlx5dv_qp_init_attr_mask,\n",
+         "    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex,\n"
+         "    mlx5dv_qp_ex_from_ibv_qp_ex, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,\n", 1),
+        ("create_dc_qp(&LIBMLX5, context,", "create_dc_qp(context,", 1),
+        ("DcInitiator::adopt(core, &LIBMLX5, creation,", "DcInitiator::adopt(core, creation,", 1),
+        ("mut core: DriverQueuePair, verbs: &'static DcVerbs, creation: DciCreation,",
+         "mut core: DriverQueuePair, creation: DciCreation,", 1),
+        ("Self::attach(&mut core, verbs, creation", "Self::attach(&mut core, creation", 1),
+        ("            verbs,\n", "", 1),
+        ("core: &mut DriverQueuePair, verbs: &DcVerbs, streams: bool,", "core: &mut DriverQueuePair, streams: bool,", 1),
+        ("(verbs.mlx5_view)(qp_ex.as_ptr())", "mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())", 1),
+        # ibv_query_device through the protection domain's context, carried (helpers).
+        ("crate::ibverbs::query_device_attr(&self.pd)", "query_device_attr(&self.pd)", 1),
+    ],
+    "plan.rs": [
+        ("sideway_ext::mlx5::", "sideway::mlx5::", 2),
+    ],
+    "bring_up.rs": [
+        ("sideway_ext::mlx5::", "sideway::mlx5::", 1),
+        # The doctest is a user of sideway: COMMON made its path the crate's.
+        ("/// use crate::ibverbs::queue_pair::QueuePairState::", "/// use sideway::ibverbs::queue_pair::QueuePairState::", 1),
+        # sideway's modify_qp explains the device's EINVAL with the table (no check before it).
+        ("transitions' attributes (checked against the DC initiator's table),",
+         "transitions' attributes (which the DC initiator's table takes),", 1),
+        ("A transition failed (checked against the DC initiator's table first).",
+         "A transition failed (a refusal explained by the DC initiator's table).", 1),
+        ("(RESET → INIT → RTR → RTS, each\n    /// checked against the DC initiator's table)",
+         "(RESET → INIT → RTR → RTS, a\n    /// refusal explained by the DC initiator's table)", 1),
+        ("([`DcInitiator::source_gid`]), as a pool's do.", "([`DcInitiator::source_gid`]).", 1),
+        # The unit tests' table check: sideway's attr_mask_check, as the DC target's.
+        ("    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;\n",
+         "    use crate::ibverbs::queue_pair::{attr_mask_check, QueuePairAttributeMask};\n"
+         "    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;\n", 1),
+        ("        DC_INITIATOR_STATE_TABLE.check(from, attr).is_ok()",
+         "        let to = match attr.attr_mask.contains(QueuePairAttributeMask::State) {\n"
+         "            true => attr.attr.qp_state.into(),\n"
+         "            false => from,\n"
+         "        };\n"
+         "        attr_mask_check(attr.attr_mask, from, to, &DC_INITIATOR_STATE_TABLE).is_ok()", 1),
+    ],
+    # DC posting (3d on).
+    "transport.rs": [
+        # sideway's transports name the queue-pair type they post on (1c-2): DC's is Driver.
+        ("impl Transport for DynamicallyConnected {\n",
+         "impl Transport for DynamicallyConnected {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
+        ("use crate::ibverbs::post_send_guard::{\n    sealed, Destination,",
+         "use crate::ibverbs::queue_pair::QueuePairType;\nuse crate::ibverbs::post_send_guard::{\n    sealed, Destination,", 1),
+    ],
+    "addressed.rs": [
+        ("impl<A: DcAddressing> Transport for BatchAddressed<A> {\n",
+         "impl<A: DcAddressing> Transport for BatchAddressed<A> {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
+        ("use crate::ibverbs::post_send_guard::{\n", "use crate::ibverbs::queue_pair::QueuePairType;\nuse crate::ibverbs::post_send_guard::{\n", 1),
+        # The doctest is a user of sideway: COMMON made its path the crate's.
+        ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
+        ("/// use sideway_ext::", "/// use sideway::", 3),
+    ],
+    "route.rs": [
+        (" made, or one a simulated fabric made (sideway-ext-dc-pool's).", " made, or one a simulated fabric made.", 1),
+        ("or the simulated DC fabric's of `sideway-ext-dc-pool`\n/// (`SimulatedFabric::create_ah`), or an [`Arc`] of either.",
+         "or a simulated DC fabric's, or an [`Arc`] of\n/// either.", 1),
+        ("A route of another crate's, as sideway-ext-dc-pool's simulated fabric has:",
+         "A route of another crate's, as a simulated fabric has:", 1),
+    ],
+    "send.rs": [
+        ("initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).\n", "initiator.\n", 1),
+        ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
+        ("/// use sideway_ext::", "/// use sideway::", 3),
+        ("    /// Posts one send request at the cost of the raw calls, as\n"
+         "    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):\n",
+         "    /// Posts one send request at the cost of the raw calls:\n", 1),
+    ],
+    "recovery.rs": [
+        ("create_dc_qp(self.verbs, self.core.context(),", "create_dc_qp(self.core.context(),", 1),
+        ("Self::attach(&mut self.core, self.verbs, self", "Self::attach(&mut self.core, self", 1),
+        ("self.core.qp_number()", "self.core.live_qp_number()", 1),
+    ],
+}
+
+# Cut before anything else: the constructor of the unit tests' model.
+_FIRST = {
+    "creation.rs": [
+        (("#[cfg(test)]\nimpl DcInitiator {", "    }\n}\n\n"), "", 1),
+    ],
+}
+
+# The module's guide, as each part has it.
+_GUIDE = {
+    "pr3c-1": (
+        "//! Build one with [`DcInitiatorBuilder`]\n"
+        "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)):\n"
+        "//! [`plan_dci`] checks the request against the device (send operations, capacities, DCI\n"
+        "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called,\n"
+        "//! and creation reads the provider entries its requests will call, the DC setters of the mlx5\n"
+        "//! view included. It is created in RESET; [`DcInitiator::modify`] moves it, its refusals\n"
+        "//! explained by the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`).\n"
+        "//!\n"
+        "//! This module defines the builder and its errors and the DC initiator with its accessors;\n"
+        "//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`.\n"
+    ),
+    "pr3d": (
+        "//! Build one with [`DcInitiatorBuilder`]\n"
+        "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)),\n"
+        "//! bring it to RTS with [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]),\n"
+        "//! then post with [`DcInitiator::start_post_send`]: `construct_wr` → an operation →\n"
+        "//! `setup_dc_addr` → the data. A request without its address or its data does not compile.\n"
+        "//!\n"
+        "//! After an error completion a DC initiator is in ERR for every destination:\n"
+        "//! [`DcInitiator::recover`] brings it back in one call.\n"
+        "//!\n"
+        "//! This module defines the builder and its errors and the DC initiator with its accessors; the\n"
+        "//! rest is in private files, one concern each: `plan` and `creation`, the builder's settings and\n"
+        "//! `build` (the plan from a request and the device to `mlx5dv_create_qp`, sized as libmlx5 sizes\n"
+        "//! it, so what it will grant is known before the call); `bring_up`, the bring-up parameters and\n"
+        "//! the transitions to RTS; `recovery`, the state read from the device and `recover` after an\n"
+        "//! error; `transport`, `addressed`, `route` and `send`, posting: the DC transport of the post\n"
+        "//! guard (a request's address step, `mlx5dv_wr_set_dc_addr`) and what a program posts on.\n"
+    ),
+    "pr3c-2": (
+        "//! Build one with [`DcInitiatorBuilder`]\n"
+        "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)):\n"
+        "//! [`plan_dci`] checks the request against the device (send operations, capacities, DCI\n"
+        "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called,\n"
+        "//! and creation reads the provider entries its requests will call, the DC setters of the mlx5\n"
+        "//! view included. Bring it to RTS with [`DcInitiator::bring_up`] (or step by step with\n"
+        "//! [`DcInitiator::modify`], its refusals explained by the DC initiator's table).\n"
+        "//!\n"
+        "//! After an error completion a DC initiator is in ERR for every destination:\n"
+        "//! [`DcInitiator::recover`] brings it back in one call.\n"
+        "//!\n"
+        "//! This module defines the builder and its errors and the DC initiator with its accessors;\n"
+        "//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`,\n"
+        "//! `bring_up` the bring-up parameters and the transitions to RTS, `recovery` the state read\n"
+        "//! from the device and `recover` after an error.\n"
+    ),
+}
+
+# What a later part brings, cut from the files until it comes.
+_LATER = {
+    # Bring-up and recovery.
+    "pr3c-2": {
+        "mod.rs": [
+            ("use self::bring_up::BringUpAttributes;\n", "", 1),
+            ("pub(crate) mod bring_up;\n", "", 1),
+            ("pub(crate) mod recovery;\n", "", 1),
+            ("pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};\n",
+             "", 1),
+            ("pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", "", 1),
+            ("pub use super::queue_pair::PortNotReady;\n", "", 1),
+            ("    brought_up_with: Option<Arc<BringUpAttributes>>,\n", "", 1),
+            ("    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt the DC\n"
+             "    /// initiator).", "    /// The queue pair number.", 1),
+            ("as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state)\n"
+             "    /// through this value.", "as of the last [`modify`](Self::modify).", 1),
+            ("takes, which [`bring_up`](Self::bring_up) caps the asked depth with: the smaller",
+             "takes: the smaller", 1),
+        ],
+        "creation.rs": [
+            ("            brought_up_with: None,\n", "", 1),
+            # Read by recovery, which creates the DC initiator again where the kernel refuses RESET.
+            ("    pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,\n    pub(crate) mlx5: Zeroed<mlx5dv_qp_init_attr>,\n",
+             "    #[allow(dead_code)] // read by recovery, which comes next\n"
+             "    pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,\n"
+             "    #[allow(dead_code)] // as `init`\n"
+             "    pub(crate) mlx5: Zeroed<mlx5dv_qp_init_attr>,\n", 1),
+        ],
+    },
+    # Posting: the DC transport of the post guard.
+    "pr3d": {
+        "mod.rs": [
+            ("mod addressed;\n", "", 1),
+            ("#[cfg(test)]\npub(crate) mod recording;\n", "", 1),
+            ("mod route;\n", "", 1),
+            ("mod send;\n", "", 1),
+            ("mod transport;\n", "", 1),
+            ("pub use self::addressed::{BatchAddressed, DcAddressing};\n", "", 1),
+            ("pub use self::route::DcRoute;\n", "", 1),
+            ("pub use self::send::DcSend;\n", "", 1),
+            ("pub use self::transport::{DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};\n",
+             "", 1),
+            ("    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),\n    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,\n",
+             "    #[allow(dead_code)] // what DC posting, which comes later, starts its guards with\n"
+             "    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),\n"
+             "    #[allow(dead_code)] // as `send_view`\n"
+             "    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,\n", 1),
+        ],
+        "creation.rs": [
+            ("    /// Requests then address with `setup_dc_addr_stream`.\n", "", 1),
+        ],
+    },
+    # The reset of one DCI stream (mlx5dv_dci_stream_id_reset: an rdma-mummy-sys release first).
+    "pr3e": {
+        "recovery.rs": [
+            ("only\n    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.",
+             "only\n    /// a stream errored and it is still RTS.", 1),
+        ],
+        "mod.rs": [
+            ("mod stream_reset;\n", "", 1),
+            ("pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};\n", "", 1),
+        ],
+        "creation.rs": [
+            ("    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).\n"
+             "    pub(crate) max_log_num_errored: u8,\n", "", 1),
+            ("            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),\n", "", 1),
+        ],
+    },
+}
+
+_PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3e"]
+
+
+def INITIATOR_REWRITES(name, part):
+    """The rewrites of the DC initiator's file `name` (under src/mlx5/dc/initiator/) in `part`."""
+    later = _PARTS[_PARTS.index(part) + 1:]
+    rewrites = list(_FIRST.get(name, []))
+    # The later parts' cuts first: some of the crate's lines they cut name this crate's types.
+    for other in later:
+        rewrites += _LATER[other].get(name, [])
+    rewrites += _ALWAYS.get(name, [])
+    if name == "mod.rs" and part in _GUIDE:
+        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`mlx5dv_wr_set_dc_addr`) and what a program posts on.\n"),
+                         _GUIDE[part], 1))
+    return rewrites
+
+
+def _move(name, part, helpers=()):
+    return {"from": _INIT + name, "to": _INIT + name, "helpers": list(helpers),
+            "rewrites": INITIATOR_REWRITES(name, part)}
+
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr).
+MOVES = {
+    "1-dc-initiator": [
+        _move("mod.rs", "pr3c-1"),
+        _move("creation.rs", "pr3c-1", helpers=["query_device_attr"]),
+        _move("plan.rs", "pr3c-1"),
+    ],
+}
+
+# The files of the moved folder that later parts take.
+LEFT_OUT = {
+    _INIT + "bring_up.rs": "the DC initiator's bring-up: pull request 3c-2",
+    _INIT + "recovery.rs": "the DC initiator's recovery: pull request 3c-2",
+    _INIT + "transport.rs": "DC posting: pull request 3d",
+    _INIT + "addressed.rs": "DC posting: pull request 3d",
+    _INIT + "route.rs": "DC posting: pull request 3d",
+    _INIT + "send.rs": "DC posting: pull request 3d",
+    _INIT + "recording.rs": "the DC initiator's recording tables, for DC posting's unit tests: pull request 3d",
+    _INIT + "stream_reset.rs": "mlx5dv_dci_stream_id_reset, after an rdma-mummy-sys release: pull request 3e",
+}
+
+# What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
+# words of the later parts (3c-2: bring-up and recovery; 3d: posting; 3e: stream reset, example).
+FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "TransitionTable", "modelled",
+                    "sideway_ext_dc_rules", "SharedReceiveQueuePair", "extension::",
+                    "DcInitiatorBringUp", "BringUpAttributes", "DcRecovery", "recover`", "query_state",
+                    "wait_for_error", "bring_up", "PortNotReady",
+                    "DynamicallyConnected", "DcRoute", "DcSend", "setup_dc_addr", "BatchAddressed", "DcContext",
+                    "reset_stream", "stream_reset", "dc_hello", "dc_selftest"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (1300, 20)

@@ -1,0 +1,40 @@
+# Pull request 3c-2: the DC initiator's bring-up and recovery. Read by scripts/upstream-pr (see
+# upstream/README.md).
+#
+# The DC initiator's files moved with 3c-1 move again, with the rewrites that hold from here on
+# (upstream/pr3c-1/part.py, INITIATOR_REWRITES): this part's commit is the difference.
+import runpy
+from pathlib import Path
+
+_SHARED = runpy.run_path(str(Path(__file__).resolve().parent.parent / "pr3c-1" / "part.py"),
+                         init_globals={"GLUE": GLUE, "DC_DATA_PLANE": DC_DATA_PLANE})
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-dc-initiator-bring-up"]
+
+
+def _move(name, helpers=()):
+    path = "src/mlx5/dc/initiator/" + name
+    return {"from": path, "to": path, "helpers": list(helpers), "rewrites": _SHARED["INITIATOR_REWRITES"](name, "pr3c-2")}
+
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr): bring-up and recovery, and
+# what they add to the module and the DC initiator (its attributes, kept for recover).
+MOVES = {
+    "1-dc-initiator-bring-up": [
+        _move("mod.rs"),
+        _move("creation.rs", helpers=["query_device_attr"]),
+        _move("bring_up.rs"),
+        _move("recovery.rs"),
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
+# words of the later parts (3d: posting; 3e: stream reset, example).
+FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "TransitionTable", "modelled",
+                    "sideway_ext_dc_rules", "SharedReceiveQueuePair", "extension::",
+                    "DynamicallyConnected", "DcRoute", "DcSend", "setup_dc_addr", "BatchAddressed", "DcContext",
+                    "reset_stream", "stream_reset", "dc_hello", "dc_selftest"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (750, 10)

@@ -1,0 +1,55 @@
+# Pull request 3d: DC posting on the post guard. Read by scripts/upstream-pr (see
+# upstream/README.md).
+#
+# The DC initiator's module and creation move again, with the rewrites that hold from here on
+# (upstream/pr3c-1/part.py, INITIATOR_REWRITES): this part's commit is their difference and the
+# posting files.
+import runpy
+from pathlib import Path
+
+_SHARED = runpy.run_path(str(Path(__file__).resolve().parent.parent / "pr3c-1" / "part.py"),
+                         init_globals={"GLUE": GLUE, "DC_DATA_PLANE": DC_DATA_PLANE})
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-dc-posting"]
+
+
+def _move(name, helpers=()):
+    path = "src/mlx5/dc/initiator/" + name
+    return {"from": path, "to": path, "helpers": list(helpers), "rewrites": _SHARED["INITIATOR_REWRITES"](name, "pr3d")}
+
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr): the DC transport, its
+# batch-addressed form, its routes and what a program posts on; the DC initiator's posting; the
+# recording tables of their unit tests; and the guard's test of a transport of another module's,
+# which pull request 1c-2 left for DC.
+MOVES = {
+    "1-dc-posting": [
+        _move("mod.rs"),
+        _move("creation.rs", helpers=["query_device_attr"]),
+        _move("transport.rs"),
+        _move("addressed.rs"),
+        _move("route.rs"),
+        _move("send.rs"),
+        _move("recording.rs"),
+        {
+            "from": "src/ibverbs/post_send_guard/external_transport.rs",
+            "to": "src/ibverbs/post_send_guard/external_transport.rs",
+            "helpers": [],
+            "rewrites": [
+                ("impl Transport for External {\n",
+                 "impl Transport for External {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
+                ("use super::recording::", "use crate::ibverbs::queue_pair::QueuePairType;\nuse super::recording::", 1),
+            ],
+        },
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
+# words of the last part (3e: stream reset, example).
+FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "TransitionTable", "modelled",
+                    "sideway_ext_dc_rules", "SharedReceiveQueuePair", "extension::", "test_support",
+                    "SimulatedFabric", "reset_stream", "stream_reset", "dc_hello", "dc_selftest"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (1250, 10)
