@@ -60,19 +60,20 @@ MOVES = {
             ("pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};\n",
              "", 1),
         ]),
-        # Upstream the raw start is crate-private: the transports that need it (UD, DC) are
-        # sideway's own, so its example (a user's doctest) goes, and so does the one-request post
-        # on a raw queue pair (one_request.rs, LEFT_OUT), which sideway does not call.
+        # The raw start stays public upstream: DC's batches addressed once (3d's BatchAddressed) are
+        # started with it on a DC initiator's send views. The one-request post on a raw queue pair
+        # (one_request.rs, LEFT_OUT) goes: sideway does not call it.
         _move("guard.rs", [
             ("on a queue pair this crate did not create: one created\n"
              "    /// through libibverbs directly, or a provider table of one's own (a simulated device, a\n"
              "    /// counting table). The queue pairs of this crate call it from their `start_post_send`.\n",
-             "on the queue pairs sideway creates, for\n"
-             "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as).\n",
+             "on a queue pair's extended view: one created\n"
+             "    /// through libibverbs directly, or a DC initiator's for a batch to one destination.\n"
+             "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
+             "    /// calls it.\n",
              1),
-            (START_EXAMPLE, "", 1),
-            ("    pub unsafe fn start(", "    pub(crate) unsafe fn start(", 1),
-            (" For a guard\n    /// [`start`](Self::start)ed on a queue pair whose granted size its creator knows.", "", 1),
+            (START_EXAMPLE, START_EXAMPLE.replace("# use crate::ibverbs::", "# use sideway::ibverbs::")
+             .replace("use sideway_ext::", "use sideway::"), 1),
         ]),
         _move("request.rs", [
             ("[`WorkCompletion::imm_data`](crate::ibverbs::work_completion::WorkCompletion::imm_data) (or\n"

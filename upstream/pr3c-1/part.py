@@ -94,11 +94,15 @@ _ALWAYS = {
         ("/// use sideway_ext::", "/// use sideway::", 3),
     ],
     "route.rs": [
-        (" made, or one a simulated fabric made (sideway-ext-dc-pool's).", " made, or one a simulated fabric made.", 1),
+        # Upstream, destinations are sealed: the routes are address handles, no simulated fabric's,
+        # and no test of a route of another crate's.
+        ((" made, or one a simulated fabric made (sideway-ext-dc-pool's).", "simulated initiator alike.\n"),
+         " made (or an `Arc` of one). The DC transport's `setup_dc_addr` is generic over it.\n", 1),
         ("or the simulated DC fabric's of `sideway-ext-dc-pool`\n/// (`SimulatedFabric::create_ah`), or an [`Arc`] of either.",
-         "or a simulated DC fabric's, or an [`Arc`] of\n/// either.", 1),
-        ("A route of another crate's, as sideway-ext-dc-pool's simulated fabric has:",
-         "A route of another crate's, as a simulated fabric has:", 1),
+         "or an [`Arc`] of one.", 1),
+        (("/// Open: a route only hands out destinations", "/// A simulated initiator takes both kinds: the fabric routes by DCT number.\n"),
+         "/// A route hands out destinations, [`DcAddress`]es (through `unsafe` [`DcAddress::new`]).\n", 1),
+        (("\n#[cfg(test)]\nmod tests {", "\n}\n"), "", 1),
     ],
     "send.rs": [
         ("initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).\n", "initiator.\n", 1),
