@@ -288,7 +288,6 @@ LEFT_OUT = {
     _INIT + "route.rs": "DC posting: pull request 3d",
     _INIT + "send.rs": "DC posting: pull request 3d",
     _INIT + "recording.rs": "the DC initiator's recording tables, for DC posting's unit tests: pull request 3d",
-    _INIT + "stream_reset.rs": "mlx5dv_dci_stream_id_reset, after an rdma-mummy-sys release: pull request 3e",
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
