@@ -76,7 +76,7 @@ MOVES = {
                 ("use sideway_ext::ibverbs::work_completion::WorkCompletion;\n", "", 1),
                 ("use sideway_ext::mlx5::extension::DcProtectionDomainExt;\n", "", 1),
                 ("use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n",
-                 "use sideway::ibverbs::completion::WorkCompletionStatus;\n"
+                 "use sideway::ibverbs::completion::{PollCompletionQueueError, WorkCompletionStatus};\n"
                  "use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n", 1),
                 ("sideway_ext::", "sideway::", 4),
                 ("    let mut wcs = [WorkCompletion::default(); 4];\n", "", 1),
@@ -86,8 +86,10 @@ MOVES = {
                  "            }\n"
                  "            done.push((wc.wr_id(), wc.byte_len()));\n"
                  "        }\n",
-                 "        let Ok(poller) = cq.start_poll() else {\n"
-                 "            continue; // nothing completed yet\n"
+                 "        let poller = match cq.start_poll() {\n"
+                 "            Ok(poller) => poller,\n"
+                 "            Err(PollCompletionQueueError::CompletionQueueEmpty) => continue,\n"
+                 "            Err(err) => return Err(err.into()),\n"
                  "        };\n"
                  "        for wc in poller {\n"
                  "            if wc.status() != WorkCompletionStatus::Success as u32 {\n"
