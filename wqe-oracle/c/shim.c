@@ -4,7 +4,7 @@
  * mlx5_create_cq leaves it (64-byte CQEs, no compression), each in a context of its own as
  * mlx5_init_context leaves one (prefer_bf on, shut_up_bf off, CQE version 1). Built from the
  * same rdma-core tree as the qp.c/cq.c it drives (build.rs); re-check at each rdma-core upgrade.
- * Also: the barrier and store recorders of record/util/, and stubs for what qp.c/cq.c link to
+ * Also: the barrier and store recorders of record/util/ (in the recorded build), and stubs for what qp.c/cq.c link to
  * but the post and poll paths never call (they abort). */
 #include <config.h>
 
@@ -17,6 +17,7 @@
 #include "wqe.h"
 #include "oracle.h"
 
+#ifdef ORACLE_RECORDED
 /* The events of this thread, in order. */
 static __thread struct oracle_event *events;
 static __thread size_t events_len, events_cap;
@@ -64,6 +65,7 @@ void oracle_events_clear(void)
 {
 	events_len = 0;
 }
+#endif
 
 /* A context as mlx5_init_context leaves it, for what the post and poll paths read. */
 static struct mlx5_context *new_context(void)

@@ -25,15 +25,28 @@ pub struct CompletionQueueLayout {
 /// A CQ over plain memory that libmlx5's poller reads.
 pub struct OracleCq {
     raw: NonNull<ffi::OracleCqC>,
+    variant: &'static ffi::Variant,
 }
 
 impl OracleCq {
-    /// One of `cqe_count` 64-byte CQEs (a power of two).
+    /// One of `cqe_count` 64-byte CQEs (a power of two), whose doorbell-record barrier is
+    /// recorded (the DCIs' [`take_events`](OracleDci::take_events)).
     pub fn new(cqe_count: u32) -> Self {
+        Self::of(cqe_count, &ffi::RECORDED)
+    }
+
+    /// As [`new`](Self::new), over libmlx5 built with rdma-core's own barriers: for instruction
+    /// counts.
+    pub fn unrecorded(cqe_count: u32) -> Self {
+        Self::of(cqe_count, &ffi::PLAIN)
+    }
+
+    fn of(cqe_count: u32, variant: &'static ffi::Variant) -> Self {
         // SAFETY: the shim returns an owned object, or aborts.
-        let raw = unsafe { ffi::oracle_cq_new(cqe_count, 0x77) };
+        let raw = unsafe { (variant.cq_new)(cqe_count, 0x77) };
         Self {
             raw: NonNull::new(raw).expect("oracle_cq_new"),
+            variant,
         }
     }
 
@@ -41,7 +54,7 @@ impl OracleCq {
         let mut view = std::mem::MaybeUninit::<ffi::CompletionQueueViewC>::uninit();
         // SAFETY: the shim fills every field.
         unsafe {
-            ffi::oracle_cq_view(self.raw.as_ptr(), view.as_mut_ptr());
+            (self.variant.cq_view)(self.raw.as_ptr(), view.as_mut_ptr());
             view.assume_init()
         }
     }
@@ -70,7 +83,7 @@ impl OracleCq {
     /// creation. `dci` must outlive every later [`poll`](Self::poll).
     pub fn attach(&mut self, dci: &OracleDci) {
         // SAFETY: both objects are alive; the CQ's table keeps a pointer into the DCI.
-        unsafe { ffi::oracle_cq_attach(self.raw.as_ptr(), dci.raw().as_ptr()) }
+        unsafe { (self.variant.cq_attach)(self.raw.as_ptr(), dci.raw().as_ptr()) }
     }
 
     /// Polls up to `max` completions with libmlx5's `mlx5_poll_cq_v1`; panics on its error
@@ -80,7 +93,7 @@ impl OracleCq {
         // SAFETY: `max` entries of room; the CQ and the attached DCIs are alive; the poller
         // fills the first `polled` entries, and only those are kept.
         unsafe {
-            let polled = ffi::oracle_cq_poll(self.raw.as_ptr(), max as i32, wc.as_mut_ptr());
+            let polled = (self.variant.cq_poll)(self.raw.as_ptr(), max as i32, wc.as_mut_ptr());
             assert!(polled >= 0, "mlx5_poll_cq_v1 returned {polled}");
             wc.set_len(polled as usize);
         }
@@ -103,6 +116,6 @@ impl OracleCq {
 impl Drop for OracleCq {
     fn drop(&mut self) {
         // SAFETY: created by oracle_cq_new, freed once.
-        unsafe { ffi::oracle_cq_free(self.raw.as_ptr()) }
+        unsafe { (self.variant.cq_free)(self.raw.as_ptr()) }
     }
 }

@@ -55,12 +55,25 @@ pub struct SendQueueLayout {
 pub struct OracleDci {
     raw: NonNull<ffi::OracleDciC>,
     shape: DciShape,
+    variant: &'static ffi::Variant,
 }
 
 impl OracleDci {
-    /// Creates one; panics on a shape libmlx5 would refuse (a count not a power of two, a WQE
-    /// larger than the queue).
+    /// Creates one whose barriers and MMIO stores are recorded ([`take_events`](Self::take_events));
+    /// panics on a shape libmlx5 would refuse (a count not a power of two, a WQE larger than the
+    /// queue).
     pub fn new(shape: &DciShape) -> Self {
+        Self::of(shape, &ffi::RECORDED)
+    }
+
+    /// As [`new`](Self::new), over libmlx5 built with rdma-core's own barriers and MMIO stores
+    /// (`util/udma_barrier.h`, `util/mmio.h`), nothing recorded: for counting the instructions of
+    /// libmlx5's post path as a distribution builds it.
+    pub fn unrecorded(shape: &DciShape) -> Self {
+        Self::of(shape, &ffi::PLAIN)
+    }
+
+    fn of(shape: &DciShape, variant: &'static ffi::Variant) -> Self {
         let c = ffi::DciShapeC {
             wqe_count: shape.wqe_count,
             max_inline_data: shape.max_inline_data,
@@ -71,10 +84,11 @@ impl OracleDci {
             qp_number: shape.qp_number,
         };
         // SAFETY: the shim reads the shape and returns an owned object, or aborts.
-        let raw = unsafe { ffi::oracle_dci_new(&c) };
+        let raw = unsafe { (variant.dci_new)(&c) };
         Self {
             raw: NonNull::new(raw).expect("oracle_dci_new"),
             shape: shape.clone(),
+            variant,
         }
     }
 
@@ -87,21 +101,21 @@ impl OracleDci {
     /// libmlx5. Valid while `self` is.
     pub fn qp_ex(&self) -> NonNull<ibv_qp_ex> {
         // SAFETY: the object is alive; the shim returns a pointer into it.
-        NonNull::new(unsafe { ffi::oracle_dci_qp_ex(self.raw.as_ptr()) }).expect("qp_ex")
+        NonNull::new(unsafe { (self.variant.dci_qp_ex)(self.raw.as_ptr()) }).expect("qp_ex")
     }
 
     /// Its mlx5 view (`mlx5dv_qp_ex_from_ibv_qp_ex`), with `wr_set_dc_addr` and
     /// `wr_set_dc_addr_stream`. Valid while `self` is.
     pub fn mlx5_qp_ex(&self) -> NonNull<mlx5dv_qp_ex> {
         // SAFETY: as qp_ex.
-        NonNull::new(unsafe { ffi::oracle_dci_mlx5(self.raw.as_ptr()) }).expect("mlx5_qp_ex")
+        NonNull::new(unsafe { (self.variant.dci_mlx5)(self.raw.as_ptr()) }).expect("mlx5_qp_ex")
     }
 
     fn view(&self) -> ffi::SendQueueViewC {
         let mut view = std::mem::MaybeUninit::<ffi::SendQueueViewC>::uninit();
         // SAFETY: the shim fills every field.
         unsafe {
-            ffi::oracle_dci_view(self.raw.as_ptr(), view.as_mut_ptr());
+            (self.variant.dci_view)(self.raw.as_ptr(), view.as_mut_ptr());
             view.assume_init()
         }
     }
@@ -173,7 +187,7 @@ impl OracleDci {
     /// (`sq.tail = sq.head`): the queue has room for `max_post` requests again.
     pub fn retire_all(&mut self) {
         // SAFETY: the object is alive.
-        unsafe { ffi::oracle_dci_retire_all(self.raw.as_ptr()) }
+        unsafe { (self.variant.dci_retire_all)(self.raw.as_ptr()) }
     }
 
     /// Requests the queue holds at once (`sq.max_post`), as `mlx5_calc_sq_size` grants.
@@ -235,8 +249,9 @@ impl OracleDci {
         }
     }
 
-    /// The barriers and MMIO stores this thread recorded since the last call (every oracle
-    /// object's on this thread), stores as offsets from this DCI's register.
+    /// The barriers and MMIO stores this thread recorded since the last call (every recorded
+    /// oracle object's on this thread), stores as offsets from this DCI's register; an
+    /// [`unrecorded`](Self::unrecorded) DCI records none.
     pub fn take_events(&mut self) -> Vec<MmioEvent> {
         take_events(self.view().blueflame)
     }
@@ -249,7 +264,7 @@ impl OracleDci {
 impl Drop for OracleDci {
     fn drop(&mut self) {
         // SAFETY: created by oracle_dci_new, freed once.
-        unsafe { ffi::oracle_dci_free(self.raw.as_ptr()) }
+        unsafe { (self.variant.dci_free)(self.raw.as_ptr()) }
     }
 }
 
@@ -263,7 +278,7 @@ impl OracleAh {
     /// One with this address vector.
     pub fn new(av: [u8; 48]) -> Self {
         // SAFETY: the shim copies 48 bytes and returns an owned object.
-        let raw = unsafe { ffi::oracle_ah_new(av.as_ptr()) };
+        let raw = unsafe { (ffi::RECORDED.ah_new)(av.as_ptr()) };
         Self {
             raw: NonNull::new(raw).expect("oracle_ah_new"),
         }
@@ -278,7 +293,7 @@ impl OracleAh {
     pub fn av(&self) -> [u8; 48] {
         let mut av = [0; 48];
         // SAFETY: the object is alive; 48 bytes copied.
-        unsafe { ffi::oracle_ah_av(self.raw.as_ptr(), av.as_mut_ptr()) };
+        unsafe { (ffi::RECORDED.ah_av)(self.raw.as_ptr(), av.as_mut_ptr()) };
         av
     }
 }
@@ -286,6 +301,6 @@ impl OracleAh {
 impl Drop for OracleAh {
     fn drop(&mut self) {
         // SAFETY: created by oracle_ah_new, freed once.
-        unsafe { ffi::oracle_ah_free(self.raw.as_ptr()) }
+        unsafe { (ffi::RECORDED.ah_free)(self.raw.as_ptr()) }
     }
 }

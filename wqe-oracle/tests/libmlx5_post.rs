@@ -21,13 +21,8 @@ fn shape() -> DciShape {
     }
 }
 
-#[test]
-fn one_dc_write_through_libmlx5() {
-    let mut dci = OracleDci::new(&shape());
-    dci.fill_stale(7);
-    dci.take_events();
-    let av: [u8; 48] = std::array::from_fn(|i| i as u8);
-    let ah = OracleAh::new(av);
+/// Posts one signalled DC RDMA WRITE of 64 bytes through libmlx5's builders.
+fn post_one_write(dci: &OracleDci, ah: &OracleAh) {
     let (qp, mlx5) = (dci.qp_ex().as_ptr(), dci.mlx5_qp_ex().as_ptr());
     // SAFETY: the oracle's DCI is alive and its builders installed.
     unsafe {
@@ -39,6 +34,33 @@ fn one_dc_write_through_libmlx5() {
         ibv_wr_set_sge(qp, 0x55, 0x1000, 64);
         assert_eq!(ibv_wr_complete(qp), 0);
     }
+}
+
+#[test]
+fn the_unrecorded_build_writes_the_same_bytes_and_records_nothing() {
+    let (mut recorded, mut unrecorded) = (OracleDci::new(&shape()), OracleDci::unrecorded(&shape()));
+    recorded.fill_stale(3);
+    unrecorded.fill_stale(3);
+    let ah = OracleAh::new(std::array::from_fn(|i| i as u8));
+    recorded.take_events();
+    post_one_write(&unrecorded, &ah);
+    assert_eq!(recorded.take_events(), []);
+    post_one_write(&recorded, &ah);
+    assert_eq!(recorded.send_queue(), unrecorded.send_queue());
+    assert_eq!(recorded.blueflame(), unrecorded.blueflame());
+    assert_eq!(recorded.doorbell_record(), unrecorded.doorbell_record());
+    assert_eq!(recorded.blueflame_offset(), unrecorded.blueflame_offset());
+    assert!(!recorded.take_events().is_empty());
+}
+
+#[test]
+fn one_dc_write_through_libmlx5() {
+    let mut dci = OracleDci::new(&shape());
+    dci.fill_stale(7);
+    dci.take_events();
+    let av: [u8; 48] = std::array::from_fn(|i| i as u8);
+    let ah = OracleAh::new(av);
+    post_one_write(&dci, &ah);
     let wqe = &dci.send_queue()[..96];
     // Control segment: opcode RDMA WRITE (8) at index 0; 6 segments of 16 bytes; CQ update.
     assert_eq!(u32::from_be_bytes(wqe[0..4].try_into().unwrap()), 0x08);
