@@ -60,6 +60,7 @@ void oracle_dci_free(struct oracle_dci *dci);
 struct ibv_qp_ex *oracle_dci_qp_ex(struct oracle_dci *dci);
 struct mlx5dv_qp_ex *oracle_dci_mlx5(struct oracle_dci *dci);
 void oracle_dci_view(const struct oracle_dci *dci, struct oracle_sq_view *view);
+void oracle_dci_retire_all(struct oracle_dci *dci);
 
 struct ibv_ah *oracle_ah_new(const uint8_t av[48]);
 void oracle_ah_free(struct ibv_ah *ah);

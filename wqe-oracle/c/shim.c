@@ -237,6 +237,13 @@ void oracle_dci_view(const struct oracle_dci *dci, struct oracle_sq_view *view)
 	view->wqe_head = qp->sq.wqe_head;
 }
 
+/* As cq.c's mlx5_poll_one leaves the send queue after the completion of its last request
+ * (wq->tail = wqe_head[idx] + 1): every request retired. */
+void oracle_dci_retire_all(struct oracle_dci *dci)
+{
+	dci->qp->sq.tail = dci->qp->sq.head;
+}
+
 struct ibv_ah *oracle_ah_new(const uint8_t av[48])
 {
 	struct mlx5_ah *ah = calloc(1, sizeof(*ah));
@@ -322,14 +329,15 @@ int oracle_cq_poll(struct oracle_cq *ocq, int entries, struct ibv_wc *wc)
 	return mlx5_poll_cq_v1(&ocq->cq.verbs_cq.cq, entries, wc);
 }
 
-/* What qp.c and cq.c link to outside the post and poll paths the oracle drives. */
+/* What qp.c and cq.c link to outside the post and poll paths the oracle drives (libibverbs'
+ * ibv_qp_to_qp_ex and mlx5dv_get_clock_info come from rdma-mummy-sys' C wrappers, linked with
+ * it). */
 #define STUB(ret, name, ...)                                              \
 	ret name(__VA_ARGS__)                                             \
 	{                                                                 \
 		fprintf(stderr, "oracle: %s is not part of the oracle\n", #name); \
 		abort();                                                  \
 	}
-STUB(struct ibv_qp_ex *, ibv_qp_to_qp_ex, struct ibv_qp *qp)
 STUB(int, mlx5_get_cmd_status_err, int err, void *out)
 STUB(int, mlx5dv_devx_qp_query, struct ibv_qp *qp, const void *in, size_t inlen, void *out, size_t outlen)
 STUB(struct mlx5_srq *, mlx5_find_srq, struct mlx5_context *ctx, uint32_t srqn)
@@ -339,7 +347,6 @@ STUB(struct mlx5_mkey *, mlx5_find_mkey, struct mlx5_context *ctx, uint32_t mkey
 STUB(int, mlx5_alloc_prefered_buf, struct mlx5_context *mctx, struct mlx5_buf *buf, size_t size, int page_size, enum mlx5_alloc_type alloc_type, const char *component)
 STUB(int, mlx5_free_actual_buf, struct mlx5_context *ctx, struct mlx5_buf *buf)
 STUB(void, mlx5_get_alloc_type, struct mlx5_context *context, struct ibv_pd *pd, const char *component, enum mlx5_alloc_type *alloc_type, enum mlx5_alloc_type default_alloc_type)
-STUB(int, mlx5dv_get_clock_info, struct ibv_context *context, struct mlx5dv_clock_info *clock_info)
 STUB(void, mlx5_complete_odp_fault, struct mlx5_srq *srq, int ind)
 /* mlx5.c: MLX5_FREEZE_ON_ERROR_CQE unset */
 int mlx5_freeze_on_error_cqe;

@@ -169,6 +169,13 @@ impl OracleDci {
         (view.head, view.tail)
     }
 
+    /// Retires every request posted, as libmlx5's poller does on the completion of the last
+    /// (`sq.tail = sq.head`): the queue has room for `max_post` requests again.
+    pub fn retire_all(&mut self) {
+        // SAFETY: the object is alive.
+        unsafe { ffi::oracle_dci_retire_all(self.raw.as_ptr()) }
+    }
+
     /// Requests the queue holds at once (`sq.max_post`), as `mlx5_calc_sq_size` grants.
     pub fn max_post(&self) -> u32 {
         self.view().max_post

@@ -65,6 +65,7 @@ extern "C" {
     pub(crate) fn oracle_dci_qp_ex(dci: *mut OracleDciC) -> *mut ibv_qp_ex;
     pub(crate) fn oracle_dci_mlx5(dci: *mut OracleDciC) -> *mut mlx5dv_qp_ex;
     pub(crate) fn oracle_dci_view(dci: *const OracleDciC, view: *mut SendQueueViewC);
+    pub(crate) fn oracle_dci_retire_all(dci: *mut OracleDciC);
 
     pub(crate) fn oracle_ah_new(av: *const u8) -> *mut ibv_ah;
     pub(crate) fn oracle_ah_free(ah: *mut ibv_ah);

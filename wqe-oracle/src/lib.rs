@@ -14,6 +14,8 @@
 //!   the [`MmioEvent`]s of each doorbell are read back.
 //! - [`OracleAh`]: an address handle with a chosen 48-byte address vector.
 //! - [`OracleCq`]: a CQ whose CQEs a test writes and libmlx5's `mlx5_poll_cq_v1` polls.
+//! - [`decode`]: a WQE decoder written from the mlx5 layout, for checks that a request's bytes say
+//!   what it asked.
 //!
 //! What it does not cover: the creation paths themselves (the shim transcribes what they leave,
 //! `verbs.c`'s `create_qp` and `mlx5_calc_sq_size`, `mlx5_create_cq`), locks shared between
@@ -21,6 +23,7 @@
 //! device does with the bytes.
 mod cq;
 mod dci;
+pub mod decode;
 mod events;
 mod ffi;
 

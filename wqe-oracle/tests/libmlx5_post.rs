@@ -5,7 +5,7 @@ use rdma_mummy_sys::{
 };
 use sideway_ext_wqe_oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleDci};
 
-const WITH_SEND: u64 = 1 << 3;
+const WITH_SEND: u64 = 1 << 2;
 const WITH_RDMA_WRITE: u64 = 1;
 
 fn shape() -> DciShape {
