@@ -2,4 +2,6 @@
 //! libmlx5's `mlx5_poll_cq` (`oracle`).
 
 mod layout;
+mod oracle;
+mod oracle_support;
 mod support;
