@@ -3,7 +3,7 @@
 //!
 //! A QP whose WQEs this crate writes cannot have its completions polled by libmlx5: libmlx5
 //! takes the `wr_id` from its own `sq.wrid[]`, which only its own builders fill. This poller
-//! takes it from the send queue that wrote the WQE ([`SendQueueSlots`]).
+//! takes it from the send queue that wrote the WQE (the crate-private `SendQueueSlots`).
 //!
 //! # What it mirrors (rdma-core 55, `providers/mlx5/cq.c`)
 //! - `get_sw_cqe` / `next_cqe_sw`: the CQE at `consumer_index & (cqe_count - 1)` is software's
