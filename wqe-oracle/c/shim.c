@@ -78,7 +78,7 @@ static struct mlx5_context *new_context(void)
 	ctx->shut_up_bf = 0;  /* mlx5.c: get_shut_up_bf(), MLX5_SHUT_UP_BF unset */
 	ctx->cqe_version = 1; /* MLX5_CQE_VERSION_V1, as current kernels grant */
 	ctx->max_sq_desc_sz = 512 * 16; /* no limit the shapes tested reach */
-	ctx->dbg_fp = stderr;
+	ctx->dbg_fp = NULL; /* mlx5.c: mlx5_open_debug_file without MLX5_DEBUG(_FILE) */
 	return ctx;
 }
 

@@ -87,16 +87,20 @@ impl OracleCq {
     }
 
     /// Polls up to `max` completions with libmlx5's `mlx5_poll_cq_v1`; panics on its error
-    /// return (a CQE of an unknown user index).
+    /// return (a CQE of an unknown user index). The fields libmlx5 leaves unset keep the bytes
+    /// `0xa5`, so that a test sees which it set.
     pub fn poll(&mut self, max: usize) -> Vec<ibv_wc> {
-        let mut wc: Vec<ibv_wc> = Vec::with_capacity(max);
-        // SAFETY: `max` entries of room; the CQ and the attached DCIs are alive; the poller
-        // fills the first `polled` entries, and only those are kept.
-        unsafe {
-            let polled = (self.variant.cq_poll)(self.raw.as_ptr(), max as i32, wc.as_mut_ptr());
-            assert!(polled >= 0, "mlx5_poll_cq_v1 returned {polled}");
-            wc.set_len(polled as usize);
-        }
+        let mut unset = std::mem::MaybeUninit::<ibv_wc>::uninit();
+        // SAFETY: ibv_wc is plain C data (integers and a union of integers): any bytes are a value.
+        let unset = unsafe {
+            unset.as_mut_ptr().write_bytes(0xa5, 1);
+            unset.assume_init()
+        };
+        let mut wc = vec![unset; max];
+        // SAFETY: `max` entries to fill; the CQ and the attached DCIs are alive.
+        let polled = unsafe { (self.variant.cq_poll)(self.raw.as_ptr(), max as i32, wc.as_mut_ptr()) };
+        assert!(polled >= 0, "mlx5_poll_cq_v1 returned {polled}");
+        wc.truncate(polled as usize);
         wc
     }
 
