@@ -2,14 +2,14 @@
 //! `providers/mlx5/qp.c`), per architecture as rdma-core defines them in `util/udma_barrier.h`
 //! and `util/mmio.h`:
 //!
-//! | rdma-core | [`Mmio`] | x86-64 | aarch64 |
-//! |---|---|---|---|
-//! | `udma_to_device_barrier()` | `to_device_barrier` | compiler barrier only | `dmb oshst` |
-//! | `udma_from_device_barrier()` | `from_device_barrier` | `lfence` | `dmb oshld` |
-//! | `mmio_flush_writes()` | `flush_writes` | `sfence` | `dsb st` |
-//! | `mmio_wc_start()` (= `mmio_flush_writes()`) | `wc_start` | `sfence` | `dsb st` |
-//! | `mmio_write64_be()` | `write64` | one 8-byte store | one 8-byte store |
-//! | `mmio_memcpy_x64(dst, src, 64)` | `copy64` | eight 8-byte stores, ascending | `vst4q_u64(dst, vld4q_u64(src))`: one 64-byte store |
+//! | rdma-core, and the [`Mmio`] method of the same name | x86-64 | aarch64 |
+//! |---|---|---|
+//! | `udma_to_device_barrier()` | compiler barrier only | `dmb oshst` |
+//! | `udma_from_device_barrier()` | `lfence` | `dmb oshld` |
+//! | `mmio_flush_writes()` | `sfence` | `dsb st` |
+//! | `mmio_wc_start()` (= `mmio_flush_writes()`) | `sfence` | `dsb st` |
+//! | `mmio_write64_be()` | one 8-byte store | one 8-byte store |
+//! | `mmio_memcpy_x64(dst, src, 64)` | eight 8-byte stores, ascending | `vst4q_u64(dst, vld4q_u64(src))`: one 64-byte store |
 //!
 //! Every barrier is also a compiler barrier (the C macros' `"memory"` clobber: an `asm!` without
 //! `nomem`). `mmio_wc_spinlock`/`mmio_wc_spinunlock` are not here: libmlx5 takes them only for a
@@ -27,26 +27,26 @@ use std::ptr::NonNull;
 pub(crate) trait Mmio {
     /// `udma_to_device_barrier()`: the device sees the CPU's stores to its queues before any
     /// store that follows.
-    fn to_device_barrier(&mut self);
+    fn udma_to_device_barrier(&mut self);
 
     /// `udma_from_device_barrier()`: reads after it see what the device stored before a store
     /// the CPU saw.
     #[allow(dead_code)] // the completion poller's
-    fn from_device_barrier(&mut self);
+    fn udma_from_device_barrier(&mut self);
 
     /// `mmio_wc_start()`: orders what came before ahead of the write-combining stores that
     /// follow.
-    fn wc_start(&mut self);
+    fn mmio_wc_start(&mut self);
 
     /// `mmio_flush_writes()`: flushes the write-combining stores made so far.
-    fn flush_writes(&mut self);
+    fn mmio_flush_writes(&mut self);
 
     /// `mmio_write64_be(register + offset, bytes)`: one 8-byte store of `bytes` as they are.
     ///
     /// # Safety
     ///
     /// `register + offset` must be 8-byte aligned and writable for 8 bytes.
-    unsafe fn write64(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]);
+    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]);
 
     /// `mmio_memcpy_x64(register + offset, source, 64)`: the 64 bytes at `source`, stored in
     /// ascending order.
@@ -55,7 +55,7 @@ pub(crate) trait Mmio {
     ///
     /// `register + offset` must be 64-byte aligned and writable for 64 bytes, `source` 8-byte
     /// aligned and readable for 64 bytes.
-    unsafe fn copy64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>);
+    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>);
 }
 
 /// The register the send queue rings: the hardware, or under `cfg(test)` the recorder.
@@ -89,31 +89,31 @@ impl Hardware {
 #[cfg(target_arch = "x86_64")]
 impl Mmio for Hardware {
     #[inline]
-    fn to_device_barrier(&mut self) {
+    fn udma_to_device_barrier(&mut self) {
         // SAFETY: an empty instruction; without `nomem` it is the compiler barrier
         // `asm volatile("" ::: "memory")` of udma_barrier.h's x86-64 case.
         unsafe { std::arch::asm!("", options(nostack, preserves_flags)) }
     }
 
     #[inline]
-    fn from_device_barrier(&mut self) {
+    fn udma_from_device_barrier(&mut self) {
         // SAFETY: `lfence` only orders loads; no register or memory operand.
         unsafe { std::arch::asm!("lfence", options(nostack, preserves_flags)) }
     }
 
     #[inline]
-    fn wc_start(&mut self) {
-        self.flush_writes()
+    fn mmio_wc_start(&mut self) {
+        self.mmio_flush_writes()
     }
 
     #[inline]
-    fn flush_writes(&mut self) {
+    fn mmio_flush_writes(&mut self) {
         // SAFETY: `sfence` only orders stores; no register or memory operand.
         unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) }
     }
 
     #[inline]
-    unsafe fn write64(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
+    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
         // SAFETY: the caller's promise: aligned and writable. A volatile aligned u64 store is one
         // 8-byte store, as mmio.h's relaxed atomic store.
         unsafe {
@@ -125,7 +125,7 @@ impl Mmio for Hardware {
     }
 
     #[inline]
-    unsafe fn copy64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
+    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
         let source = source.cast::<u64>();
         let destination = register.add(offset).cast::<u64>();
         // mmio_memcpy_x64's generic case: eight mmio_write64_be, ascending.
@@ -139,30 +139,30 @@ impl Mmio for Hardware {
 #[cfg(target_arch = "aarch64")]
 impl Mmio for Hardware {
     #[inline]
-    fn to_device_barrier(&mut self) {
+    fn udma_to_device_barrier(&mut self) {
         // SAFETY: a barrier instruction; no register or memory operand.
         unsafe { std::arch::asm!("dmb oshst", options(nostack, preserves_flags)) }
     }
 
     #[inline]
-    fn from_device_barrier(&mut self) {
+    fn udma_from_device_barrier(&mut self) {
         // SAFETY: a barrier instruction; no register or memory operand.
         unsafe { std::arch::asm!("dmb oshld", options(nostack, preserves_flags)) }
     }
 
     #[inline]
-    fn wc_start(&mut self) {
-        self.flush_writes()
+    fn mmio_wc_start(&mut self) {
+        self.mmio_flush_writes()
     }
 
     #[inline]
-    fn flush_writes(&mut self) {
+    fn mmio_flush_writes(&mut self) {
         // SAFETY: a barrier instruction; no register or memory operand.
         unsafe { std::arch::asm!("dsb st", options(nostack, preserves_flags)) }
     }
 
     #[inline]
-    unsafe fn write64(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
+    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
         // SAFETY: the caller's promise: aligned and writable. A volatile aligned u64 store is one
         // 8-byte store, as mmio.h's relaxed atomic store.
         unsafe {
@@ -174,7 +174,7 @@ impl Mmio for Hardware {
     }
 
     #[inline]
-    unsafe fn copy64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
+    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
         use std::arch::aarch64::{vld4q_u64, vst4q_u64};
         // SAFETY: the caller's promise: both ranges are aligned and 64 bytes long; NEON is part
         // of the aarch64 baseline. vld4q de-interleaves and vst4q interleaves back: the 64 bytes
@@ -188,27 +188,27 @@ impl Mmio for Hardware {
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 impl Mmio for Hardware {
-    fn to_device_barrier(&mut self) {
+    fn udma_to_device_barrier(&mut self) {
         match self.never {}
     }
 
-    fn from_device_barrier(&mut self) {
+    fn udma_from_device_barrier(&mut self) {
         match self.never {}
     }
 
-    fn wc_start(&mut self) {
+    fn mmio_wc_start(&mut self) {
         match self.never {}
     }
 
-    fn flush_writes(&mut self) {
+    fn mmio_flush_writes(&mut self) {
         match self.never {}
     }
 
-    unsafe fn write64(&mut self, _register: NonNull<u8>, _offset: usize, _bytes: [u8; 8]) {
+    unsafe fn mmio_write64_be(&mut self, _register: NonNull<u8>, _offset: usize, _bytes: [u8; 8]) {
         match self.never {}
     }
 
-    unsafe fn copy64(&mut self, _register: NonNull<u8>, _offset: usize, _source: NonNull<u8>) {
+    unsafe fn mmio_memcpy_x64(&mut self, _register: NonNull<u8>, _offset: usize, _source: NonNull<u8>) {
         match self.never {}
     }
 }
@@ -244,34 +244,34 @@ mod recorder {
     }
 
     impl Mmio for Recorder {
-        fn to_device_barrier(&mut self) {
+        fn udma_to_device_barrier(&mut self) {
             self.events.push(MmioEvent::Barrier(Barrier::ToDevice));
         }
 
-        fn from_device_barrier(&mut self) {
+        fn udma_from_device_barrier(&mut self) {
             self.events.push(MmioEvent::Barrier(Barrier::FromDevice));
         }
 
-        fn wc_start(&mut self) {
+        fn mmio_wc_start(&mut self) {
             self.events.push(MmioEvent::Barrier(Barrier::WcStart));
         }
 
-        fn flush_writes(&mut self) {
+        fn mmio_flush_writes(&mut self) {
             self.events.push(MmioEvent::Barrier(Barrier::FlushWrites));
         }
 
-        unsafe fn write64(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
+        unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
             // SAFETY: the caller's promise: writable for 8 bytes.
             unsafe { register.add(offset).cast::<[u8; 8]>().write_unaligned(bytes) };
             self.events.push(MmioEvent::Store { offset, bytes });
         }
 
-        unsafe fn copy64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
+        unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
             for word in 0..8 {
                 // SAFETY: the caller's promise: readable for 64 bytes.
                 let bytes = unsafe { source.add(8 * word).cast::<[u8; 8]>().read_unaligned() };
                 // SAFETY: the caller's promise: writable for 64 bytes.
-                unsafe { self.write64(register, offset + 8 * word, bytes) };
+                unsafe { self.mmio_write64_be(register, offset + 8 * word, bytes) };
             }
         }
     }
@@ -297,15 +297,15 @@ mod tests {
         let mut register = Page([0; 256]);
         let source: [u64; 8] = std::array::from_fn(|word| 0x0101_0101_0101_0101 * (word as u64 + 1));
         let base = NonNull::from(&mut register.0).cast::<u8>();
-        hardware.to_device_barrier();
-        hardware.wc_start();
+        hardware.udma_to_device_barrier();
+        hardware.mmio_wc_start();
         // SAFETY: the page is 64-byte aligned and 256 bytes long; the source is 64 bytes.
         unsafe {
-            hardware.write64(base, 8, [0xaa; 8]);
-            hardware.copy64(base, 128, NonNull::from(&source).cast());
+            hardware.mmio_write64_be(base, 8, [0xaa; 8]);
+            hardware.mmio_memcpy_x64(base, 128, NonNull::from(&source).cast());
         }
-        hardware.flush_writes();
-        hardware.from_device_barrier();
+        hardware.mmio_flush_writes();
+        hardware.udma_from_device_barrier();
         assert_eq!(register.0[..8], [0; 8]);
         assert_eq!(register.0[8..16], [0xaa; 8]);
         assert!(register.0[16..128].iter().all(|&byte| byte == 0));
@@ -326,11 +326,11 @@ mod tests {
         let mut register = Page([0; 256]);
         let source: [u8; 64] = std::array::from_fn(|byte| byte as u8);
         let base = NonNull::from(&mut register.0).cast::<u8>();
-        recorder.to_device_barrier();
-        recorder.wc_start();
+        recorder.udma_to_device_barrier();
+        recorder.mmio_wc_start();
         // SAFETY: as above.
-        unsafe { recorder.copy64(base, 64, NonNull::from(&source).cast()) };
-        recorder.flush_writes();
+        unsafe { recorder.mmio_memcpy_x64(base, 64, NonNull::from(&source).cast()) };
+        recorder.mmio_flush_writes();
         let mut expected = vec![
             MmioEvent::Barrier(Barrier::ToDevice),
             MmioEvent::Barrier(Barrier::WcStart),

@@ -5,6 +5,7 @@
 //! Nothing of this has run on a ConnectX yet.
 
 mod barrier;
+pub mod send_queue;
 
 /// Stand-in for sideway-ext-wqe-oracle's event types until the oracle lands (the contract's).
 #[cfg(test)]
