@@ -9,10 +9,15 @@ use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 use std::io;
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_context, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, mlx5dv_qp_ex, mlx5dv_qp_init_attr};
+use rdma_mummy_sys::{
+    ibv_context, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, mlx5dv_obj, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
+};
 
 /// `int mlx5dv_dci_stream_id_reset(struct ibv_qp *qp, uint16_t stream_id)`.
 pub(crate) type DciStreamIdReset = unsafe extern "C" fn(*mut ibv_qp, u16) -> c_int;
+
+/// `int mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t obj_type)`.
+pub(crate) type InitObj = unsafe extern "C" fn(*mut mlx5dv_obj, u64) -> c_int;
 
 const LIBRARY: &str = "libmlx5.so.1";
 
@@ -69,6 +74,16 @@ pub(crate) fn dci_stream_id_reset() -> Option<DciStreamIdReset> {
         let symbol = resolve(LIBRARY, c"mlx5dv_dci_stream_id_reset")?;
         // SAFETY: the symbol is the C function of this signature (mlx5dv.h).
         Some(unsafe { std::mem::transmute::<*mut c_void, DciStreamIdReset>(symbol) })
+    })
+}
+
+/// `mlx5dv_init_obj` (libmlx5's default version, `MLX5_1.2`), if libmlx5 is there.
+pub(crate) fn init_obj() -> Option<InitObj> {
+    static RESOLVED: OnceLock<Option<InitObj>> = OnceLock::new();
+    *RESOLVED.get_or_init(|| {
+        let symbol = resolve(LIBRARY, c"mlx5dv_init_obj")?;
+        // SAFETY: the symbol is the C function of this signature (mlx5dv.h).
+        Some(unsafe { std::mem::transmute::<*mut c_void, InitObj>(symbol) })
     })
 }
 

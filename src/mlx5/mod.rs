@@ -13,6 +13,8 @@
 //!   ODP);
 //! - [`dc`]: DC initiators and targets, and their endpoints (a pool of initiators is the crate
 //!   `sideway-ext-dc-pool`);
+//! - [`direct_objects`]: the memory behind a queue pair, CQ and address handle
+//!   (`mlx5dv_init_obj`), for code that writes its own WQEs (`sideway-ext-dc-direct`);
 //! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`,
 //!   `pd.create_dct_builder()`).
 //!
@@ -65,5 +67,6 @@ pub mod dc;
 pub mod dc_capabilities;
 pub mod device_attributes;
 pub mod device_context;
+pub mod direct_objects;
 pub mod extension;
 mod library;
