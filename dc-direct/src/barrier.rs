@@ -220,7 +220,7 @@ pub(crate) use recorder::Recorder;
 mod recorder {
     use std::ptr::NonNull;
 
-    use crate::oracle_stub::{Barrier, MmioEvent};
+    use sideway_ext_wqe_oracle::{Barrier, MmioEvent};
 
     use super::Mmio;
 
@@ -281,7 +281,7 @@ mod recorder {
 mod tests {
     use std::ptr::NonNull;
 
-    use crate::oracle_stub::{Barrier, MmioEvent};
+    use sideway_ext_wqe_oracle::{Barrier, MmioEvent};
 
     use super::*;
 

@@ -6,23 +6,3 @@
 
 mod barrier;
 pub mod send_queue;
-
-/// Stand-in for sideway-ext-wqe-oracle's event types until the oracle lands (the contract's).
-#[cfg(test)]
-mod oracle_stub {
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub enum MmioEvent {
-        Barrier(Barrier),
-        Store { offset: usize, bytes: [u8; 8] },
-    }
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    #[allow(dead_code)]
-    pub enum Barrier {
-        ToDevice,
-        FromDevice,
-        FlushWrites,
-        WcStart,
-        WcSpinlock,
-        WcSpinunlock,
-    }
-}

@@ -6,8 +6,8 @@ use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::{Limits, Memory};
-use crate::oracle_stub::{Barrier, MmioEvent};
 use crate::send_queue::{AddressVector, CreateSendQueueErrorKind, SendQueue, SendQueueParts, WorkRequestErrorKind};
+use sideway_ext_wqe_oracle::{Barrier, MmioEvent};
 
 const STALE: u8 = 0xee;
 const QPN: u32 = 0x12_3456;

@@ -1,6 +1,8 @@
 //! The send queue's tests: its own layout tests over plain memory (`layout`), and the
 //! comparison with libmlx5's post path (`oracle`).
 mod layout;
+mod oracle;
+mod requests;
 
 use std::ptr::NonNull;
 
@@ -118,7 +120,7 @@ impl SendQueue {
     }
 
     /// The barriers and MMIO stores since the last call.
-    pub(super) fn take_events(&mut self) -> Vec<crate::oracle_stub::MmioEvent> {
+    pub(super) fn take_events(&mut self) -> Vec<sideway_ext_wqe_oracle::MmioEvent> {
         self.doorbell.mmio().take_events()
     }
 }
