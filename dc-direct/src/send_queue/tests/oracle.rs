@@ -19,6 +19,9 @@ struct Seen {
     batches_of_sixteen: u64,
     blueflame_writes: u64,
     doorbell_writes: u64,
+    /// Batches of one request of exactly the register's size, and of one unit more.
+    blueflame_at_limit: u64,
+    doorbell_past_limit: u64,
     index_wraps: u64,
     inline_split_at_end: u64,
 }
@@ -167,10 +170,15 @@ impl Pair {
             _ => {},
         }
         let last_size = u32::from(actual[((index_before & (wqe_count - 1)) * 64 + 7) as usize] & 0x3f);
-        if batch.len() == 1 && last_size <= self.libmlx5.layout().blueflame_size / 16 {
+        let limit = self.libmlx5.layout().blueflame_size / 16;
+        if batch.len() == 1 && last_size <= limit {
             seen.blueflame_writes += 1;
         } else {
             seen.doorbell_writes += 1;
+        }
+        if batch.len() == 1 && limit > 0 {
+            seen.blueflame_at_limit += u64::from(last_size == limit);
+            seen.doorbell_past_limit += u64::from(last_size == limit + 1);
         }
         if (index_before & 0xffff) > (self.direct.posting_index() & 0xffff) {
             seen.index_wraps += 1;
@@ -180,10 +188,11 @@ impl Pair {
 
     /// Every request posted is complete: libmlx5's tail as its poller sets it, and the writer's
     /// through the completion of the last posted request.
-    fn retire(&mut self, last_index: u32) {
+    fn retire(&mut self, last_index: u32, context: &dyn Fn() -> String) {
         self.libmlx5.retire_all();
         self.direct.complete(last_index as u16);
-        assert_eq!(self.libmlx5.head_and_tail(), (self.direct.head, self.direct.tail));
+        let direct = (self.direct.head, self.direct.tail);
+        assert_eq!(self.libmlx5.head_and_tail(), direct, "{}: head and tail", context());
     }
 }
 
@@ -209,27 +218,33 @@ const ALL: u64 = SEND_WRITE
     | ops::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0 as u64
     | ops::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0 as u64;
 
-/// Posts `requests` random requests on queues of random shapes, in batches of 1, 16 and random
-/// sizes, comparing after each batch.
-fn compare(seed: u64, requests: u64, runs: u64, operations: Operations) -> Seen {
+/// A queue to compare on: `(wqe_count, max_inline_data asked, max_send_sge, sq_sig_all,
+/// streams, blueflame_size)`.
+type Shape = (u32, u32, u32, bool, bool, u32);
+
+/// Posts `requests` random requests on each shape, in batches of 1, 16 and random sizes,
+/// comparing after each batch.
+fn compare(seed: u64, requests: u64, shapes: &[Shape], operations: Operations) -> Seen {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut seen = Seen::default();
     let mut wr_id = 0u64;
-    for run in 0..runs {
+    for (run, &(wqe_count, max_inline_data, max_send_sge, sq_sig_all, streams, blueflame_size)) in
+        shapes.iter().enumerate()
+    {
         let shape = DciShape {
-            wqe_count: [16, 64, 256][rng.random_range(0..3)],
-            max_inline_data: [0, 12, 60, 100, 220][rng.random_range(0..5)],
-            max_send_sge: rng.random_range(0..=6),
-            sq_sig_all: run % 2 == 1,
+            wqe_count,
+            max_inline_data,
+            max_send_sge,
+            sq_sig_all,
             send_ops_flags: if operations == Operations::All { ALL } else { SEND_WRITE },
-            streams: run % 4 >= 2,
-            blueflame_size: [0, 256][rng.random_range(0..2)],
+            streams,
+            blueflame_size,
             qp_number: rng.random_range(0..1 << 24),
         };
         let mut pair = Pair::new(&shape, operations, &mut rng);
         let max_post = pair.libmlx5.max_post();
         let mut posted = 0;
-        while posted < requests / runs {
+        while posted < requests {
             let len = match rng.random_range(0..3) {
                 0 => 1,
                 1 => 16,
@@ -244,7 +259,7 @@ fn compare(seed: u64, requests: u64, runs: u64, operations: Operations) -> Seen 
                 .collect();
             let context = || format!("seed {seed:#x}, run {run} ({shape:?}), after {posted} requests");
             let last_index = pair.post_and_compare(&batch, &mut seen, &context);
-            pair.retire(last_index);
+            pair.retire(last_index, &context);
             posted += len as u64;
         }
     }
@@ -253,16 +268,34 @@ fn compare(seed: u64, requests: u64, runs: u64, operations: Operations) -> Seen 
 
 #[test]
 fn writes_and_sends_leave_what_libmlx5_leaves() {
-    let seen = compare(0x5eed_0001, 1_000_000, 8, Operations::SendWrite);
+    let shapes = [
+        (16, 0, 1, false, false, 256),
+        (64, 220, 4, true, false, 256),
+        (256, 60, 6, false, true, 0),
+        (32, 200, 16, true, true, 256),
+        (16, 100, 2, false, true, 256),
+        (64, 12, 0, true, false, 0),
+        (128, 220, 3, false, false, 256),
+        (16, 44, 1, true, true, 256),
+    ];
+    let seen = compare(0x5eed_0001, 125_000, &shapes, Operations::SendWrite);
     assert!(seen.requests >= 1_000_000, "{seen:?}");
     assert!(seen.batches_of_one > 0 && seen.batches_of_sixteen > 0, "{seen:?}");
     assert!(seen.blueflame_writes > 0 && seen.doorbell_writes > 0, "{seen:?}");
+    assert!(seen.blueflame_at_limit > 0 && seen.doorbell_past_limit > 0, "{seen:?}");
     assert!(seen.index_wraps > 0 && seen.inline_split_at_end > 0, "{seen:?}");
 }
 
 #[test]
 fn every_operation_leaves_what_libmlx5_leaves() {
-    let seen = compare(0x5eed_0002, 400_000, 4, Operations::All);
+    let shapes = [
+        (64, 220, 4, false, true, 256),
+        (16, 60, 2, true, false, 256),
+        (256, 100, 8, true, true, 0),
+        (32, 0, 1, false, false, 256),
+    ];
+    let seen = compare(0x5eed_0002, 100_000, &shapes, Operations::All);
     assert!(seen.requests >= 400_000, "{seen:?}");
+    assert!(seen.blueflame_at_limit > 0 && seen.doorbell_past_limit > 0, "{seen:?}");
     assert!(seen.index_wraps > 0 && seen.inline_split_at_end > 0, "{seen:?}");
 }
