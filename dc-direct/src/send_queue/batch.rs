@@ -2,7 +2,6 @@
 //! ([`WorkRequestHandle`]), its DC address ([`DcDestination`]), its data
 //! ([`LocalBufferHandle`], where the WQE is written).
 use std::io::IoSlice;
-use std::mem::ManuallyDrop;
 
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
@@ -11,26 +10,24 @@ use super::operation::{self, InlineOperation, Operation};
 use super::wqe::{Data, Request, Written};
 use super::{AddressVector, SendQueue, WorkRequestError};
 
-/// The state of the batch being described (libmlx5's `cur_post_rb`, `nreq`, `cur_ctrl` and
-/// `cur_size`), kept in the queue while a guard lives.
+/// The state of the batch being described (libmlx5's `cur_post`, `nreq`, `cur_ctrl` and
+/// `cur_size` while it builds one); the queue's own posting index moves to its end only when
+/// the batch is posted.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct BatchState {
-    /// The posting index when the batch started, given back if it is dropped.
-    start: u32,
+pub(super) struct Batch {
+    /// The posting index of the next request.
+    pub(super) posting_index: u32,
     /// The requests written.
-    len: u32,
+    pub(super) len: u32,
     /// The last of them (meaningful once `len` is not 0).
-    last: Written,
+    pub(super) last: Written,
 }
 
-impl BatchState {
-    pub(super) fn idle() -> Self {
-        Self {
-            start: 0,
-            len: 0,
-            last: Written { slot: 0, size: 0 },
-        }
-    }
+/// What each step of a request holds: the queue, and the batch it goes into.
+#[derive(Debug)]
+struct Target<'g> {
+    queue: &'g mut SendQueue,
+    batch: &'g mut Batch,
 }
 
 /// A batch of requests on a [`SendQueue`]: [`post`](Self::post) rings the doorbell for them;
@@ -40,17 +37,19 @@ impl BatchState {
 #[derive(Debug)]
 pub struct PostSendGuard<'q> {
     queue: &'q mut SendQueue,
+    batch: Batch,
 }
 
 impl<'q> PostSendGuard<'q> {
     /// Starts a batch on `queue` (`mlx5_send_wr_start`).
     #[inline]
     pub(super) fn new(queue: &'q mut SendQueue) -> Self {
-        queue.batch = BatchState {
-            start: queue.posting_index,
-            ..BatchState::idle()
+        let batch = Batch {
+            posting_index: queue.posting_index,
+            len: 0,
+            last: Written { slot: 0, size: 0 },
         };
-        Self { queue }
+        Self { queue, batch }
     }
 
     /// Starts a request with this `wr_id` (given back by its completion) and flags
@@ -60,7 +59,10 @@ impl<'q> PostSendGuard<'q> {
     #[inline]
     pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_> {
         WorkRequestHandle {
-            queue: self.queue,
+            target: Target {
+                queue: self.queue,
+                batch: &mut self.batch,
+            },
             wr_id,
             fm_ce_se: fm_ce_se(wr_flags),
         }
@@ -69,7 +71,7 @@ impl<'q> PostSendGuard<'q> {
     /// How many requests the batch holds (those whose data step succeeded).
     #[inline]
     pub fn batch_len(&self) -> usize {
-        self.queue.batch.len as usize
+        self.batch.len as usize
     }
 
     /// Posts the batch: rings the doorbell for its requests (nothing when it has none), as
@@ -77,23 +79,18 @@ impl<'q> PostSendGuard<'q> {
     /// step.
     #[inline]
     pub fn post(self) {
-        // Posted: the batch must not be given back by Drop.
-        let mut guard = ManuallyDrop::new(self);
-        let queue = &mut *guard.queue;
-        let BatchState { len, last, .. } = queue.batch;
-        if len == 0 {
+        let Self { queue, batch } = self;
+        if batch.len == 0 {
             return;
         }
-        queue.head = queue.head.wrapping_add(len);
+        queue.posting_index = batch.posting_index;
+        queue.head = queue.head.wrapping_add(batch.len);
         // SAFETY: `last` was written into the ring by this batch.
-        unsafe { queue.doorbell.ring(&queue.ring, queue.posting_index, len, last) };
-    }
-}
-
-impl Drop for PostSendGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.queue.posting_index = self.queue.batch.start;
+        unsafe {
+            queue
+                .doorbell
+                .ring(&queue.ring, queue.posting_index, batch.len, batch.last)
+        };
     }
 }
 
@@ -118,7 +115,7 @@ fn fm_ce_se(wr_flags: WorkRequestFlags) -> u8 {
 #[must_use = "a request is added to the batch only at its data step"]
 #[derive(Debug)]
 pub struct WorkRequestHandle<'g> {
-    queue: &'g mut SendQueue,
+    target: Target<'g>,
     wr_id: u64,
     fm_ce_se: u8,
 }
@@ -127,7 +124,7 @@ impl<'g> WorkRequestHandle<'g> {
     #[inline]
     fn with<O: Operation>(self, operation: O) -> DcDestination<'g, O> {
         DcDestination {
-            queue: self.queue,
+            target: self.target,
             wr_id: self.wr_id,
             fm_ce_se: self.fm_ce_se,
             operation,
@@ -200,7 +197,7 @@ impl<'g> WorkRequestHandle<'g> {
 #[must_use = "a request is added to the batch only at its data step"]
 #[derive(Debug)]
 pub struct DcDestination<'g, O: Operation> {
-    queue: &'g mut SendQueue,
+    target: Target<'g>,
     wr_id: u64,
     fm_ce_se: u8,
     operation: O,
@@ -232,7 +229,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>,
     ) -> LocalBufferHandle<'g, 'a, O> {
         LocalBufferHandle {
-            queue: self.queue,
+            target: self.target,
             request: Request {
                 wr_id: self.wr_id,
                 fm_ce_se: self.fm_ce_se,
@@ -251,7 +248,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
 /// (SEND and WRITE only). Each answers at once; a refused request writes nothing.
 #[must_use = "a request is added to the batch only at its data step"]
 pub struct LocalBufferHandle<'g, 'a, O: Operation> {
-    queue: &'g mut SendQueue,
+    target: Target<'g>,
     request: Request<'a>,
     _operation: std::marker::PhantomData<O>,
 }
@@ -268,11 +265,8 @@ impl<O: Operation> std::fmt::Debug for LocalBufferHandle<'_, '_, O> {
 impl<O: Operation> LocalBufferHandle<'_, '_, O> {
     #[inline]
     fn add(self, data: Data<'_>) -> Result<(), WorkRequestError> {
-        let queue = self.queue;
-        let written = queue.write(queue.batch.len, self.request, data)?;
-        queue.batch.len += 1;
-        queue.batch.last = written;
-        Ok(())
+        let Target { queue, batch } = self.target;
+        queue.write(batch, self.request, data)
     }
 
     /// One scatter/gather entry (`ibv_wr_set_sge`); a zero-length one is left out of the WQE,

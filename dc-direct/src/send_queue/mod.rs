@@ -93,7 +93,6 @@ pub use batch::{DcDestination, LocalBufferHandle, PostSendGuard, WorkRequestHand
 pub use error::{CreateSendQueueError, CreateSendQueueErrorKind, WorkRequestError, WorkRequestErrorKind};
 
 use crate::barrier::Register;
-use batch::BatchState;
 use doorbell::Doorbell;
 use ring::{Ring, BASIC_BLOCK};
 
@@ -140,7 +139,8 @@ struct WorkRequestSlot {
 #[derive(Debug)]
 pub struct SendQueue {
     ring: Ring,
-    /// The posting index (`sq.cur_post`): in 64-byte blocks, from the queue's creation.
+    /// The posting index (`sq.cur_post`) after the last batch posted: in 64-byte blocks, from
+    /// the queue's creation.
     posting_index: u32,
     /// Requests posted (`sq.head`).
     head: u32,
@@ -154,8 +154,6 @@ pub struct SendQueue {
     qp_number: u32,
     streams: bool,
     work_requests: Box<[WorkRequestSlot]>,
-    /// The batch a guard is describing.
-    batch: BatchState,
     doorbell: Doorbell<Register>,
 }
 
@@ -202,7 +200,6 @@ impl SendQueue {
             qp_number: parts.qp_number,
             streams: parts.streams,
             work_requests: vec![WorkRequestSlot::default(); parts.wqe_count as usize].into_boxed_slice(),
-            batch: BatchState::idle(),
             doorbell: Doorbell::new(parts.doorbell_record, parts.blueflame, parts.blueflame_size, mmio),
         })
     }
