@@ -111,11 +111,4 @@ pub enum WorkRequestErrorKind {
         /// The stream id given.
         stream_id: u16,
     },
-    /// An operation this writer has not been proven to write as libmlx5 does (see the
-    /// [module](super) documentation's list).
-    #[error("{operation} is not supported by the direct WQE writer")]
-    OperationNotSupported {
-        /// The operation, as libibverbs names its builder (`"ibv_wr_rdma_read"`, …).
-        operation: &'static str,
-    },
 }

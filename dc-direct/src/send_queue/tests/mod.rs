@@ -1,7 +1,8 @@
-//! The send queue's tests: its own layout tests over plain memory (`layout`), and the
-//! comparison with libmlx5's post path (`oracle`).
+//! The send queue's tests: its own layout tests over plain memory (`layout`, `refusals`), and
+//! the comparison with libmlx5's post path (`oracle`, with random requests from `requests`).
 mod layout;
 mod oracle;
+mod refusals;
 mod requests;
 
 use std::ptr::NonNull;
