@@ -16,6 +16,13 @@
 //! BlueFlame register it shares between queue pairs (`bf->need_lock`), and a direct writer owns
 //! its register outright.
 //!
+//! What is checked: the unit tests compare the sequence of these calls a doorbell makes with
+//! the sequence libmlx5's own `qp.c` makes (its macros replaced by recorders, on x86-64), and
+//! that the hardware stores land as they should in plain memory. What each instruction does to
+//! write-combining buffers and PCIe ordering is rdma-core's reasoning, read and mirrored here,
+//! not tested: none of this has run on a ConnectX, and the aarch64 branch has not been built
+//! here (no aarch64 target on the machine it was written on).
+//!
 //! On other architectures there is no [`Hardware`]: [`Hardware::new`] answers `None`, and a send
 //! queue refuses to be created there. Under `cfg(test)` a [`Recorder`] stands in for the
 //! hardware: it records the events libmlx5's doorbell makes, in the oracle's terms, and stores
@@ -127,7 +134,8 @@ impl Mmio for Hardware {
     #[inline]
     unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
         let source = source.cast::<u64>();
-        let destination = register.add(offset).cast::<u64>();
+        // SAFETY: the caller's promise: the 64 bytes from register + offset are writable.
+        let destination = unsafe { register.add(offset) }.cast::<u64>();
         // mmio_memcpy_x64's generic case: eight mmio_write64_be, ascending.
         for word in 0..8 {
             // SAFETY: the caller's promise: both ranges are aligned and 64 bytes long.
