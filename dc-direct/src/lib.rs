@@ -4,6 +4,8 @@
 //!
 //! Nothing of this has run on a ConnectX yet.
 
+mod barrier;
 // TODO(lead): the poller itself is crate-private, unused until the initiator polls through it.
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod completion_queue;
+pub mod send_queue;

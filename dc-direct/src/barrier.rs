@@ -1,0 +1,355 @@
+//! The barriers and MMIO stores of libmlx5's doorbell (`post_send_db` and `mlx5_bf_copy` in
+//! `providers/mlx5/qp.c`), per architecture as rdma-core defines them in `util/udma_barrier.h`
+//! and `util/mmio.h`:
+//!
+//! | rdma-core, and the [`Mmio`] method of the same name | x86-64 | aarch64 |
+//! |---|---|---|
+//! | `udma_to_device_barrier()` | compiler barrier only | `dmb oshst` |
+//! | `udma_from_device_barrier()` | `lfence` | `dmb oshld` |
+//! | `mmio_flush_writes()` | `sfence` | `dsb st` |
+//! | `mmio_wc_start()` (= `mmio_flush_writes()`) | `sfence` | `dsb st` |
+//! | `mmio_write64_be()` | one 8-byte store | one 8-byte store |
+//! | `mmio_memcpy_x64(dst, src, 64)` | eight 8-byte stores, ascending | `vst4q_u64(dst, vld4q_u64(src))`: one 64-byte store |
+//!
+//! Every barrier is also a compiler barrier (the C macros' `"memory"` clobber: an `asm!` without
+//! `nomem`). `mmio_wc_spinlock`/`mmio_wc_spinunlock` are not here: libmlx5 takes them only for a
+//! BlueFlame register it shares between queue pairs (`bf->need_lock`), and a direct writer owns
+//! its register outright.
+//!
+//! What is checked: the unit tests compare the sequence of these calls a doorbell makes with
+//! the sequence libmlx5's own `qp.c` makes (its macros replaced by recorders, on x86-64), and
+//! that the hardware stores land as they should in plain memory. What each instruction does to
+//! write-combining buffers and PCIe ordering is rdma-core's reasoning, read and mirrored here,
+//! not tested: none of this has run on a ConnectX, and the aarch64 branch has not been built
+//! here (no aarch64 target on the machine it was written on).
+//!
+//! On other architectures there is no [`Hardware`]: [`Hardware::new`] answers `None`, and a send
+//! queue refuses to be created there. Under `cfg(test)` a [`Recorder`] stands in for the
+//! hardware: it records the events libmlx5's doorbell makes, in the oracle's terms, and stores
+//! into plain memory.
+use std::ptr::NonNull;
+
+/// The barriers and stores a doorbell makes (see the [module](self) table). Crate-private: the
+/// send queue holds one [`Register`] and calls it directly, never through a `dyn`.
+pub(crate) trait Mmio {
+    /// `udma_to_device_barrier()`: the device sees the CPU's stores to its queues before any
+    /// store that follows.
+    fn udma_to_device_barrier(&mut self);
+
+    /// `udma_from_device_barrier()`: reads after it see what the device stored before a store
+    /// the CPU saw.
+    #[allow(dead_code)] // the completion poller's
+    fn udma_from_device_barrier(&mut self);
+
+    /// `mmio_wc_start()`: orders what came before ahead of the write-combining stores that
+    /// follow.
+    fn mmio_wc_start(&mut self);
+
+    /// `mmio_flush_writes()`: flushes the write-combining stores made so far.
+    fn mmio_flush_writes(&mut self);
+
+    /// `mmio_write64_be(register + offset, bytes)`: one 8-byte store of `bytes` as they are.
+    ///
+    /// # Safety
+    ///
+    /// `register + offset` must be 8-byte aligned and writable for 8 bytes.
+    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]);
+
+    /// `mmio_memcpy_x64(register + offset, source, 64)`: the 64 bytes at `source`, stored in
+    /// ascending order.
+    ///
+    /// # Safety
+    ///
+    /// `register + offset` must be 64-byte aligned and writable for 64 bytes, `source` 8-byte
+    /// aligned and readable for 64 bytes.
+    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>);
+}
+
+/// The register the send queue rings: the hardware, or under `cfg(test)` the recorder.
+#[cfg(not(test))]
+pub(crate) type Register = Hardware;
+/// The register the send queue rings: the hardware, or under `cfg(test)` the recorder.
+#[cfg(test)]
+pub(crate) type Register = Recorder;
+
+/// The barriers and stores of the CPU this runs on (x86-64 and aarch64; none elsewhere).
+#[derive(Debug)]
+pub(crate) struct Hardware {
+    /// Only [`Hardware::new`] makes one, and only where the architecture has an implementation.
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    never: std::convert::Infallible,
+    _private: (),
+}
+
+impl Hardware {
+    /// The hardware barriers and stores, or `None` on an architecture rdma-core's macros are not
+    /// mirrored for here.
+    #[cfg_attr(test, allow(dead_code))]
+    pub(crate) fn new() -> Option<Self> {
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        return Some(Self { _private: () });
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        return None;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Mmio for Hardware {
+    #[inline]
+    fn udma_to_device_barrier(&mut self) {
+        // SAFETY: an empty instruction; without `nomem` it is the compiler barrier
+        // `asm volatile("" ::: "memory")` of udma_barrier.h's x86-64 case.
+        unsafe { std::arch::asm!("", options(nostack, preserves_flags)) }
+    }
+
+    #[inline]
+    fn udma_from_device_barrier(&mut self) {
+        // SAFETY: `lfence` only orders loads; no register or memory operand.
+        unsafe { std::arch::asm!("lfence", options(nostack, preserves_flags)) }
+    }
+
+    #[inline]
+    fn mmio_wc_start(&mut self) {
+        self.mmio_flush_writes()
+    }
+
+    #[inline]
+    fn mmio_flush_writes(&mut self) {
+        // SAFETY: `sfence` only orders stores; no register or memory operand.
+        unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) }
+    }
+
+    #[inline]
+    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
+        // SAFETY: the caller's promise: aligned and writable. A volatile aligned u64 store is one
+        // 8-byte store, as mmio.h's relaxed atomic store.
+        unsafe {
+            register
+                .add(offset)
+                .cast::<u64>()
+                .write_volatile(u64::from_ne_bytes(bytes))
+        }
+    }
+
+    #[inline]
+    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
+        let source = source.cast::<u64>();
+        // SAFETY: the caller's promise: the 64 bytes from register + offset are writable.
+        let destination = unsafe { register.add(offset) }.cast::<u64>();
+        // mmio_memcpy_x64's generic case: eight mmio_write64_be, ascending.
+        for word in 0..8 {
+            // SAFETY: the caller's promise: both ranges are aligned and 64 bytes long.
+            unsafe { destination.add(word).write_volatile(source.add(word).read()) }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+impl Mmio for Hardware {
+    #[inline]
+    fn udma_to_device_barrier(&mut self) {
+        // SAFETY: a barrier instruction; no register or memory operand.
+        unsafe { std::arch::asm!("dmb oshst", options(nostack, preserves_flags)) }
+    }
+
+    #[inline]
+    fn udma_from_device_barrier(&mut self) {
+        // SAFETY: a barrier instruction; no register or memory operand.
+        unsafe { std::arch::asm!("dmb oshld", options(nostack, preserves_flags)) }
+    }
+
+    #[inline]
+    fn mmio_wc_start(&mut self) {
+        self.mmio_flush_writes()
+    }
+
+    #[inline]
+    fn mmio_flush_writes(&mut self) {
+        // SAFETY: a barrier instruction; no register or memory operand.
+        unsafe { std::arch::asm!("dsb st", options(nostack, preserves_flags)) }
+    }
+
+    #[inline]
+    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
+        // SAFETY: the caller's promise: aligned and writable. A volatile aligned u64 store is one
+        // 8-byte store, as mmio.h's relaxed atomic store.
+        unsafe {
+            register
+                .add(offset)
+                .cast::<u64>()
+                .write_volatile(u64::from_ne_bytes(bytes))
+        }
+    }
+
+    #[inline]
+    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
+        use std::arch::aarch64::{vld4q_u64, vst4q_u64};
+        // SAFETY: the caller's promise: both ranges are aligned and 64 bytes long; NEON is part
+        // of the aarch64 baseline. vld4q de-interleaves and vst4q interleaves back: the 64 bytes
+        // land as they are, in one store (mmio.h's _mmio_memcpy_x64_64b).
+        unsafe {
+            let destination = register.add(offset).cast::<u64>().as_ptr();
+            vst4q_u64(destination, vld4q_u64(source.cast::<u64>().as_ptr()))
+        }
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+impl Mmio for Hardware {
+    fn udma_to_device_barrier(&mut self) {
+        match self.never {}
+    }
+
+    fn udma_from_device_barrier(&mut self) {
+        match self.never {}
+    }
+
+    fn mmio_wc_start(&mut self) {
+        match self.never {}
+    }
+
+    fn mmio_flush_writes(&mut self) {
+        match self.never {}
+    }
+
+    unsafe fn mmio_write64_be(&mut self, _register: NonNull<u8>, _offset: usize, _bytes: [u8; 8]) {
+        match self.never {}
+    }
+
+    unsafe fn mmio_memcpy_x64(&mut self, _register: NonNull<u8>, _offset: usize, _source: NonNull<u8>) {
+        match self.never {}
+    }
+}
+
+#[cfg(test)]
+pub(crate) use recorder::Recorder;
+
+#[cfg(test)]
+mod recorder {
+    use std::ptr::NonNull;
+
+    use sideway_ext_wqe_oracle::{Barrier, MmioEvent};
+
+    use super::Mmio;
+
+    /// Records each barrier and MMIO store as the oracle does (an 8-byte store per word, a
+    /// 64-byte copy as eight of them, as x86-64 makes it), and makes the stores into memory.
+    #[derive(Debug, Default)]
+    pub(crate) struct Recorder {
+        events: Vec<MmioEvent>,
+    }
+
+    impl Recorder {
+        /// A recorder with nothing recorded.
+        pub(crate) fn new() -> Option<Self> {
+            Some(Self::default())
+        }
+
+        /// The events since the last call.
+        pub(crate) fn take_events(&mut self) -> Vec<MmioEvent> {
+            std::mem::take(&mut self.events)
+        }
+    }
+
+    impl Mmio for Recorder {
+        fn udma_to_device_barrier(&mut self) {
+            self.events.push(MmioEvent::Barrier(Barrier::ToDevice));
+        }
+
+        fn udma_from_device_barrier(&mut self) {
+            self.events.push(MmioEvent::Barrier(Barrier::FromDevice));
+        }
+
+        fn mmio_wc_start(&mut self) {
+            self.events.push(MmioEvent::Barrier(Barrier::WcStart));
+        }
+
+        fn mmio_flush_writes(&mut self) {
+            self.events.push(MmioEvent::Barrier(Barrier::FlushWrites));
+        }
+
+        unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
+            // SAFETY: the caller's promise: writable for 8 bytes.
+            unsafe { register.add(offset).cast::<[u8; 8]>().write_unaligned(bytes) };
+            self.events.push(MmioEvent::Store { offset, bytes });
+        }
+
+        unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
+            for word in 0..8 {
+                // SAFETY: the caller's promise: readable for 64 bytes.
+                let bytes = unsafe { source.add(8 * word).cast::<[u8; 8]>().read_unaligned() };
+                // SAFETY: the caller's promise: writable for 64 bytes.
+                unsafe { self.mmio_write64_be(register, offset + 8 * word, bytes) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::NonNull;
+
+    use sideway_ext_wqe_oracle::{Barrier, MmioEvent};
+
+    use super::*;
+
+    #[repr(C, align(64))]
+    struct Page([u8; 256]);
+
+    /// The hardware stores land in (plain) memory as they are, at their offsets.
+    #[test]
+    fn hardware_stores_write_the_bytes_at_their_offsets() {
+        let Some(mut hardware) = Hardware::new() else {
+            panic!("x86-64 and aarch64 have hardware barriers; this test runs on neither");
+        };
+        let mut register = Page([0; 256]);
+        let source: [u64; 8] = std::array::from_fn(|word| 0x0101_0101_0101_0101 * (word as u64 + 1));
+        let base = NonNull::from(&mut register.0).cast::<u8>();
+        hardware.udma_to_device_barrier();
+        hardware.mmio_wc_start();
+        // SAFETY: the page is 64-byte aligned and 256 bytes long; the source is 64 bytes.
+        unsafe {
+            hardware.mmio_write64_be(base, 8, [0xaa; 8]);
+            hardware.mmio_memcpy_x64(base, 128, NonNull::from(&source).cast());
+        }
+        hardware.mmio_flush_writes();
+        hardware.udma_from_device_barrier();
+        assert_eq!(register.0[..8], [0; 8]);
+        assert_eq!(register.0[8..16], [0xaa; 8]);
+        assert!(register.0[16..128].iter().all(|&byte| byte == 0));
+        for word in 0..8 {
+            assert_eq!(
+                register.0[128 + 8 * word..136 + 8 * word],
+                [word as u8 + 1; 8],
+                "word {word}"
+            );
+        }
+        assert!(register.0[192..].iter().all(|&byte| byte == 0));
+    }
+
+    /// The recorder records each barrier and each 8-byte store, ascending, and makes the stores.
+    #[test]
+    fn the_recorder_records_barriers_and_ascending_stores() {
+        let mut recorder = Recorder::new().expect("a recorder");
+        let mut register = Page([0; 256]);
+        let source: [u8; 64] = std::array::from_fn(|byte| byte as u8);
+        let base = NonNull::from(&mut register.0).cast::<u8>();
+        recorder.udma_to_device_barrier();
+        recorder.mmio_wc_start();
+        // SAFETY: as above.
+        unsafe { recorder.mmio_memcpy_x64(base, 64, NonNull::from(&source).cast()) };
+        recorder.mmio_flush_writes();
+        let mut expected = vec![
+            MmioEvent::Barrier(Barrier::ToDevice),
+            MmioEvent::Barrier(Barrier::WcStart),
+        ];
+        expected.extend((0..8).map(|word| MmioEvent::Store {
+            offset: 64 + 8 * word,
+            bytes: std::array::from_fn(|byte| (8 * word + byte) as u8),
+        }));
+        expected.push(MmioEvent::Barrier(Barrier::FlushWrites));
+        assert_eq!(recorder.take_events(), expected);
+        assert_eq!(register.0[64..128], source);
+        assert!(recorder.take_events().is_empty());
+    }
+}

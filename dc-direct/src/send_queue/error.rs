@@ -1,0 +1,114 @@
+//! The errors of the send queue: creating one from raw parts ([`CreateSendQueueError`]), and
+//! adding a request to a batch ([`WorkRequestError`]).
+
+/// Error returned by [`SendQueue::from_parts`](super::SendQueue::from_parts): the parts describe
+/// a send queue this writer does not write (or cannot write on this CPU).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+#[non_exhaustive]
+pub struct CreateSendQueueError(#[from] pub CreateSendQueueErrorKind);
+
+/// The enum type for [`CreateSendQueueError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateSendQueueErrorKind {
+    /// rdma-core's barriers and MMIO stores are mirrored here for x86-64 and aarch64 only.
+    #[error("no doorbell barriers for the {architecture} architecture (x86-64 and aarch64 only)")]
+    UnsupportedArchitecture {
+        /// The architecture this was built for (`std::env::consts::ARCH`).
+        architecture: &'static str,
+    },
+    /// The send queue's stride is not 64 bytes (`MLX5_SEND_WQE_BB`, what libmlx5 creates).
+    #[error("send queue stride {stride} is not 64 bytes")]
+    UnsupportedStride {
+        /// The stride given.
+        stride: u32,
+    },
+    /// The WQE count is not a power of two (libmlx5's `sq.wqe_cnt` always is), or is zero.
+    #[error("send queue WQE count {wqe_count} is not a power of two")]
+    InvalidWqeCount {
+        /// The count given.
+        wqe_count: u32,
+    },
+    /// A pointer is not aligned as libmlx5 leaves it.
+    #[error("the {part} is not aligned to {alignment} bytes")]
+    Misaligned {
+        /// Which part: `"send queue buffer"`, `"doorbell record"` or `"BlueFlame register"`.
+        part: &'static str,
+        /// The alignment it needs.
+        alignment: usize,
+    },
+    /// The BlueFlame size is not 0 (no BlueFlame) or a multiple of 64 bytes up to 2048.
+    #[error("BlueFlame size {blueflame_size} is not 0 or a multiple of 64 up to 2048")]
+    InvalidBlueFlameSize {
+        /// The size given.
+        blueflame_size: u32,
+    },
+    /// The queue pair number does not fit in 24 bits.
+    #[error("queue pair number {qp_number:#x} does not fit in 24 bits")]
+    InvalidQpNumber {
+        /// The number given.
+        qp_number: u32,
+    },
+    /// `max_post` is zero, or the largest request the limits allow does not fit in the queue
+    /// (libmlx5 sizes the queue so that `max_post` of them fit).
+    #[error(
+        "{max_post} requests of up to {max_inline_data} inline bytes or {max_send_sge} entries do not fit in \
+         {wqe_count} WQE basic blocks"
+    )]
+    LimitsDoNotFit {
+        /// The maximum number of outstanding requests given.
+        max_post: u32,
+        /// The inline limit given.
+        max_inline_data: u32,
+        /// The scatter/gather limit given.
+        max_send_sge: u32,
+        /// The queue's size in 64-byte basic blocks.
+        wqe_count: u32,
+    },
+}
+
+/// Error returned by a request's data step
+/// ([`setup_sge`](super::LocalBufferHandle::setup_sge) and the others): the request was refused
+/// and nothing of it was written. The batch goes on: the requests added before it (and after
+/// it) are posted by [`post`](super::PostSendGuard::post).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+#[non_exhaustive]
+pub struct WorkRequestError(#[from] pub WorkRequestErrorKind);
+
+/// The enum type for [`WorkRequestError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkRequestErrorKind {
+    /// The send queue holds `max_post` outstanding requests (those posted and not completed,
+    /// and this batch's): libmlx5's `mlx5_wq_overflow`.
+    #[error("the send queue is full: {max_post} requests outstanding")]
+    QueueFull {
+        /// The queue's maximum of outstanding requests.
+        max_post: u32,
+    },
+    /// The inline data is longer than the queue pair's granted `max_inline_data`.
+    #[error("{length} bytes of inline data exceed the maximum of {max_inline_data}")]
+    InlineDataTooLong {
+        /// The data's length (all slices of a list together).
+        length: usize,
+        /// The granted maximum.
+        max_inline_data: u32,
+    },
+    /// More scatter/gather entries than the queue pair's granted `max_send_sge` (zero-length
+    /// entries count, as libmlx5 counts them).
+    #[error("{count} scatter/gather entries exceed the maximum of {max_send_sge}")]
+    TooManyScatterGatherEntries {
+        /// The number of entries given.
+        count: usize,
+        /// The granted maximum.
+        max_send_sge: u32,
+    },
+    /// A stream id was given to a DC initiator created without DCI streams.
+    #[error("DCI stream {stream_id} given to a DC initiator without streams")]
+    StreamsNotEnabled {
+        /// The stream id given.
+        stream_id: u16,
+    },
+}

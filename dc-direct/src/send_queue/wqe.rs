@@ -1,0 +1,303 @@
+//! Writing one request's WQE into the ring, byte for byte as libmlx5's DC post path leaves it:
+//!
+//! - the control segment: `_common_wqe_init_op` (bytes 8 to 11 zeroed, then `fm_ce_se`; the
+//!   opcode and the 16-bit posting index), the `*_imm` builders (bytes 12 to 15, left as they
+//!   were otherwise), `mlx5_send_wr_set_dc_addr_stream` (the stream id in bytes 9 and 10) and
+//!   `_common_wqe_finalize` (the queue pair number and the size in 16-byte units);
+//! - the datagram segment: `mlx5_send_wr_set_dc_addr` (the address vector, the DCT number OR-ed
+//!   into its `dqp_dct` with bit 31, the DC key over its first 8 bytes);
+//! - the remote segments: `_mlx5_send_wr_rdma` (`set_raddr_seg`) and `_mlx5_send_wr_atomic`
+//!   (`_set_atomic_seg`);
+//! - the data: `_mlx5_send_wr_set_sge` (a zero-length entry writes nothing),
+//!   `_mlx5_send_wr_set_sge_list` (zero-length entries skipped, each entry wrapping at the end),
+//!   `_mlx5_send_wr_set_inline_data(_list)` (a 4-byte header, the data split across the end, the
+//!   padding after it left as it was; zero bytes write nothing).
+//!
+//! The checks libmlx5 makes are made first (`mlx5_wq_overflow`, the SGE count, the inline
+//! length), so that a refused request writes nothing.
+use std::io::IoSlice;
+use std::ptr::NonNull;
+
+use rdma_mummy_sys::ibv_sge;
+
+use super::batch::Batch;
+use super::operation::{Remote, Segments};
+use super::ring::{store_be32, store_be64, BASIC_BLOCK};
+use super::{AddressVector, SendQueue, WorkRequestError, WorkRequestErrorKind};
+
+/// The bit of the inline segment's byte count that marks it inline (`MLX5_INLINE_SEG`).
+const INLINE_SEGMENT: u32 = 0x8000_0000;
+/// The bit OR-ed with the DCT number into the address vector (`MLX5_EXTENDED_UD_AV`).
+const EXTENDED_ADDRESS_VECTOR: u32 = 0x8000_0000;
+
+/// One request as its data step hands it to the writer.
+#[derive(Clone, Copy)]
+pub(super) struct Request<'a> {
+    pub(super) wr_id: u64,
+    /// `fm_ce_se` from the request's flags (fence, signaled, solicited); the queue's
+    /// signal-all bit is added when written.
+    pub(super) fm_ce_se: u8,
+    pub(super) segments: Segments,
+    pub(super) address: &'a AddressVector,
+    pub(super) dct_number: u32,
+    pub(super) dc_key: u64,
+    pub(super) stream_id: Option<u16>,
+}
+
+/// The data of a request.
+#[derive(Clone, Copy)]
+pub(super) enum Data<'d> {
+    Sge { lkey: u32, addr: u64, length: u32 },
+    SgeList(&'d [ibv_sge]),
+    Inline(&'d [u8]),
+    InlineList(&'d [IoSlice<'d>]),
+}
+
+/// Where a written request is: its control segment's slot and its size in 16-byte units
+/// (libmlx5's `cur_ctrl` and `cur_size`, what the doorbell of a batch of one needs).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Written {
+    pub(super) slot: u32,
+    pub(super) size: u32,
+}
+
+impl SendQueue {
+    /// Writes `request` with `data` as the next request of `batch`: checks, then the WQE, its
+    /// slot's `wr_id`, and the batch's posting index past it.
+    ///
+    /// Always inlined (it and the two below), measured: inlined into the data step, the
+    /// operation and the kind of data are known where it is called and their branches fold
+    /// away; called, a request costs about twice the instructions.
+    #[inline(always)]
+    pub(super) fn write(
+        &mut self, batch: &mut Batch, request: Request<'_>, data: Data<'_>,
+    ) -> Result<(), WorkRequestError> {
+        self.check(batch.len, &request, data)?;
+        let ring = self.ring;
+        let index = batch.posting_index;
+        let slot = ring.slot_of(index);
+        // Always there (a slot is below the count); `get_mut` keeps the loop of a batch free of
+        // a panic path, which lets the compiler keep the batch's state in registers.
+        if let Some(entry) = self.work_requests.get_mut(slot as usize) {
+            *entry = super::WorkRequestSlot {
+                wr_id: request.wr_id,
+                wqe_head: self.head.wrapping_add(batch.len),
+            };
+        }
+        let control = ring.slot(slot);
+        let mut size = 4;
+        // SAFETY: the control segment is a slot's first 16 bytes, the datagram segment its other
+        // 48 (64-byte aligned slots); every other segment starts where `ring` says, 16-byte
+        // aligned in the buffer, and a WQE of this queue's limits fits in the ring
+        // (`SendQueue::from_parts` checked it).
+        unsafe {
+            let segments = request.segments;
+            // opmod_idx_opcode and bytes 8 to 11: signature 0, the stream id, fm_ce_se.
+            store_be32(control, ((index & 0xffff) << 8) | u32::from(segments.opcode));
+            let stream = request.stream_id.unwrap_or(0).to_be_bytes();
+            let fm_ce_se = self.signal_all_bits | request.fm_ce_se;
+            let word = u32::from_ne_bytes([0, stream[0], stream[1], fm_ce_se]);
+            control.add(8).cast::<u32>().write(word);
+            if let Some(immediate) = segments.immediate {
+                control.add(12).cast::<u32>().write(immediate);
+            }
+            write_address(control.add(16), request.address, request.dct_number, request.dc_key);
+            let after_address = ring.wrap(control.add(BASIC_BLOCK));
+            let data_at = match segments.remote {
+                Remote::None => after_address,
+                Remote::Memory { rkey, remote_addr } => {
+                    write_remote_address(after_address, rkey, remote_addr);
+                    size += 1;
+                    after_address.add(16)
+                },
+                Remote::Atomic {
+                    rkey,
+                    remote_addr,
+                    swap_add,
+                    compare,
+                } => {
+                    write_remote_address(after_address, rkey, remote_addr);
+                    store_be64(after_address.add(16), swap_add);
+                    if let Some(compare) = compare {
+                        store_be64(after_address.add(24), compare);
+                    }
+                    size += 2;
+                    // 32 bytes into a block: never the ring's end.
+                    after_address.add(32)
+                },
+            };
+            size += self.write_data(data_at, data);
+            store_be32(control.add(4), size | (self.qp_number << 8));
+        }
+        batch.posting_index = index.wrapping_add(size.div_ceil(4));
+        batch.len += 1;
+        batch.last = Written { slot, size };
+        Ok(())
+    }
+
+    /// The checks libmlx5 makes for this request, in its order: `mlx5_wq_overflow`, then the
+    /// data setter's.
+    #[inline(always)]
+    fn check(&self, batch_len: u32, request: &Request<'_>, data: Data<'_>) -> Result<(), WorkRequestError> {
+        let outstanding = self.head.wrapping_sub(self.tail).wrapping_add(batch_len);
+        if outstanding >= self.max_post {
+            return Err(WorkRequestErrorKind::QueueFull {
+                max_post: self.max_post,
+            }
+            .into());
+        }
+        if let (Some(stream_id), false) = (request.stream_id, self.streams) {
+            return Err(WorkRequestErrorKind::StreamsNotEnabled { stream_id }.into());
+        }
+        let sge_count = match data {
+            Data::Sge { .. } => 1,
+            Data::SgeList(list) => list.len(),
+            Data::Inline(bytes) => return self.check_inline(bytes.len()),
+            Data::InlineList(slices) => return self.check_inline(slices.iter().map(|slice| slice.len()).sum()),
+        };
+        if sge_count > self.max_send_sge as usize {
+            return Err(WorkRequestErrorKind::TooManyScatterGatherEntries {
+                count: sge_count,
+                max_send_sge: self.max_send_sge,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn check_inline(&self, length: usize) -> Result<(), WorkRequestError> {
+        if length > self.max_inline_data as usize {
+            return Err(WorkRequestErrorKind::InlineDataTooLong {
+                length,
+                max_inline_data: self.max_inline_data,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Writes the data segments at `at` (never the ring's end); returns their size in 16-byte
+    /// units.
+    ///
+    /// # Safety
+    ///
+    /// `at` is 16-byte aligned in the ring, and the data was checked against the queue's limits.
+    #[inline(always)]
+    unsafe fn write_data(&self, at: NonNull<u8>, data: Data<'_>) -> u32 {
+        let ring = self.ring;
+        match data {
+            Data::Sge { lkey, addr, length } => {
+                if length == 0 {
+                    return 0;
+                }
+                // SAFETY: the caller's promise.
+                unsafe { write_data_segment(at, lkey, addr, length) };
+                1
+            },
+            Data::SgeList(list) => {
+                let mut segment = at;
+                let mut written = 0;
+                for sge in list {
+                    segment = ring.wrap(segment);
+                    if sge.length == 0 {
+                        continue;
+                    }
+                    // SAFETY: the caller's promise; the list is no longer than the queue allows.
+                    unsafe {
+                        write_data_segment(segment, sge.lkey, sge.addr, sge.length);
+                        segment = segment.add(16);
+                    }
+                    written += 1;
+                }
+                written
+            },
+            Data::Inline(bytes) => {
+                if bytes.is_empty() {
+                    return 0;
+                }
+                // SAFETY: the caller's promise; the header is 4 bytes into a 16-byte aligned
+                // segment, never past the end.
+                unsafe { ring.copy(at.add(4), bytes) };
+                // SAFETY: as above.
+                unsafe { inline_header(at, bytes.len()) }
+            },
+            Data::InlineList(slices) => {
+                // SAFETY: as for Inline, slice after slice.
+                let mut next = unsafe { at.add(4) };
+                let mut length = 0;
+                for slice in slices {
+                    // SAFETY: as above; all slices together are within the inline limit.
+                    next = unsafe { ring.copy(next, slice) };
+                    length += slice.len();
+                }
+                if length == 0 {
+                    return 0;
+                }
+                // SAFETY: as above.
+                unsafe { inline_header(at, length) }
+            },
+        }
+    }
+}
+
+/// The datagram segment of a DC request (`mlx5_send_wr_set_dc_addr`).
+///
+/// # Safety
+///
+/// `at` is 16-byte aligned with 48 bytes of the ring after it.
+#[inline]
+unsafe fn write_address(at: NonNull<u8>, address: &AddressVector, dct_number: u32, dc_key: u64) {
+    // SAFETY: the caller's promise; the address vector is 16-byte aligned and 48 bytes long.
+    unsafe {
+        at.copy_from_nonoverlapping(NonNull::from(address.bytes()).cast(), 48);
+        let dqp_dct = at.add(8).cast::<u32>();
+        dqp_dct.write(dqp_dct.read() | (dct_number | EXTENDED_ADDRESS_VECTOR).to_be());
+        store_be64(at, dc_key);
+    }
+}
+
+/// A remote address segment (`set_raddr_seg`).
+///
+/// # Safety
+///
+/// `at` is 16-byte aligned with 16 bytes of the ring after it.
+#[inline]
+unsafe fn write_remote_address(at: NonNull<u8>, rkey: u32, remote_addr: u64) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        store_be64(at, remote_addr);
+        store_be32(at.add(8), rkey);
+        store_be32(at.add(12), 0);
+    }
+}
+
+/// A data segment (`_mlx5_send_wr_set_sge`).
+///
+/// # Safety
+///
+/// `at` is 16-byte aligned with 16 bytes of the ring after it.
+#[inline]
+unsafe fn write_data_segment(at: NonNull<u8>, lkey: u32, addr: u64, length: u32) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        store_be32(at, length);
+        store_be32(at.add(4), lkey);
+        store_be64(at.add(8), addr);
+    }
+}
+
+/// The inline segment's header for `length` (non-zero) bytes; returns the segment's size in
+/// 16-byte units, header included.
+///
+/// # Safety
+///
+/// `at` is 4-byte aligned in the ring.
+#[inline]
+unsafe fn inline_header(at: NonNull<u8>, length: usize) -> u32 {
+    // The inline limit is a u32: the length fits.
+    let length = length as u32;
+    // SAFETY: the caller's promise.
+    unsafe { store_be32(at, length | INLINE_SEGMENT) };
+    (length + 4).div_ceil(16)
+}
