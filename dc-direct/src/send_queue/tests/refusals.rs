@@ -193,6 +193,7 @@ fn parts_the_writer_does_not_write_are_refused() {
     let mut parts = memory.parts(256, Limits::default());
     // SAFETY: one byte into the buffer, never written: the creation is refused.
     parts.buffer = unsafe { parts.buffer.add(1) };
+    // SAFETY: the memory outlives the attempt, which is refused before any write.
     let error = unsafe { SendQueue::from_parts(parts) }.unwrap_err();
     assert!(matches!(
         error.0,
