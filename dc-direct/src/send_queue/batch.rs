@@ -44,11 +44,7 @@ impl<'q> PostSendGuard<'q> {
     /// Starts a batch on `queue` (`mlx5_send_wr_start`).
     #[inline]
     pub(super) fn new(queue: &'q mut SendQueue) -> Self {
-        let batch = Batch {
-            posting_index: queue.posting_index,
-            len: 0,
-            last: Written { slot: 0, size: 0 },
-        };
+        let batch = Batch::start(queue);
         Self { queue, batch }
     }
 
@@ -64,7 +60,7 @@ impl<'q> PostSendGuard<'q> {
                 batch: &mut self.batch,
             },
             wr_id,
-            fm_ce_se: fm_ce_se(wr_flags),
+            fm_ce_se: fm_ce_se(wr_flags.bits()),
         }
     }
 
@@ -80,32 +76,54 @@ impl<'q> PostSendGuard<'q> {
     #[inline]
     pub fn post(self) {
         let Self { queue, batch } = self;
+        queue.post_batch(&batch);
+    }
+}
+
+impl Batch {
+    /// An empty batch on `queue` (`mlx5_send_wr_start`): its first request goes at the queue's
+    /// posting index.
+    #[inline]
+    pub(super) fn start(queue: &SendQueue) -> Self {
+        Self {
+            posting_index: queue.posting_index,
+            len: 0,
+            last: Written { slot: 0, size: 0 },
+        }
+    }
+}
+
+impl SendQueue {
+    /// Posts `batch`, a batch started on this queue and written by [`write`](Self::write) since:
+    /// the queue's posting index moves past it and the doorbell rings (nothing when it holds no
+    /// request), as `mlx5_send_wr_complete`.
+    #[inline]
+    pub(super) fn post_batch(&mut self, batch: &Batch) {
         if batch.len == 0 {
             return;
         }
-        queue.posting_index = batch.posting_index;
-        queue.head = queue.head.wrapping_add(batch.len);
+        self.posting_index = batch.posting_index;
+        self.head = self.head.wrapping_add(batch.len);
         // SAFETY: `last` was written into the ring by this batch.
         unsafe {
-            queue
-                .doorbell
-                .ring(&queue.ring, queue.posting_index, batch.len, batch.last)
+            self.doorbell
+                .ring(&self.ring, self.posting_index, batch.len, batch.last)
         };
     }
 }
 
-/// `fm_ce_se` of a request's flags (`_common_wqe_init_op`): `MLX5_WQE_CTRL_FENCE`,
-/// `MLX5_WQE_CTRL_CQ_UPDATE`, `MLX5_WQE_CTRL_SOLICITED`.
+/// `fm_ce_se` of a request's flags, as `ibv_send_flags` bits (`_common_wqe_init_op`):
+/// `MLX5_WQE_CTRL_FENCE`, `MLX5_WQE_CTRL_CQ_UPDATE`, `MLX5_WQE_CTRL_SOLICITED`.
 #[inline]
-fn fm_ce_se(wr_flags: WorkRequestFlags) -> u8 {
+pub(super) fn fm_ce_se(wr_flags: u32) -> u8 {
     let mut bits = 0;
-    if wr_flags.contains(WorkRequestFlags::Fence) {
+    if wr_flags & WorkRequestFlags::Fence.bits() != 0 {
         bits |= 4 << 5;
     }
-    if wr_flags.contains(WorkRequestFlags::Signaled) {
+    if wr_flags & WorkRequestFlags::Signaled.bits() != 0 {
         bits |= 2 << 2;
     }
-    if wr_flags.contains(WorkRequestFlags::Solicited) {
+    if wr_flags & WorkRequestFlags::Solicited.bits() != 0 {
         bits |= 1 << 1;
     }
     bits

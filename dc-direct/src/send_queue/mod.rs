@@ -44,6 +44,10 @@
 //! Where the facts live: the ring and its stores in `ring.rs`, a WQE's bytes in `wqe.rs`, the
 //! doorbell in `doorbell.rs`, the operations in [`operation`], the batch and its steps in
 //! `batch.rs`, the errors in `error.rs`; the barriers and MMIO stores in the crate's `barrier.rs`.
+//! The same writer behind the C entries libibverbs and libmlx5 post through, for code written
+//! over `ibv_qp_ex` (sideway-ext's DC guard, a pool's guards): [`SendQueueEntries`], in
+//! `entries.rs` (its calls in `entries/calls.rs`, address handles' vectors in
+//! `address_cache.rs`).
 //!
 //! # Supported, and what is refused
 //!
@@ -83,8 +87,10 @@
 //! The environment variables `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF=0` change libmlx5's
 //! doorbell; this writer follows the default (see `doorbell.rs`).
 mod address;
+mod address_cache;
 mod batch;
 mod doorbell;
+mod entries;
 mod error;
 pub mod operation;
 mod ring;
@@ -97,6 +103,7 @@ use std::ptr::NonNull;
 
 pub use address::AddressVector;
 pub use batch::{DcDestination, LocalBufferHandle, PostSendGuard, WorkRequestHandle};
+pub use entries::SendQueueEntries;
 pub use error::{CreateSendQueueError, CreateSendQueueErrorKind, WorkRequestError, WorkRequestErrorKind};
 
 use crate::barrier::Register;

@@ -46,12 +46,12 @@ impl Op {
 /// A scatter/gather entry (`ibv_sge` has no `Debug`).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Entry {
-    lkey: u32,
-    addr: u64,
-    length: u32,
+    pub(super) lkey: u32,
+    pub(super) addr: u64,
+    pub(super) length: u32,
 }
 
-fn raw(list: &[Entry]) -> Vec<ibv_sge> {
+pub(super) fn raw(list: &[Entry]) -> Vec<ibv_sge> {
     list.iter()
         .map(|entry| ibv_sge {
             addr: entry.addr,
@@ -94,7 +94,7 @@ pub(super) struct Draw {
     pub(super) routes: usize,
 }
 
-fn sge(rng: &mut SmallRng) -> Entry {
+pub(super) fn sge(rng: &mut SmallRng) -> Entry {
     // A zero length now and then: libmlx5 leaves such an entry out.
     let length = if rng.random_ratio(1, 8) {
         0
@@ -179,7 +179,7 @@ impl Draw {
 }
 
 /// The slices of an inline list.
-fn pieces<'b>(bytes: &'b [u8], cuts: &[usize]) -> Vec<&'b [u8]> {
+pub(super) fn pieces<'b>(bytes: &'b [u8], cuts: &[usize]) -> Vec<&'b [u8]> {
     let mut pieces = Vec::with_capacity(cuts.len() + 1);
     let mut start = 0;
     for &cut in cuts {
@@ -235,7 +235,7 @@ pub(super) fn post_libmlx5(dci: &OracleDci, routes: &[OracleAh], batch: &[Reques
     }
 }
 
-fn flags_of(bits: u32) -> WorkRequestFlags {
+pub(super) fn flags_of(bits: u32) -> WorkRequestFlags {
     [
         WorkRequestFlags::Fence,
         WorkRequestFlags::Signaled,
