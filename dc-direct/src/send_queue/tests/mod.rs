@@ -1,6 +1,7 @@
 //! The send queue's tests: its own layout tests over plain memory (`layout`, `refusals`), and
 //! the comparison with libmlx5's post path (`oracle`, with random requests from `requests`).
 mod entries;
+mod entries_calls;
 mod entries_pair;
 mod layout;
 mod oracle;
