@@ -220,6 +220,14 @@ impl SendQueueEntries {
         (self.tables.cast(), self.provider_entries, mlx5)
     }
 
+    /// The send queue, to read its limits.
+    pub fn queue(&self) -> &SendQueue {
+        // SAFETY: the live tables; the entries' calls, which change the queue, are made by
+        // holders of `&mut self` (a guard on the views borrows it), and never from another
+        // thread (`SendQueueEntries` is not `Sync`).
+        unsafe { &(*self.tables.as_ptr()).state.queue }
+    }
+
     /// The send queue, to post on natively or to complete requests on. A batch started through
     /// the entries and not completed is aborted (its `wr_complete` then returns `EINVAL`).
     pub fn queue_mut(&mut self) -> &mut SendQueue {

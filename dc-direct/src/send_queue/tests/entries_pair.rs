@@ -76,31 +76,31 @@ pub(super) fn oracle_lookup(routes: &[OracleAh]) -> AddressLookup {
 macro_rules! with_operation {
     ($wr:expr, $op:expr, $after:ident => $body:expr) => {
         match $op {
-            Op::Send => {
+            $crate::send_queue::tests::requests::Op::Send => {
                 let $after = $wr.setup_send();
                 $body
             },
-            Op::SendImm(imm) => {
+            $crate::send_queue::tests::requests::Op::SendImm(imm) => {
                 let $after = $wr.setup_send_imm(imm);
                 $body
             },
-            Op::Write(rkey, addr) => {
+            $crate::send_queue::tests::requests::Op::Write(rkey, addr) => {
                 let $after = $wr.setup_write(rkey, addr);
                 $body
             },
-            Op::WriteImm(rkey, addr, imm) => {
+            $crate::send_queue::tests::requests::Op::WriteImm(rkey, addr, imm) => {
                 let $after = $wr.setup_write_imm(rkey, addr, imm);
                 $body
             },
-            Op::Read(rkey, addr) => {
+            $crate::send_queue::tests::requests::Op::Read(rkey, addr) => {
                 let $after = $wr.setup_read(rkey, addr);
                 $body
             },
-            Op::CompareSwap(rkey, addr, compare, swap) => {
+            $crate::send_queue::tests::requests::Op::CompareSwap(rkey, addr, compare, swap) => {
                 let $after = $wr.setup_atomic_compare_swap(rkey, addr, compare, swap);
                 $body
             },
-            Op::FetchAdd(rkey, addr, add) => {
+            $crate::send_queue::tests::requests::Op::FetchAdd(rkey, addr, add) => {
                 let $after = $wr.setup_atomic_fetch_add(rkey, addr, add);
                 $body
             },
@@ -108,8 +108,10 @@ macro_rules! with_operation {
     };
 }
 
+pub(super) use with_operation;
+
 /// The data step of a guard's request.
-fn data<H: SetScatterGatherEntry + SetInlineData>(handle: H, payload: &Payload) {
+pub(super) fn data<H: SetScatterGatherEntry + SetInlineData>(handle: H, payload: &Payload) {
     match payload {
         // SAFETY: the buffers are only described, never read.
         Payload::Sge(entry) => unsafe { handle.setup_sge(entry.lkey, entry.addr, entry.length) },
@@ -185,6 +187,25 @@ pub(super) struct EntriesPair {
 impl EntriesPair {
     /// A pair of `shape`, whose DCI was created with (and whose guards are told of) `granted`.
     pub(super) fn new(shape: Shape, operations: Operations, granted: SendOperationFlags, rng: &mut SmallRng) -> Self {
+        let routes: Vec<OracleAh> = (0..3)
+            .map(|_| OracleAh::new(std::array::from_fn(|_| rng.random())))
+            .collect();
+        let (entries, libmlx5, memory, draw) = Self::parts(shape, operations, granted, &routes, rng);
+        Self {
+            entries,
+            libmlx5,
+            memory,
+            routes,
+            draw,
+            granted,
+        }
+    }
+
+    /// The parts of a pair posting to `routes`: the entries, the DCI libmlx5 posts on, the DCI
+    /// whose memory the entries write, and requests within their limits.
+    pub(super) fn parts(
+        shape: Shape, operations: Operations, granted: SendOperationFlags, routes: &[OracleAh], rng: &mut SmallRng,
+    ) -> (SendQueueEntries, OracleDci, OracleDci, Draw) {
         let (wqe_count, max_inline_data, max_send_sge, sq_sig_all, streams, blueflame_size) = shape;
         let shape = DciShape {
             wqe_count,
@@ -217,13 +238,10 @@ impl EntriesPair {
             qp_number: shape.qp_number,
             streams,
         };
-        // SAFETY: the second DCI's memory outlives the queue (both are the pair's, the entries
-        // are dropped first) and nothing else posts on it.
+        // SAFETY: the second DCI's memory outlives the queue (its holders drop the entries
+        // first) and nothing else posts on it.
         let queue = unsafe { SendQueue::from_parts(parts) }.expect("the oracle's shape");
-        let routes: Vec<OracleAh> = (0..3)
-            .map(|_| OracleAh::new(std::array::from_fn(|_| rng.random())))
-            .collect();
-        let entries = SendQueueEntries::with_address_lookup(queue, granted, oracle_lookup(&routes));
+        let entries = SendQueueEntries::with_address_lookup(queue, granted, oracle_lookup(routes));
         let draw = Draw {
             operations,
             max_inline_data: libmlx5.max_inline_data(),
@@ -231,14 +249,7 @@ impl EntriesPair {
             streams,
             routes: routes.len(),
         };
-        Self {
-            entries,
-            libmlx5,
-            memory,
-            routes,
-            draw,
-            granted,
-        }
+        (entries, libmlx5, memory, draw)
     }
 
     /// The views of libmlx5's DCI, with the entries a DC initiator of it would read.

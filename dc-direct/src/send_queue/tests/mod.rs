@@ -3,6 +3,7 @@
 mod entries;
 mod entries_calls;
 mod entries_pair;
+mod entries_pool;
 mod layout;
 mod oracle;
 mod refusals;
