@@ -1,10 +1,10 @@
-//! [`SendQueueEntries`]: the C front end of the writer, its state between calls and the
-//! errors it reports (the entries themselves are in `calls.rs`, the address vectors' places in
-//! `address_cache.rs`).
+//! [`SendQueueEntries`]: the C front end of the writer, the tables it hands out; the entries
+//! themselves are in `calls.rs`, the state they keep between calls and the errors they report in
+//! `state.rs`, the address vectors' places in the send queue's `address_cache.rs`.
 use std::mem::{offset_of, MaybeUninit};
 use std::ptr::{addr_of_mut, NonNull};
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
 #[cfg(doc)]
@@ -12,12 +12,11 @@ use sideway_ext::mlx5::dc::initiator::BatchAddressed;
 use sideway_ext::mlx5::dc::initiator::DcContext;
 
 use super::address_cache::{AddressCache, AddressLookup};
-use super::batch::Batch;
-use super::operation::Segments;
-use super::wqe::{Data, Request};
-use super::{AddressVector, SendQueue, WorkRequestError, WorkRequestErrorKind};
+use super::SendQueue;
+use state::State;
 
 mod calls;
+mod state;
 
 /// A [`SendQueue`] behind the C entries libibverbs and libmlx5 post
 /// through (`struct ibv_qp_ex`'s `wr_*` and `struct mlx5dv_qp_ex`'s DC setters), so that code
@@ -103,53 +102,6 @@ struct Tables {
     state: State,
 }
 
-/// What the entries keep between calls.
-struct State {
-    queue: SendQueue,
-    /// The batch between `wr_start` and `wr_complete` or `wr_abort`.
-    batch: Option<Batch>,
-    /// The request whose builder was called and whose setters are not all in yet.
-    pending: Option<Pending>,
-    /// The batch's first error (libmlx5's `mqp->err`), 0 for none.
-    error: i32,
-    addresses: AddressCache,
-    /// Data given before the address, kept until it comes (room for the queue's limits, made
-    /// once).
-    held: Held,
-}
-
-/// A request between its builder and its last setter.
-struct Pending {
-    wr_id: u64,
-    fm_ce_se: u8,
-    segments: Segments,
-    address: Option<Address>,
-    /// Whether its data came first and waits in [`State::held`].
-    data_held: bool,
-}
-
-/// A request's DC address, as its setter gave it.
-struct Address {
-    vector: AddressVector,
-    dct_number: u32,
-    dc_key: u64,
-    stream_id: Option<u16>,
-}
-
-/// Data given before the address: one entry, or the entries or inline bytes in the buffers.
-struct Held {
-    kind: HeldKind,
-    entries: Vec<rdma_mummy_sys::ibv_sge>,
-    bytes: Vec<u8>,
-}
-
-#[derive(Clone, Copy)]
-enum HeldKind {
-    Sge { lkey: u32, addr: u64, length: u32 },
-    SgeList,
-    Inline,
-}
-
 // SAFETY: the tables and the queue's memory are the entries' own (`SendQueue`'s contract); the
 // address vectors' places are the address handles' (libmlx5's memory, read only); moving the
 // entries to another thread moves all access with them.
@@ -174,25 +126,13 @@ impl SendQueueEntries {
     /// As [`new`](Self::new), finding address vectors with `lookup`.
     pub(crate) fn with_address_lookup(queue: SendQueue, operations: SendOperationFlags, lookup: AddressLookup) -> Self {
         let streams = queue.streams;
-        let held = Held {
-            kind: HeldKind::SgeList,
-            entries: Vec::with_capacity(queue.max_send_sge as usize),
-            bytes: Vec::with_capacity(queue.max_inline_data as usize),
-        };
         // SAFETY: ibv_qp_ex and mlx5dv_qp_ex are plain C data (integers, raw pointers, optional
         // functions): all zeroes is a valid value, every entry NULL until filled.
         let (mut qp_ex, mut mlx5): (ibv_qp_ex, mlx5dv_qp_ex) =
             unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
         qp_ex.qp_base.qp_num = queue.qp_number;
         calls::fill(&mut qp_ex, &mut mlx5);
-        let state = State {
-            queue,
-            batch: None,
-            pending: None,
-            error: 0,
-            addresses: AddressCache::new(lookup),
-            held,
-        };
+        let state = State::new(queue, AddressCache::new(lookup));
         let tables = NonNull::from(Box::leak(Box::new(Tables { qp_ex, mlx5, state })));
         let mut entries = Self {
             tables,
@@ -225,7 +165,7 @@ impl SendQueueEntries {
         // SAFETY: the live tables; the entries' calls, which change the queue, are made by
         // holders of `&mut self` (a guard on the views borrows it), and never from another
         // thread (`SendQueueEntries` is not `Sync`).
-        unsafe { &(*self.tables.as_ptr()).state.queue }
+        unsafe { (*self.tables.as_ptr()).state.queue() }
     }
 
     /// The send queue, to post on natively or to complete requests on. A batch started through
@@ -233,10 +173,7 @@ impl SendQueueEntries {
     pub fn queue_mut(&mut self) -> &mut SendQueue {
         // SAFETY: the live tables; `&mut self` excludes every other use of them (a guard on the
         // views borrows `self`).
-        let state = unsafe { &mut (*self.tables.as_ptr()).state };
-        state.batch = None;
-        state.pending = None;
-        &mut state.queue
+        unsafe { (*self.tables.as_ptr()).state.take_over() }
     }
 }
 
@@ -245,203 +182,6 @@ impl Drop for SendQueueEntries {
         // SAFETY: leaked from a Box in `with_address_lookup`, freed once here; no guard is alive
         // (one borrows self).
         drop(unsafe { Box::from_raw(self.tables.as_ptr()) });
-    }
-}
-
-/// The errno libmlx5 returns for what the writer refused.
-fn errno(error: WorkRequestError) -> i32 {
-    match error.0 {
-        WorkRequestErrorKind::QueueFull { .. }
-        | WorkRequestErrorKind::InlineDataTooLong { .. }
-        | WorkRequestErrorKind::TooManyScatterGatherEntries { .. } => libc::ENOMEM,
-        WorkRequestErrorKind::StreamsNotEnabled { .. } => libc::EINVAL,
-    }
-}
-
-impl State {
-    /// Keeps the batch's first error.
-    #[inline]
-    fn fail(&mut self, errno: i32) {
-        if self.error == 0 {
-            self.error = errno;
-        }
-    }
-
-    fn start(&mut self) {
-        self.batch = Some(Batch::start(&self.queue));
-        self.pending = None;
-        self.error = 0;
-    }
-
-    /// Ends the batch: posted, or rolled back with its first error.
-    fn complete(&mut self) -> i32 {
-        let Some(batch) = self.batch.take() else {
-            return libc::EINVAL;
-        };
-        if self.pending.take().is_some() {
-            self.fail(libc::EINVAL);
-        }
-        let error = std::mem::take(&mut self.error);
-        if error == 0 {
-            self.queue.post_batch(&batch);
-        }
-        error
-    }
-
-    fn abort(&mut self) {
-        self.batch = None;
-        self.pending = None;
-        self.error = 0;
-    }
-
-    /// A builder: a new pending request (the last one, still pending, was missing a setter).
-    #[inline]
-    fn begin(&mut self, wr_id: u64, wr_flags: u32, segments: Segments) {
-        let missing_setter = self.pending.is_some();
-        self.pending = Some(Pending {
-            wr_id,
-            fm_ce_se: super::batch::fm_ce_se(wr_flags),
-            segments,
-            address: None,
-            data_held: false,
-        });
-        if missing_setter {
-            self.fail(libc::EINVAL);
-        }
-    }
-
-    /// The DC setter: the request is written when its data is in already.
-    ///
-    /// # Safety
-    ///
-    /// `ah` must be a live address handle (on a device, libmlx5's).
-    #[inline]
-    unsafe fn set_address(&mut self, ah: *mut ibv_ah, dct_number: u32, dc_key: u64, stream_id: Option<u16>) {
-        let vector = match NonNull::new(ah) {
-            // SAFETY: the caller's promise.
-            Some(ah) => unsafe { self.addresses.read(ah) },
-            None => None,
-        };
-        let (Some(pending), Some(vector)) = (self.pending.as_mut(), vector) else {
-            return self.fail(libc::EINVAL);
-        };
-        if pending.address.is_some() {
-            return self.fail(libc::EINVAL);
-        }
-        pending.address = Some(Address {
-            vector,
-            dct_number,
-            dc_key,
-            stream_id,
-        });
-        if pending.data_held {
-            let held = &self.held;
-            let data = match held.kind {
-                HeldKind::Sge { lkey, addr, length } => Data::Sge { lkey, addr, length },
-                HeldKind::SgeList => Data::SgeList(&held.entries),
-                HeldKind::Inline => Data::Inline(&held.bytes),
-            };
-            let Self {
-                queue,
-                batch,
-                pending,
-                error,
-                ..
-            } = self;
-            write(queue, batch, pending, error, data);
-        }
-    }
-
-    /// A data setter: the request is written when its address is in already, else the data is
-    /// kept until it comes.
-    #[inline]
-    fn set_data(&mut self, data: Data<'_>) {
-        match &self.pending {
-            Some(pending) if pending.address.is_some() && !pending.data_held => write(
-                &mut self.queue,
-                &mut self.batch,
-                &mut self.pending,
-                &mut self.error,
-                data,
-            ),
-            Some(pending) if !pending.data_held => self.hold(data),
-            _ => self.fail(libc::EINVAL),
-        }
-    }
-
-    /// Keeps data given before the address (refused at once when over the queue's limits, as
-    /// the writer would refuse it).
-    #[cold]
-    fn hold(&mut self, data: Data<'_>) {
-        let held = &mut self.held;
-        let (max_inline_data, max_send_sge) = (self.queue.max_inline_data as usize, self.queue.max_send_sge as usize);
-        let fits = match data {
-            Data::Sge { lkey, addr, length } => {
-                held.kind = HeldKind::Sge { lkey, addr, length };
-                true
-            },
-            Data::SgeList(list) => {
-                held.kind = HeldKind::SgeList;
-                held.entries.clear();
-                held.entries.extend_from_slice(&list[..list.len().min(max_send_sge)]);
-                list.len() <= max_send_sge
-            },
-            Data::Inline(bytes) => {
-                held.kind = HeldKind::Inline;
-                held.bytes.clear();
-                held.bytes.extend_from_slice(&bytes[..bytes.len().min(max_inline_data)]);
-                bytes.len() <= max_inline_data
-            },
-            Data::InlineList(slices) => {
-                held.kind = HeldKind::Inline;
-                held.bytes.clear();
-                for slice in slices {
-                    let room = max_inline_data - held.bytes.len();
-                    held.bytes.extend_from_slice(&slice[..slice.len().min(room)]);
-                }
-                slices.iter().map(|slice| slice.len()).sum::<usize>() <= max_inline_data
-            },
-        };
-        if !fits {
-            self.pending = None;
-            return self.fail(libc::ENOMEM);
-        }
-        if let Some(pending) = self.pending.as_mut() {
-            pending.data_held = true;
-        }
-    }
-}
-
-/// Writes the pending request (its address in) with `data` into the batch, through the writer;
-/// a refusal becomes the batch's error. Nothing is written after an error, or outside a batch.
-#[inline(always)]
-fn write(
-    queue: &mut SendQueue, batch: &mut Option<Batch>, pending: &mut Option<Pending>, error: &mut i32, data: Data<'_>,
-) {
-    let Some(Pending {
-        wr_id,
-        fm_ce_se,
-        segments,
-        address: Some(address),
-        ..
-    }) = pending.take()
-    else {
-        return;
-    };
-    let (Some(batch), 0) = (batch.as_mut(), *error) else {
-        return;
-    };
-    let request = Request {
-        wr_id,
-        fm_ce_se,
-        segments,
-        address: &address.vector,
-        dct_number: address.dct_number,
-        dc_key: address.dc_key,
-        stream_id: address.stream_id,
-    };
-    if let Err(refused) = queue.write(batch, request, data) {
-        *error = errno(refused);
     }
 }
 
