@@ -503,4 +503,31 @@ mod tests {
             })
         ));
     }
+
+    /// The scatter/gather entries and signal-all a DC initiator reports are those it was created
+    /// with (libmlx5 grants both as asked): what a writer of its WQEs needs.
+    #[test]
+    fn max_send_sge_and_sq_sig_all_are_those_created_with() {
+        use crate::mlx5::dc::model::{reset, DC_VERBS, DEVICE, QUEUE_PAIR_VERBS};
+        let device = DciDevice {
+            max_qp_wr: DEVICE.max_qp_wr,
+            max_sge: DEVICE.max_sge,
+            atomics: DEVICE.atomic_cap,
+            dci_streams: None,
+            read_atomic_depth: 1,
+        };
+        for (max_send_sge, sq_sig_all) in [(1, false), (3, true)] {
+            reset(DEVICE);
+            let request = DciRequest {
+                max_send_wr: 16,
+                max_send_sge,
+                max_inline_data: 0,
+                send_ops: None,
+                streams: None,
+                sq_sig_all,
+            };
+            let dci = DcInitiator::modelled(&request, &device, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+            assert_eq!((dci.max_send_sge(), dci.sq_sig_all()), (max_send_sge, sq_sig_all));
+        }
+    }
 }

@@ -305,6 +305,20 @@ impl DcInitiator {
         self.granted.max_inline_data
     }
 
+    /// The scatter/gather entries a request takes: the builder's
+    /// [`setup_max_send_sge`](DcInitiatorBuilder::setup_max_send_sge), which libmlx5 grants as
+    /// asked (`create_qp` keeps it as `sq.max_gs`, what `ibv_query_qp` reports).
+    pub fn max_send_sge(&self) -> u32 {
+        self.creation.params.max_send_sge
+    }
+
+    /// Whether every request is signaled, as created
+    /// ([`setup_sq_sig_all`](DcInitiatorBuilder::setup_sq_sig_all)): libmlx5 then sets the
+    /// completion bit in every WQE (`create_qp`'s `sq_signal_bits`).
+    pub fn sq_sig_all(&self) -> bool {
+        self.creation.params.sq_sig_all
+    }
+
     /// The send operations it was created with (the builder's, or the device's default).
     pub fn send_ops_flags(&self) -> SendOperationFlags {
         self.creation.params.send_ops
