@@ -38,7 +38,6 @@ pub(crate) trait Mmio {
 
     /// `udma_from_device_barrier()`: reads after it see what the device stored before a store
     /// the CPU saw.
-    #[allow(dead_code)] // the completion poller's
     fn udma_from_device_barrier(&mut self);
 
     /// `mmio_wc_start()`: orders what came before ahead of the write-combining stores that

@@ -5,7 +5,12 @@
 //! Nothing of this has run on a ConnectX yet.
 
 mod barrier;
-// TODO(lead): the poller itself is crate-private, unused until the initiator polls through it.
-#[cfg_attr(not(test), allow(dead_code))]
 pub mod completion_queue;
+mod initiator;
 pub mod send_queue;
+
+pub use completion_queue::DirectCompletionQueue;
+pub use initiator::{
+    CreateDirectDcInitiatorError, CreateDirectDcInitiatorErrorKind, DirectDcInitiator, DirectPostSendGuard,
+    RecoverDirectDcInitiatorError, RecoverDirectDcInitiatorErrorKind,
+};

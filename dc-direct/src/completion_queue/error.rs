@@ -1,15 +1,31 @@
-//! The errors of creating a completion queue poller and of polling.
+//! The errors of making a [`DirectCompletionQueue`](super::DirectCompletionQueue) and of
+//! polling.
+use sideway_ext::mlx5::direct_objects::InitObjectError;
 
-/// Error returned when a completion queue poller is created over a CQ's raw parts.
+/// Error returned by [`DirectCompletionQueue::new`](super::DirectCompletionQueue::new): the CQ's
+/// memory could not be read, or is not what this poller reads.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot poll this completion queue directly")]
 #[non_exhaustive]
-pub struct CreateCompletionQueuePollerError(#[from] pub CreateCompletionQueuePollerErrorKind);
+pub struct CreateDirectCompletionQueueError(#[from] pub CreateDirectCompletionQueueErrorKind);
 
-/// The enum type for [`CreateCompletionQueuePollerError`].
+/// The enum type for [`CreateDirectCompletionQueueError`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CreateCompletionQueuePollerErrorKind {
+pub enum CreateDirectCompletionQueueErrorKind {
+    /// `mlx5dv_init_obj` refused the CQ (not an mlx5 device's, or libmlx5 missing: see
+    /// [`InitObjectError::is_not_supported`]).
+    #[error(transparent)]
+    InitObject(#[from] InitObjectError),
+    /// libmlx5 gave a null CQE ring or doorbell record.
+    #[error("mlx5dv_init_obj gave no CQE ring or doorbell record")]
+    MissingMemory,
+    /// rdma-core's from-device barrier is mirrored here for x86-64 and aarch64 only.
+    #[error("no completion barrier for the {architecture} architecture (x86-64 and aarch64 only)")]
+    UnsupportedArchitecture {
+        /// The architecture this was built for (`std::env::consts::ARCH`).
+        architecture: &'static str,
+    },
     /// The CQE size is neither 64 nor 128 bytes, the two sizes libmlx5 creates.
     #[error("unsupported CQE size {cqe_size} (64 or 128 bytes)")]
     UnsupportedCqeSize {
@@ -27,7 +43,8 @@ pub enum CreateCompletionQueuePollerErrorKind {
 
 /// Error returned when polling a completion queue directly meets a CQE it cannot report as a
 /// send completion. The CQE is consumed (as libmlx5's `mlx5_poll_one` consumes a CQE it fails
-/// on); completions before it were returned by the previous poll.
+/// on), but for [`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse); completions
+/// before it were returned by the previous poll.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to poll completion queue")]
 #[non_exhaustive]
@@ -54,9 +71,29 @@ pub enum PollCompletionQueueErrorKind {
         qp_number: u32,
     },
     /// A send completion for a QP whose send queue this poller was not given (libmlx5's
-    /// `mlx5_find_qp` finds none).
+    /// `mlx5_find_qp` finds none): a direct initiator dropped before its completions came, or
+    /// a queue pair posted some other way completing into this CQ.
     #[error("send completion for unknown QP {qp_number:#x}")]
     UnknownQueuePair {
+        /// The QP number the CQE names.
+        qp_number: u32,
+    },
+    /// A send completion naming a slot where no request of the QP's outstanding ones starts
+    /// (libmlx5 does not check, and would move its queue's tail by the slot's stale entry): a
+    /// completion of an earlier queue pair of the same number, or of the same queue pair before
+    /// a reset this CQ was not cleaned of (libmlx5 cleans no CQ whose memory it handed out).
+    #[error("send completion of QP {qp_number:#x} for slot {wqe_counter}, where no outstanding request starts")]
+    UnexpectedWqeCounter {
+        /// The QP number the CQE names.
+        qp_number: u32,
+        /// The CQE's `wqe_counter`.
+        wqe_counter: u16,
+    },
+    /// A send completion of a direct initiator whose batch is open (its
+    /// [`start_post_send`](crate::DirectDcInitiator::start_post_send) guard is alive): the CQE
+    /// is not consumed, and the next poll after the batch is posted or dropped reads it.
+    #[error("send completion of QP {qp_number:#x} while a batch is open on it: post or drop the batch, then poll")]
+    SendQueueInUse {
         /// The QP number the CQE names.
         qp_number: u32,
     },

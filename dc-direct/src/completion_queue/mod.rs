@@ -3,7 +3,10 @@
 //!
 //! A QP whose WQEs this crate writes cannot have its completions polled by libmlx5: libmlx5
 //! takes the `wr_id` from its own `sq.wrid[]`, which only its own builders fill. This poller
-//! takes it from the send queue that wrote the WQE (the crate-private `SendQueueSlots`).
+//! takes it from the send queue that wrote the WQE: [`DirectCompletionQueue`] polls a sideway
+//! CQ for the direct DC initiators completing into it, through their send queues' table (one
+//! concern per file: `direct.rs` the public type, `table.rs` the table, the poller here, the CQE
+//! layout in `cqe.rs`, what a completion says in `completion.rs`).
 //!
 //! # What it mirrors (rdma-core 55, `providers/mlx5/cq.c`)
 //! - `get_sw_cqe` / `next_cqe_sw`: the CQE at `consumer_index & (cqe_count - 1)` is software's
@@ -40,24 +43,39 @@
 //! - The consumer index starts from the doorbell record (libmlx5 keeps the full index in
 //!   `struct mlx5_cq`, which `mlx5dv_cq` does not give; its low 24 bits are all the owner check
 //!   needs). libmlx5 must not poll the CQ once this poller does.
+//! - A send completion naming a slot where no outstanding request of its QP starts is refused
+//!   ([`UnexpectedWqeCounter`](PollCompletionQueueErrorKind::UnexpectedWqeCounter)), where
+//!   libmlx5 would move its tail by the slot's stale entry: a CQE of an earlier queue pair of the
+//!   same number, or of one reset without its CQ being cleaned (libmlx5 cleans no CQ it handed
+//!   out, `__mlx5_cq_clean`'s `MLX5_CQ_FLAGS_DV_OWNED`), cannot free room still in use.
+//! - A completion of an initiator whose batch is open stops the poll before it, unconsumed
+//!   ([`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse)): libmlx5 takes the QP's
+//!   lock instead.
 //!
 //! Compared with libmlx5's own `mlx5_poll_cq` over the same memory by the tests; not run on a
 //! ConnectX.
 
 mod completion;
 mod cqe;
+mod direct;
 mod error;
-mod ordering;
 mod send_queue_slots;
+mod table;
 #[cfg(test)]
 mod tests;
 
 use std::ptr::NonNull;
 
 pub use completion::Completion;
+pub use direct::DirectCompletionQueue;
+#[cfg(test)]
+pub(crate) use direct::Polling;
+pub(crate) use table::SendQueueTable;
+
+use crate::barrier::{Mmio, Register};
 use cqe::{cqe_opcode, Cqe, FORMAT_COMPRESSED};
 pub use error::{
-    CreateCompletionQueuePollerError, CreateCompletionQueuePollerErrorKind, PollCompletionQueueError,
+    CreateDirectCompletionQueueError, CreateDirectCompletionQueueErrorKind, PollCompletionQueueError,
     PollCompletionQueueErrorKind,
 };
 pub(crate) use send_queue_slots::SendQueueSlots;
@@ -87,6 +105,8 @@ pub(crate) struct CompletionQueuePoller {
     /// libmlx5's `cons_index`: CQEs consumed since the CQ was created, modulo 2^32 (from 2^24
     /// on, as the doorbell record gave it at creation).
     consumer_index: u32,
+    /// The barrier between the owner check and the CQE's other fields.
+    mmio: Register,
 }
 
 impl CompletionQueuePoller {
@@ -97,24 +117,31 @@ impl CompletionQueuePoller {
     ///   two 4-byte-aligned words, readable and writable (the doorbell record) for the poller's
     ///   lifetime, written otherwise only by the device;
     /// - nothing else (libmlx5 included) polls the CQ while the poller exists.
-    pub(crate) unsafe fn new(parts: CompletionQueueParts) -> Result<Self, CreateCompletionQueuePollerError> {
+    pub(crate) unsafe fn new(parts: CompletionQueueParts) -> Result<Self, CreateDirectCompletionQueueError> {
         if parts.cqe_size != 64 && parts.cqe_size != 128 {
-            return Err(CreateCompletionQueuePollerErrorKind::UnsupportedCqeSize {
+            return Err(CreateDirectCompletionQueueErrorKind::UnsupportedCqeSize {
                 cqe_size: parts.cqe_size,
             }
             .into());
         }
         if !parts.cqe_count.is_power_of_two() || parts.cqe_count > MAX_CQE_COUNT {
-            return Err(CreateCompletionQueuePollerErrorKind::UnsupportedCqeCount {
+            return Err(CreateDirectCompletionQueueErrorKind::UnsupportedCqeCount {
                 cqe_count: parts.cqe_count,
             }
             .into());
         }
+        let Some(mmio) = Register::new() else {
+            return Err(CreateDirectCompletionQueueErrorKind::UnsupportedArchitecture {
+                architecture: std::env::consts::ARCH,
+            }
+            .into());
+        };
         // SAFETY: the caller gives a readable, aligned doorbell record.
         let stored = unsafe { parts.doorbell_record.read_volatile() };
         Ok(Self {
             parts,
             consumer_index: u32::from_be(stored) & 0x00ff_ffff,
+            mmio,
         })
     }
 
@@ -122,7 +149,9 @@ impl CompletionQueuePoller {
     /// (`mlx5_poll_cq`), then stores the consumer index in the doorbell record.
     ///
     /// A CQE that is not a send completion of one of `slots`' QPs stops the poll before it when
-    /// completions were filled; otherwise it is consumed and returned as the error.
+    /// completions were filled; otherwise it is consumed and returned as the error. A CQE whose
+    /// send queue is in use ([`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse))
+    /// stops the poll the same way but is not consumed: the next poll reads it again.
     pub(crate) fn poll(
         &mut self, slots: &mut impl SendQueueSlots, completions: &mut [Completion],
     ) -> Result<usize, PollCompletionQueueError> {
@@ -131,12 +160,16 @@ impl CompletionQueuePoller {
         while polled < completions.len() {
             let Some(cqe) = self.next_software_cqe() else { break };
             // mlx5_get_next_cqe: the reads of the CQE's contents come after its owner bit's.
-            ordering::from_device_barrier();
+            self.mmio.udma_from_device_barrier();
             match Self::parse(cqe, slots) {
                 Ok(completion) => {
                     completions[polled] = completion;
                     polled += 1;
                     self.consumer_index = self.consumer_index.wrapping_add(1);
+                },
+                Err(kind @ PollCompletionQueueErrorKind::SendQueueInUse { .. }) => {
+                    refused = (polled == 0).then_some(kind);
+                    break;
                 },
                 Err(kind) if polled == 0 => {
                     self.consumer_index = self.consumer_index.wrapping_add(1);
@@ -154,6 +187,7 @@ impl CompletionQueuePoller {
     }
 
     /// libmlx5's `cons_index`.
+    #[cfg(test)]
     pub(crate) fn consumer_index(&self) -> u32 {
         self.consumer_index
     }
@@ -161,6 +195,12 @@ impl CompletionQueuePoller {
     /// The CQ number (`mlx5dv_cq`'s `cqn`).
     pub(crate) fn cq_number(&self) -> u32 {
         self.parts.cq_number
+    }
+
+    /// The barriers it made, for the tests.
+    #[cfg(test)]
+    pub(crate) fn mmio(&mut self) -> &mut Register {
+        &mut self.mmio
     }
 
     /// The CQE at the consumer index, if software owns it (`next_cqe_sw`).
@@ -194,9 +234,7 @@ impl CompletionQueuePoller {
             cqe_opcode::REQUESTER_ERROR => Completion::requester_error,
             cqe_opcode => return Err(PollCompletionQueueErrorKind::UnexpectedCqeOpcode { cqe_opcode, qp_number }),
         };
-        let wr_id = slots
-            .retire(qp_number, cqe.wqe_counter())
-            .ok_or(PollCompletionQueueErrorKind::UnknownQueuePair { qp_number })?;
+        let wr_id = slots.retire(qp_number, cqe.wqe_counter())?;
         Ok(build(cqe, wr_id))
     }
 

@@ -1,5 +1,7 @@
 //! What the poller asks the send queues whose completions it reads.
 
+use super::PollCompletionQueueErrorKind;
+
 /// The send queues a completion queue serves, as the poller sees them: for a completed WQE, the
 /// `wr_id` its request was posted with, and the room its completion frees.
 ///
@@ -9,7 +11,15 @@
 pub(crate) trait SendQueueSlots {
     /// The `wr_id` of the request whose WQE starts at slot `wqe_counter` (masked by the send
     /// queue's WQE count) of QP `qp_number`, after retiring that request and every request
-    /// posted before it on that QP. `None` if QP `qp_number` is not one of these send queues;
-    /// nothing is retired then.
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Option<u64>;
+    /// posted before it on that QP.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is retired then: [`UnknownQueuePair`](PollCompletionQueueErrorKind::UnknownQueuePair)
+    /// when QP `qp_number` is not one of these send queues; for a table that checks it,
+    /// [`UnexpectedWqeCounter`](PollCompletionQueueErrorKind::UnexpectedWqeCounter) when no
+    /// outstanding request starts at that slot, and
+    /// [`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse) when the send queue is
+    /// being posted on.
+    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollCompletionQueueErrorKind>;
 }

@@ -247,12 +247,38 @@ impl SendQueue {
     /// The completion of the request whose WQE starts at 16-bit index `wqe_counter` (a CQE's
     /// `wqe_counter`): it and every request before it are done (`sq.tail = sq.wqe_head[idx] +
     /// 1`, as libmlx5's `mlx5_parse_cqe`); returns its `wr_id` (`sq.wrid[idx]`).
-    #[allow(dead_code)] // the completion poller's
     pub(crate) fn complete(&mut self, wqe_counter: u16) -> u64 {
         let slot = self.ring.slot_of(u32::from(wqe_counter));
         let WorkRequestSlot { wr_id, wqe_head } = self.work_requests[slot as usize];
         self.tail = wqe_head.wrapping_add(1);
         wr_id
+    }
+
+    /// Whether an outstanding request (posted, not completed) may start at 16-bit index
+    /// `wqe_counter`: the index is one of the ring's last `wqe_count` before the posting index,
+    /// and its slot's `wqe_head` is an outstanding request's. What a completion may name
+    /// (libmlx5 does not check). A slot no request started at yet reads as request 0's.
+    pub(crate) fn is_outstanding(&self, wqe_counter: u16) -> bool {
+        let behind = (self.posting_index as u16).wrapping_sub(wqe_counter);
+        if behind == 0 || usize::from(behind) > self.work_requests.len() {
+            return false;
+        }
+        let slot = self.ring.slot_of(u32::from(wqe_counter));
+        let wqe_head = self.work_requests[slot as usize].wqe_head;
+        wqe_head.wrapping_sub(self.tail) < self.head.wrapping_sub(self.tail)
+    }
+
+    /// How many requests are posted and not completed (`sq.head - sq.tail`).
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.head.wrapping_sub(self.tail)
+    }
+
+    /// Back to posting index 0 with nothing outstanding, as libmlx5's `mlx5_init_qp_indices`
+    /// leaves a queue pair moved to RESET (`mlx5_modify_qp`).
+    pub(crate) fn reset(&mut self) {
+        self.posting_index = 0;
+        self.head = 0;
+        self.tail = 0;
     }
 }
 

@@ -5,7 +5,7 @@ use sideway::ibverbs::completion::{WorkCompletionOperationType, WorkCompletionSt
 
 use super::support::{CqMemory, CqeFields, SlotTable};
 use crate::completion_queue::{
-    Completion, CompletionQueuePoller, CreateCompletionQueuePollerErrorKind, PollCompletionQueueErrorKind,
+    Completion, CompletionQueuePoller, CreateDirectCompletionQueueErrorKind, PollCompletionQueueErrorKind,
 };
 
 const QP: u32 = 0x00ab_cdef;
@@ -319,10 +319,11 @@ fn unsupported_cq_shapes_are_refused() {
         // SAFETY: the constructor refuses before reading anything but the doorbell record.
         let error = unsafe { CompletionQueuePoller::new(parts) }.unwrap_err().0;
         match error {
-            CreateCompletionQueuePollerErrorKind::UnsupportedCqeSize { cqe_size: size } => assert_eq!(size, cqe_size),
-            CreateCompletionQueuePollerErrorKind::UnsupportedCqeCount { cqe_count: count } => {
+            CreateDirectCompletionQueueErrorKind::UnsupportedCqeSize { cqe_size: size } => assert_eq!(size, cqe_size),
+            CreateDirectCompletionQueueErrorKind::UnsupportedCqeCount { cqe_count: count } => {
                 assert_eq!((count, cqe_size), (cqe_count, 64))
             },
+            other => panic!("{other:?}"),
         }
     }
     let mut memory = CqMemory::new(1 << 23, 64);

@@ -1,7 +1,8 @@
-//! The poller's tests: its own reading of CQE layouts (`layout`), and the comparison with
-//! libmlx5's `mlx5_poll_cq` (`oracle`).
+//! The poller's tests: its own reading of CQE layouts (`layout`), the comparison with
+//! libmlx5's `mlx5_poll_cq` (`oracle`), and one CQ shared by several send queues (`sharing`).
 
 mod layout;
 mod oracle;
 mod oracle_support;
+mod sharing;
 mod support;

@@ -3,7 +3,11 @@
 //! `sq.wqe_head[]`; random CQEs for them are written into the oracle CQ's ring; libmlx5 and the
 //! poller (over the same ring, with a doorbell record of its own, using the oracle DCI's tables as
 //! its slot table) poll the same counts in turn, and every completion, the consumer index, the
-//! doorbell record and the send queue's tail must agree.
+//! doorbell record and the send queue's tail must agree, and so must the barriers each made (one
+//! `udma_from_device_barrier` per CQE it read past the owner check). Neither records its store of
+//! the consumer index: cq.c's `update_cons_index` is a plain store, not one of `util/mmio.h`'s,
+//! and the poller's is a volatile store to host memory; the comparison of the doorbell records
+//! covers it.
 //!
 //! Fair because libmlx5's poll writes nothing in the ring: each poller reads the same bytes; only
 //! the doorbell record and the tail are written, and each has its own.
@@ -52,6 +56,7 @@ struct Coverage {
     passes: u32,
     not_owned_stops: u32,
     completions: u32,
+    barriers: u32,
 }
 
 impl Default for Coverage {
@@ -62,6 +67,7 @@ impl Default for Coverage {
             passes: 0,
             not_owned_stops: 0,
             completions: 0,
+            barriers: 0,
         }
     }
 }
@@ -225,7 +231,10 @@ impl Run {
 
     /// Polls at most `max` with libmlx5 and the poller; returns how many, after comparing them.
     fn poll_both(&mut self, max: usize) -> usize {
+        // The events of libmlx5's posts are not the poll's.
+        self.dci.take_events();
         let theirs = with_stderr_muted(|| self.cq.poll(max));
+        let their_events = self.dci.take_events();
         let mut ours = [Completion::default(); 16];
         let mut slots = OracleSlots {
             dci: &self.dci,
@@ -234,6 +243,12 @@ impl Run {
         let polled = self.poller.poll(&mut slots, &mut ours[..max]).unwrap();
         self.tail = slots.tail;
         assert_eq!(polled, theirs.len(), "completions polled of at most {max}");
+        assert_eq!(
+            self.poller.mmio().take_events(),
+            their_events,
+            "barriers of a poll of at most {max}"
+        );
+        self.coverage.barriers += their_events.len() as u32;
         for (completion, wc) in ours[..polled].iter().zip(&theirs) {
             let written = self.written.pop_front().unwrap();
             compare(completion, wc, written);
@@ -338,6 +353,7 @@ fn the_poller_reports_what_libmlx5_reports_over_random_cqes() {
         }
         total.not_owned_stops += coverage.not_owned_stops;
         total.completions += coverage.completions;
+        total.barriers += coverage.barriers;
     }
     for syndrome in SYNDROMES {
         assert!(
@@ -356,4 +372,8 @@ fn the_poller_reports_what_libmlx5_reports_over_random_cqes() {
         );
     }
     assert!(total.not_owned_stops > 1000 && total.completions > 10_000, "{total:?}");
+    assert!(
+        total.barriers >= total.completions,
+        "a barrier for each CQE read: {total:?}"
+    );
 }

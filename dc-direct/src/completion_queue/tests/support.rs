@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::ptr::NonNull;
 
-use crate::completion_queue::{CompletionQueueParts, CompletionQueuePoller, SendQueueSlots};
+use crate::completion_queue::{
+    CompletionQueueParts, CompletionQueuePoller, PollCompletionQueueErrorKind, SendQueueSlots,
+};
 
 /// A CQ's ring and doorbell record in plain memory, filled as `mlx5_alloc_cq_buf` leaves it.
 pub(super) struct CqMemory {
@@ -38,6 +40,10 @@ impl CqMemory {
         let (size, count) = (self.cqe_size as usize, self.cqe_count);
         let start = (slot & (count - 1)) as usize * size + size - 64;
         &mut self.bytes_mut()[start..start + 64]
+    }
+
+    pub(super) fn cqe_count(&self) -> u32 {
+        self.cqe_count
     }
 
     pub(super) fn set_doorbell_record(&mut self, word: u32) {
@@ -143,10 +149,13 @@ impl SlotTable {
 }
 
 impl SendQueueSlots for SlotTable {
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Option<u64> {
-        let queue = self.queues.get_mut(&qp_number)?;
+    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollCompletionQueueErrorKind> {
+        let queue = self
+            .queues
+            .get_mut(&qp_number)
+            .ok_or(PollCompletionQueueErrorKind::UnknownQueuePair { qp_number })?;
         let slot = usize::from(wqe_counter) & (queue.wr_ids.len() - 1);
         queue.tail = queue.wqe_heads[slot].wrapping_add(1);
-        Some(queue.wr_ids[slot])
+        Ok(queue.wr_ids[slot])
     }
 }

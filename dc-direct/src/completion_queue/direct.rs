@@ -1,0 +1,156 @@
+//! [`DirectCompletionQueue`]: a sideway completion queue polled by this crate's poller, for the
+//! direct DC initiators that complete into it.
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+use rdma_mummy_sys::ibv_cq;
+use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
+use sideway_ext::mlx5::direct_objects::completion_queue_object;
+
+use super::table::SendQueueTable;
+use super::{
+    Completion, CompletionQueueParts, CompletionQueuePoller, CreateDirectCompletionQueueError,
+    CreateDirectCompletionQueueErrorKind, PollCompletionQueueError,
+};
+
+/// The send completion queue of direct DC initiators ([`DirectDcInitiator`](crate::DirectDcInitiator)),
+/// read from its memory (`mlx5dv_init_obj`) as libmlx5's `mlx5_poll_cq` reads it, each
+/// completion's `wr_id` taken from the send queue of the initiator that posted it. Several
+/// initiators may complete into one (a pool's); each keeps the table of send queues alive, and
+/// dropping the completion queue or any initiator, in any order, is sound.
+///
+/// Single-threaded: neither `Send` nor `Sync`, nor are its initiators. Polling allocates
+/// nothing; each CQE costs a look-up of its QP among the initiators (a short list).
+///
+/// ```no_run
+/// use sideway::ibverbs::completion::GenericCompletionQueue;
+/// use sideway_ext_dc_direct::completion_queue::Completion;
+/// use sideway_ext_dc_direct::DirectCompletionQueue;
+///
+/// # fn poll(cq: GenericCompletionQueue) -> Result<(), Box<dyn std::error::Error>> {
+/// // SAFETY: nothing polls `cq` but this value, and only direct initiators complete into it.
+/// let mut direct_cq = unsafe { DirectCompletionQueue::new(cq) }?;
+/// let mut completions = [Completion::default(); 16];
+/// let polled = direct_cq.poll(&mut completions)?;
+/// for completion in &completions[..polled] {
+///     println!("{} {:?}", completion.wr_id(), completion.status());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct DirectCompletionQueue {
+    polling: Polling,
+    /// Keeps the CQ, and with it the memory the poller reads, alive.
+    cq: GenericCompletionQueue,
+}
+
+/// The poller and the send queues it retires requests of.
+#[derive(Debug)]
+pub(crate) struct Polling {
+    poller: CompletionQueuePoller,
+    table: Rc<SendQueueTable>,
+}
+
+impl Polling {
+    /// # Safety
+    ///
+    /// As [`CompletionQueuePoller::new`].
+    pub(crate) unsafe fn new(parts: CompletionQueueParts) -> Result<Self, CreateDirectCompletionQueueError> {
+        Ok(Self {
+            // SAFETY: the caller's promise.
+            poller: unsafe { CompletionQueuePoller::new(parts) }?,
+            table: Rc::default(),
+        })
+    }
+
+    #[inline]
+    pub(crate) fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollCompletionQueueError> {
+        self.poller.poll(&mut &*self.table, completions)
+    }
+
+    pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
+        &self.table
+    }
+
+    #[cfg(test)]
+    pub(crate) fn poller(&mut self) -> &mut CompletionQueuePoller {
+        &mut self.poller
+    }
+}
+
+impl DirectCompletionQueue {
+    /// Takes over polling `cq`: reads its memory with `mlx5dv_init_obj` (after which libmlx5
+    /// treats the CQ as its caller's and no longer cleans it of a destroyed or reset queue
+    /// pair's completions), and polls from the consumer index its doorbell record holds.
+    ///
+    /// Give the same CQ (a clone) to the builder of each DC initiator that will complete into
+    /// it ([`DcInitiatorBuilder::setup_send_cq`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_send_cq)),
+    /// and size it for all their `max_send_wr` together, as for libmlx5. Arming it for events
+    /// (`ibv_req_notify_cq`) is not supported: libmlx5 would arm it with its own, stale,
+    /// consumer index.
+    ///
+    /// # Errors
+    ///
+    /// [`CreateDirectCompletionQueueErrorKind`]: not an mlx5 CQ (or no libmlx5), CQEs of a size
+    /// or count this poller does not read, no barriers for this CPU.
+    ///
+    /// # Safety
+    ///
+    /// While this value lives, nothing else may poll `cq` (`ibv_poll_cq`, sideway's pollers on
+    /// any clone of it): libmlx5 would consume CQEs this poller counts on and store its own
+    /// consumer index in the doorbell record the device reads. Queue pairs that are not direct
+    /// initiators may complete into it; their completions are refused when polled
+    /// ([`UnknownQueuePair`](super::PollCompletionQueueErrorKind::UnknownQueuePair)).
+    pub unsafe fn new(cq: GenericCompletionQueue) -> Result<Self, CreateDirectCompletionQueueError> {
+        // SAFETY: `cq` is alive, held below.
+        let object =
+            unsafe { completion_queue_object(cq.cq()) }.map_err(CreateDirectCompletionQueueErrorKind::InitObject)?;
+        let (Some(buffer), Some(doorbell_record)) = (NonNull::new(object.buf), NonNull::new(object.dbrec)) else {
+            return Err(CreateDirectCompletionQueueErrorKind::MissingMemory.into());
+        };
+        let parts = CompletionQueueParts {
+            buffer: buffer.cast(),
+            cqe_count: object.cqe_cnt,
+            cqe_size: object.cqe_size,
+            doorbell_record: doorbell_record.cast(),
+            cq_number: object.cqn,
+        };
+        // SAFETY: the memory libmlx5 gave is the CQ's, alive while `cq` (held with the poller)
+        // is; the caller promises nothing else polls it.
+        let polling = unsafe { Polling::new(parts) }?;
+        Ok(Self { polling, cq })
+    }
+
+    /// Polls at most `completions.len()` send completions into `completions` and returns how
+    /// many it filled (`mlx5_poll_cq`); each one's [`wr_id`](Completion::wr_id) is the one its
+    /// request was posted with, and its request's room in its initiator's send queue (and the
+    /// room of every request before it) is free again.
+    ///
+    /// # Errors
+    ///
+    /// A CQE that is not a send completion of one of its initiators' outstanding requests
+    /// (see [`PollCompletionQueueErrorKind`](super::PollCompletionQueueErrorKind)), returned
+    /// once the completions before it were: it is consumed, but for
+    /// [`SendQueueInUse`](super::PollCompletionQueueErrorKind::SendQueueInUse) (a batch of its
+    /// initiator is open).
+    #[inline]
+    pub fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollCompletionQueueError> {
+        self.polling.poll(completions)
+    }
+
+    /// The CQ number (`mlx5dv_cq`'s `cqn`).
+    pub fn cq_number(&self) -> u32 {
+        self.polling.poller.cq_number()
+    }
+
+    /// The CQ's handle, to check a queue pair completes into it.
+    pub(crate) fn ibv_cq(&self) -> NonNull<ibv_cq> {
+        // SAFETY: the handle is only compared, never dereferenced through this copy.
+        unsafe { self.cq.cq() }
+    }
+
+    /// The table of its send queues.
+    pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
+        self.polling.table()
+    }
+}

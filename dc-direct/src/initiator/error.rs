@@ -1,0 +1,127 @@
+//! The errors of making a direct DC initiator ([`CreateDirectDcInitiatorError`]) and of
+//! recovering one ([`RecoverDirectDcInitiatorError`]).
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairState};
+use sideway_ext::mlx5::dc::initiator::BringUpDcInitiatorError;
+use sideway_ext::mlx5::direct_objects::InitObjectError;
+
+use crate::send_queue::CreateSendQueueError;
+
+/// Error returned by [`DirectDcInitiator::new`](super::DirectDcInitiator::new) and
+/// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame): the DC initiator is not
+/// one whose WQEs this crate can write as libmlx5 would. The DC initiator was dropped
+/// (destroyed).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot post on this DC initiator directly")]
+#[non_exhaustive]
+pub struct CreateDirectDcInitiatorError(#[from] pub CreateDirectDcInitiatorErrorKind);
+
+/// The enum type for [`CreateDirectDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateDirectDcInitiatorErrorKind {
+    /// rdma-core's barriers and MMIO stores are mirrored here for x86-64 and aarch64 only.
+    #[error("no doorbell barriers for the {architecture} architecture (x86-64 and aarch64 only)")]
+    UnsupportedArchitecture {
+        /// The architecture this was built for (`std::env::consts::ARCH`).
+        architecture: &'static str,
+    },
+    /// `MLX5_QP_SIGNATURE` is set: libmlx5 creates every queue pair with WQE signatures
+    /// (`qp_sig_enabled` in `verbs.c`, `MLX5_QP_FLAG_SIGNATURE`) and signs each WQE
+    /// (`wq_sig` in `qp.c`), which this writer does not. The variable is read here; libmlx5 read
+    /// it when it created the queue pair.
+    #[error("MLX5_QP_SIGNATURE is set: libmlx5 created the queue pair with WQE signatures, which this writer does not write")]
+    WqeSignatures,
+    /// The DC initiator is not in RESET: make the direct initiator before bringing it up. In
+    /// RESET libmlx5's posting index and doorbell record are 0 (`create_qp`, or
+    /// `mlx5_modify_qp`'s move to RESET: `mlx5_init_qp_indices`) and the device executes nothing,
+    /// which is where this writer starts.
+    #[error("the DC initiator is in {state:?}, not RESET: make the direct initiator before bring-up")]
+    NotInReset {
+        /// The state the device reported.
+        state: QueuePairState,
+    },
+    /// Reading the DC initiator's state failed.
+    #[error(transparent)]
+    QueryState(#[from] QueryQueuePairError),
+    /// The DC initiator completes into another CQ than the direct completion queue given.
+    #[error("the DC initiator's send CQ is not the direct completion queue's")]
+    DifferentCompletionQueue,
+    /// `mlx5dv_init_obj` refused the queue pair.
+    #[error(transparent)]
+    InitObject(#[from] InitObjectError),
+    /// libmlx5 gave a null send queue, doorbell record or register.
+    #[error("mlx5dv_init_obj gave no {part}")]
+    MissingMemory {
+        /// Which: `"send queue"`, `"doorbell record"` or `"BlueFlame register"`.
+        part: &'static str,
+    },
+    /// The doorbell record's send word is not 0: requests were posted through libmlx5 since the
+    /// queue pair's creation or last reset, and libmlx5's posting index is not where this writer
+    /// starts.
+    #[error("the DC initiator was posted on through libmlx5 (doorbell record {posting_index:#06x})")]
+    AlreadyPosted {
+        /// The posting index's low 16 bits, as the record holds them.
+        posting_index: u16,
+    },
+    /// The send queue has more than 2^16 basic blocks: a completion's 16-bit `wqe_counter`
+    /// would not name one slot.
+    #[error("a send queue of {wqe_count} basic blocks is larger than a completion's 16-bit index names")]
+    QueueTooLarge {
+        /// `sq.wqe_cnt`.
+        wqe_count: u32,
+    },
+    /// The register is a BlueFlame register (`bf.size` > 0), which libmlx5 may share with other
+    /// queue pairs of the device context: [`DirectDcInitiator::new`](super::DirectDcInitiator::new)
+    /// takes only doorbell registers (`MLX5_SHUT_UP_BF=1`); see
+    /// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame).
+    #[error(
+        "the queue pair's register is a BlueFlame register of {blueflame_size} bytes a half, which libmlx5 may share"
+    )]
+    BlueFlameRegisterNotOwned {
+        /// `bf.size`.
+        blueflame_size: u32,
+    },
+    /// Another live direct initiator writes the same BlueFlame register (libmlx5 gave both
+    /// queue pairs one shared register).
+    #[error("another direct DC initiator writes the BlueFlame register at {register:#x}")]
+    BlueFlameRegisterShared {
+        /// The register's address (`bf.reg`).
+        register: usize,
+    },
+    /// The send queue's parts are not a queue this writer writes.
+    #[error(transparent)]
+    SendQueue(#[from] CreateSendQueueError),
+}
+
+/// Error returned by [`DirectDcInitiator::recover`](super::DirectDcInitiator::recover).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to recover direct DC initiator")]
+#[non_exhaustive]
+pub struct RecoverDirectDcInitiatorError(#[from] pub RecoverDirectDcInitiatorErrorKind);
+
+/// The enum type for [`RecoverDirectDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverDirectDcInitiatorErrorKind {
+    /// It was never brought up with [`bring_up`](super::DirectDcInitiator::bring_up): there are
+    /// no parameters to bring it up again with.
+    #[error("the direct DC initiator was not brought up with bring_up")]
+    NotBroughtUp,
+    /// Requests are still outstanding: poll their completions first (after an error the device
+    /// completes every one of them, flushed). Their completions would otherwise stay in the CQ,
+    /// which libmlx5 does not clean once its memory is handed out.
+    #[error("{outstanding} requests are outstanding: poll their completions before recovering")]
+    RequestsOutstanding {
+        /// Requests posted and not completed.
+        outstanding: u32,
+    },
+    /// The move to RESET failed; nothing changed. `EINVAL` from a kernel whose
+    /// `modify_dci_qp_is_ok` has no RESET branch: a direct initiator is not created again in its
+    /// place (its memory would change); make a new one.
+    #[error("the move to RESET failed")]
+    Reset(#[source] ModifyQueuePairError),
+    /// The DC initiator was reset (the send queue with it) but bringing it up again failed:
+    /// recover again.
+    #[error(transparent)]
+    BringUp(#[from] BringUpDcInitiatorError),
+}

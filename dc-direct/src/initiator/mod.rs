@@ -1,0 +1,224 @@
+//! [`DirectDcInitiator`]: a sideway-ext [`DcInitiator`] whose WQEs this crate writes, through a
+//! [`SendQueue`] over the queue pair's own memory (`mlx5dv_init_obj`), completing into a
+//! [`DirectCompletionQueue`].
+//!
+//! A queue pair posts one way only: the direct initiator owns the DC initiator, and libmlx5's
+//! post path is out of reach (its `&mut` methods are not offered; [`dc_initiator`](DirectDcInitiator::dc_initiator)
+//! lends it shared, for its accessors). Bring-up, state queries, stream resets are the DC
+//! initiator's own, delegated; recovery is this module's (`recovery.rs`), which resets the send
+//! queue as libmlx5 resets its indices.
+//!
+//! Where the facts live: the checks of the queue pair's memory in `parts.rs`, the errors in
+//! `error.rs`, the BlueFlame register's ownership in `register.rs` (read it before
+//! [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame)), the send queue shared with
+//! the completion queue and the batch guard in `shared.rs`, an address handle's address vector
+//! in `address.rs`.
+mod address;
+mod error;
+pub(crate) mod parts;
+mod recovery;
+mod register;
+pub(crate) mod shared;
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use sideway::ibverbs::queue_pair::{QueryQueuePairError, QueuePairState};
+use sideway_ext::mlx5::dc::initiator::{BringUpDcInitiatorError, DcInitiator, DcInitiatorBringUp, ResetDciStreamError};
+use sideway_ext::mlx5::direct_objects::queue_pair_object;
+
+pub use self::error::{
+    CreateDirectDcInitiatorError, CreateDirectDcInitiatorErrorKind, RecoverDirectDcInitiatorError,
+    RecoverDirectDcInitiatorErrorKind,
+};
+use self::parts::{check_signatures, send_queue_parts, BlueFlame, Created, WQE_SIGNATURE_VARIABLE};
+use self::register::RegisterClaim;
+pub use self::shared::DirectPostSendGuard;
+use self::shared::SharedSendQueue;
+use crate::completion_queue::{DirectCompletionQueue, SendQueueTable};
+use crate::send_queue::CreateSendQueueErrorKind;
+
+/// A DC initiator whose requests this crate writes into its send queue and whose doorbell it
+/// rings, as libmlx5's post path would (see the [crate](crate) documentation for what that
+/// covers and what is refused); its completions are polled by its [`DirectCompletionQueue`].
+///
+/// Single-threaded: neither `Send` nor `Sync`. Dropping it destroys the DC initiator; its
+/// completions still to come are then refused by the completion queue
+/// ([`UnknownQueuePair`](crate::completion_queue::PollCompletionQueueErrorKind::UnknownQueuePair)).
+#[derive(Debug)]
+pub struct DirectDcInitiator {
+    send_queue: Rc<SharedSendQueue>,
+    table: Rc<SendQueueTable>,
+    /// The BlueFlame register, while this initiator writes it (none for a doorbell register).
+    _register: Option<RegisterClaim>,
+    /// What [`bring_up`](Self::bring_up) was given, for [`recover`](Self::recover).
+    brought_up_with: Option<DcInitiatorBringUp>,
+    /// Dropped last: the queue pair whose memory the send queue writes.
+    dci: DcInitiator,
+}
+
+impl DirectDcInitiator {
+    /// Takes over posting on `dci`, which must complete into `cq`, be in RESET (made, not yet
+    /// brought up) and have a doorbell register (`bf.size` 0: libmlx5 writes those without a
+    /// lock from any queue pair, so sharing one is safe). On a ConnectX a queue pair has a
+    /// BlueFlame register unless libmlx5 runs with `MLX5_SHUT_UP_BF=1`; see
+    /// [`new_with_blueflame`](Self::new_with_blueflame) for those.
+    ///
+    /// # Errors
+    ///
+    /// [`CreateDirectDcInitiatorErrorKind`]; `dci` is dropped (destroyed) with the error.
+    pub fn new(dci: DcInitiator, cq: &DirectCompletionQueue) -> Result<Self, CreateDirectDcInitiatorError> {
+        // SAFETY: only doorbell registers are taken, which need no promise.
+        unsafe { Self::create(dci, cq, BlueFlame::Refused) }
+    }
+
+    /// As [`new`](Self::new), also for a BlueFlame register (`bf.size` > 0), which this writer
+    /// writes without libmlx5's lock and with a toggle of its halves of its own. A second live
+    /// direct initiator on the same register is refused
+    /// ([`BlueFlameRegisterShared`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared)).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    ///
+    /// # Safety
+    ///
+    /// While the direct initiator lives, no queue pair posted through libmlx5 (or any other
+    /// writer than this crate's) may write its BlueFlame register. libmlx5 shares registers
+    /// among the queue pairs of a device context beyond its first few (`register.rs` has
+    /// rdma-core's rules and UCX's practice); this holds when no other queue pair of the device
+    /// context posts while the direct initiator lives, or when at most `MLX5_NUM_LOW_LAT_UUARS`
+    /// (default 4) queue pairs of the context exist, each then with a register of its own.
+    pub unsafe fn new_with_blueflame(
+        dci: DcInitiator, cq: &DirectCompletionQueue,
+    ) -> Result<Self, CreateDirectDcInitiatorError> {
+        // SAFETY: the caller's promise.
+        unsafe { Self::create(dci, cq, BlueFlame::Owned) }
+    }
+
+    /// # Safety
+    ///
+    /// With [`BlueFlame::Owned`], as [`new_with_blueflame`](Self::new_with_blueflame).
+    unsafe fn create(
+        mut dci: DcInitiator, cq: &DirectCompletionQueue, blueflame: BlueFlame,
+    ) -> Result<Self, CreateDirectDcInitiatorError> {
+        use CreateDirectDcInitiatorErrorKind::*;
+        check_signatures(std::env::var_os(WQE_SIGNATURE_VARIABLE).as_deref())?;
+        let state = dci.query_state().map_err(QueryState)?;
+        if state != QueuePairState::Reset {
+            return Err(NotInReset { state }.into());
+        }
+        // SAFETY: the queue pair is alive (`dci` holds it); its send CQ field is only read.
+        let send_cq = unsafe { dci.qp().as_ref().send_cq };
+        if send_cq != cq.ibv_cq().as_ptr() {
+            return Err(DifferentCompletionQueue.into());
+        }
+        // SAFETY: as above.
+        let object = unsafe { queue_pair_object(dci.qp()) }.map_err(InitObject)?;
+        let created = Created {
+            qp_number: dci.qp_number(),
+            max_post: dci.max_send_wr(),
+            max_inline_data: dci.max_inline_data(),
+            max_send_sge: dci.max_send_sge(),
+            sq_sig_all: dci.sq_sig_all(),
+            streams: dci.streams().is_some(),
+        };
+        // SAFETY: libmlx5 gave `object` for the live queue pair.
+        let parts = unsafe { send_queue_parts(&object, created, blueflame) }?;
+        let register = match parts.blueflame_size {
+            0 => None,
+            _ => {
+                let register = parts.blueflame.as_ptr() as usize;
+                Some(RegisterClaim::claim(register).ok_or(BlueFlameRegisterShared { register })?)
+            },
+        };
+        // SAFETY: the memory is the queue pair's, alive while `dci` is (held until the queue is
+        // dropped); nothing else posts on it (owned here, libmlx5's post path unreachable) or
+        // writes its register (a doorbell register, or the caller's promise and the claim); the
+        // limits are those libmlx5 granted; in RESET its posting index is 0.
+        let queue = unsafe { crate::send_queue::SendQueue::from_parts(parts) }.map_err(|err| match err.0 {
+            CreateSendQueueErrorKind::UnsupportedArchitecture { architecture } => {
+                UnsupportedArchitecture { architecture }
+            },
+            _ => SendQueue(err),
+        })?;
+        let send_queue = Rc::new(SharedSendQueue::new(queue));
+        let table = Rc::clone(cq.table());
+        table.insert(created.qp_number, Rc::clone(&send_queue));
+        Ok(Self {
+            send_queue,
+            table,
+            _register: register,
+            brought_up_with: None,
+            dci,
+        })
+    }
+
+    /// Starts a batch of requests (`mlx5_send_wr_start`): `construct_wr` → an operation →
+    /// `setup_dc_addr` → the data, then [`post`](DirectPostSendGuard::post). Post in RTS, as
+    /// on libmlx5 (after [`bring_up`](Self::bring_up)).
+    #[inline]
+    pub fn start_post_send(&mut self) -> DirectPostSendGuard<'_> {
+        // SAFETY: `&mut self` for the guard's lifetime: no other batch is open on this queue,
+        // and the completion table borrows it only inside a poll, which is not running.
+        unsafe { self.send_queue.start_post_send() }
+    }
+
+    /// The DC initiator, for its accessors (QP number, granted limits, state as last read,
+    /// streams, source GID, …).
+    pub fn dc_initiator(&self) -> &DcInitiator {
+        &self.dci
+    }
+
+    /// Requests posted and not yet completed (their completions not yet polled).
+    pub fn outstanding(&self) -> u32 {
+        self.send_queue.try_with_mut(|queue| queue.outstanding()).unwrap_or(0)
+    }
+
+    /// Brings the DC initiator from RESET to RTS ([`DcInitiator::bring_up`]), keeping the
+    /// parameters for [`recover`](Self::recover).
+    ///
+    /// # Errors
+    ///
+    /// As [`DcInitiator::bring_up`].
+    pub fn bring_up(&mut self, params: &DcInitiatorBringUp) -> Result<(), BringUpDcInitiatorError> {
+        self.dci.bring_up(params)?;
+        self.brought_up_with = Some(params.clone());
+        Ok(())
+    }
+
+    /// Reads the state from the device ([`DcInitiator::query_state`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`DcInitiator::query_state`].
+    pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
+        self.dci.query_state()
+    }
+
+    /// Reads the state until it is ERR or `timeout` has passed
+    /// ([`DcInitiator::wait_for_error`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`DcInitiator::wait_for_error`].
+    pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
+        self.dci.wait_for_error(timeout)
+    }
+
+    /// Resets one errored DCI stream ([`DcInitiator::reset_stream`]): the device's stream
+    /// state only; the send queue goes on as it is.
+    ///
+    /// # Errors
+    ///
+    /// As [`DcInitiator::reset_stream`].
+    pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
+        self.dci.reset_stream(stream_id)
+    }
+}
+
+impl Drop for DirectDcInitiator {
+    fn drop(&mut self) {
+        self.table.remove(&self.send_queue);
+    }
+}

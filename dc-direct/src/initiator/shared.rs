@@ -1,0 +1,110 @@
+//! A direct initiator's send queue, shared between the initiator, which posts on it, and its
+//! completion queue's table, which retires its requests as their completions are polled
+//! ([`SharedSendQueue`]); and the batch a program holds open on it ([`DirectPostSendGuard`]).
+//!
+//! Single-threaded (neither `Send` nor `Sync`): one `&mut SendQueue` at a time, as a `RefCell`
+//! would give, except that the posting borrow lasts as long as the batch's guard, which a
+//! `RefCell`'s could not while the guard is handed out by value.
+use std::cell::{Cell, UnsafeCell};
+
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
+
+use crate::send_queue::{PostSendGuard, SendQueue, WorkRequestHandle};
+
+/// A send queue and whether it is borrowed: by an open batch, or by the completion table for
+/// one completion.
+#[derive(Debug)]
+pub(crate) struct SharedSendQueue {
+    queue: UnsafeCell<SendQueue>,
+    borrowed: Cell<bool>,
+}
+
+/// Clears the borrow flag when dropped (also when unwinding).
+#[derive(Debug)]
+struct Borrow<'a>(&'a Cell<bool>);
+
+impl Drop for Borrow<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+impl SharedSendQueue {
+    pub(crate) fn new(queue: SendQueue) -> Self {
+        Self {
+            queue: UnsafeCell::new(queue),
+            borrowed: Cell::new(false),
+        }
+    }
+
+    /// `f` with the queue, unless a batch is open on it (then `None`).
+    #[inline]
+    pub(crate) fn try_with_mut<R>(&self, f: impl FnOnce(&mut SendQueue) -> R) -> Option<R> {
+        if self.borrowed.replace(true) {
+            return None;
+        }
+        let _borrow = Borrow(&self.borrowed);
+        // SAFETY: the flag was clear, so no other `&mut` to the queue exists (an open batch and
+        // this function are its only borrowers, and each sets the flag for as long as it holds
+        // one); it stays set until `_borrow` is dropped, after `f`'s borrow ended.
+        Some(f(unsafe { &mut *self.queue.get() }))
+    }
+
+    /// Opens a batch on the queue (`mlx5_send_wr_start`), borrowing it until the guard is posted
+    /// or dropped.
+    ///
+    /// # Safety
+    ///
+    /// The caller has exclusive access to the queue's owner (the initiator, through `&mut`) for
+    /// `'a`, and is not inside [`try_with_mut`](Self::try_with_mut): no batch is open and no
+    /// completion is being retired.
+    pub(crate) unsafe fn start_post_send(&self) -> DirectPostSendGuard<'_> {
+        let was_borrowed = self.borrowed.replace(true);
+        debug_assert!(!was_borrowed, "a batch opened on a borrowed send queue");
+        let borrow = Borrow(&self.borrowed);
+        // SAFETY: the caller's promise: nothing else borrows the queue now, and the flag keeps
+        // `try_with_mut` away until the guard (which holds this borrow) is gone.
+        let queue = unsafe { &mut *self.queue.get() };
+        DirectPostSendGuard {
+            guard: queue.start_post_send(),
+            _borrow: borrow,
+        }
+    }
+}
+
+/// A batch of requests on a direct DC initiator: [`post`](Self::post) rings the doorbell for
+/// them; dropped without it, their slots are given back and the device is told nothing. It
+/// describes requests as [`PostSendGuard`] does (`construct_wr` → an operation →
+/// `setup_dc_addr` → the data), which it wraps.
+///
+/// While it is alive, completions of this initiator are not read: a poll of its completion
+/// queue stops before the first of them
+/// ([`SendQueueInUse`](crate::completion_queue::PollCompletionQueueErrorKind::SendQueueInUse)).
+#[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
+#[derive(Debug)]
+pub struct DirectPostSendGuard<'a> {
+    /// Dropped before the borrow is released.
+    guard: PostSendGuard<'a>,
+    _borrow: Borrow<'a>,
+}
+
+impl DirectPostSendGuard<'_> {
+    /// Starts a request ([`PostSendGuard::construct_wr`]).
+    #[inline]
+    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_> {
+        self.guard.construct_wr(wr_id, wr_flags)
+    }
+
+    /// How many requests the batch holds ([`PostSendGuard::batch_len`]).
+    #[inline]
+    pub fn batch_len(&self) -> usize {
+        self.guard.batch_len()
+    }
+
+    /// Posts the batch ([`PostSendGuard::post`]): rings the doorbell for its requests.
+    #[inline]
+    pub fn post(self) {
+        let Self { guard, _borrow } = self;
+        guard.post();
+    }
+}
