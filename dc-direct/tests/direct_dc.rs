@@ -1,0 +1,262 @@
+//! The direct DC path on a ConnectX, in loopback on port 1: a DC target, and a DC initiator
+//! whose requests this crate writes, completing into a [`DirectCompletionQueue`].
+//!
+//! `mlx5_hw_` tests need a ConnectX-4 or newer named by `SIDEWAY_EXT_TEST_MLX5_DEVICE` and run
+//! one at a time (`--include-ignored`); without one they are reported ignored, as the root
+//! package's `mlx5_hw_` tests are.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serial_test::serial;
+use sideway::ibverbs::completion::{BasicCompletionQueue, GenericCompletionQueue, WorkCompletionStatus};
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::AccessFlags;
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::source_gid::SourceGid;
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp};
+use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+use sideway_ext_dc_direct::completion_queue::Completion;
+use sideway_ext_dc_direct::send_queue::AddressVector;
+use sideway_ext_dc_direct::{CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator};
+
+const DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
+const PORT: u8 = 1;
+const KEY: u64 = 0xd1_2ec7;
+const LEN: usize = 4096;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A registered buffer; deregistered before it is freed (field order).
+struct Buffer {
+    mr: Arc<MemoryRegion>,
+    data: Vec<u8>,
+}
+
+impl Buffer {
+    fn new(pd: &Arc<ProtectionDomain>, access: AccessFlags) -> Self {
+        let data = vec![0u8; LEN];
+        // SAFETY: `data` is never reallocated and outlives `mr` (field order).
+        let mr = unsafe { pd.reg_mr(data.as_ptr() as usize, data.len(), access) }.expect("reg_mr");
+        Self { mr, data }
+    }
+
+    fn addr(&self) -> u64 {
+        self.data.as_ptr() as u64
+    }
+
+    /// What the device wrote, read volatile.
+    fn read(&self, len: usize) -> Vec<u8> {
+        // SAFETY: in bounds of `data`.
+        (0..len)
+            .map(|i| unsafe { self.data.as_ptr().add(i).read_volatile() })
+            .collect()
+    }
+}
+
+/// The loopback: a DC target on an SRQ, its endpoint's address vector, a direct CQ, buffers.
+struct Loopback {
+    pd: Arc<ProtectionDomain>,
+    cq: GenericCompletionQueue,
+    direct_cq: DirectCompletionQueue,
+    recv_cq: GenericCompletionQueue,
+    srq: Arc<SharedReceiveQueue>,
+    endpoint: DcEndpoint,
+    av: AddressVector,
+    remote: Buffer,
+    local: Buffer,
+    _dct: DcTarget,
+}
+
+fn open() -> Arc<DeviceContext> {
+    let name = std::env::var(DEVICE_VARIABLE)
+        .unwrap_or_else(|_| panic!("mlx5 hardware tests need {DEVICE_VARIABLE} to name a ConnectX-4 or newer"));
+    let list = DeviceList::new().expect("list RDMA devices");
+    let device = list
+        .iter()
+        .find(|device| device.name() == name)
+        .unwrap_or_else(|| panic!("{DEVICE_VARIABLE}={name}: no such device"));
+    device.open().expect("open the device")
+}
+
+fn cq(ctx: &Arc<DeviceContext>) -> GenericCompletionQueue {
+    let cq: Arc<BasicCompletionQueue> = ctx.create_cq_builder().setup_cqe(256).build().expect("CQ");
+    cq.into()
+}
+
+impl Loopback {
+    fn new() -> Self {
+        let ctx = open();
+        let pd = ctx.alloc_pd().expect("alloc_pd");
+        let (cq, recv_cq) = (cq(&ctx), cq(&ctx));
+        // SAFETY: nothing polls `cq` but the direct CQ; only direct initiators complete into it.
+        let direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }.expect("a direct CQ");
+        let srq = pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
+        let mut dct = pd
+            .create_dct_builder()
+            .setup_recv_cq(recv_cq.clone())
+            .setup_srq(Arc::clone(&srq))
+            .setup_dc_key(KEY)
+            .setup_access_flags(access)
+            .build()
+            .expect("a DC target");
+        dct.bring_up(&DcTargetBringUp::new(PORT)).expect("DC target to RTR");
+        let endpoint = dct.endpoint().expect("its endpoint");
+        let roce = ctx.query_port(PORT).expect("query port").link_layer() == LinkLayer::Ethernet;
+        let gid_index = match roce {
+            true => ctx
+                .source_gid(PORT, &SourceGid::Automatic)
+                .expect("a RoCE v2 GID")
+                .expect("a RoCE v2 GID")
+                .index(),
+            false => 0,
+        };
+        let ah = endpoint.create_ah(&pd, PORT, gid_index).expect("address handle");
+        let av = AddressVector::from_address_handle(&ah).expect("its address vector");
+        Self {
+            remote: Buffer::new(&pd, access),
+            local: Buffer::new(&pd, AccessFlags::LocalWrite),
+            pd,
+            cq,
+            direct_cq,
+            recv_cq,
+            srq,
+            endpoint,
+            av,
+            _dct: dct,
+        }
+    }
+
+    /// A DC initiator completing into the direct CQ, in RESET.
+    fn dci(&self) -> DcInitiator {
+        let mut builder = self.pd.create_dci_builder();
+        builder.setup_send_cq(self.cq.clone()).setup_max_send_wr(16);
+        builder.build().expect("a DC initiator")
+    }
+
+    /// Waits for one completion of the direct CQ.
+    fn wait_direct(&mut self) -> Completion {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut completions = [Completion::default(); 1];
+        while self.direct_cq.poll(&mut completions).expect("poll the direct CQ") == 0 {
+            assert!(Instant::now() < deadline, "no direct completion within {TIMEOUT:?}");
+        }
+        completions[0]
+    }
+
+    /// Waits for one receive of the DC target.
+    fn wait_receive(&self) -> WorkCompletion {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut wcs = [WorkCompletion::default(); 1];
+        loop {
+            if let Some(wc) = self.recv_cq.poll_work_completions(&mut wcs).expect("poll").first() {
+                return *wc;
+            }
+            assert!(Instant::now() < deadline, "no receive within {TIMEOUT:?}");
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_a_direct_write_and_inline_send_reach_a_dc_target() {
+    let mut lb = Loopback::new();
+    // SAFETY: this test's device context is its own, and nothing but this initiator posts on it.
+    let mut dci = unsafe { DirectDcInitiator::new_with_blueflame(lb.dci(), &lb.direct_cq) }.expect("direct");
+    dci.bring_up(&DcInitiatorBringUp::new(PORT)).expect("to RTS");
+    assert_eq!(dci.query_state().expect("state"), QueuePairState::ReadyToSend);
+    let (dct_number, key) = (lb.endpoint.dct_number(), lb.endpoint.dc_key());
+
+    let data = pattern(LEN, 3);
+    lb.local.data.copy_from_slice(&data);
+    let mut guard = dci.start_post_send();
+    let request = guard
+        .construct_wr(0x77, WorkRequestFlags::Signaled)
+        .setup_write(lb.remote.mr.rkey(), lb.remote.addr())
+        .setup_dc_addr(&lb.av, dct_number, key);
+    // SAFETY: the local buffer lies in its region and outlives the request.
+    unsafe { request.setup_sge(lb.local.mr.lkey(), lb.local.addr(), LEN as u32) }.expect("the write");
+    guard.post();
+    let completion = lb.wait_direct();
+    assert_eq!(
+        (completion.wr_id(), completion.status(), completion.qp_number()),
+        (0x77, WorkCompletionStatus::Success, dci.dc_initiator().qp_number())
+    );
+    assert_eq!(lb.remote.read(LEN), data, "the bytes written");
+    assert_eq!(dci.outstanding(), 0);
+
+    let mut storage = PostReceiveStorage::new();
+    let mut receive = lb.srq.start_post_recv(&mut storage);
+    // SAFETY: the remote buffer lies in its region and outlives the receive.
+    unsafe {
+        receive
+            .construct_wr(5)
+            .setup_sge(lb.remote.mr.lkey(), lb.remote.addr(), LEN as u32)
+    };
+    receive.post().expect("post a receive");
+    let inline = pattern(16, 9);
+    let mut guard = dci.start_post_send();
+    guard
+        .construct_wr(0x78, WorkRequestFlags::Signaled)
+        .setup_send()
+        .setup_dc_addr(&lb.av, dct_number, key)
+        .setup_inline_data(&inline)
+        .expect("the inline send");
+    guard.post();
+    let completion = lb.wait_direct();
+    assert_eq!(
+        (completion.wr_id(), completion.status()),
+        (0x78, WorkCompletionStatus::Success)
+    );
+    let received = lb.wait_receive();
+    assert_eq!(
+        (received.wr_id(), received.byte_len()),
+        (5, 16),
+        "{:?}",
+        received.status()
+    );
+    assert_eq!(lb.remote.read(16), inline, "the bytes sent inline");
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_a_dc_initiator_brought_up_or_on_another_cq_is_refused() {
+    let lb = Loopback::new();
+    let mut brought_up = lb.dci();
+    brought_up.bring_up(&DcInitiatorBringUp::new(PORT)).expect("to RTS");
+    // SAFETY: as above.
+    let refused = unsafe { DirectDcInitiator::new_with_blueflame(brought_up, &lb.direct_cq) }.unwrap_err();
+    assert!(
+        matches!(
+            refused.0,
+            CreateDirectDcInitiatorErrorKind::NotInReset {
+                state: QueuePairState::ReadyToSend
+            }
+        ),
+        "{refused:?}"
+    );
+    let mut builder = lb.pd.create_dci_builder();
+    builder.setup_send_cq(lb.recv_cq.clone());
+    let elsewhere = builder.build().expect("a DC initiator");
+    // SAFETY: as above.
+    let refused = unsafe { DirectDcInitiator::new_with_blueflame(elsewhere, &lb.direct_cq) }.unwrap_err();
+    assert!(
+        matches!(refused.0, CreateDirectDcInitiatorErrorKind::DifferentCompletionQueue),
+        "{refused:?}"
+    );
+}
