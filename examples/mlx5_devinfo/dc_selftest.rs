@@ -2,8 +2,8 @@
 //! (on a shared receive queue) and a DC initiator are built and brought up, then each check runs
 //! and prints one line: `ok`, `FAILED` with the status, or `skipped` with why. The exit status is
 //! 1 when the device is not mlx5 (or libmlx5 is missing) and 2 when a check failed. The fault
-//! steps are in `dc_selftest/faults.rs`; with `--report FILE` the steps are also written as JSON
-//! (`report.rs`).
+//! steps are in `dc_selftest/faults.rs`, the direct path's in `dc_selftest/direct.rs`; with
+//! `--report FILE` the steps are also written as JSON (`report.rs`).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,7 @@ const LEN: usize = 4096;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 mod atomic_order;
+mod direct;
 mod faults;
 
 type Result<T> = std::result::Result<T, String>;
@@ -570,6 +571,10 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: 
             }
             report.check_fault(step::STREAMS, result, fault);
         },
+    }
+    match direct::direct_path(&mut lb, ctx) {
+        direct::Verdict::Checked(result) => report.check(step::DIRECT, result),
+        direct::Verdict::Skipped(why) => report.skip(step::DIRECT, &why),
     }
     // The rest of the loopback goes with `lb`.
     let _ = &lb.dct;

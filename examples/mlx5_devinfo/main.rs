@@ -12,8 +12,9 @@
 //!
 //! `--dc-selftest` runs DC end to end on one device, in loopback on port 1 (see `dc_selftest.rs`):
 //! a DC target and a DC initiator, RDMA WRITE and READ, both atomics, a SEND into the target's
-//! shared receive queue, a wrong DC key and the recovery, and DCI streams where the device has
-//! them, one line per check (`ok`, `FAILED` with the status, `skipped` with why). With
+//! shared receive queue, a wrong DC key and the recovery, DCI streams where the device has
+//! them, and a WRITE and an inline SEND through the direct path (`sideway-ext-dc-direct`), one
+//! line per check (`ok`, `FAILED` with the status, `skipped` with why). With
 //! `--report FILE` it also writes what it saw as JSON (`report.rs`: versions, device,
 //! capabilities, granted sizes, each step, each fault's completion), to attach to an issue; the
 //! file is written whatever happens, also when no device can be listed.

@@ -29,8 +29,9 @@ pub mod step {
     pub const WRONG_KEY: &str = "wrong DC key: error, recover, write again";
     pub const DESTROYED_TARGET: &str = "destroyed DC target: error, recover, write again";
     pub const STREAMS: &str = "DCI streams";
+    pub const DIRECT: &str = "direct path: WRITE and inline SEND through sideway-ext-dc-direct";
     /// Every step, in the order the self-test runs them.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 11] = [
         DC_TARGET,
         DC_INITIATOR,
         WRITE,
@@ -41,6 +42,7 @@ pub mod step {
         WRONG_KEY,
         DESTROYED_TARGET,
         STREAMS,
+        DIRECT,
     ];
 }
 

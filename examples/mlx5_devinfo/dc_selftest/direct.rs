@@ -1,0 +1,192 @@
+//! The self-test's direct step: the same loopback reached through the crate
+//! `sideway-ext-dc-direct`, whose DC initiator writes its own WQEs and rings its own doorbell
+//! (a `DirectDcInitiator`), its completions polled from the CQ's memory (a
+//! `DirectCompletionQueue`): an RDMA WRITE and a 16-byte inline SEND into the target's shared
+//! receive queue, each checked by the bytes that arrived.
+use std::time::Instant;
+
+use sideway::ibverbs::completion::WorkCompletionStatus;
+use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage;
+use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+use sideway_ext_dc_direct::completion_queue::{Completion, CreateDirectCompletionQueueErrorKind};
+use sideway_ext_dc_direct::send_queue::AddressVector;
+use sideway_ext_dc_direct::{CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator};
+
+use super::{cq, pattern, success, Loopback, Result, KEY, LEN, PORT, TIMEOUT};
+use crate::chain;
+
+/// What the step found.
+pub enum Verdict {
+    /// It ran: passed with what it saw, or failed with why.
+    Checked(Result<String>),
+    /// It could not run here, and why.
+    Skipped(String),
+}
+
+/// Why the direct path cannot run here, for a refusal that says so (not a failure): the CPU,
+/// or libmlx5 signing its WQEs.
+pub fn skip_reason(refused: &CreateDirectDcInitiatorErrorKind) -> Option<String> {
+    match refused {
+        CreateDirectDcInitiatorErrorKind::UnsupportedArchitecture { architecture } => Some(format!(
+            "the direct path has no doorbell barriers for {architecture} (x86-64 and aarch64 only)"
+        )),
+        CreateDirectDcInitiatorErrorKind::WqeSignatures => {
+            Some("MLX5_QP_SIGNATURE is set: libmlx5 signs its WQEs, which the direct path does not".into())
+        },
+        _ => None,
+    }
+}
+
+/// Runs the step on the loopback, with a CQ and a DC initiator of its own.
+pub fn direct_path(
+    lb: &mut Loopback, ctx: &std::sync::Arc<sideway::ibverbs::device_context::DeviceContext>,
+) -> Verdict {
+    let send_cq = match cq(ctx) {
+        Ok(send_cq) => send_cq,
+        Err(why) => return Verdict::Checked(Err(why)),
+    };
+    // SAFETY: nothing polls this CQ but the direct CQ, and only the direct initiator below
+    // completes into it.
+    let direct_cq = match unsafe { DirectCompletionQueue::new(send_cq.clone()) } {
+        Ok(direct_cq) => direct_cq,
+        Err(err) => {
+            return match err.0 {
+                CreateDirectCompletionQueueErrorKind::UnsupportedArchitecture { architecture } => Verdict::Skipped(
+                    format!("the direct path has no completion barrier for {architecture} (x86-64 and aarch64 only)"),
+                ),
+                _ => Verdict::Checked(Err(format!("the direct CQ: {}", chain(&err)))),
+            }
+        },
+    };
+    let mut builder = lb.pd.create_dci_builder();
+    builder.setup_send_cq(send_cq).setup_max_send_wr(16);
+    let dci = match builder.build() {
+        Ok(dci) => dci,
+        Err(err) => return Verdict::Checked(Err(format!("create the DC initiator: {}", chain(&err)))),
+    };
+    // SAFETY: the self-test posts from this thread only, and while the direct initiator lives no
+    // other queue pair of this device context posts (the loopback's own DC initiator is idle, its
+    // requests completed): nothing else writes its BlueFlame register.
+    let mut direct = match unsafe { DirectDcInitiator::new_with_blueflame(dci, &direct_cq) } {
+        Ok(direct) => direct,
+        Err(err) => {
+            return match skip_reason(&err.0) {
+                Some(why) => Verdict::Skipped(why),
+                None => Verdict::Checked(Err(format!("the direct DC initiator: {}", chain(&err)))),
+            }
+        },
+    };
+    Verdict::Checked(write_and_send(lb, &mut direct, direct_cq))
+}
+
+/// A WRITE and an inline SEND through `direct`, completions polled from `direct_cq`.
+fn write_and_send(
+    lb: &mut Loopback, direct: &mut DirectDcInitiator, mut direct_cq: DirectCompletionQueue,
+) -> Result<String> {
+    direct
+        .bring_up(&DcInitiatorBringUp::new(PORT))
+        .map_err(|e| format!("the direct DC initiator to RTS: {}", chain(&e)))?;
+    let av = AddressVector::from_address_handle(&lb.ah).map_err(|e| format!("the address vector: {}", chain(&e)))?;
+    let (dct_number, qp_number) = (lb.endpoint.dct_number(), direct.dc_initiator().qp_number());
+
+    lb.local.write(0, &pattern(LEN, 21));
+    let mut guard = direct.start_post_send();
+    let request = guard
+        .construct_wr(21, WorkRequestFlags::Signaled)
+        .setup_write(lb.remote.mr.rkey(), lb.remote.addr(0))
+        .setup_dc_addr(&av, dct_number, KEY);
+    // SAFETY: the local buffer lies in its memory region and outlives the request.
+    unsafe { request.setup_sge(lb.local.mr.lkey(), lb.local.addr(0), LEN as u32) }
+        .map_err(|e| format!("the write: {}", chain(&e)))?;
+    guard.post();
+    completed(&mut direct_cq, 21, qp_number)?;
+    if lb.remote.read(0, LEN) != pattern(LEN, 21) {
+        return Err("the bytes the direct WRITE left differ from those sent".into());
+    }
+
+    let mut storage = PostReceiveStorage::new();
+    let mut receive = lb.srq.start_post_recv(&mut storage);
+    // SAFETY: the remote buffer lies in its memory region and outlives the receive.
+    unsafe {
+        receive
+            .construct_wr(22)
+            .setup_sge(lb.remote.mr.lkey(), lb.remote.addr(0), LEN as u32)
+    };
+    receive.post().map_err(|e| format!("post a receive: {}", chain(&e)))?;
+    let inline = pattern(16, 22);
+    let mut guard = direct.start_post_send();
+    guard
+        .construct_wr(22, WorkRequestFlags::Signaled)
+        .setup_send()
+        .setup_dc_addr(&av, dct_number, KEY)
+        .setup_inline_data(&inline)
+        .map_err(|e| format!("the inline send: {}", chain(&e)))?;
+    guard.post();
+    completed(&mut direct_cq, 22, qp_number)?;
+    let received = lb.wait(true)?;
+    success(&received)?;
+    if (received.wr_id(), received.byte_len()) != (22, 16) || lb.remote.read(0, 16) != inline {
+        return Err(format!(
+            "the SRQ's receive {} got {} bytes, or other bytes than sent inline",
+            received.wr_id(),
+            received.byte_len()
+        ));
+    }
+    Ok(format!(
+        "QP {qp_number:#x}: {LEN} bytes written, 16 bytes sent inline, both completions polled directly"
+    ))
+}
+
+/// Waits for the direct CQ's next completion: `wr_id`'s, successful, of QP `qp_number`.
+fn completed(direct_cq: &mut DirectCompletionQueue, wr_id: u64, qp_number: u32) -> Result<()> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut completions = [Completion::default(); 1];
+    loop {
+        let polled = direct_cq
+            .poll(&mut completions)
+            .map_err(|e| format!("poll the direct CQ: {}", chain(&e)))?;
+        if polled == 1 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("no direct completion within {TIMEOUT:?}"));
+        }
+        std::thread::yield_now();
+    }
+    let completion = completions[0];
+    match (completion.wr_id(), completion.status(), completion.qp_number()) {
+        (id, WorkCompletionStatus::Success, qp) if (id, qp) == (wr_id, qp_number) => Ok(()),
+        (id, status, qp) => Err(format!(
+            "direct completion {id} of QP {qp:#x}: {status:?}, vendor syndrome {:#x} (expected {wr_id}, success)",
+            completion.vendor_err()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sideway_ext_dc_direct::CreateDirectDcInitiatorErrorKind;
+
+    use super::skip_reason;
+
+    /// A refusal that says the direct path cannot run here is a skip with its reason; any other
+    /// is a failure.
+    #[test]
+    fn only_a_cpu_or_wqe_signatures_skip_the_direct_step() {
+        let arch = CreateDirectDcInitiatorErrorKind::UnsupportedArchitecture {
+            architecture: "riscv64",
+        };
+        assert!(skip_reason(&arch).is_some_and(|why| why.contains("riscv64")));
+        assert!(skip_reason(&CreateDirectDcInitiatorErrorKind::WqeSignatures)
+            .is_some_and(|why| why.contains("MLX5_QP_SIGNATURE")));
+        for failure in [
+            CreateDirectDcInitiatorErrorKind::DifferentCompletionQueue,
+            CreateDirectDcInitiatorErrorKind::AlreadyPosted { posting_index: 2 },
+            CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared { register: 0x1000 },
+        ] {
+            assert!(skip_reason(&failure).is_none(), "{failure:?}");
+        }
+    }
+}
