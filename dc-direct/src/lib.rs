@@ -2,7 +2,159 @@
 //! libmlx5 created, ring the doorbell as libmlx5 does, and poll their own completions, built on
 //! sideway-ext's public API.
 //!
-//! Nothing of this has run on a ConnectX yet.
+//! **Opt-in, and not yet run on a ConnectX.** sideway-ext's [`DcInitiator`] posts through
+//! libmlx5 (`ibv_wr_*` and `mlx5dv_wr_set_dc_addr`, four indirect calls a request); a
+//! [`DirectDcInitiator`] made from one writes the same bytes itself, at a fraction of the
+//! instructions. What is proven of it is proven against libmlx5's own code over plain memory
+//! (below), not on a device.
+//!
+//! # A direct DC initiator
+//!
+//! 1. Make a sideway CQ and take over its polling with [`DirectCompletionQueue::new`] (`unsafe`:
+//!    nothing else may poll it).
+//! 2. Build a [`DcInitiator`] whose send CQ is that CQ, and make it direct before bringing it up
+//!    ([`DirectDcInitiator::new`], or [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame)
+//!    for a BlueFlame register: see [below](#the-blueflame-register)); then
+//!    [`bring_up`](DirectDcInitiator::bring_up).
+//! 3. Read the target's address vector once from its address handle
+//!    ([`AddressVector::from_address_handle`](send_queue::AddressVector::from_address_handle)).
+//! 4. Post: [`start_post_send`](DirectDcInitiator::start_post_send), then per request
+//!    `construct_wr` → an operation → `setup_dc_addr` → the data, then `post`; as sideway-ext's
+//!    guard, so code moves from one to the other by changing its initiator.
+//! 5. Poll the completions with [`DirectCompletionQueue::poll`]: each gives back its request's
+//!    `wr_id` and room. After an error completion, poll them all, then
+//!    [`recover`](DirectDcInitiator::recover).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use sideway::ibverbs::completion::GenericCompletionQueue;
+//! use sideway::ibverbs::protection_domain::ProtectionDomain;
+//! use sideway::ibverbs::queue_pair::WorkRequestFlags;
+//! use sideway_ext::ibverbs::address_handle::AddressHandle;
+//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+//! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+//! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+//! use sideway_ext_dc_direct::completion_queue::Completion;
+//! use sideway_ext_dc_direct::send_queue::AddressVector;
+//! use sideway_ext_dc_direct::{DirectCompletionQueue, DirectDcInitiator};
+//!
+//! /// Writes the 64 bytes at `local` (registered under `lkey`) to `remote` (under `rkey`) at the
+//! /// DC target of `endpoint`, reached through `ah`, and sends it 16 bytes inline.
+//! fn write_and_send(
+//!     pd: &Arc<ProtectionDomain>, cq: GenericCompletionQueue, ah: &AddressHandle, endpoint: &DcEndpoint,
+//!     (lkey, local): (u32, u64), (rkey, remote): (u32, u64),
+//! ) -> Result<(), Box<dyn std::error::Error>> {
+//!     // SAFETY: nothing else polls `cq`; only direct initiators complete into it.
+//!     let mut direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }?;
+//!     let mut builder = pd.create_dci_builder();
+//!     builder.setup_send_cq(cq).setup_max_send_wr(64);
+//!     // A doorbell register (MLX5_SHUT_UP_BF=1); see `new_with_blueflame` otherwise.
+//!     let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
+//!     dci.bring_up(&DcInitiatorBringUp::new(1))?;
+//!     let av = AddressVector::from_address_handle(ah)?;
+//!     let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
+//!
+//!     let mut guard = dci.start_post_send();
+//!     let write = guard
+//!         .construct_wr(1, WorkRequestFlags::Signaled)
+//!         .setup_write(rkey, remote)
+//!         .setup_dc_addr(&av, dct_number, dc_key);
+//!     // SAFETY: the 64 bytes at `local` are registered under `lkey` and outlive the request.
+//!     unsafe { write.setup_sge(lkey, local, 64) }?;
+//!     guard
+//!         .construct_wr(2, WorkRequestFlags::Signaled)
+//!         .setup_send()
+//!         .setup_dc_addr(&av, dct_number, dc_key)
+//!         .setup_inline_data(&[7; 16])?;
+//!     guard.post();
+//!
+//!     let mut completions = [Completion::default(); 8];
+//!     let mut done = 0;
+//!     while done < 2 {
+//!         let polled = direct_cq.poll(&mut completions)?;
+//!         for completion in &completions[..polled] {
+//!             assert_eq!(completion.wr_id(), done + 1, "{:?}", completion.status());
+//!             done += 1;
+//!         }
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! A [`DirectDcInitiator`] owns its [`DcInitiator`] (a queue pair posts one way only: libmlx5's
+//! post path is out of reach) and lends it shared for its accessors
+//! ([`dc_initiator`](DirectDcInitiator::dc_initiator)); bring-up, state queries and stream resets
+//! are delegated. Several direct initiators may share one [`DirectCompletionQueue`], as a pool's
+//! do; each keeps the shared table of send queues alive, and dropping the completion queue or
+//! any initiator, in any order, is sound. All of it is single-threaded (neither `Send` nor
+//! `Sync`); neither posting nor polling allocates.
+//!
+//! # What is proven, and what is not
+//!
+//! The unit tests run libmlx5's own `qp.c` and `cq.c` (rdma-core 55), compiled over plain memory
+//! (the test-only crate sideway-ext-wqe-oracle), next to this crate's writer and poller:
+//!
+//! - the writer ([`send_queue`]): for over a million random requests of every supported shape,
+//!   the same send queue bytes, doorbell-record words, BlueFlame register contents and toggle,
+//!   posting index, `wr_id`s, and the same sequence of barriers and MMIO stores;
+//! - the poller ([`completion_queue`]): for random CQEs (success, every error syndrome, owner
+//!   bits across passes), the same completions, consumer index and doorbell record as
+//!   `mlx5_poll_cq`, and the same barriers;
+//! - the sharing of one CQ by several send queues: every `wr_id` back in order, room back,
+//!   stray completions refused without moving anything.
+//!
+//! That covers the bytes, and the order of stores and fences as the program makes them, against
+//! libmlx5's. It does not cover what write-combining buffers and PCIe make of them, nor how the
+//! device reads them: none of this has run on a ConnectX (the `mlx5_hw_` tests and the
+//! self-test's direct step, `mlx5_devinfo --dc-selftest`, are there for when one is at hand).
+//! The barriers are rdma-core's `util/udma_barrier.h` for x86-64 and aarch64; only x86-64 was
+//! compared (see `barrier.rs`).
+//!
+//! # What is refused
+//!
+//! Making a direct initiator ([`CreateDirectDcInitiatorErrorKind`]) refuses: another CPU than
+//! x86-64 or aarch64; `MLX5_QP_SIGNATURE` set (libmlx5 signs its WQEs, `wq_sig`); a DC initiator
+//! not in RESET or already posted on through libmlx5 (this writer starts where libmlx5's indices
+//! are after `mlx5_init_qp_indices`); one completing into another CQ; a send queue of more than
+//! 2^16 blocks (a completion's 16-bit index); a BlueFlame register without its owner's promise,
+//! or claimed by another live direct initiator; parts the writer does not write (stride, sizes).
+//! Making a direct CQ ([`CreateDirectCompletionQueueErrorKind`](completion_queue::CreateDirectCompletionQueueErrorKind))
+//! refuses CQEs of other sizes or counts and other CPUs. The writer refuses requests beyond the
+//! queue's room or granted limits, and does not offer SEND with invalidate, memory windows, TSO,
+//! masked atomics, memory-key setters or WQE signatures ([`send_queue`]). The poller refuses
+//! compressed CQEs, receive CQEs, completions of unknown queue pairs or of no outstanding
+//! request ([`completion_queue`]). Recovery refuses while requests are outstanding, and never
+//! creates the queue pair again (on a kernel that cannot reset a DC initiator, make a new one).
+//! Arming the CQ for events is not supported.
+//!
+//! # The BlueFlame register
+//!
+//! `mlx5dv_init_obj` gives a queue pair's register (`bf.reg`) and each half's size (`bf.size`),
+//! not whether libmlx5 shares it or locks it (`struct mlx5_bf`'s `need_lock`). In rdma-core 55
+//! (`providers/mlx5/verbs.c`, `mlx5.c`), `create_qp` takes the register of the queue pair's
+//! thread domain if its protection domain has one (`mlx5_attach_dedicated_uar`: one register for
+//! all the domain's queue pairs, unlocked), else from `mlx5_get_qp_uar`: a register of its own
+//! for each of the first `MLX5_NUM_LOW_LAT_UUARS` (default 4, `get_num_low_lat_uuars`) queue
+//! pairs of a device context, given back when it is destroyed (`mlx5_put_qp_uar`), then
+//! registers shared by several, least used first (`qp_shared`, locked unless
+//! `MLX5_SINGLE_THREADED=1`). With `MLX5_SHUT_UP_BF` set, every queue pair gets the context's one
+//! doorbell register (`bf.size` 0), which libmlx5 writes unlocked, never toggling its halves
+//! (`need_uuar_lock`: "it may not use blue flame"). libmlx5's lock covers the whole write and the
+//! halves' toggle, kept once per register. UCX writes BlueFlame only for queue pairs of a thread
+//! domain of its own, rings the doorbell alone under a lock otherwise, and keeps one toggle per
+//! register (`src/uct/ib/mlx5/ib_mlx5.c`: `uct_ib_mlx5_get_mmio_mode`, `uct_ib_mlx5_txwq_init`).
+//!
+//! This writer takes no lock and toggles the halves of its own, so it must own its register:
+//! [`DirectDcInitiator::new`] takes only doorbell registers (run with `MLX5_SHUT_UP_BF=1`); the
+//! `unsafe` [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes a BlueFlame
+//! register on its caller's promise that no queue pair posted through libmlx5 writes it
+//! meanwhile (nothing else on the device context posts while it lives, or at most
+//! `MLX5_NUM_LOW_LAT_UUARS` queue pairs exist on the context), and refuses a second live direct
+//! initiator on one register. More direct initiators on a context than dedicated registers: raise
+//! `MLX5_NUM_LOW_LAT_UUARS` (and `MLX5_TOTAL_UUARS` above it), or run with `MLX5_SHUT_UP_BF=1`.
+//!
+//! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
 
 mod barrier;
 pub mod completion_queue;

@@ -9,10 +9,9 @@
 //! queue as libmlx5 resets its indices.
 //!
 //! Where the facts live: the checks of the queue pair's memory in `parts.rs`, the errors in
-//! `error.rs`, the BlueFlame register's ownership in `register.rs` (read it before
-//! [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame)), the send queue shared with
-//! the completion queue and the batch guard in `shared.rs`, an address handle's address vector
-//! in `address.rs`.
+//! `error.rs`, the claims of BlueFlame registers in `register.rs` (the rules are the crate
+//! documentation's), the send queue shared with the completion queue and the batch guard in
+//! `shared.rs`, an address handle's address vector in `address.rs`.
 mod address;
 mod error;
 pub(crate) mod parts;
@@ -85,8 +84,9 @@ impl DirectDcInitiator {
     ///
     /// While the direct initiator lives, no queue pair posted through libmlx5 (or any other
     /// writer than this crate's) may write its BlueFlame register. libmlx5 shares registers
-    /// among the queue pairs of a device context beyond its first few (`register.rs` has
-    /// rdma-core's rules and UCX's practice); this holds when no other queue pair of the device
+    /// among the queue pairs of a device context beyond its first few (the
+    /// [crate](crate#the-blueflame-register) documentation has rdma-core's rules and UCX's
+    /// practice); this holds when no other queue pair of the device
     /// context posts while the direct initiator lives, or when at most `MLX5_NUM_LOW_LAT_UUARS`
     /// (default 4) queue pairs of the context exist, each then with a register of its own.
     pub unsafe fn new_with_blueflame(

@@ -1,54 +1,10 @@
-//! Who else writes a DC initiator's BlueFlame register, and what this crate refuses.
-//!
-//! `mlx5dv_qp` gives the register (`bf.reg`) and each half's size (`bf.size`), not whether
-//! libmlx5 shares it with other queue pairs or locks it (`struct mlx5_bf`'s `need_lock`, private).
-//! What rdma-core 55 does (`providers/mlx5/verbs.c`, `mlx5.c`):
-//!
-//! - `create_qp` takes a queue pair's register from its thread domain when its protection domain
-//!   is a parent domain with one (`mlx5_attach_dedicated_uar`: one register for every queue pair
-//!   of the domain, which libmlx5 writes without a lock, trusting the domain's single thread),
-//!   else from `mlx5_get_qp_uar`: a dedicated register for each of the first
-//!   `qp_max_dedicated_uuars` queue pairs of a device context (the low-latency ones:
-//!   `MLX5_NUM_LOW_LAT_UUARS`, 4 by default, `get_num_low_lat_uuars`, counted in whole UAR
-//!   pages by `mlx5_insert_dyn_uuars`; given back when the queue pair is destroyed,
-//!   `mlx5_put_qp_uar`), then registers shared by several queue pairs, the least used first
-//!   (`qp_shared`, `need_lock` set unless `MLX5_SINGLE_THREADED=1`; `MLX5_TOTAL_UUARS` sizes
-//!   the pool). Before the kernel allocated registers dynamically, `need_uuar_lock` made the same
-//!   split over the context's fixed `bfs[]`.
-//! - With `MLX5_SHUT_UP_BF` set (or no write-combining), every queue pair gets the context's one
-//!   non-cached register (`ctx->nc_uar`), `bf.size` 0: the doorbell alone, the halves never
-//!   toggled, no lock (`need_uuar_lock`: "the one in index zero does not exercise odd/even
-//!   policy so it can avoid a lock but it may not use blue flame").
-//! - The lock (`mmio_wc_spinlock` in `post_send_db`) covers the whole write, BlueFlame copy or
-//!   doorbell, and the toggle of the half (`bf->offset`), which lives in `struct mlx5_bf`, one
-//!   for all the queue pairs of a register.
-//!
-//! UCX (`src/uct/ib/mlx5/ib_mlx5.c`, `uct_ib_mlx5_txwq_init` and `uct_ib_mlx5_get_mmio_mode`)
-//! creates its queue pairs on a thread domain of its own per worker
-//! (`uct_ib_mlx5_res_domain_init`) and only then writes BlueFlame; without one it rings the
-//! doorbell alone under a lock (`UCT_IB_MLX5_MMIO_MODE_DB_LOCK`); and it keeps one toggle per
-//! register for the queue pairs sharing it (`uct_ib_mlx5_mmio_reg_t`, found by the register's
-//! address).
-//!
-//! This crate's writer takes no lock and keeps its own toggle, so it must own the register:
-//!
-//! - A register of `bf.size` 0 needs nothing: libmlx5 writes it the same way, from any queue
-//!   pair, without a lock. [`DirectDcInitiator::new`](super::DirectDcInitiator::new) takes only
-//!   these (run with `MLX5_SHUT_UP_BF=1`).
-//! - A BlueFlame register (`bf.size` > 0) is taken by the `unsafe`
-//!   [`DirectDcInitiator::new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame),
-//!   whose caller promises that no queue pair posted through libmlx5 writes it meanwhile: no
-//!   other queue pair of the device context posts while the direct initiator lives, or every one
-//!   that does holds a dedicated register (at most `MLX5_NUM_LOW_LAT_UUARS` queue pairs on the
-//!   context, direct initiators included). Two direct initiators on one register would each
-//!   toggle its halves: the second is refused here
-//!   ([`BlueFlameRegisterShared`](super::CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared)),
-//!   for as long as the first lives. A pool of more direct initiators than dedicated registers
-//!   raises `MLX5_NUM_LOW_LAT_UUARS` (with `MLX5_TOTAL_UUARS`, which must exceed it), or runs
-//!   with `MLX5_SHUT_UP_BF=1`.
-//!
-//! None of this has run on a ConnectX: what the device makes of two writers on one register
-//! without the lock is not known here, hence the refusals.
+//! The BlueFlame registers live direct initiators write, so that a second one on the same
+//! register is refused
+//! ([`BlueFlameRegisterShared`](super::CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared)):
+//! each would toggle the register's halves on its own, where libmlx5 and UCX keep one toggle per
+//! register. Why a direct initiator must own its register, and how libmlx5 hands registers out,
+//! is the crate documentation's "The BlueFlame register". Doorbell registers (`bf.size` 0) are
+//! not claimed: libmlx5 writes those from any queue pair, unlocked, never toggling.
 use std::sync::Mutex;
 
 /// The BlueFlame registers of the live direct initiators, by address.
