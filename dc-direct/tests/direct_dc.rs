@@ -25,7 +25,9 @@ use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::Completion;
 use sideway_ext_dc_direct::send_queue::AddressVector;
-use sideway_ext_dc_direct::{CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator};
+use sideway_ext_dc_direct::{
+    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, RecoverDirectDcInitiatorErrorKind,
+};
 
 const DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
 const PORT: u8 = 1;
@@ -164,6 +166,21 @@ impl Loopback {
     }
 }
 
+/// An RDMA WRITE of `seed`'s pattern into the remote buffer with DC key `key`, and its
+/// completion.
+fn write(lb: &mut Loopback, dci: &mut DirectDcInitiator, key: u64, seed: u8) -> Completion {
+    lb.local.data.copy_from_slice(&pattern(LEN, seed));
+    let mut guard = dci.start_post_send();
+    let request = guard
+        .construct_wr(u64::from(seed), WorkRequestFlags::Signaled)
+        .setup_write(lb.remote.mr.rkey(), lb.remote.addr())
+        .setup_dc_addr(&lb.av, lb.endpoint.dct_number(), key);
+    // SAFETY: the local buffer lies in its region and outlives the request.
+    unsafe { request.setup_sge(lb.local.mr.lkey(), lb.local.addr(), LEN as u32) }.expect("the write");
+    guard.post();
+    lb.wait_direct()
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
@@ -181,22 +198,12 @@ fn mlx5_hw_a_direct_write_and_inline_send_reach_a_dc_target() {
     assert_eq!(dci.query_state().expect("state"), QueuePairState::ReadyToSend);
     let (dct_number, key) = (lb.endpoint.dct_number(), lb.endpoint.dc_key());
 
-    let data = pattern(LEN, 3);
-    lb.local.data.copy_from_slice(&data);
-    let mut guard = dci.start_post_send();
-    let request = guard
-        .construct_wr(0x77, WorkRequestFlags::Signaled)
-        .setup_write(lb.remote.mr.rkey(), lb.remote.addr())
-        .setup_dc_addr(&lb.av, dct_number, key);
-    // SAFETY: the local buffer lies in its region and outlives the request.
-    unsafe { request.setup_sge(lb.local.mr.lkey(), lb.local.addr(), LEN as u32) }.expect("the write");
-    guard.post();
-    let completion = lb.wait_direct();
+    let completion = write(&mut lb, &mut dci, key, 0x77);
     assert_eq!(
         (completion.wr_id(), completion.status(), completion.qp_number()),
         (0x77, WorkCompletionStatus::Success, dci.dc_initiator().qp_number())
     );
-    assert_eq!(lb.remote.read(LEN), data, "the bytes written");
+    assert_eq!(lb.remote.read(LEN), pattern(LEN, 0x77), "the bytes written");
     assert_eq!(dci.outstanding(), 0);
 
     let mut storage = PostReceiveStorage::new();
@@ -259,4 +266,41 @@ fn mlx5_hw_a_dc_initiator_brought_up_or_on_another_cq_is_refused() {
         matches!(refused.0, CreateDirectDcInitiatorErrorKind::DifferentCompletionQueue),
         "{refused:?}"
     );
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_a_direct_initiator_recovers_after_a_wrong_dc_key_and_writes_again() {
+    let mut lb = Loopback::new();
+    // SAFETY: this test's device context is its own, and nothing but this initiator posts on it.
+    let mut dci = unsafe { DirectDcInitiator::new_with_blueflame(lb.dci(), &lb.direct_cq) }.expect("direct");
+    let refused = dci.recover().unwrap_err();
+    assert!(
+        matches!(refused.0, RecoverDirectDcInitiatorErrorKind::NotBroughtUp),
+        "{refused:?}"
+    );
+    dci.bring_up(&DcInitiatorBringUp::new(PORT)).expect("to RTS");
+    for round in 0..3u8 {
+        let error = write(&mut lb, &mut dci, KEY ^ 1, 10 + round);
+        assert_ne!(
+            error.status(),
+            WorkCompletionStatus::Success,
+            "a wrong key, round {round}"
+        );
+        assert_eq!(error.wr_id(), u64::from(10 + round));
+        assert_eq!(dci.outstanding(), 0, "the error completion retired the request");
+        let state = dci.wait_for_error(Duration::from_secs(1)).expect("query the state");
+        assert_eq!(state, QueuePairState::Error, "round {round}");
+        dci.recover().expect("recover: RESET, the send queue at 0, RTS");
+        assert_eq!(dci.query_state().expect("state"), QueuePairState::ReadyToSend);
+        // The send queue starts over at index 0, as the device does after RESET.
+        let completion = write(&mut lb, &mut dci, KEY, 20 + round);
+        assert_eq!(
+            (completion.wr_id(), completion.status()),
+            (u64::from(20 + round), WorkCompletionStatus::Success),
+            "round {round}"
+        );
+        assert_eq!(lb.remote.read(LEN), pattern(LEN, 20 + round), "round {round}");
+    }
 }
