@@ -64,9 +64,11 @@
 //! granted none too), too much inline data, a stream id on a queue without streams.
 //!
 //! Where it differs from libmlx5, in what it refuses only: a refused request is that request
-//! alone (libmlx5 fails the whole batch at `ibv_wr_complete` and rolls it back); one
-//! scatter/gather entry on a queue granted none is refused (libmlx5 writes it); a queue whose
-//! largest request would not fit in its ring is refused at creation.
+//! alone (libmlx5 fails the whole batch at `ibv_wr_complete` and rolls it back); a request is
+//! checked against its own limits before the queue's room (libmlx5 checks the room first), so
+//! one over both is refused for its own; one scatter/gather entry on a queue granted none is
+//! refused (libmlx5 writes it); a queue whose largest request would not fit in its ring is
+//! refused at creation.
 //!
 //! # What is proven, and what is not
 //!

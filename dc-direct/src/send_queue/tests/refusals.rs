@@ -106,6 +106,73 @@ fn refused_requests_write_nothing_and_the_batch_goes_on() {
 }
 
 #[test]
+fn a_request_over_its_own_limits_is_refused_for_them_on_a_full_queue() {
+    let mut memory = Memory::new(8, 256, STALE);
+    let limits = Limits {
+        max_post: 1,
+        max_inline_data: 16,
+        max_send_sge: 1,
+        ..Limits::default()
+    };
+    let mut queue = memory.queue(256, limits);
+    let av = address();
+    let list = [ibv_sge {
+        addr: 1,
+        length: 1,
+        lkey: 1,
+    }; 2];
+    let mut guard = queue.start_post_send();
+    let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send();
+    request
+        .setup_dc_addr(&av, DCTN, DC_KEY)
+        .setup_inline_data(b"ok")
+        .expect("room");
+    // The queue is full now; each request below breaks a limit of its own too, and is refused
+    // for that, whatever the queue holds.
+    let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
+    let error = request
+        .setup_dc_addr(&av, DCTN, DC_KEY)
+        .setup_inline_data(&[0; 17])
+        .unwrap_err();
+    assert!(matches!(
+        error.0,
+        WorkRequestErrorKind::InlineDataTooLong {
+            length: 17,
+            max_inline_data: 16
+        }
+    ));
+    let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_write(1, 2);
+    // SAFETY: the writer only describes the buffers.
+    let error = unsafe { request.setup_dc_addr(&av, DCTN, DC_KEY).setup_sge_list(&list) }.unwrap_err();
+    assert!(matches!(
+        error.0,
+        WorkRequestErrorKind::TooManyScatterGatherEntries {
+            count: 2,
+            max_send_sge: 1
+        }
+    ));
+    let request = guard.construct_wr(4, WorkRequestFlags::Signaled).setup_send();
+    let error = request
+        .setup_dc_addr_stream(&av, DCTN, DC_KEY, 5)
+        .setup_inline_data(b"")
+        .unwrap_err();
+    assert!(matches!(
+        error.0,
+        WorkRequestErrorKind::StreamsNotEnabled { stream_id: 5 }
+    ));
+    // A request within its limits is refused for the queue's room.
+    let request = guard.construct_wr(5, WorkRequestFlags::Signaled).setup_send();
+    let error = request
+        .setup_dc_addr(&av, DCTN, DC_KEY)
+        .setup_inline_data(b"")
+        .unwrap_err();
+    assert!(matches!(error.0, WorkRequestErrorKind::QueueFull { max_post: 1 }));
+    assert_eq!(guard.batch_len(), 1);
+    guard.post();
+    assert_eq!(queue.posting_index(), 2);
+}
+
+#[test]
 fn a_dropped_batch_gives_its_slots_back_and_rings_nothing() {
     let mut memory = Memory::new(8, 256, STALE);
     let mut queue = memory.queue(256, Limits::default());
