@@ -143,14 +143,6 @@ pub struct SendQueueParts {
     pub streams: bool,
 }
 
-/// The `wr_id` of the request whose WQE starts at a slot, and libmlx5's `sq.wqe_head` there:
-/// how many requests had been posted before it.
-#[derive(Debug, Clone, Copy, Default)]
-struct WorkRequestSlot {
-    wr_id: u64,
-    wqe_head: u32,
-}
-
 /// A DCI's send queue, written directly; see the [module](self) documentation.
 #[derive(Debug)]
 pub struct SendQueue {
@@ -169,7 +161,12 @@ pub struct SendQueue {
     signal_all_bits: u8,
     qp_number: u32,
     streams: bool,
-    work_requests: Box<[WorkRequestSlot]>,
+    /// Per slot, the `wr_id` of the request whose WQE starts there (`sq.wrid`); `wqe_count`
+    /// entries.
+    wr_ids: Box<[u64]>,
+    /// Per slot, how many requests had been posted before that request (`sq.wqe_head`);
+    /// `wqe_count` entries.
+    wqe_heads: Box<[u32]>,
     doorbell: Doorbell<Register>,
 }
 
@@ -215,7 +212,8 @@ impl SendQueue {
             signal_all_bits: if parts.sq_sig_all { CQ_UPDATE } else { 0 },
             qp_number: parts.qp_number,
             streams: parts.streams,
-            work_requests: vec![WorkRequestSlot::default(); parts.wqe_count as usize].into_boxed_slice(),
+            wr_ids: vec![0; parts.wqe_count as usize].into_boxed_slice(),
+            wqe_heads: vec![0; parts.wqe_count as usize].into_boxed_slice(),
             doorbell: Doorbell::new(parts.doorbell_record, parts.blueflame, parts.blueflame_size, mmio),
         })
     }
@@ -251,9 +249,8 @@ impl SendQueue {
     /// 1`, as libmlx5's `mlx5_parse_cqe`); returns its `wr_id` (`sq.wrid[idx]`).
     pub(crate) fn complete(&mut self, wqe_counter: u16) -> u64 {
         let slot = self.ring.slot_of(u32::from(wqe_counter));
-        let WorkRequestSlot { wr_id, wqe_head } = self.work_requests[slot as usize];
-        self.tail = wqe_head.wrapping_add(1);
-        wr_id
+        self.tail = self.wqe_heads[slot as usize].wrapping_add(1);
+        self.wr_ids[slot as usize]
     }
 
     /// Whether an outstanding request (posted, not completed) may start at 16-bit index

@@ -22,7 +22,7 @@ use rdma_mummy_sys::ibv_sge;
 
 use super::batch::Batch;
 use super::operation::{Remote, Segments};
-use super::ring::{store_be32, store_be64, BASIC_BLOCK};
+use super::ring::{store_be32, store_be64};
 use super::{AddressVector, SendQueue, WorkRequestError, WorkRequestErrorKind};
 
 /// The bit of the inline segment's byte count that marks it inline (`MLX5_INLINE_SEG`).
@@ -65,9 +65,10 @@ impl SendQueue {
     /// Writes `request` with `data` as the next request of `batch`: checks, then the WQE, its
     /// slot's `wr_id`, and the batch's posting index past it.
     ///
-    /// Always inlined (it and the two below), measured: inlined into the data step, the
-    /// operation and the kind of data are known where it is called and their branches fold
-    /// away; called, a request costs about twice the instructions.
+    /// Inlined into the data step, the operation and the kind of data are known where it is
+    /// called and their branches fold away.
+    // inline(always): with #[inline] it is called, not inlined, and the DC WQE rows of
+    // `scripts/bench` (plain memory, direct) cost about five times the instructions.
     #[inline(always)]
     pub(super) fn write(
         &mut self, batch: &mut Batch, request: Request<'_>, data: Data<'_>,
@@ -76,13 +77,10 @@ impl SendQueue {
         let ring = self.ring;
         let index = batch.posting_index;
         let slot = ring.slot_of(index);
-        // Always there (a slot is below the count); `get_mut` keeps the loop of a batch free of
-        // a panic path, which lets the compiler keep the batch's state in registers.
-        if let Some(entry) = self.work_requests.get_mut(slot as usize) {
-            *entry = super::WorkRequestSlot {
-                wr_id: request.wr_id,
-                wqe_head: self.head.wrapping_add(batch.len),
-            };
+        // SAFETY: a slot is below the ring's count, both tables' length (`from_parts`).
+        unsafe {
+            *self.wr_ids.get_unchecked_mut(slot as usize) = request.wr_id;
+            *self.wqe_heads.get_unchecked_mut(slot as usize) = self.head.wrapping_add(batch.len);
         }
         let control = ring.slot(slot);
         let mut size = 4;
@@ -92,8 +90,12 @@ impl SendQueue {
         // (`SendQueue::from_parts` checked it).
         unsafe {
             let segments = request.segments;
-            // opmod_idx_opcode and bytes 8 to 11: signature 0, the stream id, fm_ce_se.
-            store_be32(control, ((index & 0xffff) << 8) | u32::from(segments.opcode));
+            // opmod_idx_opcode: opmod 0, the posting index's low 16 bits, the opcode; and bytes 8
+            // to 11: signature 0, the stream id, fm_ce_se.
+            let [index_high, index_low] = (index as u16).to_be_bytes();
+            control
+                .cast::<[u8; 4]>()
+                .write([0, index_high, index_low, segments.opcode]);
             let stream = request.stream_id.unwrap_or(0).to_be_bytes();
             let fm_ce_se = self.signal_all_bits | request.fm_ce_se;
             let word = u32::from_ne_bytes([0, stream[0], stream[1], fm_ce_se]);
@@ -102,7 +104,11 @@ impl SendQueue {
                 control.add(12).cast::<u32>().write(immediate);
             }
             write_address(control.add(16), request.address, request.dct_number, request.dc_key);
-            let after_address = ring.wrap(control.add(BASIC_BLOCK));
+            // The next slot: the block after this one, or the first at the ring's end (libmlx5's
+            // `seg == qend` check). Taken as a slot, the compiler sees that a segment there is
+            // at least 64 bytes from the end: inline data that fits skips `Ring::copy`'s
+            // wrapping (the DC WQE rows of `scripts/bench`: SEND 16 B inline, direct).
+            let after_address = ring.slot(ring.slot_of(slot + 1));
             let data_at = match segments.remote {
                 Remote::None => after_address,
                 Remote::Memory { rkey, remote_addr } => {
@@ -194,6 +200,8 @@ impl SendQueue {
     /// # Safety
     ///
     /// `at` is 16-byte aligned in the ring, and the data was checked against the queue's limits.
+    // inline(always): with #[inline] it is called, not inlined, and the DC WQE rows of
+    // `scripts/bench` (plain memory, direct) go over the writer's budget at batch 16.
     #[inline(always)]
     unsafe fn write_data(&self, at: NonNull<u8>, data: Data<'_>) -> u32 {
         let ring = self.ring;
@@ -261,10 +269,20 @@ impl SendQueue {
 unsafe fn write_address(at: NonNull<u8>, address: &AddressVector, dct_number: u32, dc_key: u64) {
     // SAFETY: the caller's promise; the address vector is 16-byte aligned and 48 bytes long.
     unsafe {
-        at.copy_from_nonoverlapping(NonNull::from(address.bytes()).cast(), 48);
-        let dqp_dct = at.add(8).cast::<u32>();
-        dqp_dct.write(dqp_dct.read() | (dct_number | EXTENDED_ADDRESS_VECTOR).to_be());
+        let av = address.bytes();
+        // Bytes 0 to 7: the DC key, in place of the vector's.
         store_be64(at, dc_key);
+        // Bytes 8 to 15: the vector's, the DCT number and bit 31 OR-ed into the first four
+        // (`dqp_dct`), in one store.
+        let [dct0, dct1, dct2, dct3] = (dct_number | EXTENDED_ADDRESS_VECTOR).to_be_bytes();
+        let dct = [dct0, dct1, dct2, dct3, 0, 0, 0, 0];
+        let dqp_dct_and_next: [u8; 8] = std::array::from_fn(|i| av[8 + i] | dct[i]);
+        at.add(8).cast::<[u8; 8]>().write(dqp_dct_and_next);
+        // Bytes 16 to 47: the vector's, read as a value (not copied memory to memory), which the
+        // compiler may keep in registers while a batch goes to one route: the DC WQE rows of
+        // `scripts/bench` (plain memory, direct) cost about 3 instructions more a request else.
+        let rest: [u8; 32] = std::array::from_fn(|i| av[16 + i]);
+        at.add(16).cast::<[u8; 32]>().write(rest);
     }
 }
 
@@ -278,8 +296,8 @@ unsafe fn write_remote_address(at: NonNull<u8>, rkey: u32, remote_addr: u64) {
     // SAFETY: the caller's promise.
     unsafe {
         store_be64(at, remote_addr);
-        store_be32(at.add(8), rkey);
-        store_be32(at.add(12), 0);
+        // rkey and the reserved word after it, big-endian in one store.
+        store_be64(at.add(8), u64::from(rkey) << 32);
     }
 }
 
@@ -292,8 +310,8 @@ unsafe fn write_remote_address(at: NonNull<u8>, rkey: u32, remote_addr: u64) {
 unsafe fn write_data_segment(at: NonNull<u8>, lkey: u32, addr: u64, length: u32) {
     // SAFETY: the caller's promise.
     unsafe {
-        store_be32(at, length);
-        store_be32(at.add(4), lkey);
+        // byte_count then lkey, big-endian in one store.
+        store_be64(at, (u64::from(length) << 32) | u64::from(lkey));
         store_be64(at.add(8), addr);
     }
 }

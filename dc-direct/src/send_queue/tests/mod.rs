@@ -111,12 +111,12 @@ impl SendQueue {
 
     /// The `wr_id` of the request starting at `slot` (`sq.wrid[slot]`).
     pub(super) fn wr_id(&self, slot: u32) -> u64 {
-        self.work_requests[slot as usize].wr_id
+        self.wr_ids[slot as usize]
     }
 
     /// `sq.wqe_head[slot]`.
     pub(super) fn wqe_head(&self, slot: u32) -> u32 {
-        self.work_requests[slot as usize].wqe_head
+        self.wqe_heads[slot as usize]
     }
 
     /// The register's half the next write goes to (`bf->offset`).
