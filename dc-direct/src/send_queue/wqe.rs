@@ -13,8 +13,13 @@
 //!   `_mlx5_send_wr_set_inline_data(_list)` (a 4-byte header, the data split across the end, the
 //!   padding after it left as it was; zero bytes write nothing).
 //!
-//! The checks libmlx5 makes are made first (`mlx5_wq_overflow`, the SGE count, the inline
-//! length), so that a refused request writes nothing.
+//! The checks libmlx5 makes are made first (the stream id, the SGE count, the inline length,
+//! then `mlx5_wq_overflow`), so that a refused request writes nothing.
+//!
+//! The order of the stores is not libmlx5's (nothing reads the WQE before the doorbell). A few
+//! shapes were chosen by measuring the DC WQE rows of `scripts/bench` (BENCHMARKS.md): fields
+//! that share an 8-byte store, the slot after the control segment taken by the ring's mask, the
+//! address vector read as values, the order of the checks.
 use std::io::IoSlice;
 use std::ptr::NonNull;
 
