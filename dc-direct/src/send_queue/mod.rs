@@ -259,11 +259,11 @@ impl SendQueue {
     /// (libmlx5 does not check). A slot no request started at yet reads as request 0's.
     pub(crate) fn is_outstanding(&self, wqe_counter: u16) -> bool {
         let behind = (self.posting_index as u16).wrapping_sub(wqe_counter);
-        if behind == 0 || usize::from(behind) > self.work_requests.len() {
+        if behind == 0 || usize::from(behind) > self.wqe_heads.len() {
             return false;
         }
         let slot = self.ring.slot_of(u32::from(wqe_counter));
-        let wqe_head = self.work_requests[slot as usize].wqe_head;
+        let wqe_head = self.wqe_heads[slot as usize];
         wqe_head.wrapping_sub(self.tail) < self.head.wrapping_sub(self.tail)
     }
 

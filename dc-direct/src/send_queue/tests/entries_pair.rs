@@ -336,7 +336,9 @@ impl EntriesPair {
         self.memory.send_queue_mut().copy_from_slice(&bytes);
         for slot in 0..self.libmlx5.layout().wqe_count {
             let (wr_id, wqe_head) = (self.libmlx5.wr_id(slot), self.libmlx5.wqe_head(slot));
-            self.queue().work_requests[slot as usize] = crate::send_queue::WorkRequestSlot { wr_id, wqe_head };
+            let queue = self.queue();
+            queue.wr_ids[slot as usize] = wr_id;
+            queue.wqe_heads[slot as usize] = wqe_head;
         }
     }
 
