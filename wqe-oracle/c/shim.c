@@ -94,6 +94,7 @@ static void *aligned(size_t size)
 
 struct oracle_dci {
 	struct mlx5_context *ctx;
+	struct ibv_pd pd;
 	struct mlx5_qp *qp;
 	struct mlx5_cq *send_cq;
 	struct mlx5_bf bf;
@@ -178,6 +179,8 @@ struct oracle_dci *oracle_dci_new(const struct oracle_dci_shape *shape)
 
 	qp->ibv_qp = &qp->verbs_qp.qp;
 	qp->verbs_qp.qp.context = &dci->ctx->ibv_ctx.context;
+	dci->pd.context = &dci->ctx->ibv_ctx.context; /* cq.c: mlx5_copy_to_send_wqe reads it */
+	qp->verbs_qp.qp.pd = &dci->pd;
 	qp->verbs_qp.qp.qp_num = shape->qp_number;
 	qp->verbs_qp.qp.qp_type = IBV_QPT_DRIVER;
 	qp->verbs_qp.qp.state = IBV_QPS_RTS;

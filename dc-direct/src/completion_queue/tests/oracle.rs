@@ -12,8 +12,10 @@
 //! Fair because libmlx5's poll writes nothing in the ring: each poller reads the same bytes; only
 //! the doorbell record and the tail are written, and each has its own.
 //!
-//! Left to `layout`'s tests, because the oracle cannot take them: scattered-data and compressed
-//! CQEs (the oracle's QP has no protection domain, which `mlx5_copy_to_send_wqe` reads), CQEs
+//! Requester CQEs with scattered data (`MLX5_INLINE_SCATTER_32`/`_64`) are among them: libmlx5's
+//! `mlx5_copy_to_send_wqe` fails them for any QP that is not RC, as the poller does.
+//!
+//! Left to `layout`'s tests, because the oracle cannot take them: compressed CQEs, CQEs
 //! that are not send completions and CQEs of unknown QPs (libmlx5 fails or fills half an
 //! `ibv_wc`), 128-byte CQEs (the oracle's are 64 bytes).
 
@@ -206,7 +208,13 @@ impl Run {
             (0, wqe_opcode)
         };
         cqe[56..60].copy_from_slice(&(u32::from(wqe_opcode) << 24 | qp_number).to_be_bytes());
-        cqe[63] = cqe_opcode << 4 | solicited | owner;
+        // Scattered data now and then: MLX5_INLINE_SCATTER_32 or _64 (only requesters carry it).
+        let scatter = if cqe_opcode == 0 && rng.random_bool(0.1) {
+            [0x4, 0x8][rng.random_range(0..2)]
+        } else {
+            0
+        };
+        cqe[63] = cqe_opcode << 4 | scatter | solicited | owner;
         let slot = (index & (cqe_count - 1)) as usize * 64;
         self.cq.buffer_mut()[slot..slot + 64].copy_from_slice(&cqe);
     }
