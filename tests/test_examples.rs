@@ -218,7 +218,7 @@ mod mlx5_devinfo_report {
     use super::common::peer;
 
     /// The self-test's steps, by name, in order (the lines `mlx5_hw_dc_selftest_passes` reads).
-    const STEPS: [&str; 10] = [
+    const STEPS: [&str; 11] = [
         "DC target at RTR",
         "DC initiator at RTS",
         "RDMA WRITE",
@@ -229,6 +229,7 @@ mod mlx5_devinfo_report {
         "wrong DC key: error, recover, write again",
         "destroyed DC target: error, recover, write again",
         "DCI streams",
+        "direct path: WRITE and inline SEND through sideway-ext-dc-direct",
     ];
 
     /// The steps whose report carries an error completion when they ran.
