@@ -17,7 +17,7 @@ use super::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Completion, PollCompletionQueueErrorKind, Polling};
 use crate::initiator::parts::tests::{created_of, object_of};
 use crate::initiator::parts::{send_queue_parts, BlueFlame};
-use crate::initiator::shared::SharedSendQueue;
+use crate::send_queue::shared::SharedSendQueue;
 use crate::send_queue::{AddressVector, SendQueue, WorkRequestErrorKind};
 
 /// A posted request the device has not completed yet.

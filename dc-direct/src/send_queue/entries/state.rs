@@ -1,20 +1,28 @@
 //! What [`SendQueueEntries`](super::SendQueueEntries)' entries keep between calls, as
 //! libmlx5's builders keep it in `struct mlx5_qp` (`cur_ctrl`, `cur_setters_cnt`, `err`, …): the
 //! batch, the request being built, the batch's first error; and how each call changes it.
+//!
+//! The send queue is shared ([`SharedSendQueue`]): with a direct initiator's completion queue,
+//! which retires its requests. A batch borrows it from `wr_start` to `wr_complete` or `wr_abort`
+//! (libmlx5 holds its queue's lock as long: `mlx5_send_wr_start` to `mlx5_send_wr_complete`), so
+//! that a poll meanwhile leaves it alone, as it leaves a native batch's.
 use std::ptr::NonNull;
+use std::rc::Rc;
 
 use rdma_mummy_sys::{ibv_ah, ibv_sge};
 
 use crate::send_queue::address_cache::AddressCache;
 use crate::send_queue::batch::{fm_ce_se, Batch};
 use crate::send_queue::operation::Segments;
+use crate::send_queue::shared::SharedSendQueue;
 use crate::send_queue::wqe::{Data, Request};
 use crate::send_queue::{AddressVector, SendQueue, WorkRequestError, WorkRequestErrorKind};
 
 /// What the entries keep between calls.
 pub(super) struct State {
-    queue: SendQueue,
-    /// The batch between `wr_start` and `wr_complete` or `wr_abort`.
+    queue: Rc<SharedSendQueue>,
+    /// The batch between `wr_start` and `wr_complete` or `wr_abort`; while there is one, it
+    /// holds the queue's borrow ([`SharedSendQueue::acquire`]).
     batch: Option<Batch>,
     /// The request whose builder was called and whose setters are not all in yet.
     pending: Option<Pending>,
@@ -71,11 +79,14 @@ fn errno(error: WorkRequestError) -> i32 {
 impl State {
     /// The state of entries over `queue`, finding address vectors with `addresses`; the buffers
     /// for data given before the address made to the queue's limits.
-    pub(super) fn new(queue: SendQueue, addresses: AddressCache) -> Self {
+    pub(super) fn new(queue: Rc<SharedSendQueue>, addresses: AddressCache) -> Self {
+        // SAFETY: nothing borrows the queue mutably: the entries are being made, outside any
+        // call, batch or poll.
+        let (max_send_sge, max_inline_data) = unsafe { (queue.get().max_send_sge, queue.get().max_inline_data) };
         let held = Held {
             kind: HeldKind::SgeList,
-            entries: Vec::with_capacity(queue.max_send_sge as usize),
-            bytes: Vec::with_capacity(queue.max_inline_data as usize),
+            entries: Vec::with_capacity(max_send_sge as usize),
+            bytes: Vec::with_capacity(max_inline_data as usize),
         };
         Self {
             queue,
@@ -87,15 +98,24 @@ impl State {
         }
     }
 
-    /// The queue, between calls.
-    pub(super) fn queue(&self) -> &SendQueue {
+    /// The shared queue.
+    pub(super) fn shared(&self) -> &Rc<SharedSendQueue> {
         &self.queue
     }
 
-    /// The queue, to use natively: a batch started through the entries is aborted.
-    pub(super) fn take_over(&mut self) -> &mut SendQueue {
+    /// The queue, between calls, when these entries are its only holder (`None` when a
+    /// completion queue's table holds it too).
+    pub(super) fn queue(&self) -> Option<&SendQueue> {
+        // SAFETY: nobody else holds the queue, and between calls these entries hold no `&mut`
+        // to it: none is alive.
+        (Rc::strong_count(&self.queue) == 1).then(|| unsafe { self.queue.get() })
+    }
+
+    /// The queue, to use natively, when these entries are its only holder: a batch started
+    /// through the entries is aborted.
+    pub(super) fn take_over(&mut self) -> Option<&mut SendQueue> {
         self.abort();
-        &mut self.queue
+        Rc::get_mut(&mut self.queue).map(SharedSendQueue::get_mut)
     }
 
     /// Keeps the batch's first error.
@@ -106,29 +126,43 @@ impl State {
         }
     }
 
+    /// Starts a batch (another one's unposted requests are dropped), taking the queue's borrow;
+    /// `EBUSY` at `wr_complete` when something else holds it.
     pub(super) fn start(&mut self) {
-        self.batch = Some(Batch::start(&self.queue));
         self.pending = None;
         self.error = 0;
+        if self.batch.is_none() && !self.queue.acquire() {
+            return self.fail(libc::EBUSY);
+        }
+        // SAFETY: the batch holds the borrow (taken now, or by the batch it replaces).
+        self.batch = Some(Batch::start(unsafe { self.queue.borrowed_mut() }));
     }
 
-    /// Ends the batch: posted, or rolled back with its first error.
+    /// Ends the batch: posted, or rolled back with its first error; gives the borrow back.
     pub(super) fn complete(&mut self) -> i32 {
         let Some(batch) = self.batch.take() else {
-            return libc::EINVAL;
+            return match std::mem::take(&mut self.error) {
+                0 => libc::EINVAL,
+                error => error,
+            };
         };
         if self.pending.take().is_some() {
             self.fail(libc::EINVAL);
         }
         let error = std::mem::take(&mut self.error);
         if error == 0 {
-            self.queue.post_batch(&batch);
+            // SAFETY: the batch held the borrow until now.
+            unsafe { self.queue.borrowed_mut() }.post_batch(&batch);
         }
+        self.queue.release();
         error
     }
 
+    /// Drops the batch, if any, and gives the borrow back.
     pub(super) fn abort(&mut self) {
-        self.batch = None;
+        if self.batch.take().is_some() {
+            self.queue.release();
+        }
         self.pending = None;
         self.error = 0;
     }
@@ -196,13 +230,9 @@ impl State {
     #[inline]
     pub(super) fn set_data(&mut self, data: Data<'_>) {
         match &self.pending {
-            Some(pending) if pending.address.is_some() && !pending.data_held => write(
-                &mut self.queue,
-                &mut self.batch,
-                &mut self.pending,
-                &mut self.error,
-                data,
-            ),
+            Some(pending) if pending.address.is_some() && !pending.data_held => {
+                write(&self.queue, &mut self.batch, &mut self.pending, &mut self.error, data)
+            },
             Some(pending) if !pending.data_held => self.hold(data),
             _ => self.fail(libc::EINVAL),
         }
@@ -213,7 +243,9 @@ impl State {
     #[cold]
     fn hold(&mut self, data: Data<'_>) {
         let held = &mut self.held;
-        let (max_inline_data, max_send_sge) = (self.queue.max_inline_data as usize, self.queue.max_send_sge as usize);
+        // SAFETY: no `&mut` to the queue is alive: this call writes nothing.
+        let queue = unsafe { self.queue.get() };
+        let (max_inline_data, max_send_sge) = (queue.max_inline_data as usize, queue.max_send_sge as usize);
         let fits = match data {
             Data::Sge { lkey, addr, length } => {
                 held.kind = HeldKind::Sge { lkey, addr, length };
@@ -255,7 +287,7 @@ impl State {
 /// a refusal becomes the batch's error. Nothing is written after an error, or outside a batch.
 #[inline(always)]
 fn write(
-    queue: &mut SendQueue, batch: &mut Option<Batch>, pending: &mut Option<Pending>, error: &mut i32, data: Data<'_>,
+    queue: &SharedSendQueue, batch: &mut Option<Batch>, pending: &mut Option<Pending>, error: &mut i32, data: Data<'_>,
 ) {
     let Some(Pending {
         wr_id,
@@ -279,7 +311,17 @@ fn write(
         dc_key: address.dc_key,
         stream_id: address.stream_id,
     };
-    if let Err(refused) = queue.write(batch, request, data) {
+    // SAFETY: the batch holds the queue's borrow, and this is the only reference to the queue
+    // while the request is written.
+    if let Err(refused) = unsafe { queue.borrowed_mut() }.write(batch, request, data) {
         *error = errno(refused);
+    }
+}
+
+impl Drop for State {
+    /// Entries dropped with a batch open give the queue's borrow back: a completion queue that
+    /// shares the queue reads its completions again.
+    fn drop(&mut self) {
+        self.abort();
     }
 }

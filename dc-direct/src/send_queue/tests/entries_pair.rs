@@ -241,7 +241,8 @@ impl EntriesPair {
         // SAFETY: the second DCI's memory outlives the queue (its holders drop the entries
         // first) and nothing else posts on it.
         let queue = unsafe { SendQueue::from_parts(parts) }.expect("the oracle's shape");
-        let entries = SendQueueEntries::with_address_lookup(queue, granted, oracle_lookup(routes));
+        // SAFETY: the lookup's places are its own boxes, alive as long as it.
+        let entries = unsafe { SendQueueEntries::with_address_lookup(queue, granted, oracle_lookup(routes)) };
         let draw = Draw {
             operations,
             max_inline_data: libmlx5.max_inline_data(),
