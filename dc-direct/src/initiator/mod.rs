@@ -19,6 +19,8 @@ pub(crate) mod parts;
 pub(crate) mod posting;
 mod recovery;
 mod register;
+#[cfg(test)]
+mod tests;
 
 use std::ptr::NonNull;
 use std::time::Duration;

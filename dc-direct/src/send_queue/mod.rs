@@ -101,7 +101,7 @@ pub(crate) mod shared;
 mod wqe;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::ptr::NonNull;
 

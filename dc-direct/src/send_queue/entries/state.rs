@@ -317,11 +317,3 @@ fn write(
         *error = errno(refused);
     }
 }
-
-impl Drop for State {
-    /// Entries dropped with a batch open give the queue's borrow back: a completion queue that
-    /// shares the queue reads its completions again.
-    fn drop(&mut self) {
-        self.abort();
-    }
-}

@@ -64,7 +64,7 @@ impl DcRoute for OracleRoute<'_> {
 
 /// The address vectors of oracle address handles, as the entries find them (a device's through
 /// `mlx5dv_init_obj`); each handle's vector at a place of its own, for as long as the lookup.
-pub(super) fn oracle_lookup(routes: &[OracleAh]) -> AddressLookup {
+pub(crate) fn oracle_lookup(routes: &[OracleAh]) -> AddressLookup {
     let places: HashMap<usize, Box<[u8; 48]>> = routes
         .iter()
         .map(|route| (route.ibv_ah().as_ptr() as usize, Box::new(route.av())))
