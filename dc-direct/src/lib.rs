@@ -159,6 +159,8 @@
 mod barrier;
 pub mod completion_queue;
 mod initiator;
+#[cfg(feature = "pool")]
+mod pool;
 pub mod send_queue;
 
 pub use completion_queue::DirectCompletionQueue;
