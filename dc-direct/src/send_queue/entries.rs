@@ -24,8 +24,9 @@ mod state;
 /// A [`SendQueue`] behind the C entries libibverbs and libmlx5 post
 /// through (`struct ibv_qp_ex`'s `wr_*` and `struct mlx5dv_qp_ex`'s DC setters), so that code
 /// written over those tables — sideway-ext's DC guard, a pool's [`BatchAddressed`] guards —
-/// posts on the direct writer unchanged. One writer, two front ends: each request is written by
-/// the same code as the native API's ([`SendQueue::start_post_send`]).
+/// posts on the direct writer unchanged. One writer, two front ends: each request is written
+/// with the native API's code ([`SendQueue::start_post_send`]), call by call as libmlx5's
+/// builders write it (the writer's steps, `steps.rs`).
 ///
 /// ```no_run
 /// use sideway::ibverbs::queue_pair::{SendOperationFlags, SetInlineData, WorkRequestFlags};
@@ -54,15 +55,16 @@ mod state;
 /// | entry | libmlx5 (`providers/mlx5/qp.c`) | here |
 /// |---|---|---|
 /// | `wr_start` | `mlx5_send_wr_start`: `err`, `nreq` cleared, `cur_post` kept for a rollback | a batch starts at the queue's posting index |
-/// | `wr_send`, …, `wr_atomic_fetch_add` | `_common_wqe_init_op` (reads `wr_id`, `wr_flags`) and the operation's segments | the pending request: `wr_id`, flags, operation |
-/// | `wr_set_dc_addr(_stream)` | `mlx5_send_wr_set_dc_addr(_stream)`: copies `to_mah(ah)->av` | the address vector copied (see [Address handles](#address-handles)) |
-/// | `wr_set_sge(_list)`, `wr_set_inline_data(_list)` | the `_ud_xrc_dc` setters | the data |
-/// | the second of the two setters | `_common_wqe_finalize` | the WQE is written ([`SendQueue`]'s writer) |
+/// | `wr_send`, …, `wr_atomic_fetch_add` | `_common_wqe_init_op` (`mlx5_wq_overflow`; reads `wr_id`, `wr_flags`) and the operation's segments | the room checked, the control segment and the remote segments written |
+/// | `wr_set_dc_addr(_stream)` | `mlx5_send_wr_set_dc_addr(_stream)`: copies `to_mah(ah)->av` | the datagram segment written (see [Address handles](#address-handles)) |
+/// | `wr_set_sge(_list)`, `wr_set_inline_data(_list)` | the `_ud_xrc_dc` setters | the data checked and written |
+/// | the second of the two setters | `_common_wqe_finalize` | the size, the QP number, the slot's `wr_id` |
 /// | `wr_complete` | `mlx5_send_wr_complete`: the first error (`mqp->err`) returned and the batch rolled back, else `post_send_db` | the same |
 /// | `wr_abort` | `mlx5_send_wr_abort` | the batch is dropped |
 ///
-/// The two setters come in either order, as in libmlx5: data given before the address is kept
-/// (copied: the caller may reuse its buffers at once) until the address comes.
+/// The two setters come in either order, as in libmlx5: each writes its segments at once (the
+/// data's place follows from the operation), so the caller may reuse its buffers as soon as a
+/// call returns.
 ///
 /// The errors are libmlx5's: `ENOMEM` for a full queue (`mlx5_wq_overflow`), too many
 /// scatter/gather entries (one on a queue granted none too, which libmlx5 writes) or too much
@@ -70,9 +72,10 @@ mod state;
 /// `EINVAL` at `wr_complete`: a request missing its address or its data (libmlx5 overwrites it
 /// or posts it half-built), a setter without a request or given twice, an address handle without
 /// an address vector, a stream id on a DCI without streams. A request after an error is not
-/// written (the batch is rolled back anyway), and a refused request writes nothing into the
-/// queue (libmlx5's request past a full queue writes over the last WQE it wrote, which may be
-/// one posted and not yet read).
+/// written (the batch is rolled back anyway). A request past a full queue writes nothing
+/// (libmlx5's writes over the last WQE it wrote, which may be one posted and not yet read); one
+/// refused at a later call leaves what the calls before it wrote in the free room past the
+/// batch, as libmlx5's does, and is not posted.
 ///
 /// # Address handles
 ///

@@ -47,7 +47,7 @@
 //! The same writer behind the C entries libibverbs and libmlx5 post through, for code written
 //! over `ibv_qp_ex` (sideway-ext's DC guard, a pool's guards): [`SendQueueEntries`], in
 //! `entries.rs` (its calls in `entries/calls.rs`, address handles' vectors in
-//! `address_cache.rs`). A direct initiator's queue is shared with its completion queue, which
+//! `address_cache.rs`, the writer in steps, call by call, in `steps.rs`). A direct initiator's queue is shared with its completion queue, which
 //! retires its requests, and borrowed by each batch, native or through the entries: `shared.rs`.
 //!
 //! # Supported, and what is refused
@@ -98,6 +98,7 @@ mod error;
 pub mod operation;
 mod ring;
 pub(crate) mod shared;
+mod steps;
 mod wqe;
 
 #[cfg(test)]
