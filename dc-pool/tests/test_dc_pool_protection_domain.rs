@@ -42,7 +42,7 @@ fn a_pool_made_from_initiators_creates_address_handles_on_the_protection_domain_
         pool
     };
     let mut without = pool(false);
-    let destination = without.add_destination(endpoint.clone());
+    let destination = without.add_destination(endpoint);
     without.prepare(destination).expect("the initiators' own handle");
     assert_eq!(without.footprint().address_handles, 0, "borrowed, not the pool's");
 
