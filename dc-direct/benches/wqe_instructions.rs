@@ -18,6 +18,12 @@
 //! Nothing is retired while a measured function runs: each DCI's queue holds every request of
 //! the run (the writer's completion path, the poller, is crate-private, and libmlx5's queue is
 //! given the same room), and a request costs the same wherever it lands in the ring.
+//!
+//! The pool row ("DC pool, WRITE 1 SGE", `pool.rs`) posts the same WRITEs through
+//! sideway-ext-dc-pool's pool, on libmlx5 and on the direct writer's C entries.
+#[path = "wqe_instructions/pool.rs"]
+mod pool;
+
 use std::hint::black_box;
 
 use rdma_mummy_sys::ibv_qp_create_send_ops_flags as ops;
@@ -65,6 +71,19 @@ struct Fields {
     dct_number: u32,
     dc_key: u64,
     inline: [u8; INLINE_LENGTH],
+}
+
+/// The fields of every row's requests.
+fn fields() -> Fields {
+    Fields {
+        lkey: 0x1234,
+        local: 0x10_0000,
+        rkey: 0x5678,
+        remote: 0x20_0000,
+        dct_number: 0x00ab_cdef,
+        dc_key: 0xdc,
+        inline: [0x37; INLINE_LENGTH],
+    }
 }
 
 /// Two DCIs of one shape: one posted on through libmlx5, the other's memory written by the
@@ -119,15 +138,7 @@ impl State {
             ah: OracleAh::new(av),
             av: AddressVector::new(av),
             batch: black_box(batch),
-            fields: black_box(Fields {
-                lkey: 0x1234,
-                local: 0x10_0000,
-                rkey: 0x5678,
-                remote: 0x20_0000,
-                dct_number: 0x00ab_cdef,
-                dc_key: 0xdc,
-                inline: [0x37; INLINE_LENGTH],
-            }),
+            fields: black_box(fields()),
         }
     }
 
@@ -328,6 +339,36 @@ rows! {
     "DC WQE, SEND 16 B inline" measured_dc_wqe_send_inline_libmlx5, measured_dc_wqe_send_inline_direct: SendInline;
 }
 
+/// The pool row's measured functions, named as scripts/bench-results reads them.
+#[inline(never)]
+fn measured_dc_pool_write_libmlx5(state: &mut pool::PoolState) {
+    black_box("measured_dc_pool_write_libmlx5");
+    state.libmlx5(black_box(REQUESTS));
+}
+
+#[inline(never)]
+fn measured_dc_pool_write_direct(state: &mut pool::PoolState) {
+    black_box("measured_dc_pool_write_direct");
+    state.direct(black_box(REQUESTS));
+}
+
+/// The pool row at batches of `batch`: a warm state (a batch posted both ways, not measured),
+/// both measured functions, the same requests posted.
+fn run_pool_row(batch: usize, fields: Fields) {
+    let row = "DC pool, WRITE 1 SGE";
+    let mut state = pool::PoolState::new(batch, fields);
+    state.libmlx5(batch);
+    state.direct(batch);
+    let before = state.posted();
+    measured_dc_pool_write_libmlx5(&mut state);
+    assert_eq!(state.posted() - before, REQUESTS as u32, "{row}: requests posted");
+    measured_dc_pool_write_direct(&mut state);
+    state.assert_same(row);
+    for name in ["measured_dc_pool_write_libmlx5", "measured_dc_pool_write_direct"] {
+        println!("measured {name} batch={batch} requests={REQUESTS}");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let batch = match args.as_slice() {
@@ -341,4 +382,5 @@ fn main() {
     };
     assert!(BATCHES.contains(&batch), "BATCH is one of {BATCHES:?}");
     run_rows(batch);
+    run_pool_row(batch, fields());
 }

@@ -90,6 +90,90 @@
 //! any initiator, in any order, is sound. All of it is single-threaded (neither `Send` nor
 //! `Sync`); neither posting nor polling allocates.
 //!
+//! # A pool of direct initiators
+//!
+//! With the feature `pool`, a [`DirectDcInitiator`] is an initiator of sideway-ext-dc-pool's
+//! `DcInitiatorPool` (its `PoolInitiator`): the pool posts through the direct initiator's C
+//! entries ([`send_views`](DirectDcInitiator::send_views)), the same writer behind
+//! `struct ibv_qp_ex`, and polls its [`DirectCompletionQueue`] with `ibv_poll_cq`, on a
+//! `struct ibv_cq` of the direct poller's own that fills each `struct ibv_wc` as libmlx5 does.
+//! Make the direct initiators as above, on one CQ sized for all of them, and bring each up; make
+//! the pool of them (`from_initiators`), give it the direct CQ (`set_send_cq`) and the
+//! protection domain it creates its destinations' address handles on (`set_protection_domain`);
+//! add destinations by their endpoints, post and poll as on any pool.
+//!
+//! What differs from a pool of sideway-ext's DC initiators:
+//!
+//! - No completion events: `ibv_req_notify_cq` on the direct CQ answers `EOPNOTSUPP` (libmlx5's
+//!   `mlx5_arm_cq` would arm the CQ with its own consumer index, which the direct poller never
+//!   advances). Poll.
+//! - The CQ is the pool's direct initiators' alone: a completion of another queue pair fails the
+//!   pool's `poll` (`ENOENT`: without its `wr_id` the poller cannot report it), where a pool on
+//!   libmlx5 hands it over (`OtherCompletion`).
+//! - Recovery is the direct initiator's [`recover`](DirectDcInitiator::recover): the pool calls
+//!   it once every request of the initiator was reported, each from a completion the direct
+//!   poller retired first, so none is outstanding. It never creates the queue pair again: on a
+//!   kernel that cannot reset a DC initiator the pool reports the initiator lost.
+//! - The cost: through `struct ibv_qp_ex`'s entries the writer is called once per step of a
+//!   request, as libmlx5 is, and the pool on direct initiators costs about what the pool on
+//!   libmlx5 costs, not the native guard's fraction of it (BENCHMARKS.md, "DC pool, WRITE 1
+//!   SGE").
+#![cfg_attr(
+    feature = "pool",
+    doc = r##"
+```no_run
+use std::sync::Arc;
+
+use sideway::ibverbs::completion::GenericCompletionQueue;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway_ext::mlx5::dc::endpoint::{DcEndpoint, DcServiceClass};
+use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+use sideway_ext_dc_direct::{DirectCompletionQueue, DirectDcInitiator};
+use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};
+use sideway_ext_dc_pool::DcInitiatorPool;
+
+/// Writes the 64 bytes at `local` (registered under `lkey`) to `remote` (under `rkey`) at the DC
+/// target of `endpoint`, through a pool of four direct initiators completing into `cq` (which
+/// holds 4 × 64 completions).
+fn write_through_a_pool(
+    pd: &Arc<ProtectionDomain>, cq: GenericCompletionQueue, endpoint: DcEndpoint,
+    (lkey, local): (u32, u64), (rkey, remote): (u32, u64),
+) -> Result<(), Box<dyn std::error::Error>> {
+    // SAFETY: nothing polls `cq` but the pool, through the direct CQ; only the direct initiators
+    // complete into it.
+    let direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }?;
+    let bring_up = DcInitiatorBringUp::new(1);
+    let mut initiators = Vec::new();
+    for _ in 0..4 {
+        let mut builder = pd.create_dci_builder();
+        builder.setup_send_cq(cq.clone()).setup_max_send_wr(64);
+        // Doorbell registers (MLX5_SHUT_UP_BF=1); see `new_with_blueflame` otherwise.
+        let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
+        dci.bring_up(&bring_up)?;
+        initiators.push(dci);
+    }
+    let mut pool = DcInitiatorPool::from_initiators(initiators, DcPoolPolicy::Static, 3);
+    pool.set_send_cq(direct_cq);
+    pool.set_protection_domain(pd, bring_up.port(), DcServiceClass::new());
+    let destination = pool.add_destination(endpoint);
+
+    let mut guard = pool.start_post_send(destination)?;
+    let write = guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote);
+    // SAFETY: the 64 bytes at `local` are registered under `lkey` and outlive the request.
+    unsafe { write.setup_sge(lkey, local, 64) };
+    guard.post()?;
+    let mut done = false;
+    while !done {
+        pool.poll(|event| done |= matches!(event, DcPoolEvent::Completed { wr_id: 1, .. }))?;
+    }
+    Ok(())
+}
+```
+"##
+)]
+//!
 //! # What is proven, and what is not
 //!
 //! The unit tests run libmlx5's own `qp.c` and `cq.c` (rdma-core 55), compiled over plain memory
@@ -159,6 +243,8 @@
 mod barrier;
 pub mod completion_queue;
 mod initiator;
+#[cfg(feature = "pool")]
+mod pool;
 pub mod send_queue;
 
 pub use completion_queue::DirectCompletionQueue;

@@ -1,23 +1,20 @@
 //! The direct DC path on a ConnectX, in loopback on port 1: a DC target, and a DC initiator
 //! whose requests this crate writes, completing into a [`DirectCompletionQueue`].
 //!
-//! `mlx5_hw_` tests need a ConnectX-4 or newer named by `SIDEWAY_EXT_TEST_MLX5_DEVICE` and run
-//! one at a time (`--include-ignored`); without one they are reported ignored, as the root
-//! package's `mlx5_hw_` tests are.
+//! `mlx5_hw_` tests: see `common`.
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serial_test::serial;
 use sideway::ibverbs::completion::{BasicCompletionQueue, GenericCompletionQueue, WorkCompletionStatus};
-use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
-use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
-use sideway_ext::ibverbs::source_gid::SourceGid;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp};
@@ -29,38 +26,11 @@ use sideway_ext_dc_direct::{
     CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, RecoverDirectDcInitiatorErrorKind,
 };
 
-const DEVICE_VARIABLE: &str = "SIDEWAY_EXT_TEST_MLX5_DEVICE";
-const PORT: u8 = 1;
+use common::{gid_index, open, pattern, Buffer, PORT};
+
 const KEY: u64 = 0xd1_2ec7;
 const LEN: usize = 4096;
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A registered buffer; deregistered before it is freed (field order).
-struct Buffer {
-    mr: Arc<MemoryRegion>,
-    data: Vec<u8>,
-}
-
-impl Buffer {
-    fn new(pd: &Arc<ProtectionDomain>, access: AccessFlags) -> Self {
-        let data = vec![0u8; LEN];
-        // SAFETY: `data` is never reallocated and outlives `mr` (field order).
-        let mr = unsafe { pd.reg_mr(data.as_ptr() as usize, data.len(), access) }.expect("reg_mr");
-        Self { mr, data }
-    }
-
-    fn addr(&self) -> u64 {
-        self.data.as_ptr() as u64
-    }
-
-    /// What the device wrote, read volatile.
-    fn read(&self, len: usize) -> Vec<u8> {
-        // SAFETY: in bounds of `data`.
-        (0..len)
-            .map(|i| unsafe { self.data.as_ptr().add(i).read_volatile() })
-            .collect()
-    }
-}
 
 /// The loopback: a DC target on an SRQ, its endpoint's address vector, a direct CQ, buffers.
 struct Loopback {
@@ -74,17 +44,6 @@ struct Loopback {
     remote: Buffer,
     local: Buffer,
     _dct: DcTarget,
-}
-
-fn open() -> Arc<DeviceContext> {
-    let name = std::env::var(DEVICE_VARIABLE)
-        .unwrap_or_else(|_| panic!("mlx5 hardware tests need {DEVICE_VARIABLE} to name a ConnectX-4 or newer"));
-    let list = DeviceList::new().expect("list RDMA devices");
-    let device = list
-        .iter()
-        .find(|device| device.name() == name)
-        .unwrap_or_else(|| panic!("{DEVICE_VARIABLE}={name}: no such device"));
-    device.open().expect("open the device")
 }
 
 fn cq(ctx: &Arc<DeviceContext>) -> GenericCompletionQueue {
@@ -111,20 +70,11 @@ impl Loopback {
             .expect("a DC target");
         dct.bring_up(&DcTargetBringUp::new(PORT)).expect("DC target to RTR");
         let endpoint = dct.endpoint().expect("its endpoint");
-        let roce = ctx.query_port(PORT).expect("query port").link_layer() == LinkLayer::Ethernet;
-        let gid_index = match roce {
-            true => ctx
-                .source_gid(PORT, &SourceGid::Automatic)
-                .expect("a RoCE v2 GID")
-                .expect("a RoCE v2 GID")
-                .index(),
-            false => 0,
-        };
-        let ah = endpoint.create_ah(&pd, PORT, gid_index).expect("address handle");
+        let ah = endpoint.create_ah(&pd, PORT, gid_index(&ctx)).expect("address handle");
         let av = AddressVector::from_address_handle(&ah).expect("its address vector");
         Self {
-            remote: Buffer::new(&pd, access),
-            local: Buffer::new(&pd, AccessFlags::LocalWrite),
+            remote: Buffer::new(&pd, LEN, access),
+            local: Buffer::new(&pd, LEN, AccessFlags::LocalWrite),
             pd,
             cq,
             direct_cq,
@@ -179,12 +129,6 @@ fn write(lb: &mut Loopback, dci: &mut DirectDcInitiator, key: u64, seed: u8) -> 
     unsafe { request.setup_sge(lb.local.mr.lkey(), lb.local.addr(), LEN as u32) }.expect("the write");
     guard.post();
     lb.wait_direct()
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
-        .collect()
 }
 
 #[test]

@@ -294,9 +294,10 @@ impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// A pool over initiators already brought up, of any [`PoolInitiator`] (one's own, or DC
-    /// initiators made and brought up elsewhere); without a protection domain, it names its
-    /// destinations through [`add_destination_raw`](Self::add_destination_raw) (or its
-    /// initiators' own address handle). [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder)
+    /// initiators made and brought up elsewhere); without a protection domain
+    /// ([`set_protection_domain`](Self::set_protection_domain)), it names its destinations
+    /// through [`add_destination_raw`](Self::add_destination_raw) (or its initiators' own
+    /// address handle). [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder)
     /// creates and brings up DC initiators itself.
     pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
         let core = PoolCore::new(initiators, policy, unreachable_after);
@@ -314,6 +315,25 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// complete into, which [`poll`](Self::poll) then reads.
     pub fn set_send_cq(&mut self, send_cq: impl Into<I::CompletionQueue>) {
         self.send_cq = Some(send_cq.into());
+    }
+
+    /// Gives a pool made [`from_initiators`](Self::from_initiators) the protection domain its
+    /// destinations' address handles are created on, for `port` and with `service_class`, as
+    /// the builder gives its pool ([`DcInitiatorPoolBuilder::new`](builder::DcInitiatorPoolBuilder::new)'s
+    /// protection domain, [`setup_bring_up`](builder::DcInitiatorPoolBuilder::setup_bring_up)'s
+    /// port, [`setup_service_class`](builder::DcInitiatorPoolBuilder::setup_service_class)):
+    /// [`add_destination`](Self::add_destination) then names a DC target by its endpoint, and
+    /// the pool creates its address handle on its first post (or [`prepare`](Self::prepare)),
+    /// from the initiators' source GID ([`PoolInitiator::source_gid_index`]), and frees it with
+    /// the destination. Give it before the first post: a destination already resolved keeps
+    /// its handle.
+    ///
+    /// For initiators of one's own on a device, e.g. DC initiators made and brought up
+    /// elsewhere, or sideway-ext-dc-direct's direct initiators.
+    pub fn set_protection_domain(&mut self, pd: &Arc<ProtectionDomain>, port: u8, service_class: DcServiceClass) {
+        self.pd = Some(Arc::clone(pd));
+        self.port = port;
+        self.service_class = service_class;
     }
 
     /// Sets the grant timeout and the stall timeout of a hand-made pool

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::{PollCompletionQueueErrorKind, SendQueueSlots};
-use crate::initiator::shared::SharedSendQueue;
+use crate::send_queue::shared::SharedSendQueue;
 
 /// The send queues of one completion queue.
 #[derive(Debug, Default)]

@@ -10,17 +10,23 @@
 //!
 //! Where the facts live: the checks of the queue pair's memory in `parts.rs`, the errors in
 //! `error.rs`, the claims of BlueFlame registers in `register.rs` (the rules are the crate
-//! documentation's), the send queue shared with the completion queue and the batch guard in
-//! `shared.rs`, an address handle's address vector in `address.rs`.
+//! documentation's), the send queue in its completion queue's table, with its native guard and C
+//! entries, in `posting.rs` (the shared queue and the guard are the send queue module's
+//! `shared.rs`), an address handle's address vector in `address.rs`.
 mod address;
 mod error;
 pub(crate) mod parts;
+pub(crate) mod posting;
 mod recovery;
 mod register;
-pub(crate) mod shared;
+#[cfg(test)]
+mod tests;
 
-use std::rc::Rc;
+use std::ptr::NonNull;
 use std::time::Duration;
+
+use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
+use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
 
 use sideway::ibverbs::queue_pair::{QueryQueuePairError, QueuePairState};
 use sideway_ext::mlx5::dc::initiator::{BringUpDcInitiatorError, DcInitiator, DcInitiatorBringUp, ResetDciStreamError};
@@ -31,10 +37,11 @@ pub use self::error::{
     RecoverDirectDcInitiatorErrorKind,
 };
 use self::parts::{check_signatures, send_queue_parts, BlueFlame, Created, WQE_SIGNATURE_VARIABLE};
+use self::posting::PostingQueue;
 use self::register::RegisterClaim;
-pub use self::shared::DirectPostSendGuard;
-use self::shared::SharedSendQueue;
-use crate::completion_queue::{DirectCompletionQueue, SendQueueTable};
+use crate::completion_queue::DirectCompletionQueue;
+use crate::send_queue::address_cache::AddressCache;
+pub use crate::send_queue::shared::DirectPostSendGuard;
 use crate::send_queue::CreateSendQueueErrorKind;
 
 /// A DC initiator whose requests this crate writes into its send queue and whose doorbell it
@@ -46,8 +53,9 @@ use crate::send_queue::CreateSendQueueErrorKind;
 /// ([`UnknownQueuePair`](crate::completion_queue::PollCompletionQueueErrorKind::UnknownQueuePair)).
 #[derive(Debug)]
 pub struct DirectDcInitiator {
-    send_queue: Rc<SharedSendQueue>,
-    table: Rc<SendQueueTable>,
+    /// Dropped first: it writes the queue pair's memory, and takes itself out of the completion
+    /// queue's table.
+    posting: PostingQueue,
     /// The BlueFlame register, while this initiator writes it (none for a doorbell register).
     _register: Option<RegisterClaim>,
     /// What [`bring_up`](Self::bring_up) was given, for [`recover`](Self::recover).
@@ -142,12 +150,9 @@ impl DirectDcInitiator {
             },
             _ => SendQueue(err),
         })?;
-        let send_queue = Rc::new(SharedSendQueue::new(queue));
-        let table = Rc::clone(cq.table());
-        table.insert(created.qp_number, Rc::clone(&send_queue));
+        let posting = PostingQueue::new(queue, dci.send_ops_flags(), AddressCache::device(), cq.table());
         Ok(Self {
-            send_queue,
-            table,
+            posting,
             _register: register,
             brought_up_with: None,
             dci,
@@ -156,12 +161,30 @@ impl DirectDcInitiator {
 
     /// Starts a batch of requests (`mlx5_send_wr_start`): `construct_wr` → an operation →
     /// `setup_dc_addr` → the data, then [`post`](DirectPostSendGuard::post). Post in RTS, as
-    /// on libmlx5 (after [`bring_up`](Self::bring_up)).
+    /// on libmlx5 (after [`bring_up`](Self::bring_up)). A batch started through
+    /// [`send_views`](Self::send_views) and not completed is aborted.
     #[inline]
     pub fn start_post_send(&mut self) -> DirectPostSendGuard<'_> {
-        // SAFETY: `&mut self` for the guard's lifetime: no other batch is open on this queue,
-        // and the completion table borrows it only inside a poll, which is not running.
-        unsafe { self.send_queue.start_post_send() }
+        self.posting.start_post_send()
+    }
+
+    /// The views to post through with code written over libibverbs' and libmlx5's C entries, as
+    /// [`DcInitiator::send_views`]: the extended queue pair, the entries a guard may use (the
+    /// operations the DC initiator was created with, the data setters, `wr_set_dc_addr`, and
+    /// `wr_set_dc_addr_stream` with DCI streams), the mlx5 view. Behind them is the same writer
+    /// as [`start_post_send`](Self::start_post_send)'s, on the same send queue
+    /// ([`SendQueueEntries`](crate::send_queue::SendQueueEntries) has the calls and what they
+    /// refuse); a batch borrows the queue from `wr_start` to `wr_complete` or `wr_abort`, and
+    /// its completions are polled by the [`DirectCompletionQueue`] as the native batches' are.
+    /// A sideway-ext guard started on them
+    /// ([`PostSendGuard::start`](sideway_ext::ibverbs::post_send_guard::PostSendGuard::start))
+    /// posts here unchanged, as a DC pool does (feature `pool`).
+    ///
+    /// Valid while `self` is; a guard started on them must hold `self` borrowed mutably. The DC
+    /// setters take libmlx5's address handles (their vectors found with `mlx5dv_init_obj`).
+    #[inline]
+    pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+        self.posting.send_views()
     }
 
     /// The DC initiator, for its accessors (QP number, granted limits, state as last read,
@@ -172,7 +195,7 @@ impl DirectDcInitiator {
 
     /// Requests posted and not yet completed (their completions not yet polled).
     pub fn outstanding(&self) -> u32 {
-        self.send_queue.try_with_mut(|queue| queue.outstanding()).unwrap_or(0)
+        self.posting.outstanding()
     }
 
     /// Brings the DC initiator from RESET to RTS ([`DcInitiator::bring_up`]), keeping the
@@ -214,11 +237,5 @@ impl DirectDcInitiator {
     /// As [`DcInitiator::reset_stream`].
     pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
         self.dci.reset_stream(stream_id)
-    }
-}
-
-impl Drop for DirectDcInitiator {
-    fn drop(&mut self) {
-        self.table.remove(&self.send_queue);
     }
 }

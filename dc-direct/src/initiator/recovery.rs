@@ -37,8 +37,7 @@ impl DirectDcInitiator {
         let mut reset = QueuePairAttribute::new();
         reset.setup_state(QueuePairState::Reset);
         self.dci.modify(&reset).map_err(Reset)?;
-        // `&mut self`: no batch is open, so the queue is free.
-        self.send_queue.try_with_mut(|queue| queue.reset());
+        self.posting.reset();
         self.dci.bring_up(&params).map_err(BringUp)?;
         Ok(())
     }

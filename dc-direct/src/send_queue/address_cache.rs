@@ -31,7 +31,7 @@ const MOST_KNOWN: usize = 4096;
 
 /// The places of the address vectors of the handles seen, and the last one used (a pool's batch
 /// goes to one destination: every request after the first finds it there).
-pub(super) struct AddressCache {
+pub(crate) struct AddressCache {
     last: Option<(NonNull<ibv_ah>, NonNull<[u8; 48]>)>,
     known: HashMap<NonNull<ibv_ah>, NonNull<[u8; 48]>, BuildHasherDefault<PointerHasher>>,
     lookup: AddressLookup,
@@ -48,7 +48,7 @@ impl AddressCache {
     }
 
     /// The lookup of a device's handles: `mlx5dv_init_obj` with `MLX5DV_OBJ_AH`.
-    pub(super) fn device() -> AddressLookup {
+    pub(crate) fn device() -> AddressLookup {
         Box::new(|ah| {
             // SAFETY: the cache asks only for a handle its caller (the DC setter's) promised to be
             // a live address handle.

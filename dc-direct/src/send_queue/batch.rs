@@ -115,7 +115,7 @@ impl SendQueue {
 /// `fm_ce_se` of a request's flags, as `ibv_send_flags` bits (`_common_wqe_init_op`):
 /// `MLX5_WQE_CTRL_FENCE`, `MLX5_WQE_CTRL_CQ_UPDATE`, `MLX5_WQE_CTRL_SOLICITED`.
 #[inline]
-pub(super) fn fm_ce_se(wr_flags: u32) -> u8 {
+pub(super) const fn fm_ce_se(wr_flags: u32) -> u8 {
     let mut bits = 0;
     if wr_flags & WorkRequestFlags::Fence.bits() != 0 {
         bits |= 4 << 5;
@@ -128,6 +128,22 @@ pub(super) fn fm_ce_se(wr_flags: u32) -> u8 {
     }
     bits
 }
+
+/// [`fm_ce_se`] of every combination of the three flags, by `wr_flags & 7` (fence, signaled,
+/// solicited: `IBV_SEND_FENCE` 1, `IBV_SEND_SIGNALED` 2, `IBV_SEND_SOLICITED` 4), for the C
+/// entries, whose flags are known only at run time: one load in place of three tests (the DC
+/// pool row of `scripts/bench`, direct).
+pub(super) const FM_CE_SE: [u8; 8] = {
+    let flags = WorkRequestFlags::Fence.bits() | WorkRequestFlags::Signaled.bits() | WorkRequestFlags::Solicited.bits();
+    assert!(flags == 7, "the three flags are bits 0 to 2");
+    let mut table = [0; 8];
+    let mut flags = 0;
+    while flags < 8 {
+        table[flags] = fm_ce_se(flags as u32);
+        flags += 1;
+    }
+    table
+};
 
 /// A request being described: pick its operation.
 #[must_use = "a request is added to the batch only at its data step"]

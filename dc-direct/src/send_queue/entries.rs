@@ -4,7 +4,9 @@
 use std::mem::{offset_of, MaybeUninit};
 use std::ptr::{addr_of_mut, NonNull};
 
-use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
+use std::rc::Rc;
+
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
 #[cfg(doc)]
@@ -12,6 +14,7 @@ use sideway_ext::mlx5::dc::initiator::BatchAddressed;
 use sideway_ext::mlx5::dc::initiator::DcContext;
 
 use super::address_cache::{AddressCache, AddressLookup};
+use super::shared::SharedSendQueue;
 use super::SendQueue;
 use state::State;
 
@@ -21,8 +24,9 @@ mod state;
 /// A [`SendQueue`] behind the C entries libibverbs and libmlx5 post
 /// through (`struct ibv_qp_ex`'s `wr_*` and `struct mlx5dv_qp_ex`'s DC setters), so that code
 /// written over those tables — sideway-ext's DC guard, a pool's [`BatchAddressed`] guards —
-/// posts on the direct writer unchanged. One writer, two front ends: each request is written by
-/// the same code as the native API's ([`SendQueue::start_post_send`]).
+/// posts on the direct writer unchanged. One writer, two front ends: each request is written
+/// with the native API's code ([`SendQueue::start_post_send`]), call by call as libmlx5's
+/// builders write it (the writer's steps, `steps.rs`).
 ///
 /// ```no_run
 /// use sideway::ibverbs::queue_pair::{SendOperationFlags, SetInlineData, WorkRequestFlags};
@@ -51,15 +55,16 @@ mod state;
 /// | entry | libmlx5 (`providers/mlx5/qp.c`) | here |
 /// |---|---|---|
 /// | `wr_start` | `mlx5_send_wr_start`: `err`, `nreq` cleared, `cur_post` kept for a rollback | a batch starts at the queue's posting index |
-/// | `wr_send`, …, `wr_atomic_fetch_add` | `_common_wqe_init_op` (reads `wr_id`, `wr_flags`) and the operation's segments | the pending request: `wr_id`, flags, operation |
-/// | `wr_set_dc_addr(_stream)` | `mlx5_send_wr_set_dc_addr(_stream)`: copies `to_mah(ah)->av` | the address vector copied (see [Address handles](#address-handles)) |
-/// | `wr_set_sge(_list)`, `wr_set_inline_data(_list)` | the `_ud_xrc_dc` setters | the data |
-/// | the second of the two setters | `_common_wqe_finalize` | the WQE is written ([`SendQueue`]'s writer) |
+/// | `wr_send`, …, `wr_atomic_fetch_add` | `_common_wqe_init_op` (`mlx5_wq_overflow`; reads `wr_id`, `wr_flags`) and the operation's segments | the room checked, the control segment and the remote segments written |
+/// | `wr_set_dc_addr(_stream)` | `mlx5_send_wr_set_dc_addr(_stream)`: copies `to_mah(ah)->av` | the datagram segment written (see [Address handles](#address-handles)) |
+/// | `wr_set_sge(_list)`, `wr_set_inline_data(_list)` | the `_ud_xrc_dc` setters | the data checked and written |
+/// | the second of the two setters | `_common_wqe_finalize` | the size, the QP number, the slot's `wr_id` |
 /// | `wr_complete` | `mlx5_send_wr_complete`: the first error (`mqp->err`) returned and the batch rolled back, else `post_send_db` | the same |
 /// | `wr_abort` | `mlx5_send_wr_abort` | the batch is dropped |
 ///
-/// The two setters come in either order, as in libmlx5: data given before the address is kept
-/// (copied: the caller may reuse its buffers at once) until the address comes.
+/// The two setters come in either order, as in libmlx5: each writes its segments at once (the
+/// data's place follows from the operation), so the caller may reuse its buffers as soon as a
+/// call returns.
 ///
 /// The errors are libmlx5's: `ENOMEM` for a full queue (`mlx5_wq_overflow`), too many
 /// scatter/gather entries (one on a queue granted none too, which libmlx5 writes) or too much
@@ -67,9 +72,10 @@ mod state;
 /// `EINVAL` at `wr_complete`: a request missing its address or its data (libmlx5 overwrites it
 /// or posts it half-built), a setter without a request or given twice, an address handle without
 /// an address vector, a stream id on a DCI without streams. A request after an error is not
-/// written (the batch is rolled back anyway), and a refused request writes nothing into the
-/// queue (libmlx5's request past a full queue writes over the last WQE it wrote, which may be
-/// one posted and not yet read).
+/// written (the batch is rolled back anyway). A request past a full queue writes nothing
+/// (libmlx5's writes over the last WQE it wrote, which may be one posted and not yet read); one
+/// refused at a later call leaves what the calls before it wrote in the free room past the
+/// batch, as libmlx5's does, and is not posted.
 ///
 /// # Address handles
 ///
@@ -102,9 +108,11 @@ struct Tables {
     state: State,
 }
 
-// SAFETY: the tables and the queue's memory are the entries' own (`SendQueue`'s contract); the
-// address vectors' places are the address handles' (libmlx5's memory, read only); moving the
-// entries to another thread moves all access with them.
+// SAFETY: the tables and the queue's memory are the entries' own (`SendQueue`'s contract; the
+// public constructors' queue is held by the entries alone, and entries sharing theirs with a
+// completion queue, `over_shared`, live only inside a direct initiator, which is not `Send`);
+// the address vectors' places are the address handles' (libmlx5's memory, read only); moving
+// the entries to another thread moves all access with them.
 unsafe impl Send for SendQueueEntries {}
 
 impl std::fmt::Debug for SendQueueEntries {
@@ -120,17 +128,42 @@ impl SendQueueEntries {
     /// (its `send_ops_flags`), on a device: where each address handle's vector is, is asked
     /// once through `mlx5dv_init_obj` (see [`SendQueueEntries`]).
     pub fn new(queue: SendQueue, operations: SendOperationFlags) -> Self {
-        Self::with_address_lookup(queue, operations, AddressCache::device())
+        Self::over_shared(Rc::new(SharedSendQueue::new(queue)), operations, AddressCache::device())
     }
 
-    /// As [`new`](Self::new), finding address vectors with `lookup`.
-    pub(crate) fn with_address_lookup(queue: SendQueue, operations: SendOperationFlags, lookup: AddressLookup) -> Self {
-        let streams = queue.streams;
+    /// As [`new`](Self::new), for address handles libmlx5 did not make (a provider of one's
+    /// own, a queue over plain memory as [`SendQueue::from_parts`] takes one): `lookup` answers
+    /// where the 48-byte address vector of a handle the DC setters are given is (what
+    /// `mlx5dv_init_obj` answers for libmlx5's, `&to_mah(ah)->av`), or `None` for a handle it
+    /// does not know (refused with `EINVAL` at `wr_complete`). It is asked once per handle
+    /// pointer, as [`new`](Self::new)'s; the vector is read through its answer at every setter
+    /// call.
+    ///
+    /// # Safety
+    ///
+    /// Each place `lookup` answers for a handle must be readable for 48 bytes whenever a DC
+    /// setter is called with that handle.
+    pub unsafe fn with_address_lookup(
+        queue: SendQueue, operations: SendOperationFlags,
+        lookup: impl Fn(NonNull<ibv_ah>) -> Option<NonNull<[u8; 48]>> + Send + 'static,
+    ) -> Self {
+        Self::over_shared(Rc::new(SharedSendQueue::new(queue)), operations, Box::new(lookup))
+    }
+
+    /// The entries of a send queue shared with a completion queue's table (a direct
+    /// initiator's), finding address vectors with `lookup`. Its [`queue`](Self::queue) and
+    /// [`queue_mut`](Self::queue_mut) are not offered: a poll of the completion queue may
+    /// borrow the queue whenever no batch holds it.
+    pub(crate) fn over_shared(
+        queue: Rc<SharedSendQueue>, operations: SendOperationFlags, lookup: AddressLookup,
+    ) -> Self {
+        // SAFETY: nothing borrows the queue mutably while the entries are made.
+        let (qp_number, streams) = unsafe { (queue.get().qp_number, queue.get().streams) };
         // SAFETY: ibv_qp_ex and mlx5dv_qp_ex are plain C data (integers, raw pointers, optional
         // functions): all zeroes is a valid value, every entry NULL until filled.
         let (mut qp_ex, mut mlx5): (ibv_qp_ex, mlx5dv_qp_ex) =
             unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
-        qp_ex.qp_base.qp_num = queue.qp_number;
+        qp_ex.qp_base.qp_num = qp_number;
         calls::fill(&mut qp_ex, &mut mlx5);
         let state = State::new(queue, AddressCache::new(lookup));
         let tables = NonNull::from(Box::leak(Box::new(Tables { qp_ex, mlx5, state })));
@@ -165,17 +198,39 @@ impl SendQueueEntries {
         // SAFETY: the live tables; the entries' calls, which change the queue, are made by
         // holders of `&mut self` (a guard on the views borrows it), and never from another
         // thread (`SendQueueEntries` is not `Sync`).
-        unsafe { (*self.tables.as_ptr()).state.queue() }
+        let state = unsafe { &(*self.tables.as_ptr()).state };
+        state.queue().expect(OWN_QUEUE)
     }
 
     /// The send queue, to post on natively or to complete requests on. A batch started through
     /// the entries and not completed is aborted (its `wr_complete` then returns `EINVAL`).
     pub fn queue_mut(&mut self) -> &mut SendQueue {
+        self.state_mut().take_over().expect(OWN_QUEUE)
+    }
+
+    /// Aborts a batch started through the entries and not completed, giving the shared queue's
+    /// borrow back (its `wr_complete` then returns `EINVAL`).
+    pub(crate) fn abort(&mut self) {
+        self.state_mut().abort();
+    }
+
+    /// The send queue, as shared.
+    pub(crate) fn shared(&self) -> &Rc<SharedSendQueue> {
+        // SAFETY: the live tables; `shared` is never changed after creation.
+        unsafe { (*self.tables.as_ptr()).state.shared() }
+    }
+
+    fn state_mut(&mut self) -> &mut State {
         // SAFETY: the live tables; `&mut self` excludes every other use of them (a guard on the
         // views borrows `self`).
-        unsafe { (*self.tables.as_ptr()).state.take_over() }
+        unsafe { &mut (*self.tables.as_ptr()).state }
     }
 }
+
+/// Why [`SendQueueEntries::queue`] and [`queue_mut`](SendQueueEntries::queue_mut) always find
+/// their queue: the public constructors make entries that hold it alone; those sharing it with
+/// a completion queue (`over_shared`) live inside a direct initiator, which never asks.
+const OWN_QUEUE: &str = "the entries of `new` and `with_address_lookup` hold their queue alone";
 
 impl Drop for SendQueueEntries {
     fn drop(&mut self) {

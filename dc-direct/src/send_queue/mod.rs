@@ -47,7 +47,8 @@
 //! The same writer behind the C entries libibverbs and libmlx5 post through, for code written
 //! over `ibv_qp_ex` (sideway-ext's DC guard, a pool's guards): [`SendQueueEntries`], in
 //! `entries.rs` (its calls in `entries/calls.rs`, address handles' vectors in
-//! `address_cache.rs`).
+//! `address_cache.rs`, the writer in steps, call by call, in `steps.rs`). A direct initiator's queue is shared with its completion queue, which
+//! retires its requests, and borrowed by each batch, native or through the entries: `shared.rs`.
 //!
 //! # Supported, and what is refused
 //!
@@ -89,17 +90,19 @@
 //! The environment variables `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF=0` change libmlx5's
 //! doorbell; this writer follows the default (see `doorbell.rs`).
 mod address;
-mod address_cache;
+pub(crate) mod address_cache;
 mod batch;
 mod doorbell;
 mod entries;
 mod error;
 pub mod operation;
 mod ring;
+pub(crate) mod shared;
+mod steps;
 mod wqe;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::ptr::NonNull;
 

@@ -95,48 +95,11 @@ impl SendQueue {
         // (`SendQueue::from_parts` checked it).
         unsafe {
             let segments = request.segments;
-            // opmod_idx_opcode: opmod 0, the posting index's low 16 bits, the opcode; and bytes 8
-            // to 11: signature 0, the stream id, fm_ce_se.
-            let [index_high, index_low] = (index as u16).to_be_bytes();
-            control
-                .cast::<[u8; 4]>()
-                .write([0, index_high, index_low, segments.opcode]);
-            let stream = request.stream_id.unwrap_or(0).to_be_bytes();
             let fm_ce_se = self.signal_all_bits | request.fm_ce_se;
-            let word = u32::from_ne_bytes([0, stream[0], stream[1], fm_ce_se]);
-            control.add(8).cast::<u32>().write(word);
-            if let Some(immediate) = segments.immediate {
-                control.add(12).cast::<u32>().write(immediate);
-            }
+            write_control(control, index, &segments, request.stream_id, fm_ce_se);
             write_address(control.add(16), request.address, request.dct_number, request.dc_key);
-            // The next slot: the block after this one, or the first at the ring's end (libmlx5's
-            // `seg == qend` check). Taken as a slot, the compiler sees that a segment there is
-            // at least 64 bytes from the end: inline data that fits skips `Ring::copy`'s
-            // wrapping (the DC WQE rows of `scripts/bench`: SEND 16 B inline, direct).
-            let after_address = ring.slot(ring.slot_of(slot + 1));
-            let data_at = match segments.remote {
-                Remote::None => after_address,
-                Remote::Memory { rkey, remote_addr } => {
-                    write_remote_address(after_address, rkey, remote_addr);
-                    size += 1;
-                    after_address.add(16)
-                },
-                Remote::Atomic {
-                    rkey,
-                    remote_addr,
-                    swap_add,
-                    compare,
-                } => {
-                    write_remote_address(after_address, rkey, remote_addr);
-                    store_be64(after_address.add(16), swap_add);
-                    if let Some(compare) = compare {
-                        store_be64(after_address.add(24), compare);
-                    }
-                    size += 2;
-                    // 32 bytes into a block: never the ring's end.
-                    after_address.add(32)
-                },
-            };
+            let (data_at, remote_size) = self.write_remote(slot, segments.remote);
+            size += remote_size;
             size += self.write_data(data_at, data);
             store_be32(control.add(4), size | (self.qp_number << 8));
         }
@@ -156,15 +119,35 @@ impl SendQueue {
     // `scripts/bench` (plain memory, direct) go over the writer's budget at batch 16.
     #[inline(always)]
     fn check(&self, batch_len: u32, request: &Request<'_>, data: Data<'_>) -> Result<(), WorkRequestError> {
-        if let (Some(stream_id), false) = (request.stream_id, self.streams) {
+        self.check_stream(request.stream_id)?;
+        self.check_data(data)?;
+        self.check_room(batch_len)
+    }
+
+    /// A stream id only on a queue with streams (`mlx5_send_wr_set_dc_addr_stream`).
+    #[inline(always)]
+    pub(super) fn check_stream(&self, stream_id: Option<u16>) -> Result<(), WorkRequestError> {
+        if let (Some(stream_id), false) = (stream_id, self.streams) {
             return Err(WorkRequestErrorKind::StreamsNotEnabled { stream_id }.into());
         }
+        Ok(())
+    }
+
+    /// The data setters' checks: the SGE count of `_mlx5_send_wr_set_sge_list`, the inline
+    /// length of `_mlx5_send_wr_set_inline_data(_list)`.
+    #[inline(always)]
+    pub(super) fn check_data(&self, data: Data<'_>) -> Result<(), WorkRequestError> {
         match data {
-            Data::Sge { .. } => self.check_sge_count(1)?,
-            Data::SgeList(list) => self.check_sge_count(list.len())?,
-            Data::Inline(bytes) => self.check_inline(bytes.len())?,
-            Data::InlineList(slices) => self.check_inline(slices.iter().map(|slice| slice.len()).sum())?,
+            Data::Sge { .. } => self.check_sge_count(1),
+            Data::SgeList(list) => self.check_sge_count(list.len()),
+            Data::Inline(bytes) => self.check_inline(bytes.len()),
+            Data::InlineList(slices) => self.check_inline(slices.iter().map(|slice| slice.len()).sum()),
         }
+    }
+
+    /// Room for one more request after the `batch_len` of the batch (`mlx5_wq_overflow`).
+    #[inline(always)]
+    pub(super) fn check_room(&self, batch_len: u32) -> Result<(), WorkRequestError> {
         let outstanding = self.head.wrapping_sub(self.tail).wrapping_add(batch_len);
         if outstanding >= self.max_post {
             return Err(WorkRequestErrorKind::QueueFull {
@@ -199,6 +182,47 @@ impl SendQueue {
         Ok(())
     }
 
+    /// Writes the remote segments of a request whose control segment is at slot `slot`, after
+    /// its address vector (`set_raddr_seg`, `_set_atomic_seg`); returns where its data goes and
+    /// their size in 16-byte units.
+    ///
+    /// # Safety
+    ///
+    /// `slot` is a slot of the ring, and the request's WQE fits in the ring from it.
+    #[inline(always)]
+    pub(super) unsafe fn write_remote(&self, slot: u32, remote: Remote) -> (NonNull<u8>, u32) {
+        let ring = self.ring;
+        // The next slot: the block after this one, or the first at the ring's end (libmlx5's
+        // `seg == qend` check). Taken as a slot, the compiler sees that a segment there is at
+        // least 64 bytes from the end: inline data that fits skips `Ring::copy`'s wrapping (the
+        // DC WQE rows of `scripts/bench`: SEND 16 B inline, direct).
+        let after_address = ring.slot(ring.slot_of(slot + 1));
+        // SAFETY: the caller's promise: the segments are in the ring, 16-byte aligned.
+        unsafe {
+            match remote {
+                Remote::None => (after_address, 0),
+                Remote::Memory { rkey, remote_addr } => {
+                    write_remote_address(after_address, rkey, remote_addr);
+                    (after_address.add(16), 1)
+                },
+                Remote::Atomic {
+                    rkey,
+                    remote_addr,
+                    swap_add,
+                    compare,
+                } => {
+                    write_remote_address(after_address, rkey, remote_addr);
+                    store_be64(after_address.add(16), swap_add);
+                    if let Some(compare) = compare {
+                        store_be64(after_address.add(24), compare);
+                    }
+                    // 32 bytes into a block: never the ring's end.
+                    (after_address.add(32), 2)
+                },
+            }
+        }
+    }
+
     /// Writes the data segments at `at` (never the ring's end); returns their size in 16-byte
     /// units.
     ///
@@ -208,7 +232,7 @@ impl SendQueue {
     // inline(always): with #[inline] it is called, not inlined, and the DC WQE rows of
     // `scripts/bench` (plain memory, direct) go over the writer's budget at batch 16.
     #[inline(always)]
-    unsafe fn write_data(&self, at: NonNull<u8>, data: Data<'_>) -> u32 {
+    pub(super) unsafe fn write_data(&self, at: NonNull<u8>, data: Data<'_>) -> u32 {
         let ring = self.ring;
         match data {
             Data::Sge { lkey, addr, length } => {
@@ -265,13 +289,39 @@ impl SendQueue {
     }
 }
 
+/// The control segment's first word (opmod 0, the posting index's low 16 bits, the opcode:
+/// `_common_wqe_init_op`) and its third (signature 0, the stream id of
+/// `mlx5_send_wr_set_dc_addr_stream`, `fm_ce_se`), and its fourth for the `*_imm` builders.
+///
+/// # Safety
+///
+/// `control` is a slot of the ring.
+#[inline(always)]
+pub(super) unsafe fn write_control(
+    control: NonNull<u8>, index: u32, segments: &Segments, stream_id: Option<u16>, fm_ce_se: u8,
+) {
+    // SAFETY: the caller's promise: 16 bytes, 64-byte aligned.
+    unsafe {
+        let [index_high, index_low] = (index as u16).to_be_bytes();
+        control
+            .cast::<[u8; 4]>()
+            .write([0, index_high, index_low, segments.opcode]);
+        let stream = stream_id.unwrap_or(0).to_be_bytes();
+        let word = u32::from_ne_bytes([0, stream[0], stream[1], fm_ce_se]);
+        control.add(8).cast::<u32>().write(word);
+        if let Some(immediate) = segments.immediate {
+            control.add(12).cast::<u32>().write(immediate);
+        }
+    }
+}
+
 /// The datagram segment of a DC request (`mlx5_send_wr_set_dc_addr`).
 ///
 /// # Safety
 ///
 /// `at` is 16-byte aligned with 48 bytes of the ring after it.
 #[inline]
-unsafe fn write_address(at: NonNull<u8>, address: &AddressVector, dct_number: u32, dc_key: u64) {
+pub(super) unsafe fn write_address(at: NonNull<u8>, address: &AddressVector, dct_number: u32, dc_key: u64) {
     // SAFETY: the caller's promise; the address vector is 16-byte aligned and 48 bytes long.
     unsafe {
         let av = address.bytes();

@@ -17,29 +17,29 @@ use super::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Completion, PollCompletionQueueErrorKind, Polling};
 use crate::initiator::parts::tests::{created_of, object_of};
 use crate::initiator::parts::{send_queue_parts, BlueFlame};
-use crate::initiator::shared::SharedSendQueue;
+use crate::send_queue::shared::SharedSendQueue;
 use crate::send_queue::{AddressVector, SendQueue, WorkRequestErrorKind};
 
 /// A posted request the device has not completed yet.
 #[derive(Debug, Clone, Copy)]
-struct Posted {
-    index: u16,
-    wr_id: u64,
-    signaled: bool,
+pub(super) struct Posted {
+    pub(super) index: u16,
+    pub(super) wr_id: u64,
+    pub(super) signaled: bool,
 }
 
 /// A send queue over an oracle DCI's memory, in a shared cell as an initiator holds it.
-struct Queue {
+pub(super) struct Queue {
     /// Dropped after `queue`, which writes it.
     memory: OracleDci,
-    queue: Rc<SharedSendQueue>,
-    qp_number: u32,
-    max_post: u32,
-    posted: VecDeque<Posted>,
+    pub(super) queue: Rc<SharedSendQueue>,
+    pub(super) qp_number: u32,
+    pub(super) max_post: u32,
+    pub(super) posted: VecDeque<Posted>,
 }
 
 impl Queue {
-    fn new(qp_number: u32, wqe_count: u32, blueflame_size: u32) -> Self {
+    pub(super) fn new(qp_number: u32, wqe_count: u32, blueflame_size: u32) -> Self {
         let memory = OracleDci::new(&DciShape {
             wqe_count,
             max_inline_data: 60,
@@ -63,14 +63,14 @@ impl Queue {
         }
     }
 
-    fn outstanding(&self) -> u32 {
+    pub(super) fn outstanding(&self) -> u32 {
         self.queue.try_with_mut(|queue| queue.outstanding()).unwrap()
     }
 
     /// Posts up to `count` requests in one batch (RDMA WRITEs of one entry and 16-byte inline
     /// SENDs), signaled at random, but for the last one the queue has room for and, with
     /// `signal_last`, the batch's last; returns how many the queue took.
-    fn post(&mut self, count: usize, signal_last: bool, rng: &mut SmallRng) -> usize {
+    pub(super) fn post(&mut self, count: usize, signal_last: bool, rng: &mut SmallRng) -> usize {
         let room = (self.max_post - self.outstanding()) as usize;
         let av = AddressVector::new([7; 48]);
         let before = self.memory.doorbell_record()[1];

@@ -8,7 +8,7 @@ use crate::completion_queue::{
 };
 
 /// A CQ's ring and doorbell record in plain memory, filled as `mlx5_alloc_cq_buf` leaves it.
-pub(super) struct CqMemory {
+pub(crate) struct CqMemory {
     ring: Vec<u64>,
     doorbell_record: Box<[u32; 2]>,
     cqe_count: u32,
@@ -16,7 +16,7 @@ pub(super) struct CqMemory {
 }
 
 impl CqMemory {
-    pub(super) fn new(cqe_count: u32, cqe_size: u32) -> Self {
+    pub(crate) fn new(cqe_count: u32, cqe_size: u32) -> Self {
         let mut memory = Self {
             ring: vec![0; (cqe_count * cqe_size / 8) as usize],
             doorbell_record: Box::new([0; 2]),
@@ -29,37 +29,37 @@ impl CqMemory {
         memory
     }
 
-    pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.ring.len() * 8;
         // SAFETY: the ring's u64s are plain bytes.
         unsafe { std::slice::from_raw_parts_mut(self.ring.as_mut_ptr().cast::<u8>(), len) }
     }
 
     /// The 64 bytes of `struct mlx5_cqe64` of slot `slot` (masked).
-    pub(super) fn cqe_mut(&mut self, slot: u32) -> &mut [u8] {
+    pub(crate) fn cqe_mut(&mut self, slot: u32) -> &mut [u8] {
         let (size, count) = (self.cqe_size as usize, self.cqe_count);
         let start = (slot & (count - 1)) as usize * size + size - 64;
         &mut self.bytes_mut()[start..start + 64]
     }
 
-    pub(super) fn cqe_count(&self) -> u32 {
+    pub(crate) fn cqe_count(&self) -> u32 {
         self.cqe_count
     }
 
-    pub(super) fn set_doorbell_record(&mut self, word: u32) {
+    pub(crate) fn set_doorbell_record(&mut self, word: u32) {
         self.doorbell_record[0] = word.to_be();
     }
 
     /// The doorbell record's consumer-index word, as a value.
-    pub(super) fn doorbell_record(&self) -> u32 {
+    pub(crate) fn doorbell_record(&self) -> u32 {
         u32::from_be(self.doorbell_record[0])
     }
 
-    pub(super) fn arm_word(&self) -> u32 {
+    pub(crate) fn arm_word(&self) -> u32 {
         self.doorbell_record[1]
     }
 
-    pub(super) fn parts(&mut self, cqe_size: u32) -> CompletionQueueParts {
+    pub(crate) fn parts(&mut self, cqe_size: u32) -> CompletionQueueParts {
         CompletionQueueParts {
             buffer: NonNull::new(self.ring.as_mut_ptr().cast()).unwrap(),
             cqe_count: self.cqe_count,
@@ -69,7 +69,7 @@ impl CqMemory {
         }
     }
 
-    pub(super) fn poller(&mut self) -> CompletionQueuePoller {
+    pub(crate) fn poller(&mut self) -> CompletionQueuePoller {
         let parts = self.parts(self.cqe_size);
         // SAFETY: the memory outlives the poller in every test, which polls nothing else.
         unsafe { CompletionQueuePoller::new(parts) }.unwrap()
@@ -78,21 +78,21 @@ impl CqMemory {
 
 /// The fields of a CQE a test writes.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct CqeFields {
-    pub(super) cqe_opcode: u8,
-    pub(super) format: u8,
-    pub(super) owner: bool,
-    pub(super) wqe_opcode: u8,
-    pub(super) qp_number: u32,
-    pub(super) wqe_counter: u16,
-    pub(super) byte_count: u32,
-    pub(super) syndrome: u8,
-    pub(super) vendor_err: u8,
+pub(crate) struct CqeFields {
+    pub(crate) cqe_opcode: u8,
+    pub(crate) format: u8,
+    pub(crate) owner: bool,
+    pub(crate) wqe_opcode: u8,
+    pub(crate) qp_number: u32,
+    pub(crate) wqe_counter: u16,
+    pub(crate) byte_count: u32,
+    pub(crate) syndrome: u8,
+    pub(crate) vendor_err: u8,
 }
 
 impl CqeFields {
     /// A successful RDMA WRITE of QP `qp_number`'s slot `wqe_counter`.
-    pub(super) fn write(qp_number: u32, wqe_counter: u16, owner: bool) -> Self {
+    pub(crate) fn write(qp_number: u32, wqe_counter: u16, owner: bool) -> Self {
         Self {
             cqe_opcode: 0,
             format: 0,
@@ -107,7 +107,7 @@ impl CqeFields {
     }
 
     /// Writes the fields at their `mlx5dv.h` offsets into `cqe` (64 bytes), leaving the others.
-    pub(super) fn store(&self, cqe: &mut [u8]) {
+    pub(crate) fn store(&self, cqe: &mut [u8]) {
         cqe[44..48].copy_from_slice(&self.byte_count.to_be_bytes());
         cqe[54] = self.vendor_err;
         cqe[55] = self.syndrome;
@@ -119,7 +119,7 @@ impl CqeFields {
 
 /// libmlx5's `sq.wrid[]`, `sq.wqe_head[]` and `sq.tail` per QP.
 #[derive(Debug, Default)]
-pub(super) struct SlotTable {
+pub(crate) struct SlotTable {
     queues: HashMap<u32, TestSendQueue>,
 }
 
@@ -131,7 +131,7 @@ struct TestSendQueue {
 }
 
 impl SlotTable {
-    pub(super) fn add(&mut self, qp_number: u32, wr_ids: Vec<u64>, wqe_heads: Vec<u32>) {
+    pub(crate) fn add(&mut self, qp_number: u32, wr_ids: Vec<u64>, wqe_heads: Vec<u32>) {
         assert!(wr_ids.len().is_power_of_two() && wr_ids.len() == wqe_heads.len());
         self.queues.insert(
             qp_number,
@@ -143,7 +143,7 @@ impl SlotTable {
         );
     }
 
-    pub(super) fn tail(&self, qp_number: u32) -> u32 {
+    pub(crate) fn tail(&self, qp_number: u32) -> u32 {
         self.queues[&qp_number].tail
     }
 }

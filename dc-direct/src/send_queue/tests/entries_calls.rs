@@ -198,7 +198,8 @@ fn entries_over(memory: &mut Memory, places: Vec<(usize, usize)>, asked: &Arc<At
         let (_, place) = places.iter().find(|(known, _)| *known == ah.as_ptr() as usize)?;
         NonNull::new(std::ptr::with_exposed_provenance_mut(*place))
     });
-    SendQueueEntries::with_address_lookup(memory.queue(256, limits), ALL_OPERATIONS, lookup)
+    // SAFETY: each test keeps the places it names readable while it posts.
+    unsafe { SendQueueEntries::with_address_lookup(memory.queue(256, limits), ALL_OPERATIONS, lookup) }
 }
 
 /// One inline SEND of `bytes` to `ah` through the C calls; returns what `wr_complete` returned.

@@ -64,7 +64,7 @@ impl DcRoute for OracleRoute<'_> {
 
 /// The address vectors of oracle address handles, as the entries find them (a device's through
 /// `mlx5dv_init_obj`); each handle's vector at a place of its own, for as long as the lookup.
-pub(super) fn oracle_lookup(routes: &[OracleAh]) -> AddressLookup {
+pub(crate) fn oracle_lookup(routes: &[OracleAh]) -> AddressLookup {
     let places: HashMap<usize, Box<[u8; 48]>> = routes
         .iter()
         .map(|route| (route.ibv_ah().as_ptr() as usize, Box::new(route.av())))
@@ -241,7 +241,8 @@ impl EntriesPair {
         // SAFETY: the second DCI's memory outlives the queue (its holders drop the entries
         // first) and nothing else posts on it.
         let queue = unsafe { SendQueue::from_parts(parts) }.expect("the oracle's shape");
-        let entries = SendQueueEntries::with_address_lookup(queue, granted, oracle_lookup(routes));
+        // SAFETY: the lookup's places are its own boxes, alive as long as it.
+        let entries = unsafe { SendQueueEntries::with_address_lookup(queue, granted, oracle_lookup(routes)) };
         let draw = Draw {
             operations,
             max_inline_data: libmlx5.max_inline_data(),

@@ -2,7 +2,7 @@
 //! the comparison with libmlx5's post path (`oracle`, with random requests from `requests`).
 mod entries;
 mod entries_calls;
-mod entries_pair;
+pub(crate) mod entries_pair;
 mod entries_pool;
 mod layout;
 mod oracle;

@@ -1,18 +1,25 @@
-//! A direct initiator's send queue, shared between the initiator, which posts on it, and its
-//! completion queue's table, which retires its requests as their completions are polled
-//! ([`SharedSendQueue`]); and the batch a program holds open on it ([`DirectPostSendGuard`]).
+//! A send queue shared between its poster and the completion queue's table, which retires its
+//! requests as their completions are polled ([`SharedSendQueue`]); and the batch a program holds
+//! open on it natively ([`DirectPostSendGuard`]). The C entries
+//! ([`SendQueueEntries`](super::SendQueueEntries)) hold it too, and borrow it from `wr_start` to
+//! `wr_complete` or `wr_abort`.
 //!
 //! Single-threaded (neither `Send` nor `Sync`): one `&mut SendQueue` at a time, as a `RefCell`
-//! would give, except that the posting borrow lasts as long as the batch's guard, which a
-//! `RefCell`'s could not while the guard is handed out by value.
+//! would give, except that a batch's borrow lasts from its start to its end, which a `RefCell`'s
+//! could not while the guard is handed out by value or the batch spans several C calls.
 use std::cell::{Cell, UnsafeCell};
 
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use crate::send_queue::{PostSendGuard, SendQueue, WorkRequestHandle};
+use super::{PostSendGuard, SendQueue, WorkRequestHandle};
 
-/// A send queue and whether it is borrowed: by an open batch, or by the completion table for
-/// one completion.
+/// A send queue and whether it is borrowed: by an open batch (native or through the C entries),
+/// or by the completion table for one completion.
+///
+/// A `&mut SendQueue` exists only inside [`try_with_mut`](Self::try_with_mut), for the life of a
+/// [`DirectPostSendGuard`], or inside one C entry's call while the entries' batch holds the
+/// borrow ([`acquire`](Self::acquire)); between those, the queue may be read
+/// ([`read`](Self::read)).
 #[derive(Debug)]
 pub(crate) struct SharedSendQueue {
     queue: UnsafeCell<SendQueue>,
@@ -50,14 +57,59 @@ impl SharedSendQueue {
         Some(f(unsafe { &mut *self.queue.get() }))
     }
 
+    /// The queue, read.
+    ///
+    /// # Safety
+    ///
+    /// No `&mut` to the queue is alive while the reference is (one lives only inside
+    /// [`try_with_mut`](Self::try_with_mut), for a [`DirectPostSendGuard`]'s life, and while a C
+    /// entry writes a request into the entries' batch).
+    #[inline]
+    pub(crate) unsafe fn get(&self) -> &SendQueue {
+        // SAFETY: the caller's promise.
+        unsafe { &*self.queue.get() }
+    }
+
+    /// The queue, through `&mut`: nothing else can borrow it.
+    pub(crate) fn get_mut(&mut self) -> &mut SendQueue {
+        self.queue.get_mut()
+    }
+
+    /// Takes the borrow for a batch of the C entries, which then use
+    /// [`borrowed_mut`](Self::borrowed_mut) until [`release`](Self::release); `false` when the
+    /// queue is borrowed already.
+    #[inline]
+    pub(crate) fn acquire(&self) -> bool {
+        !self.borrowed.replace(true)
+    }
+
+    /// Gives back the borrow [`acquire`](Self::acquire) took.
+    #[inline]
+    pub(crate) fn release(&self) {
+        self.borrowed.set(false);
+    }
+
+    /// The queue, for one C entry's call.
+    ///
+    /// # Safety
+    ///
+    /// The caller took the borrow with [`acquire`](Self::acquire) and has not released it, and
+    /// holds no other reference to the queue.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn borrowed_mut(&self) -> &mut SendQueue {
+        // SAFETY: the caller's promise: the flag keeps `try_with_mut` and every other batch away.
+        unsafe { &mut *self.queue.get() }
+    }
+
     /// Opens a batch on the queue (`mlx5_send_wr_start`), borrowing it until the guard is posted
     /// or dropped.
     ///
     /// # Safety
     ///
     /// The caller has exclusive access to the queue's owner (the initiator, through `&mut`) for
-    /// `'a`, and is not inside [`try_with_mut`](Self::try_with_mut): no batch is open and no
-    /// completion is being retired.
+    /// the guard's lifetime, and no batch is open or completion being retired: the flag is
+    /// clear.
     pub(crate) unsafe fn start_post_send(&self) -> DirectPostSendGuard<'_> {
         let was_borrowed = self.borrowed.replace(true);
         debug_assert!(!was_borrowed, "a batch opened on a borrowed send queue");
