@@ -39,6 +39,8 @@ impl SendQueue {
     /// # Errors
     ///
     /// [`QueueFull`](super::WorkRequestErrorKind::QueueFull): nothing is written.
+    // inline(always): with #[inline] on the entries' steps, the DC pool row of `scripts/bench`
+    // (direct) goes over its limit.
     #[inline(always)]
     pub(super) fn start_request(
         &mut self, batch: &Batch, wr_id: u64, fm_ce_se: u8, segments: Segments,
@@ -71,6 +73,8 @@ impl SendQueue {
     /// # Errors
     ///
     /// [`StreamsNotEnabled`](super::WorkRequestErrorKind::StreamsNotEnabled): nothing is written.
+    // inline(always): with #[inline] on the entries' steps, the DC pool row of `scripts/bench`
+    // (direct) goes over its limit.
     #[inline(always)]
     pub(super) fn write_request_address(
         &mut self, started: &Started, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>,
@@ -94,6 +98,8 @@ impl SendQueue {
     ///
     /// [`TooManyScatterGatherEntries`](super::WorkRequestErrorKind::TooManyScatterGatherEntries),
     /// [`InlineDataTooLong`](super::WorkRequestErrorKind::InlineDataTooLong): nothing is written.
+    // inline(always): with #[inline] on the entries' steps, the DC pool row of `scripts/bench`
+    // (direct) goes over its limit.
     #[inline(always)]
     pub(super) fn write_request_data(&mut self, started: &mut Started, data: Data<'_>) -> Result<(), WorkRequestError> {
         self.check_data(data)?;
@@ -105,6 +111,8 @@ impl SendQueue {
 
     /// The last setter's step: the control segment's size and QP number, the slot's `wr_id`,
     /// and `batch` past the request.
+    // inline(always): with #[inline] on the entries' steps, the DC pool row of `scripts/bench`
+    // (direct) goes over its limit.
     #[inline(always)]
     pub(super) fn finish_request(&mut self, batch: &mut Batch, started: Started) {
         let Started { slot, wr_id, size, .. } = started;
