@@ -123,6 +123,9 @@ _ALWAYS = {
 _FIRST = {
     "creation.rs": [
         (("#[cfg(test)]\nimpl DcInitiator {", "    }\n}\n\n"), "", 1),
+        # A test on that model (what sideway-ext-dc-direct reads of a DC initiator).
+        (("\n    /// The scatter/gather entries and signal-all a DC initiator reports",
+          "(max_send_sge, sq_sig_all));\n        }\n    }\n"), "", 1),
     ],
 }
 
