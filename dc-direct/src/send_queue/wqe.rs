@@ -335,7 +335,7 @@ pub(super) unsafe fn write_address(at: NonNull<u8>, address: &AddressVector, dct
         at.add(8).cast::<[u8; 8]>().write(dqp_dct_and_next);
         // Bytes 16 to 47: the vector's, read as a value (not copied memory to memory), which the
         // compiler may keep in registers while a batch goes to one route: the DC WQE rows of
-        // `scripts/bench` (plain memory, direct) cost about 3 instructions more a request else.
+        // `scripts/bench` (plain memory, direct) ask for it.
         let rest: [u8; 32] = std::array::from_fn(|i| av[16 + i]);
         at.add(16).cast::<[u8; 32]>().write(rest);
     }
