@@ -287,6 +287,119 @@ mod mlx5_devinfo_report {
         }
     }
 
+    /// The rdma-core release is libibverbs' (`55` of `1.14.55.0`), and a libibverbs of release 32
+    /// or newer exports `_ibv_query_gid_ex`.
+    fn check_rdma_core(versions: &Value) {
+        let version = versions["libibverbs"]["version"].as_str().expect("a version");
+        let numbers: Vec<&str> = version.split('.').collect();
+        let release = match numbers[..] {
+            [_, _, major, _] => major.parse::<u64>().ok(),
+            _ => None,
+        };
+        assert_eq!(versions["rdma_core"].as_u64(), release, "{versions}");
+        let exported = &versions["libibverbs_exports"]["_ibv_query_gid_ex"];
+        match release {
+            Some(release) if versions["libibverbs"]["file"].is_string() => {
+                assert_eq!(exported.as_bool(), Some(release >= 32), "{versions}")
+            },
+            _ => assert!(exported.is_boolean() || exported.is_null(), "{versions}"),
+        }
+    }
+
+    /// Now, UTC, to the second, as `date -u` prints it in RFC 3339.
+    fn utc_now() -> String {
+        let output = std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+            .output()
+            .expect("run date");
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    }
+
+    /// Where libibverbs finds no `class/infiniband_verbs` under sysfs, as on a host without RDMA
+    /// (CI's), it answers the device list with "Function not implemented"; both the listing and
+    /// the self-test say what that means: no RDMA device, or with devices in
+    /// `class/infiniband`, the `ib_uverbs` module not loaded. The sysfs is one the test makes
+    /// (`SYSFS_PATH`, which libibverbs reads instead of `/sys`), so that this runs on any host.
+    /// The self-test's report records the run: the command line, the `MLX5_*` variables, the
+    /// checkout's commit and the time.
+    #[test]
+    fn mlx5_devinfo_says_what_function_not_implemented_means() {
+        let binary = peer::example_binary("mlx5_devinfo", Some("mlx5"));
+        let sysfs = std::env::temp_dir().join(format!("sideway-ext-sysfs-{}", std::process::id()));
+        let report_path = sysfs.join("dc-report.json");
+        std::fs::create_dir_all(&sysfs).expect("make the sysfs root");
+        let run = |args: &[&str]| {
+            let output = std::process::Command::new(&binary)
+                .args(args)
+                .env("SYSFS_PATH", &sysfs)
+                .env("MLX5_SHUT_UP_BF", "1")
+                .output()
+                .expect("run mlx5_devinfo");
+            assert_eq!(output.status.code(), Some(1), "{output:?}");
+            String::from_utf8_lossy(&output.stderr).into_owned()
+        };
+        let enosys = "Function not implemented (os error 38). ";
+
+        let listing = run(&[]);
+        let none = "This host has no RDMA device: libibverbs answers ENOSYS when /sys/class/infiniband_verbs \
+                    (the ib_uverbs module) is missing";
+        assert!(listing.contains(&format!("{enosys}{none}")), "{listing}");
+
+        let report_arg = report_path.to_str().expect("a UTF-8 path");
+        let before = utc_now();
+        let selftest = run(&["--dc-selftest", "--report", report_arg]);
+        let after = utc_now();
+        assert!(selftest.contains(&format!("{enosys}{none}")), "{selftest}");
+        let text = std::fs::read_to_string(&report_path).expect("the report");
+        let report: Value = serde_json::from_str(&text).expect("JSON");
+        assert!(
+            report["stopped"].as_str().is_some_and(|why| why.contains(none)),
+            "{report}"
+        );
+        assert_eq!(report["outcome"], "not run");
+        assert_eq!(
+            report["run"]["command_line"],
+            serde_json::json!([
+                binary.to_str().expect("a UTF-8 path"),
+                "--dc-selftest",
+                "--report",
+                report_arg
+            ])
+        );
+        assert_eq!(report["environment"]["MLX5_SHUT_UP_BF"], "1", "{report}");
+        let head = std::process::Command::new("git")
+            .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map_or_else(
+                || "unknown".to_string(),
+                |output| String::from_utf8_lossy(&output.stdout).trim().to_string(),
+            );
+        assert_eq!(report["run"]["checkout"]["commit"], head.as_str(), "{report}");
+        let time = report["run"]["time"].as_str().expect("a time");
+        assert!(
+            before.as_str() <= time && time <= after.as_str(),
+            "{before} ≤ {time} ≤ {after}"
+        );
+        let not_tried = report["not_tried"].as_array().expect("not_tried");
+        for topic in ["routing", "ARP", "switch MTU", "PFC", "a remote MTU"] {
+            assert!(
+                not_tried
+                    .iter()
+                    .any(|item| item.as_str().is_some_and(|item| item.starts_with(topic))),
+                "{topic}: {report}"
+            );
+        }
+
+        // A device the kernel has, without ib_uverbs.
+        std::fs::create_dir_all(sysfs.join("class/infiniband/mlx5_0")).expect("make a device");
+        let listing = run(&[]);
+        let _ = std::fs::remove_dir_all(&sysfs);
+        let unloaded = "The ib_uverbs module is not loaded: the kernel has RDMA devices (mlx5_0)";
+        assert!(listing.contains(&format!("{enosys}{unloaded}")), "{listing}");
+    }
+
     /// `mlx5_devinfo --dc-selftest --report FILE` on whatever is here (the first device, none on
     /// a host without RDMA): the file is JSON with the versions (this kernel, sideway-ext's, the
     /// libraries as mapped), every step once, and the device's facts as the test reads them.
@@ -312,6 +425,7 @@ mod mlx5_devinfo_report {
         assert_eq!(report["versions"]["kernel"], kernel.trim());
         check_library(&report["versions"]["libibverbs"], "libibverbs.so.");
         check_library(&report["versions"]["libmlx5"], "libmlx5.so.");
+        check_rdma_core(&report["versions"]);
 
         let steps = report["steps"].as_array().expect("steps");
         let names: Vec<&str> = steps.iter().map(|s| s["name"].as_str().expect("a name")).collect();

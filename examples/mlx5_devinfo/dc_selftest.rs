@@ -1,9 +1,13 @@
-//! `mlx5_devinfo --dc-selftest`: DC end to end on one ConnectX, in loopback on port 1. A DC target
-//! (on a shared receive queue) and a DC initiator are built and brought up, then each check runs
-//! and prints one line: `ok`, `FAILED` with the status, or `skipped` with why. The exit status is
-//! 1 when the device is not mlx5 (or libmlx5 is missing) and 2 when a check failed. The fault
-//! steps are in `dc_selftest/faults.rs`, the direct path's in `dc_selftest/direct.rs`; with
-//! `--report FILE` the steps are also written as JSON (`report.rs`).
+//! `mlx5_devinfo --dc-selftest`: DC end to end on one ConnectX, in loopback on one port (`-i`,
+//! default 1). A DC target (on a shared receive queue) and a DC initiator are built and brought
+//! up, both from the GID `-g` gives (else each side's default), then each check runs and prints
+//! one line: `ok`, `FAILED` with the status, or `skipped` with why. The exit status is 1 when the
+//! device is not mlx5 (or libmlx5 is missing) and 2 when a check failed. The fault steps are in
+//! `dc_selftest/faults.rs`, the direct path's in `dc_selftest/direct.rs`; with `--report FILE`
+//! the steps are also written as JSON (`report.rs`), with the port and each side's GID.
+//!
+//! A loopback reaches its own port: a pass proves nothing of routing, ARP, a switch's MTU, PFC
+//! or a remote MTU, and the report says so first (`scope`, `not_tried`).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,9 +30,9 @@ use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
 use self::atomic_order::AtomicOrder;
 use crate::chain;
-use crate::report::{step, SelftestReport};
+use crate::port::PortFacts;
+use crate::report::{step, SelftestReport, Side};
 
-const PORT: u8 = 1;
 const KEY: u64 = 0x5e1f_7e57;
 const LEN: usize = 4096;
 /// The longest wait for a completion: a request to a destroyed DC target completes only once the
@@ -89,8 +93,34 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Where the loopback runs: its port, the GID index its address handle is sent from, and the
+/// source GID both sides are brought up with.
+struct Addressing {
+    port: u8,
+    /// The address handle's source GID index: given, or picked (`pick_gid_index`).
+    gid_index: u8,
+    /// `-g`: the GID both sides use, on InfiniBand too (then every address is global).
+    given: Option<u8>,
+}
+
+impl Addressing {
+    /// The source GID of both sides: the given index, else each side's default (on RoCE the
+    /// port's RoCE v2 GID, on InfiniBand none).
+    fn source_gid(&self) -> SourceGid {
+        self.given.map_or(SourceGid::Automatic, SourceGid::Index)
+    }
+
+    /// How every DC initiator of the self-test is brought up: on the port, from the source GID.
+    fn initiator_bring_up(&self) -> DcInitiatorBringUp {
+        let mut bring_up = DcInitiatorBringUp::new(self.port);
+        bring_up.setup_source_gid(self.source_gid());
+        bring_up
+    }
+}
+
 /// Everything one loopback needs.
 struct Loopback {
+    addressing: Addressing,
     pd: Arc<ProtectionDomain>,
     send_cq: sideway::ibverbs::completion::GenericCompletionQueue,
     recv_cq: sideway::ibverbs::completion::GenericCompletionQueue,
@@ -146,7 +176,8 @@ fn cq(ctx: &Arc<DeviceContext>) -> Result<sideway::ibverbs::completion::GenericC
 }
 
 impl Loopback {
-    fn new(ctx: &Arc<DeviceContext>, gid_index: u8, atomics: bool) -> Result<Self> {
+    fn new(ctx: &Arc<DeviceContext>, addressing: Addressing, atomics: bool) -> Result<Self> {
+        let port = addressing.port;
         let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {}", chain(&e)))?;
         let (send_cq, recv_cq) = (cq(ctx)?, cq(ctx)?);
         let srq = pd
@@ -159,14 +190,12 @@ impl Loopback {
             access |= AccessFlags::RemoteAtomic;
         }
         let roce = ctx
-            .query_port(PORT)
-            .map_err(|e| format!("query port {PORT}: {}", chain(&e)))?
+            .query_port(port)
+            .map_err(|e| format!("query port {port}: {}", chain(&e)))?
             .link_layer()
             == LinkLayer::Ethernet;
-        let mut bring_up = DcTargetBringUp::new(PORT);
-        if roce {
-            bring_up.setup_src_gid_index(gid_index);
-        }
+        let mut bring_up = DcTargetBringUp::new(port);
+        bring_up.setup_source_gid(addressing.source_gid());
         let recipe = TargetRecipe {
             pd: Arc::clone(&pd),
             recv_cq: recv_cq.clone(),
@@ -175,13 +204,20 @@ impl Loopback {
             bring_up,
         };
         let (dct, endpoint) = recipe.build()?;
-        let ah = endpoint
-            .create_ah(&pd, PORT, gid_index)
-            .map_err(|e| format!("address handle: {}", chain(&e)))?;
+        let ah = match addressing.given {
+            // A GID given on InfiniBand: global, as the target is.
+            Some(index) if !roce => pd
+                .create_ah(&endpoint.global_address_handle_attribute(port, index))
+                .map_err(|e| format!("address handle: {}", chain(&e)))?,
+            _ => endpoint
+                .create_ah(&pd, port, addressing.gid_index)
+                .map_err(|e| format!("address handle: {}", chain(&e)))?,
+        };
         let remote = Buffer::new(&pd, LEN, access)?;
         let local = Buffer::new(&pd, LEN, AccessFlags::LocalWrite)?;
         let forbidden = Buffer::new(&pd, LEN, AccessFlags::LocalWrite)?;
         Ok(Self {
+            addressing,
             pd,
             send_cq,
             recv_cq,
@@ -205,7 +241,7 @@ impl Loopback {
         let mut dci = builder
             .build()
             .map_err(|e| format!("create the DC initiator: {}", chain(&e)))?;
-        dci.bring_up(&DcInitiatorBringUp::new(PORT))
+        dci.bring_up(&self.addressing.initiator_bring_up())
             .map_err(|e| format!("DC initiator to RTS: {}", chain(&e)))?;
         Ok(dci)
     }
@@ -344,33 +380,37 @@ fn written(lb: &Loopback, seed: u8) -> Result<String> {
         .ok_or_else(|| "the bytes that arrived differ from those sent".to_string())
 }
 
-/// The GID index to use: the one given, else on RoCE the port's RoCE v2 GID (IPv4-mapped
-/// first), on InfiniBand 0.
-fn pick_gid_index(ctx: &Arc<DeviceContext>, given: Option<u8>) -> Result<u8> {
+/// The GID index to use on `port`: the one given, else on RoCE the port's RoCE v2 GID
+/// (IPv4-mapped first), on InfiniBand 0.
+fn pick_gid_index(ctx: &Arc<DeviceContext>, port: u8, given: Option<u8>) -> Result<u8> {
     if let Some(index) = given {
         return Ok(index);
     }
-    let port = ctx
-        .query_port(PORT)
-        .map_err(|e| format!("query port {PORT}: {}", chain(&e)))?;
-    if port.link_layer() != LinkLayer::Ethernet {
+    let attr = ctx
+        .query_port(port)
+        .map_err(|e| format!("query port {port}: {}", chain(&e)))?;
+    if attr.link_layer() != LinkLayer::Ethernet {
         return Ok(0);
     }
     let entry = ctx
-        .source_gid(PORT, &SourceGid::Automatic)
+        .source_gid(port, &SourceGid::Automatic)
         .map_err(|e| format!("pick a RoCE v2 GID: {}: give one with -g", chain(&e)))?
-        .ok_or_else(|| format!("port {PORT} is RoCE and has no RoCE v2 GID (no IP address?): give one with -g"))?;
+        .ok_or_else(|| format!("port {port} is RoCE and has no RoCE v2 GID (no IP address?): give one with -g"))?;
     Ok(entry.index())
 }
 
-/// Runs the self-test on `ctx` (named `name`) with the local GID `gid_index` (picked when
-/// `None`), recording it in `report`.
-pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: &mut SelftestReport) -> Outcome {
+/// Runs the self-test on port `port` of `ctx` (named `name`) with the local GID `gid_index`
+/// (picked when `None`), recording it in `report`.
+pub fn run(
+    ctx: &Arc<DeviceContext>, name: &str, port: u8, gid_index: Option<u8>, report: &mut SelftestReport,
+) -> Outcome {
     report.device(ctx, name);
     let mlx5 = Mlx5DeviceContext::new(Arc::clone(ctx));
     let capabilities = match mlx5.query_dc_capabilities() {
         Ok(capabilities) => {
             report.capabilities(&capabilities);
+            // The HCA's max_wqe_sz_sq and max_wqe_sz_sq_dc: unknown until the library reads them.
+            report.wqe_sizes(None, None);
             capabilities
         },
         Err(err) => return stop(report, name, format!("the DC capability query failed: {}", chain(&err))),
@@ -381,38 +421,43 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: 
         report.stop(why);
         return Outcome::NotMlx5;
     }
-    let gid_index = match pick_gid_index(ctx, gid_index) {
+    // Whether the device has BlueFlame: unknown until sideway-ext-dc-direct says.
+    report.blueflame(None);
+    let port_facts = PortFacts::read(ctx, port);
+    let port_line = port_facts.as_ref().map_or_else(Clone::clone, PortFacts::line);
+    report.port(port_facts);
+    let given = gid_index;
+    let gid_index = match pick_gid_index(ctx, port, given) {
         Ok(index) => index,
         Err(why) => return stop(report, name, why),
     };
-    let gid = ctx.query_gid(PORT, gid_index.into()).map_or_else(
+    let gid = ctx.query_gid(port, gid_index.into()).map_or_else(
         |e| format!("unreadable: {}", chain(&e)),
         |gid| std::net::Ipv6Addr::from(gid).to_string(),
     );
-    let link_layer = ctx.query_port(PORT).map_or_else(
-        |e| format!("unreadable: {}", chain(&e)),
-        |port| format!("{:?}", port.link_layer()),
-    );
-    report.address(PORT, link_layer, gid_index, gid.clone());
+    report.address(gid_index, gid.clone());
     println!(
-        "DC self-test of {name}, port {PORT}, GID index {gid_index} ({gid}): max_dc_rd_atom {:?} (as requester), \
+        "DC self-test of {name}, port {port}, GID index {gid_index} ({gid}): max_dc_rd_atom {:?} (as requester), \
          max_dc_init_rd_atom {:?} (as responder; a DCI's bound), DCI streams {:?}",
         capabilities.max_dc_rd_atom(),
         capabilities.max_dc_init_rd_atom(),
         capabilities.dci_streams()
     );
+    println!("{port_line}");
+    let addressing = || Addressing { port, gid_index, given };
     // The DC initiator's default operations leave the atomics out on a device without them; a
     // device without DC atomics refuses the DC target's remote atomic access by name, and the
     // loopback is built again without it.
-    let lb = match Loopback::new(ctx, gid_index, true) {
-        Err(why) if why.contains("no DC atomics") => Loopback::new(ctx, gid_index, false).map(|lb| (lb, false)),
+    let lb = match Loopback::new(ctx, addressing(), true) {
+        Err(why) if why.contains("no DC atomics") => Loopback::new(ctx, addressing(), false).map(|lb| (lb, false)),
         other => other.map(|lb| (lb, true)),
     };
     let (mut lb, dc_atomics) = match lb {
         Ok((lb, dc_atomics)) => {
+            let gid = report.side_gid(Side::Target, port, lb.dct.source_gid());
             report.check(
                 step::DC_TARGET,
-                Ok(format!("DCT number {:#x}", lb.endpoint.dct_number())),
+                Ok(format!("DCT number {:#x}, {gid}", lb.endpoint.dct_number())),
             );
             (lb, dc_atomics)
         },
@@ -424,7 +469,11 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: 
     };
     let mut dci = match lb.initiator(None) {
         Ok(dci) => {
-            report.check(step::DC_INITIATOR, Ok(format!("QP number {:#x}", dci.qp_number())));
+            let gid = report.side_gid(Side::Initiator, port, dci.source_gid());
+            report.check(
+                step::DC_INITIATOR,
+                Ok(format!("QP number {:#x}, {gid}", dci.qp_number())),
+            );
             report.granted(step::DC_INITIATOR, &dci);
             dci
         },
@@ -576,8 +625,9 @@ pub fn run(ctx: &Arc<DeviceContext>, name: &str, gid_index: Option<u8>, report: 
         direct::Verdict::Checked(result) => report.check(step::DIRECT, result),
         direct::Verdict::Skipped(why) => report.skip(step::DIRECT, &why),
     }
-    // The rest of the loopback goes with `lb`.
-    let _ = &lb.dct;
+    // The size of the register the direct DC initiator rang: unknown until sideway-ext-dc-direct
+    // says.
+    report.direct_register_size(None);
     if report.failed() {
         Outcome::Failed
     } else {

@@ -8,19 +8,25 @@
 //! cargo run --features mlx5 --example mlx5_devinfo -- -d mlx5_0 # one device
 //! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -d mlx5_0
 //! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest --report dc-report.json
+//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -i 2 -g 3 # port 2, GID 3
 //! ```
 //!
-//! `--dc-selftest` runs DC end to end on one device, in loopback on port 1 (see `dc_selftest.rs`):
-//! a DC target and a DC initiator, RDMA WRITE and READ, both atomics, a SEND into the target's
-//! shared receive queue, a wrong DC key and the recovery, DCI streams where the device has
-//! them, and a WRITE and an inline SEND through the direct path (`sideway-ext-dc-direct`), one
-//! line per check (`ok`, `FAILED` with the status, `skipped` with why). With
-//! `--report FILE` it also writes what it saw as JSON (`report.rs`: versions, device,
-//! capabilities, granted sizes, each step, each fault's completion), to attach to an issue; the
-//! file is written whatever happens, also when no device can be listed.
+//! `--dc-selftest` runs DC end to end on one device, in loopback on one port (`-i`, default 1;
+//! see `dc_selftest.rs`): a DC target and a DC initiator, RDMA WRITE and READ, both atomics, a
+//! SEND into the target's shared receive queue, a wrong DC key and the recovery, DCI streams
+//! where the device has them, and a WRITE and an inline SEND through the direct path
+//! (`sideway-ext-dc-direct`), one line per check (`ok`, `FAILED` with the status, `skipped`
+//! with why), then a line saying what a loopback does not try (routing, ARP, switch MTU, PFC, a
+//! remote MTU). With `--report FILE` it also writes what it saw as JSON (`report.rs`: what was
+//! not tried, the command line, commit and time, versions, the `MLX5_*` variables, the port
+//! and each side's GID, capabilities, granted sizes, each step, each fault's completion), to
+//! attach to an issue; the file is written whatever happens, also when no device can be
+//! listed. `--json` prints the command line, commit and time too (`run.rs`).
 //!
 //! Exits with status 1 when no RDMA device can be listed (or the named one does not exist), and
 //! with `--dc-selftest` also when the device is not mlx5; 2 when a self-test check failed.
+//! Where the list fails, the message says what that means (`device_list.rs`): "Function not
+//! implemented" is no RDMA device, or the kernel's `ib_uverbs` module not loaded.
 use std::net::Ipv6Addr;
 
 use clap::Parser;
@@ -34,8 +40,11 @@ use sideway_ext::mlx5::device_attributes::{Mlx5ContextFlags, Mlx5ContextMask, Ml
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 
 mod dc_selftest;
+mod device_list;
 mod fault;
+mod port;
 mod report;
+mod run;
 
 /// RDMA devices with their mlx5 direct-verbs and DC capabilities.
 #[derive(Parser)]
@@ -47,11 +56,15 @@ struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Run the DC self-test in loopback on port 1 of the device (`-d`, default: the first).
+    /// Run the DC self-test in loopback on one port of the device (`-d`, default: the first).
     #[arg(long)]
     dc_selftest: bool,
-    /// The local GID index of the self-test's addresses (default: on RoCE the port's RoCE v2 GID,
-    /// IPv4-mapped first; on InfiniBand 0).
+    /// The port of the self-test (from 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, requires = "dc_selftest")]
+    port: u8,
+    /// The local GID index of the self-test's addresses, the DC target's and the DC initiator's
+    /// source GID (default: on RoCE the port's RoCE v2 GID, IPv4-mapped first; on InfiniBand
+    /// none, the LID; given on InfiniBand, the addresses are global).
     #[arg(short = 'g', long = "gid-idx", requires = "dc_selftest")]
     gid_index: Option<u8>,
     /// Also write the self-test's report to this file, as JSON (to attach to an issue).
@@ -61,6 +74,7 @@ struct Args {
 
 #[derive(Serialize)]
 struct Report {
+    run: run::Run,
     devices: Vec<DeviceReport>,
 }
 
@@ -105,6 +119,7 @@ struct GidReport {
 
 fn main() {
     let args = Args::parse();
+    let run = run::Run::read();
     if args.dc_selftest {
         let mut report = report::SelftestReport::new();
         let mut status = selftest(&args, &mut report);
@@ -122,7 +137,7 @@ fn main() {
     let list = match DeviceList::new() {
         Ok(list) => list,
         Err(err) => {
-            eprintln!("mlx5_devinfo: cannot list RDMA devices: {}", chain(&err));
+            eprintln!("mlx5_devinfo: {}", device_list::list_error(&err));
             std::process::exit(1);
         },
     };
@@ -158,7 +173,7 @@ fn main() {
         }
         std::process::exit(1);
     }
-    let report = Report { devices };
+    let report = Report { run, devices };
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),
@@ -182,7 +197,7 @@ fn selftest(args: &Args, report: &mut report::SelftestReport) -> i32 {
     };
     let list = match DeviceList::new() {
         Ok(list) => list,
-        Err(err) => return fail(report, format!("cannot list RDMA devices: {}", chain(&err))),
+        Err(err) => return fail(report, device_list::list_error(&err)),
     };
     let Some(device) = list
         .iter()
@@ -201,12 +216,15 @@ fn selftest(args: &Args, report: &mut report::SelftestReport) -> i32 {
         Ok(ctx) => ctx,
         Err(err) => return fail(report, format!("cannot open {name}: {}", chain(&err))),
     };
-    let outcome = dc_selftest::run(&ctx, &name, args.gid_index, report);
+    let outcome = dc_selftest::run(&ctx, &name, args.port, args.gid_index, report);
     let (status, said) = match outcome {
         dc_selftest::Outcome::Passed => (0, "passed"),
         dc_selftest::Outcome::NotMlx5 => (1, "not mlx5"),
         dc_selftest::Outcome::Failed => (2, "failed"),
     };
+    if !matches!(outcome, dc_selftest::Outcome::NotMlx5) {
+        println!("{}", report.scope_line());
+    }
     report.outcome(said);
     status
 }
@@ -243,11 +261,7 @@ fn describe(ctx: &std::sync::Arc<DeviceContext>, report: &mut DeviceReport) {
             port: entry.port_num(),
             index: entry.gid_index(),
             gid: format!("{gid}{ipv4}"),
-            kind: match entry.gid_type() {
-                GidType::InfiniBand => "IB",
-                GidType::RoceV1 => "RoCE v1",
-                GidType::RoceV2 => "RoCE v2",
-            },
+            kind: gid_type_name(entry.gid_type()),
         });
     }
 
@@ -279,6 +293,15 @@ fn chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// `IB`, `RoCE v1` or `RoCE v2`.
+fn gid_type_name(gid_type: GidType) -> &'static str {
+    match gid_type {
+        GidType::InfiniBand => "IB",
+        GidType::RoceV1 => "RoCE v1",
+        GidType::RoceV2 => "RoCE v2",
+    }
 }
 
 /// "Mtu1024" → "1024".

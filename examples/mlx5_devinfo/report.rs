@@ -1,21 +1,29 @@
 //! `mlx5_devinfo --dc-selftest --report FILE`: what the self-test saw, as JSON a user attaches to
-//! an issue. The versions (kernel, libibverbs and libmlx5 with the rdma-core release they come
-//! from, the device's firmware, sideway-ext), the device (name, vendor and part ids), the DC
-//! capabilities and device attributes the self-test reads, the sizes the DC initiators were
-//! granted, and each step: `ok`, `failed` with the error, or `skipped` with the reason, plus
-//! for a fault step the error completion ([`Fault`]: status, vendor syndrome, time).
+//! an issue. First what a pass does not prove (`scope` and `not_tried`: the self-test is a
+//! loopback), then the run (command line, commit, time), the versions (kernel, libibverbs and
+//! libmlx5 with the rdma-core release they come from, whether libibverbs exports
+//! `_ibv_query_gid_ex`, sideway-ext), the `MLX5_*` variables libmlx5 reads, the device (name,
+//! vendor and part ids, the port and the GID each side used, with its network device and MTU),
+//! the DC capabilities and device attributes the self-test reads, the direct path's BlueFlame
+//! facts, the sizes the DC initiators were granted, and each step: `ok`, `failed` with the
+//! error, or `skipped` with the reason, plus for a fault step the error completion ([`Fault`]:
+//! status, vendor syndrome, time).
 //!
 //! Every step of [`step::ALL`] is in the report exactly once: one the self-test never reached
 //! (the device is not mlx5, or an earlier step stopped it) is `skipped` with why.
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
 use sideway::ibverbs::device_context::DeviceContext;
+use sideway_ext::ibverbs::source_gid::SourceGidEntry;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
 
 use crate::fault::Fault;
+use crate::port::{GidFacts, PortFacts};
+use crate::run::Run;
 
 /// The self-test's steps, by the names its lines and the report give them.
 pub mod step {
@@ -46,15 +54,47 @@ pub mod step {
     ];
 }
 
+/// What a pass proves, first in the report.
+const SCOPE: &str = "a loopback: one device, one port, one GID per side; the DC target and the DC initiator \
+                     are on this host and address each other. A pass says DC works on this device with this \
+                     host's kernel and libraries, not that two hosts reach each other (dc_pingpong between \
+                     two hosts tries that)";
+
+/// What the loopback does not try, whatever its outcome.
+const NOT_TRIED: [&str; 7] = [
+    "routing: the destination is this port's own GID; no IP route, router or second subnet is used",
+    "ARP: the address handle resolves this host's own address, never a peer's MAC (RoCE)",
+    "switch MTU: no switch forwards the packets, so none drops one larger than its MTU",
+    "PFC and congestion control: no fabric between the two sides, no pause frames, no ECN marks",
+    "a remote MTU: both sides have this port's MTU; a peer with another MTU is not tried",
+    "another host's kernel, rdma-core, firmware or adapter",
+    "ports and GIDs other than those in `device`",
+];
+
+/// Which side of the loopback.
+pub enum Side {
+    Target,
+    Initiator,
+}
+
 /// The self-test's record: its lines are printed as its steps end, the report written at the end.
-#[derive(Serialize, Default)]
+#[derive(Serialize)]
 pub struct SelftestReport {
     program: &'static str,
     sideway_ext: &'static str,
+    /// What a pass proves: a loopback.
+    scope: &'static str,
+    /// What the loopback does not try.
+    not_tried: [&'static str; NOT_TRIED.len()],
+    run: Run,
     /// Read when the report is written, once the libraries are loaded.
     versions: Option<Versions>,
+    /// The `MLX5_*` environment variables in effect (libmlx5 reads them when a device is opened:
+    /// `MLX5_SHUT_UP_BF`, `MLX5_QP_SIGNATURE`, …), read when the self-test starts.
+    environment: BTreeMap<String, String>,
     device: Option<DeviceFacts>,
     capabilities: Option<Capabilities>,
+    direct: DirectFacts,
     /// What each kind of DC initiator was granted, by the name of the step that built it.
     granted: Vec<Granted>,
     steps: Vec<Step>,
@@ -70,6 +110,20 @@ struct Versions {
     kernel: String,
     libibverbs: Library,
     libmlx5: Library,
+    /// The rdma-core release libibverbs comes from, its major number (`55` of
+    /// `libibverbs.so.1.14.55.0`): what decides which calls it has. `null` when the file name
+    /// does not say.
+    rdma_core: Option<u32>,
+    libibverbs_exports: Exports,
+}
+
+/// Whether `libibverbs.so.1` exports the symbols the crate resolves by name (`dlsym`); `null`
+/// when the library cannot be opened.
+#[derive(Serialize)]
+struct Exports {
+    /// What `ibv_query_gid_ex` and `ibv_query_gid_table` call (rdma-core 32 and newer).
+    #[serde(rename = "_ibv_query_gid_ex")]
+    query_gid_ex: Option<bool>,
 }
 
 /// A library as this process mapped it (rdma-mummy-sys loads both with `dlopen`).
@@ -98,10 +152,17 @@ struct DeviceFacts {
     atomic_cap: Option<String>,
     /// Why `ibv_query_device` gave nothing.
     query_error: Option<String>,
-    port: Option<u8>,
-    link_layer: Option<String>,
+    /// The port the self-test ran on (`null` when it could not be read: see `port_error`).
+    port: Option<PortFacts>,
+    port_error: Option<String>,
+    /// The GID index the self-test addresses (given with `-g`, or picked) and its GID.
     gid_index: Option<u8>,
     gid: Option<String>,
+    /// The source GID the DC target was brought up with (`null` before, or on InfiniBand
+    /// without `-g`: the LID addresses it).
+    target_gid: Option<GidFacts>,
+    /// The source GID the DC initiator was brought up with (as the target's).
+    initiator_gid: Option<GidFacts>,
 }
 
 #[derive(Serialize)]
@@ -115,6 +176,25 @@ struct Capabilities {
     dc_odp: Option<String>,
     rc_max_qp_rd_atom: u32,
     rc_max_qp_init_rd_atom: u32,
+    /// The HCA capability `max_wqe_sz_sq`: the largest send WQE, in bytes (`null`: unknown).
+    max_wqe_sz_sq: Option<u32>,
+    /// The HCA capability `max_wqe_sz_sq_dc`: the largest DC send WQE, in bytes (`null`: unknown).
+    max_wqe_sz_sq_dc: Option<u32>,
+}
+
+/// The direct path's doorbell (`sideway-ext-dc-direct`); `null` where unknown.
+#[derive(Serialize, Default)]
+struct DirectFacts {
+    /// Whether the device has BlueFlame registers (`MLX5DV_CONTEXT_FLAGS_BLUEFLAME`, reported by
+    /// rdma-core 58 and newer).
+    blueflame: Option<bool>,
+    /// The size in bytes of the register the direct DC initiator rings its doorbell through.
+    register_size: Option<u32>,
+}
+
+/// The `MLX5_*` variables of `variables`, by name.
+fn mlx5_variables(variables: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    variables.filter(|(name, _)| name.starts_with("MLX5_")).collect()
 }
 
 #[derive(Serialize)]
@@ -142,14 +222,45 @@ struct Step {
 }
 
 impl SelftestReport {
-    /// An empty report: no device, no step yet.
+    /// An empty report: no device, no step yet; the run and the environment as they are now.
     pub fn new() -> Self {
+        let environment = std::env::vars_os().map(|(name, value)| {
+            (
+                name.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned(),
+            )
+        });
         Self {
             program: "mlx5_devinfo --dc-selftest",
             sideway_ext: env!("CARGO_PKG_VERSION"),
+            scope: SCOPE,
+            not_tried: NOT_TRIED,
+            run: Run::read(),
+            versions: None,
+            environment: mlx5_variables(environment),
+            device: None,
+            capabilities: None,
+            direct: DirectFacts::default(),
+            granted: Vec::new(),
+            steps: Vec::new(),
+            stopped: None,
             outcome: "failed",
-            ..Self::default()
         }
+    }
+
+    /// The line that says what a pass does not prove, for the end of the self-test's output.
+    pub fn scope_line(&self) -> String {
+        let not_tried: Vec<&str> = self
+            .not_tried
+            .iter()
+            .filter_map(|item| item.split(':').next())
+            .take(5)
+            .collect();
+        format!(
+            "not tried: this is a loopback on one port and one GID, so a pass says nothing of {} \
+             (the report's not_tried lists them; dc_pingpong between two hosts tries them)",
+            not_tried.join(", ")
+        )
     }
 
     /// The device `name` behind `ctx`, as `ibv_query_device` describes it.
@@ -175,14 +286,57 @@ impl SelftestReport {
         self.device = Some(facts);
     }
 
-    /// The port, its link layer and the local GID the self-test addresses.
-    pub fn address(&mut self, port: u8, link_layer: String, gid_index: u8, gid: String) {
+    /// The port the self-test runs on, as read (or why it could not be).
+    pub fn port(&mut self, port: Result<PortFacts, String>) {
         if let Some(facts) = &mut self.device {
-            facts.port = Some(port);
-            facts.link_layer = Some(link_layer);
+            match port {
+                Ok(port) => facts.port = Some(port),
+                Err(why) => facts.port_error = Some(why),
+            }
+        }
+    }
+
+    /// The local GID the self-test addresses.
+    pub fn address(&mut self, gid_index: u8, gid: String) {
+        if let Some(facts) = &mut self.device {
             facts.gid_index = Some(gid_index);
             facts.gid = Some(gid);
         }
+    }
+
+    /// The source GID `side` was brought up with on port `port` of the device, if any; its line.
+    pub fn side_gid(&mut self, side: Side, port: u8, entry: Option<SourceGidEntry>) -> String {
+        let Some(facts) = &mut self.device else {
+            return String::new();
+        };
+        let gid = entry.map(|entry| GidFacts::read(&facts.name, port, &entry));
+        let line = gid
+            .as_ref()
+            .map_or_else(|| "no source GID (InfiniBand: the LID)".to_string(), GidFacts::line);
+        match side {
+            Side::Target => facts.target_gid = gid,
+            Side::Initiator => facts.initiator_gid = gid,
+        }
+        line
+    }
+
+    /// The HCA's largest send WQE and largest DC send WQE (`max_wqe_sz_sq`,
+    /// `max_wqe_sz_sq_dc`), where known.
+    pub fn wqe_sizes(&mut self, max_wqe_sz_sq: Option<u32>, max_wqe_sz_sq_dc: Option<u32>) {
+        if let Some(capabilities) = &mut self.capabilities {
+            capabilities.max_wqe_sz_sq = max_wqe_sz_sq;
+            capabilities.max_wqe_sz_sq_dc = max_wqe_sz_sq_dc;
+        }
+    }
+
+    /// Whether the device has BlueFlame, where known.
+    pub fn blueflame(&mut self, exists: Option<bool>) {
+        self.direct.blueflame = exists;
+    }
+
+    /// The size of the register the direct DC initiator rings, where known.
+    pub fn direct_register_size(&mut self, size: Option<u32>) {
+        self.direct.register_size = size;
     }
 
     /// The DC capabilities the self-test decides by.
@@ -197,6 +351,8 @@ impl SelftestReport {
             dc_odp: dc.dc_odp().map(|odp| format!("{odp:?}")),
             rc_max_qp_rd_atom: dc.rc_max_qp_rd_atom(),
             rc_max_qp_init_rd_atom: dc.rc_max_qp_init_rd_atom(),
+            max_wqe_sz_sq: None,
+            max_wqe_sz_sq_dc: None,
         });
     }
 
@@ -296,13 +452,30 @@ impl SelftestReport {
 
 impl Versions {
     fn read() -> Self {
+        // SAFETY: libibverbs' initialisers take no arguments and are run by rdma-mummy-sys's own
+        // loading of it as well; opening it again only counts a reference.
+        let opened = unsafe {
+            libloading::os::unix::Library::open(
+                Some("libibverbs.so.1"),
+                libloading::os::unix::RTLD_LAZY | libloading::os::unix::RTLD_GLOBAL,
+            )
+        }
+        .ok();
+        // SAFETY: the symbol is only looked up, never called.
+        let query_gid_ex = opened
+            .as_ref()
+            .map(|library| unsafe { library.get::<unsafe extern "C" fn()>(b"_ibv_query_gid_ex\0") }.is_ok());
+        // Read while libibverbs is open, so that it is mapped.
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let libibverbs = Library::find(&maps, "libibverbs.so.");
         Self {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|release| release.trim().to_string())
                 .unwrap_or_else(|_| "unknown".into()),
-            libibverbs: Library::find(&maps, "libibverbs.so."),
+            rdma_core: libibverbs.release(),
+            libibverbs,
             libmlx5: Library::find(&maps, "libmlx5.so."),
+            libibverbs_exports: Exports { query_gid_ex },
         }
     }
 }
@@ -330,6 +503,15 @@ impl Library {
             },
         }
     }
+
+    /// The rdma-core release's major number (`55` of version `1.14.55.0`), if the file name
+    /// says.
+    fn release(&self) -> Option<u32> {
+        match self.version.split('.').collect::<Vec<_>>()[..] {
+            [_, _, major, _] => major.parse().ok(),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -338,8 +520,89 @@ mod tests {
 
     use sideway_ext::ibverbs::work_completion::WorkCompletion;
 
-    use super::{step, Library, SelftestReport};
+    use super::{mlx5_variables, step, Capabilities, Library, SelftestReport};
     use crate::fault::Fault;
+
+    /// The topics of `not_tried` the first lines name: what a loopback never reaches.
+    const LOOPBACK_MISSES: [&str; 5] = ["routing", "ARP", "switch MTU", "PFC", "a remote MTU"];
+
+    /// Before any device: what a loopback does not try comes first, named in full in the report
+    /// and in the closing line; the run, the environment and the direct path's facts are there,
+    /// the facts not read yet `null`.
+    #[test]
+    fn a_report_says_first_what_a_loopback_does_not_try() {
+        let report = SelftestReport::new();
+        let text = serde_json::to_string_pretty(&report).expect("serialises");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("parses");
+        let position = |key: &str| text.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key}"));
+        assert!(position("scope") < position("versions") && position("not_tried") < position("steps"));
+        assert!(
+            json["scope"].as_str().expect("a scope").starts_with("a loopback"),
+            "{json}"
+        );
+        let not_tried: Vec<&str> = json["not_tried"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|item| item.as_str().expect("a string"))
+            .collect();
+        let line = report.scope_line();
+        for topic in LOOPBACK_MISSES {
+            assert!(not_tried.iter().any(|item| item.starts_with(topic)), "{topic}");
+            assert!(line.contains(topic), "{topic}: {line}");
+        }
+        assert!(
+            json["run"]["command_line"].is_array() && json["run"]["time"].is_string(),
+            "{json}"
+        );
+        assert!(json["environment"].is_object(), "{json}");
+        assert_eq!(
+            json["direct"],
+            serde_json::json!({"blueflame": null, "register_size": null})
+        );
+    }
+
+    /// The capabilities carry the WQE size limits, `null` until read.
+    #[test]
+    fn the_capabilities_carry_the_wqe_size_limits() {
+        let capabilities = Capabilities {
+            is_mlx5: true,
+            dc_supported: true,
+            max_dc_rd_atom: Some(16),
+            max_dc_init_rd_atom: Some(16),
+            dci_streams_max_log_num_concurrent: None,
+            dci_streams_max_log_num_errored: None,
+            dc_odp: None,
+            rc_max_qp_rd_atom: 16,
+            rc_max_qp_init_rd_atom: 16,
+            max_wqe_sz_sq: None,
+            max_wqe_sz_sq_dc: Some(512),
+        };
+        let json = serde_json::to_value(&capabilities).expect("serialises");
+        assert!(json["max_wqe_sz_sq"].is_null(), "{json}");
+        assert_eq!(json["max_wqe_sz_sq_dc"], 512);
+    }
+
+    /// Only the `MLX5_` variables, by name, with their values (set to empty counts).
+    #[test]
+    fn only_the_mlx5_variables_are_recorded() {
+        let variables = [
+            ("MLX5_SHUT_UP_BF", "1"),
+            ("PATH", "/usr/bin"),
+            ("MLX5_QP_SIGNATURE", ""),
+            ("XMLX5_NOT", "1"),
+            ("mlx5_lower", "1"),
+        ]
+        .map(|(name, value)| (name.to_string(), value.to_string()));
+        let recorded = mlx5_variables(variables.into_iter());
+        assert_eq!(
+            recorded.into_iter().collect::<Vec<_>>(),
+            [
+                ("MLX5_QP_SIGNATURE".to_string(), String::new()),
+                ("MLX5_SHUT_UP_BF".to_string(), "1".to_string())
+            ]
+        );
+    }
 
     /// Every step once, in order: those not reached skipped with the reason, none `ok` unless
     /// it ran; a fault step carries its completion's facts.
@@ -407,9 +670,16 @@ mod tests {
             (verbs.version.as_str(), verbs.rdma_core.as_str()),
             ("1.14.50.1", "50.1")
         );
+        assert_eq!((verbs.release(), mlx5.release()), (Some(50), Some(44)));
+        let newest = Library::find(
+            "7f00-7f01 r-xp 0 08:01 1 /usr/lib64/libibverbs.so.1.14.55.0\n",
+            "libibverbs.so.",
+        );
+        assert_eq!(newest.release(), Some(55));
         // A build that names the file by its soname alone says nothing of its release.
         let bare = Library::find("7f00-7f01 r-xp 0 08:01 1 /opt/lib/libmlx5.so.1\n", "libmlx5.so.");
         assert_eq!((bare.version.as_str(), bare.rdma_core.as_str()), ("1", "unknown"));
+        assert_eq!(bare.release(), None);
         let missing = Library::find(maps, "libefa.so.");
         assert_eq!((missing.file, missing.version.as_str()), (None, "unknown"));
     }

@@ -8,13 +8,12 @@ use std::time::Instant;
 use sideway::ibverbs::completion::WorkCompletionStatus;
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage;
-use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::{Completion, CreateDirectCompletionQueueErrorKind};
 use sideway_ext_dc_direct::send_queue::AddressVector;
 use sideway_ext_dc_direct::{CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator};
 
-use super::{cq, pattern, success, Loopback, Result, KEY, LEN, PORT, TIMEOUT};
+use super::{cq, pattern, success, Loopback, Result, KEY, LEN, TIMEOUT};
 use crate::chain;
 
 /// What the step found.
@@ -86,7 +85,7 @@ fn write_and_send(
     lb: &mut Loopback, direct: &mut DirectDcInitiator, mut direct_cq: DirectCompletionQueue,
 ) -> Result<String> {
     direct
-        .bring_up(&DcInitiatorBringUp::new(PORT))
+        .bring_up(&lb.addressing.initiator_bring_up())
         .map_err(|e| format!("the direct DC initiator to RTS: {}", chain(&e)))?;
     let av = AddressVector::from_address_handle(&lb.ah).map_err(|e| format!("the address vector: {}", chain(&e)))?;
     let (dct_number, qp_number) = (lb.endpoint.dct_number(), direct.dc_initiator().qp_number());
