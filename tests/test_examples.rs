@@ -478,9 +478,40 @@ mod mlx5_devinfo_report {
                         _ => panic!("exit status {code:?} on an mlx5 device\n{finished}"),
                     };
                     assert_eq!(report["outcome"], outcome, "{report}");
+                    assert!(device["gid"].is_string() && device["gid_index"].is_u64(), "{device}");
+                    // The port (1 by default), and the source GID each side was brought up with:
+                    // on RoCE the port's RoCE v2 GID the self-test picked, on InfiniBand none.
+                    let port = &device["port"];
+                    assert_eq!(port["number"], 1, "{device}");
                     assert!(
-                        device["gid"].is_string() && device["link_layer"].is_string(),
+                        port["state"].is_string()
+                            && port["active_mtu"].is_string()
+                            && port["grh_required"].is_boolean(),
                         "{device}"
+                    );
+                    let roce = port["link_layer"] == "Ethernet";
+                    let ran = |name: &str| steps.iter().any(|s| s["name"] == name && s["result"] == "ok");
+                    for (side, step) in [("target_gid", STEPS[0]), ("initiator_gid", STEPS[1])] {
+                        let gid = &device[side];
+                        if !ran(step) {
+                            continue;
+                        }
+                        if roce {
+                            assert_eq!(gid["index"], device["gid_index"], "{side}: {device}");
+                            assert_eq!(gid["type"], "RoCE v2", "{side}: {device}");
+                            assert!(
+                                gid["netdev"].is_string() && gid["netdev_mtu"].is_u64(),
+                                "{side}: {device}"
+                            );
+                        } else {
+                            assert!(gid.is_null(), "{side}: {device}");
+                        }
+                    }
+                    assert!(
+                        finished
+                            .stdout
+                            .contains("not tried: this is a loopback on one port and one GID"),
+                        "{finished}"
                     );
                     let granted = &report["granted"][0];
                     assert_eq!(granted["step"], "DC initiator at RTS", "{report}");
