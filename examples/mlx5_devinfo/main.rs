@@ -119,7 +119,6 @@ struct GidReport {
 
 fn main() {
     let args = Args::parse();
-    let run = run::Run::read();
     if args.dc_selftest {
         let mut report = report::SelftestReport::new();
         let mut status = selftest(&args, &mut report);
@@ -173,7 +172,10 @@ fn main() {
         }
         std::process::exit(1);
     }
-    let report = Report { run, devices };
+    let report = Report {
+        run: run::Run::read(),
+        devices,
+    };
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),

@@ -452,15 +452,11 @@ impl SelftestReport {
 
 impl Versions {
     fn read() -> Self {
-        // SAFETY: libibverbs' initialisers take no arguments and are run by rdma-mummy-sys's own
-        // loading of it as well; opening it again only counts a reference.
-        let opened = unsafe {
-            libloading::os::unix::Library::open(
-                Some("libibverbs.so.1"),
-                libloading::os::unix::RTLD_LAZY | libloading::os::unix::RTLD_GLOBAL,
-            )
-        }
-        .ok();
+        // SAFETY: libibverbs' initialisers take no arguments, and rdma-mummy-sys has them run
+        // when it loads the library itself; opening it again only counts a reference.
+        let opened =
+            unsafe { libloading::os::unix::Library::open(Some("libibverbs.so.1"), libloading::os::unix::RTLD_LAZY) }
+                .ok();
         // SAFETY: the symbol is only looked up, never called.
         let query_gid_ex = opened
             .as_ref()
