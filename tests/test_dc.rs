@@ -572,6 +572,77 @@ fn dci_depth(caps: &DcCapabilities) -> u64 {
         .map_or(1, |depth| depth.min(u64::from(u8::MAX)))
 }
 
+/// The largest DC send request, read from the device (`QUERY_HCA_CAP` through
+/// `mlx5dv_devx_general_cmd`, as libmlx5's `get_hca_general_caps` reads it): a DC initiator whose
+/// request fills the smaller of `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` with inline data is
+/// created and brought up, and one whose request is 16 bytes larger is refused before the library,
+/// naming both sizes. The sizes hold the kernel's relation (`mlx5_ib_query_device` derives
+/// `max_sge` from `max_wqe_sz_sq`). Skipped where the device does not answer the command (no DEVX
+/// user contexts), its sizes then being the bound every device takes.
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_dc_initiator_requests_are_bounded_by_the_reported_send_request_sizes() {
+    let f = DcFixture::new();
+    let caps = Mlx5DeviceContext::new(f.ctx.clone())
+        .query_dc_capabilities()
+        .expect("DC capabilities");
+    let sizes = caps.send_wqe_sizes().expect("an mlx5 device has send request sizes");
+    let max_sge = f.ctx.query_device().expect("query_device").max_sge().max(0) as u32;
+    println!("{sizes:?}, max_sge {max_sge}");
+    assert!(
+        sizes.max_wqe_sz_sq() >= 16 * max_sge + 32,
+        "mlx5_ib_query_device: max_sge = (min(max_wqe_sz_sq, 512) - 32) / 16: {sizes:?}, max_sge {max_sge}"
+    );
+    if !sizes.is_reported() {
+        common::skip::report_skip(
+            "the device did not answer QUERY_HCA_CAP (mlx5dv_devx_general_cmd refused it): its sizes are the \
+             bound every device takes",
+        );
+        return;
+    }
+    // RDMA WRITE only: a 16-byte control, a 16-byte remote-address and a 48-byte address segment
+    // (libmlx5's sq_overhead), then the inline data after its 4-byte header, padded to 16.
+    let overhead = 80;
+    let limit = sizes.max_dc_request_bytes();
+    assert!(
+        limit >= overhead + 16,
+        "a DC request takes at least 96 bytes: {sizes:?}"
+    );
+    let largest_inline = (limit - overhead) / 16 * 16 - 4;
+    let build = |inline: u32| {
+        let mut builder = f.pd.create_dci_builder();
+        builder
+            .setup_send_cq(f.send_cq.clone())
+            .setup_max_send_wr(16)
+            .setup_send_ops_flags(SendOperationFlags::Write)
+            .setup_max_inline_data(inline);
+        builder.build()
+    };
+    let mut dci =
+        build(largest_inline).unwrap_or_else(|err| panic!("{largest_inline} bytes inline fit {sizes:?}: {err}"));
+    dci.bring_up(&DcInitiatorBringUp::new(PORT))
+        .expect("the largest DC initiator to RTS");
+    assert!(dci.max_inline_data() >= largest_inline, "{dci:?}");
+    let err = build(largest_inline + 1).unwrap_err();
+    match err.0 {
+        CreateDcInitiatorErrorKind::RequestTooLarge {
+            request_bytes,
+            max_wqe_sz_sq,
+            max_wqe_sz_sq_dc,
+            reported: true,
+            ..
+        } => {
+            assert_eq!(request_bytes, overhead + (largest_inline + 4) + 16);
+            assert_eq!(
+                (max_wqe_sz_sq, max_wqe_sz_sq_dc),
+                (sizes.max_wqe_sz_sq(), sizes.max_wqe_sz_sq_dc())
+            );
+        },
+        other => panic!("one more inline byte than {sizes:?} takes: {other:?}"),
+    }
+}
+
 /// A smoke test of every path in one batch: SEND and RDMA WRITE with inline data and an RDMA
 /// READ, each request addressed with the DCT number and key of the target's endpoint.
 #[test]

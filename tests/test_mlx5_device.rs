@@ -101,6 +101,11 @@ fn query_device_on_a_device_that_is_not_mlx5_is_not_supported() {
     assert!(!dc.is_mlx5() && !dc.is_supported());
     assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (None, None));
     assert_eq!((dc.dci_streams(), dc.dc_odp()), (None, None));
+    assert_eq!(
+        dc.send_wqe_sizes(),
+        None,
+        "no QUERY_HCA_CAP on a device that is not mlx5"
+    );
     let attr = ctx.query_device().expect("query_device");
     assert_eq!(dc.rc_max_qp_rd_atom(), attr.max_qp_rd_atom() as u32);
     assert_eq!(dc.rc_max_qp_init_rd_atom(), attr.max_qp_init_rd_atom() as u32);
@@ -285,6 +290,18 @@ fn mlx5_hw_query_device_on_connectx() {
     let part = ctx.query_device().expect("query_device").vendor_part_id();
     let dc = mlx5.query_dc_capabilities().expect("DC capabilities");
     assert!(dc.is_mlx5() && dc.is_supported());
+    let sizes = dc.send_wqe_sizes().expect("an mlx5 device has send request sizes");
+    let max_sge = ctx.query_device().expect("query_device").max_sge().max(0) as u32;
+    println!(
+        "{name}: max_wqe_sz_sq {}, max_wqe_sz_sq_dc {} (reported: {}), max_sge {max_sge}",
+        sizes.max_wqe_sz_sq(),
+        sizes.max_wqe_sz_sq_dc(),
+        sizes.is_reported()
+    );
+    assert!(
+        sizes.max_wqe_sz_sq() >= 16 * max_sge + 32,
+        "mlx5_ib_query_device derives max_sge from max_wqe_sz_sq: {sizes:?}, max_sge {max_sge}"
+    );
     if !attr.comp_mask().contains(Mlx5ContextMask::MaxDcReadAtomic) {
         println!("note: libmlx5 does not report DC read/atomic depths (rdma-core before 47)");
     } else if CONNECTX5_OR_NEWER.contains(&part) {

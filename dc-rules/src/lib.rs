@@ -187,6 +187,10 @@ pub struct Device {
     /// libmlx5 `ctx->max_sq_desc_sz`: kernel `mlx5_ib_alloc_ucontext` sends
     /// `MLX5_CAP_GEN(max_wqe_sz_sq)`, the largest send request in bytes.
     pub max_sq_desc_sz: u32,
+    /// The `max_wqe_sz_sq_dc` capability, the largest send request of a DC initiator in bytes.
+    /// No creation rule reads it: neither the kernel nor libmlx5 does (`mlx5_calc_send_wqe`
+    /// checks `max_sq_desc_sz` only), so a DCI whose requests exceed it is created.
+    pub max_wqe_sz_sq_dc: u32,
     /// The `log_max_ra_res_dc` capability (libmlx5's `max_dc_init_rd_atom` is its power of two).
     pub log_max_ra_res_dc: u8,
     /// The `log_max_ra_req_dc` capability (libmlx5's `max_dc_rd_atom` is its power of two).

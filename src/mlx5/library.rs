@@ -19,6 +19,11 @@ pub(crate) type DciStreamIdReset = unsafe extern "C" fn(*mut ibv_qp, u16) -> c_i
 /// `int mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t obj_type)`.
 pub(crate) type InitObj = unsafe extern "C" fn(*mut mlx5dv_obj, u64) -> c_int;
 
+/// `int mlx5dv_devx_general_cmd(struct ibv_context *context, const void *in, size_t inlen,
+/// void *out, size_t outlen)`.
+pub(crate) type DevxGeneralCmd =
+    unsafe extern "C" fn(*mut ibv_context, *const c_void, usize, *mut c_void, usize) -> c_int;
+
 const LIBRARY: &str = "libmlx5.so.1";
 
 /// The libmlx5 calls of the DC queue pairs outside the data path, as a table of functions:
@@ -87,6 +92,17 @@ pub(crate) fn init_obj() -> Option<InitObj> {
     })
 }
 
+/// `mlx5dv_devx_general_cmd` (libmlx5 of rdma-core v21 and later: symbol version `MLX5_1.7` in
+/// `libmlx5.map`), if libmlx5 has it.
+pub(crate) fn devx_general_cmd() -> Option<DevxGeneralCmd> {
+    static RESOLVED: OnceLock<Option<DevxGeneralCmd>> = OnceLock::new();
+    *RESOLVED.get_or_init(|| {
+        let symbol = resolve(LIBRARY, c"mlx5dv_devx_general_cmd")?;
+        // SAFETY: the symbol is the C function of this signature (mlx5dv.h).
+        Some(unsafe { std::mem::transmute::<*mut c_void, DevxGeneralCmd>(symbol) })
+    })
+}
+
 /// The address of `symbol` in `library`, loaded (or found loaded) as rdma-mummy-sys loads it
 /// (`RTLD_NOW | RTLD_GLOBAL`); the library stays loaded.
 fn resolve(library: &str, symbol: &CStr) -> Option<*mut c_void> {
@@ -116,5 +132,12 @@ mod tests {
         // Debian's libmlx5 (rdma-core 44) has it; a machine without libmlx5 gets None.
         let installed = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libmlx5.so.1").exists();
         assert_eq!(dci_stream_id_reset().is_some(), installed);
+    }
+
+    #[test]
+    fn the_general_command_resolves_where_libmlx5_has_it() {
+        // Debian's libmlx5 (rdma-core 44) has it (since v21); a machine without libmlx5 gets None.
+        let installed = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libmlx5.so.1").exists();
+        assert_eq!(devx_general_cmd().is_some(), installed);
     }
 }

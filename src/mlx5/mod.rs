@@ -10,7 +10,9 @@
 //!   sideway device context, and its queries;
 //! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
 //! - [`dc_capabilities`]: the DC summary (can the device have DC, read/atomic depths, DCI streams,
-//!   ODP);
+//!   ODP, the largest send request);
+//! - [`send_wqe_sizes`]: the largest send request the device takes (`max_wqe_sz_sq`,
+//!   `max_wqe_sz_sq_dc`), read with `QUERY_HCA_CAP`;
 //! - [`dc`]: DC initiators and targets, and their endpoints (a pool of initiators is the crate
 //!   `sideway-ext-dc-pool`);
 //! - [`direct_objects`]: the memory behind a queue pair, CQ and address handle
@@ -70,3 +72,4 @@ pub mod device_context;
 pub mod direct_objects;
 pub mod extension;
 mod library;
+pub mod send_wqe_sizes;

@@ -24,16 +24,19 @@ use sideway_ext::mlx5::dc::initiator::{
 
 use super::route::{SimulatedDcAddress, SimulatedDcStreamAddress};
 use sideway_ext::mlx5::device_attributes::DciStreamsCapabilities;
+use sideway_ext::mlx5::send_wqe_sizes::SendWqeSizes;
 
 /// The device the fabric's initiators are created on, as the hardware builder's rules read one
 /// (`plan_dci`): a ConnectX's `max_qp_wr` of 2^15 (mlx5_ib's `1 << log_max_qp_sz`), no atomics
-/// (not simulated), DCI streams up to the fabric's 2^16.
+/// (not simulated), DCI streams up to the fabric's 2^16, and send request sizes it does not report
+/// (the fabric does not simulate them), so no request is refused for its size.
 const FABRIC_DEVICE: DciDevice = DciDevice {
     max_qp_wr: 1 << 15,
     max_sge: 1,
     atomics: false,
     dci_streams: Some(DciStreamsCapabilities::new(16, 16)),
     read_atomic_depth: 1,
+    send_wqe_sizes: SendWqeSizes::guaranteed(1),
 };
 
 impl SimulatedFabric {

@@ -24,6 +24,7 @@ use crate::mlx5::dc::queue_pair::create_dc_qp;
 use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
 use crate::mlx5::device_context::query_device_raw;
 use crate::mlx5::library::{DcVerbs, LIBMLX5};
+use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;
 
 // The planning, which `build` runs first (and the unit tests' paths name here).
 pub(crate) use super::plan::*;
@@ -87,15 +88,23 @@ impl DcInitiatorBuilder {
     /// ([`TooManyScatterGatherEntries`](CreateDcInitiatorErrorKind::TooManyScatterGatherEntries)
     /// before the call).
     ///
-    /// libmlx5 also bounds the whole request (`mlx5_calc_send_wqe`): this initiator's overhead
-    /// (control segment, 48-byte address vector, 16 more for RDMA's remote address, 32 more for
-    /// an atomic's), then 16 bytes an entry, or the inline data with a 4-byte header padded to
-    /// 16, must fit the device's largest send request, `max_wqe_sz_sq`. No query reports that
-    /// size; every device takes at least `16 · max_sge + 32` bytes (the kernel derives `max_sge`
-    /// from it, capped at 512), so `max_sge − 3` entries (`− 4` with atomics) and 428 bytes of
-    /// inline data (412 with atomics) fit every device with `max_sge` 30. A larger request is
-    /// left to the library, and its refusal reported as
-    /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge), never a bare `EINVAL`.
+    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`): this initiator's
+    /// overhead (control segment, 48-byte address vector, 16 more for RDMA's remote address, 32
+    /// more for an atomic's), then 16 bytes an entry, or the inline data with a 4-byte header
+    /// padded to 16, must fit the device's largest send request, `max_wqe_sz_sq` (libmlx5's
+    /// `max_sq_desc_sz`, which it checks), and for a DC initiator `max_wqe_sz_sq_dc` (which
+    /// nothing before the device checks). [`build`](Self::build) reads both with the firmware
+    /// command `QUERY_HCA_CAP` ([`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes), also
+    /// in [`DcCapabilities::send_wqe_sizes`](crate::mlx5::dc_capabilities::DcCapabilities::send_wqe_sizes))
+    /// and refuses a request that does not fit the smaller before any library call, with
+    /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge) naming both sizes.
+    ///
+    /// Where the device does not answer that command, every device takes `16 · max_sge + 32`
+    /// bytes (the kernel derives `max_sge` from `max_wqe_sz_sq`, capped at 512), so `max_sge − 3`
+    /// entries (`− 4` with atomics) and 428 bytes of inline data (412 with atomics) fit every
+    /// device with `max_sge` 30; a larger request is left to the library, and its refusal
+    /// reported as [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge) too, never a
+    /// bare `EINVAL`.
     pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
         self.request.max_send_sge = max_send_sge;
         self
@@ -138,7 +147,8 @@ impl DcInitiatorBuilder {
     }
 
     /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
-    /// device (send operations, capacities, DCI streams, see [`CreateDcInitiatorErrorKind`]). On
+    /// device (send operations, capacities, the largest send request, DCI streams, see
+    /// [`CreateDcInitiatorErrorKind`]). On
     /// a device that is not mlx5, or without libmlx5,
     /// [`NotSupported`](CreateDcInitiatorErrorKind::NotSupported).
     ///
@@ -199,8 +209,9 @@ impl DcInitiatorBuilder {
         Ok(self.plan()?.params.granted_max_send_wr())
     }
 
-    /// Queries the device (`mlx5dv_query_device`, `ibv_query_device`) and plans the creation
-    /// ([`plan_dci`]), refusing input no device takes before any library call.
+    /// Queries the device (`mlx5dv_query_device`, `ibv_query_device`, and `QUERY_HCA_CAP` through
+    /// `mlx5dv_devx_general_cmd` for the largest send request) and plans the creation
+    /// ([`plan_dci`]), refusing what the device does not take before `mlx5dv_create_qp`.
     fn plan(&self) -> Result<DciPlan, CreateDcInitiatorError> {
         if let Some(requested) = self.request.send_ops {
             check_dc_operations(requested)?;
@@ -217,12 +228,15 @@ impl DcInitiatorBuilder {
             },
         })?;
         let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
+        let max_sge = device.max_sge.max(0) as u32;
         let device = DciDevice {
             max_qp_wr: device.max_qp_wr.max(0) as u32,
-            max_sge: device.max_sge.max(0) as u32,
+            max_sge,
             atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
             dci_streams: mlx5.dci_streams_caps(),
             read_atomic_depth: dci_read_atomic_depth(mlx5.max_dc_rd_atom(), mlx5.max_dc_init_rd_atom()),
+            // SAFETY: as above; the device is mlx5 (it answered mlx5dv_query_device).
+            send_wqe_sizes: unsafe { query_send_wqe_sizes_raw(context, max_sge) },
         };
         let params = plan_dci(&self.request, &device)?;
         Ok(DciPlan {
@@ -309,8 +323,10 @@ impl DcInitiator {
 }
 
 /// Why `mlx5dv_create_qp` refused to create the DC initiator `params` describes: `EOPNOTSUPP`
-/// (`None`) is a device without DC; `EINVAL` for a request larger than every device takes
-/// ([`guaranteed_request_bytes`]) is libmlx5's `mlx5_calc_send_wqe` refusing its size.
+/// (`None`) is a device without DC; `EINVAL` for a request larger than the device's sizes (which
+/// only happens where the device did not report them: they are then the bound every device takes,
+/// [`SendWqeSizes::guaranteed`](crate::mlx5::send_wqe_sizes::SendWqeSizes::guaranteed)) is
+/// libmlx5's `mlx5_calc_send_wqe` refusing its size.
 pub(crate) fn creation_error(
     err: Option<io::Error>, params: &DciInitParameters, device: &DciDevice,
 ) -> CreateDcInitiatorErrorKind {
@@ -318,13 +334,10 @@ pub(crate) fn creation_error(
         return CreateDcInitiatorErrorKind::DcNotSupportedByDevice;
     };
     let request_bytes = dci_request_bytes(params.send_ops, params.max_send_sge, params.max_inline_data);
-    let guaranteed = guaranteed_request_bytes(device.max_sge);
+    let sizes = device.send_wqe_sizes;
     match err.raw_os_error() {
-        Some(libc::EINVAL) if request_bytes > guaranteed => CreateDcInitiatorErrorKind::RequestTooLarge {
-            max_send_sge: params.max_send_sge,
-            max_inline_data: params.max_inline_data,
-            request_bytes,
-            guaranteed,
+        Some(libc::EINVAL) if request_bytes > sizes.max_dc_request_bytes() => {
+            request_too_large(params.max_send_sge, params.max_inline_data, request_bytes, sizes)
         },
         _ => CreateDcInitiatorErrorKind::Ibverbs(err),
     }
@@ -515,6 +528,7 @@ mod tests {
             atomics: DEVICE.atomic_cap,
             dci_streams: None,
             read_atomic_depth: 1,
+            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::new(1024, 1024),
         };
         for (max_send_sge, sq_sig_all) in [(1, false), (3, true)] {
             reset(DEVICE);

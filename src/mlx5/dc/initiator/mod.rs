@@ -169,14 +169,21 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
-    /// libmlx5 refused the size of a request (`EINVAL` from `mlx5_calc_send_wqe`): with
-    /// `max_send_sge` entries or `max_inline_data` bytes inline, and this initiator's overhead,
-    /// a request takes `request_bytes`, more than the device's largest send request
-    /// (`max_wqe_sz_sq`, which no query reports; every device takes `guaranteed`). See
-    /// [`DcInitiatorBuilder::setup_max_send_sge`].
+    /// A request does not fit the device's largest DC send request: with `max_send_sge` entries
+    /// or `max_inline_data` bytes inline, and this initiator's overhead, it takes `request_bytes`
+    /// (libmlx5's `mlx5_calc_send_wqe`), more than the smaller of `max_wqe_sz_sq` (libmlx5's
+    /// `max_sq_desc_sz`) and `max_wqe_sz_sq_dc` (see
+    /// [`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes)).
+    ///
+    /// Where the device reported both (`reported`, read with `QUERY_HCA_CAP`), the request is
+    /// refused before any library call. Where it did not, both are the bound every device takes
+    /// (`16 · max_sge + 32`), and this is `mlx5dv_create_qp`'s `EINVAL` for a request beyond that
+    /// bound: libmlx5's `mlx5_calc_send_wqe` refused it against the device's real `max_wqe_sz_sq`.
+    /// See [`DcInitiatorBuilder::setup_max_send_sge`].
     #[error(
         "a request of {request_bytes} bytes (max_send_sge {max_send_sge}, max_inline_data {max_inline_data}) \
-         is larger than the device's largest send request; {guaranteed} bytes fit every device"
+         is larger than the device's largest DC send request: {}",
+        send_wqe_sizes_named(.max_wqe_sz_sq, .max_wqe_sz_sq_dc, .reported)
     )]
     RequestTooLarge {
         /// The scatter/gather entries asked for.
@@ -185,8 +192,14 @@ pub enum CreateDcInitiatorErrorKind {
         max_inline_data: u32,
         /// What a request takes (libmlx5's sizing, before rounding to 64-byte blocks).
         request_bytes: u32,
-        /// What every device with this `max_sge` takes (`16 · max_sge + 32`).
-        guaranteed: u32,
+        /// The device's `max_wqe_sz_sq`, or where it did not report it the bound every device
+        /// takes (`16 · max_sge + 32`).
+        max_wqe_sz_sq: u32,
+        /// The device's `max_wqe_sz_sq_dc`, or the same bound where it did not report it.
+        max_wqe_sz_sq_dc: u32,
+        /// Whether the device reported both sizes (then nothing was created); otherwise libmlx5
+        /// refused the request.
+        reported: bool,
     },
     /// DCI streams were asked for on a device without them: `dci_streams_caps` was not reported,
     /// or reported `max_log_num_concurent` 0 (libmlx5 sets the capability's bit on every device
@@ -215,6 +228,18 @@ pub enum CreateDcInitiatorErrorKind {
     /// The library call failed.
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
+}
+
+/// The end of [`CreateDcInitiatorErrorKind::RequestTooLarge`]'s message: the two sizes as the
+/// device reported them, or that libmlx5 refused the request and what every device takes.
+fn send_wqe_sizes_named(max_wqe_sz_sq: &u32, max_wqe_sz_sq_dc: &u32, reported: &bool) -> String {
+    match reported {
+        true => format!("max_wqe_sz_sq {max_wqe_sz_sq} and max_wqe_sz_sq_dc {max_wqe_sz_sq_dc} bytes"),
+        false => format!(
+            "libmlx5 refused it; the device did not report max_wqe_sz_sq and max_wqe_sz_sq_dc, and \
+             {max_wqe_sz_sq} bytes fit every device"
+        ),
+    }
 }
 
 /// DCI streams: how many concurrent streams a DC initiator has (2^`log_num_concurrent`) and how

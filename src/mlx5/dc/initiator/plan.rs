@@ -8,6 +8,7 @@ use sideway::ibverbs::queue_pair::SendOperationFlags;
 use super::DcInitiatorBuilder;
 use super::{CreateDcInitiatorErrorKind, DciStreams, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS};
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
+use crate::mlx5::send_wqe_sizes::SendWqeSizes;
 
 /// What a DC initiator is created with: the parts of its init attributes that do not point at
 /// other objects ([`plan_dci`]'s answer).
@@ -47,7 +48,8 @@ pub struct DciRequest {
 }
 
 /// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
-/// `max_qp_wr`, `max_sge` and `atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.
+/// `max_qp_wr`, `max_sge` and `atomic_cap`, `mlx5dv_query_device`'s `dci_streams_caps`, and the
+/// general capabilities' `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` (`QUERY_HCA_CAP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DciDevice {
     /// `ibv_device_attr::max_qp_wr`.
@@ -61,6 +63,9 @@ pub struct DciDevice {
     /// The deepest `max_rd_atomic` a DC initiator takes (the smaller of the device's DC
     /// read/atomic depths; 1 when unknown).
     pub read_atomic_depth: u8,
+    /// The largest send request the device takes: reported, or the bound every device with
+    /// `max_sge` takes ([`SendWqeSizes::guaranteed`]) where it did not report it.
+    pub send_wqe_sizes: SendWqeSizes,
 }
 
 /// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
@@ -95,15 +100,25 @@ pub(super) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), C
 /// rules:
 ///
 /// ```
-/// use sideway_ext::mlx5::dc::initiator::{plan_dci, DciDevice, DciRequest};
+/// use sideway_ext::mlx5::dc::initiator::{plan_dci, CreateDcInitiatorErrorKind, DciDevice, DciRequest};
+/// use sideway_ext::mlx5::send_wqe_sizes::SendWqeSizes;
 ///
-/// let request = DciRequest {
+/// let mut request = DciRequest {
 ///     max_send_wr: 20, max_send_sge: 1, max_inline_data: 0, send_ops: None, streams: None, sq_sig_all: false,
 /// };
-/// let device = DciDevice { max_qp_wr: 1 << 15, max_sge: 30, atomics: false, dci_streams: None, read_atomic_depth: 1 };
+/// let device = DciDevice {
+///     max_qp_wr: 1 << 15, max_sge: 30, atomics: false, dci_streams: None, read_atomic_depth: 1,
+///     send_wqe_sizes: SendWqeSizes::new(1024, 512),
+/// };
 /// let planned = plan_dci(&request, &device)?;
 /// // libmlx5 rounds the queue's bytes up to a power of two: 32 requests of 128 bytes.
 /// assert_eq!(planned.granted_max_send_wr(), 32);
+/// // 500 bytes inline make a request of 80 + 512 bytes, beyond the device's DC size.
+/// request.max_inline_data = 500;
+/// assert!(matches!(
+///     plan_dci(&request, &device),
+///     Err(CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 592, max_wqe_sz_sq_dc: 512, .. })
+/// ));
 /// # Ok::<(), sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind>(())
 /// ```
 ///
@@ -130,6 +145,22 @@ pub fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParam
             max: device.max_qp_wr,
         });
     }
+    if request.max_send_sge > device.max_sge {
+        return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
+            requested: request.max_send_sge,
+            max: device.max_sge,
+        });
+    }
+    let request_bytes = dci_request_bytes(send_ops, request.max_send_sge, request.max_inline_data);
+    let sizes = device.send_wqe_sizes;
+    if sizes.is_reported() && request_bytes > sizes.max_dc_request_bytes() {
+        return Err(request_too_large(
+            request.max_send_sge,
+            request.max_inline_data,
+            request_bytes,
+            sizes,
+        ));
+    }
     let request_size = dci_request_size(send_ops, request.max_send_sge, request.max_inline_data);
     let max = dci_max_send_wr(device.max_qp_wr, request_size);
     if request.max_send_wr > max {
@@ -138,12 +169,6 @@ pub fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParam
             max,
             request_size,
             max_qp_wr: device.max_qp_wr,
-        });
-    }
-    if request.max_send_sge > device.max_sge {
-        return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
-            requested: request.max_send_sge,
-            max: device.max_sge,
         });
     }
     if let Some(streams) = request.streams {
@@ -159,19 +184,28 @@ pub fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParam
     })
 }
 
-/// The largest send request every device with this `max_sge` takes, in bytes: the kernel's
-/// `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`, and its
-/// `mlx5_ib_alloc_ucontext` hands libmlx5 `max_wqe_sz_sq` itself as `max_sq_desc_sz`, the bound
-/// of `mlx5_calc_send_wqe`: so `max_sq_desc_sz ≥ 16 · max_sge + 32`.
-pub(crate) fn guaranteed_request_bytes(max_sge: u32) -> u32 {
-    max_sge.saturating_mul(16).saturating_add(32)
+/// The refusal of a request (`max_send_sge` entries, `max_inline_data` bytes inline) of
+/// `request_bytes` that does not fit the device's largest DC send request (`sizes`, reported or
+/// the bound every device takes), naming both sizes.
+pub(crate) fn request_too_large(
+    max_send_sge: u32, max_inline_data: u32, request_bytes: u32, sizes: SendWqeSizes,
+) -> CreateDcInitiatorErrorKind {
+    CreateDcInitiatorErrorKind::RequestTooLarge {
+        max_send_sge,
+        max_inline_data,
+        request_bytes,
+        max_wqe_sz_sq: sizes.max_wqe_sz_sq(),
+        max_wqe_sz_sq_dc: sizes.max_wqe_sz_sq_dc(),
+        reported: sizes.is_reported(),
+    }
 }
 
 /// The bytes one DC request takes before rounding, as libmlx5 sizes it (`mlx5_calc_send_wqe`
 /// in `verbs.c`): a 16-byte control segment, grown to the largest operation granted (16 more for
 /// RDMA's remote address, 32 more for an atomic's), the 48-byte DC address vector, then the
 /// larger of the scatter/gather entries (16 bytes each) and the inline data (a 4-byte header,
-/// padded to 16). It must not exceed the device's `max_sq_desc_sz`.
+/// padded to 16). It must not exceed the device's `max_sq_desc_sz` (`max_wqe_sz_sq`, which libmlx5
+/// checks) nor its `max_wqe_sz_sq_dc` (which nothing before the device checks).
 pub(crate) fn dci_request_bytes(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
     let rdma = SendOperationFlags::Write | SendOperationFlags::WriteWithImmediate | SendOperationFlags::Read;
     let operation = if !send_ops.and(DC_ATOMIC_OPERATIONS).is_none() {

@@ -80,6 +80,7 @@ thread_local! {
 pub(crate) const DEVICE: Device = Device {
     max_qp_wr: 32768,
     max_sq_desc_sz: 1024,
+    max_wqe_sz_sq_dc: 1024,
     log_max_ra_res_dc: 4,
     log_max_ra_req_dc: 4,
     max_sge: 30,

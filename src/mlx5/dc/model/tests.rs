@@ -14,6 +14,7 @@ use crate::mlx5::dc::initiator::{
 };
 use crate::mlx5::dc::target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, ModifyDcTargetErrorKind};
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
+use crate::mlx5::send_wqe_sizes::SendWqeSizes;
 use crate::test_support::take_calls;
 
 fn streams(log_num_concurrent: u8, log_num_errored: u8) -> DciStreams {
@@ -34,7 +35,8 @@ fn request(streams: Option<DciStreams>) -> DciRequest {
     }
 }
 
-/// The device of the model, as the builder reads it.
+/// The device of the model, as the builder reads it (its send request sizes reported, as
+/// `QUERY_HCA_CAP` answers them).
 fn dci_device(device: &Device) -> DciDevice {
     let (max_log_num_concurrent, max_log_num_errored) = device.dci_streams_caps;
     DciDevice {
@@ -48,6 +50,10 @@ fn dci_device(device: &Device) -> DciDevice {
         read_atomic_depth: crate::mlx5::dc::initiator::creation::dci_read_atomic_depth(
             Some(1 << device.log_max_ra_req_dc),
             Some(1 << device.log_max_ra_res_dc),
+        ),
+        send_wqe_sizes: SendWqeSizes::new(
+            u16::try_from(device.max_sq_desc_sz).expect("a 16-bit size"),
+            u16::try_from(device.max_wqe_sz_sq_dc).expect("a 16-bit size"),
         ),
     }
 }
@@ -432,7 +438,11 @@ fn a_device_with_zero_stream_concurrency_has_no_streams() {
     let mut raw: rdma_mummy_sys::mlx5dv_context = unsafe { MaybeUninit::zeroed().assume_init() };
     raw.comp_mask = crate::mlx5::device_attributes::Mlx5ContextMask::all_flags().bits();
     let attributes = crate::mlx5::device_attributes::Mlx5DeviceAttributes::from_raw(&raw);
-    let capabilities = crate::mlx5::dc_capabilities::DcCapabilities::from_parts(Some(&attributes), 16, 16);
+    let capabilities = crate::mlx5::dc_capabilities::DcCapabilities::from_parts(
+        Some((&attributes, crate::mlx5::send_wqe_sizes::SendWqeSizes::guaranteed(30))),
+        16,
+        16,
+    );
     assert_eq!(capabilities.dci_streams(), None);
     // Streams whose errors cannot be reset: created, but the reset is refused up front.
     device.dci_streams_caps = (2, 0);
@@ -715,9 +725,85 @@ fn a_dci_on_roce_sends_from_a_roce_v2_gid_and_refuses_a_roce_v1_one() {
 }
 
 #[test]
-fn a_request_beyond_the_devices_largest_send_request_is_named_not_a_bare_einval() {
+fn a_request_beyond_the_devices_dc_send_request_is_refused_before_the_library() {
+    // A device whose DC initiators take requests of 256 bytes at most, where any other queue
+    // pair takes 1024: libmlx5 checks only the latter, and would create the DCI.
+    let small_dc = Device {
+        max_wqe_sz_sq_dc: 256,
+        ..DEVICE
+    };
+    let create = |device: Device, sge: u32, inline: u32| {
+        reset(device);
+        take_calls();
+        let mut asked = request(None);
+        asked.max_send_sge = sge;
+        asked.max_inline_data = inline;
+        DcInitiator::modelled(&asked, &dci_device(&device), &QUEUE_PAIR_VERBS, &DC_VERBS)
+    };
+    // 11 entries with the atomics' overhead: 96 + 11 * 16 = 272 bytes.
+    let err = create(small_dc, 11, 0).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CreateDcInitiatorErrorKind::RequestTooLarge {
+                max_send_sge: 11,
+                max_inline_data: 0,
+                request_bytes: 272,
+                max_wqe_sz_sq: 1024,
+                max_wqe_sz_sq_dc: 256,
+                reported: true,
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("272 bytes")
+            && message.contains("max_wqe_sz_sq 1024")
+            && message.contains("max_wqe_sz_sq_dc 256"),
+        "{message}"
+    );
+    assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
+    // 157 bytes inline: 96 + (4 + 157, padded to 16) = 272.
+    let err = create(small_dc, 1, 157).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 272, .. }
+        ),
+        "{err:?}"
+    );
+    assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
+    // What fits 256 bytes is created: 10 entries, or 156 bytes inline.
+    create(small_dc, 10, 0).expect("10 entries fit 256 bytes");
+    create(small_dc, 1, 156).expect("156 inline bytes fit 256 bytes");
+    // The smaller of the two sizes bounds a DCI, whichever it is.
+    let small_general = Device {
+        max_sq_desc_sz: 512,
+        ..DEVICE
+    };
+    let err = create(small_general, 30, 0).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CreateDcInitiatorErrorKind::RequestTooLarge {
+                request_bytes: 576,
+                max_wqe_sz_sq: 512,
+                max_wqe_sz_sq_dc: 1024,
+                reported: true,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(take_calls().is_empty(), "refused before mlx5dv_create_qp");
+}
+
+#[test]
+fn a_request_beyond_unreported_sizes_is_left_to_libmlx5_and_named_not_a_bare_einval() {
     // A device whose largest send request is 512 bytes: every device with max_sge 30 takes
-    // that much, some take more.
+    // that much, some take more. It did not report its sizes (QUERY_HCA_CAP refused), so the
+    // builder knows only the bound every device takes.
     let small = Device {
         max_sq_desc_sz: 512,
         ..DEVICE
@@ -727,7 +813,11 @@ fn a_request_beyond_the_devices_largest_send_request_is_named_not_a_bare_einval(
         let mut asked = request(None);
         asked.max_send_sge = sge;
         asked.max_inline_data = inline;
-        DcInitiator::modelled(&asked, &dci_device(&device), &QUEUE_PAIR_VERBS, &DC_VERBS)
+        let unreported = DciDevice {
+            send_wqe_sizes: SendWqeSizes::guaranteed(device.max_sge),
+            ..dci_device(&device)
+        };
+        DcInitiator::modelled(&asked, &unreported, &QUEUE_PAIR_VERBS, &DC_VERBS)
     };
     // 30 entries with the atomics' overhead: 96 + 30 * 16 = 576 bytes.
     let err = create(small, 30, 0).unwrap_err();
@@ -738,11 +828,14 @@ fn a_request_beyond_the_devices_largest_send_request_is_named_not_a_bare_einval(
                 max_send_sge: 30,
                 max_inline_data: 0,
                 request_bytes: 576,
-                guaranteed: 512
+                max_wqe_sz_sq: 512,
+                max_wqe_sz_sq_dc: 512,
+                reported: false,
             }
         ),
         "{err:?}"
     );
+    assert!(err.to_string().contains("libmlx5 refused it"), "{err}");
     // 500 bytes inline: 96 + (4 + 500, padded to 16) = 608.
     let err = create(small, 1, 500).unwrap_err();
     assert!(
