@@ -409,8 +409,6 @@ pub fn run(
     let capabilities = match mlx5.query_dc_capabilities() {
         Ok(capabilities) => {
             report.capabilities(&capabilities);
-            // The HCA's max_wqe_sz_sq and max_wqe_sz_sq_dc: unknown until the library reads them.
-            report.wqe_sizes(None, None);
             capabilities
         },
         Err(err) => return stop(report, name, format!("the DC capability query failed: {}", chain(&err))),

@@ -180,6 +180,9 @@ struct Capabilities {
     max_wqe_sz_sq: Option<u32>,
     /// The HCA capability `max_wqe_sz_sq_dc`: the largest DC send WQE, in bytes (`null`: unknown).
     max_wqe_sz_sq_dc: Option<u32>,
+    /// Whether the device reported both sizes (`QUERY_HCA_CAP`); `false`: they are the bound every
+    /// device takes, as the library falls back to (`null`: not mlx5).
+    wqe_sizes_reported: Option<bool>,
 }
 
 /// The direct path's doorbell (`sideway-ext-dc-direct`); `null` where unknown.
@@ -320,15 +323,6 @@ impl SelftestReport {
         line
     }
 
-    /// The HCA's largest send WQE and largest DC send WQE (`max_wqe_sz_sq`,
-    /// `max_wqe_sz_sq_dc`), where known.
-    pub fn wqe_sizes(&mut self, max_wqe_sz_sq: Option<u32>, max_wqe_sz_sq_dc: Option<u32>) {
-        if let Some(capabilities) = &mut self.capabilities {
-            capabilities.max_wqe_sz_sq = max_wqe_sz_sq;
-            capabilities.max_wqe_sz_sq_dc = max_wqe_sz_sq_dc;
-        }
-    }
-
     /// Whether the device has BlueFlame, where known.
     pub fn blueflame(&mut self, exists: Option<bool>) {
         self.direct.blueflame = exists;
@@ -351,8 +345,9 @@ impl SelftestReport {
             dc_odp: dc.dc_odp().map(|odp| format!("{odp:?}")),
             rc_max_qp_rd_atom: dc.rc_max_qp_rd_atom(),
             rc_max_qp_init_rd_atom: dc.rc_max_qp_init_rd_atom(),
-            max_wqe_sz_sq: None,
-            max_wqe_sz_sq_dc: None,
+            max_wqe_sz_sq: dc.send_wqe_sizes().map(|sizes| sizes.max_wqe_sz_sq()),
+            max_wqe_sz_sq_dc: dc.send_wqe_sizes().map(|sizes| sizes.max_wqe_sz_sq_dc()),
+            wqe_sizes_reported: dc.send_wqe_sizes().map(|sizes| sizes.is_reported()),
         });
     }
 
@@ -558,7 +553,7 @@ mod tests {
         );
     }
 
-    /// The capabilities carry the WQE size limits, `null` until read.
+    /// The capabilities carry the WQE size limits and whether the device reported them.
     #[test]
     fn the_capabilities_carry_the_wqe_size_limits() {
         let capabilities = Capabilities {
@@ -571,12 +566,14 @@ mod tests {
             dc_odp: None,
             rc_max_qp_rd_atom: 16,
             rc_max_qp_init_rd_atom: 16,
-            max_wqe_sz_sq: None,
+            max_wqe_sz_sq: Some(1024),
             max_wqe_sz_sq_dc: Some(512),
+            wqe_sizes_reported: Some(true),
         };
         let json = serde_json::to_value(&capabilities).expect("serialises");
-        assert!(json["max_wqe_sz_sq"].is_null(), "{json}");
+        assert_eq!(json["max_wqe_sz_sq"], 1024, "{json}");
         assert_eq!(json["max_wqe_sz_sq_dc"], 512);
+        assert_eq!(json["wqe_sizes_reported"], true);
     }
 
     /// Only the `MLX5_` variables, by name, with their values (set to empty counts).
