@@ -276,7 +276,10 @@ fn write_through_a_pool(
 //!
 //! The writer copies a request into a register with halves (`bf.size` > 0) as libmlx5 does
 //! without `MLX5_SHUT_UP_BF`, and does not read the variable: a thread domain's register is
-//! mapped write-combining whatever it says.
+//! mapped write-combining whatever it says. The registers `new_with_blueflame` takes on a kernel
+//! without dynamic UAR allocation are mapped uncached when the variable is set, and libmlx5
+//! writes only the doorbell word into them; the writer would copy whole requests there, which
+//! nothing has checked: take a thread domain's register instead.
 //!
 //! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
 
