@@ -1120,7 +1120,10 @@ fn mlx5_hw_a_dc_initiator_on_a_thread_domain_writes_recovers_and_is_torn_down() 
     guard.post().expect("post");
     let wc = f.wait_sends(1, ERROR_TIMEOUT).remove(0);
     assert_failed(&wc, 4, "an RDMA WRITE with a wrong DC key", start.elapsed());
-    assert_eq!(query_state_until(&mut dci, QueuePairState::Error), QueuePairState::Error);
+    assert_eq!(
+        query_state_until(&mut dci, QueuePairState::Error),
+        QueuePairState::Error
+    );
     recover(&mut dci);
     assert!(dci.thread_domain().is_some(), "still on its thread domain");
     assert_write_works(&f, &mut dci, &target, &mut local, at(&remote, 0), MESSAGE, 5);

@@ -157,7 +157,11 @@ fn write_and_send(lb: &mut Loopback, dci: &mut DirectDcInitiator, seed: u8) {
     let completion = write(lb, dci, key, seed);
     assert_eq!(
         (completion.wr_id(), completion.status(), completion.qp_number()),
-        (u64::from(seed), WorkCompletionStatus::Success, dci.dc_initiator().qp_number())
+        (
+            u64::from(seed),
+            WorkCompletionStatus::Success,
+            dci.dc_initiator().qp_number()
+        )
     );
     assert_eq!(lb.remote.read(LEN), pattern(LEN, seed), "the bytes written");
     assert_eq!(dci.outstanding(), 0);
@@ -253,7 +257,10 @@ fn mlx5_hw_a_promised_blueflame_register_writes_without_a_thread_domain() {
     // SAFETY: this test's device context is its own, and nothing but this initiator posts on it.
     let mut dci = unsafe { DirectDcInitiator::new_with_blueflame(lb.dci(false), &lb.direct_cq) }.expect("direct");
     assert!(
-        matches!(dci.register(), DirectRegister::Promised { .. } | DirectRegister::Doorbell),
+        matches!(
+            dci.register(),
+            DirectRegister::Promised { .. } | DirectRegister::Doorbell
+        ),
         "{:?}",
         dci.register()
     );

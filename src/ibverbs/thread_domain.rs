@@ -169,13 +169,22 @@ mod tests {
     #[test]
     fn a_missing_provider_call_and_no_register_left_are_typed() {
         let errno = io::Error::from_raw_os_error;
-        assert!(matches!(thread_domain_error(errno(libc::EOPNOTSUPP)), AllocateThreadDomainErrorKind::NotSupported));
-        assert!(matches!(thread_domain_error(errno(libc::ENOSPC)), AllocateThreadDomainErrorKind::NoRegisterLeft));
+        assert!(matches!(
+            thread_domain_error(errno(libc::EOPNOTSUPP)),
+            AllocateThreadDomainErrorKind::NotSupported
+        ));
+        assert!(matches!(
+            thread_domain_error(errno(libc::ENOSPC)),
+            AllocateThreadDomainErrorKind::NoRegisterLeft
+        ));
         assert!(matches!(
             thread_domain_error(errno(libc::ENOMEM)),
             AllocateThreadDomainErrorKind::ThreadDomain(error) if error.raw_os_error() == Some(libc::ENOMEM)
         ));
-        assert!(matches!(parent_domain_error(errno(libc::EOPNOTSUPP)), AllocateThreadDomainErrorKind::NotSupported));
+        assert!(matches!(
+            parent_domain_error(errno(libc::EOPNOTSUPP)),
+            AllocateThreadDomainErrorKind::NotSupported
+        ));
         assert!(matches!(
             parent_domain_error(errno(libc::ENOSPC)),
             AllocateThreadDomainErrorKind::ParentDomain(error) if error.raw_os_error() == Some(libc::ENOSPC)

@@ -67,9 +67,9 @@ impl DirectRegister {
             (true, _, _) => Ok(Self::ThreadDomain { blueflame_size }),
             (false, 0, _) => Ok(Self::Doorbell),
             (false, _, BlueFlame::Owned) => Ok(Self::Promised { blueflame_size }),
-            (false, _, BlueFlame::Refused) => Err(CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned {
-                blueflame_size,
-            }),
+            (false, _, BlueFlame::Refused) => {
+                Err(CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned { blueflame_size })
+            },
         }
     }
 
@@ -169,8 +169,12 @@ mod tests {
             DirectRegister::of(false, 256, BlueFlame::Owned).unwrap(),
             Promised { blueflame_size: 256 }
         );
-        let sizes = [ThreadDomain { blueflame_size: 256 }, ThreadDomain { blueflame_size: 0 }, Doorbell]
-            .map(DirectRegister::blueflame_size);
+        let sizes = [
+            ThreadDomain { blueflame_size: 256 },
+            ThreadDomain { blueflame_size: 0 },
+            Doorbell,
+        ]
+        .map(DirectRegister::blueflame_size);
         assert_eq!(sizes, [256, 0, 0]);
         assert_eq!(Promised { blueflame_size: 512 }.blueflame_size(), 512);
     }
@@ -181,8 +185,15 @@ mod tests {
     #[test]
     fn whether_blueflame_exists_comes_from_the_flag_or_a_register_that_shows_it() {
         use DirectRegister::*;
-        let (reported, clear) = (Mlx5ContextFlags::BlueFlame | Mlx5ContextFlags::CqeV1, Mlx5ContextFlags::CqeV1);
-        for register in [ThreadDomain { blueflame_size: 0 }, Doorbell, Promised { blueflame_size: 256 }] {
+        let (reported, clear) = (
+            Mlx5ContextFlags::BlueFlame | Mlx5ContextFlags::CqeV1,
+            Mlx5ContextFlags::CqeV1,
+        );
+        for register in [
+            ThreadDomain { blueflame_size: 0 },
+            Doorbell,
+            Promised { blueflame_size: 256 },
+        ] {
             assert_eq!(register.blueflame_exists(reported), Some(true), "{register:?}");
         }
         assert_eq!(ThreadDomain { blueflame_size: 256 }.blueflame_exists(clear), Some(true));

@@ -16,7 +16,9 @@ use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::{Completion, CreateDirectCompletionQueueErrorKind};
 use sideway_ext_dc_direct::send_queue::AddressVector;
-use sideway_ext_dc_direct::{CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, DirectRegister};
+use sideway_ext_dc_direct::{
+    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, DirectRegister,
+};
 
 use super::{cq, pattern, success, Loopback, Result, KEY, LEN, PORT, TIMEOUT};
 use crate::chain;
@@ -120,7 +122,10 @@ pub fn direct_path(
             }
         },
     };
-    let flags = Mlx5DeviceContext::new(ctx.clone()).query_device().ok().map(|attr| attr.flags());
+    let flags = Mlx5DeviceContext::new(ctx.clone())
+        .query_device()
+        .ok()
+        .map(|attr| attr.flags());
     let register = register_line(direct.register(), flags);
     Verdict::Checked(write_and_send(lb, &mut direct, direct_cq).map(|done| format!("{done}; {register}")))
 }
@@ -242,12 +247,23 @@ mod tests {
     /// The line names the register, its size, and whether BlueFlame exists.
     #[test]
     fn the_register_line_names_the_register_and_whether_blueflame_exists() {
-        let line = register_line(DirectRegister::ThreadDomain { blueflame_size: 256 }, Some(Mlx5ContextFlags::none()));
-        assert_eq!(line, "register: its thread domain's BlueFlame register, 256 bytes a half; BlueFlame: yes");
-        let line = register_line(DirectRegister::ThreadDomain { blueflame_size: 0 }, Some(Mlx5ContextFlags::none()));
+        let line = register_line(
+            DirectRegister::ThreadDomain { blueflame_size: 256 },
+            Some(Mlx5ContextFlags::none()),
+        );
+        assert_eq!(
+            line,
+            "register: its thread domain's BlueFlame register, 256 bytes a half; BlueFlame: yes"
+        );
+        let line = register_line(
+            DirectRegister::ThreadDomain { blueflame_size: 0 },
+            Some(Mlx5ContextFlags::none()),
+        );
         assert_eq!(line, "register: its thread domain's doorbell register; BlueFlame: no");
         let line = register_line(DirectRegister::Doorbell, Some(Mlx5ContextFlags::BlueFlame));
         assert_eq!(line, "register: a doorbell register, no thread domain; BlueFlame: yes");
-        assert!(register_line(DirectRegister::Doorbell, None).ends_with("BlueFlame: unknown (no thread domain's register says, and libmlx5 before rdma-core 58 does not report it)"));
+        assert!(register_line(DirectRegister::Doorbell, None).ends_with(
+            "BlueFlame: unknown (no thread domain's register says, and libmlx5 before rdma-core 58 does not report it)"
+        ));
     }
 }

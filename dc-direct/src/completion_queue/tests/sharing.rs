@@ -15,8 +15,8 @@ use sideway_ext_wqe_oracle::{DciShape, OracleDci};
 
 use super::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Completion, PollCompletionQueueErrorKind, Polling};
-use crate::initiator::parts::tests::{created_of, object_of};
 use crate::initiator::parts::send_queue_parts;
+use crate::initiator::parts::tests::{created_of, object_of};
 use crate::send_queue::shared::SharedSendQueue;
 use crate::send_queue::{AddressVector, SendQueue, WorkRequestErrorKind};
 

@@ -19,8 +19,8 @@ use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
 
 use crate::completion_queue::tests::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Polling, SendQueueTable, VerbsCompletionQueue};
-use crate::initiator::parts::tests::{created_of, object_of};
 use crate::initiator::parts::send_queue_parts;
+use crate::initiator::parts::tests::{created_of, object_of};
 use crate::initiator::posting::PostingQueue;
 use crate::send_queue::tests::entries_pair::oracle_lookup;
 use crate::send_queue::SendQueue;
