@@ -10,9 +10,9 @@
 //!
 //! Where the facts live: the checks of the queue pair's memory in `parts.rs`, the errors in
 //! `error.rs`, which register is taken and the claims of BlueFlame registers in `register.rs`
-//! (the rules are the crate documentation's), the send queue in its completion queue's table, with its native guard and C
-//! entries, in `posting.rs` (the shared queue and the guard are the send queue module's
-//! `shared.rs`), an address handle's address vector in `address.rs`.
+//! (the rules are the crate documentation's), the send queue in its completion queue's table,
+//! with its native guard and C entries, in `posting.rs` (the shared queue and the guard are the
+//! send queue module's `shared.rs`), an address handle's address vector in `address.rs`.
 mod address;
 mod error;
 pub(crate) mod parts;

@@ -40,7 +40,7 @@ pub(crate) fn check_signatures(signature: Option<&OsStr>) -> Result<(), CreateDi
 
 /// The send queue parts of `object` with the limits it was `created` with, after checking that
 /// nothing was posted on it through libmlx5 and that its completions' 16-bit index names one
-/// slot (whether its register may be written is [`DirectRegister::of`](super::register::DirectRegister::of)'s).
+/// slot (whether its register may be written is `DirectRegister::of`'s).
 ///
 /// # Safety
 ///
