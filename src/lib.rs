@@ -103,7 +103,9 @@
 //! Every object holds an [`Arc`] of each parent it was created from, and its `Drop` destroys its
 //! own handle before those `Arc`s are released. So whatever order a program drops its values
 //! in, a queue pair is destroyed before the shared receive queue it receives through, which is
-//! destroyed before its protection domain, which goes before the device context.
+//! destroyed before its protection domain, which goes before the device context. A DC initiator
+//! made on a thread domain of its own holds it: its queue pair is destroyed, then the parent
+//! domain, then the thread domain, then the protection domain is released.
 //!
 //! [sideway]: https://docs.rs/sideway
 //! [`DeviceContext`]: sideway::ibverbs::device_context::DeviceContext

@@ -21,6 +21,9 @@
 //!     batch;
 //!   - a wrong DC key: an error completion, the initiator in ERR for every destination (the next
 //!     request is flushed), `recover` and traffic again;
+//!   - a DC initiator on a thread domain of its own (`setup_thread_domain`): posted through
+//!     libmlx5 as any other, recovered after a wrong DC key, and torn down before its thread
+//!     domain;
 //!   - a destroyed target: a "transport retry counter exceeded" error completion (the status
 //!     dc-pool/tests/test_dc_pool.rs demands and the pool counts toward unreachable), `recover`, and a
 //!     recreated target reached by its new DCT number;
@@ -1151,6 +1154,51 @@ fn mlx5_hw_wrong_dc_key_puts_the_initiator_in_error_and_recover_brings_it_back()
     recover(&mut dci);
     assert_write_works(&f, &mut dci, &targets[0], &mut local, at(&remotes[0], 0), MESSAGE, 1);
     assert_write_works(&f, &mut dci, &targets[1], &mut local, at(&remotes[1], 0), MESSAGE, 2);
+}
+
+/// A DC initiator on a thread domain of its own (libmlx5 gives its queue pair the thread
+/// domain's register, `mlx5_attach_dedicated_uar`) posts through libmlx5 as any other, recovers
+/// after a wrong DC key (a rebuild, where the kernel refuses the move to RESET, is on the same
+/// parent domain), and is dropped before its thread domain (a teardown in the wrong order fails
+/// loudly: libmlx5 answers EBUSY).
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_a_dc_initiator_on_a_thread_domain_writes_recovers_and_is_torn_down() {
+    let f = DcFixture::new();
+    let target = f.target(KEY);
+    let mut dci = f.initiator_with(
+        |builder| {
+            builder.setup_thread_domain(true);
+        },
+        &DcInitiatorBringUp::new(PORT),
+    );
+    assert!(dci.thread_domain().is_some());
+    let remote = f.buffer(MESSAGE);
+    let mut local = f.buffer(MESSAGE);
+    assert_write_works(&f, &mut dci, &target, &mut local, at(&remote, 0), MESSAGE, 3);
+
+    let mut guard = dci.start_post_send();
+    // SAFETY: the buffer lies in its memory region and outlives the request.
+    unsafe {
+        guard
+            .construct_wr(4, WorkRequestFlags::Signaled)
+            .setup_write(remote.rkey(), remote.addr(0))
+            .setup_dc_addr(&target.ah, target.endpoint.dct_number(), WRONG_KEY)
+            .setup_sge(local.lkey(), local.addr(0), MESSAGE as u32)
+    };
+    let start = Instant::now();
+    guard.post().expect("post");
+    let wc = f.wait_sends(1, ERROR_TIMEOUT).remove(0);
+    assert_failed(&wc, 4, "an RDMA WRITE with a wrong DC key", start.elapsed());
+    assert_eq!(
+        query_state_until(&mut dci, QueuePairState::Error),
+        QueuePairState::Error
+    );
+    recover(&mut dci);
+    assert!(dci.thread_domain().is_some(), "still on its thread domain");
+    assert_write_works(&f, &mut dci, &target, &mut local, at(&remote, 0), MESSAGE, 5);
+    drop(dci);
 }
 
 /// What a request to a destroyed DC target may complete with (scenario 8): the statuses the pool

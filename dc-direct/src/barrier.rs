@@ -1,15 +1,15 @@
 //! The barriers and MMIO stores of libmlx5's doorbell (`post_send_db` and `mlx5_bf_copy` in
-//! `providers/mlx5/qp.c`), per architecture as rdma-core defines them in `util/udma_barrier.h`
-//! and `util/mmio.h`:
+//! `providers/mlx5/qp.c`), for x86-64 as rdma-core defines them in `util/udma_barrier.h` and
+//! `util/mmio.h`:
 //!
-//! | rdma-core, and the [`Mmio`] method of the same name | x86-64 | aarch64 |
-//! |---|---|---|
-//! | `udma_to_device_barrier()` | compiler barrier only | `dmb oshst` |
-//! | `udma_from_device_barrier()` | `lfence` | `dmb oshld` |
-//! | `mmio_flush_writes()` | `sfence` | `dsb st` |
-//! | `mmio_wc_start()` (= `mmio_flush_writes()`) | `sfence` | `dsb st` |
-//! | `mmio_write64_be()` | one 8-byte store | one 8-byte store |
-//! | `mmio_memcpy_x64(dst, src, 64)` | eight 8-byte stores, ascending | `vst4q_u64(dst, vld4q_u64(src))`: one 64-byte store |
+//! | rdma-core, and the [`Mmio`] method of the same name | x86-64 |
+//! |---|---|
+//! | `udma_to_device_barrier()` | compiler barrier only |
+//! | `udma_from_device_barrier()` | `lfence` |
+//! | `mmio_flush_writes()` | `sfence` |
+//! | `mmio_wc_start()` (= `mmio_flush_writes()`) | `sfence` |
+//! | `mmio_write64_be()` | one 8-byte store |
+//! | `mmio_memcpy_x64(dst, src, 64)` | eight 8-byte stores, ascending |
 //!
 //! Every barrier is also a compiler barrier (the C macros' `"memory"` clobber: an `asm!` without
 //! `nomem`). `mmio_wc_spinlock`/`mmio_wc_spinunlock` are not here: libmlx5 takes them only for a
@@ -20,13 +20,15 @@
 //! the sequence libmlx5's own `qp.c` makes (its macros replaced by recorders, on x86-64), and
 //! that the hardware stores land as they should in plain memory. What each instruction does to
 //! write-combining buffers and PCIe ordering is rdma-core's reasoning, read and mirrored here,
-//! not tested: none of this has run on a ConnectX, and the aarch64 branch has not been built
-//! here (no aarch64 target on the machine it was written on).
+//! not tested: none of this has run on a ConnectX.
 //!
-//! On other architectures there is no [`Hardware`]: [`Hardware::new`] answers `None`, and a send
-//! queue refuses to be created there. Under `cfg(test)` a [`Recorder`] stands in for the
-//! hardware: it records the events libmlx5's doorbell makes, in the oracle's terms, and stores
-//! into plain memory.
+//! Only x86-64 ([`ARCHITECTURE`]): elsewhere there is no [`Hardware`] ([`Hardware::new`]
+//! answers `None`), and a direct initiator, a direct CQ and a send queue are refused at creation
+//! ([`check_architecture`]). rdma-core's aarch64 sequence is another one (`dmb oshst`,
+//! `dmb oshld`, `dsb st`; the 64-byte copy one NEON `vst4q_u64`, and since rdma-core 63, in a
+//! libmlx5 built with LS64, one ST64B on a CPU with FEAT_LS64), which this crate has never been
+//! compiled for. Under `cfg(test)` a [`Recorder`] stands in for the hardware: it records the
+//! events libmlx5's doorbell makes, in the oracle's terms, and stores into plain memory.
 use std::ptr::NonNull;
 
 /// The barriers and stores a doorbell makes (see the [module](self) table). Crate-private: the
@@ -71,23 +73,35 @@ pub(crate) type Register = Hardware;
 #[cfg(test)]
 pub(crate) type Register = Recorder;
 
-/// The barriers and stores of the CPU this runs on (x86-64 and aarch64; none elsewhere).
+/// The one architecture the doorbell's barriers and stores are written and checked for
+/// (`std::env::consts::ARCH`'s name of x86-64).
+pub(crate) const ARCHITECTURE: &str = "x86_64";
+
+/// Refuses every `architecture` (a `std::env::consts::ARCH`) but [`ARCHITECTURE`], naming it:
+/// what creating a direct initiator or a direct CQ checks first.
+pub(crate) fn check_architecture(architecture: &'static str) -> Result<(), &'static str> {
+    match architecture {
+        ARCHITECTURE => Ok(()),
+        other => Err(other),
+    }
+}
+
+/// The barriers and stores of the CPU this runs on (x86-64; none elsewhere).
 #[derive(Debug)]
 pub(crate) struct Hardware {
-    /// Only [`Hardware::new`] makes one, and only where the architecture has an implementation.
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    /// Only [`Hardware::new`] makes one, and only on x86-64.
+    #[cfg(not(target_arch = "x86_64"))]
     never: std::convert::Infallible,
     _private: (),
 }
 
 impl Hardware {
-    /// The hardware barriers and stores, or `None` on an architecture rdma-core's macros are not
-    /// mirrored for here.
+    /// The hardware barriers and stores, or `None` on another architecture than x86-64.
     #[cfg_attr(test, allow(dead_code))]
     pub(crate) fn new() -> Option<Self> {
-        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        #[cfg(target_arch = "x86_64")]
         return Some(Self { _private: () });
-        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[cfg(not(target_arch = "x86_64"))]
         return None;
     }
 }
@@ -143,57 +157,7 @@ impl Mmio for Hardware {
     }
 }
 
-#[cfg(target_arch = "aarch64")]
-impl Mmio for Hardware {
-    #[inline]
-    fn udma_to_device_barrier(&mut self) {
-        // SAFETY: a barrier instruction; no register or memory operand.
-        unsafe { std::arch::asm!("dmb oshst", options(nostack, preserves_flags)) }
-    }
-
-    #[inline]
-    fn udma_from_device_barrier(&mut self) {
-        // SAFETY: a barrier instruction; no register or memory operand.
-        unsafe { std::arch::asm!("dmb oshld", options(nostack, preserves_flags)) }
-    }
-
-    #[inline]
-    fn mmio_wc_start(&mut self) {
-        self.mmio_flush_writes()
-    }
-
-    #[inline]
-    fn mmio_flush_writes(&mut self) {
-        // SAFETY: a barrier instruction; no register or memory operand.
-        unsafe { std::arch::asm!("dsb st", options(nostack, preserves_flags)) }
-    }
-
-    #[inline]
-    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
-        // SAFETY: the caller's promise: aligned and writable. A volatile aligned u64 store is one
-        // 8-byte store, as mmio.h's relaxed atomic store.
-        unsafe {
-            register
-                .add(offset)
-                .cast::<u64>()
-                .write_volatile(u64::from_ne_bytes(bytes))
-        }
-    }
-
-    #[inline]
-    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
-        use std::arch::aarch64::{vld4q_u64, vst4q_u64};
-        // SAFETY: the caller's promise: both ranges are aligned and 64 bytes long; NEON is part
-        // of the aarch64 baseline. vld4q de-interleaves and vst4q interleaves back: the 64 bytes
-        // land as they are, in one store (mmio.h's _mmio_memcpy_x64_64b).
-        unsafe {
-            let destination = register.add(offset).cast::<u64>().as_ptr();
-            vst4q_u64(destination, vld4q_u64(source.cast::<u64>().as_ptr()))
-        }
-    }
-}
-
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(target_arch = "x86_64"))]
 impl Mmio for Hardware {
     fn udma_to_device_barrier(&mut self) {
         match self.never {}
@@ -299,7 +263,7 @@ mod tests {
     #[test]
     fn hardware_stores_write_the_bytes_at_their_offsets() {
         let Some(mut hardware) = Hardware::new() else {
-            panic!("x86-64 and aarch64 have hardware barriers; this test runs on neither");
+            panic!("x86-64 has hardware barriers; this test runs elsewhere");
         };
         let mut register = Page([0; 256]);
         let source: [u64; 8] = std::array::from_fn(|word| 0x0101_0101_0101_0101 * (word as u64 + 1));
@@ -324,6 +288,21 @@ mod tests {
             );
         }
         assert!(register.0[192..].iter().all(|&byte| byte == 0));
+    }
+
+    /// Every architecture but x86-64 is refused, by name, aarch64 included (its libmlx5 copies
+    /// BlueFlame with NEON, or ST64B since rdma-core 63; never compiled here); the hardware
+    /// exists exactly where the check passes.
+    #[test]
+    fn every_architecture_but_x86_64_is_refused_by_name() {
+        assert_eq!(check_architecture("x86_64"), Ok(()));
+        for architecture in ["aarch64", "arm", "powerpc64", "riscv64", "s390x", "x86"] {
+            assert_eq!(check_architecture(architecture), Err(architecture));
+        }
+        assert_eq!(
+            Hardware::new().is_some(),
+            check_architecture(std::env::consts::ARCH).is_ok()
+        );
     }
 
     /// The recorder records each barrier and each 8-byte store, ascending, and makes the stores.

@@ -12,9 +12,10 @@
 //!
 //! 1. Make a sideway CQ and take over its polling with [`DirectCompletionQueue::new`] (`unsafe`:
 //!    nothing else may poll it).
-//! 2. Build a [`DcInitiator`] whose send CQ is that CQ, and make it direct before bringing it up
-//!    ([`DirectDcInitiator::new`], or [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame)
-//!    for a BlueFlame register: see [below](#the-blueflame-register)); then
+//! 2. Build a [`DcInitiator`] whose send CQ is that CQ, on a thread domain of its own
+//!    ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain):
+//!    its register is then its alone, see [below](#the-blueflame-register)), and make it direct
+//!    before bringing it up ([`DirectDcInitiator::new`]); then
 //!    [`bring_up`](DirectDcInitiator::bring_up).
 //! 3. Read the target's address vector once from its address handle
 //!    ([`AddressVector::from_address_handle`](send_queue::AddressVector::from_address_handle)).
@@ -48,8 +49,8 @@
 //!     // SAFETY: nothing else polls `cq`; only direct initiators complete into it.
 //!     let mut direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }?;
 //!     let mut builder = pd.create_dci_builder();
-//!     builder.setup_send_cq(cq).setup_max_send_wr(64);
-//!     // A doorbell register (MLX5_SHUT_UP_BF=1); see `new_with_blueflame` otherwise.
+//!     // On a thread domain of its own: a register no other queue pair writes.
+//!     builder.setup_send_cq(cq).setup_max_send_wr(64).setup_thread_domain(true);
 //!     let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
 //!     dci.bring_up(&DcInitiatorBringUp::new(1))?;
 //!     let av = AddressVector::from_address_handle(ah)?;
@@ -148,8 +149,8 @@ fn write_through_a_pool(
     let mut initiators = Vec::new();
     for _ in 0..4 {
         let mut builder = pd.create_dci_builder();
-        builder.setup_send_cq(cq.clone()).setup_max_send_wr(64);
-        // Doorbell registers (MLX5_SHUT_UP_BF=1); see `new_with_blueflame` otherwise.
+        // Each on a thread domain of its own: a register no other queue pair writes.
+        builder.setup_send_cq(cq.clone()).setup_max_send_wr(64).setup_thread_domain(true);
         let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
         dci.bring_up(&bring_up)?;
         initiators.push(dci);
@@ -192,17 +193,29 @@ fn write_through_a_pool(
 //! libmlx5's. It does not cover what write-combining buffers and PCIe make of them, nor how the
 //! device reads them: none of this has run on a ConnectX (the `mlx5_hw_` tests and the
 //! self-test's direct step, `mlx5_devinfo --dc-selftest`, are there for when one is at hand).
-//! The barriers are rdma-core's `util/udma_barrier.h` for x86-64 and aarch64; only x86-64 was
-//! compared (see `barrier.rs`).
+//!
+//! # The CPU: x86-64 only
+//!
+//! The doorbell is rdma-core's x86-64 sequence (`util/udma_barrier.h`, `util/mmio.h`): the
+//! doorbell record, `sfence`, the BlueFlame copy as eight 8-byte stores in ascending order (or
+//! the doorbell word alone), `sfence`; the poller's barrier is `lfence`. On aarch64 libmlx5's
+//! sequence is another one: `dmb`/`dsb` barriers, and the 64-byte copy one NEON store
+//! (`vst4q_u64`) or, since rdma-core 63 in a libmlx5 built with LS64, one ST64B on a CPU with
+//! FEAT_LS64 (`_mmio_memcpy_x64_64b`). This crate has never been compiled for aarch64, nor for
+//! any other architecture than x86-64: there, making a direct initiator or a direct CQ is
+//! refused with `UnsupportedArchitecture`, which names the architecture, rather than running a
+//! sequence nothing has checked.
 //!
 //! # What is refused
 //!
 //! Making a direct initiator ([`CreateDirectDcInitiatorErrorKind`]) refuses: another CPU than
-//! x86-64 or aarch64; `MLX5_QP_SIGNATURE` set (libmlx5 signs its WQEs, `wq_sig`); a DC initiator
-//! not in RESET or already posted on through libmlx5 (this writer starts where libmlx5's indices
-//! are after `mlx5_init_qp_indices`); one completing into another CQ; a send queue of more than
-//! 2^16 blocks (a completion's 16-bit index); a BlueFlame register without its owner's promise,
-//! or claimed by another live direct initiator; parts the writer does not write (stride, sizes).
+//! x86-64 (aarch64 included, above); `MLX5_QP_SIGNATURE` set (libmlx5 signs its WQEs, `wq_sig`);
+//! a DC initiator not in RESET or already posted on through libmlx5 (this writer starts where
+//! libmlx5's indices are after `mlx5_init_qp_indices`); one completing into another CQ; a send
+//! queue of more than 2^16 blocks (a completion's 16-bit index); a BlueFlame register of a DC
+//! initiator without a thread domain of its own, without its owner's promise, or any BlueFlame
+//! register claimed by another live direct initiator; parts the writer does not write (stride,
+//! sizes).
 //! Making a direct CQ ([`CreateDirectCompletionQueueErrorKind`](completion_queue::CreateDirectCompletionQueueErrorKind))
 //! refuses CQEs of other sizes or counts and other CPUs. The writer refuses requests beyond the
 //! queue's room or granted limits, and does not offer SEND with invalidate, memory windows, TSO,
@@ -214,29 +227,59 @@ fn write_through_a_pool(
 //!
 //! # The BlueFlame register
 //!
-//! `mlx5dv_init_obj` gives a queue pair's register (`bf.reg`) and each half's size (`bf.size`),
-//! not whether libmlx5 shares it or locks it (`struct mlx5_bf`'s `need_lock`). In rdma-core 55
-//! (`providers/mlx5/verbs.c`, `mlx5.c`), `create_qp` takes the register of the queue pair's
-//! thread domain if its protection domain has one (`mlx5_attach_dedicated_uar`: one register for
-//! all the domain's queue pairs, unlocked), else from `mlx5_get_qp_uar`: a register of its own
-//! for each of the first `MLX5_NUM_LOW_LAT_UUARS` (default 4, `get_num_low_lat_uuars`) queue
-//! pairs of a device context, given back when it is destroyed (`mlx5_put_qp_uar`), then
-//! registers shared by several, least used first (`qp_shared`, locked unless
-//! `MLX5_SINGLE_THREADED=1`). With `MLX5_SHUT_UP_BF` set, every queue pair gets the context's one
-//! doorbell register (`bf.size` 0), which libmlx5 writes unlocked, never toggling its halves
-//! (`need_uuar_lock`: "it may not use blue flame"). libmlx5's lock covers the whole write and the
-//! halves' toggle, kept once per register. UCX writes BlueFlame only for queue pairs of a thread
-//! domain of its own, rings the doorbell alone under a lock otherwise, and keeps one toggle per
-//! register (`src/uct/ib/mlx5/ib_mlx5.c`: `uct_ib_mlx5_get_mmio_mode`, `uct_ib_mlx5_txwq_init`).
+//! This writer takes no lock and toggles the halves of its register on its own, so it must own
+//! its register. `mlx5dv_init_obj` gives a queue pair's register (`bf.reg`) and each half's size
+//! (`bf.size`, 0 for a doorbell register), not whether libmlx5 shares it or locks it
+//! (`struct mlx5_bf`'s `need_lock`). In rdma-core's `providers/mlx5/verbs.c` and `mlx5.c`
+//! (read from v55 and the newest source; no ConnectX has confirmed it here), `create_qp` gives a
+//! queue pair:
 //!
-//! This writer takes no lock and toggles the halves of its own, so it must own its register:
-//! [`DirectDcInitiator::new`] takes only doorbell registers (run with `MLX5_SHUT_UP_BF=1`); the
-//! `unsafe` [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes a BlueFlame
-//! register on its caller's promise that no queue pair posted through libmlx5 writes it
-//! meanwhile (nothing else on the device context posts while it lives, or at most
-//! `MLX5_NUM_LOW_LAT_UUARS` queue pairs exist on the context), and refuses a second live direct
-//! initiator on one register. More direct initiators on a context than dedicated registers: raise
-//! `MLX5_NUM_LOW_LAT_UUARS` (and `MLX5_TOTAL_UUARS` above it), or run with `MLX5_SHUT_UP_BF=1`.
+//! - **on a thread domain** (its protection domain a parent domain with one): the thread
+//!   domain's register, which `mlx5_alloc_td` took with `mlx5_attach_dedicated_uar` and gives no
+//!   other thread domain, unlocked: a BlueFlame register on every kernel whatever
+//!   `MLX5_SHUT_UP_BF` says, or on a device without BlueFlame (`bf_reg_size` 0) the context's
+//!   doorbell register;
+//! - **otherwise, on a kernel with dynamic UAR allocation**: from `mlx5_get_qp_uar`, a register
+//!   of its own for each of the first `MLX5_NUM_LOW_LAT_UUARS` (default 4,
+//!   `get_num_low_lat_uuars`) queue pairs of a device context, given back when it is destroyed
+//!   (`mlx5_put_qp_uar`), then registers shared by several, least used first (`qp_shared`,
+//!   locked unless `MLX5_SINGLE_THREADED=1`); with `MLX5_SHUT_UP_BF` set, or on a device without
+//!   BlueFlame, the context's one doorbell register (`bf.size` 0), written unlocked and never
+//!   toggled (`need_uuar_lock`: "it may not use blue flame");
+//! - **otherwise, on a kernel without dynamic UAR allocation** (kernel `mlx5_ib_alloc_ucontext`
+//!   without `lib_uar_dyn`): the register the kernel picks among the context's static ones, which
+//!   `mlx5_set_context` gives halves of `bf_reg_size / 2` bytes each, all but the first, whatever
+//!   `MLX5_SHUT_UP_BF` says (the variable maps them uncached and stops libmlx5's post path from
+//!   copying, no more), beyond the low-latency ones shared and locked (`need_uuar_lock`).
+//!
+//! libmlx5's lock covers the whole write and the halves' toggle, kept once per register. UCX
+//! writes BlueFlame only for queue pairs of a thread domain of its own, rings the doorbell alone
+//! under a lock otherwise, and keeps one toggle per register (`src/uct/ib/mlx5/ib_mlx5.c`:
+//! `uct_ib_mlx5_res_domain_init`, `uct_ib_mlx5_get_mmio_mode`, `uct_ib_mlx5_txwq_init`).
+//!
+//! So [`DirectDcInitiator::new`] takes the register of a DC initiator made on a thread domain of
+//! its own
+//! ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain),
+//! which then holds the thread domain), on every kernel, and a doorbell register (`bf.size` 0),
+//! and refuses any other BlueFlame register
+//! ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned)).
+//! Without a thread domain, `MLX5_SHUT_UP_BF=1` gives doorbell registers on a kernel with
+//! dynamic UAR allocation only. The `unsafe`
+//! [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes a BlueFlame register
+//! without a thread domain on its caller's promise that no queue pair posted through libmlx5
+//! writes it meanwhile (nothing else on the device context posts while it lives, or at most
+//! `MLX5_NUM_LOW_LAT_UUARS` queue pairs exist on the context). Either refuses a second live
+//! direct initiator on one BlueFlame register.
+//! [`DirectDcInitiator::register`] says which register a direct initiator rings, and its
+//! [`blueflame_exists`](DirectRegister::blueflame_exists) whether the device has BlueFlame at
+//! all, with `MLX5DV_CONTEXT_FLAGS_BLUEFLAME` (reported since rdma-core 58).
+//!
+//! The writer copies a request into a register with halves (`bf.size` > 0) as libmlx5 does
+//! without `MLX5_SHUT_UP_BF`, and does not read the variable: a thread domain's register is
+//! mapped write-combining whatever it says. The registers `new_with_blueflame` takes on a kernel
+//! without dynamic UAR allocation are mapped uncached when the variable is set, and libmlx5
+//! writes only the doorbell word into them; the writer would copy whole requests there, which
+//! nothing has checked: take a thread domain's register instead.
 //!
 //! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
 
@@ -250,5 +293,5 @@ pub mod send_queue;
 pub use completion_queue::DirectCompletionQueue;
 pub use initiator::{
     CreateDirectDcInitiatorError, CreateDirectDcInitiatorErrorKind, DirectDcInitiator, DirectPostSendGuard,
-    RecoverDirectDcInitiatorError, RecoverDirectDcInitiatorErrorKind,
+    DirectRegister, RecoverDirectDcInitiatorError, RecoverDirectDcInitiatorErrorKind,
 };

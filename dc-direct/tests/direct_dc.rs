@@ -1,5 +1,7 @@
 //! The direct DC path on a ConnectX, in loopback on port 1: a DC target, and a DC initiator
-//! whose requests this crate writes, completing into a [`DirectCompletionQueue`].
+//! whose requests this crate writes, completing into a [`DirectCompletionQueue`]: made safely on
+//! a thread domain of its own ([`DirectDcInitiator::new`]), and without one on a promise
+//! ([`DirectDcInitiator::new_with_blueflame`]).
 //!
 //! `mlx5_hw_` tests: see `common`.
 mod common;
@@ -19,11 +21,14 @@ use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp};
 use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
+use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::Completion;
 use sideway_ext_dc_direct::send_queue::AddressVector;
 use sideway_ext_dc_direct::{
-    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, RecoverDirectDcInitiatorErrorKind,
+    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, DirectRegister,
+    RecoverDirectDcInitiatorErrorKind,
 };
 
 use common::{gid_index, open, pattern, Buffer, PORT};
@@ -34,6 +39,8 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The loopback: a DC target on an SRQ, its endpoint's address vector, a direct CQ, buffers.
 struct Loopback {
+    /// What `mlx5dv_query_device` reported (`MLX5DV_CONTEXT_FLAGS_BLUEFLAME` among them).
+    flags: Mlx5ContextFlags,
     pd: Arc<ProtectionDomain>,
     cq: GenericCompletionQueue,
     direct_cq: DirectCompletionQueue,
@@ -72,7 +79,12 @@ impl Loopback {
         let endpoint = dct.endpoint().expect("its endpoint");
         let ah = endpoint.create_ah(&pd, PORT, gid_index(&ctx)).expect("address handle");
         let av = AddressVector::from_address_handle(&ah).expect("its address vector");
+        let flags = Mlx5DeviceContext::new(Arc::clone(&ctx))
+            .query_device()
+            .expect("mlx5dv_query_device")
+            .flags();
         Self {
+            flags,
             remote: Buffer::new(&pd, LEN, access),
             local: Buffer::new(&pd, LEN, AccessFlags::LocalWrite),
             pd,
@@ -86,10 +98,14 @@ impl Loopback {
         }
     }
 
-    /// A DC initiator completing into the direct CQ, in RESET.
-    fn dci(&self) -> DcInitiator {
+    /// A DC initiator completing into the direct CQ, in RESET, on a thread domain of its own or
+    /// not.
+    fn dci(&self, thread_domain: bool) -> DcInitiator {
         let mut builder = self.pd.create_dci_builder();
-        builder.setup_send_cq(self.cq.clone()).setup_max_send_wr(16);
+        builder
+            .setup_send_cq(self.cq.clone())
+            .setup_max_send_wr(16)
+            .setup_thread_domain(thread_domain);
         builder.build().expect("a DC initiator")
     }
 
@@ -131,23 +147,23 @@ fn write(lb: &mut Loopback, dci: &mut DirectDcInitiator, key: u64, seed: u8) -> 
     lb.wait_direct()
 }
 
-#[test]
-#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
-#[serial]
-fn mlx5_hw_a_direct_write_and_inline_send_reach_a_dc_target() {
-    let mut lb = Loopback::new();
-    // SAFETY: this test's device context is its own, and nothing but this initiator posts on it.
-    let mut dci = unsafe { DirectDcInitiator::new_with_blueflame(lb.dci(), &lb.direct_cq) }.expect("direct");
+/// Brings `dci` up, then an RDMA WRITE and a 16-byte inline SEND through it, each checked by
+/// its completion and the bytes that arrived.
+fn write_and_send(lb: &mut Loopback, dci: &mut DirectDcInitiator, seed: u8) {
     dci.bring_up(&DcInitiatorBringUp::new(PORT)).expect("to RTS");
     assert_eq!(dci.query_state().expect("state"), QueuePairState::ReadyToSend);
     let (dct_number, key) = (lb.endpoint.dct_number(), lb.endpoint.dc_key());
 
-    let completion = write(&mut lb, &mut dci, key, 0x77);
+    let completion = write(lb, dci, key, seed);
     assert_eq!(
         (completion.wr_id(), completion.status(), completion.qp_number()),
-        (0x77, WorkCompletionStatus::Success, dci.dc_initiator().qp_number())
+        (
+            u64::from(seed),
+            WorkCompletionStatus::Success,
+            dci.dc_initiator().qp_number()
+        )
     );
-    assert_eq!(lb.remote.read(LEN), pattern(LEN, 0x77), "the bytes written");
+    assert_eq!(lb.remote.read(LEN), pattern(LEN, seed), "the bytes written");
     assert_eq!(dci.outstanding(), 0);
 
     let mut storage = PostReceiveStorage::new();
@@ -159,10 +175,10 @@ fn mlx5_hw_a_direct_write_and_inline_send_reach_a_dc_target() {
             .setup_sge(lb.remote.mr.lkey(), lb.remote.addr(), LEN as u32)
     };
     receive.post().expect("post a receive");
-    let inline = pattern(16, 9);
+    let inline = pattern(16, seed ^ 0xff);
     let mut guard = dci.start_post_send();
     guard
-        .construct_wr(0x78, WorkRequestFlags::Signaled)
+        .construct_wr(0x178, WorkRequestFlags::Signaled)
         .setup_send()
         .setup_dc_addr(&lb.av, dct_number, key)
         .setup_inline_data(&inline)
@@ -171,7 +187,7 @@ fn mlx5_hw_a_direct_write_and_inline_send_reach_a_dc_target() {
     let completion = lb.wait_direct();
     assert_eq!(
         (completion.wr_id(), completion.status()),
-        (0x78, WorkCompletionStatus::Success)
+        (0x178, WorkCompletionStatus::Success)
     );
     let received = lb.wait_receive();
     assert_eq!(
@@ -186,12 +202,79 @@ fn mlx5_hw_a_direct_write_and_inline_send_reach_a_dc_target() {
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
+fn mlx5_hw_the_safe_constructor_takes_a_thread_domains_register_and_writes_through_it() {
+    let mut lb = Loopback::new();
+    // Two at once: libmlx5 gives each thread domain a register of its own, so neither claim is
+    // refused.
+    let mut first = DirectDcInitiator::new(lb.dci(true), &lb.direct_cq).expect("direct, on a thread domain");
+    let mut second = DirectDcInitiator::new(lb.dci(true), &lb.direct_cq).expect("another, on another thread domain");
+    for dci in [&first, &second] {
+        let register = dci.register();
+        assert!(matches!(register, DirectRegister::ThreadDomain { .. }), "{register:?}");
+        // mlx5_alloc_td: a BlueFlame register on a device that has them, else a doorbell one.
+        if lb.flags.contains(Mlx5ContextFlags::BlueFlame) {
+            assert!(register.blueflame_size() > 0, "{register:?}");
+        }
+        assert!(register.blueflame_exists(lb.flags).is_some(), "{register:?}");
+    }
+    write_and_send(&mut lb, &mut first, 0x77);
+    write_and_send(&mut lb, &mut second, 0x79);
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_without_a_thread_domain_only_a_doorbell_register_is_taken_safely() {
+    let mut lb = Loopback::new();
+    let shut_up = std::env::var_os("MLX5_SHUT_UP_BF").is_some_and(|value| value != "0");
+    match DirectDcInitiator::new(lb.dci(false), &lb.direct_cq) {
+        Ok(mut dci) => {
+            // MLX5_SHUT_UP_BF on a kernel with dynamic UAR allocation, or no BlueFlame at all.
+            assert_eq!(dci.register(), DirectRegister::Doorbell);
+            assert!(
+                shut_up || !lb.flags.contains(Mlx5ContextFlags::BlueFlame),
+                "a doorbell register without MLX5_SHUT_UP_BF on a device with BlueFlame"
+            );
+            write_and_send(&mut lb, &mut dci, 0x7a);
+        },
+        // A kernel without dynamic UAR allocation gives BlueFlame halves whatever
+        // MLX5_SHUT_UP_BF says.
+        Err(refused) => assert!(
+            matches!(
+                refused.0,
+                CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned { blueflame_size } if blueflame_size > 0
+            ),
+            "{refused:?}"
+        ),
+    }
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_a_promised_blueflame_register_writes_without_a_thread_domain() {
+    let mut lb = Loopback::new();
+    // SAFETY: this test's device context is its own, and nothing but this initiator posts on it.
+    let mut dci = unsafe { DirectDcInitiator::new_with_blueflame(lb.dci(false), &lb.direct_cq) }.expect("direct");
+    assert!(
+        matches!(
+            dci.register(),
+            DirectRegister::Promised { .. } | DirectRegister::Doorbell
+        ),
+        "{:?}",
+        dci.register()
+    );
+    write_and_send(&mut lb, &mut dci, 0x7b);
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
 fn mlx5_hw_a_dc_initiator_brought_up_or_on_another_cq_is_refused() {
     let lb = Loopback::new();
-    let mut brought_up = lb.dci();
+    let mut brought_up = lb.dci(true);
     brought_up.bring_up(&DcInitiatorBringUp::new(PORT)).expect("to RTS");
-    // SAFETY: as above.
-    let refused = unsafe { DirectDcInitiator::new_with_blueflame(brought_up, &lb.direct_cq) }.unwrap_err();
+    let refused = DirectDcInitiator::new(brought_up, &lb.direct_cq).unwrap_err();
     assert!(
         matches!(
             refused.0,
@@ -202,10 +285,9 @@ fn mlx5_hw_a_dc_initiator_brought_up_or_on_another_cq_is_refused() {
         "{refused:?}"
     );
     let mut builder = lb.pd.create_dci_builder();
-    builder.setup_send_cq(lb.recv_cq.clone());
+    builder.setup_send_cq(lb.recv_cq.clone()).setup_thread_domain(true);
     let elsewhere = builder.build().expect("a DC initiator");
-    // SAFETY: as above.
-    let refused = unsafe { DirectDcInitiator::new_with_blueflame(elsewhere, &lb.direct_cq) }.unwrap_err();
+    let refused = DirectDcInitiator::new(elsewhere, &lb.direct_cq).unwrap_err();
     assert!(
         matches!(refused.0, CreateDirectDcInitiatorErrorKind::DifferentCompletionQueue),
         "{refused:?}"
@@ -217,8 +299,7 @@ fn mlx5_hw_a_dc_initiator_brought_up_or_on_another_cq_is_refused() {
 #[serial]
 fn mlx5_hw_a_direct_initiator_recovers_after_a_wrong_dc_key_and_writes_again() {
     let mut lb = Loopback::new();
-    // SAFETY: this test's device context is its own, and nothing but this initiator posts on it.
-    let mut dci = unsafe { DirectDcInitiator::new_with_blueflame(lb.dci(), &lb.direct_cq) }.expect("direct");
+    let mut dci = DirectDcInitiator::new(lb.dci(true), &lb.direct_cq).expect("direct, on a thread domain");
     let refused = dci.recover().unwrap_err();
     assert!(
         matches!(refused.0, RecoverDirectDcInitiatorErrorKind::NotBroughtUp),

@@ -78,13 +78,12 @@ impl Bed {
         let initiators = (0..INITIATORS)
             .map(|_| {
                 let mut builder = pd.create_dci_builder();
-                builder.setup_send_cq(send_cq.clone()).setup_max_send_wr(32);
-                // SAFETY: this test's device context is its own, and nothing on it posts through
-                // libmlx5 (its two DC initiators get registers of their own: at most 4 queue
-                // pairs with a send queue).
-                let mut dci =
-                    unsafe { DirectDcInitiator::new_with_blueflame(builder.build().expect("a DCI"), &direct_cq) }
-                        .expect("direct");
+                builder
+                    .setup_send_cq(send_cq.clone())
+                    .setup_max_send_wr(32)
+                    .setup_thread_domain(true);
+                // Each on a thread domain of its own: the safe constructor takes its register.
+                let mut dci = DirectDcInitiator::new(builder.build().expect("a DCI"), &direct_cq).expect("direct");
                 dci.bring_up(&bring_up).expect("to RTS");
                 dci
             })

@@ -419,8 +419,6 @@ pub fn run(
         report.stop(why);
         return Outcome::NotMlx5;
     }
-    // Whether the device has BlueFlame: unknown until sideway-ext-dc-direct says.
-    report.blueflame(None);
     let port_facts = PortFacts::read(ctx, port);
     let port_line = port_facts.as_ref().map_or_else(Clone::clone, PortFacts::line);
     report.port(port_facts);
@@ -619,13 +617,10 @@ pub fn run(
             report.check_fault(step::STREAMS, result, fault);
         },
     }
-    match direct::direct_path(&mut lb, ctx) {
+    match direct::direct_path(&mut lb, ctx, report) {
         direct::Verdict::Checked(result) => report.check(step::DIRECT, result),
         direct::Verdict::Skipped(why) => report.skip(step::DIRECT, &why),
     }
-    // The size of the register the direct DC initiator rang: unknown until sideway-ext-dc-direct
-    // says.
-    report.direct_register_size(None);
     if report.failed() {
         Outcome::Failed
     } else {

@@ -12,6 +12,8 @@
 //!   sent from;
 //! - [`async_event`]: the device context's asynchronous events (SRQ limit, QP last WQE, …);
 //! - [`work_completion`]: completions with every field, including the queue pair number;
+//! - `thread_domain` (feature `mlx5`): a thread domain and its parent domain, on which an mlx5
+//!   DC initiator gets a doorbell register of its own;
 //! - [`completion_channel`]: completion events, to sleep (or wait on a file descriptor) until a
 //!   completion queue gets a completion instead of busy polling it;
 //! - [`async_completion_channel`] (feature `tokio`): the same events awaited from a tokio task
@@ -204,6 +206,10 @@ pub mod post_send_guard;
 pub mod queue_pair;
 pub mod shared_receive_queue;
 pub mod source_gid;
+// Only the mlx5 DC initiator creates one (libmlx5 gives its queue pair a register of its own).
+#[cfg(feature = "mlx5")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
+pub mod thread_domain;
 pub mod work_completion;
 pub(crate) mod zeroed;
 

@@ -40,7 +40,9 @@ pub enum Mlx5ContextFlags {
     /// Completion timestamps are in real time (nanoseconds) rather than free-running clock ticks
     /// (`MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS`).
     RealTimeTimestamp = mlx5dv_context_flags::MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS.0 as _,
-    /// BlueFlame (write-combining doorbells) is used (`MLX5DV_CONTEXT_FLAGS_BLUEFLAME`).
+    /// The device has BlueFlame registers (`MLX5DV_CONTEXT_FLAGS_BLUEFLAME`: libmlx5's
+    /// `bf_reg_size` > 0, whatever `MLX5_SHUT_UP_BF` says). Reported since rdma-core 58: clear
+    /// from an older libmlx5 whatever the device has.
     BlueFlame = mlx5dv_context_flags::MLX5DV_CONTEXT_FLAGS_BLUEFLAME.0 as _,
 }
 

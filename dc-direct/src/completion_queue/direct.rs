@@ -104,6 +104,9 @@ impl DirectCompletionQueue {
     /// initiators may complete into it; their completions are refused when polled
     /// ([`UnknownQueuePair`](super::PollCompletionQueueErrorKind::UnknownQueuePair)).
     pub unsafe fn new(cq: GenericCompletionQueue) -> Result<Self, CreateDirectCompletionQueueError> {
+        // Before libmlx5 hands the CQ's memory out (and stops cleaning it).
+        crate::barrier::check_architecture(std::env::consts::ARCH)
+            .map_err(|architecture| CreateDirectCompletionQueueErrorKind::UnsupportedArchitecture { architecture })?;
         // SAFETY: `cq` is alive, held below.
         let object =
             unsafe { completion_queue_object(cq.cq()) }.map_err(CreateDirectCompletionQueueErrorKind::InitObject)?;

@@ -20,8 +20,9 @@ pub enum CreateDirectCompletionQueueErrorKind {
     /// libmlx5 gave a null CQE ring or doorbell record.
     #[error("mlx5dv_init_obj gave no CQE ring or doorbell record")]
     MissingMemory,
-    /// rdma-core's from-device barrier is mirrored here for x86-64 and aarch64 only.
-    #[error("no completion barrier for the {architecture} architecture (x86-64 and aarch64 only)")]
+    /// The poller's barrier is x86-64's alone (rdma-core's `util/udma_barrier.h`); it has never
+    /// been compiled for another architecture, aarch64 included.
+    #[error("the direct poller is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,

@@ -19,8 +19,10 @@ pub struct CreateDirectDcInitiatorError(#[from] pub CreateDirectDcInitiatorError
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDirectDcInitiatorErrorKind {
-    /// rdma-core's barriers and MMIO stores are mirrored here for x86-64 and aarch64 only.
-    #[error("no doorbell barriers for the {architecture} architecture (x86-64 and aarch64 only)")]
+    /// The writer's barriers and stores are x86-64's alone (rdma-core's `util/udma_barrier.h`
+    /// and `util/mmio.h`); it has never been compiled for another architecture, aarch64
+    /// included, where libmlx5's doorbell is another sequence (see the crate documentation).
+    #[error("the direct writer is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,
@@ -70,12 +72,19 @@ pub enum CreateDirectDcInitiatorErrorKind {
         /// `sq.wqe_cnt`.
         wqe_count: u32,
     },
-    /// The register is a BlueFlame register (`bf.size` > 0), which libmlx5 may share with other
-    /// queue pairs of the device context: [`DirectDcInitiator::new`](super::DirectDcInitiator::new)
-    /// takes only doorbell registers (`MLX5_SHUT_UP_BF=1`); see
+    /// The DC initiator has no thread domain of its own and its register is a BlueFlame register
+    /// (`bf.size` > 0), which libmlx5 may share with other queue pairs of the device context:
+    /// [`DirectDcInitiator::new`](super::DirectDcInitiator::new) takes it only from a thread
+    /// domain of its own
+    /// ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)).
+    /// `MLX5_SHUT_UP_BF=1` gives every other queue pair a doorbell register on a kernel with
+    /// dynamic UAR allocation only: on one without (kernel `mlx5_ib_alloc_ucontext`, no
+    /// `lib_uar_dyn`), libmlx5's `mlx5_set_context` gives every register its halves whatever the
+    /// variable says. See also
     /// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame).
     #[error(
-        "the queue pair's register is a BlueFlame register of {blueflame_size} bytes a half, which libmlx5 may share"
+        "the queue pair's register is a BlueFlame register of {blueflame_size} bytes a half, which libmlx5 may share: \
+         create the DC initiator on a thread domain of its own (setup_thread_domain)"
     )]
     BlueFlameRegisterNotOwned {
         /// `bf.size`.

@@ -9,10 +9,10 @@
 //! queue as libmlx5 resets its indices.
 //!
 //! Where the facts live: the checks of the queue pair's memory in `parts.rs`, the errors in
-//! `error.rs`, the claims of BlueFlame registers in `register.rs` (the rules are the crate
-//! documentation's), the send queue in its completion queue's table, with its native guard and C
-//! entries, in `posting.rs` (the shared queue and the guard are the send queue module's
-//! `shared.rs`), an address handle's address vector in `address.rs`.
+//! `error.rs`, which register is taken and the claims of BlueFlame registers in `register.rs`
+//! (the rules are the crate documentation's), the send queue in its completion queue's table,
+//! with its native guard and C entries, in `posting.rs` (the shared queue and the guard are the
+//! send queue module's `shared.rs`), an address handle's address vector in `address.rs`.
 mod address;
 mod error;
 pub(crate) mod parts;
@@ -36,9 +36,11 @@ pub use self::error::{
     CreateDirectDcInitiatorError, CreateDirectDcInitiatorErrorKind, RecoverDirectDcInitiatorError,
     RecoverDirectDcInitiatorErrorKind,
 };
-use self::parts::{check_signatures, send_queue_parts, BlueFlame, Created, WQE_SIGNATURE_VARIABLE};
+use self::parts::{check_signatures, send_queue_parts, Created, WQE_SIGNATURE_VARIABLE};
 use self::posting::PostingQueue;
-use self::register::RegisterClaim;
+pub use self::register::DirectRegister;
+use self::register::{BlueFlame, RegisterClaim};
+use crate::barrier::check_architecture;
 use crate::completion_queue::DirectCompletionQueue;
 use crate::send_queue::address_cache::AddressCache;
 pub use crate::send_queue::shared::DirectPostSendGuard;
@@ -56,8 +58,11 @@ pub struct DirectDcInitiator {
     /// Dropped first: it writes the queue pair's memory, and takes itself out of the completion
     /// queue's table.
     posting: PostingQueue,
-    /// The BlueFlame register, while this initiator writes it (none for a doorbell register).
-    _register: Option<RegisterClaim>,
+    /// The register it rings.
+    register: DirectRegister,
+    /// The BlueFlame register's claim, while this initiator writes it (none for a doorbell
+    /// register).
+    _claim: Option<RegisterClaim>,
     /// What [`bring_up`](Self::bring_up) was given, for [`recover`](Self::recover).
     brought_up_with: Option<DcInitiatorBringUp>,
     /// Dropped last: the queue pair whose memory the send queue writes.
@@ -65,23 +70,30 @@ pub struct DirectDcInitiator {
 }
 
 impl DirectDcInitiator {
-    /// Takes over posting on `dci`, which must complete into `cq`, be in RESET (made, not yet
-    /// brought up) and have a doorbell register (`bf.size` 0: libmlx5 writes those without a
-    /// lock from any queue pair, so sharing one is safe). On a ConnectX a queue pair has a
-    /// BlueFlame register unless libmlx5 runs with `MLX5_SHUT_UP_BF=1`; see
-    /// [`new_with_blueflame`](Self::new_with_blueflame) for those.
+    /// Takes over posting on `dci`, which must complete into `cq` and be in RESET (made, not yet
+    /// brought up), and whose register is one this writer may write without a lock
+    /// ([`register`](Self::register)): the register of a thread domain of its own (made with
+    /// [`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)),
+    /// which libmlx5 gives no other queue pair, or a doorbell register (`bf.size` 0), which
+    /// libmlx5 writes unlocked from any queue pair. See the [crate](crate#the-blueflame-register)
+    /// documentation for which registers libmlx5 gives, on kernels with and without dynamic UAR
+    /// allocation.
     ///
     /// # Errors
     ///
-    /// [`CreateDirectDcInitiatorErrorKind`]; `dci` is dropped (destroyed) with the error.
+    /// [`CreateDirectDcInitiatorErrorKind`]; `dci` is dropped (destroyed) with the error. A DC
+    /// initiator without a thread domain of its own whose register is a BlueFlame register is
+    /// refused
+    /// ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned)).
     pub fn new(dci: DcInitiator, cq: &DirectCompletionQueue) -> Result<Self, CreateDirectDcInitiatorError> {
-        // SAFETY: only doorbell registers are taken, which need no promise.
+        // SAFETY: without a promise, only registers this writer may write alone are taken.
         unsafe { Self::create(dci, cq, BlueFlame::Refused) }
     }
 
-    /// As [`new`](Self::new), also for a BlueFlame register (`bf.size` > 0), which this writer
-    /// writes without libmlx5's lock and with a toggle of its halves of its own. A second live
-    /// direct initiator on the same register is refused
+    /// As [`new`](Self::new), also for a DC initiator without a thread domain of its own whose
+    /// register is a BlueFlame register (`bf.size` > 0), which this writer writes without
+    /// libmlx5's lock and with a toggle of its halves of its own. A second live direct initiator
+    /// on the same register is refused
     /// ([`BlueFlameRegisterShared`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared)).
     ///
     /// # Errors
@@ -111,6 +123,7 @@ impl DirectDcInitiator {
         mut dci: DcInitiator, cq: &DirectCompletionQueue, blueflame: BlueFlame,
     ) -> Result<Self, CreateDirectDcInitiatorError> {
         use CreateDirectDcInitiatorErrorKind::*;
+        check_architecture(std::env::consts::ARCH).map_err(|architecture| UnsupportedArchitecture { architecture })?;
         check_signatures(std::env::var_os(WQE_SIGNATURE_VARIABLE).as_deref())?;
         let state = dci.query_state().map_err(QueryState)?;
         if state != QueuePairState::Reset {
@@ -132,8 +145,9 @@ impl DirectDcInitiator {
             streams: dci.streams().is_some(),
         };
         // SAFETY: libmlx5 gave `object` for the live queue pair.
-        let parts = unsafe { send_queue_parts(&object, created, blueflame) }?;
-        let register = match parts.blueflame_size {
+        let parts = unsafe { send_queue_parts(&object, created) }?;
+        let register = DirectRegister::of(dci.thread_domain().is_some(), parts.blueflame_size, blueflame)?;
+        let claim = match register.blueflame_size() {
             0 => None,
             _ => {
                 let register = parts.blueflame.as_ptr() as usize;
@@ -142,8 +156,9 @@ impl DirectDcInitiator {
         };
         // SAFETY: the memory is the queue pair's, alive while `dci` is (held until the queue is
         // dropped); nothing else posts on it (owned here, libmlx5's post path unreachable) or
-        // writes its register (a doorbell register, or the caller's promise and the claim); the
-        // limits are those libmlx5 granted; in RESET its posting index is 0.
+        // writes its register (its own thread domain's, a doorbell register, or the caller's
+        // promise, and the claim); the limits are those libmlx5 granted; in RESET its posting
+        // index is 0.
         let queue = unsafe { crate::send_queue::SendQueue::from_parts(parts) }.map_err(|err| match err.0 {
             CreateSendQueueErrorKind::UnsupportedArchitecture { architecture } => {
                 UnsupportedArchitecture { architecture }
@@ -153,7 +168,8 @@ impl DirectDcInitiator {
         let posting = PostingQueue::new(queue, dci.send_ops_flags(), AddressCache::device(), cq.table());
         Ok(Self {
             posting,
-            _register: register,
+            register,
+            _claim: claim,
             brought_up_with: None,
             dci,
         })
@@ -185,6 +201,12 @@ impl DirectDcInitiator {
     #[inline]
     pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
         self.posting.send_views()
+    }
+
+    /// The register it rings its doorbell through, and why it may write it alone: its size tells
+    /// whether requests are copied into it (BlueFlame) or the doorbell word is written alone.
+    pub fn register(&self) -> DirectRegister {
+        self.register
     }
 
     /// The DC initiator, for its accessors (QP number, granted limits, state as last read,

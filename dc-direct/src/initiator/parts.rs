@@ -29,15 +29,6 @@ pub(crate) struct Created {
     pub(crate) streams: bool,
 }
 
-/// Whether a BlueFlame register (`bf.size` > 0) is taken: only on its owner's promise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BlueFlame {
-    /// Doorbell registers only (`bf.size` 0), which libmlx5 writes without a lock.
-    Refused,
-    /// The caller promised the register is this queue pair's alone.
-    Owned,
-}
-
 /// Refuses a libmlx5 that signs its WQEs: `signature` is the value of
 /// [`WQE_SIGNATURE_VARIABLE`], if set.
 pub(crate) fn check_signatures(signature: Option<&OsStr>) -> Result<(), CreateDirectDcInitiatorErrorKind> {
@@ -48,15 +39,15 @@ pub(crate) fn check_signatures(signature: Option<&OsStr>) -> Result<(), CreateDi
 }
 
 /// The send queue parts of `object` with the limits it was `created` with, after checking that
-/// nothing was posted on it through libmlx5, that its completions' 16-bit index names one slot,
-/// and, for a BlueFlame register, that `blueflame` allows it.
+/// nothing was posted on it through libmlx5 and that its completions' 16-bit index names one
+/// slot (whether its register may be written is `DirectRegister::of`'s).
 ///
 /// # Safety
 ///
 /// `object` is what `mlx5dv_init_obj` gave for a live queue pair: its doorbell record is two
 /// readable words.
 pub(crate) unsafe fn send_queue_parts(
-    object: &mlx5dv_qp, created: Created, blueflame: BlueFlame,
+    object: &mlx5dv_qp, created: Created,
 ) -> Result<SendQueueParts, CreateDirectDcInitiatorErrorKind> {
     use CreateDirectDcInitiatorErrorKind::*;
     let buffer = NonNull::new(object.sq.buf.cast::<u8>()).ok_or(MissingMemory { part: "send queue" })?;
@@ -76,11 +67,6 @@ pub(crate) unsafe fn send_queue_parts(
     if object.sq.wqe_cnt > MAX_WQE_COUNT {
         return Err(QueueTooLarge {
             wqe_count: object.sq.wqe_cnt,
-        });
-    }
-    if object.bf.size != 0 && blueflame == BlueFlame::Refused {
-        return Err(BlueFlameRegisterNotOwned {
-            blueflame_size: object.bf.size,
         });
     }
     Ok(SendQueueParts {
@@ -152,7 +138,7 @@ pub(crate) mod tests {
         let dci = OracleDci::new(&shape(256));
         let object = object_of(&dci);
         // SAFETY: the oracle's DCI is alive.
-        let parts = unsafe { send_queue_parts(&object, created_of(&dci), BlueFlame::Owned) }.unwrap();
+        let parts = unsafe { send_queue_parts(&object, created_of(&dci)) }.unwrap();
         let layout = dci.layout();
         assert_eq!(
             (parts.buffer, parts.wqe_count, parts.stride, parts.doorbell_record),
@@ -163,27 +149,6 @@ pub(crate) mod tests {
             (parts.max_post, parts.max_inline_data, parts.qp_number),
             (dci.max_post(), dci.max_inline_data(), 0x12_3456)
         );
-    }
-
-    #[test]
-    fn a_blueflame_register_is_taken_only_when_owned_and_a_doorbell_one_always() {
-        let dci = OracleDci::new(&shape(256));
-        // SAFETY: as above.
-        let refused = unsafe { send_queue_parts(&object_of(&dci), created_of(&dci), BlueFlame::Refused) };
-        assert!(matches!(
-            refused,
-            Err(CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned { blueflame_size: 256 })
-        ));
-        let doorbell_only = OracleDci::new(&shape(0));
-        // SAFETY: as above.
-        let parts = unsafe {
-            send_queue_parts(
-                &object_of(&doorbell_only),
-                created_of(&doorbell_only),
-                BlueFlame::Refused,
-            )
-        };
-        assert_eq!(parts.unwrap().blueflame_size, 0);
     }
 
     #[test]
@@ -201,7 +166,7 @@ pub(crate) mod tests {
         }
         dci.take_events();
         // SAFETY: as above.
-        let refused = unsafe { send_queue_parts(&object_of(&dci), created_of(&dci), BlueFlame::Owned) };
+        let refused = unsafe { send_queue_parts(&object_of(&dci), created_of(&dci)) };
         assert!(
             matches!(
                 refused,
@@ -218,7 +183,7 @@ pub(crate) mod tests {
         let mut object = object_of(&dci);
         object.sq.wqe_cnt = 1 << 17;
         // SAFETY: as above (the count is only checked).
-        let refused = unsafe { send_queue_parts(&object, created_of(&dci), BlueFlame::Owned) };
+        let refused = unsafe { send_queue_parts(&object, created_of(&dci)) };
         assert!(matches!(
             refused,
             Err(CreateDirectDcInitiatorErrorKind::QueueTooLarge { wqe_count: 0x2_0000 })
@@ -226,7 +191,7 @@ pub(crate) mod tests {
         let mut object = object_of(&dci);
         object.bf.reg = std::ptr::null_mut();
         // SAFETY: as above.
-        let refused = unsafe { send_queue_parts(&object, created_of(&dci), BlueFlame::Owned) };
+        let refused = unsafe { send_queue_parts(&object, created_of(&dci)) };
         assert!(matches!(
             refused,
             Err(CreateDirectDcInitiatorErrorKind::MissingMemory {

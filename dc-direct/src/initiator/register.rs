@@ -1,11 +1,104 @@
-//! The BlueFlame registers live direct initiators write, so that a second one on the same
+//! The register a direct initiator rings its doorbell through: which one it is and why this
+//! writer may write it without a lock ([`DirectRegister`], decided by [`DirectRegister::of`]),
+//! and the BlueFlame registers live direct initiators write, so that a second one on the same
 //! register is refused
 //! ([`BlueFlameRegisterShared`](super::CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared)):
 //! each would toggle the register's halves on its own, where libmlx5 and UCX keep one toggle per
-//! register. Why a direct initiator must own its register, and how libmlx5 hands registers out,
-//! is the crate documentation's "The BlueFlame register". Doorbell registers (`bf.size` 0) are
-//! not claimed: libmlx5 writes those from any queue pair, unlocked, never toggling.
+//! register. How libmlx5 hands registers out, on kernels with and without dynamic UAR
+//! allocation, is the crate documentation's "The BlueFlame register". Doorbell registers
+//! (`bf.size` 0) are not claimed: libmlx5 writes those from any queue pair, unlocked, never
+//! toggling.
 use std::sync::Mutex;
+
+use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
+
+use super::CreateDirectDcInitiatorErrorKind;
+
+/// The register a [`DirectDcInitiator`](super::DirectDcInitiator) rings its doorbell through
+/// ([`register`](super::DirectDcInitiator::register)), and why this writer may write it without
+/// libmlx5's lock. The writer copies a request of one batch into a register with BlueFlame
+/// halves (`blueflame_size` > 0, as libmlx5 does without `MLX5_SHUT_UP_BF`), and writes the
+/// doorbell word alone otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DirectRegister {
+    /// The register of the DC initiator's own thread domain
+    /// ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)):
+    /// a BlueFlame register with halves of `blueflame_size` bytes that libmlx5 gives no other
+    /// queue pair (`mlx5_alloc_td`, `mlx5_attach_dedicated_uar`), or, on a device without
+    /// BlueFlame, the context's doorbell register (`blueflame_size` 0). Taken by
+    /// [`new`](super::DirectDcInitiator::new).
+    ThreadDomain {
+        /// Each half's size (`bf.size`); 0: a doorbell register.
+        blueflame_size: u32,
+    },
+    /// A doorbell register (`bf.size` 0) of a DC initiator without a thread domain, which
+    /// libmlx5 writes unlocked from any queue pair and never toggles: sharing it is safe. Taken
+    /// by [`new`](super::DirectDcInitiator::new).
+    Doorbell,
+    /// A BlueFlame register (`bf.size` > 0) of a DC initiator without a thread domain, which
+    /// libmlx5 may share between queue pairs, taken on the promise of
+    /// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame)'s caller.
+    Promised {
+        /// Each half's size (`bf.size`).
+        blueflame_size: u32,
+    },
+}
+
+/// Whether a BlueFlame register without a thread domain is taken: only on its owner's promise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlueFlame {
+    /// No promise: a thread domain's register or a doorbell register only.
+    Refused,
+    /// The caller promised the register is this queue pair's alone.
+    Owned,
+}
+
+impl DirectRegister {
+    /// The register of a DC initiator on a thread domain of its own or not (`thread_domain`),
+    /// whose register has halves of `blueflame_size` bytes (`bf.size`), with or without its
+    /// owner's promise (`blueflame`); a BlueFlame register that is neither a thread domain's nor
+    /// promised is refused
+    /// ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned)).
+    pub(crate) fn of(
+        thread_domain: bool, blueflame_size: u32, blueflame: BlueFlame,
+    ) -> Result<Self, CreateDirectDcInitiatorErrorKind> {
+        match (thread_domain, blueflame_size, blueflame) {
+            (true, _, _) => Ok(Self::ThreadDomain { blueflame_size }),
+            (false, 0, _) => Ok(Self::Doorbell),
+            (false, _, BlueFlame::Owned) => Ok(Self::Promised { blueflame_size }),
+            (false, _, BlueFlame::Refused) => {
+                Err(CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned { blueflame_size })
+            },
+        }
+    }
+
+    /// Each of the register's halves' size (`bf.size`): 0 for a doorbell register, which the
+    /// writer rings with the doorbell word alone.
+    pub fn blueflame_size(self) -> u32 {
+        match self {
+            Self::ThreadDomain { blueflame_size } | Self::Promised { blueflame_size } => blueflame_size,
+            Self::Doorbell => 0,
+        }
+    }
+
+    /// Whether the device has BlueFlame registers, from what `mlx5dv_query_device` reported
+    /// (`flags`) and this register: `Some(true)` when libmlx5 reports
+    /// [`BlueFlame`](Mlx5ContextFlags::BlueFlame) (`bf_reg_size` > 0, reported since rdma-core
+    /// 58) or a register has halves; `Some(false)` when a thread domain's register has none
+    /// (`mlx5_alloc_td` gives a thread domain a BlueFlame register on every device that has
+    /// them); `None` when neither tells (the flag clear, which a libmlx5 before rdma-core 58
+    /// never sets, and a doorbell register without a thread domain, which `MLX5_SHUT_UP_BF`
+    /// also gives).
+    pub fn blueflame_exists(self, flags: Mlx5ContextFlags) -> Option<bool> {
+        match self {
+            _ if flags.contains(Mlx5ContextFlags::BlueFlame) => Some(true),
+            Self::ThreadDomain { blueflame_size } => Some(blueflame_size > 0),
+            Self::Promised { .. } => Some(true),
+            Self::Doorbell => None,
+        }
+    }
+}
 
 /// The BlueFlame registers of the live direct initiators, by address.
 static CLAIMED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
@@ -36,7 +129,9 @@ impl Drop for RegisterClaim {
 
 #[cfg(test)]
 mod tests {
-    use super::RegisterClaim;
+    use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
+
+    use super::{BlueFlame, CreateDirectDcInitiatorErrorKind, DirectRegister, RegisterClaim};
 
     #[test]
     fn a_register_is_claimed_once_until_its_claim_is_dropped() {
@@ -48,5 +143,62 @@ mod tests {
         drop(claim);
         let again = RegisterClaim::claim(first).expect("free again once dropped");
         drop((again, other));
+    }
+
+    /// The safe constructor takes a thread domain's register whatever its size (a BlueFlame
+    /// register on a kernel without dynamic UAR allocation included, where `MLX5_SHUT_UP_BF`
+    /// leaves every other register's halves), a doorbell register, and refuses any other
+    /// BlueFlame register; the promise takes it.
+    #[test]
+    fn a_thread_domain_or_doorbell_register_is_taken_and_another_blueflame_one_only_on_a_promise() {
+        use DirectRegister::*;
+        for promise in [BlueFlame::Refused, BlueFlame::Owned] {
+            for blueflame_size in [0, 256, 2048] {
+                assert_eq!(
+                    DirectRegister::of(true, blueflame_size, promise).unwrap(),
+                    ThreadDomain { blueflame_size }
+                );
+            }
+            assert_eq!(DirectRegister::of(false, 0, promise).unwrap(), Doorbell);
+        }
+        assert!(matches!(
+            DirectRegister::of(false, 256, BlueFlame::Refused),
+            Err(CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned { blueflame_size: 256 })
+        ));
+        assert_eq!(
+            DirectRegister::of(false, 256, BlueFlame::Owned).unwrap(),
+            Promised { blueflame_size: 256 }
+        );
+        let sizes = [
+            ThreadDomain { blueflame_size: 256 },
+            ThreadDomain { blueflame_size: 0 },
+            Doorbell,
+        ]
+        .map(DirectRegister::blueflame_size);
+        assert_eq!(sizes, [256, 0, 0]);
+        assert_eq!(Promised { blueflame_size: 512 }.blueflame_size(), 512);
+    }
+
+    /// BlueFlame exists where libmlx5 says so (rdma-core 58 and later) or a register shows it;
+    /// a thread domain's register without halves says it does not; a doorbell register without a
+    /// thread domain and a clear flag (which an older libmlx5 never sets) say nothing.
+    #[test]
+    fn whether_blueflame_exists_comes_from_the_flag_or_a_register_that_shows_it() {
+        use DirectRegister::*;
+        let (reported, clear) = (
+            Mlx5ContextFlags::BlueFlame | Mlx5ContextFlags::CqeV1,
+            Mlx5ContextFlags::CqeV1,
+        );
+        for register in [
+            ThreadDomain { blueflame_size: 0 },
+            Doorbell,
+            Promised { blueflame_size: 256 },
+        ] {
+            assert_eq!(register.blueflame_exists(reported), Some(true), "{register:?}");
+        }
+        assert_eq!(ThreadDomain { blueflame_size: 256 }.blueflame_exists(clear), Some(true));
+        assert_eq!(Promised { blueflame_size: 256 }.blueflame_exists(clear), Some(true));
+        assert_eq!(ThreadDomain { blueflame_size: 0 }.blueflame_exists(clear), Some(false));
+        assert_eq!(Doorbell.blueflame_exists(clear), None);
     }
 }

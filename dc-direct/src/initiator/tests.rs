@@ -9,8 +9,8 @@ use rdma_mummy_sys::{
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
 
+use super::parts::send_queue_parts;
 use super::parts::tests::{created_of, object_of};
-use super::parts::{send_queue_parts, BlueFlame};
 use super::posting::PostingQueue;
 use crate::completion_queue::tests::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Completion, PollCompletionQueueErrorKind, Polling};
@@ -49,10 +49,9 @@ impl Bed {
         let polling = unsafe { Polling::new(cq.parts(64)) }.unwrap();
         // SAFETY: the oracle's DCI is alive and outlives the queue (field order); nothing else
         // writes its memory.
-        let queue = unsafe {
-            SendQueue::from_parts(send_queue_parts(&object_of(&memory), created_of(&memory), BlueFlame::Owned).unwrap())
-        }
-        .unwrap();
+        let queue =
+            unsafe { SendQueue::from_parts(send_queue_parts(&object_of(&memory), created_of(&memory)).unwrap()) }
+                .unwrap();
         let operations = SendOperationFlags::Write | SendOperationFlags::Send;
         let posting = PostingQueue::new(
             queue,

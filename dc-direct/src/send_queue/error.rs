@@ -12,8 +12,10 @@ pub struct CreateSendQueueError(#[from] pub CreateSendQueueErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateSendQueueErrorKind {
-    /// rdma-core's barriers and MMIO stores are mirrored here for x86-64 and aarch64 only.
-    #[error("no doorbell barriers for the {architecture} architecture (x86-64 and aarch64 only)")]
+    /// The writer's barriers and stores are x86-64's alone (rdma-core's `util/udma_barrier.h`
+    /// and `util/mmio.h`); it has never been compiled for another architecture, aarch64
+    /// included.
+    #[error("the direct writer is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,

@@ -88,7 +88,8 @@
 //! one of the largest it can write fits.
 //!
 //! The environment variables `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF=0` change libmlx5's
-//! doorbell; this writer follows the default (see `doorbell.rs`).
+//! doorbell; this writer follows the defaults, and copies into any register with halves (see
+//! `doorbell.rs`).
 mod address;
 pub(crate) mod address_cache;
 mod batch;

@@ -15,8 +15,8 @@ use sideway_ext_wqe_oracle::{DciShape, OracleDci};
 
 use super::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Completion, PollCompletionQueueErrorKind, Polling};
+use crate::initiator::parts::send_queue_parts;
 use crate::initiator::parts::tests::{created_of, object_of};
-use crate::initiator::parts::{send_queue_parts, BlueFlame};
 use crate::send_queue::shared::SharedSendQueue;
 use crate::send_queue::{AddressVector, SendQueue, WorkRequestErrorKind};
 
@@ -51,7 +51,7 @@ impl Queue {
             qp_number,
         });
         // SAFETY: the oracle's DCI is alive and outlives the queue (field order).
-        let parts = unsafe { send_queue_parts(&object_of(&memory), created_of(&memory), BlueFlame::Owned) }.unwrap();
+        let parts = unsafe { send_queue_parts(&object_of(&memory), created_of(&memory)) }.unwrap();
         // SAFETY: as above; nothing else writes the memory.
         let queue = unsafe { SendQueue::from_parts(parts) }.unwrap();
         Self {

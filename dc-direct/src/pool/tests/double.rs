@@ -19,8 +19,8 @@ use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
 
 use crate::completion_queue::tests::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Polling, SendQueueTable, VerbsCompletionQueue};
+use crate::initiator::parts::send_queue_parts;
 use crate::initiator::parts::tests::{created_of, object_of};
-use crate::initiator::parts::{send_queue_parts, BlueFlame};
 use crate::initiator::posting::PostingQueue;
 use crate::send_queue::tests::entries_pair::oracle_lookup;
 use crate::send_queue::SendQueue;
@@ -58,7 +58,7 @@ impl OracleInitiator {
         // SAFETY: the oracle's DCI is alive and outlives the queue (field order); nothing else
         // writes its memory.
         let queue = unsafe {
-            let parts = send_queue_parts(&object_of(&memory), created_of(&memory), BlueFlame::Owned).unwrap();
+            let parts = send_queue_parts(&object_of(&memory), created_of(&memory)).unwrap();
             SendQueue::from_parts(parts).unwrap()
         };
         let operations = SendOperationFlags::Write | SendOperationFlags::Send;

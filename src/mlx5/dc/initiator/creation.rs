@@ -19,6 +19,7 @@ use super::{
     dc_entries, CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciStreams,
 };
 use crate::ibverbs::queue_pair::QueuePairCore;
+use crate::ibverbs::thread_domain::ThreadDomain;
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::create_dc_qp;
 use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
@@ -44,6 +45,7 @@ impl DcInitiatorBuilder {
                 streams: None,
                 sq_sig_all: false,
             },
+            thread_domain: false,
         }
     }
 
@@ -146,6 +148,30 @@ impl DcInitiatorBuilder {
         self
     }
 
+    /// Whether each DC initiator is created on a thread domain of its own (default false): a
+    /// thread domain (`ibv_alloc_td`) and a parent domain of the protection domain on it
+    /// (`ibv_alloc_parent_domain`), made by [`build`](Self::build) for the one queue pair it
+    /// creates, which is created with the parent domain as its protection domain (the same keys)
+    /// and holds both ([`DcInitiator::thread_domain`]).
+    ///
+    /// libmlx5 then gives the queue pair the thread domain's register: a BlueFlame register no
+    /// other queue pair is given, on every kernel and whatever `MLX5_SHUT_UP_BF` says, or on a
+    /// device without BlueFlame the context's doorbell register (`mlx5_alloc_td` and
+    /// `mlx5_attach_dedicated_uar` in `providers/mlx5/verbs.c`; the
+    /// [`thread_domain`](crate::ibverbs::thread_domain) module has the rules). That is what a
+    /// writer of its own WQEs needs (sideway-ext-dc-direct). libmlx5 takes no lock on the send
+    /// queue of a queue pair on a thread domain; posting here takes `&mut self` anyway. No
+    /// ConnectX has confirmed this path here.
+    ///
+    /// Allocating the thread domain can fail
+    /// ([`ThreadDomain`](CreateDcInitiatorErrorKind::ThreadDomain)): on a kernel without dynamic
+    /// UAR allocation libmlx5 has a fixed number of registers for thread domains, and none on a
+    /// device without BlueFlame.
+    pub fn setup_thread_domain(&mut self, thread_domain: bool) -> &mut Self {
+        self.thread_domain = thread_domain;
+        self
+    }
+
     /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
     /// device (send operations, capacities, the largest send request, DCI streams, see
     /// [`CreateDcInitiatorErrorKind`]). On
@@ -166,9 +192,19 @@ impl DcInitiatorBuilder {
             params,
         } = self.plan()?;
         let (mut init, mut mlx5_init) = dci_init_attributes(&params);
-        // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.
+        // Dropped after the queue pair if creation fails below (declared before it).
+        let thread_domain = self
+            .thread_domain
+            .then(|| ThreadDomain::new(&self.pd))
+            .transpose()
+            .map_err(CreateDcInitiatorErrorKind::from)?;
+        // SAFETY: the PD (or the parent domain), and the CQ are alive: self (or thread_domain)
+        // holds them, and the queue pair will too.
         unsafe {
-            init.pd = self.pd.pd().as_ptr();
+            init.pd = match &thread_domain {
+                Some(thread_domain) => thread_domain.pd().as_ptr(),
+                None => self.pd.pd().as_ptr(),
+            };
             init.send_cq = send_cq.cq().as_ptr();
             init.recv_cq = send_cq.cq().as_ptr();
         }
@@ -198,8 +234,10 @@ impl DcInitiatorBuilder {
         // SAFETY: created with these send operations.
         unsafe { core.read_send_view(params.send_ops) }
             .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        DcInitiator::adopt(core, &LIBMLX5, creation, granted, device.read_atomic_depth)
-            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
+        let mut dci = DcInitiator::adopt(core, &LIBMLX5, creation, granted, device.read_atomic_depth)
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })?;
+        dci.thread_domain = thread_domain;
+        Ok(dci)
     }
 
     /// The send queue [`build`](Self::build) will be granted ([`DcInitiator::max_send_wr`]),
@@ -273,6 +311,7 @@ impl DcInitiator {
             creation,
             read_atomic_depth,
             brought_up_with: None,
+            thread_domain: None,
         })
     }
 
@@ -381,7 +420,8 @@ const MLX5DV_DCTYPE_DCI: mlx5dv_dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCI;
 
 /// What a DC initiator was created with, to create it again where the kernel refuses its move
 /// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
-/// kept alive by the queue pair's parents).
+/// kept alive by the queue pair's parents, and a parent domain by the DC initiator's thread
+/// domain).
 #[derive(Clone, Copy)]
 pub(crate) struct DciCreation {
     pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,

@@ -37,6 +37,7 @@ use self::bring_up::BringUpAttributes;
 use self::creation::{DciCreation, Granted};
 use crate::ibverbs::post_send_guard::{entry, ProviderEntries};
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};
 use crate::mlx5::library::DcVerbs;
 
 mod addressed;
@@ -225,6 +226,10 @@ pub enum CreateDcInitiatorErrorKind {
         /// The entry's name.
         entry: &'static str,
     },
+    /// Allocating the DC initiator's thread domain failed
+    /// ([`setup_thread_domain`](DcInitiatorBuilder::setup_thread_domain)).
+    #[error(transparent)]
+    ThreadDomain(#[from] AllocateThreadDomainError),
     /// The library call failed.
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
@@ -260,11 +265,15 @@ pub struct DcInitiatorBuilder {
     pd: Arc<ProtectionDomain>,
     send_cq: Option<GenericCompletionQueue>,
     request: DciRequest,
+    /// Whether each DC initiator is created on a thread domain of its own.
+    thread_domain: bool,
 }
 
 /// A DC initiator (DCI): a send-only queue pair whose every request names its destination.
-/// Created by [`DcInitiatorBuilder::build`]; holds its protection domain and send CQ.
+/// Created by [`DcInitiatorBuilder::build`]; holds its protection domain, send CQ and, if it
+/// was created on one, its thread domain.
 pub struct DcInitiator {
+    /// Dropped first: the queue pair, before the thread domain it was created on.
     core: QueuePairCore,
     granted: Granted,
     // The core's extended view and entries (the DC setters included), which every DCI has.
@@ -274,6 +283,9 @@ pub struct DcInitiator {
     creation: DciCreation,
     read_atomic_depth: u8,
     brought_up_with: Option<Arc<BringUpAttributes>>,
+    /// The thread domain the queue pair was created on
+    /// ([`setup_thread_domain`](DcInitiatorBuilder::setup_thread_domain)), dropped after it.
+    thread_domain: Option<ThreadDomain>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
@@ -289,6 +301,7 @@ impl std::fmt::Debug for DcInitiator {
             .field("qp_number", &self.qp_number())
             .field("state", &self.state())
             .field("streams", &self.creation.params.streams)
+            .field("thread_domain", &self.thread_domain.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -352,6 +365,13 @@ impl DcInitiator {
     /// The DCI streams it was created with.
     pub fn streams(&self) -> Option<DciStreams> {
         self.creation.params.streams
+    }
+
+    /// The thread domain it was created on, of its own
+    /// ([`setup_thread_domain`](DcInitiatorBuilder::setup_thread_domain)): its queue pair then
+    /// has that thread domain's register, which no other queue pair is given.
+    pub fn thread_domain(&self) -> Option<&ThreadDomain> {
+        self.thread_domain.as_ref()
     }
 
     /// The deepest `max_rd_atomic` (outstanding RDMA reads and atomics) this DC initiator
