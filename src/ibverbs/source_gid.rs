@@ -11,17 +11,32 @@
 //! (`UCX_IB_GID_INDEX=auto`) and perftest pick a RoCE v2 GID on their own; so does
 //! [`SourceGid::Automatic`].
 //!
+//! # Before rdma-core 32
+//!
+//! The table is read with `_ibv_query_gid_ex`, which libibverbs exports from rdma-core 32 on
+//! (`IBVERBS_1.11`); where it lacks it (Ubuntu 20.04's rdma-core 28), rdma-mummy-sys answers
+//! `EOPNOTSUPP`, and each slot is read as libibverbs' own sysfs fallback reads it
+//! (`query_sysfs_gid_entry`): the GID with `ibv_query_gid`, its type from
+//! `/sys/class/infiniband/<device>/ports/<port>/gid_attrs/types/<index>` and its network device
+//! from `gid_attrs/ndevs/<index>`. Where that fails too, the error is
+//! [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). [`SourceGid::Automatic`] on InfiniBand
+//! reads no table at all.
+//!
 //! # Reference
 //!
 //! - [`ibv_query_gid_ex`](https://man7.org/linux/man-pages/man3/ibv_query_gid_ex.3.html) (an
 //!   empty slot: `ENODATA`), [`ibv_query_gid_table`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)
+//! - rdma-core `libibverbs/cmd_device.c` `_ibv_query_gid_ex` and `query_sysfs_gid_entry` (the
+//!   sysfs reading), `libibverbs/libibverbs.map.in` (`IBVERBS_1.11`: rdma-core 32)
 //! - rdma-core `providers/mlx5/verbs.c` `mlx5_create_ah` (the packet type from the GID type)
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv6Addr};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_context, ibv_gid_entry, IBV_LINK_LAYER_ETHERNET};
+use rdma_mummy_sys::{ibv_context, ibv_gid, ibv_gid_entry, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::address::{Gid, GidType};
 use sideway::ibverbs::device_context::DeviceContext;
 
@@ -147,6 +162,18 @@ pub enum SourceGidErrorKind {
         /// The library's error.
         source: io::Error,
     },
+    /// libibverbs has no `_ibv_query_gid_ex` (rdma-core before 32), and reading the slot as its
+    /// own fallback does (`ibv_query_gid`, the GID's type from sysfs) failed too.
+    #[error(
+        "cannot read GID index {index} of port {port}: libibverbs has no _ibv_query_gid_ex (rdma-core before 32) \
+         and sysfs does not give the GID's type; rdma-core 32 or newer is needed"
+    )]
+    LibraryTooOld {
+        /// The port.
+        port: u8,
+        /// The index.
+        index: u8,
+    },
     /// Reading the port's GID table failed (`ibv_query_gid_ex`).
     #[error("cannot read GID index {index} of port {port}")]
     QueryGid {
@@ -209,10 +236,20 @@ impl SourceGid {
         // SAFETY: as above.
         let attr = unsafe { super::query_port(context, port) }
             .map_err(|source| SourceGidErrorKind::InvalidPort { port, source })?;
-        // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
-        let table = unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?;
         let roce = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+        let table = match self.reads_gid_table(roce) {
+            // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
+            true => unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?,
+            false => Vec::new(),
+        };
         Ok(self.resolve(port, roce, &table, netdev_index)?)
+    }
+
+    /// Whether resolving this needs the port's GID table (`roce`: whether the port is
+    /// Ethernet): not [`Automatic`](Self::Automatic) on InfiniBand, which is none, so that a
+    /// library that cannot read the table stops no bring-up that needs none of it.
+    pub(crate) fn reads_gid_table(&self, roce: bool) -> bool {
+        roce || !matches!(self, SourceGid::Automatic)
     }
 
     /// The entry this names among `table`, the set slots of `port`'s GID table (`roce`: whether
@@ -277,6 +314,9 @@ impl SourceGid {
 }
 
 /// `ibv_query_gid_ex` without flags: an errno value, 0 on success (`ENODATA`: an empty slot).
+/// Where libibverbs has no `_ibv_query_gid_ex` (rdma-core before 32; rdma-mummy-sys then answers
+/// `EOPNOTSUPP`), the slot as libibverbs' own sysfs fallback reads it
+/// ([`entry_without_query_gid_ex`]); `EOPNOTSUPP` still where that cannot tell it either.
 ///
 /// # Safety
 ///
@@ -284,7 +324,113 @@ impl SourceGid {
 pub(crate) unsafe fn query_gid_entry(
     context: *mut ibv_context, port: u8, index: u32, entry: *mut ibv_gid_entry,
 ) -> i32 {
-    rdma_mummy_sys::ibv_query_gid_ex(context, port.into(), index, entry, 0)
+    match rdma_mummy_sys::ibv_query_gid_ex(context, port.into(), index, entry, 0) {
+        libc::EOPNOTSUPP => query_gid_entry_without_ex(context, port, index, entry),
+        ret => ret,
+    }
+}
+
+/// [`query_gid_entry`] without `_ibv_query_gid_ex`: the GID from `ibv_query_gid` (in every
+/// libibverbs), whether the port is RoCE from `ibv_query_port`, the GID's type and network
+/// device from sysfs, put together by [`entry_without_query_gid_ex`].
+///
+/// # Safety
+///
+/// As [`query_gid_entry`].
+unsafe fn query_gid_entry_without_ex(
+    context: *mut ibv_context, port: u8, index: u32, entry: *mut ibv_gid_entry,
+) -> i32 {
+    let (Ok(signed_index), Some(open)) = (i32::try_from(index), NonNull::new(context)) else {
+        return libc::EINVAL;
+    };
+    let mut gid = MaybeUninit::<ibv_gid>::zeroed();
+    // SAFETY: the caller's open context; gid is writable.
+    if rdma_mummy_sys::ibv_query_gid(context, port, signed_index, gid.as_mut_ptr()) != 0 {
+        return libc::EOPNOTSUPP;
+    }
+    // SAFETY: the call filled it (and it was zeroed before).
+    let gid = Gid::from(gid.assume_init());
+    // SAFETY: the caller's open context.
+    let roce = match super::query_port(open, port) {
+        Ok(attr) => attr.link_layer == IBV_LINK_LAYER_ETHERNET,
+        Err(err) => return err.raw_os_error().unwrap_or(libc::EINVAL),
+    };
+    // SAFETY: the caller's open context.
+    let folder = gid_attributes_folder(context, port);
+    let read = |attribute: &str| {
+        let path = folder.as_ref()?.join(attribute).join(index.to_string());
+        std::fs::read_to_string(path).ok()
+    };
+    let gid_type = read("types");
+    let netdev = read("ndevs").and_then(|name| netdev_index(name.trim())).unwrap_or(0);
+    match entry_without_query_gid_ex(port, index, gid, roce, gid_type.as_deref().map(str::trim), netdev) {
+        Ok(found) => {
+            // SAFETY: the caller's writable entry.
+            entry.write(found);
+            0
+        },
+        Err(errno) => errno,
+    }
+}
+
+/// The sysfs folder of `port`'s GID attributes, `<ibdev_path>/ports/<port>/gid_attrs`, as
+/// libibverbs reads it (the device's `ibdev_path`, `/sys/class/infiniband/<device>`).
+///
+/// # Safety
+///
+/// `context` must be an open device context.
+unsafe fn gid_attributes_folder(context: *mut ibv_context, port: u8) -> Option<PathBuf> {
+    // SAFETY: an open context's device lives as long as it does.
+    let device = (*context).device.as_ref()?;
+    let path: Vec<u8> = device
+        .ibdev_path
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    let path = PathBuf::from(std::ffi::OsString::from_vec(path));
+    Some(path.join("ports").join(port.to_string()).join("gid_attrs"))
+}
+
+/// Slot `index` of `port`'s GID table from what a libibverbs without `_ibv_query_gid_ex` gives, as
+/// its own fallback puts it together (libibverbs `query_sysfs_gid_entry`): `gid` from
+/// `ibv_query_gid` (zero: an empty slot, `ENODATA`); on InfiniBand (`roce` false) an InfiniBand
+/// GID; on RoCE of the type `gid_type`, the text of sysfs `gid_attrs/types/<index>`
+/// (`IB/RoCE v1` or `RoCE v2`, `query_sysfs_gid_type`), else `EOPNOTSUPP`: without it nothing
+/// tells a RoCE v2 GID from a RoCE v1 one. `netdev_index`: its network device (0: none).
+fn entry_without_query_gid_ex(
+    port: u8, index: u32, gid: Gid, roce: bool, gid_type: Option<&str>, netdev_index: u32,
+) -> Result<ibv_gid_entry, i32> {
+    if gid.is_zero() {
+        return Err(libc::ENODATA);
+    }
+    let gid_type = match (roce, gid_type) {
+        (false, _) => rdma_mummy_sys::IBV_GID_TYPE_IB,
+        (true, Some("IB/RoCE v1")) => rdma_mummy_sys::IBV_GID_TYPE_ROCE_V1,
+        (true, Some("RoCE v2")) => rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2,
+        (true, _) => return Err(libc::EOPNOTSUPP),
+    };
+    Ok(ibv_gid_entry {
+        gid: gid.into(),
+        gid_index: index,
+        port_num: port.into(),
+        gid_type,
+        ndev_ifindex: netdev_index,
+    })
+}
+
+/// The error of slot `index` of `port`'s GID table whose reading answered `errno`:
+/// `EOPNOTSUPP`, [`query_gid_entry`]'s answer where neither the library nor sysfs could read it,
+/// is [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld).
+fn query_gid_error(port: u8, index: u8, errno: i32) -> SourceGidErrorKind {
+    match errno {
+        libc::EOPNOTSUPP => SourceGidErrorKind::LibraryTooOld { port, index },
+        _ => SourceGidErrorKind::QueryGid {
+            port,
+            index,
+            source: io::Error::from_raw_os_error(errno),
+        },
+    }
 }
 
 /// The set slots of `port`'s GID table, read one index at a time with `query_gid_entry` up to
@@ -307,10 +453,7 @@ pub(crate) unsafe fn read_gid_table(
             // SAFETY: the call filled it (and it was zeroed before).
             0 => table.push(entry.assume_init()),
             libc::ENODATA => {},
-            errno => {
-                let (index, source) = (index as u8, io::Error::from_raw_os_error(errno.abs()));
-                return Err(SourceGidErrorKind::QueryGid { port, index, source }.into());
-            },
+            errno => return Err(query_gid_error(port, index as u8, errno.abs()).into()),
         }
     }
     Ok(table)
@@ -466,6 +609,84 @@ mod tests {
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { .. }), "{err:?}");
         let err = SourceGid::Index(3).resolve(1, true, &table, netdevs).unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NotRoceV2 { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn without_query_gid_ex_a_slot_is_the_gid_with_the_sysfs_type_and_netdev() {
+        let v2 = entry_without_query_gid_ex(1, 3, gid("::ffff:192.0.2.7"), true, Some("RoCE v2"), 4).unwrap();
+        assert_eq!(
+            (
+                v2.port_num,
+                v2.gid_index,
+                Gid::from(v2.gid),
+                v2.gid_type,
+                v2.ndev_ifindex
+            ),
+            (1, 3, gid("::ffff:192.0.2.7"), rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2, 4)
+        );
+        assert_eq!(entry(&v2).gid_type(), GidType::RoceV2);
+        let v1 = entry_without_query_gid_ex(1, 2, gid("::ffff:192.0.2.7"), true, Some("IB/RoCE v1"), 4).unwrap();
+        assert_eq!(entry(&v1).gid_type(), GidType::RoceV1);
+        // On InfiniBand the type file says "IB/RoCE v1" or cannot be read: an InfiniBand GID.
+        for text in [Some("IB/RoCE v1"), None] {
+            let ib = entry_without_query_gid_ex(1, 0, gid("fe80::1"), false, text, 0).unwrap();
+            assert_eq!(entry(&ib).gid_type(), GidType::InfiniBand);
+        }
+        // An empty slot reads as zeros; on RoCE a type nothing tells is no entry of a guessed type.
+        let empty = entry_without_query_gid_ex(1, 5, gid("::"), true, None, 0).map(|e| entry(&e));
+        assert_eq!(empty, Err(libc::ENODATA));
+        for text in [None, Some("RoCE v3")] {
+            let found = entry_without_query_gid_ex(1, 3, gid("::ffff:192.0.2.7"), true, text, 4).map(|e| entry(&e));
+            assert_eq!(found, Err(libc::EOPNOTSUPP), "{text:?}");
+        }
+    }
+
+    /// A table reader that answers `EOPNOTSUPP` from index 1 on, as [`query_gid_entry`] does where
+    /// neither `_ibv_query_gid_ex` nor sysfs reads the slot.
+    ///
+    /// # Safety
+    ///
+    /// `entry` must be writable.
+    unsafe fn unreadable_after_0(_: *mut ibv_context, port: u8, index: u32, entry: *mut ibv_gid_entry) -> i32 {
+        match index {
+            0 => {
+                (*entry).gid = gid("fe80::1").into();
+                (*entry).port_num = port.into();
+                0
+            },
+            _ => libc::EOPNOTSUPP,
+        }
+    }
+
+    #[test]
+    fn a_slot_neither_the_library_nor_sysfs_reads_names_the_library_version() {
+        // SAFETY: the reader takes any context.
+        let Err(err) = (unsafe { read_gid_table(NonNull::dangling(), 1, 4, unreadable_after_0) }) else {
+            panic!("index 1 cannot be read");
+        };
+        assert!(
+            matches!(err.0, SourceGidErrorKind::LibraryTooOld { port: 1, index: 1 }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.0.to_string(),
+            "cannot read GID index 1 of port 1: libibverbs has no _ibv_query_gid_ex (rdma-core before 32) and \
+             sysfs does not give the GID's type; rdma-core 32 or newer is needed"
+        );
+        let other = query_gid_error(1, 2, libc::EINVAL);
+        assert!(
+            matches!(&other, SourceGidErrorKind::QueryGid { port: 1, index: 2, source } if source.raw_os_error() == Some(libc::EINVAL)),
+            "{other:?}"
+        );
+    }
+
+    #[test]
+    fn only_automatic_on_infiniband_reads_no_gid_table() {
+        assert!(!SourceGid::Automatic.reads_gid_table(false));
+        assert!(SourceGid::Automatic.reads_gid_table(true));
+        for named in [SourceGid::Index(0), SourceGid::Netdev("eth0".into())] {
+            assert!(named.reads_gid_table(false) && named.reads_gid_table(true), "{named:?}");
+        }
     }
 
     #[test]

@@ -451,10 +451,13 @@ impl DcTarget {
         let port = self.core.query_port(params.port).map_err(invalid_port)?;
         check_port_ready(params.port, &port).map_err(BringUpDcTargetErrorKind::PortNotReady)?;
         let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
-        let table = self
-            .core
-            .gid_table(params.port, &port)
-            .map_err(BringUpDcTargetErrorKind::SourceGid)?;
+        let table = match params.source_gid.reads_gid_table(roce) {
+            true => self
+                .core
+                .gid_table(params.port, &port)
+                .map_err(BringUpDcTargetErrorKind::SourceGid)?,
+            false => Vec::new(),
+        };
         let source_gid = params
             .source_gid
             .resolve(params.port, roce, &table, netdev_index)

@@ -308,10 +308,14 @@ impl DcInitiator {
             })?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
         let roce = port.link_layer == rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET;
-        let table = self
-            .core
-            .gid_table(params.port, &port)
-            .map_err(BringUpDcInitiatorErrorKind::SourceGid)?;
+        let global_av = params.rtr_address_vector.as_ref().is_some_and(|av| av.is_global());
+        let table = match params.source_gid.reads_gid_table(roce) || global_av {
+            true => self
+                .core
+                .gid_table(params.port, &port)
+                .map_err(BringUpDcInitiatorErrorKind::SourceGid)?,
+            false => Vec::new(),
+        };
         let resolve = |source_gid: &SourceGid| source_gid.resolve(params.port, roce, &table, netdev_index);
         if let Some(address_vector) = &params.rtr_address_vector {
             if roce && !address_vector.is_global() {

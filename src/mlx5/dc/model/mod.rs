@@ -67,6 +67,9 @@ struct Model {
     roce_gids: Option<&'static [u8]>,
     /// Port 1's `ibv_port_state` and, on InfiniBand, its LID.
     port: (rdma_mummy_sys::ibv_port_state::Type, u16),
+    /// Whether no slot of the GID table can be read: a libibverbs without `_ibv_query_gid_ex`
+    /// (before rdma-core 32) whose sysfs gives no GID type either.
+    gid_table_unreadable: bool,
     queue_pairs: BTreeMap<u32, ModelQueuePair>,
     next_qp_number: u32,
 }
@@ -96,6 +99,7 @@ impl Model {
             dc_atomics: true,
             roce_gids: None,
             port: (rdma_mummy_sys::ibv_port_state::IBV_PORT_ACTIVE, 7),
+            gid_table_unreadable: false,
             queue_pairs: BTreeMap::new(),
             next_qp_number: 0x100,
         }
@@ -143,6 +147,12 @@ pub(crate) fn set_port(state: rdma_mummy_sys::ibv_port_state::Type, lid: u16) {
 /// at the even index and RoCE v2 at the odd one.
 pub(crate) fn set_roce(gid_indices: &'static [u8]) {
     with(|model| model.roce_gids = Some(gid_indices));
+}
+
+/// No slot of the GID table can be read: the model's `query_gid_entry` answers `EOPNOTSUPP`, as
+/// the crate's does with a libibverbs before rdma-core 32 whose sysfs gives no GID type.
+pub(crate) fn set_gid_table_unreadable() {
+    with(|model| model.gid_table_unreadable = true);
 }
 
 /// The state the device holds for queue pair `qp_number`.
@@ -338,6 +348,9 @@ unsafe fn query_gid_entry(_: *mut ibv_context, port: u8, index: u32, entry: *mut
     }
     if index >= 16 {
         return libc::EINVAL;
+    }
+    if with(|model| model.gid_table_unreadable) {
+        return libc::EOPNOTSUPP;
     }
     let roce = with(|model| model.roce_gids);
     let (raw, gid_type) = match roce {

@@ -714,6 +714,45 @@ fn a_dci_on_roce_sends_from_a_roce_v2_gid_and_refuses_a_roce_v1_one() {
     assert_eq!(dci.source_gid(), None);
 }
 
+/// A libibverbs before rdma-core 32 (no `_ibv_query_gid_ex`) whose sysfs gives no GID type
+/// either: on InfiniBand both bring-ups need no GID and go on; on RoCE the error says the library
+/// is too old and which version reads the table, before any transition.
+#[test]
+fn without_a_readable_gid_table_infiniband_brings_up_and_roce_names_the_library_version() {
+    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+    let mut dci = dci_on(DEVICE, None);
+    set_gid_table_unreadable();
+    dci.bring_up(&DcInitiatorBringUp::new(1))
+        .expect("InfiniBand reads no GID table");
+    assert_eq!(dci.source_gid(), None);
+    let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    dct.bring_up(&DcTargetBringUp::new(1))
+        .expect("InfiniBand reads no GID table");
+    assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+
+    let mut dci = dci_on(DEVICE, None);
+    set_roce(&[0, 1]);
+    set_gid_table_unreadable();
+    let err = dci.bring_up(&DcInitiatorBringUp::new(1)).unwrap_err();
+    let BringUpDcInitiatorErrorKind::SourceGid(gid) = &err.0 else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(gid.0, SourceGidErrorKind::LibraryTooOld { port: 1, index: 0 }),
+        "{err:?}"
+    );
+    assert!(gid.0.to_string().contains("rdma-core 32 or newer"), "{}", gid.0);
+    assert_eq!(dci.state(), QueuePairState::Reset, "before any transition");
+    let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    take_calls();
+    let err = dct.bring_up(&DcTargetBringUp::new(1)).unwrap_err();
+    assert!(
+        matches!(&err.0, BringUpDcTargetErrorKind::SourceGid(gid) if matches!(gid.0, SourceGidErrorKind::LibraryTooOld { port: 1, index: 0 })),
+        "{err:?}"
+    );
+    assert!(take_calls().is_empty(), "nothing reached the kernel");
+}
+
 #[test]
 fn a_request_beyond_the_devices_largest_send_request_is_named_not_a_bare_einval() {
     // A device whose largest send request is 512 bytes: every device with max_sge 30 takes
