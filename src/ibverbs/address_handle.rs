@@ -7,7 +7,10 @@
 //! On RoCE (Ethernet link layer) every address must be global (carry a GRH): set it with the
 //! `setup_grh_*` methods, its source GID index from a
 //! [`SourceGid`](super::source_gid::SourceGid). A non-global handle on a RoCE port is refused
-//! with [`CreateAddressHandleErrorKind::GlobalRoutingRequired`].
+//! with [`CreateAddressHandleErrorKind::GlobalRoutingRequired`]. So is one on an InfiniBand
+//! port that requires a GRH (`IBV_QPF_GRH_REQUIRED` in its `ibv_port_attr::flags`: an
+//! InfiniBand virtual function), with [`GrhRequired`](CreateAddressHandleErrorKind::GrhRequired):
+//! the kernel refuses both (`rdma_check_ah_attr`: `EINVAL`).
 //!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -39,12 +42,16 @@
 //! # Reference
 //!
 //! - RDMAmojo: [`ibv_create_ah`](https://www.rdmamojo.com/2012/09/22/ibv_create_ah/)
-//! - rdma-core manpages: [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html)
+//! - rdma-core manpages: [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html),
+//!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
+//!   (`IBV_QPF_GRH_REQUIRED`)
+//! - Linux `drivers/infiniband/core/verbs.c` `rdma_check_ah_attr`, `include/rdma/ib_verbs.h`
+//!   `rdma_is_grh_required`
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, IBV_LINK_LAYER_ETHERNET};
+use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, ibv_port_attr, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
@@ -72,6 +79,16 @@ pub enum CreateAddressHandleErrorKind {
         /// The port the handle was for.
         port: u8,
     },
+    /// The port is InfiniBand and requires a GRH (`IBV_QPF_GRH_REQUIRED`: an InfiniBand virtual
+    /// function), where every address handle must be global.
+    #[error(
+        "port {port} requires a GRH (IBV_QPF_GRH_REQUIRED): the address handle must be global \
+         (setup_grh_dest_gid and setup_grh_src_gid_index)"
+    )]
+    GrhRequired {
+        /// The port the handle was for.
+        port: u8,
+    },
     /// The port number is 0 or above the device's port count.
     #[error("port {port} does not exist on this device")]
     InvalidPort {
@@ -85,15 +102,66 @@ pub enum CreateAddressHandleErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// Whether local `port` of the PD's device is RoCE (its `link_layer` from `ibv_query_port` is
-/// `IBV_LINK_LAYER_ETHERNET`). Port 0, or one above the device's port count, is
-/// [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort): checked before `ibv_create_ah`,
-/// whose own error for a bad port is a bare `EINVAL`.
-pub(crate) fn port_is_roce(pd: &Arc<ProtectionDomain>, port: u8) -> Result<bool, CreateAddressHandleError> {
+/// `ibv_port_attr::flags`: the port requires a GRH in every address (rdma-core `verbs.h`,
+/// `IBV_QPF_GRH_REQUIRED`; the kernel's `rdma_is_grh_required`).
+const IBV_QPF_GRH_REQUIRED: u8 = 1;
+
+/// How a port's addresses are formed, from its `ibv_port_attr`: on RoCE, and on an InfiniBand
+/// port that requires a GRH (`IBV_QPF_GRH_REQUIRED`, as UCX reads it: `uct_ib_grh_required`),
+/// every address is global; elsewhere on InfiniBand the LID is enough within the subnet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PortAddressing {
+    /// Ethernet link layer: every address global.
+    Roce,
+    /// InfiniBand: the LID within the subnet, a GRH between subnets.
+    InfiniBand,
+    /// InfiniBand with `IBV_QPF_GRH_REQUIRED` (an InfiniBand virtual function): every address
+    /// global.
+    InfiniBandGrhRequired,
+}
+
+impl PortAddressing {
+    /// The addressing of the port `attr` describes.
+    pub(crate) fn of(attr: &ibv_port_attr) -> Self {
+        match (attr.link_layer, attr.flags & IBV_QPF_GRH_REQUIRED != 0) {
+            (IBV_LINK_LAYER_ETHERNET, _) => Self::Roce,
+            (_, true) => Self::InfiniBandGrhRequired,
+            (_, false) => Self::InfiniBand,
+        }
+    }
+
+    /// Whether the port is RoCE.
+    pub(crate) fn is_roce(self) -> bool {
+        self == Self::Roce
+    }
+
+    /// Whether every address from the port must be global (carry a GRH).
+    pub(crate) fn requires_grh(self) -> bool {
+        self != Self::InfiniBand
+    }
+
+    /// Refuses an address from `port` that is not global where the port requires a GRH, as the
+    /// kernel does (`rdma_check_ah_attr`: `EINVAL`), by its reason.
+    fn check_global(self, port: u8, global: bool) -> Result<(), CreateAddressHandleErrorKind> {
+        match self {
+            _ if global => Ok(()),
+            Self::Roce => Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }),
+            Self::InfiniBandGrhRequired => Err(CreateAddressHandleErrorKind::GrhRequired { port }),
+            Self::InfiniBand => Ok(()),
+        }
+    }
+}
+
+/// How local `port` of the PD's device forms its addresses (`ibv_query_port`). Port 0, or one
+/// above the device's port count, is [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort):
+/// checked before `ibv_create_ah`, whose own error for a bad port is a bare `EINVAL`.
+pub(crate) fn port_addressing(
+    pd: &Arc<ProtectionDomain>, port: u8,
+) -> Result<PortAddressing, CreateAddressHandleError> {
     // SAFETY: the PD (and so its context) is alive.
     let attr = unsafe { super::query_port(NonNull::new_unchecked(pd.pd().as_ref().context), port) }
         .map_err(|source| CreateAddressHandleErrorKind::InvalidPort { port, source })?;
-    Ok(attr.link_layer == IBV_LINK_LAYER_ETHERNET)
+    Ok(PortAddressing::of(&attr))
 }
 
 /// An address handle (`ibv_ah`), destroyed when dropped. Cache one per destination: creating a
@@ -125,10 +193,7 @@ impl AddressHandle {
     ) -> Result<Self, CreateAddressHandleError> {
         let port = attr.port();
         // The port is checked before the call, global or not.
-        let roce = port_is_roce(pd, port)?;
-        if !attr.is_global() && roce {
-            return Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }.into());
-        }
+        port_addressing(pd, port)?.check_global(port, attr.is_global())?;
         let mut raw = attr.attr;
         // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.
         let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), raw.as_mut_ptr()) };
@@ -151,5 +216,40 @@ impl AddressHandle {
     /// The attributes the handle was created with.
     pub fn attribute(&self) -> &AddressHandleAttribute {
         &self.attr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(link_layer: u8, flags: u8) -> ibv_port_attr {
+        // SAFETY: ibv_port_attr is plain integers: all zero is valid.
+        let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
+        (attr.link_layer, attr.flags) = (link_layer, flags);
+        attr
+    }
+
+    #[test]
+    fn an_infiniband_port_that_requires_a_grh_takes_only_global_addresses() {
+        let infiniband = rdma_mummy_sys::IBV_LINK_LAYER_INFINIBAND;
+        let grh_required = PortAddressing::of(&port(infiniband, IBV_QPF_GRH_REQUIRED));
+        assert_eq!(grh_required, PortAddressing::InfiniBandGrhRequired);
+        assert!(grh_required.requires_grh() && !grh_required.is_roce());
+        assert!(matches!(
+            grh_required.check_global(1, false),
+            Err(CreateAddressHandleErrorKind::GrhRequired { port: 1 })
+        ));
+        assert!(grh_required.check_global(1, true).is_ok());
+        let plain = PortAddressing::of(&port(infiniband, 0));
+        assert_eq!(plain, PortAddressing::InfiniBand);
+        assert!(!plain.requires_grh() && plain.check_global(1, false).is_ok());
+        // RoCE, whatever its flags.
+        let roce = PortAddressing::of(&port(IBV_LINK_LAYER_ETHERNET, IBV_QPF_GRH_REQUIRED));
+        assert!(roce.is_roce() && roce.requires_grh());
+        assert!(matches!(
+            roce.check_global(2, false),
+            Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 2 })
+        ));
     }
 }

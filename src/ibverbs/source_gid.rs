@@ -11,6 +11,13 @@
 //! (`UCX_IB_GID_INDEX=auto`) and perftest pick a RoCE v2 GID on their own; so does
 //! [`SourceGid::Automatic`].
 //!
+//! On InfiniBand an address needs no GID within the subnet, and [`SourceGid::Automatic`] is none,
+//! except on a port that requires a GRH (`IBV_QPF_GRH_REQUIRED` in its `ibv_port_attr::flags`:
+//! an InfiniBand virtual function), where the kernel refuses every address without one
+//! (`rdma_check_ah_attr`: `EINVAL`, also at a DC target's RTR): there it is GID index 0, as UCX
+//! makes every address of such a port global (`uct_ib_iface_init`, `uct_ib_grh_required`) from
+//! GID index 0 (`UCT_IB_MD_DEFAULT_GID_INDEX`).
+//!
 //! # Before rdma-core 32
 //!
 //! The table is read with `_ibv_query_gid_ex`, which libibverbs exports from rdma-core 32 on
@@ -40,6 +47,8 @@ use rdma_mummy_sys::{ibv_context, ibv_gid, ibv_gid_entry, IBV_LINK_LAYER_ETHERNE
 use sideway::ibverbs::address::{Gid, GidType};
 use sideway::ibverbs::device_context::DeviceContext;
 
+use super::address_handle::PortAddressing;
+
 /// The local GID a global address is sent from; see the [module](self) docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -47,7 +56,8 @@ pub enum SourceGid {
     /// On RoCE, the port's RoCE v2 GID: the first with an IPv4-mapped address
     /// (`::ffff:a.b.c.d`), else the first (as
     /// [`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)); on
-    /// InfiniBand none: the address is the LID, within the subnet. The default.
+    /// InfiniBand none: the address is the LID, within the subnet; on an InfiniBand port that
+    /// requires a GRH, GID index 0. The default.
     #[default]
     Automatic,
     /// The GID at this index of the port's GID table (the `-g` of rdma-core's and perftest's
@@ -229,35 +239,38 @@ fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> + Clone, por
 
 impl SourceGid {
     /// The entry of local `port`'s GID table this names, read from the device of `ctx`; `None`
-    /// for [`Automatic`](Self::Automatic) on InfiniBand.
+    /// for [`Automatic`](Self::Automatic) on InfiniBand without a GRH required.
     pub(crate) fn find(&self, ctx: &DeviceContext, port: u8) -> Result<Option<SourceGidEntry>, SourceGidError> {
         // SAFETY: the context is open while ctx is.
         let context = unsafe { ctx.context() };
         // SAFETY: as above.
         let attr = unsafe { super::query_port(context, port) }
             .map_err(|source| SourceGidErrorKind::InvalidPort { port, source })?;
-        let roce = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
-        let table = match self.reads_gid_table(roce) {
+        let addressing = PortAddressing::of(&attr);
+        let table = match self.reads_gid_table(addressing) {
             // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
             true => unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?,
             false => Vec::new(),
         };
-        Ok(self.resolve(port, roce, &table, netdev_index)?)
+        Ok(self.resolve(port, addressing, &table, netdev_index)?)
     }
 
-    /// Whether resolving this needs the port's GID table (`roce`: whether the port is
-    /// Ethernet): not [`Automatic`](Self::Automatic) on InfiniBand, which is none, so that a
-    /// library that cannot read the table stops no bring-up that needs none of it.
-    pub(crate) fn reads_gid_table(&self, roce: bool) -> bool {
-        roce || !matches!(self, SourceGid::Automatic)
+    /// Whether resolving this needs the port's GID table: not [`Automatic`](Self::Automatic) on
+    /// InfiniBand without a GRH required, which is none, so that a library that cannot read the
+    /// table stops no bring-up that needs none of it.
+    pub(crate) fn reads_gid_table(&self, addressing: PortAddressing) -> bool {
+        addressing.requires_grh() || !matches!(self, SourceGid::Automatic)
     }
 
-    /// The entry this names among `table`, the set slots of `port`'s GID table (`roce`: whether
-    /// the port is Ethernet); `None` for [`Automatic`](Self::Automatic) on InfiniBand.
-    /// `netdev_index` turns a device name into its interface index (`if_nametoindex`).
+    /// The entry this names among `table`, the set slots of `port`'s GID table (`addressing`:
+    /// the port's); `None` for [`Automatic`](Self::Automatic) on InfiniBand without a GRH
+    /// required, index 0 with one. `netdev_index` turns a device name into its interface index
+    /// (`if_nametoindex`).
     pub(crate) fn resolve(
-        &self, port: u8, roce: bool, table: &[ibv_gid_entry], netdev_index: impl Fn(&str) -> Option<u32>,
+        &self, port: u8, addressing: PortAddressing, table: &[ibv_gid_entry],
+        netdev_index: impl Fn(&str) -> Option<u32>,
     ) -> Result<Option<SourceGidEntry>, SourceGidErrorKind> {
+        let roce = addressing.is_roce();
         let pick = |also: &dyn Fn(&ibv_gid_entry) -> bool| {
             let candidates = table.iter().map(|e| {
                 let v2 = e.gid_type == rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2 && also(e);
@@ -266,7 +279,8 @@ impl SourceGid {
             pick_roce_v2_gid(candidates, port).map(|position| entry(&table[position]))
         };
         match self {
-            SourceGid::Automatic if !roce => Ok(None),
+            SourceGid::Automatic if !addressing.requires_grh() => Ok(None),
+            SourceGid::Automatic if !roce => SourceGid::Index(0).resolve(port, addressing, table, netdev_index),
             SourceGid::Automatic => pick(&|_| true)
                 .map(Some)
                 .ok_or(SourceGidErrorKind::NoRoceV2Gid { port }),
@@ -529,9 +543,16 @@ mod tests {
         }
     }
 
+    fn addressing(roce: bool) -> PortAddressing {
+        match roce {
+            true => PortAddressing::Roce,
+            false => PortAddressing::InfiniBand,
+        }
+    }
+
     fn resolve(selection: SourceGid, roce: bool) -> Result<Option<u8>, SourceGidErrorKind> {
         selection
-            .resolve(1, roce, &table(), netdevs)
+            .resolve(1, addressing(roce), &table(), netdevs)
             .map(|found| found.map(|entry| entry.index()))
     }
 
@@ -540,8 +561,41 @@ mod tests {
         assert_eq!(resolve(SourceGid::Automatic, true).unwrap(), Some(3));
         assert_eq!(resolve(SourceGid::Automatic, false).unwrap(), None);
         let v1_only = &table()[..1];
-        let err = SourceGid::Automatic.resolve(1, true, v1_only, netdevs).unwrap_err();
+        let err = SourceGid::Automatic
+            .resolve(1, PortAddressing::Roce, v1_only, netdevs)
+            .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { port: 1 }), "{err:?}");
+    }
+
+    #[test]
+    fn automatic_on_an_infiniband_port_that_requires_a_grh_is_gid_index_0() {
+        let infiniband = |index: u32, text: &str| ibv_gid_entry {
+            gid: gid(text).into(),
+            gid_index: index,
+            port_num: 1,
+            gid_type: rdma_mummy_sys::IBV_GID_TYPE_IB,
+            ndev_ifindex: 0,
+        };
+        let table = [infiniband(0, "fe80::2:c903:1"), infiniband(1, "fec0::2:c903:1")];
+        let grh_required = PortAddressing::InfiniBandGrhRequired;
+        let found = SourceGid::Automatic
+            .resolve(1, grh_required, &table, netdevs)
+            .unwrap()
+            .expect("a global address on a port that requires a GRH");
+        assert_eq!(
+            (found.index(), found.gid(), found.gid_type()),
+            (0, gid("fe80::2:c903:1"), GidType::InfiniBand)
+        );
+        // Without a GRH required the LID is the address; index 0 empty is named.
+        let none = SourceGid::Automatic.resolve(1, PortAddressing::InfiniBand, &table, netdevs);
+        assert_eq!(none.unwrap(), None);
+        let err = SourceGid::Automatic
+            .resolve(1, grh_required, &table[1..], netdevs)
+            .unwrap_err();
+        assert!(
+            matches!(err, SourceGidErrorKind::EmptySlot { port: 1, index: 0 }),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -605,9 +659,13 @@ mod tests {
         for entry in &mut table {
             entry.gid_type = 9;
         }
-        let err = SourceGid::Automatic.resolve(1, true, &table, netdevs).unwrap_err();
+        let err = SourceGid::Automatic
+            .resolve(1, PortAddressing::Roce, &table, netdevs)
+            .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { .. }), "{err:?}");
-        let err = SourceGid::Index(3).resolve(1, true, &table, netdevs).unwrap_err();
+        let err = SourceGid::Index(3)
+            .resolve(1, PortAddressing::Roce, &table, netdevs)
+            .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NotRoceV2 { .. }), "{err:?}");
     }
 
@@ -682,10 +740,11 @@ mod tests {
 
     #[test]
     fn only_automatic_on_infiniband_reads_no_gid_table() {
-        assert!(!SourceGid::Automatic.reads_gid_table(false));
-        assert!(SourceGid::Automatic.reads_gid_table(true));
+        assert!(!SourceGid::Automatic.reads_gid_table(PortAddressing::InfiniBand));
+        assert!(SourceGid::Automatic.reads_gid_table(PortAddressing::Roce));
+        assert!(SourceGid::Automatic.reads_gid_table(PortAddressing::InfiniBandGrhRequired));
         for named in [SourceGid::Index(0), SourceGid::Netdev("eth0".into())] {
-            assert!(named.reads_gid_table(false) && named.reads_gid_table(true), "{named:?}");
+            assert!(named.reads_gid_table(addressing(false)) && named.reads_gid_table(addressing(true)));
         }
     }
 
