@@ -12,6 +12,12 @@
 //! InfiniBand virtual function), with [`GrhRequired`](CreateAddressHandleErrorKind::GrhRequired):
 //! the kernel refuses both (`rdma_check_ah_attr`: `EINVAL`).
 //!
+//! On RoCE a handle from a link-local source GID (`fe80::/10`) to a destination that is not
+//! link-local (a global or IPv4-mapped GID: one a router may stand between) is refused with
+//! [`LinkLocalSourceToRoutedDestination`](CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination):
+//! a router forwards no packet from a link-local address (RFC 4291, section 2.5.6), and the
+//! kernel would build the packet's IP header from the two addresses as they are.
+//!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 //! use sideway_ext::ibverbs::address::AddressHandleAttribute;
@@ -48,10 +54,12 @@
 //! - Linux `drivers/infiniband/core/verbs.c` `rdma_check_ah_attr`, `include/rdma/ib_verbs.h`
 //!   `rdma_is_grh_required`
 use std::io;
+use std::net::Ipv6Addr;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, ibv_port_attr, IBV_LINK_LAYER_ETHERNET};
+use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, ibv_gid, ibv_port_attr, IBV_LINK_LAYER_ETHERNET};
+use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
@@ -88,6 +96,21 @@ pub enum CreateAddressHandleErrorKind {
     GrhRequired {
         /// The port the handle was for.
         port: u8,
+    },
+    /// On RoCE, a link-local source GID (`fe80::/10`) for a destination that is not link-local:
+    /// a router forwards no packet from a link-local address, so it would reach the destination
+    /// only if it were on the same link, where it has a link-local address to be reached by.
+    #[error(
+        "GID index {src_gid_index} of port {port} is link-local (fe80::/10) and the destination {destination} is \
+         not: send from a global or IPv4-mapped GID (SourceGid::Automatic picks one where the port has it)"
+    )]
+    LinkLocalSourceToRoutedDestination {
+        /// The port.
+        port: u8,
+        /// The source GID index.
+        src_gid_index: u8,
+        /// The destination GID.
+        destination: Ipv6Addr,
     },
     /// The port number is 0 or above the device's port count.
     #[error("port {port} does not exist on this device")]
@@ -164,6 +187,41 @@ pub(crate) fn port_addressing(
     Ok(PortAddressing::of(&attr))
 }
 
+/// Refuses a global `attr` from `port` whose source GID, `source` (read only for a destination
+/// that is not link-local; `None`: unreadable), is link-local while its destination is not.
+fn check_link_local(
+    port: u8, attr: &AddressHandleAttribute, source: impl FnOnce() -> Option<Gid>,
+) -> Result<(), CreateAddressHandleErrorKind> {
+    let destination = attr.dest_gid();
+    if !attr.is_global() || is_link_local(destination) || !source().is_some_and(is_link_local) {
+        return Ok(());
+    }
+    Err(CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination {
+        port,
+        src_gid_index: attr.src_gid_index(),
+        destination: destination.into(),
+    })
+}
+
+/// Whether `gid` is a link-local address (`fe80::/10`).
+fn is_link_local(gid: Gid) -> bool {
+    Ipv6Addr::from(gid).is_unicast_link_local()
+}
+
+/// The GID at `index` of local `port`'s table (`ibv_query_gid`, in every libibverbs); `None`
+/// where it cannot be read (`ibv_create_ah` then says why).
+///
+/// # Safety
+///
+/// The PD's context must be open (it is while the PD is alive).
+unsafe fn query_gid(pd: &Arc<ProtectionDomain>, port: u8, index: u8) -> Option<Gid> {
+    let mut gid = std::mem::MaybeUninit::<ibv_gid>::zeroed();
+    // SAFETY: the caller's open context; gid is writable.
+    let ret = rdma_mummy_sys::ibv_query_gid(pd.pd().as_ref().context, port, index.into(), gid.as_mut_ptr());
+    // SAFETY: the call filled it (and it was zeroed before).
+    (ret == 0).then(|| Gid::from(gid.assume_init()))
+}
+
 /// An address handle (`ibv_ah`), destroyed when dropped. Cache one per destination: creating a
 /// handle per work request is slow.
 #[derive(Debug)]
@@ -193,7 +251,12 @@ impl AddressHandle {
     ) -> Result<Self, CreateAddressHandleError> {
         let port = attr.port();
         // The port is checked before the call, global or not.
-        port_addressing(pd, port)?.check_global(port, attr.is_global())?;
+        let addressing = port_addressing(pd, port)?;
+        addressing.check_global(port, attr.is_global())?;
+        if addressing.is_roce() {
+            // SAFETY: the PD (and so its context) is alive.
+            check_link_local(port, attr, || unsafe { query_gid(pd, port, attr.src_gid_index()) })?;
+        }
         let mut raw = attr.attr;
         // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.
         let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), raw.as_mut_ptr()) };
@@ -251,5 +314,45 @@ mod tests {
             roce.check_global(2, false),
             Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 2 })
         ));
+    }
+
+    fn gid(text: &str) -> Gid {
+        Gid::from(text.parse::<Ipv6Addr>().unwrap())
+    }
+
+    fn to(destination: &str) -> AddressHandleAttribute {
+        let mut attr = AddressHandleAttribute::new();
+        attr.setup_grh_dest_gid(&gid(destination)).setup_grh_src_gid_index(1);
+        attr
+    }
+
+    #[test]
+    fn a_link_local_source_reaches_only_link_local_destinations() {
+        let link_local = || Some(gid("fe80::1"));
+        for routed in ["::ffff:192.0.2.7", "2001:db8::7", "fec0::7"] {
+            let err = check_link_local(1, &to(routed), link_local).unwrap_err();
+            assert!(
+                matches!(err, CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination { port: 1, src_gid_index: 1, destination }
+                    if destination == routed.parse::<Ipv6Addr>().unwrap()),
+                "{err:?}"
+            );
+        }
+        let err = check_link_local(1, &to("::ffff:192.0.2.7"), link_local).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GID index 1 of port 1 is link-local (fe80::/10) and the destination ::ffff:192.0.2.7 is not: send \
+             from a global or IPv4-mapped GID (SourceGid::Automatic picks one where the port has it)"
+        );
+        // Link-local to link-local: the source is not even read.
+        let unread = || panic!("no need to read the source GID");
+        assert!(check_link_local(1, &to("fe80::2"), unread).is_ok());
+        assert!(
+            check_link_local(1, &AddressHandleAttribute::new(), unread).is_ok(),
+            "not global"
+        );
+        // A routable or unreadable source.
+        for source in [Some(gid("::ffff:192.0.2.1")), Some(gid("2001:db8::1")), None] {
+            assert!(check_link_local(1, &to("2001:db8::7"), || source).is_ok(), "{source:?}");
+        }
     }
 }

@@ -9,7 +9,11 @@
 //! from the type of its source GID (libmlx5 `mlx5_create_ah`, `ibv_query_gid_type`): a RoCE v1
 //! packet is an Ethernet frame without an IP header, which no router forwards. UCX
 //! (`UCX_IB_GID_INDEX=auto`) and perftest pick a RoCE v2 GID on their own; so does
-//! [`SourceGid::Automatic`].
+//! [`SourceGid::Automatic`]: IPv4-mapped first, then a global IPv6 address, and the link-local
+//! one (`fe80::/10`, which every mlx5 RoCE port has) only where there is no other, as UCX orders
+//! them (`uct_ib_device_select_gid`). A link-local source reaches link-local destinations only:
+//! an address handle from one to any other destination is refused
+//! ([`LinkLocalSourceToRoutedDestination`](super::address_handle::CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination)).
 //!
 //! On InfiniBand an address needs no GID within the subnet, and [`SourceGid::Automatic`] is none,
 //! except on a port that requires a GRH (`IBV_QPF_GRH_REQUIRED` in its `ibv_port_attr::flags`:
@@ -54,7 +58,7 @@ use super::address_handle::PortAddressing;
 #[non_exhaustive]
 pub enum SourceGid {
     /// On RoCE, the port's RoCE v2 GID: the first with an IPv4-mapped address
-    /// (`::ffff:a.b.c.d`), else the first (as
+    /// (`::ffff:a.b.c.d`), else the first global IPv6 one, else the first link-local one (as
     /// [`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)); on
     /// InfiniBand none: the address is the LID, within the subnet; on an InfiniBand port that
     /// requires a GRH, GID index 0. The default.
@@ -223,18 +227,25 @@ fn entry(raw: &ibv_gid_entry) -> SourceGidEntry {
     }
 }
 
-/// Of `entries` (port, is RoCE v2, GID), the position of the first IPv4-mapped RoCE v2 GID of
-/// `port`, else of its first non-zero RoCE v2 GID.
-fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> + Clone, port: u8) -> Option<usize> {
-    let candidates = entries
+/// Of `entries` (port, is RoCE v2, GID), the position of the first non-zero RoCE v2 GID of
+/// `port` of the most preferred kind ([`preference`]).
+fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)>, port: u8) -> Option<usize> {
+    entries
         .enumerate()
-        .filter(move |(_, (on, roce_v2, gid))| *on == u32::from(port) && *roce_v2 && !gid.is_zero());
-    let ipv4_mapped = |(_, (_, _, gid)): &(usize, (u32, bool, Gid))| Ipv6Addr::from(*gid).to_ipv4_mapped().is_some();
-    candidates
-        .clone()
-        .find(ipv4_mapped)
-        .or_else(|| candidates.clone().next())
+        .filter(|(_, (on, roce_v2, gid))| *on == u32::from(port) && *roce_v2 && !gid.is_zero())
+        .min_by_key(|(position, (_, _, gid))| (preference(*gid), *position))
         .map(|(position, _)| position)
+}
+
+/// How [`SourceGid::Automatic`] ranks a RoCE v2 GID, lowest first: IPv4-mapped, a global IPv6
+/// address, link-local (`fe80::/10`) last, as UCX does (`uct_ib_device_select_gid`: `AF_INET`,
+/// then `AF_INET6` not link-local, then link-local).
+fn preference(gid: Gid) -> u8 {
+    match Ipv6Addr::from(gid) {
+        address if address.to_ipv4_mapped().is_some() => 0,
+        address if address.is_unicast_link_local() => 2,
+        _ => 1,
+    }
 }
 
 impl SourceGid {
@@ -492,17 +503,21 @@ mod tests {
     }
 
     #[test]
-    fn the_roce_v2_gid_is_ipv4_mapped_first_then_any_roce_v2_on_the_port() {
+    fn the_roce_v2_gid_is_ipv4_mapped_first_then_global_then_link_local() {
         let table = [
             (1, false, gid("fe80::1")),          // RoCE v1 link-local
             (1, true, gid("fe80::1")),           // RoCE v2 link-local
             (1, false, gid("::ffff:192.0.2.7")), // RoCE v1, IPv4-mapped
             (2, true, gid("::ffff:192.0.2.8")),  // another port
+            (1, true, gid("2001:db8::7")),       // RoCE v2, global IPv6
             (1, true, gid("::ffff:192.0.2.7")),  // the one
         ];
-        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 1), Some(4));
+        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 1), Some(5));
         assert_eq!(pick_roce_v2_gid(table.iter().copied(), 2), Some(3));
-        // Without an IPv4-mapped one: the first RoCE v2 GID.
+        // Without an IPv4-mapped one (an IPv6-only network): the global IPv6 GID, though the
+        // link-local one comes first in the table.
+        assert_eq!(pick_roce_v2_gid(table[..5].iter().copied(), 1), Some(4));
+        // Link-local only as the last resort.
         assert_eq!(pick_roce_v2_gid(table[..4].iter().copied(), 1), Some(1));
         // A zero GID (an empty slot) is never picked; no RoCE v2 GID is None.
         let empty = [(1, true, gid("::")), (1, false, gid("fe80::1"))];
@@ -565,6 +580,19 @@ mod tests {
             .resolve(1, PortAddressing::Roce, v1_only, netdevs)
             .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { port: 1 }), "{err:?}");
+    }
+
+    #[test]
+    fn automatic_on_a_port_without_ipv4_is_its_global_gid_and_link_local_last() {
+        let ipv6_only: Vec<ibv_gid_entry> = table()
+            .into_iter()
+            .filter(|e| Ipv6Addr::from(Gid::from(e.gid)).to_ipv4_mapped().is_none())
+            .collect();
+        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, &ipv6_only, netdevs);
+        assert_eq!(found.unwrap().map(|entry| entry.index()), Some(7), "2001:db8::7");
+        let link_local_only = &ipv6_only[..2];
+        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, link_local_only, netdevs);
+        assert_eq!(found.unwrap().map(|entry| entry.index()), Some(1), "fe80::1 as RoCE v2");
     }
 
     #[test]
