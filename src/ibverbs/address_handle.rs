@@ -18,6 +18,18 @@
 //! a router forwards no packet from a link-local address (RFC 4291, section 2.5.6), and the
 //! kernel would build the packet's IP header from the two addresses as they are.
 //!
+//! # The first handle to a RoCE peer
+//!
+//! On RoCE the kernel resolves the peer's MAC address inside `ibv_create_ah`
+//! (`rdma_create_user_ah` → `ib_resolve_eth_dmac` → `rdma_addr_find_l2_eth_by_grh`): a route
+//! lookup bound to the source GID's network device, then the neighbour table, waiting for an ARP
+//! (IPv4) or neighbour discovery (IPv6) answer where the peer is not in it yet. The call blocks
+//! that long, and fails when no answer comes (`ETIMEDOUT`) or no route reaches the peer through
+//! that device (`ENETUNREACH`, `EHOSTUNREACH`):
+//! [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved), the library's error
+//! kept as its source. Make a destination's handle ahead of the first request to it (a DC pool's
+//! `prepare`) to keep that wait off the posting path.
+//!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 //! use sideway_ext::ibverbs::address::AddressHandleAttribute;
@@ -112,6 +124,21 @@ pub enum CreateAddressHandleErrorKind {
         /// The destination GID.
         destination: Ipv6Addr,
     },
+    /// On RoCE, the kernel could not resolve the peer's MAC address in `ibv_create_ah`
+    /// (`ib_resolve_eth_dmac`): no ARP or neighbour discovery answer came (`ETIMEDOUT`), or no
+    /// route reaches the peer through the source GID's network device (`ENETUNREACH`,
+    /// `EHOSTUNREACH`). Check the peer is up, that its address answers `ping` from that device,
+    /// and the routes; a later try makes the handle once it answers.
+    #[error(
+        "cannot resolve the peer's MAC address from port {port}: no ARP or neighbour answer, or no route to it \
+         through the source GID's network device"
+    )]
+    PeerMacUnresolved {
+        /// The port.
+        port: u8,
+        /// The library's error.
+        source: io::Error,
+    },
     /// The port number is 0 or above the device's port count.
     #[error("port {port} does not exist on this device")]
     InvalidPort {
@@ -203,6 +230,18 @@ fn check_link_local(
     })
 }
 
+/// The error of an `ibv_create_ah` from `port` that failed with `source`: on RoCE the errors of
+/// the kernel's MAC resolution (`rdma_addr_find_l2_eth_by_grh`) are
+/// [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved).
+fn create_failure(port: u8, addressing: PortAddressing, source: io::Error) -> CreateAddressHandleErrorKind {
+    match source.raw_os_error() {
+        Some(libc::ETIMEDOUT | libc::ENETUNREACH | libc::EHOSTUNREACH) if addressing.is_roce() => {
+            CreateAddressHandleErrorKind::PeerMacUnresolved { port, source }
+        },
+        _ => CreateAddressHandleErrorKind::Ibverbs(source),
+    }
+}
+
 /// Whether `gid` is a link-local address (`fe80::/10`).
 fn is_link_local(gid: Gid) -> bool {
     Ipv6Addr::from(gid).is_unicast_link_local()
@@ -260,7 +299,7 @@ impl AddressHandle {
         let mut raw = attr.attr;
         // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.
         let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), raw.as_mut_ptr()) };
-        let ah = NonNull::new(ah).ok_or_else(|| CreateAddressHandleErrorKind::Ibverbs(io::Error::last_os_error()))?;
+        let ah = NonNull::new(ah).ok_or_else(|| create_failure(port, addressing, io::Error::last_os_error()))?;
         Ok(Self {
             ah,
             attr: *attr,
@@ -314,6 +353,34 @@ mod tests {
             roce.check_global(2, false),
             Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 2 })
         ));
+    }
+
+    #[test]
+    fn an_unanswered_or_unrouted_roce_peer_is_named_with_its_errno_as_source() {
+        use std::error::Error as _;
+
+        for errno in [libc::ETIMEDOUT, libc::ENETUNREACH, libc::EHOSTUNREACH] {
+            let kind = create_failure(1, PortAddressing::Roce, io::Error::from_raw_os_error(errno));
+            assert!(
+                matches!(&kind, CreateAddressHandleErrorKind::PeerMacUnresolved { port: 1, source } if source.raw_os_error() == Some(errno)),
+                "{kind:?}"
+            );
+            assert!(kind.to_string().contains("MAC address"), "{kind}");
+            let source = kind.source().and_then(|source| source.downcast_ref::<io::Error>());
+            assert_eq!(source.and_then(io::Error::raw_os_error), Some(errno));
+        }
+        // Other errors, and InfiniBand (no MAC to resolve), stay the library's.
+        let other = create_failure(1, PortAddressing::Roce, io::Error::from_raw_os_error(libc::EINVAL));
+        assert!(matches!(other, CreateAddressHandleErrorKind::Ibverbs(_)), "{other:?}");
+        let infiniband = create_failure(
+            1,
+            PortAddressing::InfiniBand,
+            io::Error::from_raw_os_error(libc::ETIMEDOUT),
+        );
+        assert!(
+            matches!(infiniband, CreateAddressHandleErrorKind::Ibverbs(_)),
+            "{infiniband:?}"
+        );
     }
 
     fn gid(text: &str) -> Gid {
