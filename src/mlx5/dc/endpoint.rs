@@ -14,20 +14,28 @@
 //! # Example
 //!
 //! ```no_run
-//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+//! use std::sync::Arc;
 //!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let devices = DeviceList::new()?;
-//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
-//!     let pd = ctx.alloc_pd()?;
+//! use sideway::ibverbs::protection_domain::ProtectionDomain;
+//! use sideway_ext::ibverbs::address_handle::AddressHandle;
+//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+//! use sideway_ext::mlx5::dc::initiator::DcInitiator;
+//!
+//! /// The address handle that reaches the peer's DC target from `dci`, brought up on `port`.
+//! fn reach(
+//!     pd: &Arc<ProtectionDomain>, dci: &DcInitiator, port: u8,
+//! ) -> Result<Arc<AddressHandle>, Box<dyn std::error::Error>> {
 //!     // Received from the peer (its DCT's number and key, its port's LID and GID):
 //!     let gid = "::ffff:192.0.2.7".parse::<std::net::Ipv6Addr>()?.into();
 //!     let remote = DcEndpoint::new(0, gid, 0x00_1234, 0xdc_0000_0001, true)?;
-//!     // Once per destination, from local port 1 and its GID index 1 (a RoCE v2 GID):
-//!     let ah = remote.create_ah(&pd, 1, 1)?;
+//!     // Once per destination, from the GID the initiator sends from, as its bring-up resolved
+//!     // it (on RoCE its RoCE v2 GID, IPv4-mapped first; no fixed index: on mlx5 index 1 is the
+//!     // link-local RoCE v2 GID, which reaches no routed peer; on InfiniBand none, the index
+//!     // unused):
+//!     let src_gid_index = dci.source_gid().map_or(0, |entry| entry.index());
+//!     let ah = remote.create_ah(pd, port, src_gid_index)?;
 //!     println!("{remote:?} through {:?}", ah.attribute());
-//!     Ok(())
+//!     Ok(ah)
 //! }
 //! ```
 //!
