@@ -28,7 +28,8 @@
 //! that device (`ENETUNREACH`, `EHOSTUNREACH`):
 //! [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved), the library's error
 //! kept as its source. Make a destination's handle ahead of the first request to it (a DC pool's
-//! `prepare`) to keep that wait off the posting path.
+//! `prepare`) to keep that wait off the posting path. The errnos are those of the kernel's source
+//! (`drivers/infiniband/core/addr.c`); no ConnectX run here has shown them yet.
 //!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};

@@ -20,7 +20,8 @@
 //! an InfiniBand virtual function), where the kernel refuses every address without one
 //! (`rdma_check_ah_attr`: `EINVAL`, also at a DC target's RTR): there it is GID index 0, as UCX
 //! makes every address of such a port global (`uct_ib_iface_init`, `uct_ib_grh_required`) from
-//! GID index 0 (`UCT_IB_MD_DEFAULT_GID_INDEX`).
+//! GID index 0 (`UCT_IB_MD_DEFAULT_GID_INDEX`). That is what the kernel's and UCX's sources say
+//! and the crate's model of the kernel holds; no InfiniBand virtual function has run it here.
 //!
 //! # Before rdma-core 32
 //!
@@ -31,7 +32,9 @@
 //! `/sys/class/infiniband/<device>/ports/<port>/gid_attrs/types/<index>` and its network device
 //! from `gid_attrs/ndevs/<index>`. Where that fails too, the error is
 //! [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). [`SourceGid::Automatic`] on InfiniBand
-//! reads no table at all.
+//! reads no table at all. The fallback has run on SoftRoCE with a libibverbs whose
+//! `_ibv_query_gid_ex` was hidden from `dlsym` (`tests/test_device.rs`), not with rdma-core 28
+//! itself nor on a ConnectX.
 //!
 //! # Reference
 //!
