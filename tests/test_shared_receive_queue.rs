@@ -817,6 +817,42 @@ fn an_address_handle_for_a_missing_port_is_invalid_port() {
     }
 }
 
+/// On RoCE, an address handle from the port's link-local GID (`fe80::/10`) to an IPv4-mapped
+/// destination is refused by name before `ibv_create_ah`; from the same GID to a link-local
+/// destination it is made.
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn an_address_handle_from_a_link_local_gid_to_a_routed_destination_is_refused() {
+    use sideway::ibverbs::address::GidType;
+    use sideway::ibverbs::device_context::LinkLayer;
+
+    let s = setup();
+    if s.ctx.query_port(1).expect("query_port").link_layer() != LinkLayer::Ethernet {
+        common::skip::report_skip("port 1 is InfiniBand: its GIDs are not IP addresses");
+        return;
+    }
+    let table = s.ctx.query_gid_table().expect("the GID table");
+    let link_local = table
+        .iter()
+        .find(|e| {
+            e.port_num() == 1
+                && matches!(e.gid_type(), GidType::RoceV2)
+                && std::net::Ipv6Addr::from(e.gid()).is_unicast_link_local()
+        })
+        .expect("every RoCE port has a link-local RoCE v2 GID");
+    let index = link_local.gid_index() as u8;
+    let err = s.pd.create_ah(&address_of(index, s.gid)).unwrap_err();
+    assert!(
+        matches!(err.0, CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination { port: 1, src_gid_index, destination }
+            if src_gid_index == index && destination == std::net::Ipv6Addr::from(s.gid)),
+        "{err:?}"
+    );
+    let ah =
+        s.pd.create_ah(&address_of(index, link_local.gid()))
+            .expect("link-local to link-local");
+    assert_eq!(ah.attribute().src_gid_index(), index);
+}
+
 /// The state is read through `&mut self` (libibverbs writes it during a query), and SQD, which
 /// the tables refused before, is reachable and left again.
 #[test]

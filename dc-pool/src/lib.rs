@@ -137,7 +137,9 @@
 //! initiator's free send queue, the pool's ring of `wr_id`s, and the quota): beyond it
 //! `construct_wr` says `BatchFull`; post and start another.
 //! [`prepare`](DcInitiatorPool::prepare) creates a destination's address handle ahead of its
-//! first post.
+//! first post: on RoCE that is where the kernel resolves the peer's MAC address, waiting for its
+//! ARP or neighbour discovery answer, so preparing each destination when it is added keeps that
+//! wait off the posting path.
 //!
 //! # A CQ shared with other queue pairs
 //!
@@ -480,6 +482,14 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
     /// Creates `destination`'s address handle now rather than on its first post (which then
     /// costs no `ibv_create_ah`), and reports an error in it here.
+    ///
+    /// On RoCE `ibv_create_ah` resolves the peer's MAC address in the kernel: it blocks until
+    /// the peer answers ARP or neighbour discovery, or the kernel gives up. Resolving ahead, here,
+    /// is how to keep that off the posting path. A peer that does not answer, or that no route
+    /// reaches through the source GID's network device, is the address handle's
+    /// [`PeerMacUnresolved`](sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind::PeerMacUnresolved)
+    /// (in [`PostToDestinationErrorKind::AddressHandle`]); the destination stays unresolved, and
+    /// the next `prepare` or post to it tries again.
     pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());

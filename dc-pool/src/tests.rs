@@ -1523,6 +1523,7 @@ fn a_retired_destination_is_removed_once_its_requests_are_reported() {
 
 #[test]
 fn a_refused_post_says_why_once() {
+    use sideway_ext::ibverbs::address_handle::{CreateAddressHandleError, CreateAddressHandleErrorKind};
     use sideway_ext::mlx5::dc::endpoint::{CreateDcAddressHandleError, CreateDcAddressHandleErrorKind};
     use std::error::Error as _;
 
@@ -1561,23 +1562,49 @@ fn a_refused_post_says_why_once() {
         ),
         (CreateDcAddressHandleError::from(link_layer).into(), "address handle"),
     ];
-    for (kind, reason) in kinds {
-        let error = PostToDestinationError::from(kind);
-        let text = error.to_string();
-        assert!(text.contains(reason), "{text:?} does not say {reason:?}");
-        // What a report that prints the chain of sources shows: the reason once.
-        let mut chain = vec![text];
+    // What a report that prints the chain of sources shows.
+    let chain = |error: &PostToDestinationError| {
+        let mut chain = vec![error.to_string()];
         let mut source = error.source();
         while let Some(cause) = source {
             chain.push(cause.to_string());
             source = cause.source();
         }
+        chain
+    };
+    for (kind, reason) in kinds {
+        let error = PostToDestinationError::from(kind);
+        let text = error.to_string();
+        assert!(text.contains(reason), "{text:?} does not say {reason:?}");
+        // The reason once.
+        let chain = chain(&error);
         assert_eq!(
             chain.iter().filter(|message| message.contains(reason)).count(),
             1,
             "{chain:?}"
         );
     }
+    // A peer whose MAC address the kernel could not resolve: an address handle error, whose
+    // chain says why once, then the library's errno.
+    let unresolved = CreateAddressHandleErrorKind::PeerMacUnresolved {
+        port: 1,
+        source: std::io::Error::from_raw_os_error(libc::ETIMEDOUT),
+    };
+    let error = PostToDestinationError::from(PostToDestinationErrorKind::from(CreateDcAddressHandleError::from(
+        CreateDcAddressHandleErrorKind::from(CreateAddressHandleError::from(unresolved)),
+    )));
+    let chain = chain(&error);
+    assert!(chain[0].contains("address handle"), "{chain:?}");
+    assert_eq!(
+        chain
+            .iter()
+            .filter(|message| message.contains("peer's MAC address"))
+            .count(),
+        1,
+        "{chain:?}"
+    );
+    let errno = std::io::Error::from_raw_os_error(libc::ETIMEDOUT).to_string();
+    assert_eq!(chain.last(), Some(&errno), "{chain:?}");
 }
 
 mod destination_state;

@@ -352,7 +352,11 @@ pub enum PostToDestinationErrorKind {
         /// Whether the pool has DCI streams.
         streams_pool: bool,
     },
-    /// The destination's address handle could not be created (first post).
+    /// The destination's address handle could not be created (first post, or
+    /// [`prepare`](super::DcInitiatorPool::prepare)); on RoCE e.g. the peer's MAC address could
+    /// not be resolved
+    /// ([`PeerMacUnresolved`](sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind::PeerMacUnresolved)).
+    /// The destination stays unresolved: its next post or `prepare` tries again.
     #[error(transparent)]
     AddressHandle(#[from] CreateDcAddressHandleError),
     /// The destination's port takes smaller packets than the pool's initiators send (its

@@ -17,10 +17,12 @@
 //! # Sources
 //!
 //! Public repositories:
+//! - Linux `drivers/infiniband/core/verbs.c`: `rdma_check_ah_attr`; `include/rdma/ib_verbs.h`:
+//!   `rdma_is_grh_required`;
 //! - Linux `drivers/infiniband/hw/mlx5/qp.c`: `is_valid_mask`, `mlx5_ib_modify_qp`,
 //!   `modify_dci_qp_is_ok`, `validate_rd_atomic`, `mlx5_ib_modify_dct`, `mlx5_ib_create_dct`,
 //!   `check_qp_attr`, `process_vendor_flag`; its `main.c`: `mlx5_ib_query_device`,
-//!   `mlx5_ib_alloc_ucontext` (what [`Device`] holds);
+//!   `mlx5_ib_alloc_ucontext` (what [`Device`] holds), `get_core_cap_flags`;
 //! - rdma-core `providers/mlx5/{verbs.c,qp.c,mlx5.c}`: `mlx5dv_create_qp` (`create_qp`,
 //!   `create_dct`), `_sq_overhead`, `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`,
 //!   `mlx5_qp_fill_wr_pfns`, `mlx5dv_dci_stream_id_reset`, `mlx5_init_context`,
@@ -135,6 +137,16 @@ pub fn modify_dci_qp_is_ok(cur: QueuePairState, new: QueuePairState, mask: i32, 
         (cur, Error) if cur != Reset => is_valid_mask(mask, req, 0),
         _ => false,
     }
+}
+
+/// Kernel `rdma_check_ah_attr` (`drivers/infiniband/core/verbs.c`), for the address vector of a
+/// modify with `IB_QP_AV` (a DC target's INIT → RTR, a DCI's) as for every address handle: one
+/// without a GRH is `EINVAL` on RoCE (`RDMA_AH_ATTR_TYPE_ROCE`) and on a port that requires a GRH
+/// (`rdma_is_grh_required`: mlx5_ib's `get_core_cap_flags` sets `RDMA_CORE_CAP_IB_GRH_REQUIRED`
+/// on an InfiniBand port whose vport context says `grh_required`, an InfiniBand virtual
+/// function; `ibv_query_port` reports it as `IBV_QPF_GRH_REQUIRED`).
+pub fn check_ah_attr(is_global: bool, roce: bool, grh_required: bool) -> bool {
+    is_global || !(roce || grh_required)
 }
 
 /// Kernel `validate_rd_atomic` (qp.c), for a DCI: `max_rd_atomic` (with `IB_QP_MAX_QP_RD_ATOMIC`)

@@ -7,7 +7,29 @@
 //! On RoCE (Ethernet link layer) every address must be global (carry a GRH): set it with the
 //! `setup_grh_*` methods, its source GID index from a
 //! [`SourceGid`](super::source_gid::SourceGid). A non-global handle on a RoCE port is refused
-//! with [`CreateAddressHandleErrorKind::GlobalRoutingRequired`].
+//! with [`CreateAddressHandleErrorKind::GlobalRoutingRequired`]. So is one on an InfiniBand
+//! port that requires a GRH (`IBV_QPF_GRH_REQUIRED` in its `ibv_port_attr::flags`: an
+//! InfiniBand virtual function), with [`GrhRequired`](CreateAddressHandleErrorKind::GrhRequired):
+//! the kernel refuses both (`rdma_check_ah_attr`: `EINVAL`).
+//!
+//! On RoCE a handle from a link-local source GID (`fe80::/10`) to a destination that is not
+//! link-local (a global or IPv4-mapped GID: one a router may stand between) is refused with
+//! [`LinkLocalSourceToRoutedDestination`](CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination):
+//! a router forwards no packet from a link-local address (RFC 4291, section 2.5.6), and the
+//! kernel would build the packet's IP header from the two addresses as they are.
+//!
+//! # The first handle to a RoCE peer
+//!
+//! On RoCE the kernel resolves the peer's MAC address inside `ibv_create_ah`
+//! (`rdma_create_user_ah` → `ib_resolve_eth_dmac` → `rdma_addr_find_l2_eth_by_grh`): a route
+//! lookup bound to the source GID's network device, then the neighbour table, waiting for an ARP
+//! (IPv4) or neighbour discovery (IPv6) answer where the peer is not in it yet. The call blocks
+//! that long, and fails when no answer comes (`ETIMEDOUT`) or no route reaches the peer through
+//! that device (`ENETUNREACH`, `EHOSTUNREACH`):
+//! [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved), the library's error
+//! kept as its source. Make a destination's handle ahead of the first request to it (a DC pool's
+//! `prepare`) to keep that wait off the posting path. The errnos are those of the kernel's source
+//! (`drivers/infiniband/core/addr.c`); no ConnectX run here has shown them yet.
 //!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -39,12 +61,18 @@
 //! # Reference
 //!
 //! - RDMAmojo: [`ibv_create_ah`](https://www.rdmamojo.com/2012/09/22/ibv_create_ah/)
-//! - rdma-core manpages: [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html)
+//! - rdma-core manpages: [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html),
+//!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
+//!   (`IBV_QPF_GRH_REQUIRED`)
+//! - Linux `drivers/infiniband/core/verbs.c` `rdma_check_ah_attr`, `include/rdma/ib_verbs.h`
+//!   `rdma_is_grh_required`
 use std::io;
+use std::net::Ipv6Addr;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, IBV_LINK_LAYER_ETHERNET};
+use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, ibv_gid, ibv_port_attr, IBV_LINK_LAYER_ETHERNET};
+use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
@@ -72,6 +100,46 @@ pub enum CreateAddressHandleErrorKind {
         /// The port the handle was for.
         port: u8,
     },
+    /// The port is InfiniBand and requires a GRH (`IBV_QPF_GRH_REQUIRED`: an InfiniBand virtual
+    /// function), where every address handle must be global.
+    #[error(
+        "port {port} requires a GRH (IBV_QPF_GRH_REQUIRED): the address handle must be global \
+         (setup_grh_dest_gid and setup_grh_src_gid_index)"
+    )]
+    GrhRequired {
+        /// The port the handle was for.
+        port: u8,
+    },
+    /// On RoCE, a link-local source GID (`fe80::/10`) for a destination that is not link-local:
+    /// a router forwards no packet from a link-local address, so it would reach the destination
+    /// only if it were on the same link, where it has a link-local address to be reached by.
+    #[error(
+        "GID index {src_gid_index} of port {port} is link-local (fe80::/10) and the destination {destination} is \
+         not: send from a global or IPv4-mapped GID (SourceGid::Automatic picks one where the port has it)"
+    )]
+    LinkLocalSourceToRoutedDestination {
+        /// The port.
+        port: u8,
+        /// The source GID index.
+        src_gid_index: u8,
+        /// The destination GID.
+        destination: Ipv6Addr,
+    },
+    /// On RoCE, the kernel could not resolve the peer's MAC address in `ibv_create_ah`
+    /// (`ib_resolve_eth_dmac`): no ARP or neighbour discovery answer came (`ETIMEDOUT`), or no
+    /// route reaches the peer through the source GID's network device (`ENETUNREACH`,
+    /// `EHOSTUNREACH`). Check the peer is up, that its address answers `ping` from that device,
+    /// and the routes; a later try makes the handle once it answers.
+    #[error(
+        "cannot resolve the peer's MAC address from port {port}: no ARP or neighbour answer, or no route to it \
+         through the source GID's network device"
+    )]
+    PeerMacUnresolved {
+        /// The port.
+        port: u8,
+        /// The library's error.
+        source: io::Error,
+    },
     /// The port number is 0 or above the device's port count.
     #[error("port {port} does not exist on this device")]
     InvalidPort {
@@ -85,15 +153,113 @@ pub enum CreateAddressHandleErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// Whether local `port` of the PD's device is RoCE (its `link_layer` from `ibv_query_port` is
-/// `IBV_LINK_LAYER_ETHERNET`). Port 0, or one above the device's port count, is
-/// [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort): checked before `ibv_create_ah`,
-/// whose own error for a bad port is a bare `EINVAL`.
-pub(crate) fn port_is_roce(pd: &Arc<ProtectionDomain>, port: u8) -> Result<bool, CreateAddressHandleError> {
+/// `ibv_port_attr::flags`: the port requires a GRH in every address (rdma-core `verbs.h`,
+/// `IBV_QPF_GRH_REQUIRED`; the kernel's `rdma_is_grh_required`).
+const IBV_QPF_GRH_REQUIRED: u8 = 1;
+
+/// How a port's addresses are formed, from its `ibv_port_attr`: on RoCE, and on an InfiniBand
+/// port that requires a GRH (`IBV_QPF_GRH_REQUIRED`, as UCX reads it: `uct_ib_grh_required`),
+/// every address is global; elsewhere on InfiniBand the LID is enough within the subnet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PortAddressing {
+    /// Ethernet link layer: every address global.
+    Roce,
+    /// InfiniBand: the LID within the subnet, a GRH between subnets.
+    InfiniBand,
+    /// InfiniBand with `IBV_QPF_GRH_REQUIRED` (an InfiniBand virtual function): every address
+    /// global.
+    InfiniBandGrhRequired,
+}
+
+impl PortAddressing {
+    /// The addressing of the port `attr` describes.
+    pub(crate) fn of(attr: &ibv_port_attr) -> Self {
+        match (attr.link_layer, attr.flags & IBV_QPF_GRH_REQUIRED != 0) {
+            (IBV_LINK_LAYER_ETHERNET, _) => Self::Roce,
+            (_, true) => Self::InfiniBandGrhRequired,
+            (_, false) => Self::InfiniBand,
+        }
+    }
+
+    /// Whether the port is RoCE.
+    pub(crate) fn is_roce(self) -> bool {
+        self == Self::Roce
+    }
+
+    /// Whether every address from the port must be global (carry a GRH).
+    pub(crate) fn requires_grh(self) -> bool {
+        self != Self::InfiniBand
+    }
+
+    /// Refuses an address from `port` that is not global where the port requires a GRH, as the
+    /// kernel does (`rdma_check_ah_attr`: `EINVAL`), by its reason.
+    fn check_global(self, port: u8, global: bool) -> Result<(), CreateAddressHandleErrorKind> {
+        match self {
+            _ if global => Ok(()),
+            Self::Roce => Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }),
+            Self::InfiniBandGrhRequired => Err(CreateAddressHandleErrorKind::GrhRequired { port }),
+            Self::InfiniBand => Ok(()),
+        }
+    }
+}
+
+/// How local `port` of the PD's device forms its addresses (`ibv_query_port`). Port 0, or one
+/// above the device's port count, is [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort):
+/// checked before `ibv_create_ah`, whose own error for a bad port is a bare `EINVAL`.
+pub(crate) fn port_addressing(
+    pd: &Arc<ProtectionDomain>, port: u8,
+) -> Result<PortAddressing, CreateAddressHandleError> {
     // SAFETY: the PD (and so its context) is alive.
     let attr = unsafe { super::query_port(NonNull::new_unchecked(pd.pd().as_ref().context), port) }
         .map_err(|source| CreateAddressHandleErrorKind::InvalidPort { port, source })?;
-    Ok(attr.link_layer == IBV_LINK_LAYER_ETHERNET)
+    Ok(PortAddressing::of(&attr))
+}
+
+/// Refuses a global `attr` from `port` whose source GID, `source` (read only for a destination
+/// that is not link-local; `None`: unreadable), is link-local while its destination is not.
+fn check_link_local(
+    port: u8, attr: &AddressHandleAttribute, source: impl FnOnce() -> Option<Gid>,
+) -> Result<(), CreateAddressHandleErrorKind> {
+    let destination = attr.dest_gid();
+    if !attr.is_global() || is_link_local(destination) || !source().is_some_and(is_link_local) {
+        return Ok(());
+    }
+    Err(CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination {
+        port,
+        src_gid_index: attr.src_gid_index(),
+        destination: destination.into(),
+    })
+}
+
+/// The error of an `ibv_create_ah` from `port` that failed with `source`: on RoCE the errors of
+/// the kernel's MAC resolution (`rdma_addr_find_l2_eth_by_grh`) are
+/// [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved).
+fn create_failure(port: u8, addressing: PortAddressing, source: io::Error) -> CreateAddressHandleErrorKind {
+    match source.raw_os_error() {
+        Some(libc::ETIMEDOUT | libc::ENETUNREACH | libc::EHOSTUNREACH) if addressing.is_roce() => {
+            CreateAddressHandleErrorKind::PeerMacUnresolved { port, source }
+        },
+        _ => CreateAddressHandleErrorKind::Ibverbs(source),
+    }
+}
+
+/// Whether `gid` is a link-local address (`fe80::/10`).
+fn is_link_local(gid: Gid) -> bool {
+    Ipv6Addr::from(gid).is_unicast_link_local()
+}
+
+/// The GID at `index` of local `port`'s table (`ibv_query_gid`, in every libibverbs); `None`
+/// where it cannot be read (`ibv_create_ah` then says why).
+///
+/// # Safety
+///
+/// The PD's context must be open (it is while the PD is alive).
+unsafe fn query_gid(pd: &Arc<ProtectionDomain>, port: u8, index: u8) -> Option<Gid> {
+    let mut gid = std::mem::MaybeUninit::<ibv_gid>::zeroed();
+    // SAFETY: the caller's open context; gid is writable.
+    let ret = rdma_mummy_sys::ibv_query_gid(pd.pd().as_ref().context, port, index.into(), gid.as_mut_ptr());
+    // SAFETY: the call filled it (and it was zeroed before).
+    (ret == 0).then(|| Gid::from(gid.assume_init()))
 }
 
 /// An address handle (`ibv_ah`), destroyed when dropped. Cache one per destination: creating a
@@ -125,14 +291,16 @@ impl AddressHandle {
     ) -> Result<Self, CreateAddressHandleError> {
         let port = attr.port();
         // The port is checked before the call, global or not.
-        let roce = port_is_roce(pd, port)?;
-        if !attr.is_global() && roce {
-            return Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port }.into());
+        let addressing = port_addressing(pd, port)?;
+        addressing.check_global(port, attr.is_global())?;
+        if addressing.is_roce() {
+            // SAFETY: the PD (and so its context) is alive.
+            check_link_local(port, attr, || unsafe { query_gid(pd, port, attr.src_gid_index()) })?;
         }
         let mut raw = attr.attr;
         // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.
         let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), raw.as_mut_ptr()) };
-        let ah = NonNull::new(ah).ok_or_else(|| CreateAddressHandleErrorKind::Ibverbs(io::Error::last_os_error()))?;
+        let ah = NonNull::new(ah).ok_or_else(|| create_failure(port, addressing, io::Error::last_os_error()))?;
         Ok(Self {
             ah,
             attr: *attr,
@@ -151,5 +319,108 @@ impl AddressHandle {
     /// The attributes the handle was created with.
     pub fn attribute(&self) -> &AddressHandleAttribute {
         &self.attr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(link_layer: u8, flags: u8) -> ibv_port_attr {
+        // SAFETY: ibv_port_attr is plain integers: all zero is valid.
+        let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
+        (attr.link_layer, attr.flags) = (link_layer, flags);
+        attr
+    }
+
+    #[test]
+    fn an_infiniband_port_that_requires_a_grh_takes_only_global_addresses() {
+        let infiniband = rdma_mummy_sys::IBV_LINK_LAYER_INFINIBAND;
+        let grh_required = PortAddressing::of(&port(infiniband, IBV_QPF_GRH_REQUIRED));
+        assert_eq!(grh_required, PortAddressing::InfiniBandGrhRequired);
+        assert!(grh_required.requires_grh() && !grh_required.is_roce());
+        assert!(matches!(
+            grh_required.check_global(1, false),
+            Err(CreateAddressHandleErrorKind::GrhRequired { port: 1 })
+        ));
+        assert!(grh_required.check_global(1, true).is_ok());
+        let plain = PortAddressing::of(&port(infiniband, 0));
+        assert_eq!(plain, PortAddressing::InfiniBand);
+        assert!(!plain.requires_grh() && plain.check_global(1, false).is_ok());
+        // RoCE, whatever its flags.
+        let roce = PortAddressing::of(&port(IBV_LINK_LAYER_ETHERNET, IBV_QPF_GRH_REQUIRED));
+        assert!(roce.is_roce() && roce.requires_grh());
+        assert!(matches!(
+            roce.check_global(2, false),
+            Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 2 })
+        ));
+    }
+
+    #[test]
+    fn an_unanswered_or_unrouted_roce_peer_is_named_with_its_errno_as_source() {
+        use std::error::Error as _;
+
+        for errno in [libc::ETIMEDOUT, libc::ENETUNREACH, libc::EHOSTUNREACH] {
+            let kind = create_failure(1, PortAddressing::Roce, io::Error::from_raw_os_error(errno));
+            assert!(
+                matches!(&kind, CreateAddressHandleErrorKind::PeerMacUnresolved { port: 1, source } if source.raw_os_error() == Some(errno)),
+                "{kind:?}"
+            );
+            assert!(kind.to_string().contains("MAC address"), "{kind}");
+            let source = kind.source().and_then(|source| source.downcast_ref::<io::Error>());
+            assert_eq!(source.and_then(io::Error::raw_os_error), Some(errno));
+        }
+        // Other errors, and InfiniBand (no MAC to resolve), stay the library's.
+        let other = create_failure(1, PortAddressing::Roce, io::Error::from_raw_os_error(libc::EINVAL));
+        assert!(matches!(other, CreateAddressHandleErrorKind::Ibverbs(_)), "{other:?}");
+        let infiniband = create_failure(
+            1,
+            PortAddressing::InfiniBand,
+            io::Error::from_raw_os_error(libc::ETIMEDOUT),
+        );
+        assert!(
+            matches!(infiniband, CreateAddressHandleErrorKind::Ibverbs(_)),
+            "{infiniband:?}"
+        );
+    }
+
+    fn gid(text: &str) -> Gid {
+        Gid::from(text.parse::<Ipv6Addr>().unwrap())
+    }
+
+    fn to(destination: &str) -> AddressHandleAttribute {
+        let mut attr = AddressHandleAttribute::new();
+        attr.setup_grh_dest_gid(&gid(destination)).setup_grh_src_gid_index(1);
+        attr
+    }
+
+    #[test]
+    fn a_link_local_source_reaches_only_link_local_destinations() {
+        let link_local = || Some(gid("fe80::1"));
+        for routed in ["::ffff:192.0.2.7", "2001:db8::7", "fec0::7"] {
+            let err = check_link_local(1, &to(routed), link_local).unwrap_err();
+            assert!(
+                matches!(err, CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination { port: 1, src_gid_index: 1, destination }
+                    if destination == routed.parse::<Ipv6Addr>().unwrap()),
+                "{err:?}"
+            );
+        }
+        let err = check_link_local(1, &to("::ffff:192.0.2.7"), link_local).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GID index 1 of port 1 is link-local (fe80::/10) and the destination ::ffff:192.0.2.7 is not: send \
+             from a global or IPv4-mapped GID (SourceGid::Automatic picks one where the port has it)"
+        );
+        // Link-local to link-local: the source is not even read.
+        let unread = || panic!("no need to read the source GID");
+        assert!(check_link_local(1, &to("fe80::2"), unread).is_ok());
+        assert!(
+            check_link_local(1, &AddressHandleAttribute::new(), unread).is_ok(),
+            "not global"
+        );
+        // A routable or unreadable source.
+        for source in [Some(gid("::ffff:192.0.2.1")), Some(gid("2001:db8::1")), None] {
+            assert!(check_link_local(1, &to("2001:db8::7"), || source).is_ok(), "{source:?}");
+        }
     }
 }

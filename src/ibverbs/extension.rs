@@ -71,7 +71,8 @@ pub trait DeviceContextExt {
     /// The GID of local `port` that `source_gid` names, from its GID table, as DC bring-up
     /// resolves it ([`SourceGid`]): with [`SourceGid::Automatic`] on RoCE the first RoCE v2 GID
     /// with an IPv4-mapped address (`::ffff:a.b.c.d`, routable over an IPv4 network), else the
-    /// first RoCE v2 GID; on InfiniBand [`None`]. An empty slot, which `ibv_query_gid` reads as
+    /// first with a global IPv6 address, else the link-local one; on InfiniBand [`None`] (GID
+    /// index 0 on a port that requires a GRH). An empty slot, which `ibv_query_gid` reads as
     /// zeros with success, is never picked; a GID type this crate does not know is never RoCE v2.
     ///
     /// Its [`index`](SourceGidEntry::index) is the source GID index of a global address (the

@@ -9,30 +9,62 @@
 //! from the type of its source GID (libmlx5 `mlx5_create_ah`, `ibv_query_gid_type`): a RoCE v1
 //! packet is an Ethernet frame without an IP header, which no router forwards. UCX
 //! (`UCX_IB_GID_INDEX=auto`) and perftest pick a RoCE v2 GID on their own; so does
-//! [`SourceGid::Automatic`].
+//! [`SourceGid::Automatic`]: IPv4-mapped first, then a global IPv6 address, and the link-local
+//! one (`fe80::/10`, which every mlx5 RoCE port has) only where there is no other, as UCX orders
+//! them (`uct_ib_device_select_gid`). A link-local source reaches link-local destinations only:
+//! an address handle from one to any other destination is refused
+//! ([`LinkLocalSourceToRoutedDestination`](super::address_handle::CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination)).
+//!
+//! On InfiniBand an address needs no GID within the subnet, and [`SourceGid::Automatic`] is none,
+//! except on a port that requires a GRH (`IBV_QPF_GRH_REQUIRED` in its `ibv_port_attr::flags`:
+//! an InfiniBand virtual function), where the kernel refuses every address without one
+//! (`rdma_check_ah_attr`: `EINVAL`, also at a DC target's RTR): there it is GID index 0, as UCX
+//! makes every address of such a port global (`uct_ib_iface_init`, `uct_ib_grh_required`) from
+//! GID index 0 (`UCT_IB_MD_DEFAULT_GID_INDEX`). That is what the kernel's and UCX's sources say
+//! and the crate's model of the kernel holds; no InfiniBand virtual function has run it here.
+//!
+//! # Before rdma-core 32
+//!
+//! The table is read with `_ibv_query_gid_ex`, which libibverbs exports from rdma-core 32 on
+//! (`IBVERBS_1.11`); where it lacks it (Ubuntu 20.04's rdma-core 28), rdma-mummy-sys answers
+//! `EOPNOTSUPP`, and each slot is read as libibverbs' own sysfs fallback reads it
+//! (`query_sysfs_gid_entry`): the GID with `ibv_query_gid`, its type from
+//! `/sys/class/infiniband/<device>/ports/<port>/gid_attrs/types/<index>` and its network device
+//! from `gid_attrs/ndevs/<index>`. Where that fails too, the error is
+//! [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). [`SourceGid::Automatic`] on InfiniBand
+//! reads no table at all. The fallback has run on SoftRoCE with a libibverbs whose
+//! `_ibv_query_gid_ex` was hidden from `dlsym` (`tests/test_device.rs`), not with rdma-core 28
+//! itself nor on a ConnectX.
 //!
 //! # Reference
 //!
 //! - [`ibv_query_gid_ex`](https://man7.org/linux/man-pages/man3/ibv_query_gid_ex.3.html) (an
 //!   empty slot: `ENODATA`), [`ibv_query_gid_table`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)
+//! - rdma-core `libibverbs/cmd_device.c` `_ibv_query_gid_ex` and `query_sysfs_gid_entry` (the
+//!   sysfs reading), `libibverbs/libibverbs.map.in` (`IBVERBS_1.11`: rdma-core 32)
 //! - rdma-core `providers/mlx5/verbs.c` `mlx5_create_ah` (the packet type from the GID type)
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv6Addr};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_context, ibv_gid_entry, IBV_LINK_LAYER_ETHERNET};
+use rdma_mummy_sys::{ibv_context, ibv_gid, ibv_gid_entry, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::address::{Gid, GidType};
 use sideway::ibverbs::device_context::DeviceContext;
+
+use super::address_handle::PortAddressing;
 
 /// The local GID a global address is sent from; see the [module](self) docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SourceGid {
     /// On RoCE, the port's RoCE v2 GID: the first with an IPv4-mapped address
-    /// (`::ffff:a.b.c.d`), else the first (as
+    /// (`::ffff:a.b.c.d`), else the first global IPv6 one, else the first link-local one (as
     /// [`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)); on
-    /// InfiniBand none: the address is the LID, within the subnet. The default.
+    /// InfiniBand none: the address is the LID, within the subnet; on an InfiniBand port that
+    /// requires a GRH, GID index 0. The default.
     #[default]
     Automatic,
     /// The GID at this index of the port's GID table (the `-g` of rdma-core's and perftest's
@@ -147,6 +179,18 @@ pub enum SourceGidErrorKind {
         /// The library's error.
         source: io::Error,
     },
+    /// libibverbs has no `_ibv_query_gid_ex` (rdma-core before 32), and reading the slot as its
+    /// own fallback does (`ibv_query_gid`, the GID's type from sysfs) failed too.
+    #[error(
+        "cannot read GID index {index} of port {port}: libibverbs has no _ibv_query_gid_ex (rdma-core before 32) \
+         and sysfs does not give the GID's type; rdma-core 32 or newer is needed"
+    )]
+    LibraryTooOld {
+        /// The port.
+        port: u8,
+        /// The index.
+        index: u8,
+    },
     /// Reading the port's GID table failed (`ibv_query_gid_ex`).
     #[error("cannot read GID index {index} of port {port}")]
     QueryGid {
@@ -186,41 +230,61 @@ fn entry(raw: &ibv_gid_entry) -> SourceGidEntry {
     }
 }
 
-/// Of `entries` (port, is RoCE v2, GID), the position of the first IPv4-mapped RoCE v2 GID of
-/// `port`, else of its first non-zero RoCE v2 GID.
-fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)> + Clone, port: u8) -> Option<usize> {
-    let candidates = entries
+/// Of `entries` (port, is RoCE v2, GID), the position of the first non-zero RoCE v2 GID of
+/// `port` of the most preferred kind ([`preference`]).
+fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)>, port: u8) -> Option<usize> {
+    entries
         .enumerate()
-        .filter(move |(_, (on, roce_v2, gid))| *on == u32::from(port) && *roce_v2 && !gid.is_zero());
-    let ipv4_mapped = |(_, (_, _, gid)): &(usize, (u32, bool, Gid))| Ipv6Addr::from(*gid).to_ipv4_mapped().is_some();
-    candidates
-        .clone()
-        .find(ipv4_mapped)
-        .or_else(|| candidates.clone().next())
+        .filter(|(_, (on, roce_v2, gid))| *on == u32::from(port) && *roce_v2 && !gid.is_zero())
+        .min_by_key(|(position, (_, _, gid))| (preference(*gid), *position))
         .map(|(position, _)| position)
+}
+
+/// How [`SourceGid::Automatic`] ranks a RoCE v2 GID, lowest first: IPv4-mapped, a global IPv6
+/// address, link-local (`fe80::/10`) last, as UCX does (`uct_ib_device_select_gid`: `AF_INET`,
+/// then `AF_INET6` not link-local, then link-local).
+fn preference(gid: Gid) -> u8 {
+    match Ipv6Addr::from(gid) {
+        address if address.to_ipv4_mapped().is_some() => 0,
+        address if address.is_unicast_link_local() => 2,
+        _ => 1,
+    }
 }
 
 impl SourceGid {
     /// The entry of local `port`'s GID table this names, read from the device of `ctx`; `None`
-    /// for [`Automatic`](Self::Automatic) on InfiniBand.
+    /// for [`Automatic`](Self::Automatic) on InfiniBand without a GRH required.
     pub(crate) fn find(&self, ctx: &DeviceContext, port: u8) -> Result<Option<SourceGidEntry>, SourceGidError> {
         // SAFETY: the context is open while ctx is.
         let context = unsafe { ctx.context() };
         // SAFETY: as above.
         let attr = unsafe { super::query_port(context, port) }
             .map_err(|source| SourceGidErrorKind::InvalidPort { port, source })?;
-        // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
-        let table = unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?;
-        let roce = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
-        Ok(self.resolve(port, roce, &table, netdev_index)?)
+        let addressing = PortAddressing::of(&attr);
+        let table = match self.reads_gid_table(addressing) {
+            // SAFETY: as above, and libibverbs' ibv_query_gid_ex takes it.
+            true => unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?,
+            false => Vec::new(),
+        };
+        Ok(self.resolve(port, addressing, &table, netdev_index)?)
     }
 
-    /// The entry this names among `table`, the set slots of `port`'s GID table (`roce`: whether
-    /// the port is Ethernet); `None` for [`Automatic`](Self::Automatic) on InfiniBand.
-    /// `netdev_index` turns a device name into its interface index (`if_nametoindex`).
+    /// Whether resolving this needs the port's GID table: not [`Automatic`](Self::Automatic) on
+    /// InfiniBand without a GRH required, which is none, so that a library that cannot read the
+    /// table stops no bring-up that needs none of it.
+    pub(crate) fn reads_gid_table(&self, addressing: PortAddressing) -> bool {
+        addressing.requires_grh() || !matches!(self, SourceGid::Automatic)
+    }
+
+    /// The entry this names among `table`, the set slots of `port`'s GID table (`addressing`:
+    /// the port's); `None` for [`Automatic`](Self::Automatic) on InfiniBand without a GRH
+    /// required, index 0 with one. `netdev_index` turns a device name into its interface index
+    /// (`if_nametoindex`).
     pub(crate) fn resolve(
-        &self, port: u8, roce: bool, table: &[ibv_gid_entry], netdev_index: impl Fn(&str) -> Option<u32>,
+        &self, port: u8, addressing: PortAddressing, table: &[ibv_gid_entry],
+        netdev_index: impl Fn(&str) -> Option<u32>,
     ) -> Result<Option<SourceGidEntry>, SourceGidErrorKind> {
+        let roce = addressing.is_roce();
         let pick = |also: &dyn Fn(&ibv_gid_entry) -> bool| {
             let candidates = table.iter().map(|e| {
                 let v2 = e.gid_type == rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2 && also(e);
@@ -229,7 +293,8 @@ impl SourceGid {
             pick_roce_v2_gid(candidates, port).map(|position| entry(&table[position]))
         };
         match self {
-            SourceGid::Automatic if !roce => Ok(None),
+            SourceGid::Automatic if !addressing.requires_grh() => Ok(None),
+            SourceGid::Automatic if !roce => SourceGid::Index(0).resolve(port, addressing, table, netdev_index),
             SourceGid::Automatic => pick(&|_| true)
                 .map(Some)
                 .ok_or(SourceGidErrorKind::NoRoceV2Gid { port }),
@@ -277,6 +342,9 @@ impl SourceGid {
 }
 
 /// `ibv_query_gid_ex` without flags: an errno value, 0 on success (`ENODATA`: an empty slot).
+/// Where libibverbs has no `_ibv_query_gid_ex` (rdma-core before 32; rdma-mummy-sys then answers
+/// `EOPNOTSUPP`), the slot as libibverbs' own sysfs fallback reads it
+/// ([`entry_without_query_gid_ex`]); `EOPNOTSUPP` still where that cannot tell it either.
 ///
 /// # Safety
 ///
@@ -284,7 +352,113 @@ impl SourceGid {
 pub(crate) unsafe fn query_gid_entry(
     context: *mut ibv_context, port: u8, index: u32, entry: *mut ibv_gid_entry,
 ) -> i32 {
-    rdma_mummy_sys::ibv_query_gid_ex(context, port.into(), index, entry, 0)
+    match rdma_mummy_sys::ibv_query_gid_ex(context, port.into(), index, entry, 0) {
+        libc::EOPNOTSUPP => query_gid_entry_without_ex(context, port, index, entry),
+        ret => ret,
+    }
+}
+
+/// [`query_gid_entry`] without `_ibv_query_gid_ex`: the GID from `ibv_query_gid` (in every
+/// libibverbs), whether the port is RoCE from `ibv_query_port`, the GID's type and network
+/// device from sysfs, put together by [`entry_without_query_gid_ex`].
+///
+/// # Safety
+///
+/// As [`query_gid_entry`].
+unsafe fn query_gid_entry_without_ex(
+    context: *mut ibv_context, port: u8, index: u32, entry: *mut ibv_gid_entry,
+) -> i32 {
+    let (Ok(signed_index), Some(open)) = (i32::try_from(index), NonNull::new(context)) else {
+        return libc::EINVAL;
+    };
+    let mut gid = MaybeUninit::<ibv_gid>::zeroed();
+    // SAFETY: the caller's open context; gid is writable.
+    if rdma_mummy_sys::ibv_query_gid(context, port, signed_index, gid.as_mut_ptr()) != 0 {
+        return libc::EOPNOTSUPP;
+    }
+    // SAFETY: the call filled it (and it was zeroed before).
+    let gid = Gid::from(gid.assume_init());
+    // SAFETY: the caller's open context.
+    let roce = match super::query_port(open, port) {
+        Ok(attr) => attr.link_layer == IBV_LINK_LAYER_ETHERNET,
+        Err(err) => return err.raw_os_error().unwrap_or(libc::EINVAL),
+    };
+    // SAFETY: the caller's open context.
+    let folder = gid_attributes_folder(context, port);
+    let read = |attribute: &str| {
+        let path = folder.as_ref()?.join(attribute).join(index.to_string());
+        std::fs::read_to_string(path).ok()
+    };
+    let gid_type = read("types");
+    let netdev = read("ndevs").and_then(|name| netdev_index(name.trim())).unwrap_or(0);
+    match entry_without_query_gid_ex(port, index, gid, roce, gid_type.as_deref().map(str::trim), netdev) {
+        Ok(found) => {
+            // SAFETY: the caller's writable entry.
+            entry.write(found);
+            0
+        },
+        Err(errno) => errno,
+    }
+}
+
+/// The sysfs folder of `port`'s GID attributes, `<ibdev_path>/ports/<port>/gid_attrs`, as
+/// libibverbs reads it (the device's `ibdev_path`, `/sys/class/infiniband/<device>`).
+///
+/// # Safety
+///
+/// `context` must be an open device context.
+unsafe fn gid_attributes_folder(context: *mut ibv_context, port: u8) -> Option<PathBuf> {
+    // SAFETY: an open context's device lives as long as it does.
+    let device = (*context).device.as_ref()?;
+    let path: Vec<u8> = device
+        .ibdev_path
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    let path = PathBuf::from(std::ffi::OsString::from_vec(path));
+    Some(path.join("ports").join(port.to_string()).join("gid_attrs"))
+}
+
+/// Slot `index` of `port`'s GID table from what a libibverbs without `_ibv_query_gid_ex` gives, as
+/// its own fallback puts it together (libibverbs `query_sysfs_gid_entry`): `gid` from
+/// `ibv_query_gid` (zero: an empty slot, `ENODATA`); on InfiniBand (`roce` false) an InfiniBand
+/// GID; on RoCE of the type `gid_type`, the text of sysfs `gid_attrs/types/<index>`
+/// (`IB/RoCE v1` or `RoCE v2`, `query_sysfs_gid_type`), else `EOPNOTSUPP`: without it nothing
+/// tells a RoCE v2 GID from a RoCE v1 one. `netdev_index`: its network device (0: none).
+fn entry_without_query_gid_ex(
+    port: u8, index: u32, gid: Gid, roce: bool, gid_type: Option<&str>, netdev_index: u32,
+) -> Result<ibv_gid_entry, i32> {
+    if gid.is_zero() {
+        return Err(libc::ENODATA);
+    }
+    let gid_type = match (roce, gid_type) {
+        (false, _) => rdma_mummy_sys::IBV_GID_TYPE_IB,
+        (true, Some("IB/RoCE v1")) => rdma_mummy_sys::IBV_GID_TYPE_ROCE_V1,
+        (true, Some("RoCE v2")) => rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2,
+        (true, _) => return Err(libc::EOPNOTSUPP),
+    };
+    Ok(ibv_gid_entry {
+        gid: gid.into(),
+        gid_index: index,
+        port_num: port.into(),
+        gid_type,
+        ndev_ifindex: netdev_index,
+    })
+}
+
+/// The error of slot `index` of `port`'s GID table whose reading answered `errno`:
+/// `EOPNOTSUPP`, [`query_gid_entry`]'s answer where neither the library nor sysfs could read it,
+/// is [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld).
+fn query_gid_error(port: u8, index: u8, errno: i32) -> SourceGidErrorKind {
+    match errno {
+        libc::EOPNOTSUPP => SourceGidErrorKind::LibraryTooOld { port, index },
+        _ => SourceGidErrorKind::QueryGid {
+            port,
+            index,
+            source: io::Error::from_raw_os_error(errno),
+        },
+    }
 }
 
 /// The set slots of `port`'s GID table, read one index at a time with `query_gid_entry` up to
@@ -307,10 +481,7 @@ pub(crate) unsafe fn read_gid_table(
             // SAFETY: the call filled it (and it was zeroed before).
             0 => table.push(entry.assume_init()),
             libc::ENODATA => {},
-            errno => {
-                let (index, source) = (index as u8, io::Error::from_raw_os_error(errno.abs()));
-                return Err(SourceGidErrorKind::QueryGid { port, index, source }.into());
-            },
+            errno => return Err(query_gid_error(port, index as u8, errno.abs()).into()),
         }
     }
     Ok(table)
@@ -335,17 +506,21 @@ mod tests {
     }
 
     #[test]
-    fn the_roce_v2_gid_is_ipv4_mapped_first_then_any_roce_v2_on_the_port() {
+    fn the_roce_v2_gid_is_ipv4_mapped_first_then_global_then_link_local() {
         let table = [
             (1, false, gid("fe80::1")),          // RoCE v1 link-local
             (1, true, gid("fe80::1")),           // RoCE v2 link-local
             (1, false, gid("::ffff:192.0.2.7")), // RoCE v1, IPv4-mapped
             (2, true, gid("::ffff:192.0.2.8")),  // another port
+            (1, true, gid("2001:db8::7")),       // RoCE v2, global IPv6
             (1, true, gid("::ffff:192.0.2.7")),  // the one
         ];
-        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 1), Some(4));
+        assert_eq!(pick_roce_v2_gid(table.iter().copied(), 1), Some(5));
         assert_eq!(pick_roce_v2_gid(table.iter().copied(), 2), Some(3));
-        // Without an IPv4-mapped one: the first RoCE v2 GID.
+        // Without an IPv4-mapped one (an IPv6-only network): the global IPv6 GID, though the
+        // link-local one comes first in the table.
+        assert_eq!(pick_roce_v2_gid(table[..5].iter().copied(), 1), Some(4));
+        // Link-local only as the last resort.
         assert_eq!(pick_roce_v2_gid(table[..4].iter().copied(), 1), Some(1));
         // A zero GID (an empty slot) is never picked; no RoCE v2 GID is None.
         let empty = [(1, true, gid("::")), (1, false, gid("fe80::1"))];
@@ -386,9 +561,16 @@ mod tests {
         }
     }
 
+    fn addressing(roce: bool) -> PortAddressing {
+        match roce {
+            true => PortAddressing::Roce,
+            false => PortAddressing::InfiniBand,
+        }
+    }
+
     fn resolve(selection: SourceGid, roce: bool) -> Result<Option<u8>, SourceGidErrorKind> {
         selection
-            .resolve(1, roce, &table(), netdevs)
+            .resolve(1, addressing(roce), &table(), netdevs)
             .map(|found| found.map(|entry| entry.index()))
     }
 
@@ -397,8 +579,54 @@ mod tests {
         assert_eq!(resolve(SourceGid::Automatic, true).unwrap(), Some(3));
         assert_eq!(resolve(SourceGid::Automatic, false).unwrap(), None);
         let v1_only = &table()[..1];
-        let err = SourceGid::Automatic.resolve(1, true, v1_only, netdevs).unwrap_err();
+        let err = SourceGid::Automatic
+            .resolve(1, PortAddressing::Roce, v1_only, netdevs)
+            .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { port: 1 }), "{err:?}");
+    }
+
+    #[test]
+    fn automatic_on_a_port_without_ipv4_is_its_global_gid_and_link_local_last() {
+        let ipv6_only: Vec<ibv_gid_entry> = table()
+            .into_iter()
+            .filter(|e| Ipv6Addr::from(Gid::from(e.gid)).to_ipv4_mapped().is_none())
+            .collect();
+        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, &ipv6_only, netdevs);
+        assert_eq!(found.unwrap().map(|entry| entry.index()), Some(7), "2001:db8::7");
+        let link_local_only = &ipv6_only[..2];
+        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, link_local_only, netdevs);
+        assert_eq!(found.unwrap().map(|entry| entry.index()), Some(1), "fe80::1 as RoCE v2");
+    }
+
+    #[test]
+    fn automatic_on_an_infiniband_port_that_requires_a_grh_is_gid_index_0() {
+        let infiniband = |index: u32, text: &str| ibv_gid_entry {
+            gid: gid(text).into(),
+            gid_index: index,
+            port_num: 1,
+            gid_type: rdma_mummy_sys::IBV_GID_TYPE_IB,
+            ndev_ifindex: 0,
+        };
+        let table = [infiniband(0, "fe80::2:c903:1"), infiniband(1, "fec0::2:c903:1")];
+        let grh_required = PortAddressing::InfiniBandGrhRequired;
+        let found = SourceGid::Automatic
+            .resolve(1, grh_required, &table, netdevs)
+            .unwrap()
+            .expect("a global address on a port that requires a GRH");
+        assert_eq!(
+            (found.index(), found.gid(), found.gid_type()),
+            (0, gid("fe80::2:c903:1"), GidType::InfiniBand)
+        );
+        // Without a GRH required the LID is the address; index 0 empty is named.
+        let none = SourceGid::Automatic.resolve(1, PortAddressing::InfiniBand, &table, netdevs);
+        assert_eq!(none.unwrap(), None);
+        let err = SourceGid::Automatic
+            .resolve(1, grh_required, &table[1..], netdevs)
+            .unwrap_err();
+        assert!(
+            matches!(err, SourceGidErrorKind::EmptySlot { port: 1, index: 0 }),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -462,10 +690,93 @@ mod tests {
         for entry in &mut table {
             entry.gid_type = 9;
         }
-        let err = SourceGid::Automatic.resolve(1, true, &table, netdevs).unwrap_err();
+        let err = SourceGid::Automatic
+            .resolve(1, PortAddressing::Roce, &table, netdevs)
+            .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { .. }), "{err:?}");
-        let err = SourceGid::Index(3).resolve(1, true, &table, netdevs).unwrap_err();
+        let err = SourceGid::Index(3)
+            .resolve(1, PortAddressing::Roce, &table, netdevs)
+            .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NotRoceV2 { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn without_query_gid_ex_a_slot_is_the_gid_with_the_sysfs_type_and_netdev() {
+        let v2 = entry_without_query_gid_ex(1, 3, gid("::ffff:192.0.2.7"), true, Some("RoCE v2"), 4).unwrap();
+        assert_eq!(
+            (
+                v2.port_num,
+                v2.gid_index,
+                Gid::from(v2.gid),
+                v2.gid_type,
+                v2.ndev_ifindex
+            ),
+            (1, 3, gid("::ffff:192.0.2.7"), rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2, 4)
+        );
+        assert_eq!(entry(&v2).gid_type(), GidType::RoceV2);
+        let v1 = entry_without_query_gid_ex(1, 2, gid("::ffff:192.0.2.7"), true, Some("IB/RoCE v1"), 4).unwrap();
+        assert_eq!(entry(&v1).gid_type(), GidType::RoceV1);
+        // On InfiniBand the type file says "IB/RoCE v1" or cannot be read: an InfiniBand GID.
+        for text in [Some("IB/RoCE v1"), None] {
+            let ib = entry_without_query_gid_ex(1, 0, gid("fe80::1"), false, text, 0).unwrap();
+            assert_eq!(entry(&ib).gid_type(), GidType::InfiniBand);
+        }
+        // An empty slot reads as zeros; on RoCE a type nothing tells is no entry of a guessed type.
+        let empty = entry_without_query_gid_ex(1, 5, gid("::"), true, None, 0).map(|e| entry(&e));
+        assert_eq!(empty, Err(libc::ENODATA));
+        for text in [None, Some("RoCE v3")] {
+            let found = entry_without_query_gid_ex(1, 3, gid("::ffff:192.0.2.7"), true, text, 4).map(|e| entry(&e));
+            assert_eq!(found, Err(libc::EOPNOTSUPP), "{text:?}");
+        }
+    }
+
+    /// A table reader that answers `EOPNOTSUPP` from index 1 on, as [`query_gid_entry`] does where
+    /// neither `_ibv_query_gid_ex` nor sysfs reads the slot.
+    ///
+    /// # Safety
+    ///
+    /// `entry` must be writable.
+    unsafe fn unreadable_after_0(_: *mut ibv_context, port: u8, index: u32, entry: *mut ibv_gid_entry) -> i32 {
+        match index {
+            0 => {
+                (*entry).gid = gid("fe80::1").into();
+                (*entry).port_num = port.into();
+                0
+            },
+            _ => libc::EOPNOTSUPP,
+        }
+    }
+
+    #[test]
+    fn a_slot_neither_the_library_nor_sysfs_reads_names_the_library_version() {
+        // SAFETY: the reader takes any context.
+        let Err(err) = (unsafe { read_gid_table(NonNull::dangling(), 1, 4, unreadable_after_0) }) else {
+            panic!("index 1 cannot be read");
+        };
+        assert!(
+            matches!(err.0, SourceGidErrorKind::LibraryTooOld { port: 1, index: 1 }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.0.to_string(),
+            "cannot read GID index 1 of port 1: libibverbs has no _ibv_query_gid_ex (rdma-core before 32) and \
+             sysfs does not give the GID's type; rdma-core 32 or newer is needed"
+        );
+        let other = query_gid_error(1, 2, libc::EINVAL);
+        assert!(
+            matches!(&other, SourceGidErrorKind::QueryGid { port: 1, index: 2, source } if source.raw_os_error() == Some(libc::EINVAL)),
+            "{other:?}"
+        );
+    }
+
+    #[test]
+    fn only_automatic_on_infiniband_reads_no_gid_table() {
+        assert!(!SourceGid::Automatic.reads_gid_table(PortAddressing::InfiniBand));
+        assert!(SourceGid::Automatic.reads_gid_table(PortAddressing::Roce));
+        assert!(SourceGid::Automatic.reads_gid_table(PortAddressing::InfiniBandGrhRequired));
+        for named in [SourceGid::Index(0), SourceGid::Netdev("eth0".into())] {
+            assert!(named.reads_gid_table(addressing(false)) && named.reads_gid_table(addressing(true)));
+        }
     }
 
     #[test]

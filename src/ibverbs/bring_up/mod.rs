@@ -11,6 +11,8 @@
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 //! use sideway_ext::ibverbs::bring_up::{RcBringUp, RcEndpoint, UdBringUp};
+//! use sideway_ext::ibverbs::extension::DeviceContextExt;
+//! use sideway_ext::ibverbs::source_gid::SourceGid;
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let devices = DeviceList::new()?;
@@ -21,10 +23,12 @@
 //!     let mut builder = srq.create_qp_builder();
 //!     builder.setup_send_cq(cq.clone()).setup_recv_cq(cq);
 //!
-//!     // RC: port 1, sending from GID index 1 (a RoCE v2 GID; on RoCE one is required).
+//!     // RC: port 1, sending from its RoCE v2 GID (on RoCE one is required; on InfiniBand none).
 //!     let mut rc = builder.build_rc()?;
 //!     let mut params = RcBringUp::new(1);
-//!     params.setup_src_gid_index(1);
+//!     if let Some(local) = ctx.source_gid(1, &SourceGid::Automatic)? {
+//!         params.setup_src_gid_index(local.index());
+//!     }
 //!     let mine: RcEndpoint = rc.endpoint(&params)?;
 //!     let theirs = mine; // ... sent to the peer, and the peer's received, over TCP ...
 //!     rc.bring_up(&params, &theirs)?;

@@ -14,20 +14,28 @@
 //! # Example
 //!
 //! ```no_run
-//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+//! use std::sync::Arc;
 //!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let devices = DeviceList::new()?;
-//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
-//!     let pd = ctx.alloc_pd()?;
+//! use sideway::ibverbs::protection_domain::ProtectionDomain;
+//! use sideway_ext::ibverbs::address_handle::AddressHandle;
+//! use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+//! use sideway_ext::mlx5::dc::initiator::DcInitiator;
+//!
+//! /// The address handle that reaches the peer's DC target from `dci`, brought up on `port`.
+//! fn reach(
+//!     pd: &Arc<ProtectionDomain>, dci: &DcInitiator, port: u8,
+//! ) -> Result<Arc<AddressHandle>, Box<dyn std::error::Error>> {
 //!     // Received from the peer (its DCT's number and key, its port's LID and GID):
 //!     let gid = "::ffff:192.0.2.7".parse::<std::net::Ipv6Addr>()?.into();
 //!     let remote = DcEndpoint::new(0, gid, 0x00_1234, 0xdc_0000_0001, true)?;
-//!     // Once per destination, from local port 1 and its GID index 1 (a RoCE v2 GID):
-//!     let ah = remote.create_ah(&pd, 1, 1)?;
+//!     // Once per destination, from the GID the initiator sends from, as its bring-up resolved
+//!     // it (on RoCE its RoCE v2 GID, IPv4-mapped first; no fixed index: on mlx5 index 1 is the
+//!     // link-local RoCE v2 GID, which reaches no routed peer; on InfiniBand none, the index
+//!     // unused):
+//!     let src_gid_index = dci.source_gid().map_or(0, |entry| entry.index());
+//!     let ah = remote.create_ah(pd, port, src_gid_index)?;
 //!     println!("{remote:?} through {:?}", ah.attribute());
-//!     Ok(())
+//!     Ok(ah)
 //! }
 //! ```
 //!
@@ -50,7 +58,7 @@ use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use crate::ibverbs::address::AddressHandleAttribute;
-use crate::ibverbs::address_handle::{port_is_roce, AddressHandle, CreateAddressHandleError};
+use crate::ibverbs::address_handle::{port_addressing, AddressHandle, CreateAddressHandleError, PortAddressing};
 use crate::ibverbs::extension::ProtectionDomainExt;
 
 /// The largest DCT number: queue pair numbers are 24 bits.
@@ -109,6 +117,17 @@ pub enum CreateDcAddressHandleErrorKind {
         local_is_roce: bool,
         /// Whether the endpoint says its port is RoCE.
         remote_is_roce: bool,
+    },
+    /// The local port is InfiniBand and requires a GRH (`IBV_QPF_GRH_REQUIRED`: an InfiniBand
+    /// virtual function), but the endpoint has no GID (its DC target was brought up without one,
+    /// on an InfiniBand port that requires none): no global address reaches it.
+    #[error(
+        "local port {port} requires a GRH (IBV_QPF_GRH_REQUIRED) but the endpoint has no GID: bring its DC \
+         target up with a source GID (SourceGid::Index(0))"
+    )]
+    GidRequired {
+        /// The local port.
+        port: u8,
     },
     /// Querying the port or creating the handle failed; a port that does not exist is
     /// [`InvalidPort`](crate::ibverbs::address_handle::CreateAddressHandleErrorKind::InvalidPort).
@@ -276,14 +295,19 @@ impl DcEndpoint {
     }
 
     /// Creates the address handle that reaches this endpoint from local `port` (the
-    /// [`address_handle_attribute`](Self::address_handle_attribute)), after checking with
-    /// `ibv_query_port` that the port is on the endpoint's link layer. Cache the handle: one per
-    /// destination, kept alive until the requests that use it have completed.
+    /// [`address_handle_attribute`](Self::address_handle_attribute); the
+    /// [`global_address_handle_attribute`](Self::global_address_handle_attribute) from an
+    /// InfiniBand port that requires a GRH, `IBV_QPF_GRH_REQUIRED`, where the kernel refuses any
+    /// other), after checking with `ibv_query_port` that the port is on the endpoint's link
+    /// layer. Cache the handle: one per destination, kept alive until the requests that use it
+    /// have completed.
     ///
     /// # Errors
     ///
     /// - [`LinkLayerMismatch`](CreateDcAddressHandleErrorKind::LinkLayerMismatch): the local port
     ///   is RoCE and the endpoint InfiniBand, or the reverse.
+    /// - [`GidRequired`](CreateDcAddressHandleErrorKind::GidRequired): the local port requires a
+    ///   GRH and the endpoint has no GID.
     /// - [`AddressHandle`](CreateDcAddressHandleErrorKind::AddressHandle): the port does not
     ///   exist ([`InvalidPort`](crate::ibverbs::address_handle::CreateAddressHandleErrorKind::InvalidPort)),
     ///   or `ibv_create_ah` failed (for example `EINVAL` for a GID index the port does not have).
@@ -298,19 +322,33 @@ impl DcEndpoint {
     pub fn create_ah_with_class(
         &self, pd: &Arc<ProtectionDomain>, port: u8, src_gid_index: u8, class: &DcServiceClass,
     ) -> Result<Arc<AddressHandle>, CreateDcAddressHandleError> {
-        let local_is_roce = port_is_roce(pd, port).map_err(CreateDcAddressHandleErrorKind::from)?;
+        let addressing = port_addressing(pd, port).map_err(CreateDcAddressHandleErrorKind::from)?;
+        let mut attr = self.address_from(port, addressing, src_gid_index)?;
+        class.apply_to(&mut attr);
+        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;
+        Ok(ah)
+    }
+
+    /// The address [`create_ah`](Self::create_ah) makes from local `port`, whose addresses are
+    /// formed as `addressing` says.
+    fn address_from(
+        &self, port: u8, addressing: PortAddressing, src_gid_index: u8,
+    ) -> Result<AddressHandleAttribute, CreateDcAddressHandleErrorKind> {
+        let local_is_roce = addressing.is_roce();
         if local_is_roce != self.is_roce {
             return Err(CreateDcAddressHandleErrorKind::LinkLayerMismatch {
                 port,
                 local_is_roce,
                 remote_is_roce: self.is_roce,
-            }
-            .into());
+            });
         }
-        let mut attr = self.address_handle_attribute(port, src_gid_index);
-        class.apply_to(&mut attr);
-        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;
-        Ok(ah)
+        match addressing {
+            PortAddressing::InfiniBandGrhRequired if self.gid.is_zero() => {
+                Err(CreateDcAddressHandleErrorKind::GidRequired { port })
+            },
+            PortAddressing::InfiniBandGrhRequired => Ok(self.global_address_handle_attribute(port, src_gid_index)),
+            _ => Ok(self.address_handle_attribute(port, src_gid_index)),
+        }
     }
 }
 
@@ -478,6 +516,31 @@ mod tests {
             (0x1234, ib_gid(), 0)
         );
         assert_eq!(attr.hop_limit(), DEFAULT_HOP_LIMIT);
+    }
+
+    #[test]
+    fn from_an_infiniband_port_that_requires_a_grh_the_address_is_global() {
+        let ep = DcEndpoint::new(0x1234, ib_gid(), 0x42, 1, false).unwrap();
+        let global = ep.address_from(1, PortAddressing::InfiniBandGrhRequired, 0).unwrap();
+        assert!(global.is_global());
+        assert_eq!((global.dest_gid(), global.src_gid_index()), (ib_gid(), 0));
+        let lid = ep.address_from(1, PortAddressing::InfiniBand, 0).unwrap();
+        assert!(!lid.is_global());
+        // A target that announced no GID cannot be reached from such a port.
+        let zero = Gid::from(Ipv6Addr::UNSPECIFIED);
+        let no_gid = DcEndpoint::new(0x1234, zero, 0x42, 1, false).unwrap();
+        let err = no_gid
+            .address_from(2, PortAddressing::InfiniBandGrhRequired, 0)
+            .unwrap_err();
+        assert!(
+            matches!(err, CreateDcAddressHandleErrorKind::GidRequired { port: 2 }),
+            "{err:?}"
+        );
+        let err = ep.address_from(1, PortAddressing::Roce, 0).unwrap_err();
+        assert!(
+            matches!(err, CreateDcAddressHandleErrorKind::LinkLayerMismatch { port: 1, .. }),
+            "{err:?}"
+        );
     }
 
     #[test]

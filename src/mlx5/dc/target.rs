@@ -25,6 +25,7 @@ use sideway::ibverbs::AccessFlags;
 use super::endpoint::DcEndpoint;
 use super::queue_pair::{active_mtu, check_port_ready, create_dc_qp};
 use super::state_table::DC_TARGET_STATE_TABLE;
+use crate::ibverbs::address_handle::PortAddressing;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use crate::ibverbs::source_gid::{netdev_index, SourceGidEntry, SourceGidError};
@@ -450,14 +451,17 @@ impl DcTarget {
         };
         let port = self.core.query_port(params.port).map_err(invalid_port)?;
         check_port_ready(params.port, &port).map_err(BringUpDcTargetErrorKind::PortNotReady)?;
-        let (active, roce) = (active_mtu(&port), port.link_layer == IBV_LINK_LAYER_ETHERNET);
-        let table = self
-            .core
-            .gid_table(params.port, &port)
-            .map_err(BringUpDcTargetErrorKind::SourceGid)?;
+        let (active, addressing) = (active_mtu(&port), PortAddressing::of(&port));
+        let table = match params.source_gid.reads_gid_table(addressing) {
+            true => self
+                .core
+                .gid_table(params.port, &port)
+                .map_err(BringUpDcTargetErrorKind::SourceGid)?,
+            false => Vec::new(),
+        };
         let source_gid = params
             .source_gid
-            .resolve(params.port, roce, &table, netdev_index)
+            .resolve(params.port, addressing, &table, netdev_index)
             .map_err(|kind| BringUpDcTargetErrorKind::SourceGid(kind.into()))?;
         let path_mtu = params.path_mtu.unwrap_or(active);
         let src_gid_index = source_gid.map(|entry| entry.index());

@@ -9,6 +9,7 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKin
 
 use super::{DcInitiator, PortNotReady};
 use crate::ibverbs::address::AddressHandleAttribute;
+use crate::ibverbs::address_handle::PortAddressing;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry, SourceGidError};
 use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready};
@@ -184,9 +185,10 @@ impl DcInitiatorBringUp {
     }
 
     /// The local GID its requests are sent from (default [`SourceGid::Automatic`]: on RoCE the
-    /// port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none). Bring-up resolves it in the
-    /// port's GID table and refuses a slot that is empty or, on RoCE, not RoCE v2; the address
-    /// handles of its requests use its index ([`DcInitiator::source_gid`]), as a pool's do.
+    /// port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none, or GID index 0 where the port
+    /// requires a GRH). Bring-up resolves it in the port's GID table and refuses a slot that is
+    /// empty or, on RoCE, not RoCE v2; the address handles of its requests use its index
+    /// ([`DcInitiator::source_gid`]), as a pool's do.
     pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
         self.source_gid = source_gid;
         self
@@ -307,12 +309,17 @@ impl DcInitiator {
                 source,
             })?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
-        let roce = port.link_layer == rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET;
-        let table = self
-            .core
-            .gid_table(params.port, &port)
-            .map_err(BringUpDcInitiatorErrorKind::SourceGid)?;
-        let resolve = |source_gid: &SourceGid| source_gid.resolve(params.port, roce, &table, netdev_index);
+        let addressing = PortAddressing::of(&port);
+        let roce = addressing.is_roce();
+        let global_av = params.rtr_address_vector.as_ref().is_some_and(|av| av.is_global());
+        let table = match params.source_gid.reads_gid_table(addressing) || global_av {
+            true => self
+                .core
+                .gid_table(params.port, &port)
+                .map_err(BringUpDcInitiatorErrorKind::SourceGid)?,
+            false => Vec::new(),
+        };
+        let resolve = |source_gid: &SourceGid| source_gid.resolve(params.port, addressing, &table, netdev_index);
         if let Some(address_vector) = &params.rtr_address_vector {
             if roce && !address_vector.is_global() {
                 return Err(BringUpDcInitiatorErrorKind::RtrAddressVectorNotGlobal { port: params.port }.into());

@@ -67,6 +67,11 @@ struct Model {
     roce_gids: Option<&'static [u8]>,
     /// Port 1's `ibv_port_state` and, on InfiniBand, its LID.
     port: (rdma_mummy_sys::ibv_port_state::Type, u16),
+    /// Whether port 1 is InfiniBand and requires a GRH (`IBV_QPF_GRH_REQUIRED`).
+    grh_required: bool,
+    /// Whether no slot of the GID table can be read: a libibverbs without `_ibv_query_gid_ex`
+    /// (before rdma-core 32) whose sysfs gives no GID type either.
+    gid_table_unreadable: bool,
     queue_pairs: BTreeMap<u32, ModelQueuePair>,
     next_qp_number: u32,
 }
@@ -97,6 +102,8 @@ impl Model {
             dc_atomics: true,
             roce_gids: None,
             port: (rdma_mummy_sys::ibv_port_state::IBV_PORT_ACTIVE, 7),
+            grh_required: false,
+            gid_table_unreadable: false,
             queue_pairs: BTreeMap::new(),
             next_qp_number: 0x100,
         }
@@ -144,6 +151,19 @@ pub(crate) fn set_port(state: rdma_mummy_sys::ibv_port_state::Type, lid: u16) {
 /// at the even index and RoCE v2 at the odd one.
 pub(crate) fn set_roce(gid_indices: &'static [u8]) {
     with(|model| model.roce_gids = Some(gid_indices));
+}
+
+/// Port 1 is InfiniBand and requires a GRH (an InfiniBand virtual function): `ibv_query_port`
+/// says `IBV_QPF_GRH_REQUIRED`, and an address vector without a GRH is refused
+/// ([`rules::check_ah_attr`]).
+pub(crate) fn set_grh_required() {
+    with(|model| model.grh_required = true);
+}
+
+/// No slot of the GID table can be read: the model's `query_gid_entry` answers `EOPNOTSUPP`, as
+/// the crate's does with a libibverbs before rdma-core 32 whose sysfs gives no GID type.
+pub(crate) fn set_gid_table_unreadable() {
+    with(|model| model.gid_table_unreadable = true);
 }
 
 /// The state the device holds for queue pair `qp_number`.
@@ -206,6 +226,7 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     let given = state_from_raw((*attr).qp_state);
     let remote_atomic = (*attr).qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
     let max_rd_atomic = (*attr).max_rd_atomic;
+    let global = (*attr).ah_attr.is_global != 0;
     let result = with(|model| {
         let kernel = rules::DciKernel {
             reset_branch: model.reset_branch,
@@ -213,15 +234,18 @@ unsafe fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
         };
         let dc_atomics = model.dc_atomics;
         let log_max_ra_res_dc = model.device.log_max_ra_res_dc;
+        let av_ok = mask & rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_AV.0 as i32 == 0
+            || rules::check_ah_attr(global, model.roce_gids.is_some(), model.grh_required);
         let entry = model.queue_pairs.get_mut(&n).expect("a model queue pair");
         let cur = entry.state;
         let new = rules::new_state(cur, mask, given);
-        let ok = if entry.dct {
-            rules::modify_dct_is_ok(cur, new, mask)
-        } else {
-            rules::modify_dci_qp_is_ok(cur, new, mask, kernel)
-                && rules::validate_dci_rd_atomic(mask, max_rd_atomic, log_max_ra_res_dc)
-        };
+        let ok = av_ok
+            && if entry.dct {
+                rules::modify_dct_is_ok(cur, new, mask)
+            } else {
+                rules::modify_dci_qp_is_ok(cur, new, mask, kernel)
+                    && rules::validate_dci_rd_atomic(mask, max_rd_atomic, log_max_ra_res_dc)
+            };
         if !ok {
             return Err((cur, new, libc::EINVAL));
         }
@@ -311,8 +335,9 @@ unsafe fn query_port(_: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) ->
     if port != 1 {
         return libc::EINVAL;
     }
-    let roce = with(|model| model.roce_gids.is_some());
+    let (roce, grh_required) = with(|model| (model.roce_gids.is_some(), model.grh_required));
     (*attr).active_mtu = 3;
+    (*attr).flags = u8::from(grh_required);
     (*attr).gid_tbl_len = 16;
     (*attr).link_layer = if roce {
         rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET
@@ -339,6 +364,9 @@ unsafe fn query_gid_entry(_: *mut ibv_context, port: u8, index: u32, entry: *mut
     }
     if index >= 16 {
         return libc::EINVAL;
+    }
+    if with(|model| model.gid_table_unreadable) {
+        return libc::EOPNOTSUPP;
     }
     let roce = with(|model| model.roce_gids);
     let (raw, gid_type) = match roce {

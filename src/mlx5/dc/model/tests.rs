@@ -724,6 +724,78 @@ fn a_dci_on_roce_sends_from_a_roce_v2_gid_and_refuses_a_roce_v1_one() {
     assert_eq!(dci.source_gid(), None);
 }
 
+/// An InfiniBand port that requires a GRH (an InfiniBand virtual function): the kernel refuses an
+/// address vector without one (`rdma_check_ah_attr`), so by default both bring-ups send from GID
+/// index 0, and the target announces that GID.
+#[test]
+fn on_an_infiniband_port_that_requires_a_grh_both_bring_ups_use_gid_index_0() {
+    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+    reset(DEVICE);
+    set_grh_required();
+    let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    dct.bring_up(&DcTargetBringUp::new(1))
+        .expect("a global RTR address vector");
+    assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+    assert_eq!(dct.source_gid().map(|entry| entry.index()), Some(0));
+    let endpoint = dct.endpoint().expect("its endpoint");
+    assert_eq!(
+        (endpoint.is_roce(), std::net::Ipv6Addr::from(endpoint.gid())),
+        (false, "fe80::1".parse().unwrap())
+    );
+    let mut dci = dci_on(DEVICE, None);
+    set_grh_required();
+    dci.bring_up(&DcInitiatorBringUp::new(1)).expect("brought up");
+    assert_eq!(dci.source_gid().map(|entry| entry.index()), Some(0));
+    // The kernel's rule, as the model holds it: no DCT reaches RTR without a GRH there.
+    let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    let [init, rtr] = DcTargetBringUp::new(1).attributes(access, sideway::ibverbs::device_context::Mtu::Mtu1024, None);
+    dct.modify(&init).expect("INIT");
+    let err = dct.modify(&rtr).unwrap_err();
+    assert!(
+        matches!(&err.0, ModifyDcTargetErrorKind::Modify(modify) if matches!(&modify.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL))),
+        "{err:?}"
+    );
+}
+
+/// A libibverbs before rdma-core 32 (no `_ibv_query_gid_ex`) whose sysfs gives no GID type
+/// either: on InfiniBand both bring-ups need no GID and go on; on RoCE the error says the library
+/// is too old and which version reads the table, before any transition.
+#[test]
+fn without_a_readable_gid_table_infiniband_brings_up_and_roce_names_the_library_version() {
+    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+    let mut dci = dci_on(DEVICE, None);
+    set_gid_table_unreadable();
+    dci.bring_up(&DcInitiatorBringUp::new(1))
+        .expect("InfiniBand reads no GID table");
+    assert_eq!(dci.source_gid(), None);
+    let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    dct.bring_up(&DcTargetBringUp::new(1))
+        .expect("InfiniBand reads no GID table");
+    assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+
+    let mut dci = dci_on(DEVICE, None);
+    set_roce(&[0, 1]);
+    set_gid_table_unreadable();
+    let err = dci.bring_up(&DcInitiatorBringUp::new(1)).unwrap_err();
+    let BringUpDcInitiatorErrorKind::SourceGid(gid) = &err.0 else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(gid.0, SourceGidErrorKind::LibraryTooOld { port: 1, index: 0 }),
+        "{err:?}"
+    );
+    assert!(gid.0.to_string().contains("rdma-core 32 or newer"), "{}", gid.0);
+    assert_eq!(dci.state(), QueuePairState::Reset, "before any transition");
+    let mut dct = DcTarget::modelled(7, Some(access), &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    take_calls();
+    let err = dct.bring_up(&DcTargetBringUp::new(1)).unwrap_err();
+    assert!(
+        matches!(&err.0, BringUpDcTargetErrorKind::SourceGid(gid) if matches!(gid.0, SourceGidErrorKind::LibraryTooOld { port: 1, index: 0 })),
+        "{err:?}"
+    );
+    assert!(take_calls().is_empty(), "nothing reached the kernel");
+}
+
 #[test]
 fn a_request_beyond_the_devices_dc_send_request_is_refused_before_the_library() {
     // A device whose DC initiators take requests of 256 bytes at most, where any other queue

@@ -60,8 +60,9 @@ impl DcTargetBringUp {
 
     /// The local GID the address vector is global with, and that the target's
     /// [`endpoint`](super::DcTarget::endpoint) announces (default [`SourceGid::Automatic`]: on
-    /// RoCE the port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none, the LID). On RoCE it
-    /// must be a RoCE v2 GID; on InfiniBand a GID makes the address vector global.
+    /// RoCE the port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none, the LID, or GID index
+    /// 0 where the port requires a GRH). On RoCE it must be a RoCE v2 GID; on InfiniBand a GID
+    /// makes the address vector global.
     pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
         self.source_gid = source_gid;
         self
