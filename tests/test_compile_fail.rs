@@ -13,8 +13,9 @@ fn post_guard_borrow_rules() {
     cases.compile_fail("tests/compile_fail/*.rs");
 }
 
-/// The DC initiator's request order (`--features mlx5`): no data step before the DC address,
-/// one batch per DC initiator (a pool's, in sideway-ext-dc-pool's own test).
+/// The DC initiator's request order (`--features mlx5`): no data step before the DC address (the
+/// error names `setup_dc_addr`), one batch per DC initiator (a pool's, in sideway-ext-dc-pool's
+/// own test).
 #[cfg(feature = "mlx5")]
 #[test]
 fn dc_request_order() {

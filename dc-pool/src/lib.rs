@@ -71,12 +71,18 @@
 //!     Err(e) if e.is_would_block() => {},
 //!     Err(e) => return Err(e.into()),
 //! }
+//! // The handler runs inside `poll`, which holds the pool: it notes what to post, and the posts
+//! // come once `poll` returned.
+//! let mut to_post = Vec::new();
 //! pool.poll(|event| match event {
 //!     DcPoolEvent::Completed { destination, wr_id } => println!("{wr_id} reached {destination:?}"),
-//!     DcPoolEvent::Retry { destination, wr_id } => println!("post {wr_id} to {destination:?} again"),
-//!     DcPoolEvent::Ready { destination } => println!("post to {destination:?} now"),
+//!     DcPoolEvent::Retry { destination, wr_id } => to_post.push((destination, Some(wr_id))),
+//!     DcPoolEvent::Ready { destination } => to_post.push((destination, None)),
 //!     other => println!("{other:?}"),
 //! })?;
+//! for (destination, retry) in to_post {
+//!     println!("post to {destination:?} now (again: {retry:?}, before its newer requests)");
+//! }
 //! # Ok(())
 //! # }
 //! ```
@@ -91,7 +97,9 @@
 //! | `Streams` | a hashed initiator and DCI stream (ConnectX-6 Dx and newer; else "not supported" at creation) | kept (streams run concurrently) | `WouldBlock(QueueFull)`; an error resets one stream only |
 //!
 //! Every would-block a destination can wait out ends with a [`DcPoolEvent::Ready`] for it: post
-//! then, not after every poll.
+//! then, not after every poll. Events are collected in `poll`'s handler and posts made after
+//! `poll` returns: the handler runs while `poll` holds the pool, so posting from it does not
+//! compile ([`poll`](DcInitiatorPool::poll) shows the loop).
 //!
 //! # What a caller can rely on
 //!
@@ -505,6 +513,71 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device
     /// flushed them. A completion of a queue pair that is not the pool's is handed over as
     /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
+    ///
+    /// `sink` runs inside `poll`, which holds the pool mutably: it cannot post (the borrow
+    /// checker refuses a second mutable borrow, E0499). Collect there what to post, the
+    /// destinations of `Ready` and the requests of `Retry`, and post once `poll` returns. Here on
+    /// the simulated fabric (the same code runs on a ConnectX), one initiator for two
+    /// destinations: the second waits for it, and posts after the `poll` that reports it `Ready`.
+    ///
+    /// ```
+    /// use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+    /// use sideway::ibverbs::AccessFlags;
+    /// use sideway_ext_dc_pool::simulation::{SimulatedFabric, SimulatedMemoryRegion};
+    /// use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
+    /// use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
+    ///
+    /// /// Writes "hello" to `region` at `destination`; `false` when it is to wait for its `Ready`.
+    /// fn write<I: PoolInitiator>(
+    ///     pool: &mut DcInitiatorPool<I>, destination: DestinationId, region: &SimulatedMemoryRegion,
+    /// ) -> Result<bool, Box<dyn std::error::Error>> {
+    ///     let mut guard = match pool.start_post_send(destination) {
+    ///         Ok(guard) => guard,
+    ///         Err(err) if err.is_would_block() => return Ok(false),
+    ///         Err(err) => return Err(err.into()),
+    ///     };
+    ///     guard
+    ///         .construct_wr(0, WorkRequestFlags::none())?
+    ///         .setup_write(region.rkey(), region.address())
+    ///         .setup_inline_data(b"hello");
+    ///     guard.post()?;
+    ///     Ok(true)
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let fabric = SimulatedFabric::new(1);
+    /// let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+    /// let mut pool = fabric
+    ///     .create_pool_builder()
+    ///     .setup_initiators(1)
+    ///     .setup_policy(DcPoolPolicy::Dedicated)
+    ///     .build()?;
+    /// let mut peers = Vec::new();
+    /// for _ in 0..2 {
+    ///     let target = fabric.create_target_builder().build()?;
+    ///     let region = target.register_memory(0..64, access)?;
+    ///     peers.push((pool.add_destination(target.endpoint()), region, target));
+    /// }
+    /// assert!(write(&mut pool, peers[0].0, &peers[0].1)?);
+    /// assert!(!write(&mut pool, peers[1].0, &peers[1].1)?, "the one initiator is the first's");
+    /// let mut completed = 0;
+    /// while completed < 2 {
+    ///     let mut ready = Vec::new();
+    ///     pool.poll(|event| match event {
+    ///         DcPoolEvent::Completed { .. } => completed += 1,
+    ///         // Not `write(&mut pool, …)` here: `poll` holds the pool.
+    ///         DcPoolEvent::Ready { destination } => ready.push(destination),
+    ///         other => panic!("{other:?}"),
+    ///     })?;
+    ///     for destination in ready {
+    ///         let (_, region, _) = peers.iter().find(|peer| peer.0 == destination).expect("a peer");
+    ///         assert!(write(&mut pool, destination, region)?);
+    ///     }
+    /// }
+    /// assert!(peers.iter().all(|(_, _, target)| target.read(0..5).as_deref() == Some(&b"hello"[..])));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
         let Self {
             core, wr_ids, send_cq, ..

@@ -205,8 +205,8 @@ pub enum DcPoolEvent {
         vendor_err: u32,
     },
     /// The device flushed the request (another destination's error, or an initiator error no
-    /// request of this destination caused): it did not execute. Post it again, before the
-    /// destination's newer requests.
+    /// request of this destination caused): it did not execute. Post it again once `poll`
+    /// returns, before the destination's newer requests.
     Retry {
         /// Its destination.
         destination: DestinationId,
@@ -216,8 +216,10 @@ pub enum DcPoolEvent {
     /// The destination, which was refused with a would-block it waits out
     /// ([`NoInitiator`](DcPoolWouldBlock::NoInitiator), [`QuotaExhausted`](DcPoolWouldBlock::QuotaExhausted),
     /// [`QueueFull`](DcPoolWouldBlock::QueueFull), [`Recovering`](DcPoolWouldBlock::Recovering)),
-    /// may post again: post to it (once per refusal). A destination granted an initiator from
-    /// the line that posts nothing on it gives it back after the pool's grant timeout (see
+    /// may post again (once per refusal): note it in the handler and post to it once
+    /// [`poll`](super::DcInitiatorPool::poll) returns (the handler runs while `poll` holds the
+    /// pool, so it cannot post). A destination granted an initiator from the line that posts
+    /// nothing on it gives it back after the pool's grant timeout (see
     /// [`setup_grant_timeout`](super::builder::DcInitiatorPoolBuilder::setup_grant_timeout)).
     Ready {
         /// The destination.

@@ -221,8 +221,8 @@ _LATER = {
             ("pub use self::addressed::{BatchAddressed, DcAddressing};\n", "", 1),
             ("pub use self::route::DcRoute;\n", "", 1),
             ("pub use self::send::DcSend;\n", "", 1),
-            ("pub use self::transport::{DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};\n",
-             "", 1),
+            ("pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, "
+             "DynamicallyConnected};\n", "", 1),
             ("    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),\n    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,\n",
              "    #[allow(dead_code)] // what DC posting, which comes later, starts its guards with\n"
              "    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),\n"

@@ -1,5 +1,6 @@
 // A DC request names its destination between its operation and its data: the data step is not
-// reachable before the address (the WQE would be finished without one).
+// reachable before the address (the WQE would be finished without one), and the error says to
+// call `setup_dc_addr` (the `Addressed` bound's message), not that the method does not exist.
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 

@@ -5,7 +5,8 @@
 //! Build one with [`DcInitiatorBuilder`] (from a protection domain), bring it to RTS with
 //! [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]), then post with
 //! [`DcInitiator::start_post_send`]: `construct_wr` → an operation → `setup_dc_addr` → the data.
-//! A request without its address or its data does not compile (`tests/compile_fail/` pins it).
+//! A request without its address or its data does not compile, and data given before the address
+//! fails with an error that names `setup_dc_addr` ([`Addressed`]; `tests/compile_fail/` pins both).
 //!
 //! After an error completion a DC initiator is in ERR for every destination:
 //! [`DcInitiator::recover`] brings it back in one call; with DCI streams, one errored stream is
@@ -59,7 +60,7 @@ pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiator
 pub use self::route::DcRoute;
 pub use self::send::DcSend;
 pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};
-pub use self::transport::{DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
+pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
 pub use super::queue_pair::PortNotReady;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of

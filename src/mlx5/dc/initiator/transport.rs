@@ -1,9 +1,12 @@
 //! The DC transport of the post guard: [`DynamicallyConnected`], its per-queue-pair context
 //! (the mlx5 view), and the destination step that names each request's DC target
-//! (`mlx5dv_wr_set_dc_addr`, with streams `mlx5dv_wr_set_dc_addr_stream`).
+//! (`mlx5dv_wr_set_dc_addr`, with streams `mlx5dv_wr_set_dc_addr_stream`), which the data step
+//! requires ([`Addressed`]).
+use std::io::IoSlice;
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream};
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, ibv_sge, mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream};
+use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 
 use super::{dc_entries, DcRoute, SET_DC_ADDR, SET_DC_ADDR_STREAM};
 #[allow(unused_imports)] // for the docs' links
@@ -128,6 +131,82 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         // SAFETY: as in `address` (the tests' recording tables take any pointer).
         let address = unsafe { DcAddress::new(self.context.0, ah, dct_number, dc_key) };
         LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
+    }
+}
+
+/// A DC request that has its address: what the data step (`setup_sge`, `setup_inline_data`, …)
+/// requires. The step after [`setup_dc_addr`](DcDestination::setup_dc_addr) (a
+/// [`LocalBufferHandle`]) is `Addressed`; a [`DcDestination`], the step before it, never is.
+///
+/// It is there for the compiler's error: the data setters of a `DcDestination` require it, so a
+/// request that skips its address fails to compile with a message that names the missing step,
+/// not with "no method named `setup_sge`". No code runs through it.
+#[diagnostic::on_unimplemented(
+    message = "a DC request needs its address before its data: call `setup_dc_addr` after the operation",
+    label = "no `setup_dc_addr(&ah, dct_number, dc_key)` before this data step",
+    note = "a DC request is `construct_wr` → operation → `setup_dc_addr` (or `setup_dc_addr_stream`) → data"
+)]
+pub trait Addressed {
+    /// The data step.
+    type DataStep: SetInlineData + SetScatterGatherEntry;
+    /// The request at its data step.
+    fn into_data_step(self) -> Self::DataStep;
+}
+
+impl<O: Operation, D: Destination> Addressed for LocalBufferHandle<'_, O, D> {
+    type DataStep = Self;
+
+    #[inline]
+    fn into_data_step(self) -> Self {
+        self
+    }
+}
+
+// The data step before the address, for the compiler's error only: `Addressed` never holds for
+// a `DcDestination`, so a call fails with its message, naming `setup_dc_addr`. (A bound on an
+// impl of sideway's `SetInlineData` would fail as "method exists but its trait bounds were not
+// satisfied", without the message: rustc shows it only for a bound on the method.)
+impl<O: Operation> DcDestination<'_, O> {
+    /// Not callable: a DC request's data comes after its address ([`Addressed`]).
+    pub fn setup_inline_data(self, buf: &[u8])
+    where
+        Self: Addressed,
+    {
+        self.into_data_step().setup_inline_data(buf)
+    }
+
+    /// Not callable: a DC request's data comes after its address ([`Addressed`]).
+    pub fn setup_inline_data_list(self, bufs: &[IoSlice<'_>])
+    where
+        Self: Addressed,
+    {
+        self.into_data_step().setup_inline_data_list(bufs)
+    }
+
+    /// Not callable: a DC request's data comes after its address ([`Addressed`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`SetScatterGatherEntry::setup_sge`] after the address.
+    pub unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32)
+    where
+        Self: Addressed,
+    {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.into_data_step().setup_sge(lkey, addr, length) }
+    }
+
+    /// Not callable: a DC request's data comes after its address ([`Addressed`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`SetScatterGatherEntry::setup_sge_list`] after the address.
+    pub unsafe fn setup_sge_list(self, sg_list: &[ibv_sge])
+    where
+        Self: Addressed,
+    {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.into_data_step().setup_sge_list(sg_list) }
     }
 }
 
