@@ -3,6 +3,46 @@
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-mlx5-device-queries", "2-mlx5-devinfo-example"]
 
+# The largest send request read with QUERY_HCA_CAP (src/mlx5/send_wqe_sizes.rs, which stays: it
+# calls mlx5dv_devx_general_cmd, which rdma-mummy-sys does not bind), cut from the DC summary.
+_NO_SEND_WQE_SIZES = {
+    "src/mlx5/device_context.rs": [
+        ("use super::send_wqe_sizes::query_send_wqe_sizes_raw;\n", "", 1),
+        (", DC on-demand paging and the largest send request\n"
+         "    /// (`max_wqe_sz_sq`, `max_wqe_sz_sq_dc`: [`DcCapabilities::send_wqe_sizes`]), with the RC\n"
+         "    /// depths from `ibv_query_device` for comparison.\n",
+         " and DC on-demand paging, with the RC depths from\n"
+         "    /// `ibv_query_device` for comparison.\n", 1),
+        (("    /// On an mlx5 device this also sends the firmware command `QUERY_HCA_CAP`", "    ///\n"), "", 1),
+        (("        let sizes = mlx5.as_ref().map(|attributes| {", "        });\n"), "", 1),
+        ("DcCapabilities::from_parts(\n            sizes,", "DcCapabilities::from_parts(\n            mlx5.as_ref(),", 1),
+    ],
+    "src/mlx5/dc_capabilities.rs": [
+        ("use super::send_wqe_sizes::SendWqeSizes;\n", "", 1),
+        (", DCI streams, DC on-demand\n/// paging and the largest send request.",
+         ", DCI streams and DC on-demand\n/// paging.", 1),
+        ("(the DC values), the device's general capabilities\n"
+         "/// (`max_wqe_sz_sq` and `max_wqe_sz_sq_dc`, [`SendWqeSizes`]) and sideway's\n",
+         "(the DC values) with sideway's\n", 1),
+        ("    send_wqe_sizes: Option<SendWqeSizes>,\n", "", 1),
+        ("attributes and send request sizes (`None` when the device is not mlx5)\n"
+         "    /// with the RC read/atomic depths from `ibv_query_device` (`max_qp_rd_atom`,\n"
+         "    /// `max_qp_init_rd_atom`).",
+         "attributes (`None` when the device is not mlx5) with the RC read/atomic\n"
+         "    /// depths from `ibv_query_device` (`max_qp_rd_atom`, `max_qp_init_rd_atom`).", 1),
+        ("mlx5: Option<(&Mlx5DeviceAttributes, SendWqeSizes)>,", "mlx5: Option<&Mlx5DeviceAttributes>,", 1),
+        (("        let (mlx5, send_wqe_sizes) = match mlx5 {", "        };\n"), "", 1),
+        ("            send_wqe_sizes,\n", "", 1),
+        (("    /// The largest send request the device takes", "    }\n\n"), "", 1),
+        # The unit tests.
+        ("        assert_eq!(dc.send_wqe_sizes(), None);\n", "", 1),
+        ("        assert_eq!(dc.send_wqe_sizes(), Some(SendWqeSizes::new(1024, 512)));\n", "", 1),
+        ("Some((&attr, SendWqeSizes::new(1024, 512)))", "Some(&attr)", 1),
+        ("Some((&zero, SendWqeSizes::guaranteed(30)))", "Some(&zero)", 1),
+        ("Some((&old, SendWqeSizes::guaranteed(30)))", "Some(&old)", 1),
+    ],
+}
+
 # The files that move, per commit (see MOVES in scripts/upstream-pr).
 MOVES = {
     # Pull request 2, the mlx5 control plane: the device context, its attributes and the DC
@@ -18,6 +58,7 @@ MOVES = {
                 ("/// `mlx5dv_query_device` on a raw context (for the DC queue pairs, which reach the context\n"
                  "/// through their protection domain).",
                  "/// `mlx5dv_query_device` on a raw context.", 1),
+                *_NO_SEND_WQE_SIZES["src/mlx5/device_context.rs"],
             ],
         },
         {
@@ -39,6 +80,7 @@ MOVES = {
             "rewrites": [
                 ("so [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) caps its\n    /// depth by this value.",
                  "so a DC initiator's depth is capped\n    /// by this value.", 1),
+                *_NO_SEND_WQE_SIZES["src/mlx5/dc_capabilities.rs"],
             ],
         },
     ],
@@ -51,14 +93,20 @@ MOVES = {
             "helpers": [],
             "rewrites": [
                 ("sideway_ext::mlx5::", "sideway::mlx5::", 6),
-                ("//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -d mlx5_0\n"
-                 "//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest --report dc-report.json\n",
-                 "", 1),
-                (("//! `--dc-selftest` runs DC end to end", "no device can be listed.\n//!\n"), "", 1),
+                # The self-test's command lines, the last of the usage block.
+                (("//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest", "//! ```\n"), "//! ```\n", 1),
+                (("//! `--dc-selftest` runs DC end to end", "\n//!\n"), "", 1),
                 ("(or the named one does not exist), and\n"
                  "//! with `--dc-selftest` also when the device is not mlx5; 2 when a self-test check failed.",
                  "(or the named one does not exist).", 1),
-                ("mod dc_selftest;\nmod fault;\nmod report;\n\n", "", 1),
+                # What a failed device list means (device_list.rs) and the run a report comes
+                # from (run.rs) stay this crate's: upstream says the list's error as it is.
+                (("\n//! Where the list fails, the message says", "module not loaded."), "", 1),
+                (("mod dc_selftest;\n", "\n\n"), "", 1),
+                ("    run: run::Run,\n", "", 1),
+                ("        run: run::Run::read(),\n", "", 1),
+                ('            eprintln!("mlx5_devinfo: {}", device_list::list_error(&err));\n',
+                 '            eprintln!("mlx5_devinfo: cannot list RDMA devices: {}", chain(&err));\n', 1),
                 (("    /// Run the DC self-test", "    report: Option<std::path::PathBuf>,\n"), "", 1),
                 (("    if args.dc_selftest {\n", "        std::process::exit(status);\n    }\n"), "", 1),
                 (("/// Runs the DC self-test on the chosen device", "    status\n}\n\n"), "", 1),

@@ -137,7 +137,7 @@ MOVES = {
             "common": False,
             "helpers": [],
             "rewrites": [
-                ("this crate does not read it.", "sideway does not read it.", 1),
+                ("This crate opens ordinary contexts", "sideway opens ordinary contexts", 1),
                 (" Neither is\n  confirmed on hardware. A `DcInitiatorPool` (sideway-ext-dc-pool) counts the first\n"
                  "  towards `Unreachable`; see its \"Unreachable targets\".",
                  " Neither is\n  confirmed on hardware.", 1),
