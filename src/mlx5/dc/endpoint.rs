@@ -138,6 +138,11 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 /// a boolean named like the getters, the path MTU (when known) as its bytes (`4096`), absent
 /// when unknown. Deserializing validates like [`new`](Self::new): a DCT number above 24 bits or
 /// an MTU that is not one of the five is a serde error, never an invalid value.
+///
+/// The format grows by optional fields, read by every version: a field this version does not
+/// know (one a later version added) is skipped, not refused, and a field a later version added
+/// is absent from an older peer's endpoint and means "unknown" (the path MTU: then nothing is
+/// refused for it). So peers of different versions read each other's endpoints.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
@@ -320,7 +325,9 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         /// The serialized fields, not yet validated.
         #[derive(serde::Deserialize)]
-        #[serde(rename = "DcEndpoint", deny_unknown_fields)]
+        // Unknown fields are skipped, not refused: a field a later version adds (as `path_mtu`
+        // was) must not break every older peer that reads the endpoint.
+        #[serde(rename = "DcEndpoint")]
         struct Unchecked {
             lid: u16,
             #[serde(with = "crate::ibverbs::gid_as_ipv6")]
@@ -542,6 +549,31 @@ mod serde_tests {
     }
 
     #[test]
+    fn an_endpoint_from_a_later_version_with_fields_this_one_does_not_know_parses() {
+        // A later version's endpoint: a field this one has never heard of, of any type, before
+        // and after the known ones; what this version knows is kept, the rest is skipped.
+        let later = r#"{"version":3,"lid":5,"gid":"::ffff:192.0.2.7","dct_number":7,"dc_key":9,
+            "is_roce":true,"path_mtu":2048,"traffic_class":{"dscp":26},"extra":[1,"two",null]}"#;
+        let endpoint = serde_json::from_str::<DcEndpoint>(later).expect("unknown fields are skipped");
+        let mut expected = DcEndpoint::new(
+            5,
+            Gid::from(Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207])),
+            7,
+            9,
+            true,
+        )
+        .unwrap();
+        expected.setup_path_mtu(Mtu::Mtu2048);
+        assert_eq!(endpoint, expected);
+        // What this version writes back has only its own fields.
+        let json = serde_json::to_string(&endpoint).unwrap();
+        assert!(!json.contains("extra") && !json.contains("version"), "{json}");
+        // An unknown field does not excuse a known one's value: still validated.
+        let bad = r#"{"extra":1,"lid":0,"gid":"::1","dct_number":16777216,"dc_key":0,"is_roce":true}"#;
+        assert!(serde_json::from_str::<DcEndpoint>(bad).is_err());
+    }
+
+    #[test]
     fn deserializing_rejects_a_dct_number_above_24_bits() {
         let json = r#"{"lid":0,"gid":"::1","dct_number":16777216,"dc_key":0,"is_roce":true}"#;
         let err = serde_json::from_str::<DcEndpoint>(json).unwrap_err();
@@ -555,7 +587,6 @@ mod serde_tests {
             r#"{"lid":0,"gid":"192.0.2.7","dct_number":1,"dc_key":0,"is_roce":true}"#,
             r#"{"lid":0,"gid":"::1","dct_number":1,"dc_key":0}"#,
             r#"{"lid":70000,"gid":"::1","dct_number":1,"dc_key":0,"is_roce":true}"#,
-            r#"{"lid":0,"gid":"::1","dct_number":1,"dc_key":0,"is_roce":true,"extra":1}"#,
         ] {
             assert!(serde_json::from_str::<DcEndpoint>(json).is_err(), "accepted {json}");
         }
