@@ -8,7 +8,7 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 
-use super::{entry, Destination, Operation, PendingRequest};
+use super::{entry, Destination, Operation, PathMtus, PendingRequest};
 
 /// The data step of a request: scatter/gather entries or inline data. Giving the data issues the
 /// request's C calls.
@@ -16,6 +16,9 @@ use super::{entry, Destination, Operation, PendingRequest};
 pub struct LocalBufferHandle<'g, O: Operation, D: Destination> {
     request: PendingRequest<'g, O>,
     destination: D,
+    /// The path MTUs of the request's two ends, where its transport knows both: an RDMA READ
+    /// whose responses the requester's path would drop is refused.
+    path_mtus: Option<PathMtus>,
 }
 
 impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
@@ -23,7 +26,44 @@ impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
     /// modules' transports.
     #[inline]
     pub(crate) fn new(request: PendingRequest<'g, O>, destination: D) -> Self {
-        Self { request, destination }
+        Self {
+            request,
+            destination,
+            path_mtus: None,
+        }
+    }
+
+    /// The same, between two ends of these path MTUs (when known): an RDMA READ whose
+    /// responses the requester's path would drop is refused at the data step
+    /// ([`ReadResponsesTooLarge`](super::PostSendErrorKind::ReadResponsesTooLarge)); other
+    /// operations are not looked at.
+    #[inline]
+    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
+    pub(crate) fn between(request: PendingRequest<'g, O>, destination: D, path_mtus: Option<PathMtus>) -> Self {
+        Self {
+            request,
+            destination,
+            path_mtus,
+        }
+    }
+
+    /// Whether the request is an RDMA READ whose responses, `length` bytes in all, the
+    /// requester's path would drop; then it is recorded as refused. One test of a constant for
+    /// every other operation.
+    #[inline]
+    fn read_refused(&mut self, length: impl FnOnce() -> u64) -> bool {
+        if O::ENTRY != entry::RDMA_READ {
+            return false;
+        }
+        let Some(path_mtus) = self.path_mtus else {
+            return false;
+        };
+        let length = length();
+        if path_mtus.read_fits(length) {
+            return false;
+        }
+        self.request.batch.refuse_read(self.request.wr_id, length, path_mtus);
+        true
     }
 
     /// Makes the request's C calls in order: `wr_id` and `wr_flags` (with the inline bit set
@@ -31,7 +71,9 @@ impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
     /// when one of their entries is missing, none of them.
     #[inline]
     fn issue<const SETTER: u32, const INLINE: bool>(self, data: impl FnOnce(*mut ibv_qp_ex)) {
-        let Self { request, destination } = self;
+        let Self {
+            request, destination, ..
+        } = self;
         let batch = request.batch;
         let needed = O::ENTRY | D::ENTRY | SETTER;
         if batch.missing & needed != 0 {
@@ -67,7 +109,10 @@ impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D>
     /// [`InlineDataTooLong`](super::PostSendErrorKind::InlineDataTooLong) where the queue pair knows
     /// its granted size (a DC initiator), with the provider's error otherwise.
     #[inline]
-    fn setup_inline_data(self, buf: &[u8]) {
+    fn setup_inline_data(mut self, buf: &[u8]) {
+        if self.read_refused(|| buf.len() as u64) {
+            return;
+        }
         if buf.len() > self.request.batch.max_inline_data as usize {
             return self.request.batch.refuse_inline(self.request.wr_id, buf.len());
         }
@@ -79,7 +124,10 @@ impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D>
 
     /// Copies the slices, one after the other, into the request (`ibv_wr_set_inline_data_list`).
     #[inline]
-    fn setup_inline_data_list(self, bufs: &[IoSlice<'_>]) {
+    fn setup_inline_data_list(mut self, bufs: &[IoSlice<'_>]) {
+        if self.read_refused(|| bufs.iter().map(|buf| buf.len() as u64).sum()) {
+            return;
+        }
         let max = self.request.batch.max_inline_data as usize;
         if max != u32::MAX as usize {
             let length = bufs.iter().map(|buf| buf.len()).sum();
@@ -101,7 +149,10 @@ impl<O: Operation, D: Destination> SetScatterGatherEntry for LocalBufferHandle<'
     /// The buffer must lie in the memory region of `lkey` and stay valid until the request
     /// completes.
     #[inline]
-    unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
+    unsafe fn setup_sge(mut self, lkey: u32, addr: u64, length: u32) {
+        if self.read_refused(|| u64::from(length)) {
+            return;
+        }
         self.issue::<{ entry::SET_SGE }, false>(|qp| ibv_wr_set_sge(qp, lkey, addr, length));
     }
 
@@ -111,7 +162,10 @@ impl<O: Operation, D: Destination> SetScatterGatherEntry for LocalBufferHandle<'
     /// completes; more entries than the queue pair's `max_send_sge` fail the post with
     /// [`InvalidWorkRequest`](super::PostSendErrorKind::InvalidWorkRequest).
     #[inline]
-    unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
+    unsafe fn setup_sge_list(mut self, sg_list: &[ibv_sge]) {
+        if self.read_refused(|| sg_list.iter().map(|sge| u64::from(sge.length)).sum()) {
+            return;
+        }
         self.issue::<{ entry::SET_SGE_LIST }, false>(|qp| ibv_wr_set_sge_list(qp, sg_list.len(), sg_list.as_ptr()));
     }
 }

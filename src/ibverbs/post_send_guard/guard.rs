@@ -7,7 +7,7 @@ use rdma_mummy_sys::{ibv_qp_ex, ibv_wr_abort, ibv_wr_complete, ibv_wr_start};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::error::complete_error;
-use super::{PostSendError, PostSendErrorKind, ProviderEntries, Transport, WorkRequestHandle};
+use super::{PathMtus, PostSendError, PostSendErrorKind, ProviderEntries, Transport, WorkRequestHandle};
 
 /// The state of a batch that its requests update: the queue pair, its entries, the count
 /// (opaque: reached only through a [`PostSendGuard`]).
@@ -37,6 +37,8 @@ enum Refusal {
     Entry(&'static str),
     /// Its inline data has this length, over the granted size.
     InlineDataTooLong(usize),
+    /// An RDMA READ of this length whose responses the requester's path would drop.
+    ReadResponsesTooLarge(u64, PathMtus),
 }
 
 impl Batch {
@@ -59,6 +61,23 @@ impl Batch {
                 index: self.len,
                 wr_id,
                 reason: Refusal::InlineDataTooLong(length),
+            });
+        }
+        self.len += 1;
+    }
+}
+
+impl Batch {
+    /// Records an RDMA READ of `length` bytes whose responses, at the responder's path MTU, are
+    /// larger than the requester's path takes.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse_read(&mut self, wr_id: u64, length: u64, path_mtus: PathMtus) {
+        if self.refused.is_none() {
+            self.refused = Some(Refused {
+                index: self.len,
+                wr_id,
+                reason: Refusal::ReadResponsesTooLarge(length, path_mtus),
             });
         }
         self.len += 1;
@@ -178,6 +197,14 @@ impl<T: Transport> PostSendGuard<'_, T> {
                     wr_id,
                     length,
                     max_inline_data,
+                    batch_len,
+                },
+                Refusal::ReadResponsesTooLarge(length, path_mtus) => PostSendErrorKind::ReadResponsesTooLarge {
+                    index,
+                    wr_id,
+                    length,
+                    path_mtu: path_mtus.requester(),
+                    responder_path_mtu: path_mtus.responder(),
                     batch_len,
                 },
             }

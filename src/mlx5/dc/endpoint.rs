@@ -51,7 +51,6 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::address_handle::{port_is_roce, AddressHandle, CreateAddressHandleError};
-use crate::ibverbs::extension::ProtectionDomainExt;
 
 /// The largest DCT number: queue pair numbers are 24 bits.
 pub const MAX_DCT_NUMBER: u32 = 0xff_ffff;
@@ -314,8 +313,8 @@ impl DcEndpoint {
         }
         let mut attr = self.address_handle_attribute(port, src_gid_index);
         class.apply_to(&mut attr);
-        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;
-        Ok(ah)
+        let ah = AddressHandle::new(pd, &attr).map_err(CreateDcAddressHandleErrorKind::from)?;
+        Ok(Arc::new(ah.with_destination_path_mtu(self.path_mtu)))
     }
 }
 
