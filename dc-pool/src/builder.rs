@@ -469,6 +469,7 @@ mod tests {
             matches!(
                 err.0,
                 PostSendErrorKind::InlineDataTooLong {
+                    wr_id: 9,
                     length: 29,
                     max_inline_data: 28,
                     ..

@@ -91,16 +91,16 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         };
         // The batch's places, before the provider's calls (which the compiler cannot see into).
         let wr_ids = self.wr_ids.batch(grant.slot, grant.room);
-        let (ah, dct_number, dc_key) = grant.address;
+        let (ah, dct_number, dc_key, target_path_mtu) = grant.address;
         let initiator = &mut self.core.initiators[grant.initiator];
-        let max_inline_data = initiator.max_inline_data();
+        let (max_inline_data, path_mtu) = (initiator.max_inline_data(), initiator.path_mtu());
         let (qp_ex, entries, mlx5_qp_ex) = initiator.send_view();
         // SAFETY: the view is the initiator's own, alive while it is; the pool keeps `ah` alive
         // while the destination is (PostingInitiator's contract for a pool without a PD).
-        let address = A::new(
-            unsafe { DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key) },
-            grant.stream,
-        );
+        let mut address = unsafe { DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key) };
+        // A READ whose responses, at the target's MTU, would not reach the initiator is refused.
+        address.setup_path_mtus(path_mtu, target_path_mtu);
+        let address = A::new(address, grant.stream);
         // SAFETY: the initiator's queue pair is exclusively borrowed through the pool for the
         // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
         // stream setter when it has streams, which the streams policy's initiators have).
@@ -146,6 +146,25 @@ struct PoolBatch<'p, I: PoolInitiator> {
     /// Below [`MAX_INITIATORS`](super::requests::MAX_INITIATORS).
     initiator: u16,
     stream: u16,
+}
+
+impl<I: PoolInitiator> PoolBatch<'_, I> {
+    /// `err` with the caller's `wr_id` of the refused request, where the guard named the
+    /// provider-visible one the pool gave it.
+    #[cold]
+    #[inline(never)]
+    fn callers_wr_id(&self, mut err: PostSendError) -> PostSendError {
+        use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind as Kind;
+        if let Kind::OperationNotEnabled { index, wr_id, .. }
+        | Kind::InlineDataTooLong { index, wr_id, .. }
+        | Kind::ReadResponsesTooLarge { index, wr_id, .. } = &mut err.0
+        {
+            if let Some(callers) = self.wr_ids.get(*index) {
+                *wr_id = *callers;
+            }
+        }
+        err
+    }
 }
 
 impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
@@ -198,7 +217,8 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     }
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
-    /// [`PostSendGuard::post`].
+    /// [`PostSendGuard::post`]. A request refused before the provider is named by the `wr_id`
+    /// its caller gave.
     // inline(always): with #[inline] it is called, not inlined, and the pool rows of
     // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
     #[inline(always)]
@@ -206,7 +226,7 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         let Self { inner, batch } = self;
         let len = inner.batch_len();
         // Refused: `batch` ends unposted.
-        inner.post()?;
+        inner.post().map_err(|err| batch.callers_wr_id(err))?;
         batch
             .core
             .commit(usize::from(batch.initiator), batch.destination, batch.stream, len);
