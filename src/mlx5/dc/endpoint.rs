@@ -5,6 +5,14 @@
 //! [`DcEndpoint::create_ah`], once per destination, and names that handle, the DCT number and
 //! the DC key in every work request ([`mlx5dv_wr_set_dc_addr`]).
 //!
+//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]), for the fleet rule:
+//! every DC initiator and target brought up with one path MTU, the smallest of their ports'
+//! (see [the DC module](super#across-nodes)). An initiator sends at its own MTU and a target
+//! answers READs at its own: where they differ, the larger packets are dropped. With it, a pool
+//! refuses a destination whose MTU is below its initiators', and an RDMA READ longer than the
+//! initiator's MTU from a target whose MTU is larger is refused before the provider (the
+//! address handle [`DcEndpoint::create_ah`] makes carries the MTU to the post).
+//!
 //! The address follows the link layer: on RoCE (Ethernet) it must be global (a GRH with the
 //! destination GID), on InfiniBand a non-global address (the destination LID) is enough within
 //! the subnet. Both ends must be on the same link layer: [`DcEndpoint::create_ah`] checks the
@@ -202,13 +210,22 @@ impl DcEndpoint {
         })
     }
 
-    /// The target's path MTU: the largest packets its port takes
+    /// The target's path MTU: the largest packets its port takes, and those it answers READs with
     /// ([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up
-    /// with). A DC initiator must send no larger ones: on nodes at 1500 and 9000 bytes of
-    /// Ethernet MTU, 4096-byte packets to the 1500 node are dropped and end in `RETRY_EXC`.
-    /// [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)
-    /// takes it into account, and a pool refuses a destination whose MTU is below its
-    /// initiators'.
+    /// with, which the kernel programs the DCT with: `mlx5_ib_modify_dct`, `dctc.mtu`). On nodes
+    /// at 1500 and 9000 bytes of Ethernet MTU (1024 and 4096 of path MTU) both ways fail, with
+    /// `RETRY_EXC`:
+    ///
+    /// - a DC initiator must send no larger packets:
+    ///   [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)
+    ///   takes it into account, and a pool refuses a destination whose MTU is below its
+    ///   initiators';
+    /// - the target answers an RDMA READ in packets of up to this MTU: a READ longer than the
+    ///   initiator's MTU, from a target whose MTU is larger, is refused at post
+    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)),
+    ///   through the address handle [`create_ah`](Self::create_ah) makes, which carries it.
+    ///
+    /// Unset (an older peer's endpoint), the MTU is unknown and nothing is refused for it.
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
@@ -282,7 +299,9 @@ impl DcEndpoint {
     /// Creates the address handle that reaches this endpoint from local `port` (the
     /// [`address_handle_attribute`](Self::address_handle_attribute)), after checking with
     /// `ibv_query_port` that the port is on the endpoint's link layer. Cache the handle: one per
-    /// destination, kept alive until the requests that use it have completed.
+    /// destination, kept alive until the requests that use it have completed. The handle carries
+    /// the endpoint's [`path_mtu`](Self::path_mtu)
+    /// ([`AddressHandle::destination_path_mtu`]), which a DC initiator holds its READs to.
     ///
     /// # Errors
     ///
