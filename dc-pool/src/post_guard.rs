@@ -8,7 +8,7 @@ use super::destinations::{PoolCore, Refusal};
 use super::requests::encode;
 use super::types::{DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
 use super::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendGuard, WorkRequestHandle};
+use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendError, PostSendGuard, WorkRequestHandle};
 use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcInitiator, DcStreamAddress};
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
@@ -97,16 +97,18 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let (qp_ex, entries, mlx5_qp_ex) = initiator.send_view();
         // SAFETY: the view is the initiator's own, alive while it is; the pool keeps `ah` alive
         // while the destination is (PostingInitiator's contract for a pool without a PD).
-        let mut address = unsafe { DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key) };
-        // A READ whose responses, at the target's MTU, would not reach the initiator is refused.
-        address.setup_path_mtus(path_mtu, target_path_mtu);
-        let address = A::new(address, grant.stream);
+        let address = A::new(
+            unsafe { DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key) },
+            grant.stream,
+        );
         // SAFETY: the initiator's queue pair is exclusively borrowed through the pool for the
         // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
         // stream setter when it has streams, which the streams policy's initiators have).
         let mut inner = unsafe { PostSendGuard::<BatchAddressed<A>>::start(qp_ex, entries, address) };
         // As the DC initiator's own guard: longer inline data is its own error, not QueueFull.
         inner.set_max_inline_data(max_inline_data);
+        // A READ whose responses, at the target's MTU, would not reach the initiator is refused.
+        inner.set_path_mtus(PathMtus::known(path_mtu, target_path_mtu));
         Ok(DcPoolPostGuard {
             inner,
             batch: PoolBatch {
@@ -149,11 +151,11 @@ struct PoolBatch<'p, I: PoolInitiator> {
 }
 
 impl<I: PoolInitiator> PoolBatch<'_, I> {
-    /// `err` with the caller's `wr_id` of the refused request, where the guard named the
-    /// provider-visible one the pool gave it.
+    /// Ends the batch unposted, and gives back `err` with the caller's `wr_id` of the refused
+    /// request, where the guard named the provider-visible one the pool gave it.
     #[cold]
     #[inline(never)]
-    fn callers_wr_id(&self, mut err: PostSendError) -> PostSendError {
+    fn refused(self, mut err: PostSendError) -> PostSendError {
         use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind as Kind;
         if let Kind::OperationNotEnabled { index, wr_id, .. }
         | Kind::InlineDataTooLong { index, wr_id, .. }
@@ -225,8 +227,10 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     pub fn post(self) -> Result<(), PostSendError> {
         let Self { inner, batch } = self;
         let len = inner.batch_len();
-        // Refused: `batch` ends unposted.
-        inner.post().map_err(|err| batch.callers_wr_id(err))?;
+        if let Err(err) = inner.post() {
+            // Refused: `batch` ends unposted.
+            return Err(batch.refused(err));
+        }
         batch
             .core
             .commit(usize::from(batch.initiator), batch.destination, batch.stream, len);

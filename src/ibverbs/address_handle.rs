@@ -167,6 +167,7 @@ impl AddressHandle {
     /// ([`DcEndpoint::create_ah`](crate::mlx5::dc::endpoint::DcEndpoint::create_ah) takes its
     /// [`path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)); `None` for a handle made
     /// from an attribute alone.
+    #[inline]
     pub fn destination_path_mtu(&self) -> Option<Mtu> {
         self.destination_path_mtu
     }

@@ -16,53 +16,46 @@ use super::{entry, Destination, Operation, PathMtus, PendingRequest};
 pub struct LocalBufferHandle<'g, O: Operation, D: Destination> {
     request: PendingRequest<'g, O>,
     destination: D,
-    /// The path MTUs of the request's two ends, where its transport knows both: an RDMA READ
-    /// whose responses the requester's path would drop is refused.
-    path_mtus: Option<PathMtus>,
 }
 
 impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
     /// The data step of `request`, sent to `destination`; for the destination steps of other
-    /// modules' transports.
+    /// modules' transports. A READ is held to the batch's path MTUs
+    /// ([`PostSendGuard::set_path_mtus`](super::PostSendGuard::set_path_mtus)).
     #[inline]
     pub(crate) fn new(request: PendingRequest<'g, O>, destination: D) -> Self {
-        Self {
-            request,
-            destination,
-            path_mtus: None,
-        }
+        Self { request, destination }
     }
 
-    /// The same, between two ends of these path MTUs (when known): an RDMA READ whose
-    /// responses the requester's path would drop is refused at the data step
-    /// ([`ReadResponsesTooLarge`](super::PostSendErrorKind::ReadResponsesTooLarge)); other
-    /// operations are not looked at.
+    /// The same, for a transport whose requests are addressed one by one: a READ is held to
+    /// these path MTUs, its own (when known), which replace the batch's. Other operations are
+    /// not looked at.
     #[inline]
     #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
     pub(crate) fn between(request: PendingRequest<'g, O>, destination: D, path_mtus: Option<PathMtus>) -> Self {
-        Self {
-            request,
-            destination,
-            path_mtus,
+        if O::ENTRY == entry::RDMA_READ {
+            request.batch.path_mtus = path_mtus;
         }
+        Self { request, destination }
     }
 
     /// Whether the request is an RDMA READ whose responses, `length` bytes in all, the
-    /// requester's path would drop; then it is recorded as refused. One test of a constant for
-    /// every other operation.
+    /// requester's path would drop (the batch's path MTUs: [`Batch`](super::Batch)); then it is
+    /// recorded as refused. One test of a constant for every other operation.
     #[inline]
     fn read_refused(&mut self, length: impl FnOnce() -> u64) -> bool {
         if O::ENTRY != entry::RDMA_READ {
             return false;
         }
-        let Some(path_mtus) = self.path_mtus else {
+        let batch = &mut *self.request.batch;
+        let Some(path_mtus) = batch.path_mtus else {
             return false;
         };
         let length = length();
         if path_mtus.read_fits(length) {
             return false;
         }
-        self.request.batch.refuse_read(self.request.wr_id, length, path_mtus);
+        batch.refuse_read(self.request.wr_id, length, path_mtus);
         true
     }
 

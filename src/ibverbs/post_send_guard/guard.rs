@@ -20,6 +20,10 @@ pub struct Batch {
     refused: Option<Refused>,
     /// The queue pair's granted inline size (`u32::MAX` where it is not known here).
     pub(super) max_inline_data: u32,
+    /// The path MTUs an RDMA READ is held to, when known: the batch's two ends', for a batch to
+    /// one responder ([`PostSendGuard::set_path_mtus`]); or, on a transport whose requests are
+    /// addressed one by one, the last READ's own, set at its address step.
+    pub(super) path_mtus: Option<PathMtus>,
 }
 
 /// The first request of a batch that was refused before reaching the provider.
@@ -84,6 +88,20 @@ impl Batch {
     }
 }
 
+/// The error of a READ refused for its responses (out of the post's path: refusals are rare).
+#[cold]
+#[inline(never)]
+fn read_refused(index: usize, wr_id: u64, length: u64, path_mtus: PathMtus, batch_len: usize) -> PostSendErrorKind {
+    PostSendErrorKind::ReadResponsesTooLarge {
+        index,
+        wr_id,
+        length,
+        path_mtu: path_mtus.requester(),
+        responder_path_mtu: path_mtus.responder(),
+        batch_len,
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'static str) -> Refused {
@@ -139,6 +157,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
                 len: 0,
                 refused: None,
                 max_inline_data: u32::MAX,
+                path_mtus: None,
             },
             context,
             _qp: PhantomData,
@@ -165,6 +184,20 @@ impl<T: Transport> PostSendGuard<'_, T> {
     #[inline]
     pub fn set_max_inline_data(&mut self, max_inline_data: u32) {
         self.batch.max_inline_data = max_inline_data;
+    }
+
+    /// The path MTUs of the batch's two ends, for a guard whose requests all go to one
+    /// responder (a DC batch to one address,
+    /// [`BatchAddressed`](crate::mlx5::dc::initiator::BatchAddressed)): this queue pair's and the
+    /// responder's, when both are known ([`PathMtus::known`]). An RDMA READ of the batch whose
+    /// responses would not reach this queue pair is then refused before the provider
+    /// ([`ReadResponsesTooLarge`](PostSendErrorKind::ReadResponsesTooLarge),
+    /// [`PathMtus::read_fits`]); by default the guard does not know them and refuses nothing
+    /// for them. (A DC request addressed one by one takes them from its initiator and its
+    /// route.)
+    #[inline]
+    pub fn set_path_mtus(&mut self, path_mtus: Option<PathMtus>) {
+        self.batch.path_mtus = path_mtus;
     }
 
     /// How many requests the batch holds (those that reached their data step).
@@ -199,13 +232,8 @@ impl<T: Transport> PostSendGuard<'_, T> {
                     max_inline_data,
                     batch_len,
                 },
-                Refusal::ReadResponsesTooLarge(length, path_mtus) => PostSendErrorKind::ReadResponsesTooLarge {
-                    index,
-                    wr_id,
-                    length,
-                    path_mtu: path_mtus.requester(),
-                    responder_path_mtu: path_mtus.responder(),
-                    batch_len,
+                Refusal::ReadResponsesTooLarge(length, path_mtus) => {
+                    read_refused(index, wr_id, length, path_mtus, batch_len)
                 },
             }
             .into());

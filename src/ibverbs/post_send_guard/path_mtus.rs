@@ -8,16 +8,31 @@ use sideway::ibverbs::device_context::Mtu;
 /// [`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)), and where the
 /// responder's is the larger, the responses of a long RDMA READ are larger than the requester's
 /// path takes ([`read_fits`](Self::read_fits)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PathMtus {
-    requester: Mtu,
-    responder: Mtu,
+    // `ibv_mtu` values (1 to 5, in the order of their sizes), one byte each: a DC address that
+    // carries them stays the size it was without them, for the requests that copy it.
+    requester: u8,
+    responder: u8,
+}
+
+impl std::fmt::Debug for PathMtus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PathMtus")
+            .field("requester", &self.requester())
+            .field("responder", &self.responder())
+            .finish()
+    }
 }
 
 impl PathMtus {
     /// The requester's path MTU and the responder's.
+    #[inline]
     pub fn new(requester: Mtu, responder: Mtu) -> Self {
-        Self { requester, responder }
+        Self {
+            requester: requester as u32 as u8,
+            responder: responder as u32 as u8,
+        }
     }
 
     /// Both, when both are known.
@@ -28,12 +43,12 @@ impl PathMtus {
 
     /// The requester's path MTU.
     pub fn requester(&self) -> Mtu {
-        self.requester
+        mtu_of(self.requester)
     }
 
     /// The responder's path MTU.
     pub fn responder(&self) -> Mtu {
-        self.responder
+        mtu_of(self.responder)
     }
 
     /// Whether the responses of an RDMA READ of `length` bytes reach the requester: the
@@ -55,7 +70,18 @@ impl PathMtus {
     /// ```
     #[inline]
     pub fn read_fits(&self, length: u64) -> bool {
-        self.responder <= self.requester || length <= u64::from(mtu_bytes(self.requester))
+        self.responder <= self.requester || length <= 128 << self.requester
+    }
+}
+
+/// The path MTU of an `ibv_mtu` value [`PathMtus::new`] kept (always one of the five).
+fn mtu_of(value: u8) -> Mtu {
+    match value {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
     }
 }
 
@@ -101,6 +127,10 @@ mod tests {
         );
         assert_eq!(mtu_bytes(Mtu::Mtu256), 256);
         assert_eq!(mtu_bytes(Mtu::Mtu4096), 4096);
+        for (requester, responder) in ALL.iter().zip(ALL.iter().rev()) {
+            let mtus = PathMtus::new(*requester, *responder);
+            assert_eq!((mtus.requester(), mtus.responder()), (*requester, *responder));
+        }
     }
 
     #[test]

@@ -63,7 +63,7 @@
 //!     reads. An initiator at a smaller MTU drops the responses of a READ longer than its own
 //!     MTU. Such a READ is refused before the provider
 //!     (`PostSendErrorKind::ReadResponsesTooLarge`), by a DC initiator, a pool, and a batch to
-//!     one address whose `DcAddress` carries both MTUs, where both are known: the initiator's
+//!     one address whose guard was given both (`set_path_mtus`), where both are known: the initiator's
 //!     once brought up, the target's from its endpoint (which `DcTarget::endpoint` fills and
 //!     `DcEndpoint::create_ah` carries into the address handle). A READ of at most the
 //!     initiator's MTU is one response packet and passes; atomics are never refused (their

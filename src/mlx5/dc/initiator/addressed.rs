@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 
 use super::{DcAddress, DcStreamAddress};
 use crate::ibverbs::post_send_guard::{
-    sealed, Destination, LocalBufferHandle, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,
+    sealed, Destination, LocalBufferHandle, Operation, PendingRequest, RemoteMemoryAccess, Transport,
 };
 
 /// How the requests of a [`BatchAddressed`] batch are addressed: [`DcAddress`]
@@ -16,8 +16,6 @@ pub trait DcAddressing: Destination + Copy + sealed::Sealed {
     const STREAMS: bool;
     /// `address`, on DCI stream `stream` when it addresses streams (ignored otherwise).
     fn new(address: DcAddress, stream: u16) -> Self;
-    /// Its address's [`path_mtus`](DcAddress::path_mtus).
-    fn path_mtus(&self) -> Option<PathMtus>;
 }
 
 impl DcAddressing for DcAddress {
@@ -26,11 +24,6 @@ impl DcAddressing for DcAddress {
     #[inline]
     fn new(address: DcAddress, _stream: u16) -> Self {
         address
-    }
-
-    #[inline]
-    fn path_mtus(&self) -> Option<PathMtus> {
-        DcAddress::path_mtus(self)
     }
 }
 
@@ -41,24 +34,20 @@ impl DcAddressing for DcStreamAddress {
     fn new(address: DcAddress, stream: u16) -> Self {
         DcStreamAddress::new(address, stream)
     }
-
-    #[inline]
-    fn path_mtus(&self) -> Option<PathMtus> {
-        DcStreamAddress::path_mtus(self)
-    }
 }
 
 /// The DC transport of a batch to one destination: the guard's context is the address `A`, which
 /// every request gets right after its operation (`construct_wr` → operation → data). A guard of
 /// it is [`start`](crate::ibverbs::post_send_guard::PostSendGuard::start)ed on a DC initiator's
 /// [`send_views`](super::DcInitiator::send_views). An RDMA READ whose responses would not reach
-/// the initiator is refused where the address carries both ends' path MTUs
-/// ([`DcAddress::setup_path_mtus`], as a pool of initiators sets them):
+/// the initiator is refused where the guard knows both ends' path MTUs
+/// ([`set_path_mtus`](crate::ibverbs::post_send_guard::PostSendGuard::set_path_mtus), as a pool
+/// of initiators sets them):
 ///
 /// ```no_run
 /// use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 /// use sideway_ext::ibverbs::address_handle::AddressHandle;
-/// use sideway_ext::ibverbs::post_send_guard::PostSendGuard;
+/// use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard};
 /// use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcInitiator};
 ///
 /// fn send_all(dci: &mut DcInitiator, ah: &AddressHandle, dct_number: u32, dc_key: u64)
@@ -66,11 +55,11 @@ impl DcAddressing for DcStreamAddress {
 ///     let max_inline_data = dci.max_inline_data();
 ///     let (qp_ex, entries, mlx5_qp_ex) = dci.send_views();
 ///     // SAFETY: the views are the initiator's own and alive; `ah` outlives the batch.
-///     let mut address = unsafe { DcAddress::new(mlx5_qp_ex, ah.ah(), dct_number, dc_key) };
-///     address.setup_path_mtus(dci.path_mtu(), ah.destination_path_mtu());
+///     let address = unsafe { DcAddress::new(mlx5_qp_ex, ah.ah(), dct_number, dc_key) };
 ///     // SAFETY: `dci` is borrowed mutably for as long as the guard lives; `entries` are its own.
 ///     let mut guard = unsafe { PostSendGuard::<BatchAddressed<DcAddress>>::start(qp_ex, entries, address) };
 ///     guard.set_max_inline_data(max_inline_data);
+///     guard.set_path_mtus(PathMtus::known(dci.path_mtu(), ah.destination_path_mtu()));
 ///     for wr_id in 0..4 {
 ///         guard.construct_wr(wr_id, WorkRequestFlags::Signaled).setup_send().setup_inline_data(b"hi");
 ///     }
@@ -89,7 +78,7 @@ impl<A: DcAddressing> Transport for BatchAddressed<A> {
 
     #[inline]
     fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: A) -> Self::AfterOperation<'_, O> {
-        LocalBufferHandle::between(request, context, context.path_mtus())
+        LocalBufferHandle::new(request, context)
     }
 }
 

@@ -10,7 +10,7 @@ use super::{dc_entries, DcRoute, SET_DC_ADDR, SET_DC_ADDR_STREAM};
 #[allow(unused_imports)] // for the docs' links
 use crate::ibverbs::post_send_guard::PostSendGuard;
 use crate::ibverbs::post_send_guard::{
-    sealed, Destination, LocalBufferHandle, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,
+    entry, sealed, Destination, LocalBufferHandle, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,
 };
 
 /// The DC transport, as posted by a [`DcInitiator`](super::DcInitiator): every request names its destination.
@@ -45,6 +45,7 @@ impl DcContext {
     /// The same context, of a DC initiator brought up with `path_mtu` (its INIT → RTR's): an
     /// RDMA READ longer than it, to a target whose path MTU is larger, is refused
     /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)).
+    #[inline]
     pub fn with_path_mtu(self, path_mtu: Option<Mtu>) -> Self {
         Self { path_mtu, ..self }
     }
@@ -111,7 +112,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     pub fn setup_dc_addr<R: DcRoute + ?Sized>(
         self, ah: &'g R, dct_number: u32, dc_key: u64,
     ) -> LocalBufferHandle<'g, O, R::Address> {
-        let path_mtus = PathMtus::known(self.context.path_mtu, ah.destination_path_mtu());
+        let path_mtus = self.read_path_mtus(ah);
         LocalBufferHandle::between(
             self.request,
             ah.address(self.context.view, dct_number, dc_key),
@@ -126,7 +127,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     pub fn setup_dc_addr_stream<R: DcRoute + ?Sized>(
         self, ah: &'g R, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> LocalBufferHandle<'g, O, R::StreamAddress> {
-        let path_mtus = PathMtus::known(self.context.path_mtu, ah.destination_path_mtu());
+        let path_mtus = self.read_path_mtus(ah);
         let address = ah.stream_address(self.context.view, dct_number, dc_key, stream_id);
         LocalBufferHandle::between(self.request, address, path_mtus)
     }
@@ -147,12 +148,22 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         self.address(ah, dct_number, dc_key)
     }
 
+    /// The path MTUs a READ over `route` is held to: this initiator's and the route's target's,
+    /// when both are known; for any other operation, nothing to read.
+    #[inline]
+    fn read_path_mtus<R: DcRoute + ?Sized>(&self, route: &R) -> Option<PathMtus> {
+        if O::ENTRY != entry::RDMA_READ {
+            return None;
+        }
+        PathMtus::known(self.context.path_mtu, route.destination_path_mtu())
+    }
+
     #[inline]
     fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
         // SAFETY: the view is the guard's own; `ah` is the caller's promise (setup_dc_addr_raw).
-        LocalBufferHandle::new(self.request, unsafe {
-            DcAddress::new(self.context.view, ah, dct_number, dc_key)
-        })
+        let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
+        // A raw handle says nothing of its target's MTU.
+        LocalBufferHandle::between(self.request, address, None)
     }
 
     #[cfg(test)]
@@ -161,20 +172,17 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
         // SAFETY: as in `address` (the tests' recording tables take any pointer).
         let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
-        LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
+        LocalBufferHandle::between(self.request, DcStreamAddress { address, stream_id }, None)
     }
 }
 
-/// A DC destination: `mlx5dv_wr_set_dc_addr(ah, dct_number, dc_key)`, and for a batch to one
-/// address, the path MTUs of its two ends when known
-/// ([`setup_path_mtus`](Self::setup_path_mtus)).
+/// A DC destination: `mlx5dv_wr_set_dc_addr(ah, dct_number, dc_key)`.
 #[derive(Debug, Clone, Copy)]
 pub struct DcAddress {
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
     ah: NonNull<ibv_ah>,
     dct_number: u32,
     dc_key: u64,
-    path_mtus: Option<PathMtus>,
 }
 
 impl sealed::Sealed for DcAddress {}
@@ -195,25 +203,7 @@ impl DcAddress {
             ah,
             dct_number,
             dc_key,
-            path_mtus: None,
         }
-    }
-
-    /// The path MTUs of a [`BatchAddressed`](super::BatchAddressed) batch's two ends: the DC
-    /// initiator's ([`DcInitiator::path_mtu`](super::DcInitiator::path_mtu)) and the target's
-    /// ([`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)). Where both
-    /// are known, an RDMA READ of the batch whose responses would not reach the initiator is
-    /// refused, as [`DcDestination::setup_dc_addr`] refuses it; by default neither is known.
-    /// (A request addressed with `setup_dc_addr` takes them from its initiator and its route.)
-    pub fn setup_path_mtus(&mut self, initiator: Option<Mtu>, target: Option<Mtu>) -> &mut Self {
-        self.path_mtus = PathMtus::known(initiator, target);
-        self
-    }
-
-    /// The path MTUs [`setup_path_mtus`](Self::setup_path_mtus) set, when both are known.
-    #[inline]
-    pub fn path_mtus(&self) -> Option<PathMtus> {
-        self.path_mtus
     }
 }
 
@@ -244,12 +234,6 @@ impl DcStreamAddress {
     #[inline]
     pub fn new(address: DcAddress, stream_id: u16) -> Self {
         Self { address, stream_id }
-    }
-
-    /// Its address's [`path_mtus`](DcAddress::path_mtus).
-    #[inline]
-    pub fn path_mtus(&self) -> Option<PathMtus> {
-        self.address.path_mtus
     }
 }
 
