@@ -64,9 +64,7 @@ impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
     /// when one of their entries is missing, none of them.
     #[inline]
     fn issue<const SETTER: u32, const INLINE: bool>(self, data: impl FnOnce(*mut ibv_qp_ex)) {
-        let Self {
-            request, destination, ..
-        } = self;
+        let Self { request, destination } = self;
         let batch = request.batch;
         let needed = O::ENTRY | D::ENTRY | SETTER;
         if batch.missing & needed != 0 {

@@ -511,6 +511,19 @@ mod tests {
                 .unwrap_or_else(|err| panic!("{initiator:?} from {target:?}: {err:?}"));
             assert_eq!(take_calls().last().map(String::as_str), Some("complete"));
         }
+        // Each READ is held to its own target's: one addressed by a raw handle after one to the
+        // larger target is not held to that target's MTU.
+        let mut guard = start_at(&mut qp, &mut mlx5, Some(Mtu::Mtu1024));
+        unsafe {
+            let read = guard.construct_wr(7, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+            read.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 64);
+            let read = guard.construct_wr(8, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+            read.address(fake_ah(), 0x43, 7).setup_sge(3, 0x2000, 1 << 20);
+        }
+        guard
+            .post()
+            .expect("the second READ's target is not known to be larger");
+        assert_eq!(take_calls().last().map(String::as_str), Some("complete"));
     }
 
     #[test]
