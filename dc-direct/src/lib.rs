@@ -225,6 +225,16 @@ fn write_through_a_pool(
 //! creates the queue pair again (on a kernel that cannot reset a DC initiator, make a new one).
 //! Arming the CQ for events is not supported.
 //!
+//! Not refused by a direct initiator's own requests: an RDMA READ whose responses would not
+//! reach it, longer than its path MTU from a target whose path MTU is larger (the target answers
+//! at its own MTU, and the initiator's path drops the larger packets: `RETRY_EXC`). Its address
+//! step takes an [`AddressVector`](send_queue::AddressVector), the 48 bytes each request copies,
+//! which says nothing of the target's MTU, where sideway-ext's guard takes the address handle a
+//! `DcEndpoint` made, which does, and refuses such a READ (`ReadResponsesTooLarge`). Keep the
+//! fleet at one path MTU (sideway-ext's DC module, "Across nodes"), or check
+//! `PathMtus::read_fits` with the initiator's `path_mtu()` and the endpoint's before a READ. A
+//! pool of direct initiators refuses it as any pool does: it posts through sideway-ext's guard.
+//!
 //! # The BlueFlame register
 //!
 //! This writer takes no lock and toggles the halves of its register on its own, so it must own

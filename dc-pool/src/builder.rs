@@ -226,7 +226,9 @@ impl DcInitiatorPoolBuilder {
     /// pool sends, and a destination whose endpoint says its port takes less is refused
     /// ([`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)): give
     /// it the smallest of your destinations'
-    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`]).
+    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`]). A destination at a larger MTU
+    /// answers READs in packets of its own: a READ longer than the initiators' MTU to it is
+    /// refused at post (`ReadResponsesTooLarge`); bring its target up with the fleet's MTU.
     pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
         self.bring_up = Some(bring_up);
         self
@@ -469,6 +471,7 @@ mod tests {
             matches!(
                 err.0,
                 PostSendErrorKind::InlineDataTooLong {
+                    wr_id: 9,
                     length: 29,
                     max_inline_data: 28,
                     ..

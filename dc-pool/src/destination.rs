@@ -5,14 +5,16 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::ibv_ah;
+use sideway::ibverbs::device_context::Mtu;
 
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
 use super::types::DestinationId;
 
-/// What a request names its target by: the address handle, the DCT number and the DC key.
-pub(crate) type RawAddress = (NonNull<ibv_ah>, u32, u64);
+/// What a request names its target by: the address handle, the DCT number and the DC key; and
+/// the target's path MTU, when its endpoint said it.
+pub(crate) type RawAddress = (NonNull<ibv_ah>, u32, u64, Option<Mtu>);
 
 /// Whom a destination's requests go to.
 #[derive(Debug)]
@@ -52,9 +54,9 @@ impl Target {
                     Handle::Owned(ah) => unsafe { ah.ah() },
                     Handle::Borrowed(ah) => *ah,
                 };
-                Some((ah, endpoint.dct_number(), endpoint.dc_key()))
+                Some((ah, endpoint.dct_number(), endpoint.dc_key(), endpoint.path_mtu()))
             },
-            Self::Raw { ah, dct_number, dc_key } => Some((*ah, *dct_number, *dc_key)),
+            Self::Raw { ah, dct_number, dc_key } => Some((*ah, *dct_number, *dc_key, None)),
         }
     }
 

@@ -8,7 +8,7 @@ use super::destinations::{PoolCore, Refusal};
 use super::requests::encode;
 use super::types::{DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
 use super::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendGuard, WorkRequestHandle};
+use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendError, PostSendGuard, WorkRequestHandle};
 use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcInitiator, DcStreamAddress};
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
@@ -91,9 +91,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         };
         // The batch's places, before the provider's calls (which the compiler cannot see into).
         let wr_ids = self.wr_ids.batch(grant.slot, grant.room);
-        let (ah, dct_number, dc_key) = grant.address;
+        let (ah, dct_number, dc_key, target_path_mtu) = grant.address;
         let initiator = &mut self.core.initiators[grant.initiator];
-        let max_inline_data = initiator.max_inline_data();
+        let (max_inline_data, path_mtu) = (initiator.max_inline_data(), initiator.path_mtu());
         let (qp_ex, entries, mlx5_qp_ex) = initiator.send_view();
         // SAFETY: the view is the initiator's own, alive while it is; the pool keeps `ah` alive
         // while the destination is (PostingInitiator's contract for a pool without a PD).
@@ -107,6 +107,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let mut inner = unsafe { PostSendGuard::<BatchAddressed<A>>::start(qp_ex, entries, address) };
         // As the DC initiator's own guard: longer inline data is its own error, not QueueFull.
         inner.set_max_inline_data(max_inline_data);
+        // A READ whose responses, at the target's MTU, would not reach the initiator is refused.
+        inner.set_path_mtus(PathMtus::known(path_mtu, target_path_mtu));
         Ok(DcPoolPostGuard {
             inner,
             batch: PoolBatch {
@@ -146,6 +148,25 @@ struct PoolBatch<'p, I: PoolInitiator> {
     /// Below [`MAX_INITIATORS`](super::requests::MAX_INITIATORS).
     initiator: u16,
     stream: u16,
+}
+
+impl<I: PoolInitiator> PoolBatch<'_, I> {
+    /// Ends the batch unposted, and gives back `err` with the caller's `wr_id` of the refused
+    /// request, where the guard named the provider-visible one the pool gave it.
+    #[cold]
+    #[inline(never)]
+    fn refused(self, mut err: PostSendError) -> PostSendError {
+        use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind as Kind;
+        if let Kind::OperationNotEnabled { index, wr_id, .. }
+        | Kind::InlineDataTooLong { index, wr_id, .. }
+        | Kind::ReadResponsesTooLarge { index, wr_id, .. } = &mut err.0
+        {
+            if let Some(callers) = self.wr_ids.get(*index) {
+                *wr_id = *callers;
+            }
+        }
+        err
+    }
 }
 
 impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
@@ -198,15 +219,18 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     }
 
     /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
-    /// [`PostSendGuard::post`].
+    /// [`PostSendGuard::post`]. A request refused before the provider is named by the `wr_id`
+    /// its caller gave.
     // inline(always): with #[inline] it is called, not inlined, and the pool rows of
     // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
     #[inline(always)]
     pub fn post(self) -> Result<(), PostSendError> {
         let Self { inner, batch } = self;
         let len = inner.batch_len();
-        // Refused: `batch` ends unposted.
-        inner.post()?;
+        if let Err(err) = inner.post() {
+            // Refused: `batch` ends unposted.
+            return Err(batch.refused(err));
+        }
         batch
             .core
             .commit(usize::from(batch.initiator), batch.destination, batch.stream, len);

@@ -367,6 +367,13 @@ pub enum PostToDestinationErrorKind {
     /// [`prepare`](super::DcInitiatorPool::prepare), before anything reaches the wire. Bring the
     /// pool's initiators up with the smallest path MTU of every destination
     /// ([`DcInitiatorBringUp::setup_destination_path_mtu`](sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp::setup_destination_path_mtu)).
+    ///
+    /// The other way round, a destination whose path MTU is larger than the initiators', is
+    /// taken: the initiators' packets fit it. But it answers READs at its own MTU, and a READ
+    /// longer than the initiators' MTU is refused when the batch is posted
+    /// ([`ReadResponsesTooLarge`](sideway_ext::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge),
+    /// a [`PostSendError`](sideway_ext::ibverbs::post_send_guard::PostSendError) naming the
+    /// caller's `wr_id`).
     #[error("the destination's path MTU is {destination:?}, the pool's initiators send {initiators:?}")]
     PathMtuTooSmall {
         /// The destination's path MTU.

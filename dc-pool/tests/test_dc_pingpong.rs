@@ -56,6 +56,7 @@ fn help_lists_every_option() {
         "-d, --ib-dev <IB_DEV>",
         "-i, --ib-port <IB_PORT>",
         "-g, --gid-idx <GID_IDX>",
+        "-m, --mtu <MTU>",
         "-s, --size <SIZE>",
         "-n, --iters <ITERS>",
         "--mode <MODE>",
@@ -107,6 +108,8 @@ fn bad_option_values_are_refused_by_name() {
         (&["--pool", "4", "--policy", "nope"][..], "--policy"),
         (&["--pool", "4", "--policy", "quota:0"][..], "--policy"),
         (&["--pool", "4", "--policy", "quota:many"][..], "--policy"),
+        (&["-m", "1500"][..], "--mtu"),
+        (&["-m", "9000"][..], "--mtu"),
         (&["--targets", "0"][..], "--targets"),
         (&["--targets", "100000"][..], "--targets"),
         // A policy without a pool, streams without the streams policy.

@@ -27,6 +27,7 @@
 //!   `create_dct`), `_sq_overhead`, `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`,
 //!   `mlx5_qp_fill_wr_pfns`, `mlx5dv_dci_stream_id_reset`, `mlx5_init_context`,
 //!   `_mlx5dv_query_device`; libibverbs `ibv_create_qp_ex`; rdma-core `tests/test_mlx5_dc.py`;
+//! - perftest `src/perftest_communication.c`: `check_mtu`;
 //! - the man pages mlx5dv_create_qp(3), mlx5dv_query_device(3) and mlx5dv_dci_stream_id_reset(3).
 //!
 //! # Example
@@ -49,6 +50,7 @@ use rdma_mummy_sys::{
     ibv_qp_create_send_ops_flags as ops, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_qp_init_attr,
     mlx5dv_qp_init_attr_mask,
 };
+use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::QueuePairState::{self, *};
 
 const fn bits(list: &[m]) -> i32 {
@@ -396,4 +398,28 @@ pub fn dci_errored_streams_move_it_to_error(errored_streams: usize, log_num_erro
 /// (the library's cached state).
 pub fn dci_stream_reset_is_ok(state: QueuePairState) -> bool {
     state == ReadyToSend
+}
+
+/// The payload bytes of a packet at `mtu`: `IBV_MTU_256` (1) to `IBV_MTU_4096` (5), 256 · 2^(n − 1)
+/// (libibverbs' `ibv_mtu` values, the InfiniBand path MTUs).
+pub fn mtu_bytes(mtu: Mtu) -> u32 {
+    256 << (mtu as u32 - 1)
+}
+
+/// Whether the responses of an RDMA READ of `read_length` bytes from a DC target reach the DC
+/// initiator that asked. Kernel `mlx5_ib_modify_dct` (qp.c) programs a DCT, at INIT → RTR, with
+/// the path MTU it was given there (`MLX5_SET(dctc, dctc, mtu, attr->path_mtu)`): one per DCT,
+/// whatever initiator reads from it, where a DCI has its own, set at its own INIT → RTR. The
+/// target sends a READ's data in response packets of up to its MTU; a DCI whose path takes
+/// smaller packets (a 1500-byte Ethernet port at `IBV_MTU_1024` reading from a 9000-byte one at
+/// `IBV_MTU_4096`) never gets them, and the READ ends in `IBV_WC_RETRY_EXC_ERR`. A READ of at
+/// most the DCI's path MTU is one response packet of its own length, which fits. perftest's
+/// `check_mtu` keeps both ends of every test at the smaller of their two MTUs, so it never meets
+/// the case. An atomic's response is one packet of 8 bytes, which every path MTU takes: atomics
+/// are not held to this rule. Read from the sources, not confirmed on a ConnectX for sideway-ext.
+pub fn dc_read_responses_reach_the_initiator(read_length: u64, dci_path_mtu: Mtu, dct_path_mtu: Mtu) -> bool {
+    let (dci, dct) = (mtu_bytes(dci_path_mtu), mtu_bytes(dct_path_mtu));
+    // Every response packet carries up to the target's MTU, the last one the rest.
+    let largest_response_packet = read_length.min(u64::from(dct));
+    largest_response_packet <= u64::from(dci)
 }

@@ -239,7 +239,9 @@ pub struct DcDestination<'g, O: Operation> {
 
 impl<'g, O: Operation> DcDestination<'g, O> {
     /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of
-    /// `address` (`mlx5dv_wr_set_dc_addr`); the address vector is copied at the data step.
+    /// `address` (`mlx5dv_wr_set_dc_addr`); the address vector is copied at the data step. It
+    /// carries no path MTU: a READ is not held to the target's (see the crate's "What is
+    /// refused").
     #[inline]
     pub fn setup_dc_addr<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64,

@@ -143,6 +143,16 @@ pub(crate) fn parse_policy(text: &str) -> Result<PoolPolicy, String> {
     }
 }
 
+/// `-m`: 256, 512, 1024, 2048 or 4096 (the InfiniBand path MTUs, as perftest's `-m` takes them).
+pub(crate) fn parse_mtu(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(bytes @ (256 | 512 | 1024 | 2048 | 4096)) => Ok(bytes),
+        _ => Err(format!(
+            "expected 256, 512, 1024, 2048 or 4096 (a path MTU, not the Ethernet one), not {text:?}"
+        )),
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "dc_pingpong",
@@ -162,6 +172,11 @@ pub(crate) struct Args {
     /// Local port GID index (required on RoCE: a RoCE v2 GID)
     #[arg(short = 'g', long)]
     pub(crate) gid_idx: Option<u8>,
+    /// Path MTU in bytes, 256 to 4096, of the server's DC targets and the client's DC initiators
+    /// (default: the port's active MTU; never above it). Give both sides the smaller of their
+    /// ports' where they differ, as perftest does: a DC target answers READs at its own MTU
+    #[arg(short = 'm', long, value_parser = parse_mtu)]
+    pub(crate) mtu: Option<u32>,
     /// Size of a message in bytes (default: 65536 with --bw, 64 otherwise)
     #[arg(short = 's', long, value_parser = clap::value_parser!(u32).range(1..=MAX_SIZE as i64))]
     pub(crate) size: Option<u32>,
@@ -249,6 +264,8 @@ pub(crate) struct TestParameters {
     pub(crate) bw: bool,
     pub(crate) targets: u32,
     pub(crate) pool: Option<PoolParameters>,
+    /// `-m` as given, in bytes (the default depends on each side's port).
+    pub(crate) mtu: Option<u32>,
 }
 
 impl TestParameters {
@@ -274,6 +291,7 @@ impl TestParameters {
                 policy: args.policy,
                 streams: args.streams,
             }),
+            mtu: args.mtu,
         }
     }
 

@@ -383,7 +383,7 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
                         format!("Couldn't create the DC initiator: {}", report(&e))
                     }
                 })?;
-            dci.bring_up(&DcInitiatorBringUp::new(port.number))
+            dci.bring_up(DcInitiatorBringUp::new(port.number).setup_path_mtu(port.mtu))
                 .map_err(|e| format!("Couldn't bring the DC initiator to RTS: {}", report(&e)))?;
             Initiators::Single(dci, cq)
         },
@@ -398,6 +398,7 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
             }
             // The pool's address handles are sent from the initiators' source GID: -g's.
             let mut bring_up = DcInitiatorBringUp::new(port.number);
+            bring_up.setup_path_mtu(port.mtu);
             if port.roce {
                 bring_up.setup_source_gid(SourceGid::Index(port.gid_index));
             }
@@ -464,6 +465,11 @@ pub(crate) fn run_client(args: &Args, parameters: &TestParameters, server: &str)
                     )
                     .into());
                 }
+            }
+            // What the targets' endpoints say of their MTU, against the initiators'.
+            let target_mtus: Vec<Option<Mtu>> = targets.iter().map(|target| target.endpoint.path_mtu()).collect();
+            if let Some(why) = path_mtu_mismatch(port.mtu, &target_mtus, parameters) {
+                return Err(why.into());
             }
             Remote { targets, slots, seed }
         },

@@ -191,6 +191,8 @@ pub(crate) struct Port {
     pub(crate) number: u8,
     pub(crate) lid: u16,
     pub(crate) roce: bool,
+    /// The path MTU both sides bring their DC queue pairs up with: `-m`, no larger than the
+    /// port's active MTU, or that.
     pub(crate) mtu: Mtu,
     /// The GID index given with -g (0 on InfiniBand without it).
     pub(crate) gid_index: u8,
@@ -205,6 +207,46 @@ pub(crate) fn mtu_bytes(mtu: Mtu) -> u32 {
         Mtu::Mtu2048 => 2048,
         Mtu::Mtu4096 => 4096,
     }
+}
+
+/// The path MTU of `bytes`, one of the five [`parse_mtu`] takes.
+pub(crate) fn mtu_of_bytes(bytes: u32) -> Option<Mtu> {
+    [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096]
+        .into_iter()
+        .find(|&mtu| mtu_bytes(mtu) == bytes)
+}
+
+/// Why this client's DC initiators, at path MTU `own`, cannot run `parameters`' test against
+/// targets whose endpoints announce `targets` (`None`: the server did not say); `None` when they
+/// can. Checked before any request, with the `-m` that fixes it:
+///
+/// - a target at a smaller MTU drops the larger packets the initiators send (a pool refuses such
+///   a destination, `PathMtuTooSmall`);
+/// - a target at a larger MTU answers a READ longer than `own` in packets the initiators' path
+///   drops (the post is refused, `ReadResponsesTooLarge`; `PathMtus::read_fits`).
+pub(crate) fn path_mtu_mismatch(own: Mtu, targets: &[Option<Mtu>], parameters: &TestParameters) -> Option<String> {
+    let (smallest, largest) = (targets.iter().flatten().min()?, targets.iter().flatten().max()?);
+    if *smallest < own {
+        return Some(format!(
+            "the server's DC targets take packets of at most {} bytes and this client's DC initiators send up to {}: \
+             give both sides -m {}",
+            mtu_bytes(*smallest),
+            mtu_bytes(own),
+            mtu_bytes(*smallest)
+        ));
+    }
+    let read = PathMtus::new(own, *largest);
+    if parameters.mode == Mode::Read && !read.read_fits(u64::from(parameters.size)) {
+        return Some(format!(
+            "the server's DC targets answer a {}-byte READ in packets of up to {} bytes, larger than this client's \
+             path MTU ({} bytes): give both sides -m {}",
+            parameters.size,
+            mtu_bytes(*largest),
+            mtu_bytes(own),
+            mtu_bytes(own)
+        ));
+    }
+    None
 }
 
 /// Opens the device of `-d` (or the first one) and checks that it is an mlx5 device before
@@ -262,11 +304,25 @@ pub(crate) fn query_local_port(ctx: &DeviceContext, name: &str, args: &Args) -> 
     if !roce && attr.lid() == 0 {
         return Err(format!("{name} port {number}: no LID (is the port up and the subnet manager running?)").into());
     }
+    let active = attr.active_mtu();
+    // perftest's `set_mtu`: no larger than the port's active MTU.
+    let mtu = match args.mtu.and_then(mtu_of_bytes) {
+        Some(asked) if asked > active => {
+            println!(
+                " -m {}: above {name} port {number}'s active MTU, {} bytes used",
+                mtu_bytes(asked),
+                mtu_bytes(active)
+            );
+            active
+        },
+        Some(asked) => asked,
+        None => active,
+    };
     Ok(Port {
         number,
         lid: attr.lid(),
         roce,
-        mtu: attr.active_mtu(),
+        mtu,
         gid_index,
         gid,
     })
@@ -322,4 +378,60 @@ pub(crate) fn no_dci_streams(name: &str) -> String {
         "{name}: the device has no DCI streams (ConnectX-6 Dx or newer has them): --policy streams cannot run here; \
          use dedicated, quota:<Q> or static"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parameters(mode: Mode, size: u32) -> TestParameters {
+        TestParameters {
+            mode,
+            size,
+            iters: 1,
+            bw: false,
+            targets: 2,
+            pool: None,
+            mtu: None,
+        }
+    }
+
+    #[test]
+    fn a_server_at_another_mtu_is_refused_with_the_m_that_fixes_it() {
+        let (small, large) = (Some(Mtu::Mtu1024), Some(Mtu::Mtu4096));
+        // Its targets take smaller packets than this client sends: whatever the operation.
+        let why = path_mtu_mismatch(Mtu::Mtu4096, &[large, small], &parameters(Mode::Write, 64)).expect("refused");
+        assert!(why.contains("at most 1024 bytes") && why.ends_with("-m 1024"), "{why}");
+        // They answer READs in larger packets than this client's path takes: a long READ only.
+        let why = path_mtu_mismatch(Mtu::Mtu1024, &[large], &parameters(Mode::Read, 65536)).expect("refused");
+        assert!(why.contains("up to 4096 bytes") && why.ends_with("-m 1024"), "{why}");
+        assert_eq!(
+            path_mtu_mismatch(Mtu::Mtu1024, &[large], &parameters(Mode::Read, 1024)),
+            None
+        );
+        assert_eq!(
+            path_mtu_mismatch(Mtu::Mtu1024, &[large], &parameters(Mode::Write, 65536)),
+            None
+        );
+        // Alike, or not said (an older server): nothing to refuse.
+        assert_eq!(
+            path_mtu_mismatch(Mtu::Mtu1024, &[small, small], &parameters(Mode::Read, 65536)),
+            None
+        );
+        assert_eq!(
+            path_mtu_mismatch(Mtu::Mtu1024, &[None], &parameters(Mode::Read, 65536)),
+            None
+        );
+    }
+
+    #[test]
+    fn m_takes_the_five_path_mtus_only() {
+        for bytes in [256, 512, 1024, 2048, 4096] {
+            assert_eq!(parse_mtu(&bytes.to_string()), Ok(bytes));
+            assert_eq!(mtu_of_bytes(bytes).map(mtu_bytes), Some(bytes));
+        }
+        for text in ["1500", "9000", "0", "mtu"] {
+            assert!(parse_mtu(text).is_err(), "{text}");
+        }
+    }
 }

@@ -70,8 +70,17 @@
 //! round-robin split (and, in send mode, against what each of its targets received).
 //!
 //! Both sides must be given the same `--mode`, `-s`, `-n`, `--bw`, `--targets`, `--pool`,
-//! `--policy` and `--streams` (the server refuses a client that differs). `-g` (the local GID
+//! `--policy`, `--streams` and `-m` (the server refuses a client that differs). `-g` (the local GID
 //! index) is required on RoCE: use a RoCE v2 GID.
+//!
+//! Path MTU: each side brings its DC queue pairs up with `-m` (perftest's; no larger than its
+//! port's active MTU), by default its port's active MTU, and the server's endpoints say their
+//! targets' MTU. The client reads it and stops before any request when the two differ so that
+//! the test cannot pass, naming the `-m` to give both sides: a target at a smaller MTU than the
+//! client's drops its larger packets; one at a larger MTU answers a READ longer than the
+//! client's MTU in packets the client's path drops (a DC target answers at its own MTU: kernel
+//! `mlx5_ib_modify_dct` programs the DCT with it). Between a 1500-byte and a 9000-byte Ethernet
+//! host, give both `-m 1024`.
 //!
 //! On a device that is not mlx5 (SoftRoCE's rxe, for one) both sides stop before any network
 //! traffic with "<device>: not an mlx5 device …". Exit status: 0 on success, 1 on any failure
@@ -106,6 +115,7 @@ use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventReader, AsyncEventType};
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::post_send_guard::PathMtus;
 use sideway_ext::ibverbs::shared_receive_queue::{
     PostReceiveStorage, SharedReceiveQueue, SharedReceiveQueueModification,
 };

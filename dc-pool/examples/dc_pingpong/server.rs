@@ -339,6 +339,8 @@ pub(crate) fn run_server(args: &Args, parameters: &TestParameters) -> Result<()>
         .build()
         .map_err(|e| format!("Couldn't create SRQ: {}", report(&e)))?;
     let mut bring_up = DcTargetBringUp::new(port.number);
+    // The MTU its endpoints announce, and answer READs with.
+    bring_up.setup_path_mtu(port.mtu);
     if port.roce || args.gid_idx.is_some() {
         bring_up.setup_src_gid_index(port.gid_index);
     }
@@ -435,7 +437,7 @@ pub(crate) fn run_server(args: &Args, parameters: &TestParameters) -> Result<()>
     if hello.parameters != *parameters {
         let reason = format!(
             "the client's parameters {:?} differ from the server's {:?}: give both the same --mode, -s, -n, --bw, \
-             --targets, --pool, --policy and --streams",
+             --targets, --pool, --policy, --streams and -m",
             hello.parameters, parameters
         );
         let _ = channel.send(&ServerMessage::Refused { reason: reason.clone() });

@@ -1,6 +1,8 @@
 //! [`PostSendError`]: why a batch was not posted (none of it was).
 use std::io;
 
+use sideway::ibverbs::device_context::Mtu;
+
 /// Error returned by [`PostSendGuard::post`](super::PostSendGuard::post). `ibv_wr_complete` posts
 /// a batch whole or not at all: on error none of its [`batch_len`](Self::batch_len) requests was
 /// posted.
@@ -60,6 +62,34 @@ pub enum PostSendErrorKind {
         /// Requests in the batch.
         batch_len: usize,
     },
+    /// An RDMA READ longer than the queue pair's path MTU, to a responder whose path MTU is
+    /// larger: the responder sends the data in packets of up to its own path MTU, which this
+    /// side's path drops, and the READ would end in `IBV_WC_RETRY_EXC_ERR` after the transport's
+    /// retries (see [`PathMtus::read_fits`](super::PathMtus::read_fits)). Checked where both
+    /// are known: a DC initiator reading from a DC target whose
+    /// [endpoint](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu) said its MTU. It never
+    /// reached the provider; the batch was aborted, so none of its requests was posted. Read at
+    /// most `path_mtu`'s bytes per request, or bring both ends up with one path MTU.
+    #[error(
+        "request {index} (wr_id {wr_id}) reads {length} bytes from a responder whose path MTU is {} bytes, \
+         larger than this queue pair's {}: its responses would come in packets this side's path drops",
+        super::mtu_bytes(*responder_path_mtu),
+        super::mtu_bytes(*path_mtu)
+    )]
+    ReadResponsesTooLarge {
+        /// Index in the batch of the first such request.
+        index: usize,
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// The READ's length (its scatter/gather entries together).
+        length: u64,
+        /// The queue pair's path MTU: the longest READ the batch may carry to this responder.
+        path_mtu: Mtu,
+        /// The responder's path MTU, larger.
+        responder_path_mtu: Mtu,
+        /// Requests in the batch.
+        batch_len: usize,
+    },
     /// The send queue is full (ENOMEM); on a queue pair whose granted inline size this crate
     /// does not know, also inline data over it.
     #[error("the send queue has no room for the batch of {batch_len}")]
@@ -84,6 +114,7 @@ impl PostSendErrorKind {
         match self {
             Self::OperationNotEnabled { batch_len, .. }
             | Self::InlineDataTooLong { batch_len, .. }
+            | Self::ReadResponsesTooLarge { batch_len, .. }
             | Self::InvalidWorkRequest { batch_len, .. }
             | Self::QueueFull { batch_len, .. }
             | Self::Ibverbs { batch_len, .. } => *batch_len,

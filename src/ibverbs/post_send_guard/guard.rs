@@ -7,7 +7,7 @@ use rdma_mummy_sys::{ibv_qp_ex, ibv_wr_abort, ibv_wr_complete, ibv_wr_start};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::error::complete_error;
-use super::{PostSendError, PostSendErrorKind, ProviderEntries, Transport, WorkRequestHandle};
+use super::{PathMtus, PostSendError, PostSendErrorKind, ProviderEntries, Transport, WorkRequestHandle};
 
 /// The state of a batch that its requests update: the queue pair, its entries, the count
 /// (opaque: reached only through a [`PostSendGuard`]).
@@ -20,6 +20,13 @@ pub struct Batch {
     refused: Option<Refused>,
     /// The queue pair's granted inline size (`u32::MAX` where it is not known here).
     pub(super) max_inline_data: u32,
+    /// The path MTUs an RDMA READ is held to, when known: the batch's two ends', for a batch to
+    /// one responder ([`PostSendGuard::set_path_mtus`]); or, on a transport whose requests are
+    /// addressed one by one, the last READ's own, set at its address step.
+    pub(super) path_mtus: Option<PathMtus>,
+    /// The path MTUs of the first refused request, when it is an RDMA READ refused for them
+    /// (its refusal is then [`Refusal::DataTooLong`] with the READ's length).
+    refused_path_mtus: Option<PathMtus>,
 }
 
 /// The first request of a batch that was refused before reaching the provider.
@@ -35,8 +42,11 @@ struct Refused {
 enum Refusal {
     /// It needed this entry, which the queue pair lacks.
     Entry(&'static str),
-    /// Its inline data has this length, over the granted size.
-    InlineDataTooLong(usize),
+    /// Its data has this length: inline data over the granted size, or, where the batch has
+    /// `refused_path_mtus`, an RDMA READ whose responses the requester's path would drop. One
+    /// variant for both keeps `Refused` as small and `post` as short as with two variants,
+    /// which the post path's instruction counts are sensitive to (`scripts/bench`).
+    DataTooLong(usize),
 }
 
 impl Batch {
@@ -58,10 +68,42 @@ impl Batch {
             self.refused = Some(Refused {
                 index: self.len,
                 wr_id,
-                reason: Refusal::InlineDataTooLong(length),
+                reason: Refusal::DataTooLong(length),
             });
         }
         self.len += 1;
+    }
+}
+
+impl Batch {
+    /// Records an RDMA READ of `length` bytes whose responses, at the responder's path MTU, are
+    /// larger than the requester's path takes.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse_read(&mut self, wr_id: u64, length: u64, path_mtus: PathMtus) {
+        if self.refused.is_none() {
+            self.refused = Some(Refused {
+                index: self.len,
+                wr_id,
+                reason: Refusal::DataTooLong(usize::try_from(length).unwrap_or(usize::MAX)),
+            });
+            self.refused_path_mtus = Some(path_mtus);
+        }
+        self.len += 1;
+    }
+}
+
+/// The error of a READ refused for its responses (out of the post's path: refusals are rare).
+#[cold]
+#[inline(never)]
+fn read_refused(index: usize, wr_id: u64, length: usize, path_mtus: PathMtus, batch_len: usize) -> PostSendErrorKind {
+    PostSendErrorKind::ReadResponsesTooLarge {
+        index,
+        wr_id,
+        length: length as u64,
+        path_mtu: path_mtus.requester(),
+        responder_path_mtu: path_mtus.responder(),
+        batch_len,
     }
 }
 
@@ -120,6 +162,8 @@ impl<T: Transport> PostSendGuard<'_, T> {
                 len: 0,
                 refused: None,
                 max_inline_data: u32::MAX,
+                path_mtus: None,
+                refused_path_mtus: None,
             },
             context,
             _qp: PhantomData,
@@ -148,6 +192,20 @@ impl<T: Transport> PostSendGuard<'_, T> {
         self.batch.max_inline_data = max_inline_data;
     }
 
+    /// The path MTUs of the batch's two ends, for a guard whose requests all go to one
+    /// responder (a DC batch to one address,
+    /// [`BatchAddressed`](crate::mlx5::dc::initiator::BatchAddressed)): this queue pair's and the
+    /// responder's, when both are known ([`PathMtus::known`]). An RDMA READ of the batch whose
+    /// responses would not reach this queue pair is then refused before the provider
+    /// ([`ReadResponsesTooLarge`](PostSendErrorKind::ReadResponsesTooLarge),
+    /// [`PathMtus::read_fits`]); by default the guard does not know them and refuses nothing
+    /// for them. (A DC request addressed one by one takes them from its initiator and its
+    /// route.)
+    #[inline]
+    pub fn set_path_mtus(&mut self, path_mtus: Option<PathMtus>) {
+        self.batch.path_mtus = path_mtus;
+    }
+
     /// How many requests the batch holds (those that reached their data step).
     #[inline]
     pub fn batch_len(&self) -> usize {
@@ -162,7 +220,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
         let batch_len = self.batch.len;
         let qp = self.batch.qp_ex.as_ptr();
         if let Some(refused) = self.batch.refused {
-            let max_inline_data = self.batch.max_inline_data;
+            let (max_inline_data, refused_path_mtus) = (self.batch.max_inline_data, self.batch.refused_path_mtus);
             // Dropping the guard aborts the batch.
             drop(self);
             let Refused { index, wr_id, reason } = refused;
@@ -173,12 +231,15 @@ impl<T: Transport> PostSendGuard<'_, T> {
                     entry,
                     batch_len,
                 },
-                Refusal::InlineDataTooLong(length) => PostSendErrorKind::InlineDataTooLong {
-                    index,
-                    wr_id,
-                    length,
-                    max_inline_data,
-                    batch_len,
+                Refusal::DataTooLong(length) => match refused_path_mtus {
+                    None => PostSendErrorKind::InlineDataTooLong {
+                        index,
+                        wr_id,
+                        length,
+                        max_inline_data,
+                        batch_len,
+                    },
+                    Some(path_mtus) => read_refused(index, wr_id, length, path_mtus, batch_len),
                 },
             }
             .into());

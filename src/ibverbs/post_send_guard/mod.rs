@@ -42,7 +42,8 @@
 // transports (transport: the trait, RC; unreliable_datagram: UD and its destination step), the
 // data step that makes a request's C calls (data), the provider entries the guard checks
 // (provider_entries), the errors (error), the operation types (operation), one-request posts on
-// a raw queue pair (one_request); for the unit tests, a
+// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus); for the
+// unit tests, a
 // provider table that records its calls (recording) and a transport of another module's
 // (external_transport).
 mod data;
@@ -52,6 +53,7 @@ mod external_transport;
 mod guard;
 mod one_request;
 pub mod operation;
+mod path_mtus;
 mod provider_entries;
 #[cfg(test)]
 pub(crate) mod recording;
@@ -62,6 +64,8 @@ mod unreliable_datagram;
 pub use data::LocalBufferHandle;
 pub use error::{PostSendError, PostSendErrorKind};
 pub use guard::{Batch, PostSendGuard};
+pub(crate) use path_mtus::mtu_bytes;
+pub use path_mtus::PathMtus;
 pub(crate) use provider_entries::entry;
 pub use provider_entries::{MissingProviderEntry, ProviderEntries};
 pub use request::{PendingRequest, WorkRequestHandle};

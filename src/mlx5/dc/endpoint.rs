@@ -5,6 +5,14 @@
 //! [`DcEndpoint::create_ah`], once per destination, and names that handle, the DCT number and
 //! the DC key in every work request ([`mlx5dv_wr_set_dc_addr`]).
 //!
+//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]), for the fleet rule:
+//! every DC initiator and target brought up with one path MTU, the smallest of their ports'
+//! (see [the DC module](super#across-nodes)). An initiator sends at its own MTU and a target
+//! answers READs at its own: where they differ, the larger packets are dropped. With it, a pool
+//! refuses a destination whose MTU is below its initiators', and an RDMA READ longer than the
+//! initiator's MTU from a target whose MTU is larger is refused before the provider (the
+//! address handle [`DcEndpoint::create_ah`] makes carries the MTU to the post).
+//!
 //! The address follows the link layer: on RoCE (Ethernet) it must be global (a GRH with the
 //! destination GID), on InfiniBand a non-global address (the destination LID) is enough within
 //! the subnet. Both ends must be on the same link layer: [`DcEndpoint::create_ah`] checks the
@@ -59,7 +67,6 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::address_handle::{port_addressing, AddressHandle, CreateAddressHandleError, PortAddressing};
-use crate::ibverbs::extension::ProtectionDomainExt;
 
 /// The largest DCT number: queue pair numbers are 24 bits.
 pub const MAX_DCT_NUMBER: u32 = 0xff_ffff;
@@ -157,6 +164,11 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 /// a boolean named like the getters, the path MTU (when known) as its bytes (`4096`), absent
 /// when unknown. Deserializing validates like [`new`](Self::new): a DCT number above 24 bits or
 /// an MTU that is not one of the five is a serde error, never an invalid value.
+///
+/// The format grows by optional fields, read by every version: a field this version does not
+/// know (one a later version added) is skipped, not refused, and a field a later version added
+/// is absent from an older peer's endpoint and means "unknown" (the path MTU: then nothing is
+/// refused for it). So peers of different versions read each other's endpoints.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
@@ -217,13 +229,22 @@ impl DcEndpoint {
         })
     }
 
-    /// The target's path MTU: the largest packets its port takes
+    /// The target's path MTU: the largest packets its port takes, and those it answers READs with
     /// ([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up
-    /// with). A DC initiator must send no larger ones: on nodes at 1500 and 9000 bytes of
-    /// Ethernet MTU, 4096-byte packets to the 1500 node are dropped and end in `RETRY_EXC`.
-    /// [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)
-    /// takes it into account, and a pool refuses a destination whose MTU is below its
-    /// initiators'.
+    /// with, which the kernel programs the DCT with: `mlx5_ib_modify_dct`, `dctc.mtu`). On nodes
+    /// at 1500 and 9000 bytes of Ethernet MTU (1024 and 4096 of path MTU) both ways fail, with
+    /// `RETRY_EXC`:
+    ///
+    /// - a DC initiator must send no larger packets:
+    ///   [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)
+    ///   takes it into account, and a pool refuses a destination whose MTU is below its
+    ///   initiators';
+    /// - the target answers an RDMA READ in packets of up to this MTU: a READ longer than the
+    ///   initiator's MTU, from a target whose MTU is larger, is refused at post
+    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)),
+    ///   through the address handle [`create_ah`](Self::create_ah) makes, which carries it.
+    ///
+    /// Unset (an older peer's endpoint), the MTU is unknown and nothing is refused for it.
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
@@ -300,7 +321,8 @@ impl DcEndpoint {
     /// InfiniBand port that requires a GRH, `IBV_QPF_GRH_REQUIRED`, where the kernel refuses any
     /// other), after checking with `ibv_query_port` that the port is on the endpoint's link
     /// layer. Cache the handle: one per destination, kept alive until the requests that use it
-    /// have completed.
+    /// have completed. The handle carries the endpoint's [`path_mtu`](Self::path_mtu)
+    /// ([`AddressHandle::destination_path_mtu`]), which a DC initiator holds its READs to.
     ///
     /// # Errors
     ///
@@ -325,8 +347,8 @@ impl DcEndpoint {
         let addressing = port_addressing(pd, port).map_err(CreateDcAddressHandleErrorKind::from)?;
         let mut attr = self.address_from(port, addressing, src_gid_index)?;
         class.apply_to(&mut attr);
-        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;
-        Ok(ah)
+        let ah = AddressHandle::new(pd, &attr).map_err(CreateDcAddressHandleErrorKind::from)?;
+        Ok(Arc::new(ah.with_destination_path_mtu(self.path_mtu)))
     }
 
     /// The address [`create_ah`](Self::create_ah) makes from local `port`, whose addresses are
@@ -358,7 +380,9 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         /// The serialized fields, not yet validated.
         #[derive(serde::Deserialize)]
-        #[serde(rename = "DcEndpoint", deny_unknown_fields)]
+        // Unknown fields are skipped, not refused: a field a later version adds (as `path_mtu`
+        // was) must not break every older peer that reads the endpoint.
+        #[serde(rename = "DcEndpoint")]
         struct Unchecked {
             lid: u16,
             #[serde(with = "crate::ibverbs::gid_as_ipv6")]
@@ -605,6 +629,31 @@ mod serde_tests {
     }
 
     #[test]
+    fn an_endpoint_from_a_later_version_with_fields_this_one_does_not_know_parses() {
+        // A later version's endpoint: a field this one has never heard of, of any type, before
+        // and after the known ones; what this version knows is kept, the rest is skipped.
+        let later = r#"{"version":3,"lid":5,"gid":"::ffff:192.0.2.7","dct_number":7,"dc_key":9,
+            "is_roce":true,"path_mtu":2048,"traffic_class":{"dscp":26},"extra":[1,"two",null]}"#;
+        let endpoint = serde_json::from_str::<DcEndpoint>(later).expect("unknown fields are skipped");
+        let mut expected = DcEndpoint::new(
+            5,
+            Gid::from(Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207])),
+            7,
+            9,
+            true,
+        )
+        .unwrap();
+        expected.setup_path_mtu(Mtu::Mtu2048);
+        assert_eq!(endpoint, expected);
+        // What this version writes back has only its own fields.
+        let json = serde_json::to_string(&endpoint).unwrap();
+        assert!(!json.contains("extra") && !json.contains("version"), "{json}");
+        // An unknown field does not excuse a known one's value: still validated.
+        let bad = r#"{"extra":1,"lid":0,"gid":"::1","dct_number":16777216,"dc_key":0,"is_roce":true}"#;
+        assert!(serde_json::from_str::<DcEndpoint>(bad).is_err());
+    }
+
+    #[test]
     fn deserializing_rejects_a_dct_number_above_24_bits() {
         let json = r#"{"lid":0,"gid":"::1","dct_number":16777216,"dc_key":0,"is_roce":true}"#;
         let err = serde_json::from_str::<DcEndpoint>(json).unwrap_err();
@@ -618,7 +667,6 @@ mod serde_tests {
             r#"{"lid":0,"gid":"192.0.2.7","dct_number":1,"dc_key":0,"is_roce":true}"#,
             r#"{"lid":0,"gid":"::1","dct_number":1,"dc_key":0}"#,
             r#"{"lid":70000,"gid":"::1","dct_number":1,"dc_key":0,"is_roce":true}"#,
-            r#"{"lid":0,"gid":"::1","dct_number":1,"dc_key":0,"is_roce":true,"extra":1}"#,
         ] {
             assert!(serde_json::from_str::<DcEndpoint>(json).is_err(), "accepted {json}");
         }

@@ -48,10 +48,34 @@
 //!   have no IP header and no router forwards them. A DC target's `endpoint()` announces the GID
 //!   it answers from; a DC initiator's address handles use its
 //!   [`source_gid`](initiator::DcInitiator::source_gid) index.
-//! - **MTU.** A DC initiator sends with one path MTU whatever the destination: bring it up with
-//!   the smallest of its destinations' (`setup_destination_path_mtu` with their endpoints'
-//!   `path_mtu`), or packets larger than a 1500-byte node's port are dropped and end in
-//!   `RETRY_EXC`. A pool refuses such a destination (`PathMtuTooSmall`).
+//! - **MTU: one for the fleet.** Each end of a DC exchange sends at its own path MTU, set at its
+//!   own INIT → RTR, and nothing negotiates them (perftest's `check_mtu` brings both ends of a
+//!   test down to the smaller of their two; a DC program must do the same). Bring every DC
+//!   initiator and target up with the smallest path MTU of the nodes they talk to (a 1500-byte
+//!   Ethernet port is 1024, a 9000-byte one 4096). Both ways fail otherwise, with `RETRY_EXC`
+//!   after the transport's retries (a pool then reports the destination unreachable):
+//!   - a DC initiator sends every request at its path MTU, whatever the destination: a target
+//!     whose port takes less drops the larger packets. Bring initiators up with the smallest of
+//!     their destinations' (`setup_destination_path_mtu` with their endpoints' `path_mtu`); a pool
+//!     refuses such a destination (`PathMtuTooSmall`);
+//!   - a DC target answers an RDMA READ at *its* path MTU: the kernel programs a DCT with the
+//!     path MTU of its INIT → RTR (`mlx5_ib_modify_dct` sets `dctc.mtu`), whatever initiator
+//!     reads. An initiator at a smaller MTU drops the responses of a READ longer than its own
+//!     MTU. Such a READ is refused before the provider
+//!     (`PostSendErrorKind::ReadResponsesTooLarge`), by a DC initiator, a pool, and a batch to
+//!     one address whose guard was given both (`set_path_mtus`), where both are known: the initiator's
+//!     once brought up, the target's from its endpoint (which `DcTarget::endpoint` fills and
+//!     `DcEndpoint::create_ah` carries into the address handle). A READ of at most the
+//!     initiator's MTU is one response packet and passes; atomics are never refused (their
+//!     response is one 8-byte packet). Bring targets up with the fleet's MTU
+//!     (`DcTargetBringUp::setup_path_mtu`).
+//!
+//!   An endpoint that does not say its MTU (from an older peer), a handle made from an attribute
+//!   alone, or a raw address leaves the target's MTU unknown, and nothing is refused for it:
+//!   the fleet rule is then the program's to keep (as it is for sideway-ext-dc-direct's own
+//!   requests, whose address vectors carry no MTU). This is what the kernel's and perftest's
+//!   sources say (`mlx5_ib_modify_dct`; perftest's `check_mtu`); no ConnectX has confirmed it
+//!   for sideway-ext.
 //! - **Port.** A port that is not active, or an InfiniBand port without a LID, is refused before
 //!   any transition (`PortNotReady`).
 //!

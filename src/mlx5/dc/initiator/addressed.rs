@@ -39,12 +39,15 @@ impl DcAddressing for DcStreamAddress {
 /// The DC transport of a batch to one destination: the guard's context is the address `A`, which
 /// every request gets right after its operation (`construct_wr` → operation → data). A guard of
 /// it is [`start`](crate::ibverbs::post_send_guard::PostSendGuard::start)ed on a DC initiator's
-/// [`send_views`](super::DcInitiator::send_views):
+/// [`send_views`](super::DcInitiator::send_views). An RDMA READ whose responses would not reach
+/// the initiator is refused where the guard knows both ends' path MTUs
+/// ([`set_path_mtus`](crate::ibverbs::post_send_guard::PostSendGuard::set_path_mtus), as a pool
+/// of initiators sets them):
 ///
 /// ```no_run
 /// use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 /// use sideway_ext::ibverbs::address_handle::AddressHandle;
-/// use sideway_ext::ibverbs::post_send_guard::PostSendGuard;
+/// use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard};
 /// use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcInitiator};
 ///
 /// fn send_all(dci: &mut DcInitiator, ah: &AddressHandle, dct_number: u32, dc_key: u64)
@@ -56,6 +59,7 @@ impl DcAddressing for DcStreamAddress {
 ///     // SAFETY: `dci` is borrowed mutably for as long as the guard lives; `entries` are its own.
 ///     let mut guard = unsafe { PostSendGuard::<BatchAddressed<DcAddress>>::start(qp_ex, entries, address) };
 ///     guard.set_max_inline_data(max_inline_data);
+///     guard.set_path_mtus(PathMtus::known(dci.path_mtu(), ah.destination_path_mtu()));
 ///     for wr_id in 0..4 {
 ///         guard.construct_wr(wr_id, WorkRequestFlags::Signaled).setup_send().setup_inline_data(b"hi");
 ///     }

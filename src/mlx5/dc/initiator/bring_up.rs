@@ -179,6 +179,13 @@ impl DcInitiatorBringUp {
     /// destination: bring-up takes the smaller of this and its own
     /// ([`setup_path_mtu`](Self::setup_path_mtu) or the port's), so that no packet is larger
     /// than a destination's port takes (dropped there, the requests end in `RETRY_EXC`).
+    ///
+    /// The other way does not follow from it: a target at a larger MTU answers READs in packets
+    /// of its own MTU, which this initiator's path drops; such a READ (longer than this
+    /// initiator's MTU) is refused at post
+    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)).
+    /// The target must be brought up with the smaller MTU
+    /// ([`DcTargetBringUp::setup_path_mtu`](crate::mlx5::dc::target::DcTargetBringUp::setup_path_mtu)).
     pub fn setup_destination_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.destination_path_mtu = Some(path_mtu);
         self

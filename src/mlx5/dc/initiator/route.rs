@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::mlx5dv_qp_ex;
+use sideway::ibverbs::device_context::Mtu;
 
 use super::{DcAddress, DcStreamAddress};
 #[cfg(doc)]
@@ -39,6 +40,14 @@ pub trait DcRoute {
     fn stream_address(
         &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> Self::StreamAddress;
+
+    /// The path MTU of the target this route reaches, when known: an RDMA READ whose responses
+    /// (at that MTU) would not reach the DC initiator is refused
+    /// ([`DcDestination::setup_dc_addr`]). By default unknown, and nothing is refused for it.
+    #[inline]
+    fn destination_path_mtu(&self) -> Option<Mtu> {
+        None
+    }
 }
 
 impl DcRoute for AddressHandle {
@@ -58,6 +67,13 @@ impl DcRoute for AddressHandle {
     ) -> DcStreamAddress {
         DcStreamAddress::new(self.address(mlx5_qp_ex, dct_number, dc_key), stream_id)
     }
+
+    /// What [`DcEndpoint::create_ah`](crate::mlx5::dc::endpoint::DcEndpoint::create_ah) took
+    /// from its endpoint ([`AddressHandle::destination_path_mtu`]).
+    #[inline]
+    fn destination_path_mtu(&self) -> Option<Mtu> {
+        AddressHandle::destination_path_mtu(self)
+    }
 }
 
 impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
@@ -74,6 +90,11 @@ impl<R: DcRoute + ?Sized> DcRoute for Arc<R> {
         &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> R::StreamAddress {
         R::stream_address(self, mlx5_qp_ex, dct_number, dc_key, stream_id)
+    }
+
+    #[inline]
+    fn destination_path_mtu(&self) -> Option<Mtu> {
+        R::destination_path_mtu(self)
     }
 }
 

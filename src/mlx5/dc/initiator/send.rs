@@ -80,9 +80,14 @@ impl DcInitiator {
     #[inline]
     pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
         let (qp_ex, entries) = self.send_view;
+        // Its mlx5 view, and the path MTU its READs are held to.
+        let context = DcContext {
+            view: self.mlx5_qp_ex,
+            path_mtu: self.path_mtu(),
+        };
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation; the context is its mlx5 view.
-        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcContext(self.mlx5_qp_ex)) };
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, context) };
         guard.set_max_inline_data(self.granted.max_inline_data);
         guard
     }

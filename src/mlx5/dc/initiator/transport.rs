@@ -6,34 +6,51 @@ use std::io::IoSlice;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, ibv_sge, mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr, mlx5dv_wr_set_dc_addr_stream};
+use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 
 use super::{dc_entries, DcRoute, SET_DC_ADDR, SET_DC_ADDR_STREAM};
 #[allow(unused_imports)] // for the docs' links
 use crate::ibverbs::post_send_guard::PostSendGuard;
 use crate::ibverbs::post_send_guard::{
-    sealed, Destination, LocalBufferHandle, Operation, PendingRequest, RemoteMemoryAccess, Transport,
+    entry, sealed, Destination, LocalBufferHandle, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,
 };
 
 /// The DC transport, as posted by a [`DcInitiator`](super::DcInitiator): every request names its destination.
 #[derive(Debug)]
 pub enum DynamicallyConnected {}
 
-/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.
+/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view, and the path MTU
+/// it was brought up with, when known (an RDMA READ to a target whose path MTU is larger is then
+/// refused where it would not fit: see [`DcDestination::setup_dc_addr`]).
 #[derive(Debug, Clone, Copy)]
-pub struct DcContext(pub(super) NonNull<mlx5dv_qp_ex>);
+pub struct DcContext {
+    pub(super) view: NonNull<mlx5dv_qp_ex>,
+    pub(super) path_mtu: Option<Mtu>,
+}
 
 impl DcContext {
     /// The context of a DC initiator's mlx5 view, for a guard started with
     /// [`PostSendGuard::start`] on a DC initiator this crate did not create (or on a provider
-    /// table of one's own).
+    /// table of one's own); its path MTU is not known (see [`with_path_mtu`](Self::with_path_mtu)).
     ///
     /// # Safety
     ///
     /// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex` for as long as guards use the
     /// context.
     pub unsafe fn from_raw(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Self {
-        Self(mlx5_qp_ex)
+        Self {
+            view: mlx5_qp_ex,
+            path_mtu: None,
+        }
+    }
+
+    /// The same context, of a DC initiator brought up with `path_mtu` (its INIT → RTR's): an
+    /// RDMA READ longer than it, to a target whose path MTU is larger, is refused
+    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)).
+    #[inline]
+    pub fn with_path_mtu(self, path_mtu: Option<Mtu>) -> Self {
+        Self { path_mtu, ..self }
     }
 
     /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
@@ -45,7 +62,7 @@ impl DcContext {
     pub unsafe fn entries(
         self, ibv_entries: crate::ibverbs::post_send_guard::ProviderEntries, streams: bool,
     ) -> Result<crate::ibverbs::post_send_guard::ProviderEntries, &'static str> {
-        Ok(ibv_entries.with(dc_entries(self.0, streams)?))
+        Ok(ibv_entries.with(dc_entries(self.view, streams)?))
     }
 }
 
@@ -74,6 +91,17 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of `ah`
     /// (`mlx5dv_wr_set_dc_addr`).
     ///
+    /// An RDMA READ is refused before the provider
+    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge))
+    /// where its responses would not reach this DC initiator: when it is longer than the
+    /// initiator's path MTU and the target's is larger (the target answers in packets of its own
+    /// path MTU). Both must be known: the initiator's once brought up
+    /// ([`DcInitiator::path_mtu`](super::DcInitiator::path_mtu)), the target's from the route
+    /// ([`DcRoute::destination_path_mtu`]: an address handle from a
+    /// [`DcEndpoint`](crate::mlx5::dc::endpoint::DcEndpoint) whose peer said it); otherwise
+    /// nothing is refused for it. One comparison of two values known before the request, for a
+    /// READ only.
+    ///
     /// libmlx5 copies the address handle's address vector into the request when this is called
     /// (`mlx5_send_wr_set_dc_addr` in `qp.c`): the handle must outlive this call, not the
     /// request's completion. The borrow here lasts as long as the batch's guard, which is longer
@@ -87,7 +115,12 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     pub fn setup_dc_addr<R: DcRoute + ?Sized>(
         self, ah: &'g R, dct_number: u32, dc_key: u64,
     ) -> LocalBufferHandle<'g, O, R::Address> {
-        LocalBufferHandle::new(self.request, ah.address(self.context.0, dct_number, dc_key))
+        let path_mtus = self.read_path_mtus(ah);
+        LocalBufferHandle::between(
+            self.request,
+            ah.address(self.context.view, dct_number, dc_key),
+            path_mtus,
+        )
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
@@ -97,12 +130,14 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     pub fn setup_dc_addr_stream<R: DcRoute + ?Sized>(
         self, ah: &'g R, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> LocalBufferHandle<'g, O, R::StreamAddress> {
-        let address = ah.stream_address(self.context.0, dct_number, dc_key, stream_id);
-        LocalBufferHandle::new(self.request, address)
+        let path_mtus = self.read_path_mtus(ah);
+        let address = ah.stream_address(self.context.view, dct_number, dc_key, stream_id);
+        LocalBufferHandle::between(self.request, address, path_mtus)
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: one created outside
-    /// this crate (`ibv_create_ah`), or whatever a provider table of one's own accepts.
+    /// this crate (`ibv_create_ah`), or whatever a provider table of one's own accepts. A raw
+    /// handle says nothing of its target's path MTU: no READ is refused for it.
     ///
     /// # Safety
     ///
@@ -116,12 +151,22 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         self.address(ah, dct_number, dc_key)
     }
 
+    /// The path MTUs a READ over `route` is held to: this initiator's and the route's target's,
+    /// when both are known; for any other operation, nothing to read.
+    #[inline]
+    fn read_path_mtus<R: DcRoute + ?Sized>(&self, route: &R) -> Option<PathMtus> {
+        if O::ENTRY != entry::RDMA_READ {
+            return None;
+        }
+        PathMtus::known(self.context.path_mtu, route.destination_path_mtu())
+    }
+
     #[inline]
     fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
         // SAFETY: the view is the guard's own; `ah` is the caller's promise (setup_dc_addr_raw).
-        LocalBufferHandle::new(self.request, unsafe {
-            DcAddress::new(self.context.0, ah, dct_number, dc_key)
-        })
+        let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
+        // A raw handle says nothing of its target's MTU.
+        LocalBufferHandle::between(self.request, address, None)
     }
 
     #[cfg(test)]
@@ -129,8 +174,8 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
         // SAFETY: as in `address` (the tests' recording tables take any pointer).
-        let address = unsafe { DcAddress::new(self.context.0, ah, dct_number, dc_key) };
-        LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })
+        let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
+        LocalBufferHandle::between(self.request, DcStreamAddress { address, stream_id }, None)
     }
 }
 
@@ -302,11 +347,19 @@ mod tests {
     use crate::ibverbs::post_send_guard::recording::take_calls;
     use crate::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
     use crate::mlx5::dc::initiator::recording::recording_dci;
+    use crate::mlx5::dc::initiator::DcRoute;
     use crate::mlx5::dc::initiator::DC_SEND_OPERATIONS;
     use sideway::ibverbs::queue_pair::SendOperationFlags;
 
     fn start(
         qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool,
+    ) -> PostSendGuard<'static, DynamicallyConnected> {
+        start_with_path_mtu(qp, mlx5, granted, streams, None)
+    }
+
+    /// As `start`, on a DC initiator brought up with `path_mtu`.
+    fn start_with_path_mtu(
+        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool, path_mtu: Option<Mtu>,
     ) -> PostSendGuard<'static, DynamicallyConnected> {
         let (qp, mlx5) = (NonNull::from(qp), NonNull::from(mlx5));
         // SAFETY: the tables are live (boxes the tests keep until after the guard).
@@ -315,7 +368,7 @@ mod tests {
         let dc = unsafe { dc_entries(mlx5, streams) }.expect("recording mlx5 entries");
         // SAFETY: the tables outlive the guard and nothing else uses them meanwhile; the
         // context is their mlx5 view.
-        unsafe { PostSendGuard::start(qp, entries.with(dc), DcContext(mlx5)) }
+        unsafe { PostSendGuard::start(qp, entries.with(dc), DcContext::from_raw(mlx5).with_path_mtu(path_mtu)) }
     }
 
     /// A fake address handle: the recorder only prints its address.
@@ -403,6 +456,153 @@ mod tests {
             PostSendErrorKind::InlineDataTooLong { length: 5, .. }
         ));
         assert_eq!(take_calls(), ["start", "abort"]);
+    }
+
+    /// A route to a target whose path MTU is known (or not), as the address handle a
+    /// `DcEndpoint` makes says it.
+    struct RouteTo(Option<Mtu>);
+
+    impl DcRoute for RouteTo {
+        type Address = DcAddress;
+        type StreamAddress = DcStreamAddress;
+
+        fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> DcAddress {
+            // SAFETY: the recorders only print the handle's address.
+            unsafe { DcAddress::new(mlx5_qp_ex, fake_ah(), dct_number, dc_key) }
+        }
+
+        fn stream_address(
+            &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
+        ) -> DcStreamAddress {
+            DcStreamAddress::new(self.address(mlx5_qp_ex, dct_number, dc_key), stream_id)
+        }
+
+        fn destination_path_mtu(&self) -> Option<Mtu> {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_read_whose_responses_would_not_reach_the_initiator_is_refused_before_the_provider() {
+        use rdma_mummy_sys::ibv_sge;
+        // A DC initiator brought up at 1024 (a 1500-byte Ethernet port) and a target at 4096 (a
+        // 9000-byte one): the target answers a READ in packets of up to 4096 bytes.
+        let (mut qp, mut mlx5) = recording_dci(true);
+        let far = RouteTo(Some(Mtu::Mtu4096));
+        let start_at = |qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, path_mtu| {
+            start_with_path_mtu(qp, mlx5, DC_SEND_OPERATIONS, true, path_mtu)
+        };
+        take_calls();
+        let mut guard = start_at(&mut qp, &mut mlx5, Some(Mtu::Mtu1024));
+        // SAFETY (each data step): the recorder does not touch the buffers.
+        // At most the initiator's MTU: one response packet of its own length, which fits.
+        unsafe {
+            let read = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+            read.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 1024);
+        }
+        // Not a READ: sent at the initiator's own MTU, and the atomics' answer is 8 bytes.
+        unsafe {
+            let write = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_write(5, 0x1000);
+            write.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 1 << 20);
+            let add = guard
+                .construct_wr(3, WorkRequestFlags::Signaled)
+                .setup_atomic_fetch_add(5, 0x1000, 1);
+            add.setup_dc_addr_stream(&far, 0x42, 7, 1).setup_sge(3, 0x2000, 8);
+        }
+        // One byte more: its first response packet is 1025 bytes, which the initiator's path drops.
+        unsafe {
+            let read = guard.construct_wr(4, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+            read.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 1025);
+        }
+        assert_eq!(guard.batch_len(), 4);
+        let err = guard.post().unwrap_err();
+        match &err.0 {
+            PostSendErrorKind::ReadResponsesTooLarge {
+                index,
+                wr_id,
+                length,
+                path_mtu,
+                responder_path_mtu,
+                batch_len,
+            } => assert_eq!(
+                (*index, *wr_id, *length, *path_mtu, *responder_path_mtu, *batch_len),
+                (3, 4, 1025, Mtu::Mtu1024, Mtu::Mtu4096, 4)
+            ),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(
+            err.0
+                .to_string()
+                .contains("path MTU is 4096 bytes, larger than this queue pair's 1024"),
+            "{}",
+            err.0
+        );
+        let calls = take_calls();
+        assert_eq!(calls.last().map(String::as_str), Some("abort"), "{calls:?}");
+        assert!(
+            !calls.iter().any(|call| call.contains("wr_id=4") || call == "complete"),
+            "{calls:?}"
+        );
+        // On a stream, with a list: the entries together are the READ's length.
+        let mut guard = start_at(&mut qp, &mut mlx5, Some(Mtu::Mtu1024));
+        let list = [
+            ibv_sge {
+                addr: 0x2000,
+                length: 1000,
+                lkey: 3,
+            },
+            ibv_sge {
+                addr: 0x3000,
+                length: 100,
+                lkey: 3,
+            },
+        ];
+        unsafe {
+            let read = guard.construct_wr(5, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+            read.setup_dc_addr_stream(&far, 0x42, 7, 1).setup_sge_list(&list);
+        }
+        assert!(matches!(
+            guard.post().unwrap_err().0,
+            PostSendErrorKind::ReadResponsesTooLarge {
+                wr_id: 5,
+                length: 1100,
+                ..
+            }
+        ));
+        assert_eq!(take_calls(), ["start", "abort"]);
+        // Posted: a target at the initiator's MTU or below; a target, or an initiator, whose MTU
+        // is not known (an older peer's endpoint, a handle made by hand, an initiator not
+        // brought up): nothing to hold the READ to.
+        for (initiator, target) in [
+            (Some(Mtu::Mtu1024), Some(Mtu::Mtu1024)),
+            (Some(Mtu::Mtu4096), Some(Mtu::Mtu1024)),
+            (Some(Mtu::Mtu1024), None),
+            (None, Some(Mtu::Mtu4096)),
+        ] {
+            let mut guard = start_at(&mut qp, &mut mlx5, initiator);
+            unsafe {
+                let read = guard.construct_wr(6, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+                read.setup_dc_addr(&RouteTo(target), 0x42, 7)
+                    .setup_sge(3, 0x2000, 1 << 20);
+            }
+            guard
+                .post()
+                .unwrap_or_else(|err| panic!("{initiator:?} from {target:?}: {err:?}"));
+            assert_eq!(take_calls().last().map(String::as_str), Some("complete"));
+        }
+        // Each READ is held to its own target's: one addressed by a raw handle after one to the
+        // larger target is not held to that target's MTU.
+        let mut guard = start_at(&mut qp, &mut mlx5, Some(Mtu::Mtu1024));
+        unsafe {
+            let read = guard.construct_wr(7, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+            read.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 64);
+            let read = guard.construct_wr(8, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
+            read.address(fake_ah(), 0x43, 7).setup_sge(3, 0x2000, 1 << 20);
+        }
+        guard
+            .post()
+            .expect("the second READ's target is not known to be larger");
+        assert_eq!(take_calls().last().map(String::as_str), Some("complete"));
     }
 
     #[test]

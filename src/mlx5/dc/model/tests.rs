@@ -1260,3 +1260,98 @@ fn the_dct_creation_and_every_bring_up_step_follow_the_reference_rules() {
         assert_eq!(state, QueuePairState::ReadyToSend);
     }
 }
+
+/// A route to a DC target, from its endpoint, as `DcEndpoint::create_ah` makes one: the target's
+/// path MTU goes with it (the model has no address handles: the pointer is only recorded).
+struct EndpointRoute(crate::mlx5::dc::endpoint::DcEndpoint);
+
+impl crate::mlx5::dc::initiator::DcRoute for EndpointRoute {
+    type Address = crate::mlx5::dc::initiator::DcAddress;
+    type StreamAddress = crate::mlx5::dc::initiator::DcStreamAddress;
+
+    fn address(&self, view: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> Self::Address {
+        // SAFETY: the model's DC setter only records the handle's address.
+        unsafe { crate::mlx5::dc::initiator::DcAddress::new(view, NonNull::dangling(), dct_number, dc_key) }
+    }
+
+    fn stream_address(
+        &self, view: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> Self::StreamAddress {
+        crate::mlx5::dc::initiator::DcStreamAddress::new(self.address(view, dct_number, dc_key), stream_id)
+    }
+
+    fn destination_path_mtu(&self) -> Option<sideway::ibverbs::device_context::Mtu> {
+        self.0.path_mtu()
+    }
+}
+
+#[test]
+fn a_read_from_a_target_at_a_larger_mtu_is_refused_where_its_responses_would_not_reach_the_dci() {
+    use crate::ibverbs::post_send_guard::PostSendErrorKind;
+    use sideway::ibverbs::device_context::Mtu;
+    use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+    // The DC initiator at the model port's active MTU, 1024 bytes (a 1500-byte Ethernet port).
+    let mut dci = brought_up(DEVICE, None);
+    assert_eq!(dci.path_mtu(), Some(Mtu::Mtu1024));
+    // A DC target brought up at 4096 (a 9000-byte port): the kernel programs its DCT with that
+    // MTU (`mlx5_ib_modify_dct`: `dctc.mtu`), and its endpoint says so.
+    let mut dct = DcTarget::modelled(7, None, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    dct.bring_up(DcTargetBringUp::new(1).setup_path_mtu(Mtu::Mtu4096))
+        .expect("brought up");
+    let endpoint = dct.endpoint().expect("its endpoint");
+    assert_eq!(endpoint.path_mtu(), Some(Mtu::Mtu4096));
+    let route = EndpointRoute(endpoint);
+    take_calls();
+    let read = |dci: &mut DcInitiator, length: u32| {
+        dci.post_send_one(1, WorkRequestFlags::Signaled, |wr| {
+            let wr = wr
+                .setup_read(5, 0x1000)
+                .setup_dc_addr(&route, endpoint.dct_number(), endpoint.dc_key());
+            // SAFETY: the model's tables only record the buffer.
+            unsafe { wr.setup_sge(3, 0x2000, length) };
+        })
+    };
+    // Its responses would come in packets of 4096 bytes, which the DC initiator's path drops
+    // (RETRY_EXC on a ConnectX): refused before the provider, the rule's own answer.
+    let err = read(&mut dci, 4096).unwrap_err();
+    assert!(
+        matches!(
+            err.0,
+            PostSendErrorKind::ReadResponsesTooLarge {
+                length: 4096,
+                path_mtu: Mtu::Mtu1024,
+                responder_path_mtu: Mtu::Mtu4096,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!rules::dc_read_responses_reach_the_initiator(
+        4096,
+        Mtu::Mtu1024,
+        Mtu::Mtu4096
+    ));
+    assert_eq!(take_calls(), ["start", "abort"], "nothing reached the provider");
+    // A READ of the DC initiator's MTU is one packet of its length: posted.
+    read(&mut dci, 1024).expect("one response packet of 1024 bytes");
+    assert!(rules::dc_read_responses_reach_the_initiator(
+        1024,
+        Mtu::Mtu1024,
+        Mtu::Mtu4096
+    ));
+    assert_eq!(take_calls().last().map(String::as_str), Some("complete"));
+    // A target at the DC initiator's MTU (its port's, by default), as perftest's `check_mtu`
+    // keeps both ends: every READ's responses reach it.
+    let mut dct = DcTarget::modelled(7, None, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
+    dct.bring_up(&DcTargetBringUp::new(1)).expect("brought up");
+    let alike = EndpointRoute(dct.endpoint().expect("its endpoint"));
+    assert_eq!(alike.0.path_mtu(), Some(Mtu::Mtu1024));
+    dci.post_send_one(2, WorkRequestFlags::Signaled, |wr| {
+        let wr = wr
+            .setup_read(5, 0x1000)
+            .setup_dc_addr(&alike, alike.0.dct_number(), alike.0.dc_key());
+        // SAFETY: the model's tables only record the buffer.
+        unsafe { wr.setup_sge(3, 0x2000, 1 << 20) };
+    })
+    .expect("a target at the same MTU");
+}

@@ -46,7 +46,10 @@ impl DcTargetBringUp {
 
     /// The path MTU (default: the port's active MTU). The target's
     /// [`endpoint`](super::DcTarget::endpoint) announces it: initiators must send no larger
-    /// packets ([`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)).
+    /// packets ([`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)), and
+    /// the target answers READs in packets as large (the kernel programs the DCT with it:
+    /// `mlx5_ib_modify_dct`, `dctc.mtu`), which an initiator at a smaller MTU drops. Where the
+    /// fleet's ports differ, give every target and initiator the smallest of them.
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self

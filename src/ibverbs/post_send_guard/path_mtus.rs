@@ -1,0 +1,143 @@
+//! [`PathMtus`]: the path MTUs of a request's two ends, and whether the responses of an RDMA
+//! READ between them reach the requester.
+use sideway::ibverbs::device_context::Mtu;
+
+/// The path MTUs of a request's two ends: the requester's (the queue pair that posts it) and the
+/// responder's (the one that answers). On a connected queue pair both ends are brought up with
+/// one path MTU; a DC initiator and a DC target each have their own (the target its
+/// [`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)), and where the
+/// responder's is the larger, the responses of a long RDMA READ are larger than the requester's
+/// path takes ([`read_fits`](Self::read_fits)).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PathMtus {
+    // `ibv_mtu` values (1 to 5, in the order of their sizes), one byte each: a DC address that
+    // carries them stays the size it was without them, for the requests that copy it.
+    requester: u8,
+    responder: u8,
+}
+
+impl std::fmt::Debug for PathMtus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PathMtus")
+            .field("requester", &self.requester())
+            .field("responder", &self.responder())
+            .finish()
+    }
+}
+
+impl PathMtus {
+    /// The requester's path MTU and the responder's.
+    #[inline]
+    pub fn new(requester: Mtu, responder: Mtu) -> Self {
+        Self {
+            requester: requester as u32 as u8,
+            responder: responder as u32 as u8,
+        }
+    }
+
+    /// Both, when both are known.
+    #[inline]
+    pub fn known(requester: Option<Mtu>, responder: Option<Mtu>) -> Option<Self> {
+        Some(Self::new(requester?, responder?))
+    }
+
+    /// The requester's path MTU.
+    pub fn requester(&self) -> Mtu {
+        mtu_of(self.requester)
+    }
+
+    /// The responder's path MTU.
+    pub fn responder(&self) -> Mtu {
+        mtu_of(self.responder)
+    }
+
+    /// Whether the responses of an RDMA READ of `length` bytes reach the requester: the
+    /// responder sends the data in packets of up to its own path MTU, so a READ longer than the
+    /// requester's path MTU, from a responder whose path MTU is larger, comes back in packets
+    /// the requester's path drops (the READ ends in `IBV_WC_RETRY_EXC_ERR`). A READ of at most
+    /// the requester's path MTU is one packet of its own length, and fits.
+    ///
+    /// ```
+    /// use sideway::ibverbs::device_context::Mtu;
+    /// use sideway_ext::ibverbs::post_send_guard::PathMtus;
+    ///
+    /// // A 1500-byte Ethernet port (1024) reading from a 9000-byte one (4096).
+    /// let mtus = PathMtus::new(Mtu::Mtu1024, Mtu::Mtu4096);
+    /// assert!(mtus.read_fits(1024));
+    /// assert!(!mtus.read_fits(1025));
+    /// // The other way round, every READ fits.
+    /// assert!(PathMtus::new(Mtu::Mtu4096, Mtu::Mtu1024).read_fits(1 << 20));
+    /// ```
+    #[inline]
+    pub fn read_fits(&self, length: u64) -> bool {
+        self.responder <= self.requester || length <= 128 << self.requester
+    }
+}
+
+/// The path MTU of an `ibv_mtu` value [`PathMtus::new`] kept (always one of the five).
+fn mtu_of(value: u8) -> Mtu {
+    match value {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+/// The payload bytes of a packet at `mtu` (256 to 4096).
+pub(crate) fn mtu_bytes(mtu: Mtu) -> u32 {
+    256 << (mtu as u32 - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
+
+    #[test]
+    fn the_guards_decision_is_mlx5s_dc_rule_for_every_pair_of_mtus() {
+        for requester in ALL {
+            for responder in ALL {
+                let mtus = PathMtus::new(requester, responder);
+                let (small, large) = (mtu_bytes(requester).min(mtu_bytes(responder)), 4u64 << 20);
+                for length in [
+                    0,
+                    1,
+                    u64::from(small) - 1,
+                    u64::from(small),
+                    u64::from(small) + 1,
+                    4096,
+                    4097,
+                    large,
+                ] {
+                    assert_eq!(
+                        mtus.read_fits(length),
+                        sideway_ext_dc_rules::dc_read_responses_reach_the_initiator(length, requester, responder),
+                        "{requester:?} reading {length} bytes from {responder:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            ALL.map(mtu_bytes),
+            ALL.map(sideway_ext_dc_rules::mtu_bytes),
+            "the same bytes per MTU"
+        );
+        assert_eq!(mtu_bytes(Mtu::Mtu256), 256);
+        assert_eq!(mtu_bytes(Mtu::Mtu4096), 4096);
+        for (requester, responder) in ALL.iter().zip(ALL.iter().rev()) {
+            let mtus = PathMtus::new(*requester, *responder);
+            assert_eq!((mtus.requester(), mtus.responder()), (*requester, *responder));
+        }
+    }
+
+    #[test]
+    fn unknown_on_either_side_is_no_pair() {
+        assert_eq!(PathMtus::known(Some(Mtu::Mtu1024), None), None);
+        assert_eq!(PathMtus::known(None, Some(Mtu::Mtu4096)), None);
+        let both = PathMtus::known(Some(Mtu::Mtu1024), Some(Mtu::Mtu4096)).expect("both known");
+        assert_eq!((both.requester(), both.responder()), (Mtu::Mtu1024, Mtu::Mtu4096));
+    }
+}
