@@ -1,37 +1,73 @@
-# Pull request 1c-1: address handles and source GIDs. Read by scripts/upstream-pr (see upstream/README.md).
+# Pull request 1c-1: address handles. Read by scripts/upstream-pr (see upstream/README.md).
+#
+# The address handle's file moves again with 1c-1b, the source GID of an address, with what only
+# that part can say (ADDRESS_HANDLE_REWRITES, which upstream/pr1c-1b/part.py reads): that part's
+# commit is the difference.
 
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-address-handles"]
+
+# What 1c-1b brings to the address handle's file, cut here: the source GID (the doctest's
+# ctx.source_gid, its mention in the module docs and in an error), and whether a port requires a
+# GRH, which only the source GID reads.
+_SOURCE_GID = [
+    ("`setup_grh_*` methods, its source GID index from a\n//! [`SourceGid`](super::source_gid::SourceGid). A non-global",
+     "`setup_grh_*` methods, its source GID index from the port's GID table\n"
+     "//! (`DeviceContext::query_gid_table`). A non-global", 1),
+    ("//! use sideway_ext::ibverbs::source_gid::SourceGid;\n", "", 1),
+    ("//! use sideway_ext::ibverbs::address::AddressHandleAttribute;\n",
+     "//! use sideway_ext::ibverbs::address::{AddressHandleAttribute, GidType};\n", 1),
+    ("//!     // On RoCE, send from the port's RoCE v2 GID; on InfiniBand the LID is the address.\n"
+     "//!     if let Some(local) = ctx.source_gid(1, &SourceGid::Automatic)? {\n"
+     "//!         attr.setup_grh_src_gid_index(local.index())\n",
+     "//!     // On RoCE, send from the port's RoCE v2 GID with an IPv4 address (a router forwards its\n"
+     "//!     // packets); on InfiniBand the LID is the address.\n"
+     "//!     let table = ctx.query_gid_table()?;\n"
+     "//!     let routable = table.iter().find(|e| {\n"
+     "//!         let ipv4 = std::net::Ipv6Addr::from(e.gid()).to_ipv4_mapped().is_some();\n"
+     "//!         e.port_num() == 1 && e.gid_type() == GidType::RoceV2 && ipv4\n"
+     "//!     });\n"
+     "//!     if let Some(local) = routable {\n"
+     "//!         attr.setup_grh_src_gid_index(local.gid_index() as u8)\n", 1),
+    (" (SourceGid::Automatic picks one where the port has it)", "", 2),
+    (("    /// Whether every address from the port must be global (carry a GRH).\n", "    }\n\n"), "", 1),
+    ("        assert!(grh_required.requires_grh() && !grh_required.is_roce());\n",
+     "        assert!(!grh_required.is_roce());\n", 1),
+    ("        assert!(!plain.requires_grh() && plain.check_global(1, false).is_ok());\n",
+     "        assert!(plain.check_global(1, false).is_ok());\n", 1),
+    ("        assert!(roce.is_roce() && roce.requires_grh());\n", "        assert!(roce.is_roce());\n", 1),
+]
+
+
+def ADDRESS_HANDLE_REWRITES(part):
+    """The rewrites of src/ibverbs/address_handle.rs in `part` (pr1c-1, or pr1c-1b and on)."""
+    first = part == "pr1c-1"
+    return (_SOURCE_GID if first else []) + [
+        # The doctest is a user of sideway, whose inherent methods stand for the Ext traits.
+        ("//! use sideway_ext::ibverbs::extension::{DeviceContextExt, ProtectionDomainExt};\n", "", 1),
+        ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),
+        ("//! use sideway_ext::ibverbs::", "//! use sideway::ibverbs::", 2 if first else 3),
+        ("ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah)",
+         "ProtectionDomain::create_ah`](super::protection_domain::ProtectionDomain::create_ah)", 2),
+        # This crate's DC pool does not go upstream.
+        ("Make a destination's handle ahead of the first request to it (a DC pool's\n//! `prepare`) to keep",
+         "Make a destination's handle ahead of the first request to it to keep\n//!", 1),
+    ]
+
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr). This crate's
 # AddressHandleAttribute (src/ibverbs/address.rs) does not move: it is sideway's with what it
 # lacks, which 1-address-handles/address.diff adds to sideway's own. The attribute from a work
 # completion (src/ibverbs/address_from_work_completion.rs) stays here with this crate's
-# WorkCompletion; gid_as_ipv6.rs goes with the first endpoint that serializes a GID (3b-1).
+# WorkCompletion; the source GID (src/ibverbs/source_gid.rs) comes with 1c-1b; gid_as_ipv6.rs
+# with the first endpoint that serializes a GID (3b-1).
 MOVES = {
     "1-address-handles": [
         {
             "from": "src/ibverbs/address_handle.rs",
             "to": "src/ibverbs/address_handle.rs",
             "helpers": [],
-            "rewrites": [
-                # The doctest is a user of sideway, whose inherent methods stand for the Ext traits.
-                ("//! use sideway_ext::ibverbs::extension::{DeviceContextExt, ProtectionDomainExt};\n", "", 1),
-                ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),
-                ("//! use sideway_ext::ibverbs::", "//! use sideway::ibverbs::", 3),
-                ("ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah)",
-                 "ProtectionDomain::create_ah`](super::protection_domain::ProtectionDomain::create_ah)", 2),
-            ],
-        },
-        {
-            "from": "src/ibverbs/source_gid.rs",
-            "to": "src/ibverbs/source_gid.rs",
-            "helpers": [],
-            "rewrites": [
-                ("[`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)",
-                 "[`DeviceContext::source_gid`](super::device_context::DeviceContext::source_gid)", 1),
-                (" (libibverbs), anything for a unit test's model.", ".", 1),
-            ],
+            "rewrites": ADDRESS_HANDLE_REWRITES("pr1c-1"),
         },
     ],
 }
@@ -41,15 +77,16 @@ SHARED = {
     "1-address-handles": [("query_port", [(" The one port query of the crate.", "", 1)])],
 }
 
-# What a moved file, or a line a diff adds, must not say: no DC yet (3b-1 brings the endpoint).
+# What a moved file, or a line a diff adds, must not say: no DC yet (3b-1 brings the endpoint),
+# no source GID yet (1c-1b).
 FORBIDDEN = GLUE + DC_DATA_PLANE + ["address_from_work_completion", "from_work_completion", "WorkCompletion",
-                                    "gid_as_ipv6"]
+                                    "gid_as_ipv6", "source_gid", "SourceGid", "DC pool"]
 
 # The most it may change: lines, and lines of sideway's existing files.
 LIMITS = (1050, 200)
 
-# Its unit tests, and those of the attribute it extends: no device, so they run on the host.
+# The unit tests of the handle and of the attribute it extends: no device, so they run on the host.
 HOST_TESTS = [
-    "ibverbs::source_gid::tests",
+    "ibverbs::address_handle::tests",
     "ibverbs::address::tests",
 ]

@@ -14,9 +14,67 @@ UNGATED = [
     ("#[cfg(feature = \"serde\")]\n#[cfg_attr(docsrs, doc(cfg(feature = \"serde\")))]\n", "", 1),
     ("#[cfg(feature = \"serde\")]\nmod mtu_as_bytes", "mod mtu_as_bytes", 1),
     ("#[cfg(all(test, feature = \"serde\"))]", "#[cfg(test)]", 1),
-    ("; with the `serde` feature it\n//! serializes)", "; it serializes with serde)", 1),
+    ("; with the `serde` feature it\n//! serializes)", "; it serializes\n//! with serde)", 1),
     ("/// With the `serde` feature it is `Serialize` and `Deserialize`:", "/// It is `Serialize` and `Deserialize`:", 1),
 ]
+
+# What 3b-2 brings to the endpoint's file, cut here: an InfiniBand port that requires a GRH
+# (IBV_QPF_GRH_REQUIRED), from which the endpoint's address is global, or refused where the
+# endpoint has no GID (its DC target, 3b-2, was brought up without one).
+_GRH_REQUIRED = [
+    (("    /// The local port is InfiniBand and requires a GRH", "    GidRequired {\n        /// The local port.\n"
+      "        port: u8,\n    },\n"), "", 1),
+    ("    /// Creates the address handle that reaches this endpoint from local `port` (the\n"
+     "    /// [`address_handle_attribute`](Self::address_handle_attribute); the\n"
+     "    /// [`global_address_handle_attribute`](Self::global_address_handle_attribute) from an\n"
+     "    /// InfiniBand port that requires a GRH, `IBV_QPF_GRH_REQUIRED`, where the kernel refuses any\n"
+     "    /// other), after checking with `ibv_query_port` that the port is on the endpoint's link\n"
+     "    /// layer. Cache the handle: one per destination, kept alive until the requests that use it\n"
+     "    /// have completed.\n",
+     "    /// Creates the address handle that reaches this endpoint from local `port` (the\n"
+     "    /// [`address_handle_attribute`](Self::address_handle_attribute)), after checking with\n"
+     "    /// `ibv_query_port` that the port is on the endpoint's link layer. Cache the handle: one per\n"
+     "    /// destination, kept alive until the requests that use it have completed.\n", 1),
+    ("    /// - [`GidRequired`](CreateDcAddressHandleErrorKind::GidRequired): the local port requires a\n"
+     "    ///   GRH and the endpoint has no GID.\n", "", 1),
+    (("        match addressing {\n            PortAddressing::InfiniBandGrhRequired if", "        }\n"),
+     "        Ok(self.address_handle_attribute(port, src_gid_index))\n", 1),
+    (("    #[test]\n    fn from_an_infiniband_port_that_requires_a_grh_the_address_is_global()", "    }\n\n"), "", 1),
+]
+
+
+def ENDPOINT_REWRITES(part):
+    """The rewrites of src/mlx5/dc/endpoint.rs in `part` (pr3b-1, or pr3b-2)."""
+    return UNGATED + [
+        # The example takes its source GID index from the device context: the DC
+        # initiator, whose bring-up resolves it, comes with 3c.
+        (("//! use crate::ibverbs::protection_domain::ProtectionDomain;\n",
+          "//! use sideway_ext::mlx5::dc::initiator::DcInitiator;\n"),
+         "//! use sideway::ibverbs::address_handle::AddressHandle;\n"
+         "//! use sideway::ibverbs::device_context::DeviceContext;\n"
+         "//! use sideway::ibverbs::protection_domain::ProtectionDomain;\n"
+         "//! use sideway::ibverbs::source_gid::SourceGid;\n"
+         "//! use sideway::mlx5::dc::endpoint::DcEndpoint;\n", 1),
+        ("/// The address handle that reaches the peer's DC target from `dci`, brought up on `port`.",
+         "/// The address handle that reaches the peer's DC target from local `port` of `ctx`.", 1),
+        ("pd: &Arc<ProtectionDomain>, dci: &DcInitiator, port: u8,",
+         "ctx: &DeviceContext, pd: &Arc<ProtectionDomain>, port: u8,", 1),
+        ("from the GID the initiator sends from, as its bring-up resolved\n//!     // it (",
+         "from the GID a DC initiator sends from, as its bring-up resolves\n//!     // it (", 1),
+        ("//!     let src_gid_index = dci.source_gid().map_or(0, |entry| entry.index());\n",
+         "//!     let local = ctx.source_gid(port, &SourceGid::Automatic)?;\n"
+         "//!     let src_gid_index = local.map_or(0, |entry| entry.index());\n", 1),
+        ("use crate::ibverbs::extension::ProtectionDomainExt;\n", "", 1),
+        ("[`DeviceContextExt::source_gid`](crate::ibverbs::extension::DeviceContextExt::source_gid)",
+         "[`DeviceContext::source_gid`](crate::ibverbs::device_context::DeviceContext::source_gid)", 1),
+        # The DC target and initiator come with the next parts (3b-2, 3c).
+        ("([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up\n"
+         "    /// with)", "(a DC target's endpoint sets the one it was brought up with)", 1),
+        ("\n    /// [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)\n"
+         "    /// takes it into account, and a pool refuses a destination whose MTU is below its\n"
+         "    /// initiators'.", "", 1),
+] + (_GRH_REQUIRED if part == "pr3b-1" else [])
+
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr). src/mlx5/dc/mod.rs is
 # written for upstream (files/), with only what this part brings.
@@ -26,19 +84,7 @@ MOVES = {
             "from": "src/mlx5/dc/endpoint.rs",
             "to": "src/mlx5/dc/endpoint.rs",
             "helpers": [],
-            "rewrites": UNGATED + [
-                ("//! use sideway_ext::mlx5::", "//! use sideway::mlx5::", 1),
-                ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),
-                ("use crate::ibverbs::extension::ProtectionDomainExt;\n", "", 1),
-                ("[`DeviceContextExt::source_gid`](crate::ibverbs::extension::DeviceContextExt::source_gid)",
-                 "[`DeviceContext::source_gid`](crate::ibverbs::device_context::DeviceContext::source_gid)", 1),
-                # The DC target and initiator come with the next parts (3b-2, 3c).
-                ("([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up\n"
-                 "    /// with)", "(a DC target's endpoint sets the one it was brought up with)", 1),
-                ("\n    /// [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)\n"
-                 "    /// takes it into account, and a pool refuses a destination whose MTU is below its\n"
-                 "    /// initiators'.", "", 1),
-            ],
+            "rewrites": ENDPOINT_REWRITES("pr3b-1"),
         },
         {
             "from": "src/mlx5/dc/service_class.rs",

@@ -2,6 +2,15 @@
 #
 # sideway's .gitignore says `target/`, which hides src/mlx5/dc/target/ from `git add`:
 # gitignore.diff anchors it (`/target/`).
+#
+# The DC endpoint's file, moved with 3b-1, moves again with the rewrites that hold from here on
+# (upstream/pr3b-1/part.py, ENDPOINT_REWRITES): what this part adds to it (the address from an
+# InfiniBand port that requires a GRH, as the target's bring-up here) is the difference.
+import runpy
+from pathlib import Path
+
+_ENDPOINTS = runpy.run_path(str(Path(__file__).resolve().parent.parent / "pr3b-1" / "part.py"),
+                            init_globals={"GLUE": GLUE, "DC_DATA_PLANE": DC_DATA_PLANE})
 
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-dc-target"]
@@ -41,6 +50,12 @@ fn dc_table(transitions: &[DcTransition]) -> QueuePairStateTable {
 # The files that move, per commit (see MOVES in scripts/upstream-pr).
 MOVES = {
     "1-dc-target": [
+        {
+            "from": "src/mlx5/dc/endpoint.rs",
+            "to": "src/mlx5/dc/endpoint.rs",
+            "helpers": [],
+            "rewrites": _ENDPOINTS["ENDPOINT_REWRITES"]("pr3b-2"),
+        },
         {
             # The DC transitions as they are; the tables made from them in sideway's shape. The
             # tests (against sideway-ext-dc-rules, which sideway does not have) stay: sideway's

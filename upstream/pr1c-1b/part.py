@@ -1,0 +1,50 @@
+# Pull request 1c-1b: the source GID of an address. Read by scripts/upstream-pr (see
+# upstream/README.md).
+#
+# The address handle's file, moved with 1c-1, moves again with the rewrites that hold from here on
+# (upstream/pr1c-1/part.py, ADDRESS_HANDLE_REWRITES): what this part adds to it (the doctest's
+# ctx.source_gid, whether a port requires a GRH) is the difference.
+import runpy
+from pathlib import Path
+
+_FIRST = runpy.run_path(str(Path(__file__).resolve().parent.parent / "pr1c-1" / "part.py"),
+                        init_globals={"GLUE": GLUE, "DC_DATA_PLANE": DC_DATA_PLANE})
+
+# Its commits, in order: the folders beside this file.
+COMMITS = ["1-source-gids"]
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr).
+MOVES = {
+    "1-source-gids": [
+        {
+            "from": "src/ibverbs/source_gid.rs",
+            "to": "src/ibverbs/source_gid.rs",
+            "helpers": [],
+            "rewrites": [
+                ("[`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)",
+                 "[`DeviceContext::source_gid`](super::device_context::DeviceContext::source_gid)", 1),
+                (" (libibverbs), anything for a unit test's model.", ".", 1),
+                # The test of the fallback, ported to sideway's tests.
+                ("(`tests/test_device.rs`)", "(`tests/test_source_gid.rs`)", 1),
+            ],
+        },
+        {
+            "from": "src/ibverbs/address_handle.rs",
+            "to": "src/ibverbs/address_handle.rs",
+            "helpers": [],
+            "rewrites": _FIRST["ADDRESS_HANDLE_REWRITES"]("pr1c-1b"),
+        },
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say: no DC yet (3b-1 brings the endpoint).
+FORBIDDEN = GLUE + DC_DATA_PLANE + ["address_from_work_completion", "from_work_completion", "WorkCompletion",
+                                    "gid_as_ipv6", "DC pool"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (1100, 30)
+
+# Its unit tests: no device, so they run on the host.
+HOST_TESTS = [
+    "ibverbs::source_gid::tests",
+]
