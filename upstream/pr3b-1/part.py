@@ -55,10 +55,27 @@ _TARGET_MTU_DOCS = [
      "    /// `RETRY_EXC`.\n", 1),
 ]
 
-# The same docs from 3b-2 on: without this crate's DC guide's section and its pool.
+# The module's paragraph on the path MTU, from 3b-2 on: without this crate's DC guide's section
+# and its pool; the READ's refusal from 3d-2 on.
+_MTU_PARAGRAPH = (
+    "//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]), for the fleet rule:\n"
+    "//! every DC initiator and target brought up with one path MTU, the smallest of their ports'. An\n"
+    "//! initiator sends at its own MTU and a target answers READs at its own: where they differ, the\n"
+    "//! larger packets are dropped.\n"
+)
+_READ_MTU_PARAGRAPH = _MTU_PARAGRAPH.replace(
+    "//! larger packets are dropped.\n",
+    "//! larger packets are dropped. An RDMA READ longer than the initiator's MTU from a target whose\n"
+    "//! MTU is larger is refused before the provider (the address handle [`DcEndpoint::create_ah`]\n"
+    "//! makes carries the MTU to the post).\n")
+
+
+def _paragraph(text):
+    return [(("//! The endpoint carries the target's path MTU", "carries the MTU to the post).\n"), text, 1)]
+
+
+# The same docs from 3b-2 on: without this crate's pool.
 _MTU_DOCS = [
-    ("the smallest of their ports'\n//! (see [the DC module](super#across-nodes)). An initiator",
-     "the smallest of their ports'.\n//! An initiator", 1),
     ("([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up\n"
      "    /// with, which", "(a DC target's endpoint sets the one it was brought up with, which", 1),
     ((":\n    ///   [`DcInitiatorBringUp::setup_destination_path_mtu`]", "    ///   initiators';\n"), ";\n", 1),
@@ -67,7 +84,6 @@ _MTU_DOCS = [
 # What 3d-2 (DC READs held to path MTUs) brings to the endpoint's file, cut before it: the address handle carries
 # the endpoint's path MTU, to which the DC initiator holds its READs (ReadResponsesTooLarge).
 _READ_MTU_DOCS = [
-    ((" With it, a pool\n", "carries the MTU to the post).\n"), "\n", 1),
     ("    /// - the target answers an RDMA READ in packets of up to this MTU: a READ longer than the\n"
      "    ///   initiator's MTU, from a target whose MTU is larger, is refused at post\n"
      "    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)),\n"
@@ -84,19 +100,14 @@ _READ_MTU = [
      "        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;\n        Ok(ah)\n", 1),
 ]
 
-# From 3d-2 on: this crate's pool does not go upstream.
-_READ_MTU_DOCS_3D = [
-    (" With it, a pool\n//! refuses a destination whose MTU is below its initiators', and an RDMA READ longer than the\n",
-     " An RDMA READ longer than the\n", 1),
-]
 
 
 def _mtu_rewrites(part):
     if part == "pr3b-1":
         return _TARGET_MTU_DOCS + _READ_MTU
     if part == "pr3b-2":
-        return _MTU_DOCS + _READ_MTU_DOCS + _READ_MTU
-    return _MTU_DOCS + _READ_MTU_DOCS_3D
+        return _paragraph(_MTU_PARAGRAPH) + _MTU_DOCS + _READ_MTU_DOCS + _READ_MTU
+    return _paragraph(_READ_MTU_PARAGRAPH) + _MTU_DOCS
 
 
 def ENDPOINT_REWRITES(part):
