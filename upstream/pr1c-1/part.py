@@ -39,10 +39,21 @@ _SOURCE_GID = [
 ]
 
 
+# What 3d-2 (DC READs held to path MTUs) brings to the address handle's file, cut before it: the path MTU of the
+# port a handle reaches, which a DC endpoint's handle carries to the DC initiator's READs.
+_DESTINATION_PATH_MTU = [
+    ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
+    ("    destination_path_mtu: Option<Mtu>,\n", "", 1),
+    ("            destination_path_mtu: None,\n", "", 1),
+    (("    /// The same handle, reaching a port whose path MTU", "        self\n    }\n\n"), "", 1),
+    (("\n    /// The path MTU of the port the handle reaches", "        self.destination_path_mtu\n    }\n"), "", 1),
+]
+
+
 def ADDRESS_HANDLE_REWRITES(part):
-    """The rewrites of src/ibverbs/address_handle.rs in `part` (pr1c-1, or pr1c-1b and on)."""
+    """The rewrites of src/ibverbs/address_handle.rs in `part` (pr1c-1, pr1c-1b or pr3d-2)."""
     first = part == "pr1c-1"
-    return (_SOURCE_GID if first else []) + [
+    return (_SOURCE_GID if first else []) + (_DESTINATION_PATH_MTU if part != "pr3d-2" else []) + [
         # The doctest is a user of sideway, whose inherent methods stand for the Ext traits.
         ("//! use sideway_ext::ibverbs::extension::{DeviceContextExt, ProtectionDomainExt};\n", "", 1),
         ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),

@@ -27,9 +27,108 @@ START_EXAMPLE = """    ///
 
 # The one-request post's line in the guard's mod.rs (pull requests 1c-2 and 1c-3).
 ONE_REQUEST = [
-    (", one-request posts on\n// a raw queue pair (one_request); for the unit tests, a\n", "; for the unit tests, a\n", 1),
+    (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus); for the\n"
+     "// unit tests, a\n", "; for the unit tests, a\n", 1),
     ("mod one_request;\n", "", 1),
 ]
+
+# What pull request 3d-2 brings to the guard, cut here and in 1c-3: an RDMA READ held to the path
+# MTUs of its two ends (path_mtus.rs, LEFT_OUT), which only a DC initiator and its target can
+# differ in. The guard's data.rs, guard.rs and error.rs move again with 3d-2, each time
+# with GUARD_REWRITES(name, part), so that 3d-2's commit is the difference; its mod.rs lines are
+# 3d-2's post_send_guard_mod.diff.
+PATH_MTUS_MOD = [
+    ("mod path_mtus;\n", "", 1),
+    ("pub(crate) use path_mtus::mtu_bytes;\npub use path_mtus::PathMtus;\n", "", 1),
+]
+
+_READ_MTUS = {
+    "data.rs": [
+        ("use super::{entry, Destination, Operation, PathMtus, PendingRequest};",
+         "use super::{entry, Destination, Operation, PendingRequest};", 1),
+        (" A READ is held to the batch's path MTUs\n"
+         "    /// ([`PostSendGuard::set_path_mtus`](super::PostSendGuard::set_path_mtus)).\n", "\n", 1),
+        (("    /// The same, for a transport whose requests are addressed one by one", "        true\n    }\n\n"), "", 1),
+        ("(mut self, buf: &[u8]) {\n        if self.read_refused(|| buf.len() as u64) {\n            return;\n        }\n",
+         "(self, buf: &[u8]) {\n", 1),
+        ("(mut self, bufs: &[IoSlice<'_>]) {\n"
+         "        if self.read_refused(|| bufs.iter().map(|buf| buf.len() as u64).sum()) {\n            return;\n        }\n",
+         "(self, bufs: &[IoSlice<'_>]) {\n", 1),
+        ("(mut self, lkey: u32, addr: u64, length: u32) {\n"
+         "        if self.read_refused(|| u64::from(length)) {\n            return;\n        }\n",
+         "(self, lkey: u32, addr: u64, length: u32) {\n", 1),
+        ("(mut self, sg_list: &[ibv_sge]) {\n"
+         "        if self.read_refused(|| sg_list.iter().map(|sge| u64::from(sge.length)).sum()) {\n"
+         "            return;\n        }\n",
+         "(self, sg_list: &[ibv_sge]) {\n", 1),
+    ],
+    "guard.rs": [
+        ("use super::{PathMtus, PostSendError,", "use super::{PostSendError,", 1),
+        (("    /// The path MTUs an RDMA READ is held to", "    refused_path_mtus: Option<PathMtus>,\n"), "", 1),
+        (("    /// Its data has this length: inline data over", "    DataTooLong(usize),\n"),
+         "    /// Its inline data has this length, over the granted size.\n    InlineDataTooLong(usize),\n", 1),
+        ("reason: Refusal::DataTooLong(length),", "reason: Refusal::InlineDataTooLong(length),", 1),
+        (("impl Batch {\n    /// Records an RDMA READ", "        batch_len,\n    }\n}\n\n"), "", 1),
+        ("                path_mtus: None,\n                refused_path_mtus: None,\n", "", 1),
+        (("    /// The path MTUs of the batch's two ends, for a guard", "        self.batch.path_mtus = path_mtus;\n    }\n\n"),
+         "", 1),
+        ("let (max_inline_data, refused_path_mtus) = (self.batch.max_inline_data, self.batch.refused_path_mtus);",
+         "let max_inline_data = self.batch.max_inline_data;", 1),
+        ("                Refusal::DataTooLong(length) => match refused_path_mtus {\n"
+         "                    None => PostSendErrorKind::InlineDataTooLong {\n"
+         "                        index,\n"
+         "                        wr_id,\n"
+         "                        length,\n"
+         "                        max_inline_data,\n"
+         "                        batch_len,\n"
+         "                    },\n"
+         "                    Some(path_mtus) => read_refused(index, wr_id, length, path_mtus, batch_len),\n"
+         "                },\n",
+         "                Refusal::InlineDataTooLong(length) => PostSendErrorKind::InlineDataTooLong {\n"
+         "                    index,\n"
+         "                    wr_id,\n"
+         "                    length,\n"
+         "                    max_inline_data,\n"
+         "                    batch_len,\n"
+         "                },\n", 1),
+    ],
+    "error.rs": [
+        ("use std::io;\n\nuse crate::ibverbs::device_context::Mtu;\n", "use std::io;\n", 1),
+        (("    /// An RDMA READ longer than the queue pair's path MTU", "        batch_len: usize,\n    },\n"), "", 1),
+        ("            | Self::ReadResponsesTooLarge { batch_len, .. }\n", "", 1),
+    ],
+}
+
+# What holds for every part.
+_ALWAYS = {
+    "guard.rs": [
+        # The raw start stays public upstream: DC's batches addressed once (3d's BatchAddressed) are
+        # started with it on a DC initiator's send views. The one-request post on a raw queue pair
+        # (one_request.rs, LEFT_OUT) goes: sideway does not call it.
+        ("on a queue pair this crate did not create: one created\n"
+         "    /// through libibverbs directly, or a provider table of one's own (a simulated device, a\n"
+         "    /// counting table). The queue pairs of this crate call it from their `start_post_send`.\n",
+         "on a queue pair's extended view: one created\n"
+         "    /// through libibverbs directly, or a DC initiator's for a batch to one destination.\n"
+         "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
+         "    /// calls it.\n",
+         1),
+        (START_EXAMPLE, START_EXAMPLE.replace("# use crate::ibverbs::", "# use sideway::ibverbs::")
+         .replace("use sideway_ext::", "use sideway::"), 1),
+        # The post path's instruction counts are measured in the crate this comes from.
+        (" as with two variants,\n    /// which the post path's instruction counts are sensitive to (`scripts/bench`).",
+         " as with two variants.", 1),
+    ],
+}
+
+
+def GUARD_REWRITES(name, part):
+    """The rewrites of the guard's `name` (data.rs, guard.rs, error.rs) in `part` (pr1c-2, or pr3d-2)."""
+    rewrites = _ALWAYS.get(name, []) + (_READ_MTUS.get(name, []) if part == "pr1c-2" else [])
+    if name == "error.rs":
+        rewrites.append(("crate::ibverbs::queue_pair::SharedReceiveQueuePairBuilder::setup_send_ops_flags",
+                         "crate::ibverbs::queue_pair::QueuePairBuilder::setup_send_ops_flags", 1))
+    return rewrites
 
 
 def _move(name, rewrites=()):
@@ -59,22 +158,9 @@ MOVES = {
              "    // implement them.", 1),
             ("pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};\n",
              "", 1),
+            *PATH_MTUS_MOD,
         ]),
-        # The raw start stays public upstream: DC's batches addressed once (3d's BatchAddressed) are
-        # started with it on a DC initiator's send views. The one-request post on a raw queue pair
-        # (one_request.rs, LEFT_OUT) goes: sideway does not call it.
-        _move("guard.rs", [
-            ("on a queue pair this crate did not create: one created\n"
-             "    /// through libibverbs directly, or a provider table of one's own (a simulated device, a\n"
-             "    /// counting table). The queue pairs of this crate call it from their `start_post_send`.\n",
-             "on a queue pair's extended view: one created\n"
-             "    /// through libibverbs directly, or a DC initiator's for a batch to one destination.\n"
-             "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
-             "    /// calls it.\n",
-             1),
-            (START_EXAMPLE, START_EXAMPLE.replace("# use crate::ibverbs::", "# use sideway::ibverbs::")
-             .replace("use sideway_ext::", "use sideway::"), 1),
-        ]),
+        _move("guard.rs", GUARD_REWRITES("guard.rs", "pr1c-2")),
         _move("request.rs", [
             ("[`WorkCompletion::imm_data`](crate::ibverbs::work_completion::WorkCompletion::imm_data) (or\n"
              "    /// sideway's) gives back",
@@ -82,11 +168,8 @@ MOVES = {
              "    /// gives back", 1),
             ("`ib_mlx5dv_md.c`;\n    /// `mlx5_devinfo --dc-selftest` reports it).", "`ib_mlx5dv_md.c`).", 1),
         ]),
-        _move("data.rs"),
-        _move("error.rs", [
-            ("crate::ibverbs::queue_pair::SharedReceiveQueuePairBuilder::setup_send_ops_flags",
-             "crate::ibverbs::queue_pair::QueuePairBuilder::setup_send_ops_flags", 1),
-        ]),
+        _move("data.rs", GUARD_REWRITES("data.rs", "pr1c-2")),
+        _move("error.rs", GUARD_REWRITES("error.rs", "pr1c-2")),
         _move("operation.rs"),
         # Upstream no destination comes from another crate: no first bit free for one; and no
         # entry outside `ibv_qp_ex` before DC's posting (pull request 3d) brings its setters.
@@ -133,6 +216,8 @@ MOVES = {
 LEFT_OUT = {
     _GUARD + "one_request.rs": "the one-request post on a raw queue pair: sideway has no caller (its start is crate-private)",
     _GUARD + "external_transport.rs": "the test of a transport of another module's (DC's): pull request 3d",
+    _GUARD + "path_mtus.rs": "the path MTUs an RDMA READ is held to, which only DC's two ends can differ in: "
+                             "pull request 3d-2",
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names, DC's data plane,

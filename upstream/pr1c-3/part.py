@@ -21,9 +21,12 @@ MOVES = {
                  "provider table that records its calls (recording).", 1),
                 ("#[cfg(test)]\nmod external_transport;\n", "", 1),
                 # As pull request 1c-2 moved it: no one-request post, destinations sealed.
-                (", one-request posts on\n// a raw queue pair (one_request); for the unit tests, a\n",
-                 "; for the unit tests, a\n", 1),
+                (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus); for the\n"
+                 "// unit tests, a\n", "; for the unit tests, a\n", 1),
                 ("mod one_request;\n", "", 1),
+                # The path MTUs an RDMA READ is held to come with DC posting (3d).
+                ("mod path_mtus;\n", "", 1),
+                ("pub(crate) use path_mtus::mtu_bytes;\npub use path_mtus::PathMtus;\n", "", 1),
                 ("    // Transports and operations are this crate's:",
                  "    // Transports, operations and destinations are sideway's:", 1),
                 ("provider entries rely on them. (Destinations are open, an unsafe trait: a destination only\n"

@@ -82,8 +82,9 @@ _ALWAYS = {
         # sideway's transports name the queue-pair type they post on (1c-2): DC's is Driver.
         ("impl Transport for DynamicallyConnected {\n",
          "impl Transport for DynamicallyConnected {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
-        ("use crate::ibverbs::post_send_guard::{\n    sealed, Destination,",
-         "use crate::ibverbs::queue_pair::QueuePairType;\nuse crate::ibverbs::post_send_guard::{\n    sealed, Destination,", 1),
+        ("use crate::ibverbs::post_send_guard::PostSendGuard;\nuse crate::ibverbs::post_send_guard::{\n",
+         "use crate::ibverbs::post_send_guard::PostSendGuard;\nuse crate::ibverbs::queue_pair::QueuePairType;\n"
+         "use crate::ibverbs::post_send_guard::{\n", 1),
     ],
     "addressed.rs": [
         ("impl<A: DcAddressing> Transport for BatchAddressed<A> {\n",
@@ -349,6 +350,85 @@ _LATER = {
             ("    /// Requests then address with `setup_dc_addr_stream`.\n", "", 1),
         ],
     },
+    # An RDMA READ held to the path MTUs of its two ends: refused where its responses would not
+    # reach the DC initiator.
+    "pr3d-2": {
+        "transport.rs": [
+            ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
+            ("    entry, sealed, Destination, LocalBufferHandle, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,\n",
+             "    sealed, Destination, LocalBufferHandle, Operation, PendingRequest, RemoteMemoryAccess, Transport,\n", 1),
+            (("/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view, and the path MTU\n",
+              "    pub(super) path_mtu: Option<Mtu>,\n}\n"),
+             "/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.\n"
+             "#[derive(Debug, Clone, Copy)]\n"
+             "pub struct DcContext {\n"
+             "    pub(super) view: NonNull<mlx5dv_qp_ex>,\n"
+             "}\n", 1),
+            ("    /// table of one's own); its path MTU is not known (see [`with_path_mtu`](Self::with_path_mtu)).\n",
+             "    /// table of one's own).\n", 1),
+            ("        Self {\n            view: mlx5_qp_ex,\n            path_mtu: None,\n        }\n",
+             "        Self { view: mlx5_qp_ex }\n", 1),
+            (("    /// The same context, of a DC initiator brought up with `path_mtu`", "        Self { path_mtu, ..self }\n    }\n\n"),
+             "", 1),
+            (("    /// An RDMA READ is refused before the provider\n", "    /// READ only.\n    ///\n"), "", 1),
+            ("        let path_mtus = self.read_path_mtus(ah);\n"
+             "        LocalBufferHandle::between(\n"
+             "            self.request,\n"
+             "            ah.address(self.context.view, dct_number, dc_key),\n"
+             "            path_mtus,\n"
+             "        )\n",
+             "        LocalBufferHandle::new(self.request, ah.address(self.context.view, dct_number, dc_key))\n", 1),
+            ("        let path_mtus = self.read_path_mtus(ah);\n"
+             "        let address = ah.stream_address(self.context.view, dct_number, dc_key, stream_id);\n"
+             "        LocalBufferHandle::between(self.request, address, path_mtus)\n",
+             "        let address = ah.stream_address(self.context.view, dct_number, dc_key, stream_id);\n"
+             "        LocalBufferHandle::new(self.request, address)\n", 1),
+            (" A raw\n    /// handle says nothing of its target's path MTU: no READ is refused for it.\n", "\n", 1),
+            (("    /// The path MTUs a READ over `route` is held to", "route.destination_path_mtu())\n    }\n\n"), "", 1),
+            ("        // A raw handle says nothing of its target's MTU.\n"
+             "        LocalBufferHandle::between(self.request, address, None)\n",
+             "        LocalBufferHandle::new(self.request, address)\n", 1),
+            ("        LocalBufferHandle::between(self.request, DcStreamAddress { address, stream_id }, None)\n",
+             "        LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })\n", 1),
+            ("    use crate::mlx5::dc::initiator::DcRoute;\n", "", 1),
+            ("    ) -> PostSendGuard<'static, DynamicallyConnected> {\n"
+             "        start_with_path_mtu(qp, mlx5, granted, streams, None)\n"
+             "    }\n\n"
+             "    /// As `start`, on a DC initiator brought up with `path_mtu`.\n"
+             "    fn start_with_path_mtu(\n"
+             "        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool, path_mtu: Option<Mtu>,\n"
+             "    ) -> PostSendGuard<'static, DynamicallyConnected> {\n",
+             "    ) -> PostSendGuard<'static, DynamicallyConnected> {\n", 1),
+            ("DcContext::from_raw(mlx5).with_path_mtu(path_mtu)) }", "DcContext::from_raw(mlx5)) }", 1),
+            (("    /// A route to a target whose path MTU is known (or not)",
+              "        assert_eq!(take_calls().last().map(String::as_str), Some(\"complete\"));\n    }\n\n"), "", 1),
+        ],
+        "route.rs": [
+            ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
+            (("\n    /// The path MTU of the target this route reaches", "        None\n    }\n"), "", 1),
+            (("\n    /// What [`DcEndpoint::create_ah`]", "        AddressHandle::destination_path_mtu(self)\n    }\n"), "", 1),
+            ("\n    #[inline]\n    fn destination_path_mtu(&self) -> Option<Mtu> {\n        R::destination_path_mtu(self)\n    }\n",
+             "", 1),
+        ],
+        "send.rs": [
+            ("        // Its mlx5 view, and the path MTU its READs are held to.\n"
+             "        let context = DcContext {\n"
+             "            view: self.mlx5_qp_ex,\n"
+             "            path_mtu: self.path_mtu(),\n"
+             "        };\n",
+             "        let context = DcContext { view: self.mlx5_qp_ex };\n", 1),
+        ],
+        "addressed.rs": [
+            ((". An RDMA READ whose responses would not reach\n/// the initiator is refused", "/// of initiators sets them):\n"),
+             ":\n", 1),
+            ("/// use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard};",
+             "/// use sideway_ext::ibverbs::post_send_guard::PostSendGuard;", 1),
+            ("///     guard.set_path_mtus(PathMtus::known(dci.path_mtu(), ah.destination_path_mtu()));\n", "", 1),
+        ],
+        "bring_up.rs": [
+            (("    ///\n    /// The other way does not follow from it", "DcTargetBringUp::setup_path_mtu)).\n"), "", 1),
+        ],
+    },
     # The reset of one DCI stream (mlx5dv_dci_stream_id_reset: an rdma-mummy-sys release first).
     "pr3e": {
         "recovery.rs": [
@@ -367,7 +447,19 @@ _LATER = {
     },
 }
 
-_PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3e"]
+_PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3d-2", "pr3e"]
+
+# What holds from a part on (once what it brings is there).
+_SINCE = {
+    "pr3d-2": {
+        # This crate's pool does not go upstream.
+        "addressed.rs": [
+            ("path MTUs\n/// ([`set_path_mtus`](crate::ibverbs::post_send_guard::PostSendGuard::set_path_mtus), as a pool\n"
+             "/// of initiators sets them):",
+             "path MTUs\n/// ([`set_path_mtus`](crate::ibverbs::post_send_guard::PostSendGuard::set_path_mtus)):", 1),
+        ],
+    },
+}
 
 
 def INITIATOR_REWRITES(name, part):
@@ -377,6 +469,9 @@ def INITIATOR_REWRITES(name, part):
     # The later parts' cuts first: some of the crate's lines they cut name this crate's types.
     for other in later:
         rewrites += _LATER[other].get(name, [])
+    for since, files in _SINCE.items():
+        if since not in later:
+            rewrites += files.get(name, [])
     rewrites += _ALWAYS.get(name, [])
     if name == "mod.rs" and part in _GUIDE:
         rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`mlx5dv_wr_set_dc_addr`) and what a program posts on.\n"),
