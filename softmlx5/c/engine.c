@@ -1,0 +1,834 @@
+/* The device thread. As a NIC does, it learns of new work when a send queue's doorbell record
+ * moves, reads each WQE from the queue's bytes (control, DC datagram, remote address, atomic,
+ * inline and pointer data segments, mlx5dv.h), executes it against the target's memory through
+ * the fabric, and writes CQEs. A DCI has one request in flight at a time, in queue order; a
+ * request is retried after the transport timeout (4.096 µs · 2^timeout, retry_cnt + 1 tries in
+ * all: IB spec C9-140 and the PRM's qpc.retry_count) or the RNR delay (rnr_retry 7: without
+ * end, IB spec C9-143). */
+#include "softmlx5.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+int soft_srq_take(struct ibv_srq *ibsrq);
+struct mlx5_wqe_data_seg *soft_srq_scatter(struct ibv_srq *ibsrq, int index, int *count);
+
+pthread_mutex_t soft_lock = PTHREAD_MUTEX_INITIALIZER;
+struct soft_qp *soft_qps;
+struct soft_cq *soft_cqs;
+struct soft_srq *soft_srqs;
+struct soft_mr *soft_mrs;
+
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static int kick_fd = -1;
+
+uint64_t soft_now_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
+void soft_engine_kick(void)
+{
+	uint64_t one = 1;
+
+	if (kick_fd >= 0) {
+		ssize_t written = write(kick_fd, &one, sizeof(one));
+
+		(void)written;
+	}
+}
+
+static uint32_t mtu_bytes(enum ibv_mtu mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 256u << (mtu - 1) : 256u;
+}
+
+/* The IB spec's RNR NAK timer field (table 45), in nanoseconds. */
+static uint64_t rnr_delay_ns(uint8_t timer)
+{
+	static const uint32_t micros[32] = {
+		655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+		163840, 245760, 327680, 491520,
+	};
+
+	return (uint64_t)micros[timer & 31] * 1000;
+}
+
+/* ---- a WQE, read from the queue ---- */
+
+struct wqe {
+	uint8_t bytes[64 * 16];	/* up to 16 basic blocks, copied across the queue's end */
+	uint32_t size;
+	uint8_t opcode;
+	uint8_t fm_ce_se;
+	uint8_t stream;
+	uint16_t index;
+	uint16_t blocks;
+	uint32_t imm;
+	struct mlx5_wqe_av av;
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint64_t swap_add, compare;
+	/* data: inline bytes or gather/scatter entries */
+	uint32_t data_offset;	/* where the data segments start in bytes[] */
+};
+
+static uint8_t wqe_opcode(const struct wqe *wqe)
+{
+	return wqe->opcode;
+}
+
+static void read_wqe(struct soft_qp *qp, uint16_t index, struct wqe *wqe)
+{
+	struct mlx5_qp *mqp = &qp->mqp;
+	uint32_t count = mqp->sq.wqe_cnt, first = index & (count - 1), ds, i;
+	const uint8_t *base = mqp->sq_start;
+	struct mlx5_wqe_ctrl_seg ctrl;
+	uint32_t offset;
+
+	memcpy(&ctrl, base + (size_t)first * 64, sizeof(ctrl));
+	ds = be32toh(ctrl.qpn_ds) & 0x3f;
+	wqe->blocks = (uint16_t)((ds * 16 + 63) / 64);
+	if (!wqe->blocks)
+		wqe->blocks = 1;
+	if (wqe->blocks > 16)
+		wqe->blocks = 16;
+	for (i = 0; i < wqe->blocks; i++)
+		memcpy(wqe->bytes + i * 64, base + (size_t)((first + i) & (count - 1)) * 64, 64);
+	wqe->size = ds * 16;
+	wqe->opcode = (uint8_t)(be32toh(ctrl.opmod_idx_opcode) & 0xff);
+	wqe->index = index;
+	wqe->fm_ce_se = ctrl.fm_ce_se;
+	wqe->stream = (uint8_t)be16toh(ctrl.dci_stream_channel_id);
+	wqe->imm = ctrl.imm;
+	offset = sizeof(ctrl);
+	memcpy(&wqe->av, wqe->bytes + offset, sizeof(wqe->av));
+	offset += sizeof(struct mlx5_wqe_datagram_seg);
+	switch (wqe->opcode) {
+	case MLX5_OPCODE_RDMA_WRITE:
+	case MLX5_OPCODE_RDMA_WRITE_IMM:
+	case MLX5_OPCODE_RDMA_READ:
+	case MLX5_OPCODE_ATOMIC_CS:
+	case MLX5_OPCODE_ATOMIC_FA: {
+		struct mlx5_wqe_raddr_seg raddr;
+
+		memcpy(&raddr, wqe->bytes + offset, sizeof(raddr));
+		wqe->remote_addr = be64toh(raddr.raddr);
+		wqe->rkey = be32toh(raddr.rkey);
+		offset += sizeof(raddr);
+		if (wqe->opcode == MLX5_OPCODE_ATOMIC_CS || wqe->opcode == MLX5_OPCODE_ATOMIC_FA) {
+			struct mlx5_wqe_atomic_seg atomic;
+
+			memcpy(&atomic, wqe->bytes + offset, sizeof(atomic));
+			wqe->swap_add = be64toh(atomic.swap_add);
+			wqe->compare = be64toh(atomic.compare);
+			offset += sizeof(atomic);
+		}
+		break;
+	}
+	default:
+		break;
+	}
+	wqe->data_offset = offset;
+}
+
+/* Gathers the WQE's data (inline segments or pointer segments checked against their keys)
+ * into `out`; its length, or -1 with the syndrome in *syndrome. */
+static int64_t gather(struct soft_qp *qp, const struct wqe *wqe, uint8_t *out, size_t cap,
+		      uint8_t *syndrome)
+{
+	uint32_t offset = wqe->data_offset;
+	size_t len = 0;
+
+	while (offset + 4 <= wqe->size) {
+		uint32_t byte_count;
+
+		memcpy(&byte_count, wqe->bytes + offset, 4);
+		byte_count = be32toh(byte_count);
+		if (byte_count & MLX5_INLINE_SEG) {
+			uint32_t n = byte_count & ~MLX5_INLINE_SEG;
+
+			if (offset + 4 + n > wqe->size || len + n > cap) {
+				*syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+				return -1;
+			}
+			memcpy(out + len, wqe->bytes + offset + 4, n);
+			len += n;
+			offset += align(4 + n, 16);
+		} else {
+			struct mlx5_wqe_data_seg seg;
+			uint64_t addr;
+			uint32_t lkey;
+
+			if (offset + sizeof(seg) > wqe->size)
+				break;
+			memcpy(&seg, wqe->bytes + offset, sizeof(seg));
+			offset += sizeof(seg);
+			lkey = be32toh(seg.lkey);
+			addr = be64toh(seg.addr);
+			if (lkey == MLX5_INVALID_LKEY)
+				break;
+			if (!byte_count)
+				byte_count = 0x80000000u; /* PRM: a byte count of 0 means 2 GiB */
+			if (soft_mr_check(soft_mr_find(lkey, false), qp->pd, addr, byte_count, 0)) {
+				*syndrome = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+				return -1;
+			}
+			if (len + byte_count > cap) {
+				*syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+				return -1;
+			}
+			memcpy(out + len, (void *)(uintptr_t)addr, byte_count);
+			len += byte_count;
+		}
+	}
+	return (int64_t)len;
+}
+
+/* Checks the WQE's scatter entries (a READ's or an atomic's destination) for local write
+ * access; their total length, or -1. */
+static int64_t scatter_length(struct soft_qp *qp, const struct wqe *wqe)
+{
+	uint32_t offset = wqe->data_offset;
+	int64_t total = 0;
+
+	while (offset + sizeof(struct mlx5_wqe_data_seg) <= wqe->size) {
+		struct mlx5_wqe_data_seg seg;
+		uint32_t n;
+
+		memcpy(&seg, wqe->bytes + offset, sizeof(seg));
+		offset += sizeof(seg);
+		if (be32toh(seg.lkey) == MLX5_INVALID_LKEY)
+			break;
+		n = be32toh(seg.byte_count);
+		if (soft_mr_check(soft_mr_find(be32toh(seg.lkey), false), qp->pd, be64toh(seg.addr), n,
+				  IBV_ACCESS_LOCAL_WRITE))
+			return -1;
+		total += n;
+	}
+	return total;
+}
+
+static void scatter(const struct wqe *wqe, const uint8_t *data, size_t len)
+{
+	uint32_t offset = wqe->data_offset;
+
+	while (len && offset + sizeof(struct mlx5_wqe_data_seg) <= wqe->size) {
+		struct mlx5_wqe_data_seg seg;
+		size_t n;
+
+		memcpy(&seg, wqe->bytes + offset, sizeof(seg));
+		offset += sizeof(seg);
+		n = be32toh(seg.byte_count);
+		if (n > len)
+			n = len;
+		memcpy((void *)(uintptr_t)be64toh(seg.addr), data, n);
+		data += n;
+		len -= n;
+	}
+}
+
+/* ---- requester ---- */
+
+static void complete_request(struct soft_qp *qp, const struct wqe *wqe, uint8_t cqe_opcode,
+			     uint8_t syndrome, uint32_t byte_count)
+{
+	struct soft_cq *cq = container_of(qp->mqp.verbs_qp.qp.send_cq, struct soft_cq,
+					  mcq.verbs_cq.cq);
+	struct soft_cqe cqe = {
+		.opcode = cqe_opcode,
+		.syndrome = syndrome,
+		.wqe_opcode = wqe_opcode(wqe),
+		.wqe_counter = wqe->index,
+		.qpn = qp->mqp.verbs_qp.qp.qp_num,
+		.user_index = qp->mqp.rsc.rsn,
+		.byte_count = byte_count,
+	};
+
+	soft_cq_write(cq, &cqe);
+}
+
+/* A request failed with `syndrome`: its error CQE; then the stream errs (a DCI with streams
+ * stays in RTS until 2^log_num_errored streams erred: mlx5dv_dci_stream_id_reset(3)), or the
+ * DCI goes to ERR and its queue is flushed by the next pass. */
+static void fail_request(struct soft_qp *qp, const struct wqe *wqe, uint8_t syndrome)
+{
+	complete_request(qp, wqe, MLX5_CQE_REQ_ERR, syndrome, 0);
+	qp->inflight.active = false;
+	qp->consumer = (uint16_t)(wqe->index + wqe->blocks);
+	if (qp->log_num_concurrent && wqe->stream < 32) {
+		qp->errored_streams |= 1u << wqe->stream;
+		if ((uint32_t)__builtin_popcount(qp->errored_streams) < (1u << qp->log_num_errored))
+			return;
+	}
+	soft_qp_to_error(qp);
+	{
+		struct ibv_async_event event = {
+			.element.qp = &qp->mqp.verbs_qp.qp,
+			.event_type = IBV_EVENT_QP_FATAL,
+		};
+
+		(void)event; /* a requester error is reported in the CQE, not as an event */
+	}
+}
+
+static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *wqe,
+					  size_t *len, uint8_t *syndrome)
+{
+	static uint8_t payload[1 << 20];
+	struct soft_packet *packet;
+	int64_t n = 0;
+
+	if (wqe->opcode == MLX5_OPCODE_SEND || wqe->opcode == MLX5_OPCODE_SEND_IMM ||
+	    wqe->opcode == MLX5_OPCODE_RDMA_WRITE || wqe->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
+		n = gather(qp, wqe, payload, sizeof(payload), syndrome);
+		if (n < 0)
+			return NULL;
+	}
+	packet = calloc(1, sizeof(*packet) + (size_t)n);
+	if (!packet) {
+		*syndrome = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+		return NULL;
+	}
+	packet->type = SOFT_REQUEST;
+	packet->source_pid = getpid();
+	packet->dci_qpn = qp->mqp.verbs_qp.qp.qp_num;
+	packet->seq = qp->inflight.seq;
+	packet->opcode = wqe->opcode;
+	packet->stream = wqe->stream;
+	packet->requester_mtu = (uint8_t)qp->path_mtu;
+	packet->solicited = (wqe->fm_ce_se & MLX5_WQE_CTRL_SOLICITED) != 0;
+	packet->dctn = be32toh(wqe->av.dqp_dct) & 0xffffff;
+	packet->dc_key = be64toh(wqe->av.key.dc_key);
+	memcpy(packet->dgid, wqe->av.rgid, 16);
+	packet->dlid = be16toh(wqe->av.rlid);
+	packet->global = (be32toh(wqe->av.grh_gid_fl) >> 30) & 1;
+	packet->remote_addr = wqe->remote_addr;
+	packet->rkey = wqe->rkey;
+	packet->imm = wqe->imm;
+	packet->compare_add = wqe->opcode == MLX5_OPCODE_ATOMIC_CS ? wqe->compare : wqe->swap_add;
+	packet->swap = wqe->swap_add;
+	if (wqe->opcode == MLX5_OPCODE_RDMA_READ)
+		packet->length = (uint32_t)scatter_length(qp, wqe);
+	else if (wqe->opcode == MLX5_OPCODE_ATOMIC_CS || wqe->opcode == MLX5_OPCODE_ATOMIC_FA)
+		packet->length = 8;
+	else
+		packet->length = (uint32_t)n;
+	packet->payload_len = (uint32_t)n;
+	memcpy(packet->payload, payload, (size_t)n);
+	*len = sizeof(*packet) + (size_t)n;
+	return packet;
+}
+
+static uint64_t transport_timeout_ns(const struct soft_qp *qp)
+{
+	/* 0 is no timeout at all (IB spec); the rest 4.096 µs · 2^timeout. */
+	if (!qp->timeout)
+		return UINT64_MAX / 2;
+	return 4096ull << qp->timeout;
+}
+
+static void transmit(struct soft_qp *qp)
+{
+	struct wqe wqe;
+	struct soft_packet *packet;
+	uint8_t syndrome = 0;
+	size_t len;
+
+	read_wqe(qp, qp->inflight.wqe_index, &wqe);
+	packet = request_packet(qp, &wqe, &len, &syndrome);
+	if (!packet) {
+		fail_request(qp, &wqe, syndrome);
+		return;
+	}
+	qp->inflight.deadline_ns = soft_now_ns() + transport_timeout_ns(qp);
+	soft_fabric_send_request(packet, len);
+	free(packet);
+}
+
+/* Starts the WQE at the consumer index. */
+static void start_request(struct soft_qp *qp)
+{
+	struct wqe wqe;
+	uint32_t max_dc = soft_device_of(qp->mqp.verbs_qp.qp.context)->profile.max_wqe_sz_sq_dc;
+
+	read_wqe(qp, qp->consumer, &wqe);
+	if (qp->log_num_concurrent && wqe.stream < 32 && (qp->errored_streams >> wqe.stream) & 1) {
+		/* a stream in error flushes its requests until mlx5dv_dci_stream_id_reset */
+		complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
+		qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
+		return;
+	}
+	switch (wqe.opcode) {
+	case MLX5_OPCODE_SEND:
+	case MLX5_OPCODE_SEND_IMM:
+	case MLX5_OPCODE_RDMA_WRITE:
+	case MLX5_OPCODE_RDMA_WRITE_IMM:
+	case MLX5_OPCODE_RDMA_READ:
+	case MLX5_OPCODE_ATOMIC_CS:
+	case MLX5_OPCODE_ATOMIC_FA:
+		break;
+	case MLX5_OPCODE_NOP:
+		if (wqe.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE)
+			complete_request(qp, &wqe, MLX5_CQE_REQ, 0, 0);
+		qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
+		return;
+	default:
+		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+		return;
+	}
+	/* A DC request beyond the device's max_wqe_sz_sq_dc (PRM cmd_hca_cap): a local QP
+	 * operation error. Neither the kernel nor libmlx5 checks it at creation. */
+	if (wqe.size > max_dc) {
+		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+		return;
+	}
+	if ((wqe.opcode == MLX5_OPCODE_RDMA_READ || wqe.opcode == MLX5_OPCODE_ATOMIC_CS ||
+	     wqe.opcode == MLX5_OPCODE_ATOMIC_FA) && scatter_length(qp, &wqe) < 0) {
+		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+		return;
+	}
+	qp->inflight.active = true;
+	qp->inflight.wqe_index = wqe.index;
+	qp->inflight.seq = ++qp->next_seq;
+	qp->inflight.tries = 0;
+	qp->inflight.rnr_tries = 0;
+	qp->inflight.stream = wqe.stream;
+	transmit(qp);
+}
+
+void soft_engine_response(struct soft_packet *packet)
+{
+	struct soft_qp *qp = soft_qp_find(packet->dci_qpn);
+	struct wqe wqe;
+
+	if (!qp || qp->kind != SOFT_DCI || !qp->inflight.active || qp->inflight.seq != packet->seq ||
+	    qp->state != IBV_QPS_RTS)
+		return; /* late or duplicate: dropped */
+	read_wqe(qp, qp->inflight.wqe_index, &wqe);
+	switch (packet->status) {
+	case SOFT_ACK:
+		if (wqe.opcode == MLX5_OPCODE_RDMA_READ) {
+			/* The responses come at the target's MTU; larger than this path's, they
+			 * never arrive (dropped as malformed), and the READ times out. */
+			uint32_t packet_bytes = packet->payload_len < packet->length ? packet->payload_len
+										    : packet->length;
+
+			if (packet_bytes > mtu_bytes(qp->path_mtu))
+				return;
+			scatter(&wqe, packet->payload, packet->payload_len);
+		} else if (wqe.opcode == MLX5_OPCODE_ATOMIC_CS || wqe.opcode == MLX5_OPCODE_ATOMIC_FA) {
+			scatter(&wqe, packet->payload, 8);
+		}
+		qp->inflight.active = false;
+		qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
+		if (wqe.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE)
+			complete_request(qp, &wqe, MLX5_CQE_REQ, 0,
+					 wqe.opcode == MLX5_OPCODE_RDMA_READ ? packet->payload_len
+					 : (wqe.opcode == MLX5_OPCODE_ATOMIC_CS ||
+					    wqe.opcode == MLX5_OPCODE_ATOMIC_FA) ? 8 : 0);
+		break;
+	case SOFT_NAK_RNR:
+		qp->inflight.rnr_tries++;
+		if (qp->rnr_retry != 7 && qp->inflight.rnr_tries > qp->rnr_retry) {
+			fail_request(qp, &wqe, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+			break;
+		}
+		/* retransmitted after the target's RNR timer, not counted as a transport retry */
+		qp->inflight.deadline_ns = soft_now_ns() + rnr_delay_ns((uint8_t)packet->imm);
+		qp->inflight.tries = -1;
+		break;
+	case SOFT_NAK_REMOTE_ACCESS:
+		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+		break;
+	case SOFT_NAK_REMOTE_OPERATION:
+		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
+		break;
+	default:
+		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+		break;
+	}
+}
+
+/* The DCI's work: flush in ERR, start what the doorbell record announced, retry what timed
+ * out. True when it did something. */
+static bool run_requester(struct soft_qp *qp, uint64_t now)
+{
+	uint16_t producer;
+	bool did = false;
+
+	atomic_thread_fence(memory_order_acquire);
+	producer = (uint16_t)be32toh(((volatile __be32 *)qp->mqp.db)[MLX5_SND_DBR]);
+	atomic_thread_fence(memory_order_acquire);
+	if (qp->state == IBV_QPS_ERR) {
+		/* Every WQE not completed gets a flush CQE (signalled or not). */
+		while (qp->consumer != producer) {
+			struct wqe wqe;
+
+			read_wqe(qp, qp->consumer, &wqe);
+			complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
+			qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
+			did = true;
+		}
+		qp->inflight.active = false;
+		return did;
+	}
+	if (qp->state != IBV_QPS_RTS)
+		return false;
+	if (qp->inflight.active && now >= qp->inflight.deadline_ns) {
+		qp->inflight.tries++;
+		if (qp->inflight.tries > qp->retry_cnt) {
+			struct wqe wqe;
+
+			read_wqe(qp, qp->inflight.wqe_index, &wqe);
+			fail_request(qp, &wqe, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+		} else {
+			transmit(qp);
+		}
+		did = true;
+	}
+	while (!qp->inflight.active && qp->state == IBV_QPS_RTS && qp->consumer != producer) {
+		start_request(qp);
+		did = true;
+	}
+	return did;
+}
+
+/* ---- responder ---- */
+
+struct soft_dedup {
+	int32_t pid;
+	uint32_t dci_qpn;
+	uint32_t seq;
+	uint32_t status;
+	uint64_t atomic_result;
+	struct soft_dedup *next;
+};
+
+static struct soft_dedup *dedup_find(struct soft_qp *dct, const struct soft_packet *packet)
+{
+	struct soft_dedup *entry;
+
+	for (entry = dct->dedup; entry; entry = entry->next)
+		if (entry->pid == packet->source_pid && entry->dci_qpn == packet->dci_qpn)
+			return entry;
+	entry = calloc(1, sizeof(*entry));
+	if (!entry)
+		return NULL;
+	entry->pid = packet->source_pid;
+	entry->dci_qpn = packet->dci_qpn;
+	entry->next = dct->dedup;
+	dct->dedup = entry;
+	return entry;
+}
+
+static void respond(const struct soft_packet *request, uint32_t status, const void *payload,
+		    uint32_t len, uint32_t packet_bytes, uint32_t extra)
+{
+	struct soft_packet *response = calloc(1, sizeof(*response) + len);
+
+	if (!response)
+		return;
+	response->type = SOFT_RESPONSE;
+	response->status = status;
+	response->source_pid = request->source_pid;
+	response->dci_qpn = request->dci_qpn;
+	response->seq = request->seq;
+	response->length = packet_bytes;
+	response->imm = extra;
+	response->payload_len = len;
+	if (len)
+		memcpy(response->payload, payload, len);
+	soft_fabric_send_response(response, sizeof(*response) + len);
+	free(response);
+}
+
+static void receive_completion(struct soft_qp *dct, const struct soft_packet *packet, int index,
+			       uint8_t opcode, uint8_t syndrome, uint32_t byte_count)
+{
+	struct soft_cq *cq = container_of(dct->mqp.verbs_qp.qp.recv_cq, struct soft_cq,
+					  mcq.verbs_cq.cq);
+	struct soft_device *dev = soft_device_of(dct->mqp.verbs_qp.qp.context);
+	struct soft_cqe cqe = {
+		.opcode = opcode,
+		.syndrome = syndrome,
+		.wqe_counter = (uint16_t)index,
+		.qpn = dct->mqp.verbs_qp.qp.qp_num,
+		.user_index = dct->mqp.rsc.rsn,
+		.byte_count = byte_count,
+		.imm = packet->imm,
+		.remote_qpn = packet->dci_qpn,
+		.grh = dev->port.ethernet || packet->global,
+		.solicited = packet->solicited,
+	};
+
+	soft_cq_write(cq, &cqe);
+}
+
+/* Scatters a SEND's payload into the SRQ's WQE; 0, or the responder's syndrome. */
+static uint8_t scatter_receive(struct soft_qp *dct, int index, const struct soft_packet *packet)
+{
+	struct ibv_srq *srq = dct->mqp.verbs_qp.qp.srq;
+	int count, i;
+	struct mlx5_wqe_data_seg *segs = soft_srq_scatter(srq, index, &count);
+	const uint8_t *data = packet->payload;
+	size_t left = packet->payload_len, room = 0;
+
+	for (i = 0; i < count && be32toh(segs[i].lkey) != MLX5_INVALID_LKEY; i++) {
+		uint32_t n = be32toh(segs[i].byte_count);
+
+		if (soft_mr_check(soft_mr_find(be32toh(segs[i].lkey), false), srq->pd,
+				  be64toh(segs[i].addr), n, IBV_ACCESS_LOCAL_WRITE))
+			return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+		room += n;
+	}
+	if (room < left)
+		return MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+	for (i = 0; i < count && left; i++) {
+		size_t n = be32toh(segs[i].byte_count);
+
+		if (n > left)
+			n = left;
+		memcpy((void *)(uintptr_t)be64toh(segs[i].addr), data, n);
+		data += n;
+		left -= n;
+	}
+	return 0;
+}
+
+static bool dct_reached(struct soft_qp *dct, const struct soft_packet *packet)
+{
+	struct soft_device *dev = soft_device_of(dct->mqp.verbs_qp.qp.context);
+
+	if (dev->port.down)
+		return false;
+	if (dev->port.ethernet || packet->global)
+		return soft_port_has_gid(&dev->port, packet->dgid);
+	return packet->dlid == dev->port.lid;
+}
+
+/* A request reached this process. Dropped when no DCT in RTR has the number, when the address
+ * is not this port's, or when the DC key differs (the DCT drops it: PRM dc_access_key
+ * violation); the requester then times out. */
+void soft_engine_request(struct soft_packet *packet)
+{
+	struct soft_qp *dct = soft_qp_find(packet->dctn);
+	struct soft_dedup *seen;
+	unsigned access = 0;
+	struct soft_mr *mr;
+	uint8_t syndrome;
+	int index;
+
+	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet))
+		return;
+	if (packet->dc_key != dct->dc_key)
+		return;
+	seen = dedup_find(dct, packet);
+	if (!seen)
+		return;
+	if (seen->seq == packet->seq && packet->opcode != MLX5_OPCODE_RDMA_READ) {
+		/* a retry of what was done: the same answer, not done again */
+		respond(packet, seen->status, &seen->atomic_result,
+			seen->status == SOFT_ACK && (packet->opcode == MLX5_OPCODE_ATOMIC_CS ||
+						     packet->opcode == MLX5_OPCODE_ATOMIC_FA) ? 8 : 0,
+			8, 0);
+		return;
+	}
+	switch (packet->opcode) {
+	case MLX5_OPCODE_SEND:
+	case MLX5_OPCODE_SEND_IMM:
+		index = soft_srq_take(dct->mqp.verbs_qp.qp.srq);
+		if (index < 0) {
+			respond(packet, SOFT_NAK_RNR, NULL, 0, 0, dct->min_rnr_timer);
+			return;
+		}
+		syndrome = scatter_receive(dct, index, packet);
+		if (syndrome) {
+			receive_completion(dct, packet, index, MLX5_CQE_RESP_ERR, syndrome, 0);
+			seen->seq = packet->seq;
+			seen->status = syndrome == MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR
+					       ? SOFT_NAK_INVALID_REQUEST
+					       : SOFT_NAK_REMOTE_OPERATION;
+			respond(packet, seen->status, NULL, 0, 0, 0);
+			return;
+		}
+		receive_completion(dct, packet, index,
+				   packet->opcode == MLX5_OPCODE_SEND_IMM ? MLX5_CQE_RESP_SEND_IMM
+									 : MLX5_CQE_RESP_SEND,
+				   0, packet->payload_len);
+		break;
+	case MLX5_OPCODE_RDMA_WRITE:
+	case MLX5_OPCODE_RDMA_WRITE_IMM:
+		access = IBV_ACCESS_REMOTE_WRITE;
+		/* fall through */
+	case MLX5_OPCODE_RDMA_READ:
+		if (!access)
+			access = IBV_ACCESS_REMOTE_READ;
+		mr = soft_mr_find(packet->rkey, true);
+		if (!(dct->access & access) ||
+		    (packet->length && soft_mr_check(mr, dct->pd, packet->remote_addr, packet->length,
+						     access))) {
+			seen->seq = packet->seq;
+			seen->status = SOFT_NAK_REMOTE_ACCESS;
+			respond(packet, SOFT_NAK_REMOTE_ACCESS, NULL, 0, 0, 0);
+			return;
+		}
+		if (packet->opcode == MLX5_OPCODE_RDMA_READ) {
+			uint32_t packet_bytes = packet->length < mtu_bytes(dct->path_mtu)
+							? packet->length
+							: mtu_bytes(dct->path_mtu);
+
+			seen->seq = packet->seq;
+			seen->status = SOFT_ACK;
+			respond(packet, SOFT_ACK, (void *)(uintptr_t)packet->remote_addr,
+				packet->length, packet_bytes, 0);
+			return;
+		}
+		if (packet->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
+			index = soft_srq_take(dct->mqp.verbs_qp.qp.srq);
+			if (index < 0) {
+				respond(packet, SOFT_NAK_RNR, NULL, 0, 0, dct->min_rnr_timer);
+				return;
+			}
+			memcpy((void *)(uintptr_t)packet->remote_addr, packet->payload,
+			       packet->payload_len);
+			receive_completion(dct, packet, index, MLX5_CQE_RESP_WR_IMM, 0,
+					   packet->payload_len);
+			break;
+		}
+		memcpy((void *)(uintptr_t)packet->remote_addr, packet->payload, packet->payload_len);
+		break;
+	case MLX5_OPCODE_ATOMIC_CS:
+	case MLX5_OPCODE_ATOMIC_FA: {
+		uint64_t *target = (uint64_t *)(uintptr_t)packet->remote_addr, old;
+
+		mr = soft_mr_find(packet->rkey, true);
+		if (!(dct->access & IBV_ACCESS_REMOTE_ATOMIC) ||
+		    soft_mr_check(mr, dct->pd, packet->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC)) {
+			seen->seq = packet->seq;
+			seen->status = SOFT_NAK_REMOTE_ACCESS;
+			respond(packet, SOFT_NAK_REMOTE_ACCESS, NULL, 0, 0, 0);
+			return;
+		}
+		if (packet->remote_addr & 7) {
+			seen->seq = packet->seq;
+			seen->status = SOFT_NAK_INVALID_REQUEST;
+			respond(packet, SOFT_NAK_INVALID_REQUEST, NULL, 0, 0, 0);
+			return;
+		}
+		/* The atomic operands travel in network order and the target word is big-endian
+		 * in memory, as the HCA reads and writes it. */
+		old = be64toh(__atomic_load_n(target, __ATOMIC_SEQ_CST));
+		if (packet->opcode == MLX5_OPCODE_ATOMIC_FA)
+			__atomic_store_n(target, htobe64(old + packet->compare_add), __ATOMIC_SEQ_CST);
+		else if (old == packet->compare_add)
+			__atomic_store_n(target, htobe64(packet->swap), __ATOMIC_SEQ_CST);
+		seen->atomic_result = htobe64(old);
+		seen->seq = packet->seq;
+		seen->status = SOFT_ACK;
+		respond(packet, SOFT_ACK, &seen->atomic_result, 8, 8, 0);
+		return;
+	}
+	default:
+		seen->seq = packet->seq;
+		seen->status = SOFT_NAK_INVALID_REQUEST;
+		respond(packet, SOFT_NAK_INVALID_REQUEST, NULL, 0, 0, 0);
+		return;
+	}
+	seen->seq = packet->seq;
+	seen->status = SOFT_ACK;
+	respond(packet, SOFT_ACK, NULL, 0, 0, 0);
+}
+
+/* ---- the thread ---- */
+
+static bool pass(void)
+{
+	uint64_t now = soft_now_ns();
+	struct soft_qp *qp;
+	bool did = false;
+
+	for (qp = soft_qps; qp; qp = qp->next)
+		if (qp->kind == SOFT_DCI)
+			did |= run_requester(qp, now);
+	return did;
+}
+
+static void *engine_main(void *arg)
+{
+	unsigned idle = 0;
+
+	(void)arg;
+	for (;;) {
+		struct pollfd fds[2] = {
+			{ .fd = soft_fabric_fd(), .events = POLLIN },
+			{ .fd = kick_fd, .events = POLLIN },
+		};
+		struct soft_packet *packet;
+		struct timespec wait;
+		bool did;
+		size_t len;
+
+		pthread_mutex_lock(&soft_lock);
+		did = pass();
+		pthread_mutex_unlock(&soft_lock);
+		while ((packet = soft_fabric_receive(&len))) {
+			pthread_mutex_lock(&soft_lock);
+			if (packet->type == SOFT_REQUEST)
+				soft_engine_request(packet);
+			else
+				soft_engine_response(packet);
+			pthread_mutex_unlock(&soft_lock);
+			free(packet);
+			did = true;
+		}
+		if (did) {
+			idle = 0;
+			continue;
+		}
+		/* Doorbell records are memory: the device polls them, briefly at full speed after
+		 * work, then backing off to a millisecond. */
+		idle++;
+		if (idle < 64) {
+			sched_yield();
+			continue;
+		}
+		wait.tv_sec = 0;
+		wait.tv_nsec = idle < 256 ? 20000 : idle < 1024 ? 200000 : 1000000;
+		if (ppoll(fds, 2, &wait, NULL) > 0 && (fds[1].revents & POLLIN)) {
+			uint64_t count;
+			ssize_t got = read(kick_fd, &count, sizeof(count));
+
+			(void)got;
+			idle = 0;
+		}
+	}
+	return NULL;
+}
+
+static void start(void)
+{
+	pthread_t thread;
+	pthread_attr_t attr;
+
+	kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_create(&thread, &attr, engine_main, NULL);
+	pthread_attr_destroy(&attr);
+}
+
+void soft_engine_start(void)
+{
+	pthread_once(&engine_once, start);
+}

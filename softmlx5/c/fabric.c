@@ -1,0 +1,215 @@
+/* The fabric: packets between processes on one machine. Its directory (SOFTMLX5_FABRIC, by
+ * default /tmp/softmlx5-<uid>) holds a Unix datagram socket per process, `node-<pid>`, and a
+ * file per QP number, `qp-<number>`, holding the pid of the process that owns it: QP numbers are
+ * unique across the processes, as on one device, and a request goes to the process that holds
+ * its DCT number. A request for a number no live process holds is lost, as on a wire; so are
+ * packets to a process that is gone. Packets within one process do not leave it. */
+#include "softmlx5.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static pthread_once_t fabric_once = PTHREAD_ONCE_INIT;
+static int fabric_fd = -1;
+static int fabric_error;
+static char fabric_dir[108 - 24];
+static pid_t self;
+static uint32_t next_qpn_low;
+
+static void node_path(char *out, size_t size, pid_t pid)
+{
+	snprintf(out, size, "%s/node-%d", fabric_dir, (int)pid);
+}
+
+static void qpn_path(char *out, size_t size, uint32_t qpn)
+{
+	snprintf(out, size, "%s/qp-%06x", fabric_dir, qpn);
+}
+
+static void fabric_unlink(void)
+{
+	char path[128];
+
+	if (getpid() != self)
+		return;
+	node_path(path, sizeof(path), self);
+	unlink(path);
+}
+
+static void init(void)
+{
+	const char *dir = getenv("SOFTMLX5_FABRIC");
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int size = 4 << 20;
+
+	self = getpid();
+	if (dir)
+		snprintf(fabric_dir, sizeof(fabric_dir), "%s", dir);
+	else
+		snprintf(fabric_dir, sizeof(fabric_dir), "/tmp/softmlx5-%u", (unsigned)getuid());
+	if (mkdir(fabric_dir, 0700) && errno != EEXIST) {
+		fabric_error = errno;
+		return;
+	}
+	fabric_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fabric_fd < 0) {
+		fabric_error = errno;
+		return;
+	}
+	setsockopt(fabric_fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+	setsockopt(fabric_fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+	node_path(addr.sun_path, sizeof(addr.sun_path), self);
+	unlink(addr.sun_path);
+	if (bind(fabric_fd, (struct sockaddr *)&addr, sizeof(addr))) {
+		fabric_error = errno;
+		close(fabric_fd);
+		fabric_fd = -1;
+		return;
+	}
+	atexit(fabric_unlink);
+	/* QP numbers start from the pid's low bits, so that processes seldom meet. */
+	next_qpn_low = ((uint32_t)self * 0x101u) & 0xfff;
+}
+
+int soft_fabric_init(void)
+{
+	pthread_once(&fabric_once, init);
+	if (fabric_fd < 0) {
+		errno = fabric_error ? fabric_error : EIO;
+		return -1;
+	}
+	return 0;
+}
+
+int soft_fabric_fd(void)
+{
+	return fabric_fd;
+}
+
+static pid_t owner_of(uint32_t qpn)
+{
+	char path[128], text[32] = "";
+	int fd;
+	ssize_t got;
+
+	qpn_path(path, sizeof(path), qpn);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	got = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (got <= 0)
+		return 0;
+	return (pid_t)atoi(text);
+}
+
+uint32_t soft_fabric_claim_qpn(void)
+{
+	char path[128], text[32];
+	unsigned attempt;
+
+	for (attempt = 0; attempt < 0x100000; attempt++) {
+		uint32_t qpn = 0x1000 + ((next_qpn_low++ * 1u) & 0xfffff);
+		int fd, len;
+
+		if (qpn > 0xffffff)
+			continue;
+		qpn_path(path, sizeof(path), qpn);
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			pid_t owner = owner_of(qpn);
+
+			/* a number left by a process that is gone is free again */
+			if (errno == EEXIST && owner > 0 && kill(owner, 0) && errno == ESRCH)
+				unlink(path);
+			continue;
+		}
+		len = snprintf(text, sizeof(text), "%d\n", (int)self);
+		if (write(fd, text, (size_t)len) != len) {
+			close(fd);
+			unlink(path);
+			continue;
+		}
+		close(fd);
+		return qpn;
+	}
+	return 0;
+}
+
+void soft_fabric_release_qpn(uint32_t qpn)
+{
+	char path[128];
+
+	if (owner_of(qpn) != self)
+		return;
+	qpn_path(path, sizeof(path), qpn);
+	unlink(path);
+}
+
+static void send_to(pid_t pid, struct soft_packet *packet, size_t len)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+	node_path(addr.sun_path, sizeof(addr.sun_path), pid);
+	/* A full or missing receiver loses the packet; the requester's timer recovers. */
+	sendto(fabric_fd, packet, len, MSG_DONTWAIT, (struct sockaddr *)&addr, sizeof(addr));
+}
+
+void soft_fabric_send_request(struct soft_packet *packet, size_t len)
+{
+	pid_t owner;
+
+	if (soft_qp_find(packet->dctn)) {
+		soft_engine_request(packet);
+		return;
+	}
+	owner = owner_of(packet->dctn);
+	if (owner <= 0)
+		return;
+	if (owner == self) {
+		soft_engine_request(packet);
+		return;
+	}
+	send_to(owner, packet, len);
+}
+
+void soft_fabric_send_response(struct soft_packet *packet, size_t len)
+{
+	if (packet->source_pid == self) {
+		soft_engine_response(packet);
+		return;
+	}
+	send_to(packet->source_pid, packet, len);
+}
+
+struct soft_packet *soft_fabric_receive(size_t *len)
+{
+	struct soft_packet *packet;
+	ssize_t got;
+	int size = 0;
+
+	if (fabric_fd < 0)
+		return NULL;
+	got = recv(fabric_fd, NULL, 0, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+	if (got <= 0)
+		return NULL;
+	size = (int)got;
+	packet = malloc((size_t)size);
+	if (!packet)
+		return NULL;
+	got = recv(fabric_fd, packet, (size_t)size, MSG_DONTWAIT);
+	if (got < (ssize_t)sizeof(*packet)) {
+		free(packet);
+		return NULL;
+	}
+	*len = (size_t)got;
+	return packet;
+}

@@ -1,0 +1,258 @@
+/* softmlx5: a software ConnectX for DC, below the C ABI. One shared object answers as both
+ * libibverbs.so.1 and libmlx5.so.1; its queue pairs, CQs and SRQs are libmlx5's own structures
+ * (mlx5.h), laid out as libmlx5's creation paths lay them out, so that libmlx5's own qp.c, cq.c
+ * and srq.c (compiled in, unmodified) post and poll, and a device thread executes the WQE bytes
+ * and writes CQE bytes.
+ *
+ * Rooms: devices.c (profiles, devices, ports, GIDs, queries), memory.c (PD, MR, thread and parent
+ * domains), completion.c (CQs, channels, the CQE writer), shared_receive_queue.c, queue_pair.c
+ * (DCI, DCT, address handles, mlx5dv_init_obj), engine.c (the device thread: requester and
+ * responder), fabric.c (packets between processes), control.c (faults and trace for tests),
+ * provider.c (what libmlx5's files link to). */
+#ifndef SOFTMLX5_H
+#define SOFTMLX5_H
+
+#include <config.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mlx5.h"
+#include "wqe.h"
+
+#define SOFT_EXPORT __attribute__((visibility("default")))
+
+/* ---- profiles and devices (devices.c) ---- */
+
+struct soft_profile {
+	const char *name;	/* cx5, cx6, cx6dx, cx7 */
+	uint32_t vendor_part_id;
+	uint8_t dci_streams_log_concurrent; /* 0: no DCI streams */
+	uint8_t dci_streams_log_errored;
+	uint32_t max_wqe_sz_sq;	/* bytes; QUERY_HCA_CAP max_wqe_sz_sq */
+	uint32_t max_wqe_sz_sq_dc;
+	/* Older stacks */
+	bool no_query_gid_ex;	/* rdma-core before 32 */
+	bool no_dci_reset;	/* kernel without DCI RESET from ERR */
+	bool no_dynamic_uar;	/* kernel without dynamic UAR */
+};
+
+struct soft_gid {
+	uint8_t raw[16];
+	uint32_t type;		/* IBV_GID_TYPE_IB / ROCE_V1 / ROCE_V2 */
+	char netdev[16];
+	bool valid;
+};
+
+#define SOFT_GID_TABLE_LEN 8
+
+struct soft_port {
+	bool ethernet;		/* RoCE v2; InfiniBand otherwise */
+	bool grh_required;
+	bool down;
+	enum ibv_mtu active_mtu;
+	uint16_t lid;
+	struct soft_gid gids[SOFT_GID_TABLE_LEN];
+};
+
+struct soft_device {
+	struct mlx5_device mdev;	/* first: libmlx5's to_mdev() reads page_size */
+	struct soft_profile profile;
+	struct soft_port port;	/* one port, port 1 */
+	uint64_t node_guid;
+	int index;
+};
+
+struct soft_device *soft_device_of(struct ibv_context *context);
+bool soft_port_has_gid(const struct soft_port *port, const uint8_t gid[16]);
+
+/* ---- objects ---- */
+
+struct soft_context {
+	struct mlx5_context mctx;	/* first: libmlx5's to_mctx() */
+	struct soft_device *device;
+	int async_fd[2];		/* a pipe of struct ibv_async_event */
+	void *uar_page;			/* doorbell and BlueFlame registers, a page of memory */
+	struct mlx5_bf *bfs;
+	unsigned next_shared_bf;
+};
+
+struct soft_mr {
+	struct mlx5_mr mmr;
+	struct soft_mr *next;
+};
+
+struct soft_channel {
+	struct ibv_comp_channel channel; /* fd: the read end of a pipe of struct ibv_cq pointers */
+	int write_fd;
+};
+
+struct soft_cq {
+	struct mlx5_cq mcq;
+	struct soft_cq *next;
+	uint32_t producer;		/* CQEs the device wrote */
+	bool armed;			/* an ibv_req_notify_cq not yet answered */
+	bool armed_solicited;
+	bool overrun;
+};
+
+struct soft_srq {
+	struct mlx5_srq msrq;
+	struct soft_srq *next;
+	uint16_t consumed;		/* WQEs the device took */
+	int next_index;			/* the WQE the device takes next */
+	uint32_t limit;			/* srq_limit armed; 0: not */
+	bool in_error;
+};
+
+enum soft_qp_kind { SOFT_DCI, SOFT_DCT };
+
+/* What the requester has in flight on a DCI (engine.c). */
+struct soft_inflight {
+	bool active;
+	uint16_t wqe_index;
+	uint32_t seq;
+	uint64_t deadline_ns;
+	int tries;
+	int rnr_tries;
+	uint8_t stream;
+};
+
+struct soft_qp {
+	struct mlx5_qp mqp;
+	struct soft_qp *next;
+	enum soft_qp_kind kind;
+	struct ibv_pd *pd;
+	struct mlx5_bf own_bf;		/* a dedicated register when it has one */
+	/* granted attributes */
+	enum ibv_qp_state state;
+	uint8_t port;
+	uint16_t pkey_index;
+	unsigned access;
+	enum ibv_mtu path_mtu;
+	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+	uint32_t sq_psn;
+	uint8_t max_rd_atomic, max_dest_rd_atomic;
+	uint64_t dc_key;
+	struct ibv_ah_attr ah_attr;
+	bool ah_set;
+	/* DCI streams */
+	uint8_t log_num_concurrent, log_num_errored;
+	uint32_t errored_streams;	/* a bit per errored stream (streams < 32) */
+	/* requester */
+	uint16_t consumer;		/* the next WQE the device executes */
+	uint32_t next_seq;
+	struct soft_inflight inflight;
+	/* responder (DCT): what each requester last asked, to answer a retry again */
+	struct soft_dedup *dedup;
+};
+
+struct soft_ah {
+	struct mlx5_ah mah;
+};
+
+/* ---- the device's one lock and lists (engine.c) ---- */
+
+extern pthread_mutex_t soft_lock;
+extern struct soft_qp *soft_qps;
+extern struct soft_cq *soft_cqs;
+extern struct soft_srq *soft_srqs;
+extern struct soft_mr *soft_mrs;
+
+void soft_engine_start(void);
+void soft_engine_kick(void);
+uint64_t soft_now_ns(void);
+
+/* ---- completion.c ---- */
+
+struct soft_cqe {
+	uint8_t opcode;		/* MLX5_CQE_* */
+	uint8_t syndrome;	/* error CQEs */
+	uint8_t vendor_syndrome;
+	uint8_t wqe_opcode;	/* requester: the WQE's opcode */
+	uint16_t wqe_counter;
+	uint32_t qpn;
+	uint32_t user_index;
+	uint32_t byte_count;
+	uint32_t imm;		/* big-endian as it travels */
+	uint32_t remote_qpn;
+	bool grh;
+	bool solicited;
+};
+/* Writes one CQE; false when the CQ is full (an overrun, raised as IBV_EVENT_CQ_ERR). */
+bool soft_cq_write(struct soft_cq *cq, const struct soft_cqe *cqe);
+void soft_async_event(struct ibv_context *context, struct ibv_async_event *event);
+
+/* ---- queue_pair.c ---- */
+struct soft_qp *soft_qp_find(uint32_t qpn);
+void soft_qp_to_error(struct soft_qp *qp);
+
+/* ---- memory.c ---- */
+/* The region `key` names on `pd`'s device, when it covers [addr, addr + len) with `access`;
+ * the syndrome to report otherwise. */
+struct soft_mr *soft_mr_find(uint32_t key, bool remote);
+int soft_mr_check(struct soft_mr *mr, struct ibv_pd *pd, uint64_t addr, uint64_t len,
+		  unsigned access);
+
+/* ---- fabric.c ---- */
+enum soft_packet_type {
+	SOFT_REQUEST = 1,
+	SOFT_RESPONSE = 2,
+};
+
+enum soft_response_status {
+	SOFT_ACK = 0,
+	SOFT_NAK_RNR = 1,
+	SOFT_NAK_REMOTE_ACCESS = 2,
+	SOFT_NAK_REMOTE_OPERATION = 3,
+	SOFT_NAK_INVALID_REQUEST = 4,
+};
+
+struct soft_packet {
+	uint32_t type;
+	uint32_t status;
+	int32_t source_pid;
+	uint32_t dci_qpn;
+	uint32_t seq;
+	uint8_t opcode;		/* MLX5_OPCODE_* of the request */
+	uint8_t stream;
+	uint8_t requester_mtu;	/* enum ibv_mtu */
+	uint8_t solicited;
+	uint32_t dctn;
+	uint64_t dc_key;
+	uint8_t dgid[16];
+	uint16_t dlid;
+	uint8_t global;
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint32_t length;	/* of the operation: payload, or bytes to READ */
+	uint32_t imm;
+	uint64_t compare_add;
+	uint64_t swap;
+	uint32_t payload_len;
+	uint8_t payload[];
+};
+
+int soft_fabric_init(void);
+int soft_fabric_fd(void);
+/* Allocates a QP number no other process of the fabric holds. */
+uint32_t soft_fabric_claim_qpn(void);
+void soft_fabric_release_qpn(uint32_t qpn);
+/* Sends a packet to the process that holds `qpn` (a request) or to `pid` (a response); a packet
+ * to a QP number no live process holds is lost, as on a wire. */
+void soft_fabric_send_request(struct soft_packet *packet, size_t len);
+void soft_fabric_send_response(struct soft_packet *packet, size_t len);
+/* The next packet that arrived, or NULL. */
+struct soft_packet *soft_fabric_receive(size_t *len);
+
+/* ---- engine.c: a packet arrived ---- */
+void soft_engine_request(struct soft_packet *packet);
+void soft_engine_response(struct soft_packet *packet);
+
+/* ---- provider.c: libmlx5's buffers ---- */
+void *soft_zalloc_aligned(size_t size);
+int soft_store_uidx(struct mlx5_context *ctx, void *rsc);
+void soft_clear_uidx(struct mlx5_context *ctx, uint32_t uidx);
+
+#endif
