@@ -266,9 +266,9 @@ static void fail_request(struct soft_qp *qp, const struct wqe *wqe, uint8_t synd
 	complete_request(qp, wqe, MLX5_CQE_REQ_ERR, syndrome, 0);
 	qp->inflight.active = false;
 	qp->consumer = (uint16_t)(wqe->index + wqe->blocks);
-	if (qp->log_num_concurrent && wqe->stream < 32) {
-		qp->errored_streams |= 1u << wqe->stream;
-		if ((uint32_t)__builtin_popcount(qp->errored_streams) < (1u << qp->log_num_errored))
+	if (qp->log_num_concurrent && wqe->stream < 64) {
+		qp->errored_streams |= 1ull << wqe->stream;
+		if ((uint32_t)__builtin_popcountll(qp->errored_streams) < (1u << qp->log_num_errored))
 			return;
 	}
 	soft_qp_to_error(qp);
@@ -363,7 +363,7 @@ static void start_request(struct soft_qp *qp)
 	uint32_t max_dc = soft_device_of(qp->mqp.verbs_qp.qp.context)->profile.max_wqe_sz_sq_dc;
 
 	read_wqe(qp, qp->consumer, &wqe);
-	if (qp->log_num_concurrent && wqe.stream < 32 && (qp->errored_streams >> wqe.stream) & 1) {
+	if (qp->log_num_concurrent && wqe.stream < 64 && (qp->errored_streams >> wqe.stream) & 1) {
 		/* a stream in error flushes its requests until mlx5dv_dci_stream_id_reset */
 		complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
 		qp->consumer = (uint16_t)(wqe.index + wqe.blocks);

@@ -33,7 +33,7 @@ SOFT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 
 SOFT_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
-	struct mlx5_pd *mpd = to_mpd(pd);
+	struct mlx5_parent_domain *parent = to_mparent_domain(pd);
 	struct soft_mr *mr;
 	struct soft_qp *qp;
 
@@ -45,12 +45,12 @@ SOFT_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 	for (qp = soft_qps; qp; qp = qp->next)
 		if (qp->pd == pd)
 			goto busy;
-	if (atomic_load(&mpd->refcount) > 1)
+	if (atomic_load(parent ? &parent->mpd.refcount : &to_mpd(pd)->refcount) > 1)
 		goto busy;
 	pthread_mutex_unlock(&soft_lock);
-	if (mpd->mprotection_domain)
-		return soft_dealloc_parent_domain(container_of(mpd, struct mlx5_parent_domain, mpd));
-	free(mpd);
+	if (parent)
+		return soft_dealloc_parent_domain(parent);
+	free(to_mpd(pd));
 	return 0;
 busy:
 	pthread_mutex_unlock(&soft_lock);
@@ -157,14 +157,13 @@ int soft_mr_check(struct soft_mr *mr, struct ibv_pd *pd, uint64_t addr, uint64_t
 		  unsigned access)
 {
 	const struct ibv_mr *ibmr;
-	struct mlx5_pd *mpd;
 	uint64_t start;
 
 	if (!mr)
 		return -1;
 	ibmr = &mr->mmr.vmr.ibv_mr;
-	mpd = to_mpd(pd);
-	if (ibmr->pd != pd && (!mpd->mprotection_domain || &mpd->mprotection_domain->ibv_pd != ibmr->pd))
+	/* libmlx5's to_mpd: a parent domain stands for its protection domain */
+	if (to_mpd(ibmr->pd) != to_mpd(pd))
 		return -1;
 	start = (uintptr_t)ibmr->addr;
 	if (addr < start || len > ibmr->length || addr - start > ibmr->length - len)

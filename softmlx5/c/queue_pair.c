@@ -94,14 +94,10 @@ static int size_dci_send_queue(struct mlx5_context *ctx, struct ibv_qp_init_attr
  * BlueFlame registers, with a lock (the kernel's medium-latency bfregs). */
 static struct mlx5_bf *choose_register(struct soft_context *ctx, struct ibv_pd *pd)
 {
-	struct mlx5_pd *mpd = to_mpd(pd);
+	struct mlx5_parent_domain *parent = to_mparent_domain(pd);
 
-	if (mpd->mprotection_domain) {
-		struct mlx5_parent_domain *parent = container_of(mpd, struct mlx5_parent_domain, mpd);
-
-		if (parent->mtd)
-			return parent->mtd->bf;
-	}
+	if (parent && parent->mtd)
+		return parent->mtd->bf;
 	if (ctx->mctx.shut_up_bf)
 		return &ctx->bfs[0];
 	ctx->next_shared_bf = ctx->next_shared_bf % 7 + 1;
@@ -565,10 +561,8 @@ SOFT_EXPORT int mlx5dv_dci_stream_id_reset(struct ibv_qp *ibqp, uint16_t stream_
 	pthread_mutex_lock(&soft_lock);
 	if (qp->kind != SOFT_DCI || ibqp->state != IBV_QPS_RTS)
 		ret = EOPNOTSUPP;
-	else if (stream_id >= (1u << qp->log_num_concurrent) || !qp->log_num_concurrent)
-		ret = EINVAL;
-	else if (stream_id < 32)
-		qp->errored_streams &= ~(1u << stream_id);
+	else if (stream_id < 64)
+		qp->errored_streams &= ~(1ull << stream_id);
 	pthread_mutex_unlock(&soft_lock);
 	soft_engine_kick();
 	return ret;
@@ -696,8 +690,19 @@ SOFT_EXPORT int mlx5dv_init_obj(struct mlx5dv_obj *obj, uint64_t obj_type)
 {
 	int ret = 0;
 
-	if (obj_type & ~(uint64_t)(MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_SRQ))
+	if (obj_type & ~(uint64_t)(MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_AH |
+				   MLX5DV_OBJ_PD))
 		return EOPNOTSUPP;
+	if (obj_type & MLX5DV_OBJ_AH) {
+		/* mlx5.c: mlx5dv_get_av */
+		obj->ah.out->comp_mask = 0;
+		obj->ah.out->av = &to_mah(obj->ah.in)->av;
+	}
+	if (obj_type & MLX5DV_OBJ_PD) {
+		/* mlx5.c: mlx5dv_get_pd */
+		obj->pd.out->comp_mask = 0;
+		obj->pd.out->pdn = to_mpd(obj->pd.in)->pdn;
+	}
 	if (obj_type & MLX5DV_OBJ_QP)
 		ret = get_qp(obj->qp.in, obj->qp.out);
 	if (!ret && (obj_type & MLX5DV_OBJ_CQ))

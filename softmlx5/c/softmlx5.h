@@ -139,7 +139,7 @@ struct soft_qp {
 	bool ah_set;
 	/* DCI streams */
 	uint8_t log_num_concurrent, log_num_errored;
-	uint32_t errored_streams;	/* a bit per errored stream (streams < 32) */
+	uint64_t errored_streams;	/* a bit per errored stream (stream ids < 64) */
 	/* requester */
 	uint16_t consumer;		/* the next WQE the device executes */
 	uint32_t next_seq;
