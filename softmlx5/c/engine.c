@@ -240,6 +240,32 @@ static void scatter(const struct wqe *wqe, const uint8_t *data, size_t len)
 
 /* ---- requester ---- */
 
+static uint32_t incarnations;
+
+static uint32_t new_incarnation(void)
+{
+	return __atomic_add_fetch(&incarnations, 1, __ATOMIC_RELAXED) ^ ((uint32_t)getpid() << 12);
+}
+
+void soft_requester_reset(struct soft_qp *qp)
+{
+	struct soft_requester *r = &qp->requester;
+
+	memset(r, 0, sizeof(*r));
+	r->incarnation = new_incarnation();
+	r->next_seq = 1;
+}
+
+/* Where a WQE goes: its DCT number, DC key and address (the address vector's first 16 bytes
+ * and its GID). */
+static void destination_of(const struct wqe *wqe, uint8_t out[32])
+{
+	memcpy(out, &wqe->av, 16);
+	memcpy(out + 16, wqe->av.rgid, 16);
+	/* the LID lives in the first 16 bytes; the stat rate and SL do not name a target */
+	out[12] = 0;
+}
+
 static void complete_request(struct soft_qp *qp, const struct wqe *wqe, uint8_t cqe_opcode,
 			     uint8_t syndrome, uint32_t byte_count)
 {
@@ -258,31 +284,39 @@ static void complete_request(struct soft_qp *qp, const struct wqe *wqe, uint8_t 
 	soft_cq_write(cq, &cqe);
 }
 
-/* A request failed with `syndrome`: its error CQE; then the stream errs (a DCI with streams
- * stays in RTS until 2^log_num_errored streams erred: mlx5dv_dci_stream_id_reset(3)), or the
- * DCI goes to ERR and its queue is flushed by the next pass. */
-static void fail_request(struct soft_qp *qp, const struct wqe *wqe, uint8_t syndrome)
+static struct soft_outstanding *oldest(struct soft_qp *qp)
+{
+	struct soft_requester *r = &qp->requester;
+
+	return r->count ? &r->ring[r->oldest] : NULL;
+}
+
+static void pop_oldest(struct soft_qp *qp)
+{
+	struct soft_requester *r = &qp->requester;
+
+	r->oldest = (r->oldest + 1) % SOFT_WINDOW;
+	r->count--;
+	r->tries = 0;
+	r->rnr_tries = 0;
+	r->rnr_wait = false;
+}
+
+/* The oldest request failed with `syndrome`: its error CQE; then its stream errs (a DCI with
+ * streams stays in RTS until 2^log_num_errored streams erred: mlx5dv_dci_stream_id_reset(3)), or
+ * the DCI goes to ERR and the next pass flushes the rest. */
+static void fail_wqe(struct soft_qp *qp, const struct wqe *wqe, uint8_t syndrome)
 {
 	complete_request(qp, wqe, MLX5_CQE_REQ_ERR, syndrome, 0);
-	qp->inflight.active = false;
-	qp->consumer = (uint16_t)(wqe->index + wqe->blocks);
 	if (qp->log_num_concurrent && wqe->stream < 64) {
 		qp->errored_streams |= 1ull << wqe->stream;
 		if ((uint32_t)__builtin_popcountll(qp->errored_streams) < (1u << qp->log_num_errored))
 			return;
 	}
 	soft_qp_to_error(qp);
-	{
-		struct ibv_async_event event = {
-			.element.qp = &qp->mqp.verbs_qp.qp,
-			.event_type = IBV_EVENT_QP_FATAL,
-		};
-
-		(void)event; /* a requester error is reported in the CQE, not as an event */
-	}
 }
 
-static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *wqe,
+static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *wqe, uint32_t seq,
 					  size_t *len, uint8_t *syndrome)
 {
 	static uint8_t payload[1 << 20];
@@ -303,7 +337,8 @@ static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *
 	packet->type = SOFT_REQUEST;
 	packet->source_pid = getpid();
 	packet->dci_qpn = qp->mqp.verbs_qp.qp.qp_num;
-	packet->seq = qp->inflight.seq;
+	packet->incarnation = qp->requester.incarnation;
+	packet->seq = seq;
 	packet->opcode = wqe->opcode;
 	packet->stream = wqe->stream;
 	packet->requester_mtu = (uint8_t)qp->path_mtu;
@@ -338,100 +373,163 @@ static uint64_t transport_timeout_ns(const struct soft_qp *qp)
 	return 4096ull << qp->timeout;
 }
 
-static void transmit(struct soft_qp *qp)
+/* Sends the window's requests from sequence number `first` on, in order. The caller holds
+ * soft_lock; a response of this process's own target arrives within each send and may move
+ * the window (or fail the DCI), so each is found again by its number. */
+static void send_from(struct soft_qp *qp, uint32_t first)
 {
-	struct wqe wqe;
-	struct soft_packet *packet;
-	uint8_t syndrome = 0;
-	size_t len;
+	struct soft_requester *r = &qp->requester;
+	uint32_t incarnation = r->incarnation, seq, end = r->next_seq;
 
-	read_wqe(qp, qp->inflight.wqe_index, &wqe);
-	packet = request_packet(qp, &wqe, &len, &syndrome);
-	if (!packet) {
-		fail_request(qp, &wqe, syndrome);
-		return;
+	for (seq = first; seq != end; seq++) {
+		struct soft_packet *packet;
+		uint8_t syndrome = 0;
+		struct wqe wqe;
+		unsigned i;
+		size_t len;
+
+		if (r->incarnation != incarnation || qp->state != IBV_QPS_RTS || r->rnr_wait)
+			return;
+		for (i = 0; i < r->count && r->ring[(r->oldest + i) % SOFT_WINDOW].seq != seq; i++)
+			;
+		if (i == r->count)
+			continue; /* answered already */
+		read_wqe(qp, r->ring[(r->oldest + i) % SOFT_WINDOW].wqe_index, &wqe);
+		packet = request_packet(qp, &wqe, seq, &len, &syndrome);
+		if (!packet)
+			return; /* out of memory: the timer sends it again */
+		soft_fabric_send_request(packet, len);
+		free(packet);
 	}
-	qp->inflight.deadline_ns = soft_now_ns() + transport_timeout_ns(qp);
-	soft_fabric_send_request(packet, len);
-	free(packet);
 }
 
-/* Starts the WQE at the consumer index. */
-static void start_request(struct soft_qp *qp)
+/* Sends the whole window again, oldest first (go-back-N), and restarts the oldest's timer. */
+static void transmit_window(struct soft_qp *qp)
 {
-	struct wqe wqe;
-	uint32_t max_dc = soft_device_of(qp->mqp.verbs_qp.qp.context)->profile.max_wqe_sz_sq_dc;
+	struct soft_requester *r = &qp->requester;
 
-	read_wqe(qp, qp->consumer, &wqe);
-	if (qp->log_num_concurrent && wqe.stream < 64 && (qp->errored_streams >> wqe.stream) & 1) {
-		/* a stream in error flushes its requests until mlx5dv_dci_stream_id_reset */
-		complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
-		qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
+	if (!r->count)
 		return;
-	}
-	switch (wqe.opcode) {
+	r->deadline_ns = soft_now_ns() + transport_timeout_ns(qp);
+	send_from(qp, r->ring[r->oldest].seq);
+}
+
+/* What fails a request before it leaves: its syndrome, or 0. The checks of its local keys,
+ * opcode and size (the send queue's WQE checks, PRM). */
+static uint8_t local_check(struct soft_qp *qp, const struct wqe *wqe)
+{
+	uint32_t max_dc = soft_device_of(qp->mqp.verbs_qp.qp.context)->profile.max_wqe_sz_sq_dc;
+	static uint8_t scratch[1 << 20];
+	uint8_t syndrome = 0;
+
+	switch (wqe->opcode) {
 	case MLX5_OPCODE_SEND:
 	case MLX5_OPCODE_SEND_IMM:
 	case MLX5_OPCODE_RDMA_WRITE:
 	case MLX5_OPCODE_RDMA_WRITE_IMM:
+		if (gather(qp, wqe, scratch, sizeof(scratch), &syndrome) < 0)
+			return syndrome;
+		break;
 	case MLX5_OPCODE_RDMA_READ:
 	case MLX5_OPCODE_ATOMIC_CS:
 	case MLX5_OPCODE_ATOMIC_FA:
+		if (scatter_length(qp, wqe) < 0)
+			return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
 		break;
-	case MLX5_OPCODE_NOP:
-		if (wqe.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE)
-			complete_request(qp, &wqe, MLX5_CQE_REQ, 0, 0);
-		qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
-		return;
 	default:
-		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-		return;
+		return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
 	}
 	/* A DC request beyond the device's max_wqe_sz_sq_dc (PRM cmd_hca_cap): a local QP
 	 * operation error. Neither the kernel nor libmlx5 checks it at creation. */
-	if (wqe.size > max_dc) {
-		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-		return;
+	if (wqe->size > max_dc)
+		return MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+	return 0;
+}
+
+/* Takes the WQE at the consumer index into the window. A WQE that completes without the wire
+ * (a NOP, a flushed stream, a local error) waits until the window is empty, so that CQEs stay in
+ * queue order. False when it must wait. */
+static bool take_request(struct soft_qp *qp)
+{
+	struct soft_requester *r = &qp->requester;
+	struct soft_outstanding *slot;
+	uint8_t syndrome;
+	struct wqe wqe;
+
+	read_wqe(qp, r->consumer, &wqe);
+	if (wqe.opcode == MLX5_OPCODE_NOP) {
+		if (r->count)
+			return false;
+		if (wqe.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE)
+			complete_request(qp, &wqe, MLX5_CQE_REQ, 0, 0);
+		r->consumer = (uint16_t)(wqe.index + wqe.blocks);
+		return true;
 	}
-	if ((wqe.opcode == MLX5_OPCODE_RDMA_READ || wqe.opcode == MLX5_OPCODE_ATOMIC_CS ||
-	     wqe.opcode == MLX5_OPCODE_ATOMIC_FA) && scatter_length(qp, &wqe) < 0) {
-		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-		return;
+	if (qp->log_num_concurrent && wqe.stream < 64 && (qp->errored_streams >> wqe.stream) & 1) {
+		/* a stream in error flushes its requests until mlx5dv_dci_stream_id_reset */
+		if (r->count)
+			return false;
+		complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
+		r->consumer = (uint16_t)(wqe.index + wqe.blocks);
+		return true;
 	}
-	qp->inflight.active = true;
-	qp->inflight.wqe_index = wqe.index;
-	qp->inflight.seq = ++qp->next_seq;
-	qp->inflight.tries = 0;
-	qp->inflight.rnr_tries = 0;
-	qp->inflight.stream = wqe.stream;
-	transmit(qp);
+	syndrome = local_check(qp, &wqe);
+	if (syndrome) {
+		if (r->count)
+			return false;
+		r->consumer = (uint16_t)(wqe.index + wqe.blocks);
+		fail_wqe(qp, &wqe, syndrome);
+		return true;
+	}
+	if (r->count == SOFT_WINDOW)
+		return false;
+	/* A DCI is connected to one DCT at a time: a request for another waits until the window
+	 * drained, then goes in a new connection (PRM, DC transport: the DCI reconnects). */
+	{
+		uint8_t destination[32];
+
+		destination_of(&wqe, destination);
+		if (memcmp(destination, r->destination, sizeof(destination))) {
+			if (r->count)
+				return false;
+			memcpy(r->destination, destination, sizeof(destination));
+			r->incarnation = new_incarnation();
+		}
+	}
+	slot = &r->ring[(r->oldest + r->count) % SOFT_WINDOW];
+	slot->wqe_index = wqe.index;
+	slot->seq = r->next_seq++;
+	r->count++;
+	r->consumer = (uint16_t)(wqe.index + wqe.blocks);
+	return true;
 }
 
 void soft_engine_response(struct soft_packet *packet)
 {
 	struct soft_qp *qp = soft_qp_find(packet->dci_qpn);
+	struct soft_outstanding *first;
 	struct wqe wqe;
 
-	if (!qp || qp->kind != SOFT_DCI || !qp->inflight.active || qp->inflight.seq != packet->seq ||
-	    qp->state != IBV_QPS_RTS)
-		return; /* late or duplicate: dropped */
-	read_wqe(qp, qp->inflight.wqe_index, &wqe);
+	if (!qp || qp->kind != SOFT_DCI || qp->state != IBV_QPS_RTS ||
+	    qp->requester.incarnation != packet->incarnation)
+		return;
+	first = oldest(qp);
+	if (!first || first->seq != packet->seq)
+		return; /* late, duplicate or out of order: dropped */
+	read_wqe(qp, first->wqe_index, &wqe);
 	switch (packet->status) {
 	case SOFT_ACK:
 		if (wqe.opcode == MLX5_OPCODE_RDMA_READ) {
 			/* The responses come at the target's MTU; larger than this path's, they
 			 * never arrive (dropped as malformed), and the READ times out. */
-			uint32_t packet_bytes = packet->payload_len < packet->length ? packet->payload_len
-										    : packet->length;
-
-			if (packet_bytes > mtu_bytes(qp->path_mtu))
+			if (packet->length > mtu_bytes(qp->path_mtu))
 				return;
 			scatter(&wqe, packet->payload, packet->payload_len);
 		} else if (wqe.opcode == MLX5_OPCODE_ATOMIC_CS || wqe.opcode == MLX5_OPCODE_ATOMIC_FA) {
 			scatter(&wqe, packet->payload, 8);
 		}
-		qp->inflight.active = false;
-		qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
+		pop_oldest(qp);
+		qp->requester.deadline_ns = soft_now_ns() + transport_timeout_ns(qp);
 		if (wqe.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE)
 			complete_request(qp, &wqe, MLX5_CQE_REQ, 0,
 					 wqe.opcode == MLX5_OPCODE_RDMA_READ ? packet->payload_len
@@ -439,31 +537,39 @@ void soft_engine_response(struct soft_packet *packet)
 					    wqe.opcode == MLX5_OPCODE_ATOMIC_FA) ? 8 : 0);
 		break;
 	case SOFT_NAK_RNR:
-		qp->inflight.rnr_tries++;
-		if (qp->rnr_retry != 7 && qp->inflight.rnr_tries > qp->rnr_retry) {
-			fail_request(qp, &wqe, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+		if (qp->requester.rnr_wait)
+			return;
+		qp->requester.rnr_tries++;
+		if (qp->rnr_retry != 7 && qp->requester.rnr_tries > qp->rnr_retry) {
+			pop_oldest(qp);
+			fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
 			break;
 		}
-		/* retransmitted after the target's RNR timer, not counted as a transport retry */
-		qp->inflight.deadline_ns = soft_now_ns() + rnr_delay_ns((uint8_t)packet->imm);
-		qp->inflight.tries = -1;
+		/* the window goes again after the target's RNR timer, not a transport retry */
+		qp->requester.rnr_wait = true;
+		qp->requester.deadline_ns = soft_now_ns() + rnr_delay_ns((uint8_t)packet->imm);
 		break;
 	case SOFT_NAK_REMOTE_ACCESS:
-		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+		pop_oldest(qp);
+		fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
 		break;
 	case SOFT_NAK_REMOTE_OPERATION:
-		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
+		pop_oldest(qp);
+		fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
 		break;
 	default:
-		fail_request(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+		pop_oldest(qp);
+		fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
 		break;
 	}
 }
 
-/* The DCI's work: flush in ERR, start what the doorbell record announced, retry what timed
- * out. True when it did something. */
+/* The DCI's work: flush in ERR, take what the doorbell record announced, send it, retry what
+ * timed out. True when it did something. */
 static bool run_requester(struct soft_qp *qp, uint64_t now)
 {
+	struct soft_requester *r = &qp->requester;
+	unsigned before;
 	uint16_t producer;
 	bool did = false;
 
@@ -471,65 +577,120 @@ static bool run_requester(struct soft_qp *qp, uint64_t now)
 	producer = (uint16_t)be32toh(((volatile __be32 *)qp->mqp.db)[MLX5_SND_DBR]);
 	atomic_thread_fence(memory_order_acquire);
 	if (qp->state == IBV_QPS_ERR) {
-		/* Every WQE not completed gets a flush CQE (signalled or not). */
-		while (qp->consumer != producer) {
+		/* Every WQE not completed gets a flush CQE (signalled or not), in order. */
+		while (r->count) {
 			struct wqe wqe;
 
-			read_wqe(qp, qp->consumer, &wqe);
+			read_wqe(qp, oldest(qp)->wqe_index, &wqe);
 			complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
-			qp->consumer = (uint16_t)(wqe.index + wqe.blocks);
+			pop_oldest(qp);
 			did = true;
 		}
-		qp->inflight.active = false;
+		while (r->consumer != producer) {
+			struct wqe wqe;
+
+			read_wqe(qp, r->consumer, &wqe);
+			complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
+			r->consumer = (uint16_t)(wqe.index + wqe.blocks);
+			did = true;
+		}
 		return did;
 	}
 	if (qp->state != IBV_QPS_RTS)
 		return false;
-	if (qp->inflight.active && now >= qp->inflight.deadline_ns) {
-		qp->inflight.tries++;
-		if (qp->inflight.tries > qp->retry_cnt) {
+	if (r->count && now >= r->deadline_ns) {
+		if (r->rnr_wait) {
+			r->rnr_wait = false;
+			transmit_window(qp);
+		} else if (++r->tries > qp->retry_cnt) {
 			struct wqe wqe;
 
-			read_wqe(qp, qp->inflight.wqe_index, &wqe);
-			fail_request(qp, &wqe, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+			read_wqe(qp, oldest(qp)->wqe_index, &wqe);
+			pop_oldest(qp);
+			fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+			/* the rest go again, in a new context: what the target saw is behind */
+			if (qp->state == IBV_QPS_RTS && r->count)
+				transmit_window(qp);
 		} else {
-			transmit(qp);
+			soft_fabric_forget_routes();
+			transmit_window(qp);
 		}
-		did = true;
+		return true;
 	}
-	while (!qp->inflight.active && qp->state == IBV_QPS_RTS && qp->consumer != producer) {
-		start_request(qp);
+	before = r->count;
+	while (qp->state == IBV_QPS_RTS && r->consumer != producer && take_request(qp))
 		did = true;
+	if (r->count > before && !r->rnr_wait) {
+		/* send what was taken: the new ones, after what is already out */
+		if (!before)
+			r->deadline_ns = soft_now_ns() + transport_timeout_ns(qp);
+		send_from(qp, r->next_seq - (r->count - before));
 	}
 	return did;
 }
 
 /* ---- responder ---- */
 
-struct soft_dedup {
-	int32_t pid;
-	uint32_t dci_qpn;
+/* What a DCT keeps of each requester context (a DCI incarnation) it answered: the sequence
+ * number it executes next, and the last answers, to answer a retransmission again without
+ * doing it twice (an RC or DC responder's duplicate handling). */
+#define SOFT_ANSWERS 64
+#define SOFT_CONTEXTS 256
+
+struct soft_answer {
 	uint32_t seq;
 	uint32_t status;
 	uint64_t atomic_result;
+};
+
+struct soft_dedup {
+	int32_t pid;
+	uint32_t dci_qpn;
+	uint32_t incarnation;
+	uint32_t expected;
+	struct soft_answer answers[SOFT_ANSWERS];
 	struct soft_dedup *next;
 };
 
-static struct soft_dedup *dedup_find(struct soft_qp *dct, const struct soft_packet *packet)
+static struct soft_dedup *context_of(struct soft_qp *dct, const struct soft_packet *packet)
 {
-	struct soft_dedup *entry;
+	struct soft_dedup *entry, **link;
+	unsigned n = 0;
 
-	for (entry = dct->dedup; entry; entry = entry->next)
-		if (entry->pid == packet->source_pid && entry->dci_qpn == packet->dci_qpn)
+	for (link = &dct->dedup; (entry = *link); link = &entry->next, n++) {
+		if (entry->pid == packet->source_pid && entry->dci_qpn == packet->dci_qpn &&
+		    entry->incarnation == packet->incarnation) {
+			/* most recent first */
+			*link = entry->next;
+			entry->next = dct->dedup;
+			dct->dedup = entry;
 			return entry;
+		}
+		if (n + 1 >= SOFT_CONTEXTS && entry->next) {
+			free(entry->next); /* the least recent goes */
+			entry->next = NULL;
+		}
+	}
 	entry = calloc(1, sizeof(*entry));
 	if (!entry)
 		return NULL;
 	entry->pid = packet->source_pid;
 	entry->dci_qpn = packet->dci_qpn;
+	entry->incarnation = packet->incarnation;
+	entry->expected = packet->seq;
 	entry->next = dct->dedup;
 	dct->dedup = entry;
 	return entry;
+}
+
+void soft_dedup_free(struct soft_dedup *list)
+{
+	while (list) {
+		struct soft_dedup *next = list->next;
+
+		free(list);
+		list = next;
+	}
 }
 
 static void respond(const struct soft_packet *request, uint32_t status, const void *payload,
@@ -543,6 +704,7 @@ static void respond(const struct soft_packet *request, uint32_t status, const vo
 	response->status = status;
 	response->source_pid = request->source_pid;
 	response->dci_qpn = request->dci_qpn;
+	response->incarnation = request->incarnation;
 	response->seq = request->seq;
 	response->length = packet_bytes;
 	response->imm = extra;
@@ -617,56 +779,32 @@ static bool dct_reached(struct soft_qp *dct, const struct soft_packet *packet)
 	return packet->dlid == dev->port.lid;
 }
 
-/* A request reached this process. Dropped when no DCT in RTR has the number, when the address
- * is not this port's, or when the DC key differs (the DCT drops it: PRM dc_access_key
- * violation); the requester then times out. */
-void soft_engine_request(struct soft_packet *packet)
+/* Executes a request in sequence: its answer's status (SOFT_NAK_RNR: not executed), and an
+ * atomic's original value. */
+static uint32_t execute(struct soft_qp *dct, const struct soft_packet *packet, uint64_t *atomic)
 {
-	struct soft_qp *dct = soft_qp_find(packet->dctn);
-	struct soft_dedup *seen;
 	unsigned access = 0;
 	struct soft_mr *mr;
 	uint8_t syndrome;
 	int index;
 
-	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet))
-		return;
-	if (packet->dc_key != dct->dc_key)
-		return;
-	seen = dedup_find(dct, packet);
-	if (!seen)
-		return;
-	if (seen->seq == packet->seq && packet->opcode != MLX5_OPCODE_RDMA_READ) {
-		/* a retry of what was done: the same answer, not done again */
-		respond(packet, seen->status, &seen->atomic_result,
-			seen->status == SOFT_ACK && (packet->opcode == MLX5_OPCODE_ATOMIC_CS ||
-						     packet->opcode == MLX5_OPCODE_ATOMIC_FA) ? 8 : 0,
-			8, 0);
-		return;
-	}
 	switch (packet->opcode) {
 	case MLX5_OPCODE_SEND:
 	case MLX5_OPCODE_SEND_IMM:
 		index = soft_srq_take(dct->mqp.verbs_qp.qp.srq);
-		if (index < 0) {
-			respond(packet, SOFT_NAK_RNR, NULL, 0, 0, dct->min_rnr_timer);
-			return;
-		}
+		if (index < 0)
+			return SOFT_NAK_RNR;
 		syndrome = scatter_receive(dct, index, packet);
 		if (syndrome) {
 			receive_completion(dct, packet, index, MLX5_CQE_RESP_ERR, syndrome, 0);
-			seen->seq = packet->seq;
-			seen->status = syndrome == MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR
-					       ? SOFT_NAK_INVALID_REQUEST
-					       : SOFT_NAK_REMOTE_OPERATION;
-			respond(packet, seen->status, NULL, 0, 0, 0);
-			return;
+			return syndrome == MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR ? SOFT_NAK_INVALID_REQUEST
+									     : SOFT_NAK_REMOTE_OPERATION;
 		}
 		receive_completion(dct, packet, index,
 				   packet->opcode == MLX5_OPCODE_SEND_IMM ? MLX5_CQE_RESP_SEND_IMM
 									 : MLX5_CQE_RESP_SEND,
 				   0, packet->payload_len);
-		break;
+		return SOFT_ACK;
 	case MLX5_OPCODE_RDMA_WRITE:
 	case MLX5_OPCODE_RDMA_WRITE_IMM:
 		access = IBV_ACCESS_REMOTE_WRITE;
@@ -676,78 +814,110 @@ void soft_engine_request(struct soft_packet *packet)
 			access = IBV_ACCESS_REMOTE_READ;
 		mr = soft_mr_find(packet->rkey, true);
 		if (!(dct->access & access) ||
-		    (packet->length && soft_mr_check(mr, dct->pd, packet->remote_addr, packet->length,
-						     access))) {
-			seen->seq = packet->seq;
-			seen->status = SOFT_NAK_REMOTE_ACCESS;
-			respond(packet, SOFT_NAK_REMOTE_ACCESS, NULL, 0, 0, 0);
-			return;
-		}
-		if (packet->opcode == MLX5_OPCODE_RDMA_READ) {
-			uint32_t packet_bytes = packet->length < mtu_bytes(dct->path_mtu)
-							? packet->length
-							: mtu_bytes(dct->path_mtu);
-
-			seen->seq = packet->seq;
-			seen->status = SOFT_ACK;
-			respond(packet, SOFT_ACK, (void *)(uintptr_t)packet->remote_addr,
-				packet->length, packet_bytes, 0);
-			return;
-		}
+		    (packet->length &&
+		     soft_mr_check(mr, dct->pd, packet->remote_addr, packet->length, access)))
+			return SOFT_NAK_REMOTE_ACCESS;
+		if (packet->opcode == MLX5_OPCODE_RDMA_READ)
+			return SOFT_ACK;
 		if (packet->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
 			index = soft_srq_take(dct->mqp.verbs_qp.qp.srq);
-			if (index < 0) {
-				respond(packet, SOFT_NAK_RNR, NULL, 0, 0, dct->min_rnr_timer);
-				return;
-			}
+			if (index < 0)
+				return SOFT_NAK_RNR;
 			memcpy((void *)(uintptr_t)packet->remote_addr, packet->payload,
 			       packet->payload_len);
 			receive_completion(dct, packet, index, MLX5_CQE_RESP_WR_IMM, 0,
 					   packet->payload_len);
-			break;
+			return SOFT_ACK;
 		}
 		memcpy((void *)(uintptr_t)packet->remote_addr, packet->payload, packet->payload_len);
-		break;
+		return SOFT_ACK;
 	case MLX5_OPCODE_ATOMIC_CS:
 	case MLX5_OPCODE_ATOMIC_FA: {
 		uint64_t *target = (uint64_t *)(uintptr_t)packet->remote_addr, old;
 
 		mr = soft_mr_find(packet->rkey, true);
 		if (!(dct->access & IBV_ACCESS_REMOTE_ATOMIC) ||
-		    soft_mr_check(mr, dct->pd, packet->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC)) {
-			seen->seq = packet->seq;
-			seen->status = SOFT_NAK_REMOTE_ACCESS;
-			respond(packet, SOFT_NAK_REMOTE_ACCESS, NULL, 0, 0, 0);
-			return;
-		}
-		if (packet->remote_addr & 7) {
-			seen->seq = packet->seq;
-			seen->status = SOFT_NAK_INVALID_REQUEST;
-			respond(packet, SOFT_NAK_INVALID_REQUEST, NULL, 0, 0, 0);
-			return;
-		}
-		/* The atomic operands travel in network order and the target word is big-endian
-		 * in memory, as the HCA reads and writes it. */
+		    soft_mr_check(mr, dct->pd, packet->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC))
+			return SOFT_NAK_REMOTE_ACCESS;
+		if (packet->remote_addr & 7)
+			return SOFT_NAK_INVALID_REQUEST;
+		/* The operands travel in network order; the target word is big-endian in memory,
+		 * as the HCA reads and writes it. */
 		old = be64toh(__atomic_load_n(target, __ATOMIC_SEQ_CST));
 		if (packet->opcode == MLX5_OPCODE_ATOMIC_FA)
 			__atomic_store_n(target, htobe64(old + packet->compare_add), __ATOMIC_SEQ_CST);
 		else if (old == packet->compare_add)
 			__atomic_store_n(target, htobe64(packet->swap), __ATOMIC_SEQ_CST);
-		seen->atomic_result = htobe64(old);
-		seen->seq = packet->seq;
-		seen->status = SOFT_ACK;
-		respond(packet, SOFT_ACK, &seen->atomic_result, 8, 8, 0);
-		return;
+		*atomic = htobe64(old);
+		return SOFT_ACK;
 	}
 	default:
-		seen->seq = packet->seq;
-		seen->status = SOFT_NAK_INVALID_REQUEST;
-		respond(packet, SOFT_NAK_INVALID_REQUEST, NULL, 0, 0, 0);
+		return SOFT_NAK_INVALID_REQUEST;
+	}
+}
+
+static void answer(struct soft_qp *dct, const struct soft_packet *packet, uint32_t status,
+		   uint64_t atomic)
+{
+	bool is_atomic = packet->opcode == MLX5_OPCODE_ATOMIC_CS ||
+			 packet->opcode == MLX5_OPCODE_ATOMIC_FA;
+
+	if (status == SOFT_NAK_RNR) {
+		respond(packet, status, NULL, 0, 0, dct->min_rnr_timer);
+	} else if (status == SOFT_ACK && packet->opcode == MLX5_OPCODE_RDMA_READ) {
+		/* the data, in response packets of up to the DCT's path MTU */
+		uint32_t mtu = mtu_bytes(dct->path_mtu);
+
+		respond(packet, SOFT_ACK, (void *)(uintptr_t)packet->remote_addr, packet->length,
+			packet->length < mtu ? packet->length : mtu, 0);
+	} else {
+		respond(packet, status, &atomic, status == SOFT_ACK && is_atomic ? 8 : 0, 0, 0);
+	}
+}
+
+/* A request reached this process. Dropped when no DCT in RTR has the number, when the address
+ * is not this port's, or when the DC key differs (the DCT drops it: PRM dc_access_key
+ * violation); the requester then times out. Executed in sequence per requester context: a
+ * number ahead of the expected one is dropped (the requester goes back), one behind is a
+ * retransmission, answered again from what was answered. */
+void soft_engine_request(struct soft_packet *packet)
+{
+	struct soft_qp *dct = soft_qp_find(packet->dctn);
+	struct soft_dedup *context;
+	struct soft_answer *slot;
+	uint64_t atomic = 0;
+	uint32_t status;
+	int32_t ahead;
+
+	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet))
+		return;
+	if (packet->dc_key != dct->dc_key)
+		return;
+	context = context_of(dct, packet);
+	if (!context)
+		return;
+	ahead = (int32_t)(packet->seq - context->expected);
+	if (ahead > 0)
+		return;
+	slot = &context->answers[packet->seq % SOFT_ANSWERS];
+	if (ahead < 0) {
+		if (slot->seq != packet->seq)
+			return; /* too old to answer again */
+		if (packet->opcode == MLX5_OPCODE_RDMA_READ && slot->status == SOFT_ACK) {
+			answer(dct, packet, SOFT_ACK, 0); /* a READ reads again */
+			return;
+		}
+		answer(dct, packet, slot->status, slot->atomic_result);
 		return;
 	}
-	seen->seq = packet->seq;
-	seen->status = SOFT_ACK;
-	respond(packet, SOFT_ACK, NULL, 0, 0, 0);
+	status = execute(dct, packet, &atomic);
+	if (status != SOFT_NAK_RNR) {
+		slot->seq = packet->seq;
+		slot->status = status;
+		slot->atomic_result = atomic;
+		context->expected++;
+	}
+	answer(dct, packet, status, atomic);
 }
 
 /* ---- the thread ---- */

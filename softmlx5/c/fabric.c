@@ -163,6 +163,30 @@ static void send_to(pid_t pid, struct soft_packet *packet, size_t len)
 	sendto(fabric_fd, packet, len, MSG_DONTWAIT, (struct sockaddr *)&addr, sizeof(addr));
 }
 
+/* Where each DCT number was last found: the fabric directory is read once per number, and
+ * again after a timeout (soft_fabric_forget_routes), when the number may have moved. */
+#define ROUTES 1024
+static struct {
+	uint32_t qpn;
+	pid_t pid;
+} routes[ROUTES];
+
+void soft_fabric_forget_routes(void)
+{
+	memset(routes, 0, sizeof(routes));
+}
+
+static pid_t route(uint32_t qpn)
+{
+	unsigned slot = (qpn * 2654435761u) % ROUTES;
+
+	if (routes[slot].qpn != qpn || !routes[slot].pid) {
+		routes[slot].qpn = qpn;
+		routes[slot].pid = owner_of(qpn);
+	}
+	return routes[slot].pid;
+}
+
 void soft_fabric_send_request(struct soft_packet *packet, size_t len)
 {
 	pid_t owner;
@@ -171,7 +195,7 @@ void soft_fabric_send_request(struct soft_packet *packet, size_t len)
 		soft_engine_request(packet);
 		return;
 	}
-	owner = owner_of(packet->dctn);
+	owner = route(packet->dctn);
 	if (owner <= 0)
 		return;
 	if (owner == self) {

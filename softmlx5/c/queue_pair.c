@@ -197,6 +197,7 @@ static struct ibv_qp *create_dci(struct ibv_context *context, struct ibv_qp_init
 	mqp->sq.wr_data = calloc(mqp->sq.wqe_cnt, sizeof(*mqp->sq.wr_data));
 	mqp->db = soft_zalloc_aligned(64);
 	mlx5_spinlock_init(&mqp->sq.lock, 1);
+	soft_requester_reset(qp);
 	mlx5_spinlock_init(&mqp->rq.lock, 1);
 	mqp->sq_signal_bits = attr->sq_sig_all ? MLX5_WQE_CTRL_CQ_UPDATE : 0;
 	mqp->atomics_enabled = 1;
@@ -333,7 +334,7 @@ SOFT_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	free(qp->mqp.sq.wqe_head);
 	free(qp->mqp.sq.wr_data);
 	free(qp->mqp.db);
-	free(qp->dedup);
+	soft_dedup_free(qp->dedup);
 	free(qp);
 	return 0;
 }
@@ -425,8 +426,7 @@ void soft_qp_to_error(struct soft_qp *qp)
  * (mlx5_init_qp_indices on libmlx5's side). Called with soft_lock. */
 static void reset_requester(struct soft_qp *qp)
 {
-	memset(&qp->inflight, 0, sizeof(qp->inflight));
-	qp->consumer = 0;
+	soft_requester_reset(qp);
 	qp->errored_streams = 0;
 	/* libmlx5's mlx5_modify_qp to RESET: mlx5_init_qp_indices, and the record zeroed */
 	qp->mqp.sq.head = qp->mqp.sq.tail = 0;

@@ -108,15 +108,27 @@ struct soft_srq {
 
 enum soft_qp_kind { SOFT_DCI, SOFT_DCT };
 
-/* What the requester has in flight on a DCI (engine.c). */
-struct soft_inflight {
-	bool active;
+/* What a DCI's requester has sent and not yet seen answered (engine.c): a window of requests
+ * in queue order, retransmitted from the oldest (go-back-N, as RC and DC requesters do) after
+ * the transport timeout or an RNR NAK's delay. */
+#define SOFT_WINDOW 32
+
+struct soft_outstanding {
 	uint16_t wqe_index;
 	uint32_t seq;
-	uint64_t deadline_ns;
-	int tries;
-	int rnr_tries;
-	uint8_t stream;
+};
+
+struct soft_requester {
+	struct soft_outstanding ring[SOFT_WINDOW];
+	unsigned oldest, count;
+	uint64_t deadline_ns;	/* the oldest's timer */
+	int tries, rnr_tries;
+	bool rnr_wait;
+	uint32_t next_seq;
+	uint32_t incarnation;	/* the connection: new at creation, at RESET and at each new
+				 * destination; the responder keeps a context per connection */
+	uint8_t destination[32];	/* of the window's requests: DCT number, DC key, address */
+	uint16_t consumer;	/* the next WQE not yet taken into the window */
 };
 
 struct soft_qp {
@@ -140,10 +152,7 @@ struct soft_qp {
 	/* DCI streams */
 	uint8_t log_num_concurrent, log_num_errored;
 	uint64_t errored_streams;	/* a bit per errored stream (stream ids < 64) */
-	/* requester */
-	uint16_t consumer;		/* the next WQE the device executes */
-	uint32_t next_seq;
-	struct soft_inflight inflight;
+	struct soft_requester requester;
 	/* responder (DCT): what each requester last asked, to answer a retry again */
 	struct soft_dedup *dedup;
 };
@@ -161,6 +170,8 @@ extern struct soft_srq *soft_srqs;
 extern struct soft_mr *soft_mrs;
 
 void soft_engine_start(void);
+/* A requester as a QP at RESET has it: nothing sent, a new context for its responders. */
+void soft_requester_reset(struct soft_qp *qp);
 void soft_engine_kick(void);
 uint64_t soft_now_ns(void);
 
@@ -186,6 +197,7 @@ void soft_async_event(struct ibv_context *context, struct ibv_async_event *event
 
 /* ---- queue_pair.c ---- */
 struct soft_qp *soft_qp_find(uint32_t qpn);
+struct soft_dedup;
 void soft_qp_to_error(struct soft_qp *qp);
 
 /* ---- memory.c ---- */
@@ -214,6 +226,7 @@ struct soft_packet {
 	uint32_t status;
 	int32_t source_pid;
 	uint32_t dci_qpn;
+	uint32_t incarnation;
 	uint32_t seq;
 	uint8_t opcode;		/* MLX5_OPCODE_* of the request */
 	uint8_t stream;
@@ -239,6 +252,7 @@ int soft_fabric_fd(void);
 /* Allocates a QP number no other process of the fabric holds. */
 uint32_t soft_fabric_claim_qpn(void);
 void soft_fabric_release_qpn(uint32_t qpn);
+void soft_fabric_forget_routes(void);
 /* Sends a packet to the process that holds `qpn` (a request) or to `pid` (a response); a packet
  * to a QP number no live process holds is lost, as on a wire. */
 void soft_fabric_send_request(struct soft_packet *packet, size_t len);
@@ -249,6 +263,7 @@ struct soft_packet *soft_fabric_receive(size_t *len);
 /* ---- engine.c: a packet arrived ---- */
 void soft_engine_request(struct soft_packet *packet);
 void soft_engine_response(struct soft_packet *packet);
+void soft_dedup_free(struct soft_dedup *list);
 
 /* ---- provider.c: libmlx5's buffers ---- */
 void *soft_zalloc_aligned(size_t size);
