@@ -268,6 +268,7 @@ bool soft_cq_write(struct soft_cq *cq, const struct soft_cqe *in)
 	atomic_thread_fence(memory_order_release);
 	((volatile uint8_t *)cqe)[63] = (uint8_t)(in->opcode << 4 | owner);
 	cq->producer++;
+	soft_counters.cqes++;
 	/* An armed CQ raises one event (a solicited arm: a solicited or an error completion). */
 	if (cq->armed && cq->mcq.verbs_cq.cq.channel &&
 	    (!cq->armed_solicited || in->solicited || in->opcode == MLX5_CQE_REQ_ERR ||

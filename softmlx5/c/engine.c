@@ -398,6 +398,7 @@ static void send_from(struct soft_qp *qp, uint32_t first)
 		packet = request_packet(qp, &wqe, seq, &len, &syndrome);
 		if (!packet)
 			return; /* out of memory: the timer sends it again */
+		soft_counters.requests_sent++;
 		soft_fabric_send_request(packet, len);
 		free(packet);
 	}
@@ -601,6 +602,7 @@ static bool run_requester(struct soft_qp *qp, uint64_t now)
 	if (r->count && now >= r->deadline_ns) {
 		if (r->rnr_wait) {
 			r->rnr_wait = false;
+			soft_counters.retransmits_rnr++;
 			transmit_window(qp);
 		} else if (++r->tries > qp->retry_cnt) {
 			struct wqe wqe;
@@ -612,6 +614,7 @@ static bool run_requester(struct soft_qp *qp, uint64_t now)
 			if (qp->state == IBV_QPS_RTS && r->count)
 				transmit_window(qp);
 		} else {
+			soft_counters.retransmits_timeout++;
 			soft_fabric_forget_routes();
 			transmit_window(qp);
 		}
@@ -863,6 +866,7 @@ static void answer(struct soft_qp *dct, const struct soft_packet *packet, uint32
 			 packet->opcode == MLX5_OPCODE_ATOMIC_FA;
 
 	if (status == SOFT_NAK_RNR) {
+		soft_counters.rnr_naks++;
 		respond(packet, status, NULL, 0, 0, dct->min_rnr_timer);
 	} else if (status == SOFT_ACK && packet->opcode == MLX5_OPCODE_RDMA_READ) {
 		/* the data, in response packets of up to the DCT's path MTU */
@@ -889,16 +893,22 @@ void soft_engine_request(struct soft_packet *packet)
 	uint32_t status;
 	int32_t ahead;
 
-	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet))
+	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet)) {
+		soft_counters.dropped_no_target++;
 		return;
-	if (packet->dc_key != dct->dc_key)
+	}
+	if (packet->dc_key != dct->dc_key) {
+		soft_counters.dropped_dc_key++;
 		return;
+	}
 	context = context_of(dct, packet);
 	if (!context)
 		return;
 	ahead = (int32_t)(packet->seq - context->expected);
-	if (ahead > 0)
+	if (ahead > 0) {
+		soft_counters.dropped_out_of_sequence++;
 		return;
+	}
 	slot = &context->answers[packet->seq % SOFT_ANSWERS];
 	if (ahead < 0) {
 		if (slot->seq != packet->seq)

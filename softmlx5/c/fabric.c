@@ -154,13 +154,60 @@ void soft_fabric_release_qpn(uint32_t qpn)
 	unlink(path);
 }
 
+/* Packets taken off the socket while a send waited, in arrival order: the engine handles them
+ * next, so that answers leave in the order their requests came. */
+struct pending {
+	struct pending *next;
+	size_t len;
+	struct soft_packet *packet;
+};
+static struct pending *pending_head, **pending_tail = &pending_head;
+
+static struct soft_packet *socket_receive(size_t *len);
+
+static void hold(struct soft_packet *packet, size_t len)
+{
+	struct pending *entry = malloc(sizeof(*entry));
+
+	if (!entry) {
+		free(packet);
+		soft_counters.packets_lost++;
+		return;
+	}
+	entry->next = NULL;
+	entry->len = len;
+	entry->packet = packet;
+	*pending_tail = entry;
+	pending_tail = &entry->next;
+}
+
+/* A receiver's queue holds few datagrams (net.unix.max_dgram_qlen): while it is full, this
+ * process takes what reached it off its own socket (the receiver may be waiting on this one)
+ * to handle later, and tries again, for up to 50 ms; then the packet is lost, as on a congested
+ * wire, and the requester's timer recovers. Called with soft_lock held. */
 static void send_to(pid_t pid, struct soft_packet *packet, size_t len)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	uint64_t give_up = 0;
 
 	node_path(addr.sun_path, sizeof(addr.sun_path), pid);
-	/* A full or missing receiver loses the packet; the requester's timer recovers. */
-	sendto(fabric_fd, packet, len, MSG_DONTWAIT, (struct sockaddr *)&addr, sizeof(addr));
+	for (;;) {
+		struct soft_packet *incoming;
+		size_t incoming_len;
+
+		if (sendto(fabric_fd, packet, len, MSG_DONTWAIT, (struct sockaddr *)&addr,
+			   sizeof(addr)) >= 0 || errno != EAGAIN)
+			return;
+		if (!give_up)
+			give_up = soft_now_ns() + 50000000ull;
+		else if (soft_now_ns() > give_up) {
+			soft_counters.packets_lost++;
+			return;
+		}
+		while ((incoming = socket_receive(&incoming_len)))
+			hold(incoming, incoming_len);
+		usleep(20);
+	}
 }
 
 /* Where each DCT number was last found: the fabric directory is read once per number, and
@@ -216,6 +263,23 @@ void soft_fabric_send_response(struct soft_packet *packet, size_t len)
 
 struct soft_packet *soft_fabric_receive(size_t *len)
 {
+	struct pending *first = pending_head;
+
+	if (first) {
+		struct soft_packet *packet = first->packet;
+
+		pending_head = first->next;
+		if (!pending_head)
+			pending_tail = &pending_head;
+		*len = first->len;
+		free(first);
+		return packet;
+	}
+	return socket_receive(len);
+}
+
+static struct soft_packet *socket_receive(size_t *len)
+{
 	struct soft_packet *packet;
 	ssize_t got;
 	int size = 0;
@@ -235,5 +299,6 @@ struct soft_packet *soft_fabric_receive(size_t *len)
 		return NULL;
 	}
 	*len = (size_t)got;
+	soft_counters.packets_received++;
 	return packet;
 }

@@ -265,6 +265,14 @@ void soft_engine_request(struct soft_packet *packet);
 void soft_engine_response(struct soft_packet *packet);
 void soft_dedup_free(struct soft_dedup *list);
 
+/* ---- control.c: counters of what the device did ---- */
+struct soft_counters {
+	uint64_t requests_sent, retransmits_timeout, retransmits_rnr, packets_lost,
+		packets_received, rnr_naks, dropped_out_of_sequence, dropped_dc_key,
+		dropped_no_target, cqes;
+};
+extern struct soft_counters soft_counters;
+
 /* ---- provider.c: libmlx5's buffers ---- */
 void *soft_zalloc_aligned(size_t size);
 int soft_store_uidx(struct mlx5_context *ctx, void *rsc);
