@@ -38,6 +38,7 @@ fn main() {
         .files(["qp.c", "cq.c", "srq.c"].map(|file| mlx5.join(file)))
         .files(DEVICE_FILES.map(|file| Path::new("c").join(file)))
         .include("c")
+        .include("include")
         .include(build.join("include"))
         .include(&mlx5)
         .include(&source)
@@ -68,6 +69,7 @@ fn main() {
     println!("cargo:rustc-env=SOFTMLX5_LIBRARY_DIR={}", lib.display());
     println!("cargo:library_dir={}", lib.display());
     println!("cargo:rerun-if-changed=c");
+    println!("cargo:rerun-if-changed=include");
     println!("cargo:rerun-if-changed=build.rs");
 }
 

@@ -32,6 +32,8 @@ uint64_t soft_now_ns(void)
 {
 	struct timespec now;
 
+	if (soft_faults.step_mode)
+		return soft_faults.virtual_ns;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 }
@@ -62,6 +64,22 @@ static uint64_t rnr_delay_ns(uint8_t timer)
 	};
 
 	return (uint64_t)micros[timer & 31] * 1000;
+}
+
+static void trace_event(uint32_t kind, uint32_t qp_number, uint32_t peer, uint32_t seq,
+			uint16_t wqe_index, uint8_t opcode, uint8_t status)
+{
+	struct softmlx5_event event = {
+		.kind = kind,
+		.qp_number = qp_number,
+		.peer = peer,
+		.seq = seq,
+		.wqe_index = wqe_index,
+		.opcode = opcode,
+		.status = status,
+	};
+
+	soft_trace(&event);
 }
 
 /* ---- a WQE, read from the queue ---- */
@@ -282,6 +300,7 @@ static void complete_request(struct soft_qp *qp, const struct wqe *wqe, uint8_t 
 	};
 
 	soft_cq_write(cq, &cqe);
+	trace_event(SOFTMLX5_EVENT_CQE, cqe.qpn, 0, 0, wqe->index, cqe_opcode, syndrome);
 }
 
 static struct soft_outstanding *oldest(struct soft_qp *qp)
@@ -302,6 +321,15 @@ static void pop_oldest(struct soft_qp *qp)
 	r->rnr_wait = false;
 }
 
+/* A stream of `dci` is in error: ERR once 2^log_num_errored streams are
+ * (mlx5dv_dci_stream_id_reset(3)). Called with soft_lock. */
+void soft_stream_error(struct soft_qp *dci, uint16_t stream)
+{
+	dci->errored_streams |= 1ull << stream;
+	if ((uint32_t)__builtin_popcountll(dci->errored_streams) >= (1u << dci->log_num_errored))
+		soft_qp_to_error(dci);
+}
+
 /* The oldest request failed with `syndrome`: its error CQE; then its stream errs (a DCI with
  * streams stays in RTS until 2^log_num_errored streams erred: mlx5dv_dci_stream_id_reset(3)), or
  * the DCI goes to ERR and the next pass flushes the rest. */
@@ -309,9 +337,8 @@ static void fail_wqe(struct soft_qp *qp, const struct wqe *wqe, uint8_t syndrome
 {
 	complete_request(qp, wqe, MLX5_CQE_REQ_ERR, syndrome, 0);
 	if (qp->log_num_concurrent && wqe->stream < 64) {
-		qp->errored_streams |= 1ull << wqe->stream;
-		if ((uint32_t)__builtin_popcountll(qp->errored_streams) < (1u << qp->log_num_errored))
-			return;
+		soft_stream_error(qp, wqe->stream);
+		return;
 	}
 	soft_qp_to_error(qp);
 }
@@ -399,6 +426,25 @@ static void send_from(struct soft_qp *qp, uint32_t first)
 		if (!packet)
 			return; /* out of memory: the timer sends it again */
 		soft_counters.requests_sent++;
+		{
+			struct softmlx5_event event = {
+				.kind = SOFTMLX5_EVENT_REQUEST,
+				.qp_number = packet->dci_qpn,
+				.peer = packet->dctn,
+				.seq = seq,
+				.wqe_index = wqe.index,
+				.opcode = wqe.opcode,
+				.dc_key = packet->dc_key,
+				.remote_addr = packet->remote_addr,
+				.rkey = packet->rkey,
+				.length = packet->length,
+				.imm = packet->imm,
+				.stream = wqe.stream,
+				.signaled = (wqe.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) != 0,
+			};
+
+			soft_trace(&event);
+		}
 		soft_fabric_send_request(packet, len);
 		free(packet);
 	}
@@ -518,13 +564,19 @@ void soft_engine_response(struct soft_packet *packet)
 	if (!first || first->seq != packet->seq)
 		return; /* late, duplicate or out of order: dropped */
 	read_wqe(qp, first->wqe_index, &wqe);
+	if (packet->status == SOFT_ACK && wqe.opcode == MLX5_OPCODE_RDMA_READ &&
+	    packet->length > mtu_bytes(qp->path_mtu)) {
+		/* The responses come at the target's MTU; larger than this path's, they never
+		 * arrive (dropped as malformed), and the READ times out. */
+		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, 0, packet->seq, wqe.index,
+			    wqe.opcode, SOFTMLX5_DROP_MTU);
+		return;
+	}
+	trace_event(SOFTMLX5_EVENT_ANSWERED, packet->dci_qpn, 0, packet->seq, wqe.index, wqe.opcode,
+		    (uint8_t)packet->status);
 	switch (packet->status) {
 	case SOFT_ACK:
 		if (wqe.opcode == MLX5_OPCODE_RDMA_READ) {
-			/* The responses come at the target's MTU; larger than this path's, they
-			 * never arrive (dropped as malformed), and the READ times out. */
-			if (packet->length > mtu_bytes(qp->path_mtu))
-				return;
 			scatter(&wqe, packet->payload, packet->payload_len);
 		} else if (wqe.opcode == MLX5_OPCODE_ATOMIC_CS || wqe.opcode == MLX5_OPCODE_ATOMIC_FA) {
 			scatter(&wqe, packet->payload, 8);
@@ -597,12 +649,14 @@ static bool run_requester(struct soft_qp *qp, uint64_t now)
 		}
 		return did;
 	}
-	if (qp->state != IBV_QPS_RTS)
+	if (qp->state != IBV_QPS_RTS || qp->stalled)
 		return false;
 	if (r->count && now >= r->deadline_ns) {
 		if (r->rnr_wait) {
 			r->rnr_wait = false;
 			soft_counters.retransmits_rnr++;
+			trace_event(SOFTMLX5_EVENT_RETRANSMIT, qp->mqp.verbs_qp.qp.qp_num, 0,
+				    oldest(qp)->seq, oldest(qp)->wqe_index, 0, 2);
 			transmit_window(qp);
 		} else if (++r->tries > qp->retry_cnt) {
 			struct wqe wqe;
@@ -615,6 +669,8 @@ static bool run_requester(struct soft_qp *qp, uint64_t now)
 				transmit_window(qp);
 		} else {
 			soft_counters.retransmits_timeout++;
+			trace_event(SOFTMLX5_EVENT_RETRANSMIT, qp->mqp.verbs_qp.qp.qp_num, 0,
+				    oldest(qp)->seq, oldest(qp)->wqe_index, 0, 1);
 			soft_fabric_forget_routes();
 			transmit_window(qp);
 		}
@@ -895,10 +951,19 @@ void soft_engine_request(struct soft_packet *packet)
 
 	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet)) {
 		soft_counters.dropped_no_target++;
+		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
+			    packet->opcode, SOFTMLX5_DROP_NO_TARGET);
+		return;
+	}
+	if (dct->killed) {
+		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
+			    packet->opcode, SOFTMLX5_DROP_KILLED);
 		return;
 	}
 	if (packet->dc_key != dct->dc_key) {
 		soft_counters.dropped_dc_key++;
+		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
+			    packet->opcode, SOFTMLX5_DROP_DC_KEY);
 		return;
 	}
 	context = context_of(dct, packet);
@@ -907,6 +972,8 @@ void soft_engine_request(struct soft_packet *packet)
 	ahead = (int32_t)(packet->seq - context->expected);
 	if (ahead > 0) {
 		soft_counters.dropped_out_of_sequence++;
+		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
+			    packet->opcode, SOFTMLX5_DROP_OUT_OF_SEQUENCE);
 		return;
 	}
 	slot = &context->answers[packet->seq % SOFT_ANSWERS];
@@ -921,6 +988,8 @@ void soft_engine_request(struct soft_packet *packet)
 		return;
 	}
 	status = execute(dct, packet, &atomic);
+	trace_event(SOFTMLX5_EVENT_EXECUTED, dct->mqp.verbs_qp.qp.qp_num, packet->dci_qpn,
+		    packet->seq, 0, packet->opcode, (uint8_t)status);
 	if (status != SOFT_NAK_RNR) {
 		slot->seq = packet->seq;
 		slot->status = status;
@@ -936,12 +1005,48 @@ static bool pass(void)
 {
 	uint64_t now = soft_now_ns();
 	struct soft_qp *qp;
-	bool did = false;
+	bool did = soft_fabric_send_due(now);
 
 	for (qp = soft_qps; qp; qp = qp->next)
 		if (qp->kind == SOFT_DCI)
 			did |= run_requester(qp, now);
 	return did;
+}
+
+/* One pass of the device's work and every packet that arrived: what softmlx5_step does. */
+static size_t work(void)
+{
+	struct soft_packet *packet;
+	size_t done = 0;
+	size_t len;
+
+	pthread_mutex_lock(&soft_lock);
+	done += pass();
+	pthread_mutex_unlock(&soft_lock);
+	while ((packet = soft_fabric_receive(&len))) {
+		pthread_mutex_lock(&soft_lock);
+		if (packet->type == SOFT_REQUEST)
+			soft_engine_request(packet);
+		else
+			soft_engine_response(packet);
+		pthread_mutex_unlock(&soft_lock);
+		free(packet);
+		done++;
+	}
+	return done;
+}
+
+/* Serialises the engine's work between the device thread and softmlx5_step. */
+static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
+
+size_t soft_engine_step(void)
+{
+	size_t done;
+
+	pthread_mutex_lock(&work_lock);
+	done = work();
+	pthread_mutex_unlock(&work_lock);
+	return done;
 }
 
 static void *engine_main(void *arg)
@@ -954,26 +1059,28 @@ static void *engine_main(void *arg)
 			{ .fd = soft_fabric_fd(), .events = POLLIN },
 			{ .fd = kick_fd, .events = POLLIN },
 		};
-		struct soft_packet *packet;
 		struct timespec wait;
-		bool did;
-		size_t len;
+		bool did = false;
 
-		pthread_mutex_lock(&soft_lock);
-		did = pass();
-		pthread_mutex_unlock(&soft_lock);
-		while ((packet = soft_fabric_receive(&len))) {
-			pthread_mutex_lock(&soft_lock);
-			if (packet->type == SOFT_REQUEST)
-				soft_engine_request(packet);
-			else
-				soft_engine_response(packet);
-			pthread_mutex_unlock(&soft_lock);
-			free(packet);
-			did = true;
+		if (!soft_faults.step_mode) {
+			pthread_mutex_lock(&work_lock);
+			did = work() > 0;
+			pthread_mutex_unlock(&work_lock);
 		}
 		if (did) {
 			idle = 0;
+			continue;
+		}
+		if (soft_faults.step_mode) {
+			/* the test steps: wait for it to leave step mode */
+			struct pollfd kick = { .fd = kick_fd, .events = POLLIN };
+
+			if (poll(&kick, 1, 10) > 0) {
+				uint64_t count;
+				ssize_t got = read(kick_fd, &count, sizeof(count));
+
+				(void)got;
+			}
 			continue;
 		}
 		/* Doorbell records are memory: the device polls them, briefly at full speed after

@@ -200,8 +200,18 @@ static void send_to(pid_t pid, struct soft_packet *packet, size_t len)
 			return;
 		if (!give_up)
 			give_up = soft_now_ns() + 50000000ull;
-		else if (soft_now_ns() > give_up) {
+		else if (soft_now_ns() > give_up || soft_faults.step_mode) {
+			struct softmlx5_event event = {
+				.kind = SOFTMLX5_EVENT_DROPPED,
+				.qp_number = packet->dci_qpn,
+				.peer = packet->dctn,
+				.seq = packet->seq,
+				.opcode = packet->opcode,
+				.status = SOFTMLX5_DROP_CONGESTION,
+			};
+
 			soft_counters.packets_lost++;
+			soft_trace(&event);
 			return;
 		}
 		while ((incoming = socket_receive(&incoming_len)))
@@ -234,7 +244,7 @@ static pid_t route(uint32_t qpn)
 	return routes[slot].pid;
 }
 
-void soft_fabric_send_request(struct soft_packet *packet, size_t len)
+static void route_request(struct soft_packet *packet, size_t len)
 {
 	pid_t owner;
 
@@ -243,13 +253,132 @@ void soft_fabric_send_request(struct soft_packet *packet, size_t len)
 		return;
 	}
 	owner = route(packet->dctn);
-	if (owner <= 0)
+	if (owner <= 0) {
+		struct softmlx5_event event = {
+			.kind = SOFTMLX5_EVENT_DROPPED,
+			.qp_number = packet->dci_qpn,
+			.peer = packet->dctn,
+			.seq = packet->seq,
+			.opcode = packet->opcode,
+			.status = SOFTMLX5_DROP_NO_TARGET,
+		};
+
+		soft_trace(&event);
 		return;
+	}
 	if (owner == self) {
 		soft_engine_request(packet);
 		return;
 	}
 	send_to(owner, packet, len);
+}
+
+/* Keeps a copy of `packet` on `fault`'s queue, due at `due_ns`; false without memory. */
+static bool keep(struct soft_route_fault *fault, const struct soft_packet *packet, size_t len,
+		 uint64_t due_ns)
+{
+	struct soft_delayed *entry = malloc(sizeof(*entry)), **link;
+
+	if (!entry)
+		return false;
+	entry->packet = malloc(len);
+	if (!entry->packet) {
+		free(entry);
+		return false;
+	}
+	memcpy(entry->packet, packet, len);
+	entry->len = len;
+	entry->due_ns = due_ns;
+	entry->next = NULL;
+	for (link = &fault->held; *link; link = &(*link)->next)
+		;
+	*link = entry;
+	return true;
+}
+
+static void send_kept(struct soft_route_fault *fault, struct soft_delayed *entry)
+{
+	struct soft_delayed **link;
+
+	for (link = &fault->held; *link != entry; link = &(*link)->next)
+		;
+	*link = entry->next;
+	route_request(entry->packet, entry->len);
+	free(entry->packet);
+	free(entry);
+}
+
+void soft_fabric_release_held(struct soft_route_fault *fault)
+{
+	while (fault->held)
+		send_kept(fault, fault->held);
+}
+
+bool soft_fabric_send_due(uint64_t now)
+{
+	bool sent = false;
+	int i;
+
+	for (i = 0; i < SOFT_ROUTE_FAULTS; i++) {
+		struct soft_route_fault *fault = &soft_faults.routes[i];
+
+		while (fault->used && fault->held && fault->held->due_ns && fault->held->due_ns <= now) {
+			send_kept(fault, fault->held);
+			sent = true;
+		}
+	}
+	return sent;
+}
+
+/* A request leaves: through its route's faults (softmlx5_route_fault), then to the process that
+ * holds its DCT number. */
+void soft_fabric_send_request(struct soft_packet *packet, size_t len)
+{
+	struct soft_route_fault *fault = soft_route_fault_of(packet->dctn);
+
+	if (fault) {
+		bool drop = false;
+
+		if (fault->drop_count) {
+			fault->drop_count--;
+			drop = true;
+		} else if (fault->drop_per_million &&
+			   soft_random() % 1000000 < fault->drop_per_million) {
+			drop = true;
+		}
+		if (drop) {
+			struct softmlx5_event event = {
+				.kind = SOFTMLX5_EVENT_DROPPED,
+				.qp_number = packet->dci_qpn,
+				.peer = packet->dctn,
+				.seq = packet->seq,
+				.opcode = packet->opcode,
+				.status = SOFTMLX5_DROP_FAULT,
+			};
+
+			soft_trace(&event);
+			return;
+		}
+		if (fault->delay_ns) {
+			if (!keep(fault, packet, len, soft_now_ns() + fault->delay_ns))
+				soft_counters.packets_lost++;
+			return;
+		}
+		if (fault->reorder) {
+			/* the first of each pair waits for the second, then follows it */
+			struct soft_delayed *first = fault->held;
+
+			if (!first) {
+				if (!keep(fault, packet, len, 0))
+					soft_counters.packets_lost++;
+				return;
+			}
+			route_request(packet, len);
+			send_kept(fault, first);
+			return;
+		}
+	}
+	route_request(packet, len);
 }
 
 void soft_fabric_send_response(struct soft_packet *packet, size_t len)

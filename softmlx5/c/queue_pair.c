@@ -591,8 +591,9 @@ SOFT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *
 	}
 	/* RoCE resolves the peer's MAC (ib_resolve_eth_dmac): a GID no port of the fabric
 	 * holds does not answer ARP. */
-	if (dev->port.ethernet && !soft_port_has_gid(&dev->port, attr->grh.dgid.raw) &&
-	    !(attr->grh.dgid.raw[0] == 0xff)) {
+	if (dev->port.ethernet && (soft_faults.fail_arp ||
+				   (!soft_port_has_gid(&dev->port, attr->grh.dgid.raw) &&
+				    attr->grh.dgid.raw[0] != 0xff))) {
 		errno = ETIMEDOUT;
 		return NULL;
 	}

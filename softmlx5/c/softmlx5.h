@@ -21,6 +21,8 @@
 #include "mlx5.h"
 #include "wqe.h"
 
+#include "softmlx5_control.h"
+
 #define SOFT_EXPORT __attribute__((visibility("default")))
 
 /* ---- profiles and devices (devices.c) ---- */
@@ -153,6 +155,8 @@ struct soft_qp {
 	uint8_t log_num_concurrent, log_num_errored;
 	uint64_t errored_streams;	/* a bit per errored stream (stream ids < 64) */
 	struct soft_requester requester;
+	bool killed;			/* DCT: softmlx5_kill_target */
+	bool stalled;			/* DCI: softmlx5_stall_initiator */
 	/* responder (DCT): what each requester last asked, to answer a retry again */
 	struct soft_dedup *dedup;
 };
@@ -265,13 +269,43 @@ void soft_engine_request(struct soft_packet *packet);
 void soft_engine_response(struct soft_packet *packet);
 void soft_dedup_free(struct soft_dedup *list);
 
-/* ---- control.c: counters of what the device did ---- */
-struct soft_counters {
-	uint64_t requests_sent, retransmits_timeout, retransmits_rnr, packets_lost,
-		packets_received, rnr_naks, dropped_out_of_sequence, dropped_dc_key,
-		dropped_no_target, cqes;
+/* ---- control.c: faults, step mode, trace, counters ---- */
+struct soft_delayed {
+	struct soft_delayed *next;
+	uint64_t due_ns;
+	size_t len;
+	struct soft_packet *packet;
 };
-extern struct soft_counters soft_counters;
+
+#define SOFT_ROUTE_FAULTS 64
+struct soft_route_fault {
+	bool used;
+	bool reorder;
+	uint32_t dct_number;
+	uint32_t drop_count;
+	uint32_t drop_per_million;
+	uint64_t delay_ns;
+	struct soft_delayed *held;	/* delayed or held back, in order */
+};
+
+struct soft_faults {
+	bool step_mode;
+	uint64_t virtual_ns;
+	bool fail_arp;
+	struct soft_route_fault routes[SOFT_ROUTE_FAULTS];
+};
+
+extern struct softmlx5_counters soft_counters;
+extern struct soft_faults soft_faults;
+uint64_t soft_random(void);
+void soft_trace(const struct softmlx5_event *event);
+struct soft_route_fault *soft_route_fault_of(uint32_t dct_number);
+size_t soft_engine_step(void);
+void soft_stream_error(struct soft_qp *dci, uint16_t stream);
+/* fabric.c: sends what a route fault held back, at once */
+void soft_fabric_release_held(struct soft_route_fault *fault);
+/* fabric.c: sends the delayed packets that are due; true when it sent any */
+bool soft_fabric_send_due(uint64_t now);
 
 /* ---- provider.c: libmlx5's buffers ---- */
 void *soft_zalloc_aligned(size_t size);
