@@ -1,0 +1,440 @@
+//! The software device is as hostile as a ConnectX: each test here would pass on a kinder
+//! device (one that forgave a key, a bound, a timeout or an empty SRQ), and names the kinder
+//! behaviour it catches. Each runs in a process of its own on the device.
+mod common;
+
+use std::time::Duration;
+
+use common::{all, status, Bed, Buffer, PORT};
+use sideway::ibverbs::completion::WorkCompletionStatus;
+use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::AccessFlags;
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+
+const WAIT: Duration = Duration::from_secs(5);
+/// The transport timeout the initiators are brought up with (4.096 µs · 2^14).
+const TIMEOUT: Duration = Duration::from_nanos(4096 << 14);
+
+fn one(bed: &Bed) -> sideway_ext::ibverbs::work_completion::WorkCompletion {
+    let wcs = bed.sends(1, WAIT);
+    assert_eq!(wcs.len(), 1, "one completion: {wcs:?}");
+    wcs[0]
+}
+
+/// Kinder: a device that took any lkey.
+#[test]
+fn a_wrong_lkey_is_a_local_protection_error() {
+    on_device!();
+    let mut bed = Bed::new();
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    bed.write(
+        1,
+        local.mr.lkey() ^ 0x100,
+        local.addr(0),
+        remote.mr.rkey(),
+        remote.addr(0),
+        64,
+    );
+    assert_eq!(status(&one(&bed)), Some(WorkCompletionStatus::LocalProtectionError));
+    assert_eq!(
+        bed.dci.query_state().unwrap(),
+        QueuePairState::Error,
+        "a failed request puts a DCI without streams in ERR"
+    );
+}
+
+/// Kinder: a device that wrote wherever the rkey's region is, or through a wrong rkey.
+#[test]
+fn a_wrong_rkey_or_a_bound_past_the_region_is_a_remote_access_error() {
+    on_device!();
+    for (case, rkey_flip, offset) in [("a wrong rkey", 0x100u32, 0u64), ("past the region", 0, 32)] {
+        let mut bed = Bed::new();
+        let (local, remote) = (bed.buffer(64), bed.buffer(64));
+        bed.write(
+            1,
+            local.mr.lkey(),
+            local.addr(0),
+            remote.mr.rkey() ^ rkey_flip,
+            remote.addr(0) + offset,
+            64,
+        );
+        assert_eq!(
+            status(&one(&bed)),
+            Some(WorkCompletionStatus::RemoteAccessError),
+            "{case}"
+        );
+        assert!(
+            remote.read(0, 64).iter().all(|&b| b == 0),
+            "{case}: nothing was written"
+        );
+    }
+}
+
+/// Kinder: a device that ignored the region's or the target's access flags.
+#[test]
+fn access_flags_are_checked_on_the_region_and_on_the_target() {
+    on_device!();
+    // The region without remote write.
+    let mut bed = Bed::new();
+    let local = bed.buffer(64);
+    let read_only = Buffer::new(&bed.pd, 64, AccessFlags::LocalWrite | AccessFlags::RemoteRead);
+    bed.write(
+        1,
+        local.mr.lkey(),
+        local.addr(0),
+        read_only.mr.rkey(),
+        read_only.addr(0),
+        64,
+    );
+    assert_eq!(
+        status(&one(&bed)),
+        Some(WorkCompletionStatus::RemoteAccessError),
+        "region"
+    );
+    // The target without remote write, into a region with it.
+    let mut bed = Bed::with(AccessFlags::LocalWrite | AccessFlags::RemoteRead, |_| {}, |_| {});
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    bed.write(1, local.mr.lkey(), local.addr(0), remote.mr.rkey(), remote.addr(0), 64);
+    assert_eq!(
+        status(&one(&bed)),
+        Some(WorkCompletionStatus::RemoteAccessError),
+        "target"
+    );
+}
+
+/// Kinder: a device that failed at once, or never, for a target that does not answer. With the
+/// step mode's clock: nothing before (retry_cnt + 1) transport timeouts, RETRY_EXC at that time.
+#[test]
+fn a_dead_target_is_retry_exceeded_after_the_transport_timeouts() {
+    on_device!(("SOFTMLX5_STEP", "1"));
+    let device = common::device();
+    let mut bed = Bed::new();
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    device.kill_target(bed.dct_number(), true).unwrap();
+    bed.write(1, local.mr.lkey(), local.addr(0), remote.mr.rkey(), remote.addr(0), 64);
+    device.step();
+    for _ in 0..7 {
+        device.advance(TIMEOUT);
+        device.step();
+        assert!(
+            bed.sends(1, Duration::ZERO).is_empty(),
+            "no completion before 8 timeouts"
+        );
+    }
+    device.advance(TIMEOUT - Duration::from_nanos(1));
+    device.step();
+    assert!(
+        bed.sends(1, Duration::ZERO).is_empty(),
+        "no completion before 8 timeouts"
+    );
+    device.advance(Duration::from_nanos(1));
+    device.step();
+    let wcs = bed.sends(1, Duration::ZERO);
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!(status(&wcs[0]), Some(WorkCompletionStatus::RetryCounterExceededError));
+    let retransmits = device
+        .trace()
+        .iter()
+        .filter(|e| e.kind == softmlx5::event_kind::RETRANSMIT)
+        .count();
+    assert_eq!(retransmits, 7, "retry_cnt 7: seven retransmissions");
+}
+
+/// Kinder: a target that answered, or refused (NAK), a wrong DC key: it drops it, and the
+/// initiator times out.
+#[test]
+fn a_dc_key_the_target_does_not_have_is_dropped_until_retries_run_out() {
+    on_device!();
+    let device = common::device();
+    let mut bed = Bed::with(
+        all(),
+        |_| {},
+        |params| {
+            params.setup_timeout(8).setup_retry_cnt(2);
+        },
+    );
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    device.set_dc_key(bed.dct_number(), common::DC_KEY + 1).unwrap();
+    bed.write(1, local.mr.lkey(), local.addr(0), remote.mr.rkey(), remote.addr(0), 64);
+    assert_eq!(
+        status(&one(&bed)),
+        Some(WorkCompletionStatus::RetryCounterExceededError)
+    );
+    let dropped = device
+        .trace()
+        .iter()
+        .filter(|e| e.kind == softmlx5::event_kind::DROPPED && e.status == softmlx5::drop::DC_KEY)
+        .count();
+    assert_eq!(dropped, 3, "retry_cnt 2: three tries, each dropped for its key");
+    assert!(remote.read(0, 64).iter().all(|&b| b == 0));
+}
+
+fn send(bed: &mut Bed, wr_id: u64, data: &[u8]) {
+    let (ah, dct_number, dc_key) = (bed.ah.clone(), bed.endpoint.dct_number(), bed.endpoint.dc_key());
+    bed.dci
+        .post_send_one(wr_id, WorkRequestFlags::Signaled, |wr| {
+            use sideway::ibverbs::queue_pair::SetInlineData;
+            wr.setup_send()
+                .setup_dc_addr(&ah, dct_number, dc_key)
+                .setup_inline_data(data)
+        })
+        .expect("post a SEND");
+}
+
+/// Kinder: a device that completed a SEND with no receive posted, or gave up on RNR retry 7.
+#[test]
+fn an_empty_srq_is_rnr_forever_with_rnr_retry_7_and_retry_exceeded_below() {
+    on_device!(("SOFTMLX5_STEP", "1"));
+    let device = common::device();
+    let mut bed = Bed::new(); // rnr_retry 7 by default
+    send(&mut bed, 1, b"nobody listens");
+    for _ in 0..1000 {
+        device.advance(Duration::from_millis(10));
+        device.step();
+    }
+    assert!(
+        bed.sends(1, Duration::ZERO).is_empty(),
+        "RNR retry 7: no completion, ever"
+    );
+    let naks = device.counters().rnr_naks;
+    assert!(naks > 100, "the target answered RNR each time ({naks})");
+
+    let mut bed = Bed::with(
+        all(),
+        |_| {},
+        |params| {
+            params.setup_rnr_retry(3);
+        },
+    );
+    send(&mut bed, 2, b"nobody listens");
+    for _ in 0..100 {
+        device.advance(Duration::from_millis(10));
+        device.step();
+    }
+    let wcs = bed.sends(1, Duration::ZERO);
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!(
+        status(&wcs[0]),
+        Some(WorkCompletionStatus::ResponderNotReadyRetryCounterExceededError)
+    );
+}
+
+/// Kinder: a target that answered a READ at the initiator's MTU. Without the target's MTU on the
+/// address handle sideway-ext cannot refuse the READ; the device answers at the target's, and
+/// the initiator never takes the answer.
+#[test]
+fn read_responses_come_at_the_targets_mtu() {
+    on_device!();
+    let mut bed = Bed::with(
+        all(),
+        |target| {
+            target.setup_path_mtu(Mtu::Mtu1024);
+        },
+        |params| {
+            params.setup_path_mtu(Mtu::Mtu256).setup_timeout(8).setup_retry_cnt(1);
+        },
+    );
+    let endpoint = DcEndpoint::new(0, bed.endpoint.gid(), bed.dct_number(), common::DC_KEY, true).unwrap();
+    let gid_index = bed.dci.source_gid().map_or(0, |entry| entry.index());
+    let ah = endpoint.create_ah(&bed.pd, PORT, gid_index).unwrap();
+    let (local, remote) = (bed.buffer(1024), bed.buffer(1024));
+    let read = |bed: &mut Bed, wr_id: u64, len: u32| {
+        let (ah, dct_number) = (ah.clone(), bed.dct_number());
+        bed.dci
+            .post_send_one(wr_id, WorkRequestFlags::Signaled, |wr| {
+                // SAFETY: both buffers outlive the completion, polled below.
+                unsafe {
+                    wr.setup_read(remote.mr.rkey(), remote.addr(0))
+                        .setup_dc_addr(&ah, dct_number, common::DC_KEY)
+                        .setup_sge(local.mr.lkey(), local.addr(0), len)
+                }
+            })
+            .expect("post a READ");
+    };
+    read(&mut bed, 1, 256);
+    assert!(
+        one(&bed).is_success(),
+        "a READ of the initiator's MTU is one packet that fits"
+    );
+    read(&mut bed, 2, 1024);
+    assert_eq!(
+        status(&one(&bed)),
+        Some(WorkCompletionStatus::RetryCounterExceededError)
+    );
+}
+
+/// Kinder: a device that wrote a CQE for every request.
+#[test]
+fn an_unsignaled_request_writes_no_completion() {
+    on_device!();
+    let mut bed = Bed::new();
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    let (ah, dct_number, dc_key) = (bed.ah.clone(), bed.dct_number(), common::DC_KEY);
+    bed.dci
+        .post_send_one(1, WorkRequestFlags::none(), |wr| {
+            // SAFETY: both buffers outlive the completion polled below.
+            unsafe {
+                wr.setup_write(remote.mr.rkey(), remote.addr(0))
+                    .setup_dc_addr(&ah, dct_number, dc_key)
+                    .setup_sge(local.mr.lkey(), local.addr(0), 32)
+            }
+        })
+        .unwrap();
+    bed.write(
+        2,
+        local.mr.lkey(),
+        local.addr(32),
+        remote.mr.rkey(),
+        remote.addr(32),
+        32,
+    );
+    let wcs = bed.sends(2, Duration::from_millis(300));
+    assert_eq!(wcs.iter().map(|wc| wc.wr_id()).collect::<Vec<_>>(), [2], "{wcs:?}");
+}
+
+/// Kinder: a device that kept the owner bit at each pass over the ring: libmlx5's poller would
+/// stop at the first wrap.
+#[test]
+fn completions_pass_the_ring_many_times() {
+    on_device!();
+    let mut bed = Bed::new();
+    let (mut local, remote) = (bed.buffer(64), bed.buffer(64));
+    local.fill(7);
+    for wr_id in 0..1000 {
+        bed.write(
+            wr_id,
+            local.mr.lkey(),
+            local.addr(0),
+            remote.mr.rkey(),
+            remote.addr(0),
+            64,
+        );
+        let wc = one(&bed);
+        assert!(wc.is_success() && wc.wr_id() == wr_id, "{wc:?}");
+    }
+    assert_eq!(remote.read(0, 64), vec![7; 64]);
+}
+
+/// Kinder: a device that went on after an error, or dropped the requests behind it silently.
+#[test]
+fn an_error_flushes_every_request_behind_it() {
+    on_device!(("SOFTMLX5_STEP", "1"));
+    let device = common::device();
+    let mut bed = Bed::new();
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    device.stall_initiator(bed.dci.qp_number(), true).unwrap();
+    bed.write(
+        1,
+        local.mr.lkey(),
+        local.addr(0),
+        remote.mr.rkey() ^ 0x100,
+        remote.addr(0),
+        8,
+    );
+    for wr_id in 2..6 {
+        bed.write(
+            wr_id,
+            local.mr.lkey(),
+            local.addr(0),
+            remote.mr.rkey(),
+            remote.addr(0),
+            8,
+        );
+    }
+    device.stall_initiator(bed.dci.qp_number(), false).unwrap();
+    for _ in 0..5 {
+        device.step();
+    }
+    let wcs = bed.sends(5, Duration::ZERO);
+    let got: Vec<_> = wcs.iter().map(|wc| (wc.wr_id(), status(wc))).collect();
+    let flushed = Some(WorkCompletionStatus::WorkRequestFlushedError);
+    assert_eq!(
+        got,
+        [
+            (1, Some(WorkCompletionStatus::RemoteAccessError)),
+            (2, flushed),
+            (3, flushed),
+            (4, flushed),
+            (5, flushed)
+        ]
+    );
+}
+
+/// Kinder: a device whose address handles never failed: an unanswered ARP fails
+/// ibv_create_ah, which sideway-ext reports as an unresolved peer.
+#[test]
+fn an_unanswered_arp_fails_the_address_handle() {
+    on_device!();
+    let device = common::device();
+    let bed = Bed::new();
+    device.fail_arp(true);
+    let gid_index = bed.dci.source_gid().map_or(0, |entry| entry.index());
+    let err = bed.endpoint.create_ah(&bed.pd, PORT, gid_index).expect_err("ARP fails");
+    assert!(format!("{err:?}").contains("PeerMacUnresolved"), "{err:?}");
+    device.fail_arp(false);
+    bed.endpoint
+        .create_ah(&bed.pd, PORT, gid_index)
+        .expect("ARP answers again");
+}
+
+/// What libmlx5 wrote, the device reads back as the request that was asked: every field of the
+/// trace's REQUEST events against what was posted (a device that misread a segment, an offset
+/// or the byte order would fail it).
+#[test]
+fn the_device_reads_each_request_as_it_was_asked() {
+    on_device!();
+    let device = common::device();
+    let mut bed = Bed::new();
+    let (local, remote) = (bed.buffer(4096), bed.buffer(4096));
+    device.clear_trace();
+    let mut asked = Vec::new();
+    for i in 0..64u64 {
+        let (ah, dct_number) = (bed.ah.clone(), bed.dct_number());
+        let (offset, len) = ((i * 61) % 2048, 1 + (i * 37) % 1024);
+        let signaled = i % 3 != 1;
+        let flags = if signaled {
+            WorkRequestFlags::Signaled
+        } else {
+            WorkRequestFlags::none()
+        };
+        let read = i % 2 == 0;
+        bed.dci
+            .post_send_one(i, flags, |wr| {
+                // SAFETY: both buffers outlive the completions polled below.
+                unsafe {
+                    if read {
+                        wr.setup_read(remote.mr.rkey(), remote.addr(offset as usize))
+                            .setup_dc_addr(&ah, dct_number, common::DC_KEY)
+                            .setup_sge(local.mr.lkey(), local.addr(offset as usize), len as u32)
+                    } else {
+                        wr.setup_write(remote.mr.rkey(), remote.addr(offset as usize))
+                            .setup_dc_addr(&ah, dct_number, common::DC_KEY)
+                            .setup_sge(local.mr.lkey(), local.addr(offset as usize), len as u32)
+                    }
+                }
+            })
+            .unwrap();
+        asked.push((
+            if read { 0x10u8 } else { 0x08 },
+            remote.addr(offset as usize),
+            len as u32,
+            signaled,
+        ));
+    }
+    let signaled = asked.iter().filter(|a| a.3).count();
+    assert_eq!(bed.sends(signaled, WAIT).len(), signaled);
+    let requests: Vec<_> = device
+        .trace()
+        .into_iter()
+        .filter(|e| e.kind == softmlx5::event_kind::REQUEST)
+        .map(|e| {
+            assert_eq!(
+                (e.peer, e.dc_key, e.rkey),
+                (bed.dct_number(), common::DC_KEY, remote.mr.rkey())
+            );
+            (e.opcode, e.remote_addr, e.length, e.signaled != 0)
+        })
+        .collect();
+    assert_eq!(requests, asked);
+}
