@@ -438,3 +438,74 @@ fn the_device_reads_each_request_as_it_was_asked() {
         .collect();
     assert_eq!(requests, asked);
 }
+
+/// Kinder: a device whose streams shared one fate, or whose stream reset left the stream in
+/// error. log_num_errored 1: one errored stream leaves the DCI in RTS, the second moves it to
+/// ERR.
+#[test]
+fn a_stream_errs_alone_until_it_is_reset_and_two_move_the_initiator_to_error() {
+    on_device!();
+    use sideway_ext::mlx5::dc::initiator::{DcInitiatorBringUp, DciStreams};
+    use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+    let bed = Bed::new();
+    let mut dci = bed
+        .pd
+        .create_dci_builder()
+        .setup_send_cq(bed.send_cq.clone())
+        .setup_max_send_wr(16)
+        .setup_dci_streams(DciStreams {
+            log_num_concurrent: 2,
+            log_num_errored: 1,
+        })
+        .build()
+        .expect("a DCI with streams (cx6dx)");
+    dci.bring_up(&DcInitiatorBringUp::new(PORT)).unwrap();
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    let (ah, dct_number) = (bed.ah.clone(), bed.dct_number());
+    let write = |dci: &mut sideway_ext::mlx5::dc::initiator::DcInitiator, wr_id: u64, stream: u16, rkey: u32| {
+        dci.post_send_one(wr_id, WorkRequestFlags::Signaled, |wr| {
+            // SAFETY: both buffers outlive the completion polled below.
+            unsafe {
+                wr.setup_write(rkey, remote.addr(0))
+                    .setup_dc_addr_stream(&ah, dct_number, common::DC_KEY, stream)
+                    .setup_sge(local.mr.lkey(), local.addr(0), 8)
+            }
+        })
+        .unwrap();
+        let wcs = bed.sends(1, WAIT);
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        status(&wcs[0])
+    };
+    let (good, bad) = (remote.mr.rkey(), remote.mr.rkey() ^ 0x100);
+    let ok = Some(WorkCompletionStatus::Success);
+    assert_eq!(
+        write(&mut dci, 1, 0, bad),
+        Some(WorkCompletionStatus::RemoteAccessError)
+    );
+    assert_eq!(
+        dci.query_state().unwrap(),
+        QueuePairState::ReadyToSend,
+        "one errored stream of two allowed"
+    );
+    assert_eq!(
+        write(&mut dci, 2, 0, good),
+        Some(WorkCompletionStatus::WorkRequestFlushedError),
+        "stream 0 flushes"
+    );
+    assert_eq!(write(&mut dci, 3, 1, good), ok, "stream 1 goes on");
+    dci.reset_stream(0).unwrap();
+    assert_eq!(write(&mut dci, 4, 0, good), ok, "stream 0 after its reset");
+    assert_eq!(
+        write(&mut dci, 5, 0, bad),
+        Some(WorkCompletionStatus::RemoteAccessError)
+    );
+    assert_eq!(
+        write(&mut dci, 6, 1, bad),
+        Some(WorkCompletionStatus::RemoteAccessError)
+    );
+    assert_eq!(
+        dci.query_state().unwrap(),
+        QueuePairState::Error,
+        "two errored streams: ERR"
+    );
+}
