@@ -7,19 +7,19 @@
 //!   renamed with a `plain_` prefix (found with `nm` in the recorded objects) so that both link
 //!   into one binary.
 //!
-//! rdma-core's cmake configures the tree (its `config.h`) and generates the kernel ABI headers
-//! (`make kern-abi`) in `OUT_DIR`.
+//! The tree is the one softmlx5's build script found and configured (its `config.h` and kernel ABI
+//! headers), handed over as `DEP_SOFTMLX5_RDMA_CORE_SOURCE` and `DEP_SOFTMLX5_RDMA_CORE_BUILD`.
 use std::env;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-const IBVERBS_SYS: &str = "ibverbs-sys-0.3.2+55.0";
-
 fn main() {
-    let source = rdma_core_source();
+    // The rdma-core tree softmlx5's build script found and configured: one place does it.
+    let dep = |key: &str| {
+        PathBuf::from(env::var(format!("DEP_SOFTMLX5_{key}")).unwrap_or_else(|_| panic!("DEP_SOFTMLX5_{key}")))
+    };
+    let (source, build) = (dep("RDMA_CORE_SOURCE"), dep("RDMA_CORE_BUILD"));
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
-    let build = out.join("rdma-core");
-    configure(&source, &build);
 
     let mlx5 = source.join("providers/mlx5");
     let files = [mlx5.join("qp.c"), mlx5.join("cq.c"), PathBuf::from("c/shim.c")];
@@ -85,57 +85,4 @@ fn defined_globals(objects: &[PathBuf]) -> Vec<String> {
     symbols.sort();
     symbols.dedup();
     symbols
-}
-
-/// rdma-core's source tree, where `cargo fetch` unpacked ibverbs-sys.
-fn rdma_core_source() -> PathBuf {
-    let cargo_home = env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")))
-        .expect("CARGO_HOME or HOME");
-    let registry = cargo_home.join("registry/src");
-    let found = std::fs::read_dir(&registry).ok().and_then(|indexes| {
-        indexes
-            .filter_map(Result::ok)
-            .map(|index| index.path().join(IBVERBS_SYS).join("vendor/rdma-core"))
-            .find(|tree| tree.join("providers/mlx5/qp.c").is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "rdma-core's source ({IBVERBS_SYS}) is not under {}: run `cargo fetch` (scripts/install-deps does)",
-            registry.display()
-        )
-    })
-}
-
-/// Configures rdma-core in `build` (its `config.h`, the headers it publishes) and generates the
-/// kernel ABI headers, once.
-fn configure(source: &Path, build: &Path) {
-    if build.join("include/kernel-abi/mlx5-abi.h").is_file() {
-        return;
-    }
-    std::fs::create_dir_all(build).expect("create the rdma-core build directory");
-    run(Command::new("cmake").arg("-S").arg(source).arg("-B").arg(build).args([
-        "-DNO_MAN_PAGES=1",
-        "-DNO_PYVERBS=1",
-        "-DENABLE_RESOLVE_NEIGH=OFF",
-        "-DENABLE_STATIC=OFF",
-    ]));
-    run(Command::new("cmake")
-        .arg("--build")
-        .arg(build)
-        .args(["--target", "kern-abi"]));
-}
-
-fn run(command: &mut Command) {
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("{command:?}: {error} (is cmake installed?)"));
-    if !output.status.success() {
-        panic!(
-            "{command:?} failed:\n{}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
 }
