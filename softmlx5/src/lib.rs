@@ -1,25 +1,4 @@
-//! A software ConnectX for DC: a replacement `libibverbs.so.1` and `libmlx5.so.1` that programs
-//! load instead of rdma-core's when [`library_dir`] is first on `LD_LIBRARY_PATH` (the `softmlx5`
-//! binary does that: `cargo run -q -p softmlx5 -- PROGRAM ARGS…`). Its queue pairs and CQs are
-//! libmlx5's own structures, posted and polled by rdma-core's own `providers/mlx5` code, and a
-//! device thread executes the work requests from their bytes. README.md says what it models.
-//!
-//! A test that runs on it controls it through [`Control`]: faults at a time, a step mode with a
-//! virtual clock, a seed, and a trace of what the device did.
-//!
-//! ```no_run
-//! # fn main() -> std::io::Result<()> {
-//! // In a test run on the software device (a target created by this process):
-//! let device = softmlx5::Control::loaded().expect("run on softmlx5");
-//! # let dct_number = 0;
-//! device.kill_target(dct_number, true)?; // its requests are dropped: RETRY_EXC after the timeout
-//! device.kill_target(dct_number, false)?;
-//! for event in device.trace() {
-//!     println!("{event:?}");
-//! }
-//! # Ok(())
-//! # }
-//! ```
+#![doc = include_str!("../README.md")]
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
 use std::io;
 use std::path::Path;
