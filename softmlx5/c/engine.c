@@ -124,6 +124,10 @@ static void read_wqe(struct soft_qp *qp, uint16_t index, struct wqe *wqe)
 	for (i = 0; i < wqe->blocks; i++)
 		memcpy(wqe->bytes + i * 64, base + (size_t)((first + i) & (count - 1)) * 64, 64);
 	wqe->size = ds * 16;
+	wqe->remote_addr = 0;
+	wqe->rkey = 0;
+	wqe->swap_add = 0;
+	wqe->compare = 0;
 	wqe->opcode = (uint8_t)(be32toh(ctrl.opmod_idx_opcode) & 0xff);
 	wqe->index = index;
 	wqe->fm_ce_se = ctrl.fm_ce_se;
@@ -377,7 +381,10 @@ static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *
 	packet->global = (be32toh(wqe->av.grh_gid_fl) >> 30) & 1;
 	packet->remote_addr = wqe->remote_addr;
 	packet->rkey = wqe->rkey;
-	packet->imm = wqe->imm;
+	/* the immediate travels only with the operations that carry one */
+	packet->imm = wqe->opcode == MLX5_OPCODE_SEND_IMM || wqe->opcode == MLX5_OPCODE_RDMA_WRITE_IMM
+			      ? wqe->imm
+			      : 0;
 	packet->compare_add = wqe->opcode == MLX5_OPCODE_ATOMIC_CS ? wqe->compare : wqe->swap_add;
 	packet->swap = wqe->swap_add;
 	if (wqe->opcode == MLX5_OPCODE_RDMA_READ)

@@ -379,64 +379,137 @@ fn an_unanswered_arp_fails_the_address_handle() {
 }
 
 /// What libmlx5 wrote, the device reads back as the request that was asked: every field of the
-/// trace's REQUEST events against what was posted (a device that misread a segment, an offset
-/// or the byte order would fail it).
+/// trace's REQUEST events against what was posted, over random operations, lengths, offsets,
+/// immediates and signalling (a device that misread a segment, an offset, a wrap of the queue or
+/// the byte order would fail it).
 #[test]
 fn the_device_reads_each_request_as_it_was_asked() {
     on_device!();
     let device = common::device();
     let mut bed = Bed::new();
-    let (local, remote) = (bed.buffer(4096), bed.buffer(4096));
-    device.clear_trace();
+    let (local, remote, receive) = (bed.buffer(8192), bed.buffer(8192), bed.buffer(64 * 1024));
+    let mut random = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |bound: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % bound
+    };
     let mut asked = Vec::new();
-    for i in 0..64u64 {
-        let (ah, dct_number) = (bed.ah.clone(), bed.dct_number());
-        let (offset, len) = ((i * 61) % 2048, 1 + (i * 37) % 1024);
-        let signaled = i % 3 != 1;
-        let flags = if signaled {
-            WorkRequestFlags::Signaled
-        } else {
-            WorkRequestFlags::none()
-        };
-        let read = i % 2 == 0;
-        bed.dci
-            .post_send_one(i, flags, |wr| {
-                // SAFETY: both buffers outlive the completions polled below.
-                unsafe {
-                    if read {
-                        wr.setup_read(remote.mr.rkey(), remote.addr(offset as usize))
-                            .setup_dc_addr(&ah, dct_number, common::DC_KEY)
-                            .setup_sge(local.mr.lkey(), local.addr(offset as usize), len as u32)
-                    } else {
-                        wr.setup_write(remote.mr.rkey(), remote.addr(offset as usize))
-                            .setup_dc_addr(&ah, dct_number, common::DC_KEY)
-                            .setup_sge(local.mr.lkey(), local.addr(offset as usize), len as u32)
-                    }
-                }
-            })
-            .unwrap();
-        asked.push((
-            if read { 0x10u8 } else { 0x08 },
-            remote.addr(offset as usize),
-            len as u32,
-            signaled,
-        ));
-    }
-    let signaled = asked.iter().filter(|a| a.3).count();
-    assert_eq!(bed.sends(signaled, WAIT).len(), signaled);
-    let requests: Vec<_> = device
-        .trace()
-        .into_iter()
-        .filter(|e| e.kind == softmlx5::event_kind::REQUEST)
-        .map(|e| {
-            assert_eq!(
-                (e.peer, e.dc_key, e.rkey),
-                (bed.dct_number(), common::DC_KEY, remote.mr.rkey())
+    let mut receives = 0u64;
+    for batch in 0..8u64 {
+        device.clear_trace();
+        let mut batch_asked = Vec::new();
+        for i in 0..32u64 {
+            let wr_id = batch * 32 + i;
+            let op = next(7);
+            let (offset, len) = (next(4096) & !7, 1 + next(1024) as u32);
+            let imm = next(u64::from(u32::MAX)) as u32;
+            // The last of a batch is signalled, so that waiting for it waits for the batch.
+            let signaled = i == 31 || next(3) != 0;
+            let flags = if signaled {
+                WorkRequestFlags::Signaled
+            } else {
+                WorkRequestFlags::none()
+            };
+            let (rkey, raddr, from, to) = (
+                remote.mr.rkey(),
+                remote.addr(offset as usize),
+                local.addr(offset as usize),
+                local.mr.lkey(),
             );
-            (e.opcode, e.remote_addr, e.length, e.signaled != 0)
-        })
-        .collect();
-    assert_eq!(requests, asked);
+            if op == 1 || op == 3 || op == 4 {
+                // A SEND, and a WRITE with immediate, take a receive of the target's SRQ.
+                // SAFETY: the receive buffer outlives the SRQ's use of it.
+                unsafe {
+                    bed.srq
+                        .post_recv_one(
+                            receives,
+                            &[rdma_mummy_sys::ibv_sge {
+                                addr: receive.addr((receives % 64) as usize * 1024),
+                                length: 1024,
+                                lkey: receive.mr.lkey(),
+                            }],
+                        )
+                        .unwrap()
+                };
+                receives += 1;
+            }
+            let (ah, dct_number) = (bed.ah.clone(), bed.dct_number());
+            let dc_key = common::DC_KEY;
+            // SAFETY (each request): the buffers outlive the completions polled below.
+            bed.dci
+                .post_send_one(wr_id, flags, |wr| unsafe {
+                    match op {
+                        0 => wr
+                            .setup_write(rkey, raddr)
+                            .setup_dc_addr(&ah, dct_number, dc_key)
+                            .setup_sge(to, from, len),
+                        1 => wr
+                            .setup_write_imm(rkey, raddr, imm)
+                            .setup_dc_addr(&ah, dct_number, dc_key)
+                            .setup_sge(to, from, len),
+                        2 => wr
+                            .setup_read(rkey, raddr)
+                            .setup_dc_addr(&ah, dct_number, dc_key)
+                            .setup_sge(to, from, len),
+                        3 => wr
+                            .setup_send()
+                            .setup_dc_addr(&ah, dct_number, dc_key)
+                            .setup_sge(to, from, len),
+                        4 => wr
+                            .setup_send_imm(imm)
+                            .setup_dc_addr(&ah, dct_number, dc_key)
+                            .setup_sge(to, from, len),
+                        5 => wr
+                            .setup_atomic_compare_swap(rkey, raddr, u64::from(imm), 7)
+                            .setup_dc_addr(&ah, dct_number, dc_key)
+                            .setup_sge(to, from, 8),
+                        _ => wr
+                            .setup_atomic_fetch_add(rkey, raddr, u64::from(imm))
+                            .setup_dc_addr(&ah, dct_number, dc_key)
+                            .setup_sge(to, from, 8),
+                    }
+                })
+                .unwrap();
+            let (opcode, remote_addr, length, imm) = match op {
+                0 => (0x08u8, raddr, len, 0),
+                1 => (0x09, raddr, len, imm),
+                2 => (0x10, raddr, len, 0),
+                3 => (0x0a, 0, len, 0),
+                4 => (0x0b, 0, len, imm),
+                5 => (0x11, raddr, 8, 0),
+                _ => (0x12, raddr, 8, 0),
+            };
+            batch_asked.push((
+                opcode,
+                remote_addr,
+                if remote_addr == 0 { 0 } else { rkey },
+                length,
+                imm,
+                signaled,
+            ));
+        }
+        let signaled = batch_asked.iter().filter(|a| a.5).count();
+        let wcs = bed.sends(signaled, WAIT);
+        assert_eq!(wcs.len(), signaled, "batch {batch}: {wcs:?}");
+        assert!(wcs.iter().all(|wc| wc.is_success()), "batch {batch}: {wcs:?}");
+        let requests: Vec<_> = device
+            .trace()
+            .into_iter()
+            .filter(|e| e.kind == softmlx5::event_kind::REQUEST)
+            .map(|e| {
+                assert_eq!((e.peer, e.dc_key), (bed.dct_number(), common::DC_KEY));
+                (e.opcode, e.remote_addr, e.rkey, e.length, e.imm, e.signaled != 0)
+            })
+            .collect();
+        assert_eq!(requests, batch_asked, "batch {batch}");
+        asked.extend(batch_asked);
+    }
+    assert_eq!(bed.receives(receives as usize, WAIT).len(), receives as usize);
+    for op in [0x08, 0x09, 0x10, 0x0a, 0x0b, 0x11, 0x12] {
+        assert!(asked.iter().any(|a| a.0 == op), "opcode {op:#x} was tried");
+    }
 }
 
 /// Kinder: a device whose streams shared one fate, or whose stream reset left the stream in
