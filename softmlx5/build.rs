@@ -67,6 +67,11 @@ fn main() {
     let _ = std::fs::remove_file(&alias);
     std::os::unix::fs::symlink("libibverbs.so.1", &alias).expect("link libmlx5.so.1");
     println!("cargo:rustc-env=SOFTMLX5_LIBRARY_DIR={}", lib.display());
+    // rdma-core's published headers, for C programs built against the device (tests/c_program.rs).
+    println!(
+        "cargo:rustc-env=SOFTMLX5_RDMA_CORE_INCLUDE={}",
+        build.join("include").display()
+    );
     println!("cargo:library_dir={}", lib.display());
     println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-changed=include");
