@@ -4,10 +4,11 @@
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn a_c_program_writes_and_sends_over_dc() {
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dc_write");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dc_write.c");
+/// Builds `tests/c/NAME.c` against rdma-core's headers and the device's library, runs it on the
+/// device, and returns its standard output after checking it exited 0.
+fn run(name: &str) -> String {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let built = Command::new("cc")
         .arg("-std=gnu11")
         .arg("-o")
@@ -26,8 +27,26 @@ fn a_c_program_writes_and_sends_over_dc() {
         run.status,
         String::from_utf8_lossy(&run.stderr)
     );
+    stdout.into_owned()
+}
+
+#[test]
+fn a_c_program_writes_and_sends_over_dc() {
+    let stdout = run("dc_write");
     assert!(
         stdout.contains("softmlx5_0: DC write and send from C checked"),
+        "{stdout}"
+    );
+}
+
+/// The control path's rules, tried from C: each refused as the kernel or libmlx5 refuses it.
+#[test]
+fn the_kernels_and_libmlx5s_rules_hold_for_a_c_program() {
+    let stdout = run("dc_rules");
+    assert!(stdout.contains("\n0 rules broken\n"), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|line| line.starts_with("ok ")).count(),
+        23,
         "{stdout}"
     );
 }
