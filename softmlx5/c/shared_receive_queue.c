@@ -50,8 +50,8 @@ struct ibv_srq *soft_create_srq_ex(struct ibv_context *context, struct ibv_srq_i
 	srq->msrq.vsrq.srq_type = IBV_SRQT_BASIC;
 	srq->msrq.rsc.type = MLX5_RSC_TYPE_SRQ;
 	srq->next_index = srq->msrq.head;
-	/* ib_create_srq: an SRQ is created with its limit unarmed. */
-	srq->limit = attr->attr.srq_limit;
+	/* ibv_create_srq(3): the limit given at creation is ignored; ibv_modify_srq arms it. */
+	srq->limit = 0;
 	pthread_mutex_lock(&soft_lock);
 	srq->msrq.srqn = next_srqn++;
 	srq->msrq.rsc.rsn = srq->msrq.srqn;
