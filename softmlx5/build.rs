@@ -1,8 +1,10 @@
-//! Builds the software ConnectX: `c/*.c` with libmlx5's own `providers/mlx5/qp.c`, `cq.c` and
+//! Builds the software ConnectX, the one place of this workspace that compiles libmlx5: `c/*.c`
+//! with libmlx5's own `providers/mlx5/qp.c`, `cq.c` and
 //! `srq.c`, unmodified, from rdma-core 55's source in the crates.io package ibverbs-sys (unpacked
 //! by `cargo fetch`, never built), linked into one shared object under both names the programs
 //! open, `OUT_DIR/lib/libibverbs.so.1` and `libmlx5.so.1` (a symbolic link: glibc loads it once).
-//! Only the verbs entries are exported (`-fvisibility=hidden`, `SOFT_EXPORT`).
+//! Only the verbs entries are exported (`-fvisibility=hidden`, `SOFT_EXPORT`). Also the oracle
+//! sideway-ext-wqe-oracle links (`compile_oracle`).
 //!
 //! rdma-core's cmake configures the tree (its `config.h`) and generates the kernel ABI headers
 //! (`make kern-abi`) in `OUT_DIR`; `cargo:rdma_core_source` and `cargo:rdma_core_build` hand both
@@ -66,6 +68,7 @@ fn main() {
     let alias = lib.join("libmlx5.so.1");
     let _ = std::fs::remove_file(&alias);
     std::os::unix::fs::symlink("libibverbs.so.1", &alias).expect("link libmlx5.so.1");
+    compile_oracle(&source, &build, &out);
     println!("cargo:rustc-env=SOFTMLX5_LIBRARY_DIR={}", lib.display());
     // rdma-core's published headers, for C programs built against the device (tests/c_program.rs).
     println!(
@@ -76,6 +79,81 @@ fn main() {
     println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-changed=include");
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// libmlx5's `qp.c` and `cq.c` again, with `c/oracle/shim.c`, as sideway-ext-wqe-oracle links them
+/// (`cargo:oracle_lib_dir`; nothing links them into this package), twice:
+/// - recorded: with the barriers and MMIO stores of `c/oracle/record/` in place of rdma-core's
+///   `util/udma_barrier.h` and `util/mmio.h`, for the tests that compare what libmlx5 does;
+/// - plain: with rdma-core's own, for instruction counts; every global symbol of these objects
+///   renamed with a `plain_` prefix (found with `nm` in the recorded objects) so that both link
+///   into one binary.
+fn compile_oracle(source: &Path, build: &Path, out: &Path) {
+    let mlx5 = source.join("providers/mlx5");
+    let files = [mlx5.join("qp.c"), mlx5.join("cq.c"), PathBuf::from("c/oracle/shim.c")];
+    let compiler = |recorded: bool| {
+        let mut compiler = cc::Build::new();
+        compiler.files(&files);
+        if recorded {
+            // Before rdma-core's headers, so that these replace util/mmio.h and util/udma_barrier.h.
+            compiler.include("c/oracle/record").define("ORACLE_RECORDED", None);
+        }
+        compiler.out_dir(out.join(if recorded { "oracle-recorded" } else { "oracle-plain" }));
+        compiler
+            .include("c/oracle")
+            .include(build.join("include"))
+            .include(&mlx5)
+            .include(source)
+            .flag("-std=gnu11")
+            .warnings(false)
+            .opt_level(2)
+            .cargo_metadata(false);
+        compiler
+    };
+    let recorded = compiler(true).compile_intermediates();
+    let mut plain = compiler(false);
+    for symbol in defined_globals(&recorded) {
+        plain.define(&symbol, Some(format!("plain_{symbol}").as_str()));
+    }
+    std::fs::create_dir_all(out.join("oracle")).expect("create OUT_DIR/oracle");
+    let archive = |name: &str, objects: &[PathBuf]| {
+        cc::Build::new()
+            .objects(objects)
+            .out_dir(out.join("oracle"))
+            .cargo_metadata(false)
+            .compile(name);
+    };
+    archive("mlx5_oracle_recorded", &recorded);
+    archive("mlx5_oracle_plain", &plain.compile_intermediates());
+    println!("cargo:oracle_lib_dir={}", out.join("oracle").display());
+}
+
+/// The global symbols `objects` define (`nm --defined-only --extern-only`), but the recorder's
+/// own (which exist only in the recorded objects).
+fn defined_globals(objects: &[PathBuf]) -> Vec<String> {
+    let output = Command::new("nm")
+        .args(["--defined-only", "--extern-only", "--format=posix"])
+        .args(objects)
+        .output()
+        .unwrap_or_else(|error| panic!("nm: {error} (binutils)"));
+    assert!(
+        output.status.success(),
+        "nm: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut symbols: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (name, kind) = (fields.next()?, fields.next()?);
+            // Functions and data; the file headers `nm` prints for each object end with ':'.
+            (!name.ends_with(':') && "TDBRC".contains(kind)).then(|| name.to_owned())
+        })
+        .filter(|name| !name.starts_with("oracle_barrier") && !name.starts_with("oracle_store"))
+        .collect();
+    symbols.sort();
+    symbols.dedup();
+    symbols
 }
 
 /// rdma-core's source tree, where `cargo fetch` unpacked ibverbs-sys.
