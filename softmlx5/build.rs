@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const IBVERBS_SYS: &str = "ibverbs-sys-0.3.2+55.0";
-const DEVICE_FILES: [&str; 9] = [
+const DEVICE_FILES: [&str; 10] = [
     "completion.c",
     "control.c",
     "devices.c",
@@ -24,6 +24,7 @@ const DEVICE_FILES: [&str; 9] = [
     "provider.c",
     "queue_pair.c",
     "shared_receive_queue.c",
+    "sysfs.c",
 ];
 
 fn main() {

@@ -175,13 +175,63 @@ int soft_mr_check(struct soft_mr *mr, struct ibv_pd *pd, uint64_t addr, uint64_t
 
 /* ---- thread domains and parent domains (verbs.c: mlx5_alloc_td, mlx5_alloc_parent_domain) ---- */
 
+/* verbs.c: mlx5_alloc_dyn_uar and mlx5_insert_dyn_uuars. A page of BlueFlame registers for
+ * thread domains, each on the context's list: a dynamically allocated UAR page; on a kernel
+ * without dynamic UAR one of the num_dyn_bfregs pages the context got at its creation (legacy
+ * mode), ENOSPC past libmlx5's count of them, which lets one page too many through to the
+ * kernel, whose uar_mmap answers EINVAL for it (its index past the context's pages). Called
+ * with dyn_bfregs_mutex. */
+static int add_register_page(struct mlx5_context *mctx)
+{
+	bool legacy = mctx->flags & MLX5_CTX_FLAGS_NO_KERN_DYN_UAR;
+	int per_page = mctx->num_uars_per_page * MLX5_NUM_NON_FP_BFREGS_PER_UAR, j;
+	char *page;
+
+	if (legacy) {
+		if (mctx->curr_legacy_dyn_sys_uar_page > mctx->max_num_legacy_dyn_uar_sys_page) {
+			errno = ENOSPC;
+			return -1;
+		}
+		if (mctx->curr_legacy_dyn_sys_uar_page >= mctx->num_dyn_bfregs / (uint32_t)per_page) {
+			errno = EINVAL;
+			return -1;
+		}
+	}
+	page = soft_zalloc_aligned(4096);
+	if (!page) {
+		errno = ENOMEM;
+		return -1;
+	}
+	for (j = 0; j < per_page; j++) {
+		struct mlx5_bf *bf = calloc(1, sizeof(*bf));
+
+		if (!bf)
+			break;
+		bf->uar = page;
+		bf->reg = page + MLX5_BF_OFFSET + j * mctx->bf_reg_size;
+		bf->buf_size = mctx->bf_reg_size / 2;
+		bf->uuarn = 1;
+		bf->dyn_alloc_uar = !legacy;
+		if (legacy)
+			bf->bfreg_dyn_index = mctx->curr_legacy_dyn_sys_uar_page * per_page + j;
+		mlx5_spinlock_init(&bf->lock, 0);
+		list_node_init(&bf->uar_entry);
+		list_add_tail(&mctx->dyn_uar_bf_list, &bf->uar_entry);
+	}
+	if (legacy)
+		mctx->curr_legacy_dyn_sys_uar_page++;
+	return 0;
+}
+
+/* verbs.c: mlx5_alloc_td and mlx5_attach_dedicated_uar: a BlueFlame register of its own,
+ * written without a lock, from the context's list, a new page when it is empty. */
 struct ibv_td *soft_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
 {
-	struct soft_context *ctx = container_of(context, struct soft_context, mctx.ibv_ctx.context);
+	struct mlx5_context *mctx = to_mctx(context);
 	struct mlx5_td *td;
 
 	if (attr->comp_mask) {
-		errno = EOPNOTSUPP;
+		errno = EINVAL;
 		return NULL;
 	}
 	td = calloc(1, sizeof(*td));
@@ -189,37 +239,31 @@ struct ibv_td *soft_alloc_td(struct ibv_context *context, struct ibv_td_init_att
 		errno = ENOMEM;
 		return NULL;
 	}
-	/* mlx5_attach_dedicated_uar: a BlueFlame register of its own, without a lock. On a
-	 * kernel without dynamic UAR there is none to give (mlx5_alloc_td: EOPNOTSUPP). */
-	if (ctx->device->profile.no_dynamic_uar) {
-		free(td);
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	td->bf = calloc(1, sizeof(*td->bf));
+	pthread_mutex_lock(&mctx->dyn_bfregs_mutex);
+	td->bf = list_pop(&mctx->dyn_uar_bf_list, struct mlx5_bf, uar_entry);
+	if (!td->bf && !add_register_page(mctx))
+		td->bf = list_pop(&mctx->dyn_uar_bf_list, struct mlx5_bf, uar_entry);
+	pthread_mutex_unlock(&mctx->dyn_bfregs_mutex);
 	if (!td->bf) {
 		free(td);
-		errno = ENOMEM;
 		return NULL;
 	}
-	td->bf->reg = soft_zalloc_aligned(4096);
-	td->bf->buf_size = 256;
-	td->bf->uuarn = 1;
-	td->bf->need_lock = 0;
-	td->bf->dyn_alloc_uar = 1;
 	atomic_init(&td->refcount, 1);
 	td->ibv_td.context = context;
 	return &td->ibv_td;
 }
 
+/* verbs.c: mlx5_dealloc_td and mlx5_detach_dedicated_uar: the register goes back on the list. */
 int soft_dealloc_td(struct ibv_td *ibtd)
 {
+	struct mlx5_context *mctx = to_mctx(ibtd->context);
 	struct mlx5_td *td = to_mtd(ibtd);
 
 	if (atomic_load(&td->refcount) > 1)
 		return EBUSY;
-	free(td->bf->reg);
-	free(td->bf);
+	pthread_mutex_lock(&mctx->dyn_bfregs_mutex);
+	list_add_tail(&mctx->dyn_uar_bf_list, &td->bf->uar_entry);
+	pthread_mutex_unlock(&mctx->dyn_bfregs_mutex);
 	free(td);
 	return 0;
 }

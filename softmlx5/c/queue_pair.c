@@ -89,16 +89,18 @@ static int size_dci_send_queue(struct mlx5_context *ctx, struct ibv_qp_init_attr
 	return 0;
 }
 
-/* The register a new QP rings: its thread domain's own (mlx5_attach_dedicated_uar), the
- * doorbell-only one with MLX5_SHUT_UP_BF on a kernel with dynamic UAR, else one of the shared
- * BlueFlame registers, with a lock (the kernel's medium-latency bfregs). */
+/* The register a new QP rings (verbs.c create_qp): its thread domain's own
+ * (mlx5_attach_dedicated_uar); on a kernel with dynamic UAR and MLX5_SHUT_UP_BF the
+ * doorbell-only one (mlx5_get_qp_uar: nc_uar); else one of the shared BlueFlame registers, with
+ * a lock (the kernel's medium-latency bfregs), MLX5_SHUT_UP_BF or not on a kernel without
+ * dynamic UAR, whose registers all have halves (mlx5_set_context). */
 static struct mlx5_bf *choose_register(struct soft_context *ctx, struct ibv_pd *pd)
 {
 	struct mlx5_parent_domain *parent = to_mparent_domain(pd);
 
 	if (parent && parent->mtd)
 		return parent->mtd->bf;
-	if (ctx->mctx.shut_up_bf)
+	if (ctx->mctx.shut_up_bf && !(ctx->mctx.flags & MLX5_CTX_FLAGS_NO_KERN_DYN_UAR))
 		return &ctx->bfs[0];
 	ctx->next_shared_bf = ctx->next_shared_bf % 7 + 1;
 	return &ctx->bfs[ctx->next_shared_bf];
@@ -551,16 +553,21 @@ SOFT_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
 	return 0;
 }
 
-/* mlx5.c: mlx5dv_dci_stream_id_reset — EOPNOTSUPP unless the DCI is in RTS (the library's
- * cached state); the device clears the stream's error. */
+/* mlx5.c: mlx5dv_dci_stream_id_reset — EOPNOTSUPP on a device without errored streams or the
+ * QP context extension, or unless the DCI is in RTS (the library's cached state); EINVAL for a
+ * queue pair that is not a DCI; the device clears the stream's error. */
 SOFT_EXPORT int mlx5dv_dci_stream_id_reset(struct ibv_qp *ibqp, uint16_t stream_id)
 {
+	struct mlx5_context *mctx = to_mctx(ibqp->context);
 	struct soft_qp *qp = soft_qp_of(ibqp);
 	int ret = 0;
 
 	pthread_mutex_lock(&soft_lock);
-	if (qp->kind != SOFT_DCI || ibqp->state != IBV_QPS_RTS)
+	if (!mctx->dci_streams_caps.max_log_num_errored || !mctx->qpc_extension_cap ||
+	    ibqp->state != IBV_QPS_RTS)
 		ret = EOPNOTSUPP;
+	else if (qp->kind != SOFT_DCI)
+		ret = EINVAL;
 	else if (stream_id < 64)
 		qp->errored_streams &= ~(1ull << stream_id);
 	pthread_mutex_unlock(&soft_lock);

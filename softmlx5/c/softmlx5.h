@@ -4,10 +4,11 @@
  * and srq.c (compiled in, unmodified) post and poll, and a device thread executes the WQE bytes
  * and writes CQE bytes.
  *
- * Rooms: devices.c (profiles, devices, ports, GIDs, queries), memory.c (PD, MR, thread and parent
- * domains), completion.c (CQs, channels, the CQE writer), shared_receive_queue.c, queue_pair.c
- * (DCI, DCT, address handles, mlx5dv_init_obj), engine.c (the device thread: requester and
- * responder), fabric.c (packets between processes), control.c (faults and trace for tests),
+ * Rooms: devices.c (profiles, devices, ports, GIDs, queries), sysfs.c (their sysfs-like tree),
+ * memory.c (PD, MR, thread and parent domains), completion.c (CQs, channels, the CQE writer),
+ * shared_receive_queue.c, queue_pair.c (DCI, DCT, address handles, mlx5dv_init_obj), engine.c
+ * (the device thread: requester and responder), fabric.c (packets between processes),
+ * control.c (faults and trace for tests),
  * provider.c (what libmlx5's files link to). */
 #ifndef SOFTMLX5_H
 #define SOFTMLX5_H
@@ -25,15 +26,22 @@
 
 #define SOFT_EXPORT __attribute__((visibility("default")))
 
-/* ---- profiles and devices (devices.c) ---- */
+/* ---- profiles and devices (devices.c, sysfs.c) ---- */
 
+/* A device's capabilities, as the PRM's general device capabilities (cmd_hca_cap) hold them:
+ * QUERY_HCA_CAP answers them, and ibv_query_device, mlx5dv_query_device and the user context
+ * derive from them as mlx5_ib and libmlx5 do (devices.c). */
 struct soft_profile {
 	const char *name;	/* cx5, cx6, cx6dx, cx7 */
-	uint32_t vendor_part_id;
-	uint8_t dci_streams_log_concurrent; /* 0: no DCI streams */
-	uint8_t dci_streams_log_errored;
-	uint32_t max_wqe_sz_sq;	/* bytes; QUERY_HCA_CAP max_wqe_sz_sq */
-	uint32_t max_wqe_sz_sq_dc;
+	const char *part;	/* ConnectX-5, ... */
+	uint32_t vendor_part_id; /* the PCI device id */
+	uint8_t log_max_qp, log_max_qp_sz, log_max_srq, log_max_srq_sz, log_max_cq, log_max_cq_sz;
+	uint8_t log_max_mkey, log_max_pd;
+	uint8_t log_max_ra_req_qp, log_max_ra_res_qp, log_max_ra_req_dc, log_max_ra_res_dc;
+	uint8_t log_max_dci_stream_channels; /* 0: no DCI streams */
+	uint8_t log_max_dci_errored_streams;
+	bool qpc_extension;	/* what mlx5dv_dci_stream_id_reset needs */
+	uint16_t max_wqe_sz_sq, max_wqe_sz_rq, max_wqe_sz_sq_dc; /* bytes */
 	/* Older stacks */
 	bool no_query_gid_ex;	/* rdma-core before 32 */
 	bool no_dci_reset;	/* kernel without DCI RESET from ERR */
@@ -43,20 +51,23 @@ struct soft_profile {
 struct soft_gid {
 	uint8_t raw[16];
 	uint32_t type;		/* IBV_GID_TYPE_IB / ROCE_V1 / ROCE_V2 */
-	char netdev[16];
+	char netdev[16];	/* its network device ("" on InfiniBand) */
+	uint32_t ifindex;	/* that device's interface index on this host; 0: none has the name */
 	bool valid;
 };
 
-#define SOFT_GID_TABLE_LEN 8
+#define SOFT_GID_TABLE_LEN 16
 
 struct soft_port {
 	bool ethernet;		/* RoCE v2; InfiniBand otherwise */
 	bool grh_required;
-	bool down;
+	bool down;		/* softmlx5_set_port_state; read under soft_lock */
 	enum ibv_mtu active_mtu;
 	uint16_t lid;
 	struct soft_gid gids[SOFT_GID_TABLE_LEN];
 };
+
+struct soft_context;
 
 struct soft_device {
 	struct mlx5_device mdev;	/* first: libmlx5's to_mdev() reads page_size */
@@ -64,16 +75,24 @@ struct soft_device {
 	struct soft_port port;	/* one port, port 1 */
 	uint64_t node_guid;
 	int index;
+	struct soft_context *contexts;	/* open on it, for its async events (devices.c) */
 };
 
 struct soft_device *soft_device_of(struct ibv_context *context);
 bool soft_port_has_gid(const struct soft_port *port, const uint8_t gid[16]);
+/* What ibv_query_port answers for the device's port (and its sysfs tree shows). */
+void soft_port_attr(const struct soft_device *dev, struct ibv_port_attr *attr);
+
+/* sysfs.c: a sysfs-like tree of the process's devices, which their ibdev_path names. */
+void soft_sysfs_publish(struct soft_device *devices, int count);
+void soft_sysfs_port_changed(const struct soft_device *dev);
 
 /* ---- objects ---- */
 
 struct soft_context {
 	struct mlx5_context mctx;	/* first: libmlx5's to_mctx() */
 	struct soft_device *device;
+	struct soft_context *next_open;	/* the device's other open contexts */
 	int async_fd[2];		/* a pipe of struct ibv_async_event */
 	void *uar_page;			/* doorbell and BlueFlame registers, a page of memory */
 	struct mlx5_bf *bfs;
