@@ -201,6 +201,7 @@ fn ibdev_path(ctx: &DeviceContext) -> std::path::PathBuf {
     std::path::PathBuf::from(path.to_str().expect("a UTF-8 path"))
 }
 
+/// [`LEN`] bytes that differ with `seed`.
 fn pattern(seed: u8) -> Vec<u8> {
     (0..LEN).map(|i| seed.wrapping_add(i as u8).wrapping_mul(31)).collect()
 }
@@ -453,8 +454,9 @@ fn a_connectx_6_has_no_dci_streams() {
     );
 
     // The device itself: mlx5dv_create_qp with streams of 1 and 1.
-    let mut init: rdma_mummy_sys::ibv_qp_init_attr_ex = unsafe_zeroed();
-    let mut mlx5_init: rdma_mummy_sys::mlx5dv_qp_init_attr = unsafe_zeroed();
+    // SAFETY: C structures of integers, pointers and unions of them.
+    let (mut init, mut mlx5_init): (rdma_mummy_sys::ibv_qp_init_attr_ex, rdma_mummy_sys::mlx5dv_qp_init_attr) =
+        unsafe { (zeroed(), zeroed()) };
     init.qp_type = rdma_mummy_sys::ibv_qp_type::IBV_QPT_DRIVER;
     init.cap.max_send_wr = 4;
     init.cap.max_send_sge = 1;
@@ -496,9 +498,13 @@ fn a_connectx_6_has_no_dci_streams() {
     assert_eq!(unsafe { reset(dci.qp().as_ptr(), 0) }, libc::EOPNOTSUPP);
 }
 
-/// A zeroed C structure (every field an integer, a pointer or a union of them).
-fn unsafe_zeroed<T>() -> T {
-    // SAFETY: only called for bindgen's plain C structures, for which zero is a value.
+/// A zeroed C structure.
+///
+/// # Safety
+///
+/// Zero must be a value of every field of `T` (integers, raw pointers, unions of them).
+unsafe fn zeroed<T>() -> T {
+    // SAFETY: the caller's promise.
     unsafe { std::mem::MaybeUninit::zeroed().assume_init() }
 }
 
@@ -660,7 +666,8 @@ fn without_dci_reset_recover_creates_the_initiator_again() {
         QueuePairState::Error
     );
     // The device: modify_dci_qp_is_ok has no RESET branch.
-    let mut reset: rdma_mummy_sys::ibv_qp_attr = unsafe_zeroed();
+    // SAFETY: a C structure of integers, enumerations whose zero is a value, and pointers.
+    let mut reset: rdma_mummy_sys::ibv_qp_attr = unsafe { zeroed() };
     reset.qp_state = rdma_mummy_sys::ibv_qp_state::IBV_QPS_RESET;
     let mask = rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as c_int;
     // SAFETY: a live queue pair and attributes.
@@ -877,7 +884,8 @@ fn infiniband_bring_up_with_and_without_a_required_grh() {
             assert_eq!(lb.dct.source_gid(), Some(entry));
         },
     }
-    let mut attr: rdma_mummy_sys::ibv_ah_attr = unsafe_zeroed();
+    // SAFETY: a C structure of integers.
+    let mut attr: rdma_mummy_sys::ibv_ah_attr = unsafe { zeroed() };
     attr.dlid = port.lid();
     attr.port_num = PORT;
     // SAFETY: the loopback's PD; attributes without a GRH.
