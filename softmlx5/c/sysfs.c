@@ -29,7 +29,8 @@
 static char root[160];
 static pid_t owner;
 
-/* The fabric directory (as fabric.c names it): SOFTMLX5_FABRIC, or /tmp/softmlx5-<uid>. */
+/* The fabric directory as fabric.c names it: SOFTMLX5_FABRIC (cut as fabric.c cuts it), or
+ * /tmp/softmlx5-<uid>. */
 static void fabric_directory(char *out, size_t size)
 {
 	const char *dir = getenv("SOFTMLX5_FABRIC");
@@ -209,7 +210,7 @@ static void write_device(struct soft_device *dev)
 
 void soft_sysfs_publish(struct soft_device *devices, int count)
 {
-	char fabric[128];
+	char fabric[108 - 24];	/* as long as fabric.c keeps it (its sockets' addresses) */
 	int i;
 
 	fabric_directory(fabric, sizeof(fabric));

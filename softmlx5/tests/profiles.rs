@@ -77,7 +77,14 @@ fn on_device(case: &str) -> bool {
 /// Runs test `case` of this binary again, alone, on the software device with `env` (in a fabric
 /// directory of its own) and checks that it passed; its standard output.
 fn run_on_device(case: &str, env: &[(&str, &str)]) -> String {
-    let fabric = std::env::temp_dir().join(format!("softmlx5-profiles-{}-{case}", std::process::id()));
+    // Short: the device keeps the fabric directory's name in a socket address.
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(case, &mut hasher);
+    let fabric = std::env::temp_dir().join(format!(
+        "softmlx5-profiles-{}-{:08x}",
+        std::process::id(),
+        std::hash::Hasher::finish(&hasher) as u32
+    ));
     let mut command = softmlx5::command(std::env::current_exe().expect("this test binary"));
     command
         .args([case, "--exact", "--nocapture", "--test-threads=1"])
