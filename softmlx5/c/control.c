@@ -309,9 +309,3 @@ __attribute__((constructor)) static void control_from_environment(void)
 	}
 }
 
-/* Until ports move (devices.c). */
-SOFT_EXPORT int softmlx5_set_port_state(const char *device_name, int up)
-{
-	(void)device_name, (void)up;
-	return ENOSYS;
-}

@@ -433,6 +433,12 @@ static void send_from(struct soft_qp *qp, uint32_t first)
 		if (!packet)
 			return; /* out of memory: the timer sends it again */
 		soft_counters.requests_sent++;
+		if (soft_device_of(qp->mqp.verbs_qp.qp.context)->port.down) {
+			/* nothing leaves a port that is down: the retries run out */
+			soft_counters.packets_lost++;
+			free(packet);
+			continue;
+		}
 		{
 			struct softmlx5_event event = {
 				.kind = SOFTMLX5_EVENT_REQUEST,
@@ -565,7 +571,8 @@ void soft_engine_response(struct soft_packet *packet)
 	struct wqe wqe;
 
 	if (!qp || qp->kind != SOFT_DCI || qp->state != IBV_QPS_RTS ||
-	    qp->requester.incarnation != packet->incarnation)
+	    qp->requester.incarnation != packet->incarnation ||
+	    soft_device_of(qp->mqp.verbs_qp.qp.context)->port.down)
 		return;
 	first = oldest(qp);
 	if (!first || first->seq != packet->seq)

@@ -44,17 +44,33 @@ static void fabric_unlink(void)
 	unlink(path);
 }
 
-static void init(void)
+static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
+
+static void name_dir(void)
 {
 	const char *dir = getenv("SOFTMLX5_FABRIC");
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	int size = 4 << 20;
 
-	self = getpid();
 	if (dir)
 		snprintf(fabric_dir, sizeof(fabric_dir), "%s", dir);
 	else
 		snprintf(fabric_dir, sizeof(fabric_dir), "/tmp/softmlx5-%u", (unsigned)getuid());
+}
+
+/* The fabric directory: SOFTMLX5_FABRIC, or /tmp/softmlx5-<uid>; short enough for the sockets'
+ * addresses in it (a longer name is cut). */
+const char *soft_fabric_dir(void)
+{
+	pthread_once(&dir_once, name_dir);
+	return fabric_dir;
+}
+
+static void init(void)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int size = 4 << 20;
+
+	self = getpid();
+	soft_fabric_dir();
 	if (mkdir(fabric_dir, 0700) && errno != EEXIST) {
 		fabric_error = errno;
 		return;

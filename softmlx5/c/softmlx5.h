@@ -271,6 +271,7 @@ struct soft_packet {
 };
 
 int soft_fabric_init(void);
+const char *soft_fabric_dir(void);
 int soft_fabric_fd(void);
 /* Allocates a QP number no other process of the fabric holds. */
 uint32_t soft_fabric_claim_qpn(void);

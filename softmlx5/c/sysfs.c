@@ -29,18 +29,6 @@
 static char root[160];
 static pid_t owner;
 
-/* The fabric directory as fabric.c names it: SOFTMLX5_FABRIC (cut as fabric.c cuts it), or
- * /tmp/softmlx5-<uid>. */
-static void fabric_directory(char *out, size_t size)
-{
-	const char *dir = getenv("SOFTMLX5_FABRIC");
-
-	if (dir)
-		snprintf(out, size, "%s", dir);
-	else
-		snprintf(out, size, "/tmp/softmlx5-%u", (unsigned)getuid());
-}
-
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)st, (void)flag, (void)ftw;
@@ -210,10 +198,9 @@ static void write_device(struct soft_device *dev)
 
 void soft_sysfs_publish(struct soft_device *devices, int count)
 {
-	char fabric[108 - 24];	/* as long as fabric.c keeps it (its sockets' addresses) */
+	const char *fabric = soft_fabric_dir();
 	int i;
 
-	fabric_directory(fabric, sizeof(fabric));
 	mkdir(fabric, 0700);
 	remove_stale_trees(fabric);
 	owner = getpid();

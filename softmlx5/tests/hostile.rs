@@ -582,3 +582,30 @@ fn a_stream_errs_alone_until_it_is_reset_and_two_move_the_initiator_to_error() {
         "two errored streams: ERR"
     );
 }
+
+/// Kinder: a device that sent from a port that is down. Nothing leaves it: the retries run out.
+#[test]
+fn nothing_leaves_a_port_that_is_down() {
+    on_device!();
+    let device = common::device();
+    let mut bed = Bed::with(
+        all(),
+        |_| {},
+        |params| {
+            params.setup_timeout(8).setup_retry_cnt(1);
+        },
+    );
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    device.set_port_state("softmlx5_0", false).unwrap();
+    bed.write(1, local.mr.lkey(), local.addr(0), remote.mr.rkey(), remote.addr(0), 64);
+    assert_eq!(
+        status(&one(&bed)),
+        Some(WorkCompletionStatus::RetryCounterExceededError)
+    );
+    assert!(remote.read(0, 64).iter().all(|&b| b == 0));
+    device.set_port_state("softmlx5_0", true).unwrap();
+    let mut bed = Bed::new();
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    bed.write(2, local.mr.lkey(), local.addr(0), remote.mr.rkey(), remote.addr(0), 64);
+    assert!(one(&bed).is_success(), "the port is up again");
+}
