@@ -52,7 +52,10 @@ pub enum AllocateThreadDomainErrorKind {
     NotSupported,
     /// libmlx5 has no register left to give a thread domain (`ENOSPC`): on a kernel without
     /// dynamic UAR allocation it has the context's `num_dyn_bfregs` pages only
-    /// (`mlx5_alloc_dyn_uar` in `providers/mlx5/verbs.c`).
+    /// (`mlx5_alloc_dyn_uar` in `providers/mlx5/verbs.c`). Its bound (`curr > max`) lets one page
+    /// past the last through, which the kernel's `uar_mmap` refuses with `EINVAL` before libmlx5
+    /// counts it, so rdma-core 55 answers every thread domain past the last with
+    /// [`ThreadDomain`](Self::ThreadDomain) (`EINVAL`), not this.
     #[error("no register left for a thread domain (ENOSPC): the kernel has no dynamic UAR allocation")]
     NoRegisterLeft,
     /// `ibv_alloc_td` failed otherwise. On a kernel without dynamic UAR allocation and a device
