@@ -276,6 +276,7 @@ void soft_requester_reset(struct soft_qp *qp)
 	memset(r, 0, sizeof(*r));
 	r->incarnation = new_incarnation();
 	r->next_seq = 1;
+	r->first_seq = 1;
 }
 
 /* Where a WQE goes: its DCT number, DC key and address (the address vector's first 16 bytes
@@ -369,6 +370,7 @@ static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *
 	packet->source_pid = getpid();
 	packet->dci_qpn = qp->mqp.verbs_qp.qp.qp_num;
 	packet->incarnation = qp->requester.incarnation;
+	packet->first_seq = qp->requester.first_seq;
 	packet->seq = seq;
 	packet->opcode = wqe->opcode;
 	packet->stream = wqe->stream;
@@ -554,6 +556,7 @@ static bool take_request(struct soft_qp *qp)
 				return false;
 			memcpy(r->destination, destination, sizeof(destination));
 			r->incarnation = new_incarnation();
+			r->first_seq = r->next_seq;
 		}
 	}
 	slot = &r->ring[(r->oldest + r->count) % SOFT_WINDOW];
@@ -678,9 +681,13 @@ static bool run_requester(struct soft_qp *qp, uint64_t now)
 			read_wqe(qp, oldest(qp)->wqe_index, &wqe);
 			pop_oldest(qp);
 			fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
-			/* the rest go again, in a new context: what the target saw is behind */
-			if (qp->state == IBV_QPS_RTS && r->count)
+			/* A DCI with streams goes on: the rest go again in a new connection, which
+			 * the target starts at their first (it never saw the one that failed). */
+			if (qp->state == IBV_QPS_RTS && r->count) {
+				r->incarnation = new_incarnation();
+				r->first_seq = oldest(qp)->seq;
 				transmit_window(qp);
+			}
 		} else {
 			soft_counters.retransmits_timeout++;
 			trace_event(SOFTMLX5_EVENT_RETRANSMIT, qp->mqp.verbs_qp.qp.qp_num, 0,
@@ -750,7 +757,7 @@ static struct soft_dedup *context_of(struct soft_qp *dct, const struct soft_pack
 	entry->pid = packet->source_pid;
 	entry->dci_qpn = packet->dci_qpn;
 	entry->incarnation = packet->incarnation;
-	entry->expected = packet->seq;
+	entry->expected = packet->first_seq;
 	entry->next = dct->dedup;
 	dct->dedup = entry;
 	return entry;

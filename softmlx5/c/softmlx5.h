@@ -146,6 +146,7 @@ struct soft_requester {
 	int tries, rnr_tries;
 	bool rnr_wait;
 	uint32_t next_seq;
+	uint32_t first_seq;	/* of the connection: where its target's context starts */
 	uint32_t incarnation;	/* the connection: new at creation, at RESET and at each new
 				 * destination; the responder keeps a context per connection */
 	uint8_t destination[32];	/* of the window's requests: DCT number, DC key, address */
@@ -250,6 +251,7 @@ struct soft_packet {
 	int32_t source_pid;
 	uint32_t dci_qpn;
 	uint32_t incarnation;
+	uint32_t first_seq;	/* the connection's first: the target's context starts there */
 	uint32_t seq;
 	uint8_t opcode;		/* MLX5_OPCODE_* of the request */
 	uint8_t stream;
