@@ -424,6 +424,48 @@ mod tests {
         );
     }
 
+    /// The server prints the client's report as the client measured it: every figure crosses
+    /// the connection bit for bit. A latency such as 25 ns (0.024999999999999998 µs) is one
+    /// that serde_json's default float parser reads a unit in the last place off, which
+    /// printed to two decimals is 0.03 on the server and 0.02 on the client.
+    #[test]
+    fn the_clients_report_reaches_the_server_bit_for_bit() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listen");
+        let address = listener.local_addr().expect("address");
+        let mut client = Channel::new(TcpStream::connect(address).expect("connect")).expect("client");
+        let mut server = Channel::new(listener.accept().expect("accept").0).expect("server");
+        for nanoseconds in 1..=2000 {
+            let micros = Duration::from_nanos(nanoseconds).as_secs_f64() * 1e6;
+            let sent = LatencyReport {
+                bytes: 64,
+                iterations: 1,
+                min: micros,
+                max: micros,
+                typical: micros,
+                average: micros,
+                stdev: micros,
+                p99: micros,
+                p999: micros,
+            };
+            client
+                .send(&Done {
+                    report: Report::Latency(sent),
+                    destinations: None,
+                })
+                .expect("send");
+            let Done {
+                report: Report::Latency(received),
+                ..
+            } = server.receive::<Done>("the report").expect("receive")
+            else {
+                panic!("not a latency report");
+            };
+            let figures =
+                |r: &LatencyReport| [r.min, r.max, r.typical, r.average, r.stdev, r.p99, r.p999].map(f64::to_bits);
+            assert_eq!(figures(&received), figures(&sent), "{micros:?} µs");
+        }
+    }
+
     #[test]
     fn m_takes_the_five_path_mtus_only() {
         for bytes in [256, 512, 1024, 2048, 4096] {
