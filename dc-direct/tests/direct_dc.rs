@@ -199,6 +199,27 @@ fn write_and_send(lb: &mut Loopback, dci: &mut DirectDcInitiator, seed: u8) {
     assert_eq!(lb.remote.read(16), inline, "the bytes sent inline");
 }
 
+/// What only a ConnectX has is skipped on the software one, known by its name or its firmware,
+/// with the reason; hardware runs it. The skip's line is the one scripts/device-suite-tally
+/// counts as skipped.
+#[test]
+fn the_software_connectx_skips_what_only_hardware_has_with_the_reason() {
+    use common::skip::{hardware_decision, SKIP_MARKER};
+    let why = hardware_decision("softmlx5_0", "softmlx5 cx6dx (software)", "PCIe").unwrap_err();
+    assert_eq!(
+        why,
+        "softmlx5_0 (softmlx5 cx6dx (software)) is the software ConnectX; the test needs PCIe"
+    );
+    assert!(hardware_decision("mlx5_3", "softmlx5 cx7 (software)", "PCIe").is_err());
+    assert_eq!(hardware_decision("mlx5_0", "22.39.1002", "PCIe"), Ok(()));
+    assert_eq!(hardware_decision("rxe0", "", "PCIe"), Ok(()));
+    let tally = include_str!("../../scripts/device-suite-tally");
+    assert!(
+        tally.contains(&format!("^{SKIP_MARKER} ")),
+        "the tally no longer matches the skip line"
+    );
+}
+
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
@@ -253,6 +274,11 @@ fn mlx5_hw_without_a_thread_domain_only_a_doorbell_register_is_taken_safely() {
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
 fn mlx5_hw_a_promised_blueflame_register_writes_without_a_thread_domain() {
+    let blueflame = "a BlueFlame register the device reads (the software one's registers are plain memory: it \
+                     runs the send queue's copy of each request, never the BlueFlame write)";
+    if !common::require_hardware(&open(), blueflame) {
+        return;
+    }
     let mut lb = Loopback::new();
     // SAFETY: this test's device context is its own, and nothing but this initiator posts on it.
     let mut dci = unsafe { DirectDcInitiator::new_with_blueflame(lb.dci(false), &lb.direct_cq) }.expect("direct");

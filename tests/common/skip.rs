@@ -56,3 +56,22 @@ pub fn dci_streams_decision(caps: Option<(u8, u8)>, needed: (u8, u8)) -> Result<
     }
     Ok((concurrent, errored))
 }
+
+/// Whether the device named `name`, whose firmware version reads `firmware`, is the software
+/// ConnectX (`softmlx5/`): its devices are named `softmlx5_N` and its firmware says
+/// `softmlx5`.
+pub fn is_software_connectx(name: &str, firmware: &str) -> bool {
+    name.starts_with("softmlx5_") || firmware.contains("softmlx5")
+}
+
+/// Whether a test of what only a ConnectX has (`needs`: a timing promise, PCIe, a BlueFlame
+/// register the device reads) runs on a device: `Ok` on hardware, `Err` with the reason to skip
+/// on the software ConnectX.
+pub fn hardware_decision(name: &str, firmware: &str, needs: &str) -> Result<(), String> {
+    if is_software_connectx(name, firmware) {
+        return Err(format!(
+            "{name} ({firmware}) is the software ConnectX; the test needs {needs}"
+        ));
+    }
+    Ok(())
+}

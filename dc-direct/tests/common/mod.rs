@@ -5,6 +5,9 @@
 //! package's `mlx5_hw_` tests are.
 #![allow(dead_code)]
 
+#[path = "../../../tests/common/skip.rs"]
+pub mod skip;
+
 use std::sync::Arc;
 
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -55,6 +58,16 @@ pub fn open() -> Arc<DeviceContext> {
         .find(|device| device.name() == name)
         .unwrap_or_else(|| panic!("{DEVICE_VARIABLE}={name}: no such device"));
     device.open().expect("open the device")
+}
+
+/// Whether a test of what only a ConnectX has (`needs`) runs on the device under test: on the
+/// software ConnectX it is reported skipped, with why ([`skip::report_skip`]), and must return.
+pub fn require_hardware(ctx: &DeviceContext, needs: &str) -> bool {
+    let name = std::env::var(DEVICE_VARIABLE).unwrap_or_default();
+    let firmware = ctx.query_device().expect("query_device").firmware_version();
+    skip::hardware_decision(&name, &firmware, needs)
+        .map_err(|reason| skip::report_skip(&reason))
+        .is_ok()
 }
 
 /// The index of the GID port 1 sends from: its RoCE v2 GID on RoCE, 0 on InfiniBand.
