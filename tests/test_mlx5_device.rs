@@ -191,6 +191,11 @@ fn mlx5_hw_dc_selftest_passes() {
     println!("{stdout}\n{json}");
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains(&format!("GID index {gid_index} (")), "{stdout}");
+    // It names the device it ran on and that device's firmware.
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let firmware = ctx.query_device().expect("query_device").firmware_version();
+    assert_eq!(report["device"]["name"], name.as_str(), "{json}");
+    assert_eq!(report["device"]["firmware"], firmware.as_str(), "{json}");
     for check in [
         "DC target at RTR",
         "DC initiator at RTS",
