@@ -49,6 +49,21 @@ void soft_trace(const struct softmlx5_event *event)
 	trace_written++;
 }
 
+/* A packet lost, and why (enum softmlx5_drop). */
+void soft_trace_drop(const struct soft_packet *packet, uint8_t reason)
+{
+	struct softmlx5_event event = {
+		.kind = SOFTMLX5_EVENT_DROPPED,
+		.qp_number = packet->dci_qpn,
+		.peer = packet->dctn,
+		.seq = packet->seq,
+		.opcode = packet->opcode,
+		.status = reason,
+	};
+
+	soft_trace(&event);
+}
+
 /* Copies up to `max` of the last events, oldest first; returns how many. */
 SOFT_EXPORT size_t softmlx5_trace(struct softmlx5_event *out, size_t max)
 {

@@ -972,19 +972,16 @@ void soft_engine_request(struct soft_packet *packet)
 
 	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet)) {
 		soft_counters.dropped_no_target++;
-		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
-			    packet->opcode, SOFTMLX5_DROP_NO_TARGET);
+		soft_trace_drop(packet, SOFTMLX5_DROP_NO_TARGET);
 		return;
 	}
 	if (dct->killed) {
-		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
-			    packet->opcode, SOFTMLX5_DROP_KILLED);
+		soft_trace_drop(packet, SOFTMLX5_DROP_KILLED);
 		return;
 	}
 	if (packet->dc_key != dct->dc_key) {
 		soft_counters.dropped_dc_key++;
-		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
-			    packet->opcode, SOFTMLX5_DROP_DC_KEY);
+		soft_trace_drop(packet, SOFTMLX5_DROP_DC_KEY);
 		return;
 	}
 	context = context_of(dct, packet);
@@ -993,8 +990,7 @@ void soft_engine_request(struct soft_packet *packet)
 	ahead = (int32_t)(packet->seq - context->expected);
 	if (ahead > 0) {
 		soft_counters.dropped_out_of_sequence++;
-		trace_event(SOFTMLX5_EVENT_DROPPED, packet->dci_qpn, packet->dctn, packet->seq, 0,
-			    packet->opcode, SOFTMLX5_DROP_OUT_OF_SEQUENCE);
+		soft_trace_drop(packet, SOFTMLX5_DROP_OUT_OF_SEQUENCE);
 		return;
 	}
 	slot = &context->answers[packet->seq % SOFT_ANSWERS];

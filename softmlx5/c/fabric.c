@@ -217,17 +217,8 @@ static void send_to(pid_t pid, struct soft_packet *packet, size_t len)
 		if (!give_up)
 			give_up = soft_now_ns() + 50000000ull;
 		else if (soft_now_ns() > give_up || soft_faults.step_mode) {
-			struct softmlx5_event event = {
-				.kind = SOFTMLX5_EVENT_DROPPED,
-				.qp_number = packet->dci_qpn,
-				.peer = packet->dctn,
-				.seq = packet->seq,
-				.opcode = packet->opcode,
-				.status = SOFTMLX5_DROP_CONGESTION,
-			};
-
 			soft_counters.packets_lost++;
-			soft_trace(&event);
+			soft_trace_drop(packet, SOFTMLX5_DROP_CONGESTION);
 			return;
 		}
 		while ((incoming = socket_receive(&incoming_len)))
@@ -270,16 +261,7 @@ static void route_request(struct soft_packet *packet, size_t len)
 	}
 	owner = route(packet->dctn);
 	if (owner <= 0) {
-		struct softmlx5_event event = {
-			.kind = SOFTMLX5_EVENT_DROPPED,
-			.qp_number = packet->dci_qpn,
-			.peer = packet->dctn,
-			.seq = packet->seq,
-			.opcode = packet->opcode,
-			.status = SOFTMLX5_DROP_NO_TARGET,
-		};
-
-		soft_trace(&event);
+		soft_trace_drop(packet, SOFTMLX5_DROP_NO_TARGET);
 		return;
 	}
 	if (owner == self) {
@@ -363,16 +345,7 @@ void soft_fabric_send_request(struct soft_packet *packet, size_t len)
 			drop = true;
 		}
 		if (drop) {
-			struct softmlx5_event event = {
-				.kind = SOFTMLX5_EVENT_DROPPED,
-				.qp_number = packet->dci_qpn,
-				.peer = packet->dctn,
-				.seq = packet->seq,
-				.opcode = packet->opcode,
-				.status = SOFTMLX5_DROP_FAULT,
-			};
-
-			soft_trace(&event);
+			soft_trace_drop(packet, SOFTMLX5_DROP_FAULT);
 			return;
 		}
 		if (fault->delay_ns) {

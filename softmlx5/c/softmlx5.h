@@ -321,6 +321,7 @@ extern struct softmlx5_counters soft_counters;
 extern struct soft_faults soft_faults;
 uint64_t soft_random(void);
 void soft_trace(const struct softmlx5_event *event);
+void soft_trace_drop(const struct soft_packet *packet, uint8_t reason);
 struct soft_route_fault *soft_route_fault_of(uint32_t dct_number);
 size_t soft_engine_step(void);
 void soft_stream_error(struct soft_qp *dci, uint16_t stream);
