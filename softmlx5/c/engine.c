@@ -184,7 +184,8 @@ static int64_t gather(struct soft_qp *qp, const struct wqe *wqe, uint8_t *out, s
 				*syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
 				return -1;
 			}
-			memcpy(out + len, wqe->bytes + offset + 4, n);
+			if (out)
+				memcpy(out + len, wqe->bytes + offset + 4, n);
 			len += n;
 			offset += align(4 + n, 16);
 		} else {
@@ -210,7 +211,8 @@ static int64_t gather(struct soft_qp *qp, const struct wqe *wqe, uint8_t *out, s
 				*syndrome = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
 				return -1;
 			}
-			memcpy(out + len, (void *)(uintptr_t)addr, byte_count);
+			if (out)
+				memcpy(out + len, (void *)(uintptr_t)addr, byte_count);
 			len += byte_count;
 		}
 	}
@@ -351,19 +353,22 @@ static void fail_wqe(struct soft_qp *qp, const struct wqe *wqe, uint8_t syndrome
 static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *wqe, uint32_t seq,
 					  size_t *len, uint8_t *syndrome)
 {
-	static uint8_t payload[1 << 20];
 	struct soft_packet *packet;
 	int64_t n = 0;
 
 	if (wqe->opcode == MLX5_OPCODE_SEND || wqe->opcode == MLX5_OPCODE_SEND_IMM ||
 	    wqe->opcode == MLX5_OPCODE_RDMA_WRITE || wqe->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
-		n = gather(qp, wqe, payload, sizeof(payload), syndrome);
+		n = gather(qp, wqe, NULL, SIZE_MAX, syndrome);
 		if (n < 0)
 			return NULL;
 	}
 	packet = calloc(1, sizeof(*packet) + (size_t)n);
 	if (!packet) {
 		*syndrome = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+		return NULL;
+	}
+	if (n && gather(qp, wqe, packet->payload, (size_t)n, syndrome) != n) {
+		free(packet);
 		return NULL;
 	}
 	packet->type = SOFT_REQUEST;
@@ -396,7 +401,6 @@ static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *
 	else
 		packet->length = (uint32_t)n;
 	packet->payload_len = (uint32_t)n;
-	memcpy(packet->payload, payload, (size_t)n);
 	*len = sizeof(*packet) + (size_t)n;
 	return packet;
 }
@@ -481,7 +485,6 @@ static void transmit_window(struct soft_qp *qp)
 static uint8_t local_check(struct soft_qp *qp, const struct wqe *wqe)
 {
 	uint32_t max_dc = soft_device_of(qp->mqp.verbs_qp.qp.context)->profile.max_wqe_sz_sq_dc;
-	static uint8_t scratch[1 << 20];
 	uint8_t syndrome = 0;
 
 	switch (wqe->opcode) {
@@ -489,7 +492,7 @@ static uint8_t local_check(struct soft_qp *qp, const struct wqe *wqe)
 	case MLX5_OPCODE_SEND_IMM:
 	case MLX5_OPCODE_RDMA_WRITE:
 	case MLX5_OPCODE_RDMA_WRITE_IMM:
-		if (gather(qp, wqe, scratch, sizeof(scratch), &syndrome) < 0)
+		if (gather(qp, wqe, NULL, SIZE_MAX, &syndrome) < 0)
 			return syndrome;
 		break;
 	case MLX5_OPCODE_RDMA_READ:

@@ -609,3 +609,23 @@ fn nothing_leaves_a_port_that_is_down() {
     bed.write(2, local.mr.lkey(), local.addr(0), remote.mr.rkey(), remote.addr(0), 64);
     assert!(one(&bed).is_success(), "the port is up again");
 }
+
+/// Not harsher than the hardware either: a WRITE and a READ of several mebibytes arrive whole.
+#[test]
+fn messages_of_mebibytes_arrive_whole() {
+    on_device!();
+    const LEN: usize = 3 << 20;
+    let mut bed = Bed::new();
+    let (mut local, remote) = (bed.buffer(LEN), bed.buffer(LEN));
+    local.fill(0x3c);
+    bed.write(
+        1,
+        local.mr.lkey(),
+        local.addr(0),
+        remote.mr.rkey(),
+        remote.addr(0),
+        LEN as u32,
+    );
+    assert!(one(&bed).is_success());
+    assert!(remote.read(0, LEN).iter().all(|&b| b == 0x3c));
+}
