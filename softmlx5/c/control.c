@@ -116,11 +116,11 @@ SOFT_EXPORT size_t softmlx5_step(void)
 
 /* ---- faults ---- */
 
-static struct soft_qp *local_qp(uint32_t qpn, enum soft_qp_kind kind)
+static struct soft_qp *local_qp(uint32_t qpn, enum mlx5dv_dc_type kind)
 {
 	struct soft_qp *qp = soft_qp_find(qpn);
 
-	return qp && qp->kind == kind ? qp : NULL;
+	return qp && qp->mqp.dc_type == kind ? qp : NULL;
 }
 
 /* A DC target that no longer answers (its requests are dropped), or again. ENOENT when this
@@ -131,7 +131,7 @@ SOFT_EXPORT int softmlx5_kill_target(uint32_t dct_number, int killed)
 	int ret = 0;
 
 	pthread_mutex_lock(&soft_lock);
-	dct = local_qp(dct_number, SOFT_DCT);
+	dct = local_qp(dct_number, MLX5DV_DCTYPE_DCT);
 	if (dct)
 		dct->killed = killed != 0;
 	else
@@ -147,7 +147,7 @@ SOFT_EXPORT int softmlx5_set_dc_key(uint32_t dct_number, uint64_t dc_key)
 	int ret = 0;
 
 	pthread_mutex_lock(&soft_lock);
-	dct = local_qp(dct_number, SOFT_DCT);
+	dct = local_qp(dct_number, MLX5DV_DCTYPE_DCT);
 	if (dct)
 		dct->dc_key = dc_key;
 	else
@@ -217,7 +217,7 @@ SOFT_EXPORT int softmlx5_stall_initiator(uint32_t qp_number, int stalled)
 	int ret = 0;
 
 	pthread_mutex_lock(&soft_lock);
-	dci = local_qp(qp_number, SOFT_DCI);
+	dci = local_qp(qp_number, MLX5DV_DCTYPE_DCI);
 	if (dci)
 		dci->stalled = stalled != 0;
 	else
@@ -234,7 +234,7 @@ SOFT_EXPORT int softmlx5_error_initiator(uint32_t qp_number)
 	int ret = 0;
 
 	pthread_mutex_lock(&soft_lock);
-	dci = local_qp(qp_number, SOFT_DCI);
+	dci = local_qp(qp_number, MLX5DV_DCTYPE_DCI);
 	if (dci) {
 		struct ibv_async_event event = {
 			.element.qp = &dci->mqp.verbs_qp.qp,
@@ -260,7 +260,7 @@ SOFT_EXPORT int softmlx5_error_stream(uint32_t qp_number, uint16_t stream)
 	int ret = 0;
 
 	pthread_mutex_lock(&soft_lock);
-	dci = local_qp(qp_number, SOFT_DCI);
+	dci = local_qp(qp_number, MLX5DV_DCTYPE_DCI);
 	if (!dci)
 		ret = ENOENT;
 	else if (!dci->log_num_concurrent || stream >= 64)

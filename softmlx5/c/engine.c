@@ -203,7 +203,7 @@ static int64_t gather(struct soft_qp *qp, const struct wqe *wqe, uint8_t *out, s
 				break;
 			if (!byte_count)
 				byte_count = 0x80000000u; /* PRM: a byte count of 0 means 2 GiB */
-			if (soft_mr_check(soft_mr_find(lkey, false), qp->pd, addr, byte_count, 0)) {
+			if (soft_mr_check(soft_mr_find(lkey, false), qp->mqp.verbs_qp.qp.pd, addr, byte_count, 0)) {
 				*syndrome = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
 				return -1;
 			}
@@ -235,7 +235,7 @@ static int64_t scatter_length(struct soft_qp *qp, const struct wqe *wqe)
 		if (be32toh(seg.lkey) == MLX5_INVALID_LKEY)
 			break;
 		n = be32toh(seg.byte_count);
-		if (soft_mr_check(soft_mr_find(be32toh(seg.lkey), false), qp->pd, be64toh(seg.addr), n,
+		if (soft_mr_check(soft_mr_find(be32toh(seg.lkey), false), qp->mqp.verbs_qp.qp.pd, be64toh(seg.addr), n,
 				  IBV_ACCESS_LOCAL_WRITE))
 			return -1;
 		total += n;
@@ -576,7 +576,7 @@ void soft_engine_response(struct soft_packet *packet)
 	struct soft_outstanding *first;
 	struct wqe wqe;
 
-	if (!qp || qp->kind != SOFT_DCI || qp->state != IBV_QPS_RTS ||
+	if (!qp || qp->mqp.dc_type != MLX5DV_DCTYPE_DCI || qp->state != IBV_QPS_RTS ||
 	    qp->requester.incarnation != packet->incarnation ||
 	    soft_device_of(qp->mqp.verbs_qp.qp.context)->port.down)
 		return;
@@ -898,7 +898,7 @@ static uint32_t execute(struct soft_qp *dct, const struct soft_packet *packet, u
 		mr = soft_mr_find(packet->rkey, true);
 		if (!(dct->access & access) ||
 		    (packet->length &&
-		     soft_mr_check(mr, dct->pd, packet->remote_addr, packet->length, access)))
+		     soft_mr_check(mr, dct->mqp.verbs_qp.qp.pd, packet->remote_addr, packet->length, access)))
 			return SOFT_NAK_REMOTE_ACCESS;
 		if (packet->opcode == MLX5_OPCODE_RDMA_READ)
 			return SOFT_ACK;
@@ -920,7 +920,7 @@ static uint32_t execute(struct soft_qp *dct, const struct soft_packet *packet, u
 
 		mr = soft_mr_find(packet->rkey, true);
 		if (!(dct->access & IBV_ACCESS_REMOTE_ATOMIC) ||
-		    soft_mr_check(mr, dct->pd, packet->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC))
+		    soft_mr_check(mr, dct->mqp.verbs_qp.qp.pd, packet->remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC))
 			return SOFT_NAK_REMOTE_ACCESS;
 		if (packet->remote_addr & 7)
 			return SOFT_NAK_INVALID_REQUEST;
@@ -973,7 +973,7 @@ void soft_engine_request(struct soft_packet *packet)
 	uint32_t status;
 	int32_t ahead;
 
-	if (!dct || dct->kind != SOFT_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet)) {
+	if (!dct || dct->mqp.dc_type != MLX5DV_DCTYPE_DCT || dct->state != IBV_QPS_RTR || !dct_reached(dct, packet)) {
 		soft_counters.dropped_no_target++;
 		soft_trace_drop(packet, SOFTMLX5_DROP_NO_TARGET);
 		return;
@@ -1028,7 +1028,7 @@ static bool pass(void)
 	bool did = soft_fabric_send_due(now);
 
 	for (qp = soft_qps; qp; qp = qp->next)
-		if (qp->kind == SOFT_DCI)
+		if (qp->mqp.dc_type == MLX5DV_DCTYPE_DCI)
 			did |= run_requester(qp, now);
 	return did;
 }

@@ -43,7 +43,7 @@ SOFT_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 		if (mr->mmr.vmr.ibv_mr.pd == pd)
 			goto busy;
 	for (qp = soft_qps; qp; qp = qp->next)
-		if (qp->pd == pd)
+		if (qp->mqp.verbs_qp.qp.pd == pd)
 			goto busy;
 	if (atomic_load(parent ? &parent->mpd.refcount : &to_mpd(pd)->refcount) > 1)
 		goto busy;

@@ -224,8 +224,6 @@ static struct ibv_qp *create_dci(struct ibv_context *context, struct ibv_qp_init
 		return NULL;
 	}
 	attr->cap.max_send_wr = (uint32_t)mqp->sq.max_post;
-	qp->kind = SOFT_DCI;
-	qp->pd = attr->pd;
 	qp->state = IBV_QPS_RESET;
 	if (mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) {
 		qp->log_num_concurrent = mlx5_attr->dc_init_attr.dci_streams.log_num_concurent;
@@ -273,8 +271,6 @@ static struct ibv_qp *create_dct(struct ibv_context *context, struct ibv_qp_init
 	pthread_mutex_init(&mqp->verbs_qp.qp.mutex, NULL);
 	pthread_cond_init(&mqp->verbs_qp.qp.cond, NULL);
 	mqp->bf = &container_of(context, struct soft_context, mctx.ibv_ctx.context)->bfs[0];
-	qp->kind = SOFT_DCT;
-	qp->pd = attr->pd;
 	qp->state = IBV_QPS_RESET;
 	qp->dc_key = mlx5_attr->dc_init_attr.dct_access_key;
 	pthread_mutex_lock(&soft_lock);
@@ -452,7 +448,7 @@ SOFT_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int
 		return EINVAL;
 	}
 	new = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
-	if (qp->kind == SOFT_DCT)
+	if (qp->mqp.dc_type == MLX5DV_DCTYPE_DCT)
 		ok = modify_dct_is_ok(cur, new, mask);
 	else
 		ok = modify_dci_is_ok(cur, new, mask, !dev->profile.no_dci_reset);
@@ -503,7 +499,7 @@ SOFT_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int
 		qp->ah_attr = attr->ah_attr;
 		qp->ah_set = true;
 	}
-	if (new == IBV_QPS_RESET && qp->kind == SOFT_DCI)
+	if (new == IBV_QPS_RESET && qp->mqp.dc_type == MLX5DV_DCTYPE_DCI)
 		reset_requester(qp);
 	/* libmlx5 mlx5_modify_qp: qp_state_max_gs follows the state (RTS: the send SGEs) */
 	if (new == IBV_QPS_RTS)
@@ -538,7 +534,7 @@ SOFT_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
 	attr->max_rd_atomic = qp->max_rd_atomic;
 	if (qp->ah_set)
 		attr->ah_attr = qp->ah_attr;
-	if (qp->kind == SOFT_DCI) {
+	if (qp->mqp.dc_type == MLX5DV_DCTYPE_DCI) {
 		attr->cap.max_send_wr = (uint32_t)qp->mqp.sq.max_post;
 		attr->cap.max_send_sge = (uint32_t)qp->mqp.sq.max_gs;
 		attr->cap.max_inline_data = (uint32_t)qp->mqp.max_inline_data;
@@ -566,7 +562,7 @@ SOFT_EXPORT int mlx5dv_dci_stream_id_reset(struct ibv_qp *ibqp, uint16_t stream_
 	if (!mctx->dci_streams_caps.max_log_num_errored || !mctx->qpc_extension_cap ||
 	    ibqp->state != IBV_QPS_RTS)
 		ret = EOPNOTSUPP;
-	else if (qp->kind != SOFT_DCI)
+	else if (qp->mqp.dc_type != MLX5DV_DCTYPE_DCI)
 		ret = EINVAL;
 	else if (stream_id < 64)
 		qp->errored_streams &= ~(1ull << stream_id);

@@ -127,8 +127,6 @@ struct soft_srq {
 	bool in_error;
 };
 
-enum soft_qp_kind { SOFT_DCI, SOFT_DCT };
-
 /* What a DCI's requester has sent and not yet seen answered (engine.c): a window of requests
  * in queue order, retransmitted from the oldest (go-back-N, as RC and DC requesters do) after
  * the transport timeout or an RNR NAK's delay. */
@@ -156,9 +154,6 @@ struct soft_requester {
 struct soft_qp {
 	struct mlx5_qp mqp;
 	struct soft_qp *next;
-	enum soft_qp_kind kind;
-	struct ibv_pd *pd;
-	struct mlx5_bf own_bf;		/* a dedicated register when it has one */
 	/* granted attributes */
 	enum ibv_qp_state state;
 	uint8_t port;
