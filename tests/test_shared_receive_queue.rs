@@ -1146,3 +1146,112 @@ fn one_request_posts_report_typed_errors_naming_the_request() {
     );
     assert_eq!(err.wr_id(), wr_id);
 }
+
+/// The guard's calls, as rxe sees them: the `Inline` flag follows the data step (cleared for a
+/// scatter/gather entry even when asked for: rxe reads it at the builder and would send the
+/// entry's bytes as the data), immediate data arrives as given, a request that never reached its
+/// data step is neither counted nor posted (in a batch and alone), and a dropped guard posts
+/// nothing (RC and UD: the address set between the operation and the data).
+#[test]
+#[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
+fn the_inline_flag_follows_the_data_step_and_unfinished_requests_post_nothing() {
+    let s = setup();
+    let send_cq = cq(&s.ctx, 64);
+    let recv_cq = cq(&s.ctx, 64);
+    let srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
+    let inbox = Buffer::new(&s.pd, 4 * 128);
+    post_slots(&srq, &inbox, 128, 0..4);
+    let (mut sender, _receiver) = rc_pair(&s, &srq, &send_cq, &recv_cq);
+    let mut local = Buffer::new(&s.pd, 256);
+    let remote = Buffer::new(&s.pd, 256);
+    local.write(0, b"through a scatter/gather entry");
+    let mut guard = sender.start_post_send();
+    let _ = guard
+        .construct_wr(7, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+        .setup_write(remote.rkey(), remote.addr(0));
+    assert_eq!(guard.batch_len(), 0, "a request without its data step is not counted");
+    // SAFETY: the buffers outlive the completions awaited below.
+    unsafe {
+        guard
+            .construct_wr(8, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+            .setup_write(remote.rkey(), remote.addr(0))
+            .setup_sge(local.lkey(), local.addr(0), 30)
+    };
+    guard
+        .construct_wr(9, WorkRequestFlags::Signaled)
+        .setup_send_imm(0x0102_0304)
+        .setup_inline_data(b"hi");
+    assert_eq!(guard.batch_len(), 2);
+    guard.post().expect("post");
+    let sent = wait_completions(&*send_cq, 2, TIMEOUT);
+    assert_eq!(
+        sent.iter().map(|wc| (wc.wr_id(), wc.is_success())).collect::<Vec<_>>(),
+        [(8, true), (9, true)],
+        "the unfinished request 7 was not posted"
+    );
+    assert_eq!(remote.read(0, 30), b"through a scatter/gather entry");
+    let received = wait_completions(&*recv_cq, 1, TIMEOUT);
+    assert_eq!(received[0].imm_data(), Some(0x0102_0304));
+    assert_eq!(inbox.read(received[0].wr_id() as usize * 128, 2), b"hi");
+    // Alone: nothing to post, Ok.
+    sender
+        .post_send_one(10, WorkRequestFlags::Signaled, |wr| drop(wr.setup_send()))
+        .expect("nothing to post");
+    // A dropped guard aborts its batch.
+    let mut guard = sender.start_post_send();
+    guard
+        .construct_wr(11, WorkRequestFlags::Signaled)
+        .setup_send()
+        .setup_inline_data(b"dropped");
+    drop(guard);
+    assert_nothing_completes(&send_cq, Duration::from_millis(200));
+    assert_nothing_completes(&recv_cq, Duration::from_millis(0));
+
+    // UD: a dropped guard whose request had its address and data posts nothing either.
+    const QKEY: u32 = 0x1357_9bdf;
+    let mut ud_receiver = srq
+        .create_qp_builder()
+        .setup_send_cq(send_cq.clone())
+        .setup_recv_cq(recv_cq.clone())
+        .build_ud()
+        .expect("UD receiver");
+    let mut ud_sender =
+        s.pd.create_srq_builder()
+            .setup_max_wr(4)
+            .build()
+            .expect("UD sender SRQ")
+            .create_qp_builder()
+            .setup_send_cq(send_cq.clone())
+            .setup_recv_cq(send_cq.clone())
+            .build_ud()
+            .expect("UD sender");
+    activate_ud(&mut ud_receiver, QKEY);
+    activate_ud(&mut ud_sender, QKEY);
+    let ah = s.pd.create_ah(&address_of(s.gid_index, s.gid)).expect("address handle");
+    let qpn = ud_receiver.qp_number();
+    let mut guard = ud_sender.start_post_send();
+    guard
+        .construct_wr(3, WorkRequestFlags::Signaled)
+        .setup_send()
+        .setup_ud_addr(&ah, qpn, QKEY)
+        .setup_inline_data(b"datagram");
+    drop(guard);
+    assert_nothing_completes(&send_cq, Duration::from_millis(200));
+    assert_nothing_completes(&recv_cq, Duration::from_millis(0));
+    // The queue is whole: the next datagram goes out alone.
+    ud_sender
+        .post_send_one(4, WorkRequestFlags::Signaled, |wr| {
+            wr.setup_send()
+                .setup_ud_addr(&ah, qpn, QKEY)
+                .setup_inline_data(b"datagram")
+        })
+        .expect("post_send_one UD");
+    let sent = wait_completions(&*send_cq, 1, TIMEOUT);
+    assert_eq!((sent[0].wr_id(), sent[0].is_success()), (4, true));
+    let received = wait_completions(&*recv_cq, 1, TIMEOUT);
+    assert_eq!(
+        inbox.read(received[0].wr_id() as usize * 128 + 40, 8),
+        b"datagram",
+        "after the GRH"
+    );
+}
