@@ -13,7 +13,7 @@
 //! |---|---|---|---|
 //! | Shared receive queues, RC/UD queue pairs on them and their bring-up, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
 //! | mlx5 control plane: direct-verbs device context, device and DC capability queries | `mlx5` | `mlx5` | done |
-//! | DC initiators and targets, requests addressed one by one | `mlx5::dc` | `mlx5` | checked without hardware (recording tables, a model of mlx5_ib/libmlx5, a simulation); not yet run on a ConnectX |
+//! | DC initiators and targets, requests addressed one by one | `mlx5::dc` | `mlx5` | checked on a software ConnectX (softmlx5: libmlx5's own code, mlx5_ib's rules) and a simulation; not yet run on a ConnectX |
 //!
 //! # Features
 //!

@@ -1,11 +1,7 @@
-//! Fixtures the unit tests of several modules share: function tables that record every
-//! provider call (no device), and attributes a queue-pair test starts from.
+//! Attributes the unit tests of several modules start from.
 use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::queue_pair::QueuePairState::ReadyToSend;
 
-// The mlx5 module's tests reach the recording tables through here.
-#[cfg(feature = "mlx5")]
-pub(crate) use crate::ibverbs::post_send_guard::recording::*;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 
 /// RTR -> RTS with the RC send-side attributes.
@@ -24,7 +20,3 @@ pub(crate) fn rts_attr() -> QueuePairAttribute {
 pub(crate) fn roce_gid() -> Gid {
     Gid::from(std::net::Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]))
 }
-
-/// A DC initiator's recording tables.
-#[cfg(feature = "mlx5")]
-pub(crate) use crate::mlx5::dc::initiator::recording as dc;

@@ -21,7 +21,7 @@
 //! (`rdma_check_ah_attr`: `EINVAL`, also at a DC target's RTR): there it is GID index 0, as UCX
 //! makes every address of such a port global (`uct_ib_iface_init`, `uct_ib_grh_required`) from
 //! GID index 0 (`UCT_IB_MD_DEFAULT_GID_INDEX`). That is what the kernel's and UCX's sources say
-//! and the crate's model of the kernel holds; no InfiniBand virtual function has run it here.
+//! and the software ConnectX the tests run on holds; no InfiniBand virtual function has run it here.
 //!
 //! # Before rdma-core 32
 //!
@@ -468,7 +468,7 @@ fn query_gid_error(port: u8, index: u8, errno: i32) -> SourceGidErrorKind {
 /// # Safety
 ///
 /// `context` must be a context `query_gid_entry` takes: an open device context for
-/// [`query_gid_entry`] (libibverbs), anything for a unit test's model.
+/// [`query_gid_entry`] (libibverbs), anything for a unit test's reader.
 pub(crate) unsafe fn read_gid_table(
     context: NonNull<ibv_context>, port: u8, gid_tbl_len: i32,
     query_gid_entry: unsafe fn(*mut ibv_context, u8, u32, *mut ibv_gid_entry) -> i32,

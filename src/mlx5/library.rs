@@ -6,12 +6,7 @@ use std::sync::OnceLock;
 
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
-use std::io;
-use std::ptr::NonNull;
-
-use rdma_mummy_sys::{
-    ibv_context, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, mlx5dv_obj, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
-};
+use rdma_mummy_sys::{ibv_context, ibv_qp, mlx5dv_obj};
 
 /// `int mlx5dv_dci_stream_id_reset(struct ibv_qp *qp, uint16_t stream_id)`.
 pub(crate) type DciStreamIdReset = unsafe extern "C" fn(*mut ibv_qp, u16) -> c_int;
@@ -25,51 +20,6 @@ pub(crate) type DevxGeneralCmd =
     unsafe extern "C" fn(*mut ibv_context, *const c_void, usize, *mut c_void, usize) -> c_int;
 
 const LIBRARY: &str = "libmlx5.so.1";
-
-/// The libmlx5 calls of the DC queue pairs outside the data path, as a table of functions:
-/// libmlx5's ([`LIBMLX5`]), or in unit tests a model of libmlx5's rules, so that the public API of
-/// the DC queue pairs can be driven without a device (their libibverbs calls go through the
-/// queue-pair core's [`QueuePairVerbs`](crate::ibverbs::queue_pair::verbs::QueuePairVerbs)).
-#[derive(Debug)]
-pub(crate) struct DcVerbs {
-    /// `mlx5dv_create_qp`: the queue pair, or the error (`errno`).
-    pub(crate) create: unsafe fn(
-        *mut ibv_context,
-        *mut ibv_qp_init_attr_ex,
-        *mut mlx5dv_qp_init_attr,
-    ) -> Result<NonNull<ibv_qp>, io::Error>,
-    /// `mlx5dv_qp_ex_from_ibv_qp_ex`.
-    pub(crate) mlx5_view: unsafe fn(*mut ibv_qp_ex) -> *mut mlx5dv_qp_ex,
-    /// `mlx5dv_dci_stream_id_reset`, where libmlx5 has it.
-    pub(crate) stream_id_reset: fn() -> Option<DciStreamIdReset>,
-}
-
-/// libmlx5 itself, as rdma-mummy-sys loads them.
-pub(crate) static LIBMLX5: DcVerbs = DcVerbs {
-    create: create_qp,
-    mlx5_view,
-    stream_id_reset: dci_stream_id_reset,
-};
-
-/// `mlx5dv_create_qp`, its NULL return turned into `errno`.
-///
-/// # Safety
-///
-/// As `mlx5dv_create_qp`: an open context, valid attribute structs whose pointers are alive.
-unsafe fn create_qp(
-    context: *mut ibv_context, init: *mut ibv_qp_init_attr_ex, mlx5: *mut mlx5dv_qp_init_attr,
-) -> Result<NonNull<ibv_qp>, io::Error> {
-    NonNull::new(rdma_mummy_sys::mlx5dv_create_qp(context, init, mlx5)).ok_or_else(io::Error::last_os_error)
-}
-
-/// `mlx5dv_qp_ex_from_ibv_qp_ex`.
-///
-/// # Safety
-///
-/// `qp_ex` must be the extended view of a live mlx5 queue pair.
-unsafe fn mlx5_view(qp_ex: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex {
-    rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex)
-}
 
 /// `mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later: symbol version
 /// `MLX5_1.21` in `libmlx5.map`), if libmlx5 has it.

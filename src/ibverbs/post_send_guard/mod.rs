@@ -42,21 +42,14 @@
 // transports (transport: the trait, RC; unreliable_datagram: UD and its destination step), the
 // data step that makes a request's C calls (data), the provider entries the guard checks
 // (provider_entries), the errors (error), the operation types (operation), one-request posts on
-// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus); for the
-// unit tests, a
-// provider table that records its calls (recording) and a transport of another module's
-// (external_transport).
+// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus).
 mod data;
 mod error;
-#[cfg(test)]
-mod external_transport;
 mod guard;
 mod one_request;
 pub mod operation;
 mod path_mtus;
 mod provider_entries;
-#[cfg(test)]
-pub(crate) mod recording;
 mod request;
 mod transport;
 mod unreliable_datagram;

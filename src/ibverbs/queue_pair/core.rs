@@ -16,7 +16,6 @@ use sideway::ibverbs::queue_pair::{
 
 use super::attribute::state_from_raw;
 use super::transition::TransitionTable;
-use super::verbs::{QueuePairVerbs, LIBIBVERBS};
 use super::QueuePairAttribute;
 use crate::ibverbs::post_send_guard::{MissingProviderEntry, ProviderEntries};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
@@ -32,7 +31,6 @@ pub(crate) struct QueuePairCore {
     qp: NonNull<ibv_qp>,
     qp_ex: Option<(NonNull<ibv_qp_ex>, ProviderEntries)>,
     table: &'static TransitionTable,
-    verbs: &'static QueuePairVerbs,
     /// The device context of the protection domain (kept alive by `_pd`).
     context: NonNull<rdma_mummy_sys::ibv_context>,
     qp_number: u32,
@@ -40,14 +38,13 @@ pub(crate) struct QueuePairCore {
     _srq: Option<Arc<SharedReceiveQueue>>,
     _send_cq: Option<GenericCompletionQueue>,
     _recv_cq: Option<GenericCompletionQueue>,
-    // Always set for a queue pair on a device; `None` only for the unit tests' modelled ones.
-    _pd: Option<Arc<ProtectionDomain>>,
+    _pd: Arc<ProtectionDomain>,
 }
 
 impl Drop for QueuePairCore {
     fn drop(&mut self) {
         // SAFETY: the handle came from a create call and is destroyed once, before the parents.
-        let ret = unsafe { (self.verbs.destroy)(self.qp.as_ptr()) };
+        let ret = unsafe { rdma_mummy_sys::ibv_destroy_qp(self.qp.as_ptr()) };
         crate::ibverbs::check_destroy("ibv_destroy_qp", ret);
     }
 }
@@ -70,42 +67,13 @@ impl QueuePairCore {
             qp,
             qp_ex: None,
             table,
-            verbs: &LIBIBVERBS,
             context,
             qp_number: (*qp.as_ptr()).qp_num,
             state: QueuePairState::Reset,
             _srq: srq,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
-            _pd: Some(pd),
-        }
-    }
-
-    /// A queue pair whose calls go to `verbs` (a unit test's model), without parents or send
-    /// view.
-    ///
-    /// # Safety
-    ///
-    /// `qp` must stay valid for `verbs` until `verbs.destroy` is called on it; `context` is
-    /// only handed to `verbs`.
-    #[cfg(test)]
-    #[allow(dead_code)] // used by the DC queue pairs' model (feature mlx5)
-    pub(crate) unsafe fn modelled(
-        qp: NonNull<ibv_qp>, table: &'static TransitionTable, verbs: &'static QueuePairVerbs,
-        context: NonNull<rdma_mummy_sys::ibv_context>,
-    ) -> Self {
-        Self {
-            qp,
-            qp_ex: None,
-            table,
-            verbs,
-            context,
-            qp_number: (*qp.as_ptr()).qp_num,
-            state: QueuePairState::Reset,
-            _srq: None,
-            _send_cq: None,
-            _recv_cq: None,
-            _pd: None,
+            _pd: pd,
         }
     }
 
@@ -118,8 +86,8 @@ impl QueuePairCore {
     /// The queue pair must have been created with `granted` as its `send_ops_flags`.
     pub(crate) unsafe fn read_send_view(&mut self, granted: SendOperationFlags) -> Result<(), MissingProviderEntry> {
         self.qp_ex = None;
-        let qp_ex =
-            NonNull::new((self.verbs.to_qp_ex)(self.qp.as_ptr())).ok_or(MissingProviderEntry("ibv_qp_to_qp_ex"))?;
+        let qp_ex = NonNull::new(rdma_mummy_sys::ibv_qp_to_qp_ex(self.qp.as_ptr()))
+            .ok_or(MissingProviderEntry("ibv_qp_to_qp_ex"))?;
         self.qp_ex = Some((qp_ex, ProviderEntries::new(qp_ex, granted)?));
         Ok(())
     }
@@ -137,7 +105,7 @@ impl QueuePairCore {
         &mut self, qp: NonNull<ibv_qp>, granted: Option<SendOperationFlags>,
     ) -> Result<(), MissingProviderEntry> {
         let old = std::mem::replace(&mut self.qp, qp);
-        let ret = (self.verbs.destroy)(old.as_ptr());
+        let ret = rdma_mummy_sys::ibv_destroy_qp(old.as_ptr());
         crate::ibverbs::check_destroy("ibv_destroy_qp", ret);
         self.qp_number = (*qp.as_ptr()).qp_num;
         self.state = QueuePairState::Reset;
@@ -163,16 +131,15 @@ impl QueuePairCore {
         self.context
     }
 
-    /// `ibv_query_port` on the queue pair's context, through its verbs.
+    /// `ibv_query_port` on the queue pair's context.
     #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
     pub(crate) fn query_port(&self, port: u8) -> io::Result<rdma_mummy_sys::ibv_port_attr> {
         if port == 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
-        // SAFETY: the context is open while the protection domain is (or is the model's);
-        // attr is writable.
-        let ret = unsafe { (self.verbs.query_port)(self.context.as_ptr(), port, attr.as_mut_ptr()) };
+        // SAFETY: the context is open while the protection domain is; attr is writable.
+        let ret = unsafe { rdma_mummy_sys::ibv_query_port(self.context.as_ptr(), port, attr.as_mut_ptr()) };
         if ret != 0 {
             return Err(io::Error::from_raw_os_error(ret));
         }
@@ -186,14 +153,13 @@ impl QueuePairCore {
     pub(crate) fn gid_table(
         &self, port: u8, port_attr: &rdma_mummy_sys::ibv_port_attr,
     ) -> Result<Vec<rdma_mummy_sys::ibv_gid_entry>, crate::ibverbs::source_gid::SourceGidError> {
-        // SAFETY: the context is open while the protection domain is (or is the model's, which
-        // its verbs take).
+        // SAFETY: the context is open while the protection domain is.
         unsafe {
             crate::ibverbs::source_gid::read_gid_table(
                 self.context,
                 port,
                 port_attr.gid_tbl_len,
-                self.verbs.query_gid_entry,
+                crate::ibverbs::source_gid::query_gid_entry,
             )
         }
     }
@@ -237,7 +203,7 @@ impl QueuePairCore {
         self.table.check(self.state, attr)?;
         let mut raw = attr.attr.clone();
         // SAFETY: the handle is alive and exclusively borrowed; raw is a valid ibv_qp_attr.
-        let ret = unsafe { (self.verbs.modify)(self.qp.as_ptr(), raw.as_mut_ptr(), attr.mask.bits()) };
+        let ret = unsafe { rdma_mummy_sys::ibv_modify_qp(self.qp.as_ptr(), raw.as_mut_ptr(), attr.mask.bits()) };
         if ret != 0 {
             return Err(ModifyQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
@@ -260,7 +226,9 @@ impl QueuePairCore {
         let mut init_attr: ibv_qp_init_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         // SAFETY: the handle is alive and exclusively borrowed (libibverbs updates its cached
         // state); both structs are writable.
-        let ret = unsafe { (self.verbs.query)(self.qp.as_ptr(), attr.attr.as_mut_ptr(), mask.bits(), &mut init_attr) };
+        let ret = unsafe {
+            rdma_mummy_sys::ibv_query_qp(self.qp.as_ptr(), attr.attr.as_mut_ptr(), mask.bits(), &mut init_attr)
+        };
         if ret != 0 {
             return Err(QueryQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }

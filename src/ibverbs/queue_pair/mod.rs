@@ -19,15 +19,14 @@
 //! # Layout
 //!
 //! The queue pair is here; `builder.rs` creates it, `attribute.rs` holds [`QueuePairAttribute`],
-//! `transition.rs` the transition tables, `core.rs` the queue-pair core the DC queue pairs share
-//! and `verbs.rs` the library calls it makes.
+//! `transition.rs` the transition tables and `core.rs` the queue-pair core the DC queue pairs
+//! share.
 //!
 //! [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
 pub(crate) mod attribute;
 mod builder;
 pub(crate) mod core;
 pub(crate) mod transition;
-pub(crate) mod verbs;
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;

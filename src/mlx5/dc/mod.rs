@@ -14,8 +14,8 @@
 //!
 //! The transition tables of both queue-pair types (which attributes each state change needs) are
 //! in a private module, and what both share (their creation with `mlx5dv_create_qp`, the port
-//! check before bring-up) in another; a model of mlx5_ib and libmlx5 and the rules it enforces, transcribed
-//! from them, drive the public API in the unit tests without a device.
+//! check before bring-up) in another. The tests drive the public API on a software ConnectX
+//! (softmlx5, the workspace's test tool), which runs libmlx5's own code and holds mlx5_ib's rules.
 //!
 //! # A DC program
 //!
@@ -91,8 +91,6 @@
 //! creating it again where the kernel refuses that: `DcRecovery::Reset` or `Rebuilt`).
 pub mod endpoint;
 pub mod initiator;
-#[cfg(test)]
-mod model;
 mod queue_pair;
 mod service_class;
 mod state_table;

@@ -12,22 +12,21 @@ use std::ptr::NonNull;
 use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
 use sideway::ibverbs::device_context::Mtu;
 
-use crate::mlx5::library::DcVerbs;
-
 /// Creates the queue pair of `init` and `mlx5` on the protection domain's context with
-/// `mlx5dv_create_qp` (through `verbs`); `EOPNOTSUPP` comes back as `None` in the error (it is
+/// `mlx5dv_create_qp`; `EOPNOTSUPP` comes back as `None` in the error (it is
 /// called after `mlx5dv_query_device` succeeded, so it means the device has no DC).
 ///
 /// # Safety
 ///
 /// The pointers in `init` must be alive for the call; `context` must be open.
 pub(crate) unsafe fn create_dc_qp(
-    verbs: &DcVerbs, context: NonNull<rdma_mummy_sys::ibv_context>, init: &mut ibv_qp_init_attr_ex,
-    mlx5: &mut mlx5dv_qp_init_attr,
+    context: NonNull<rdma_mummy_sys::ibv_context>, init: &mut ibv_qp_init_attr_ex, mlx5: &mut mlx5dv_qp_init_attr,
 ) -> Result<NonNull<ibv_qp>, Option<io::Error>> {
     // SAFETY: the context is open; init and mlx5 are valid, writable structs.
-    unsafe { (verbs.create)(context.as_ptr(), init, mlx5) }
-        .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
+    NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_create_qp(context.as_ptr(), init, mlx5) }).ok_or_else(|| {
+        let err = io::Error::last_os_error();
+        (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err)
+    })
 }
 
 /// Why a port cannot carry DC traffic yet, found by bring-up before any transition: a queue

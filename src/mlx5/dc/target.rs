@@ -31,7 +31,6 @@ use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use crate::ibverbs::source_gid::{netdev_index, SourceGidEntry, SourceGidError};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
-use crate::mlx5::library::LIBMLX5;
 
 mod bring_up;
 
@@ -190,7 +189,7 @@ impl DcTargetBuilder {
             init.srq = srq.srq().as_ptr();
         }
         // SAFETY: init's pointers are alive for the call.
-        let qp = unsafe { create_dc_qp(&LIBMLX5, context, &mut init, &mut mlx5) }.map_err(|err| match err {
+        let qp = unsafe { create_dc_qp(context, &mut init, &mut mlx5) }.map_err(|err| match err {
             None => CreateDcTargetErrorKind::DcNotSupportedByDevice,
             Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
         })?;
@@ -483,37 +482,6 @@ impl DcTarget {
             path_mtu,
         });
         Ok(())
-    }
-}
-
-#[cfg(test)]
-impl DcTarget {
-    /// A DC target created through `queue_pair` and `verbs` (a unit test's model of the
-    /// library), with the init attributes [`DcTargetBuilder::build`] hands to the library.
-    pub(crate) fn modelled(
-        dc_key: u64, access_flags: Option<AccessFlags>,
-        queue_pair: &'static crate::ibverbs::queue_pair::verbs::QueuePairVerbs,
-        verbs: &'static crate::mlx5::library::DcVerbs,
-    ) -> Result<Self, CreateDcTargetErrorKind> {
-        let (mut init, mut mlx5) = dct_init_attributes(dc_key);
-        // The model only checks that the SRQ and CQ are set.
-        init.srq = NonNull::dangling().as_ptr();
-        init.recv_cq = NonNull::dangling().as_ptr();
-        let context = NonNull::dangling();
-        // SAFETY: the model takes any pointers.
-        let qp = unsafe { create_dc_qp(verbs, context, &mut init, &mut mlx5) }.map_err(|err| match err {
-            None => CreateDcTargetErrorKind::DcNotSupportedByDevice,
-            Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
-        })?;
-        // SAFETY: the model's queue pair lives as long as the model.
-        let core = unsafe { QueuePairCore::modelled(qp, &DC_TARGET_STATE_TABLE, queue_pair, context) };
-        Ok(DcTarget {
-            core,
-            dc_key,
-            access_flags: access_flags.unwrap_or(DEFAULT_ACCESS),
-            default_access: access_flags.is_none(),
-            brought_up_with: None,
-        })
     }
 }
 

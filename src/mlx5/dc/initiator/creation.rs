@@ -24,7 +24,6 @@ use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::create_dc_qp;
 use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
 use crate::mlx5::device_context::query_device_raw;
-use crate::mlx5::library::{DcVerbs, LIBMLX5};
 use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;
 
 // The planning, which `build` runs first (and the unit tests' paths name here).
@@ -215,7 +214,7 @@ impl DcInitiatorBuilder {
             max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
         };
         // SAFETY: init's pointers are alive for the call.
-        let qp = unsafe { create_dc_qp(&LIBMLX5, context, &mut init, &mut mlx5_init) }
+        let qp = unsafe { create_dc_qp(context, &mut init, &mut mlx5_init) }
             .map_err(|err| creation_error(err, &params, &device))?;
         // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
         let granted = Granted::of(&init);
@@ -234,7 +233,7 @@ impl DcInitiatorBuilder {
         // SAFETY: created with these send operations.
         unsafe { core.read_send_view(params.send_ops) }
             .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        let mut dci = DcInitiator::adopt(core, &LIBMLX5, creation, granted, device.read_atomic_depth)
+        let mut dci = DcInitiator::adopt(core, creation, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })?;
         dci.thread_domain = thread_domain;
         Ok(dci)
@@ -297,17 +296,15 @@ impl DcInitiator {
     /// Completes a DC initiator around a new queue-pair core: its mlx5 view and DC entries, or
     /// the name of the first entry the provider left NULL.
     fn adopt(
-        mut core: QueuePairCore, verbs: &'static DcVerbs, creation: DciCreation, granted: Granted,
-        read_atomic_depth: u8,
+        mut core: QueuePairCore, creation: DciCreation, granted: Granted, read_atomic_depth: u8,
     ) -> Result<Self, &'static str> {
-        let mlx5_qp_ex = Self::attach(&mut core, verbs, creation.params.streams.is_some())?;
+        let mlx5_qp_ex = Self::attach(&mut core, creation.params.streams.is_some())?;
         let send_view = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
         Ok(Self {
             core,
             granted,
             send_view,
             mlx5_qp_ex,
-            verbs,
             creation,
             read_atomic_depth,
             brought_up_with: None,
@@ -316,48 +313,15 @@ impl DcInitiator {
     }
 
     /// Reads the mlx5 view of the core's queue pair and adds the DC setters to its entries.
-    pub(super) fn attach(
-        core: &mut QueuePairCore, verbs: &DcVerbs, streams: bool,
-    ) -> Result<NonNull<mlx5dv_qp_ex>, &'static str> {
+    pub(super) fn attach(core: &mut QueuePairCore, streams: bool) -> Result<NonNull<mlx5dv_qp_ex>, &'static str> {
         let (qp_ex, _) = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
         // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
-        let mlx5_qp_ex =
-            NonNull::new(unsafe { (verbs.mlx5_view)(qp_ex.as_ptr()) }).ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
+        let mlx5_qp_ex = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
+            .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
         // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are
         // read.
         core.add_entries(unsafe { dc_entries(mlx5_qp_ex, streams) }?);
         Ok(mlx5_qp_ex)
-    }
-}
-
-#[cfg(test)]
-impl DcInitiator {
-    /// A DC initiator planned from `request` on `device` as [`DcInitiatorBuilder::build`] does,
-    /// created through `queue_pair` and `verbs` (a unit test's model of the library).
-    pub(crate) fn modelled(
-        request: &DciRequest, device: &DciDevice,
-        queue_pair: &'static crate::ibverbs::queue_pair::verbs::QueuePairVerbs, verbs: &'static DcVerbs,
-    ) -> Result<Self, CreateDcInitiatorErrorKind> {
-        let params = plan_dci(request, device)?;
-        let (mut init, mut mlx5) = dci_init_attributes(&params);
-        let creation = DciCreation {
-            init,
-            mlx5,
-            params,
-            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
-        };
-        let context = NonNull::dangling();
-        // SAFETY: the model takes any pointers.
-        let qp = unsafe { create_dc_qp(verbs, context, &mut init, &mut mlx5) }
-            .map_err(|err| creation_error(err, &params, device))?;
-        let granted = Granted::of(&init);
-        // SAFETY: the model's queue pair lives as long as the model.
-        let mut core = unsafe { QueuePairCore::modelled(qp, &DC_INITIATOR_STATE_TABLE, queue_pair, context) };
-        // SAFETY: created with these send operations.
-        unsafe { core.read_send_view(params.send_ops) }
-            .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        Self::adopt(core, verbs, creation, granted, device.read_atomic_depth)
-            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })
     }
 }
 
@@ -557,31 +521,64 @@ mod tests {
         ));
     }
 
-    /// The scatter/gather entries and signal-all a DC initiator reports are those it was created
-    /// with (libmlx5 grants both as asked): what a writer of its WQEs needs.
+    /// A device that did not report its send request sizes (`QUERY_HCA_CAP` refused): the plan
+    /// knows only the bound every device takes, leaves a larger request to libmlx5, and its
+    /// `EINVAL` is named, not a bare errno; another `EINVAL` is left as it is.
     #[test]
-    fn max_send_sge_and_sq_sig_all_are_those_created_with() {
-        use crate::mlx5::dc::model::{reset, DC_VERBS, DEVICE, QUEUE_PAIR_VERBS};
+    fn a_request_beyond_unreported_sizes_is_left_to_libmlx5_and_named_not_a_bare_einval() {
         let device = DciDevice {
-            max_qp_wr: DEVICE.max_qp_wr,
-            max_sge: DEVICE.max_sge,
-            atomics: DEVICE.atomic_cap,
+            max_qp_wr: 32768,
+            max_sge: 30,
+            atomics: true,
             dci_streams: None,
-            read_atomic_depth: 1,
-            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::new(1024, 1024),
+            read_atomic_depth: 16,
+            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::guaranteed(30),
         };
-        for (max_send_sge, sq_sig_all) in [(1, false), (3, true)] {
-            reset(DEVICE);
-            let request = DciRequest {
-                max_send_wr: 16,
-                max_send_sge,
-                max_inline_data: 0,
-                send_ops: None,
-                streams: None,
-                sq_sig_all,
-            };
-            let dci = DcInitiator::modelled(&request, &device, &QUEUE_PAIR_VERBS, &DC_VERBS).expect("created");
-            assert_eq!((dci.max_send_sge(), dci.sq_sig_all()), (max_send_sge, sq_sig_all));
-        }
+        let einval = || Some(io::Error::from_raw_os_error(libc::EINVAL));
+        let request = |max_send_sge, max_inline_data| DciRequest {
+            max_send_wr: 16,
+            max_send_sge,
+            max_inline_data,
+            send_ops: None,
+            streams: None,
+            sq_sig_all: false,
+        };
+        // 30 entries with the atomics' overhead: 96 + 30 * 16 = 576 bytes, beyond 512.
+        let params = plan_dci(&request(30, 0), &device).expect("left to libmlx5");
+        let kind = creation_error(einval(), &params, &device);
+        assert!(
+            matches!(
+                kind,
+                CreateDcInitiatorErrorKind::RequestTooLarge {
+                    max_send_sge: 30,
+                    max_inline_data: 0,
+                    request_bytes: 576,
+                    max_wqe_sz_sq: 512,
+                    max_wqe_sz_sq_dc: 512,
+                    reported: false,
+                }
+            ),
+            "{kind:?}"
+        );
+        assert!(kind.to_string().contains("libmlx5 refused it"), "{kind}");
+        // 500 bytes inline: 96 + (4 + 500, padded to 16) = 608.
+        let params = plan_dci(&request(1, 500), &device).expect("left to libmlx5");
+        let kind = creation_error(einval(), &params, &device);
+        assert!(
+            matches!(
+                kind,
+                CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 608, .. }
+            ),
+            "{kind:?}"
+        );
+        // The request fits: the library refused something else.
+        let params = plan_dci(&request(26, 0), &device).expect("planned");
+        let kind = creation_error(einval(), &params, &device);
+        assert!(matches!(kind, CreateDcInitiatorErrorKind::Ibverbs(_)), "{kind:?}");
+        // EOPNOTSUPP (None): a device without DC.
+        assert!(matches!(
+            creation_error(None, &params, &device),
+            CreateDcInitiatorErrorKind::DcNotSupportedByDevice
+        ));
     }
 }

@@ -39,14 +39,11 @@ use self::creation::{DciCreation, Granted};
 use crate::ibverbs::post_send_guard::{entry, ProviderEntries};
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};
-use crate::mlx5::library::DcVerbs;
 
 mod addressed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
-#[cfg(test)]
-pub(crate) mod recording;
 pub(crate) mod recovery;
 mod route;
 mod send;
@@ -280,7 +277,6 @@ pub struct DcInitiator {
     // The core's extended view and entries (the DC setters included), which every DCI has.
     send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
-    verbs: &'static DcVerbs,
     creation: DciCreation,
     read_atomic_depth: u8,
     brought_up_with: Option<Arc<BringUpAttributes>>,

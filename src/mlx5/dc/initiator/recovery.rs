@@ -127,7 +127,7 @@ impl DcInitiator {
         let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
         // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while the core
         // is; the context is theirs.
-        let qp = unsafe { create_dc_qp(self.verbs, self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
+        let qp = unsafe { create_dc_qp(self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
             RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
         })?;
         // The same request is granted the same sizes; keep what this one was granted.
@@ -137,7 +137,7 @@ impl DcInitiator {
         let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };
         let attached = replaced
             .map_err(|err| err.0)
-            .and_then(|()| Self::attach(&mut self.core, self.verbs, self.creation.params.streams.is_some()))
+            .and_then(|()| Self::attach(&mut self.core, self.creation.params.streams.is_some()))
             .and_then(|mlx5_qp_ex| Ok((self.core.send_view().ok_or("ibv_qp_to_qp_ex")?, mlx5_qp_ex)));
         match attached {
             Ok((send_view, mlx5_qp_ex)) => {

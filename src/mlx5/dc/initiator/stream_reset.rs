@@ -65,7 +65,7 @@ impl DcInitiator {
         if self.creation.max_log_num_errored == 0 {
             return Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into());
         }
-        let reset = (self.verbs.stream_id_reset)().ok_or(ResetDciStreamErrorKind::NotSupported)?;
+        let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;
         // libmlx5 checks its cached state, which ibv_modify_qp and ibv_query_qp update as the
         // core does.
         let state = self.core.state();

@@ -168,15 +168,6 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         // A raw handle says nothing of its target's MTU.
         LocalBufferHandle::between(self.request, address, None)
     }
-
-    #[cfg(test)]
-    fn stream_address(
-        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
-        // SAFETY: as in `address` (the tests' recording tables take any pointer).
-        let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
-        LocalBufferHandle::between(self.request, DcStreamAddress { address, stream_id }, None)
-    }
 }
 
 /// A DC request that has its address: what the data step (`setup_sge`, `setup_inline_data`, …)
@@ -336,287 +327,26 @@ unsafe impl Destination for DcStreamAddress {
 
 #[cfg(test)]
 mod tests {
-    //! The DC transport without a device: the requests it refuses never reach the provider,
-    //! through hand-made `ibv_qp_ex` and `mlx5dv_qp_ex` tables that record the calls.
-    use std::io::IoSlice;
-
-    use rdma_mummy_sys::ibv_ah;
-    use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
-
+    //! The DC setters a DC initiator needs, read from its mlx5 view.
     use super::*;
-    use crate::ibverbs::post_send_guard::recording::take_calls;
-    use crate::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
-    use crate::mlx5::dc::initiator::recording::recording_dci;
-    use crate::mlx5::dc::initiator::DcRoute;
-    use crate::mlx5::dc::initiator::DC_SEND_OPERATIONS;
-    use sideway::ibverbs::queue_pair::SendOperationFlags;
 
-    fn start(
-        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool,
-    ) -> PostSendGuard<'static, DynamicallyConnected> {
-        start_with_path_mtu(qp, mlx5, granted, streams, None)
-    }
-
-    /// As `start`, on a DC initiator brought up with `path_mtu`.
-    fn start_with_path_mtu(
-        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool, path_mtu: Option<Mtu>,
-    ) -> PostSendGuard<'static, DynamicallyConnected> {
-        let (qp, mlx5) = (NonNull::from(qp), NonNull::from(mlx5));
-        // SAFETY: the tables are live (boxes the tests keep until after the guard).
-        let entries = unsafe { ProviderEntries::new(qp, granted) }.expect("recording entries");
-        // SAFETY: as above.
-        let dc = unsafe { dc_entries(mlx5, streams) }.expect("recording mlx5 entries");
-        // SAFETY: the tables outlive the guard and nothing else uses them meanwhile; the
-        // context is their mlx5 view.
-        unsafe { PostSendGuard::start(qp, entries.with(dc), DcContext::from_raw(mlx5).with_path_mtu(path_mtu)) }
-    }
-
-    /// A fake address handle: the recorder only prints its address.
-    fn fake_ah() -> NonNull<ibv_ah> {
-        NonNull::dangling()
-    }
-
-    #[test]
-    fn a_dropped_guard_aborts_and_refused_requests_never_reach_the_provider() {
-        let (mut qp, mut mlx5) = recording_dci(false);
-        take_calls();
-        // Created with SEND only and without streams.
-        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
-        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_write(1, 2);
-        // SAFETY: the recorder does not touch the buffer.
-        unsafe { request.address(fake_ah(), 1, 2).setup_sge(1, 2, 3) };
-        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
-        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
-        assert_eq!(guard.batch_len(), 2);
-        let err = guard.post().unwrap_err();
-        match err.0 {
-            PostSendErrorKind::OperationNotEnabled {
-                index, wr_id, entry, ..
-            } => assert_eq!((index, wr_id, entry), (0, 1, "wr_rdma_write")),
-            other => panic!("unexpected {other:?}"),
-        }
-        assert_eq!(take_calls(), ["start", "abort"]);
-        // The stream variant alone is refused by its own entry's name.
-        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
-        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
-        request.stream_address(fake_ah(), 1, 2, 0).setup_inline_data(b"x");
-        assert!(matches!(
-            guard.post().unwrap_err().0,
-            PostSendErrorKind::OperationNotEnabled {
-                entry: "wr_set_dc_addr_stream",
-                ..
-            }
-        ));
-        assert_eq!(take_calls(), ["start", "abort"]);
-        // A guard dropped unposted aborts its batch.
-        let mut guard = start(&mut qp, &mut mlx5, SendOperationFlags::Send, false);
-        let request = guard.construct_wr(4, WorkRequestFlags::Signaled).setup_send();
-        request.address(fake_ah(), 1, 2).setup_inline_data(b"y");
-        drop(guard);
-        let calls = take_calls();
-        assert_eq!(calls.first().map(String::as_str), Some("start"));
-        assert_eq!(calls.last().map(String::as_str), Some("abort"));
-        assert_eq!(calls.len(), 5, "start, send, dc_addr, inline, abort: {calls:?}");
-    }
-
-    #[test]
-    fn inline_data_beyond_the_granted_size_is_refused_before_the_provider() {
-        let (mut qp, mut mlx5) = recording_dci(false);
-        take_calls();
-        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
-        guard.set_max_inline_data(4);
-        let request = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send();
-        request.address(fake_ah(), 1, 2).setup_inline_data(b"four");
-        let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send();
-        request.address(fake_ah(), 1, 2).setup_inline_data(b"fiveb");
-        let err = guard.post().unwrap_err();
-        match err.0 {
-            PostSendErrorKind::InlineDataTooLong {
-                index,
-                wr_id,
-                length,
-                max_inline_data,
-                batch_len,
-            } => assert_eq!((index, wr_id, length, max_inline_data, batch_len), (1, 2, 5, 4, 2)),
-            other => panic!("unexpected {other:?}"),
-        }
-        let calls = take_calls();
-        assert_eq!(calls.first().map(String::as_str), Some("start"));
-        assert_eq!(calls.last().map(String::as_str), Some("abort"));
-        assert!(!calls.iter().any(|call| call.contains("fiveb")), "{calls:?}");
-        // The list variant counts every slice.
-        let mut guard = start(&mut qp, &mut mlx5, DC_SEND_OPERATIONS, false);
-        guard.set_max_inline_data(4);
-        let request = guard.construct_wr(3, WorkRequestFlags::Signaled).setup_send();
-        request
-            .address(fake_ah(), 1, 2)
-            .setup_inline_data_list(&[IoSlice::new(b"abc"), IoSlice::new(b"de")]);
-        assert!(matches!(
-            guard.post().unwrap_err().0,
-            PostSendErrorKind::InlineDataTooLong { length: 5, .. }
-        ));
-        assert_eq!(take_calls(), ["start", "abort"]);
-    }
-
-    /// A route to a target whose path MTU is known (or not), as the address handle a
-    /// `DcEndpoint` makes says it.
-    struct RouteTo(Option<Mtu>);
-
-    impl DcRoute for RouteTo {
-        type Address = DcAddress;
-        type StreamAddress = DcStreamAddress;
-
-        fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> DcAddress {
-            // SAFETY: the recorders only print the handle's address.
-            unsafe { DcAddress::new(mlx5_qp_ex, fake_ah(), dct_number, dc_key) }
-        }
-
-        fn stream_address(
-            &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
-        ) -> DcStreamAddress {
-            DcStreamAddress::new(self.address(mlx5_qp_ex, dct_number, dc_key), stream_id)
-        }
-
-        fn destination_path_mtu(&self) -> Option<Mtu> {
-            self.0
-        }
-    }
-
-    #[test]
-    fn a_read_whose_responses_would_not_reach_the_initiator_is_refused_before_the_provider() {
-        use rdma_mummy_sys::ibv_sge;
-        // A DC initiator brought up at 1024 (a 1500-byte Ethernet port) and a target at 4096 (a
-        // 9000-byte one): the target answers a READ in packets of up to 4096 bytes.
-        let (mut qp, mut mlx5) = recording_dci(true);
-        let far = RouteTo(Some(Mtu::Mtu4096));
-        let start_at = |qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, path_mtu| {
-            start_with_path_mtu(qp, mlx5, DC_SEND_OPERATIONS, true, path_mtu)
-        };
-        take_calls();
-        let mut guard = start_at(&mut qp, &mut mlx5, Some(Mtu::Mtu1024));
-        // SAFETY (each data step): the recorder does not touch the buffers.
-        // At most the initiator's MTU: one response packet of its own length, which fits.
-        unsafe {
-            let read = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
-            read.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 1024);
-        }
-        // Not a READ: sent at the initiator's own MTU, and the atomics' answer is 8 bytes.
-        unsafe {
-            let write = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_write(5, 0x1000);
-            write.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 1 << 20);
-            let add = guard
-                .construct_wr(3, WorkRequestFlags::Signaled)
-                .setup_atomic_fetch_add(5, 0x1000, 1);
-            add.setup_dc_addr_stream(&far, 0x42, 7, 1).setup_sge(3, 0x2000, 8);
-        }
-        // One byte more: its first response packet is 1025 bytes, which the initiator's path drops.
-        unsafe {
-            let read = guard.construct_wr(4, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
-            read.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 1025);
-        }
-        assert_eq!(guard.batch_len(), 4);
-        let err = guard.post().unwrap_err();
-        match &err.0 {
-            PostSendErrorKind::ReadResponsesTooLarge {
-                index,
-                wr_id,
-                length,
-                path_mtu,
-                responder_path_mtu,
-                batch_len,
-            } => assert_eq!(
-                (*index, *wr_id, *length, *path_mtu, *responder_path_mtu, *batch_len),
-                (3, 4, 1025, Mtu::Mtu1024, Mtu::Mtu4096, 4)
-            ),
-            other => panic!("unexpected {other:?}"),
-        }
-        assert!(
-            err.0
-                .to_string()
-                .contains("path MTU is 4096 bytes, larger than this queue pair's 1024"),
-            "{}",
-            err.0
-        );
-        let calls = take_calls();
-        assert_eq!(calls.last().map(String::as_str), Some("abort"), "{calls:?}");
-        assert!(
-            !calls.iter().any(|call| call.contains("wr_id=4") || call == "complete"),
-            "{calls:?}"
-        );
-        // On a stream, with a list: the entries together are the READ's length.
-        let mut guard = start_at(&mut qp, &mut mlx5, Some(Mtu::Mtu1024));
-        let list = [
-            ibv_sge {
-                addr: 0x2000,
-                length: 1000,
-                lkey: 3,
-            },
-            ibv_sge {
-                addr: 0x3000,
-                length: 100,
-                lkey: 3,
-            },
-        ];
-        unsafe {
-            let read = guard.construct_wr(5, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
-            read.setup_dc_addr_stream(&far, 0x42, 7, 1).setup_sge_list(&list);
-        }
-        assert!(matches!(
-            guard.post().unwrap_err().0,
-            PostSendErrorKind::ReadResponsesTooLarge {
-                wr_id: 5,
-                length: 1100,
-                ..
-            }
-        ));
-        assert_eq!(take_calls(), ["start", "abort"]);
-        // Posted: a target at the initiator's MTU or below; a target, or an initiator, whose MTU
-        // is not known (an older peer's endpoint, a handle made by hand, an initiator not
-        // brought up): nothing to hold the READ to.
-        for (initiator, target) in [
-            (Some(Mtu::Mtu1024), Some(Mtu::Mtu1024)),
-            (Some(Mtu::Mtu4096), Some(Mtu::Mtu1024)),
-            (Some(Mtu::Mtu1024), None),
-            (None, Some(Mtu::Mtu4096)),
-        ] {
-            let mut guard = start_at(&mut qp, &mut mlx5, initiator);
-            unsafe {
-                let read = guard.construct_wr(6, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
-                read.setup_dc_addr(&RouteTo(target), 0x42, 7)
-                    .setup_sge(3, 0x2000, 1 << 20);
-            }
-            guard
-                .post()
-                .unwrap_or_else(|err| panic!("{initiator:?} from {target:?}: {err:?}"));
-            assert_eq!(take_calls().last().map(String::as_str), Some("complete"));
-        }
-        // Each READ is held to its own target's: one addressed by a raw handle after one to the
-        // larger target is not held to that target's MTU.
-        let mut guard = start_at(&mut qp, &mut mlx5, Some(Mtu::Mtu1024));
-        unsafe {
-            let read = guard.construct_wr(7, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
-            read.setup_dc_addr(&far, 0x42, 7).setup_sge(3, 0x2000, 64);
-            let read = guard.construct_wr(8, WorkRequestFlags::Signaled).setup_read(5, 0x1000);
-            read.address(fake_ah(), 0x43, 7).setup_sge(3, 0x2000, 1 << 20);
-        }
-        guard
-            .post()
-            .expect("the second READ's target is not known to be larger");
-        assert_eq!(take_calls().last().map(String::as_str), Some("complete"));
-    }
+    unsafe extern "C" fn set_dc_addr(_: *mut mlx5dv_qp_ex, _: *mut rdma_mummy_sys::ibv_ah, _: u32, _: u64) {}
 
     #[test]
     fn a_missing_dc_entry_is_named() {
-        let (_, mut mlx5) = recording_dci(false);
-        // SAFETY: the table is live.
+        // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
+        let mut mlx5: mlx5dv_qp_ex = unsafe { std::mem::zeroed() };
+        mlx5.wr_set_dc_addr = Some(set_dc_addr);
+        // SAFETY: the view is live for both calls; only its function pointers are read.
         assert_eq!(
-            unsafe { dc_entries(NonNull::from(&mut *mlx5), true) },
+            unsafe { dc_entries(NonNull::from(&mut mlx5), true) },
             Err("wr_set_dc_addr_stream")
         );
+        assert!(unsafe { dc_entries(NonNull::from(&mut mlx5), false) }.is_ok());
         mlx5.wr_set_dc_addr = None;
         // SAFETY: as above.
         assert_eq!(
-            unsafe { dc_entries(NonNull::from(&mut *mlx5), false) },
+            unsafe { dc_entries(NonNull::from(&mut mlx5), false) },
             Err("wr_set_dc_addr")
         );
     }
