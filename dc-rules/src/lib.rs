@@ -7,9 +7,10 @@
 //! `ibv_qp_init_attr_ex` and `mlx5dv_qp_init_attr` of rdma-mummy-sys), and each names the function
 //! it comes from.
 //!
-//! Used by sideway-ext's unit tests (its transition tables and every attribute set it hands to
-//! `mlx5dv_create_qp` are checked against these rules, and its model of mlx5_ib and libmlx5
-//! enforces them) and by sideway-ext-dc-pool's simulated DC fabric, which enforces the same rules.
+//! Used by sideway-ext's unit tests (its transition tables and the rule an RDMA READ's responses
+//! are held to are checked against these rules; its DC tests run on the software ConnectX,
+//! softmlx5, which holds the same rules) and by sideway-ext-dc-pool's simulated DC fabric, which
+//! enforces them.
 //! They are transcribed on their own from the sources below, deliberately never derived from
 //! sideway-ext's tables or attribute builders: checking sideway-ext against them then proves
 //! something.

@@ -23,7 +23,7 @@ MOVES = {
             "rewrites": [
                 ("[`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)",
                  "[`DeviceContext::source_gid`](super::device_context::DeviceContext::source_gid)", 1),
-                (" (libibverbs), anything for a unit test's model.", ".", 1),
+                (" (libibverbs), anything for a unit test's reader.", ".", 1),
                 # The test of the fallback, ported to sideway's tests.
                 ("(`tests/test_device.rs`)", "(`tests/test_source_gid.rs`)", 1),
             ],

@@ -27,8 +27,8 @@ START_EXAMPLE = """    ///
 
 # The one-request post's line in the guard's mod.rs (pull requests 1c-2 and 1c-3).
 ONE_REQUEST = [
-    (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus); for the\n"
-     "// unit tests, a\n", "; for the unit tests, a\n", 1),
+    (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus).",
+     ".", 1),
     ("mod one_request;\n", "", 1),
 ]
 
@@ -144,9 +144,6 @@ MOVES = {
              "the destination (added with those transports)", 1),
             ("(transport: the trait, RC; unreliable_datagram: UD and its destination step)",
              "(transport: the trait, RC)", 1),
-            ("provider table that records its calls (recording) and a transport of another module's\n// (external_transport).",
-             "provider table that records its calls (recording).", 1),
-            ("#[cfg(test)]\nmod external_transport;\n", "", 1),
             ("mod unreliable_datagram;\n", "", 1),
             *ONE_REQUEST,
             ("    // Transports and operations are this crate's:", "    // Transports, operations and destinations are sideway's:", 1),
@@ -208,14 +205,12 @@ MOVES = {
              "use super::{sealed, LocalBufferHandle, Operation, PendingRequest};\n"
              "use crate::ibverbs::queue_pair::QueuePairType;\n", 1),
         ]),
-        _move("recording.rs"),
     ],
 }
 
 # The files of the moved folder that a later part takes.
 LEFT_OUT = {
     _GUARD + "one_request.rs": "the one-request post on a raw queue pair: sideway has no caller (its start is crate-private)",
-    _GUARD + "external_transport.rs": "the test of a transport of another module's (DC's): pull request 3d",
     _GUARD + "path_mtus.rs": "the path MTUs an RDMA READ is held to, which only DC's two ends can differ in: "
                              "pull request 3d-2",
 }
@@ -228,7 +223,7 @@ FORBIDDEN = GLUE + DC_DATA_PLANE + ["UnreliableDatagramDestination", "DatagramAd
 # The most it may change: lines, and lines of sideway's existing files.
 LIMITS = (1600, 100)
 
-# Its unit tests (a recording provider table, no device): run on the host.
+# Its unit tests (the provider entries read from a table, no device): run on the host.
 HOST_TESTS = [
     "ibverbs::post_send_guard::",
 ]

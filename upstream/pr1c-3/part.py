@@ -17,12 +17,9 @@ MOVES = {
             "rewrites": [
                 ("the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module)",
                  "the destination (`setup_ud_addr`)", 1),
-                ("provider table that records its calls (recording) and a transport of another module's\n// (external_transport).",
-                 "provider table that records its calls (recording).", 1),
-                ("#[cfg(test)]\nmod external_transport;\n", "", 1),
                 # As pull request 1c-2 moved it: no one-request post, destinations sealed.
-                (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus); for the\n"
-                 "// unit tests, a\n", "; for the unit tests, a\n", 1),
+                (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus).",
+                 ".", 1),
                 ("mod one_request;\n", "", 1),
                 # The path MTUs an RDMA READ is held to come with DC posting (3d).
                 ("mod path_mtus;\n", "", 1),
@@ -53,13 +50,12 @@ MOVES = {
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and DC's data plane
 # (DC's destination step is pull request 3d).
-FORBIDDEN = GLUE + DC_DATA_PLANE + ["external_transport", "test_support", "setup_dc_addr"]
+FORBIDDEN = GLUE + DC_DATA_PLANE + ["test_support", "setup_dc_addr"]
 
 # The most it may change: lines, and lines of sideway's existing files.
 LIMITS = (500, 150)
 
-# Its unit tests (a recording provider table, and the attribute's Q_Key; no device): on the host.
+# Its unit tests (the attribute's Q_Key; no device): on the host.
 HOST_TESTS = [
-    "ibverbs::post_send_guard::unreliable_datagram::",
     "ibverbs::queue_pair::tests::test_qkey_and_mask",
 ]

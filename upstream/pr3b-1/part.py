@@ -193,8 +193,6 @@ LEFT_OUT = {
     "src/mlx5/dc/initiator/addressed.rs": "DC posting: pull request 3d",
     "src/mlx5/dc/initiator/route.rs": "DC posting: pull request 3d",
     "src/mlx5/dc/initiator/send.rs": "DC posting: pull request 3d",
-    "src/mlx5/dc/model/mod.rs": "stays here: this crate's unit-test model of mlx5_ib and libmlx5",
-    "src/mlx5/dc/model/tests.rs": "stays here: the model's tests",
 }
 
 # What a moved file, or a line a diff adds, must not say: the later DC parts' names.

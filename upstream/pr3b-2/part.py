@@ -83,37 +83,26 @@ MOVES = {
             ],
         },
         {
-            # What the DC queue pairs share, calling libmlx5 itself (the crate's DcVerbs table is
-            # a seam for its unit tests' model).
+            # What the DC queue pairs share, calling libmlx5 itself.
             "from": "src/mlx5/dc/queue_pair.rs",
             "to": "src/mlx5/dc/queue_pair.rs",
             "helpers": [],
             "rewrites": [
                 ("use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};",
                  "use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_create_qp, mlx5dv_qp_init_attr};", 1),
-                ("\nuse crate::mlx5::library::DcVerbs;\n", "", 1),
-                ("`mlx5dv_create_qp` (through `verbs`);", "`mlx5dv_create_qp`;", 1),
-                ("    verbs: &DcVerbs, context: NonNull<rdma_mummy_sys::ibv_context>,",
-                 "    context: NonNull<rdma_mummy_sys::ibv_context>,", 1),
-                ("    unsafe { (verbs.create)(context.as_ptr(), init, mlx5) }\n",
-                 "    NonNull::new(unsafe { mlx5dv_create_qp(context.as_ptr(), init, mlx5) })\n"
-                 "        .ok_or_else(io::Error::last_os_error)\n", 1),
+                ("unsafe { rdma_mummy_sys::mlx5dv_create_qp(", "unsafe { mlx5dv_create_qp(", 1),
             ],
         },
         {
-            # The DC target on sideway's driver queue-pair core; libmlx5 called itself (the crate's
-            # LIBMLX5 table, and the constructor of its unit tests' model, stay here).
+            # The DC target on sideway's driver queue-pair core.
             "from": "src/mlx5/dc/target.rs",
             "to": "src/mlx5/dc/target.rs",
             "helpers": [],
             "rewrites": [
-                (("#[cfg(test)]\nimpl DcTarget {", "    }\n}\n\n"), "", 1),
                 ("use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};\n",
                  "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n"
                  "use crate::ibverbs::queue_pair::QueuePairAttribute;\n", 1),
-                ("use crate::mlx5::library::LIBMLX5;\n", "", 1),
                 ("QueuePairCore", "DriverQueuePair", 2),
-                ("create_dc_qp(&LIBMLX5, context,", "create_dc_qp(context,", 1),
                 ("[`DcProtectionDomainExt::create_dct_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dct_builder).",
                  "[`ProtectionDomain::create_dct_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dct_builder).", 1),
                 # The DC initiator comes with the next part (3c-1).

@@ -12,15 +12,12 @@ COMMITS = ["1-dc-initiator"]
 
 _INIT = "src/mlx5/dc/initiator/"
 
-# What holds for every part: this crate's queue-pair core and libmlx5 table (a seam for its unit
-# tests' model) are sideway's driver queue-pair core and libmlx5's own calls there.
+# What holds for every part: this crate's queue-pair core is sideway's driver queue-pair core.
 _ALWAYS = {
     "mod.rs": [
         ("use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};\n",
          "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n"
          "use crate::ibverbs::queue_pair::QueuePairAttribute;\n", 1),
-        ("use crate::mlx5::library::DcVerbs;\n", "", 1),
-        ("    verbs: &'static DcVerbs,\n", "", 1),
         ("    core: QueuePairCore,\n", "    core: DriverQueuePair,\n", 1),
         # The number as the library holds it: read, never cached, as the DC target's.
         ("self.core.qp_number()", "self.core.live_qp_number()", 1),
@@ -35,19 +32,11 @@ _ALWAYS = {
         ("use crate::ibverbs::queue_pair::QueuePairCore;\n",
          "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n", 1),
         ("QueuePairCore", "DriverQueuePair", 3),
-        ("use crate::mlx5::library::{DcVerbs, LIBMLX5};\n", "", 1),
         ("    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex, mlx5dv_qp_init_attr,\n"
          "    mlx5dv_qp_init_attr_mask,\n",
          "    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex,\n"
          "    mlx5dv_qp_ex_from_ibv_qp_ex, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,\n", 1),
-        ("create_dc_qp(&LIBMLX5, context,", "create_dc_qp(context,", 1),
-        ("DcInitiator::adopt(core, &LIBMLX5, creation,", "DcInitiator::adopt(core, creation,", 1),
-        ("mut core: DriverQueuePair, verbs: &'static DcVerbs, creation: DciCreation,",
-         "mut core: DriverQueuePair, creation: DciCreation,", 1),
-        ("Self::attach(&mut core, verbs, creation", "Self::attach(&mut core, creation", 1),
-        ("            verbs,\n", "", 1),
-        ("core: &mut DriverQueuePair, verbs: &DcVerbs, streams: bool,", "core: &mut DriverQueuePair, streams: bool,", 1),
-        ("(verbs.mlx5_view)(qp_ex.as_ptr())", "mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())", 1),
+        ("rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())", "mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())", 1),
         # ibv_query_device through the protection domain's context, carried (helpers).
         ("crate::ibverbs::query_device_attr(&self.pd)", "query_device_attr(&self.pd)", 1),
     ],
@@ -103,7 +92,6 @@ _ALWAYS = {
          "or an [`Arc`] of one.", 1),
         (("/// Open: a route only hands out destinations", "/// A simulated initiator takes both kinds: the fabric routes by DCT number.\n"),
          "/// A route hands out destinations, [`DcAddress`]es (through `unsafe` [`DcAddress::new`]).\n", 1),
-        (("\n#[cfg(test)]\nmod tests {", "\n}\n"), "", 1),
     ],
     "send.rs": [
         ("initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).\n", "initiator.\n", 1),
@@ -114,19 +102,16 @@ _ALWAYS = {
          "    /// Posts one send request at the cost of the raw calls:\n", 1),
     ],
     "recovery.rs": [
-        ("create_dc_qp(self.verbs, self.core.context(),", "create_dc_qp(self.core.context(),", 1),
-        ("Self::attach(&mut self.core, self.verbs, self", "Self::attach(&mut self.core, self", 1),
         ("self.core.qp_number()", "self.core.live_qp_number()", 1),
     ],
 }
 
-# Cut before anything else: the constructor of the unit tests' model.
+# Cut before anything else: the test of a device that did not report its send request sizes
+# (read with QUERY_HCA_CAP, this crate's own: see below).
 _FIRST = {
     "creation.rs": [
-        (("#[cfg(test)]\nimpl DcInitiator {", "    }\n}\n\n"), "", 1),
-        # A test on that model (what sideway-ext-dc-direct reads of a DC initiator).
-        (("\n    /// The scatter/gather entries and signal-all a DC initiator reports",
-          "(max_send_sge, sq_sig_all));\n        }\n    }\n"), "", 1),
+        (("\n    /// A device that did not report its send request sizes",
+          "CreateDcInitiatorErrorKind::DcNotSupportedByDevice\n        ));\n    }\n"), "", 1),
     ],
 }
 
@@ -331,7 +316,6 @@ _LATER = {
     "pr3d": {
         "mod.rs": [
             ("mod addressed;\n", "", 1),
-            ("#[cfg(test)]\npub(crate) mod recording;\n", "", 1),
             ("mod route;\n", "", 1),
             ("mod send;\n", "", 1),
             ("mod transport;\n", "", 1),
@@ -388,20 +372,6 @@ _LATER = {
             ("        // A raw handle says nothing of its target's MTU.\n"
              "        LocalBufferHandle::between(self.request, address, None)\n",
              "        LocalBufferHandle::new(self.request, address)\n", 1),
-            ("        LocalBufferHandle::between(self.request, DcStreamAddress { address, stream_id }, None)\n",
-             "        LocalBufferHandle::new(self.request, DcStreamAddress { address, stream_id })\n", 1),
-            ("    use crate::mlx5::dc::initiator::DcRoute;\n", "", 1),
-            ("    ) -> PostSendGuard<'static, DynamicallyConnected> {\n"
-             "        start_with_path_mtu(qp, mlx5, granted, streams, None)\n"
-             "    }\n\n"
-             "    /// As `start`, on a DC initiator brought up with `path_mtu`.\n"
-             "    fn start_with_path_mtu(\n"
-             "        qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, granted: SendOperationFlags, streams: bool, path_mtu: Option<Mtu>,\n"
-             "    ) -> PostSendGuard<'static, DynamicallyConnected> {\n",
-             "    ) -> PostSendGuard<'static, DynamicallyConnected> {\n", 1),
-            ("DcContext::from_raw(mlx5).with_path_mtu(path_mtu)) }", "DcContext::from_raw(mlx5)) }", 1),
-            (("    /// A route to a target whose path MTU is known (or not)",
-              "        assert_eq!(take_calls().last().map(String::as_str), Some(\"complete\"));\n    }\n\n"), "", 1),
         ],
         "route.rs": [
             ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
@@ -501,7 +471,6 @@ LEFT_OUT = {
     _INIT + "addressed.rs": "DC posting: pull request 3d",
     _INIT + "route.rs": "DC posting: pull request 3d",
     _INIT + "send.rs": "DC posting: pull request 3d",
-    _INIT + "recording.rs": "the DC initiator's recording tables, for DC posting's unit tests: pull request 3d",
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC

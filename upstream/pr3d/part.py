@@ -20,9 +20,7 @@ def _move(name, helpers=()):
 
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr): the DC transport, its
-# batch-addressed form, its routes and what a program posts on; the DC initiator's posting; the
-# recording tables of their unit tests; and the guard's test of a transport of another module's,
-# which pull request 1c-2 left for DC.
+# batch-addressed form, its routes and what a program posts on; the DC initiator's posting.
 MOVES = {
     "1-dc-posting": [
         _move("mod.rs"),
@@ -31,17 +29,6 @@ MOVES = {
         _move("addressed.rs"),
         _move("route.rs"),
         _move("send.rs"),
-        _move("recording.rs"),
-        {
-            "from": "src/ibverbs/post_send_guard/external_transport.rs",
-            "to": "src/ibverbs/post_send_guard/external_transport.rs",
-            "helpers": [],
-            "rewrites": [
-                ("impl Transport for External {\n",
-                 "impl Transport for External {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
-                ("use super::recording::", "use crate::ibverbs::queue_pair::QueuePairType;\nuse super::recording::", 1),
-            ],
-        },
     ],
 }
 

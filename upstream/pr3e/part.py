@@ -47,7 +47,8 @@ _STREAM_RESET = [
     ("with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later,\n    /// resolved at run time), so that",
      "with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later),\n    /// so that", 1),
     ("    /// - [`NotSupported`](ResetDciStreamErrorKind::NotSupported): libmlx5 lacks the function;\n", "", 1),
-    ("        let reset = (self.verbs.stream_id_reset)().ok_or(ResetDciStreamErrorKind::NotSupported)?;\n", "", 1),
+    ("        let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;\n",
+     "", 1),
     ("        // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C\n"
      "        // signature it was resolved with.\n"
      "        match unsafe { reset(self.core.qp().as_ptr(), stream_id) } {",

@@ -23,10 +23,9 @@ pub(crate) unsafe fn create_dc_qp(
     context: NonNull<rdma_mummy_sys::ibv_context>, init: &mut ibv_qp_init_attr_ex, mlx5: &mut mlx5dv_qp_init_attr,
 ) -> Result<NonNull<ibv_qp>, Option<io::Error>> {
     // SAFETY: the context is open; init and mlx5 are valid, writable structs.
-    NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_create_qp(context.as_ptr(), init, mlx5) }).ok_or_else(|| {
-        let err = io::Error::last_os_error();
-        (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err)
-    })
+    NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_create_qp(context.as_ptr(), init, mlx5) })
+        .ok_or_else(io::Error::last_os_error)
+        .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
 }
 
 /// Why a port cannot carry DC traffic yet, found by bring-up before any transition: a queue
