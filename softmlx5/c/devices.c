@@ -235,7 +235,9 @@ static void flag_stack(struct soft_profile *profile, const char *stack)
 /* SOFTMLX5_DEVICES (1 to 4, default 1), SOFTMLX5_PROFILE (cx5, cx6, cx6dx, cx7; default cx6dx),
  * SOFTMLX5_LINK (roce or ib; default roce), SOFTMLX5_STACK (no-query-gid-ex, no-dci-reset,
  * no-dynamic-uar, comma-separated), SOFTMLX5_GIDS and SOFTMLX5_NETDEV (plan_gids),
- * SOFTMLX5_GRH_REQUIRED (an InfiniBand port that requires a GRH). */
+ * SOFTMLX5_GRH_REQUIRED (an InfiniBand port that requires a GRH), SOFTMLX5_ATOMICS (none: a
+ * device without atomics, atomic_cap IBV_ATOMIC_NONE; no-dc: atomics, but not on DC, which the
+ * kernel's mlx5_ib_modify_dct refuses with EOPNOTSUPP: get_atomic_mode fails). */
 static void make_devices(void)
 {
 	const char *count = getenv("SOFTMLX5_DEVICES");
@@ -257,6 +259,11 @@ static void make_devices(void)
 			if (!strcmp(profile, profiles[p].name))
 				dev->profile = profiles[p];
 		flag_stack(&dev->profile, getenv("SOFTMLX5_STACK"));
+		if (getenv("SOFTMLX5_ATOMICS")) {
+			dev->profile.no_atomics = !strcmp(getenv("SOFTMLX5_ATOMICS"), "none");
+			dev->profile.no_dc_atomics = dev->profile.no_atomics ||
+						     !strcmp(getenv("SOFTMLX5_ATOMICS"), "no-dc");
+		}
 		dev->node_guid = 0x5f5f6d6c78350000ULL | (uint64_t)i; /* "__mlx5" */
 		dev->mdev.page_size = 4096;
 		ibdev->node_type = IBV_NODE_CA;
@@ -365,7 +372,7 @@ static void init_mlx5_context(struct soft_context *ctx, struct soft_device *dev)
 	mctx->cached_link_layer[0] = dev->port.ethernet ? IBV_LINK_LAYER_ETHERNET
 							: IBV_LINK_LAYER_INFINIBAND;
 	mctx->cached_port_flags[0] = dev->port.grh_required ? IBV_QPF_GRH_REQUIRED : 0;
-	mctx->atomic_cap = IBV_ATOMIC_HCA;
+	mctx->atomic_cap = profile->no_atomics ? IBV_ATOMIC_NONE : IBV_ATOMIC_HCA;
 	mctx->dci_streams_caps.max_log_num_concurent = profile->log_max_dci_stream_channels;
 	mctx->dci_streams_caps.max_log_num_errored = profile->log_max_dci_errored_streams;
 	mctx->qpc_extension_cap = profile->qpc_extension;
@@ -513,7 +520,7 @@ static void fill_device_attr(struct soft_device *dev, struct ibv_device_attr *at
 	attr->max_qp_rd_atom = 1 << profile->log_max_ra_req_qp;
 	attr->max_qp_init_rd_atom = 1 << profile->log_max_ra_res_qp;
 	attr->max_res_rd_atom = attr->max_qp_rd_atom * attr->max_qp;
-	attr->atomic_cap = IBV_ATOMIC_HCA;
+	attr->atomic_cap = profile->no_atomics ? IBV_ATOMIC_NONE : IBV_ATOMIC_HCA;
 	attr->max_srq = 1 << profile->log_max_srq;
 	attr->max_srq_wr = (1 << profile->log_max_srq_sz) - 1;
 	attr->max_srq_sge = max_rq_sg - 1;
@@ -740,7 +747,7 @@ static void fill_cmd_hca_cap(const struct soft_device *dev, uint8_t *cap)
 	prm_set(cap, 0x1b8, 8, 1);				/* num_ports */
 	prm_set(cap, 0x1fc, 4, 1);				/* cqe_version */
 	prm_set(cap, 0x21a, 1, 1);				/* dct */
-	prm_set(cap, 0x21e, 1, 1);				/* atomic */
+	prm_set(cap, 0x21e, 1, !profile->no_atomics);		/* atomic */
 	prm_set(cap, 0x240, 1, 1);				/* uar_4k */
 	prm_set(cap, 0x258, 8, 12);				/* log_pg_sz */
 	prm_set(cap, 0x260, 1, 1);				/* bf */

@@ -475,6 +475,13 @@ SOFT_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int
 		pthread_mutex_unlock(&soft_lock);
 		return EINVAL;
 	}
+	/* kernel mlx5_ib_modify_dct: remote atomics on a device without DC atomics
+	 * (get_atomic_mode fails) */
+	if (qp->mqp.dc_type == MLX5DV_DCTYPE_DCT && (mask & IBV_QP_ACCESS_FLAGS) &&
+	    (attr->qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) && dev->profile.no_dc_atomics) {
+		pthread_mutex_unlock(&soft_lock);
+		return EOPNOTSUPP;
+	}
 	if (mask & IBV_QP_PORT)
 		qp->port = attr->port_num;
 	if (mask & IBV_QP_PKEY_INDEX)

@@ -46,6 +46,8 @@ struct soft_profile {
 	bool no_query_gid_ex;	/* rdma-core before 32 */
 	bool no_dci_reset;	/* kernel without DCI RESET from ERR */
 	bool no_dynamic_uar;	/* kernel without dynamic UAR */
+	/* SOFTMLX5_ATOMICS: no atomics at all (atomic_cap IBV_ATOMIC_NONE), or none on DC */
+	bool no_atomics, no_dc_atomics;
 };
 
 struct soft_gid {
