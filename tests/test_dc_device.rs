@@ -1597,3 +1597,68 @@ fn a_route_of_another_crate_is_refused_by_a_devices_dc_initiator_before_the_prov
         "no completion"
     );
 }
+
+#[test]
+fn the_default_operations_follow_the_atomic_capability() {
+    // A device without atomics (atomic_cap IBV_ATOMIC_NONE).
+    on_device!(("SOFTMLX5_ATOMICS", "none"));
+    let device = open();
+    let dci = device.dci(|_| {}).expect("created");
+    assert_eq!(dci.send_ops_flags(), DC_SEND_OPERATIONS.and(DC_ATOMIC_OPERATIONS.not()));
+    // Asking for atomics on it is refused, naming them, before the library.
+    let err = device.dci(|builder| {
+        builder.setup_send_ops_flags(SendOperationFlags::Write | SendOperationFlags::AtomicFetchAndAdd);
+    });
+    match err.unwrap_err().0 {
+        CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested } => {
+            assert_eq!(requested, SendOperationFlags::AtomicFetchAndAdd)
+        },
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn a_dct_on_a_device_without_dc_atomics_is_brought_up_without_them_by_default() {
+    // Atomics, but not on DC: the kernel refuses a DCT's remote atomics (EOPNOTSUPP).
+    on_device!(("SOFTMLX5_ATOMICS", "no-dc"));
+    let device = open();
+    // The default brings the DC target up without them (one refused move to INIT, no error).
+    let mut dct = device.dct(None);
+    dct.bring_up(&DcTargetBringUp::new(PORT))
+        .expect("bring up with the defaults");
+    assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
+    assert_eq!(
+        dct.access_flags(),
+        AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead
+    );
+    // Atomics listed by the caller stay an error, its own.
+    let mut dct = device.dct(Some(AccessFlags::LocalWrite | AccessFlags::RemoteAtomic));
+    let err = dct.bring_up(&DcTargetBringUp::new(PORT)).unwrap_err();
+    assert!(
+        matches!(&err.0, BringUpDcTargetErrorKind::Modify(modify) if matches!(modify.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported)),
+        "{err:?}"
+    );
+    assert_eq!(dct.state(), QueuePairState::Reset);
+}
+
+/// A libibverbs before rdma-core 32 (no `_ibv_query_gid_ex`) on RoCE: the GID types come from
+/// sysfs, as libibverbs' own fallback reads them, and both bring-ups find their RoCE v2 GID.
+#[test]
+fn without_query_gid_ex_roce_reads_the_gid_types_from_sysfs() {
+    on_device!(("SOFTMLX5_STACK", "no-query-gid-ex"));
+    let device = open();
+    let dci = device.brought_up(None);
+    assert_eq!(
+        dci.source_gid().map(|entry| entry.index() % 2),
+        Some(1),
+        "a RoCE v2 slot"
+    );
+    let (_dct, endpoint) = target(&device, |_| {});
+    assert!(endpoint.is_roce());
+    let mut dci = dci;
+    let (local, remote) = (device.buffer(64), device.buffer(64));
+    assert_eq!(
+        write(&device, &mut dci, &endpoint, None, &local, &remote, 64),
+        Some(WorkCompletionStatus::Success)
+    );
+}
