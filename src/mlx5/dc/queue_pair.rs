@@ -91,3 +91,44 @@ pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
         _ => Mtu::Mtu1024,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rdma_mummy_sys::ibv_port_state::{IBV_PORT_ACTIVE, IBV_PORT_DOWN};
+
+    use super::*;
+
+    fn port(state: u32, link_layer: u8, lid: u16) -> rdma_mummy_sys::ibv_port_attr {
+        // SAFETY: ibv_port_attr is plain data for which all zeroes is valid.
+        let mut attr: rdma_mummy_sys::ibv_port_attr = unsafe { std::mem::zeroed() };
+        attr.state = state;
+        attr.link_layer = link_layer;
+        attr.lid = lid;
+        attr
+    }
+
+    /// The ports the software ConnectX cannot be: an InfiniBand port no subnet manager gave a LID
+    /// (its ports always have one); and the rest of the rule beside it.
+    #[test]
+    fn a_port_is_ready_when_active_and_on_infiniband_with_a_lid() {
+        let (infiniband, ethernet) = (1, rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET);
+        assert_eq!(check_port_ready(1, &port(IBV_PORT_ACTIVE, infiniband, 7)), Ok(()));
+        assert_eq!(
+            check_port_ready(1, &port(IBV_PORT_ACTIVE, infiniband, 0)),
+            Err(PortNotReady::NoLid { port: 1 })
+        );
+        assert_eq!(
+            PortNotReady::NoLid { port: 1 }.to_string(),
+            "InfiniBand port 1 has no LID: is a subnet manager running?"
+        );
+        // RoCE has no LID: active is enough.
+        assert_eq!(check_port_ready(2, &port(IBV_PORT_ACTIVE, ethernet, 0)), Ok(()));
+        assert_eq!(
+            check_port_ready(1, &port(IBV_PORT_DOWN, infiniband, 7)),
+            Err(PortNotReady::NotActive {
+                port: 1,
+                state: IBV_PORT_DOWN
+            })
+        );
+    }
+}
