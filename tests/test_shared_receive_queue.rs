@@ -1160,7 +1160,7 @@ fn the_inline_flag_follows_the_data_step_and_unfinished_requests_post_nothing() 
     let recv_cq = cq(&s.ctx, 64);
     let srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
     let inbox = Buffer::new(&s.pd, 4 * 128);
-    post_slots(&srq, &inbox, 128, 0..4);
+    post_slots(&srq, &inbox, 128, 0..3);
     let (mut sender, _receiver) = rc_pair(&s, &srq, &send_cq, &recv_cq);
     let mut local = Buffer::new(&s.pd, 256);
     let remote = Buffer::new(&s.pd, 256);
@@ -1209,7 +1209,9 @@ fn the_inline_flag_follows_the_data_step_and_unfinished_requests_post_nothing() 
 
     // UD: a dropped guard whose request had its address and data posts nothing either.
     const QKEY: u32 = 0x1357_9bdf;
-    let mut ud_receiver = srq
+    let ud_srq = s.pd.create_srq_builder().setup_max_wr(16).build().expect("UD SRQ");
+    post_slots(&ud_srq, &inbox, 128, [3]);
+    let mut ud_receiver = ud_srq
         .create_qp_builder()
         .setup_send_cq(send_cq.clone())
         .setup_recv_cq(recv_cq.clone())
