@@ -1,0 +1,975 @@
+//! The pool's posting path and its bookkeeping, on the software ConnectX: what left each
+//! initiator (the device's trace of each request), completions mapped back to the callers'
+//! `wr_id`s and destinations, and the pool's answers when it cannot post. Requests are held on
+//! the device by stalling their initiator (`Control::stall_initiator`), so that a test decides
+//! when they execute.
+mod device;
+
+use std::time::Duration;
+
+use device::*;
+use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind;
+use sideway_ext_dc_pool::types::{
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind, RemoveDestinationErrorKind,
+};
+use sideway_ext_dc_pool::DcInitiatorPool;
+
+const SHORT: Duration = Duration::from_secs(5);
+
+/// The would-block `destination` gets, or a panic.
+fn would_block(pool: &mut DcInitiatorPool, destination: DestinationId) -> DcPoolWouldBlock {
+    let result = if pool.policy() == DcPoolPolicy::Streams {
+        pool.start_post_send_on_stream(destination).map(|g| g.room())
+    } else {
+        pool.start_post_send(destination).map(|g| g.room())
+    };
+    match result.map_err(|e| e.0) {
+        Err(PostToDestinationErrorKind::WouldBlock(reason)) => reason,
+        other => panic!("not a would-block: {other:?}"),
+    }
+}
+
+fn stall(pool: &DcInitiatorPool, initiator: usize, stalled: bool) {
+    device()
+        .stall_initiator(qpn(pool, initiator), stalled)
+        .expect("stall_initiator");
+}
+
+/// The REQUEST events of initiator `qp` since the trace was cleared.
+fn requests_of(qp: u32) -> Vec<Event> {
+    requests().into_iter().filter(|e| e.qp_number == qp).collect()
+}
+
+#[test]
+fn posting() {
+    on_device!();
+    checks!(
+        write_inline_and_read_go_out_signalled_to_the_destinations_address_with_their_data,
+        requests_are_signalled_whatever_the_flags_so_a_dedicated_destination_gives_its_initiator_back,
+        a_guard_dropped_unposted_sends_nothing_and_leaves_nothing_outstanding,
+        a_failed_post_counts_nothing_and_releases_the_initiator,
+        construct_wr_beyond_the_room_is_batch_full_and_the_batch_so_far_posts,
+        a_batch_ends_where_the_ring_wraps_and_the_next_one_starts_at_its_beginning,
+        a_pool_without_streams_refuses_to_post_on_a_stream,
+    );
+}
+
+fn write_inline_and_read_go_out_signalled_to_the_destinations_address_with_their_data() {
+    let fabric = Fabric::new(2);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 16);
+    let (da, db) = (ids[0], ids[1]);
+    device().clear_trace();
+    let (lkey, rkey) = (fabric.local.mr.lkey(), fabric.remote.mr.rkey());
+    let mut guard = pool.start_post_send(da).expect("an initiator is free");
+    assert_eq!(guard.initiator(), (0, None));
+    // SAFETY: both regions outlive the completions polled below.
+    unsafe {
+        guard
+            .construct_wr(100, WorkRequestFlags::Signaled)
+            .expect("room")
+            .setup_write(rkey, fabric.slot(0, 0))
+            .setup_sge(lkey, fabric.local.addr(7 * SLOT), 64);
+        // Unsignalled, inline: the pool signals it, the bytes travel in the WQE.
+        guard
+            .construct_wr(101, WorkRequestFlags::none())
+            .expect("room")
+            .setup_write(rkey, fabric.slot(0, 64))
+            .setup_inline_data(b"hi");
+        // A READ of the target's first 32 bytes (the write's) into local slot 200.
+        guard
+            .construct_wr(102, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
+            .expect("room")
+            .setup_read(rkey, fabric.slot(0, 0))
+            .setup_sge(lkey, fabric.local.addr(200 * SLOT), 32);
+    }
+    assert_eq!(guard.batch_len(), 3);
+    guard.post().expect("post");
+    assert_eq!(pool.outstanding(da), 3);
+    assert_eq!(pool.assignment(da), Some((0, None)));
+    // The second destination gets the other initiator.
+    assert_eq!(write(&mut pool, &fabric, db, 1, &[200]).expect("post"), (1, None));
+    let events = poll_reports(&mut pool, 4);
+    let of = |d: DestinationId| -> Vec<&DcPoolEvent> {
+        events
+            .iter()
+            .filter(|e| matches!(e, DcPoolEvent::Completed { destination, .. } if *destination == d))
+            .collect()
+    };
+    assert_eq!(of(da), [&completed(da, 100), &completed(da, 101), &completed(da, 102)]);
+    assert_eq!(of(db), [&completed(db, 200)]);
+    assert_eq!(events.len(), 4, "{events:?}");
+    // What left the initiators: the address of each destination, every request signalled.
+    let (qa, qb) = (qpn(&pool, 0), qpn(&pool, 1));
+    let sent: Vec<_> = requests_of(qa)
+        .iter()
+        .map(|e| (e.opcode, e.remote_addr, e.rkey, e.length, e.peer, e.dc_key, e.signaled))
+        .collect();
+    let dct = fabric.dct_number(0);
+    assert_eq!(
+        sent,
+        [
+            (OPCODE_RDMA_WRITE, fabric.slot(0, 0), rkey, 64, dct, KEY, 1),
+            (OPCODE_RDMA_WRITE, fabric.slot(0, 64), rkey, 2, dct, KEY, 1),
+            (OPCODE_RDMA_READ, fabric.slot(0, 0), rkey, 32, dct, KEY, 1),
+        ]
+    );
+    let sent_b: Vec<_> = requests_of(qb).iter().map(|e| (e.peer, e.remote_addr)).collect();
+    assert_eq!(sent_b, [(fabric.dct_number(1), fabric.slot(1, 0))]);
+    // The data: the write's bytes, the inline bytes, the read's copy, the other destination's.
+    assert_eq!(fabric.read_slot(0, 0, 64), vec![7; 64]);
+    assert_eq!(fabric.read_slot(0, 64, 3), b"hi\0");
+    assert_eq!(fabric.local.read(200 * SLOT, 32), vec![7; 32]);
+    assert_eq!(fabric.read_slot(1, 0, 64), vec![pattern(200); 64]);
+    // Idle dedicated destinations gave their initiators back.
+    assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+    assert_eq!((pool.outstanding(db), pool.assignment(db)), (0, None));
+}
+
+fn requests_are_signalled_whatever_the_flags_so_a_dedicated_destination_gives_its_initiator_back() {
+    for policy in [
+        DcPoolPolicy::Dedicated,
+        DcPoolPolicy::DedicatedWithQuota { quota: 2 },
+        DcPoolPolicy::Static,
+    ] {
+        let fabric = Fabric::new(3);
+        let (mut pool, ids) = fabric.pool(policy, 2, 16);
+        let (da, db, dc) = (ids[0], ids[1], ids[2]);
+        stall(&pool, 0, true);
+        stall(&pool, 1, true);
+        device().clear_trace();
+        for (d, t, wr_id) in [(da, 0, 10), (db, 1, 20)] {
+            let mut guard = pool.start_post_send(d).expect("an initiator");
+            for k in 0..2u64 {
+                // SAFETY: both regions outlive the completions polled below.
+                unsafe {
+                    guard
+                        .construct_wr(wr_id + k, WorkRequestFlags::none())
+                        .expect("room")
+                        .setup_write(fabric.remote.mr.rkey(), fabric.slot(t, 64 * k as usize))
+                        .setup_sge(
+                            fabric.local.mr.lkey(),
+                            fabric.local.addr(usize::from(pattern(wr_id + k)) * SLOT),
+                            64,
+                        )
+                };
+            }
+            guard.post().expect("post");
+        }
+        let dedicated = policy != DcPoolPolicy::Static;
+        if dedicated {
+            assert_eq!(would_block(&mut pool, dc), DcPoolWouldBlock::NoInitiator, "{policy:?}");
+        }
+        let (ia, _) = pool.assignment(da).expect("held");
+        let (ib, _) = pool.assignment(db).expect("held");
+        stall(&pool, 0, false);
+        stall(&pool, 1, false);
+        let events = poll_until(&mut pool, SHORT, |events| {
+            reports(events) == 4 && (!dedicated || events.contains(&DcPoolEvent::Ready { destination: dc }))
+        });
+        let sent = requests();
+        assert_eq!(sent.len(), 4, "{policy:?}: {sent:?}");
+        assert!(sent.iter().all(|e| e.signaled == 1), "{policy:?}: {sent:?}");
+        let order = |d: DestinationId| -> Vec<u64> {
+            events
+                .iter()
+                .filter_map(|e| match e {
+                    DcPoolEvent::Completed { destination, wr_id } if *destination == d => Some(*wr_id),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!((order(da), order(db)), (vec![10, 11], vec![20, 21]), "{policy:?}");
+        assert_eq!(fabric.read_slot(0, 64, 64), vec![pattern(11); 64]);
+        assert_eq!(fabric.read_slot(1, 0, 64), vec![pattern(20); 64]);
+        assert_eq!(pool.outstanding(da) + pool.outstanding(db), 0);
+        if dedicated {
+            assert_eq!(pool.assignment(da), None, "{policy:?}: da gave its initiator back");
+            assert_eq!(pool.assignment(db), None, "{policy:?}: db gave its initiator back");
+            let (held, _) = pool.assignment(dc).expect("dc holds a freed initiator");
+            assert!(held == ia || held == ib);
+        }
+    }
+}
+
+fn a_guard_dropped_unposted_sends_nothing_and_leaves_nothing_outstanding() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 16);
+    let da = ids[0];
+    device().clear_trace();
+    let mut guard = pool.start_post_send(da).expect("an initiator is free");
+    // A request dropped before its data step adds nothing.
+    let _ = guard
+        .construct_wr(1, WorkRequestFlags::Signaled)
+        .expect("room")
+        .setup_write(fabric.remote.mr.rkey(), fabric.slot(0, 0));
+    assert_eq!(guard.batch_len(), 0);
+    // SAFETY: both regions outlive the device's use (the request is never posted).
+    unsafe {
+        guard
+            .construct_wr(2, WorkRequestFlags::Signaled)
+            .expect("room")
+            .setup_write(fabric.remote.mr.rkey(), fabric.slot(0, 0))
+            .setup_sge(fabric.local.mr.lkey(), fabric.local.addr(2 * SLOT), 64)
+    };
+    assert_eq!(guard.batch_len(), 1);
+    drop(guard);
+    let events = poll_for(&mut pool, Duration::from_millis(20));
+    assert!(events.is_empty(), "aborted requests reported: {events:?}");
+    assert!(requests().is_empty(), "nothing left the initiator");
+    assert_eq!(fabric.read_slot(0, 0, 64), vec![0; 64]);
+    assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+    // The next batch goes out and is reported alone.
+    write(&mut pool, &fabric, da, 0, &[3]).expect("post");
+    assert_eq!(poll_reports(&mut pool, 1), [completed(da, 3)]);
+    assert_eq!(requests().len(), 1);
+    assert_eq!(fabric.read_slot(0, 0, 64), vec![3; 64]);
+}
+
+fn a_failed_post_counts_nothing_and_releases_the_initiator() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 16);
+    let da = ids[0];
+    device().clear_trace();
+    let mut guard = pool.start_post_send(da).expect("an initiator is free");
+    // Inline data beyond the initiators' max_inline_data (64): the post fails as a whole.
+    guard
+        .construct_wr(1, WorkRequestFlags::Signaled)
+        .expect("room")
+        .setup_write(fabric.remote.mr.rkey(), fabric.slot(0, 0))
+        .setup_inline_data(&[0xee; 200]);
+    let err = guard.post().unwrap_err();
+    assert!(matches!(err.0, PostSendErrorKind::InlineDataTooLong { .. }), "{err:?}");
+    assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+    assert!(poll_for(&mut pool, Duration::from_millis(20)).is_empty());
+    assert!(requests().is_empty(), "nothing left the initiator");
+    assert_eq!(fabric.read_slot(0, 0, 4), vec![0; 4]);
+    // The destination posts again, on a free initiator.
+    write(&mut pool, &fabric, da, 0, &[2]).expect("post");
+    assert_eq!(poll_reports(&mut pool, 1), [completed(da, 2)]);
+}
+
+fn construct_wr_beyond_the_room_is_batch_full_and_the_batch_so_far_posts() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 4);
+    let da = ids[0];
+    let max_send_wr = pool.initiator(0).expect("initiator").max_send_wr() as usize;
+    stall(&pool, 0, true);
+    device().clear_trace();
+    let mut guard = pool.start_post_send(da).expect("an initiator is free");
+    let room = guard.room();
+    assert_eq!(room, max_send_wr, "a batch's room is the send queue libmlx5 granted");
+    let (lkey, rkey) = (fabric.local.mr.lkey(), fabric.remote.mr.rkey());
+    for wr_id in 0..room as u64 {
+        // SAFETY: both regions outlive the completions polled below.
+        unsafe {
+            guard
+                .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_write(rkey, fabric.slot(0, 0))
+                .setup_sge(lkey, fabric.local.addr(usize::from(pattern(wr_id)) * SLOT), 8)
+        };
+    }
+    assert!(matches!(
+        guard.construct_wr(99, WorkRequestFlags::Signaled),
+        Err(DcPoolWouldBlock::BatchFull)
+    ));
+    assert_eq!(guard.batch_len(), room);
+    guard.post().expect("the requests before the refusal post");
+    assert_eq!(pool.outstanding(da), room as u64);
+    // A full send queue refuses the next batch before starting it.
+    assert_eq!(would_block(&mut pool, da), DcPoolWouldBlock::QueueFull);
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| reports(events) == room);
+    let mut expected: Vec<_> = (0..room as u64).map(|wr_id| completed(da, wr_id)).collect();
+    expected.push(DcPoolEvent::Ready { destination: da });
+    let mut sorted = events.clone();
+    sorted.retain(|e| matches!(e, DcPoolEvent::Completed { .. }));
+    sorted.push(DcPoolEvent::Ready { destination: da });
+    assert_eq!(sorted, expected);
+    assert!(events.contains(&DcPoolEvent::Ready { destination: da }), "{events:?}");
+    assert_eq!(requests().len(), room);
+    assert_eq!(
+        fabric.read_slot(0, 0, 8),
+        vec![pattern(room as u64 - 1); 8],
+        "the last write landed last"
+    );
+}
+
+fn a_batch_ends_where_the_ring_wraps_and_the_next_one_starts_at_its_beginning() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 2, 4);
+    let da = ids[0];
+    let ring = pool.initiator(0).expect("initiator").max_send_wr() as u64;
+    // Batches of ring - 1 go round the ring several times: each is reported once, in order.
+    let mut next = 0u64;
+    for _ in 0..4 {
+        let batch: Vec<u64> = (next..next + ring - 1).collect();
+        let guard_room = {
+            let guard = pool.start_post_send(da).expect("a batch");
+            guard.room() as u64
+        };
+        assert!(guard_room >= ring - 1, "room {guard_room} for a batch of {}", ring - 1);
+        write(&mut pool, &fabric, da, 0, &batch).expect("post");
+        let events = poll_reports(&mut pool, batch.len());
+        assert_eq!(
+            events,
+            batch.iter().map(|&wr_id| completed(da, wr_id)).collect::<Vec<_>>()
+        );
+        next += ring - 1;
+    }
+    // Where the ring wraps, a batch's room ends there: two batches of two fill it.
+    stall(&pool, 0, true);
+    let first = next;
+    let (a, b) = ([first, first + 1], [first + 2, first + 3]);
+    write(&mut pool, &fabric, da, 0, &a).expect("post");
+    write(&mut pool, &fabric, da, 0, &b).expect("post");
+    stall(&pool, 0, false);
+    let events = poll_reports(&mut pool, 4);
+    assert_eq!(
+        events,
+        [a, b]
+            .concat()
+            .iter()
+            .map(|&wr_id| completed(da, wr_id))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(pool.outstanding(da), 0);
+}
+
+fn a_pool_without_streams_refuses_to_post_on_a_stream() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 16);
+    device().clear_trace();
+    assert!(matches!(
+        pool.start_post_send_on_stream(ids[0]).map(|_| ()).unwrap_err().0,
+        PostToDestinationErrorKind::StreamsMismatch { streams_pool: false }
+    ));
+    assert_eq!(pool.assignment(ids[0]), None);
+    assert!(requests().is_empty());
+}
+
+#[test]
+fn waiting() {
+    on_device!();
+    checks!(
+        freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_event,
+        a_grant_timeout_of_duration_max_never_expires,
+        a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing,
+        a_busy_polling_waiter_keeps_its_grant_until_the_timeout_has_elapsed,
+        a_quota_caps_a_batch_while_others_wait,
+        a_destination_that_used_its_quota_gets_ready_when_its_turn_comes_again,
+        a_destination_refused_for_a_full_queue_gets_ready_when_room_frees_up,
+    );
+}
+
+fn freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_event() {
+    let fabric = Fabric::new(4);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 16);
+    let (a, b, c, d) = (ids[0], ids[1], ids[2], ids[3]);
+    stall(&pool, 0, true);
+    stall(&pool, 1, true);
+    assert_eq!(write(&mut pool, &fabric, a, 0, &[1]).expect("post"), (0, None));
+    assert_eq!(write(&mut pool, &fabric, b, 1, &[2]).expect("post"), (1, None));
+    device().clear_trace();
+    assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(pool.waiting().collect::<Vec<_>>(), [c]);
+    assert_eq!(would_block(&mut pool, d), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(pool.waiting().collect::<Vec<_>>(), [c, d]);
+    // b's completion frees initiator 1: it goes to c, first in line, at once.
+    stall(&pool, 1, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(b, 2), DcPoolEvent::Ready { destination: c }]);
+    assert_eq!(pool.assignment(c), Some((1, None)));
+    assert_eq!(would_block(&mut pool, d), DcPoolWouldBlock::NoInitiator);
+    stall(&pool, 1, true);
+    assert_eq!(write(&mut pool, &fabric, c, 2, &[3]).expect("post"), (1, None));
+    assert_eq!(pool.waiting().collect::<Vec<_>>(), [d]);
+    // a's completion frees initiator 0 for d; c's then gives initiator 1 back to the free ones.
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(a, 1), DcPoolEvent::Ready { destination: d }]);
+    stall(&pool, 1, false);
+    assert_eq!(poll_reports(&mut pool, 1), [completed(c, 3)]);
+    // c's request left initiator 1 for c's target.
+    let sent: Vec<_> = requests()
+        .iter()
+        .filter(|e| e.peer == fabric.dct_number(2))
+        .map(|e| (e.qp_number, e.remote_addr))
+        .collect();
+    assert_eq!(sent, [(qpn(&pool, 1), fabric.slot(2, 0))]);
+    assert_eq!(fabric.read_slot(2, 0, 64), vec![3; 64]);
+    assert_eq!(write(&mut pool, &fabric, d, 3, &[4]).expect("post"), (0, None));
+    assert_eq!(pool.waiting().count(), 0);
+    // A destination not first in line is not refused while an initiator is free.
+    assert_eq!(write(&mut pool, &fabric, b, 1, &[5]).expect("post"), (1, None));
+    let events = poll_reports(&mut pool, 2);
+    assert_eq!(reports(&events), 2);
+}
+
+/// Two destinations hold both initiators (stalled), the third waits; initiator 0 is set free:
+/// its completion grants it to the third. The pool, the ids.
+fn a_grant(
+    fabric: &Fabric, policy: DcPoolPolicy, grant: Duration,
+) -> (DcInitiatorPool, DestinationId, DestinationId, DestinationId) {
+    let mut pool = fabric
+        .pool_builder(policy, 2, 16)
+        .setup_grant_timeout(grant)
+        .setup_stall_timeout(None)
+        .build()
+        .expect("pool");
+    let ids: Vec<_> = (0..3).map(|t| pool.add_destination(fabric.endpoint(t))).collect();
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    stall(&pool, 0, true);
+    stall(&pool, 1, true);
+    write(&mut pool, fabric, a, 0, &[1]).expect("post");
+    write(&mut pool, fabric, b, 1, &[2]).expect("post");
+    assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(a, 1), DcPoolEvent::Ready { destination: c }]);
+    (pool, a, b, c)
+}
+
+fn a_grant_timeout_of_duration_max_never_expires() {
+    let fabric = Fabric::new(3);
+    let (mut pool, _, b, c) = a_grant(&fabric, DcPoolPolicy::Dedicated, Duration::MAX);
+    // Far past the default grant timeout (10 ms), the grant stays.
+    let events = poll_for(&mut pool, Duration::from_millis(100));
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(pool.assignment(c), Some((0, None)));
+    assert_eq!(write(&mut pool, &fabric, c, 2, &[3]).expect("post"), (0, None));
+    stall(&pool, 1, false);
+    let events = poll_reports(&mut pool, 2);
+    assert!(
+        events.contains(&completed(c, 3)) && events.contains(&completed(b, 2)),
+        "{events:?}"
+    );
+}
+
+fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing() {
+    let fabric = Fabric::new(5);
+    let mut pool = fabric
+        .pool_builder(DcPoolPolicy::Dedicated, 2, 16)
+        .setup_grant_timeout(Duration::from_millis(30))
+        .build()
+        .expect("pool");
+    let ids: Vec<_> = (0..5).map(|t| pool.add_destination(fabric.endpoint(t))).collect();
+    let (a, b, c, d, e) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
+    stall(&pool, 0, true);
+    stall(&pool, 1, true);
+    write(&mut pool, &fabric, a, 0, &[1]).expect("post");
+    write(&mut pool, &fabric, b, 1, &[2]).expect("post");
+    for x in [c, d, e] {
+        assert_eq!(would_block(&mut pool, x), DcPoolWouldBlock::NoInitiator);
+    }
+    pool.cancel_wait(d);
+    assert_eq!(pool.waiting().collect::<Vec<_>>(), [c, e]);
+    assert_eq!(pool.footprint().waiting, 2);
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(a, 1), DcPoolEvent::Ready { destination: c }]);
+    let granted = std::time::Instant::now();
+    // c posts nothing: after the timeout the grant goes to e.
+    let events = poll_until(&mut pool, SHORT, |events| !events.is_empty());
+    assert!(
+        granted.elapsed() >= Duration::from_millis(30),
+        "{:?}",
+        granted.elapsed()
+    );
+    assert_eq!(events, [DcPoolEvent::Ready { destination: e }]);
+    assert_eq!(pool.assignment(c), None);
+    assert_eq!(pool.assignment(e), Some((0, None)));
+    pool.cancel_wait(e);
+    assert_eq!(pool.assignment(e), None);
+    // d, no longer in line, posts on the free initiator.
+    assert_eq!(write(&mut pool, &fabric, d, 3, &[3]).expect("post"), (0, None));
+    for _ in 0..1000 {
+        assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+        pool.cancel_wait(c);
+    }
+    assert_eq!(pool.footprint().waiting, 0);
+    stall(&pool, 1, false);
+    let events = poll_reports(&mut pool, 2);
+    assert!(events.contains(&completed(d, 3)), "{events:?}");
+    assert_eq!(fabric.read_slot(3, 0, 64), vec![3; 64]);
+}
+
+fn a_busy_polling_waiter_keeps_its_grant_until_the_timeout_has_elapsed() {
+    let fabric = Fabric::new(3);
+    let (mut pool, _, _, c) = a_grant(&fabric, DcPoolPolicy::Dedicated, Duration::from_millis(50));
+    let granted = std::time::Instant::now();
+    let mut events = Vec::new();
+    for _ in 0..10_000 {
+        pool.progress(|event| events.push(event));
+    }
+    if granted.elapsed() < Duration::from_millis(40) {
+        assert_eq!(
+            pool.assignment(c),
+            Some((0, None)),
+            "the grant was revoked by a count of calls"
+        );
+    }
+    while granted.elapsed() < Duration::from_millis(60) {
+        pool.progress(|event| events.push(event));
+    }
+    pool.progress(|event| events.push(event));
+    assert_eq!(pool.assignment(c), None, "expired");
+    assert!(events.is_empty(), "nobody else waits: {events:?}");
+    stall(&pool, 1, false);
+    assert_eq!(reports(&poll_reports(&mut pool, 1)), 1);
+}
+
+fn a_quota_caps_a_batch_while_others_wait() {
+    let fabric = Fabric::new(3);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::DedicatedWithQuota { quota: 3 }, 2, 16);
+    let (da, db, dc) = (ids[0], ids[1], ids[2]);
+    stall(&pool, 0, true);
+    stall(&pool, 1, true);
+    // Nobody in line: a batch's room is the send queue.
+    let room = |pool: &mut DcInitiatorPool, d| pool.start_post_send(d).expect("a batch").room();
+    let full = pool.initiator(0).expect("initiator").max_send_wr() as usize;
+    assert_eq!(room(&mut pool, da), full);
+    write(&mut pool, &fabric, da, 0, &[0, 1]).expect("post");
+    write(&mut pool, &fabric, db, 1, &[100]).expect("post");
+    assert_eq!(would_block(&mut pool, dc), DcPoolWouldBlock::NoInitiator);
+    // Someone in line: what is left of the quota.
+    assert_eq!(room(&mut pool, da), 1);
+    write(&mut pool, &fabric, da, 0, &[2]).expect("post");
+    assert_eq!(would_block(&mut pool, da), DcPoolWouldBlock::QuotaExhausted);
+    stall(&pool, 0, false);
+    stall(&pool, 1, false);
+    let events = poll_until(&mut pool, SHORT, |events| {
+        reports(events) == 4 && events.contains(&DcPoolEvent::Ready { destination: dc })
+    });
+    assert_eq!(reports(&events), 4, "{events:?}");
+}
+
+fn a_destination_that_used_its_quota_gets_ready_when_its_turn_comes_again() {
+    let fabric = Fabric::new(3);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::DedicatedWithQuota { quota: 1 }, 2, 16);
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    stall(&pool, 0, true);
+    stall(&pool, 1, true);
+    write(&mut pool, &fabric, a, 0, &[1]).expect("post");
+    write(&mut pool, &fabric, b, 1, &[2]).expect("post");
+    assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(would_block(&mut pool, a), DcPoolWouldBlock::QuotaExhausted);
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(a, 1), DcPoolEvent::Ready { destination: c }]);
+    stall(&pool, 1, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(b, 2), DcPoolEvent::Ready { destination: a }]);
+}
+
+fn a_destination_refused_for_a_full_queue_gets_ready_when_room_frees_up() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 2, 2);
+    let a = ids[0];
+    let (initiator, _) = pool.assignment(a).expect("bound");
+    let full = pool.initiator(initiator).expect("initiator").max_send_wr() as u64;
+    stall(&pool, initiator, true);
+    let wr_ids: Vec<u64> = (1..=full).collect();
+    write(&mut pool, &fabric, a, 0, &wr_ids).expect("post");
+    assert_eq!(would_block(&mut pool, a), DcPoolWouldBlock::QueueFull);
+    stall(&pool, initiator, false);
+    let events = poll_until(&mut pool, SHORT, |events| {
+        reports(events) == full as usize && events.contains(&DcPoolEvent::Ready { destination: a })
+    });
+    let done: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e, DcPoolEvent::Completed { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(done, wr_ids.iter().map(|&w| completed(a, w)).collect::<Vec<_>>());
+    assert_eq!(
+        events.iter().filter(|e| matches!(e, DcPoolEvent::Ready { .. })).count(),
+        1,
+        "one Ready: {events:?}"
+    );
+}
+
+#[test]
+fn errors() {
+    on_device!();
+    checks!(
+        an_error_completion_fails_the_destination_hands_back_the_flushed_others_and_recovers,
+        a_destination_refused_while_its_initiator_recovers_gets_ready_once_recovered,
+        a_failed_request_carries_its_completions_vendor_syndrome,
+        complete_takes_the_pools_completions_from_a_shared_cq_and_leaves_the_others,
+        retry_exceeded_errors_make_a_destination_unreachable_until_revived,
+    );
+}
+
+/// One WRITE per `wr_id` to target `t`, the ones in `bad` with an rkey the target refuses.
+fn write_some_bad(
+    pool: &mut DcInitiatorPool, fabric: &Fabric, d: DestinationId, t: usize, wr_ids: &[u64], bad: &[u64],
+) {
+    let mut guard = pool.start_post_send(d).expect("a batch");
+    for &wr_id in wr_ids {
+        let rkey = fabric.remote.mr.rkey() ^ if bad.contains(&wr_id) { 0x00ff_0000 } else { 0 };
+        // SAFETY: both regions outlive the completions polled by the caller.
+        unsafe {
+            guard
+                .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                .expect("room")
+                .setup_write(rkey, fabric.slot(t, 0))
+                .setup_sge(
+                    fabric.local.mr.lkey(),
+                    fabric.local.addr(usize::from(pattern(wr_id)) * SLOT),
+                    64,
+                )
+        };
+    }
+    guard.post().expect("post");
+}
+
+fn failed(destination: DestinationId, wr_id: u64, status: u32) -> DcPoolEvent {
+    DcPoolEvent::Failed {
+        destination,
+        wr_id,
+        status,
+        vendor_err: 0,
+    }
+}
+
+/// The events with every vendor syndrome set to 0 (the device's syndromes are checked apart).
+fn without_syndromes(events: &[DcPoolEvent]) -> Vec<DcPoolEvent> {
+    events
+        .iter()
+        .map(|e| match e {
+            DcPoolEvent::Failed {
+                destination,
+                wr_id,
+                status,
+                ..
+            } => failed(*destination, *wr_id, *status),
+            other => other.clone(),
+        })
+        .collect()
+}
+
+fn an_error_completion_fails_the_destination_hands_back_the_flushed_others_and_recovers() {
+    let fabric = Fabric::new(8);
+    let (mut pool, cq, ids) = fabric.fed_pool(DcPoolPolicy::Static, 2, 16);
+    // Two destinations on one initiator.
+    let shared: Vec<usize> = (0..ids.len())
+        .filter(|&t| pool.assignment(ids[t]) == pool.assignment(ids[0]))
+        .collect();
+    let (ta, tb) = (shared[0], shared[1]);
+    let (a, b) = (ids[ta], ids[tb]);
+    let (initiator, _) = pool.assignment(a).expect("bound");
+    let qp_before = qpn(&pool, initiator);
+    stall(&pool, initiator, true);
+    write_some_bad(&mut pool, &fabric, a, ta, &[10, 11, 12], &[11]);
+    write_some_bad(&mut pool, &fabric, b, tb, &[20], &[]);
+    write_some_bad(&mut pool, &fabric, a, ta, &[13], &[]);
+    stall(&pool, initiator, false);
+    assert_eq!(next(&mut pool, &cq), [completed(a, 10)]);
+    assert_eq!(
+        without_syndromes(&next(&mut pool, &cq)),
+        [failed(a, 11, REM_ACCESS_ERR)]
+    );
+    // No recovery before the flush: the others on the initiator wait.
+    assert!(matches!(
+        would_block(&mut pool, b),
+        DcPoolWouldBlock::Recovering { stream: None, .. }
+    ));
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        events.extend(next(&mut pool, &cq));
+    }
+    // The flush fails a's others, hands b's back to retry; b may post once recovered.
+    assert_eq!(
+        without_syndromes(&events),
+        [
+            failed(a, 12, WR_FLUSH_ERR),
+            DcPoolEvent::Retry {
+                destination: b,
+                wr_id: 20
+            },
+            failed(a, 13, WR_FLUSH_ERR),
+            DcPoolEvent::Ready { destination: b },
+        ]
+    );
+    assert_eq!(
+        fabric.read_slot(tb, 0, 64),
+        vec![0; 64],
+        "the retried request did not execute"
+    );
+    assert_eq!(
+        fabric.read_slot(ta, 0, 64),
+        vec![10; 64],
+        "only a's first request executed"
+    );
+    assert_eq!((pool.outstanding(a), pool.outstanding(b)), (0, 0));
+    // Recovered: b's retry goes out on the same initiator and lands.
+    assert_eq!(write(&mut pool, &fabric, b, tb, &[20]).expect("post").0, initiator);
+    assert_eq!(next(&mut pool, &cq), [completed(b, 20)]);
+    assert_eq!(fabric.read_slot(tb, 0, 64), vec![20; 64]);
+    assert_eq!(qpn(&pool, initiator), qp_before, "reset in place");
+}
+
+fn a_destination_refused_while_its_initiator_recovers_gets_ready_once_recovered() {
+    let fabric = Fabric::new(1);
+    let (mut pool, cq, ids) = fabric.fed_pool(DcPoolPolicy::Dedicated, 2, 16);
+    let a = ids[0];
+    stall(&pool, 0, true);
+    write_some_bad(&mut pool, &fabric, a, 0, &[1, 2], &[1]);
+    stall(&pool, 0, false);
+    // The error completion alone: the initiator is in ERR, its flush not taken yet.
+    assert_eq!(without_syndromes(&next(&mut pool, &cq)), [failed(a, 1, REM_ACCESS_ERR)]);
+    assert_eq!(
+        would_block(&mut pool, a),
+        DcPoolWouldBlock::Recovering {
+            initiator: 0,
+            stream: None
+        }
+    );
+    // The flush: recovered, and the destination is told.
+    assert_eq!(
+        without_syndromes(&next(&mut pool, &cq)),
+        [failed(a, 2, WR_FLUSH_ERR), DcPoolEvent::Ready { destination: a }]
+    );
+    write(&mut pool, &fabric, a, 0, &[4]).expect("post after recovery");
+    assert_eq!(next(&mut pool, &cq), [completed(a, 4)]);
+    assert_eq!(fabric.read_slot(0, 0, 64), vec![4; 64]);
+}
+
+fn a_failed_request_carries_its_completions_vendor_syndrome() {
+    let fabric = Fabric::new(1);
+    let (mut pool, cq, ids) = fabric.fed_pool(DcPoolPolicy::Static, 2, 16);
+    let da = ids[0];
+    write_some_bad(&mut pool, &fabric, da, 0, &[0, 1], &[0]);
+    // The error's status and vendor syndrome are the CQE's (softmlx5 writes syndrome 0: see
+    // completion.c); a flush's are reported as none.
+    let wc = next_completion(&cq);
+    let mut events = Vec::new();
+    assert!(pool.complete(&wc, |e| events.push(e)));
+    assert_eq!(
+        events,
+        [DcPoolEvent::Failed {
+            destination: da,
+            wr_id: 0,
+            status: REM_ACCESS_ERR,
+            vendor_err: wc.vendor_err(),
+        }]
+    );
+    assert_eq!(without_syndromes(&next(&mut pool, &cq)), [failed(da, 1, WR_FLUSH_ERR)]);
+}
+
+fn complete_takes_the_pools_completions_from_a_shared_cq_and_leaves_the_others() {
+    use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+    let fabric = Fabric::new(1);
+    let (mut pool, cq, ids) = fabric.fed_pool(DcPoolPolicy::Static, 2, 16);
+    let da = ids[0];
+    // Another DC initiator on the same CQ, not the pool's.
+    let mut other = fabric
+        .initiator_builder(16)
+        .setup_send_cq(cq.clone())
+        .build()
+        .expect("another initiator");
+    other.bring_up(&DcInitiatorBringUp::new(PORT)).expect("bring up");
+    let endpoint = fabric.endpoint(0);
+    let gid_index = other.source_gid().map_or(0, |entry| entry.index());
+    let ah = endpoint.create_ah(&fabric.pd, PORT, gid_index).expect("address handle");
+    let (rkey, lkey) = (fabric.remote.mr.rkey(), fabric.local.mr.lkey());
+    let (to, from) = (fabric.slot(0, 128), fabric.local.addr(9 * SLOT));
+    other
+        .post_send_one(0x0123, WorkRequestFlags::Signaled, |wr| {
+            // SAFETY: both regions outlive the completion polled below.
+            unsafe {
+                wr.setup_write(rkey, to)
+                    .setup_dc_addr(&ah, endpoint.dct_number(), endpoint.dc_key())
+                    .setup_sge(lkey, from, 64)
+            }
+        })
+        .expect("post on the other initiator");
+    let theirs = next_completion(&cq);
+    assert_eq!((theirs.wr_id(), theirs.qp_number()), (0x0123, other.qp_number()));
+    assert!(!pool.complete(&theirs, |e| panic!("another queue pair's completion reported: {e:?}")));
+    write_some_bad(&mut pool, &fabric, da, 0, &[7, 8], &[8]);
+    let mut events = Vec::new();
+    for _ in 0..2 {
+        let wc = next_completion(&cq);
+        assert!(pool.complete(&wc, |e| events.push(e)));
+    }
+    assert_eq!(
+        without_syndromes(&events),
+        [completed(da, 7), failed(da, 8, REM_ACCESS_ERR)]
+    );
+    // poll on a shared CQ hands the others' completions over whole.
+    other
+        .post_send_one(0x0456, WorkRequestFlags::Signaled, |wr| {
+            // SAFETY: as above.
+            unsafe {
+                wr.setup_write(rkey, to)
+                    .setup_dc_addr(&ah, endpoint.dct_number(), endpoint.dc_key())
+                    .setup_sge(lkey, from, 64)
+            }
+        })
+        .expect("post on the other initiator");
+    let events = poll_until(&mut pool, SHORT, |events| !events.is_empty());
+    assert!(
+        matches!(&events[..], [DcPoolEvent::OtherCompletion(wc)] if wc.wr_id() == 0x0456),
+        "{events:?}"
+    );
+    assert_eq!(fabric.read_slot(0, 128, 64), vec![9; 64]);
+}
+
+fn retry_exceeded_errors_make_a_destination_unreachable_until_revived() {
+    let fabric = Fabric::new(1);
+    let mut pool = fabric
+        .pool_builder(DcPoolPolicy::Dedicated, 2, 16)
+        .setup_unreachable_after(2)
+        .build()
+        .expect("pool");
+    let a = pool.add_destination(fabric.endpoint(0));
+    device().kill_target(fabric.dct_number(0), true).expect("kill");
+    write(&mut pool, &fabric, a, 0, &[1]).expect("post");
+    let first = poll_reports(&mut pool, 1);
+    assert_eq!(without_syndromes(&first), [failed(a, 1, RETRY_EXC_ERR)]);
+    assert!(!pool.is_unreachable(a));
+    // Each retry-exceeded error recovers its initiator; the second one in a row says it.
+    write(&mut pool, &fabric, a, 0, &[2]).expect("post after recovery");
+    let second = poll_reports(&mut pool, 1);
+    assert_eq!(
+        without_syndromes(&second),
+        [DcPoolEvent::Unreachable { destination: a }, failed(a, 2, RETRY_EXC_ERR)]
+    );
+    device().clear_trace();
+    assert!(matches!(
+        pool.start_post_send(a).map(|_| ()).unwrap_err().0,
+        PostToDestinationErrorKind::Unreachable
+    ));
+    assert!(requests().is_empty());
+    device().kill_target(fabric.dct_number(0), false).expect("revive");
+    pool.revive(a);
+    write(&mut pool, &fabric, a, 0, &[3]).expect("post after revive");
+    assert_eq!(poll_reports(&mut pool, 1), [completed(a, 3)]);
+    assert_eq!(fabric.read_slot(0, 0, 64), vec![3; 64]);
+}
+
+#[test]
+fn destinations() {
+    on_device!();
+    checks!(
+        a_removed_destination_is_stale_and_its_place_serves_another,
+        a_retired_destination_is_removed_once_its_requests_are_reported,
+        a_million_destinations_through_the_pool_leave_its_footprint_at_the_live_ones,
+    );
+}
+
+fn a_removed_destination_is_stale_and_its_place_serves_another() {
+    let fabric = Fabric::new(2);
+    let mut pool = fabric
+        .pool_builder(DcPoolPolicy::Dedicated, 2, 16)
+        .build()
+        .expect("pool");
+    let da = pool.add_destination(fabric.endpoint(0));
+    stall(&pool, 0, true);
+    write(&mut pool, &fabric, da, 0, &[1]).expect("post");
+    assert!(matches!(
+        pool.remove_destination(da).unwrap_err().0,
+        RemoveDestinationErrorKind::Outstanding { requests: 1 }
+    ));
+    stall(&pool, 0, false);
+    assert_eq!(poll_reports(&mut pool, 1), [completed(da, 1)]);
+    pool.remove_destination(da).expect("nothing outstanding");
+    assert!(matches!(
+        pool.remove_destination(da).unwrap_err().0,
+        RemoveDestinationErrorKind::UnknownDestination
+    ));
+    let db = pool.add_destination(fabric.endpoint(1));
+    assert_eq!((db.index(), db.generation()), (da.index(), da.generation() + 1));
+    device().clear_trace();
+    for result in [pool.start_post_send(da).map(|_| ()), pool.prepare(da)] {
+        assert!(matches!(
+            result.unwrap_err().0,
+            PostToDestinationErrorKind::UnknownDestination
+        ));
+    }
+    assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
+    assert!(requests().is_empty(), "nothing was posted for the stale id");
+    write(&mut pool, &fabric, db, 1, &[2]).expect("post");
+    assert_eq!(poll_reports(&mut pool, 1), [completed(db, 2)]);
+    let sent: Vec<_> = requests().iter().map(|e| e.peer).collect();
+    assert_eq!(
+        sent,
+        [fabric.dct_number(1)],
+        "the place serves the new destination's target"
+    );
+    assert_eq!(pool.footprint().live_destinations, 1);
+}
+
+fn a_retired_destination_is_removed_once_its_requests_are_reported() {
+    let fabric = Fabric::new(2);
+    let mut pool = fabric
+        .pool_builder(DcPoolPolicy::Dedicated, 2, 16)
+        .build()
+        .expect("pool");
+    let (a, b) = (
+        pool.add_destination(fabric.endpoint(0)),
+        pool.add_destination(fabric.endpoint(1)),
+    );
+    stall(&pool, 0, true);
+    write(&mut pool, &fabric, a, 0, &[1, 2]).expect("post");
+    pool.retire_destination(a).expect("a live destination");
+    assert!(matches!(
+        pool.start_post_send(a).map(|g| g.room()).map_err(|e| e.0),
+        Err(PostToDestinationErrorKind::Retiring)
+    ));
+    assert_eq!(pool.destination_count(), 2);
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 3);
+    assert_eq!(
+        events,
+        [
+            completed(a, 1),
+            completed(a, 2),
+            DcPoolEvent::Removed { destination: a }
+        ]
+    );
+    assert_eq!(pool.destination_count(), 1);
+    assert!(pool
+        .start_post_send(a)
+        .is_err_and(|e| matches!(e.0, PostToDestinationErrorKind::UnknownDestination)));
+    // Nothing outstanding: removed at once, reported by the next progress.
+    pool.retire_destination(b).expect("a live destination");
+    assert_eq!(pool.destination_count(), 0);
+    let mut events = Vec::new();
+    pool.progress(|event| events.push(event));
+    assert_eq!(events, [DcPoolEvent::Removed { destination: b }]);
+    assert!(pool.retire_destination(b).is_err(), "stale");
+    assert_eq!(pool.footprint().ready_events, 0);
+}
+
+fn a_million_destinations_through_the_pool_leave_its_footprint_at_the_live_ones() {
+    let fabric = Fabric::new(4);
+    let mut pool = fabric.pool_builder(DcPoolPolicy::Static, 2, 16).build().expect("pool");
+    let endpoints: Vec<_> = (0..4).map(|t| fabric.endpoint(t)).collect();
+    let mut live = std::collections::VecDeque::new();
+    for n in 0..1_000_000usize {
+        let id = pool.add_destination(endpoints[n % 4].clone());
+        // Every 100 000th destination posts, through its own address handle.
+        if n % 100_000 == 0 {
+            write(&mut pool, &fabric, id, n % 4, &[n as u64]).expect("post");
+            assert_eq!(poll_reports(&mut pool, 1), [completed(id, n as u64)]);
+        }
+        live.push_back(id);
+        if live.len() > 10_000 {
+            let old = live.pop_front().expect("live");
+            pool.remove_destination(old).expect("nothing outstanding");
+        }
+    }
+    let footprint = pool.footprint();
+    assert_eq!(footprint.live_destinations, 10_000);
+    assert_eq!(pool.destination_count(), 10_000);
+    assert!(footprint.destination_places <= 10_001, "{footprint:?}");
+    assert!(footprint.address_handles <= 1, "{footprint:?}");
+    assert_eq!(
+        (footprint.waiting, footprint.grant_timers, footprint.batch_records),
+        (0, 0, 0)
+    );
+}
