@@ -17,30 +17,6 @@ use sideway_ext_dc_pool::DcInitiatorPool;
 
 const SHORT: Duration = Duration::from_secs(5);
 
-/// The would-block `destination` gets, or a panic.
-fn would_block(pool: &mut DcInitiatorPool, destination: DestinationId) -> DcPoolWouldBlock {
-    let result = if pool.policy() == DcPoolPolicy::Streams {
-        pool.start_post_send_on_stream(destination).map(|g| g.room())
-    } else {
-        pool.start_post_send(destination).map(|g| g.room())
-    };
-    match result.map_err(|e| e.0) {
-        Err(PostToDestinationErrorKind::WouldBlock(reason)) => reason,
-        other => panic!("not a would-block: {other:?}"),
-    }
-}
-
-fn stall(pool: &DcInitiatorPool, initiator: usize, stalled: bool) {
-    device()
-        .stall_initiator(qpn(pool, initiator), stalled)
-        .expect("stall_initiator");
-}
-
-/// The REQUEST events of initiator `qp` since the trace was cleared.
-fn requests_of(qp: u32) -> Vec<Event> {
-    requests().into_iter().filter(|e| e.qp_number == qp).collect()
-}
-
 #[test]
 fn posting() {
     on_device!();
@@ -600,54 +576,6 @@ fn errors() {
         complete_takes_the_pools_completions_from_a_shared_cq_and_leaves_the_others,
         retry_exceeded_errors_make_a_destination_unreachable_until_revived,
     );
-}
-
-/// One WRITE per `wr_id` to target `t`, the ones in `bad` with an rkey the target refuses.
-fn write_some_bad(
-    pool: &mut DcInitiatorPool, fabric: &Fabric, d: DestinationId, t: usize, wr_ids: &[u64], bad: &[u64],
-) {
-    let mut guard = pool.start_post_send(d).expect("a batch");
-    for &wr_id in wr_ids {
-        let rkey = fabric.remote.mr.rkey() ^ if bad.contains(&wr_id) { 0x00ff_0000 } else { 0 };
-        // SAFETY: both regions outlive the completions polled by the caller.
-        unsafe {
-            guard
-                .construct_wr(wr_id, WorkRequestFlags::Signaled)
-                .expect("room")
-                .setup_write(rkey, fabric.slot(t, 0))
-                .setup_sge(
-                    fabric.local.mr.lkey(),
-                    fabric.local.addr(usize::from(pattern(wr_id)) * SLOT),
-                    64,
-                )
-        };
-    }
-    guard.post().expect("post");
-}
-
-fn failed(destination: DestinationId, wr_id: u64, status: u32) -> DcPoolEvent {
-    DcPoolEvent::Failed {
-        destination,
-        wr_id,
-        status,
-        vendor_err: 0,
-    }
-}
-
-/// The events with every vendor syndrome set to 0 (the device's syndromes are checked apart).
-fn without_syndromes(events: &[DcPoolEvent]) -> Vec<DcPoolEvent> {
-    events
-        .iter()
-        .map(|e| match e {
-            DcPoolEvent::Failed {
-                destination,
-                wr_id,
-                status,
-                ..
-            } => failed(*destination, *wr_id, *status),
-            other => other.clone(),
-        })
-        .collect()
 }
 
 fn an_error_completion_fails_the_destination_hands_back_the_flushed_others_and_recovers() {

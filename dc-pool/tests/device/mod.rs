@@ -26,7 +26,9 @@ use sideway_ext::mlx5::dc::initiator::{DcInitiatorBringUp, DcInitiatorBuilder};
 use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_pool::builder::{DcInitiatorPoolBuilder, DcPoolProtectionDomainExt};
-use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId, PostToDestinationError};
+use sideway_ext_dc_pool::types::{
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
+};
 use sideway_ext_dc_pool::DcInitiatorPool;
 
 pub use softmlx5::{event_kind, Event};
@@ -232,13 +234,23 @@ impl Fabric {
     /// A builder for a pool of `initiators` on a CQ of its own, with `policy`, each initiator's
     /// send queue `max_send_wr`, and a short transport timeout (timeout 8: about 1 ms a try,
     /// `retry_cnt` 2), so that a dead target is told in milliseconds.
+    /// Under the streams policy, 4 streams a DC initiator, ERR after 2 in error
+    /// ([`streams_pool_builder`](Self::streams_pool_builder) for others).
     pub fn pool_builder(&self, policy: DcPoolPolicy, initiators: usize, max_send_wr: u32) -> DcInitiatorPoolBuilder {
+        self.streams_pool_builder(policy, initiators, max_send_wr, 2, 1)
+    }
+
+    /// [`pool_builder`](Self::pool_builder) with 2^`log_num_concurrent` streams a DC initiator
+    /// under the streams policy, ERR after 2^`log_num_errored` in error.
+    pub fn streams_pool_builder(
+        &self, policy: DcPoolPolicy, initiators: usize, max_send_wr: u32, log_num_concurrent: u8, log_num_errored: u8,
+    ) -> DcInitiatorPoolBuilder {
         let mut initiator = self.pd.create_dci_builder();
         initiator.setup_max_send_wr(max_send_wr).setup_max_inline_data(64);
         if policy == DcPoolPolicy::Streams {
             initiator.setup_dci_streams(sideway_ext::mlx5::dc::initiator::DciStreams {
-                log_num_concurrent: 2,
-                log_num_errored: 1,
+                log_num_concurrent,
+                log_num_errored,
             });
         }
         let mut builder = self.pd.create_dci_pool_builder();
@@ -270,12 +282,15 @@ impl Fabric {
     pub fn fed_pool(
         &self, policy: DcPoolPolicy, initiators: usize, max_send_wr: u32,
     ) -> (DcInitiatorPool, Arc<BasicCompletionQueue>, Vec<DestinationId>) {
+        self.fed(&mut self.pool_builder(policy, initiators, max_send_wr))
+    }
+
+    /// `builder`'s pool on a send CQ the caller polls, with a destination per target.
+    pub fn fed(
+        &self, builder: &mut DcInitiatorPoolBuilder,
+    ) -> (DcInitiatorPool, Arc<BasicCompletionQueue>, Vec<DestinationId>) {
         let cq = self.ctx.create_cq_builder().setup_cqe(4096).build().expect("send CQ");
-        let mut pool = self
-            .pool_builder(policy, initiators, max_send_wr)
-            .setup_send_cq(cq.clone())
-            .build()
-            .expect("pool");
+        let mut pool = builder.setup_send_cq(cq.clone()).build().expect("pool");
         let ids = (0..self.targets.len())
             .map(|t| pool.add_destination(self.endpoint(t)))
             .collect();
@@ -310,8 +325,18 @@ pub fn post_writes(
     pool: &mut DcInitiatorPool, fabric: &Fabric, destination: DestinationId, target: usize, wr_ids: &[u64], len: u32,
     offset: impl Fn(u64) -> usize,
 ) -> Result<(usize, Option<u16>), PostToDestinationError> {
+    post_requests(pool, fabric, destination, target, wr_ids, len, offset, &[])
+}
+
+/// [`post_writes`], the requests of `bad` with an rkey the target refuses (a remote access
+/// error).
+#[allow(clippy::too_many_arguments)]
+pub fn post_requests(
+    pool: &mut DcInitiatorPool, fabric: &Fabric, destination: DestinationId, target: usize, wr_ids: &[u64], len: u32,
+    offset: impl Fn(u64) -> usize, bad: &[u64],
+) -> Result<(usize, Option<u16>), PostToDestinationError> {
     let lkey = fabric.local.mr.lkey();
-    let rkey = fabric.remote.mr.rkey();
+    let rkey_of = |wr_id: u64| fabric.remote.mr.rkey() ^ if bad.contains(&wr_id) { 0x00ff_0000 } else { 0 };
     macro_rules! fill {
         ($guard:expr) => {{
             let mut guard = $guard;
@@ -323,7 +348,7 @@ pub fn post_writes(
                     guard
                         .construct_wr(wr_id, WorkRequestFlags::Signaled)
                         .expect("room for the batch")
-                        .setup_write(rkey, to)
+                        .setup_write(rkey_of(wr_id), to)
                         .setup_sge(lkey, from, len)
                 };
             }
@@ -451,4 +476,60 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
         std::thread::sleep(Duration::from_micros(200));
     }
     condition()
+}
+
+/// The would-block `destination` gets, or a panic.
+pub fn would_block(pool: &mut DcInitiatorPool, destination: DestinationId) -> DcPoolWouldBlock {
+    let result = if pool.policy() == DcPoolPolicy::Streams {
+        pool.start_post_send_on_stream(destination).map(|g| g.room())
+    } else {
+        pool.start_post_send(destination).map(|g| g.room())
+    };
+    match result.map_err(|e| e.0) {
+        Err(PostToDestinationErrorKind::WouldBlock(reason)) => reason,
+        other => panic!("not a would-block: {other:?}"),
+    }
+}
+
+pub fn stall(pool: &DcInitiatorPool, initiator: usize, stalled: bool) {
+    device()
+        .stall_initiator(qpn(pool, initiator), stalled)
+        .expect("stall_initiator");
+}
+
+/// The REQUEST events of initiator `qp` since the trace was cleared.
+pub fn requests_of(qp: u32) -> Vec<Event> {
+    requests().into_iter().filter(|e| e.qp_number == qp).collect()
+}
+
+/// One WRITE per `wr_id` to target `t`, the ones in `bad` with an rkey the target refuses.
+pub fn write_some_bad(
+    pool: &mut DcInitiatorPool, fabric: &Fabric, d: DestinationId, t: usize, wr_ids: &[u64], bad: &[u64],
+) {
+    post_requests(pool, fabric, d, t, wr_ids, 64, |_| 0, bad).expect("post");
+}
+
+pub fn failed(destination: DestinationId, wr_id: u64, status: u32) -> DcPoolEvent {
+    DcPoolEvent::Failed {
+        destination,
+        wr_id,
+        status,
+        vendor_err: 0,
+    }
+}
+
+/// The events with every vendor syndrome set to 0 (the device's syndromes are checked apart).
+pub fn without_syndromes(events: &[DcPoolEvent]) -> Vec<DcPoolEvent> {
+    events
+        .iter()
+        .map(|e| match e {
+            DcPoolEvent::Failed {
+                destination,
+                wr_id,
+                status,
+                ..
+            } => failed(*destination, *wr_id, *status),
+            other => other.clone(),
+        })
+        .collect()
 }
