@@ -11,7 +11,8 @@ use device::*;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind;
 use sideway_ext_dc_pool::types::{
-    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind, RemoveDestinationErrorKind,
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, DestinationState, PostToDestinationErrorKind,
+    RemoveDestinationErrorKind,
 };
 use sideway_ext_dc_pool::DcInitiatorPool;
 
@@ -900,4 +901,174 @@ fn a_million_destinations_through_the_pool_leave_its_footprint_at_the_live_ones(
         (footprint.waiting, footprint.grant_timers, footprint.batch_records),
         (0, 0, 0)
     );
+}
+
+#[test]
+fn states() {
+    on_device!();
+    checks!(
+        a_destination_holds_its_initiator_then_is_idle_once_its_requests_completed,
+        destinations_in_line_say_their_place_and_leave_it_when_cancelled,
+        a_destination_over_its_quota_says_so_while_others_wait,
+        a_full_send_queue_names_the_initiator,
+        a_destination_whose_initiator_is_in_error_is_recovering_until_it_is_flushed,
+        an_unreachable_destination_says_so_until_revived,
+        a_retiring_destination_counts_its_requests_and_a_removed_one_is_unknown,
+    );
+}
+
+fn a_destination_holds_its_initiator_then_is_idle_once_its_requests_completed() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 16);
+    let a = ids[0];
+    assert_eq!(pool.destination_state(a), DestinationState::Idle);
+    stall(&pool, 0, true);
+    write(&mut pool, &fabric, a, 0, &[1]).expect("post");
+    assert_eq!(
+        pool.destination_state(a),
+        DestinationState::Holds {
+            initiator: 0,
+            stream: None
+        }
+    );
+    stall(&pool, 0, false);
+    assert_eq!(poll_reports(&mut pool, 1), [completed(a, 1)]);
+    assert_eq!(pool.destination_state(a), DestinationState::Idle);
+}
+
+fn destinations_in_line_say_their_place_and_leave_it_when_cancelled() {
+    let fabric = Fabric::new(4);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 2, 16);
+    let (a, b, c, d) = (ids[0], ids[1], ids[2], ids[3]);
+    stall(&pool, 0, true);
+    stall(&pool, 1, true);
+    write(&mut pool, &fabric, a, 0, &[1]).expect("post");
+    write(&mut pool, &fabric, b, 1, &[2]).expect("post");
+    assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(would_block(&mut pool, d), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(pool.destination_state(c), DestinationState::InLine { place: 0 });
+    assert_eq!(pool.destination_state(d), DestinationState::InLine { place: 1 });
+    pool.cancel_wait(c);
+    assert_eq!(pool.destination_state(c), DestinationState::Idle);
+    assert_eq!(pool.destination_state(d), DestinationState::InLine { place: 0 });
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(a, 1), DcPoolEvent::Ready { destination: d }]);
+    assert_eq!(
+        pool.destination_state(d),
+        DestinationState::Holds {
+            initiator: 0,
+            stream: None
+        }
+    );
+    stall(&pool, 1, false);
+    assert_eq!(poll_reports(&mut pool, 1), [completed(b, 2)]);
+}
+
+fn a_destination_over_its_quota_says_so_while_others_wait() {
+    let fabric = Fabric::new(3);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::DedicatedWithQuota { quota: 1 }, 2, 16);
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    stall(&pool, 0, true);
+    stall(&pool, 1, true);
+    write(&mut pool, &fabric, a, 0, &[1]).expect("post");
+    write(&mut pool, &fabric, b, 1, &[2]).expect("post");
+    assert_eq!(
+        pool.destination_state(a),
+        DestinationState::Holds {
+            initiator: 0,
+            stream: None
+        }
+    );
+    assert_eq!(would_block(&mut pool, c), DcPoolWouldBlock::NoInitiator);
+    assert_eq!(pool.destination_state(a), DestinationState::OverQuota { initiator: 0 });
+    assert_eq!(would_block(&mut pool, a), DcPoolWouldBlock::QuotaExhausted);
+    assert_eq!(pool.destination_state(a), DestinationState::OverQuota { initiator: 0 });
+    stall(&pool, 0, false);
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(a, 1), DcPoolEvent::Ready { destination: c }]);
+    assert_eq!(pool.destination_state(a), DestinationState::InLine { place: 0 });
+    stall(&pool, 1, false);
+    poll_reports(&mut pool, 1);
+}
+
+fn a_full_send_queue_names_the_initiator() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 2, 2);
+    let a = ids[0];
+    let (initiator, _) = pool.assignment(a).expect("bound");
+    let full = pool.initiator(initiator).expect("initiator").max_send_wr() as u64;
+    stall(&pool, initiator, true);
+    write(&mut pool, &fabric, a, 0, &(0..full).collect::<Vec<_>>()).expect("post");
+    assert_eq!(
+        pool.destination_state(a),
+        DestinationState::QueueFull {
+            initiator,
+            stream: None
+        }
+    );
+    assert_eq!(would_block(&mut pool, a), DcPoolWouldBlock::QueueFull);
+    stall(&pool, initiator, false);
+    poll_reports(&mut pool, full as usize);
+}
+
+fn a_destination_whose_initiator_is_in_error_is_recovering_until_it_is_flushed() {
+    let fabric = Fabric::new(1);
+    let (mut pool, cq, ids) = fabric.fed_pool(DcPoolPolicy::Dedicated, 2, 16);
+    let a = ids[0];
+    stall(&pool, 0, true);
+    write_some_bad(&mut pool, &fabric, a, 0, &[1, 2], &[1]);
+    stall(&pool, 0, false);
+    next(&mut pool, &cq);
+    assert_eq!(
+        pool.destination_state(a),
+        DestinationState::Recovering {
+            initiator: 0,
+            stream: None
+        }
+    );
+    next(&mut pool, &cq);
+    assert_eq!(pool.destination_state(a), DestinationState::Idle);
+}
+
+fn an_unreachable_destination_says_so_until_revived() {
+    let fabric = Fabric::new(1);
+    let mut pool = fabric
+        .pool_builder(DcPoolPolicy::Dedicated, 2, 16)
+        .setup_unreachable_after(2)
+        .build()
+        .expect("pool");
+    let a = pool.add_destination(fabric.endpoint(0));
+    device().kill_target(fabric.dct_number(0), true).expect("kill");
+    for wr_id in [1, 2] {
+        write(&mut pool, &fabric, a, 0, &[wr_id]).expect("post");
+        poll_reports(&mut pool, 1);
+    }
+    assert!(pool.is_unreachable(a));
+    assert_eq!(pool.destination_state(a), DestinationState::Unreachable);
+    pool.revive(a);
+    assert_eq!(pool.destination_state(a), DestinationState::Idle);
+}
+
+fn a_retiring_destination_counts_its_requests_and_a_removed_one_is_unknown() {
+    let fabric = Fabric::new(3);
+    let (mut pool, cq, ids) = fabric.fed_pool(DcPoolPolicy::Dedicated, 2, 16);
+    let (a, b) = (ids[0], ids[1]);
+    stall(&pool, 0, true);
+    write(&mut pool, &fabric, a, 0, &[1, 2]).expect("post");
+    pool.retire_destination(a).expect("a live destination");
+    assert_eq!(pool.destination_state(a), DestinationState::Retiring { outstanding: 2 });
+    stall(&pool, 0, false);
+    assert_eq!(next(&mut pool, &cq), [completed(a, 1)]);
+    assert_eq!(pool.destination_state(a), DestinationState::Retiring { outstanding: 1 });
+    assert_eq!(
+        next(&mut pool, &cq),
+        [completed(a, 2), DcPoolEvent::Removed { destination: a }]
+    );
+    assert_eq!(pool.destination_state(a), DestinationState::Unknown);
+    pool.remove_destination(b).expect("nothing outstanding");
+    let c = pool.add_destination(fabric.endpoint(2));
+    assert_eq!(c.index(), b.index());
+    assert_eq!(pool.destination_state(b), DestinationState::Unknown);
+    assert_eq!(pool.destination_state(c), DestinationState::Idle);
 }
