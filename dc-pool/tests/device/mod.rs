@@ -8,6 +8,7 @@
 //! keeps the set fast.
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -532,4 +533,107 @@ pub fn without_syndromes(events: &[DcPoolEvent]) -> Vec<DcPoolEvent> {
             other => other.clone(),
         })
         .collect()
+}
+
+/// What a run reports: each request's report by (target, number), and how many requests were
+/// handed back to retry.
+pub struct Outcome {
+    pub reported: HashMap<(usize, u64), DcPoolEvent>,
+    pub retried: usize,
+    /// The initiators reported lost.
+    pub lost: Vec<usize>,
+}
+
+/// Writes `per_target` requests to every destination (request `n` of target `t` is
+/// `t * per_target + n`), a request a batch, as room allows, polling; those of `bad` with an
+/// rkey the target refuses; `fault(pool, posted)` runs after each round. Every request is
+/// reported exactly once (a retried one posted again).
+pub fn run(
+    pool: &mut DcInitiatorPool, fabric: &Fabric, ids: &[DestinationId], per_target: u64, bad: &[(usize, u64)],
+    mut fault: impl FnMut(&mut DcInitiatorPool, u64),
+) -> Outcome {
+    let total = ids.len() as u64 * per_target;
+    let mut next_wr: Vec<u64> = vec![0; ids.len()];
+    let mut retry: Vec<Vec<u64>> = vec![Vec::new(); ids.len()];
+    let mut reported: HashMap<(usize, u64), DcPoolEvent> = HashMap::new();
+    let target_of: HashMap<DestinationId, usize> = ids.iter().enumerate().map(|(t, &id)| (id, t)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (mut posted, mut done, mut retried) = (0u64, 0u64, 0usize);
+    let mut lost = Vec::new();
+    while done < total {
+        assert!(std::time::Instant::now() < deadline, "{done} of {total} reported");
+        for t in 0..ids.len() {
+            let n = match retry[t].first() {
+                Some(&n) => n,
+                None if next_wr[t] < per_target => next_wr[t],
+                None => continue,
+            };
+            let encoded = t as u64 * per_target + n;
+            let refused: &[u64] = if bad.contains(&(t, n)) { &[encoded] } else { &[] };
+            match post_requests(pool, fabric, ids[t], t, &[encoded], 64, |_| 0, refused) {
+                Ok(_) => {
+                    posted += 1;
+                    if retry[t].first() == Some(&n) {
+                        retry[t].remove(0);
+                    } else {
+                        next_wr[t] += 1;
+                    }
+                },
+                Err(e) if e.is_would_block() => {},
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let mut events = Vec::new();
+        pool.poll(|e| events.push(e)).expect("poll");
+        for event in events {
+            let (destination, wr_id) = match &event {
+                DcPoolEvent::Completed { destination, wr_id } | DcPoolEvent::Failed { destination, wr_id, .. } => {
+                    (*destination, *wr_id)
+                },
+                DcPoolEvent::Retry { destination, wr_id } => {
+                    let t = target_of[destination];
+                    retry[t].push(wr_id - t as u64 * per_target);
+                    retried += 1;
+                    continue;
+                },
+                DcPoolEvent::InitiatorLost { initiator, .. } => {
+                    lost.push(*initiator);
+                    continue;
+                },
+                _ => continue,
+            };
+            let t = target_of[&destination];
+            let key = (t, wr_id - t as u64 * per_target);
+            assert!(reported.insert(key, event.clone()).is_none(), "{key:?} reported twice");
+            done += 1;
+        }
+        fault(pool, posted);
+    }
+    Outcome {
+        reported,
+        retried,
+        lost,
+    }
+}
+
+/// The targets of initiator `initiator`'s destinations on `count` different streams.
+pub fn on_different_streams(
+    pool: &DcInitiatorPool, ids: &[DestinationId], initiator: usize, count: usize,
+) -> Vec<usize> {
+    let mut streams = Vec::new();
+    let mut targets = Vec::new();
+    for (t, &id) in ids.iter().enumerate() {
+        if let Some((i, Some(s))) = pool.assignment(id) {
+            if i == initiator && !streams.contains(&s) {
+                streams.push(s);
+                targets.push(t);
+            }
+        }
+    }
+    assert!(
+        targets.len() >= count,
+        "{count} streams of initiator {initiator}: {targets:?}"
+    );
+    targets.truncate(count);
+    targets
 }
