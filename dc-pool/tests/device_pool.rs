@@ -55,12 +55,12 @@ fn write_inline_and_read_go_out_signalled_to_the_destinations_address_with_their
             .expect("room")
             .setup_write(rkey, fabric.slot(0, 64))
             .setup_inline_data(b"hi");
-        // A READ of the target's first 32 bytes (the write's) into local slot 200.
+        // A READ of the target's first 32 bytes (the write's) into local slot 255.
         guard
             .construct_wr(102, WorkRequestFlags::Signaled | WorkRequestFlags::Inline)
             .expect("room")
             .setup_read(rkey, fabric.slot(0, 0))
-            .setup_sge(lkey, fabric.local.addr(200 * SLOT), 32);
+            .setup_sge(lkey, fabric.local.addr(255 * SLOT), 32);
     }
     assert_eq!(guard.batch_len(), 3);
     guard.post().expect("post");
@@ -98,7 +98,7 @@ fn write_inline_and_read_go_out_signalled_to_the_destinations_address_with_their
     // The data: the write's bytes, the inline bytes, the read's copy, the other destination's.
     assert_eq!(fabric.read_slot(0, 0, 64), vec![7; 64]);
     assert_eq!(fabric.read_slot(0, 64, 3), b"hi\0");
-    assert_eq!(fabric.local.read(200 * SLOT, 32), vec![7; 32]);
+    assert_eq!(fabric.local.read(255 * SLOT, 32), vec![7; 32]);
     assert_eq!(fabric.read_slot(1, 0, 64), vec![pattern(200); 64]);
     // Idle dedicated destinations gave their initiators back.
     assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
@@ -393,6 +393,8 @@ fn a_grant(
 ) -> (DcInitiatorPool, DestinationId, DestinationId, DestinationId) {
     let mut pool = fabric
         .pool_builder(policy, 2, 16)
+        // Set over a short one: what is set last holds.
+        .setup_grant_timeout(Duration::from_millis(1))
         .setup_grant_timeout(grant)
         .setup_stall_timeout(None)
         .build()

@@ -53,11 +53,14 @@ pub const OPCODE_SEND: u8 = 0x0a;
 pub const OPCODE_RDMA_READ: u8 = 0x10;
 
 /// Runs the calling test on the software device; returns from the caller when this process is
-/// not on it (the rerun's outcome is asserted).
+/// not on it (the rerun's outcome is asserted). Always with `MLX5_SHUT_UP_BF=1` (doorbells
+/// only, no BlueFlame copies): softmlx5's UAR page lays its eighth BlueFlame register's second
+/// half past the page's 4096 bytes (`ibv_open_device` in softmlx5/c/devices.c), so that a
+/// process with more than six queue pairs overruns the heap on a BlueFlame copy.
 #[macro_export]
 macro_rules! on_device {
     ($($env:expr),*) => {
-        if let Some(status) = softmlx5::rerun_on_device(&[$($env),*]) {
+        if let Some(status) = softmlx5::rerun_on_device(&[("MLX5_SHUT_UP_BF", "1"), $($env),*]) {
             assert!(status.success(), "the test on the software device: {status}");
             return;
         }
@@ -235,7 +238,8 @@ impl Fabric {
     /// A builder for a pool of `initiators` on a CQ of its own, with `policy`, each initiator's
     /// send queue `max_send_wr`, and a short transport timeout (timeout 8: about 1 ms a try,
     /// `retry_cnt` 2), so that a dead target is told in milliseconds.
-    /// Under the streams policy, 4 streams a DC initiator, ERR after 2 in error
+    /// Grants never time out. Under the streams policy, 4 streams a DC initiator, ERR after 2 in
+    /// error
     /// ([`streams_pool_builder`](Self::streams_pool_builder) for others).
     pub fn pool_builder(&self, policy: DcPoolPolicy, initiators: usize, max_send_wr: u32) -> DcInitiatorPoolBuilder {
         self.streams_pool_builder(policy, initiators, max_send_wr, 2, 1)
@@ -260,7 +264,10 @@ impl Fabric {
             .setup_initiators(initiators)
             .setup_policy(policy)
             .setup_initiator(&initiator)
-            .setup_bring_up(fast_bring_up());
+            .setup_bring_up(fast_bring_up())
+            // A grant is kept until used (the checks that time it out set their own): a loaded
+            // machine does not take a grant from a check that waits for the device.
+            .setup_grant_timeout(Duration::MAX);
         builder
     }
 
@@ -535,31 +542,84 @@ pub fn without_syndromes(events: &[DcPoolEvent]) -> Vec<DcPoolEvent> {
         .collect()
 }
 
-/// What a run reports: each request's report by (target, number), and how many requests were
-/// handed back to retry.
+/// What a run reports: each request's report by (target, number), how many requests were
+/// handed back to retry, the initiators lost, the destinations reported unreachable, every event
+/// in order, and the requests never posted (their destination was unreachable).
 pub struct Outcome {
     pub reported: HashMap<(usize, u64), DcPoolEvent>,
     pub retried: usize,
-    /// The initiators reported lost.
     pub lost: Vec<usize>,
+    pub unreachable: Vec<DestinationId>,
+    pub events: Vec<DcPoolEvent>,
+    pub refused: Vec<(usize, u64)>,
 }
 
-/// Writes `per_target` requests to every destination (request `n` of target `t` is
-/// `t * per_target + n`), a request a batch, as room allows, polling; those of `bad` with an
-/// rkey the target refuses; `fault(pool, posted)` runs after each round. Every request is
-/// reported exactly once (a retried one posted again).
+impl Outcome {
+    /// The requests reported `Completed`.
+    pub fn completed(&self) -> usize {
+        self.reported
+            .values()
+            .filter(|e| matches!(e, DcPoolEvent::Completed { .. }))
+            .count()
+    }
+
+    /// The failed requests, with their status.
+    pub fn failed(&self) -> Vec<((usize, u64), u32)> {
+        let mut failed: Vec<_> = self
+            .reported
+            .iter()
+            .filter_map(|(&k, e)| match e {
+                DcPoolEvent::Failed { status, .. } => Some((k, *status)),
+                _ => None,
+            })
+            .collect();
+        failed.sort();
+        failed
+    }
+
+    /// Every completed WRITE's bytes are in its target's slot (request `n` at `n * 8`).
+    pub fn assert_written(&self, fabric: &Fabric, per_target: u64) {
+        for (&(t, n), event) in &self.reported {
+            if matches!(event, DcPoolEvent::Completed { .. }) {
+                let encoded = t as u64 * per_target + n;
+                assert_eq!(
+                    fabric.read_slot(t, write_offset(n), 8),
+                    vec![pattern(encoded); 8],
+                    "target {t}, request {n}"
+                );
+            }
+        }
+    }
+}
+
+/// Where request `n` of a run writes in its target's slot.
+pub fn write_offset(n: u64) -> usize {
+    (n % 32) as usize * 8
+}
+
+/// Writes `per_target` requests to every destination (request `n` of target `t` is `wr_id`
+/// `t * per_target + n`, 8 bytes at [`write_offset`]), a request a batch, as room allows,
+/// polling; those of `bad` with an rkey the target refuses; `fault(pool, posted)` runs after
+/// each round. Every request is reported exactly once (a retried one is posted again), unless
+/// its destination is unreachable before it is posted.
 pub fn run(
     pool: &mut DcInitiatorPool, fabric: &Fabric, ids: &[DestinationId], per_target: u64, bad: &[(usize, u64)],
     mut fault: impl FnMut(&mut DcInitiatorPool, u64),
 ) -> Outcome {
-    let total = ids.len() as u64 * per_target;
+    let mut total = ids.len() as u64 * per_target;
     let mut next_wr: Vec<u64> = vec![0; ids.len()];
     let mut retry: Vec<Vec<u64>> = vec![Vec::new(); ids.len()];
-    let mut reported: HashMap<(usize, u64), DcPoolEvent> = HashMap::new();
+    let mut outcome = Outcome {
+        reported: HashMap::new(),
+        retried: 0,
+        lost: Vec::new(),
+        unreachable: Vec::new(),
+        events: Vec::new(),
+        refused: Vec::new(),
+    };
     let target_of: HashMap<DestinationId, usize> = ids.iter().enumerate().map(|(t, &id)| (id, t)).collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let (mut posted, mut done, mut retried) = (0u64, 0u64, 0usize);
-    let mut lost = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut posted, mut done) = (0u64, 0u64);
     while done < total {
         assert!(std::time::Instant::now() < deadline, "{done} of {total} reported");
         for t in 0..ids.len() {
@@ -570,7 +630,7 @@ pub fn run(
             };
             let encoded = t as u64 * per_target + n;
             let refused: &[u64] = if bad.contains(&(t, n)) { &[encoded] } else { &[] };
-            match post_requests(pool, fabric, ids[t], t, &[encoded], 64, |_| 0, refused) {
+            match post_requests(pool, fabric, ids[t], t, &[encoded], 8, |_| write_offset(n), refused) {
                 Ok(_) => {
                     posted += 1;
                     if retry[t].first() == Some(&n) {
@@ -580,12 +640,20 @@ pub fn run(
                     }
                 },
                 Err(e) if e.is_would_block() => {},
+                Err(e) if matches!(e.0, PostToDestinationErrorKind::Unreachable) => {
+                    // Its requests not yet posted are never reported.
+                    let never: Vec<u64> = retry[t].drain(..).chain(next_wr[t]..per_target).collect();
+                    next_wr[t] = per_target;
+                    total -= never.len() as u64;
+                    outcome.refused.extend(never.into_iter().map(|n| (t, n)));
+                },
                 Err(e) => panic!("{e}"),
             }
         }
         let mut events = Vec::new();
         pool.poll(|e| events.push(e)).expect("poll");
         for event in events {
+            outcome.events.push(event.clone());
             let (destination, wr_id) = match &event {
                 DcPoolEvent::Completed { destination, wr_id } | DcPoolEvent::Failed { destination, wr_id, .. } => {
                     (*destination, *wr_id)
@@ -593,27 +661,30 @@ pub fn run(
                 DcPoolEvent::Retry { destination, wr_id } => {
                     let t = target_of[destination];
                     retry[t].push(wr_id - t as u64 * per_target);
-                    retried += 1;
+                    outcome.retried += 1;
                     continue;
                 },
                 DcPoolEvent::InitiatorLost { initiator, .. } => {
-                    lost.push(*initiator);
+                    outcome.lost.push(*initiator);
+                    continue;
+                },
+                DcPoolEvent::Unreachable { destination } => {
+                    outcome.unreachable.push(*destination);
                     continue;
                 },
                 _ => continue,
             };
             let t = target_of[&destination];
             let key = (t, wr_id - t as u64 * per_target);
-            assert!(reported.insert(key, event.clone()).is_none(), "{key:?} reported twice");
+            assert!(
+                outcome.reported.insert(key, event.clone()).is_none(),
+                "{key:?} reported twice"
+            );
             done += 1;
         }
         fault(pool, posted);
     }
-    Outcome {
-        reported,
-        retried,
-        lost,
-    }
+    outcome
 }
 
 /// The targets of initiator `initiator`'s destinations on `count` different streams.
