@@ -598,10 +598,13 @@ pub fn write_offset(n: u64) -> usize {
 }
 
 /// Writes `per_target` requests to every destination (request `n` of target `t` is `wr_id`
-/// `t * per_target + n`, 8 bytes at [`write_offset`]), a request a batch, as room allows,
-/// polling; those of `bad` with an rkey the target refuses; `fault(pool, posted)` runs after
-/// each round. Every request is reported exactly once (a retried one is posted again), unless
-/// its destination is unreachable before it is posted.
+/// `t * per_target + n`, 8 bytes at [`write_offset`]), a request a batch, polling; those of
+/// `bad` with an rkey the target refuses; `fault(pool, posted)` runs after each round. A
+/// destination refused with a would-block posts again only once the pool reports it `Ready`,
+/// as the pool's documentation says to: one that is never told waits for ever, and the run
+/// fails at its deadline (nobody waits for ever while an initiator is free). Every request is
+/// reported exactly once (a retried one is posted again), unless its destination is
+/// unreachable before it is posted.
 pub fn run(
     pool: &mut DcInitiatorPool, fabric: &Fabric, ids: &[DestinationId], per_target: u64, bad: &[(usize, u64)],
     mut fault: impl FnMut(&mut DcInitiatorPool, u64),
@@ -618,11 +621,21 @@ pub fn run(
         refused: Vec::new(),
     };
     let target_of: HashMap<DestinationId, usize> = ids.iter().enumerate().map(|(t, &id)| (id, t)).collect();
+    // The destinations to try, and whether each is in that line or waits for its Ready.
+    let mut to_try: std::collections::VecDeque<usize> = (0..ids.len()).collect();
+    let mut queued = vec![true; ids.len()];
+    let mut blocked = vec![false; ids.len()];
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let (mut posted, mut done) = (0u64, 0u64);
     while done < total {
-        assert!(std::time::Instant::now() < deadline, "{done} of {total} reported");
-        for t in 0..ids.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{done} of {total} reported; waiting for a Ready: {:?}",
+            (0..ids.len()).filter(|&t| blocked[t]).collect::<Vec<_>>()
+        );
+        for _ in 0..to_try.len() {
+            let t = to_try.pop_front().expect("a destination to try");
+            queued[t] = false;
             let n = match retry[t].first() {
                 Some(&n) => n,
                 None if next_wr[t] < per_target => next_wr[t],
@@ -638,8 +651,10 @@ pub fn run(
                     } else {
                         next_wr[t] += 1;
                     }
+                    to_try.push_back(t);
+                    queued[t] = true;
                 },
-                Err(e) if e.is_would_block() => {},
+                Err(e) if e.is_would_block() => blocked[t] = true,
                 Err(e) if matches!(e.0, PostToDestinationErrorKind::Unreachable) => {
                     // Its requests not yet posted are never reported.
                     let never: Vec<u64> = retry[t].drain(..).chain(next_wr[t]..per_target).collect();
@@ -662,6 +677,19 @@ pub fn run(
                     let t = target_of[destination];
                     retry[t].push(wr_id - t as u64 * per_target);
                     outcome.retried += 1;
+                    if !queued[t] && !blocked[t] {
+                        to_try.push_back(t);
+                        queued[t] = true;
+                    }
+                    continue;
+                },
+                DcPoolEvent::Ready { destination } => {
+                    let t = target_of[destination];
+                    blocked[t] = false;
+                    if !queued[t] {
+                        to_try.push_back(t);
+                        queued[t] = true;
+                    }
                     continue;
                 },
                 DcPoolEvent::InitiatorLost { initiator, .. } => {
