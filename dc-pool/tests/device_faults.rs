@@ -505,3 +505,158 @@ fn a_write_from_a_scatter_gather_entry_moves_the_buffer_s_bytes() {
     assert_eq!(fabric.read_slot(0, 8, 200), vec![0x5a; 200], "the buffer's bytes");
     assert_eq!(fabric.read_slot(0, 208, 8), vec![0; 8], "nothing after");
 }
+
+#[test]
+fn memory() {
+    on_device!();
+    checks!(
+        a_buffer_not_registered_or_left_by_its_entry_is_a_local_protection_error,
+        a_read_into_a_region_without_local_write_is_a_local_protection_error,
+        a_write_or_read_outside_a_target_s_regions_or_access_is_a_remote_access_error,
+        registrations_are_refused_as_ibv_reg_mr_refuses_them,
+    );
+}
+
+/// One request through the pool (a WRITE, or a READ into local memory) of `length` bytes between
+/// `local` (`lkey`) and `remote` (`rkey`); its status, once the pool reported it.
+fn status_of(
+    pool: &mut DcInitiatorPool, destination: DestinationId, read: bool, (lkey, local): (u32, u64),
+    (rkey, remote): (u32, u64), length: u32,
+) -> u32 {
+    let mut guard = pool.start_post_send(destination).expect("a batch");
+    let request = guard.construct_wr(1, WorkRequestFlags::Signaled).expect("room");
+    // SAFETY: every address named lies in memory the check keeps alive until the report.
+    unsafe {
+        if read {
+            request.setup_read(rkey, remote).setup_sge(lkey, local, length);
+        } else {
+            request.setup_write(rkey, remote).setup_sge(lkey, local, length);
+        }
+    }
+    guard.post().expect("post");
+    match &poll_reports(pool, 1)[..] {
+        [DcPoolEvent::Completed { .. }] => 0,
+        [DcPoolEvent::Failed { status, .. }] => *status,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn a_buffer_not_registered_or_left_by_its_entry_is_a_local_protection_error() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 1, 16);
+    let d = ids[0];
+    let mut local = Buffer::new(&fabric.pd, 32, all());
+    local.fill(0, 32, 0x5a);
+    let (lkey, address) = (local.mr.lkey(), local.addr(0));
+    let remote = (fabric.remote.mr.rkey(), fabric.slot(0, 0));
+    // Not registered at all: no region has key 0.
+    assert_eq!(status_of(&mut pool, d, false, (0, address), remote, 64), LOC_PROT_ERR);
+    // 64 bytes from a region of 32; starting before it.
+    assert_eq!(
+        status_of(&mut pool, d, false, (lkey, address), remote, 64),
+        LOC_PROT_ERR
+    );
+    assert_eq!(
+        status_of(&mut pool, d, false, (lkey, address - 1), remote, 8),
+        LOC_PROT_ERR
+    );
+    assert_eq!(fabric.read_slot(0, 0, 8), vec![0; 8], "nothing was written");
+    // Each error put the initiator in ERR, and the pool brought it back: this one goes through.
+    assert_eq!(status_of(&mut pool, d, false, (lkey, address), remote, 32), 0);
+    assert_eq!(fabric.read_slot(0, 0, 32), vec![0x5a; 32]);
+    // Deregistered: its key names nothing again.
+    drop(local);
+    let spare = Buffer::new(&fabric.pd, 64, all());
+    assert_eq!(
+        status_of(&mut pool, d, false, (lkey, spare.addr(0)), remote, 32),
+        LOC_PROT_ERR
+    );
+    // A zero-length entry: its key is never looked at.
+    assert_eq!(status_of(&mut pool, d, false, (0, spare.addr(0)), remote, 0), 0);
+}
+
+fn a_read_into_a_region_without_local_write_is_a_local_protection_error() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 1, 16);
+    let remote = (fabric.remote.mr.rkey(), fabric.slot(0, 0));
+    let read_only = Buffer::new(&fabric.pd, 64, sideway::ibverbs::AccessFlags::none());
+    let writable = Buffer::new(&fabric.pd, 64, all());
+    let status = status_of(
+        &mut pool,
+        ids[0],
+        true,
+        (read_only.mr.lkey(), read_only.addr(0)),
+        remote,
+        16,
+    );
+    assert_eq!(status, LOC_PROT_ERR);
+    let status = status_of(
+        &mut pool,
+        ids[0],
+        true,
+        (writable.mr.lkey(), writable.addr(0)),
+        remote,
+        16,
+    );
+    assert_eq!(status, 0);
+}
+
+fn a_write_or_read_outside_a_target_s_regions_or_access_is_a_remote_access_error() {
+    use sideway::ibverbs::AccessFlags;
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 1, 16);
+    let d = ids[0];
+    let mut source = Buffer::new(&fabric.pd, 64, all());
+    source.fill(0, 64, 9);
+    let local = (source.mr.lkey(), source.addr(0));
+    let sink = Buffer::new(&fabric.pd, 64, all());
+    let into = (sink.mr.lkey(), sink.addr(0));
+    let region = Buffer::new(&fabric.pd, 16, AccessFlags::LocalWrite | AccessFlags::RemoteWrite);
+    let read_only = Buffer::new(&fabric.pd, 16, AccessFlags::RemoteRead);
+    let (rkey, address) = (region.mr.rkey(), region.addr(0));
+    let cases = [
+        (
+            "an rkey no region has",
+            false,
+            (rkey ^ 0x00ff_0000, address),
+            8,
+            REM_ACCESS_ERR,
+        ),
+        ("past the region's end", false, (rkey, address + 8), 16, REM_ACCESS_ERR),
+        ("before its start", false, (rkey, address - 8), 8, REM_ACCESS_ERR),
+        ("a READ without remote read", true, (rkey, address), 8, REM_ACCESS_ERR),
+        (
+            "a WRITE without remote write",
+            false,
+            (read_only.mr.rkey(), read_only.addr(0)),
+            8,
+            REM_ACCESS_ERR,
+        ),
+        ("inside, with its access", false, (rkey, address + 8), 8, 0),
+    ];
+    for (what, read, remote, length, status) in cases {
+        let from = if read { into } else { local };
+        assert_eq!(status_of(&mut pool, d, read, from, remote, length), status, "{what}");
+    }
+    assert_eq!(region.read(0, 16), [vec![0; 8], vec![9; 8]].concat());
+    // Deregistered, the region is gone for remote requests too.
+    drop(region);
+    assert_eq!(
+        status_of(&mut pool, d, false, local, (rkey, address), 8),
+        REM_ACCESS_ERR
+    );
+}
+
+fn registrations_are_refused_as_ibv_reg_mr_refuses_them() {
+    use sideway::ibverbs::AccessFlags;
+    let fabric = Fabric::new(0);
+    let data = vec![0u8; 64];
+    for access in [AccessFlags::RemoteWrite, AccessFlags::RemoteAtomic] {
+        // SAFETY: the memory outlives the (refused) registration.
+        let refused = unsafe { fabric.pd.reg_mr(data.as_ptr() as usize, data.len(), access) };
+        assert!(refused.is_err(), "{access:?} without local write");
+    }
+    let first = Buffer::new(&fabric.pd, 8, all());
+    let second = Buffer::new(&fabric.pd, 8, all());
+    assert_ne!(first.mr.rkey(), second.mr.rkey(), "every region has its key");
+}
