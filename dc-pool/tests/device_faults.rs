@@ -660,3 +660,130 @@ fn registrations_are_refused_as_ibv_reg_mr_refuses_them() {
     let second = Buffer::new(&fabric.pd, 8, all());
     assert_ne!(first.mr.rkey(), second.mr.rkey(), "every region has its key");
 }
+
+#[test]
+fn trace() {
+    on_device!();
+    checks!(
+        the_trace_of_a_small_run_is_exactly_what_happened,
+        a_kill_between_steps_takes_effect_from_the_next_step_and_not_before,
+    );
+}
+
+/// Two targets on one initiator (static): a WRITE to the first, a refused WRITE to the second
+/// and one behind it. The device's trace of it, request by request.
+fn the_trace_of_a_small_run_is_exactly_what_happened() {
+    let fabric = Fabric::new(2);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 1, 16);
+    let qp = qpn(&pool, 0);
+    let (d0, d1) = (fabric.dct_number(0), fabric.dct_number(1));
+    stall(&pool, 0, true);
+    device().clear_trace();
+    write(&mut pool, &fabric, ids[0], 0, &[11]).expect("post");
+    post_requests(
+        &mut pool,
+        &fabric,
+        ids[1],
+        1,
+        &[12, 13],
+        8,
+        |n| (n as usize - 12) * 8,
+        &[12],
+    )
+    .expect("post");
+    stall(&pool, 0, false);
+    let events = without_syndromes(&poll_reports(&mut pool, 3));
+    assert_eq!(
+        events[..3],
+        [
+            completed(ids[0], 11),
+            failed(ids[1], 12, REM_ACCESS_ERR),
+            failed(ids[1], 13, WR_FLUSH_ERR)
+        ]
+    );
+    let trace: Vec<(u32, u32, u32, u8, u8)> = device()
+        .trace()
+        .iter()
+        .filter(|e| e.kind != event_kind::RETRANSMIT)
+        .map(|e| (e.kind, e.qp_number, e.peer, e.opcode, e.status))
+        .collect();
+    let (request, executed, answered, cqe) = (
+        event_kind::REQUEST,
+        event_kind::EXECUTED,
+        event_kind::ANSWERED,
+        event_kind::CQE,
+    );
+    let ack = softmlx5::answer::ACK;
+    let nak = softmlx5::answer::NAK_REMOTE_ACCESS;
+    let (dct0, dct1) = (
+        fabric.targets[0].dct_number().expect("dct"),
+        fabric.targets[1].dct_number().expect("dct"),
+    );
+    assert_eq!((dct0, dct1), (d0, d1));
+    // The first WRITE: out, executed at its target, answered, completed. The second: out
+    // after the first was answered (one target at a time), refused, its error CQE; the third
+    // never leaves: flushed (CQE syndrome 0x05).
+    let expected: Vec<(u32, u32, u32, u8, u8)> = vec![
+        (request, qp, d0, OPCODE_RDMA_WRITE, 0),
+        (executed, d0, qp, OPCODE_RDMA_WRITE, ack),
+        (answered, qp, 0, OPCODE_RDMA_WRITE, ack),
+        (cqe, qp, 0, 0x00, 0),
+        (request, qp, d1, OPCODE_RDMA_WRITE, 0),
+        (executed, d1, qp, OPCODE_RDMA_WRITE, nak),
+        (answered, qp, 0, OPCODE_RDMA_WRITE, nak),
+        (cqe, qp, 0, 0x0d, 0x13),
+        (cqe, qp, 0, 0x0d, 0x05),
+    ];
+    let simplified: Vec<_> = trace
+        .iter()
+        .map(|&(kind, q, peer, opcode, status)| match kind {
+            k if k == answered || k == cqe => (kind, q, 0, if k == cqe { opcode } else { opcode }, status),
+            _ => (kind, q, peer, opcode, status),
+        })
+        .collect();
+    assert_eq!(simplified, expected, "{trace:?}");
+    assert_eq!(fabric.read_slot(0, 0, 64), vec![11; 64]);
+    assert_eq!(
+        fabric.read_slot(1, 0, 16),
+        vec![0; 16],
+        "neither request to the second executed"
+    );
+}
+
+/// In step mode the device does nothing between steps: a target killed after the step that
+/// executed a WRITE leaves it done; the next WRITE, stepped after the kill, fails once the
+/// transport's retries (moved on by the virtual clock) run out.
+fn a_kill_between_steps_takes_effect_from_the_next_step_and_not_before() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 1, 16);
+    let device = device();
+    device.set_step_mode(true);
+    write(&mut pool, &fabric, ids[0], 0, &[1]).expect("post");
+    assert!(
+        poll_for(&mut pool, Duration::from_millis(5)).is_empty(),
+        "nothing before a step"
+    );
+    while device.step() > 0 {}
+    assert_eq!(poll_reports(&mut pool, 1), [completed(ids[0], 1)]);
+    device.kill_target(fabric.dct_number(0), true).expect("kill");
+    write(&mut pool, &fabric, ids[0], 0, &[2]).expect("post");
+    while device.step() > 0 {}
+    assert!(
+        poll_for(&mut pool, Duration::from_millis(5)).is_empty(),
+        "the clock did not move"
+    );
+    // timeout 8, retry_cnt 2: three tries of 4.096 µs · 2^8.
+    for _ in 0..3 {
+        device.advance(Duration::from_nanos(4096 << 8));
+        while device.step() > 0 {}
+    }
+    let events = without_syndromes(&poll_reports(&mut pool, 1));
+    device.set_step_mode(false);
+    assert_eq!(events, [failed(ids[0], 2, RETRY_EXC_ERR)]);
+    assert_eq!(
+        fabric.read_slot(0, 0, 64),
+        vec![1; 64],
+        "the first executed, the second not"
+    );
+    device.kill_target(fabric.dct_number(0), false).expect("revive");
+}

@@ -87,6 +87,7 @@ fn lost() {
         an_over_quota_destination_whose_initiator_is_lost_gets_ready_when_its_turn_comes,
         no_initiator_in_service_once_every_initiator_is_lost,
         an_initiator_whose_recovery_fails_is_lost_and_the_others_take_its_destinations,
+        a_pool_without_initiators_refuses_posts,
     );
 }
 
@@ -249,4 +250,26 @@ fn on_a_kernel_without_the_dci_reset_a_rebuilt_initiator_takes_more_than_its_sen
         .all(|e| matches!(e, DcPoolEvent::Completed { .. })));
     assert_ne!(qpn(&pool, 0), qp, "rebuilt");
     outcome.assert_written(&fabric, 12);
+}
+
+/// A pool assembled from no initiators binds nothing and refuses posts, under every policy.
+fn a_pool_without_initiators_refuses_posts() {
+    let fabric = Fabric::new(1);
+    for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static, DcPoolPolicy::Streams] {
+        let mut pool: DcInitiatorPool = DcInitiatorPool::from_initiators(Vec::new(), policy, 3);
+        pool.set_protection_domain(&fabric.pd, PORT, DcServiceClass::new());
+        let d = pool.add_destination(fabric.endpoint(0));
+        assert_eq!(pool.assignment(d), None);
+        assert_eq!(pool.destination_state(d), DestinationState::NoInitiatorInService);
+        let refused = if policy == DcPoolPolicy::Streams {
+            pool.start_post_send_on_stream(d).map(drop)
+        } else {
+            pool.start_post_send(d).map(drop)
+        };
+        let refused = refused.map_err(|e| e.0);
+        assert!(
+            matches!(refused, Err(PostToDestinationErrorKind::NoInitiatorInService)),
+            "{policy:?}: {refused:?}"
+        );
+    }
 }
