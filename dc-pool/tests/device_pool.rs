@@ -884,7 +884,7 @@ fn a_million_destinations_through_the_pool_leave_its_footprint_at_the_live_ones(
     let endpoints: Vec<_> = (0..4).map(|t| fabric.endpoint(t)).collect();
     let mut live = std::collections::VecDeque::new();
     for n in 0..1_000_000usize {
-        let id = pool.add_destination(endpoints[n % 4].clone());
+        let id = pool.add_destination(endpoints[n % 4]);
         // Every 100 000th destination posts, through its own address handle.
         if n % 100_000 == 0 {
             write(&mut pool, &fabric, id, n % 4, &[n as u64]).expect("post");

@@ -122,9 +122,9 @@ fn a_thousand_destinations_under_every_policy_with_failures_and_a_target_killed_
         device().kill_target(fabric.dct_number(dead), false).expect("revive");
         // Unreachable at its first "no such target" error: the requests it posted behind that
         // one are flushed with it, and do not count.
-        let (mut pool, ids) = pool_of(&fabric, policy, 1);
+        let (mut pool, ids) = pool_of(fabric, policy, 1);
         let mut killed = false;
-        let outcome = run(&mut pool, &fabric, &ids, 10, &bad, |_, posted| {
+        let outcome = run(&mut pool, fabric, &ids, 10, &bad, |_, posted| {
             if !killed && posted >= 2000 {
                 device().kill_target(fabric.dct_number(dead), true).expect("kill");
                 killed = true;
@@ -149,7 +149,7 @@ fn a_thousand_destinations_under_every_policy_with_failures_and_a_target_killed_
 /// requests the pool posted meanwhile, shrinks to a fraction.
 fn a_quota_bounds_the_wait_hot_destinations_impose_on_the_others(fabric: &Fabric) {
     let longest_wait = |policy| {
-        let (mut pool, ids) = pool_of(&fabric, policy, 3);
+        let (mut pool, ids) = pool_of(fabric, policy, 3);
         let mut left: Vec<u64> = (0..1000).map(|t| if t < 16 { 80 } else { 1 }).collect();
         let arrives = |t: usize| if t < 16 { 0 } else { 2 * (t as u64 - 16) };
         let mut refused_at: Vec<Option<u64>> = vec![None; 1000];
@@ -162,7 +162,7 @@ fn a_quota_bounds_the_wait_hot_destinations_impose_on_the_others(fabric: &Fabric
                 if left[t] == 0 || arrives(t) > posts {
                     continue;
                 }
-                match write(&mut pool, &fabric, ids[t], t, &[left[t]]) {
+                match write(&mut pool, fabric, ids[t], t, &[left[t]]) {
                     Ok(_) => {
                         left[t] -= 1;
                         if let Some(at) = refused_at[t].take() {

@@ -320,8 +320,8 @@ fn too_many_stream_errors_move_the_initiator_to_err_and_it_is_recovered() {
         "the ERR flushed the other streams' requests: handed back"
     );
     // Recovered as a whole: a request of every stream executes.
-    for t in 0..40 {
-        write(&mut pool, &fabric, ids[t], t, &[500 + t as u64]).expect("post after recovery");
+    for (t, &id) in ids.iter().enumerate() {
+        write(&mut pool, &fabric, id, t, &[500 + t as u64]).expect("post after recovery");
     }
     let events = poll_reports(&mut pool, 40);
     assert!(
