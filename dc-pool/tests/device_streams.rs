@@ -26,9 +26,10 @@ fn two_streams_of_one_initiator(pool: &DcInitiatorPool, ids: &[DestinationId]) -
     panic!("the hash spreads destinations over streams: {seen:?}");
 }
 
+/// On a ConnectX-6 Dx (the device's default profile, named here): DCI streams.
 #[test]
 fn streams() {
-    on_device!();
+    on_device!(("SOFTMLX5_PROFILE", "cx6dx"));
     checks!(
         the_streams_policy_addresses_each_request_on_the_destinations_stream,
         a_stream_in_error_is_reset_only_once_flushed_and_other_streams_completions_count,
