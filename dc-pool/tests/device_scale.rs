@@ -1,6 +1,6 @@
 //! The pool at scale on the software ConnectX, each destination a DC target of its own: 1 000
 //! destinations under every policy with injected failures and a target killed mid-run, 10 000
-//! destinations under every policy with a dead one, and hot destinations under a quota.
+//! destinations with a dead one, and hot destinations under a quota.
 //!
 //! Creating a DC target on the software device takes the longest part of these runs, and with
 //! 10 000 targets in a process each pass of the device walks all their queue pairs: the
