@@ -54,7 +54,7 @@ fn runs() {
 fn the_same_seed_gives_the_same_run() {
     let once = || {
         let fabric = Fabric::new(30);
-        device().set_step_mode(true);
+        step_mode();
         device().seed(42);
         for t in (0..30).step_by(3) {
             let fault = softmlx5::RouteFault {
@@ -753,6 +753,13 @@ fn the_trace_of_a_small_run_is_exactly_what_happened() {
     );
 }
 
+/// Step mode on, once the device thread's pass under way (if any) is over: it checks the mode
+/// between passes, and an idle one polls each millisecond.
+fn step_mode() {
+    device().set_step_mode(true);
+    std::thread::sleep(Duration::from_millis(5));
+}
+
 /// In step mode the device does nothing between steps: a target killed after the step that
 /// executed a WRITE leaves it done; the next WRITE, stepped after the kill, fails once the
 /// transport's retries (moved on by the virtual clock) run out.
@@ -760,7 +767,7 @@ fn a_kill_between_steps_takes_effect_from_the_next_step_and_not_before() {
     let fabric = Fabric::new(1);
     let (mut pool, ids) = fabric.pool(DcPoolPolicy::Dedicated, 1, 16);
     let device = device();
-    device.set_step_mode(true);
+    step_mode();
     write(&mut pool, &fabric, ids[0], 0, &[1]).expect("post");
     assert!(
         poll_for(&mut pool, Duration::from_millis(5)).is_empty(),
