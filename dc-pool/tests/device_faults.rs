@@ -314,16 +314,19 @@ fn a_dropped_wrong_key_fails_after_the_transport_timeout_and_makes_the_destinati
                 .any(|e| e.kind == event_kind::DROPPED && e.status == softmlx5::drop::DC_KEY),
             "round {round}: dropped for its key"
         );
-        // No failure before the transport timeout (4.096 µs · 2^8 a try, 3 tries).
-        let sent = trace
-            .iter()
-            .find(|e| e.kind == event_kind::REQUEST && e.peer == fabric.dct_number(STALE));
+        // No failure before the transport's retries ran out: retry_cnt (2) retransmissions
+        // for the timeout first, each a timeout (4.096 µs · 2^8) after the one before.
         let failed_at = trace
             .iter()
-            .find(|e| e.kind == event_kind::CQE && e.qp_number == qp && e.status != 0);
-        if let (Some(sent), Some(failed_at)) = (sent, failed_at) {
-            assert!(failed_at.time_ns - sent.time_ns >= 3 * (4096 << 8), "round {round}");
-        }
+            .position(|e| e.kind == event_kind::CQE && e.qp_number == qp && e.status != 0)
+            .expect("the error's CQE");
+        let retries: Vec<u64> = trace[..failed_at]
+            .iter()
+            .filter(|e| e.kind == event_kind::RETRANSMIT && e.qp_number == qp && e.status == 1)
+            .map(|e| e.time_ns)
+            .collect();
+        assert!(retries.len() >= 2, "round {round}: {retries:?}");
+        assert!(trace[failed_at].time_ns - retries[0] >= 4096 << 8, "round {round}");
     }
     assert!(pool.is_unreachable(ids[STALE]));
     assert_eq!(pool.destination_state(ids[STALE]), DestinationState::Unreachable);

@@ -11,7 +11,7 @@ use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
 use sideway_ext_dc_pool::DcInitiatorPool;
 
 /// The pool's stall timeout.
-const TIMEOUT: Duration = Duration::from_millis(60);
+const TIMEOUT: Duration = Duration::from_millis(100);
 
 fn setup(policy: DcPoolPolicy, stall: Option<Duration>) -> (Fabric, DcInitiatorPool, Vec<DestinationId>) {
     let fabric = Fabric::new(2);
@@ -96,9 +96,12 @@ fn a_stalled_destination_is_reported_once_after_the_timeout_and_again_for_a_late
             initiator,
             stream,
         };
-        let seen = run(&mut pool, &fabric, &ids, 2 * TIMEOUT + TIMEOUT / 2, &mut next);
+        let mut seen = run(&mut pool, &fabric, &ids, 2 * TIMEOUT + TIMEOUT / 2, &mut next);
         // Exactly once, no earlier than the timeout after the post, about an eighth later at
-        // most (with room for a loaded machine).
+        // most (with room for a loaded machine). (The writing destination's requests are
+        // reported too, should the machine stop this process for longer than the timeout.)
+        seen.stalls
+            .retain(|(_, e)| matches!(e, DcPoolEvent::Stalled { destination, .. } if *destination == ids[0]));
         assert_eq!(seen.stalls.len(), 1, "{policy:?}: {:?}", seen.stalls);
         let (at, ref event) = seen.stalls[0];
         assert_eq!(*event, stalled, "{policy:?}");
@@ -130,15 +133,19 @@ fn a_stalled_destination_is_reported_once_after_the_timeout_and_again_for_a_late
 
         // A receive comes: the SEND completes; nothing more is reported for it.
         fabric.post_receives(1);
-        let seen = run(&mut pool, &fabric, &ids, TIMEOUT, &mut next);
+        let mut seen = run(&mut pool, &fabric, &ids, TIMEOUT, &mut next);
         assert!(seen.completed.iter().any(|&(_, wr_id)| wr_id == 1), "{policy:?}");
+        seen.stalls
+            .retain(|(_, e)| matches!(e, DcPoolEvent::Stalled { destination, .. } if *destination == ids[0]));
         assert!(seen.stalls.is_empty(), "{policy:?}: {:?}", seen.stalls);
         assert_eq!(fabric.receives.read(0, 64), vec![5; 64], "{policy:?}: the SEND's bytes");
 
         // A later SEND stalls again (the receive was used): reported again, once.
         send(&mut pool, &fabric, ids[0], 2);
         let posted = Instant::now();
-        let seen = run(&mut pool, &fabric, &ids, 2 * TIMEOUT + TIMEOUT / 2, &mut next);
+        let mut seen = run(&mut pool, &fabric, &ids, 2 * TIMEOUT + TIMEOUT / 2, &mut next);
+        seen.stalls
+            .retain(|(_, e)| matches!(e, DcPoolEvent::Stalled { destination, .. } if *destination == ids[0]));
         assert_eq!(seen.stalls.len(), 1, "{policy:?}: {:?}", seen.stalls);
         assert!(seen.stalls[0].0 - posted >= TIMEOUT, "{policy:?}");
         assert_eq!(pool.outstanding(ids[0]), 1, "{policy:?}: still outstanding, not failed");
