@@ -1213,3 +1213,114 @@ fn a_read_whose_responses_would_not_reach_the_initiators_is_refused_before_the_w
         ]
     );
 }
+
+#[test]
+fn assembly() {
+    on_device!();
+    checks!(
+        the_send_cq_and_the_in_flight_cap_follow_the_granted_send_queue,
+        a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue,
+        a_pool_made_from_initiators_creates_address_handles_on_the_protection_domain_given,
+    );
+}
+
+fn the_send_cq_and_the_in_flight_cap_follow_the_granted_send_queue() {
+    use sideway_ext_dc_pool::builder::CreateDcInitiatorPoolErrorKind;
+    let fabric = Fabric::new(1);
+    // A CQ below what was asked (2 × 20) is refused before anything is created.
+    let small = fabric.ctx.create_cq_builder().setup_cqe(16).build().expect("CQ");
+    let refused = fabric
+        .pool_builder(DcPoolPolicy::Static, 2, 20)
+        .setup_send_cq(small)
+        .build()
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused.0,
+            CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { needed: 40, .. }
+        ),
+        "{refused:?}"
+    );
+    // The pool's own CQ holds what was granted: libmlx5 rounds 20 up (a power of two of bytes).
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 2, 20);
+    let granted = pool.initiator(0).expect("initiator").max_send_wr();
+    assert!(granted >= 20, "{granted}");
+    assert!(
+        pool.send_cq().is_some(),
+        "the pool created its send CQ for 2 × {granted}"
+    );
+    let room = pool.start_post_send(ids[0]).expect("an initiator").room();
+    assert_eq!(room, granted as usize, "the pool keeps that much in flight on each");
+    // All of it goes out and completes.
+    let (initiator, _) = pool.assignment(ids[0]).expect("bound");
+    stall(&pool, initiator, true);
+    let wr_ids: Vec<u64> = (1..=granted as u64).collect();
+    post_writes(&mut pool, &fabric, ids[0], 0, &wr_ids, 8, |_| 0).expect("post");
+    stall(&pool, initiator, false);
+    assert_eq!(reports(&poll_reports(&mut pool, wr_ids.len())), wr_ids.len());
+}
+
+fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue() {
+    let fabric = Fabric::new(1);
+    let (mut pool, ids) = fabric.pool(DcPoolPolicy::Static, 1, 8);
+    let granted = pool.initiator(0).expect("initiator").max_inline_data() as usize;
+    assert!(granted >= 64, "{granted}");
+    let (rkey, to) = (fabric.remote.mr.rkey(), fabric.slot(0, 0));
+    let data = vec![0x5a; granted + 1];
+    let mut post = |len: usize| {
+        let mut guard = pool.start_post_send(ids[0]).expect("an initiator");
+        guard
+            .construct_wr(9, WorkRequestFlags::Signaled)
+            .expect("room")
+            .setup_write(rkey, to)
+            .setup_inline_data(&data[..len]);
+        guard.post()
+    };
+    post(granted).expect("the granted size fits");
+    let err = post(granted + 1).unwrap_err();
+    assert!(
+        matches!(
+            err.0,
+            PostSendErrorKind::InlineDataTooLong { wr_id: 9, length, max_inline_data, .. }
+                if length == granted + 1 && max_inline_data as usize == granted
+        ),
+        "{err:?}"
+    );
+    assert_eq!(poll_reports(&mut pool, 1), [completed(ids[0], 9)]);
+    assert_eq!(fabric.read_slot(0, 0, granted), vec![0x5a; granted]);
+}
+
+fn a_pool_made_from_initiators_creates_address_handles_on_the_protection_domain_given() {
+    use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+    let fabric = Fabric::new(1);
+    let cq = fabric.ctx.create_cq_builder().setup_cqe(64).build().expect("CQ");
+    let mut initiator = fabric
+        .initiator_builder(16)
+        .setup_send_cq(cq.clone())
+        .build()
+        .expect("initiator");
+    initiator.bring_up(&fast_bring_up()).expect("bring up");
+    let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
+    pool.set_send_cq(cq);
+    pool.set_protection_domain(&fabric.pd, PORT, DcServiceClass::new());
+    let destination = pool.add_destination(fabric.endpoint(0));
+    assert_eq!(
+        pool.footprint().address_handles,
+        0,
+        "none before the first post or prepare"
+    );
+    pool.prepare(destination).expect("an address handle on the device");
+    assert_eq!(pool.footprint().address_handles, 1);
+    let mut guard = pool.start_post_send(destination).expect("an initiator");
+    guard
+        .construct_wr(7, WorkRequestFlags::none())
+        .expect("room")
+        .setup_write(fabric.remote.mr.rkey(), fabric.slot(0, 8))
+        .setup_inline_data(b"pd-given");
+    guard.post().expect("posted");
+    assert_eq!(poll_reports(&mut pool, 1), [completed(destination, 7)]);
+    assert_eq!(fabric.read_slot(0, 8, 8), b"pd-given");
+    pool.remove_destination(destination).expect("nothing outstanding");
+    assert_eq!(pool.footprint().address_handles, 0, "freed with the destination");
+}
