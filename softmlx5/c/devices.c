@@ -415,9 +415,10 @@ SOFT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	ctx->device = dev;
-	/* Doorbell registers: a UAR page of 8 BlueFlame registers (each two halves of
-	 * bf_reg_size), as mlx5_map_uar pages give; register 0 is the shared one. */
-	ctx->uar_page = soft_zalloc_aligned(4096);
+	/* Doorbell registers: 8 BlueFlame registers on 4 UAR pages, as mlx5_map_uar gives them
+	 * (MLX5_NUM_NON_FP_BFREGS_PER_UAR of them a page, at MLX5_BF_OFFSET + j * bf_reg_size,
+	 * each written in halves of bf_reg_size / 2); register 0 is the shared one. */
+	ctx->uar_page = soft_zalloc_aligned(4 * 4096);
 	ctx->bfs = calloc(8, sizeof(*ctx->bfs));
 	if (pipe2(ctx->async_fd, O_CLOEXEC) || !ctx->bfs) {
 		free(ctx);
@@ -427,9 +428,9 @@ SOFT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	/* The device never waits for a reader: an event the pipe has no room for is lost. */
 	fcntl(ctx->async_fd[1], F_SETFL, O_NONBLOCK);
 	for (i = 0; i < 8; i++) {
-		ctx->bfs[i].reg = (char *)ctx->uar_page + 0x800 + (i / 2) * 0x200 +
-				  (i % 2) * 0x100;
-		ctx->bfs[i].buf_size = 256;
+		ctx->bfs[i].reg = (char *)ctx->uar_page + (i / MLX5_NUM_NON_FP_BFREGS_PER_UAR) * 4096 +
+				  MLX5_BF_OFFSET + (i % MLX5_NUM_NON_FP_BFREGS_PER_UAR) * (1 << LOG_BF_REG_SIZE);
+		ctx->bfs[i].buf_size = (1 << LOG_BF_REG_SIZE) / 2;
 		ctx->bfs[i].uuarn = (unsigned)i;
 		ctx->bfs[i].need_lock = 1;
 		mlx5_spinlock_init(&ctx->bfs[i].lock, 1);

@@ -96,7 +96,7 @@ struct soft_context {
 	struct soft_device *device;
 	struct soft_context *next_open;	/* the device's other open contexts */
 	int async_fd[2];		/* a pipe of struct ibv_async_event */
-	void *uar_page;			/* doorbell and BlueFlame registers, a page of memory */
+	void *uar_page;			/* doorbell and BlueFlame registers, 4 pages of memory */
 	struct mlx5_bf *bfs;
 	unsigned next_shared_bf;
 };

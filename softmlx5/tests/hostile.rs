@@ -11,6 +11,7 @@ use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
 const WAIT: Duration = Duration::from_secs(5);
 /// The transport timeout the initiators are brought up with (4.096 µs · 2^14).
@@ -628,4 +629,37 @@ fn messages_of_mebibytes_arrive_whole() {
     );
     assert!(one(&bed).is_success());
     assert!(remote.read(0, LEN).iter().all(|&b| b == 0x3c));
+}
+
+/// Kinder: a device whose BlueFlame registers run past their UAR page. libmlx5 writes a
+/// register in two halves of `bf.size` (`mlx5_bf_copy` at `reg + offset`, `offset ^= buf_size`),
+/// each register `bf_reg_size` apart from `MLX5_BF_OFFSET` (`mlx5_map_uar`): a register whose
+/// second half leaves its 4 KiB page writes memory the device does not own.
+#[test]
+fn every_blueflame_register_stays_inside_its_uar_page() {
+    on_device!();
+    let bed = Bed::new();
+    // More initiators than the context has registers: every register is handed out.
+    let dcis: Vec<_> = (0..10)
+        .map(|_| {
+            bed.pd
+                .create_dci_builder()
+                .setup_send_cq(bed.send_cq.clone())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let mut blueflame = 0;
+    for dci in &dcis {
+        // SAFETY: the initiator's queue pair is alive while `dci` is.
+        let object = unsafe { sideway_ext::mlx5::direct_objects::queue_pair_object(dci.qp()) }.unwrap();
+        let (reg, size) = (object.bf.reg as usize, object.bf.size as usize);
+        let offset = reg % 4096;
+        assert!(
+            offset >= 0x800 && offset + 2 * size <= 4096,
+            "register at page offset {offset:#x}, halves of {size}"
+        );
+        blueflame += usize::from(size > 0);
+    }
+    assert!(blueflame > 0, "some initiators have BlueFlame registers");
 }
