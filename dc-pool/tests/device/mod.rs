@@ -53,14 +53,11 @@ pub const OPCODE_SEND: u8 = 0x0a;
 pub const OPCODE_RDMA_READ: u8 = 0x10;
 
 /// Runs the calling test on the software device; returns from the caller when this process is
-/// not on it (the rerun's outcome is asserted). Always with `MLX5_SHUT_UP_BF=1` (doorbells
-/// only, no BlueFlame copies): softmlx5's UAR page lays its eighth BlueFlame register's second
-/// half past the page's 4096 bytes (`ibv_open_device` in softmlx5/c/devices.c), so that a
-/// process with more than six queue pairs overruns the heap on a BlueFlame copy.
+/// not on it (the rerun's outcome is asserted).
 #[macro_export]
 macro_rules! on_device {
     ($($env:expr),*) => {
-        if let Some(status) = softmlx5::rerun_on_device(&[("MLX5_SHUT_UP_BF", "1"), $($env),*]) {
+        if let Some(status) = softmlx5::rerun_on_device(&[$($env),*]) {
             assert!(status.success(), "the test on the software device: {status}");
             return;
         }
