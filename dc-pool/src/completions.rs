@@ -16,7 +16,7 @@ use rdma_mummy_sys::ibv_wc_status;
 
 use super::destination::Place;
 use super::destinations::PoolCore;
-use super::initiator::{PooledInitiator, StreamResetRefusal};
+use super::initiator::{PoolInitiator, StreamResetRefusal};
 use super::requests::{initiator_of, BatchRecord, Health, Run, WrIds};
 use super::types::{DcPoolEvent, DestinationId};
 
@@ -61,13 +61,14 @@ fn completed(
     }
 }
 
-impl<I: PooledInitiator> PoolCore<I> {
+impl PoolCore {
     /// Settles a completion of the provider-visible `wr_id` with `status` (an `ibv_wc_status`)
     /// and its vendor syndrome (carried by the failing request's [`DcPoolEvent::Failed`]),
     /// reporting every request it settles to `sink`. A completion that names no request in
     /// flight is ignored; returns whether it named one.
-    pub(crate) fn complete(
-        &mut self, wr_ids: &WrIds, wr_id: u64, status: u32, vendor_err: u32, sink: &mut impl FnMut(DcPoolEvent),
+    pub(crate) fn complete<I: PoolInitiator>(
+        &mut self, initiators: &mut [I], wr_ids: &WrIds, wr_id: u64, status: u32, vendor_err: u32,
+        sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
         let initiator = initiator_of(wr_id);
         let Self {
@@ -90,7 +91,7 @@ impl<I: PooledInitiator> PoolCore<I> {
             // Only this stream's requests were settled: only it (or the whole initiator) may now
             // hold nothing and be ready for its reset.
             if requests.health() == Health::Error || requests.lane_errored(batch.stream) {
-                self.maybe_recover(initiator, sink);
+                self.maybe_recover(initiators, initiator, sink);
             }
             batch
         } else {
@@ -98,7 +99,7 @@ impl<I: PooledInitiator> PoolCore<I> {
                 return false;
             };
             self.fail(wr_ids, initiator, number, batch, (status, vendor_err), sink);
-            self.maybe_recover(initiator, sink);
+            self.maybe_recover(initiators, initiator, sink);
             batch
         };
         // A held initiator carries only its holder's requests; only dedicated policies hold.
@@ -205,11 +206,10 @@ impl<I: PooledInitiator> PoolCore<I> {
 
     /// Resets an errored stream once it holds nothing, or recovers an initiator in ERR once it
     /// holds nothing.
-    fn maybe_recover(&mut self, initiator: usize, sink: &mut impl FnMut(DcPoolEvent)) {
-        let Self {
-            requests, initiators, ..
-        } = self;
-        let requests = &mut requests[initiator];
+    fn maybe_recover<I: PoolInitiator>(
+        &mut self, initiators: &mut [I], initiator: usize, sink: &mut impl FnMut(DcPoolEvent),
+    ) {
+        let requests = &mut self.requests[initiator];
         if requests.health() == Health::OutOfService {
             return;
         }

@@ -1,82 +1,42 @@
-//! One destination's record: whom its requests go to (its endpoint and, once resolved, its
-//! address handle, or an address added by hand), which initiator it posts
+//! One destination's record: whom its requests go to (its endpoint, once resolved, or a DC
+//! target added with its address), which initiator it posts
 //! on (or its place in the wait line), and whether its target answers. Each is kept here only.
-use std::ptr::NonNull;
-use std::sync::Arc;
-
-use rdma_mummy_sys::ibv_ah;
-use sideway::ibverbs::device_context::Mtu;
-
-use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
 use super::types::DestinationId;
 
-/// What a request names its target by: the address handle, the DCT number and the DC key; and
-/// the target's path MTU, when its endpoint said it.
-pub(crate) type RawAddress = (NonNull<ibv_ah>, u32, u64, Option<Mtu>);
-
-/// Whom a destination's requests go to.
+/// Whom a destination's requests go to. Its address, once made, is the pool's, kept by place
+/// beside the bookkeeping (the initiators' [`Address`](super::PoolInitiator::Address)).
 #[derive(Debug)]
 pub(crate) enum Target {
-    /// A DC target's endpoint, and once resolved the address handle its requests name.
-    Endpoint {
-        endpoint: DcEndpoint,
-        handle: Option<Handle>,
-    },
-    /// An address handle kept alive by the caller
-    /// ([`add_destination_raw`](super::DcInitiatorPool::add_destination_raw)), with the DCT
-    /// number and DC key.
-    Raw {
-        ah: NonNull<ibv_ah>,
-        dct_number: u32,
-        dc_key: u64,
-    },
-}
-
-/// Whose address handle an endpoint's requests name.
-#[derive(Debug)]
-pub(crate) enum Handle {
-    /// The pool's, created from the endpoint and freed with the destination.
-    Owned(Arc<AddressHandle>),
-    /// The initiators' own (a pool without a protection domain).
-    Borrowed(NonNull<ibv_ah>),
+    /// A DC target's endpoint, and whether its address was made.
+    Endpoint { endpoint: DcEndpoint, resolved: bool },
+    /// A DC target added with its address
+    /// ([`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
+    Addressed { dct_number: u32, dc_key: u64 },
 }
 
 impl Target {
-    /// What a request names, once resolved.
+    /// The DCT number and DC key its requests name, once its address is made.
     #[inline]
-    pub(crate) fn raw(&self) -> Option<RawAddress> {
+    pub(crate) fn address(&self) -> Option<(u32, u64)> {
         match self {
-            Self::Endpoint { endpoint, handle } => {
-                let ah = match handle.as_ref()? {
-                    // SAFETY: only the pointer is read; the handle lives while the destination does.
-                    Handle::Owned(ah) => unsafe { ah.ah() },
-                    Handle::Borrowed(ah) => *ah,
-                };
-                Some((ah, endpoint.dct_number(), endpoint.dc_key(), endpoint.path_mtu()))
-            },
-            Self::Raw { ah, dct_number, dc_key } => Some((*ah, *dct_number, *dc_key, None)),
+            Self::Endpoint { endpoint, resolved } => resolved.then(|| (endpoint.dct_number(), endpoint.dc_key())),
+            Self::Addressed { dct_number, dc_key } => Some((*dct_number, *dc_key)),
         }
     }
 
-    /// Its endpoint, unless it was added by its address alone.
+    /// Its endpoint, unless it was added with its address.
     pub(crate) fn endpoint(&self) -> Option<&DcEndpoint> {
         match self {
             Self::Endpoint { endpoint, .. } => Some(endpoint),
-            Self::Raw { .. } => None,
+            Self::Addressed { .. } => None,
         }
     }
 
-    /// Whether the pool created its address handle.
+    /// Whether the pool made its address (from an address handle it created).
     pub(crate) fn owns_handle(&self) -> bool {
-        matches!(
-            self,
-            Self::Endpoint {
-                handle: Some(Handle::Owned(_)),
-                ..
-            }
-        )
+        matches!(self, Self::Endpoint { resolved: true, .. })
     }
 }
 

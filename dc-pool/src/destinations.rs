@@ -2,10 +2,9 @@
 //! `destination`), which initiator (and stream) each posts on, and the grant of one batch
 //! (`begin`) or the refusal.
 //!
-//! It is written against [`PooledInitiator`], a small trait over "a DCI" (recover it, reset a
-//! stream), so that the unit tests drive it with simulated initiators: a deterministic scheduler
-//! with seeded latencies and injected error completions (`simulation`), and property tests of
-//! any interleaving of posts, executions, completions and errors. The dedicated policies' holds
+//! It holds no initiator (the pool does, and hands them to a completion that recovers one), so
+//! that a batch borrows its initiator and its destination's address while the bookkeeping
+//! records it. The dedicated policies' holds
 //! and wait line are in `holds`; completions and recovery in `completions`; each initiator's
 //! requests in `requests`.
 use std::collections::VecDeque;
@@ -14,8 +13,8 @@ use std::time::{Duration, Instant};
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
 use super::clock::Clock;
-use super::destination::{live, Assignment, Destination, Handle, Place, RawAddress, Target};
-use super::initiator::PooledInitiator;
+use super::destination::{live, Assignment, Destination, Place, Target};
+use super::initiator::PoolInitiator;
 use super::requests::{Health, InitiatorRequests};
 use super::stall::StallWatch;
 use super::types::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
@@ -27,7 +26,8 @@ pub(crate) struct Grant {
     pub(crate) destination: u32,
     pub(crate) initiator: usize,
     pub(crate) stream: u16,
-    pub(crate) address: RawAddress,
+    /// The DCT number and DC key.
+    pub(crate) address: (u32, u64),
     pub(crate) first: u64,
     /// The place of the first in [`WrIds`](super::requests::WrIds).
     pub(crate) slot: usize,
@@ -56,15 +56,16 @@ pub(crate) enum RemoveRefusal {
     UnknownDestination,
 }
 
-/// The bookkeeping of a pool of initiators `I`.
+/// The bookkeeping of a pool of initiators.
 #[derive(Debug)]
-pub(crate) struct PoolCore<I> {
-    pub(crate) initiators: Vec<I>,
+pub(crate) struct PoolCore {
     pub(super) requests: Vec<InitiatorRequests>,
     /// By destination place.
     pub(super) places: Vec<Place>,
     /// Places of removed destinations, for reuse.
     free_places: Vec<u32>,
+    /// Places removed since the pool last dropped their addresses ([`take_removed`](Self::take_removed)).
+    removed_places: Vec<u32>,
     pub(super) policy: DcPoolPolicy,
     /// Initiators held by no destination (dedicated policies). Empty while a destination is in
     /// line: a freed initiator goes to the first in line at once.
@@ -92,12 +93,12 @@ pub(crate) struct PoolCore<I> {
     pub(super) stalls: StallWatch,
 }
 
-impl<I: PooledInitiator> PoolCore<I> {
+impl PoolCore {
     /// The bookkeeping of `initiators` under `policy`; a destination is reported unreachable after
     /// `unreachable_after` consecutive "retry exceeded" errors.
-    pub(crate) fn new(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
+    pub(crate) fn new<I: PoolInitiator>(initiators: &[I], policy: DcPoolPolicy, unreachable_after: u32) -> Self {
         let mut requests: Vec<InitiatorRequests> = Vec::with_capacity(initiators.len());
-        for initiator in &initiators {
+        for initiator in initiators {
             let ring_start = requests.last().map_or(0, InitiatorRequests::ring_end);
             requests.push(InitiatorRequests::new(
                 initiator.max_send_wr(),
@@ -112,10 +113,10 @@ impl<I: PooledInitiator> PoolCore<I> {
             Vec::new()
         };
         Self {
-            initiators,
             requests,
             places: Vec::new(),
             free_places: Vec::new(),
+            removed_places: Vec::new(),
             policy,
             free,
             line_ends: None,
@@ -185,16 +186,21 @@ impl<I: PooledInitiator> PoolCore<I> {
         self.live(destination).is_some()
     }
 
-    /// Resolves `destination`'s endpoint to the address handle `handle`; false for a stale id or
-    /// one added by its address alone.
-    pub(crate) fn resolve(&mut self, destination: DestinationId, handle: Handle) -> bool {
+    /// Records that `destination`'s address was made (the pool keeps it); false for a stale id
+    /// or one added with its address.
+    pub(crate) fn resolve(&mut self, destination: DestinationId) -> bool {
         match self.live_mut(destination).map(|l| &mut l.target) {
-            Some(Target::Endpoint { handle: slot, .. }) => {
-                *slot = Some(handle);
+            Some(Target::Endpoint { resolved, .. }) => {
+                *resolved = true;
                 true
             },
             _ => false,
         }
+    }
+
+    /// The places removed since the last call, whose addresses the pool drops.
+    pub(crate) fn take_removed(&mut self) -> std::vec::Drain<'_, u32> {
+        self.removed_places.drain(..)
     }
 
     /// `destination`'s endpoint, unless it was added by its address alone.
@@ -284,6 +290,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         }
         self.places[d as usize].destination = None;
         self.free_places.push(d);
+        self.removed_places.push(d);
     }
 
     /// Removes `destination` once every request of it was reported, with a
@@ -458,7 +465,7 @@ impl<I: PooledInitiator> PoolCore<I> {
         if live.retiring {
             return Err(Refusal::Retiring);
         }
-        let address = live.target.raw().ok_or(Refusal::Unresolved)?;
+        let address = live.target.address().ok_or(Refusal::Unresolved)?;
         let (initiator, stream, quota_left) = match live.assignment {
             Assignment::Holds { initiator, since, .. } => {
                 let quota_left = self.quota_left(initiator as usize, since);

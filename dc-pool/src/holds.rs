@@ -4,11 +4,10 @@
 //! A destination's [`Assignment`] is the only record of its hold and of its place in line.
 use super::destination::{live, Assignment};
 use super::destinations::{PoolCore, Refusal};
-use super::initiator::PooledInitiator;
 use super::requests::Health;
 use super::types::{DcPoolEvent, DcPoolWouldBlock, DestinationId};
 
-impl<I: PooledInitiator> PoolCore<I> {
+impl PoolCore {
     /// A free initiator for dedicated destination `d`, which holds it from now on; none free: `d`
     /// goes in line.
     pub(super) fn take_free(&mut self, d: u32) -> Result<u16, Refusal> {

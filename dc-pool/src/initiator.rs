@@ -1,16 +1,27 @@
-//! What the pool needs of a DC initiator: its send queue and streams, its recovery, and (to post)
-//! its queue pair's views. [`DcInitiator`] provides it, and so does the simulated fabric's
-//! initiator; the unit tests' recording initiators and the benchmarks'
-//! counting ones stand in for it.
+//! What the pool needs of its DC initiators, as safe Rust: [`PoolInitiator`] (what the pool
+//! reads of one, its recovery, and a batch of requests to one DC address), [`PoolBatch`] (that
+//! batch: build requests, post once) and [`PoolCompletionQueue`] (the send completions, as
+//! [`PoolCompletion`] values). No C structure crosses them.
+//!
+//! [`DcInitiator`] implements them over its post guard
+//! ([`start_post_send_to`](DcInitiator::start_post_send_to)), on sideway's
+//! [`GenericCompletionQueue`]; an initiator of one's own (another writer of work requests, its
+//! own poller) implements them to be pooled the same way
+//! ([`DcInitiatorPool::from_initiators`](super::DcInitiatorPool::from_initiators)).
 use std::error::Error;
-use std::ptr::NonNull;
+use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
-use sideway_ext::mlx5::dc::initiator::DcInitiator;
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::ibverbs::extension::CompletionQueueExt;
+use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendGuard, Transport, WorkRequestHandle};
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcBatchAddress, DcInitiator};
 
-/// Why [`PooledInitiator::reset_stream`] refused.
+/// Why [`PoolInitiator::reset_stream`] refused.
 #[derive(Debug)]
 pub enum StreamResetRefusal {
     /// The initiator is not in RTS: it went to ERR as a whole; recover it.
@@ -19,46 +30,186 @@ pub enum StreamResetRefusal {
     Failed(Box<dyn Error + Send + Sync>),
 }
 
-/// "A DCI", as the pool's bookkeeping needs it: the DC initiator, or a simulated one.
-pub trait PooledInitiator {
-    /// How many requests its send queue holds.
+/// A DC initiator a [`DcInitiatorPool`](super::DcInitiatorPool) is made of.
+///
+/// An implementor provides:
+///
+/// - what the pool reads of it: its queue pair number (which its completions carry), its send
+///   queue, its DCI streams, and, for the address handles the pool creates, its path MTU and
+///   source GID;
+/// - its recovery: [`recover`](Self::recover) from ERR, [`reset_stream`](Self::reset_stream) of
+///   one errored stream, each called only once the device reported every request it held;
+/// - posting: an [`Address`](Self::Address) made once per destination from the address handle
+///   the pool creates for it, and [`start_batch`](Self::start_batch), a batch of requests to
+///   one DC address (optionally on one DCI stream) posted at once ([`PoolBatch`]);
+/// - the [`CompletionQueue`](Self::CompletionQueue) its send completions go to.
+///
+/// [`DcInitiator`] is the one the pool's builder creates.
+pub trait PoolInitiator {
+    /// What a destination's address becomes for this initiator, made once per destination
+    /// ([`address`](Self::address)) and kept until the destination is removed.
+    type Address;
+    /// A batch of requests to one DC address.
+    type Batch<'a>: PoolBatch
+    where
+        Self: 'a;
+    /// The send completion queue a pool of these initiators polls.
+    type CompletionQueue: PoolCompletionQueue;
+
+    /// The queue pair number its completions carry (a new one once
+    /// [`recover`](Self::recover) rebuilt it, read again then).
+    fn qp_number(&self) -> u32;
+
+    /// How many requests its send queue holds: the pool keeps no more in flight on it.
     fn max_send_wr(&self) -> u32;
-    /// How many DCI streams it has (0 without).
+
+    /// How many DCI streams it has (0 without); a pool of the
+    /// [streams](super::types::DcPoolPolicy::Streams) policy posts on them.
     fn stream_count(&self) -> u32;
+
+    /// The path MTU it sends with, when known: the pool refuses a destination whose endpoint
+    /// announces a smaller one
+    /// ([`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)). By default
+    /// unknown, and not checked.
+    fn path_mtu(&self) -> Option<Mtu> {
+        None
+    }
+
+    /// The index of the GID its requests are sent from, which the address handles the pool
+    /// creates for its destinations name; by default 0 (InfiniBand needs no other).
+    fn source_gid_index(&self) -> u8 {
+        0
+    }
+
     /// Brings it back from ERR to RTS (every request it held was reported).
     fn recover(&mut self) -> Result<(), Box<dyn Error + Send + Sync>>;
+
     /// Resets one errored stream (every request of it was reported).
     fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal>;
+
+    /// The address its requests to a destination carry, from the address handle the pool
+    /// created for that destination (on its first post, or
+    /// [`prepare`](super::DcInitiatorPool::prepare)). An error is the post's
+    /// ([`Address`](super::types::PostToDestinationErrorKind::Address)), and the next post
+    /// tries again.
+    fn address(&self, ah: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>>;
+
+    /// The address a pool given no protection domain names every destination by, for
+    /// initiators that route by DCT number alone; by default none, and such a pool's
+    /// destinations are refused (`UnknownDestination`) until added with their address
+    /// ([`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
+    fn address_without_protection_domain(&self) -> Option<Self::Address> {
+        None
+    }
+
+    /// Starts a batch of requests to the DC target `dct_number` with access key `dc_key` at
+    /// `address`, on DCI stream `stream` when given (a pool of the streams policy gives one,
+    /// below [`stream_count`](Self::stream_count); the others none). The pool gives it at most
+    /// the room its send queue has left.
+    fn start_batch<'a>(
+        &'a mut self, address: &'a Self::Address, dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> Self::Batch<'a>;
 }
 
-/// A DC initiator the pool can post on: [`DcInitiator`], or a hand-made one (unit tests,
-/// benchmarks).
+/// A batch of requests to one DC address ([`PoolInitiator::start_batch`]), rung once at
+/// [`post`](Self::post). Dropped unposted, it posts nothing.
 ///
-/// # Safety
+/// An implementor provides the request builder ([`Request`](Self::Request): operation, then
+/// data), how many requests it holds, and the post: all of them, or on error none. A request it
+/// refuses before the device is named in the error by its index in the batch (as
+/// [`PostSendErrorKind`](sideway_ext::ibverbs::post_send_guard::PostSendErrorKind)'s refusals
+/// are), so that the pool names it by its caller's `wr_id`.
+pub trait PoolBatch {
+    /// A request after `construct_wr`: an operation, then its data, at which it joins the
+    /// batch.
+    type Request<'r>
+    where
+        Self: 'r;
+
+    /// Starts a request with the provider-visible `wr_id` and `wr_flags`.
+    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_>;
+
+    /// How many requests the batch holds (those that reached their data step).
+    fn batch_len(&self) -> usize;
+
+    /// Posts the batch: all of it, or on error none of it.
+    fn post(self) -> Result<(), PostSendError>;
+}
+
+/// The send completion queue of a pool's initiators ([`PoolInitiator::CompletionQueue`]).
 ///
-/// `send_view` must return the live extended and mlx5 views of a queue pair owned by the
-/// implementor, exclusively usable while the implementor is mutably borrowed, with at least the
-/// entries named (including `wr_set_dc_addr`, and `wr_set_dc_addr_stream` when `stream_count` is
-/// not 0); an implementor of [`PoolInitiator`](super::PoolInitiator) must return from its
-/// `raw_cq` a live completion queue (its context's `poll_cq` entry filled) for as long as the
-/// value it was given lives; `address_handle_without_pd` must return what its own
-/// `wr_set_dc_addr` entries accept.
-pub unsafe trait PostingInitiator: PooledInitiator {
-    /// The queue pair number its completions carry.
-    fn qp_number(&self) -> u32;
-    /// The views and entries posting uses.
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>);
-    /// The inline data its requests take, as granted: longer is refused before the provider.
-    fn max_inline_data(&self) -> u32;
-    /// The address handle a pool without a protection domain names its destinations by (the
-    /// simulated fabric's, which routes by DCT number); `None`: the pool creates one per
-    /// destination with `ibv_create_ah`.
-    fn address_handle_without_pd() -> Option<NonNull<ibv_ah>> {
-        None
+/// An implementor provides [`poll`](Self::poll): each completion as the pool reads it, and,
+/// where it has one, the completion whole, which the pool hands over as
+/// [`DcPoolEvent::OtherCompletion`](super::types::DcPoolEvent::OtherCompletion) when it is not
+/// the pool's (a CQ shared with other queue pairs).
+pub trait PoolCompletionQueue {
+    /// Polls at most 32 completions, handing each to `each`; returns how many.
+    fn poll(
+        &mut self, each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
+    ) -> Result<usize, PollCompletionQueueError>;
+}
+
+/// One send completion as the pool reads it: the queue pair it is of, the request's
+/// provider-visible `wr_id`, its status (an `ibv_wc_status`, e.g.
+/// [`WorkCompletionStatus`](sideway::ibverbs::completion::WorkCompletionStatus)` as u32`) and its
+/// vendor syndrome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolCompletion {
+    qp_number: u32,
+    wr_id: u64,
+    status: u32,
+    vendor_err: u32,
+}
+
+impl PoolCompletion {
+    /// The completion of the request `wr_id` on queue pair `qp_number`.
+    #[inline]
+    pub fn new(qp_number: u32, wr_id: u64, status: u32, vendor_err: u32) -> Self {
+        Self {
+            qp_number,
+            wr_id,
+            status,
+            vendor_err,
+        }
+    }
+
+    /// The queue pair number.
+    pub fn qp_number(&self) -> u32 {
+        self.qp_number
+    }
+
+    /// The request's provider-visible `wr_id`.
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// Its `ibv_wc_status`.
+    pub fn status(&self) -> u32 {
+        self.status
+    }
+
+    /// Its vendor syndrome.
+    pub fn vendor_err(&self) -> u32 {
+        self.vendor_err
     }
 }
 
-impl PooledInitiator for DcInitiator {
+impl From<&WorkCompletion> for PoolCompletion {
+    #[inline]
+    fn from(wc: &WorkCompletion) -> Self {
+        Self::new(wc.qp_number(), wc.wr_id(), wc.status_raw(), wc.vendor_err())
+    }
+}
+
+impl PoolInitiator for DcInitiator {
+    type Address = Arc<AddressHandle>;
+    type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
+    type CompletionQueue = GenericCompletionQueue;
+
+    fn qp_number(&self) -> u32 {
+        DcInitiator::qp_number(self)
+    }
+
     fn max_send_wr(&self) -> u32 {
         DcInitiator::max_send_wr(self)
     }
@@ -67,7 +218,15 @@ impl PooledInitiator for DcInitiator {
         self.streams().map_or(0, |s| 1u32 << s.log_num_concurrent.min(16))
     }
 
-    fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn path_mtu(&self) -> Option<Mtu> {
+        DcInitiator::path_mtu(self)
+    }
+
+    fn source_gid_index(&self) -> u8 {
+        self.source_gid().map_or(0, |entry| entry.index())
+    }
+
+    fn recover(&mut self) -> Result<(), Box<dyn Error + Send + Sync>> {
         // Reset or rebuilt: either way the pool reads the (maybe new) number from the initiator.
         DcInitiator::recover(self).map(drop).map_err(Into::into)
     }
@@ -79,19 +238,55 @@ impl PooledInitiator for DcInitiator {
             _ => StreamResetRefusal::Failed(e.into()),
         })
     }
+
+    fn address(&self, ah: Arc<AddressHandle>) -> Result<Arc<AddressHandle>, Box<dyn Error + Send + Sync>> {
+        Ok(ah)
+    }
+
+    #[inline(always)]
+    fn start_batch<'a>(
+        &'a mut self, address: &'a Arc<AddressHandle>, dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> Self::Batch<'a> {
+        self.start_post_send_to(address, dct_number, dc_key, stream)
+    }
 }
 
-// SAFETY: the views are the DC initiator's own, read at creation with their entries.
-unsafe impl PostingInitiator for DcInitiator {
-    fn qp_number(&self) -> u32 {
-        DcInitiator::qp_number(self)
+/// sideway-ext's post guards, as a DC initiator's
+/// [`start_post_send_to`](DcInitiator::start_post_send_to) starts them (or one of one's own
+/// started on a batch-addressed transport).
+impl<'g, T: Transport> PoolBatch for PostSendGuard<'g, T> {
+    type Request<'r>
+        = WorkRequestHandle<'r, T>
+    where
+        Self: 'r;
+
+    #[inline(always)]
+    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, T> {
+        PostSendGuard::construct_wr(self, wr_id, wr_flags)
     }
 
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        self.send_views()
+    #[inline(always)]
+    fn batch_len(&self) -> usize {
+        PostSendGuard::batch_len(self)
     }
 
-    fn max_inline_data(&self) -> u32 {
-        DcInitiator::max_inline_data(self)
+    #[inline(always)]
+    fn post(self) -> Result<(), PostSendError> {
+        PostSendGuard::post(self)
+    }
+}
+
+/// sideway's completion queue, polled into sideway-ext's [`WorkCompletion`]s: a completion of
+/// another queue pair is handed over whole.
+impl PoolCompletionQueue for GenericCompletionQueue {
+    fn poll(
+        &mut self, mut each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
+    ) -> Result<usize, PollCompletionQueueError> {
+        let mut wcs = [WorkCompletion::default(); 32];
+        let polled = self.poll_work_completions(&mut wcs)?;
+        for wc in polled {
+            each(PoolCompletion::from(wc), Some(wc));
+        }
+        Ok(polled.len())
     }
 }

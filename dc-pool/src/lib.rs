@@ -175,24 +175,21 @@
 //! -p sideway-ext-dc-pool --lib simulated_runs -- --nocapture` prints each run's outcome). Recording
 //! provider tables check the exact C calls of each request.
 #![deny(missing_docs)]
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_cq};
-use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue, PollCompletionQueueError};
-use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::completion::PollCompletionQueueError;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
 use self::destination::Target;
 use self::destinations::{PoolCore, RemoveRefusal};
-use self::initiator::PostingInitiator;
+pub use self::initiator::PoolInitiator;
+use self::initiator::{PoolCompletion, PoolCompletionQueue};
 use self::requests::{initiator_of, WrIds};
 use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, DestinationState, PostToDestinationError,
     PostToDestinationErrorKind, RemoveDestinationError, RemoveDestinationErrorKind,
 };
-use sideway_ext::ibverbs::work_completion::{poll as poll_work_completions, WorkCompletion};
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
@@ -217,67 +214,15 @@ mod test_support;
 mod tests;
 pub mod types;
 
-/// The DC initiators a [`DcInitiatorPool`] is made of, and the send completion queue it polls.
-/// Two implementations:
-///
-/// - [`DcInitiator`], a ConnectX DCI: the default, the one
-///   [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder) creates, on sideway's
-///   [`GenericCompletionQueue`];
-/// - [`SimulatedInitiator`](simulation::SimulatedInitiator) of the simulated DC fabric
-///   ([`simulation`]), on its simulated completion queue: the same pool, posting through
-///   the same guard (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`) and polling with the same
-///   `ibv_poll_cq`, without a device.
-///
-/// Code written against `DcInitiatorPool<I>` for any `I: PoolInitiator` runs on both.
-///
-/// Open: an initiator of one's own (another simulator, a counting provider table)
-/// implements it; the promises the pool relies on to post and poll are
-/// [`PostingInitiator`]'s, an `unsafe` trait whose `# Safety` says what an implementor keeps.
-pub trait PoolInitiator: PostingInitiator {
-    /// The send completion queue a pool of these initiators polls.
-    type CompletionQueue;
-
-    /// The `struct ibv_cq` of `cq`, which [`poll`](DcInitiatorPool::poll) hands to
-    /// `ibv_poll_cq`; alive while `cq` is (part of [`PostingInitiator`]'s contract).
-    fn raw_cq(cq: &Self::CompletionQueue) -> NonNull<ibv_cq>;
-
-    /// The path MTU it sends with, when known: the pool refuses a destination whose endpoint
-    /// announces a smaller one
-    /// ([`PathMtuTooSmall`](types::PostToDestinationErrorKind::PathMtuTooSmall)). By default
-    /// unknown, and not checked.
-    fn path_mtu(&self) -> Option<Mtu> {
-        None
-    }
-
-    /// The index of the GID its requests are sent from, which the address handles the pool
-    /// creates for its destinations name; by default 0 (InfiniBand needs no other).
-    fn source_gid_index(&self) -> u8 {
-        0
-    }
-}
-
-impl PoolInitiator for DcInitiator {
-    type CompletionQueue = GenericCompletionQueue;
-
-    #[inline]
-    fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
-        // SAFETY: only the pointer is read; the CQ is alive while `cq` is.
-        unsafe { cq.cq() }
-    }
-
-    fn path_mtu(&self) -> Option<Mtu> {
-        DcInitiator::path_mtu(self)
-    }
-
-    fn source_gid_index(&self) -> u8 {
-        self.source_gid().map_or(0, |entry| entry.index())
-    }
-}
-
 /// A pool of DC initiators on one send CQ serving many destinations; see the
 /// [module](self) documentation.
 pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
-    core: PoolCore<I>,
+    /// Apart from `core`, as `addresses` and `wr_ids` are: an open batch borrows its initiator
+    /// and its destination's address while it holds `core`.
+    initiators: Vec<I>,
+    /// Each destination's address once made, by place.
+    addresses: Vec<Option<I::Address>>,
+    core: PoolCore,
     /// The callers' `wr_id`s of the requests in flight, apart from `core` so that an open batch
     /// writes its places in them while it holds `core`.
     wr_ids: WrIds,
@@ -287,16 +232,11 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     service_class: DcServiceClass,
 }
 
-// SAFETY: the raw address-handle pointers are owned through the destinations' Arcs (or, for
-// hand-made pools, by the caller, or are the simulated fabric's, never read); every method that posts or
-// recovers takes `&mut self`; the initiators and the CQ are sent along only when they are Send.
-unsafe impl<I: PoolInitiator + Send> Send for DcInitiatorPool<I> where I::CompletionQueue: Send {}
-
 impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DcInitiatorPool")
             .field("policy", &self.core.policy())
-            .field("initiators", &self.core.initiators.len())
+            .field("initiators", &self.initiators.len())
             .field("footprint", &self.footprint())
             .finish_non_exhaustive()
     }
@@ -310,9 +250,11 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// address handle). [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder)
     /// creates and brings up DC initiators itself.
     pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
-        let core = PoolCore::new(initiators, policy, unreachable_after);
+        let core = PoolCore::new(&initiators, policy, unreachable_after);
         Self {
             wr_ids: WrIds::new(&core.requests),
+            initiators,
+            addresses: Vec::new(),
             core,
             send_cq: None,
             pd: None,
@@ -367,12 +309,12 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
     /// How many initiators it has.
     pub fn initiator_count(&self) -> usize {
-        self.core.initiators.len()
+        self.initiators.len()
     }
 
     /// Initiator `index`, to read what it was created with.
     pub fn initiator(&self, index: usize) -> Option<&I> {
-        self.core.initiators.get(index)
+        self.initiators.get(index)
     }
 
     /// The send completion queue of its initiators (the one given to the builder, or the one it
@@ -386,18 +328,38 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
     /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
-        self.core.add_destination(Target::Endpoint { endpoint, handle: None })
+        self.core.add_destination(Target::Endpoint {
+            endpoint,
+            resolved: false,
+        })
     }
 
-    /// Adds a destination by an address handle made outside this crate (`ibv_create_ah`), or
-    /// whatever the initiators' own `wr_set_dc_addr` takes.
-    ///
-    /// # Safety
-    ///
-    /// `ah` must stay a live address handle (or whatever the initiators' `wr_set_dc_addr` entry
-    /// accepts) while the pool posts to the destination.
-    pub unsafe fn add_destination_raw(&mut self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> DestinationId {
-        self.core.add_destination(Target::Raw { ah, dct_number, dc_key })
+    /// Adds the DC target `dct_number` with access key `dc_key` as a destination, at `address`
+    /// made elsewhere (e.g. with [`PoolInitiator::address`] from an address handle of one's own):
+    /// for a pool without a protection domain, whose destinations the pool cannot resolve
+    /// itself.
+    pub fn add_destination_with_address(&mut self, address: I::Address, dct_number: u32, dc_key: u64) -> DestinationId {
+        let destination = self.core.add_destination(Target::Addressed { dct_number, dc_key });
+        self.keep_address(destination, address);
+        destination
+    }
+
+    /// Keeps `address` as `destination`'s.
+    fn keep_address(&mut self, destination: DestinationId, address: I::Address) {
+        let index = destination.index();
+        if self.addresses.len() <= index {
+            self.addresses.resize_with(index + 1, || None);
+        }
+        self.addresses[index] = Some(address);
+    }
+
+    /// Drops the addresses of the destinations the bookkeeping removed.
+    fn drop_removed_addresses(&mut self) {
+        for d in self.core.take_removed() {
+            if let Some(address) = self.addresses.get_mut(d as usize) {
+                *address = None;
+            }
+        }
     }
 
     /// Removes `destination`: its address handle and records are freed, and its id becomes stale
@@ -413,6 +375,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 RemoveRefusal::Outstanding(requests) => RemoveDestinationErrorKind::Outstanding { requests },
                 RemoveRefusal::UnknownDestination => RemoveDestinationErrorKind::UnknownDestination,
             })?;
+        self.drop_removed_addresses();
         Ok(())
     }
 
@@ -426,6 +389,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core
             .retire(destination)
             .map_err(|_| RemoveDestinationErrorKind::UnknownDestination)?;
+        self.drop_removed_addresses();
         Ok(())
     }
 
@@ -502,7 +466,11 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
         }
-        if self.core.live(destination).is_some_and(|l| l.target.raw().is_none()) {
+        if self
+            .core
+            .live(destination)
+            .is_some_and(|l| l.target.address().is_none())
+        {
             self.resolve(destination)?;
         }
         Ok(())
@@ -580,22 +548,26 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// ```
     pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
         let Self {
-            core, wr_ids, send_cq, ..
+            initiators,
+            core,
+            wr_ids,
+            send_cq,
+            ..
         } = self;
         let mut sink = sink;
         core.tick(&mut sink);
-        let Some(cq) = send_cq else {
-            return Ok(0);
+        let polled = match send_cq {
+            Some(cq) => cq.poll(|completion, whole| {
+                if !settle(core, initiators, wr_ids, completion, &mut sink) {
+                    if let Some(wc) = whole {
+                        sink(DcPoolEvent::OtherCompletion(*wc));
+                    }
+                }
+            }),
+            None => Ok(0),
         };
-        let mut wcs = [WorkCompletion::default(); 32];
-        // SAFETY: the CQ is alive while the pool holds it (PoolInitiator::raw_cq).
-        let polled = unsafe { poll_work_completions(I::raw_cq(cq), &mut wcs) }?;
-        for wc in polled.iter() {
-            if !settle(core, wr_ids, wc, &mut sink) {
-                sink(DcPoolEvent::OtherCompletion(*wc));
-            }
-        }
-        Ok(polled.len())
+        self.drop_removed_addresses();
+        polled
     }
 
     /// Settles one completion polled elsewhere: for a caller that polls a CQ it shares with
@@ -606,8 +578,19 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
     /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
     /// per round of its own polling instead of [`poll`](Self::poll).
-    pub fn complete(&mut self, wc: &WorkCompletion, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-        settle(&mut self.core, &self.wr_ids, wc, &mut sink)
+    ///
+    /// It takes sideway-ext's [`WorkCompletion`] (`&wc`), or a [`PoolCompletion`] made from a
+    /// completion polled by other means (a completion queue of one's own).
+    pub fn complete(&mut self, completion: impl Into<PoolCompletion>, mut sink: impl FnMut(DcPoolEvent)) -> bool {
+        let settled = settle(
+            &mut self.core,
+            &mut self.initiators,
+            &self.wr_ids,
+            completion.into(),
+            &mut sink,
+        );
+        self.drop_removed_addresses();
+        settled
     }
 
     /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
@@ -615,26 +598,29 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// to the next destination in line), reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
     pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
         self.core.tick(&mut sink);
-    }
-
-    /// Settles one completion by hand, as its provider-visible `wr_id` and `ibv_wc_status`: for
-    /// initiators whose completions do not come from a CQ as `ibv_wc`s (a provider table of
-    /// one's own); [`complete`](Self::complete) takes a polled one.
-    pub fn complete_raw(&mut self, wr_id: u64, status: u32, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-        self.core.complete(&self.wr_ids, wr_id, status, 0, &mut sink)
+        self.drop_removed_addresses();
     }
 }
 
-/// Settles completion `wc` if it is one of the pool's: its queue pair number is the initiator's
+/// Settles `completion` if it is one of the pool's: its queue pair number is the initiator's
 /// its `wr_id` names (as of now: a recovery may have rebuilt it with a new number).
 fn settle<I: PoolInitiator>(
-    core: &mut PoolCore<I>, wr_ids: &WrIds, wc: &WorkCompletion, sink: &mut impl FnMut(DcPoolEvent),
+    core: &mut PoolCore, initiators: &mut [I], wr_ids: &WrIds, completion: PoolCompletion,
+    sink: &mut impl FnMut(DcPoolEvent),
 ) -> bool {
-    let initiator = core.initiators.get(initiator_of(wc.wr_id()));
-    if initiator.map(PostingInitiator::qp_number) != Some(wc.qp_number()) {
+    let wr_id = completion.wr_id();
+    let initiator = initiators.get(initiator_of(wr_id));
+    if initiator.map(PoolInitiator::qp_number) != Some(completion.qp_number()) {
         return false;
     }
-    core.complete(wr_ids, wc.wr_id(), wc.status_raw(), wc.vendor_err(), sink)
+    core.complete(
+        initiators,
+        wr_ids,
+        wr_id,
+        completion.status(),
+        completion.vendor_err(),
+        sink,
+    )
 }
 
 impl DcInitiatorPool<DcInitiator> {
@@ -643,6 +629,6 @@ impl DcInitiatorPool<DcInitiator> {
     pub fn query_initiator_state(
         &mut self, index: usize,
     ) -> Option<Result<QueuePairState, sideway::ibverbs::queue_pair::QueryQueuePairError>> {
-        self.core.initiators.get_mut(index).map(DcInitiator::query_state)
+        self.initiators.get_mut(index).map(DcInitiator::query_state)
     }
 }

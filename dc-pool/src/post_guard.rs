@@ -1,15 +1,15 @@
-//! A batch to one destination, the post path from the API to the C calls: the destination's
-//! address handle on its first post, one grant from the bookkeeping (`begin`), and the guard that
-//! builds its requests and posts them (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`).
+//! A batch to one destination, the post path from the API to the initiator: the destination's
+//! address on its first post, one grant from the bookkeeping (`begin`), and the initiator's batch
+//! ([`PoolBatch`]) that builds its requests and posts them.
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::destination::Handle;
 use super::destinations::{PoolCore, Refusal};
+use super::initiator::PoolBatch;
 use super::requests::encode;
 use super::types::{DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
 use super::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendError, PostSendGuard, WorkRequestHandle};
-use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcInitiator, DcStreamAddress};
+use sideway_ext::ibverbs::post_send_guard::PostSendError;
+use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Starts a batch of requests to `destination` on the initiator the policy grants it;
@@ -22,8 +22,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     #[inline]
     pub fn start_post_send(
         &mut self, destination: DestinationId,
-    ) -> Result<DcPoolPostGuard<'_, I, DcAddress>, PostToDestinationError> {
-        self.start(destination)
+    ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
+        self.start(destination, false)
     }
 
     /// As [`start_post_send`](Self::start_post_send), for a pool of the
@@ -33,17 +33,18 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     #[inline]
     pub fn start_post_send_on_stream(
         &mut self, destination: DestinationId,
-    ) -> Result<DcPoolPostGuard<'_, I, DcStreamAddress>, PostToDestinationError> {
-        self.start(destination)
+    ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
+        self.start(destination, true)
     }
 
-    /// Creates `destination`'s address handle (its first post, or `prepare`).
+    /// Makes `destination`'s address (its first post, or `prepare`): from the address handle
+    /// the pool creates on its protection domain, or the initiators' own without one.
     pub(super) fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
         let Some(endpoint) = self.core.endpoint(destination) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
         // Brought up alike: the first initiator's path MTU and source GID are every one's.
-        let first = self.core.initiators.first();
+        let first = self.initiators.first();
         let (path_mtu, src_gid_index) = first.map_or((None, 0), |i| (i.path_mtu(), i.source_gid_index()));
         if let (Some(destination), Some(initiators)) = (endpoint.path_mtu(), path_mtu) {
             if destination < initiators {
@@ -53,33 +54,35 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 });
             }
         }
-        let Some(pd) = &self.pd else {
-            // A pool without a protection domain (the simulated fabric's) names every
-            // destination through its initiators' own address handle.
-            let ah = I::address_handle_without_pd().ok_or(PostToDestinationErrorKind::UnknownDestination)?;
-            self.core.resolve(destination, Handle::Borrowed(ah));
-            return Ok(());
+        let address = match &self.pd {
+            // Kept until the destination is removed (libmlx5 copies the address into each request).
+            Some(pd) => {
+                let ah = endpoint.create_ah_with_class(pd, self.port, src_gid_index, &self.service_class)?;
+                let first = first.ok_or(PostToDestinationErrorKind::UnknownDestination)?;
+                first
+                    .address(ah)
+                    .map_err(|source| PostToDestinationErrorKind::Address { source })?
+            },
+            None => first
+                .and_then(PoolInitiator::address_without_protection_domain)
+                .ok_or(PostToDestinationErrorKind::UnknownDestination)?,
         };
-        // Kept until the destination is removed (libmlx5 copies the address into each request).
-        let ah = endpoint.create_ah_with_class(pd, self.port, src_gid_index, &self.service_class)?;
-        self.core.resolve(destination, Handle::Owned(ah));
+        self.core.resolve(destination);
+        self.keep_address(destination, address);
         Ok(())
     }
 
-    /// The post path: one grant (or refusal) from the bookkeeping (after creating the
-    /// destination's address handle on its first post), then the guard over the granted
-    /// initiator, holding the batch's places in the initiator's ring of `wr_id`s.
+    /// The post path: one grant (or refusal) from the bookkeeping (after making the
+    /// destination's address on its first post), then the initiator's batch to the address,
+    /// holding the batch's places in the initiator's ring of `wr_id`s.
     // inline(always): with #[inline] it is called, not inlined, and the pool rows of
     // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
     #[inline(always)]
-    fn start<A: PoolAddressing>(
-        &mut self, destination: DestinationId,
-    ) -> Result<DcPoolPostGuard<'_, I, A>, PostToDestinationError> {
-        if A::STREAMS != (self.core.policy() == DcPoolPolicy::Streams) {
-            return Err(PostToDestinationErrorKind::StreamsMismatch {
-                streams_pool: !A::STREAMS,
-            }
-            .into());
+    fn start(
+        &mut self, destination: DestinationId, streams: bool,
+    ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
+        if streams != (self.core.policy() == DcPoolPolicy::Streams) {
+            return Err(PostToDestinationErrorKind::StreamsMismatch { streams_pool: !streams }.into());
         }
         let grant = match self.core.begin(destination) {
             Ok(grant) => grant,
@@ -89,30 +92,26 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             },
             Err(refusal) => return Err(PostToDestinationErrorKind::from(refusal).into()),
         };
-        // The batch's places, before the provider's calls (which the compiler cannot see into).
+        // The batch's places, before the initiator's calls (which the compiler may not see into).
         let wr_ids = self.wr_ids.batch(grant.slot, grant.room);
-        let (ah, dct_number, dc_key, target_path_mtu) = grant.address;
-        let initiator = &mut self.core.initiators[grant.initiator];
-        let (max_inline_data, path_mtu) = (initiator.max_inline_data(), initiator.path_mtu());
-        let (qp_ex, entries, mlx5_qp_ex) = initiator.send_view();
-        // SAFETY: the view is the initiator's own, alive while it is; the pool keeps `ah` alive
-        // while the destination is (PostingInitiator's contract for a pool without a PD).
-        let address = A::new(
-            unsafe { DcAddress::new(mlx5_qp_ex, ah, dct_number, dc_key) },
-            grant.stream,
-        );
-        // SAFETY: the initiator's queue pair is exclusively borrowed through the pool for the
-        // guard's lifetime; its views and entries come from PostingInitiator's contract (with the
-        // stream setter when it has streams, which the streams policy's initiators have).
-        let mut inner = unsafe { PostSendGuard::<BatchAddressed<A>>::start(qp_ex, entries, address) };
-        // As the DC initiator's own guard: longer inline data is its own error, not QueueFull.
-        inner.set_max_inline_data(max_inline_data);
-        // A READ whose responses, at the target's MTU, would not reach the initiator is refused.
-        inner.set_path_mtus(PathMtus::known(path_mtu, target_path_mtu));
+        let (dct_number, dc_key) = grant.address;
+        let Self {
+            initiators,
+            addresses,
+            core,
+            ..
+        } = self;
+        let Some(Some(address)) = addresses.get(grant.destination as usize) else {
+            // Resolved in the bookkeeping, so kept here: not reached.
+            core.commit(grant.initiator, grant.destination, grant.stream, 0);
+            return Err(PostToDestinationErrorKind::UnknownDestination.into());
+        };
+        let stream = streams.then_some(grant.stream);
+        let inner = initiators[grant.initiator].start_batch(address, dct_number, dc_key, stream);
         Ok(DcPoolPostGuard {
             inner,
-            batch: PoolBatch {
-                core: &mut self.core,
+            batch: BatchRecord {
+                core,
                 wr_ids,
                 base: encode(grant.initiator, grant.first),
                 destination: grant.destination,
@@ -124,21 +123,22 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     }
 }
 
-/// A batch to one destination through a [`DcInitiatorPool`]: the request builder of a
-/// [`DcInitiator`]'s guard, where the pool sets the DC address
+/// A batch to one destination through a [`DcInitiatorPool`]: the request builder of its
+/// initiator's batch ([`PoolBatch::Request`]; for a
+/// [`DcInitiator`], its guard's), where the pool sets the DC address
 /// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
-pub struct DcPoolPostGuard<'p, I: PoolInitiator = DcInitiator, A: PoolAddressing = DcAddress> {
+pub struct DcPoolPostGuard<'p, I: PoolInitiator + 'p = DcInitiator> {
     // Dropped first: an unposted batch is aborted before the pool ends it.
-    inner: PostSendGuard<'p, BatchAddressed<A>>,
-    batch: PoolBatch<'p, I>,
+    inner: I::Batch<'p>,
+    batch: BatchRecord<'p>,
 }
 
 /// The pool's side of a batch: where it goes, and its places in the initiator's ring of
 /// `wr_id`s, with the bookkeeping borrowed until the batch ends: posted, it records what was
 /// posted; refused or dropped, it gives back what an unused grant holds.
-struct PoolBatch<'p, I: PoolInitiator> {
-    core: &'p mut PoolCore<I>,
+struct BatchRecord<'p> {
+    core: &'p mut PoolCore,
     /// The callers' `wr_id`s of the batch's requests, in a row (a batch does not wrap): as many
     /// places as the batch may hold requests.
     wr_ids: &'p mut [u64],
@@ -150,7 +150,7 @@ struct PoolBatch<'p, I: PoolInitiator> {
     stream: u16,
 }
 
-impl<I: PoolInitiator> PoolBatch<'_, I> {
+impl BatchRecord<'_> {
     /// Ends the batch unposted, and gives back `err` with the caller's `wr_id` of the refused
     /// request, where the guard named the provider-visible one the pool gave it.
     #[cold]
@@ -169,7 +169,7 @@ impl<I: PoolInitiator> PoolBatch<'_, I> {
     }
 }
 
-impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
+impl Drop for BatchRecord<'_> {
     #[inline]
     fn drop(&mut self) {
         // Nothing was posted (a posted batch does not come here).
@@ -178,7 +178,7 @@ impl<I: PoolInitiator> Drop for PoolBatch<'_, I> {
     }
 }
 
-impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
+impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
     /// Starts a new request with the caller's `wr_id` (what
     /// [`DcPoolEvent`](super::types::DcPoolEvent)s report) and flags; continue with an operation,
     /// then the data. The request is signalled whatever `wr_flags` say (the pool needs a
@@ -189,7 +189,7 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
     #[inline]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
-    ) -> Result<WorkRequestHandle<'_, BatchAddressed<A>>, DcPoolWouldBlock> {
+    ) -> Result<<I::Batch<'p> as PoolBatch>::Request<'_>, DcPoolWouldBlock> {
         let len = self.inner.batch_len();
         let Some(place) = self.batch.wr_ids.get_mut(len) else {
             return Err(DcPoolWouldBlock::BatchFull);
@@ -218,9 +218,8 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         (initiator, batch.core.has_streams(initiator).then_some(batch.stream))
     }
 
-    /// Posts the batch (`ibv_wr_complete`): all of it, or on error none of it, as
-    /// [`PostSendGuard::post`]. A request refused before the provider is named by the `wr_id`
-    /// its caller gave.
+    /// Posts the batch (for a [`DcInitiator`], `ibv_wr_complete`): all of it, or on error none
+    /// of it. A request refused before the provider is named by the `wr_id` its caller gave.
     // inline(always): with #[inline] it is called, not inlined, and the pool rows of
     // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
     #[inline(always)]
@@ -239,7 +238,3 @@ impl<I: PoolInitiator, A: PoolAddressing> DcPoolPostGuard<'_, I, A> {
         Ok(())
     }
 }
-
-/// How a pool batch's requests are addressed: sideway-ext's [`DcAddressing`](sideway_ext::mlx5::dc::initiator::DcAddressing) ([`DcAddress`],
-/// or on DCI streams [`DcStreamAddress`]).
-pub use sideway_ext::mlx5::dc::initiator::DcAddressing as PoolAddressing;

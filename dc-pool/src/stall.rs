@@ -22,7 +22,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::destinations::PoolCore;
-use super::initiator::PooledInitiator;
 use super::types::DcPoolEvent;
 
 /// The head request of one initiator's stream, as the scans saw it.
@@ -46,7 +45,7 @@ pub(super) struct StallWatch {
     heads: BTreeMap<(usize, u16), Head>,
 }
 
-impl<I: PooledInitiator> PoolCore<I> {
+impl PoolCore {
     /// Reports a destination whose request has been the oldest outstanding one of its initiator
     /// (stream) for `timeout` or longer; `None` reports none.
     pub(crate) fn set_stall_timeout(&mut self, timeout: Option<Duration>) {

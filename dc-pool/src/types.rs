@@ -361,6 +361,15 @@ pub enum PostToDestinationErrorKind {
     /// The destination stays unresolved: its next post or `prepare` tries again.
     #[error(transparent)]
     AddressHandle(#[from] CreateDcAddressHandleError),
+    /// The initiators could not make the destination's address from its address handle
+    /// ([`PoolInitiator::address`](super::PoolInitiator::address)); the next post or `prepare`
+    /// tries again.
+    #[error("the initiators could not make the destination's address")]
+    Address {
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The destination's port takes smaller packets than the pool's initiators send (its
     /// endpoint's [`path_mtu`](sideway_ext::mlx5::dc::endpoint::DcEndpoint::path_mtu)): they would be
     /// dropped there and end in `RETRY_EXC`. Found by its first post or

@@ -73,6 +73,25 @@ impl sideway::ibverbs::completion::CompletionQueue for SimulatedCompletionQueue 
     }
 }
 
+/// Polled as a device's CQ is, through `ibv_poll_cq`.
+impl crate::initiator::PoolCompletionQueue for SimulatedCompletionQueue {
+    fn poll(
+        &mut self,
+        mut each: impl FnMut(
+            crate::initiator::PoolCompletion,
+            Option<&sideway_ext::ibverbs::work_completion::WorkCompletion>,
+        ),
+    ) -> Result<usize, sideway::ibverbs::completion::PollCompletionQueueError> {
+        use sideway_ext::ibverbs::extension::CompletionQueueExt;
+        let mut wcs = [sideway_ext::ibverbs::work_completion::WorkCompletion::default(); 32];
+        let polled = self.poll_work_completions(&mut wcs)?;
+        for wc in polled {
+            each(wc.into(), Some(wc));
+        }
+        Ok(polled.len())
+    }
+}
+
 impl Drop for SimulatedCompletionQueue {
     fn drop(&mut self) {
         // SAFETY: leaked from a Box in `new`, freed once here; nothing polls it any more (a poll

@@ -12,7 +12,7 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use super::completion_queue::SimulatedCompletionQueue;
 use super::initiator::SimulatedInitiator;
 use super::{Shared, SimulatedFabric};
-use crate::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
+use crate::initiator::{PoolInitiator, StreamResetRefusal};
 use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendGuard, WorkRequestHandle};
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 #[cfg(doc)]
@@ -214,7 +214,7 @@ impl SimulatedInitiator {
     /// each request is addressed with `setup_dc_addr` (a [`SimulatedAddressHandle`], the DCT
     /// number and the DC key) between its operation and its data.
     pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
-        let max_inline_data = PostingInitiator::max_inline_data(self);
+        let max_inline_data = self.granted_inline_data();
         let (qp_ex, entries, mlx5) = self.send_view();
         // SAFETY: the views are this initiator's own tables, alive and exclusively borrowed for
         // the guard's lifetime (`&mut self`), with the entries read from them; the context is its
@@ -241,12 +241,12 @@ impl SimulatedInitiator {
 
     /// Its send queue's capacity.
     pub fn max_send_wr(&self) -> u32 {
-        PooledInitiator::max_send_wr(self)
+        PoolInitiator::max_send_wr(self)
     }
 
     /// The longest inline data one request takes.
     pub fn max_inline_data(&self) -> u32 {
-        PostingInitiator::max_inline_data(self)
+        self.granted_inline_data()
     }
 
     /// Brings it back to RTS after an error, as
@@ -260,7 +260,7 @@ impl SimulatedInitiator {
     /// The fabric refused it: [`RecoverSimulatedInitiatorError`].
     pub fn recover(&mut self) -> Result<DcRecovery, RecoverSimulatedInitiatorError> {
         let previous_qp_number = self.qp_number();
-        PooledInitiator::recover(self)
+        self.recover_in_fabric()
             .map_err(|e| RecoverSimulatedInitiatorErrorKind::Refused { reason: e.to_string() })?;
         Ok(if self.qp_number() == previous_qp_number {
             DcRecovery::Reset
@@ -280,10 +280,10 @@ impl SimulatedInitiator {
     /// No streams, the initiator in ERR, or requests of the stream not flushed yet:
     /// [`ResetSimulatedStreamError`].
     pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetSimulatedStreamError> {
-        if PooledInitiator::stream_count(self) == 0 {
+        if PoolInitiator::stream_count(self) == 0 {
             return Err(ResetSimulatedStreamErrorKind::NoStreams.into());
         }
-        PooledInitiator::reset_stream(self, stream_id).map_err(|refusal| {
+        self.reset_stream_in_fabric(stream_id).map_err(|refusal| {
             match refusal {
                 StreamResetRefusal::NotReadyToSend => ResetSimulatedStreamErrorKind::NotReadyToSend,
                 // The fabric's only other refusal.

@@ -8,17 +8,17 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{addr_of_mut, NonNull};
 use std::rc::Rc;
 
-use rdma_mummy_sys::{ibv_ah, ibv_cq, ibv_data_buf, ibv_qp_ex, ibv_send_flags, ibv_sge, mlx5dv_qp_ex};
+use rdma_mummy_sys::{ibv_ah, ibv_data_buf, ibv_qp_ex, ibv_send_flags, ibv_sge, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::completion_queue::SimulatedCompletionQueue;
 use super::fabric::StreamResetRefused;
 use super::request::{Operation, Payload, Request, Sge, FLUSH, SUCCESS};
 use super::Shared;
-use crate::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
+use crate::initiator::StreamResetRefusal;
 use crate::PoolInitiator;
-use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
-use sideway_ext::mlx5::dc::initiator::DcContext;
+use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
+use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcBatchAddress, DcContext};
 
 use super::route::SIMULATED_ROUTE;
 
@@ -218,16 +218,8 @@ impl Drop for SimulatedInitiator {
 #[error("{0}")]
 struct SimulatedRefusal(&'static str);
 
-impl PooledInitiator for SimulatedInitiator {
-    fn max_send_wr(&self) -> u32 {
-        self.max_send_wr
-    }
-
-    fn stream_count(&self) -> u32 {
-        self.streams
-    }
-
-    fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+impl SimulatedInitiator {
+    pub(super) fn recover_in_fabric(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let rebuilt = self.fabric.borrow_mut().recover(self.index).map_err(SimulatedRefusal)?;
         if let Some(qp_number) = rebuilt {
             self.qp_number = qp_number;
@@ -238,7 +230,7 @@ impl PooledInitiator for SimulatedInitiator {
         Ok(())
     }
 
-    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
+    pub(super) fn reset_stream_in_fabric(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
         match self.fabric.borrow_mut().reset_stream(self.index, stream) {
             Ok(()) => Ok(()),
             Err(StreamResetRefused::NotReadyToSend) => Err(StreamResetRefusal::NotReadyToSend),
@@ -247,39 +239,70 @@ impl PooledInitiator for SimulatedInitiator {
             )))),
         }
     }
-}
 
-// SAFETY: the views are the tables this initiator owns (alive until it is dropped), reached only
-// through `&mut self` while a guard posts; the entries are read from them, the stream setter
-// filled when it has streams. Its CQ's `raw_cq` is the simulated CQ's own `ibv_cq`; its address
-// handle is one its `wr_set_dc_addr` entries never read.
-unsafe impl PostingInitiator for SimulatedInitiator {
-    fn qp_number(&self) -> u32 {
-        SimulatedInitiator::qp_number(self)
-    }
-
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
+    /// Its views and entries, for a guard started by hand.
+    pub(crate) fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
         // SAFETY: a field of the live tables.
         let mlx5 = unsafe { NonNull::new_unchecked(addr_of_mut!((*self.tables.as_ptr()).mlx5)) };
         (self.tables.cast(), self.entries, mlx5)
     }
 
-    fn max_inline_data(&self) -> u32 {
+    pub(super) fn granted_inline_data(&self) -> u32 {
         // SAFETY: a field of the live tables, read while no guard posts (`&self`).
         unsafe { (*self.tables.as_ptr()).max_inline_data }
     }
-
-    fn address_handle_without_pd() -> Option<NonNull<ibv_ah>> {
-        // The fabric routes by DCT number; the address handle is never read.
-        Some(NonNull::dangling())
-    }
 }
 
+/// The fabric routes by DCT number: a destination's address is nothing.
 impl PoolInitiator for SimulatedInitiator {
+    type Address = ();
+    type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
     type CompletionQueue = SimulatedCompletionQueue;
 
-    fn raw_cq(cq: &SimulatedCompletionQueue) -> NonNull<ibv_cq> {
-        cq.raw()
+    fn qp_number(&self) -> u32 {
+        SimulatedInitiator::qp_number(self)
+    }
+
+    fn max_send_wr(&self) -> u32 {
+        self.max_send_wr
+    }
+
+    fn stream_count(&self) -> u32 {
+        self.streams
+    }
+
+    fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.recover_in_fabric()
+    }
+
+    fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal> {
+        self.reset_stream_in_fabric(stream)
+    }
+
+    fn address(
+        &self, _ah: std::sync::Arc<sideway_ext::ibverbs::address_handle::AddressHandle>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        Ok(())
+    }
+
+    fn address_without_protection_domain(&self) -> Option<()> {
+        Some(())
+    }
+
+    fn start_batch<'a>(
+        &'a mut self, _address: &'a (), dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> Self::Batch<'a> {
+        let max_inline_data = self.granted_inline_data();
+        let (qp_ex, entries, mlx5) = self.send_view();
+        // SAFETY: the view is this initiator's own; its `wr_set_dc_addr` entries never read the
+        // address handle (the fabric routes by DCT number).
+        let address = unsafe { DcAddress::new(mlx5, NonNull::dangling(), dct_number, dc_key) };
+        // SAFETY: the tables are this initiator's own, alive and exclusively borrowed for the
+        // guard's lifetime, with the entries read from them (the stream setter when it has
+        // streams).
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcBatchAddress::new(address, stream)) };
+        guard.set_max_inline_data(max_inline_data);
+        guard
     }
 }
 

@@ -2,64 +2,79 @@
 //! what a pool of initiators posts, one destination per batch, without a destination step.
 use std::marker::PhantomData;
 
-use super::{DcAddress, DcStreamAddress};
+use rdma_mummy_sys::ibv_qp_ex;
+
+use super::{DcAddress, DcStreamAddress, SET_DC_ADDR};
 use crate::ibverbs::post_send_guard::{
     sealed, Destination, LocalBufferHandle, Operation, PendingRequest, RemoteMemoryAccess, Transport,
 };
 
-/// How the requests of a [`BatchAddressed`] batch are addressed: [`DcAddress`]
-/// (`mlx5dv_wr_set_dc_addr`), or on DCI streams [`DcStreamAddress`]
+/// How the requests of a [`BatchAddressed`] batch are addressed: [`DcBatchAddress`] (a DC
+/// initiator's [`start_post_send_to`](super::DcInitiator::start_post_send_to)), or for a guard
+/// started by hand [`DcAddress`] (`mlx5dv_wr_set_dc_addr`) or on DCI streams [`DcStreamAddress`]
 /// (`mlx5dv_wr_set_dc_addr_stream`). Sealed, as [`Destination`] is: each address's setter is an
 /// entry its queue pair was checked for.
-pub trait DcAddressing: Destination + Copy + sealed::Sealed {
-    /// Whether it addresses a DCI stream.
-    const STREAMS: bool;
-    /// `address`, on DCI stream `stream` when it addresses streams (ignored otherwise).
-    fn new(address: DcAddress, stream: u16) -> Self;
+pub trait DcAddressing: Destination + Copy + sealed::Sealed {}
+
+impl DcAddressing for DcAddress {}
+
+impl DcAddressing for DcStreamAddress {}
+
+impl DcAddressing for DcBatchAddress {}
+
+/// The address of every request of a batch a [`DcInitiator`](super::DcInitiator) started with
+/// [`start_post_send_to`](super::DcInitiator::start_post_send_to): a DC target over an address
+/// handle (`mlx5dv_wr_set_dc_addr`), or, given a stream, the same on that DCI stream
+/// (`mlx5dv_wr_set_dc_addr_stream`).
+#[derive(Debug, Clone, Copy)]
+pub struct DcBatchAddress {
+    address: DcAddress,
+    stream: Option<u16>,
 }
 
-impl DcAddressing for DcAddress {
-    const STREAMS: bool = false;
+impl sealed::Sealed for DcBatchAddress {}
 
+impl DcBatchAddress {
+    /// `address`, on DCI stream `stream` when given, for a guard started by hand (a queue
+    /// pair's views of one's own, with the stream setter's entry when given a stream).
     #[inline]
-    fn new(address: DcAddress, _stream: u16) -> Self {
-        address
+    pub fn new(address: DcAddress, stream: Option<u16>) -> Self {
+        Self { address, stream }
     }
 }
 
-impl DcAddressing for DcStreamAddress {
-    const STREAMS: bool = true;
+// SAFETY: it calls `wr_set_dc_addr`, or `wr_set_dc_addr_stream` for a stream, with the view and
+// handle its DC initiator's borrow keeps alive. A DC initiator always has `wr_set_dc_addr` (its
+// creation checks it): the one setter a batch can lack is the stream's, and `start_post_send_to`
+// then starts the batch without `wr_set_dc_addr`'s bit, so that each request is refused under
+// the stream setter's name.
+unsafe impl Destination for DcBatchAddress {
+    const ENTRY: u32 = SET_DC_ADDR;
+    const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream";
 
     #[inline]
-    fn new(address: DcAddress, stream: u16) -> Self {
-        DcStreamAddress::new(address, stream)
+    unsafe fn set(self, qp: *mut ibv_qp_ex) {
+        match self.stream {
+            None => self.address.set(qp),
+            Some(stream) => DcStreamAddress::new(self.address, stream).set(qp),
+        }
     }
 }
 
 /// The DC transport of a batch to one destination: the guard's context is the address `A`, which
-/// every request gets right after its operation (`construct_wr` → operation → data). A guard of
-/// it is [`start`](crate::ibverbs::post_send_guard::PostSendGuard::start)ed on a DC initiator's
-/// [`send_views`](super::DcInitiator::send_views). An RDMA READ whose responses would not reach
-/// the initiator is refused where the guard knows both ends' path MTUs
-/// ([`set_path_mtus`](crate::ibverbs::post_send_guard::PostSendGuard::set_path_mtus), as a pool
-/// of initiators sets them):
+/// every request gets right after its operation (`construct_wr` → operation → data). A DC
+/// initiator starts one with [`start_post_send_to`](super::DcInitiator::start_post_send_to),
+/// which holds its RDMA READs to both ends' path MTUs (a READ whose responses would not reach
+/// the initiator is refused before the provider):
 ///
 /// ```no_run
 /// use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 /// use sideway_ext::ibverbs::address_handle::AddressHandle;
-/// use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard};
-/// use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcInitiator};
+/// use sideway_ext::mlx5::dc::initiator::DcInitiator;
 ///
 /// fn send_all(dci: &mut DcInitiator, ah: &AddressHandle, dct_number: u32, dc_key: u64)
 ///     -> Result<(), Box<dyn std::error::Error>> {
-///     let max_inline_data = dci.max_inline_data();
-///     let (qp_ex, entries, mlx5_qp_ex) = dci.send_views();
-///     // SAFETY: the views are the initiator's own and alive; `ah` outlives the batch.
-///     let address = unsafe { DcAddress::new(mlx5_qp_ex, ah.ah(), dct_number, dc_key) };
-///     // SAFETY: `dci` is borrowed mutably for as long as the guard lives; `entries` are its own.
-///     let mut guard = unsafe { PostSendGuard::<BatchAddressed<DcAddress>>::start(qp_ex, entries, address) };
-///     guard.set_max_inline_data(max_inline_data);
-///     guard.set_path_mtus(PathMtus::known(dci.path_mtu(), ah.destination_path_mtu()));
+///     let mut guard = dci.start_post_send_to(ah, dct_number, dc_key, None);
 ///     for wr_id in 0..4 {
 ///         guard.construct_wr(wr_id, WorkRequestFlags::Signaled).setup_send().setup_inline_data(b"hi");
 ///     }

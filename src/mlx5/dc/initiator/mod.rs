@@ -50,7 +50,7 @@ mod send;
 mod stream_reset;
 mod transport;
 
-pub use self::addressed::{BatchAddressed, DcAddressing};
+pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};
 pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
 pub use self::plan::{plan_dci, DciDevice, DciInitParameters, DciRequest};
 pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};

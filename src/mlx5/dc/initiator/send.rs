@@ -5,9 +5,12 @@ use std::ptr::NonNull;
 use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::{DcContext, DcInitiator, DcRoute, DynamicallyConnected};
+use super::{
+    BatchAddressed, DcAddress, DcBatchAddress, DcContext, DcInitiator, DcRoute, DynamicallyConnected, SET_DC_ADDR,
+    SET_DC_ADDR_STREAM,
+};
 use crate::ibverbs::address_handle::AddressHandle;
-use crate::ibverbs::post_send_guard::{PostSendError, PostSendGuard, ProviderEntries, WorkRequestHandle};
+use crate::ibverbs::post_send_guard::{PathMtus, PostSendError, PostSendGuard, ProviderEntries, WorkRequestHandle};
 
 /// A DC initiator a program posts on: [`DcInitiator`] on a device, and a simulated fabric's
 /// initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).
@@ -73,6 +76,39 @@ impl DcInitiator {
     /// Using them needs `unsafe` (see [`PostSendGuard::start`]); reading them does not.
     pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
         (self.send_view.0, self.send_view.1, self.mlx5_qp_ex)
+    }
+
+    /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target
+    /// `dct_number` with access key `dc_key`, over the route of `ah`
+    /// (`mlx5dv_wr_set_dc_addr`), or, with a `stream`, on that DCI stream
+    /// (`mlx5dv_wr_set_dc_addr_stream`): `construct_wr` → operation → data, with no address
+    /// step. What a pool of initiators posts, one destination per batch.
+    ///
+    /// As [`start_post_send`](Self::start_post_send)'s, its requests are refused before the
+    /// provider for an operation the initiator was not created with, for inline data beyond its
+    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and
+    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an
+    /// initiator created without DCI streams refuses each request
+    /// ([`OperationNotEnabled`](crate::ibverbs::post_send_guard::PostSendErrorKind::OperationNotEnabled)
+    /// naming `wr_set_dc_addr_stream`).
+    #[inline]
+    pub fn start_post_send_to<'g>(
+        &'g mut self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> PostSendGuard<'g, BatchAddressed<DcBatchAddress>> {
+        let (qp_ex, mut entries) = self.send_view;
+        if stream.is_some() && !entries.contains(SET_DC_ADDR_STREAM) {
+            // Refused under the stream setter's name (DcBatchAddress).
+            entries = ProviderEntries::NONE.with(entries.bits() & !SET_DC_ADDR);
+        }
+        // SAFETY: the mlx5 view is this initiator's own, and `ah` is borrowed for as long as the
+        // guard lives (libmlx5 copies its address vector at each request's data step).
+        let address = unsafe { DcAddress::new(self.mlx5_qp_ex, ah.ah(), dct_number, dc_key) };
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation (the DC setters checked as above).
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcBatchAddress::new(address, stream)) };
+        guard.set_max_inline_data(self.granted.max_inline_data);
+        guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));
+        guard
     }
 
     /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
