@@ -18,11 +18,11 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
-use sideway_ext_dc_pool::post_guard::{DcPoolPostGuard, PoolAddressing};
-use sideway_ext_dc_pool::simulation::{SimulatedFabric, SimulatedMemoryRegion, SimulatedTarget};
+use sideway_ext::mlx5::dc::initiator::DciStreams;
+use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
+use sideway_ext_dc_pool::simulation::{SimulatedFabric, SimulatedInitiator, SimulatedMemoryRegion, SimulatedTarget};
 use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId, PostToDestinationErrorKind};
-use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
+use sideway_ext_dc_pool::DcInitiatorPool;
 
 #[derive(Debug, Parser)]
 #[command(about = "A DCI pool sending to many DC peers on the simulated DC fabric")]
@@ -185,9 +185,9 @@ fn main() -> ExitCode {
 /// The pool loop, as on a ConnectX: every peer's requests posted in batches, retries first, a
 /// refused peer waiting for its `Ready`, polls until each request was reported; `each_poll` runs
 /// before every poll.
-fn send_all<I: PoolInitiator>(
-    pool: &mut DcInitiatorPool<I>, targets: &[SimulatedTarget], regions: &[SimulatedMemoryRegion], requests: u64,
-    mut each_poll: impl FnMut(),
+fn send_all(
+    pool: &mut DcInitiatorPool<SimulatedInitiator>, targets: &[SimulatedTarget], regions: &[SimulatedMemoryRegion],
+    requests: u64, mut each_poll: impl FnMut(),
 ) -> Tally {
     let mut peers: Vec<Peer> = targets
         .iter()
@@ -213,10 +213,9 @@ fn send_all<I: PoolInitiator>(
         for peer in peers.iter_mut().filter(|peer| !peer.waiting && !peer.queue.is_empty()) {
             let posted = if streams {
                 pool.start_post_send_on_stream(peer.destination)
-                    .map(|g| fill::<I, DcStreamAddress>(g, peer, requests))
+                    .map(|g| fill(g, peer, requests))
             } else {
-                pool.start_post_send(peer.destination)
-                    .map(|g| fill::<I, DcAddress>(g, peer, requests))
+                pool.start_post_send(peer.destination).map(|g| fill(g, peer, requests))
             };
             match posted.map_err(|err| err.0) {
                 Ok(()) => {},
@@ -264,7 +263,7 @@ fn send_all<I: PoolInitiator>(
 
 /// Fills a batch to `peer` with its next requests (as many as the batch has room for, up to 16):
 /// an RDMA WRITE of the request's `wr_id` to its slot in the peer's memory.
-fn fill<I: PoolInitiator, A: PoolAddressing>(mut guard: DcPoolPostGuard<'_, I, A>, peer: &mut Peer, requests: u64) {
+fn fill(mut guard: DcPoolPostGuard<'_, SimulatedInitiator>, peer: &mut Peer, requests: u64) {
     let count = guard.room().min(peer.queue.len()).min(16);
     for &wr_id in peer.queue.iter().take(count) {
         let slot = (wr_id % requests) * 8;

@@ -404,7 +404,7 @@ impl DcPoolProtectionDomainExt for Arc<ProtectionDomain> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::initiator::PooledInitiator;
+    use crate::initiator::PoolInitiator;
     use crate::simulation::SimulatedFabric;
 
     /// Two simulated DC initiators (held to the DC initiator builder's sizing, `plan_dci`), each
@@ -435,7 +435,7 @@ mod tests {
         ));
         // One for what was granted holds it, and the pool keeps that much in flight on each.
         let mut pool = pool_on(initiators(&fabric), 42, DcPoolPolicy::Static, 3).expect("the CQ holds 2 × 21");
-        assert_eq!(pool.initiator(0).map(PooledInitiator::max_send_wr), Some(21));
+        assert_eq!(pool.initiator(0).map(PoolInitiator::max_send_wr), Some(21));
         let target = fabric.create_target_builder().build().expect("a target");
         let destination = pool.add_destination(target.endpoint());
         assert_eq!(pool.start_post_send(destination).expect("an initiator").room(), 21);

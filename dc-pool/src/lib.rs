@@ -491,13 +491,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// ```
     /// use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
     /// use sideway::ibverbs::AccessFlags;
-    /// use sideway_ext_dc_pool::simulation::{SimulatedFabric, SimulatedMemoryRegion};
+    /// use sideway_ext_dc_pool::simulation::{SimulatedFabric, SimulatedInitiator, SimulatedMemoryRegion};
     /// use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
-    /// use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
+    /// use sideway_ext_dc_pool::DcInitiatorPool;
     ///
     /// /// Writes "hello" to `region` at `destination`; `false` when it is to wait for its `Ready`.
-    /// fn write<I: PoolInitiator>(
-    ///     pool: &mut DcInitiatorPool<I>, destination: DestinationId, region: &SimulatedMemoryRegion,
+    /// fn write(
+    ///     pool: &mut DcInitiatorPool<SimulatedInitiator>, destination: DestinationId, region: &SimulatedMemoryRegion,
     /// ) -> Result<bool, Box<dyn std::error::Error>> {
     ///     let mut guard = match pool.start_post_send(destination) {
     ///         Ok(guard) => guard,

@@ -64,7 +64,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                     .map_err(|source| PostToDestinationErrorKind::Address { source })?
             },
             None => first
-                .and_then(PoolInitiator::address_without_protection_domain)
+                .and_then(|first| first.address_without_protection_domain(endpoint))
                 .ok_or(PostToDestinationErrorKind::UnknownDestination)?,
         };
         self.core.resolve(destination);

@@ -31,13 +31,13 @@ use self::remote::Remote;
 use super::completions::is_no_such_target;
 use super::destination::Target;
 use super::destinations::{PoolCore, Refusal};
-use super::post_guard::{DcPoolPostGuard, PoolAddressing};
+use super::post_guard::DcPoolPostGuard;
 use super::requests::{encode, WrIds};
 use super::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind};
 use super::DcInitiatorPool;
 use crate::simulation::{SimulatedFabric, SimulatedInitiator};
 use crate::test_support::{advance_clock, fake_now};
-use sideway_ext::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
+use sideway_ext::mlx5::dc::initiator::DciStreams;
 
 const SUCCESS: u32 = ibv_wc_status::IBV_WC_SUCCESS;
 const FLUSH: u32 = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
@@ -74,16 +74,14 @@ fn post(
     let target = (target.region.rkey(), target.region.address());
     if pool.policy() == DcPoolPolicy::Streams {
         let guard = pool.start_post_send_on_stream(destination).map_err(|e| e.0)?;
-        Ok(fill::<DcStreamAddress>(guard, target, requests))
+        Ok(fill(guard, target, requests))
     } else {
         let guard = pool.start_post_send(destination).map_err(|e| e.0)?;
-        Ok(fill::<DcAddress>(guard, target, requests))
+        Ok(fill(guard, target, requests))
     }
 }
 
-fn fill<A: PoolAddressing>(
-    mut guard: DcPoolPostGuard<'_, SimulatedInitiator, A>, (rkey, address): (u32, u64), requests: &[u64],
-) -> usize {
+fn fill(mut guard: DcPoolPostGuard<'_, SimulatedInitiator>, (rkey, address): (u32, u64), requests: &[u64]) -> usize {
     let count = guard.room().min(requests.len());
     if count == 0 {
         return 0;
@@ -140,9 +138,8 @@ fn pool(
 }
 
 /// Adds a destination with an address to a bare bookkeeping core.
-fn add(pool: &mut PoolCore<SimulatedInitiator>) -> DestinationId {
-    pool.add_destination(Target::Raw {
-        ah: std::ptr::NonNull::dangling(),
+fn add(pool: &mut PoolCore) -> DestinationId {
+    pool.add_destination(Target::Addressed {
         dct_number: 0,
         dc_key: 0,
     })

@@ -10,22 +10,25 @@ use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use rdma_mummy_sys::{ibv_ah, ibv_cq, ibv_qp_ex, mlx5dv_qp_ex};
-use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue};
+use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use sideway::ibverbs::completion::GenericCompletionQueue;
+use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 
-use super::initiator::PostingInitiator;
-use super::initiator::{PooledInitiator, StreamResetRefusal};
-use super::post_guard::{DcPoolPostGuard, PoolAddressing};
+use super::initiator::{PoolCompletion, StreamResetRefusal};
+use super::post_guard::DcPoolPostGuard;
+use super::requests::initiator_of;
 use super::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationErrorKind,
 };
 use super::{DcInitiatorPool, PoolInitiator};
 use crate::test_support::{advance_clock, fake_now, record, recording_qp, take_calls};
-use sideway_ext::ibverbs::post_send_guard::{PostSendErrorKind, ProviderEntries};
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendErrorKind, PostSendGuard, ProviderEntries};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc::initiator::DcContext;
+use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcBatchAddress, DcContext};
 
 thread_local! {
     /// What the recorded `wr_complete` returns (0, or an errno).
@@ -195,13 +198,27 @@ impl std::fmt::Display for RecoveryFailed {
 
 impl std::error::Error for RecoveryFailed {}
 
-impl PooledInitiator for RecordingInitiator {
+/// Its batches are sideway-ext's guards started on its recording tables.
+impl PoolInitiator for RecordingInitiator {
+    /// The fake address handle its records print, and the target's path MTU when known.
+    type Address = (NonNull<ibv_ah>, Option<Mtu>);
+    type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
+    type CompletionQueue = GenericCompletionQueue;
+
+    fn qp_number(&self) -> u32 {
+        self.qp.qp_base.qp_num
+    }
+
     fn max_send_wr(&self) -> u32 {
         self.max_send_wr
     }
 
     fn stream_count(&self) -> u32 {
         self.streams
+    }
+
+    fn path_mtu(&self) -> Option<Mtu> {
+        self.path_mtu
     }
 
     fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -222,46 +239,42 @@ impl PooledInitiator for RecordingInitiator {
         }
         Ok(())
     }
-}
 
-impl PoolInitiator for RecordingInitiator {
-    type CompletionQueue = GenericCompletionQueue;
-
-    fn path_mtu(&self) -> Option<sideway::ibverbs::device_context::Mtu> {
-        self.path_mtu
+    fn address(
+        &self, _ah: std::sync::Arc<AddressHandle>,
+    ) -> Result<Self::Address, Box<dyn std::error::Error + Send + Sync>> {
+        Err("the recording initiators have no device".into())
     }
 
-    fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
-        // SAFETY: only the pointer is read.
-        unsafe { cq.cq() }
-    }
-}
-
-// SAFETY: the views are the boxes this initiator owns, with the entries read from them; the
-// stream setter is filled when `streams` is not 0.
-unsafe impl PostingInitiator for RecordingInitiator {
-    fn qp_number(&self) -> u32 {
-        self.qp.qp_base.qp_num
-    }
-
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        (
-            NonNull::from(&mut *self.qp),
-            self.entries,
-            NonNull::from(&mut self.view.view),
-        )
-    }
-
-    fn max_inline_data(&self) -> u32 {
-        // The recording tables take any length.
-        u32::MAX
-    }
-
-    fn address_handle_without_pd() -> Option<NonNull<ibv_ah>> {
+    fn address_without_protection_domain(&self, endpoint: &DcEndpoint) -> Option<Self::Address> {
         // The recorders only print the handle's address: a destination added by its endpoint
         // is named by this one.
-        NonNull::new(std::ptr::without_provenance_mut(0xe000))
+        Some((
+            NonNull::new(std::ptr::without_provenance_mut(0xe000))?,
+            endpoint.path_mtu(),
+        ))
     }
+
+    fn start_batch<'a>(
+        &'a mut self, address: &'a Self::Address, dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> Self::Batch<'a> {
+        let (qp_ex, mlx5) = (NonNull::from(&mut *self.qp), NonNull::from(&mut self.view.view));
+        // SAFETY: the recorders never dereference the handle; the view is this initiator's box.
+        let dc_address = unsafe { DcAddress::new(mlx5, address.0, dct_number, dc_key) };
+        // SAFETY: the boxes this initiator owns, borrowed for the guard's lifetime, with the
+        // entries read from them (the stream setter when it has streams).
+        let mut guard = unsafe { PostSendGuard::start(qp_ex, self.entries, DcBatchAddress::new(dc_address, stream)) };
+        guard.set_path_mtus(PathMtus::known(self.path_mtu, address.1));
+        guard
+    }
+}
+
+/// Settles the provider `wr_id` with `status` as a completion of the initiator it names.
+fn complete_raw(
+    pool: &mut DcInitiatorPool<RecordingInitiator>, wr_id: u64, status: u32, sink: impl FnMut(DcPoolEvent),
+) -> bool {
+    let qp_number = pool.initiator(initiator_of(wr_id)).map_or(0, PoolInitiator::qp_number);
+    pool.complete(PoolCompletion::new(qp_number, wr_id, status, 0), sink)
 }
 
 /// The pool's initiators are queue pairs 0x10 and 0x11 (`qp16`, `qp17` in the records).
@@ -293,8 +306,7 @@ impl Address {
     }
 
     fn add_to(&self, pool: &mut DcInitiatorPool<RecordingInitiator>) -> DestinationId {
-        // SAFETY: the recorders never dereference the handle.
-        unsafe { pool.add_destination_raw(self.ah, self.dct_number, self.dc_key) }
+        pool.add_destination_with_address((self.ah, None), self.dct_number, self.dc_key)
     }
 
     /// The recorded `wr_set_dc_addr` call on queue pair `qp`.
@@ -334,7 +346,7 @@ fn post_writes(pool: &mut DcInitiatorPool<RecordingInitiator>, destination: Dest
 
 /// Adds one signalled RDMA write of 64 bytes per caller `wr_id` to `guard`, posts it, and
 /// returns the initiator it went to.
-fn write_and_post<A: PoolAddressing>(mut guard: DcPoolPostGuard<'_, RecordingInitiator, A>, wr_ids: &[u64]) -> usize {
+fn write_and_post(mut guard: DcPoolPostGuard<'_, RecordingInitiator>, wr_ids: &[u64]) -> usize {
     for &wr_id in wr_ids {
         // SAFETY: the recorders never touch the buffers.
         unsafe {
@@ -354,7 +366,7 @@ fn write_and_post<A: PoolAddressing>(mut guard: DcPoolPostGuard<'_, RecordingIni
 fn complete(pool: &mut DcInitiatorPool<RecordingInitiator>, wr_id: u64, status: u32) -> Vec<DcPoolEvent> {
     let mut events = Vec::new();
     assert!(
-        pool.complete_raw(wr_id, status, |event| events.push(event)),
+        complete_raw(pool, wr_id, status, |event| events.push(event)),
         "{wr_id:#x} names a live request"
     );
     pool.core.check_no_destination_stranded();
@@ -467,8 +479,12 @@ fn write_send_and_read_go_out_with_the_encoded_wr_id_the_address_then_the_data()
     assert_eq!(complete(&mut pool, provider_wr_id(0, 3), 0), [completed(da, 103)]);
     assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
     // A completion of a request already reported names nothing.
-    assert!(!pool.complete_raw(provider_wr_id(0, 3), 0, |e| panic!("reported {e:?} twice")));
-    assert!(!pool.complete_raw(provider_wr_id(5, 0), 0, |e| panic!("no initiator 5: {e:?}")));
+    assert!(!complete_raw(&mut pool, provider_wr_id(0, 3), 0, |e| panic!(
+        "reported {e:?} twice"
+    )));
+    assert!(!complete_raw(&mut pool, provider_wr_id(5, 0), 0, |e| panic!(
+        "no initiator 5: {e:?}"
+    )));
     assert!(take_calls().is_empty(), "completions make no provider call");
 }
 
@@ -568,7 +584,9 @@ fn a_guard_dropped_unposted_aborts_and_leaves_nothing_outstanding() {
     assert!(!calls.iter().any(|c| c.ends_with("complete")), "{calls:?}");
     assert_eq!(pool.outstanding(da), 0);
     assert_eq!(pool.assignment(da), None, "the initiator went back");
-    assert!(!pool.complete_raw(provider_wr_id(0, 0), 0, |e| panic!("aborted request reported: {e:?}")));
+    assert!(!complete_raw(&mut pool, provider_wr_id(0, 0), 0, |e| panic!(
+        "aborted request reported: {e:?}"
+    )));
 
     // The next batch starts at number 0 again: nothing was counted.
     post_writes(&mut pool, da, &[3]);
@@ -597,7 +615,9 @@ fn a_failed_post_counts_nothing_and_releases_the_initiator() {
     );
     COMPLETE_RETURNS.with(|r| r.set(0));
     assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
-    assert!(!pool.complete_raw(provider_wr_id(0, 0), 0, |e| panic!("unposted request reported: {e:?}")));
+    assert!(!complete_raw(&mut pool, provider_wr_id(0, 0), 0, |e| panic!(
+        "unposted request reported: {e:?}"
+    )));
     pool.core.check_no_destination_stranded();
 }
 
@@ -1230,6 +1250,7 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
     take_calls();
     let mut events = Vec::new();
     assert!(pool.core.complete(
+        &mut pool.initiators,
         &pool.wr_ids,
         provider_wr_id(initiator, 0),
         REM_ACCESS_ERR,
@@ -1246,11 +1267,14 @@ fn a_failed_request_carries_its_completions_vendor_syndrome() {
         },]
     );
     // The request flushed behind it fails with the flush's status and no syndrome.
-    assert!(pool
-        .core
-        .complete(&pool.wr_ids, provider_wr_id(initiator, 1), FLUSH_ERR, 0x99, &mut |e| {
-            events.push(e)
-        }));
+    assert!(pool.core.complete(
+        &mut pool.initiators,
+        &pool.wr_ids,
+        provider_wr_id(initiator, 1),
+        FLUSH_ERR,
+        0x99,
+        &mut |e| { events.push(e) }
+    ));
     assert_eq!(
         events[1],
         DcPoolEvent::Failed {

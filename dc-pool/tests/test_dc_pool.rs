@@ -44,7 +44,7 @@ use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_pool::builder::CreateDcInitiatorPoolErrorKind;
 use sideway_ext_dc_pool::builder::DcPoolProtectionDomainExt;
-use sideway_ext_dc_pool::post_guard::{DcPoolPostGuard, PoolAddressing};
+use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
 use sideway_ext_dc_pool::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };
@@ -464,8 +464,8 @@ fn status_name(status: u32) -> String {
 /// Fills a granted batch for destination `d` with its pending pieces (as many as the batch's room
 /// and `MAX_BATCH` allow; the last signalled), posts it, and returns where it went and which
 /// pieces it carried.
-fn post_batch<A: PoolAddressing>(
-    mut guard: DcPoolPostGuard<'_, sideway_ext::mlx5::dc::initiator::DcInitiator, A>, f: &PoolFixture, d: usize,
+fn post_batch(
+    mut guard: DcPoolPostGuard<'_, sideway_ext::mlx5::dc::initiator::DcInitiator>, f: &PoolFixture, d: usize,
     pending: &BTreeSet<usize>,
 ) -> (usize, Option<u16>, Vec<usize>) {
     let (initiator, stream) = guard.initiator();

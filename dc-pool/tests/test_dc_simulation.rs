@@ -21,13 +21,15 @@ use std::collections::{BTreeMap, VecDeque};
 
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::mlx5::dc::initiator::{DcAddress, DcStreamAddress, DciStreams};
-use sideway_ext_dc_pool::post_guard::{DcPoolPostGuard, PoolAddressing};
-use sideway_ext_dc_pool::simulation::{SimulatedFabric, SimulatedMemoryRegion, SimulatedTarget, WrongDcKey};
+use sideway_ext::mlx5::dc::initiator::DciStreams;
+use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
+use sideway_ext_dc_pool::simulation::{
+    SimulatedFabric, SimulatedInitiator, SimulatedMemoryRegion, SimulatedTarget, WrongDcKey,
+};
 use sideway_ext_dc_pool::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };
-use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
+use sideway_ext_dc_pool::DcInitiatorPool;
 
 const RETRY_EXC: u32 = 12;
 const REM_ACCESS: u32 = 10;
@@ -81,9 +83,7 @@ struct Work<'t> {
 }
 
 /// Builds one request on a batch.
-fn add<I: PoolInitiator, A: PoolAddressing>(
-    guard: &mut DcPoolPostGuard<'_, I, A>, kind: Kind, target: &Peer, wr_id: u64,
-) {
+fn add(guard: &mut DcPoolPostGuard<'_, SimulatedInitiator>, kind: Kind, target: &Peer, wr_id: u64) {
     let request = guard
         .construct_wr(wr_id, WorkRequestFlags::none())
         .expect("room in the batch");
@@ -97,9 +97,7 @@ fn add<I: PoolInitiator, A: PoolAddressing>(
 }
 
 /// Posts a batch of `work`'s requests on `guard`; returns how many went in.
-fn post_batch<I: PoolInitiator, A: PoolAddressing>(
-    mut guard: DcPoolPostGuard<'_, I, A>, kind: Kind, work: &mut Work<'_>,
-) -> usize {
+fn post_batch(mut guard: DcPoolPostGuard<'_, SimulatedInitiator>, kind: Kind, work: &mut Work<'_>) -> usize {
     let count = guard.room().min(work.queue.len()).min(8);
     for &wr_id in work.queue.iter().take(count) {
         add(&mut guard, kind, work.target, wr_id);
@@ -112,9 +110,9 @@ fn post_batch<I: PoolInitiator, A: PoolAddressing>(
 /// The pool loop of a program, for any initiator: posts every destination's requests (in
 /// batches, as room allows), re-posts retries first, waits out would-blocks until `Ready`, and
 /// polls until every request was reported; `between` runs before each poll (faults).
-fn run<I: PoolInitiator>(
-    pool: &mut DcInitiatorPool<I>, targets: &[Peer], per_target: u64, kind: Kind,
-    mut between: impl FnMut(&mut DcInitiatorPool<I>, u64),
+fn run(
+    pool: &mut DcInitiatorPool<SimulatedInitiator>, targets: &[Peer], per_target: u64, kind: Kind,
+    mut between: impl FnMut(&mut DcInitiatorPool<SimulatedInitiator>, u64),
 ) -> Outcome {
     let streams = pool.policy() == DcPoolPolicy::Streams;
     let mut work: Vec<Work<'_>> = targets
@@ -135,10 +133,9 @@ fn run<I: PoolInitiator>(
             while !w.queue.is_empty() {
                 let started = if streams {
                     pool.start_post_send_on_stream(w.destination)
-                        .map(|g| post_batch::<I, DcStreamAddress>(g, kind, w))
+                        .map(|g| post_batch(g, kind, w))
                 } else {
-                    pool.start_post_send(w.destination)
-                        .map(|g| post_batch::<I, DcAddress>(g, kind, w))
+                    pool.start_post_send(w.destination).map(|g| post_batch(g, kind, w))
                 };
                 match started {
                     Ok(_) => {},

@@ -325,14 +325,17 @@ mod dc {
     use std::ptr::NonNull;
 
     use rdma_mummy_sys::{
-        ibv_ah, ibv_cq, ibv_qp_ex, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
-        mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr,
+        ibv_ah, ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start, mlx5dv_qp_ex,
+        mlx5dv_wr_set_dc_addr,
     };
-    use sideway::ibverbs::completion::{CompletionQueue as _, GenericCompletionQueue};
+    use sideway::ibverbs::completion::GenericCompletionQueue;
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
-    use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, WorkRequestHandle};
-    use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
-    use sideway_ext_dc_pool::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
+    use sideway_ext::ibverbs::address_handle::AddressHandle;
+    use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard, ProviderEntries, WorkRequestHandle};
+    use sideway_ext::mlx5::dc::initiator::{
+        BatchAddressed, DcAddress, DcBatchAddress, DcContext, DynamicallyConnected,
+    };
+    use sideway_ext_dc_pool::initiator::{PoolCompletion, StreamResetRefusal};
     use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
     use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
     use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
@@ -580,7 +583,18 @@ mod dc {
     /// posting-only row never settles anything.
     const POOL_SEND_QUEUE: u32 = 8192;
 
-    impl PooledInitiator for CountingInitiator {
+    /// Its batches are sideway-ext's guards started on the counting tables, as a DC initiator
+    /// starts them ([`DcInitiator::start_post_send_to`](sideway_ext::mlx5::dc::initiator::DcInitiator::start_post_send_to)).
+    impl PoolInitiator for CountingInitiator {
+        /// The address handle the counting setter is handed (never dereferenced).
+        type Address = NonNull<ibv_ah>;
+        type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
+        type CompletionQueue = GenericCompletionQueue;
+
+        fn qp_number(&self) -> u32 {
+            1
+        }
+
         fn max_send_wr(&self) -> u32 {
             POOL_SEND_QUEUE
         }
@@ -596,30 +610,30 @@ mod dc {
         fn reset_stream(&mut self, _stream: u16) -> Result<(), StreamResetRefusal> {
             Ok(())
         }
-    }
 
-    impl PoolInitiator for CountingInitiator {
-        type CompletionQueue = GenericCompletionQueue;
-
-        fn raw_cq(cq: &GenericCompletionQueue) -> NonNull<ibv_cq> {
-            // SAFETY: only the pointer is read.
-            unsafe { cq.cq() }
-        }
-    }
-
-    // SAFETY: the views are the boxes it owns, with the entries read from them (no streams).
-    unsafe impl PostingInitiator for CountingInitiator {
-        fn qp_number(&self) -> u32 {
-            1
+        fn address(
+            &self, _ah: std::sync::Arc<AddressHandle>,
+        ) -> Result<NonNull<ibv_ah>, Box<dyn std::error::Error + Send + Sync>> {
+            Err("the counting initiators have no device".into())
         }
 
-        fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-            (self.qp.as_ptr(), self.entries, NonNull::from(&mut self.view.view))
-        }
-
-        fn max_inline_data(&self) -> u32 {
-            // The counting tables take any length (the benchmark posts none).
-            u32::MAX
+        // inline(always): as a DC initiator's, which the pool's post path inlines.
+        #[inline(always)]
+        fn start_batch<'a>(
+            &'a mut self, address: &'a NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream: Option<u16>,
+        ) -> Self::Batch<'a> {
+            let (qp_ex, mlx5) = (self.qp.as_ptr(), NonNull::from(&mut self.view.view));
+            // SAFETY: the counting setter never dereferences the handle; the view is its box.
+            let dc_address = unsafe { DcAddress::new(mlx5, *address, dct_number, dc_key) };
+            // SAFETY: the boxes it owns, borrowed for the guard's lifetime, with the entries
+            // read from them (no streams).
+            let mut guard =
+                unsafe { PostSendGuard::start(qp_ex, self.entries, DcBatchAddress::new(dc_address, stream)) };
+            // As a DC initiator's guard: its granted inline size (the counting tables take
+            // any), and both ends' path MTUs (not known here).
+            guard.set_max_inline_data(u32::MAX);
+            guard.set_path_mtus(PathMtus::known(None, None));
+            guard
         }
     }
 
@@ -741,8 +755,7 @@ mod dc {
             let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
             // The direct side warms itself (one batch each of its ways).
             let direct = SendDcWrite::setup(batch);
-            // SAFETY: the counting setter never dereferences the handle.
-            let destination = unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) };
+            let destination = pool.add_destination_with_address(direct.ah, direct.dct_number, direct.dc_key);
             StaticRows::new::<SETTLE>(pool, destination, direct, batch, Self::guard)
         }
 
@@ -817,7 +830,8 @@ mod dc {
         // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
         #[inline(always)]
         fn settle(&mut self, wr_id: u64, sink: impl FnMut(DcPoolEvent)) -> bool {
-            self.complete_raw(wr_id, 0, sink)
+            // Every counting initiator is queue pair 1.
+            self.complete(PoolCompletion::new(1, wr_id, 0, 0), sink)
         }
 
         fn posted_requests(&self) -> u64 {
@@ -864,7 +878,7 @@ mod dc {
     /// initiators, 1 024 destinations posted to round robin, one batch each in turn. A
     /// destination holds no initiator when its turn comes (its last batch settled long ago):
     /// each batch is granted a free initiator, and after it the oldest of the 16 batches in
-    /// flight is settled (`complete_raw` of its last request, which reports the batch and gives
+    /// flight is settled (`complete` of its last request, which reports the batch and gives
     /// its initiator back). The common case of a pool serving many peers, where no destination
     /// keeps an initiator from one batch to the next: the post path with a grant and a release
     /// every batch, and settling. Its "raw" side is the direct DC initiator's guard.
@@ -970,8 +984,7 @@ mod dc {
             let mut pool = DcInitiatorPool::from_initiators(initiators, DcPoolPolicy::Dedicated, 3);
             let direct = SendDcWrite::setup(batch);
             let destinations = (0..DEDICATED_DESTINATIONS)
-                // SAFETY: the counting setter never dereferences the handle.
-                .map(|_| unsafe { pool.add_destination_raw(direct.ah, direct.dct_number, direct.dc_key) })
+                .map(|_| pool.add_destination_with_address(direct.ah, direct.dct_number, direct.dc_key))
                 .collect();
             DedicatedRows::new(pool, destinations, direct, batch, Self::guard)
         }

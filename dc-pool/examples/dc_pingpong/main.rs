@@ -127,7 +127,7 @@ use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_pool::builder::DcPoolProtectionDomainExt;
-use sideway_ext_dc_pool::post_guard::{DcPoolPostGuard, PoolAddressing};
+use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
 use sideway_ext_dc_pool::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };

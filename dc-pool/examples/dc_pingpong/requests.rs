@@ -71,8 +71,8 @@ pub(crate) fn post_request(
 /// address of the batch's target).
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub(crate) fn add_pool_request<A: PoolAddressing>(
-    guard: &mut DcPoolPostGuard<'_, DcInitiator, A>, target: &TargetAddress, mode: Mode, remote_addr: u64, wr_id: u64,
+pub(crate) fn add_pool_request(
+    guard: &mut DcPoolPostGuard<'_, DcInitiator>, target: &TargetAddress, mode: Mode, remote_addr: u64, wr_id: u64,
     flags: WorkRequestFlags, data: &LocalData<'_>,
 ) -> Result<()> {
     let request = guard

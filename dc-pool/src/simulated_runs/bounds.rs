@@ -7,7 +7,7 @@ use super::*;
 #[test]
 fn a_pool_without_initiators_refuses_posts() {
     for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static, DcPoolPolicy::Streams] {
-        let mut pool = PoolCore::<SimulatedInitiator>::new(Vec::new(), policy, 3);
+        let mut pool = PoolCore::new::<SimulatedInitiator>(&[], policy, 3);
         let destination = add(&mut pool);
         assert_eq!(pool.assignment(destination), None);
         assert!(matches!(pool.begin(destination), Err(Refusal::NoInitiatorInService)));
@@ -69,7 +69,15 @@ fn a_million_destinations_come_and_go_in_bounded_memory() {
             if let Ok(grant) = pool.begin(destination) {
                 wr_ids.set(grant.slot, n);
                 pool.commit(grant.initiator, grant.destination, grant.stream, 1);
-                assert!(pool.complete(&wr_ids, encode(grant.initiator, grant.first), SUCCESS, 0, &mut |_| {}));
+                let initiators: &mut [SimulatedInitiator] = &mut [];
+                assert!(pool.complete(
+                    initiators,
+                    &wr_ids,
+                    encode(grant.initiator, grant.first),
+                    SUCCESS,
+                    0,
+                    &mut |_| {}
+                ));
             }
             if live.len() > 10_000 {
                 let old = live.pop_front().unwrap();

@@ -285,7 +285,7 @@ impl PoolInitiator for SimulatedInitiator {
         Ok(())
     }
 
-    fn address_without_protection_domain(&self) -> Option<()> {
+    fn address_without_protection_domain(&self, _endpoint: &sideway_ext::mlx5::dc::endpoint::DcEndpoint) -> Option<()> {
         Some(())
     }
 

@@ -19,7 +19,7 @@ fn endpoint(mtu: Option<Mtu>) -> DcEndpoint {
 fn a_destination_with_a_smaller_path_mtu_than_the_initiators_is_refused_before_the_wire() {
     let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
     // Initiators brought up at 4096 bytes (a 9000-byte Ethernet port).
-    for initiator in &mut pool.core.initiators {
+    for initiator in &mut pool.initiators {
         initiator.path_mtu = Some(Mtu::Mtu4096);
     }
     // A 1500-byte node: 1024-byte packets at most.
@@ -73,7 +73,7 @@ fn post_read(
 fn a_read_whose_responses_would_not_reach_the_initiators_is_refused_before_the_wire() {
     let mut pool = pool(DcPoolPolicy::Static, 16, 0);
     // Initiators brought up at 1024 bytes (a 1500-byte Ethernet port).
-    for initiator in &mut pool.core.initiators {
+    for initiator in &mut pool.initiators {
         initiator.path_mtu = Some(Mtu::Mtu1024);
     }
     // A 9000-byte node: it answers a READ in packets of up to 4096 bytes.
