@@ -10,6 +10,7 @@ use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::requests::MAX_INITIATORS;
+use super::settings::DcPoolSettings;
 use super::types::DcPoolPolicy;
 use super::{DcInitiatorPool, PoolInitiator};
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
@@ -117,12 +118,9 @@ pub struct DcInitiatorPoolBuilder {
     initiator: DcInitiatorBuilder,
     send_cq: Option<GenericCompletionQueue>,
     count: usize,
-    policy: DcPoolPolicy,
     bring_up: Option<DcInitiatorBringUp>,
     service_class: DcServiceClass,
-    unreachable_after: u32,
-    grant_timeout: Duration,
-    stall_timeout: Option<Duration>,
+    settings: DcPoolSettings,
     own_send_cq: Option<OwnSendCq>,
 }
 
@@ -131,22 +129,19 @@ pub struct DcInitiatorPoolBuilder {
 type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
 
 impl DcInitiatorPoolBuilder {
-    /// A builder with the defaults: 8 initiators, the [dedicated](DcPoolPolicy::Dedicated)
-    /// policy, each initiator as [`DcInitiatorBuilder::new`] makes it, address handles from the
-    /// initiators' source GID, unreachable after 3 consecutive "retry exceeded" errors, stalls
-    /// reported after 5 s.
+    /// A builder with the defaults: 8 initiators, each as [`DcInitiatorBuilder::new`] makes it,
+    /// address handles from the initiators' source GID, and [`DcPoolSettings`]' defaults (the
+    /// [dedicated](DcPoolPolicy::Dedicated) policy, unreachable after 3 consecutive "retry
+    /// exceeded" errors, stalls reported after 5 s).
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
             initiator: DcInitiatorBuilder::new(pd),
             send_cq: None,
             count: 8,
-            policy: DcPoolPolicy::Dedicated,
             bring_up: None,
             service_class: DcServiceClass::new(),
-            unreachable_after: 3,
-            grant_timeout: Duration::from_millis(10),
-            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
+            settings: DcPoolSettings::default(),
             own_send_cq: None,
         }
     }
@@ -186,14 +181,23 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// How long a destination that was granted an initiator from the line
-    /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) and posted nothing on it keeps
-    /// it before it goes to the next in line (default 10 ms; `Duration::MAX`: for ever). It keeps
-    /// it as long as it has requests outstanding once it posted. The clock is read by
-    /// [`poll`](super::DcInitiatorPool::poll) and [`progress`](super::DcInitiatorPool::progress)
-    /// only while such a grant is unused.
+    /// Every setting of [`DcPoolSettings`] at once (its protection domain aside: the pool's
+    /// address handles are created on the builder's, for its bring-up's port and with its
+    /// service class).
+    pub fn setup_settings(&mut self, settings: &DcPoolSettings) -> &mut Self {
+        self.settings = settings.clone();
+        self
+    }
+
+    /// As [`DcPoolSettings::setup_grant_timeout`] (default 10 ms).
     pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
-        self.grant_timeout = timeout;
+        self.settings.setup_grant_timeout(timeout);
+        self
+    }
+
+    /// As [`DcPoolSettings::setup_clock`] (default [`Instant::now`](std::time::Instant::now)).
+    pub fn setup_clock(&mut self, now: impl Fn() -> std::time::Instant + Send + Sync + 'static) -> &mut Self {
+        self.settings.setup_clock(now);
         self
     }
 
@@ -205,7 +209,7 @@ impl DcInitiatorPoolBuilder {
 
     /// How initiators are assigned to destinations (default dedicated).
     pub fn setup_policy(&mut self, policy: DcPoolPolicy) -> &mut Self {
-        self.policy = policy;
+        self.settings.setup_policy(policy);
         self
     }
 
@@ -241,33 +245,22 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// After how many consecutive "transport retry counter exceeded" errors a destination is
-    /// reported unreachable (default 3; at least 1).
+    /// As [`DcPoolSettings::setup_unreachable_after`] (default 3).
     pub fn setup_unreachable_after(&mut self, errors: u32) -> &mut Self {
-        self.unreachable_after = errors;
+        self.settings.setup_unreachable_after(errors);
         self
     }
 
-    /// After how long a request that is the oldest outstanding one of its initiator (or DCI
-    /// stream) is reported [`Stalled`](super::types::DcPoolEvent::Stalled), once, with its
-    /// destination (default 5 s; `None`: never). Checked by [`poll`](super::DcInitiatorPool::poll)
-    /// and [`progress`](super::DcInitiatorPool::progress), which read the clock once each while
-    /// it is on, and look at the initiators' oldest requests every eighth of the timeout: a
-    /// request is reported between the timeout and an eighth more after it was posted.
-    ///
-    /// On by default because with `rnr_retry` 7 (retry for ever, the bring-up's default) a
-    /// target whose receive queue ran dry stalls its initiator with no completion, ever, and
-    /// nothing else tells. 5 s is past the longest a request waits for anything else: the
-    /// transport retries to a target that does not answer end after about 0.5–2 s (timeout 14,
-    /// `retry_cnt` 7), and a request waits for the ones ahead of it only while they move.
+    /// As [`DcPoolSettings::setup_stall_timeout`] (default 5 s).
     pub fn setup_stall_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
-        self.stall_timeout = timeout;
+        self.settings.setup_stall_timeout(timeout);
         self
     }
 
     /// Creates the initiators on the send CQ and brings each up to RTS.
     pub fn build(&self) -> Result<DcInitiatorPool, CreateDcInitiatorPoolError> {
-        check_shape(self.count, self.policy, self.initiator.streams().is_some())?;
+        let policy = self.settings.policy();
+        check_shape(self.count, policy, self.initiator.streams().is_some())?;
         let bring_up = self
             .bring_up
             .as_ref()
@@ -331,19 +324,12 @@ impl DcInitiatorPoolBuilder {
                 .map_err(|source| CreateDcInitiatorPoolErrorKind::BringUp { index, source })?;
             initiators.push(initiator);
         }
-        let mut pool = pool_on(initiators, entries(&send_cq), self.policy, self.unreachable_after)?;
-        pool.core.set_grant_timeout(self.grant_timeout);
-        pool.core.set_stall_timeout(self.stall_timeout);
-        pool.send_cq = Some(send_cq);
-        pool.pd = Some(Arc::clone(&self.pd));
-        pool.port = bring_up.port();
-        pool.service_class = self.service_class;
-        Ok(pool)
+        let mut settings = self.settings.clone();
+        settings.setup_protection_domain(&self.pd, bring_up.port(), self.service_class);
+        check_send_cq(&initiators, entries(&send_cq))?;
+        DcInitiatorPool::from_initiators(initiators, Some(send_cq), &settings)
     }
 }
-
-/// The default of [`DcInitiatorPoolBuilder::setup_stall_timeout`].
-const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many completions `cq` holds (`ibv_cq.cqe`).
 fn entries(cq: &GenericCompletionQueue) -> u32 {
@@ -351,22 +337,17 @@ fn entries(cq: &GenericCompletionQueue) -> u32 {
     u32::try_from(unsafe { (*cq.cq().as_ptr()).cqe }).unwrap_or(0)
 }
 
-/// The pool over `initiators` on a send CQ of `cqe` entries. It keeps in flight on each
-/// initiator its send queue as libmlx5 granted it
+/// Whether a send CQ of `cqe` entries holds every request `initiators` may have in flight: the
+/// pool keeps in flight on each its send queue as libmlx5 granted it
 /// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr), the
-/// smallest were they to differ), which the CQ must hold for every initiator: the pool signals
-/// every request.
-fn pool_on<I: PoolInitiator>(
-    initiators: Vec<I>, cqe: u32, policy: DcPoolPolicy, unreachable_after: u32,
-) -> Result<DcInitiatorPool<I>, CreateDcInitiatorPoolErrorKind> {
+/// smallest were they to differ), and signals every request.
+fn check_send_cq<I: PoolInitiator>(initiators: &[I], cqe: u32) -> Result<(), CreateDcInitiatorPoolErrorKind> {
     let per_initiator = initiators.iter().map(I::max_send_wr).min().unwrap_or(0).max(1);
     let needed = initiators.len() as u64 * u64::from(per_initiator);
     if u64::from(cqe) < needed {
         return Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed });
     }
-    let mut pool = DcInitiatorPool::from_initiators(initiators, policy, unreachable_after);
-    pool.core.limit_send_queue(per_initiator);
-    Ok(pool)
+    Ok(())
 }
 
 /// What every pool's builder refuses: 0 or too many initiators, and DCI streams without the
@@ -380,6 +361,12 @@ pub(crate) fn check_shape(
             max: MAX_INITIATORS,
         });
     }
+    check_streams(policy, streams)
+}
+
+/// What every pool refuses: initiators with DCI streams (`streams`) under another policy than
+/// the streams one, or without them under it.
+pub(crate) fn check_streams(policy: DcPoolPolicy, streams: bool) -> Result<(), CreateDcInitiatorPoolErrorKind> {
     let requirement = match (policy == DcPoolPolicy::Streams, streams) {
         (true, false) => "needs DCI streams (setup_dci_streams)",
         (false, true) => "does not use DCI streams (only the streams policy does)",
@@ -407,6 +394,12 @@ mod tests {
     use crate::initiator::PoolInitiator;
     use crate::simulation::SimulatedFabric;
 
+    fn static_policy() -> DcPoolSettings {
+        let mut settings = DcPoolSettings::default();
+        settings.setup_policy(DcPoolPolicy::Static);
+        settings
+    }
+
     /// Two simulated DC initiators (held to the DC initiator builder's sizing, `plan_dci`), each
     /// asked for 20 requests.
     fn initiators(fabric: &SimulatedFabric) -> Vec<crate::simulation::SimulatedInitiator> {
@@ -430,11 +423,12 @@ mod tests {
         assert_eq!(granted, 21);
         // A CQ for what was asked (2 × 20) cannot hold what the initiators may have in flight.
         assert!(matches!(
-            pool_on(initiators(&fabric), 40, DcPoolPolicy::Static, 3).err(),
-            Some(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe: 40, needed: 42 })
+            check_send_cq(&initiators(&fabric), 40),
+            Err(CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe: 40, needed: 42 })
         ));
         // One for what was granted holds it, and the pool keeps that much in flight on each.
-        let mut pool = pool_on(initiators(&fabric), 42, DcPoolPolicy::Static, 3).expect("the CQ holds 2 × 21");
+        check_send_cq(&initiators(&fabric), 42).expect("the CQ holds 2 × 21");
+        let mut pool = DcInitiatorPool::from_initiators(initiators(&fabric), None, &static_policy()).expect("a pool");
         assert_eq!(pool.initiator(0).map(PoolInitiator::max_send_wr), Some(21));
         let target = fabric.create_target_builder().build().expect("a target");
         let destination = pool.add_destination(target.endpoint());
@@ -452,7 +446,7 @@ mod tests {
             .setup_max_inline_data(28)
             .build()
             .expect("created");
-        let mut pool = pool_on(vec![initiator], 64, DcPoolPolicy::Static, 3).expect("a pool");
+        let mut pool = DcInitiatorPool::from_initiators(vec![initiator], None, &static_policy()).expect("a pool");
         let target = fabric.create_target_builder().build().expect("a target");
         let destination = pool.add_destination(target.endpoint());
         // As a DC initiator's own guard: refused before the provider, not a full queue.

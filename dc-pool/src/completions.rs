@@ -103,7 +103,7 @@ impl PoolCore {
             batch
         };
         // A held initiator carries only its holder's requests; only dedicated policies hold.
-        if self.policy.is_dedicated() {
+        if self.policy().is_dedicated() {
             self.release_if_idle(batch.destination, initiator);
         }
         // Mostly none retires or waits: tested here, not in a call.
@@ -148,7 +148,7 @@ impl PoolCore {
         self.settle_up_to(wr_ids, initiator, lane, number, sink);
         let d = batch.destination;
         let destination = self.id(d);
-        let unreachable_after = self.unreachable_after;
+        let unreachable_after = self.settings.unreachable_after().max(1);
         let live = self.at(d);
         if !is_no_such_target(status) {
             live.answered();

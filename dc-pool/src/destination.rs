@@ -9,8 +9,12 @@ use super::types::DestinationId;
 /// beside the bookkeeping (the initiators' [`Address`](super::PoolInitiator::Address)).
 #[derive(Debug)]
 pub(crate) enum Target {
-    /// A DC target's endpoint, and whether its address was made.
-    Endpoint { endpoint: DcEndpoint, resolved: bool },
+    /// A DC target's endpoint, and whether its address was made (and from an address handle
+    /// the pool created).
+    Endpoint {
+        endpoint: DcEndpoint,
+        resolved: Option<Handle>,
+    },
     /// A DC target added with its address
     /// ([`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
     Addressed { dct_number: u32, dc_key: u64 },
@@ -21,7 +25,7 @@ impl Target {
     #[inline]
     pub(crate) fn address(&self) -> Option<(u32, u64)> {
         match self {
-            Self::Endpoint { endpoint, resolved } => resolved.then(|| (endpoint.dct_number(), endpoint.dc_key())),
+            Self::Endpoint { endpoint, resolved } => resolved.map(|_| (endpoint.dct_number(), endpoint.dc_key())),
             Self::Addressed { dct_number, dc_key } => Some((*dct_number, *dc_key)),
         }
     }
@@ -36,8 +40,23 @@ impl Target {
 
     /// Whether the pool made its address (from an address handle it created).
     pub(crate) fn owns_handle(&self) -> bool {
-        matches!(self, Self::Endpoint { resolved: true, .. })
+        matches!(
+            self,
+            Self::Endpoint {
+                resolved: Some(Handle::Created),
+                ..
+            }
+        )
     }
+}
+
+/// What a resolved endpoint's address was made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handle {
+    /// An address handle the pool created on its protection domain (kept in the address).
+    Created,
+    /// Nothing: the initiators route by DCT number alone.
+    None,
 }
 
 /// Which initiator a destination posts on.

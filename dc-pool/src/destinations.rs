@@ -8,14 +8,14 @@
 //! and wait line are in `holds`; completions and recovery in `completions`; each initiator's
 //! requests in `requests`.
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
-use super::clock::Clock;
-use super::destination::{live, Assignment, Destination, Place, Target};
+use super::destination::{live, Assignment, Destination, Handle, Place, Target};
 use super::initiator::PoolInitiator;
 use super::requests::{Health, InitiatorRequests};
+use super::settings::DcPoolSettings;
 use super::stall::StallWatch;
 use super::types::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 
@@ -66,7 +66,6 @@ pub(crate) struct PoolCore {
     free_places: Vec<u32>,
     /// Places removed since the pool last dropped their addresses ([`take_removed`](Self::take_removed)).
     removed_places: Vec<u32>,
-    pub(super) policy: DcPoolPolicy,
     /// Initiators held by no destination (dedicated policies). Empty while a destination is in
     /// line: a freed initiator goes to the first in line at once.
     pub(super) free: Vec<u16>,
@@ -86,17 +85,17 @@ pub(crate) struct PoolCore {
     pub(super) grants: VecDeque<(DestinationId, u16, u64, Instant)>,
     /// How many grants from the line were made (names each).
     pub(super) granted: u64,
-    /// Read while a grant from the line is outstanding, and by stall reports.
-    pub(super) clock: Clock,
-    pub(super) grant_timeout: Duration,
-    pub(super) unreachable_after: u32,
+    /// The policy, the timeouts and the clock they are read from (while a grant from the line
+    /// is outstanding, and by stall reports), and where address handles are created.
+    pub(super) settings: DcPoolSettings,
     pub(super) stalls: StallWatch,
 }
 
 impl PoolCore {
     /// The bookkeeping of `initiators` under `policy`; a destination is reported unreachable after
     /// `unreachable_after` consecutive "retry exceeded" errors.
-    pub(crate) fn new<I: PoolInitiator>(initiators: &[I], policy: DcPoolPolicy, unreachable_after: u32) -> Self {
+    pub(crate) fn new<I: PoolInitiator>(initiators: &[I], settings: &DcPoolSettings) -> Self {
+        let policy = settings.policy();
         let mut requests: Vec<InitiatorRequests> = Vec::with_capacity(initiators.len());
         for initiator in initiators {
             let ring_start = requests.last().map_or(0, InitiatorRequests::ring_end);
@@ -117,7 +116,6 @@ impl PoolCore {
             places: Vec::new(),
             free_places: Vec::new(),
             removed_places: Vec::new(),
-            policy,
             free,
             line_ends: None,
             ready: VecDeque::new(),
@@ -126,31 +124,23 @@ impl PoolCore {
             retiring_settled: Vec::new(),
             grants: VecDeque::new(),
             granted: 0,
-            clock: Clock::new(Instant::now),
-            grant_timeout: Duration::from_millis(10),
-            unreachable_after: unreachable_after.max(1),
+            settings: settings.clone(),
             stalls: StallWatch::default(),
         }
     }
 
     pub(crate) fn policy(&self) -> DcPoolPolicy {
-        self.policy
+        self.settings.policy()
+    }
+
+    /// Its settings.
+    pub(crate) fn settings(&self) -> &DcPoolSettings {
+        &self.settings
     }
 
     /// Keeps at most `max` requests in flight per initiator (the CQ was sized for that).
     pub(crate) fn limit_send_queue(&mut self, max: u32) {
         self.requests.iter_mut().for_each(|requests| requests.limit(max));
-    }
-
-    /// How long a grant from the line that is not used is kept.
-    pub(crate) fn set_grant_timeout(&mut self, timeout: Duration) {
-        self.grant_timeout = timeout;
-    }
-
-    /// Reads the grant timeout's time from `now` (tests: a clock they move; the simulated
-    /// fabric: its ticks).
-    pub(crate) fn set_clock(&mut self, now: impl Fn() -> Instant + Send + 'static) {
-        self.clock = Clock::new(now);
     }
 
     /// The live destination `id` names, or `None` for a stale or unknown id.
@@ -188,10 +178,10 @@ impl PoolCore {
 
     /// Records that `destination`'s address was made (the pool keeps it); false for a stale id
     /// or one added with its address.
-    pub(crate) fn resolve(&mut self, destination: DestinationId) -> bool {
+    pub(crate) fn resolve(&mut self, destination: DestinationId, handle: Handle) -> bool {
         match self.live_mut(destination).map(|l| &mut l.target) {
             Some(Target::Endpoint { resolved, .. }) => {
-                *resolved = true;
+                *resolved = Some(handle);
                 true
             },
             _ => false,
@@ -244,7 +234,7 @@ impl PoolCore {
     /// Binds destination `index` to an initiator in service and a stream by a hash of its index
     /// (static and streams policies); to none when none is in service.
     pub(super) fn bind(&mut self, index: u32) {
-        if self.policy.is_dedicated() || self.requests.is_empty() {
+        if self.policy().is_dedicated() || self.requests.is_empty() {
             return;
         }
         // Fibonacci hashing of the index spreads neighbours over the initiators.
@@ -416,7 +406,7 @@ impl PoolCore {
     /// the end of the line.
     #[inline]
     fn quota_left(&self, initiator: usize, since: u64) -> usize {
-        match (self.policy, self.line_ends.is_some()) {
+        match (self.policy(), self.line_ends.is_some()) {
             (DcPoolPolicy::DedicatedWithQuota { quota }, true) => {
                 let posted = self.requests[initiator].head() - since;
                 u64::from(quota.max(1)).saturating_sub(posted) as usize
@@ -478,7 +468,7 @@ impl PoolCore {
                 (initiator as usize, 0, quota_left)
             },
             Assignment::Bound { initiator, stream } => (initiator as usize, stream, usize::MAX),
-            Assignment::None | Assignment::InLine { .. } if !self.policy.is_dedicated() => {
+            Assignment::None | Assignment::InLine { .. } if !self.policy().is_dedicated() => {
                 return Err(Refusal::NoInitiatorInService)
             },
             Assignment::None | Assignment::InLine { .. } => (self.take_free(d)? as usize, 0, usize::MAX),

@@ -106,7 +106,7 @@ impl PoolCore {
         let id = self.id(first);
         self.ready.push_back(id);
         // A timeout past the clock's end (`Duration::MAX`): the grant never expires.
-        if let Some(expires) = self.clock.now().checked_add(self.grant_timeout) {
+        if let Some(expires) = self.settings.now().checked_add(self.settings.grant_timeout()) {
             self.grants.push_back((id, initiator, self.granted, expires));
         }
     }
@@ -207,7 +207,7 @@ impl PoolCore {
             })
             .collect();
         for d in on_it {
-            if self.policy.is_dedicated() {
+            if self.policy().is_dedicated() {
                 self.unhold(d);
                 // Back in line, it takes a free initiator if there is one.
                 if self.line_ends.is_some() {
@@ -255,7 +255,7 @@ impl PoolCore {
         let now = if self.grants.is_empty() {
             None
         } else {
-            Some(self.clock.now())
+            Some(self.settings.now())
         };
         while let (Some(&(id, initiator, grant, expires)), Some(now)) = (self.grants.front(), now) {
             if expires > now {
@@ -295,7 +295,7 @@ impl PoolCore {
     /// recovery to wait for.
     #[cfg(test)]
     pub(crate) fn check_no_destination_stranded(&self) {
-        if !self.policy.is_dedicated() {
+        if !self.policy().is_dedicated() {
             return;
         }
         assert!(

@@ -175,27 +175,25 @@
 //! -p sideway-ext-dc-pool --lib simulated_runs -- --nocapture` prints each run's outcome). Recording
 //! provider tables check the exact C calls of each request.
 #![deny(missing_docs)]
-use std::sync::Arc;
-
 use sideway::ibverbs::completion::PollCompletionQueueError;
-use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
+use self::builder::{check_streams, CreateDcInitiatorPoolError, CreateDcInitiatorPoolErrorKind};
 use self::destination::Target;
 use self::destinations::{PoolCore, RemoveRefusal};
 pub use self::initiator::PoolInitiator;
 use self::initiator::{PoolCompletion, PoolCompletionQueue};
+use self::requests::MAX_INITIATORS;
 use self::requests::{initiator_of, WrIds};
+use self::settings::DcPoolSettings;
 use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, DestinationState, PostToDestinationError,
     PostToDestinationErrorKind, RemoveDestinationError, RemoveDestinationErrorKind,
 };
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
-use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 pub mod builder;
-mod clock;
 mod completions;
 mod destination;
 mod destinations;
@@ -203,6 +201,7 @@ mod holds;
 pub mod initiator;
 pub mod post_guard;
 mod requests;
+pub mod settings;
 // The pool's runs on the simulated fabric: property tests, 10 000 destinations, faults.
 #[cfg(test)]
 mod simulated_runs;
@@ -227,9 +226,6 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     /// writes its places in them while it holds `core`.
     wr_ids: WrIds,
     send_cq: Option<I::CompletionQueue>,
-    pd: Option<Arc<ProtectionDomain>>,
-    port: u8,
-    service_class: DcServiceClass,
 }
 
 impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
@@ -243,63 +239,59 @@ impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
 }
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
-    /// A pool over initiators already brought up, of any [`PoolInitiator`] (one's own, or DC
-    /// initiators made and brought up elsewhere); without a protection domain
-    /// ([`set_protection_domain`](Self::set_protection_domain)), it names its destinations
-    /// through [`add_destination_raw`](Self::add_destination_raw) (or its initiators' own
-    /// address handle). [`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder)
-    /// creates and brings up DC initiators itself.
-    pub fn from_initiators(initiators: Vec<I>, policy: DcPoolPolicy, unreachable_after: u32) -> Self {
-        let core = PoolCore::new(&initiators, policy, unreachable_after);
-        Self {
+    /// A pool over initiators already brought up, of any [`PoolInitiator`] (DC initiators made
+    /// and brought up elsewhere, or initiators of one's own), completing into `send_cq`, which
+    /// [`poll`](Self::poll) reads (`None`: the caller polls their completions and hands them to
+    /// [`complete`](Self::complete)), with `settings`. The pool's builder
+    /// ([`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder)) creates and brings up DC
+    /// initiators, then makes its pool here.
+    ///
+    /// The send CQ must hold every request in flight: the pool signals every request, and keeps
+    /// at most the smallest [`max_send_wr`](PoolInitiator::max_send_wr) of them in flight on
+    /// each. A pool of no initiator refuses every post (`NoInitiatorInService`).
+    ///
+    /// # Errors
+    ///
+    /// More initiators than a pool numbers
+    /// ([`InvalidInitiatorCount`](builder::CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount)),
+    /// or initiators with DCI streams under another policy than the
+    /// [streams](DcPoolPolicy::Streams) one, or without them under it
+    /// ([`StreamsMismatch`](builder::CreateDcInitiatorPoolErrorKind::StreamsMismatch)).
+    pub fn from_initiators(
+        initiators: Vec<I>, send_cq: Option<I::CompletionQueue>, settings: &DcPoolSettings,
+    ) -> Result<Self, CreateDcInitiatorPoolError> {
+        if initiators.len() > MAX_INITIATORS {
+            return Err(CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount {
+                requested: initiators.len(),
+                max: MAX_INITIATORS,
+            }
+            .into());
+        }
+        if !initiators.is_empty() {
+            let streams = |i: &I| i.stream_count() > 0;
+            let with_streams = if settings.policy() == DcPoolPolicy::Streams {
+                initiators.iter().all(streams)
+            } else {
+                initiators.iter().any(streams)
+            };
+            check_streams(settings.policy(), with_streams)?;
+        }
+        let mut core = PoolCore::new(&initiators, settings);
+        // Each keeps in flight the send queue it has (the smallest, were they to differ).
+        let per_initiator = initiators.iter().map(I::max_send_wr).min().unwrap_or(0).max(1);
+        core.limit_send_queue(per_initiator);
+        Ok(Self {
             wr_ids: WrIds::new(&core.requests),
             initiators,
             addresses: Vec::new(),
             core,
-            send_cq: None,
-            pd: None,
-            port: 1,
-            service_class: DcServiceClass::new(),
-        }
+            send_cq,
+        })
     }
 
-    /// Gives a pool made [`from_initiators`](Self::from_initiators) the send CQ its initiators
-    /// complete into, which [`poll`](Self::poll) then reads.
-    pub fn set_send_cq(&mut self, send_cq: impl Into<I::CompletionQueue>) {
-        self.send_cq = Some(send_cq.into());
-    }
-
-    /// Gives a pool made [`from_initiators`](Self::from_initiators) the protection domain its
-    /// destinations' address handles are created on, for `port` and with `service_class`, as
-    /// the builder gives its pool ([`DcInitiatorPoolBuilder::new`](builder::DcInitiatorPoolBuilder::new)'s
-    /// protection domain, [`setup_bring_up`](builder::DcInitiatorPoolBuilder::setup_bring_up)'s
-    /// port, [`setup_service_class`](builder::DcInitiatorPoolBuilder::setup_service_class)):
-    /// [`add_destination`](Self::add_destination) then names a DC target by its endpoint, and
-    /// the pool creates its address handle on its first post (or [`prepare`](Self::prepare)),
-    /// from the initiators' source GID ([`PoolInitiator::source_gid_index`]), and frees it with
-    /// the destination. Give it before the first post: a destination already resolved keeps
-    /// its handle.
-    ///
-    /// For initiators of one's own on a device, e.g. DC initiators made and brought up
-    /// elsewhere, or sideway-ext-dc-direct's direct initiators.
-    pub fn set_protection_domain(&mut self, pd: &Arc<ProtectionDomain>, port: u8, service_class: DcServiceClass) {
-        self.pd = Some(Arc::clone(pd));
-        self.port = port;
-        self.service_class = service_class;
-    }
-
-    /// Sets the grant timeout and the stall timeout of a hand-made pool
-    /// ([`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout),
-    /// [`setup_stall_timeout`](builder::DcInitiatorPoolBuilder::setup_stall_timeout)).
-    pub(crate) fn set_timeouts(&mut self, grant: std::time::Duration, stall: Option<std::time::Duration>) {
-        self.core.set_grant_timeout(grant);
-        self.core.set_stall_timeout(stall);
-    }
-
-    /// Reads the grant timeout's time from `now` (the simulated fabric's ticks) rather than
-    /// [`Instant::now`](std::time::Instant::now).
-    pub(crate) fn set_clock(&mut self, now: impl Fn() -> std::time::Instant + Send + 'static) {
-        self.core.set_clock(now);
+    /// Its settings (those it was made with).
+    pub fn settings(&self) -> &DcPoolSettings {
+        self.core.settings()
     }
 
     /// The policy it was created with.
@@ -330,7 +322,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
         self.core.add_destination(Target::Endpoint {
             endpoint,
-            resolved: false,
+            resolved: None,
         })
     }
 

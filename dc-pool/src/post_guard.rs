@@ -3,6 +3,7 @@
 //! ([`PoolBatch`]) that builds its requests and posts them.
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
+use super::destination::Handle;
 use super::destinations::{PoolCore, Refusal};
 use super::initiator::PoolBatch;
 use super::requests::encode;
@@ -54,20 +55,26 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 });
             }
         }
-        let address = match &self.pd {
+        let (address, handle) = match self.core.settings().protection_domain() {
             // Kept until the destination is removed (libmlx5 copies the address into each request).
-            Some(pd) => {
-                let ah = endpoint.create_ah_with_class(pd, self.port, src_gid_index, &self.service_class)?;
+            Some((pd, port, service_class)) => {
+                let ah = endpoint.create_ah_with_class(pd, port, src_gid_index, service_class)?;
                 let first = first.ok_or(PostToDestinationErrorKind::UnknownDestination)?;
-                first
-                    .address(ah)
-                    .map_err(|source| PostToDestinationErrorKind::Address { source })?
+                let address = first.address(ah);
+                (
+                    address.map_err(|source| PostToDestinationErrorKind::Address { source })?,
+                    Handle::Created,
+                )
             },
-            None => first
-                .and_then(|first| first.address_without_protection_domain(endpoint))
-                .ok_or(PostToDestinationErrorKind::UnknownDestination)?,
+            None => {
+                let address = first.and_then(|first| first.address_without_protection_domain(endpoint));
+                (
+                    address.ok_or(PostToDestinationErrorKind::UnknownDestination)?,
+                    Handle::None,
+                )
+            },
         };
-        self.core.resolve(destination);
+        self.core.resolve(destination, handle);
         self.keep_address(destination, address);
         Ok(())
     }

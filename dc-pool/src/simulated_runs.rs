@@ -33,6 +33,7 @@ use super::destination::Target;
 use super::destinations::{PoolCore, Refusal};
 use super::post_guard::DcPoolPostGuard;
 use super::requests::{encode, WrIds};
+use super::settings::DcPoolSettings;
 use super::types::{DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind};
 use super::DcInitiatorPool;
 use crate::simulation::{SimulatedFabric, SimulatedInitiator};
@@ -131,10 +132,17 @@ fn pool(
             log_num_errored: log_streams.1,
         });
     }
-    let mut pool = builder.build().expect("a simulated pool");
-    pool.core.set_clock(fake_now);
-    pool.set_timeouts(grant_timeout, None);
-    pool
+    let DcInitiatorPool {
+        initiators, send_cq, ..
+    } = builder.build().expect("a simulated pool");
+    let mut settings = DcPoolSettings::default();
+    settings
+        .setup_policy(policy)
+        .setup_unreachable_after(unreachable_after)
+        .setup_clock(fake_now)
+        .setup_grant_timeout(grant_timeout)
+        .setup_stall_timeout(None);
+    DcInitiatorPool::from_initiators(initiators, send_cq, &settings).expect("a simulated pool")
 }
 
 /// Adds a destination with an address to a bare bookkeeping core.

@@ -16,8 +16,9 @@
 //! is reported at most an eighth of the timeout (and one poll) after that. Once the head
 //! completes (or fails), the next one is watched afresh: a later stall is reported again.
 //!
-//! The time is the pool's clock (`clock`): `Instant::now` on a device, the simulated fabric's
-//! ticks on the fabric, so that a run there depends on its seed alone.
+//! The time is the pool's clock ([`DcPoolSettings::setup_clock`](super::settings::DcPoolSettings::setup_clock)):
+//! `Instant::now` by default, the simulated fabric's ticks on the fabric, so that a run there
+//! depends on its seed alone.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -34,34 +35,24 @@ struct Head {
     reported: bool,
 }
 
-/// The stall timeout, and the heads of the streams holding requests (only those: bounded by the
-/// initiators' streams in use).
+/// The heads of the streams holding requests (only those: bounded by the initiators' streams in
+/// use), and when to look at them next.
 #[derive(Debug, Default)]
 pub(super) struct StallWatch {
-    /// `None`: stalls are not reported (and the clock is not read for them).
-    timeout: Option<Duration>,
     next_scan: Option<Instant>,
     /// By (initiator, stream; 0 without streams).
     heads: BTreeMap<(usize, u16), Head>,
 }
 
 impl PoolCore {
-    /// Reports a destination whose request has been the oldest outstanding one of its initiator
-    /// (stream) for `timeout` or longer; `None` reports none.
-    pub(crate) fn set_stall_timeout(&mut self, timeout: Option<Duration>) {
-        self.stalls = StallWatch {
-            timeout,
-            ..StallWatch::default()
-        };
-    }
-
     /// Reports, once each, the heads outstanding for the stall timeout or longer (see the
     /// [module](self) documentation).
     pub(super) fn watch_stalls(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
-        let Some(timeout) = self.stalls.timeout else {
+        // `None`: stalls are not reported (and the clock is not read for them).
+        let Some(timeout) = self.settings.stall_timeout() else {
             return;
         };
-        let now = self.clock.now();
+        let now = self.settings.now();
         if self.stalls.next_scan.is_some_and(|at| now < at) {
             return;
         }
@@ -69,7 +60,7 @@ impl PoolCore {
             Some(at) => self.stalls.next_scan = Some(at),
             // A timeout past the clock's end: nothing is outstanding that long.
             None => {
-                self.stalls = StallWatch::default();
+                self.stalls.heads.clear();
                 return;
             },
         }

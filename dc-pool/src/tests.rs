@@ -18,6 +18,7 @@ use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 use super::initiator::{PoolCompletion, StreamResetRefusal};
 use super::post_guard::DcPoolPostGuard;
 use super::requests::initiator_of;
+use super::settings::DcPoolSettings;
 use super::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind,
     RemoveDestinationErrorKind,
@@ -285,7 +286,25 @@ fn pool(policy: DcPoolPolicy, max_send_wr: u32, streams: u32) -> DcInitiatorPool
         RecordingInitiator::new(0x10, max_send_wr, streams),
         RecordingInitiator::new(0x11, max_send_wr, streams),
     ];
-    DcInitiatorPool::from_initiators(initiators, policy, 2)
+    let mut settings = DcPoolSettings::default();
+    settings.setup_policy(policy).setup_unreachable_after(2);
+    DcInitiatorPool::from_initiators(initiators, None, &settings).expect("a pool")
+}
+
+/// As [`pool`], its clock the tests' ([`advance_clock`]), grants kept `grant_timeout`, stalls
+/// not reported.
+fn pool_on_the_tests_clock(
+    policy: DcPoolPolicy, max_send_wr: u32, grant_timeout: Duration,
+) -> DcInitiatorPool<RecordingInitiator> {
+    let DcInitiatorPool { initiators, .. } = pool(policy, max_send_wr, 0);
+    let mut settings = DcPoolSettings::default();
+    settings
+        .setup_policy(policy)
+        .setup_unreachable_after(2)
+        .setup_clock(fake_now)
+        .setup_grant_timeout(grant_timeout)
+        .setup_stall_timeout(None);
+    DcInitiatorPool::from_initiators(initiators, None, &settings).expect("a pool")
 }
 
 /// A destination's address: a fake address handle (only its value is recorded), a DCT
@@ -748,9 +767,7 @@ fn freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_even
 
 #[test]
 fn a_grant_timeout_of_duration_max_never_expires() {
-    let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
-    pool.core.set_clock(fake_now);
-    pool.set_timeouts(Duration::MAX, None);
+    let mut pool = pool_on_the_tests_clock(DcPoolPolicy::Dedicated, 16, Duration::MAX);
     let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
     let (a, b, c) = (ids[0], ids[1], ids[2]);
     post_writes(&mut pool, a, &[1]);
@@ -772,9 +789,7 @@ fn a_grant_timeout_of_duration_max_never_expires() {
 
 #[test]
 fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing() {
-    let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
-    pool.core.set_clock(fake_now);
-    pool.set_timeouts(Duration::from_millis(3), None);
+    let mut pool = pool_on_the_tests_clock(DcPoolPolicy::Dedicated, 16, Duration::from_millis(3));
     let ids: Vec<DestinationId> = (0..5).map(|n| Address::new(n).add_to(&mut pool)).collect();
     let (a, b, c, d, e) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
     post_writes(&mut pool, a, &[1]);
@@ -1420,9 +1435,7 @@ fn would_block(pool: &mut DcInitiatorPool<RecordingInitiator>, destination: Dest
 
 #[test]
 fn a_busy_polling_waiter_keeps_its_grant_until_the_timeout_has_elapsed() {
-    let mut pool = pool(DcPoolPolicy::Dedicated, 16, 0);
-    pool.core.set_clock(fake_now);
-    pool.set_timeouts(Duration::from_millis(10), None);
+    let mut pool = pool_on_the_tests_clock(DcPoolPolicy::Dedicated, 16, Duration::from_millis(10));
     let ids: Vec<DestinationId> = (0..3).map(|n| Address::new(n).add_to(&mut pool)).collect();
     let (a, b, c) = (ids[0], ids[1], ids[2]);
     post_writes(&mut pool, a, &[1]);
@@ -1640,3 +1653,4 @@ fn a_refused_post_says_why_once() {
 mod destination_state;
 mod lost_initiators;
 mod path_mtu;
+mod settings;

@@ -5,7 +5,8 @@ mod common;
 use common::loopback::{loopback, Kind, EVENT_TIMEOUT};
 use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt};
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
-use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};
+use sideway_ext_dc_pool::settings::DcPoolSettings;
+use sideway_ext_dc_pool::types::DcPoolEvent;
 use sideway_ext_dc_pool::DcInitiatorPool;
 
 /// A DCI pool's send CQ shared with another queue pair, on a completion channel: armed through
@@ -18,8 +19,9 @@ use sideway_ext_dc_pool::DcInitiatorPool;
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
 fn a_dci_pool_on_a_shared_cq_sleeps_on_the_channel_wakes_drains_and_rearms() {
     let mut lb = loopback(Kind::Basic);
-    let mut pool = DcInitiatorPool::<DcInitiator>::from_initiators(Vec::new(), DcPoolPolicy::Dedicated, 3);
-    pool.set_send_cq(lb.cq.clone());
+    let mut pool =
+        DcInitiatorPool::<DcInitiator>::from_initiators(Vec::new(), Some(lb.cq.clone()), &DcPoolSettings::default())
+            .expect("a pool of no initiator");
     let sender = lb.sender.qp_number();
     for (round, wr_id) in [(0u8, 40u64), (1, 41)] {
         pool.send_cq()

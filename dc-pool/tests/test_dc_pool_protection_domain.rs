@@ -1,5 +1,5 @@
 //! A pool made from initiators of one's own ([`DcInitiatorPool::from_initiators`]) and given a
-//! protection domain ([`DcInitiatorPool::set_protection_domain`]) creates its destinations'
+//! protection domain ([`DcPoolSettings::setup_protection_domain`]) creates its destinations'
 //! address handles on it, on a real device (SoftRoCE in the VM): here simulated DC initiators,
 //! whose DC setter routes by DCT number and takes any address handle, behind a pool whose
 //! address handles are the device's.
@@ -9,6 +9,7 @@ use sideway::ibverbs::device_context::LinkLayer;
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::mlx5::dc::endpoint::{DcEndpoint, DcServiceClass};
+use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::simulation::SimulatedFabric;
 use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};
 use sideway_ext_dc_pool::DcInitiatorPool;
@@ -34,12 +35,12 @@ fn a_pool_made_from_initiators_creates_address_handles_on_the_protection_domain_
         .expect("the device's endpoint");
     let pool = |with_pd: bool| {
         let initiator = fabric.create_dci_builder().build().expect("an initiator");
-        let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
-        pool.set_send_cq(fabric.create_cq());
+        let mut settings = DcPoolSettings::default();
+        settings.setup_policy(DcPoolPolicy::Static);
         if with_pd {
-            pool.set_protection_domain(&pd, 1, DcServiceClass::new());
+            settings.setup_protection_domain(&pd, 1, DcServiceClass::new());
         }
-        pool
+        DcInitiatorPool::from_initiators(vec![initiator], Some(fabric.create_cq()), &settings).expect("a pool")
     };
     let mut without = pool(false);
     let destination = without.add_destination(endpoint);

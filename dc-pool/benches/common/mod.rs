@@ -337,6 +337,7 @@ mod dc {
     };
     use sideway_ext_dc_pool::initiator::{PoolCompletion, StreamResetRefusal};
     use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
+    use sideway_ext_dc_pool::settings::DcPoolSettings;
     use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
     use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
 
@@ -752,7 +753,11 @@ mod dc {
             let mut view = CountingDc::new();
             let entries = view.entries(&mut qp);
             let initiator = CountingInitiator { qp, view, entries };
-            let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
+            let mut settings = DcPoolSettings::default();
+            settings.setup_policy(DcPoolPolicy::Static);
+            let Ok(mut pool) = DcInitiatorPool::from_initiators(vec![initiator], None, &settings) else {
+                failed("DcInitiatorPool::from_initiators")
+            };
             // The direct side warms itself (one batch each of its ways).
             let direct = SendDcWrite::setup(batch);
             let destination = pool.add_destination_with_address(direct.ah, direct.dct_number, direct.dc_key);
@@ -981,7 +986,9 @@ mod dc {
                     CountingInitiator { qp, view, entries }
                 })
                 .collect();
-            let mut pool = DcInitiatorPool::from_initiators(initiators, DcPoolPolicy::Dedicated, 3);
+            let Ok(mut pool) = DcInitiatorPool::from_initiators(initiators, None, &DcPoolSettings::default()) else {
+                failed("DcInitiatorPool::from_initiators (dedicated)")
+            };
             let direct = SendDcWrite::setup(batch);
             let destinations = (0..DEDICATED_DESTINATIONS)
                 .map(|_| pool.add_destination_with_address(direct.ah, direct.dct_number, direct.dc_key))

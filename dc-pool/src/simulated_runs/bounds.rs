@@ -7,7 +7,9 @@ use super::*;
 #[test]
 fn a_pool_without_initiators_refuses_posts() {
     for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static, DcPoolPolicy::Streams] {
-        let mut pool = PoolCore::new::<SimulatedInitiator>(&[], policy, 3);
+        let mut settings = crate::settings::DcPoolSettings::default();
+        settings.setup_policy(policy);
+        let mut pool = PoolCore::new::<SimulatedInitiator>(&[], &settings);
         let destination = add(&mut pool);
         assert_eq!(pool.assignment(destination), None);
         assert!(matches!(pool.begin(destination), Err(Refusal::NoInitiatorInService)));

@@ -7,6 +7,7 @@ use super::fabric::Fabric;
 use super::initiator::SimulatedInitiator;
 use super::Shared;
 use crate::builder::{check_shape, CreateDcInitiatorPoolError};
+use crate::settings::DcPoolSettings;
 use crate::types::DcPoolPolicy;
 use crate::DcInitiatorPool;
 use sideway_ext::mlx5::dc::initiator::DciStreams;
@@ -123,11 +124,14 @@ impl SimulatedPoolBuilder {
         let initiators = (0..self.count)
             .map(|_| SimulatedInitiator::new(&self.fabric, self.max_send_wr, self.max_inline_data, streams))
             .collect();
-        let mut pool = DcInitiatorPool::from_initiators(initiators, self.policy, self.unreachable_after);
-        // The pool's time is the fabric's.
-        pool.set_clock(self.fabric.borrow().clock(Instant::now()));
-        pool.set_timeouts(Fabric::span(self.grant_timeout), self.stall_timeout.map(Fabric::span));
-        pool.set_send_cq(SimulatedCompletionQueue::new(&self.fabric));
-        Ok(pool)
+        let mut settings = DcPoolSettings::default();
+        settings
+            .setup_policy(self.policy)
+            .setup_unreachable_after(self.unreachable_after)
+            // The pool's time is the fabric's.
+            .setup_clock(self.fabric.borrow().clock(Instant::now()))
+            .setup_grant_timeout(Fabric::span(self.grant_timeout))
+            .setup_stall_timeout(self.stall_timeout.map(Fabric::span));
+        DcInitiatorPool::from_initiators(initiators, Some(SimulatedCompletionQueue::new(&self.fabric)), &settings)
     }
 }

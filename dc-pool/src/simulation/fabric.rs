@@ -128,7 +128,7 @@ impl Fabric {
     }
 
     /// Its clock, for a pool's grant timeout: the tick it is at, as time from `start`.
-    pub(crate) fn clock(&self, start: Instant) -> impl Fn() -> Instant + Send + 'static {
+    pub(crate) fn clock(&self, start: Instant) -> impl Fn() -> Instant + Send + Sync + 'static {
         let now = Arc::clone(&self.now);
         move || start + Self::span(now.load(Ordering::Relaxed))
     }
