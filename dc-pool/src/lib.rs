@@ -22,12 +22,13 @@
 //! [`DcPoolEvent::OtherCompletion`]) or created by the pool
 //! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
 //!
-//! The crate's root holds the pool and its methods; [`builder`] creates it, [`post_guard`] is the
-//! post path (address handle, grant, guard), [`types`] its values and errors, [`initiator`] what
-//! the pool needs of an initiator ([`PoolInitiator`]'s `unsafe` part,
-//! [`PostingInitiator`]). The bookkeeping, apart from any device,
-//! is in private modules: destinations, the wait line and grants; each initiator's ring of
-//! requests and batch records; completions and recovery.
+//! The crate's root holds the pool and its methods; [`builder`] creates it, [`settings`] holds
+//! every setting of a pool, [`post_guard`] is the post path (address, grant, the initiator's
+//! batch), [`types`] its values and errors, [`initiator`] what the pool needs of an initiator, in
+//! safe Rust ([`PoolInitiator`], [`PoolBatch`](initiator::PoolBatch),
+//! [`PoolCompletionQueue`](initiator::PoolCompletionQueue)). The bookkeeping, apart from any
+//! device, is in private modules: destinations, the wait line and grants; each initiator's ring
+//! of requests and batch records; completions and recovery.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -158,6 +159,44 @@
 //! others' completions over whole, as `DcPoolEvent::OtherCompletion`. For completion events,
 //! create the pool's CQ on a completion channel (`setup_own_send_cq(&ctx, Some((&channel, 0)))`),
 //! arm it, sleep on the channel, then drain with `poll` and re-arm.
+//!
+//! # Initiators made elsewhere
+//!
+//! [`from_initiators`](DcInitiatorPool::from_initiators) makes a pool of initiators already
+//! brought up, with the same [`DcPoolSettings`](settings::DcPoolSettings) as the builder's pool
+//! (the builder makes its own pool with it): DC initiators created elsewhere, or initiators
+//! of one's own. Such an initiator implements three safe traits, and nothing of C crosses them:
+//! [`PoolInitiator`] (what the pool reads of it, its recovery, a destination's address made
+//! once from the address handle the pool creates, and a batch to one DC address),
+//! [`PoolBatch`](initiator::PoolBatch) (build requests, post them at once; a request refused
+//! before the device named by its index) and [`PoolCompletionQueue`](initiator::PoolCompletionQueue)
+//! (each completion's queue pair number, `wr_id`, status and vendor syndrome).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use sideway::ibverbs::completion::GenericCompletionQueue;
+//! use sideway::ibverbs::protection_domain::ProtectionDomain;
+//! use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+//! use sideway_ext::mlx5::dc::initiator::DcInitiator;
+//! use sideway_ext_dc_pool::settings::DcPoolSettings;
+//! use sideway_ext_dc_pool::types::DcPoolPolicy;
+//! use sideway_ext_dc_pool::DcInitiatorPool;
+//!
+//! /// A pool of DC initiators brought up elsewhere on port 1, completing into `cq` (which holds
+//! /// every request they may have in flight).
+//! fn pool_of(
+//!     initiators: Vec<DcInitiator>, cq: GenericCompletionQueue, pd: &Arc<ProtectionDomain>,
+//! ) -> Result<DcInitiatorPool, Box<dyn std::error::Error>> {
+//!     let mut settings = DcPoolSettings::default();
+//!     settings
+//!         .setup_policy(DcPoolPolicy::Static)
+//!         .setup_stall_timeout(Some(Duration::from_secs(2)))
+//!         .setup_protection_domain(pd, 1, DcServiceClass::new());
+//!     Ok(DcInitiatorPool::from_initiators(initiators, Some(cq), &settings)?)
+//! }
+//! ```
 //!
 //! The provider sees `wr_id = initiator << 48 | request number`; the caller's `wr_id` is kept in
 //! a ring per initiator, so a completion names its request exactly (also out of order between

@@ -1,8 +1,6 @@
 //! [`DcSend`]: what a program posts DC requests on, a [`DcInitiator`] or a simulated one, so that
 //! one program (or one test) runs on a ConnectX and on a simulated fabric.
-use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::{
@@ -70,14 +68,6 @@ pub trait DcSend {
 }
 
 impl DcInitiator {
-    /// The queue pair's extended and mlx5 views and the entries their provider filled (the DC
-    /// setters included), for a guard [`start`](PostSendGuard::start)ed by hand: one whose
-    /// requests all go to one address ([`BatchAddressed`](super::BatchAddressed)), as a pool of initiators posts.
-    /// Using them needs `unsafe` (see [`PostSendGuard::start`]); reading them does not.
-    pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        (self.send_view.0, self.send_view.1, self.mlx5_qp_ex)
-    }
-
     /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target
     /// `dct_number` with access key `dc_key`, over the route of `ah`
     /// (`mlx5dv_wr_set_dc_addr`), or, with a `stream`, on that DCI stream
