@@ -81,7 +81,7 @@ _ALWAYS = {
         ("use crate::ibverbs::post_send_guard::{\n", "use crate::ibverbs::queue_pair::QueuePairType;\nuse crate::ibverbs::post_send_guard::{\n", 1),
         # The doctest is a user of sideway: COMMON made its path the crate's.
         ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
-        ("/// use sideway_ext::", "/// use sideway::", 3),
+        ("/// use sideway_ext::", "/// use sideway::", 2),
     ],
     "route.rs": [
         # Upstream, destinations are sealed: the routes are address handles, no simulated fabric's,
@@ -319,7 +319,7 @@ _LATER = {
             ("mod route;\n", "", 1),
             ("mod send;\n", "", 1),
             ("mod transport;\n", "", 1),
-            ("pub use self::addressed::{BatchAddressed, DcAddressing};\n", "", 1),
+            ("pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};\n", "", 1),
             ("pub use self::route::DcRoute;\n", "", 1),
             ("pub use self::send::DcSend;\n", "", 1),
             ("pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, "
@@ -387,13 +387,18 @@ _LATER = {
              "            path_mtu: self.path_mtu(),\n"
              "        };\n",
              "        let context = DcContext { view: self.mlx5_qp_ex };\n", 1),
+            ("use crate::ibverbs::post_send_guard::{PathMtus, PostSendError,",
+             "use crate::ibverbs::post_send_guard::{PostSendError,", 1),
+            ("    /// provider for an operation the initiator was not created with, for inline data beyond its\n"
+             "    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and\n"
+             "    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an\n",
+             "    /// provider for an operation the initiator was not created with and for inline data beyond\n"
+             "    /// its granted size; a `stream` on an\n", 1),
+            ("        guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));\n", "", 1),
         ],
         "addressed.rs": [
-            ((". An RDMA READ whose responses would not reach\n/// the initiator is refused", "/// of initiators sets them):\n"),
+            ((",\n/// which holds its RDMA READs to both ends' path MTUs", "refused before the provider):\n"),
              ":\n", 1),
-            ("/// use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard};",
-             "/// use sideway_ext::ibverbs::post_send_guard::PostSendGuard;", 1),
-            ("///     guard.set_path_mtus(PathMtus::known(dci.path_mtu(), ah.destination_path_mtu()));\n", "", 1),
         ],
         "bring_up.rs": [
             (("    ///\n    /// The other way does not follow from it", "DcTargetBringUp::setup_path_mtu)).\n"), "", 1),
@@ -421,14 +426,7 @@ _PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3d-2", "pr3e"]
 
 # What holds from a part on (once what it brings is there).
 _SINCE = {
-    "pr3d-2": {
-        # This crate's pool does not go upstream.
-        "addressed.rs": [
-            ("path MTUs\n/// ([`set_path_mtus`](crate::ibverbs::post_send_guard::PostSendGuard::set_path_mtus), as a pool\n"
-             "/// of initiators sets them):",
-             "path MTUs\n/// ([`set_path_mtus`](crate::ibverbs::post_send_guard::PostSendGuard::set_path_mtus)):", 1),
-        ],
-    },
+    "pr3d-2": {},
 }
 
 
