@@ -166,7 +166,7 @@ impl DcPoolSettings {
     }
 
     /// The time now, as the pool reads it.
-    pub fn now(&self) -> Instant {
+    pub(crate) fn now(&self) -> Instant {
         (self.clock)()
     }
 
