@@ -188,6 +188,12 @@ impl PoolCore {
         }
     }
 
+    /// Whether places were removed since the last [`take_removed`](Self::take_removed).
+    #[inline]
+    pub(crate) fn removed_any(&self) -> bool {
+        !self.removed_places.is_empty()
+    }
+
     /// The places removed since the last call, whose addresses the pool drops.
     pub(crate) fn take_removed(&mut self) -> std::vec::Drain<'_, u32> {
         self.removed_places.drain(..)

@@ -384,8 +384,18 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.addresses[index] = Some(address);
     }
 
-    /// Drops the addresses of the destinations the bookkeeping removed.
+    /// Drops the addresses of the destinations the bookkeeping removed (mostly none: tested
+    /// here, the rest out of line).
+    #[inline]
     fn drop_removed_addresses(&mut self) {
+        if self.core.removed_any() {
+            self.drop_addresses_of_removed();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn drop_addresses_of_removed(&mut self) {
         for d in self.core.take_removed() {
             if let Some(address) = self.addresses.get_mut(d as usize) {
                 *address = None;
