@@ -8,7 +8,6 @@ use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway_ext::mlx5::direct_objects::completion_queue_object;
 
 use super::table::SendQueueTable;
-use super::verbs::VerbsCompletionQueue;
 use super::{
     Completion, CompletionQueueParts, CompletionQueuePoller, CreateDirectCompletionQueueError,
     CreateDirectCompletionQueueErrorKind, PollCompletionQueueError,
@@ -40,8 +39,7 @@ use super::{
 /// ```
 #[derive(Debug)]
 pub struct DirectCompletionQueue {
-    /// The poller, also behind a `struct ibv_cq` of its own (for a pool: `ibv_poll_cq`).
-    verbs: VerbsCompletionQueue,
+    polling: Polling,
     /// Keeps the CQ, and with it the memory the poller reads, alive.
     cq: GenericCompletionQueue,
 }
@@ -123,10 +121,7 @@ impl DirectCompletionQueue {
         // SAFETY: the memory libmlx5 gave is the CQ's, alive while `cq` (held with the poller)
         // is; the caller promises nothing else polls it.
         let polling = unsafe { Polling::new(parts) }?;
-        Ok(Self {
-            verbs: VerbsCompletionQueue::new(polling),
-            cq,
-        })
+        Ok(Self { polling, cq })
     }
 
     /// Polls at most `completions.len()` send completions into `completions` and returns how
@@ -143,12 +138,12 @@ impl DirectCompletionQueue {
     /// initiator is open).
     #[inline]
     pub fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollCompletionQueueError> {
-        self.verbs.polling_mut().poll(completions)
+        self.polling.poll(completions)
     }
 
     /// The CQ number (`mlx5dv_cq`'s `cqn`).
     pub fn cq_number(&self) -> u32 {
-        self.verbs.polling().poller.cq_number()
+        self.polling.poller.cq_number()
     }
 
     /// The CQ's handle, to check a queue pair completes into it.
@@ -159,12 +154,6 @@ impl DirectCompletionQueue {
 
     /// The table of its send queues.
     pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
-        self.verbs.polling().table()
-    }
-
-    /// The poller behind its `struct ibv_cq`.
-    #[cfg(feature = "pool")]
-    pub(crate) fn verbs(&self) -> &VerbsCompletionQueue {
-        &self.verbs
+        self.polling.table()
     }
 }

@@ -6,8 +6,7 @@
 //! takes it from the send queue that wrote the WQE: [`DirectCompletionQueue`] polls a sideway
 //! CQ for the direct DC initiators completing into it, through their send queues' table (one
 //! concern per file: `direct.rs` the public type, `table.rs` the table, the poller here, the CQE
-//! layout in `cqe.rs`, what a completion says in `completion.rs`, the poller behind a `struct
-//! ibv_cq` of its own for code that calls `ibv_poll_cq`, a DC pool's, in `verbs.rs`).
+//! layout in `cqe.rs`, what a completion says in `completion.rs`).
 //!
 //! # What it mirrors (rdma-core 55, `providers/mlx5/cq.c`)
 //! - `get_sw_cqe` / `next_cqe_sw`: the CQE at `consumer_index & (cqe_count - 1)` is software's
@@ -64,7 +63,6 @@ mod send_queue_slots;
 mod table;
 #[cfg(test)]
 pub(crate) mod tests;
-mod verbs;
 
 use std::ptr::NonNull;
 
@@ -73,8 +71,6 @@ pub use direct::DirectCompletionQueue;
 #[cfg(test)]
 pub(crate) use direct::Polling;
 pub(crate) use table::SendQueueTable;
-#[cfg(test)]
-pub(crate) use verbs::VerbsCompletionQueue;
 
 use crate::barrier::{Mmio, Register};
 use cqe::{cqe_opcode, Cqe, FORMAT_COMPRESSED};

@@ -10,9 +10,9 @@
 //!
 //! Where the facts live: the checks of the queue pair's memory in `parts.rs`, the errors in
 //! `error.rs`, which register is taken and the claims of BlueFlame registers in `register.rs`
-//! (the rules are the crate documentation's), the send queue in its completion queue's table,
-//! with its native guard and C entries, in `posting.rs` (the shared queue and the guard are the
-//! send queue module's `shared.rs`), an address handle's address vector in `address.rs`.
+//! (the rules are the crate documentation's), the send queue in its completion queue's table in
+//! `posting.rs` (the shared queue and the guard are the send queue module's `shared.rs`), an
+//! address handle's address vector in `address.rs`.
 mod address;
 mod error;
 pub(crate) mod parts;
@@ -22,11 +22,7 @@ mod register;
 #[cfg(test)]
 mod tests;
 
-use std::ptr::NonNull;
 use std::time::Duration;
-
-use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex};
-use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
 
 use sideway::ibverbs::queue_pair::{QueryQueuePairError, QueuePairState};
 use sideway_ext::mlx5::dc::initiator::{BringUpDcInitiatorError, DcInitiator, DcInitiatorBringUp, ResetDciStreamError};
@@ -42,9 +38,8 @@ pub use self::register::DirectRegister;
 use self::register::{BlueFlame, RegisterClaim};
 use crate::barrier::check_architecture;
 use crate::completion_queue::DirectCompletionQueue;
-use crate::send_queue::address_cache::AddressCache;
 pub use crate::send_queue::shared::DirectPostSendGuard;
-use crate::send_queue::CreateSendQueueErrorKind;
+use crate::send_queue::{AddressVector, BatchAddress, CreateSendQueueErrorKind};
 
 /// A DC initiator whose requests this crate writes into its send queue and whose doorbell it
 /// rings, as libmlx5's post path would (see the [crate](crate) documentation for what that
@@ -165,7 +160,7 @@ impl DirectDcInitiator {
             },
             _ => SendQueue(err),
         })?;
-        let posting = PostingQueue::new(queue, dci.send_ops_flags(), AddressCache::device(), cq.table());
+        let posting = PostingQueue::new(queue, cq.table());
         Ok(Self {
             posting,
             register,
@@ -177,30 +172,51 @@ impl DirectDcInitiator {
 
     /// Starts a batch of requests (`mlx5_send_wr_start`): `construct_wr` → an operation →
     /// `setup_dc_addr` → the data, then [`post`](DirectPostSendGuard::post). Post in RTS, as
-    /// on libmlx5 (after [`bring_up`](Self::bring_up)). A batch started through
-    /// [`send_views`](Self::send_views) and not completed is aborted.
+    /// on libmlx5 (after [`bring_up`](Self::bring_up)).
     #[inline]
     pub fn start_post_send(&mut self) -> DirectPostSendGuard<'_> {
         self.posting.start_post_send()
     }
 
-    /// The views to post through with code written over libibverbs' and libmlx5's C entries, as
-    /// [`DcInitiator::send_views`]: the extended queue pair, the entries a guard may use (the
-    /// operations the DC initiator was created with, the data setters, `wr_set_dc_addr`, and
-    /// `wr_set_dc_addr_stream` with DCI streams), the mlx5 view. Behind them is the same writer
-    /// as [`start_post_send`](Self::start_post_send)'s, on the same send queue
-    /// ([`SendQueueEntries`](crate::send_queue::SendQueueEntries) has the calls and what they
-    /// refuse); a batch borrows the queue from `wr_start` to `wr_complete` or `wr_abort`, and
-    /// its completions are polled by the [`DirectCompletionQueue`] as the native batches' are.
-    /// A sideway-ext guard started on them
-    /// ([`PostSendGuard::start`](sideway_ext::ibverbs::post_send_guard::PostSendGuard::start))
-    /// posts here unchanged, as a DC pool does (feature `pool`).
+    /// Starts a batch of requests to one DC target: the DCT `dct_number` with access key
+    /// `dc_key`, over the route of `address` (read once from the target's address handle,
+    /// [`AddressVector::from_address_handle`]). Each request goes `construct_wr` → an operation
+    /// → the data, its address written as libmlx5's `mlx5_send_wr_set_dc_addr` writes it; then
+    /// [`post`](DirectPostSendGuard::post), one doorbell for the batch.
     ///
-    /// Valid while `self` is; a guard started on them must hold `self` borrowed mutably. The DC
-    /// setters take libmlx5's address handles (their vectors found with `mlx5dv_init_obj`).
+    /// ```no_run
+    /// use sideway::ibverbs::queue_pair::WorkRequestFlags;
+    /// use sideway_ext_dc_direct::send_queue::AddressVector;
+    /// use sideway_ext_dc_direct::DirectDcInitiator;
+    ///
+    /// # fn post(dci: &mut DirectDcInitiator, av: &AddressVector) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut guard = dci.start_post_send_to(av, 0x00ab_cdef, 0xdc);
+    /// for i in 0..4u64 {
+    ///     let write = guard.construct_wr(i, WorkRequestFlags::Signaled).setup_write(0x1234, 0x10_0000 + 64 * i);
+    ///     // SAFETY: the 64 bytes at 0x20_0000 are registered under lkey 7 and outlive the requests.
+    ///     unsafe { write.setup_sge(7, 0x20_0000, 64) }?;
+    /// }
+    /// guard.post();
+    /// # Ok(()) }
+    /// ```
     #[inline]
-    pub fn send_views(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        self.posting.send_views()
+    pub fn start_post_send_to<'a>(
+        &mut self, address: &'a AddressVector, dct_number: u32, dc_key: u64,
+    ) -> DirectPostSendGuard<'_, BatchAddress<'a>> {
+        self.posting
+            .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, None))
+    }
+
+    /// As [`start_post_send_to`](Self::start_post_send_to), on DCI stream `stream_id`
+    /// (`mlx5_send_wr_set_dc_addr_stream`); each request is refused at its data step
+    /// ([`StreamsNotEnabled`](crate::send_queue::WorkRequestErrorKind::StreamsNotEnabled)) on a
+    /// DC initiator without streams.
+    #[inline]
+    pub fn start_post_send_to_stream<'a>(
+        &mut self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> DirectPostSendGuard<'_, BatchAddress<'a>> {
+        self.posting
+            .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, Some(stream_id)))
     }
 
     /// The register it rings its doorbell through, and why it may write it alone: its size tells

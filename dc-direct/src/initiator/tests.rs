@@ -1,21 +1,16 @@
-//! One send queue, two front ends: a direct initiator's [`PostingQueue`] posted on through its
-//! C entries (as a pool's guard does) and natively, with its completions polled through the
-//! completion queue's table. A batch of the C entries borrows the queue from `wr_start` to
-//! `wr_complete` or `wr_abort`: a poll meanwhile leaves its completions for later, unconsumed; a
-//! native batch and a reset end it.
-use rdma_mummy_sys::{
-    ibv_qp_ex, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start, mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr,
-};
-use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
-use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
+//! A direct initiator's [`PostingQueue`] posted on, by batches addressed per request and to one
+//! address, with its completions polled through the completion queue's table. A batch borrows
+//! the queue from its start to its post or drop: a poll meanwhile leaves its completions for
+//! later, unconsumed; a reset starts the queue over at index 0.
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
+use sideway_ext_wqe_oracle::{DciShape, OracleDci};
 
 use super::parts::send_queue_parts;
 use super::parts::tests::{created_of, object_of};
 use super::posting::PostingQueue;
 use crate::completion_queue::tests::support::{CqMemory, CqeFields};
 use crate::completion_queue::{Completion, PollCompletionQueueErrorKind, Polling};
-use crate::send_queue::tests::entries_pair::oracle_lookup;
-use crate::send_queue::{AddressVector, SendQueue};
+use crate::send_queue::{AddressVector, BatchAddress, SendQueue};
 
 const QP_NUMBER: u32 = 0x12_3456;
 
@@ -26,7 +21,6 @@ struct Bed {
     polling: Polling,
     cq: CqMemory,
     memory: OracleDci,
-    route: OracleAh,
     /// The next CQE's index.
     cqes: u32,
 }
@@ -43,7 +37,6 @@ impl Bed {
             blueflame_size: 0,
             qp_number: QP_NUMBER,
         });
-        let route = OracleAh::new([5; 48]);
         let mut cq = CqMemory::new(16, 64);
         // SAFETY: the CQ memory outlives the poller (the bed holds both); only it polls.
         let polling = unsafe { Polling::new(cq.parts(64)) }.unwrap();
@@ -52,19 +45,12 @@ impl Bed {
         let queue =
             unsafe { SendQueue::from_parts(send_queue_parts(&object_of(&memory), created_of(&memory)).unwrap()) }
                 .unwrap();
-        let operations = SendOperationFlags::Write | SendOperationFlags::Send;
-        let posting = PostingQueue::new(
-            queue,
-            operations,
-            oracle_lookup(std::slice::from_ref(&route)),
-            polling.table(),
-        );
+        let posting = PostingQueue::new(queue, polling.table());
         Self {
             posting: Some(posting),
             polling,
             cq,
             memory,
-            route,
             cqes: 0,
         }
     }
@@ -73,25 +59,8 @@ impl Bed {
         self.posting.as_mut().unwrap()
     }
 
-    /// `wr_start` and one signaled RDMA WRITE through the C entries, left open.
-    fn start_c_batch(&mut self, wr_id: u64) -> *mut ibv_qp_ex {
-        let ah = self.route.ibv_ah().as_ptr();
-        let (qp, _, mlx5) = self.posting().send_views();
-        let (qp, mlx5): (*mut ibv_qp_ex, *mut mlx5dv_qp_ex) = (qp.as_ptr(), mlx5.as_ptr());
-        // SAFETY: the entries' live views and the route's handle; nothing reads the buffer.
-        unsafe {
-            ibv_wr_start(qp);
-            (*qp).wr_id = wr_id;
-            (*qp).wr_flags = WorkRequestFlags::Signaled.bits();
-            ibv_wr_rdma_write(qp, 0x55, 0x1000);
-            mlx5dv_wr_set_dc_addr(mlx5, ah, 0x77, 0xdc);
-            ibv_wr_set_sge(qp, 3, 0x2000, 64);
-        }
-        qp
-    }
-
-    /// One signaled RDMA WRITE posted natively.
-    fn post_native(&mut self, wr_id: u64) {
+    /// One signaled RDMA WRITE, addressed at its address step.
+    fn post_each_addressed(&mut self, wr_id: u64) {
         let av = AddressVector::new([5; 48]);
         let mut guard = self.posting().start_post_send();
         let request = guard
@@ -122,27 +91,42 @@ impl Bed {
     }
 }
 
+/// One signaled RDMA WRITE in a batch to one address: `count` of them, the batch then posted.
+fn post_batch_addressed(posting: &mut PostingQueue, wr_id: u64, count: u64) {
+    let av = AddressVector::new([5; 48]);
+    let mut guard = posting.start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
+    for wr_id in wr_id..wr_id + count {
+        let request = guard
+            .construct_wr(wr_id, WorkRequestFlags::Signaled)
+            .setup_write(0x55, 0x1000);
+        // SAFETY: nothing reads the buffer.
+        unsafe { request.setup_sge(3, 0x2000, 64) }.unwrap();
+    }
+    guard.post();
+}
+
 #[test]
-fn a_poll_leaves_the_completions_of_a_queue_whose_c_batch_is_open_until_it_completes() {
+fn a_poll_leaves_the_completions_of_a_queue_whose_batch_is_open_until_it_is_posted() {
     let mut bed = Bed::new();
-    let qp = bed.start_c_batch(1);
-    // SAFETY: the entries' live view, in a batch.
-    assert_eq!(unsafe { ibv_wr_complete(qp) }, 0);
+    post_batch_addressed(bed.posting(), 1, 1);
     assert_eq!((bed.posted(), bed.posting().outstanding()), (2, 1));
     bed.complete(0);
-    let qp = bed.start_c_batch(2);
+    let av = AddressVector::new([5; 48]);
+    let Bed { posting, polling, .. } = &mut bed;
+    let mut guard = posting
+        .as_mut()
+        .unwrap()
+        .start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
+    let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_write(0x55, 0x1000);
+    // SAFETY: nothing reads the buffer.
+    unsafe { request.setup_sge(3, 0x2000, 64) }.unwrap();
+    let mut completions = [Completion::default(); 4];
     assert_eq!(
-        bed.posting().outstanding(),
-        1,
-        "the open batch's request is not posted yet"
-    );
-    assert_eq!(
-        bed.poll(),
+        polling.poll(&mut completions).map_err(|error| error.0),
         Err(PollCompletionQueueErrorKind::SendQueueInUse { qp_number: QP_NUMBER })
     );
+    guard.post();
     assert_eq!(bed.cq.doorbell_record(), 0, "not consumed");
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_wr_complete(qp) }, 0);
     assert_eq!(bed.poll(), Ok(vec![1]));
     bed.complete(2);
     assert_eq!(bed.poll(), Ok(vec![2]));
@@ -150,26 +134,27 @@ fn a_poll_leaves_the_completions_of_a_queue_whose_c_batch_is_open_until_it_compl
 }
 
 #[test]
-fn a_native_batch_or_a_reset_aborts_an_open_c_batch_and_frees_the_queue() {
+fn a_reset_queue_posts_at_index_0_again_and_a_dropped_batch_posts_nothing() {
     let mut bed = Bed::new();
-    let qp = bed.start_c_batch(1);
-    bed.post_native(2);
-    // SAFETY: the entries' live view: the batch was aborted, so nothing to complete.
-    assert_eq!(unsafe { ibv_wr_complete(qp) }, libc::EINVAL);
-    assert_eq!(
-        (bed.posted(), bed.posting().outstanding()),
-        (2, 1),
-        "the native request alone, at index 0"
-    );
-    bed.complete(0);
-    assert_eq!(bed.poll(), Ok(vec![2]));
-    let qp = bed.start_c_batch(3);
+    bed.post_each_addressed(1);
+    post_batch_addressed(bed.posting(), 2, 2);
+    assert_eq!((bed.posted(), bed.posting().outstanding()), (6, 3));
+    for wqe_counter in [0, 2, 4] {
+        bed.complete(wqe_counter);
+    }
+    assert_eq!(bed.poll(), Ok(vec![1, 2, 3]));
     bed.posting().reset();
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_wr_complete(qp) }, libc::EINVAL);
-    let qp = bed.start_c_batch(4);
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_wr_complete(qp) }, 0);
+    {
+        let av = AddressVector::new([5; 48]);
+        let mut guard = bed.posting().start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
+        let request = guard.construct_wr(9, WorkRequestFlags::Signaled).setup_write(0x55, 0x1000);
+        // SAFETY: nothing reads the buffer.
+        unsafe { request.setup_sge(3, 0x2000, 64) }.unwrap();
+        assert_eq!(guard.batch_len(), 1);
+        // Dropped unposted: its slot is given back.
+    }
+    assert_eq!(bed.posting().outstanding(), 0);
+    post_batch_addressed(bed.posting(), 4, 1);
     assert_eq!(bed.posted(), 2, "the reset queue posts at index 0 again");
     bed.complete(0);
     assert_eq!(bed.poll(), Ok(vec![4]));

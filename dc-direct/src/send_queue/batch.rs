@@ -1,6 +1,6 @@
 //! A batch of requests ([`PostSendGuard`]) and the steps of each request: its operation
-//! ([`WorkRequestHandle`]), its DC address ([`DcDestination`]), its data
-//! ([`LocalBufferHandle`], where the WQE is written).
+//! ([`WorkRequestHandle`]), its DC address ([`DcDestination`], unless the batch has one:
+//! [`BatchAddress`]), its data ([`LocalBufferHandle`], where the WQE is written).
 use std::io::IoSlice;
 
 use rdma_mummy_sys::ibv_sge;
@@ -25,27 +25,120 @@ pub(super) struct Batch {
 
 /// What each step of a request holds: the queue, and the batch it goes into.
 #[derive(Debug)]
-struct Target<'g> {
+pub struct Target<'g> {
     queue: &'g mut SendQueue,
     batch: &'g mut Batch,
 }
 
-/// A batch of requests on a [`SendQueue`]: [`post`](Self::post) rings the doorbell for them;
-/// dropped without it, the batch's slots are given back and the device is told nothing
-/// (`mlx5_send_wr_abort`).
-#[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
-#[derive(Debug)]
-pub struct PostSendGuard<'q> {
-    queue: &'q mut SendQueue,
-    batch: Batch,
+/// How the requests of a batch are addressed: each at its own address step
+/// ([`EachRequest`], a batch of [`start_post_send`](SendQueue::start_post_send)), or all to the
+/// batch's DC address ([`BatchAddress`], a batch of
+/// [`start_post_send_to`](SendQueue::start_post_send_to)), whose requests go from their operation
+/// to their data. Sealed.
+pub trait Addressing: Copy + private::Sealed {
+    /// The step after a request's operation `O`.
+    type Next<'g, O: Operation>;
 }
 
-impl<'q> PostSendGuard<'q> {
+mod private {
+    use super::{Operation, Target};
+
+    pub trait Sealed {
+        /// The step after the operation, of a request with this `wr_id` and `fm_ce_se`.
+        fn next<'g, O: Operation>(
+            self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
+        ) -> <Self as super::Addressing>::Next<'g, O>
+        where
+            Self: super::Addressing;
+    }
+}
+
+/// Each request of the batch is addressed at its own address step
+/// ([`setup_dc_addr`](DcDestination::setup_dc_addr)), as in sideway-ext's DC guard.
+#[derive(Debug, Clone, Copy)]
+pub struct EachRequest;
+
+impl Addressing for EachRequest {
+    type Next<'g, O: Operation> = DcDestination<'g, O>;
+}
+
+impl private::Sealed for EachRequest {
+    #[inline]
+    fn next<'g, O: Operation>(
+        self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
+    ) -> <Self as Addressing>::Next<'g, O> {
+        DcDestination {
+            target,
+            wr_id,
+            fm_ce_se,
+            operation,
+        }
+    }
+}
+
+/// The DC address every request of a batch goes to (as libmlx5's `mlx5_send_wr_set_dc_addr`
+/// and `mlx5_send_wr_set_dc_addr_stream` address one request, written into each): the target's
+/// route, DCT number and access key, and the DCI stream, if any.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchAddress<'a> {
+    address: &'a AddressVector,
+    dct_number: u32,
+    dc_key: u64,
+    stream_id: Option<u16>,
+}
+
+impl<'a> BatchAddress<'a> {
+    /// Requests to the DC target `dct_number` with access key `dc_key`, over the route of
+    /// `address` (`mlx5dv_wr_set_dc_addr`); `stream_id`: on that DCI stream
+    /// (`mlx5dv_wr_set_dc_addr_stream`), refused at each request's data step
+    /// ([`StreamsNotEnabled`](super::WorkRequestErrorKind::StreamsNotEnabled)) on a queue without
+    /// streams. The address vector is copied into each request at its data step.
+    #[inline]
+    pub fn new(address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>) -> Self {
+        Self {
+            address,
+            dct_number,
+            dc_key,
+            stream_id,
+        }
+    }
+}
+
+impl<'a> Addressing for BatchAddress<'a> {
+    type Next<'g, O: Operation> = LocalBufferHandle<'g, 'a, O>;
+}
+
+impl<'a> private::Sealed for BatchAddress<'a> {
+    #[inline]
+    fn next<'g, O: Operation>(
+        self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
+    ) -> <Self as Addressing>::Next<'g, O> {
+        LocalBufferHandle::new(target, wr_id, fm_ce_se, operation, self)
+    }
+}
+
+/// A batch of requests on a [`SendQueue`]: [`post`](Self::post) rings the doorbell for them;
+/// dropped without it, the batch's slots are given back and the device is told nothing
+/// (`mlx5_send_wr_abort`). Its requests are addressed as `A` says: each at its address step, or
+/// all to the batch's [`BatchAddress`].
+#[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
+#[derive(Debug)]
+pub struct PostSendGuard<'q, A: Addressing = EachRequest> {
+    queue: &'q mut SendQueue,
+    batch: Batch,
+    addressing: A,
+}
+
+impl<'q, A: Addressing> PostSendGuard<'q, A> {
     /// Starts a batch on `queue` (`mlx5_send_wr_start`).
     #[inline]
-    pub(super) fn new(queue: &'q mut SendQueue) -> Self {
+    pub(super) fn new(queue: &'q mut SendQueue, addressing: A) -> Self {
         let batch = Batch::start(queue);
-        Self { queue, batch }
+        Self {
+            queue,
+            batch,
+            addressing,
+        }
     }
 
     /// Starts a request with this `wr_id` (given back by its completion) and flags
@@ -53,7 +146,7 @@ impl<'q> PostSendGuard<'q> {
     /// [`Solicited`](WorkRequestFlags::Solicited); [`Inline`](WorkRequestFlags::Inline) is
     /// ignored: the data step says what is inline); continue with an operation.
     #[inline]
-    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_> {
+    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, A> {
         WorkRequestHandle {
             target: Target {
                 queue: self.queue,
@@ -61,6 +154,7 @@ impl<'q> PostSendGuard<'q> {
             },
             wr_id,
             fm_ce_se: fm_ce_se(wr_flags.bits()),
+            addressing: self.addressing,
         }
     }
 
@@ -75,11 +169,10 @@ impl<'q> PostSendGuard<'q> {
     /// step.
     #[inline]
     pub fn post(self) {
-        let Self { queue, batch } = self;
+        let Self { queue, batch, .. } = self;
         queue.post_batch(&batch);
     }
 }
-
 impl Batch {
     /// An empty batch on `queue` (`mlx5_send_wr_start`): its first request goes at the queue's
     /// posting index.
@@ -129,58 +222,38 @@ pub(super) const fn fm_ce_se(wr_flags: u32) -> u8 {
     bits
 }
 
-/// [`fm_ce_se`] of every combination of the three flags, by `wr_flags & 7` (fence, signaled,
-/// solicited: `IBV_SEND_FENCE` 1, `IBV_SEND_SIGNALED` 2, `IBV_SEND_SOLICITED` 4), for the C
-/// entries, whose flags are known only at run time: one load in place of three tests (the DC
-/// pool row of `scripts/bench`, direct).
-pub(super) const FM_CE_SE: [u8; 8] = {
-    let flags = WorkRequestFlags::Fence.bits() | WorkRequestFlags::Signaled.bits() | WorkRequestFlags::Solicited.bits();
-    assert!(flags == 7, "the three flags are bits 0 to 2");
-    let mut table = [0; 8];
-    let mut flags = 0;
-    while flags < 8 {
-        table[flags] = fm_ce_se(flags as u32);
-        flags += 1;
-    }
-    table
-};
-
 /// A request being described: pick its operation.
 #[must_use = "a request is added to the batch only at its data step"]
 #[derive(Debug)]
-pub struct WorkRequestHandle<'g> {
+pub struct WorkRequestHandle<'g, A: Addressing = EachRequest> {
     target: Target<'g>,
     wr_id: u64,
     fm_ce_se: u8,
+    addressing: A,
 }
 
-impl<'g> WorkRequestHandle<'g> {
+impl<'g, A: Addressing> WorkRequestHandle<'g, A> {
     #[inline]
-    fn with<O: Operation>(self, operation: O) -> DcDestination<'g, O> {
-        DcDestination {
-            target: self.target,
-            wr_id: self.wr_id,
-            fm_ce_se: self.fm_ce_se,
-            operation,
-        }
+    fn with<O: Operation>(self, operation: O) -> A::Next<'g, O> {
+        private::Sealed::next(self.addressing, self.target, self.wr_id, self.fm_ce_se, operation)
     }
 
     /// A SEND (`ibv_wr_send`).
     #[inline]
-    pub fn setup_send(self) -> DcDestination<'g, operation::Send> {
+    pub fn setup_send(self) -> A::Next<'g, operation::Send> {
         self.with(operation::Send {})
     }
 
     /// A SEND with immediate data (`ibv_wr_send_imm`); `imm_data` is stored as it is, as the C
     /// API's `__be32` (as sideway-ext's guard passes it).
     #[inline]
-    pub fn setup_send_imm(self, imm_data: u32) -> DcDestination<'g, operation::SendWithImmediate> {
+    pub fn setup_send_imm(self, imm_data: u32) -> A::Next<'g, operation::SendWithImmediate> {
         self.with(operation::SendWithImmediate { imm_data })
     }
 
     /// An RDMA WRITE to `remote_addr` in the remote region of `rkey` (`ibv_wr_rdma_write`).
     #[inline]
-    pub fn setup_write(self, rkey: u32, remote_addr: u64) -> DcDestination<'g, operation::Write> {
+    pub fn setup_write(self, rkey: u32, remote_addr: u64) -> A::Next<'g, operation::Write> {
         self.with(operation::Write { rkey, remote_addr })
     }
 
@@ -189,7 +262,7 @@ impl<'g> WorkRequestHandle<'g> {
     #[inline]
     pub fn setup_write_imm(
         self, rkey: u32, remote_addr: u64, imm_data: u32,
-    ) -> DcDestination<'g, operation::WriteWithImmediate> {
+    ) -> A::Next<'g, operation::WriteWithImmediate> {
         self.with(operation::WriteWithImmediate {
             rkey,
             remote_addr,
@@ -199,7 +272,7 @@ impl<'g> WorkRequestHandle<'g> {
 
     /// An RDMA READ from `remote_addr` in the remote region of `rkey` (`ibv_wr_rdma_read`).
     #[inline]
-    pub fn setup_read(self, rkey: u32, remote_addr: u64) -> DcDestination<'g, operation::Read> {
+    pub fn setup_read(self, rkey: u32, remote_addr: u64) -> A::Next<'g, operation::Read> {
         self.with(operation::Read { rkey, remote_addr })
     }
 
@@ -208,7 +281,7 @@ impl<'g> WorkRequestHandle<'g> {
     #[inline]
     pub fn setup_atomic_compare_swap(
         self, rkey: u32, remote_addr: u64, compare: u64, swap: u64,
-    ) -> DcDestination<'g, operation::AtomicCompareAndSwap> {
+    ) -> A::Next<'g, operation::AtomicCompareAndSwap> {
         self.with(operation::AtomicCompareAndSwap {
             rkey,
             remote_addr,
@@ -222,7 +295,7 @@ impl<'g> WorkRequestHandle<'g> {
     #[inline]
     pub fn setup_atomic_fetch_add(
         self, rkey: u32, remote_addr: u64, add: u64,
-    ) -> DcDestination<'g, operation::AtomicFetchAndAdd> {
+    ) -> A::Next<'g, operation::AtomicFetchAndAdd> {
         self.with(operation::AtomicFetchAndAdd { rkey, remote_addr, add })
     }
 }
@@ -264,19 +337,8 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     fn addressed<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>,
     ) -> LocalBufferHandle<'g, 'a, O> {
-        LocalBufferHandle {
-            target: self.target,
-            request: Request {
-                wr_id: self.wr_id,
-                fm_ce_se: self.fm_ce_se,
-                segments: self.operation.segments(),
-                address,
-                dct_number,
-                dc_key,
-                stream_id,
-            },
-            _operation: std::marker::PhantomData,
-        }
+        let address = BatchAddress::new(address, dct_number, dc_key, stream_id);
+        LocalBufferHandle::new(self.target, self.wr_id, self.fm_ce_se, self.operation, address)
     }
 }
 
@@ -298,7 +360,24 @@ impl<O: Operation> std::fmt::Debug for LocalBufferHandle<'_, '_, O> {
     }
 }
 
-impl<O: Operation> LocalBufferHandle<'_, '_, O> {
+impl<'g, 'a, O: Operation> LocalBufferHandle<'g, 'a, O> {
+    #[inline]
+    fn new(target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O, address: BatchAddress<'a>) -> Self {
+        Self {
+            target,
+            request: Request {
+                wr_id,
+                fm_ce_se,
+                segments: operation.segments(),
+                address: address.address,
+                dct_number: address.dct_number,
+                dc_key: address.dc_key,
+                stream_id: address.stream_id,
+            },
+            _operation: std::marker::PhantomData,
+        }
+    }
+
     #[inline]
     fn add(self, data: Data<'_>) -> Result<(), WorkRequestError> {
         let Target { queue, batch } = self.target;

@@ -28,15 +28,36 @@
 //! ([`WorkRequestError`]) writes nothing, and the batch goes on. [`post`](PostSendGuard::post)
 //! rings the doorbell for the requests added; dropping the guard instead gives their slots back.
 //!
+//! A batch to one DC target ([`start_post_send_to`](SendQueue::start_post_send_to), with a
+//! [`BatchAddress`]: the route, DCT number, key and maybe a stream) holds the address for all
+//! its requests, which go from their operation straight to their data; each WQE is the same as
+//! with the address step (the oracle tests post both forms beside libmlx5's per-request
+//! setters). A DC pool posts so: one batch, one destination.
+//!
+//! ```no_run
+//! use sideway::ibverbs::queue_pair::WorkRequestFlags;
+//! use sideway_ext_dc_direct::send_queue::{AddressVector, BatchAddress, SendQueue};
+//!
+//! # fn post(queue: &mut SendQueue, av: &AddressVector) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut guard = queue.start_post_send_to(BatchAddress::new(av, 0x00ab_cdef, 0xdc, None));
+//! for i in 0..16u64 {
+//!     let request = guard.construct_wr(i, WorkRequestFlags::Signaled).setup_write(0x1234, 0x10_0000 + 64 * i);
+//!     // SAFETY: the 64 bytes at 0x20_0000 are registered under lkey 7 and outlive the requests.
+//!     unsafe { request.setup_sge(7, 0x20_0000, 64) }?;
+//! }
+//! guard.post();
+//! # Ok(()) }
+//! ```
+//!
 //! # What libmlx5 does that this mirrors
 //!
 //! | here | libmlx5 (`providers/mlx5/qp.c`, rdma-core 55) |
 //! |---|---|
-//! | [`start_post_send`](SendQueue::start_post_send) | `mlx5_send_wr_start` (the lock aside: `&mut`) |
+//! | [`start_post_send`](SendQueue::start_post_send), [`start_post_send_to`](SendQueue::start_post_send_to) | `mlx5_send_wr_start` (the lock aside: `&mut`) |
 //! | the data step: checks | `mlx5_wq_overflow`, the SGE count of `_mlx5_send_wr_set_sge_list`, the inline length of `_mlx5_send_wr_set_inline_data(_list)` |
 //! | the data step: control segment | `_common_wqe_init_op`, `_common_wqe_finalize` (`wr_id` into `sq.wrid[]`, `sq.wqe_head[]`) |
 //! | the data step: operation | `_mlx5_send_wr_send`, `_mlx5_send_wr_rdma` (`set_raddr_seg`), `_mlx5_send_wr_atomic` (`_set_atomic_seg`), the `*_imm` builders |
-//! | the data step: address | `mlx5_send_wr_set_dc_addr`, `mlx5_send_wr_set_dc_addr_stream` |
+//! | the data step: address (the request's or the batch's) | `mlx5_send_wr_set_dc_addr`, `mlx5_send_wr_set_dc_addr_stream` |
 //! | the data step: data | `_mlx5_send_wr_set_sge`, `_mlx5_send_wr_set_sge_list`, `_mlx5_send_wr_set_inline_data(_list)`, `memcpy_to_wqe` |
 //! | [`post`](PostSendGuard::post) | `mlx5_send_wr_complete`, `post_send_db`, `mlx5_bf_copy` |
 //! | dropping the guard | `mlx5_send_wr_abort` |
@@ -44,11 +65,8 @@
 //! Where the facts live: the ring and its stores in `ring.rs`, a WQE's bytes in `wqe.rs`, the
 //! doorbell in `doorbell.rs`, the operations in [`operation`], the batch and its steps in
 //! `batch.rs`, the errors in `error.rs`; the barriers and MMIO stores in the crate's `barrier.rs`.
-//! The same writer behind the C entries libibverbs and libmlx5 post through, for code written
-//! over `ibv_qp_ex` (sideway-ext's DC guard, a pool's guards): [`SendQueueEntries`], in
-//! `entries.rs` (its calls in `entries/calls.rs`, address handles' vectors in
-//! `address_cache.rs`, the writer in steps, call by call, in `steps.rs`). A direct initiator's queue is shared with its completion queue, which
-//! retires its requests, and borrowed by each batch, native or through the entries: `shared.rs`.
+//! A direct initiator's queue is shared with its completion queue, which retires its requests,
+//! and borrowed by each batch: `shared.rs`.
 //!
 //! # Supported, and what is refused
 //!
@@ -91,15 +109,12 @@
 //! doorbell; this writer follows the defaults, and copies into any register with halves (see
 //! `doorbell.rs`).
 mod address;
-pub(crate) mod address_cache;
 mod batch;
 mod doorbell;
-mod entries;
 mod error;
 pub mod operation;
 mod ring;
 pub(crate) mod shared;
-mod steps;
 mod wqe;
 
 #[cfg(test)]
@@ -108,8 +123,7 @@ pub(crate) mod tests;
 use std::ptr::NonNull;
 
 pub use address::AddressVector;
-pub use batch::{DcDestination, LocalBufferHandle, PostSendGuard, WorkRequestHandle};
-pub use entries::SendQueueEntries;
+pub use batch::{Addressing, BatchAddress, DcDestination, EachRequest, LocalBufferHandle, PostSendGuard, WorkRequestHandle};
 pub use error::{CreateSendQueueError, CreateSendQueueErrorKind, WorkRequestError, WorkRequestErrorKind};
 
 use crate::barrier::Register;
@@ -222,10 +236,20 @@ impl SendQueue {
         })
     }
 
-    /// Starts a batch of requests (`mlx5_send_wr_start`).
+    /// Starts a batch of requests (`mlx5_send_wr_start`), each addressed at its own address
+    /// step.
     #[inline]
     pub fn start_post_send(&mut self) -> PostSendGuard<'_> {
-        PostSendGuard::new(self)
+        PostSendGuard::new(self, EachRequest)
+    }
+
+    /// Starts a batch of requests to one DC address (`mlx5_send_wr_start`): every request goes
+    /// to `address` (a target's route, DCT number and key, maybe a stream), written into it as
+    /// libmlx5's `mlx5_send_wr_set_dc_addr(_stream)` writes it; its requests go from their
+    /// operation to their data.
+    #[inline]
+    pub fn start_post_send_to<'a>(&mut self, address: BatchAddress<'a>) -> PostSendGuard<'_, BatchAddress<'a>> {
+        PostSendGuard::new(self, address)
     }
 
     /// The queue pair's number.

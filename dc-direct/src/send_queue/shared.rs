@@ -1,25 +1,21 @@
 //! A send queue shared between its poster and the completion queue's table, which retires its
 //! requests as their completions are polled ([`SharedSendQueue`]); and the batch a program holds
-//! open on it natively ([`DirectPostSendGuard`]). The C entries
-//! ([`SendQueueEntries`](super::SendQueueEntries)) hold it too, and borrow it from `wr_start` to
-//! `wr_complete` or `wr_abort`.
+//! open on it ([`DirectPostSendGuard`]).
 //!
 //! Single-threaded (neither `Send` nor `Sync`): one `&mut SendQueue` at a time, as a `RefCell`
 //! would give, except that a batch's borrow lasts from its start to its end, which a `RefCell`'s
-//! could not while the guard is handed out by value or the batch spans several C calls.
+//! could not while the guard is handed out by value.
 use std::cell::{Cell, UnsafeCell};
 
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::{PostSendGuard, SendQueue, WorkRequestHandle};
+use super::{Addressing, EachRequest, PostSendGuard, SendQueue, WorkRequestHandle};
 
-/// A send queue and whether it is borrowed: by an open batch (native or through the C entries),
-/// or by the completion table for one completion.
+/// A send queue and whether it is borrowed: by an open batch, or by the completion table for
+/// one completion.
 ///
-/// A `&mut SendQueue` exists only inside [`try_with_mut`](Self::try_with_mut), for the life of a
-/// [`DirectPostSendGuard`], or inside one C entry's call while the entries' batch holds the
-/// borrow ([`acquire`](Self::acquire)); between those, the queue may be read
-/// ([`read`](Self::read)).
+/// A `&mut SendQueue` exists only inside [`try_with_mut`](Self::try_with_mut) or for the life of
+/// a [`DirectPostSendGuard`]; between those, the queue may be read ([`get`](Self::get)).
 #[derive(Debug)]
 pub(crate) struct SharedSendQueue {
     queue: UnsafeCell<SendQueue>,
@@ -62,44 +58,11 @@ impl SharedSendQueue {
     /// # Safety
     ///
     /// No `&mut` to the queue is alive while the reference is (one lives only inside
-    /// [`try_with_mut`](Self::try_with_mut), for a [`DirectPostSendGuard`]'s life, and while a C
-    /// entry writes a request into the entries' batch).
+    /// [`try_with_mut`](Self::try_with_mut) and for a [`DirectPostSendGuard`]'s life).
     #[inline]
     pub(crate) unsafe fn get(&self) -> &SendQueue {
         // SAFETY: the caller's promise.
         unsafe { &*self.queue.get() }
-    }
-
-    /// The queue, through `&mut`: nothing else can borrow it.
-    pub(crate) fn get_mut(&mut self) -> &mut SendQueue {
-        self.queue.get_mut()
-    }
-
-    /// Takes the borrow for a batch of the C entries, which then use
-    /// [`borrowed_mut`](Self::borrowed_mut) until [`release`](Self::release); `false` when the
-    /// queue is borrowed already.
-    #[inline]
-    pub(crate) fn acquire(&self) -> bool {
-        !self.borrowed.replace(true)
-    }
-
-    /// Gives back the borrow [`acquire`](Self::acquire) took.
-    #[inline]
-    pub(crate) fn release(&self) {
-        self.borrowed.set(false);
-    }
-
-    /// The queue, for one C entry's call.
-    ///
-    /// # Safety
-    ///
-    /// The caller took the borrow with [`acquire`](Self::acquire) and has not released it, and
-    /// holds no other reference to the queue.
-    #[inline]
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn borrowed_mut(&self) -> &mut SendQueue {
-        // SAFETY: the caller's promise: the flag keeps `try_with_mut` and every other batch away.
-        unsafe { &mut *self.queue.get() }
     }
 
     /// Opens a batch on the queue (`mlx5_send_wr_start`), borrowing it until the guard is posted
@@ -110,7 +73,9 @@ impl SharedSendQueue {
     /// The caller has exclusive access to the queue's owner (the initiator, through `&mut`) for
     /// the guard's lifetime, and no batch is open or completion being retired: the flag is
     /// clear.
-    pub(crate) unsafe fn start_post_send(&self) -> DirectPostSendGuard<'_> {
+    pub(crate) unsafe fn start_post_send<'s, A: Addressing>(
+        &'s self, start: impl FnOnce(&'s mut SendQueue) -> PostSendGuard<'s, A>,
+    ) -> DirectPostSendGuard<'s, A> {
         let was_borrowed = self.borrowed.replace(true);
         debug_assert!(!was_borrowed, "a batch opened on a borrowed send queue");
         let borrow = Borrow(&self.borrowed);
@@ -118,7 +83,7 @@ impl SharedSendQueue {
         // `try_with_mut` away until the guard (which holds this borrow) is gone.
         let queue = unsafe { &mut *self.queue.get() };
         DirectPostSendGuard {
-            guard: queue.start_post_send(),
+            guard: start(queue),
             _borrow: borrow,
         }
     }
@@ -126,24 +91,26 @@ impl SharedSendQueue {
 
 /// A batch of requests on a direct DC initiator: [`post`](Self::post) rings the doorbell for
 /// them; dropped without it, their slots are given back and the device is told nothing. It
-/// describes requests as [`PostSendGuard`] does (`construct_wr` → an operation →
-/// `setup_dc_addr` → the data), which it wraps.
+/// describes requests as [`PostSendGuard`] does, which it wraps: `construct_wr` → an operation
+/// → `setup_dc_addr` → the data, or, in a batch to one DC address
+/// ([`start_post_send_to`](crate::DirectDcInitiator::start_post_send_to)), `construct_wr` → an
+/// operation → the data.
 ///
 /// While it is alive, completions of this initiator are not read: a poll of its completion
 /// queue stops before the first of them
 /// ([`SendQueueInUse`](crate::completion_queue::PollCompletionQueueErrorKind::SendQueueInUse)).
 #[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
 #[derive(Debug)]
-pub struct DirectPostSendGuard<'a> {
+pub struct DirectPostSendGuard<'a, A: Addressing = EachRequest> {
     /// Dropped before the borrow is released.
-    guard: PostSendGuard<'a>,
+    guard: PostSendGuard<'a, A>,
     _borrow: Borrow<'a>,
 }
 
-impl DirectPostSendGuard<'_> {
+impl<A: Addressing> DirectPostSendGuard<'_, A> {
     /// Starts a request ([`PostSendGuard::construct_wr`]).
     #[inline]
-    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_> {
+    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, A> {
         self.guard.construct_wr(wr_id, wr_flags)
     }
 

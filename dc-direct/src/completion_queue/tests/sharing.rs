@@ -77,7 +77,7 @@ impl Queue {
         let mut wr_ids = Vec::new();
         {
             // SAFETY: the test holds the queue exclusively and is not inside the table.
-            let mut guard = unsafe { self.queue.start_post_send() };
+            let mut guard = unsafe { self.queue.start_post_send(SendQueue::start_post_send) };
             for i in 0..count {
                 let last = i + 1 == room || (signal_last && i + 1 == count);
                 let (wr_id, signaled) = (rng.random::<u64>(), last || rng.random_bool(0.5));
@@ -266,7 +266,7 @@ fn a_completion_of_a_queue_in_a_batch_waits_unconsumed_until_the_batch_is_done()
     let consumer_index = |device: &mut Device| device.polling.poller().consumer_index();
     {
         // SAFETY: the test holds the queue exclusively and is not inside the table.
-        let _batch = unsafe { first.queue.start_post_send() };
+        let _batch = unsafe { first.queue.start_post_send(SendQueue::start_post_send) };
         // The other queue's completion comes first; the poll stops before this one's.
         assert_eq!(device.poll(4), Ok(vec![second_wr_id]));
         assert_eq!(

@@ -1,9 +1,5 @@
 //! The send queue's tests: its own layout tests over plain memory (`layout`, `refusals`), and
 //! the comparison with libmlx5's post path (`oracle`, with random requests from `requests`).
-mod entries;
-mod entries_calls;
-pub(crate) mod entries_pair;
-mod entries_pool;
 mod layout;
 mod oracle;
 mod refusals;

@@ -2,13 +2,14 @@
 //! requests posted through libmlx5's builders on one oracle DCI and through the writer over a
 //! second DCI's memory (same shape, same stale bytes) leave the same send queue, doorbell
 //! record, BlueFlame register and offset, posting index, `wr_id`s and `wqe_head`s, and the same
-//! barriers and MMIO stores in the same order.
+//! barriers and MMIO stores in the same order; through the writer's batches to one address too
+//! (`start_post_send_to`), whose requests libmlx5 addresses one by one.
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_qp_create_send_ops_flags as ops;
 use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
 
-use super::requests::{post_direct, post_libmlx5, Draw, Operations, Payload, Request};
+use super::requests::{post_direct, post_direct_to, post_libmlx5, Draw, Operations, Payload, Request};
 use crate::send_queue::{AddressVector, SendQueue, SendQueueParts};
 
 /// What a run saw, so that a run that skipped a case fails instead of passing.
@@ -89,11 +90,16 @@ impl Pair {
 
     /// Posts `batch` both ways and compares everything; `context` names the batch on failure.
     /// Returns the posting index of its last request.
-    fn post_and_compare(&mut self, batch: &[Request], seen: &mut Seen, context: &dyn Fn() -> String) -> u32 {
+    fn post_and_compare(
+        &mut self, batch: &[Request], addressing: Addressing, seen: &mut Seen, context: &dyn Fn() -> String,
+    ) -> u32 {
         let index_before = self.direct.posting_index();
         let wqe_count = self.wqe_count;
         post_libmlx5(&self.libmlx5, &self.oracle_routes, batch);
-        post_direct(&mut self.direct, &self.routes, batch);
+        match addressing {
+            Addressing::EachRequest => post_direct(&mut self.direct, &self.routes, batch),
+            Addressing::Batch => post_direct_to(&mut self.direct, &self.routes, batch),
+        }
 
         let expected = self.libmlx5.send_queue();
         let actual = self.memory.send_queue();
@@ -218,13 +224,21 @@ const ALL: u64 = SEND_WRITE
     | ops::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0 as u64
     | ops::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0 as u64;
 
+/// How the writer's requests are addressed: each at its address step, or by a batch to one
+/// address (then every request of a batch is drawn to the first's address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Addressing {
+    EachRequest,
+    Batch,
+}
+
 /// A queue to compare on: `(wqe_count, max_inline_data asked, max_send_sge, sq_sig_all,
 /// streams, blueflame_size)`.
 type Shape = (u32, u32, u32, bool, bool, u32);
 
 /// Posts `requests` random requests on each shape, in batches of 1, 16 and random sizes,
 /// comparing after each batch.
-fn compare(seed: u64, requests: u64, shapes: &[Shape], operations: Operations) -> Seen {
+fn compare(seed: u64, requests: u64, shapes: &[Shape], operations: Operations, addressing: Addressing) -> Seen {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut seen = Seen::default();
     let mut wr_id = 0u64;
@@ -251,14 +265,22 @@ fn compare(seed: u64, requests: u64, shapes: &[Shape], operations: Operations) -
                 _ => rng.random_range(1..=64),
             }
             .min(max_post as usize);
-            let batch: Vec<Request> = (0..len)
+            let mut batch: Vec<Request> = (0..len)
                 .map(|_| {
                     wr_id += 1;
                     pair.draw.request(&mut rng, wr_id)
                 })
                 .collect();
+            if addressing == Addressing::Batch {
+                let (route, dct_number, dc_key, stream_id) =
+                    (batch[0].route, batch[0].dct_number, batch[0].dc_key, batch[0].stream_id);
+                for request in &mut batch {
+                    (request.route, request.dct_number, request.dc_key, request.stream_id) =
+                        (route, dct_number, dc_key, stream_id);
+                }
+            }
             let context = || format!("seed {seed:#x}, run {run} ({shape:?}), after {posted} requests");
-            let last_index = pair.post_and_compare(&batch, &mut seen, &context);
+            let last_index = pair.post_and_compare(&batch, addressing, &mut seen, &context);
             pair.retire(last_index, &context);
             posted += len as u64;
         }
@@ -278,7 +300,7 @@ fn writes_and_sends_leave_what_libmlx5_leaves() {
         (128, 220, 3, false, false, 256),
         (16, 44, 1, true, true, 256),
     ];
-    let seen = compare(0x5eed_0001, 125_000, &shapes, Operations::SendWrite);
+    let seen = compare(0x5eed_0001, 125_000, &shapes, Operations::SendWrite, Addressing::EachRequest);
     assert!(seen.requests >= 1_000_000, "{seen:?}");
     assert!(seen.batches_of_one > 0 && seen.batches_of_sixteen > 0, "{seen:?}");
     assert!(seen.blueflame_writes > 0 && seen.doorbell_writes > 0, "{seen:?}");
@@ -294,8 +316,23 @@ fn every_operation_leaves_what_libmlx5_leaves() {
         (256, 100, 8, true, true, 0),
         (32, 0, 1, false, false, 256),
     ];
-    let seen = compare(0x5eed_0002, 100_000, &shapes, Operations::All);
+    let seen = compare(0x5eed_0002, 100_000, &shapes, Operations::All, Addressing::EachRequest);
     assert!(seen.requests >= 400_000, "{seen:?}");
+    assert!(seen.blueflame_at_limit > 0 && seen.doorbell_past_limit > 0, "{seen:?}");
+    assert!(seen.index_wraps > 0 && seen.inline_split_at_end > 0, "{seen:?}");
+}
+
+#[test]
+fn batches_to_one_address_leave_what_libmlx5_leaves() {
+    let shapes = [
+        (16, 0, 1, false, false, 256),
+        (64, 220, 4, true, true, 256),
+        (256, 60, 6, false, true, 0),
+        (32, 100, 2, true, false, 256),
+    ];
+    let seen = compare(0x5eed_0003, 100_000, &shapes, Operations::All, Addressing::Batch);
+    assert!(seen.requests >= 400_000, "{seen:?}");
+    assert!(seen.batches_of_one > 0 && seen.batches_of_sixteen > 0, "{seen:?}");
     assert!(seen.blueflame_at_limit > 0 && seen.doorbell_past_limit > 0, "{seen:?}");
     assert!(seen.index_wraps > 0 && seen.inline_split_at_end > 0, "{seen:?}");
 }

@@ -1,6 +1,7 @@
 //! Random DC requests within a queue's limits, and posting them two ways: through libmlx5's
 //! builders on an oracle DCI (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr(_stream)`), and through the
-//! direct writer's guard.
+//! direct writer's guards: each request addressed at its address step, or a batch to one
+//! address.
 use std::io::IoSlice;
 
 use rand::rngs::SmallRng;
@@ -15,7 +16,7 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
 
 use crate::send_queue::operation::{InlineOperation, Operation};
-use crate::send_queue::{AddressVector, DcDestination, LocalBufferHandle, SendQueue, WorkRequestError};
+use crate::send_queue::{AddressVector, BatchAddress, DcDestination, LocalBufferHandle, SendQueue, WorkRequestError};
 
 /// The operations a queue is tried with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,7 +281,7 @@ fn any_data<O: InlineOperation>(
     }
 }
 
-/// Posts `batch` through the direct writer.
+/// Posts `batch` through the direct writer, each request addressed at its address step.
 pub(super) fn post_direct(queue: &mut SendQueue, routes: &[AddressVector], batch: &[Request]) {
     let mut guard = queue.start_post_send();
     for request in batch {
@@ -304,6 +305,33 @@ pub(super) fn post_direct(queue: &mut SendQueue, routes: &[AddressVector], batch
                 addressed(handle.setup_atomic_fetch_add(rkey, addr, add), request, address),
                 payload,
             ),
+        };
+        if let Err(error) = result {
+            panic!("the writer refused {request:?}: {error}");
+        }
+    }
+    guard.post();
+}
+
+/// Posts `batch`, whose requests share one address (the first's), through the direct writer's
+/// batch to that address: each request from its operation to its data.
+pub(super) fn post_direct_to(queue: &mut SendQueue, routes: &[AddressVector], batch: &[Request]) {
+    let Some(first) = batch.first() else { return };
+    let address = BatchAddress::new(&routes[first.route], first.dct_number, first.dc_key, first.stream_id);
+    let mut guard = queue.start_post_send_to(address);
+    for request in batch {
+        let handle = guard.construct_wr(request.wr_id, flags_of(request.flags));
+        let payload = &request.payload;
+        let result = match request.op {
+            Op::Send => any_data(handle.setup_send(), payload),
+            Op::SendImm(imm) => any_data(handle.setup_send_imm(imm), payload),
+            Op::Write(rkey, addr) => any_data(handle.setup_write(rkey, addr), payload),
+            Op::WriteImm(rkey, addr, imm) => any_data(handle.setup_write_imm(rkey, addr, imm), payload),
+            Op::Read(rkey, addr) => gather(handle.setup_read(rkey, addr), payload),
+            Op::CompareSwap(rkey, addr, compare, swap) => {
+                gather(handle.setup_atomic_compare_swap(rkey, addr, compare, swap), payload)
+            },
+            Op::FetchAdd(rkey, addr, add) => gather(handle.setup_atomic_fetch_add(rkey, addr, add), payload),
         };
         if let Err(error) = result {
             panic!("the writer refused {request:?}: {error}");
