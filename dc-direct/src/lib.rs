@@ -21,7 +21,9 @@
 //!    ([`AddressVector::from_address_handle`](send_queue::AddressVector::from_address_handle)).
 //! 4. Post: [`start_post_send`](DirectDcInitiator::start_post_send), then per request
 //!    `construct_wr` → an operation → `setup_dc_addr` → the data, then `post`; as sideway-ext's
-//!    guard, so code moves from one to the other by changing its initiator.
+//!    guard, so code moves from one to the other by changing its initiator. A batch to one
+//!    target ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)) holds the address:
+//!    `construct_wr` → an operation → the data.
 //! 5. Poll the completions with [`DirectCompletionQueue::poll`]: each gives back its request's
 //!    `wr_id` and room. After an error completion, poll them all, then
 //!    [`recover`](DirectDcInitiator::recover).
@@ -94,10 +96,15 @@
 //! # A pool of direct initiators
 //!
 //! With the feature `pool`, a [`DirectDcInitiator`] is an initiator of sideway-ext-dc-pool's
-//! `DcInitiatorPool` (its `PoolInitiator`): the pool posts through the direct initiator's C
-//! entries ([`send_views`](DirectDcInitiator::send_views)), the same writer behind
-//! `struct ibv_qp_ex`, and polls its [`DirectCompletionQueue`] with `ibv_poll_cq`, on a
-//! `struct ibv_cq` of the direct poller's own that fills each `struct ibv_wc` as libmlx5 does.
+//! `DcInitiatorPool` (its `PoolInitiator`), and a [`DirectCompletionQueue`] its completion queue
+//! (`PoolCompletionQueue`), through the pool's Rust traits: no C structure between them. The
+//! pool posts each batch through the native writer, to one destination
+//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to), or its stream form): the
+//! address read once per destination from the address handle the pool creates
+//! ([`AddressVector::from_address_handle`](send_queue::AddressVector::from_address_handle)),
+//! each request `construct_wr` → operation → data, one doorbell at `post`; and it polls the
+//! direct poller, each completion a Rust value.
+//!
 //! Make the direct initiators as above, on one CQ sized for all of them, and bring each up; make
 //! the pool of them (`from_initiators`), give it the direct CQ (`set_send_cq`) and the
 //! protection domain it creates its destinations' address handles on (`set_protection_domain`);
@@ -105,20 +112,20 @@
 //!
 //! What differs from a pool of sideway-ext's DC initiators:
 //!
-//! - No completion events: `ibv_req_notify_cq` on the direct CQ answers `EOPNOTSUPP` (libmlx5's
-//!   `mlx5_arm_cq` would arm the CQ with its own consumer index, which the direct poller never
-//!   advances). Poll.
+//! - A request is answered at its data step, as the direct writer answers it (`setup_sge` and
+//!   the others return a `Result`): a refused one is not in the batch, and the batch's `post`
+//!   cannot fail.
+//! - No completion events: the direct CQ cannot be armed (libmlx5's `mlx5_arm_cq` would arm it
+//!   with its own consumer index, which the direct poller never advances). Poll.
 //! - The CQ is the pool's direct initiators' alone: a completion of another queue pair fails the
-//!   pool's `poll` (`ENOENT`: without its `wr_id` the poller cannot report it), where a pool on
-//!   libmlx5 hands it over (`OtherCompletion`).
+//!   pool's `poll` (without its `wr_id` the poller cannot report it), where a pool on libmlx5
+//!   hands it over (`OtherCompletion`).
+//! - An RDMA READ whose responses would not reach the initiator (a target of a larger path MTU)
+//!   is not refused: see [What is refused](#what-is-refused).
 //! - Recovery is the direct initiator's [`recover`](DirectDcInitiator::recover): the pool calls
 //!   it once every request of the initiator was reported, each from a completion the direct
 //!   poller retired first, so none is outstanding. It never creates the queue pair again: on a
 //!   kernel that cannot reset a DC initiator the pool reports the initiator lost.
-//! - The cost: through `struct ibv_qp_ex`'s entries the writer is called once per step of a
-//!   request, as libmlx5 is, and the pool on direct initiators costs about what the pool on
-//!   libmlx5 costs, not the native guard's fraction of it (BENCHMARKS.md, "DC pool, WRITE 1
-//!   SGE").
 #![cfg_attr(
     feature = "pool",
     doc = r##"
@@ -127,7 +134,7 @@ use std::sync::Arc;
 
 use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use sideway_ext::mlx5::dc::endpoint::{DcEndpoint, DcServiceClass};
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
@@ -163,7 +170,7 @@ fn write_through_a_pool(
     let mut guard = pool.start_post_send(destination)?;
     let write = guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote);
     // SAFETY: the 64 bytes at `local` are registered under `lkey` and outlive the request.
-    unsafe { write.setup_sge(lkey, local, 64) };
+    unsafe { write.setup_sge(lkey, local, 64) }?;
     guard.post()?;
     let mut done = false;
     while !done {
@@ -233,7 +240,8 @@ fn write_through_a_pool(
 //! `DcEndpoint` made, which does, and refuses such a READ (`ReadResponsesTooLarge`). Keep the
 //! fleet at one path MTU (sideway-ext's DC module, "Across nodes"), or check
 //! `PathMtus::read_fits` with the initiator's `path_mtu()` and the endpoint's before a READ. A
-//! pool of direct initiators refuses it as any pool does: it posts through sideway-ext's guard.
+//! pool of direct initiators does not refuse it either (it refuses only a destination whose
+//! path MTU is smaller than its initiators').
 //!
 //! # The BlueFlame register
 //!

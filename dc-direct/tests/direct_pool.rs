@@ -1,8 +1,12 @@
 //! A DC initiator pool (sideway-ext-dc-pool, feature `pool`) of direct initiators on a
-//! ConnectX, in loopback on port 1: DC targets with registered regions, a pool of two direct DC
-//! initiators on a [`DirectCompletionQueue`], given the protection domain it creates its
-//! destinations' address handles on. Every request is reported once and its bytes land; after a
-//! remote access error the pool recovers the direct initiator and writes again.
+//! ConnectX (or the software one, as CI runs them), in loopback on port 1: DC targets with
+//! registered regions, a pool of direct DC initiators on a [`DirectCompletionQueue`], given the
+//! protection domain it creates its destinations' address handles on. Every request is reported
+//! once with its destination and its bytes land, under random batches that fill the send queues
+//! and get their room back; after a remote access error the pool fails the request, fails the
+//! destination's requests flushed behind it, hands the others' back for a retry, recovers the
+//! direct initiator and writes again from index 0; a completion of a queue pair that is no
+//! initiator of the pool fails the poll, after the completions before it.
 //!
 //! `mlx5_hw_` tests: see `common`.
 #![cfg(feature = "pool")]
@@ -12,18 +16,26 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_wc_status;
 use serial_test::serial;
-use sideway::ibverbs::completion::{BasicCompletionQueue, GenericCompletionQueue};
-use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::completion::{BasicCompletionQueue, GenericCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+use sideway_ext_dc_direct::completion_queue::{
+    PollCompletionQueueError as DirectPollError, PollCompletionQueueErrorKind,
+};
 use sideway_ext_dc_direct::{DirectCompletionQueue, DirectDcInitiator};
-use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
+use sideway_ext_dc_pool::types::{
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
+};
 use sideway_ext_dc_pool::DcInitiatorPool;
 
 use common::{open, pattern, Buffer, PORT};
@@ -43,11 +55,19 @@ struct Bed {
     destinations: Vec<DestinationId>,
     targets: Vec<(DcTarget, Buffer)>,
     local: Buffer,
+    pd: Arc<ProtectionDomain>,
+    send_cq: GenericCompletionQueue,
     _recv_cq: GenericCompletionQueue,
 }
 
 impl Bed {
+    /// Four targets, two direct initiators of 32 requests each.
     fn new() -> Self {
+        Self::with(TARGETS, INITIATORS, 32)
+    }
+
+    /// `targets` targets, `initiators` direct initiators of `max_send_wr` requests each.
+    fn with(targets: usize, initiators: usize, max_send_wr: u32) -> Self {
         let ctx = open();
         let pd = ctx.alloc_pd().expect("alloc_pd");
         let cq = |cqe| -> GenericCompletionQueue {
@@ -60,7 +80,7 @@ impl Bed {
         let direct_cq = unsafe { DirectCompletionQueue::new(send_cq.clone()) }.expect("a direct CQ");
         let srq = pd.create_srq_builder().setup_max_wr(16).build().expect("SRQ");
         let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
-        let targets: Vec<(DcTarget, Buffer)> = (0..TARGETS as u64)
+        let targets: Vec<(DcTarget, Buffer)> = (0..targets as u64)
             .map(|t| {
                 let mut dct = pd
                     .create_dct_builder()
@@ -75,12 +95,12 @@ impl Bed {
             })
             .collect();
         let bring_up = DcInitiatorBringUp::new(PORT);
-        let initiators = (0..INITIATORS)
+        let initiators = (0..initiators)
             .map(|_| {
                 let mut builder = pd.create_dci_builder();
                 builder
                     .setup_send_cq(send_cq.clone())
-                    .setup_max_send_wr(32)
+                    .setup_max_send_wr(max_send_wr)
                     .setup_thread_domain(true);
                 // Each on a thread domain of its own: the safe constructor takes its register.
                 let mut dci = DirectDcInitiator::new(builder.build().expect("a DCI"), &direct_cq).expect("direct");
@@ -95,14 +115,68 @@ impl Bed {
             .iter()
             .map(|(dct, _)| pool.add_destination(dct.endpoint().expect("its endpoint")))
             .collect();
-        let local = Buffer::new(&pd, TARGETS * LEN, AccessFlags::LocalWrite);
+        let local = Buffer::new(&pd, TARGETS.max(targets.len()) * LEN, AccessFlags::LocalWrite);
         Self {
             pool,
             destinations,
             targets,
             local,
+            pd,
+            send_cq,
             _recv_cq: recv_cq,
         }
+    }
+
+    /// A batch of `count` RDMA WRITEs of `chunk` bytes to `target`'s region (`rkey_mask` XOR-ed
+    /// into its key), numbered from `wr_id`; their `wr_id`s, or `None` when the pool refuses
+    /// with a full queue.
+    fn post(&mut self, target: usize, count: usize, chunk: usize, rkey_mask: u32, wr_id: &mut u64) -> Option<Vec<u64>> {
+        let mut guard = match self.pool.start_post_send(self.destinations[target]) {
+            Ok(guard) => guard,
+            Err(error)
+                if matches!(
+                    error.0,
+                    PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::QueueFull)
+                ) =>
+            {
+                return None
+            },
+            Err(error) => panic!("{error:?}"),
+        };
+        let region = &self.targets[target].1;
+        let mut posted = Vec::new();
+        for k in 0..count.min(guard.room()) {
+            *wr_id += 1;
+            let offset = (k * chunk % LEN) as u64;
+            let request = guard
+                .construct_wr(*wr_id, WorkRequestFlags::none())
+                .expect("within the room")
+                .setup_write(region.mr.rkey() ^ rkey_mask, region.addr() + offset);
+            // SAFETY: the local buffer lies in its region and outlives the requests (each is
+            // reported before the bed is dropped).
+            unsafe { request.setup_sge(self.local.mr.lkey(), self.local.addr() + offset, chunk as u32) }
+                .expect("within the writer's limits");
+            posted.push(*wr_id);
+        }
+        guard.post().expect("posted");
+        Some(posted)
+    }
+
+    /// Polls until `until` holds of the events so far (`Ready` left out), or the timeout.
+    fn poll_until(&mut self, until: impl Fn(&[DcPoolEvent]) -> bool) -> Vec<DcPoolEvent> {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut events = Vec::new();
+        while !until(&events) {
+            self.pool
+                .poll(|event| {
+                    if !matches!(event, DcPoolEvent::Ready { .. }) {
+                        events.push(event)
+                    }
+                })
+                .expect("poll the direct CQ");
+            assert!(Instant::now() < deadline, "{events:?}: not done within {TIMEOUT:?}");
+        }
+        events
     }
 
     /// Writes `seed`'s pattern into every target's region, `WRITES` requests each, in batches
@@ -134,7 +208,8 @@ impl Bed {
                         .setup_write(region.mr.rkey(), region.addr() + (k * chunk) as u64);
                     // SAFETY: the local buffer lies in its region and outlives the requests
                     // (every one is reported before this returns).
-                    unsafe { request.setup_sge(self.local.mr.lkey(), self.local.addr() + offset, chunk as u32) };
+                    unsafe { request.setup_sge(self.local.mr.lkey(), self.local.addr() + offset, chunk as u32) }
+                        .expect("within the writer's limits");
                     expected.insert(wr_id, destination);
                     *next += 1;
                 }
@@ -177,37 +252,191 @@ fn mlx5_hw_a_pool_of_direct_initiators_writes_every_target_and_reports_each_requ
 #[test]
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
-fn mlx5_hw_a_pool_recovers_a_direct_initiator_after_a_remote_access_error() {
-    let mut bed = Bed::new();
-    bed.write_all(1);
-    let destination = bed.destinations[0];
-    let region = &bed.targets[0].1;
-    let mut guard = bed.pool.start_post_send(destination).expect("an initiator");
-    let request = guard
-        .construct_wr(99, WorkRequestFlags::none())
-        .expect("room")
-        .setup_write(region.mr.rkey() ^ 0x100, region.addr());
-    // SAFETY: as in write_all; the request fails before reading it.
-    unsafe { request.setup_sge(bed.local.mr.lkey(), bed.local.addr(), 64) };
-    guard.post().expect("posted");
-    let deadline = Instant::now() + TIMEOUT;
-    let mut failed = None;
-    while failed.is_none() {
-        bed.pool
-            .poll(|event| match event {
-                DcPoolEvent::Failed {
-                    destination: d,
-                    wr_id: 99,
-                    status,
-                    ..
-                } if d == destination => failed = Some(status),
-                DcPoolEvent::Ready { .. } => {},
-                other => panic!("{other:?}"),
-            })
-            .expect("poll the direct CQ");
-        assert!(Instant::now() < deadline, "no error completion within {TIMEOUT:?}");
+fn mlx5_hw_random_batches_fill_the_queues_and_every_request_is_reported_once_with_its_room_back() {
+    let (targets, max_send_wr) = (5, 16);
+    let mut bed = Bed::with(targets, INITIATORS, max_send_wr);
+    let mut rng = SmallRng::seed_from_u64(0xd1_2ec7);
+    let mut expected = HashMap::new();
+    let (mut wr_id, mut posted, mut full) = (0, 0, 0);
+    let settle = |event: DcPoolEvent, expected: &mut HashMap<u64, DestinationId>| match event {
+        DcPoolEvent::Completed { destination, wr_id } => {
+            assert_eq!(expected.remove(&wr_id), Some(destination), "wr_id {wr_id}")
+        },
+        other => panic!("{other:?}"),
+    };
+    for _ in 0..1000 {
+        let target = rng.random_range(0..targets);
+        let count = rng.random_range(1..=16);
+        match bed.post(target, count, 64, 0, &mut wr_id) {
+            Some(wr_ids) => {
+                posted += wr_ids.len();
+                expected.extend(wr_ids.into_iter().map(|wr_id| (wr_id, bed.destinations[target])));
+            },
+            None => {
+                // Full: wait for room, whatever the device's speed.
+                full += 1;
+                for event in bed.poll_until(|events| !events.is_empty()) {
+                    settle(event, &mut expected);
+                }
+            },
+        }
+        if rng.random_bool(0.5) {
+            let mut events = Vec::new();
+            bed.pool
+                .poll(|event| {
+                    if !matches!(event, DcPoolEvent::Ready { .. }) {
+                        events.push(event)
+                    }
+                })
+                .expect("poll the direct CQ");
+            for event in events {
+                settle(event, &mut expected);
+            }
+        }
     }
-    assert_eq!(failed, Some(ibv_wc_status::IBV_WC_REM_ACCESS_ERR));
+    let left = expected.len();
+    for event in bed.poll_until(|events| events.len() == left) {
+        settle(event, &mut expected);
+    }
+    assert!(expected.is_empty(), "{} requests never reported", expected.len());
+    for &destination in &bed.destinations {
+        assert_eq!(bed.pool.outstanding(destination), 0);
+    }
+    for initiator in 0..INITIATORS {
+        let initiator = bed.pool.initiator(initiator).expect("an initiator");
+        assert_eq!(initiator.outstanding(), 0, "the send queue's room is back");
+    }
+    assert_eq!(bed.pool.footprint().batch_records, 0);
+    // Far more than both queues hold, and full queues met: room came back, from the completions.
+    assert!(
+        posted > 10 * INITIATORS * max_send_wr as usize && full > 0,
+        "{posted} posted, {full} refused full"
+    );
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_an_error_fails_its_request_flushes_the_rest_and_the_pool_recovers_the_direct_initiator() {
+    // One initiator: both destinations' batches on it.
+    let mut bed = Bed::with(2, 1, 32);
+    let (faulty, other) = (bed.destinations[0], bed.destinations[1]);
+    let mut wr_id = 0;
+    // A wrong rkey: a remote access error, and the device flushes every request behind it.
+    let failing = bed.post(0, 3, 64, 0x100, &mut wr_id).expect("room");
+    let flushed = bed.post(1, 2, 64, 0, &mut wr_id).expect("room");
+    let events = bed.poll_until(|events| events.len() == 5);
+    let DcPoolEvent::Failed { vendor_err, .. } = events[0] else {
+        panic!("{events:?}");
+    };
+    let failed = |wr_id, status, vendor_err| DcPoolEvent::Failed {
+        destination: faulty,
+        wr_id,
+        status,
+        vendor_err,
+    };
+    let flush = ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
+    assert_eq!(
+        events,
+        [
+            failed(failing[0], ibv_wc_status::IBV_WC_REM_ACCESS_ERR, vendor_err),
+            failed(failing[1], flush, 0),
+            failed(failing[2], flush, 0),
+            DcPoolEvent::Retry {
+                destination: other,
+                wr_id: flushed[0]
+            },
+            DcPoolEvent::Retry {
+                destination: other,
+                wr_id: flushed[1]
+            },
+        ]
+    );
     // Recovered when its last request was reported: RESET, the send queue at 0, RTS again.
-    bed.write_all(2);
+    let initiator = bed.pool.initiator(0).expect("an initiator");
+    assert_eq!(initiator.outstanding(), 0);
+    assert_eq!(initiator.dc_initiator().state(), QueuePairState::ReadyToSend);
+    let again = bed.post(1, 2, 64, 0, &mut wr_id).expect("room");
+    let events = bed.poll_until(|events| events.len() == 2);
+    let completed: Vec<_> = again
+        .iter()
+        .map(|&wr_id| DcPoolEvent::Completed {
+            destination: other,
+            wr_id,
+        })
+        .collect();
+    assert_eq!(events, completed);
+    assert_eq!((bed.pool.outstanding(faulty), bed.pool.outstanding(other)), (0, 0));
+}
+
+#[test]
+#[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
+#[serial]
+fn mlx5_hw_a_completion_of_a_queue_pair_that_is_no_initiator_of_the_pool_fails_the_poll_after_the_others() {
+    let mut bed = Bed::with(1, 1, 32);
+    // A DC initiator posting through libmlx5, completing into the pool's CQ.
+    let mut builder = bed.pd.create_dci_builder();
+    builder.setup_send_cq(bed.send_cq.clone()).setup_max_send_wr(4);
+    let mut stray = builder.build().expect("a DCI");
+    stray.bring_up(&DcInitiatorBringUp::new(PORT)).expect("to RTS");
+    let endpoint = bed.targets[0].0.endpoint().expect("its endpoint");
+    let gid_index = stray.source_gid().map_or(0, |gid| gid.index());
+    let ah = endpoint.create_ah(&bed.pd, PORT, gid_index).expect("an address handle");
+    let (rkey, remote) = (bed.targets[0].1.mr.rkey(), bed.targets[0].1.addr());
+    let (lkey, local) = (bed.local.mr.lkey(), bed.local.addr());
+    // The pool's request, the stray's, the pool's: each completed before the next is posted.
+    let settle = || std::thread::sleep(Duration::from_millis(200));
+    let mut wr_id = 0;
+    let first = bed.post(0, 1, 64, 0, &mut wr_id).expect("room");
+    settle();
+    stray
+        .post_send_one(7, WorkRequestFlags::Signaled, |wr| {
+            // SAFETY: both buffers outlive the completion (the bed holds them).
+            unsafe {
+                wr.setup_write(rkey, remote + 64)
+                    .setup_dc_addr(&ah, endpoint.dct_number(), endpoint.dc_key())
+                    .setup_sge(lkey, local, 64)
+            }
+        })
+        .expect("posted");
+    settle();
+    let second = bed.post(0, 1, 64, 0, &mut wr_id).expect("room");
+    settle();
+    let mut events = Vec::new();
+    let polled = bed
+        .pool
+        .poll(|event| events.push(event))
+        .expect("the completion before it");
+    assert_eq!(polled, 1);
+    let error = bed
+        .pool
+        .poll(|event| events.push(event))
+        .expect_err("the stray completion");
+    let PollCompletionQueueError::Ibverbs(io) = &error else {
+        panic!("{error:?}");
+    };
+    let refused = io.get_ref().and_then(|inner| inner.downcast_ref::<DirectPollError>());
+    assert_eq!(
+        refused.map(|refused| &refused.0),
+        Some(&PollCompletionQueueErrorKind::UnknownQueuePair {
+            qp_number: stray.qp_number()
+        }),
+        "{error:?}"
+    );
+    // The stray CQE was consumed; the next one is read.
+    assert_eq!(bed.pool.poll(|event| events.push(event)).expect("the one after"), 1);
+    let destination = bed.destinations[0];
+    assert_eq!(
+        events,
+        [
+            DcPoolEvent::Completed {
+                destination,
+                wr_id: first[0]
+            },
+            DcPoolEvent::Completed {
+                destination,
+                wr_id: second[0]
+            },
+        ]
+    );
 }

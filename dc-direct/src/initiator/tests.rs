@@ -117,7 +117,9 @@ fn a_poll_leaves_the_completions_of_a_queue_whose_batch_is_open_until_it_is_post
         .as_mut()
         .unwrap()
         .start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
-    let request = guard.construct_wr(2, WorkRequestFlags::Signaled).setup_write(0x55, 0x1000);
+    let request = guard
+        .construct_wr(2, WorkRequestFlags::Signaled)
+        .setup_write(0x55, 0x1000);
     // SAFETY: nothing reads the buffer.
     unsafe { request.setup_sge(3, 0x2000, 64) }.unwrap();
     let mut completions = [Completion::default(); 4];
@@ -146,8 +148,12 @@ fn a_reset_queue_posts_at_index_0_again_and_a_dropped_batch_posts_nothing() {
     bed.posting().reset();
     {
         let av = AddressVector::new([5; 48]);
-        let mut guard = bed.posting().start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
-        let request = guard.construct_wr(9, WorkRequestFlags::Signaled).setup_write(0x55, 0x1000);
+        let mut guard = bed
+            .posting()
+            .start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
+        let request = guard
+            .construct_wr(9, WorkRequestFlags::Signaled)
+            .setup_write(0x55, 0x1000);
         // SAFETY: nothing reads the buffer.
         unsafe { request.setup_sge(3, 0x2000, 64) }.unwrap();
         assert_eq!(guard.batch_len(), 1);

@@ -1,54 +1,81 @@
 //! [`DirectDcInitiator`] as an initiator of sideway-ext-dc-pool's [`DcInitiatorPool`] (feature
-//! `pool`): the pool posts through the direct initiator's C entries
-//! ([`send_views`](DirectDcInitiator::send_views)), and polls its [`DirectCompletionQueue`]
-//! through `ibv_poll_cq` on a `struct ibv_cq` of the direct poller's own, whose `poll_cq` fills
-//! each `struct ibv_wc` as libmlx5's `mlx5_poll_cq` does for a send completion (`verbs.rs` of the
-//! completion queue module). The crate documentation's "A pool of direct initiators" has the
-//! steps.
+//! `pool`): the pool posts through the direct writer, one batch to one destination
+//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)), and polls the direct poller
+//! ([`DirectCompletionQueue::poll`]). The crate documentation's "A pool of direct initiators"
+//! has the steps.
 //!
 //! What the pool asks of an initiator, and what a direct one answers:
 //!
 //! | the pool | the direct initiator |
 //! |---|---|
-//! | `max_send_wr`, `max_inline_data`, `qp_number`, `stream_count`, `path_mtu`, `source_gid_index` | its DC initiator's, as for a [`DcInitiator`] in a pool |
-//! | `send_view` | [`send_views`](DirectDcInitiator::send_views): the writer behind libibverbs' and libmlx5's entries |
-//! | `raw_cq` | the direct poller's `struct ibv_cq`: `poll_cq` at most 32 completions a call; `req_notify_cq` `EOPNOTSUPP` |
+//! | `qp_number`, `max_send_wr`, `stream_count`, `path_mtu`, `source_gid_index` | its DC initiator's, as for a [`DcInitiator`] in a pool |
+//! | `address`, once per destination | the [`AddressVector`] of the address handle the pool made ([`AddressVector::from_address_handle`]) |
+//! | `start_batch` | [`start_post_send_to`](DirectDcInitiator::start_post_send_to) (or its stream form): `construct_wr` → operation → data, each request answered at its data step |
+//! | the batch's `post` | [`post`](DirectPostSendGuard::post): one doorbell; it cannot fail |
+//! | the completion queue's `poll` | [`DirectCompletionQueue::poll`], at most 32 completions a call |
 //! | `recover`, once every request it held was reported | [`recover`](DirectDcInitiator::recover): each report came from a completion the direct poller retired first, so none is outstanding |
 //! | `reset_stream` | [`reset_stream`](DirectDcInitiator::reset_stream); `NotReadyToSend` when it went to ERR as a whole |
 //!
-//! A CQE the direct poller refuses fails the pool's [`poll`](DcInitiatorPool::poll) with an
-//! errno (see [`PollCompletionQueueErrorKind`](crate::completion_queue::PollCompletionQueueErrorKind)):
-//! `ENOENT` a QP that is no direct initiator of the CQ (a pool of direct initiators does not share
-//! its CQ with other queue pairs: their completions cannot be read without their `wr_id`s),
-//! `EPROTO` a CQE that is not a send completion, `EOPNOTSUPP` a compressed one, `EIO` a slot no
-//! outstanding request starts at; `EBUSY` leaves the CQE for the next poll.
+//! A request the writer refuses at its data step
+//! ([`WorkRequestError`](crate::send_queue::WorkRequestError)) is not in the batch: the pool's
+//! next `construct_wr` takes its place, as a request that never was.
+//!
+//! A CQE the direct poller refuses fails the pool's [`poll`](DcInitiatorPool::poll) with
+//! [`PollCompletionQueueError::Ibverbs`](sideway::ibverbs::completion::PollCompletionQueueError::Ibverbs)
+//! holding the poller's own error
+//! ([`PollCompletionQueueError`](crate::completion_queue::PollCompletionQueueError), its
+//! [`get_ref`](std::io::Error::get_ref)): a QP that is no direct initiator of the CQ (a pool of
+//! direct initiators does not share its CQ with other queue pairs: their completions cannot be
+//! read without their `wr_id`s), a CQE that is not a send completion, a compressed one, a slot no
+//! outstanding request starts at.
 //!
 //! [`DcInitiatorPool`]: sideway_ext_dc_pool::DcInitiatorPool
 //! [`DcInitiatorPool::poll`]: sideway_ext_dc_pool::DcInitiatorPool::poll
 //! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
 use std::error::Error;
-use std::ptr::NonNull;
+use std::io;
+use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_cq, ibv_qp_ex, mlx5dv_qp_ex};
+use sideway::ibverbs::completion::PollCompletionQueueError;
 use sideway::ibverbs::device_context::Mtu;
-use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::ibverbs::post_send_guard::PostSendError;
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, ResetDciStreamErrorKind};
-use sideway_ext_dc_pool::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
+use sideway_ext_dc_pool::initiator::{PoolBatch, PoolCompletion, PoolCompletionQueue, StreamResetRefusal};
 use sideway_ext_dc_pool::PoolInitiator;
 
-use crate::completion_queue::DirectCompletionQueue;
-use crate::DirectDcInitiator;
+use crate::completion_queue::{Completion, DirectCompletionQueue, PollCompletionQueueErrorKind};
+use crate::send_queue::{AddressVector, BatchAddress, PostSendGuard, WorkRequestHandle};
+use crate::{DirectDcInitiator, DirectPostSendGuard};
 
-#[cfg(test)]
-mod tests;
+/// The most completions one pool poll reads (the pool's own batch of work completions).
+const MOST_PER_POLL: usize = 32;
 
-impl PooledInitiator for DirectDcInitiator {
+impl PoolInitiator for DirectDcInitiator {
+    type Address = AddressVector;
+    type Batch<'a> = DirectPostSendGuard<'a, BatchAddress<'a>>;
+    type CompletionQueue = DirectCompletionQueue;
+
+    fn qp_number(&self) -> u32 {
+        self.dc_initiator().qp_number()
+    }
+
     fn max_send_wr(&self) -> u32 {
-        <DcInitiator as PooledInitiator>::max_send_wr(self.dc_initiator())
+        self.dc_initiator().max_send_wr()
     }
 
     fn stream_count(&self) -> u32 {
-        <DcInitiator as PooledInitiator>::stream_count(self.dc_initiator())
+        <DcInitiator as PoolInitiator>::stream_count(self.dc_initiator())
+    }
+
+    fn path_mtu(&self) -> Option<Mtu> {
+        <DcInitiator as PoolInitiator>::path_mtu(self.dc_initiator())
+    }
+
+    fn source_gid_index(&self) -> u8 {
+        <DcInitiator as PoolInitiator>::source_gid_index(self.dc_initiator())
     }
 
     fn recover(&mut self) -> Result<(), Box<dyn Error + Send + Sync>> {
@@ -61,41 +88,101 @@ impl PooledInitiator for DirectDcInitiator {
             _ => StreamResetRefusal::Failed(error.into()),
         })
     }
-}
 
-// SAFETY: the views are the direct initiator's own C entries, alive while it is and used through
-// its `&mut`; they name every operation its DC initiator was created with, `wr_set_dc_addr`, and
-// `wr_set_dc_addr_stream` when it has streams. `raw_cq` gives the direct completion queue's own
-// `struct ibv_cq`, alive while it is, its context's `poll_cq` filled. Its DC setters take
-// libmlx5's address handles, which the pool creates (no `address_handle_without_pd`).
-unsafe impl PostingInitiator for DirectDcInitiator {
-    fn qp_number(&self) -> u32 {
-        self.dc_initiator().qp_number()
+    /// The address vector of `ah`, read once: each request copies it, and the handle itself is
+    /// not needed after (libmlx5 copies the same bytes at each request).
+    fn address(&self, ah: Arc<AddressHandle>) -> Result<AddressVector, Box<dyn Error + Send + Sync>> {
+        Ok(AddressVector::from_address_handle(&ah)?)
     }
 
-    #[inline]
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        self.send_views()
-    }
-
-    fn max_inline_data(&self) -> u32 {
-        self.dc_initiator().max_inline_data()
+    #[inline(always)]
+    fn start_batch<'a>(
+        &'a mut self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> Self::Batch<'a> {
+        match stream {
+            None => self.start_post_send_to(address, dct_number, dc_key),
+            Some(stream) => self.start_post_send_to_stream(address, dct_number, dc_key, stream),
+        }
     }
 }
 
-impl PoolInitiator for DirectDcInitiator {
-    type CompletionQueue = DirectCompletionQueue;
+/// A direct initiator's batch to one address, as its pool posts it.
+impl<'q, 'a> PoolBatch for DirectPostSendGuard<'q, BatchAddress<'a>> {
+    type Request<'r>
+        = WorkRequestHandle<'r, BatchAddress<'a>>
+    where
+        Self: 'r;
 
-    #[inline]
-    fn raw_cq(cq: &DirectCompletionQueue) -> NonNull<ibv_cq> {
-        cq.verbs().raw()
+    #[inline(always)]
+    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
+        DirectPostSendGuard::construct_wr(self, wr_id, wr_flags)
     }
 
-    fn path_mtu(&self) -> Option<Mtu> {
-        <DcInitiator as PoolInitiator>::path_mtu(self.dc_initiator())
+    #[inline(always)]
+    fn batch_len(&self) -> usize {
+        DirectPostSendGuard::batch_len(self)
     }
 
-    fn source_gid_index(&self) -> u8 {
-        <DcInitiator as PoolInitiator>::source_gid_index(self.dc_initiator())
+    /// Rings the doorbell; nothing to refuse here (each request was checked at its data step).
+    #[inline(always)]
+    fn post(self) -> Result<(), PostSendError> {
+        DirectPostSendGuard::post(self);
+        Ok(())
+    }
+}
+
+/// A [`SendQueue`](crate::send_queue::SendQueue)'s batch to one address, for an initiator of
+/// one's own built on the writer over its queue pair's parts.
+impl<'q, 'a> PoolBatch for PostSendGuard<'q, BatchAddress<'a>> {
+    type Request<'r>
+        = WorkRequestHandle<'r, BatchAddress<'a>>
+    where
+        Self: 'r;
+
+    #[inline(always)]
+    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
+        PostSendGuard::construct_wr(self, wr_id, wr_flags)
+    }
+
+    #[inline(always)]
+    fn batch_len(&self) -> usize {
+        PostSendGuard::batch_len(self)
+    }
+
+    /// Rings the doorbell; nothing to refuse here (each request was checked at its data step).
+    #[inline(always)]
+    fn post(self) -> Result<(), PostSendError> {
+        PostSendGuard::post(self);
+        Ok(())
+    }
+}
+
+/// The direct poller, as a pool polls it: each completion as a value; none is handed over
+/// whole (a completion of another queue pair is refused, see the [module](self) documentation).
+impl PoolCompletionQueue for DirectCompletionQueue {
+    fn poll(
+        &mut self, mut each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
+    ) -> Result<usize, PollCompletionQueueError> {
+        let mut completions = [Completion::default(); MOST_PER_POLL];
+        let polled = DirectCompletionQueue::poll(self, &mut completions).map_err(|error| {
+            let kind = match error.0 {
+                PollCompletionQueueErrorKind::SendQueueInUse { .. } => io::ErrorKind::WouldBlock,
+                _ => io::ErrorKind::InvalidData,
+            };
+            PollCompletionQueueError::Ibverbs(io::Error::new(kind, error))
+        })?;
+        for completion in &completions[..polled] {
+            let status = completion.status() as u32;
+            each(
+                PoolCompletion::new(
+                    completion.qp_number(),
+                    completion.wr_id(),
+                    status,
+                    completion.vendor_err(),
+                ),
+                None,
+            );
+        }
+        Ok(polled)
     }
 }

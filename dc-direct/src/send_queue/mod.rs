@@ -123,7 +123,9 @@ pub(crate) mod tests;
 use std::ptr::NonNull;
 
 pub use address::AddressVector;
-pub use batch::{Addressing, BatchAddress, DcDestination, EachRequest, LocalBufferHandle, PostSendGuard, WorkRequestHandle};
+pub use batch::{
+    Addressing, BatchAddress, DcDestination, EachRequest, LocalBufferHandle, PostSendGuard, WorkRequestHandle,
+};
 pub use error::{CreateSendQueueError, CreateSendQueueErrorKind, WorkRequestError, WorkRequestErrorKind};
 
 use crate::barrier::Register;

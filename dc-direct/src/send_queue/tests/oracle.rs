@@ -300,7 +300,13 @@ fn writes_and_sends_leave_what_libmlx5_leaves() {
         (128, 220, 3, false, false, 256),
         (16, 44, 1, true, true, 256),
     ];
-    let seen = compare(0x5eed_0001, 125_000, &shapes, Operations::SendWrite, Addressing::EachRequest);
+    let seen = compare(
+        0x5eed_0001,
+        125_000,
+        &shapes,
+        Operations::SendWrite,
+        Addressing::EachRequest,
+    );
     assert!(seen.requests >= 1_000_000, "{seen:?}");
     assert!(seen.batches_of_one > 0 && seen.batches_of_sixteen > 0, "{seen:?}");
     assert!(seen.blueflame_writes > 0 && seen.doorbell_writes > 0, "{seen:?}");
