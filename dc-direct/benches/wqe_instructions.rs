@@ -20,7 +20,7 @@
 //! given the same room), and a request costs the same wherever it lands in the ring.
 //!
 //! The pool row ("DC pool, WRITE 1 SGE", `pool.rs`) posts the same WRITEs through
-//! sideway-ext-dc-pool's pool, on libmlx5 and on the direct writer's C entries.
+//! sideway-ext-dc-pool's pool, on libmlx5 and on the direct writer's batch to one address.
 #[path = "wqe_instructions/pool.rs"]
 mod pool;
 

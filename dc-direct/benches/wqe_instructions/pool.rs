@@ -1,21 +1,28 @@
 //! The "DC pool, WRITE 1 SGE" row: sideway-ext-dc-pool's pool (the `Static` policy, one
 //! initiator, one destination, every batch to it) posting signalled DC RDMA WRITEs of one 64-byte
-//! entry, on a DCI through libmlx5's own builders (an unrecorded oracle DCI, its provider
-//! entries read from its tables, as on a device) and on the direct writer's C entries
-//! ([`SendQueueEntries`] over a second such DCI's memory, as a direct initiator's pool posts).
-//! The same pool code, the same calls through `ibv_qp_ex`, both counted whole: what the direct
-//! writer saves a pool, with the pool's own bookkeeping on both sides. Posting only; nothing is
-//! settled while a measured function runs (each queue and the pool's ring hold the whole run).
-use std::convert::Infallible;
+//! entry, through the pool's traits on two initiators: one posting through libmlx5's own
+//! builders (sideway-ext's post guard over an unrecorded oracle DCI, its provider entries read
+//! from its tables, as a `DcInitiator`'s `start_post_send_to` starts it), and one posting through
+//! the direct writer's batch to one address (`SendQueue::start_post_send_to` over a second such
+//! DCI's memory, as a direct initiator's pool posts; the direct initiator adds its queue's borrow
+//! flag, a store at each end of a batch). The same pool code on both, counted whole: what the
+//! direct writer saves a pool, with the pool's own bookkeeping on both sides. Posting only;
+//! nothing is settled while a measured function runs (each queue and the pool's ring hold the
+//! whole run).
+use std::error::Error;
 use std::hint::black_box;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_cq, ibv_qp_ex, mlx5dv_qp_ex};
-use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::ProviderEntries;
-use sideway_ext::mlx5::dc::initiator::DcContext;
-use sideway_ext_dc_direct::send_queue::{SendQueue, SendQueueEntries, SendQueueParts};
-use sideway_ext_dc_pool::initiator::{PooledInitiator, PostingInitiator, StreamResetRefusal};
+use rdma_mummy_sys::ibv_ah;
+use sideway::ibverbs::completion::PollCompletionQueueError;
+use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
+use sideway_ext::ibverbs::address_handle::AddressHandle;
+use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard, ProviderEntries};
+use sideway_ext::ibverbs::work_completion::WorkCompletion;
+use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcContext};
+use sideway_ext_dc_direct::send_queue::{AddressVector, BatchAddress, SendQueue, SendQueueParts};
+use sideway_ext_dc_pool::initiator::{PoolCompletion, PoolCompletionQueue, StreamResetRefusal};
 use sideway_ext_dc_pool::types::{DcPoolPolicy, DestinationId};
 use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
 use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
@@ -28,76 +35,101 @@ struct Libmlx5Initiator {
     entries: ProviderEntries,
 }
 
-/// A DCI's memory posted on through the direct writer's C entries.
+/// A DCI's memory posted on through the direct writer.
 struct DirectInitiator {
     /// Dropped first: it writes `memory`.
-    entries: SendQueueEntries,
+    queue: SendQueue,
     memory: OracleDci,
 }
 
-/// What the pool asks of both (no stream, no error: nothing to recover).
+/// No completion queue: the pool polls nothing here.
+enum NoCompletions {}
+
+impl PoolCompletionQueue for NoCompletions {
+    fn poll(
+        &mut self, _: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
+    ) -> Result<usize, PollCompletionQueueError> {
+        match *self {}
+    }
+}
+
+/// What the pool asks of both besides posting (no stream, no error: nothing to recover; the
+/// destination is added with its address: no address handle is made).
 macro_rules! pooled {
-    ($initiator:ty, $max_send_wr:expr) => {
-        impl PooledInitiator for $initiator {
-            fn max_send_wr(&self) -> u32 {
-                let max_send_wr: fn(&Self) -> u32 = $max_send_wr;
-                max_send_wr(self)
-            }
-
-            fn stream_count(&self) -> u32 {
-                0
-            }
-
-            fn recover(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-                Err("no error completion here".into())
-            }
-
-            fn reset_stream(&mut self, _: u16) -> Result<(), StreamResetRefusal> {
-                Err(StreamResetRefusal::NotReadyToSend)
-            }
+    () => {
+        fn stream_count(&self) -> u32 {
+            0
         }
 
-        impl PoolInitiator for $initiator {
-            /// None: the pool polls nothing here.
-            type CompletionQueue = Infallible;
+        fn recover(&mut self) -> Result<(), Box<dyn Error + Send + Sync>> {
+            Err("no error completion here".into())
+        }
 
-            fn raw_cq(cq: &Infallible) -> NonNull<ibv_cq> {
-                match *cq {}
-            }
+        fn reset_stream(&mut self, _: u16) -> Result<(), StreamResetRefusal> {
+            Err(StreamResetRefusal::NotReadyToSend)
+        }
+
+        fn address(&self, _: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>> {
+            Err("destinations are added with their address".into())
         }
     };
 }
 
-pooled!(Libmlx5Initiator, |libmlx5| libmlx5.dci.max_post());
-pooled!(DirectInitiator, |direct| direct.entries.queue().max_post());
+impl PoolInitiator for Libmlx5Initiator {
+    /// The oracle's address handle, alive as long as the pool (`PoolState` drops it last).
+    type Address = NonNull<ibv_ah>;
+    type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcAddress>>;
+    type CompletionQueue = NoCompletions;
 
-// SAFETY: the oracle DCI's own views, alive while it is, with the entries libmlx5's tables have.
-unsafe impl PostingInitiator for Libmlx5Initiator {
+    pooled!();
+
     fn qp_number(&self) -> u32 {
         self.dci.shape().qp_number
     }
 
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        (self.dci.qp_ex(), self.entries, self.dci.mlx5_qp_ex())
+    fn max_send_wr(&self) -> u32 {
+        self.dci.max_post()
     }
 
-    fn max_inline_data(&self) -> u32 {
-        self.dci.max_inline_data()
+    /// As a `DcInitiator`'s `start_post_send_to`.
+    #[inline(always)]
+    fn start_batch<'a>(
+        &'a mut self, ah: &'a NonNull<ibv_ah>, dct_number: u32, dc_key: u64, _: Option<u16>,
+    ) -> Self::Batch<'a> {
+        // SAFETY: the oracle DCI's own views, alive and borrowed for the guard's lifetime, with
+        // the entries its tables have; the handle outlives the pool.
+        let mut guard = unsafe {
+            let address = DcAddress::new(self.dci.mlx5_qp_ex(), *ah, dct_number, dc_key);
+            PostSendGuard::start(self.dci.qp_ex(), self.entries, address)
+        };
+        guard.set_max_inline_data(self.dci.max_inline_data());
+        guard.set_path_mtus(PathMtus::known(None, None));
+        guard
     }
 }
 
-// SAFETY: the entries' own views, alive while they are and used through `&mut`.
-unsafe impl PostingInitiator for DirectInitiator {
+impl PoolInitiator for DirectInitiator {
+    type Address = AddressVector;
+    type Batch<'a> = sideway_ext_dc_direct::send_queue::PostSendGuard<'a, BatchAddress>;
+    type CompletionQueue = NoCompletions;
+
+    pooled!();
+
     fn qp_number(&self) -> u32 {
-        self.entries.queue().qp_number()
+        self.queue.qp_number()
     }
 
-    fn send_view(&mut self) -> (NonNull<ibv_qp_ex>, ProviderEntries, NonNull<mlx5dv_qp_ex>) {
-        self.entries.send_views()
+    fn max_send_wr(&self) -> u32 {
+        self.queue.max_post()
     }
 
-    fn max_inline_data(&self) -> u32 {
-        self.entries.queue().max_inline_data()
+    /// As a direct initiator's `start_post_send_to`.
+    #[inline(always)]
+    fn start_batch<'a>(
+        &'a mut self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> Self::Batch<'a> {
+        self.queue
+            .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, stream))
     }
 }
 
@@ -143,35 +175,15 @@ impl PoolState {
             qp_number: shape.qp_number,
             streams: shape.streams,
         };
-        // SAFETY: the memory outlives the queue (the initiator drops its entries first) and
+        // SAFETY: the memory outlives the queue (the initiator drops its queue first) and
         // nothing else posts on it.
         let queue = unsafe { SendQueue::from_parts(parts) }.expect("the oracle's shape");
-        // The route's address vector where the lookup says, as mlx5dv_init_obj says for a
-        // device's handle.
-        let (known, place) = (ah.ibv_ah().as_ptr() as usize, Box::new(av));
-        // SAFETY: the place is the lookup's own box, alive as long as the entries.
-        let entries_direct = unsafe {
-            SendQueueEntries::with_address_lookup(queue, operations, move |handle| {
-                (handle.as_ptr() as usize == known).then(|| NonNull::from(&*place))
-            })
-        };
         let mut libmlx5 =
             DcInitiatorPool::from_initiators(vec![Libmlx5Initiator { dci, entries }], DcPoolPolicy::Static, 3);
-        let mut direct = DcInitiatorPool::from_initiators(
-            vec![DirectInitiator {
-                entries: entries_direct,
-                memory,
-            }],
-            DcPoolPolicy::Static,
-            3,
-        );
-        // SAFETY: the route outlives both pools (dropped after them).
-        let (to_libmlx5, to_direct) = unsafe {
-            (
-                libmlx5.add_destination_raw(ah.ibv_ah(), fields.dct_number, fields.dc_key),
-                direct.add_destination_raw(ah.ibv_ah(), fields.dct_number, fields.dc_key),
-            )
-        };
+        let mut direct =
+            DcInitiatorPool::from_initiators(vec![DirectInitiator { queue, memory }], DcPoolPolicy::Static, 3);
+        let to_libmlx5 = libmlx5.add_destination_with_address(ah.ibv_ah(), fields.dct_number, fields.dc_key);
+        let to_direct = direct.add_destination_with_address(AddressVector::new(av), fields.dct_number, fields.dc_key);
         Self {
             libmlx5: (libmlx5, to_libmlx5),
             direct: (direct, to_direct),
@@ -185,14 +197,59 @@ impl PoolState {
     #[inline(always)]
     pub(super) fn libmlx5(&mut self, requests: usize) {
         let (pool, destination) = &mut self.libmlx5;
-        post(pool, *destination, self.batch, requests, &self.fields);
+        let (batch, f) = (self.batch, self.fields);
+        let mut next = 0;
+        while next < requests {
+            let Ok(mut guard) = pool.start_post_send(*destination) else {
+                failed("start_post_send");
+            };
+            for n in next as u64..(next + batch) as u64 {
+                let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
+                    failed("construct_wr");
+                };
+                let request = request.setup_write(f.rkey, f.remote + n * u64::from(SGE_LENGTH));
+                // SAFETY: the buffers are only described; nothing reads them.
+                unsafe {
+                    sideway::ibverbs::queue_pair::SetScatterGatherEntry::setup_sge(
+                        request,
+                        f.lkey,
+                        f.local + n * u64::from(SGE_LENGTH),
+                        SGE_LENGTH,
+                    )
+                };
+            }
+            if guard.post().is_err() {
+                failed("post");
+            }
+            next += batch;
+        }
     }
 
     /// `requests` WRITEs through the pool on the direct writer.
     #[inline(always)]
     pub(super) fn direct(&mut self, requests: usize) {
         let (pool, destination) = &mut self.direct;
-        post(pool, *destination, self.batch, requests, &self.fields);
+        let (batch, f) = (self.batch, self.fields);
+        let mut next = 0;
+        while next < requests {
+            let Ok(mut guard) = pool.start_post_send(*destination) else {
+                failed("start_post_send");
+            };
+            for n in next as u64..(next + batch) as u64 {
+                let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
+                    failed("construct_wr");
+                };
+                let request = request.setup_write(f.rkey, f.remote + n * u64::from(SGE_LENGTH));
+                // SAFETY: the buffers are only described; nothing reads them.
+                if unsafe { request.setup_sge(f.lkey, f.local + n * u64::from(SGE_LENGTH), SGE_LENGTH) }.is_err() {
+                    failed("setup_sge");
+                }
+            }
+            if guard.post().is_err() {
+                failed("post");
+            }
+            next += batch;
+        }
     }
 
     /// Requests posted through libmlx5 (`sq.head`).
@@ -219,31 +276,5 @@ impl PoolState {
             "{row}: doorbell record"
         );
         assert!(theirs.blueflame() == ours.blueflame(), "{row}: BlueFlame register");
-    }
-}
-
-/// `requests` signalled WRITEs of one 64-byte entry to `destination` in batches of `batch`, as
-/// the counting pool row (`send_dc_pool_write`) posts them.
-#[inline(always)]
-fn post<I: PoolInitiator>(
-    pool: &mut DcInitiatorPool<I>, destination: DestinationId, batch: usize, requests: usize, f: &Fields,
-) {
-    let mut next = 0;
-    while next < requests {
-        let Ok(mut guard) = pool.start_post_send(destination) else {
-            failed("start_post_send");
-        };
-        for n in next as u64..(next + batch) as u64 {
-            let Ok(request) = guard.construct_wr(n, WorkRequestFlags::Signaled) else {
-                failed("construct_wr");
-            };
-            let request = request.setup_write(f.rkey, f.remote + n * u64::from(SGE_LENGTH));
-            // SAFETY: the buffers are only described; nothing reads them.
-            unsafe { request.setup_sge(f.lkey, f.local + n * u64::from(SGE_LENGTH), SGE_LENGTH) };
-        }
-        if guard.post().is_err() {
-            failed("post");
-        }
-        next += batch;
     }
 }

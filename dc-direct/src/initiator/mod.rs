@@ -200,9 +200,9 @@ impl DirectDcInitiator {
     /// # Ok(()) }
     /// ```
     #[inline]
-    pub fn start_post_send_to<'a>(
-        &mut self, address: &'a AddressVector, dct_number: u32, dc_key: u64,
-    ) -> DirectPostSendGuard<'_, BatchAddress<'a>> {
+    pub fn start_post_send_to(
+        &mut self, address: &AddressVector, dct_number: u32, dc_key: u64,
+    ) -> DirectPostSendGuard<'_, BatchAddress> {
         self.posting
             .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, None))
     }
@@ -212,9 +212,9 @@ impl DirectDcInitiator {
     /// ([`StreamsNotEnabled`](crate::send_queue::WorkRequestErrorKind::StreamsNotEnabled)) on a
     /// DC initiator without streams.
     #[inline]
-    pub fn start_post_send_to_stream<'a>(
-        &mut self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> DirectPostSendGuard<'_, BatchAddress<'a>> {
+    pub fn start_post_send_to_stream(
+        &mut self, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> DirectPostSendGuard<'_, BatchAddress> {
         self.posting
             .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, Some(stream_id)))
     }

@@ -37,9 +37,7 @@ impl PostingQueue {
 
     /// Opens a batch to one DC address.
     #[inline]
-    pub(crate) fn start_post_send_to<'a>(
-        &mut self, address: BatchAddress<'a>,
-    ) -> DirectPostSendGuard<'_, BatchAddress<'a>> {
+    pub(crate) fn start_post_send_to(&mut self, address: BatchAddress) -> DirectPostSendGuard<'_, BatchAddress> {
         // SAFETY: as for `start_post_send`.
         unsafe { self.queue.start_post_send(|queue| queue.start_post_send_to(address)) }
     }

@@ -55,7 +55,7 @@ const MOST_PER_POLL: usize = 32;
 
 impl PoolInitiator for DirectDcInitiator {
     type Address = AddressVector;
-    type Batch<'a> = DirectPostSendGuard<'a, BatchAddress<'a>>;
+    type Batch<'a> = DirectPostSendGuard<'a, BatchAddress>;
     type CompletionQueue = DirectCompletionQueue;
 
     fn qp_number(&self) -> u32 {
@@ -107,9 +107,9 @@ impl PoolInitiator for DirectDcInitiator {
 }
 
 /// A direct initiator's batch to one address, as its pool posts it.
-impl<'q, 'a> PoolBatch for DirectPostSendGuard<'q, BatchAddress<'a>> {
+impl PoolBatch for DirectPostSendGuard<'_, BatchAddress> {
     type Request<'r>
-        = WorkRequestHandle<'r, BatchAddress<'a>>
+        = WorkRequestHandle<'r, BatchAddress>
     where
         Self: 'r;
 
@@ -133,9 +133,9 @@ impl<'q, 'a> PoolBatch for DirectPostSendGuard<'q, BatchAddress<'a>> {
 
 /// A [`SendQueue`](crate::send_queue::SendQueue)'s batch to one address, for an initiator of
 /// one's own built on the writer over its queue pair's parts.
-impl<'q, 'a> PoolBatch for PostSendGuard<'q, BatchAddress<'a>> {
+impl PoolBatch for PostSendGuard<'_, BatchAddress> {
     type Request<'r>
-        = WorkRequestHandle<'r, BatchAddress<'a>>
+        = WorkRequestHandle<'r, BatchAddress>
     where
         Self: 'r;
 

@@ -7,12 +7,18 @@ use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::operation::{self, InlineOperation, Operation};
-use super::wqe::{Data, Request, Written};
-use super::{AddressVector, SendQueue, WorkRequestError};
+use super::wqe::{Data, Datagram, Made, Request, Written};
+use super::{AddressVector, Limits, SendQueue, WorkRequestError, WorkRequestErrorKind};
 
 /// The state of the batch being described (libmlx5's `cur_post`, `nreq`, `cur_ctrl` and
 /// `cur_size` while it builds one); the queue's own posting index moves to its end only when
 /// the batch is posted.
+///
+/// It holds a copy of the queue's [`Limits`] and of what does not change while a batch is open
+/// (the requests posted before it, the room left): its requests read them where the compiler
+/// can keep them in registers, not from the queue, which it must read again after each store
+/// into the ring when the queue lives behind a pointer (a pool's initiator: the DC pool row of
+/// `scripts/bench`, direct).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Batch {
     /// The posting index of the next request.
@@ -21,6 +27,12 @@ pub(super) struct Batch {
     pub(super) len: u32,
     /// The last of them (meaningful once `len` is not 0).
     pub(super) last: Written,
+    pub(super) limits: Limits,
+    /// Requests posted before the batch (`sq.head`).
+    pub(super) head: u32,
+    /// How many requests the batch may hold: `max_post` less those outstanding at its start
+    /// (no completion is retired while a batch holds the queue).
+    room: u32,
 }
 
 /// What each step of a request holds: the queue, and the batch it goes into.
@@ -46,7 +58,7 @@ mod private {
     pub trait Sealed {
         /// The step after the operation, of a request with this `wr_id` and `fm_ce_se`.
         fn next<'g, O: Operation>(
-            self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
+            &'g self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
         ) -> <Self as super::Addressing>::Next<'g, O>
         where
             Self: super::Addressing;
@@ -65,7 +77,7 @@ impl Addressing for EachRequest {
 impl private::Sealed for EachRequest {
     #[inline]
     fn next<'g, O: Operation>(
-        self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
+        &'g self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
     ) -> <Self as Addressing>::Next<'g, O> {
         DcDestination {
             target,
@@ -80,40 +92,45 @@ impl private::Sealed for EachRequest {
 /// and `mlx5_send_wr_set_dc_addr_stream` address one request, written into each): the target's
 /// route, DCT number and access key, and the DCI stream, if any.
 #[derive(Debug, Clone, Copy)]
-pub struct BatchAddress<'a> {
-    address: &'a AddressVector,
-    dct_number: u32,
-    dc_key: u64,
+pub struct BatchAddress {
+    /// The datagram segment every request copies, made once.
+    datagram: Made,
     stream_id: Option<u16>,
 }
 
-impl<'a> BatchAddress<'a> {
+impl BatchAddress {
     /// Requests to the DC target `dct_number` with access key `dc_key`, over the route of
     /// `address` (`mlx5dv_wr_set_dc_addr`); `stream_id`: on that DCI stream
     /// (`mlx5dv_wr_set_dc_addr_stream`), refused at each request's data step
     /// ([`StreamsNotEnabled`](super::WorkRequestErrorKind::StreamsNotEnabled)) on a queue without
-    /// streams. The address vector is copied into each request at its data step.
+    /// streams. The datagram segment (the address vector with the key and DCT number) is made
+    /// here, once, and copied into each request at its data step.
     #[inline]
-    pub fn new(address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>) -> Self {
+    pub fn new(address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>) -> Self {
         Self {
-            address,
-            dct_number,
-            dc_key,
+            datagram: Made::new(address, dct_number, dc_key),
             stream_id,
         }
     }
 }
 
-impl<'a> Addressing for BatchAddress<'a> {
-    type Next<'g, O: Operation> = LocalBufferHandle<'g, 'a, O>;
+impl Addressing for BatchAddress {
+    type Next<'g, O: Operation> = LocalBufferHandle<'g, 'g, O>;
 }
 
-impl<'a> private::Sealed for BatchAddress<'a> {
+impl private::Sealed for BatchAddress {
     #[inline]
     fn next<'g, O: Operation>(
-        self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
+        &'g self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
     ) -> <Self as Addressing>::Next<'g, O> {
-        LocalBufferHandle::new(target, wr_id, fm_ce_se, operation, self)
+        LocalBufferHandle::new(
+            target,
+            wr_id,
+            fm_ce_se,
+            operation,
+            Datagram::Made(&self.datagram),
+            self.stream_id,
+        )
     }
 }
 
@@ -154,7 +171,7 @@ impl<'q, A: Addressing> PostSendGuard<'q, A> {
             },
             wr_id,
             fm_ce_se: fm_ce_se(wr_flags.bits()),
-            addressing: self.addressing,
+            addressing: &self.addressing,
         }
     }
 
@@ -182,7 +199,20 @@ impl Batch {
             posting_index: queue.posting_index,
             len: 0,
             last: Written { slot: 0, size: 0 },
+            limits: queue.limits,
+            head: queue.head,
+            room: queue.limits.max_post.saturating_sub(queue.outstanding()),
         }
+    }
+
+    /// Room for one more request (`mlx5_wq_overflow`: the outstanding requests and the batch's
+    /// below `max_post`).
+    #[inline(always)]
+    pub(super) fn check_room(&self, max_post: u32) -> Result<(), WorkRequestError> {
+        if self.len >= self.room {
+            return Err(WorkRequestErrorKind::QueueFull { max_post }.into());
+        }
+        Ok(())
     }
 }
 
@@ -200,7 +230,7 @@ impl SendQueue {
         // SAFETY: `last` was written into the ring by this batch.
         unsafe {
             self.doorbell
-                .ring(&self.ring, self.posting_index, batch.len, batch.last)
+                .ring(&self.limits.ring, self.posting_index, batch.len, batch.last)
         };
     }
 }
@@ -229,7 +259,7 @@ pub struct WorkRequestHandle<'g, A: Addressing = EachRequest> {
     target: Target<'g>,
     wr_id: u64,
     fm_ce_se: u8,
-    addressing: A,
+    addressing: &'g A,
 }
 
 impl<'g, A: Addressing> WorkRequestHandle<'g, A> {
@@ -337,8 +367,19 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     fn addressed<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>,
     ) -> LocalBufferHandle<'g, 'a, O> {
-        let address = BatchAddress::new(address, dct_number, dc_key, stream_id);
-        LocalBufferHandle::new(self.target, self.wr_id, self.fm_ce_se, self.operation, address)
+        let datagram = Datagram::Parts {
+            address,
+            dct_number,
+            dc_key,
+        };
+        LocalBufferHandle::new(
+            self.target,
+            self.wr_id,
+            self.fm_ce_se,
+            self.operation,
+            datagram,
+            stream_id,
+        )
     }
 }
 
@@ -362,17 +403,17 @@ impl<O: Operation> std::fmt::Debug for LocalBufferHandle<'_, '_, O> {
 
 impl<'g, 'a, O: Operation> LocalBufferHandle<'g, 'a, O> {
     #[inline]
-    fn new(target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O, address: BatchAddress<'a>) -> Self {
+    fn new(
+        target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O, datagram: Datagram<'a>, stream_id: Option<u16>,
+    ) -> Self {
         Self {
             target,
             request: Request {
                 wr_id,
                 fm_ce_se,
                 segments: operation.segments(),
-                address: address.address,
-                dct_number: address.dct_number,
-                dc_key: address.dc_key,
-                stream_id: address.stream_id,
+                datagram,
+                stream_id,
             },
             _operation: std::marker::PhantomData,
         }

@@ -166,7 +166,7 @@ pub struct SendQueueParts {
 /// A DCI's send queue, written directly; see the [module](self) documentation.
 #[derive(Debug)]
 pub struct SendQueue {
-    ring: Ring,
+    limits: Limits,
     /// The posting index (`sq.cur_post`) after the last batch posted: in 64-byte blocks, from
     /// the queue's creation.
     posting_index: u32,
@@ -174,13 +174,6 @@ pub struct SendQueue {
     head: u32,
     /// Requests completed (`sq.tail`), advanced by the completion poller.
     tail: u32,
-    max_post: u32,
-    max_inline_data: u32,
-    max_send_sge: u32,
-    /// `MLX5_WQE_CTRL_CQ_UPDATE` with signal-all, else 0 (`sq_signal_bits`).
-    signal_all_bits: u8,
-    qp_number: u32,
-    streams: bool,
     /// Per slot, the `wr_id` of the request whose WQE starts there (`sq.wrid`); `wqe_count`
     /// entries.
     wr_ids: Box<[u64]>,
@@ -188,6 +181,20 @@ pub struct SendQueue {
     /// `wqe_count` entries.
     wqe_heads: Box<[u32]>,
     doorbell: Doorbell<Register>,
+}
+
+/// What every request of a queue is checked against and written with, fixed at its creation:
+/// its ring, its granted limits, its number, its signal-all bits. A batch holds a copy.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    ring: Ring,
+    max_post: u32,
+    max_inline_data: u32,
+    max_send_sge: u32,
+    /// `MLX5_WQE_CTRL_CQ_UPDATE` with signal-all, else 0 (`sq_signal_bits`).
+    signal_all_bits: u8,
+    qp_number: u32,
+    streams: bool,
 }
 
 // SAFETY: the queue's memory is its own (`from_parts`' contract); moving it to another thread
@@ -222,16 +229,18 @@ impl SendQueue {
             .into());
         };
         Ok(Self {
-            ring: Ring::new(parts.buffer, parts.wqe_count),
+            limits: Limits {
+                ring: Ring::new(parts.buffer, parts.wqe_count),
+                max_post: parts.max_post,
+                max_inline_data: parts.max_inline_data,
+                max_send_sge: parts.max_send_sge,
+                signal_all_bits: if parts.sq_sig_all { CQ_UPDATE } else { 0 },
+                qp_number: parts.qp_number,
+                streams: parts.streams,
+            },
             posting_index: 0,
             head: 0,
             tail: 0,
-            max_post: parts.max_post,
-            max_inline_data: parts.max_inline_data,
-            max_send_sge: parts.max_send_sge,
-            signal_all_bits: if parts.sq_sig_all { CQ_UPDATE } else { 0 },
-            qp_number: parts.qp_number,
-            streams: parts.streams,
             wr_ids: vec![0; parts.wqe_count as usize].into_boxed_slice(),
             wqe_heads: vec![0; parts.wqe_count as usize].into_boxed_slice(),
             doorbell: Doorbell::new(parts.doorbell_record, parts.blueflame, parts.blueflame_size, mmio),
@@ -250,35 +259,35 @@ impl SendQueue {
     /// libmlx5's `mlx5_send_wr_set_dc_addr(_stream)` writes it; its requests go from their
     /// operation to their data.
     #[inline]
-    pub fn start_post_send_to<'a>(&mut self, address: BatchAddress<'a>) -> PostSendGuard<'_, BatchAddress<'a>> {
+    pub fn start_post_send_to(&mut self, address: BatchAddress) -> PostSendGuard<'_, BatchAddress> {
         PostSendGuard::new(self, address)
     }
 
     /// The queue pair's number.
     pub fn qp_number(&self) -> u32 {
-        self.qp_number
+        self.limits.qp_number
     }
 
     /// The most requests outstanding at once.
     pub fn max_post(&self) -> u32 {
-        self.max_post
+        self.limits.max_post
     }
 
     /// The longest inline data a request takes.
     pub fn max_inline_data(&self) -> u32 {
-        self.max_inline_data
+        self.limits.max_inline_data
     }
 
     /// The most scatter/gather entries a request takes.
     pub fn max_send_sge(&self) -> u32 {
-        self.max_send_sge
+        self.limits.max_send_sge
     }
 
     /// The completion of the request whose WQE starts at 16-bit index `wqe_counter` (a CQE's
     /// `wqe_counter`): it and every request before it are done (`sq.tail = sq.wqe_head[idx] +
     /// 1`, as libmlx5's `mlx5_parse_cqe`); returns its `wr_id` (`sq.wrid[idx]`).
     pub(crate) fn complete(&mut self, wqe_counter: u16) -> u64 {
-        let slot = self.ring.slot_of(u32::from(wqe_counter));
+        let slot = self.limits.ring.slot_of(u32::from(wqe_counter));
         self.tail = self.wqe_heads[slot as usize].wrapping_add(1);
         self.wr_ids[slot as usize]
     }
@@ -292,7 +301,7 @@ impl SendQueue {
         if behind == 0 || usize::from(behind) > self.wqe_heads.len() {
             return false;
         }
-        let slot = self.ring.slot_of(u32::from(wqe_counter));
+        let slot = self.limits.ring.slot_of(u32::from(wqe_counter));
         let wqe_head = self.wqe_heads[slot as usize];
         wqe_head.wrapping_sub(self.tail) < self.head.wrapping_sub(self.tail)
     }

@@ -28,7 +28,7 @@ use rdma_mummy_sys::ibv_sge;
 use super::batch::Batch;
 use super::operation::{Remote, Segments};
 use super::ring::{store_be32, store_be64};
-use super::{AddressVector, SendQueue, WorkRequestError, WorkRequestErrorKind};
+use super::{AddressVector, Limits, SendQueue, WorkRequestError, WorkRequestErrorKind};
 
 /// The bit of the inline segment's byte count that marks it inline (`MLX5_INLINE_SEG`).
 const INLINE_SEGMENT: u32 = 0x8000_0000;
@@ -43,9 +43,7 @@ pub(super) struct Request<'a> {
     /// signal-all bit is added when written.
     pub(super) fm_ce_se: u8,
     pub(super) segments: Segments,
-    pub(super) address: &'a AddressVector,
-    pub(super) dct_number: u32,
-    pub(super) dc_key: u64,
+    pub(super) datagram: Datagram<'a>,
     pub(super) stream_id: Option<u16>,
 }
 
@@ -78,14 +76,15 @@ impl SendQueue {
     pub(super) fn write(
         &mut self, batch: &mut Batch, request: Request<'_>, data: Data<'_>,
     ) -> Result<(), WorkRequestError> {
-        self.check(batch.len, &request, data)?;
-        let ring = self.ring;
+        let limits = batch.limits;
+        limits.check(batch, &request, data)?;
+        let ring = limits.ring;
         let index = batch.posting_index;
         let slot = ring.slot_of(index);
         // SAFETY: a slot is below the ring's count, both tables' length (`from_parts`).
         unsafe {
             *self.wr_ids.get_unchecked_mut(slot as usize) = request.wr_id;
-            *self.wqe_heads.get_unchecked_mut(slot as usize) = self.head.wrapping_add(batch.len);
+            *self.wqe_heads.get_unchecked_mut(slot as usize) = batch.head.wrapping_add(batch.len);
         }
         let control = ring.slot(slot);
         let mut size = 4;
@@ -95,20 +94,23 @@ impl SendQueue {
         // (`SendQueue::from_parts` checked it).
         unsafe {
             let segments = request.segments;
-            let fm_ce_se = self.signal_all_bits | request.fm_ce_se;
+            let fm_ce_se = limits.signal_all_bits | request.fm_ce_se;
             write_control(control, index, &segments, request.stream_id, fm_ce_se);
-            write_address(control.add(16), request.address, request.dct_number, request.dc_key);
-            let (data_at, remote_size) = self.write_remote(slot, segments.remote);
+            write_address(control.add(16), request.datagram);
+            let (data_at, remote_size) = limits.write_remote(slot, segments.remote);
             size += remote_size;
-            size += self.write_data(data_at, data);
-            store_be32(control.add(4), size | (self.qp_number << 8));
+            size += limits.write_data(data_at, data);
+            store_be32(control.add(4), size | (limits.qp_number << 8));
         }
         batch.posting_index = index.wrapping_add(size.div_ceil(4));
         batch.len += 1;
         batch.last = Written { slot, size };
         Ok(())
     }
+}
 
+/// The checks and the segments that depend on the queue's limits and ring alone.
+impl Limits {
     /// The checks libmlx5 makes for this request: the request's own first (the stream id, then
     /// the data setter's: the SGE count of `_mlx5_send_wr_set_sge_list`, the inline length of
     /// `_mlx5_send_wr_set_inline_data(_list)`), then the queue's room (`mlx5_wq_overflow`, which
@@ -118,10 +120,10 @@ impl SendQueue {
     // inline(always): with #[inline] it is called, not inlined, and the DC WQE rows of
     // `scripts/bench` (plain memory, direct) go over the writer's budget at batch 16.
     #[inline(always)]
-    fn check(&self, batch_len: u32, request: &Request<'_>, data: Data<'_>) -> Result<(), WorkRequestError> {
+    fn check(&self, batch: &Batch, request: &Request<'_>, data: Data<'_>) -> Result<(), WorkRequestError> {
         self.check_stream(request.stream_id)?;
         self.check_data(data)?;
-        self.check_room(batch_len)
+        batch.check_room(self.max_post)
     }
 
     /// A stream id only on a queue with streams (`mlx5_send_wr_set_dc_addr_stream`).
@@ -143,19 +145,6 @@ impl SendQueue {
             Data::Inline(bytes) => self.check_inline(bytes.len()),
             Data::InlineList(slices) => self.check_inline(slices.iter().map(|slice| slice.len()).sum()),
         }
-    }
-
-    /// Room for one more request after the `batch_len` of the batch (`mlx5_wq_overflow`).
-    #[inline(always)]
-    pub(super) fn check_room(&self, batch_len: u32) -> Result<(), WorkRequestError> {
-        let outstanding = self.head.wrapping_sub(self.tail).wrapping_add(batch_len);
-        if outstanding >= self.max_post {
-            return Err(WorkRequestErrorKind::QueueFull {
-                max_post: self.max_post,
-            }
-            .into());
-        }
-        Ok(())
     }
 
     #[inline]
@@ -315,29 +304,74 @@ pub(super) unsafe fn write_control(
     }
 }
 
-/// The datagram segment of a DC request (`mlx5_send_wr_set_dc_addr`).
+/// The datagram segment of a DC request, as `mlx5_send_wr_set_dc_addr` writes it: the address
+/// vector, its first 8 bytes the DC key, the DCT number and bit 31 OR-ed into its `dqp_dct`.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Datagram<'a> {
+    /// A request's own address step: its parts, combined as they are written.
+    Parts {
+        address: &'a AddressVector,
+        dct_number: u32,
+        dc_key: u64,
+    },
+    /// A batch's address: the segment made once, copied into each request.
+    Made(&'a Made),
+}
+
+/// A datagram segment made once ([`Made::new`]), for the requests of a batch.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(16))]
+pub(super) struct Made([u8; 48]);
+
+impl Made {
+    /// The segment of these parts.
+    #[inline]
+    pub(super) fn new(address: &AddressVector, dct_number: u32, dc_key: u64) -> Self {
+        let mut bytes = *address.bytes();
+        bytes[..8].copy_from_slice(&dc_key.to_be_bytes());
+        bytes[8..16].copy_from_slice(&dqp_dct_and_next(address, dct_number));
+        Self(bytes)
+    }
+}
+
+/// Bytes 8 to 15 of the segment: the vector's, the DCT number and bit 31 OR-ed into the first
+/// four (`dqp_dct`).
+#[inline(always)]
+fn dqp_dct_and_next(address: &AddressVector, dct_number: u32) -> [u8; 8] {
+    let mut word = [0; 8];
+    word.copy_from_slice(&address.bytes()[8..16]);
+    let [dct0, dct1, dct2, dct3] = (dct_number | EXTENDED_ADDRESS_VECTOR).to_be_bytes();
+    let dct = u64::from_ne_bytes([dct0, dct1, dct2, dct3, 0, 0, 0, 0]);
+    (u64::from_ne_bytes(word) | dct).to_ne_bytes()
+}
+
+/// Writes the datagram segment of a DC request.
 ///
 /// # Safety
 ///
 /// `at` is 16-byte aligned with 48 bytes of the ring after it.
-#[inline]
-pub(super) unsafe fn write_address(at: NonNull<u8>, address: &AddressVector, dct_number: u32, dc_key: u64) {
-    // SAFETY: the caller's promise; the address vector is 16-byte aligned and 48 bytes long.
+#[inline(always)]
+pub(super) unsafe fn write_address(at: NonNull<u8>, datagram: Datagram<'_>) {
+    // SAFETY: the caller's promise.
     unsafe {
-        let av = address.bytes();
-        // Bytes 0 to 7: the DC key, in place of the vector's.
-        store_be64(at, dc_key);
-        // Bytes 8 to 15: the vector's, the DCT number and bit 31 OR-ed into the first four
-        // (`dqp_dct`), in one store.
-        let [dct0, dct1, dct2, dct3] = (dct_number | EXTENDED_ADDRESS_VECTOR).to_be_bytes();
-        let dct = [dct0, dct1, dct2, dct3, 0, 0, 0, 0];
-        let dqp_dct_and_next: [u8; 8] = std::array::from_fn(|i| av[8 + i] | dct[i]);
-        at.add(8).cast::<[u8; 8]>().write(dqp_dct_and_next);
-        // Bytes 16 to 47: the vector's, read as a value (not copied memory to memory), which the
-        // compiler may keep in registers while a batch goes to one route: the DC WQE rows of
-        // `scripts/bench` (plain memory, direct) ask for it.
-        let rest: [u8; 32] = std::array::from_fn(|i| av[16 + i]);
-        at.add(16).cast::<[u8; 32]>().write(rest);
+        match datagram {
+            Datagram::Parts {
+                address,
+                dct_number,
+                dc_key,
+            } => {
+                // Bytes 0 to 7: the DC key, in place of the vector's.
+                store_be64(at, dc_key);
+                at.add(8).cast::<[u8; 8]>().write(dqp_dct_and_next(address, dct_number));
+                // Bytes 16 to 47: the vector's, read as a value (not copied memory to memory),
+                // which the compiler may keep in registers while a batch goes to one route: the
+                // DC WQE rows of `scripts/bench` (plain memory, direct) ask for it.
+                let av = address.bytes();
+                let rest: [u8; 32] = std::array::from_fn(|i| av[16 + i]);
+                at.add(16).cast::<[u8; 32]>().write(rest);
+            },
+            Datagram::Made(made) => at.cast::<[u8; 48]>().write(made.0),
+        }
     }
 }
 
