@@ -158,7 +158,8 @@ impl PoolBatch for PostSendGuard<'_, BatchAddress> {
 }
 
 /// The direct poller, as a pool polls it: each completion as a value; none is handed over
-/// whole (a completion of another queue pair is refused, see the [module](self) documentation).
+/// whole (a completion of another queue pair fails the poll, see the
+/// [crate](crate#a-pool-of-direct-initiators) documentation).
 impl PoolCompletionQueue for DirectCompletionQueue {
     fn poll(
         &mut self, mut each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
