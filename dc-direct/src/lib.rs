@@ -106,9 +106,9 @@
 //! direct poller, each completion a Rust value.
 //!
 //! Make the direct initiators as above, on one CQ sized for all of them, and bring each up; make
-//! the pool of them (`from_initiators`), give it the direct CQ (`set_send_cq`) and the
-//! protection domain it creates its destinations' address handles on (`set_protection_domain`);
-//! add destinations by their endpoints, post and poll as on any pool.
+//! the pool of them with the direct CQ (`from_initiators`), its settings naming the protection
+//! domain it creates its destinations' address handles on (`setup_protection_domain`); add
+//! destinations by their endpoints, post and poll as on any pool.
 //!
 //! What differs from a pool of sideway-ext's DC initiators:
 //!
@@ -142,6 +142,7 @@ use sideway_ext::mlx5::dc::endpoint::{DcEndpoint, DcServiceClass};
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::{DirectCompletionQueue, DirectDcInitiator};
+use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};
 use sideway_ext_dc_pool::DcInitiatorPool;
 
@@ -165,9 +166,11 @@ fn write_through_a_pool(
         dci.bring_up(&bring_up)?;
         initiators.push(dci);
     }
-    let mut pool = DcInitiatorPool::from_initiators(initiators, DcPoolPolicy::Static, 3);
-    pool.set_send_cq(direct_cq);
-    pool.set_protection_domain(pd, bring_up.port(), DcServiceClass::new());
+    let mut settings = DcPoolSettings::default();
+    settings
+        .setup_policy(DcPoolPolicy::Static)
+        .setup_protection_domain(pd, bring_up.port(), DcServiceClass::new());
+    let mut pool = DcInitiatorPool::from_initiators(initiators, Some(direct_cq), &settings)?;
     let destination = pool.add_destination(endpoint);
 
     let mut guard = pool.start_post_send(destination)?;

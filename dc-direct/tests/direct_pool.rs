@@ -33,6 +33,7 @@ use sideway_ext_dc_direct::completion_queue::{
     PollCompletionQueueError as DirectPollError, PollCompletionQueueErrorKind,
 };
 use sideway_ext_dc_direct::{DirectCompletionQueue, DirectDcInitiator};
+use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationErrorKind,
 };
@@ -108,9 +109,11 @@ impl Bed {
                 dci
             })
             .collect();
-        let mut pool = DcInitiatorPool::from_initiators(initiators, DcPoolPolicy::Static, 3);
-        pool.set_send_cq(direct_cq);
-        pool.set_protection_domain(&pd, PORT, DcServiceClass::new());
+        let mut settings = DcPoolSettings::default();
+        settings
+            .setup_policy(DcPoolPolicy::Static)
+            .setup_protection_domain(&pd, PORT, DcServiceClass::new());
+        let mut pool = DcInitiatorPool::from_initiators(initiators, Some(direct_cq), &settings).expect("a pool");
         let destinations = targets
             .iter()
             .map(|(dct, _)| pool.add_destination(dct.endpoint().expect("its endpoint")))

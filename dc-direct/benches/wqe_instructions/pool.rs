@@ -23,6 +23,7 @@ use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcContext};
 use sideway_ext_dc_direct::send_queue::{AddressVector, BatchAddress, SendQueue, SendQueueParts};
 use sideway_ext_dc_pool::initiator::{PoolCompletion, PoolCompletionQueue, StreamResetRefusal};
+use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::types::{DcPoolPolicy, DestinationId};
 use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
 use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
@@ -178,10 +179,12 @@ impl PoolState {
         // SAFETY: the memory outlives the queue (the initiator drops its queue first) and
         // nothing else posts on it.
         let queue = unsafe { SendQueue::from_parts(parts) }.expect("the oracle's shape");
-        let mut libmlx5 =
-            DcInitiatorPool::from_initiators(vec![Libmlx5Initiator { dci, entries }], DcPoolPolicy::Static, 3);
-        let mut direct =
-            DcInitiatorPool::from_initiators(vec![DirectInitiator { queue, memory }], DcPoolPolicy::Static, 3);
+        let mut settings = DcPoolSettings::default();
+        settings.setup_policy(DcPoolPolicy::Static);
+        let mut libmlx5 = DcInitiatorPool::from_initiators(vec![Libmlx5Initiator { dci, entries }], None, &settings)
+            .expect("a pool of one initiator");
+        let mut direct = DcInitiatorPool::from_initiators(vec![DirectInitiator { queue, memory }], None, &settings)
+            .expect("a pool of one initiator");
         let to_libmlx5 = libmlx5.add_destination_with_address(ah.ibv_ah(), fields.dct_number, fields.dc_key);
         let to_direct = direct.add_destination_with_address(AddressVector::new(av), fields.dct_number, fields.dc_key);
         Self {
