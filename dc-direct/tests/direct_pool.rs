@@ -26,7 +26,7 @@ use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRe
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
-use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+use sideway_ext::mlx5::dc::initiator::{DcInitiatorBringUp, DciStreams};
 use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::{
@@ -62,13 +62,19 @@ struct Bed {
 }
 
 impl Bed {
-    /// Four targets, two direct initiators of 32 requests each.
+    /// Four targets, two direct initiators of 32 requests each, the static policy.
     fn new() -> Self {
         Self::with(TARGETS, INITIATORS, 32)
     }
 
-    /// `targets` targets, `initiators` direct initiators of `max_send_wr` requests each.
+    /// `targets` targets, `initiators` direct initiators of `max_send_wr` requests each, the
+    /// static policy.
     fn with(targets: usize, initiators: usize, max_send_wr: u32) -> Self {
+        Self::with_policy(targets, initiators, max_send_wr, DcPoolPolicy::Static)
+    }
+
+    /// As [`with`](Self::with), under `policy` (DCI streams for the streams policy).
+    fn with_policy(targets: usize, initiators: usize, max_send_wr: u32, policy: DcPoolPolicy) -> Self {
         let ctx = open();
         let pd = ctx.alloc_pd().expect("alloc_pd");
         let cq = |cqe| -> GenericCompletionQueue {
@@ -99,6 +105,12 @@ impl Bed {
         let initiators = (0..initiators)
             .map(|_| {
                 let mut builder = pd.create_dci_builder();
+                if policy == DcPoolPolicy::Streams {
+                    builder.setup_dci_streams(DciStreams {
+                        log_num_concurrent: 2,
+                        log_num_errored: 1,
+                    });
+                }
                 builder
                     .setup_send_cq(send_cq.clone())
                     .setup_max_send_wr(max_send_wr)
@@ -111,7 +123,7 @@ impl Bed {
             .collect();
         let mut settings = DcPoolSettings::default();
         settings
-            .setup_policy(DcPoolPolicy::Static)
+            .setup_policy(policy)
             .setup_protection_domain(&pd, PORT, DcServiceClass::new());
         let mut pool = DcInitiatorPool::from_initiators(initiators, Some(direct_cq), &settings).expect("a pool");
         let destinations = targets
@@ -131,20 +143,22 @@ impl Bed {
     }
 
     /// A batch of `count` RDMA WRITEs of `chunk` bytes to `target`'s region (`rkey_mask` XOR-ed
-    /// into its key), numbered from `wr_id`; their `wr_id`s, or `None` when the pool refuses
-    /// with a full queue.
-    fn post(&mut self, target: usize, count: usize, chunk: usize, rkey_mask: u32, wr_id: &mut u64) -> Option<Vec<u64>> {
-        let mut guard = match self.pool.start_post_send(self.destinations[target]) {
+    /// into its key), numbered from `wr_id`, on the destination's stream under the streams
+    /// policy; their `wr_id`s, or the would-block the pool refused with.
+    fn post(
+        &mut self, target: usize, count: usize, chunk: usize, rkey_mask: u32, wr_id: &mut u64,
+    ) -> Result<Vec<u64>, DcPoolWouldBlock> {
+        let destination = self.destinations[target];
+        let started = match self.pool.policy() {
+            DcPoolPolicy::Streams => self.pool.start_post_send_on_stream(destination),
+            _ => self.pool.start_post_send(destination),
+        };
+        let mut guard = match started {
             Ok(guard) => guard,
-            Err(error)
-                if matches!(
-                    error.0,
-                    PostToDestinationErrorKind::WouldBlock(DcPoolWouldBlock::QueueFull)
-                ) =>
-            {
-                return None
+            Err(error) => match error.0 {
+                PostToDestinationErrorKind::WouldBlock(would_block) => return Err(would_block),
+                _ => panic!("{error:?}"),
             },
-            Err(error) => panic!("{error:?}"),
         };
         let region = &self.targets[target].1;
         let mut posted = Vec::new();
@@ -162,7 +176,7 @@ impl Bed {
             posted.push(*wr_id);
         }
         guard.post().expect("posted");
-        Some(posted)
+        Ok(posted)
     }
 
     /// Polls until `until` holds of the events so far (`Ready` left out), or the timeout.
@@ -256,30 +270,54 @@ fn mlx5_hw_a_pool_of_direct_initiators_writes_every_target_and_reports_each_requ
 #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE naming a ConnectX-4 or newer"]
 #[serial]
 fn mlx5_hw_random_batches_fill_the_queues_and_every_request_is_reported_once_with_its_room_back() {
+    for policy in [
+        DcPoolPolicy::Static,
+        DcPoolPolicy::Dedicated,
+        DcPoolPolicy::DedicatedWithQuota { quota: 5 },
+        DcPoolPolicy::Streams,
+    ] {
+        random_batches(policy);
+    }
+}
+
+/// Random batches to 5 targets on 2 initiators of 16 requests under `policy`, polled now and
+/// then: each request reported once with its destination, the room back, refusals met.
+fn random_batches(policy: DcPoolPolicy) {
     let (targets, max_send_wr) = (5, 16);
-    let mut bed = Bed::with(targets, INITIATORS, max_send_wr);
+    let mut bed = Bed::with_policy(targets, INITIATORS, max_send_wr, policy);
     let mut rng = SmallRng::seed_from_u64(0xd1_2ec7);
     let mut expected = HashMap::new();
-    let (mut wr_id, mut posted, mut full) = (0, 0, 0);
+    let (mut wr_id, mut posted, mut refused) = (0, 0, 0);
     let settle = |event: DcPoolEvent, expected: &mut HashMap<u64, DestinationId>| match event {
         DcPoolEvent::Completed { destination, wr_id } => {
-            assert_eq!(expected.remove(&wr_id), Some(destination), "wr_id {wr_id}")
+            assert_eq!(expected.remove(&wr_id), Some(destination), "{policy:?}: wr_id {wr_id}")
         },
-        other => panic!("{other:?}"),
+        other => panic!("{policy:?}: {other:?}"),
     };
     for _ in 0..1000 {
         let target = rng.random_range(0..targets);
         let count = rng.random_range(1..=16);
         match bed.post(target, count, 64, 0, &mut wr_id) {
-            Some(wr_ids) => {
+            Ok(wr_ids) => {
                 posted += wr_ids.len();
                 expected.extend(wr_ids.into_iter().map(|wr_id| (wr_id, bed.destinations[target])));
             },
-            None => {
-                // Full: wait for room, whatever the device's speed.
-                full += 1;
-                for event in bed.poll_until(|events| !events.is_empty()) {
-                    settle(event, &mut expected);
+            Err(_) => {
+                // Full, or no initiator or quota now: wait for a completion or an initiator
+                // handed on (`Ready`), whatever the device's speed.
+                refused += 1;
+                let deadline = Instant::now() + TIMEOUT;
+                let mut progress = expected.is_empty();
+                while !progress {
+                    let mut events = Vec::new();
+                    bed.pool.poll(|event| events.push(event)).expect("poll the direct CQ");
+                    for event in events {
+                        progress = true;
+                        if !matches!(event, DcPoolEvent::Ready { .. }) {
+                            settle(event, &mut expected);
+                        }
+                    }
+                    assert!(Instant::now() < deadline, "{policy:?}: no progress within {TIMEOUT:?}");
                 }
             },
         }
@@ -301,19 +339,23 @@ fn mlx5_hw_random_batches_fill_the_queues_and_every_request_is_reported_once_wit
     for event in bed.poll_until(|events| events.len() == left) {
         settle(event, &mut expected);
     }
-    assert!(expected.is_empty(), "{} requests never reported", expected.len());
+    assert!(
+        expected.is_empty(),
+        "{policy:?}: {} requests never reported",
+        expected.len()
+    );
     for &destination in &bed.destinations {
-        assert_eq!(bed.pool.outstanding(destination), 0);
+        assert_eq!(bed.pool.outstanding(destination), 0, "{policy:?}");
     }
     for initiator in 0..INITIATORS {
         let initiator = bed.pool.initiator(initiator).expect("an initiator");
-        assert_eq!(initiator.outstanding(), 0, "the send queue's room is back");
+        assert_eq!(initiator.outstanding(), 0, "{policy:?}: the send queue's room is back");
     }
-    assert_eq!(bed.pool.footprint().batch_records, 0);
-    // Far more than both queues hold, and full queues met: room came back, from the completions.
+    assert_eq!(bed.pool.footprint().batch_records, 0, "{policy:?}");
+    // Far more than both queues hold, and refusals met: room came back, from the completions.
     assert!(
-        posted > 10 * INITIATORS * max_send_wr as usize && full > 0,
-        "{posted} posted, {full} refused full"
+        posted > 10 * INITIATORS * max_send_wr as usize && refused > 0,
+        "{policy:?}: {posted} posted, {refused} refused"
     );
 }
 
