@@ -15,6 +15,7 @@ use sideway::ibverbs::queue_pair::QueuePairState;
 use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, DciStreams};
+use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::types::{
     DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, DestinationState, PostToDestinationErrorKind,
 };
@@ -63,13 +64,22 @@ fn assembled(
             dci
         })
         .collect();
-    let mut pool = DcInitiatorPool::from_initiators(initiators, policy, 3);
-    pool.set_send_cq(cq.clone());
-    pool.set_protection_domain(&fabric.pd, PORT, DcServiceClass::new());
+    let mut pool = DcInitiatorPool::from_initiators(initiators, Some(cq.clone().into()), &settings(&fabric, policy))
+        .expect("a pool");
     let ids = (0..fabric.targets.len())
         .map(|t| pool.add_destination(fabric.endpoint(t)))
         .collect();
     (pool, cq, ids)
+}
+
+/// A pool's settings: `policy`, unreachable after 3, address handles on the fabric's PD.
+fn settings(fabric: &Fabric, policy: DcPoolPolicy) -> DcPoolSettings {
+    let mut settings = DcPoolSettings::default();
+    settings
+        .setup_policy(policy)
+        .setup_unreachable_after(3)
+        .setup_protection_domain(&fabric.pd, PORT, DcServiceClass::new());
+    settings
 }
 
 fn is_lost(event: &DcPoolEvent, initiator: usize) -> bool {
@@ -256,8 +266,8 @@ fn on_a_kernel_without_the_dci_reset_a_rebuilt_initiator_takes_more_than_its_sen
 fn a_pool_without_initiators_refuses_posts() {
     let fabric = Fabric::new(1);
     for policy in [DcPoolPolicy::Dedicated, DcPoolPolicy::Static, DcPoolPolicy::Streams] {
-        let mut pool: DcInitiatorPool = DcInitiatorPool::from_initiators(Vec::new(), policy, 3);
-        pool.set_protection_domain(&fabric.pd, PORT, DcServiceClass::new());
+        let mut pool: DcInitiatorPool =
+            DcInitiatorPool::from_initiators(Vec::new(), None, &settings(&fabric, policy)).expect("a pool");
         let d = pool.add_destination(fabric.endpoint(0));
         assert_eq!(pool.assignment(d), None);
         assert_eq!(pool.destination_state(d), DestinationState::NoInitiatorInService);

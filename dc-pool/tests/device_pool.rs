@@ -1293,6 +1293,7 @@ fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue
 
 fn a_pool_made_from_initiators_creates_address_handles_on_the_protection_domain_given() {
     use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+    use sideway_ext_dc_pool::settings::DcPoolSettings;
     let fabric = Fabric::new(1);
     let cq = fabric.ctx.create_cq_builder().setup_cqe(64).build().expect("CQ");
     let mut initiator = fabric
@@ -1301,9 +1302,12 @@ fn a_pool_made_from_initiators_creates_address_handles_on_the_protection_domain_
         .build()
         .expect("initiator");
     initiator.bring_up(&fast_bring_up()).expect("bring up");
-    let mut pool = DcInitiatorPool::from_initiators(vec![initiator], DcPoolPolicy::Static, 3);
-    pool.set_send_cq(cq);
-    pool.set_protection_domain(&fabric.pd, PORT, DcServiceClass::new());
+    let mut settings = DcPoolSettings::default();
+    settings
+        .setup_policy(DcPoolPolicy::Static)
+        .setup_unreachable_after(3)
+        .setup_protection_domain(&fabric.pd, PORT, DcServiceClass::new());
+    let mut pool = DcInitiatorPool::from_initiators(vec![initiator], Some(cq.into()), &settings).expect("a pool");
     let destination = pool.add_destination(fabric.endpoint(0));
     assert_eq!(
         pool.footprint().address_handles,
