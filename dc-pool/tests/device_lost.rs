@@ -64,7 +64,7 @@ fn assembled(
             dci
         })
         .collect();
-    let mut pool = DcInitiatorPool::from_initiators(initiators, Some(cq.clone().into()), &settings(&fabric, policy))
+    let mut pool = DcInitiatorPool::from_initiators(initiators, Some(cq.clone().into()), &settings(fabric, policy))
         .expect("a pool");
     let ids = (0..fabric.targets.len())
         .map(|t| pool.add_destination(fabric.endpoint(t)))
