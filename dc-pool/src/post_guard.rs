@@ -44,9 +44,12 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let Some(endpoint) = self.core.endpoint(destination) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
         };
-        // Brought up alike: the first initiator's path MTU and source GID are every one's.
-        let first = self.initiators.first();
-        let (path_mtu, src_gid_index) = first.map_or((None, 0), |i| (i.path_mtu(), i.source_gid_index()));
+        // Brought up alike: the first initiator's path MTU, source GID and addresses are every
+        // one's. A pool of none has none in service.
+        let Some(first) = self.initiators.first() else {
+            return Err(PostToDestinationErrorKind::NoInitiatorInService);
+        };
+        let (path_mtu, src_gid_index) = (first.path_mtu(), first.source_gid_index());
         if let (Some(destination), Some(initiators)) = (endpoint.path_mtu(), path_mtu) {
             if destination < initiators {
                 return Err(PostToDestinationErrorKind::PathMtuTooSmall {
@@ -59,7 +62,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             // Kept until the destination is removed (libmlx5 copies the address into each request).
             Some((pd, port, service_class)) => {
                 let ah = endpoint.create_ah_with_class(pd, port, src_gid_index, service_class)?;
-                let first = first.ok_or(PostToDestinationErrorKind::UnknownDestination)?;
                 let address = first.address(ah);
                 (
                     address.map_err(|source| PostToDestinationErrorKind::Address { source })?,
@@ -67,7 +69,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 )
             },
             None => {
-                let address = first.and_then(|first| first.address_without_protection_domain(endpoint));
+                let address = first.address_without_protection_domain(endpoint);
                 (
                     address.ok_or(PostToDestinationErrorKind::UnknownDestination)?,
                     Handle::None,
