@@ -55,8 +55,6 @@ impl Target {
 pub(crate) enum Handle {
     /// An address handle the pool created on its protection domain (kept in the address).
     Created,
-    /// Nothing: the initiators route by DCT number alone.
-    None,
 }
 
 /// Which initiator a destination posts on.

@@ -19,7 +19,6 @@ use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::CompletionQueueExt;
 use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendGuard, Transport, WorkRequestHandle};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcBatchAddress, DcInitiator};
 
 /// Why [`PoolInitiator::reset_stream`] refused.
@@ -94,15 +93,6 @@ pub trait PoolInitiator {
     /// ([`Address`](super::types::PostToDestinationErrorKind::Address)), and the next post
     /// tries again.
     fn address(&self, ah: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>>;
-
-    /// The address of the destination of `endpoint` in a pool given no protection domain, for
-    /// initiators that route by DCT number alone; by default none, and such a pool's
-    /// destinations are refused (`UnknownDestination`) unless added with their address
-    /// ([`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
-    fn address_without_protection_domain(&self, endpoint: &DcEndpoint) -> Option<Self::Address> {
-        let _ = endpoint;
-        None
-    }
 
     /// Starts a batch of requests to the DC target `dct_number` with access key `dc_key` at
     /// `address`, on DCI stream `stream` when given (a pool of the streams policy gives one,

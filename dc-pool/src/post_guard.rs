@@ -39,7 +39,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     }
 
     /// Makes `destination`'s address (its first post, or `prepare`): from the address handle
-    /// the pool creates on its protection domain, or the initiators' own without one.
+    /// the pool creates on its protection domain (without one, a destination posts only with
+    /// the address it was added with).
     pub(super) fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
         let Some(endpoint) = self.core.endpoint(destination) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
@@ -68,13 +69,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                     Handle::Created,
                 )
             },
-            None => {
-                let address = first.address_without_protection_domain(endpoint);
-                (
-                    address.ok_or(PostToDestinationErrorKind::UnknownDestination)?,
-                    Handle::None,
-                )
-            },
+            None => return Err(PostToDestinationErrorKind::UnknownDestination),
         };
         self.core.resolve(destination, handle);
         self.keep_address(destination, address);

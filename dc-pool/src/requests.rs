@@ -71,12 +71,6 @@ impl WrIds {
     pub(crate) fn batch(&mut self, slot: usize, room: usize) -> &mut [u64] {
         &mut self.0[slot..slot + room]
     }
-
-    /// Keeps a caller's `wr_id` at place `slot` (the simulation, which posts without a guard).
-    #[cfg(test)]
-    pub(crate) fn set(&mut self, slot: usize, wr_id: u64) {
-        self.0[slot] = wr_id;
-    }
 }
 
 /// One initiator's ring in [`WrIds`].
@@ -481,12 +475,6 @@ impl InitiatorRequests {
     #[inline]
     pub(super) fn has_blocked(&self) -> bool {
         !self.blocked.is_empty()
-    }
-
-    /// Whether `destination` waits for it.
-    #[cfg(test)]
-    pub(super) fn blocks(&self, destination: DestinationId) -> bool {
-        self.blocked.contains(&destination)
     }
 
     /// Takes out the destinations waiting for it for which `ready` says whether they may post

@@ -17,8 +17,7 @@
 //! completes (or fails), the next one is watched afresh: a later stall is reported again.
 //!
 //! The time is the pool's clock ([`DcPoolSettings::setup_clock`](super::settings::DcPoolSettings::setup_clock)):
-//! `Instant::now` by default, the simulated fabric's ticks on the fabric, so that a run there
-//! depends on its seed alone.
+//! `Instant::now` by default, or one a test moves.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -89,6 +88,3 @@ impl PoolCore {
         self.stalls.heads = heads;
     }
 }
-
-#[cfg(test)]
-mod tests;

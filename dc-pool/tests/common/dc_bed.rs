@@ -1,11 +1,8 @@
-//! A DC test bed: one DC initiator and one DC target, on the simulated fabric or on the ConnectX
-//! of `SIDEWAY_EXT_TEST_MLX5_DEVICE`, behind one trait ([`DcBed`]), so that one test body runs
-//! on both. A test file writes each body once, generic over `B: DcBed`, and runs it twice: on
-//! [`SimulatedBed`] in a plain test (every run, no device), and on [`DeviceBed`] in an
-//! `mlx5_hw_` test, `#[ignore]`d and `#[serial]` as the other mlx5 hardware tests (TESTING.md).
-//!
-//! The body posts through [`DcSend`] (the guard a `DcInitiator` posts with, `setup_dc_addr`
-//! taking the bed's address handle), and reads what the target got through the bed.
+//! A DC test bed: one DC initiator and one DC target on the ConnectX of
+//! `SIDEWAY_EXT_TEST_MLX5_DEVICE` ([`DeviceBed`]), for the `mlx5_hw_` tests, `#[ignore]`d and
+//! `#[serial]` as the other mlx5 hardware tests (TESTING.md). A test posts with the
+//! `DcInitiator`'s guard (`setup_dc_addr` taking the bed's address handle), and reads what the
+//! target got through the bed.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,12 +14,9 @@ use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
-use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp, DcSend};
+use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp};
 use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
-use sideway_ext_dc_pool::simulation::{
-    SimulatedCompletionQueue, SimulatedFabric, SimulatedInitiator, SimulatedMemoryRegion, SimulatedTarget,
-};
 
 /// The target's memory the WRITEs reach, in bytes.
 pub const MEMORY: usize = 4096;
@@ -35,157 +29,6 @@ const PORT: u8 = 1;
 /// How long the device bed waits for a completion that should come quickly; an error
 /// completion comes after the transport's retries (timeout 14: about 67 ms each, 8 tries).
 const TIMEOUT: Duration = Duration::from_secs(30);
-/// How many polls (ticks) the simulated bed waits: far more than the transport timeout (64).
-const TICKS: usize = 10_000;
-
-/// One DC initiator and one DC target, on the fabric or a device.
-pub trait DcBed {
-    /// The initiator the body posts on.
-    type Initiator: DcSend;
-
-    /// The initiator, and the address handle that reaches the target.
-    fn sender(&mut self) -> (&mut Self::Initiator, &<Self::Initiator as DcSend>::AddressHandle);
-
-    /// The target's endpoint, as a peer would send it.
-    fn endpoint(&self) -> DcEndpoint;
-
-    /// The rkey and address of the target's registered memory ([`MEMORY`] bytes).
-    fn remote(&self) -> (u32, u64);
-
-    /// `len` bytes of the target's memory from `offset`.
-    fn read_remote(&self, offset: usize, len: usize) -> Vec<u8>;
-
-    /// Posts `count` receives of [`RECEIVE`] bytes on the target.
-    fn post_receives(&mut self, count: usize);
-
-    /// Waits for exactly `count` completions of the initiator.
-    fn wait_sends(&mut self, count: usize) -> Vec<WorkCompletion>;
-
-    /// Checks that the initiator has no completion to poll, a while after its last one.
-    fn assert_no_send_completion(&mut self);
-
-    /// Waits for `count` receives at the target; their bytes.
-    fn wait_receives(&mut self, count: usize) -> Vec<Vec<u8>>;
-
-    /// The target is gone (destroyed on a device; killed on the fabric).
-    fn destroy_target(&mut self);
-
-    /// The statuses a request to a destroyed target may end with here.
-    fn dead_target_statuses(&self) -> &'static [WorkCompletionStatus];
-}
-
-/// The bed on a simulated fabric (seed 1).
-pub struct SimulatedBed {
-    _fabric: SimulatedFabric,
-    target: SimulatedTarget,
-    region: SimulatedMemoryRegion,
-    cq: SimulatedCompletionQueue,
-    dci: SimulatedInitiator,
-    ah: Arc<sideway_ext_dc_pool::simulation::SimulatedAddressHandle>,
-}
-
-impl SimulatedBed {
-    pub fn new() -> Self {
-        let fabric = SimulatedFabric::new(1);
-        let target = fabric
-            .create_target_builder()
-            .setup_dc_key(KEY)
-            .setup_memory(MEMORY)
-            .setup_receives(0, RECEIVE as u32)
-            .build()
-            .expect("a simulated DC target");
-        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
-        let region = target.register_memory(0..MEMORY, access).expect("register its memory");
-        let cq = fabric.create_cq();
-        let dci = fabric
-            .create_dci_builder()
-            .setup_max_send_wr(64)
-            .setup_max_inline_data(64)
-            .build()
-            .expect("a simulated DC initiator");
-        let ah = fabric.create_ah(&target.endpoint());
-        Self {
-            _fabric: fabric,
-            target,
-            region,
-            cq,
-            dci,
-            ah,
-        }
-    }
-}
-
-impl DcBed for SimulatedBed {
-    type Initiator = SimulatedInitiator;
-
-    fn sender(
-        &mut self,
-    ) -> (
-        &mut SimulatedInitiator,
-        &sideway_ext_dc_pool::simulation::SimulatedAddressHandle,
-    ) {
-        (&mut self.dci, &self.ah)
-    }
-
-    fn endpoint(&self) -> DcEndpoint {
-        self.target.endpoint()
-    }
-
-    fn remote(&self) -> (u32, u64) {
-        (self.region.rkey(), self.region.address())
-    }
-
-    fn read_remote(&self, offset: usize, len: usize) -> Vec<u8> {
-        self.target
-            .read(offset..offset + len)
-            .expect("inside the target's memory")
-    }
-
-    fn post_receives(&mut self, count: usize) {
-        self.target.post_receives(count as u64);
-    }
-
-    fn wait_sends(&mut self, count: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 16];
-        for _ in 0..TICKS {
-            out.extend_from_slice(self.cq.poll_work_completions(&mut wcs).expect("poll the fabric's CQ"));
-            if out.len() >= count {
-                break;
-            }
-        }
-        assert_eq!(
-            out.len(),
-            count,
-            "the initiator's completions after {TICKS} ticks: {out:?}"
-        );
-        out
-    }
-
-    fn assert_no_send_completion(&mut self) {
-        let mut wcs = [WorkCompletion::default(); 4];
-        for _ in 0..TICKS {
-            let polled = self.cq.poll_work_completions(&mut wcs).expect("poll the fabric's CQ");
-            assert!(polled.is_empty(), "an unexpected completion: {polled:?}");
-        }
-    }
-
-    fn wait_receives(&mut self, count: usize) -> Vec<Vec<u8>> {
-        // The SENDs executed before their completions were polled (`wait_sends`).
-        let received: Vec<_> = self.target.take_received().into_iter().map(|m| m.data).collect();
-        assert_eq!(received.len(), count, "the target's receives: {received:?}");
-        received
-    }
-
-    fn destroy_target(&mut self) {
-        self.target.kill();
-    }
-
-    fn dead_target_statuses(&self) -> &'static [WorkCompletionStatus] {
-        // The fabric's documented status (module docs of `simulation`, "a dead target").
-        &[WorkCompletionStatus::RetryCounterExceededError]
-    }
-}
 
 /// The bed on the ConnectX of `SIDEWAY_EXT_TEST_MLX5_DEVICE`: loopback on port 1, a DC target
 /// on an SRQ, a DC initiator brought up with the defaults.
@@ -250,26 +93,24 @@ impl DeviceBed {
     }
 }
 
-impl DcBed for DeviceBed {
-    type Initiator = DcInitiator;
-
-    fn sender(&mut self) -> (&mut DcInitiator, &sideway_ext::ibverbs::address_handle::AddressHandle) {
+impl DeviceBed {
+    pub fn sender(&mut self) -> (&mut DcInitiator, &sideway_ext::ibverbs::address_handle::AddressHandle) {
         (&mut self.dci, &self.ah)
     }
 
-    fn endpoint(&self) -> DcEndpoint {
+    pub fn endpoint(&self) -> DcEndpoint {
         self.endpoint
     }
 
-    fn remote(&self) -> (u32, u64) {
+    pub fn remote(&self) -> (u32, u64) {
         (self.remote.rkey(), self.remote.addr(0))
     }
 
-    fn read_remote(&self, offset: usize, len: usize) -> Vec<u8> {
+    pub fn read_remote(&self, offset: usize, len: usize) -> Vec<u8> {
         self.remote.read(offset, len)
     }
 
-    fn post_receives(&mut self, count: usize) {
+    pub fn post_receives(&mut self, count: usize) {
         let mut storage = sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage::new();
         for _ in 0..count {
             let slot = self.posted;
@@ -289,20 +130,20 @@ impl DcBed for DeviceBed {
         }
     }
 
-    fn wait_sends(&mut self, count: usize) -> Vec<WorkCompletion> {
+    pub fn wait_sends(&mut self, count: usize) -> Vec<WorkCompletion> {
         let wcs = super::wait_completions(self.send_cq.as_ref(), count, super::slowed(TIMEOUT));
         assert_eq!(wcs.len(), count, "the DC initiator's completions: {wcs:?}");
         wcs
     }
 
-    fn assert_no_send_completion(&mut self) {
+    pub fn assert_no_send_completion(&mut self) {
         std::thread::sleep(super::slowed(Duration::from_millis(50)));
         let mut wcs = [WorkCompletion::default(); 4];
         let polled = self.send_cq.poll_work_completions(&mut wcs).expect("poll the send CQ");
         assert!(polled.is_empty(), "an unexpected completion: {polled:?}");
     }
 
-    fn wait_receives(&mut self, count: usize) -> Vec<Vec<u8>> {
+    pub fn wait_receives(&mut self, count: usize) -> Vec<Vec<u8>> {
         let wcs = super::wait_completions(self.recv_cq.as_ref(), count, super::slowed(TIMEOUT));
         wcs.iter()
             .map(|wc| {
@@ -313,11 +154,11 @@ impl DcBed for DeviceBed {
             .collect()
     }
 
-    fn destroy_target(&mut self) {
+    pub fn destroy_target(&mut self) {
         drop(self.target.take());
     }
 
-    fn dead_target_statuses(&self) -> &'static [WorkCompletionStatus] {
+    pub fn dead_target_statuses(&self) -> &'static [WorkCompletionStatus] {
         // What test_dc.rs's `destroyed_target_verdict` takes: the references show all three.
         &[
             WorkCompletionStatus::RetryCounterExceededError,

@@ -1,5 +1,5 @@
 //! The integration tests' shared helpers: sideway-ext's own (tests/common at the root, one
-//! place for both crates), and the DC test bed on a device or the simulated fabric.
+//! place for both crates), and the DC test bed on a ConnectX.
 #![allow(dead_code, unused_imports)]
 
 #[path = "../../../tests/common/mod.rs"]
