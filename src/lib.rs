@@ -13,7 +13,7 @@
 //! |---|---|---|---|
 //! | Shared receive queues, RC/UD queue pairs on them and their bring-up, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
 //! | mlx5 control plane: direct-verbs device context, device and DC capability queries | `mlx5` | `mlx5` | done |
-//! | DC initiators and targets, requests addressed one by one | `mlx5::dc` | `mlx5` | checked on a software ConnectX (softmlx5: libmlx5's own code, mlx5_ib's rules) and a simulation; not yet run on a ConnectX |
+//! | DC initiators and targets, requests addressed one by one | `mlx5::dc` | `mlx5` | checked on a software ConnectX (softmlx5: libmlx5's own code, mlx5_ib's rules); not yet run on a ConnectX |
 //!
 //! # Features
 //!
@@ -24,9 +24,8 @@
 //!   (`ibverbs::async_completion_channel`).
 //! - `serde`: `Serialize`/`Deserialize` for the values peers exchange (a DC endpoint).
 //!
-//! A pool of DC initiators for thousands of destinations, and a seeded simulated DC fabric to
-//! test a DC program on without a device, are a second crate, `sideway-ext-dc-pool` (the
-//! repository's `dc-pool/`, with the examples `dc_pingpong` and `dc_pool_simulated`), built on
+//! A pool of DC initiators for thousands of destinations is a second crate,
+//! `sideway-ext-dc-pool` (the repository's `dc-pool/`, with the example `dc_pingpong`), built on
 //! this crate's public API alone.
 //!
 //! # A first program

@@ -25,7 +25,7 @@ use sideway::ibverbs::queue_pair::{
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address::AddressHandleAttribute;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::post_send_guard::{Destination, PostSendError, PostSendErrorKind};
+use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendErrorKind};
 use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
 use sideway_ext::ibverbs::source_gid::{SourceGid, SourceGidErrorKind};
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
@@ -1495,106 +1495,6 @@ fn a_read_from_a_target_at_a_larger_mtu_is_refused_where_its_responses_would_not
     assert_eq!(
         bed::wait(device.cq.as_ref(), 1, WAIT)[0].status(),
         Some(WorkCompletionStatus::Success)
-    );
-}
-
-/// A route of another crate's, as a simulated fabric's: its destinations need an entry of their
-/// own (`ProviderEntries::FIRST_EXTERNAL_FREE`) beside the DC setter's, which no device's DC
-/// initiator has.
-struct ByDctNumber;
-
-const OWN_ROUTE: u32 = sideway_ext::ibverbs::post_send_guard::ProviderEntries::FIRST_EXTERNAL_FREE;
-
-#[derive(Debug, Clone, Copy)]
-struct ByDctNumberAddress(sideway_ext::mlx5::dc::initiator::DcAddress);
-
-#[derive(Debug, Clone, Copy)]
-struct ByDctNumberStreamAddress(sideway_ext::mlx5::dc::initiator::DcStreamAddress);
-
-// SAFETY: the setters the DC addresses call, behind an entry no device's initiator has.
-unsafe impl Destination for ByDctNumberAddress {
-    const ENTRY: u32 = <sideway_ext::mlx5::dc::initiator::DcAddress as Destination>::ENTRY | OWN_ROUTE;
-    const ENTRY_NAME: &'static str = "wr_set_dc_addr of a simulated fabric";
-
-    unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
-        // SAFETY: the caller's promise.
-        unsafe { self.0.set(qp) }
-    }
-}
-
-// SAFETY: as above.
-unsafe impl Destination for ByDctNumberStreamAddress {
-    const ENTRY: u32 = <sideway_ext::mlx5::dc::initiator::DcStreamAddress as Destination>::ENTRY | OWN_ROUTE;
-    const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream of a simulated fabric";
-
-    unsafe fn set(self, qp: *mut rdma_mummy_sys::ibv_qp_ex) {
-        // SAFETY: the caller's promise.
-        unsafe { self.0.set(qp) }
-    }
-}
-
-impl sideway_ext::mlx5::dc::initiator::DcRoute for ByDctNumber {
-    type Address = ByDctNumberAddress;
-    type StreamAddress = ByDctNumberStreamAddress;
-
-    fn address(
-        &self, mlx5_qp_ex: std::ptr::NonNull<rdma_mummy_sys::mlx5dv_qp_ex>, dct_number: u32, dc_key: u64,
-    ) -> ByDctNumberAddress {
-        // SAFETY: never set: the guard refuses it (no device's initiator has OWN_ROUTE).
-        ByDctNumberAddress(unsafe {
-            sideway_ext::mlx5::dc::initiator::DcAddress::new(
-                mlx5_qp_ex,
-                std::ptr::NonNull::dangling(),
-                dct_number,
-                dc_key,
-            )
-        })
-    }
-
-    fn stream_address(
-        &self, mlx5_qp_ex: std::ptr::NonNull<rdma_mummy_sys::mlx5dv_qp_ex>, dct_number: u32, dc_key: u64,
-        stream_id: u16,
-    ) -> ByDctNumberStreamAddress {
-        ByDctNumberStreamAddress(sideway_ext::mlx5::dc::initiator::DcStreamAddress::new(
-            self.address(mlx5_qp_ex, dct_number, dc_key).0,
-            stream_id,
-        ))
-    }
-}
-
-#[test]
-fn a_route_of_another_crate_is_refused_by_a_devices_dc_initiator_before_the_provider() {
-    on_device!();
-    let device = open();
-    let mut dci = device.brought_up(Some(streams(2, 1)));
-    bed::device().clear_trace();
-    for (stream, setter) in [(false, "wr_set_dc_addr"), (true, "wr_set_dc_addr_stream")] {
-        let err = dci
-            .post_send_one(7, WorkRequestFlags::Signaled, |wr| {
-                let wr = wr.setup_send();
-                if stream {
-                    wr.setup_dc_addr_stream(&ByDctNumber, 0x42, 0, 1)
-                        .setup_inline_data(b"x");
-                } else {
-                    wr.setup_dc_addr(&ByDctNumber, 0x42, 0).setup_inline_data(b"x");
-                }
-            })
-            .expect_err("a simulated route on a device's DC initiator");
-        match err.0 {
-            PostSendErrorKind::OperationNotEnabled {
-                index: 0,
-                wr_id: 7,
-                entry,
-                batch_len: 1,
-            } => assert_eq!(entry, format!("{setter} of a simulated fabric")),
-            other => panic!("stream {stream}: {other:?}"),
-        }
-    }
-    std::thread::sleep(Duration::from_millis(20));
-    assert!(requests(dci.qp_number()).is_empty(), "nothing reached the device");
-    assert!(
-        bed::wait(device.cq.as_ref(), 1, Duration::from_millis(20)).is_empty(),
-        "no completion"
     );
 }
 

@@ -119,7 +119,7 @@ impl DcPoolSettings {
     }
 
     /// What the grant and stall timeouts read the time from (default [`Instant::now`]): e.g. a
-    /// clock a test moves, or a simulation's.
+    /// clock a test moves.
     pub fn setup_clock(&mut self, now: impl Fn() -> Instant + Send + Sync + 'static) -> &mut Self {
         self.clock = Arc::new(now);
         self

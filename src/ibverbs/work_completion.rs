@@ -212,8 +212,8 @@ impl WorkCompletion {
 }
 
 /// `ibv_poll_cq` into `wcs` on a raw completion queue: the completions that were ready. For a
-/// completion queue this crate and sideway did not create (one of a simulated device, or made
-/// through libibverbs directly); sideway's queues are polled with
+/// completion queue this crate and sideway did not create (one made through libibverbs
+/// directly); sideway's queues are polled with
 /// [`CompletionQueueExt::poll_work_completions`](crate::ibverbs::extension::CompletionQueueExt::poll_work_completions).
 ///
 /// ```no_run

@@ -199,8 +199,7 @@ pub struct DciStreamsCapabilities {
 
 impl DciStreamsCapabilities {
     /// Capabilities of up to 2^`max_log_num_concurrent` concurrent streams, 2^`max_log_num_errored`
-    /// of them in error moving a DCI to ERR: what a device reports, written by hand (e.g. for
-    /// [`plan_dci`](crate::mlx5::dc::initiator::plan_dci) on a device one describes).
+    /// of them in error moving a DCI to ERR: what a device reports, written by hand.
     pub const fn new(max_log_num_concurrent: u8, max_log_num_errored: u8) -> Self {
         Self {
             max_log_num_concurrent,

@@ -80,8 +80,7 @@ pub struct SendWqeSizes {
 }
 
 impl SendWqeSizes {
-    /// The sizes as a device reports them (the PRM's fields are 16 bits wide), e.g. for a
-    /// simulated device. A `max_wqe_sz_sq_dc` of 0 (none reported) is read as no DC limit of its
+    /// The sizes as a device reports them (the PRM's fields are 16 bits wide). A `max_wqe_sz_sq_dc` of 0 (none reported) is read as no DC limit of its
     /// own: `max_wqe_sz_sq` then bounds DC requests too.
     pub const fn new(max_wqe_sz_sq: u16, max_wqe_sz_sq_dc: u16) -> Self {
         let max_wqe_sz_sq_dc = match max_wqe_sz_sq_dc {

@@ -3,36 +3,16 @@
 //! lists and inline data; with and without DCI streams), each WQE libmlx5 writes, decoded from
 //! the mlx5 layout, says what the request asked.
 use std::io::IoSlice;
-use std::ptr::NonNull;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rdma_mummy_sys::{ibv_sge, mlx5dv_qp_ex};
+use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
-use sideway_ext::mlx5::dc::initiator::{DcAddress, DcContext, DcRoute, DcStreamAddress, DynamicallyConnected};
+use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
 use sideway_ext_wqe_oracle::decode::{self, decode_dc_wqe, Data, DecodedWqe};
 use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
-
-/// An oracle address handle as a DC route: a device's `AddressHandle` needs a device.
-struct OracleRoute<'a>(&'a OracleAh);
-
-impl DcRoute for OracleRoute<'_> {
-    type Address = DcAddress;
-    type StreamAddress = DcStreamAddress;
-
-    fn address(&self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64) -> DcAddress {
-        // SAFETY: the handle outlives the guard that uses the address; the view is the guard's.
-        unsafe { DcAddress::new(mlx5_qp_ex, self.0.ibv_ah(), dct_number, dc_key) }
-    }
-
-    fn stream_address(
-        &self, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> DcStreamAddress {
-        DcStreamAddress::new(self.address(mlx5_qp_ex, dct_number, dc_key), stream_id)
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 enum Operation {
@@ -163,7 +143,6 @@ fn random_request(rng: &mut StdRng, dci: &OracleDci, streams: bool) -> Request {
 
 /// Posts `requests` as one batch through sideway-ext's DC guard over the oracle's libmlx5.
 fn post(dci: &OracleDci, ah: &OracleAh, requests: &[Request]) {
-    let route = OracleRoute(ah);
     let granted = SendOperationFlags::Send
         | SendOperationFlags::SendWithImmediate
         | SendOperationFlags::Write
@@ -186,11 +165,15 @@ fn post(dci: &OracleDci, ah: &OracleAh, requests: &[Request]) {
                 let after = $after;
                 match request.stream {
                     Some(stream) => {
-                        let data = after.setup_dc_addr_stream(&route, request.dct_number, request.dc_key, stream);
+                        // SAFETY: the oracle's handle outlives the guard.
+                        let data = unsafe {
+                            after.setup_dc_addr_stream_raw(ah.ibv_ah(), request.dct_number, request.dc_key, stream)
+                        };
                         finish(data, &request.payload)
                     },
                     None => finish(
-                        after.setup_dc_addr(&route, request.dct_number, request.dc_key),
+                        // SAFETY: the oracle's handle outlives the guard.
+                        unsafe { after.setup_dc_addr_raw(ah.ibv_ah(), request.dct_number, request.dc_key) },
                         &request.payload,
                     ),
                 }

@@ -44,7 +44,7 @@ impl RemoteMemoryAccess for ReliableConnection {}
 /// Where a request goes, set at its data step right after the operation's builder.
 ///
 /// Open, and `unsafe` to implement: a destination of one's own (e.g. for a provider table of
-/// one's own, as a simulated device has) names in `ENTRY` the entries its `set` calls, each
+/// one's own) names in `ENTRY` the entries its `set` calls, each
 /// [`ProviderEntries::FIRST_EXTERNAL_FREE`](super::ProviderEntries::FIRST_EXTERNAL_FREE) or above
 /// when it lies outside `ibv_qp_ex` and is not one of this crate's; the guard refuses the request
 /// before the provider when the queue pair's entries lack one.

@@ -8,9 +8,8 @@
 //!   the post guard, whose requests are addressed one by one;
 //! - [`target`]: the DC target (DCT), which receives through a shared receive queue;
 //!
-//! A pool of DC initiators for many destinations (`DcInitiatorPool`), and a seeded simulated DC
-//! fabric the pool, or a program posting on one DC initiator, runs on without a device, are the
-//! crate `sideway-ext-dc-pool`, built on this module's public API.
+//! A pool of DC initiators for many destinations (`DcInitiatorPool`) is the crate
+//! `sideway-ext-dc-pool`, built on this module's public API.
 //!
 //! The transition tables of both queue-pair types (which attributes each state change needs) are
 //! in a private module, and what both share (their creation with `mlx5dv_create_qp`, the port

@@ -280,7 +280,7 @@ impl DcInitiator {
     /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
     /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
     /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
-    /// initiators up by hand, or a simulated device held to the same rules.
+    /// initiators up by hand.
     ///
     /// ```
     /// use sideway::ibverbs::queue_pair::QueuePairState::{Error, Init, ReadyToReceive, Reset};

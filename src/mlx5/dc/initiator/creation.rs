@@ -581,4 +581,37 @@ mod tests {
             CreateDcInitiatorErrorKind::DcNotSupportedByDevice
         ));
     }
+
+    /// libmlx5 rounds the queue's bytes up to a power of two (20 requests of 128 bytes: 32), and
+    /// 500 bytes inline make a request of 80 + 512 bytes, beyond the device's DC size.
+    #[test]
+    fn the_plan_rounds_the_send_queue_as_libmlx5_and_refuses_a_request_beyond_the_dc_size() {
+        let mut request = DciRequest {
+            max_send_wr: 20,
+            max_send_sge: 1,
+            max_inline_data: 0,
+            send_ops: None,
+            streams: None,
+            sq_sig_all: false,
+        };
+        let device = DciDevice {
+            max_qp_wr: 1 << 15,
+            max_sge: 30,
+            atomics: false,
+            dci_streams: None,
+            read_atomic_depth: 1,
+            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::new(1024, 512),
+        };
+        let planned = plan_dci(&request, &device).expect("planned");
+        assert_eq!(planned.granted_max_send_wr(), 32);
+        request.max_inline_data = 500;
+        assert!(matches!(
+            plan_dci(&request, &device),
+            Err(CreateDcInitiatorErrorKind::RequestTooLarge {
+                request_bytes: 592,
+                max_wqe_sz_sq_dc: 512,
+                ..
+            })
+        ));
+    }
 }

@@ -45,17 +45,14 @@ pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
 pub(crate) mod recovery;
-mod route;
 mod send;
 mod stream_reset;
 mod transport;
 
 pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};
 pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
-pub use self::plan::{plan_dci, DciDevice, DciInitParameters, DciRequest};
+use self::plan::DciRequest;
 pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};
-pub use self::route::DcRoute;
-pub use self::send::DcSend;
 pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};
 pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
 pub use super::queue_pair::PortNotReady;

@@ -14,7 +14,7 @@ use crate::mlx5::send_wqe_sizes::SendWqeSizes;
 /// other objects ([`plan_dci`]'s answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct DciInitParameters {
+pub(crate) struct DciInitParameters {
     /// The send queue asked of the library (`cap.max_send_wr`).
     pub max_send_wr: u32,
     /// `cap.max_send_sge`.
@@ -32,7 +32,7 @@ pub struct DciInitParameters {
 /// What a [`DcInitiatorBuilder`] asks for: [`DciInitParameters`] with the send operations left to
 /// the device when not set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DciRequest {
+pub(crate) struct DciRequest {
     /// The send queue asked for.
     pub max_send_wr: u32,
     /// Scatter/gather entries per request.
@@ -51,7 +51,7 @@ pub struct DciRequest {
 /// `max_qp_wr`, `max_sge` and `atomic_cap`, `mlx5dv_query_device`'s `dci_streams_caps`, and the
 /// general capabilities' `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` (`QUERY_HCA_CAP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DciDevice {
+pub(crate) struct DciDevice {
     /// `ibv_device_attr::max_qp_wr`.
     pub max_qp_wr: u32,
     /// `ibv_device_attr::max_sge`.
@@ -95,38 +95,15 @@ pub(super) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), C
 
 /// Decides a DC initiator's init parameters from the request and the device, or refuses it
 /// before the library would: the send operations (default: every DC operation the device can
-/// do), the capacities, the DCI streams. What [`DcInitiatorBuilder::build`] creates, for a
-/// program that sizes initiators before creating them, or a simulated device held to the same
-/// rules:
-///
-/// ```
-/// use sideway_ext::mlx5::dc::initiator::{plan_dci, CreateDcInitiatorErrorKind, DciDevice, DciRequest};
-/// use sideway_ext::mlx5::send_wqe_sizes::SendWqeSizes;
-///
-/// let mut request = DciRequest {
-///     max_send_wr: 20, max_send_sge: 1, max_inline_data: 0, send_ops: None, streams: None, sq_sig_all: false,
-/// };
-/// let device = DciDevice {
-///     max_qp_wr: 1 << 15, max_sge: 30, atomics: false, dci_streams: None, read_atomic_depth: 1,
-///     send_wqe_sizes: SendWqeSizes::new(1024, 512),
-/// };
-/// let planned = plan_dci(&request, &device)?;
-/// // libmlx5 rounds the queue's bytes up to a power of two: 32 requests of 128 bytes.
-/// assert_eq!(planned.granted_max_send_wr(), 32);
-/// // 500 bytes inline make a request of 80 + 512 bytes, beyond the device's DC size.
-/// request.max_inline_data = 500;
-/// assert!(matches!(
-///     plan_dci(&request, &device),
-///     Err(CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 592, max_wqe_sz_sq_dc: 512, .. })
-/// ));
-/// # Ok::<(), sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind>(())
-/// ```
+/// do), the capacities, the DCI streams: what [`DcInitiatorBuilder::build`] creates.
 ///
 /// # Errors
 ///
 /// What [`DcInitiatorBuilder::build`] refuses before the library (e.g.
 /// [`InvalidMaxSendWorkRequests`](CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests)).
-pub fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
+pub(crate) fn plan_dci(
+    request: &DciRequest, device: &DciDevice,
+) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
     let send_ops = match request.send_ops {
         Some(requested) => {
             check_dc_operations(requested)?;
@@ -255,7 +232,7 @@ pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
 impl DciInitParameters {
     /// The send queue `mlx5dv_create_qp` grants these parameters (libmlx5's
     /// `mlx5_calc_sq_size`: the requests' bytes rounded up to a power of two).
-    pub fn granted_max_send_wr(&self) -> u32 {
+    pub(crate) fn granted_max_send_wr(&self) -> u32 {
         let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
         dci_granted_send_wr(self.max_send_wr, request_size)
     }

@@ -1,71 +1,12 @@
-//! [`DcSend`]: what a program posts DC requests on, a [`DcInitiator`] or a simulated one, so that
-//! one program (or one test) runs on a ConnectX and on a simulated fabric.
-
-use sideway::ibverbs::queue_pair::WorkRequestFlags;
+//! How a [`DcInitiator`] starts its batches: each request addressed at its own step, or a batch
+//! to one DC address.
 
 use super::{
-    BatchAddressed, DcAddress, DcBatchAddress, DcContext, DcInitiator, DcRoute, DynamicallyConnected, SET_DC_ADDR,
+    BatchAddressed, DcAddress, DcBatchAddress, DcContext, DcInitiator, DynamicallyConnected, SET_DC_ADDR,
     SET_DC_ADDR_STREAM,
 };
 use crate::ibverbs::address_handle::AddressHandle;
-use crate::ibverbs::post_send_guard::{PathMtus, PostSendError, PostSendGuard, ProviderEntries, WorkRequestHandle};
-
-/// A DC initiator a program posts on: [`DcInitiator`] on a device, and a simulated fabric's
-/// initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).
-/// Both post through the same guard (`construct_wr` → operation → `setup_dc_addr` → data →
-/// `post`), so code generic over `I: DcSend` builds its requests once for both. Creating,
-/// bringing up and polling stay each side's own: a device's initiator completes into the CQ its
-/// builder was given, a simulated one into its fabric's.
-///
-/// ```
-/// use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
-/// use sideway_ext::ibverbs::post_send_guard::PostSendError;
-/// use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
-/// use sideway_ext::mlx5::dc::initiator::DcSend;
-///
-/// /// One RDMA WRITE of `bytes` to `rkey`/`address` at the target of `endpoint`.
-/// fn write<I: DcSend>(
-///     dci: &mut I, ah: &I::AddressHandle, endpoint: &DcEndpoint, rkey: u32, address: u64, bytes: &[u8],
-/// ) -> Result<(), PostSendError> {
-///     dci.post_send_one(1, WorkRequestFlags::Signaled, |wr| {
-///         wr.setup_write(rkey, address)
-///             .setup_dc_addr(ah, endpoint.dct_number(), endpoint.dc_key())
-///             .setup_inline_data(bytes);
-///     })
-/// }
-/// ```
-pub trait DcSend {
-    /// The address handle its requests are routed by: [`AddressHandle`] on a device, the
-    /// fabric's on a simulated fabric (`Arc`s of them are routes too).
-    type AddressHandle: DcRoute + ?Sized;
-
-    /// The queue pair number its completions carry.
-    fn qp_number(&self) -> u32;
-
-    /// How many requests its send queue holds.
-    fn max_send_wr(&self) -> u32;
-
-    /// The longest inline data one request takes; longer is refused at post.
-    fn max_inline_data(&self) -> u32;
-
-    /// Starts a batch of send requests (`ibv_wr_start`).
-    fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected>;
-
-    /// Posts one send request described by `request` from its operation on (its DC address
-    /// included).
-    ///
-    /// # Errors
-    ///
-    /// As [`PostSendGuard::post`].
-    fn post_send_one(
-        &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
-        request: impl FnOnce(WorkRequestHandle<'_, DynamicallyConnected>),
-    ) -> Result<(), PostSendError> {
-        let mut guard = self.start_post_send();
-        request(guard.construct_wr(wr_id, wr_flags));
-        guard.post()
-    }
-}
+use crate::ibverbs::post_send_guard::{PathMtus, PostSendGuard, ProviderEntries};
 
 impl DcInitiator {
     /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target
@@ -131,34 +72,5 @@ impl DcInitiator {
         let mut guard = self.start_post_send();
         request(guard.construct_wr(wr_id, wr_flags));
         guard.post()
-    }
-}
-
-impl DcSend for DcInitiator {
-    type AddressHandle = AddressHandle;
-
-    fn qp_number(&self) -> u32 {
-        DcInitiator::qp_number(self)
-    }
-
-    fn max_send_wr(&self) -> u32 {
-        DcInitiator::max_send_wr(self)
-    }
-
-    fn max_inline_data(&self) -> u32 {
-        DcInitiator::max_inline_data(self)
-    }
-
-    #[inline]
-    fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
-        DcInitiator::start_post_send(self)
-    }
-
-    #[inline]
-    fn post_send_one(
-        &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
-        request: impl FnOnce(WorkRequestHandle<'_, DynamicallyConnected>),
-    ) -> Result<(), PostSendError> {
-        DcInitiator::post_send_one(self, wr_id, wr_flags, request)
     }
 }

@@ -9,7 +9,8 @@ use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, ibv_sge, mlx5dv_qp_ex, mlx5dv_wr_set_dc_
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 
-use super::{dc_entries, DcRoute, SET_DC_ADDR, SET_DC_ADDR_STREAM};
+use super::{dc_entries, SET_DC_ADDR, SET_DC_ADDR_STREAM};
+use crate::ibverbs::address_handle::AddressHandle;
 #[allow(unused_imports)] // for the docs' links
 use crate::ibverbs::post_send_guard::PostSendGuard;
 use crate::ibverbs::post_send_guard::{
@@ -97,7 +98,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// initiator's path MTU and the target's is larger (the target answers in packets of its own
     /// path MTU). Both must be known: the initiator's once brought up
     /// ([`DcInitiator::path_mtu`](super::DcInitiator::path_mtu)), the target's from the route
-    /// ([`DcRoute::destination_path_mtu`]: an address handle from a
+    /// ([`AddressHandle::destination_path_mtu`]: an address handle from a
     /// [`DcEndpoint`](crate::mlx5::dc::endpoint::DcEndpoint) whose peer said it); otherwise
     /// nothing is refused for it. One comparison of two values known before the request, for a
     /// READ only.
@@ -108,30 +109,24 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// than needed but costs nothing (it exists only at compile time); dropping the handle after
     /// [`PostSendGuard::post`] is fine. Cache one handle per destination anyway: creating one is a
     /// system call.
-    ///
-    /// `ah` is any [`DcRoute`]: an [`AddressHandle`](crate::ibverbs::address_handle::AddressHandle)
-    /// (or an `Arc` of one), or a simulated fabric's, which only a simulated initiator takes.
     #[inline]
-    pub fn setup_dc_addr<R: DcRoute + ?Sized>(
-        self, ah: &'g R, dct_number: u32, dc_key: u64,
-    ) -> LocalBufferHandle<'g, O, R::Address> {
+    pub fn setup_dc_addr(
+        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
+    ) -> LocalBufferHandle<'g, O, DcAddress> {
         let path_mtus = self.read_path_mtus(ah);
-        LocalBufferHandle::between(
-            self.request,
-            ah.address(self.context.view, dct_number, dc_key),
-            path_mtus,
-        )
+        let address = self.route(ah, dct_number, dc_key);
+        LocalBufferHandle::between(self.request, address, path_mtus)
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
     /// (`mlx5dv_wr_set_dc_addr_stream`); the DC initiator must have been created with streams,
     /// else the request is refused at post.
     #[inline]
-    pub fn setup_dc_addr_stream<R: DcRoute + ?Sized>(
-        self, ah: &'g R, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> LocalBufferHandle<'g, O, R::StreamAddress> {
+    pub fn setup_dc_addr_stream(
+        self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
         let path_mtus = self.read_path_mtus(ah);
-        let address = ah.stream_address(self.context.view, dct_number, dc_key, stream_id);
+        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);
         LocalBufferHandle::between(self.request, address, path_mtus)
     }
 
@@ -151,14 +146,38 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         self.address(ah, dct_number, dc_key)
     }
 
+    /// As [`setup_dc_addr_stream`](Self::setup_dc_addr_stream), with a raw address handle, as
+    /// [`setup_dc_addr_raw`](Self::setup_dc_addr_raw).
+    ///
+    /// # Safety
+    ///
+    /// As [`setup_dc_addr_raw`](Self::setup_dc_addr_raw).
+    #[inline]
+    pub unsafe fn setup_dc_addr_stream_raw(
+        self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
+    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+        // SAFETY: the view is the guard's own; `ah` is the caller's promise.
+        let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
+        // A raw handle says nothing of its target's MTU.
+        LocalBufferHandle::between(self.request, DcStreamAddress::new(address, stream_id), None)
+    }
+
     /// The path MTUs a READ over `route` is held to: this initiator's and the route's target's,
     /// when both are known; for any other operation, nothing to read.
     #[inline]
-    fn read_path_mtus<R: DcRoute + ?Sized>(&self, route: &R) -> Option<PathMtus> {
+    fn read_path_mtus(&self, ah: &AddressHandle) -> Option<PathMtus> {
         if O::ENTRY != entry::RDMA_READ {
             return None;
         }
-        PathMtus::known(self.context.path_mtu, route.destination_path_mtu())
+        PathMtus::known(self.context.path_mtu, ah.destination_path_mtu())
+    }
+
+    /// The address of a request over `ah` on this initiator's view.
+    #[inline]
+    fn route(&self, ah: &AddressHandle, dct_number: u32, dc_key: u64) -> DcAddress {
+        // SAFETY: only the pointer is taken; the guard's borrow keeps the handle alive until the
+        // request's data step, where libmlx5 copies its address vector; the view is the guard's.
+        unsafe { DcAddress::new(self.context.view, ah.ah(), dct_number, dc_key) }
     }
 
     #[inline]
