@@ -1562,3 +1562,333 @@ fn without_query_gid_ex_roce_reads_the_gid_types_from_sysfs() {
         Some(WorkCompletionStatus::Success)
     );
 }
+
+/// The states a DC queue pair is asked to move to, from each of them.
+const STATES: [QueuePairState; 5] = [
+    QueuePairState::Reset,
+    QueuePairState::Init,
+    QueuePairState::ReadyToReceive,
+    QueuePairState::ReadyToSend,
+    QueuePairState::Error,
+];
+
+/// The attribute bits mlx5_ib's DC rules name, plus `IBV_QP_DEST_QPN`, which they never allow:
+/// every subset of them is tried. (`IBV_QP_CUR_STATE` has no setter: no modification through
+/// the crate carries it.)
+const BITS: [rdma_mummy_sys::ibv_qp_attr_mask; 13] = {
+    use rdma_mummy_sys::ibv_qp_attr_mask as m;
+    [
+        m::IBV_QP_STATE,
+        m::IBV_QP_ACCESS_FLAGS,
+        m::IBV_QP_PKEY_INDEX,
+        m::IBV_QP_PORT,
+        m::IBV_QP_AV,
+        m::IBV_QP_PATH_MTU,
+        m::IBV_QP_TIMEOUT,
+        m::IBV_QP_RETRY_CNT,
+        m::IBV_QP_RNR_RETRY,
+        m::IBV_QP_MIN_RNR_TIMER,
+        m::IBV_QP_SQ_PSN,
+        m::IBV_QP_MAX_QP_RD_ATOMIC,
+        m::IBV_QP_DEST_QPN,
+    ]
+};
+
+/// Subset `subset` of [`BITS`] to state `given`, every field a value the device takes: as the
+/// crate's attribute, and as the `ibv_qp_attr` and mask a program would give `ibv_modify_qp`.
+fn attributes(subset: u32, given: QueuePairState) -> (QueuePairAttribute, rdma_mummy_sys::ibv_qp_attr, i32) {
+    use rdma_mummy_sys::ibv_qp_attr_mask as m;
+    let mut attr = QueuePairAttribute::new();
+    // SAFETY: a plain C structure, all zero.
+    let mut raw: rdma_mummy_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let mut mask = 0;
+    for (i, bit) in BITS.iter().enumerate() {
+        if subset & (1 << i) == 0 {
+            continue;
+        }
+        mask |= bit.0 as i32;
+        match *bit {
+            m::IBV_QP_STATE => {
+                attr.setup_state(given);
+                raw.qp_state = given as u32;
+            },
+            m::IBV_QP_ACCESS_FLAGS => {
+                let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
+                attr.setup_access_flags(access);
+                raw.qp_access_flags = access.bits() as u32;
+            },
+            m::IBV_QP_PKEY_INDEX => {
+                attr.setup_pkey_index(0);
+            },
+            m::IBV_QP_PORT => {
+                attr.setup_port(PORT);
+                raw.port_num = PORT;
+            },
+            m::IBV_QP_AV => {
+                let mut av = AddressHandleAttribute::new();
+                av.setup_port(PORT).setup_grh_src_gid_index(3);
+                attr.setup_address_vector(&av);
+                raw.ah_attr.is_global = 1;
+                raw.ah_attr.grh.sgid_index = 3;
+                raw.ah_attr.port_num = PORT;
+            },
+            m::IBV_QP_PATH_MTU => {
+                attr.setup_path_mtu(Mtu::Mtu1024);
+                raw.path_mtu = Mtu::Mtu1024 as u32;
+            },
+            m::IBV_QP_TIMEOUT => {
+                attr.setup_timeout(14);
+                raw.timeout = 14;
+            },
+            m::IBV_QP_RETRY_CNT => {
+                attr.setup_retry_cnt(7);
+                raw.retry_cnt = 7;
+            },
+            m::IBV_QP_RNR_RETRY => {
+                attr.setup_rnr_retry(7);
+                raw.rnr_retry = 7;
+            },
+            m::IBV_QP_MIN_RNR_TIMER => {
+                attr.setup_min_rnr_timer(12);
+                raw.min_rnr_timer = 12;
+            },
+            m::IBV_QP_SQ_PSN => {
+                attr.setup_sq_psn(0);
+            },
+            m::IBV_QP_MAX_QP_RD_ATOMIC => {
+                attr.setup_max_read_atomic(1);
+                raw.max_rd_atomic = 1;
+            },
+            _ => {
+                attr.setup_dest_qp_num(0);
+            },
+        }
+    }
+    assert_eq!(attr.mask().bits(), mask, "the crate's attribute has the mask tried");
+    (attr, raw, mask)
+}
+
+/// Whether the device takes `raw` with `mask` on the queue pair `qp` (`ibv_modify_qp`).
+fn device_takes(
+    qp: std::ptr::NonNull<rdma_mummy_sys::ibv_qp>, raw: &mut rdma_mummy_sys::ibv_qp_attr, mask: i32,
+) -> bool {
+    // SAFETY: the queue pair is alive (its owner is borrowed by the caller); the attribute is
+    // a plain structure the call reads.
+    unsafe { rdma_mummy_sys::ibv_modify_qp(qp.as_ptr(), raw, mask) == 0 }
+}
+
+/// `dci` reset, then moved up to `state` (RTS → ERR for ERR).
+fn dci_at(dci: &mut DcInitiator, state: QueuePairState) {
+    dci.modify(&to(QueuePairState::Reset)).expect("any state -> RESET");
+    let mut steps = Vec::new();
+    let mut init = to(QueuePairState::Init);
+    init.setup_pkey_index(0).setup_port(PORT);
+    steps.push((QueuePairState::Init, init));
+    let mut rtr = to(QueuePairState::ReadyToReceive);
+    rtr.setup_path_mtu(Mtu::Mtu1024);
+    steps.push((QueuePairState::ReadyToReceive, rtr));
+    let mut rts = to(QueuePairState::ReadyToSend);
+    rts.setup_timeout(14)
+        .setup_retry_cnt(7)
+        .setup_rnr_retry(7)
+        .setup_sq_psn(0)
+        .setup_max_read_atomic(1);
+    steps.push((QueuePairState::ReadyToSend, rts));
+    steps.push((QueuePairState::Error, to(QueuePairState::Error)));
+    for (reached, attr) in steps {
+        if STATES.iter().position(|s| *s == reached) > STATES.iter().position(|s| *s == state) {
+            break;
+        }
+        dci.modify(&attr)
+            .unwrap_or_else(|err| panic!("to {reached:?}: {err:?}"));
+    }
+    assert_eq!(dci.query_state().expect("query"), state);
+}
+
+/// Every (state, state asked for, subset of [`BITS`]) the DC initiator's table takes through
+/// `modify` is what the device (mlx5_ib's `modify_dci_qp_is_ok`, softmlx5/c/queue_pair.c) takes,
+/// and every one the table refuses before the library the device refuses too.
+#[test]
+fn the_dc_initiators_transition_table_is_the_devices_for_every_state_and_mask() {
+    on_device!();
+    let device = open();
+    let mut dci = device.dci(|_| {}).expect("created");
+    let (mut accepted, mut differ) = (0, Vec::new());
+    for cur in STATES {
+        dci_at(&mut dci, cur);
+        for given in STATES {
+            for subset in 0u32..1 << BITS.len() {
+                let (attr, mut raw, mask) = attributes(subset, given);
+                let moved = match dci.modify(&attr) {
+                    Ok(()) => {
+                        accepted += 1;
+                        true
+                    },
+                    Err(err) if matches!(err.0, ModifyQueuePairErrorKind::Ibverbs(_)) => {
+                        differ.push(format!(
+                            "{cur:?} -> {given:?} mask {mask:#x}: the table's, not the device's"
+                        ));
+                        false
+                    },
+                    Err(_) => {
+                        // SAFETY: the handle is used while `dci` lives.
+                        let qp = unsafe { dci.qp() };
+                        let taken = device_takes(qp, &mut raw, mask);
+                        if taken {
+                            differ.push(format!(
+                                "{cur:?} -> {given:?} mask {mask:#x}: the device's, not the table's"
+                            ));
+                        }
+                        taken
+                    },
+                };
+                if moved {
+                    dci_at(&mut dci, cur);
+                }
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} differ: {:#?}",
+        differ.len(),
+        &differ[..differ.len().min(20)]
+    );
+    assert!(accepted > 0, "nothing accepted: the comparison proves nothing");
+}
+
+/// A DC target at `state` (RESET, INIT or RTR: the only ones it reaches), new.
+fn dct_at(device: &Device, state: QueuePairState) -> DcTarget {
+    let mut dct = device.dct(None);
+    match state {
+        QueuePairState::Reset => {},
+        QueuePairState::Init => {
+            let mut init = to(QueuePairState::Init);
+            init.setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite)
+                .setup_pkey_index(0)
+                .setup_port(PORT);
+            dct.modify(&init).expect("RESET -> INIT");
+        },
+        _ => dct.bring_up(&DcTargetBringUp::new(PORT)).expect("RTR"),
+    }
+    assert_eq!(dct.state(), state);
+    dct
+}
+
+/// As for the DC initiator: the DC target's table (mlx5_ib's `mlx5_ib_modify_dct`) is the
+/// device's, from every state it reaches.
+#[test]
+fn the_dc_targets_transition_table_is_the_devices_for_every_state_and_mask() {
+    on_device!();
+    let device = open();
+    let (mut accepted, mut differ) = (0, Vec::new());
+    for cur in [
+        QueuePairState::Reset,
+        QueuePairState::Init,
+        QueuePairState::ReadyToReceive,
+    ] {
+        let mut dct = dct_at(&device, cur);
+        for given in STATES {
+            for subset in 0u32..1 << BITS.len() {
+                let (attr, mut raw, mask) = attributes(subset, given);
+                let moved = match dct.modify(&attr) {
+                    Ok(()) => {
+                        accepted += 1;
+                        true
+                    },
+                    Err(err)
+                        if matches!(
+                            &err.0,
+                            ModifyDcTargetErrorKind::Modify(inner) if matches!(inner.0, ModifyQueuePairErrorKind::Ibverbs(_))
+                        ) || matches!(err.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported) =>
+                    {
+                        differ.push(format!(
+                            "{cur:?} -> {given:?} mask {mask:#x}: the table's, not the device's"
+                        ));
+                        false
+                    },
+                    Err(_) => {
+                        // SAFETY: the handle is used while `dct` lives.
+                        let qp = unsafe { dct.qp() };
+                        let taken = device_takes(qp, &mut raw, mask);
+                        if taken {
+                            differ.push(format!(
+                                "{cur:?} -> {given:?} mask {mask:#x}: the device's, not the table's"
+                            ));
+                        }
+                        taken
+                    },
+                };
+                if moved {
+                    dct = dct_at(&device, cur);
+                }
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} differ: {:#?}",
+        differ.len(),
+        &differ[..differ.len().min(20)]
+    );
+    assert!(accepted > 0, "nothing accepted: the comparison proves nothing");
+}
+
+/// The bytes of a packet at `mtu`.
+fn mtu_bytes(mtu: Mtu) -> u64 {
+    256 << (mtu as u32 - 1)
+}
+
+/// The post guard's READ rule ([`PathMtus::read_fits`]) is the device's: for every pair of path
+/// MTUs, a READ over a raw handle (which the guard does not hold to the rule) completes where the
+/// rule lets it through, and where it refuses it the responses, at the target's MTU, never reach
+/// the DC initiator (dropped, the READ ends in RETRY_EXC).
+#[test]
+fn the_guards_read_rule_is_the_devices_for_every_pair_of_path_mtus() {
+    use sideway_ext::ibverbs::post_send_guard::PathMtus;
+    on_device!();
+    let device = open();
+    let (local, remote) = (device.buffer(1 << 16), device.buffer(1 << 16));
+    let (lkey, rkey) = (local.mr.lkey(), remote.mr.rkey());
+    const ALL: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
+    let mut refused = 0;
+    for requester in ALL {
+        let mut dci = device.dci(|_| {}).expect("created");
+        let mut params = DcInitiatorBringUp::new(PORT);
+        params.setup_path_mtu(requester).setup_timeout(8).setup_retry_cnt(2);
+        dci.bring_up(&params).expect("brought up");
+        assert_eq!(dci.path_mtu(), Some(requester));
+        for responder in ALL {
+            let (_dct, endpoint) = target(&device, |params| {
+                params.setup_path_mtu(responder);
+            });
+            let ah = device.ah(&dci, &endpoint);
+            let small = mtu_bytes(requester).min(mtu_bytes(responder));
+            for length in [1, small - 1, small, small + 1, 4096, 4097, 1 << 16] {
+                let fits = PathMtus::new(requester, responder).read_fits(length);
+                let mut guard = dci.start_post_send();
+                // SAFETY: the handle and the buffers outlive the completion.
+                unsafe {
+                    guard
+                        .construct_wr(length, WorkRequestFlags::Signaled)
+                        .setup_read(rkey, remote.addr(0))
+                        .setup_dc_addr_raw(ah.ah(), endpoint.dct_number(), endpoint.dc_key())
+                        .setup_sge(lkey, local.addr(0), length as u32);
+                }
+                guard.post().expect("posted");
+                let status = bed::wait(device.cq.as_ref(), 1, WAIT)[0].status();
+                let reached = status == Some(WorkCompletionStatus::Success);
+                assert_eq!(
+                    fits, reached,
+                    "{requester:?} reading {length} bytes from {responder:?}: {status:?}"
+                );
+                if !reached {
+                    assert_eq!(status, Some(WorkCompletionStatus::RetryCounterExceededError));
+                    refused += 1;
+                    dci.recover().expect("recovered");
+                }
+            }
+        }
+    }
+    assert!(refused > 0, "no READ was refused: the comparison proves nothing");
+}

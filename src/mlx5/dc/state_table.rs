@@ -5,8 +5,9 @@
 //! and those it may take. From the lists, the tables the queue-pair core of
 //! [`ibverbs::queue_pair`](crate::ibverbs::queue_pair) checks a modification against.
 //!
-//! The unit tests hold both tables to the kernel's functions, transcribed on their own in
-//! the crate sideway-ext-dc-rules (not derived from these tables).
+//! The device tests (tests/test_dc_device.rs) hold both tables, every state pair and attribute
+//! mask, to the software ConnectX's verdict, which keeps those two functions
+//! (softmlx5/tests/c/dc_rules.c holds it to them).
 //!
 //! # Reference
 //!
