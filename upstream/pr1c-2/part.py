@@ -106,8 +106,8 @@ _ALWAYS = {
         # started with it on a DC initiator's send views. The one-request post on a raw queue pair
         # (one_request.rs, LEFT_OUT) goes: sideway does not call it.
         ("on a queue pair this crate did not create: one created\n"
-         "    /// through libibverbs directly, or a provider table of one's own (a simulated device, a\n"
-         "    /// counting table). The queue pairs of this crate call it from their `start_post_send`.\n",
+         "    /// through libibverbs directly, or a provider table of one's own (a counting table). The\n"
+         "    /// queue pairs of this crate call it from their `start_post_send`.\n",
          "on a queue pair's extended view: one created\n"
          "    /// through libibverbs directly, or a DC initiator's for a batch to one destination.\n"
          "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
@@ -193,7 +193,7 @@ MOVES = {
              "    const QP_TYPE: QueuePairType = QueuePairType::ReliableConnection;\n    type Context = ();\n", 1),
             # Destinations are sealed upstream, as transports are: every one is sideway's.
             ("/// Open, and `unsafe` to implement: a destination of one's own (e.g. for a provider table of\n"
-             "/// one's own, as a simulated device has) names in `ENTRY` the entries its `set` calls, each\n"
+             "/// one's own) names in `ENTRY` the entries its `set` calls, each\n"
              "/// [`ProviderEntries::FIRST_EXTERNAL_FREE`](super::ProviderEntries::FIRST_EXTERNAL_FREE) or above\n"
              "/// when it lies outside `ibv_qp_ex` and is not one of this crate's; the guard refuses the request\n"
              "/// before the provider when the queue pair's entries lack one.",

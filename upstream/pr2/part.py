@@ -67,8 +67,6 @@ MOVES = {
             "helpers": [],
             "rewrites": [
                 # The DC initiator and its planning come with pull request 3.
-                ("written by hand (e.g. for\n    /// [`plan_dci`](crate::mlx5::dc::initiator::plan_dci) on a device one describes).",
-                 "written by hand (e.g. to\n    /// plan DC queue pairs for a device one describes).", 1),
                 ("\n    /// ([`DcInitiator::max_read_atomic`](crate::mlx5::dc::initiator::DcInitiator::max_read_atomic)).",
                  ".", 2),
             ],

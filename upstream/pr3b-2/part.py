@@ -58,7 +58,7 @@ MOVES = {
         },
         {
             # The DC transitions as they are; the tables made from them in sideway's shape. The
-            # tests (against sideway-ext-dc-rules, which sideway does not have) stay: sideway's
+            # tests (on the kernel's named transitions, beside this workspace's device tests) stay: sideway's
             # are files/src/mlx5/dc/state_table/tests.rs.
             "from": "src/mlx5/dc/state_table.rs",
             "to": "src/mlx5/dc/state_table.rs",
@@ -67,8 +67,9 @@ MOVES = {
                 ("//! and those it may take. From the lists, the tables the queue-pair core of\n"
                  "//! [`ibverbs::queue_pair`](crate::ibverbs::queue_pair) checks a modification against.\n"
                  "//!\n"
-                 "//! The unit tests hold both tables to the kernel's functions, transcribed on their own in\n"
-                 "//! the crate sideway-ext-dc-rules (not derived from these tables).\n",
+                 "//! The device tests (tests/test_dc_device.rs) hold both tables, every state pair and attribute\n"
+                 "//! mask, to the software ConnectX's verdict, which keeps those two functions\n"
+                 "//! (softmlx5/tests/c/dc_rules.c holds it to them).\n",
                  "//! and those it may take. From the lists, the tables with which a DC queue pair's `modify`\n"
                  "//! explains the device's `EINVAL`.\n", 1),
                 ("use crate::ibverbs::queue_pair::QueuePairAttributeMask as Mask;\n"
@@ -171,6 +172,6 @@ HOST_TESTS = [
 
 # Files of the moved dc/ folder that later parts take.
 LEFT_OUT = {
-    "src/mlx5/dc/state_table/tests.rs": "held to sideway-ext-dc-rules, a crate of this workspace: "
+    "src/mlx5/dc/state_table/tests.rs": "uses this crate's test support (src/test_support.rs): "
                                         "sideway's tests are upstream/pr3b-2/1-dc-target/files/",
 }

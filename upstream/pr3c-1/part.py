@@ -40,9 +40,6 @@ _ALWAYS = {
         # ibv_query_device through the protection domain's context, carried (helpers).
         ("crate::ibverbs::query_device_attr(&self.pd)", "query_device_attr(&self.pd)", 1),
     ],
-    "plan.rs": [
-        ("sideway_ext::mlx5::", "sideway::mlx5::", 2),
-    ],
     "bring_up.rs": [
         ("sideway_ext::mlx5::", "sideway::mlx5::", 1),
         # The doctest is a user of sideway: COMMON made its path the crate's.
@@ -68,6 +65,9 @@ _ALWAYS = {
     ],
     # DC posting (3d on).
     "transport.rs": [
+        # The raw stream setter stays this crate's (the libmlx5 oracle's test addresses by raw handle).
+        (("    /// As [`setup_dc_addr_stream`](Self::setup_dc_addr_stream), with a raw address handle",
+          "DcStreamAddress::new(address, stream_id), None)\n    }\n\n"), "", 1),
         # sideway's transports name the queue-pair type they post on (1c-2): DC's is Driver.
         ("impl Transport for DynamicallyConnected {\n",
          "impl Transport for DynamicallyConnected {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
@@ -83,20 +83,7 @@ _ALWAYS = {
         ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
         ("/// use sideway_ext::", "/// use sideway::", 2),
     ],
-    "route.rs": [
-        # Upstream, destinations are sealed: the routes are address handles, no simulated fabric's,
-        # and no test of a route of another crate's.
-        ((" made, or one a simulated fabric made (sideway-ext-dc-pool's).", "simulated initiator alike.\n"),
-         " made (or an `Arc` of one). The DC transport's `setup_dc_addr` is generic over it.\n", 1),
-        ("or the simulated DC fabric's of `sideway-ext-dc-pool`\n/// (`SimulatedFabric::create_ah`), or an [`Arc`] of either.",
-         "or an [`Arc`] of one.", 1),
-        (("/// Open: a route only hands out destinations", "/// A simulated initiator takes both kinds: the fabric routes by DCT number.\n"),
-         "/// A route hands out destinations, [`DcAddress`]es (through `unsafe` [`DcAddress::new`]).\n", 1),
-    ],
     "send.rs": [
-        ("initiator (sideway-ext-dc-pool's `SimulatedFabric::create_dci_builder`).\n", "initiator.\n", 1),
-        ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
-        ("/// use sideway_ext::", "/// use sideway::", 3),
         ("    /// Posts one send request at the cost of the raw calls, as\n"
          "    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):\n",
          "    /// Posts one send request at the cost of the raw calls:\n", 1),
@@ -198,6 +185,13 @@ _THIS_CRATE = {
         ("            max_sge,\n            atomics:", "            max_sge: device.max_sge.max(0) as u32,\n            atomics:", 1),
         (("            // SAFETY: as above; the device is mlx5", "query_send_wqe_sizes_raw(context, max_sge) },\n"), "", 1),
         ("            thread_domain: None,\n", "", 1),
+        # The plan's test without the device's largest send request (read with QUERY_HCA_CAP).
+        ("two (20 requests of 128 bytes: 32), and\n"
+         "    /// 500 bytes inline make a request of 80 + 512 bytes, beyond the device's DC size.\n",
+         "two (20 requests of 128 bytes: 32).\n", 1),
+        ("        let mut request = DciRequest {\n            max_send_wr: 20,", "        let request = DciRequest {\n            max_send_wr: 20,", 1),
+        ("            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::new(1024, 512),\n", "", 1),
+        (("        request.max_inline_data = 500;\n", "                ..\n            })\n        ));\n"), "", 1),
         ("`EINVAL` for a request larger than the device's sizes (which\n"
          "/// only happens where the device did not report them: they are then the bound every device takes,\n"
          "/// [`SendWqeSizes::guaranteed`](crate::mlx5::send_wqe_sizes::SendWqeSizes::guaranteed)) is\n"
@@ -221,11 +215,6 @@ _THIS_CRATE = {
          "/// general capabilities' `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` (`QUERY_HCA_CAP`).",
          "`atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.", 1),
         (("    /// The largest send request the device takes: reported", "    pub send_wqe_sizes: SendWqeSizes,\n"), "", 1),
-        ("{plan_dci, CreateDcInitiatorErrorKind, DciDevice, DciRequest};", "{plan_dci, DciDevice, DciRequest};", 1),
-        ("/// use sideway_ext::mlx5::send_wqe_sizes::SendWqeSizes;\n", "", 1),
-        ("/// let mut request = DciRequest {", "/// let request = DciRequest {", 1),
-        ("///     send_wqe_sizes: SendWqeSizes::new(1024, 512),\n", "", 1),
-        (("/// // 500 bytes inline make a request", "/// ));\n"), "", 1),
         (("    let request_bytes = dci_request_bytes(send_ops,", "        ));\n    }\n"), "", 1),
         (("/// The refusal of a request (`max_send_sge` entries", "\n    }\n}\n"), _GUARANTEED, 1),
     ],
@@ -236,7 +225,7 @@ _GUIDE = {
     "pr3c-1": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
         "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)):\n"
-        "//! [`plan_dci`] checks the request against the device (send operations, capacities, DCI\n"
+        "//! The plan checks the request against the device (send operations, capacities, DCI\n"
         "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called,\n"
         "//! and creation reads the provider entries its requests will call, the DC setters of the mlx5\n"
         "//! view included. It is created in RESET; [`DcInitiator::modify`] moves it, its refusals\n"
@@ -260,13 +249,13 @@ _GUIDE = {
         "//! `build` (the plan from a request and the device to `mlx5dv_create_qp`, sized as libmlx5 sizes\n"
         "//! it, so what it will grant is known before the call); `bring_up`, the bring-up parameters and\n"
         "//! the transitions to RTS; `recovery`, the state read from the device and `recover` after an\n"
-        "//! error; `transport`, `addressed`, `route` and `send`, posting: the DC transport of the post\n"
-        "//! guard (a request's address step, `mlx5dv_wr_set_dc_addr`) and what a program posts on.\n"
+        "//! error; `transport`, `addressed` and `send`, posting: the DC transport of the post guard (a\n"
+        "//! request's address step, `mlx5dv_wr_set_dc_addr`) and the DC initiator's batches.\n"
     ),
     "pr3c-2": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
         "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)):\n"
-        "//! [`plan_dci`] checks the request against the device (send operations, capacities, DCI\n"
+        "//! The plan checks the request against the device (send operations, capacities, DCI\n"
         "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called,\n"
         "//! and creation reads the provider entries its requests will call, the DC setters of the mlx5\n"
         "//! view included. Bring it to RTS with [`DcInitiator::bring_up`] (or step by step with\n"
@@ -316,12 +305,9 @@ _LATER = {
     "pr3d": {
         "mod.rs": [
             ("mod addressed;\n", "", 1),
-            ("mod route;\n", "", 1),
             ("mod send;\n", "", 1),
             ("mod transport;\n", "", 1),
             ("pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};\n", "", 1),
-            ("pub use self::route::DcRoute;\n", "", 1),
-            ("pub use self::send::DcSend;\n", "", 1),
             ("pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, "
              "DynamicallyConnected};\n", "", 1),
             ("    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),\n    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,\n",
@@ -356,19 +342,17 @@ _LATER = {
              "", 1),
             (("    /// An RDMA READ is refused before the provider\n", "    /// READ only.\n    ///\n"), "", 1),
             ("        let path_mtus = self.read_path_mtus(ah);\n"
-             "        LocalBufferHandle::between(\n"
-             "            self.request,\n"
-             "            ah.address(self.context.view, dct_number, dc_key),\n"
-             "            path_mtus,\n"
-             "        )\n",
-             "        LocalBufferHandle::new(self.request, ah.address(self.context.view, dct_number, dc_key))\n", 1),
-            ("        let path_mtus = self.read_path_mtus(ah);\n"
-             "        let address = ah.stream_address(self.context.view, dct_number, dc_key, stream_id);\n"
+             "        let address = self.route(ah, dct_number, dc_key);\n"
              "        LocalBufferHandle::between(self.request, address, path_mtus)\n",
-             "        let address = ah.stream_address(self.context.view, dct_number, dc_key, stream_id);\n"
+             "        let address = self.route(ah, dct_number, dc_key);\n"
+             "        LocalBufferHandle::new(self.request, address)\n", 1),
+            ("        let path_mtus = self.read_path_mtus(ah);\n"
+             "        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);\n"
+             "        LocalBufferHandle::between(self.request, address, path_mtus)\n",
+             "        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);\n"
              "        LocalBufferHandle::new(self.request, address)\n", 1),
             (" A raw\n    /// handle says nothing of its target's path MTU: no READ is refused for it.\n", "\n", 1),
-            (("    /// The path MTUs a READ over `route` is held to", "route.destination_path_mtu())\n    }\n\n"), "", 1),
+            (("    /// The path MTUs a READ over `ah` is held to", "ah.destination_path_mtu())\n    }\n\n"), "", 1),
             ("        // A raw handle says nothing of its target's MTU.\n"
              "        LocalBufferHandle::between(self.request, address, None)\n",
              "        LocalBufferHandle::new(self.request, address)\n", 1),
@@ -387,8 +371,8 @@ _LATER = {
              "            path_mtu: self.path_mtu(),\n"
              "        };\n",
              "        let context = DcContext { view: self.mlx5_qp_ex };\n", 1),
-            ("use crate::ibverbs::post_send_guard::{PathMtus, PostSendError,",
-             "use crate::ibverbs::post_send_guard::{PostSendError,", 1),
+            ("use crate::ibverbs::post_send_guard::{PathMtus, PostSendGuard,",
+             "use crate::ibverbs::post_send_guard::{PostSendGuard,", 1),
             ("    /// provider for an operation the initiator was not created with, for inline data beyond its\n"
              "    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and\n"
              "    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an\n",
@@ -442,7 +426,7 @@ def INITIATOR_REWRITES(name, part):
             rewrites += files.get(name, [])
     rewrites += _ALWAYS.get(name, [])
     if name == "mod.rs" and part in _GUIDE:
-        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`mlx5dv_wr_set_dc_addr`) and what a program posts on.\n"),
+        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`mlx5dv_wr_set_dc_addr`) and the DC initiator's batches.\n"),
                          _GUIDE[part], 1))
     return rewrites
 
@@ -467,7 +451,6 @@ LEFT_OUT = {
     _INIT + "recovery.rs": "the DC initiator's recovery: pull request 3c-2",
     _INIT + "transport.rs": "DC posting: pull request 3d",
     _INIT + "addressed.rs": "DC posting: pull request 3d",
-    _INIT + "route.rs": "DC posting: pull request 3d",
     _INIT + "send.rs": "DC posting: pull request 3d",
 }
 

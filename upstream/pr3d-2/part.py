@@ -27,8 +27,8 @@ _INITIATOR = _read("pr3c-1")
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-read-path-mtus"]
 
-# The guard's test of the decision, held here to cases worked by hand (the crate's holds it to
-# sideway-ext-dc-rules, the reference rules of its workspace, for every pair of MTUs).
+# The guard's test of the decision, held here to cases worked by hand (the crate's device tests
+# hold it to the software ConnectX's, for every pair of MTUs).
 _DECISION_TEST = '''    #[test]
     fn a_read_fits_where_the_responder_is_no_larger_or_the_read_is_one_packet() {
         for (requester, responder, length, fits) in [
@@ -70,7 +70,7 @@ MOVES = {
                 # The doctest is a user of sideway: COMMON made its path the crate's.
                 ("/// use crate::ibverbs::device_context::Mtu;", "/// use sideway::ibverbs::device_context::Mtu;", 1),
                 ("/// use sideway_ext::ibverbs::post_send_guard::PathMtus;", "/// use sideway::ibverbs::post_send_guard::PathMtus;", 1),
-                (("    #[test]\n    fn the_guards_decision_is_mlx5s_dc_rule_for_every_pair_of_mtus()", "    }\n\n    #[test]\n"),
+                (("    /// The rule itself is held to the device's", "    }\n\n    #[test]\n"),
                  _DECISION_TEST + "\n    #[test]\n", 1),
             ],
         },
@@ -90,7 +90,6 @@ MOVES = {
             "rewrites": _ENDPOINTS["ENDPOINT_REWRITES"]("pr3d-2"),
         },
         _initiator("transport.rs"),
-        _initiator("route.rs"),
         _initiator("send.rs"),
         _initiator("addressed.rs"),
         _initiator("bring_up.rs"),

@@ -20,14 +20,13 @@ def _move(name, helpers=()):
 
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr): the DC transport, its
-# batch-addressed form, its routes and what a program posts on; the DC initiator's posting.
+# batch-addressed form; the DC initiator's posting.
 MOVES = {
     "1-dc-posting": [
         _move("mod.rs"),
         _move("creation.rs", helpers=["query_device_attr"]),
         _move("transport.rs"),
         _move("addressed.rs"),
-        _move("route.rs"),
         _move("send.rs"),
     ],
 }

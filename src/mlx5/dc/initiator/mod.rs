@@ -17,9 +17,9 @@
 //! `build` (the plan from a request and the device to `mlx5dv_create_qp`, sized as libmlx5 sizes
 //! it, so what it will grant is known before the call); `bring_up`, the bring-up parameters and
 //! the transitions to RTS; `recovery`, the state read from the device and `recover` after an
-//! error; `stream_reset`, the reset of one DCI stream; `transport`, `addressed`, `route` and
-//! `send`, posting: the DC transport of the post guard (a request's address step,
-//! `mlx5dv_wr_set_dc_addr`) and what a program posts on.
+//! error; `stream_reset`, the reset of one DCI stream; `transport`, `addressed` and `send`,
+//! posting: the DC transport of the post guard (a request's address step,
+//! `mlx5dv_wr_set_dc_addr`) and the DC initiator's batches.
 //!
 //! # Reference
 //!

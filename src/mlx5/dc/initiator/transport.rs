@@ -162,7 +162,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         LocalBufferHandle::between(self.request, DcStreamAddress::new(address, stream_id), None)
     }
 
-    /// The path MTUs a READ over `route` is held to: this initiator's and the route's target's,
+    /// The path MTUs a READ over `ah` is held to: this initiator's and the handle's target's,
     /// when both are known; for any other operation, nothing to read.
     #[inline]
     fn read_path_mtus(&self, ah: &AddressHandle) -> Option<PathMtus> {
