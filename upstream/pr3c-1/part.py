@@ -457,7 +457,7 @@ LEFT_OUT = {
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
 # words of the later parts (3c-2: bring-up and recovery; 3d: posting; 3e: stream reset, example).
 FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "TransitionTable", "modelled",
-                    "sideway_ext_dc_rules", "SharedReceiveQueuePair", "extension::",
+                    "SharedReceiveQueuePair", "extension::",
                     "DcInitiatorBringUp", "BringUpAttributes", "DcRecovery", "recover`", "query_state",
                     "wait_for_error", "bring_up", "PortNotReady",
                     "DynamicallyConnected", "DcRoute", "DcSend", "setup_dc_addr", "BatchAddressed", "DcContext",
