@@ -305,9 +305,7 @@ impl Loopback {
                     Some(stream) => wr
                         .setup_dc_addr_stream(&ah, dct_number, KEY, stream)
                         .setup_sge(lkey, from, LEN as u32),
-                    None => wr
-                        .setup_dc_addr(&ah, dct_number, KEY)
-                        .setup_sge(lkey, from, LEN as u32),
+                    None => wr.setup_dc_addr(&ah, dct_number, KEY).setup_sge(lkey, from, LEN as u32),
                 }
             }
         })
