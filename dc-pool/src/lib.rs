@@ -25,7 +25,7 @@
 //! every setting of a pool, [`post_guard`] is the post path (address, grant, the initiator's
 //! batch), [`types`] its values and errors, [`initiator`] what the pool needs of an initiator, in
 //! safe Rust ([`PoolInitiator`], [`PoolBatch`](initiator::PoolBatch),
-//! [`PoolCompletionQueue`](initiator::PoolCompletionQueue)). The bookkeeping, apart from any
+//! [`PoolCompletionQueue`]). The bookkeeping, apart from any
 //! device, is in private modules: destinations, the wait line and grants; each initiator's ring
 //! of requests and batch records; completions and recovery.
 //!
@@ -162,13 +162,13 @@
 //! # Initiators made elsewhere
 //!
 //! [`from_initiators`](DcInitiatorPool::from_initiators) makes a pool of initiators already
-//! brought up, with the same [`DcPoolSettings`](settings::DcPoolSettings) as the builder's pool
+//! brought up, with the same [`DcPoolSettings`] as the builder's pool
 //! (the builder makes its own pool with it): DC initiators created elsewhere, or initiators
 //! of one's own. Such an initiator implements three safe traits, and nothing of C crosses them:
 //! [`PoolInitiator`] (what the pool reads of it, its recovery, a destination's address made
 //! once from the address handle the pool creates, and a batch to one DC address),
 //! [`PoolBatch`](initiator::PoolBatch) (build requests, post them at once; a request refused
-//! before the device named by its index) and [`PoolCompletionQueue`](initiator::PoolCompletionQueue)
+//! before the device named by its index) and [`PoolCompletionQueue`]
 //! (each completion's queue pair number, `wr_id`, status and vendor syndrome).
 //!
 //! ```no_run
@@ -632,7 +632,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
     /// per round of its own polling instead of [`poll`](Self::poll).
     ///
-    /// It takes sideway-ext's [`WorkCompletion`] (`&wc`), or a [`PoolCompletion`] made from a
+    /// It takes sideway-ext's [`WorkCompletion`](sideway_ext::ibverbs::work_completion::WorkCompletion) (`&wc`), or a [`PoolCompletion`] made from a
     /// completion polled by other means (a completion queue of one's own).
     pub fn complete(&mut self, completion: impl Into<PoolCompletion>, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         let settled = settle(
