@@ -337,25 +337,82 @@ void soft_stream_error(struct soft_qp *dci, uint16_t stream)
 		soft_qp_to_error(dci);
 }
 
+/* A stream of `qp` erred: every request of it the window holds is flushed, whether it was sent
+ * or not, answered or not. mlx5dv_dci_stream_id_reset(3): "Errors which are stream related will
+ * cause only that stream_id's work request to be flushed as they are handled in order in the
+ * send queue"; the stream takes requests again after mlx5dv_dci_stream_id_reset (mlx5.c: an
+ * RTS2RTS_QP with qpc_ext.dci_stream_channel_id, PRM). Each still completes in queue order, with
+ * a flush CQE whether signalled or not (as every flushed WQE: see run_requester's ERR flush),
+ * when it leaves the window. Until then it holds its sequence number, so it goes (again) as a
+ * placeholder its target answers without executing (soft_engine_request): the target's
+ * sequence has no gap, and a request that had not left never executes. One that had left may
+ * have executed, as on the wire; its answer no longer completes it. */
+static void flush_stream(struct soft_qp *qp, uint8_t stream)
+{
+	struct soft_requester *r = &qp->requester;
+	unsigned i;
+
+	for (i = 0; i < r->count; i++) {
+		struct soft_outstanding *slot = &r->ring[(r->oldest + i) % SOFT_WINDOW];
+
+		if (slot->stream == stream)
+			slot->flushed = true;
+	}
+}
+
 /* The oldest request failed with `syndrome`: its error CQE; then its stream errs (a DCI with
- * streams stays in RTS until 2^log_num_errored streams erred: mlx5dv_dci_stream_id_reset(3)), or
- * the DCI goes to ERR and the next pass flushes the rest. */
+ * streams stays in RTS until 2^log_num_errored streams erred: mlx5dv_dci_stream_id_reset(3)) and
+ * its requests behind it are flushed, or the DCI goes to ERR and the next pass flushes the
+ * rest. */
 static void fail_wqe(struct soft_qp *qp, const struct wqe *wqe, uint8_t syndrome)
 {
 	complete_request(qp, wqe, MLX5_CQE_REQ_ERR, syndrome, 0);
 	if (qp->log_num_concurrent && wqe->stream < 64) {
 		soft_stream_error(qp, wqe->stream);
+		flush_stream(qp, wqe->stream);
 		return;
 	}
 	soft_qp_to_error(qp);
 }
 
+/* The oldest request left the window flushed (flush_stream): its flush CQE. */
+static void complete_flushed(struct soft_qp *qp)
+{
+	struct wqe wqe;
+
+	read_wqe(qp, oldest(qp)->wqe_index, &wqe);
+	pop_oldest(qp);
+	complete_request(qp, &wqe, MLX5_CQE_REQ_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0);
+}
+
+/* The request packet of `wqe`, or of a placeholder for it when it was flushed (no data). */
 static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *wqe, uint32_t seq,
-					  size_t *len, uint8_t *syndrome)
+					  bool flushed, size_t *len, uint8_t *syndrome)
 {
 	struct soft_packet *packet;
 	int64_t n = 0;
 
+	if (flushed) {
+		packet = calloc(1, sizeof(*packet));
+		if (!packet)
+			return NULL;
+		packet->type = SOFT_REQUEST;
+		packet->source_pid = getpid();
+		packet->dci_qpn = qp->mqp.verbs_qp.qp.qp_num;
+		packet->incarnation = qp->requester.incarnation;
+		packet->first_seq = qp->requester.first_seq;
+		packet->seq = seq;
+		packet->opcode = wqe->opcode;
+		packet->stream = wqe->stream;
+		packet->dctn = be32toh(wqe->av.dqp_dct) & 0xffffff;
+		packet->dc_key = be64toh(wqe->av.key.dc_key);
+		memcpy(packet->dgid, wqe->av.rgid, 16);
+		packet->dlid = be16toh(wqe->av.rlid);
+		packet->global = (be32toh(wqe->av.grh_gid_fl) >> 30) & 1;
+		packet->flushed = 1;
+		*len = sizeof(*packet);
+		return packet;
+	}
 	if (wqe->opcode == MLX5_OPCODE_SEND || wqe->opcode == MLX5_OPCODE_SEND_IMM ||
 	    wqe->opcode == MLX5_OPCODE_RDMA_WRITE || wqe->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
 		n = gather(qp, wqe, NULL, SIZE_MAX, syndrome);
@@ -425,6 +482,7 @@ static void send_from(struct soft_qp *qp, uint32_t first)
 		struct soft_packet *packet;
 		uint8_t syndrome = 0;
 		struct wqe wqe;
+		bool flushed;
 		unsigned i;
 		size_t len;
 
@@ -435,17 +493,17 @@ static void send_from(struct soft_qp *qp, uint32_t first)
 		if (i == r->count)
 			continue; /* answered already */
 		read_wqe(qp, r->ring[(r->oldest + i) % SOFT_WINDOW].wqe_index, &wqe);
-		packet = request_packet(qp, &wqe, seq, &len, &syndrome);
+		flushed = r->ring[(r->oldest + i) % SOFT_WINDOW].flushed;
+		packet = request_packet(qp, &wqe, seq, flushed, &len, &syndrome);
 		if (!packet)
 			return; /* out of memory: the timer sends it again */
-		soft_counters.requests_sent++;
 		if (soft_device_of(qp->mqp.verbs_qp.qp.context)->port.down) {
 			/* nothing leaves a port that is down: the retries run out */
 			soft_counters.packets_lost++;
 			free(packet);
 			continue;
 		}
-		{
+		if (!flushed) {
 			struct softmlx5_event event = {
 				.kind = SOFTMLX5_EVENT_REQUEST,
 				.qp_number = packet->dci_qpn,
@@ -463,6 +521,7 @@ static void send_from(struct soft_qp *qp, uint32_t first)
 			};
 
 			soft_trace(&event);
+			soft_counters.requests_sent++;
 		}
 		soft_fabric_send_request(packet, len);
 		free(packet);
@@ -564,6 +623,8 @@ static bool take_request(struct soft_qp *qp)
 	}
 	slot = &r->ring[(r->oldest + r->count) % SOFT_WINDOW];
 	slot->wqe_index = wqe.index;
+	slot->stream = wqe.stream;
+	slot->flushed = false;
 	slot->seq = r->next_seq++;
 	r->count++;
 	r->consumer = (uint16_t)(wqe.index + wqe.blocks);
@@ -583,6 +644,20 @@ void soft_engine_response(struct soft_packet *packet)
 	first = oldest(qp);
 	if (!first || first->seq != packet->seq)
 		return; /* late, duplicate or out of order: dropped */
+	if (first->flushed) {
+		/* Flushed while on its way (flush_stream): whatever the answer, it completes as
+		 * flushed; an RNR NAK of the request itself sends the placeholder after the delay. */
+		if (packet->status == SOFT_NAK_RNR) {
+			if (!qp->requester.rnr_wait) {
+				qp->requester.rnr_wait = true;
+				qp->requester.deadline_ns = soft_now_ns() + rnr_delay_ns((uint8_t)packet->imm);
+			}
+			return;
+		}
+		complete_flushed(qp);
+		qp->requester.deadline_ns = soft_now_ns() + transport_timeout_ns(qp);
+		return;
+	}
 	read_wqe(qp, first->wqe_index, &wqe);
 	if (packet->status == SOFT_ACK && wqe.opcode == MLX5_OPCODE_RDMA_READ &&
 	    packet->length > mtu_bytes(qp->path_mtu)) {
@@ -681,9 +756,14 @@ static bool run_requester(struct soft_qp *qp, uint64_t now)
 		} else if (++r->tries > qp->retry_cnt) {
 			struct wqe wqe;
 
-			read_wqe(qp, oldest(qp)->wqe_index, &wqe);
-			pop_oldest(qp);
-			fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+			if (oldest(qp)->flushed) {
+				/* a flushed request fails no more: its flush CQE */
+				complete_flushed(qp);
+			} else {
+				read_wqe(qp, oldest(qp)->wqe_index, &wqe);
+				pop_oldest(qp);
+				fail_wqe(qp, &wqe, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+			}
 			/* A DCI with streams goes on: the rest go again in a new connection, which
 			 * the target starts at their first (it never saw the one that failed). */
 			if (qp->state == IBV_QPS_RTS && r->count) {
@@ -1005,6 +1085,16 @@ void soft_engine_request(struct soft_packet *packet)
 			return;
 		}
 		answer(dct, packet, slot->status, slot->atomic_result);
+		return;
+	}
+	if (packet->flushed) {
+		/* the placeholder of a request its initiator flushed: its place in the sequence,
+		 * answered, never executed */
+		slot->seq = packet->seq;
+		slot->status = SOFT_ACK;
+		slot->atomic_result = 0;
+		context->expected++;
+		respond(packet, SOFT_ACK, NULL, 0, 0, 0);
 		return;
 	}
 	status = execute(dct, packet, &atomic);

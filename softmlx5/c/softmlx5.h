@@ -137,6 +137,10 @@ struct soft_srq {
 struct soft_outstanding {
 	uint16_t wqe_index;
 	uint32_t seq;
+	uint8_t stream;
+	/* Its stream erred after it was taken: it completes as flushed, and goes (again) only as a
+	 * placeholder its target answers without executing (engine.c: flush_stream). */
+	bool flushed;
 };
 
 struct soft_requester {
@@ -259,6 +263,7 @@ struct soft_packet {
 	uint8_t dgid[16];
 	uint16_t dlid;
 	uint8_t global;
+	uint8_t flushed;	/* a placeholder for a flushed request: answered, never executed */
 	uint64_t remote_addr;
 	uint32_t rkey;
 	uint32_t length;	/* of the operation: payload, or bytes to READ */

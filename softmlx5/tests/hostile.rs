@@ -663,3 +663,155 @@ fn every_blueflame_register_stays_inside_its_uar_page() {
     }
     assert!(blueflame > 0, "some initiators have BlueFlame registers");
 }
+
+/// A DC initiator with two streams (log_num_errored 2: one errored stream leaves it in RTS) and
+/// its own send CQ, on the bed's target.
+fn streams_initiator(bed: &Bed) -> sideway_ext::mlx5::dc::initiator::DcInitiator {
+    use sideway_ext::mlx5::dc::initiator::{DcInitiatorBringUp, DciStreams};
+    let mut dci = bed
+        .pd
+        .create_dci_builder()
+        .setup_send_cq(bed.send_cq.clone())
+        .setup_max_send_wr(16)
+        .setup_dci_streams(DciStreams {
+            log_num_concurrent: 2,
+            log_num_errored: 2,
+        })
+        .build()
+        .expect("a DCI with streams (cx6dx)");
+    dci.bring_up(&DcInitiatorBringUp::new(PORT)).unwrap();
+    dci
+}
+
+/// Posts an 8-byte WRITE on `stream` from `local` at `offset` to the same offset of `remote`.
+fn stream_write(
+    bed: &Bed, dci: &mut sideway_ext::mlx5::dc::initiator::DcInitiator, wr_id: u64, stream: u16, signaled: bool,
+    (local, remote, rkey): (&Buffer, &Buffer, u32), offset: usize,
+) {
+    let (ah, dct_number) = (bed.ah.clone(), bed.dct_number());
+    let flags = if signaled {
+        WorkRequestFlags::Signaled
+    } else {
+        WorkRequestFlags::none()
+    };
+    dci.post_send_one(wr_id, flags, |wr| {
+        // SAFETY: both buffers outlive the completions the tests poll.
+        unsafe {
+            wr.setup_write(rkey, remote.addr(offset))
+                .setup_dc_addr_stream(&ah, dct_number, common::DC_KEY, stream)
+                .setup_sge(local.mr.lkey(), local.addr(offset), 8)
+        }
+    })
+    .unwrap();
+}
+
+/// Kinder: a device that let a stream's requests already in flight behind its error complete.
+/// mlx5dv_dci_stream_id_reset(3): a stream-related error flushes that stream's work requests,
+/// handled in queue order, until the stream is reset; the other streams go on. Requests 1 (a bad
+/// rkey), 2 and 4 (stream 1) and 3 (stream 0, unsignalled) are all taken before the error: 3 is
+/// flushed, with a completion although unsignalled (as every flushed WQE has one), and never
+/// written; 2 and 4 succeed; after the reset stream 0 writes again.
+#[test]
+fn a_streams_requests_in_flight_behind_its_error_are_flushed() {
+    on_device!(("SOFTMLX5_STEP", "1"));
+    let device = common::device();
+    let bed = Bed::new();
+    let mut dci = streams_initiator(&bed);
+    let (mut local, remote) = (bed.buffer(64), bed.buffer(64));
+    local.fill(0x5a);
+    let (good, bad) = (remote.mr.rkey(), remote.mr.rkey() ^ 0x100);
+    device.stall_initiator(dci.qp_number(), true).unwrap();
+    stream_write(&bed, &mut dci, 1, 0, true, (&local, &remote, bad), 0);
+    stream_write(&bed, &mut dci, 2, 1, true, (&local, &remote, good), 8);
+    stream_write(&bed, &mut dci, 3, 0, false, (&local, &remote, good), 16);
+    stream_write(&bed, &mut dci, 4, 1, true, (&local, &remote, good), 24);
+    device.stall_initiator(dci.qp_number(), false).unwrap();
+    for _ in 0..4 {
+        device.step();
+    }
+    let got: Vec<_> = bed
+        .sends(4, Duration::ZERO)
+        .iter()
+        .map(|wc| (wc.wr_id(), status(wc)))
+        .collect();
+    let ok = Some(WorkCompletionStatus::Success);
+    assert_eq!(
+        got,
+        [
+            (1, Some(WorkCompletionStatus::RemoteAccessError)),
+            (2, ok),
+            (3, Some(WorkCompletionStatus::WorkRequestFlushedError)),
+            (4, ok)
+        ]
+    );
+    assert_eq!(remote.read(16, 8), vec![0; 8], "the flushed request wrote nothing");
+    assert_eq!(remote.read(24, 8), vec![0x5a; 8]);
+    assert_eq!(dci.query_state().unwrap(), QueuePairState::ReadyToSend);
+    stream_write(&bed, &mut dci, 5, 0, true, (&local, &remote, good), 32);
+    device.step();
+    let got: Vec<_> = bed
+        .sends(1, Duration::ZERO)
+        .iter()
+        .map(|wc| (wc.wr_id(), status(wc)))
+        .collect();
+    assert_eq!(
+        got,
+        [(5, Some(WorkCompletionStatus::WorkRequestFlushedError))],
+        "until its reset"
+    );
+    dci.reset_stream(0).unwrap();
+    stream_write(&bed, &mut dci, 6, 0, true, (&local, &remote, good), 40);
+    device.step();
+    let got: Vec<_> = bed
+        .sends(1, Duration::ZERO)
+        .iter()
+        .map(|wc| (wc.wr_id(), status(wc)))
+        .collect();
+    assert_eq!(got, [(6, ok)], "stream 0 after its reset");
+    assert_eq!(remote.read(40, 8), vec![0x5a; 8]);
+}
+
+/// Kinder: the same with the requests already at the target when the error comes back (each
+/// delayed on the way): the stream's request behind the error executed there, but its answer
+/// no longer completes it: it is flushed.
+#[test]
+fn a_streams_request_answered_after_its_error_is_flushed() {
+    on_device!(("SOFTMLX5_STEP", "1"));
+    let device = common::device();
+    let bed = Bed::new();
+    let mut dci = streams_initiator(&bed);
+    let (local, remote) = (bed.buffer(64), bed.buffer(64));
+    let (good, bad) = (remote.mr.rkey(), remote.mr.rkey() ^ 0x100);
+    let delay = Duration::from_micros(100);
+    device
+        .route_fault(
+            bed.dct_number(),
+            &softmlx5::RouteFault {
+                delay,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    device.stall_initiator(dci.qp_number(), true).unwrap();
+    stream_write(&bed, &mut dci, 1, 0, true, (&local, &remote, bad), 0);
+    stream_write(&bed, &mut dci, 2, 1, true, (&local, &remote, good), 8);
+    stream_write(&bed, &mut dci, 3, 0, true, (&local, &remote, good), 16);
+    device.stall_initiator(dci.qp_number(), false).unwrap();
+    device.step();
+    assert!(bed.sends(1, Duration::ZERO).is_empty(), "all three on their way");
+    device.advance(delay);
+    device.step();
+    let got: Vec<_> = bed
+        .sends(3, Duration::ZERO)
+        .iter()
+        .map(|wc| (wc.wr_id(), status(wc)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, Some(WorkCompletionStatus::RemoteAccessError)),
+            (2, Some(WorkCompletionStatus::Success)),
+            (3, Some(WorkCompletionStatus::WorkRequestFlushedError))
+        ]
+    );
+}
