@@ -251,9 +251,12 @@ SOFT_EXPORT int softmlx5_error_initiator(uint32_t qp_number)
 	return ret;
 }
 
-/* One stream of a DC initiator in error, as after a failed request on it: its requests are
- * flushed until mlx5dv_dci_stream_id_reset; the initiator goes to ERR when 2^log_num_errored
- * streams are. EINVAL for a DCI without streams or a stream id above 63. */
+/* One stream of a DC initiator in error, as after a failed request on it (its error CQE is the
+ * one thing the fault does not write): every request of the stream the device holds, on its way
+ * or answered or not, and every one posted after, completes flushed, signalled or not, until
+ * mlx5dv_dci_stream_id_reset (mlx5dv_dci_stream_id_reset(3); engine.c: soft_stream_error); the
+ * initiator goes to ERR when 2^log_num_errored streams are. EINVAL for a DCI without streams or
+ * a stream id above 63. */
 SOFT_EXPORT int softmlx5_error_stream(uint32_t qp_number, uint16_t stream)
 {
 	struct soft_qp *dci;

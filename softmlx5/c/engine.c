@@ -328,15 +328,6 @@ static void pop_oldest(struct soft_qp *qp)
 	r->rnr_wait = false;
 }
 
-/* A stream of `dci` is in error: ERR once 2^log_num_errored streams are
- * (mlx5dv_dci_stream_id_reset(3)). Called with soft_lock. */
-void soft_stream_error(struct soft_qp *dci, uint16_t stream)
-{
-	dci->errored_streams |= 1ull << stream;
-	if ((uint32_t)__builtin_popcountll(dci->errored_streams) >= (1u << dci->log_num_errored))
-		soft_qp_to_error(dci);
-}
-
 /* A stream of `qp` erred: every request of it the window holds is flushed, whether it was sent
  * or not, answered or not. mlx5dv_dci_stream_id_reset(3): "Errors which are stream related will
  * cause only that stream_id's work request to be flushed as they are handled in order in the
@@ -360,6 +351,18 @@ static void flush_stream(struct soft_qp *qp, uint8_t stream)
 	}
 }
 
+/* A stream of `dci` is in error, after a failed request of it or by softmlx5_error_stream: what
+ * the window holds of it is flushed (flush_stream), what is not taken yet is flushed as it is
+ * taken (take_request); ERR once 2^log_num_errored streams are (mlx5dv_dci_stream_id_reset(3)),
+ * which flushes everything. Called with soft_lock. */
+void soft_stream_error(struct soft_qp *dci, uint16_t stream)
+{
+	dci->errored_streams |= 1ull << stream;
+	flush_stream(dci, (uint8_t)stream);
+	if ((uint32_t)__builtin_popcountll(dci->errored_streams) >= (1u << dci->log_num_errored))
+		soft_qp_to_error(dci);
+}
+
 /* The oldest request failed with `syndrome`: its error CQE; then its stream errs (a DCI with
  * streams stays in RTS until 2^log_num_errored streams erred: mlx5dv_dci_stream_id_reset(3)) and
  * its requests behind it are flushed, or the DCI goes to ERR and the next pass flushes the
@@ -369,7 +372,6 @@ static void fail_wqe(struct soft_qp *qp, const struct wqe *wqe, uint8_t syndrome
 	complete_request(qp, wqe, MLX5_CQE_REQ_ERR, syndrome, 0);
 	if (qp->log_num_concurrent && wqe->stream < 64) {
 		soft_stream_error(qp, wqe->stream);
-		flush_stream(qp, wqe->stream);
 		return;
 	}
 	soft_qp_to_error(qp);

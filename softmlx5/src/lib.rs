@@ -286,7 +286,10 @@ impl Control {
         errno(unsafe { (self.functions.softmlx5_error_initiator)(qp_number) })
     }
 
-    /// Puts one stream of the DC initiator `qp_number` in error.
+    /// Puts one stream of the DC initiator `qp_number` in error, as a failed request of it
+    /// would, without that request's error completion: every request queued on the stream,
+    /// already on its way or not, completes as flushed (signalled or not) until the stream is
+    /// reset (`mlx5dv_dci_stream_id_reset`).
     pub fn error_stream(&self, qp_number: u32, stream: u16) -> io::Result<()> {
         // SAFETY: plain values.
         errno(unsafe { (self.functions.softmlx5_error_stream)(qp_number, stream) })

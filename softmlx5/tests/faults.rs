@@ -213,3 +213,76 @@ fn an_errored_stream_flushes_until_reset() {
     dci.reset_stream(1).unwrap();
     assert_eq!(write(&mut dci, 3, 1), Some(WorkCompletionStatus::Success));
 }
+
+/// An errored stream flushes what is already queued on it too: requests taken and on their way
+/// when the fault comes complete as flushed (the unsignalled one with a completion, as every
+/// flushed request), not with their answers; the other stream's request goes on. A device whose
+/// fault only stopped the stream's later requests would let them succeed.
+#[test]
+fn an_errored_stream_flushes_what_is_queued_on_it() {
+    on_device!(("SOFTMLX5_STEP", "1"));
+    use sideway_ext::mlx5::dc::initiator::{DcInitiatorBringUp, DciStreams};
+    use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+    let device = common::device();
+    let bed = bed();
+    let mut dci = bed
+        .pd
+        .create_dci_builder()
+        .setup_send_cq(bed.send_cq.clone())
+        .setup_dci_streams(DciStreams {
+            log_num_concurrent: 2,
+            log_num_errored: 2,
+        })
+        .build()
+        .unwrap();
+    dci.bring_up(&DcInitiatorBringUp::new(PORT)).unwrap();
+    let (mut local, remote) = (bed.buffer(64), bed.buffer(64));
+    local.fill(9);
+    let (ah, dct_number) = (bed.ah.clone(), bed.dct_number());
+    let mut write = |wr_id: u64, stream: u16, signaled: bool| {
+        let offset = wr_id as usize * 8;
+        let flags = if signaled {
+            WorkRequestFlags::Signaled
+        } else {
+            WorkRequestFlags::none()
+        };
+        dci.post_send_one(wr_id, flags, |wr| {
+            // SAFETY: both buffers outlive the completions polled below.
+            unsafe {
+                wr.setup_write(remote.mr.rkey(), remote.addr(offset))
+                    .setup_dc_addr_stream(&ah, dct_number, common::DC_KEY, stream)
+                    .setup_sge(local.mr.lkey(), local.addr(offset), 8)
+            }
+        })
+        .unwrap();
+    };
+    let delay = Duration::from_micros(100);
+    device
+        .route_fault(
+            dct_number,
+            &RouteFault {
+                delay,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    write(1, 1, true);
+    write(2, 1, false);
+    write(3, 0, true);
+    device.step();
+    assert!(bed.sends(1, Duration::ZERO).is_empty(), "all three on their way");
+    device.error_stream(dci.qp_number(), 1).unwrap();
+    device.advance(delay);
+    device.step();
+    let got: Vec<_> = bed
+        .sends(3, Duration::ZERO)
+        .iter()
+        .map(|wc| (wc.wr_id(), wc.status()))
+        .collect();
+    let flushed = Some(WorkCompletionStatus::WorkRequestFlushedError);
+    assert_eq!(
+        got,
+        [(1, flushed), (2, flushed), (3, Some(WorkCompletionStatus::Success))]
+    );
+    assert_eq!(remote.read(24, 8), vec![9; 8]);
+}
