@@ -222,6 +222,52 @@ SOFT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	pthread_mutex_unlock(&cq->mutex);
 }
 
+/* The vendor syndrome (mlx5_err_cqe.vendor_err_synd; libmlx5's cq.c hands it out as ibv_wc's
+ * vendor_err and ibv_wc_read_vendor_err) a ConnectX writes beside each syndrome (mlx5dv.h:
+ * MLX5_CQE_SYNDROME_*) the device models. The PRM's table of them is not public, and neither
+ * the kernel (mlx5_ib cq.c: mlx5_handle_error_cqe only prints it), libmlx5 nor UCX defines them,
+ * save UCX's and libmlx5's ODP page fault (0x93). The values are those ConnectX-4 to -7 wrote
+ * in the error CQEs public reports quote (UCX's uct_ib_mlx5_completion_with_err logs them as
+ * "synd 0x.. vend 0x..", NCCL as "vendor err", perftest as "syndrom", libmlx5 and the kernel in
+ * their dumps of the CQE):
+ * - requester: local protection 0x51 (NCCL and perftest, status 4; one ConnectX-6 Dx/7 report
+ *   shows 0x52 instead); flush 0xf9 (NCCL, status 5, send and receive; the kernel's own flushes,
+ *   cq.c sw_comp after a fatal error, report the syndrome 0x05 itself, but no device writes
+ *   those); remote invalid request 0x8a, remote access 0x88, remote operation 0x89 (libmlx5's
+ *   dumps, UCX's DCI logs); transport retry exceeded 0x81 (UCX's DCI logs, NCCL).
+ * - responder: local protection into an SRQ 0x32 (UCX's SRQ logs).
+ * No public source shows the vendor syndrome of a local length error, a local QP operation
+ * error or an RNR retry exceeded: those stay 0, a value no ConnectX is claimed to write. */
+static uint8_t vendor_syndrome(uint8_t opcode, uint8_t syndrome)
+{
+	if (opcode == MLX5_CQE_RESP_ERR) {
+		switch (syndrome) {
+		case MLX5_CQE_SYNDROME_LOCAL_PROT_ERR:
+			return 0x32;
+		case MLX5_CQE_SYNDROME_WR_FLUSH_ERR:
+			return 0xf9;
+		default:
+			return 0;
+		}
+	}
+	switch (syndrome) {
+	case MLX5_CQE_SYNDROME_LOCAL_PROT_ERR:
+		return 0x51;
+	case MLX5_CQE_SYNDROME_WR_FLUSH_ERR:
+		return 0xf9;
+	case MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR:
+		return 0x8a;
+	case MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR:
+		return 0x88;
+	case MLX5_CQE_SYNDROME_REMOTE_OP_ERR:
+		return 0x89;
+	case MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR:
+		return 0x81;
+	default:
+		return 0;
+	}
+}
+
 /* Writes a CQE as the hardware does: every field, then op_own (opcode and owner bit) after a
  * barrier; the owner bit flips at each pass over the ring (cq.c: get_sw_cqe). Called with
  * soft_lock held. */
@@ -252,7 +298,7 @@ bool soft_cq_write(struct soft_cq *cq, const struct soft_cqe *in)
 		struct mlx5_err_cqe *err = (struct mlx5_err_cqe *)cqe;
 
 		err->syndrome = in->syndrome;
-		err->vendor_err_synd = in->vendor_syndrome;
+		err->vendor_err_synd = vendor_syndrome(in->opcode, in->syndrome);
 		err->s_wqe_opcode_qpn = htobe32((uint32_t)in->wqe_opcode << 24 | in->qpn);
 		err->wqe_counter = htobe16(in->wqe_counter);
 		err->srqn = htobe32(in->user_index);

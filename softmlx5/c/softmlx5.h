@@ -204,8 +204,7 @@ uint64_t soft_now_ns(void);
 
 struct soft_cqe {
 	uint8_t opcode;		/* MLX5_CQE_* */
-	uint8_t syndrome;	/* error CQEs */
-	uint8_t vendor_syndrome;
+	uint8_t syndrome;	/* error CQEs; the vendor syndrome follows from it (completion.c) */
 	uint8_t wqe_opcode;	/* requester: the WQE's opcode */
 	uint16_t wqe_counter;
 	uint32_t qpn;
