@@ -71,11 +71,6 @@ impl Polling {
     pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
         &self.table
     }
-
-    #[cfg(test)]
-    pub(crate) fn poller(&mut self) -> &mut CompletionQueuePoller {
-        &mut self.poller
-    }
 }
 
 impl DirectCompletionQueue {

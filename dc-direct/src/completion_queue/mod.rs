@@ -57,7 +57,7 @@
 
 mod completion;
 mod cqe;
-mod direct;
+pub(crate) mod direct;
 mod error;
 mod send_queue_slots;
 mod table;
@@ -68,11 +68,9 @@ use std::ptr::NonNull;
 
 pub use completion::Completion;
 pub use direct::DirectCompletionQueue;
-#[cfg(test)]
-pub(crate) use direct::Polling;
 pub(crate) use table::SendQueueTable;
 
-use crate::barrier::{Mmio, Register};
+use crate::barrier::{Hardware, Mmio};
 use cqe::{cqe_opcode, Cqe, FORMAT_COMPRESSED};
 pub use error::{
     CreateDirectCompletionQueueError, CreateDirectCompletionQueueErrorKind, PollCompletionQueueError,
@@ -106,7 +104,7 @@ pub(crate) struct CompletionQueuePoller {
     /// on, as the doorbell record gave it at creation).
     consumer_index: u32,
     /// The barrier between the owner check and the CQE's other fields.
-    mmio: Register,
+    mmio: Hardware,
 }
 
 impl CompletionQueuePoller {
@@ -130,7 +128,7 @@ impl CompletionQueuePoller {
             }
             .into());
         }
-        let Some(mmio) = Register::new() else {
+        let Some(mmio) = Hardware::new() else {
             return Err(CreateDirectCompletionQueueErrorKind::UnsupportedArchitecture {
                 architecture: std::env::consts::ARCH,
             }
@@ -186,21 +184,9 @@ impl CompletionQueuePoller {
         }
     }
 
-    /// libmlx5's `cons_index`.
-    #[cfg(test)]
-    pub(crate) fn consumer_index(&self) -> u32 {
-        self.consumer_index
-    }
-
     /// The CQ number (`mlx5dv_cq`'s `cqn`).
     pub(crate) fn cq_number(&self) -> u32 {
         self.parts.cq_number
-    }
-
-    /// The barriers it made, for the tests.
-    #[cfg(test)]
-    pub(crate) fn mmio(&mut self) -> &mut Register {
-        &mut self.mmio
     }
 
     /// The CQE at the consumer index, if software owns it (`next_cqe_sw`).

@@ -36,12 +36,6 @@ impl SendQueueTable {
             .borrow_mut()
             .retain(|entry| !Rc::ptr_eq(&entry.queue, queue));
     }
-
-    /// How many send queues complete into it.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.entries.borrow().len()
-    }
 }
 
 impl SendQueueSlots for &SendQueueTable {

@@ -8,8 +8,9 @@ use sideway_ext_wqe_oracle::{DciShape, OracleDci};
 use super::parts::send_queue_parts;
 use super::parts::tests::{created_of, object_of};
 use super::posting::PostingQueue;
+use crate::completion_queue::direct::Polling;
 use crate::completion_queue::tests::support::{CqMemory, CqeFields};
-use crate::completion_queue::{Completion, PollCompletionQueueErrorKind, Polling};
+use crate::completion_queue::{Completion, PollCompletionQueueErrorKind};
 use crate::send_queue::{AddressVector, BatchAddress, SendQueue};
 
 const QP_NUMBER: u32 = 0x12_3456;

@@ -23,28 +23,28 @@ use std::ptr::NonNull;
 
 use super::ring::{Ring, BASIC_BLOCK};
 use super::wqe::Written;
-use crate::barrier::Mmio;
+use crate::barrier::{Hardware, Mmio};
 
 /// The index of the send queue's word in the doorbell record (`MLX5_SND_DBR`).
 const SEND_DOORBELL_RECORD: usize = 1;
 
 /// The doorbell record and the BlueFlame register of a send queue.
 #[derive(Debug)]
-pub(super) struct Doorbell<M> {
+pub(super) struct Doorbell {
     record: NonNull<u32>,
     register: NonNull<u8>,
     /// Each half's size (`bf->buf_size`); 0: no BlueFlame, the doorbell only.
     blueflame_size: u32,
     /// The half the next write goes to (`bf->offset`): 0 or `blueflame_size`.
     offset: u32,
-    mmio: M,
+    mmio: Hardware,
 }
 
-impl<M: Mmio> Doorbell<M> {
+impl Doorbell {
     /// The doorbell of `record` (2 words) and `register` (2 halves of `blueflame_size` bytes,
     /// or one 8-byte word when 0), both checked by the caller of
     /// [`SendQueue::from_parts`](super::SendQueue::from_parts).
-    pub(super) fn new(record: NonNull<u32>, register: NonNull<u8>, blueflame_size: u32, mmio: M) -> Self {
+    pub(super) fn new(record: NonNull<u32>, register: NonNull<u8>, blueflame_size: u32, mmio: Hardware) -> Self {
         Self {
             record,
             register,
@@ -52,18 +52,6 @@ impl<M: Mmio> Doorbell<M> {
             offset: 0,
             mmio,
         }
-    }
-
-    /// The half of the register the next write goes to (`bf->offset`).
-    #[cfg(test)]
-    pub(super) fn blueflame_offset(&self) -> u32 {
-        self.offset
-    }
-
-    /// The barriers and stores, for the tests.
-    #[cfg(test)]
-    pub(super) fn mmio(&mut self) -> &mut M {
-        &mut self.mmio
     }
 
     /// Rings for a batch of `count` (non-zero) requests whose last is `last`, with the queue's

@@ -93,12 +93,14 @@
 //!
 //! None of this has run on a ConnectX. The unit tests compare it with libmlx5's own `qp.c`
 //! compiled over plain memory (sideway-ext-wqe-oracle): for random requests of every supported
-//! shape, the whole send queue, both doorbell-record words, the BlueFlame register and its
-//! offset, the posting index, the `wr_id`s and `wqe_head`s, and the sequence of barriers and MMIO
-//! stores are equal (over a million requests each run, the 16-bit index wrapping, inline data
-//! split at the queue's end, batches of 1, 16 and random sizes, signal-all on and off, BlueFlame
-//! and doorbell only). That covers the bytes and the order of stores and fences as the program makes them;
-//! not what write-combining buffers and PCIe make of them, nor the device's reading of them.
+//! shape, the whole send queue, both doorbell-record words, both halves of the BlueFlame
+//! register, the posting index, the `wr_id`s and `wqe_head`s are equal (over a million requests
+//! each run, the 16-bit index wrapping, inline data split at the queue's end, batches of 1, 16
+//! and random sizes, signal-all on and off, BlueFlame and doorbell only), and libmlx5's doorbell
+//! makes the barriers `doorbell.rs` makes, in its order, around stores the writer's register
+//! holds too. That covers the bytes; the order of the writer's own stores and fences cannot be
+//! seen in memory and is read from rdma-core, not tested; nor what write-combining buffers and
+//! PCIe make of them, nor the device's reading of them.
 //!
 //! The limits come from the queue pair's creation: `max_post` must be what libmlx5 granted
 //! (`ibv_query_qp`'s `max_send_wr`, its `sq.max_post`), which it sized so that that many of the
@@ -128,7 +130,7 @@ pub use batch::{
 };
 pub use error::{CreateSendQueueError, CreateSendQueueErrorKind, WorkRequestError, WorkRequestErrorKind};
 
-use crate::barrier::Register;
+use crate::barrier::Hardware;
 use doorbell::Doorbell;
 use ring::{Ring, BASIC_BLOCK};
 
@@ -180,7 +182,7 @@ pub struct SendQueue {
     /// Per slot, how many requests had been posted before that request (`sq.wqe_head`);
     /// `wqe_count` entries.
     wqe_heads: Box<[u32]>,
-    doorbell: Doorbell<Register>,
+    doorbell: Doorbell,
 }
 
 /// What every request of a queue is checked against and written with, fixed at its creation:
@@ -222,7 +224,7 @@ impl SendQueue {
     ///   documentation).
     pub unsafe fn from_parts(parts: SendQueueParts) -> Result<Self, CreateSendQueueError> {
         check(&parts)?;
-        let Some(mmio) = Register::new() else {
+        let Some(mmio) = Hardware::new() else {
             return Err(CreateSendQueueErrorKind::UnsupportedArchitecture {
                 architecture: std::env::consts::ARCH,
             }

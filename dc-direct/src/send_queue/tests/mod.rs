@@ -114,14 +114,4 @@ impl SendQueue {
     pub(super) fn wqe_head(&self, slot: u32) -> u32 {
         self.wqe_heads[slot as usize]
     }
-
-    /// The register's half the next write goes to (`bf->offset`).
-    pub(super) fn blueflame_offset(&self) -> u32 {
-        self.doorbell.blueflame_offset()
-    }
-
-    /// The barriers and MMIO stores since the last call.
-    pub(super) fn take_events(&mut self) -> Vec<sideway_ext_wqe_oracle::MmioEvent> {
-        self.doorbell.mmio().take_events()
-    }
 }
