@@ -95,7 +95,7 @@ impl PoolInitiator for DirectDcInitiator {
         Ok(AddressVector::from_address_handle(&ah)?)
     }
 
-    #[inline(always)]
+    #[inline]
     fn start_batch<'a>(
         &'a mut self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self::Batch<'a> {
@@ -113,18 +113,18 @@ impl PoolBatch for DirectPostSendGuard<'_, BatchAddress> {
     where
         Self: 'r;
 
-    #[inline(always)]
+    #[inline]
     fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
         DirectPostSendGuard::construct_wr(self, wr_id, wr_flags)
     }
 
-    #[inline(always)]
+    #[inline]
     fn batch_len(&self) -> usize {
         DirectPostSendGuard::batch_len(self)
     }
 
     /// Rings the doorbell; nothing to refuse here (each request was checked at its data step).
-    #[inline(always)]
+    #[inline]
     fn post(self) -> Result<(), PostSendError> {
         DirectPostSendGuard::post(self);
         Ok(())
@@ -139,18 +139,18 @@ impl PoolBatch for PostSendGuard<'_, BatchAddress> {
     where
         Self: 'r;
 
-    #[inline(always)]
+    #[inline]
     fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
         PostSendGuard::construct_wr(self, wr_id, wr_flags)
     }
 
-    #[inline(always)]
+    #[inline]
     fn batch_len(&self) -> usize {
         PostSendGuard::batch_len(self)
     }
 
     /// Rings the doorbell; nothing to refuse here (each request was checked at its data step).
-    #[inline(always)]
+    #[inline]
     fn post(self) -> Result<(), PostSendError> {
         PostSendGuard::post(self);
         Ok(())

@@ -207,7 +207,7 @@ impl Batch {
 
     /// Room for one more request (`mlx5_wq_overflow`: the outstanding requests and the batch's
     /// below `max_post`).
-    #[inline(always)]
+    #[inline]
     pub(super) fn check_room(&self, max_post: u32) -> Result<(), WorkRequestError> {
         if self.len >= self.room {
             return Err(WorkRequestErrorKind::QueueFull { max_post }.into());

@@ -70,8 +70,9 @@ impl SendQueue {
     ///
     /// Inlined into the data step, the operation and the kind of data are known where it is
     /// called and their branches fold away.
-    // inline(always): with #[inline] it is called, not inlined, and the DC WQE rows of
-    // `scripts/bench` (plain memory, direct) cost about five times the instructions.
+    // inline(always): with #[inline] rustc calls it from the data step, where the operation and
+    // the data are unknown, and the writer rows of the wqe_instructions bench cost several times
+    // the instructions.
     #[inline(always)]
     pub(super) fn write(
         &mut self, batch: &mut Batch, request: Request<'_>, data: Data<'_>,
@@ -117,9 +118,7 @@ impl Limits {
     /// libmlx5 makes first). A request is refused for its shape whatever the queue holds; and
     /// checks that do not change from request to request come first, where the compiler can
     /// take them out of a batch's loop.
-    // inline(always): with #[inline] it is called, not inlined, and the DC WQE rows of
-    // `scripts/bench` (plain memory, direct) go over the writer's budget at batch 16.
-    #[inline(always)]
+    #[inline]
     fn check(&self, batch: &Batch, request: &Request<'_>, data: Data<'_>) -> Result<(), WorkRequestError> {
         self.check_stream(request.stream_id)?;
         self.check_data(data)?;
@@ -127,7 +126,7 @@ impl Limits {
     }
 
     /// A stream id only on a queue with streams (`mlx5_send_wr_set_dc_addr_stream`).
-    #[inline(always)]
+    #[inline]
     pub(super) fn check_stream(&self, stream_id: Option<u16>) -> Result<(), WorkRequestError> {
         if let (Some(stream_id), false) = (stream_id, self.streams) {
             return Err(WorkRequestErrorKind::StreamsNotEnabled { stream_id }.into());
@@ -137,7 +136,7 @@ impl Limits {
 
     /// The data setters' checks: the SGE count of `_mlx5_send_wr_set_sge_list`, the inline
     /// length of `_mlx5_send_wr_set_inline_data(_list)`.
-    #[inline(always)]
+    #[inline]
     pub(super) fn check_data(&self, data: Data<'_>) -> Result<(), WorkRequestError> {
         match data {
             Data::Sge { .. } => self.check_sge_count(1),
@@ -178,7 +177,7 @@ impl Limits {
     /// # Safety
     ///
     /// `slot` is a slot of the ring, and the request's WQE fits in the ring from it.
-    #[inline(always)]
+    #[inline]
     pub(super) unsafe fn write_remote(&self, slot: u32, remote: Remote) -> (NonNull<u8>, u32) {
         let ring = self.ring;
         // The next slot: the block after this one, or the first at the ring's end (libmlx5's
@@ -218,9 +217,7 @@ impl Limits {
     /// # Safety
     ///
     /// `at` is 16-byte aligned in the ring, and the data was checked against the queue's limits.
-    // inline(always): with #[inline] it is called, not inlined, and the DC WQE rows of
-    // `scripts/bench` (plain memory, direct) go over the writer's budget at batch 16.
-    #[inline(always)]
+    #[inline]
     pub(super) unsafe fn write_data(&self, at: NonNull<u8>, data: Data<'_>) -> u32 {
         let ring = self.ring;
         match data {
@@ -285,7 +282,7 @@ impl Limits {
 /// # Safety
 ///
 /// `control` is a slot of the ring.
-#[inline(always)]
+#[inline]
 pub(super) unsafe fn write_control(
     control: NonNull<u8>, index: u32, segments: &Segments, stream_id: Option<u16>, fm_ce_se: u8,
 ) {
@@ -336,7 +333,7 @@ impl Made {
 
 /// Bytes 8 to 15 of the segment: the vector's, the DCT number and bit 31 OR-ed into the first
 /// four (`dqp_dct`).
-#[inline(always)]
+#[inline]
 fn dqp_dct_and_next(address: &AddressVector, dct_number: u32) -> [u8; 8] {
     let mut word = [0; 8];
     word.copy_from_slice(&address.bytes()[8..16]);
@@ -350,7 +347,7 @@ fn dqp_dct_and_next(address: &AddressVector, dct_number: u32) -> [u8; 8] {
 /// # Safety
 ///
 /// `at` is 16-byte aligned with 48 bytes of the ring after it.
-#[inline(always)]
+#[inline]
 pub(super) unsafe fn write_address(at: NonNull<u8>, datagram: Datagram<'_>) {
     // SAFETY: the caller's promise.
     unsafe {
