@@ -106,56 +106,40 @@ impl PoolInitiator for DirectDcInitiator {
     }
 }
 
-/// A direct initiator's batch to one address, as its pool posts it.
-impl PoolBatch for DirectPostSendGuard<'_, BatchAddress> {
-    type Request<'r>
-        = WorkRequestHandle<'r, BatchAddress>
-    where
-        Self: 'r;
+/// A batch to one address, as a pool posts it: one body for a direct initiator's
+/// ([`DirectPostSendGuard`]) and a [`SendQueue`](crate::send_queue::SendQueue)'s
+/// ([`PostSendGuard`], for an initiator of one's own built on the writer over its queue pair's
+/// parts), whose methods have the same names and signatures.
+macro_rules! impl_pool_batch {
+    ($($batch:ident),+) => {$(
+        impl PoolBatch for $batch<'_, BatchAddress> {
+            type Request<'r>
+                = WorkRequestHandle<'r, BatchAddress>
+            where
+                Self: 'r;
 
-    #[inline]
-    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
-        DirectPostSendGuard::construct_wr(self, wr_id, wr_flags)
-    }
+            #[inline]
+            fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
+                $batch::construct_wr(self, wr_id, wr_flags)
+            }
 
-    #[inline]
-    fn batch_len(&self) -> usize {
-        DirectPostSendGuard::batch_len(self)
-    }
+            #[inline]
+            fn batch_len(&self) -> usize {
+                $batch::batch_len(self)
+            }
 
-    /// Rings the doorbell; nothing to refuse here (each request was checked at its data step).
-    #[inline]
-    fn post(self) -> Result<(), PostSendError> {
-        DirectPostSendGuard::post(self);
-        Ok(())
-    }
+            /// Rings the doorbell; nothing to refuse here (each request was checked at its data
+            /// step).
+            #[inline]
+            fn post(self) -> Result<(), PostSendError> {
+                $batch::post(self);
+                Ok(())
+            }
+        }
+    )+};
 }
 
-/// A [`SendQueue`](crate::send_queue::SendQueue)'s batch to one address, for an initiator of
-/// one's own built on the writer over its queue pair's parts.
-impl PoolBatch for PostSendGuard<'_, BatchAddress> {
-    type Request<'r>
-        = WorkRequestHandle<'r, BatchAddress>
-    where
-        Self: 'r;
-
-    #[inline]
-    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
-        PostSendGuard::construct_wr(self, wr_id, wr_flags)
-    }
-
-    #[inline]
-    fn batch_len(&self) -> usize {
-        PostSendGuard::batch_len(self)
-    }
-
-    /// Rings the doorbell; nothing to refuse here (each request was checked at its data step).
-    #[inline]
-    fn post(self) -> Result<(), PostSendError> {
-        PostSendGuard::post(self);
-        Ok(())
-    }
-}
+impl_pool_batch!(DirectPostSendGuard, PostSendGuard);
 
 /// The direct poller, as a pool polls it: each completion as a value; none is handed over
 /// whole (a completion of another queue pair fails the poll, see the
