@@ -119,10 +119,10 @@
 //!   with its own consumer index, which the direct poller never advances). Poll.
 //! - The CQ is the pool's direct initiators' alone: a completion of another queue pair fails the
 //!   pool's `poll` (without its `wr_id` the poller cannot report it), where a pool on libmlx5
-//!   hands it over (`OtherCompletion`). The error is sideway's `PollCompletionQueueError::Ibverbs`
-//!   holding the poller's own [`PollCompletionQueueError`](completion_queue::PollCompletionQueueError)
+//!   hands it over (`OtherCompletion`). The error is sideway's `PollDirectCompletionQueueError::Ibverbs`
+//!   holding the poller's own [`PollDirectCompletionQueueError`](completion_queue::PollDirectCompletionQueueError)
 //!   (`std::io::Error::get_ref`), which names the cause
-//!   ([`UnknownQueuePair`](completion_queue::PollCompletionQueueErrorKind::UnknownQueuePair)).
+//!   ([`UnknownQueuePair`](completion_queue::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).
 //! - An RDMA READ whose responses would not reach the initiator (a target of a larger path MTU)
 //!   is not refused: see [What is refused](#what-is-refused).
 //! - Recovery is the direct initiator's [`recover`](DirectDcInitiator::recover): the pool calls
@@ -318,6 +318,6 @@ pub mod send_queue;
 
 pub use completion_queue::DirectCompletionQueue;
 pub use initiator::{
-    CreateDirectDcInitiatorError, CreateDirectDcInitiatorErrorKind, DirectDcInitiator, DirectPostSendGuard,
-    DirectRegister, RecoverDirectDcInitiatorError, RecoverDirectDcInitiatorErrorKind,
+    CreateDirectDcInitiatorError, CreateDirectDcInitiatorErrorKind, DirectBatch, DirectDcInitiator, DirectRegister,
+    RecoverDirectDcInitiatorError, RecoverDirectDcInitiatorErrorKind,
 };

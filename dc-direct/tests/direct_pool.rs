@@ -30,7 +30,7 @@ use sideway_ext::mlx5::dc::initiator::{DcInitiatorBringUp, DciStreams};
 use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::{
-    PollCompletionQueueError as DirectPollError, PollCompletionQueueErrorKind,
+    PollDirectCompletionQueueError as DirectPollError, PollDirectCompletionQueueErrorKind,
 };
 use sideway_ext_dc_direct::{DirectCompletionQueue, DirectDcInitiator};
 use sideway_ext_dc_pool::settings::DcPoolSettings;
@@ -463,7 +463,7 @@ fn mlx5_hw_a_completion_of_a_queue_pair_that_is_no_initiator_of_the_pool_fails_t
     let refused = io.get_ref().and_then(|inner| inner.downcast_ref::<DirectPollError>());
     assert_eq!(
         refused.map(|refused| &refused.0),
-        Some(&PollCompletionQueueErrorKind::UnknownQueuePair {
+        Some(&PollDirectCompletionQueueErrorKind::UnknownQueuePair {
             qp_number: stray.qp_number()
         }),
         "{error:?}"

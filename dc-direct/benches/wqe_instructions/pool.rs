@@ -111,7 +111,7 @@ impl PoolInitiator for Libmlx5Initiator {
 
 impl PoolInitiator for DirectInitiator {
     type Address = AddressVector;
-    type Batch<'a> = sideway_ext_dc_direct::send_queue::PostSendGuard<'a, BatchAddress>;
+    type Batch<'a> = sideway_ext_dc_direct::send_queue::SendQueueBatch<'a, BatchAddress>;
     type CompletionQueue = NoCompletions;
 
     pooled!();

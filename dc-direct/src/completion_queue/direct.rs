@@ -10,7 +10,7 @@ use sideway_ext::mlx5::direct_objects::completion_queue_object;
 use super::table::SendQueueTable;
 use super::{
     Completion, CompletionQueueParts, CompletionQueuePoller, CreateDirectCompletionQueueError,
-    CreateDirectCompletionQueueErrorKind, PollCompletionQueueError,
+    CreateDirectCompletionQueueErrorKind, PollDirectCompletionQueueError,
 };
 
 /// The send completion queue of direct DC initiators ([`DirectDcInitiator`](crate::DirectDcInitiator)),
@@ -64,7 +64,7 @@ impl Polling {
     }
 
     #[inline]
-    pub(crate) fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollCompletionQueueError> {
+    pub(crate) fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollDirectCompletionQueueError> {
         self.poller.poll(&mut &*self.table, completions)
     }
 
@@ -95,7 +95,7 @@ impl DirectCompletionQueue {
     /// any clone of it): libmlx5 would consume CQEs this poller counts on and store its own
     /// consumer index in the doorbell record the device reads. Queue pairs that are not direct
     /// initiators may complete into it; their completions are refused when polled
-    /// ([`UnknownQueuePair`](super::PollCompletionQueueErrorKind::UnknownQueuePair)).
+    /// ([`UnknownQueuePair`](super::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).
     pub unsafe fn new(cq: GenericCompletionQueue) -> Result<Self, CreateDirectCompletionQueueError> {
         // Before libmlx5 hands the CQ's memory out (and stops cleaning it).
         crate::barrier::check_architecture(std::env::consts::ARCH)
@@ -127,12 +127,12 @@ impl DirectCompletionQueue {
     /// # Errors
     ///
     /// A CQE that is not a send completion of one of its initiators' outstanding requests
-    /// (see [`PollCompletionQueueErrorKind`](super::PollCompletionQueueErrorKind)), returned
+    /// (see [`PollDirectCompletionQueueErrorKind`](super::PollDirectCompletionQueueErrorKind)), returned
     /// once the completions before it were: it is consumed, but for
-    /// [`SendQueueInUse`](super::PollCompletionQueueErrorKind::SendQueueInUse) (a batch of its
+    /// [`SendQueueInUse`](super::PollDirectCompletionQueueErrorKind::SendQueueInUse) (a batch of its
     /// initiator is open).
     #[inline]
-    pub fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollCompletionQueueError> {
+    pub fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollDirectCompletionQueueError> {
         self.polling.poll(completions)
     }
 

@@ -44,17 +44,17 @@ pub enum CreateDirectCompletionQueueErrorKind {
 
 /// Error returned when polling a completion queue directly meets a CQE it cannot report as a
 /// send completion. The CQE is consumed (as libmlx5's `mlx5_poll_one` consumes a CQE it fails
-/// on), but for [`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse); completions
+/// on), but for [`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse); completions
 /// before it were returned by the previous poll.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to poll completion queue")]
 #[non_exhaustive]
-pub struct PollCompletionQueueError(#[from] pub PollCompletionQueueErrorKind);
+pub struct PollDirectCompletionQueueError(#[from] pub PollDirectCompletionQueueErrorKind);
 
-/// The enum type for [`PollCompletionQueueError`].
+/// The enum type for [`PollDirectCompletionQueueError`].
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum PollCompletionQueueErrorKind {
+pub enum PollDirectCompletionQueueErrorKind {
     /// A compressed CQE (an array of mini CQEs, CQE format 3): the CQ was created with CQE
     /// compression, which this poller does not read.
     #[error("compressed CQE (op_own {opcode_format_owner:#04x}) in a CQ polled without compression")]

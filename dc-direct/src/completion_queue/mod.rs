@@ -30,7 +30,7 @@
 //!
 //! # Where it differs from libmlx5
 //! - CQEs libmlx5 does not report as send completions are refused with a
-//!   [`PollCompletionQueueError`], consumed as libmlx5 consumes them: compressed CQEs (format 3;
+//!   [`PollDirectCompletionQueueError`], consumed as libmlx5 consumes them: compressed CQEs (format 3;
 //!   libmlx5 would read a compressed requester CQE as scattered data), receive, resize, signature
 //!   error and unknown CQE opcodes, and CQEs of QPs the poller was not given. libmlx5 fails the
 //!   whole poll on the last (and discards the completions polled before it) and returns a partly
@@ -44,12 +44,12 @@
 //!   `struct mlx5_cq`, which `mlx5dv_cq` does not give; its low 24 bits are all the owner check
 //!   needs). libmlx5 must not poll the CQ once this poller does.
 //! - A send completion naming a slot where no outstanding request of its QP starts is refused
-//!   ([`UnexpectedWqeCounter`](PollCompletionQueueErrorKind::UnexpectedWqeCounter)), where
+//!   ([`UnexpectedWqeCounter`](PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter)), where
 //!   libmlx5 would move its tail by the slot's stale entry: a CQE of an earlier queue pair of the
 //!   same number, or of one reset without its CQ being cleaned (libmlx5 cleans no CQ it handed
 //!   out, `__mlx5_cq_clean`'s `MLX5_CQ_FLAGS_DV_OWNED`), cannot free room still in use.
 //! - A completion of an initiator whose batch is open stops the poll before it, unconsumed
-//!   ([`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse)): libmlx5 takes the QP's
+//!   ([`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse)): libmlx5 takes the QP's
 //!   lock instead.
 //!
 //! Compared with libmlx5's own `mlx5_poll_cq` over the same memory by the tests; not run on a
@@ -73,8 +73,8 @@ pub(crate) use table::SendQueueTable;
 use crate::barrier::{Hardware, Mmio};
 use cqe::{cqe_opcode, Cqe, FORMAT_COMPRESSED};
 pub use error::{
-    CreateDirectCompletionQueueError, CreateDirectCompletionQueueErrorKind, PollCompletionQueueError,
-    PollCompletionQueueErrorKind,
+    CreateDirectCompletionQueueError, CreateDirectCompletionQueueErrorKind, PollDirectCompletionQueueError,
+    PollDirectCompletionQueueErrorKind,
 };
 pub(crate) use send_queue_slots::SendQueueSlots;
 
@@ -148,11 +148,11 @@ impl CompletionQueuePoller {
     ///
     /// A CQE that is not a send completion of one of `slots`' QPs stops the poll before it when
     /// completions were filled; otherwise it is consumed and returned as the error. A CQE whose
-    /// send queue is in use ([`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse))
+    /// send queue is in use ([`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse))
     /// stops the poll the same way but is not consumed: the next poll reads it again.
     pub(crate) fn poll(
         &mut self, slots: &mut impl SendQueueSlots, completions: &mut [Completion],
-    ) -> Result<usize, PollCompletionQueueError> {
+    ) -> Result<usize, PollDirectCompletionQueueError> {
         let mut polled = 0;
         let mut refused = None;
         while polled < completions.len() {
@@ -165,7 +165,7 @@ impl CompletionQueuePoller {
                     polled += 1;
                     self.consumer_index = self.consumer_index.wrapping_add(1);
                 },
-                Err(kind @ PollCompletionQueueErrorKind::SendQueueInUse { .. }) => {
+                Err(kind @ PollDirectCompletionQueueErrorKind::SendQueueInUse { .. }) => {
                     refused = (polled == 0).then_some(kind);
                     break;
                 },
@@ -208,9 +208,9 @@ impl CompletionQueuePoller {
 
     /// The completion a software-owned CQE reports (`mlx5_parse_cqe`, send side).
     #[inline]
-    fn parse(cqe: Cqe, slots: &mut impl SendQueueSlots) -> Result<Completion, PollCompletionQueueErrorKind> {
+    fn parse(cqe: Cqe, slots: &mut impl SendQueueSlots) -> Result<Completion, PollDirectCompletionQueueErrorKind> {
         if cqe.format() == FORMAT_COMPRESSED {
-            return Err(PollCompletionQueueErrorKind::CompressedCqe {
+            return Err(PollDirectCompletionQueueErrorKind::CompressedCqe {
                 opcode_format_owner: cqe.opcode_format_owner(),
             });
         }
@@ -218,7 +218,9 @@ impl CompletionQueuePoller {
         let build = match cqe.opcode() {
             cqe_opcode::REQUESTER => Completion::requester,
             cqe_opcode::REQUESTER_ERROR => Completion::requester_error,
-            cqe_opcode => return Err(PollCompletionQueueErrorKind::UnexpectedCqeOpcode { cqe_opcode, qp_number }),
+            cqe_opcode => {
+                return Err(PollDirectCompletionQueueErrorKind::UnexpectedCqeOpcode { cqe_opcode, qp_number })
+            },
         };
         let wr_id = slots.retire(qp_number, cqe.wqe_counter())?;
         Ok(build(cqe, wr_id))

@@ -1,6 +1,6 @@
 //! What the poller asks the send queues whose completions it reads.
 
-use super::PollCompletionQueueErrorKind;
+use super::PollDirectCompletionQueueErrorKind;
 
 /// The send queues a completion queue serves, as the poller sees them: for a completed WQE, the
 /// `wr_id` its request was posted with, and the room its completion frees.
@@ -15,11 +15,11 @@ pub(crate) trait SendQueueSlots {
     ///
     /// # Errors
     ///
-    /// Nothing is retired then: [`UnknownQueuePair`](PollCompletionQueueErrorKind::UnknownQueuePair)
+    /// Nothing is retired then: [`UnknownQueuePair`](PollDirectCompletionQueueErrorKind::UnknownQueuePair)
     /// when QP `qp_number` is not one of these send queues; for a table that checks it,
-    /// [`UnexpectedWqeCounter`](PollCompletionQueueErrorKind::UnexpectedWqeCounter) when no
+    /// [`UnexpectedWqeCounter`](PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter) when no
     /// outstanding request starts at that slot, and
-    /// [`SendQueueInUse`](PollCompletionQueueErrorKind::SendQueueInUse) when the send queue is
+    /// [`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse) when the send queue is
     /// being posted on.
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollCompletionQueueErrorKind>;
+    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind>;
 }

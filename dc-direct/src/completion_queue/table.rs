@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use super::{PollCompletionQueueErrorKind, SendQueueSlots};
+use super::{PollDirectCompletionQueueErrorKind, SendQueueSlots};
 use crate::send_queue::shared::SharedSendQueue;
 
 /// The send queues of one completion queue.
@@ -42,21 +42,21 @@ impl SendQueueSlots for &SendQueueTable {
     /// `mlx5_parse_cqe`'s send side, with checks libmlx5 does not make: the slot must start an
     /// outstanding request, and the queue must not be in a batch (it is then left as it is).
     #[inline]
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollCompletionQueueErrorKind> {
+    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind> {
         let entries = self.entries.borrow();
         let entry = entries
             .iter()
             .find(|entry| entry.qp_number == qp_number)
-            .ok_or(PollCompletionQueueErrorKind::UnknownQueuePair { qp_number })?;
+            .ok_or(PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number })?;
         entry
             .queue
             .try_with_mut(|queue| {
                 if queue.is_outstanding(wqe_counter) {
                     Ok(queue.complete(wqe_counter))
                 } else {
-                    Err(PollCompletionQueueErrorKind::UnexpectedWqeCounter { qp_number, wqe_counter })
+                    Err(PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter { qp_number, wqe_counter })
                 }
             })
-            .unwrap_or(Err(PollCompletionQueueErrorKind::SendQueueInUse { qp_number }))
+            .unwrap_or(Err(PollDirectCompletionQueueErrorKind::SendQueueInUse { qp_number }))
     }
 }

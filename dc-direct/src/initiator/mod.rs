@@ -38,7 +38,7 @@ pub use self::register::DirectRegister;
 use self::register::{BlueFlame, RegisterClaim};
 use crate::barrier::check_architecture;
 use crate::completion_queue::DirectCompletionQueue;
-pub use crate::send_queue::shared::DirectPostSendGuard;
+pub use crate::send_queue::shared::DirectBatch;
 use crate::send_queue::{AddressVector, BatchAddress, CreateSendQueueErrorKind};
 
 /// A DC initiator whose requests this crate writes into its send queue and whose doorbell it
@@ -47,7 +47,7 @@ use crate::send_queue::{AddressVector, BatchAddress, CreateSendQueueErrorKind};
 ///
 /// Single-threaded: neither `Send` nor `Sync`. Dropping it destroys the DC initiator; its
 /// completions still to come are then refused by the completion queue
-/// ([`UnknownQueuePair`](crate::completion_queue::PollCompletionQueueErrorKind::UnknownQueuePair)).
+/// ([`UnknownQueuePair`](crate::completion_queue::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).
 #[derive(Debug)]
 pub struct DirectDcInitiator {
     /// Dropped first: it writes the queue pair's memory, and takes itself out of the completion
@@ -171,10 +171,10 @@ impl DirectDcInitiator {
     }
 
     /// Starts a batch of requests (`mlx5_send_wr_start`): `construct_wr` → an operation →
-    /// `setup_dc_addr` → the data, then [`post`](DirectPostSendGuard::post). Post in RTS, as
+    /// `setup_dc_addr` → the data, then [`post`](DirectBatch::post). Post in RTS, as
     /// on libmlx5 (after [`bring_up`](Self::bring_up)).
     #[inline]
-    pub fn start_post_send(&mut self) -> DirectPostSendGuard<'_> {
+    pub fn start_post_send(&mut self) -> DirectBatch<'_> {
         self.posting.start_post_send()
     }
 
@@ -182,7 +182,7 @@ impl DirectDcInitiator {
     /// `dc_key`, over the route of `address` (read once from the target's address handle,
     /// [`AddressVector::from_address_handle`]). Each request goes `construct_wr` → an operation
     /// → the data, its address written as libmlx5's `mlx5_send_wr_set_dc_addr` writes it; then
-    /// [`post`](DirectPostSendGuard::post), one doorbell for the batch.
+    /// [`post`](DirectBatch::post), one doorbell for the batch.
     ///
     /// ```no_run
     /// use sideway::ibverbs::queue_pair::WorkRequestFlags;
@@ -202,7 +202,7 @@ impl DirectDcInitiator {
     #[inline]
     pub fn start_post_send_to(
         &mut self, address: &AddressVector, dct_number: u32, dc_key: u64,
-    ) -> DirectPostSendGuard<'_, BatchAddress> {
+    ) -> DirectBatch<'_, BatchAddress> {
         self.posting
             .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, None))
     }
@@ -214,7 +214,7 @@ impl DirectDcInitiator {
     #[inline]
     pub fn start_post_send_to_stream(
         &mut self, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> DirectPostSendGuard<'_, BatchAddress> {
+    ) -> DirectBatch<'_, BatchAddress> {
         self.posting
             .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, Some(stream_id)))
     }

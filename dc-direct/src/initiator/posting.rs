@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use crate::completion_queue::SendQueueTable;
-use crate::send_queue::shared::{DirectPostSendGuard, SharedSendQueue};
+use crate::send_queue::shared::{DirectBatch, SharedSendQueue};
 use crate::send_queue::{BatchAddress, SendQueue};
 
 /// A send queue in a completion queue's table; taken out of the table when dropped.
@@ -28,7 +28,7 @@ impl PostingQueue {
 
     /// Opens a batch whose requests are each addressed at their address step.
     #[inline]
-    pub(crate) fn start_post_send(&mut self) -> DirectPostSendGuard<'_> {
+    pub(crate) fn start_post_send(&mut self) -> DirectBatch<'_> {
         // SAFETY: `&mut self` for the guard's lifetime: no other batch is open (one would borrow
         // `self`), and the completion table borrows the queue only inside a poll, which is not
         // running.
@@ -37,7 +37,7 @@ impl PostingQueue {
 
     /// Opens a batch to one DC address.
     #[inline]
-    pub(crate) fn start_post_send_to(&mut self, address: BatchAddress) -> DirectPostSendGuard<'_, BatchAddress> {
+    pub(crate) fn start_post_send_to(&mut self, address: BatchAddress) -> DirectBatch<'_, BatchAddress> {
         // SAFETY: as for `start_post_send`.
         unsafe { self.queue.start_post_send(|queue| queue.start_post_send_to(address)) }
     }

@@ -10,7 +10,7 @@ use super::parts::tests::{created_of, object_of};
 use super::posting::PostingQueue;
 use crate::completion_queue::direct::Polling;
 use crate::completion_queue::tests::support::{CqMemory, CqeFields};
-use crate::completion_queue::{Completion, PollCompletionQueueErrorKind};
+use crate::completion_queue::{Completion, PollDirectCompletionQueueErrorKind};
 use crate::send_queue::{AddressVector, BatchAddress, SendQueue};
 
 const QP_NUMBER: u32 = 0x12_3456;
@@ -80,7 +80,7 @@ impl Bed {
         CqeFields::write(QP_NUMBER, wqe_counter, index & 16 != 0).store(self.cq.cqe_mut(index));
     }
 
-    fn poll(&mut self) -> Result<Vec<u64>, PollCompletionQueueErrorKind> {
+    fn poll(&mut self) -> Result<Vec<u64>, PollDirectCompletionQueueErrorKind> {
         let mut completions = [Completion::default(); 4];
         let polled = self.polling.poll(&mut completions).map_err(|error| error.0)?;
         Ok(completions[..polled].iter().map(Completion::wr_id).collect())
@@ -126,7 +126,7 @@ fn a_poll_leaves_the_completions_of_a_queue_whose_batch_is_open_until_it_is_post
     let mut completions = [Completion::default(); 4];
     assert_eq!(
         polling.poll(&mut completions).map_err(|error| error.0),
-        Err(PollCompletionQueueErrorKind::SendQueueInUse { qp_number: QP_NUMBER })
+        Err(PollDirectCompletionQueueErrorKind::SendQueueInUse { qp_number: QP_NUMBER })
     );
     guard.post();
     assert_eq!(bed.cq.doorbell_record(), 0, "not consumed");

@@ -11,7 +11,7 @@
 //! | `qp_number`, `max_send_wr`, `stream_count`, `path_mtu`, `source_gid_index` | its DC initiator's, as for a [`DcInitiator`] in a pool |
 //! | `address`, once per destination | the [`AddressVector`] of the address handle the pool made ([`AddressVector::from_address_handle`]) |
 //! | `start_batch` | [`start_post_send_to`](DirectDcInitiator::start_post_send_to) (or its stream form): `construct_wr` → operation → data, each request answered at its data step |
-//! | the batch's `post` | [`post`](DirectPostSendGuard::post): one doorbell; it cannot fail |
+//! | the batch's `post` | [`post`](DirectBatch::post): one doorbell; it cannot fail |
 //! | the completion queue's `poll` | [`DirectCompletionQueue::poll`], at most 32 completions a call |
 //! | `recover`, once every request it held was reported | [`recover`](DirectDcInitiator::recover): each report came from a completion the direct poller retired first, so none is outstanding |
 //! | `reset_stream` | [`reset_stream`](DirectDcInitiator::reset_stream); `NotReadyToSend` when it went to ERR as a whole |
@@ -23,7 +23,7 @@
 //! A CQE the direct poller refuses fails the pool's [`poll`](DcInitiatorPool::poll) with
 //! [`PollCompletionQueueError::Ibverbs`](sideway::ibverbs::completion::PollCompletionQueueError::Ibverbs)
 //! holding the poller's own error
-//! ([`PollCompletionQueueError`](crate::completion_queue::PollCompletionQueueError), its
+//! ([`PollDirectCompletionQueueError`](crate::completion_queue::PollDirectCompletionQueueError), its
 //! [`get_ref`](std::io::Error::get_ref)): a QP that is no direct initiator of the CQ (a pool of
 //! direct initiators does not share its CQ with other queue pairs: their completions cannot be
 //! read without their `wr_id`s), a CQE that is not a send completion, a compressed one, a slot no
@@ -46,16 +46,16 @@ use sideway_ext::mlx5::dc::initiator::{DcInitiator, ResetDciStreamErrorKind};
 use sideway_ext_dc_pool::initiator::{PoolBatch, PoolCompletion, PoolCompletionQueue, StreamResetRefusal};
 use sideway_ext_dc_pool::PoolInitiator;
 
-use crate::completion_queue::{Completion, DirectCompletionQueue, PollCompletionQueueErrorKind};
-use crate::send_queue::{AddressVector, BatchAddress, PostSendGuard, WorkRequestHandle};
-use crate::{DirectDcInitiator, DirectPostSendGuard};
+use crate::completion_queue::{Completion, DirectCompletionQueue, PollDirectCompletionQueueErrorKind};
+use crate::send_queue::{AddressVector, BatchAddress, DirectRequest, SendQueueBatch};
+use crate::{DirectBatch, DirectDcInitiator};
 
 /// The most completions one pool poll reads (the pool's own batch of work completions).
 const MOST_PER_POLL: usize = 32;
 
 impl PoolInitiator for DirectDcInitiator {
     type Address = AddressVector;
-    type Batch<'a> = DirectPostSendGuard<'a, BatchAddress>;
+    type Batch<'a> = DirectBatch<'a, BatchAddress>;
     type CompletionQueue = DirectCompletionQueue;
 
     fn qp_number(&self) -> u32 {
@@ -107,14 +107,14 @@ impl PoolInitiator for DirectDcInitiator {
 }
 
 /// A batch to one address, as a pool posts it: one body for a direct initiator's
-/// ([`DirectPostSendGuard`]) and a [`SendQueue`](crate::send_queue::SendQueue)'s
-/// ([`PostSendGuard`], for an initiator of one's own built on the writer over its queue pair's
+/// ([`DirectBatch`]) and a [`SendQueue`](crate::send_queue::SendQueue)'s
+/// ([`SendQueueBatch`], for an initiator of one's own built on the writer over its queue pair's
 /// parts), whose methods have the same names and signatures.
 macro_rules! impl_pool_batch {
     ($($batch:ident),+) => {$(
         impl PoolBatch for $batch<'_, BatchAddress> {
             type Request<'r>
-                = WorkRequestHandle<'r, BatchAddress>
+                = DirectRequest<'r, BatchAddress>
             where
                 Self: 'r;
 
@@ -139,7 +139,7 @@ macro_rules! impl_pool_batch {
     )+};
 }
 
-impl_pool_batch!(DirectPostSendGuard, PostSendGuard);
+impl_pool_batch!(DirectBatch, SendQueueBatch);
 
 /// The direct poller, as a pool polls it: each completion as a value; none is handed over
 /// whole (a completion of another queue pair fails the poll, see the
@@ -151,7 +151,7 @@ impl PoolCompletionQueue for DirectCompletionQueue {
         let mut completions = [Completion::default(); MOST_PER_POLL];
         let polled = DirectCompletionQueue::poll(self, &mut completions).map_err(|error| {
             let kind = match error.0 {
-                PollCompletionQueueErrorKind::SendQueueInUse { .. } => io::ErrorKind::WouldBlock,
+                PollDirectCompletionQueueErrorKind::SendQueueInUse { .. } => io::ErrorKind::WouldBlock,
                 _ => io::ErrorKind::InvalidData,
             };
             PollCompletionQueueError::Ibverbs(io::Error::new(kind, error))

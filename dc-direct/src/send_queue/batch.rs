@@ -1,12 +1,12 @@
-//! A batch of requests ([`PostSendGuard`]) and the steps of each request: its operation
-//! ([`WorkRequestHandle`]), its DC address ([`DcDestination`], unless the batch has one:
-//! [`BatchAddress`]), its data ([`LocalBufferHandle`], where the WQE is written).
+//! A batch of requests ([`SendQueueBatch`]) and the steps of each request: its operation
+//! ([`DirectRequest`]), its DC address ([`DirectRequestDestination`], unless the batch has one:
+//! [`BatchAddress`]), its data ([`DirectRequestData`], where the WQE is written).
 use std::io::IoSlice;
 
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::operation::{self, InlineOperation, Operation};
+use super::operation::{self, InlineOperation, WqeOperation};
 use super::wqe::{Data, Datagram, Made, Request, Written};
 use super::{AddressVector, Limits, SendQueue, WorkRequestError, WorkRequestErrorKind};
 
@@ -49,15 +49,15 @@ pub struct Target<'g> {
 /// to their data. Sealed.
 pub trait Addressing: Copy + private::Sealed {
     /// The step after a request's operation `O`.
-    type Next<'g, O: Operation>;
+    type Next<'g, O: WqeOperation>;
 }
 
 mod private {
-    use super::{Operation, Target};
+    use super::{Target, WqeOperation};
 
     pub trait Sealed {
         /// The step after the operation, of a request with this `wr_id` and `fm_ce_se`.
-        fn next<'g, O: Operation>(
+        fn next<'g, O: WqeOperation>(
             &'g self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
         ) -> <Self as super::Addressing>::Next<'g, O>
         where
@@ -66,20 +66,20 @@ mod private {
 }
 
 /// Each request of the batch is addressed at its own address step
-/// ([`setup_dc_addr`](DcDestination::setup_dc_addr)), as in sideway-ext's DC guard.
+/// ([`setup_dc_addr`](DirectRequestDestination::setup_dc_addr)), as in sideway-ext's DC guard.
 #[derive(Debug, Clone, Copy)]
 pub struct EachRequest;
 
 impl Addressing for EachRequest {
-    type Next<'g, O: Operation> = DcDestination<'g, O>;
+    type Next<'g, O: WqeOperation> = DirectRequestDestination<'g, O>;
 }
 
 impl private::Sealed for EachRequest {
     #[inline]
-    fn next<'g, O: Operation>(
+    fn next<'g, O: WqeOperation>(
         &'g self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
     ) -> <Self as Addressing>::Next<'g, O> {
-        DcDestination {
+        DirectRequestDestination {
             target,
             wr_id,
             fm_ce_se,
@@ -115,15 +115,15 @@ impl BatchAddress {
 }
 
 impl Addressing for BatchAddress {
-    type Next<'g, O: Operation> = LocalBufferHandle<'g, 'g, O>;
+    type Next<'g, O: WqeOperation> = DirectRequestData<'g, 'g, O>;
 }
 
 impl private::Sealed for BatchAddress {
     #[inline]
-    fn next<'g, O: Operation>(
+    fn next<'g, O: WqeOperation>(
         &'g self, target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O,
     ) -> <Self as Addressing>::Next<'g, O> {
-        LocalBufferHandle::new(
+        DirectRequestData::new(
             target,
             wr_id,
             fm_ce_se,
@@ -140,13 +140,13 @@ impl private::Sealed for BatchAddress {
 /// all to the batch's [`BatchAddress`].
 #[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
 #[derive(Debug)]
-pub struct PostSendGuard<'q, A: Addressing = EachRequest> {
+pub struct SendQueueBatch<'q, A: Addressing = EachRequest> {
     queue: &'q mut SendQueue,
     batch: Batch,
     addressing: A,
 }
 
-impl<'q, A: Addressing> PostSendGuard<'q, A> {
+impl<'q, A: Addressing> SendQueueBatch<'q, A> {
     /// Starts a batch on `queue` (`mlx5_send_wr_start`).
     #[inline]
     pub(super) fn new(queue: &'q mut SendQueue, addressing: A) -> Self {
@@ -163,8 +163,8 @@ impl<'q, A: Addressing> PostSendGuard<'q, A> {
     /// [`Solicited`](WorkRequestFlags::Solicited); [`Inline`](WorkRequestFlags::Inline) is
     /// ignored: the data step says what is inline); continue with an operation.
     #[inline]
-    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, A> {
-        WorkRequestHandle {
+    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> DirectRequest<'_, A> {
+        DirectRequest {
             target: Target {
                 queue: self.queue,
                 batch: &mut self.batch,
@@ -255,16 +255,16 @@ pub(super) const fn fm_ce_se(wr_flags: u32) -> u8 {
 /// A request being described: pick its operation.
 #[must_use = "a request is added to the batch only at its data step"]
 #[derive(Debug)]
-pub struct WorkRequestHandle<'g, A: Addressing = EachRequest> {
+pub struct DirectRequest<'g, A: Addressing = EachRequest> {
     target: Target<'g>,
     wr_id: u64,
     fm_ce_se: u8,
     addressing: &'g A,
 }
 
-impl<'g, A: Addressing> WorkRequestHandle<'g, A> {
+impl<'g, A: Addressing> DirectRequest<'g, A> {
     #[inline]
-    fn with<O: Operation>(self, operation: O) -> A::Next<'g, O> {
+    fn with<O: WqeOperation>(self, operation: O) -> A::Next<'g, O> {
         private::Sealed::next(self.addressing, self.target, self.wr_id, self.fm_ce_se, operation)
     }
 
@@ -333,14 +333,14 @@ impl<'g, A: Addressing> WorkRequestHandle<'g, A> {
 /// The address step of a request: its DC target.
 #[must_use = "a request is added to the batch only at its data step"]
 #[derive(Debug)]
-pub struct DcDestination<'g, O: Operation> {
+pub struct DirectRequestDestination<'g, O: WqeOperation> {
     target: Target<'g>,
     wr_id: u64,
     fm_ce_se: u8,
     operation: O,
 }
 
-impl<'g, O: Operation> DcDestination<'g, O> {
+impl<'g, O: WqeOperation> DirectRequestDestination<'g, O> {
     /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of
     /// `address` (`mlx5dv_wr_set_dc_addr`); the address vector is copied at the data step. It
     /// carries no path MTU: a READ is not held to the target's (see the crate's "What is
@@ -348,7 +348,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     #[inline]
     pub fn setup_dc_addr<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64,
-    ) -> LocalBufferHandle<'g, 'a, O> {
+    ) -> DirectRequestData<'g, 'a, O> {
         self.addressed(address, dct_number, dc_key, None)
     }
 
@@ -359,20 +359,20 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     #[inline]
     pub fn setup_dc_addr_stream<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> LocalBufferHandle<'g, 'a, O> {
+    ) -> DirectRequestData<'g, 'a, O> {
         self.addressed(address, dct_number, dc_key, Some(stream_id))
     }
 
     #[inline]
     fn addressed<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>,
-    ) -> LocalBufferHandle<'g, 'a, O> {
+    ) -> DirectRequestData<'g, 'a, O> {
         let datagram = Datagram::Parts {
             address,
             dct_number,
             dc_key,
         };
-        LocalBufferHandle::new(
+        DirectRequestData::new(
             self.target,
             self.wr_id,
             self.fm_ce_se,
@@ -386,22 +386,22 @@ impl<'g, O: Operation> DcDestination<'g, O> {
 /// The data step of a request, where its WQE is written: scatter/gather entries, or inline data
 /// (SEND and WRITE only). Each answers at once; a refused request writes nothing.
 #[must_use = "a request is added to the batch only at its data step"]
-pub struct LocalBufferHandle<'g, 'a, O: Operation> {
+pub struct DirectRequestData<'g, 'a, O: WqeOperation> {
     target: Target<'g>,
     request: Request<'a>,
     _operation: std::marker::PhantomData<O>,
 }
 
-impl<O: Operation> std::fmt::Debug for LocalBufferHandle<'_, '_, O> {
+impl<O: WqeOperation> std::fmt::Debug for DirectRequestData<'_, '_, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalBufferHandle")
+        f.debug_struct("DirectRequestData")
             .field("wr_id", &self.request.wr_id)
             .field("operation", &self.request.segments.name)
             .finish_non_exhaustive()
     }
 }
 
-impl<'g, 'a, O: Operation> LocalBufferHandle<'g, 'a, O> {
+impl<'g, 'a, O: WqeOperation> DirectRequestData<'g, 'a, O> {
     #[inline]
     fn new(
         target: Target<'g>, wr_id: u64, fm_ce_se: u8, operation: O, datagram: Datagram<'a>, stream_id: Option<u16>,
@@ -460,7 +460,7 @@ impl<'g, 'a, O: Operation> LocalBufferHandle<'g, 'a, O> {
     }
 }
 
-impl<O: InlineOperation> LocalBufferHandle<'_, '_, O> {
+impl<O: InlineOperation> DirectRequestData<'_, '_, O> {
     /// Copies `buf` into the request (`ibv_wr_set_inline_data`): at most the queue's
     /// `max_inline_data` bytes.
     ///

@@ -71,9 +71,9 @@ pub enum CreateSendQueueErrorKind {
 }
 
 /// Error returned by a request's data step
-/// ([`setup_sge`](super::LocalBufferHandle::setup_sge) and the others): the request was refused
+/// ([`setup_sge`](super::DirectRequestData::setup_sge) and the others): the request was refused
 /// and nothing of it was written. The batch goes on: the requests added before it (and after
-/// it) are posted by [`post`](super::PostSendGuard::post).
+/// it) are posted by [`post`](super::SendQueueBatch::post).
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 #[non_exhaustive]

@@ -20,12 +20,12 @@
 //! ```
 //!
 //! A request is described in the order of sideway-ext's DC guard, so that code moves from one to
-//! the other by changing its queue: [`construct_wr`](PostSendGuard::construct_wr) → an operation
-//! ([`setup_write`](WorkRequestHandle::setup_write), …) →
-//! [`setup_dc_addr`](DcDestination::setup_dc_addr) → the data
-//! ([`setup_sge`](LocalBufferHandle::setup_sge), [`setup_inline_data`](LocalBufferHandle::setup_inline_data),
+//! the other by changing its queue: [`construct_wr`](SendQueueBatch::construct_wr) → an operation
+//! ([`setup_write`](DirectRequest::setup_write), …) →
+//! [`setup_dc_addr`](DirectRequestDestination::setup_dc_addr) → the data
+//! ([`setup_sge`](DirectRequestData::setup_sge), [`setup_inline_data`](DirectRequestData::setup_inline_data),
 //! …). The whole WQE is written at the data step, which answers at once: a refused request
-//! ([`WorkRequestError`]) writes nothing, and the batch goes on. [`post`](PostSendGuard::post)
+//! ([`WorkRequestError`]) writes nothing, and the batch goes on. [`post`](SendQueueBatch::post)
 //! rings the doorbell for the requests added; dropping the guard instead gives their slots back.
 //!
 //! A batch to one DC target ([`start_post_send_to`](SendQueue::start_post_send_to), with a
@@ -59,7 +59,7 @@
 //! | the data step: operation | `_mlx5_send_wr_send`, `_mlx5_send_wr_rdma` (`set_raddr_seg`), `_mlx5_send_wr_atomic` (`_set_atomic_seg`), the `*_imm` builders |
 //! | the data step: address (the request's or the batch's) | `mlx5_send_wr_set_dc_addr`, `mlx5_send_wr_set_dc_addr_stream` |
 //! | the data step: data | `_mlx5_send_wr_set_sge`, `_mlx5_send_wr_set_sge_list`, `_mlx5_send_wr_set_inline_data(_list)`, `memcpy_to_wqe` |
-//! | [`post`](PostSendGuard::post) | `mlx5_send_wr_complete`, `post_send_db`, `mlx5_bf_copy` |
+//! | [`post`](SendQueueBatch::post) | `mlx5_send_wr_complete`, `post_send_db`, `mlx5_bf_copy` |
 //! | dropping the guard | `mlx5_send_wr_abort` |
 //!
 //! Where the facts live: the ring and its stores in `ring.rs`, a WQE's bytes in `wqe.rs`, the
@@ -126,7 +126,7 @@ use std::ptr::NonNull;
 
 pub use address::AddressVector;
 pub use batch::{
-    Addressing, BatchAddress, DcDestination, EachRequest, LocalBufferHandle, PostSendGuard, WorkRequestHandle,
+    Addressing, BatchAddress, DirectRequest, DirectRequestData, DirectRequestDestination, EachRequest, SendQueueBatch,
 };
 pub use error::{CreateSendQueueError, CreateSendQueueErrorKind, WorkRequestError, WorkRequestErrorKind};
 
@@ -252,8 +252,8 @@ impl SendQueue {
     /// Starts a batch of requests (`mlx5_send_wr_start`), each addressed at its own address
     /// step.
     #[inline]
-    pub fn start_post_send(&mut self) -> PostSendGuard<'_> {
-        PostSendGuard::new(self, EachRequest)
+    pub fn start_post_send(&mut self) -> SendQueueBatch<'_> {
+        SendQueueBatch::new(self, EachRequest)
     }
 
     /// Starts a batch of requests to one DC address (`mlx5_send_wr_start`): every request goes
@@ -261,8 +261,8 @@ impl SendQueue {
     /// libmlx5's `mlx5_send_wr_set_dc_addr(_stream)` writes it; its requests go from their
     /// operation to their data.
     #[inline]
-    pub fn start_post_send_to(&mut self, address: BatchAddress) -> PostSendGuard<'_, BatchAddress> {
-        PostSendGuard::new(self, address)
+    pub fn start_post_send_to(&mut self, address: BatchAddress) -> SendQueueBatch<'_, BatchAddress> {
+        SendQueueBatch::new(self, address)
     }
 
     /// The queue pair's number.

@@ -1,16 +1,16 @@
 //! The operations a request can carry, as the operation step returns them (the type parameter
-//! of [`DcDestination`](super::DcDestination) and [`LocalBufferHandle`](super::LocalBufferHandle)),
+//! of [`DirectRequestDestination`](super::DirectRequestDestination) and [`DirectRequestData`](super::DirectRequestData)),
 //! and the segments each puts between the address vector and the data: libmlx5's
 //! `_mlx5_send_wr_send`, `_mlx5_send_wr_rdma` (with `set_raddr_seg`) and `_mlx5_send_wr_atomic`
 //! (with `_set_atomic_seg`), and the immediate of the `*_imm` builders.
 
 /// An operation of a request (sealed: the writer's byte layout of each is proven against
 /// libmlx5's, so only this crate provides them).
-pub trait Operation: private::Sealed + Copy {}
+pub trait WqeOperation: private::Sealed + Copy {}
 
 /// An operation whose data may be inline: SEND and RDMA WRITE, with or without immediate data
 /// (an RDMA READ or an atomic writes into its local buffer).
-pub trait InlineOperation: Operation {}
+pub trait InlineOperation: WqeOperation {}
 
 pub(super) use private::{Remote, Segments};
 
@@ -45,7 +45,7 @@ mod private {
         },
     }
 
-    // Sealed: see `Operation`.
+    // Sealed: see `WqeOperation`.
     pub trait Sealed {
         fn segments(&self) -> Segments;
     }
@@ -67,7 +67,7 @@ impl private::Sealed for Send {
     }
 }
 
-impl Operation for Send {}
+impl WqeOperation for Send {}
 impl InlineOperation for Send {}
 
 /// A SEND with immediate data (`ibv_wr_send_imm`, `MLX5_OPCODE_SEND_IMM`).
@@ -88,7 +88,7 @@ impl private::Sealed for SendWithImmediate {
     }
 }
 
-impl Operation for SendWithImmediate {}
+impl WqeOperation for SendWithImmediate {}
 impl InlineOperation for SendWithImmediate {}
 
 /// An RDMA WRITE (`ibv_wr_rdma_write`, `MLX5_OPCODE_RDMA_WRITE`).
@@ -113,7 +113,7 @@ impl private::Sealed for Write {
     }
 }
 
-impl Operation for Write {}
+impl WqeOperation for Write {}
 impl InlineOperation for Write {}
 
 /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`, `MLX5_OPCODE_RDMA_WRITE_IMM`).
@@ -139,7 +139,7 @@ impl private::Sealed for WriteWithImmediate {
     }
 }
 
-impl Operation for WriteWithImmediate {}
+impl WqeOperation for WriteWithImmediate {}
 impl InlineOperation for WriteWithImmediate {}
 
 /// An RDMA READ (`ibv_wr_rdma_read`, `MLX5_OPCODE_RDMA_READ`).
@@ -164,7 +164,7 @@ impl private::Sealed for Read {
     }
 }
 
-impl Operation for Read {}
+impl WqeOperation for Read {}
 
 /// An atomic compare-and-swap (`ibv_wr_atomic_cmp_swp`, `MLX5_OPCODE_ATOMIC_CS`).
 #[derive(Debug, Clone, Copy)]
@@ -192,7 +192,7 @@ impl private::Sealed for AtomicCompareAndSwap {
     }
 }
 
-impl Operation for AtomicCompareAndSwap {}
+impl WqeOperation for AtomicCompareAndSwap {}
 
 /// An atomic fetch-and-add (`ibv_wr_atomic_fetch_add`, `MLX5_OPCODE_ATOMIC_FA`).
 #[derive(Debug, Clone, Copy)]
@@ -219,4 +219,4 @@ impl private::Sealed for AtomicFetchAndAdd {
     }
 }
 
-impl Operation for AtomicFetchAndAdd {}
+impl WqeOperation for AtomicFetchAndAdd {}

@@ -1,6 +1,6 @@
 //! A send queue shared between its poster and the completion queue's table, which retires its
 //! requests as their completions are polled ([`SharedSendQueue`]); and the batch a program holds
-//! open on it ([`DirectPostSendGuard`]).
+//! open on it ([`DirectBatch`]).
 //!
 //! Single-threaded (neither `Send` nor `Sync`): one `&mut SendQueue` at a time, as a `RefCell`
 //! would give, except that a batch's borrow lasts from its start to its end, which a `RefCell`'s
@@ -9,13 +9,13 @@ use std::cell::{Cell, UnsafeCell};
 
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::{Addressing, EachRequest, PostSendGuard, SendQueue, WorkRequestHandle};
+use super::{Addressing, DirectRequest, EachRequest, SendQueue, SendQueueBatch};
 
 /// A send queue and whether it is borrowed: by an open batch, or by the completion table for
 /// one completion.
 ///
 /// A `&mut SendQueue` exists only inside [`try_with_mut`](Self::try_with_mut) or for the life of
-/// a [`DirectPostSendGuard`]; between those, the queue may be read ([`get`](Self::get)).
+/// a [`DirectBatch`]; between those, the queue may be read ([`get`](Self::get)).
 #[derive(Debug)]
 pub(crate) struct SharedSendQueue {
     queue: UnsafeCell<SendQueue>,
@@ -58,7 +58,7 @@ impl SharedSendQueue {
     /// # Safety
     ///
     /// No `&mut` to the queue is alive while the reference is (one lives only inside
-    /// [`try_with_mut`](Self::try_with_mut) and for a [`DirectPostSendGuard`]'s life).
+    /// [`try_with_mut`](Self::try_with_mut) and for a [`DirectBatch`]'s life).
     #[inline]
     pub(crate) unsafe fn get(&self) -> &SendQueue {
         // SAFETY: the caller's promise.
@@ -74,15 +74,15 @@ impl SharedSendQueue {
     /// the guard's lifetime, and no batch is open or completion being retired: the flag is
     /// clear.
     pub(crate) unsafe fn start_post_send<'s, A: Addressing>(
-        &'s self, start: impl FnOnce(&'s mut SendQueue) -> PostSendGuard<'s, A>,
-    ) -> DirectPostSendGuard<'s, A> {
+        &'s self, start: impl FnOnce(&'s mut SendQueue) -> SendQueueBatch<'s, A>,
+    ) -> DirectBatch<'s, A> {
         let was_borrowed = self.borrowed.replace(true);
         debug_assert!(!was_borrowed, "a batch opened on a borrowed send queue");
         let borrow = Borrow(&self.borrowed);
         // SAFETY: the caller's promise: nothing else borrows the queue now, and the flag keeps
         // `try_with_mut` away until the guard (which holds this borrow) is gone.
         let queue = unsafe { &mut *self.queue.get() };
-        DirectPostSendGuard {
+        DirectBatch {
             guard: start(queue),
             _borrow: borrow,
         }
@@ -91,36 +91,36 @@ impl SharedSendQueue {
 
 /// A batch of requests on a direct DC initiator: [`post`](Self::post) rings the doorbell for
 /// them; dropped without it, their slots are given back and the device is told nothing. It
-/// describes requests as [`PostSendGuard`] does, which it wraps: `construct_wr` → an operation
+/// describes requests as [`SendQueueBatch`] does, which it wraps: `construct_wr` → an operation
 /// → `setup_dc_addr` → the data, or, in a batch to one DC address
 /// ([`start_post_send_to`](crate::DirectDcInitiator::start_post_send_to)), `construct_wr` → an
 /// operation → the data.
 ///
 /// While it is alive, completions of this initiator are not read: a poll of its completion
 /// queue stops before the first of them
-/// ([`SendQueueInUse`](crate::completion_queue::PollCompletionQueueErrorKind::SendQueueInUse)).
+/// ([`SendQueueInUse`](crate::completion_queue::PollDirectCompletionQueueErrorKind::SendQueueInUse)).
 #[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
 #[derive(Debug)]
-pub struct DirectPostSendGuard<'a, A: Addressing = EachRequest> {
+pub struct DirectBatch<'a, A: Addressing = EachRequest> {
     /// Dropped before the borrow is released.
-    guard: PostSendGuard<'a, A>,
+    guard: SendQueueBatch<'a, A>,
     _borrow: Borrow<'a>,
 }
 
-impl<A: Addressing> DirectPostSendGuard<'_, A> {
-    /// Starts a request ([`PostSendGuard::construct_wr`]).
+impl<A: Addressing> DirectBatch<'_, A> {
+    /// Starts a request ([`SendQueueBatch::construct_wr`]).
     #[inline]
-    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, A> {
+    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> DirectRequest<'_, A> {
         self.guard.construct_wr(wr_id, wr_flags)
     }
 
-    /// How many requests the batch holds ([`PostSendGuard::batch_len`]).
+    /// How many requests the batch holds ([`SendQueueBatch::batch_len`]).
     #[inline]
     pub fn batch_len(&self) -> usize {
         self.guard.batch_len()
     }
 
-    /// Posts the batch ([`PostSendGuard::post`]): rings the doorbell for its requests.
+    /// Posts the batch ([`SendQueueBatch::post`]): rings the doorbell for its requests.
     #[inline]
     pub fn post(self) {
         let Self { guard, _borrow } = self;

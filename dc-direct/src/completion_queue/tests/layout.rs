@@ -5,7 +5,7 @@ use sideway::ibverbs::completion::{WorkCompletionOperationType, WorkCompletionSt
 
 use super::support::{CqMemory, CqeFields, SlotTable};
 use crate::completion_queue::{
-    Completion, CompletionQueuePoller, CreateDirectCompletionQueueErrorKind, PollCompletionQueueErrorKind,
+    Completion, CompletionQueuePoller, CreateDirectCompletionQueueErrorKind, PollDirectCompletionQueueErrorKind,
 };
 
 const QP: u32 = 0x00ab_cdef;
@@ -28,7 +28,7 @@ fn poll(poller: &mut CompletionQueuePoller, table: &mut SlotTable, max: usize) -
     completions
 }
 
-fn poll_error(poller: &mut CompletionQueuePoller, table: &mut SlotTable) -> PollCompletionQueueErrorKind {
+fn poll_error(poller: &mut CompletionQueuePoller, table: &mut SlotTable) -> PollDirectCompletionQueueErrorKind {
     poller.poll(table, &mut [Completion::default(); 4]).unwrap_err().0
 }
 
@@ -260,7 +260,7 @@ fn a_compressed_cqe_is_refused_after_the_completions_before_it() {
     assert_eq!((poller.consumer_index, memory.doorbell_record()), (2, 2));
     assert_eq!(
         poll_error(&mut poller, &mut table),
-        PollCompletionQueueErrorKind::CompressedCqe {
+        PollDirectCompletionQueueErrorKind::CompressedCqe {
             opcode_format_owner: 0x0c
         }
     );
@@ -283,7 +283,7 @@ fn cqes_that_are_not_send_completions_are_refused() {
         let mut poller = memory.poller();
         assert_eq!(
             poll_error(&mut poller, &mut table),
-            PollCompletionQueueErrorKind::UnexpectedCqeOpcode {
+            PollDirectCompletionQueueErrorKind::UnexpectedCqeOpcode {
                 cqe_opcode,
                 qp_number: QP
             }
@@ -305,7 +305,7 @@ fn a_completion_of_an_unknown_qp_is_refused() {
     let mut poller = memory.poller();
     assert_eq!(
         poll_error(&mut poller, &mut table()),
-        PollCompletionQueueErrorKind::UnknownQueuePair { qp_number: QP + 1 }
+        PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number: QP + 1 }
     );
     assert_eq!((poller.consumer_index, memory.doorbell_record()), (1, 1));
 }

@@ -13,7 +13,7 @@ use rdma_mummy_sys::{
 };
 use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
 
-use crate::completion_queue::{PollCompletionQueueErrorKind, SendQueueSlots};
+use crate::completion_queue::{PollDirectCompletionQueueErrorKind, SendQueueSlots};
 
 /// `MLX5_OPCODE_RDMA_WRITE` and `MLX5_OPCODE_SEND`: what the posted WQEs carry.
 pub(super) const MLX5_OPCODE_RDMA_WRITE: u8 = 0x08;
@@ -90,9 +90,9 @@ pub(super) struct OracleSlots<'a> {
 }
 
 impl SendQueueSlots for OracleSlots<'_> {
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollCompletionQueueErrorKind> {
+    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind> {
         if qp_number != self.dci.shape().qp_number {
-            return Err(PollCompletionQueueErrorKind::UnknownQueuePair { qp_number });
+            return Err(PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number });
         }
         let slot = u32::from(wqe_counter) & (self.dci.shape().wqe_count - 1);
         self.tail = self.dci.wqe_head(slot).wrapping_add(1);

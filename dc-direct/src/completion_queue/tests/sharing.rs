@@ -15,7 +15,7 @@ use sideway_ext_wqe_oracle::{DciShape, OracleDci};
 
 use super::support::{CqMemory, CqeFields};
 use crate::completion_queue::direct::Polling;
-use crate::completion_queue::{Completion, PollCompletionQueueErrorKind};
+use crate::completion_queue::{Completion, PollDirectCompletionQueueErrorKind};
 use crate::initiator::parts::send_queue_parts;
 use crate::initiator::parts::tests::{created_of, object_of};
 use crate::send_queue::shared::SharedSendQueue;
@@ -176,7 +176,7 @@ impl Device {
         }
     }
 
-    fn poll(&mut self, max: usize) -> Result<Vec<u64>, PollCompletionQueueErrorKind> {
+    fn poll(&mut self, max: usize) -> Result<Vec<u64>, PollDirectCompletionQueueErrorKind> {
         let mut completions = [Completion::default(); 32];
         let polled = self.polling.poll(&mut completions[..max]).map_err(|err| err.0)?;
         Ok(completions[..polled].iter().map(Completion::wr_id).collect())
@@ -273,7 +273,7 @@ fn a_completion_of_a_queue_in_a_batch_waits_unconsumed_until_the_batch_is_done()
         assert_eq!(device.poll(4), Ok(vec![second_wr_id]));
         assert_eq!(
             device.poll(4),
-            Err(PollCompletionQueueErrorKind::SendQueueInUse { qp_number: 0x21 })
+            Err(PollDirectCompletionQueueErrorKind::SendQueueInUse { qp_number: 0x21 })
         );
         assert_eq!(consumer_index(&mut device), 1, "not consumed");
     }
@@ -295,14 +295,14 @@ fn completions_of_a_dropped_queue_or_of_no_outstanding_request_are_refused_and_m
     device.write(0x32, 0);
     assert_eq!(
         device.poll(4),
-        Err(PollCompletionQueueErrorKind::UnknownQueuePair { qp_number: 0x32 })
+        Err(PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number: 0x32 })
     );
     // A slot past the posted requests, and the slot of a request already completed.
     let past = kept.posted.back().unwrap().index + 2;
     device.write(0x31, past);
     assert_eq!(
         device.poll(4),
-        Err(PollCompletionQueueErrorKind::UnexpectedWqeCounter {
+        Err(PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter {
             qp_number: 0x31,
             wqe_counter: past
         })
@@ -316,7 +316,7 @@ fn completions_of_a_dropped_queue_or_of_no_outstanding_request_are_refused_and_m
     device.write(0x31, last.index);
     assert_eq!(
         device.poll(4),
-        Err(PollCompletionQueueErrorKind::UnexpectedWqeCounter {
+        Err(PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter {
             qp_number: 0x31,
             wqe_counter: last.index
         })

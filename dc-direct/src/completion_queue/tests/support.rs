@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 
 use crate::completion_queue::{
-    CompletionQueueParts, CompletionQueuePoller, PollCompletionQueueErrorKind, SendQueueSlots,
+    CompletionQueueParts, CompletionQueuePoller, PollDirectCompletionQueueErrorKind, SendQueueSlots,
 };
 
 /// A CQ's ring and doorbell record in plain memory, filled as `mlx5_alloc_cq_buf` leaves it.
@@ -149,11 +149,11 @@ impl SlotTable {
 }
 
 impl SendQueueSlots for SlotTable {
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollCompletionQueueErrorKind> {
+    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind> {
         let queue = self
             .queues
             .get_mut(&qp_number)
-            .ok_or(PollCompletionQueueErrorKind::UnknownQueuePair { qp_number })?;
+            .ok_or(PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number })?;
         let slot = usize::from(wqe_counter) & (queue.wr_ids.len() - 1);
         queue.tail = queue.wqe_heads[slot].wrapping_add(1);
         Ok(queue.wr_ids[slot])

@@ -15,8 +15,10 @@ use rdma_mummy_sys::{
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
 
-use crate::send_queue::operation::{InlineOperation, Operation};
-use crate::send_queue::{AddressVector, BatchAddress, DcDestination, LocalBufferHandle, SendQueue, WorkRequestError};
+use crate::send_queue::operation::{InlineOperation, WqeOperation};
+use crate::send_queue::{
+    AddressVector, BatchAddress, DirectRequestData, DirectRequestDestination, SendQueue, WorkRequestError,
+};
 
 /// The operations a queue is tried with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,16 +250,16 @@ pub(super) fn flags_of(bits: u32) -> WorkRequestFlags {
     .fold(WorkRequestFlags::none(), |all, flag| all | flag)
 }
 
-fn addressed<'g, 'a, O: Operation>(
-    destination: DcDestination<'g, O>, request: &Request, address: &'a AddressVector,
-) -> LocalBufferHandle<'g, 'a, O> {
+fn addressed<'g, 'a, O: WqeOperation>(
+    destination: DirectRequestDestination<'g, O>, request: &Request, address: &'a AddressVector,
+) -> DirectRequestData<'g, 'a, O> {
     match request.stream_id {
         Some(stream) => destination.setup_dc_addr_stream(address, request.dct_number, request.dc_key, stream),
         None => destination.setup_dc_addr(address, request.dct_number, request.dc_key),
     }
 }
 
-fn gather<O: Operation>(handle: LocalBufferHandle<'_, '_, O>, payload: &Payload) -> Result<(), WorkRequestError> {
+fn gather<O: WqeOperation>(handle: DirectRequestData<'_, '_, O>, payload: &Payload) -> Result<(), WorkRequestError> {
     // SAFETY: the writer only describes the buffers.
     unsafe {
         match payload {
@@ -269,7 +271,7 @@ fn gather<O: Operation>(handle: LocalBufferHandle<'_, '_, O>, payload: &Payload)
 }
 
 fn any_data<O: InlineOperation>(
-    handle: LocalBufferHandle<'_, '_, O>, payload: &Payload,
+    handle: DirectRequestData<'_, '_, O>, payload: &Payload,
 ) -> Result<(), WorkRequestError> {
     match payload {
         Payload::Inline(bytes) => handle.setup_inline_data(bytes),
