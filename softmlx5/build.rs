@@ -3,8 +3,8 @@
 //! `srq.c`, unmodified, from rdma-core 55's source in the crates.io package ibverbs-sys (unpacked
 //! by `cargo fetch`, never built), linked into one shared object under both names the programs
 //! open, `OUT_DIR/lib/libibverbs.so.1` and `libmlx5.so.1` (a symbolic link: glibc loads it once).
-//! Only the verbs entries are exported (`-fvisibility=hidden`, `SOFT_EXPORT`). Also the oracle
-//! sideway-ext-wqe-oracle links (`compile_oracle`).
+//! Only the verbs entries are exported (`-fvisibility=hidden`, `SOFT_EXPORT`). Also the archives the
+//! `oracle` module links (`compile_oracle`).
 //!
 //! rdma-core's cmake configures the tree (its `config.h`) and generates the kernel ABI headers
 //! (`make kern-abi`) in `OUT_DIR`; `cargo:rdma_core_source` and `cargo:rdma_core_build` hand both
@@ -82,8 +82,8 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
 }
 
-/// libmlx5's `qp.c` and `cq.c` again, with `c/oracle/shim.c`, as sideway-ext-wqe-oracle links them
-/// (`cargo:oracle_lib_dir`; nothing links them into this package), twice:
+/// libmlx5's `qp.c` and `cq.c` again, with `c/oracle/shim.c`, as archives the `oracle` module
+/// links (a program takes their objects only when it calls the oracle), twice:
 /// - recorded: with the barriers and MMIO stores of `c/oracle/record/` in place of rdma-core's
 ///   `util/udma_barrier.h` and `util/mmio.h`, for the tests that compare what libmlx5 does;
 /// - plain: with rdma-core's own, for instruction counts; every global symbol of these objects
@@ -126,7 +126,9 @@ fn compile_oracle(source: &Path, build: &Path, out: &Path) {
     };
     archive("mlx5_oracle_recorded", &recorded);
     archive("mlx5_oracle_plain", &plain.compile_intermediates());
-    println!("cargo:oracle_lib_dir={}", out.join("oracle").display());
+    println!("cargo:rustc-link-search=native={}", out.join("oracle").display());
+    println!("cargo:rustc-link-lib=static=mlx5_oracle_recorded");
+    println!("cargo:rustc-link-lib=static=mlx5_oracle_plain");
 }
 
 /// The global symbols `objects` define (`nm --defined-only --extern-only`), but the recorder's

@@ -1,6 +1,6 @@
 //! DC requests written into a DCI's send queue two ways, for callgrind to count: through
 //! libmlx5's own post path (rdma-core 55's `providers/mlx5/qp.c`, compiled `-O2` with rdma-core's
-//! own barriers by sideway-ext-wqe-oracle: `OracleDci::unrecorded`) and through this crate's
+//! own barriers by softmlx5's oracle: `OracleDci::unrecorded`) and through this crate's
 //! direct writer ([`SendQueue`], with the real x86-64 barriers), both over plain memory. Each
 //! row's posting is done only in its two `measured_*` functions (libmlx5 and direct), which
 //! `scripts/bench` passes to `valgrind --tool=callgrind --toggle-collect=…`, so the counts hold
@@ -33,7 +33,7 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use sideway_ext_dc_direct::send_queue::{AddressVector, SendQueue, SendQueueParts};
-use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
+use softmlx5::oracle::{DciShape, OracleAh, OracleDci};
 
 /// Requests each measured function posts.
 const REQUESTS: usize = 4096;

@@ -191,7 +191,7 @@ fn write_through_a_pool(
 //! # What is proven, and what is not
 //!
 //! The unit tests run libmlx5's own `qp.c` and `cq.c` (rdma-core 55), compiled over plain memory
-//! (the test-only crate sideway-ext-wqe-oracle), next to this crate's writer and poller:
+//! (softmlx5's oracle, a test tool), next to this crate's writer and poller:
 //!
 //! - the writer ([`send_queue`]): for over a million random requests of every supported shape,
 //!   the same send queue bytes, doorbell-record words, BlueFlame register contents and toggle,

@@ -1,4 +1,6 @@
 #![doc = include_str!("../README.md")]
+pub mod oracle;
+
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
 use std::io;
 use std::path::Path;

@@ -26,7 +26,7 @@ use sideway_ext_dc_pool::initiator::{PoolCompletion, PoolCompletionQueue, Stream
 use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::types::{DcPoolPolicy, DestinationId};
 use sideway_ext_dc_pool::{DcInitiatorPool, PoolInitiator};
-use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
+use softmlx5::oracle::{OracleAh, OracleDci};
 
 use super::{failed, shape, Fields, SGE_LENGTH};
 

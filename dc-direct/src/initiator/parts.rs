@@ -91,7 +91,7 @@ pub(crate) mod tests {
     use std::mem::MaybeUninit;
 
     use rdma_mummy_sys::mlx5dv_qp;
-    use sideway_ext_wqe_oracle::{DciShape, OracleDci};
+    use softmlx5::oracle::{DciShape, OracleDci};
 
     use super::*;
 
@@ -154,7 +154,7 @@ pub(crate) mod tests {
     #[test]
     fn a_queue_posted_on_through_libmlx5_is_refused() {
         let mut dci = OracleDci::new(&shape(0));
-        let ah = sideway_ext_wqe_oracle::OracleAh::new([0; 48]);
+        let ah = softmlx5::oracle::OracleAh::new([0; 48]);
         let (qp, mlx5) = (dci.qp_ex().as_ptr(), dci.mlx5_qp_ex().as_ptr());
         // SAFETY: the oracle's DCI and AH are alive, libmlx5's builders installed.
         unsafe {

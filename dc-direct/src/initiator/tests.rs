@@ -3,7 +3,7 @@
 //! the queue from its start to its post or drop: a poll meanwhile leaves its completions for
 //! later, unconsumed; a reset starts the queue over at index 0.
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
-use sideway_ext_wqe_oracle::{DciShape, OracleDci};
+use softmlx5::oracle::{DciShape, OracleDci};
 
 use super::parts::send_queue_parts;
 use super::parts::tests::{created_of, object_of};

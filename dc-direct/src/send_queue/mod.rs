@@ -92,7 +92,7 @@
 //! # What is proven, and what is not
 //!
 //! None of this has run on a ConnectX. The unit tests compare it with libmlx5's own `qp.c`
-//! compiled over plain memory (sideway-ext-wqe-oracle): for random requests of every supported
+//! compiled over plain memory (softmlx5's oracle): for random requests of every supported
 //! shape, the whole send queue, both doorbell-record words, both halves of the BlueFlame
 //! register, the posting index, the `wr_id`s and `wqe_head`s are equal (over a million requests
 //! each run, the 16-bit index wrapping, inline data split at the queue's end, batches of 1, 16

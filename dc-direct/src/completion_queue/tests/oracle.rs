@@ -25,7 +25,7 @@ use std::ptr::NonNull;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::{ibv_wc, ibv_wc_flags, ibv_wc_opcode};
-use sideway_ext_wqe_oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleCq, OracleDci};
+use softmlx5::oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleCq, OracleDci};
 
 use super::oracle_support::{post_batch, with_stderr_muted, OracleSlots, Posted, MLX5_OPCODE_SEND};
 use crate::completion_queue::{Completion, CompletionQueueParts, CompletionQueuePoller};

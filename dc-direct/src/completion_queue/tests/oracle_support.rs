@@ -11,7 +11,7 @@ use rdma_mummy_sys::{
     ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_send, ibv_wr_set_inline_data, ibv_wr_set_sge,
     ibv_wr_start, mlx5dv_wr_set_dc_addr,
 };
-use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
+use softmlx5::oracle::{OracleAh, OracleDci};
 
 use crate::completion_queue::{PollDirectCompletionQueueErrorKind, SendQueueSlots};
 

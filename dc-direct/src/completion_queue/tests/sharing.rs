@@ -10,8 +10,8 @@ use std::rc::Rc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
-use sideway_ext_wqe_oracle::decode::decode_dc_wqe;
-use sideway_ext_wqe_oracle::{DciShape, OracleDci};
+use softmlx5::oracle::decode::decode_dc_wqe;
+use softmlx5::oracle::{DciShape, OracleDci};
 
 use super::support::{CqMemory, CqeFields};
 use crate::completion_queue::direct::Polling;

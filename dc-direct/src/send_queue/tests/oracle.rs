@@ -1,4 +1,4 @@
-//! The direct writer against libmlx5's own post path (sideway-ext-wqe-oracle): the same random
+//! The direct writer against libmlx5's own post path (softmlx5's oracle): the same random
 //! requests posted through libmlx5's builders on one oracle DCI and through the writer over a
 //! second DCI's memory (same shape, same stale bytes) leave the same send queue, doorbell
 //! record, BlueFlame register (both halves: a write on the wrong half shows), posting index,
@@ -9,7 +9,7 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_qp_create_send_ops_flags as ops;
-use sideway_ext_wqe_oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleDci};
+use softmlx5::oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleDci};
 
 use super::requests::{post_direct, post_direct_to, post_libmlx5, Draw, Operations, Payload, Request};
 use crate::send_queue::{AddressVector, SendQueue, SendQueueParts};

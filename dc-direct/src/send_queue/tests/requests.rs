@@ -13,7 +13,7 @@ use rdma_mummy_sys::{
     mlx5dv_wr_set_dc_addr_stream,
 };
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
-use sideway_ext_wqe_oracle::{OracleAh, OracleDci};
+use softmlx5::oracle::{OracleAh, OracleDci};
 
 use crate::send_queue::operation::{InlineOperation, WqeOperation};
 use crate::send_queue::{

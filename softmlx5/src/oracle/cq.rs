@@ -4,8 +4,8 @@ use std::ptr::NonNull;
 
 use rdma_mummy_sys::ibv_wc;
 
-use crate::dci::OracleDci;
-use crate::ffi;
+use super::dci::OracleDci;
+use super::ffi;
 
 /// The raw parts of a CQ, as `mlx5dv_init_obj`'s `struct mlx5dv_cq` gives them.
 #[derive(Debug, Clone, Copy)]

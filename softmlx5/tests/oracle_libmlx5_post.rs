@@ -3,7 +3,7 @@
 use rdma_mummy_sys::{
     ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start, mlx5dv_wr_set_dc_addr,
 };
-use sideway_ext_wqe_oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleDci};
+use softmlx5::oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleDci};
 
 const WITH_SEND: u64 = 1 << 2;
 const WITH_RDMA_WRITE: u64 = 1;

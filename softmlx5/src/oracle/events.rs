@@ -1,7 +1,7 @@
 //! What libmlx5 does to the device besides writing host memory, in order: the barriers of
 //! rdma-core's `util/udma_barrier.h` by name, and the MMIO stores of `util/mmio.h`, recorded by
 //! the stand-ins in `c/record/` (per thread).
-use crate::ffi;
+use super::ffi;
 
 /// A barrier macro of rdma-core's `util/udma_barrier.h`, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

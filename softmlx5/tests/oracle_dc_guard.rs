@@ -11,8 +11,8 @@ use sideway::ibverbs::queue_pair::SendOperationFlags;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
 use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
-use sideway_ext_wqe_oracle::decode::{self, decode_dc_wqe, Data, DecodedWqe};
-use sideway_ext_wqe_oracle::{DciShape, OracleAh, OracleDci};
+use softmlx5::oracle::decode::{self, decode_dc_wqe, Data, DecodedWqe};
+use softmlx5::oracle::{DciShape, OracleAh, OracleDci};
 
 #[derive(Debug, Clone, Copy)]
 enum Operation {

@@ -1,8 +1,9 @@
 //! libmlx5's own send and completion paths over plain memory: the oracle that
-//! sideway-ext-dc-direct's WQE writer and completion poller are compared with, byte for byte.
-//! Test-only, never published.
+//! sideway-ext-dc-direct's WQE writer and completion poller are compared with, byte for byte
+//! (its unit tests and its instruction benchmark), beside the software device that runs the same
+//! `qp.c` and `cq.c` behind the verbs: this package is the one that compiles libmlx5.
 //!
-//! `build.rs` compiles rdma-core 55's `providers/mlx5/qp.c` and `cq.c` unmodified, from the
+//! softmlx5's `build.rs` compiles rdma-core 55's `providers/mlx5/qp.c` and `cq.c` unmodified, from the
 //! crates.io package ibverbs-sys (unpacked by `cargo fetch`; nothing of rdma-core is copied
 //! here), with `c/shim.c`, which fills libmlx5's private `struct mlx5_qp` and `struct mlx5_cq` as
 //! its creation paths leave them, and with stand-ins for `util/udma_barrier.h` and `util/mmio.h`

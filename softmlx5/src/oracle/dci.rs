@@ -5,8 +5,8 @@ use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 
-use crate::events::{take_events, MmioEvent};
-use crate::ffi;
+use super::events::{take_events, MmioEvent};
+use super::ffi;
 
 /// What the DCI is created with: the send queue `mlx5_create_qp` would grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
