@@ -119,7 +119,7 @@
 //!   with its own consumer index, which the direct poller never advances). Poll.
 //! - The CQ is the pool's direct initiators' alone: a completion of another queue pair fails the
 //!   pool's `poll` (without its `wr_id` the poller cannot report it), where a pool on libmlx5
-//!   hands it over (`OtherCompletion`). The error is sideway's `PollDirectCompletionQueueError::Ibverbs`
+//!   hands it over (`OtherCompletion`). The error is sideway's `PollCompletionQueueError::Ibverbs`
 //!   holding the poller's own [`PollDirectCompletionQueueError`](completion_queue::PollDirectCompletionQueueError)
 //!   (`std::io::Error::get_ref`), which names the cause
 //!   ([`UnknownQueuePair`](completion_queue::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).

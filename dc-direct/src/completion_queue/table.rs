@@ -51,11 +51,9 @@ impl SendQueueSlots for &SendQueueTable {
         entry
             .queue
             .try_with_mut(|queue| {
-                if queue.is_outstanding(wqe_counter) {
-                    Ok(queue.complete(wqe_counter))
-                } else {
-                    Err(PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter { qp_number, wqe_counter })
-                }
+                queue
+                    .complete(wqe_counter)
+                    .ok_or(PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter { qp_number, wqe_counter })
             })
             .unwrap_or(Err(PollDirectCompletionQueueErrorKind::SendQueueInUse { qp_number }))
     }

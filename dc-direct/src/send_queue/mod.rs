@@ -110,6 +110,11 @@
 //! The environment variables `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF=0` change libmlx5's
 //! doorbell; this writer follows the defaults, and copies into any register with halves (see
 //! `doorbell.rs`).
+//!
+//! A [`DirectDcInitiator`](crate::DirectDcInitiator) posts through a [`SendQueue`] of its queue
+//! pair. A runtime that makes its DC initiators some other way builds one over their parts
+//! ([`SendQueue::from_parts`]), polls their CQ itself and hands each send completion's
+//! `wqe_counter` to [`SendQueue::complete`], which gives the request's room back.
 mod address;
 mod batch;
 mod doorbell;
@@ -165,7 +170,8 @@ pub struct SendQueueParts {
     pub streams: bool,
 }
 
-/// A DCI's send queue, written directly; see the [module](self) documentation.
+/// A DCI's send queue, written directly, for a direct initiator or a runtime of one's own; see
+/// the [module](self) documentation.
 #[derive(Debug)]
 pub struct SendQueue {
     limits: Limits,
@@ -285,27 +291,23 @@ impl SendQueue {
         self.limits.max_send_sge
     }
 
-    /// The completion of the request whose WQE starts at 16-bit index `wqe_counter` (a CQE's
-    /// `wqe_counter`): it and every request before it are done (`sq.tail = sq.wqe_head[idx] +
-    /// 1`, as libmlx5's `mlx5_parse_cqe`); returns its `wr_id` (`sq.wrid[idx]`).
-    pub(crate) fn complete(&mut self, wqe_counter: u16) -> u64 {
-        let slot = self.limits.ring.slot_of(u32::from(wqe_counter));
-        self.tail = self.wqe_heads[slot as usize].wrapping_add(1);
-        self.wr_ids[slot as usize]
-    }
-
-    /// Whether an outstanding request (posted, not completed) may start at 16-bit index
-    /// `wqe_counter`: the index is one of the ring's last `wqe_count` before the posting index,
-    /// and its slot's `wqe_head` is an outstanding request's. What a completion may name
-    /// (libmlx5 does not check). A slot no request started at yet reads as request 0's.
-    pub(crate) fn is_outstanding(&self, wqe_counter: u16) -> bool {
+    /// Completes the request whose WQE starts at 16-bit index `wqe_counter` (a send CQE's
+    /// `wqe_counter`): it and every request before it are done, their room free again
+    /// (`sq.tail = sq.wqe_head[idx] + 1`, as libmlx5's `mlx5_parse_cqe`); returns its `wr_id`
+    /// (`sq.wrid[idx]`). `None`, and nothing completed, when no outstanding request starts
+    /// there (libmlx5 does not check): the index is not one of the ring's last `wqe_count`
+    /// before the posting index, or its slot's request is not outstanding.
+    pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         let behind = (self.posting_index as u16).wrapping_sub(wqe_counter);
         if behind == 0 || usize::from(behind) > self.wqe_heads.len() {
-            return false;
+            return None;
         }
-        let slot = self.limits.ring.slot_of(u32::from(wqe_counter));
-        let wqe_head = self.wqe_heads[slot as usize];
-        wqe_head.wrapping_sub(self.tail) < self.head.wrapping_sub(self.tail)
+        let slot = self.limits.ring.slot_of(u32::from(wqe_counter)) as usize;
+        if self.wqe_heads[slot].wrapping_sub(self.tail) >= self.outstanding() {
+            return None;
+        }
+        self.tail = self.wqe_heads[slot].wrapping_add(1);
+        Some(self.wr_ids[slot])
     }
 
     /// How many requests are posted and not completed (`sq.head - sq.tail`).

@@ -86,7 +86,7 @@ fn refused_requests_write_nothing_and_the_batch_goes_on() {
     guard.post();
     assert_eq!(queue.posting_index(), 4);
     // The first request's completion makes room for one.
-    assert_eq!(queue.complete(0), 1);
+    assert_eq!(queue.complete(0), Some(1));
     let mut guard = queue.start_post_send();
     let request = guard.construct_wr(8, WorkRequestFlags::Signaled).setup_send();
     request
@@ -101,7 +101,10 @@ fn refused_requests_write_nothing_and_the_batch_goes_on() {
     assert!(matches!(error.0, WorkRequestErrorKind::QueueFull { .. }));
     guard.post();
     // Completing the last posted (wqe_counter 4) completes all.
-    assert_eq!(queue.complete(4), 8);
+    assert_eq!(queue.complete(4), Some(8));
+    assert_eq!(queue.head.wrapping_sub(queue.tail), 0);
+    // Nor twice, nor a slot no request starts at: nothing is completed.
+    assert_eq!((queue.complete(4), queue.complete(5)), (None, None));
     assert_eq!(queue.head.wrapping_sub(queue.tail), 0);
 }
 
