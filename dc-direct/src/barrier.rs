@@ -12,23 +12,10 @@
 //! | `mmio_memcpy_x64(dst, src, 64)` | eight 8-byte stores, ascending |
 //!
 //! Every barrier is also a compiler barrier (the C macros' `"memory"` clobber: an `asm!` without
-//! `nomem`). `mmio_wc_spinlock`/`mmio_wc_spinunlock` are not here: libmlx5 takes them only for a
-//! BlueFlame register it shares between queue pairs (`bf->need_lock`), and a direct writer owns
-//! its register outright.
-//!
-//! What is checked: the unit tests run these hardware stores into plain memory and compare the
-//! bytes that land in the doorbell record and the register with what libmlx5's own `qp.c`
-//! leaves there. The order of the barriers and stores cannot be seen in memory: it is read from
-//! rdma-core and mirrored here, in the order of the calls in `doorbell.rs`, not tested. What
-//! each instruction does to write-combining buffers and PCIe ordering is rdma-core's reasoning
-//! too: none of this has run on a ConnectX.
-//!
-//! Only x86-64 ([`ARCHITECTURE`]): elsewhere there is no [`Hardware`] ([`Hardware::new`]
-//! answers `None`), and a direct initiator, a direct CQ and a send queue are refused at creation
-//! ([`check_architecture`]). rdma-core's aarch64 sequence is another one (`dmb oshst`,
-//! `dmb oshld`, `dsb st`; the 64-byte copy one NEON `vst4q_u64`, and since rdma-core 63, in a
-//! libmlx5 built with LS64, one ST64B on a CPU with FEAT_LS64), which this crate has never been
-//! compiled for.
+//! `nomem`). `mmio_wc_spinlock` is not here: libmlx5 takes it only for a BlueFlame register it
+//! shares between queue pairs, and a direct writer owns its register. The unit tests compare the
+//! bytes these stores leave with libmlx5's; their order is read from rdma-core, not tested (the
+//! crate documentation's "What is proven, and what is not" and "The CPU: x86-64 only").
 use std::ptr::NonNull;
 
 /// The barriers and stores a doorbell makes (see the [module](self) table), one implementation

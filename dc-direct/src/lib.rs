@@ -10,23 +10,17 @@
 //!
 //! # A direct DC initiator
 //!
-//! 1. Make a sideway CQ and take over its polling with [`DirectCompletionQueue::new`] (`unsafe`:
-//!    nothing else may poll it).
-//! 2. Build a [`DcInitiator`] whose send CQ is that CQ, on a thread domain of its own
-//!    ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain):
-//!    its register is then its alone, see [below](#the-blueflame-register)), and make it direct
-//!    before bringing it up ([`DirectDcInitiator::new`]); then
-//!    [`bring_up`](DirectDcInitiator::bring_up).
-//! 3. Read the target's address vector once from its address handle
-//!    ([`AddressVector::from_address_handle`](send_queue::AddressVector::from_address_handle)).
-//! 4. Post: [`start_post_send`](DirectDcInitiator::start_post_send), then per request
-//!    `construct_wr` → an operation → `setup_dc_addr` → the data, then `post`; as sideway-ext's
-//!    guard, so code moves from one to the other by changing its initiator. A batch to one
-//!    target ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)) holds the address:
-//!    `construct_wr` → an operation → the data.
-//! 5. Poll the completions with [`DirectCompletionQueue::poll`]: each gives back its request's
-//!    `wr_id` and room. After an error completion, poll them all, then
-//!    [`recover`](DirectDcInitiator::recover).
+//! Make a sideway CQ and take over its polling with [`DirectCompletionQueue::new`] (`unsafe`:
+//! nothing else may poll it); build a [`DcInitiator`] completing into it, on a thread domain of
+//! its own ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain):
+//! see [The BlueFlame register](#the-blueflame-register)), and make it direct
+//! ([`DirectDcInitiator::new`]) before [`bring_up`](DirectDcInitiator::bring_up). Read the
+//! target's [`AddressVector`](send_queue::AddressVector) once from its address handle. Post as
+//! on sideway-ext's guard ([`start_post_send`](DirectDcInitiator::start_post_send), then per
+//! request `construct_wr` → an operation → `setup_dc_addr` → the data, then `post`), or in a
+//! batch to one target ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)), which
+//! holds the address. Poll with [`DirectCompletionQueue::poll`]; after an error completion, poll
+//! them all, then [`recover`](DirectDcInitiator::recover).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -96,19 +90,13 @@
 //! # A pool of direct initiators
 //!
 //! With the feature `pool`, a [`DirectDcInitiator`] is an initiator of sideway-ext-dc-pool's
-//! `DcInitiatorPool` (its `PoolInitiator`), and a [`DirectCompletionQueue`] its completion queue
-//! (`PoolCompletionQueue`), through the pool's Rust traits: no C structure between them. The
-//! pool posts each batch through the native writer, to one destination
-//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to), or its stream form): the
-//! address read once per destination from the address handle the pool creates
-//! ([`AddressVector::from_address_handle`](send_queue::AddressVector::from_address_handle)),
-//! each request `construct_wr` → operation → data, one doorbell at `post`; and it polls the
-//! direct poller, each completion a Rust value.
-//!
-//! Make the direct initiators as above, on one CQ sized for all of them, and bring each up; make
-//! the pool of them with the direct CQ (`from_initiators`), its settings naming the protection
-//! domain it creates its destinations' address handles on (`setup_protection_domain`); add
-//! destinations by their endpoints, post and poll as on any pool.
+//! `DcInitiatorPool` and a [`DirectCompletionQueue`] its completion queue, through the pool's
+//! Rust traits. The pool posts each batch to one destination
+//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)), its address read once from
+//! the address handle the pool creates, and polls the direct poller. Make the direct initiators
+//! as above, on one CQ sized for all of them; make the pool with the direct CQ
+//! (`from_initiators`), its settings naming the protection domain for its destinations' address
+//! handles (`setup_protection_domain`); then add destinations, post and poll as on any pool.
 //!
 //! What differs from a pool of sideway-ext's DC initiators:
 //!
@@ -202,110 +190,79 @@ fn write_through_a_pool(
 //! - the sharing of one CQ by several send queues: every `wr_id` back in order, room back,
 //!   stray completions refused without moving anything.
 //!
-//! That covers the bytes, against libmlx5's, and the stores and barriers libmlx5 makes (the
-//! order the writer and the poller mirror); the order of the writer's own cannot be seen in
-//! memory, and is read, not tested. It does not cover what write-combining buffers and PCIe
-//! make of them, nor how the
-//! device reads them: none of this has run on a ConnectX (the `mlx5_hw_` tests and the
-//! self-test's direct step, `mlx5_devinfo --dc-selftest`, are there for when one is at hand).
+//! That covers the bytes. The order of the writer's stores and barriers cannot be seen in memory:
+//! it is read from rdma-core, not tested; nor what write-combining buffers and PCIe make of them,
+//! nor how the device reads them. None of this has run on a ConnectX (the `mlx5_hw_` tests and
+//! the self-test's direct step, `mlx5_devinfo --dc-selftest`, are there for when one is at hand).
 //!
 //! # The CPU: x86-64 only
 //!
-//! The doorbell is rdma-core's x86-64 sequence (`util/udma_barrier.h`, `util/mmio.h`): the
-//! doorbell record, `sfence`, the BlueFlame copy as eight 8-byte stores in ascending order (or
-//! the doorbell word alone), `sfence`; the poller's barrier is `lfence`. On aarch64 libmlx5's
-//! sequence is another one: `dmb`/`dsb` barriers, and the 64-byte copy one NEON store
-//! (`vst4q_u64`) or, since rdma-core 63 in a libmlx5 built with LS64, one ST64B on a CPU with
-//! FEAT_LS64 (`_mmio_memcpy_x64_64b`). This crate has never been compiled for aarch64, nor for
-//! any other architecture than x86-64: there, making a direct initiator or a direct CQ is
-//! refused with `UnsupportedArchitecture`, which names the architecture, rather than running a
-//! sequence nothing has checked.
+//! The doorbell is rdma-core's x86-64 sequence (`util/udma_barrier.h`, `util/mmio.h`); the
+//! aarch64 one is another (`dmb`/`dsb`, a NEON or ST64B copy), which this crate has never been
+//! compiled for. On any CPU but x86-64, making a direct initiator or a direct CQ is refused with
+//! `UnsupportedArchitecture`, which names the architecture.
 //!
 //! # What is refused
 //!
-//! Making a direct initiator ([`CreateDirectDcInitiatorErrorKind`]) refuses: another CPU than
-//! x86-64 (aarch64 included, above); `MLX5_QP_SIGNATURE` set (libmlx5 signs its WQEs, `wq_sig`);
-//! a DC initiator not in RESET or already posted on through libmlx5 (this writer starts where
-//! libmlx5's indices are after `mlx5_init_qp_indices`); one completing into another CQ; a send
-//! queue of more than 2^16 blocks (a completion's 16-bit index); a BlueFlame register of a DC
-//! initiator without a thread domain of its own, without its owner's promise, or any BlueFlame
-//! register claimed by another live direct initiator; parts the writer does not write (stride,
-//! sizes).
-//! Making a direct CQ ([`CreateDirectCompletionQueueErrorKind`](completion_queue::CreateDirectCompletionQueueErrorKind))
-//! refuses CQEs of other sizes or counts and other CPUs. The writer refuses requests beyond the
-//! queue's room or granted limits, and does not offer SEND with invalidate, memory windows, TSO,
-//! masked atomics, memory-key setters or WQE signatures ([`send_queue`]). The poller refuses
-//! compressed CQEs, receive CQEs, completions of unknown queue pairs or of no outstanding
-//! request ([`completion_queue`]). Recovery refuses while requests are outstanding, and never
-//! creates the queue pair again (on a kernel that cannot reset a DC initiator, make a new one).
-//! Arming the CQ for events is not supported.
+//! Making a direct initiator ([`CreateDirectDcInitiatorErrorKind`]) refuses: another CPU;
+//! `MLX5_QP_SIGNATURE` set (libmlx5 signs its WQEs); a DC initiator not in RESET or already
+//! posted on through libmlx5 (this writer starts where `mlx5_init_qp_indices` leaves libmlx5's
+//! indices); one completing into another CQ; a send queue of more than 2^16 blocks (a
+//! completion's 16-bit index); a BlueFlame register it may not write alone (below); parts the
+//! writer does not write. Making a direct CQ
+//! ([`CreateDirectCompletionQueueErrorKind`](completion_queue::CreateDirectCompletionQueueErrorKind))
+//! refuses CQEs of other sizes or counts and other CPUs. What the writer and the poller refuse
+//! is in [`send_queue`] and [`completion_queue`]. Recovery refuses while requests are
+//! outstanding, and never creates the queue pair again (on a kernel that cannot reset a DC
+//! initiator, make a new one). Arming the CQ for events is not supported.
 //!
-//! Not refused by a direct initiator's own requests: an RDMA READ whose responses would not
-//! reach it, longer than its path MTU from a target whose path MTU is larger (the target answers
-//! at its own MTU, and the initiator's path drops the larger packets: `RETRY_EXC`). Its address
-//! step takes an [`AddressVector`](send_queue::AddressVector), the 48 bytes each request copies,
-//! which says nothing of the target's MTU, where sideway-ext's guard takes the address handle a
-//! `DcEndpoint` made, which does, and refuses such a READ (`ReadResponsesTooLarge`). Keep the
-//! fleet at one path MTU (sideway-ext's DC module, "Across nodes"), or check
-//! `PathMtus::read_fits` with the initiator's `path_mtu()` and the endpoint's before a READ. A
-//! pool of direct initiators does not refuse it either (it refuses only a destination whose
-//! path MTU is smaller than its initiators').
+//! Not refused: an RDMA READ whose responses would not reach the initiator, longer than its path
+//! MTU from a target whose path MTU is larger (the target answers at its own MTU, the initiator's
+//! path drops the larger packets: `RETRY_EXC`). The address step takes an
+//! [`AddressVector`](send_queue::AddressVector), which says nothing of the target's MTU, where
+//! sideway-ext's guard takes the `DcEndpoint`'s address handle and refuses such a READ
+//! (`ReadResponsesTooLarge`). Keep the fleet at one path MTU (sideway-ext's DC module, "Across
+//! nodes"), or check `PathMtus::read_fits` with the initiator's `path_mtu()` and the endpoint's
+//! before a READ. A pool of direct initiators refuses only a destination whose path MTU is smaller
+//! than its initiators'.
 //!
 //! # The BlueFlame register
 //!
 //! This writer takes no lock and toggles the halves of its register on its own, so it must own
 //! its register. `mlx5dv_init_obj` gives a queue pair's register (`bf.reg`) and each half's size
-//! (`bf.size`, 0 for a doorbell register), not whether libmlx5 shares it or locks it
-//! (`struct mlx5_bf`'s `need_lock`). In rdma-core's `providers/mlx5/verbs.c` and `mlx5.c`
-//! (read from v55 and the newest source; no ConnectX has confirmed it here), `create_qp` gives a
-//! queue pair:
+//! (`bf.size`, 0 for a doorbell register), not whether libmlx5 shares or locks it (`struct
+//! mlx5_bf`'s `need_lock`). In rdma-core's `providers/mlx5/verbs.c` and `mlx5.c` (read from v55
+//! and the newest source; no ConnectX has confirmed it here), `create_qp` gives a queue pair:
 //!
-//! - **on a thread domain** (its protection domain a parent domain with one): the thread
-//!   domain's register, which `mlx5_alloc_td` took with `mlx5_attach_dedicated_uar` and gives no
-//!   other thread domain, unlocked: a BlueFlame register on every kernel whatever
-//!   `MLX5_SHUT_UP_BF` says, or on a device without BlueFlame (`bf_reg_size` 0) the context's
+//! - **on a thread domain**: the thread domain's register (`mlx5_alloc_td`,
+//!   `mlx5_attach_dedicated_uar`), given to no other thread domain and unlocked: a BlueFlame
+//!   register whatever `MLX5_SHUT_UP_BF` says, or on a device without BlueFlame the context's
 //!   doorbell register;
-//! - **otherwise, on a kernel with dynamic UAR allocation**: from `mlx5_get_qp_uar`, a register
-//!   of its own for each of the first `MLX5_NUM_LOW_LAT_UUARS` (default 4,
-//!   `get_num_low_lat_uuars`) queue pairs of a device context, given back when it is destroyed
-//!   (`mlx5_put_qp_uar`), then registers shared by several, least used first (`qp_shared`,
-//!   locked unless `MLX5_SINGLE_THREADED=1`); with `MLX5_SHUT_UP_BF` set, or on a device without
-//!   BlueFlame, the context's one doorbell register (`bf.size` 0), written unlocked and never
-//!   toggled (`need_uuar_lock`: "it may not use blue flame");
-//! - **otherwise, on a kernel without dynamic UAR allocation** (kernel `mlx5_ib_alloc_ucontext`
-//!   without `lib_uar_dyn`): the register the kernel picks among the context's static ones, which
-//!   `mlx5_set_context` gives halves of `bf_reg_size / 2` bytes each, all but the first, whatever
-//!   `MLX5_SHUT_UP_BF` says (the variable maps them uncached and stops libmlx5's post path from
-//!   copying, no more), beyond the low-latency ones shared and locked (`need_uuar_lock`).
+//! - **otherwise, on a kernel with dynamic UAR allocation**: a register of its own for each of
+//!   the first `MLX5_NUM_LOW_LAT_UUARS` (default 4) queue pairs of a context (`mlx5_get_qp_uar`),
+//!   then registers shared by several and locked unless `MLX5_SINGLE_THREADED=1`; with
+//!   `MLX5_SHUT_UP_BF` set, or without BlueFlame, the context's doorbell register (`bf.size` 0),
+//!   written unlocked and never toggled;
+//! - **otherwise** (kernel `mlx5_ib_alloc_ucontext` without `lib_uar_dyn`): a static register
+//!   the kernel picks, with halves whatever `MLX5_SHUT_UP_BF` says (the variable maps them
+//!   uncached and stops libmlx5's copy, no more), beyond the low-latency ones shared and locked
+//!   (`need_uuar_lock`).
 //!
-//! libmlx5's lock covers the whole write and the halves' toggle, kept once per register. UCX
-//! writes BlueFlame only for queue pairs of a thread domain of its own, rings the doorbell alone
-//! under a lock otherwise, and keeps one toggle per register (`src/uct/ib/mlx5/ib_mlx5.c`:
-//! `uct_ib_mlx5_res_domain_init`, `uct_ib_mlx5_get_mmio_mode`, `uct_ib_mlx5_txwq_init`).
+//! UCX likewise writes BlueFlame only for queue pairs of a thread domain of their own and keeps
+//! one toggle per register (`src/uct/ib/mlx5/ib_mlx5.c`: `uct_ib_mlx5_res_domain_init`,
+//! `uct_ib_mlx5_get_mmio_mode`, `uct_ib_mlx5_txwq_init`).
 //!
-//! So [`DirectDcInitiator::new`] takes the register of a DC initiator made on a thread domain of
-//! its own
-//! ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain),
-//! which then holds the thread domain), on every kernel, and a doorbell register (`bf.size` 0),
-//! and refuses any other BlueFlame register
+//! So [`DirectDcInitiator::new`] takes the register of a DC initiator on a thread domain of its
+//! own ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain))
+//! and any doorbell register, and refuses any other BlueFlame register
 //! ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned)).
-//! Without a thread domain, `MLX5_SHUT_UP_BF=1` gives doorbell registers on a kernel with
-//! dynamic UAR allocation only. The `unsafe`
-//! [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes a BlueFlame register
-//! without a thread domain on its caller's promise that no queue pair posted through libmlx5
-//! writes it meanwhile (nothing else on the device context posts while it lives, or at most
-//! `MLX5_NUM_LOW_LAT_UUARS` queue pairs exist on the context). Either refuses a second live
-//! direct initiator on one BlueFlame register.
-//! [`DirectDcInitiator::register`] says which register a direct initiator rings, and its
-//! [`blueflame_exists`](DirectRegister::blueflame_exists) whether the device has BlueFlame at
-//! all, with `MLX5DV_CONTEXT_FLAGS_BLUEFLAME` (reported since rdma-core 58).
-//!
-//! The writer copies a request into a register with halves (`bf.size` > 0) as libmlx5 does
-//! without `MLX5_SHUT_UP_BF`, and does not read the variable: a thread domain's register is
-//! mapped write-combining whatever it says. The registers `new_with_blueflame` takes on a kernel
-//! without dynamic UAR allocation are mapped uncached when the variable is set, and libmlx5
-//! writes only the doorbell word into them; the writer would copy whole requests there, which
-//! nothing has checked: take a thread domain's register instead.
+//! The `unsafe` [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes one on its
+//! caller's promise that no queue pair posted through libmlx5 writes it meanwhile. Either refuses
+//! a second live direct initiator on one BlueFlame register. [`DirectDcInitiator::register`] says
+//! which register it rings, and [`blueflame_exists`](DirectRegister::blueflame_exists) whether the
+//! device has BlueFlame at all. The registers `new_with_blueflame` takes on a kernel without
+//! dynamic UAR allocation are mapped uncached when `MLX5_SHUT_UP_BF` is set, and the writer would
+//! copy whole requests into them, which nothing has checked: take a thread domain's register.
 //!
 //! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
 

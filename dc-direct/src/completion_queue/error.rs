@@ -20,8 +20,8 @@ pub enum CreateDirectCompletionQueueErrorKind {
     /// libmlx5 gave a null CQE ring or doorbell record.
     #[error("mlx5dv_init_obj gave no CQE ring or doorbell record")]
     MissingMemory,
-    /// The poller's barrier is x86-64's alone (rdma-core's `util/udma_barrier.h`); it has never
-    /// been compiled for another architecture, aarch64 included.
+    /// The poller's barrier is x86-64's alone (the crate documentation's "The CPU: x86-64
+    /// only").
     #[error("the direct poller is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).

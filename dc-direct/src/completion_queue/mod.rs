@@ -4,9 +4,7 @@
 //! A QP whose WQEs this crate writes cannot have its completions polled by libmlx5: libmlx5
 //! takes the `wr_id` from its own `sq.wrid[]`, which only its own builders fill. This poller
 //! takes it from the send queue that wrote the WQE: [`DirectCompletionQueue`] polls a sideway
-//! CQ for the direct DC initiators completing into it, through their send queues' table (one
-//! concern per file: `direct.rs` the public type, `table.rs` the table, the poller here, the CQE
-//! layout in `cqe.rs`, what a completion says in `completion.rs`).
+//! CQ for the direct DC initiators completing into it, through their send queues' table.
 //!
 //! # What it mirrors (rdma-core 55, `providers/mlx5/cq.c`)
 //! - `get_sw_cqe` / `next_cqe_sw`: the CQE at `consumer_index & (cqe_count - 1)` is software's
@@ -43,14 +41,11 @@
 //! - The consumer index starts from the doorbell record (libmlx5 keeps the full index in
 //!   `struct mlx5_cq`, which `mlx5dv_cq` does not give; its low 24 bits are all the owner check
 //!   needs). libmlx5 must not poll the CQ once this poller does.
-//! - A send completion naming a slot where no outstanding request of its QP starts is refused
-//!   ([`UnexpectedWqeCounter`](PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter)), where
-//!   libmlx5 would move its tail by the slot's stale entry: a CQE of an earlier queue pair of the
-//!   same number, or of one reset without its CQ being cleaned (libmlx5 cleans no CQ it handed
-//!   out, `__mlx5_cq_clean`'s `MLX5_CQ_FLAGS_DV_OWNED`), cannot free room still in use.
-//! - A completion of an initiator whose batch is open stops the poll before it, unconsumed
-//!   ([`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse)): libmlx5 takes the QP's
-//!   lock instead.
+//! - A send completion naming a slot where no outstanding request of its QP starts
+//!   ([`UnexpectedWqeCounter`](PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter)), and
+//!   one of an initiator whose batch is open
+//!   ([`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse), not consumed), are
+//!   refused: libmlx5 would move its tail by the slot's stale entry, and takes the QP's lock.
 //!
 //! Compared with libmlx5's own `mlx5_poll_cq` over the same memory by the tests; not run on a
 //! ConnectX.

@@ -19,24 +19,20 @@ pub struct CreateDirectDcInitiatorError(#[from] pub CreateDirectDcInitiatorError
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDirectDcInitiatorErrorKind {
-    /// The writer's barriers and stores are x86-64's alone (rdma-core's `util/udma_barrier.h`
-    /// and `util/mmio.h`); it has never been compiled for another architecture, aarch64
-    /// included, where libmlx5's doorbell is another sequence (see the crate documentation).
+    /// The writer's barriers and stores are x86-64's alone (the crate documentation's "The CPU:
+    /// x86-64 only").
     #[error("the direct writer is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,
     },
     /// `MLX5_QP_SIGNATURE` is set: libmlx5 creates every queue pair with WQE signatures
-    /// (`qp_sig_enabled` in `verbs.c`, `MLX5_QP_FLAG_SIGNATURE`) and signs each WQE
-    /// (`wq_sig` in `qp.c`), which this writer does not. The variable is read here; libmlx5 read
-    /// it when it created the queue pair.
+    /// (`qp_sig_enabled` in `verbs.c`) and signs each WQE (`wq_sig` in `qp.c`), which this
+    /// writer does not.
     #[error("MLX5_QP_SIGNATURE is set: libmlx5 created the queue pair with WQE signatures, which this writer does not write")]
     WqeSignatures,
     /// The DC initiator is not in RESET: make the direct initiator before bringing it up. In
-    /// RESET libmlx5's posting index and doorbell record are 0 (`create_qp`, or
-    /// `mlx5_modify_qp`'s move to RESET: `mlx5_init_qp_indices`) and the device executes nothing,
-    /// which is where this writer starts.
+    /// RESET libmlx5's indices are 0 (`mlx5_init_qp_indices`), where this writer starts.
     #[error("the DC initiator is in {state:?}, not RESET: make the direct initiator before bring-up")]
     NotInReset {
         /// The state the device reported.
@@ -73,14 +69,8 @@ pub enum CreateDirectDcInitiatorErrorKind {
         wqe_count: u32,
     },
     /// The DC initiator has no thread domain of its own and its register is a BlueFlame register
-    /// (`bf.size` > 0), which libmlx5 may share with other queue pairs of the device context:
-    /// [`DirectDcInitiator::new`](super::DirectDcInitiator::new) takes it only from a thread
-    /// domain of its own
-    /// ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)).
-    /// `MLX5_SHUT_UP_BF=1` gives every other queue pair a doorbell register on a kernel with
-    /// dynamic UAR allocation only: on one without (kernel `mlx5_ib_alloc_ucontext`, no
-    /// `lib_uar_dyn`), libmlx5's `mlx5_set_context` gives every register its halves whatever the
-    /// variable says. See also
+    /// (`bf.size` > 0), which libmlx5 may share with other queue pairs of the device context: see
+    /// the crate documentation's "The BlueFlame register", and
     /// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame).
     #[error(
         "the queue pair's register is a BlueFlame register of {blueflame_size} bytes a half, which libmlx5 may share: \

@@ -1,18 +1,6 @@
 //! [`DirectDcInitiator`]: a sideway-ext [`DcInitiator`] whose WQEs this crate writes, through a
-//! [`SendQueue`] over the queue pair's own memory (`mlx5dv_init_obj`), completing into a
-//! [`DirectCompletionQueue`].
-//!
-//! A queue pair posts one way only: the direct initiator owns the DC initiator, and libmlx5's
-//! post path is out of reach (its `&mut` methods are not offered; [`dc_initiator`](DirectDcInitiator::dc_initiator)
-//! lends it shared, for its accessors). Bring-up, state queries, stream resets are the DC
-//! initiator's own, delegated; recovery is this module's (`recovery.rs`), which resets the send
-//! queue as libmlx5 resets its indices.
-//!
-//! Where the facts live: the checks of the queue pair's memory in `parts.rs`, the errors in
-//! `error.rs`, which register is taken and the claims of BlueFlame registers in `register.rs`
-//! (the rules are the crate documentation's), the send queue in its completion queue's table in
-//! `posting.rs` (the shared queue and the guard are the send queue module's `shared.rs`), an
-//! address handle's address vector in `address.rs`.
+//! [`SendQueue`](crate::send_queue::SendQueue) over the queue pair's own memory
+//! (`mlx5dv_init_obj`), completing into a [`DirectCompletionQueue`].
 mod address;
 mod error;
 pub(crate) mod parts;
@@ -70,9 +58,8 @@ impl DirectDcInitiator {
     /// ([`register`](Self::register)): the register of a thread domain of its own (made with
     /// [`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)),
     /// which libmlx5 gives no other queue pair, or a doorbell register (`bf.size` 0), which
-    /// libmlx5 writes unlocked from any queue pair. See the [crate](crate#the-blueflame-register)
-    /// documentation for which registers libmlx5 gives, on kernels with and without dynamic UAR
-    /// allocation.
+    /// libmlx5 writes unlocked from any queue pair (the [crate](crate#the-blueflame-register)
+    /// documentation).
     ///
     /// # Errors
     ///
@@ -100,10 +87,9 @@ impl DirectDcInitiator {
     /// While the direct initiator lives, no queue pair posted through libmlx5 (or any other
     /// writer than this crate's) may write its BlueFlame register. libmlx5 shares registers
     /// among the queue pairs of a device context beyond its first few (the
-    /// [crate](crate#the-blueflame-register) documentation has rdma-core's rules and UCX's
-    /// practice); this holds when no other queue pair of the device
-    /// context posts while the direct initiator lives, or when at most `MLX5_NUM_LOW_LAT_UUARS`
-    /// (default 4) queue pairs of the context exist, each then with a register of its own.
+    /// [crate](crate#the-blueflame-register) documentation); this holds when no other queue pair
+    /// of the context posts while the direct initiator lives, or when at most
+    /// `MLX5_NUM_LOW_LAT_UUARS` (default 4) queue pairs of the context exist.
     pub unsafe fn new_with_blueflame(
         dci: DcInitiator, cq: &DirectCompletionQueue,
     ) -> Result<Self, CreateDirectDcInitiatorError> {

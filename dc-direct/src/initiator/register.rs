@@ -1,13 +1,7 @@
-//! The register a direct initiator rings its doorbell through: which one it is and why this
-//! writer may write it without a lock ([`DirectRegister`], decided by [`DirectRegister::of`]),
-//! and the BlueFlame registers live direct initiators write, so that a second one on the same
-//! register is refused
-//! ([`BlueFlameRegisterShared`](super::CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared)):
-//! each would toggle the register's halves on its own, where libmlx5 and UCX keep one toggle per
-//! register. How libmlx5 hands registers out, on kernels with and without dynamic UAR
-//! allocation, is the crate documentation's "The BlueFlame register". Doorbell registers
-//! (`bf.size` 0) are not claimed: libmlx5 writes those from any queue pair, unlocked, never
-//! toggling.
+//! The register a direct initiator rings ([`DirectRegister`]) and the claims that keep a second
+//! direct initiator off a BlueFlame register it writes: each would toggle the register's halves on
+//! its own, where libmlx5 and UCX keep one toggle per register. Doorbell registers (`bf.size` 0)
+//! are not claimed: libmlx5 writes those from any queue pair, unlocked, never toggling.
 use std::sync::Mutex;
 
 use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
@@ -16,28 +10,20 @@ use super::CreateDirectDcInitiatorErrorKind;
 
 /// The register a [`DirectDcInitiator`](super::DirectDcInitiator) rings its doorbell through
 /// ([`register`](super::DirectDcInitiator::register)), and why this writer may write it without
-/// libmlx5's lock. The writer copies a request of one batch into a register with BlueFlame
-/// halves (`blueflame_size` > 0, as libmlx5 does without `MLX5_SHUT_UP_BF`), and writes the
-/// doorbell word alone otherwise.
+/// libmlx5's lock (the crate documentation's "The BlueFlame register").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DirectRegister {
-    /// The register of the DC initiator's own thread domain
-    /// ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)):
-    /// a BlueFlame register with halves of `blueflame_size` bytes that libmlx5 gives no other
-    /// queue pair (`mlx5_alloc_td`, `mlx5_attach_dedicated_uar`), or, on a device without
-    /// BlueFlame, the context's doorbell register (`blueflame_size` 0). Taken by
-    /// [`new`](super::DirectDcInitiator::new).
+    /// The register of the DC initiator's own thread domain, which libmlx5 gives no other queue
+    /// pair; a doorbell register (`blueflame_size` 0) on a device without BlueFlame.
     ThreadDomain {
         /// Each half's size (`bf.size`); 0: a doorbell register.
         blueflame_size: u32,
     },
     /// A doorbell register (`bf.size` 0) of a DC initiator without a thread domain, which
-    /// libmlx5 writes unlocked from any queue pair and never toggles: sharing it is safe. Taken
-    /// by [`new`](super::DirectDcInitiator::new).
+    /// libmlx5 writes unlocked from any queue pair and never toggles.
     Doorbell,
-    /// A BlueFlame register (`bf.size` > 0) of a DC initiator without a thread domain, which
-    /// libmlx5 may share between queue pairs, taken on the promise of
+    /// A BlueFlame register of a DC initiator without a thread domain, taken on the promise of
     /// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame)'s caller.
     Promised {
         /// Each half's size (`bf.size`).

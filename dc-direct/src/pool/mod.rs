@@ -1,37 +1,5 @@
-//! [`DirectDcInitiator`] as an initiator of sideway-ext-dc-pool's [`DcInitiatorPool`] (feature
-//! `pool`): the pool posts through the direct writer, one batch to one destination
-//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)), and polls the direct poller
-//! ([`DirectCompletionQueue::poll`]). The crate documentation's "A pool of direct initiators"
-//! has the steps.
-//!
-//! What the pool asks of an initiator, and what a direct one answers:
-//!
-//! | the pool | the direct initiator |
-//! |---|---|
-//! | `qp_number`, `max_send_wr`, `stream_count`, `path_mtu`, `source_gid_index` | its DC initiator's, as for a [`DcInitiator`] in a pool |
-//! | `address`, once per destination | the [`AddressVector`] of the address handle the pool made ([`AddressVector::from_address_handle`]) |
-//! | `start_batch` | [`start_post_send_to`](DirectDcInitiator::start_post_send_to) (or its stream form): `construct_wr` → operation → data, each request answered at its data step |
-//! | the batch's `post` | [`post`](DirectBatch::post): one doorbell; it cannot fail |
-//! | the completion queue's `poll` | [`DirectCompletionQueue::poll`], at most 32 completions a call |
-//! | `recover`, once every request it held was reported | [`recover`](DirectDcInitiator::recover): each report came from a completion the direct poller retired first, so none is outstanding |
-//! | `reset_stream` | [`reset_stream`](DirectDcInitiator::reset_stream); `NotReadyToSend` when it went to ERR as a whole |
-//!
-//! A request the writer refuses at its data step
-//! ([`WorkRequestError`](crate::send_queue::WorkRequestError)) is not in the batch: the pool's
-//! next `construct_wr` takes its place, as a request that never was.
-//!
-//! A CQE the direct poller refuses fails the pool's [`poll`](DcInitiatorPool::poll) with
-//! [`PollCompletionQueueError::Ibverbs`](sideway::ibverbs::completion::PollCompletionQueueError::Ibverbs)
-//! holding the poller's own error
-//! ([`PollDirectCompletionQueueError`](crate::completion_queue::PollDirectCompletionQueueError), its
-//! [`get_ref`](std::io::Error::get_ref)): a QP that is no direct initiator of the CQ (a pool of
-//! direct initiators does not share its CQ with other queue pairs: their completions cannot be
-//! read without their `wr_id`s), a CQE that is not a send completion, a compressed one, a slot no
-//! outstanding request starts at.
-//!
-//! [`DcInitiatorPool`]: sideway_ext_dc_pool::DcInitiatorPool
-//! [`DcInitiatorPool::poll`]: sideway_ext_dc_pool::DcInitiatorPool::poll
-//! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
+//! [`DirectDcInitiator`] and [`DirectCompletionQueue`] as sideway-ext-dc-pool's initiator and
+//! completion queue (feature `pool`): see the crate documentation's "A pool of direct initiators".
 use std::error::Error;
 use std::io;
 use std::sync::Arc;

@@ -15,10 +15,8 @@ use super::{AddressVector, Limits, SendQueue, WorkRequestError, WorkRequestError
 /// the batch is posted.
 ///
 /// It holds a copy of the queue's [`Limits`] and of what does not change while a batch is open
-/// (the requests posted before it, the room left): its requests read them where the compiler
-/// can keep them in registers, not from the queue, which it must read again after each store
-/// into the ring when the queue lives behind a pointer (a pool's initiator: the DC pool row of
-/// `scripts/bench`, direct).
+/// (the requests posted before it, the room left), which the compiler can keep in registers
+/// where a queue behind a pointer would be read again after each store into the ring.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Batch {
     /// The posting index of the next request.

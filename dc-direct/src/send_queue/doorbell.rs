@@ -11,14 +11,9 @@
 //! 4. `mmio_flush_writes()`, and the register's half flips (`bf->offset ^= bf->buf_size`).
 //!
 //! libmlx5 also requires, for BlueFlame, `!ctx->shut_up_bf` (`MLX5_SHUT_UP_BF`) and
-//! `inl || ctx->prefer_bf` (`MLX5_POST_SEND_PREFER_BF`, on unless set to 0): this writer follows
-//! both defaults, and copies whenever the register has halves. With `MLX5_SHUT_UP_BF` set,
-//! `mlx5dv_qp`'s `bf.size` is 0 for a queue pair given the context's doorbell register (a kernel
-//! with dynamic UAR allocation), not for one on a thread domain (its register is mapped
-//! write-combining whatever the variable says) nor on a kernel without dynamic UAR allocation
-//! (`mlx5_set_context` gives the static registers halves and maps them uncached): see the crate
-//! documentation's "The BlueFlame register". Its lock around steps 2 to 4 (`mmio_wc_spinlock`,
-//! for a register shared between queue pairs) is not taken: the writer must own its register.
+//! `inl || ctx->prefer_bf` (`MLX5_POST_SEND_PREFER_BF`): this writer follows both defaults and
+//! copies whenever the register has halves (the crate documentation's "The BlueFlame register").
+//! Its lock around steps 2 to 4 (`mmio_wc_spinlock`) is not taken: the writer owns its register.
 use std::ptr::NonNull;
 
 use super::ring::{Ring, BASIC_BLOCK};

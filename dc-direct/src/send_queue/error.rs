@@ -12,9 +12,8 @@ pub struct CreateSendQueueError(#[from] pub CreateSendQueueErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateSendQueueErrorKind {
-    /// The writer's barriers and stores are x86-64's alone (rdma-core's `util/udma_barrier.h`
-    /// and `util/mmio.h`); it has never been compiled for another architecture, aarch64
-    /// included.
+    /// The writer's barriers and stores are x86-64's alone (the crate documentation's "The CPU:
+    /// x86-64 only").
     #[error("the direct writer is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).

@@ -31,8 +31,7 @@
 //! A batch to one DC target ([`start_post_send_to`](SendQueue::start_post_send_to), with a
 //! [`BatchAddress`]: the route, DCT number, key and maybe a stream) holds the address for all
 //! its requests, which go from their operation straight to their data; each WQE is the same as
-//! with the address step (the oracle tests post both forms beside libmlx5's per-request
-//! setters). A DC pool posts so: one batch, one destination.
+//! with the address step. A DC pool posts so: one batch, one destination.
 //!
 //! ```no_run
 //! use sideway::ibverbs::queue_pair::WorkRequestFlags;
@@ -62,12 +61,6 @@
 //! | [`post`](SendQueueBatch::post) | `mlx5_send_wr_complete`, `post_send_db`, `mlx5_bf_copy` |
 //! | dropping the guard | `mlx5_send_wr_abort` |
 //!
-//! Where the facts live: the ring and its stores in `ring.rs`, a WQE's bytes in `wqe.rs`, the
-//! doorbell in `doorbell.rs`, the operations in [`operation`], the batch and its steps in
-//! `batch.rs`, the errors in `error.rs`; the barriers and MMIO stores in the crate's `barrier.rs`.
-//! A direct initiator's queue is shared with its completion queue, which retires its requests,
-//! and borrowed by each batch: `shared.rs`.
-//!
 //! # Supported, and what is refused
 //!
 //! SEND, RDMA WRITE (both also with immediate data), RDMA READ, atomic compare-and-swap and
@@ -91,25 +84,16 @@
 //!
 //! # What is proven, and what is not
 //!
-//! None of this has run on a ConnectX. The unit tests compare it with libmlx5's own `qp.c`
-//! compiled over plain memory (softmlx5's oracle): for random requests of every supported
-//! shape, the whole send queue, both doorbell-record words, both halves of the BlueFlame
-//! register, the posting index, the `wr_id`s and `wqe_head`s are equal (over a million requests
-//! each run, the 16-bit index wrapping, inline data split at the queue's end, batches of 1, 16
-//! and random sizes, signal-all on and off, BlueFlame and doorbell only), and libmlx5's doorbell
-//! makes the barriers `doorbell.rs` makes, in its order, around stores the writer's register
-//! holds too. That covers the bytes; the order of the writer's own stores and fences cannot be
-//! seen in memory and is read from rdma-core, not tested; nor what write-combining buffers and
-//! PCIe make of them, nor the device's reading of them.
+//! None of this has run on a ConnectX; the unit tests compare it with libmlx5's own `qp.c` over
+//! plain memory (the crate documentation's "What is proven, and what is not").
 //!
 //! The limits come from the queue pair's creation: `max_post` must be what libmlx5 granted
 //! (`ibv_query_qp`'s `max_send_wr`, its `sq.max_post`), which it sized so that that many of the
 //! largest WQEs the queue pair's operations make fit in the ring. The writer checks only that
 //! one of the largest it can write fits.
 //!
-//! The environment variables `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF=0` change libmlx5's
-//! doorbell; this writer follows the defaults, and copies into any register with halves (see
-//! `doorbell.rs`).
+//! This writer follows the defaults of `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF`, and
+//! copies into any register with halves (the crate documentation's "The BlueFlame register").
 //!
 //! A [`DirectDcInitiator`](crate::DirectDcInitiator) posts through a [`SendQueue`] of its queue
 //! pair. A runtime that makes its DC initiators some other way builds one over their parts

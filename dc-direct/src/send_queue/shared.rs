@@ -89,15 +89,9 @@ impl SharedSendQueue {
     }
 }
 
-/// A batch of requests on a direct DC initiator: [`post`](Self::post) rings the doorbell for
-/// them; dropped without it, their slots are given back and the device is told nothing. It
-/// describes requests as [`SendQueueBatch`] does, which it wraps: `construct_wr` → an operation
-/// → `setup_dc_addr` → the data, or, in a batch to one DC address
-/// ([`start_post_send_to`](crate::DirectDcInitiator::start_post_send_to)), `construct_wr` → an
-/// operation → the data.
-///
-/// While it is alive, completions of this initiator are not read: a poll of its completion
-/// queue stops before the first of them
+/// A batch of requests on a direct DC initiator: a [`SendQueueBatch`] of its send queue, whose
+/// steps it takes. While it is alive, completions of this initiator are not read: a poll of its
+/// completion queue stops before the first of them
 /// ([`SendQueueInUse`](crate::completion_queue::PollDirectCompletionQueueErrorKind::SendQueueInUse)).
 #[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
 #[derive(Debug)]

@@ -16,10 +16,9 @@
 //! The checks libmlx5 makes are made first (the stream id, the SGE count, the inline length,
 //! then `mlx5_wq_overflow`), so that a refused request writes nothing.
 //!
-//! The order of the stores is not libmlx5's (nothing reads the WQE before the doorbell). A few
-//! shapes were chosen by measuring the DC WQE rows of `scripts/bench` (BENCHMARKS.md): fields
-//! that share an 8-byte store, the slot after the control segment taken by the ring's mask, the
-//! address vector read as values, the order of the checks.
+//! The order of the stores is not libmlx5's (nothing reads the WQE before the doorbell); their
+//! shapes (fields sharing an 8-byte store, the address vector read as values) are the ones the
+//! wqe_instructions bench found cheapest.
 use std::io::IoSlice;
 use std::ptr::NonNull;
 
@@ -180,8 +179,7 @@ impl Limits {
         let ring = self.ring;
         // The next slot: the block after this one, or the first at the ring's end (libmlx5's
         // `seg == qend` check). Taken as a slot, the compiler sees that a segment there is at
-        // least 64 bytes from the end: inline data that fits skips `Ring::copy`'s wrapping (the
-        // DC WQE rows of `scripts/bench`: SEND 16 B inline, direct).
+        // least 64 bytes from the end: short inline data skips `Ring::copy`'s wrapping.
         let after_address = ring.slot(ring.slot_of(slot + 1));
         // SAFETY: the caller's promise: the segments are in the ring, 16-byte aligned.
         unsafe {
@@ -360,8 +358,7 @@ pub(super) unsafe fn write_address(at: NonNull<u8>, datagram: Datagram<'_>) {
                 store_be64(at, dc_key);
                 at.add(8).cast::<[u8; 8]>().write(dqp_dct_and_next(address, dct_number));
                 // Bytes 16 to 47: the vector's, read as a value (not copied memory to memory),
-                // which the compiler may keep in registers while a batch goes to one route: the
-                // DC WQE rows of `scripts/bench` (plain memory, direct) ask for it.
+                // which the compiler may keep in registers while a batch goes to one route.
                 let av = address.bytes();
                 let rest: [u8; 32] = std::array::from_fn(|i| av[16 + i]);
                 at.add(16).cast::<[u8; 32]>().write(rest);
