@@ -234,8 +234,7 @@ use sideway::ibverbs::completion::PollCompletionQueueError;
 use sideway::ibverbs::queue_pair::QueuePairState;
 
 use self::builder::{check_streams, CreateDcInitiatorPoolError, CreateDcInitiatorPoolErrorKind};
-use self::destination::Target;
-use self::destinations::{PoolCore, RemoveRefusal};
+use self::destinations::{PoolCore, RemoveRefusal, Target};
 pub use self::initiator::PoolInitiator;
 use self::initiator::{PoolCompletion, PoolCompletionQueue};
 use self::requests::MAX_INITIATORS;
@@ -249,15 +248,11 @@ use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 pub mod builder;
-mod completions;
-mod destination;
 mod destinations;
-mod holds;
 pub mod initiator;
 pub mod post_guard;
 mod requests;
 pub mod settings;
-mod stall;
 #[cfg(test)]
 mod tests;
 pub mod types;
@@ -330,7 +325,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         let per_initiator = initiators.iter().map(I::max_send_wr).min().unwrap_or(0).max(1);
         core.limit_send_queue(per_initiator);
         Ok(Self {
-            wr_ids: WrIds::new(&core.requests),
+            wr_ids: core.wr_ids(),
             initiators,
             addresses: Vec::new(),
             core,
@@ -371,7 +366,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
         self.core.add_destination(Target::Endpoint {
             endpoint,
-            resolved: None,
+            resolved: false,
         })
     }
 
@@ -517,11 +512,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
         }
-        if self
-            .core
-            .live(destination)
-            .is_some_and(|l| l.target.address().is_none())
-        {
+        if !self.core.is_resolved(destination) {
             self.resolve(destination)?;
         }
         Ok(())

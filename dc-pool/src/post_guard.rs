@@ -3,7 +3,6 @@
 //! ([`PoolBatch`]) that builds its requests and posts them.
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::destination::Handle;
 use super::destinations::{PoolCore, Refusal};
 use super::initiator::PoolBatch;
 use super::requests::encode;
@@ -59,19 +58,15 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 });
             }
         }
-        let (address, handle) = match self.core.settings().protection_domain() {
-            // Kept until the destination is removed (libmlx5 copies the address into each request).
-            Some((pd, port, service_class)) => {
-                let ah = endpoint.create_ah_with_class(pd, port, src_gid_index, service_class)?;
-                let address = first.address(ah);
-                (
-                    address.map_err(|source| PostToDestinationErrorKind::Address { source })?,
-                    Handle::Created,
-                )
-            },
-            None => return Err(PostToDestinationErrorKind::UnknownDestination),
+        let Some((pd, port, service_class)) = self.core.settings().protection_domain() else {
+            return Err(PostToDestinationErrorKind::UnknownDestination);
         };
-        self.core.resolve(destination, handle);
+        // Kept until the destination is removed (libmlx5 copies the address into each request).
+        let ah = endpoint.create_ah_with_class(pd, port, src_gid_index, service_class)?;
+        let address = first
+            .address(ah)
+            .map_err(|source| PostToDestinationErrorKind::Address { source })?;
+        self.core.resolve(destination);
         self.keep_address(destination, address);
         Ok(())
     }
@@ -98,32 +93,66 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         };
         // The batch's places, before the initiator's calls (which the compiler may not see into).
         let wr_ids = self.wr_ids.batch(grant.slot, grant.room);
-        let (dct_number, dc_key) = grant.address;
+        let ((dct_number, dc_key), (initiator, stream)) = (grant.address, (grant.initiator, grant.stream));
+        let destination = grant.destination;
         let Self {
             initiators,
             addresses,
             core,
             ..
         } = self;
-        let Some(Some(address)) = addresses.get(grant.destination as usize) else {
+        let Some(Some(address)) = addresses.get(destination as usize) else {
             // Resolved in the bookkeeping, so kept here: not reached.
-            core.commit(grant.initiator, grant.destination, grant.stream, 0);
+            core.commit(initiator, destination, stream, 0);
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
         };
-        let stream = streams.then_some(grant.stream);
-        let inner = initiators[grant.initiator].start_batch(address, dct_number, dc_key, stream);
+        let inner = initiators[initiator].start_batch(address, dct_number, dc_key, streams.then_some(stream));
         Ok(DcPoolPostGuard {
             inner,
             batch: BatchRecord {
                 core,
                 wr_ids,
-                base: encode(grant.initiator, grant.first),
-                destination: grant.destination,
+                base: encode(initiator, grant.first),
+                destination,
                 // Every index fits in 16 bits (MAX_INITIATORS).
-                initiator: grant.initiator as u16,
-                stream: grant.stream,
+                initiator: initiator as u16,
+                stream,
             },
         })
+    }
+}
+
+/// What a destination was granted for one batch (the bookkeeping's `begin`): an initiator (and
+/// stream), its address, the number of the batch's first request, and how many requests the
+/// batch may hold from which place in the pool's ring of `wr_id`s.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    destination: u32,
+    initiator: usize,
+    stream: u16,
+    /// The DCT number and DC key.
+    address: (u32, u64),
+    first: u64,
+    slot: usize,
+    room: usize,
+}
+
+impl Grant {
+    /// Destination `destination` is granted `(initiator, stream)` for requests to `address`
+    /// from number `first` on, at most `room` of them, their `wr_id`s from `slot` on.
+    #[inline]
+    pub(crate) fn new(
+        destination: u32, (initiator, stream): (usize, u16), address: (u32, u64), first: u64, slot: usize, room: usize,
+    ) -> Self {
+        Self {
+            destination,
+            initiator,
+            stream,
+            address,
+            first,
+            slot,
+            room,
+        }
     }
 }
 

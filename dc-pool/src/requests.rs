@@ -36,18 +36,28 @@ pub(crate) fn initiator_of(wr_id: u64) -> usize {
 /// A run of requests of one destination on one stream, posted on one initiator in one or more
 /// consecutive batches.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct BatchRecord {
+pub(crate) struct Record {
     /// The destination's place.
-    pub(super) destination: u32,
+    destination: u32,
     /// The stream, or 0 without streams.
-    pub(super) stream: u16,
+    stream: u16,
     first: u64,
     end: u64,
     /// The first request not yet reported.
     settled: u64,
 }
 
-impl BatchRecord {
+impl Record {
+    /// The destination's place.
+    pub(crate) fn destination(&self) -> u32 {
+        self.destination
+    }
+
+    /// The stream, or 0 without streams.
+    pub(crate) fn stream(&self) -> u16 {
+        self.stream
+    }
+
     fn unsettled(&self) -> u64 {
         self.end - self.settled
     }
@@ -137,7 +147,7 @@ pub(super) struct InitiatorRequests {
     /// `scripts/bench` (counting, send_dc_pool_*) go over their floor's per-request limit.
     reported: u64,
     /// Records of the requests not reported yet, in posting order.
-    batches: VecDeque<BatchRecord>,
+    batches: VecDeque<Record>,
     /// Its DCI streams; 0 without streams.
     streams: u32,
     /// Per stream (one without streams): the destination whose request failed, while the
@@ -227,7 +237,7 @@ impl InitiatorRequests {
         self.batches
             .iter()
             .filter(|b| b.destination == d)
-            .map(BatchRecord::unsettled)
+            .map(Record::unsettled)
             .sum()
     }
 
@@ -271,7 +281,7 @@ impl InitiatorRequests {
             Some(last) if last.destination == destination && last.stream == stream => {
                 last.end += posted;
             },
-            _ => self.batches.push_back(BatchRecord {
+            _ => self.batches.push_back(Record {
                 destination,
                 stream,
                 first,
@@ -303,7 +313,7 @@ impl InitiatorRequests {
 
     /// The record holding request `number`, unless it was already reported.
     #[inline]
-    pub(super) fn find(&self, number: u64) -> Option<BatchRecord> {
+    pub(super) fn find(&self, number: u64) -> Option<Record> {
         self.position(number).map(|index| self.batches[index])
     }
 
@@ -350,7 +360,7 @@ impl InitiatorRequests {
     #[inline]
     pub(super) fn settle_through(
         &mut self, wr_ids: &WrIds, number: u64, mut report: impl FnMut(u32, Run<'_>),
-    ) -> Option<BatchRecord> {
+    ) -> Option<Record> {
         let front = self.batches.front_mut()?;
         if number >= front.end {
             // On another record than the oldest: its stream's records before it are walked too.

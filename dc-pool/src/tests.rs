@@ -1,21 +1,6 @@
-//! The pool's bookkeeping that needs no initiator: what a refused post says, and which statuses
-//! count towards "unreachable". The pool's runs are on the software ConnectX
+//! What a refused post says, apart from any device. The pool's runs are on the software ConnectX
 //! (tests/device_*.rs).
-use rdma_mummy_sys::ibv_wc_status;
-
-use super::completions::is_no_such_target;
 use super::types::{DcPoolWouldBlock, PostToDestinationError, PostToDestinationErrorKind};
-
-/// The statuses a ConnectX may return for a DC target that is not there: the pool counts the
-/// first two towards "unreachable", not the third (a remote access error is also a wrong key),
-/// nor a flush.
-#[test]
-fn the_statuses_of_a_missing_target_are_counted_as_the_pool_counts_them() {
-    assert!(is_no_such_target(ibv_wc_status::IBV_WC_RETRY_EXC_ERR));
-    assert!(is_no_such_target(ibv_wc_status::IBV_WC_REM_INV_REQ_ERR));
-    assert!(!is_no_such_target(ibv_wc_status::IBV_WC_REM_ACCESS_ERR));
-    assert!(!is_no_such_target(ibv_wc_status::IBV_WC_WR_FLUSH_ERR));
-}
 
 #[test]
 fn a_refused_post_says_why_once() {

@@ -59,11 +59,23 @@ impl DcPoolPolicy {
 /// error, even after the place was given to another destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DestinationId {
-    pub(crate) index: u32,
-    pub(crate) generation: u32,
+    index: u32,
+    generation: u32,
 }
 
 impl DestinationId {
+    /// The destination at place `index`, its `generation`th.
+    #[inline]
+    pub(crate) fn new(index: u32, generation: u32) -> Self {
+        Self { index, generation }
+    }
+
+    /// Its place, as the bookkeeping numbers it.
+    #[inline]
+    pub(crate) fn place(self) -> u32 {
+        self.index
+    }
+
     /// Its place in the pool, from 0; a removed destination's place is reused.
     pub fn index(self) -> usize {
         self.index as usize

@@ -14,11 +14,10 @@
 //! the man page asks for the flush first.
 use rdma_mummy_sys::ibv_wc_status;
 
-use super::destination::Place;
-use super::destinations::PoolCore;
-use super::initiator::{PoolInitiator, StreamResetRefusal};
-use super::requests::{initiator_of, BatchRecord, Health, Run, WrIds};
-use super::types::{DcPoolEvent, DestinationId};
+use super::{Place, PoolCore};
+use crate::initiator::{PoolInitiator, StreamResetRefusal};
+use crate::requests::{initiator_of, Health, Record, Run, WrIds};
+use crate::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
 /// exceeded: ibv_poll_cq(3), "the remote side didn't send any Ack or Nack"; what UCX's DC
@@ -30,7 +29,7 @@ use super::types::{DcPoolEvent, DestinationId};
 /// `unreachable_after` in a row the destination is unreachable. A remote access or remote
 /// operation error is not counted: a NAK says a target answered (an rkey, or a DC key a target
 /// NAKs rather than drops).
-pub(crate) fn is_no_such_target(status: u32) -> bool {
+fn is_no_such_target(status: u32) -> bool {
     matches!(
         status,
         ibv_wc_status::IBV_WC_RETRY_EXC_ERR
@@ -46,10 +45,7 @@ fn completed(
     places: &mut [Place], retiring_settled: &mut Vec<u32>, d: u32, run: Run<'_>, sink: &mut impl FnMut(DcPoolEvent),
 ) {
     let place = &mut places[d as usize];
-    let destination = DestinationId {
-        index: d,
-        generation: place.generation,
-    };
+    let destination = DestinationId::new(d, place.generation);
     if let Some(live) = place.destination.as_mut() {
         live.answered();
         if live.retiring {
@@ -90,7 +86,7 @@ impl PoolCore {
             };
             // Only this stream's requests were settled: only it (or the whole initiator) may now
             // hold nothing and be ready for its reset.
-            if requests.health() == Health::Error || requests.lane_errored(batch.stream) {
+            if requests.health() == Health::Error || requests.lane_errored(batch.stream()) {
                 self.maybe_recover(initiators, initiator, sink);
             }
             batch
@@ -104,7 +100,7 @@ impl PoolCore {
         };
         // A held initiator carries only its holder's requests; only dedicated policies hold.
         if self.policy().is_dedicated() {
-            self.release_if_idle(batch.destination, initiator);
+            self.release_if_idle(batch.destination(), initiator);
         }
         // Mostly none retires or waits: tested here, not in a call.
         if !self.retiring_settled.is_empty() {
@@ -136,17 +132,17 @@ impl PoolCore {
     /// A completion in error of request `number` (in `batch`) of `initiator`: an error
     /// completion, or a flush.
     fn fail(
-        &mut self, wr_ids: &WrIds, initiator: usize, number: u64, batch: BatchRecord, (status, vendor_err): (u32, u32),
+        &mut self, wr_ids: &WrIds, initiator: usize, number: u64, batch: Record, (status, vendor_err): (u32, u32),
         sink: &mut impl FnMut(DcPoolEvent),
     ) {
-        let lane = batch.stream;
+        let lane = batch.stream();
         if status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
             self.flush_up_to(wr_ids, initiator, lane, number + 1, sink);
             return;
         }
         // Requests of its stream before it executed.
         self.settle_up_to(wr_ids, initiator, lane, number, sink);
-        let d = batch.destination;
+        let d = batch.destination();
         let destination = self.id(d);
         let unreachable_after = self.settings.unreachable_after().max(1);
         let live = self.at(d);
@@ -180,10 +176,7 @@ impl PoolCore {
         } = self;
         requests[initiator].flush(wr_ids, lane, end, |d, run, at_fault| {
             let place = &places[d as usize];
-            let destination = DestinationId {
-                index: d,
-                generation: place.generation,
-            };
+            let destination = DestinationId::new(d, place.generation);
             let live = place.destination.as_ref();
             if live.is_some_and(|l| l.retiring) {
                 retiring_settled.push(d);
@@ -243,5 +236,23 @@ impl PoolCore {
                 });
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdma_mummy_sys::ibv_wc_status;
+
+    use super::is_no_such_target;
+
+    /// The statuses a ConnectX may return for a DC target that is not there: the pool counts the
+    /// first two towards "unreachable", not the third (a remote access error is also a wrong key),
+    /// nor a flush.
+    #[test]
+    fn the_statuses_of_a_missing_target_are_counted_as_the_pool_counts_them() {
+        assert!(is_no_such_target(ibv_wc_status::IBV_WC_RETRY_EXC_ERR));
+        assert!(is_no_such_target(ibv_wc_status::IBV_WC_REM_INV_REQ_ERR));
+        assert!(!is_no_such_target(ibv_wc_status::IBV_WC_REM_ACCESS_ERR));
+        assert!(!is_no_such_target(ibv_wc_status::IBV_WC_WR_FLUSH_ERR));
     }
 }

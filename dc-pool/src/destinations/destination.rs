@@ -1,22 +1,20 @@
-//! One destination's record: whom its requests go to (its endpoint, once resolved, or a DC
-//! target added with its address), which initiator it posts
-//! on (or its place in the wait line), and whether its target answers. Each is kept here only.
+//! One destination's record ([`Destination`], kept in its [`Place`]): whom its requests go to
+//! (its endpoint, once resolved, or a DC target added with its address), which initiator it
+//! posts on (or its place in the wait line), and whether its target answers.
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
-use super::types::DestinationId;
+use super::{Destination, Place};
+use crate::types::DestinationId;
 
 /// Whom a destination's requests go to. Its address, once made, is the pool's, kept by place
-/// beside the bookkeeping (the initiators' [`Address`](super::PoolInitiator::Address)).
+/// beside the bookkeeping (the initiators' [`Address`](crate::PoolInitiator::Address)).
 #[derive(Debug)]
 pub(crate) enum Target {
-    /// A DC target's endpoint, and whether its address was made (and from an address handle
-    /// the pool created).
-    Endpoint {
-        endpoint: DcEndpoint,
-        resolved: Option<Handle>,
-    },
+    /// A DC target's endpoint, and whether its address was made (from an address handle the
+    /// pool created).
+    Endpoint { endpoint: DcEndpoint, resolved: bool },
     /// A DC target added with its address
-    /// ([`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
+    /// ([`add_destination_with_address`](crate::DcInitiatorPool::add_destination_with_address)).
     Addressed { dct_number: u32, dc_key: u64 },
 }
 
@@ -25,7 +23,7 @@ impl Target {
     #[inline]
     pub(crate) fn address(&self) -> Option<(u32, u64)> {
         match self {
-            Self::Endpoint { endpoint, resolved } => resolved.map(|_| (endpoint.dct_number(), endpoint.dc_key())),
+            Self::Endpoint { endpoint, resolved } => resolved.then(|| (endpoint.dct_number(), endpoint.dc_key())),
             Self::Addressed { dct_number, dc_key } => Some((*dct_number, *dc_key)),
         }
     }
@@ -40,21 +38,8 @@ impl Target {
 
     /// Whether the pool made its address (from an address handle it created).
     pub(crate) fn owns_handle(&self) -> bool {
-        matches!(
-            self,
-            Self::Endpoint {
-                resolved: Some(Handle::Created),
-                ..
-            }
-        )
+        matches!(self, Self::Endpoint { resolved: true, .. })
     }
-}
-
-/// What a resolved endpoint's address was made from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Handle {
-    /// An address handle the pool created on its protection domain (kept in the address).
-    Created,
 }
 
 /// Which initiator a destination posts on.
@@ -102,16 +87,6 @@ pub(crate) enum Reach {
     Unreachable,
 }
 
-/// One live destination.
-#[derive(Debug)]
-pub(crate) struct Destination {
-    pub(crate) target: Target,
-    pub(crate) assignment: Assignment,
-    pub(crate) reach: Reach,
-    /// It posts no more, and is removed once its requests were reported.
-    pub(crate) retiring: bool,
-}
-
 impl Destination {
     pub(crate) fn new(target: Target) -> Self {
         Self {
@@ -149,16 +124,9 @@ impl Destination {
     }
 }
 
-/// A place for a destination: the one living there, if any, and how many lived there before.
-#[derive(Debug)]
-pub(crate) struct Place {
-    pub(crate) generation: u32,
-    pub(crate) destination: Option<Destination>,
-}
-
 /// The live destination `id` names in `places`, or `None` for a stale or unknown id.
 #[inline]
 pub(crate) fn live(places: &[Place], id: DestinationId) -> Option<&Destination> {
     let place = places.get(id.index())?;
-    (place.generation == id.generation).then_some(place.destination.as_ref()?)
+    (place.generation == id.generation()).then_some(place.destination.as_ref()?)
 }

@@ -1,38 +1,30 @@
-//! The pool's bookkeeping, apart from any device: its destinations (one record each, in
-//! `destination`), which initiator (and stream) each posts on, and the grant of one batch
-//! (`begin`) or the refusal.
+//! The pool's bookkeeping, apart from any device: its destinations (one record each), which
+//! initiator (and stream) each posts on, and the grant of one batch (`begin`) or the refusal.
 //!
 //! It holds no initiator (the pool does, and hands them to a completion that recovers one), so
 //! that a batch borrows its initiator and its destination's address while the bookkeeping
-//! records it. The dedicated policies' holds
-//! and wait line are in `holds`; completions and recovery in `completions`; each initiator's
-//! requests in `requests`.
+//! records it. [`PoolCore`]'s fields are its own and its submodules', one concept each: a
+//! destination's record (`destination`), the dedicated policies' holds and wait line (`holds`),
+//! completions and recovery (`completions`), stalls (`stall`). Each initiator's requests are in
+//! `crate::requests`, behind their methods.
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
-use super::destination::{live, Assignment, Destination, Handle, Place, Target};
-use super::initiator::PoolInitiator;
-use super::requests::{Health, InitiatorRequests};
-use super::settings::DcPoolSettings;
-use super::stall::StallWatch;
-use super::types::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
+pub(crate) use self::destination::Target;
+use self::destination::{live, Assignment, Reach};
+use self::stall::StallWatch;
+use crate::initiator::PoolInitiator;
+use crate::post_guard::Grant;
+use crate::requests::{Health, InitiatorRequests, WrIds};
+use crate::settings::DcPoolSettings;
+use crate::types::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 
-/// What a destination was granted for one batch: an initiator (and stream), its address, the
-/// number of the batch's first request, and how many requests the batch may hold.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Grant {
-    pub(crate) destination: u32,
-    pub(crate) initiator: usize,
-    pub(crate) stream: u16,
-    /// The DCT number and DC key.
-    pub(crate) address: (u32, u64),
-    pub(crate) first: u64,
-    /// The place of the first in [`WrIds`](super::requests::WrIds).
-    pub(crate) slot: usize,
-    pub(crate) room: usize,
-}
+mod completions;
+mod destination;
+mod holds;
+mod stall;
 
 /// Why a post to a destination is refused, as the bookkeeping sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,39 +48,56 @@ pub(crate) enum RemoveRefusal {
     UnknownDestination,
 }
 
+/// One live destination.
+#[derive(Debug)]
+pub(crate) struct Destination {
+    target: Target,
+    assignment: Assignment,
+    reach: Reach,
+    /// It posts no more, and is removed once its requests were reported.
+    retiring: bool,
+}
+
+/// A place for a destination: the one living there, if any, and how many lived there before.
+#[derive(Debug)]
+pub(crate) struct Place {
+    generation: u32,
+    destination: Option<Destination>,
+}
+
 /// The bookkeeping of a pool of initiators.
 #[derive(Debug)]
 pub(crate) struct PoolCore {
-    pub(super) requests: Vec<InitiatorRequests>,
+    requests: Vec<InitiatorRequests>,
     /// By destination place.
-    pub(super) places: Vec<Place>,
+    places: Vec<Place>,
     /// Places of removed destinations, for reuse.
     free_places: Vec<u32>,
     /// Places removed since the pool last dropped their addresses ([`take_removed`](Self::take_removed)).
     removed_places: Vec<u32>,
     /// Initiators held by no destination (dedicated policies). Empty while a destination is in
     /// line: a freed initiator goes to the first in line at once.
-    pub(super) free: Vec<u16>,
+    free: Vec<u16>,
     /// The ends of the wait line, linked through its destinations ([`Assignment::InLine`]).
-    pub(super) line_ends: Option<(u32, u32)>,
+    line_ends: Option<(u32, u32)>,
     /// Destinations granted an initiator from the line, reported at the end of the completion
     /// that granted them, or at the next `poll`/`progress`.
-    pub(super) ready: VecDeque<DestinationId>,
+    ready: VecDeque<DestinationId>,
     /// Destinations that may post again after a would-block they waited out, reported as `ready`.
-    pub(super) unblocked: VecDeque<DestinationId>,
+    unblocked: VecDeque<DestinationId>,
     /// Destinations removed once their requests were reported, reported as `ready`.
-    pub(super) removed: VecDeque<DestinationId>,
+    removed: VecDeque<DestinationId>,
     /// Retiring destinations whose requests a completion just reported: removed if none is left.
-    pub(super) retiring_settled: Vec<u32>,
+    retiring_settled: Vec<u32>,
     /// Grants from the line, oldest first: destination, initiator, which grant, and when it
     /// expires.
-    pub(super) grants: VecDeque<(DestinationId, u16, u64, Instant)>,
+    grants: VecDeque<(DestinationId, u16, u64, Instant)>,
     /// How many grants from the line were made (names each).
-    pub(super) granted: u64,
+    granted: u64,
     /// The policy, the timeouts and the clock they are read from (while a grant from the line
     /// is outstanding, and by stall reports), and where address handles are created.
-    pub(super) settings: DcPoolSettings,
-    pub(super) stalls: StallWatch,
+    settings: DcPoolSettings,
+    stalls: StallWatch,
 }
 
 impl PoolCore {
@@ -143,6 +152,11 @@ impl PoolCore {
         self.requests.iter_mut().for_each(|requests| requests.limit(max));
     }
 
+    /// The rings of the callers' `wr_id`s of its initiators.
+    pub(crate) fn wr_ids(&self) -> WrIds {
+        WrIds::new(&self.requests)
+    }
+
     /// The live destination `id` names, or `None` for a stale or unknown id.
     #[inline]
     pub(crate) fn live(&self, id: DestinationId) -> Option<&Destination> {
@@ -151,12 +165,12 @@ impl PoolCore {
 
     fn live_mut(&mut self, id: DestinationId) -> Option<&mut Destination> {
         let place = self.places.get_mut(id.index())?;
-        (place.generation == id.generation).then_some(place.destination.as_mut()?)
+        (place.generation == id.generation()).then_some(place.destination.as_mut()?)
     }
 
     /// The live destination at place `d`.
     #[inline]
-    pub(super) fn at(&mut self, d: u32) -> &mut Destination {
+    fn at(&mut self, d: u32) -> &mut Destination {
         self.places[d as usize]
             .destination
             .as_mut()
@@ -164,11 +178,8 @@ impl PoolCore {
     }
 
     /// The id of the destination at place `d`.
-    pub(super) fn id(&self, d: u32) -> DestinationId {
-        DestinationId {
-            index: d,
-            generation: self.places[d as usize].generation,
-        }
+    fn id(&self, d: u32) -> DestinationId {
+        DestinationId::new(d, self.places[d as usize].generation)
     }
 
     /// Whether `destination` is one of this pool's live destinations.
@@ -178,14 +189,19 @@ impl PoolCore {
 
     /// Records that `destination`'s address was made (the pool keeps it); false for a stale id
     /// or one added with its address.
-    pub(crate) fn resolve(&mut self, destination: DestinationId, handle: Handle) -> bool {
+    pub(crate) fn resolve(&mut self, destination: DestinationId) -> bool {
         match self.live_mut(destination).map(|l| &mut l.target) {
             Some(Target::Endpoint { resolved, .. }) => {
-                *resolved = Some(handle);
+                *resolved = true;
                 true
             },
             _ => false,
         }
+    }
+
+    /// Whether `destination` (a live one) has its address.
+    pub(crate) fn is_resolved(&self, destination: DestinationId) -> bool {
+        self.live(destination).is_some_and(|l| l.target.address().is_some())
     }
 
     /// Whether places were removed since the last [`take_removed`](Self::take_removed).
@@ -234,12 +250,12 @@ impl PoolCore {
             },
         };
         self.bind(index);
-        DestinationId { index, generation }
+        DestinationId::new(index, generation)
     }
 
     /// Binds destination `index` to an initiator in service and a stream by a hash of its index
     /// (static and streams policies); to none when none is in service.
-    pub(super) fn bind(&mut self, index: u32) {
+    fn bind(&mut self, index: u32) {
         if self.policy().is_dedicated() || self.requests.is_empty() {
             return;
         }
@@ -267,17 +283,17 @@ impl PoolCore {
         if !self.contains(destination) {
             return Err(RemoveRefusal::UnknownDestination);
         }
-        let outstanding = self.outstanding_of(destination.index);
+        let outstanding = self.outstanding_of(destination.place());
         if outstanding > 0 {
             return Err(RemoveRefusal::Outstanding(outstanding));
         }
-        self.remove(destination.index);
+        self.remove(destination.place());
         Ok(())
     }
 
     /// Removes destination `d`, which has nothing outstanding: it leaves the line, gives back a
     /// grant it has not used, and its address handle is freed.
-    pub(super) fn remove(&mut self, d: u32) {
+    fn remove(&mut self, d: u32) {
         self.unlink(d);
         if let Assignment::Holds { initiator, .. } = self.at(d).assignment {
             // Nothing of it goes in line for a quota it used.
@@ -297,7 +313,7 @@ impl PoolCore {
             Some(live) if !live.retiring => live.retiring = true,
             _ => return Err(RemoveRefusal::UnknownDestination),
         }
-        let d = destination.index;
+        let d = destination.place();
         self.unlink(d);
         if self.outstanding_of(d) == 0 {
             self.remove(d);
@@ -308,7 +324,7 @@ impl PoolCore {
 
     /// Removes the retiring destinations a completion reported requests of, once none of theirs
     /// is outstanding.
-    pub(super) fn remove_retired(&mut self) {
+    fn remove_retired(&mut self) {
         while let Some(d) = self.retiring_settled.pop() {
             let retired = self.places[d as usize].destination.as_ref().is_some_and(|l| l.retiring);
             if retired && self.outstanding_of(d) == 0 {
@@ -353,13 +369,13 @@ impl PoolCore {
     /// Requests of `destination` posted and not yet reported.
     pub(crate) fn outstanding(&self, destination: DestinationId) -> u64 {
         self.live(destination)
-            .map_or(0, |_| self.outstanding_of(destination.index))
+            .map_or(0, |_| self.outstanding_of(destination.place()))
     }
 
     /// Why `destination` can or cannot post now, read from the same records (and in the same
     /// order) as [`begin`](Self::begin) reads them.
-    pub(crate) fn state(&self, destination: DestinationId) -> super::types::DestinationState {
-        use super::types::DestinationState as Answer;
+    pub(crate) fn state(&self, destination: DestinationId) -> crate::types::DestinationState {
+        use crate::types::DestinationState as Answer;
         let Some(live) = self.live(destination) else {
             return Answer::Unknown;
         };
@@ -368,7 +384,7 @@ impl PoolCore {
         }
         if live.retiring {
             return Answer::Retiring {
-                outstanding: self.outstanding_of(destination.index),
+                outstanding: self.outstanding_of(destination.place()),
             };
         }
         let (initiator, stream) = match live.assignment {
@@ -443,7 +459,7 @@ impl PoolCore {
     /// Lets an unreachable destination post again.
     pub(crate) fn revive(&mut self, destination: DestinationId) {
         if let Some(live) = self.live_mut(destination) {
-            live.reach = super::destination::Reach::Answering { retries_exceeded: 0 };
+            live.reach = Reach::Answering { retries_exceeded: 0 };
         }
     }
 
@@ -454,7 +470,7 @@ impl PoolCore {
     #[inline(always)]
     pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let live = self.live(destination).ok_or(Refusal::UnknownDestination)?;
-        let d = destination.index;
+        let d = destination.place();
         if live.is_unreachable() {
             return Err(Refusal::Unreachable);
         }
@@ -484,15 +500,15 @@ impl PoolCore {
             return Err(Refusal::WouldBlock(reason));
         }
         let requests = &self.requests[initiator];
-        Ok(Grant {
-            destination: d,
-            initiator,
-            stream,
+        let head = requests.head();
+        Ok(Grant::new(
+            d,
+            (initiator, stream),
             address,
-            first: requests.head(),
-            slot: requests.slot(requests.head()),
-            room: requests.room().min(quota_left),
-        })
+            head,
+            requests.slot(head),
+            requests.room().min(quota_left),
+        ))
     }
 
     /// Ends a batch granted to destination `d` on `initiator`'s `stream`: `posted` requests
@@ -518,7 +534,7 @@ impl PoolCore {
 
     /// Reports the destinations granted an initiator from the line, those that may post again
     /// after a would-block, and those removed once their requests were reported.
-    pub(super) fn report_ready(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+    fn report_ready(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         while let Some(destination) = self.removed.pop_front() {
             sink(DcPoolEvent::Removed { destination });
         }

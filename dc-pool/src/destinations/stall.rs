@@ -16,13 +16,13 @@
 //! is reported at most an eighth of the timeout (and one poll) after that. Once the head
 //! completes (or fails), the next one is watched afresh: a later stall is reported again.
 //!
-//! The time is the pool's clock ([`DcPoolSettings::setup_clock`](super::settings::DcPoolSettings::setup_clock)):
+//! The time is the pool's clock ([`DcPoolSettings::setup_clock`](crate::settings::DcPoolSettings::setup_clock)):
 //! `Instant::now` by default, or one a test moves.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::destinations::PoolCore;
-use super::types::DcPoolEvent;
+use super::PoolCore;
+use crate::types::DcPoolEvent;
 
 /// The head request of one initiator's stream, as the scans saw it.
 #[derive(Debug, Clone, Copy)]

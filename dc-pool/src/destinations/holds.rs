@@ -3,9 +3,9 @@
 //! a `Ready` and a grant timer; a held one goes back once its holder has nothing outstanding.
 //! A destination's [`Assignment`] is the only record of its hold and of its place in line.
 use super::destination::{live, Assignment};
-use super::destinations::{PoolCore, Refusal};
-use super::requests::Health;
-use super::types::{DcPoolEvent, DcPoolWouldBlock, DestinationId};
+use super::{PoolCore, Refusal};
+use crate::requests::Health;
+use crate::types::{DcPoolEvent, DcPoolWouldBlock, DestinationId};
 
 // `#[inline]` on the holds that a post or a completion of a dedicated policy runs (take, give
 // back): `PoolCore` is not generic, so without it they are compiled in this crate alone and the
@@ -196,7 +196,7 @@ impl PoolCore {
         if !self.contains(destination) {
             return;
         }
-        let d = destination.index;
+        let d = destination.place();
         self.unlink(d);
         if let Assignment::Holds { initiator, .. } = self.at(d).assignment {
             self.release_if_idle(d, initiator as usize);
@@ -285,7 +285,7 @@ impl PoolCore {
             }) && requests.outstanding() == 0
                 && requests.health() != Health::Error;
             if unused {
-                self.release(id.index);
+                self.release(id.place());
             }
         }
         self.watch_stalls(sink);
