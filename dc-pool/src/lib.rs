@@ -204,27 +204,81 @@
 //! # Checked without a ConnectX
 //!
 //! A pool loop is tested, unchanged, on the software ConnectX of this repository (softmlx5, a
-//! test tool, not a dependency of this crate): it implements libmlx5's and the kernel's DC
-//! rules behind the same verbs, so the program opens its device as on a ConnectX. Run any
-//! program or test suite on it with `cargo run -q -p softmlx5 -- cargo test`, or make one
-//! `#[test]` re-run itself there. A fault is one call away: killing a target makes the next
-//! requests to it fail with "transport retry counter exceeded", and after `unreachable_after`
-//! of them in a row the destination is reported unreachable:
+//! test tool, not a dependency of this crate): it implements libmlx5's and the kernel's DC rules
+//! behind the same verbs, so the program opens its device as on a ConnectX. Run any program or
+//! test suite on it with `cargo run -q -p softmlx5 -- cargo test`, or have a program (or, with
+//! `softmlx5::rerun_on_device`, a `#[test]`) run itself again there, as below. A fault is one
+//! call of `softmlx5::Control`: here a killed target, whose requests then fail with "transport
+//! retry counter exceeded" and, after `unreachable_after` of them in a row, make the pool report
+//! the destination unreachable.
 //!
-//! ```text
-//! #[test]
-//! fn a_dead_peer_is_reported_unreachable() {
-//!     // In the test binary's process: run this test again on the software device, and check it.
-//!     if let Some(status) = softmlx5::rerun_on_device(&[]) {
-//!         assert!(status.success());
-//!         return;
-//!     }
-//!     let device = softmlx5::Control::loaded().expect("on the software device");
-//!     // ... a pool made with `pd.create_dci_pool_builder()`, a DC target, its destination ...
-//!     device.kill_target(target.dct_number(), true).unwrap();
-//!     // ... post to it and poll: `Failed { status: IBV_WC_RETRY_EXC_ERR, .. }`, then
-//!     // `start_post_send(destination)` fails with `PostToDestinationErrorKind::Unreachable`.
+//! ```
+//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+//! use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+//! use sideway::ibverbs::AccessFlags;
+//! use sideway_ext::ibverbs::extension::ProtectionDomainExt;
+//! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
+//! use sideway_ext::mlx5::dc::target::DcTargetBringUp;
+//! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
+//! use sideway_ext_dc_pool::builder::DcPoolProtectionDomainExt;
+//! use sideway_ext_dc_pool::types::{DcPoolEvent, PostToDestinationErrorKind};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The libraries are chosen when a process starts: run this program again on the device.
+//! let Some(device) = softmlx5::Control::loaded() else {
+//!     assert!(softmlx5::command(std::env::current_exe()?).status()?.success());
+//!     return Ok(());
+//! };
+//! let devices = DeviceList::new()?;
+//! let ctx = devices.iter().find(|d| d.name() == "softmlx5_0").expect("softmlx5_0").open()?;
+//! let pd = ctx.alloc_pd()?;
+//! // The peer: a DC target on a shared receive queue.
+//! let mut target = pd
+//!     .create_dct_builder()
+//!     .setup_recv_cq(ctx.create_cq_builder().setup_cqe(16).build()?)
+//!     .setup_srq(pd.create_srq_builder().setup_max_wr(16).build()?)
+//!     .setup_dc_key(7)
+//!     .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite)
+//!     .build()?;
+//! target.bring_up(&DcTargetBringUp::new(1))?;
+//! let memory = vec![0u8; 64];
+//! let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+//! // SAFETY: `memory` outlives the region and is not moved.
+//! let mr = unsafe { pd.reg_mr(memory.as_ptr() as usize, memory.len(), access) }?;
+//! // A pool that gives up on a destination after one "retry exceeded" error, retrying briefly.
+//! let mut bring_up = DcInitiatorBringUp::new(1);
+//! bring_up.setup_timeout(8).setup_retry_cnt(2);
+//! let mut pool = pd
+//!     .create_dci_pool_builder()
+//!     .setup_own_send_cq(&ctx, None)
+//!     .setup_initiators(1)
+//!     .setup_initiator(pd.create_dci_builder().setup_max_inline_data(16))
+//!     .setup_unreachable_after(1)
+//!     .setup_bring_up(bring_up)
+//!     .build()?;
+//! let peer = pool.add_destination(target.endpoint()?);
+//!
+//! // The fault: the target is gone.
+//! device.kill_target(target.dct_number().expect("brought up"), true)?;
+//! let mut guard = pool.start_post_send(peer)?;
+//! guard
+//!     .construct_wr(1, WorkRequestFlags::none())?
+//!     .setup_write(mr.rkey(), memory.as_ptr() as u64)
+//!     .setup_inline_data(b"hello");
+//! guard.post()?;
+//! let mut events = Vec::new();
+//! while events.len() < 2 {
+//!     pool.poll(|event| events.push(event))?;
 //! }
+//! assert!(matches!(
+//!     events[..],
+//!     [DcPoolEvent::Unreachable { destination }, DcPoolEvent::Failed { wr_id: 1, status: 12, .. }]
+//!         if destination == peer
+//! ));
+//! let refused = pool.start_post_send(peer).err().expect("an unreachable destination");
+//! assert!(matches!(refused.0, PostToDestinationErrorKind::Unreachable));
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! The pool's own tests run there (tests/device_*.rs): every policy at 1 000 and 10 000
