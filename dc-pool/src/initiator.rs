@@ -235,7 +235,7 @@ impl PoolInitiator for DcInitiator {
         Ok(ah)
     }
 
-    #[inline(always)]
+    #[inline]
     fn start_batch<'a>(
         &'a mut self, address: &'a Arc<AddressHandle>, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self::Batch<'a> {
@@ -252,17 +252,17 @@ impl<'g, T: Transport> PoolBatch for PostSendGuard<'g, T> {
     where
         Self: 'r;
 
-    #[inline(always)]
+    #[inline]
     fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, T> {
         PostSendGuard::construct_wr(self, wr_id, wr_flags)
     }
 
-    #[inline(always)]
+    #[inline]
     fn batch_len(&self) -> usize {
         PostSendGuard::batch_len(self)
     }
 
-    #[inline(always)]
+    #[inline]
     fn post(self) -> Result<(), PostSendError> {
         PostSendGuard::post(self)
     }

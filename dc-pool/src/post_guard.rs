@@ -74,9 +74,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// The post path: one grant (or refusal) from the bookkeeping (after making the
     /// destination's address on its first post), then the initiator's batch to the address,
     /// holding the batch's places in the initiator's ring of `wr_id`s.
-    // inline(always): with #[inline] it is called, not inlined, and the pool rows of
-    // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
-    #[inline(always)]
+    #[inline]
     fn start(
         &mut self, destination: DestinationId, streams: bool,
     ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
@@ -253,9 +251,7 @@ impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
 
     /// Posts the batch (for a [`DcInitiator`], `ibv_wr_complete`): all of it, or on error none
     /// of it. A request refused before the provider is named by the `wr_id` its caller gave.
-    // inline(always): with #[inline] it is called, not inlined, and the pool rows of
-    // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
-    #[inline(always)]
+    #[inline]
     pub fn post(self) -> Result<(), PostSendError> {
         let Self { inner, batch } = self;
         let len = inner.batch_len();

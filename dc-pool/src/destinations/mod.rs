@@ -465,9 +465,7 @@ impl PoolCore {
 
     /// Grants `destination` an initiator (and stream) for one batch, or says why not. A
     /// dedicated policy's destination without an initiator takes a free one, or goes in line.
-    // inline(always): with #[inline] it is called, not inlined, and the pool rows of
-    // `scripts/bench` (counting, send_dc_pool_*) go over 3 times their floor per batch.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let live = self.live(destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.place();
