@@ -12,7 +12,7 @@
 //! streams (whose completions can come out of posting order between streams).
 use std::collections::VecDeque;
 
-use super::types::DestinationId;
+use super::types::{DcPoolWouldBlock, DestinationId};
 
 /// Bits of the provider-visible `wr_id` that number an initiator's requests; the initiator takes
 /// the 16 above them.
@@ -462,15 +462,18 @@ impl InitiatorRequests {
         self.health = Health::OutOfService;
     }
 
-    /// Whether it, or stream `lane`, is being recovered; a destination posting there waits.
+    /// A batch on its stream `lane` (it is initiator `initiator` of the pool): the number of its
+    /// first request, that request's place in [`WrIds`], and how many it may hold; or why none
+    /// can be posted now: it, or the stream, is being recovered, or its send queue is full.
     #[inline]
-    pub(super) fn recovering(&self, lane: u16) -> Option<Option<u16>> {
-        if self.health != Health::InService {
-            Some(None)
-        } else if self.lane_errored(lane) {
-            Some(Some(lane))
-        } else {
-            None
+    pub(super) fn open(&self, initiator: usize, lane: u16) -> Result<(u64, usize, usize), DcPoolWouldBlock> {
+        if self.health != Health::InService || self.lanes[lane as usize].is_some() {
+            let stream = (self.health == Health::InService).then_some(lane);
+            return Err(DcPoolWouldBlock::Recovering { initiator, stream });
+        }
+        match self.room() {
+            0 => Err(DcPoolWouldBlock::QueueFull),
+            room => Ok((self.head, self.slot(self.head), room)),
         }
     }
 

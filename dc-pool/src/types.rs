@@ -70,12 +70,6 @@ impl DestinationId {
         Self { index, generation }
     }
 
-    /// Its place, as the bookkeeping numbers it.
-    #[inline]
-    pub(crate) fn place(self) -> u32 {
-        self.index
-    }
-
     /// Its place in the pool, from 0; a removed destination's place is reused.
     pub fn index(self) -> usize {
         self.index as usize

@@ -196,7 +196,7 @@ impl PoolCore {
         if !self.contains(destination) {
             return;
         }
-        let d = destination.place();
+        let d = destination.index() as u32;
         self.unlink(d);
         if let Assignment::Holds { initiator, .. } = self.at(d).assignment {
             self.release_if_idle(d, initiator as usize);
@@ -285,7 +285,7 @@ impl PoolCore {
             }) && requests.outstanding() == 0
                 && requests.health() != Health::Error;
             if unused {
-                self.release(id.place());
+                self.release(id.index() as u32);
             }
         }
         self.watch_stalls(sink);

@@ -283,11 +283,11 @@ impl PoolCore {
         if !self.contains(destination) {
             return Err(RemoveRefusal::UnknownDestination);
         }
-        let outstanding = self.outstanding_of(destination.place());
+        let outstanding = self.outstanding_of(destination.index() as u32);
         if outstanding > 0 {
             return Err(RemoveRefusal::Outstanding(outstanding));
         }
-        self.remove(destination.place());
+        self.remove(destination.index() as u32);
         Ok(())
     }
 
@@ -313,7 +313,7 @@ impl PoolCore {
             Some(live) if !live.retiring => live.retiring = true,
             _ => return Err(RemoveRefusal::UnknownDestination),
         }
-        let d = destination.place();
+        let d = destination.index() as u32;
         self.unlink(d);
         if self.outstanding_of(d) == 0 {
             self.remove(d);
@@ -369,7 +369,7 @@ impl PoolCore {
     /// Requests of `destination` posted and not yet reported.
     pub(crate) fn outstanding(&self, destination: DestinationId) -> u64 {
         self.live(destination)
-            .map_or(0, |_| self.outstanding_of(destination.place()))
+            .map_or(0, |_| self.outstanding_of(destination.index() as u32))
     }
 
     /// Why `destination` can or cannot post now, read from the same records (and in the same
@@ -384,7 +384,7 @@ impl PoolCore {
         }
         if live.retiring {
             return Answer::Retiring {
-                outstanding: self.outstanding_of(destination.place()),
+                outstanding: self.outstanding_of(destination.index() as u32),
             };
         }
         let (initiator, stream) = match live.assignment {
@@ -408,14 +408,14 @@ impl PoolCore {
             Assignment::Bound { initiator, stream } => (initiator as usize, stream),
         };
         let stream_if_any = self.requests[initiator].has_streams().then_some(stream);
-        match self.initiator_refusal(initiator, stream) {
-            Some(DcPoolWouldBlock::Recovering { initiator, stream }) => Answer::Recovering { initiator, stream },
+        match self.requests[initiator].open(initiator, stream) {
+            Err(DcPoolWouldBlock::Recovering { initiator, stream }) => Answer::Recovering { initiator, stream },
             // The only other reason an initiator gives.
-            Some(_) => Answer::QueueFull {
+            Err(_) => Answer::QueueFull {
                 initiator,
                 stream: stream_if_any,
             },
-            None => Answer::Holds {
+            Ok(_) => Answer::Holds {
                 initiator,
                 stream: stream_if_any,
             },
@@ -437,20 +437,6 @@ impl PoolCore {
         }
     }
 
-    /// Why nothing can be posted on initiator `initiator` (on `stream`) now: it or the stream
-    /// is being recovered, or its send queue is full.
-    #[inline]
-    fn initiator_refusal(&self, initiator: usize, stream: u16) -> Option<DcPoolWouldBlock> {
-        let requests = &self.requests[initiator];
-        if let Some(stream) = requests.recovering(stream) {
-            Some(DcPoolWouldBlock::Recovering { initiator, stream })
-        } else if requests.room() == 0 {
-            Some(DcPoolWouldBlock::QueueFull)
-        } else {
-            None
-        }
-    }
-
     /// Whether `destination` was reported unreachable.
     pub(crate) fn is_unreachable(&self, destination: DestinationId) -> bool {
         self.live(destination).is_some_and(Destination::is_unreachable)
@@ -467,9 +453,9 @@ impl PoolCore {
     /// dedicated policy's destination without an initiator takes a free one, or goes in line.
     #[inline]
     pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
-        let live = self.live(destination).ok_or(Refusal::UnknownDestination)?;
-        let d = destination.place();
-        if live.is_unreachable() {
+        let live = live(&self.places, destination).ok_or(Refusal::UnknownDestination)?;
+        let d = destination.index() as u32;
+        if live.reach == Reach::Unreachable {
             return Err(Refusal::Unreachable);
         }
         if live.retiring {
@@ -493,19 +479,20 @@ impl PoolCore {
             },
             Assignment::None | Assignment::InLine { .. } => (self.take_free(d)? as usize, 0, usize::MAX),
         };
-        if let Some(reason) = self.initiator_refusal(initiator, stream) {
-            self.requests[initiator].block(destination);
-            return Err(Refusal::WouldBlock(reason));
-        }
-        let requests = &self.requests[initiator];
-        let head = requests.head();
+        let (first, slot, room) = match self.requests[initiator].open(initiator, stream) {
+            Ok(open) => open,
+            Err(reason) => {
+                self.requests[initiator].block(destination);
+                return Err(Refusal::WouldBlock(reason));
+            },
+        };
         Ok(Grant::new(
             d,
             (initiator, stream),
             address,
-            head,
-            requests.slot(head),
-            requests.room().min(quota_left),
+            first,
+            slot,
+            room.min(quota_left),
         ))
     }
 
