@@ -97,9 +97,7 @@
 //! | `Streams` | a hashed initiator and DCI stream (ConnectX-6 Dx and newer; else "not supported" at creation) | kept (streams run concurrently) | `WouldBlock(QueueFull)`; an error resets one stream only |
 //!
 //! Every would-block a destination can wait out ends with a [`DcPoolEvent::Ready`] for it: post
-//! then, not after every poll. Events are collected in `poll`'s handler and posts made after
-//! `poll` returns: the handler runs while `poll` holds the pool, so posting from it does not
-//! compile ([`poll`](DcInitiatorPool::poll) shows the loop).
+//! then, once [`poll`](DcInitiatorPool::poll) returned (its documentation shows the loop).
 //!
 //! # What a caller can rely on
 //!
@@ -139,15 +137,11 @@
 //!
 //! # Posting
 //!
-//! The pool's guard is the DC initiator's request builder minus the address, which the pool
-//! sets: `start_post_send(destination)?` → `construct_wr(wr_id, flags)?` → operation → data →
-//! `post()`. A would-block posts nothing. A batch holds at most `guard.room()` requests (the
-//! initiator's free send queue, the pool's ring of `wr_id`s, and the quota): beyond it
-//! `construct_wr` says `BatchFull`; post and start another.
-//! [`prepare`](DcInitiatorPool::prepare) creates a destination's address handle ahead of its
-//! first post: on RoCE that is where the kernel resolves the peer's MAC address, waiting for its
-//! ARP or neighbour discovery answer, so preparing each destination when it is added keeps that
-//! wait off the posting path.
+//! A batch holds at most `guard.room()` requests (the initiator's free send queue, the pool's
+//! ring of `wr_id`s, and the quota): beyond it `construct_wr` says `BatchFull`; post and start
+//! another. [`prepare`](DcInitiatorPool::prepare) creates a destination's address handle ahead
+//! of its first post, which keeps the kernel's wait for the peer's MAC address (RoCE) off the
+//! posting path.
 //!
 //! # A CQ shared with other queue pairs
 //!
@@ -162,14 +156,9 @@
 //! # Initiators made elsewhere
 //!
 //! [`from_initiators`](DcInitiatorPool::from_initiators) makes a pool of initiators already
-//! brought up, with the same [`DcPoolSettings`] as the builder's pool
-//! (the builder makes its own pool with it): DC initiators created elsewhere, or initiators
-//! of one's own. Such an initiator implements three safe traits, and nothing of C crosses them:
-//! [`PoolInitiator`] (what the pool reads of it, its recovery, a destination's address made
-//! once from the address handle the pool creates, and a batch to one DC address),
-//! [`PoolBatch`](initiator::PoolBatch) (build requests, post them at once; a request refused
-//! before the device named by its index) and [`PoolCompletionQueue`]
-//! (each completion's queue pair number, `wr_id`, status and vendor syndrome).
+//! brought up, with the same [`DcPoolSettings`] as the builder's pool (the builder makes its own
+//! pool with it): DC initiators created elsewhere, or initiators of one's own, which implement
+//! the three safe traits of [`initiator`].
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -319,9 +319,9 @@ impl InitiatorRequests {
 
     /// Reports the requests of stream `lane` before `end`, oldest first, to `report`: a run of
     /// them at a time, all of one destination (its place, and their callers' `wr_id`s). Drops the
-    /// records it used up.
+    /// records it used up. (A stream completes in order: before a completion, they executed.)
     #[inline]
-    fn settle_lane(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
+    pub(super) fn settle(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
         let ring = Ring::of(wr_ids, self.ring_start, self.mask);
         // Walked by index: mostly one record, where an iterator's set-up costs more than the walk.
         let mut k = 0;
@@ -347,13 +347,6 @@ impl InitiatorRequests {
         self.drop_reported();
     }
 
-    /// Reports as completed the requests of stream `lane` before `end` (a stream completes in
-    /// order: they executed), to `report`, a run of one destination's at a time.
-    #[inline]
-    pub(super) fn settle(&mut self, wr_ids: &WrIds, lane: u16, end: u64, report: impl FnMut(u32, Run<'_>)) {
-        self.settle_lane(wr_ids, lane, end, report);
-    }
-
     /// Request `number` completed: reports it and the requests of its stream before it (a stream
     /// completes in order: they executed) as [`settle`](Self::settle), and returns its record as
     /// it was; `None` when it was already reported (or never posted).
@@ -365,7 +358,7 @@ impl InitiatorRequests {
         if number >= front.end {
             // On another record than the oldest: its stream's records before it are walked too.
             let batch = self.find(number)?;
-            self.settle_lane(wr_ids, batch.stream, number + 1, report);
+            self.settle(wr_ids, batch.stream, number + 1, report);
             return Some(batch);
         }
         // Mostly the oldest record: nothing of its stream is before it.
@@ -408,7 +401,7 @@ impl InitiatorRequests {
         if at_fault.is_none() {
             self.enter_error();
         }
-        self.settle_lane(wr_ids, lane, end, |d, run| report(d, run, at_fault == Some(d)));
+        self.settle(wr_ids, lane, end, |d, run| report(d, run, at_fault == Some(d)));
     }
 
     /// Request `number` of destination `d` on stream `lane` failed: it is reported (its caller's
