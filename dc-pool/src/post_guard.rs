@@ -74,7 +74,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// The post path: one grant (or refusal) from the bookkeeping (after making the
     /// destination's address on its first post), then the initiator's batch to the address,
     /// holding the batch's places in the initiator's ring of `wr_id`s.
-    #[inline]
+    // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
+    // `scripts/bench` then broke their limits.
+    #[inline(always)]
     fn start(
         &mut self, destination: DestinationId, streams: bool,
     ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
@@ -251,7 +253,9 @@ impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
 
     /// Posts the batch (for a [`DcInitiator`], `ibv_wr_complete`): all of it, or on error none
     /// of it. A request refused before the provider is named by the `wr_id` its caller gave.
-    #[inline]
+    // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
+    // `scripts/bench` then broke their limits.
+    #[inline(always)]
     pub fn post(self) -> Result<(), PostSendError> {
         let Self { inner, batch } = self;
         let len = inner.batch_len();

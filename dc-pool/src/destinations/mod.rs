@@ -451,7 +451,9 @@ impl PoolCore {
 
     /// Grants `destination` an initiator (and stream) for one batch, or says why not. A
     /// dedicated policy's destination without an initiator takes a free one, or goes in line.
-    #[inline]
+    // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
+    // `scripts/bench` then broke their limits.
+    #[inline(always)]
     pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
         let live = live(&self.places, destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.index() as u32;
