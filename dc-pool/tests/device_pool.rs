@@ -5,7 +5,8 @@
 //! when they execute.
 mod device;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sideway::ibverbs::device_context::Mtu;
 
@@ -335,6 +336,7 @@ fn waiting() {
         freed_initiators_go_to_the_destinations_in_line_first_first_with_a_ready_event,
         a_grant_timeout_of_duration_max_never_expires,
         a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing,
+        a_grant_made_between_polls_is_announced_however_late_the_next_poll_comes,
         a_busy_polling_waiter_keeps_its_grant_until_the_timeout_has_elapsed,
         a_quota_caps_a_batch_while_others_wait,
         a_destination_that_used_its_quota_gets_ready_when_its_turn_comes_again,
@@ -474,6 +476,35 @@ fn a_grant_never_used_goes_back_after_the_timeout_and_cancel_wait_leaves_nothing
     let events = poll_reports(&mut pool, 2);
     assert!(events.contains(&completed(d, 3)), "{events:?}");
     assert_eq!(fabric.read_slot(3, 0, 64), vec![3; 64]);
+}
+
+/// A grant made outside a completion (here by a removal) is announced by the next poll however
+/// late it comes: its timeout runs from its `Ready`, so it is never given on unannounced.
+fn a_grant_made_between_polls_is_announced_however_late_the_next_poll_comes() {
+    let fabric = Fabric::new(3);
+    let now = Arc::new(Mutex::new(Instant::now()));
+    let clock = Arc::clone(&now);
+    let mut pool = fabric
+        .pool_builder(DcPoolPolicy::Dedicated, 1, 16)
+        .setup_grant_timeout(Duration::from_millis(5))
+        .setup_clock(move || *clock.lock().expect("clock"))
+        .build()
+        .expect("pool");
+    let ids: Vec<_> = (0..3).map(|t| pool.add_destination(fabric.endpoint(t))).collect();
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    write(&mut pool, &fabric, a, 0, &[1]).expect("post");
+    for x in [b, c] {
+        assert_eq!(would_block(&mut pool, x), DcPoolWouldBlock::NoInitiator);
+    }
+    let events = poll_until(&mut pool, SHORT, |events| events.len() == 2);
+    assert_eq!(events, [completed(a, 1), DcPoolEvent::Ready { destination: b }]);
+    // b leaves before it posts: its initiator goes to c, whose next poll comes late.
+    pool.remove_destination(b).expect("nothing outstanding");
+    *now.lock().expect("clock") += Duration::from_millis(50);
+    let mut events = Vec::new();
+    pool.poll(|event| events.push(event)).expect("poll");
+    assert_eq!(events, [DcPoolEvent::Ready { destination: c }]);
+    assert_eq!(pool.assignment(c), Some((0, None)));
 }
 
 fn a_busy_polling_waiter_keeps_its_grant_until_the_timeout_has_elapsed() {

@@ -114,12 +114,8 @@ impl PoolCore {
     fn grant(&mut self, first: u32, initiator: u16) {
         self.granted += 1;
         self.hold(first, initiator, self.granted);
-        let id = self.id(first);
-        self.ready.push_back(id);
-        // A timeout past the clock's end (`Duration::MAX`): the grant never expires.
-        if let Some(expires) = self.settings.now().checked_add(self.settings.grant_timeout()) {
-            self.grants.push_back((id, initiator, self.granted, expires));
-        }
+        // Its timer starts with its `Ready` (`report_ready`): a grant never expires unannounced.
+        self.ready.push_back((self.id(first), self.granted));
     }
 
     /// Puts destination `d` at the end of the line.

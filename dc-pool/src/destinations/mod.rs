@@ -80,9 +80,9 @@ pub(crate) struct PoolCore {
     free: Vec<u16>,
     /// The ends of the wait line, linked through its destinations ([`Assignment::InLine`]).
     line_ends: Option<(u32, u32)>,
-    /// Destinations granted an initiator from the line, reported at the end of the completion
-    /// that granted them, or at the next `poll`/`progress`.
-    ready: VecDeque<DestinationId>,
+    /// Destinations granted an initiator from the line, by which grant, reported at the end of the
+    /// completion that granted them, or at the next `poll`/`progress`.
+    ready: VecDeque<(DestinationId, u64)>,
     /// Destinations that may post again after a would-block they waited out, reported as `ready`.
     unblocked: VecDeque<DestinationId>,
     /// Destinations removed once their requests were reported, reported as `ready`.
@@ -530,14 +530,19 @@ impl PoolCore {
                 sink(DcPoolEvent::Ready { destination });
             }
         }
-        while let Some(destination) = self.ready.pop_front() {
+        while let Some((destination, granted)) = self.ready.pop_front() {
             // Still holding what it was granted (not cancelled, removed or expired since).
-            let holds = self
-                .live(destination)
-                .is_some_and(|l| matches!(l.assignment, Assignment::Holds { .. }));
-            if holds {
-                sink(DcPoolEvent::Ready { destination });
+            let Some(Assignment::Holds { initiator, grant, .. }) = self.live(destination).map(|l| l.assignment) else {
+                continue;
+            };
+            if grant != granted {
+                continue;
             }
+            // The grant's timer runs from here; past the clock's end (`Duration::MAX`), never.
+            if let Some(expires) = self.settings.now().checked_add(self.settings.grant_timeout()) {
+                self.grants.push_back((destination, initiator, grant, expires));
+            }
+            sink(DcPoolEvent::Ready { destination });
         }
     }
 }
