@@ -147,11 +147,9 @@ impl DcInitiatorPoolBuilder {
     }
 
     /// The completion queue of every initiator's send completions (this, or
-    /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required). It may be shared with other
-    /// queue pairs: [`DcInitiatorPool::poll`] hands their completions over
-    /// ([`DcPoolEvent::OtherCompletion`](super::types::DcPoolEvent::OtherCompletion)), and a caller that polls it itself feeds the pool with
-    /// [`DcInitiatorPool::complete`]. It must hold every request that can be in flight (the pool
-    /// signals every request): initiators × the send queue each is granted
+    /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required), maybe shared with other
+    /// queue pairs (the crate documentation says how). It must hold every request that can be
+    /// in flight (the pool signals every request): initiators × the send queue each is granted
     /// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr): at
     /// least the `max_send_wr` of [`setup_initiator`](Self::setup_initiator), as libmlx5 rounds
     /// the queue up to a power of two of bytes, e.g. 32 for 20), plus what the other queue pairs

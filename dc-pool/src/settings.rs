@@ -106,13 +106,10 @@ impl DcPoolSettings {
     /// destination (default 5 s; `None`: never). Checked by [`poll`](super::DcInitiatorPool::poll)
     /// and [`progress`](super::DcInitiatorPool::progress), which read the clock once each while
     /// it is on, and look at the initiators' oldest requests every eighth of the timeout: a
-    /// request is reported between the timeout and an eighth more after it was posted.
-    ///
-    /// On by default because with `rnr_retry` 7 (retry for ever, the bring-up's default) a
-    /// target whose receive queue ran dry stalls its initiator with no completion, ever, and
-    /// nothing else tells. 5 s is past the longest a request waits for anything else: the
-    /// transport retries to a target that does not answer end after about 0.5–2 s (timeout 14,
-    /// `retry_cnt` 7), and a request waits for the ones ahead of it only while they move.
+    /// request is reported between the timeout and an eighth more after it was posted. On by
+    /// default: with `rnr_retry` 7 (the bring-up's default) a target whose receive queue ran dry
+    /// stalls its initiator with no completion, ever; 5 s is past the transport retries to a
+    /// target that does not answer (timeout 14, `retry_cnt` 7).
     pub fn setup_stall_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.stall_timeout = timeout;
         self

@@ -236,15 +236,8 @@ pub enum DcPoolEvent {
     /// as the pool was set up with: it is reported once, just before the
     /// [`Failed`](Self::Failed) of the request whose error made it so, and its requests now fail
     /// at post ([`Unreachable`](PostToDestinationErrorKind::Unreachable)) until
-    /// [`revive`](super::DcInitiatorPool::revive).
-    ///
-    /// A target that is alive but has another DC key than the destination's endpoint (the peer
-    /// recreated its DCT, or changed its key) most likely ends here too: mlx5 drops such
-    /// requests (a key-violation event at the target, which no user-space program receives:
-    /// see [`DcTarget`](sideway_ext::mlx5::dc::target::DcTarget)), so they fail with
-    /// `IBV_WC_RETRY_EXC_ERR` after the transport timeout. What to do: get the peer's current
-    /// endpoint; if it differs, remove the destination (its requests are all reported by now)
-    /// and add it again with the new one, else `revive` it once the peer is back.
+    /// [`revive`](super::DcInitiatorPool::revive). A live target whose DC key is not the
+    /// endpoint's most likely ends here too (the crate documentation says what to do).
     Unreachable {
         /// The destination.
         destination: DestinationId,
@@ -257,15 +250,11 @@ pub enum DcPoolEvent {
     /// timeout after it was posted; once it completes or fails, a later stall is reported again.
     /// The pool changes nothing: the request may still complete.
     ///
-    /// The usual cause is a SEND (or WRITE with immediate) to a target whose shared receive
-    /// queue ran dry: with `rnr_retry` 7 (the default) the initiator retries it for ever and no
-    /// completion ever comes. What to do: have the peer post receives (refill its SRQ, e.g. on
-    /// its SRQ limit event); or give up on the destination
-    /// ([`retire_destination`](super::DcInitiatorPool::retire_destination); its requests are
-    /// reported when they end); or bound the retries (`setup_rnr_retry` below 7 on the
-    /// initiators' bring-up: `IBV_WC_RNR_RETRY_EXC_ERR` then, and the destination is counted
-    /// towards [`Unreachable`](Self::Unreachable)); or credit the peer's receives, as UCX's
-    /// `dc_mlx5` does with its DC flow control.
+    /// The usual cause is a SEND to a target whose receive queue ran dry (`rnr_retry` 7 retries
+    /// for ever): have the peer post receives, give up on the destination
+    /// ([`retire_destination`](super::DcInitiatorPool::retire_destination)), or bound the
+    /// retries (`setup_rnr_retry` below 7: it then counts towards
+    /// [`Unreachable`](Self::Unreachable)).
     Stalled {
         /// The destination.
         destination: DestinationId,
@@ -382,13 +371,8 @@ pub enum PostToDestinationErrorKind {
     /// [`prepare`](super::DcInitiatorPool::prepare), before anything reaches the wire. Bring the
     /// pool's initiators up with the smallest path MTU of every destination
     /// ([`DcInitiatorBringUp::setup_destination_path_mtu`](sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp::setup_destination_path_mtu)).
-    ///
-    /// The other way round, a destination whose path MTU is larger than the initiators', is
-    /// taken: the initiators' packets fit it. But it answers READs at its own MTU, and a READ
-    /// longer than the initiators' MTU is refused when the batch is posted
-    /// ([`ReadResponsesTooLarge`](sideway_ext::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge),
-    /// a [`PostSendError`](sideway_ext::ibverbs::post_send_guard::PostSendError) naming the
-    /// caller's `wr_id`).
+    /// A larger path MTU is taken (its READs are checked at post, as the builder's
+    /// `setup_bring_up` says).
     #[error("the destination's path MTU is {destination:?}, the pool's initiators send {initiators:?}")]
     PathMtuTooSmall {
         /// The destination's path MTU.
