@@ -455,19 +455,25 @@ impl InitiatorRequests {
         self.health = Health::OutOfService;
     }
 
-    /// A batch on its stream `lane` (it is initiator `initiator` of the pool): the number of its
-    /// first request, that request's place in [`WrIds`], and how many it may hold; or why none
-    /// can be posted now: it, or the stream, is being recovered, or its send queue is full.
+    /// A batch on its stream `lane`: the number of its first request, that request's place in
+    /// [`WrIds`], and how many it may hold; `None` when [`refusal`](Self::refusal) says why not.
     #[inline]
-    pub(super) fn open(&self, initiator: usize, lane: u16) -> Result<(u64, usize, usize), DcPoolWouldBlock> {
+    pub(super) fn open(&self, lane: u16) -> Option<(u64, usize, usize)> {
+        if self.health != Health::InService || self.lanes[lane as usize].is_some() {
+            return None;
+        }
+        let room = self.room();
+        (room > 0).then(|| (self.head, self.slot(self.head), room))
+    }
+
+    /// Why no batch can be posted on its stream `lane` (it is initiator `initiator` of the pool)
+    /// now: it, or the stream, is being recovered, or its send queue is full.
+    pub(super) fn refusal(&self, initiator: usize, lane: u16) -> DcPoolWouldBlock {
         if self.health != Health::InService || self.lanes[lane as usize].is_some() {
             let stream = (self.health == Health::InService).then_some(lane);
-            return Err(DcPoolWouldBlock::Recovering { initiator, stream });
+            return DcPoolWouldBlock::Recovering { initiator, stream };
         }
-        match self.room() {
-            0 => Err(DcPoolWouldBlock::QueueFull),
-            room => Ok((self.head, self.slot(self.head), room)),
-        }
+        DcPoolWouldBlock::QueueFull
     }
 
     /// Destination `destination` waits for it (room, or its recovery), once.

@@ -408,14 +408,17 @@ impl PoolCore {
             Assignment::Bound { initiator, stream } => (initiator as usize, stream),
         };
         let stream_if_any = self.requests[initiator].has_streams().then_some(stream);
-        match self.requests[initiator].open(initiator, stream) {
-            Err(DcPoolWouldBlock::Recovering { initiator, stream }) => Answer::Recovering { initiator, stream },
-            // The only other reason an initiator gives.
-            Err(_) => Answer::QueueFull {
+        let requests = &self.requests[initiator];
+        if requests.open(stream).is_some() {
+            return Answer::Holds {
                 initiator,
                 stream: stream_if_any,
-            },
-            Ok(_) => Answer::Holds {
+            };
+        }
+        match requests.refusal(initiator, stream) {
+            DcPoolWouldBlock::Recovering { initiator, stream } => Answer::Recovering { initiator, stream },
+            // The only other reason an initiator gives.
+            _ => Answer::QueueFull {
                 initiator,
                 stream: stream_if_any,
             },
@@ -481,12 +484,10 @@ impl PoolCore {
             },
             Assignment::None | Assignment::InLine { .. } => (self.take_free(d)? as usize, 0, usize::MAX),
         };
-        let (first, slot, room) = match self.requests[initiator].open(initiator, stream) {
-            Ok(open) => open,
-            Err(reason) => {
-                self.requests[initiator].block(destination);
-                return Err(Refusal::WouldBlock(reason));
-            },
+        let Some((first, slot, room)) = self.requests[initiator].open(stream) else {
+            let reason = self.requests[initiator].refusal(initiator, stream);
+            self.requests[initiator].block(destination);
+            return Err(Refusal::WouldBlock(reason));
         };
         Ok(Grant::new(
             d,
