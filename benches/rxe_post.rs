@@ -77,7 +77,7 @@ fn send_guard(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, b
         };
     }
     if guard.post().is_err() {
-        failed("PostSendGuard::post");
+        failed("TypedPostSendGuard::post");
     }
 }
 
@@ -111,7 +111,7 @@ fn recv_guard(srq: &SharedReceiveQueue, storage: &mut PostReceiveStorage, b: Buf
         unsafe { guard.construct_wr(n).setup_sge(b.lkey, b.local + n * LEN as u64, LEN) };
     }
     if guard.post().is_err() {
-        failed("PostReceiveGuard::post");
+        failed("SharedReceiveQueuePostGuard::post");
     }
 }
 

@@ -56,7 +56,7 @@ use sideway::ibverbs::queue_pair::{
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::post_send_guard::PostSendGuard;
+use sideway_ext::ibverbs::post_send_guard::TypedPostSendGuard;
 use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
 use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
@@ -392,7 +392,8 @@ impl Target {
     /// Adds a signaled RDMA WRITE of `len` bytes from `from` to `to` on this target's node,
     /// addressed with this target's DCT number and key.
     fn add_write(
-        &self, guard: &mut PostSendGuard<'_, DynamicallyConnected>, wr_id: u64, from: At<'_>, to: At<'_>, len: usize,
+        &self, guard: &mut TypedPostSendGuard<'_, DynamicallyConnected>, wr_id: u64, from: At<'_>, to: At<'_>,
+        len: usize,
     ) {
         // SAFETY: the buffer lies in its memory region; the tests wait for the request's
         // completion before they drop it (and on a failure, the memory region is deregistered
@@ -408,7 +409,8 @@ impl Target {
 
     /// Adds a signaled RDMA READ of `len` bytes from `from` on this target's node into `to`.
     fn add_read(
-        &self, guard: &mut PostSendGuard<'_, DynamicallyConnected>, wr_id: u64, from: At<'_>, to: At<'_>, len: usize,
+        &self, guard: &mut TypedPostSendGuard<'_, DynamicallyConnected>, wr_id: u64, from: At<'_>, to: At<'_>,
+        len: usize,
     ) {
         // SAFETY: as for add_write.
         unsafe {

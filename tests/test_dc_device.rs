@@ -25,7 +25,7 @@ use sideway::ibverbs::queue_pair::{
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address::AddressHandleAttribute;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendErrorKind};
+use sideway_ext::ibverbs::post_send_guard::{TypedPostSendError, TypedPostSendErrorKind};
 use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
 use sideway_ext::ibverbs::source_gid::{SourceGid, SourceGidErrorKind};
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
@@ -1151,7 +1151,9 @@ fn post_receive(bed: &Bed, buffer: &Buffer, wr_id: u64) {
 }
 
 /// Posts `len` bytes inline on `dci` to `endpoint`.
-fn post_inline(device: &Device, dci: &mut DcInitiator, endpoint: &DcEndpoint, len: usize) -> Result<(), PostSendError> {
+fn post_inline(
+    device: &Device, dci: &mut DcInitiator, endpoint: &DcEndpoint, len: usize,
+) -> Result<(), TypedPostSendError> {
     let ah = device.ah(dci, endpoint);
     let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
     dci.post_send_one(9, WorkRequestFlags::Signaled, |wr| {
@@ -1186,7 +1188,7 @@ fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
     assert!(
         matches!(
             err.0,
-            PostSendErrorKind::InlineDataTooLong {
+            TypedPostSendErrorKind::InlineDataTooLong {
                 length: 29,
                 max_inline_data: 28,
                 ..
@@ -1205,7 +1207,7 @@ fn inline_data_beyond_what_was_granted_is_its_own_error_not_a_full_queue() {
         })
         .unwrap_err();
     assert!(
-        matches!(err.0, PostSendErrorKind::InlineDataTooLong { length: 29, .. }),
+        matches!(err.0, TypedPostSendErrorKind::InlineDataTooLong { length: 29, .. }),
         "{err:?}"
     );
     std::thread::sleep(Duration::from_millis(20));
@@ -1248,7 +1250,7 @@ fn refused_requests_and_a_dropped_guard_never_reach_the_device() {
         .setup_inline_data(b"x");
     assert_eq!(guard.batch_len(), 2);
     match guard.post().unwrap_err().0 {
-        PostSendErrorKind::OperationNotEnabled {
+        TypedPostSendErrorKind::OperationNotEnabled {
             index, wr_id, entry, ..
         } => assert_eq!((index, wr_id, entry), (0, 1, "wr_rdma_write")),
         other => panic!("unexpected {other:?}"),
@@ -1262,7 +1264,7 @@ fn refused_requests_and_a_dropped_guard_never_reach_the_device() {
         .setup_inline_data(b"x");
     assert!(matches!(
         guard.post().unwrap_err().0,
-        PostSendErrorKind::OperationNotEnabled {
+        TypedPostSendErrorKind::OperationNotEnabled {
             entry: "wr_set_dc_addr_stream",
             ..
         }
@@ -1404,7 +1406,7 @@ fn a_read_from_a_target_at_a_larger_mtu_is_refused_where_its_responses_would_not
     assert_eq!(guard.batch_len(), 4);
     let err = guard.post().unwrap_err();
     match &err.0 {
-        PostSendErrorKind::ReadResponsesTooLarge {
+        TypedPostSendErrorKind::ReadResponsesTooLarge {
             index,
             wr_id,
             length,
@@ -1448,7 +1450,7 @@ fn a_read_from_a_target_at_a_larger_mtu_is_refused_where_its_responses_would_not
     }
     assert!(matches!(
         guard.post().unwrap_err().0,
-        PostSendErrorKind::ReadResponsesTooLarge {
+        TypedPostSendErrorKind::ReadResponsesTooLarge {
             wr_id: 5,
             length: 1100,
             ..

@@ -20,7 +20,7 @@ use sideway_ext::ibverbs::address::AddressHandleAttribute;
 use sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind;
 use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::post_send_guard::{PostSendErrorKind, ReliableConnection};
+use sideway_ext::ibverbs::post_send_guard::{ReliableConnection, TypedPostSendErrorKind};
 use sideway_ext::ibverbs::queue_pair::{QueuePairAttribute, SharedReceiveQueuePair};
 use sideway_ext::ibverbs::shared_receive_queue::{
     CreateSharedReceiveQueueErrorKind, PostReceiveErrorKind, PostReceiveStorage, SharedReceiveQueue,
@@ -776,7 +776,7 @@ fn an_operation_the_queue_pair_was_not_created_with_is_a_typed_error() {
     assert!(
         matches!(
             err.0,
-            PostSendErrorKind::OperationNotEnabled {
+            TypedPostSendErrorKind::OperationNotEnabled {
                 index: 1,
                 wr_id: 2,
                 entry: "wr_rdma_write",
@@ -1094,7 +1094,7 @@ fn one_request_posts_report_typed_errors_naming_the_request() {
     assert!(
         matches!(
             err.0,
-            PostSendErrorKind::OperationNotEnabled {
+            TypedPostSendErrorKind::OperationNotEnabled {
                 index: 0,
                 wr_id: 42,
                 entry: "wr_rdma_write",

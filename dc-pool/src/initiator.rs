@@ -17,7 +17,9 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::CompletionQueueExt;
-use sideway_ext::ibverbs::post_send_guard::{PostSendError, PostSendGuard, Transport, WorkRequestHandle};
+use sideway_ext::ibverbs::post_send_guard::{
+    Transport, TypedPostSendError, TypedPostSendGuard, TypedWorkRequestHandle,
+};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcBatchAddress, DcInitiator};
 
@@ -109,7 +111,7 @@ pub trait PoolInitiator {
 /// An implementor provides the request builder ([`Request`](Self::Request): operation, then
 /// data), how many requests it holds, and the post: all of them, or on error none. A request it
 /// refuses before the device is named in the error by its index in the batch (as
-/// [`PostSendErrorKind`](sideway_ext::ibverbs::post_send_guard::PostSendErrorKind)'s refusals
+/// [`TypedPostSendErrorKind`](sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind)'s refusals
 /// are), so that the pool names it by its caller's `wr_id`.
 pub trait PoolBatch {
     /// A request after `construct_wr`: an operation, then its data, at which it joins the
@@ -125,7 +127,7 @@ pub trait PoolBatch {
     fn batch_len(&self) -> usize;
 
     /// Posts the batch: all of it, or on error none of it.
-    fn post(self) -> Result<(), PostSendError>;
+    fn post(self) -> Result<(), TypedPostSendError>;
 }
 
 /// The send completion queue of a pool's initiators ([`PoolInitiator::CompletionQueue`]).
@@ -195,7 +197,7 @@ impl From<&WorkCompletion> for PoolCompletion {
 
 impl PoolInitiator for DcInitiator {
     type Address = Arc<AddressHandle>;
-    type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
+    type Batch<'a> = TypedPostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
     type CompletionQueue = GenericCompletionQueue;
 
     fn qp_number(&self) -> u32 {
@@ -246,25 +248,25 @@ impl PoolInitiator for DcInitiator {
 /// sideway-ext's post guards, as a DC initiator's
 /// [`start_post_send_to`](DcInitiator::start_post_send_to) starts them (or one of one's own
 /// started on a batch-addressed transport).
-impl<'g, T: Transport> PoolBatch for PostSendGuard<'g, T> {
+impl<'g, T: Transport> PoolBatch for TypedPostSendGuard<'g, T> {
     type Request<'r>
-        = WorkRequestHandle<'r, T>
+        = TypedWorkRequestHandle<'r, T>
     where
         Self: 'r;
 
     #[inline]
-    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, T> {
-        PostSendGuard::construct_wr(self, wr_id, wr_flags)
+    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> TypedWorkRequestHandle<'_, T> {
+        TypedPostSendGuard::construct_wr(self, wr_id, wr_flags)
     }
 
     #[inline]
     fn batch_len(&self) -> usize {
-        PostSendGuard::batch_len(self)
+        TypedPostSendGuard::batch_len(self)
     }
 
     #[inline]
-    fn post(self) -> Result<(), PostSendError> {
-        PostSendGuard::post(self)
+    fn post(self) -> Result<(), TypedPostSendError> {
+        TypedPostSendGuard::post(self)
     }
 }
 

@@ -8,7 +8,7 @@ use super::initiator::PoolBatch;
 use super::requests::encode;
 use super::types::{DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
 use super::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::ibverbs::post_send_guard::PostSendError;
+use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
@@ -188,8 +188,8 @@ impl BatchRecord<'_> {
     /// request, where the guard named the provider-visible one the pool gave it.
     #[cold]
     #[inline(never)]
-    fn refused(self, mut err: PostSendError) -> PostSendError {
-        use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind as Kind;
+    fn refused(self, mut err: TypedPostSendError) -> TypedPostSendError {
+        use sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind as Kind;
         if let Kind::OperationNotEnabled { index, wr_id, .. }
         | Kind::InlineDataTooLong { index, wr_id, .. }
         | Kind::ReadResponsesTooLarge { index, wr_id, .. } = &mut err.0
@@ -256,7 +256,7 @@ impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
     // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
     // `scripts/bench` then broke their limits.
     #[inline(always)]
-    pub fn post(self) -> Result<(), PostSendError> {
+    pub fn post(self) -> Result<(), TypedPostSendError> {
         let Self { inner, batch } = self;
         let len = inner.batch_len();
         if let Err(err) = inner.post() {

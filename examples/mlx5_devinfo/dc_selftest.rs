@@ -271,7 +271,7 @@ impl Loopback {
         &mut self, dci: &mut DcInitiator, key: u64, stream: Option<u16>,
         build: impl FnOnce(
             &mut Self,
-            &mut sideway_ext::ibverbs::post_send_guard::PostSendGuard<
+            &mut sideway_ext::ibverbs::post_send_guard::TypedPostSendGuard<
                 '_,
                 sideway_ext::mlx5::dc::initiator::DynamicallyConnected,
             >,

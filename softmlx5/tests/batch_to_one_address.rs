@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::Bed;
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::PostSendErrorKind;
+use sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind;
 
 #[test]
 fn a_batch_to_one_address_reaches_its_target_and_a_stream_without_streams_is_refused() {
@@ -50,7 +50,7 @@ fn a_batch_to_one_address_reaches_its_target_and_a_stream_without_streams_is_ref
     assert!(
         matches!(
             err.0,
-            PostSendErrorKind::OperationNotEnabled {
+            TypedPostSendErrorKind::OperationNotEnabled {
                 index: 0,
                 wr_id: 9,
                 entry: "wr_set_dc_addr_stream",

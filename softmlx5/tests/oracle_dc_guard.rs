@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
+use sideway_ext::ibverbs::post_send_guard::{ProviderEntries, TypedPostSendGuard};
 use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
 use softmlx5::oracle::decode::{self, decode_dc_wqe, Data, DecodedWqe};
 use softmlx5::oracle::{DciShape, OracleAh, OracleDci};
@@ -155,7 +155,7 @@ fn post(dci: &OracleDci, ah: &OracleAh, requests: &[Request]) {
         let entries = ProviderEntries::new(dci.qp_ex(), granted).expect("libmlx5's DCI entries");
         let context = DcContext::from_raw(dci.mlx5_qp_ex());
         let entries = context.entries(entries, dci.shape().streams).expect("the DC setters");
-        PostSendGuard::<DynamicallyConnected>::start(dci.qp_ex(), entries, context)
+        TypedPostSendGuard::<DynamicallyConnected>::start(dci.qp_ex(), entries, context)
     };
     guard.set_max_inline_data(dci.max_inline_data());
     for request in requests {

@@ -121,7 +121,7 @@
 //! - **No call through a NULL entry.** A provider fills only the `ibv_qp_ex` builders of the
 //!   operations a queue pair was created with. A request for another operation (or a data setter
 //!   the provider lacks) never reaches it: `post()` aborts the batch and returns
-//!   `PostSendErrorKind::OperationNotEnabled` naming the request and the entry; a granted
+//!   `TypedPostSendErrorKind::OperationNotEnabled` naming the request and the entry; a granted
 //!   operation whose builder is missing fails at `build_rc()` / `build_ud()` with
 //!   `MissingProviderEntry`.
 //! - **A request joins its batch at its data step.** A send or receive request handle dropped

@@ -6,18 +6,18 @@ COMMITS = ["1-post-send-guard"]
 
 _GUARD = "src/ibverbs/post_send_guard/"
 
-# The example of the raw `PostSendGuard::start`, after COMMON.
+# The example of the raw `TypedPostSendGuard::start`, after COMMON.
 START_EXAMPLE = """    ///
     /// ```no_run
     /// # use std::ptr::NonNull;
     /// # use crate::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags, SetScatterGatherEntry};
-    /// use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection};
+    /// use sideway_ext::ibverbs::post_send_guard::{ProviderEntries, ReliableConnection, TypedPostSendGuard};
     /// # fn adopt(qp_ex: NonNull<rdma_mummy_sys::ibv_qp_ex>) -> Result<(), Box<dyn std::error::Error>> {
     /// // `qp_ex`: the extended view of an RC queue pair created elsewhere and in RTS.
     /// // SAFETY: the queue pair is alive and used by no one else while the guard lives.
     /// let entries = unsafe { ProviderEntries::new(qp_ex, SendOperationFlags::Send) }?;
     /// // SAFETY: as above; its provider filled `entries`.
-    /// let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
+    /// let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
     /// // SAFETY: the buffer at 0x1000 is registered under lkey 7 and outlives the request.
     /// unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_sge(7, 0x1000, 64) };
     /// guard.post()?;
@@ -47,7 +47,7 @@ _READ_MTUS = {
         ("use super::{entry, Destination, Operation, PathMtus, PendingRequest};",
          "use super::{entry, Destination, Operation, PendingRequest};", 1),
         (" A READ is held to the batch's path MTUs\n"
-         "    /// ([`PostSendGuard::set_path_mtus`](super::PostSendGuard::set_path_mtus)).\n", "\n", 1),
+         "    /// ([`TypedPostSendGuard::set_path_mtus`](super::TypedPostSendGuard::set_path_mtus)).\n", "\n", 1),
         (("    /// The same, for a transport whose requests are addressed one by one", "        true\n    }\n\n"), "", 1),
         ("(mut self, buf: &[u8]) {\n        if self.read_refused(|| buf.len() as u64) {\n            return;\n        }\n",
          "(self, buf: &[u8]) {\n", 1),
@@ -63,7 +63,7 @@ _READ_MTUS = {
          "(self, sg_list: &[ibv_sge]) {\n", 1),
     ],
     "guard.rs": [
-        ("use super::{PathMtus, PostSendError,", "use super::{PostSendError,", 1),
+        ("use super::{PathMtus, ProviderEntries,", "use super::{ProviderEntries,", 1),
         (("    /// The path MTUs an RDMA READ is held to", "    refused_path_mtus: Option<PathMtus>,\n"), "", 1),
         (("    /// Its data has this length: inline data over", "    DataTooLong(usize),\n"),
          "    /// Its inline data has this length, over the granted size.\n    InlineDataTooLong(usize),\n", 1),
@@ -75,7 +75,7 @@ _READ_MTUS = {
         ("let (max_inline_data, refused_path_mtus) = (self.batch.max_inline_data, self.batch.refused_path_mtus);",
          "let max_inline_data = self.batch.max_inline_data;", 1),
         ("                Refusal::DataTooLong(length) => match refused_path_mtus {\n"
-         "                    None => PostSendErrorKind::InlineDataTooLong {\n"
+         "                    None => TypedPostSendErrorKind::InlineDataTooLong {\n"
          "                        index,\n"
          "                        wr_id,\n"
          "                        length,\n"
@@ -84,7 +84,7 @@ _READ_MTUS = {
          "                    },\n"
          "                    Some(path_mtus) => read_refused(index, wr_id, length, path_mtus, batch_len),\n"
          "                },\n",
-         "                Refusal::InlineDataTooLong(length) => PostSendErrorKind::InlineDataTooLong {\n"
+         "                Refusal::InlineDataTooLong(length) => TypedPostSendErrorKind::InlineDataTooLong {\n"
          "                    index,\n"
          "                    wr_id,\n"
          "                    length,\n"
@@ -201,8 +201,8 @@ MOVES = {
              "/// calls; the guard refuses the request before the provider when the queue pair's entries lack\n"
              "/// one.", 1),
             ("pub unsafe trait Destination: Copy {", "pub unsafe trait Destination: sealed::Sealed + Copy {", 1),
-            ("use super::{sealed, LocalBufferHandle, Operation, PendingRequest};\n",
-             "use super::{sealed, LocalBufferHandle, Operation, PendingRequest};\n"
+            ("use super::{sealed, Operation, PendingRequest, TypedLocalBufferHandle};\n",
+             "use super::{sealed, Operation, PendingRequest, TypedLocalBufferHandle};\n"
              "use crate::ibverbs::queue_pair::QueuePairType;\n", 1),
         ]),
     ],

@@ -86,7 +86,7 @@ _MTU_DOCS = [
 _READ_MTU_DOCS = [
     ("    /// - the target answers an RDMA READ in packets of up to this MTU: a READ longer than the\n"
      "    ///   initiator's MTU, from a target whose MTU is larger, is refused at post\n"
-     "    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)),\n"
+     "    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)),\n"
      "    ///   through the address handle [`create_ah`](Self::create_ah) makes, which carries it.\n",
      "    /// - the target answers an RDMA READ in packets of up to this MTU: an initiator at a smaller\n"
      "    ///   MTU drops the responses of a READ longer than its own.\n", 1),

@@ -71,8 +71,8 @@ _ALWAYS = {
         # sideway's transports name the queue-pair type they post on (1c-2): DC's is Driver.
         ("impl Transport for DynamicallyConnected {\n",
          "impl Transport for DynamicallyConnected {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
-        ("use crate::ibverbs::post_send_guard::PostSendGuard;\nuse crate::ibverbs::post_send_guard::{\n",
-         "use crate::ibverbs::post_send_guard::PostSendGuard;\nuse crate::ibverbs::queue_pair::QueuePairType;\n"
+        ("use crate::ibverbs::post_send_guard::TypedPostSendGuard;\nuse crate::ibverbs::post_send_guard::{\n",
+         "use crate::ibverbs::post_send_guard::TypedPostSendGuard;\nuse crate::ibverbs::queue_pair::QueuePairType;\n"
          "use crate::ibverbs::post_send_guard::{\n", 1),
     ],
     "addressed.rs": [
@@ -325,8 +325,8 @@ _LATER = {
     "pr3d-2": {
         "transport.rs": [
             ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
-            ("    entry, sealed, Destination, LocalBufferHandle, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,\n",
-             "    sealed, Destination, LocalBufferHandle, Operation, PendingRequest, RemoteMemoryAccess, Transport,\n", 1),
+            ("    entry, sealed, Destination, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,\n",
+             "    sealed, Destination, Operation, PendingRequest, RemoteMemoryAccess, Transport,\n", 1),
             (("/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view, and the path MTU\n",
               "    pub(super) path_mtu: Option<Mtu>,\n}\n"),
              "/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.\n"
@@ -343,19 +343,19 @@ _LATER = {
             (("    /// An RDMA READ is refused before the provider\n", "    /// READ only.\n    ///\n"), "", 1),
             ("        let path_mtus = self.read_path_mtus(ah);\n"
              "        let address = self.route(ah, dct_number, dc_key);\n"
-             "        LocalBufferHandle::between(self.request, address, path_mtus)\n",
+             "        TypedLocalBufferHandle::between(self.request, address, path_mtus)\n",
              "        let address = self.route(ah, dct_number, dc_key);\n"
-             "        LocalBufferHandle::new(self.request, address)\n", 1),
+             "        TypedLocalBufferHandle::new(self.request, address)\n", 1),
             ("        let path_mtus = self.read_path_mtus(ah);\n"
              "        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);\n"
-             "        LocalBufferHandle::between(self.request, address, path_mtus)\n",
+             "        TypedLocalBufferHandle::between(self.request, address, path_mtus)\n",
              "        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);\n"
-             "        LocalBufferHandle::new(self.request, address)\n", 1),
+             "        TypedLocalBufferHandle::new(self.request, address)\n", 1),
             (" A raw\n    /// handle says nothing of its target's path MTU: no READ is refused for it.\n", "\n", 1),
             (("    /// The path MTUs a READ over `ah` is held to", "ah.destination_path_mtu())\n    }\n\n"), "", 1),
             ("        // A raw handle says nothing of its target's MTU.\n"
-             "        LocalBufferHandle::between(self.request, address, None)\n",
-             "        LocalBufferHandle::new(self.request, address)\n", 1),
+             "        TypedLocalBufferHandle::between(self.request, address, None)\n",
+             "        TypedLocalBufferHandle::new(self.request, address)\n", 1),
         ],
         "route.rs": [
             ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
@@ -371,8 +371,8 @@ _LATER = {
              "            path_mtu: self.path_mtu(),\n"
              "        };\n",
              "        let context = DcContext { view: self.mlx5_qp_ex };\n", 1),
-            ("use crate::ibverbs::post_send_guard::{PathMtus, PostSendGuard,",
-             "use crate::ibverbs::post_send_guard::{PostSendGuard,", 1),
+            ("use crate::ibverbs::post_send_guard::{PathMtus, ProviderEntries,",
+             "use crate::ibverbs::post_send_guard::{ProviderEntries,", 1),
             ("    /// provider for an operation the initiator was not created with, for inline data beyond its\n"
              "    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and\n"
              "    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an\n",

@@ -18,7 +18,7 @@ use rdma_mummy_sys::ibv_ah;
 use sideway::ibverbs::completion::PollCompletionQueueError;
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard, ProviderEntries};
+use sideway_ext::ibverbs::post_send_guard::{PathMtus, ProviderEntries, TypedPostSendGuard};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcContext};
 use sideway_ext_dc_direct::send_queue::{AddressVector, BatchAddress, SendQueue, SendQueueParts};
@@ -79,7 +79,7 @@ macro_rules! pooled {
 impl PoolInitiator for Libmlx5Initiator {
     /// The oracle's address handle, alive as long as the pool (`PoolState` drops it last).
     type Address = NonNull<ibv_ah>;
-    type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcAddress>>;
+    type Batch<'a> = TypedPostSendGuard<'a, BatchAddressed<DcAddress>>;
     type CompletionQueue = NoCompletions;
 
     pooled!();
@@ -101,7 +101,7 @@ impl PoolInitiator for Libmlx5Initiator {
         // the entries its tables have; the handle outlives the pool.
         let mut guard = unsafe {
             let address = DcAddress::new(self.dci.mlx5_qp_ex(), *ah, dct_number, dc_key);
-            PostSendGuard::start(self.dci.qp_ex(), self.entries, address)
+            TypedPostSendGuard::start(self.dci.qp_ex(), self.entries, address)
         };
         guard.set_max_inline_data(self.dci.max_inline_data());
         guard.set_path_mtus(PathMtus::known(None, None));

@@ -8,7 +8,7 @@ use sideway::ibverbs::completion::PollCompletionQueueError;
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::post_send_guard::PostSendError;
+use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, ResetDciStreamErrorKind};
 use sideway_ext_dc_pool::initiator::{PoolBatch, PoolCompletion, PoolCompletionQueue, StreamResetRefusal};
@@ -99,7 +99,7 @@ macro_rules! impl_pool_batch {
             /// Rings the doorbell; nothing to refuse here (each request was checked at its data
             /// step).
             #[inline]
-            fn post(self) -> Result<(), PostSendError> {
+            fn post(self) -> Result<(), TypedPostSendError> {
                 $batch::post(self);
                 Ok(())
             }

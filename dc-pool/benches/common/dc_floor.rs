@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries};
+use sideway_ext::ibverbs::post_send_guard::{ProviderEntries, TypedPostSendGuard};
 use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
 
 use super::dc::{
@@ -170,7 +170,7 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
         let base = ((i as u64) << NUMBER_BITS) | head;
         // SAFETY: the counting tables are live and not used elsewhere during the batch.
         let mut guard = unsafe {
-            PostSendGuard::<DynamicallyConnected>::start(
+            TypedPostSendGuard::<DynamicallyConnected>::start(
                 initiator.qp,
                 initiator.entries,
                 DcContext::from_raw(initiator.view),

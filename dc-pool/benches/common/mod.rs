@@ -19,8 +19,10 @@ use rdma_mummy_sys::{
     ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
 };
 use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection, WorkRequestHandle};
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveGuard, PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::post_send_guard::{
+    ProviderEntries, ReliableConnection, TypedPostSendGuard, TypedWorkRequestHandle,
+};
+use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue, SharedReceiveQueuePostGuard};
 
 /// The batch sizes of every table.
 pub const BATCHES: [usize; 3] = [1, 16, 256];
@@ -203,7 +205,7 @@ impl Workload for SendRcWrite {
         while next < requests {
             // SAFETY: the counting queue pair is live and not used elsewhere during the batch;
             // its entries were read by ProviderEntries::new; RC needs no context.
-            let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp, entries, ()) };
+            let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp, entries, ()) };
             for n in next as u64..(next + batch) as u64 {
                 // SAFETY: the counting provider never touches the buffers.
                 unsafe {
@@ -214,7 +216,7 @@ impl Workload for SendRcWrite {
                 };
             }
             if guard.post().is_err() {
-                failed("PostSendGuard::post");
+                failed("TypedPostSendGuard::post");
             }
             next += batch;
         }
@@ -249,7 +251,7 @@ impl Workload for SendRcWrite {
 
 /// The same RC RDMA writes posted one request at a time: the guard side with
 /// `post_send_one(wr_id, Signaled, |wr| wr.setup_write(rkey, addr).setup_sge(lkey, addr, 64))`
-/// (through `PostSendGuard::post_one`, which the queue pairs' `post_send_one` calls), the raw side
+/// (through `TypedPostSendGuard::post_one`, which the queue pairs' `post_send_one` calls), the raw side
 /// with `ibv_wr_start`, `wr_id`, `wr_flags`, `ibv_wr_rdma_write`, `ibv_wr_set_sge`,
 /// `ibv_wr_complete` per request. Its batch is always 1.
 pub enum SendRcWriteOne {}
@@ -269,7 +271,7 @@ impl Workload for SendRcWriteOne {
     fn guard(state: &mut SendState, requests: usize) {
         let (qp, entries, b) = (state.qp.as_ptr(), state.entries, state.buffers);
         for n in 0..requests as u64 {
-            let request = |wr: WorkRequestHandle<'_, ReliableConnection>| {
+            let request = |wr: TypedWorkRequestHandle<'_, ReliableConnection>| {
                 // SAFETY: the counting provider never touches the buffers.
                 unsafe {
                     wr.setup_write(b.rkey, b.remote + n * STRIDE)
@@ -279,10 +281,17 @@ impl Workload for SendRcWriteOne {
             // SAFETY: the counting queue pair is live and not used elsewhere during the call; its
             // entries were read by ProviderEntries::new; RC needs no context.
             let posted = unsafe {
-                PostSendGuard::<ReliableConnection>::post_one(qp, entries, (), n, WorkRequestFlags::Signaled, request)
+                TypedPostSendGuard::<ReliableConnection>::post_one(
+                    qp,
+                    entries,
+                    (),
+                    n,
+                    WorkRequestFlags::Signaled,
+                    request,
+                )
             };
             if posted.is_err() {
-                failed("PostSendGuard::post_one");
+                failed("TypedPostSendGuard::post_one");
             }
         }
     }
@@ -331,7 +340,9 @@ mod dc {
     use sideway::ibverbs::completion::GenericCompletionQueue;
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
     use sideway_ext::ibverbs::address_handle::AddressHandle;
-    use sideway_ext::ibverbs::post_send_guard::{PathMtus, PostSendGuard, ProviderEntries, WorkRequestHandle};
+    use sideway_ext::ibverbs::post_send_guard::{
+        PathMtus, ProviderEntries, TypedPostSendGuard, TypedWorkRequestHandle,
+    };
     use sideway_ext::mlx5::dc::initiator::{
         BatchAddressed, DcAddress, DcBatchAddress, DcContext, DynamicallyConnected,
     };
@@ -448,7 +459,7 @@ mod dc {
             while next < requests {
                 // SAFETY: the counting tables are live and not used elsewhere during the batch;
                 // their entries were read once above.
-                let mut guard = unsafe { PostSendGuard::<DynamicallyConnected>::start(qp, entries, context) };
+                let mut guard = unsafe { TypedPostSendGuard::<DynamicallyConnected>::start(qp, entries, context) };
                 for n in next as u64..(next + batch) as u64 {
                     // SAFETY: the counting provider never touches the buffers or the handle.
                     unsafe {
@@ -460,7 +471,7 @@ mod dc {
                     };
                 }
                 if guard.post().is_err() {
-                    failed("PostSendGuard::post");
+                    failed("TypedPostSendGuard::post");
                 }
                 next += batch;
             }
@@ -498,7 +509,7 @@ mod dc {
     }
 
     /// The same DC RDMA writes posted one request at a time: `post_send_one` (through
-    /// `PostSendGuard::post_one`, as `DcInitiator::post_send_one`) against `ibv_wr_start`, the
+    /// `TypedPostSendGuard::post_one`, as `DcInitiator::post_send_one`) against `ibv_wr_start`, the
     /// request's calls with `mlx5dv_wr_set_dc_addr`, `ibv_wr_complete` per request.
     pub enum SendDcWriteOne {}
 
@@ -520,7 +531,7 @@ mod dc {
             // SAFETY: the view is live for the state's lifetime.
             let context = unsafe { DcContext::from_raw(NonNull::from(&mut state.view.view)) };
             for n in 0..requests as u64 {
-                let request = |wr: WorkRequestHandle<'_, DynamicallyConnected>| {
+                let request = |wr: TypedWorkRequestHandle<'_, DynamicallyConnected>| {
                     // SAFETY: the counting provider never touches the buffers or the handle.
                     unsafe {
                         wr.setup_write(b.rkey, b.remote + n * STRIDE)
@@ -531,7 +542,7 @@ mod dc {
                 // SAFETY: the counting tables are live and not used elsewhere during the call;
                 // their entries were read once at setup.
                 let posted = unsafe {
-                    PostSendGuard::<DynamicallyConnected>::post_one(
+                    TypedPostSendGuard::<DynamicallyConnected>::post_one(
                         qp,
                         entries,
                         context,
@@ -541,7 +552,7 @@ mod dc {
                     )
                 };
                 if posted.is_err() {
-                    failed("PostSendGuard::post_one");
+                    failed("TypedPostSendGuard::post_one");
                 }
             }
         }
@@ -589,7 +600,7 @@ mod dc {
     impl PoolInitiator for CountingInitiator {
         /// The address handle the counting setter is handed (never dereferenced).
         type Address = NonNull<ibv_ah>;
-        type Batch<'a> = PostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
+        type Batch<'a> = TypedPostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
         type CompletionQueue = GenericCompletionQueue;
 
         fn qp_number(&self) -> u32 {
@@ -629,7 +640,7 @@ mod dc {
             // SAFETY: the boxes it owns, borrowed for the guard's lifetime, with the entries
             // read from them (no streams).
             let mut guard =
-                unsafe { PostSendGuard::start(qp_ex, self.entries, DcBatchAddress::new(dc_address, stream)) };
+                unsafe { TypedPostSendGuard::start(qp_ex, self.entries, DcBatchAddress::new(dc_address, stream)) };
             // As a DC initiator's guard: its granted inline size (the counting tables take
             // any), and both ends' path MTUs (not known here).
             guard.set_max_inline_data(u32::MAX);
@@ -1119,7 +1130,7 @@ pub fn recv_guard(srq: NonNull<ibv_srq>, storage: &mut PostReceiveStorage, batch
     let mut next = 0;
     while next < requests {
         // SAFETY: the counting SRQ is live for the batch; it takes one entry per request.
-        let mut guard = unsafe { PostReceiveGuard::start(srq, 1, storage) };
+        let mut guard = unsafe { SharedReceiveQueuePostGuard::start(srq, 1, storage) };
         for n in next as u64..(next + batch) as u64 {
             // SAFETY: the counting provider never touches the buffers.
             unsafe {
@@ -1129,7 +1140,7 @@ pub fn recv_guard(srq: NonNull<ibv_srq>, storage: &mut PostReceiveStorage, batch
             };
         }
         if guard.post().is_err() {
-            failed("PostReceiveGuard::post");
+            failed("SharedReceiveQueuePostGuard::post");
         }
         next += batch;
     }

@@ -1,4 +1,4 @@
-//! The data step of a request ([`LocalBufferHandle`]): its scatter/gather entries or inline
+//! The data step of a request ([`TypedLocalBufferHandle`]): its scatter/gather entries or inline
 //! data, at which the request's C calls are made, in order.
 use std::io::IoSlice;
 
@@ -13,15 +13,15 @@ use super::{entry, Destination, Operation, PathMtus, PendingRequest};
 /// The data step of a request: scatter/gather entries or inline data. Giving the data issues the
 /// request's C calls.
 #[must_use = "a request is added to the batch only at its data step"]
-pub struct LocalBufferHandle<'g, O: Operation, D: Destination> {
+pub struct TypedLocalBufferHandle<'g, O: Operation, D: Destination> {
     request: PendingRequest<'g, O>,
     destination: D,
 }
 
-impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
+impl<'g, O: Operation, D: Destination> TypedLocalBufferHandle<'g, O, D> {
     /// The data step of `request`, sent to `destination`; for the destination steps of other
     /// modules' transports. A READ is held to the batch's path MTUs
-    /// ([`PostSendGuard::set_path_mtus`](super::PostSendGuard::set_path_mtus)).
+    /// ([`TypedPostSendGuard::set_path_mtus`](super::TypedPostSendGuard::set_path_mtus)).
     #[inline]
     pub(crate) fn new(request: PendingRequest<'g, O>, destination: D) -> Self {
         Self { request, destination }
@@ -94,10 +94,10 @@ impl<'g, O: Operation, D: Destination> LocalBufferHandle<'g, O, D> {
 // IoSlice is ABI-compatible with iovec, which has the layout of ibv_data_buf (pointer, length).
 const _: () = assert!(std::mem::size_of::<IoSlice<'_>>() == std::mem::size_of::<ibv_data_buf>());
 
-impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D> {
+impl<O: Operation, D: Destination> SetInlineData for TypedLocalBufferHandle<'_, O, D> {
     /// Copies `buf` into the request (`ibv_wr_set_inline_data`); at most the queue pair's
     /// granted `max_inline_data` bytes, else the post fails with
-    /// [`InlineDataTooLong`](super::PostSendErrorKind::InlineDataTooLong) where the queue pair knows
+    /// [`InlineDataTooLong`](super::TypedPostSendErrorKind::InlineDataTooLong) where the queue pair knows
     /// its granted size (a DC initiator), with the provider's error otherwise.
     #[inline]
     fn setup_inline_data(mut self, buf: &[u8]) {
@@ -134,7 +134,7 @@ impl<O: Operation, D: Destination> SetInlineData for LocalBufferHandle<'_, O, D>
     }
 }
 
-impl<O: Operation, D: Destination> SetScatterGatherEntry for LocalBufferHandle<'_, O, D> {
+impl<O: Operation, D: Destination> SetScatterGatherEntry for TypedLocalBufferHandle<'_, O, D> {
     /// # Safety
     ///
     /// The buffer must lie in the memory region of `lkey` and stay valid until the request
@@ -151,7 +151,7 @@ impl<O: Operation, D: Destination> SetScatterGatherEntry for LocalBufferHandle<'
     ///
     /// Each buffer must lie in the memory region of its `lkey` and stay valid until the request
     /// completes; more entries than the queue pair's `max_send_sge` fail the post with
-    /// [`InvalidWorkRequest`](super::PostSendErrorKind::InvalidWorkRequest).
+    /// [`InvalidWorkRequest`](super::TypedPostSendErrorKind::InvalidWorkRequest).
     #[inline]
     unsafe fn setup_sge_list(mut self, sg_list: &[ibv_sge]) {
         if self.read_refused(|| sg_list.iter().map(|sge| u64::from(sge.length)).sum()) {

@@ -1,27 +1,27 @@
-//! [`PostSendError`]: why a batch was not posted (none of it was).
+//! [`TypedPostSendError`]: why a batch was not posted (none of it was).
 use std::io;
 
 use sideway::ibverbs::device_context::Mtu;
 
-/// Error returned by [`PostSendGuard::post`](super::PostSendGuard::post). `ibv_wr_complete` posts
+/// Error returned by [`TypedPostSendGuard::post`](super::TypedPostSendGuard::post). `ibv_wr_complete` posts
 /// a batch whole or not at all: on error none of its [`batch_len`](Self::batch_len) requests was
 /// posted.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to post a batch of {} send requests; none was posted", .0.batch_len())]
 #[non_exhaustive]
-pub struct PostSendError(#[from] pub PostSendErrorKind);
+pub struct TypedPostSendError(#[from] pub TypedPostSendErrorKind);
 
-impl PostSendError {
+impl TypedPostSendError {
     /// How many requests the failed batch held (none of them was posted).
     pub fn batch_len(&self) -> usize {
         self.0.batch_len()
     }
 }
 
-/// The enum type for [`PostSendError`].
+/// The enum type for [`TypedPostSendError`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum PostSendErrorKind {
+pub enum TypedPostSendErrorKind {
     /// A request used an operation or data setter the queue pair was not created with (see
     /// [`setup_send_ops_flags`](crate::ibverbs::queue_pair::SharedReceiveQueuePairBuilder::setup_send_ops_flags)),
     /// or that its provider does not implement. It never reached the provider; the batch was
@@ -109,7 +109,7 @@ pub enum PostSendErrorKind {
     },
 }
 
-impl PostSendErrorKind {
+impl TypedPostSendErrorKind {
     fn batch_len(&self) -> usize {
         match self {
             Self::OperationNotEnabled { batch_len, .. }
@@ -124,12 +124,12 @@ impl PostSendErrorKind {
 
 #[cold]
 #[inline(never)]
-pub(super) fn complete_error(ret: i32, batch_len: usize) -> PostSendError {
+pub(super) fn complete_error(ret: i32, batch_len: usize) -> TypedPostSendError {
     let source = io::Error::from_raw_os_error(ret);
     match ret {
-        libc::EINVAL => PostSendErrorKind::InvalidWorkRequest { batch_len, source },
-        libc::ENOMEM => PostSendErrorKind::QueueFull { batch_len, source },
-        _ => PostSendErrorKind::Ibverbs { batch_len, source },
+        libc::EINVAL => TypedPostSendErrorKind::InvalidWorkRequest { batch_len, source },
+        libc::ENOMEM => TypedPostSendErrorKind::QueueFull { batch_len, source },
+        _ => TypedPostSendErrorKind::Ibverbs { batch_len, source },
     }
     .into()
 }

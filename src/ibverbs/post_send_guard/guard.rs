@@ -1,4 +1,4 @@
-//! [`PostSendGuard`]: a batch of send requests between `ibv_wr_start` and `ibv_wr_complete`, and
+//! [`TypedPostSendGuard`]: a batch of send requests between `ibv_wr_start` and `ibv_wr_complete`, and
 //! the [`Batch`] state its requests update.
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -7,10 +7,10 @@ use rdma_mummy_sys::{ibv_qp_ex, ibv_wr_abort, ibv_wr_complete, ibv_wr_start};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::error::complete_error;
-use super::{PathMtus, PostSendError, PostSendErrorKind, ProviderEntries, Transport, WorkRequestHandle};
+use super::{PathMtus, ProviderEntries, Transport, TypedPostSendError, TypedPostSendErrorKind, TypedWorkRequestHandle};
 
 /// The state of a batch that its requests update: the queue pair, its entries, the count
-/// (opaque: reached only through a [`PostSendGuard`]).
+/// (opaque: reached only through a [`TypedPostSendGuard`]).
 #[derive(Debug)]
 pub struct Batch {
     pub(super) qp_ex: NonNull<ibv_qp_ex>,
@@ -21,7 +21,7 @@ pub struct Batch {
     /// The queue pair's granted inline size (`u32::MAX` where it is not known here).
     pub(super) max_inline_data: u32,
     /// The path MTUs an RDMA READ is held to, when known: the batch's two ends', for a batch to
-    /// one responder ([`PostSendGuard::set_path_mtus`]); or, on a transport whose requests are
+    /// one responder ([`TypedPostSendGuard::set_path_mtus`]); or, on a transport whose requests are
     /// addressed one by one, the last READ's own, set at its address step.
     pub(super) path_mtus: Option<PathMtus>,
     /// The path MTUs of the first refused request, when it is an RDMA READ refused for them
@@ -96,8 +96,10 @@ impl Batch {
 /// The error of a READ refused for its responses (out of the post's path: refusals are rare).
 #[cold]
 #[inline(never)]
-fn read_refused(index: usize, wr_id: u64, length: usize, path_mtus: PathMtus, batch_len: usize) -> PostSendErrorKind {
-    PostSendErrorKind::ReadResponsesTooLarge {
+fn read_refused(
+    index: usize, wr_id: u64, length: usize, path_mtus: PathMtus, batch_len: usize,
+) -> TypedPostSendErrorKind {
+    TypedPostSendErrorKind::ReadResponsesTooLarge {
         index,
         wr_id,
         length: length as u64,
@@ -119,13 +121,13 @@ fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'stat
 
 /// A batch of send requests on one queue pair; see the [module](super) documentation.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
-pub struct PostSendGuard<'qp, T: Transport> {
+pub struct TypedPostSendGuard<'qp, T: Transport> {
     batch: Batch,
     context: T::Context,
     _qp: PhantomData<&'qp mut ()>,
 }
 
-impl<T: Transport> PostSendGuard<'_, T> {
+impl<T: Transport> TypedPostSendGuard<'_, T> {
     /// Starts a batch with `ibv_wr_start` on a queue pair this crate did not create: one created
     /// through libibverbs directly, or a provider table of one's own (a counting table). The
     /// queue pairs of this crate call it from their `start_post_send`.
@@ -133,13 +135,13 @@ impl<T: Transport> PostSendGuard<'_, T> {
     /// ```no_run
     /// # use std::ptr::NonNull;
     /// # use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags, SetScatterGatherEntry};
-    /// use sideway_ext::ibverbs::post_send_guard::{PostSendGuard, ProviderEntries, ReliableConnection};
+    /// use sideway_ext::ibverbs::post_send_guard::{ProviderEntries, ReliableConnection, TypedPostSendGuard};
     /// # fn adopt(qp_ex: NonNull<rdma_mummy_sys::ibv_qp_ex>) -> Result<(), Box<dyn std::error::Error>> {
     /// // `qp_ex`: the extended view of an RC queue pair created elsewhere and in RTS.
     /// // SAFETY: the queue pair is alive and used by no one else while the guard lives.
     /// let entries = unsafe { ProviderEntries::new(qp_ex, SendOperationFlags::Send) }?;
     /// // SAFETY: as above; its provider filled `entries`.
-    /// let mut guard = unsafe { PostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
+    /// let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
     /// // SAFETY: the buffer at 0x1000 is registered under lkey 7 and outlives the request.
     /// unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_sge(7, 0x1000, 64) };
     /// guard.post()?;
@@ -174,8 +176,8 @@ impl<T: Transport> PostSendGuard<'_, T> {
     /// a completion; the [`Inline`](WorkRequestFlags::Inline) bit is managed by the data step);
     /// continue with an operation on the returned handle.
     #[inline]
-    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> WorkRequestHandle<'_, T> {
-        WorkRequestHandle {
+    pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> TypedWorkRequestHandle<'_, T> {
+        TypedWorkRequestHandle {
             batch: &mut self.batch,
             wr_id,
             wr_flags: wr_flags.bits(),
@@ -184,7 +186,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
     }
 
     /// Refuses inline data longer than `max_inline_data` bytes, the queue pair's granted size,
-    /// before the provider ([`InlineDataTooLong`](PostSendErrorKind::InlineDataTooLong)); by
+    /// before the provider ([`InlineDataTooLong`](TypedPostSendErrorKind::InlineDataTooLong)); by
     /// default the guard does not know it and the provider decides. For a guard
     /// [`start`](Self::start)ed on a queue pair whose granted size its creator knows.
     #[inline]
@@ -197,7 +199,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
     /// [`BatchAddressed`](crate::mlx5::dc::initiator::BatchAddressed)): this queue pair's and the
     /// responder's, when both are known ([`PathMtus::known`]). An RDMA READ of the batch whose
     /// responses would not reach this queue pair is then refused before the provider
-    /// ([`ReadResponsesTooLarge`](PostSendErrorKind::ReadResponsesTooLarge),
+    /// ([`ReadResponsesTooLarge`](TypedPostSendErrorKind::ReadResponsesTooLarge),
     /// [`PathMtus::read_fits`]); by default the guard does not know them and refuses nothing
     /// for them. (A DC request addressed one by one takes them from its initiator and its
     /// route.)
@@ -214,9 +216,9 @@ impl<T: Transport> PostSendGuard<'_, T> {
 
     /// Posts the batch with `ibv_wr_complete`: all of it, or on error none of it. A batch holding
     /// a request the queue pair was not created for is aborted instead
-    /// ([`OperationNotEnabled`](PostSendErrorKind::OperationNotEnabled)).
+    /// ([`OperationNotEnabled`](TypedPostSendErrorKind::OperationNotEnabled)).
     #[inline]
-    pub fn post(self) -> Result<(), PostSendError> {
+    pub fn post(self) -> Result<(), TypedPostSendError> {
         let batch_len = self.batch.len;
         let qp = self.batch.qp_ex.as_ptr();
         if let Some(refused) = self.batch.refused {
@@ -225,14 +227,14 @@ impl<T: Transport> PostSendGuard<'_, T> {
             drop(self);
             let Refused { index, wr_id, reason } = refused;
             return Err(match reason {
-                Refusal::Entry(entry) => PostSendErrorKind::OperationNotEnabled {
+                Refusal::Entry(entry) => TypedPostSendErrorKind::OperationNotEnabled {
                     index,
                     wr_id,
                     entry,
                     batch_len,
                 },
                 Refusal::DataTooLong(length) => match refused_path_mtus {
-                    None => PostSendErrorKind::InlineDataTooLong {
+                    None => TypedPostSendErrorKind::InlineDataTooLong {
                         index,
                         wr_id,
                         length,
@@ -255,7 +257,7 @@ impl<T: Transport> PostSendGuard<'_, T> {
     }
 }
 
-impl<T: Transport> Drop for PostSendGuard<'_, T> {
+impl<T: Transport> Drop for TypedPostSendGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: the batch was started by `start` and not completed.

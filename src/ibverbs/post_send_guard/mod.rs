@@ -1,12 +1,12 @@
 //! Posting send work requests with the `ibv_wr_*` API, for every queue-pair type of this crate.
 //!
-//! A [`PostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`. Each request
-//! is described in the order the C API demands, enforced by types: [`construct_wr`](PostSendGuard::construct_wr)
+//! A [`TypedPostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`. Each request
+//! is described in the order the C API demands, enforced by types: [`construct_wr`](TypedPostSendGuard::construct_wr)
 //! (`wr_id` and flags) → an operation (`setup_send`, `setup_write`, …) → for datagram transports,
 //! the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module) → the data
 //! ([`SetScatterGatherEntry`] or [`SetInlineData`]). A request that skipped a step cannot be
 //! expressed. The guard aborts the batch (`ibv_wr_abort`) when dropped without
-//! [`post`](PostSendGuard::post).
+//! [`post`](TypedPostSendGuard::post).
 //!
 //! The C calls of a request are made together at its data step, in that order: `wr_id` and
 //! `wr_flags`, the operation's builder (`ibv_wr_send`, …), the destination setter, the data setter.
@@ -20,9 +20,9 @@
 //! and a provider fills only the builders of the operations the queue pair was created with
 //! (rxe leaves the others NULL). The guard knows which entries are there
 //! ([`ProviderEntries`], read once when the queue pair is created): a request whose operation or
-//! data setter is missing is never handed to the provider; [`post`](PostSendGuard::post) then
+//! data setter is missing is never handed to the provider; [`post`](TypedPostSendGuard::post) then
 //! aborts the whole batch and reports it as
-//! [`OperationNotEnabled`](PostSendErrorKind::OperationNotEnabled). The check is one branch per
+//! [`OperationNotEnabled`](TypedPostSendErrorKind::OperationNotEnabled). The check is one branch per
 //! request, on a mask known at compile time.
 //!
 //! Known provider bugs, not worked around here: rxe in rdma-core before the fix of PR #1744
@@ -54,14 +54,14 @@ mod request;
 mod transport;
 mod unreliable_datagram;
 
-pub use data::LocalBufferHandle;
-pub use error::{PostSendError, PostSendErrorKind};
-pub use guard::{Batch, PostSendGuard};
+pub use data::TypedLocalBufferHandle;
+pub use error::{TypedPostSendError, TypedPostSendErrorKind};
+pub use guard::{Batch, TypedPostSendGuard};
 pub(crate) use path_mtus::mtu_bytes;
 pub use path_mtus::PathMtus;
 pub(crate) use provider_entries::entry;
 pub use provider_entries::{MissingProviderEntry, ProviderEntries};
-pub use request::{PendingRequest, WorkRequestHandle};
+pub use request::{PendingRequest, TypedWorkRequestHandle};
 pub use transport::{Connected, Destination, ReliableConnection, RemoteMemoryAccess, Transport};
 pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};
 

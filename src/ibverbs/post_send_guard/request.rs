@@ -1,4 +1,4 @@
-//! The operation step of a request: the setters of [`WorkRequestHandle`] (`setup_send`,
+//! The operation step of a request: the setters of [`TypedWorkRequestHandle`] (`setup_send`,
 //! `setup_write`, …), each handing a [`PendingRequest`] to its transport's next step.
 use super::{operation, Batch, Operation, RemoteMemoryAccess, Transport};
 
@@ -13,14 +13,14 @@ pub struct PendingRequest<'g, O: Operation> {
 
 /// One request being described: pick its operation.
 #[must_use = "a request is added to the batch only at its data step"]
-pub struct WorkRequestHandle<'g, T: Transport> {
+pub struct TypedWorkRequestHandle<'g, T: Transport> {
     pub(super) batch: &'g mut Batch,
     pub(super) wr_id: u64,
     pub(super) wr_flags: u32,
     pub(super) context: T::Context,
 }
 
-impl<'g, T: Transport> WorkRequestHandle<'g, T> {
+impl<'g, T: Transport> TypedWorkRequestHandle<'g, T> {
     #[inline]
     fn with<O: Operation>(self, operation: O) -> T::AfterOperation<'g, O> {
         T::after_operation(
@@ -52,7 +52,7 @@ impl<'g, T: Transport> WorkRequestHandle<'g, T> {
     }
 }
 
-impl<'g, T: RemoteMemoryAccess> WorkRequestHandle<'g, T> {
+impl<'g, T: RemoteMemoryAccess> TypedWorkRequestHandle<'g, T> {
     /// An RDMA WRITE to `remote_addr` in the remote region of `rkey` (`ibv_wr_rdma_write`).
     #[inline]
     pub fn setup_write(self, rkey: u32, remote_addr: u64) -> T::AfterOperation<'g, operation::Write> {

@@ -2,7 +2,7 @@
 //! own) and where their requests go ([`Destination`]), set by a transport's destination step.
 use rdma_mummy_sys::ibv_qp_ex;
 
-use super::{sealed, LocalBufferHandle, Operation, PendingRequest};
+use super::{sealed, Operation, PendingRequest, TypedLocalBufferHandle};
 
 /// How the requests of a queue-pair type are addressed: nothing for RC (the connection is the
 /// address), an address handle and remote QPN/Q_Key for UD, an address handle, DCT number and
@@ -29,13 +29,13 @@ impl sealed::Sealed for ReliableConnection {}
 
 impl Transport for ReliableConnection {
     type Context = ();
-    type AfterOperation<'g, O: Operation> = LocalBufferHandle<'g, O, Connected>;
+    type AfterOperation<'g, O: Operation> = TypedLocalBufferHandle<'g, O, Connected>;
 
     #[inline]
     fn after_operation<O: Operation>(
         request: PendingRequest<'_, O>, _context: (),
-    ) -> LocalBufferHandle<'_, O, Connected> {
-        LocalBufferHandle::new(request, Connected)
+    ) -> TypedLocalBufferHandle<'_, O, Connected> {
+        TypedLocalBufferHandle::new(request, Connected)
     }
 }
 

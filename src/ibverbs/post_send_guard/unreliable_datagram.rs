@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, ibv_wr_set_ud_addr};
 
-use super::{entry, sealed, Destination, LocalBufferHandle, Operation, PendingRequest, Transport};
+use super::{entry, sealed, Destination, Operation, PendingRequest, Transport, TypedLocalBufferHandle};
 use crate::ibverbs::address_handle::AddressHandle;
 
 /// The unreliable-datagram transport (UD): every request names its destination.
@@ -59,15 +59,15 @@ impl<'g, O: Operation> UnreliableDatagramDestination<'g, O> {
     ///
     /// The provider may resolve the address handle after the post (rxe reads it when it builds
     /// the packet): keep `ah` alive until the request's completion has been polled, not only until
-    /// [`post`](super::PostSendGuard::post). Holding the `Arc<AddressHandle>` in a per-destination cache
+    /// [`post`](super::TypedPostSendGuard::post). Holding the `Arc<AddressHandle>` in a per-destination cache
     /// does that.
     #[inline]
     pub fn setup_ud_addr(
         self, ah: &'g AddressHandle, remote_qpn: u32, remote_qkey: u32,
-    ) -> LocalBufferHandle<'g, O, DatagramAddress> {
+    ) -> TypedLocalBufferHandle<'g, O, DatagramAddress> {
         // SAFETY: only the pointer is taken; the caller keeps the handle alive (see above).
         let ah = unsafe { ah.ah() };
-        LocalBufferHandle::new(
+        TypedLocalBufferHandle::new(
             self.request,
             DatagramAddress {
                 ah,

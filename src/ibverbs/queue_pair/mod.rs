@@ -37,7 +37,7 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, Qu
 pub use self::attribute::QueuePairAttribute;
 pub use self::builder::{CreateQueuePairError, CreateQueuePairErrorKind, SharedReceiveQueuePairBuilder};
 pub(crate) use self::core::QueuePairCore;
-use super::post_send_guard::{PostSendGuard, ProviderEntries, Transport};
+use super::post_send_guard::{ProviderEntries, Transport, TypedPostSendGuard};
 
 /// An RC or UD queue pair that receives through a [`SharedReceiveQueue`] (which it keeps alive).
 /// Receives are posted on the SRQ; sends with [`start_post_send`](Self::start_post_send).
@@ -115,20 +115,20 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     /// Starts a batch of send requests (`ibv_wr_start`); the guard posts them with `post()` or
     /// discards them when dropped.
     #[inline]
-    pub fn start_post_send(&mut self) -> PostSendGuard<'_, T>
+    pub fn start_post_send(&mut self) -> TypedPostSendGuard<'_, T>
     where
         T: Transport<Context = ()>,
     {
         let (qp_ex, entries) = self.send_view;
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation; RC and UD need no context.
-        unsafe { PostSendGuard::start(qp_ex, entries, ()) }
+        unsafe { TypedPostSendGuard::start(qp_ex, entries, ()) }
     }
 
     /// Posts one send request, at the cost of the raw calls (`ibv_wr_start`, the request's
     /// `ibv_wr_*` calls, `ibv_wr_complete`): for the everyday "send the next message". `request`
     /// describes it from its operation on, with the same steps as a batch's
-    /// ([`construct_wr`](PostSendGuard::construct_wr)):
+    /// ([`construct_wr`](TypedPostSendGuard::construct_wr)):
     ///
     /// ```no_run
     /// # use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
@@ -139,7 +139,7 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     ///
     /// It guarantees what a batch does: an operation or data setter the queue pair was not
     /// created with never reaches the provider
-    /// ([`OperationNotEnabled`](super::post_send_guard::PostSendErrorKind::OperationNotEnabled)
+    /// ([`OperationNotEnabled`](super::post_send_guard::TypedPostSendErrorKind::OperationNotEnabled)
     /// names the request's `wr_id`), and a failed post posted nothing. A `request` that stops
     /// before its data step posts nothing and returns `Ok`.
     ///
@@ -148,14 +148,14 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     // Paths spelled out, so that this data-path method leaves the control plane's imports alone.
     pub fn post_send_one(
         &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
-        request: impl FnOnce(super::post_send_guard::WorkRequestHandle<'_, T>),
-    ) -> Result<(), super::post_send_guard::PostSendError>
+        request: impl FnOnce(super::post_send_guard::TypedWorkRequestHandle<'_, T>),
+    ) -> Result<(), super::post_send_guard::TypedPostSendError>
     where
         T: Transport<Context = ()>,
     {
         let (qp_ex, entries) = self.send_view;
         // SAFETY: as in start_post_send: the queue pair is alive and exclusively borrowed for the
         // call; its provider filled the entries read at creation; RC and UD need no context.
-        unsafe { PostSendGuard::post_one(qp_ex, entries, (), wr_id, wr_flags, request) }
+        unsafe { TypedPostSendGuard::post_one(qp_ex, entries, (), wr_id, wr_flags, request) }
     }
 }

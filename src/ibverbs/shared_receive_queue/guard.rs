@@ -1,4 +1,4 @@
-//! [`PostReceiveGuard`]: a batch of receive requests, staged in a [`PostReceiveStorage`] and
+//! [`SharedReceiveQueuePostGuard`]: a batch of receive requests, staged in a [`PostReceiveStorage`] and
 //! handed to `ibv_post_srq_recv` in one call.
 use std::marker::PhantomData;
 use std::ptr::{null_mut, NonNull};
@@ -12,16 +12,16 @@ use super::{PostReceiveError, PostReceiveErrorKind, PostReceiveStorage, SharedRe
 
 impl SharedReceiveQueue {
     /// Starts a batch of receive requests, staged in `storage`: nothing reaches the library
-    /// before [`PostReceiveGuard::post`], which hands the whole batch to `ibv_post_srq_recv` in
+    /// before [`SharedReceiveQueuePostGuard::post`], which hands the whole batch to `ibv_post_srq_recv` in
     /// one call. Dropping the guard without posting posts nothing.
     ///
     /// The storage is the caller's and is reused batch after batch, so posting takes no lock and
     /// allocates nothing once it has grown to the batch size; several threads posting to one
     /// queue each use their own.
     #[inline]
-    pub fn start_post_recv<'a>(&'a self, storage: &'a mut PostReceiveStorage) -> PostReceiveGuard<'a> {
+    pub fn start_post_recv<'a>(&'a self, storage: &'a mut PostReceiveStorage) -> SharedReceiveQueuePostGuard<'a> {
         // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
-        unsafe { PostReceiveGuard::start(self.srq, self.max_sge, storage) }
+        unsafe { SharedReceiveQueuePostGuard::start(self.srq, self.max_sge, storage) }
     }
 }
 
@@ -38,14 +38,14 @@ impl SharedReceiveQueue {
 /// a request (the queue is full): the requests before it are posted, and the error says which
 /// one failed and how many went in.
 #[must_use = "the batch is posted only by post(); dropping the guard posts nothing"]
-pub struct PostReceiveGuard<'srq> {
+pub struct SharedReceiveQueuePostGuard<'srq> {
     srq: NonNull<ibv_srq>,
     storage: &'srq mut PostReceiveStorage,
     batch: RecvBatch,
     _srq: PhantomData<&'srq SharedReceiveQueue>,
 }
 
-impl<'srq> PostReceiveGuard<'srq> {
+impl<'srq> SharedReceiveQueuePostGuard<'srq> {
     /// Starts a batch on a shared receive queue this crate did not create (by C code, another
     /// binding, or a provider's own tables), staged in `storage`:
     /// [`SharedReceiveQueue::start_post_recv`] on the raw `ibv_srq`, with the same checks and
@@ -64,13 +64,13 @@ impl<'srq> PostReceiveGuard<'srq> {
     ///
     /// use rdma_mummy_sys::ibv_srq;
     /// use sideway::ibverbs::queue_pair::SetScatterGatherEntry;
-    /// use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveGuard, PostReceiveStorage};
+    /// use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueuePostGuard, PostReceiveStorage};
     ///
     /// /// `srq` comes from C code that created it with `max_sge` 1 and keeps it alive.
     /// fn refill(srq: NonNull<ibv_srq>, lkey: u32, addr: u64) -> Result<(), Box<dyn std::error::Error>> {
     ///     let mut storage = PostReceiveStorage::new();
     ///     // SAFETY: the SRQ is live while the guard is, and takes one entry a request.
-    ///     let mut guard = unsafe { PostReceiveGuard::start(srq, 1, &mut storage) };
+    ///     let mut guard = unsafe { SharedReceiveQueuePostGuard::start(srq, 1, &mut storage) };
     ///     for slot in 0..4 {
     ///         // SAFETY: each buffer is registered under `lkey` and outlives its receive.
     ///         unsafe { guard.construct_wr(slot).setup_sge(lkey, addr + slot * 64, 64) };
@@ -99,8 +99,8 @@ impl<'srq> PostReceiveGuard<'srq> {
     /// nothing. A request given an empty list (`setup_sge_list(&[])`) receives zero-length
     /// messages only.
     #[inline]
-    pub fn construct_wr(&mut self, wr_id: u64) -> RecvWorkRequestHandle<'_> {
-        RecvWorkRequestHandle {
+    pub fn construct_wr(&mut self, wr_id: u64) -> SharedReceiveQueueRequestHandle<'_> {
+        SharedReceiveQueueRequestHandle {
             storage: self.storage,
             batch: &mut self.batch,
             wr_id,
@@ -184,15 +184,15 @@ fn failed(slots: &[RecvSlot], ret: i32, bad_wr: *mut ibv_recv_wr, max: u32) -> P
     .into_error()
 }
 
-/// One receive request of a [`PostReceiveGuard`] batch: give it its buffers.
+/// One receive request of a [`SharedReceiveQueuePostGuard`] batch: give it its buffers.
 #[must_use = "a request joins the batch only when given its buffers (setup_sge or setup_sge_list)"]
-pub struct RecvWorkRequestHandle<'g> {
+pub struct SharedReceiveQueueRequestHandle<'g> {
     storage: &'g mut PostReceiveStorage,
     batch: &'g mut RecvBatch,
     wr_id: u64,
 }
 
-impl SetScatterGatherEntry for RecvWorkRequestHandle<'_> {
+impl SetScatterGatherEntry for SharedReceiveQueueRequestHandle<'_> {
     /// # Safety
     ///
     /// The buffer `addr..addr + length` must lie in a memory region registered with `lkey` and
@@ -276,9 +276,11 @@ mod tests {
     }
 
     impl FakeSrq {
-        fn start<'a>(&'a mut self, max_sge: u32, storage: &'a mut PostReceiveStorage) -> PostReceiveGuard<'a> {
+        fn start<'a>(
+            &'a mut self, max_sge: u32, storage: &'a mut PostReceiveStorage,
+        ) -> SharedReceiveQueuePostGuard<'a> {
             // SAFETY: the fake SRQ outlives the guard, which borrows it.
-            unsafe { PostReceiveGuard::start(NonNull::from(&mut *self.srq), max_sge, storage) }
+            unsafe { SharedReceiveQueuePostGuard::start(NonNull::from(&mut *self.srq), max_sge, storage) }
         }
     }
 
@@ -291,7 +293,7 @@ mod tests {
     }
 
     /// Adds `count` one-entry requests with wr_ids from `first`.
-    fn add(guard: &mut PostReceiveGuard<'_>, first: u64, count: u64) {
+    fn add(guard: &mut SharedReceiveQueuePostGuard<'_>, first: u64, count: u64) {
         for wr_id in first..first + count {
             // SAFETY: the recorder only reads the entries.
             unsafe { guard.construct_wr(wr_id).setup_sge(1, wr_id, 1) };
@@ -430,9 +432,9 @@ mod tests {
         let srq = NonNull::from(&*fake.srq);
         let (mut outer_storage, mut inner_storage) = (PostReceiveStorage::new(), PostReceiveStorage::new());
         // SAFETY: the fake SRQ outlives both guards.
-        let mut outer = unsafe { PostReceiveGuard::start(srq, 1, &mut outer_storage) };
+        let mut outer = unsafe { SharedReceiveQueuePostGuard::start(srq, 1, &mut outer_storage) };
         // SAFETY: as above.
-        let mut inner = unsafe { PostReceiveGuard::start(srq, 1, &mut inner_storage) };
+        let mut inner = unsafe { SharedReceiveQueuePostGuard::start(srq, 1, &mut inner_storage) };
         // SAFETY: the recorder only reads the entries.
         unsafe {
             outer.construct_wr(1).setup_sge(1, 1, 1);

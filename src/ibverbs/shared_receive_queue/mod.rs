@@ -25,7 +25,7 @@ pub use attributes::{
     ModifySharedReceiveQueueError, ModifySharedReceiveQueueErrorKind, QuerySharedReceiveQueueError,
     QuerySharedReceiveQueueErrorKind, SharedReceiveQueueAttribute, SharedReceiveQueueModification,
 };
-pub use guard::{PostReceiveGuard, RecvWorkRequestHandle};
+pub use guard::{SharedReceiveQueuePostGuard, SharedReceiveQueueRequestHandle};
 pub use post_error::{PostReceiveError, PostReceiveErrorKind};
 pub use queue::{
     CreateSharedReceiveQueueError, CreateSharedReceiveQueueErrorKind, SharedReceiveQueue, SharedReceiveQueueBuilder,

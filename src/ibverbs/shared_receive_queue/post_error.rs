@@ -1,7 +1,7 @@
 //! [`PostReceiveError`]: which request of a batch failed, and how many went in.
 use std::io;
 
-/// Error returned by [`PostReceiveGuard::post`](super::PostReceiveGuard::post) and
+/// Error returned by [`SharedReceiveQueuePostGuard::post`](super::SharedReceiveQueuePostGuard::post) and
 /// [`SharedReceiveQueue::post_recv_one`](super::SharedReceiveQueue::post_recv_one): which
 /// request failed, and how many of the batch were [`posted`](Self::posted). A request refused
 /// before the library (too many entries) means none was; when the library refuses a request, those

@@ -4,9 +4,9 @@ use rdma_mummy_sys::{ibv_recv_wr, ibv_sge};
 
 use crate::ibverbs::zeroed::Zeroed;
 
-/// Storage for the requests of [`PostReceiveGuard`](super::PostReceiveGuard) batches, reused
+/// Storage for the requests of [`SharedReceiveQueuePostGuard`](super::SharedReceiveQueuePostGuard) batches, reused
 /// from batch to batch: each batch is staged here, and nothing reaches the library before
-/// [`PostReceiveGuard::post`](super::PostReceiveGuard::post).
+/// [`SharedReceiveQueuePostGuard::post`](super::SharedReceiveQueuePostGuard::post).
 ///
 /// It grows to the largest batch it has held and keeps that size, so that posting allocates
 /// nothing once it has grown, or from the start with [`with_capacity`](Self::with_capacity). Each

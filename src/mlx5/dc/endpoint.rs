@@ -241,7 +241,7 @@ impl DcEndpoint {
     ///   initiators';
     /// - the target answers an RDMA READ in packets of up to this MTU: a READ longer than the
     ///   initiator's MTU, from a target whose MTU is larger, is refused at post
-    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)),
+    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)),
     ///   through the address handle [`create_ah`](Self::create_ah) makes, which carries it.
     ///
     /// Unset (an older peer's endpoint), the MTU is unknown and nothing is refused for it.

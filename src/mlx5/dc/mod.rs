@@ -61,7 +61,7 @@
 //!     path MTU of its INIT → RTR (`mlx5_ib_modify_dct` sets `dctc.mtu`), whatever initiator
 //!     reads. An initiator at a smaller MTU drops the responses of a READ longer than its own
 //!     MTU. Such a READ is refused before the provider
-//!     (`PostSendErrorKind::ReadResponsesTooLarge`), by a DC initiator, a pool, and a batch to
+//!     (`TypedPostSendErrorKind::ReadResponsesTooLarge`), by a DC initiator, a pool, and a batch to
 //!     one address whose guard was given both (`set_path_mtus`), where both are known: the initiator's
 //!     once brought up, the target's from its endpoint (which `DcTarget::endpoint` fills and
 //!     `DcEndpoint::create_ah` carries into the address handle). A READ of at most the

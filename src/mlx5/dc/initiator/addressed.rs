@@ -6,7 +6,7 @@ use rdma_mummy_sys::ibv_qp_ex;
 
 use super::{DcAddress, DcStreamAddress, SET_DC_ADDR};
 use crate::ibverbs::post_send_guard::{
-    sealed, Destination, LocalBufferHandle, Operation, PendingRequest, RemoteMemoryAccess, Transport,
+    sealed, Destination, Operation, PendingRequest, RemoteMemoryAccess, Transport, TypedLocalBufferHandle,
 };
 
 /// How the requests of a [`BatchAddressed`] batch are addressed: [`DcBatchAddress`] (a DC
@@ -89,11 +89,11 @@ impl<A: DcAddressing> sealed::Sealed for BatchAddressed<A> {}
 
 impl<A: DcAddressing> Transport for BatchAddressed<A> {
     type Context = A;
-    type AfterOperation<'g, O: Operation> = LocalBufferHandle<'g, O, A>;
+    type AfterOperation<'g, O: Operation> = TypedLocalBufferHandle<'g, O, A>;
 
     #[inline]
     fn after_operation<O: Operation>(request: PendingRequest<'_, O>, context: A) -> Self::AfterOperation<'_, O> {
-        LocalBufferHandle::new(request, context)
+        TypedLocalBufferHandle::new(request, context)
     }
 }
 

@@ -183,7 +183,7 @@ impl DcInitiatorBringUp {
     /// The other way does not follow from it: a target at a larger MTU answers READs in packets
     /// of its own MTU, which this initiator's path drops; such a READ (longer than this
     /// initiator's MTU) is refused at post
-    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)).
+    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)).
     /// The target must be brought up with the smaller MTU
     /// ([`DcTargetBringUp::setup_path_mtu`](crate::mlx5::dc::target::DcTargetBringUp::setup_path_mtu)).
     pub fn setup_destination_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {

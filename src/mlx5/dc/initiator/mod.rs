@@ -332,7 +332,7 @@ impl DcInitiator {
     /// [`setup_max_inline_data`](DcInitiatorBuilder::setup_max_inline_data) asked for, and what
     /// the request's basic blocks leave after its other segments (28 bytes when 0 was asked,
     /// for the default operations and one scatter/gather entry). Longer inline data is refused
-    /// at post ([`InlineDataTooLong`](crate::ibverbs::post_send_guard::PostSendErrorKind::InlineDataTooLong)).
+    /// at post ([`InlineDataTooLong`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::InlineDataTooLong)).
     pub fn max_inline_data(&self) -> u32 {
         self.granted.max_inline_data
     }

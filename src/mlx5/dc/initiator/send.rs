@@ -6,7 +6,7 @@ use super::{
     SET_DC_ADDR_STREAM,
 };
 use crate::ibverbs::address_handle::AddressHandle;
-use crate::ibverbs::post_send_guard::{PathMtus, PostSendGuard, ProviderEntries};
+use crate::ibverbs::post_send_guard::{PathMtus, ProviderEntries, TypedPostSendGuard};
 
 impl DcInitiator {
     /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target
@@ -20,12 +20,12 @@ impl DcInitiator {
     /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and
     /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an
     /// initiator created without DCI streams refuses each request
-    /// ([`OperationNotEnabled`](crate::ibverbs::post_send_guard::PostSendErrorKind::OperationNotEnabled)
+    /// ([`OperationNotEnabled`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::OperationNotEnabled)
     /// naming `wr_set_dc_addr_stream`).
     #[inline]
     pub fn start_post_send_to<'g>(
         &'g mut self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
-    ) -> PostSendGuard<'g, BatchAddressed<DcBatchAddress>> {
+    ) -> TypedPostSendGuard<'g, BatchAddressed<DcBatchAddress>> {
         let (qp_ex, mut entries) = self.send_view;
         if stream.is_some() && !entries.contains(SET_DC_ADDR_STREAM) {
             // Refused under the stream setter's name (DcBatchAddress).
@@ -36,7 +36,7 @@ impl DcInitiator {
         let address = unsafe { DcAddress::new(self.mlx5_qp_ex, ah.ah(), dct_number, dc_key) };
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation (the DC setters checked as above).
-        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, DcBatchAddress::new(address, stream)) };
+        let mut guard = unsafe { TypedPostSendGuard::start(qp_ex, entries, DcBatchAddress::new(address, stream)) };
         guard.set_max_inline_data(self.granted.max_inline_data);
         guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));
         guard
@@ -45,7 +45,7 @@ impl DcInitiator {
     /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
     /// `setup_dc_addr` between its operation and its data.
     #[inline]
-    pub fn start_post_send(&mut self) -> PostSendGuard<'_, DynamicallyConnected> {
+    pub fn start_post_send(&mut self) -> TypedPostSendGuard<'_, DynamicallyConnected> {
         let (qp_ex, entries) = self.send_view;
         // Its mlx5 view, and the path MTU its READs are held to.
         let context = DcContext {
@@ -54,7 +54,7 @@ impl DcInitiator {
         };
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation; the context is its mlx5 view.
-        let mut guard = unsafe { PostSendGuard::start(qp_ex, entries, context) };
+        let mut guard = unsafe { TypedPostSendGuard::start(qp_ex, entries, context) };
         guard.set_max_inline_data(self.granted.max_inline_data);
         guard
     }
@@ -67,8 +67,8 @@ impl DcInitiator {
     #[inline]
     pub fn post_send_one(
         &mut self, wr_id: u64, wr_flags: sideway::ibverbs::queue_pair::WorkRequestFlags,
-        request: impl FnOnce(crate::ibverbs::post_send_guard::WorkRequestHandle<'_, DynamicallyConnected>),
-    ) -> Result<(), crate::ibverbs::post_send_guard::PostSendError> {
+        request: impl FnOnce(crate::ibverbs::post_send_guard::TypedWorkRequestHandle<'_, DynamicallyConnected>),
+    ) -> Result<(), crate::ibverbs::post_send_guard::TypedPostSendError> {
         let mut guard = self.start_post_send();
         request(guard.construct_wr(wr_id, wr_flags));
         guard.post()

@@ -12,9 +12,10 @@ use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 use super::{dc_entries, SET_DC_ADDR, SET_DC_ADDR_STREAM};
 use crate::ibverbs::address_handle::AddressHandle;
 #[allow(unused_imports)] // for the docs' links
-use crate::ibverbs::post_send_guard::PostSendGuard;
+use crate::ibverbs::post_send_guard::TypedPostSendGuard;
 use crate::ibverbs::post_send_guard::{
-    entry, sealed, Destination, LocalBufferHandle, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,
+    entry, sealed, Destination, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,
+    TypedLocalBufferHandle,
 };
 
 /// The DC transport, as posted by a [`DcInitiator`](super::DcInitiator): every request names its destination.
@@ -32,7 +33,7 @@ pub struct DcContext {
 
 impl DcContext {
     /// The context of a DC initiator's mlx5 view, for a guard started with
-    /// [`PostSendGuard::start`] on a DC initiator this crate did not create (or on a provider
+    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create (or on a provider
     /// table of one's own); its path MTU is not known (see [`with_path_mtu`](Self::with_path_mtu)).
     ///
     /// # Safety
@@ -48,7 +49,7 @@ impl DcContext {
 
     /// The same context, of a DC initiator brought up with `path_mtu` (its INIT → RTR's): an
     /// RDMA READ longer than it, to a target whose path MTU is larger, is refused
-    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge)).
+    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)).
     #[inline]
     pub fn with_path_mtu(self, path_mtu: Option<Mtu>) -> Self {
         Self { path_mtu, ..self }
@@ -93,7 +94,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// (`mlx5dv_wr_set_dc_addr`).
     ///
     /// An RDMA READ is refused before the provider
-    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::PostSendErrorKind::ReadResponsesTooLarge))
+    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge))
     /// where its responses would not reach this DC initiator: when it is longer than the
     /// initiator's path MTU and the target's is larger (the target answers in packets of its own
     /// path MTU). Both must be known: the initiator's once brought up
@@ -107,15 +108,15 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// (`mlx5_send_wr_set_dc_addr` in `qp.c`): the handle must outlive this call, not the
     /// request's completion. The borrow here lasts as long as the batch's guard, which is longer
     /// than needed but costs nothing (it exists only at compile time); dropping the handle after
-    /// [`PostSendGuard::post`] is fine. Cache one handle per destination anyway: creating one is a
+    /// [`TypedPostSendGuard::post`] is fine. Cache one handle per destination anyway: creating one is a
     /// system call.
     #[inline]
     pub fn setup_dc_addr(
         self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
-    ) -> LocalBufferHandle<'g, O, DcAddress> {
+    ) -> TypedLocalBufferHandle<'g, O, DcAddress> {
         let path_mtus = self.read_path_mtus(ah);
         let address = self.route(ah, dct_number, dc_key);
-        LocalBufferHandle::between(self.request, address, path_mtus)
+        TypedLocalBufferHandle::between(self.request, address, path_mtus)
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
@@ -124,10 +125,10 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     #[inline]
     pub fn setup_dc_addr_stream(
         self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+    ) -> TypedLocalBufferHandle<'g, O, DcStreamAddress> {
         let path_mtus = self.read_path_mtus(ah);
         let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);
-        LocalBufferHandle::between(self.request, address, path_mtus)
+        TypedLocalBufferHandle::between(self.request, address, path_mtus)
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: one created outside
@@ -142,7 +143,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     #[inline]
     pub unsafe fn setup_dc_addr_raw(
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
-    ) -> LocalBufferHandle<'g, O, DcAddress> {
+    ) -> TypedLocalBufferHandle<'g, O, DcAddress> {
         self.address(ah, dct_number, dc_key)
     }
 
@@ -155,11 +156,11 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     #[inline]
     pub unsafe fn setup_dc_addr_stream_raw(
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> LocalBufferHandle<'g, O, DcStreamAddress> {
+    ) -> TypedLocalBufferHandle<'g, O, DcStreamAddress> {
         // SAFETY: the view is the guard's own; `ah` is the caller's promise.
         let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
         // A raw handle says nothing of its target's MTU.
-        LocalBufferHandle::between(self.request, DcStreamAddress::new(address, stream_id), None)
+        TypedLocalBufferHandle::between(self.request, DcStreamAddress::new(address, stream_id), None)
     }
 
     /// The path MTUs a READ over `ah` is held to: this initiator's and the handle's target's,
@@ -181,17 +182,17 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     }
 
     #[inline]
-    fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> LocalBufferHandle<'g, O, DcAddress> {
+    fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> TypedLocalBufferHandle<'g, O, DcAddress> {
         // SAFETY: the view is the guard's own; `ah` is the caller's promise (setup_dc_addr_raw).
         let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
         // A raw handle says nothing of its target's MTU.
-        LocalBufferHandle::between(self.request, address, None)
+        TypedLocalBufferHandle::between(self.request, address, None)
     }
 }
 
 /// A DC request that has its address: what the data step (`setup_sge`, `setup_inline_data`, …)
 /// requires. The step after [`setup_dc_addr`](DcDestination::setup_dc_addr) (a
-/// [`LocalBufferHandle`]) is `Addressed`; a [`DcDestination`], the step before it, never is.
+/// [`TypedLocalBufferHandle`]) is `Addressed`; a [`DcDestination`], the step before it, never is.
 ///
 /// It is there for the compiler's error: the data setters of a `DcDestination` require it, so a
 /// request that skips its address fails to compile with a message that names the missing step,
@@ -208,7 +209,7 @@ pub trait Addressed {
     fn into_data_step(self) -> Self::DataStep;
 }
 
-impl<O: Operation, D: Destination> Addressed for LocalBufferHandle<'_, O, D> {
+impl<O: Operation, D: Destination> Addressed for TypedLocalBufferHandle<'_, O, D> {
     type DataStep = Self;
 
     #[inline]

@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError, WorkCompletionStatus};
 use sideway::ibverbs::device_context::DeviceContext;
-use sideway::ibverbs::post_send_guard::{PostSendErrorKind, ReliableConnection};
+use sideway::ibverbs::post_send_guard::{TypedPostSendErrorKind, ReliableConnection};
 use sideway::ibverbs::queue_pair::{
     ExtendedQueuePair, QueuePairType, SendOperationFlags, SetInlineData, SetScatterGatherEntry, StartPostSendErrorKind,
     WorkRequestFlags,
@@ -179,7 +179,7 @@ fn rc_guard_posts_send_and_write_and_refuses_what_the_queue_pair_lacks() -> Resu
         assert!(
             matches!(
                 err.0,
-                PostSendErrorKind::OperationNotEnabled {
+                TypedPostSendErrorKind::OperationNotEnabled {
                     index: 1,
                     wr_id: 21,
                     entry: "wr_rdma_write",
@@ -266,7 +266,7 @@ fn rc_guard_refuses_inline_data_over_the_granted_size() -> Result<(), Box<dyn st
             .setup_send()
             .setup_inline_data(&too_long);
         let err = guard.post().unwrap_err();
-        let PostSendErrorKind::InlineDataTooLong {
+        let TypedPostSendErrorKind::InlineDataTooLong {
             index,
             wr_id,
             length,
