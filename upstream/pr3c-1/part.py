@@ -334,12 +334,11 @@ _LATER = {
              "pub struct DcContext {\n"
              "    pub(super) view: NonNull<mlx5dv_qp_ex>,\n"
              "}\n", 1),
-            ("    /// table of one's own); its path MTU is not known (see [`with_path_mtu`](Self::with_path_mtu)).\n",
-             "    /// table of one's own).\n", 1),
+            ("    /// own) and posts to them with this crate's guard. Its path MTU is not known, so no RDMA READ\n"
+             "    /// is refused for it.\n",
+             "    /// own) and posts to them with this crate's guard.\n", 1),
             ("        Self {\n            view: mlx5_qp_ex,\n            path_mtu: None,\n        }\n",
              "        Self { view: mlx5_qp_ex }\n", 1),
-            (("    /// The same context, of a DC initiator brought up with `path_mtu`", "        Self { path_mtu, ..self }\n    }\n\n"),
-             "", 1),
             (("    /// An RDMA READ is refused before the provider\n", "    /// READ only.\n    ///\n"), "", 1),
             ("        let path_mtus = self.read_path_mtus(ah);\n"
              "        let address = self.route(ah, dct_number, dc_key);\n"
@@ -351,7 +350,7 @@ _LATER = {
              "        TypedLocalBufferHandle::between(self.request, address, path_mtus)\n",
              "        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);\n"
              "        TypedLocalBufferHandle::new(self.request, address)\n", 1),
-            (" A raw\n    /// handle says nothing of its target's path MTU: no READ is refused for it.\n", "\n", 1),
+            (" A raw handle says\n    /// nothing of its target's path MTU: no READ is refused for it.\n", "\n", 1),
             (("    /// The path MTUs a READ over `ah` is held to", "ah.destination_path_mtu())\n    }\n\n"), "", 1),
             ("        // A raw handle says nothing of its target's MTU.\n"
              "        TypedLocalBufferHandle::between(self.request, address, None)\n",

@@ -11,14 +11,11 @@ use crate::ibverbs::post_send_guard::{
 
 /// How the requests of a [`BatchAddressed`] batch are addressed: [`DcBatchAddress`] (a DC
 /// initiator's [`start_post_send_to`](super::DcInitiator::start_post_send_to)), or for a guard
-/// started by hand [`DcAddress`] (`mlx5dv_wr_set_dc_addr`) or on DCI streams [`DcStreamAddress`]
-/// (`mlx5dv_wr_set_dc_addr_stream`). Sealed, as [`Destination`] is: each address's setter is an
+/// started by hand [`DcAddress`] (`mlx5dv_wr_set_dc_addr`). Sealed, as [`Destination`] is: each address's setter is an
 /// entry its queue pair was checked for.
 pub trait DcAddressing: Destination + Copy + sealed::Sealed {}
 
 impl DcAddressing for DcAddress {}
-
-impl DcAddressing for DcStreamAddress {}
 
 impl DcAddressing for DcBatchAddress {}
 
@@ -35,8 +32,10 @@ pub struct DcBatchAddress {
 impl sealed::Sealed for DcBatchAddress {}
 
 impl DcBatchAddress {
-    /// `address`, on DCI stream `stream` when given, for a guard started by hand (a queue
-    /// pair's views of one's own, with the stream setter's entry when given a stream).
+    /// `address`, on DCI stream `stream` when given: public for a pool's initiator over a DC
+    /// initiator created outside this crate, which starts its batches with
+    /// [`TypedPostSendGuard::start`](crate::ibverbs::post_send_guard::TypedPostSendGuard::start)
+    /// (with the stream setter's entry when given a stream).
     #[inline]
     pub fn new(address: DcAddress, stream: Option<u16>) -> Self {
         Self { address, stream }

@@ -33,8 +33,10 @@ pub struct DcContext {
 
 impl DcContext {
     /// The context of a DC initiator's mlx5 view, for a guard started with
-    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create (or on a provider
-    /// table of one's own); its path MTU is not known (see [`with_path_mtu`](Self::with_path_mtu)).
+    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create: public for a
+    /// runtime or a pool that creates its DC initiators itself (through libmlx5 or C code of its
+    /// own) and posts to them with this crate's guard. Its path MTU is not known, so no RDMA READ
+    /// is refused for it.
     ///
     /// # Safety
     ///
@@ -47,16 +49,9 @@ impl DcContext {
         }
     }
 
-    /// The same context, of a DC initiator brought up with `path_mtu` (its INIT → RTR's): an
-    /// RDMA READ longer than it, to a target whose path MTU is larger, is refused
-    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)).
-    #[inline]
-    pub fn with_path_mtu(self, path_mtu: Option<Mtu>) -> Self {
-        Self { path_mtu, ..self }
-    }
-
     /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
-    /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing.
+    /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing: the entries
+    /// [`TypedPostSendGuard::start`] takes for a context made with [`from_raw`](Self::from_raw).
     ///
     /// # Safety
     ///
@@ -131,9 +126,9 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         TypedLocalBufferHandle::between(self.request, address, path_mtus)
     }
 
-    /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: one created outside
-    /// this crate (`ibv_create_ah`), or whatever a provider table of one's own accepts. A raw
-    /// handle says nothing of its target's path MTU: no READ is refused for it.
+    /// As [`setup_dc_addr`](Self::setup_dc_addr), with a raw address handle: public for a
+    /// runtime that creates its address handles itself (`ibv_create_ah`). A raw handle says
+    /// nothing of its target's path MTU: no READ is refused for it.
     ///
     /// # Safety
     ///
@@ -280,6 +275,9 @@ impl sealed::Sealed for DcAddress {}
 impl DcAddress {
     /// The address of one request: the DC initiator's mlx5 view, the route, the target; for a
     /// guard whose requests all go to one address ([`BatchAddressed`](super::BatchAddressed)).
+    /// Public for a pool's initiator over a DC initiator created outside this crate, which
+    /// starts such a guard with [`TypedPostSendGuard::start`] (a `DcInitiator` starts its own
+    /// with [`start_post_send_to`](super::DcInitiator::start_post_send_to)).
     ///
     /// # Safety
     ///
@@ -322,7 +320,7 @@ impl sealed::Sealed for DcStreamAddress {}
 impl DcStreamAddress {
     /// `address` on DCI stream `stream_id`.
     #[inline]
-    pub fn new(address: DcAddress, stream_id: u16) -> Self {
+    pub(super) fn new(address: DcAddress, stream_id: u16) -> Self {
         Self { address, stream_id }
     }
 }
