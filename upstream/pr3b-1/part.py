@@ -191,7 +191,6 @@ LEFT_OUT = {
     "src/mlx5/dc/initiator/bring_up.rs": "the DC initiator's bring-up and recovery: pull request 3c-2",
     "src/mlx5/dc/initiator/transport.rs": "DC posting: pull request 3d",
     "src/mlx5/dc/initiator/addressed.rs": "DC posting: pull request 3d",
-    "src/mlx5/dc/initiator/send.rs": "DC posting: pull request 3d",
 }
 
 # What a moved file, or a line a diff adds, must not say: the later DC parts' names.

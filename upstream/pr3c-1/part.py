@@ -83,11 +83,6 @@ _ALWAYS = {
         ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
         ("/// use sideway_ext::", "/// use sideway::", 2),
     ],
-    "send.rs": [
-        ("    /// Posts one send request at the cost of the raw calls, as\n"
-         "    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):\n",
-         "    /// Posts one send request at the cost of the raw calls:\n", 1),
-    ],
     "recovery.rs": [
         ("self.core.qp_number()", "self.core.live_qp_number()", 1),
     ],
@@ -163,6 +158,8 @@ _THIS_CRATE = {
         (("    /// The thread domain the queue pair was created on\n", "    thread_domain: Option<ThreadDomain>,\n"), "", 1),
         ("            .field(\"thread_domain\", &self.thread_domain.is_some())\n", "", 1),
         (("    /// The thread domain it was created on, of its own", "    }\n\n"), "", 1),
+        ("(their PD and CQ pointers are\n/// kept alive by the queue pair's parents, and a parent domain by the DC initiator's thread\n/// domain).",
+         "(their PD and CQ pointers are\n/// kept alive by the queue pair's parents).", 1),
     ],
     "creation.rs": [
         ("use crate::ibverbs::thread_domain::ThreadDomain;\n", "", 1),
@@ -206,8 +203,6 @@ _THIS_CRATE = {
          "            request_bytes,\n"
          "            guaranteed,\n"
          "        },\n", 1),
-        ("(their PD and CQ pointers are\n/// kept alive by the queue pair's parents, and a parent domain by the DC initiator's thread\n/// domain).",
-         "(their PD and CQ pointers are\n/// kept alive by the queue pair's parents).", 1),
     ],
     "plan.rs": [
         ("use crate::mlx5::send_wqe_sizes::SendWqeSizes;\n", "", 1),
@@ -244,13 +239,13 @@ _GUIDE = {
         "//! After an error completion a DC initiator is in ERR for every destination:\n"
         "//! [`DcInitiator::recover`] brings it back in one call.\n"
         "//!\n"
-        "//! This module defines the builder and its errors and the DC initiator with its accessors; the\n"
-        "//! rest is in private files, one concern each: `plan` and `creation`, the builder's settings and\n"
-        "//! `build` (the plan from a request and the device to `mlx5dv_create_qp`, sized as libmlx5 sizes\n"
-        "//! it, so what it will grant is known before the call); `bring_up`, the bring-up parameters and\n"
-        "//! the transitions to RTS; `recovery`, the state read from the device and `recover` after an\n"
-        "//! error; `transport`, `addressed` and `send`, posting: the DC transport of the post guard (a\n"
-        "//! request's address step, `mlx5dv_wr_set_dc_addr`) and the DC initiator's batches.\n"
+        "//! This module defines the builder and its errors and the DC initiator with its accessors and\n"
+        "//! its batches; the DC initiator's other methods are in one file per concept: `creation`, the\n"
+        "//! builder's settings and `build` (planned by `plan`, sized as libmlx5 sizes it, so what it will\n"
+        "//! grant is known before the call); `bring_up`, the transitions to RTS; `recovery`, the state\n"
+        "//! read from the device and `recover` after an error. `transport` and `addressed` are the DC\n"
+        "//! transport of the post guard (a request's address step, `mlx5dv_wr_set_dc_addr`, or one\n"
+        "//! address for a whole batch).\n"
     ),
     "pr3c-2": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
@@ -271,6 +266,8 @@ _GUIDE = {
     ),
 }
 
+_GUIDE["pr3d-2"] = _GUIDE["pr3d"]
+
 # What a later part brings, cut from the files until it comes.
 _LATER = {
     # Bring-up and recovery.
@@ -284,6 +281,12 @@ _LATER = {
             ("pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", "", 1),
             ("pub use super::queue_pair::PortNotReady;\n", "", 1),
             ("    brought_up_with: Option<Arc<BringUpAttributes>>,\n", "", 1),
+            # Read by recovery, which creates the DC initiator again where the kernel refuses RESET.
+            ("    init: Zeroed<ibv_qp_init_attr_ex>,\n    mlx5: Zeroed<mlx5dv_qp_init_attr>,\n",
+             "    #[allow(dead_code)] // read by recovery, which comes next\n"
+             "    init: Zeroed<ibv_qp_init_attr_ex>,\n"
+             "    #[allow(dead_code)] // as `init`\n"
+             "    mlx5: Zeroed<mlx5dv_qp_init_attr>,\n", 1),
             ("    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt the DC\n"
              "    /// initiator).", "    /// The queue pair number.", 1),
             ("as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state)\n"
@@ -293,20 +296,19 @@ _LATER = {
         ],
         "creation.rs": [
             ("            brought_up_with: None,\n", "", 1),
-            # Read by recovery, which creates the DC initiator again where the kernel refuses RESET.
-            ("    pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,\n    pub(crate) mlx5: Zeroed<mlx5dv_qp_init_attr>,\n",
-             "    #[allow(dead_code)] // read by recovery, which comes next\n"
-             "    pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,\n"
-             "    #[allow(dead_code)] // as `init`\n"
-             "    pub(crate) mlx5: Zeroed<mlx5dv_qp_init_attr>,\n", 1),
         ],
     },
     # Posting: the DC transport of the post guard.
     "pr3d": {
         "mod.rs": [
             ("mod addressed;\n", "", 1),
-            ("mod send;\n", "", 1),
             ("mod transport;\n", "", 1),
+            (("\n    /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target\n",
+              "        request(guard.construct_wr(wr_id, wr_flags));\n        guard.post()\n    }\n"), "", 1),
+            ("use crate::ibverbs::address_handle::AddressHandle;\n", "", 1),
+            (("use crate::ibverbs::post_send_guard::{\n", "TypedWorkRequestHandle,\n};\n"),
+             "use crate::ibverbs::post_send_guard::{entry, ProviderEntries};\n", 1),
+            ("SendOperationFlags, WorkRequestFlags};\n", "SendOperationFlags};\n", 1),
             ("pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};\n", "", 1),
             ("pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, "
              "DynamicallyConnected};\n", "", 1),
@@ -328,12 +330,19 @@ _LATER = {
             ("    entry, sealed, Destination, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,\n",
              "    sealed, Destination, Operation, PendingRequest, RemoteMemoryAccess, Transport,\n", 1),
             (("/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view, and the path MTU\n",
-              "    pub(super) path_mtu: Option<Mtu>,\n}\n"),
+              "    path_mtu: Option<Mtu>,\n}\n"),
              "/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.\n"
              "#[derive(Debug, Clone, Copy)]\n"
              "pub struct DcContext {\n"
-             "    pub(super) view: NonNull<mlx5dv_qp_ex>,\n"
+             "    view: NonNull<mlx5dv_qp_ex>,\n"
              "}\n", 1),
+            ("    /// The context of a DC initiator of this crate: its mlx5 view and the path MTU it was brought\n"
+             "    /// up with.\n"
+             "    pub(super) fn new(view: NonNull<mlx5dv_qp_ex>, path_mtu: Option<Mtu>) -> Self {\n"
+             "        Self { view, path_mtu }\n",
+             "    /// The context of a DC initiator of this crate: its mlx5 view.\n"
+             "    pub(super) fn new(view: NonNull<mlx5dv_qp_ex>) -> Self {\n"
+             "        Self { view }\n", 1),
             ("    /// own) and posts to them with this crate's guard. Its path MTU is not known, so no RDMA READ\n"
              "    /// is refused for it.\n",
              "    /// own) and posts to them with this crate's guard.\n", 1),
@@ -363,15 +372,11 @@ _LATER = {
             ("\n    #[inline]\n    fn destination_path_mtu(&self) -> Option<Mtu> {\n        R::destination_path_mtu(self)\n    }\n",
              "", 1),
         ],
-        "send.rs": [
+        "mod.rs": [
             ("        // Its mlx5 view, and the path MTU its READs are held to.\n"
-             "        let context = DcContext {\n"
-             "            view: self.mlx5_qp_ex,\n"
-             "            path_mtu: self.path_mtu(),\n"
-             "        };\n",
-             "        let context = DcContext { view: self.mlx5_qp_ex };\n", 1),
-            ("use crate::ibverbs::post_send_guard::{PathMtus, ProviderEntries,",
-             "use crate::ibverbs::post_send_guard::{ProviderEntries,", 1),
+             "        let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());\n",
+             "        let context = DcContext::new(self.mlx5_qp_ex);\n", 1),
+            ("    entry, PathMtus, ProviderEntries,", "    entry, ProviderEntries,", 1),
             ("    /// provider for an operation the initiator was not created with, for inline data beyond its\n"
              "    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and\n"
              "    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an\n",
@@ -392,14 +397,21 @@ _LATER = {
         "recovery.rs": [
             ("only\n    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.",
              "only\n    /// a stream errored and it is still RTS.", 1),
+            ("RESET; and the reset of\n//! one errored DCI stream, `mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later),\n"
+             "//! which this crate resolves itself until rdma-mummy-sys binds it.\n", "RESET.\n", 1),
+            (("\n/// Error returned by [`DcInitiator::reset_stream`].\n",
+              "_ => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),\n"
+              "            },\n        }\n    }\n}\n"), "", 1),
         ],
         "mod.rs": [
-            ("mod stream_reset;\n", "", 1),
-            ("pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};\n", "", 1),
+            ("pub use self::recovery::{\n"
+             "    DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,\n"
+             "};\n",
+             "pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", 1),
+            ("    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).\n"
+             "    max_log_num_errored: u8,\n", "", 1),
         ],
         "creation.rs": [
-            ("    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).\n"
-             "    pub(crate) max_log_num_errored: u8,\n", "", 1),
             ("            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),\n", "", 1),
         ],
     },
@@ -409,7 +421,13 @@ _PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3d-2", "pr3e"]
 
 # What holds from a part on (once what it brings is there).
 _SINCE = {
-    "pr3d-2": {},
+    "pr3d": {
+        "mod.rs": [
+            ("    /// Posts one send request at the cost of the raw calls, as\n"
+             "    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):\n",
+             "    /// Posts one send request at the cost of the raw calls:\n", 1),
+        ],
+    },
 }
 
 
@@ -417,15 +435,16 @@ def INITIATOR_REWRITES(name, part):
     """The rewrites of the DC initiator's file `name` (under src/mlx5/dc/initiator/) in `part`."""
     later = _PARTS[_PARTS.index(part) + 1:]
     rewrites = list(_FIRST.get(name, [])) + _THIS_CRATE.get(name, [])
-    # The later parts' cuts first: some of the crate's lines they cut name this crate's types.
-    for other in later:
+    # The later parts' cuts first (the latest first: a part's rewrites read its own lines, which
+    # an earlier part's cut would remove): some of the crate's lines they cut name this crate's types.
+    for other in reversed(later):
         rewrites += _LATER[other].get(name, [])
     for since, files in _SINCE.items():
         if since not in later:
             rewrites += files.get(name, [])
     rewrites += _ALWAYS.get(name, [])
     if name == "mod.rs" and part in _GUIDE:
-        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`mlx5dv_wr_set_dc_addr`) and the DC initiator's batches.\n"),
+        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`mlx5dv_wr_set_dc_addr`, or one address for a whole batch).\n"),
                          _GUIDE[part], 1))
     return rewrites
 
@@ -450,7 +469,6 @@ LEFT_OUT = {
     _INIT + "recovery.rs": "the DC initiator's recovery: pull request 3c-2",
     _INIT + "transport.rs": "DC posting: pull request 3d",
     _INIT + "addressed.rs": "DC posting: pull request 3d",
-    _INIT + "send.rs": "DC posting: pull request 3d",
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC

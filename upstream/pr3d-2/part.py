@@ -90,7 +90,7 @@ MOVES = {
             "rewrites": _ENDPOINTS["ENDPOINT_REWRITES"]("pr3d-2"),
         },
         _initiator("transport.rs"),
-        _initiator("send.rs"),
+        _initiator("mod.rs"),
         _initiator("addressed.rs"),
         _initiator("bring_up.rs"),
     ],

@@ -27,7 +27,6 @@ MOVES = {
         _move("creation.rs", helpers=["query_device_attr"]),
         _move("transport.rs"),
         _move("addressed.rs"),
-        _move("send.rs"),
     ],
 }
 

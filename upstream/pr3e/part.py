@@ -28,12 +28,11 @@ def _move(name, helpers=(), rewrites=()):
 # The reset through rdma-mummy-sys' binding: its wrapper returns EOPNOTSUPP where libmlx5 lacks the
 # function, as libmlx5 does where the device cannot reset streams, so the two are one error kind.
 _STREAM_RESET = [
-    ("//! The reset of one errored DCI stream, `mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37\n"
-     "//! and later), which this crate resolves itself until rdma-mummy-sys binds it.\n",
-     "//! The reset of one errored DCI stream, `mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37\n"
-     "//! and later).\n", 1),
-    ("use crate::ibverbs::queue_pair::QueuePairState;\n",
-     "use rdma_mummy_sys::mlx5dv_dci_stream_id_reset;\n\nuse crate::ibverbs::queue_pair::QueuePairState;\n", 1),
+    ("`mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later),\n"
+     "//! which this crate resolves itself until rdma-mummy-sys binds it.\n",
+     "`mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later).\n", 1),
+    ("use std::time::{Duration, Instant};\n\n",
+     "use std::time::{Duration, Instant};\n\nuse rdma_mummy_sys::mlx5dv_dci_stream_id_reset;\n", 1),
     (("    /// libmlx5 has no `mlx5dv_dci_stream_id_reset`", "    NotSupported,\n"), "", 1),
     ("    /// The device cannot reset streams: its `dci_streams_caps.max_log_num_errored` is 0, or it\n"
      "    /// lacks the QP context extension (`EOPNOTSUPP` from `mlx5dv_dci_stream_id_reset` while the\n"
@@ -61,8 +60,7 @@ MOVES = {
     "1-dci-stream-reset": [
         _move("mod.rs"),
         _move("creation.rs", helpers=["query_device_attr"]),
-        _move("recovery.rs"),
-        _move("stream_reset.rs", rewrites=_STREAM_RESET),
+        _move("recovery.rs", rewrites=_STREAM_RESET),
     ],
     "2-dc-hello-example": [
         {

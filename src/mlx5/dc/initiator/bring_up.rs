@@ -274,9 +274,7 @@ impl DcInitiator {
     pub fn path_mtu(&self) -> Option<Mtu> {
         Some(self.brought_up_with.as_ref()?.path_mtu())
     }
-}
 
-impl DcInitiator {
     /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
     /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
     /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
@@ -299,9 +297,7 @@ impl DcInitiator {
             .find(|(listed_from, listed_to, _, _)| (*listed_from, *listed_to) == (from, to))
             .map(|(_, _, required, _)| required.bits())
     }
-}
 
-impl DcInitiator {
     /// Brings the DC initiator from RESET to RTS in one call (RESET → INIT → RTR → RTS, each
     /// checked against the DC initiator's table), and keeps the attributes for
     /// [`recover`](Self::recover). A port that cannot carry traffic yet (not active, or an

@@ -16,7 +16,8 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::{
-    dc_entries, CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciStreams,
+    dc_entries, CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciCreation,
+    DciStreams, Granted,
 };
 use crate::ibverbs::queue_pair::QueuePairCore;
 use crate::ibverbs::thread_domain::ThreadDomain;
@@ -381,37 +382,6 @@ pub(crate) fn dci_init_attributes(
 
 /// `MLX5DV_DCTYPE_DCI`.
 const MLX5DV_DCTYPE_DCI: mlx5dv_dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCI;
-
-/// What a DC initiator was created with, to create it again where the kernel refuses its move
-/// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
-/// kept alive by the queue pair's parents, and a parent domain by the DC initiator's thread
-/// domain).
-#[derive(Clone, Copy)]
-pub(crate) struct DciCreation {
-    pub(crate) init: Zeroed<ibv_qp_init_attr_ex>,
-    pub(crate) mlx5: Zeroed<mlx5dv_qp_init_attr>,
-    pub(crate) params: DciInitParameters,
-    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).
-    pub(crate) max_log_num_errored: u8,
-}
-
-/// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back into the init attributes: at least
-/// what was asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Granted {
-    pub(crate) max_send_wr: u32,
-    pub(crate) max_inline_data: u32,
-}
-
-impl Granted {
-    /// The capacities of init attributes after `mlx5dv_create_qp` returned.
-    pub(super) fn of(init: &ibv_qp_init_attr_ex) -> Self {
-        Self {
-            max_send_wr: init.cap.max_send_wr,
-            max_inline_data: init.cap.max_inline_data,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -12,14 +12,13 @@
 //! [`DcInitiator::recover`] brings it back in one call; with DCI streams, one errored stream is
 //! reset with [`DcInitiator::reset_stream`].
 //!
-//! This module defines the builder and its errors and the DC initiator with its accessors; the
-//! rest is in private files, one concern each: `plan` and `creation`, the builder's settings and
-//! `build` (the plan from a request and the device to `mlx5dv_create_qp`, sized as libmlx5 sizes
-//! it, so what it will grant is known before the call); `bring_up`, the bring-up parameters and
-//! the transitions to RTS; `recovery`, the state read from the device and `recover` after an
-//! error; `stream_reset`, the reset of one DCI stream; `transport`, `addressed` and `send`,
-//! posting: the DC transport of the post guard (a request's address step,
-//! `mlx5dv_wr_set_dc_addr`) and the DC initiator's batches.
+//! This module defines the builder and its errors and the DC initiator with its accessors and
+//! its batches; the DC initiator's other methods are in one file per concept: `creation`, the
+//! builder's settings and `build` (planned by `plan`, sized as libmlx5 sizes it, so what it will
+//! grant is known before the call); `bring_up`, the transitions to RTS; `recovery`, the state read
+//! from the device, `recover` after an error and the reset of one DCI stream. `transport` and
+//! `addressed` are the DC transport of the post guard (a request's address step,
+//! `mlx5dv_wr_set_dc_addr`, or one address for a whole batch).
 //!
 //! # Reference
 //!
@@ -29,31 +28,34 @@ use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_qp, ibv_qp_ex, mlx5dv_qp_ex};
+use rdma_mummy_sys::{ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, mlx5dv_qp_ex, mlx5dv_qp_init_attr};
 use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags, WorkRequestFlags};
 
 use self::bring_up::BringUpAttributes;
-use self::creation::{DciCreation, Granted};
-use crate::ibverbs::post_send_guard::{entry, ProviderEntries};
+use self::plan::DciInitParameters;
+use crate::ibverbs::address_handle::AddressHandle;
+use crate::ibverbs::post_send_guard::{
+    entry, PathMtus, ProviderEntries, TypedPostSendError, TypedPostSendGuard, TypedWorkRequestHandle,
+};
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};
+use crate::ibverbs::zeroed::Zeroed;
 
 mod addressed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
 pub(crate) mod recovery;
-mod send;
-mod stream_reset;
 mod transport;
 
 pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};
 pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
 use self::plan::DciRequest;
-pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};
-pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};
+pub use self::recovery::{
+    DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
+};
 pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
 pub use super::queue_pair::PortNotReady;
 
@@ -384,6 +386,68 @@ impl DcInitiator {
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.core.modify(attr)
     }
+
+    /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target
+    /// `dct_number` with access key `dc_key`, over the route of `ah`
+    /// (`mlx5dv_wr_set_dc_addr`), or, with a `stream`, on that DCI stream
+    /// (`mlx5dv_wr_set_dc_addr_stream`): `construct_wr` → operation → data, with no address
+    /// step. What a pool of initiators posts, one destination per batch.
+    ///
+    /// As [`start_post_send`](Self::start_post_send)'s, its requests are refused before the
+    /// provider for an operation the initiator was not created with, for inline data beyond its
+    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and
+    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an
+    /// initiator created without DCI streams refuses each request
+    /// ([`OperationNotEnabled`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::OperationNotEnabled)
+    /// naming `wr_set_dc_addr_stream`).
+    #[inline]
+    pub fn start_post_send_to<'g>(
+        &'g mut self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
+    ) -> TypedPostSendGuard<'g, BatchAddressed<DcBatchAddress>> {
+        let (qp_ex, mut entries) = self.send_view;
+        if stream.is_some() && !entries.contains(SET_DC_ADDR_STREAM) {
+            // Refused under the stream setter's name (DcBatchAddress).
+            entries = ProviderEntries::NONE.with(entries.bits() & !SET_DC_ADDR);
+        }
+        // SAFETY: the mlx5 view is this initiator's own, and `ah` is borrowed for as long as the
+        // guard lives (libmlx5 copies its address vector at each request's data step).
+        let address = unsafe { DcAddress::new(self.mlx5_qp_ex, ah.ah(), dct_number, dc_key) };
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation (the DC setters checked as above).
+        let mut guard = unsafe { TypedPostSendGuard::start(qp_ex, entries, DcBatchAddress::new(address, stream)) };
+        guard.set_max_inline_data(self.granted.max_inline_data);
+        guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));
+        guard
+    }
+
+    /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
+    /// `setup_dc_addr` between its operation and its data.
+    #[inline]
+    pub fn start_post_send(&mut self) -> TypedPostSendGuard<'_, DynamicallyConnected> {
+        let (qp_ex, entries) = self.send_view;
+        // Its mlx5 view, and the path MTU its READs are held to.
+        let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
+        // provider filled the entries read at creation; the context is its mlx5 view.
+        let mut guard = unsafe { TypedPostSendGuard::start(qp_ex, entries, context) };
+        guard.set_max_inline_data(self.granted.max_inline_data);
+        guard
+    }
+
+    /// Posts one send request at the cost of the raw calls, as
+    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):
+    /// `request` describes it from its operation on, its DC address included
+    /// (`wr.setup_send().setup_dc_addr(&ah, dct_number, dc_key).setup_inline_data(b"hi")`); an
+    /// operation or setter the DC initiator was not created with never reaches the provider.
+    #[inline]
+    pub fn post_send_one(
+        &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
+        request: impl FnOnce(TypedWorkRequestHandle<'_, DynamicallyConnected>),
+    ) -> Result<(), TypedPostSendError> {
+        let mut guard = self.start_post_send();
+        request(guard.construct_wr(wr_id, wr_flags));
+        guard.post()
+    }
 }
 
 /// The mlx5 entries a DC initiator's requests call: `wr_set_dc_addr`, and with streams
@@ -404,4 +468,35 @@ pub(crate) unsafe fn dc_entries(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, streams: bool
         return Err("wr_set_dc_addr_stream");
     }
     Ok(SET_DC_ADDR | SET_DC_ADDR_STREAM)
+}
+
+/// What a DC initiator was created with, to create it again where the kernel refuses its move
+/// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
+/// kept alive by the queue pair's parents, and a parent domain by the DC initiator's thread
+/// domain).
+#[derive(Clone, Copy)]
+struct DciCreation {
+    init: Zeroed<ibv_qp_init_attr_ex>,
+    mlx5: Zeroed<mlx5dv_qp_init_attr>,
+    params: DciInitParameters,
+    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).
+    max_log_num_errored: u8,
+}
+
+/// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back into the init attributes: at least
+/// what was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Granted {
+    max_send_wr: u32,
+    max_inline_data: u32,
+}
+
+impl Granted {
+    /// The capacities of init attributes after `mlx5dv_create_qp` returned.
+    fn of(init: &ibv_qp_init_attr_ex) -> Self {
+        Self {
+            max_send_wr: init.cap.max_send_wr,
+            max_inline_data: init.cap.max_inline_data,
+        }
+    }
 }

@@ -27,11 +27,17 @@ pub enum DynamicallyConnected {}
 /// refused where it would not fit: see [`DcDestination::setup_dc_addr`]).
 #[derive(Debug, Clone, Copy)]
 pub struct DcContext {
-    pub(super) view: NonNull<mlx5dv_qp_ex>,
-    pub(super) path_mtu: Option<Mtu>,
+    view: NonNull<mlx5dv_qp_ex>,
+    path_mtu: Option<Mtu>,
 }
 
 impl DcContext {
+    /// The context of a DC initiator of this crate: its mlx5 view and the path MTU it was brought
+    /// up with.
+    pub(super) fn new(view: NonNull<mlx5dv_qp_ex>, path_mtu: Option<Mtu>) -> Self {
+        Self { view, path_mtu }
+    }
+
     /// The context of a DC initiator's mlx5 view, for a guard started with
     /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create: public for a
     /// runtime or a pool that creates its DC initiators itself (through libmlx5 or C code of its
@@ -355,11 +361,12 @@ mod tests {
         // SAFETY: zeroes are valid for mlx5dv_qp_ex (an integer and optional functions).
         let mut mlx5: mlx5dv_qp_ex = unsafe { std::mem::zeroed() };
         mlx5.wr_set_dc_addr = Some(set_dc_addr);
-        // SAFETY: the view is live for both calls; only its function pointers are read.
+        // SAFETY: the view is live; only its function pointers are read.
         assert_eq!(
             unsafe { dc_entries(NonNull::from(&mut mlx5), true) },
             Err("wr_set_dc_addr_stream")
         );
+        // SAFETY: as above.
         assert!(unsafe { dc_entries(NonNull::from(&mut mlx5), false) }.is_ok());
         mlx5.wr_set_dc_addr = None;
         // SAFETY: as above.
