@@ -76,8 +76,7 @@
 //!
 //! Each module's documentation is a chapter:
 //!
-//! - [`ibverbs`]: shared receive queues, one-request posts, what posting guarantees, completion
-//!   events; then [`ibverbs::async_event`] for the SRQ limit event and the refill loop;
+//! - [`ibverbs`]: one-request posts, what posting guarantees, completion events; then [`ibverbs::async_event`] for the SRQ limit event and the refill loop;
 //! - `mlx5`: is this device mlx5, and what can its DC do (`mlx5::dc_capabilities`);
 //! - `mlx5::dc`: DC targets and initiators, a whole DC program, recovery after errors;
 //!

@@ -20,15 +20,11 @@
 //! limit again (it is one-shot: the device disarms it when it fires).
 //!
 //! **Under steady traffic, check for the limit event on every drain of the completion queue,
-//! not only in `select!`.** A server that waits for completion events and asynchronous events in
-//! one `select!` only sees the limit event when `select!` picks that branch. While datagrams keep
-//! coming, the completion branch is ready at every turn, and each turn's drain consumes more
-//! receives from the shared receive queue; `select!` picks among ready branches at random, so the
-//! event branch can lose several turns in a row after the limit fired, while the queue runs
-//! down to empty. The next datagram then finds no receive: a UD (or DC) datagram is dropped
-//! without a trace (only RC answers with an RNR NAK and retries). So after each drain, look with
-//! [`try_read`](AsyncEventWaiter::try_read) (one non-blocking read, `EAGAIN` when nothing is
-//! pending) and refill at once, and keep the `select!` branch for an idle server:
+//! not only in `select!`**: while completions keep coming, `select!` may pick the completion
+//! branch turn after turn while the queue runs empty, and a UD (or DC) datagram that finds no
+//! receive is dropped without a trace. After each drain, look with
+//! [`try_read`](AsyncEventWaiter::try_read) (one non-blocking read) and refill at once; keep the
+//! `select!` branch for an idle server:
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {

@@ -4,15 +4,35 @@
 //!
 //! The loop, for a CQ created with
 //! [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel):
+//! arm the CQ ([`req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq)), wait
+//! for a [`CompletionEvent`], re-arm, then drain the CQ (a completion that arrives between the last
+//! poll and the re-arm would otherwise raise no event). For an async runtime, make the channel
+//! non-blocking, wait for its file descriptor to turn readable, then
+//! [`try_get_cq_event`](super::extension::CompletionChannelExt::try_get_cq_event).
 //!
-//! 1. arm the CQ with [`req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq):
-//!    the next completion added to it puts one event on the channel;
-//! 2. wait for a [`CompletionEvent`] with
-//!    [`get_cq_event`](super::extension::CompletionChannelExt::get_cq_event) (or wait until the
-//!    channel's file descriptor is readable, then
-//!    [`try_get_cq_event`](super::extension::CompletionChannelExt::try_get_cq_event));
-//! 3. re-arm the CQ, then drain it by polling: a completion that arrives between the last poll and
-//!    the re-arm would otherwise raise no event.
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+//! use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt, CompletionQueueExt};
+//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let devices = DeviceList::new()?;
+//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
+//!     let channel = ctx.create_comp_channel()?;
+//!     let cq = ctx.create_cq_builder().setup_cqe(256).setup_comp_channel(&channel, 0).build()?;
+//!     cq.req_notify_cq(false)?; // the next completion raises one event
+//!     // ... post work ...
+//!     if let Some(event) = channel.get_cq_event_timeout(Duration::from_secs(1))? {
+//!         assert!(event.is_for(&*cq));
+//!         cq.req_notify_cq(false)?; // re-arm before draining: no completion slips between the two
+//!         let mut wcs = [WorkCompletion::default(); 32];
+//!         while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
+//!     } // the event is acknowledged here (or collect many in a CompletionEventBatch)
+//!     Ok(())
+//! }
+//! ```
 //!
 //! Each event names its CQ and holds it, so the CQ cannot be destroyed before the event is
 //! acknowledged (`ibv_destroy_cq` waits for every event it delivered to be acknowledged, which

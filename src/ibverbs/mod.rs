@@ -1,90 +1,16 @@
 //! Extensions to sideway's [`ibverbs`](sideway::ibverbs) module: the parts of libibverbs that
 //! sideway 0.4.3 does not wrap yet.
 //!
-//! - [`shared_receive_queue`]: shared receive queues (SRQ), their limit, and posting receives;
-//! - [`queue_pair`]: RC and UD queue pairs that receive through an SRQ, on a queue-pair core
-//!   with a transition table per type, and [`post_send_guard`], the `ibv_wr_*` posting API;
-//! - [`bring_up`]: RC and UD queue pairs brought to RTS in one call (RC from the peer's
-//!   [`RcEndpoint`](bring_up::RcEndpoint));
-//! - [`address_handle`]: address handles for datagram transports, made from an
-//!   [`address::AddressHandleAttribute`] (also from a received datagram's work completion:
-//!   [`address_from_work_completion`]), and [`source_gid`], which local GID a global address is
-//!   sent from;
-//! - [`async_event`]: the device context's asynchronous events (SRQ limit, QP last WQE, …);
-//! - [`work_completion`]: completions with every field, including the queue pair number;
-//! - `thread_domain` (feature `mlx5`): a thread domain and its parent domain, on which an mlx5
-//!   DC initiator gets a doorbell register of its own;
-//! - [`completion_channel`]: completion events, to sleep (or wait on a file descriptor) until a
-//!   completion queue gets a completion instead of busy polling it;
-//! - [`async_completion_channel`] (feature `tokio`): the same events awaited from a tokio task
-//!   (`channel.wait().await`);
-//! - [`async_event_waiter`] (feature `tokio`): asynchronous events awaited from a tokio task
-//!   (`events.wait().await`), and the shared receive queue's limit-event refill loop;
-//! - [`extension`]: the factories on sideway's types (`pd.create_srq_builder()`, `pd.create_ah()`,
-//!   `ctx.async_event_reader()`, `cq.poll_work_completions()`) and the completion-event methods
-//!   (`cq.req_notify_cq()`, `channel.get_cq_event()`).
-//!
-//! # Shared receive queues
-//!
-//! One SRQ feeds many queue pairs: post receives once, and every RC or UD queue pair created on
-//! it consumes them. The SRQ outlives its queue pairs by construction (each holds an `Arc` of
-//! it); its limit event ([`async_event`]) tells when to refill.
-//!
-//! ```no_run
-//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-//! use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
-//! use sideway::ibverbs::AccessFlags;
-//! use sideway_ext::ibverbs::async_event::AsyncEventType;
-//! use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
-//! use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueueModification};
-//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
-//!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     // sideway as usual: a device, a protection domain, a completion queue, a registered buffer.
-//!     let devices = DeviceList::new()?;
-//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
-//!     let pd = ctx.alloc_pd()?;
-//!     let cq = ctx.create_cq_builder().setup_cqe(1024).build()?;
-//!     let buffer = vec![0u8; 512 * 4096];
-//!     let base = buffer.as_ptr() as u64;
-//!     // SAFETY: the buffer outlives the memory region (dropped after it) and is never moved.
-//!     let mr = unsafe { pd.reg_mr(base as usize, buffer.len(), AccessFlags::LocalWrite)? };
-//!
-//!     let srq = pd.create_srq_builder().setup_max_wr(512).setup_max_sge(1).build()?;
-//!     let mut storage = PostReceiveStorage::with_capacity(512, 0); // reused batch after batch
-//!     let mut guard = srq.start_post_recv(&mut storage);
-//!     for slot in 0..512u64 {
-//!         // SAFETY: each slot lies in `mr` and stays valid until its receive completes.
-//!         unsafe { guard.construct_wr(slot).setup_sge(mr.lkey(), base + slot * 4096, 4096) };
-//!     }
-//!     guard.post()?; // on error: err.failed_index() and err.posted() say what went in
-//!     srq.modify(SharedReceiveQueueModification::ArmLimit(64))?;
-//!
-//!     let mut qp = srq.create_qp_builder().setup_send_cq(cq.clone()).setup_recv_cq(cq.clone()).build_rc()?;
-//!     // ... bring the queue pair up to RTS towards its peer (queue_pair module) ...
-//!     let mut send = qp.start_post_send();
-//!     send.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_inline_data(b"hello");
-//!     send.post()?;
-//!
-//!     let mut wcs = [WorkCompletion::default(); 32];
-//!     for wc in cq.poll_work_completions(&mut wcs)? {
-//!         println!("wr_id {} arrived on QP {}", wc.wr_id(), wc.qp_number());
-//!     }
-//!     let events = ctx.async_event_reader();
-//!     if let Some(event) = events.try_read()? {
-//!         if event.event_type() == AsyncEventType::SharedReceiveQueueLimitReached { /* refill */ }
-//!     }
-//!     Ok(())
-//! }
-//! ```
-//!
-//! `tests/test_shared_receive_queue.rs` has complete, running versions of each step.
+//! Its modules are listed below; this page is the guide to what they share: one-request posts,
+//! what posting guarantees, and completion events. The crate root's first program shows a shared
+//! receive queue feeding RC queue pairs; `tests/test_shared_receive_queue.rs` has complete,
+//! running versions of each step.
 //!
 //! # One request at a time
 //!
 //! The everyday paths, reposting the receive that just completed and sending the next message,
 //! have one-request calls that make the same verbs calls as direct C code, with no batch to
-//! open (`scripts/bench` prints their cost beside the raw calls'):
+//! open:
 //! [`SharedReceiveQueue::post_recv_one`](shared_receive_queue::SharedReceiveQueue::post_recv_one)
 //! and `post_send_one` on every queue pair.
 //!
@@ -148,45 +74,9 @@
 //!
 //! # Completion events
 //!
-//! Instead of busy polling, sleep until a completion queue gets a completion: build the CQ with a
-//! completion channel, arm it, wait for the event (blocking, with a timeout, or on the channel's
-//! file descriptor from an async runtime), re-arm, then drain the CQ. Each event holds its CQ and
-//! is acknowledged when dropped, so a CQ is never destroyed with an event outstanding.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//!
-//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-//! use sideway_ext::ibverbs::extension::{CompletionChannelExt, CompletionQueueEventExt, CompletionQueueExt};
-//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
-//!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let devices = DeviceList::new()?;
-//!     let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
-//!     let channel = ctx.create_comp_channel()?;
-//!     let cq = ctx.create_cq_builder().setup_cqe(256).setup_comp_channel(&channel, 0).build()?;
-//!     cq.req_notify_cq(false)?; // the next completion raises one event
-//!     // ... post work ...
-//!     if let Some(event) = channel.get_cq_event_timeout(Duration::from_secs(1))? {
-//!         assert!(event.is_for(&*cq));
-//!         cq.req_notify_cq(false)?; // re-arm before draining: no completion slips between the two
-//!         let mut wcs = [WorkCompletion::default(); 32];
-//!         while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
-//!     } // the event is acknowledged here (or collect many in a CompletionEventBatch)
-//!     Ok(())
-//! }
-//! ```
-//!
-//! For an async runtime, `channel.set_nonblocking(true)` and wait on `channel.as_fd()` turning
-//! readable, then `channel.try_get_cq_event()`; with the `tokio` feature,
-//! `async_completion_channel::AsyncCompletionChannel` does it: `channel.wait().await` returns the
-//! next event (readiness is cleared only after the channel said `EAGAIN`, so no wakeup is lost;
-//! dropping the future consumes no event). `examples/async_pingpong.rs` is an echo over 16 RC
-//! queue pairs on one SRQ driven from one tokio task this way; `srq_pingpong -e` runs the
-//! blocking loop.
-// The list above links the tokio modules, which exist with the `tokio` feature only (CI
-// documents with every feature, where the links are checked).
-#![cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
+//! Instead of busy polling, sleep until a completion queue gets a completion: the
+//! [`completion_channel`] module (blocking, or on the channel's file descriptor), with the
+//! `tokio` feature `async_completion_channel` (`channel.wait().await`).
 pub mod address;
 pub mod address_from_work_completion;
 pub mod address_handle;

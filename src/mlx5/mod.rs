@@ -5,20 +5,8 @@
 //! mlx5, or where libmlx5 is missing, every call reports "not supported" instead of failing to
 //! link or panicking.
 //!
-//! This folder holds the control plane; the DC data plane is in [`dc`]:
-//! - [`device_context`]: [`Mlx5DeviceContext`](device_context::Mlx5DeviceContext), built from a
-//!   sideway device context, and its queries;
-//! - [`device_attributes`]: the attributes `mlx5dv_query_device` returns, decoded;
-//! - [`dc_capabilities`]: the DC summary (can the device have DC, read/atomic depths, DCI streams,
-//!   ODP, the largest send request);
-//! - [`send_wqe_sizes`]: the largest send request the device takes (`max_wqe_sz_sq`,
-//!   `max_wqe_sz_sq_dc`), read with `QUERY_HCA_CAP`;
-//! - [`dc`]: DC initiators and targets, and their endpoints (a pool of initiators is the crate
-//!   `sideway-ext-dc-pool`);
-//! - [`direct_objects`]: the memory behind a queue pair, CQ and address handle
-//!   (`mlx5dv_init_obj`), for code that writes its own WQEs (`sideway-ext-dc-direct`);
-//! - [`extension`]: the DC factories on sideway's protection domain (`pd.create_dci_builder()`,
-//!   `pd.create_dct_builder()`).
+//! This folder holds the control plane (the device context and its queries); the DC transport
+//! is in [`dc`], a pool of its initiators in the crate `sideway-ext-dc-pool`.
 //!
 //! # Is this device mlx5, and what can its DC do?
 //!
@@ -55,16 +43,10 @@
 //! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest -d mlx5_0
 //! ```
 //!
-//! It builds a DC target on a shared receive queue and a DC initiator, then runs an RDMA WRITE
-//! and READ of 4 KiB (checked byte for byte), fetch-and-add and compare-and-swap, a SEND into the
-//! target's SRQ, a write with a wrong DC key and one to a destroyed DC target (each: the error
-//! completion, the initiator in ERR, `recover`, a write that arrives), and an errored DCI stream
-//! where the device has streams. It prints one line per check, `ok`, `FAILED` with the
-//! completion status, or `skipped` with why, and exits 0 when nothing failed, 2 when a check
-//! failed, and 1 with one line on a device that is not mlx5, as on SoftRoCE. With
-//! `--report FILE` it also writes a JSON report to attach to an issue (versions, device,
-//! capabilities, granted sizes, each check, each fault's status, vendor syndrome and time; see
-//! TESTING.md). The ConnectX test suite (TESTING.md) goes further.
+//! It runs each DC operation, the faults a DC initiator recovers from and an errored DCI stream
+//! against a DC target on the same port, prints one line per check (`ok`, `FAILED`, `skipped`)
+//! and exits 0, 2 when a check failed, 1 on a device that is not mlx5; `--report FILE` writes
+//! the JSON report TESTING.md describes.
 pub mod dc;
 pub mod dc_capabilities;
 pub mod device_attributes;

@@ -115,9 +115,6 @@ _ALWAYS = {
          1),
         (START_EXAMPLE, START_EXAMPLE.replace("# use crate::ibverbs::", "# use sideway::ibverbs::")
          .replace("use sideway_ext::", "use sideway::"), 1),
-        # The post path's instruction counts are measured in the crate this comes from.
-        (" as with two variants,\n    /// which the post path's instruction counts are sensitive to (`scripts/bench`).",
-         " as with two variants.", 1),
     ],
 }
 

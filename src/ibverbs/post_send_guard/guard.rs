@@ -43,9 +43,8 @@ enum Refusal {
     /// It needed this entry, which the queue pair lacks.
     Entry(&'static str),
     /// Its data has this length: inline data over the granted size, or, where the batch has
-    /// `refused_path_mtus`, an RDMA READ whose responses the requester's path would drop. One
-    /// variant for both keeps `Refused` as small and `post` as short as with two variants,
-    /// which the post path's instruction counts are sensitive to (`scripts/bench`).
+    /// `refused_path_mtus`, an RDMA READ whose responses the requester's path would drop (one
+    /// variant for both keeps `Refused` small).
     DataTooLong(usize),
 }
 

@@ -1,20 +1,9 @@
 //! The DC (Dynamically Connected) transport: one initiator reaches many targets, each request
 //! addressed on its own (`mlx5dv_wr_set_dc_addr`).
 //!
-//! - [`endpoint`]: [`DcEndpoint`](endpoint::DcEndpoint), what a peer sends to be reached over DC
-//!   (LID, GID, DCT number, DC key, RoCE or not; serializable with the `serde` feature), and the
-//!   address handle that reaches it;
-//! - [`initiator`]: the DC initiator (DCI), its bring-up and recovery, and the DC transport of
-//!   the post guard, whose requests are addressed one by one;
-//! - [`target`]: the DC target (DCT), which receives through a shared receive queue;
-//!
-//! A pool of DC initiators for many destinations (`DcInitiatorPool`) is the crate
-//! `sideway-ext-dc-pool`, built on this module's public API.
-//!
-//! The transition tables of both queue-pair types (which attributes each state change needs) are
-//! in a private module, and what both share (their creation with `mlx5dv_create_qp`, the port
-//! check before bring-up) in another. The tests drive the public API on a software ConnectX
-//! (softmlx5, the workspace's test tool), which runs libmlx5's own code and holds mlx5_ib's rules.
+//! A pool of DC initiators for many destinations is the crate `sideway-ext-dc-pool`, built on
+//! this module's public API. The tests run on a software ConnectX (softmlx5, the workspace's test
+//! tool), which runs libmlx5's own code and holds mlx5_ib's rules.
 //!
 //! # A DC program
 //!
@@ -30,12 +19,8 @@
 #![doc = include_str!("../../../examples/dc_hello.rs")]
 //! ```
 //!
-//! A DC initiator reaches a target through a [`DcEndpoint`](endpoint::DcEndpoint): the target's
-//! LID, GID, DCT number, DC key, whether its port is RoCE and its path MTU, sent by the peer
-//! (with the `serde` feature it serializes, the GID as IPv6 text).
-//! `endpoint.create_ah(&pd, port, gid_index)` gives the address handle to name in its work
-//! requests (global on RoCE, the LID on InfiniBand), after checking that the local port is on the
-//! same link layer.
+//! A DC initiator reaches a target through the [`DcEndpoint`](endpoint::DcEndpoint) the peer
+//! sends, turned into an address handle with `endpoint.create_ah(&pd, port, gid_index)`.
 //!
 //! # Across nodes
 //!
@@ -77,11 +62,6 @@
 //!   for sideway-ext.
 //! - **Port.** A port that is not active, or an InfiniBand port without a LID, is refused before
 //!   any transition (`PortNotReady`).
-//!
-//! The guard makes each request's C calls in the order the man page demands (`wr_id` and flags,
-//! the operation's builder, `mlx5dv_wr_set_dc_addr`, the data); a request without its address or
-//! its data does not compile, an operation the DCI was not created with is refused before the
-//! provider.
 //!
 //! # After an error
 //!
