@@ -211,30 +211,14 @@ impl WorkCompletion {
     }
 }
 
-/// `ibv_poll_cq` into `wcs` on a raw completion queue: the completions that were ready. For a
-/// completion queue this crate and sideway did not create (one made through libibverbs
-/// directly); sideway's queues are polled with
-/// [`CompletionQueueExt::poll_work_completions`](crate::ibverbs::extension::CompletionQueueExt::poll_work_completions).
-///
-/// ```no_run
-/// use std::ptr::NonNull;
-/// use sideway_ext::ibverbs::work_completion::{poll, WorkCompletion};
-///
-/// fn drain(cq: NonNull<rdma_mummy_sys::ibv_cq>) -> Result<usize, Box<dyn std::error::Error>> {
-///     let mut wcs = [WorkCompletion::default(); 16];
-///     // SAFETY: `cq` is a live completion queue (the caller's).
-///     Ok(unsafe { poll(cq, &mut wcs) }?.len())
-/// }
-/// ```
-///
-/// # Errors
-///
-/// The provider's failure ([`PollCompletionQueueError::Ibverbs`]).
+/// `ibv_poll_cq` into `wcs` on a raw completion queue: the completions that were ready (what
+/// [`CompletionQueueExt::poll_work_completions`](crate::ibverbs::extension::CompletionQueueExt::poll_work_completions)
+/// calls), or the provider's failure ([`PollCompletionQueueError::Ibverbs`]).
 ///
 /// # Safety
 ///
 /// `cq` must be a live completion queue, its context's `poll_cq` entry filled.
-pub unsafe fn poll(
+pub(crate) unsafe fn poll(
     cq: NonNull<ibv_cq>, wcs: &mut [WorkCompletion],
 ) -> Result<&[WorkCompletion], PollCompletionQueueError> {
     let len = wcs.len().min(i32::MAX as usize) as i32;
