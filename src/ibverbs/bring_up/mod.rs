@@ -53,11 +53,6 @@
 //! - rdma-core manpages: [`ibv_modify_qp`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html),
 //!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html); rdma-core's
 //!   `ibv_rc_pingpong` and `ibv_ud_pingpong`, whose attributes the defaults follow
-//!
-//! # Layout
-//!
-//! `unreliable_datagram.rs` holds [`UdBringUp`] and the UD bring-up, `reliable_connection.rs`
-//! [`RcBringUp`] with the RC endpoint query and bring-up, and `endpoint.rs` [`RcEndpoint`].
 mod endpoint;
 mod reliable_connection;
 mod unreliable_datagram;

@@ -16,12 +16,6 @@
 //! - rdma-core manpages: [`ibv_create_qp_ex`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html),
 //!   [`ibv_modify_qp`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html)
 //!
-//! # Layout
-//!
-//! The queue pair is here; `builder.rs` creates it, `attribute.rs` holds [`QueuePairAttribute`],
-//! `transition.rs` the transition tables and `core.rs` the queue-pair core the DC queue pairs
-//! share.
-//!
 //! [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
 pub(crate) mod attribute;
 mod builder;
