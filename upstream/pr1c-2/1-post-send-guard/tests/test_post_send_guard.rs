@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError, WorkCompletionStatus};
 use sideway::ibverbs::device_context::DeviceContext;
-use sideway::ibverbs::post_send_guard::{TypedPostSendErrorKind, ReliableConnection};
+use sideway::ibverbs::post_send_guard::{ReliableConnection, TypedPostSendErrorKind};
 use sideway::ibverbs::queue_pair::{
     ExtendedQueuePair, QueuePairType, SendOperationFlags, SetInlineData, SetScatterGatherEntry, StartPostSendErrorKind,
     WorkRequestFlags,
