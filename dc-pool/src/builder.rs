@@ -64,12 +64,8 @@ pub enum CreateDcInitiatorPoolErrorKind {
     /// (`setup_own_send_cq`).
     #[error("a send completion queue is required (setup_send_cq or setup_own_send_cq)")]
     MissingSendCompletionQueue,
-    /// The send completion queue holds fewer completions than can be in flight: every request is
-    /// signalled, so it needs initiators × the send queue each was granted
+    /// The send completion queue holds fewer than initiators × the send queue each was granted
     /// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr)).
-    /// Checked before any library call against the send queue asked for (each is granted at
-    /// least that), then against the one granted once the initiators exist (they are destroyed
-    /// again on this error).
     #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
     SendCompletionQueueTooSmall {
         /// What it holds (`ibv_cq.cqe`).
@@ -130,9 +126,7 @@ type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
 
 impl DcInitiatorPoolBuilder {
     /// A builder with the defaults: 8 initiators, each as [`DcInitiatorBuilder::new`] makes it,
-    /// address handles from the initiators' source GID, and [`DcPoolSettings`]' defaults (the
-    /// [dedicated](DcPoolPolicy::Dedicated) policy, unreachable after 3 consecutive "retry
-    /// exceeded" errors, stalls reported after 5 s).
+    /// and [`DcPoolSettings::default`].
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
@@ -148,12 +142,9 @@ impl DcInitiatorPoolBuilder {
 
     /// The completion queue of every initiator's send completions (this, or
     /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required), maybe shared with other
-    /// queue pairs (the crate documentation says how). It must hold every request that can be
-    /// in flight (the pool signals every request): initiators × the send queue each is granted
-    /// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr): at
-    /// least the `max_send_wr` of [`setup_initiator`](Self::setup_initiator), as libmlx5 rounds
-    /// the queue up to a power of two of bytes, e.g. 32 for 20), plus what the other queue pairs
-    /// need; [`build`](Self::build) refuses a CQ smaller than the pool's part
+    /// queue pairs ([`DcInitiatorPool::complete`]). It must hold initiators × the send queue each
+    /// is granted (libmlx5 rounds `max_send_wr` up, e.g. 32 for 20), plus what the other queue
+    /// pairs need
     /// ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
         self.send_cq = Some(send_cq.into());
@@ -161,11 +152,9 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// Lets [`build`](Self::build) create the send completion queue on `context` (the protection
-    /// domain's device), sized initiators × the send queue each will be granted (planned from
-    /// [`setup_initiator`](Self::setup_initiator)'s request and the device), and,
-    /// with a `channel`, on that completion channel and completion vector: arm it through
-    /// [`DcInitiatorPool::send_cq`] with
+    /// Lets [`build`](Self::build) create the send completion queue on `context`, sized
+    /// initiators × the send queue each will be granted, and, with a `channel`, on that
+    /// completion channel and vector: arm it through [`DcInitiatorPool::send_cq`] with
     /// [`req_notify_cq`](sideway_ext::ibverbs::extension::CompletionQueueEventExt::req_notify_cq) and
     /// wait for its events with [`CompletionChannelExt`](sideway_ext::ibverbs::extension::CompletionChannelExt).
     pub fn setup_own_send_cq(
@@ -179,21 +168,20 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// Every setting of [`DcPoolSettings`] at once (its protection domain aside: the pool's
-    /// address handles are created on the builder's, for its bring-up's port and with its
-    /// service class).
+    /// Every setting of [`DcPoolSettings`] at once, its protection domain aside (the builder's
+    /// is used).
     pub fn setup_settings(&mut self, settings: &DcPoolSettings) -> &mut Self {
         self.settings = settings.clone();
         self
     }
 
-    /// As [`DcPoolSettings::setup_grant_timeout`] (default 10 ms).
+    /// As [`DcPoolSettings::setup_grant_timeout`].
     pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.settings.setup_grant_timeout(timeout);
         self
     }
 
-    /// As [`DcPoolSettings::setup_clock`] (default [`Instant::now`](std::time::Instant::now)).
+    /// As [`DcPoolSettings::setup_clock`].
     pub fn setup_clock(&mut self, now: impl Fn() -> std::time::Instant + Send + Sync + 'static) -> &mut Self {
         self.settings.setup_clock(now);
         self
@@ -205,32 +193,27 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// How initiators are assigned to destinations (default dedicated).
+    /// As [`DcPoolSettings::setup_policy`].
     pub fn setup_policy(&mut self, policy: DcPoolPolicy) -> &mut Self {
         self.settings.setup_policy(policy);
         self
     }
 
-    /// Each initiator's settings, from a DC initiator builder (`pd.create_dci_builder()`): its
-    /// send queue, scatter/gather entries, inline data, send operations and DCI streams (default:
-    /// as [`DcInitiatorBuilder::new`] makes it). Its protection domain and send CQ are not used:
-    /// the initiators are created on the pool's. DCI streams are required by, and only allowed
-    /// with, the [streams](DcPoolPolicy::Streams) policy; on a device without them, creation
-    /// fails with [`is_not_supported`](CreateDcInitiatorPoolError::is_not_supported).
+    /// Each initiator's settings, from a DC initiator builder (`pd.create_dci_builder()`); its
+    /// protection domain and send CQ are the pool's. DCI streams are required by, and only
+    /// allowed with, the [streams](DcPoolPolicy::Streams) policy.
     pub fn setup_initiator(&mut self, initiator: &DcInitiatorBuilder) -> &mut Self {
         self.initiator = initiator.clone();
         self
     }
 
     /// How every initiator is brought up to RTS, and recovered (required). Its source GID is the
-    /// one the pool's address handles are sent from (by default, on RoCE, the port's RoCE v2
-    /// GID: [`DcInitiatorBringUp::setup_source_gid`]); its path MTU is the largest packet the
-    /// pool sends, and a destination whose endpoint says its port takes less is refused
-    /// ([`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)): give
-    /// it the smallest of your destinations'
-    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`]). A destination at a larger MTU
-    /// answers READs in packets of its own: a READ longer than the initiators' MTU to it is
-    /// refused at post (`ReadResponsesTooLarge`); bring its target up with the fleet's MTU.
+    /// one the pool's address handles are sent from ([`DcInitiatorBringUp::setup_source_gid`]);
+    /// its path MTU is the largest packet the pool sends: give it the smallest of your
+    /// destinations' ([`DcInitiatorBringUp::setup_destination_path_mtu`]), else
+    /// [`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall). A READ
+    /// longer than that MTU to a destination at a larger one is refused at post
+    /// (`ReadResponsesTooLarge`).
     pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
         self.bring_up = Some(bring_up);
         self
@@ -243,13 +226,13 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// As [`DcPoolSettings::setup_unreachable_after`] (default 3).
+    /// As [`DcPoolSettings::setup_unreachable_after`].
     pub fn setup_unreachable_after(&mut self, errors: u32) -> &mut Self {
         self.settings.setup_unreachable_after(errors);
         self
     }
 
-    /// As [`DcPoolSettings::setup_stall_timeout`] (default 5 s).
+    /// As [`DcPoolSettings::setup_stall_timeout`].
     pub fn setup_stall_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.settings.setup_stall_timeout(timeout);
         self
@@ -265,9 +248,8 @@ impl DcInitiatorPoolBuilder {
             .ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
-        // Every request is signalled, and each initiator is granted at least the send queue asked
-        // for: a CQ below initiators × that is refused before any library call (and checked
-        // against what was granted once the initiators exist).
+        // Each initiator is granted at least the send queue asked for: refused before any
+        // library call, checked again against what was granted.
         let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
@@ -335,10 +317,7 @@ fn entries(cq: &GenericCompletionQueue) -> u32 {
     u32::try_from(unsafe { (*cq.cq().as_ptr()).cqe }).unwrap_or(0)
 }
 
-/// Whether a send CQ of `cqe` entries holds every request `initiators` may have in flight: the
-/// pool keeps in flight on each its send queue as libmlx5 granted it
-/// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr), the
-/// smallest were they to differ), and signals every request.
+/// Whether a send CQ of `cqe` entries holds every request `initiators` may have in flight.
 fn check_send_cq<I: PoolInitiator>(initiators: &[I], cqe: u32) -> Result<(), CreateDcInitiatorPoolErrorKind> {
     let per_initiator = initiators.iter().map(I::max_send_wr).min().unwrap_or(0).max(1);
     let needed = initiators.len() as u64 * u64::from(per_initiator);
@@ -348,8 +327,7 @@ fn check_send_cq<I: PoolInitiator>(initiators: &[I], cqe: u32) -> Result<(), Cre
     Ok(())
 }
 
-/// What every pool's builder refuses: 0 or too many initiators, and DCI streams without the
-/// streams policy or that policy without them.
+/// What every pool's builder refuses: 0 or too many initiators, and [`check_streams`].
 pub(crate) fn check_shape(
     count: usize, policy: DcPoolPolicy, streams: bool,
 ) -> Result<(), CreateDcInitiatorPoolErrorKind> {

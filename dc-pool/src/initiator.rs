@@ -1,13 +1,7 @@
-//! What the pool needs of its DC initiators, as safe Rust: [`PoolInitiator`] (what the pool
-//! reads of one, its recovery, and a batch of requests to one DC address), [`PoolBatch`] (that
-//! batch: build requests, post once) and [`PoolCompletionQueue`] (the send completions, as
-//! [`PoolCompletion`] values). No C structure crosses them.
-//!
-//! [`DcInitiator`] implements them over its post guard
-//! ([`start_post_send_to`](DcInitiator::start_post_send_to)), on sideway's
-//! [`GenericCompletionQueue`]; an initiator of one's own (another writer of work requests, its
-//! own poller) implements them to be pooled the same way
-//! ([`DcInitiatorPool::from_initiators`](super::DcInitiatorPool::from_initiators)).
+//! What the pool needs of its DC initiators, as safe Rust: [`PoolInitiator`], [`PoolBatch`] and
+//! [`PoolCompletionQueue`]. [`DcInitiator`] implements them on sideway's
+//! [`GenericCompletionQueue`]; an initiator of one's own implements them to be pooled the same
+//! way ([`DcInitiatorPool::from_initiators`](super::DcInitiatorPool::from_initiators)).
 use std::error::Error;
 use std::sync::Arc;
 
@@ -32,21 +26,8 @@ pub enum StreamResetRefusal {
     Failed(Box<dyn Error + Send + Sync>),
 }
 
-/// A DC initiator a [`DcInitiatorPool`](super::DcInitiatorPool) is made of.
-///
-/// An implementor provides:
-///
-/// - what the pool reads of it: its queue pair number (which its completions carry), its send
-///   queue, its DCI streams, and, for the address handles the pool creates, its path MTU and
-///   source GID;
-/// - its recovery: [`recover`](Self::recover) from ERR, [`reset_stream`](Self::reset_stream) of
-///   one errored stream, each called only once the device reported every request it held;
-/// - posting: an [`Address`](Self::Address) made once per destination from the address handle
-///   the pool creates for it, and [`start_batch`](Self::start_batch), a batch of requests to
-///   one DC address (optionally on one DCI stream) posted at once ([`PoolBatch`]);
-/// - the [`CompletionQueue`](Self::CompletionQueue) its send completions go to.
-///
-/// [`DcInitiator`] is the one the pool's builder creates.
+/// A DC initiator a [`DcInitiatorPool`](super::DcInitiatorPool) is made of: what the pool reads
+/// of it, its recovery, and batches of requests to one DC address.
 pub trait PoolInitiator {
     /// What a destination's address becomes for this initiator, made once per destination
     /// ([`address`](Self::address)) and kept until the destination is removed.
@@ -106,11 +87,8 @@ pub trait PoolInitiator {
 }
 
 /// A batch of requests to one DC address ([`PoolInitiator::start_batch`]), rung once at
-/// [`post`](Self::post). Dropped unposted, it posts nothing.
-///
-/// An implementor provides the request builder ([`Request`](Self::Request): operation, then
-/// data), how many requests it holds, and the post: all of them, or on error none. A request it
-/// refuses before the device is named in the error by its index in the batch (as
+/// [`post`](Self::post). Dropped unposted, it posts nothing. A request it refuses before the
+/// device is named in the error by its index in the batch (as
 /// [`TypedPostSendErrorKind`](sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind)'s refusals
 /// are), so that the pool names it by its caller's `wr_id`.
 pub trait PoolBatch {
@@ -120,7 +98,8 @@ pub trait PoolBatch {
     where
         Self: 'r;
 
-    /// Starts a request with the provider-visible `wr_id` and `wr_flags`.
+    /// Starts a request with the provider-visible `wr_id` (`initiator << 48 | request number`;
+    /// the caller's is kept in the pool) and `wr_flags`.
     fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_>;
 
     /// How many requests the batch holds (those that reached their data step).
@@ -131,22 +110,17 @@ pub trait PoolBatch {
 }
 
 /// The send completion queue of a pool's initiators ([`PoolInitiator::CompletionQueue`]).
-///
-/// An implementor provides [`poll`](Self::poll): each completion as the pool reads it, and,
-/// where it has one, the completion whole, which the pool hands over as
-/// [`DcPoolEvent::OtherCompletion`](super::types::DcPoolEvent::OtherCompletion) when it is not
-/// the pool's (a CQ shared with other queue pairs).
 pub trait PoolCompletionQueue {
-    /// Polls at most 32 completions, handing each to `each`; returns how many.
+    /// Polls at most 32 completions, handing each to `each` with, where it has one, the
+    /// completion whole (handed over as
+    /// [`OtherCompletion`](super::types::DcPoolEvent::OtherCompletion) when not the pool's);
+    /// returns how many.
     fn poll(
         &mut self, each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
     ) -> Result<usize, PollCompletionQueueError>;
 }
 
-/// One send completion as the pool reads it: the queue pair it is of, the request's
-/// provider-visible `wr_id`, its status (an `ibv_wc_status`, e.g.
-/// [`WorkCompletionStatus`](sideway::ibverbs::completion::WorkCompletionStatus)` as u32`) and its
-/// vendor syndrome.
+/// One send completion as the pool reads it, made from a completion polled by other means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolCompletion {
     qp_number: u32,
@@ -177,7 +151,8 @@ impl PoolCompletion {
         self.wr_id
     }
 
-    /// Its `ibv_wc_status`.
+    /// Its `ibv_wc_status` (e.g.
+    /// [`WorkCompletionStatus`](sideway::ibverbs::completion::WorkCompletionStatus)` as u32`).
     pub fn status(&self) -> u32 {
         self.status
     }
@@ -245,9 +220,7 @@ impl PoolInitiator for DcInitiator {
     }
 }
 
-/// sideway-ext's post guards, as a DC initiator's
-/// [`start_post_send_to`](DcInitiator::start_post_send_to) starts them (or one of one's own
-/// started on a batch-addressed transport).
+/// sideway-ext's post guards, as [`DcInitiator::start_post_send_to`] starts them.
 impl<'g, T: Transport> PoolBatch for TypedPostSendGuard<'g, T> {
     type Request<'r>
         = TypedWorkRequestHandle<'r, T>
@@ -270,8 +243,7 @@ impl<'g, T: Transport> PoolBatch for TypedPostSendGuard<'g, T> {
     }
 }
 
-/// sideway's completion queue, polled into sideway-ext's [`WorkCompletion`]s: a completion of
-/// another queue pair is handed over whole.
+/// sideway's completion queue, polled into sideway-ext's [`WorkCompletion`]s.
 impl PoolCompletionQueue for GenericCompletionQueue {
     fn poll(
         &mut self, mut each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),

@@ -8,26 +8,10 @@
 //! destination, maps every completion back to its request and destination, and recovers an
 //! initiator an error put in ERR (UCX's `dc_mlx5` transport does the same for its endpoints).
 //!
-//! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) (or,
-//! for the [streams](DcPoolPolicy::Streams) policy,
-//! [`start_post_send_on_stream`](DcInitiatorPool::start_post_send_on_stream)) → `construct_wr` →
-//! operation → data → `post`. [`poll`](DcInitiatorPool::poll) reports every request exactly once
-//! from its own completion (the pool signals them all), hands initiators that free up to the
-//! destinations in line, tells a destination refused with a would-block when it may post again
-//! ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device flushed
-//! them. Destinations come and go ([`remove_destination`](DcInitiatorPool::remove_destination),
-//! [`retire_destination`](DcInitiatorPool::retire_destination), generational ids); the send
-//! CQ may be shared with other queue pairs ([`complete`](DcInitiatorPool::complete),
-//! [`DcPoolEvent::OtherCompletion`]) or created by the pool
-//! ([`setup_own_send_cq`](builder::DcInitiatorPoolBuilder::setup_own_send_cq)).
-//!
-//! The crate's root holds the pool and its methods; [`builder`] creates it, [`settings`] holds
-//! every setting of a pool, [`post_guard`] is the post path (address, grant, the initiator's
-//! batch), [`types`] its values and errors, [`initiator`] what the pool needs of an initiator, in
-//! safe Rust ([`PoolInitiator`], [`PoolBatch`](initiator::PoolBatch),
-//! [`PoolCompletionQueue`]). The bookkeeping, apart from any
-//! device, is in private modules: destinations, the wait line and grants; each initiator's ring
-//! of requests and batch records; completions and recovery.
+//! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) →
+//! `construct_wr` → operation → data → `post`; [`poll`](DcInitiatorPool::poll) reports what
+//! became of it ([`DcPoolEvent`]). Initiators of one's own are pooled through the traits of
+//! [`initiator`].
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -87,119 +71,40 @@
 //! # }
 //! ```
 //!
-//! # Policies
-//!
-//! | policy | a destination posts on | order per destination | when it cannot post |
-//! |---|---|---|---|
-//! | `Dedicated` | an initiator of its own while it has requests outstanding | kept | `WouldBlock(NoInitiator)`: it is in line |
-//! | `DedicatedWithQuota { quota }` | as above, but it yields after `quota` requests when others are in line | kept | also `WouldBlock(QuotaExhausted)`: no starvation |
-//! | `Static` | the initiator its number hashes to, shared | kept | `WouldBlock(QueueFull)`; a slow or failing destination delays or flushes the others on its initiator |
-//! | `Streams` | a hashed initiator and DCI stream (ConnectX-6 Dx and newer; else "not supported" at creation) | kept (streams run concurrently) | `WouldBlock(QueueFull)`; an error resets one stream only |
-//!
-//! Every would-block a destination can wait out ends with a [`DcPoolEvent::Ready`] for it: post
-//! then, once [`poll`](DcInitiatorPool::poll) returned (its documentation shows the loop).
-//!
 //! # What a caller can rely on
 //!
-//! - **Nobody stalls, with no caller discipline.** Initiators that free up go to the destinations
-//!   in line at once, first first, as many as are free, inside the same `poll`. A destination is
-//!   never refused while an initiator is free for it. One that was granted an initiator and posts
-//!   nothing on it gives it back after the grant timeout (a time:
-//!   [`setup_grant_timeout`](builder::DcInitiatorPoolBuilder::setup_grant_timeout)), or at once
-//!   with [`cancel_wait`](DcInitiatorPool::cancel_wait).
-//! - **Every request signalled.** The pool signals every request whatever its flags (UCX turns
-//!   completion moderation off for DC too): a dedicated destination gives its initiator back
-//!   when its last request completes. The send CQ holds initiators × the initiator's send queue;
-//!   `build` refuses a smaller one.
-//! - **Exactly once.** `poll` reports every request once, with its destination: `Completed` (it
-//!   executed, also a completion of another stream that comes after an error), `Failed` (its
-//!   error completion's status and vendor syndrome; the same destination's requests the device
-//!   flushed behind it fail too), or `Retry` (the device flushed it for another destination's
-//!   error: it did not execute; post it again, before the destination's newer requests). The
-//!   pool reports a request on its own completion, never by inference, and resets a stream in
-//!   error, or recovers an initiator in ERR, only once the device flushed everything it held;
-//!   meanwhile its destinations get `WouldBlock(Recovering { .. })`.
+//! - **Nobody stalls.** Initiators that free up go to the destinations in line at once, first
+//!   first, inside the same `poll`; a destination is never refused while an initiator is free for
+//!   it. A grant not posted on goes back after the
+//!   [grant timeout](builder::DcInitiatorPoolBuilder::setup_grant_timeout), or at once with
+//!   [`cancel_wait`](DcInitiatorPool::cancel_wait).
+//! - **Every request signalled**, whatever its flags (UCX turns completion moderation off for DC
+//!   too); `build` refuses a send CQ smaller than initiators × the initiator's send queue.
+//! - **Exactly once.** `poll` reports every request once, with its destination: `Completed`,
+//!   `Failed` (with its status and vendor syndrome; the same destination's requests flushed
+//!   behind it fail too), or `Retry` (flushed for another destination's error: post it again,
+//!   before the destination's newer requests). A request is reported on its own completion,
+//!   never by inference; a stream or initiator in error is reset or recovered only once the
+//!   device flushed everything it held (meanwhile `WouldBlock(Recovering { .. })`).
 //! - **Peers come and go.** Destination ids are generational: a removed destination's id is
-//!   refused (`UnknownDestination`) everywhere, also once its place serves another destination.
-//!   [`remove_destination`](DcInitiatorPool::remove_destination) is refused while requests of it
-//!   are not reported; [`retire_destination`](DcInitiatorPool::retire_destination) removes it
-//!   once they are, with a `Removed` event. [`footprint`](DcInitiatorPool::footprint) stays that
-//!   of the live destinations however many came and went.
-//! - **Unreachable targets.** A destination whose requests keep failing with errors that say its
-//!   target is not there (transport retries exceeded: each fails, its initiator is recovered) is
-//!   reported `Unreachable` once; its posts are then refused until [`revive`](DcInitiatorPool::revive).
-//!   A live target whose DC key is not the endpoint's (recreated, or its key changed) most
-//!   likely looks the same: mlx5 drops the packet (see [`DcTarget`](sideway_ext::mlx5::dc::target::DcTarget));
-//!   get the peer's current endpoint, remove the destination and add it again with that one.
-//! - **Stalls are seen.** A request outstanding longer than the stall timeout (default 5 s) is
-//!   reported once, [`DcPoolEvent::Stalled`]: e.g. a target whose receive queue ran dry, which
-//!   `rnr_retry` 7 retries for ever with no completion.
-//!
-//! # Posting
-//!
-//! A batch holds at most `guard.room()` requests (the initiator's free send queue, the pool's
-//! ring of `wr_id`s, and the quota): beyond it `construct_wr` says `BatchFull`; post and start
-//! another. [`prepare`](DcInitiatorPool::prepare) creates a destination's address handle ahead
-//! of its first post, which keeps the kernel's wait for the peer's MAC address (RoCE) off the
-//! posting path.
-//!
-//! # A CQ shared with other queue pairs
-//!
-//! Give the pool a CQ that other queue pairs complete on too (`setup_send_cq`); a caller that
-//! polls it hands each completion to [`complete`](DcInitiatorPool::complete), which settles it
-//! and returns `true` when it was the pool's, and calls [`progress`](DcInitiatorPool::progress)
-//! once per polling round (grant timeouts, `Ready` events). `poll` on a shared CQ hands the
-//! others' completions over whole, as `DcPoolEvent::OtherCompletion`. For completion events,
-//! create the pool's CQ on a completion channel (`setup_own_send_cq(&ctx, Some((&channel, 0)))`),
-//! arm it, sleep on the channel, then drain with `poll` and re-arm.
-//!
-//! # Initiators made elsewhere
-//!
-//! [`from_initiators`](DcInitiatorPool::from_initiators) makes a pool of initiators already
-//! brought up, with the same [`DcPoolSettings`] as the builder's pool (the builder makes its own
-//! pool with it): DC initiators created elsewhere, or initiators of one's own, which implement
-//! the three safe traits of [`initiator`].
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use std::time::Duration;
-//!
-//! use sideway::ibverbs::completion::GenericCompletionQueue;
-//! use sideway::ibverbs::protection_domain::ProtectionDomain;
-//! use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
-//! use sideway_ext::mlx5::dc::initiator::DcInitiator;
-//! use sideway_ext_dc_pool::settings::DcPoolSettings;
-//! use sideway_ext_dc_pool::types::DcPoolPolicy;
-//! use sideway_ext_dc_pool::DcInitiatorPool;
-//!
-//! /// A pool of DC initiators brought up elsewhere on port 1, completing into `cq` (which holds
-//! /// every request they may have in flight).
-//! fn pool_of(
-//!     initiators: Vec<DcInitiator>, cq: GenericCompletionQueue, pd: &Arc<ProtectionDomain>,
-//! ) -> Result<DcInitiatorPool, Box<dyn std::error::Error>> {
-//!     let mut settings = DcPoolSettings::default();
-//!     settings
-//!         .setup_policy(DcPoolPolicy::Static)
-//!         .setup_stall_timeout(Some(Duration::from_secs(2)))
-//!         .setup_protection_domain(pd, 1, DcServiceClass::new());
-//!     Ok(DcInitiatorPool::from_initiators(initiators, Some(cq), &settings)?)
-//! }
-//! ```
-//!
-//! The provider sees `wr_id = initiator << 48 | request number`; the caller's `wr_id` is kept in
-//! a ring per initiator, so a completion names its request exactly (also out of order between
-//! DCI streams).
+//!   refused everywhere, also once its place serves another destination.
+//!   [`footprint`](DcInitiatorPool::footprint) stays that of the live destinations.
+//! - **Unreachable targets.** A destination whose requests keep failing with "retry exceeded"
+//!   is reported `Unreachable` once; its posts are refused until
+//!   [`revive`](DcInitiatorPool::revive). A live target whose DC key is not the endpoint's most
+//!   likely looks the same: mlx5 drops the packet (see
+//!   [`DcTarget`](sideway_ext::mlx5::dc::target::DcTarget)); get the peer's current endpoint,
+//!   remove the destination and add it again with that one.
+//! - **Stalls are seen.** A request outstanding past the stall timeout is reported once
+//!   ([`DcPoolEvent::Stalled`]).
 //!
 //! # Checked without a ConnectX
 //!
-//! A pool loop is tested, unchanged, on the software ConnectX of this repository (softmlx5, a
-//! test tool, not a dependency of this crate): it implements libmlx5's and the kernel's DC rules
-//! behind the same verbs, so the program opens its device as on a ConnectX. Run any program or
-//! test suite on it with `cargo run -q -p softmlx5 -- cargo test`, or have a program (or, with
-//! `softmlx5::rerun_on_device`, a `#[test]`) run itself again there, as below. A fault is one
-//! call of `softmlx5::Control`: here a killed target, whose requests then fail with "transport
-//! retry counter exceeded" and, after `unreachable_after` of them in a row, make the pool report
-//! the destination unreachable.
+//! A pool loop runs unchanged on this repository's software ConnectX (softmlx5, a test tool,
+//! not a dependency), which implements libmlx5's and the kernel's DC rules behind the same
+//! verbs: `cargo run -q -p softmlx5 -- cargo test`, or a program that runs itself again there,
+//! as below. A fault is one call of `softmlx5::Control`: here a killed target, whose request
+//! fails with "transport retry counter exceeded" and makes the pool report it unreachable.
 //!
 //! ```
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -300,8 +205,8 @@ pub mod settings;
 mod tests;
 pub mod types;
 
-/// A pool of DC initiators on one send CQ serving many destinations; see the
-/// [module](self) documentation.
+/// A pool of DC initiators on one send CQ serving many destinations; see the crate
+/// documentation.
 pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     /// Apart from `core`, as `addresses` and `wr_ids` are: an open batch borrows its initiator
     /// and its destination's address while it holds `core`.
@@ -327,15 +232,40 @@ impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// A pool over initiators already brought up, of any [`PoolInitiator`] (DC initiators made
-    /// and brought up elsewhere, or initiators of one's own), completing into `send_cq`, which
-    /// [`poll`](Self::poll) reads (`None`: the caller polls their completions and hands them to
-    /// [`complete`](Self::complete)), with `settings`. The pool's builder
-    /// ([`DcInitiatorPoolBuilder`](builder::DcInitiatorPoolBuilder)) creates and brings up DC
-    /// initiators, then makes its pool here.
+    /// elsewhere, or initiators of one's own), completing into `send_cq`, which
+    /// [`poll`](Self::poll) reads (`None`: the caller hands their completions to
+    /// [`complete`](Self::complete)). The builder makes its pool here too, with the same
+    /// [`DcPoolSettings`].
     ///
     /// The send CQ must hold every request in flight: the pool signals every request, and keeps
     /// at most the smallest [`max_send_wr`](PoolInitiator::max_send_wr) of them in flight on
     /// each. A pool of no initiator refuses every post (`NoInitiatorInService`).
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// use sideway::ibverbs::completion::GenericCompletionQueue;
+    /// use sideway::ibverbs::protection_domain::ProtectionDomain;
+    /// use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
+    /// use sideway_ext::mlx5::dc::initiator::DcInitiator;
+    /// use sideway_ext_dc_pool::settings::DcPoolSettings;
+    /// use sideway_ext_dc_pool::types::DcPoolPolicy;
+    /// use sideway_ext_dc_pool::DcInitiatorPool;
+    ///
+    /// /// A pool of DC initiators brought up elsewhere on port 1, completing into `cq` (which holds
+    /// /// every request they may have in flight).
+    /// fn pool_of(
+    ///     initiators: Vec<DcInitiator>, cq: GenericCompletionQueue, pd: &Arc<ProtectionDomain>,
+    /// ) -> Result<DcInitiatorPool, Box<dyn std::error::Error>> {
+    ///     let mut settings = DcPoolSettings::default();
+    ///     settings
+    ///         .setup_policy(DcPoolPolicy::Static)
+    ///         .setup_stall_timeout(Some(Duration::from_secs(2)))
+    ///         .setup_protection_domain(pd, 1, DcServiceClass::new());
+    ///     Ok(DcInitiatorPool::from_initiators(initiators, Some(cq), &settings)?)
+    /// }
+    /// ```
     ///
     /// # Errors
     ///
@@ -396,10 +326,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.initiators.get(index)
     }
 
-    /// The send completion queue of its initiators (the one given to the builder, or the one it
-    /// created), e.g. to arm it for completion events
-    /// ([`CompletionQueueEventExt::req_notify_cq`](sideway_ext::ibverbs::extension::CompletionQueueEventExt::req_notify_cq))
-    /// when it was created on a completion channel.
+    /// The send completion queue of its initiators, e.g. to arm it for completion events.
     pub fn send_cq(&self) -> Option<&I::CompletionQueue> {
         self.send_cq.as_ref()
     }
@@ -413,10 +340,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         })
     }
 
-    /// Adds the DC target `dct_number` with access key `dc_key` as a destination, at `address`
-    /// made elsewhere (e.g. with [`PoolInitiator::address`] from an address handle of one's own):
-    /// for a pool without a protection domain, whose destinations the pool cannot resolve
-    /// itself.
+    /// Adds the DC target `dct_number` with access key `dc_key` as a destination at `address`
+    /// made elsewhere ([`PoolInitiator::address`]): for a pool without a protection domain.
     pub fn add_destination_with_address(&mut self, address: I::Address, dct_number: u32, dc_key: u64) -> DestinationId {
         let destination = self.core.add_destination(Target::Addressed { dct_number, dc_key });
         self.keep_address(destination, address);
@@ -432,8 +357,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.addresses[index] = Some(address);
     }
 
-    /// Drops the addresses of the destinations the bookkeeping removed (mostly none: tested
-    /// here, the rest out of line).
+    /// Drops the addresses of the destinations the bookkeeping removed.
     #[inline]
     fn drop_removed_addresses(&mut self) {
         if self.core.removed_any() {
@@ -451,12 +375,14 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         }
     }
 
-    /// Removes `destination`: its address handle and records are freed, and its id becomes stale
-    /// (every method refuses it, or answers as for an unknown destination, also once its place
-    /// serves another destination). Refused while requests of it are not reported yet
-    /// ([`RemoveDestinationErrorKind::Outstanding`]): poll until [`outstanding`](Self::outstanding)
-    /// is 0, or [`retire`](Self::retire_destination) it instead. A grant it holds and has not
-    /// used goes to the next destination in line.
+    /// Removes `destination`: its address handle and records are freed, and its id becomes
+    /// stale. A grant it holds and has not used goes to the next destination in line.
+    ///
+    /// # Errors
+    ///
+    /// Requests of it are not reported yet ([`RemoveDestinationErrorKind::Outstanding`]): poll
+    /// until [`outstanding`](Self::outstanding) is 0, or [`retire`](Self::retire_destination) it
+    /// instead.
     pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
         self.core
             .remove_destination(destination)
@@ -469,11 +395,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     }
 
     /// Removes `destination` once every request of it was reported, with a
-    /// [`DcPoolEvent::Removed`] from [`poll`](Self::poll) (or [`complete`](Self::complete), or
-    /// [`progress`](Self::progress) when nothing was outstanding): no caller has to wait for
-    /// [`outstanding`](Self::outstanding) to reach 0. From now on it posts nothing
-    /// ([`Retiring`](PostToDestinationErrorKind::Retiring)) and leaves the line; its requests
-    /// in flight are reported as usual.
+    /// [`DcPoolEvent::Removed`]. From now on it posts nothing
+    /// ([`Retiring`](PostToDestinationErrorKind::Retiring)) and leaves the line.
     pub fn retire_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
         self.core
             .retire(destination)
@@ -487,9 +410,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.destination_count()
     }
 
-    /// What the pool holds: destination places, address handles, the wait line, grant timers,
-    /// records of requests in flight. Each stays bounded by what is live (destinations, requests
-    /// in flight), however many destinations came and went.
+    /// What the pool holds; each count stays bounded by what is live.
     pub fn footprint(&self) -> DcPoolFootprint {
         self.core.footprint()
     }
@@ -510,10 +431,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.outstanding(destination)
     }
 
-    /// The destinations in line for an initiator (dedicated policies), first first. Initiators
-    /// that free up go to them in this order, each reported by [`DcPoolEvent::Ready`]: no caller
-    /// has to try them in order, and a destination in line that is never served again holds
-    /// nobody up (its grant goes back after the grant timeout).
+    /// The destinations in line for an initiator (dedicated policies), first first: the order
+    /// in which initiators that free up go to them.
     pub fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
         self.core.waiting()
     }
@@ -529,9 +448,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.is_unreachable(destination)
     }
 
-    /// Why `destination` can or cannot post now ("why is this destination blocked?"): what its
-    /// next [`start_post_send`](Self::start_post_send) would meet, read from the pool's records
-    /// without posting, with what to do about it ([`DestinationState`]).
+    /// Why `destination` can or cannot post now: what its next
+    /// [`start_post_send`](Self::start_post_send) would meet, read without posting.
     pub fn destination_state(&self, destination: DestinationId) -> DestinationState {
         self.core.state(destination)
     }
@@ -541,16 +459,15 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.revive(destination);
     }
 
-    /// Creates `destination`'s address handle now rather than on its first post (which then
-    /// costs no `ibv_create_ah`), and reports an error in it here.
+    /// Creates `destination`'s address handle now rather than on its first post. On RoCE
+    /// `ibv_create_ah` blocks in the kernel until the peer answers ARP or neighbour discovery:
+    /// this keeps that off the posting path.
     ///
-    /// On RoCE `ibv_create_ah` resolves the peer's MAC address in the kernel: it blocks until
-    /// the peer answers ARP or neighbour discovery, or the kernel gives up. Resolving ahead, here,
-    /// is how to keep that off the posting path. A peer that does not answer, or that no route
-    /// reaches through the source GID's network device, is the address handle's
-    /// [`PeerMacUnresolved`](sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind::PeerMacUnresolved)
-    /// (in [`PostToDestinationErrorKind::AddressHandle`]); the destination stays unresolved, and
-    /// the next `prepare` or post to it tries again.
+    /// # Errors
+    ///
+    /// [`UnknownDestination`](PostToDestinationErrorKind::UnknownDestination), or the address
+    /// handle's error ([`PostToDestinationErrorKind::AddressHandle`]; the next `prepare` or post
+    /// tries again).
     pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
@@ -561,17 +478,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         Ok(())
     }
 
-    /// Polls the send CQ once (up to 32 completions) and reports, through `sink`, every request
-    /// they settle ([`DcPoolEvent`]), every destination in line that now holds an initiator
-    /// ([`DcPoolEvent::Ready`]), and recovers errored streams and initiators once the device
-    /// flushed them. A completion of a queue pair that is not the pool's is handed over as
-    /// [`DcPoolEvent::OtherCompletion`], never dropped. Returns how many completions were polled.
+    /// Polls the send CQ once (up to 32 completions), reports through `sink` what they settle
+    /// and what [`progress`](Self::progress) reports, and recovers errored streams and
+    /// initiators once the device flushed them. Returns how many completions were polled.
     ///
-    /// `sink` runs inside `poll`, which holds the pool mutably: it cannot post (the borrow
-    /// checker refuses a second mutable borrow, E0499). Collect there what to post, the
-    /// destinations of `Ready` and the requests of `Retry`, and post once `poll` returns. Here
-    /// one initiator for two destinations: the second waits for it, and posts after the `poll`
-    /// that reports it `Ready`.
+    /// `sink` runs while `poll` holds the pool: collect there what to post (the destinations of
+    /// `Ready`, the requests of `Retry`) and post once `poll` returns. Here one initiator for two
+    /// destinations: the second posts after the `poll` that reports it `Ready`.
     ///
     /// ```no_run
     /// use std::sync::Arc;
@@ -657,17 +570,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         polled
     }
 
-    /// Settles one completion polled elsewhere: for a caller that polls a CQ it shares with
-    /// other queue pairs (created with it and given to
-    /// [`setup_send_cq`](builder::DcInitiatorPoolBuilder::setup_send_cq)). Reports what it settles
-    /// through `sink`, as [`poll`](Self::poll) does (its status and vendor syndrome included);
-    /// returns whether the completion was the pool's (its queue pair number is one of the
-    /// pool's initiators' and its `wr_id` names a request in flight). A completion that is not
-    /// the pool's is left to the caller. Such a caller calls [`progress`](Self::progress) once
-    /// per round of its own polling instead of [`poll`](Self::poll).
+    /// Settles one completion polled elsewhere, for a caller that polls a CQ it shares with
+    /// other queue pairs: reports what it settles through `sink`, as [`poll`](Self::poll) does,
+    /// and returns whether the completion was the pool's (else it is the caller's). Such a
+    /// caller calls [`progress`](Self::progress) once per polling round instead of `poll`.
     ///
-    /// It takes sideway-ext's [`WorkCompletion`](sideway_ext::ibverbs::work_completion::WorkCompletion) (`&wc`), or a [`PoolCompletion`] made from a
-    /// completion polled by other means (a completion queue of one's own).
+    /// It takes sideway-ext's [`WorkCompletion`](sideway_ext::ibverbs::work_completion::WorkCompletion)
+    /// (`&wc`), or a [`PoolCompletion`].
     pub fn complete(&mut self, completion: impl Into<PoolCompletion>, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         let settled = settle(
             &mut self.core,
@@ -680,17 +589,16 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         settled
     }
 
-    /// What [`poll`](Self::poll) does besides polling, for a caller that polls the CQ itself:
-    /// moves the grant timeout's clock on (a grant from the line that was not used in time goes
-    /// to the next destination in line), reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
+    /// What [`poll`](Self::poll) does besides polling: moves grants unused past the grant
+    /// timeout to the next in line, reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
     pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
         self.core.tick(&mut sink);
         self.drop_removed_addresses();
     }
 }
 
-/// Settles `completion` if it is one of the pool's: its queue pair number is the initiator's
-/// its `wr_id` names (as of now: a recovery may have rebuilt it with a new number).
+/// Settles `completion` if its queue pair number is that of the initiator its `wr_id` names
+/// (as of now: a recovery may have rebuilt it with a new number).
 fn settle<I: PoolInitiator>(
     core: &mut PoolCore, initiators: &mut [I], wr_ids: &WrIds, completion: PoolCompletion,
     sink: &mut impl FnMut(DcPoolEvent),

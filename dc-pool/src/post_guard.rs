@@ -12,13 +12,13 @@ use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
-    /// Starts a batch of requests to `destination` on the initiator the policy grants it;
-    /// every request of the batch goes there, and the pool sets its DC address
-    /// (`mlx5dv_wr_set_dc_addr`). When the policy cannot grant one now, the typed
-    /// [`WouldBlock`](PostToDestinationErrorKind::WouldBlock): nothing was posted. A pool of the
-    /// [streams](super::types::DcPoolPolicy::Streams) policy posts with
-    /// [`start_post_send_on_stream`](Self::start_post_send_on_stream) instead
-    /// ([`StreamsMismatch`](PostToDestinationErrorKind::StreamsMismatch) here).
+    /// Starts a batch of requests to `destination` on the initiator the policy grants it; the
+    /// pool sets its DC address (`mlx5dv_wr_set_dc_addr`).
+    ///
+    /// # Errors
+    ///
+    /// [`PostToDestinationErrorKind`]: [`WouldBlock`](PostToDestinationErrorKind::WouldBlock)
+    /// when the policy cannot grant an initiator now; nothing was posted.
     #[inline]
     pub fn start_post_send(
         &mut self, destination: DestinationId,
@@ -213,12 +213,12 @@ impl Drop for BatchRecord<'_> {
 
 impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
     /// Starts a new request with the caller's `wr_id` (what
-    /// [`DcPoolEvent`](super::types::DcPoolEvent)s report) and flags; continue with an operation,
-    /// then the data. The request is signalled whatever `wr_flags` say (the pool needs a
-    /// completion of every request to report it, and to give a dedicated destination's initiator
-    /// back; UCX turns completion moderation off for DC too). When the batch holds
-    /// [`room`](Self::room) requests already, [`DcPoolWouldBlock::BatchFull`]: post it and start
-    /// another.
+    /// [`DcPoolEvent`](super::types::DcPoolEvent)s report) and flags, signalled whatever they
+    /// say; continue with an operation, then the data.
+    ///
+    /// # Errors
+    ///
+    /// [`DcPoolWouldBlock::BatchFull`] once the batch holds [`room`](Self::room) requests.
     #[inline]
     pub fn construct_wr(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,

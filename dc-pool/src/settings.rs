@@ -9,10 +9,8 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use super::types::DcPoolPolicy;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 
-/// The settings of a [`DcInitiatorPool`](super::DcInitiatorPool): its policy, when a destination
-/// is unreachable, its grant and stall timeouts and the clock they are read from, and the
-/// protection domain its destinations' address handles are created on. `Default` is the
-/// builder's defaults.
+/// The settings of a [`DcInitiatorPool`](super::DcInitiatorPool). `Default` is the builder's
+/// defaults.
 ///
 /// ```
 /// use std::time::Duration;
@@ -90,26 +88,18 @@ impl DcPoolSettings {
         self
     }
 
-    /// How long a destination that was granted an initiator from the line
-    /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) and posted nothing on it keeps
-    /// it before it goes to the next in line (default 10 ms; `Duration::MAX`: for ever). It keeps
-    /// it as long as it has requests outstanding once it posted. The clock is read by
-    /// [`poll`](super::DcInitiatorPool::poll) and [`progress`](super::DcInitiatorPool::progress)
-    /// only while such a grant is unused.
+    /// How long a destination granted an initiator from the line
+    /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) keeps it without posting before
+    /// it goes to the next in line (default 10 ms; `Duration::MAX`: for ever).
     pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.grant_timeout = timeout;
         self
     }
 
     /// After how long a request that is the oldest outstanding one of its initiator (or DCI
-    /// stream) is reported [`Stalled`](super::types::DcPoolEvent::Stalled), once, with its
-    /// destination (default 5 s; `None`: never). Checked by [`poll`](super::DcInitiatorPool::poll)
-    /// and [`progress`](super::DcInitiatorPool::progress), which read the clock once each while
-    /// it is on, and look at the initiators' oldest requests every eighth of the timeout: a
-    /// request is reported between the timeout and an eighth more after it was posted. On by
-    /// default: with `rnr_retry` 7 (the bring-up's default) a target whose receive queue ran dry
-    /// stalls its initiator with no completion, ever; 5 s is past the transport retries to a
-    /// target that does not answer (timeout 14, `retry_cnt` 7).
+    /// stream) is reported [`Stalled`](super::types::DcPoolEvent::Stalled) (default 5 s: past the
+    /// transport retries of timeout 14, `retry_cnt` 7; `None`: never), between the timeout and an
+    /// eighth more after it was posted.
     pub fn setup_stall_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.stall_timeout = timeout;
         self
@@ -123,14 +113,10 @@ impl DcPoolSettings {
     }
 
     /// The protection domain the pool creates its destinations' address handles on, for `port`
-    /// and with `service_class` (the traffic class, flow label and service level; see
-    /// [`DcServiceClass`]): [`add_destination`](super::DcInitiatorPool::add_destination) then
-    /// names a DC target by its endpoint, and the pool creates its address handle on its first
-    /// post (or [`prepare`](super::DcInitiatorPool::prepare)), from the initiators' source GID
-    /// ([`PoolInitiator::source_gid_index`](super::PoolInitiator::source_gid_index)), and frees it
-    /// with the destination. The builder sets its own protection domain, its bring-up's port
-    /// and its service class. Without one (the default), a destination is named with its
-    /// address ([`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
+    /// and with `service_class`, so that
+    /// [`add_destination`](super::DcInitiatorPool::add_destination) takes an endpoint. Without
+    /// one (the default), destinations are added with
+    /// [`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address).
     pub fn setup_protection_domain(
         &mut self, pd: &Arc<ProtectionDomain>, port: u8, service_class: DcServiceClass,
     ) -> &mut Self {

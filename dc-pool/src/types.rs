@@ -9,40 +9,30 @@ use sideway_ext::mlx5::dc::endpoint::CreateDcAddressHandleError;
 /// How a [`DcInitiatorPool`](super::DcInitiatorPool) assigns its DC initiators
 /// to destinations (UCX's `dc_mlx5` policies `dcs`, `dcs_quota`, hashing, `hw_dcs`).
 ///
-/// Every policy keeps the order of a destination's requests: its requests that complete
-/// successfully complete in the order they were posted, and a request handed back for a retry
-/// ([`DcPoolEvent::Retry`]) is followed by no successful request of the same destination that was
-/// posted after it (re-post the retries before anything newer). Between destinations, no policy
-/// orders anything.
+/// Every policy keeps the order of a destination's requests (re-post its
+/// [retries](DcPoolEvent::Retry) before anything newer); between destinations, none orders
+/// anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DcPoolPolicy {
-    /// A destination holds a DC initiator of its own while it has requests outstanding and gives
-    /// it back when they all completed. Order per destination: kept (one initiator at a time, and
-    /// a new one only once the last completed). A slow or failing destination delays and fails
-    /// only its own requests. When every initiator is held, [`DcPoolWouldBlock::NoInitiator`] and
-    /// the destination is in line: initiators that free up go to the destinations in line, first
-    /// first, as many as are free, each reported by [`DcPoolEvent::Ready`].
+    /// A destination holds a DC initiator of its own while it has requests outstanding: a slow
+    /// or failing destination delays and fails only its own requests. When every initiator is
+    /// held, [`DcPoolWouldBlock::NoInitiator`] and the destination is in line.
     Dedicated,
     /// As [`Dedicated`](Self::Dedicated), but once a destination posted `quota` requests on the
-    /// initiator it holds and other destinations are in line, it posts no more
-    /// ([`DcPoolWouldBlock::QuotaExhausted`]) until it gave the initiator back and its turn comes
-    /// again. Bounds how long any destination waits (no starvation).
+    /// initiator it holds while others are in line, it posts no more
+    /// ([`DcPoolWouldBlock::QuotaExhausted`]) until its turn comes again: no starvation.
     DedicatedWithQuota {
         /// Requests a destination may post per holding while others wait (at least 1).
         quota: u32,
     },
     /// Each destination is bound to one initiator by a hash of its number, shared by many
-    /// destinations, and never waits for one. Order per destination: kept (one initiator). A
-    /// slow destination delays, and an error completion hands back for a retry, the requests of
-    /// the other destinations on its initiator. The destinations of an initiator that is lost
-    /// are bound to the others.
+    /// destinations. A slow destination delays, and an error completion hands back for a retry,
+    /// the requests of the other destinations on its initiator.
     Static,
     /// Hardware DCI streams (ConnectX-6 Dx and newer): each destination is bound by a hash to an
-    /// initiator and one of its streams. Order per destination: kept (one stream; streams of one
-    /// initiator run concurrently). An error completion errors its stream only, which is reset
-    /// with `mlx5dv_dci_stream_id_reset` once its requests are flushed, unless the whole
-    /// initiator went to ERR.
+    /// initiator and one of its streams, which run concurrently. An error completion errors its
+    /// stream only, reset with `mlx5dv_dci_stream_id_reset` once its requests are flushed.
     Streams,
 }
 
@@ -54,9 +44,7 @@ impl DcPoolPolicy {
 }
 
 /// A destination of a pool, from
-/// [`add_destination`](super::DcInitiatorPool::add_destination): a place and a
-/// generation. Once the destination is removed, its id is stale: the pool refuses it with a typed
-/// error, even after the place was given to another destination.
+/// [`add_destination`](super::DcInitiatorPool::add_destination): a place and a generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DestinationId {
     index: u32,
@@ -81,33 +69,26 @@ impl DestinationId {
     }
 }
 
-/// Why a post to a destination cannot go ahead now; nothing was posted, and posting again after
-/// [`poll`](super::DcInitiatorPool::poll) freed resources may succeed.
+/// Why a post to a destination cannot go ahead now; nothing was posted. Each but `BatchFull`
+/// ends with a [`DcPoolEvent::Ready`] for the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DcPoolWouldBlock {
-    /// Every DC initiator is held by another destination (dedicated policies); the destination is
-    /// now in line, and [`DcPoolEvent::Ready`] tells when it holds one.
+    /// Every DC initiator is held by another destination (dedicated policies); it is in line.
     #[error("no DC initiator is free for this destination now")]
     NoInitiator,
-    /// The destination posted its quota on the initiator it holds while others wait. It goes in
-    /// line when it gives the initiator back, and [`DcPoolEvent::Ready`] tells when it holds one
-    /// again.
+    /// The destination posted its quota on the initiator it holds while others wait.
     #[error("the destination used its quota while other destinations wait")]
     QuotaExhausted,
-    /// The initiator's send queue holds as many requests as it can until some complete;
-    /// [`DcPoolEvent::Ready`] tells when it has room again.
+    /// The initiator's send queue is full until some requests complete.
     #[error("the DC initiator's send queue is full")]
     QueueFull,
-    /// The batch holds as many requests as it may
-    /// ([`room`](super::post_guard::DcPoolPostGuard::room)): post it, and start another
-    /// (which may say [`QueueFull`](Self::QueueFull)). A batch ends early where the pool's ring of
-    /// `wr_id`s wraps around, and at the quota.
+    /// The batch holds [`room`](super::post_guard::DcPoolPostGuard::room) requests: post it, and
+    /// start another.
     #[error("the batch is full: post it and start another")]
     BatchFull,
     /// The destination's initiator (or its DCI stream) is in error: the pool waits for the device
-    /// to flush its requests, then resets the stream or recovers the initiator (RESET → RTS);
-    /// [`DcPoolEvent::Ready`] tells when it is back.
+    /// to flush its requests, then resets the stream or recovers the initiator (RESET → RTS).
     #[error("DC initiator {initiator} (stream {stream:?}) is being recovered")]
     Recovering {
         /// The initiator.
@@ -118,45 +99,39 @@ pub enum DcPoolWouldBlock {
 }
 
 /// Why a destination of a pool can or cannot post now, from
-/// [`destination_state`](super::DcInitiatorPool::destination_state): what its next post would
-/// meet, and what the program should do. It changes with every post, `poll` and removal.
+/// [`destination_state`](super::DcInitiatorPool::destination_state), and what to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DestinationState {
     /// It holds no initiator and is not in line (dedicated policies): post, and it takes a free
     /// initiator or goes in line.
     Idle,
-    /// It holds initiator `initiator` (dedicated policies), or is bound to it (static and
-    /// streams policies), which has room: post now.
+    /// It holds or is bound to `initiator`, which has room: post now.
     Holds {
         /// The initiator.
         initiator: usize,
         /// Its DCI stream (streams policy), else `None`.
         stream: Option<u16>,
     },
-    /// It waits in line for an initiator (dedicated policies), `place` destinations before it:
-    /// wait for its [`DcPoolEvent::Ready`], or [`cancel_wait`](super::DcInitiatorPool::cancel_wait).
+    /// It waits in line for an initiator: wait for its [`DcPoolEvent::Ready`], or
+    /// [`cancel_wait`](super::DcInitiatorPool::cancel_wait).
     InLine {
         /// How many destinations are before it in line (0: it is next).
         place: usize,
     },
-    /// It posted its quota on the initiator it holds while others are in line
-    /// ([`DcPoolPolicy::DedicatedWithQuota`]): poll until its requests complete and its
-    /// [`DcPoolEvent::Ready`] comes.
+    /// It posted its quota while others are in line: poll until its [`DcPoolEvent::Ready`].
     OverQuota {
         /// The initiator it holds.
         initiator: usize,
     },
-    /// The send queue of its initiator (stream) is full: poll, and post on its
-    /// [`DcPoolEvent::Ready`] (or when requests completed).
+    /// The send queue of its initiator (stream) is full: poll until its [`DcPoolEvent::Ready`].
     QueueFull {
         /// The initiator.
         initiator: usize,
         /// Its DCI stream (streams policy), else `None`.
         stream: Option<u16>,
     },
-    /// Its initiator (or, with `stream`, its DCI stream) is in error and being recovered: poll
-    /// until the device flushed it, and post on its [`DcPoolEvent::Ready`].
+    /// Its initiator (or DCI stream) is being recovered: poll until its [`DcPoolEvent::Ready`].
     Recovering {
         /// The initiator.
         initiator: usize,
@@ -166,23 +141,21 @@ pub enum DestinationState {
     /// It was reported unreachable ([`DcPoolEvent::Unreachable`]): fix or give up on its peer,
     /// then [`revive`](super::DcInitiatorPool::revive) or remove it.
     Unreachable,
-    /// It was retired and is removed once its `outstanding` requests are reported: poll until
-    /// its [`DcPoolEvent::Removed`]; post to it no more.
+    /// It was retired: poll until its [`DcPoolEvent::Removed`].
     Retiring {
         /// Its requests not reported yet.
         outstanding: u64,
     },
-    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]): nothing
-    /// can be posted; rebuild the pool.
+    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]): rebuild
+    /// the pool.
     NoInitiatorInService,
-    /// It is not one of this pool's: removed (a stale id, also once retired and reported
-    /// [`Removed`](DcPoolEvent::Removed)), or another pool's: drop the id.
+    /// It is not one of this pool's (a stale id, or another pool's): drop the id.
     Unknown,
 }
 
 /// What happened to a request posted through a pool, or to a destination, as reported by
-/// [`poll`](super::DcInitiatorPool::poll). Every request posted is reported
-/// exactly once: completed, failed, or handed back for a retry. The pool signals every request.
+/// [`poll`](super::DcInitiatorPool::poll): every request exactly once, as `Completed`, `Failed`
+/// or `Retry`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DcPoolEvent {
@@ -193,68 +166,51 @@ pub enum DcPoolEvent {
         /// The `wr_id` it was posted with.
         wr_id: u64,
     },
-    /// The request failed. `status` is the `ibv_wc_status` of its error completion, or
-    /// `IBV_WC_WR_FLUSH_ERR` for a request of the same destination flushed behind it (or of a
-    /// destination reported unreachable).
+    /// The request failed.
     Failed {
         /// Its destination.
         destination: DestinationId,
         /// The `wr_id` it was posted with.
         wr_id: u64,
-        /// The `ibv_wc_status` (e.g. `IBV_WC_RETRY_EXC_ERR` = 12 for a target that does not
-        /// answer, which most likely includes a live target whose DC key is not the
-        /// endpoint's; `IBV_WC_REM_ACCESS_ERR` = 10 for a wrong rkey, or a wrong DC key if the
-        /// target NAKs it).
+        /// The `ibv_wc_status` of its error completion (`IBV_WC_WR_FLUSH_ERR` for a request
+        /// flushed behind it); e.g. `IBV_WC_RETRY_EXC_ERR` = 12 for a target that does not
+        /// answer, `IBV_WC_REM_ACCESS_ERR` = 10 for a wrong rkey.
         status: u32,
-        /// The error completion's vendor syndrome (`vendor_err`, what the mlx5 documentation
-        /// and UCX's logs name errors by); 0 for a request flushed behind it.
+        /// The error completion's vendor syndrome (`vendor_err`); 0 for a request flushed
+        /// behind it.
         vendor_err: u32,
     },
-    /// The device flushed the request (another destination's error, or an initiator error no
-    /// request of this destination caused): it did not execute. Post it again once `poll`
-    /// returns, before the destination's newer requests.
+    /// The device flushed the request for an error that was not its destination's: it did not
+    /// execute. Post it again once `poll` returns, before the destination's newer requests.
     Retry {
         /// Its destination.
         destination: DestinationId,
         /// The `wr_id` it was posted with.
         wr_id: u64,
     },
-    /// The destination, which was refused with a would-block it waits out
-    /// ([`NoInitiator`](DcPoolWouldBlock::NoInitiator), [`QuotaExhausted`](DcPoolWouldBlock::QuotaExhausted),
-    /// [`QueueFull`](DcPoolWouldBlock::QueueFull), [`Recovering`](DcPoolWouldBlock::Recovering)),
-    /// may post again (once per refusal): note it in the handler and post to it once
-    /// [`poll`](super::DcInitiatorPool::poll) returns (the handler runs while `poll` holds the
-    /// pool, so it cannot post). A destination granted an initiator from the line that posts
-    /// nothing on it gives it back after the pool's grant timeout (see
-    /// [`setup_grant_timeout`](super::builder::DcInitiatorPoolBuilder::setup_grant_timeout)).
+    /// The destination, which was refused with a [would-block](DcPoolWouldBlock), may post again
+    /// (once per refusal): post to it once [`poll`](super::DcInitiatorPool::poll) returns. A
+    /// grant from the line not posted on goes back after the grant timeout.
     Ready {
         /// The destination.
         destination: DestinationId,
     },
     /// The destination's requests kept failing with errors that say its target is not there
     /// (transport or RNR retry counter exceeded, remote invalid request), as many times in a row
-    /// as the pool was set up with: it is reported once, just before the
-    /// [`Failed`](Self::Failed) of the request whose error made it so, and its requests now fail
-    /// at post ([`Unreachable`](PostToDestinationErrorKind::Unreachable)) until
-    /// [`revive`](super::DcInitiatorPool::revive). A live target whose DC key is not the
-    /// endpoint's most likely ends here too (the crate documentation says what to do).
+    /// as the pool was set up with; reported once, just before that [`Failed`](Self::Failed).
+    /// Its posts are refused until [`revive`](super::DcInitiatorPool::revive).
     Unreachable {
         /// The destination.
         destination: DestinationId,
     },
     /// The destination's request has been the oldest outstanding one of its initiator (or DCI
-    /// stream) for the pool's stall timeout or longer
-    /// ([`setup_stall_timeout`](super::builder::DcInitiatorPoolBuilder::setup_stall_timeout)):
-    /// the device works on nothing else there, and every request behind it, of any destination
-    /// on that initiator (stream), waits. Reported once per stalled request, no earlier than the
-    /// timeout after it was posted; once it completes or fails, a later stall is reported again.
-    /// The pool changes nothing: the request may still complete.
+    /// stream) for the [stall timeout](super::settings::DcPoolSettings::setup_stall_timeout):
+    /// every request behind it waits. Reported once per stalled request; the pool changes
+    /// nothing, the request may still complete.
     ///
     /// The usual cause is a SEND to a target whose receive queue ran dry (`rnr_retry` 7 retries
-    /// for ever): have the peer post receives, give up on the destination
-    /// ([`retire_destination`](super::DcInitiatorPool::retire_destination)), or bound the
-    /// retries (`setup_rnr_retry` below 7: it then counts towards
-    /// [`Unreachable`](Self::Unreachable)).
+    /// for ever): have the peer post receives, retire the destination, or bound the retries
+    /// (`setup_rnr_retry` below 7: it then counts towards [`Unreachable`](Self::Unreachable)).
     Stalled {
         /// The destination.
         destination: DestinationId,
@@ -263,29 +219,25 @@ pub enum DcPoolEvent {
         /// Its DCI stream (streams policy), else `None`.
         stream: Option<u16>,
     },
-    /// An initiator that an error put in ERR could not be recovered; it is out of service (it
-    /// held nothing any more), and the destinations bound to it (static and streams policies)
-    /// are bound to the others.
+    /// An initiator in ERR could not be recovered: it is out of service, and the destinations
+    /// bound to it are bound to the others.
     InitiatorLost {
         /// Its index in the pool.
         initiator: usize,
         /// The recovery's error, as text.
         error: String,
     },
-    /// The destination, which was retired with
-    /// [`retire_destination`](super::DcInitiatorPool::retire_destination), is removed: every
-    /// request of it was reported, its address handle is freed and its id is stale.
+    /// The destination, [retired](super::DcInitiatorPool::retire_destination), is removed: its
+    /// id is stale.
     Removed {
         /// The destination.
         destination: DestinationId,
     },
-    /// A completion on the pool's CQ of a queue pair that is not one of the pool's (a CQ shared
-    /// with other queue pairs): handed over as polled, never dropped.
+    /// A completion on the pool's CQ of another queue pair, handed over as polled.
     OtherCompletion(WorkCompletion),
 }
 
-/// What a pool holds, for a caller (or a test) to see that it stays bounded: every count here
-/// is of memory the pool keeps.
+/// What a pool holds, to see that it stays bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct DcPoolFootprint {
@@ -306,9 +258,6 @@ pub struct DcPoolFootprint {
 }
 
 /// Error returned by [`DcInitiatorPool::start_post_send`](super::DcInitiatorPool::start_post_send).
-///
-/// It prints its [kind](PostToDestinationErrorKind): why the post was refused (which
-/// would-block reason, what is wrong with the destination), once, and its source is the kind's.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 #[non_exhaustive]
@@ -349,16 +298,13 @@ pub enum PostToDestinationErrorKind {
         /// Whether the pool has DCI streams.
         streams_pool: bool,
     },
-    /// The destination's address handle could not be created (first post, or
-    /// [`prepare`](super::DcInitiatorPool::prepare)); on RoCE e.g. the peer's MAC address could
-    /// not be resolved
-    /// ([`PeerMacUnresolved`](sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind::PeerMacUnresolved)).
-    /// The destination stays unresolved: its next post or `prepare` tries again.
+    /// The destination's address handle could not be created (on RoCE e.g.
+    /// [`PeerMacUnresolved`](sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind::PeerMacUnresolved));
+    /// its next post or `prepare` tries again.
     #[error(transparent)]
     AddressHandle(#[from] CreateDcAddressHandleError),
-    /// The initiators could not make the destination's address from its address handle
-    /// ([`PoolInitiator::address`](super::PoolInitiator::address)); the next post or `prepare`
-    /// tries again.
+    /// [`PoolInitiator::address`](super::PoolInitiator::address) failed; the next post or
+    /// `prepare` tries again.
     #[error("the initiators could not make the destination's address")]
     Address {
         /// Why.
@@ -367,12 +313,8 @@ pub enum PostToDestinationErrorKind {
     },
     /// The destination's port takes smaller packets than the pool's initiators send (its
     /// endpoint's [`path_mtu`](sideway_ext::mlx5::dc::endpoint::DcEndpoint::path_mtu)): they would be
-    /// dropped there and end in `RETRY_EXC`. Found by its first post or
-    /// [`prepare`](super::DcInitiatorPool::prepare), before anything reaches the wire. Bring the
-    /// pool's initiators up with the smallest path MTU of every destination
-    /// ([`DcInitiatorBringUp::setup_destination_path_mtu`](sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp::setup_destination_path_mtu)).
-    /// A larger path MTU is taken (its READs are checked at post, as the builder's
-    /// `setup_bring_up` says).
+    /// dropped there and end in `RETRY_EXC`. See
+    /// [`setup_bring_up`](super::builder::DcInitiatorPoolBuilder::setup_bring_up).
     #[error("the destination's path MTU is {destination:?}, the pool's initiators send {initiators:?}")]
     PathMtuTooSmall {
         /// The destination's path MTU.
