@@ -10,17 +10,13 @@
 //!
 //! # A direct DC initiator
 //!
-//! Make a sideway CQ and take over its polling with [`DirectCompletionQueue::new`] (`unsafe`:
-//! nothing else may poll it); build a [`DcInitiator`] completing into it, on a thread domain of
-//! its own ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain):
-//! see [The BlueFlame register](#the-blueflame-register)), and make it direct
-//! ([`DirectDcInitiator::new`]) before [`bring_up`](DirectDcInitiator::bring_up). Read the
-//! target's [`AddressVector`](send_queue::AddressVector) once from its address handle. Post as
-//! on sideway-ext's guard ([`start_post_send`](DirectDcInitiator::start_post_send), then per
-//! request `construct_wr` → an operation → `setup_dc_addr` → the data, then `post`), or in a
-//! batch to one target ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)), which
-//! holds the address. Poll with [`DirectCompletionQueue::poll`]; after an error completion, poll
-//! them all, then [`recover`](DirectDcInitiator::recover).
+//! Take over a sideway CQ's polling with [`DirectCompletionQueue::new`]; build a [`DcInitiator`]
+//! completing into it, on a thread domain of its own (see
+//! [The BlueFlame register](#the-blueflame-register)), and make it direct
+//! ([`DirectDcInitiator::new`]) before [`bring_up`](DirectDcInitiator::bring_up). Post as on
+//! sideway-ext's guard, or in a batch to one target
+//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)). After an error completion,
+//! poll them all, then [`recover`](DirectDcInitiator::recover).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -79,44 +75,29 @@
 //! }
 //! ```
 //!
-//! A [`DirectDcInitiator`] owns its [`DcInitiator`] (a queue pair posts one way only: libmlx5's
-//! post path is out of reach) and lends it shared for its accessors
-//! ([`dc_initiator`](DirectDcInitiator::dc_initiator)); bring-up, state queries and stream resets
-//! are delegated. Several direct initiators may share one [`DirectCompletionQueue`], as a pool's
-//! do; each keeps the shared table of send queues alive, and dropping the completion queue or
-//! any initiator, in any order, is sound. All of it is single-threaded (neither `Send` nor
-//! `Sync`); neither posting nor polling allocates.
+//! Several direct initiators may share one [`DirectCompletionQueue`]; dropping them and it in any
+//! order is sound. All of it is single-threaded (neither `Send` nor `Sync`); neither posting nor
+//! polling allocates.
 //!
 //! # A pool of direct initiators
 //!
-//! With the feature `pool`, a [`DirectDcInitiator`] is an initiator of sideway-ext-dc-pool's
-//! `DcInitiatorPool` and a [`DirectCompletionQueue`] its completion queue, through the pool's
-//! Rust traits. The pool posts each batch to one destination
-//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)), its address read once from
-//! the address handle the pool creates, and polls the direct poller. Make the direct initiators
-//! as above, on one CQ sized for all of them; make the pool with the direct CQ
-//! (`from_initiators`), its settings naming the protection domain for its destinations' address
-//! handles (`setup_protection_domain`); then add destinations, post and poll as on any pool.
+//! With the feature `pool`, [`DirectDcInitiator`] and [`DirectCompletionQueue`] implement
+//! sideway-ext-dc-pool's initiator traits: make the pool with `from_initiators`, its settings
+//! naming the protection domain for its destinations' address handles. What differs from a pool
+//! of sideway-ext's DC initiators:
 //!
-//! What differs from a pool of sideway-ext's DC initiators:
-//!
-//! - A request is answered at its data step, as the direct writer answers it (`setup_sge` and
-//!   the others return a `Result`): a refused one is not in the batch, and the batch's `post`
-//!   cannot fail.
+//! - A request is answered at its data step (`setup_sge` and the others return a `Result`): a
+//!   refused one is not in the batch, and the batch's `post` cannot fail.
 //! - No completion events: the direct CQ cannot be armed (libmlx5's `mlx5_arm_cq` would arm it
 //!   with its own consumer index, which the direct poller never advances). Poll.
-//! - The CQ is the pool's direct initiators' alone: a completion of another queue pair fails the
-//!   pool's `poll` (without its `wr_id` the poller cannot report it), where a pool on libmlx5
-//!   hands it over (`OtherCompletion`). The error is sideway's `PollCompletionQueueError::Ibverbs`
-//!   holding the poller's own [`PollDirectCompletionQueueError`](completion_queue::PollDirectCompletionQueueError)
-//!   (`std::io::Error::get_ref`), which names the cause
-//!   ([`UnknownQueuePair`](completion_queue::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).
-//! - An RDMA READ whose responses would not reach the initiator (a target of a larger path MTU)
-//!   is not refused: see [What is refused](#what-is-refused).
-//! - Recovery is the direct initiator's [`recover`](DirectDcInitiator::recover): the pool calls
-//!   it once every request of the initiator was reported, each from a completion the direct
-//!   poller retired first, so none is outstanding. It never creates the queue pair again: on a
-//!   kernel that cannot reset a DC initiator the pool reports the initiator lost.
+//! - A completion of another queue pair fails the pool's `poll` with sideway's
+//!   `PollCompletionQueueError::Ibverbs` holding a
+//!   [`PollDirectCompletionQueueError`](completion_queue::PollDirectCompletionQueueError)
+//!   (`std::io::Error::get_ref`), where a pool on libmlx5 hands it over (`OtherCompletion`).
+//! - A READ whose responses would not reach the initiator is not refused
+//!   ([What is refused](#what-is-refused)).
+//! - Recovery never creates the queue pair again: on a kernel that cannot reset a DC initiator
+//!   the pool reports the initiator lost.
 #![cfg_attr(
     feature = "pool",
     doc = r##"
@@ -204,27 +185,15 @@ fn write_through_a_pool(
 //!
 //! # What is refused
 //!
-//! Making a direct initiator ([`CreateDirectDcInitiatorErrorKind`]) refuses: another CPU;
-//! `MLX5_QP_SIGNATURE` set (libmlx5 signs its WQEs); a DC initiator not in RESET or already
-//! posted on through libmlx5 (this writer starts where `mlx5_init_qp_indices` leaves libmlx5's
-//! indices); one completing into another CQ; a send queue of more than 2^16 blocks (a
-//! completion's 16-bit index); a BlueFlame register it may not write alone (below); parts the
-//! writer does not write. Making a direct CQ
-//! ([`CreateDirectCompletionQueueErrorKind`](completion_queue::CreateDirectCompletionQueueErrorKind))
-//! refuses CQEs of other sizes or counts and other CPUs. What the writer and the poller refuse
-//! is in [`send_queue`] and [`completion_queue`]. Recovery refuses while requests are
-//! outstanding, and never creates the queue pair again (on a kernel that cannot reset a DC
-//! initiator, make a new one). Arming the CQ for events is not supported.
-//!
-//! Not refused: an RDMA READ whose responses would not reach the initiator, longer than its path
-//! MTU from a target whose path MTU is larger (the target answers at its own MTU, the initiator's
-//! path drops the larger packets: `RETRY_EXC`). The address step takes an
-//! [`AddressVector`](send_queue::AddressVector), which says nothing of the target's MTU, where
-//! sideway-ext's guard takes the `DcEndpoint`'s address handle and refuses such a READ
-//! (`ReadResponsesTooLarge`). Keep the fleet at one path MTU (sideway-ext's DC module, "Across
-//! nodes"), or check `PathMtus::read_fits` with the initiator's `path_mtu()` and the endpoint's
-//! before a READ. A pool of direct initiators refuses only a destination whose path MTU is smaller
-//! than its initiators'.
+//! [`CreateDirectDcInitiatorErrorKind`],
+//! [`CreateDirectCompletionQueueErrorKind`](completion_queue::CreateDirectCompletionQueueErrorKind),
+//! [`WorkRequestErrorKind`](send_queue::WorkRequestErrorKind) and
+//! [`PollDirectCompletionQueueErrorKind`](completion_queue::PollDirectCompletionQueueErrorKind)
+//! list it. Not refused: an RDMA READ longer than the initiator's path MTU from a target whose
+//! path MTU is larger (its responses are dropped: `RETRY_EXC`), as an
+//! [`AddressVector`](send_queue::AddressVector) says nothing of the target's MTU, where
+//! sideway-ext's guard refuses it (`ReadResponsesTooLarge`). Keep the fleet at one path MTU, or
+//! check `PathMtus::read_fits` before a READ.
 //!
 //! # The BlueFlame register
 //!
@@ -234,10 +203,8 @@ fn write_through_a_pool(
 //! mlx5_bf`'s `need_lock`). In rdma-core's `providers/mlx5/verbs.c` and `mlx5.c` (read from v55
 //! and the newest source; no ConnectX has confirmed it here), `create_qp` gives a queue pair:
 //!
-//! - **on a thread domain**: the thread domain's register (`mlx5_alloc_td`,
-//!   `mlx5_attach_dedicated_uar`), given to no other thread domain and unlocked: a BlueFlame
-//!   register whatever `MLX5_SHUT_UP_BF` says, or on a device without BlueFlame the context's
-//!   doorbell register;
+//! - **on a thread domain**: the thread domain's own, unlocked register (sideway-ext's
+//!   [`ThreadDomain`](sideway_ext::ibverbs::thread_domain::ThreadDomain) says how);
 //! - **otherwise, on a kernel with dynamic UAR allocation**: a register of its own for each of
 //!   the first `MLX5_NUM_LOW_LAT_UUARS` (default 4) queue pairs of a context (`mlx5_get_qp_uar`),
 //!   then registers shared by several and locked unless `MLX5_SINGLE_THREADED=1`; with
@@ -249,20 +216,17 @@ fn write_through_a_pool(
 //!   (`need_uuar_lock`).
 //!
 //! UCX likewise writes BlueFlame only for queue pairs of a thread domain of their own and keeps
-//! one toggle per register (`src/uct/ib/mlx5/ib_mlx5.c`: `uct_ib_mlx5_res_domain_init`,
-//! `uct_ib_mlx5_get_mmio_mode`, `uct_ib_mlx5_txwq_init`).
+//! one toggle per register (`src/uct/ib/mlx5/ib_mlx5.c`: `uct_ib_mlx5_get_mmio_mode`,
+//! `uct_ib_mlx5_txwq_init`).
 //!
 //! So [`DirectDcInitiator::new`] takes the register of a DC initiator on a thread domain of its
 //! own ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain))
 //! and any doorbell register, and refuses any other BlueFlame register
-//! ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned)).
-//! The `unsafe` [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes one on its
-//! caller's promise that no queue pair posted through libmlx5 writes it meanwhile. Either refuses
-//! a second live direct initiator on one BlueFlame register. [`DirectDcInitiator::register`] says
-//! which register it rings, and [`blueflame_exists`](DirectRegister::blueflame_exists) whether the
-//! device has BlueFlame at all. The registers `new_with_blueflame` takes on a kernel without
-//! dynamic UAR allocation are mapped uncached when `MLX5_SHUT_UP_BF` is set, and the writer would
-//! copy whole requests into them, which nothing has checked: take a thread domain's register.
+//! ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned));
+//! the `unsafe` [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes one on its
+//! caller's promise. The registers it takes on a kernel without dynamic UAR allocation are mapped
+//! uncached when `MLX5_SHUT_UP_BF` is set, and the writer would copy whole requests into them,
+//! which nothing has checked: take a thread domain's register.
 //!
 //! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
 

@@ -15,12 +15,8 @@ use super::{
 
 /// The send completion queue of direct DC initiators ([`DirectDcInitiator`](crate::DirectDcInitiator)),
 /// read from its memory (`mlx5dv_init_obj`) as libmlx5's `mlx5_poll_cq` reads it, each
-/// completion's `wr_id` taken from the send queue of the initiator that posted it. Several
-/// initiators may complete into one (a pool's); each keeps the table of send queues alive, and
-/// dropping the completion queue or any initiator, in any order, is sound.
-///
-/// Single-threaded: neither `Send` nor `Sync`, nor are its initiators. Polling allocates
-/// nothing; each CQE costs a look-up of its QP among the initiators (a short list).
+/// completion's `wr_id` taken from the send queue of the initiator that posted it. Each CQE
+/// costs a look-up of its QP among the initiators (a short list).
 ///
 /// ```no_run
 /// use sideway::ibverbs::completion::GenericCompletionQueue;

@@ -27,13 +27,12 @@
 //!   once per poll, also when nothing was polled. cq.c puts no barrier around this store.
 //!
 //! # Where it differs from libmlx5
-//! - CQEs libmlx5 does not report as send completions are refused with a
-//!   [`PollDirectCompletionQueueError`], consumed as libmlx5 consumes them: compressed CQEs (format 3;
-//!   libmlx5 would read a compressed requester CQE as scattered data), receive, resize, signature
-//!   error and unknown CQE opcodes, and CQEs of QPs the poller was not given. libmlx5 fails the
-//!   whole poll on the last (and discards the completions polled before it) and returns a partly
-//!   filled `ibv_wc` for resize and unknown opcodes; here the completions before the refused CQE
-//!   are returned first, and the next poll returns the error.
+//! - CQEs libmlx5 does not report as send completions are refused
+//!   ([`PollDirectCompletionQueueErrorKind`]; libmlx5 would read a compressed requester CQE as
+//!   scattered data), consumed as libmlx5 consumes them. libmlx5 fails the whole poll on a CQE
+//!   of an unknown QP (and discards the completions polled before it) and returns a partly filled
+//!   `ibv_wc` for resize and unknown opcodes; here the completions before the refused CQE are
+//!   returned first, and the next poll returns the error.
 //! - For the WQE opcodes whose completion opcode libmlx5 takes from `sq.wr_data[]` (UMR,
 //!   SET_PSV, NOP, MMO) and those it leaves unset, [`Completion::opcode`] is `None`.
 //! - libmlx5 finds the QP by the CQE's QP number (`mlx5_poll_cq`, CQE version 0) or by its user
@@ -41,14 +40,6 @@
 //! - The consumer index starts from the doorbell record (libmlx5 keeps the full index in
 //!   `struct mlx5_cq`, which `mlx5dv_cq` does not give; its low 24 bits are all the owner check
 //!   needs). libmlx5 must not poll the CQ once this poller does.
-//! - A send completion naming a slot where no outstanding request of its QP starts
-//!   ([`UnexpectedWqeCounter`](PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter)), and
-//!   one of an initiator whose batch is open
-//!   ([`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse), not consumed), are
-//!   refused: libmlx5 would move its tail by the slot's stale entry, and takes the QP's lock.
-//!
-//! Compared with libmlx5's own `mlx5_poll_cq` over the same memory by the tests; not run on a
-//! ConnectX.
 
 mod completion;
 mod cqe;

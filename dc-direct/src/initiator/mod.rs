@@ -30,11 +30,9 @@ pub use crate::send_queue::shared::DirectBatch;
 use crate::send_queue::{AddressVector, BatchAddress, CreateSendQueueErrorKind};
 
 /// A DC initiator whose requests this crate writes into its send queue and whose doorbell it
-/// rings, as libmlx5's post path would (see the [crate](crate) documentation for what that
-/// covers and what is refused); its completions are polled by its [`DirectCompletionQueue`].
-///
-/// Single-threaded: neither `Send` nor `Sync`. Dropping it destroys the DC initiator; its
-/// completions still to come are then refused by the completion queue
+/// rings, as libmlx5's post path would; its completions are polled by its
+/// [`DirectCompletionQueue`]. Dropping it destroys the DC initiator; its completions still to
+/// come are then refused by the completion queue
 /// ([`UnknownQueuePair`](crate::completion_queue::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).
 #[derive(Debug)]
 pub struct DirectDcInitiator {
@@ -53,20 +51,13 @@ pub struct DirectDcInitiator {
 }
 
 impl DirectDcInitiator {
-    /// Takes over posting on `dci`, which must complete into `cq` and be in RESET (made, not yet
-    /// brought up), and whose register is one this writer may write without a lock
-    /// ([`register`](Self::register)): the register of a thread domain of its own (made with
-    /// [`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)),
-    /// which libmlx5 gives no other queue pair, or a doorbell register (`bf.size` 0), which
-    /// libmlx5 writes unlocked from any queue pair (the [crate](crate#the-blueflame-register)
-    /// documentation).
+    /// Takes over posting on `dci`, which must complete into `cq`, be in RESET (made, not yet
+    /// brought up), and have a register this writer may write without a lock (the
+    /// [crate](crate#the-blueflame-register) documentation).
     ///
     /// # Errors
     ///
-    /// [`CreateDirectDcInitiatorErrorKind`]; `dci` is dropped (destroyed) with the error. A DC
-    /// initiator without a thread domain of its own whose register is a BlueFlame register is
-    /// refused
-    /// ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned)).
+    /// [`CreateDirectDcInitiatorErrorKind`]; `dci` is dropped (destroyed) with the error.
     pub fn new(dci: DcInitiator, cq: &DirectCompletionQueue) -> Result<Self, CreateDirectDcInitiatorError> {
         // SAFETY: without a promise, only registers this writer may write alone are taken.
         unsafe { Self::create(dci, cq, BlueFlame::Refused) }
@@ -211,8 +202,7 @@ impl DirectDcInitiator {
         self.register
     }
 
-    /// The DC initiator, for its accessors (QP number, granted limits, state as last read,
-    /// streams, source GID, …).
+    /// The DC initiator, for its accessors.
     pub fn dc_initiator(&self) -> &DcInitiator {
         &self.dci
     }

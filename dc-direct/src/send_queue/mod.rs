@@ -19,19 +19,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A request is described in the order of sideway-ext's DC guard, so that code moves from one to
-//! the other by changing its queue: [`construct_wr`](SendQueueBatch::construct_wr) → an operation
-//! ([`setup_write`](DirectRequest::setup_write), …) →
-//! [`setup_dc_addr`](DirectRequestDestination::setup_dc_addr) → the data
-//! ([`setup_sge`](DirectRequestData::setup_sge), [`setup_inline_data`](DirectRequestData::setup_inline_data),
-//! …). The whole WQE is written at the data step, which answers at once: a refused request
-//! ([`WorkRequestError`]) writes nothing, and the batch goes on. [`post`](SendQueueBatch::post)
-//! rings the doorbell for the requests added; dropping the guard instead gives their slots back.
+//! A request is described in the order of sideway-ext's DC guard:
+//! [`construct_wr`](SendQueueBatch::construct_wr) → an operation →
+//! [`setup_dc_addr`](DirectRequestDestination::setup_dc_addr) → the data, where the whole WQE is
+//! written and the request answered ([`WorkRequestError`]: nothing written, the batch goes on).
+//! [`post`](SendQueueBatch::post) rings the doorbell; dropping the guard gives the slots back.
 //!
-//! A batch to one DC target ([`start_post_send_to`](SendQueue::start_post_send_to), with a
-//! [`BatchAddress`]: the route, DCT number, key and maybe a stream) holds the address for all
-//! its requests, which go from their operation straight to their data; each WQE is the same as
-//! with the address step. A DC pool posts so: one batch, one destination.
+//! A batch to one DC target ([`start_post_send_to`](SendQueue::start_post_send_to)) holds the
+//! address for all its requests, which go from their operation straight to their data.
 //!
 //! ```no_run
 //! use sideway::ibverbs::queue_pair::WorkRequestFlags;
@@ -71,34 +66,21 @@
 //!
 //! Not offered: SEND with invalidate, memory-window binds and local invalidations (libmlx5
 //! fences the request after those through `fm_cache`, which this writer therefore never needs),
-//! TSO, masked atomics, the mlx5 memory-key setters, WQE signatures (`wq_sig`). Refused, with a
-//! [`WorkRequestErrorKind`] naming it: a full queue, too many entries (one entry on a queue
-//! granted none too), too much inline data, a stream id on a queue without streams.
+//! TSO, masked atomics, the mlx5 memory-key setters, WQE signatures (`wq_sig`). Refused:
+//! [`WorkRequestErrorKind`].
 //!
 //! Where it differs from libmlx5, in what it refuses only: a refused request is that request
 //! alone (libmlx5 fails the whole batch at `ibv_wr_complete` and rolls it back); a request is
-//! checked against its own limits before the queue's room (libmlx5 checks the room first), so
-//! one over both is refused for its own; one scatter/gather entry on a queue granted none is
-//! refused (libmlx5 writes it); a queue whose largest request would not fit in its ring is
-//! refused at creation.
+//! checked against its own limits before the queue's room, so one over both is refused for its
+//! own; one scatter/gather entry on a queue granted none is refused (libmlx5 writes it).
 //!
-//! # What is proven, and what is not
+//! `max_post` must be what libmlx5 granted (`sq.max_post`), which it sized so that that many of
+//! the largest WQEs fit in the ring; the writer checks only that one of the largest fits. It
+//! follows the defaults of `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF`.
 //!
-//! None of this has run on a ConnectX; the unit tests compare it with libmlx5's own `qp.c` over
-//! plain memory (the crate documentation's "What is proven, and what is not").
-//!
-//! The limits come from the queue pair's creation: `max_post` must be what libmlx5 granted
-//! (`ibv_query_qp`'s `max_send_wr`, its `sq.max_post`), which it sized so that that many of the
-//! largest WQEs the queue pair's operations make fit in the ring. The writer checks only that
-//! one of the largest it can write fits.
-//!
-//! This writer follows the defaults of `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF`, and
-//! copies into any register with halves (the crate documentation's "The BlueFlame register").
-//!
-//! A [`DirectDcInitiator`](crate::DirectDcInitiator) posts through a [`SendQueue`] of its queue
-//! pair. A runtime that makes its DC initiators some other way builds one over their parts
-//! ([`SendQueue::from_parts`]), polls their CQ itself and hands each send completion's
-//! `wqe_counter` to [`SendQueue::complete`], which gives the request's room back.
+//! A runtime that makes its DC initiators some other way builds a [`SendQueue`] over their parts
+//! ([`SendQueue::from_parts`]) and hands each send completion's `wqe_counter` to
+//! [`SendQueue::complete`].
 mod address;
 mod batch;
 mod doorbell;
