@@ -394,29 +394,9 @@ static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *
 	struct soft_packet *packet;
 	int64_t n = 0;
 
-	if (flushed) {
-		packet = calloc(1, sizeof(*packet));
-		if (!packet)
-			return NULL;
-		packet->type = SOFT_REQUEST;
-		packet->source_pid = getpid();
-		packet->dci_qpn = qp->mqp.verbs_qp.qp.qp_num;
-		packet->incarnation = qp->requester.incarnation;
-		packet->first_seq = qp->requester.first_seq;
-		packet->seq = seq;
-		packet->opcode = wqe->opcode;
-		packet->stream = wqe->stream;
-		packet->dctn = be32toh(wqe->av.dqp_dct) & 0xffffff;
-		packet->dc_key = be64toh(wqe->av.key.dc_key);
-		memcpy(packet->dgid, wqe->av.rgid, 16);
-		packet->dlid = be16toh(wqe->av.rlid);
-		packet->global = (be32toh(wqe->av.grh_gid_fl) >> 30) & 1;
-		packet->flushed = 1;
-		*len = sizeof(*packet);
-		return packet;
-	}
-	if (wqe->opcode == MLX5_OPCODE_SEND || wqe->opcode == MLX5_OPCODE_SEND_IMM ||
-	    wqe->opcode == MLX5_OPCODE_RDMA_WRITE || wqe->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) {
+	if (!flushed && (wqe->opcode == MLX5_OPCODE_SEND || wqe->opcode == MLX5_OPCODE_SEND_IMM ||
+			 wqe->opcode == MLX5_OPCODE_RDMA_WRITE ||
+			 wqe->opcode == MLX5_OPCODE_RDMA_WRITE_IMM)) {
 		n = gather(qp, wqe, NULL, SIZE_MAX, syndrome);
 		if (n < 0)
 			return NULL;
@@ -438,13 +418,18 @@ static struct soft_packet *request_packet(struct soft_qp *qp, const struct wqe *
 	packet->seq = seq;
 	packet->opcode = wqe->opcode;
 	packet->stream = wqe->stream;
-	packet->requester_mtu = (uint8_t)qp->path_mtu;
-	packet->solicited = (wqe->fm_ce_se & MLX5_WQE_CTRL_SOLICITED) != 0;
 	packet->dctn = be32toh(wqe->av.dqp_dct) & 0xffffff;
 	packet->dc_key = be64toh(wqe->av.key.dc_key);
 	memcpy(packet->dgid, wqe->av.rgid, 16);
 	packet->dlid = be16toh(wqe->av.rlid);
 	packet->global = (be32toh(wqe->av.grh_gid_fl) >> 30) & 1;
+	if (flushed) {
+		packet->flushed = 1;
+		*len = sizeof(*packet);
+		return packet;
+	}
+	packet->requester_mtu = (uint8_t)qp->path_mtu;
+	packet->solicited = (wqe->fm_ce_se & MLX5_WQE_CTRL_SOLICITED) != 0;
 	packet->remote_addr = wqe->remote_addr;
 	packet->rkey = wqe->rkey;
 	/* the immediate travels only with the operations that carry one */
