@@ -12,15 +12,20 @@
 //! cargo run --features tokio --example async_pingpong -- -d rxe0 -g 1 127.0.0.1     # client
 //! ```
 //!
-//! Each queue pair is brought up from the peer's endpoint (`RcBringUp`, `RcEndpoint`), which goes
+//! Each queue pair is brought up from the peer's endpoint (`RcBringUp`, `RcEndpoint` of `examples/common/bring_up.rs`), which goes
 //! over TCP as one text line per queue pair, `lid qpn psn gid`. Each side prints its role and
 //! `N messages on Q queue pairs in S seconds, E completion events` (`server: …`, `client: …`);
 //! exit status 0 on success, 1 on failure.
+#[path = "common/bring_up.rs"]
+#[allow(dead_code)] // each user takes what it needs
+mod bring_up;
+
 use std::error::Error;
 use std::net::Ipv6Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use bring_up::{RcBringUp, RcEndpoint};
 use clap::Parser;
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::address::Gid;
@@ -28,7 +33,6 @@ use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::async_completion_channel::AsyncCompletionChannel;
-use sideway_ext::ibverbs::bring_up::{RcBringUp, RcEndpoint};
 use sideway_ext::ibverbs::extension::{CompletionQueueEventExt, CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
@@ -131,7 +135,7 @@ async fn run(args: Args) -> Result<()> {
     let num_qp = args.num_qp as usize;
     // Port 1, sending from the GID at -g (a global address: RoCE needs one).
     let mut params = RcBringUp::new(1);
-    params.setup_src_gid_index(args.gid_idx);
+    params.src_gid_index = Some(args.gid_idx);
 
     // One completion channel, awaited from this task; one CQ for every send and receive.
     let channel = AsyncCompletionChannel::new(ctx.create_comp_channel()?)?;
@@ -170,7 +174,7 @@ async fn run(args: Args) -> Result<()> {
         .collect::<Result<Vec<Qp>, _>>()?;
     let mine = qps
         .iter()
-        .map(|qp| qp.endpoint(&params))
+        .map(|qp| params.endpoint(&ctx, qp))
         .collect::<Result<Vec<RcEndpoint>, _>>()?;
 
     let stream = match &args.server {
@@ -179,7 +183,7 @@ async fn run(args: Args) -> Result<()> {
     };
     let theirs = exchange(stream, &mine).await?;
     for (qp, peer) in qps.iter_mut().zip(&theirs) {
-        qp.bring_up(&params, peer)?;
+        params.bring_up(&ctx, qp, peer)?;
     }
     let client = args.server.is_some();
     let total = num_qp as u64 * args.iters;

@@ -22,13 +22,17 @@
 //! RoCE v2 GID, e.g. 1 on SoftRoCE), `-o` on-demand paging, `-c` check the received buffer (the
 //! server prints "invalid data in page N" on a mismatch, as the C tool does). One more, `-v`,
 //! prints the queue-pair addresses, which the C tool always prints. Each queue pair is brought up
-//! with `bring_up` from the peer's record (`RcBringUp`, `RcEndpoint`).
+//! from the peer's record with `RcBringUp` of `examples/common/bring_up.rs`.
 //!
 //! The queue-pair addresses go over TCP exactly as the C tool sends them: 256 records of 52 bytes
 //! each way, the text `lid:qpn:psn:gid` in hex, NUL-padded, then "done" from the client. Both
 //! sides must use the same `-q`.
 //!
 //! Exit status: 0 on success, 1 on any failure (2 for invalid command-line options).
+#[path = "common/bring_up.rs"]
+#[allow(dead_code)] // each user takes what it needs
+mod bring_up;
+
 use std::error::Error;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
@@ -36,6 +40,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bring_up::{RcBringUp, RcEndpoint};
 use clap::Parser;
 use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
@@ -44,7 +49,6 @@ use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::queue_pair::{SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
-use sideway_ext::ibverbs::bring_up::{RcBringUp, RcEndpoint};
 use sideway_ext::ibverbs::extension::{
     CompletionChannelExt, CompletionQueueEventExt, CompletionQueueExt, ProtectionDomainExt,
 };
@@ -288,23 +292,24 @@ fn report(err: &dyn Error) -> String {
 /// the C tool's attributes: `RcBringUp`'s defaults, hop limit 1, and global routing only when the
 /// remote GID's interface id (its low 64 bits) is set.
 fn connect_qps(
-    qps: &mut [SharedReceiveQueuePair<ReliableConnection>], args: &Args, mine: &[Destination], remote: &[Destination],
+    ctx: &DeviceContext, qps: &mut [SharedReceiveQueuePair<ReliableConnection>], args: &Args, mine: &[Destination],
+    remote: &[Destination],
 ) -> Result<()> {
     for (i, qp) in qps.iter_mut().enumerate() {
         let dest = &remote[i];
         let peer = RcEndpoint::new(dest.lid, dest.gid, dest.qpn, dest.psn)
             .map_err(|e| format!("Bad remote address [{i}]: {}", report(&e)))?;
         let mut params = RcBringUp::new(args.ib_port);
-        params
-            .setup_path_mtu(args.mtu)
-            .setup_service_level(args.sl)
-            .setup_psn(mine[i].psn)
-            .setup_hop_limit(1);
+        params.path_mtu = Some(args.mtu);
+        params.service_level = args.sl;
+        params.psn = mine[i].psn;
+        params.hop_limit = 1;
         if dest.gid.raw[8..].iter().any(|&b| b != 0) {
             // The C tool passes its -g value, -1 when not given; no GID index is -1: use 0.
-            params.setup_src_gid_index(args.gid_idx.unwrap_or(0));
+            params.src_gid_index = Some(args.gid_idx.unwrap_or(0));
         }
-        qp.bring_up(&params, &peer)
+        params
+            .bring_up(ctx, qp, &peer)
             .map_err(|e| format!("Failed to bring up QP[{i}]: {}", report(&e)))?;
     }
     Ok(())
@@ -559,7 +564,9 @@ fn run(args: &Args) -> Result<()> {
 
     let remote = match &args.server {
         Some(server) => client_exchange(server, args.port, &mine)?,
-        None => server_exchange(args.port, &mine, |remote| connect_qps(&mut qps, args, &mine, remote))?,
+        None => server_exchange(args.port, &mine, |remote| {
+            connect_qps(&ctx, &mut qps, args, &mine, remote)
+        })?,
     };
     if args.verbose {
         for dest in &remote {
@@ -567,7 +574,7 @@ fn run(args: &Args) -> Result<()> {
         }
     }
     if args.server.is_some() {
-        connect_qps(&mut qps, args, &mine, &remote)?;
+        connect_qps(&ctx, &mut qps, args, &mine, &remote)?;
     }
 
     // Per queue pair, what it still waits for before its next send: its send's completion and a

@@ -22,12 +22,17 @@
 //! SRQ, L limit events, P receives posted, E completion events`, the client `client: N datagrams
 //! echoed on Q queue pairs in S seconds`; exit status 0 on success, 1 on failure.
 use std::collections::HashMap;
+#[path = "common/bring_up.rs"]
+#[allow(dead_code)] // each user takes what it needs
+mod bring_up;
+
 use std::error::Error;
 use std::net::Ipv6Addr;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bring_up::UdBringUp;
 use clap::Parser;
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::address::Gid;
@@ -43,7 +48,6 @@ use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::async_completion_channel::AsyncCompletionChannel;
 use sideway_ext::ibverbs::async_event::{AsyncEvent, AsyncEventElement, AsyncEventType};
 use sideway_ext::ibverbs::async_event_waiter::AsyncEventWaiter;
-use sideway_ext::ibverbs::bring_up::UdBringUp;
 use sideway_ext::ibverbs::extension::{
     CompletionQueueEventExt, CompletionQueueExt, DeviceContextExt, ProtectionDomainExt,
 };
@@ -242,7 +246,7 @@ async fn run(args: Args) -> Result<()> {
                 .setup_max_send_wr(SEND_DEPTH)
                 .setup_max_inline_data(MESSAGE as u32)
                 .build_ud()?;
-            qp.bring_up(&UdBringUp::new(1, QKEY))?;
+            UdBringUp::new(1, QKEY).bring_up(&ctx, &mut qp)?;
             Ok(qp)
         })
         .collect::<Result<Vec<Qp>>>()?;

@@ -11,7 +11,7 @@
 //!
 //! | part | module | feature | status |
 //! |---|---|---|---|
-//! | Shared receive queues, RC/UD queue pairs on them and their bring-up, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
+//! | Shared receive queues, RC/UD queue pairs on them, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
 //! | mlx5 control plane: direct-verbs device context, device and DC capability queries | `mlx5` | `mlx5` | done |
 //! | DC initiators and targets, requests addressed one by one | `mlx5::dc` | `mlx5` | checked on a software ConnectX (softmlx5: libmlx5's own code, mlx5_ib's rules); not yet run on a ConnectX |
 //!
@@ -59,7 +59,7 @@
 //!         unsafe { guard.construct_wr(slot).setup_sge(mr.lkey(), base + slot * 4096, 4096) };
 //!     }
 //!     guard.post()?;
-//!     // Four RC queue pairs receive through it (bring each up towards its peer, then post).
+//!     // Four RC queue pairs receive through it (`modify` each to RTS towards its peer, then post).
 //!     let qps = (0..4)
 //!         .map(|_| srq.create_qp_builder().setup_send_cq(cq.clone()).setup_recv_cq(cq.clone()).build_rc())
 //!         .collect::<Result<Vec<_>, _>>()?;

@@ -1,5 +1,4 @@
 //! Attributes the unit tests of several modules start from.
-use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::queue_pair::QueuePairState::ReadyToSend;
 
 use crate::ibverbs::queue_pair::QueuePairAttribute;
@@ -14,9 +13,4 @@ pub(crate) fn rts_attr() -> QueuePairAttribute {
         .setup_rnr_retry(7)
         .setup_max_read_atomic(1);
     attr
-}
-
-/// A RoCE v2 GID: IPv4 192.0.2.7 mapped into IPv6.
-pub(crate) fn roce_gid() -> Gid {
-    Gid::from(std::net::Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]))
 }

@@ -5,11 +5,15 @@
 //! refill rule guards against: a datagram that finds the shared receive queue empty is lost, with
 //! the limit event pending all along.
 #![cfg(feature = "tokio")]
+#[path = "../examples/common/bring_up.rs"]
+#[allow(dead_code)] // this file brings up UD only
+mod bring_up;
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bring_up::UdBringUp;
 use common::{address_of, connect_rc, local_gid, open_test_device, wait_completions, Buffer};
 use rdma_mummy_sys::ibv_sge;
 use serial_test::serial;
@@ -19,7 +23,6 @@ use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
 use sideway_ext::ibverbs::async_event_waiter::{AsyncEventWaiter, CreateAsyncEventWaiterErrorKind};
-use sideway_ext::ibverbs::bring_up::UdBringUp;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
@@ -231,7 +234,7 @@ async fn a_datagram_that_finds_the_srq_empty_is_lost_with_the_limit_event_pendin
             .setup_max_inline_data(64)
             .build_ud()
             .expect("UD");
-        qp.bring_up(&UdBringUp::new(1, QKEY)).expect("bring up");
+        UdBringUp::new(1, QKEY).bring_up(&ctx, &mut qp).expect("bring up");
         qp
     };
     let (receiver, mut sender) = (build(&srq), build(&sender_srq));

@@ -1,25 +1,30 @@
-//! Bring-up helpers on a real device (SoftRoCE in the VM): RC queue pairs connected from each
-//! other's endpoints, UD queue pairs from a port and a Q_Key, an address handle made from a
-//! received datagram's completion answering its sender; bad ports and a RoCE port without a GID
-//! index are typed errors that reach no library call.
+//! The examples' bring-up (examples/common/bring_up.rs): its attributes against the RC and UD
+//! transition rules, its endpoint's checks and serde form; and on a real device (SoftRoCE in
+//! the VM) RC queue pairs connected from each other's endpoints, UD queue pairs from a port and
+//! a Q_Key, an address handle made from a received datagram's completion answering its sender;
+//! bad ports and a RoCE port without a GID index are typed errors that reach no library call.
+#[path = "../examples/common/bring_up.rs"]
+mod bring_up;
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bring_up::{
+    BringUpRcErrorKind, BringUpUdErrorKind, InvalidRcEndpointErrorKind, QueryRcEndpointErrorKind, RcBringUp,
+    RcEndpoint, UdBringUp, MAX_PSN, MAX_QP_NUMBER,
+};
 use common::{address_of, local_gid, open_test_device, wait_completions, Buffer};
 use rdma_mummy_sys::ibv_sge;
 use serial_test::serial;
+use sideway::ibverbs::address::Gid;
 use sideway::ibverbs::completion::BasicCompletionQueue;
-use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
+use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
     ModifyQueuePairErrorKind, QueuePairAttributeMask, QueuePairState, SetInlineData, WorkRequestFlags,
 };
 use sideway_ext::ibverbs::address_from_work_completion::GRH_LEN;
-use sideway_ext::ibverbs::bring_up::{
-    BringUpRcErrorKind, BringUpUdErrorKind, QueryRcEndpointErrorKind, RcBringUp, RcEndpoint, UdBringUp,
-};
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 
@@ -27,6 +32,135 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const QKEY: u32 = 0x1234_5678;
 /// Receive slots of 256 bytes: a GRH and a short message.
 const SLOT: usize = 256;
+
+/// A RoCE v2 GID: IPv4 192.0.2.7 mapped into IPv6.
+fn roce_gid() -> Gid {
+    Gid::from(std::net::Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0207]))
+}
+
+#[test]
+fn endpoint_fields_are_checked_to_24_bits() {
+    assert!(RcEndpoint::new(0, roce_gid(), MAX_QP_NUMBER, MAX_PSN).is_ok());
+    assert!(matches!(
+        RcEndpoint::new(0, roce_gid(), MAX_QP_NUMBER + 1, 0).unwrap_err().0,
+        InvalidRcEndpointErrorKind::QueuePairNumberOutOfRange { qp_number: 0x100_0000 }
+    ));
+    assert!(matches!(
+        RcEndpoint::new(0, roce_gid(), 1, u32::MAX).unwrap_err().0,
+        InvalidRcEndpointErrorKind::PacketSequenceNumberOutOfRange { psn: u32::MAX }
+    ));
+    let debug = format!("{:?}", RcEndpoint::new(1, roce_gid(), 0x42, 7).unwrap());
+    assert!(debug.contains("::ffff:192.0.2.7") && debug.contains("0x42"), "{debug}");
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn endpoint_json_round_trip_and_validation() {
+    let ep = RcEndpoint::new(3, roce_gid(), 0xab_cdef, 0x12).unwrap();
+    let json = serde_json::to_string(&ep).unwrap();
+    assert_eq!(
+        json,
+        r#"{"lid":3,"gid":"::ffff:192.0.2.7","qp_number":11259375,"psn":18}"#
+    );
+    assert_eq!(serde_json::from_str::<RcEndpoint>(&json).unwrap(), ep);
+    for bad in [
+        r#"{"lid":3,"gid":"::1","qp_number":16777216,"psn":0}"#,
+        r#"{"lid":3,"gid":"::1","qp_number":1,"psn":16777216}"#,
+        r#"{"lid":3,"gid":"nope","qp_number":1,"psn":0}"#,
+        r#"{"lid":3,"gid":"::1","qp_number":1}"#,
+        r#"{"lid":3,"gid":"::1","qp_number":1,"psn":0,"extra":1}"#,
+    ] {
+        assert!(serde_json::from_str::<RcEndpoint>(bad).is_err(), "accepted {bad}");
+    }
+}
+
+/// The RC attributes carry exactly the kernel's `qp_state_table` required masks for RESET → INIT
+/// → RTR → RTS (drivers/infiniband/core/verbs.c), with the endpoint's and the defaults' values.
+#[test]
+fn rc_attributes_pass_the_rc_table_in_order() {
+    use QueuePairAttributeMask as M;
+    let remote = RcEndpoint::new(0, roce_gid(), 0x12_3456, 0xab_cdef).unwrap();
+    let mut params = RcBringUp::new(1);
+    params.src_gid_index = Some(3);
+    params.psn = 0x42;
+    let [init, rtr, rts] = params.attributes(&remote, Mtu::Mtu1024);
+    assert_eq!(
+        [init.state(), rtr.state(), rts.state()],
+        [
+            QueuePairState::Init,
+            QueuePairState::ReadyToReceive,
+            QueuePairState::ReadyToSend
+        ]
+    );
+    assert_eq!(init.mask(), M::State | M::PartitionKeyIndex | M::Port | M::AccessFlags);
+    assert_eq!(
+        rtr.mask(),
+        M::State
+            | M::AddressVector
+            | M::PathMtu
+            | M::DestinationQueuePairNumber
+            | M::ReceiveQueuePacketSequenceNumber
+            | M::MaxDestinationReadAtomic
+            | M::MinResponderNotReadyTimer
+    );
+    assert_eq!(
+        rts.mask(),
+        M::State
+            | M::SendQueuePacketSequenceNumber
+            | M::Timeout
+            | M::RetryCount
+            | M::ResponderNotReadyRetryCount
+            | M::MaxReadAtomic
+    );
+    assert_eq!(
+        (rtr.dest_qp_num(), rtr.rq_psn(), rts.sq_psn()),
+        (0x12_3456, 0xab_cdef, 0x42)
+    );
+    assert_eq!(
+        (init.port(), rts.timeout(), rts.retry_cnt(), rts.rnr_retry()),
+        (1, 14, 7, 7)
+    );
+    let av = params.address_vector(&remote);
+    assert!(av.is_global());
+    assert_eq!(
+        (av.src_gid_index(), av.hop_limit(), av.dest_gid()),
+        (3, sideway_ext::ibverbs::address_handle::DEFAULT_HOP_LIMIT, roce_gid())
+    );
+}
+
+#[test]
+fn rc_without_a_gid_index_addresses_the_lid() {
+    let remote = RcEndpoint::new(0x17, Gid::default(), 5, 0).unwrap();
+    let av = RcBringUp::new(2).address_vector(&remote);
+    assert!(!av.is_global());
+    assert_eq!((av.dest_lid(), av.port()), (0x17, 2));
+}
+
+/// The UD attributes carry the kernel's required masks for RESET → INIT → RTR → RTS.
+#[test]
+fn ud_attributes_pass_the_ud_table_in_order() {
+    use QueuePairAttributeMask as M;
+    let mut params = UdBringUp::new(1, 0x1111_2222);
+    params.sq_psn = 9;
+    let [init, rtr, rts] = params.attributes();
+    assert_eq!(
+        [init.state(), rtr.state(), rts.state()],
+        [
+            QueuePairState::Init,
+            QueuePairState::ReadyToReceive,
+            QueuePairState::ReadyToSend
+        ]
+    );
+    assert_eq!(
+        [init.mask(), rtr.mask(), rts.mask()],
+        [
+            M::State | M::PartitionKeyIndex | M::Port | M::QueueKey,
+            M::State,
+            M::State | M::SendQueuePacketSequenceNumber
+        ]
+    );
+    assert_eq!((init.qkey(), rts.sq_psn()), (0x1111_2222, 9));
+}
 
 struct Setup {
     ctx: Arc<DeviceContext>,
@@ -81,19 +215,21 @@ fn rc_bring_up_connects_from_the_peers_endpoint() {
     };
     let (mut a, mut b) = (build(), build());
     let mut params_a = RcBringUp::new(1);
-    params_a.setup_src_gid_index(gid_index).setup_psn(0x11_1111);
+    params_a.src_gid_index = Some(gid_index);
+    params_a.psn = 0x11_1111;
     let mut params_b = RcBringUp::new(1);
-    params_b.setup_src_gid_index(gid_index).setup_psn(0x22_2222);
-    let endpoint_a = a.endpoint(&params_a).expect("endpoint a");
-    let endpoint_b = b.endpoint(&params_b).expect("endpoint b");
+    params_b.src_gid_index = Some(gid_index);
+    params_b.psn = 0x22_2222;
+    let endpoint_a = params_a.endpoint(&s.ctx, &a).expect("endpoint a");
+    let endpoint_b = params_b.endpoint(&s.ctx, &b).expect("endpoint b");
     assert_eq!(
         (endpoint_a.gid(), endpoint_a.qp_number(), endpoint_a.psn()),
         (gid, a.qp_number(), 0x11_1111)
     );
     #[cfg(feature = "serde")]
     let endpoint_b: RcEndpoint = serde_json::from_str(&serde_json::to_string(&endpoint_b).unwrap()).unwrap();
-    a.bring_up(&params_a, &endpoint_b).expect("bring up a");
-    b.bring_up(&params_b, &endpoint_a).expect("bring up b");
+    params_a.bring_up(&s.ctx, &mut a, &endpoint_b).expect("bring up a");
+    params_b.bring_up(&s.ctx, &mut b, &endpoint_a).expect("bring up b");
     assert_eq!(
         (a.state(), b.state()),
         (QueuePairState::ReadyToSend, QueuePairState::ReadyToSend)
@@ -151,12 +287,12 @@ fn rc_bring_up_refuses_a_bad_port_and_a_roce_port_without_a_gid_index() {
         .build_rc()
         .expect("RC");
     let peer = RcEndpoint::new(0, gid, qp.qp_number(), 0).expect("endpoint");
-    let err = qp.bring_up(&RcBringUp::new(0), &peer).unwrap_err();
+    let err = RcBringUp::new(0).bring_up(&s.ctx, &mut qp, &peer).unwrap_err();
     assert!(
         matches!(err.0, BringUpRcErrorKind::InvalidPort { port: 0, .. }),
         "{err:?}"
     );
-    let err = qp.endpoint(&RcBringUp::new(0)).unwrap_err();
+    let err = RcBringUp::new(0).endpoint(&s.ctx, &qp).unwrap_err();
     assert!(
         matches!(err.0, QueryRcEndpointErrorKind::InvalidPort { port: 0, .. }),
         "{err:?}"
@@ -166,12 +302,12 @@ fn rc_bring_up_refuses_a_bad_port_and_a_roce_port_without_a_gid_index() {
         LinkLayer::Ethernet,
         "this test needs a RoCE port (rxe)"
     );
-    let err = qp.bring_up(&RcBringUp::new(1), &peer).unwrap_err();
+    let err = RcBringUp::new(1).bring_up(&s.ctx, &mut qp, &peer).unwrap_err();
     assert!(
         matches!(err.0, BringUpRcErrorKind::SourceGidIndexRequired { port: 1 }),
         "{err:?}"
     );
-    let err = qp.endpoint(&RcBringUp::new(1)).unwrap_err();
+    let err = RcBringUp::new(1).endpoint(&s.ctx, &qp).unwrap_err();
     assert!(
         matches!(err.0, QueryRcEndpointErrorKind::SourceGidIndexRequired { port: 1 }),
         "{err:?}"
@@ -180,10 +316,10 @@ fn rc_bring_up_refuses_a_bad_port_and_a_roce_port_without_a_gid_index() {
 
     // To itself: a loopback connection, then once more from RTS.
     let mut params = RcBringUp::new(1);
-    params.setup_src_gid_index(gid_index);
-    let own = qp.endpoint(&params).expect("endpoint");
-    qp.bring_up(&params, &own).expect("bring up");
-    let err = qp.bring_up(&params, &own).unwrap_err();
+    params.src_gid_index = Some(gid_index);
+    let own = params.endpoint(&s.ctx, &qp).expect("endpoint");
+    params.bring_up(&s.ctx, &mut qp, &own).expect("bring up");
+    let err = params.bring_up(&s.ctx, &mut qp, &own).unwrap_err();
     assert!(
         matches!(
             &err.0,
@@ -207,13 +343,13 @@ fn ud_bring_up_reaches_rts_with_the_qkey() {
         .setup_recv_cq(s.cq.clone())
         .build_ud()
         .expect("UD");
-    let err = qp.bring_up(&UdBringUp::new(0, QKEY)).unwrap_err();
+    let err = UdBringUp::new(0, QKEY).bring_up(&s.ctx, &mut qp).unwrap_err();
     assert!(
         matches!(err.0, BringUpUdErrorKind::InvalidPort { port: 0, .. }),
         "{err:?}"
     );
     assert_eq!(qp.state(), QueuePairState::Reset);
-    qp.bring_up(&UdBringUp::new(1, QKEY)).expect("bring up");
+    UdBringUp::new(1, QKEY).bring_up(&s.ctx, &mut qp).expect("bring up");
     let attr = qp
         .query(QueuePairAttributeMask::State | QueuePairAttributeMask::QueueKey)
         .expect("query");
@@ -238,7 +374,7 @@ fn an_address_handle_from_a_work_completion_answers_the_sender() {
             .setup_max_inline_data(64)
             .build_ud()
             .expect("UD");
-        qp.bring_up(&UdBringUp::new(1, QKEY)).expect("bring up");
+        UdBringUp::new(1, QKEY).bring_up(&s.ctx, &mut qp).expect("bring up");
         qp
     };
     let (mut server, mut client) = (build(), build());

@@ -87,7 +87,6 @@ pub mod async_event;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod async_event_waiter;
-pub mod bring_up;
 pub mod completion_channel;
 pub mod extension;
 #[cfg(feature = "serde")]

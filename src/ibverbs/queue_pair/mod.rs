@@ -55,11 +55,6 @@ unsafe impl<T: Transport> Send for SharedReceiveQueuePair<T> {}
 unsafe impl<T: Transport> Sync for SharedReceiveQueuePair<T> {}
 
 impl<T: Transport> SharedReceiveQueuePair<T> {
-    /// The queue-pair core, for the bring-up helpers.
-    pub(crate) fn core(&self) -> &QueuePairCore {
-        &self.core
-    }
-
     /// # Safety
     ///
     /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
