@@ -2,12 +2,10 @@
 //! the DC (Dynamically Connected) transport, for programs that run RDMA on NVIDIA/Mellanox
 //! ConnectX NICs and write their verbs code with sideway.
 //!
-//! sideway-ext adds what sideway 0.4.3 does not have yet, shaped so that each part can move
-//! upstream into sideway as one pull request, under the same public path
-//! (`sideway_ext::ibverbs::…` would become `sideway::ibverbs::…`; the repository's UPSTREAM.md
-//! is that series). It reuses sideway's objects ([`DeviceContext`], [`ProtectionDomain`],
-//! completion queues, memory regions) and value types, and takes their raw handles through
-//! sideway's own `unsafe` accessors.
+//! Each part is shaped to move upstream into sideway as one pull request, under the same path
+//! (`sideway_ext::ibverbs::…` would become `sideway::ibverbs::…`; UPSTREAM.md is that series).
+//! It reuses sideway's objects ([`DeviceContext`], [`ProtectionDomain`], completion queues,
+//! memory regions) and value types.
 //!
 //! | part | module | feature | status |
 //! |---|---|---|---|
@@ -17,16 +15,13 @@
 //!
 //! # Features
 //!
-//! - `mlx5`: mlx5 direct verbs and the DC transport. libmlx5 is loaded at run time: on
-//!   a device that is not mlx5, or without libmlx5, every mlx5 call is a typed "not supported"
-//!   error, never a link failure or a panic.
-//! - `tokio`: completion events and asynchronous events awaited from a tokio task
-//!   (`ibverbs::async_completion_channel`).
+//! - `mlx5`: mlx5 direct verbs and the DC transport. libmlx5 is loaded at run time: on a device
+//!   that is not mlx5, or without libmlx5, every mlx5 call is a typed "not supported" error.
+//! - `tokio`: completion and asynchronous events awaited from a tokio task.
 //! - `serde`: `Serialize`/`Deserialize` for the values peers exchange (a DC endpoint).
 //!
 //! A pool of DC initiators for thousands of destinations is a second crate,
-//! `sideway-ext-dc-pool` (the repository's `dc-pool/`, with the example `dc_pingpong`), built on
-//! this crate's public API alone.
+//! `sideway-ext-dc-pool`, built on this crate's public API alone.
 //!
 //! # A first program
 //!
@@ -80,30 +75,16 @@
 //! - `mlx5`: is this device mlx5, and what can its DC do (`mlx5::dc_capabilities`);
 //! - `mlx5::dc`: DC targets and initiators, a whole DC program, recovery after errors;
 //!
-//! # Examples
-//!
-//! In the repository's `examples/`; each runs on SoftRoCE except the DC ones, which need a
-//! ConnectX-4 or newer and stop with "not an mlx5 device" elsewhere.
-//!
-//! - `list_devices`: the devices, their ports and GID tables.
-//! - `srq_pingpong`: 16 RC queue pairs on one SRQ, wire-compatible with rdma-core's
-//!   `ibv_srq_pingpong` (same flags).
-//! - `async_pingpong` (`tokio`): an echo over 16 RC queue pairs on one SRQ from one tokio task
-//!   that sleeps on the completion channel.
-//! - `ud_echo` (`tokio`): four UD queue pairs on one SRQ refilled on its limit event, answering
-//!   each sender through an address handle made from its completion.
-//! - `mlx5_devinfo` (`mlx5`): the mlx5 and DC capabilities; `--dc-selftest` checks DC end to end
-//!   on one ConnectX (the first command to run there).
-//! - `dc_hello` (`mlx5`): one DC target, one DC initiator, a write and a send.
+//! The repository's `examples/` (each with its usage at the top) run on SoftRoCE, except the DC
+//! ones (`mlx5_devinfo --dc-selftest`, `dc_hello`), which need a ConnectX-4 or newer.
+//! `examples/common/bring_up.rs` brings RC and UD queue pairs to RTS for them.
 //!
 //! # Resource cleanup order
 //!
 //! Every object holds an [`Arc`] of each parent it was created from, and its `Drop` destroys its
-//! own handle before those `Arc`s are released. So whatever order a program drops its values
-//! in, a queue pair is destroyed before the shared receive queue it receives through, which is
-//! destroyed before its protection domain, which goes before the device context. A DC initiator
-//! made on a thread domain of its own holds it: its queue pair is destroyed, then the parent
-//! domain, then the thread domain, then the protection domain is released.
+//! own handle before those `Arc`s are released: whatever order a program drops its values in, a
+//! queue pair goes before its shared receive queue, which goes before its protection domain,
+//! which goes before the device context.
 //!
 //! [sideway]: https://docs.rs/sideway
 //! [`DeviceContext`]: sideway::ibverbs::device_context::DeviceContext

@@ -3,10 +3,7 @@
 //! tokio's reactor ([`AsyncFd`]), so that `channel.wait().await` sleeps the task, not the thread,
 //! until a CQ of the channel gets a completion.
 //!
-//! The loop is the one of the [`super::completion_channel`] module, with
-//! `.await`: arm the CQ, drain it (completions that came before the arm raise no event), then
-//! for each event re-arm *before* draining, so that a completion arriving between the last poll
-//! and the re-arm still raises the next event:
+//! The loop is [`completion_channel`](super::completion_channel)'s, with `.await`:
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,17 +26,9 @@
 //! # }
 //! ```
 //!
-//! Events are read only when the descriptor is readable, and the reactor's readiness is cleared
-//! only after `ibv_get_cq_event` found nothing (`EAGAIN`), so an event that arrives meanwhile is
-//! never missed. [`wait`](AsyncCompletionChannel::wait) is cancel safe: dropping its future
-//! (a `select!`, a timeout) consumes no event; the next `wait` gets it.
-//!
-//! # Reference
-//!
-//! - rdma-core manpage: [`ibv_get_cq_event`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html)
-//!   (its "non-blocking" example), RDMAmojo:
-//!   [`ibv_get_cq_event`](https://www.rdmamojo.com/2013/03/09/ibv_get_cq_event/)
-//! - tokio: [`AsyncFd`](https://docs.rs/tokio/1/tokio/io/unix/struct.AsyncFd.html)
+//! [`wait`](AsyncCompletionChannel::wait) is cancel safe: dropping its future consumes no
+//! event. The reactor's readiness is cleared only after `ibv_get_cq_event` found nothing
+//! (`EAGAIN`), so an event that arrives meanwhile is never missed.
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -69,11 +58,7 @@ pub enum CreateAsyncCompletionChannelErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// A completion channel whose events a tokio task awaits; see the [module](self) documentation.
-///
-/// It holds the channel (an `Arc`, so CQs can be created on [`channel`](Self::channel)) and leaves
-/// it non-blocking. Dropping it removes the descriptor from the reactor before the channel is
-/// released.
+/// A completion channel whose events a tokio task awaits. It leaves the channel non-blocking.
 #[derive(Debug)]
 pub struct AsyncCompletionChannel {
     fd: AsyncFd<Arc<CompletionChannel>>,
@@ -118,17 +103,11 @@ impl AsyncCompletionChannel {
     }
 
     /// Waits, without blocking the thread, for the next completion event of any CQ of the
-    /// channel (one armed with
-    /// [`req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq)). Re-arm the
-    /// event's CQ, then drain it.
-    ///
-    /// Cancel safe: a future dropped before it completes has consumed no event.
+    /// channel. Cancel safe: a dropped future has consumed no event.
     ///
     /// # Errors
     ///
-    /// As [`get_cq_event`](super::extension::CompletionChannelExt::get_cq_event) (an event for a
-    /// CQ not armed through this crate is acknowledged and reported as
-    /// [`UnknownCompletionQueue`](GetCompletionEventErrorKind::UnknownCompletionQueue)), and the
+    /// As [`get_cq_event`](super::extension::CompletionChannelExt::get_cq_event), and the
     /// reactor's errors as [`Ibverbs`](GetCompletionEventErrorKind::Ibverbs).
     pub async fn wait(&self) -> Result<CompletionEvent, GetCompletionEventError> {
         loop {

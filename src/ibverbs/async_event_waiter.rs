@@ -1,89 +1,52 @@
 //! Waiting for asynchronous events from a tokio task (feature `tokio`): an [`AsyncEventWaiter`]
 //! puts a device context's asynchronous event file descriptor, made non-blocking, in tokio's
-//! reactor ([`AsyncFd`]), so that `waiter.wait().await` sleeps the task, not the thread, until
-//! the device raises an event (a shared receive queue below its limit, a queue pair's last WQE,
-//! a port change). It is the [`AsyncEventReader`] of the [`async_event`](super::async_event)
-//! module, awaited, as [`AsyncCompletionChannel`](super::async_completion_channel::AsyncCompletionChannel)
-//! is the completion channel awaited.
-//!
-//! [`wait`](AsyncEventWaiter::wait) is cancel safe: dropping its future (a `select!` branch that
-//! lost, a timeout) consumes no event; the next `wait` or [`try_read`](AsyncEventWaiter::try_read)
-//! gets it. The reactor's readiness is cleared only after `ibv_get_async_event` found nothing
-//! (`EAGAIN`), so an event that arrives meanwhile is never missed.
+//! reactor ([`AsyncFd`]), as [`AsyncCompletionChannel`](super::async_completion_channel::AsyncCompletionChannel)
+//! does a completion channel's.
 //!
 //! # The limit-event refill loop
 //!
-//! A server that receives through a [`SharedReceiveQueue`](super::shared_receive_queue::SharedReceiveQueue)
-//! can let the device say when to refill it instead of reposting every receive as it completes:
-//! post `max_wr` receives, arm the limit (`srq.modify(ArmLimit(low))`), and when the
-//! `SharedReceiveQueueLimitReached` event comes, post receives back up to `max_wr` and arm the
-//! limit again (it is one-shot: the device disarms it when it fires).
-//!
-//! **Under steady traffic, check for the limit event on every drain of the completion queue,
-//! not only in `select!`**: while completions keep coming, `select!` may pick the completion
-//! branch turn after turn while the queue runs empty, and a UD (or DC) datagram that finds no
-//! receive is dropped without a trace. After each drain, look with
-//! [`try_read`](AsyncEventWaiter::try_read) (one non-blocking read) and refill at once; keep the
-//! `select!` branch for an idle server:
+//! The SRQ limit event is one-shot: refill, then arm the limit again. Under steady traffic
+//! `select!` may pick the completion branch turn after turn while the SRQ runs empty, and a UD or
+//! DC datagram that finds no receive is dropped without a trace: look with
+//! [`try_read`](AsyncEventWaiter::try_read) after every drain of the CQ, and keep the `select!`
+//! branch for an idle server. `examples/ud_echo.rs` is this loop in full.
 //!
 //! ```no_run
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+//! use std::sync::Arc;
+//!
+//! use sideway::ibverbs::completion::BasicCompletionQueue;
 //! use sideway_ext::ibverbs::async_completion_channel::AsyncCompletionChannel;
-//! use sideway_ext::ibverbs::async_event::{AsyncEvent, AsyncEventElement, AsyncEventType};
+//! use sideway_ext::ibverbs::async_event::{AsyncEvent, AsyncEventType};
 //! use sideway_ext::ibverbs::async_event_waiter::AsyncEventWaiter;
-//! use sideway_ext::ibverbs::extension::{
-//!     CompletionQueueEventExt, CompletionQueueExt, DeviceContextExt, ProtectionDomainExt,
-//! };
-//! use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueueModification;
+//! use sideway_ext::ibverbs::extension::{CompletionQueueEventExt, CompletionQueueExt};
+//! use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
 //! use sideway_ext::ibverbs::work_completion::WorkCompletion;
 //!
-//! let devices = DeviceList::new()?;
-//! let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
-//! let pd = ctx.alloc_pd()?;
-//! let events = AsyncEventWaiter::new(ctx.async_event_reader())?;
-//! let channel = AsyncCompletionChannel::new(ctx.create_comp_channel()?)?;
-//! let cq = ctx.create_cq_builder().setup_cqe(256).setup_comp_channel(channel.channel(), 0).build()?;
-//! let srq = pd.create_srq_builder().setup_max_wr(128).build()?;
-//! // ... post 128 receives, create the queue pairs, bring them up ...
-//! srq.modify(SharedReceiveQueueModification::ArmLimit(32))?;
-//! let is_limit = |event: &AsyncEvent| {
-//!     event.event_type() == AsyncEventType::SharedReceiveQueueLimitReached
-//!         && event.element() == AsyncEventElement::SharedReceiveQueue(srq.id())
-//! };
-//! let refill = |event: AsyncEvent| -> Result<(), Box<dyn std::error::Error>> {
-//!     if is_limit(&event) {
-//!         // ... post receives back up to 128 ...
-//!         srq.modify(SharedReceiveQueueModification::ArmLimit(32))?;
-//!     }
-//!     Ok(())
-//! };
-//! let mut wcs = [WorkCompletion::default(); 32];
-//! cq.req_notify_cq(false)?;
-//! loop {
-//!     while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
-//!     // Every drain: the limit may have fired while the completion queue kept us busy.
-//!     while let Some(event) = events.try_read()? {
-//!         refill(event)?;
-//!     }
-//!     tokio::select! {
-//!         event = channel.wait() => event?.cq().req_notify_cq(false)?,
-//!         // An idle server sleeps here too.
-//!         event = events.wait() => refill(event?)?,
+//! async fn serve(
+//!     cq: Arc<BasicCompletionQueue>, channel: AsyncCompletionChannel, events: AsyncEventWaiter,
+//!     srq: Arc<SharedReceiveQueue>,
+//! ) -> Result<(), Box<dyn std::error::Error>> {
+//!     let refill = |event: AsyncEvent| -> Result<(), Box<dyn std::error::Error>> {
+//!         if event.event_type() == AsyncEventType::SharedReceiveQueueLimitReached {
+//!             // ... post receives back up to max_wr ...
+//!             srq.modify(SharedReceiveQueueModification::ArmLimit(32))?;
+//!         }
+//!         Ok(())
+//!     };
+//!     let mut wcs = [WorkCompletion::default(); 32];
+//!     cq.req_notify_cq(false)?;
+//!     loop {
+//!         while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
+//!         while let Some(event) = events.try_read()? {
+//!             refill(event)?;
+//!         }
+//!         tokio::select! {
+//!             event = channel.wait() => event?.cq().req_notify_cq(false)?,
+//!             event = events.wait() => refill(event?)?,
+//!         }
 //!     }
 //! }
-//! # }
 //! ```
-//!
-//! `examples/ud_echo.rs` is this loop in full: four UD queue pairs on one shared receive queue.
-//!
-//! # Reference
-//!
-//! - rdma-core manpage: [`ibv_get_async_event`](https://man7.org/linux/man-pages/man3/ibv_get_async_event.3.html)
-//!   (its non-blocking example), RDMAmojo:
-//!   [`ibv_get_async_event`](https://www.rdmamojo.com/2012/08/11/ibv_get_async_event/),
-//!   [`ibv_modify_srq`](https://www.rdmamojo.com/2012/12/01/ibv_modify_srq/)
-//! - tokio: [`AsyncFd`](https://docs.rs/tokio/1/tokio/io/unix/struct.AsyncFd.html)
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -112,12 +75,10 @@ pub enum CreateAsyncEventWaiterErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// A device context's asynchronous events, awaited from a tokio task; see the [module](self)
-/// documentation.
+/// A device context's [`AsyncEventReader`], awaited from a tokio task.
 ///
-/// It holds the reader (and so the context) and leaves the context's event descriptor
-/// non-blocking: every reader of the context shares it. One waiter per context and runtime.
-/// Dropping it removes the descriptor from the reactor before the context is released.
+/// It leaves the context's event descriptor non-blocking, which every reader of the context
+/// shares. One waiter per context and runtime.
 #[derive(Debug)]
 pub struct AsyncEventWaiter {
     fd: AsyncFd<AsyncEventReader>,
@@ -161,8 +122,7 @@ impl AsyncEventWaiter {
     }
 
     /// Waits, without blocking the thread, for the next asynchronous event of the context.
-    ///
-    /// Cancel safe: a future dropped before it completes has consumed no event.
+    /// Cancel safe: a dropped future has consumed no event.
     ///
     /// # Errors
     ///
@@ -181,7 +141,6 @@ impl AsyncEventWaiter {
     }
 
     /// Reads an event if one is pending, without waiting: one non-blocking `ibv_get_async_event`.
-    /// Under steady traffic, call it after every drain (see the [module](self) documentation).
     ///
     /// # Errors
     ///

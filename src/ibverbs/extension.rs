@@ -29,11 +29,8 @@ pub trait ProtectionDomainExt {
     fn create_ah(&self, attr: &AddressHandleAttribute) -> Result<Arc<AddressHandle>, CreateAddressHandleError>;
 
     /// Creates the address handle that answers the sender of a received datagram, as
-    /// `ibv_create_ah_from_wc` does: the address from the receive completion `wc` and `grh`, the
-    /// first [`GRH_LEN`] bytes of its receive buffer
-    /// ([`AddressHandleAttribute::from_work_completion`]), then [`create_ah`](Self::create_ah)
-    /// with it. See [`ibv_create_ah_from_wc`](https://man7.org/linux/man-pages/man3/ibv_create_ah_from_wc.3.html),
-    /// [RDMAmojo](https://www.rdmamojo.com/2012/11/17/ibv_create_ah_from_wc/).
+    /// `ibv_create_ah_from_wc` does: [`AddressHandleAttribute::from_work_completion`] of `wc` and
+    /// `grh` (the first [`GRH_LEN`] bytes of its receive buffer), then [`create_ah`](Self::create_ah).
     fn create_ah_from_wc(
         &self, port: u8, wc: &WorkCompletion, grh: &[u8; GRH_LEN],
     ) -> Result<Arc<AddressHandle>, CreateAddressHandleFromWorkCompletionError>;
@@ -69,20 +66,12 @@ pub trait DeviceContextExt {
     fn async_event_reader(&self) -> AsyncEventReader;
 
     /// The GID of local `port` that `source_gid` names, from its GID table, as DC bring-up
-    /// resolves it ([`SourceGid`]): with [`SourceGid::Automatic`] on RoCE the first RoCE v2 GID
-    /// with an IPv4-mapped address (`::ffff:a.b.c.d`, routable over an IPv4 network), else the
-    /// first with a global IPv6 address, else the link-local one; on InfiniBand [`None`] (GID
-    /// index 0 on a port that requires a GRH). An empty slot, which `ibv_query_gid` reads as
-    /// zeros with success, is never picked; a GID type this crate does not know is never RoCE v2.
-    ///
-    /// Its [`index`](SourceGidEntry::index) is the source GID index of a global address (the
-    /// `-g` of rdma-core's and perftest's tools), its [`gid`](SourceGidEntry::gid) the GID a peer
-    /// addresses.
+    /// resolves it ([`SourceGid`]); [`None`] on InfiniBand. Its [`index`](SourceGidEntry::index)
+    /// is the source GID index of a global address (the `-g` of rdma-core's tools).
     ///
     /// # Errors
     ///
-    /// [`SourceGidError`]: no such port, a GID that cannot be read, none that fits (a RoCE port
-    /// without a RoCE v2 GID: [`NoRoceV2Gid`](super::source_gid::SourceGidErrorKind::NoRoceV2Gid)).
+    /// [`SourceGidError`]: no such port, a GID that cannot be read, or none that fits.
     fn source_gid(&self, port: u8, source_gid: &SourceGid) -> Result<Option<SourceGidEntry>, SourceGidError>;
 }
 
@@ -98,16 +87,14 @@ impl DeviceContextExt for Arc<DeviceContext> {
 
 /// Polling a completion queue into a caller-owned buffer, with every field of the completions.
 pub trait CompletionQueueExt {
-    /// Polls up to `wcs.len()` completions with `ibv_poll_cq` and returns those that were ready
-    /// (an empty slice when none was). Allocates nothing. A provider's failure (a negative return:
-    /// -1 or a negative errno) is an [`Ibverbs`](PollCompletionQueueError::Ibverbs) error.
+    /// Polls up to `wcs.len()` completions with `ibv_poll_cq` and returns those that were ready.
+    /// Allocates nothing. A provider's negative return is an
+    /// [`Ibverbs`](PollCompletionQueueError::Ibverbs) error.
     ///
-    /// It polls an `ExtendedCompletionQueue` the same way, and that is the way to poll one more
-    /// than once on SoftRoCE: with rdma-core before 55 (Debian 12 ships 44), rxe's
-    /// `ibv_next_poll`/`ibv_end_poll` overrun the queue, so the batch after a drained
-    /// `ExtendedCompletionQueue::start_poll` hands back completions that were never produced
-    /// (rxe's `cq_next_poll` and `cq_end_poll` both advance the consumer index; fixed by
-    /// rdma-core b78b414).
+    /// It polls an `ExtendedCompletionQueue` too, and that is the way to poll one more than once
+    /// on SoftRoCE before rdma-core 55: rxe's `cq_next_poll` and `cq_end_poll` both advance the
+    /// consumer index, so the batch after a drained `start_poll` hands back completions that were
+    /// never produced (fixed by rdma-core b78b414).
     fn poll_work_completions<'a>(
         &self, wcs: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion], PollCompletionQueueError>;
@@ -122,8 +109,7 @@ impl<T: CompletionQueue + ?Sized> CompletionQueueExt for T {
     }
 }
 
-// Completion events: arming a completion queue and reading its channel. (Imported here, beside
-// their only users, so that this block stays apart from the items above.)
+// Completion events: imported beside their only users, so that this block stays apart.
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
@@ -133,15 +119,11 @@ use sideway::ibverbs::completion::{
 
 use super::completion_channel::{self, CompletionEvent, GetCompletionEventError, RequestNotifyCompletionQueueError};
 
-/// Completion event notification on a completion queue
-/// ([`ibv_req_notify_cq`](https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html),
-/// [RDMAmojo](https://www.rdmamojo.com/2013/02/22/ibv_req_notify_cq/)); see
-/// [`completion_channel`] for the whole loop.
+/// Completion event notification on a completion queue; see [`completion_channel`].
 pub trait CompletionQueueEventExt {
-    /// Arms the CQ: the next completion added to it puts one [`CompletionEvent`] on its
-    /// completion channel. With `solicited_only`, only a receive completion of a message with the
-    /// solicited bit set, or a completion in error, does. One arm raises at most one event:
-    /// re-arm after each.
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion added to it puts one
+    /// [`CompletionEvent`] on its channel; with `solicited_only`, only a solicited receive or an
+    /// error does. One arm raises at most one event.
     ///
     /// # Errors
     ///
@@ -149,7 +131,7 @@ pub trait CompletionQueueEventExt {
     ///   the CQ was built without
     ///   [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel).
     /// - [`Ibverbs`](super::completion_channel::RequestNotifyCompletionQueueErrorKind::Ibverbs):
-    ///   the provider refused (the errno `ibv_req_notify_cq` returned).
+    ///   the provider refused.
     fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError>;
 }
 
@@ -171,14 +153,7 @@ impl CompletionQueueEventExt for GenericCompletionQueue {
     }
 }
 
-/// Reading completion events from a completion channel
-/// ([`ibv_get_cq_event`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html),
-/// [RDMAmojo](https://www.rdmamojo.com/2013/03/09/ibv_get_cq_event/)).
-///
-/// The channel's file descriptor ([`AsRawFd`](std::os::fd::AsRawFd), or [`as_fd`](Self::as_fd))
-/// becomes readable when an event is pending, so an async runtime can wait on it; make the
-/// channel non-blocking first with sideway's
-/// [`set_nonblocking`](sideway::ibverbs::completion::CompletionChannel::set_nonblocking).
+/// Reading completion events from a completion channel; see [`completion_channel`].
 pub trait CompletionChannelExt {
     /// Reads the next event with `ibv_get_cq_event`, waiting for one unless the channel is
     /// non-blocking.
@@ -195,9 +170,8 @@ pub trait CompletionChannelExt {
     /// Reads the next event if one is pending, without waiting (also on a blocking channel).
     fn try_get_cq_event(&self) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
 
-    /// Waits up to `timeout` for an event, with `ppoll` on the channel's file descriptor: to the
-    /// nanosecond, on across signals, for good with [`Duration::MAX`]. None within the time is
-    /// `Ok(None)`.
+    /// Waits up to `timeout` for an event (`ppoll` on the channel's file descriptor, to the
+    /// nanosecond, across signals; for good with [`Duration::MAX`]).
     fn get_cq_event_timeout(&self, timeout: Duration) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
 
     /// The channel's file descriptor, borrowed for as long as the channel.

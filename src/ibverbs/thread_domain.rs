@@ -1,29 +1,19 @@
 //! A [`ThreadDomain`]: a thread domain (`ibv_alloc_td`) and the parent domain
-//! (`ibv_alloc_parent_domain`) that puts queue pairs on it, created for one queue pair. A parent
-//! domain is an `ibv_pd`: a queue pair created with it as its protection domain is on the
-//! protection domain it was made from (the same keys) and on the thread domain.
+//! (`ibv_alloc_parent_domain`) that puts one queue pair on it and on the protection domain it
+//! was made from (the same keys).
 //!
-//! A thread domain promises the provider that its objects are used by one thread at a time. On
-//! mlx5 it buys the queue pair a doorbell register of its own: libmlx5 gives a queue pair whose
-//! parent domain has a thread domain that thread domain's register (`create_qp` in
-//! `providers/mlx5/verbs.c`), which `mlx5_alloc_td` took with `mlx5_attach_dedicated_uar`: a
+//! On mlx5 a thread domain buys the queue pair a doorbell register of its own: libmlx5 gives a
+//! queue pair whose parent domain has a thread domain that thread domain's register (`create_qp`
+//! in `providers/mlx5/verbs.c`), which `mlx5_alloc_td` took with `mlx5_attach_dedicated_uar`: a
 //! BlueFlame register no other thread domain or queue pair is given, written without a lock
-//! (`need_lock` 0), on every kernel (a dynamically allocated UAR page, or, on a kernel without
-//! dynamic UAR allocation, one of the context's `num_dyn_bfregs` pages), whatever
-//! `MLX5_SHUT_UP_BF` says; on a device without BlueFlame (`bf_reg_size` 0), the context's
-//! doorbell register (`nc_uar`). libmlx5 takes no lock on the send queue of such a queue pair
-//! either (`mlx5_spinlock_init_pd`). UCX makes one thread domain per worker for the same
-//! register (`uct_ib_mlx5_res_domain_init` in `src/uct/ib/mlx5/ib_mlx5.c`). No ConnectX has
-//! confirmed any of this here: it is read from rdma-core's and UCX's sources.
+//! (`need_lock` 0), whatever `MLX5_SHUT_UP_BF` says (a dynamic UAR page, or one of the context's
+//! `num_dyn_bfregs` pages without dynamic UAR allocation); without BlueFlame (`bf_reg_size` 0)
+//! the context's `nc_uar`. Its send queue takes no lock either (`mlx5_spinlock_init_pd`). UCX
+//! makes one per worker for the same register (`uct_ib_mlx5_res_domain_init`). No ConnectX has
+//! confirmed this here: it is read from rdma-core's and UCX's sources.
 //!
 //! Only [`DcInitiatorBuilder::setup_thread_domain`](crate::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)
-//! makes one, for the one DC initiator it creates on it; the DC initiator holds it
-//! ([`DcInitiator::thread_domain`](crate::mlx5::dc::initiator::DcInitiator::thread_domain)).
-//!
-//! # Reference
-//!
-//! - rdma-core manpages: [`ibv_alloc_td`](https://man7.org/linux/man-pages/man3/ibv_alloc_td.3.html),
-//!   [`ibv_alloc_parent_domain`](https://man7.org/linux/man-pages/man3/ibv_alloc_parent_domain.3.html)
+//! makes one; the DC initiator holds it.
 use std::io;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -68,8 +58,7 @@ pub enum AllocateThreadDomainErrorKind {
     ParentDomain(#[source] io::Error),
 }
 
-/// A thread domain and the parent domain that puts one queue pair on it; see the
-/// [module](self) documentation.
+/// A thread domain and the parent domain that puts one queue pair on it.
 ///
 /// Dropping it deallocates the parent domain, then the thread domain (libmlx5 refuses either
 /// while something holds it: `EBUSY`), then releases the protection domain.

@@ -1,29 +1,21 @@
 //! The largest send request (WQE) an mlx5 device takes: [`SendWqeSizes`], `max_wqe_sz_sq` and
-//! `max_wqe_sz_sq_dc`, read from the device's general capabilities.
+//! `max_wqe_sz_sq_dc` from the general capabilities of the firmware command `QUERY_HCA_CAP`.
 //!
-//! libmlx5 bounds every send request by a size it keeps private, `max_sq_desc_sz`, which the
-//! kernel's `mlx5_ib_alloc_ucontext` sets to the capability `max_wqe_sz_sq`
-//! (`mlx5_calc_send_wqe` in libmlx5's `verbs.c` refuses a larger request with `EINVAL`). The
-//! capability `max_wqe_sz_sq_dc`, the largest request of a DC initiator, is read by neither the
-//! kernel nor libmlx5, so nothing before the device checks it. Both are in the answer to the
-//! firmware command `QUERY_HCA_CAP` for the general device capabilities, which
-//! `mlx5dv_devx_general_cmd` sends on an ordinary verbs context: mlx5_ib serves that command to
-//! every context, DEVX or not (`devx.c`: `devx_is_whitelist_cmd` lists `QUERY_HCA_CAP`, and
-//! `devx_get_uid` runs it under the device's shared whitelist UID), and libmlx5 sends the same
-//! command on every context it opens (`get_hca_general_caps` in `verbs.c`).
+//! The kernel's `mlx5_ib_alloc_ucontext` sets libmlx5's private `max_sq_desc_sz` to
+//! `max_wqe_sz_sq`, and libmlx5's `mlx5_calc_send_wqe` refuses a larger request with `EINVAL`;
+//! neither reads `max_wqe_sz_sq_dc`, so nothing before the device checks it. The query goes
+//! through `mlx5dv_devx_general_cmd` on an ordinary context: mlx5_ib serves `QUERY_HCA_CAP` to
+//! every context, DEVX or not (`devx_is_whitelist_cmd`, `devx_get_uid`'s shared whitelist UID),
+//! and libmlx5's `get_hca_general_caps` sends it on every context it opens.
 //!
-//! Where the command is refused (`devx_get_uid` answers `EOPNOTSUPP` on a device without user
-//! contexts, i.e. without the `log_max_uctx` capability; kernels before DEVX have no such method;
-//! libmlx5 before rdma-core v21 has no `mlx5dv_devx_general_cmd`) the sizes fall back to the bound
-//! every device takes: `16 · max_sge + 32` bytes, because the kernel's `mlx5_ib_query_device`
-//! derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16` (a 16-byte control and a 16-byte
-//! remote-address segment, then 16 bytes an entry). Nothing bounds `max_wqe_sz_sq_dc` from below
-//! in those sources: the fallback assumes the same bound for it, which no ConnectX has confirmed.
+//! Where it is refused (`devx_get_uid`'s `EOPNOTSUPP` without `log_max_uctx`, kernels before
+//! DEVX, libmlx5 before rdma-core v21) both sizes fall back to `16 · max_sge + 32` bytes: the
+//! kernel's `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`.
+//! Nothing bounds `max_wqe_sz_sq_dc` so in those sources; no ConnectX has confirmed the fallback.
 //!
-//! The layout read is the PRM's, as the kernel's `include/linux/mlx5/mlx5_ifc.h` and libmlx5's
-//! `providers/mlx5/mlx5_ifc.h` transcribe it: `query_hca_cap_out` is a 16-byte header (`status`
-//! in its first byte) followed by `cmd_hca_cap`, in which `max_wqe_sz_sq` is 16 bits at bit 0x290
-//! and `max_wqe_sz_sq_dc` 16 bits at bit 0x2d0, big-endian.
+//! The layout is the PRM's (`mlx5_ifc.h` of the kernel and libmlx5): `query_hca_cap_out` is a
+//! 16-byte header (`status` first), then `cmd_hca_cap`, with `max_wqe_sz_sq` 16 bits at bit 0x290
+//! and `max_wqe_sz_sq_dc` at bit 0x2d0, big-endian.
 use std::ffi::c_int;
 use std::ptr::NonNull;
 
@@ -49,15 +41,11 @@ const MAX_WQE_SZ_SQ: usize = CAPABILITY + 0x290 / 8;
 /// `cmd_hca_cap.max_wqe_sz_sq_dc`: 16 bits at bit 0x2d0.
 const MAX_WQE_SZ_SQ_DC: usize = CAPABILITY + 0x2d0 / 8;
 
-/// The largest send request (WQE) a device takes, in bytes: `max_wqe_sz_sq` for any queue pair
-/// (libmlx5's private `max_sq_desc_sz`) and `max_wqe_sz_sq_dc` for a DC initiator, as the device
-/// reported them ([`is_reported`](Self::is_reported)), or the bound every device takes where it
-/// did not (see the [module documentation](crate::mlx5::send_wqe_sizes)).
+/// The largest send request (WQE) a device takes, in bytes, as reported or the bound every
+/// device takes ([`is_reported`](Self::is_reported)).
 ///
 /// [`DcInitiatorBuilder::build`](crate::mlx5::dc::initiator::DcInitiatorBuilder::build) refuses a
-/// request larger than [`max_dc_request_bytes`](Self::max_dc_request_bytes) before any library
-/// call when the sizes were reported. Read them with
-/// [`DcCapabilities::send_wqe_sizes`](crate::mlx5::dc_capabilities::DcCapabilities::send_wqe_sizes):
+/// request above [`max_dc_request_bytes`](Self::max_dc_request_bytes) when they were reported:
 ///
 /// ```no_run
 /// use sideway::ibverbs::device::DeviceList;
@@ -80,8 +68,8 @@ pub struct SendWqeSizes {
 }
 
 impl SendWqeSizes {
-    /// The sizes as a device reports them (the PRM's fields are 16 bits wide). A `max_wqe_sz_sq_dc` of 0 (none reported) is read as no DC limit of its
-    /// own: `max_wqe_sz_sq` then bounds DC requests too.
+    /// The sizes as a device reports them. A `max_wqe_sz_sq_dc` of 0 is no DC limit of its own:
+    /// `max_wqe_sz_sq` then bounds DC requests too.
     pub const fn new(max_wqe_sz_sq: u16, max_wqe_sz_sq_dc: u16) -> Self {
         let max_wqe_sz_sq_dc = match max_wqe_sz_sq_dc {
             0 => max_wqe_sz_sq,
@@ -94,9 +82,8 @@ impl SendWqeSizes {
         }
     }
 
-    /// The bound every device whose `ibv_device_attr::max_sge` is `max_sge` takes, for both sizes,
-    /// when the device did not report them: `16 · max_sge + 32` bytes (kernel
-    /// `mlx5_ib_query_device`; see the [module documentation](crate::mlx5::send_wqe_sizes)).
+    /// The bound every device with `ibv_device_attr::max_sge` of `max_sge` takes, for both sizes:
+    /// `16 · max_sge + 32` bytes.
     pub const fn guaranteed(max_sge: u32) -> Self {
         let bound = max_sge.saturating_mul(16).saturating_add(32);
         Self {
@@ -106,8 +93,7 @@ impl SendWqeSizes {
         }
     }
 
-    /// The largest send request of any queue pair, in bytes (`max_wqe_sz_sq`; libmlx5's
-    /// `max_sq_desc_sz`).
+    /// The largest send request of any queue pair, in bytes (`max_wqe_sz_sq`).
     pub fn max_wqe_sz_sq(&self) -> u32 {
         self.max_wqe_sz_sq
     }
@@ -117,22 +103,19 @@ impl SendWqeSizes {
         self.max_wqe_sz_sq_dc
     }
 
-    /// Whether the device reported the sizes (`QUERY_HCA_CAP` answered); `false`: they are the
-    /// bound every device takes ([`guaranteed`](Self::guaranteed)), and the device may take more.
+    /// Whether the device reported the sizes; `false`: they are [`guaranteed`](Self::guaranteed),
+    /// and the device may take more.
     pub fn is_reported(&self) -> bool {
         self.reported
     }
 
-    /// The largest request a DC initiator can be created with: the smaller of the two sizes
-    /// (libmlx5 checks `max_wqe_sz_sq`; nothing before the device checks `max_wqe_sz_sq_dc`).
+    /// The largest request a DC initiator can be created with: the smaller of the two sizes.
     pub fn max_dc_request_bytes(&self) -> u32 {
         self.max_wqe_sz_sq.min(self.max_wqe_sz_sq_dc)
     }
 
-    /// The sizes in an answer to `QUERY_HCA_CAP` for the general device capabilities
-    /// (`query_hca_cap_out`), or `None` for an answer that does not carry them: shorter than the
-    /// fields, a `status` other than 0 (the firmware refused the command), or a `max_wqe_sz_sq`
-    /// of 0.
+    /// The sizes in a `query_hca_cap_out`, or `None` for one too short, with a `status` other
+    /// than 0 (refused) or a `max_wqe_sz_sq` of 0.
     pub(crate) fn from_query_hca_cap(output: &[u8]) -> Option<Self> {
         let field = |at: usize| {
             output
@@ -148,9 +131,8 @@ impl SendWqeSizes {
         }
     }
 
-    /// The sizes from what `mlx5dv_devx_general_cmd` returned (`ret`) and wrote (`output`):
-    /// the reported ones, or [`guaranteed`](Self::guaranteed) for `max_sge` where the command was
-    /// refused or its answer does not carry them.
+    /// The sizes from what `mlx5dv_devx_general_cmd` returned (`ret`) and wrote (`output`), else
+    /// [`guaranteed`](Self::guaranteed) for `max_sge`.
     pub(crate) fn from_answer(ret: c_int, output: &[u8], max_sge: u32) -> Self {
         match ret {
             0 => Self::from_query_hca_cap(output).unwrap_or(Self::guaranteed(max_sge)),
@@ -169,9 +151,8 @@ pub(crate) fn query_hca_cap_input() -> [u8; INPUT_BYTES] {
     input
 }
 
-/// Reads the device's send request sizes with `mlx5dv_devx_general_cmd(QUERY_HCA_CAP)`, or falls
-/// back to the bound every device with `max_sge` takes when libmlx5 has no such call or the
-/// command is refused ([`SendWqeSizes::from_answer`]).
+/// Reads the device's send request sizes with `mlx5dv_devx_general_cmd(QUERY_HCA_CAP)`
+/// ([`SendWqeSizes::from_answer`]; guaranteed when libmlx5 has no such call).
 ///
 /// # Safety
 ///
