@@ -1,17 +1,11 @@
-//! The address that answers the sender of a received datagram: a UD server reads it from the
-//! receive completion and the [`GRH_LEN`] bytes at the start of the receive buffer with
+//! The address that answers the sender of a received datagram,
 //! [`AddressHandleAttribute::from_work_completion`] (`ibv_init_ah_from_wc`), and
-//! [`create_ah_from_wc`](super::extension::ProtectionDomainExt::create_ah_from_wc) makes the
-//! handle from them, as `ibv_create_ah_from_wc` does. Cache the handle per sender.
+//! [`create_ah_from_wc`](super::extension::ProtectionDomainExt::create_ah_from_wc), which makes
+//! the handle from it. Cache the handle per sender.
 //!
-//! It reads this crate's [`WorkCompletion`], which stays here (sideway's work completions have no
-//! raw `ibv_wc`): it goes upstream with a work completion that has one.
-//!
-//! # Reference
-//!
-//! - RDMAmojo: [`ibv_init_ah_from_wc`](https://www.rdmamojo.com/2013/01/05/ibv_init_ah_from_wc/),
-//!   [`ibv_create_ah_from_wc`](https://www.rdmamojo.com/2012/11/17/ibv_create_ah_from_wc/)
-//! - rdma-core manpages: [`ibv_init_ah_from_wc`, `ibv_create_ah_from_wc`](https://man7.org/linux/man-pages/man3/ibv_create_ah_from_wc.3.html)
+//! It reads this crate's [`WorkCompletion`] (sideway's have no raw `ibv_wc`), so it goes upstream
+//! with such a work completion. See
+//! [`ibv_create_ah_from_wc`](https://man7.org/linux/man-pages/man3/ibv_create_ah_from_wc.3.html).
 use std::io;
 use std::ptr::NonNull;
 
@@ -73,15 +67,13 @@ pub enum CreateAddressHandleFromWorkCompletionErrorKind {
 
 impl AddressHandleAttribute {
     /// The address that answers the sender of a received datagram through local `port`, with
-    /// `ibv_init_ah_from_wc`: from the receive completion `wc` (its source LID, service level and
-    /// whether it carried a GRH) and `grh`, the first [`GRH_LEN`] bytes of its receive buffer (the
-    /// sender's GID, and on RoCE the IP header). The source GID index is the local GID the
-    /// datagram was sent to, the hop limit 255.
+    /// `ibv_init_ah_from_wc`, from the receive completion `wc` and `grh`, the first [`GRH_LEN`]
+    /// bytes of its receive buffer. The source GID index is the local GID the datagram was sent
+    /// to, the hop limit 255.
     ///
     /// # Errors
     ///
-    /// - [`InvalidPort`](InitAddressHandleAttributeErrorKind::InvalidPort): no such port
-    ///   (checked with `ibv_query_port` first);
+    /// - [`InvalidPort`](InitAddressHandleAttributeErrorKind::InvalidPort): no such port;
     /// - [`Ibverbs`](InitAddressHandleAttributeErrorKind::Ibverbs): the library refused.
     pub fn from_work_completion(
         ctx: &DeviceContext, port: u8, wc: &WorkCompletion, grh: &[u8; GRH_LEN],

@@ -1,6 +1,5 @@
-//! Completion events: a completion channel telling that a completion queue got a new completion,
-//! so that a thread can sleep (or an async runtime's reactor can wait on the channel's file
-//! descriptor) instead of busy polling the CQ.
+//! Completion events: sleeping until a completion queue gets a completion instead of busy
+//! polling it.
 //!
 //! The loop, for a CQ created with
 //! [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel):
@@ -41,18 +40,10 @@
 //! one CQ and acknowledges them in one call, as the man page advises for the data path (the call
 //! takes a mutex).
 //!
-//! An event can only name a CQ armed through `req_notify_cq` of this crate: arming records the
-//! CQ (weakly, it does not keep the CQ alive) so that the event can find it again. An event for a
-//! CQ armed some other way (a raw `ibv_req_notify_cq`) is acknowledged at once and reported as
-//! [`GetCompletionEventErrorKind::UnknownCompletionQueue`].
-//!
-//! # Reference
-//!
-//! - RDMAmojo: [`ibv_req_notify_cq`](https://www.rdmamojo.com/2013/02/22/ibv_req_notify_cq/),
-//!   [`ibv_get_cq_event`](https://www.rdmamojo.com/2013/03/09/ibv_get_cq_event/),
-//!   [`ibv_ack_cq_events`](https://www.rdmamojo.com/2013/03/16/ibv_ack_cq_events/)
-//! - rdma-core manpages: [`ibv_req_notify_cq`](https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html),
-//!   [`ibv_get_cq_event`, `ibv_ack_cq_events`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html)
+//! An event can only name a CQ armed through `req_notify_cq` of this crate, which records the CQ
+//! weakly so that the event can find it again; an event for a CQ armed some other way is
+//! acknowledged at once and reported as [`GetCompletionEventErrorKind::UnknownCompletionQueue`].
+//! See [`ibv_get_cq_event`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html).
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::io;
@@ -112,11 +103,8 @@ pub enum GetCompletionEventErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// One completion event: the CQ it names got a completion after it was armed. Acknowledged with
-/// `ibv_ack_cq_events` when dropped (or later, by a [`CompletionEventBatch`]).
-///
-/// The event holds its CQ, so the CQ is destroyed only after the event is acknowledged, whatever
-/// order the values are dropped in.
+/// One completion event: the CQ it names (and holds) got a completion after it was armed.
+/// Acknowledged with `ibv_ack_cq_events` when dropped (or by a [`CompletionEventBatch`]).
 #[derive(Debug)]
 pub struct CompletionEvent {
     // Acknowledged in Drop before this handle is released.
@@ -158,11 +146,8 @@ impl Drop for CompletionEvent {
     }
 }
 
-/// Completion events of one CQ whose acknowledgement is deferred, then done in one
-/// `ibv_ack_cq_events` call for all of them (by [`ack_events`](Self::ack_events) or on drop).
-///
-/// The batch holds the CQ of its events, so the CQ is destroyed only after they are
-/// acknowledged.
+/// Completion events of one CQ (which it holds), acknowledged in one `ibv_ack_cq_events` call
+/// (by [`ack_events`](Self::ack_events) or on drop).
 #[derive(Debug, Default)]
 pub struct CompletionEventBatch {
     // Some while count > 0; acknowledged before it is released.

@@ -1,15 +1,8 @@
-//! Work completions with every field of `struct ibv_wc`, polled with `ibv_poll_cq` into a buffer
-//! the caller owns (see [`CompletionQueueExt::poll_work_completions`]).
-//!
-//! sideway's pollers do not expose the queue pair number or the source queue pair of a
-//! completion, which receive completions from a shared receive queue need (which queue pair did
-//! this message arrive on?).
+//! Work completions with every field of `struct ibv_wc`, polled into a buffer the caller owns
+//! ([`CompletionQueueExt::poll_work_completions`]): sideway's pollers do not give the queue pair
+//! a receive through a shared receive queue arrived on.
 //!
 //! [`CompletionQueueExt::poll_work_completions`]: super::extension::CompletionQueueExt::poll_work_completions
-//!
-//! # Reference
-//!
-//! - RDMAmojo: [`ibv_poll_cq`](https://www.rdmamojo.com/2013/02/15/ibv_poll_cq/)
 use std::io;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -180,9 +173,8 @@ impl WorkCompletion {
         self.0.src_qp
     }
 
-    /// The immediate data when the completion carries some, as sideway's completions give it: the
-    /// value the sender passed to `setup_send_imm` / `setup_write_imm` (of this crate or of
-    /// sideway), unchanged. A C sender's `htonl(x)` reads back as `u32::from_be(imm_data)`.
+    /// The immediate data when the completion carries some, unchanged, as sideway gives it (see
+    /// the [guide](super#what-posting-guarantees)).
     pub fn imm_data(&self) -> Option<u32> {
         // SAFETY: every member of the union is a u32: any bits are a valid value, and it holds
         // immediate data when IBV_WC_WITH_IMM is set.

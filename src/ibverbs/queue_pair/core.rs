@@ -1,6 +1,4 @@
-//! [`QueuePairCore`], the part every queue pair of this crate shares (RC and UD here, DC in the
-//! mlx5 module): the handle and its parents, the send view, state tracking and the checked
-//! `ibv_modify_qp` and `ibv_query_qp`.
+//! [`QueuePairCore`], the part every queue pair of this crate shares (RC and UD here, DC in mlx5).
 use std::io;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -134,17 +132,8 @@ impl QueuePairCore {
     /// `ibv_query_port` on the queue pair's context.
     #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
     pub(crate) fn query_port(&self, port: u8) -> io::Result<rdma_mummy_sys::ibv_port_attr> {
-        if port == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let mut attr = MaybeUninit::<rdma_mummy_sys::ibv_port_attr>::zeroed();
-        // SAFETY: the context is open while the protection domain is; attr is writable.
-        let ret = unsafe { rdma_mummy_sys::ibv_query_port(self.context.as_ptr(), port, attr.as_mut_ptr()) };
-        if ret != 0 {
-            return Err(io::Error::from_raw_os_error(ret));
-        }
-        // SAFETY: the call filled it (and it was zeroed before).
-        Ok(unsafe { attr.assume_init() })
+        // SAFETY: the context is open while the protection domain is.
+        unsafe { crate::ibverbs::query_port(self.context, port) }
     }
 
     /// The set slots of local `port`'s GID table

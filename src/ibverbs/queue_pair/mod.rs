@@ -1,20 +1,12 @@
-//! Queue pairs owned by this crate: RC and UD queue pairs that receive through a
-//! [`SharedReceiveQueue`], on one queue-pair core that the DC queue pairs of the `mlx5` feature
-//! share (raw handle and `Arc` parents, a transition table per queue-pair type checked before
+//! RC and UD queue pairs that receive through a [`SharedReceiveQueue`], on the queue-pair core
+//! the DC queue pairs of the `mlx5` feature share (a transition table per type checked before
 //! `ibv_modify_qp`, and the `ibv_wr_*` post guard of [`post_send_guard`](super::post_send_guard)).
 //!
-//! sideway's own [`QueuePairBuilder`](sideway::ibverbs::queue_pair::QueuePairBuilder) cannot
-//! attach a shared receive queue, and its [`QueuePairAttribute`](sideway::ibverbs::queue_pair::QueuePairAttribute)
-//! hides its raw struct, so this module has its own builder and [`QueuePairAttribute`], shaped
-//! like sideway's and using sideway's value types.
-//!
-//! # Reference
-//!
-//! - RDMAmojo: [`ibv_create_qp`](https://www.rdmamojo.com/2012/12/21/ibv_create_qp/),
-//!   [`ibv_modify_qp`](https://www.rdmamojo.com/2013/01/12/ibv_modify_qp/),
-//!   [QP state machine](https://www.rdmamojo.com/2012/05/05/qp-state-machine/)
-//! - rdma-core manpages: [`ibv_create_qp_ex`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html),
-//!   [`ibv_modify_qp`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html)
+//! sideway's [`QueuePairBuilder`](sideway::ibverbs::queue_pair::QueuePairBuilder) cannot attach a
+//! shared receive queue, and its `QueuePairAttribute` hides its raw struct, so this module has its
+//! own builder and [`QueuePairAttribute`], shaped like sideway's. Bring a queue pair to RTS with
+//! [`modify`](SharedReceiveQueuePair::modify); the repository's `examples/common/bring_up.rs`
+//! does it for RC and UD with `ibv_rc_pingpong`'s attributes.
 //!
 //! [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
 pub(crate) mod attribute;
@@ -115,9 +107,8 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     }
 
     /// Posts one send request, at the cost of the raw calls (`ibv_wr_start`, the request's
-    /// `ibv_wr_*` calls, `ibv_wr_complete`): for the everyday "send the next message". `request`
-    /// describes it from its operation on, with the same steps as a batch's
-    /// ([`construct_wr`](TypedPostSendGuard::construct_wr)):
+    /// `ibv_wr_*` calls, `ibv_wr_complete`), with a batch's guarantees (see the
+    /// [guide](super#one-request-at-a-time)). `request` describes it from its operation on:
     ///
     /// ```no_run
     /// # use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
@@ -126,13 +117,7 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     /// # Ok(()) }
     /// ```
     ///
-    /// It guarantees what a batch does: an operation or data setter the queue pair was not
-    /// created with never reaches the provider
-    /// ([`OperationNotEnabled`](super::post_send_guard::TypedPostSendErrorKind::OperationNotEnabled)
-    /// names the request's `wr_id`), and a failed post posted nothing. A `request` that stops
-    /// before its data step posts nothing and returns `Ok`.
-    ///
-    /// See [`ibv_wr_post`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html).
+    /// A `request` that stops before its data step posts nothing and returns `Ok`.
     #[inline]
     // Paths spelled out, so that this data-path method leaves the control plane's imports alone.
     pub fn post_send_one(

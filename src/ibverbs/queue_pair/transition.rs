@@ -18,9 +18,7 @@ pub(crate) struct Transition {
     pub(crate) optional: i32,
 }
 
-/// The transitions a queue-pair type allows, as data: every queue-pair type of this crate (here
-/// RC and UD, DC in the mlx5 module) brings its own, and the queue-pair core checks a
-/// modification against it before `ibv_modify_qp`.
+/// The transitions a queue-pair type allows.
 #[derive(Debug)]
 pub(crate) struct TransitionTable {
     pub(crate) transitions: &'static [Transition],
