@@ -3,7 +3,7 @@
 //! tokio's reactor ([`AsyncFd`]), so that `channel.wait().await` sleeps the task, not the thread,
 //! until a CQ of the channel gets a completion.
 //!
-//! The loop is [`completion_channel`](super::completion_channel)'s, with `.await`:
+//! The loop is [`completion_channel`]'s, with `.await`:
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
