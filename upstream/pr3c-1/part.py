@@ -165,11 +165,11 @@ _THIS_CRATE = {
         ("use crate::ibverbs::thread_domain::ThreadDomain;\n", "", 1),
         ("use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;\n", "", 1),
         ("            thread_domain: false,\n", "", 1),
-        (("    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`)", "    /// bare `EINVAL`.\n"),
+        (("    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`)", "never a bare `EINVAL`.\n"),
          _MAX_SEND_SGE, 1),
         (("    /// Whether each DC initiator is created on a thread domain of its own", "        self\n    }\n\n"), "", 1),
-        (", the largest send request, DCI streams, see\n    /// [`CreateDcInitiatorErrorKind`]). On\n",
-         ", DCI streams, see [`CreateDcInitiatorErrorKind`]). On\n", 1),
+        (", the largest send request, DCI streams, see\n    /// [`CreateDcInitiatorErrorKind`]).\n",
+         ", DCI streams, see [`CreateDcInitiatorErrorKind`]).\n", 1),
         (("        // Dropped after the queue pair if creation fails below", "        unsafe {\n"),
          "        // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.\n        unsafe {\n", 1),
         (("            init.pd = match &thread_domain {", "            };\n"), "            init.pd = self.pd.pd().as_ptr();\n", 1),
@@ -189,10 +189,7 @@ _THIS_CRATE = {
         ("        let mut request = DciRequest {\n            max_send_wr: 20,", "        let request = DciRequest {\n            max_send_wr: 20,", 1),
         ("            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::new(1024, 512),\n", "", 1),
         (("        request.max_inline_data = 500;\n", "                ..\n            })\n        ));\n"), "", 1),
-        ("`EINVAL` for a request larger than the device's sizes (which\n"
-         "/// only happens where the device did not report them: they are then the bound every device takes,\n"
-         "/// [`SendWqeSizes::guaranteed`](crate::mlx5::send_wqe_sizes::SendWqeSizes::guaranteed)) is\n"
-         "/// libmlx5's",
+        ("`EINVAL` for a request larger than the device's sizes is libmlx5's",
          "`EINVAL` for a request larger than every device takes\n"
          "/// ([`guaranteed_request_bytes`]) is libmlx5's", 1),
         ("    let sizes = device.send_wqe_sizes;\n", "    let guaranteed = guaranteed_request_bytes(device.max_sge);\n", 1),
@@ -377,11 +374,6 @@ _LATER = {
              "        let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());\n",
              "        let context = DcContext::new(self.mlx5_qp_ex);\n", 1),
             ("    entry, PathMtus, ProviderEntries,", "    entry, ProviderEntries,", 1),
-            ("    /// provider for an operation the initiator was not created with, for inline data beyond its\n"
-             "    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and\n"
-             "    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an\n",
-             "    /// provider for an operation the initiator was not created with and for inline data beyond\n"
-             "    /// its granted size; a `stream` on an\n", 1),
             ("        guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));\n", "", 1),
         ],
         "addressed.rs": [
@@ -444,7 +436,7 @@ def INITIATOR_REWRITES(name, part):
             rewrites += files.get(name, [])
     rewrites += _ALWAYS.get(name, [])
     if name == "mod.rs" and part in _GUIDE:
-        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`mlx5dv_wr_set_dc_addr`, or one address for a whole batch).\n"),
+        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "address step, or one address for a whole batch).\n"),
                          _GUIDE[part], 1))
     return rewrites
 

@@ -1,8 +1,5 @@
-//! How a DC initiator is created: the builder's settings and `build`, which queries the device,
-//! plans the init parameters (or refuses the request by type before the library), hands them to
-//! `mlx5dv_create_qp` and completes the queue pair into a [`DcInitiator`]. The send queue is sized
-//! as libmlx5 sizes it, so what it will grant is known before the call (a program sizes its send
-//! CQ with it) and what it granted is read back after.
+//! How a DC initiator is created: the builder's settings and `build`, which plans the init
+//! parameters, hands them to `mlx5dv_create_qp` and completes the queue pair into a [`DcInitiator`].
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -49,8 +46,7 @@ impl DcInitiatorBuilder {
         }
     }
 
-    /// The protection domain the initiator is created on (default: the one the builder was
-    /// made from); a builder of many initiators on several sets its own.
+    /// The protection domain the initiator is created on (default: the builder's).
     pub fn setup_protection_domain(&mut self, pd: &Arc<ProtectionDomain>) -> &mut Self {
         self.pd = Arc::clone(pd);
         self
@@ -75,67 +71,45 @@ impl DcInitiatorBuilder {
     /// Capacity of the send queue (default 16); [`DcInitiator::max_send_wr`] reads what was
     /// granted.
     ///
-    /// A DC request takes at least two 64-byte basic blocks of the send queue (its control,
-    /// operation and 48-byte address segments before any data: libmlx5's `mlx5_calc_send_wqe`),
-    /// and the queue is rounded up to a power of two of bytes, while the device's `max_qp_wr`
-    /// counts blocks. A request that would not fit is refused before the call with
-    /// [`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge), which names the
-    /// largest that fits (half of `max_qp_wr` for the default initiator).
+    /// A DC request takes at least two 64-byte basic blocks (libmlx5's `mlx5_calc_send_wqe`), the
+    /// queue is rounded up to a power of two of bytes, and `max_qp_wr` counts blocks: a request
+    /// that does not fit is [`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge).
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
         self.request.max_send_wr = max_send_wr;
         self
     }
 
-    /// Scatter/gather entries per send request (default 1), at most the device's `max_sge`
-    /// ([`TooManyScatterGatherEntries`](CreateDcInitiatorErrorKind::TooManyScatterGatherEntries)
-    /// before the call).
+    /// Scatter/gather entries per send request (default 1), at most the device's `max_sge`.
     ///
-    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`): this initiator's
-    /// overhead (control segment, 48-byte address vector, 16 more for RDMA's remote address, 32
-    /// more for an atomic's), then 16 bytes an entry, or the inline data with a 4-byte header
-    /// padded to 16, must fit the device's largest send request, `max_wqe_sz_sq` (libmlx5's
-    /// `max_sq_desc_sz`, which it checks), and for a DC initiator `max_wqe_sz_sq_dc` (which
-    /// nothing before the device checks). [`build`](Self::build) reads both with the firmware
-    /// command `QUERY_HCA_CAP` ([`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes), also
-    /// in [`DcCapabilities::send_wqe_sizes`](crate::mlx5::dc_capabilities::DcCapabilities::send_wqe_sizes))
-    /// and refuses a request that does not fit the smaller before any library call, with
-    /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge) naming both sizes.
-    ///
-    /// Where the device does not answer that command, every device takes `16 · max_sge + 32`
-    /// bytes (the kernel derives `max_sge` from `max_wqe_sz_sq`, capped at 512), so `max_sge − 3`
-    /// entries (`− 4` with atomics) and 428 bytes of inline data (412 with atomics) fit every
-    /// device with `max_sge` 30; a larger request is left to the library, and its refusal
-    /// reported as [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge) too, never a
-    /// bare `EINVAL`.
+    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`): the initiator's overhead
+    /// (control segment, 48-byte address vector, 16 more for RDMA, 32 more for atomics), then 16
+    /// bytes an entry or the inline data padded to 16, must fit `max_wqe_sz_sq` and, for a DC
+    /// initiator, `max_wqe_sz_sq_dc`, which [`build`](Self::build) reads with `QUERY_HCA_CAP`
+    /// ([`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes)) and checks before any call.
+    /// Where the device does not answer, a request above `16 · max_sge + 32` bytes (what every
+    /// device takes) is left to libmlx5, and its refusal reported as
+    /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge), never a bare `EINVAL`.
     pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
         self.request.max_send_sge = max_send_sge;
         self
     }
 
-    /// Inline data per send request in bytes (default 0); bounded with the scatter/gather
-    /// entries by the device's largest send request
-    /// ([`setup_max_send_sge`](Self::setup_max_send_sge)). [`DcInitiator::max_inline_data`]
-    /// reads what libmlx5 granted, which can be more.
+    /// Inline data per send request in bytes (default 0), bounded as
+    /// [`setup_max_send_sge`](Self::setup_max_send_sge) says.
     pub fn setup_max_inline_data(&mut self, max_inline_data: u32) -> &mut Self {
         self.request.max_inline_data = max_inline_data;
         self
     }
 
-    /// The send operations the DC initiator will post (every one used must be listed). A
-    /// request for another one is refused at post.
-    ///
-    /// Default: every operation of [`DC_SEND_OPERATIONS`](super::DC_SEND_OPERATIONS) the device can do — without the
-    /// atomics on a device whose `atomic_cap` is `IBV_ATOMIC_NONE`, where libmlx5 refuses them
-    /// (so the default never fails creation). Listing atomics on such a device is refused with
-    /// [`AtomicOperationsNotSupported`](CreateDcInitiatorErrorKind::AtomicOperationsNotSupported).
+    /// The send operations the DC initiator will post; another one is refused at post. Default:
+    /// every one of [`DC_SEND_OPERATIONS`](super::DC_SEND_OPERATIONS) the device can do (no
+    /// atomics where `atomic_cap` is `IBV_ATOMIC_NONE`).
     pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
         self.request.send_ops = Some(send_ops_flags);
         self
     }
 
-    /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), checked against the device's
-    /// `dci_streams_caps` before the call: a device whose `max_log_num_concurent` is 0 has no
-    /// streams ([`DciStreamsNotSupported`](CreateDcInitiatorErrorKind::DciStreamsNotSupported)).
+    /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), checked against `dci_streams_caps`.
     /// Requests then address with `setup_dc_addr_stream`.
     pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
         self.request.streams = Some(streams);
@@ -148,25 +122,9 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// Whether each DC initiator is created on a thread domain of its own (default false): a
-    /// thread domain (`ibv_alloc_td`) and a parent domain of the protection domain on it
-    /// (`ibv_alloc_parent_domain`), made by [`build`](Self::build) for the one queue pair it
-    /// creates, which is created with the parent domain as its protection domain (the same keys)
-    /// and holds both ([`DcInitiator::thread_domain`]).
-    ///
-    /// libmlx5 then gives the queue pair the thread domain's register: a BlueFlame register no
-    /// other queue pair is given, on every kernel and whatever `MLX5_SHUT_UP_BF` says, or on a
-    /// device without BlueFlame the context's doorbell register (`mlx5_alloc_td` and
-    /// `mlx5_attach_dedicated_uar` in `providers/mlx5/verbs.c`; the
-    /// [`thread_domain`](crate::ibverbs::thread_domain) module has the rules). That is what a
-    /// writer of its own WQEs needs (sideway-ext-dc-direct). libmlx5 takes no lock on the send
-    /// queue of a queue pair on a thread domain; posting here takes `&mut self` anyway. No
-    /// ConnectX has confirmed this path here.
-    ///
-    /// Allocating the thread domain can fail
-    /// ([`ThreadDomain`](CreateDcInitiatorErrorKind::ThreadDomain)): on a kernel without dynamic
-    /// UAR allocation libmlx5 has a fixed number of registers for thread domains, and none on a
-    /// device without BlueFlame.
+    /// Whether each DC initiator is created on a thread domain of its own (default false), whose
+    /// parent domain it is created on, so that its queue pair has a register no other is given
+    /// (the [`thread_domain`](crate::ibverbs::thread_domain) module has the rules).
     pub fn setup_thread_domain(&mut self, thread_domain: bool) -> &mut Self {
         self.thread_domain = thread_domain;
         self
@@ -174,13 +132,9 @@ impl DcInitiatorBuilder {
 
     /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
     /// device (send operations, capacities, the largest send request, DCI streams, see
-    /// [`CreateDcInitiatorErrorKind`]). On
-    /// a device that is not mlx5, or without libmlx5,
-    /// [`NotSupported`](CreateDcInitiatorErrorKind::NotSupported).
+    /// [`CreateDcInitiatorErrorKind`]).
     ///
-    /// Scatter to CQE (small read responses written into the completion) is always off for a
-    /// DC queue pair: libmlx5 turns it off for every DC queue pair created with send operations,
-    /// because its DC data path does not support it (`create_qp` in `verbs.c`).
+    /// Scatter to CQE is off: libmlx5's `create_qp` turns it off for every DC queue pair.
     pub fn build(&self) -> Result<DcInitiator, CreateDcInitiatorError> {
         let send_cq = self
             .send_cq
@@ -240,9 +194,7 @@ impl DcInitiatorBuilder {
         Ok(dci)
     }
 
-    /// The send queue [`build`](Self::build) will be granted ([`DcInitiator::max_send_wr`]),
-    /// from the request and the device, before creating anything: a program sizes its send CQ
-    /// with it.
+    /// The send queue [`build`](Self::build) will be granted, before creating anything.
     pub fn planned_max_send_wr(&self) -> Result<u32, CreateDcInitiatorError> {
         Ok(self.plan()?.params.granted_max_send_wr())
     }
@@ -285,8 +237,7 @@ impl DcInitiatorBuilder {
     }
 }
 
-/// What [`DcInitiatorBuilder::build`] creates a DC initiator from: the device's context and
-/// what it reported, and the planned parameters.
+/// What [`DcInitiatorBuilder::build`] creates a DC initiator from.
 struct DciPlan {
     context: NonNull<rdma_mummy_sys::ibv_context>,
     device: DciDevice,
@@ -326,11 +277,9 @@ impl DcInitiator {
     }
 }
 
-/// Why `mlx5dv_create_qp` refused to create the DC initiator `params` describes: `EOPNOTSUPP`
-/// (`None`) is a device without DC; `EINVAL` for a request larger than the device's sizes (which
-/// only happens where the device did not report them: they are then the bound every device takes,
-/// [`SendWqeSizes::guaranteed`](crate::mlx5::send_wqe_sizes::SendWqeSizes::guaranteed)) is
-/// libmlx5's `mlx5_calc_send_wqe` refusing its size.
+/// Why `mlx5dv_create_qp` refused the DC initiator `params` describes: `EOPNOTSUPP` (`None`) is
+/// a device without DC; `EINVAL` for a request larger than the device's sizes is libmlx5's
+/// `mlx5_calc_send_wqe` refusing its size.
 pub(crate) fn creation_error(
     err: Option<io::Error>, params: &DciInitParameters, device: &DciDevice,
 ) -> CreateDcInitiatorErrorKind {
@@ -347,9 +296,7 @@ pub(crate) fn creation_error(
     }
 }
 
-/// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets
-/// them): `IBV_QPT_DRIVER`, no receive queue, `SEND_OPS_FLAGS` with every granted operation,
-/// the mlx5 DC attributes of type DCI, and the optional streams and create flags.
+/// The init attributes of a DC initiator, without the PD and CQ pointers (the caller sets them).
 pub(crate) fn dci_init_attributes(
     params: &DciInitParameters,
 ) -> (Zeroed<ibv_qp_init_attr_ex>, Zeroed<mlx5dv_qp_init_attr>) {

@@ -12,18 +12,9 @@
 //! [`DcInitiator::recover`] brings it back in one call; with DCI streams, one errored stream is
 //! reset with [`DcInitiator::reset_stream`].
 //!
-//! This module defines the builder and its errors and the DC initiator with its accessors and
-//! its batches; the DC initiator's other methods are in one file per concept: `creation`, the
-//! builder's settings and `build` (planned by `plan`, sized as libmlx5 sizes it, so what it will
-//! grant is known before the call); `bring_up`, the transitions to RTS; `recovery`, the state read
-//! from the device, `recover` after an error and the reset of one DCI stream. `transport` and
-//! `addressed` are the DC transport of the post guard (a request's address step,
-//! `mlx5dv_wr_set_dc_addr`, or one address for a whole batch).
-//!
-//! # Reference
-//!
-//! - rdma-core manpages: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html),
-//!   [`mlx5dv_wr_post`](https://man7.org/linux/man-pages/man3/mlx5dv_wr_post.3.html)
+//! The other methods are in one file per concept: `creation` (planned by `plan`), `bring_up`,
+//! `recovery`; `transport` and `addressed` are the DC transport of the post guard (a request's
+//! address step, or one address for a whole batch).
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -103,21 +94,17 @@ impl CreateDcInitiatorError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDcInitiatorErrorKind {
-    /// The device is not an mlx5 device, or libmlx5 could not be loaded (`mlx5dv_query_device`
-    /// returned `EOPNOTSUPP`).
+    /// `mlx5dv_query_device` returned `EOPNOTSUPP`.
     #[error("DC needs an mlx5 device and libmlx5")]
     NotSupported,
-    /// The device is mlx5 but has no DC transport: `mlx5dv_create_qp` returned `EOPNOTSUPP`
-    /// after every other check passed (the kernel's `set_mlx_qp_type` without the `dct`
-    /// capability, e.g. a ConnectX-4 Lx or some virtual functions).
+    /// `mlx5dv_create_qp` returned `EOPNOTSUPP` after every other check passed (the kernel's
+    /// `set_mlx_qp_type` without the `dct` capability, e.g. a ConnectX-4 Lx).
     #[error("this mlx5 device has no DC transport (mlx5dv_create_qp: EOPNOTSUPP)")]
     DcNotSupportedByDevice,
     /// No send completion queue was set up.
     #[error("a send completion queue is required (setup_send_cq)")]
     MissingSendCompletionQueue,
-    /// Atomic operations were asked for on a device without atomics
-    /// (`ibv_device_attr::atomic_cap` is `IBV_ATOMIC_NONE`): libmlx5's `mlx5_qp_fill_wr_pfns`
-    /// refuses them (`EOPNOTSUPP`). The default operations leave them out on such a device.
+    /// Atomics on a device without them, which libmlx5's `mlx5_qp_fill_wr_pfns` refuses.
     #[error(
         "atomic operations {requested:?} were asked for, but the device has no atomics (atomic_cap IBV_ATOMIC_NONE)"
     )]
@@ -125,7 +112,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// The atomic operations asked for.
         requested: SendOperationFlags,
     },
-    /// The send operations asked for include some a DC initiator cannot post.
+    /// Some send operations are not DC operations.
     #[error("send operations {requested:?} are not all DC operations (allowed: {allowed:?})")]
     UnsupportedSendOperations {
         /// What was asked for.
@@ -133,7 +120,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// What a DC initiator can post.
         allowed: SendOperationFlags,
     },
-    /// `max_send_wr` is 0 or above the device's `max_qp_wr`.
+    /// `max_send_wr` is out of range.
     #[error("max_send_wr {requested} must be between 1 and the device's max_qp_wr {max}")]
     InvalidMaxSendWorkRequests {
         /// What was asked for.
@@ -141,10 +128,8 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
-    /// `max_send_wr` requests would take more of the send queue's 64-byte basic blocks than the
-    /// device has: libmlx5's `mlx5_calc_sq_size` refuses it (`EINVAL`). A DC request takes
-    /// `request_size` bytes (at least 2 blocks: see [`DcInitiatorBuilder::setup_max_send_wr`]),
-    /// and the queue is rounded up to a power of two.
+    /// The send queue would take more basic blocks than the device has, which libmlx5's
+    /// `mlx5_calc_sq_size` refuses; see [`DcInitiatorBuilder::setup_max_send_wr`].
     #[error(
         "max_send_wr {requested} does not fit: a DC request takes {request_size} bytes, and the device's \
          {max_qp_wr} send queue blocks of 64 bytes hold at most {max} of them"
@@ -159,7 +144,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's `max_qp_wr`, read as its number of basic blocks.
         max_qp_wr: u32,
     },
-    /// `max_send_sge` is above the device's `max_sge`.
+    /// `max_send_sge` is above the device's.
     #[error("max_send_sge {requested} is above the device's max_sge {max}")]
     TooManyScatterGatherEntries {
         /// What was asked for.
@@ -167,17 +152,8 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
-    /// A request does not fit the device's largest DC send request: with `max_send_sge` entries
-    /// or `max_inline_data` bytes inline, and this initiator's overhead, it takes `request_bytes`
-    /// (libmlx5's `mlx5_calc_send_wqe`), more than the smaller of `max_wqe_sz_sq` (libmlx5's
-    /// `max_sq_desc_sz`) and `max_wqe_sz_sq_dc` (see
-    /// [`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes)).
-    ///
-    /// Where the device reported both (`reported`, read with `QUERY_HCA_CAP`), the request is
-    /// refused before any library call. Where it did not, both are the bound every device takes
-    /// (`16 · max_sge + 32`), and this is `mlx5dv_create_qp`'s `EINVAL` for a request beyond that
-    /// bound: libmlx5's `mlx5_calc_send_wqe` refused it against the device's real `max_wqe_sz_sq`.
-    /// See [`DcInitiatorBuilder::setup_max_send_sge`].
+    /// A request does not fit the device's largest DC send request (libmlx5's
+    /// `mlx5_calc_send_wqe`); see [`DcInitiatorBuilder::setup_max_send_sge`].
     #[error(
         "a request of {request_bytes} bytes (max_send_sge {max_send_sge}, max_inline_data {max_inline_data}) \
          is larger than the device's largest DC send request: {}",
@@ -190,22 +166,18 @@ pub enum CreateDcInitiatorErrorKind {
         max_inline_data: u32,
         /// What a request takes (libmlx5's sizing, before rounding to 64-byte blocks).
         request_bytes: u32,
-        /// The device's `max_wqe_sz_sq`, or where it did not report it the bound every device
-        /// takes (`16 · max_sge + 32`).
+        /// The device's `max_wqe_sz_sq`, or where unreported `16 · max_sge + 32`.
         max_wqe_sz_sq: u32,
-        /// The device's `max_wqe_sz_sq_dc`, or the same bound where it did not report it.
+        /// The device's `max_wqe_sz_sq_dc`, or the same bound.
         max_wqe_sz_sq_dc: u32,
-        /// Whether the device reported both sizes (then nothing was created); otherwise libmlx5
-        /// refused the request.
+        /// Whether the device reported both sizes; otherwise libmlx5 refused the request.
         reported: bool,
     },
-    /// DCI streams were asked for on a device without them: `dci_streams_caps` was not reported,
-    /// or reported `max_log_num_concurent` 0 (libmlx5 sets the capability's bit on every device
-    /// and reports zeros where there are none, e.g. a ConnectX-6 that is not a Dx; the kernel
-    /// would refuse the creation with `EINVAL`).
+    /// DCI streams on a device without them (libmlx5 reports zeros where there are none, e.g. a
+    /// ConnectX-6 that is not a Dx).
     #[error("the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 or not reported)")]
     DciStreamsNotSupported,
-    /// A DCI-streams size is above the device's limit (`dci_streams_caps`).
+    /// A DCI-streams size is above the device's.
     #[error("DCI streams: {limit} {requested} is above the device's {max}")]
     DciStreamsTooLarge {
         /// Which limit: `log_num_concurent` or `log_num_errored`.
@@ -215,9 +187,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's maximum.
         max: u8,
     },
-    /// The provider left an entry NULL that posting would call (a builder of a requested
-    /// operation, a data setter, `wr_set_dc_addr` or, with streams, `wr_set_dc_addr_stream`).
-    /// The queue pair was destroyed.
+    /// The provider left an entry NULL that posting would call; the queue pair was destroyed.
     #[error("the provider does not implement `{entry}` for this DC initiator")]
     MissingProviderEntry {
         /// The entry's name.
@@ -232,8 +202,7 @@ pub enum CreateDcInitiatorErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// The end of [`CreateDcInitiatorErrorKind::RequestTooLarge`]'s message: the two sizes as the
-/// device reported them, or that libmlx5 refused the request and what every device takes.
+/// The end of [`CreateDcInitiatorErrorKind::RequestTooLarge`]'s message.
 fn send_wqe_sizes_named(max_wqe_sz_sq: &u32, max_wqe_sz_sq_dc: &u32, reported: &bool) -> String {
     match reported {
         true => format!("max_wqe_sz_sq {max_wqe_sz_sq} and max_wqe_sz_sq_dc {max_wqe_sz_sq_dc} bytes"),
@@ -244,15 +213,13 @@ fn send_wqe_sizes_named(max_wqe_sz_sq: &u32, max_wqe_sz_sq_dc: &u32, reported: &
     }
 }
 
-/// DCI streams: how many concurrent streams a DC initiator has (2^`log_num_concurrent`) and how
-/// many streams in error move it to ERR as a whole (2^`log_num_errored`; 0: the first stream
-/// error does).
+/// DCI streams: 2^`log_num_concurrent` concurrent streams; 2^`log_num_errored` streams in error
+/// move the DC initiator to ERR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DciStreams {
     /// log2 of the number of concurrent streams (`log_num_concurent`).
     pub log_num_concurrent: u8,
-    /// log2 of the number of streams in error that move the DC initiator to ERR
-    /// (`log_num_errored`; rdma-core `test_dc_stream_qp_recovery`).
+    /// log2 of the streams in error that move it to ERR (rdma-core `test_dc_stream_qp_recovery`).
     pub log_num_errored: u8,
 }
 /// Builds a [`DcInitiator`] on a protection domain; see
@@ -323,32 +290,23 @@ impl DcInitiator {
         self.core.state()
     }
 
-    /// The send queue capacity `mlx5dv_create_qp` granted: at least the
-    /// [`setup_max_send_wr`](DcInitiatorBuilder::setup_max_send_wr) asked for, often more
-    /// (libmlx5 rounds the queue up to a power of two of bytes).
+    /// The send queue capacity `mlx5dv_create_qp` granted: at least what was asked for.
     pub fn max_send_wr(&self) -> u32 {
         self.granted.max_send_wr
     }
 
-    /// The inline data size `mlx5dv_create_qp` granted: at least the
-    /// [`setup_max_inline_data`](DcInitiatorBuilder::setup_max_inline_data) asked for, and what
-    /// the request's basic blocks leave after its other segments (28 bytes when 0 was asked,
-    /// for the default operations and one scatter/gather entry). Longer inline data is refused
-    /// at post ([`InlineDataTooLong`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::InlineDataTooLong)).
+    /// The inline data size `mlx5dv_create_qp` granted: at least what was asked for (28 bytes
+    /// when 0 was, by default); longer inline data is refused at post.
     pub fn max_inline_data(&self) -> u32 {
         self.granted.max_inline_data
     }
 
-    /// The scatter/gather entries a request takes: the builder's
-    /// [`setup_max_send_sge`](DcInitiatorBuilder::setup_max_send_sge), which libmlx5 grants as
-    /// asked (`create_qp` keeps it as `sq.max_gs`, what `ibv_query_qp` reports).
+    /// The scatter/gather entries a request takes, granted as asked.
     pub fn max_send_sge(&self) -> u32 {
         self.creation.params.max_send_sge
     }
 
-    /// Whether every request is signaled, as created
-    /// ([`setup_sq_sig_all`](DcInitiatorBuilder::setup_sq_sig_all)): libmlx5 then sets the
-    /// completion bit in every WQE (`create_qp`'s `sq_signal_bits`).
+    /// Whether every request is signaled, as created.
     pub fn sq_sig_all(&self) -> bool {
         self.creation.params.sq_sig_all
     }
@@ -363,18 +321,15 @@ impl DcInitiator {
         self.creation.params.streams
     }
 
-    /// The thread domain it was created on, of its own
-    /// ([`setup_thread_domain`](DcInitiatorBuilder::setup_thread_domain)): its queue pair then
-    /// has that thread domain's register, which no other queue pair is given.
+    /// The thread domain it was created on, of its own.
     pub fn thread_domain(&self) -> Option<&ThreadDomain> {
         self.thread_domain.as_ref()
     }
 
-    /// The deepest `max_rd_atomic` (outstanding RDMA reads and atomics) this DC initiator
+    /// The deepest `max_rd_atomic` this DC initiator
     /// takes, which [`bring_up`](Self::bring_up) caps the asked depth with: the smaller of the
-    /// device's `max_dc_rd_atom` (as a requester) and `max_dc_init_rd_atom` (read from
-    /// `log_max_ra_res_dc`, the bound mlx5_ib's `validate_rd_atomic` puts on a DC initiator),
-    /// each when libmlx5 reports it; 1 before rdma-core 47, which reports neither.
+    /// device's `max_dc_rd_atom` and `max_dc_init_rd_atom` (mlx5_ib's `validate_rd_atomic`); 1
+    /// before rdma-core 47, which reports neither.
     pub fn max_read_atomic(&self) -> u8 {
         self.read_atomic_depth
     }
@@ -388,18 +343,11 @@ impl DcInitiator {
     }
 
     /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target
-    /// `dct_number` with access key `dc_key`, over the route of `ah`
-    /// (`mlx5dv_wr_set_dc_addr`), or, with a `stream`, on that DCI stream
-    /// (`mlx5dv_wr_set_dc_addr_stream`): `construct_wr` → operation → data, with no address
-    /// step. What a pool of initiators posts, one destination per batch.
+    /// `dct_number` with access key `dc_key` over `ah` (on DCI stream `stream`, if some), with
+    /// no address step.
     ///
-    /// As [`start_post_send`](Self::start_post_send)'s, its requests are refused before the
-    /// provider for an operation the initiator was not created with, for inline data beyond its
-    /// granted size, and for an RDMA READ whose responses would not reach it (its path MTU and
-    /// the target's, [`AddressHandle::destination_path_mtu`], both known); a `stream` on an
-    /// initiator created without DCI streams refuses each request
-    /// ([`OperationNotEnabled`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::OperationNotEnabled)
-    /// naming `wr_set_dc_addr_stream`).
+    /// Refused before the provider as [`start_post_send`](Self::start_post_send)'s; a `stream` on
+    /// an initiator without DCI streams refuses each request, naming `wr_set_dc_addr_stream`.
     #[inline]
     pub fn start_post_send_to<'g>(
         &'g mut self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
@@ -436,9 +384,7 @@ impl DcInitiator {
 
     /// Posts one send request at the cost of the raw calls, as
     /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):
-    /// `request` describes it from its operation on, its DC address included
-    /// (`wr.setup_send().setup_dc_addr(&ah, dct_number, dc_key).setup_inline_data(b"hi")`); an
-    /// operation or setter the DC initiator was not created with never reaches the provider.
+    /// `request` describes it from its operation on, its DC address included.
     #[inline]
     pub fn post_send_one(
         &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
@@ -450,8 +396,7 @@ impl DcInitiator {
     }
 }
 
-/// The mlx5 entries a DC initiator's requests call: `wr_set_dc_addr`, and with streams
-/// `wr_set_dc_addr_stream`; the name of the first missing one otherwise.
+/// The mlx5 entries a DC initiator's requests call, or the name of the first missing one.
 ///
 /// # Safety
 ///
@@ -483,8 +428,7 @@ struct DciCreation {
     max_log_num_errored: u8,
 }
 
-/// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back into the init attributes: at least
-/// what was asked for.
+/// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Granted {
     max_send_wr: u32,
