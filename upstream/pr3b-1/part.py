@@ -46,7 +46,7 @@ _GRH_REQUIRED = [
 # What the target's path MTU means for READs (a DC target answers them in packets of its own
 # path MTU), cut from 3b-1: it comes with the DC target (3b-2).
 _TARGET_MTU_DOCS = [
-    (("//! The endpoint carries the target's path MTU", "//!\n//! The address follows"), "//! The address follows", 1),
+    (("//! The endpoint carries the target's path MTU", "carries the MTU to the post).\n//!\n"), "", 1),
     (("    /// The target's path MTU: the largest packets its port takes, and those",
       "the MTU is unknown and nothing is refused for it.\n"),
      "    /// The target's path MTU: the largest packets its port takes (a DC target's endpoint sets\n"
@@ -77,19 +77,15 @@ def _paragraph(text):
 # The same docs from 3b-2 on: without this crate's pool.
 _MTU_DOCS = [
     ("([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up\n"
-     "    /// with, which", "(a DC target's endpoint sets the one it was brought up with, which", 1),
-    ((":\n    ///   [`DcInitiatorBringUp::setup_destination_path_mtu`]", "    ///   initiators';\n"), ";\n", 1),
+     "    /// with); the fleet rule is [the DC module's](super#across-nodes).",
+     "(a DC target's endpoint sets the one it was brought up\n"
+     "    /// with): a DC initiator must send no larger packets, and one at a smaller MTU drops the\n"
+     "    /// responses of a READ longer than its own.", 1),
 ]
 
 # What 3d-2 (DC READs held to path MTUs) brings to the endpoint's file, cut before it: the address handle carries
 # the endpoint's path MTU, to which the DC initiator holds its READs (ReadResponsesTooLarge).
 _READ_MTU_DOCS = [
-    ("    /// - the target answers an RDMA READ in packets of up to this MTU: a READ longer than the\n"
-     "    ///   initiator's MTU, from a target whose MTU is larger, is refused at post\n"
-     "    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)),\n"
-     "    ///   through the address handle [`create_ah`](Self::create_ah) makes, which carries it.\n",
-     "    /// - the target answers an RDMA READ in packets of up to this MTU: an initiator at a smaller\n"
-     "    ///   MTU drops the responses of a READ longer than its own.\n", 1),
     ("the MTU is unknown and nothing is refused for it.", "the MTU is unknown.", 1),
 ]
 _READ_MTU = [
@@ -132,13 +128,10 @@ def ENDPOINT_REWRITES(part):
          "/// The address handle that reaches the peer's DC target from local `port` of `ctx`.", 1),
         ("pd: &Arc<ProtectionDomain>, dci: &DcInitiator, port: u8,",
          "ctx: &DeviceContext, pd: &Arc<ProtectionDomain>, port: u8,", 1),
-        ("from the GID the initiator sends from, as its bring-up resolved\n//!     // it (",
-         "from the GID a DC initiator sends from, as its bring-up resolves\n//!     // it (", 1),
+        ("from the GID the initiator sends from:", "from the GID a DC initiator sends from:", 1),
         ("//!     let src_gid_index = dci.source_gid().map_or(0, |entry| entry.index());\n",
          "//!     let local = ctx.source_gid(port, &SourceGid::Automatic)?;\n"
          "//!     let src_gid_index = local.map_or(0, |entry| entry.index());\n", 1),
-        ("[`DeviceContextExt::source_gid`](crate::ibverbs::extension::DeviceContextExt::source_gid)",
-         "[`DeviceContext::source_gid`](crate::ibverbs::device_context::DeviceContext::source_gid)", 1),
 ] + (_GRH_REQUIRED if part == "pr3b-1" else [])
 
 

@@ -3,21 +3,11 @@
 //! exchange it out of band (over TCP, or a key-value store; with the `serde` feature it
 //! serializes), then each initiator turns it into an [`AddressHandle`] for its local port with
 //! [`DcEndpoint::create_ah`], once per destination, and names that handle, the DCT number and
-//! the DC key in every work request ([`mlx5dv_wr_set_dc_addr`]).
+//! the DC key in every work request (`mlx5dv_wr_set_dc_addr`).
 //!
-//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]), for the fleet rule:
-//! every DC initiator and target brought up with one path MTU, the smallest of their ports'
-//! (see [the DC module](super#across-nodes)). An initiator sends at its own MTU and a target
-//! answers READs at its own: where they differ, the larger packets are dropped. With it, a pool
-//! refuses a destination whose MTU is below its initiators', and an RDMA READ longer than the
-//! initiator's MTU from a target whose MTU is larger is refused before the provider (the
-//! address handle [`DcEndpoint::create_ah`] makes carries the MTU to the post).
-//!
-//! The address follows the link layer: on RoCE (Ethernet) it must be global (a GRH with the
-//! destination GID), on InfiniBand a non-global address (the destination LID) is enough within
-//! the subnet. Both ends must be on the same link layer: [`DcEndpoint::create_ah`] checks the
-//! local port against the endpoint and reports a mismatch as
-//! [`LinkLayerMismatch`](CreateDcAddressHandleErrorKind::LinkLayerMismatch).
+//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]) for the fleet rule of
+//! [the DC module](super#across-nodes) (the address handle [`DcEndpoint::create_ah`] makes
+//! carries the MTU to the post).
 //!
 //! # Example
 //!
@@ -36,28 +26,13 @@
 //!     // Received from the peer (its DCT's number and key, its port's LID and GID):
 //!     let gid = "::ffff:192.0.2.7".parse::<std::net::Ipv6Addr>()?.into();
 //!     let remote = DcEndpoint::new(0, gid, 0x00_1234, 0xdc_0000_0001, true)?;
-//!     // Once per destination, from the GID the initiator sends from, as its bring-up resolved
-//!     // it (on RoCE its RoCE v2 GID, IPv4-mapped first; no fixed index: on mlx5 index 1 is the
-//!     // link-local RoCE v2 GID, which reaches no routed peer; on InfiniBand none, the index
-//!     // unused):
+//!     // Once per destination, from the GID the initiator sends from:
 //!     let src_gid_index = dci.source_gid().map_or(0, |entry| entry.index());
 //!     let ah = remote.create_ah(pd, port, src_gid_index)?;
 //!     println!("{remote:?} through {:?}", ah.attribute());
 //!     Ok(ah)
 //! }
 //! ```
-//!
-//! # Reference
-//!
-//! - rdma-core manpages: [`mlx5dv_wr_set_dc_addr`], [`mlx5dv_create_qp`] (the DCT's
-//!   `dct_access_key`), [`ibv_create_ah`], [`ibv_query_port`]
-//! - RDMAmojo: [`ibv_create_ah`](https://www.rdmamojo.com/2012/09/22/ibv_create_ah/),
-//!   [`ibv_query_port`](https://www.rdmamojo.com/2012/07/21/ibv_query_port/)
-//!
-//! [`mlx5dv_wr_set_dc_addr`]: https://man7.org/linux/man-pages/man3/mlx5dv_wr_set_dc_addr.3.html
-//! [`mlx5dv_create_qp`]: https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html
-//! [`ibv_create_ah`]: https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html
-//! [`ibv_query_port`]: https://man7.org/linux/man-pages/man3/ibv_query_port.3.html
 use std::net::Ipv6Addr;
 use std::sync::Arc;
 
@@ -92,10 +67,7 @@ pub enum InvalidDcEndpointErrorKind {
         /// The number given.
         dct_number: u32,
     },
-    /// A RoCE endpoint with the zero GID (`::`): what `ibv_query_gid` reads, with success, from
-    /// an empty slot of the GID table. No packet reaches it; the GID index it was read from is
-    /// not a GID of the port (see
-    /// [`DeviceContextExt::source_gid`](crate::ibverbs::extension::DeviceContextExt::source_gid)).
+    /// A RoCE endpoint with the zero GID, which `ibv_query_gid` reads from an empty slot.
     #[error("the GID is zero (an empty GID table slot): a RoCE endpoint is addressed by its GID")]
     ZeroGid,
 }
@@ -110,8 +82,7 @@ pub struct CreateDcAddressHandleError(#[from] pub CreateDcAddressHandleErrorKind
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDcAddressHandleErrorKind {
-    /// The local port and the endpoint's port are on different link layers (one RoCE, the other
-    /// InfiniBand): no address from this port reaches the endpoint.
+    /// The local port and the endpoint's port are on different link layers.
     #[error(
         "local port {port} is {} but the endpoint's port is {}",
         link_layer_name(*local_is_roce),
@@ -125,9 +96,8 @@ pub enum CreateDcAddressHandleErrorKind {
         /// Whether the endpoint says its port is RoCE.
         remote_is_roce: bool,
     },
-    /// The local port is InfiniBand and requires a GRH (`IBV_QPF_GRH_REQUIRED`: an InfiniBand
-    /// virtual function), but the endpoint has no GID (its DC target was brought up without one,
-    /// on an InfiniBand port that requires none): no global address reaches it.
+    /// The local port is InfiniBand and requires a GRH (an InfiniBand virtual function), but the
+    /// endpoint has no GID.
     #[error(
         "local port {port} requires a GRH (IBV_QPF_GRH_REQUIRED) but the endpoint has no GID: bring its DC \
          target up with a source GID (SourceGid::Index(0))"
@@ -136,8 +106,7 @@ pub enum CreateDcAddressHandleErrorKind {
         /// The local port.
         port: u8,
     },
-    /// Querying the port or creating the handle failed; a port that does not exist is
-    /// [`InvalidPort`](crate::ibverbs::address_handle::CreateAddressHandleErrorKind::InvalidPort).
+    /// Querying the port or creating the handle failed.
     #[error(transparent)]
     AddressHandle(#[from] CreateAddressHandleError),
 }
@@ -151,24 +120,15 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 }
 
 /// What a DC initiator needs to reach a DC target (DCT): the LID and GID of the target's port,
-/// its DCT number and DC key, whether the port is RoCE, and the largest packets it takes (its
-/// path MTU, when the peer said).
+/// its DCT number and DC key, whether the port is RoCE, and its path MTU when the peer said.
 ///
-/// A value type: build it with [`new`](Self::new) from what the peer sent, keep it in the
-/// initiator's table of destinations, and turn it into an address handle with
-/// [`create_ah`](Self::create_ah) (once per destination, not per request).
+/// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as IPv6 text in
+/// human-readable formats and 16 octets in binary ones, the path MTU as its bytes (absent when
+/// unknown), the rest as numbers and a boolean named like the getters; deserializing validates
+/// like [`new`](Self::new).
 ///
-/// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as its IPv6 text
-/// (`"fe80::1"`, `"::ffff:192.0.2.7"`) in human-readable formats such as JSON, as 16 octets in
-/// binary ones (the form of [`Ipv6Addr`]'s serde implementation), the other fields as numbers and
-/// a boolean named like the getters, the path MTU (when known) as its bytes (`4096`), absent
-/// when unknown. Deserializing validates like [`new`](Self::new): a DCT number above 24 bits or
-/// an MTU that is not one of the five is a serde error, never an invalid value.
-///
-/// The format grows by optional fields, read by every version: a field this version does not
-/// know (one a later version added) is skipped, not refused, and a field a later version added
-/// is absent from an older peer's endpoint and means "unknown" (the path MTU: then nothing is
-/// refused for it). So peers of different versions read each other's endpoints.
+/// The format grows by optional fields, read by every version: an unknown field is skipped, and a
+/// missing one means "unknown", so peers of different versions read each other's endpoints.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
@@ -199,10 +159,8 @@ impl std::fmt::Debug for DcEndpoint {
 }
 
 impl DcEndpoint {
-    /// An endpoint from the target's values: `lid` and `gid` of its port (`ibv_query_port`'s
-    /// `lid`, a GID of its GID table; on RoCE the LID is unused, 0), `dct_number` (the DCT's
-    /// queue pair number), `dc_key` (the `dct_access_key` the DCT was created with) and
-    /// `is_roce`: whether its port's link layer is Ethernet.
+    /// An endpoint from the target's values: its port's `lid` (0 on RoCE) and `gid`, its
+    /// `dct_number` and `dc_key` (`dct_access_key`), and whether its port `is_roce`.
     ///
     /// # Errors
     ///
@@ -231,20 +189,8 @@ impl DcEndpoint {
 
     /// The target's path MTU: the largest packets its port takes, and those it answers READs with
     /// ([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up
-    /// with, which the kernel programs the DCT with: `mlx5_ib_modify_dct`, `dctc.mtu`). On nodes
-    /// at 1500 and 9000 bytes of Ethernet MTU (1024 and 4096 of path MTU) both ways fail, with
-    /// `RETRY_EXC`:
-    ///
-    /// - a DC initiator must send no larger packets:
-    ///   [`DcInitiatorBringUp::setup_destination_path_mtu`](super::initiator::DcInitiatorBringUp::setup_destination_path_mtu)
-    ///   takes it into account, and a pool refuses a destination whose MTU is below its
-    ///   initiators';
-    /// - the target answers an RDMA READ in packets of up to this MTU: a READ longer than the
-    ///   initiator's MTU, from a target whose MTU is larger, is refused at post
-    ///   ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)),
-    ///   through the address handle [`create_ah`](Self::create_ah) makes, which carries it.
-    ///
-    /// Unset (an older peer's endpoint), the MTU is unknown and nothing is refused for it.
+    /// with); the fleet rule is [the DC module's](super#across-nodes). Unset (an older peer's
+    /// endpoint), the MTU is unknown and nothing is refused for it.
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
@@ -281,16 +227,9 @@ impl DcEndpoint {
         self.is_roce
     }
 
-    /// The address that reaches this endpoint from local `port`, by its link layer:
-    ///
-    /// - RoCE: global, as RoCE requires:
-    ///   [`global_address_handle_attribute`](Self::global_address_handle_attribute).
-    /// - InfiniBand: not global: the destination LID and `port`; `src_gid_index` is unused. Within
-    ///   one subnet that is all InfiniBand needs; to cross subnets (through an IB router), use
-    ///   [`global_address_handle_attribute`](Self::global_address_handle_attribute) instead.
-    ///
-    /// Service level 0. Does not look at the local port: [`create_ah`](Self::create_ah) checks
-    /// that its link layer matches.
+    /// The address that reaches this endpoint from local `port`: on RoCE the
+    /// [`global_address_handle_attribute`](Self::global_address_handle_attribute), on InfiniBand
+    /// the destination LID (`src_gid_index` unused), enough within one subnet.
     pub fn address_handle_attribute(&self, port: u8, src_gid_index: u8) -> AddressHandleAttribute {
         if self.is_roce {
             return self.global_address_handle_attribute(port, src_gid_index);
@@ -300,11 +239,9 @@ impl DcEndpoint {
         attr
     }
 
-    /// The global address of this endpoint from local `port`: a GRH to the endpoint's GID, sent
-    /// from the local GID at `src_gid_index` (on RoCE, pick a RoCE v2 GID of the same IP family
-    /// as the endpoint's), hop limit [`DEFAULT_HOP_LIMIT`], traffic class and flow label 0; the
-    /// destination LID is the endpoint's (ignored on RoCE). Valid on both link layers; required
-    /// on RoCE and between InfiniBand subnets.
+    /// The global address of this endpoint from local `port`: a GRH to the endpoint's GID from the
+    /// local GID at `src_gid_index`, hop limit [`DEFAULT_HOP_LIMIT`]; required on RoCE and between
+    /// InfiniBand subnets.
     pub fn global_address_handle_attribute(&self, port: u8, src_gid_index: u8) -> AddressHandleAttribute {
         let mut attr = AddressHandleAttribute::new();
         attr.setup_port(port)

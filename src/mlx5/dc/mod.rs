@@ -68,6 +68,14 @@
 //! An error completion (wrong key, target gone) puts a DC initiator in ERR for every target:
 //! poll its completions, then `dci.recover()?` brings it back to RTS (through RESET, or by
 //! creating it again where the kernel refuses that: `DcRecovery::Reset` or `Rebuilt`).
+//!
+//! # Reference
+//!
+//! - rdma-core manpages: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html),
+//!   [`mlx5dv_wr_post`](https://man7.org/linux/man-pages/man3/mlx5dv_wr_post.3.html) (`mlx5dv_wr_set_dc_addr`),
+//!   [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html),
+//!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
+//! - Linux `drivers/infiniband/hw/mlx5/qp.c`: `modify_dci_qp_is_ok`, `mlx5_ib_modify_dct`, `is_valid_mask`
 pub mod endpoint;
 pub mod initiator;
 mod queue_pair;

@@ -4,10 +4,6 @@
 //!
 //! Build one with [`DcTargetBuilder`], bring it to RTR with [`DcTarget::bring_up`], then publish
 //! its [`dct_number`](DcTarget::dct_number), which exists only from RTR on.
-//!
-//! # Reference
-//!
-//! - rdma-core manpage: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html)
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -44,8 +40,7 @@ pub use super::queue_pair::PortNotReady;
 pub struct CreateDcTargetError(#[from] pub CreateDcTargetErrorKind);
 
 impl CreateDcTargetError {
-    /// Whether DC is not available at all: the device is not mlx5, libmlx5 is missing, or the
-    /// mlx5 device has no DC transport.
+    /// Whether DC is not available at all (no mlx5, no libmlx5, or no DC transport).
     pub fn is_not_supported(&self) -> bool {
         matches!(
             self.0,
@@ -61,12 +56,10 @@ pub enum CreateDcTargetErrorKind {
     /// The device is not an mlx5 device, or libmlx5 could not be loaded (`EOPNOTSUPP`).
     #[error("DC needs an mlx5 device and libmlx5")]
     NotSupported,
-    /// The device is mlx5 but has no DC transport: `mlx5dv_create_qp` returned `EOPNOTSUPP`
-    /// after `mlx5dv_query_device` succeeded (the kernel's `set_mlx_qp_type` without the `dct`
-    /// capability).
+    /// `mlx5dv_create_qp` returned `EOPNOTSUPP` after `mlx5dv_query_device` succeeded.
     #[error("this mlx5 device has no DC transport (mlx5dv_create_qp: EOPNOTSUPP)")]
     DcNotSupportedByDevice,
-    /// No shared receive queue was set up: a DC target receives only through one.
+    /// No shared receive queue was set up.
     #[error("a shared receive queue is required (setup_srq)")]
     MissingSharedReceiveQueue,
     /// No receive completion queue was set up.
@@ -77,9 +70,7 @@ pub enum CreateDcTargetErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// The init attributes of a DC target, without the PD, CQ and SRQ pointers (the caller sets
-/// them): `IBV_QPT_DRIVER`, the protection domain as the only ibv attribute (send operations on
-/// a DCT are refused), the mlx5 DC attributes of type DCT with the access key.
+/// The init attributes of a DC target, without the PD, CQ and SRQ pointers (the caller sets them).
 pub(crate) fn dct_init_attributes(dc_key: u64) -> (Zeroed<ibv_qp_init_attr_ex>, Zeroed<mlx5dv_qp_init_attr>) {
     let (mut init, mut mlx5) = (
         Zeroed::<ibv_qp_init_attr_ex>::new(),
@@ -106,8 +97,7 @@ pub struct DcTargetBuilder {
     access_flags: Option<AccessFlags>,
 }
 
-/// The default access of a DC target, as [`DcTargetBuilder::setup_access_flags`] describes:
-/// local write, remote write, remote read, and remote atomics where the device has DC atomics.
+/// The default access of a DC target ([`DcTargetBuilder::setup_access_flags`]).
 pub const DEFAULT_ACCESS: AccessFlags = AccessFlags::LocalWrite
     .or(AccessFlags::RemoteWrite)
     .or(AccessFlags::RemoteRead)
@@ -145,25 +135,17 @@ impl DcTargetBuilder {
 
     /// What initiators may do to this node's memory (set at RESET → INIT).
     ///
-    /// Default: [`DEFAULT_ACCESS`], every remote access the device can take — remote write, read
-    /// and, where the device has DC atomics, atomics — so that a
-    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults (every DC
-    /// operation the device can do, atomics included) can post each of them to a target built
-    /// with its own. What a request may touch is still decided by the memory region it names
-    /// (its own access flags), as on RC. Where the device has no DC atomics the kernel refuses
-    /// remote atomics at the move to INIT (`mlx5_ib_modify_dct`: `EOPNOTSUPP`); the default then
-    /// leaves them out ([`DcTarget::access_flags`] says what was granted).
-    ///
-    /// Set here, the flags are used as given: remote atomics on a device without DC atomics are
-    /// [`RemoteAtomicsNotSupported`](ModifyDcTargetErrorKind::RemoteAtomicsNotSupported).
+    /// Default: [`DEFAULT_ACCESS`], so that a
+    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults can post each of its
+    /// operations; where the device has no DC atomics the kernel refuses remote atomics
+    /// (`mlx5_ib_modify_dct`: `EOPNOTSUPP`) and the default leaves them out. Set here, the flags
+    /// are used as given.
     pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
         self.access_flags = Some(access_flags);
         self
     }
 
-    /// Creates the DC target with `mlx5dv_create_qp`. Without a shared receive queue or a
-    /// receive CQ it is refused before the call; on a device that is not mlx5, or without
-    /// libmlx5, [`NotSupported`](CreateDcTargetErrorKind::NotSupported).
+    /// Creates the DC target with `mlx5dv_create_qp`.
     pub fn build(&self) -> Result<DcTarget, CreateDcTargetError> {
         let srq = self
             .srq
@@ -232,12 +214,10 @@ pub enum BringUpDcTargetErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
-    /// The port cannot carry DC traffic yet (not active, or an InfiniBand port without a LID),
-    /// found before any transition.
+    /// The port cannot carry DC traffic yet, found before any transition.
     #[error(transparent)]
     PortNotReady(PortNotReady),
-    /// The source GID ([`DcTargetBringUp::setup_source_gid`]) is not in the port's GID table,
-    /// or on RoCE is not RoCE v2 (or the port has none); found before any transition.
+    /// The source GID could not be resolved, found before any transition.
     #[error(transparent)]
     SourceGid(#[from] SourceGidError),
     /// A transition failed (checked against the DC target's table first).
@@ -256,9 +236,7 @@ pub struct ModifyDcTargetError(#[from] pub ModifyDcTargetErrorKind);
 #[non_exhaustive]
 pub enum ModifyDcTargetErrorKind {
     /// Not RESET → INIT or INIT → RTR, the only transitions of a DC target (mlx5_ib's
-    /// `mlx5_ib_modify_dct`: "Invalid transition", `EINVAL`); refused before the call. A DC target
-    /// never reaches RTS, and it is torn down by dropping it (`ibv_destroy_qp`), never by a move
-    /// to RESET or ERR.
+    /// `mlx5_ib_modify_dct`); refused before the call.
     #[error("a DC target only moves RESET -> INIT -> RTR, not {from:?} -> {to:?}; it is torn down by dropping it")]
     InvalidTransition {
         /// The state it is in.
@@ -266,8 +244,7 @@ pub enum ModifyDcTargetErrorKind {
         /// The state asked for.
         to: QueuePairState,
     },
-    /// Remote atomics were asked for (`IBV_ACCESS_REMOTE_ATOMIC`) on a device without DC atomics
-    /// (`mlx5_ib_modify_dct` returned `EOPNOTSUPP`).
+    /// `mlx5_ib_modify_dct` returned `EOPNOTSUPP` for remote atomics.
     #[error("the device has no DC atomics: remote atomic access refused")]
     RemoteAtomicsNotSupported,
     /// The attribute mask does not fit the transition, or the library call failed.
@@ -285,8 +262,7 @@ pub struct DcTargetEndpointError(#[from] pub DcTargetEndpointErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DcTargetEndpointErrorKind {
-    /// The DC target is not in RTR, or was not brought up by [`DcTarget::bring_up`]: it has
-    /// no DCT number yet, or no port and GID to announce.
+    /// The DC target was not brought up to RTR by [`DcTarget::bring_up`].
     #[error("the DC target has no DCT number before RTR (bring_up first)")]
     NoDctNumber,
     /// The port is 0 or the device has no such port.
@@ -349,8 +325,7 @@ impl DcTarget {
     }
 
     /// The DCT number initiators address, read from the library each time: `None` before RTR
-    /// (the hardware object, and its number, are created at INIT → RTR; a DC target recreated
-    /// gets a new one).
+    /// (the hardware object, and its number, are created at INIT → RTR).
     pub fn dct_number(&self) -> Option<u32> {
         (self.core.state() == QueuePairState::ReadyToReceive).then(|| self.core.live_qp_number())
     }
@@ -360,9 +335,7 @@ impl DcTarget {
         self.dc_key
     }
 
-    /// What initiators may do to this node's memory: the flags set on the builder, or its
-    /// default ([`DEFAULT_ACCESS`]) — without remote atomics once [`bring_up`](Self::bring_up)
-    /// found the device has no DC atomics.
+    /// What initiators may do to this node's memory, as granted.
     pub fn access_flags(&self) -> AccessFlags {
         self.access_flags
     }
@@ -401,13 +374,7 @@ impl DcTarget {
     }
 
     /// What a peer needs to reach this DC target, as [`bring_up`](Self::bring_up) brought it
-    /// up: its port's LID, the source GID it answers from (the zero GID on InfiniBand without
-    /// one: LID routing), the DCT number, the DC key, whether the port is RoCE, and the path
-    /// MTU. Only from RTR on, when the DCT number exists.
-    ///
-    /// It is the GID the target sends its replies from: a peer that addressed another GID of
-    /// this port would get replies from an address it did not send to, so no other can be
-    /// announced.
+    /// up; its GID is the one the target answers from (zero on InfiniBand without one).
     pub fn endpoint(&self) -> Result<DcEndpoint, DcTargetEndpointError> {
         let dct_number = self.dct_number().ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
         let address = self.brought_up_with.ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
@@ -437,12 +404,8 @@ impl DcTarget {
         self.brought_up_with?.source_gid
     }
 
-    /// Brings the DC target from RESET to RTR in one call (RESET → INIT → RTR, each checked
-    /// against the DC target's table), with the access flags it was built with. Before any
-    /// transition it refuses a port that cannot carry traffic yet (not active, or an InfiniBand
-    /// port without a LID: [`PortNotReady`](BringUpDcTargetErrorKind::PortNotReady)) and
-    /// resolves the source GID in the port's GID table: on RoCE a RoCE v2 GID, by default the
-    /// port's own ([`SourceGid`](BringUpDcTargetErrorKind::SourceGid) otherwise).
+    /// Brings the DC target from RESET to RTR in one call, with the access flags it was built
+    /// with, after checking the port and resolving the source GID.
     pub fn bring_up(&mut self, params: &DcTargetBringUp) -> Result<(), BringUpDcTargetError> {
         let invalid_port = |source| BringUpDcTargetErrorKind::InvalidPort {
             port: params.port,
