@@ -52,6 +52,9 @@ _ALWAYS = {
         ("(RESET → INIT → RTR → RTS, each\n    /// checked against the DC initiator's table)",
          "(RESET → INIT → RTR → RTS, a\n    /// refusal explained by the DC initiator's table)", 1),
         ("([`DcInitiator::source_gid`]), as a pool's do.", "([`DcInitiator::source_gid`]).", 1),
+        # This crate's DC guide has the fleet rule; sideway's DC module has no such section.
+        (", the fleet rule of [the DC module](super::super#across-nodes).",
+         ", so that no packet is larger than a\n    /// destination's port takes.", 1),
         # The unit tests' table check: sideway's attr_mask_check, as the DC target's.
         ("    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;\n",
          "    use crate::ibverbs::queue_pair::{attr_mask_check, QueuePairAttributeMask};\n"
@@ -381,7 +384,6 @@ _LATER = {
              ":\n", 1),
         ],
         "bring_up.rs": [
-            (("    ///\n    /// The other way does not follow from it", "DcTargetBringUp::setup_path_mtu)).\n"), "", 1),
         ],
     },
     # The reset of one DCI stream (mlx5dv_dci_stream_id_reset: an rdma-mummy-sys release first).

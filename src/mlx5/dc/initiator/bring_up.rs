@@ -33,13 +33,10 @@ pub enum BringUpDcInitiatorErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
-    /// The port cannot carry DC traffic yet (not active, or an InfiniBand port without a LID),
-    /// found before any transition.
+    /// The port cannot carry DC traffic yet, found before any transition.
     #[error(transparent)]
     PortNotReady(PortNotReady),
-    /// The address vector of
-    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) is not global
-    /// on a RoCE port, where every address vector must carry a GRH; found before any transition.
+    /// The RTR address vector is not global on a RoCE port; found before any transition.
     #[error(
         "port {port} is RoCE: the RTR address vector must be global (setup_grh_dest_gid and setup_grh_src_gid_index)"
     )]
@@ -47,21 +44,15 @@ pub enum BringUpDcInitiatorErrorKind {
         /// The port.
         port: u8,
     },
-    /// The RTR address vector's source GID index names a slot of the port's GID table that
-    /// cannot be read, is empty, or on RoCE is not RoCE v2; found before any transition.
+    /// The RTR address vector's source GID is not usable; found before any transition.
     #[error("the RTR address vector's source GID is not usable")]
     RtrAddressVectorGid(#[source] SourceGidError),
-    /// The source GID ([`DcInitiatorBringUp::setup_source_gid`]) is not in the port's GID
-    /// table, or on RoCE is not RoCE v2 (or the port has none); found before any transition.
+    /// The source GID could not be resolved; found before any transition.
     #[error(transparent)]
     SourceGid(#[from] SourceGidError),
-    /// The kernel refused the move to RTR with the address vector of
-    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector) (`EINVAL`):
-    /// `modify_dci_qp_is_ok` takes no address vector at a DC initiator's INIT → RTR before
-    /// Linux v5.0 (nor in distribution kernels with an older mlx5_ib). The address vector was
-    /// checked first ([`RtrAddressVectorNotGlobal`](Self::RtrAddressVectorNotGlobal),
-    /// [`RtrAddressVectorGid`](Self::RtrAddressVectorGid)), so an old kernel is the likely cause.
-    /// The DC initiator is left in INIT; bring it up without one, which every kernel takes.
+    /// The kernel refused the move to RTR with the address vector (`EINVAL`); see
+    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector). The DC
+    /// initiator is left in INIT.
     #[error(
         "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): kernels before \
          Linux 5.0 take none there; bring it up without setup_rtr_address_vector"
@@ -75,11 +66,8 @@ pub enum BringUpDcInitiatorErrorKind {
     Modify(#[from] ModifyQueuePairError),
 }
 
-/// How [`DcInitiator::bring_up`] brings a DC initiator to RTS: the local port and P_Key index,
-/// the path MTU (default: the port's active MTU, no larger than its destinations'), the source
-/// GID of its requests (default: on RoCE the port's RoCE v2 GID), and perftest's defaults for
-/// the rest (timeout 14, retry count 7, RNR retry 7, PSN 0), the read/atomic depth capped by the
-/// device's DC initiator depth.
+/// How [`DcInitiator::bring_up`] brings a DC initiator to RTS; perftest's defaults (timeout 14,
+/// retry count 7, RNR retry 7, PSN 0).
 #[derive(Debug, Clone)]
 pub struct DcInitiatorBringUp {
     port: u8,
@@ -94,8 +82,7 @@ pub struct DcInitiatorBringUp {
     rtr_address_vector: Option<AddressHandleAttribute>,
 }
 
-/// The attributes a DC initiator was brought up with, to bring it up again after an error
-/// (shared: `recover` holds them while it modifies the DC initiator).
+/// The attributes a DC initiator was brought up with, to bring it up again after an error.
 pub(crate) struct BringUpAttributes {
     init: QueuePairAttribute,
     rtr: QueuePairAttribute,
@@ -143,18 +130,12 @@ impl DcInitiatorBringUp {
         }
     }
 
-    /// An address vector for the move to RTR (`IBV_QP_AV`; default none). A DC initiator needs
-    /// none — each request names its destination's address handle — and none is what every
-    /// kernel takes. Set one where the DC initiator's own path matters: a service level
-    /// ([`setup_service_level`](AddressHandleAttribute::setup_service_level)) on InfiniBand, or
-    /// on RoCE a global address whose traffic class and source GID pick the priority and, under
-    /// RoCE LAG, the port, as UCX and perftest send it (e.g. an endpoint's
-    /// [`address_handle_attribute`](crate::mlx5::dc::endpoint::DcEndpoint::address_handle_attribute)).
+    /// An address vector for the move to RTR (`IBV_QP_AV`; default none, which every kernel
+    /// takes): a service level on InfiniBand, or on RoCE a global address whose traffic class and
+    /// source GID pick the priority and, under RoCE LAG, the port, as UCX and perftest send it.
     ///
-    /// mlx5_ib's `modify_dci_qp_is_ok` accepts it at INIT → RTR from Linux v5.0 on (v4.20 and
-    /// older, and distribution kernels with an older mlx5_ib such as SLES 12 SP5's, refuse it
-    /// with `EINVAL`), reported as
-    /// [`RtrAddressVectorRefused`](BringUpDcInitiatorErrorKind::RtrAddressVectorRefused).
+    /// mlx5_ib's `modify_dci_qp_is_ok` accepts it from Linux v5.0 on; older kernels refuse it
+    /// ([`RtrAddressVectorRefused`](BringUpDcInitiatorErrorKind::RtrAddressVectorRefused)).
     pub fn setup_rtr_address_vector(&mut self, address_vector: AddressHandleAttribute) -> &mut Self {
         self.rtr_address_vector = Some(address_vector);
         self
@@ -173,29 +154,15 @@ impl DcInitiatorBringUp {
         self
     }
 
-    /// The smallest path MTU among the DC targets it will reach (their endpoints'
-    /// [`path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu); default: none known).
-    /// A DC initiator sends every request with one path MTU, set at bring-up, whatever its
-    /// destination: bring-up takes the smaller of this and its own
-    /// ([`setup_path_mtu`](Self::setup_path_mtu) or the port's), so that no packet is larger
-    /// than a destination's port takes (dropped there, the requests end in `RETRY_EXC`).
-    ///
-    /// The other way does not follow from it: a target at a larger MTU answers READs in packets
-    /// of its own MTU, which this initiator's path drops; such a READ (longer than this
-    /// initiator's MTU) is refused at post
-    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)).
-    /// The target must be brought up with the smaller MTU
-    /// ([`DcTargetBringUp::setup_path_mtu`](crate::mlx5::dc::target::DcTargetBringUp::setup_path_mtu)).
+    /// The smallest path MTU among the DC targets it will reach (default: none known); bring-up
+    /// takes the smaller of this and its own, the fleet rule of [the DC module](super::super#across-nodes).
     pub fn setup_destination_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.destination_path_mtu = Some(path_mtu);
         self
     }
 
-    /// The local GID its requests are sent from (default [`SourceGid::Automatic`]: on RoCE the
-    /// port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none, or GID index 0 where the port
-    /// requires a GRH). Bring-up resolves it in the port's GID table and refuses a slot that is
-    /// empty or, on RoCE, not RoCE v2; the address handles of its requests use its index
-    /// ([`DcInitiator::source_gid`]), as a pool's do.
+    /// The local GID its requests are sent from (default [`SourceGid::Automatic`]); the address
+    /// handles of its requests use its index ([`DcInitiator::source_gid`]), as a pool's do.
     pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
         self.source_gid = source_gid;
         self
@@ -219,9 +186,7 @@ impl DcInitiatorBringUp {
         self
     }
 
-    /// Outstanding RDMA reads and atomics (default: the device's DC initiator depth,
-    /// [`DcInitiator::max_read_atomic`]: the smaller of `max_dc_rd_atom` and
-    /// `max_dc_init_rd_atom`, 1 before rdma-core 47); capped by that depth either way.
+    /// Outstanding RDMA reads and atomics, capped by [`DcInitiator::max_read_atomic`] (the default).
     pub fn setup_max_read_atomic(&mut self, max_read_atomic: u8) -> &mut Self {
         self.max_read_atomic = Some(max_read_atomic);
         self
@@ -263,22 +228,19 @@ impl DcInitiatorBringUp {
 
 impl DcInitiator {
     /// The local GID its requests' address handles are sent from, resolved by
-    /// [`bring_up`](Self::bring_up) ([`DcInitiatorBringUp::setup_source_gid`]): on RoCE a
-    /// RoCE v2 GID; `None` on InfiniBand without one, and before bring-up.
+    /// [`bring_up`](Self::bring_up); `None` on InfiniBand without one.
     pub fn source_gid(&self) -> Option<SourceGidEntry> {
         self.brought_up_with.as_ref()?.source_gid()
     }
 
-    /// The path MTU it was brought up with: the largest packets it sends (`None` before
-    /// [`bring_up`](Self::bring_up)).
+    /// The path MTU it was brought up with.
     pub fn path_mtu(&self) -> Option<Mtu> {
         Some(self.brought_up_with.as_ref()?.path_mtu())
     }
 
     /// The attributes (`ibv_qp_attr_mask` bits, `IBV_QP_STATE` aside) a DC initiator must be
-    /// given to move from `from` to `to`, as its transition table holds mlx5_ib's
-    /// `modify_dci_qp_is_ok`; `None` where no such move exists. For a program that brings DC
-    /// initiators up by hand.
+    /// given to move from `from` to `to` (mlx5_ib's `modify_dci_qp_is_ok`); `None` where no such
+    /// move exists.
     ///
     /// ```
     /// use sideway::ibverbs::queue_pair::QueuePairState::{Error, Init, ReadyToReceive, Reset};
@@ -300,9 +262,7 @@ impl DcInitiator {
 
     /// Brings the DC initiator from RESET to RTS in one call (RESET → INIT → RTR → RTS, each
     /// checked against the DC initiator's table), and keeps the attributes for
-    /// [`recover`](Self::recover). A port that cannot carry traffic yet (not active, or an
-    /// InfiniBand port without a LID) is refused first, with
-    /// [`PortNotReady`](BringUpDcInitiatorErrorKind::PortNotReady).
+    /// [`recover`](Self::recover); a port that cannot carry traffic yet is refused first.
     pub fn bring_up(&mut self, params: &DcInitiatorBringUp) -> Result<(), BringUpDcInitiatorError> {
         let port = self
             .core
