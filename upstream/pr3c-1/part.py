@@ -343,12 +343,12 @@ _LATER = {
              "    /// The context of a DC initiator of this crate: its mlx5 view.\n"
              "    pub(super) fn new(view: NonNull<mlx5dv_qp_ex>) -> Self {\n"
              "        Self { view }\n", 1),
-            ("    /// own) and posts to them with this crate's guard. Its path MTU is not known, so no RDMA READ\n"
-             "    /// is refused for it.\n",
-             "    /// own) and posts to them with this crate's guard.\n", 1),
+            ("    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create. Its path MTU is\n"
+             "    /// not known, so no RDMA READ is refused for it.\n",
+             "    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create.\n", 1),
             ("        Self {\n            view: mlx5_qp_ex,\n            path_mtu: None,\n        }\n",
              "        Self { view: mlx5_qp_ex }\n", 1),
-            (("    /// An RDMA READ is refused before the provider\n", "    /// READ only.\n    ///\n"), "", 1),
+            (("    /// An RDMA READ whose responses would not reach this DC initiator", "a READ only.\n    ///\n"), "", 1),
             ("        let path_mtus = self.read_path_mtus(ah);\n"
              "        let address = self.route(ah, dct_number, dc_key);\n"
              "        TypedLocalBufferHandle::between(self.request, address, path_mtus)\n",

@@ -1,7 +1,5 @@
-//! The DC transport of the post guard: [`DynamicallyConnected`], its per-queue-pair context
-//! (the mlx5 view), and the destination step that names each request's DC target
-//! (`mlx5dv_wr_set_dc_addr`, with streams `mlx5dv_wr_set_dc_addr_stream`), which the data step
-//! requires ([`Addressed`]).
+//! The DC transport of the post guard: [`DynamicallyConnected`], its context, and the destination
+//! step that names each request's DC target, which the data step requires ([`Addressed`]).
 use std::io::IoSlice;
 use std::ptr::NonNull;
 
@@ -23,8 +21,7 @@ use crate::ibverbs::post_send_guard::{
 pub enum DynamicallyConnected {}
 
 /// The per-queue-pair context of the DC transport: the queue pair's mlx5 view, and the path MTU
-/// it was brought up with, when known (an RDMA READ to a target whose path MTU is larger is then
-/// refused where it would not fit: see [`DcDestination::setup_dc_addr`]).
+/// it was brought up with, when known.
 #[derive(Debug, Clone, Copy)]
 pub struct DcContext {
     view: NonNull<mlx5dv_qp_ex>,
@@ -39,10 +36,8 @@ impl DcContext {
     }
 
     /// The context of a DC initiator's mlx5 view, for a guard started with
-    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create: public for a
-    /// runtime or a pool that creates its DC initiators itself (through libmlx5 or C code of its
-    /// own) and posts to them with this crate's guard. Its path MTU is not known, so no RDMA READ
-    /// is refused for it.
+    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create. Its path MTU is
+    /// not known, so no RDMA READ is refused for it.
     ///
     /// # Safety
     ///
@@ -55,9 +50,8 @@ impl DcContext {
         }
     }
 
-    /// `ibv_entries` plus the DC setters this mlx5 view has (`wr_set_dc_addr`, and with
-    /// `streams` `wr_set_dc_addr_stream`), or the name of the first one missing: the entries
-    /// [`TypedPostSendGuard::start`] takes for a context made with [`from_raw`](Self::from_raw).
+    /// `ibv_entries` plus the DC setters this mlx5 view has, or the name of the first one missing:
+    /// the entries [`TypedPostSendGuard::start`] takes for a context from [`from_raw`](Self::from_raw).
     ///
     /// # Safety
     ///
@@ -94,23 +88,13 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of `ah`
     /// (`mlx5dv_wr_set_dc_addr`).
     ///
-    /// An RDMA READ is refused before the provider
-    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge))
-    /// where its responses would not reach this DC initiator: when it is longer than the
-    /// initiator's path MTU and the target's is larger (the target answers in packets of its own
-    /// path MTU). Both must be known: the initiator's once brought up
-    /// ([`DcInitiator::path_mtu`](super::DcInitiator::path_mtu)), the target's from the route
-    /// ([`AddressHandle::destination_path_mtu`]: an address handle from a
-    /// [`DcEndpoint`](crate::mlx5::dc::endpoint::DcEndpoint) whose peer said it); otherwise
-    /// nothing is refused for it. One comparison of two values known before the request, for a
-    /// READ only.
+    /// An RDMA READ whose responses would not reach this DC initiator is refused before the
+    /// provider
+    /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)),
+    /// where both path MTUs are known; a READ only.
     ///
-    /// libmlx5 copies the address handle's address vector into the request when this is called
-    /// (`mlx5_send_wr_set_dc_addr` in `qp.c`): the handle must outlive this call, not the
-    /// request's completion. The borrow here lasts as long as the batch's guard, which is longer
-    /// than needed but costs nothing (it exists only at compile time); dropping the handle after
-    /// [`TypedPostSendGuard::post`] is fine. Cache one handle per destination anyway: creating one is a
-    /// system call.
+    /// libmlx5 copies the handle's address vector into the request here (`mlx5_send_wr_set_dc_addr`
+    /// in `qp.c`): the handle must outlive this call, not the request's completion.
     #[inline]
     pub fn setup_dc_addr(
         self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
@@ -121,8 +105,7 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
-    /// (`mlx5dv_wr_set_dc_addr_stream`); the DC initiator must have been created with streams,
-    /// else the request is refused at post.
+    /// (`mlx5dv_wr_set_dc_addr_stream`); refused at post without streams.
     #[inline]
     pub fn setup_dc_addr_stream(
         self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream_id: u16,
@@ -191,13 +174,9 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     }
 }
 
-/// A DC request that has its address: what the data step (`setup_sge`, `setup_inline_data`, …)
-/// requires. The step after [`setup_dc_addr`](DcDestination::setup_dc_addr) (a
-/// [`TypedLocalBufferHandle`]) is `Addressed`; a [`DcDestination`], the step before it, never is.
-///
-/// It is there for the compiler's error: the data setters of a `DcDestination` require it, so a
-/// request that skips its address fails to compile with a message that names the missing step,
-/// not with "no method named `setup_sge`". No code runs through it.
+/// A DC request that has its address: what the data step requires. It is there for the
+/// compiler's error: a request that skips its address fails to compile with a message that names
+/// the missing step, not with "no method named `setup_sge`".
 #[diagnostic::on_unimplemented(
     message = "a DC request needs its address before its data: call `setup_dc_addr` after the operation",
     label = "no `setup_dc_addr(&ah, dct_number, dc_key)` before this data step",
@@ -219,10 +198,8 @@ impl<O: Operation, D: Destination> Addressed for TypedLocalBufferHandle<'_, O, D
     }
 }
 
-// The data step before the address, for the compiler's error only: `Addressed` never holds for
-// a `DcDestination`, so a call fails with its message, naming `setup_dc_addr`. (A bound on an
-// impl of sideway's `SetInlineData` would fail as "method exists but its trait bounds were not
-// satisfied", without the message: rustc shows it only for a bound on the method.)
+// The data step before the address, for the compiler's error only (rustc shows `Addressed`'s
+// message only for a bound on the method, not on an impl of sideway's `SetInlineData`).
 impl<O: Operation> DcDestination<'_, O> {
     /// Not callable: a DC request's data comes after its address ([`Addressed`]).
     pub fn setup_inline_data(self, buf: &[u8])
@@ -279,11 +256,8 @@ pub struct DcAddress {
 impl sealed::Sealed for DcAddress {}
 
 impl DcAddress {
-    /// The address of one request: the DC initiator's mlx5 view, the route, the target; for a
-    /// guard whose requests all go to one address ([`BatchAddressed`](super::BatchAddressed)).
-    /// Public for a pool's initiator over a DC initiator created outside this crate, which
-    /// starts such a guard with [`TypedPostSendGuard::start`] (a `DcInitiator` starts its own
-    /// with [`start_post_send_to`](super::DcInitiator::start_post_send_to)).
+    /// The address of one request, for a guard whose requests all go to one address
+    /// ([`BatchAddressed`](super::BatchAddressed)) started with [`TypedPostSendGuard::start`].
     ///
     /// # Safety
     ///
