@@ -391,8 +391,8 @@ _LATER = {
         "recovery.rs": [
             ("only\n    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.",
              "only\n    /// a stream errored and it is still RTS.", 1),
-            ("RESET; and the reset of\n//! one errored DCI stream, `mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later),\n"
-             "//! which this crate resolves itself until rdma-mummy-sys binds it.\n", "RESET.\n", 1),
+            (",\n//! `recover`, and the reset of one errored DCI stream (`mlx5dv_dci_stream_id_reset`, resolved\n"
+             "//! here until rdma-mummy-sys binds it).\n", ",\n//! and `recover`.\n", 1),
             (("\n/// Error returned by [`DcInitiator::reset_stream`].\n",
               "_ => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),\n"
               "            },\n        }\n    }\n}\n"), "", 1),

@@ -28,24 +28,18 @@ def _move(name, helpers=(), rewrites=()):
 # The reset through rdma-mummy-sys' binding: its wrapper returns EOPNOTSUPP where libmlx5 lacks the
 # function, as libmlx5 does where the device cannot reset streams, so the two are one error kind.
 _STREAM_RESET = [
-    ("`mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later),\n"
-     "//! which this crate resolves itself until rdma-mummy-sys binds it.\n",
-     "`mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later).\n", 1),
+    ("(`mlx5dv_dci_stream_id_reset`, resolved\n//! here until rdma-mummy-sys binds it).\n",
+     "(`mlx5dv_dci_stream_id_reset`,\n//! libmlx5 of rdma-core v37 and later).\n", 1),
     ("use std::time::{Duration, Instant};\n\n",
      "use std::time::{Duration, Instant};\n\nuse rdma_mummy_sys::mlx5dv_dci_stream_id_reset;\n", 1),
     (("    /// libmlx5 has no `mlx5dv_dci_stream_id_reset`", "    NotSupported,\n"), "", 1),
-    ("    /// The device cannot reset streams: its `dci_streams_caps.max_log_num_errored` is 0, or it\n"
-     "    /// lacks the QP context extension (`EOPNOTSUPP` from `mlx5dv_dci_stream_id_reset` while the\n"
-     "    /// DC initiator is in RTS). Only [`DcInitiator::recover`] brings an errored stream back.",
-     "    /// The device cannot reset streams: its `dci_streams_caps.max_log_num_errored` is 0, it\n"
-     "    /// lacks the QP context extension, or libmlx5 lacks the function (before rdma-core v37):\n"
-     "    /// `EOPNOTSUPP` from `mlx5dv_dci_stream_id_reset` while the DC initiator is in RTS. Only\n"
-     "    /// [`DcInitiator::recover`] brings an errored stream back.", 1),
+    ("    /// The device cannot reset streams (`EOPNOTSUPP` while the DC initiator is in RTS).",
+     "    /// The device, or libmlx5 before rdma-core v37, cannot reset streams (`EOPNOTSUPP` while the\n"
+     "    /// DC initiator is in RTS).", 1),
     ("(max_log_num_errored 0 or no QP context extension)",
      "(max_log_num_errored 0, no QP context extension, or libmlx5 before v37)", 1),
     ("with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later,\n    /// resolved at run time), so that",
      "with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later),\n    /// so that", 1),
-    ("    /// - [`NotSupported`](ResetDciStreamErrorKind::NotSupported): libmlx5 lacks the function;\n", "", 1),
     ("        let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;\n",
      "", 1),
     ("        // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C\n"

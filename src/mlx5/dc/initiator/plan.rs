@@ -1,7 +1,5 @@
-//! How a DC initiator is planned before it is created: what a builder asks for
-//! ([`DciRequest`]), what the device reports ([`DciDevice`]), and the init parameters libmlx5
-//! would take and grant ([`plan_dci`]), or the typed refusal before the library. The send queue
-//! is sized as libmlx5 sizes it (`mlx5_calc_send_wqe`, `mlx5_calc_sq_size`).
+//! How a DC initiator is planned before it is created ([`plan_dci`]), its send queue sized as
+//! libmlx5 sizes it (`mlx5_calc_send_wqe`, `mlx5_calc_sq_size`).
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 #[cfg(doc)]
@@ -10,8 +8,7 @@ use super::{CreateDcInitiatorErrorKind, DciStreams, DC_ATOMIC_OPERATIONS, DC_SEN
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
 use crate::mlx5::send_wqe_sizes::SendWqeSizes;
 
-/// What a DC initiator is created with: the parts of its init attributes that do not point at
-/// other objects ([`plan_dci`]'s answer).
+/// What a DC initiator is created with: its init attributes but the pointers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub(crate) struct DciInitParameters {
@@ -29,8 +26,7 @@ pub(crate) struct DciInitParameters {
     pub sq_sig_all: bool,
 }
 
-/// What a [`DcInitiatorBuilder`] asks for: [`DciInitParameters`] with the send operations left to
-/// the device when not set.
+/// What a [`DcInitiatorBuilder`] asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DciRequest {
     /// The send queue asked for.
@@ -69,10 +65,8 @@ pub(crate) struct DciDevice {
 }
 
 /// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
-/// smaller of `max_dc_rd_atom` (`1 << log_max_ra_req_dc`, the requester's outstanding reads and
-/// atomics) and `max_dc_init_rd_atom` (`1 << log_max_ra_res_dc`, the bound mlx5_ib's
-/// `validate_rd_atomic` puts on a DC initiator's `max_rd_atomic`), each known one taken. Before
-/// rdma-core 47 libmlx5 reports neither, and the depth is 1, which every device takes.
+/// smaller known of `max_dc_rd_atom` and `max_dc_init_rd_atom` (`1 << log_max_ra_res_dc`, the
+/// bound of mlx5_ib's `validate_rd_atomic`); 1, which every device takes, before rdma-core 47.
 pub(crate) fn dci_read_atomic_depth(max_dc_rd_atom: Option<u64>, max_dc_init_rd_atom: Option<u64>) -> u8 {
     [max_dc_rd_atom, max_dc_init_rd_atom]
         .into_iter()
@@ -93,14 +87,11 @@ pub(super) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), C
     Ok(())
 }
 
-/// Decides a DC initiator's init parameters from the request and the device, or refuses it
-/// before the library would: the send operations (default: every DC operation the device can
-/// do), the capacities, the DCI streams: what [`DcInitiatorBuilder::build`] creates.
+/// Decides a DC initiator's init parameters from the request and the device.
 ///
 /// # Errors
 ///
-/// What [`DcInitiatorBuilder::build`] refuses before the library (e.g.
-/// [`InvalidMaxSendWorkRequests`](CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests)).
+/// What [`DcInitiatorBuilder::build`] refuses before the library.
 pub(crate) fn plan_dci(
     request: &DciRequest, device: &DciDevice,
 ) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
@@ -162,8 +153,7 @@ pub(crate) fn plan_dci(
 }
 
 /// The refusal of a request (`max_send_sge` entries, `max_inline_data` bytes inline) of
-/// `request_bytes` that does not fit the device's largest DC send request (`sizes`, reported or
-/// the bound every device takes), naming both sizes.
+/// `request_bytes` that does not fit `sizes`.
 pub(crate) fn request_too_large(
     max_send_sge: u32, max_inline_data: u32, request_bytes: u32, sizes: SendWqeSizes,
 ) -> CreateDcInitiatorErrorKind {
@@ -201,8 +191,7 @@ pub(crate) fn dci_request_bytes(send_ops: SendOperationFlags, max_send_sge: u32,
     gather.max(inline)
 }
 
-/// The bytes one DC request takes in the send queue: [`dci_request_bytes`] rounded up to 64-byte
-/// basic blocks, 128 bytes for the default initiator.
+/// The bytes one DC request takes in the send queue: [`dci_request_bytes`] in 64-byte blocks.
 pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
     dci_request_bytes(send_ops, max_send_sge, max_inline_data).saturating_add(63) & !63
 }
@@ -221,17 +210,14 @@ pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
 }
 
 /// The requests a send queue of `max_send_wr` requests of `request_size` bytes is granted
-/// (libmlx5 `mlx5_calc_sq_size`: the queue is `max_send_wr` × `request_size` bytes rounded up to
-/// a power of two, and `create_qp` writes back `max_post`, the requests it holds): at least
-/// `max_send_wr`, e.g. 32 for 20 requests of 128 bytes.
+/// (libmlx5's `mlx5_calc_sq_size` rounds its bytes up to a power of two).
 pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
     let request_size = u64::from(request_size.max(64));
     ((u64::from(max_send_wr) * request_size).next_power_of_two() / request_size).min(u64::from(u32::MAX)) as u32
 }
 
 impl DciInitParameters {
-    /// The send queue `mlx5dv_create_qp` grants these parameters (libmlx5's
-    /// `mlx5_calc_sq_size`: the requests' bytes rounded up to a power of two).
+    /// The send queue `mlx5dv_create_qp` grants these parameters.
     pub(crate) fn granted_max_send_wr(&self) -> u32 {
         let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
         dci_granted_send_wr(self.max_send_wr, request_size)

@@ -1,8 +1,6 @@
-//! How a DC initiator comes back after an error completion: its state read from the device
-//! (`query_state`, `wait_for_error`); `recover`, which brings it back to RTS through RESET, or
-//! by creating it again where the kernel refuses a DC initiator's move to RESET; and the reset of
-//! one errored DCI stream, `mlx5dv_dci_stream_id_reset` (libmlx5 of rdma-core v37 and later),
-//! which this crate resolves itself until rdma-mummy-sys binds it.
+//! How a DC initiator comes back after an error completion: its state read from the device,
+//! `recover`, and the reset of one errored DCI stream (`mlx5dv_dci_stream_id_reset`, resolved
+//! here until rdma-mummy-sys binds it).
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -25,19 +23,16 @@ pub struct RecoverDcInitiatorError(#[from] pub RecoverDcInitiatorErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecoverDcInitiatorErrorKind {
-    /// The DC initiator was never brought up with [`DcInitiator::bring_up`]: there are no
-    /// attributes to bring it up again with.
+    /// The DC initiator was never brought up with [`DcInitiator::bring_up`].
     #[error("the DC initiator was not brought up with bring_up")]
     NotBroughtUp,
     /// A transition failed.
     #[error(transparent)]
     Modify(#[from] ModifyQueuePairError),
-    /// The kernel refused the move to RESET and creating the DC initiator again
-    /// (`mlx5dv_create_qp`) failed: it is still the old queue pair, in its old state.
+    /// Creating the DC initiator again failed: it is still the old queue pair, in its old state.
     #[error("the kernel refused the move to RESET, and creating the DC initiator again failed")]
     Rebuild(#[source] io::Error),
-    /// The DC initiator was created again, but its provider left `entry` NULL: the new queue
-    /// pair was destroyed, and posting is refused until a later `recover` succeeds.
+    /// The rebuilt queue pair was destroyed; posting is refused until a later `recover` succeeds.
     #[error("the rebuilt DC initiator lacks the provider entry `{entry}`")]
     RebuildMissingProviderEntry {
         /// The entry's name.
@@ -53,10 +48,8 @@ pub enum DcRecovery {
     /// (`reset_qp`) do: the same queue pair and number.
     Reset,
     /// The kernel refused the move to RESET (`EINVAL`: mlx5_ib's `modify_dci_qp_is_ok` before it
-    /// had a RESET branch), so the DC initiator was created again with the same attributes and
-    /// brought up: a new queue pair, whose number is [`DcInitiator::qp_number`] now. The
-    /// `DcInitiator` value stays valid; completions still queued for the old number were
-    /// discarded with the old queue pair.
+    /// had a RESET branch), so the DC initiator was created again and brought up: a new queue
+    /// pair, whose number is [`DcInitiator::qp_number`] now.
     Rebuilt {
         /// The number of the queue pair it replaced.
         previous_qp_number: u32,
@@ -67,20 +60,13 @@ impl DcInitiator {
     /// Reads the state from the device (`ibv_query_qp`): after an error completion, whether the
     /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
     /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
-    ///
-    /// With streams the move to ERR is asynchronous: one query right after the error completion
-    /// can still read RTS. Use [`wait_for_error`](Self::wait_for_error) where a whole-DCI error
-    /// is expected.
     pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
         self.core.query_state()
     }
 
     /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
-    /// the last state read: the DC initiator goes to ERR some time after its error (with DCI
-    /// streams, once 2^`log_num_errored` streams are in error), so a single
-    /// [`query_state`](Self::query_state) can still read RTS. pyverbs waits up to one second
-    /// (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`). A timeout past the
-    /// clock's end (`Duration::MAX`) waits until ERR.
+    /// the last state read: the DC initiator goes to ERR some time after its error. pyverbs waits
+    /// up to one second (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`).
     pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
         let deadline = Instant::now().checked_add(timeout);
         loop {
@@ -93,16 +79,10 @@ impl DcInitiator {
         }
     }
 
-    /// Brings a DC initiator in ERR (after an error completion, for every destination) back to
-    /// RTS in one call, with the attributes of the last [`bring_up`](Self::bring_up): RESET →
-    /// INIT → RTR → RTS ([`DcRecovery::Reset`]). Where the kernel refuses a DC initiator's move to
-    /// RESET (`EINVAL`, kernels whose `modify_dci_qp_is_ok` has no RESET branch), it creates the
-    /// DC initiator again with the same attributes and brings that one up instead
-    /// ([`DcRecovery::Rebuilt`], with a new [`qp_number`](Self::qp_number)); either way this
-    /// value stays the caller's handle.
+    /// Brings a DC initiator in ERR back to RTS in one call, with the attributes of the last
+    /// [`bring_up`](Self::bring_up), through RESET or by creating it again ([`DcRecovery`]).
     ///
-    /// Poll its failed completions first: the reset (or the destruction) discards its send
-    /// queue and libmlx5 cleans the send CQ of its completions.
+    /// Poll its failed completions first: libmlx5 cleans the send CQ of its completions.
     pub fn recover(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
         let attributes = self
             .brought_up_with
@@ -187,9 +167,7 @@ pub enum ResetDciStreamErrorKind {
         /// The state read from the device.
         state: QueuePairState,
     },
-    /// The device cannot reset streams: its `dci_streams_caps.max_log_num_errored` is 0, or it
-    /// lacks the QP context extension (`EOPNOTSUPP` from `mlx5dv_dci_stream_id_reset` while the
-    /// DC initiator is in RTS). Only [`DcInitiator::recover`] brings an errored stream back.
+    /// The device cannot reset streams (`EOPNOTSUPP` while the DC initiator is in RTS).
     #[error("the device cannot reset DCI streams (max_log_num_errored 0 or no QP context extension)")]
     DeviceCannotResetStreams,
     /// The library call failed.
@@ -200,22 +178,14 @@ pub enum ResetDciStreamErrorKind {
 impl DcInitiator {
     /// Resets one errored DCI stream with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later,
     /// resolved at run time), so that the stream can be used again while the others went on.
-    /// Any `stream_id` a request was posted on with `setup_dc_addr_stream` can be reset (the
-    /// provider writes it into the request as is).
     ///
-    /// Reset a stream only once every request posted on it has completed — the error
-    /// completion first, then the flush errors of the stream's later requests (man page
-    /// `mlx5dv_dci_stream_id_reset(3)`): the stream's requests still queued are not flushed
-    /// yet when its error completion arrives. Requests of other streams go on executing.
+    /// Reset a stream only once every request posted on it has completed, its flush errors
+    /// included (man page `mlx5dv_dci_stream_id_reset(3)`).
     ///
     /// # Errors
     ///
-    /// - [`NoStreams`](ResetDciStreamErrorKind::NoStreams): created without streams;
-    /// - [`DeviceCannotResetStreams`](ResetDciStreamErrorKind::DeviceCannotResetStreams);
-    /// - [`NotSupported`](ResetDciStreamErrorKind::NotSupported): libmlx5 lacks the function;
-    /// - [`NotReadyToSend`](ResetDciStreamErrorKind::NotReadyToSend): the DC initiator is not
-    ///   in RTS (as last modified or queried; or libmlx5 said so and a query confirmed it):
-    ///   [`recover`](Self::recover) it.
+    /// [`ResetDciStreamErrorKind`]; [`NotReadyToSend`](ResetDciStreamErrorKind::NotReadyToSend):
+    /// [`recover`](Self::recover) it.
     pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
         if self.creation.params.streams.is_none() {
             return Err(ResetDciStreamErrorKind::NoStreams.into());
