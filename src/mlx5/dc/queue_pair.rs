@@ -1,20 +1,14 @@
 //! What the DC queue pairs, target and initiator, share: their creation with
 //! `mlx5dv_create_qp`, and before bring-up the check that the port can carry DC traffic
 //! ([`PortNotReady`]) and its active MTU.
-//!
-//! # Reference
-//!
-//! - rdma-core manpages: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html),
-//!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
 use std::io;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
 use sideway::ibverbs::device_context::Mtu;
 
-/// Creates the queue pair of `init` and `mlx5` on the protection domain's context with
-/// `mlx5dv_create_qp`; `EOPNOTSUPP` comes back as `None` in the error (it is
-/// called after `mlx5dv_query_device` succeeded, so it means the device has no DC).
+/// Creates the queue pair of `init` and `mlx5` with `mlx5dv_create_qp`; `EOPNOTSUPP` (a device
+/// without DC, as `mlx5dv_query_device` succeeded before) comes back as `None`.
 ///
 /// # Safety
 ///
@@ -28,14 +22,12 @@ pub(crate) unsafe fn create_dc_qp(
         .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
 }
 
-/// Why a port cannot carry DC traffic yet, found by bring-up before any transition: a queue
-/// pair brought up on it would reach RTS and then fail every request with RETRY_EXC (the pool
-/// would call each destination unreachable a second later).
+/// Why a port cannot carry DC traffic yet, found by bring-up before any transition (a queue pair
+/// brought up on it would fail every request with `RETRY_EXC`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PortNotReady {
-    /// The port's logical state (`ibv_port_attr::state`) is not `IBV_PORT_ACTIVE`: the link is
-    /// down, or on InfiniBand the subnet manager has not brought the port up yet.
+    /// The port's logical state is not `IBV_PORT_ACTIVE`.
     #[error("port {port} is not active (state {}): bring its link up first", port_state_name(*.state))]
     NotActive {
         /// The port.
@@ -43,8 +35,7 @@ pub enum PortNotReady {
         /// Its `ibv_port_state` value.
         state: u32,
     },
-    /// An InfiniBand port without a LID (0): no subnet manager has assigned one, and no peer
-    /// can address it.
+    /// An InfiniBand port without a LID (0): no subnet manager has assigned one.
     #[error("InfiniBand port {port} has no LID: is a subnet manager running?")]
     NoLid {
         /// The port.

@@ -1,6 +1,5 @@
 //! The class of service of DC packets ([`DcServiceClass`], re-exported by
-//! [`endpoint`](super::endpoint)): what the requests' address handles, a DC target's replies and a
-//! pool's address handles are sent with.
+//! [`endpoint`](super::endpoint)).
 use crate::ibverbs::address::AddressHandleAttribute;
 
 /// The class of service of DC packets: the GRH's traffic class and flow label, and the service
@@ -12,31 +11,18 @@ use crate::ibverbs::address::AddressHandleAttribute;
 /// `DcInitiatorPoolBuilder::setup_service_class` (sideway-ext-dc-pool).
 /// Set the same class on both sides: otherwise responses leave in class 0 while requests do not.
 ///
-/// On RoCE v2 the traffic class is the IP header's DS field: DSCP in its upper six bits, ECN in
-/// its lower two (`traffic_class = dscp << 2 | ecn`; DSCP 26 is traffic class 104, as perftest's
-/// `--tclass=104` and UCX's `UCX_IB_TRAFFIC_CLASS=104`), and switches usually map the DSCP to a
-/// PFC priority. The service level is InfiniBand's (its SL-to-VL table); on RoCE, mlx5 maps it to
-/// the VLAN priority (PCP) where the port sends tagged frames. Traffic class and flow label exist
-/// only in a global address (a GRH): on a non-global InfiniBand address only the service level
-/// applies.
+/// On RoCE v2 the traffic class is the IP header's DS field (`dscp << 2 | ecn`: DSCP 26 is 104,
+/// as perftest's `--tclass=104`); on RoCE mlx5 maps the service level to the VLAN priority.
+/// Traffic class and flow label exist only in a global address (a GRH).
 ///
 /// # A DC target's replies
 ///
 /// Through `ibv_modify_qp`, this crate's path, kernel mlx5 `mlx5_ib_modify_dct` (qp.c) programs
-/// at INIT → RTR the DCT context's `tclass` and `flow_label` from the address vector's GRH and,
-/// on RoCE only, `eth_prio` from the service level's low three bits (commit "RDMA/mlx5: Set user
-/// priority for DCT", October 2021: Linux 5.15 and stable kernels; before it the replies carry no
-/// priority). It never programs `dctc.dscp`, and on InfiniBand no service level for a DCT. UCX's
-/// DEVX target (`uct_dc_mlx5_iface_devx_create_dct`) sets `dctc.dscp` on RoCE v2, and `tclass`
-/// too only because "some old FW versions rely on tclass even for RoCE v2".
-///
-/// So on a lossless RoCE v2 fabric classified by DSCP, the requests carry the DSCP (the traffic
-/// class's upper six bits, in the GRH of their address handle), but whether the replies (ACKs,
-/// read and atomic responses) do is unconfirmed: the DSCP reaches the DCT only inside `tclass`,
-/// UCX's comment implies current firmware takes a RoCE v2 DCT's DSCP from `dscp`, no reference
-/// says a ConnectX copies `tclass` to the replies' IP header, and it has not been checked on a
-/// ConnectX. The replies may leave with DSCP 0, outside the lossless class: check the switch's
-/// per-class counters for them; a fabric classified by PCP gets the service level's priority.
+/// the DCT's `tclass` and `flow_label` from the RTR address vector's GRH and, on RoCE only (Linux
+/// 5.15 on), `eth_prio` from the service level; never `dctc.dscp`, which UCX's DEVX target
+/// (`uct_dc_mlx5_iface_devx_create_dct`) sets on RoCE v2. So whether the replies carry the DSCP
+/// on RoCE v2 is what the references leave open, and no ConnectX has confirmed it: they may
+/// leave with DSCP 0, outside the lossless class (check the switch's per-class counters).
 ///
 /// # Example
 ///

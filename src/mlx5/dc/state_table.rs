@@ -1,19 +1,12 @@
 //! The transition tables of the DC queue pairs: what mlx5_ib accepts for a DC initiator (its
-//! `modify_dci_qp_is_ok`) and a DC target (its `mlx5_ib_modify_dct`). Neither follows the
-//! generic `qp_state_table`: each lists every transition it has, with the attributes it requires
-//! besides `IBV_QP_STATE` (which every DC modification needs, even one that stays in its state)
+//! `modify_dci_qp_is_ok`) and a DC target (its `mlx5_ib_modify_dct`), each transition with the
+//! attributes it requires besides `IBV_QP_STATE`
 //! and those it may take. From the lists, the tables the queue-pair core of
 //! [`ibverbs::queue_pair`](crate::ibverbs::queue_pair) checks a modification against.
 //!
 //! The device tests (tests/test_dc_device.rs) hold both tables, every state pair and attribute
 //! mask, to the software ConnectX's verdict, which keeps those two functions
 //! (softmlx5/tests/c/dc_rules.c holds it to them).
-//!
-//! # Reference
-//!
-//! - rdma-core manpage: [`mlx5dv_create_qp`](https://man7.org/linux/man-pages/man3/mlx5dv_create_qp.3.html)
-//! - Linux `drivers/infiniband/hw/mlx5/qp.c`: `modify_dci_qp_is_ok`, `mlx5_ib_modify_dct`,
-//!   `is_valid_mask`
 use sideway::ibverbs::queue_pair::QueuePairAttributeMask as Mask;
 use sideway::ibverbs::queue_pair::QueuePairState::{self, *};
 
@@ -29,13 +22,8 @@ const fn teardown(from: QueuePairState, to: QueuePairState) -> DcTransition {
     (from, to, Mask::none(), Mask::none())
 }
 
-/// A DC initiator (DCI), as current mlx5_ib's `modify_dci_qp_is_ok`: RESET → INIT with the P_Key
-/// index and port, INIT → INIT with either, INIT → RTR with the path MTU (and optionally the
-/// P_Key index and an address vector, for a service level or a LAG port; each request names its
-/// destination, so none is needed, and kernels before Linux v5.0 refuse one with `EINVAL`, see
-/// the DC initiator's `setup_rtr_address_vector`), RTR → RTS with the RC send-side attributes,
-/// RTS → RTS with the minimum RNR timer; any state → RESET (kernels since the RESET branch was
-/// added; older ones refuse it, see the DC initiator's `recover`), and any state but RESET → ERR.
+/// A DC initiator (DCI), as current mlx5_ib's `modify_dci_qp_is_ok` (an address vector at
+/// INIT → RTR from Linux v5.0 on; any state → RESET since the RESET branch was added).
 pub(crate) const DC_INITIATOR_TRANSITIONS: [DcTransition; 18] = [
     (Reset, Init, Mask::PartitionKeyIndex.or(Mask::Port), Mask::none()),
     (Init, Init, Mask::none(), Mask::PartitionKeyIndex.or(Mask::Port)),
@@ -72,10 +60,8 @@ pub(crate) const DC_INITIATOR_TRANSITIONS: [DcTransition; 18] = [
     teardown(Error, Error),
 ];
 
-/// A DC target (DCT), as mlx5_ib's `mlx5_ib_modify_dct`: RESET → INIT with access flags, P_Key
-/// index and port, INIT → RTR with the minimum RNR timer, the address vector and the path MTU,
-/// and nothing else ("Modify DCT: Invalid transition", `EINVAL`): it never reaches RTS, and it is
-/// torn down by `ibv_destroy_qp` (dropping it), never by a move to RESET or ERR.
+/// A DC target (DCT), as mlx5_ib's `mlx5_ib_modify_dct`: RESET → INIT → RTR and nothing else; it
+/// is torn down by `ibv_destroy_qp` (dropping it), never by a move to RESET or ERR.
 pub(crate) const DC_TARGET_TRANSITIONS: [DcTransition; 2] = [
     (
         Reset,

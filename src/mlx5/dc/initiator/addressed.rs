@@ -9,20 +9,16 @@ use crate::ibverbs::post_send_guard::{
     sealed, Destination, Operation, PendingRequest, RemoteMemoryAccess, Transport, TypedLocalBufferHandle,
 };
 
-/// How the requests of a [`BatchAddressed`] batch are addressed: [`DcBatchAddress`] (a DC
-/// initiator's [`start_post_send_to`](super::DcInitiator::start_post_send_to)), or for a guard
-/// started by hand [`DcAddress`] (`mlx5dv_wr_set_dc_addr`). Sealed, as [`Destination`] is: each address's setter is an
-/// entry its queue pair was checked for.
+/// How the requests of a [`BatchAddressed`] batch are addressed: [`DcBatchAddress`], or for a
+/// guard started by hand [`DcAddress`]. Sealed, as [`Destination`] is.
 pub trait DcAddressing: Destination + Copy + sealed::Sealed {}
 
 impl DcAddressing for DcAddress {}
 
 impl DcAddressing for DcBatchAddress {}
 
-/// The address of every request of a batch a [`DcInitiator`](super::DcInitiator) started with
-/// [`start_post_send_to`](super::DcInitiator::start_post_send_to): a DC target over an address
-/// handle (`mlx5dv_wr_set_dc_addr`), or, given a stream, the same on that DCI stream
-/// (`mlx5dv_wr_set_dc_addr_stream`).
+/// The address of every request of a batch started with
+/// [`start_post_send_to`](super::DcInitiator::start_post_send_to), on a DCI stream if given.
 #[derive(Debug, Clone, Copy)]
 pub struct DcBatchAddress {
     address: DcAddress,
@@ -32,10 +28,8 @@ pub struct DcBatchAddress {
 impl sealed::Sealed for DcBatchAddress {}
 
 impl DcBatchAddress {
-    /// `address`, on DCI stream `stream` when given: public for a pool's initiator over a DC
-    /// initiator created outside this crate, which starts its batches with
-    /// [`TypedPostSendGuard::start`](crate::ibverbs::post_send_guard::TypedPostSendGuard::start)
-    /// (with the stream setter's entry when given a stream).
+    /// `address`, on DCI stream `stream` when given, for a guard started with
+    /// [`TypedPostSendGuard::start`](crate::ibverbs::post_send_guard::TypedPostSendGuard::start).
     #[inline]
     pub fn new(address: DcAddress, stream: Option<u16>) -> Self {
         Self { address, stream }
@@ -43,10 +37,8 @@ impl DcBatchAddress {
 }
 
 // SAFETY: it calls `wr_set_dc_addr`, or `wr_set_dc_addr_stream` for a stream, with the view and
-// handle its DC initiator's borrow keeps alive. A DC initiator always has `wr_set_dc_addr` (its
-// creation checks it): the one setter a batch can lack is the stream's, and `start_post_send_to`
-// then starts the batch without `wr_set_dc_addr`'s bit, so that each request is refused under
-// the stream setter's name.
+// handle its DC initiator's borrow keeps alive; a batch lacking the stream setter is started
+// without `wr_set_dc_addr`'s bit, so that each request is refused.
 unsafe impl Destination for DcBatchAddress {
     const ENTRY: u32 = SET_DC_ADDR;
     const ENTRY_NAME: &'static str = "wr_set_dc_addr_stream";

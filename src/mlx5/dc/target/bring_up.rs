@@ -9,10 +9,7 @@ use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::SourceGid;
 
-/// How [`DcTarget::bring_up`](super::DcTarget::bring_up) brings a DC target to RTR: the local port and P_Key index, the
-/// path MTU (default: the port's active MTU), the minimum RNR timer (default 12, as
-/// `ibv_rc_pingpong`), and the source GID of its address vector (default: on RoCE the port's
-/// RoCE v2 GID, [`SourceGid::Automatic`]).
+/// How [`DcTarget::bring_up`](super::DcTarget::bring_up) brings a DC target to RTR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DcTargetBringUp {
     pub(super) port: u8,
@@ -44,12 +41,9 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The path MTU (default: the port's active MTU). The target's
-    /// [`endpoint`](super::DcTarget::endpoint) announces it: initiators must send no larger
-    /// packets ([`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)), and
-    /// the target answers READs in packets as large (the kernel programs the DCT with it:
-    /// `mlx5_ib_modify_dct`, `dctc.mtu`), which an initiator at a smaller MTU drops. Where the
-    /// fleet's ports differ, give every target and initiator the smallest of them.
+    /// The path MTU (default: the port's active MTU), which the target's
+    /// [`endpoint`](super::DcTarget::endpoint) announces; the fleet rule is
+    /// [the DC module's](crate::mlx5::dc#across-nodes).
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
@@ -62,10 +56,7 @@ impl DcTargetBringUp {
     }
 
     /// The local GID the address vector is global with, and that the target's
-    /// [`endpoint`](super::DcTarget::endpoint) announces (default [`SourceGid::Automatic`]: on
-    /// RoCE the port's RoCE v2 GID, IPv4-mapped first; on InfiniBand none, the LID, or GID index
-    /// 0 where the port requires a GRH). On RoCE it must be a RoCE v2 GID; on InfiniBand a GID
-    /// makes the address vector global.
+    /// [`endpoint`](super::DcTarget::endpoint) announces (default [`SourceGid::Automatic`]).
     pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
         self.source_gid = source_gid;
         self
@@ -77,24 +68,15 @@ impl DcTargetBringUp {
         self.setup_source_gid(SourceGid::Index(src_gid_index))
     }
 
-    /// The GRH hop limit of a global address vector (default [`DEFAULT_HOP_LIMIT`], as the
-    /// address handles initiators reach it through have: the replies cross as many routers as
-    /// the requests).
+    /// The GRH hop limit of a global address vector (default [`DEFAULT_HOP_LIMIT`]).
     pub fn setup_hop_limit(&mut self, hop_limit: u8) -> &mut Self {
         self.hop_limit = hop_limit;
         self
     }
 
     /// The class of what the DC target sends: ACKs, RDMA READ responses and atomic responses
-    /// (default all 0). The kernel programs the DCT's `tclass`, `flow_label` and, on RoCE only,
-    /// `eth_prio` from the service level (Linux 5.15 and stable kernels); never its `dscp`, and
-    /// on InfiniBand no service level. Give it the class its initiators' address handles have
-    /// ([`DcEndpoint::create_ah_with_class`]), as UCX and perftest pass the traffic class to the
-    /// DCT at RTR. Whether the replies carry the DSCP on RoCE v2 is unconfirmed: see
-    /// [`DcServiceClass`]'s "A DC target's replies". Traffic class and flow label need a global
-    /// address vector (a source GID: always on RoCE).
-    ///
-    /// [`DcEndpoint::create_ah_with_class`]: crate::mlx5::dc::endpoint::DcEndpoint::create_ah_with_class
+    /// (default all 0); give it its initiators' class. See [`DcServiceClass`]'s "A DC target's
+    /// replies".
     pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
         self.class = class;
         self
