@@ -9,11 +9,9 @@
 //!
 //! A DC target (DCT) receives through a shared receive queue; a DC initiator (DCI) sends to any
 //! target, each work request naming it: address handle, DCT number, DC key. Both need a ConnectX
-//! (on rxe, or without libmlx5, creation is the typed "not supported"). The whole of it in one
-//! program, `examples/dc_hello.rs` as it is in the file: one DC target and one DC initiator on
-//! the same port, an RDMA WRITE and a SEND addressed by the target's endpoint, both checked.
-//! `cargo run --features mlx5 --example dc_hello -- mlx5_0` on a ConnectX; on rxe0 it stops with
-//! "rxe0: not an mlx5 device".
+//! (elsewhere creation is the typed "not supported"). `examples/dc_hello.rs`: one DC target and
+//! one DC initiator on the same port, an RDMA WRITE and a SEND, both checked
+//! (`cargo run --features mlx5 --example dc_hello -- mlx5_0`).
 //!
 //! ```no_run
 #![doc = include_str!("../../../examples/dc_hello.rs")]
@@ -26,40 +24,24 @@
 //!
 //! What a single node in loopback never shows, bring-up settles for a routed RoCE v2 fabric:
 //!
-//! - **GID.** On RoCE both ends send from the port's RoCE v2 GID by default, IPv4-mapped first
-//!   ([`SourceGid`](crate::ibverbs::source_gid::SourceGid)); pick another by index, network device
-//!   or address where a port has several. A RoCE v1 GID (mlx5's index 0) is refused: its packets
-//!   have no IP header and no router forwards them. A DC target's `endpoint()` announces the GID
-//!   it answers from; a DC initiator's address handles use its
+//! - **GID.** On RoCE both ends send from the port's RoCE v2 GID by default
+//!   ([`SourceGid`](crate::ibverbs::source_gid::SourceGid)). A DC target's `endpoint()` announces
+//!   the GID it answers from; a DC initiator's address handles use its
 //!   [`source_gid`](initiator::DcInitiator::source_gid) index.
 //! - **MTU: one for the fleet.** Each end of a DC exchange sends at its own path MTU, set at its
-//!   own INIT → RTR, and nothing negotiates them (perftest's `check_mtu` brings both ends of a
-//!   test down to the smaller of their two; a DC program must do the same). Bring every DC
-//!   initiator and target up with the smallest path MTU of the nodes they talk to (a 1500-byte
-//!   Ethernet port is 1024, a 9000-byte one 4096). Both ways fail otherwise, with `RETRY_EXC`
-//!   after the transport's retries (a pool then reports the destination unreachable):
-//!   - a DC initiator sends every request at its path MTU, whatever the destination: a target
-//!     whose port takes less drops the larger packets. Bring initiators up with the smallest of
-//!     their destinations' (`setup_destination_path_mtu` with their endpoints' `path_mtu`); a pool
-//!     refuses such a destination (`PathMtuTooSmall`);
-//!   - a DC target answers an RDMA READ at *its* path MTU: the kernel programs a DCT with the
-//!     path MTU of its INIT → RTR (`mlx5_ib_modify_dct` sets `dctc.mtu`), whatever initiator
-//!     reads. An initiator at a smaller MTU drops the responses of a READ longer than its own
-//!     MTU. Such a READ is refused before the provider
-//!     (`TypedPostSendErrorKind::ReadResponsesTooLarge`), by a DC initiator, a pool, and a batch to
-//!     one address whose guard was given both (`set_path_mtus`), where both are known: the initiator's
-//!     once brought up, the target's from its endpoint (which `DcTarget::endpoint` fills and
-//!     `DcEndpoint::create_ah` carries into the address handle). A READ of at most the
-//!     initiator's MTU is one response packet and passes; atomics are never refused (their
-//!     response is one 8-byte packet). Bring targets up with the fleet's MTU
-//!     (`DcTargetBringUp::setup_path_mtu`).
+//!   own INIT → RTR, and nothing negotiates them: bring every DC initiator and target up with the
+//!   smallest path MTU of the nodes they talk to (perftest's `check_mtu` does the same). Both ways
+//!   fail otherwise, with `RETRY_EXC`:
+//!   - a DC initiator sends every request at its path MTU: a target whose port takes less drops
+//!     the larger packets (`setup_destination_path_mtu` with the endpoints' `path_mtu`; a pool
+//!     refuses such a destination);
+//!   - a DC target answers an RDMA READ at *its* path MTU (`mlx5_ib_modify_dct` sets
+//!     `dctc.mtu`): an initiator at a smaller MTU drops the responses of a READ longer than its
+//!     own, which is refused before the provider (`ReadResponsesTooLarge`) where both MTUs are
+//!     known (the target's from its endpoint, carried by the address handle).
 //!
-//!   An endpoint that does not say its MTU (from an older peer), a handle made from an attribute
-//!   alone, or a raw address leaves the target's MTU unknown, and nothing is refused for it:
-//!   the fleet rule is then the program's to keep (as it is for sideway-ext-dc-direct's own
-//!   requests, whose address vectors carry no MTU). This is what the kernel's and perftest's
-//!   sources say (`mlx5_ib_modify_dct`; perftest's `check_mtu`); no ConnectX has confirmed it
-//!   for sideway-ext.
+//!   Where the target's MTU is unknown, nothing is refused and the rule is the program's. This is
+//!   what the kernel's and perftest's sources say; no ConnectX has confirmed it for sideway-ext.
 //! - **Port.** A port that is not active, or an InfiniBand port without a LID, is refused before
 //!   any transition (`PortNotReady`).
 //!
