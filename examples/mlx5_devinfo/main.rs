@@ -36,7 +36,9 @@ use sideway::ibverbs::address::GidType;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
-use sideway_ext::mlx5::device_attributes::{Mlx5ContextFlags, Mlx5ContextMask, Mlx5DeviceAttributes};
+use sideway_ext::mlx5::device_attributes::{
+    Mlx5ContextFlags, Mlx5ContextMask, Mlx5DeviceAttributes, OdpTransportCapabilities,
+};
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 
 mod dc_selftest;
@@ -332,90 +334,21 @@ fn mlx5_section(attr: &Mlx5DeviceAttributes) -> Map<String, Value> {
     let mut opt = |key: &str, value: Option<Value>| {
         m.insert(key.into(), value.unwrap_or(Value::Null));
     };
-    opt(
-        "cqe_compression",
-        attr.cqe_comp_caps()
-            .map(|c| json!({"max_num": c.max_num, "supported_format": c.supported_format})),
-    );
-    opt(
-        "sw_parsing",
-        attr.sw_parsing_caps()
-            .map(|c| json!({"offloads": c.sw_parsing_offloads, "supported_qpts": c.supported_qpts})),
-    );
-    opt(
-        "striding_rq",
-        attr.striding_rq_caps().map(|c| {
-            json!({
-                "min_single_stride_log_num_of_bytes": c.min_single_stride_log_num_of_bytes,
-                "max_single_stride_log_num_of_bytes": c.max_single_stride_log_num_of_bytes,
-                "min_single_wqe_log_num_of_strides": c.min_single_wqe_log_num_of_strides,
-                "max_single_wqe_log_num_of_strides": c.max_single_wqe_log_num_of_strides,
-                "supported_qpts": c.supported_qpts,
-            })
-        }),
-    );
-    opt(
-        "tunnel_offloads",
-        attr.tunnel_offloads_caps().map(|t| {
-            names(sideway_ext::mlx5::device_attributes::TunnelOffloads::flags(), |f| {
-                t.contains(f)
-            })
-        }),
-    );
     opt("max_dynamic_bfregs", attr.max_dynamic_bfregs().map(|v| json!(v)));
     opt(
-        "max_clock_info_update_nsec",
-        attr.max_clock_info_update_nsec().map(|v| json!(v)),
-    );
-    opt("flow_action_flags", attr.flow_action_flags().map(|v| json!(v)));
-    opt(
         "dc_odp",
-        attr.dc_odp_caps().map(|o| {
-            names(
-                sideway_ext::mlx5::device_attributes::OdpTransportCapabilities::flags(),
-                |f| o.contains(f),
-            )
-        }),
+        attr.dc_odp_caps()
+            .map(|o| names(OdpTransportCapabilities::flags(), |f| o.contains(f))),
     );
-    opt("hca_core_clock_mapped", attr.hca_core_clock_mapped().map(|v| json!(v)));
     opt("num_lag_ports", attr.num_lag_ports().map(|v| json!(v)));
-    opt(
-        "signature",
-        attr.sig_caps().map(|c| {
-            json!({"block_size": c.block_size, "block_prot": c.block_prot, "t10dif_bg": c.t10dif_bg, "crc_type": c.crc_type})
-        }),
-    );
     opt(
         "dci_streams",
         attr.dci_streams_caps().map(|c| {
             json!({"max_log_num_concurrent": c.max_log_num_concurrent, "max_log_num_errored": c.max_log_num_errored})
         }),
     );
-    opt("max_wr_memcpy_length", attr.max_wr_memcpy_length().map(|v| json!(v)));
-    opt(
-        "crypto",
-        attr.crypto_caps().map(|c| {
-            json!({
-                "failed_selftests": c.failed_selftests,
-                "crypto_engines": c.crypto_engines,
-                "wrapped_import_method": c.wrapped_import_method,
-                "log_max_num_deks": c.log_max_num_deks,
-                "flags": c.flags,
-            })
-        }),
-    );
     opt("max_dc_rd_atom", attr.max_dc_rd_atom().map(|v| json!(v)));
     opt("max_dc_init_rd_atom", attr.max_dc_init_rd_atom().map(|v| json!(v)));
-    opt(
-        "reg_c0",
-        attr.reg_c0().map(|r| json!({"value": r.value, "mask": r.mask})),
-    );
-    opt(
-        "ooo_recv_wrs",
-        attr.ooo_recv_wrs_caps().map(|c| {
-            json!({"max_rc": c.max_rc, "max_xrc": c.max_xrc, "max_dct": c.max_dct, "max_ud": c.max_ud, "max_uc": c.max_uc})
-        }),
-    );
     m
 }
 
@@ -433,12 +366,7 @@ fn dc_section(dc: &DcCapabilities) -> Map<String, Value> {
     m.insert(
         "dc_odp".into(),
         dc.dc_odp()
-            .map(|o| {
-                names(
-                    sideway_ext::mlx5::device_attributes::OdpTransportCapabilities::flags(),
-                    |f| o.contains(f),
-                )
-            })
+            .map(|o| names(OdpTransportCapabilities::flags(), |f| o.contains(f)))
             .unwrap_or(Value::Null),
     );
     m.insert("rc_max_qp_rd_atom".into(), json!(dc.rc_max_qp_rd_atom()));

@@ -12,9 +12,7 @@ use super::send_wqe_sizes::SendWqeSizes;
 /// Combines [`mlx5dv_query_device(3)`] (the DC values), the device's general capabilities
 /// (`max_wqe_sz_sq` and `max_wqe_sz_sq_dc`, [`SendWqeSizes`]) and sideway's
 /// [`DeviceAttr`](sideway::ibverbs::device_context::DeviceAttr) (the RC read/atomic depths, for
-/// comparison). Returned by
-/// [`Mlx5DeviceContext::query_dc_capabilities`](super::device_context::Mlx5DeviceContext::query_dc_capabilities)
-/// for every device: on a device that is not mlx5 (or without libmlx5), [`is_mlx5`](Self::is_mlx5)
+/// comparison). On a device that is not mlx5 (or without libmlx5), [`is_mlx5`](Self::is_mlx5)
 /// and [`is_supported`](Self::is_supported) are `false` and every DC value is [`None`].
 ///
 /// [`mlx5dv_query_device(3)`]: https://man7.org/linux/man-pages/man3/mlx5dv_query_device.3.html
@@ -47,8 +45,6 @@ impl DcCapabilities {
             is_mlx5: mlx5.is_some(),
             max_dc_rd_atom: known(mlx5.and_then(Mlx5DeviceAttributes::max_dc_rd_atom)),
             max_dc_init_rd_atom: known(mlx5.and_then(Mlx5DeviceAttributes::max_dc_init_rd_atom)),
-            // libmlx5's `_mlx5dv_query_device` reports DCI streams on every device (zeros where
-            // there are none, e.g. ConnectX-6 but not Dx): a concurrency of 0 is no streams.
             dci_streams: mlx5
                 .and_then(Mlx5DeviceAttributes::dci_streams_caps)
                 .filter(|caps| caps.max_log_num_concurrent > 0),
@@ -88,19 +84,14 @@ impl DcCapabilities {
     /// `validate_rd_atomic` compares a DCI's `max_rd_atomic` with `1 << log_max_ra_res_dc`
     /// (`EINVAL` above it), so [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) caps its
     /// depth by this value. [`None`] as for [`max_dc_rd_atom`](Self::max_dc_rd_atom).
-    ///
-    /// Do not use the RC value ([`rc_max_qp_init_rd_atom`](Self::rc_max_qp_init_rd_atom)) in
-    /// its place: a DCI `max_rd_atomic` above the DC limit fails with `EINVAL`.
     pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
         self.max_dc_init_rd_atom
     }
 
     /// DCI streams capabilities, when the device has DCI streams (ConnectX-6 Dx and newer).
     ///
-    /// [`None`] when the device is not mlx5, the library does not report them, or it reports a
-    /// `max_log_num_concurent` of 0: libmlx5 sets the capability's bit on every device and
-    /// reports zeros where there are no streams, and creating a DC initiator with streams there
-    /// fails. [`Mlx5DeviceAttributes::dci_streams_caps`] gives the raw values.
+    /// [`None`] also where `max_log_num_concurent` is 0: libmlx5's `_mlx5dv_query_device` sets
+    /// the bit on every device, with zeros where there are no streams.
     pub fn dci_streams(&self) -> Option<DciStreamsCapabilities> {
         self.dci_streams
     }
@@ -114,8 +105,7 @@ impl DcCapabilities {
     /// initiator), read with `QUERY_HCA_CAP`, or the bound every device takes where the device did
     /// not answer ([`SendWqeSizes::is_reported`]). [`None`] when the device is not mlx5.
     ///
-    /// A DC initiator whose largest request does not fit the smaller of the two is refused before
-    /// any library call
+    /// A DC initiator whose largest request does not fit is refused
     /// ([`RequestTooLarge`](crate::mlx5::dc::initiator::CreateDcInitiatorErrorKind::RequestTooLarge)).
     pub fn send_wqe_sizes(&self) -> Option<SendWqeSizes> {
         self.send_wqe_sizes

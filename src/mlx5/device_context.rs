@@ -79,10 +79,8 @@ pub(crate) unsafe fn query_device_raw(
 
 /// The mlx5 direct-verbs (`mlx5dv_*`) view of a sideway [`DeviceContext`].
 ///
-/// It holds an [`Arc`] of the device context, so it cannot outlive it. Creating one is cheap and
-/// works on every device: whether the device is mlx5 is only known when it is queried
-/// ([`query_device`](Self::query_device) fails with
-/// [`QueryMlx5DeviceErrorKind::NotSupported`] otherwise, see also [`is_mlx5`](Self::is_mlx5)).
+/// It holds an [`Arc`] of the device context; whether the device is mlx5 is known when it is
+/// queried.
 ///
 /// ```no_run
 /// use sideway::ibverbs::device::DeviceList;
@@ -108,8 +106,7 @@ pub struct Mlx5DeviceContext {
 }
 
 impl Mlx5DeviceContext {
-    /// Wraps a sideway device context for mlx5 direct-verbs calls. Never fails: a device that
-    /// is not mlx5 is reported by the queries.
+    /// Wraps a sideway device context for mlx5 direct-verbs calls.
     pub fn new(context: Arc<DeviceContext>) -> Self {
         Mlx5DeviceContext { context }
     }
@@ -121,7 +118,7 @@ impl Mlx5DeviceContext {
 
     /// Queries the mlx5-specific attributes of the device with
     /// [`mlx5dv_query_device(3)`](https://man7.org/linux/man-pages/man3/mlx5dv_query_device.3.html),
-    /// requesting every optional part this binding knows ([`Mlx5ContextMask::all_flags`]).
+    /// requesting every optional part this crate decodes ([`Mlx5ContextMask::all_flags`]).
     ///
     /// # Errors
     ///

@@ -65,11 +65,7 @@ MOVES = {
             "from": "src/mlx5/device_attributes.rs",
             "to": "src/mlx5/device_attributes.rs",
             "helpers": [],
-            "rewrites": [
-                # The DC initiator and its planning come with pull request 3.
-                ("\n    /// ([`DcInitiator::max_read_atomic`](crate::mlx5::dc::initiator::DcInitiator::max_read_atomic)).",
-                 ".", 2),
-            ],
+            "rewrites": [],
         },
         {
             "from": "src/mlx5/dc_capabilities.rs",
@@ -90,7 +86,7 @@ MOVES = {
             "common": False,
             "helpers": [],
             "rewrites": [
-                ("sideway_ext::mlx5::", "sideway::mlx5::", 6),
+                ("sideway_ext::mlx5::", "sideway::mlx5::", 3),
                 # The self-test's command lines, the last of the usage block.
                 (("//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest", "//! ```\n"), "//! ```\n", 1),
                 (("//! `--dc-selftest` runs DC end to end", "\n//!\n"), "", 1),
