@@ -1,51 +1,36 @@
 //! Which local GID a global address is sent from. [`SourceGid`] names it: by default the port's
-//! RoCE v2 GID, or a GID table index, a network device, an IP address. The device context's
-//! `source_gid` resolves it against the port's GID table into a [`SourceGidEntry`], and refuses
-//! what would not carry a packet beyond the link: an empty slot, or on RoCE a GID that is not
-//! RoCE v2.
+//! RoCE v2 GID, or a GID table index. The device context's `source_gid` resolves it against the
+//! port's GID table into a [`SourceGidEntry`], and refuses an empty slot, or on RoCE a GID that
+//! is not RoCE v2.
 //!
 //! Why RoCE v2: on RoCE a port's GID table has each address twice, once per RoCE version (on
 //! mlx5, index 0 is the link-local address as RoCE v1). The provider takes a packet's framing
 //! from the type of its source GID (libmlx5 `mlx5_create_ah`, `ibv_query_gid_type`): a RoCE v1
-//! packet is an Ethernet frame without an IP header, which no router forwards. UCX
-//! (`UCX_IB_GID_INDEX=auto`) and perftest pick a RoCE v2 GID on their own; so does
-//! [`SourceGid::Automatic`]: IPv4-mapped first, then a global IPv6 address, and the link-local
-//! one (`fe80::/10`, which every mlx5 RoCE port has) only where there is no other, as UCX orders
-//! them (`uct_ib_device_select_gid`). A link-local source reaches link-local destinations only:
-//! an address handle from one to any other destination is refused
+//! packet has no IP header, and no router forwards it. [`SourceGid::Automatic`] picks as UCX does
+//! (`uct_ib_device_select_gid`): IPv4-mapped first, then a global IPv6 address, the link-local
+//! one (`fe80::/10`, which every mlx5 RoCE port has) last. A link-local source reaches link-local
+//! destinations only
 //! ([`LinkLocalSourceToRoutedDestination`](super::address_handle::CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination)).
 //!
-//! On InfiniBand an address needs no GID within the subnet, and [`SourceGid::Automatic`] is none,
-//! except on a port that requires a GRH (`IBV_QPF_GRH_REQUIRED` in its `ibv_port_attr::flags`:
-//! an InfiniBand virtual function), where the kernel refuses every address without one
-//! (`rdma_check_ah_attr`: `EINVAL`, also at a DC target's RTR): there it is GID index 0, as UCX
-//! makes every address of such a port global (`uct_ib_iface_init`, `uct_ib_grh_required`) from
-//! GID index 0 (`UCT_IB_MD_DEFAULT_GID_INDEX`). That is what the kernel's and UCX's sources say
-//! and the software ConnectX the tests run on holds; no InfiniBand virtual function has run it here.
+//! On InfiniBand [`SourceGid::Automatic`] is none (the LID is the address), except on a port that
+//! requires a GRH (`IBV_QPF_GRH_REQUIRED`: an InfiniBand virtual function), where the kernel
+//! refuses every address without one (`rdma_check_ah_attr`: `EINVAL`, also at a DC target's RTR):
+//! there it is GID index 0, as UCX makes every address of such a port global (`uct_ib_iface_init`,
+//! `uct_ib_grh_required`, `UCT_IB_MD_DEFAULT_GID_INDEX`). The software ConnectX holds it; no
+//! InfiniBand virtual function has run it here.
 //!
 //! # Before rdma-core 32
 //!
-//! The table is read with `_ibv_query_gid_ex`, which libibverbs exports from rdma-core 32 on
-//! (`IBVERBS_1.11`); where it lacks it (Ubuntu 20.04's rdma-core 28), rdma-mummy-sys answers
-//! `EOPNOTSUPP`, and each slot is read as libibverbs' own sysfs fallback reads it
-//! (`query_sysfs_gid_entry`): the GID with `ibv_query_gid`, its type from
-//! `/sys/class/infiniband/<device>/ports/<port>/gid_attrs/types/<index>` and its network device
-//! from `gid_attrs/ndevs/<index>`. Where that fails too, the error is
-//! [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). [`SourceGid::Automatic`] on InfiniBand
-//! reads no table at all. The fallback has run on SoftRoCE with a libibverbs whose
-//! `_ibv_query_gid_ex` was hidden from `dlsym` (`tests/test_device.rs`), not with rdma-core 28
-//! itself nor on a ConnectX.
-//!
-//! # Reference
-//!
-//! - [`ibv_query_gid_ex`](https://man7.org/linux/man-pages/man3/ibv_query_gid_ex.3.html) (an
-//!   empty slot: `ENODATA`), [`ibv_query_gid_table`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)
-//! - rdma-core `libibverbs/cmd_device.c` `_ibv_query_gid_ex` and `query_sysfs_gid_entry` (the
-//!   sysfs reading), `libibverbs/libibverbs.map.in` (`IBVERBS_1.11`: rdma-core 32)
-//! - rdma-core `providers/mlx5/verbs.c` `mlx5_create_ah` (the packet type from the GID type)
+//! libibverbs exports `_ibv_query_gid_ex` from rdma-core 32 on (`IBVERBS_1.11`); without it
+//! (Ubuntu 20.04's rdma-core 28) rdma-mummy-sys answers `EOPNOTSUPP`, and each slot is read as
+//! libibverbs' own fallback reads it (`query_sysfs_gid_entry`): the GID with `ibv_query_gid`, its
+//! type and network device from `/sys/class/infiniband/<device>/ports/<port>/gid_attrs/`. Where
+//! that fails too, the error is [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). The fallback
+//! has run on SoftRoCE with a libibverbs whose `_ibv_query_gid_ex` was hidden from `dlsym`
+//! (`tests/test_device.rs`), not with rdma-core 28 itself nor on a ConnectX.
 use std::io;
 use std::mem::MaybeUninit;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::Ipv6Addr;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 use std::ptr::NonNull;
@@ -60,21 +45,14 @@ use super::address_handle::PortAddressing;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SourceGid {
-    /// On RoCE, the port's RoCE v2 GID: the first with an IPv4-mapped address
-    /// (`::ffff:a.b.c.d`), else the first global IPv6 one, else the first link-local one (as
-    /// [`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)); on
-    /// InfiniBand none: the address is the LID, within the subnet; on an InfiniBand port that
-    /// requires a GRH, GID index 0. The default.
+    /// The default: on RoCE the port's preferred RoCE v2 GID, on InfiniBand none (GID index 0 on
+    /// a port that requires a GRH).
     #[default]
     Automatic,
     /// The GID at this index of the port's GID table (the `-g` of rdma-core's and perftest's
-    /// tools): on RoCE it must be a RoCE v2 GID.
+    /// tools, `UCX_IB_GID_INDEX`): on RoCE it must be a RoCE v2 GID. How a port with several
+    /// addresses (multi-homed, VLANs) sends from the one on the peer's subnet.
     Index(u8),
-    /// The RoCE v2 GID of this network device (`"eth0"`, a VLAN device `"eth0.100"`), IPv4-mapped
-    /// first: for a port with several (multi-homed, VLANs).
-    Netdev(String),
-    /// The RoCE v2 GID of this IP address (an IPv4 address is looked up IPv4-mapped).
-    Address(IpAddr),
 }
 
 /// A GID of the port's table that a [`SourceGid`] named: its index, the GID, its type and its
@@ -142,34 +120,6 @@ pub enum SourceGidErrorKind {
         index: u8,
         /// Its type.
         gid_type: GidType,
-    },
-    /// No network device has this name.
-    #[error("no network device is named {name:?}")]
-    UnknownNetdev {
-        /// The name.
-        name: String,
-    },
-    /// The network device has no RoCE v2 GID on this port.
-    #[error("network device {name:?} has no RoCE v2 GID on port {port}")]
-    NoGidOnNetdev {
-        /// The port.
-        port: u8,
-        /// The name.
-        name: String,
-    },
-    /// No RoCE v2 GID of the port carries this address.
-    #[error("no RoCE v2 GID of port {port} carries {address}")]
-    NoGidForAddress {
-        /// The port.
-        port: u8,
-        /// The address.
-        address: IpAddr,
-    },
-    /// A network device or an IP address names a GID on InfiniBand: pick it by index.
-    #[error("port {port} is InfiniBand: pick its GID by index")]
-    NotRoce {
-        /// The port.
-        port: u8,
     },
     /// The port is 0 or the device has no such port (`ibv_query_port`).
     #[error("port {port} does not exist on this device")]
@@ -241,8 +191,7 @@ fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)>, port: u8) -
 }
 
 /// How [`SourceGid::Automatic`] ranks a RoCE v2 GID, lowest first: IPv4-mapped, a global IPv6
-/// address, link-local (`fe80::/10`) last, as UCX does (`uct_ib_device_select_gid`: `AF_INET`,
-/// then `AF_INET6` not link-local, then link-local).
+/// address, link-local last.
 fn preference(gid: Gid) -> u8 {
     match Ipv6Addr::from(gid) {
         address if address.to_ipv4_mapped().is_some() => 0,
@@ -266,7 +215,7 @@ impl SourceGid {
             true => unsafe { read_gid_table(context, port, attr.gid_tbl_len, query_gid_entry) }?,
             false => Vec::new(),
         };
-        Ok(self.resolve(port, addressing, &table, netdev_index)?)
+        Ok(self.resolve(port, addressing, &table)?)
     }
 
     /// Whether resolving this needs the port's GID table: not [`Automatic`](Self::Automatic) on
@@ -278,26 +227,22 @@ impl SourceGid {
 
     /// The entry this names among `table`, the set slots of `port`'s GID table (`addressing`:
     /// the port's); `None` for [`Automatic`](Self::Automatic) on InfiniBand without a GRH
-    /// required, index 0 with one. `netdev_index` turns a device name into its interface index
-    /// (`if_nametoindex`).
+    /// required, index 0 with one.
     pub(crate) fn resolve(
         &self, port: u8, addressing: PortAddressing, table: &[ibv_gid_entry],
-        netdev_index: impl Fn(&str) -> Option<u32>,
     ) -> Result<Option<SourceGidEntry>, SourceGidErrorKind> {
         let roce = addressing.is_roce();
-        let pick = |also: &dyn Fn(&ibv_gid_entry) -> bool| {
-            let candidates = table.iter().map(|e| {
-                let v2 = e.gid_type == rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2 && also(e);
-                (e.port_num, v2, Gid::from(e.gid))
-            });
-            pick_roce_v2_gid(candidates, port).map(|position| entry(&table[position]))
-        };
         match self {
             SourceGid::Automatic if !addressing.requires_grh() => Ok(None),
-            SourceGid::Automatic if !roce => SourceGid::Index(0).resolve(port, addressing, table, netdev_index),
-            SourceGid::Automatic => pick(&|_| true)
-                .map(Some)
-                .ok_or(SourceGidErrorKind::NoRoceV2Gid { port }),
+            SourceGid::Automatic if !roce => SourceGid::Index(0).resolve(port, addressing, table),
+            SourceGid::Automatic => {
+                let candidates = table.iter().map(|e| {
+                    let v2 = e.gid_type == rdma_mummy_sys::IBV_GID_TYPE_ROCE_V2;
+                    (e.port_num, v2, Gid::from(e.gid))
+                });
+                let position = pick_roce_v2_gid(candidates, port).ok_or(SourceGidErrorKind::NoRoceV2Gid { port })?;
+                Ok(Some(entry(&table[position])))
+            },
             SourceGid::Index(index) => {
                 let found = table
                     .iter()
@@ -314,37 +259,13 @@ impl SourceGid {
                 }
                 Ok(Some(found))
             },
-            _ if !roce => Err(SourceGidErrorKind::NotRoce { port }),
-            SourceGid::Netdev(name) => {
-                let ifindex =
-                    netdev_index(name).ok_or_else(|| SourceGidErrorKind::UnknownNetdev { name: name.clone() })?;
-                pick(&|e| e.ndev_ifindex == ifindex)
-                    .map(Some)
-                    .ok_or_else(|| SourceGidErrorKind::NoGidOnNetdev {
-                        port,
-                        name: name.clone(),
-                    })
-            },
-            SourceGid::Address(address) => {
-                let wanted = match address {
-                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-                    IpAddr::V6(v6) => *v6,
-                };
-                pick(&|e| Ipv6Addr::from(Gid::from(e.gid)) == wanted).map(Some).ok_or(
-                    SourceGidErrorKind::NoGidForAddress {
-                        port,
-                        address: *address,
-                    },
-                )
-            },
         }
     }
 }
 
 /// `ibv_query_gid_ex` without flags: an errno value, 0 on success (`ENODATA`: an empty slot).
-/// Where libibverbs has no `_ibv_query_gid_ex` (rdma-core before 32; rdma-mummy-sys then answers
-/// `EOPNOTSUPP`), the slot as libibverbs' own sysfs fallback reads it
-/// ([`entry_without_query_gid_ex`]); `EOPNOTSUPP` still where that cannot tell it either.
+/// Without `_ibv_query_gid_ex`, the slot as libibverbs' sysfs fallback reads it
+/// ([`entry_without_query_gid_ex`]); `EOPNOTSUPP` where that cannot tell either.
 ///
 /// # Safety
 ///
@@ -488,7 +409,7 @@ pub(crate) unsafe fn read_gid_table(
 }
 
 /// The interface index of network device `name` (`if_nametoindex`), `None` when there is none.
-pub(crate) fn netdev_index(name: &str) -> Option<u32> {
+fn netdev_index(name: &str) -> Option<u32> {
     let name = std::ffi::CString::new(name).ok()?;
     // SAFETY: `name` is a NUL-terminated string that outlives the call.
     let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
@@ -552,15 +473,6 @@ mod tests {
         ]
     }
 
-    fn netdevs(name: &str) -> Option<u32> {
-        match name {
-            "eth0" => Some(4),
-            "eth0.100" => Some(5),
-            "lo" => Some(1),
-            _ => None,
-        }
-    }
-
     fn addressing(roce: bool) -> PortAddressing {
         match roce {
             true => PortAddressing::Roce,
@@ -570,7 +482,7 @@ mod tests {
 
     fn resolve(selection: SourceGid, roce: bool) -> Result<Option<u8>, SourceGidErrorKind> {
         selection
-            .resolve(1, addressing(roce), &table(), netdevs)
+            .resolve(1, addressing(roce), &table())
             .map(|found| found.map(|entry| entry.index()))
     }
 
@@ -580,7 +492,7 @@ mod tests {
         assert_eq!(resolve(SourceGid::Automatic, false).unwrap(), None);
         let v1_only = &table()[..1];
         let err = SourceGid::Automatic
-            .resolve(1, PortAddressing::Roce, v1_only, netdevs)
+            .resolve(1, PortAddressing::Roce, v1_only)
             .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { port: 1 }), "{err:?}");
     }
@@ -591,10 +503,10 @@ mod tests {
             .into_iter()
             .filter(|e| Ipv6Addr::from(Gid::from(e.gid)).to_ipv4_mapped().is_none())
             .collect();
-        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, &ipv6_only, netdevs);
+        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, &ipv6_only);
         assert_eq!(found.unwrap().map(|entry| entry.index()), Some(7), "2001:db8::7");
         let link_local_only = &ipv6_only[..2];
-        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, link_local_only, netdevs);
+        let found = SourceGid::Automatic.resolve(1, PortAddressing::Roce, link_local_only);
         assert_eq!(found.unwrap().map(|entry| entry.index()), Some(1), "fe80::1 as RoCE v2");
     }
 
@@ -610,7 +522,7 @@ mod tests {
         let table = [infiniband(0, "fe80::2:c903:1"), infiniband(1, "fec0::2:c903:1")];
         let grh_required = PortAddressing::InfiniBandGrhRequired;
         let found = SourceGid::Automatic
-            .resolve(1, grh_required, &table, netdevs)
+            .resolve(1, grh_required, &table)
             .unwrap()
             .expect("a global address on a port that requires a GRH");
         assert_eq!(
@@ -618,11 +530,9 @@ mod tests {
             (0, gid("fe80::2:c903:1"), GidType::InfiniBand)
         );
         // Without a GRH required the LID is the address; index 0 empty is named.
-        let none = SourceGid::Automatic.resolve(1, PortAddressing::InfiniBand, &table, netdevs);
+        let none = SourceGid::Automatic.resolve(1, PortAddressing::InfiniBand, &table);
         assert_eq!(none.unwrap(), None);
-        let err = SourceGid::Automatic
-            .resolve(1, grh_required, &table[1..], netdevs)
-            .unwrap_err();
+        let err = SourceGid::Automatic.resolve(1, grh_required, &table[1..]).unwrap_err();
         assert!(
             matches!(err, SourceGidErrorKind::EmptySlot { port: 1, index: 0 }),
             "{err:?}"
@@ -658,44 +568,17 @@ mod tests {
     }
 
     #[test]
-    fn a_netdev_or_an_address_picks_among_several_roce_v2_gids() {
-        assert_eq!(resolve(SourceGid::Netdev("eth0".into()), true).unwrap(), Some(3));
-        assert_eq!(resolve(SourceGid::Netdev("eth0.100".into()), true).unwrap(), Some(5));
-        let err = resolve(SourceGid::Netdev("eth9".into()), true).unwrap_err();
-        assert!(
-            matches!(&err, SourceGidErrorKind::UnknownNetdev { name } if name == "eth9"),
-            "{err:?}"
-        );
-        let err = resolve(SourceGid::Netdev("lo".into()), true).unwrap_err();
-        assert!(
-            matches!(&err, SourceGidErrorKind::NoGidOnNetdev { port: 1, name } if name == "lo"),
-            "{err:?}"
-        );
-
-        let v4 = |text: &str| SourceGid::Address(text.parse().unwrap());
-        assert_eq!(resolve(v4("198.51.100.7"), true).unwrap(), Some(5));
-        assert_eq!(resolve(v4("2001:db8::7"), true).unwrap(), Some(7));
-        let err = resolve(v4("203.0.113.1"), true).unwrap_err();
-        assert!(
-            matches!(err, SourceGidErrorKind::NoGidForAddress { port: 1, .. }),
-            "{err:?}"
-        );
-        let err = resolve(v4("198.51.100.7"), false).unwrap_err();
-        assert!(matches!(err, SourceGidErrorKind::NotRoce { port: 1 }), "{err:?}");
-    }
-
-    #[test]
     fn an_unknown_gid_type_is_never_picked_and_never_panics() {
         let mut table = table();
         for entry in &mut table {
             entry.gid_type = 9;
         }
         let err = SourceGid::Automatic
-            .resolve(1, PortAddressing::Roce, &table, netdevs)
+            .resolve(1, PortAddressing::Roce, &table)
             .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NoRoceV2Gid { .. }), "{err:?}");
         let err = SourceGid::Index(3)
-            .resolve(1, PortAddressing::Roce, &table, netdevs)
+            .resolve(1, PortAddressing::Roce, &table)
             .unwrap_err();
         assert!(matches!(err, SourceGidErrorKind::NotRoceV2 { .. }), "{err:?}");
     }
@@ -774,9 +657,8 @@ mod tests {
         assert!(!SourceGid::Automatic.reads_gid_table(PortAddressing::InfiniBand));
         assert!(SourceGid::Automatic.reads_gid_table(PortAddressing::Roce));
         assert!(SourceGid::Automatic.reads_gid_table(PortAddressing::InfiniBandGrhRequired));
-        for named in [SourceGid::Index(0), SourceGid::Netdev("eth0".into())] {
-            assert!(named.reads_gid_table(addressing(false)) && named.reads_gid_table(addressing(true)));
-        }
+        let named = SourceGid::Index(0);
+        assert!(named.reads_gid_table(addressing(false)) && named.reads_gid_table(addressing(true)));
     }
 
     #[test]

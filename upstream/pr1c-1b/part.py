@@ -21,8 +21,6 @@ MOVES = {
             "to": "src/ibverbs/source_gid.rs",
             "helpers": [],
             "rewrites": [
-                ("[`DeviceContextExt::source_gid`](super::extension::DeviceContextExt::source_gid)",
-                 "[`DeviceContext::source_gid`](super::device_context::DeviceContext::source_gid)", 1),
                 (" (libibverbs), anything for a unit test's reader.", ".", 1),
                 # The test of the fallback, ported to sideway's tests.
                 ("(`tests/test_device.rs`)", "(`tests/test_source_gid.rs`)", 1),

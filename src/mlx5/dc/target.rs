@@ -24,7 +24,7 @@ use super::state_table::DC_TARGET_STATE_TABLE;
 use crate::ibverbs::address_handle::PortAddressing;
 use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
-use crate::ibverbs::source_gid::{netdev_index, SourceGidEntry, SourceGidError};
+use crate::ibverbs::source_gid::{SourceGidEntry, SourceGidError};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 
@@ -423,7 +423,7 @@ impl DcTarget {
         };
         let source_gid = params
             .source_gid
-            .resolve(params.port, addressing, &table, netdev_index)
+            .resolve(params.port, addressing, &table)
             .map_err(|kind| BringUpDcTargetErrorKind::SourceGid(kind.into()))?;
         let path_mtu = params.path_mtu.unwrap_or(active);
         let src_gid_index = source_gid.map(|entry| entry.index());

@@ -11,7 +11,7 @@ use super::{DcInitiator, PortNotReady};
 use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::address_handle::PortAddressing;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
-use crate::ibverbs::source_gid::{netdev_index, SourceGid, SourceGidEntry, SourceGidError};
+use crate::ibverbs::source_gid::{SourceGid, SourceGidEntry, SourceGidError};
 use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 
@@ -282,7 +282,7 @@ impl DcInitiator {
                 .map_err(BringUpDcInitiatorErrorKind::SourceGid)?,
             false => Vec::new(),
         };
-        let resolve = |source_gid: &SourceGid| source_gid.resolve(params.port, addressing, &table, netdev_index);
+        let resolve = |source_gid: &SourceGid| source_gid.resolve(params.port, addressing, &table);
         if let Some(address_vector) = &params.rtr_address_vector {
             if roce && !address_vector.is_global() {
                 return Err(BringUpDcInitiatorErrorKind::RtrAddressVectorNotGlobal { port: params.port }.into());
