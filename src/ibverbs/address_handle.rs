@@ -13,10 +13,9 @@
 //! the kernel refuses both (`rdma_check_ah_attr`: `EINVAL`).
 //!
 //! On RoCE a handle from a link-local source GID (`fe80::/10`) to a destination that is not
-//! link-local (a global or IPv4-mapped GID: one a router may stand between) is refused with
+//! link-local is refused with
 //! [`LinkLocalSourceToRoutedDestination`](CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination):
-//! a router forwards no packet from a link-local address (RFC 4291, section 2.5.6), and the
-//! kernel would build the packet's IP header from the two addresses as they are.
+//! a router forwards no packet from a link-local address (RFC 4291, section 2.5.6).
 //!
 //! # The first handle to a RoCE peer
 //!
@@ -57,15 +56,6 @@
 //!     Ok(())
 //! }
 //! ```
-//!
-//! # Reference
-//!
-//! - RDMAmojo: [`ibv_create_ah`](https://www.rdmamojo.com/2012/09/22/ibv_create_ah/)
-//! - rdma-core manpages: [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html),
-//!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
-//!   (`IBV_QPF_GRH_REQUIRED`)
-//! - Linux `drivers/infiniband/core/verbs.c` `rdma_check_ah_attr`, `include/rdma/ib_verbs.h`
-//!   `rdma_is_grh_required`
 use std::io;
 use std::net::Ipv6Addr;
 use std::ptr::NonNull;
@@ -78,11 +68,9 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
 
-/// The GRH hop limit a global address takes unless there is a reason for another (bring-up's
-/// address vectors and the DC endpoints' address handles take it): 255, as perftest (`0xFF`) and
-/// UCX (`UCX_IB_HOP_LIMIT`, default 255) use. The hop limit is the IP TTL on RoCE v2 and bounds the
-/// routers an InfiniBand packet may cross: the maximum never drops a packet on a routed network,
-/// while the 1 of rdma-core's pingpong examples only works within one subnet.
+/// The GRH hop limit a global address takes unless there is a reason for another: 255, as
+/// perftest (`0xFF`) and UCX (`UCX_IB_HOP_LIMIT`) use. It is the IP TTL on RoCE v2: the 1 of
+/// rdma-core's pingpong examples only works within one subnet.
 pub const DEFAULT_HOP_LIMIT: u8 = 255;
 
 /// Error returned by [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
@@ -111,9 +99,7 @@ pub enum CreateAddressHandleErrorKind {
         /// The port the handle was for.
         port: u8,
     },
-    /// On RoCE, a link-local source GID (`fe80::/10`) for a destination that is not link-local:
-    /// a router forwards no packet from a link-local address, so it would reach the destination
-    /// only if it were on the same link, where it has a link-local address to be reached by.
+    /// On RoCE, a link-local source GID (`fe80::/10`) for a destination that is not link-local.
     #[error(
         "GID index {src_gid_index} of port {port} is link-local (fe80::/10) and the destination {destination} is \
          not: send from a global or IPv4-mapped GID (SourceGid::Automatic picks one where the port has it)"
@@ -126,11 +112,9 @@ pub enum CreateAddressHandleErrorKind {
         /// The destination GID.
         destination: Ipv6Addr,
     },
-    /// On RoCE, the kernel could not resolve the peer's MAC address in `ibv_create_ah`
-    /// (`ib_resolve_eth_dmac`): no ARP or neighbour discovery answer came (`ETIMEDOUT`), or no
-    /// route reaches the peer through the source GID's network device (`ENETUNREACH`,
-    /// `EHOSTUNREACH`). Check the peer is up, that its address answers `ping` from that device,
-    /// and the routes; a later try makes the handle once it answers.
+    /// On RoCE, the kernel could not resolve the peer's MAC address in `ibv_create_ah` (see the
+    /// [module](self) docs). Check the peer answers `ping` from that device, and the routes; a
+    /// later try makes the handle once it answers.
     #[error(
         "cannot resolve the peer's MAC address from port {port}: no ARP or neighbour answer, or no route to it \
          through the source GID's network device"
@@ -158,9 +142,8 @@ pub enum CreateAddressHandleErrorKind {
 /// `IBV_QPF_GRH_REQUIRED`; the kernel's `rdma_is_grh_required`).
 const IBV_QPF_GRH_REQUIRED: u8 = 1;
 
-/// How a port's addresses are formed, from its `ibv_port_attr`: on RoCE, and on an InfiniBand
-/// port that requires a GRH (`IBV_QPF_GRH_REQUIRED`, as UCX reads it: `uct_ib_grh_required`),
-/// every address is global; elsewhere on InfiniBand the LID is enough within the subnet.
+/// How a port's addresses are formed, from its `ibv_port_attr` (as UCX reads it:
+/// `uct_ib_grh_required`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PortAddressing {
     /// Ethernet link layer: every address global.
@@ -233,8 +216,7 @@ fn check_link_local(
 }
 
 /// The error of an `ibv_create_ah` from `port` that failed with `source`: on RoCE the errors of
-/// the kernel's MAC resolution (`rdma_addr_find_l2_eth_by_grh`) are
-/// [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved).
+/// the kernel's MAC resolution are [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved).
 fn create_failure(port: u8, addressing: PortAddressing, source: io::Error) -> CreateAddressHandleErrorKind {
     match source.raw_os_error() {
         Some(libc::ETIMEDOUT | libc::ENETUNREACH | libc::EHOSTUNREACH) if addressing.is_roce() => {
