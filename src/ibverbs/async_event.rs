@@ -1,14 +1,8 @@
 //! Asynchronous events of a device context: a shared receive queue reaching its limit, a queue
 //! pair's last WQE or fatal error, a port going up or down, the device failing.
 //!
-//! Each [`AsyncEvent`] is acknowledged (`ibv_ack_async_event`) when it is dropped. Destroying a
-//! queue pair, shared receive queue or completion queue waits until its events are acknowledged,
-//! so do not keep events around longer than needed.
-//!
-//! # Reference
-//!
-//! - RDMAmojo: [`ibv_get_async_event`](https://www.rdmamojo.com/2012/08/11/ibv_get_async_event/)
-//! - rdma-core manpage: [`ibv_get_async_event`](https://man7.org/linux/man-pages/man3/ibv_get_async_event.3.html)
+//! Each [`AsyncEvent`] is acknowledged (`ibv_ack_async_event`) when it is dropped
+//! ([`ibv_get_async_event(3)`](https://man7.org/linux/man-pages/man3/ibv_get_async_event.3.html)).
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, RawFd};
@@ -247,11 +241,10 @@ impl AsyncEvent {
 /// [`DeviceContextExt::async_event_reader`](super::extension::DeviceContextExt::async_event_reader).
 ///
 /// Reading blocks by default; [`set_nonblocking`](Self::set_nonblocking) changes that, and the
-/// file descriptor ([`AsRawFd`]) can be polled for readability. Every reader of one context
-/// shares the context's single event file descriptor: its blocking mode is the context's.
+/// file descriptor ([`AsRawFd`]) can be polled for readability.
 ///
-/// One reader per device context is expected. Several readers of one context share its
-/// events (each goes to one of them, unpredictably) and its blocking mode:
+/// One reader per device context is expected. Several readers of one context share its single
+/// event file descriptor, so its events (each goes to one of them, unpredictably) and its blocking mode:
 /// [`set_nonblocking`](Self::set_nonblocking) on one changes it for all, and when two readers
 /// poll the same file descriptor both wake for one event, so the one that loses the race blocks
 /// in [`read_timeout`](Self::read_timeout) (past its timeout) until the next event unless the

@@ -24,8 +24,7 @@ impl TypedPostSendError {
 pub enum TypedPostSendErrorKind {
     /// A request used an operation or data setter the queue pair was not created with (see
     /// [`setup_send_ops_flags`](crate::ibverbs::queue_pair::SharedReceiveQueuePairBuilder::setup_send_ops_flags)),
-    /// or that its provider does not implement. It never reached the provider; the batch was
-    /// aborted, so none of its requests was posted.
+    /// or that its provider does not implement. It never reached the provider.
     #[error("request {index} (wr_id {wr_id}) needs `{entry}`, which this queue pair was not created with")]
     OperationNotEnabled {
         /// Index in the batch of the first such request.
@@ -48,7 +47,7 @@ pub enum TypedPostSendErrorKind {
     },
     /// A request's inline data is longer than the queue pair's granted `max_inline_data`
     /// (libmlx5 would fail the batch with `ENOMEM`, as if the queue were full). It never reached
-    /// the provider; the batch was aborted, so none of its requests was posted.
+    /// the provider.
     #[error("request {index} (wr_id {wr_id}) has {length} bytes of inline data; the queue pair takes at most {max_inline_data}")]
     InlineDataTooLong {
         /// Index in the batch of the first such request.
@@ -63,13 +62,9 @@ pub enum TypedPostSendErrorKind {
         batch_len: usize,
     },
     /// An RDMA READ longer than the queue pair's path MTU, to a responder whose path MTU is
-    /// larger: the responder sends the data in packets of up to its own path MTU, which this
-    /// side's path drops, and the READ would end in `IBV_WC_RETRY_EXC_ERR` after the transport's
-    /// retries (see [`PathMtus::read_fits`](super::PathMtus::read_fits)). Checked where both
-    /// are known: a DC initiator reading from a DC target whose
-    /// [endpoint](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu) said its MTU. It never
-    /// reached the provider; the batch was aborted, so none of its requests was posted. Read at
-    /// most `path_mtu`'s bytes per request, or bring both ends up with one path MTU.
+    /// larger ([`PathMtus::read_fits`](super::PathMtus::read_fits)): it would end in
+    /// `IBV_WC_RETRY_EXC_ERR`. It never reached the provider. Read at most `path_mtu`'s bytes per
+    /// request, or bring both ends up with one path MTU.
     #[error(
         "request {index} (wr_id {wr_id}) reads {length} bytes from a responder whose path MTU is {} bytes, \
          larger than this queue pair's {}: its responses would come in packets this side's path drops",

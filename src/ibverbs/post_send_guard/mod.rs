@@ -22,17 +22,12 @@
 //! ([`ProviderEntries`], read once when the queue pair is created): a request whose operation or
 //! data setter is missing is never handed to the provider; [`post`](TypedPostSendGuard::post) then
 //! aborts the whole batch and reports it as
-//! [`OperationNotEnabled`](TypedPostSendErrorKind::OperationNotEnabled). The check is one branch per
-//! request, on a mask known at compile time.
+//! [`OperationNotEnabled`](TypedPostSendErrorKind::OperationNotEnabled).
 //!
-//! Known provider bugs, not worked around here: rxe in rdma-core before the fix of PR #1744
-//! (Debian 12 ships 44) sums the *first* entry's length once per entry in
-//! `ibv_wr_set_sge_list` (lists of unequal lengths fail with a local error), and sends nothing
-//! for `ibv_wr_set_inline_data_list` (it never adds up the lengths).
-//!
-//! # Reference
-//!
-//! - rdma-core manpage: [`ibv_wr_post`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html)
+//! Known provider bugs, not worked around here: rxe before rdma-core 58 (Debian 12 ships 44)
+//! sums the *first* entry's length once per entry in `ibv_wr_set_sge_list` (lists of
+//! unequal lengths fail with a local error), and sends nothing for `ibv_wr_set_inline_data_list`.
+//! See [`ibv_wr_post(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html).
 //!
 //! [`SetScatterGatherEntry`]: sideway::ibverbs::queue_pair::SetScatterGatherEntry
 //! [`SetInlineData`]: sideway::ibverbs::queue_pair::SetInlineData

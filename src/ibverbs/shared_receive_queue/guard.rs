@@ -11,13 +11,8 @@ use super::storage::{RecvBatch, RecvSlot, Refusal};
 use super::{PostReceiveError, PostReceiveErrorKind, PostReceiveStorage, SharedReceiveQueue};
 
 impl SharedReceiveQueue {
-    /// Starts a batch of receive requests, staged in `storage`: nothing reaches the library
-    /// before [`SharedReceiveQueuePostGuard::post`], which hands the whole batch to `ibv_post_srq_recv` in
-    /// one call. Dropping the guard without posting posts nothing.
-    ///
-    /// The storage is the caller's and is reused batch after batch, so posting takes no lock and
-    /// allocates nothing once it has grown to the batch size; several threads posting to one
-    /// queue each use their own.
+    /// Starts a batch of receive requests, staged in `storage`, the caller's, reused batch after
+    /// batch ([`PostReceiveStorage`]).
     #[inline]
     pub fn start_post_recv<'a>(&'a self, storage: &'a mut PostReceiveStorage) -> SharedReceiveQueuePostGuard<'a> {
         // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
@@ -32,11 +27,6 @@ impl SharedReceiveQueue {
 /// added: no lock, no allocation once the storage has grown, no pass over the list before the
 /// call. Nothing reaches the library before [`post`](Self::post), which hands the whole batch to
 /// `ibv_post_srq_recv` in one call; dropping the guard posts nothing.
-///
-/// A request with more scatter/gather entries than the queue's `max_sge` is refused before the
-/// library: [`post`](Self::post) then posts nothing and reports it. The library itself may refuse
-/// a request (the queue is full): the requests before it are posted, and the error says which
-/// one failed and how many went in.
 #[must_use = "the batch is posted only by post(); dropping the guard posts nothing"]
 pub struct SharedReceiveQueuePostGuard<'srq> {
     srq: NonNull<ibv_srq>,
@@ -119,11 +109,8 @@ impl<'srq> SharedReceiveQueuePostGuard<'srq> {
         self.len() == 0
     }
 
-    /// Posts the whole batch with one `ibv_post_srq_recv`. If a request was refused before the
-    /// library (too many entries), nothing is posted. If the library refuses a request, those
-    /// before it are posted and the rest are not: the error's
-    /// [`failed_index`](PostReceiveError::failed_index) and [`posted`](PostReceiveError::posted)
-    /// say which.
+    /// Posts the whole batch with one `ibv_post_srq_recv`; on error, [`PostReceiveError`] says
+    /// which requests went in.
     #[inline]
     pub fn post(self) -> Result<(), PostReceiveError> {
         let (batch, storage) = (self.batch, self.storage);

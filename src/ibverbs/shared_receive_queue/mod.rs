@@ -1,15 +1,7 @@
 //! A [`SharedReceiveQueue`] (SRQ) holds receive work requests that many queue pairs consume: each
 //! incoming message on any of those queue pairs takes the next posted receive.
-//!
-//! # Reference
-//!
-//! - RDMAmojo: [`ibv_create_srq`](https://www.rdmamojo.com/2012/06/18/ibv_create_srq/),
-//!   [`ibv_modify_srq`](https://www.rdmamojo.com/2012/06/25/ibv_modify_srq/),
-//!   [`ibv_post_srq_recv`](https://www.rdmamojo.com/2013/02/08/ibv_post_srq_recv/)
-//! - rdma-core manpages: [`ibv_create_srq`](https://man7.org/linux/man-pages/man3/ibv_create_srq.3.html),
-//!   [`ibv_modify_srq`](https://man7.org/linux/man-pages/man3/ibv_modify_srq.3.html),
-//!   [`ibv_query_srq`](https://man7.org/linux/man-pages/man3/ibv_query_srq.3.html),
-//!   [`ibv_post_srq_recv`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
+//! See [`ibv_create_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_srq.3.html) and
+//! [`ibv_post_srq_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html).
 
 // The queue and its builder (queue), its attributes, limit and resizing (attributes), batches of
 // receives (guard) staged in a storage (storage), one receive at the cost of the raw call

@@ -3,10 +3,8 @@ use std::io;
 
 /// Error returned by [`SharedReceiveQueuePostGuard::post`](super::SharedReceiveQueuePostGuard::post) and
 /// [`SharedReceiveQueue::post_recv_one`](super::SharedReceiveQueue::post_recv_one): which
-/// request failed, and how many of the batch were [`posted`](Self::posted). A request refused
-/// before the library (too many entries) means none was; when the library refuses a request, those
-/// before it were posted (`ibv_post_srq_recv` stops at `bad_wr`), the failed one and those after it
-/// were not.
+/// request failed, and how many of the batch were [`posted`](Self::posted) (`ibv_post_srq_recv`
+/// stops at `bad_wr`).
 #[derive(Debug, thiserror::Error)]
 #[error("failed to post receive request {} (wr_id {}); {} of the batch were posted", .0.failed_index(), .0.wr_id(), .0.posted())]
 #[non_exhaustive]

@@ -20,9 +20,6 @@ impl SharedReceiveQueue {
     /// ([`TooManyScatterGatherEntries`](super::PostReceiveErrorKind::TooManyScatterGatherEntries)), and
     /// an error names the request (`failed_index` 0, its `wr_id`); on error nothing was posted.
     ///
-    /// See [`ibv_post_srq_recv`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
-    /// ([RDMAmojo](https://www.rdmamojo.com/2013/02/08/ibv_post_srq_recv/)).
-    ///
     /// # Safety
     ///
     /// Each entry's buffer must lie in the memory region registered with its `lkey` and stay
