@@ -3,11 +3,8 @@
 use sideway::ibverbs::device_context::Mtu;
 
 /// The path MTUs of a request's two ends: the requester's (the queue pair that posts it) and the
-/// responder's (the one that answers). On a connected queue pair both ends are brought up with
-/// one path MTU; a DC initiator and a DC target each have their own (the target its
-/// [`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)), and where the
-/// responder's is the larger, the responses of a long RDMA READ are larger than the requester's
-/// path takes ([`read_fits`](Self::read_fits)).
+/// responder's (the one that answers). A DC initiator and a DC target each have their own (the
+/// target its [`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PathMtus {
     // `ibv_mtu` values (1 to 5, in the order of their sizes), one byte each: a DC address that
