@@ -80,25 +80,7 @@ pub(crate) unsafe fn query_device_raw(
 /// The mlx5 direct-verbs (`mlx5dv_*`) view of a sideway [`DeviceContext`].
 ///
 /// It holds an [`Arc`] of the device context; whether the device is mlx5 is known when it is
-/// queried.
-///
-/// ```no_run
-/// use sideway::ibverbs::device::DeviceList;
-/// use sideway_ext::mlx5::device_context::{Mlx5DeviceContext, QueryMlx5DeviceErrorKind};
-///
-/// let list = DeviceList::new()?;
-/// let device = list.iter().next().expect("an RDMA device");
-/// let mlx5 = Mlx5DeviceContext::new(device.open()?);
-/// match mlx5.query_device() {
-///     Ok(attr) => println!("mlx5, flags {:?}, DC depths {:?}/{:?}",
-///         attr.flags(), attr.max_dc_rd_atom(), attr.max_dc_init_rd_atom()),
-///     Err(err) if matches!(err.0, QueryMlx5DeviceErrorKind::NotSupported) => println!("not mlx5"),
-///     Err(err) => return Err(err.into()),
-/// }
-/// let dc = mlx5.query_dc_capabilities()?;
-/// println!("mlx5, so DC possible: {}", dc.is_supported());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
+/// queried (the [module](super) docs show both queries).
 #[derive(Debug)]
 pub struct Mlx5DeviceContext {
     // The device context the mlx5 queries run on; the Arc keeps it open.

@@ -63,11 +63,7 @@ MOVES = {
             "from": "src/ibverbs/shared_receive_queue/post_one.rs",
             "to": "src/ibverbs/shared_receive_queue/post_one.rs",
             "helpers": [],
-            "rewrites": [
-                # The raw post's example, as a user of sideway writes it.
-                ("/// use sideway_ext::ibverbs::shared_receive_queue::",
-                 "/// use sideway::ibverbs::shared_receive_queue::", 1),
-            ],
+            "rewrites": [],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/post_error.rs",

@@ -53,8 +53,6 @@ MOVES = {
             "to": "src/mlx5/device_context.rs",
             "helpers": [],
             "rewrites": [
-                ("/// use crate::ibverbs::device::DeviceList;\n/// use sideway_ext::mlx5::",
-                 "/// use sideway::ibverbs::device::DeviceList;\n/// use sideway::mlx5::", 1),
                 ("/// `mlx5dv_query_device` on a raw context (for the DC queue pairs, which reach the context\n"
                  "/// through their protection domain).",
                  "/// `mlx5dv_query_device` on a raw context.", 1),

@@ -41,24 +41,6 @@ impl SharedReceiveQueue {
     /// - `max_sge` must be at most the scatter/gather entries per request it was created with
     ///   (the check against it is the only one before the library);
     /// - the buffers as for [`post_recv_one`](Self::post_recv_one).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// use std::ptr::NonNull;
-    ///
-    /// use rdma_mummy_sys::{ibv_sge, ibv_srq};
-    /// use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
-    ///
-    /// /// `srq` comes from C code that created it with `max_sge` 1 and keeps it alive.
-    /// fn refill(srq: NonNull<ibv_srq>, lkey: u32, addr: u64) -> Result<(), Box<dyn std::error::Error>> {
-    ///     let sge = ibv_sge { addr, length: 64, lkey };
-    ///     // SAFETY: the SRQ is live and takes one entry a request; the buffer is registered
-    ///     // under `lkey` and outlives the receive.
-    ///     unsafe { SharedReceiveQueue::post_recv_one_raw(srq, 1, 7, &[sge]) }?;
-    ///     Ok(())
-    /// }
-    /// ```
     #[inline]
     pub unsafe fn post_recv_one_raw(
         srq: NonNull<ibv_srq>, max_sge: u32, wr_id: u64, sg_list: &[ibv_sge],
