@@ -111,25 +111,18 @@ impl ProviderEntries {
             qp.wr_set_inline_data_list.is_some(),
             qp.wr_set_ud_addr.is_some(),
         ];
+        let has = |bit: u32| filled[bit.trailing_zeros() as usize];
+        let needed = |bit: u32| match has(bit) {
+            true => Ok(bit),
+            false => Err(MissingProviderEntry(entry::NAMES[bit.trailing_zeros() as usize])),
+        };
         let mut bits = 0;
-        for (flag, bit) in OPERATIONS {
-            if granted.contains(flag) {
-                if !filled[bit.trailing_zeros() as usize] {
-                    return Err(MissingProviderEntry(entry::NAMES[bit.trailing_zeros() as usize]));
-                }
-                bits |= bit;
-            }
+        for (_, bit) in OPERATIONS.into_iter().filter(|(flag, _)| granted.contains(*flag)) {
+            bits |= needed(bit)?;
         }
-        for bit in [entry::SET_SGE, entry::SET_SGE_LIST] {
-            if !filled[bit.trailing_zeros() as usize] {
-                return Err(MissingProviderEntry(entry::NAMES[bit.trailing_zeros() as usize]));
-            }
-            bits |= bit;
-        }
+        bits |= needed(entry::SET_SGE)? | needed(entry::SET_SGE_LIST)?;
         for bit in [entry::SET_INLINE_DATA, entry::SET_INLINE_DATA_LIST, entry::SET_UD_ADDR] {
-            if filled[bit.trailing_zeros() as usize] {
-                bits |= bit;
-            }
+            bits |= if has(bit) { bit } else { 0 };
         }
         Ok(Self(bits))
     }
