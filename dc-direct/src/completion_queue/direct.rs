@@ -61,7 +61,7 @@ impl Polling {
 
     #[inline]
     pub(crate) fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollDirectCompletionQueueError> {
-        self.poller.poll(&mut &*self.table, completions)
+        self.poller.poll(&self.table, completions)
     }
 
     pub(crate) fn table(&self) -> &Rc<SendQueueTable> {

@@ -45,7 +45,6 @@ mod completion;
 mod cqe;
 pub(crate) mod direct;
 mod error;
-mod send_queue_slots;
 mod table;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -62,7 +61,6 @@ pub use error::{
     CreateDirectCompletionQueueError, CreateDirectCompletionQueueErrorKind, PollDirectCompletionQueueError,
     PollDirectCompletionQueueErrorKind,
 };
-pub(crate) use send_queue_slots::SendQueueSlots;
 
 /// The largest CQE count whose owner-bit parity the doorbell record's 24 bits hold.
 const MAX_CQE_COUNT: u32 = 1 << 23;
@@ -132,12 +130,12 @@ impl CompletionQueuePoller {
     /// Polls at most `completions.len()` CQEs into `completions` and returns how many it filled
     /// (`mlx5_poll_cq`), then stores the consumer index in the doorbell record.
     ///
-    /// A CQE that is not a send completion of one of `slots`' QPs stops the poll before it when
+    /// A CQE that is not a send completion of one of `table`'s QPs stops the poll before it when
     /// completions were filled; otherwise it is consumed and returned as the error. A CQE whose
     /// send queue is in use ([`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse))
     /// stops the poll the same way but is not consumed: the next poll reads it again.
     pub(crate) fn poll(
-        &mut self, slots: &mut impl SendQueueSlots, completions: &mut [Completion],
+        &mut self, table: &SendQueueTable, completions: &mut [Completion],
     ) -> Result<usize, PollDirectCompletionQueueError> {
         let mut polled = 0;
         let mut refused = None;
@@ -145,7 +143,7 @@ impl CompletionQueuePoller {
             let Some(cqe) = self.next_software_cqe() else { break };
             // mlx5_get_next_cqe: the reads of the CQE's contents come after its owner bit's.
             self.mmio.udma_from_device_barrier();
-            match Self::parse(cqe, slots) {
+            match Self::parse(cqe, table) {
                 Ok(completion) => {
                     completions[polled] = completion;
                     polled += 1;
@@ -194,7 +192,7 @@ impl CompletionQueuePoller {
 
     /// The completion a software-owned CQE reports (`mlx5_parse_cqe`, send side).
     #[inline]
-    fn parse(cqe: Cqe, slots: &mut impl SendQueueSlots) -> Result<Completion, PollDirectCompletionQueueErrorKind> {
+    fn parse(cqe: Cqe, table: &SendQueueTable) -> Result<Completion, PollDirectCompletionQueueErrorKind> {
         if cqe.format() == FORMAT_COMPRESSED {
             return Err(PollDirectCompletionQueueErrorKind::CompressedCqe {
                 opcode_format_owner: cqe.opcode_format_owner(),
@@ -208,7 +206,7 @@ impl CompletionQueuePoller {
                 return Err(PollDirectCompletionQueueErrorKind::UnexpectedCqeOpcode { cqe_opcode, qp_number })
             },
         };
-        let wr_id = slots.retire(qp_number, cqe.wqe_counter())?;
+        let wr_id = table.retire(qp_number, cqe.wqe_counter())?;
         Ok(build(cqe, wr_id))
     }
 

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use super::{PollDirectCompletionQueueErrorKind, SendQueueSlots};
+use super::PollDirectCompletionQueueErrorKind;
 use crate::send_queue::shared::SharedSendQueue;
 
 /// The send queues of one completion queue.
@@ -36,13 +36,22 @@ impl SendQueueTable {
             .borrow_mut()
             .retain(|entry| !Rc::ptr_eq(&entry.queue, queue));
     }
-}
 
-impl SendQueueSlots for &SendQueueTable {
-    /// `mlx5_parse_cqe`'s send side, with checks libmlx5 does not make: the slot must start an
-    /// outstanding request, and the queue must not be in a batch (it is then left as it is).
+    /// The `wr_id` of the request whose WQE starts at slot `wqe_counter` (masked by the send
+    /// queue's WQE count) of QP `qp_number`, after retiring that request and every request
+    /// posted before it on that QP: `mlx5_parse_cqe`'s send side, which takes it from
+    /// `sq.wrid[]` and sets `sq.tail = sq.wqe_head[slot] + 1` ([`SendQueue::complete`](crate::send_queue::SendQueue::complete)).
+    ///
+    /// # Errors
+    ///
+    /// Nothing is retired then: [`UnknownQueuePair`](PollDirectCompletionQueueErrorKind::UnknownQueuePair)
+    /// when QP `qp_number` is not one of these send queues; and, checks libmlx5 does not make,
+    /// [`UnexpectedWqeCounter`](PollDirectCompletionQueueErrorKind::UnexpectedWqeCounter) when no
+    /// outstanding request starts at that slot, and
+    /// [`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse) when a batch is open
+    /// on the send queue (it is then left as it is).
     #[inline]
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind> {
+    pub(crate) fn retire(&self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind> {
         let entries = self.entries.borrow();
         let entry = entries
             .iter()

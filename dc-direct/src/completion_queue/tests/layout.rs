@@ -1,35 +1,36 @@
 //! The poller against CQEs this test writes from `mlx5dv.h`'s layout, one behaviour of cq.c at a
-//! time.
+//! time, for requests the crate's writer posted on a send queue in the poller's table.
 
 use sideway::ibverbs::completion::{WorkCompletionOperationType, WorkCompletionStatus};
 
-use super::support::{CqMemory, CqeFields, SlotTable};
+use super::support::{CqMemory, CqeFields, TableWithQueue};
 use crate::completion_queue::{
     Completion, CompletionQueuePoller, CreateDirectCompletionQueueErrorKind, PollDirectCompletionQueueErrorKind,
 };
 
 const QP: u32 = 0x00ab_cdef;
 
-/// A table with QP `QP` of 8 slots, wr_id `0x1000 + slot`, wqe_head `100 + slot`.
-fn table() -> SlotTable {
-    let mut table = SlotTable::default();
-    table.add(
-        QP,
-        (0..8).map(|slot| 0x1000 + slot).collect(),
-        (0..8).map(|slot| 100 + slot as u32).collect(),
-    );
-    table
+/// A table with QP `QP`'s send queue of 64 slots (room for 32 requests), nothing posted.
+fn table() -> TableWithQueue {
+    TableWithQueue::new(QP, 64)
 }
 
-fn poll(poller: &mut CompletionQueuePoller, table: &mut SlotTable, max: usize) -> Vec<Completion> {
+fn poll(poller: &mut CompletionQueuePoller, table: &TableWithQueue, max: usize) -> Vec<Completion> {
     let mut completions = vec![Completion::default(); max];
-    let polled = poller.poll(table, &mut completions).unwrap();
+    let polled = poller.poll(&table.table, &mut completions).unwrap();
     completions.truncate(polled);
     completions
 }
 
-fn poll_error(poller: &mut CompletionQueuePoller, table: &mut SlotTable) -> PollDirectCompletionQueueErrorKind {
-    poller.poll(table, &mut [Completion::default(); 4]).unwrap_err().0
+fn poll_error(poller: &mut CompletionQueuePoller, table: &TableWithQueue) -> PollDirectCompletionQueueErrorKind {
+    poller
+        .poll(&table.table, &mut [Completion::default(); 4])
+        .unwrap_err()
+        .0
+}
+
+fn wr_ids(completions: &[Completion]) -> Vec<u64> {
+    completions.iter().map(Completion::wr_id).collect()
 }
 
 #[test]
@@ -40,18 +41,25 @@ fn a_new_cq_is_empty_and_the_doorbell_record_is_stored_anyway() {
     assert_eq!(poller.consumer_index, 0x00ff_0000);
     assert_eq!(poller.cq_number(), 0x4d2);
     memory.set_doorbell_record(0xdead_beef);
-    assert!(poll(&mut poller, &mut table(), 4).is_empty());
+    let table = table();
+    assert!(poll(&mut poller, &table, 4).is_empty());
     assert_eq!(memory.doorbell_record(), 0x00ff_0000);
     assert_eq!(memory.arm_word(), 0);
     // No room asked: nothing read, the record still stored (poll_cq's update_cons_index).
     memory.set_doorbell_record(1);
-    CqeFields::write(QP, 0, false).store(memory.cqe_mut(0));
-    assert!(poll(&mut poller, &mut table(), 0).is_empty());
+    let index = table.post_one(0x1000);
+    CqeFields::write(QP, index, false).store(memory.cqe_mut(0));
+    assert!(poll(&mut poller, &table, 0).is_empty());
     assert_eq!(memory.doorbell_record(), 0x00ff_0000);
+    assert_eq!(table.outstanding(), 1, "the CQE was not read");
 }
 
 #[test]
 fn a_write_completion_reads_each_field_from_its_offset() {
+    // Both bytes of the WQE counter count: a queue of 8 slots whose requests reach index 0x1236.
+    let table = TableWithQueue::new(QP, 8);
+    table.advance_to(0x1234);
+    assert_eq!(table.post([0x1005, 0x1006, 0x1007]), [0x1234, 0x1236, 0x1238]);
     let mut memory = CqMemory::new(8, 64);
     memory.cqe_mut(0).fill(0x5a);
     CqeFields {
@@ -59,19 +67,22 @@ fn a_write_completion_reads_each_field_from_its_offset() {
         ..CqeFields::write(QP, 0, false)
     }
     .store(memory.cqe_mut(0));
-    let mut table = table();
     let mut poller = memory.poller();
-    let completions = poll(&mut poller, &mut table, 4);
+    let completions = poll(&mut poller, &table, 4);
     assert_eq!(completions.len(), 1);
     let completion = completions[0];
-    assert_eq!(completion.wr_id(), 0x1006, "slot 0x1236 & 7");
+    assert_eq!(completion.wr_id(), 0x1006, "the request at 0x1236");
     assert_eq!(completion.status(), WorkCompletionStatus::Success);
     assert_eq!(completion.opcode(), Some(WorkCompletionOperationType::Write));
     assert_eq!(completion.byte_len(), None);
     assert_eq!(completion.qp_number(), QP);
     assert_eq!(completion.vendor_err(), 0);
     assert!(!completion.with_immediate());
-    assert_eq!(table.tail(QP), 107, "wqe_head[6] + 1");
+    assert_eq!(
+        table.outstanding(),
+        1,
+        "it and the request before it retired: sq.tail = sq.wqe_head[slot] + 1"
+    );
     assert_eq!((poller.consumer_index, memory.doorbell_record()), (1, 1));
 }
 
@@ -94,18 +105,22 @@ fn requester_opcodes_give_the_opcode_and_byte_count_handle_good_req_gives() {
         (0x2f, None, None, false),
         (0x14, None, None, false),
     ];
+    let table = table();
+    // The CQE echoes the WQE opcode it names; the poller takes the opcode from the CQE.
+    let indices = table.post((0..cases.len() as u64).map(|n| 0x1000 + n));
     let mut memory = CqMemory::new(16, 64);
-    for (slot, (wqe_opcode, ..)) in cases.iter().enumerate() {
+    for (slot, ((wqe_opcode, ..), index)) in cases.iter().zip(&indices).enumerate() {
         let fields = CqeFields {
             wqe_opcode: *wqe_opcode,
             byte_count: 0x0102_0304,
-            ..CqeFields::write(QP, 0, false)
+            ..CqeFields::write(QP, *index, false)
         };
         fields.store(memory.cqe_mut(slot as u32));
     }
     let mut poller = memory.poller();
-    let completions = poll(&mut poller, &mut table(), 16);
-    assert_eq!(completions.len(), cases.len());
+    let completions = poll(&mut poller, &table, 16);
+    assert_eq!(wr_ids(&completions), (0x1000..0x100e).collect::<Vec<_>>());
+    assert_eq!(table.outstanding(), 0);
     for ((wqe_opcode, opcode, byte_len, with_immediate), completion) in cases.iter().zip(&completions) {
         assert_eq!(completion.opcode(), *opcode, "WQE opcode {wqe_opcode:#x}");
         assert_eq!(completion.byte_len(), *byte_len, "WQE opcode {wqe_opcode:#x}");
@@ -120,17 +135,19 @@ fn requester_opcodes_give_the_opcode_and_byte_count_handle_good_req_gives() {
 
 #[test]
 fn scattered_data_completes_with_a_general_error_as_for_any_qp_not_rc() {
+    let table = table();
+    let indices = table.post([0x1000, 0x1001, 0x1002]);
     let mut memory = CqMemory::new(4, 64);
-    for (slot, format) in [(0, 1), (1, 2), (2, 0)] {
+    for (slot, (format, index)) in [1, 2, 0].into_iter().zip(indices).enumerate() {
         CqeFields {
             wqe_opcode: 0x10,
             byte_count: 4,
             format,
-            ..CqeFields::write(QP, slot, false)
+            ..CqeFields::write(QP, index, false)
         }
-        .store(memory.cqe_mut(u32::from(slot)));
+        .store(memory.cqe_mut(slot as u32));
     }
-    let statuses: Vec<_> = poll(&mut memory.poller(), &mut table(), 4)
+    let statuses: Vec<_> = poll(&mut memory.poller(), &table, 4)
         .iter()
         .map(Completion::status)
         .collect();
@@ -161,6 +178,8 @@ fn every_error_syndrome_gives_the_status_mlx5_handle_error_cqe_gives() {
             .iter()
             .find(|(named, _)| *named == syndrome)
             .map_or(GeneralError, |(_, status)| *status);
+        let table = table();
+        let indices = table.post(0x1000..0x1005);
         let mut memory = CqMemory::new(2, 64);
         let fields = CqeFields {
             cqe_opcode: 13,
@@ -168,16 +187,15 @@ fn every_error_syndrome_gives_the_status_mlx5_handle_error_cqe_gives() {
             vendor_err: syndrome ^ 0xff,
             wqe_opcode: 0x0a,
             byte_count: 77,
-            ..CqeFields::write(QP, 3, false)
+            ..CqeFields::write(QP, indices[3], false)
         };
         fields.store(memory.cqe_mut(0));
-        let mut table = table();
-        let completion = poll(&mut memory.poller(), &mut table, 1)[0];
+        let completion = poll(&mut memory.poller(), &table, 1)[0];
         assert_eq!(completion.status(), expected, "syndrome {syndrome:#x}");
         assert_eq!(completion.vendor_err(), u32::from(syndrome ^ 0xff));
         assert_eq!((completion.wr_id(), completion.qp_number()), (0x1003, QP));
         assert_eq!((completion.opcode(), completion.byte_len()), (None, None));
-        assert_eq!(table.tail(QP), 104);
+        assert_eq!(table.outstanding(), 1, "the fourth request and those before it retired");
     }
 }
 
@@ -185,25 +203,27 @@ fn every_error_syndrome_gives_the_status_mlx5_handle_error_cqe_gives() {
 fn the_owner_bit_alternates_with_each_pass_over_the_ring() {
     let mut memory = CqMemory::new(4, 64);
     let mut poller = memory.poller();
-    let mut table = table();
+    let table = TableWithQueue::new(QP, 8);
     for index in 0u32..40 {
         let owner = index & 4 != 0;
+        let wqe_counter = table.post_one(0x1000 + u64::from(index));
         // Last pass's owner bit: still the device's.
-        CqeFields::write(QP, index as u16, !owner).store(memory.cqe_mut(index));
-        assert!(poll(&mut poller, &mut table, 2).is_empty(), "index {index}");
+        CqeFields::write(QP, wqe_counter, !owner).store(memory.cqe_mut(index));
+        assert!(poll(&mut poller, &table, 2).is_empty(), "index {index}");
         CqeFields {
             cqe_opcode: 15,
-            ..CqeFields::write(QP, index as u16, owner)
+            ..CqeFields::write(QP, wqe_counter, owner)
         }
         .store(memory.cqe_mut(index));
         assert!(
-            poll(&mut poller, &mut table, 2).is_empty(),
+            poll(&mut poller, &table, 2).is_empty(),
             "MLX5_CQE_INVALID at index {index}"
         );
-        CqeFields::write(QP, index as u16, owner).store(memory.cqe_mut(index));
-        let completions = poll(&mut poller, &mut table, 2);
-        assert_eq!(completions.len(), 1, "index {index}");
-        assert_eq!(completions[0].wr_id(), 0x1000 + u64::from(index & 7));
+        assert_eq!(table.outstanding(), 1, "index {index}: nothing retired");
+        CqeFields::write(QP, wqe_counter, owner).store(memory.cqe_mut(index));
+        let completions = poll(&mut poller, &table, 2);
+        assert_eq!(wr_ids(&completions), [0x1000 + u64::from(index)], "index {index}");
+        assert_eq!(table.outstanding(), 0, "index {index}");
         assert_eq!(
             (poller.consumer_index, memory.doorbell_record()),
             (index + 1, index + 1)
@@ -216,10 +236,15 @@ fn the_consumer_index_wraps_the_doorbell_records_24_bits() {
     let mut memory = CqMemory::new(2, 64);
     memory.set_doorbell_record(0x00ff_fffe);
     let mut poller = memory.poller();
-    let mut table = table();
+    let table = table();
     for index in 0x00ff_fffe_u32..0x0100_0003 {
-        CqeFields::write(QP, 0, index & 2 != 0).store(memory.cqe_mut(index));
-        assert_eq!(poll(&mut poller, &mut table, 1).len(), 1, "index {index:#x}");
+        let wqe_counter = table.post_one(u64::from(index));
+        CqeFields::write(QP, wqe_counter, index & 2 != 0).store(memory.cqe_mut(index));
+        assert_eq!(
+            wr_ids(&poll(&mut poller, &table, 1)),
+            [u64::from(index)],
+            "index {index:#x}"
+        );
         assert_eq!(poller.consumer_index, index + 1);
         assert_eq!(memory.doorbell_record(), (index + 1) & 0x00ff_ffff);
     }
@@ -227,87 +252,90 @@ fn the_consumer_index_wraps_the_doorbell_records_24_bits() {
 
 #[test]
 fn a_128_byte_cqe_is_read_from_its_second_half() {
+    let table = table();
+    let indices = table.post([0x1000, 0x1001, 0x1002]);
     let mut memory = CqMemory::new(4, 128);
-    for slot in 0..3u32 {
-        let start = slot as usize * 128;
+    for (slot, index) in indices.into_iter().enumerate() {
+        let start = slot * 128;
         // The first half is what an INLINE_SCATTER_64 CQE's data would be: any bytes.
         memory.bytes_mut()[start..start + 64].fill(0x0f);
-        CqeFields::write(QP, slot as u16, false).store(memory.cqe_mut(slot));
+        CqeFields::write(QP, index, false).store(memory.cqe_mut(slot as u32));
     }
     let mut poller = memory.poller();
-    let wr_ids: Vec<_> = poll(&mut poller, &mut table(), 8)
-        .iter()
-        .map(Completion::wr_id)
-        .collect();
-    assert_eq!(wr_ids, [0x1000, 0x1001, 0x1002]);
+    assert_eq!(wr_ids(&poll(&mut poller, &table, 8)), [0x1000, 0x1001, 0x1002]);
     assert_eq!(poller.consumer_index, 3);
 }
 
 #[test]
 fn a_compressed_cqe_is_refused_after_the_completions_before_it() {
+    let table = table();
+    let indices = table.post(0x1000..0x1004);
     let mut memory = CqMemory::new(8, 64);
-    CqeFields::write(QP, 0, false).store(memory.cqe_mut(0));
-    CqeFields::write(QP, 1, false).store(memory.cqe_mut(1));
-    CqeFields {
-        format: 3,
-        ..CqeFields::write(QP, 2, false)
+    for (slot, &index) in indices.iter().enumerate() {
+        CqeFields {
+            format: if slot == 2 { 3 } else { 0 },
+            ..CqeFields::write(QP, index, false)
+        }
+        .store(memory.cqe_mut(slot as u32));
     }
-    .store(memory.cqe_mut(2));
-    CqeFields::write(QP, 3, false).store(memory.cqe_mut(3));
     let mut poller = memory.poller();
-    let mut table = table();
-    assert_eq!(poll(&mut poller, &mut table, 8).len(), 2);
+    assert_eq!(wr_ids(&poll(&mut poller, &table, 8)), [0x1000, 0x1001]);
     assert_eq!((poller.consumer_index, memory.doorbell_record()), (2, 2));
+    assert_eq!(table.outstanding(), 2);
     assert_eq!(
-        poll_error(&mut poller, &mut table),
+        poll_error(&mut poller, &table),
         PollDirectCompletionQueueErrorKind::CompressedCqe {
             opcode_format_owner: 0x0c
         }
     );
     assert_eq!((poller.consumer_index, memory.doorbell_record()), (3, 3));
-    assert_eq!(table.tail(QP), 102, "the refused CQE retires nothing");
-    let completions = poll(&mut poller, &mut table, 8);
-    assert_eq!(completions.iter().map(Completion::wr_id).collect::<Vec<_>>(), [0x1003]);
+    assert_eq!(table.outstanding(), 2, "the refused CQE retires nothing");
+    assert_eq!(wr_ids(&poll(&mut poller, &table, 8)), [0x1003]);
+    assert_eq!(table.outstanding(), 0);
 }
 
 #[test]
 fn cqes_that_are_not_send_completions_are_refused() {
     for cqe_opcode in (1..=12).chain([14]) {
+        let table = table();
+        let indices = table.post([0x1000, 0x1001]);
         let mut memory = CqMemory::new(2, 64);
         CqeFields {
             cqe_opcode,
-            ..CqeFields::write(QP, 5, false)
+            ..CqeFields::write(QP, indices[1], false)
         }
         .store(memory.cqe_mut(0));
-        let mut table = table();
         let mut poller = memory.poller();
         assert_eq!(
-            poll_error(&mut poller, &mut table),
+            poll_error(&mut poller, &table),
             PollDirectCompletionQueueErrorKind::UnexpectedCqeOpcode {
                 cqe_opcode,
                 qp_number: QP
             }
         );
         assert_eq!((poller.consumer_index, memory.doorbell_record()), (1, 1));
-        assert_eq!(table.tail(QP), 0);
+        assert_eq!(table.outstanding(), 2, "nothing retired");
     }
 }
 
 #[test]
 fn a_completion_of_an_unknown_qp_is_refused() {
+    let table = table();
+    let index = table.post_one(0x1000);
     let mut memory = CqMemory::new(2, 64);
     CqeFields {
         cqe_opcode: 13,
         syndrome: 5,
-        ..CqeFields::write(QP + 1, 5, false)
+        ..CqeFields::write(QP + 1, index, false)
     }
     .store(memory.cqe_mut(0));
     let mut poller = memory.poller();
     assert_eq!(
-        poll_error(&mut poller, &mut table()),
+        poll_error(&mut poller, &table),
         PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number: QP + 1 }
     );
     assert_eq!((poller.consumer_index, memory.doorbell_record()), (1, 1));
+    assert_eq!(table.outstanding(), 1, "QP {QP:#x}'s request not retired");
 }
 
 #[test]

@@ -1,16 +1,18 @@
 //! The poller against libmlx5's own `mlx5_poll_cq_v1` (the oracle's `OracleCq`) over the same
-//! CQEs: requests posted through libmlx5's builders on an `OracleDci` fill `sq.wrid[]` and
-//! `sq.wqe_head[]`; random CQEs for them are written into the oracle CQ's ring; libmlx5 and the
-//! poller (over the same ring, with a doorbell record of its own, using the oracle DCI's tables as
-//! its slot table) poll the same counts in turn, and every completion, the consumer index, the
-//! doorbell record and the send queue's tail must agree. libmlx5's barriers are checked to be
+//! CQEs: the same random requests are posted through libmlx5's builders on an `OracleDci`
+//! (filling its `sq.wrid[]` and `sq.wqe_head[]`) and through the crate's writer on a send queue
+//! of the same shape in the poller's table, both holding them at the same slots; random CQEs for
+//! them are written into the oracle CQ's ring; libmlx5 and the poller (over the same ring, with a
+//! doorbell record of its own) poll the same counts in turn, and every completion, the consumer
+//! index, the doorbell record and the requests left outstanding (the room the completions freed:
+//! libmlx5's `sq.head - sq.tail`, the writer's queue's) must agree. libmlx5's barriers are checked to be
 //! what the poller is written after (one `udma_from_device_barrier` per CQE it read past the
 //! owner check); the poller's own are the hardware's, which memory does not show. cq.c's
 //! `update_cons_index` is a plain store, not one of `util/mmio.h`'s; the comparison of the
 //! doorbell records covers it.
 //!
 //! Fair because libmlx5's poll writes nothing in the ring: each poller reads the same bytes; only
-//! the doorbell record and the tail are written, and each has its own.
+//! the doorbell record and the send queue's tail are written, and each has its own.
 //!
 //! Requester CQEs with scattered data (`MLX5_INLINE_SCATTER_32`/`_64`) are among them: libmlx5's
 //! `mlx5_copy_to_send_wqe` fails them for any QP that is not RC, as the poller does.
@@ -22,12 +24,12 @@
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 
-use rand::rngs::StdRng;
+use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::{ibv_wc, ibv_wc_flags, ibv_wc_opcode};
-use softmlx5::oracle::{Barrier, DciShape, MmioEvent, OracleAh, OracleCq, OracleDci};
+use softmlx5::oracle::{Barrier, DciShape, MmioEvent, OracleCq, OracleDci};
 
-use super::oracle_support::{post_batch, with_stderr_muted, OracleSlots, Posted, MLX5_OPCODE_SEND};
+use super::oracle_support::{with_stderr_muted, Posted, Posting, MLX5_OPCODE_SEND};
 use crate::completion_queue::{Completion, CompletionQueueParts, CompletionQueuePoller};
 
 /// `IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND`.
@@ -75,14 +77,13 @@ impl Default for Coverage {
 }
 
 struct Run {
-    rng: StdRng,
-    dci: OracleDci,
-    ah: OracleAh,
+    rng: SmallRng,
+    /// libmlx5's DCI and the writer's queue in the poller's table.
+    posting: Posting,
     cq: OracleCq,
     poller: CompletionQueuePoller,
     /// The poller's doorbell record (the oracle CQ has its own).
     doorbell_record: Box<[u32; 2]>,
-    tail: u32,
     posted: VecDeque<Posted>,
     written: VecDeque<Written>,
     /// The index of the next CQE the "device" writes.
@@ -94,7 +95,7 @@ struct Run {
 
 impl Run {
     fn new(seed: u64, cqe_count: u32, wqe_count: u32, sq_sig_all: bool) -> Self {
-        let mut rng = StdRng::seed_from_u64(seed);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let shape = DciShape {
             wqe_count,
             max_inline_data: [0, 28, 60, 124][rng.random_range(0..4)],
@@ -106,9 +107,9 @@ impl Run {
             qp_number: rng.random::<u32>() & 0x00ff_ffff,
         };
         let dci = OracleDci::new(&shape);
-        let ah = OracleAh::new(std::array::from_fn(|_| rng.random()));
         let mut cq = OracleCq::new(cqe_count);
         cq.attach(&dci);
+        let posting = Posting::new(dci, &mut rng);
         let mut doorbell_record = Box::new([0u32; 2]);
         let layout = cq.layout();
         let parts = CompletionQueueParts {
@@ -123,12 +124,10 @@ impl Run {
         let poller = unsafe { CompletionQueuePoller::new(parts) }.unwrap();
         Self {
             rng,
-            dci,
-            ah,
+            posting,
             cq,
             poller,
             doorbell_record,
-            tail: 0,
             posted: VecDeque::new(),
             written: VecDeque::new(),
             write_index: 0,
@@ -141,7 +140,7 @@ impl Run {
     /// one the device does not yet hand over), and poll them with both, in random counts.
     fn round(&mut self) {
         let count = self.rng.random_range(0..=8);
-        post_batch(&mut self.dci, &self.ah, count, &mut self.rng, &mut self.posted);
+        self.posting.post_batch(count, &mut self.rng, &mut self.posted);
         let cqe_count = self.cq.layout().cqe_count;
         let room = cqe_count - self.write_index.wrapping_sub(self.poller.consumer_index);
         let cqes = self.rng.random_range(0..=self.posted.len().min(room as usize));
@@ -178,8 +177,8 @@ impl Run {
             self.coverage.passes += 1;
         }
         let owner = u8::from(index & cqe_count != 0);
-        let user_index = self.dci.user_index();
-        let qp_number = self.dci.shape().qp_number;
+        let user_index = self.posting.dci.user_index();
+        let qp_number = self.posting.dci.shape().qp_number;
         let rng = &mut self.rng;
         let mut cqe: [u8; 64] = std::array::from_fn(|_| rng.random());
         // CQE version 1: the user index (the top byte is not the index's) names the QP for
@@ -240,16 +239,11 @@ impl Run {
     /// Polls at most `max` with libmlx5 and the poller; returns how many, after comparing them.
     fn poll_both(&mut self, max: usize) -> usize {
         // The events of libmlx5's posts are not the poll's.
-        self.dci.take_events();
+        self.posting.dci.take_events();
         let theirs = with_stderr_muted(|| self.cq.poll(max));
-        let their_events = self.dci.take_events();
+        let their_events = self.posting.dci.take_events();
         let mut ours = [Completion::default(); 16];
-        let mut slots = OracleSlots {
-            dci: &self.dci,
-            tail: self.tail,
-        };
-        let polled = self.poller.poll(&mut slots, &mut ours[..max]).unwrap();
-        self.tail = slots.tail;
+        let polled = self.poller.poll(&self.posting.table, &mut ours[..max]).unwrap();
         assert_eq!(polled, theirs.len(), "completions polled of at most {max}");
         assert_eq!(
             their_events,
@@ -275,7 +269,12 @@ impl Run {
             self.cq.doorbell_record(),
             "doorbell record words"
         );
-        assert_eq!(self.tail, self.dci.head_and_tail().1, "send queue tail");
+        let (head, tail) = self.posting.dci.head_and_tail();
+        assert_eq!(
+            self.posting.outstanding(),
+            head.wrapping_sub(tail),
+            "requests outstanding: the room the completions freed"
+        );
         polled
     }
 }

@@ -1,25 +1,26 @@
-//! Driving the oracle for the comparison: requests posted through libmlx5's own builders, the
-//! oracle DCI's `sq.wrid[]`/`sq.wqe_head[]` as the poller's slot table, and libmlx5's error
-//! dumps kept off the test output.
+//! Driving the oracle for the comparison: the same requests posted through libmlx5's own
+//! builders on an oracle DCI and through the crate's writer on a send queue of the same shape
+//! (over a second DCI's memory) in the poller's table, so that both hold the same requests at
+//! the same slots; and libmlx5's error dumps kept off the test output.
 
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
+use std::rc::Rc;
 
-use rand::rngs::StdRng;
+use rand::rngs::SmallRng;
 use rand::Rng;
-use rdma_mummy_sys::{
-    ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_send, ibv_wr_set_inline_data, ibv_wr_set_sge,
-    ibv_wr_start, mlx5dv_wr_set_dc_addr,
-};
+use softmlx5::oracle::decode::decode_dc_wqe;
 use softmlx5::oracle::{OracleAh, OracleDci};
 
-use crate::completion_queue::{PollDirectCompletionQueueErrorKind, SendQueueSlots};
+use crate::completion_queue::SendQueueTable;
+use crate::send_queue::shared::SharedSendQueue;
+use crate::send_queue::tests::requests::{post_direct, post_libmlx5, Draw, Operations};
+use crate::send_queue::{AddressVector, SendQueue, SendQueueParts};
 
-/// `MLX5_OPCODE_RDMA_WRITE` and `MLX5_OPCODE_SEND`: what the posted WQEs carry.
-pub(super) const MLX5_OPCODE_RDMA_WRITE: u8 = 0x08;
+/// `MLX5_OPCODE_SEND`: what a posted SEND's WQE carries.
 pub(super) const MLX5_OPCODE_SEND: u8 = 0x0a;
 
-/// A request posted through libmlx5 and not yet retired by a generated CQE.
+/// A request posted both ways and not yet retired by a generated CQE.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Posted {
     /// The posting index of its first 64-byte slot (`sq.cur_post` before it).
@@ -27,76 +28,124 @@ pub(super) struct Posted {
     pub(super) wqe_opcode: u8,
 }
 
-/// Posts one batch of up to `count` random DC WRITEs and SENDs through libmlx5's builders
-/// (`ibv_wr_start`, `ibv_wr_rdma_write`/`ibv_wr_send`, `mlx5dv_wr_set_dc_addr`,
-/// `ibv_wr_set_sge`/`ibv_wr_set_inline_data`, `ibv_wr_complete`), as many as the queue has room
-/// for, and records them in `posted`.
-pub(super) fn post_batch(
-    dci: &mut OracleDci, ah: &OracleAh, count: usize, rng: &mut StdRng, posted: &mut VecDeque<Posted>,
-) {
-    let (head, tail) = dci.head_and_tail();
-    // mlx5_wq_overflow: a batch fits while the requests outstanding and those before it in the
-    // batch stay under max_post.
-    let room = dci.max_post().saturating_sub(head.wrapping_sub(tail)) as usize;
-    let count = count.min(room);
-    if count == 0 {
-        return;
+/// libmlx5's DCI and the writer's send queue of the same shape, in the table the poller is
+/// given.
+pub(super) struct Posting {
+    /// libmlx5's DCI, its requests posted through libmlx5's builders.
+    pub(super) dci: OracleDci,
+    /// The table holding `queue`, the poller's.
+    pub(super) table: SendQueueTable,
+    queue: Rc<SharedSendQueue>,
+    /// The second DCI, whose memory the writer's queue writes: dropped after it.
+    _memory: OracleDci,
+    oracle_routes: Vec<OracleAh>,
+    routes: Vec<AddressVector>,
+    draw: Draw,
+}
+
+impl Posting {
+    /// Both ways over DCIs of `dci`'s shape.
+    pub(super) fn new(dci: OracleDci, rng: &mut SmallRng) -> Self {
+        let shape = dci.shape().clone();
+        let memory = OracleDci::new(&shape);
+        let layout = memory.layout();
+        let parts = SendQueueParts {
+            buffer: layout.buffer,
+            wqe_count: layout.wqe_count,
+            stride: layout.stride,
+            doorbell_record: layout.doorbell_record,
+            blueflame: layout.blueflame,
+            blueflame_size: layout.blueflame_size,
+            max_post: dci.max_post(),
+            max_inline_data: dci.max_inline_data(),
+            max_send_sge: shape.max_send_sge,
+            sq_sig_all: shape.sq_sig_all,
+            qp_number: shape.qp_number,
+            streams: shape.streams,
+        };
+        // SAFETY: the second DCI's memory outlives the queue (the table and the queue are
+        // dropped before it) and nothing else posts on it.
+        let queue = unsafe { SendQueue::from_parts(parts) }.expect("the oracle's shape");
+        let queue = Rc::new(SharedSendQueue::new(queue));
+        let table = SendQueueTable::default();
+        table.insert(shape.qp_number, Rc::clone(&queue));
+        let routes: Vec<AddressVector> = (0..3)
+            .map(|_| AddressVector::new(std::array::from_fn(|_| rng.random())))
+            .collect();
+        let draw = Draw {
+            operations: Operations::SendWrite,
+            max_inline_data: dci.max_inline_data(),
+            max_send_sge: shape.max_send_sge,
+            streams: shape.streams,
+            routes: routes.len(),
+        };
+        Self {
+            oracle_routes: routes.iter().map(|route| OracleAh::new(*route.bytes())).collect(),
+            routes,
+            draw,
+            dci,
+            table,
+            queue,
+            _memory: memory,
+        }
     }
-    let inline_data = [0x3cu8; 512];
-    let max_inline = dci.max_inline_data() as usize;
-    let (qp, mlx5) = (dci.qp_ex().as_ptr(), dci.mlx5_qp_ex().as_ptr());
-    // SAFETY: the oracle's DCI and AH are alive and libmlx5's builders installed; the inline
-    // data outlives the builder call, which copies it.
-    unsafe {
-        ibv_wr_start(qp);
-        for _ in 0..count {
-            let index = dci.posting_index();
-            (*qp).wr_id = rng.random();
-            (*qp).wr_flags = if rng.random_bool(0.5) {
-                ibv_send_flags::IBV_SEND_SIGNALED.0
-            } else {
-                0
-            };
-            let wqe_opcode = if rng.random_bool(0.5) {
-                ibv_wr_rdma_write(qp, rng.random(), rng.random());
-                MLX5_OPCODE_RDMA_WRITE
-            } else {
-                ibv_wr_send(qp);
-                MLX5_OPCODE_SEND
-            };
-            mlx5dv_wr_set_dc_addr(
-                mlx5,
-                ah.ibv_ah().as_ptr(),
-                rng.random::<u32>() & 0x00ff_ffff,
-                rng.random(),
+
+    /// Requests the writer's queue holds posted and not completed (`sq.head - sq.tail`).
+    pub(super) fn outstanding(&self) -> u32 {
+        self.queue.try_with_mut(|queue| queue.outstanding()).unwrap()
+    }
+
+    /// Posts one batch of up to `count` random DC WRITEs and SENDs, as many as the queue has
+    /// room for, through libmlx5's builders and through the writer; checks that both hold each
+    /// at the same slot with the same `wr_id` and posting count (`sq.wrid[]`, `sq.wqe_head[]`),
+    /// and records them in `posted`.
+    pub(super) fn post_batch(&mut self, count: usize, rng: &mut SmallRng, posted: &mut VecDeque<Posted>) {
+        let (head, tail) = self.dci.head_and_tail();
+        // mlx5_wq_overflow: a batch fits while the requests outstanding and those before it in
+        // the batch stay under max_post.
+        let room = self.dci.max_post().saturating_sub(head.wrapping_sub(tail)) as usize;
+        assert_eq!(self.outstanding(), head.wrapping_sub(tail), "requests outstanding");
+        let count = count.min(room);
+        if count == 0 {
+            return;
+        }
+        let batch: Vec<_> = (0..count)
+            .map(|_| {
+                let wr_id = rng.random();
+                self.draw.request(rng, wr_id)
+            })
+            .collect();
+        let mut index = self.dci.posting_index();
+        post_libmlx5(&self.dci, &self.oracle_routes, &batch);
+        self.queue
+            .try_with_mut(|queue| post_direct(queue, &self.routes, &batch))
+            .unwrap();
+        let wqe_count = self.dci.shape().wqe_count;
+        for request in &batch {
+            let slot = index & (wqe_count - 1);
+            let wqe = decode_dc_wqe(self.dci.send_queue(), slot).unwrap();
+            let writers = self
+                .queue
+                .try_with_mut(|queue| (queue.wr_id(slot), queue.wqe_head(slot)))
+                .unwrap();
+            assert_eq!(
+                (self.dci.wr_id(slot), self.dci.wqe_head(slot)),
+                (request.wr_id, writers.1),
+                "libmlx5's slot {slot}"
             );
-            if rng.random_bool(0.5) {
-                let length = rng.random_range(0..=max_inline);
-                ibv_wr_set_inline_data(qp, inline_data.as_ptr().cast_mut().cast(), length);
-            } else {
-                ibv_wr_set_sge(qp, rng.random(), rng.random(), rng.random_range(0..=4096));
-            }
-            posted.push_back(Posted { index, wqe_opcode });
+            assert_eq!(writers.0, request.wr_id, "the writer's slot {slot}");
+            posted.push_back(Posted {
+                index,
+                wqe_opcode: wqe.opcode,
+            });
+            index = index.wrapping_add(u32::from(wqe.ds).div_ceil(4));
         }
-        assert_eq!(ibv_wr_complete(qp), 0, "libmlx5 refused a batch the queue had room for");
-    }
-}
-
-/// The oracle DCI's `sq.wrid[]` and `sq.wqe_head[]` as the poller's slot table, with a tail of
-/// its own (`sq.tail` as the poller moves it), to compare with the one libmlx5's poll moves.
-pub(super) struct OracleSlots<'a> {
-    pub(super) dci: &'a OracleDci,
-    pub(super) tail: u32,
-}
-
-impl SendQueueSlots for OracleSlots<'_> {
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind> {
-        if qp_number != self.dci.shape().qp_number {
-            return Err(PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number });
-        }
-        let slot = u32::from(wqe_counter) & (self.dci.shape().wqe_count - 1);
-        self.tail = self.dci.wqe_head(slot).wrapping_add(1);
-        Ok(self.dci.wr_id(slot))
+        let direct_index = self.queue.try_with_mut(|queue| queue.posting_index()).unwrap();
+        assert_eq!(
+            (self.dci.posting_index(), direct_index),
+            (index, index),
+            "posting indices"
+        );
     }
 }
 

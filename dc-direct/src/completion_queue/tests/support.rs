@@ -1,11 +1,15 @@
-//! Test-only CQ memory, CQE writer and send queue slot table.
+//! Test-only CQ memory, CQE writer, and a send queue table holding a send queue the crate's
+//! writer posts on.
 
-use std::collections::HashMap;
 use std::ptr::NonNull;
+use std::rc::Rc;
 
-use crate::completion_queue::{
-    CompletionQueueParts, CompletionQueuePoller, PollDirectCompletionQueueErrorKind, SendQueueSlots,
-};
+use sideway::ibverbs::queue_pair::WorkRequestFlags;
+
+use crate::completion_queue::{CompletionQueueParts, CompletionQueuePoller, SendQueueTable};
+use crate::send_queue::shared::SharedSendQueue;
+use crate::send_queue::tests::{Limits, Memory};
+use crate::send_queue::AddressVector;
 
 /// A CQ's ring and doorbell record in plain memory, filled as `mlx5_alloc_cq_buf` leaves it.
 pub(crate) struct CqMemory {
@@ -117,45 +121,82 @@ impl CqeFields {
     }
 }
 
-/// libmlx5's `sq.wrid[]`, `sq.wqe_head[]` and `sq.tail` per QP.
-#[derive(Debug, Default)]
-pub(crate) struct SlotTable {
-    queues: HashMap<u32, TestSendQueue>,
+/// A completion queue's send queue table holding one send queue over plain memory, which the
+/// crate's writer posts on: the requests the poller retires are real ones, their `wr_id`s and
+/// posting counts (`sq.wrid[]`, `sq.wqe_head[]`) the writer's.
+pub(crate) struct TableWithQueue {
+    pub(crate) table: SendQueueTable,
+    queue: Rc<SharedSendQueue>,
+    /// The queue's memory, kept until after the queue (which writes it) is dropped.
+    _memory: Memory,
 }
 
-#[derive(Debug)]
-struct TestSendQueue {
-    wr_ids: Vec<u64>,
-    wqe_heads: Vec<u32>,
-    tail: u32,
-}
-
-impl SlotTable {
-    pub(crate) fn add(&mut self, qp_number: u32, wr_ids: Vec<u64>, wqe_heads: Vec<u32>) {
-        assert!(wr_ids.len().is_power_of_two() && wr_ids.len() == wqe_heads.len());
-        self.queues.insert(
+impl TableWithQueue {
+    /// QP `qp_number`'s send queue of `wqe_count` slots, room for `wqe_count / 2` requests (one
+    /// scatter/gather entry, no inline data: every request takes two slots), in a table.
+    pub(crate) fn new(qp_number: u32, wqe_count: u32) -> Self {
+        let limits = Limits {
+            max_post: wqe_count / 2,
+            max_inline_data: 0,
+            max_send_sge: 1,
             qp_number,
-            TestSendQueue {
-                wr_ids,
-                wqe_heads,
-                tail: 0,
-            },
-        );
+            ..Limits::default()
+        };
+        let mut memory = Memory::new(wqe_count, 0, 0);
+        let queue = Rc::new(SharedSendQueue::new(memory.queue(0, limits)));
+        let table = SendQueueTable::default();
+        table.insert(qp_number, Rc::clone(&queue));
+        Self {
+            table,
+            queue,
+            _memory: memory,
+        }
     }
 
-    pub(crate) fn tail(&self, qp_number: u32) -> u32 {
-        self.queues[&qp_number].tail
+    /// Posts a signaled DC RDMA WRITE for each of `wr_ids`, each in a batch of its own; returns
+    /// the posting index each one's WQE starts at (what its CQE's `wqe_counter` names).
+    pub(crate) fn post(&self, wr_ids: impl IntoIterator<Item = u64>) -> Vec<u16> {
+        let av = AddressVector::new([5; 48]);
+        let mut indices = Vec::new();
+        for wr_id in wr_ids {
+            let index = self
+                .queue
+                .try_with_mut(|queue| {
+                    let index = queue.posting_index() as u16;
+                    let mut guard = queue.start_post_send();
+                    let request = guard
+                        .construct_wr(wr_id, WorkRequestFlags::Signaled)
+                        .setup_write(0x55, 0x1000)
+                        .setup_dc_addr(&av, 0x77, 0xdc);
+                    // SAFETY: nothing reads the buffer.
+                    unsafe { request.setup_sge(3, 0x2000, 64) }.expect("room for the request");
+                    guard.post();
+                    index
+                })
+                .unwrap();
+            indices.push(index);
+        }
+        indices
     }
-}
 
-impl SendQueueSlots for SlotTable {
-    fn retire(&mut self, qp_number: u32, wqe_counter: u16) -> Result<u64, PollDirectCompletionQueueErrorKind> {
-        let queue = self
-            .queues
-            .get_mut(&qp_number)
-            .ok_or(PollDirectCompletionQueueErrorKind::UnknownQueuePair { qp_number })?;
-        let slot = usize::from(wqe_counter) & (queue.wr_ids.len() - 1);
-        queue.tail = queue.wqe_heads[slot].wrapping_add(1);
-        Ok(queue.wr_ids[slot])
+    /// Posts a signaled DC RDMA WRITE for `wr_id`; returns the posting index its WQE starts at.
+    pub(crate) fn post_one(&self, wr_id: u64) -> u16 {
+        self.post([wr_id])[0]
+    }
+
+    /// Posts and completes requests (as their completions would, `SendQueue::complete`) until
+    /// the next request starts at posting index `index`.
+    pub(crate) fn advance_to(&self, index: u32) {
+        while self.queue.try_with_mut(|queue| queue.posting_index()).unwrap() < index {
+            let at = self.post_one(0);
+            self.queue.try_with_mut(|queue| queue.complete(at)).unwrap().unwrap();
+        }
+        let at = self.queue.try_with_mut(|queue| queue.posting_index()).unwrap();
+        assert_eq!((at, self.outstanding()), (index, 0));
+    }
+
+    /// Requests posted and not completed (`sq.head - sq.tail`): the room completions free.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.queue.try_with_mut(|queue| queue.outstanding()).unwrap()
     }
 }

@@ -3,7 +3,7 @@
 mod layout;
 mod oracle;
 mod refusals;
-mod requests;
+pub(crate) mod requests;
 
 use std::ptr::NonNull;
 
@@ -15,7 +15,7 @@ use super::{SendQueue, SendQueueParts};
 struct Block([u8; 64]);
 
 /// Plain memory standing in for a DCI's send queue, doorbell record and BlueFlame register.
-pub(super) struct Memory {
+pub(crate) struct Memory {
     buffer: Box<[Block]>,
     record: Box<[u32; 2]>,
     register: Box<[Block]>,
@@ -24,7 +24,7 @@ pub(super) struct Memory {
 impl Memory {
     /// `wqe_count` blocks filled with `stale`, a zero record, a register of two halves of
     /// `blueflame_size` bytes (one block when 0) filled with `stale` too.
-    pub(super) fn new(wqe_count: u32, blueflame_size: u32, stale: u8) -> Self {
+    pub(crate) fn new(wqe_count: u32, blueflame_size: u32, stale: u8) -> Self {
         let register_blocks = (2 * blueflame_size as usize / 64).max(1);
         Self {
             buffer: vec![Block([stale; 64]); wqe_count as usize].into_boxed_slice(),
@@ -52,7 +52,7 @@ impl Memory {
     }
 
     /// The send queue over this memory.
-    pub(super) fn queue(&mut self, blueflame_size: u32, limits: Limits) -> SendQueue {
+    pub(crate) fn queue(&mut self, blueflame_size: u32, limits: Limits) -> SendQueue {
         let parts = self.parts(blueflame_size, limits);
         // SAFETY: the memory outlives the queue in every test (the test keeps both), and nothing
         // else writes it meanwhile (the tests read it only between batches).
@@ -77,13 +77,13 @@ impl Memory {
 
 /// The limits of a test queue.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
-    pub(super) max_post: u32,
-    pub(super) max_inline_data: u32,
-    pub(super) max_send_sge: u32,
-    pub(super) sq_sig_all: bool,
-    pub(super) qp_number: u32,
-    pub(super) streams: bool,
+pub(crate) struct Limits {
+    pub(crate) max_post: u32,
+    pub(crate) max_inline_data: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) qp_number: u32,
+    pub(crate) streams: bool,
 }
 
 impl Default for Limits {
@@ -101,17 +101,17 @@ impl Default for Limits {
 
 impl SendQueue {
     /// The posting index (`sq.cur_post`).
-    pub(super) fn posting_index(&self) -> u32 {
+    pub(crate) fn posting_index(&self) -> u32 {
         self.posting_index
     }
 
     /// The `wr_id` of the request starting at `slot` (`sq.wrid[slot]`).
-    pub(super) fn wr_id(&self, slot: u32) -> u64 {
+    pub(crate) fn wr_id(&self, slot: u32) -> u64 {
         self.wr_ids[slot as usize]
     }
 
     /// `sq.wqe_head[slot]`.
-    pub(super) fn wqe_head(&self, slot: u32) -> u32 {
+    pub(crate) fn wqe_head(&self, slot: u32) -> u32 {
         self.wqe_heads[slot as usize]
     }
 }

@@ -22,7 +22,7 @@ use crate::send_queue::{
 
 /// The operations a queue is tried with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Operations {
+pub(crate) enum Operations {
     /// SEND and RDMA WRITE.
     SendWrite,
     /// Those, their immediates, RDMA READ and both atomics.
@@ -30,7 +30,7 @@ pub(super) enum Operations {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Op {
+pub(crate) enum Op {
     Send,
     SendImm(u32),
     Write(u32, u64),
@@ -48,13 +48,13 @@ impl Op {
 
 /// A scatter/gather entry (`ibv_sge` has no `Debug`).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Entry {
-    pub(super) lkey: u32,
-    pub(super) addr: u64,
-    pub(super) length: u32,
+pub(crate) struct Entry {
+    pub(crate) lkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) length: u32,
 }
 
-pub(super) fn raw(list: &[Entry]) -> Vec<ibv_sge> {
+pub(crate) fn raw(list: &[Entry]) -> Vec<ibv_sge> {
     list.iter()
         .map(|entry| ibv_sge {
             addr: entry.addr,
@@ -65,7 +65,7 @@ pub(super) fn raw(list: &[Entry]) -> Vec<ibv_sge> {
 }
 
 #[derive(Debug, Clone)]
-pub(super) enum Payload {
+pub(crate) enum Payload {
     Sge(Entry),
     SgeList(Vec<Entry>),
     Inline(Vec<u8>),
@@ -75,29 +75,29 @@ pub(super) enum Payload {
 
 /// One request, as both posting paths take it.
 #[derive(Debug, Clone)]
-pub(super) struct Request {
-    pub(super) wr_id: u64,
-    pub(super) flags: u32,
-    pub(super) op: Op,
+pub(crate) struct Request {
+    pub(crate) wr_id: u64,
+    pub(crate) flags: u32,
+    pub(crate) op: Op,
     /// Index of its address handle.
-    pub(super) route: usize,
-    pub(super) dct_number: u32,
-    pub(super) dc_key: u64,
-    pub(super) stream_id: Option<u16>,
-    pub(super) payload: Payload,
+    pub(crate) route: usize,
+    pub(crate) dct_number: u32,
+    pub(crate) dc_key: u64,
+    pub(crate) stream_id: Option<u16>,
+    pub(crate) payload: Payload,
 }
 
 /// The limits requests are drawn within.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Draw {
-    pub(super) operations: Operations,
-    pub(super) max_inline_data: u32,
-    pub(super) max_send_sge: u32,
-    pub(super) streams: bool,
-    pub(super) routes: usize,
+pub(crate) struct Draw {
+    pub(crate) operations: Operations,
+    pub(crate) max_inline_data: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) streams: bool,
+    pub(crate) routes: usize,
 }
 
-pub(super) fn sge(rng: &mut SmallRng) -> Entry {
+pub(crate) fn sge(rng: &mut SmallRng) -> Entry {
     // A zero length now and then: libmlx5 leaves such an entry out.
     let length = if rng.random_ratio(1, 8) {
         0
@@ -123,7 +123,7 @@ fn inline_length(rng: &mut SmallRng, max: u32) -> usize {
 }
 
 impl Draw {
-    pub(super) fn request(&self, rng: &mut SmallRng, wr_id: u64) -> Request {
+    pub(crate) fn request(&self, rng: &mut SmallRng, wr_id: u64) -> Request {
         let op = match (self.operations, rng.random_range(0..7)) {
             (Operations::SendWrite, n) if n % 2 == 0 => Op::Send,
             (Operations::SendWrite, _) => Op::Write(rng.random(), rng.random()),
@@ -182,7 +182,7 @@ impl Draw {
 }
 
 /// The slices of an inline list.
-pub(super) fn pieces<'b>(bytes: &'b [u8], cuts: &[usize]) -> Vec<&'b [u8]> {
+pub(crate) fn pieces<'b>(bytes: &'b [u8], cuts: &[usize]) -> Vec<&'b [u8]> {
     let mut pieces = Vec::with_capacity(cuts.len() + 1);
     let mut start = 0;
     for &cut in cuts {
@@ -195,7 +195,7 @@ pub(super) fn pieces<'b>(bytes: &'b [u8], cuts: &[usize]) -> Vec<&'b [u8]> {
 
 /// Posts `batch` through libmlx5's builders, as sideway-ext's DC guard calls them (builder,
 /// address, data).
-pub(super) fn post_libmlx5(dci: &OracleDci, routes: &[OracleAh], batch: &[Request]) {
+pub(crate) fn post_libmlx5(dci: &OracleDci, routes: &[OracleAh], batch: &[Request]) {
     let (qp, mlx5) = (dci.qp_ex().as_ptr(), dci.mlx5_qp_ex().as_ptr());
     // SAFETY: the oracle's DCI and address handles are alive and its builders installed; the
     // buffers are only described (and inline bytes copied during the calls).
@@ -238,7 +238,7 @@ pub(super) fn post_libmlx5(dci: &OracleDci, routes: &[OracleAh], batch: &[Reques
     }
 }
 
-pub(super) fn flags_of(bits: u32) -> WorkRequestFlags {
+pub(crate) fn flags_of(bits: u32) -> WorkRequestFlags {
     [
         WorkRequestFlags::Fence,
         WorkRequestFlags::Signaled,
@@ -284,7 +284,7 @@ fn any_data<O: InlineOperation>(
 }
 
 /// Posts `batch` through the direct writer, each request addressed at its address step.
-pub(super) fn post_direct(queue: &mut SendQueue, routes: &[AddressVector], batch: &[Request]) {
+pub(crate) fn post_direct(queue: &mut SendQueue, routes: &[AddressVector], batch: &[Request]) {
     let mut guard = queue.start_post_send();
     for request in batch {
         let handle = guard.construct_wr(request.wr_id, flags_of(request.flags));
@@ -317,7 +317,7 @@ pub(super) fn post_direct(queue: &mut SendQueue, routes: &[AddressVector], batch
 
 /// Posts `batch`, whose requests share one address (the first's), through the direct writer's
 /// batch to that address: each request from its operation to its data.
-pub(super) fn post_direct_to(queue: &mut SendQueue, routes: &[AddressVector], batch: &[Request]) {
+pub(crate) fn post_direct_to(queue: &mut SendQueue, routes: &[AddressVector], batch: &[Request]) {
     let Some(first) = batch.first() else { return };
     let address = BatchAddress::new(&routes[first.route], first.dct_number, first.dc_key, first.stream_id);
     let mut guard = queue.start_post_send_to(address);
