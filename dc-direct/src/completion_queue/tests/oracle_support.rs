@@ -128,12 +128,9 @@ impl Posting {
                 .queue
                 .try_with_mut(|queue| (queue.wr_id(slot), queue.wqe_head(slot)))
                 .unwrap();
-            assert_eq!(
-                (self.dci.wr_id(slot), self.dci.wqe_head(slot)),
-                (request.wr_id, writers.1),
-                "libmlx5's slot {slot}"
-            );
-            assert_eq!(writers.0, request.wr_id, "the writer's slot {slot}");
+            let libmlx5s = (self.dci.wr_id(slot), self.dci.wqe_head(slot));
+            assert_eq!(libmlx5s, writers, "slot {slot}: wr_id and wqe_head");
+            assert_eq!(writers.0, request.wr_id, "slot {slot}: the request's wr_id");
             posted.push_back(Posted {
                 index,
                 wqe_opcode: wqe.opcode,
