@@ -154,15 +154,14 @@ _THIS_CRATE = {
          _REQUEST_TOO_LARGE, 1),
         (("    /// Allocating the DC initiator's thread domain failed", "AllocateThreadDomainError),\n"), "", 1),
         (("/// The end of [`CreateDcInitiatorErrorKind::RequestTooLarge`]'s message", "\n}\n\n"), "", 1),
-        ("    /// Whether each DC initiator is created on a thread domain of its own.\n    thread_domain: bool,\n", "", 1),
-        ("; holds its protection domain, send CQ and, if it\n/// was created on one, its thread domain.",
-         "; holds its protection domain and send CQ.", 1),
+        ("    thread_domain: bool,\n", "", 1),
+        ("; holds its protection domain,\n/// send CQ and thread domain, if any.",
+         "; holds its protection domain\n/// and send CQ.", 1),
         ("    /// Dropped first: the queue pair, before the thread domain it was created on.\n", "", 1),
-        (("    /// The thread domain the queue pair was created on\n", "    thread_domain: Option<ThreadDomain>,\n"), "", 1),
+        ("    thread_domain: Option<ThreadDomain>,\n", "", 1),
         ("            .field(\"thread_domain\", &self.thread_domain.is_some())\n", "", 1),
         (("    /// The thread domain it was created on, of its own", "    }\n\n"), "", 1),
-        ("(their PD and CQ pointers are\n/// kept alive by the queue pair's parents, and a parent domain by the DC initiator's thread\n/// domain).",
-         "(their PD and CQ pointers are\n/// kept alive by the queue pair's parents).", 1),
+        (" parents and thread domain).", " parents).", 1),
     ],
     "creation.rs": [
         ("use crate::ibverbs::thread_domain::ThreadDomain;\n", "", 1),
@@ -287,12 +286,12 @@ _LATER = {
              "    init: Zeroed<ibv_qp_init_attr_ex>,\n"
              "    #[allow(dead_code)] // as `init`\n"
              "    mlx5: Zeroed<mlx5dv_qp_init_attr>,\n", 1),
-            ("    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt the DC\n"
-             "    /// initiator).", "    /// The queue pair number.", 1),
-            ("as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state)\n"
-             "    /// through this value.", "as of the last [`modify`](Self::modify).", 1),
-            ("takes, which [`bring_up`](Self::bring_up) caps the asked depth with: the smaller",
-             "takes: the smaller", 1),
+            ("    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt it).",
+             "    /// The queue pair number.", 1),
+            ("as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state).",
+             "as of the last [`modify`](Self::modify).", 1),
+            ("it takes, which [`bring_up`](Self::bring_up) caps with: the\n    /// smaller",
+             "it takes: the\n    /// smaller", 1),
         ],
         "creation.rs": [
             ("            brought_up_with: None,\n", "", 1),
@@ -303,7 +302,7 @@ _LATER = {
         "mod.rs": [
             ("mod addressed;\n", "", 1),
             ("mod transport;\n", "", 1),
-            (("\n    /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target\n",
+            (("\n    /// Starts a batch of send requests (`ibv_wr_start`) that all go to `dct_number`/`dc_key` over\n",
               "        request(guard.construct_wr(wr_id, wr_flags));\n        guard.post()\n    }\n"), "", 1),
             ("use crate::ibverbs::address_handle::AddressHandle;\n", "", 1),
             (("use crate::ibverbs::post_send_guard::{\n", "TypedWorkRequestHandle,\n};\n"),
@@ -373,8 +372,7 @@ _LATER = {
              "", 1),
         ],
         "mod.rs": [
-            ("        // Its mlx5 view, and the path MTU its READs are held to.\n"
-             "        let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());\n",
+            ("        let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());\n",
              "        let context = DcContext::new(self.mlx5_qp_ex);\n", 1),
             ("    entry, PathMtus, ProviderEntries,", "    entry, ProviderEntries,", 1),
             ("        guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));\n", "", 1),
@@ -438,7 +436,7 @@ def INITIATOR_REWRITES(name, part):
             rewrites += files.get(name, [])
     rewrites += _ALWAYS.get(name, [])
     if name == "mod.rs" and part in _GUIDE:
-        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "address step, or one address for a whole batch).\n"),
+        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "DCI streams [`DcInitiator::reset_stream`] the one errored stream.\n"),
                          _GUIDE[part], 1))
     return rewrites
 

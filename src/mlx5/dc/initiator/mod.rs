@@ -1,20 +1,11 @@
-//! The DC initiator (DCI): a send-only queue pair of the DC (Dynamically Connected) transport,
-//! whose every work request names its destination (address handle, DCT number, DC key) with
-//! `mlx5dv_wr_set_dc_addr`.
+//! The DC initiator (DCI): a send-only queue pair of the DC transport whose every request names
+//! its destination with `mlx5dv_wr_set_dc_addr`.
 //!
-//! Build one with [`DcInitiatorBuilder`] (from a protection domain), bring it to RTS with
-//! [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]), then post with
-//! [`DcInitiator::start_post_send`]: `construct_wr` → an operation → `setup_dc_addr` → the data.
-//! A request without its address or its data does not compile, and data given before the address
-//! fails with an error that names `setup_dc_addr` ([`Addressed`]; `tests/compile_fail/` pins both).
-//!
-//! After an error completion a DC initiator is in ERR for every destination:
-//! [`DcInitiator::recover`] brings it back in one call; with DCI streams, one errored stream is
-//! reset with [`DcInitiator::reset_stream`].
-//!
-//! The other methods are in one file per concept: `creation` (planned by `plan`), `bring_up`,
-//! `recovery`; `transport` and `addressed` are the DC transport of the post guard (a request's
-//! address step, or one address for a whole batch).
+//! Build one with [`DcInitiatorBuilder`], bring it to RTS with [`DcInitiator::bring_up`], post
+//! with [`DcInitiator::start_post_send`]: `construct_wr` → operation → `setup_dc_addr` → data;
+//! data before the address does not compile ([`Addressed`]; `tests/compile_fail/` pins it). After
+//! an error completion it is in ERR for every destination: [`DcInitiator::recover`] it, or with
+//! DCI streams [`DcInitiator::reset_stream`] the one errored stream.
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -57,9 +48,7 @@ pub(crate) const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
 const SET_DC_ADDR_STREAM: u32 = entry::FIRST_EXTERNAL << 1;
 
 /// Every send operation a DC initiator can post (libmlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`,
-/// less send with invalidate, which DC cannot carry). The atomics need a device with atomics
-/// (`ibv_device_attr::atomic_cap` not `IBV_ATOMIC_NONE`); see
-/// [`DcInitiatorBuilder::setup_send_ops_flags`].
+/// less send with invalidate, which DC cannot carry); the atomics need a device with atomics.
 pub const DC_SEND_OPERATIONS: SendOperationFlags = SendOperationFlags::Write
     .or(SendOperationFlags::WriteWithImmediate)
     .or(SendOperationFlags::Send)
@@ -79,9 +68,7 @@ pub const DC_ATOMIC_OPERATIONS: SendOperationFlags =
 pub struct CreateDcInitiatorError(#[from] pub CreateDcInitiatorErrorKind);
 
 impl CreateDcInitiatorError {
-    /// Whether DC is not available at all: the device is not mlx5, libmlx5 is missing
-    /// ([`NotSupported`](CreateDcInitiatorErrorKind::NotSupported)), or the mlx5 device has no DC
-    /// transport ([`DcNotSupportedByDevice`](CreateDcInitiatorErrorKind::DcNotSupportedByDevice)).
+    /// Whether DC is not available at all (no mlx5, no libmlx5, or no DC transport).
     pub fn is_not_supported(&self) -> bool {
         matches!(
             self.0,
@@ -128,8 +115,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
-    /// The send queue would take more basic blocks than the device has, which libmlx5's
-    /// `mlx5_calc_sq_size` refuses; see [`DcInitiatorBuilder::setup_max_send_wr`].
+    /// The send queue would take more basic blocks than the device has (libmlx5's `mlx5_calc_sq_size`).
     #[error(
         "max_send_wr {requested} does not fit: a DC request takes {request_size} bytes, and the device's \
          {max_qp_wr} send queue blocks of 64 bytes hold at most {max} of them"
@@ -152,8 +138,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
-    /// A request does not fit the device's largest DC send request (libmlx5's
-    /// `mlx5_calc_send_wqe`); see [`DcInitiatorBuilder::setup_max_send_sge`].
+    /// A request does not fit the device's largest DC send request (libmlx5's `mlx5_calc_send_wqe`).
     #[error(
         "a request of {request_bytes} bytes (max_send_sge {max_send_sge}, max_inline_data {max_inline_data}) \
          is larger than the device's largest DC send request: {}",
@@ -173,8 +158,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// Whether the device reported both sizes; otherwise libmlx5 refused the request.
         reported: bool,
     },
-    /// DCI streams on a device without them (libmlx5 reports zeros where there are none, e.g. a
-    /// ConnectX-6 that is not a Dx).
+    /// DCI streams on a device without them (e.g. a ConnectX-6 that is not a Dx).
     #[error("the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 or not reported)")]
     DciStreamsNotSupported,
     /// A DCI-streams size is above the device's.
@@ -193,8 +177,7 @@ pub enum CreateDcInitiatorErrorKind {
         /// The entry's name.
         entry: &'static str,
     },
-    /// Allocating the DC initiator's thread domain failed
-    /// ([`setup_thread_domain`](DcInitiatorBuilder::setup_thread_domain)).
+    /// Allocating the DC initiator's thread domain failed.
     #[error(transparent)]
     ThreadDomain(#[from] AllocateThreadDomainError),
     /// The library call failed.
@@ -229,13 +212,11 @@ pub struct DcInitiatorBuilder {
     pd: Arc<ProtectionDomain>,
     send_cq: Option<GenericCompletionQueue>,
     request: DciRequest,
-    /// Whether each DC initiator is created on a thread domain of its own.
     thread_domain: bool,
 }
 
-/// A DC initiator (DCI): a send-only queue pair whose every request names its destination.
-/// Created by [`DcInitiatorBuilder::build`]; holds its protection domain, send CQ and, if it
-/// was created on one, its thread domain.
+/// A DC initiator (DCI), created by [`DcInitiatorBuilder::build`]; holds its protection domain,
+/// send CQ and thread domain, if any.
 pub struct DcInitiator {
     /// Dropped first: the queue pair, before the thread domain it was created on.
     core: QueuePairCore,
@@ -246,8 +227,6 @@ pub struct DcInitiator {
     creation: DciCreation,
     read_atomic_depth: u8,
     brought_up_with: Option<Arc<BringUpAttributes>>,
-    /// The thread domain the queue pair was created on
-    /// ([`setup_thread_domain`](DcInitiatorBuilder::setup_thread_domain)), dropped after it.
     thread_domain: Option<ThreadDomain>,
 }
 
@@ -278,14 +257,12 @@ impl DcInitiator {
         self.core.qp()
     }
 
-    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt the DC
-    /// initiator).
+    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt it).
     pub fn qp_number(&self) -> u32 {
         self.core.qp_number()
     }
 
-    /// The state, as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state)
-    /// through this value.
+    /// The state, as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state).
     pub fn state(&self) -> QueuePairState {
         self.core.state()
     }
@@ -295,8 +272,7 @@ impl DcInitiator {
         self.granted.max_send_wr
     }
 
-    /// The inline data size `mlx5dv_create_qp` granted: at least what was asked for (28 bytes
-    /// when 0 was, by default); longer inline data is refused at post.
+    /// The inline data size granted: at least what was asked for (28 bytes when 0 was).
     pub fn max_inline_data(&self) -> u32 {
         self.granted.max_inline_data
     }
@@ -326,10 +302,9 @@ impl DcInitiator {
         self.thread_domain.as_ref()
     }
 
-    /// The deepest `max_rd_atomic` this DC initiator
-    /// takes, which [`bring_up`](Self::bring_up) caps the asked depth with: the smaller of the
-    /// device's `max_dc_rd_atom` and `max_dc_init_rd_atom` (mlx5_ib's `validate_rd_atomic`); 1
-    /// before rdma-core 47, which reports neither.
+    /// The deepest `max_rd_atomic` it takes, which [`bring_up`](Self::bring_up) caps with: the
+    /// smaller of `max_dc_rd_atom` and `max_dc_init_rd_atom` (mlx5_ib's `validate_rd_atomic`); 1
+    /// before rdma-core 47.
     pub fn max_read_atomic(&self) -> u8 {
         self.read_atomic_depth
     }
@@ -342,12 +317,9 @@ impl DcInitiator {
         self.core.modify(attr)
     }
 
-    /// Starts a batch of send requests (`ibv_wr_start`) that all go to the DC target
-    /// `dct_number` with access key `dc_key` over `ah` (on DCI stream `stream`, if some), with
-    /// no address step.
-    ///
-    /// Refused before the provider as [`start_post_send`](Self::start_post_send)'s; a `stream` on
-    /// an initiator without DCI streams refuses each request, naming `wr_set_dc_addr_stream`.
+    /// Starts a batch of send requests (`ibv_wr_start`) that all go to `dct_number`/`dc_key` over
+    /// `ah` (on DCI stream `stream`, if some), with no address step; a `stream` without DCI streams
+    /// refuses each request, naming `wr_set_dc_addr_stream`.
     #[inline]
     pub fn start_post_send_to<'g>(
         &'g mut self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
@@ -373,7 +345,6 @@ impl DcInitiator {
     #[inline]
     pub fn start_post_send(&mut self) -> TypedPostSendGuard<'_, DynamicallyConnected> {
         let (qp_ex, entries) = self.send_view;
-        // Its mlx5 view, and the path MTU its READs are held to.
         let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation; the context is its mlx5 view.
@@ -416,9 +387,7 @@ pub(crate) unsafe fn dc_entries(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, streams: bool
 }
 
 /// What a DC initiator was created with, to create it again where the kernel refuses its move
-/// to RESET: the init attributes as handed to `mlx5dv_create_qp` (their PD and CQ pointers are
-/// kept alive by the queue pair's parents, and a parent domain by the DC initiator's thread
-/// domain).
+/// to RESET (the pointers are kept alive by the queue pair's parents and thread domain).
 #[derive(Clone, Copy)]
 struct DciCreation {
     init: Zeroed<ibv_qp_init_attr_ex>,
