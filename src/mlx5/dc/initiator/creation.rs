@@ -21,7 +21,7 @@ use crate::ibverbs::thread_domain::ThreadDomain;
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::create_dc_qp;
 use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
-use crate::mlx5::device_context::query_device_raw;
+use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;
 
 // The planning, which `build` runs first (and the unit tests' paths name here).
@@ -68,12 +68,9 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// Capacity of the send queue (default 16); [`DcInitiator::max_send_wr`] reads what was
-    /// granted.
-    ///
-    /// A DC request takes at least two 64-byte basic blocks (libmlx5's `mlx5_calc_send_wqe`), the
-    /// queue is rounded up to a power of two of bytes, and `max_qp_wr` counts blocks: a request
-    /// that does not fit is [`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge).
+    /// Capacity of the send queue (default 16; [`DcInitiator::max_send_wr`] reads what was
+    /// granted), in requests of at least two 64-byte blocks (libmlx5's `mlx5_calc_send_wqe`) where
+    /// `max_qp_wr` counts blocks ([`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge)).
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
         self.request.max_send_wr = max_send_wr;
         self
@@ -81,13 +78,9 @@ impl DcInitiatorBuilder {
 
     /// Scatter/gather entries per send request (default 1), at most the device's `max_sge`.
     ///
-    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`): the initiator's overhead
-    /// (control segment, 48-byte address vector, 16 more for RDMA, 32 more for atomics), then 16
-    /// bytes an entry or the inline data padded to 16, must fit `max_wqe_sz_sq` and, for a DC
-    /// initiator, `max_wqe_sz_sq_dc`, which [`build`](Self::build) reads with `QUERY_HCA_CAP`
-    /// ([`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes)) and checks before any call.
-    /// Where the device does not answer, a request above `16 · max_sge + 32` bytes (what every
-    /// device takes) is left to libmlx5, and its refusal reported as
+    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`), by the device's
+    /// [`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes), checked before any call; where
+    /// they are not reported, libmlx5's refusal is reported as
     /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge), never a bare `EINVAL`.
     pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
         self.request.max_send_sge = max_send_sge;
@@ -210,12 +203,8 @@ impl DcInitiatorBuilder {
         let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
         // SAFETY: as above.
         let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
-            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => {
-                CreateDcInitiatorErrorKind::NotSupported
-            },
-            crate::mlx5::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => {
-                CreateDcInitiatorErrorKind::Ibverbs(err)
-            },
+            QueryMlx5DeviceErrorKind::NotSupported => CreateDcInitiatorErrorKind::NotSupported,
+            QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
         let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
         let max_sge = device.max_sge.max(0) as u32;

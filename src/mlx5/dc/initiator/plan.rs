@@ -8,56 +8,35 @@ use super::{CreateDcInitiatorErrorKind, DciStreams, DC_ATOMIC_OPERATIONS, DC_SEN
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
 use crate::mlx5::send_wqe_sizes::SendWqeSizes;
 
-/// What a DC initiator is created with: its init attributes but the pointers.
+/// The init attributes of a DC initiator but the pointers (`cap`, `send_ops_flags`, streams,
+/// `sq_sig_all`), as a [`DcInitiatorBuilder`] asks for them ([`DciRequest`]) and as planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub(crate) struct DciInitParameters {
-    /// The send queue asked of the library (`cap.max_send_wr`).
+pub(crate) struct DciParameters<SendOps> {
     pub max_send_wr: u32,
-    /// `cap.max_send_sge`.
     pub max_send_sge: u32,
-    /// `cap.max_inline_data`.
     pub max_inline_data: u32,
-    /// The send operations (`send_ops_flags`).
-    pub send_ops: SendOperationFlags,
-    /// The DCI streams.
+    pub send_ops: SendOps,
     pub streams: Option<DciStreams>,
-    /// `sq_sig_all`.
     pub sq_sig_all: bool,
 }
 
-/// What a [`DcInitiatorBuilder`] asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DciRequest {
-    /// The send queue asked for.
-    pub max_send_wr: u32,
-    /// Scatter/gather entries per request.
-    pub max_send_sge: u32,
-    /// Inline data per request, in bytes.
-    pub max_inline_data: u32,
-    /// `None`: [`DC_SEND_OPERATIONS`], without the atomics on a device without atomics.
-    pub send_ops: Option<SendOperationFlags>,
-    /// DCI streams.
-    pub streams: Option<DciStreams>,
-    /// Whether every request is signalled.
-    pub sq_sig_all: bool,
-}
+/// What a builder asks for; send operations `None`: [`DC_SEND_OPERATIONS`] the device can do.
+pub(crate) type DciRequest = DciParameters<Option<SendOperationFlags>>;
+
+/// What a DC initiator is created with.
+pub(crate) type DciInitParameters = DciParameters<SendOperationFlags>;
 
 /// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
 /// `max_qp_wr`, `max_sge` and `atomic_cap`, `mlx5dv_query_device`'s `dci_streams_caps`, and the
 /// general capabilities' `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` (`QUERY_HCA_CAP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DciDevice {
-    /// `ibv_device_attr::max_qp_wr`.
     pub max_qp_wr: u32,
-    /// `ibv_device_attr::max_sge`.
     pub max_sge: u32,
     /// `atomic_cap` is not `IBV_ATOMIC_NONE` (libmlx5 sets `atomics_enabled` from it).
     pub atomics: bool,
-    /// `mlx5dv_context::dci_streams_caps`, when the device has DCI streams.
     pub dci_streams: Option<DciStreamsCapabilities>,
-    /// The deepest `max_rd_atomic` a DC initiator takes (the smaller of the device's DC
-    /// read/atomic depths; 1 when unknown).
+    /// The deepest `max_rd_atomic` a DC initiator takes ([`dci_read_atomic_depth`]).
     pub read_atomic_depth: u8,
     /// The largest send request the device takes: reported, or the bound every device with
     /// `max_sge` takes ([`SendWqeSizes::guaranteed`]) where it did not report it.
