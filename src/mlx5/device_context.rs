@@ -77,13 +77,10 @@ pub(crate) unsafe fn query_device_raw(
     }
 }
 
-/// The mlx5 direct-verbs (`mlx5dv_*`) view of a sideway [`DeviceContext`].
-///
-/// It holds an [`Arc`] of the device context; whether the device is mlx5 is known when it is
-/// queried (the [module](super) docs show both queries).
+/// The mlx5 direct-verbs (`mlx5dv_*`) view of a sideway [`DeviceContext`], which it holds; whether
+/// the device is mlx5 is known when it is queried.
 #[derive(Debug)]
 pub struct Mlx5DeviceContext {
-    // The device context the mlx5 queries run on; the Arc keeps it open.
     context: Arc<DeviceContext>,
 }
 
@@ -98,9 +95,8 @@ impl Mlx5DeviceContext {
         &self.context
     }
 
-    /// Queries the mlx5-specific attributes of the device with
-    /// [`mlx5dv_query_device(3)`](https://man7.org/linux/man-pages/man3/mlx5dv_query_device.3.html),
-    /// requesting every optional part this crate decodes ([`Mlx5ContextMask::all_flags`]).
+    /// Queries the device with [`mlx5dv_query_device(3)`](https://man7.org/linux/man-pages/man3/mlx5dv_query_device.3.html),
+    /// asking for every part this crate decodes.
     ///
     /// # Errors
     ///
@@ -123,10 +119,7 @@ impl Mlx5DeviceContext {
     /// (`max_wqe_sz_sq`, `max_wqe_sz_sq_dc`: [`DcCapabilities::send_wqe_sizes`]), with the RC
     /// depths from `ibv_query_device` for comparison.
     ///
-    /// On an mlx5 device this also sends the firmware command `QUERY_HCA_CAP` through
-    /// `mlx5dv_devx_general_cmd`, as libmlx5 does on every context it opens; where it is refused,
-    /// the sizes are the bound every device takes
-    /// ([`SendWqeSizes`](super::send_wqe_sizes::SendWqeSizes)).
+    /// On an mlx5 device this also sends `QUERY_HCA_CAP` ([`SendWqeSizes`](super::send_wqe_sizes::SendWqeSizes)).
     ///
     /// On a device that is not mlx5 (or without libmlx5) this succeeds, with
     /// [`DcCapabilities::is_supported`] `false`.

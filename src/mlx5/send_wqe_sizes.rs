@@ -1,21 +1,14 @@
 //! The largest send request (WQE) an mlx5 device takes: [`SendWqeSizes`], `max_wqe_sz_sq` and
 //! `max_wqe_sz_sq_dc` from the general capabilities of the firmware command `QUERY_HCA_CAP`.
 //!
-//! The kernel's `mlx5_ib_alloc_ucontext` sets libmlx5's private `max_sq_desc_sz` to
-//! `max_wqe_sz_sq`, and libmlx5's `mlx5_calc_send_wqe` refuses a larger request with `EINVAL`;
-//! neither reads `max_wqe_sz_sq_dc`, so nothing before the device checks it. The query goes
-//! through `mlx5dv_devx_general_cmd` on an ordinary context: mlx5_ib serves `QUERY_HCA_CAP` to
-//! every context, DEVX or not (`devx_is_whitelist_cmd`, `devx_get_uid`'s shared whitelist UID),
-//! and libmlx5's `get_hca_general_caps` sends it on every context it opens.
-//!
-//! Where it is refused (`devx_get_uid`'s `EOPNOTSUPP` without `log_max_uctx`, kernels before
-//! DEVX, libmlx5 before rdma-core v21) both sizes fall back to `16 · max_sge + 32` bytes: the
-//! kernel's `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`.
-//! Nothing bounds `max_wqe_sz_sq_dc` so in those sources; no ConnectX has confirmed the fallback.
-//!
-//! The layout is the PRM's (`mlx5_ifc.h` of the kernel and libmlx5): `query_hca_cap_out` is a
-//! 16-byte header (`status` first), then `cmd_hca_cap`, with `max_wqe_sz_sq` 16 bits at bit 0x290
-//! and `max_wqe_sz_sq_dc` at bit 0x2d0, big-endian.
+//! The kernel's `mlx5_ib_alloc_ucontext` hands libmlx5 `max_wqe_sz_sq` as `max_sq_desc_sz`, which
+//! `mlx5_calc_send_wqe` refuses a larger request by (`EINVAL`); nothing before the device reads
+//! `max_wqe_sz_sq_dc`. mlx5_ib serves `QUERY_HCA_CAP` to every context (`devx_is_whitelist_cmd`,
+//! `devx_get_uid`), and libmlx5's `get_hca_general_caps` sends it on every context it opens.
+//! Where it is refused (no `log_max_uctx`, kernels before DEVX, rdma-core before v21) both sizes
+//! fall back to `16 · max_sge + 32` bytes, as `mlx5_ib_query_device` derives `max_sge` as
+//! `(min(max_wqe_sz_sq, 512) − 32) / 16`; no ConnectX has confirmed the fallback. The layout is
+//! the PRM's (`mlx5_ifc.h`: the constants below).
 use std::ffi::c_int;
 use std::ptr::NonNull;
 
@@ -25,9 +18,8 @@ use super::library::devx_general_cmd;
 
 /// `MLX5_CMD_OP_QUERY_HCA_CAP` (mlx5_ifc.h).
 const QUERY_HCA_CAP: u16 = 0x100;
-/// `op_mod` of the query: the general device capabilities (`MLX5_SET_HCA_CAP_OP_MOD_GENERAL_DEVICE`,
-/// `MLX5_CAP_GENERAL << 1` = 0) with their current values (`HCA_CAP_OPMOD_GET_CUR` = 1), as
-/// libmlx5's `get_hca_general_caps` asks.
+/// `op_mod`: the general device capabilities (`MLX5_CAP_GENERAL << 1` = 0), current values
+/// (`HCA_CAP_OPMOD_GET_CUR` = 1), as libmlx5's `get_hca_general_caps` asks.
 const GENERAL_DEVICE_CURRENT: u16 = 1;
 /// `struct mlx5_ifc_query_hca_cap_in_bits`: 0x80 bits, `opcode` at bit 0 and `op_mod` at bit 0x30.
 const INPUT_BYTES: usize = 0x80 / 8;
@@ -41,11 +33,9 @@ const MAX_WQE_SZ_SQ: usize = CAPABILITY + 0x290 / 8;
 /// `cmd_hca_cap.max_wqe_sz_sq_dc`: 16 bits at bit 0x2d0.
 const MAX_WQE_SZ_SQ_DC: usize = CAPABILITY + 0x2d0 / 8;
 
-/// The largest send request (WQE) a device takes, in bytes, as reported or the bound every
-/// device takes ([`is_reported`](Self::is_reported)).
-///
-/// [`DcInitiatorBuilder::build`](crate::mlx5::dc::initiator::DcInitiatorBuilder::build) refuses a
-/// request above [`max_dc_request_bytes`](Self::max_dc_request_bytes) when they were reported:
+/// The largest send request (WQE) a device takes, in bytes, reported or the bound every device
+/// takes; a DC initiator's builder refuses a request above
+/// [`max_dc_request_bytes`](Self::max_dc_request_bytes) when reported:
 ///
 /// ```no_run
 /// use sideway::ibverbs::device::DeviceList;
@@ -114,8 +104,7 @@ impl SendWqeSizes {
         self.max_wqe_sz_sq.min(self.max_wqe_sz_sq_dc)
     }
 
-    /// The sizes in a `query_hca_cap_out`, or `None` for one too short, with a `status` other
-    /// than 0 (refused) or a `max_wqe_sz_sq` of 0.
+    /// The sizes in a `query_hca_cap_out`; `None` if too short, refused or `max_wqe_sz_sq` 0.
     pub(crate) fn from_query_hca_cap(output: &[u8]) -> Option<Self> {
         let field = |at: usize| {
             output
@@ -141,9 +130,7 @@ impl SendWqeSizes {
     }
 }
 
-/// The input of `QUERY_HCA_CAP` for the current general device capabilities
-/// (`query_hca_cap_in`, big-endian): `opcode` 0x100 and `op_mod` 1, as libmlx5's
-/// `get_hca_general_caps` sends it (the kernel sets the `uid`).
+/// The input of `QUERY_HCA_CAP` (`query_hca_cap_in`, big-endian; the kernel sets the `uid`).
 pub(crate) fn query_hca_cap_input() -> [u8; INPUT_BYTES] {
     let mut input = [0u8; INPUT_BYTES];
     input[0..2].copy_from_slice(&QUERY_HCA_CAP.to_be_bytes());

@@ -13,7 +13,7 @@ _NO_SEND_WQE_SIZES = {
          "    /// depths from `ibv_query_device` for comparison.\n",
          " and DC on-demand paging, with the RC depths from\n"
          "    /// `ibv_query_device` for comparison.\n", 1),
-        (("    /// On an mlx5 device this also sends the firmware command `QUERY_HCA_CAP`", "    ///\n"), "", 1),
+        (("    /// On an mlx5 device this also sends `QUERY_HCA_CAP`", "    ///\n"), "", 1),
         (("        let sizes = mlx5.as_ref().map(|attributes| {", "        });\n"), "", 1),
         ("DcCapabilities::from_parts(\n            sizes,", "DcCapabilities::from_parts(\n            mlx5.as_ref(),", 1),
     ],

@@ -136,7 +136,7 @@ MOVES = {
                  "        attr_mask_check(attr.attr_mask, from, to, &DC_TARGET_STATE_TABLE).is_ok()", 1),
                 ("rtr.mask.contains(", "rtr.attr_mask.contains(", 1),
                 # sideway's DC module has no guide of its own: the fleet rule, said here.
-                ("; the fleet rule is\n    /// [the DC module's](crate::mlx5::dc#across-nodes).",
+                ("; see\n    /// [the DC module](crate::mlx5::dc#across-nodes).",
                  ": initiators must send no larger\n"
                  "    /// packets, and it answers READs in packets as large (`mlx5_ib_modify_dct`, `dctc.mtu`).", 1),
             ],

@@ -38,8 +38,6 @@ _STREAM_RESET = [
      "    /// DC initiator is in RTS).", 1),
     ("(max_log_num_errored 0 or no QP context extension)",
      "(max_log_num_errored 0, no QP context extension, or libmlx5 before v37)", 1),
-    ("with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later,\n    /// resolved at run time), so that",
-     "with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later),\n    /// so that", 1),
     ("        let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;\n",
      "", 1),
     ("        // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C\n"

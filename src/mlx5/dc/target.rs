@@ -1,9 +1,7 @@
-//! The DC target (DCT): the receiving end of the DC (Dynamically Connected) transport. One DCT
-//! per node serves every DC initiator that names it (its DCT number and DC key); what they send
-//! consumes receives from its [`SharedReceiveQueue`].
-//!
-//! Build one with [`DcTargetBuilder`], bring it to RTR with [`DcTarget::bring_up`], then publish
-//! its [`dct_number`](DcTarget::dct_number), which exists only from RTR on.
+//! The DC target (DCT): the receiving end of the DC transport, one per node for every DC initiator
+//! that names its DCT number and DC key, consuming receives from its [`SharedReceiveQueue`]. Build
+//! it with [`DcTargetBuilder`], bring it to RTR with [`DcTarget::bring_up`], then publish its
+//! [`endpoint`](DcTarget::endpoint) (the DCT number exists only from RTR on).
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -133,13 +131,11 @@ impl DcTargetBuilder {
         self
     }
 
-    /// What initiators may do to this node's memory (set at RESET → INIT).
-    ///
-    /// Default: [`DEFAULT_ACCESS`], so that a
+    /// What initiators may do to this node's memory (set at RESET → INIT), used as given; default
+    /// [`DEFAULT_ACCESS`], so that a
     /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults can post each of its
-    /// operations; where the device has no DC atomics the kernel refuses remote atomics
-    /// (`mlx5_ib_modify_dct`: `EOPNOTSUPP`) and the default leaves them out. Set here, the flags
-    /// are used as given.
+    /// operations, less remote atomics where the kernel refuses them (`mlx5_ib_modify_dct`:
+    /// `EOPNOTSUPP` without DC atomics).
     pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
         self.access_flags = Some(access_flags);
         self
@@ -214,10 +210,10 @@ pub enum BringUpDcTargetErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
-    /// The port cannot carry DC traffic yet, found before any transition.
+    /// The port cannot carry DC traffic yet.
     #[error(transparent)]
     PortNotReady(PortNotReady),
-    /// The source GID could not be resolved, found before any transition.
+    /// The source GID could not be resolved.
     #[error(transparent)]
     SourceGid(#[from] SourceGidError),
     /// A transition failed (checked against the DC target's table first).
@@ -278,8 +274,7 @@ pub enum DcTargetEndpointErrorKind {
     InvalidEndpoint(#[from] super::endpoint::InvalidDcEndpointError),
 }
 
-/// A DC target (DCT). Created by [`DcTargetBuilder::build`]; holds its protection domain,
-/// receive CQ and shared receive queue.
+/// A DC target (DCT), created by [`DcTargetBuilder::build`]; holds its parents.
 #[doc = include_str!("target/wrong_key.md")]
 pub struct DcTarget {
     core: QueuePairCore,
@@ -324,8 +319,8 @@ impl DcTarget {
         self.core.qp()
     }
 
-    /// The DCT number initiators address, read from the library each time: `None` before RTR
-    /// (the hardware object, and its number, are created at INIT → RTR).
+    /// The DCT number initiators address, read from the library: `None` before RTR, where the
+    /// hardware object and its number are created.
     pub fn dct_number(&self) -> Option<u32> {
         (self.core.state() == QueuePairState::ReadyToReceive).then(|| self.core.live_qp_number())
     }
@@ -384,8 +379,6 @@ impl DcTarget {
             .query_port(port)
             .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
         let gid = address.source_gid.map(|entry| entry.gid()).unwrap_or_default();
-        // The DCT number is 24 bits by construction (the library's); on RoCE the GID is a set
-        // RoCE v2 slot's.
         let mut endpoint = DcEndpoint::new(
             attr.lid,
             gid,

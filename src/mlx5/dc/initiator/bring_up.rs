@@ -33,10 +33,10 @@ pub enum BringUpDcInitiatorErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
-    /// The port cannot carry DC traffic yet, found before any transition.
+    /// The port cannot carry DC traffic yet.
     #[error(transparent)]
     PortNotReady(PortNotReady),
-    /// The RTR address vector is not global on a RoCE port; found before any transition.
+    /// The RTR address vector is not global on a RoCE port.
     #[error(
         "port {port} is RoCE: the RTR address vector must be global (setup_grh_dest_gid and setup_grh_src_gid_index)"
     )]
@@ -44,15 +44,13 @@ pub enum BringUpDcInitiatorErrorKind {
         /// The port.
         port: u8,
     },
-    /// The RTR address vector's source GID is not usable; found before any transition.
+    /// The RTR address vector's source GID is not usable.
     #[error("the RTR address vector's source GID is not usable")]
     RtrAddressVectorGid(#[source] SourceGidError),
-    /// The source GID could not be resolved; found before any transition.
+    /// The source GID could not be resolved.
     #[error(transparent)]
     SourceGid(#[from] SourceGidError),
-    /// The kernel refused the move to RTR with the address vector (`EINVAL`); see
-    /// [`setup_rtr_address_vector`](DcInitiatorBringUp::setup_rtr_address_vector). The DC
-    /// initiator is left in INIT.
+    /// The kernel refused the RTR address vector (`EINVAL`); the DC initiator is left in INIT.
     #[error(
         "the kernel refused the address vector at the DC initiator's INIT -> RTR (EINVAL): kernels before \
          Linux 5.0 take none there; bring it up without setup_rtr_address_vector"
@@ -130,12 +128,10 @@ impl DcInitiatorBringUp {
         }
     }
 
-    /// An address vector for the move to RTR (`IBV_QP_AV`; default none, which every kernel
-    /// takes): a service level on InfiniBand, or on RoCE a global address whose traffic class and
-    /// source GID pick the priority and, under RoCE LAG, the port, as UCX and perftest send it.
-    ///
-    /// mlx5_ib's `modify_dci_qp_is_ok` accepts it from Linux v5.0 on; older kernels refuse it
-    /// ([`RtrAddressVectorRefused`](BringUpDcInitiatorErrorKind::RtrAddressVectorRefused)).
+    /// An address vector for the move to RTR (`IBV_QP_AV`; default none): a service level, or on
+    /// RoCE a global address whose traffic class and source GID pick the priority and, under RoCE
+    /// LAG, the port, as UCX and perftest send it. mlx5_ib's `modify_dci_qp_is_ok` accepts it from
+    /// Linux v5.0 on ([`RtrAddressVectorRefused`](BringUpDcInitiatorErrorKind::RtrAddressVectorRefused)).
     pub fn setup_rtr_address_vector(&mut self, address_vector: AddressHandleAttribute) -> &mut Self {
         self.rtr_address_vector = Some(address_vector);
         self
@@ -192,8 +188,8 @@ impl DcInitiatorBringUp {
         self
     }
 
-    /// The three transitions' attributes: RESET → INIT, INIT → RTR, RTR → RTS, with the smaller
-    /// of this path MTU, `port_mtu` (the port's active one) and the destinations'.
+    /// The three transitions' attributes, with the smallest of its path MTU, `port_mtu` and the
+    /// destinations'.
     pub(crate) fn attributes(&self, port_mtu: Mtu, depth: u8, source_gid: Option<SourceGidEntry>) -> BringUpAttributes {
         let path_mtu = self
             .path_mtu
@@ -264,13 +260,11 @@ impl DcInitiator {
     /// checked against the DC initiator's table), and keeps the attributes for
     /// [`recover`](Self::recover); a port that cannot carry traffic yet is refused first.
     pub fn bring_up(&mut self, params: &DcInitiatorBringUp) -> Result<(), BringUpDcInitiatorError> {
-        let port = self
-            .core
-            .query_port(params.port)
-            .map_err(|source| BringUpDcInitiatorErrorKind::InvalidPort {
-                port: params.port,
-                source,
-            })?;
+        let invalid_port = |source| BringUpDcInitiatorErrorKind::InvalidPort {
+            port: params.port,
+            source,
+        };
+        let port = self.core.query_port(params.port).map_err(invalid_port)?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
         let addressing = PortAddressing::of(&port);
         let roce = addressing.is_roce();

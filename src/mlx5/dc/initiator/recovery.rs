@@ -64,9 +64,8 @@ impl DcInitiator {
         self.core.query_state()
     }
 
-    /// Reads the state until it is ERR or `timeout` has passed, a millisecond apart, and returns
-    /// the last state read: the DC initiator goes to ERR some time after its error. pyverbs waits
-    /// up to one second (`test_dc_stream_qp_recovery` in rdma-core's `tests/test_mlx5_dc.py`).
+    /// Reads the state every millisecond until it is ERR or `timeout` has passed, and returns the
+    /// last one read (pyverbs' `test_dc_stream_qp_recovery` waits up to one second).
     pub fn wait_for_error(&mut self, timeout: Duration) -> Result<QueuePairState, QueryQueuePairError> {
         let deadline = Instant::now().checked_add(timeout);
         loop {
@@ -101,8 +100,7 @@ impl DcInitiator {
         Ok(recovery)
     }
 
-    /// Creates the DC initiator again with its creation attributes and puts the new queue pair
-    /// in the old one's place (which is destroyed).
+    /// Creates the DC initiator again and puts the new queue pair in the old one's place.
     fn rebuild(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
         let previous_qp_number = self.core.qp_number();
         let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
@@ -160,8 +158,7 @@ pub enum ResetDciStreamErrorKind {
     /// The DC initiator was created without streams.
     #[error("the DC initiator has no DCI streams")]
     NoStreams,
-    /// The DC initiator is not in RTS (libmlx5 refuses the reset with `EOPNOTSUPP`):
-    /// 2^`log_num_errored` streams errored and it went to ERR as a whole; [`DcInitiator::recover`] it instead.
+    /// The DC initiator is not in RTS (2^`log_num_errored` streams errored): recover it instead.
     #[error("the DC initiator is in {state:?}, not RTS: recover it instead of resetting a stream")]
     NotReadyToSend {
         /// The state read from the device.
@@ -176,11 +173,8 @@ pub enum ResetDciStreamErrorKind {
 }
 
 impl DcInitiator {
-    /// Resets one errored DCI stream with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later,
-    /// resolved at run time), so that the stream can be used again while the others went on.
-    ///
-    /// Reset a stream only once every request posted on it has completed, its flush errors
-    /// included (man page `mlx5dv_dci_stream_id_reset(3)`).
+    /// Resets one errored DCI stream with `mlx5dv_dci_stream_id_reset` (libmlx5 v37 and later),
+    /// once every request posted on it has completed, flush errors included (its man page).
     ///
     /// # Errors
     ///

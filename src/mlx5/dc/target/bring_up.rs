@@ -1,5 +1,4 @@
-//! How a DC target is brought to RTR ([`DcTargetBringUp`]): the settings and the two
-//! transitions' attributes (checked against the DC target's table).
+//! How a DC target is brought to RTR: [`DcTargetBringUp`] and the two transitions' attributes.
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::QueuePairState;
 use sideway::ibverbs::AccessFlags;
@@ -41,9 +40,8 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The path MTU (default: the port's active MTU), which the target's
-    /// [`endpoint`](super::DcTarget::endpoint) announces; the fleet rule is
-    /// [the DC module's](crate::mlx5::dc#across-nodes).
+    /// The path MTU (default: the port's active MTU), which the target's endpoint announces; see
+    /// [the DC module](crate::mlx5::dc#across-nodes).
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
@@ -55,15 +53,14 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The local GID the address vector is global with, and that the target's
-    /// [`endpoint`](super::DcTarget::endpoint) announces (default [`SourceGid::Automatic`]).
+    /// The local GID its address vector is global with and its endpoint announces (default
+    /// [`SourceGid::Automatic`]).
     pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
         self.source_gid = source_gid;
         self
     }
 
-    /// The source GID by its index: [`setup_source_gid`](Self::setup_source_gid) with
-    /// [`SourceGid::Index`].
+    /// [`setup_source_gid`](Self::setup_source_gid) with [`SourceGid::Index`].
     pub fn setup_src_gid_index(&mut self, src_gid_index: u8) -> &mut Self {
         self.setup_source_gid(SourceGid::Index(src_gid_index))
     }
@@ -74,16 +71,14 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The class of what the DC target sends: ACKs, RDMA READ responses and atomic responses
-    /// (default all 0); give it its initiators' class. See [`DcServiceClass`]'s "A DC target's
-    /// replies".
+    /// The class of its ACKs and READ and atomic responses (default all 0): its initiators'
+    /// ([`DcServiceClass`]).
     pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
         self.class = class;
         self
     }
 
-    /// The two transitions' attributes: RESET → INIT, INIT → RTR (global from `src_gid_index`, the
-    /// index of the resolved source GID).
+    /// The attributes of RESET → INIT and INIT → RTR (global from the resolved `src_gid_index`).
     pub(crate) fn attributes(
         &self, access_flags: AccessFlags, path_mtu: Mtu, src_gid_index: Option<u8>,
     ) -> [QueuePairAttribute; 2] {
