@@ -128,7 +128,10 @@ impl<'g, O: Operation> DcDestination<'g, O> {
     pub unsafe fn setup_dc_addr_raw(
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64,
     ) -> TypedLocalBufferHandle<'g, O, DcAddress> {
-        self.address(ah, dct_number, dc_key)
+        // SAFETY: the view is the guard's own; `ah` is the caller's promise.
+        let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
+        // A raw handle says nothing of its target's MTU.
+        TypedLocalBufferHandle::between(self.request, address, None)
     }
 
     /// As [`setup_dc_addr_stream`](Self::setup_dc_addr_stream), with a raw address handle, as
@@ -163,14 +166,6 @@ impl<'g, O: Operation> DcDestination<'g, O> {
         // SAFETY: only the pointer is taken; the guard's borrow keeps the handle alive until the
         // request's data step, where libmlx5 copies its address vector; the view is the guard's.
         unsafe { DcAddress::new(self.context.view, ah.ah(), dct_number, dc_key) }
-    }
-
-    #[inline]
-    fn address(self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64) -> TypedLocalBufferHandle<'g, O, DcAddress> {
-        // SAFETY: the view is the guard's own; `ah` is the caller's promise (setup_dc_addr_raw).
-        let address = unsafe { DcAddress::new(self.context.view, ah, dct_number, dc_key) };
-        // A raw handle says nothing of its target's MTU.
-        TypedLocalBufferHandle::between(self.request, address, None)
     }
 }
 
@@ -256,8 +251,7 @@ pub struct DcAddress {
 impl sealed::Sealed for DcAddress {}
 
 impl DcAddress {
-    /// The address of one request, for a guard whose requests all go to one address
-    /// ([`BatchAddressed`](super::BatchAddressed)) started with [`TypedPostSendGuard::start`].
+    /// The address of every request of a [`BatchAddressed`](super::BatchAddressed) guard.
     ///
     /// # Safety
     ///
