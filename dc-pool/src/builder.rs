@@ -26,8 +26,7 @@ pub struct CreateDcInitiatorPoolError(#[from] pub CreateDcInitiatorPoolErrorKind
 
 impl CreateDcInitiatorPoolError {
     /// Whether the device is not mlx5, libmlx5 is missing, the device has no DC, or (streams
-    /// policy) the device has no DCI streams (its `dci_streams_caps.max_log_num_concurent` is 0
-    /// or not reported: [`DciStreamsNotSupported`](sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind::DciStreamsNotSupported)).
+    /// policy) it has no DCI streams.
     pub fn is_not_supported(&self) -> bool {
         use sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind as Kind;
         match &self.0 {
@@ -51,8 +50,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// The limit.
         max: usize,
     },
-    /// The streams policy needs DCI streams (the initiator's `setup_dci_streams`), and the other policies must
-    /// not have them.
+    /// The streams policy needs DCI streams; the others must not have them.
     #[error("the {policy:?} policy {requirement}")]
     StreamsMismatch {
         /// The policy.
@@ -60,12 +58,10 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// What it requires.
         requirement: &'static str,
     },
-    /// No send completion queue was given (`setup_send_cq`) nor asked for
-    /// (`setup_own_send_cq`).
+    /// No send completion queue was given nor asked for.
     #[error("a send completion queue is required (setup_send_cq or setup_own_send_cq)")]
     MissingSendCompletionQueue,
-    /// The send completion queue holds fewer than initiators × the send queue each was granted
-    /// ([`DcInitiator::max_send_wr`](sideway_ext::mlx5::dc::initiator::DcInitiator::max_send_wr)).
+    /// The send completion queue holds fewer than initiators × the send queue each was granted.
     #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
     SendCompletionQueueTooSmall {
         /// What it holds (`ibv_cq.cqe`).
@@ -73,8 +69,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// Initiators × granted send queue.
         needed: u64,
     },
-    /// Creating the pool's own send completion queue (`setup_own_send_cq`) failed, e.g. larger
-    /// than the device's `max_cqe`.
+    /// Creating the pool's own send completion queue failed (e.g. above `max_cqe`).
     #[error("creating the pool's send completion queue of {cqe} entries failed")]
     SendCompletionQueue {
         /// The size asked for (initiators × granted send queue).
@@ -83,7 +78,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
         #[source]
         source: CreateCompletionQueueError,
     },
-    /// No bring-up parameters were given (`setup_bring_up`).
+    /// No bring-up parameters were given.
     #[error("the pool brings its initiators up: setup_bring_up is required")]
     MissingBringUp,
     /// Creating initiator `index` failed (the ones before it were destroyed).
@@ -120,8 +115,7 @@ pub struct DcInitiatorPoolBuilder {
     own_send_cq: Option<OwnSendCq>,
 }
 
-/// What the pool's own send CQ is created on: the device, and a completion channel with its
-/// completion vector.
+/// The device, and a completion channel with its vector.
 type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
 
 impl DcInitiatorPoolBuilder {
@@ -143,9 +137,7 @@ impl DcInitiatorPoolBuilder {
     /// The completion queue of every initiator's send completions (this, or
     /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required), maybe shared with other
     /// queue pairs ([`DcInitiatorPool::complete`]). It must hold initiators × the send queue each
-    /// is granted (libmlx5 rounds `max_send_wr` up, e.g. 32 for 20), plus what the other queue
-    /// pairs need
-    /// ([`SendCompletionQueueTooSmall`](CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall)).
+    /// is granted (libmlx5 rounds `max_send_wr` up), plus what the other queue pairs need.
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
         self.send_cq = Some(send_cq.into());
         self.own_send_cq = None;
@@ -153,10 +145,8 @@ impl DcInitiatorPoolBuilder {
     }
 
     /// Lets [`build`](Self::build) create the send completion queue on `context`, sized
-    /// initiators × the send queue each will be granted, and, with a `channel`, on that
-    /// completion channel and vector: arm it through [`DcInitiatorPool::send_cq`] with
-    /// [`req_notify_cq`](sideway_ext::ibverbs::extension::CompletionQueueEventExt::req_notify_cq) and
-    /// wait for its events with [`CompletionChannelExt`](sideway_ext::ibverbs::extension::CompletionChannelExt).
+    /// initiators × the send queue each will be granted, on `channel`'s completion channel and
+    /// vector if given (arm it through [`DcInitiatorPool::send_cq`]).
     pub fn setup_own_send_cq(
         &mut self, context: &Arc<DeviceContext>, channel: Option<(&Arc<CompletionChannel>, u32)>,
     ) -> &mut Self {
@@ -168,12 +158,6 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// Every setting of [`DcPoolSettings`] at once, its protection domain aside (the builder's
-    /// is used).
-    pub fn setup_settings(&mut self, settings: &DcPoolSettings) -> &mut Self {
-        self.settings = settings.clone();
-        self
-    }
 
     /// As [`DcPoolSettings::setup_grant_timeout`].
     pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
@@ -199,28 +183,23 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// Each initiator's settings, from a DC initiator builder (`pd.create_dci_builder()`); its
-    /// protection domain and send CQ are the pool's. DCI streams are required by, and only
-    /// allowed with, the [streams](DcPoolPolicy::Streams) policy.
+    /// Each initiator's settings, from a DC initiator builder; its protection domain and send CQ
+    /// are the pool's.
     pub fn setup_initiator(&mut self, initiator: &DcInitiatorBuilder) -> &mut Self {
         self.initiator = initiator.clone();
         self
     }
 
     /// How every initiator is brought up to RTS, and recovered (required). Its source GID is the
-    /// one the pool's address handles are sent from ([`DcInitiatorBringUp::setup_source_gid`]);
-    /// its path MTU is the largest packet the pool sends: give it the smallest of your
-    /// destinations' ([`DcInitiatorBringUp::setup_destination_path_mtu`]), else
-    /// [`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall). A READ
-    /// longer than that MTU to a destination at a larger one is refused at post
-    /// (`ReadResponsesTooLarge`).
+    /// pool's address handles'; its path MTU is the largest packet the pool sends: give it the
+    /// smallest of your destinations' (else
+    /// [`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)).
     pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
         self.bring_up = Some(bring_up);
         self
     }
 
-    /// The traffic class, flow label and service level of the address handles the pool creates
-    /// (default all 0); see [`DcServiceClass`] (the DSCP on RoCE v2).
+    /// The [`DcServiceClass`] of the address handles the pool creates (default all 0).
     pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
         self.service_class = class;
         self
@@ -248,8 +227,7 @@ impl DcInitiatorPoolBuilder {
             .ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
-        // Each initiator is granted at least the send queue asked for: refused before any
-        // library call, checked again against what was granted.
+        // Refused before any library call, checked again against what was granted.
         let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
@@ -327,7 +305,7 @@ fn check_send_cq<I: PoolInitiator>(initiators: &[I], cqe: u32) -> Result<(), Cre
     Ok(())
 }
 
-/// What every pool's builder refuses: 0 or too many initiators, and [`check_streams`].
+/// Refuses 0 or too many initiators, and [`check_streams`].
 pub(crate) fn check_shape(
     count: usize, policy: DcPoolPolicy, streams: bool,
 ) -> Result<(), CreateDcInitiatorPoolErrorKind> {
@@ -340,8 +318,7 @@ pub(crate) fn check_shape(
     check_streams(policy, streams)
 }
 
-/// What every pool refuses: initiators with DCI streams (`streams`) under another policy than
-/// the streams one, or without them under it.
+/// Refuses DCI streams under another policy than the streams one, or none under it.
 pub(crate) fn check_streams(policy: DcPoolPolicy, streams: bool) -> Result<(), CreateDcInitiatorPoolErrorKind> {
     let requirement = match (policy == DcPoolPolicy::Streams, streams) {
         (true, false) => "needs DCI streams (setup_dci_streams)",
@@ -351,8 +328,8 @@ pub(crate) fn check_streams(policy: DcPoolPolicy, streams: bool) -> Result<(), C
     Err(CreateDcInitiatorPoolErrorKind::StreamsMismatch { policy, requirement })
 }
 
-/// The DC initiator pool's factory on a protection domain, beside sideway-ext's
-/// [`DcProtectionDomainExt`](sideway_ext::mlx5::extension::DcProtectionDomainExt) (`use` both).
+/// The DC initiator pool's factory on a protection domain.
+
 pub trait DcPoolProtectionDomainExt {
     /// A builder for a [`DcInitiatorPool`] of DC initiators on this protection domain.
     fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder;

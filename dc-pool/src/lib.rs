@@ -100,11 +100,8 @@
 //!
 //! # Checked without a ConnectX
 //!
-//! A pool loop runs unchanged on this repository's software ConnectX (softmlx5, a test tool,
-//! not a dependency), which implements libmlx5's and the kernel's DC rules behind the same
-//! verbs: `cargo run -q -p softmlx5 -- cargo test`, or a program that runs itself again there,
-//! as below. A fault is one call of `softmlx5::Control`: here a killed target, whose request
-//! fails with "transport retry counter exceeded" and makes the pool report it unreachable.
+//! A pool loop runs unchanged on this repository's software ConnectX (softmlx5, a test tool),
+//! and a fault is one call of `softmlx5::Control`: here a killed target, reported unreachable.
 //!
 //! ```
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -174,12 +171,8 @@
 //! # Ok(())
 //! # }
 //! ```
-//!
-//! The pool's own tests run there (tests/device_*.rs): every policy at 1 000 and 10 000
-//! destinations, random fault schedules, stalls and lost initiators.
 #![deny(missing_docs)]
 use sideway::ibverbs::completion::PollCompletionQueueError;
-use sideway::ibverbs::queue_pair::QueuePairState;
 
 use self::builder::{check_streams, CreateDcInitiatorPoolError, CreateDcInitiatorPoolErrorKind};
 use self::destinations::{PoolCore, RemoveRefusal, Target};
@@ -208,14 +201,12 @@ pub mod types;
 /// A pool of DC initiators on one send CQ serving many destinations; see the crate
 /// documentation.
 pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
-    /// Apart from `core`, as `addresses` and `wr_ids` are: an open batch borrows its initiator
-    /// and its destination's address while it holds `core`.
+    /// Apart from `core`, as `addresses` and `wr_ids` are: an open batch borrows them while it
+    /// holds `core`.
     initiators: Vec<I>,
     /// Each destination's address once made, by place.
     addresses: Vec<Option<I::Address>>,
     core: PoolCore,
-    /// The callers' `wr_id`s of the requests in flight, apart from `core` so that an open batch
-    /// writes its places in them while it holds `core`.
     wr_ids: WrIds,
     send_cq: Option<I::CompletionQueue>,
 }
@@ -234,38 +225,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// A pool over initiators already brought up, of any [`PoolInitiator`] (DC initiators made
     /// elsewhere, or initiators of one's own), completing into `send_cq`, which
     /// [`poll`](Self::poll) reads (`None`: the caller hands their completions to
-    /// [`complete`](Self::complete)). The builder makes its pool here too, with the same
-    /// [`DcPoolSettings`].
-    ///
-    /// The send CQ must hold every request in flight: the pool signals every request, and keeps
-    /// at most the smallest [`max_send_wr`](PoolInitiator::max_send_wr) of them in flight on
-    /// each. A pool of no initiator refuses every post (`NoInitiatorInService`).
-    ///
-    /// ```no_run
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// use sideway::ibverbs::completion::GenericCompletionQueue;
-    /// use sideway::ibverbs::protection_domain::ProtectionDomain;
-    /// use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
-    /// use sideway_ext::mlx5::dc::initiator::DcInitiator;
-    /// use sideway_ext_dc_pool::settings::DcPoolSettings;
-    /// use sideway_ext_dc_pool::types::DcPoolPolicy;
-    /// use sideway_ext_dc_pool::DcInitiatorPool;
-    ///
-    /// /// A pool of DC initiators brought up elsewhere on port 1, completing into `cq` (which holds
-    /// /// every request they may have in flight).
-    /// fn pool_of(
-    ///     initiators: Vec<DcInitiator>, cq: GenericCompletionQueue, pd: &Arc<ProtectionDomain>,
-    /// ) -> Result<DcInitiatorPool, Box<dyn std::error::Error>> {
-    ///     let mut settings = DcPoolSettings::default();
-    ///     settings
-    ///         .setup_policy(DcPoolPolicy::Static)
-    ///         .setup_stall_timeout(Some(Duration::from_secs(2)))
-    ///         .setup_protection_domain(pd, 1, DcServiceClass::new());
-    ///     Ok(DcInitiatorPool::from_initiators(initiators, Some(cq), &settings)?)
-    /// }
-    /// ```
+    /// [`complete`](Self::complete)). The send CQ must hold every request in flight: each
+    /// initiator keeps at most the smallest [`max_send_wr`](PoolInitiator::max_send_wr) in flight.
     ///
     /// # Errors
     ///
@@ -306,7 +267,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         })
     }
 
-    /// Its settings (those it was made with).
+    /// Its settings.
     pub fn settings(&self) -> &DcPoolSettings {
         self.core.settings()
     }
@@ -348,7 +309,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         destination
     }
 
-    /// Keeps `address` as `destination`'s.
     fn keep_address(&mut self, destination: DestinationId, address: I::Address) {
         let index = destination.index();
         if self.addresses.len() <= index {
@@ -357,7 +317,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.addresses[index] = Some(address);
     }
 
-    /// Drops the addresses of the destinations the bookkeeping removed.
     #[inline]
     fn drop_removed_addresses(&mut self) {
         if self.core.removed_any() {
@@ -405,7 +364,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         Ok(())
     }
 
-    /// How many destinations it has now.
+    /// How many destinations it has.
     pub fn destination_count(&self) -> usize {
         self.core.destination_count()
     }
@@ -459,9 +418,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.revive(destination);
     }
 
-    /// Creates `destination`'s address handle now rather than on its first post. On RoCE
-    /// `ibv_create_ah` blocks in the kernel until the peer answers ARP or neighbour discovery:
-    /// this keeps that off the posting path.
+    /// Creates `destination`'s address handle now rather than on its first post (on RoCE
+    /// `ibv_create_ah` blocks until the peer answers ARP or neighbour discovery).
     ///
     /// # Errors
     ///
@@ -481,71 +439,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Polls the send CQ once (up to 32 completions), reports through `sink` what they settle
     /// and what [`progress`](Self::progress) reports, and recovers errored streams and
     /// initiators once the device flushed them. Returns how many completions were polled.
+    /// `sink` runs while `poll` holds the pool: collect there what to post, post once it returns.
     ///
-    /// `sink` runs while `poll` holds the pool: collect there what to post (the destinations of
-    /// `Ready`, the requests of `Retry`) and post once `poll` returns. Here one initiator for two
-    /// destinations: the second posts after the `poll` that reports it `Ready`.
-    ///
-    /// ```no_run
-    /// use std::sync::Arc;
-    ///
-    /// use sideway::ibverbs::protection_domain::ProtectionDomain;
-    /// use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
-    /// use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
-    /// use sideway_ext_dc_pool::builder::DcPoolProtectionDomainExt;
-    /// use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy, DestinationId};
-    /// use sideway_ext_dc_pool::DcInitiatorPool;
-    ///
-    /// /// Writes "hello" at `(rkey, address)` of `destination`; `false` when it is to wait for
-    /// /// its `Ready`.
-    /// fn write(
-    ///     pool: &mut DcInitiatorPool, destination: DestinationId, (rkey, address): (u32, u64),
-    /// ) -> Result<bool, Box<dyn std::error::Error>> {
-    ///     let mut guard = match pool.start_post_send(destination) {
-    ///         Ok(guard) => guard,
-    ///         Err(err) if err.is_would_block() => return Ok(false),
-    ///         Err(err) => return Err(err.into()),
-    ///     };
-    ///     guard
-    ///         .construct_wr(0, WorkRequestFlags::none())?
-    ///         .setup_write(rkey, address)
-    ///         .setup_inline_data(b"hello");
-    ///     guard.post()?;
-    ///     Ok(true)
-    /// }
-    ///
-    /// /// Writes to two peers (their endpoint, rkey and address) through one initiator.
-    /// fn hello_twice(
-    ///     pd: &Arc<ProtectionDomain>, peers: [(DcEndpoint, (u32, u64)); 2],
-    /// ) -> Result<(), Box<dyn std::error::Error>> {
-    ///     let mut pool = pd
-    ///         .create_dci_pool_builder()
-    ///         .setup_initiators(1)
-    ///         .setup_policy(DcPoolPolicy::Dedicated)
-    ///         .build()?;
-    ///     let ids: Vec<_> = peers
-    ///         .iter()
-    ///         .map(|(endpoint, _)| pool.add_destination(*endpoint))
-    ///         .collect();
-    ///     assert!(write(&mut pool, ids[0], peers[0].1)?);
-    ///     assert!(!write(&mut pool, ids[1], peers[1].1)?, "the one initiator is the first's");
-    ///     let mut completed = 0;
-    ///     while completed < 2 {
-    ///         let mut ready = Vec::new();
-    ///         pool.poll(|event| match event {
-    ///             DcPoolEvent::Completed { .. } => completed += 1,
-    ///             // Not `write(&mut pool, …)` here: `poll` holds the pool.
-    ///             DcPoolEvent::Ready { destination } => ready.push(destination),
-    ///             other => panic!("{other:?}"),
-    ///         })?;
-    ///         for destination in ready {
-    ///             let peer = ids.iter().position(|&id| id == destination).expect("a peer");
-    ///             assert!(write(&mut pool, destination, peers[peer].1)?);
-    ///         }
-    ///     }
-    ///     Ok(())
-    /// }
-    /// ```
     pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
         let Self {
             initiators,
@@ -570,13 +465,10 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         polled
     }
 
-    /// Settles one completion polled elsewhere, for a caller that polls a CQ it shares with
-    /// other queue pairs: reports what it settles through `sink`, as [`poll`](Self::poll) does,
-    /// and returns whether the completion was the pool's (else it is the caller's). Such a
-    /// caller calls [`progress`](Self::progress) once per polling round instead of `poll`.
-    ///
-    /// It takes sideway-ext's [`WorkCompletion`](sideway_ext::ibverbs::work_completion::WorkCompletion)
-    /// (`&wc`), or a [`PoolCompletion`].
+    /// Settles one completion polled elsewhere (a CQ shared with other queue pairs), as
+    /// [`poll`](Self::poll) does; returns whether it was the pool's. Such a caller calls
+    /// [`progress`](Self::progress) once per polling round instead of `poll`.
+
     pub fn complete(&mut self, completion: impl Into<PoolCompletion>, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         let settled = settle(
             &mut self.core,
@@ -616,14 +508,4 @@ fn settle<I: PoolInitiator>(
         completion.vendor_err(),
         sink,
     )
-}
-
-impl DcInitiatorPool<DcInitiator> {
-    /// Reads initiator `index`'s state from the device (`ibv_query_qp`), e.g. to see that the
-    /// pool brought it back to RTS after an error; `None` for an index out of range.
-    pub fn query_initiator_state(
-        &mut self, index: usize,
-    ) -> Option<Result<QueuePairState, sideway::ibverbs::queue_pair::QueryQueuePairError>> {
-        self.initiators.get_mut(index).map(DcInitiator::query_state)
-    }
 }

@@ -1,6 +1,4 @@
-//! [`DcPoolSettings`]: every setting of a pool apart from its initiators and its send CQ, the
-//! same whether the pool's builder creates its initiators or they were made elsewhere
-//! ([`DcInitiatorPool::from_initiators`](super::DcInitiatorPool::from_initiators)).
+//! [`DcPoolSettings`]: every setting of a pool apart from its initiators and its send CQ.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,8 +7,8 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use super::types::DcPoolPolicy;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 
-/// The settings of a [`DcInitiatorPool`](super::DcInitiatorPool). `Default` is the builder's
-/// defaults.
+/// The settings of a [`DcInitiatorPool`](super::DcInitiatorPool), the builder's or
+/// [`from_initiators`](super::DcInitiatorPool::from_initiators)'.
 ///
 /// ```
 /// use std::time::Duration;
@@ -35,7 +33,6 @@ pub struct DcPoolSettings {
     addressing: Option<Addressing>,
 }
 
-/// Where a pool creates its destinations' address handles.
 #[derive(Clone)]
 struct Addressing {
     pd: Arc<ProtectionDomain>,
@@ -43,19 +40,14 @@ struct Addressing {
     service_class: DcServiceClass,
 }
 
-/// The default of [`DcPoolSettings::setup_stall_timeout`].
-const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
-
 impl Default for DcPoolSettings {
-    /// The [dedicated](DcPoolPolicy::Dedicated) policy, unreachable after 3 consecutive "retry
-    /// exceeded" errors, grants from the line kept 10 ms, stalls reported after 5 s, the time
-    /// read from [`Instant::now`], no protection domain.
+    /// The default of each setter.
     fn default() -> Self {
         Self {
             policy: DcPoolPolicy::Dedicated,
             unreachable_after: 3,
             grant_timeout: Duration::from_millis(10),
-            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
+            stall_timeout: Some(Duration::from_secs(5)),
             clock: Arc::new(Instant::now),
             addressing: None,
         }
@@ -96,10 +88,9 @@ impl DcPoolSettings {
         self
     }
 
-    /// After how long a request that is the oldest outstanding one of its initiator (or DCI
-    /// stream) is reported [`Stalled`](super::types::DcPoolEvent::Stalled) (default 5 s: past the
-    /// transport retries of timeout 14, `retry_cnt` 7; `None`: never), between the timeout and an
-    /// eighth more after it was posted.
+    /// After how long the oldest outstanding request of an initiator (or DCI stream) is
+    /// reported [`Stalled`](super::types::DcPoolEvent::Stalled) (default 5 s: past the transport
+    /// retries of timeout 14, `retry_cnt` 7; `None`: never), within an eighth more.
     pub fn setup_stall_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.stall_timeout = timeout;
         self
@@ -112,11 +103,9 @@ impl DcPoolSettings {
         self
     }
 
-    /// The protection domain the pool creates its destinations' address handles on, for `port`
-    /// and with `service_class`, so that
-    /// [`add_destination`](super::DcInitiatorPool::add_destination) takes an endpoint. Without
-    /// one (the default), destinations are added with
-    /// [`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address).
+    /// The protection domain, port and service class of the destinations' address handles, so
+    /// that [`add_destination`](super::DcInitiatorPool::add_destination) takes an endpoint
+    /// (default none: [`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
     pub fn setup_protection_domain(
         &mut self, pd: &Arc<ProtectionDomain>, port: u8, service_class: DcServiceClass,
     ) -> &mut Self {
@@ -133,7 +122,7 @@ impl DcPoolSettings {
         self.policy
     }
 
-    /// After how many consecutive "retry exceeded" errors a destination is unreachable.
+    /// See [`setup_unreachable_after`](Self::setup_unreachable_after).
     pub fn unreachable_after(&self) -> u32 {
         self.unreachable_after
     }
@@ -148,13 +137,12 @@ impl DcPoolSettings {
         self.stall_timeout
     }
 
-    /// The time now, as the pool reads it.
     pub(crate) fn now(&self) -> Instant {
         (self.clock)()
     }
 
-    /// The protection domain, port and service class address handles are created with.
-    pub(crate) fn protection_domain(&self) -> Option<(&Arc<ProtectionDomain>, u8, &DcServiceClass)> {
+    pub(crate) fn protection_domain
+(&self) -> Option<(&Arc<ProtectionDomain>, u8, &DcServiceClass)> {
         self.addressing.as_ref().map(|a| (&a.pd, a.port, &a.service_class))
     }
 }

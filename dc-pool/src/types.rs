@@ -1,5 +1,4 @@
-//! The pool's public values: its policy, destination ids, events, would-block reasons, footprint,
-//! and the errors of its operations.
+//! The pool's public values and the errors of its operations.
 use sideway::ibverbs::device_context::Mtu;
 
 use super::destinations::Refusal;
@@ -16,12 +15,10 @@ use sideway_ext::mlx5::dc::endpoint::CreateDcAddressHandleError;
 #[non_exhaustive]
 pub enum DcPoolPolicy {
     /// A destination holds a DC initiator of its own while it has requests outstanding: a slow
-    /// or failing destination delays and fails only its own requests. When every initiator is
-    /// held, [`DcPoolWouldBlock::NoInitiator`] and the destination is in line.
+    /// or failing destination delays and fails only its own requests.
     Dedicated,
-    /// As [`Dedicated`](Self::Dedicated), but once a destination posted `quota` requests on the
-    /// initiator it holds while others are in line, it posts no more
-    /// ([`DcPoolWouldBlock::QuotaExhausted`]) until its turn comes again: no starvation.
+    /// As [`Dedicated`](Self::Dedicated), but a destination that posted `quota` requests while
+    /// others are in line waits for its turn again ([`DcPoolWouldBlock::QuotaExhausted`]).
     DedicatedWithQuota {
         /// Requests a destination may post per holding while others wait (at least 1).
         quota: u32,
@@ -52,7 +49,6 @@ pub struct DestinationId {
 }
 
 impl DestinationId {
-    /// The destination at place `index`, its `generation`th.
     #[inline]
     pub(crate) fn new(index: u32, generation: u32) -> Self {
         Self { index, generation }
@@ -83,12 +79,11 @@ pub enum DcPoolWouldBlock {
     /// The initiator's send queue is full until some requests complete.
     #[error("the DC initiator's send queue is full")]
     QueueFull,
-    /// The batch holds [`room`](super::post_guard::DcPoolPostGuard::room) requests: post it, and
-    /// start another.
+    /// The batch holds [`room`](super::post_guard::DcPoolPostGuard::room) requests.
     #[error("the batch is full: post it and start another")]
     BatchFull,
-    /// The destination's initiator (or its DCI stream) is in error: the pool waits for the device
-    /// to flush its requests, then resets the stream or recovers the initiator (RESET → RTS).
+    /// The destination's initiator (or DCI stream) is in error: recovered once the device
+    /// flushed its requests.
     #[error("DC initiator {initiator} (stream {stream:?}) is being recovered")]
     Recovering {
         /// The initiator.
@@ -103,8 +98,7 @@ pub enum DcPoolWouldBlock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DestinationState {
-    /// It holds no initiator and is not in line (dedicated policies): post, and it takes a free
-    /// initiator or goes in line.
+    /// It holds no initiator and is not in line (dedicated policies): post.
     Idle,
     /// It holds or is bound to `initiator`, which has room: post now.
     Holds {
@@ -138,18 +132,16 @@ pub enum DestinationState {
         /// Its stream in error, or `None` when the whole initiator is.
         stream: Option<u16>,
     },
-    /// It was reported unreachable ([`DcPoolEvent::Unreachable`]): fix or give up on its peer,
-    /// then [`revive`](super::DcInitiatorPool::revive) or remove it.
+    /// It was reported unreachable ([`DcPoolEvent::Unreachable`]).
     Unreachable,
     /// It was retired: poll until its [`DcPoolEvent::Removed`].
     Retiring {
         /// Its requests not reported yet.
         outstanding: u64,
     },
-    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]): rebuild
-    /// the pool.
+    /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]).
     NoInitiatorInService,
-    /// It is not one of this pool's (a stale id, or another pool's): drop the id.
+    /// It is not one of this pool's (a stale id, or another pool's).
     Unknown,
 }
 
@@ -173,44 +165,36 @@ pub enum DcPoolEvent {
         /// The `wr_id` it was posted with.
         wr_id: u64,
         /// The `ibv_wc_status` of its error completion (`IBV_WC_WR_FLUSH_ERR` for a request
-        /// flushed behind it); e.g. `IBV_WC_RETRY_EXC_ERR` = 12 for a target that does not
-        /// answer, `IBV_WC_REM_ACCESS_ERR` = 10 for a wrong rkey.
+        /// flushed behind it).
         status: u32,
-        /// The error completion's vendor syndrome (`vendor_err`); 0 for a request flushed
-        /// behind it.
+        /// The error completion's `vendor_err`; 0 for a request flushed behind it.
         vendor_err: u32,
     },
-    /// The device flushed the request for an error that was not its destination's: it did not
-    /// execute. Post it again once `poll` returns, before the destination's newer requests.
+    /// The device flushed the request for another destination's error: post it again, before
+    /// the destination's newer requests.
     Retry {
         /// Its destination.
         destination: DestinationId,
         /// The `wr_id` it was posted with.
         wr_id: u64,
     },
-    /// The destination, which was refused with a [would-block](DcPoolWouldBlock), may post again
-    /// (once per refusal): post to it once [`poll`](super::DcInitiatorPool::poll) returns. A
-    /// grant from the line not posted on goes back after the grant timeout.
+    /// The destination, refused with a [would-block](DcPoolWouldBlock), may post again (once per
+    /// refusal).
     Ready {
         /// The destination.
         destination: DestinationId,
     },
     /// The destination's requests kept failing with errors that say its target is not there
-    /// (transport or RNR retry counter exceeded, remote invalid request), as many times in a row
-    /// as the pool was set up with; reported once, just before that [`Failed`](Self::Failed).
-    /// Its posts are refused until [`revive`](super::DcInitiatorPool::revive).
+    /// (transport or RNR retry counter exceeded, remote invalid request); reported once, just
+    /// before that [`Failed`](Self::Failed).
     Unreachable {
         /// The destination.
         destination: DestinationId,
     },
     /// The destination's request has been the oldest outstanding one of its initiator (or DCI
-    /// stream) for the [stall timeout](super::settings::DcPoolSettings::setup_stall_timeout):
-    /// every request behind it waits. Reported once per stalled request; the pool changes
-    /// nothing, the request may still complete.
-    ///
-    /// The usual cause is a SEND to a target whose receive queue ran dry (`rnr_retry` 7 retries
-    /// for ever): have the peer post receives, retire the destination, or bound the retries
-    /// (`setup_rnr_retry` below 7: it then counts towards [`Unreachable`](Self::Unreachable)).
+    /// stream) for the [stall timeout](super::settings::DcPoolSettings::setup_stall_timeout);
+    /// reported once, the request may still complete. The usual cause: a SEND to a target whose
+    /// receive queue ran dry (`rnr_retry` 7 retries for ever).
     Stalled {
         /// The destination.
         destination: DestinationId,
@@ -219,16 +203,14 @@ pub enum DcPoolEvent {
         /// Its DCI stream (streams policy), else `None`.
         stream: Option<u16>,
     },
-    /// An initiator in ERR could not be recovered: it is out of service, and the destinations
-    /// bound to it are bound to the others.
+    /// An initiator in ERR could not be recovered: it is out of service.
     InitiatorLost {
         /// Its index in the pool.
         initiator: usize,
         /// The recovery's error, as text.
         error: String,
     },
-    /// The destination, [retired](super::DcInitiatorPool::retire_destination), is removed: its
-    /// id is stale.
+    /// The destination, [retired](super::DcInitiatorPool::retire_destination), is removed.
     Removed {
         /// The destination.
         destination: DestinationId,
@@ -264,8 +246,7 @@ pub struct DcPoolFootprint {
 pub struct PostToDestinationError(#[from] pub PostToDestinationErrorKind);
 
 impl PostToDestinationError {
-    /// Whether this is a would-block refusal (post again after
-    /// [`poll`](super::DcInitiatorPool::poll)).
+    /// Whether this is a would-block refusal.
     pub fn is_would_block(&self) -> bool {
         matches!(self.0, PostToDestinationErrorKind::WouldBlock(_))
     }
@@ -284,37 +265,32 @@ pub enum PostToDestinationErrorKind {
     /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]).
     #[error("every DC initiator of the pool is out of service")]
     NoInitiatorInService,
-    /// The destination is not one of this pool's: removed (a stale id), or another pool's.
+    /// The destination is not one of this pool's.
+
     #[error("no such destination in this pool (removed, or another pool's)")]
     UnknownDestination,
-    /// The destination was retired: it is removed once its requests are reported
-    /// ([`DcPoolEvent::Removed`]).
+    /// The destination was retired.
     #[error("the destination was retired")]
     Retiring,
-    /// A pool of the streams policy posts with `start_post_send_on_stream`, the others with
-    /// `start_post_send`.
+    /// The wrong one of `start_post_send` and `start_post_send_on_stream`.
     #[error("{}", if *streams_pool { "a pool with DCI streams posts with start_post_send_on_stream" } else { "a pool without DCI streams posts with start_post_send" })]
     StreamsMismatch {
         /// Whether the pool has DCI streams.
         streams_pool: bool,
     },
-    /// The destination's address handle could not be created (on RoCE e.g.
-    /// [`PeerMacUnresolved`](sideway_ext::ibverbs::address_handle::CreateAddressHandleErrorKind::PeerMacUnresolved));
-    /// its next post or `prepare` tries again.
+    /// The destination's address handle could not be created; its next post tries again.
     #[error(transparent)]
     AddressHandle(#[from] CreateDcAddressHandleError),
-    /// [`PoolInitiator::address`](super::PoolInitiator::address) failed; the next post or
-    /// `prepare` tries again.
+    /// [`PoolInitiator::address`](super::PoolInitiator::address) failed; the next post tries
+    /// again.
     #[error("the initiators could not make the destination's address")]
     Address {
         /// Why.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The destination's port takes smaller packets than the pool's initiators send (its
-    /// endpoint's [`path_mtu`](sideway_ext::mlx5::dc::endpoint::DcEndpoint::path_mtu)): they would be
-    /// dropped there and end in `RETRY_EXC`. See
-    /// [`setup_bring_up`](super::builder::DcInitiatorPoolBuilder::setup_bring_up).
+    /// The destination's path MTU is smaller than the pool's initiators send: its packets would
+    /// be dropped there.
     #[error("the destination's path MTU is {destination:?}, the pool's initiators send {initiators:?}")]
     PathMtuTooSmall {
         /// The destination's path MTU.
@@ -347,14 +323,13 @@ pub struct RemoveDestinationError(#[from] pub RemoveDestinationErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RemoveDestinationErrorKind {
-    /// Requests of the destination are not reported yet: poll, then remove it.
+    /// Requests of the destination are not reported yet.
     #[error("{requests} requests of the destination are not reported yet")]
     Outstanding {
         /// How many.
         requests: u64,
     },
-    /// The destination is not one of this pool's: removed already (a stale id), or another
-    /// pool's.
+    /// The destination is not one of this pool's.
     #[error("no such destination in this pool (removed already, or another pool's)")]
     UnknownDestination,
 }
