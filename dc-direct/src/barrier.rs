@@ -13,14 +13,10 @@
 //!
 //! Every barrier is also a compiler barrier (the C macros' `"memory"` clobber: an `asm!` without
 //! `nomem`). `mmio_wc_spinlock` is not here: libmlx5 takes it only for a BlueFlame register it
-//! shares between queue pairs, and a direct writer owns its register. The unit tests compare the
-//! bytes these stores leave with libmlx5's; their order is read from rdma-core, not tested (the
-//! crate documentation's "What is proven, and what is not" and "The CPU: x86-64 only").
+//! shares between queue pairs, and a direct writer owns its register.
 use std::ptr::NonNull;
 
-/// The barriers and stores a doorbell makes (see the [module](self) table), one implementation
-/// per architecture. Crate-private: the send queue and the poller hold one [`Hardware`] and
-/// call it directly, never through a `dyn`.
+/// The barriers and stores a doorbell makes (see the [module](self) table).
 pub(crate) trait Mmio {
     /// `udma_to_device_barrier()`: the device sees the CPU's stores to its queues before any
     /// store that follows.
@@ -54,12 +50,10 @@ pub(crate) trait Mmio {
     unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>);
 }
 
-/// The one architecture the doorbell's barriers and stores are written and checked for
-/// (`std::env::consts::ARCH`'s name of x86-64).
+/// The one architecture the doorbell's barriers and stores are written for.
 pub(crate) const ARCHITECTURE: &str = "x86_64";
 
-/// Refuses every `architecture` (a `std::env::consts::ARCH`) but [`ARCHITECTURE`], naming it:
-/// what creating a direct initiator or a direct CQ checks first.
+/// Refuses every `architecture` (a `std::env::consts::ARCH`) but [`ARCHITECTURE`], naming it.
 pub(crate) fn check_architecture(architecture: &'static str) -> Result<(), &'static str> {
     match architecture {
         ARCHITECTURE => Ok(()),
@@ -70,14 +64,14 @@ pub(crate) fn check_architecture(architecture: &'static str) -> Result<(), &'sta
 /// The barriers and stores of the CPU this runs on (x86-64; none elsewhere).
 #[derive(Debug)]
 pub(crate) struct Hardware {
-    /// Only [`Hardware::new`] makes one, and only on x86-64.
     #[cfg(not(target_arch = "x86_64"))]
     never: std::convert::Infallible,
     _private: (),
 }
 
 impl Hardware {
-    /// The hardware barriers and stores, or `None` on another architecture than x86-64.
+    /// The hardware barriers and stores, or `None` on another architecture.
+
     pub(crate) fn new() -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         return Some(Self { _private: () });

@@ -2,21 +2,15 @@
 //! libmlx5 created, ring the doorbell as libmlx5 does, and poll their own completions, built on
 //! sideway-ext's public API.
 //!
-//! **Opt-in, and not yet run on a ConnectX.** sideway-ext's [`DcInitiator`] posts through
-//! libmlx5 (`ibv_wr_*` and `mlx5dv_wr_set_dc_addr`, four indirect calls a request); a
-//! [`DirectDcInitiator`] made from one writes the same bytes itself, at a fraction of the
-//! instructions. What is proven of it is proven against libmlx5's own code over plain memory
-//! (below), not on a device.
+//! **Opt-in, and not yet run on a ConnectX.** A [`DirectDcInitiator`] made from sideway-ext's
+//! [`DcInitiator`] writes the bytes libmlx5's `ibv_wr_*` and `mlx5dv_wr_set_dc_addr` write,
+//! without their four indirect calls a request.
 //!
 //! # A direct DC initiator
 //!
 //! Take over a sideway CQ's polling with [`DirectCompletionQueue::new`]; build a [`DcInitiator`]
-//! completing into it, on a thread domain of its own (see
-//! [The BlueFlame register](#the-blueflame-register)), and make it direct
-//! ([`DirectDcInitiator::new`]) before [`bring_up`](DirectDcInitiator::bring_up). Post as on
-//! sideway-ext's guard, or in a batch to one target
-//! ([`start_post_send_to`](DirectDcInitiator::start_post_send_to)). After an error completion,
-//! poll them all, then [`recover`](DirectDcInitiator::recover).
+//! completing into it, on a thread domain of its own, and make it direct before its bring-up.
+//! After an error completion, poll them all, then [`recover`](DirectDcInitiator::recover).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -47,7 +41,6 @@
 //!     dci.bring_up(&DcInitiatorBringUp::new(1))?;
 //!     let av = AddressVector::from_address_handle(ah)?;
 //!     let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
-//!
 //!     let mut guard = dci.start_post_send();
 //!     let write = guard
 //!         .construct_wr(1, WorkRequestFlags::Signaled)
@@ -82,22 +75,12 @@
 //! # A pool of direct initiators
 //!
 //! With the feature `pool`, [`DirectDcInitiator`] and [`DirectCompletionQueue`] implement
-//! sideway-ext-dc-pool's initiator traits: make the pool with `from_initiators`, its settings
-//! naming the protection domain for its destinations' address handles. What differs from a pool
-//! of sideway-ext's DC initiators:
-//!
-//! - A request is answered at its data step (`setup_sge` and the others return a `Result`): a
-//!   refused one is not in the batch, and the batch's `post` cannot fail.
-//! - No completion events: the direct CQ cannot be armed (libmlx5's `mlx5_arm_cq` would arm it
-//!   with its own consumer index, which the direct poller never advances). Poll.
-//! - A completion of another queue pair fails the pool's `poll` with sideway's
-//!   `PollCompletionQueueError::Ibverbs` holding a
-//!   [`PollDirectCompletionQueueError`](completion_queue::PollDirectCompletionQueueError)
-//!   (`std::io::Error::get_ref`), where a pool on libmlx5 hands it over (`OtherCompletion`).
-//! - A READ whose responses would not reach the initiator is not refused
-//!   ([What is refused](#what-is-refused)).
-//! - Recovery never creates the queue pair again: on a kernel that cannot reset a DC initiator
-//!   the pool reports the initiator lost.
+//! sideway-ext-dc-pool's initiator traits (`from_initiators`). Unlike a pool on libmlx5: a
+//! request is answered at its data step (`post` cannot fail); the direct CQ cannot be armed for
+//! events (`mlx5_arm_cq` would use libmlx5's stale consumer index); a completion of another queue
+//! pair fails `poll` (a [`PollDirectCompletionQueueError`](completion_queue::PollDirectCompletionQueueError)
+//! inside sideway's error) instead of `OtherCompletion`; on a kernel that cannot reset a DC
+//! initiator, recovery reports it lost.
 #![cfg_attr(
     feature = "pool",
     doc = r##"
@@ -115,21 +98,17 @@ use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};
 use sideway_ext_dc_pool::DcInitiatorPool;
 
-/// Writes the 64 bytes at `local` (registered under `lkey`) to `remote` (under `rkey`) at the DC
-/// target of `endpoint`, through a pool of four direct initiators completing into `cq` (which
-/// holds 4 × 64 completions).
+/// Writes 64 bytes at the DC target of `endpoint` through a pool of four direct initiators.
 fn write_through_a_pool(
     pd: &Arc<ProtectionDomain>, cq: GenericCompletionQueue, endpoint: DcEndpoint,
     (lkey, local): (u32, u64), (rkey, remote): (u32, u64),
 ) -> Result<(), Box<dyn std::error::Error>> {
-    // SAFETY: nothing polls `cq` but the pool, through the direct CQ; only the direct initiators
-    // complete into it.
+    // SAFETY: nothing polls `cq` but the pool, through the direct CQ.
     let direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }?;
     let bring_up = DcInitiatorBringUp::new(1);
     let mut initiators = Vec::new();
     for _ in 0..4 {
         let mut builder = pd.create_dci_builder();
-        // Each on a thread domain of its own: a register no other queue pair writes.
         builder.setup_send_cq(cq.clone()).setup_max_send_wr(64).setup_thread_domain(true);
         let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
         dci.bring_up(&bring_up)?;
@@ -141,7 +120,6 @@ fn write_through_a_pool(
         .setup_protection_domain(pd, bring_up.port(), DcServiceClass::new());
     let mut pool = DcInitiatorPool::from_initiators(initiators, Some(direct_cq), &settings)?;
     let destination = pool.add_destination(endpoint);
-
     let mut guard = pool.start_post_send(destination)?;
     let write = guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote);
     // SAFETY: the 64 bytes at `local` are registered under `lkey` and outlive the request.
@@ -171,62 +149,33 @@ fn write_through_a_pool(
 //! - the sharing of one CQ by several send queues: every `wr_id` back in order, room back,
 //!   stray completions refused without moving anything.
 //!
-//! That covers the bytes. The order of the writer's stores and barriers cannot be seen in memory:
-//! it is read from rdma-core, not tested; nor what write-combining buffers and PCIe make of them,
-//! nor how the device reads them. None of this has run on a ConnectX (the `mlx5_hw_` tests and
-//! the self-test's direct step, `mlx5_devinfo --dc-selftest`, are there for when one is at hand).
+//! The order of the writer's stores and barriers cannot be seen in memory: it is read from
+//! rdma-core, not tested; nor what write-combining buffers and PCIe make of them. None of this
+//! has run on a ConnectX (the `mlx5_hw_` tests and `mlx5_devinfo --dc-selftest` are there for
+//! when one is at hand).
+
 //!
 //! # The CPU: x86-64 only
 //!
-//! The doorbell is rdma-core's x86-64 sequence (`util/udma_barrier.h`, `util/mmio.h`); the
-//! aarch64 one is another (`dmb`/`dsb`, a NEON or ST64B copy), which this crate has never been
-//! compiled for. On any CPU but x86-64, making a direct initiator or a direct CQ is refused with
-//! `UnsupportedArchitecture`, which names the architecture.
+//! The doorbell is rdma-core's x86-64 sequence; aarch64's is another (`dmb`/`dsb`, a NEON or
+//! ST64B copy). Elsewhere a direct initiator or CQ is refused (`UnsupportedArchitecture`).
 //!
 //! # What is refused
 //!
-//! [`CreateDirectDcInitiatorErrorKind`],
-//! [`CreateDirectCompletionQueueErrorKind`](completion_queue::CreateDirectCompletionQueueErrorKind),
-//! [`WorkRequestErrorKind`](send_queue::WorkRequestErrorKind) and
-//! [`PollDirectCompletionQueueErrorKind`](completion_queue::PollDirectCompletionQueueErrorKind)
-//! list it. Not refused: an RDMA READ longer than the initiator's path MTU from a target whose
-//! path MTU is larger (its responses are dropped: `RETRY_EXC`), as an
-//! [`AddressVector`](send_queue::AddressVector) says nothing of the target's MTU, where
-//! sideway-ext's guard refuses it (`ReadResponsesTooLarge`). Keep the fleet at one path MTU, or
-//! check `PathMtus::read_fits` before a READ.
+//! The error kinds list it. Not refused: an RDMA READ longer than the initiator's path MTU from a
+//! target whose path MTU is larger (its responses are dropped: `RETRY_EXC`), where sideway-ext's
+//! guard refuses it (`ReadResponsesTooLarge`): check `PathMtus::read_fits` before a READ.
 //!
 //! # The BlueFlame register
 //!
 //! This writer takes no lock and toggles the halves of its register on its own, so it must own
-//! its register. `mlx5dv_init_obj` gives a queue pair's register (`bf.reg`) and each half's size
-//! (`bf.size`, 0 for a doorbell register), not whether libmlx5 shares or locks it (`struct
-//! mlx5_bf`'s `need_lock`). In rdma-core's `providers/mlx5/verbs.c` and `mlx5.c` (read from v55
-//! and the newest source; no ConnectX has confirmed it here), `create_qp` gives a queue pair:
-//!
-//! - **on a thread domain**: the thread domain's own, unlocked register (sideway-ext's
-//!   [`ThreadDomain`](sideway_ext::ibverbs::thread_domain::ThreadDomain) says how);
-//! - **otherwise, on a kernel with dynamic UAR allocation**: a register of its own for each of
-//!   the first `MLX5_NUM_LOW_LAT_UUARS` (default 4) queue pairs of a context (`mlx5_get_qp_uar`),
-//!   then registers shared by several and locked unless `MLX5_SINGLE_THREADED=1`; with
-//!   `MLX5_SHUT_UP_BF` set, or without BlueFlame, the context's doorbell register (`bf.size` 0),
-//!   written unlocked and never toggled;
-//! - **otherwise** (kernel `mlx5_ib_alloc_ucontext` without `lib_uar_dyn`): a static register
-//!   the kernel picks, with halves whatever `MLX5_SHUT_UP_BF` says (the variable maps them
-//!   uncached and stops libmlx5's copy, no more), beyond the low-latency ones shared and locked
-//!   (`need_uuar_lock`).
-//!
-//! UCX likewise writes BlueFlame only for queue pairs of a thread domain of their own and keeps
-//! one toggle per register (`src/uct/ib/mlx5/ib_mlx5.c`: `uct_ib_mlx5_get_mmio_mode`,
-//! `uct_ib_mlx5_txwq_init`).
-//!
-//! So [`DirectDcInitiator::new`] takes the register of a DC initiator on a thread domain of its
-//! own ([`setup_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain))
-//! and any doorbell register, and refuses any other BlueFlame register
+//! it: a DC initiator on a thread domain of its own
+//! ([`ThreadDomain`](sideway_ext::ibverbs::thread_domain::ThreadDomain) says why, from libmlx5's
+//! `create_qp`; no ConnectX has confirmed it here), or any doorbell register (`bf.size` 0).
+//! [`DirectDcInitiator::new`] refuses any other BlueFlame register
 //! ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned));
 //! the `unsafe` [`new_with_blueflame`](DirectDcInitiator::new_with_blueflame) takes one on its
-//! caller's promise. The registers it takes on a kernel without dynamic UAR allocation are mapped
-//! uncached when `MLX5_SHUT_UP_BF` is set, and the writer would copy whole requests into them,
-//! which nothing has checked: take a thread domain's register.
+//! caller's promise.
 //!
 //! [`DcInitiator`]: sideway_ext::mlx5::dc::initiator::DcInitiator
 

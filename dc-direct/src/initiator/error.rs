@@ -1,5 +1,4 @@
-//! The errors of making a direct DC initiator ([`CreateDirectDcInitiatorError`]) and of
-//! recovering one ([`RecoverDirectDcInitiatorError`]).
+//! The errors of making and of recovering a direct DC initiator.
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueryQueuePairError, QueuePairState};
 use sideway_ext::mlx5::dc::initiator::BringUpDcInitiatorError;
 use sideway_ext::mlx5::direct_objects::InitObjectError;
@@ -7,9 +6,8 @@ use sideway_ext::mlx5::direct_objects::InitObjectError;
 use crate::send_queue::CreateSendQueueError;
 
 /// Error returned by [`DirectDcInitiator::new`](super::DirectDcInitiator::new) and
-/// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame): the DC initiator is not
-/// one whose WQEs this crate can write as libmlx5 would. The DC initiator was dropped
-/// (destroyed).
+/// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame); the DC initiator was
+/// dropped.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot post on this DC initiator directly")]
 #[non_exhaustive]
@@ -19,20 +17,17 @@ pub struct CreateDirectDcInitiatorError(#[from] pub CreateDirectDcInitiatorError
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDirectDcInitiatorErrorKind {
-    /// The writer's barriers and stores are x86-64's alone (the crate documentation's "The CPU:
-    /// x86-64 only").
+    /// The writer's barriers and stores are x86-64's alone.
     #[error("the direct writer is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,
     },
-    /// `MLX5_QP_SIGNATURE` is set: libmlx5 creates every queue pair with WQE signatures
-    /// (`qp_sig_enabled` in `verbs.c`) and signs each WQE (`wq_sig` in `qp.c`), which this
-    /// writer does not.
+    /// `MLX5_QP_SIGNATURE` is set: libmlx5 signs each WQE (`qp_sig_enabled` in `verbs.c`,
+    /// `wq_sig` in `qp.c`).
     #[error("MLX5_QP_SIGNATURE is set: libmlx5 created the queue pair with WQE signatures, which this writer does not write")]
     WqeSignatures,
-    /// The DC initiator is not in RESET: make the direct initiator before bringing it up. In
-    /// RESET libmlx5's indices are 0 (`mlx5_init_qp_indices`), where this writer starts.
+    /// The DC initiator is not in RESET, where libmlx5's indices are 0 (`mlx5_init_qp_indices`).
     #[error("the DC initiator is in {state:?}, not RESET: make the direct initiator before bring-up")]
     NotInReset {
         /// The state the device reported.
@@ -53,25 +48,20 @@ pub enum CreateDirectDcInitiatorErrorKind {
         /// Which: `"send queue"`, `"doorbell record"` or `"BlueFlame register"`.
         part: &'static str,
     },
-    /// The doorbell record's send word is not 0: requests were posted through libmlx5 since the
-    /// queue pair's creation or last reset, and libmlx5's posting index is not where this writer
-    /// starts.
+    /// The doorbell record's send word is not 0: requests were posted through libmlx5.
     #[error("the DC initiator was posted on through libmlx5 (doorbell record {posting_index:#06x})")]
     AlreadyPosted {
         /// The posting index's low 16 bits, as the record holds them.
         posting_index: u16,
     },
-    /// The send queue has more than 2^16 basic blocks: a completion's 16-bit `wqe_counter`
-    /// would not name one slot.
+    /// The send queue has more basic blocks than a completion's 16-bit `wqe_counter` names.
     #[error("a send queue of {wqe_count} basic blocks is larger than a completion's 16-bit index names")]
     QueueTooLarge {
         /// `sq.wqe_cnt`.
         wqe_count: u32,
     },
-    /// The DC initiator has no thread domain of its own and its register is a BlueFlame register
-    /// (`bf.size` > 0), which libmlx5 may share with other queue pairs of the device context: see
-    /// the crate documentation's "The BlueFlame register", and
-    /// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame).
+    /// The DC initiator has no thread domain of its own and its register is a BlueFlame register,
+    /// which libmlx5 may share ([`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame)).
     #[error(
         "the queue pair's register is a BlueFlame register of {blueflame_size} bytes a half, which libmlx5 may share: \
          create the DC initiator on a thread domain of its own (setup_thread_domain)"
@@ -80,8 +70,7 @@ pub enum CreateDirectDcInitiatorErrorKind {
         /// `bf.size`.
         blueflame_size: u32,
     },
-    /// Another live direct initiator writes the same BlueFlame register (libmlx5 gave both
-    /// queue pairs one shared register).
+    /// Another live direct initiator writes the same BlueFlame register.
     #[error("another direct DC initiator writes the BlueFlame register at {register:#x}")]
     BlueFlameRegisterShared {
         /// The register's address (`bf.reg`).
@@ -102,13 +91,11 @@ pub struct RecoverDirectDcInitiatorError(#[from] pub RecoverDirectDcInitiatorErr
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecoverDirectDcInitiatorErrorKind {
-    /// It was never brought up with [`bring_up`](super::DirectDcInitiator::bring_up): there are
-    /// no parameters to bring it up again with.
+    /// It was never brought up with [`bring_up`](super::DirectDcInitiator::bring_up).
     #[error("the direct DC initiator was not brought up with bring_up")]
     NotBroughtUp,
-    /// Requests are still outstanding: poll their completions first (after an error the device
-    /// completes every one of them, flushed). Their completions would otherwise stay in the CQ,
-    /// which libmlx5 does not clean once its memory is handed out.
+    /// Requests are still outstanding: their completions would stay in the CQ, which libmlx5
+    /// does not clean once its memory is handed out.
     #[error("{outstanding} requests are outstanding: poll their completions before recovering")]
     RequestsOutstanding {
         /// Requests posted and not completed.
@@ -119,8 +106,8 @@ pub enum RecoverDirectDcInitiatorErrorKind {
     /// place (its memory would change); make a new one.
     #[error("the move to RESET failed")]
     Reset(#[source] ModifyQueuePairError),
-    /// The DC initiator was reset (the send queue with it) but bringing it up again failed:
-    /// recover again.
+    /// The DC initiator was reset but bringing it up again failed: recover again.
+
     #[error(transparent)]
     BringUp(#[from] BringUpDcInitiatorError),
 }

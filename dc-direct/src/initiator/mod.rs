@@ -76,11 +76,13 @@ impl DirectDcInitiator {
     /// # Safety
     ///
     /// While the direct initiator lives, no queue pair posted through libmlx5 (or any other
-    /// writer than this crate's) may write its BlueFlame register. libmlx5 shares registers
-    /// among the queue pairs of a device context beyond its first few (the
-    /// [crate](crate#the-blueflame-register) documentation); this holds when no other queue pair
-    /// of the context posts while the direct initiator lives, or when at most
-    /// `MLX5_NUM_LOW_LAT_UUARS` (default 4) queue pairs of the context exist.
+    /// writer than this crate's) may write its BlueFlame register. libmlx5 shares registers,
+    /// locked, among the queue pairs of a device context beyond its first
+    /// `MLX5_NUM_LOW_LAT_UUARS` (default 4) (`mlx5_get_qp_uar`, `need_uuar_lock`; read from
+    /// rdma-core, no ConnectX has confirmed it): this holds when no other queue pair of the
+    /// context posts meanwhile, or when at most that many exist. A kernel without dynamic UAR
+    /// allocation maps them uncached under `MLX5_SHUT_UP_BF`, which nothing has checked.
+
     pub unsafe fn new_with_blueflame(
         dci: DcInitiator, cq: &DirectCompletionQueue,
     ) -> Result<Self, CreateDirectDcInitiatorError> {

@@ -1,8 +1,6 @@
-//! The errors of the send queue: creating one from raw parts ([`CreateSendQueueError`]), and
-//! adding a request to a batch ([`WorkRequestError`]).
+//! The errors of the send queue.
 
-/// Error returned by [`SendQueue::from_parts`](super::SendQueue::from_parts): the parts describe
-/// a send queue this writer does not write (or cannot write on this CPU).
+/// Error returned by [`SendQueue::from_parts`](super::SendQueue::from_parts).
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 #[non_exhaustive]
@@ -12,8 +10,7 @@ pub struct CreateSendQueueError(#[from] pub CreateSendQueueErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateSendQueueErrorKind {
-    /// The writer's barriers and stores are x86-64's alone (the crate documentation's "The CPU:
-    /// x86-64 only").
+    /// The writer's barriers and stores are x86-64's alone.
     #[error("the direct writer is built and checked for x86-64 only, not {architecture}")]
     UnsupportedArchitecture {
         /// The architecture this was built for (`std::env::consts::ARCH`).
@@ -69,10 +66,8 @@ pub enum CreateSendQueueErrorKind {
     },
 }
 
-/// Error returned by a request's data step
-/// ([`setup_sge`](super::DirectRequestData::setup_sge) and the others): the request was refused
-/// and nothing of it was written. The batch goes on: the requests added before it (and after
-/// it) are posted by [`post`](super::SendQueueBatch::post).
+/// Error returned by a request's data step: nothing of the request was written; the batch goes
+/// on.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 #[non_exhaustive]
@@ -82,8 +77,8 @@ pub struct WorkRequestError(#[from] pub WorkRequestErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkRequestErrorKind {
-    /// The send queue holds `max_post` outstanding requests (those posted and not completed,
-    /// and this batch's): libmlx5's `mlx5_wq_overflow`.
+    /// The send queue holds `max_post` outstanding requests (`mlx5_wq_overflow`), checked after
+    /// the request's own limits.
     #[error("the send queue is full: {max_post} requests outstanding")]
     QueueFull {
         /// The queue's maximum of outstanding requests.
@@ -97,8 +92,9 @@ pub enum WorkRequestErrorKind {
         /// The granted maximum.
         max_inline_data: u32,
     },
-    /// More scatter/gather entries than the queue pair's granted `max_send_sge` (zero-length
-    /// entries count, as libmlx5 counts them).
+    /// More scatter/gather entries than the granted `max_send_sge` (zero-length ones count, as
+    /// in libmlx5, which writes one on a queue granted none).
+
     #[error("{count} scatter/gather entries exceed the maximum of {max_send_sge}")]
     TooManyScatterGatherEntries {
         /// The number of entries given.

@@ -21,27 +21,10 @@
 //!
 //! A request is described in the order of sideway-ext's DC guard:
 //! [`construct_wr`](SendQueueBatch::construct_wr) → an operation →
-//! [`setup_dc_addr`](DirectRequestDestination::setup_dc_addr) → the data, where the whole WQE is
+//! [`setup_dc_addr`](DirectRequestDestination::setup_dc_addr) (not in a batch to one target,
+//! [`start_post_send_to`](SendQueue::start_post_send_to)) → the data, where the whole WQE is
 //! written and the request answered ([`WorkRequestError`]: nothing written, the batch goes on).
 //! [`post`](SendQueueBatch::post) rings the doorbell; dropping the guard gives the slots back.
-//!
-//! A batch to one DC target ([`start_post_send_to`](SendQueue::start_post_send_to)) holds the
-//! address for all its requests, which go from their operation straight to their data.
-//!
-//! ```no_run
-//! use sideway::ibverbs::queue_pair::WorkRequestFlags;
-//! use sideway_ext_dc_direct::send_queue::{AddressVector, BatchAddress, SendQueue};
-//!
-//! # fn post(queue: &mut SendQueue, av: &AddressVector) -> Result<(), Box<dyn std::error::Error>> {
-//! let mut guard = queue.start_post_send_to(BatchAddress::new(av, 0x00ab_cdef, 0xdc, None));
-//! for i in 0..16u64 {
-//!     let request = guard.construct_wr(i, WorkRequestFlags::Signaled).setup_write(0x1234, 0x10_0000 + 64 * i);
-//!     // SAFETY: the 64 bytes at 0x20_0000 are registered under lkey 7 and outlive the requests.
-//!     unsafe { request.setup_sge(7, 0x20_0000, 64) }?;
-//! }
-//! guard.post();
-//! # Ok(()) }
-//! ```
 //!
 //! # What libmlx5 does that this mirrors
 //!
@@ -56,31 +39,15 @@
 //! | [`post`](SendQueueBatch::post) | `mlx5_send_wr_complete`, `post_send_db`, `mlx5_bf_copy` |
 //! | dropping the guard | `mlx5_send_wr_abort` |
 //!
-//! # Supported, and what is refused
+//! # Not offered
 //!
-//! SEND, RDMA WRITE (both also with immediate data), RDMA READ, atomic compare-and-swap and
-//! fetch-and-add; flags signaled, fence and solicited (the inline flag is ignored: the data step
-//! says whether data is inline), the queue's signal-all; one scatter/gather entry, a list of up
-//! to `max_send_sge`, inline data (0 to `max_inline_data` bytes, one slice or a list, only for
-//! SEND and WRITE); with and without DCI streams.
-//!
-//! Not offered: SEND with invalidate, memory-window binds and local invalidations (libmlx5
-//! fences the request after those through `fm_cache`, which this writer therefore never needs),
-//! TSO, masked atomics, the mlx5 memory-key setters, WQE signatures (`wq_sig`). Refused:
-//! [`WorkRequestErrorKind`].
-//!
-//! Where it differs from libmlx5, in what it refuses only: a refused request is that request
-//! alone (libmlx5 fails the whole batch at `ibv_wr_complete` and rolls it back); a request is
-//! checked against its own limits before the queue's room, so one over both is refused for its
-//! own; one scatter/gather entry on a queue granted none is refused (libmlx5 writes it).
-//!
-//! `max_post` must be what libmlx5 granted (`sq.max_post`), which it sized so that that many of
-//! the largest WQEs fit in the ring; the writer checks only that one of the largest fits. It
-//! follows the defaults of `MLX5_SHUT_UP_BF` and `MLX5_POST_SEND_PREFER_BF`.
-//!
-//! A runtime that makes its DC initiators some other way builds a [`SendQueue`] over their parts
-//! ([`SendQueue::from_parts`]) and hands each send completion's `wqe_counter` to
-//! [`SendQueue::complete`].
+//! SEND with invalidate, memory-window binds and local invalidations (libmlx5 fences the request
+//! after those through `fm_cache`, which this writer therefore never needs), TSO, masked atomics,
+//! the mlx5 memory-key setters, WQE signatures (`wq_sig`); refused: [`WorkRequestErrorKind`]. A
+//! refused request is that request alone (libmlx5 fails the whole batch at `ibv_wr_complete`).
+//! `max_post` must be what libmlx5 granted (`sq.max_post`); the writer checks only that one of
+//! the largest WQEs fits. It follows the defaults of `MLX5_SHUT_UP_BF` and
+//! `MLX5_POST_SEND_PREFER_BF`.
 mod address;
 mod batch;
 mod doorbell;
@@ -136,8 +103,7 @@ pub struct SendQueueParts {
     pub streams: bool,
 }
 
-/// A DCI's send queue, written directly, for a direct initiator or a runtime of one's own; see
-/// the [module](self) documentation.
+/// A DCI's send queue, written directly; see the [module](self) documentation.
 #[derive(Debug)]
 pub struct SendQueue {
     limits: Limits,
@@ -228,10 +194,8 @@ impl SendQueue {
         SendQueueBatch::new(self, EachRequest)
     }
 
-    /// Starts a batch of requests to one DC address (`mlx5_send_wr_start`): every request goes
-    /// to `address` (a target's route, DCT number and key, maybe a stream), written into it as
-    /// libmlx5's `mlx5_send_wr_set_dc_addr(_stream)` writes it; its requests go from their
-    /// operation to their data.
+    /// Starts a batch of requests to one DC address (`mlx5_send_wr_start`), written into each
+    /// as `mlx5_send_wr_set_dc_addr(_stream)` writes it.
     #[inline]
     pub fn start_post_send_to(&mut self, address: BatchAddress) -> SendQueueBatch<'_, BatchAddress> {
         SendQueueBatch::new(self, address)
@@ -257,12 +221,11 @@ impl SendQueue {
         self.limits.max_send_sge
     }
 
-    /// Completes the request whose WQE starts at 16-bit index `wqe_counter` (a send CQE's
-    /// `wqe_counter`): it and every request before it are done, their room free again
-    /// (`sq.tail = sq.wqe_head[idx] + 1`, as libmlx5's `mlx5_parse_cqe`); returns its `wr_id`
-    /// (`sq.wrid[idx]`). `None`, and nothing completed, when no outstanding request starts
-    /// there (libmlx5 does not check): the index is not one of the ring's last `wqe_count`
-    /// before the posting index, or its slot's request is not outstanding.
+    /// Completes the request whose WQE starts at a send CQE's `wqe_counter`, and every request
+    /// before it (`sq.tail = sq.wqe_head[idx] + 1`, as `mlx5_parse_cqe`); returns its `wr_id`.
+    /// `None`, and nothing completed, when no outstanding request starts there (libmlx5 does
+    /// not check).
+
     pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         let behind = (self.posting_index as u16).wrapping_sub(wqe_counter);
         if behind == 0 || usize::from(behind) > self.wqe_heads.len() {
