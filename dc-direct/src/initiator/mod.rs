@@ -29,17 +29,13 @@ use crate::completion_queue::DirectCompletionQueue;
 pub use crate::send_queue::shared::DirectBatch;
 use crate::send_queue::{AddressVector, BatchAddress, CreateSendQueueErrorKind};
 
-/// A DC initiator whose requests this crate writes into its send queue and whose doorbell it
-/// rings, as libmlx5's post path would; its completions are polled by its
-/// [`DirectCompletionQueue`]. Dropping it destroys the DC initiator; its completions still to
-/// come are then refused by the completion queue
-/// ([`UnknownQueuePair`](crate::completion_queue::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).
+/// A DC initiator whose requests this crate writes and whose doorbell it rings, as libmlx5's
+/// post path would; its completions are polled by its [`DirectCompletionQueue`].
 #[derive(Debug)]
 pub struct DirectDcInitiator {
     /// Dropped first: it writes the queue pair's memory, and takes itself out of the completion
     /// queue's table.
     posting: PostingQueue,
-    /// The register it rings.
     register: DirectRegister,
     /// The BlueFlame register's claim, while this initiator writes it (none for a doorbell
     /// register).
@@ -51,9 +47,8 @@ pub struct DirectDcInitiator {
 }
 
 impl DirectDcInitiator {
-    /// Takes over posting on `dci`, which must complete into `cq`, be in RESET (made, not yet
-    /// brought up), and have a register this writer may write without a lock (the
-    /// [crate](crate#the-blueflame-register) documentation).
+    /// Takes over posting on `dci`, which must complete into `cq`, be in RESET, and have a
+    /// register this writer may write without a lock ([crate](crate#the-blueflame-register)).
     ///
     /// # Errors
     ///
@@ -64,10 +59,8 @@ impl DirectDcInitiator {
     }
 
     /// As [`new`](Self::new), also for a DC initiator without a thread domain of its own whose
-    /// register is a BlueFlame register (`bf.size` > 0), which this writer writes without
-    /// libmlx5's lock and with a toggle of its halves of its own. A second live direct initiator
-    /// on the same register is refused
-    /// ([`BlueFlameRegisterShared`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterShared)).
+    /// register is a BlueFlame register, written without libmlx5's lock.
+
     ///
     /// # Errors
     ///
@@ -157,11 +150,8 @@ impl DirectDcInitiator {
         self.posting.start_post_send()
     }
 
-    /// Starts a batch of requests to one DC target: the DCT `dct_number` with access key
-    /// `dc_key`, over the route of `address` (read once from the target's address handle,
-    /// [`AddressVector::from_address_handle`]). Each request goes `construct_wr` → an operation
-    /// → the data, its address written as libmlx5's `mlx5_send_wr_set_dc_addr` writes it; then
-    /// [`post`](DirectBatch::post), one doorbell for the batch.
+    /// Starts a batch of requests to the DCT `dct_number` with access key `dc_key`, over the
+    /// route of `address`: each goes `construct_wr` → an operation → the data.
     ///
     /// ```no_run
     /// use sideway::ibverbs::queue_pair::WorkRequestFlags;
@@ -187,9 +177,7 @@ impl DirectDcInitiator {
     }
 
     /// As [`start_post_send_to`](Self::start_post_send_to), on DCI stream `stream_id`
-    /// (`mlx5_send_wr_set_dc_addr_stream`); each request is refused at its data step
-    /// ([`StreamsNotEnabled`](crate::send_queue::WorkRequestErrorKind::StreamsNotEnabled)) on a
-    /// DC initiator without streams.
+    /// (`mlx5_send_wr_set_dc_addr_stream`).
     #[inline]
     pub fn start_post_send_to_stream(
         &mut self, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
@@ -198,8 +186,7 @@ impl DirectDcInitiator {
             .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, Some(stream_id)))
     }
 
-    /// The register it rings its doorbell through, and why it may write it alone: its size tells
-    /// whether requests are copied into it (BlueFlame) or the doorbell word is written alone.
+    /// The register it rings its doorbell through, and why it may write it alone.
     pub fn register(&self) -> DirectRegister {
         self.register
     }
@@ -245,8 +232,8 @@ impl DirectDcInitiator {
         self.dci.wait_for_error(timeout)
     }
 
-    /// Resets one errored DCI stream ([`DcInitiator::reset_stream`]): the device's stream
-    /// state only; the send queue goes on as it is.
+    /// Resets one errored DCI stream ([`DcInitiator::reset_stream`]).
+
     ///
     /// # Errors
     ///

@@ -11,12 +11,8 @@ use super::wqe::{Data, Datagram, Made, Request, Written};
 use super::{AddressVector, Limits, SendQueue, WorkRequestError, WorkRequestErrorKind};
 
 /// The state of the batch being described (libmlx5's `cur_post`, `nreq`, `cur_ctrl` and
-/// `cur_size` while it builds one); the queue's own posting index moves to its end only when
-/// the batch is posted.
-///
-/// It holds a copy of the queue's [`Limits`] and of what does not change while a batch is open
-/// (the requests posted before it, the room left), which the compiler can keep in registers
-/// where a queue behind a pointer would be read again after each store into the ring.
+/// `cur_size`), with copies of what does not change while it is open, which the compiler can
+/// keep in registers.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Batch {
     /// The posting index of the next request.
@@ -40,11 +36,7 @@ pub struct Target<'g> {
     batch: &'g mut Batch,
 }
 
-/// How the requests of a batch are addressed: each at its own address step
-/// ([`EachRequest`], a batch of [`start_post_send`](SendQueue::start_post_send)), or all to the
-/// batch's DC address ([`BatchAddress`], a batch of
-/// [`start_post_send_to`](SendQueue::start_post_send_to)), whose requests go from their operation
-/// to their data. Sealed.
+/// How the requests of a batch are addressed: [`EachRequest`] or [`BatchAddress`]. Sealed.
 pub trait Addressing: Copy + private::Sealed {
     /// The step after a request's operation `O`.
     type Next<'g, O: WqeOperation>;
@@ -86,9 +78,8 @@ impl private::Sealed for EachRequest {
     }
 }
 
-/// The DC address every request of a batch goes to (as libmlx5's `mlx5_send_wr_set_dc_addr`
-/// and `mlx5_send_wr_set_dc_addr_stream` address one request, written into each): the target's
-/// route, DCT number and access key, and the DCI stream, if any.
+/// The DC address every request of a batch goes to: the target's route, DCT number and access
+/// key, and the DCI stream, if any.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchAddress {
     /// The datagram segment every request copies, made once.
@@ -98,11 +89,7 @@ pub struct BatchAddress {
 
 impl BatchAddress {
     /// Requests to the DC target `dct_number` with access key `dc_key`, over the route of
-    /// `address` (`mlx5dv_wr_set_dc_addr`); `stream_id`: on that DCI stream
-    /// (`mlx5dv_wr_set_dc_addr_stream`), refused at each request's data step
-    /// ([`StreamsNotEnabled`](super::WorkRequestErrorKind::StreamsNotEnabled)) on a queue without
-    /// streams. The datagram segment (the address vector with the key and DCT number) is made
-    /// here, once, and copied into each request at its data step.
+    /// `address`, on DCI stream `stream_id` if given; the datagram segment is made here, once.
     #[inline]
     pub fn new(address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>) -> Self {
         Self {
@@ -133,9 +120,7 @@ impl private::Sealed for BatchAddress {
 }
 
 /// A batch of requests on a [`SendQueue`]: [`post`](Self::post) rings the doorbell for them;
-/// dropped without it, the batch's slots are given back and the device is told nothing
-/// (`mlx5_send_wr_abort`). Its requests are addressed as `A` says: each at its address step, or
-/// all to the batch's [`BatchAddress`].
+/// dropped without it, the device is told nothing (`mlx5_send_wr_abort`).
 #[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
 #[derive(Debug)]
 pub struct SendQueueBatch<'q, A: Addressing = EachRequest> {
@@ -156,10 +141,8 @@ impl<'q, A: Addressing> SendQueueBatch<'q, A> {
         }
     }
 
-    /// Starts a request with this `wr_id` (given back by its completion) and flags
-    /// ([`Signaled`](WorkRequestFlags::Signaled), [`Fence`](WorkRequestFlags::Fence),
-    /// [`Solicited`](WorkRequestFlags::Solicited); [`Inline`](WorkRequestFlags::Inline) is
-    /// ignored: the data step says what is inline); continue with an operation.
+    /// Starts a request with this `wr_id` and flags ([`Inline`](WorkRequestFlags::Inline) is
+    /// ignored: the data step says what is inline).
     #[inline]
     pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> DirectRequest<'_, A> {
         DirectRequest {
@@ -179,9 +162,7 @@ impl<'q, A: Addressing> SendQueueBatch<'q, A> {
         self.batch.len as usize
     }
 
-    /// Posts the batch: rings the doorbell for its requests (nothing when it has none), as
-    /// libmlx5's `mlx5_send_wr_complete`. It cannot fail: each request was checked at its data
-    /// step.
+    /// Posts the batch: rings the doorbell for its requests, as `mlx5_send_wr_complete`.
     #[inline]
     pub fn post(self) {
         let Self { queue, batch, .. } = self;
@@ -272,8 +253,7 @@ impl<'g, A: Addressing> DirectRequest<'g, A> {
         self.with(operation::Send {})
     }
 
-    /// A SEND with immediate data (`ibv_wr_send_imm`); `imm_data` is stored as it is, as the C
-    /// API's `__be32` (as sideway-ext's guard passes it).
+    /// A SEND with immediate data (`ibv_wr_send_imm`); `imm_data` is stored as it is (`__be32`).
     #[inline]
     pub fn setup_send_imm(self, imm_data: u32) -> A::Next<'g, operation::SendWithImmediate> {
         self.with(operation::SendWithImmediate { imm_data })
@@ -340,9 +320,7 @@ pub struct DirectRequestDestination<'g, O: WqeOperation> {
 
 impl<'g, O: WqeOperation> DirectRequestDestination<'g, O> {
     /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of
-    /// `address` (`mlx5dv_wr_set_dc_addr`); the address vector is copied at the data step. It
-    /// carries no path MTU: a READ is not held to the target's (see the crate's "What is
-    /// refused").
+    /// `address` (`mlx5dv_wr_set_dc_addr`).
     #[inline]
     pub fn setup_dc_addr<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64,
@@ -351,9 +329,8 @@ impl<'g, O: WqeOperation> DirectRequestDestination<'g, O> {
     }
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
-    /// (`mlx5dv_wr_set_dc_addr_stream`); refused at the data step
-    /// ([`StreamsNotEnabled`](super::WorkRequestErrorKind::StreamsNotEnabled)) on a queue
-    /// without streams.
+    /// (`mlx5dv_wr_set_dc_addr_stream`).
+
     #[inline]
     pub fn setup_dc_addr_stream<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,

@@ -13,12 +13,8 @@
 //!   `_mlx5_send_wr_set_inline_data(_list)` (a 4-byte header, the data split across the end, the
 //!   padding after it left as it was; zero bytes write nothing).
 //!
-//! The checks libmlx5 makes are made first (the stream id, the SGE count, the inline length,
-//! then `mlx5_wq_overflow`), so that a refused request writes nothing.
-//!
-//! The order of the stores is not libmlx5's (nothing reads the WQE before the doorbell); their
-//! shapes (fields sharing an 8-byte store, the address vector read as values) are the ones the
-//! wqe_instructions bench found cheapest.
+//! The checks are made first, so that a refused request writes nothing. The order of the stores
+//! is not libmlx5's (nothing reads the WQE before the doorbell).
 use std::io::IoSlice;
 use std::ptr::NonNull;
 
@@ -66,9 +62,6 @@ pub(super) struct Written {
 impl SendQueue {
     /// Writes `request` with `data` as the next request of `batch`: checks, then the WQE, its
     /// slot's `wr_id`, and the batch's posting index past it.
-    ///
-    /// Inlined into the data step, the operation and the kind of data are known where it is
-    /// called and their branches fold away.
     // inline(always): with #[inline] the wqe_instructions bench showed it called, not inlined.
     #[inline(always)]
     pub(super) fn write(
@@ -109,12 +102,9 @@ impl SendQueue {
 
 /// The checks and the segments that depend on the queue's limits and ring alone.
 impl Limits {
-    /// The checks libmlx5 makes for this request: the request's own first (the stream id, then
-    /// the data setter's: the SGE count of `_mlx5_send_wr_set_sge_list`, the inline length of
-    /// `_mlx5_send_wr_set_inline_data(_list)`), then the queue's room (`mlx5_wq_overflow`, which
-    /// libmlx5 makes first). A request is refused for its shape whatever the queue holds; and
-    /// checks that do not change from request to request come first, where the compiler can
-    /// take them out of a batch's loop.
+    /// The checks libmlx5 makes for this request: its own first (the stream id, then the data
+    /// setter's), then the queue's room (`mlx5_wq_overflow`, which libmlx5 makes first).
+
     #[inline]
     fn check(&self, batch: &Batch, request: &Request<'_>, data: Data<'_>) -> Result<(), WorkRequestError> {
         self.check_stream(request.stream_id)?;
