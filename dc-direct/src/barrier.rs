@@ -71,7 +71,6 @@ pub(crate) struct Hardware {
 
 impl Hardware {
     /// The hardware barriers and stores, or `None` on another architecture.
-
     pub(crate) fn new() -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         return Some(Self { _private: () });

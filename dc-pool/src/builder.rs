@@ -158,7 +158,6 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-
     /// As [`DcPoolSettings::setup_grant_timeout`].
     pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.settings.setup_grant_timeout(timeout);
@@ -329,7 +328,6 @@ pub(crate) fn check_streams(policy: DcPoolPolicy, streams: bool) -> Result<(), C
 }
 
 /// The DC initiator pool's factory on a protection domain.
-
 pub trait DcPoolProtectionDomainExt {
     /// A builder for a [`DcInitiatorPool`] of DC initiators on this protection domain.
     fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder;

@@ -50,10 +50,8 @@ pub trait PoolInitiator {
     /// [streams](super::types::DcPoolPolicy::Streams) policy posts on them.
     fn stream_count(&self) -> u32;
 
-    /// The path MTU it sends with, when known: the pool refuses a destination whose endpoint
-    /// announces a smaller one
-    /// ([`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)). By default
-    /// unknown, and not checked.
+    /// The path MTU it sends with, when known (default unknown): the pool refuses a destination
+    /// whose endpoint announces a smaller one.
     fn path_mtu(&self) -> Option<Mtu> {
         None
     }
@@ -71,26 +69,19 @@ pub trait PoolInitiator {
     fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal>;
 
     /// The address its requests to a destination carry, from the address handle the pool
-    /// created for that destination (on its first post, or
-    /// [`prepare`](super::DcInitiatorPool::prepare)). An error is the post's
-    /// ([`Address`](super::types::PostToDestinationErrorKind::Address)), and the next post
-    /// tries again.
+    /// created for that destination.
     fn address(&self, ah: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>>;
 
     /// Starts a batch of requests to the DC target `dct_number` with access key `dc_key` at
-    /// `address`, on DCI stream `stream` when given (a pool of the streams policy gives one,
-    /// below [`stream_count`](Self::stream_count); the others none). The pool gives it at most
-    /// the room its send queue has left.
+    /// `address`, on DCI stream `stream` when given (streams policy).
     fn start_batch<'a>(
         &'a mut self, address: &'a Self::Address, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self::Batch<'a>;
 }
 
 /// A batch of requests to one DC address ([`PoolInitiator::start_batch`]), rung once at
-/// [`post`](Self::post). Dropped unposted, it posts nothing. A request it refuses before the
-/// device is named in the error by its index in the batch (as
-/// [`TypedPostSendErrorKind`](sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind)'s refusals
-/// are), so that the pool names it by its caller's `wr_id`.
+/// [`post`](Self::post). Dropped unposted, it posts nothing. A request it refuses is named in
+/// the error by its index in the batch.
 pub trait PoolBatch {
     /// A request after `construct_wr`: an operation, then its data, at which it joins the
     /// batch.
@@ -111,10 +102,8 @@ pub trait PoolBatch {
 
 /// The send completion queue of a pool's initiators ([`PoolInitiator::CompletionQueue`]).
 pub trait PoolCompletionQueue {
-    /// Polls at most 32 completions, handing each to `each` with, where it has one, the
-    /// completion whole (handed over as
-    /// [`OtherCompletion`](super::types::DcPoolEvent::OtherCompletion) when not the pool's);
-    /// returns how many.
+    /// Polls at most 32 completions, handing each to `each` with the completion whole where it
+    /// has one; returns how many.
     fn poll(
         &mut self, each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
     ) -> Result<usize, PollCompletionQueueError>;

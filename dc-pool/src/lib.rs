@@ -468,7 +468,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Settles one completion polled elsewhere (a CQ shared with other queue pairs), as
     /// [`poll`](Self::poll) does; returns whether it was the pool's. Such a caller calls
     /// [`progress`](Self::progress) once per polling round instead of `poll`.
-
     pub fn complete(&mut self, completion: impl Into<PoolCompletion>, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         let settled = settle(
             &mut self.core,

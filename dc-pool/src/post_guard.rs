@@ -27,9 +27,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     }
 
     /// As [`start_post_send`](Self::start_post_send), for a pool of the
-    /// [streams](super::types::DcPoolPolicy::Streams) policy: every request of the batch goes to the
-    /// destination's DCI stream (`mlx5dv_wr_set_dc_addr_stream`). The two are apart so that
-    /// neither tests per request which setter to call.
+    /// [streams](super::types::DcPoolPolicy::Streams) policy (`mlx5dv_wr_set_dc_addr_stream`).
     #[inline]
     pub fn start_post_send_on_stream(
         &mut self, destination: DestinationId,
@@ -37,9 +35,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.start(destination, true)
     }
 
-    /// Makes `destination`'s address (its first post, or `prepare`): from the address handle
-    /// the pool creates on its protection domain (without one, a destination posts only with
-    /// the address it was added with).
+    /// Makes `destination`'s address from the address handle the pool creates on its
+    /// protection domain.
     pub(super) fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
         let Some(endpoint) = self.core.endpoint(destination) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
@@ -71,9 +68,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         Ok(())
     }
 
-    /// The post path: one grant (or refusal) from the bookkeeping (after making the
-    /// destination's address on its first post), then the initiator's batch to the address,
-    /// holding the batch's places in the initiator's ring of `wr_id`s.
+    /// The post path: one grant (or refusal) from the bookkeeping, then the initiator's batch.
     // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
     // `scripts/bench` then broke their limits.
     #[inline(always)]
@@ -122,9 +117,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     }
 }
 
-/// What a destination was granted for one batch (the bookkeeping's `begin`): an initiator (and
-/// stream), its address, the number of the batch's first request, and how many requests the
-/// batch may hold from which place in the pool's ring of `wr_id`s.
+/// What a destination was granted for one batch (the bookkeeping's `begin`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant {
     destination: u32,
@@ -167,9 +160,7 @@ pub struct DcPoolPostGuard<'p, I: PoolInitiator + 'p = DcInitiator> {
     batch: BatchRecord<'p>,
 }
 
-/// The pool's side of a batch: where it goes, and its places in the initiator's ring of
-/// `wr_id`s, with the bookkeeping borrowed until the batch ends: posted, it records what was
-/// posted; refused or dropped, it gives back what an unused grant holds.
+/// The pool's side of a batch, with the bookkeeping borrowed until the batch ends.
 struct BatchRecord<'p> {
     core: &'p mut PoolCore,
     /// The callers' `wr_id`s of the batch's requests, in a row (a batch does not wrap): as many
@@ -212,9 +203,7 @@ impl Drop for BatchRecord<'_> {
 }
 
 impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
-    /// Starts a new request with the caller's `wr_id` (what
-    /// [`DcPoolEvent`](super::types::DcPoolEvent)s report) and flags, signalled whatever they
-    /// say; continue with an operation, then the data.
+    /// Starts a new request with the caller's `wr_id` and flags, signalled whatever they say.
     ///
     /// # Errors
     ///
@@ -238,8 +227,7 @@ impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
         self.inner.batch_len()
     }
 
-    /// How many requests the batch may hold: the initiator's free send-queue room, up to where
-    /// the pool's ring of `wr_id`s wraps around, and up to the destination's quota.
+    /// How many requests the batch may hold (send-queue room, ring end, quota).
     pub fn room(&self) -> usize {
         self.batch.wr_ids.len()
     }

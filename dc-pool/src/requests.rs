@@ -1,9 +1,5 @@
-//! An initiator's requests: its ring of the callers' `wr_id`s, numbered in posting order, the
-//! records that say whose requests they are and which were reported, and the errors of its
-//! streams. Only its methods change it: record a batch, settle, fail or flush requests, reset a
-//! stream, recover.
-//!
-//! # Request numbers
+//! An initiator's requests: its ring of the callers' `wr_id`s, the records that say whose
+//! requests they are and which were reported, and the errors of its streams.
 //!
 //! Each initiator numbers its requests in posting order. The `wr_id` the provider sees is
 //! `initiator << 48 | number` (the number taken modulo 2⁴⁸); the caller's own `wr_id` is kept in
@@ -48,12 +44,10 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// The destination's place.
     pub(crate) fn destination(&self) -> u32 {
         self.destination
     }
 
-    /// The stream, or 0 without streams.
     pub(crate) fn stream(&self) -> u16 {
         self.stream
     }
@@ -142,9 +136,8 @@ pub(super) struct InitiatorRequests {
     capacity: u64,
     /// The number of the next request.
     head: u64,
-    /// How many requests were reported: `head - reported` are outstanding. A count, not a sum
-    /// over the records when asked: summed, every grant walks the records, and the pool rows of
-    /// `scripts/bench` (counting, send_dc_pool_*) go over their floor's per-request limit.
+    /// How many requests were reported: `head - reported` are outstanding (a count, so that no
+    /// grant walks the records).
     reported: u64,
     /// Records of the requests not reported yet, in posting order.
     batches: VecDeque<Record>,
@@ -194,7 +187,6 @@ impl InitiatorRequests {
         self.capacity = self.capacity.min(u64::from(max.max(1)));
     }
 
-    /// The number of the next request.
     #[inline]
     pub(super) fn head(&self) -> u64 {
         self.head

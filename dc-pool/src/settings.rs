@@ -141,8 +141,7 @@ impl DcPoolSettings {
         (self.clock)()
     }
 
-    pub(crate) fn protection_domain
-(&self) -> Option<(&Arc<ProtectionDomain>, u8, &DcServiceClass)> {
+    pub(crate) fn protection_domain(&self) -> Option<(&Arc<ProtectionDomain>, u8, &DcServiceClass)> {
         self.addressing.as_ref().map(|a| (&a.pd, a.port, &a.service_class))
     }
 }

@@ -266,7 +266,6 @@ pub enum PostToDestinationErrorKind {
     #[error("every DC initiator of the pool is out of service")]
     NoInitiatorInService,
     /// The destination is not one of this pool's.
-
     #[error("no such destination in this pool (removed, or another pool's)")]
     UnknownDestination,
     /// The destination was retired.

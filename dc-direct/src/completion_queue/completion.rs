@@ -68,10 +68,8 @@ impl Default for Completion {
 }
 
 impl Completion {
-    /// The completion of a requester CQE (`MLX5_CQE_REQ`) whose request had `wr_id`: the opcode
-    /// and byte count as `handle_good_req` sets them; success, or the general error
-    /// `mlx5_copy_to_send_wqe` returns when the CQE carries scattered data (it scatters only for
-    /// RC QPs, and a DCI is not one).
+    /// The completion of a requester CQE (`MLX5_CQE_REQ`) as `handle_good_req` sets it; the
+    /// general error for scattered data, as `mlx5_copy_to_send_wqe` returns for a non-RC QP.
     #[inline]
     pub(super) fn requester(cqe: Cqe, wr_id: u64) -> Self {
         let (opcode, byte_len, with_immediate) = match cqe.wqe_opcode() {

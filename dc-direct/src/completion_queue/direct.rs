@@ -14,9 +14,7 @@ use super::{
 };
 
 /// The send completion queue of direct DC initiators ([`DirectDcInitiator`](crate::DirectDcInitiator)),
-/// read from its memory (`mlx5dv_init_obj`) as libmlx5's `mlx5_poll_cq` reads it, each
-/// completion's `wr_id` taken from the send queue of the initiator that posted it. Each CQE
-/// costs a look-up of its QP among the initiators (a short list).
+/// read from its memory as `mlx5_poll_cq` reads it.
 ///
 /// ```no_run
 /// use sideway::ibverbs::completion::GenericCompletionQueue;
@@ -75,23 +73,17 @@ impl DirectCompletionQueue {
     /// pair's completions), and polls from the consumer index its doorbell record holds.
     ///
     /// Give the same CQ (a clone) to the builder of each DC initiator that will complete into
-    /// it ([`DcInitiatorBuilder::setup_send_cq`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::setup_send_cq)),
-    /// and size it for all their `max_send_wr` together, as for libmlx5. Arming it for events
-    /// (`ibv_req_notify_cq`) is not supported: libmlx5 would arm it with its own, stale,
-    /// consumer index.
+    /// it, sized for all their `max_send_wr` together. It cannot be armed for events.
     ///
     /// # Errors
     ///
-    /// [`CreateDirectCompletionQueueErrorKind`]: not an mlx5 CQ (or no libmlx5), CQEs of a size
-    /// or count this poller does not read, no barriers for this CPU.
+    /// [`CreateDirectCompletionQueueErrorKind`].
     ///
     /// # Safety
     ///
     /// While this value lives, nothing else may poll `cq` (`ibv_poll_cq`, sideway's pollers on
     /// any clone of it): libmlx5 would consume CQEs this poller counts on and store its own
-    /// consumer index in the doorbell record the device reads. Queue pairs that are not direct
-    /// initiators may complete into it; their completions are refused when polled
-    /// ([`UnknownQueuePair`](super::PollDirectCompletionQueueErrorKind::UnknownQueuePair)).
+    /// consumer index in the doorbell record the device reads.
     pub unsafe fn new(cq: GenericCompletionQueue) -> Result<Self, CreateDirectCompletionQueueError> {
         // Before libmlx5 hands the CQ's memory out (and stops cleaning it).
         crate::barrier::check_architecture(std::env::consts::ARCH)
@@ -116,17 +108,13 @@ impl DirectCompletionQueue {
     }
 
     /// Polls at most `completions.len()` send completions into `completions` and returns how
-    /// many it filled (`mlx5_poll_cq`); each one's [`wr_id`](Completion::wr_id) is the one its
-    /// request was posted with, and its request's room in its initiator's send queue (and the
-    /// room of every request before it) is free again.
+    /// many it filled (`mlx5_poll_cq`); their requests' room is free again.
     ///
     /// # Errors
     ///
     /// A CQE that is not a send completion of one of its initiators' outstanding requests
-    /// (see [`PollDirectCompletionQueueErrorKind`](super::PollDirectCompletionQueueErrorKind)), returned
-    /// once the completions before it were: it is consumed, but for
-    /// [`SendQueueInUse`](super::PollDirectCompletionQueueErrorKind::SendQueueInUse) (a batch of its
-    /// initiator is open).
+    /// ([`PollDirectCompletionQueueErrorKind`](super::PollDirectCompletionQueueErrorKind)),
+    /// returned once the completions before it were.
     #[inline]
     pub fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollDirectCompletionQueueError> {
         self.polling.poll(completions)
@@ -137,13 +125,12 @@ impl DirectCompletionQueue {
         self.polling.poller.cq_number()
     }
 
-    /// The CQ's handle, to check a queue pair completes into it.
+    /// The CQ's handle.
     pub(crate) fn ibv_cq(&self) -> NonNull<ibv_cq> {
         // SAFETY: the handle is only compared, never dereferenced through this copy.
         unsafe { self.cq.cq() }
     }
 
-    /// The table of its send queues.
     pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
         self.polling.table()
     }

@@ -82,7 +82,6 @@ pub enum PollDirectCompletionQueueErrorKind {
     },
     /// A send completion of a direct initiator whose batch is open: not consumed, the next poll
     /// reads it.
-
     #[error("send completion of QP {qp_number:#x} while a batch is open on it: post or drop the batch, then poll")]
     SendQueueInUse {
         /// The QP number the CQE names.

@@ -1,10 +1,9 @@
 //! Polling a DC initiator's completion queue directly: reading its CQEs from the memory
 //! `mlx5dv_init_obj` gives (`struct mlx5dv_cq`), as libmlx5's `mlx5_poll_cq` reads them.
 //!
-//! A QP whose WQEs this crate writes cannot have its completions polled by libmlx5: libmlx5
-//! takes the `wr_id` from its own `sq.wrid[]`, which only its own builders fill. This poller
-//! takes it from the send queue that wrote the WQE: [`DirectCompletionQueue`] polls a sideway
-//! CQ for the direct DC initiators completing into it, through their send queues' table.
+//! libmlx5 cannot poll the completions of a QP whose WQEs this crate writes: it takes the
+//! `wr_id` from its own `sq.wrid[]`. [`DirectCompletionQueue`] takes it from the send queue that
+//! wrote the WQE.
 //!
 //! # What it mirrors (rdma-core 55, `providers/mlx5/cq.c`)
 //! - `get_sw_cqe` / `next_cqe_sw`: the CQE at `consumer_index & (cqe_count - 1)` is software's
@@ -128,12 +127,9 @@ impl CompletionQueuePoller {
     }
 
     /// Polls at most `completions.len()` CQEs into `completions` and returns how many it filled
-    /// (`mlx5_poll_cq`), then stores the consumer index in the doorbell record.
-    ///
-    /// A CQE that is not a send completion of one of `table`'s QPs stops the poll before it when
-    /// completions were filled; otherwise it is consumed and returned as the error. A CQE whose
-    /// send queue is in use ([`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse))
-    /// stops the poll the same way but is not consumed: the next poll reads it again.
+    /// (`mlx5_poll_cq`), then stores the consumer index in the doorbell record. A CQE it refuses
+    /// stops the poll before it when completions were filled; otherwise it is consumed (but for
+    /// [`SendQueueInUse`](PollDirectCompletionQueueErrorKind::SendQueueInUse)) and returned.
     pub(crate) fn poll(
         &mut self, table: &SendQueueTable, completions: &mut [Completion],
     ) -> Result<usize, PollDirectCompletionQueueError> {

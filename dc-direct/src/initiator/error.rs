@@ -107,7 +107,6 @@ pub enum RecoverDirectDcInitiatorErrorKind {
     #[error("the move to RESET failed")]
     Reset(#[source] ModifyQueuePairError),
     /// The DC initiator was reset but bringing it up again failed: recover again.
-
     #[error(transparent)]
     BringUp(#[from] BringUpDcInitiatorError),
 }

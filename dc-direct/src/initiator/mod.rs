@@ -60,7 +60,6 @@ impl DirectDcInitiator {
 
     /// As [`new`](Self::new), also for a DC initiator without a thread domain of its own whose
     /// register is a BlueFlame register, written without libmlx5's lock.
-
     ///
     /// # Errors
     ///
@@ -75,7 +74,6 @@ impl DirectDcInitiator {
     /// rdma-core, no ConnectX has confirmed it): this holds when no other queue pair of the
     /// context posts meanwhile, or when at most that many exist. A kernel without dynamic UAR
     /// allocation maps them uncached under `MLX5_SHUT_UP_BF`, which nothing has checked.
-
     pub unsafe fn new_with_blueflame(
         dci: DcInitiator, cq: &DirectCompletionQueue,
     ) -> Result<Self, CreateDirectDcInitiatorError> {
@@ -233,7 +231,6 @@ impl DirectDcInitiator {
     }
 
     /// Resets one errored DCI stream ([`DcInitiator::reset_stream`]).
-
     ///
     /// # Errors
     ///

@@ -8,9 +8,8 @@ use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
 
 use super::CreateDirectDcInitiatorErrorKind;
 
-/// The register a [`DirectDcInitiator`](super::DirectDcInitiator) rings its doorbell through
-/// ([`register`](super::DirectDcInitiator::register)), and why this writer may write it without
-/// libmlx5's lock (the crate documentation's "The BlueFlame register").
+/// The register a [`DirectDcInitiator`](super::DirectDcInitiator) rings its doorbell through,
+/// and why this writer may write it without libmlx5's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DirectRegister {
@@ -41,11 +40,9 @@ pub(crate) enum BlueFlame {
 }
 
 impl DirectRegister {
-    /// The register of a DC initiator on a thread domain of its own or not (`thread_domain`),
-    /// whose register has halves of `blueflame_size` bytes (`bf.size`), with or without its
-    /// owner's promise (`blueflame`); a BlueFlame register that is neither a thread domain's nor
-    /// promised is refused
-    /// ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned)).
+    /// The register of a DC initiator on a thread domain of its own or not, with halves of
+    /// `blueflame_size` bytes, with or without its owner's promise; else
+    /// [`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned).
     pub(crate) fn of(
         thread_domain: bool, blueflame_size: u32, blueflame: BlueFlame,
     ) -> Result<Self, CreateDirectDcInitiatorErrorKind> {
@@ -68,14 +65,10 @@ impl DirectRegister {
         }
     }
 
-    /// Whether the device has BlueFlame registers, from what `mlx5dv_query_device` reported
-    /// (`flags`) and this register: `Some(true)` when libmlx5 reports
-    /// [`BlueFlame`](Mlx5ContextFlags::BlueFlame) (`bf_reg_size` > 0, reported since rdma-core
-    /// 58) or a register has halves; `Some(false)` when a thread domain's register has none
-    /// (`mlx5_alloc_td` gives a thread domain a BlueFlame register on every device that has
-    /// them); `None` when neither tells (the flag clear, which a libmlx5 before rdma-core 58
-    /// never sets, and a doorbell register without a thread domain, which `MLX5_SHUT_UP_BF`
-    /// also gives).
+    /// Whether the device has BlueFlame registers: `Some(true)` when `mlx5dv_query_device`'s
+    /// [`BlueFlame`](Mlx5ContextFlags::BlueFlame) flag (rdma-core 58 and later) or the register
+    /// says so; `Some(false)` for a thread domain's register without halves (`mlx5_alloc_td`
+    /// gives one with halves wherever they exist); `None` when neither tells.
     pub fn blueflame_exists(self, flags: Mlx5ContextFlags) -> Option<bool> {
         match self {
             _ if flags.contains(Mlx5ContextFlags::BlueFlame) => Some(true),

@@ -330,7 +330,6 @@ impl<'g, O: WqeOperation> DirectRequestDestination<'g, O> {
 
     /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
     /// (`mlx5dv_wr_set_dc_addr_stream`).
-
     #[inline]
     pub fn setup_dc_addr_stream<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,

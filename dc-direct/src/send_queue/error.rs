@@ -94,7 +94,6 @@ pub enum WorkRequestErrorKind {
     },
     /// More scatter/gather entries than the granted `max_send_sge` (zero-length ones count, as
     /// in libmlx5, which writes one on a queue granted none).
-
     #[error("{count} scatter/gather entries exceed the maximum of {max_send_sge}")]
     TooManyScatterGatherEntries {
         /// The number of entries given.

@@ -225,7 +225,6 @@ impl SendQueue {
     /// before it (`sq.tail = sq.wqe_head[idx] + 1`, as `mlx5_parse_cqe`); returns its `wr_id`.
     /// `None`, and nothing completed, when no outstanding request starts there (libmlx5 does
     /// not check).
-
     pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         let behind = (self.posting_index as u16).wrapping_sub(wqe_counter);
         if behind == 0 || usize::from(behind) > self.wqe_heads.len() {

@@ -104,7 +104,6 @@ impl SendQueue {
 impl Limits {
     /// The checks libmlx5 makes for this request: its own first (the stream id, then the data
     /// setter's), then the queue's room (`mlx5_wq_overflow`, which libmlx5 makes first).
-
     #[inline]
     fn check(&self, batch: &Batch, request: &Request<'_>, data: Data<'_>) -> Result<(), WorkRequestError> {
         self.check_stream(request.stream_id)?;

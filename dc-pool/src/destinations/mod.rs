@@ -1,12 +1,6 @@
-//! The pool's bookkeeping, apart from any device: its destinations (one record each), which
-//! initiator (and stream) each posts on, and the grant of one batch (`begin`) or the refusal.
-//!
-//! It holds no initiator (the pool does, and hands them to a completion that recovers one), so
-//! that a batch borrows its initiator and its destination's address while the bookkeeping
-//! records it. [`PoolCore`]'s fields are its own and its submodules', one concept each: a
-//! destination's record (`destination`), the dedicated policies' holds and wait line (`holds`),
-//! completions and recovery (`completions`), stalls (`stall`). Each initiator's requests are in
-//! `crate::requests`, behind their methods.
+//! The pool's bookkeeping, apart from any device: its destinations, which initiator (and
+//! stream) each posts on, and the grant of one batch (`begin`) or the refusal. It holds no
+//! initiator, so that a batch borrows its initiator while the bookkeeping records it.
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -94,15 +88,12 @@ pub(crate) struct PoolCore {
     grants: VecDeque<(DestinationId, u16, u64, Instant)>,
     /// How many grants from the line were made (names each).
     granted: u64,
-    /// The policy, the timeouts and the clock they are read from (while a grant from the line
-    /// is outstanding, and by stall reports), and where address handles are created.
     settings: DcPoolSettings,
     stalls: StallWatch,
 }
 
 impl PoolCore {
-    /// The bookkeeping of `initiators` under `policy`; a destination is reported unreachable after
-    /// `unreachable_after` consecutive "retry exceeded" errors.
+    /// The bookkeeping of `initiators` under `settings`.
     pub(crate) fn new<I: PoolInitiator>(initiators: &[I], settings: &DcPoolSettings) -> Self {
         let policy = settings.policy();
         let mut requests: Vec<InitiatorRequests> = Vec::with_capacity(initiators.len());
@@ -142,7 +133,6 @@ impl PoolCore {
         self.settings.policy()
     }
 
-    /// Its settings.
     pub(crate) fn settings(&self) -> &DcPoolSettings {
         &self.settings
     }
@@ -187,8 +177,8 @@ impl PoolCore {
         self.live(destination).is_some()
     }
 
-    /// Records that `destination`'s address was made (the pool keeps it); false for a stale id
-    /// or one added with its address.
+    /// Records that `destination`'s address was made; false for a stale id or one added with
+    /// its address.
     pub(crate) fn resolve(&mut self, destination: DestinationId) -> bool {
         match self.live_mut(destination).map(|l| &mut l.target) {
             Some(Target::Endpoint { resolved, .. }) => {
@@ -220,8 +210,7 @@ impl PoolCore {
         self.live(destination)?.target.endpoint()
     }
 
-    /// Requests of destination `d` not reported yet: on the initiator it posts on (it has none
-    /// anywhere else: it leaves an initiator only with nothing outstanding there).
+    /// Requests of destination `d` not reported yet.
     fn outstanding_of(&self, d: u32) -> u64 {
         let assignment = self.places[d as usize].destination.as_ref().map(|l| l.assignment);
         assignment
@@ -277,8 +266,7 @@ impl PoolCore {
         self.at(index).assignment = assignment;
     }
 
-    /// Removes `destination`: refused while requests of it are not reported. Its place is reused
-    /// by a later destination, under a new generation.
+    /// Removes `destination`: refused while requests of it are not reported.
     pub(crate) fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveRefusal> {
         if !self.contains(destination) {
             return Err(RemoveRefusal::UnknownDestination);
@@ -306,8 +294,7 @@ impl PoolCore {
     }
 
     /// Removes `destination` once every request of it was reported, with a
-    /// [`DcPoolEvent::Removed`] (at once when none is outstanding: reported by the next
-    /// `poll`/`progress`). It posts nothing from now on.
+    /// [`DcPoolEvent::Removed`].
     pub(crate) fn retire(&mut self, destination: DestinationId) -> Result<(), RemoveRefusal> {
         match self.live_mut(destination) {
             Some(live) if !live.retiring => live.retiring = true,
@@ -349,7 +336,6 @@ impl PoolCore {
         }
     }
 
-    /// How many destinations are live.
     pub(crate) fn destination_count(&self) -> usize {
         self.places.len() - self.free_places.len()
     }
@@ -440,12 +426,10 @@ impl PoolCore {
         }
     }
 
-    /// Whether `destination` was reported unreachable.
     pub(crate) fn is_unreachable(&self, destination: DestinationId) -> bool {
         self.live(destination).is_some_and(Destination::is_unreachable)
     }
 
-    /// Lets an unreachable destination post again.
     pub(crate) fn revive(&mut self, destination: DestinationId) {
         if let Some(live) = self.live_mut(destination) {
             live.reach = Reach::Answering { retries_exceeded: 0 };
@@ -512,9 +496,8 @@ impl PoolCore {
     }
 
     /// A batch of destination `d` on `initiator` ended with nothing posted: a dedicated
-    /// destination gives back what it was granted. Out of line: with it inlined, the pool's post
-    /// guard is no longer kept in registers but copied (`memcpy`), a call `scripts/bench` refuses
-    /// on the pool rows.
+    /// destination gives back what it was granted. Out of line, keeping the post guard in
+    /// registers.
     #[inline(never)]
     fn end_unposted(&mut self, initiator: usize, d: u32) {
         self.release_if_idle(d, initiator);
