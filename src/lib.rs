@@ -2,26 +2,22 @@
 //! the DC (Dynamically Connected) transport, for programs that run RDMA on NVIDIA/Mellanox
 //! ConnectX NICs and write their verbs code with sideway.
 //!
-//! Each part is shaped to move upstream into sideway as one pull request, under the same path
-//! (`sideway_ext::ibverbs::…` would become `sideway::ibverbs::…`; UPSTREAM.md is that series).
-//! It reuses sideway's objects ([`DeviceContext`], [`ProtectionDomain`], completion queues,
-//! memory regions) and value types.
-//!
-//! | part | module | feature | status |
-//! |---|---|---|---|
-//! | Shared receive queues, RC/UD queue pairs on them, posting, address handles, async and completion events | [`ibverbs`] | always | proven on SoftRoCE |
-//! | mlx5 control plane: direct-verbs device context, device and DC capability queries | `mlx5` | `mlx5` | done |
-//! | DC initiators and targets, requests addressed one by one | `mlx5::dc` | `mlx5` | checked on a software ConnectX (softmlx5: libmlx5's own code, mlx5_ib's rules); not yet run on a ConnectX |
+//! Each part is shaped to move upstream into sideway under the same path (UPSTREAM.md is that
+//! series), reusing sideway's objects ([`DeviceContext`], [`ProtectionDomain`], completion
+//! queues, memory regions).
 //!
 //! # Features
 //!
-//! - `mlx5`: mlx5 direct verbs and the DC transport. libmlx5 is loaded at run time: on a device
+//! - always: [`ibverbs`], shared receive queues, RC/UD queue pairs on them, posting, address
+//!   handles, async and completion events; proven on SoftRoCE.
+//! - `mlx5`: `mlx5`, the direct-verbs device context and DC capability queries, and `mlx5::dc`,
+//!   DC initiators and targets, checked on a software ConnectX (softmlx5: libmlx5's own code,
+//!   mlx5_ib's rules), not yet run on a ConnectX. libmlx5 is loaded at run time: on a device
 //!   that is not mlx5, or without libmlx5, every mlx5 call is a typed "not supported" error.
 //! - `tokio`: completion and asynchronous events awaited from a tokio task.
-//! - `serde`: `Serialize`/`Deserialize` for the values peers exchange (a DC endpoint).
+//! - `serde`: `Serialize`/`Deserialize` for a DC endpoint.
 //!
-//! A pool of DC initiators for thousands of destinations is a second crate,
-//! `sideway-ext-dc-pool`, built on this crate's public API alone.
+//! A pool of DC initiators is a second crate, `sideway-ext-dc-pool`, on this crate's public API.
 //!
 //! # A first program
 //!
@@ -69,22 +65,17 @@
 //!
 //! # The guide
 //!
-//! Each module's documentation is a chapter:
-//!
-//! - [`ibverbs`]: one-request posts, what posting guarantees, completion events; then [`ibverbs::async_event`] for the SRQ limit event and the refill loop;
-//! - `mlx5`: is this device mlx5, and what can its DC do (`mlx5::dc_capabilities`);
-//! - `mlx5::dc`: DC targets and initiators, a whole DC program, recovery after errors;
-//!
-//! The repository's `examples/` (each with its usage at the top) run on SoftRoCE, except the DC
-//! ones (`mlx5_devinfo --dc-selftest`, `dc_hello`), which need a ConnectX-4 or newer.
-//! `examples/common/bring_up.rs` brings RC and UD queue pairs to RTS for them.
+//! Each module's documentation is a chapter: [`ibverbs`] (one-request posts, what posting
+//! guarantees, completion events), then [`ibverbs::async_event`] (the SRQ limit event); `mlx5`
+//! (is this device mlx5, what can its DC do); `mlx5::dc` (a whole DC program, recovery). The
+//! repository's `examples/` run on SoftRoCE, except `mlx5_devinfo --dc-selftest` and
+//! `dc_hello`, which need a ConnectX-4 or newer.
 //!
 //! # Resource cleanup order
 //!
-//! Every object holds an [`Arc`] of each parent it was created from, and its `Drop` destroys its
-//! own handle before those `Arc`s are released: whatever order a program drops its values in, a
-//! queue pair goes before its shared receive queue, which goes before its protection domain,
-//! which goes before the device context.
+//! Every object holds an [`Arc`] of each parent it was created from and destroys its own handle
+//! before releasing them: whatever order a program drops its values in, a queue pair goes before
+//! its shared receive queue, its protection domain and its device context.
 //!
 //! [sideway]: https://docs.rs/sideway
 //! [`DeviceContext`]: sideway::ibverbs::device_context::DeviceContext
@@ -99,8 +90,7 @@ pub mod ibverbs;
 #[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
 pub mod mlx5;
 
-/// README's Rust snippets, compiled as doctests (`no_run`: they need a device to run). They
-/// include the mlx5 one, so they are checked with the `mlx5` feature: `cargo test --features mlx5`.
+/// README's Rust snippets as doctests (with the `mlx5` feature, which one of them needs).
 #[cfg(all(doctest, feature = "mlx5"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

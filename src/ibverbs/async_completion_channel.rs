@@ -1,34 +1,9 @@
 //! Waiting for completion events from a tokio task (feature `tokio`): an
-//! [`AsyncCompletionChannel`] puts a completion channel's file descriptor, made non-blocking, in
-//! tokio's reactor ([`AsyncFd`]), so that `channel.wait().await` sleeps the task, not the thread,
-//! until a CQ of the channel gets a completion.
-//!
-//! The loop is [`completion_channel`]'s, with `.await`:
-//!
-//! ```no_run
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-//! use sideway_ext::ibverbs::async_completion_channel::AsyncCompletionChannel;
-//! use sideway_ext::ibverbs::extension::{CompletionQueueEventExt, CompletionQueueExt};
-//! use sideway_ext::ibverbs::work_completion::WorkCompletion;
-//!
-//! let devices = DeviceList::new()?;
-//! let ctx = devices.iter().next().ok_or("no RDMA device")?.open()?;
-//! let channel = AsyncCompletionChannel::new(ctx.create_comp_channel()?)?;
-//! let cq = ctx.create_cq_builder().setup_cqe(256).setup_comp_channel(channel.channel(), 0).build()?;
-//! cq.req_notify_cq(false)?;
-//! let mut wcs = [WorkCompletion::default(); 32];
-//! loop {
-//!     while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
-//!     let event = channel.wait().await?; // the task sleeps here
-//!     event.cq().req_notify_cq(false)?; // re-arm, then drain at the top of the loop
-//! }
-//! # }
-//! ```
-//!
-//! [`wait`](AsyncCompletionChannel::wait) is cancel safe: dropping its future consumes no
-//! event. The reactor's readiness is cleared only after `ibv_get_cq_event` found nothing
-//! (`EAGAIN`), so an event that arrives meanwhile is never missed.
+//! [`AsyncCompletionChannel`] puts a completion channel's descriptor, made non-blocking, in
+//! tokio's reactor ([`AsyncFd`]). The loop is [`completion_channel`]'s with
+//! `channel.wait().await`; [`async_event_waiter`](super::async_event_waiter) shows it beside
+//! the SRQ limit event. The reactor's readiness is cleared only after `ibv_get_cq_event` found
+//! nothing (`EAGAIN`), so an event that arrives meanwhile is never missed.
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -49,8 +24,7 @@ pub struct CreateAsyncCompletionChannelError(#[from] pub CreateAsyncCompletionCh
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateAsyncCompletionChannelErrorKind {
-    /// Called outside a tokio runtime, or in one built without its I/O driver
-    /// (`enable_io`/`enable_all`).
+    /// Outside a tokio runtime, or in one without its I/O driver.
     #[error("no tokio runtime with its I/O driver enabled")]
     NoReactor,
     /// Making the descriptor non-blocking, or registering it, failed.
@@ -66,14 +40,12 @@ pub struct AsyncCompletionChannel {
 
 impl AsyncCompletionChannel {
     /// Makes `channel` non-blocking and registers its descriptor with the current tokio
-    /// runtime's reactor; call it from inside the runtime.
+    /// runtime's reactor.
     ///
     /// # Errors
     ///
-    /// - [`NoReactor`](CreateAsyncCompletionChannelErrorKind::NoReactor): not inside a tokio
-    ///   runtime with I/O enabled;
-    /// - [`Ibverbs`](CreateAsyncCompletionChannelErrorKind::Ibverbs): `fcntl` or the reactor's
-    ///   registration failed.
+    /// [`NoReactor`](CreateAsyncCompletionChannelErrorKind::NoReactor) outside a runtime with
+    /// I/O enabled, else `fcntl`'s or the reactor's error.
     pub fn new(channel: Arc<CompletionChannel>) -> Result<Self, CreateAsyncCompletionChannelError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(CreateAsyncCompletionChannelErrorKind::NoReactor.into());
@@ -96,8 +68,7 @@ impl AsyncCompletionChannel {
         }
     }
 
-    /// The completion channel, to create CQs on
-    /// ([`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel)).
+    /// The completion channel, to create CQs on.
     pub fn channel(&self) -> &Arc<CompletionChannel> {
         self.fd.get_ref()
     }

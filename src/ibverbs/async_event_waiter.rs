@@ -1,15 +1,13 @@
 //! Waiting for asynchronous events from a tokio task (feature `tokio`): an [`AsyncEventWaiter`]
-//! puts a device context's asynchronous event file descriptor, made non-blocking, in tokio's
-//! reactor ([`AsyncFd`]), as [`AsyncCompletionChannel`](super::async_completion_channel::AsyncCompletionChannel)
-//! does a completion channel's.
+//! puts a device context's asynchronous event descriptor, made non-blocking, in tokio's reactor
+//! ([`AsyncFd`]).
 //!
 //! # The limit-event refill loop
 //!
 //! The SRQ limit event is one-shot: refill, then arm the limit again. Under steady traffic
-//! `select!` may pick the completion branch turn after turn while the SRQ runs empty, and a UD or
-//! DC datagram that finds no receive is dropped without a trace: look with
-//! [`try_read`](AsyncEventWaiter::try_read) after every drain of the CQ, and keep the `select!`
-//! branch for an idle server. `examples/ud_echo.rs` is this loop in full.
+//! `select!` may pick the completion branch turn after turn while the SRQ runs empty (a datagram
+//! that finds no receive is dropped): look with [`try_read`](AsyncEventWaiter::try_read) after
+//! every drain of the CQ. `examples/ud_echo.rs` is this loop in full.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -65,20 +63,17 @@ pub struct CreateAsyncEventWaiterError(#[from] pub CreateAsyncEventWaiterErrorKi
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateAsyncEventWaiterErrorKind {
-    /// Called outside a tokio runtime, or in one built without its I/O driver
-    /// (`enable_io`/`enable_all`).
+    /// Outside a tokio runtime, or in one without its I/O driver.
     #[error("no tokio runtime with its I/O driver enabled")]
     NoReactor,
-    /// Making the descriptor non-blocking, or registering it, failed (`EEXIST`: another
-    /// waiter of the same context is registered with this runtime).
+    /// Making the descriptor non-blocking, or registering it, failed (`EEXIST`: the context has
+    /// a waiter in this runtime).
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
 }
 
-/// A device context's [`AsyncEventReader`], awaited from a tokio task.
-///
-/// It leaves the context's event descriptor non-blocking, which every reader of the context
-/// shares. One waiter per context and runtime.
+/// A device context's [`AsyncEventReader`], awaited from a tokio task. It leaves the context's
+/// event descriptor (shared by its every reader) non-blocking.
 #[derive(Debug)]
 pub struct AsyncEventWaiter {
     fd: AsyncFd<AsyncEventReader>,
@@ -86,14 +81,12 @@ pub struct AsyncEventWaiter {
 
 impl AsyncEventWaiter {
     /// Makes the context's event descriptor non-blocking and registers it with the current
-    /// tokio runtime's reactor; call it from inside the runtime.
+    /// tokio runtime's reactor.
     ///
     /// # Errors
     ///
-    /// - [`NoReactor`](CreateAsyncEventWaiterErrorKind::NoReactor): not inside a tokio runtime
-    ///   with I/O enabled;
-    /// - [`Ibverbs`](CreateAsyncEventWaiterErrorKind::Ibverbs): `fcntl` or the reactor's
-    ///   registration failed.
+    /// [`NoReactor`](CreateAsyncEventWaiterErrorKind::NoReactor) outside a runtime with I/O
+    /// enabled, else `fcntl`'s or the reactor's error.
     pub fn new(reader: AsyncEventReader) -> Result<Self, CreateAsyncEventWaiterError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(CreateAsyncEventWaiterErrorKind::NoReactor.into());
@@ -140,7 +133,7 @@ impl AsyncEventWaiter {
         }
     }
 
-    /// Reads an event if one is pending, without waiting: one non-blocking `ibv_get_async_event`.
+    /// Reads an event if one is pending, without waiting.
     ///
     /// # Errors
     ///

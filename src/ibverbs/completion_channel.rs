@@ -4,9 +4,9 @@
 //! The loop, for a CQ created with
 //! [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel):
 //! arm the CQ ([`req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq)), wait
-//! for a [`CompletionEvent`], re-arm, then drain the CQ (a completion that arrives between the last
-//! poll and the re-arm would otherwise raise no event). For an async runtime, make the channel
-//! non-blocking, wait for its file descriptor to turn readable, then
+//! for a [`CompletionEvent`], re-arm, then drain the CQ (a completion between the last poll and
+//! the re-arm would otherwise raise no event). An async runtime waits for the non-blocking
+//! channel's file descriptor, then calls
 //! [`try_get_cq_event`](super::extension::CompletionChannelExt::try_get_cq_event).
 //!
 //! ```no_run
@@ -28,26 +28,20 @@
 //!         cq.req_notify_cq(false)?; // re-arm before draining: no completion slips between the two
 //!         let mut wcs = [WorkCompletion::default(); 32];
 //!         while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
-//!     } // the event is acknowledged here (or collect many in a CompletionEventBatch)
+//!     } // the event is acknowledged here
 //!     Ok(())
 //! }
 //! ```
 //!
-//! Each event names its CQ and holds it, so the CQ cannot be destroyed before the event is
-//! acknowledged (`ibv_destroy_cq` waits for every event it delivered to be acknowledged, which
-//! would otherwise deadlock a thread that still holds one). A [`CompletionEvent`] is acknowledged
-//! with `ibv_ack_cq_events` when it is dropped; a [`CompletionEventBatch`] collects the events of
-//! one CQ and acknowledges them in one call, as the man page advises for the data path (the call
-//! takes a mutex).
-//!
-//! An event can only name a CQ armed through `req_notify_cq` of this crate, which records the CQ
-//! weakly so that the event can find it again; an event for a CQ armed some other way is
-//! acknowledged at once and reported as [`GetCompletionEventErrorKind::UnknownCompletionQueue`].
-//! See [`ibv_get_cq_event`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html).
+//! Each event holds its CQ until it is acknowledged (on drop), as `ibv_destroy_cq` waits for
+//! every event it delivered to be acknowledged. An event can only name a CQ armed through this
+//! crate's `req_notify_cq`, which records the CQ weakly; an event for a CQ armed some other way
+//! is acknowledged at once and reported as
+//! [`GetCompletionEventErrorKind::UnknownCompletionQueue`]. See
+//! [`ibv_get_cq_event`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html).
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::io;
-use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -77,8 +71,7 @@ pub enum RequestNotifyCompletionQueueErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// Error returned by [`CompletionChannelExt::get_cq_event`](super::extension::CompletionChannelExt::get_cq_event)
-/// and its variants.
+/// Error returned by [`CompletionChannelExt::get_cq_event`](super::extension::CompletionChannelExt::get_cq_event).
 #[derive(Debug, thiserror::Error)]
 #[error("failed to get a completion event")]
 #[non_exhaustive]
@@ -88,23 +81,21 @@ pub struct GetCompletionEventError(#[from] pub GetCompletionEventErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GetCompletionEventErrorKind {
-    /// The event was for a CQ that was not armed with
-    /// [`req_notify_cq`](super::extension::CompletionQueueEventExt::req_notify_cq) of this crate
-    /// (or that is being destroyed); the event was acknowledged and dropped.
+    /// The event was for a CQ not armed through this crate (or being destroyed); it was
+    /// acknowledged and dropped.
     #[error("completion event for a completion queue not armed through req_notify_cq (ibv_cq at {cq:#x})")]
     UnknownCompletionQueue {
         /// The address of the CQ's `ibv_cq`.
         cq: usize,
     },
-    /// `ibv_get_cq_event` (or `poll` on the channel's file descriptor) failed; on a non-blocking
-    /// channel with no event pending, [`get_cq_event`](super::extension::CompletionChannelExt::get_cq_event)
-    /// reports [`io::ErrorKind::WouldBlock`] here.
+    /// `ibv_get_cq_event` or `ppoll` failed ([`io::ErrorKind::WouldBlock`] on a non-blocking
+    /// channel with no event pending).
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
 }
 
 /// One completion event: the CQ it names (and holds) got a completion after it was armed.
-/// Acknowledged with `ibv_ack_cq_events` when dropped (or by a [`CompletionEventBatch`]).
+/// Acknowledged with `ibv_ack_cq_events` when dropped.
 #[derive(Debug)]
 pub struct CompletionEvent {
     // Acknowledged in Drop before this handle is released.
@@ -130,82 +121,12 @@ impl CompletionEvent {
         // SAFETY: the CQ is alive while the event holds it; cq_context is set at creation.
         unsafe { self.cq.cq().as_ref().cq_context }
     }
-
-    /// Gives up the CQ without acknowledging: the caller acknowledges the event.
-    fn into_unacknowledged(self) -> GenericCompletionQueue {
-        let event = ManuallyDrop::new(self);
-        // SAFETY: `event` is never dropped nor used again, so the CQ handle is moved out once.
-        unsafe { ptr::read(&event.cq) }
-    }
 }
 
 impl Drop for CompletionEvent {
     fn drop(&mut self) {
         // SAFETY: the event came from ibv_get_cq_event for this live CQ and is acknowledged once.
         unsafe { ibv_ack_cq_events(self.cq.cq().as_ptr(), 1) };
-    }
-}
-
-/// Completion events of one CQ (which it holds), acknowledged in one `ibv_ack_cq_events` call
-/// (by [`ack_events`](Self::ack_events) or on drop).
-#[derive(Debug, Default)]
-pub struct CompletionEventBatch {
-    // Some while count > 0; acknowledged before it is released.
-    cq: Option<GenericCompletionQueue>,
-    count: u32,
-}
-
-impl CompletionEventBatch {
-    /// An empty batch, for the events of any one CQ.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds an event, to be acknowledged with the others. An event of another CQ than the
-    /// batch's events is handed back (acknowledge the batch first, or drop the event).
-    pub fn push(&mut self, event: CompletionEvent) -> Result<(), CompletionEvent> {
-        if let Some(cq) = &self.cq {
-            if !event.is_for(cq) {
-                return Err(event);
-            }
-            if self.count == u32::MAX {
-                self.ack_events();
-            }
-        }
-        let cq = event.into_unacknowledged();
-        if self.cq.is_none() {
-            self.cq = Some(cq);
-        }
-        self.count += 1;
-        Ok(())
-    }
-
-    /// How many events wait for acknowledgement.
-    pub fn len(&self) -> u32 {
-        self.count
-    }
-
-    /// Whether no event waits for acknowledgement.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Acknowledges every event of the batch in one `ibv_ack_cq_events` call and returns how many
-    /// that was; the batch is then empty, for events of any CQ.
-    pub fn ack_events(&mut self) -> u32 {
-        let count = std::mem::take(&mut self.count);
-        if let Some(cq) = self.cq.take() {
-            // SAFETY: `count` events of this live CQ came from ibv_get_cq_event and none of them
-            // was acknowledged.
-            unsafe { ibv_ack_cq_events(cq.cq().as_ptr(), count) };
-        }
-        count
-    }
-}
-
-impl Drop for CompletionEventBatch {
-    fn drop(&mut self) {
-        self.ack_events();
     }
 }
 
@@ -232,9 +153,9 @@ impl ArmedCompletionQueue {
     }
 }
 
-/// The CQs armed through this crate, by the address of their `ibv_cq`. An entry whose CQ is
-/// alive names the CQ at that address (a live CQ's memory is not reused); dead entries are
-/// replaced when another CQ at the address is armed, and pruned as the map grows.
+/// The CQs armed through this crate, by the address of their `ibv_cq` (a live CQ's memory is
+/// not reused); dead entries are replaced when another CQ at the address is armed, and pruned
+/// as the map grows.
 struct ArmedQueues {
     by_address: BTreeMap<usize, ArmedCompletionQueue>,
     prune_at: usize,
@@ -280,7 +201,6 @@ pub(crate) trait ArmableCompletionQueue {
     /// As [`CompletionQueue::cq`]: the returned pointer's lifetime is not tied to the value.
     unsafe fn raw_cq(&self) -> NonNull<ibv_cq>;
 
-    /// A weak handle of the CQ.
     fn armed(&self) -> ArmedCompletionQueue;
 }
 
@@ -401,14 +321,6 @@ mod tests {
 
     fn serial() -> std::sync::MutexGuard<'static, ()> {
         SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    #[test]
-    fn empty_batch_acknowledges_nothing() {
-        let mut batch = CompletionEventBatch::new();
-        assert!(batch.is_empty());
-        assert_eq!(batch.len(), 0);
-        assert_eq!(batch.ack_events(), 0);
     }
 
     #[test]

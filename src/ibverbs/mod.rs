@@ -1,18 +1,14 @@
 //! Extensions to sideway's [`ibverbs`](sideway::ibverbs) module: the parts of libibverbs that
-//! sideway 0.4.3 does not wrap yet.
-//!
-//! Its modules are listed below; this page is the guide to what they share: one-request posts,
-//! what posting guarantees, and completion events. The crate root's first program shows a shared
-//! receive queue feeding RC queue pairs; `tests/test_shared_receive_queue.rs` has complete,
-//! running versions of each step.
+//! sideway 0.4.3 does not wrap yet. This page is the guide to what they share;
+//! `tests/test_shared_receive_queue.rs` has running versions of each step.
 //!
 //! # One request at a time
 //!
-//! The everyday paths, reposting the receive that just completed and sending the next message,
-//! have one-request calls that make the same verbs calls as direct C code, with no batch to
-//! open:
+//! Reposting the receive that just completed and sending the next message have one-request
+//! calls that make the same verbs calls as direct C code:
 //! [`SharedReceiveQueue::post_recv_one`](shared_receive_queue::SharedReceiveQueue::post_recv_one)
-//! and `post_send_one` on every queue pair.
+//! and `post_send_one` on every queue pair. The request is described by the same steps as in a
+//! batch, with the same guarantees.
 //!
 //! ```no_run
 //! # use rdma_mummy_sys::ibv_sge;
@@ -29,54 +25,33 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The request is described by the same steps as in a batch (operation, destination, data), so
-//! it has the same guarantees: an operation the queue pair was not created with never reaches
-//! the provider (`OperationNotEnabled` names its `wr_id`), a receive with more entries than the
-//! queue's `max_sge` is refused before the library, and errors name the request
-//! (`failed_index()` 0, its `wr_id`); a failed post posted nothing.
-//!
 //! # What posting guarantees
 //!
-//! - **Cost.** The guards compile to the raw `ibv_wr_*` / `ibv_post_srq_recv` calls: a send
-//!   request is its C calls plus nothing in the loop (the provider-entry check below is hoisted
-//!   out of it); a receive batch stages its requests, linked in place, in a
-//!   [`PostReceiveStorage`](shared_receive_queue::PostReceiveStorage) the caller keeps and
-//!   reuses, and `post()` hands the whole batch to the provider in one call (no lock, no
-//!   allocation once the storage has grown, also with many threads posting to one SRQ, each with
-//!   its own storage).
-//! - **No call through a NULL entry.** A provider fills only the `ibv_qp_ex` builders of the
-//!   operations a queue pair was created with. A request for another operation (or a data setter
-//!   the provider lacks) never reaches it: `post()` aborts the batch and returns
-//!   `TypedPostSendErrorKind::OperationNotEnabled` naming the request and the entry; a granted
-//!   operation whose builder is missing fails at `build_rc()` / `build_ud()` with
-//!   `MissingProviderEntry`.
-//! - **A request joins its batch at its data step.** A send or receive request handle dropped
-//!   before its data (`setup_sge`, `setup_sge_list`, inline data) adds nothing; a receive given
-//!   an empty list (`setup_sge_list(&[])`) takes zero-length messages only.
-//! - **What went in.** A failed send batch posted nothing (`ibv_wr_complete` is all or nothing);
-//!   a failed receive batch posted exactly the requests before `err.failed_index()`.
-//! - **Immediate data** follows sideway: the value given to `setup_send_imm` / `setup_write_imm`
-//!   reaches the C call unchanged and `WorkCompletion::imm_data()` returns it unchanged. The C
-//!   API's `imm_data` is big-endian: to talk to a C peer that sends `htonl(x)`, send `x.to_be()`
-//!   and read `u32::from_be(imm)`.
+//! - **Cost.** A send request is its `ibv_wr_*` calls and nothing more in the loop; a receive
+//!   batch is linked in place in a
+//!   [`PostReceiveStorage`](shared_receive_queue::PostReceiveStorage) the caller reuses and
+//!   handed over in one `ibv_post_srq_recv` (no lock, no allocation once the storage has grown).
+//! - **No call through a NULL entry.** An operation (or data setter) the provider did not fill
+//!   for the queue pair never reaches it: `post()` returns `OperationNotEnabled` naming the
+//!   request; a granted operation whose builder is missing fails at `build_rc()` / `build_ud()`.
+//! - **What went in.** A request handle dropped before its data step adds nothing; a failed
+//!   send batch posted nothing (`ibv_wr_complete` is all or nothing); a failed receive batch
+//!   posted exactly the requests before `err.failed_index()`.
 //! - **Address handles** given to `setup_ud_addr` must outlive the request's completion, not
 //!   only the post (rxe resolves the handle when it builds the packet).
 //! - **Shared access.** Queue pairs are `Sync`; every call that lets libibverbs write the queue
-//!   pair (`modify`, `query`, posting) takes `&mut self`, and `state()` is the state as of the
-//!   last `modify` or `query` through the value.
-//! - **No panic on what a device or a newer library reports**: unknown completion statuses and
-//!   opcodes are `None` (`status_raw()`, `opcode_raw()` keep the value), unknown async events are
-//!   `AsyncEventType::Unknown(n)`, a provider's negative `poll_cq` return is an error. A destroy
+//!   pair (`modify`, `query`, posting) takes `&mut self`.
+//! - **No panic on what a device or a newer library reports**: unknown statuses, opcodes and
+//!   event types are kept raw, a provider's negative `poll_cq` return is an error. A destroy
 //!   that fails in `Drop` panics as in sideway, except while the thread is already unwinding,
 //!   where it is printed to stderr instead of aborting the process.
-//! - **Every C struct handed to a library is initialised, padding included** (made zeroed and
-//!   changed field by field); CI runs every test binary under valgrind memcheck.
+//! - **Every C struct handed to a library is initialised, padding included** (`zeroed`); CI runs
+//!   every test binary under valgrind memcheck.
 //!
 //! # Completion events
 //!
 //! Instead of busy polling, sleep until a completion queue gets a completion: the
-//! [`completion_channel`] module (blocking, or on the channel's file descriptor), with the
-//! `tokio` feature `async_completion_channel` (`channel.wait().await`).
+//! [`completion_channel`] module, with the `tokio` feature `async_completion_channel`.
 pub mod address;
 pub mod address_from_work_completion;
 pub mod address_handle;
@@ -117,7 +92,7 @@ pub(crate) fn query_device_attr(
 }
 
 /// `ibv_query_port` on a raw context, port 0 refused with EINVAL before the call (the library's
-/// answer for it varies). The one port query of the crate.
+/// answer for it varies).
 ///
 /// # Safety
 ///
@@ -178,11 +153,9 @@ pub(crate) fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration
     }
 }
 
-/// Checks the return value of a destroy call made in `Drop` (libibverbs returns an errno value).
-///
-/// As sideway does, a failure panics: it means a handle leaked or a teardown-order bug (e.g. a
-/// shared receive queue that still has queue pairs). While the thread is already unwinding, a
-/// second panic would abort the process, so the failure is printed to stderr instead.
+/// Checks the errno a destroy call made in `Drop` returned: a failure (a leaked handle or a
+/// teardown-order bug) panics, as in sideway, or is printed to stderr while the thread is
+/// already unwinding, where a second panic would abort the process.
 pub(crate) fn check_destroy(call: &str, ret: i32) {
     if ret == 0 {
         return;
