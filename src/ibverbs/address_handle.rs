@@ -1,34 +1,23 @@
-//! An [`AddressHandle`] describes the route to a remote port: the datagram transports (UD, and
-//! DC with the `mlx5` feature) name one in every work request. It is made from an
-//! [`AddressHandleAttribute`], the same route a connected queue pair's RTR transition takes as
-//! its address vector, with
+//! An [`AddressHandle`] describes the route to a remote port, which every work request of a
+//! datagram transport (UD, and DC with the `mlx5` feature) names. It is made from an
+//! [`AddressHandleAttribute`] with
 //! [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
 //!
-//! On RoCE (Ethernet link layer) every address must be global (carry a GRH): set it with the
+//! On RoCE, and on an InfiniBand port that requires a GRH, every address must be global: set the
 //! `setup_grh_*` methods, its source GID index from a
-//! [`SourceGid`](super::source_gid::SourceGid). A non-global handle on a RoCE port is refused
-//! with [`CreateAddressHandleErrorKind::GlobalRoutingRequired`]. So is one on an InfiniBand
-//! port that requires a GRH (`IBV_QPF_GRH_REQUIRED` in its `ibv_port_attr::flags`: an
-//! InfiniBand virtual function), with [`GrhRequired`](CreateAddressHandleErrorKind::GrhRequired):
-//! the kernel refuses both (`rdma_check_ah_attr`: `EINVAL`).
-//!
-//! On RoCE a handle from a link-local source GID (`fe80::/10`) to a destination that is not
-//! link-local is refused with
-//! [`LinkLocalSourceToRoutedDestination`](CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination):
-//! a router forwards no packet from a link-local address (RFC 4291, section 2.5.6).
+//! [`SourceGid`](super::source_gid::SourceGid). The kernel refuses any other
+//! (`rdma_check_ah_attr`: `EINVAL`), and on RoCE a router forwards no packet from a link-local
+//! source to a routed destination (RFC 4291, section 2.5.6): both are refused before the call.
 //!
 //! # The first handle to a RoCE peer
 //!
 //! On RoCE the kernel resolves the peer's MAC address inside `ibv_create_ah`
-//! (`rdma_create_user_ah` → `ib_resolve_eth_dmac` → `rdma_addr_find_l2_eth_by_grh`): a route
-//! lookup bound to the source GID's network device, then the neighbour table, waiting for an ARP
-//! (IPv4) or neighbour discovery (IPv6) answer where the peer is not in it yet. The call blocks
-//! that long, and fails when no answer comes (`ETIMEDOUT`) or no route reaches the peer through
-//! that device (`ENETUNREACH`, `EHOSTUNREACH`):
-//! [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved), the library's error
-//! kept as its source. Make a destination's handle ahead of the first request to it (a DC pool's
-//! `prepare`) to keep that wait off the posting path. The errnos are those of the kernel's source
-//! (`drivers/infiniband/core/addr.c`); no ConnectX run here has shown them yet.
+//! (`rdma_create_user_ah` → `ib_resolve_eth_dmac` → `rdma_addr_find_l2_eth_by_grh`, in
+//! `drivers/infiniband/core/addr.c`): the call waits for an ARP or neighbour discovery answer,
+//! and no answer or no route is
+//! [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved) (those errnos are the
+//! kernel's source; no ConnectX run here has shown them yet). Make a destination's handle ahead
+//! of the first request to it (a DC pool's `prepare`) to keep that wait off the posting path.
 //!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -68,9 +57,8 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
 
-/// The GRH hop limit a global address takes unless there is a reason for another: 255, as
-/// perftest (`0xFF`) and UCX (`UCX_IB_HOP_LIMIT`) use. It is the IP TTL on RoCE v2: the 1 of
-/// rdma-core's pingpong examples only works within one subnet.
+/// The GRH hop limit (the IP TTL on RoCE v2) a global address takes: 255, as perftest and UCX
+/// (`UCX_IB_HOP_LIMIT`) use; rdma-core's pingpong examples' 1 works within one subnet only.
 pub const DEFAULT_HOP_LIMIT: u8 = 255;
 
 /// Error returned by [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
@@ -83,14 +71,13 @@ pub struct CreateAddressHandleError(#[from] pub CreateAddressHandleErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateAddressHandleErrorKind {
-    /// The port's link layer is Ethernet (RoCE), where every address handle must carry a GRH.
+    /// The port is RoCE, where every address handle must carry a GRH.
     #[error("port {port} is RoCE: the address handle must be global (setup_grh_dest_gid and setup_grh_src_gid_index)")]
     GlobalRoutingRequired {
         /// The port the handle was for.
         port: u8,
     },
-    /// The port is InfiniBand and requires a GRH (`IBV_QPF_GRH_REQUIRED`: an InfiniBand virtual
-    /// function), where every address handle must be global.
+    /// The port is InfiniBand and requires a GRH (an InfiniBand virtual function).
     #[error(
         "port {port} requires a GRH (IBV_QPF_GRH_REQUIRED): the address handle must be global \
          (setup_grh_dest_gid and setup_grh_src_gid_index)"
@@ -112,9 +99,8 @@ pub enum CreateAddressHandleErrorKind {
         /// The destination GID.
         destination: Ipv6Addr,
     },
-    /// On RoCE, the kernel could not resolve the peer's MAC address in `ibv_create_ah` (see the
-    /// [module](self) docs). Check the peer answers `ping` from that device, and the routes; a
-    /// later try makes the handle once it answers.
+    /// On RoCE, the kernel could not resolve the peer's MAC address (see the [module](self)
+    /// docs); a later try makes the handle once the peer answers `ping` from that device.
     #[error(
         "cannot resolve the peer's MAC address from port {port}: no ARP or neighbour answer, or no route to it \
          through the source GID's network device"
@@ -142,21 +128,18 @@ pub enum CreateAddressHandleErrorKind {
 /// `IBV_QPF_GRH_REQUIRED`; the kernel's `rdma_is_grh_required`).
 const IBV_QPF_GRH_REQUIRED: u8 = 1;
 
-/// How a port's addresses are formed, from its `ibv_port_attr` (as UCX reads it:
-/// `uct_ib_grh_required`).
+/// How a port's addresses are formed (as UCX reads it: `uct_ib_grh_required`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PortAddressing {
     /// Ethernet link layer: every address global.
     Roce,
     /// InfiniBand: the LID within the subnet, a GRH between subnets.
     InfiniBand,
-    /// InfiniBand with `IBV_QPF_GRH_REQUIRED` (an InfiniBand virtual function): every address
-    /// global.
+    /// InfiniBand with `IBV_QPF_GRH_REQUIRED`: every address global.
     InfiniBandGrhRequired,
 }
 
 impl PortAddressing {
-    /// The addressing of the port `attr` describes.
     pub(crate) fn of(attr: &ibv_port_attr) -> Self {
         match (attr.link_layer, attr.flags & IBV_QPF_GRH_REQUIRED != 0) {
             (IBV_LINK_LAYER_ETHERNET, _) => Self::Roce,
@@ -165,7 +148,6 @@ impl PortAddressing {
         }
     }
 
-    /// Whether the port is RoCE.
     pub(crate) fn is_roce(self) -> bool {
         self == Self::Roce
     }
@@ -175,8 +157,7 @@ impl PortAddressing {
         self != Self::InfiniBand
     }
 
-    /// Refuses an address from `port` that is not global where the port requires a GRH, as the
-    /// kernel does (`rdma_check_ah_attr`: `EINVAL`), by its reason.
+    /// Refuses an address that is not global where the port requires a GRH.
     fn check_global(self, port: u8, global: bool) -> Result<(), CreateAddressHandleErrorKind> {
         match self {
             _ if global => Ok(()),
@@ -187,9 +168,8 @@ impl PortAddressing {
     }
 }
 
-/// How local `port` of the PD's device forms its addresses (`ibv_query_port`). Port 0, or one
-/// above the device's port count, is [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort):
-/// checked before `ibv_create_ah`, whose own error for a bad port is a bare `EINVAL`.
+/// How local `port` forms its addresses (`ibv_query_port`): a port that does not exist is
+/// [`InvalidPort`](CreateAddressHandleErrorKind::InvalidPort), where `ibv_create_ah` says `EINVAL`.
 pub(crate) fn port_addressing(
     pd: &Arc<ProtectionDomain>, port: u8,
 ) -> Result<PortAddressing, CreateAddressHandleError> {
@@ -199,8 +179,8 @@ pub(crate) fn port_addressing(
     Ok(PortAddressing::of(&attr))
 }
 
-/// Refuses a global `attr` from `port` whose source GID, `source` (read only for a destination
-/// that is not link-local; `None`: unreadable), is link-local while its destination is not.
+/// Refuses a global `attr` whose source GID (read only when needed; `None`: unreadable) is
+/// link-local while its destination is not.
 fn check_link_local(
     port: u8, attr: &AddressHandleAttribute, source: impl FnOnce() -> Option<Gid>,
 ) -> Result<(), CreateAddressHandleErrorKind> {
@@ -215,8 +195,8 @@ fn check_link_local(
     })
 }
 
-/// The error of an `ibv_create_ah` from `port` that failed with `source`: on RoCE the errors of
-/// the kernel's MAC resolution are [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved).
+/// The error of a failed `ibv_create_ah`: on RoCE, those of the kernel's MAC resolution are
+/// [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved).
 fn create_failure(port: u8, addressing: PortAddressing, source: io::Error) -> CreateAddressHandleErrorKind {
     match source.raw_os_error() {
         Some(libc::ETIMEDOUT | libc::ENETUNREACH | libc::EHOSTUNREACH) if addressing.is_roce() => {
@@ -226,13 +206,12 @@ fn create_failure(port: u8, addressing: PortAddressing, source: io::Error) -> Cr
     }
 }
 
-/// Whether `gid` is a link-local address (`fe80::/10`).
 fn is_link_local(gid: Gid) -> bool {
     Ipv6Addr::from(gid).is_unicast_link_local()
 }
 
-/// The GID at `index` of local `port`'s table (`ibv_query_gid`, in every libibverbs); `None`
-/// where it cannot be read (`ibv_create_ah` then says why).
+/// The GID at `index` of local `port`'s table; `None` where it cannot be read (`ibv_create_ah`
+/// then says why).
 ///
 /// # Safety
 ///
@@ -313,10 +292,8 @@ impl AddressHandle {
         &self.attr
     }
 
-    /// The path MTU of the port the handle reaches, when its creator knew it: a DC endpoint's
-    /// ([`DcEndpoint::create_ah`](crate::mlx5::dc::endpoint::DcEndpoint::create_ah) takes its
-    /// [`path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)); `None` for a handle made
-    /// from an attribute alone.
+    /// The path MTU of the port the handle reaches, when its creator (a DC endpoint's
+    /// [`create_ah`](crate::mlx5::dc::endpoint::DcEndpoint::create_ah)) knew it.
     #[inline]
     pub fn destination_path_mtu(&self) -> Option<Mtu> {
         self.destination_path_mtu

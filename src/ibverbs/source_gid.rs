@@ -1,33 +1,27 @@
 //! Which local GID a global address is sent from. [`SourceGid`] names it: by default the port's
 //! RoCE v2 GID, or a GID table index. The device context's `source_gid` resolves it against the
-//! port's GID table into a [`SourceGidEntry`], and refuses an empty slot, or on RoCE a GID that
-//! is not RoCE v2.
+//! port's GID table into a [`SourceGidEntry`].
 //!
-//! Why RoCE v2: on RoCE a port's GID table has each address twice, once per RoCE version (on
-//! mlx5, index 0 is the link-local address as RoCE v1). The provider takes a packet's framing
-//! from the type of its source GID (libmlx5 `mlx5_create_ah`, `ibv_query_gid_type`): a RoCE v1
-//! packet has no IP header, and no router forwards it. [`SourceGid::Automatic`] picks as UCX does
-//! (`uct_ib_device_select_gid`): IPv4-mapped first, then a global IPv6 address, the link-local
-//! one (`fe80::/10`, which every mlx5 RoCE port has) last. A link-local source reaches link-local
-//! destinations only
-//! ([`LinkLocalSourceToRoutedDestination`](super::address_handle::CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination)).
+//! Why RoCE v2: a RoCE port's GID table has each address once per RoCE version, and the provider
+//! frames a packet by the type of its source GID (libmlx5 `mlx5_create_ah`,
+//! `ibv_query_gid_type`): a RoCE v1 packet has no IP header, and no router forwards it.
+//! [`SourceGid::Automatic`] picks as UCX does (`uct_ib_device_select_gid`): IPv4-mapped first,
+//! then a global IPv6 address, the link-local one last.
 //!
 //! On InfiniBand [`SourceGid::Automatic`] is none (the LID is the address), except on a port that
-//! requires a GRH (`IBV_QPF_GRH_REQUIRED`: an InfiniBand virtual function), where the kernel
-//! refuses every address without one (`rdma_check_ah_attr`: `EINVAL`, also at a DC target's RTR):
-//! there it is GID index 0, as UCX makes every address of such a port global (`uct_ib_iface_init`,
+//! requires a GRH (an InfiniBand virtual function), whose every address the kernel wants global
+//! (`rdma_check_ah_attr`): there it is GID index 0, as in UCX (`uct_ib_iface_init`,
 //! `uct_ib_grh_required`, `UCT_IB_MD_DEFAULT_GID_INDEX`). The software ConnectX holds it; no
 //! InfiniBand virtual function has run it here.
 //!
 //! # Before rdma-core 32
 //!
-//! libibverbs exports `_ibv_query_gid_ex` from rdma-core 32 on (`IBVERBS_1.11`); without it
-//! (Ubuntu 20.04's rdma-core 28) rdma-mummy-sys answers `EOPNOTSUPP`, and each slot is read as
-//! libibverbs' own fallback reads it (`query_sysfs_gid_entry`): the GID with `ibv_query_gid`, its
-//! type and network device from `/sys/class/infiniband/<device>/ports/<port>/gid_attrs/`. Where
-//! that fails too, the error is [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). The fallback
-//! has run on SoftRoCE with a libibverbs whose `_ibv_query_gid_ex` was hidden from `dlsym`
-//! (`tests/test_device.rs`), not with rdma-core 28 itself nor on a ConnectX.
+//! Without `_ibv_query_gid_ex` (rdma-core 32, `IBVERBS_1.11`) each slot is read as libibverbs'
+//! own fallback reads it (`query_sysfs_gid_entry`): the GID with `ibv_query_gid`, its type and
+//! network device from sysfs `gid_attrs/`; where that fails too, the error is
+//! [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). The fallback has run on SoftRoCE with
+//! `_ibv_query_gid_ex` hidden from `dlsym` (`tests/test_device.rs`), not with rdma-core 28 itself
+//! nor on a ConnectX.
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::Ipv6Addr;
@@ -55,8 +49,7 @@ pub enum SourceGid {
     Index(u8),
 }
 
-/// A GID of the port's table that a [`SourceGid`] named: its index, the GID, its type and its
-/// network device.
+/// A GID of the port's table that a [`SourceGid`] named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SourceGidEntry {
     index: u8,
@@ -71,12 +64,12 @@ impl SourceGidEntry {
         self.index
     }
 
-    /// The GID: what a peer addresses.
+    /// The GID.
     pub fn gid(&self) -> Gid {
         self.gid
     }
 
-    /// Its type (RoCE v2 on RoCE, once resolved).
+    /// Its type (RoCE v2 on RoCE).
     pub fn gid_type(&self) -> GidType {
         self.gid_type
     }
@@ -97,13 +90,13 @@ pub struct SourceGidError(#[from] pub SourceGidErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceGidErrorKind {
-    /// A RoCE port without a RoCE v2 GID: its network device has no IP address.
+    /// A RoCE port without a RoCE v2 GID.
     #[error("RoCE port {port} has no RoCE v2 GID: give its network device an IP address")]
     NoRoceV2Gid {
         /// The port.
         port: u8,
     },
-    /// The index names an empty slot of the port's GID table (or none at all).
+    /// The index names an empty slot (or none at all).
     #[error("GID index {index} of port {port} is empty: pick a RoCE v2 GID")]
     EmptySlot {
         /// The port.
@@ -111,7 +104,7 @@ pub enum SourceGidErrorKind {
         /// The index.
         index: u8,
     },
-    /// On RoCE, a GID that is not RoCE v2: its packets have no IP header and cross no router.
+    /// On RoCE, a GID that is not RoCE v2.
     #[error("GID index {index} of port {port} is {}, not RoCE v2: its packets are not routed", gid_type_name(*.gid_type))]
     NotRoceV2 {
         /// The port.
@@ -121,7 +114,7 @@ pub enum SourceGidErrorKind {
         /// Its type.
         gid_type: GidType,
     },
-    /// The port is 0 or the device has no such port (`ibv_query_port`).
+    /// The device has no such port.
     #[error("port {port} does not exist on this device")]
     InvalidPort {
         /// The port.
@@ -129,8 +122,7 @@ pub enum SourceGidErrorKind {
         /// The library's error.
         source: io::Error,
     },
-    /// libibverbs has no `_ibv_query_gid_ex` (rdma-core before 32), and reading the slot as its
-    /// own fallback does (`ibv_query_gid`, the GID's type from sysfs) failed too.
+    /// libibverbs has no `_ibv_query_gid_ex` (rdma-core before 32), and the sysfs fallback failed.
     #[error(
         "cannot read GID index {index} of port {port}: libibverbs has no _ibv_query_gid_ex (rdma-core before 32) \
          and sysfs does not give the GID's type; rdma-core 32 or newer is needed"
@@ -141,7 +133,7 @@ pub enum SourceGidErrorKind {
         /// The index.
         index: u8,
     },
-    /// Reading the port's GID table failed (`ibv_query_gid_ex`).
+    /// `ibv_query_gid_ex` failed.
     #[error("cannot read GID index {index} of port {port}")]
     QueryGid {
         /// The port.
@@ -161,8 +153,7 @@ fn gid_type_name(gid_type: GidType) -> &'static str {
     }
 }
 
-/// The type of a raw `ibv_gid_entry::gid_type` (an unknown value is taken as RoCE v1: never
-/// picked, and refused on RoCE).
+/// The type of a raw `ibv_gid_entry::gid_type` (an unknown one as RoCE v1: never picked).
 fn gid_type(raw: u32) -> GidType {
     match raw {
         rdma_mummy_sys::IBV_GID_TYPE_IB => GidType::InfiniBand,
@@ -180,8 +171,7 @@ fn entry(raw: &ibv_gid_entry) -> SourceGidEntry {
     }
 }
 
-/// Of `entries` (port, is RoCE v2, GID), the position of the first non-zero RoCE v2 GID of
-/// `port` of the most preferred kind ([`preference`]).
+/// Of `entries` (port, is RoCE v2, GID), the position of `port`'s most preferred RoCE v2 GID.
 fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)>, port: u8) -> Option<usize> {
     entries
         .enumerate()
@@ -190,8 +180,7 @@ fn pick_roce_v2_gid(entries: impl Iterator<Item = (u32, bool, Gid)>, port: u8) -
         .map(|(position, _)| position)
 }
 
-/// How [`SourceGid::Automatic`] ranks a RoCE v2 GID, lowest first: IPv4-mapped, a global IPv6
-/// address, link-local last.
+/// How [`SourceGid::Automatic`] ranks a RoCE v2 GID, lowest first.
 fn preference(gid: Gid) -> u8 {
     match Ipv6Addr::from(gid) {
         address if address.to_ipv4_mapped().is_some() => 0,
@@ -201,8 +190,8 @@ fn preference(gid: Gid) -> u8 {
 }
 
 impl SourceGid {
-    /// The entry of local `port`'s GID table this names, read from the device of `ctx`; `None`
-    /// for [`Automatic`](Self::Automatic) on InfiniBand without a GRH required.
+    /// The entry of local `port`'s GID table this names; `None` for
+    /// [`Automatic`](Self::Automatic) on InfiniBand without a GRH required.
     pub(crate) fn find(&self, ctx: &DeviceContext, port: u8) -> Result<Option<SourceGidEntry>, SourceGidError> {
         // SAFETY: the context is open while ctx is.
         let context = unsafe { ctx.context() };
@@ -218,16 +207,13 @@ impl SourceGid {
         Ok(self.resolve(port, addressing, &table)?)
     }
 
-    /// Whether resolving this needs the port's GID table: not [`Automatic`](Self::Automatic) on
-    /// InfiniBand without a GRH required, which is none, so that a library that cannot read the
-    /// table stops no bring-up that needs none of it.
+    /// Whether resolving this needs the port's GID table (so that a library that cannot read it
+    /// stops no bring-up that needs none of it).
     pub(crate) fn reads_gid_table(&self, addressing: PortAddressing) -> bool {
         addressing.requires_grh() || !matches!(self, SourceGid::Automatic)
     }
 
-    /// The entry this names among `table`, the set slots of `port`'s GID table (`addressing`:
-    /// the port's); `None` for [`Automatic`](Self::Automatic) on InfiniBand without a GRH
-    /// required, index 0 with one.
+    /// The entry this names among `table`, the set slots of `port`'s GID table.
     pub(crate) fn resolve(
         &self, port: u8, addressing: PortAddressing, table: &[ibv_gid_entry],
     ) -> Result<Option<SourceGidEntry>, SourceGidErrorKind> {
@@ -263,9 +249,8 @@ impl SourceGid {
     }
 }
 
-/// `ibv_query_gid_ex` without flags: an errno value, 0 on success (`ENODATA`: an empty slot).
-/// Without `_ibv_query_gid_ex`, the slot as libibverbs' sysfs fallback reads it
-/// ([`entry_without_query_gid_ex`]); `EOPNOTSUPP` where that cannot tell either.
+/// `ibv_query_gid_ex` without flags, or its sysfs fallback: an errno value (`ENODATA`: an
+/// empty slot; `EOPNOTSUPP`: neither could read it).
 ///
 /// # Safety
 ///
@@ -279,9 +264,7 @@ pub(crate) unsafe fn query_gid_entry(
     }
 }
 
-/// [`query_gid_entry`] without `_ibv_query_gid_ex`: the GID from `ibv_query_gid` (in every
-/// libibverbs), whether the port is RoCE from `ibv_query_port`, the GID's type and network
-/// device from sysfs, put together by [`entry_without_query_gid_ex`].
+/// [`query_gid_entry`] without `_ibv_query_gid_ex`.
 ///
 /// # Safety
 ///
@@ -322,8 +305,7 @@ unsafe fn query_gid_entry_without_ex(
     }
 }
 
-/// The sysfs folder of `port`'s GID attributes, `<ibdev_path>/ports/<port>/gid_attrs`, as
-/// libibverbs reads it (the device's `ibdev_path`, `/sys/class/infiniband/<device>`).
+/// The sysfs folder of `port`'s GID attributes, `<ibdev_path>/ports/<port>/gid_attrs`.
 ///
 /// # Safety
 ///
@@ -341,12 +323,9 @@ unsafe fn gid_attributes_folder(context: *mut ibv_context, port: u8) -> Option<P
     Some(path.join("ports").join(port.to_string()).join("gid_attrs"))
 }
 
-/// Slot `index` of `port`'s GID table from what a libibverbs without `_ibv_query_gid_ex` gives, as
-/// its own fallback puts it together (libibverbs `query_sysfs_gid_entry`): `gid` from
-/// `ibv_query_gid` (zero: an empty slot, `ENODATA`); on InfiniBand (`roce` false) an InfiniBand
-/// GID; on RoCE of the type `gid_type`, the text of sysfs `gid_attrs/types/<index>`
-/// (`IB/RoCE v1` or `RoCE v2`, `query_sysfs_gid_type`), else `EOPNOTSUPP`: without it nothing
-/// tells a RoCE v2 GID from a RoCE v1 one. `netdev_index`: its network device (0: none).
+/// Slot `index` of `port`'s GID table as libibverbs' `query_sysfs_gid_entry` puts it together:
+/// `gid` from `ibv_query_gid` (zero: `ENODATA`), on RoCE of the type `gid_type`, the text of
+/// sysfs `gid_attrs/types/<index>` (`query_sysfs_gid_type`), else `EOPNOTSUPP`.
 fn entry_without_query_gid_ex(
     port: u8, index: u32, gid: Gid, roce: bool, gid_type: Option<&str>, netdev_index: u32,
 ) -> Result<ibv_gid_entry, i32> {
@@ -368,9 +347,7 @@ fn entry_without_query_gid_ex(
     })
 }
 
-/// The error of slot `index` of `port`'s GID table whose reading answered `errno`:
-/// `EOPNOTSUPP`, [`query_gid_entry`]'s answer where neither the library nor sysfs could read it,
-/// is [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld).
+/// The error of a slot whose reading answered `errno`.
 fn query_gid_error(port: u8, index: u8, errno: i32) -> SourceGidErrorKind {
     match errno {
         libc::EOPNOTSUPP => SourceGidErrorKind::LibraryTooOld { port, index },
@@ -382,9 +359,8 @@ fn query_gid_error(port: u8, index: u8, errno: i32) -> SourceGidErrorKind {
     }
 }
 
-/// The set slots of `port`'s GID table, read one index at a time with `query_gid_entry` up to
-/// the port's `gid_tbl_len` (an empty slot, `ENODATA`, is left out; a source GID index is a
-/// `u8`, so slots beyond 255 are not read).
+/// The set slots of `port`'s GID table, read with `query_gid_entry` up to `gid_tbl_len` (a
+/// source GID index is a `u8`: slots beyond 255 are not read).
 ///
 /// # Safety
 ///

@@ -11,9 +11,9 @@ COMMITS = ["1-address-handles"]
 # ctx.source_gid, its mention in the module docs and in an error), and whether a port requires a
 # GRH, which only the source GID reads.
 _SOURCE_GID = [
-    ("`setup_grh_*` methods, its source GID index from a\n//! [`SourceGid`](super::source_gid::SourceGid). A non-global",
+    ("`setup_grh_*` methods, its source GID index from a\n//! [`SourceGid`](super::source_gid::SourceGid). The kernel",
      "`setup_grh_*` methods, its source GID index from the port's GID table\n"
-     "//! (`DeviceContext::query_gid_table`). A non-global", 1),
+     "//! (`DeviceContext::query_gid_table`). The kernel", 1),
     ("//! use sideway_ext::ibverbs::source_gid::SourceGid;\n", "", 1),
     ("//! use sideway_ext::ibverbs::address::AddressHandleAttribute;\n",
      "//! use sideway_ext::ibverbs::address::{AddressHandleAttribute, GidType};\n", 1),
@@ -61,8 +61,8 @@ def ADDRESS_HANDLE_REWRITES(part):
         ("ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah)",
          "ProtectionDomain::create_ah`](super::protection_domain::ProtectionDomain::create_ah)", 2),
         # This crate's DC pool does not go upstream.
-        ("Make a destination's handle ahead of the first request to it (a DC pool's\n//! `prepare`) to keep",
-         "Make a destination's handle ahead of the first request to it to keep\n//!", 1),
+        ("Make a destination's handle ahead\n//! of the first request to it (a DC pool's `prepare`) to keep",
+         "Make a destination's handle ahead\n//! of the first request to it to keep", 1),
     ]
 
 
@@ -85,7 +85,7 @@ MOVES = {
 
 # The helpers of src/ibverbs/mod.rs that moved files of this and later parts call.
 SHARED = {
-    "1-address-handles": [("query_port", [(" The one port query of the crate.", "", 1)])],
+    "1-address-handles": [("query_port", [])],
 }
 
 # What a moved file, or a line a diff adds, must not say: no DC yet (3b-1 brings the endpoint),
