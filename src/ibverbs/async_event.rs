@@ -16,7 +16,7 @@ use sideway::ibverbs::device_context::DeviceContext;
 
 use super::shared_receive_queue::SharedReceiveQueueId;
 
-/// Error returned by [`AsyncEventReader::read`] and its variants.
+/// Error returned by [`AsyncEventReader::read`].
 #[derive(Debug, thiserror::Error)]
 #[error("failed to read an asynchronous event")]
 #[non_exhaustive]
@@ -27,8 +27,7 @@ pub struct ReadAsyncEventError(#[from] pub ReadAsyncEventErrorKind);
 #[error(transparent)]
 #[non_exhaustive]
 pub enum ReadAsyncEventErrorKind {
-    /// The library call (or `poll`/`fcntl` on the event file descriptor) failed; a non-blocking
-    /// reader with no event pending reports [`io::ErrorKind::WouldBlock`] here.
+    /// The library call, `ppoll` or `fcntl` failed.
     Ibverbs(#[from] io::Error),
 }
 
@@ -143,9 +142,8 @@ pub enum AsyncEventElement {
     Device,
 }
 
-/// Decodes an event the library filled, without ever reading `event_type` as the binding's Rust
-/// enum (a value newer than the binding would make that undefined behaviour): the type is read
-/// as the 32-bit integer C stores.
+/// Decodes an event the library filled, reading `event_type` as the integer C stores (a value
+/// newer than the binding's Rust enum would be undefined behaviour).
 ///
 /// # Safety
 ///
@@ -190,13 +188,8 @@ impl AsyncEventType {
     }
 }
 
-/// One asynchronous event, acknowledged with `ibv_ack_async_event` when dropped.
-///
-/// Destroying the object an event concerns (`ibv_destroy_qp`, `ibv_destroy_srq`,
-/// `ibv_destroy_cq`, run when its last handle is dropped) waits until every event affiliated
-/// with it is acknowledged: while this event is held, dropping the last handle of its queue pair,
-/// shared receive queue or completion queue blocks, on the same thread for good. Drop the event
-/// first.
+/// One asynchronous event, acknowledged with `ibv_ack_async_event` when dropped. Drop it before
+/// the last handle of the object it concerns: that object's destroy waits for the acknowledgement.
 pub struct AsyncEvent {
     // Kept as C wrote it (never as the binding's typed struct) and handed back to be acknowledged.
     raw: MaybeUninit<ibv_async_event>,
@@ -240,15 +233,9 @@ impl AsyncEvent {
 /// Reads the asynchronous events of one device context; created by
 /// [`DeviceContextExt::async_event_reader`](super::extension::DeviceContextExt::async_event_reader).
 ///
-/// Reading blocks by default; [`set_nonblocking`](Self::set_nonblocking) changes that, and the
-/// file descriptor ([`AsRawFd`]) can be polled for readability.
-///
-/// One reader per device context is expected. Several readers of one context share its single
-/// event file descriptor, so its events (each goes to one of them, unpredictably) and its blocking mode:
-/// [`set_nonblocking`](Self::set_nonblocking) on one changes it for all, and when two readers
-/// poll the same file descriptor both wake for one event, so the one that loses the race blocks
-/// in [`read_timeout`](Self::read_timeout) (past its timeout) until the next event unless the
-/// context is non-blocking.
+/// One reader per context: readers of one context share its event file descriptor, so its
+/// events and its blocking mode, and the one that loses a race for an event blocks in
+/// [`read_timeout`](Self::read_timeout) unless the context is non-blocking.
 #[derive(Debug)]
 pub struct AsyncEventReader {
     dev_ctx: Arc<DeviceContext>,
@@ -261,9 +248,8 @@ impl AsyncEventReader {
         }
     }
 
-    /// Reads the next event with `ibv_get_async_event`: waits for one unless the reader was set
-    /// non-blocking, in which case no pending event is an error of kind
-    /// [`io::ErrorKind::WouldBlock`].
+    /// Reads the next event with `ibv_get_async_event`, waiting for one unless the reader is
+    /// non-blocking ([`io::ErrorKind::WouldBlock`]).
     pub fn read(&self) -> Result<AsyncEvent, ReadAsyncEventError> {
         let mut raw = MaybeUninit::<ibv_async_event>::zeroed();
         // SAFETY: the context is alive while self.dev_ctx is; raw is writable.
@@ -286,9 +272,7 @@ impl AsyncEventReader {
         self.read_timeout(Duration::ZERO)
     }
 
-    /// Waits up to `timeout` for an event, with `ppoll` on the event file descriptor: to the
-    /// nanosecond, on across signals, for good with [`Duration::MAX`]. None within the time is
-    /// `Ok(None)`.
+    /// Waits up to `timeout` for an event (`ppoll`; for good with [`Duration::MAX`]).
     pub fn read_timeout(&self, timeout: Duration) -> Result<Option<AsyncEvent>, ReadAsyncEventError> {
         match super::wait_readable(self.as_raw_fd(), timeout) {
             Ok(false) => Ok(None),

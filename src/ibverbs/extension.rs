@@ -1,6 +1,5 @@
-//! Extension traits that stand in for inherent methods on sideway's types. Upstream in sideway,
-//! each would be an inherent method of the type it extends; this is the only code of the crate
-//! that could not go upstream as it is.
+//! Extension traits that stand in for inherent methods on sideway's types (upstream, each would
+//! be an inherent method of the type it extends).
 use std::sync::Arc;
 
 use sideway::ibverbs::completion::{CompletionQueue, PollCompletionQueueError};
@@ -23,9 +22,7 @@ pub trait ProtectionDomainExt {
     /// this protection domain.
     fn create_srq_builder(&self) -> SharedReceiveQueueBuilder;
 
-    /// Creates an address handle with `ibv_create_ah`. A non-global attribute on a RoCE port is
-    /// refused before the call with
-    /// [`GlobalRoutingRequired`](super::address_handle::CreateAddressHandleErrorKind::GlobalRoutingRequired).
+    /// Creates an address handle with `ibv_create_ah`; see [`address_handle`](super::address_handle).
     fn create_ah(&self, attr: &AddressHandleAttribute) -> Result<Arc<AddressHandle>, CreateAddressHandleError>;
 
     /// Creates the address handle that answers the sender of a received datagram, as
@@ -65,9 +62,7 @@ pub trait DeviceContextExt {
     /// A reader of this context's asynchronous events.
     fn async_event_reader(&self) -> AsyncEventReader;
 
-    /// The GID of local `port` that `source_gid` names, from its GID table, as DC bring-up
-    /// resolves it ([`SourceGid`]); [`None`] on InfiniBand. Its [`index`](SourceGidEntry::index)
-    /// is the source GID index of a global address (the `-g` of rdma-core's tools).
+    /// The GID of local `port` that `source_gid` names ([`SourceGid`]); [`None`] on InfiniBand.
     ///
     /// # Errors
     ///
@@ -88,13 +83,11 @@ impl DeviceContextExt for Arc<DeviceContext> {
 /// Polling a completion queue into a caller-owned buffer, with every field of the completions.
 pub trait CompletionQueueExt {
     /// Polls up to `wcs.len()` completions with `ibv_poll_cq` and returns those that were ready.
-    /// Allocates nothing. A provider's negative return is an
-    /// [`Ibverbs`](PollCompletionQueueError::Ibverbs) error.
+    /// A provider's negative return is an [`Ibverbs`](PollCompletionQueueError::Ibverbs) error.
     ///
-    /// It polls an `ExtendedCompletionQueue` too, and that is the way to poll one more than once
-    /// on SoftRoCE before rdma-core 55: rxe's `cq_next_poll` and `cq_end_poll` both advance the
-    /// consumer index, so the batch after a drained `start_poll` hands back completions that were
-    /// never produced (fixed by rdma-core b78b414).
+    /// It polls an `ExtendedCompletionQueue` too: the way to poll one more than once on SoftRoCE
+    /// before rdma-core 55, whose `cq_next_poll` and `cq_end_poll` both advance the consumer
+    /// index (fixed by rdma-core b78b414).
     fn poll_work_completions<'a>(
         &self, wcs: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion], PollCompletionQueueError>;
@@ -121,17 +114,13 @@ use super::completion_channel::{self, CompletionEvent, GetCompletionEventError, 
 
 /// Completion event notification on a completion queue; see [`completion_channel`].
 pub trait CompletionQueueEventExt {
-    /// Arms the CQ (`ibv_req_notify_cq`): the next completion added to it puts one
-    /// [`CompletionEvent`] on its channel; with `solicited_only`, only a solicited receive or an
-    /// error does. One arm raises at most one event.
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion (with `solicited_only`, the next
+    /// solicited receive or error) puts one [`CompletionEvent`] on its channel.
     ///
     /// # Errors
     ///
-    /// - [`NoCompletionChannel`](super::completion_channel::RequestNotifyCompletionQueueErrorKind::NoCompletionChannel):
-    ///   the CQ was built without
-    ///   [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel).
-    /// - [`Ibverbs`](super::completion_channel::RequestNotifyCompletionQueueErrorKind::Ibverbs):
-    ///   the provider refused.
+    /// [`NoCompletionChannel`](super::completion_channel::RequestNotifyCompletionQueueErrorKind::NoCompletionChannel)
+    /// for a CQ built without a channel, else the provider's error.
     fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError>;
 }
 
@@ -160,21 +149,16 @@ pub trait CompletionChannelExt {
     ///
     /// # Errors
     ///
-    /// - [`Ibverbs`](super::completion_channel::GetCompletionEventErrorKind::Ibverbs): the read
-    ///   failed; [`std::io::ErrorKind::WouldBlock`] on a non-blocking channel with no event pending.
-    /// - [`UnknownCompletionQueue`](super::completion_channel::GetCompletionEventErrorKind::UnknownCompletionQueue):
-    ///   the event was for a CQ not armed with
-    ///   [`req_notify_cq`](CompletionQueueEventExt::req_notify_cq); it was acknowledged.
+    /// See [`GetCompletionEventErrorKind`](super::completion_channel::GetCompletionEventErrorKind).
     fn get_cq_event(&self) -> Result<CompletionEvent, GetCompletionEventError>;
 
     /// Reads the next event if one is pending, without waiting (also on a blocking channel).
     fn try_get_cq_event(&self) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
 
-    /// Waits up to `timeout` for an event (`ppoll` on the channel's file descriptor, to the
-    /// nanosecond, across signals; for good with [`Duration::MAX`]).
+    /// Waits up to `timeout` for an event (`ppoll`; for good with [`Duration::MAX`]).
     fn get_cq_event_timeout(&self, timeout: Duration) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
 
-    /// The channel's file descriptor, borrowed for as long as the channel.
+    /// The channel's file descriptor.
     fn as_fd(&self) -> BorrowedFd<'_>;
 }
 

@@ -18,12 +18,9 @@ use super::QueuePairAttribute;
 use crate::ibverbs::post_send_guard::{MissingProviderEntry, ProviderEntries};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 
-/// The part every queue pair of this crate shares: the handle, its extended (`ibv_wr_*`) view and
-/// provider entries, its type's transition table, its state as of the last modify or query, and
-/// the `Arc`s of its parents, released after the handle is destroyed.
-///
-/// Nothing here reads the C struct through a Rust reference: libibverbs writes `ibv_qp::state`
-/// in `ibv_modify_qp` and `ibv_query_qp`, which take `&mut self`; the number is read once.
+/// The part every queue pair of this crate shares. Nothing here reads the C struct through a Rust
+/// reference: libibverbs writes `ibv_qp::state` in `ibv_modify_qp` and `ibv_query_qp`, which
+/// take `&mut self`.
 #[derive(Debug)]
 pub(crate) struct QueuePairCore {
     qp: NonNull<ibv_qp>,

@@ -1,12 +1,10 @@
 //! RC and UD queue pairs that receive through a [`SharedReceiveQueue`], on the queue-pair core
-//! the DC queue pairs of the `mlx5` feature share (a transition table per type checked before
-//! `ibv_modify_qp`, and the `ibv_wr_*` post guard of [`post_send_guard`](super::post_send_guard)).
+//! that the DC queue pairs of the `mlx5` feature share.
 //!
-//! sideway's [`QueuePairBuilder`](sideway::ibverbs::queue_pair::QueuePairBuilder) cannot attach a
-//! shared receive queue, and its `QueuePairAttribute` hides its raw struct, so this module has its
-//! own builder and [`QueuePairAttribute`], shaped like sideway's. Bring a queue pair to RTS with
-//! [`modify`](SharedReceiveQueuePair::modify); the repository's `examples/common/bring_up.rs`
-//! does it for RC and UD with `ibv_rc_pingpong`'s attributes.
+//! sideway's `QueuePairBuilder` cannot attach a shared receive queue, and its
+//! `QueuePairAttribute` hides its raw struct, so this module has its own, shaped like sideway's.
+//! Bring a queue pair to RTS with [`modify`](SharedReceiveQueuePair::modify), as the repository's
+//! `examples/common/bring_up.rs` does with `ibv_rc_pingpong`'s attributes.
 //!
 //! [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
 pub(crate) mod attribute;
@@ -60,9 +58,8 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         self.core.qp_number()
     }
 
-    /// The current state, as of the last [`modify`](Self::modify) or [`query`](Self::query) of the
-    /// state through this value (the device may move a queue pair to SQE or ERR on its own: query
-    /// to see it).
+    /// The state as of the last [`modify`](Self::modify) or [`query`](Self::query) through this
+    /// value (query to see a move the device made on its own).
     pub fn state(&self) -> QueuePairState {
         self.core.state()
     }
@@ -78,23 +75,17 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     }
 
     /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
-    /// attribute mask against this type's table: an impossible transition is
-    /// [`InvalidTransition`](sideway::ibverbs::queue_pair::ModifyQueuePairErrorKind::InvalidTransition),
-    /// missing or extra mask bits are
-    /// [`InvalidAttributeMask`](sideway::ibverbs::queue_pair::ModifyQueuePairErrorKind::InvalidAttributeMask)
-    /// with `needed` and `invalid` set; neither reaches the library.
+    /// attribute mask against this type's table (`InvalidTransition`, `InvalidAttributeMask`).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.core.modify(attr)
     }
 
-    /// Reads the attributes named by `mask` with `ibv_query_qp`. Takes `&mut self` because
-    /// libibverbs writes the queue pair's cached state during the call.
+    /// Reads the attributes named by `mask` with `ibv_query_qp` (which writes the queue pair).
     pub fn query(&mut self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {
         self.core.query(mask)
     }
 
-    /// Starts a batch of send requests (`ibv_wr_start`); the guard posts them with `post()` or
-    /// discards them when dropped.
+    /// Starts a batch of send requests (`ibv_wr_start`).
     #[inline]
     pub fn start_post_send(&mut self) -> TypedPostSendGuard<'_, T>
     where
@@ -106,18 +97,9 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         unsafe { TypedPostSendGuard::start(qp_ex, entries, ()) }
     }
 
-    /// Posts one send request, at the cost of the raw calls (`ibv_wr_start`, the request's
-    /// `ibv_wr_*` calls, `ibv_wr_complete`), with a batch's guarantees (see the
-    /// [guide](super#one-request-at-a-time)). `request` describes it from its operation on:
-    ///
-    /// ```no_run
-    /// # use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
-    /// # fn f(qp: &mut sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair<sideway_ext::ibverbs::post_send_guard::ReliableConnection>) -> Result<(), Box<dyn std::error::Error>> {
-    /// qp.post_send_one(7, WorkRequestFlags::Signaled, |wr| wr.setup_send().setup_inline_data(b"hello"))?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// A `request` that stops before its data step posts nothing and returns `Ok`.
+    /// Posts one send request, at the cost of the raw calls, with a batch's guarantees (see the
+    /// [guide](super#one-request-at-a-time)). `request` describes it from its operation on; one
+    /// that stops before its data step posts nothing and returns `Ok`.
     #[inline]
     // Paths spelled out, so that this data-path method leaves the control plane's imports alone.
     pub fn post_send_one(
