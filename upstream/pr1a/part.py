@@ -45,13 +45,7 @@ MOVES = {
             "from": "src/ibverbs/shared_receive_queue/guard.rs",
             "to": "src/ibverbs/shared_receive_queue/guard.rs",
             "helpers": [],
-            "rewrites": [
-                # The raw post's example, as a user of sideway writes it.
-                ("/// use sideway_ext::ibverbs::shared_receive_queue::",
-                 "/// use sideway::ibverbs::shared_receive_queue::", 1),
-                ("/// use crate::ibverbs::queue_pair::SetScatterGatherEntry;",
-                 "/// use sideway::ibverbs::queue_pair::SetScatterGatherEntry;", 1),
-            ],
+            "rewrites": [],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/storage.rs",

@@ -11,8 +11,7 @@ use super::storage::{RecvBatch, RecvSlot, Refusal};
 use super::{PostReceiveError, PostReceiveErrorKind, PostReceiveStorage, SharedReceiveQueue};
 
 impl SharedReceiveQueue {
-    /// Starts a batch of receive requests, staged in `storage`, the caller's, reused batch after
-    /// batch ([`PostReceiveStorage`]).
+    /// Starts a batch of receive requests, staged in the caller's `storage`.
     #[inline]
     pub fn start_post_recv<'a>(&'a self, storage: &'a mut PostReceiveStorage) -> SharedReceiveQueuePostGuard<'a> {
         // SAFETY: the queue is alive for the guard's lifetime and its max_sge is the granted one.
@@ -20,13 +19,10 @@ impl SharedReceiveQueue {
     }
 }
 
-/// A batch of receive requests for a [`SharedReceiveQueue`]; see
-/// [`SharedReceiveQueue::start_post_recv`].
-///
-/// The guard stages each request in its [`PostReceiveStorage`], linked into the list as it is
-/// added: no lock, no allocation once the storage has grown, no pass over the list before the
-/// call. Nothing reaches the library before [`post`](Self::post), which hands the whole batch to
-/// `ibv_post_srq_recv` in one call; dropping the guard posts nothing.
+/// A batch of receive requests for a [`SharedReceiveQueue`], linked in place in its
+/// [`PostReceiveStorage`] as they are added. Nothing reaches the library before
+/// [`post`](Self::post), which hands the whole batch to `ibv_post_srq_recv` in one call;
+/// dropping the guard posts nothing.
 #[must_use = "the batch is posted only by post(); dropping the guard posts nothing"]
 pub struct SharedReceiveQueuePostGuard<'srq> {
     srq: NonNull<ibv_srq>,
@@ -36,39 +32,12 @@ pub struct SharedReceiveQueuePostGuard<'srq> {
 }
 
 impl<'srq> SharedReceiveQueuePostGuard<'srq> {
-    /// Starts a batch on a shared receive queue this crate did not create (by C code, another
-    /// binding, or a provider's own tables), staged in `storage`:
-    /// [`SharedReceiveQueue::start_post_recv`] on the raw `ibv_srq`, with the same checks and
-    /// errors.
+    /// [`SharedReceiveQueue::start_post_recv`] on a raw `ibv_srq` this crate did not create.
     ///
     /// # Safety
     ///
     /// - `srq` must be a live shared receive queue for the guard's lifetime;
-    /// - `max_sge` must be at most the scatter/gather entries per request it was created with
-    ///   (the check against it is the only one before the library).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// use std::ptr::NonNull;
-    ///
-    /// use rdma_mummy_sys::ibv_srq;
-    /// use sideway::ibverbs::queue_pair::SetScatterGatherEntry;
-    /// use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueuePostGuard, PostReceiveStorage};
-    ///
-    /// /// `srq` comes from C code that created it with `max_sge` 1 and keeps it alive.
-    /// fn refill(srq: NonNull<ibv_srq>, lkey: u32, addr: u64) -> Result<(), Box<dyn std::error::Error>> {
-    ///     let mut storage = PostReceiveStorage::new();
-    ///     // SAFETY: the SRQ is live while the guard is, and takes one entry a request.
-    ///     let mut guard = unsafe { SharedReceiveQueuePostGuard::start(srq, 1, &mut storage) };
-    ///     for slot in 0..4 {
-    ///         // SAFETY: each buffer is registered under `lkey` and outlives its receive.
-    ///         unsafe { guard.construct_wr(slot).setup_sge(lkey, addr + slot * 64, 64) };
-    ///     }
-    ///     guard.post()?;
-    ///     Ok(())
-    /// }
-    /// ```
+    /// - `max_sge` must be at most the scatter/gather entries per request it was created with.
     #[inline]
     pub unsafe fn start(srq: NonNull<ibv_srq>, max_sge: u32, storage: &'srq mut PostReceiveStorage) -> Self {
         Self {
@@ -85,9 +54,8 @@ impl<'srq> SharedReceiveQueuePostGuard<'srq> {
     }
 
     /// Starts a receive request with this `wr_id`; it joins the batch when the returned handle
-    /// is given its buffers ([`SetScatterGatherEntry`]), and a handle dropped before that adds
-    /// nothing. A request given an empty list (`setup_sge_list(&[])`) receives zero-length
-    /// messages only.
+    /// is given its buffers ([`SetScatterGatherEntry`]; an empty list receives zero-length
+    /// messages only).
     #[inline]
     pub fn construct_wr(&mut self, wr_id: u64) -> SharedReceiveQueueRequestHandle<'_> {
         SharedReceiveQueueRequestHandle {
@@ -150,8 +118,7 @@ fn refused(refusal: Refusal, max: u32) -> PostReceiveError {
     .into()
 }
 
-/// The error of the batch in `slots` whose library call returned `ret` and named `bad_wr`, the
-/// first request not posted (those before it were).
+/// The error of the batch in `slots` whose library call returned `ret` and named `bad_wr`.
 #[cold]
 #[inline(never)]
 fn failed(slots: &[RecvSlot], ret: i32, bad_wr: *mut ibv_recv_wr, max: u32) -> PostReceiveError {

@@ -10,15 +10,8 @@ use super::{PostReceiveError, SharedReceiveQueue};
 use crate::ibverbs::zeroed::Zeroed;
 
 impl SharedReceiveQueue {
-    /// Posts one receive request with `ibv_post_srq_recv`, at the cost of the raw call: for the
-    /// everyday "repost the receive that just completed". Its entries are read from `sg_list`
-    /// during the call (nothing is copied first); an empty list receives zero-length messages
-    /// only.
-    ///
-    /// The same guarantees as a batch: a list longer than the queue's
-    /// [`max_sge`](Self::max_sge) is refused before the library
-    /// ([`TooManyScatterGatherEntries`](super::PostReceiveErrorKind::TooManyScatterGatherEntries)), and
-    /// an error names the request (`failed_index` 0, its `wr_id`); on error nothing was posted.
+    /// Posts one receive request with `ibv_post_srq_recv`, at the cost of the raw call, with a
+    /// batch's checks and errors (`failed_index` 0); on error nothing was posted.
     ///
     /// # Safety
     ///
@@ -31,15 +24,12 @@ impl SharedReceiveQueue {
         unsafe { Self::post_recv_one_raw(self.srq, self.max_sge, wr_id, sg_list) }
     }
 
-    /// [`post_recv_one`](Self::post_recv_one) on a shared receive queue this crate did not
-    /// create (by C code, another binding, or a provider's own tables): the same checks and
-    /// errors, on the raw `ibv_srq`.
+    /// [`post_recv_one`](Self::post_recv_one) on a raw `ibv_srq` this crate did not create.
     ///
     /// # Safety
     ///
     /// - `srq` must be a live shared receive queue for the duration of the call;
-    /// - `max_sge` must be at most the scatter/gather entries per request it was created with
-    ///   (the check against it is the only one before the library);
+    /// - `max_sge` must be at most the scatter/gather entries per request it was created with;
     /// - the buffers as for [`post_recv_one`](Self::post_recv_one).
     #[inline]
     pub unsafe fn post_recv_one_raw(

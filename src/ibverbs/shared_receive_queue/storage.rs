@@ -4,15 +4,10 @@ use rdma_mummy_sys::{ibv_recv_wr, ibv_sge};
 
 use crate::ibverbs::zeroed::Zeroed;
 
-/// Storage for the requests of [`SharedReceiveQueuePostGuard`](super::SharedReceiveQueuePostGuard) batches, reused
-/// from batch to batch: each batch is staged here, and nothing reaches the library before
-/// [`SharedReceiveQueuePostGuard::post`](super::SharedReceiveQueuePostGuard::post).
-///
-/// It grows to the largest batch it has held and keeps that size, so that posting allocates
-/// nothing once it has grown, or from the start with [`with_capacity`](Self::with_capacity). Each
-/// poster keeps its own, as it keeps its buffers: batches on one queue, from one thread or several,
-/// each stage in their own storage, and a storage serves one batch at a time (the guard borrows
-/// it mutably).
+/// Storage for the requests of [`SharedReceiveQueuePostGuard`](super::SharedReceiveQueuePostGuard)
+/// batches, reused from batch to batch. It grows to the largest batch it has held, so that
+/// posting allocates nothing once it has grown (or from the start, with
+/// [`with_capacity`](Self::with_capacity)). Each poster keeps its own, as it keeps its buffers.
 #[derive(Default)]
 pub struct PostReceiveStorage {
     /// A slot per request, zeroed (padding included) as the storage grows.
@@ -53,9 +48,8 @@ impl PostReceiveStorage {
         Self::default()
     }
 
-    /// Storage for batches of up to `requests` requests, whose requests with more than one
-    /// scatter/gather entry have up to `list_entries` entries in all, which then allocate
-    /// nothing. (A request with one entry keeps it beside the request.)
+    /// Storage for batches of up to `requests` requests, whose requests with other than one
+    /// scatter/gather entry have up to `list_entries` entries in all.
     pub fn with_capacity(requests: usize, list_entries: usize) -> Self {
         let mut storage = Self::new();
         storage.slots.resize(requests, EMPTY_SLOT);
@@ -68,8 +62,7 @@ impl PostReceiveStorage {
         self.slots.len()
     }
 
-    /// How many scatter/gather entries, in all, the requests of a batch with more than one entry
-    /// may have before the storage grows.
+    /// How many entries, in all, a batch's requests with other than one entry may have.
     pub fn list_entry_capacity(&self) -> usize {
         self.lists.len()
     }
@@ -82,8 +75,7 @@ const EMPTY_SGE: ibv_sge = ibv_sge {
     lkey: 0,
 };
 
-/// A zeroed slot, to grow the storage with (its request's padding included: `Zeroed` copies
-/// every byte).
+/// A zeroed slot, padding included, to grow the storage with.
 const EMPTY_SLOT: RecvSlot = RecvSlot {
     wr: Zeroed::new(),
     sge: EMPTY_SGE,
@@ -97,8 +89,7 @@ pub(super) struct Refusal {
     pub(super) requested: usize,
 }
 
-/// The cursors of the batch being staged, kept in the guard (which the compiler keeps in
-/// registers), apart from the storage they index.
+/// The cursors of the batch being staged, kept in the guard, apart from the storage they index.
 pub(super) struct RecvBatch {
     /// The batch's requests are the storage's first `requests` slots, each linked to the slot
     /// after it (the last one's link set to NULL by `post`) and to its entries: its slot's own
@@ -152,8 +143,8 @@ impl RecvBatch {
         self.list_entries = end;
     }
 
-    /// Request `wr_id` has `requested` entries, more than the queue takes: the batch will post
-    /// nothing. Only the first is kept; it is not added, so its index is the count before it.
+    /// Request `wr_id` has more entries than the queue takes: the batch will post nothing. The
+    /// first is kept, not added (its index is the count before it).
     #[inline]
     pub(super) fn refuse(&mut self, wr_id: u64, requested: usize) {
         if self.refused.is_none() {
