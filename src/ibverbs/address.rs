@@ -2,20 +2,15 @@
 //! [`AddressHandle`](super::address_handle::AddressHandle) and for a connected queue pair's
 //! address vector.
 //!
-//! sideway's own `AddressHandleAttribute` (`sideway::ibverbs::address`) keeps its `ibv_ah_attr`
-//! private, so this crate cannot make an address handle from it: this one is sideway's with what
-//! it lacks, which upstream adds to sideway's (pull request 1c-1): every field readable, the
-//! GRH's traffic class and flow label settable, `Clone`, `Copy` and `Debug`, and the C struct
-//! kept zeroed, padding included (`Zeroed`). One difference stays: here [`new`](AddressHandleAttribute::new)
-//! starts on port 1, sideway's on port 0.
+//! sideway's own keeps its `ibv_ah_attr` private: this one is sideway's with what it lacks (every
+//! field readable, traffic class and flow label, `Copy`, `Debug`), which upstream adds to
+//! sideway's; [`new`](AddressHandleAttribute::new) starts on port 1, sideway's on port 0.
 use rdma_mummy_sys::ibv_ah_attr;
 use sideway::ibverbs::address::Gid;
 
 use super::zeroed::Zeroed;
 
-/// The route to a remote port: destination LID, service level and local port, and for global
-/// routing (required on RoCE) the GRH: destination GID, source GID index, hop limit, traffic
-/// class and flow label.
+/// The route to a remote port, and for global routing (required on RoCE) its GRH.
 #[derive(Clone, Copy)]
 pub struct AddressHandleAttribute {
     pub(crate) attr: Zeroed<ibv_ah_attr>,

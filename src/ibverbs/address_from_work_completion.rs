@@ -3,9 +3,7 @@
 //! [`create_ah_from_wc`](super::extension::ProtectionDomainExt::create_ah_from_wc), which makes
 //! the handle from it. Cache the handle per sender.
 //!
-//! It reads this crate's [`WorkCompletion`] (sideway's have no raw `ibv_wc`), so it goes upstream
-//! with such a work completion. See
-//! [`ibv_create_ah_from_wc`](https://man7.org/linux/man-pages/man3/ibv_create_ah_from_wc.3.html).
+//! It reads this crate's [`WorkCompletion`] (sideway's have no raw `ibv_wc`).
 use std::io;
 use std::ptr::NonNull;
 
@@ -68,13 +66,11 @@ pub enum CreateAddressHandleFromWorkCompletionErrorKind {
 impl AddressHandleAttribute {
     /// The address that answers the sender of a received datagram through local `port`, with
     /// `ibv_init_ah_from_wc`, from the receive completion `wc` and `grh`, the first [`GRH_LEN`]
-    /// bytes of its receive buffer. The source GID index is the local GID the datagram was sent
-    /// to, the hop limit 255.
+    /// bytes of its receive buffer.
     ///
     /// # Errors
     ///
-    /// - [`InvalidPort`](InitAddressHandleAttributeErrorKind::InvalidPort): no such port;
-    /// - [`Ibverbs`](InitAddressHandleAttributeErrorKind::Ibverbs): the library refused.
+    /// [`InvalidPort`](InitAddressHandleAttributeErrorKind::InvalidPort), or the library's.
     pub fn from_work_completion(
         ctx: &DeviceContext, port: u8, wc: &WorkCompletion, grh: &[u8; GRH_LEN],
     ) -> Result<Self, InitAddressHandleAttributeError> {

@@ -1,16 +1,12 @@
 //! A [`ThreadDomain`]: a thread domain (`ibv_alloc_td`) and the parent domain
-//! (`ibv_alloc_parent_domain`) that puts one queue pair on it and on the protection domain it
-//! was made from (the same keys).
+//! (`ibv_alloc_parent_domain`) that puts one queue pair on it and on its protection domain.
 //!
-//! On mlx5 a thread domain buys the queue pair a doorbell register of its own: libmlx5 gives a
-//! queue pair whose parent domain has a thread domain that thread domain's register (`create_qp`
-//! in `providers/mlx5/verbs.c`), which `mlx5_alloc_td` took with `mlx5_attach_dedicated_uar`: a
-//! BlueFlame register no other thread domain or queue pair is given, written without a lock
-//! (`need_lock` 0), whatever `MLX5_SHUT_UP_BF` says (a dynamic UAR page, or one of the context's
-//! `num_dyn_bfregs` pages without dynamic UAR allocation); without BlueFlame (`bf_reg_size` 0)
-//! the context's `nc_uar`. Its send queue takes no lock either (`mlx5_spinlock_init_pd`). UCX
-//! makes one per worker for the same register (`uct_ib_mlx5_res_domain_init`). No ConnectX has
-//! confirmed this here: it is read from rdma-core's and UCX's sources.
+//! On mlx5 it buys the queue pair a BlueFlame register of its own, written without a lock
+//! (`create_qp` in `providers/mlx5/verbs.c`, from `mlx5_alloc_td`'s `mlx5_attach_dedicated_uar`;
+//! without BlueFlame the context's `nc_uar`), and a send queue without a lock
+//! (`mlx5_spinlock_init_pd`), whatever `MLX5_SHUT_UP_BF` says. UCX makes one per worker for the
+//! same register (`uct_ib_mlx5_res_domain_init`). No ConnectX has confirmed this here: it is read
+//! from rdma-core's and UCX's sources.
 //!
 //! Only [`DcInitiatorBuilder::setup_thread_domain`](crate::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)
 //! makes one; the DC initiator holds it.
@@ -36,21 +32,15 @@ pub struct AllocateThreadDomainError(#[from] pub AllocateThreadDomainErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AllocateThreadDomainErrorKind {
-    /// The provider has no thread domains or parent domains (`EOPNOTSUPP`: libibverbs finds no
-    /// `alloc_td` or `alloc_parent_domain` in the provider's context).
+    /// The provider has no thread domains or parent domains (`EOPNOTSUPP`).
     #[error("the provider has no thread domains (EOPNOTSUPP)")]
     NotSupported,
-    /// libmlx5 has no register left to give a thread domain (`ENOSPC`): on a kernel without
-    /// dynamic UAR allocation it has the context's `num_dyn_bfregs` pages only
-    /// (`mlx5_alloc_dyn_uar` in `providers/mlx5/verbs.c`). Its bound (`curr > max`) lets one page
-    /// past the last through, which the kernel's `uar_mmap` refuses with `EINVAL` before libmlx5
-    /// counts it, so rdma-core 55 answers every thread domain past the last with
-    /// [`ThreadDomain`](Self::ThreadDomain) (`EINVAL`), not this.
+    /// libmlx5 has no register left to give a thread domain (`ENOSPC`, `mlx5_alloc_dyn_uar`;
+    /// rdma-core 55 lets one page past its bound through, which the kernel's `uar_mmap` refuses:
+    /// [`ThreadDomain`](Self::ThreadDomain), `EINVAL`).
     #[error("no register left for a thread domain (ENOSPC): the kernel has no dynamic UAR allocation")]
     NoRegisterLeft,
-    /// `ibv_alloc_td` failed otherwise. On a kernel without dynamic UAR allocation and a device
-    /// without BlueFlame, libmlx5 has no register for a thread domain at all (`mlx5_alloc_td`:
-    /// no `nc_uar`) and leaves `errno` as it was.
+    /// `ibv_alloc_td` failed otherwise (`mlx5_alloc_td` without any register leaves `errno`).
     #[error("ibv_alloc_td failed")]
     ThreadDomain(#[source] io::Error),
     /// `ibv_alloc_parent_domain` failed.
@@ -58,10 +48,8 @@ pub enum AllocateThreadDomainErrorKind {
     ParentDomain(#[source] io::Error),
 }
 
-/// A thread domain and the parent domain that puts one queue pair on it.
-///
-/// Dropping it deallocates the parent domain, then the thread domain (libmlx5 refuses either
-/// while something holds it: `EBUSY`), then releases the protection domain.
+/// A thread domain and the parent domain that puts one queue pair on it; dropped in that order
+/// (libmlx5 refuses either while something holds it: `EBUSY`).
 #[derive(Debug)]
 pub struct ThreadDomain {
     /// The parent domain, on `td` and `_pd`: deallocated first.

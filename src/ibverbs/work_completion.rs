@@ -66,45 +66,38 @@ impl std::fmt::Debug for WorkCompletion {
 }
 
 impl PartialEq for WorkCompletion {
-    /// Field by field (every field of `struct ibv_wc`, the immediate data / invalidated key union
-    /// as its bits).
+    /// Field by field, the immediate data / invalidated key union as its bits.
     fn eq(&self, other: &Self) -> bool {
-        let (a, b) = (&self.0, &other.0);
-        // SAFETY: every member of the union is a u32: any bits are a valid value.
-        let (ua, ub) = unsafe {
+        let fields = |wc: &ibv_wc| {
+            // SAFETY: every member of the union is a u32: any bits are a valid value.
+            let union = unsafe { wc.imm_data_invalidated_rkey_union.imm_data };
+            let address = (
+                wc.qp_num,
+                wc.src_qp,
+                wc.wc_flags,
+                wc.pkey_index,
+                wc.slid,
+                wc.sl,
+                wc.dlid_path_bits,
+            );
             (
-                a.imm_data_invalidated_rkey_union.imm_data,
-                b.imm_data_invalidated_rkey_union.imm_data,
+                wc.wr_id,
+                wc.status,
+                wc.opcode,
+                wc.vendor_err,
+                wc.byte_len,
+                union,
+                address,
             )
         };
-        (
-            a.wr_id,
-            a.status,
-            a.opcode,
-            a.vendor_err,
-            a.byte_len,
-            ua,
-            a.qp_num,
-            a.src_qp,
-            a.wc_flags,
-        ) == (
-            b.wr_id,
-            b.status,
-            b.opcode,
-            b.vendor_err,
-            b.byte_len,
-            ub,
-            b.qp_num,
-            b.src_qp,
-            b.wc_flags,
-        ) && (a.pkey_index, a.slid, a.sl, a.dlid_path_bits) == (b.pkey_index, b.slid, b.sl, b.dlid_path_bits)
+        fields(&self.0) == fields(&other.0)
     }
 }
 
 impl Eq for WorkCompletion {}
 
 impl From<ibv_wc> for WorkCompletion {
-    /// A completion from its C struct (e.g. one polled by other means, or made up by a test).
+    /// A completion from its C struct.
     fn from(wc: ibv_wc) -> Self {
         Self(wc)
     }
@@ -174,7 +167,7 @@ impl WorkCompletion {
     }
 
     /// The immediate data when the completion carries some, unchanged, as sideway gives it (see
-    /// the [guide](super#what-posting-guarantees)).
+    /// [`setup_send_imm`](crate::ibverbs::post_send_guard::TypedWorkRequestHandle::setup_send_imm)).
     pub fn imm_data(&self) -> Option<u32> {
         // SAFETY: every member of the union is a u32: any bits are a valid value, and it holds
         // immediate data when IBV_WC_WITH_IMM is set.
@@ -203,9 +196,8 @@ impl WorkCompletion {
     }
 }
 
-/// `ibv_poll_cq` into `wcs` on a raw completion queue: the completions that were ready (what
-/// [`CompletionQueueExt::poll_work_completions`](crate::ibverbs::extension::CompletionQueueExt::poll_work_completions)
-/// calls), or the provider's failure ([`PollCompletionQueueError::Ibverbs`]).
+/// `ibv_poll_cq` into `wcs` on a raw completion queue: the completions that were ready, or the
+/// provider's failure ([`PollCompletionQueueError::Ibverbs`]).
 ///
 /// # Safety
 ///
