@@ -95,10 +95,8 @@ impl<'g, O: Operation, D: Destination> TypedLocalBufferHandle<'g, O, D> {
 const _: () = assert!(std::mem::size_of::<IoSlice<'_>>() == std::mem::size_of::<ibv_data_buf>());
 
 impl<O: Operation, D: Destination> SetInlineData for TypedLocalBufferHandle<'_, O, D> {
-    /// Copies `buf` into the request (`ibv_wr_set_inline_data`); at most the queue pair's
-    /// granted `max_inline_data` bytes, else the post fails with
-    /// [`InlineDataTooLong`](super::TypedPostSendErrorKind::InlineDataTooLong) where the queue pair knows
-    /// its granted size (a DC initiator), with the provider's error otherwise.
+    /// Copies `buf` into the request (`ibv_wr_set_inline_data`): at most the queue pair's
+    /// granted `max_inline_data` bytes.
     #[inline]
     fn setup_inline_data(mut self, buf: &[u8]) {
         if self.read_refused(|| buf.len() as u64) {

@@ -9,8 +9,7 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use super::error::complete_error;
 use super::{PathMtus, ProviderEntries, Transport, TypedPostSendError, TypedPostSendErrorKind, TypedWorkRequestHandle};
 
-/// The state of a batch that its requests update: the queue pair, its entries, the count
-/// (opaque: reached only through a [`TypedPostSendGuard`]).
+/// The state of a batch that its requests update (reached only through a [`TypedPostSendGuard`]).
 #[derive(Debug)]
 pub struct Batch {
     pub(super) qp_ex: NonNull<ibv_qp_ex>,
@@ -49,8 +48,7 @@ enum Refusal {
 }
 
 impl Batch {
-    /// Records a refused request. The batch is passed by value parts, not by address, so that the
-    /// hot path can keep the batch in registers.
+    /// Records a refused request.
     #[inline]
     pub(super) fn refuse(&mut self, wr_id: u64, needed: u32, external: &'static str) {
         if self.refused.is_none() {
@@ -171,9 +169,8 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
         }
     }
 
-    /// Starts a new request with this `wr_id` and flags (e.g. [`WorkRequestFlags::Signaled`] for
-    /// a completion; the [`Inline`](WorkRequestFlags::Inline) bit is managed by the data step);
-    /// continue with an operation on the returned handle.
+    /// Starts a new request with this `wr_id` and flags (the [`Inline`](WorkRequestFlags::Inline)
+    /// bit is the data step's); continue with an operation on the returned handle.
     #[inline]
     pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> TypedWorkRequestHandle<'_, T> {
         TypedWorkRequestHandle {
@@ -186,22 +183,16 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
 
     /// Refuses inline data longer than `max_inline_data` bytes, the queue pair's granted size,
     /// before the provider ([`InlineDataTooLong`](TypedPostSendErrorKind::InlineDataTooLong)); by
-    /// default the guard does not know it and the provider decides. For a guard
-    /// [`start`](Self::start)ed on a queue pair whose granted size its creator knows.
+    /// default the provider decides.
     #[inline]
     pub fn set_max_inline_data(&mut self, max_inline_data: u32) {
         self.batch.max_inline_data = max_inline_data;
     }
 
     /// The path MTUs of the batch's two ends, for a guard whose requests all go to one
-    /// responder (a DC batch to one address,
-    /// [`BatchAddressed`](crate::mlx5::dc::initiator::BatchAddressed)): this queue pair's and the
-    /// responder's, when both are known ([`PathMtus::known`]). An RDMA READ of the batch whose
-    /// responses would not reach this queue pair is then refused before the provider
-    /// ([`ReadResponsesTooLarge`](TypedPostSendErrorKind::ReadResponsesTooLarge),
-    /// [`PathMtus::read_fits`]); by default the guard does not know them and refuses nothing
-    /// for them. (A DC request addressed one by one takes them from its initiator and its
-    /// route.)
+    /// responder ([`BatchAddressed`](crate::mlx5::dc::initiator::BatchAddressed)): an RDMA READ
+    /// whose responses would not reach this queue pair is then refused before the provider
+    /// ([`ReadResponsesTooLarge`](TypedPostSendErrorKind::ReadResponsesTooLarge)).
     #[inline]
     pub fn set_path_mtus(&mut self, path_mtus: Option<PathMtus>) {
         self.batch.path_mtus = path_mtus;

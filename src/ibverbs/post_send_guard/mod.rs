@@ -1,33 +1,23 @@
 //! Posting send work requests with the `ibv_wr_*` API, for every queue-pair type of this crate.
 //!
-//! A [`TypedPostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`. Each request
-//! is described in the order the C API demands, enforced by types: [`construct_wr`](TypedPostSendGuard::construct_wr)
-//! (`wr_id` and flags) → an operation (`setup_send`, `setup_write`, …) → for datagram transports,
-//! the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module) → the data
-//! ([`SetScatterGatherEntry`] or [`SetInlineData`]). A request that skipped a step cannot be
-//! expressed. The guard aborts the batch (`ibv_wr_abort`) when dropped without
-//! [`post`](TypedPostSendGuard::post).
+//! A [`TypedPostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`, and
+//! aborts them (`ibv_wr_abort`) when dropped without [`post`](TypedPostSendGuard::post). Each
+//! request is described in the order the C API demands, enforced by types:
+//! [`construct_wr`](TypedPostSendGuard::construct_wr) → an operation (`setup_send`, …) → for
+//! datagram transports, the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module)
+//! → the data ([`SetScatterGatherEntry`] or [`SetInlineData`]). Its C calls are made together
+//! at the data step, so the [`Inline`] flag always matches the data (rxe reads it at the builder
+//! call) and a request that never reached its data step leaves nothing half-built.
 //!
-//! The C calls of a request are made together at its data step, in that order: `wr_id` and
-//! `wr_flags`, the operation's builder (`ibv_wr_send`, …), the destination setter, the data setter.
-//! So the [`Inline`] flag always matches the data step (set for inline
-//! data, cleared for scatter/gather entries), as providers that read it at the builder call (rxe)
-//! need, and a request that never reached its data step leaves nothing half-built in the queue.
-//!
-//! # Provider entries
-//!
-//! libibverbs dispatches every `ibv_wr_*` call through a function pointer of `struct ibv_qp_ex`,
-//! and a provider fills only the builders of the operations the queue pair was created with
-//! (rxe leaves the others NULL). The guard knows which entries are there
-//! ([`ProviderEntries`], read once when the queue pair is created): a request whose operation or
-//! data setter is missing is never handed to the provider; [`post`](TypedPostSendGuard::post) then
-//! aborts the whole batch and reports it as
+//! A provider fills only the `ibv_qp_ex` builders of the operations a queue pair was created
+//! with (rxe leaves the others NULL): a request whose entry is missing ([`ProviderEntries`]) is
+//! never handed to it, and [`post`](TypedPostSendGuard::post) aborts the batch with
 //! [`OperationNotEnabled`](TypedPostSendErrorKind::OperationNotEnabled).
 //!
-//! Known provider bugs, not worked around here: rxe before rdma-core 58 (Debian 12 ships 44)
-//! sums the *first* entry's length once per entry in `ibv_wr_set_sge_list` (lists of
-//! unequal lengths fail with a local error), and sends nothing for `ibv_wr_set_inline_data_list`.
-//! See [`ibv_wr_post(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html).
+//! Known provider bugs, not worked around here: rxe before rdma-core 58 sums the *first* entry's
+//! length once per entry in `ibv_wr_set_sge_list`, and sends nothing for
+//! `ibv_wr_set_inline_data_list`
+//! ([`ibv_wr_post(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html)).
 //!
 //! [`SetScatterGatherEntry`]: sideway::ibverbs::queue_pair::SetScatterGatherEntry
 //! [`SetInlineData`]: sideway::ibverbs::queue_pair::SetInlineData

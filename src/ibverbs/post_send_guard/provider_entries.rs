@@ -5,9 +5,8 @@ use std::ptr::NonNull;
 use rdma_mummy_sys::ibv_qp_ex;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
-/// The `ibv_qp_ex` entries a queue pair's provider filled, as a bit mask (one bit per builder and
-/// setter the guards call). Read once when a queue pair is created; each request checks its own
-/// bits against it before reaching the provider.
+/// The `ibv_qp_ex` entries a queue pair's provider filled, one bit per builder and setter the
+/// guards call; each request checks its own bits against it before reaching the provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProviderEntries(pub(super) u32);
 
@@ -77,11 +76,8 @@ impl ProviderEntries {
     /// No entry at all.
     pub const NONE: Self = Self(0);
 
-    /// Reads which entries of `qp_ex` are filled. The batch entries (`wr_start`, `wr_complete`,
-    /// `wr_abort`), the builder of every operation in `granted`, `wr_set_sge` and
-    /// `wr_set_sge_list` must be: a NULL one is [`MissingProviderEntry`]. Operations outside
-    /// `granted` are left out (their requests are refused), as are inline-data setters the
-    /// provider lacks.
+    /// Reads which entries of `qp_ex` are filled: a NULL batch entry, builder of an operation in
+    /// `granted`, `wr_set_sge` or `wr_set_sge_list` is [`MissingProviderEntry`].
     ///
     /// # Safety
     ///
