@@ -44,7 +44,7 @@ use std::ffi::c_void;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use rdma_mummy_sys::{ibv_ack_cq_events, ibv_cq, ibv_get_cq_event, ibv_req_notify_cq};
@@ -192,66 +192,19 @@ fn find_armed(address: usize) -> Option<GenericCompletionQueue> {
         .and_then(ArmedCompletionQueue::upgrade)
 }
 
-/// The CQ types that can be armed: those that can be recorded as a weak handle.
-pub(crate) trait ArmableCompletionQueue {
-    /// The CQ's `ibv_cq`.
-    ///
-    /// # Safety
-    ///
-    /// As [`CompletionQueue::cq`]: the returned pointer's lifetime is not tied to the value.
-    unsafe fn raw_cq(&self) -> NonNull<ibv_cq>;
-
-    fn armed(&self) -> ArmedCompletionQueue;
-}
-
-impl ArmableCompletionQueue for Arc<BasicCompletionQueue> {
-    unsafe fn raw_cq(&self) -> NonNull<ibv_cq> {
-        // SAFETY: the caller keeps to the contract of CompletionQueue::cq.
-        unsafe { self.cq() }
-    }
-
-    fn armed(&self) -> ArmedCompletionQueue {
-        ArmedCompletionQueue::Basic(Arc::downgrade(self))
-    }
-}
-
-impl ArmableCompletionQueue for Arc<ExtendedCompletionQueue> {
-    unsafe fn raw_cq(&self) -> NonNull<ibv_cq> {
-        // SAFETY: the caller keeps to the contract of CompletionQueue::cq.
-        unsafe { self.cq() }
-    }
-
-    fn armed(&self) -> ArmedCompletionQueue {
-        ArmedCompletionQueue::Extended(Arc::downgrade(self))
-    }
-}
-
-impl ArmableCompletionQueue for GenericCompletionQueue {
-    unsafe fn raw_cq(&self) -> NonNull<ibv_cq> {
-        // SAFETY: the caller keeps to the contract of CompletionQueue::cq.
-        unsafe { self.cq() }
-    }
-
-    fn armed(&self) -> ArmedCompletionQueue {
-        match self {
-            GenericCompletionQueue::Basic(cq) => cq.armed(),
-            GenericCompletionQueue::Extended(cq) => cq.armed(),
-        }
-    }
-}
-
-/// Arms `cq` with `ibv_req_notify_cq`, after recording it for [`get_cq_event`].
+/// Arms `cq` with `ibv_req_notify_cq`, after recording it (`armed`, its weak handle) for
+/// [`get_cq_event`].
 pub(crate) fn req_notify_cq(
-    cq: &impl ArmableCompletionQueue, solicited_only: bool,
+    cq: &impl CompletionQueue, armed: ArmedCompletionQueue, solicited_only: bool,
 ) -> Result<(), RequestNotifyCompletionQueueError> {
     // SAFETY: the CQ is alive while `cq` is.
-    let raw = unsafe { cq.raw_cq() };
+    let raw = unsafe { cq.cq() };
     // SAFETY: as above; an extended CQ starts with the fields of an ibv_cq, channel included.
     if unsafe { raw.as_ref().channel.is_null() } {
         return Err(RequestNotifyCompletionQueueErrorKind::NoCompletionChannel.into());
     }
     // Recorded before arming, so that an event raised right after arming finds the CQ.
-    record_armed(raw.as_ptr() as usize, cq.armed());
+    record_armed(raw.as_ptr() as usize, armed);
     // SAFETY: the CQ is alive and has a completion channel.
     let ret = unsafe { ibv_req_notify_cq(raw.as_ptr(), i32::from(solicited_only)) };
     if ret != 0 {

@@ -110,7 +110,9 @@ use sideway::ibverbs::completion::{
     BasicCompletionQueue, CompletionChannel, ExtendedCompletionQueue, GenericCompletionQueue,
 };
 
-use super::completion_channel::{self, CompletionEvent, GetCompletionEventError, RequestNotifyCompletionQueueError};
+use super::completion_channel::{
+    self, ArmedCompletionQueue, CompletionEvent, GetCompletionEventError, RequestNotifyCompletionQueueError,
+};
 
 /// Completion event notification on a completion queue; see [`completion_channel`].
 pub trait CompletionQueueEventExt {
@@ -126,19 +128,24 @@ pub trait CompletionQueueEventExt {
 
 impl CompletionQueueEventExt for Arc<BasicCompletionQueue> {
     fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError> {
-        completion_channel::req_notify_cq(self, solicited_only)
+        let armed = ArmedCompletionQueue::Basic(Arc::downgrade(self));
+        completion_channel::req_notify_cq(&**self, armed, solicited_only)
     }
 }
 
 impl CompletionQueueEventExt for Arc<ExtendedCompletionQueue> {
     fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError> {
-        completion_channel::req_notify_cq(self, solicited_only)
+        let armed = ArmedCompletionQueue::Extended(Arc::downgrade(self));
+        completion_channel::req_notify_cq(&**self, armed, solicited_only)
     }
 }
 
 impl CompletionQueueEventExt for GenericCompletionQueue {
     fn req_notify_cq(&self, solicited_only: bool) -> Result<(), RequestNotifyCompletionQueueError> {
-        completion_channel::req_notify_cq(self, solicited_only)
+        match self {
+            GenericCompletionQueue::Basic(cq) => cq.req_notify_cq(solicited_only),
+            GenericCompletionQueue::Extended(cq) => cq.req_notify_cq(solicited_only),
+        }
     }
 }
 
