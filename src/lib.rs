@@ -42,7 +42,6 @@
 //!     let mr = unsafe { pd.reg_mr(base as usize, buffer.len(), AccessFlags::LocalWrite)? };
 //!
 //!     let srq = pd.create_srq_builder().setup_max_wr(64).setup_max_sge(1).build()?;
-//!     // The batch is staged in storage the caller keeps and reuses; post() hands it over in one call.
 //!     let mut storage = PostReceiveStorage::with_capacity(64, 0); // one entry each: none in lists
 //!     let mut guard = srq.start_post_recv(&mut storage);
 //!     for slot in 0..64u64 {

@@ -14,7 +14,7 @@
 //!
 //! use sideway::ibverbs::completion::BasicCompletionQueue;
 //! use sideway_ext::ibverbs::async_completion_channel::AsyncCompletionChannel;
-//! use sideway_ext::ibverbs::async_event::{AsyncEvent, AsyncEventType};
+//! use sideway_ext::ibverbs::async_event::AsyncEventType;
 //! use sideway_ext::ibverbs::async_event_waiter::AsyncEventWaiter;
 //! use sideway_ext::ibverbs::extension::{CompletionQueueEventExt, CompletionQueueExt};
 //! use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
@@ -24,23 +24,20 @@
 //!     cq: Arc<BasicCompletionQueue>, channel: AsyncCompletionChannel, events: AsyncEventWaiter,
 //!     srq: Arc<SharedReceiveQueue>,
 //! ) -> Result<(), Box<dyn std::error::Error>> {
-//!     let refill = |event: AsyncEvent| -> Result<(), Box<dyn std::error::Error>> {
-//!         if event.event_type() == AsyncEventType::SharedReceiveQueueLimitReached {
-//!             // ... post receives back up to max_wr ...
-//!             srq.modify(SharedReceiveQueueModification::ArmLimit(32))?;
-//!         }
-//!         Ok(())
-//!     };
 //!     let mut wcs = [WorkCompletion::default(); 32];
 //!     cq.req_notify_cq(false)?;
 //!     loop {
 //!         while !cq.poll_work_completions(&mut wcs)?.is_empty() { /* handle them */ }
-//!         while let Some(event) = events.try_read()? {
-//!             refill(event)?;
-//!         }
-//!         tokio::select! {
-//!             event = channel.wait() => event?.cq().req_notify_cq(false)?,
-//!             event = events.wait() => refill(event?)?,
+//!         let event = match events.try_read()? {
+//!             Some(event) => event, // looked for after every drain
+//!             None => tokio::select! {
+//!                 event = channel.wait() => { event?.cq().req_notify_cq(false)?; continue }
+//!                 event = events.wait() => event?,
+//!             },
+//!         };
+//!         if event.event_type() == AsyncEventType::SharedReceiveQueueLimitReached {
+//!             // ... post receives back up to max_wr ...
+//!             srq.modify(SharedReceiveQueueModification::ArmLimit(32))?;
 //!         }
 //!     }
 //! }
@@ -109,7 +106,7 @@ impl AsyncEventWaiter {
         }
     }
 
-    /// The reader, for its blocking and timed reads (the descriptor stays non-blocking).
+    /// The reader (its descriptor stays non-blocking).
     pub fn reader(&self) -> &AsyncEventReader {
         self.fd.get_ref()
     }

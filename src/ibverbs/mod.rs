@@ -5,10 +5,9 @@
 //! # One request at a time
 //!
 //! Reposting the receive that just completed and sending the next message have one-request
-//! calls that make the same verbs calls as direct C code:
+//! calls that make the same verbs calls as direct C code, with a batch's guarantees:
 //! [`SharedReceiveQueue::post_recv_one`](shared_receive_queue::SharedReceiveQueue::post_recv_one)
-//! and `post_send_one` on every queue pair. The request is described by the same steps as in a
-//! batch, with the same guarantees.
+//! and `post_send_one` on every queue pair.
 //!
 //! ```no_run
 //! # use rdma_mummy_sys::ibv_sge;
@@ -27,26 +26,18 @@
 //!
 //! # What posting guarantees
 //!
-//! - **Cost.** A send request is its `ibv_wr_*` calls and nothing more in the loop; a receive
-//!   batch is linked in place in a
-//!   [`PostReceiveStorage`](shared_receive_queue::PostReceiveStorage) the caller reuses and
-//!   handed over in one `ibv_post_srq_recv` (no lock, no allocation once the storage has grown).
-//! - **No call through a NULL entry.** An operation (or data setter) the provider did not fill
-//!   for the queue pair never reaches it: `post()` returns `OperationNotEnabled` naming the
-//!   request; a granted operation whose builder is missing fails at `build_rc()` / `build_ud()`.
-//! - **What went in.** A request handle dropped before its data step adds nothing; a failed
-//!   send batch posted nothing (`ibv_wr_complete` is all or nothing); a failed receive batch
-//!   posted exactly the requests before `err.failed_index()`.
-//! - **Address handles** given to `setup_ud_addr` must outlive the request's completion, not
-//!   only the post (rxe resolves the handle when it builds the packet).
-//! - **Shared access.** Queue pairs are `Sync`; every call that lets libibverbs write the queue
-//!   pair (`modify`, `query`, posting) takes `&mut self`.
-//! - **No panic on what a device or a newer library reports**: unknown statuses, opcodes and
-//!   event types are kept raw, a provider's negative `poll_cq` return is an error. A destroy
-//!   that fails in `Drop` panics as in sideway, except while the thread is already unwinding,
-//!   where it is printed to stderr instead of aborting the process.
-//! - **Every C struct handed to a library is initialised, padding included** (`zeroed`); CI runs
-//!   every test binary under valgrind memcheck.
+//! - **Cost**: a send request is its `ibv_wr_*` calls; a receive batch is linked in place in a
+//!   reused [`PostReceiveStorage`](shared_receive_queue::PostReceiveStorage) and handed over in
+//!   one call, allocating nothing once the storage has grown.
+//! - **No call through a NULL provider entry** ([`post_send_guard`]).
+//! - **What went in**: a failed send batch posted nothing, a failed receive batch exactly the
+//!   requests before `err.failed_index()`.
+//! - **Shared access**: queue pairs are `Sync`; every call that lets libibverbs write one takes
+//!   `&mut self`.
+//! - **No panic on what a device or a newer library reports** (unknown statuses, opcodes and
+//!   event types are kept raw), and none from a destroy that fails while the thread unwinds.
+//! - **Every C struct handed to a library is initialised, padding included**; CI runs every test
+//!   binary under valgrind memcheck.
 //!
 //! # Completion events
 //!
@@ -113,11 +104,9 @@ pub(crate) unsafe fn query_port(
     Ok(unsafe { attr.assume_init() })
 }
 
-/// Waits up to `timeout` for `fd` to become readable (`ppoll`): whether it did.
-///
-/// The whole of `timeout` is honoured: to the nanosecond (`poll`'s milliseconds would turn a
-/// wait under one into none), past `poll`'s 24 days (`Duration::MAX` waits for good), and across
-/// signals (an interrupted wait goes on for the time left, as `EINTR` is no error of the caller's).
+/// Waits up to `timeout` for `fd` to become readable (`ppoll`): whether it did. To the
+/// nanosecond (`poll`'s milliseconds would turn a wait under one into none), for good with
+/// `Duration::MAX`, and across signals (`EINTR` is no error of the caller's).
 pub(crate) fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> std::io::Result<bool> {
     let deadline = std::time::Instant::now().checked_add(timeout);
     let mut left = timeout;

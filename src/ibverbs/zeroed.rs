@@ -1,12 +1,10 @@
 //! C structs handed to libibverbs and libmlx5 with every byte initialised, padding included.
 //!
-//! A library may copy a whole struct and branch on bytes that are padding on our side: libibverbs'
-//! `ibv_cmd_create_srq` copies an `ibv_srq_init_attr` into a zeroed `ibv_srq_init_attr_ex`, where
-//! its four bytes of tail padding land in `comp_mask`. A Rust struct literal, and any typed copy
-//! of a struct, leaves its padding undefined. A [`Zeroed`] keeps the struct in `MaybeUninit`
-//! storage, which is copied byte for byte: it starts all zero and is changed field by field
-//! (never by assigning a whole struct through it), so the library reads zeroes where we wrote
-//! nothing. valgrind memcheck (scripts/memcheck) is the check.
+//! A library may read a struct's padding (libibverbs' `ibv_cmd_create_srq` copies an
+//! `ibv_srq_init_attr` into an `ibv_srq_init_attr_ex`, whose `comp_mask` gets its tail padding),
+//! which a Rust literal or typed copy leaves undefined: a [`Zeroed`] starts all zero in
+//! `MaybeUninit` storage, copied byte for byte, and changes field by field, never whole.
+//! valgrind memcheck (scripts/memcheck) is the check.
 use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 

@@ -73,7 +73,7 @@ MOVES = {
                 # The mlx5 direct-verbs struct belongs to pull request 3.
                 ("use rdma_mummy_sys::mlx5dv_qp_init_attr;\n", "", 1),
                 ("// SAFETY: as above.\nunsafe impl PlainData for mlx5dv_qp_init_attr {}\n", "", 1),
-                (" valgrind memcheck (scripts/memcheck) is the check.", "", 1),
+                ("\n//! valgrind memcheck (scripts/memcheck) is the check.", "", 1),
                 ("handed to libibverbs and libmlx5 with", "handed to libibverbs with", 1),
             ],
         },
