@@ -182,7 +182,7 @@ fn nonblocking_channel_would_block_without_event() {
         other => panic!("unexpected {other:?}"),
     }
     lb.write(4, 0x44);
-    assert!(readable(lb.channel.as_fd().as_raw_fd(), EVENT_TIMEOUT));
+    assert!(readable(lb.channel.as_raw_fd(), EVENT_TIMEOUT));
     let event = lb.channel.get_cq_event().expect("the event is pending");
     assert!(event.is_for(&lb.cq));
     lb.expect_completion(4, 0x44);

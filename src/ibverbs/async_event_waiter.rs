@@ -106,11 +106,6 @@ impl AsyncEventWaiter {
         }
     }
 
-    /// The reader (its descriptor stays non-blocking).
-    pub fn reader(&self) -> &AsyncEventReader {
-        self.fd.get_ref()
-    }
-
     /// Waits, without blocking the thread, for the next asynchronous event of the context.
     /// Cancel safe: a dropped future has consumed no event.
     ///

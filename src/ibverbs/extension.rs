@@ -103,7 +103,6 @@ impl<T: CompletionQueue + ?Sized> CompletionQueueExt for T {
 }
 
 // Completion events: imported beside their only users, so that this block stays apart.
-use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use sideway::ibverbs::completion::{
@@ -164,9 +163,6 @@ pub trait CompletionChannelExt {
 
     /// Waits up to `timeout` for an event (`ppoll`; for good with [`Duration::MAX`]).
     fn get_cq_event_timeout(&self, timeout: Duration) -> Result<Option<CompletionEvent>, GetCompletionEventError>;
-
-    /// The channel's file descriptor.
-    fn as_fd(&self) -> BorrowedFd<'_>;
 }
 
 impl CompletionChannelExt for CompletionChannel {
@@ -180,11 +176,5 @@ impl CompletionChannelExt for CompletionChannel {
 
     fn get_cq_event_timeout(&self, timeout: Duration) -> Result<Option<CompletionEvent>, GetCompletionEventError> {
         completion_channel::get_cq_event_timeout(self, timeout)
-    }
-
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the channel owns the descriptor and closes it only when it is destroyed, after
-        // the borrow of self ends.
-        unsafe { BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(self)) }
     }
 }

@@ -45,8 +45,8 @@ impl Drop for QueuePairCore {
 }
 
 impl QueuePairCore {
-    /// Takes ownership of a new queue pair, without a send view: a queue pair created with send
-    /// operations then reads it with [`read_send_view`](Self::read_send_view).
+    /// Takes ownership of a new queue pair, without a send view
+    /// ([`read_send_view`](Self::read_send_view) reads it).
     ///
     /// # Safety
     ///
