@@ -11,9 +11,8 @@ use super::send_wqe_sizes::SendWqeSizes;
 ///
 /// Combines [`mlx5dv_query_device(3)`] (the DC values), the device's general capabilities
 /// (`max_wqe_sz_sq` and `max_wqe_sz_sq_dc`, [`SendWqeSizes`]) and sideway's
-/// [`DeviceAttr`](sideway::ibverbs::device_context::DeviceAttr) (the RC read/atomic depths, for
-/// comparison). On a device that is not mlx5 (or without libmlx5), [`is_mlx5`](Self::is_mlx5)
-/// and [`is_supported`](Self::is_supported) are `false` and every DC value is [`None`].
+/// [`DeviceAttr`](sideway::ibverbs::device_context::DeviceAttr) (the RC depths, for comparison).
+/// On a device that is not mlx5 (or without libmlx5), every DC value is [`None`].
 ///
 /// [`mlx5dv_query_device(3)`]: https://man7.org/linux/man-pages/man3/mlx5dv_query_device.3.html
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,26 +69,22 @@ impl DcCapabilities {
         self.is_mlx5
     }
 
-    /// Outstanding RDMA reads and atomics per DC queue pair "as a requester", as
-    /// mlx5dv_query_device(3) labels `max_dc_rd_atom` (libmlx5: `1 << log_max_ra_req_dc`).
-    /// [`None`] when the device is not mlx5, or the provider did not report it (rdma-core before
-    /// 47) or reported 0 (it could not read it).
+    /// Outstanding RDMA reads and atomics per DC queue pair "as a requester" (mlx5dv_query_device(3)'s
+    /// `max_dc_rd_atom`, libmlx5's `1 << log_max_ra_req_dc`); [`None`] when the device is not mlx5
+    /// or the provider did not report it (rdma-core before 47) or reported 0.
     pub fn max_dc_rd_atom(&self) -> Option<u64> {
         self.max_dc_rd_atom
     }
 
-    /// Outstanding RDMA reads and atomics per DC queue pair "as a responder", as
-    /// mlx5dv_query_device(3) labels `max_dc_init_rd_atom` (libmlx5: `1 << log_max_ra_res_dc`).
-    /// It is nonetheless the bound of a DC initiator's `max_rd_atomic`: mlx5_ib's
-    /// `validate_rd_atomic` compares a DCI's `max_rd_atomic` with `1 << log_max_ra_res_dc`
-    /// (`EINVAL` above it), so [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) caps its
+    /// Outstanding RDMA reads and atomics per DC queue pair "as a responder" (`max_dc_init_rd_atom`,
+    /// libmlx5's `1 << log_max_ra_res_dc`), yet the bound of a DCI's `max_rd_atomic` (mlx5_ib's
+    /// `validate_rd_atomic`, `EINVAL` above it), so [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) caps its
     /// depth by this value. [`None`] as for [`max_dc_rd_atom`](Self::max_dc_rd_atom).
     pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
         self.max_dc_init_rd_atom
     }
 
-    /// DCI streams capabilities, when the device has DCI streams (ConnectX-6 Dx and newer).
-    ///
+    /// DCI streams capabilities, when the device has DCI streams (ConnectX-6 Dx and newer);
     /// [`None`] also where `max_log_num_concurent` is 0: libmlx5's `_mlx5dv_query_device` sets
     /// the bit on every device, with zeros where there are no streams.
     pub fn dci_streams(&self) -> Option<DciStreamsCapabilities> {
@@ -103,9 +98,8 @@ impl DcCapabilities {
 
     /// The largest send request the device takes (`max_wqe_sz_sq`, and `max_wqe_sz_sq_dc` for a DC
     /// initiator), read with `QUERY_HCA_CAP`, or the bound every device takes where the device did
-    /// not answer ([`SendWqeSizes::is_reported`]). [`None`] when the device is not mlx5.
-    ///
-    /// A DC initiator whose largest request does not fit is refused
+    /// not answer ([`SendWqeSizes::is_reported`]). [`None`] when the device is not mlx5. A DC
+    /// initiator whose largest request does not fit is refused
     /// ([`RequestTooLarge`](crate::mlx5::dc::initiator::CreateDcInitiatorErrorKind::RequestTooLarge)).
     pub fn send_wqe_sizes(&self) -> Option<SendWqeSizes> {
         self.send_wqe_sizes
@@ -116,8 +110,7 @@ impl DcCapabilities {
         self.rc_max_qp_rd_atom
     }
 
-    /// The RC depth as initiator from `ibv_query_device` (`max_qp_init_rd_atom`), for
-    /// comparison.
+    /// The RC depth as initiator from `ibv_query_device` (`max_qp_init_rd_atom`), for comparison.
     pub fn rc_max_qp_init_rd_atom(&self) -> u32 {
         self.rc_max_qp_init_rd_atom
     }

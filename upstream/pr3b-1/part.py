@@ -110,9 +110,8 @@ def ENDPOINT_REWRITES(part):
     """The rewrites of src/mlx5/dc/endpoint.rs in `part` (pr3b-1, pr3b-2 or pr3d-2)."""
     return UNGATED + _mtu_rewrites(part) + [
         # Upstream, no field came later than the others: what holds for the fields to come.
-        (("/// The format grows by optional fields, read by every version", "each other's endpoints.\n"),
-         "/// A field this version does not know (one a later version adds) is skipped, not refused: peers\n"
-         "/// of different versions read each other's endpoints.\n", 1),
+        ("An unknown field is skipped and a\n/// missing one is unknown, so peers",
+         "A field this version does not know (one a\n/// later version adds) is skipped, not refused: peers", 1),
         ("a field a later version adds (as `path_mtu`\n        // was) must not break every older peer that reads the endpoint.",
          "a field a later version adds must not break\n        // the older peers that read the endpoint.", 1),
         # The example takes its source GID index from the device context: the DC

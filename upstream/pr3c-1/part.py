@@ -347,7 +347,8 @@ _LATER = {
              "    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create.\n", 1),
             ("        Self {\n            view: mlx5_qp_ex,\n            path_mtu: None,\n        }\n",
              "        Self { view: mlx5_qp_ex }\n", 1),
-            (("    /// An RDMA READ whose responses would not reach this DC initiator", "a READ only.\n    ///\n"), "", 1),
+            (("completion).\n    ///\n    /// An RDMA READ whose responses would not reach this DC initiator", "a READ only.\n"),
+             "completion).\n", 1),
             ("        let path_mtus = self.read_path_mtus(ah);\n"
              "        let address = self.route(ah, dct_number, dc_key);\n"
              "        TypedLocalBufferHandle::between(self.request, address, path_mtus)\n",

@@ -40,12 +40,12 @@ impl PathMtus {
 
     /// The requester's path MTU.
     pub fn requester(&self) -> Mtu {
-        mtu_of(self.requester)
+        Mtu::from(u32::from(self.requester))
     }
 
     /// The responder's path MTU.
     pub fn responder(&self) -> Mtu {
-        mtu_of(self.responder)
+        Mtu::from(u32::from(self.responder))
     }
 
     /// Whether the responses of an RDMA READ of `length` bytes reach the requester: the
@@ -68,17 +68,6 @@ impl PathMtus {
     #[inline]
     pub fn read_fits(&self, length: u64) -> bool {
         self.responder <= self.requester || length <= 128 << self.requester
-    }
-}
-
-/// The path MTU of an `ibv_mtu` value [`PathMtus::new`] kept (always one of the five).
-fn mtu_of(value: u8) -> Mtu {
-    match value {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        3 => Mtu::Mtu1024,
-        4 => Mtu::Mtu2048,
-        _ => Mtu::Mtu4096,
     }
 }
 

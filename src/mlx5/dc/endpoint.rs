@@ -122,13 +122,10 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 /// What a DC initiator needs to reach a DC target (DCT): the LID and GID of the target's port,
 /// its DCT number and DC key, whether the port is RoCE, and its path MTU when the peer said.
 ///
-/// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as IPv6 text in
-/// human-readable formats and 16 octets in binary ones, the path MTU as its bytes (absent when
-/// unknown), the rest as numbers and a boolean named like the getters; deserializing validates
-/// like [`new`](Self::new).
-///
-/// The format grows by optional fields, read by every version: an unknown field is skipped, and a
-/// missing one means "unknown", so peers of different versions read each other's endpoints.
+/// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as IPv6 text (16 octets
+/// in binary formats), the path MTU as its bytes, the rest as numbers and a boolean named like the
+/// getters; deserializing validates like [`new`](Self::new). An unknown field is skipped and a
+/// missing one is unknown, so peers of different versions read each other's endpoints.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {

@@ -73,11 +73,7 @@ pub(crate) fn check_port_ready(port: u8, attr: &rdma_mummy_sys::ibv_port_attr) -
 /// A port's active MTU (`ibv_port_attr::active_mtu`).
 pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
     match attr.active_mtu {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        3 => Mtu::Mtu1024,
-        4 => Mtu::Mtu2048,
-        5 => Mtu::Mtu4096,
+        1..=5 => Mtu::from(attr.active_mtu),
         // A value this crate does not know: the smallest MTU every port supports.
         _ => Mtu::Mtu1024,
     }

@@ -86,15 +86,13 @@ pub struct DcDestination<'g, O: Operation> {
 
 impl<'g, O: Operation> DcDestination<'g, O> {
     /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of `ah`
-    /// (`mlx5dv_wr_set_dc_addr`).
+    /// (`mlx5dv_wr_set_dc_addr`, which copies the handle's address vector: the handle must outlive
+    /// this call, not the request's completion).
     ///
     /// An RDMA READ whose responses would not reach this DC initiator is refused before the
     /// provider
     /// ([`ReadResponsesTooLarge`](crate::ibverbs::post_send_guard::TypedPostSendErrorKind::ReadResponsesTooLarge)),
     /// where both path MTUs are known; a READ only.
-    ///
-    /// libmlx5 copies the handle's address vector into the request here (`mlx5_send_wr_set_dc_addr`
-    /// in `qp.c`): the handle must outlive this call, not the request's completion.
     #[inline]
     pub fn setup_dc_addr(
         self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64,
