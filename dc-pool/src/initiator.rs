@@ -39,8 +39,9 @@ pub trait PoolInitiator {
     /// The send completion queue a pool of these initiators polls.
     type CompletionQueue: PoolCompletionQueue;
 
-    /// The queue pair number its completions carry (a new one once
-    /// [`recover`](Self::recover) rebuilt it, read again then).
+    /// The queue pair number its completions carry, read when the pool is made and after each
+    /// successful [`recover`](Self::recover) (which may rebuild it with a new one): it changes
+    /// only there.
     fn qp_number(&self) -> u32;
 
     /// How many requests its send queue holds: the pool keeps no more in flight on it.

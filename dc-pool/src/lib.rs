@@ -175,11 +175,10 @@
 use sideway::ibverbs::completion::PollCompletionQueueError;
 
 use self::builder::{check_streams, CreateDcInitiatorPoolError, CreateDcInitiatorPoolErrorKind};
-use self::destinations::{PoolCore, RemoveRefusal, Target};
+use self::destinations::{PoolCore, RemoveRefusal};
 pub use self::initiator::PoolInitiator;
 use self::initiator::{PoolCompletion, PoolCompletionQueue};
 use self::requests::MAX_INITIATORS;
-use self::requests::{initiator_of, WrIds};
 use self::settings::DcPoolSettings;
 use self::types::{
     DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DestinationId, DestinationState, PostToDestinationError,
@@ -207,14 +206,15 @@ pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
     /// Each destination's address once made, by place.
     addresses: Vec<Option<I::Address>>,
     core: PoolCore,
-    wr_ids: WrIds,
+    /// The callers' `wr_id`s of every initiator's requests, one ring after another.
+    wr_ids: Box<[u64]>,
     send_cq: Option<I::CompletionQueue>,
 }
 
 impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DcInitiatorPool")
-            .field("policy", &self.core.policy())
+            .field("policy", &self.policy())
             .field("initiators", &self.initiators.len())
             .field("footprint", &self.footprint())
             .finish_non_exhaustive()
@@ -274,7 +274,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
 
     /// The policy it was created with.
     pub fn policy(&self) -> DcPoolPolicy {
-        self.core.policy()
+        self.core.settings().policy()
     }
 
     /// How many initiators it has.
@@ -295,16 +295,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
     /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
-        self.core.add_destination(Target::Endpoint {
-            endpoint,
-            resolved: false,
-        })
+        self.core.add_destination(Some(endpoint), None)
     }
 
     /// Adds the DC target `dct_number` with access key `dc_key` as a destination at `address`
     /// made elsewhere ([`PoolInitiator::address`]): for a pool without a protection domain.
     pub fn add_destination_with_address(&mut self, address: I::Address, dct_number: u32, dc_key: u64) -> DestinationId {
-        let destination = self.core.add_destination(Target::Addressed { dct_number, dc_key });
+        let destination = self.core.add_destination(None, Some((dct_number, dc_key)));
         self.keep_address(destination, address);
         destination
     }
@@ -317,16 +314,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.addresses[index] = Some(address);
     }
 
-    #[inline]
-    fn drop_removed_addresses(&mut self) {
-        if self.core.removed_any() {
-            self.drop_addresses_of_removed();
-        }
-    }
-
     #[cold]
     #[inline(never)]
-    fn drop_addresses_of_removed(&mut self) {
+    fn drop_removed_addresses(&mut self) {
         for d in self.core.take_removed() {
             if let Some(address) = self.addresses.get_mut(d as usize) {
                 *address = None;
@@ -453,7 +443,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         core.tick(&mut sink);
         let polled = match send_cq {
             Some(cq) => cq.poll(|completion, whole| {
-                if !settle(core, initiators, wr_ids, completion, &mut sink) {
+                if !core.complete(initiators, wr_ids, completion, &mut sink) {
                     if let Some(wc) = whole {
                         sink(DcPoolEvent::OtherCompletion(*wc));
                     }
@@ -461,7 +451,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             }),
             None => Ok(0),
         };
-        self.drop_removed_addresses();
+        if self.core.removed_any() {
+            self.drop_removed_addresses();
+        }
         polled
     }
 
@@ -469,14 +461,12 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// [`poll`](Self::poll) does; returns whether it was the pool's. Such a caller calls
     /// [`progress`](Self::progress) once per polling round instead of `poll`.
     pub fn complete(&mut self, completion: impl Into<PoolCompletion>, mut sink: impl FnMut(DcPoolEvent)) -> bool {
-        let settled = settle(
-            &mut self.core,
-            &mut self.initiators,
-            &self.wr_ids,
-            completion.into(),
-            &mut sink,
-        );
-        self.drop_removed_addresses();
+        let settled = self
+            .core
+            .complete(&mut self.initiators, &self.wr_ids, completion.into(), &mut sink);
+        if self.core.removed_any() {
+            self.drop_removed_addresses();
+        }
         settled
     }
 
@@ -484,27 +474,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// timeout to the next in line, reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
     pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
         self.core.tick(&mut sink);
-        self.drop_removed_addresses();
+        if self.core.removed_any() {
+            self.drop_removed_addresses();
+        }
     }
-}
-
-/// Settles `completion` if its queue pair number is that of the initiator its `wr_id` names
-/// (as of now: a recovery may have rebuilt it with a new number).
-fn settle<I: PoolInitiator>(
-    core: &mut PoolCore, initiators: &mut [I], wr_ids: &WrIds, completion: PoolCompletion,
-    sink: &mut impl FnMut(DcPoolEvent),
-) -> bool {
-    let wr_id = completion.wr_id();
-    let initiator = initiators.get(initiator_of(wr_id));
-    if initiator.map(PoolInitiator::qp_number) != Some(completion.qp_number()) {
-        return false;
-    }
-    core.complete(
-        initiators,
-        wr_ids,
-        wr_id,
-        completion.status(),
-        completion.vendor_err(),
-        sink,
-    )
 }

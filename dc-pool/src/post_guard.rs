@@ -6,7 +6,7 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use super::destinations::{PoolCore, Refusal};
 use super::initiator::PoolBatch;
 use super::requests::encode;
-use super::types::{DcPoolPolicy, DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
+use super::types::{DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
 use super::{DcInitiatorPool, PoolInitiator};
 use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
@@ -75,19 +75,18 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     fn start(
         &mut self, destination: DestinationId, streams: bool,
     ) -> Result<DcPoolPostGuard<'_, I>, PostToDestinationError> {
-        if streams != (self.core.policy() == DcPoolPolicy::Streams) {
-            return Err(PostToDestinationErrorKind::StreamsMismatch { streams_pool: !streams }.into());
-        }
-        let grant = match self.core.begin(destination) {
+        let grant = match self.core.begin(destination, streams) {
             Ok(grant) => grant,
             Err(Refusal::Unresolved) => {
                 self.resolve(destination)?;
-                self.core.begin(destination).map_err(PostToDestinationErrorKind::from)?
+                self.core
+                    .begin(destination, streams)
+                    .map_err(PostToDestinationErrorKind::from)?
             },
             Err(refusal) => return Err(PostToDestinationErrorKind::from(refusal).into()),
         };
         // The batch's places, before the initiator's calls (which the compiler may not see into).
-        let wr_ids = self.wr_ids.batch(grant.slot, grant.room);
+        let wr_ids = &mut self.wr_ids[grant.slot..grant.slot + grant.room];
         let ((dct_number, dc_key), (initiator, stream)) = (grant.address, (grant.initiator, grant.stream));
         let destination = grant.destination;
         let Self {
@@ -114,38 +113,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
                 stream,
             },
         })
-    }
-}
-
-/// What a destination was granted for one batch (the bookkeeping's `begin`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Grant {
-    destination: u32,
-    initiator: usize,
-    stream: u16,
-    /// The DCT number and DC key.
-    address: (u32, u64),
-    first: u64,
-    slot: usize,
-    room: usize,
-}
-
-impl Grant {
-    /// Destination `destination` is granted `(initiator, stream)` for requests to `address`
-    /// from number `first` on, at most `room` of them, their `wr_id`s from `slot` on.
-    #[inline]
-    pub(crate) fn new(
-        destination: u32, (initiator, stream): (usize, u16), address: (u32, u64), first: u64, slot: usize, room: usize,
-    ) -> Self {
-        Self {
-            destination,
-            initiator,
-            stream,
-            address,
-            first,
-            slot,
-            room,
-        }
     }
 }
 

@@ -57,50 +57,11 @@ impl Record {
     }
 }
 
-/// The callers' `wr_id`s of every initiator's requests, one ring after another (each at its
-/// initiator's [`slot`](InitiatorRequests::slot)s). Apart from the bookkeeping, so that an open
-/// batch writes its places while it holds the bookkeeping to end the batch.
-#[derive(Debug)]
-pub(crate) struct WrIds(Box<[u64]>);
-
-impl WrIds {
-    /// The rings of `requests`.
-    pub(crate) fn new(requests: &[InitiatorRequests]) -> Self {
-        let len = requests.last().map_or(0, |r| r.ring_start + r.mask as usize + 1);
-        Self(vec![0; len].into_boxed_slice())
-    }
-
-    /// The places of a batch: `room` of them from `slot` on.
-    #[inline]
-    pub(crate) fn batch(&mut self, slot: usize, room: usize) -> &mut [u64] {
-        &mut self.0[slot..slot + room]
-    }
-}
-
-/// One initiator's ring in [`WrIds`].
-#[derive(Debug, Clone, Copy)]
-struct Ring<'a> {
-    wr_ids: &'a [u64],
-    mask: u64,
-}
-
-impl<'a> Ring<'a> {
-    /// The ring of `mask + 1` places from `start` on in `wr_ids`.
-    #[inline]
-    fn of(wr_ids: &'a WrIds, start: usize, mask: u64) -> Self {
-        let wr_ids = &wr_ids.0[start..=start + mask as usize];
-        // The mask from the slice's length (the same), so that no read of it needs a bounds check.
-        Self {
-            wr_ids,
-            mask: wr_ids.len() as u64 - 1,
-        }
-    }
-}
-
-/// The callers' `wr_id`s of a run of requests being reported, in order.
+/// The callers' `wr_id`s of a run of requests being reported, in order, read from their
+/// initiator's ring.
 #[derive(Debug)]
 pub(super) struct Run<'a> {
-    ring: Ring<'a>,
+    ring: &'a [u64],
     numbers: std::ops::Range<u64>,
 }
 
@@ -110,7 +71,8 @@ impl Iterator for Run<'_> {
     #[inline]
     fn next(&mut self) -> Option<u64> {
         let number = self.numbers.next()?;
-        Some(self.ring.wr_ids[(number & self.ring.mask) as usize])
+        // The mask from the ring's length (a power of two), so that the read needs no bounds check.
+        Some(self.ring[(number & (self.ring.len() as u64 - 1)) as usize])
     }
 }
 
@@ -128,7 +90,12 @@ pub(super) enum Health {
 /// One initiator's requests, and its state.
 #[derive(Debug)]
 pub(super) struct InitiatorRequests {
-    /// Where its ring of callers' `wr_id`s starts in [`WrIds`].
+    /// The queue pair number its completions carry: read when it was created and when it was
+    /// recovered (the only time it changes, [`PoolInitiator::qp_number`](crate::PoolInitiator::qp_number)).
+    qp_number: u32,
+    /// Where its ring of callers' `wr_id`s starts in the pool's rings (all initiators', one
+    /// after another: apart from the bookkeeping, so that an open batch writes its places while
+    /// it holds the bookkeeping to end the batch).
     ring_start: usize,
     /// Its ring's size less one: a power of two that divides 2⁴⁸.
     mask: u64,
@@ -153,9 +120,10 @@ pub(super) struct InitiatorRequests {
 }
 
 impl InitiatorRequests {
-    /// The requests of an initiator of send queue `capacity` and `streams` DCI streams, its ring
-    /// from `ring_start` on; the next one's starts at [`ring_end`](Self::ring_end).
-    pub(super) fn new(capacity: u32, streams: u32, ring_start: usize) -> Self {
+    /// The requests of an initiator of queue pair `qp_number`, send queue `capacity` and
+    /// `streams` DCI streams, its ring from `ring_start` on; the next one's starts at
+    /// [`ring_end`](Self::ring_end).
+    pub(super) fn new(qp_number: u32, capacity: u32, streams: u32, ring_start: usize) -> Self {
         // Twice the send queue, and with streams one send queue per stream: a request that
         // completed out of order (another stream) frees its send-queue slot at once, but its
         // place in the ring only once every request before it was reported. (At most 2⁴⁸, which
@@ -164,6 +132,7 @@ impl InitiatorRequests {
             .next_power_of_two()
             .min(NUMBER_MASK + 1);
         Self {
+            qp_number,
             ring_start,
             mask: size - 1,
             capacity: u64::from(capacity.max(1)),
@@ -177,7 +146,7 @@ impl InitiatorRequests {
         }
     }
 
-    /// Where its ring ends in [`WrIds`].
+    /// Where its ring ends in the pool's rings.
     pub(super) fn ring_end(&self) -> usize {
         self.ring_start + self.mask as usize + 1
     }
@@ -258,12 +227,6 @@ impl InitiatorRequests {
         limit.saturating_sub(self.head) as usize
     }
 
-    /// The place of request `number` in [`WrIds`].
-    #[inline]
-    pub(super) fn slot(&self, number: u64) -> usize {
-        self.ring_start + (number & self.mask) as usize
-    }
-
     /// Records `posted` requests of `destination` on `stream` from `head` on: the last record
     /// (which ends at `head`) grows when it is the same destination's and stream's.
     #[inline]
@@ -284,11 +247,13 @@ impl InitiatorRequests {
         self.head += posted;
     }
 
-    /// The full number of a request from the 48 bits the provider gives back.
+    /// The full number of the request a completion of queue pair `qp_number` names by its
+    /// provider-visible `wr_id` (48 bits of the number); `None` when it is not this initiator's
+    /// queue pair (as of now: a recovery may have rebuilt it with a new number).
     #[inline]
-    pub(super) fn unwrap_number(&self, low: u64) -> u64 {
-        let distance = self.head.wrapping_sub(low) & NUMBER_MASK;
-        self.head.wrapping_sub(distance)
+    pub(super) fn number_of(&self, qp_number: u32, wr_id: u64) -> Option<u64> {
+        let distance = self.head.wrapping_sub(wr_id) & NUMBER_MASK;
+        (qp_number == self.qp_number).then_some(self.head.wrapping_sub(distance))
     }
 
     /// The index of the record holding request `number`, unless it was already reported.
@@ -313,8 +278,8 @@ impl InitiatorRequests {
     /// them at a time, all of one destination (its place, and their callers' `wr_id`s). Drops the
     /// records it used up. (A stream completes in order: before a completion, they executed.)
     #[inline]
-    pub(super) fn settle(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
-        let ring = Ring::of(wr_ids, self.ring_start, self.mask);
+    pub(super) fn settle(&mut self, wr_ids: &[u64], lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
+        let ring = &wr_ids[self.ring_start..=self.ring_start + self.mask as usize];
         // Walked by index: mostly one record, where an iterator's set-up costs more than the walk.
         let mut k = 0;
         while let Some(batch) = self.batches.get_mut(k) {
@@ -340,40 +305,44 @@ impl InitiatorRequests {
     }
 
     /// Request `number` completed: reports it and the requests of its stream before it (a stream
-    /// completes in order: they executed) as [`settle`](Self::settle), and returns its record as
-    /// it was; `None` when it was already reported (or never posted).
+    /// completes in order: they executed) as [`settle`](Self::settle). Returns its destination's
+    /// place, and whether its stream (or the whole initiator) is in error: it may hold nothing now
+    /// and be ready for its reset. `None` when it was already reported (or never posted).
     #[inline]
     pub(super) fn settle_through(
-        &mut self, wr_ids: &WrIds, number: u64, mut report: impl FnMut(u32, Run<'_>),
-    ) -> Option<Record> {
+        &mut self, wr_ids: &[u64], number: u64, mut report: impl FnMut(u32, Run<'_>),
+    ) -> Option<(u32, bool)> {
         let front = self.batches.front_mut()?;
-        if number >= front.end {
+        let batch = if number >= front.end {
             // On another record than the oldest: its stream's records before it are walked too.
             let batch = self.find(number)?;
             self.settle(wr_ids, batch.stream, number + 1, report);
-            return Some(batch);
-        }
-        // Mostly the oldest record: nothing of its stream is before it.
-        if number < front.settled {
-            return None;
-        }
-        let batch = *front;
-        let ring = Ring::of(wr_ids, self.ring_start, self.mask);
-        report(
-            batch.destination,
-            Run {
-                ring,
-                numbers: batch.settled..number + 1,
-            },
-        );
-        front.settled = number + 1;
-        self.reported += number + 1 - batch.settled;
-        if front.settled == front.end {
-            // Done: dropped, with the records after it that other streams' completions reported.
-            self.batches.pop_front();
-            self.drop_reported();
-        }
-        Some(batch)
+            batch
+        } else {
+            // Mostly the oldest record: nothing of its stream is before it.
+            if number < front.settled {
+                return None;
+            }
+            let batch = *front;
+            let ring = &wr_ids[self.ring_start..=self.ring_start + self.mask as usize];
+            report(
+                batch.destination,
+                Run {
+                    ring,
+                    numbers: batch.settled..number + 1,
+                },
+            );
+            front.settled = number + 1;
+            self.reported += number + 1 - batch.settled;
+            if front.settled == front.end {
+                // Done: dropped, with the records after it that other streams' completions reported.
+                self.batches.pop_front();
+                self.drop_reported();
+            }
+            batch
+        };
+        let in_error = self.health == Health::Error || self.lanes[batch.stream as usize].is_some();
+        Some((batch.destination, in_error))
     }
 
     /// Drops the records at the front whose requests were all reported.
@@ -388,7 +357,7 @@ impl InitiatorRequests {
     /// destination's place, the caller's `wr_id`, and whether that destination's request failed
     /// on this stream). A flush no error completion of its stream announced puts the whole
     /// initiator in error (on its own, or after 2^`log_num_errored` stream errors).
-    pub(super) fn flush(&mut self, wr_ids: &WrIds, lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>, bool)) {
+    pub(super) fn flush(&mut self, wr_ids: &[u64], lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>, bool)) {
         let at_fault = self.lanes[lane as usize];
         if at_fault.is_none() {
             self.enter_error();
@@ -398,8 +367,8 @@ impl InitiatorRequests {
 
     /// Request `number` of destination `d` on stream `lane` failed: it is reported (its caller's
     /// `wr_id` returned) and its stream is in error, the whole initiator without streams.
-    pub(super) fn fail(&mut self, wr_ids: &WrIds, number: u64, d: u32, lane: u16) -> u64 {
-        let wr_id = wr_ids.0[self.slot(number)];
+    pub(super) fn fail(&mut self, wr_ids: &[u64], number: u64, d: u32, lane: u16) -> u64 {
+        let wr_id = wr_ids[self.ring_start + (number & self.mask) as usize];
         if let Some(index) = self.position(number) {
             // The requests before it on its stream were settled: it is the record's first.
             self.batches[index].settled = number + 1;
@@ -436,8 +405,9 @@ impl InitiatorRequests {
         self.health == Health::Error && self.outstanding() == 0
     }
 
-    /// It was recovered: every stream takes requests again.
-    pub(super) fn recovered(&mut self) {
+    /// It was recovered, as queue pair `qp_number`: every stream takes requests again.
+    pub(super) fn recovered(&mut self, qp_number: u32) {
+        self.qp_number = qp_number;
         self.health = Health::InService;
         self.lanes.iter_mut().for_each(|lane| *lane = None);
     }
@@ -448,14 +418,18 @@ impl InitiatorRequests {
     }
 
     /// A batch on its stream `lane`: the number of its first request, that request's place in
-    /// [`WrIds`], and how many it may hold; `None` when [`refusal`](Self::refusal) says why not.
+    /// the pool's rings, and how many it may hold; `None` when [`refusal`](Self::refusal) says
+    /// why not.
     #[inline]
     pub(super) fn open(&self, lane: u16) -> Option<(u64, usize, usize)> {
         if self.health != Health::InService || self.lanes[lane as usize].is_some() {
             return None;
         }
         let room = self.room();
-        (room > 0).then(|| (self.head, self.slot(self.head), room))
+        if room == 0 {
+            return None;
+        }
+        Some((self.head, self.ring_start + (self.head & self.mask) as usize, room))
     }
 
     /// Why no batch can be posted on its stream `lane` (it is initiator `initiator` of the pool)

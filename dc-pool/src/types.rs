@@ -306,6 +306,7 @@ impl From<Refusal> for PostToDestinationErrorKind {
             Refusal::Unreachable => Self::Unreachable,
             Refusal::NoInitiatorInService => Self::NoInitiatorInService,
             Refusal::Retiring => Self::Retiring,
+            Refusal::StreamsMismatch { streams_pool } => Self::StreamsMismatch { streams_pool },
             // The pool resolves an address before asking again: never reported.
             Refusal::UnknownDestination | Refusal::Unresolved => Self::UnknownDestination,
         }

@@ -15,8 +15,8 @@
 use rdma_mummy_sys::ibv_wc_status;
 
 use super::{Place, PoolCore};
-use crate::initiator::{PoolInitiator, StreamResetRefusal};
-use crate::requests::{initiator_of, Health, Record, Run, WrIds};
+use crate::initiator::{PoolCompletion, PoolInitiator, StreamResetRefusal};
+use crate::requests::{initiator_of, Health, Record, Run};
 use crate::types::{DcPoolEvent, DestinationId};
 
 /// Whether an error status says the target is not there: no answer (transport retry counter
@@ -58,14 +58,14 @@ fn completed(
 }
 
 impl PoolCore {
-    /// Settles a completion of the provider-visible `wr_id` with `status` (an `ibv_wc_status`)
-    /// and its vendor syndrome (carried by the failing request's [`DcPoolEvent::Failed`]),
-    /// reporting every request it settles to `sink`. A completion that names no request in
-    /// flight is ignored; returns whether it named one.
+    /// Settles `completion` (its status carried by the failing request's
+    /// [`DcPoolEvent::Failed`]), reporting every request it settles to `sink`. A completion that
+    /// names no request in flight on its initiator's queue pair is ignored; returns whether it
+    /// named one.
     pub(crate) fn complete<I: PoolInitiator>(
-        &mut self, initiators: &mut [I], wr_ids: &WrIds, wr_id: u64, status: u32, vendor_err: u32,
-        sink: &mut impl FnMut(DcPoolEvent),
+        &mut self, initiators: &mut [I], wr_ids: &[u64], completion: PoolCompletion, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
+        let wr_id = completion.wr_id();
         let initiator = initiator_of(wr_id);
         let Self {
             requests,
@@ -76,31 +76,41 @@ impl PoolCore {
         let Some(requests) = requests.get_mut(initiator) else {
             return false;
         };
-        let number = requests.unwrap_number(wr_id);
-        let batch = if status == ibv_wc_status::IBV_WC_SUCCESS {
+        let Some(number) = requests.number_of(completion.qp_number(), wr_id) else {
+            return false;
+        };
+        let status = completion.status();
+        let d = if status == ibv_wc_status::IBV_WC_SUCCESS {
             // Reports it and the requests of its stream before it, in one walk of the records.
-            let Some(batch) = requests.settle_through(wr_ids, number, |d, run| {
+            let Some((d, in_error)) = requests.settle_through(wr_ids, number, |d, run| {
                 completed(places, retiring_settled, d, run, sink)
             }) else {
                 return false;
             };
             // Only this stream's requests were settled: only it (or the whole initiator) may now
             // hold nothing and be ready for its reset.
-            if requests.health() == Health::Error || requests.lane_errored(batch.stream()) {
+            if in_error {
                 self.maybe_recover(initiators, initiator, sink);
             }
-            batch
+            d
         } else {
             let Some(batch) = requests.find(number) else {
                 return false;
             };
-            self.fail(wr_ids, initiator, number, batch, (status, vendor_err), sink);
+            self.fail(
+                wr_ids,
+                initiator,
+                number,
+                batch,
+                (status, completion.vendor_err()),
+                sink,
+            );
             self.maybe_recover(initiators, initiator, sink);
-            batch
+            batch.destination()
         };
         // A held initiator carries only its holder's requests; only dedicated policies hold.
-        if self.policy().is_dedicated() {
-            self.release_if_idle(batch.destination(), initiator);
+        if self.policy.is_dedicated() {
+            self.release_if_idle(d, initiator);
         }
         // Mostly none retires or waits: tested here, not in a call.
         if !self.retiring_settled.is_empty() {
@@ -116,7 +126,7 @@ impl PoolCore {
     /// Reports as completed the requests of `initiator`'s stream `lane` before `end` (a stream
     /// completes in order: they executed).
     fn settle_up_to(
-        &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
+        &mut self, wr_ids: &[u64], initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let Self {
             requests,
@@ -132,7 +142,7 @@ impl PoolCore {
     /// A completion in error of request `number` (in `batch`) of `initiator`: an error
     /// completion, or a flush.
     fn fail(
-        &mut self, wr_ids: &WrIds, initiator: usize, number: u64, batch: Record, (status, vendor_err): (u32, u32),
+        &mut self, wr_ids: &[u64], initiator: usize, number: u64, batch: Record, (status, vendor_err): (u32, u32),
         sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let lane = batch.stream();
@@ -166,7 +176,7 @@ impl PoolCore {
     /// Reports the requests of `initiator`'s stream `lane` before `end` as flushed: failed for the
     /// destination at fault on that stream (or an unreachable one), handed back otherwise.
     fn flush_up_to(
-        &mut self, wr_ids: &WrIds, initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
+        &mut self, wr_ids: &[u64], initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
         let Self {
             requests,
@@ -226,7 +236,7 @@ impl PoolCore {
             return;
         }
         match initiators[initiator].recover() {
-            Ok(()) => requests.recovered(),
+            Ok(()) => requests.recovered(initiators[initiator].qp_number()),
             Err(error) => {
                 // It holds nothing: out of service.
                 self.take_out_of_service(initiator);

@@ -1,46 +1,8 @@
-//! One destination's record ([`Destination`], kept in its [`Place`]): whom its requests go to
-//! (its endpoint, once resolved, or a DC target added with its address), which initiator it
-//! posts on (or its place in the wait line), and whether its target answers.
+//! One destination's record ([`Destination`]): which initiator it posts on (or its place in the
+//! wait line), and whether its target answers.
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
-use super::{Destination, Place};
-use crate::types::DestinationId;
-
-/// Whom a destination's requests go to. Its address, once made, is the pool's, kept by place
-/// beside the bookkeeping (the initiators' [`Address`](crate::PoolInitiator::Address)).
-#[derive(Debug)]
-pub(crate) enum Target {
-    /// A DC target's endpoint, and whether its address was made (from an address handle the
-    /// pool created).
-    Endpoint { endpoint: DcEndpoint, resolved: bool },
-    /// A DC target added with its address
-    /// ([`add_destination_with_address`](crate::DcInitiatorPool::add_destination_with_address)).
-    Addressed { dct_number: u32, dc_key: u64 },
-}
-
-impl Target {
-    /// The DCT number and DC key its requests name, once its address is made.
-    #[inline]
-    pub(crate) fn address(&self) -> Option<(u32, u64)> {
-        match self {
-            Self::Endpoint { endpoint, resolved } => resolved.then(|| (endpoint.dct_number(), endpoint.dc_key())),
-            Self::Addressed { dct_number, dc_key } => Some((*dct_number, *dc_key)),
-        }
-    }
-
-    /// Its endpoint, unless it was added with its address.
-    pub(crate) fn endpoint(&self) -> Option<&DcEndpoint> {
-        match self {
-            Self::Endpoint { endpoint, .. } => Some(endpoint),
-            Self::Addressed { .. } => None,
-        }
-    }
-
-    /// Whether the pool made its address (from an address handle it created).
-    pub(crate) fn owns_handle(&self) -> bool {
-        matches!(self, Self::Endpoint { resolved: true, .. })
-    }
-}
+use super::Destination;
 
 /// Which initiator a destination posts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,9 +50,10 @@ pub(crate) enum Reach {
 }
 
 impl Destination {
-    pub(crate) fn new(target: Target) -> Self {
+    pub(crate) fn new(endpoint: Option<DcEndpoint>, address: Option<(u32, u64)>) -> Self {
         Self {
-            target,
+            endpoint,
+            address,
             assignment: Assignment::None,
             reach: Reach::Answering { retries_exceeded: 0 },
             retiring: false,
@@ -122,11 +85,4 @@ impl Destination {
     pub(crate) fn is_unreachable(&self) -> bool {
         self.reach == Reach::Unreachable
     }
-}
-
-/// The live destination `id` names in `places`, or `None` for a stale or unknown id.
-#[inline]
-pub(crate) fn live(places: &[Place], id: DestinationId) -> Option<&Destination> {
-    let place = places.get(id.index())?;
-    (place.generation == id.generation()).then_some(place.destination.as_ref()?)
 }

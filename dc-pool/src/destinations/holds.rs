@@ -2,10 +2,10 @@
 //! would-block: a free initiator goes to the destination that asks, or to the first in line with
 //! a `Ready` and a grant timer; a held one goes back once its holder has nothing outstanding.
 //! A destination's [`Assignment`] is the only record of its hold and of its place in line.
-use super::destination::{live, Assignment};
-use super::{PoolCore, Refusal};
+use super::destination::Assignment;
+use super::{live, PoolCore, Refusal};
 use crate::requests::Health;
-use crate::types::{DcPoolEvent, DcPoolWouldBlock, DestinationId};
+use crate::types::{DcPoolWouldBlock, DestinationId};
 
 // `#[inline]` on the holds that a post or a completion of a dedicated policy runs (take, give
 // back): `PoolCore` is not generic, so without it they are compiled in this crate alone and the
@@ -214,7 +214,7 @@ impl PoolCore {
             })
             .collect();
         for d in on_it {
-            if self.policy().is_dedicated() {
+            if self.policy.is_dedicated() {
                 self.unhold(d);
                 // Back in line, it takes a free initiator if there is one.
                 if self.line_ends.is_some() {
@@ -255,16 +255,10 @@ impl PoolCore {
         );
     }
 
-    /// One `poll` (or `progress`): grants from the line that were not used within the timeout
-    /// go back (the clock is read only while there are any); stalled destinations and ready
-    /// destinations are reported.
-    pub(crate) fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
-        let now = if self.grants.is_empty() {
-            None
-        } else {
-            Some(self.settings.now())
-        };
-        while let (Some(&(id, initiator, grant, expires)), Some(now)) = (self.grants.front(), now) {
+    /// Gives back the grants from the line that were not used within the timeout.
+    pub(super) fn expire_grants(&mut self) {
+        let now = self.settings.now();
+        while let Some(&(id, initiator, grant, expires)) = self.grants.front() {
             if expires > now {
                 break;
             }
@@ -284,7 +278,5 @@ impl PoolCore {
                 self.release(id.index() as u32);
             }
         }
-        self.watch_stalls(sink);
-        self.report_ready(sink);
     }
 }

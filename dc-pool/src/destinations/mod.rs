@@ -6,12 +6,10 @@ use std::time::Instant;
 
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 
-pub(crate) use self::destination::Target;
-use self::destination::{live, Assignment, Reach};
+use self::destination::{Assignment, Reach};
 use self::stall::StallWatch;
 use crate::initiator::PoolInitiator;
-use crate::post_guard::Grant;
-use crate::requests::{Health, InitiatorRequests, WrIds};
+use crate::requests::{Health, InitiatorRequests};
 use crate::settings::DcPoolSettings;
 use crate::types::{DcPoolEvent, DcPoolFootprint, DcPoolPolicy, DcPoolWouldBlock, DestinationId};
 
@@ -32,6 +30,27 @@ pub(crate) enum Refusal {
     /// Every initiator is out of service.
     NoInitiatorInService,
     UnknownDestination,
+    /// The wrong one of `start_post_send` and `start_post_send_on_stream`.
+    StreamsMismatch {
+        streams_pool: bool,
+    },
+}
+
+/// What a destination was granted for one batch ([`PoolCore::begin`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    /// The destination's place.
+    pub(crate) destination: u32,
+    pub(crate) initiator: usize,
+    pub(crate) stream: u16,
+    /// The DCT number and DC key.
+    pub(crate) address: (u32, u64),
+    /// The number of the batch's first request.
+    pub(crate) first: u64,
+    /// The place of its `wr_id` in the pool's rings.
+    pub(crate) slot: usize,
+    /// How many requests the batch may hold.
+    pub(crate) room: usize,
 }
 
 /// Why a destination cannot be removed.
@@ -45,7 +64,12 @@ pub(crate) enum RemoveRefusal {
 /// One live destination.
 #[derive(Debug)]
 pub(crate) struct Destination {
-    target: Target,
+    /// Its DC target's endpoint, unless it was added with its address
+    /// ([`add_destination_with_address`](crate::DcInitiatorPool::add_destination_with_address)).
+    endpoint: Option<DcEndpoint>,
+    /// The DCT number and DC key its requests name, once its address is made (the address
+    /// itself is the pool's, kept by place beside the bookkeeping).
+    address: Option<(u32, u64)>,
     assignment: Assignment,
     reach: Reach,
     /// It posts no more, and is removed once its requests were reported.
@@ -88,8 +112,17 @@ pub(crate) struct PoolCore {
     grants: VecDeque<(DestinationId, u16, u64, Instant)>,
     /// How many grants from the line were made (names each).
     granted: u64,
+    /// The settings' policy, read on every request.
+    policy: DcPoolPolicy,
     settings: DcPoolSettings,
     stalls: StallWatch,
+}
+
+/// The live destination `id` names in `places`, or `None` for a stale or unknown id.
+#[inline]
+fn live(places: &[Place], id: DestinationId) -> Option<&Destination> {
+    let place = places.get(id.index())?;
+    (place.generation == id.generation()).then_some(place.destination.as_ref()?)
 }
 
 impl PoolCore {
@@ -100,6 +133,7 @@ impl PoolCore {
         for initiator in initiators {
             let ring_start = requests.last().map_or(0, InitiatorRequests::ring_end);
             requests.push(InitiatorRequests::new(
+                initiator.qp_number(),
                 initiator.max_send_wr(),
                 initiator.stream_count(),
                 ring_start,
@@ -124,13 +158,10 @@ impl PoolCore {
             retiring_settled: Vec::new(),
             grants: VecDeque::new(),
             granted: 0,
+            policy,
             settings: settings.clone(),
-            stalls: StallWatch::default(),
+            stalls: StallWatch::new(settings.stall_timeout()),
         }
-    }
-
-    pub(crate) fn policy(&self) -> DcPoolPolicy {
-        self.settings.policy()
     }
 
     pub(crate) fn settings(&self) -> &DcPoolSettings {
@@ -142,9 +173,9 @@ impl PoolCore {
         self.requests.iter_mut().for_each(|requests| requests.limit(max));
     }
 
-    /// The rings of the callers' `wr_id`s of its initiators.
-    pub(crate) fn wr_ids(&self) -> WrIds {
-        WrIds::new(&self.requests)
+    /// The rings of the callers' `wr_id`s of its initiators, one after another.
+    pub(crate) fn wr_ids(&self) -> Box<[u64]> {
+        vec![0; self.requests.last().map_or(0, InitiatorRequests::ring_end)].into_boxed_slice()
     }
 
     /// The live destination `id` names, or `None` for a stale or unknown id.
@@ -177,21 +208,16 @@ impl PoolCore {
         self.live(destination).is_some()
     }
 
-    /// Records that `destination`'s address was made; false for a stale id or one added with
-    /// its address.
-    pub(crate) fn resolve(&mut self, destination: DestinationId) -> bool {
-        match self.live_mut(destination).map(|l| &mut l.target) {
-            Some(Target::Endpoint { resolved, .. }) => {
-                *resolved = true;
-                true
-            },
-            _ => false,
+    /// Records that `destination`'s address was made from its endpoint.
+    pub(crate) fn resolve(&mut self, destination: DestinationId) {
+        if let Some(live) = self.live_mut(destination) {
+            live.address = live.endpoint.as_ref().map(|e| (e.dct_number(), e.dc_key()));
         }
     }
 
     /// Whether `destination` (a live one) has its address.
     pub(crate) fn is_resolved(&self, destination: DestinationId) -> bool {
-        self.live(destination).is_some_and(|l| l.target.address().is_some())
+        self.live(destination).is_some_and(|l| l.address.is_some())
     }
 
     /// Whether places were removed since the last [`take_removed`](Self::take_removed).
@@ -207,7 +233,7 @@ impl PoolCore {
 
     /// `destination`'s endpoint, unless it was added by its address alone.
     pub(crate) fn endpoint(&self, destination: DestinationId) -> Option<&DcEndpoint> {
-        self.live(destination)?.target.endpoint()
+        self.live(destination)?.endpoint.as_ref()
     }
 
     /// Requests of destination `d` not reported yet.
@@ -220,8 +246,10 @@ impl PoolCore {
 
     /// Adds a destination (of an endpoint, or named by its address alone); the static and
     /// streams policies bind it to its initiator now.
-    pub(crate) fn add_destination(&mut self, target: Target) -> DestinationId {
-        let destination = Some(Destination::new(target));
+    pub(crate) fn add_destination(
+        &mut self, endpoint: Option<DcEndpoint>, address: Option<(u32, u64)>,
+    ) -> DestinationId {
+        let destination = Some(Destination::new(endpoint, address));
         let (index, generation) = match self.free_places.pop() {
             Some(index) => {
                 let place = &mut self.places[index as usize];
@@ -245,7 +273,7 @@ impl PoolCore {
     /// Binds destination `index` to an initiator in service and a stream by a hash of its index
     /// (static and streams policies); to none when none is in service.
     fn bind(&mut self, index: u32) {
-        if self.policy().is_dedicated() || self.requests.is_empty() {
+        if self.policy.is_dedicated() || self.requests.is_empty() {
             return;
         }
         // Fibonacci hashing of the index spreads neighbours over the initiators.
@@ -328,7 +356,7 @@ impl PoolCore {
         DcPoolFootprint {
             destination_places: self.places.len(),
             live_destinations: self.places.len() - self.free_places.len(),
-            address_handles: live().filter(|l| l.target.owns_handle()).count(),
+            address_handles: live().filter(|l| l.endpoint.is_some() && l.address.is_some()).count(),
             waiting: self.waiting().count(),
             grant_timers: self.grants.len(),
             batch_records: self.requests.iter().map(InitiatorRequests::record_count).sum(),
@@ -417,7 +445,7 @@ impl PoolCore {
     /// the end of the line.
     #[inline]
     fn quota_left(&self, initiator: usize, since: u64) -> usize {
-        match (self.policy(), self.line_ends.is_some()) {
+        match (self.policy, self.line_ends.is_some()) {
             (DcPoolPolicy::DedicatedWithQuota { quota }, true) => {
                 let posted = self.requests[initiator].head() - since;
                 u64::from(quota.max(1)).saturating_sub(posted) as usize
@@ -438,10 +466,14 @@ impl PoolCore {
 
     /// Grants `destination` an initiator (and stream) for one batch, or says why not. A
     /// dedicated policy's destination without an initiator takes a free one, or goes in line.
+    /// `streams`: the caller posts on a stream (a pool of the streams policy must).
     // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
     // `scripts/bench` then broke their limits.
     #[inline(always)]
-    pub(crate) fn begin(&mut self, destination: DestinationId) -> Result<Grant, Refusal> {
+    pub(crate) fn begin(&mut self, destination: DestinationId, streams: bool) -> Result<Grant, Refusal> {
+        if streams != (self.policy == DcPoolPolicy::Streams) {
+            return Err(Refusal::StreamsMismatch { streams_pool: !streams });
+        }
         let live = live(&self.places, destination).ok_or(Refusal::UnknownDestination)?;
         let d = destination.index() as u32;
         if live.reach == Reach::Unreachable {
@@ -450,7 +482,7 @@ impl PoolCore {
         if live.retiring {
             return Err(Refusal::Retiring);
         }
-        let address = live.target.address().ok_or(Refusal::Unresolved)?;
+        let address = live.address.ok_or(Refusal::Unresolved)?;
         let (initiator, stream, quota_left) = match live.assignment {
             Assignment::Holds { initiator, since, .. } => {
                 let quota_left = self.quota_left(initiator as usize, since);
@@ -463,7 +495,7 @@ impl PoolCore {
                 (initiator as usize, 0, quota_left)
             },
             Assignment::Bound { initiator, stream } => (initiator as usize, stream, usize::MAX),
-            Assignment::None | Assignment::InLine { .. } if !self.policy().is_dedicated() => {
+            Assignment::None | Assignment::InLine { .. } if !self.policy.is_dedicated() => {
                 return Err(Refusal::NoInitiatorInService)
             },
             Assignment::None | Assignment::InLine { .. } => (self.take_free(d)? as usize, 0, usize::MAX),
@@ -473,14 +505,15 @@ impl PoolCore {
             self.requests[initiator].block(destination);
             return Err(Refusal::WouldBlock(reason));
         };
-        Ok(Grant::new(
-            d,
-            (initiator, stream),
+        Ok(Grant {
+            destination: d,
+            initiator,
+            stream,
             address,
             first,
             slot,
-            room.min(quota_left),
-        ))
+            room: room.min(quota_left),
+        })
     }
 
     /// Ends a batch granted to destination `d` on `initiator`'s `stream`: `posted` requests
@@ -501,6 +534,16 @@ impl PoolCore {
     #[inline(never)]
     fn end_unposted(&mut self, initiator: usize, d: u32) {
         self.release_if_idle(d, initiator);
+    }
+
+    /// One `poll` (or `progress`): grants from the line that were not used within the timeout
+    /// go back; stalled destinations and ready destinations are reported.
+    pub(crate) fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
+        if !self.grants.is_empty() {
+            self.expire_grants();
+        }
+        self.watch_stalls(sink);
+        self.report_ready(sink);
     }
 
     /// Reports the destinations granted an initiator from the line, those that may post again

@@ -36,11 +36,24 @@ struct Head {
 
 /// The heads of the streams holding requests (only those: bounded by the initiators' streams in
 /// use), and when to look at them next.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct StallWatch {
+    /// The settings' stall timeout, read on every `poll`.
+    timeout: Option<Duration>,
     next_scan: Option<Instant>,
     /// By (initiator, stream; 0 without streams).
     heads: BTreeMap<(usize, u16), Head>,
+}
+
+impl StallWatch {
+    /// A watch that reports heads outstanding for `timeout` (`None`: never).
+    pub(super) fn new(timeout: Option<Duration>) -> Self {
+        Self {
+            timeout,
+            next_scan: None,
+            heads: BTreeMap::new(),
+        }
+    }
 }
 
 impl PoolCore {
@@ -48,7 +61,7 @@ impl PoolCore {
     /// [module](self) documentation).
     pub(super) fn watch_stalls(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         // `None`: stalls are not reported (and the clock is not read for them).
-        let Some(timeout) = self.settings.stall_timeout() else {
+        let Some(timeout) = self.stalls.timeout else {
             return;
         };
         let now = self.settings.now();
