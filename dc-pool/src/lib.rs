@@ -430,7 +430,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     /// and what [`progress`](Self::progress) reports, and recovers errored streams and
     /// initiators once the device flushed them. Returns how many completions were polled.
     /// `sink` runs while `poll` holds the pool: collect there what to post, post once it returns.
-    ///
     pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
         let Self {
             initiators,

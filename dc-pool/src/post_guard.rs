@@ -35,8 +35,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.start(destination, true)
     }
 
-    /// Makes `destination`'s address from the address handle the pool creates on its
-    /// protection domain.
+    /// Makes `destination`'s address from an address handle on the pool's protection domain.
     pub(super) fn resolve(&mut self, destination: DestinationId) -> Result<(), PostToDestinationErrorKind> {
         let Some(endpoint) = self.core.endpoint(destination) else {
             return Err(PostToDestinationErrorKind::UnknownDestination);
@@ -68,7 +67,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         Ok(())
     }
 
-    /// The post path: one grant (or refusal) from the bookkeeping, then the initiator's batch.
     // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
     // `scripts/bench` then broke their limits.
     #[inline(always)]
@@ -130,13 +128,11 @@ pub struct DcPoolPostGuard<'p, I: PoolInitiator + 'p = DcInitiator> {
 /// The pool's side of a batch, with the bookkeeping borrowed until the batch ends.
 struct BatchRecord<'p> {
     core: &'p mut PoolCore,
-    /// The callers' `wr_id`s of the batch's requests, in a row (a batch does not wrap): as many
-    /// places as the batch may hold requests.
+    /// The callers' `wr_id`s of the batch's requests, as many places as it may hold.
     wr_ids: &'p mut [u64],
     /// The provider-visible `wr_id` of the batch's first request; the others follow by one.
     base: u64,
     destination: u32,
-    /// Below [`MAX_INITIATORS`](super::requests::MAX_INITIATORS).
     initiator: u16,
     stream: u16,
 }
@@ -163,7 +159,6 @@ impl BatchRecord<'_> {
 impl Drop for BatchRecord<'_> {
     #[inline]
     fn drop(&mut self) {
-        // Nothing was posted (a posted batch does not come here).
         self.core
             .commit(usize::from(self.initiator), self.destination, self.stream, 0);
     }

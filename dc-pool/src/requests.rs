@@ -10,20 +10,17 @@ use std::collections::VecDeque;
 
 use super::types::{DcPoolWouldBlock, DestinationId};
 
-/// Bits of the provider-visible `wr_id` that number an initiator's requests; the initiator takes
-/// the 16 above them.
+/// Bits of the provider-visible `wr_id` that number an initiator's requests.
 const NUMBER_BITS: u32 = 48;
 const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
 /// The largest pool.
 pub(crate) const MAX_INITIATORS: usize = 1 << (64 - NUMBER_BITS);
 
-/// The provider-visible `wr_id` of request `number` of initiator `initiator`.
 #[inline]
 pub(crate) fn encode(initiator: usize, number: u64) -> u64 {
     ((initiator as u64) << NUMBER_BITS) | (number & NUMBER_MASK)
 }
 
-/// The initiator a provider-visible `wr_id` names.
 #[inline]
 pub(crate) fn initiator_of(wr_id: u64) -> usize {
     (wr_id >> NUMBER_BITS) as usize
@@ -33,9 +30,8 @@ pub(crate) fn initiator_of(wr_id: u64) -> usize {
 /// consecutive batches.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record {
-    /// The destination's place.
+    /// The destination's place, and the stream (0 without streams).
     destination: u32,
-    /// The stream, or 0 without streams.
     stream: u16,
     first: u64,
     end: u64,
@@ -79,11 +75,11 @@ impl Iterator for Run<'_> {
 /// Whether an initiator can take requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Health {
-    /// In service; some of its streams may be in error ([`InitiatorRequests::lane_errored`]).
+    /// In service; some of its streams may be in error.
     InService,
-    /// The whole initiator is in ERR: recovered once it holds nothing.
+    /// In ERR: recovered once it holds nothing.
     Error,
-    /// Its recovery failed: it takes nothing more.
+    /// Its recovery failed.
     OutOfService,
 }
 
@@ -99,23 +95,19 @@ pub(super) struct InitiatorRequests {
     ring_start: usize,
     /// Its ring's size less one: a power of two that divides 2⁴⁸.
     mask: u64,
-    /// Requests it may hold at once (its send queue).
+    /// Requests it may hold at once (its send queue), and the number of the next.
     capacity: u64,
-    /// The number of the next request.
     head: u64,
     /// How many requests were reported: `head - reported` are outstanding (a count, so that no
     /// grant walks the records).
     reported: u64,
-    /// Records of the requests not reported yet, in posting order.
     batches: VecDeque<Record>,
-    /// Its DCI streams; 0 without streams.
     streams: u32,
     /// Per stream (one without streams): the destination whose request failed, while the
     /// stream's requests are flushed (its flushed requests fail too).
     lanes: Box<[Option<u32>]>,
     health: Health,
-    /// Destinations refused a batch on it (queue full, recovering), each once, waiting for a
-    /// `Ready`.
+    /// Destinations refused a batch on it, each once, waiting for a `Ready`.
     blocked: Vec<DestinationId>,
 }
 
@@ -146,12 +138,10 @@ impl InitiatorRequests {
         }
     }
 
-    /// Where its ring ends in the pool's rings.
     pub(super) fn ring_end(&self) -> usize {
         self.ring_start + self.mask as usize + 1
     }
 
-    /// Keeps at most `max` requests in flight.
     pub(super) fn limit(&mut self, max: u32) {
         self.capacity = self.capacity.min(u64::from(max.max(1)));
     }
@@ -161,7 +151,6 @@ impl InitiatorRequests {
         self.head
     }
 
-    /// Whether it has DCI streams.
     #[inline]
     pub(super) fn has_streams(&self) -> bool {
         self.streams > 0
@@ -176,7 +165,6 @@ impl InitiatorRequests {
         self.health
     }
 
-    /// How many records of requests not reported it keeps.
     pub(super) fn record_count(&self) -> usize {
         self.batches.len()
     }
@@ -187,13 +175,11 @@ impl InitiatorRequests {
         self.lanes[lane as usize].is_some()
     }
 
-    /// Requests posted and not yet reported.
     #[inline]
     pub(super) fn outstanding(&self) -> u64 {
         self.head - self.reported
     }
 
-    /// Requests of destination `d` not reported yet.
     pub(super) fn outstanding_of(&self, d: u32) -> u64 {
         self.batches
             .iter()
@@ -256,7 +242,6 @@ impl InitiatorRequests {
         (qp_number == self.qp_number).then_some(self.head.wrapping_sub(distance))
     }
 
-    /// The index of the record holding request `number`, unless it was already reported.
     #[inline]
     fn position(&self, number: u64) -> Option<usize> {
         // Completions mostly settle the oldest record.
@@ -268,7 +253,7 @@ impl InitiatorRequests {
         (batch.first <= number && number >= batch.settled).then_some(index)
     }
 
-    /// The record holding request `number`, unless it was already reported.
+    /// The record holding request `number`, unless it was reported.
     #[inline]
     pub(super) fn find(&self, number: u64) -> Option<Record> {
         self.position(number).map(|index| self.batches[index])
@@ -345,7 +330,6 @@ impl InitiatorRequests {
         Some((batch.destination, in_error))
     }
 
-    /// Drops the records at the front whose requests were all reported.
     #[inline]
     fn drop_reported(&mut self) {
         while self.batches.front().is_some_and(|b| b.settled == b.end) {
@@ -383,7 +367,6 @@ impl InitiatorRequests {
         wr_id
     }
 
-    /// The whole initiator is in ERR (unless it is out of service).
     pub(super) fn enter_error(&mut self) {
         if self.health == Health::InService {
             self.health = Health::Error;
@@ -395,7 +378,6 @@ impl InitiatorRequests {
         self.lane_errored(lane) && !self.batches.iter().any(|b| b.stream == lane && b.settled < b.end)
     }
 
-    /// Stream `lane` was reset: it takes requests again.
     pub(super) fn lane_reset(&mut self, lane: u16) {
         self.lanes[lane as usize] = None;
     }
@@ -412,7 +394,6 @@ impl InitiatorRequests {
         self.lanes.iter_mut().for_each(|lane| *lane = None);
     }
 
-    /// Its recovery failed: it takes nothing more.
     pub(super) fn take_out_of_service(&mut self) {
         self.health = Health::OutOfService;
     }
@@ -442,14 +423,12 @@ impl InitiatorRequests {
         DcPoolWouldBlock::QueueFull
     }
 
-    /// Destination `destination` waits for it (room, or its recovery), once.
     pub(super) fn block(&mut self, destination: DestinationId) {
         if !self.blocked.contains(&destination) {
             self.blocked.push(destination);
         }
     }
 
-    /// Whether a destination waits for it.
     #[inline]
     pub(super) fn has_blocked(&self) -> bool {
         !self.blocked.is_empty()

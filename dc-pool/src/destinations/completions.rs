@@ -1,17 +1,8 @@
 //! What a completion settles, what an error completion fails or hands back for a retry, and when
-//! an errored stream is reset or an initiator in ERR recovered.
-//!
-//! # Exactly once
-//!
-//! The pool signals every request (UCX turns completion moderation off for DC too), and in the
-//! error state a queue pair completes every outstanding request with `IBV_WC_WR_FLUSH_ERR`,
-//! signalled or not: each request gets a completion of its own. The pool reports a request on its
-//! completion (or on a later one of the same stream, which completes in order), never by
-//! inference: a successful completion is `Completed`, however late after another stream's error;
-//! only a flushed request is `Retry` (or `Failed` for the destination at fault). A stream in error
-//! is reset, and an initiator in ERR recovered, only once every request it held was reported:
-//! resetting earlier would discard completions still in the CQ (`mlx5_cq_clean` at RESET) and
-//! the man page asks for the flush first.
+//! an errored stream is reset or an initiator in ERR recovered: only once every request it held
+//! was reported (a reset discards completions still in the CQ, `mlx5_cq_clean` at RESET, and the
+//! man page asks for the flush first). In the error state a queue pair completes every
+//! outstanding request with `IBV_WC_WR_FLUSH_ERR`, signalled or not.
 use rdma_mummy_sys::ibv_wc_status;
 
 use super::{Place, PoolCore};
@@ -123,8 +114,7 @@ impl PoolCore {
         true
     }
 
-    /// Reports as completed the requests of `initiator`'s stream `lane` before `end` (a stream
-    /// completes in order: they executed).
+    /// Reports as completed the requests of `initiator`'s stream `lane` before `end`.
     fn settle_up_to(
         &mut self, wr_ids: &[u64], initiator: usize, lane: u16, end: u64, sink: &mut impl FnMut(DcPoolEvent),
     ) {
@@ -139,8 +129,7 @@ impl PoolCore {
         });
     }
 
-    /// A completion in error of request `number` (in `batch`) of `initiator`: an error
-    /// completion, or a flush.
+    /// An error completion, or a flush, of request `number` (in `batch`) of `initiator`.
     fn fail(
         &mut self, wr_ids: &[u64], initiator: usize, number: u64, batch: Record, (status, vendor_err): (u32, u32),
         sink: &mut impl FnMut(DcPoolEvent),
@@ -207,8 +196,7 @@ impl PoolCore {
         });
     }
 
-    /// Resets an errored stream once it holds nothing, or recovers an initiator in ERR once it
-    /// holds nothing.
+    /// Resets an errored stream, or recovers an initiator in ERR, once it holds nothing.
     fn maybe_recover<I: PoolInitiator>(
         &mut self, initiators: &mut [I], initiator: usize, sink: &mut impl FnMut(DcPoolEvent),
     ) {
@@ -238,7 +226,6 @@ impl PoolCore {
         match initiators[initiator].recover() {
             Ok(()) => requests.recovered(initiators[initiator].qp_number()),
             Err(error) => {
-                // It holds nothing: out of service.
                 self.take_out_of_service(initiator);
                 sink(DcPoolEvent::InitiatorLost {
                     initiator,

@@ -1,7 +1,5 @@
 //! One destination's record ([`Destination`]): which initiator it posts on (or its place in the
 //! wait line), and whether its target answers.
-use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
-
 use super::Destination;
 
 /// Which initiator a destination posts on.
@@ -50,16 +48,6 @@ pub(crate) enum Reach {
 }
 
 impl Destination {
-    pub(crate) fn new(endpoint: Option<DcEndpoint>, address: Option<(u32, u64)>) -> Self {
-        Self {
-            endpoint,
-            address,
-            assignment: Assignment::None,
-            reach: Reach::Answering { retries_exceeded: 0 },
-            retiring: false,
-        }
-    }
-
     /// Its target answered (a request of it completed, or failed for another reason).
     #[inline]
     pub(crate) fn answered(&mut self) {

@@ -7,12 +7,9 @@ use super::{live, PoolCore, Refusal};
 use crate::requests::Health;
 use crate::types::{DcPoolWouldBlock, DestinationId};
 
-// `#[inline]` on the holds that a post or a completion of a dedicated policy runs (take, give
-// back): `PoolCore` is not generic, so without it they are compiled in this crate alone and the
-// pool's post and settle paths, inlined into the caller's crate, call them (through the PLT)
-// instead of inlining them, as they did while `PoolCore` was generic over its initiators
-// (`scripts/bench`, counting: send_dc_pool_dedicated_write_settled goes over 3 times its floor
-// per batch).
+// `#[inline]` on the holds a dedicated policy's post or completion runs: `PoolCore` is not
+// generic, so without it the caller's crate calls them through the PLT (`scripts/bench`:
+// send_dc_pool_dedicated_write_settled broke its limit).
 impl PoolCore {
     /// A free initiator for dedicated destination `d`, which holds it from now on; none free: `d`
     /// goes in line.
@@ -29,8 +26,7 @@ impl PoolCore {
         Ok(i)
     }
 
-    /// Destination `d` holds initiator `i` from now on, by grant `grant` from the line (0: taken
-    /// free).
+    /// Destination `d` holds initiator `i` by grant `grant` from the line (0: taken free).
     fn hold(&mut self, d: u32, i: u16, grant: u64) {
         let since = self.requests[i as usize].head();
         let holds = Assignment::Holds {
@@ -39,7 +35,6 @@ impl PoolCore {
             grant,
             over_quota: false,
         };
-        // Out of line, if it was in it.
         if let Assignment::InLine { previous, next } = std::mem::replace(&mut self.at(d).assignment, holds) {
             self.close_line(d, previous, next);
         }
@@ -59,8 +54,7 @@ impl PoolCore {
         }
     }
 
-    /// Destination `d` gives back the initiator it holds: to the line or the free ones (unless
-    /// it is out of service).
+    /// Destination `d` gives back the initiator it holds.
     #[inline]
     fn release(&mut self, d: u32) {
         if let Some(initiator) = self.unhold(d) {
@@ -68,8 +62,7 @@ impl PoolCore {
         }
     }
 
-    /// Initiator `initiator`, held by nobody now, goes to the line or the free ones, unless it is
-    /// out of service.
+    /// Initiator `initiator`, held by nobody now, goes to the line or the free ones.
     #[inline]
     pub(super) fn give_back(&mut self, initiator: u16) {
         if self.requests[initiator as usize].health() != Health::OutOfService {
@@ -77,9 +70,8 @@ impl PoolCore {
         }
     }
 
-    /// Destination `d` holds its initiator no more (given back or lost), which is returned:
-    /// refused for its quota, it waits for a `Ready`, so it goes in line, its turn coming again
-    /// after those in line.
+    /// Destination `d` holds its initiator no more, which is returned: refused for its quota, it
+    /// goes in line.
     #[inline]
     fn unhold(&mut self, d: u32) -> Option<u16> {
         let live = self.at(d);
@@ -96,8 +88,7 @@ impl PoolCore {
         Some(initiator)
     }
 
-    /// A freed initiator (healthy, held by nobody): to the first destination in line, reported
-    /// by `Ready` with a grant timer, or to the free ones.
+    /// A freed initiator, healthy: to the first destination in line, or to the free ones.
     #[inline]
     fn give(&mut self, initiator: u16) {
         match self.line_ends {
@@ -106,10 +97,8 @@ impl PoolCore {
         }
     }
 
-    /// Destination `first`, the first in line, is granted `initiator`, reported by `Ready` with
-    /// a grant timer. Out of line: inlined in `give`, it makes the common give back to the free
-    /// ones save and restore registers (`scripts/bench`, counting,
-    /// send_dc_pool_dedicated_write_settled).
+    /// Destination `first`, the first in line, is granted `initiator`, reported by `Ready`. Out of
+    /// line: inlined, it makes the common give back save and restore registers.
     #[inline(never)]
     fn grant(&mut self, first: u32, initiator: u16) {
         self.granted += 1;
@@ -134,14 +123,12 @@ impl PoolCore {
         }
     }
 
-    /// Changes the links of destination `d`, which is in line.
     fn set_link(&mut self, d: u32, change: impl FnOnce(&mut Option<u32>, &mut Option<u32>)) {
         if let Assignment::InLine { previous, next } = &mut self.at(d).assignment {
             change(previous, next);
         }
     }
 
-    /// Takes destination `d` out of the line, if in it.
     pub(super) fn unlink(&mut self, d: u32) {
         let Some(live) = self.places[d as usize].destination.as_mut() else {
             return;
@@ -153,8 +140,7 @@ impl PoolCore {
         self.close_line(d, previous, next);
     }
 
-    /// Links destination `d`'s neighbours in line, `previous` and `next`, to each other: `d` left
-    /// the line.
+    /// Links `d`'s neighbours in line to each other: `d` left the line.
     fn close_line(&mut self, d: u32, previous: Option<u32>, next: Option<u32>) {
         let (first, last) = self.line_ends.expect("a destination in line: the line has ends");
         match previous {
@@ -173,7 +159,6 @@ impl PoolCore {
         };
     }
 
-    /// Destinations in line for an initiator, first first.
     pub(crate) fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
         let mut at = self.line_ends.map(|(first, _)| first);
         std::iter::from_fn(move || {
@@ -186,8 +171,6 @@ impl PoolCore {
         })
     }
 
-    /// Takes `destination` out of line for an initiator, and gives back a grant from the line it
-    /// has not used.
     pub(crate) fn cancel_wait(&mut self, destination: DestinationId) {
         if !self.contains(destination) {
             return;
@@ -231,8 +214,7 @@ impl PoolCore {
     }
 
     /// Reports `Ready` for the destinations waiting for `initiator` that may post again: it has
-    /// room and is not in error (their stream not either), or it is out of service (they were
-    /// bound to others, or hold nothing).
+    /// room and is not in error (nor their stream), or it is out of service.
     pub(super) fn unblock(&mut self, initiator: usize) {
         let Self {
             requests,

@@ -22,15 +22,12 @@ mod stall;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
     WouldBlock(DcPoolWouldBlock),
-    /// Its address is not resolved yet.
     Unresolved,
     Unreachable,
     /// It is removed once its requests are reported ([`PoolCore::retire`]).
     Retiring,
-    /// Every initiator is out of service.
     NoInitiatorInService,
     UnknownDestination,
-    /// The wrong one of `start_post_send` and `start_post_send_on_stream`.
     StreamsMismatch {
         streams_pool: bool,
     },
@@ -39,24 +36,22 @@ pub(crate) enum Refusal {
 /// What a destination was granted for one batch ([`PoolCore::begin`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant {
-    /// The destination's place.
+    /// Its place.
     pub(crate) destination: u32,
     pub(crate) initiator: usize,
     pub(crate) stream: u16,
     /// The DCT number and DC key.
     pub(crate) address: (u32, u64),
-    /// The number of the batch's first request.
+    /// The number of the batch's first request, its place in the pool's rings, and how many the
+    /// batch may hold.
     pub(crate) first: u64,
-    /// The place of its `wr_id` in the pool's rings.
     pub(crate) slot: usize,
-    /// How many requests the batch may hold.
     pub(crate) room: usize,
 }
 
 /// Why a destination cannot be removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RemoveRefusal {
-    /// Requests of it are not reported yet.
     Outstanding(u64),
     UnknownDestination,
 }
@@ -87,7 +82,6 @@ pub(crate) struct Place {
 #[derive(Debug)]
 pub(crate) struct PoolCore {
     requests: Vec<InitiatorRequests>,
-    /// By destination place.
     places: Vec<Place>,
     /// Places of removed destinations, for reuse.
     free_places: Vec<u32>,
@@ -98,17 +92,14 @@ pub(crate) struct PoolCore {
     free: Vec<u16>,
     /// The ends of the wait line, linked through its destinations ([`Assignment::InLine`]).
     line_ends: Option<(u32, u32)>,
-    /// Destinations granted an initiator from the line, by which grant, reported at the end of the
-    /// completion that granted them, or at the next `poll`/`progress`.
+    /// Destinations granted an initiator from the line, by which grant, to report.
     ready: VecDeque<(DestinationId, u64)>,
-    /// Destinations that may post again after a would-block they waited out, reported as `ready`.
+    /// Destinations that may post again after a would-block, and retired ones removed, to report.
     unblocked: VecDeque<DestinationId>,
-    /// Destinations removed once their requests were reported, reported as `ready`.
     removed: VecDeque<DestinationId>,
     /// Retiring destinations whose requests a completion just reported: removed if none is left.
     retiring_settled: Vec<u32>,
-    /// Grants from the line, oldest first: destination, initiator, which grant, and when it
-    /// expires.
+    /// Grants from the line, oldest first: destination, initiator, which grant, when it expires.
     grants: VecDeque<(DestinationId, u16, u64, Instant)>,
     /// How many grants from the line were made (names each).
     granted: u64,
@@ -126,7 +117,6 @@ fn live(places: &[Place], id: DestinationId) -> Option<&Destination> {
 }
 
 impl PoolCore {
-    /// The bookkeeping of `initiators` under `settings`.
     pub(crate) fn new<I: PoolInitiator>(initiators: &[I], settings: &DcPoolSettings) -> Self {
         let policy = settings.policy();
         let mut requests: Vec<InitiatorRequests> = Vec::with_capacity(initiators.len());
@@ -178,7 +168,6 @@ impl PoolCore {
         vec![0; self.requests.last().map_or(0, InitiatorRequests::ring_end)].into_boxed_slice()
     }
 
-    /// The live destination `id` names, or `None` for a stale or unknown id.
     #[inline]
     pub(crate) fn live(&self, id: DestinationId) -> Option<&Destination> {
         live(&self.places, id)
@@ -189,7 +178,6 @@ impl PoolCore {
         (place.generation == id.generation()).then_some(place.destination.as_mut()?)
     }
 
-    /// The live destination at place `d`.
     #[inline]
     fn at(&mut self, d: u32) -> &mut Destination {
         self.places[d as usize]
@@ -198,12 +186,10 @@ impl PoolCore {
             .expect("a destination with requests or a hold lives")
     }
 
-    /// The id of the destination at place `d`.
     fn id(&self, d: u32) -> DestinationId {
         DestinationId::new(d, self.places[d as usize].generation)
     }
 
-    /// Whether `destination` is one of this pool's live destinations.
     pub(crate) fn contains(&self, destination: DestinationId) -> bool {
         self.live(destination).is_some()
     }
@@ -215,7 +201,6 @@ impl PoolCore {
         }
     }
 
-    /// Whether `destination` (a live one) has its address.
     pub(crate) fn is_resolved(&self, destination: DestinationId) -> bool {
         self.live(destination).is_some_and(|l| l.address.is_some())
     }
@@ -231,12 +216,10 @@ impl PoolCore {
         self.removed_places.drain(..)
     }
 
-    /// `destination`'s endpoint, unless it was added by its address alone.
     pub(crate) fn endpoint(&self, destination: DestinationId) -> Option<&DcEndpoint> {
         self.live(destination)?.endpoint.as_ref()
     }
 
-    /// Requests of destination `d` not reported yet.
     fn outstanding_of(&self, d: u32) -> u64 {
         let assignment = self.places[d as usize].destination.as_ref().map(|l| l.assignment);
         assignment
@@ -249,7 +232,13 @@ impl PoolCore {
     pub(crate) fn add_destination(
         &mut self, endpoint: Option<DcEndpoint>, address: Option<(u32, u64)>,
     ) -> DestinationId {
-        let destination = Some(Destination::new(endpoint, address));
+        let destination = Some(Destination {
+            endpoint,
+            address,
+            assignment: Assignment::None,
+            reach: Reach::Answering { retries_exceeded: 0 },
+            retiring: false,
+        });
         let (index, generation) = match self.free_places.pop() {
             Some(index) => {
                 let place = &mut self.places[index as usize];
@@ -294,7 +283,6 @@ impl PoolCore {
         self.at(index).assignment = assignment;
     }
 
-    /// Removes `destination`: refused while requests of it are not reported.
     pub(crate) fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveRefusal> {
         if !self.contains(destination) {
             return Err(RemoveRefusal::UnknownDestination);
@@ -321,8 +309,6 @@ impl PoolCore {
         self.removed_places.push(d);
     }
 
-    /// Removes `destination` once every request of it was reported, with a
-    /// [`DcPoolEvent::Removed`].
     pub(crate) fn retire(&mut self, destination: DestinationId) -> Result<(), RemoveRefusal> {
         match self.live_mut(destination) {
             Some(live) if !live.retiring => live.retiring = true,
@@ -350,7 +336,6 @@ impl PoolCore {
         }
     }
 
-    /// What the bookkeeping holds, counted now.
     pub(crate) fn footprint(&self) -> DcPoolFootprint {
         let live = || self.places.iter().filter_map(|p| p.destination.as_ref());
         DcPoolFootprint {
@@ -368,19 +353,16 @@ impl PoolCore {
         self.places.len() - self.free_places.len()
     }
 
-    /// The initiator (and stream) `destination` posts on now, if any.
     pub(crate) fn assignment(&self, destination: DestinationId) -> Option<(usize, Option<u16>)> {
         let (initiator, stream) = self.live(destination)?.assignment.initiator()?;
         let initiator = initiator as usize;
         Some((initiator, self.requests[initiator].has_streams().then_some(stream)))
     }
 
-    /// Whether `initiator` has DCI streams.
     pub(crate) fn has_streams(&self, initiator: usize) -> bool {
         self.requests[initiator].has_streams()
     }
 
-    /// Requests of `destination` posted and not yet reported.
     pub(crate) fn outstanding(&self, destination: DestinationId) -> u64 {
         self.live(destination)
             .map_or(0, |_| self.outstanding_of(destination.index() as u32))
@@ -440,9 +422,7 @@ impl PoolCore {
     }
 
     /// What is left of the quota of initiator `initiator`'s holder, which holds it since request
-    /// `since`, while others wait in line (`usize::MAX` without a quota or a line). The holder
-    /// is not in line while it holds an initiator: once it gave it back, its next post goes to
-    /// the end of the line.
+    /// `since`, while others wait in line (`usize::MAX` without a quota or a line).
     #[inline]
     fn quota_left(&self, initiator: usize, since: u64) -> usize {
         match (self.policy, self.line_ends.is_some()) {
@@ -516,9 +496,8 @@ impl PoolCore {
         })
     }
 
-    /// Ends a batch granted to destination `d` on `initiator`'s `stream`: `posted` requests
-    /// went to the provider (0 when it was dropped or refused), their `wr_id`s kept from the
-    /// grant's first on.
+    /// Ends a batch granted to destination `d` on `initiator`'s `stream`, of `posted` requests (0
+    /// when it was dropped or refused).
     #[inline]
     pub(crate) fn commit(&mut self, initiator: usize, d: u32, stream: u16, posted: usize) {
         if posted > 0 {
@@ -528,16 +507,14 @@ impl PoolCore {
         }
     }
 
-    /// A batch of destination `d` on `initiator` ended with nothing posted: a dedicated
-    /// destination gives back what it was granted. Out of line, keeping the post guard in
-    /// registers.
+    /// Out of line, keeping the post guard in registers.
     #[inline(never)]
     fn end_unposted(&mut self, initiator: usize, d: u32) {
         self.release_if_idle(d, initiator);
     }
 
-    /// One `poll` (or `progress`): grants from the line that were not used within the timeout
-    /// go back; stalled destinations and ready destinations are reported.
+    /// One `poll` (or `progress`): unused grants expire, stalls and ready destinations are
+    /// reported.
     pub(crate) fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         if !self.grants.is_empty() {
             self.expire_grants();
@@ -546,8 +523,6 @@ impl PoolCore {
         self.report_ready(sink);
     }
 
-    /// Reports the destinations granted an initiator from the line, those that may post again
-    /// after a would-block, and those removed once their requests were reported.
     fn report_ready(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         while let Some(destination) = self.removed.pop_front() {
             sink(DcPoolEvent::Removed { destination });

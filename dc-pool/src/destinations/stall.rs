@@ -1,23 +1,13 @@
 //! Stalled destinations: a request outstanding far too long, reported once
 //! ([`DcPoolEvent::Stalled`]).
 //!
-//! With `rnr_retry` 7 (retry for ever, the bring-up's default) a SEND (or WRITE with immediate)
-//! to a target whose shared receive queue ran dry is NAKed "receiver not ready" again and
-//! again: its DCI, or DCI stream, completes nothing, ever, and every request behind it waits
-//! (ibv_modify_qp(3): `rnr_retry` 7 "means infinite"; dc-hardware-rules, third review). Nothing
-//! fails, so nothing else in the pool sees it.
-//!
-//! The oldest request not reported of each initiator (of each stream, with DCI streams) is the
-//! one the device works on: every request behind it waits for it. [`PoolCore::watch_stalls`],
-//! run by every `poll` and `progress` (through `tick`), reads these heads at most every eighth
-//! of the stall timeout; a head seen again unchanged since the first scan that saw it, for the
-//! stall timeout or longer, is reported with its destination, once. A head is seen no earlier
-//! than it was posted, so no request is reported before it was outstanding for the timeout; it
-//! is reported at most an eighth of the timeout (and one poll) after that. Once the head
-//! completes (or fails), the next one is watched afresh: a later stall is reported again.
-//!
-//! The time is the pool's clock ([`DcPoolSettings::setup_clock`](crate::settings::DcPoolSettings::setup_clock)):
-//! `Instant::now` by default, or one a test moves.
+//! With `rnr_retry` 7 (the bring-up's default; ibv_modify_qp(3): "means infinite") a SEND to a
+//! target whose receive queue ran dry is NAKed "receiver not ready" for ever: its DCI (or
+//! stream) completes nothing, and nothing fails. The oldest request not reported of each stream
+//! is the one the device works on; every `poll` reads these heads at most every eighth of the
+//! stall timeout, and reports a head seen unchanged for the timeout, once. A head is seen no
+//! earlier than it was posted, so it is reported no earlier than the timeout and at most an
+//! eighth of it (and one poll) later.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -27,7 +17,6 @@ use crate::types::DcPoolEvent;
 /// The head request of one initiator's stream, as the scans saw it.
 #[derive(Debug, Clone, Copy)]
 struct Head {
-    /// Its request number.
     number: u64,
     /// The first scan that saw it at the head.
     since: Instant,
