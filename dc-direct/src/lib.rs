@@ -182,8 +182,6 @@ fn write_through_a_pool(
 mod barrier;
 pub mod completion_queue;
 mod initiator;
-#[cfg(feature = "pool")]
-mod pool;
 pub mod send_queue;
 
 pub use completion_queue::DirectCompletionQueue;

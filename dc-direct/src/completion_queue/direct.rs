@@ -33,38 +33,11 @@ use super::{
 /// ```
 #[derive(Debug)]
 pub struct DirectCompletionQueue {
-    polling: Polling,
+    poller: CompletionQueuePoller,
+    /// The send queues it retires requests of.
+    table: Rc<SendQueueTable>,
     /// Keeps the CQ, and with it the memory the poller reads, alive.
     cq: GenericCompletionQueue,
-}
-
-/// The poller and the send queues it retires requests of.
-#[derive(Debug)]
-pub(crate) struct Polling {
-    poller: CompletionQueuePoller,
-    table: Rc<SendQueueTable>,
-}
-
-impl Polling {
-    /// # Safety
-    ///
-    /// As [`CompletionQueuePoller::new`].
-    pub(crate) unsafe fn new(parts: CompletionQueueParts) -> Result<Self, CreateDirectCompletionQueueError> {
-        Ok(Self {
-            // SAFETY: the caller's promise.
-            poller: unsafe { CompletionQueuePoller::new(parts) }?,
-            table: Rc::default(),
-        })
-    }
-
-    #[inline]
-    pub(crate) fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollDirectCompletionQueueError> {
-        self.poller.poll(&self.table, completions)
-    }
-
-    pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
-        &self.table
-    }
 }
 
 impl DirectCompletionQueue {
@@ -103,8 +76,12 @@ impl DirectCompletionQueue {
         };
         // SAFETY: the memory libmlx5 gave is the CQ's, alive while `cq` (held with the poller)
         // is; the caller promises nothing else polls it.
-        let polling = unsafe { Polling::new(parts) }?;
-        Ok(Self { polling, cq })
+        let poller = unsafe { CompletionQueuePoller::new(parts) }?;
+        Ok(Self {
+            poller,
+            table: Rc::default(),
+            cq,
+        })
     }
 
     /// Polls at most `completions.len()` send completions into `completions` and returns how
@@ -117,12 +94,12 @@ impl DirectCompletionQueue {
     /// returned once the completions before it were.
     #[inline]
     pub fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollDirectCompletionQueueError> {
-        self.polling.poll(completions)
+        self.poller.poll(&self.table, completions)
     }
 
     /// The CQ number (`mlx5dv_cq`'s `cqn`).
     pub fn cq_number(&self) -> u32 {
-        self.polling.poller.cq_number()
+        self.poller.cq_number()
     }
 
     /// The CQ's handle.
@@ -132,6 +109,52 @@ impl DirectCompletionQueue {
     }
 
     pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
-        self.polling.table()
+        &self.table
+    }
+}
+
+/// The direct poller as a pool polls it (feature `pool`): each completion as a value, none handed
+/// over whole (a completion of another queue pair fails the poll, see the
+/// [crate](crate#a-pool-of-direct-initiators) documentation).
+#[cfg(feature = "pool")]
+mod pool {
+    use std::io;
+
+    use sideway::ibverbs::completion::PollCompletionQueueError;
+    use sideway_ext::ibverbs::work_completion::WorkCompletion;
+    use sideway_ext_dc_pool::initiator::{PoolCompletion, PoolCompletionQueue};
+
+    use super::{Completion, DirectCompletionQueue};
+    use crate::completion_queue::PollDirectCompletionQueueErrorKind;
+
+    /// The most completions one pool poll reads (the pool's own batch of work completions).
+    const MOST_PER_POLL: usize = 32;
+
+    impl PoolCompletionQueue for DirectCompletionQueue {
+        fn poll(
+            &mut self, mut each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
+        ) -> Result<usize, PollCompletionQueueError> {
+            let mut completions = [Completion::default(); MOST_PER_POLL];
+            let polled = self.poller.poll(&self.table, &mut completions).map_err(|error| {
+                let kind = match error.0 {
+                    PollDirectCompletionQueueErrorKind::SendQueueInUse { .. } => io::ErrorKind::WouldBlock,
+                    _ => io::ErrorKind::InvalidData,
+                };
+                PollCompletionQueueError::Ibverbs(io::Error::new(kind, error))
+            })?;
+            for completion in &completions[..polled] {
+                let status = completion.status() as u32;
+                each(
+                    PoolCompletion::new(
+                        completion.qp_number(),
+                        completion.wr_id(),
+                        status,
+                        completion.vendor_err(),
+                    ),
+                    None,
+                );
+            }
+            Ok(polled)
+        }
     }
 }

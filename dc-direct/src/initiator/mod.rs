@@ -4,6 +4,8 @@
 mod address;
 mod error;
 pub(crate) mod parts;
+#[cfg(feature = "pool")]
+mod pool;
 pub(crate) mod posting;
 mod recovery;
 mod register;
@@ -27,7 +29,7 @@ use self::register::{BlueFlame, RegisterClaim};
 use crate::barrier::check_architecture;
 use crate::completion_queue::DirectCompletionQueue;
 pub use crate::send_queue::shared::DirectBatch;
-use crate::send_queue::{AddressVector, BatchAddress, CreateSendQueueErrorKind};
+use crate::send_queue::{AddressVector, BatchAddress, CreateSendQueueErrorKind, EachRequest};
 
 /// A DC initiator whose requests this crate writes and whose doorbell it rings, as libmlx5's
 /// post path would; its completions are polled by its [`DirectCompletionQueue`].
@@ -145,7 +147,7 @@ impl DirectDcInitiator {
     /// on libmlx5 (after [`bring_up`](Self::bring_up)).
     #[inline]
     pub fn start_post_send(&mut self) -> DirectBatch<'_> {
-        self.posting.start_post_send()
+        self.posting.start_post_send(EachRequest)
     }
 
     /// Starts a batch of requests to the DCT `dct_number` with access key `dc_key`, over the
@@ -171,7 +173,7 @@ impl DirectDcInitiator {
         &mut self, address: &AddressVector, dct_number: u32, dc_key: u64,
     ) -> DirectBatch<'_, BatchAddress> {
         self.posting
-            .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, None))
+            .start_post_send(BatchAddress::new(address, dct_number, dc_key, None))
     }
 
     /// As [`start_post_send_to`](Self::start_post_send_to), on DCI stream `stream_id`
@@ -181,7 +183,7 @@ impl DirectDcInitiator {
         &mut self, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
     ) -> DirectBatch<'_, BatchAddress> {
         self.posting
-            .start_post_send_to(BatchAddress::new(address, dct_number, dc_key, Some(stream_id)))
+            .start_post_send(BatchAddress::new(address, dct_number, dc_key, Some(stream_id)))
     }
 
     /// The register it rings its doorbell through, and why it may write it alone.

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use crate::completion_queue::SendQueueTable;
 use crate::send_queue::shared::{DirectBatch, SharedSendQueue};
-use crate::send_queue::{BatchAddress, SendQueue};
+use crate::send_queue::{Addressing, SendQueue};
 
 /// A send queue in a completion queue's table; taken out of the table when dropped.
 #[derive(Debug)]
@@ -26,20 +26,13 @@ impl PostingQueue {
         }
     }
 
-    /// Opens a batch whose requests are each addressed at their address step.
+    /// Opens a batch addressed as `addressing` says.
     #[inline]
-    pub(crate) fn start_post_send(&mut self) -> DirectBatch<'_> {
+    pub(crate) fn start_post_send<A: Addressing>(&mut self, addressing: A) -> DirectBatch<'_, A> {
         // SAFETY: `&mut self` for the guard's lifetime: no other batch is open (one would borrow
         // `self`), and the completion table borrows the queue only inside a poll, which is not
         // running.
-        unsafe { self.queue.start_post_send(SendQueue::start_post_send) }
-    }
-
-    /// Opens a batch to one DC address.
-    #[inline]
-    pub(crate) fn start_post_send_to(&mut self, address: BatchAddress) -> DirectBatch<'_, BatchAddress> {
-        // SAFETY: as for `start_post_send`.
-        unsafe { self.queue.start_post_send(|queue| queue.start_post_send_to(address)) }
+        unsafe { self.queue.start_post_send(addressing) }
     }
 
     /// Requests posted and not yet completed.

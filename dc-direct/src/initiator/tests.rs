@@ -8,10 +8,9 @@ use softmlx5::oracle::{DciShape, OracleDci};
 use super::parts::send_queue_parts;
 use super::parts::tests::{created_of, object_of};
 use super::posting::PostingQueue;
-use crate::completion_queue::direct::Polling;
-use crate::completion_queue::tests::support::{CqMemory, CqeFields};
+use crate::completion_queue::tests::support::{CqMemory, CqeFields, Polling};
 use crate::completion_queue::{Completion, PollDirectCompletionQueueErrorKind};
-use crate::send_queue::{AddressVector, BatchAddress, SendQueue};
+use crate::send_queue::{AddressVector, BatchAddress, EachRequest, SendQueue};
 
 const QP_NUMBER: u32 = 0x12_3456;
 
@@ -63,7 +62,7 @@ impl Bed {
     /// One signaled RDMA WRITE, addressed at its address step.
     fn post_each_addressed(&mut self, wr_id: u64) {
         let av = AddressVector::new([5; 48]);
-        let mut guard = self.posting().start_post_send();
+        let mut guard = self.posting().start_post_send(EachRequest);
         let request = guard
             .construct_wr(wr_id, WorkRequestFlags::Signaled)
             .setup_write(0x55, 0x1000)
@@ -95,7 +94,7 @@ impl Bed {
 /// One signaled RDMA WRITE in a batch to one address: `count` of them, the batch then posted.
 fn post_batch_addressed(posting: &mut PostingQueue, wr_id: u64, count: u64) {
     let av = AddressVector::new([5; 48]);
-    let mut guard = posting.start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
+    let mut guard = posting.start_post_send(BatchAddress::new(&av, 0x77, 0xdc, None));
     for wr_id in wr_id..wr_id + count {
         let request = guard
             .construct_wr(wr_id, WorkRequestFlags::Signaled)
@@ -117,7 +116,7 @@ fn a_poll_leaves_the_completions_of_a_queue_whose_batch_is_open_until_it_is_post
     let mut guard = posting
         .as_mut()
         .unwrap()
-        .start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
+        .start_post_send(BatchAddress::new(&av, 0x77, 0xdc, None));
     let request = guard
         .construct_wr(2, WorkRequestFlags::Signaled)
         .setup_write(0x55, 0x1000);
@@ -149,9 +148,7 @@ fn a_reset_queue_posts_at_index_0_again_and_a_dropped_batch_posts_nothing() {
     bed.posting().reset();
     {
         let av = AddressVector::new([5; 48]);
-        let mut guard = bed
-            .posting()
-            .start_post_send_to(BatchAddress::new(&av, 0x77, 0xdc, None));
+        let mut guard = bed.posting().start_post_send(BatchAddress::new(&av, 0x77, 0xdc, None));
         let request = guard
             .construct_wr(9, WorkRequestFlags::Signaled)
             .setup_write(0x55, 0x1000);

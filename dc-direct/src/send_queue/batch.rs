@@ -130,10 +130,18 @@ pub struct SendQueueBatch<'q, A: Addressing = EachRequest> {
 }
 
 impl<'q, A: Addressing> SendQueueBatch<'q, A> {
-    /// Starts a batch on `queue` (`mlx5_send_wr_start`).
+    /// Starts a batch on `queue` (`mlx5_send_wr_start`): its first request goes at the queue's
+    /// posting index.
     #[inline]
     pub(super) fn new(queue: &'q mut SendQueue, addressing: A) -> Self {
-        let batch = Batch::start(queue);
+        let batch = Batch {
+            posting_index: queue.posting_index,
+            len: 0,
+            last: Written { slot: 0, size: 0 },
+            limits: queue.limits,
+            head: queue.head,
+            room: queue.limits.max_post.saturating_sub(queue.outstanding()),
+        };
         Self {
             queue,
             batch,
@@ -162,28 +170,26 @@ impl<'q, A: Addressing> SendQueueBatch<'q, A> {
         self.batch.len as usize
     }
 
-    /// Posts the batch: rings the doorbell for its requests, as `mlx5_send_wr_complete`.
+    /// Posts the batch, as `mlx5_send_wr_complete`: the queue's posting index moves past it and
+    /// the doorbell rings (nothing when it holds no request).
     #[inline]
     pub fn post(self) {
         let Self { queue, batch, .. } = self;
-        queue.post_batch(&batch);
+        if batch.len == 0 {
+            return;
+        }
+        queue.posting_index = batch.posting_index;
+        queue.head = queue.head.wrapping_add(batch.len);
+        // SAFETY: `last` was written into the ring by this batch.
+        unsafe {
+            queue
+                .doorbell
+                .ring(&queue.limits.ring, queue.posting_index, batch.len, batch.last)
+        };
     }
 }
-impl Batch {
-    /// An empty batch on `queue` (`mlx5_send_wr_start`): its first request goes at the queue's
-    /// posting index.
-    #[inline]
-    pub(super) fn start(queue: &SendQueue) -> Self {
-        Self {
-            posting_index: queue.posting_index,
-            len: 0,
-            last: Written { slot: 0, size: 0 },
-            limits: queue.limits,
-            head: queue.head,
-            room: queue.limits.max_post.saturating_sub(queue.outstanding()),
-        }
-    }
 
+impl Batch {
     /// Room for one more request (`mlx5_wq_overflow`: the outstanding requests and the batch's
     /// below `max_post`).
     #[inline]
@@ -195,22 +201,29 @@ impl Batch {
     }
 }
 
-impl SendQueue {
-    /// Posts `batch`, a batch started on this queue and written by [`write`](Self::write) since:
-    /// the queue's posting index moves past it and the doorbell rings (nothing when it holds no
-    /// request), as `mlx5_send_wr_complete`.
+/// The pool's batch, for an initiator of one's own built on the writer: as a direct
+/// initiator's ([`DirectBatch`](crate::DirectBatch)).
+#[cfg(feature = "pool")]
+impl sideway_ext_dc_pool::initiator::PoolBatch for SendQueueBatch<'_, BatchAddress> {
+    type Request<'r>
+        = DirectRequest<'r, BatchAddress>
+    where
+        Self: 'r;
+
     #[inline]
-    pub(super) fn post_batch(&mut self, batch: &Batch) {
-        if batch.len == 0 {
-            return;
-        }
-        self.posting_index = batch.posting_index;
-        self.head = self.head.wrapping_add(batch.len);
-        // SAFETY: `last` was written into the ring by this batch.
-        unsafe {
-            self.doorbell
-                .ring(&self.limits.ring, self.posting_index, batch.len, batch.last)
-        };
+    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
+        SendQueueBatch::construct_wr(self, wr_id, wr_flags)
+    }
+
+    #[inline]
+    fn batch_len(&self) -> usize {
+        SendQueueBatch::batch_len(self)
+    }
+
+    #[inline]
+    fn post(self) -> Result<(), sideway_ext::ibverbs::post_send_guard::TypedPostSendError> {
+        SendQueueBatch::post(self);
+        Ok(())
     }
 }
 

@@ -9,6 +9,8 @@ use std::cell::{Cell, UnsafeCell};
 
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
+#[cfg(feature = "pool")]
+use super::BatchAddress;
 use super::{Addressing, DirectRequest, EachRequest, SendQueue, SendQueueBatch};
 
 /// A send queue and whether it is borrowed: by an open batch, or by the completion table for
@@ -65,17 +67,16 @@ impl SharedSendQueue {
         unsafe { &*self.queue.get() }
     }
 
-    /// Opens a batch on the queue (`mlx5_send_wr_start`), borrowing it until the guard is posted
-    /// or dropped.
+    /// Opens a batch on the queue (`mlx5_send_wr_start`), addressed as `addressing` says,
+    /// borrowing it until the guard is posted or dropped.
     ///
     /// # Safety
     ///
     /// The caller has exclusive access to the queue's owner (the initiator, through `&mut`) for
     /// the guard's lifetime, and no batch is open or completion being retired: the flag is
     /// clear.
-    pub(crate) unsafe fn start_post_send<'s, A: Addressing>(
-        &'s self, start: impl FnOnce(&'s mut SendQueue) -> SendQueueBatch<'s, A>,
-    ) -> DirectBatch<'s, A> {
+    #[inline]
+    pub(crate) unsafe fn start_post_send<A: Addressing>(&self, addressing: A) -> DirectBatch<'_, A> {
         let was_borrowed = self.borrowed.replace(true);
         debug_assert!(!was_borrowed, "a batch opened on a borrowed send queue");
         let borrow = Borrow(&self.borrowed);
@@ -83,7 +84,7 @@ impl SharedSendQueue {
         // `try_with_mut` away until the guard (which holds this borrow) is gone.
         let queue = unsafe { &mut *self.queue.get() };
         DirectBatch {
-            guard: start(queue),
+            guard: SendQueueBatch::new(queue, addressing),
             _borrow: borrow,
         }
     }
@@ -119,5 +120,32 @@ impl<A: Addressing> DirectBatch<'_, A> {
     pub fn post(self) {
         let Self { guard, _borrow } = self;
         guard.post();
+    }
+}
+
+/// The pool's batch: its steps go straight to the guard; `post` cannot fail (each request was
+/// answered at its data step).
+#[cfg(feature = "pool")]
+impl sideway_ext_dc_pool::initiator::PoolBatch for DirectBatch<'_, BatchAddress> {
+    type Request<'r>
+        = DirectRequest<'r, BatchAddress>
+    where
+        Self: 'r;
+
+    #[inline]
+    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_> {
+        self.guard.construct_wr(wr_id, wr_flags)
+    }
+
+    #[inline]
+    fn batch_len(&self) -> usize {
+        self.guard.batch_len()
+    }
+
+    #[inline]
+    fn post(self) -> Result<(), sideway_ext::ibverbs::post_send_guard::TypedPostSendError> {
+        let Self { guard, _borrow } = self;
+        guard.post();
+        Ok(())
     }
 }

@@ -13,13 +13,12 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use softmlx5::oracle::decode::decode_dc_wqe;
 use softmlx5::oracle::{DciShape, OracleDci};
 
-use super::support::{CqMemory, CqeFields};
-use crate::completion_queue::direct::Polling;
+use super::support::{CqMemory, CqeFields, Polling};
 use crate::completion_queue::{Completion, PollDirectCompletionQueueErrorKind};
 use crate::initiator::parts::send_queue_parts;
 use crate::initiator::parts::tests::{created_of, object_of};
 use crate::send_queue::shared::SharedSendQueue;
-use crate::send_queue::{AddressVector, SendQueue, WorkRequestErrorKind};
+use crate::send_queue::{AddressVector, EachRequest, SendQueue, WorkRequestErrorKind};
 
 /// A posted request the device has not completed yet.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +77,7 @@ impl Queue {
         let mut wr_ids = Vec::new();
         {
             // SAFETY: the test holds the queue exclusively and is not inside the table.
-            let mut guard = unsafe { self.queue.start_post_send(SendQueue::start_post_send) };
+            let mut guard = unsafe { self.queue.start_post_send(EachRequest) };
             for i in 0..count {
                 let last = i + 1 == room || (signal_last && i + 1 == count);
                 let (wr_id, signaled) = (rng.random::<u64>(), last || rng.random_bool(0.5));
@@ -268,7 +267,7 @@ fn a_completion_of_a_queue_in_a_batch_waits_unconsumed_until_the_batch_is_done()
     let consumer_index = |device: &mut Device| device.memory.doorbell_record();
     {
         // SAFETY: the test holds the queue exclusively and is not inside the table.
-        let _batch = unsafe { first.queue.start_post_send(SendQueue::start_post_send) };
+        let _batch = unsafe { first.queue.start_post_send(EachRequest) };
         // The other queue's completion comes first; the poll stops before this one's.
         assert_eq!(device.poll(4), Ok(vec![second_wr_id]));
         assert_eq!(

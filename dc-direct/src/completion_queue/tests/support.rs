@@ -6,7 +6,9 @@ use std::rc::Rc;
 
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use crate::completion_queue::{CompletionQueueParts, CompletionQueuePoller, SendQueueTable};
+use crate::completion_queue::{
+    Completion, CompletionQueueParts, CompletionQueuePoller, PollDirectCompletionQueueError, SendQueueTable,
+};
 use crate::send_queue::shared::SharedSendQueue;
 use crate::send_queue::tests::{Limits, Memory};
 use crate::send_queue::AddressVector;
@@ -198,5 +200,36 @@ impl TableWithQueue {
     /// Requests posted and not completed (`sq.head - sq.tail`): the room completions free.
     pub(crate) fn outstanding(&self) -> u32 {
         self.queue.try_with_mut(|queue| queue.outstanding()).unwrap()
+    }
+}
+
+/// A poller over CQ memory and the table of the send queues completing into it: a direct CQ
+/// without its sideway CQ.
+#[derive(Debug)]
+pub(crate) struct Polling {
+    poller: CompletionQueuePoller,
+    table: Rc<SendQueueTable>,
+}
+
+impl Polling {
+    /// # Safety
+    ///
+    /// As [`CompletionQueuePoller::new`].
+    pub(crate) unsafe fn new(
+        parts: CompletionQueueParts,
+    ) -> Result<Self, crate::completion_queue::CreateDirectCompletionQueueError> {
+        Ok(Self {
+            // SAFETY: the caller's promise.
+            poller: unsafe { CompletionQueuePoller::new(parts) }?,
+            table: Rc::default(),
+        })
+    }
+
+    pub(crate) fn poll(&mut self, completions: &mut [Completion]) -> Result<usize, PollDirectCompletionQueueError> {
+        self.poller.poll(&self.table, completions)
+    }
+
+    pub(crate) fn table(&self) -> &Rc<SendQueueTable> {
+        &self.table
     }
 }
