@@ -2,7 +2,7 @@
 //! `providers/mlx5/qp.c`), for x86-64 as rdma-core defines them in `util/udma_barrier.h` and
 //! `util/mmio.h`:
 //!
-//! | rdma-core, and the [`Mmio`] method of the same name | x86-64 |
+//! | rdma-core, and the [`Hardware`] method of the same name | x86-64 |
 //! |---|---|
 //! | `udma_to_device_barrier()` | compiler barrier only |
 //! | `udma_from_device_barrier()` | `lfence` |
@@ -15,40 +15,6 @@
 //! `nomem`). `mmio_wc_spinlock` is not here: libmlx5 takes it only for a BlueFlame register it
 //! shares between queue pairs, and a direct writer owns its register.
 use std::ptr::NonNull;
-
-/// The barriers and stores a doorbell makes (see the [module](self) table).
-pub(crate) trait Mmio {
-    /// `udma_to_device_barrier()`: the device sees the CPU's stores to its queues before any
-    /// store that follows.
-    fn udma_to_device_barrier(&mut self);
-
-    /// `udma_from_device_barrier()`: reads after it see what the device stored before a store
-    /// the CPU saw.
-    fn udma_from_device_barrier(&mut self);
-
-    /// `mmio_wc_start()`: orders what came before ahead of the write-combining stores that
-    /// follow.
-    fn mmio_wc_start(&mut self);
-
-    /// `mmio_flush_writes()`: flushes the write-combining stores made so far.
-    fn mmio_flush_writes(&mut self);
-
-    /// `mmio_write64_be(register + offset, bytes)`: one 8-byte store of `bytes` as they are.
-    ///
-    /// # Safety
-    ///
-    /// `register + offset` must be 8-byte aligned and writable for 8 bytes.
-    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]);
-
-    /// `mmio_memcpy_x64(register + offset, source, 64)`: the 64 bytes at `source`, stored in
-    /// ascending order.
-    ///
-    /// # Safety
-    ///
-    /// `register + offset` must be 64-byte aligned and writable for 64 bytes, `source` 8-byte
-    /// aligned and readable for 64 bytes.
-    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>);
-}
 
 /// The one architecture the doorbell's barriers and stores are written for.
 pub(crate) const ARCHITECTURE: &str = "x86_64";
@@ -77,36 +43,21 @@ impl Hardware {
         #[cfg(not(target_arch = "x86_64"))]
         return None;
     }
-}
 
-#[cfg(target_arch = "x86_64")]
-impl Mmio for Hardware {
+    /// `mmio_wc_start()`: orders what came before ahead of the write-combining stores that
+    /// follow.
     #[inline]
-    fn udma_to_device_barrier(&mut self) {
-        // SAFETY: an empty instruction; without `nomem` it is the compiler barrier
-        // `asm volatile("" ::: "memory")` of udma_barrier.h's x86-64 case.
-        unsafe { std::arch::asm!("", options(nostack, preserves_flags)) }
-    }
-
-    #[inline]
-    fn udma_from_device_barrier(&mut self) {
-        // SAFETY: `lfence` only orders loads; no register or memory operand.
-        unsafe { std::arch::asm!("lfence", options(nostack, preserves_flags)) }
-    }
-
-    #[inline]
-    fn mmio_wc_start(&mut self) {
+    pub(crate) fn mmio_wc_start(&mut self) {
         self.mmio_flush_writes()
     }
 
+    /// `mmio_write64_be(register + offset, bytes)`: one 8-byte store of `bytes` as they are.
+    ///
+    /// # Safety
+    ///
+    /// `register + offset` must be 8-byte aligned and writable for 8 bytes.
     #[inline]
-    fn mmio_flush_writes(&mut self) {
-        // SAFETY: `sfence` only orders stores; no register or memory operand.
-        unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) }
-    }
-
-    #[inline]
-    unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
+    pub(crate) unsafe fn mmio_write64_be(&mut self, register: NonNull<u8>, offset: usize, bytes: [u8; 8]) {
         // SAFETY: the caller's promise: aligned and writable. A volatile aligned u64 store is one
         // 8-byte store, as mmio.h's relaxed atomic store.
         unsafe {
@@ -117,8 +68,15 @@ impl Mmio for Hardware {
         }
     }
 
+    /// `mmio_memcpy_x64(register + offset, source, 64)`: the 64 bytes at `source`, stored in
+    /// ascending order.
+    ///
+    /// # Safety
+    ///
+    /// `register + offset` must be 64-byte aligned and writable for 64 bytes, `source` 8-byte
+    /// aligned and readable for 64 bytes.
     #[inline]
-    unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
+    pub(crate) unsafe fn mmio_memcpy_x64(&mut self, register: NonNull<u8>, offset: usize, source: NonNull<u8>) {
         let source = source.cast::<u64>();
         // SAFETY: the caller's promise: the 64 bytes from register + offset are writable.
         let destination = unsafe { register.add(offset) }.cast::<u64>();
@@ -130,29 +88,46 @@ impl Mmio for Hardware {
     }
 }
 
+/// The barriers themselves: x86-64's instructions.
+#[cfg(target_arch = "x86_64")]
+impl Hardware {
+    /// `udma_to_device_barrier()`: the device sees the CPU's stores to its queues before any
+    /// store that follows.
+    #[inline]
+    pub(crate) fn udma_to_device_barrier(&mut self) {
+        // SAFETY: an empty instruction; without `nomem` it is the compiler barrier
+        // `asm volatile("" ::: "memory")` of udma_barrier.h's x86-64 case.
+        unsafe { std::arch::asm!("", options(nostack, preserves_flags)) }
+    }
+
+    /// `udma_from_device_barrier()`: reads after it see what the device stored before a store
+    /// the CPU saw.
+    #[inline]
+    pub(crate) fn udma_from_device_barrier(&mut self) {
+        // SAFETY: `lfence` only orders loads; no register or memory operand.
+        unsafe { std::arch::asm!("lfence", options(nostack, preserves_flags)) }
+    }
+
+    /// `mmio_flush_writes()`: flushes the write-combining stores made so far.
+    #[inline]
+    pub(crate) fn mmio_flush_writes(&mut self) {
+        // SAFETY: `sfence` only orders stores; no register or memory operand.
+        unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) }
+    }
+}
+
+/// Elsewhere there is no `Hardware` to call them on.
 #[cfg(not(target_arch = "x86_64"))]
-impl Mmio for Hardware {
-    fn udma_to_device_barrier(&mut self) {
+impl Hardware {
+    pub(crate) fn udma_to_device_barrier(&mut self) {
         match self.never {}
     }
 
-    fn udma_from_device_barrier(&mut self) {
+    pub(crate) fn udma_from_device_barrier(&mut self) {
         match self.never {}
     }
 
-    fn mmio_wc_start(&mut self) {
-        match self.never {}
-    }
-
-    fn mmio_flush_writes(&mut self) {
-        match self.never {}
-    }
-
-    unsafe fn mmio_write64_be(&mut self, _register: NonNull<u8>, _offset: usize, _bytes: [u8; 8]) {
-        match self.never {}
-    }
-
-    unsafe fn mmio_memcpy_x64(&mut self, _register: NonNull<u8>, _offset: usize, _source: NonNull<u8>) {
+    pub(crate) fn mmio_flush_writes(&mut self) {
         match self.never {}
     }
 }

@@ -54,7 +54,7 @@ pub use completion::Completion;
 pub use direct::DirectCompletionQueue;
 pub(crate) use table::SendQueueTable;
 
-use crate::barrier::{Hardware, Mmio};
+use crate::barrier::Hardware;
 use cqe::{cqe_opcode, Cqe, FORMAT_COMPRESSED};
 pub use error::{
     CreateDirectCompletionQueueError, CreateDirectCompletionQueueErrorKind, PollDirectCompletionQueueError,

@@ -18,7 +18,7 @@ use std::ptr::NonNull;
 
 use super::ring::{Ring, BASIC_BLOCK};
 use super::wqe::Written;
-use crate::barrier::{Hardware, Mmio};
+use crate::barrier::Hardware;
 
 /// The index of the send queue's word in the doorbell record (`MLX5_SND_DBR`).
 const SEND_DOORBELL_RECORD: usize = 1;
