@@ -151,7 +151,8 @@ impl DirectDcInitiator {
     }
 
     /// Starts a batch of requests to the DCT `dct_number` with access key `dc_key`, over the
-    /// route of `address`: each goes `construct_wr` → an operation → the data.
+    /// route of `address`, on DCI stream `stream_id` if given
+    /// (`mlx5_send_wr_set_dc_addr_stream`): each goes `construct_wr` → an operation → the data.
     ///
     /// ```no_run
     /// use sideway::ibverbs::queue_pair::WorkRequestFlags;
@@ -159,7 +160,7 @@ impl DirectDcInitiator {
     /// use sideway_ext_dc_direct::DirectDcInitiator;
     ///
     /// # fn post(dci: &mut DirectDcInitiator, av: &AddressVector) -> Result<(), Box<dyn std::error::Error>> {
-    /// let mut guard = dci.start_post_send_to(av, 0x00ab_cdef, 0xdc);
+    /// let mut guard = dci.start_post_send_to(av, 0x00ab_cdef, 0xdc, None);
     /// for i in 0..4u64 {
     ///     let write = guard.construct_wr(i, WorkRequestFlags::Signaled).setup_write(0x1234, 0x10_0000 + 64 * i);
     ///     // SAFETY: the 64 bytes at 0x20_0000 are registered under lkey 7 and outlive the requests.
@@ -170,20 +171,10 @@ impl DirectDcInitiator {
     /// ```
     #[inline]
     pub fn start_post_send_to(
-        &mut self, address: &AddressVector, dct_number: u32, dc_key: u64,
+        &mut self, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>,
     ) -> DirectBatch<'_, BatchAddress> {
         self.posting
-            .start_post_send(BatchAddress::new(address, dct_number, dc_key, None))
-    }
-
-    /// As [`start_post_send_to`](Self::start_post_send_to), on DCI stream `stream_id`
-    /// (`mlx5_send_wr_set_dc_addr_stream`).
-    #[inline]
-    pub fn start_post_send_to_stream(
-        &mut self, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
-    ) -> DirectBatch<'_, BatchAddress> {
-        self.posting
-            .start_post_send(BatchAddress::new(address, dct_number, dc_key, Some(stream_id)))
+            .start_post_send(BatchAddress::new(address, dct_number, dc_key, stream_id))
     }
 
     /// The register it rings its doorbell through, and why it may write it alone.

@@ -51,172 +51,83 @@ mod private {
     }
 }
 
-/// A SEND (`ibv_wr_send`, mlx5 opcode `MLX5_OPCODE_SEND`).
-#[derive(Debug, Clone, Copy)]
-pub struct Send {}
-
-impl private::Sealed for Send {
-    #[inline]
-    fn segments(&self) -> Segments {
-        Segments {
-            opcode: 0x0a,
-            name: "ibv_wr_send",
-            immediate: None,
-            remote: Remote::None,
+/// An operation type with the fields its builder was given, and the segments it puts in its
+/// request.
+macro_rules! operation {
+    ($(#[$doc:meta])* $name:ident { $($field:ident: $type:ty),* } => |$op:ident| $segments:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name {
+            $(pub(super) $field: $type,)*
         }
+
+        impl private::Sealed for $name {
+            #[inline]
+            fn segments(&self) -> Segments {
+                let $op = self;
+                $segments
+            }
+        }
+
+        impl WqeOperation for $name {}
+    };
+}
+
+operation! {
+    /// A SEND (`ibv_wr_send`, mlx5 opcode `MLX5_OPCODE_SEND`).
+    Send {} => |_op| Segments { opcode: 0x0a, name: "ibv_wr_send", immediate: None, remote: Remote::None }
+}
+
+operation! {
+    /// A SEND with immediate data (`ibv_wr_send_imm`, `MLX5_OPCODE_SEND_IMM`).
+    SendWithImmediate { imm_data: u32 } => |op| Segments {
+        opcode: 0x0b, name: "ibv_wr_send_imm", immediate: Some(op.imm_data), remote: Remote::None,
     }
 }
 
-impl WqeOperation for Send {}
+operation! {
+    /// An RDMA WRITE (`ibv_wr_rdma_write`, `MLX5_OPCODE_RDMA_WRITE`).
+    Write { rkey: u32, remote_addr: u64 } => |op| Segments {
+        opcode: 0x08, name: "ibv_wr_rdma_write", immediate: None,
+        remote: Remote::Memory { rkey: op.rkey, remote_addr: op.remote_addr },
+    }
+}
+
+operation! {
+    /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`, `MLX5_OPCODE_RDMA_WRITE_IMM`).
+    WriteWithImmediate { rkey: u32, remote_addr: u64, imm_data: u32 } => |op| Segments {
+        opcode: 0x09, name: "ibv_wr_rdma_write_imm", immediate: Some(op.imm_data),
+        remote: Remote::Memory { rkey: op.rkey, remote_addr: op.remote_addr },
+    }
+}
+
+operation! {
+    /// An RDMA READ (`ibv_wr_rdma_read`, `MLX5_OPCODE_RDMA_READ`).
+    Read { rkey: u32, remote_addr: u64 } => |op| Segments {
+        opcode: 0x10, name: "ibv_wr_rdma_read", immediate: None,
+        remote: Remote::Memory { rkey: op.rkey, remote_addr: op.remote_addr },
+    }
+}
+
+operation! {
+    /// An atomic compare-and-swap (`ibv_wr_atomic_cmp_swp`, `MLX5_OPCODE_ATOMIC_CS`).
+    AtomicCompareAndSwap { rkey: u32, remote_addr: u64, compare: u64, swap: u64 } => |op| Segments {
+        opcode: 0x11, name: "ibv_wr_atomic_cmp_swp", immediate: None,
+        remote: Remote::Atomic {
+            rkey: op.rkey, remote_addr: op.remote_addr, swap_add: op.swap, compare: Some(op.compare),
+        },
+    }
+}
+
+operation! {
+    /// An atomic fetch-and-add (`ibv_wr_atomic_fetch_add`, `MLX5_OPCODE_ATOMIC_FA`).
+    AtomicFetchAndAdd { rkey: u32, remote_addr: u64, add: u64 } => |op| Segments {
+        opcode: 0x12, name: "ibv_wr_atomic_fetch_add", immediate: None,
+        remote: Remote::Atomic { rkey: op.rkey, remote_addr: op.remote_addr, swap_add: op.add, compare: None },
+    }
+}
+
 impl InlineOperation for Send {}
-
-/// A SEND with immediate data (`ibv_wr_send_imm`, `MLX5_OPCODE_SEND_IMM`).
-#[derive(Debug, Clone, Copy)]
-pub struct SendWithImmediate {
-    pub(super) imm_data: u32,
-}
-
-impl private::Sealed for SendWithImmediate {
-    #[inline]
-    fn segments(&self) -> Segments {
-        Segments {
-            opcode: 0x0b,
-            name: "ibv_wr_send_imm",
-            immediate: Some(self.imm_data),
-            remote: Remote::None,
-        }
-    }
-}
-
-impl WqeOperation for SendWithImmediate {}
 impl InlineOperation for SendWithImmediate {}
-
-/// An RDMA WRITE (`ibv_wr_rdma_write`, `MLX5_OPCODE_RDMA_WRITE`).
-#[derive(Debug, Clone, Copy)]
-pub struct Write {
-    pub(super) rkey: u32,
-    pub(super) remote_addr: u64,
-}
-
-impl private::Sealed for Write {
-    #[inline]
-    fn segments(&self) -> Segments {
-        Segments {
-            opcode: 0x08,
-            name: "ibv_wr_rdma_write",
-            immediate: None,
-            remote: Remote::Memory {
-                rkey: self.rkey,
-                remote_addr: self.remote_addr,
-            },
-        }
-    }
-}
-
-impl WqeOperation for Write {}
 impl InlineOperation for Write {}
-
-/// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`, `MLX5_OPCODE_RDMA_WRITE_IMM`).
-#[derive(Debug, Clone, Copy)]
-pub struct WriteWithImmediate {
-    pub(super) rkey: u32,
-    pub(super) remote_addr: u64,
-    pub(super) imm_data: u32,
-}
-
-impl private::Sealed for WriteWithImmediate {
-    #[inline]
-    fn segments(&self) -> Segments {
-        Segments {
-            opcode: 0x09,
-            name: "ibv_wr_rdma_write_imm",
-            immediate: Some(self.imm_data),
-            remote: Remote::Memory {
-                rkey: self.rkey,
-                remote_addr: self.remote_addr,
-            },
-        }
-    }
-}
-
-impl WqeOperation for WriteWithImmediate {}
 impl InlineOperation for WriteWithImmediate {}
-
-/// An RDMA READ (`ibv_wr_rdma_read`, `MLX5_OPCODE_RDMA_READ`).
-#[derive(Debug, Clone, Copy)]
-pub struct Read {
-    pub(super) rkey: u32,
-    pub(super) remote_addr: u64,
-}
-
-impl private::Sealed for Read {
-    #[inline]
-    fn segments(&self) -> Segments {
-        Segments {
-            opcode: 0x10,
-            name: "ibv_wr_rdma_read",
-            immediate: None,
-            remote: Remote::Memory {
-                rkey: self.rkey,
-                remote_addr: self.remote_addr,
-            },
-        }
-    }
-}
-
-impl WqeOperation for Read {}
-
-/// An atomic compare-and-swap (`ibv_wr_atomic_cmp_swp`, `MLX5_OPCODE_ATOMIC_CS`).
-#[derive(Debug, Clone, Copy)]
-pub struct AtomicCompareAndSwap {
-    pub(super) rkey: u32,
-    pub(super) remote_addr: u64,
-    pub(super) compare: u64,
-    pub(super) swap: u64,
-}
-
-impl private::Sealed for AtomicCompareAndSwap {
-    #[inline]
-    fn segments(&self) -> Segments {
-        Segments {
-            opcode: 0x11,
-            name: "ibv_wr_atomic_cmp_swp",
-            immediate: None,
-            remote: Remote::Atomic {
-                rkey: self.rkey,
-                remote_addr: self.remote_addr,
-                swap_add: self.swap,
-                compare: Some(self.compare),
-            },
-        }
-    }
-}
-
-impl WqeOperation for AtomicCompareAndSwap {}
-
-/// An atomic fetch-and-add (`ibv_wr_atomic_fetch_add`, `MLX5_OPCODE_ATOMIC_FA`).
-#[derive(Debug, Clone, Copy)]
-pub struct AtomicFetchAndAdd {
-    pub(super) rkey: u32,
-    pub(super) remote_addr: u64,
-    pub(super) add: u64,
-}
-
-impl private::Sealed for AtomicFetchAndAdd {
-    #[inline]
-    fn segments(&self) -> Segments {
-        Segments {
-            opcode: 0x12,
-            name: "ibv_wr_atomic_fetch_add",
-            immediate: None,
-            remote: Remote::Atomic {
-                rkey: self.rkey,
-                remote_addr: self.remote_addr,
-                swap_add: self.add,
-                compare: None,
-            },
-        }
-    }
-}
-
-impl WqeOperation for AtomicFetchAndAdd {}
