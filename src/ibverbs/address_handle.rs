@@ -253,8 +253,8 @@ impl AddressHandle {
         pd: &Arc<ProtectionDomain>, attr: &AddressHandleAttribute,
     ) -> Result<Self, CreateAddressHandleError> {
         let port = attr.port();
-        // The port is checked before the call, global or not.
         let addressing = port_addressing(pd, port)?;
+
         addressing.check_global(port, attr.is_global())?;
         if addressing.is_roce() {
             // SAFETY: the PD (and so its context) is alive.

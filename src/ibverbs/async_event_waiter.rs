@@ -1,6 +1,5 @@
 //! Waiting for asynchronous events from a tokio task (feature `tokio`): an [`AsyncEventWaiter`]
-//! puts a device context's asynchronous event descriptor, made non-blocking, in tokio's reactor
-//! ([`AsyncFd`]).
+//! puts a device context's event descriptor, made non-blocking, in tokio's reactor ([`AsyncFd`]).
 //!
 //! # The limit-event refill loop
 //!
@@ -77,8 +76,7 @@ pub struct AsyncEventWaiter {
 }
 
 impl AsyncEventWaiter {
-    /// Makes the context's event descriptor non-blocking and registers it with the current
-    /// tokio runtime's reactor.
+    /// Makes the context's event descriptor non-blocking and registers it with the tokio reactor.
     ///
     /// # Errors
     ///
@@ -91,8 +89,7 @@ impl AsyncEventWaiter {
         reader
             .set_nonblocking(true)
             .map_err(CreateAsyncEventWaiterErrorKind::Ibverbs)?;
-        // Registration panics in a runtime built without its I/O driver: that is reported as
-        // NoReactor instead of unwinding through the caller.
+        // Registration panics in a runtime without its I/O driver: reported as NoReactor instead.
         let registered = catch_unwind(AssertUnwindSafe(|| {
             // SAFETY: the descriptor is the context's `async_fd`, open until the context is
             // closed, which the Arc the reader holds prevents for the AsyncFd's lifetime;
@@ -106,13 +103,12 @@ impl AsyncEventWaiter {
         }
     }
 
-    /// Waits, without blocking the thread, for the next asynchronous event of the context.
-    /// Cancel safe: a dropped future has consumed no event.
+    /// Awaits the context's next event; cancel safe: a dropped future has consumed no event.
     ///
     /// # Errors
     ///
-    /// As [`AsyncEventReader::read`], and the reactor's errors, as
-    /// [`Ibverbs`](ReadAsyncEventErrorKind::Ibverbs).
+    /// As [`AsyncEventReader::read`], and the reactor's as [`Ibverbs`](ReadAsyncEventErrorKind::Ibverbs).
+
     pub async fn wait(&self) -> Result<AsyncEvent, ReadAsyncEventError> {
         loop {
             let mut ready = self.fd.readable().await.map_err(ReadAsyncEventErrorKind::Ibverbs)?;

@@ -1,5 +1,4 @@
-//! Completion events: sleeping until a completion queue gets a completion instead of busy
-//! polling it.
+//! Completion events: sleep until a completion queue gets a completion instead of busy polling.
 //!
 //! The loop, for a CQ created with
 //! [`setup_comp_channel`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_comp_channel):
@@ -35,10 +34,8 @@
 //!
 //! Each event holds its CQ until it is acknowledged (on drop), as `ibv_destroy_cq` waits for
 //! every event it delivered to be acknowledged. An event can only name a CQ armed through this
-//! crate's `req_notify_cq`, which records the CQ weakly; an event for a CQ armed some other way
-//! is acknowledged at once and reported as
-//! [`GetCompletionEventErrorKind::UnknownCompletionQueue`]. See
-//! [`ibv_get_cq_event`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html).
+//! crate's `req_notify_cq`, which records the CQ weakly; one for a CQ armed another way is
+//! acknowledged at once and reported as [`GetCompletionEventErrorKind::UnknownCompletionQueue`].
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::io;
@@ -81,24 +78,20 @@ pub struct GetCompletionEventError(#[from] pub GetCompletionEventErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GetCompletionEventErrorKind {
-    /// The event was for a CQ not armed through this crate (or being destroyed); it was
-    /// acknowledged and dropped.
+    /// The event was for a CQ not armed through this crate (or being destroyed); acknowledged.
     #[error("completion event for a completion queue not armed through req_notify_cq (ibv_cq at {cq:#x})")]
     UnknownCompletionQueue {
         /// The address of the CQ's `ibv_cq`.
         cq: usize,
     },
-    /// `ibv_get_cq_event` or `ppoll` failed ([`io::ErrorKind::WouldBlock`] on a non-blocking
-    /// channel with no event pending).
+    /// `ibv_get_cq_event` or `ppoll` failed (`WouldBlock`: a non-blocking channel has no event).
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
 }
 
-/// One completion event: the CQ it names (and holds) got a completion after it was armed.
-/// Acknowledged with `ibv_ack_cq_events` when dropped.
+/// A completion event for the CQ it names and holds, acknowledged (`ibv_ack_cq_events`) on drop.
 #[derive(Debug)]
 pub struct CompletionEvent {
-    // Acknowledged in Drop before this handle is released.
     cq: GenericCompletionQueue,
 }
 
@@ -114,9 +107,7 @@ impl CompletionEvent {
         unsafe { self.cq.cq() == cq.cq() }
     }
 
-    /// The context pointer the CQ was created with
-    /// ([`setup_cq_context`](sideway::ibverbs::completion::CompletionQueueBuilder::setup_cq_context)),
-    /// null when none was set.
+    /// The context pointer the CQ was created with (`setup_cq_context`), null when none was set.
     pub fn cq_context(&self) -> *mut c_void {
         // SAFETY: the CQ is alive while the event holds it; cq_context is set at creation.
         unsafe { self.cq.cq().as_ref().cq_context }
@@ -192,8 +183,7 @@ fn find_armed(address: usize) -> Option<GenericCompletionQueue> {
         .and_then(ArmedCompletionQueue::upgrade)
 }
 
-/// Arms `cq` with `ibv_req_notify_cq`, after recording it (`armed`, its weak handle) for
-/// [`get_cq_event`].
+/// Arms `cq` (`ibv_req_notify_cq`) after recording its weak handle `armed` for [`get_cq_event`].
 pub(crate) fn req_notify_cq(
     cq: &impl CompletionQueue, armed: ArmedCompletionQueue, solicited_only: bool,
 ) -> Result<(), RequestNotifyCompletionQueueError> {
@@ -213,8 +203,8 @@ pub(crate) fn req_notify_cq(
     Ok(())
 }
 
-/// Reads the next event of `channel` with `ibv_get_cq_event` (waiting unless the channel is
-/// non-blocking).
+/// Reads the next event of `channel` with `ibv_get_cq_event` (blocking unless non-blocking).
+
 pub(crate) fn get_cq_event(channel: &CompletionChannel) -> Result<CompletionEvent, GetCompletionEventError> {
     let mut cq: *mut ibv_cq = ptr::null_mut();
     let mut cq_context: *mut c_void = ptr::null_mut();

@@ -5,9 +5,7 @@
 use super::device_attributes::{DciStreamsCapabilities, Mlx5DeviceAttributes, OdpTransportCapabilities};
 use super::send_wqe_sizes::SendWqeSizes;
 
-/// What a program needs to know before it builds DC queue pairs on a device: whether DC can be
-/// there at all (an mlx5 device), how deep DC reads and atomics can go, DCI streams, DC on-demand
-/// paging and the largest send request.
+/// What a program needs to know before it builds DC queue pairs on a device.
 ///
 /// Combines [`mlx5dv_query_device(3)`] (the DC values), the device's general capabilities
 /// (`max_wqe_sz_sq` and `max_wqe_sz_sq_dc`, [`SendWqeSizes`]) and sideway's
@@ -28,9 +26,7 @@ pub struct DcCapabilities {
 }
 
 impl DcCapabilities {
-    /// Combines the mlx5 attributes and send request sizes (`None` when the device is not mlx5)
-    /// with the RC read/atomic depths from `ibv_query_device` (`max_qp_rd_atom`,
-    /// `max_qp_init_rd_atom`).
+    /// Combines the mlx5 parts (`None` when the device is not mlx5) with the RC depths.
     pub(crate) fn from_parts(
         mlx5: Option<(&Mlx5DeviceAttributes, SendWqeSizes)>, rc_max_qp_rd_atom: i32, rc_max_qp_init_rd_atom: i32,
     ) -> Self {
@@ -54,17 +50,15 @@ impl DcCapabilities {
         }
     }
 
-    /// Whether the device answered the mlx5 direct-verbs query (it is an mlx5 device and libmlx5
-    /// is loaded).
+    /// Whether the device answered the mlx5 direct-verbs query (an mlx5 device, libmlx5 loaded).
     pub fn is_mlx5(&self) -> bool {
         self.is_mlx5
     }
 
-    /// Whether the device can have DC at all: the same answer as [`is_mlx5`](Self::is_mlx5), mlx5
-    /// being the only provider with DC. `false` means no DC; `true` does not promise it:
-    /// `mlx5dv_query_device` has no "DC supported" bit, and a few mlx5 devices (ConnectX-4 Lx,
-    /// some virtual functions) lack DC. The definitive test is creating a DC target and moving it
-    /// to RTR, where the hardware object is created.
+    /// Whether the device can have DC at all: [`is_mlx5`](Self::is_mlx5), the only provider with
+    /// DC. `true` does not promise it: `mlx5dv_query_device` has no "DC supported" bit, and a few
+    /// mlx5 devices (ConnectX-4 Lx, some virtual functions) lack DC; the definitive test is moving
+    /// a DC target to RTR, where the hardware object is created.
     pub fn is_supported(&self) -> bool {
         self.is_mlx5
     }
@@ -97,10 +91,9 @@ impl DcCapabilities {
     }
 
     /// The largest send request the device takes (`max_wqe_sz_sq`, and `max_wqe_sz_sq_dc` for a DC
-    /// initiator), read with `QUERY_HCA_CAP`, or the bound every device takes where the device did
-    /// not answer ([`SendWqeSizes::is_reported`]). [`None`] when the device is not mlx5. A DC
-    /// initiator whose largest request does not fit is refused
-    /// ([`RequestTooLarge`](crate::mlx5::dc::initiator::CreateDcInitiatorErrorKind::RequestTooLarge)).
+    /// initiator), read with `QUERY_HCA_CAP`, or the bound every device takes where it did not
+    /// answer ([`SendWqeSizes::is_reported`]); [`None`] when the device is not mlx5.
+
     pub fn send_wqe_sizes(&self) -> Option<SendWqeSizes> {
         self.send_wqe_sizes
     }

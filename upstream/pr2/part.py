@@ -19,17 +19,10 @@ _NO_SEND_WQE_SIZES = {
     ],
     "src/mlx5/dc_capabilities.rs": [
         ("use super::send_wqe_sizes::SendWqeSizes;\n", "", 1),
-        (", DCI streams, DC on-demand\n/// paging and the largest send request.",
-         ", DCI streams and DC on-demand\n/// paging.", 1),
         ("(the DC values), the device's general capabilities\n"
          "/// (`max_wqe_sz_sq` and `max_wqe_sz_sq_dc`, [`SendWqeSizes`]) and sideway's\n",
          "(the DC values) with sideway's\n", 1),
         ("    send_wqe_sizes: Option<SendWqeSizes>,\n", "", 1),
-        ("attributes and send request sizes (`None` when the device is not mlx5)\n"
-         "    /// with the RC read/atomic depths from `ibv_query_device` (`max_qp_rd_atom`,\n"
-         "    /// `max_qp_init_rd_atom`).",
-         "attributes (`None` when the device is not mlx5) with the RC read/atomic\n"
-         "    /// depths from `ibv_query_device` (`max_qp_rd_atom`, `max_qp_init_rd_atom`).", 1),
         ("mlx5: Option<(&Mlx5DeviceAttributes, SendWqeSizes)>,", "mlx5: Option<&Mlx5DeviceAttributes>,", 1),
         (("        let (mlx5, send_wqe_sizes) = match mlx5 {", "        };\n"), "", 1),
         ("            send_wqe_sizes,\n", "", 1),

@@ -22,19 +22,12 @@ UNGATED = [
 # (IBV_QPF_GRH_REQUIRED), from which the endpoint's address is global, or refused where the
 # endpoint has no GID (its DC target, 3b-2, was brought up without one).
 _GRH_REQUIRED = [
-    (("    /// The local port is InfiniBand and requires a GRH", "    GidRequired {\n        /// The local port.\n"
+    (("    /// The local InfiniBand port requires a GRH", "    GidRequired {\n        /// The local port.\n"
       "        port: u8,\n    },\n"), "", 1),
-    ("    /// Creates the address handle that reaches this endpoint from local `port` (the\n"
-     "    /// [`address_handle_attribute`](Self::address_handle_attribute); the\n"
-     "    /// [`global_address_handle_attribute`](Self::global_address_handle_attribute) from an\n"
+    (" (global from an\n"
      "    /// InfiniBand port that requires a GRH, `IBV_QPF_GRH_REQUIRED`, where the kernel refuses any\n"
-     "    /// other), after checking with `ibv_query_port` that the port is on the endpoint's link\n"
-     "    /// layer. Cache the handle: one per destination, kept alive until the requests that use it\n"
-     "    /// have completed.\n",
-     "    /// Creates the address handle that reaches this endpoint from local `port` (the\n"
-     "    /// [`address_handle_attribute`](Self::address_handle_attribute)), after checking with\n"
-     "    /// `ibv_query_port` that the port is on the endpoint's link layer. Cache the handle: one per\n"
-     "    /// destination, kept alive until the requests that use it have completed.\n", 1),
+     "    /// other). Cache it: one per destination, alive until its requests complete.",
+     ". Cache it: one per\n    /// destination, alive until its requests complete.", 1),
     ("    /// - [`GidRequired`](CreateDcAddressHandleErrorKind::GidRequired): the local port requires a\n"
      "    ///   GRH and the endpoint has no GID.\n", "", 1),
     (("        match addressing {\n            PortAddressing::InfiniBandGrhRequired if", "        }\n"),
@@ -89,8 +82,7 @@ _READ_MTU_DOCS = [
     ("the MTU is unknown and nothing is refused for it.", "the MTU is unknown.", 1),
 ]
 _READ_MTU = [
-    (" The handle carries the endpoint's [`path_mtu`](Self::path_mtu)\n"
-     "    /// ([`AddressHandle::destination_path_mtu`]), which a DC initiator holds its READs to.\n", "\n", 1),
+    (" The handle\n    /// carries the [`path_mtu`](Self::path_mtu) a DC initiator holds its READs to.\n", "\n", 1),
     ("        let ah = AddressHandle::new(pd, &attr).map_err(CreateDcAddressHandleErrorKind::from)?;\n"
      "        Ok(Arc::new(ah.with_destination_path_mtu(self.path_mtu)))\n",
      "        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;\n        Ok(ah)\n", 1),
@@ -110,10 +102,8 @@ def ENDPOINT_REWRITES(part):
     """The rewrites of src/mlx5/dc/endpoint.rs in `part` (pr3b-1, pr3b-2 or pr3d-2)."""
     return UNGATED + _mtu_rewrites(part) + [
         # Upstream, no field came later than the others: what holds for the fields to come.
-        ("An unknown field is skipped and a\n/// missing one is unknown, so peers",
-         "A field this version does not know (one a\n/// later version adds) is skipped, not refused: peers", 1),
-        ("a field a later version adds (as `path_mtu`\n        // was) must not break every older peer that reads the endpoint.",
-         "a field a later version adds must not break\n        // the older peers that read the endpoint.", 1),
+        ("An unknown field is skipped and a missing MTU is unknown,\n/// so peers",
+         "A field this version does not know (one a later\n/// version adds) is skipped, not refused: peers", 1),
         # The example takes its source GID index from the device context: the DC
         # initiator, whose bring-up resolves it, comes with 3c.
         (("//! use crate::ibverbs::protection_domain::ProtectionDomain;\n",
@@ -150,12 +140,9 @@ MOVES = {
             "helpers": [],
             "rewrites": [
                 ("/// use sideway_ext::mlx5::", "/// use sideway::mlx5::", 1),
-                ("(the\n/// requests), to a DC target's RTR address vector with\n"
-                 "/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class)\n"
-                 "/// (its ACKs, read responses and atomic responses) and to a pool's address handles with\n"
-                 "/// `DcInitiatorPoolBuilder::setup_service_class` (sideway-ext-dc-pool).",
-                 "(the\n/// requests) and, with the DC target, to its RTR address vector (its ACKs, read responses and\n"
-                 "/// atomic responses).", 1),
+                (" and\n/// to a DC target's replies (ACKs, read and atomic responses) with\n"
+                 "/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class).",
+                 " and,\n/// with the DC target, to its replies (ACKs, read and atomic responses).", 1),
                 (", this crate's path,", ",", 1),
             ],
         },

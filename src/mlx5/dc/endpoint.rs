@@ -96,8 +96,7 @@ pub enum CreateDcAddressHandleErrorKind {
         /// Whether the endpoint says its port is RoCE.
         remote_is_roce: bool,
     },
-    /// The local port is InfiniBand and requires a GRH (an InfiniBand virtual function), but the
-    /// endpoint has no GID.
+    /// The local InfiniBand port requires a GRH (a virtual function) but the endpoint has no GID.
     #[error(
         "local port {port} requires a GRH (IBV_QPF_GRH_REQUIRED) but the endpoint has no GID: bring its DC \
          target up with a source GID (SourceGid::Index(0))"
@@ -119,13 +118,12 @@ fn link_layer_name(is_roce: bool) -> &'static str {
     }
 }
 
-/// What a DC initiator needs to reach a DC target (DCT): the LID and GID of the target's port,
-/// its DCT number and DC key, whether the port is RoCE, and its path MTU when the peer said.
+/// What a DC initiator needs to reach a DC target (DCT), as the module says.
 ///
 /// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as IPv6 text (16 octets
-/// in binary formats), the path MTU as its bytes, the rest as numbers and a boolean named like the
-/// getters; deserializing validates like [`new`](Self::new). An unknown field is skipped and a
-/// missing one is unknown, so peers of different versions read each other's endpoints.
+/// in binary formats), the path MTU as its bytes, the rest named like the getters; deserializing
+/// validates like [`new`](Self::new). An unknown field is skipped and a missing MTU is unknown,
+/// so peers of different versions read each other's endpoints.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DcEndpoint {
@@ -163,8 +161,7 @@ impl DcEndpoint {
     ///
     /// - [`DctNumberOutOfRange`](InvalidDcEndpointErrorKind::DctNumberOutOfRange): `dct_number`
     ///   is above [`MAX_DCT_NUMBER`].
-    /// - [`ZeroGid`](InvalidDcEndpointErrorKind::ZeroGid): a RoCE endpoint with the zero GID (an
-    ///   empty GID table slot).
+    /// - [`ZeroGid`](InvalidDcEndpointErrorKind::ZeroGid): a RoCE endpoint with the zero GID.
     pub fn new(
         lid: u16, gid: Gid, dct_number: u32, dc_key: u64, is_roce: bool,
     ) -> Result<Self, InvalidDcEndpointError> {
@@ -213,8 +210,7 @@ impl DcEndpoint {
         self.dct_number
     }
 
-    /// The DC key: `remote_dc_key` of `mlx5dv_wr_set_dc_addr`, which must equal the DCT's
-    /// `dct_access_key`.
+    /// The DC key: `remote_dc_key` of `mlx5dv_wr_set_dc_addr`, equal to the DCT's `dct_access_key`.
     pub fn dc_key(&self) -> u64 {
         self.dc_key
     }
@@ -224,9 +220,8 @@ impl DcEndpoint {
         self.is_roce
     }
 
-    /// The address that reaches this endpoint from local `port`: on RoCE the
-    /// [`global_address_handle_attribute`](Self::global_address_handle_attribute), on InfiniBand
-    /// the destination LID (`src_gid_index` unused), enough within one subnet.
+    /// The address that reaches this endpoint from local `port`: on RoCE the global one, on
+    /// InfiniBand the destination LID (`src_gid_index` unused), enough within one subnet.
     pub fn address_handle_attribute(&self, port: u8, src_gid_index: u8) -> AddressHandleAttribute {
         if self.is_roce {
             return self.global_address_handle_attribute(port, src_gid_index);
@@ -236,9 +231,8 @@ impl DcEndpoint {
         attr
     }
 
-    /// The global address of this endpoint from local `port`: a GRH to the endpoint's GID from the
-    /// local GID at `src_gid_index`, hop limit [`DEFAULT_HOP_LIMIT`]; required on RoCE and between
-    /// InfiniBand subnets.
+    /// The global address: a GRH to the endpoint's GID from local GID `src_gid_index`, hop limit
+    /// [`DEFAULT_HOP_LIMIT`]; required on RoCE and between InfiniBand subnets.
     pub fn global_address_handle_attribute(&self, port: u8, src_gid_index: u8) -> AddressHandleAttribute {
         let mut attr = AddressHandleAttribute::new();
         attr.setup_port(port)
@@ -249,14 +243,11 @@ impl DcEndpoint {
         attr
     }
 
-    /// Creates the address handle that reaches this endpoint from local `port` (the
-    /// [`address_handle_attribute`](Self::address_handle_attribute); the
-    /// [`global_address_handle_attribute`](Self::global_address_handle_attribute) from an
+    /// Creates the address handle that reaches this endpoint from local `port`, after checking
+    /// with `ibv_query_port` that the port is on the endpoint's link layer (global from an
     /// InfiniBand port that requires a GRH, `IBV_QPF_GRH_REQUIRED`, where the kernel refuses any
-    /// other), after checking with `ibv_query_port` that the port is on the endpoint's link
-    /// layer. Cache the handle: one per destination, kept alive until the requests that use it
-    /// have completed. The handle carries the endpoint's [`path_mtu`](Self::path_mtu)
-    /// ([`AddressHandle::destination_path_mtu`]), which a DC initiator holds its READs to.
+    /// other). Cache it: one per destination, alive until its requests complete. The handle
+    /// carries the [`path_mtu`](Self::path_mtu) a DC initiator holds its READs to.
     ///
     /// # Errors
     ///
@@ -265,8 +256,7 @@ impl DcEndpoint {
     /// - [`GidRequired`](CreateDcAddressHandleErrorKind::GidRequired): the local port requires a
     ///   GRH and the endpoint has no GID.
     /// - [`AddressHandle`](CreateDcAddressHandleErrorKind::AddressHandle): the port does not
-    ///   exist ([`InvalidPort`](crate::ibverbs::address_handle::CreateAddressHandleErrorKind::InvalidPort)),
-    ///   or `ibv_create_ah` failed (for example `EINVAL` for a GID index the port does not have).
+    ///   exist, or `ibv_create_ah` failed (`EINVAL` for a GID index the port does not have).
     pub fn create_ah(
         &self, pd: &Arc<ProtectionDomain>, port: u8, src_gid_index: u8,
     ) -> Result<Arc<AddressHandle>, CreateDcAddressHandleError> {
@@ -285,8 +275,7 @@ impl DcEndpoint {
         Ok(Arc::new(ah.with_destination_path_mtu(self.path_mtu)))
     }
 
-    /// The address [`create_ah`](Self::create_ah) makes from local `port`, whose addresses are
-    /// formed as `addressing` says.
+    /// The address [`create_ah`](Self::create_ah) makes from local `port`, addressed as `addressing`.
     fn address_from(
         &self, port: u8, addressing: PortAddressing, src_gid_index: u8,
     ) -> Result<AddressHandleAttribute, CreateDcAddressHandleErrorKind> {
@@ -314,8 +303,6 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         /// The serialized fields, not yet validated.
         #[derive(serde::Deserialize)]
-        // Unknown fields are skipped, not refused: a field a later version adds (as `path_mtu`
-        // was) must not break every older peer that reads the endpoint.
         #[serde(rename = "DcEndpoint")]
         struct Unchecked {
             lid: u16,

@@ -3,12 +3,11 @@
 use crate::ibverbs::address::AddressHandleAttribute;
 
 /// The class of service of DC packets: the GRH's traffic class and flow label, and the service
-/// level, which a lossless fabric maps to a priority. Applied to the address handles of
-/// [`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class) (the
-/// requests), to a DC target's RTR address vector with
-/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class)
-/// (its ACKs, read responses and atomic responses) and to a pool's address handles with
-/// `DcInitiatorPoolBuilder::setup_service_class` (sideway-ext-dc-pool).
+/// level, which a lossless fabric maps to a priority. Applied to the requests' address handles
+/// ([`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class)) and
+/// to a DC target's replies (ACKs, read and atomic responses) with
+/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class).
+
 /// Set the same class on both sides: otherwise responses leave in class 0 while requests do not.
 ///
 /// On RoCE v2 the traffic class is the IP header's DS field (`dscp << 2 | ecn`: DSCP 26 is 104,
