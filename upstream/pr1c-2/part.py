@@ -106,8 +106,7 @@ _ALWAYS = {
         # started with it on a DC initiator's send views. The one-request post on a raw queue pair
         # (one_request.rs, LEFT_OUT) goes: sideway does not call it.
         ("on a queue pair this crate did not create: one created\n"
-         "    /// through libibverbs directly, or a provider table of one's own (a counting table). The\n"
-         "    /// queue pairs of this crate call it from their `start_post_send`.\n",
+         "    /// through libibverbs directly, or a provider table of one's own (a counting table).\n",
          "on a queue pair's extended view: one created\n"
          "    /// through libibverbs directly, or a DC initiator's for a batch to one destination.\n"
          "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
@@ -122,9 +121,6 @@ _ALWAYS = {
 def GUARD_REWRITES(name, part):
     """The rewrites of the guard's `name` (data.rs, guard.rs, error.rs) in `part` (pr1c-2, or pr3d-2)."""
     rewrites = _ALWAYS.get(name, []) + (_READ_MTUS.get(name, []) if part == "pr1c-2" else [])
-    if name == "error.rs":
-        rewrites.append(("crate::ibverbs::queue_pair::SharedReceiveQueuePairBuilder::setup_send_ops_flags",
-                         "crate::ibverbs::queue_pair::QueuePairBuilder::setup_send_ops_flags", 1))
     return rewrites
 
 
@@ -156,11 +152,7 @@ MOVES = {
         ]),
         _move("guard.rs", GUARD_REWRITES("guard.rs", "pr1c-2")),
         _move("request.rs", [
-            ("[`WorkCompletion::imm_data`](crate::ibverbs::work_completion::WorkCompletion::imm_data) (or\n"
-             "    /// sideway's) gives back",
-             "[`GenericWorkCompletion::imm_data`](crate::ibverbs::completion::GenericWorkCompletion::imm_data)\n"
-             "    /// gives back", 1),
-            ("`ib_mlx5dv_md.c`;\n    /// `mlx5_devinfo --dc-selftest` reports it).", "`ib_mlx5dv_md.c`).", 1),
+            ("\n    /// mode, `ib_mlx5dv_md.c`; `mlx5_devinfo --dc-selftest` reports it).", "\n    /// mode, `ib_mlx5dv_md.c`).", 1),
         ]),
         _move("data.rs", GUARD_REWRITES("data.rs", "pr1c-2")),
         _move("error.rs", GUARD_REWRITES("error.rs", "pr1c-2")),

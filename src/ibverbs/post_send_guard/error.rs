@@ -3,9 +3,8 @@ use std::io;
 
 use sideway::ibverbs::device_context::Mtu;
 
-/// Error returned by [`TypedPostSendGuard::post`](super::TypedPostSendGuard::post). `ibv_wr_complete` posts
-/// a batch whole or not at all: on error none of its [`batch_len`](Self::batch_len) requests was
-/// posted.
+/// Error returned by [`TypedPostSendGuard::post`](super::TypedPostSendGuard::post);
+/// `ibv_wr_complete` posts a batch whole or not at all.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to post a batch of {} send requests; none was posted", .0.batch_len())]
 #[non_exhaustive]
@@ -22,9 +21,9 @@ impl TypedPostSendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TypedPostSendErrorKind {
-    /// A request used an operation or data setter the queue pair was not created with (see
-    /// [`setup_send_ops_flags`](crate::ibverbs::queue_pair::SharedReceiveQueuePairBuilder::setup_send_ops_flags)),
-    /// or that its provider does not implement. It never reached the provider.
+    /// A request used an operation or data setter the queue pair was not created with, or that its
+    /// provider does not implement. It never reached the provider.
+
     #[error("request {index} (wr_id {wr_id}) needs `{entry}`, which this queue pair was not created with")]
     OperationNotEnabled {
         /// Index in the batch of the first such request.

@@ -40,12 +40,10 @@ impl<'g, T: Transport> TypedWorkRequestHandle<'g, T> {
         self.with(operation::Send {})
     }
 
-    /// A SEND with immediate data (`ibv_wr_send_imm`). As in sideway, `imm_data` goes to the C
-    /// call unchanged, and the receiver's
-    /// [`WorkCompletion::imm_data`](crate::ibverbs::work_completion::WorkCompletion::imm_data) (or
-    /// sideway's) gives back the same value. The C API's `imm_data` is big-endian (`__be32`): to
-    /// match a C peer that sends `htonl(x)` and reads `ntohl(wc.imm_data)`, pass `x.to_be()` and
-    /// read `u32::from_be(imm_data)`.
+    /// A SEND with immediate data (`ibv_wr_send_imm`). As in sideway, `imm_data` goes to the C call
+    /// unchanged and the receiver's `imm_data` gives back the same value; the C API's is big-endian
+    /// (`__be32`): to match a C peer that sends `htonl(x)` and reads `ntohl(wc.imm_data)`, pass
+    /// `x.to_be()` and read `u32::from_be(imm_data)`.
     #[inline]
     pub fn setup_send_imm(self, imm_data: u32) -> T::AfterOperation<'g, operation::SendWithImmediate> {
         self.with(operation::SendWithImmediate { imm_data })
@@ -81,12 +79,12 @@ impl<'g, T: RemoteMemoryAccess> TypedWorkRequestHandle<'g, T> {
     /// An atomic compare-and-swap on the 8 bytes at `remote_addr`; the old value lands in the
     /// local buffer (`ibv_wr_atomic_cmp_swp`).
     ///
-    /// `compare` and `swap` are numbers; in which byte order the device reads and writes the
-    /// remote 8 bytes, and writes the old value into the local buffer, is the device's: a
-    /// ConnectX uses host order only where mlx5_core set its `atomic_req_8B_endianness_mode`
-    /// so, big-endian (InfiniBand's wire order) otherwise, as rxe and other providers may too.
-    /// Keep atomic variables in the order the device uses (UCX reads the mode, `ib_mlx5dv_md.c`;
-    /// `mlx5_devinfo --dc-selftest` reports it).
+    /// `compare` and `swap` are numbers; the byte order of the remote 8 bytes and of the old value
+    /// is the device's: a ConnectX uses host order only where mlx5_core set its
+    /// `atomic_req_8B_endianness_mode` so, big-endian (InfiniBand's wire order) otherwise, as rxe
+    /// and other providers may too. Keep atomic variables in the device's order (UCX reads the
+    /// mode, `ib_mlx5dv_md.c`; `mlx5_devinfo --dc-selftest` reports it).
+
     #[inline]
     pub fn setup_atomic_compare_swap(
         self, rkey: u32, remote_addr: u64, compare: u64, swap: u64,
