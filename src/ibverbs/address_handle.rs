@@ -254,7 +254,6 @@ impl AddressHandle {
     ) -> Result<Self, CreateAddressHandleError> {
         let port = attr.port();
         let addressing = port_addressing(pd, port)?;
-
         addressing.check_global(port, attr.is_global())?;
         if addressing.is_roce() {
             // SAFETY: the PD (and so its context) is alive.

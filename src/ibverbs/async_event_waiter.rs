@@ -108,7 +108,6 @@ impl AsyncEventWaiter {
     /// # Errors
     ///
     /// As [`AsyncEventReader::read`], and the reactor's as [`Ibverbs`](ReadAsyncEventErrorKind::Ibverbs).
-
     pub async fn wait(&self) -> Result<AsyncEvent, ReadAsyncEventError> {
         loop {
             let mut ready = self.fd.readable().await.map_err(ReadAsyncEventErrorKind::Ibverbs)?;

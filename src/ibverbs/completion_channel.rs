@@ -204,7 +204,6 @@ pub(crate) fn req_notify_cq(
 }
 
 /// Reads the next event of `channel` with `ibv_get_cq_event` (blocking unless non-blocking).
-
 pub(crate) fn get_cq_event(channel: &CompletionChannel) -> Result<CompletionEvent, GetCompletionEventError> {
     let mut cq: *mut ibv_cq = ptr::null_mut();
     let mut cq_context: *mut c_void = ptr::null_mut();

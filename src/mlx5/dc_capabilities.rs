@@ -93,7 +93,6 @@ impl DcCapabilities {
     /// The largest send request the device takes (`max_wqe_sz_sq`, and `max_wqe_sz_sq_dc` for a DC
     /// initiator), read with `QUERY_HCA_CAP`, or the bound every device takes where it did not
     /// answer ([`SendWqeSizes::is_reported`]); [`None`] when the device is not mlx5.
-
     pub fn send_wqe_sizes(&self) -> Option<SendWqeSizes> {
         self.send_wqe_sizes
     }

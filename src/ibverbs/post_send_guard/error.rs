@@ -23,7 +23,6 @@ impl TypedPostSendError {
 pub enum TypedPostSendErrorKind {
     /// A request used an operation or data setter the queue pair was not created with, or that its
     /// provider does not implement. It never reached the provider.
-
     #[error("request {index} (wr_id {wr_id}) needs `{entry}`, which this queue pair was not created with")]
     OperationNotEnabled {
         /// Index in the batch of the first such request.

@@ -127,7 +127,6 @@ pub struct TypedPostSendGuard<'qp, T: Transport> {
 impl<T: Transport> TypedPostSendGuard<'_, T> {
     /// Starts a batch with `ibv_wr_start` on a queue pair this crate did not create: one created
     /// through libibverbs directly, or a provider table of one's own (a counting table).
-
     ///
     /// ```no_run
     /// # use std::ptr::NonNull;

@@ -84,7 +84,6 @@ impl<'g, T: RemoteMemoryAccess> TypedWorkRequestHandle<'g, T> {
     /// `atomic_req_8B_endianness_mode` so, big-endian (InfiniBand's wire order) otherwise, as rxe
     /// and other providers may too. Keep atomic variables in the device's order (UCX reads the
     /// mode, `ib_mlx5dv_md.c`; `mlx5_devinfo --dc-selftest` reports it).
-
     #[inline]
     pub fn setup_atomic_compare_swap(
         self, rkey: u32, remote_addr: u64, compare: u64, swap: u64,

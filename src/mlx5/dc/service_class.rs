@@ -7,7 +7,6 @@ use crate::ibverbs::address::AddressHandleAttribute;
 /// ([`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class)) and
 /// to a DC target's replies (ACKs, read and atomic responses) with
 /// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class).
-
 /// Set the same class on both sides: otherwise responses leave in class 0 while requests do not.
 ///
 /// On RoCE v2 the traffic class is the IP header's DS field (`dscp << 2 | ecn`: DSCP 26 is 104,
