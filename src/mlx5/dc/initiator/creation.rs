@@ -259,8 +259,7 @@ impl DcInitiator {
         // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
         let mlx5_qp_ex = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
             .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
-        // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are
-        // read.
+        // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are read.
         core.add_entries(unsafe { dc_entries(mlx5_qp_ex, streams) }?);
         Ok(mlx5_qp_ex)
     }
