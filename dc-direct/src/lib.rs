@@ -1,10 +1,7 @@
 //! mlx5 DC initiators that write their own work queue entries (WQEs) into the send queue
-//! libmlx5 created, ring the doorbell as libmlx5 does, and poll their own completions, built on
-//! sideway-ext's public API.
-//!
-//! **Opt-in, and not yet run on a ConnectX.** A [`DirectDcInitiator`] made from sideway-ext's
-//! [`DcInitiator`] writes the bytes libmlx5's `ibv_wr_*` and `mlx5dv_wr_set_dc_addr` write,
-//! without their four indirect calls a request.
+//! libmlx5 created, ring the doorbell and poll their own completions as libmlx5 does, without
+//! its four indirect calls a request; built on sideway-ext's public API. Opt-in, and not yet
+//! run on a ConnectX.
 //!
 //! # A direct DC initiator
 //!
@@ -40,19 +37,12 @@
 //!     let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
 //!     dci.bring_up(&DcInitiatorBringUp::new(1))?;
 //!     let av = AddressVector::from_address_handle(ah)?;
-//!     let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
-//!     let mut guard = dci.start_post_send();
-//!     let write = guard
-//!         .construct_wr(1, WorkRequestFlags::Signaled)
-//!         .setup_write(rkey, remote)
-//!         .setup_dc_addr(&av, dct_number, dc_key);
+//!     // One target (else `start_post_send`, and `setup_dc_addr` after each operation).
+//!     let mut guard = dci.start_post_send_to(&av, endpoint.dct_number(), endpoint.dc_key(), None);
+//!     let write = guard.construct_wr(1, WorkRequestFlags::Signaled).setup_write(rkey, remote);
 //!     // SAFETY: the 64 bytes at `local` are registered under `lkey` and outlive the request.
 //!     unsafe { write.setup_sge(lkey, local, 64) }?;
-//!     guard
-//!         .construct_wr(2, WorkRequestFlags::Signaled)
-//!         .setup_send()
-//!         .setup_dc_addr(&av, dct_number, dc_key)
-//!         .setup_inline_data(&[7; 16])?;
+//!     guard.construct_wr(2, WorkRequestFlags::Signaled).setup_send().setup_inline_data(&[7; 16])?;
 //!     guard.post();
 //!
 //!     let mut completions = [Completion::default(); 8];
@@ -85,52 +75,40 @@
     feature = "pool",
     doc = r##"
 ```no_run
-use std::sync::Arc;
-
-use sideway::ibverbs::completion::GenericCompletionQueue;
-use sideway::ibverbs::protection_domain::ProtectionDomain;
+# use std::sync::Arc;
+# use sideway::ibverbs::completion::GenericCompletionQueue;
+# use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use sideway_ext::mlx5::dc::endpoint::{DcEndpoint, DcServiceClass};
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::{DirectCompletionQueue, DirectDcInitiator};
-use sideway_ext_dc_pool::settings::DcPoolSettings;
-use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};
-use sideway_ext_dc_pool::DcInitiatorPool;
+use sideway_ext_dc_pool::{settings::DcPoolSettings, types::DcPoolEvent, DcInitiatorPool};
 
-/// Writes 64 bytes at the DC target of `endpoint` through a pool of four direct initiators.
-fn write_through_a_pool(
-    pd: &Arc<ProtectionDomain>, cq: GenericCompletionQueue, endpoint: DcEndpoint,
-    (lkey, local): (u32, u64), (rkey, remote): (u32, u64),
-) -> Result<(), Box<dyn std::error::Error>> {
-    // SAFETY: nothing polls `cq` but the pool, through the direct CQ.
-    let direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }?;
-    let bring_up = DcInitiatorBringUp::new(1);
-    let mut initiators = Vec::new();
-    for _ in 0..4 {
-        let mut builder = pd.create_dci_builder();
-        builder.setup_send_cq(cq.clone()).setup_max_send_wr(64).setup_thread_domain(true);
-        let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
-        dci.bring_up(&bring_up)?;
-        initiators.push(dci);
-    }
-    let mut settings = DcPoolSettings::default();
-    settings
-        .setup_policy(DcPoolPolicy::Static)
-        .setup_protection_domain(pd, bring_up.port(), DcServiceClass::new());
-    let mut pool = DcInitiatorPool::from_initiators(initiators, Some(direct_cq), &settings)?;
-    let destination = pool.add_destination(endpoint);
-    let mut guard = pool.start_post_send(destination)?;
-    let write = guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote);
-    // SAFETY: the 64 bytes at `local` are registered under `lkey` and outlive the request.
-    unsafe { write.setup_sge(lkey, local, 64) }?;
-    guard.post()?;
-    let mut done = false;
-    while !done {
-        pool.poll(|event| done |= matches!(event, DcPoolEvent::Completed { wr_id: 1, .. }))?;
-    }
-    Ok(())
+# fn pool(pd: &Arc<ProtectionDomain>, cq: GenericCompletionQueue, endpoint: DcEndpoint, (lkey, local): (u32, u64), (rkey, remote): (u32, u64)) -> Result<(), Box<dyn std::error::Error>> {
+// SAFETY: nothing polls `cq` but the pool, through the direct CQ.
+let direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }?;
+let bring_up = DcInitiatorBringUp::new(1);
+let mut initiators = Vec::new();
+for _ in 0..4 {
+    let mut dci = DirectDcInitiator::new(
+        pd.create_dci_builder().setup_send_cq(cq.clone()).setup_thread_domain(true).build()?,
+        &direct_cq,
+    )?;
+    dci.bring_up(&bring_up)?;
+    initiators.push(dci);
 }
+let mut settings = DcPoolSettings::default();
+settings.setup_protection_domain(pd, bring_up.port(), DcServiceClass::new());
+let mut pool = DcInitiatorPool::from_initiators(initiators, Some(direct_cq), &settings)?;
+let destination = pool.add_destination(endpoint);
+let mut guard = pool.start_post_send(destination)?;
+let write = guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote);
+// SAFETY: the 64 bytes at `local` are registered under `lkey` and outlive the request.
+unsafe { write.setup_sge(lkey, local, 64) }?;
+guard.post()?;
+while pool.poll(|event| assert!(matches!(event, DcPoolEvent::Completed { wr_id: 1, .. })))? == 0 {}
+# Ok(()) }
 ```
 "##
 )]
@@ -153,7 +131,6 @@ fn write_through_a_pool(
 //! rdma-core, not tested; nor what write-combining buffers and PCIe make of them. None of this
 //! has run on a ConnectX (the `mlx5_hw_` tests and `mlx5_devinfo --dc-selftest` are there for
 //! when one is at hand).
-
 //!
 //! # The CPU: x86-64 only
 //!

@@ -11,11 +11,10 @@ pub struct CreateDirectCompletionQueueError(#[from] pub CreateDirectCompletionQu
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDirectCompletionQueueErrorKind {
-    /// `mlx5dv_init_obj` refused the CQ (not an mlx5 device's, or libmlx5 missing: see
-    /// [`InitObjectError::is_not_supported`]).
+    /// `mlx5dv_init_obj` refused the CQ ([`InitObjectError::is_not_supported`]).
     #[error(transparent)]
     InitObject(#[from] InitObjectError),
-    /// libmlx5 gave a null CQE ring or doorbell record.
+    /// A null CQE ring or doorbell record.
     #[error("mlx5dv_init_obj gave no CQE ring or doorbell record")]
     MissingMemory,
     /// The poller's barrier is x86-64's alone.
@@ -24,14 +23,13 @@ pub enum CreateDirectCompletionQueueErrorKind {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,
     },
-    /// The CQE size is neither 64 nor 128 bytes, the two sizes libmlx5 creates.
+    /// Not one of the two CQE sizes libmlx5 creates.
     #[error("unsupported CQE size {cqe_size} (64 or 128 bytes)")]
     UnsupportedCqeSize {
         /// The size given (`mlx5dv_cq`'s `cqe_size`).
         cqe_size: u32,
     },
-    /// The CQE count is not a power of two of at most 2^23 (the 24-bit consumer index holds
-    /// the owner bit's parity).
+    /// The 24-bit consumer index must hold the owner bit's parity.
     #[error("unsupported CQE count {cqe_count} (a power of two, at most 2^23)")]
     UnsupportedCqeCount {
         /// The count given (`mlx5dv_cq`'s `cqe_cnt`).
@@ -39,8 +37,7 @@ pub enum CreateDirectCompletionQueueErrorKind {
     },
 }
 
-/// Error returned when polling a completion queue directly meets a CQE it cannot report as a
-/// send completion, consumed as `mlx5_poll_one` consumes a CQE it fails on.
+/// Error returned by a direct poll on a CQE it cannot report, consumed as `mlx5_poll_one` does.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to poll completion queue")]
 #[non_exhaustive]
@@ -50,13 +47,13 @@ pub struct PollDirectCompletionQueueError(#[from] pub PollDirectCompletionQueueE
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PollDirectCompletionQueueErrorKind {
-    /// A compressed CQE (CQE format 3), which this poller does not read.
+    /// CQE format 3.
     #[error("compressed CQE (op_own {opcode_format_owner:#04x}) in a CQ polled without compression")]
     CompressedCqe {
         /// The CQE's `op_own` byte.
         opcode_format_owner: u8,
     },
-    /// A CQE that is not a send completion.
+    /// Not a send completion.
     #[error("unexpected CQE opcode {cqe_opcode} for QP {qp_number:#x}")]
     UnexpectedCqeOpcode {
         /// The CQE opcode (`mlx5dv_get_cqe_opcode`).
@@ -64,15 +61,13 @@ pub enum PollDirectCompletionQueueErrorKind {
         /// The QP number the CQE names.
         qp_number: u32,
     },
-    /// A send completion for a QP whose send queue this poller was not given (`mlx5_find_qp`
-    /// finds none).
+    /// No send queue of this CQ has that number (`mlx5_find_qp` finds none).
     #[error("send completion for unknown QP {qp_number:#x}")]
     UnknownQueuePair {
         /// The QP number the CQE names.
         qp_number: u32,
     },
-    /// A send completion naming a slot where no outstanding request of the QP starts (libmlx5
-    /// does not check): e.g. of the same queue pair before a reset this CQ was not cleaned of.
+    /// libmlx5 does not check; e.g. of the queue pair before a reset this CQ was not cleaned of.
     #[error("send completion of QP {qp_number:#x} for slot {wqe_counter}, where no outstanding request starts")]
     UnexpectedWqeCounter {
         /// The QP number the CQE names.
@@ -80,8 +75,7 @@ pub enum PollDirectCompletionQueueErrorKind {
         /// The CQE's `wqe_counter`.
         wqe_counter: u16,
     },
-    /// A send completion of a direct initiator whose batch is open: not consumed, the next poll
-    /// reads it.
+    /// Not consumed: the next poll reads it.
     #[error("send completion of QP {qp_number:#x} while a batch is open on it: post or drop the batch, then poll")]
     SendQueueInUse {
         /// The QP number the CQE names.

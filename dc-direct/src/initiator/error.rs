@@ -5,9 +5,7 @@ use sideway_ext::mlx5::direct_objects::InitObjectError;
 
 use crate::send_queue::CreateSendQueueError;
 
-/// Error returned by [`DirectDcInitiator::new`](super::DirectDcInitiator::new) and
-/// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame); the DC initiator was
-/// dropped.
+/// Error returned by [`DirectDcInitiator::new`](super::DirectDcInitiator::new) (and `_with_blueflame`).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot post on this DC initiator directly")]
 #[non_exhaustive]
@@ -23,45 +21,43 @@ pub enum CreateDirectDcInitiatorErrorKind {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,
     },
-    /// `MLX5_QP_SIGNATURE` is set: libmlx5 signs each WQE (`qp_sig_enabled` in `verbs.c`,
-    /// `wq_sig` in `qp.c`).
+    /// `qp_sig_enabled` in `verbs.c`, `wq_sig` in `qp.c`.
     #[error("MLX5_QP_SIGNATURE is set: libmlx5 created the queue pair with WQE signatures, which this writer does not write")]
     WqeSignatures,
-    /// The DC initiator is not in RESET, where libmlx5's indices are 0 (`mlx5_init_qp_indices`).
+    /// Only in RESET are libmlx5's indices 0 (`mlx5_init_qp_indices`).
     #[error("the DC initiator is in {state:?}, not RESET: make the direct initiator before bring-up")]
     NotInReset {
         /// The state the device reported.
         state: QueuePairState,
     },
-    /// Reading the DC initiator's state failed.
+    /// Reading the state failed.
     #[error(transparent)]
     QueryState(#[from] QueryQueuePairError),
-    /// The DC initiator completes into another CQ than the direct completion queue given.
+    /// Another send CQ.
     #[error("the DC initiator's send CQ is not the direct completion queue's")]
     DifferentCompletionQueue,
     /// `mlx5dv_init_obj` refused the queue pair.
     #[error(transparent)]
     InitObject(#[from] InitObjectError),
-    /// libmlx5 gave a null send queue, doorbell record or register.
+    /// A null pointer.
     #[error("mlx5dv_init_obj gave no {part}")]
     MissingMemory {
         /// Which: `"send queue"`, `"doorbell record"` or `"BlueFlame register"`.
         part: &'static str,
     },
-    /// The doorbell record's send word is not 0: requests were posted through libmlx5.
+    /// The doorbell record's send word is not 0.
     #[error("the DC initiator was posted on through libmlx5 (doorbell record {posting_index:#06x})")]
     AlreadyPosted {
         /// The posting index's low 16 bits, as the record holds them.
         posting_index: u16,
     },
-    /// The send queue has more basic blocks than a completion's 16-bit `wqe_counter` names.
+    /// More than 2^16 basic blocks.
     #[error("a send queue of {wqe_count} basic blocks is larger than a completion's 16-bit index names")]
     QueueTooLarge {
         /// `sq.wqe_cnt`.
         wqe_count: u32,
     },
-    /// The DC initiator has no thread domain of its own and its register is a BlueFlame register,
-    /// which libmlx5 may share ([`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame)).
+    /// See [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame).
     #[error(
         "the queue pair's register is a BlueFlame register of {blueflame_size} bytes a half, which libmlx5 may share: \
          create the DC initiator on a thread domain of its own (setup_thread_domain)"
@@ -70,13 +66,13 @@ pub enum CreateDirectDcInitiatorErrorKind {
         /// `bf.size`.
         blueflame_size: u32,
     },
-    /// Another live direct initiator writes the same BlueFlame register.
+    /// Another live direct initiator's.
     #[error("another direct DC initiator writes the BlueFlame register at {register:#x}")]
     BlueFlameRegisterShared {
         /// The register's address (`bf.reg`).
         register: usize,
     },
-    /// The send queue's parts are not a queue this writer writes.
+    /// Not a queue this writer writes.
     #[error(transparent)]
     SendQueue(#[from] CreateSendQueueError),
 }
@@ -91,22 +87,20 @@ pub struct RecoverDirectDcInitiatorError(#[from] pub RecoverDirectDcInitiatorErr
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecoverDirectDcInitiatorErrorKind {
-    /// It was never brought up with [`bring_up`](super::DirectDcInitiator::bring_up).
+    /// Not brought up with [`bring_up`](super::DirectDcInitiator::bring_up).
     #[error("the direct DC initiator was not brought up with bring_up")]
     NotBroughtUp,
-    /// Requests are still outstanding: their completions would stay in the CQ, which libmlx5
-    /// does not clean once its memory is handed out.
+    /// Their completions would stay in the CQ, which libmlx5 no longer cleans.
     #[error("{outstanding} requests are outstanding: poll their completions before recovering")]
     RequestsOutstanding {
         /// Requests posted and not completed.
         outstanding: u32,
     },
-    /// The move to RESET failed; nothing changed. `EINVAL` from a kernel whose
-    /// `modify_dci_qp_is_ok` has no RESET branch: a direct initiator is not created again in its
-    /// place (its memory would change); make a new one.
+    /// Nothing changed. `EINVAL` from a kernel whose `modify_dci_qp_is_ok` has no RESET
+    /// branch: make a new direct initiator (one made again in its place would move its memory).
     #[error("the move to RESET failed")]
     Reset(#[source] ModifyQueuePairError),
-    /// The DC initiator was reset but bringing it up again failed: recover again.
+    /// Reset, not brought up again: recover again.
     #[error(transparent)]
     BringUp(#[from] BringUpDcInitiatorError),
 }

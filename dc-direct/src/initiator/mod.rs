@@ -153,22 +153,6 @@ impl DirectDcInitiator {
     /// Starts a batch of requests to the DCT `dct_number` with access key `dc_key`, over the
     /// route of `address`, on DCI stream `stream_id` if given
     /// (`mlx5_send_wr_set_dc_addr_stream`): each goes `construct_wr` → an operation → the data.
-    ///
-    /// ```no_run
-    /// use sideway::ibverbs::queue_pair::WorkRequestFlags;
-    /// use sideway_ext_dc_direct::send_queue::AddressVector;
-    /// use sideway_ext_dc_direct::DirectDcInitiator;
-    ///
-    /// # fn post(dci: &mut DirectDcInitiator, av: &AddressVector) -> Result<(), Box<dyn std::error::Error>> {
-    /// let mut guard = dci.start_post_send_to(av, 0x00ab_cdef, 0xdc, None);
-    /// for i in 0..4u64 {
-    ///     let write = guard.construct_wr(i, WorkRequestFlags::Signaled).setup_write(0x1234, 0x10_0000 + 64 * i);
-    ///     // SAFETY: the 64 bytes at 0x20_0000 are registered under lkey 7 and outlive the requests.
-    ///     unsafe { write.setup_sge(7, 0x20_0000, 64) }?;
-    /// }
-    /// guard.post();
-    /// # Ok(()) }
-    /// ```
     #[inline]
     pub fn start_post_send_to(
         &mut self, address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>,

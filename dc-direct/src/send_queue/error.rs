@@ -16,19 +16,19 @@ pub enum CreateSendQueueErrorKind {
         /// The architecture this was built for (`std::env::consts::ARCH`).
         architecture: &'static str,
     },
-    /// The send queue's stride is not 64 bytes (`MLX5_SEND_WQE_BB`, what libmlx5 creates).
+    /// Not `MLX5_SEND_WQE_BB`, what libmlx5 creates.
     #[error("send queue stride {stride} is not 64 bytes")]
     UnsupportedStride {
         /// The stride given.
         stride: u32,
     },
-    /// The WQE count is not a power of two (libmlx5's `sq.wqe_cnt` always is), or is zero.
+    /// libmlx5's `sq.wqe_cnt` always is.
     #[error("send queue WQE count {wqe_count} is not a power of two")]
     InvalidWqeCount {
         /// The count given.
         wqe_count: u32,
     },
-    /// A pointer is not aligned as libmlx5 leaves it.
+    /// Not aligned as libmlx5 leaves it.
     #[error("the {part} is not aligned to {alignment} bytes")]
     Misaligned {
         /// Which part: `"send queue buffer"`, `"doorbell record"` or `"BlueFlame register"`.
@@ -36,7 +36,7 @@ pub enum CreateSendQueueErrorKind {
         /// The alignment it needs.
         alignment: usize,
     },
-    /// The BlueFlame size is not 0 (no BlueFlame) or a multiple of 64 bytes up to 2048.
+    /// 0: no BlueFlame.
     #[error("BlueFlame size {blueflame_size} is not 0 or a multiple of 64 up to 2048")]
     InvalidBlueFlameSize {
         /// The size given.
@@ -48,8 +48,7 @@ pub enum CreateSendQueueErrorKind {
         /// The number given.
         qp_number: u32,
     },
-    /// `max_post` is zero, or the largest request the limits allow does not fit in the queue
-    /// (libmlx5 sizes the queue so that `max_post` of them fit).
+    /// Zero `max_post`, or not one largest request fits (libmlx5 sizes the queue for `max_post`).
     #[error(
         "{max_post} requests of up to {max_inline_data} inline bytes or {max_send_sge} entries do not fit in \
          {wqe_count} WQE basic blocks"
@@ -77,14 +76,13 @@ pub struct WorkRequestError(#[from] pub WorkRequestErrorKind);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkRequestErrorKind {
-    /// The send queue holds `max_post` outstanding requests (`mlx5_wq_overflow`), checked after
-    /// the request's own limits.
+    /// `mlx5_wq_overflow`, checked after the request's own limits.
     #[error("the send queue is full: {max_post} requests outstanding")]
     QueueFull {
         /// The queue's maximum of outstanding requests.
         max_post: u32,
     },
-    /// The inline data is longer than the queue pair's granted `max_inline_data`.
+    /// Longer than the granted `max_inline_data`.
     #[error("{length} bytes of inline data exceed the maximum of {max_inline_data}")]
     InlineDataTooLong {
         /// The data's length (all slices of a list together).
@@ -92,8 +90,7 @@ pub enum WorkRequestErrorKind {
         /// The granted maximum.
         max_inline_data: u32,
     },
-    /// More scatter/gather entries than the granted `max_send_sge` (zero-length ones count, as
-    /// in libmlx5, which writes one on a queue granted none).
+    /// Zero-length ones count, as in libmlx5, which writes one on a queue granted none.
     #[error("{count} scatter/gather entries exceed the maximum of {max_send_sge}")]
     TooManyScatterGatherEntries {
         /// The number of entries given.
@@ -101,7 +98,7 @@ pub enum WorkRequestErrorKind {
         /// The granted maximum.
         max_send_sge: u32,
     },
-    /// A stream id was given to a DC initiator created without DCI streams.
+    /// A stream id without DCI streams.
     #[error("DCI stream {stream_id} given to a DC initiator without streams")]
     StreamsNotEnabled {
         /// The stream id given.
