@@ -25,8 +25,7 @@ use sideway_ext::mlx5::dc::initiator::{
 pub struct CreateDcInitiatorPoolError(#[from] pub CreateDcInitiatorPoolErrorKind);
 
 impl CreateDcInitiatorPoolError {
-    /// Whether the device is not mlx5, libmlx5 is missing, the device has no DC, or (streams
-    /// policy) it has no DCI streams.
+    /// Whether the device is not mlx5, libmlx5 is missing, or it has no DC (or DCI streams).
     pub fn is_not_supported(&self) -> bool {
         use sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind as Kind;
         match &self.0 {
@@ -42,7 +41,7 @@ impl CreateDcInitiatorPoolError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateDcInitiatorPoolErrorKind {
-    /// The number of initiators is 0 or above the pool's limit of 65 536.
+    /// 0, or above 65 536.
     #[error("a pool holds 1 to {max} DC initiators, not {requested}")]
     InvalidInitiatorCount {
         /// What was asked for.
@@ -50,7 +49,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// The limit.
         max: usize,
     },
-    /// The streams policy needs DCI streams; the others must not have them.
+    /// Only the streams policy has DCI streams.
     #[error("the {policy:?} policy {requirement}")]
     StreamsMismatch {
         /// The policy.
@@ -58,10 +57,10 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// What it requires.
         requirement: &'static str,
     },
-    /// No send completion queue was given nor asked for.
+    /// Neither `setup_send_cq` nor `setup_own_send_cq`.
     #[error("a send completion queue is required (setup_send_cq or setup_own_send_cq)")]
     MissingSendCompletionQueue,
-    /// The send completion queue holds fewer than initiators × the send queue each was granted.
+    /// Fewer than initiators × the granted send queue.
     #[error("the send completion queue holds {cqe} completions; {needed} requests can be in flight")]
     SendCompletionQueueTooSmall {
         /// What it holds (`ibv_cq.cqe`).
@@ -69,7 +68,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
         /// Initiators × granted send queue.
         needed: u64,
     },
-    /// Creating the pool's own send completion queue failed (e.g. above `max_cqe`).
+    /// E.g. above `max_cqe`.
     #[error("creating the pool's send completion queue of {cqe} entries failed")]
     SendCompletionQueue {
         /// The size asked for (initiators × granted send queue).
@@ -78,10 +77,10 @@ pub enum CreateDcInitiatorPoolErrorKind {
         #[source]
         source: CreateCompletionQueueError,
     },
-    /// No bring-up parameters were given.
+    /// No `setup_bring_up`.
     #[error("the pool brings its initiators up: setup_bring_up is required")]
     MissingBringUp,
-    /// Creating initiator `index` failed (the ones before it were destroyed).
+    /// The ones before it were destroyed.
     #[error("creating DC initiator {index} failed")]
     Initiator {
         /// Which one.
@@ -90,7 +89,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
         #[source]
         source: CreateDcInitiatorError,
     },
-    /// Bringing initiator `index` up failed.
+    /// Bring-up of initiator `index`.
     #[error("bringing DC initiator {index} up failed")]
     BringUp {
         /// Which one.
@@ -101,8 +100,7 @@ pub enum CreateDcInitiatorPoolErrorKind {
     },
 }
 
-/// Builds a [`DcInitiatorPool`]; see
-/// [`DcPoolProtectionDomainExt::create_dci_pool_builder`].
+/// Builds a [`DcInitiatorPool`] ([`DcPoolProtectionDomainExt::create_dci_pool_builder`]).
 #[derive(Debug)]
 pub struct DcInitiatorPoolBuilder {
     pd: Arc<ProtectionDomain>,
@@ -119,8 +117,7 @@ pub struct DcInitiatorPoolBuilder {
 type OwnSendCq = (Arc<DeviceContext>, Option<(Arc<CompletionChannel>, u32)>);
 
 impl DcInitiatorPoolBuilder {
-    /// A builder with the defaults: 8 initiators, each as [`DcInitiatorBuilder::new`] makes it,
-    /// and [`DcPoolSettings::default`].
+    /// A builder with each setter's default.
     pub fn new(pd: &Arc<ProtectionDomain>) -> Self {
         Self {
             pd: Arc::clone(pd),
@@ -134,19 +131,17 @@ impl DcInitiatorPoolBuilder {
         }
     }
 
-    /// The completion queue of every initiator's send completions (this, or
-    /// [`setup_own_send_cq`](Self::setup_own_send_cq), is required), maybe shared with other
-    /// queue pairs ([`DcInitiatorPool::complete`]). It must hold initiators × the send queue each
-    /// is granted (libmlx5 rounds `max_send_wr` up), plus what the other queue pairs need.
+    /// The initiators' send CQ (this or [`setup_own_send_cq`](Self::setup_own_send_cq) is
+    /// required), maybe shared ([`DcInitiatorPool::complete`]). It must hold initiators × the
+    /// granted send queue (libmlx5 rounds `max_send_wr` up), plus what the others need.
     pub fn setup_send_cq(&mut self, send_cq: impl Into<GenericCompletionQueue>) -> &mut Self {
         self.send_cq = Some(send_cq.into());
         self.own_send_cq = None;
         self
     }
 
-    /// Lets [`build`](Self::build) create the send completion queue on `context`, sized
-    /// initiators × the send queue each will be granted, on `channel`'s completion channel and
-    /// vector if given (arm it through [`DcInitiatorPool::send_cq`]).
+    /// Lets [`build`](Self::build) create the send CQ on `context`, with `channel`'s completion
+    /// channel and vector if given (arm it through [`DcInitiatorPool::send_cq`]).
     pub fn setup_own_send_cq(
         &mut self, context: &Arc<DeviceContext>, channel: Option<(&Arc<CompletionChannel>, u32)>,
     ) -> &mut Self {
@@ -182,23 +177,21 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// Each initiator's settings, from a DC initiator builder; its protection domain and send CQ
-    /// are the pool's.
+    /// Each initiator's settings (default [`DcInitiatorBuilder::new`]'s), but the PD and send CQ.
     pub fn setup_initiator(&mut self, initiator: &DcInitiatorBuilder) -> &mut Self {
         self.initiator = initiator.clone();
         self
     }
 
-    /// How every initiator is brought up to RTS, and recovered (required). Its source GID is the
-    /// pool's address handles'; its path MTU is the largest packet the pool sends: give it the
-    /// smallest of your destinations' (else
+    /// How every initiator is brought up and recovered (required). Its source GID is the
+    /// address handles'; its path MTU must be the smallest destination's (else
     /// [`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)).
     pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
         self.bring_up = Some(bring_up);
         self
     }
 
-    /// The [`DcServiceClass`] of the address handles the pool creates (default all 0).
+    /// The address handles' [`DcServiceClass`] (default all 0).
     pub fn setup_service_class(&mut self, class: DcServiceClass) -> &mut Self {
         self.service_class = class;
         self
@@ -216,7 +209,7 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// Creates the initiators on the send CQ and brings each up to RTS.
+    /// Creates the initiators and brings each up to RTS.
     pub fn build(&self) -> Result<DcInitiatorPool, CreateDcInitiatorPoolError> {
         let policy = self.settings.policy();
         check_shape(self.count, policy, self.initiator.streams().is_some())?;
@@ -226,7 +219,6 @@ impl DcInitiatorPoolBuilder {
             .ok_or(CreateDcInitiatorPoolErrorKind::MissingBringUp)?;
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
-        // Refused before any library call, checked again against what was granted.
         let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
@@ -329,7 +321,7 @@ pub(crate) fn check_streams(policy: DcPoolPolicy, streams: bool) -> Result<(), C
 
 /// The DC initiator pool's factory on a protection domain.
 pub trait DcPoolProtectionDomainExt {
-    /// A builder for a [`DcInitiatorPool`] of DC initiators on this protection domain.
+    /// A builder of a [`DcInitiatorPool`] on this protection domain.
     fn create_dci_pool_builder(&self) -> DcInitiatorPoolBuilder;
 }
 

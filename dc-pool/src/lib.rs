@@ -1,12 +1,11 @@
-//! A pool of DC initiators that serves many destinations: DC at scale. Built on
-//! [sideway-ext](sideway_ext)'s public API alone (its DC initiators, post guards and completion
-//! polling), as any crate could be.
+//! A pool of DC initiators that serves many destinations, built on [sideway-ext](sideway_ext)'s
+//! public API alone.
 //!
 //! One [`DcInitiator`] serialises every destination behind it: a slow peer stalls the others, and
 //! one error completion puts it in ERR for all of them. A [`DcInitiatorPool`] creates several on
 //! one send CQ, assigns them to destinations by a [`DcPoolPolicy`], keeps one address handle per
-//! destination, maps every completion back to its request and destination, and recovers an
-//! initiator an error put in ERR (UCX's `dc_mlx5` transport does the same for its endpoints).
+//! destination, maps every completion back to its request and destination, and recovers
+//! initiators in ERR (as UCX's `dc_mlx5` transport does).
 //!
 //! A batch goes to one destination: [`start_post_send`](DcInitiatorPool::start_post_send) →
 //! `construct_wr` → operation → data → `post`; [`poll`](DcInitiatorPool::poll) reports what
@@ -37,26 +36,22 @@
 //!     .setup_initiators(16)
 //!     .setup_policy(DcPoolPolicy::DedicatedWithQuota { quota: 64 })
 //!     .setup_initiator(pd.create_dci_builder().setup_max_send_wr(128))
-//!     // On RoCE its address handles are sent from the port's RoCE v2 GID (or `setup_source_gid`);
-//!     // its packets are no larger than the smallest destination takes.
+//!     // Its path MTU: the smallest destination's.
 //!     .setup_bring_up(DcInitiatorBringUp::new(1).setup_destination_path_mtu(Mtu::Mtu1024).clone())
 //!     .build()?;
 //! // One destination per peer's DC target (its endpoint came over the wire).
 //! let peers: Vec<_> = endpoints.iter().map(|e| pool.add_destination(e.clone())).collect();
 //! match pool.start_post_send(peers[0]) {
 //!     Ok(mut guard) => {
-//!         // The same request builder as a DC initiator's, minus the address: the pool sets it.
 //!         // SAFETY: the buffer is registered and outlives the request.
 //!         unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled)?.setup_write(rkey, remote_addr).setup_sge(lkey, addr, 64) };
 //!         guard.post()?;
 //!     },
-//!     // Nothing was posted (no initiator, quota, queue full, recovery): `poll` reports `Ready`
-//!     // for it when it may post again.
+//!     // Nothing was posted: `poll` reports `Ready` for it when it may post again.
 //!     Err(e) if e.is_would_block() => {},
 //!     Err(e) => return Err(e.into()),
 //! }
-//! // The handler runs inside `poll`, which holds the pool: it notes what to post, and the posts
-//! // come once `poll` returned.
+//! // The handler runs inside `poll`, which holds the pool: post once it returned.
 //! let mut to_post = Vec::new();
 //! pool.poll(|event| match event {
 //!     DcPoolEvent::Completed { destination, wr_id } => println!("{wr_id} reached {destination:?}"),
@@ -78,23 +73,21 @@
 //!   it. A grant not posted on goes back after the
 //!   [grant timeout](builder::DcInitiatorPoolBuilder::setup_grant_timeout), or at once with
 //!   [`cancel_wait`](DcInitiatorPool::cancel_wait).
-//! - **Every request signalled**, whatever its flags (UCX turns completion moderation off for DC
-//!   too); `build` refuses a send CQ smaller than initiators × the initiator's send queue.
+//! - **Every request signalled**, whatever its flags (as UCX does for DC); `build` refuses a
+//!   send CQ smaller than initiators × the initiator's send queue.
 //! - **Exactly once.** `poll` reports every request once, with its destination: `Completed`,
 //!   `Failed` (with its status and vendor syndrome; the same destination's requests flushed
 //!   behind it fail too), or `Retry` (flushed for another destination's error: post it again,
 //!   before the destination's newer requests). A request is reported on its own completion,
 //!   never by inference; a stream or initiator in error is reset or recovered only once the
 //!   device flushed everything it held (meanwhile `WouldBlock(Recovering { .. })`).
-//! - **Peers come and go.** Destination ids are generational: a removed destination's id is
-//!   refused everywhere, also once its place serves another destination.
-//!   [`footprint`](DcInitiatorPool::footprint) stays that of the live destinations.
+//! - **Peers come and go.** A removed destination's id is refused everywhere, also once its place
+//!   serves another; [`footprint`](DcInitiatorPool::footprint) stays that of the live ones.
 //! - **Unreachable targets.** A destination whose requests keep failing with "retry exceeded"
 //!   is reported `Unreachable` once; its posts are refused until
-//!   [`revive`](DcInitiatorPool::revive). A live target whose DC key is not the endpoint's most
-//!   likely looks the same: mlx5 drops the packet (see
-//!   [`DcTarget`](sideway_ext::mlx5::dc::target::DcTarget)); get the peer's current endpoint,
-//!   remove the destination and add it again with that one.
+//!   [`revive`](DcInitiatorPool::revive). A wrong DC key most likely looks the same (mlx5 drops
+//!   the packet: [`DcTarget`](sideway_ext::mlx5::dc::target::DcTarget)): add the destination
+//!   again with the peer's current endpoint.
 //! - **Stalls are seen.** A request outstanding past the stall timeout is reported once
 //!   ([`DcPoolEvent::Stalled`]).
 //!
@@ -136,7 +129,7 @@
 //! let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
 //! // SAFETY: `memory` outlives the region and is not moved.
 //! let mr = unsafe { pd.reg_mr(memory.as_ptr() as usize, memory.len(), access) }?;
-//! // A pool that gives up on a destination after one "retry exceeded" error, retrying briefly.
+//! // Unreachable after one "retry exceeded" error, retrying briefly.
 //! let mut bring_up = DcInitiatorBringUp::new(1);
 //! bring_up.setup_timeout(8).setup_retry_cnt(2);
 //! let mut pool = pd
@@ -197,11 +190,9 @@ pub mod settings;
 mod tests;
 pub mod types;
 
-/// A pool of DC initiators on one send CQ serving many destinations; see the crate
-/// documentation.
+/// A pool of DC initiators on one send CQ serving many destinations; see the [crate].
 pub struct DcInitiatorPool<I: PoolInitiator = DcInitiator> {
-    /// Apart from `core`, as `addresses` and `wr_ids` are: an open batch borrows them while it
-    /// holds `core`.
+    /// Apart from `core`, as `addresses` and `wr_ids`: an open batch borrows them and `core`.
     initiators: Vec<I>,
     /// Each destination's address once made, by place.
     addresses: Vec<Option<I::Address>>,
@@ -222,19 +213,15 @@ impl<I: PoolInitiator> std::fmt::Debug for DcInitiatorPool<I> {
 }
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
-    /// A pool over initiators already brought up, of any [`PoolInitiator`] (DC initiators made
-    /// elsewhere, or initiators of one's own), completing into `send_cq`, which
+    /// A pool over [`PoolInitiator`]s already brought up, completing into `send_cq`, which
     /// [`poll`](Self::poll) reads (`None`: the caller hands their completions to
-    /// [`complete`](Self::complete)). The send CQ must hold every request in flight: each
-    /// initiator keeps at most the smallest [`max_send_wr`](PoolInitiator::max_send_wr) in flight.
+    /// [`complete`](Self::complete)). It must hold initiators × the smallest
+    /// [`max_send_wr`](PoolInitiator::max_send_wr), the most each keeps in flight.
     ///
     /// # Errors
     ///
-    /// More initiators than a pool numbers
-    /// ([`InvalidInitiatorCount`](builder::CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount)),
-    /// or initiators with DCI streams under another policy than the
-    /// [streams](DcPoolPolicy::Streams) one, or without them under it
-    /// ([`StreamsMismatch`](builder::CreateDcInitiatorPoolErrorKind::StreamsMismatch)).
+    /// [`InvalidInitiatorCount`](builder::CreateDcInitiatorPoolErrorKind::InvalidInitiatorCount),
+    /// [`StreamsMismatch`](builder::CreateDcInitiatorPoolErrorKind::StreamsMismatch).
     pub fn from_initiators(
         initiators: Vec<I>, send_cq: Option<I::CompletionQueue>, settings: &DcPoolSettings,
     ) -> Result<Self, CreateDcInitiatorPoolError> {
@@ -255,7 +242,6 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
             check_streams(settings.policy(), with_streams)?;
         }
         let mut core = PoolCore::new(&initiators, settings);
-        // Each keeps in flight the send queue it has (the smallest, were they to differ).
         let per_initiator = initiators.iter().map(I::max_send_wr).min().unwrap_or(0).max(1);
         core.limit_send_queue(per_initiator);
         Ok(Self {
@@ -292,8 +278,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.send_cq.as_ref()
     }
 
-    /// Adds the DC target of `endpoint` as a destination. Its address handle is created on its
-    /// first post (or by [`prepare`](Self::prepare)) and kept until it is removed.
+    /// Adds the DC target of `endpoint` as a destination; its address handle is made on its first
+    /// post (or [`prepare`](Self::prepare)).
     pub fn add_destination(&mut self, endpoint: DcEndpoint) -> DestinationId {
         self.core.add_destination(Some(endpoint), None)
     }
@@ -324,14 +310,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         }
     }
 
-    /// Removes `destination`: its address handle and records are freed, and its id becomes
-    /// stale. A grant it holds and has not used goes to the next destination in line.
+    /// Removes `destination`, freeing its address handle; an unused grant goes to the next in
+    /// line.
     ///
     /// # Errors
     ///
-    /// Requests of it are not reported yet ([`RemoveDestinationErrorKind::Outstanding`]): poll
-    /// until [`outstanding`](Self::outstanding) is 0, or [`retire`](Self::retire_destination) it
-    /// instead.
+    /// [`RemoveDestinationErrorKind::Outstanding`]: poll until [`outstanding`](Self::outstanding)
+    /// is 0, or [`retire`](Self::retire_destination) it instead.
     pub fn remove_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
         self.core
             .remove_destination(destination)
@@ -343,9 +328,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         Ok(())
     }
 
-    /// Removes `destination` once every request of it was reported, with a
-    /// [`DcPoolEvent::Removed`]. From now on it posts nothing
-    /// ([`Retiring`](PostToDestinationErrorKind::Retiring)) and leaves the line.
+    /// Removes `destination` once every request of it was reported ([`DcPoolEvent::Removed`]);
+    /// it posts nothing meanwhile.
     pub fn retire_destination(&mut self, destination: DestinationId) -> Result<(), RemoveDestinationError> {
         self.core
             .retire(destination)
@@ -369,8 +353,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.endpoint(destination)
     }
 
-    /// The initiator (and DCI stream) `destination` posts on now: none for a dedicated policy's
-    /// destination that holds none.
+    /// The initiator (and DCI stream) `destination` posts on now, if any.
     pub fn assignment(&self, destination: DestinationId) -> Option<(usize, Option<u16>)> {
         self.core.assignment(destination)
     }
@@ -380,14 +363,12 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.outstanding(destination)
     }
 
-    /// The destinations in line for an initiator (dedicated policies), first first: the order
-    /// in which initiators that free up go to them.
+    /// The destinations in line for an initiator (dedicated policies), first first.
     pub fn waiting(&self) -> impl Iterator<Item = DestinationId> + '_ {
         self.core.waiting()
     }
 
-    /// Takes `destination` out of line for an initiator (nothing is left of it in the line), and
-    /// gives back an initiator it was granted ([`DcPoolEvent::Ready`]) and has not posted on.
+    /// Takes `destination` out of line, and gives back a grant it has not posted on.
     pub fn cancel_wait(&mut self, destination: DestinationId) {
         self.core.cancel_wait(destination);
     }
@@ -397,8 +378,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.is_unreachable(destination)
     }
 
-    /// Why `destination` can or cannot post now: what its next
-    /// [`start_post_send`](Self::start_post_send) would meet, read without posting.
+    /// What the next [`start_post_send`](Self::start_post_send) to `destination` would meet.
     pub fn destination_state(&self, destination: DestinationId) -> DestinationState {
         self.core.state(destination)
     }
@@ -408,14 +388,13 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         self.core.revive(destination);
     }
 
-    /// Creates `destination`'s address handle now rather than on its first post (on RoCE
-    /// `ibv_create_ah` blocks until the peer answers ARP or neighbour discovery).
+    /// Creates `destination`'s address handle now (on RoCE `ibv_create_ah` blocks until the peer
+    /// answers ARP or neighbour discovery).
     ///
     /// # Errors
     ///
-    /// [`UnknownDestination`](PostToDestinationErrorKind::UnknownDestination), or the address
-    /// handle's error ([`PostToDestinationErrorKind::AddressHandle`]; the next `prepare` or post
-    /// tries again).
+    /// [`UnknownDestination`](PostToDestinationErrorKind::UnknownDestination),
+    /// [`AddressHandle`](PostToDestinationErrorKind::AddressHandle).
     pub fn prepare(&mut self, destination: DestinationId) -> Result<(), PostToDestinationError> {
         if !self.core.contains(destination) {
             return Err(PostToDestinationErrorKind::UnknownDestination.into());
@@ -427,9 +406,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     }
 
     /// Polls the send CQ once (up to 32 completions), reports through `sink` what they settle
-    /// and what [`progress`](Self::progress) reports, and recovers errored streams and
-    /// initiators once the device flushed them. Returns how many completions were polled.
-    /// `sink` runs while `poll` holds the pool: collect there what to post, post once it returns.
+    /// and what [`progress`](Self::progress) reports, recovers what the device flushed, and
+    /// returns how many it polled.
     pub fn poll(&mut self, sink: impl FnMut(DcPoolEvent)) -> Result<usize, PollCompletionQueueError> {
         let Self {
             initiators,
@@ -456,9 +434,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         polled
     }
 
-    /// Settles one completion polled elsewhere (a CQ shared with other queue pairs), as
-    /// [`poll`](Self::poll) does; returns whether it was the pool's. Such a caller calls
-    /// [`progress`](Self::progress) once per polling round instead of `poll`.
+    /// Settles one completion polled elsewhere, as [`poll`](Self::poll) does; returns whether it
+    /// was the pool's. Such a caller calls [`progress`](Self::progress) once per round.
     pub fn complete(&mut self, completion: impl Into<PoolCompletion>, mut sink: impl FnMut(DcPoolEvent)) -> bool {
         let settled = self
             .core
@@ -469,8 +446,8 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         settled
     }
 
-    /// What [`poll`](Self::poll) does besides polling: moves grants unused past the grant
-    /// timeout to the next in line, reports [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
+    /// What [`poll`](Self::poll) does besides polling: expires grants, reports
+    /// [`DcPoolEvent::Stalled`] and [`DcPoolEvent::Ready`].
     pub fn progress(&mut self, mut sink: impl FnMut(DcPoolEvent)) {
         self.core.tick(&mut sink);
         if self.core.removed_any() {

@@ -7,8 +7,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use super::types::DcPoolPolicy;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 
-/// The settings of a [`DcInitiatorPool`](super::DcInitiatorPool), the builder's or
-/// [`from_initiators`](super::DcInitiatorPool::from_initiators)'.
+/// The settings of a [`DcInitiatorPool`](super::DcInitiatorPool).
 ///
 /// ```
 /// use std::time::Duration;
@@ -73,16 +72,14 @@ impl DcPoolSettings {
         self
     }
 
-    /// After how many consecutive "transport retry counter exceeded" errors a destination is
-    /// reported unreachable (default 3; at least 1).
+    /// After how many consecutive "retry exceeded" errors a destination is unreachable (default 3, at least 1).
     pub fn setup_unreachable_after(&mut self, errors: u32) -> &mut Self {
         self.unreachable_after = errors;
         self
     }
 
-    /// How long a destination granted an initiator from the line
-    /// ([`DcPoolEvent::Ready`](super::types::DcPoolEvent::Ready)) keeps it without posting before
-    /// it goes to the next in line (default 10 ms; `Duration::MAX`: for ever).
+    /// How long a destination granted an initiator from the line keeps it without posting
+    /// (default 10 ms; `Duration::MAX`: for ever).
     pub fn setup_grant_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.grant_timeout = timeout;
         self
@@ -96,15 +93,13 @@ impl DcPoolSettings {
         self
     }
 
-    /// What the grant and stall timeouts read the time from (default [`Instant::now`]): e.g. a
-    /// clock a test moves.
+    /// What the timeouts read the time from (default [`Instant::now`]).
     pub fn setup_clock(&mut self, now: impl Fn() -> Instant + Send + Sync + 'static) -> &mut Self {
         self.clock = Arc::new(now);
         self
     }
 
-    /// The protection domain, port and service class of the destinations' address handles, so
-    /// that [`add_destination`](super::DcInitiatorPool::add_destination) takes an endpoint
+    /// Of the address handles [`add_destination`](super::DcInitiatorPool::add_destination) makes
     /// (default none: [`add_destination_with_address`](super::DcInitiatorPool::add_destination_with_address)).
     pub fn setup_protection_domain(
         &mut self, pd: &Arc<ProtectionDomain>, port: u8, service_class: DcServiceClass,
@@ -122,7 +117,7 @@ impl DcPoolSettings {
         self.policy
     }
 
-    /// See [`setup_unreachable_after`](Self::setup_unreachable_after).
+    /// The unreachable-after count.
     pub fn unreachable_after(&self) -> u32 {
         self.unreachable_after
     }
@@ -132,7 +127,7 @@ impl DcPoolSettings {
         self.grant_timeout
     }
 
-    /// The stall timeout (`None`: stalls are not reported).
+    /// The stall timeout.
     pub fn stall_timeout(&self) -> Option<Duration> {
         self.stall_timeout
     }

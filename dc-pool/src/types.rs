@@ -5,17 +5,13 @@ use super::destinations::Refusal;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::CreateDcAddressHandleError;
 
-/// How a [`DcInitiatorPool`](super::DcInitiatorPool) assigns its DC initiators
-/// to destinations (UCX's `dc_mlx5` policies `dcs`, `dcs_quota`, hashing, `hw_dcs`).
-///
-/// Every policy keeps the order of a destination's requests (re-post its
-/// [retries](DcPoolEvent::Retry) before anything newer); between destinations, none orders
-/// anything.
+/// How a [`DcInitiatorPool`](super::DcInitiatorPool) assigns its DC initiators to destinations
+/// (UCX's `dc_mlx5` policies `dcs`, `dcs_quota`, hashing, `hw_dcs`). Each keeps the order of a
+/// destination's requests (re-post its [retries](DcPoolEvent::Retry) before anything newer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DcPoolPolicy {
-    /// A destination holds a DC initiator of its own while it has requests outstanding: a slow
-    /// or failing destination delays and fails only its own requests.
+    /// A destination holds a DC initiator of its own while it has requests outstanding.
     Dedicated,
     /// As [`Dedicated`](Self::Dedicated), but a destination that posted `quota` requests while
     /// others are in line waits for its turn again ([`DcPoolWouldBlock::QuotaExhausted`]).
@@ -23,13 +19,11 @@ pub enum DcPoolPolicy {
         /// Requests a destination may post per holding while others wait (at least 1).
         quota: u32,
     },
-    /// Each destination is bound to one initiator by a hash of its number, shared by many
-    /// destinations. A slow destination delays, and an error completion hands back for a retry,
-    /// the requests of the other destinations on its initiator.
+    /// Each destination is bound by a hash to one initiator it shares: a slow or failing one
+    /// delays, or hands back for a retry, the others' requests.
     Static,
-    /// Hardware DCI streams (ConnectX-6 Dx and newer): each destination is bound by a hash to an
-    /// initiator and one of its streams, which run concurrently. An error completion errors its
-    /// stream only, reset with `mlx5dv_dci_stream_id_reset` once its requests are flushed.
+    /// DCI streams (ConnectX-6 Dx and newer): bound by a hash to an initiator and one of its
+    /// streams; an error completion errors the stream only (`mlx5dv_dci_stream_id_reset`).
     Streams,
 }
 
@@ -40,8 +34,7 @@ impl DcPoolPolicy {
     }
 }
 
-/// A destination of a pool, from
-/// [`add_destination`](super::DcInitiatorPool::add_destination): a place and a generation.
+/// A destination of a pool: a place and a generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DestinationId {
     index: u32,
@@ -65,25 +58,23 @@ impl DestinationId {
     }
 }
 
-/// Why a post to a destination cannot go ahead now; nothing was posted. Each but `BatchFull`
-/// ends with a [`DcPoolEvent::Ready`] for the destination.
+/// Why a post cannot go ahead now; each but `BatchFull` ends with a [`DcPoolEvent::Ready`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DcPoolWouldBlock {
-    /// Every DC initiator is held by another destination (dedicated policies); it is in line.
+    /// Dedicated policies: it is in line.
     #[error("no DC initiator is free for this destination now")]
     NoInitiator,
-    /// The destination posted its quota on the initiator it holds while others wait.
+    /// Quota used.
     #[error("the destination used its quota while other destinations wait")]
     QuotaExhausted,
-    /// The initiator's send queue is full until some requests complete.
+    /// Until requests complete.
     #[error("the DC initiator's send queue is full")]
     QueueFull,
-    /// The batch holds [`room`](super::post_guard::DcPoolPostGuard::room) requests.
+    /// See [`room`](super::post_guard::DcPoolPostGuard::room).
     #[error("the batch is full: post it and start another")]
     BatchFull,
-    /// The destination's initiator (or DCI stream) is in error: recovered once the device
-    /// flushed its requests.
+    /// Recovered once the device flushed its requests.
     #[error("DC initiator {initiator} (stream {stream:?}) is being recovered")]
     Recovering {
         /// The initiator.
@@ -93,8 +84,7 @@ pub enum DcPoolWouldBlock {
     },
 }
 
-/// Why a destination of a pool can or cannot post now, from
-/// [`destination_state`](super::DcInitiatorPool::destination_state), and what to do.
+/// Why a destination can or cannot post now, and what to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DestinationState {
@@ -145,9 +135,7 @@ pub enum DestinationState {
     Unknown,
 }
 
-/// What happened to a request posted through a pool, or to a destination, as reported by
-/// [`poll`](super::DcInitiatorPool::poll): every request exactly once, as `Completed`, `Failed`
-/// or `Retry`.
+/// What happened to a request (exactly once: `Completed`, `Failed` or `Retry`) or destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DcPoolEvent {
@@ -170,31 +158,26 @@ pub enum DcPoolEvent {
         /// The error completion's `vendor_err`; 0 for a request flushed behind it.
         vendor_err: u32,
     },
-    /// The device flushed the request for another destination's error: post it again, before
-    /// the destination's newer requests.
+    /// Flushed for another destination's error: post it again, before its newer requests.
     Retry {
         /// Its destination.
         destination: DestinationId,
         /// The `wr_id` it was posted with.
         wr_id: u64,
     },
-    /// The destination, refused with a [would-block](DcPoolWouldBlock), may post again (once per
-    /// refusal).
+    /// The destination, refused with a [would-block](DcPoolWouldBlock), may post again.
     Ready {
         /// The destination.
         destination: DestinationId,
     },
-    /// The destination's requests kept failing with errors that say its target is not there
-    /// (transport or RNR retry counter exceeded, remote invalid request); reported once, just
-    /// before that [`Failed`](Self::Failed).
+    /// The destination's requests kept failing with retry counter exceeded or remote invalid
+    /// request; reported once, just before that [`Failed`](Self::Failed).
     Unreachable {
         /// The destination.
         destination: DestinationId,
     },
-    /// The destination's request has been the oldest outstanding one of its initiator (or DCI
-    /// stream) for the [stall timeout](super::settings::DcPoolSettings::setup_stall_timeout);
-    /// reported once, the request may still complete. The usual cause: a SEND to a target whose
-    /// receive queue ran dry (`rnr_retry` 7 retries for ever).
+    /// Oldest outstanding for the [stall timeout](super::settings::DcPoolSettings::setup_stall_timeout);
+    /// reported once. Usually a SEND to a target whose receive queue ran dry (`rnr_retry` 7).
     Stalled {
         /// The destination.
         destination: DestinationId,
@@ -215,7 +198,7 @@ pub enum DcPoolEvent {
         /// The destination.
         destination: DestinationId,
     },
-    /// A completion on the pool's CQ of another queue pair, handed over as polled.
+    /// A completion of another queue pair on the pool's CQ.
     OtherCompletion(WorkCompletion),
 }
 
@@ -223,17 +206,17 @@ pub enum DcPoolEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct DcPoolFootprint {
-    /// Places for destinations (live or free for reuse): the most that were live at once.
+    /// Places for destinations: the most that were live at once.
     pub destination_places: usize,
     /// Destinations live now.
     pub live_destinations: usize,
-    /// Address handles the pool holds (one per live destination that posted or was prepared).
+    /// Address handles held.
     pub address_handles: usize,
     /// Destinations in line for an initiator.
     pub waiting: usize,
-    /// Grants not known to be used yet (each expires after the grant timeout).
+    /// Grants not known to be used yet.
     pub grant_timers: usize,
-    /// Records of runs of requests in flight, over every initiator.
+    /// Records of runs of requests in flight.
     pub batch_records: usize,
     /// Ready events not reported yet.
     pub ready_events: usize,
@@ -252,14 +235,14 @@ impl PostToDestinationError {
     }
 }
 
-/// The enum type for [`PostToDestinationError`]. Nothing was posted in every case.
+/// The enum type for [`PostToDestinationError`]; nothing was posted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PostToDestinationErrorKind {
     /// Not now: no initiator, quota used, or send queue full.
     #[error(transparent)]
     WouldBlock(#[from] DcPoolWouldBlock),
-    /// The destination was reported unreachable ([`DcPoolEvent::Unreachable`]).
+    /// See [`DcPoolEvent::Unreachable`].
     #[error("the destination was reported unreachable")]
     Unreachable,
     /// Every initiator of the pool is out of service ([`DcPoolEvent::InitiatorLost`]).
@@ -277,19 +260,17 @@ pub enum PostToDestinationErrorKind {
         /// Whether the pool has DCI streams.
         streams_pool: bool,
     },
-    /// The destination's address handle could not be created; its next post tries again.
+    /// Its next post tries again.
     #[error(transparent)]
     AddressHandle(#[from] CreateDcAddressHandleError),
-    /// [`PoolInitiator::address`](super::PoolInitiator::address) failed; the next post tries
-    /// again.
+    /// [`PoolInitiator::address`](super::PoolInitiator::address) failed; retried on next post.
     #[error("the initiators could not make the destination's address")]
     Address {
         /// Why.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The destination's path MTU is smaller than the pool's initiators send: its packets would
-    /// be dropped there.
+    /// Its packets would be dropped there.
     #[error("the destination's path MTU is {destination:?}, the pool's initiators send {initiators:?}")]
     PathMtuTooSmall {
         /// The destination's path MTU.
@@ -319,7 +300,7 @@ impl From<Refusal> for PostToDestinationErrorKind {
 #[non_exhaustive]
 pub struct RemoveDestinationError(#[from] pub RemoveDestinationErrorKind);
 
-/// The enum type for [`RemoveDestinationError`]. Nothing was removed in every case.
+/// The enum type for [`RemoveDestinationError`]; nothing was removed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RemoveDestinationErrorKind {
