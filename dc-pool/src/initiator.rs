@@ -20,17 +20,15 @@ use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcBatchAddress, DcInitiat
 /// Why [`PoolInitiator::reset_stream`] refused.
 #[derive(Debug)]
 pub enum StreamResetRefusal {
-    /// The initiator is not in RTS: it went to ERR as a whole; recover it.
+    /// Not in RTS: recover the initiator.
     NotReadyToSend,
     /// Anything else.
     Failed(Box<dyn Error + Send + Sync>),
 }
 
-/// A DC initiator a [`DcInitiatorPool`](super::DcInitiatorPool) is made of: what the pool reads
-/// of it, its recovery, and batches of requests to one DC address.
+/// A DC initiator a [`DcInitiatorPool`](super::DcInitiatorPool) is made of.
 pub trait PoolInitiator {
-    /// What a destination's address becomes for this initiator, made once per destination
-    /// ([`address`](Self::address)) and kept until the destination is removed.
+    /// A destination's address, made once ([`address`](Self::address)) and kept.
     type Address;
     /// A batch of requests to one DC address.
     type Batch<'a>: PoolBatch
@@ -39,26 +37,22 @@ pub trait PoolInitiator {
     /// The send completion queue a pool of these initiators polls.
     type CompletionQueue: PoolCompletionQueue;
 
-    /// The queue pair number its completions carry, read when the pool is made and after each
-    /// successful [`recover`](Self::recover) (which may rebuild it with a new one): it changes
-    /// only there.
+    /// The queue pair number its completions carry; only [`recover`](Self::recover) may change it.
     fn qp_number(&self) -> u32;
 
     /// How many requests its send queue holds: the pool keeps no more in flight on it.
     fn max_send_wr(&self) -> u32;
 
-    /// How many DCI streams it has (0 without); a pool of the
-    /// [streams](super::types::DcPoolPolicy::Streams) policy posts on them.
+    /// How many DCI streams it has (0 without).
     fn stream_count(&self) -> u32;
 
-    /// The path MTU it sends with, when known (default unknown): the pool refuses a destination
-    /// whose endpoint announces a smaller one.
+    /// The path MTU it sends with, if known: the pool refuses destinations announcing less.
     fn path_mtu(&self) -> Option<Mtu> {
         None
     }
 
-    /// The index of the GID its requests are sent from, which the address handles the pool
-    /// creates for its destinations name; by default 0 (InfiniBand needs no other).
+    /// The index of the GID its requests are sent from, which the pool's address handles name
+    /// (default 0).
     fn source_gid_index(&self) -> u8 {
         0
     }
@@ -69,8 +63,7 @@ pub trait PoolInitiator {
     /// Resets one errored stream (every request of it was reported).
     fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal>;
 
-    /// The address its requests to a destination carry, from the address handle the pool
-    /// created for that destination.
+    /// Its address of the address handle the pool created for a destination.
     fn address(&self, ah: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>>;
 
     /// Starts a batch of requests to the DC target `dct_number` with access key `dc_key` at
@@ -80,12 +73,10 @@ pub trait PoolInitiator {
     ) -> Self::Batch<'a>;
 }
 
-/// A batch of requests to one DC address ([`PoolInitiator::start_batch`]), rung once at
-/// [`post`](Self::post). Dropped unposted, it posts nothing. A request it refuses is named in
-/// the error by its index in the batch.
+/// A batch of requests to one DC address, rung once at [`post`](Self::post); dropped unposted,
+/// it posts nothing. Errors name a refused request by its index in the batch.
 pub trait PoolBatch {
-    /// A request after `construct_wr`: an operation, then its data, at which it joins the
-    /// batch.
+    /// A request after `construct_wr`: an operation, then its data, where it joins the batch.
     type Request<'r>
     where
         Self: 'r;
@@ -103,8 +94,7 @@ pub trait PoolBatch {
 
 /// The send completion queue of a pool's initiators ([`PoolInitiator::CompletionQueue`]).
 pub trait PoolCompletionQueue {
-    /// Polls at most 32 completions, handing each to `each` with the completion whole where it
-    /// has one; returns how many.
+    /// Polls at most 32 completions into `each` (with the whole completion where there is one).
     fn poll(
         &mut self, each: impl FnMut(PoolCompletion, Option<&WorkCompletion>),
     ) -> Result<usize, PollCompletionQueueError>;

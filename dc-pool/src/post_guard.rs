@@ -1,6 +1,5 @@
-//! A batch to one destination, the post path from the API to the initiator: the destination's
-//! address on its first post, one grant from the bookkeeping (`begin`), and the initiator's batch
-//! ([`PoolBatch`]) that builds its requests and posts them.
+//! A batch to one destination: its address on its first post, a grant from the bookkeeping
+//! (`begin`), and the initiator's [`PoolBatch`].
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::destinations::{PoolCore, Refusal};
@@ -17,8 +16,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     ///
     /// # Errors
     ///
-    /// [`PostToDestinationErrorKind`]: [`WouldBlock`](PostToDestinationErrorKind::WouldBlock)
-    /// when the policy cannot grant an initiator now; nothing was posted.
+    /// [`PostToDestinationErrorKind`]; nothing was posted.
     #[inline]
     pub fn start_post_send(
         &mut self, destination: DestinationId,
@@ -114,10 +112,9 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
     }
 }
 
-/// A batch to one destination through a [`DcInitiatorPool`]: the request builder of its
-/// initiator's batch ([`PoolBatch::Request`]; for a
-/// [`DcInitiator`], its guard's), where the pool sets the DC address
-/// (`construct_wr` → operation → data). Dropped unposted, it aborts the batch.
+/// A batch to one destination through a [`DcInitiatorPool`], building requests with its
+/// initiator's [`PoolBatch::Request`] (`construct_wr` → operation → data); dropped unposted, it
+/// aborts.
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
 pub struct DcPoolPostGuard<'p, I: PoolInitiator + 'p = DcInitiator> {
     // Dropped first: an unposted batch is aborted before the pool ends it.
@@ -138,8 +135,7 @@ struct BatchRecord<'p> {
 }
 
 impl BatchRecord<'_> {
-    /// Ends the batch unposted, and gives back `err` with the caller's `wr_id` of the refused
-    /// request, where the guard named the provider-visible one the pool gave it.
+    /// Ends the batch unposted; gives back `err` naming the caller's `wr_id` of the refused request.
     #[cold]
     #[inline(never)]
     fn refused(self, mut err: TypedPostSendError) -> TypedPostSendError {

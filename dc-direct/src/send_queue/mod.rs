@@ -72,9 +72,8 @@ use crate::barrier::Hardware;
 use doorbell::Doorbell;
 use ring::{Ring, BASIC_BLOCK};
 
-/// The raw parts of a DCI's send queue: what `mlx5dv_init_obj` gives in `struct mlx5dv_qp`
-/// (`sq.buf`, `sq.wqe_cnt`, `sq.stride`, `dbrec`, `bf.reg`, `bf.size`) and what the queue pair
-/// was created with (`ibv_query_qp`'s caps, its number, signal-all, DCI streams).
+/// The raw parts of a DCI's send queue: `mlx5dv_init_obj`'s `struct mlx5dv_qp`, and what the
+/// queue pair was created with.
 #[derive(Debug, Clone, Copy)]
 pub struct SendQueueParts {
     /// The send queue's buffer (`sq.buf`).
@@ -89,7 +88,7 @@ pub struct SendQueueParts {
     pub blueflame: NonNull<u8>,
     /// Each of the register's two halves' size (`bf.size`); 0: no BlueFlame.
     pub blueflame_size: u32,
-    /// The most requests outstanding at once: the granted `max_send_wr`.
+    /// The granted `max_send_wr`.
     pub max_post: u32,
     /// The granted `max_inline_data`.
     pub max_inline_data: u32,
@@ -99,7 +98,7 @@ pub struct SendQueueParts {
     pub sq_sig_all: bool,
     /// The queue pair's number.
     pub qp_number: u32,
-    /// Whether the DCI was created with DCI streams (requests may name a stream id).
+    /// Whether the DCI has DCI streams.
     pub streams: bool,
 }
 
@@ -114,17 +113,14 @@ pub struct SendQueue {
     head: u32,
     /// Requests completed (`sq.tail`), advanced by the completion poller.
     tail: u32,
-    /// Per slot, the `wr_id` of the request whose WQE starts there (`sq.wrid`); `wqe_count`
-    /// entries.
+    /// Per slot, the `wr_id` of the request whose WQE starts there (`sq.wrid`).
     wr_ids: Box<[u64]>,
-    /// Per slot, how many requests had been posted before that request (`sq.wqe_head`);
-    /// `wqe_count` entries.
+    /// Per slot, how many requests had been posted before that request (`sq.wqe_head`).
     wqe_heads: Box<[u32]>,
     doorbell: Doorbell,
 }
 
-/// What every request of a queue is checked against and written with, fixed at its creation:
-/// its ring, its granted limits, its number, its signal-all bits. A batch holds a copy.
+/// What every request of a queue is checked against and written with; a batch holds a copy.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Limits {
     ring: Ring,
@@ -145,12 +141,11 @@ unsafe impl Send for SendQueue {}
 const CQ_UPDATE: u8 = 2 << 2;
 
 impl SendQueue {
-    /// The send queue of these parts, at posting index 0 (a queue pair nothing was posted on).
+    /// The send queue of these parts, at posting index 0.
     ///
     /// # Errors
     ///
-    /// [`CreateSendQueueErrorKind`]: the parts are not a queue this writer writes (or there are
-    /// no barriers for this CPU).
+    /// [`CreateSendQueueErrorKind`].
     ///
     /// # Safety
     ///
@@ -206,17 +201,17 @@ impl SendQueue {
         self.limits.qp_number
     }
 
-    /// The most requests outstanding at once.
+    /// `max_post`.
     pub fn max_post(&self) -> u32 {
         self.limits.max_post
     }
 
-    /// The longest inline data a request takes.
+    /// `max_inline_data`.
     pub fn max_inline_data(&self) -> u32 {
         self.limits.max_inline_data
     }
 
-    /// The most scatter/gather entries a request takes.
+    /// `max_send_sge`.
     pub fn max_send_sge(&self) -> u32 {
         self.limits.max_send_sge
     }
