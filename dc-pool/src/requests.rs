@@ -1,11 +1,9 @@
 //! An initiator's requests: its ring of the callers' `wr_id`s, the records that say whose
 //! requests they are and which were reported, and the errors of its streams.
 //!
-//! Each initiator numbers its requests in posting order. The `wr_id` the provider sees is
-//! `initiator << 48 | number` (the number taken modulo 2⁴⁸); the caller's own `wr_id` is kept in
-//! the ring, at the request's number. A batch's requests take consecutive places in the ring (a
-//! batch never wraps around its end). A completion thus names its request exactly, also with DCI
-//! streams (whose completions can come out of posting order between streams).
+//! The provider-visible `wr_id` is `initiator << 48 | number` (requests numbered in posting order,
+//! modulo 2⁴⁸); the caller's `wr_id` is kept in the ring at that number, so a completion names its
+//! request exactly, also when DCI streams complete out of posting order.
 use std::collections::VecDeque;
 
 use super::types::{DcPoolWouldBlock, DestinationId};
@@ -26,8 +24,7 @@ pub(crate) fn initiator_of(wr_id: u64) -> usize {
     (wr_id >> NUMBER_BITS) as usize
 }
 
-/// A run of requests of one destination on one stream, posted on one initiator in one or more
-/// consecutive batches.
+/// A run of one destination's requests on one stream, over one or more consecutive batches.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record {
     /// The destination's place, and the stream (0 without streams).
@@ -53,8 +50,7 @@ impl Record {
     }
 }
 
-/// The callers' `wr_id`s of a run of requests being reported, in order, read from their
-/// initiator's ring.
+/// The callers' `wr_id`s of a run of requests being reported, in order.
 #[derive(Debug)]
 pub(super) struct Run<'a> {
     ring: &'a [u64],
@@ -86,25 +82,21 @@ pub(super) enum Health {
 /// One initiator's requests, and its state.
 #[derive(Debug)]
 pub(super) struct InitiatorRequests {
-    /// The queue pair number its completions carry: read when it was created and when it was
-    /// recovered (the only time it changes, [`PoolInitiator::qp_number`](crate::PoolInitiator::qp_number)).
+    /// The queue pair number its completions carry (changed only by a recovery).
     qp_number: u32,
-    /// Where its ring of callers' `wr_id`s starts in the pool's rings (all initiators', one
-    /// after another: apart from the bookkeeping, so that an open batch writes its places while
-    /// it holds the bookkeeping to end the batch).
+    /// Where its ring starts in the pool's rings (kept apart from the bookkeeping, so that an open
+    /// batch writes its places while it holds the bookkeeping to end the batch).
     ring_start: usize,
     /// Its ring's size less one: a power of two that divides 2⁴⁸.
     mask: u64,
     /// Requests it may hold at once (its send queue), and the number of the next.
     capacity: u64,
     head: u64,
-    /// How many requests were reported: `head - reported` are outstanding (a count, so that no
-    /// grant walks the records).
+    /// How many requests were reported (a count, so that no grant walks the records).
     reported: u64,
     batches: VecDeque<Record>,
     streams: u32,
-    /// Per stream (one without streams): the destination whose request failed, while the
-    /// stream's requests are flushed (its flushed requests fail too).
+    /// Per stream (one without streams): the destination whose request failed, while it is flushed.
     lanes: Box<[Option<u32>]>,
     health: Health,
     /// Destinations refused a batch on it, each once, waiting for a `Ready`.
@@ -112,14 +104,12 @@ pub(super) struct InitiatorRequests {
 }
 
 impl InitiatorRequests {
-    /// The requests of an initiator of queue pair `qp_number`, send queue `capacity` and
-    /// `streams` DCI streams, its ring from `ring_start` on; the next one's starts at
+    /// An initiator's requests, its ring from `ring_start` on; the next one's starts at
     /// [`ring_end`](Self::ring_end).
     pub(super) fn new(qp_number: u32, capacity: u32, streams: u32, ring_start: usize) -> Self {
-        // Twice the send queue, and with streams one send queue per stream: a request that
-        // completed out of order (another stream) frees its send-queue slot at once, but its
-        // place in the ring only once every request before it was reported. (At most 2⁴⁸, which
-        // it then divides.)
+        // Twice the send queue, and with streams one send queue per stream: a request completed
+        // out of order frees its send-queue slot at once, but its place in the ring only once
+        // every request before it was reported. (At most 2⁴⁸, which it then divides.)
         let size = (u64::from(capacity.max(1)) * u64::from(streams.max(2)))
             .next_power_of_two()
             .min(NUMBER_MASK + 1);
@@ -188,8 +178,7 @@ impl InitiatorRequests {
             .sum()
     }
 
-    /// The oldest request not reported yet (`head` when none is): the ring holds the callers'
-    /// `wr_id`s from here to `head`.
+    /// The oldest request not reported yet (`head` when none is).
     #[inline]
     fn oldest(&self) -> u64 {
         self.batches.front().map_or(self.head, |b| b.settled)
@@ -205,9 +194,7 @@ impl InitiatorRequests {
         let mut limit = (self.reported + self.capacity).min(ring_end);
         if self.streams > 0 {
             // Streams complete out of order between them: the oldest request not reported can
-            // hold its place in the ring longer than the send queue holds requests. Without
-            // streams every request before the oldest was reported, and the ring holds twice
-            // the send queue.
+            // hold its place in the ring longer than the send queue holds requests.
             limit = limit.min(self.oldest() + mask + 1);
         }
         limit.saturating_sub(self.head) as usize
@@ -233,9 +220,8 @@ impl InitiatorRequests {
         self.head += posted;
     }
 
-    /// The full number of the request a completion of queue pair `qp_number` names by its
-    /// provider-visible `wr_id` (48 bits of the number); `None` when it is not this initiator's
-    /// queue pair (as of now: a recovery may have rebuilt it with a new number).
+    /// The full number of the request a completion names by its 48-bit `wr_id`; `None` when
+    /// `qp_number` is not this initiator's queue pair (a recovery may have rebuilt it).
     #[inline]
     pub(super) fn number_of(&self, qp_number: u32, wr_id: u64) -> Option<u64> {
         let distance = self.head.wrapping_sub(wr_id) & NUMBER_MASK;
@@ -259,9 +245,8 @@ impl InitiatorRequests {
         self.position(number).map(|index| self.batches[index])
     }
 
-    /// Reports the requests of stream `lane` before `end`, oldest first, to `report`: a run of
-    /// them at a time, all of one destination (its place, and their callers' `wr_id`s). Drops the
-    /// records it used up. (A stream completes in order: before a completion, they executed.)
+    /// Reports the requests of stream `lane` before `end`, oldest first, to `report`, a run of one
+    /// destination at a time (a stream completes in order: before a completion, they executed).
     #[inline]
     pub(super) fn settle(&mut self, wr_ids: &[u64], lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>)) {
         let ring = &wr_ids[self.ring_start..=self.ring_start + self.mask as usize];
@@ -289,10 +274,9 @@ impl InitiatorRequests {
         self.drop_reported();
     }
 
-    /// Request `number` completed: reports it and the requests of its stream before it (a stream
-    /// completes in order: they executed) as [`settle`](Self::settle). Returns its destination's
-    /// place, and whether its stream (or the whole initiator) is in error: it may hold nothing now
-    /// and be ready for its reset. `None` when it was already reported (or never posted).
+    /// Request `number` completed: reports it and its stream's requests before it as
+    /// [`settle`](Self::settle). Returns its destination's place, and whether its stream (or the
+    /// whole initiator) is in error; `None` when it was already reported (or never posted).
     #[inline]
     pub(super) fn settle_through(
         &mut self, wr_ids: &[u64], number: u64, mut report: impl FnMut(u32, Run<'_>),
@@ -337,10 +321,9 @@ impl InitiatorRequests {
         }
     }
 
-    /// Reports the requests of stream `lane` before `end` as flushed, to `report` (their
-    /// destination's place, the caller's `wr_id`, and whether that destination's request failed
-    /// on this stream). A flush no error completion of its stream announced puts the whole
-    /// initiator in error (on its own, or after 2^`log_num_errored` stream errors).
+    /// Reports the requests of stream `lane` before `end` as flushed, with whether their
+    /// destination's request failed on this stream. A flush no error completion announced puts
+    /// the whole initiator in error (on its own, or after 2^`log_num_errored` stream errors).
     pub(super) fn flush(&mut self, wr_ids: &[u64], lane: u16, end: u64, mut report: impl FnMut(u32, Run<'_>, bool)) {
         let at_fault = self.lanes[lane as usize];
         if at_fault.is_none() {
@@ -361,7 +344,6 @@ impl InitiatorRequests {
         self.drop_reported();
         self.lanes[lane as usize] = Some(d);
         if self.streams == 0 {
-            // Without streams an error completion puts the initiator in ERR.
             self.enter_error();
         }
         wr_id
@@ -398,9 +380,8 @@ impl InitiatorRequests {
         self.health = Health::OutOfService;
     }
 
-    /// A batch on its stream `lane`: the number of its first request, that request's place in
-    /// the pool's rings, and how many it may hold; `None` when [`refusal`](Self::refusal) says
-    /// why not.
+    /// A batch on stream `lane`: its first request's number, that request's place in the pool's
+    /// rings, and how many it may hold; `None` when [`refusal`](Self::refusal) says why not.
     #[inline]
     pub(super) fn open(&self, lane: u16) -> Option<(u64, usize, usize)> {
         if self.health != Health::InService || self.lanes[lane as usize].is_some() {
@@ -413,8 +394,7 @@ impl InitiatorRequests {
         Some((self.head, self.ring_start + (self.head & self.mask) as usize, room))
     }
 
-    /// Why no batch can be posted on its stream `lane` (it is initiator `initiator` of the pool)
-    /// now: it, or the stream, is being recovered, or its send queue is full.
+    /// Why no batch can be posted on stream `lane` now.
     pub(super) fn refusal(&self, initiator: usize, lane: u16) -> DcPoolWouldBlock {
         if self.health != Health::InService || self.lanes[lane as usize].is_some() {
             let stream = (self.health == Health::InService).then_some(lane);
@@ -456,8 +436,7 @@ impl InitiatorRequests {
         }
     }
 
-    /// The oldest request not reported of each stream holding one (a stream completes in
-    /// order): (stream, its number, its destination's place).
+    /// The oldest unreported request of each stream holding one: (stream, number, destination).
     pub(super) fn heads(&self) -> impl Iterator<Item = (u16, u64, u32)> + '_ {
         let mut seen = Vec::new();
         self.batches

@@ -29,8 +29,7 @@ fn is_no_such_target(status: u32) -> bool {
     )
 }
 
-/// Reports `run`, requests of the destination at place `d`, as completed: its target answered,
-/// and a retiring destination may be removed now.
+/// Reports `run`, requests of the destination at place `d`, as completed.
 #[inline]
 fn completed(
     places: &mut [Place], retiring_settled: &mut Vec<u32>, d: u32, run: Run<'_>, sink: &mut impl FnMut(DcPoolEvent),
@@ -49,10 +48,8 @@ fn completed(
 }
 
 impl PoolCore {
-    /// Settles `completion` (its status carried by the failing request's
-    /// [`DcPoolEvent::Failed`]), reporting every request it settles to `sink`. A completion that
-    /// names no request in flight on its initiator's queue pair is ignored; returns whether it
-    /// named one.
+    /// Settles `completion`, reporting every request it settles to `sink`; returns whether it
+    /// named a request in flight on its initiator's queue pair (one that names none is ignored).
     pub(crate) fn complete<I: PoolInitiator>(
         &mut self, initiators: &mut [I], wr_ids: &[u64], completion: PoolCompletion, sink: &mut impl FnMut(DcPoolEvent),
     ) -> bool {
@@ -72,14 +69,12 @@ impl PoolCore {
         };
         let status = completion.status();
         let d = if status == ibv_wc_status::IBV_WC_SUCCESS {
-            // Reports it and the requests of its stream before it, in one walk of the records.
             let Some((d, in_error)) = requests.settle_through(wr_ids, number, |d, run| {
                 completed(places, retiring_settled, d, run, sink)
             }) else {
                 return false;
             };
-            // Only this stream's requests were settled: only it (or the whole initiator) may now
-            // hold nothing and be ready for its reset.
+            // Only this stream (or the whole initiator) may now hold nothing and need its reset.
             if in_error {
                 self.maybe_recover(initiators, initiator, sink);
             }

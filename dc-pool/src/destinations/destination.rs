@@ -8,8 +8,7 @@ pub(crate) enum Assignment {
     /// None: a dedicated policy's destination that holds none, or a static one while no
     /// initiator is in service.
     None,
-    /// It waits in line for an initiator (dedicated policies), after `previous` and before
-    /// `next`: the line is these links.
+    /// It waits in line for an initiator (dedicated policies), linked to `previous` and `next`.
     InLine { previous: Option<u32>, next: Option<u32> },
     /// It holds `initiator` (dedicated policies): granted when the initiator's next request was
     /// number `since`, by grant `grant` from the line (0: taken free). `over_quota`: refused for
@@ -20,8 +19,7 @@ pub(crate) enum Assignment {
         grant: u64,
         over_quota: bool,
     },
-    /// It is bound to `initiator`'s `stream` (static and streams policies; stream 0 without
-    /// streams).
+    /// It is bound to `initiator`'s `stream` (static and streams policies; 0 without streams).
     Bound { initiator: u16, stream: u16 },
 }
 
@@ -40,8 +38,7 @@ impl Assignment {
 /// Whether a destination's target answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reach {
-    /// It answers, or failed `retries_exceeded` times in a row with an error that says no target
-    /// is there.
+    /// It answers, or failed `retries_exceeded` times in a row with a no-target error.
     Answering { retries_exceeded: u32 },
     /// Reported unreachable: it posts nothing until revived.
     Unreachable,
@@ -56,8 +53,7 @@ impl Destination {
         }
     }
 
-    /// Its target did not answer; true when this makes it unreachable after `unreachable_after`
-    /// in a row.
+    /// Its target did not answer; true when this makes it unreachable.
     pub(crate) fn not_answered(&mut self, unreachable_after: u32) -> bool {
         let Reach::Answering { retries_exceeded } = &mut self.reach else {
             return false;

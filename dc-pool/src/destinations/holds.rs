@@ -11,8 +11,7 @@ use crate::types::{DcPoolWouldBlock, DestinationId};
 // generic, so without it the caller's crate calls them through the PLT (`scripts/bench`:
 // send_dc_pool_dedicated_write_settled broke its limit).
 impl PoolCore {
-    /// A free initiator for dedicated destination `d`, which holds it from now on; none free: `d`
-    /// goes in line.
+    /// A free initiator for dedicated destination `d` to hold; none free: `d` goes in line.
     #[inline]
     pub(super) fn take_free(&mut self, d: u32) -> Result<u16, Refusal> {
         let Some(i) = self.free.pop() else {
@@ -70,8 +69,7 @@ impl PoolCore {
         }
     }
 
-    /// Destination `d` holds its initiator no more, which is returned: refused for its quota, it
-    /// goes in line.
+    /// Destination `d` returns its initiator; refused for its quota, it goes in line.
     #[inline]
     fn unhold(&mut self, d: u32) -> Option<u16> {
         let live = self.at(d);
@@ -182,8 +180,8 @@ impl PoolCore {
         }
     }
 
-    /// Takes initiator `initiator`, which holds nothing, out of service: its holder loses it, and
-    /// the destinations bound to it (static and streams policies) are bound to the others.
+    /// Takes `initiator`, which holds nothing, out of service: its holder loses it, and destinations
+    /// bound to it are bound to the others.
     pub(super) fn take_out_of_service(&mut self, initiator: usize) {
         self.requests[initiator].take_out_of_service();
         self.free.retain(|&i| i as usize != initiator);

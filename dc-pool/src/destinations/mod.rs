@@ -42,8 +42,7 @@ pub(crate) struct Grant {
     pub(crate) stream: u16,
     /// The DCT number and DC key.
     pub(crate) address: (u32, u64),
-    /// The number of the batch's first request, its place in the pool's rings, and how many the
-    /// batch may hold.
+    /// The batch's first request number, its place in the pool's rings, and how many it may hold.
     pub(crate) first: u64,
     pub(crate) slot: usize,
     pub(crate) room: usize,
@@ -59,11 +58,9 @@ pub(crate) enum RemoveRefusal {
 /// One live destination.
 #[derive(Debug)]
 pub(crate) struct Destination {
-    /// Its DC target's endpoint, unless it was added with its address
-    /// ([`add_destination_with_address`](crate::DcInitiatorPool::add_destination_with_address)).
+    /// Its DC target's endpoint, unless it was added by its address alone.
     endpoint: Option<DcEndpoint>,
-    /// The DCT number and DC key its requests name, once its address is made (the address
-    /// itself is the pool's, kept by place beside the bookkeeping).
+    /// The DCT number and DC key its requests name, once its address is made.
     address: Option<(u32, u64)>,
     assignment: Assignment,
     reach: Reach,
@@ -87,8 +84,7 @@ pub(crate) struct PoolCore {
     free_places: Vec<u32>,
     /// Places removed since the pool last dropped their addresses ([`take_removed`](Self::take_removed)).
     removed_places: Vec<u32>,
-    /// Initiators held by no destination (dedicated policies). Empty while a destination is in
-    /// line: a freed initiator goes to the first in line at once.
+    /// Initiators held by no destination (dedicated policies); empty while a destination is in line.
     free: Vec<u16>,
     /// The ends of the wait line, linked through its destinations ([`Assignment::InLine`]).
     line_ends: Option<(u32, u32)>,
@@ -227,8 +223,7 @@ impl PoolCore {
             .map_or(0, |(i, _)| self.requests[i as usize].outstanding_of(d))
     }
 
-    /// Adds a destination (of an endpoint, or named by its address alone); the static and
-    /// streams policies bind it to its initiator now.
+    /// Adds a destination; the static and streams policies bind it to its initiator now.
     pub(crate) fn add_destination(
         &mut self, endpoint: Option<DcEndpoint>, address: Option<(u32, u64)>,
     ) -> DestinationId {
@@ -259,8 +254,7 @@ impl PoolCore {
         DestinationId::new(index, generation)
     }
 
-    /// Binds destination `index` to an initiator in service and a stream by a hash of its index
-    /// (static and streams policies); to none when none is in service.
+    /// Binds destination `index` by a hash of it to an initiator in service and a stream, or to none.
     fn bind(&mut self, index: u32) {
         if self.policy.is_dedicated() || self.requests.is_empty() {
             return;
@@ -269,7 +263,6 @@ impl PoolCore {
         let hash = u64::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
         let count = self.requests.len() as u64;
         let start = (hash % count) as usize;
-        // The first in service from the hashed one on.
         let found = (0..self.requests.len())
             .map(|k| (start + k) % self.requests.len())
             .find(|&i| self.requests[i].health() != Health::OutOfService);
@@ -295,8 +288,7 @@ impl PoolCore {
         Ok(())
     }
 
-    /// Removes destination `d`, which has nothing outstanding: it leaves the line, gives back a
-    /// grant it has not used, and its address handle is freed.
+    /// Removes destination `d`, which has nothing outstanding.
     fn remove(&mut self, d: u32) {
         self.unlink(d);
         if let Assignment::Holds { initiator, .. } = self.at(d).assignment {
@@ -323,8 +315,7 @@ impl PoolCore {
         Ok(())
     }
 
-    /// Removes the retiring destinations a completion reported requests of, once none of theirs
-    /// is outstanding.
+    /// Removes the retiring destinations a completion reported requests of, once none is outstanding.
     fn remove_retired(&mut self) {
         while let Some(d) = self.retiring_settled.pop() {
             let retired = self.places[d as usize].destination.as_ref().is_some_and(|l| l.retiring);
@@ -368,8 +359,7 @@ impl PoolCore {
             .map_or(0, |_| self.outstanding_of(destination.index() as u32))
     }
 
-    /// Why `destination` can or cannot post now, read from the same records (and in the same
-    /// order) as [`begin`](Self::begin) reads them.
+    /// Why `destination` can or cannot post now, read as [`begin`](Self::begin) reads it.
     pub(crate) fn state(&self, destination: DestinationId) -> crate::types::DestinationState {
         use crate::types::DestinationState as Answer;
         let Some(live) = self.live(destination) else {
@@ -421,8 +411,8 @@ impl PoolCore {
         }
     }
 
-    /// What is left of the quota of initiator `initiator`'s holder, which holds it since request
-    /// `since`, while others wait in line (`usize::MAX` without a quota or a line).
+    /// What is left of the quota of `initiator`'s holder while others wait in line (`usize::MAX`
+    /// without a quota or a line).
     #[inline]
     fn quota_left(&self, initiator: usize, since: u64) -> usize {
         match (self.policy, self.line_ends.is_some()) {
@@ -444,9 +434,8 @@ impl PoolCore {
         }
     }
 
-    /// Grants `destination` an initiator (and stream) for one batch, or says why not. A
-    /// dedicated policy's destination without an initiator takes a free one, or goes in line.
-    /// `streams`: the caller posts on a stream (a pool of the streams policy must).
+    /// Grants `destination` an initiator (and stream) for one batch, or says why not; `streams`:
+    /// the caller posts on a stream (a pool of the streams policy must).
     // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
     // `scripts/bench` then broke their limits.
     #[inline(always)]
@@ -496,8 +485,7 @@ impl PoolCore {
         })
     }
 
-    /// Ends a batch granted to destination `d` on `initiator`'s `stream`, of `posted` requests (0
-    /// when it was dropped or refused).
+    /// Ends a batch granted to destination `d`, of `posted` requests (0 when dropped or refused).
     #[inline]
     pub(crate) fn commit(&mut self, initiator: usize, d: u32, stream: u16, posted: usize) {
         if posted > 0 {
@@ -513,8 +501,7 @@ impl PoolCore {
         self.release_if_idle(d, initiator);
     }
 
-    /// One `poll` (or `progress`): unused grants expire, stalls and ready destinations are
-    /// reported.
+    /// One `poll` (or `progress`): unused grants expire, stalls and ready destinations are reported.
     pub(crate) fn tick(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         if !self.grants.is_empty() {
             self.expire_grants();

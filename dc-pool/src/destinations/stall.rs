@@ -23,8 +23,7 @@ struct Head {
     reported: bool,
 }
 
-/// The heads of the streams holding requests (only those: bounded by the initiators' streams in
-/// use), and when to look at them next.
+/// The heads of the streams holding requests, and when to look at them next.
 #[derive(Debug)]
 pub(super) struct StallWatch {
     /// The settings' stall timeout, read on every `poll`.
@@ -46,8 +45,7 @@ impl StallWatch {
 }
 
 impl PoolCore {
-    /// Reports, once each, the heads outstanding for the stall timeout or longer (see the
-    /// [module](self) documentation).
+    /// Reports, once each, the heads outstanding for the stall timeout or longer.
     pub(super) fn watch_stalls(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         // `None`: stalls are not reported (and the clock is not read for them).
         let Some(timeout) = self.stalls.timeout else {
