@@ -183,9 +183,8 @@ impl DcInitiatorPoolBuilder {
         self
     }
 
-    /// How every initiator is brought up and recovered (required). Its source GID is the
-    /// address handles'; its path MTU must be the smallest destination's (else
-    /// [`PathMtuTooSmall`](super::types::PostToDestinationErrorKind::PathMtuTooSmall)).
+    /// How every initiator is brought up and recovered (required). Its source GID is the address
+    /// handles'; its path MTU must be the smallest destination's.
     pub fn setup_bring_up(&mut self, bring_up: DcInitiatorBringUp) -> &mut Self {
         self.bring_up = Some(bring_up);
         self

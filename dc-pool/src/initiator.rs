@@ -51,8 +51,7 @@ pub trait PoolInitiator {
         None
     }
 
-    /// The index of the GID its requests are sent from, which the pool's address handles name
-    /// (default 0).
+    /// The index of the GID its requests are sent from, named by the pool's address handles (default 0).
     fn source_gid_index(&self) -> u8 {
         0
     }
@@ -66,8 +65,7 @@ pub trait PoolInitiator {
     /// Its address of the address handle the pool created for a destination.
     fn address(&self, ah: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>>;
 
-    /// Starts a batch of requests to the DC target `dct_number` with access key `dc_key` at
-    /// `address`, on DCI stream `stream` when given (streams policy).
+    /// Starts a batch to DC target `dct_number` with key `dc_key` at `address`, on `stream` if given.
     fn start_batch<'a>(
         &'a mut self, address: &'a Self::Address, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self::Batch<'a>;
@@ -81,8 +79,7 @@ pub trait PoolBatch {
     where
         Self: 'r;
 
-    /// Starts a request with the provider-visible `wr_id` (`initiator << 48 | request number`;
-    /// the caller's is kept in the pool) and `wr_flags`.
+    /// Starts a request with the provider-visible `wr_id` (the caller's is kept in the pool).
     fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> Self::Request<'_>;
 
     /// How many requests the batch holds (those that reached their data step).

@@ -152,8 +152,7 @@ pub enum DcPoolEvent {
         destination: DestinationId,
         /// The `wr_id` it was posted with.
         wr_id: u64,
-        /// The `ibv_wc_status` of its error completion (`IBV_WC_WR_FLUSH_ERR` for a request
-        /// flushed behind it).
+        /// The `ibv_wc_status` of its error completion (`IBV_WC_WR_FLUSH_ERR` when flushed behind it).
         status: u32,
         /// The error completion's `vendor_err`; 0 for a request flushed behind it.
         vendor_err: u32,

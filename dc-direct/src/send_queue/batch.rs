@@ -10,9 +10,8 @@ use super::operation::{self, InlineOperation, WqeOperation};
 use super::wqe::{Data, Datagram, Made, Request, Written};
 use super::{AddressVector, Limits, SendQueue, WorkRequestError, WorkRequestErrorKind};
 
-/// The state of the batch being described (libmlx5's `cur_post`, `nreq`, `cur_ctrl` and
-/// `cur_size`), with copies of what does not change while it is open, which the compiler can
-/// keep in registers.
+/// The state of the batch being described (libmlx5's `cur_post`, `nreq`, `cur_ctrl` and `cur_size`), with
+/// copies of what does not change while it is open, which the compiler can keep in registers.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Batch {
     /// The posting index of the next request.
@@ -55,8 +54,7 @@ mod private {
     }
 }
 
-/// Each request of the batch is addressed at its own address step
-/// ([`setup_dc_addr`](DirectRequestDestination::setup_dc_addr)), as in sideway-ext's DC guard.
+/// Each request of the batch is addressed at its own address step, as in sideway-ext's DC guard.
 #[derive(Debug, Clone, Copy)]
 pub struct EachRequest;
 
@@ -78,8 +76,7 @@ impl private::Sealed for EachRequest {
     }
 }
 
-/// The DC address every request of a batch goes to: the target's route, DCT number and access
-/// key, and the DCI stream, if any.
+/// The DC address (and DCI stream, if any) every request of a batch goes to.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchAddress {
     /// The datagram segment every request copies, made once.
@@ -88,8 +85,7 @@ pub struct BatchAddress {
 }
 
 impl BatchAddress {
-    /// Requests to the DC target `dct_number` with access key `dc_key`, over the route of
-    /// `address`, on DCI stream `stream_id` if given; the datagram segment is made here, once.
+    /// Requests to the DC target `dct_number` with key `dc_key` over `address`, on `stream_id` if given.
     #[inline]
     pub fn new(address: &AddressVector, dct_number: u32, dc_key: u64, stream_id: Option<u16>) -> Self {
         Self {
@@ -130,8 +126,7 @@ pub struct SendQueueBatch<'q, A: Addressing = EachRequest> {
 }
 
 impl<'q, A: Addressing> SendQueueBatch<'q, A> {
-    /// Starts a batch on `queue` (`mlx5_send_wr_start`): its first request goes at the queue's
-    /// posting index.
+    /// Starts a batch on `queue` (`mlx5_send_wr_start`).
     #[inline]
     pub(super) fn new(queue: &'q mut SendQueue, addressing: A) -> Self {
         let batch = Batch {
@@ -190,8 +185,7 @@ impl<'q, A: Addressing> SendQueueBatch<'q, A> {
 }
 
 impl Batch {
-    /// Room for one more request (`mlx5_wq_overflow`: the outstanding requests and the batch's
-    /// below `max_post`).
+    /// Room for one more request (`mlx5_wq_overflow`).
     #[inline]
     pub(super) fn check_room(&self, max_post: u32) -> Result<(), WorkRequestError> {
         if self.len >= self.room {
@@ -201,8 +195,7 @@ impl Batch {
     }
 }
 
-/// The pool's batch, for an initiator of one's own built on the writer: as a direct
-/// initiator's ([`DirectBatch`](crate::DirectBatch)).
+/// The pool's batch, for an initiator of one's own built on the writer.
 #[cfg(feature = "pool")]
 impl sideway_ext_dc_pool::initiator::PoolBatch for SendQueueBatch<'_, BatchAddress> {
     type Request<'r>
@@ -278,8 +271,7 @@ impl<'g, A: Addressing> DirectRequest<'g, A> {
         self.with(operation::Write { rkey, remote_addr })
     }
 
-    /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`); `imm_data` as for
-    /// [`setup_send_imm`](Self::setup_send_imm).
+    /// An RDMA WRITE with immediate data (`ibv_wr_rdma_write_imm`); `imm_data` is stored as it is.
     #[inline]
     pub fn setup_write_imm(
         self, rkey: u32, remote_addr: u64, imm_data: u32,
@@ -332,8 +324,7 @@ pub struct DirectRequestDestination<'g, O: WqeOperation> {
 }
 
 impl<'g, O: WqeOperation> DirectRequestDestination<'g, O> {
-    /// Sends to the DC target `dct_number` with access key `dc_key`, over the route of
-    /// `address` (`mlx5dv_wr_set_dc_addr`).
+    /// Sends to the DC target `dct_number` with key `dc_key` over `address` (`mlx5dv_wr_set_dc_addr`).
     #[inline]
     pub fn setup_dc_addr<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64,
@@ -341,8 +332,7 @@ impl<'g, O: WqeOperation> DirectRequestDestination<'g, O> {
         self.addressed(address, dct_number, dc_key, None)
     }
 
-    /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id`
-    /// (`mlx5dv_wr_set_dc_addr_stream`).
+    /// As [`setup_dc_addr`](Self::setup_dc_addr), on DCI stream `stream_id` (`mlx5dv_wr_set_dc_addr_stream`).
     #[inline]
     pub fn setup_dc_addr_stream<'a>(
         self, address: &'a AddressVector, dct_number: u32, dc_key: u64, stream_id: u16,
@@ -412,8 +402,7 @@ impl<'g, 'a, O: WqeOperation> DirectRequestData<'g, 'a, O> {
         queue.write(batch, self.request, data)
     }
 
-    /// One scatter/gather entry (`ibv_wr_set_sge`); a zero-length one is left out of the WQE,
-    /// as libmlx5 does.
+    /// One scatter/gather entry (`ibv_wr_set_sge`); a zero-length one is left out of the WQE.
     ///
     /// # Errors
     ///
@@ -423,15 +412,13 @@ impl<'g, 'a, O: WqeOperation> DirectRequestData<'g, 'a, O> {
     ///
     /// # Safety
     ///
-    /// The buffer must lie in the memory region of `lkey` and stay valid until the request
-    /// completes.
+    /// The buffer must lie in the memory region of `lkey` and stay valid until the request completes.
     #[inline]
     pub unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) -> Result<(), WorkRequestError> {
         self.add(Data::Sge { lkey, addr, length })
     }
 
-    /// Scatter/gather entries (`ibv_wr_set_sge_list`), at most the queue's `max_send_sge`;
-    /// zero-length ones are left out of the WQE.
+    /// Scatter/gather entries (`ibv_wr_set_sge_list`), at most `max_send_sge`; zero-length ones left out.
     ///
     /// # Errors
     ///
@@ -439,8 +426,7 @@ impl<'g, 'a, O: WqeOperation> DirectRequestData<'g, 'a, O> {
     ///
     /// # Safety
     ///
-    /// Each buffer must lie in the memory region of its `lkey` and stay valid until the request
-    /// completes.
+    /// Each buffer must lie in its `lkey`'s memory region and stay valid until the request completes.
     #[inline]
     pub unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) -> Result<(), WorkRequestError> {
         self.add(Data::SgeList(sg_list))
@@ -448,8 +434,7 @@ impl<'g, 'a, O: WqeOperation> DirectRequestData<'g, 'a, O> {
 }
 
 impl<O: InlineOperation> DirectRequestData<'_, '_, O> {
-    /// Copies `buf` into the request (`ibv_wr_set_inline_data`): at most the queue's
-    /// `max_inline_data` bytes.
+    /// Copies `buf` into the request (`ibv_wr_set_inline_data`): at most `max_inline_data` bytes.
     ///
     /// # Errors
     ///
@@ -461,8 +446,8 @@ impl<O: InlineOperation> DirectRequestData<'_, '_, O> {
         self.add(Data::Inline(buf))
     }
 
-    /// Copies the slices, one after the other, into the request
-    /// (`ibv_wr_set_inline_data_list`): at most `max_inline_data` bytes together.
+    /// Copies the slices in order into the request (`ibv_wr_set_inline_data_list`): at most
+    /// `max_inline_data` bytes together.
     ///
     /// # Errors
     ///

@@ -34,8 +34,7 @@ const EXTENDED_ADDRESS_VECTOR: u32 = 0x8000_0000;
 #[derive(Clone, Copy)]
 pub(super) struct Request<'a> {
     pub(super) wr_id: u64,
-    /// `fm_ce_se` from the request's flags (fence, signaled, solicited); the queue's
-    /// signal-all bit is added when written.
+    /// `fm_ce_se` from the request's flags; the queue's signal-all bit is added when written.
     pub(super) fm_ce_se: u8,
     pub(super) segments: Segments,
     pub(super) datagram: Datagram<'a>,
@@ -60,8 +59,7 @@ pub(super) struct Written {
 }
 
 impl SendQueue {
-    /// Writes `request` with `data` as the next request of `batch`: checks, then the WQE, its
-    /// slot's `wr_id`, and the batch's posting index past it.
+    /// Writes `request` with `data` as the next request of `batch` (checks first, then the WQE).
     // inline(always): with #[inline] the wqe_instructions bench showed it called, not inlined.
     #[inline(always)]
     pub(super) fn write(
@@ -156,9 +154,8 @@ impl Limits {
         Ok(())
     }
 
-    /// Writes the remote segments of a request whose control segment is at slot `slot`, after
-    /// its address vector (`set_raddr_seg`, `_set_atomic_seg`); returns where its data goes and
-    /// their size in 16-byte units.
+    /// Writes the remote segments of a request at slot `slot` (`set_raddr_seg`, `_set_atomic_seg`);
+    /// returns where its data goes and their size in 16-byte units.
     ///
     /// # Safety
     ///
@@ -196,8 +193,7 @@ impl Limits {
         }
     }
 
-    /// Writes the data segments at `at` (never the ring's end); returns their size in 16-byte
-    /// units.
+    /// Writes the data segments at `at` (never the ring's end); returns their size in 16-byte units.
     ///
     /// # Safety
     ///
@@ -286,8 +282,7 @@ pub(super) unsafe fn write_control(
     }
 }
 
-/// The datagram segment of a DC request, as `mlx5_send_wr_set_dc_addr` writes it: the address
-/// vector, its first 8 bytes the DC key, the DCT number and bit 31 OR-ed into its `dqp_dct`.
+/// The datagram segment of a DC request, as `mlx5_send_wr_set_dc_addr` writes it.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Datagram<'a> {
     /// A request's own address step: its parts, combined as they are written.
@@ -316,8 +311,7 @@ impl Made {
     }
 }
 
-/// Bytes 8 to 15 of the segment: the vector's, the DCT number and bit 31 OR-ed into the first
-/// four (`dqp_dct`).
+/// Bytes 8 to 15 of the segment: the vector's, `dqp_dct` OR-ed with the DCT number and bit 31.
 #[inline]
 fn dqp_dct_and_next(address: &AddressVector, dct_number: u32) -> [u8; 8] {
     let mut word = [0; 8];
@@ -387,8 +381,7 @@ unsafe fn write_data_segment(at: NonNull<u8>, lkey: u32, addr: u64, length: u32)
     }
 }
 
-/// The inline segment's header for `length` (non-zero) bytes; returns the segment's size in
-/// 16-byte units, header included.
+/// The inline segment's header for `length` (non-zero) bytes; returns its size in 16-byte units.
 ///
 /// # Safety
 ///
