@@ -36,9 +36,8 @@ pub(super) struct Doorbell {
 }
 
 impl Doorbell {
-    /// The doorbell of `record` (2 words) and `register` (2 halves of `blueflame_size` bytes,
-    /// or one 8-byte word when 0), both checked by the caller of
-    /// [`SendQueue::from_parts`](super::SendQueue::from_parts).
+    /// The doorbell of `record` (2 words) and `register` (2 halves of `blueflame_size` bytes, or one
+    /// 8-byte word when 0), both checked by the caller of [`SendQueue::from_parts`](super::SendQueue::from_parts).
     pub(super) fn new(record: NonNull<u32>, register: NonNull<u8>, blueflame_size: u32, mmio: Hardware) -> Self {
         Self {
             record,
@@ -80,8 +79,7 @@ impl Doorbell {
                 }
             }
         } else {
-            // SAFETY: the control segment's first 8 bytes; the register's current half holds at
-            // least 8 bytes.
+            // SAFETY: the control segment's first 8 bytes; the register's current half holds at least 8.
             unsafe {
                 let bytes = control.cast::<[u8; 8]>().read();
                 self.mmio.mmio_write64_be(self.register, offset, bytes);

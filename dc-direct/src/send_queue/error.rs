@@ -65,8 +65,7 @@ pub enum CreateSendQueueErrorKind {
     },
 }
 
-/// Error returned by a request's data step: nothing of the request was written; the batch goes
-/// on.
+/// Error returned by a request's data step: nothing of the request was written; the batch goes on.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 #[non_exhaustive]

@@ -9,8 +9,7 @@ pub(super) const BASIC_BLOCK: usize = 64;
 
 /// The send queue's buffer: `wqe_count` basic blocks from `start`.
 ///
-/// Every store goes through a raw pointer: the device reads this memory, so no Rust reference
-/// to it is ever made.
+/// Every store goes through a raw pointer: the device reads this memory, so no Rust reference to it is made.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ring {
     start: NonNull<u8>,
@@ -19,9 +18,8 @@ pub(super) struct Ring {
 }
 
 impl Ring {
-    /// The ring of `wqe_count` (a power of two) blocks at `start` (64-byte aligned, valid for
-    /// the queue's lifetime: the caller of [`SendQueue::from_parts`](super::SendQueue::from_parts)
-    /// promised it).
+    /// The ring of `wqe_count` blocks at `start` (64-byte aligned, valid for the queue's lifetime, as
+    /// the caller of [`SendQueue::from_parts`](super::SendQueue::from_parts) promised).
     pub(super) fn new(start: NonNull<u8>, wqe_count: u32) -> Self {
         debug_assert!(wqe_count.is_power_of_two() && start.as_ptr() as usize % BASIC_BLOCK == 0);
         Self { start, wqe_count }
@@ -59,8 +57,8 @@ impl Ring {
         }
     }
 
-    /// Copies `bytes` to `at`, going on at the buffer's start past its end
-    /// (`memcpy_to_wqe_and_update`); returns where the copy ended.
+    /// Copies `bytes` to `at`, wrapping at the buffer's end (`memcpy_to_wqe_and_update`); returns where
+    /// the copy ended.
     ///
     /// # Safety
     ///

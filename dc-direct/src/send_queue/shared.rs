@@ -13,8 +13,7 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use super::BatchAddress;
 use super::{Addressing, DirectRequest, EachRequest, SendQueue, SendQueueBatch};
 
-/// A send queue and whether it is borrowed: by an open batch, or by the completion table for
-/// one completion.
+/// A send queue and whether it is borrowed (by an open batch, or the completion table for one).
 ///
 /// A `&mut SendQueue` exists only inside [`try_with_mut`](Self::try_with_mut) or for the life of
 /// a [`DirectBatch`]; between those, the queue may be read ([`get`](Self::get)).
@@ -59,22 +58,19 @@ impl SharedSendQueue {
     ///
     /// # Safety
     ///
-    /// No `&mut` to the queue is alive while the reference is (one lives only inside
-    /// [`try_with_mut`](Self::try_with_mut) and for a [`DirectBatch`]'s life).
+    /// No `&mut` to the queue is alive while the reference is.
     #[inline]
     pub(crate) unsafe fn get(&self) -> &SendQueue {
         // SAFETY: the caller's promise.
         unsafe { &*self.queue.get() }
     }
 
-    /// Opens a batch on the queue (`mlx5_send_wr_start`), addressed as `addressing` says,
-    /// borrowing it until the guard is posted or dropped.
+    /// Opens a batch on the queue (`mlx5_send_wr_start`), borrowing it until the guard is posted or dropped.
     ///
     /// # Safety
     ///
-    /// The caller has exclusive access to the queue's owner (the initiator, through `&mut`) for
-    /// the guard's lifetime, and no batch is open or completion being retired: the flag is
-    /// clear.
+    /// The caller has exclusive access to the queue's owner (the initiator, through `&mut`) for the
+    /// guard's lifetime, and no batch is open or completion being retired: the flag is clear.
     #[inline]
     pub(crate) unsafe fn start_post_send<A: Addressing>(&self, addressing: A) -> DirectBatch<'_, A> {
         let was_borrowed = self.borrowed.replace(true);
@@ -90,9 +86,8 @@ impl SharedSendQueue {
     }
 }
 
-/// A batch of requests on a direct DC initiator: a [`SendQueueBatch`] of its send queue, whose
-/// steps it takes. While it is alive, completions of this initiator are not read: a poll of its
-/// completion queue stops before the first of them
+/// A batch of requests on a direct DC initiator's send queue. While it is alive, a poll of its completion
+/// queue stops before this initiator's first completion
 /// ([`SendQueueInUse`](crate::completion_queue::PollDirectCompletionQueueErrorKind::SendQueueInUse)).
 #[must_use = "the batch is posted only by post(); dropping the guard gives its slots back"]
 #[derive(Debug)]
