@@ -44,8 +44,7 @@ impl Hardware {
         return None;
     }
 
-    /// `mmio_wc_start()`: orders what came before ahead of the write-combining stores that
-    /// follow.
+    /// `mmio_wc_start()`: orders what came before ahead of the write-combining stores that follow.
     #[inline]
     pub(crate) fn mmio_wc_start(&mut self) {
         self.mmio_flush_writes()
@@ -68,8 +67,7 @@ impl Hardware {
         }
     }
 
-    /// `mmio_memcpy_x64(register + offset, source, 64)`: the 64 bytes at `source`, stored in
-    /// ascending order.
+    /// `mmio_memcpy_x64(register + offset, source, 64)`: the 64 bytes at `source`, stored ascending.
     ///
     /// # Safety
     ///
@@ -91,8 +89,7 @@ impl Hardware {
 /// The barriers themselves: x86-64's instructions.
 #[cfg(target_arch = "x86_64")]
 impl Hardware {
-    /// `udma_to_device_barrier()`: the device sees the CPU's stores to its queues before any
-    /// store that follows.
+    /// `udma_to_device_barrier()`: the device sees the CPU's stores to its queues before any that follow.
     #[inline]
     pub(crate) fn udma_to_device_barrier(&mut self) {
         // SAFETY: an empty instruction; without `nomem` it is the compiler barrier
@@ -100,8 +97,7 @@ impl Hardware {
         unsafe { std::arch::asm!("", options(nostack, preserves_flags)) }
     }
 
-    /// `udma_from_device_barrier()`: reads after it see what the device stored before a store
-    /// the CPU saw.
+    /// `udma_from_device_barrier()`: reads after it see what the device stored before a store the CPU saw.
     #[inline]
     pub(crate) fn udma_from_device_barrier(&mut self) {
         // SAFETY: `lfence` only orders loads; no register or memory operand.

@@ -8,8 +8,7 @@ use rdma_mummy_sys::mlx5dv_qp;
 use super::CreateDirectDcInitiatorErrorKind;
 use crate::send_queue::SendQueueParts;
 
-/// The variable that makes libmlx5 sign every WQE (`qp_sig_enabled` in `verbs.c`: set, to
-/// anything).
+/// The variable that makes libmlx5 sign every WQE (`qp_sig_enabled` in `verbs.c`: set, to anything).
 pub(crate) const WQE_SIGNATURE_VARIABLE: &str = "MLX5_QP_SIGNATURE";
 
 /// The doorbell record's send word (`MLX5_SND_DBR`).
@@ -29,8 +28,7 @@ pub(crate) struct Created {
     pub(crate) streams: bool,
 }
 
-/// Refuses a libmlx5 that signs its WQEs: `signature` is the value of
-/// [`WQE_SIGNATURE_VARIABLE`], if set.
+/// Refuses a libmlx5 that signs its WQEs: `signature` is the value of [`WQE_SIGNATURE_VARIABLE`], if set.
 pub(crate) fn check_signatures(signature: Option<&OsStr>) -> Result<(), CreateDirectDcInitiatorErrorKind> {
     match signature {
         Some(_) => Err(CreateDirectDcInitiatorErrorKind::WqeSignatures),
@@ -44,8 +42,7 @@ pub(crate) fn check_signatures(signature: Option<&OsStr>) -> Result<(), CreateDi
 ///
 /// # Safety
 ///
-/// `object` is what `mlx5dv_init_obj` gave for a live queue pair: its doorbell record is two
-/// readable words.
+/// `object` is what `mlx5dv_init_obj` gave for a live queue pair: its doorbell record is two readable words.
 pub(crate) unsafe fn send_queue_parts(
     object: &mlx5dv_qp, created: Created,
 ) -> Result<SendQueueParts, CreateDirectDcInitiatorErrorKind> {

@@ -29,16 +29,14 @@ impl PostingQueue {
     /// Opens a batch addressed as `addressing` says.
     #[inline]
     pub(crate) fn start_post_send<A: Addressing>(&mut self, addressing: A) -> DirectBatch<'_, A> {
-        // SAFETY: `&mut self` for the guard's lifetime: no other batch is open (one would borrow
-        // `self`), and the completion table borrows the queue only inside a poll, which is not
-        // running.
+        // SAFETY: `&mut self` for the guard's lifetime: no other batch is open (one would borrow `self`), and
+        // the completion table borrows the queue only inside a poll, which is not running.
         unsafe { self.queue.start_post_send(addressing) }
     }
 
     /// Requests posted and not yet completed.
     pub(crate) fn outstanding(&self) -> u32 {
-        // SAFETY: no `&mut` to the queue is alive: a batch would borrow `self` mutably, a poll is
-        // not running (this is not one).
+        // SAFETY: no `&mut` to the queue is alive: a batch would borrow `self` mutably, a poll is not running.
         unsafe { self.queue.get() }.outstanding()
     }
 

@@ -8,8 +8,7 @@ use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
 
 use super::CreateDirectDcInitiatorErrorKind;
 
-/// The register a [`DirectDcInitiator`](super::DirectDcInitiator) rings its doorbell through,
-/// and why this writer may write it without libmlx5's lock.
+/// The register a [`DirectDcInitiator`](super::DirectDcInitiator) rings, and why it needs no libmlx5 lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DirectRegister {
@@ -19,8 +18,7 @@ pub enum DirectRegister {
         /// Each half's size (`bf.size`); 0: a doorbell register.
         blueflame_size: u32,
     },
-    /// A doorbell register (`bf.size` 0) of a DC initiator without a thread domain, which
-    /// libmlx5 writes unlocked from any queue pair and never toggles.
+    /// A doorbell register (`bf.size` 0) of a DC initiator without a thread domain.
     Doorbell,
     /// A BlueFlame register of a DC initiator without a thread domain, taken on the promise of
     /// [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame)'s caller.
@@ -56,8 +54,7 @@ impl DirectRegister {
         }
     }
 
-    /// Each of the register's halves' size (`bf.size`): 0 for a doorbell register, which the
-    /// writer rings with the doorbell word alone.
+    /// Each half's size (`bf.size`): 0 for a doorbell register, rung with the doorbell word alone.
     pub fn blueflame_size(self) -> u32 {
         match self {
             Self::ThreadDomain { blueflame_size } | Self::Promised { blueflame_size } => blueflame_size,
