@@ -52,8 +52,7 @@ pub struct Completion {
 }
 
 impl Default for Completion {
-    /// A placeholder to fill a buffer of completions with before polling into it: wr_id 0,
-    /// success, no opcode, no byte count, QP 0.
+    /// A placeholder to fill a buffer of completions with before polling into it.
     fn default() -> Self {
         Self {
             wr_id: 0,
@@ -146,8 +145,7 @@ impl Completion {
         self.qp_number
     }
 
-    /// The vendor error syndrome of an error completion; 0 for a completion without an error
-    /// CQE.
+    /// The vendor error syndrome of an error completion; 0 without an error CQE.
     pub fn vendor_err(&self) -> u32 {
         self.vendor_err
     }
@@ -158,8 +156,7 @@ impl Completion {
     }
 }
 
-/// The status of an error CQE's syndrome (`mlx5_handle_error_cqe`): any syndrome it does not
-/// name is a general error.
+/// The status of an error CQE's syndrome (`mlx5_handle_error_cqe`); any other is a general error.
 fn error_status(cqe_syndrome: u8) -> WorkCompletionStatus {
     match cqe_syndrome {
         syndrome::LOCAL_LENGTH => WorkCompletionStatus::LocalLengthError,

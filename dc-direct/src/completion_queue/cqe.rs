@@ -11,8 +11,7 @@ const BYTE_COUNT: usize = 44;
 const VENDOR_ERROR_SYNDROME: usize = 54;
 /// `syndrome` of `struct mlx5_err_cqe`.
 const SYNDROME: usize = 55;
-/// `sop_drop_qpn` of `struct mlx5_cqe64` (`s_wqe_opcode_qpn` of `struct mlx5_err_cqe`): the WQE's
-/// opcode in the top byte, the QP number in the low 24 bits.
+/// `sop_drop_qpn` of `struct mlx5_cqe64` (`s_wqe_opcode_qpn` of `struct mlx5_err_cqe`).
 const OPCODE_QP_NUMBER: usize = 56;
 /// `wqe_counter` of `struct mlx5_cqe64`: the index of the completed WQE's first building block.
 const WQE_COUNTER: usize = 60;
@@ -25,8 +24,7 @@ const OWNER_MASK: u8 = 0x1;
 pub(super) const INLINE_SCATTER_32: u8 = 0x4;
 /// `MLX5_INLINE_SCATTER_64`: the data of a READ or atomic is in the 64 bytes before this CQE.
 pub(super) const INLINE_SCATTER_64: u8 = 0x8;
-/// Both format bits: a compressed CQE (an array of mini CQEs), which `mlx5dv_get_cqe_format`
-/// reports as 3.
+/// Both format bits: a compressed CQE (an array of mini CQEs; `mlx5dv_get_cqe_format` 3).
 pub(super) const FORMAT_COMPRESSED: u8 = 0x3;
 
 /// The CQE opcodes of `mlx5dv.h` (`MLX5_CQE_*`, the top nibble of `op_own`).
@@ -39,8 +37,7 @@ pub(super) mod cqe_opcode {
     pub(crate) const INVALID: u8 = 15;
 }
 
-/// A CQE software owns, in the completion queue's memory. Only read after the owner check and
-/// the barrier behind it (`mlx5_get_next_cqe`).
+/// A CQE software owns, read only after the owner check and its barrier (`mlx5_get_next_cqe`).
 #[derive(Clone, Copy)]
 pub(super) struct Cqe {
     /// The first byte of the 64-byte `struct mlx5_cqe64` (the second half of a 128-byte CQE).

@@ -114,8 +114,7 @@ impl DirectCompletionQueue {
 }
 
 /// The direct poller as a pool polls it (feature `pool`): each completion as a value, none handed
-/// over whole (a completion of another queue pair fails the poll, see the
-/// [crate](crate#a-pool-of-direct-initiators) documentation).
+/// over whole (a completion of another queue pair fails the poll).
 #[cfg(feature = "pool")]
 mod pool {
     use std::io;

@@ -10,8 +10,7 @@ use crate::send_queue::shared::SharedSendQueue;
 /// The send queues of one completion queue.
 #[derive(Debug, Default)]
 pub(crate) struct SendQueueTable {
-    /// Borrowed mutably only by `insert` and `remove` (an initiator made or dropped), never
-    /// during a poll, which borrows it shared.
+    /// Borrowed mutably only by `insert` and `remove`, never during a poll (which borrows it shared).
     entries: RefCell<Vec<Entry>>,
 }
 
@@ -29,18 +28,16 @@ impl SendQueueTable {
         entries.push(Entry { qp_number, queue });
     }
 
-    /// Takes `queue` out (its initiator is dropped); its later completions are then of an
-    /// unknown QP.
+    /// Takes `queue` out (its initiator is dropped).
     pub(crate) fn remove(&self, queue: &Rc<SharedSendQueue>) {
         self.entries
             .borrow_mut()
             .retain(|entry| !Rc::ptr_eq(&entry.queue, queue));
     }
 
-    /// The `wr_id` of the request whose WQE starts at slot `wqe_counter` (masked by the send
-    /// queue's WQE count) of QP `qp_number`, after retiring that request and every request
-    /// posted before it on that QP: `mlx5_parse_cqe`'s send side, which takes it from
-    /// `sq.wrid[]` and sets `sq.tail = sq.wqe_head[slot] + 1` ([`SendQueue::complete`](crate::send_queue::SendQueue::complete)).
+    /// The `wr_id` of the request whose WQE starts at slot `wqe_counter` of QP `qp_number`, after
+    /// retiring it and every request posted before it on that QP: `mlx5_parse_cqe`'s send side,
+    /// which takes it from `sq.wrid[]` and sets `sq.tail = sq.wqe_head[slot] + 1`.
     ///
     /// # Errors
     ///
