@@ -12,18 +12,10 @@ use crate::ibverbs::zeroed::Zeroed;
 /// each `setup_*` sets a field and its mask bit.
 ///
 /// [`SharedReceiveQueuePair::modify`]: super::SharedReceiveQueuePair::modify
+#[derive(Clone)]
 pub struct QueuePairAttribute {
     pub(crate) attr: Zeroed<ibv_qp_attr>,
     pub(crate) mask: QueuePairAttributeMask,
-}
-
-impl Clone for QueuePairAttribute {
-    fn clone(&self) -> Self {
-        Self {
-            attr: self.attr.clone(),
-            mask: self.mask,
-        }
-    }
 }
 
 impl Default for QueuePairAttribute {
@@ -136,8 +128,7 @@ impl QueuePairAttribute {
     }
 }
 
-/// `enum ibv_qp_state` without panicking on a value a newer library may add (sideway's `From`
-/// does).
+/// `enum ibv_qp_state`, `Unknown` for a value a newer library may add (sideway's `From` panics).
 pub(crate) fn state_from_raw(state: u32) -> QueuePairState {
     use rdma_mummy_sys::ibv_qp_state as s;
     match state {

@@ -135,9 +135,8 @@ impl SharedReceiveQueuePairBuilder {
         self
     }
 
-    /// The send operations the queue pair will post (every opcode used must be listed).
-    /// Default: all of the type's operations (RC: send, write, read and atomics, with and
-    /// without immediate; UD: send and send with immediate).
+    /// The send operations the queue pair will post, every opcode used (default: all the type has:
+    /// sends and writes with and without immediate, reads and atomics on RC; sends on UD).
     pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
         self.send_ops_flags = Some(send_ops_flags);
         self
@@ -171,27 +170,22 @@ impl SharedReceiveQueuePairBuilder {
     fn build<T: Transport>(
         &self, qp_type: u32, table: &'static TransitionTable, allowed: SendOperationFlags,
     ) -> Result<SharedReceiveQueuePair<T>, CreateQueuePairError> {
-        let send_cq = self
-            .send_cq
-            .clone()
-            .ok_or(CreateQueuePairErrorKind::MissingSendCompletionQueue)?;
-        let recv_cq = self
-            .recv_cq
-            .clone()
-            .ok_or(CreateQueuePairErrorKind::MissingReceiveCompletionQueue)?;
+        use CreateQueuePairErrorKind as Kind;
+        let send_cq = self.send_cq.clone().ok_or(Kind::MissingSendCompletionQueue)?;
+        let recv_cq = self.recv_cq.clone().ok_or(Kind::MissingReceiveCompletionQueue)?;
         let send_ops = self.send_ops_flags.unwrap_or(allowed);
         if send_ops.bits() & !allowed.bits() != 0 {
-            return Err(CreateQueuePairErrorKind::UnsupportedSendOperations {
+            return Err(Kind::UnsupportedSendOperations {
                 requested: send_ops,
                 allowed,
             }
             .into());
         }
         let pd = Arc::clone(self.srq.pd());
-        let device = crate::ibverbs::query_device_attr(&pd).map_err(CreateQueuePairErrorKind::Ibverbs)?;
+        let device = crate::ibverbs::query_device_attr(&pd).map_err(Kind::Ibverbs)?;
         let max_qp_wr = device.max_qp_wr.max(0) as u32;
         if self.max_send_wr == 0 || self.max_send_wr > max_qp_wr {
-            return Err(CreateQueuePairErrorKind::InvalidMaxSendWorkRequests {
+            return Err(Kind::InvalidMaxSendWorkRequests {
                 requested: self.max_send_wr,
                 max: max_qp_wr,
             }
@@ -199,13 +193,12 @@ impl SharedReceiveQueuePairBuilder {
         }
         let max_sge = device.max_sge.max(0) as u32;
         if self.max_send_sge > max_sge {
-            return Err(CreateQueuePairErrorKind::TooManyScatterGatherEntries {
+            return Err(Kind::TooManyScatterGatherEntries {
                 requested: self.max_send_sge,
                 max: max_sge,
             }
             .into());
         }
-
         let mut init = Zeroed::<ibv_qp_init_attr_ex>::new();
         // SAFETY: the CQs, SRQ and PD are alive: self holds them, and the queue pair will too.
         unsafe {
@@ -224,21 +217,20 @@ impl SharedReceiveQueuePairBuilder {
         init.send_ops_flags = send_ops.bits();
         // SAFETY: init is fully set up and its pointers are alive for the call.
         let qp = unsafe { rdma_mummy_sys::ibv_create_qp_ex(pd.pd().as_ref().context, init.as_mut_ptr()) };
-        let qp = NonNull::new(qp).ok_or_else(|| CreateQueuePairErrorKind::Ibverbs(io::Error::last_os_error()))?;
+        let qp = NonNull::new(qp).ok_or_else(|| Kind::Ibverbs(io::Error::last_os_error()))?;
         // SAFETY: qp was just created on these parents, with these send operations, and is owned
         // here (a missing provider entry destroys it).
         let mut core =
             unsafe { QueuePairCore::new(qp, table, pd, Some(send_cq), Some(recv_cq), Some(Arc::clone(&self.srq))) };
         // SAFETY: created with these send operations.
-        unsafe { core.read_send_view(send_ops) }
-            .map_err(|missing| CreateQueuePairErrorKind::MissingProviderEntry { entry: missing.0 })?;
+        unsafe { core.read_send_view(send_ops) }.map_err(|missing| Kind::MissingProviderEntry { entry: missing.0 })?;
         if qp_type == ibv_qp_type::IBV_QPT_UD && !core.entries().contains(entry::SET_UD_ADDR) {
-            return Err(CreateQueuePairErrorKind::MissingProviderEntry {
+            return Err(Kind::MissingProviderEntry {
                 entry: "wr_set_ud_addr",
             }
             .into());
         }
-        let send_view = core.send_view().ok_or(CreateQueuePairErrorKind::MissingProviderEntry {
+        let send_view = core.send_view().ok_or(Kind::MissingProviderEntry {
             entry: "ibv_qp_to_qp_ex",
         })?;
         Ok(SharedReceiveQueuePair {

@@ -26,7 +26,7 @@ pub(crate) struct QueuePairCore {
     qp: NonNull<ibv_qp>,
     qp_ex: Option<(NonNull<ibv_qp_ex>, ProviderEntries)>,
     table: &'static TransitionTable,
-    /// The device context of the protection domain (kept alive by `_pd`).
+    /// Kept open by `_pd`.
     context: NonNull<rdma_mummy_sys::ibv_context>,
     qp_number: u32,
     state: QueuePairState,
@@ -72,9 +72,8 @@ impl QueuePairCore {
         }
     }
 
-    /// Reads the extended view and its provider entries of a queue pair created with `granted`
-    /// as its `send_ops_flags` (`ibv_qp_to_qp_ex` is valid only for those); a missing entry is
-    /// returned, and the caller drops the core, which destroys the queue pair.
+    /// Reads the extended view (`ibv_qp_to_qp_ex`) and its provider entries; on a missing entry
+    /// the caller drops the core, which destroys the queue pair.
     ///
     /// # Safety
     ///
@@ -179,12 +178,6 @@ impl QueuePairCore {
         self.state
     }
 
-    /// The transition table the queue pair is checked against.
-    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) fn table(&self) -> &'static TransitionTable {
-        self.table
-    }
-
     pub(crate) fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.table.check(self.state, attr)?;
         let mut raw = attr.attr.clone();
@@ -199,8 +192,7 @@ impl QueuePairCore {
         Ok(())
     }
 
-    /// The state read from the device (`ibv_query_qp`), kept as the state from then on (the
-    /// device may have moved the queue pair to SQE or ERR on its own).
+    /// The state read from the device (`ibv_query_qp`), kept as the state from then on.
     #[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by the DC initiator of the mlx5 module
     pub(crate) fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
         self.query(QueuePairAttributeMask::State).map(|attr| attr.state())
@@ -220,7 +212,6 @@ impl QueuePairCore {
         }
         attr.mask = mask;
         if mask.contains(QueuePairAttributeMask::State) {
-            // The device may have moved the queue pair (to SQE or ERR) on its own.
             self.state = state_from_raw(attr.attr.qp_state);
         }
         Ok(attr)

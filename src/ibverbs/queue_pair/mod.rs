@@ -1,10 +1,9 @@
 //! RC and UD queue pairs that receive through a [`SharedReceiveQueue`], on the queue-pair core
 //! that the DC queue pairs of the `mlx5` feature share.
 //!
-//! sideway's `QueuePairBuilder` cannot attach a shared receive queue, and its
-//! `QueuePairAttribute` hides its raw struct, so this module has its own, shaped like sideway's.
-//! Bring a queue pair to RTS with [`modify`](SharedReceiveQueuePair::modify), as the repository's
-//! `examples/common/bring_up.rs` does with `ibv_rc_pingpong`'s attributes.
+//! sideway's `QueuePairBuilder` cannot attach a shared receive queue, and its `QueuePairAttribute`
+//! hides its raw struct, so this module has its own, shaped like sideway's. The repository's
+//! `examples/common/bring_up.rs` brings one to RTS with `ibv_rc_pingpong`'s attributes.
 //!
 //! [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
 pub(crate) mod attribute;
@@ -24,7 +23,6 @@ pub(crate) use self::core::QueuePairCore;
 use super::post_send_guard::{ProviderEntries, Transport, TypedPostSendGuard};
 
 /// An RC or UD queue pair that receives through a [`SharedReceiveQueue`] (which it keeps alive).
-/// Receives are posted on the SRQ; sends with [`start_post_send`](Self::start_post_send).
 ///
 /// [`SharedReceiveQueue`]: super::shared_receive_queue::SharedReceiveQueue
 #[derive(Debug)]
@@ -74,8 +72,8 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         self.max_inline_data
     }
 
-    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
-    /// attribute mask against this type's table (`InvalidTransition`, `InvalidAttributeMask`).
+    /// `ibv_modify_qp`, after checking the transition and the mask against this type's table
+    /// (`InvalidTransition`, `InvalidAttributeMask`).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.core.modify(attr)
     }
@@ -110,8 +108,7 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         T: Transport<Context = ()>,
     {
         let (qp_ex, entries) = self.send_view;
-        // SAFETY: as in start_post_send: the queue pair is alive and exclusively borrowed for the
-        // call; its provider filled the entries read at creation; RC and UD need no context.
+        // SAFETY: as in start_post_send, for the call.
         unsafe { TypedPostSendGuard::post_one(qp_ex, entries, (), wr_id, wr_flags, request) }
     }
 }

@@ -67,24 +67,17 @@ mod tables {
         m::IBV_QP_PATH_MIG_STATE,
     ]);
     const UD_RTS_OPTIONAL: i32 = mask(&[m::IBV_QP_CUR_STATE, m::IBV_QP_QKEY]);
+    const RC_INIT: i32 = mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS]);
+    const UD_INIT: i32 = mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY]);
+    const UD_KEYS: i32 = mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_QKEY]);
 
     /// RC, as the kernel's `qp_state_table` (drivers/infiniband/core/verbs.c).
     pub(crate) static RELIABLE_CONNECTION: TransitionTable = TransitionTable {
         any_to_reset_or_error: true,
         state_always_required: false,
         transitions: &[
-            transition(
-                Reset,
-                Init,
-                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS]),
-                0,
-            ),
-            transition(
-                Init,
-                Init,
-                0,
-                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS]),
-            ),
+            transition(Reset, Init, RC_INIT, 0),
+            transition(Init, Init, 0, RC_INIT),
             transition(
                 Init,
                 ReadyToReceive,
@@ -143,29 +136,14 @@ mod tables {
         any_to_reset_or_error: true,
         state_always_required: false,
         transitions: &[
-            transition(
-                Reset,
-                Init,
-                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY]),
-                0,
-            ),
-            transition(
-                Init,
-                Init,
-                0,
-                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY]),
-            ),
-            transition(Init, ReadyToReceive, 0, mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_QKEY])),
+            transition(Reset, Init, UD_INIT, 0),
+            transition(Init, Init, 0, UD_INIT),
+            transition(Init, ReadyToReceive, 0, UD_KEYS),
             transition(ReadyToReceive, ReadyToSend, mask(&[m::IBV_QP_SQ_PSN]), UD_RTS_OPTIONAL),
             transition(ReadyToSend, ReadyToSend, 0, UD_RTS_OPTIONAL),
             transition(ReadyToSend, SendQueueDrain, 0, mask(&[m::IBV_QP_EN_SQD_ASYNC_NOTIFY])),
             transition(SendQueueDrain, ReadyToSend, 0, UD_RTS_OPTIONAL),
-            transition(
-                SendQueueDrain,
-                SendQueueDrain,
-                0,
-                mask(&[m::IBV_QP_PKEY_INDEX, m::IBV_QP_QKEY]),
-            ),
+            transition(SendQueueDrain, SendQueueDrain, 0, UD_KEYS),
             transition(SendQueueError, ReadyToSend, 0, UD_RTS_OPTIONAL),
         ],
     };
@@ -174,21 +152,18 @@ mod tables {
 pub(crate) use tables::{RELIABLE_CONNECTION, UNRELIABLE_DATAGRAM};
 
 impl TransitionTable {
-    /// `(required, optional)` attribute masks of the transition `from -> to` (`IBV_QP_STATE`
-    /// included in required), or `None` when the type does not allow it.
+    /// `(required, optional)` attribute masks of `from -> to` (`IBV_QP_STATE` left to the caller),
+    /// or `None` when the type does not allow it.
     pub(crate) fn transition(&self, from: QueuePairState, to: QueuePairState) -> Option<(i32, i32)> {
-        let state = mask(&[ibv_qp_attr_mask::IBV_QP_STATE]);
         // Any state may go to RESET or ERR (kernel `qp_state_table`), where the type says so.
         if self.any_to_reset_or_error
             && matches!(to, QueuePairState::Reset | QueuePairState::Error)
             && from != QueuePairState::Unknown
         {
-            return Some((state, 0));
+            return Some((0, 0));
         }
-        self.transitions
-            .iter()
-            .find(|t| t.from == from && t.to == to)
-            .map(|t| (t.required | state, t.optional))
+        let listed = self.transitions.iter().find(|t| t.from == from && t.to == to);
+        listed.map(|t| (t.required, t.optional))
     }
 
     /// Checks a modification against the table: the transition must exist, every required bit
@@ -220,15 +195,9 @@ impl TransitionTable {
                 source: einval(),
             });
         };
-        // A modification without IBV_QP_STATE stays in the same state: then the state bit itself
-        // is not required.
-        let required = if given & mask(&[ibv_qp_attr_mask::IBV_QP_STATE]) == 0 {
-            required & !mask(&[ibv_qp_attr_mask::IBV_QP_STATE])
-        } else {
-            required
-        };
-        let needed = required & !given;
-        let invalid = given & !(required | optional | mask(&[ibv_qp_attr_mask::IBV_QP_STATE]));
+        // A modification without IBV_QP_STATE stays in its state: the state bit is never needed.
+        let needed = required & !given & !state_bit;
+        let invalid = given & !(required | optional | state_bit);
         if needed != 0 || invalid != 0 {
             return Err(ModifyQueuePairErrorKind::InvalidAttributeMask {
                 cur_state: from,
