@@ -1,6 +1,5 @@
-//! [`AddressHandleAttribute`]: the route to a remote port, for an
-//! [`AddressHandle`](super::address_handle::AddressHandle) and for a connected queue pair's
-//! address vector.
+//! [`AddressHandleAttribute`]: the route to a remote port, for an [`address_handle`](super::address_handle)
+//! and for a connected queue pair's address vector.
 //!
 //! sideway's own keeps its `ibv_ah_attr` private: this one is sideway's with what it lacks (every
 //! field readable, traffic class and flow label, `Copy`, `Debug`), which upstream adds to

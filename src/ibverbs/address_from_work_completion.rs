@@ -2,8 +2,6 @@
 //! [`AddressHandleAttribute::from_work_completion`] (`ibv_init_ah_from_wc`), and
 //! [`create_ah_from_wc`](super::extension::ProtectionDomainExt::create_ah_from_wc), which makes
 //! the handle from it. Cache the handle per sender.
-//!
-//! It reads this crate's [`WorkCompletion`] (sideway's have no raw `ibv_wc`).
 use std::io;
 use std::ptr::NonNull;
 
@@ -43,8 +41,7 @@ pub enum InitAddressHandleAttributeErrorKind {
     Ibverbs(#[from] io::Error),
 }
 
-/// Error returned by
-/// [`ProtectionDomainExt::create_ah_from_wc`](super::extension::ProtectionDomainExt::create_ah_from_wc).
+/// Error returned by [`create_ah_from_wc`](super::extension::ProtectionDomainExt::create_ah_from_wc).
 #[derive(Debug, thiserror::Error)]
 #[error("failed to create an address handle from a work completion")]
 #[non_exhaustive]
@@ -64,9 +61,8 @@ pub enum CreateAddressHandleFromWorkCompletionErrorKind {
 }
 
 impl AddressHandleAttribute {
-    /// The address that answers the sender of a received datagram through local `port`, with
-    /// `ibv_init_ah_from_wc`, from the receive completion `wc` and `grh`, the first [`GRH_LEN`]
-    /// bytes of its receive buffer.
+    /// The address that answers the sender of a received datagram through local `port`, from its
+    /// completion `wc` and `grh`, the first [`GRH_LEN`] bytes of its receive buffer.
     ///
     /// # Errors
     ///
@@ -104,9 +100,8 @@ impl AddressHandleAttribute {
         raw_wc.slid = polled.slid;
         raw_wc.sl = polled.sl;
         raw_wc.dlid_path_bits = polled.dlid_path_bits;
-        // The header has no padding: a byte copy is the struct.
         let mut raw_grh = Zeroed::<ibv_grh>::new();
-        // SAFETY: ibv_grh is GRH_LEN bytes of integers (checked below); both are live.
+        // SAFETY: ibv_grh is GRH_LEN bytes of integers, no padding (checked below); both are live.
         unsafe { std::ptr::copy_nonoverlapping(grh.as_ptr(), raw_grh.as_mut_ptr().cast::<u8>(), GRH_LEN) };
         let mut attr = Self::new();
         // SAFETY: the context is open; the three structs are valid and writable for the call.

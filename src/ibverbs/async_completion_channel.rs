@@ -4,7 +4,7 @@
 //! `channel.wait().await`; [`async_event_waiter`](super::async_event_waiter) shows it beside
 //! the SRQ limit event. The reactor's readiness is cleared only after `ibv_get_cq_event` found
 //! nothing (`EAGAIN`), so an event that arrives meanwhile is never missed.
-use std::io;
+use std::io::{self, ErrorKind::WouldBlock};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -39,8 +39,7 @@ pub struct AsyncCompletionChannel {
 }
 
 impl AsyncCompletionChannel {
-    /// Makes `channel` non-blocking and registers its descriptor with the current tokio
-    /// runtime's reactor.
+    /// Makes `channel` non-blocking and registers its descriptor with the tokio reactor.
     ///
     /// # Errors
     ///
@@ -53,8 +52,7 @@ impl AsyncCompletionChannel {
         channel
             .set_nonblocking(true)
             .map_err(CreateAsyncCompletionChannelErrorKind::Ibverbs)?;
-        // Registration panics in a runtime built without its I/O driver: that is reported as
-        // NoReactor instead of unwinding through the caller.
+        // Registration panics in a runtime without its I/O driver: reported as NoReactor instead.
         let registered = catch_unwind(AssertUnwindSafe(|| {
             // SAFETY: the descriptor is the channel's, open until the channel is destroyed, which
             // the Arc held by the AsyncFd prevents for the AsyncFd's lifetime; `as_raw_fd`
@@ -73,8 +71,8 @@ impl AsyncCompletionChannel {
         self.fd.get_ref()
     }
 
-    /// Waits, without blocking the thread, for the next completion event of any CQ of the
-    /// channel. Cancel safe: a dropped future has consumed no event.
+    /// Awaits the next completion event of any CQ of the channel; cancel safe: a dropped future
+    /// has consumed no event.
     ///
     /// # Errors
     ///
@@ -84,9 +82,7 @@ impl AsyncCompletionChannel {
         loop {
             let mut ready = self.fd.readable().await.map_err(GetCompletionEventErrorKind::Ibverbs)?;
             match self.try_get_cq_event()? {
-                // Readiness is kept: more events may be queued, and the next wait reads them.
                 Some(event) => return Ok(event),
-                // Only now that the channel said EAGAIN: an event that comes later sets it again.
                 None => ready.clear_ready(),
             }
         }
@@ -98,13 +94,10 @@ impl AsyncCompletionChannel {
     ///
     /// As [`wait`](Self::wait).
     pub fn try_get_cq_event(&self) -> Result<Option<CompletionEvent>, GetCompletionEventError> {
+        use GetCompletionEventErrorKind as Kind;
         match completion_channel::get_cq_event(self.fd.get_ref()) {
             Ok(event) => Ok(Some(event)),
-            Err(GetCompletionEventError(GetCompletionEventErrorKind::Ibverbs(err)))
-                if err.kind() == io::ErrorKind::WouldBlock =>
-            {
-                Ok(None)
-            },
+            Err(GetCompletionEventError(Kind::Ibverbs(err))) if err.kind() == WouldBlock => Ok(None),
             Err(err) => Err(err),
         }
     }

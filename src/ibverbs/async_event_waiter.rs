@@ -41,7 +41,7 @@
 //!     }
 //! }
 //! ```
-use std::io;
+use std::io::{self, ErrorKind::WouldBlock};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tokio::io::unix::AsyncFd;
@@ -128,11 +128,7 @@ impl AsyncEventWaiter {
     pub fn try_read(&self) -> Result<Option<AsyncEvent>, ReadAsyncEventError> {
         match self.fd.get_ref().read() {
             Ok(event) => Ok(Some(event)),
-            Err(ReadAsyncEventError(ReadAsyncEventErrorKind::Ibverbs(err)))
-                if err.kind() == io::ErrorKind::WouldBlock =>
-            {
-                Ok(None)
-            },
+            Err(ReadAsyncEventError(ReadAsyncEventErrorKind::Ibverbs(err))) if err.kind() == WouldBlock => Ok(None),
             Err(err) => Err(err),
         }
     }

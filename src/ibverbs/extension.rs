@@ -7,9 +7,7 @@ use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
-use super::address_from_work_completion::{
-    CreateAddressHandleFromWorkCompletionError, CreateAddressHandleFromWorkCompletionErrorKind, GRH_LEN,
-};
+use super::address_from_work_completion::{CreateAddressHandleFromWorkCompletionError, GRH_LEN};
 use super::address_handle::{AddressHandle, CreateAddressHandleError};
 use super::async_event::AsyncEventReader;
 use super::shared_receive_queue::SharedReceiveQueueBuilder;
@@ -45,15 +43,14 @@ impl ProtectionDomainExt for Arc<ProtectionDomain> {
     fn create_ah_from_wc(
         &self, port: u8, wc: &WorkCompletion, grh: &[u8; GRH_LEN],
     ) -> Result<Arc<AddressHandle>, CreateAddressHandleFromWorkCompletionError> {
+        use super::address_from_work_completion::CreateAddressHandleFromWorkCompletionErrorKind as Kind;
         // SAFETY: the PD, and so its context, is alive while self is.
         let attr = unsafe {
             let context = std::ptr::NonNull::new_unchecked(self.pd().as_ref().context);
             AddressHandleAttribute::from_work_completion_on(context, port, wc, grh)
         }
-        .map_err(CreateAddressHandleFromWorkCompletionErrorKind::from)?;
-        Ok(self
-            .create_ah(&attr)
-            .map_err(CreateAddressHandleFromWorkCompletionErrorKind::from)?)
+        .map_err(Kind::from)?;
+        Ok(self.create_ah(&attr).map_err(Kind::from)?)
     }
 }
 

@@ -61,7 +61,6 @@ pub mod post_send_guard;
 pub mod queue_pair;
 pub mod shared_receive_queue;
 pub mod source_gid;
-// Only the mlx5 DC initiator creates one (libmlx5 gives its queue pair a register of its own).
 #[cfg(feature = "mlx5")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mlx5")))]
 pub mod thread_domain;
@@ -82,8 +81,7 @@ pub(crate) fn query_device_attr(
     Ok(unsafe { attr.assume_init() })
 }
 
-/// `ibv_query_port` on a raw context, port 0 refused with EINVAL before the call (the library's
-/// answer for it varies).
+/// `ibv_query_port` on a raw context, port 0 refused with EINVAL (the library's answer varies).
 ///
 /// # Safety
 ///

@@ -48,8 +48,8 @@ pub enum AllocateThreadDomainErrorKind {
     ParentDomain(#[source] io::Error),
 }
 
-/// A thread domain and the parent domain that puts one queue pair on it; dropped in that order
-/// (libmlx5 refuses either while something holds it: `EBUSY`).
+/// A thread domain and the parent domain that puts one queue pair on it (libmlx5 refuses to
+/// deallocate either while something holds it: `EBUSY`).
 #[derive(Debug)]
 pub struct ThreadDomain {
     /// The parent domain, on `td` and `_pd`: deallocated first.
@@ -114,14 +114,6 @@ impl ThreadDomain {
     /// is its own).
     pub unsafe fn pd(&self) -> NonNull<ibv_pd> {
         self.parent_domain
-    }
-
-    /// # Safety
-    ///
-    /// Return the handle of the thread domain. We mark this method unsafe because the lifetime
-    /// of `ibv_td` is not associated with the return value.
-    pub unsafe fn td(&self) -> NonNull<ibv_td> {
-        self.td
     }
 }
 

@@ -44,29 +44,13 @@ impl std::fmt::Debug for WorkCompletion {
 }
 
 impl PartialEq for WorkCompletion {
-    /// Field by field, the immediate data / invalidated key union as its bits.
     fn eq(&self, other: &Self) -> bool {
         let fields = |wc: &ibv_wc| {
             // SAFETY: every member of the union is a u32: any bits are a valid value.
             let union = unsafe { wc.imm_data_invalidated_rkey_union.imm_data };
-            let address = (
-                wc.qp_num,
-                wc.src_qp,
-                wc.wc_flags,
-                wc.pkey_index,
-                wc.slid,
-                wc.sl,
-                wc.dlid_path_bits,
-            );
-            (
-                wc.wr_id,
-                wc.status,
-                wc.opcode,
-                wc.vendor_err,
-                wc.byte_len,
-                union,
-                address,
-            )
+            let completion = (wc.wr_id, wc.status, wc.opcode, wc.vendor_err, wc.byte_len, union);
+            let address = (wc.qp_num, wc.src_qp, wc.wc_flags, wc.pkey_index, wc.slid, wc.sl);
+            (completion, address, wc.dlid_path_bits)
         };
         fields(&self.0) == fields(&other.0)
     }
@@ -75,7 +59,6 @@ impl PartialEq for WorkCompletion {
 impl Eq for WorkCompletion {}
 
 impl From<ibv_wc> for WorkCompletion {
-    /// A completion from its C struct.
     fn from(wc: ibv_wc) -> Self {
         Self(wc)
     }
@@ -88,14 +71,12 @@ impl WorkCompletion {
         &self.0
     }
 
-    /// The `wr_id` of the request that completed (for a receive on a shared receive queue: of the
-    /// receive request posted on the SRQ).
+    /// The `wr_id` of the request that completed (on a shared receive queue: of the SRQ's receive).
     pub fn wr_id(&self) -> u64 {
         self.0.wr_id
     }
 
-    /// The completion's status, or `None` for a value this crate does not know (a newer library
-    /// or device may report one; [`status_raw`](Self::status_raw) has it).
+    /// The completion's status, or `None` for a value this crate does not know ([`status_raw`](Self::status_raw)).
     pub fn status(&self) -> Option<WorkCompletionStatus> {
         decode_status(self.0.status)
     }
@@ -111,7 +92,7 @@ impl WorkCompletion {
     }
 
     /// The operation that completed (valid only on success), or `None` for a value this crate
-    /// does not know ([`opcode_raw`](Self::opcode_raw) has it).
+    /// does not know ([`opcode_raw`](Self::opcode_raw)).
     pub fn opcode(&self) -> Option<WorkCompletionOperationType> {
         known_opcode(self.0.opcode).then(|| WorkCompletionOperationType::from(self.0.opcode))
     }
@@ -197,12 +178,10 @@ pub(crate) unsafe fn poll(
     Ok(&wcs[..(ret as usize).min(wcs.len())])
 }
 
-/// An `ibv_wc_status` value (as [`WorkCompletion::status_raw`] or a DC pool's failed request
-/// give it), decoded, or `None` for a value this crate does not know: sideway's
-/// `WorkCompletionStatus::from` panics on those.
+/// An `ibv_wc_status` value decoded, or `None` for one sideway's `WorkCompletionStatus::from`
+/// would panic on.
 pub fn decode_status(status: u32) -> Option<WorkCompletionStatus> {
-    // enum ibv_wc_status is numbered from IBV_WC_SUCCESS (0) without gaps; sideway's `From`
-    // knows every value up to IBV_WC_TM_RNDV_INCOMPLETE.
+    // Numbered from IBV_WC_SUCCESS (0) without gaps; sideway's `From` knows them up to this one.
     (status <= ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE).then(|| WorkCompletionStatus::from(status))
 }
 

@@ -70,15 +70,14 @@ pub enum CreateQueuePairErrorKind {
     Ibverbs(#[from] io::Error),
 }
 impl SharedReceiveQueue {
-    /// Creates a builder for RC and UD queue pairs that receive through this queue, on the same
-    /// protection domain.
+    /// Creates a builder for RC and UD queue pairs that receive through this queue.
     pub fn create_qp_builder(self: &Arc<Self>) -> SharedReceiveQueuePairBuilder {
         SharedReceiveQueuePairBuilder::new(self)
     }
 }
 
-/// Builds RC or UD queue pairs that receive through a [`SharedReceiveQueue`]; created by
-/// [`SharedReceiveQueue::create_qp_builder`]. The queue pairs use the SRQ's protection domain.
+/// Builds RC or UD queue pairs that receive through a [`SharedReceiveQueue`], on its protection
+/// domain; created by [`SharedReceiveQueue::create_qp_builder`].
 #[derive(Debug)]
 pub struct SharedReceiveQueuePairBuilder {
     srq: Arc<SharedReceiveQueue>,

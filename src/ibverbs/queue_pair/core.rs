@@ -45,8 +45,7 @@ impl Drop for QueuePairCore {
 }
 
 impl QueuePairCore {
-    /// Takes ownership of a new queue pair, without a send view
-    /// ([`read_send_view`](Self::read_send_view) reads it).
+    /// Takes ownership of a new queue pair, without a send view ([`read_send_view`](Self::read_send_view)).
     ///
     /// # Safety
     ///
