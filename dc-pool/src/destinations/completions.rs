@@ -95,7 +95,7 @@ impl PoolCore {
             batch.destination()
         };
         // A held initiator carries only its holder's requests; only dedicated policies hold.
-        if self.policy.is_dedicated() {
+        if self.settings.policy().is_dedicated() {
             self.release_if_idle(d, initiator);
         }
         // Mostly none retires or waits: tested here, not in a call.

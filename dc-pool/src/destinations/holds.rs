@@ -195,7 +195,7 @@ impl PoolCore {
             })
             .collect();
         for d in on_it {
-            if self.policy.is_dedicated() {
+            if self.settings.policy().is_dedicated() {
                 self.unhold(d);
                 // Back in line, it takes a free initiator if there is one.
                 if self.line_ends.is_some() {

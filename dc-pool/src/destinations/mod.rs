@@ -99,8 +99,6 @@ pub(crate) struct PoolCore {
     grants: VecDeque<(DestinationId, u16, u64, Instant)>,
     /// How many grants from the line were made (names each).
     granted: u64,
-    /// The settings' policy, read on every request.
-    policy: DcPoolPolicy,
     settings: DcPoolSettings,
     stalls: StallWatch,
 }
@@ -144,9 +142,8 @@ impl PoolCore {
             retiring_settled: Vec::new(),
             grants: VecDeque::new(),
             granted: 0,
-            policy,
             settings: settings.clone(),
-            stalls: StallWatch::new(settings.stall_timeout()),
+            stalls: StallWatch::new(),
         }
     }
 
@@ -256,7 +253,7 @@ impl PoolCore {
 
     /// Binds destination `index` by a hash of it to an initiator in service and a stream, or to none.
     fn bind(&mut self, index: u32) {
-        if self.policy.is_dedicated() || self.requests.is_empty() {
+        if self.settings.policy().is_dedicated() || self.requests.is_empty() {
             return;
         }
         // Fibonacci hashing of the index spreads neighbours over the initiators.
@@ -415,7 +412,7 @@ impl PoolCore {
     /// without a quota or a line).
     #[inline]
     fn quota_left(&self, initiator: usize, since: u64) -> usize {
-        match (self.policy, self.line_ends.is_some()) {
+        match (self.settings.policy(), self.line_ends.is_some()) {
             (DcPoolPolicy::DedicatedWithQuota { quota }, true) => {
                 let posted = self.requests[initiator].head() - since;
                 u64::from(quota.max(1)).saturating_sub(posted) as usize
@@ -440,7 +437,7 @@ impl PoolCore {
     // `scripts/bench` then broke their limits.
     #[inline(always)]
     pub(crate) fn begin(&mut self, destination: DestinationId, streams: bool) -> Result<Grant, Refusal> {
-        if streams != (self.policy == DcPoolPolicy::Streams) {
+        if streams != (self.settings.policy() == DcPoolPolicy::Streams) {
             return Err(Refusal::StreamsMismatch { streams_pool: !streams });
         }
         let live = live(&self.places, destination).ok_or(Refusal::UnknownDestination)?;
@@ -464,7 +461,7 @@ impl PoolCore {
                 (initiator as usize, 0, quota_left)
             },
             Assignment::Bound { initiator, stream } => (initiator as usize, stream, usize::MAX),
-            Assignment::None | Assignment::InLine { .. } if !self.policy.is_dedicated() => {
+            Assignment::None | Assignment::InLine { .. } if !self.settings.policy().is_dedicated() => {
                 return Err(Refusal::NoInitiatorInService)
             },
             Assignment::None | Assignment::InLine { .. } => (self.take_free(d)? as usize, 0, usize::MAX),

@@ -26,18 +26,15 @@ struct Head {
 /// The heads of the streams holding requests, and when to look at them next.
 #[derive(Debug)]
 pub(super) struct StallWatch {
-    /// The settings' stall timeout, read on every `poll`.
-    timeout: Option<Duration>,
     next_scan: Option<Instant>,
     /// By (initiator, stream; 0 without streams).
     heads: BTreeMap<(usize, u16), Head>,
 }
 
 impl StallWatch {
-    /// A watch that reports heads outstanding for `timeout` (`None`: never).
-    pub(super) fn new(timeout: Option<Duration>) -> Self {
+    /// A watch with nothing seen yet.
+    pub(super) fn new() -> Self {
         Self {
-            timeout,
             next_scan: None,
             heads: BTreeMap::new(),
         }
@@ -48,7 +45,7 @@ impl PoolCore {
     /// Reports, once each, the heads outstanding for the stall timeout or longer.
     pub(super) fn watch_stalls(&mut self, sink: &mut impl FnMut(DcPoolEvent)) {
         // `None`: stalls are not reported (and the clock is not read for them).
-        let Some(timeout) = self.stalls.timeout else {
+        let Some(timeout) = self.settings.stall_timeout() else {
             return;
         };
         let now = self.settings.now();
