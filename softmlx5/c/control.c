@@ -305,10 +305,12 @@ static void print_counters(void)
 	fprintf(stderr,
 		"softmlx5[%d]: requests %lu, retransmits after timeout %lu, after RNR %lu, "
 		"packets lost %lu, received %lu, RNR NAKs %lu, dropped out of sequence %lu, "
-		"wrong DC key %lu, no target %lu, CQEs %lu\n",
+		"wrong DC key %lu, no target %lu, CQEs %lu, mlx5 device queries %lu, "
+		"DC targets created %lu, DC initiators created %lu\n",
 		(int)getpid(), c->requests_sent, c->retransmits_timeout, c->retransmits_rnr,
 		c->packets_lost, c->packets_received, c->rnr_naks, c->dropped_out_of_sequence,
-		c->dropped_dc_key, c->dropped_no_target, c->cqes);
+		c->dropped_dc_key, c->dropped_no_target, c->cqes, c->mlx5_device_queries,
+		c->dc_targets_created, c->dc_initiators_created);
 }
 
 /* SOFTMLX5_STATS prints the counters at exit; SOFTMLX5_STEP=1 starts in step mode;

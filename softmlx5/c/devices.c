@@ -689,6 +689,7 @@ SOFT_EXPORT int mlx5dv_query_device(struct ibv_context *context, struct mlx5dv_c
 	struct mlx5_context *mctx = to_mctx(context);
 	uint64_t comp_mask_out = 0;
 
+	soft_counters.mlx5_device_queries++;
 	attrs->version = 0;
 	attrs->flags = MLX5DV_CONTEXT_FLAGS_CQE_V1 | MLX5DV_CONTEXT_FLAGS_MPW_ALLOWED |
 		       MLX5DV_CONTEXT_FLAGS_ENHANCED_MPW | MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP |

@@ -127,6 +127,10 @@ static struct ibv_qp *finish_create(struct soft_qp *qp)
 		return NULL;
 	}
 	qp->mqp.rsc.rsn = (uint32_t)uidx;
+	if (qp->mqp.dc_type == MLX5DV_DCTYPE_DCT)
+		soft_counters.dc_targets_created++;
+	else if (qp->mqp.dc_type == MLX5DV_DCTYPE_DCI)
+		soft_counters.dc_initiators_created++;
 	return ibqp;
 }
 

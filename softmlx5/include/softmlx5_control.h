@@ -60,6 +60,9 @@ struct softmlx5_counters {
 	uint64_t requests_sent, retransmits_timeout, retransmits_rnr, packets_lost,
 		packets_received, rnr_naks, dropped_out_of_sequence, dropped_dc_key,
 		dropped_no_target, cqes;
+	/* what a program asked of mlx5 and DC: mlx5dv_query_device answered, DC targets and
+	 * initiators created */
+	uint64_t mlx5_device_queries, dc_targets_created, dc_initiators_created;
 };
 
 const char *softmlx5_version(void);

@@ -143,6 +143,9 @@ pub struct Counters {
     pub dropped_dc_key: u64,
     pub dropped_no_target: u64,
     pub cqes: u64,
+    pub mlx5_device_queries: u64,
+    pub dc_targets_created: u64,
+    pub dc_initiators_created: u64,
 }
 
 /// What happens to requests on their way to one DC target ([`Control::route_fault`]).

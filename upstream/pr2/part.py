@@ -105,3 +105,6 @@ FORBIDDEN = GLUE + DC_DATA_PLANE
 
 # The most it may change: lines, and lines of sideway's existing files.
 LIMITS = (1600, 300)
+
+# Run at its last commit on the software ConnectX by --check (see software_connectx_tests).
+SOFTMLX5 = {"tests": ["test_mlx5"], "counters": {"mlx5 device queries": 1}}

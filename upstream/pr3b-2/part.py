@@ -179,3 +179,6 @@ LEFT_OUT = {
     "src/mlx5/dc/state_table/tests.rs": "uses this crate's test support (src/test_support.rs): "
                                         "sideway's tests are upstream/pr3b-2/1-dc-target/files/",
 }
+
+# Run at its last commit on the software ConnectX by --check (see software_connectx_tests).
+SOFTMLX5 = {"tests": ["test_dc_target"], "counters": {"DC targets created": 1}}
