@@ -1,7 +1,6 @@
 //! An [`AddressHandle`] describes the route to a remote port, which every work request of a
 //! datagram transport (UD, and DC with the `mlx5` feature) names. It is made from an
-//! [`AddressHandleAttribute`] with
-//! [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
+//! [`AddressHandleAttribute`] with `pd.create_ah(&attr)`.
 //!
 //! On RoCE, and on an InfiniBand port that requires a GRH, every address must be global: set the
 //! `setup_grh_*` methods, its source GID index from a
@@ -17,7 +16,7 @@
 //! and no answer or no route is
 //! [`PeerMacUnresolved`](CreateAddressHandleErrorKind::PeerMacUnresolved) (those errnos are the
 //! kernel's source; no ConnectX run here has shown them yet). Make a destination's handle ahead
-//! of the first request to it (a DC pool's `prepare`) to keep that wait off the posting path.
+//! of the first request to it to keep that wait off the posting path.
 //!
 //! ```no_run
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -61,7 +60,7 @@ use super::address::AddressHandleAttribute;
 /// (`UCX_IB_HOP_LIMIT`) use; rdma-core's pingpong examples' 1 works within one subnet only.
 pub const DEFAULT_HOP_LIMIT: u8 = 255;
 
-/// Error returned by [`ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah).
+/// Error returned by `pd.create_ah(&attr)`.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to create address handle")]
 #[non_exhaustive]

@@ -149,7 +149,8 @@ pub(crate) fn check_destroy(call: &str, ret: i32) {
     }
     let err = std::io::Error::from_raw_os_error(ret);
     if std::thread::panicking() {
-        eprintln!("sideway-ext: {call} failed while unwinding (resource leaked): {err}");
+        let name = env!("CARGO_PKG_NAME");
+        eprintln!("{name}: {call} failed while unwinding (resource leaked): {err}");
     } else {
         panic!("{call} failed: {err}");
     }

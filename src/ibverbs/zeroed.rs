@@ -1,14 +1,12 @@
-//! C structs handed to libibverbs and libmlx5 with every byte initialised, padding included.
+//! C structs handed to libibverbs and its providers with every byte initialised, padding included.
 //!
 //! A library may read a struct's padding (libibverbs' `ibv_cmd_create_srq` copies an
 //! `ibv_srq_init_attr` into an `ibv_srq_init_attr_ex`, whose `comp_mask` gets its tail padding),
 //! which a Rust literal or typed copy leaves undefined: a [`Zeroed`] starts all zero in
 //! `MaybeUninit` storage, copied byte for byte, and changes field by field, never whole.
-//! valgrind memcheck (scripts/memcheck) is the check.
 use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 
-use rdma_mummy_sys::mlx5dv_qp_init_attr;
 use rdma_mummy_sys::{
     ibv_ah_attr, ibv_grh, ibv_qp_attr, ibv_qp_init_attr_ex, ibv_recv_wr, ibv_srq_attr, ibv_srq_init_attr, ibv_wc,
 };
@@ -32,8 +30,6 @@ unsafe impl PlainData for ibv_qp_attr {}
 unsafe impl PlainData for ibv_qp_init_attr_ex {}
 // SAFETY: as above.
 unsafe impl PlainData for ibv_ah_attr {}
-// SAFETY: as above.
-unsafe impl PlainData for mlx5dv_qp_init_attr {}
 // SAFETY: as above.
 unsafe impl PlainData for ibv_wc {}
 // SAFETY: as above.

@@ -69,13 +69,7 @@ MOVES = {
             "from": "src/ibverbs/zeroed.rs",
             "to": "src/ibverbs/zeroed.rs",
             "helpers": [],
-            "rewrites": [
-                # The mlx5 direct-verbs struct belongs to pull request 3.
-                ("use rdma_mummy_sys::mlx5dv_qp_init_attr;\n", "", 1),
-                ("// SAFETY: as above.\nunsafe impl PlainData for mlx5dv_qp_init_attr {}\n", "", 1),
-                ("\n//! valgrind memcheck (scripts/memcheck) is the check.", "", 1),
-                ("handed to libibverbs and libmlx5 with", "handed to libibverbs with", 1),
-            ],
+            "rewrites": [],
         },
     ],
 }
@@ -83,7 +77,7 @@ MOVES = {
 # The helpers of src/ibverbs/mod.rs that moved files of this and later parts call.
 SHARED = {
     "1-shared-receive-queue": [
-        ("check_destroy", [('eprintln!("sideway-ext: {call}', 'eprintln!("sideway: {call}', 1)]),
+        ("check_destroy", []),
     ],
 }
 

@@ -58,11 +58,6 @@ def ADDRESS_HANDLE_REWRITES(part):
         ("//! use sideway_ext::ibverbs::extension::{DeviceContextExt, ProtectionDomainExt};\n", "", 1),
         ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),
         ("//! use sideway_ext::ibverbs::", "//! use sideway::ibverbs::", 2 if first else 3),
-        ("ProtectionDomainExt::create_ah`](super::extension::ProtectionDomainExt::create_ah)",
-         "ProtectionDomain::create_ah`](super::protection_domain::ProtectionDomain::create_ah)", 2),
-        # This crate's DC pool does not go upstream.
-        ("Make a destination's handle ahead\n//! of the first request to it (a DC pool's `prepare`) to keep",
-         "Make a destination's handle ahead\n//! of the first request to it to keep", 1),
     ]
 
 

@@ -6,6 +6,8 @@ use std::ptr::NonNull;
 
 use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
 use sideway::ibverbs::device_context::Mtu;
+// SAFETY: a bindgen struct of integers, raw pointers and unions of these; zero is valid.
+unsafe impl crate::ibverbs::zeroed::PlainData for mlx5dv_qp_init_attr {}
 
 /// Creates the queue pair of `init` and `mlx5` with `mlx5dv_create_qp`; `EOPNOTSUPP` (a device
 /// without DC, as `mlx5dv_query_device` succeeded before) comes back as `None`.
