@@ -125,7 +125,7 @@ impl From<u32> for AsyncEventType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AsyncEventElement {
-    /// A queue pair, by its number ([`qp_number`](super::queue_pair::SharedReceiveQueuePair::qp_number)).
+    /// A queue pair, by its number (its `qp_number()`).
     QueuePair {
         /// The queue pair's number.
         qp_number: u32,
@@ -230,8 +230,7 @@ impl AsyncEvent {
     }
 }
 
-/// Reads the asynchronous events of one device context; created by
-/// [`DeviceContextExt::async_event_reader`](super::extension::DeviceContextExt::async_event_reader).
+/// Reads the asynchronous events of one device context; created by `ctx.async_event_reader()`.
 ///
 /// One reader per context: readers of one context share its event file descriptor, so its
 /// events and its blocking mode, and the one that loses a race for an event blocks in

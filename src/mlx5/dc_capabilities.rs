@@ -72,8 +72,8 @@ impl DcCapabilities {
 
     /// Outstanding RDMA reads and atomics per DC queue pair "as a responder" (`max_dc_init_rd_atom`,
     /// libmlx5's `1 << log_max_ra_res_dc`), yet the bound of a DCI's `max_rd_atomic` (mlx5_ib's
-    /// `validate_rd_atomic`, `EINVAL` above it), so [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) caps its
-    /// depth by this value. [`None`] as for [`max_dc_rd_atom`](Self::max_dc_rd_atom).
+    /// `validate_rd_atomic`, `EINVAL` above it), so a DC initiator's depth is capped
+    /// by this value. [`None`] as for [`max_dc_rd_atom`](Self::max_dc_rd_atom).
     pub fn max_dc_init_rd_atom(&self) -> Option<u64> {
         self.max_dc_init_rd_atom
     }

@@ -52,8 +52,7 @@ pub enum QueryDcCapabilitiesErrorKind {
     QueryDevice(#[from] QueryDeviceError),
 }
 
-/// `mlx5dv_query_device` on a raw context (for the DC queue pairs, which reach the context
-/// through their protection domain).
+/// `mlx5dv_query_device` on a raw context.
 ///
 /// # Safety
 ///

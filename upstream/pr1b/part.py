@@ -13,10 +13,6 @@ MOVES = {
             "rewrites": [
                 ("use crate::ibverbs::device_context::DeviceContext;", "use super::device_context::DeviceContext;", 1),
                 ("super::wait_readable(", "wait_readable(", 1),
-                ("[`DeviceContextExt::async_event_reader`](super::extension::DeviceContextExt::async_event_reader)",
-                 "[`DeviceContext::async_event_reader`](super::device_context::DeviceContext::async_event_reader)", 1),
-                ("[`qp_number`](super::queue_pair::SharedReceiveQueuePair::qp_number)",
-                 "[`qp_number`](super::queue_pair::QueuePair::qp_number)", 1),
             ],
         },
     ],

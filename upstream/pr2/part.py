@@ -46,9 +46,6 @@ MOVES = {
             "to": "src/mlx5/device_context.rs",
             "helpers": [],
             "rewrites": [
-                ("/// `mlx5dv_query_device` on a raw context (for the DC queue pairs, which reach the context\n"
-                 "/// through their protection domain).",
-                 "/// `mlx5dv_query_device` on a raw context.", 1),
                 *_NO_SEND_WQE_SIZES["src/mlx5/device_context.rs"],
             ],
         },
@@ -63,8 +60,6 @@ MOVES = {
             "to": "src/mlx5/dc_capabilities.rs",
             "helpers": [],
             "rewrites": [
-                ("so [`DcInitiator`](crate::mlx5::dc::initiator::DcInitiator) caps its\n    /// depth by this value.",
-                 "so a DC initiator's depth is capped\n    /// by this value.", 1),
                 *_NO_SEND_WQE_SIZES["src/mlx5/dc_capabilities.rs"],
             ],
         },

@@ -140,10 +140,6 @@ MOVES = {
             "helpers": [],
             "rewrites": [
                 ("/// use sideway_ext::mlx5::", "/// use sideway::mlx5::", 1),
-                (" and\n/// to a DC target's replies (ACKs, read and atomic responses) with\n"
-                 "/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class).",
-                 " and,\n/// with the DC target, to its replies (ACKs, read and atomic responses).", 1),
-                (", this crate's path,", ",", 1),
             ],
         },
         {

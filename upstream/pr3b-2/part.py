@@ -64,14 +64,6 @@ MOVES = {
             "to": "src/mlx5/dc/state_table.rs",
             "helpers": [],
             "rewrites": [
-                ("//! and those it may take. From the lists, the tables the queue-pair core of\n"
-                 "//! [`ibverbs::queue_pair`](crate::ibverbs::queue_pair) checks a modification against.\n"
-                 "//!\n"
-                 "//! The device tests (tests/test_dc_device.rs) hold both tables, every state pair and attribute\n"
-                 "//! mask, to the software ConnectX's verdict, which keeps those two functions\n"
-                 "//! (softmlx5/tests/c/dc_rules.c holds it to them).\n",
-                 "//! and those it may take. From the lists, the tables with which a DC queue pair's `modify`\n"
-                 "//! explains the device's `EINVAL`.\n", 1),
                 ("use crate::ibverbs::queue_pair::QueuePairAttributeMask as Mask;\n"
                  "use crate::ibverbs::queue_pair::QueuePairState::{self, *};\n\n"
                  "use crate::ibverbs::queue_pair::transition::{Transition, TransitionTable};\n",
@@ -106,8 +98,6 @@ MOVES = {
                  "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n"
                  "use crate::ibverbs::queue_pair::QueuePairAttribute;\n", 1),
                 ("QueuePairCore", "DriverQueuePair", 2),
-                ("[`DcProtectionDomainExt::create_dct_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dct_builder).",
-                 "[`ProtectionDomain::create_dct_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dct_builder).", 1),
                 # The DC initiator comes with the next part (3c-1).
                 ("so that a\n    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults",
                  "so that a\n    /// DC initiator built with its defaults", 1),
@@ -148,11 +138,6 @@ MOVES = {
             "common": False,
             "helpers": [],
             "rewrites": [
-                ("This crate opens ordinary contexts", "sideway opens ordinary contexts", 1),
-                (" Neither is\n  confirmed on hardware. A `DcInitiatorPool` (sideway-ext-dc-pool) counts the first\n"
-                 "  towards `Unreachable`; see its \"Unreachable targets\".",
-                 " Neither is\n  confirmed on hardware.", 1),
-                ("; a pool's destination takes a\nnew endpoint by being removed and added again.", ".", 1),
             ],
         },
     ],

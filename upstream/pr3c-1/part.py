@@ -21,8 +21,6 @@ _ALWAYS = {
         ("    core: QueuePairCore,\n", "    core: DriverQueuePair,\n", 1),
         # The number as the library holds it: read, never cached, as the DC target's.
         ("self.core.qp_number()", "self.core.live_qp_number()", 1),
-        ("[`DcProtectionDomainExt::create_dci_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_builder).",
-         "[`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder).", 1),
         ("    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the\n"
          "    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →",
          "    /// Modifies the queue pair with `ibv_modify_qp`; a refusal (`EINVAL`) is explained by the DC\n"
@@ -51,7 +49,6 @@ _ALWAYS = {
          "A transition failed (a refusal explained by the DC initiator's table).", 1),
         ("(RESET → INIT → RTR → RTS, each\n    /// checked against the DC initiator's table)",
          "(RESET → INIT → RTR → RTS, a\n    /// refusal explained by the DC initiator's table)", 1),
-        ("([`DcInitiator::source_gid`]), as a pool's do.", "([`DcInitiator::source_gid`]).", 1),
         # This crate's DC guide has the fleet rule; sideway's DC module has no such section.
         (", the fleet rule of [the DC module](super::super#across-nodes).",
          ", so that no packet is larger than a\n    /// destination's port takes.", 1),

@@ -5,8 +5,8 @@ use crate::ibverbs::address::AddressHandleAttribute;
 /// The class of service of DC packets: the GRH's traffic class and flow label, and the service
 /// level, which a lossless fabric maps to a priority. Applied to the requests' address handles
 /// ([`DcEndpoint::create_ah_with_class`](super::endpoint::DcEndpoint::create_ah_with_class)) and
-/// to a DC target's replies (ACKs, read and atomic responses) with
-/// [`DcTargetBringUp::setup_service_class`](super::target::DcTargetBringUp::setup_service_class).
+/// to a DC target's replies (ACKs, read and atomic responses) with its bring-up's
+/// `setup_service_class`.
 /// Set the same class on both sides: otherwise responses leave in class 0 while requests do not.
 ///
 /// On RoCE v2 the traffic class is the IP header's DS field (`dscp << 2 | ecn`: DSCP 26 is 104,
@@ -15,7 +15,7 @@ use crate::ibverbs::address::AddressHandleAttribute;
 ///
 /// # A DC target's replies
 ///
-/// Through `ibv_modify_qp`, this crate's path, kernel mlx5 `mlx5_ib_modify_dct` (qp.c) programs
+/// Through `ibv_modify_qp` (not DEVX), kernel mlx5 `mlx5_ib_modify_dct` (qp.c) programs
 /// the DCT's `tclass` and `flow_label` from the RTR address vector's GRH and, on RoCE only (Linux
 /// 5.15 on), `eth_prio` from the service level; never `dctc.dscp`, which UCX's DEVX target
 /// (`uct_dc_mlx5_iface_devx_create_dct`) sets on RoCE v2. So whether the replies carry the DSCP

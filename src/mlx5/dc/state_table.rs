@@ -1,12 +1,8 @@
 //! The transition tables of the DC queue pairs: what mlx5_ib accepts for a DC initiator (its
 //! `modify_dci_qp_is_ok`) and a DC target (its `mlx5_ib_modify_dct`), each transition with the
 //! attributes it requires besides `IBV_QP_STATE`
-//! and those it may take. From the lists, the tables the queue-pair core of
-//! [`ibverbs::queue_pair`](crate::ibverbs::queue_pair) checks a modification against.
-//!
-//! The device tests (tests/test_dc_device.rs) hold both tables, every state pair and attribute
-//! mask, to the software ConnectX's verdict, which keeps those two functions
-//! (softmlx5/tests/c/dc_rules.c holds it to them).
+//! and those it may take. From the lists, the tables a DC queue pair's `modify` checks a
+//! transition and its attribute mask against.
 use sideway::ibverbs::queue_pair::QueuePairAttributeMask as Mask;
 use sideway::ibverbs::queue_pair::QueuePairState::{self, *};
 

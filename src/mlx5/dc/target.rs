@@ -83,8 +83,7 @@ pub(crate) fn dct_init_attributes(dc_key: u64) -> (Zeroed<ibv_qp_init_attr_ex>, 
     (init, mlx5)
 }
 
-/// Builds a [`DcTarget`] on a protection domain; see
-/// [`DcProtectionDomainExt::create_dct_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dct_builder).
+/// Builds a [`DcTarget`] on a protection domain; see `pd.create_dct_builder()`.
 #[derive(Debug)]
 pub struct DcTargetBuilder {
     pd: Arc<ProtectionDomain>,

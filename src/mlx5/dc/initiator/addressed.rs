@@ -1,5 +1,5 @@
 //! The DC transport of a batch whose requests all go to one address, set when its guard starts:
-//! what a pool of initiators posts, one destination per batch, without a destination step.
+//! one destination per batch, without a destination step per request.
 use std::marker::PhantomData;
 
 use rdma_mummy_sys::ibv_qp_ex;

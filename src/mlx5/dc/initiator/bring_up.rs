@@ -158,7 +158,7 @@ impl DcInitiatorBringUp {
     }
 
     /// The local GID its requests are sent from (default [`SourceGid::Automatic`]); the address
-    /// handles of its requests use its index ([`DcInitiator::source_gid`]), as a pool's do.
+    /// handles of its requests use its index ([`DcInitiator::source_gid`]).
     pub fn setup_source_gid(&mut self, source_gid: SourceGid) -> &mut Self {
         self.source_gid = source_gid;
         self

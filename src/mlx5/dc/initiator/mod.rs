@@ -3,8 +3,8 @@
 //!
 //! Build one with [`DcInitiatorBuilder`], bring it to RTS with [`DcInitiator::bring_up`], post
 //! with [`DcInitiator::start_post_send`]: `construct_wr` → operation → `setup_dc_addr` → data;
-//! data before the address does not compile ([`Addressed`]; `tests/compile_fail/` pins it). After
-//! an error completion it is in ERR for every destination: [`DcInitiator::recover`] it, or with
+//! data before the address does not compile ([`Addressed`]). After an error completion it is in
+//! ERR for every destination: [`DcInitiator::recover`] it, or with
 //! DCI streams [`DcInitiator::reset_stream`] the one errored stream.
 use std::io;
 use std::ptr::NonNull;
@@ -205,8 +205,7 @@ pub struct DciStreams {
     /// log2 of the streams in error that move it to ERR (rdma-core `test_dc_stream_qp_recovery`).
     pub log_num_errored: u8,
 }
-/// Builds a [`DcInitiator`] on a protection domain; see
-/// [`DcProtectionDomainExt::create_dci_builder`](crate::mlx5::extension::DcProtectionDomainExt::create_dci_builder).
+/// Builds a [`DcInitiator`] on a protection domain; see `pd.create_dci_builder()`.
 #[derive(Debug, Clone)]
 pub struct DcInitiatorBuilder {
     pd: Arc<ProtectionDomain>,

@@ -1,5 +1,6 @@
 //! The kernel's named DC transitions in the tables. Every state pair and attribute mask is held
-//! to the device's verdict (softmlx5, which keeps mlx5_ib's rules) in tests/test_dc_device.rs.
+//! to the device's verdict (softmlx5, which keeps mlx5_ib's rules) in tests/test_dc_device.rs;
+//! softmlx5/tests/c/dc_rules.c holds softmlx5 to mlx5_ib's two functions.
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairState};
 use sideway::ibverbs::AccessFlags;
