@@ -89,7 +89,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let mut dct = pd
         .create_dct_builder()
         .setup_recv_cq(cq.clone())
-        .setup_srq(srq)
+        .setup_srq(&srq)
         .setup_dc_key(DC_KEY)
         .setup_access_flags(access)
         .build()?;

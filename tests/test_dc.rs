@@ -87,7 +87,7 @@ fn dc_on_a_device_that_is_not_mlx5_is_not_supported() {
     let err = pd
         .create_dct_builder()
         .setup_recv_cq(cq)
-        .setup_srq(srq)
+        .setup_srq(&srq)
         .setup_dc_key(0x1234)
         .build()
         .unwrap_err();
@@ -172,7 +172,7 @@ fn bad_dc_input_is_refused_before_the_library() {
         "{err:?}"
     );
     let srq = pd.create_srq_builder().build().expect("SRQ");
-    let err = pd.create_dct_builder().setup_srq(srq).build().unwrap_err();
+    let err = pd.create_dct_builder().setup_srq(&srq).build().unwrap_err();
     assert!(
         matches!(err.0, CreateDcTargetErrorKind::MissingReceiveCompletionQueue),
         "{err:?}"
@@ -273,7 +273,7 @@ impl DcFixture {
             .pd
             .create_dct_builder()
             .setup_recv_cq(self.recv_cq.clone())
-            .setup_srq(Arc::clone(&self.srq))
+            .setup_srq(&self.srq)
             .setup_dc_key(dc_key)
             .setup_access_flags(access)
             .build()

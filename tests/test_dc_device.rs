@@ -91,7 +91,7 @@ impl Device {
         let mut builder = self.pd.create_dct_builder();
         builder
             .setup_recv_cq(self.cq.clone())
-            .setup_srq(srq)
+            .setup_srq(&srq)
             .setup_dc_key(bed::DC_KEY);
         if let Some(access) = access {
             builder.setup_access_flags(access);

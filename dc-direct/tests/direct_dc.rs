@@ -70,7 +70,7 @@ impl Loopback {
         let mut dct = pd
             .create_dct_builder()
             .setup_recv_cq(recv_cq.clone())
-            .setup_srq(Arc::clone(&srq))
+            .setup_srq(&srq)
             .setup_dc_key(KEY)
             .setup_access_flags(access)
             .build()

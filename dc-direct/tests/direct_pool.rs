@@ -92,7 +92,7 @@ impl Bed {
                 let mut dct = pd
                     .create_dct_builder()
                     .setup_recv_cq(recv_cq.clone())
-                    .setup_srq(Arc::clone(&srq))
+                    .setup_srq(&srq)
                     .setup_dc_key(KEY + t)
                     .setup_access_flags(access)
                     .build()

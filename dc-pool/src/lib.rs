@@ -120,7 +120,7 @@
 //! let mut target = pd
 //!     .create_dct_builder()
 //!     .setup_recv_cq(ctx.create_cq_builder().setup_cqe(16).build()?)
-//!     .setup_srq(pd.create_srq_builder().setup_max_wr(16).build()?)
+//!     .setup_srq(&pd.create_srq_builder().setup_max_wr(16).build()?)
 //!     .setup_dc_key(7)
 //!     .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite)
 //!     .build()?;

@@ -280,7 +280,7 @@ impl PoolFixture {
             let mut dct = pd
                 .create_dct_builder()
                 .setup_recv_cq(recv_cq.clone())
-                .setup_srq(Arc::clone(&srq))
+                .setup_srq(&srq)
                 .setup_dc_key(KEY_BASE + d as u64)
                 .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite)
                 .build()

@@ -152,7 +152,7 @@ impl TargetRecipe {
             .pd
             .create_dct_builder()
             .setup_recv_cq(self.recv_cq.clone())
-            .setup_srq(Arc::clone(&self.srq))
+            .setup_srq(&self.srq)
             .setup_dc_key(KEY)
             .setup_access_flags(self.access)
             .build()

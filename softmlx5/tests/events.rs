@@ -1,7 +1,6 @@
 //! Asynchronous events as a ConnectX raises them, read with sideway-ext's unchanged reader.
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Bed, PORT};
@@ -60,7 +59,7 @@ fn the_srq_limit_fires_once_when_the_receives_fall_below_it() {
         .pd
         .create_dct_builder()
         .setup_recv_cq(bed.recv_cq.clone())
-        .setup_srq(Arc::clone(&srq))
+        .setup_srq(&srq)
         .setup_dc_key(common::DC_KEY)
         .setup_access_flags(common::all())
         .build()

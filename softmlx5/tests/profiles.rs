@@ -238,7 +238,7 @@ impl Loopback {
         let mut dct = pd
             .create_dct_builder()
             .setup_recv_cq(cq.clone())
-            .setup_srq(srq)
+            .setup_srq(&srq)
             .setup_dc_key(KEY)
             .setup_access_flags(access)
             .build()

@@ -2,7 +2,6 @@
 //! target, two initiators, a pool of 100 destinations, a few faults, in well under a second.
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{all, Bed, PORT};
@@ -68,7 +67,7 @@ fn pool_run(destinations: usize, dead: Option<usize>) -> Duration {
                 .pd
                 .create_dct_builder()
                 .setup_recv_cq(bed.recv_cq.clone())
-                .setup_srq(Arc::clone(&bed.srq))
+                .setup_srq(&bed.srq)
                 .setup_dc_key(common::DC_KEY)
                 .setup_access_flags(all())
                 .build()

@@ -351,7 +351,7 @@ pub(crate) fn run_server(args: &Args, parameters: &TestParameters) -> Result<()>
         let mut dct = pd
             .create_dct_builder()
             .setup_recv_cq(cq.clone())
-            .setup_srq(Arc::clone(&srq))
+            .setup_srq(&srq)
             .setup_dc_key(rand::random::<u64>())
             .setup_access_flags(access)
             .build()

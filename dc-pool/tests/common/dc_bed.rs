@@ -58,7 +58,7 @@ impl DeviceBed {
         let mut target = pd
             .create_dct_builder()
             .setup_recv_cq(recv_cq.clone())
-            .setup_srq(Arc::clone(&srq))
+            .setup_srq(&srq)
             .setup_dc_key(KEY)
             .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead)
             .build()

@@ -108,7 +108,7 @@ impl Bed {
         let mut dct = pd
             .create_dct_builder()
             .setup_recv_cq(recv_cq.clone())
-            .setup_srq(Arc::clone(&srq))
+            .setup_srq(&srq)
             .setup_dc_key(DC_KEY)
             .setup_access_flags(target_access)
             .build()

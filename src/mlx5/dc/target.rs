@@ -119,8 +119,8 @@ impl DcTargetBuilder {
     }
 
     /// The shared receive queue incoming sends consume (required); the DC target keeps it alive.
-    pub fn setup_srq(&mut self, srq: Arc<SharedReceiveQueue>) -> &mut Self {
-        self.srq = Some(srq);
+    pub fn setup_srq(&mut self, srq: &Arc<SharedReceiveQueue>) -> &mut Self {
+        self.srq = Some(Arc::clone(srq));
         self
     }
 

@@ -25,7 +25,7 @@ fn dc_target_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
             matches!(err.0, CreateDcTargetErrorKind::MissingSharedReceiveQueue),
             "{err:?}"
         );
-        let err = pd.create_dct_builder().setup_srq(srq.clone()).build().unwrap_err();
+        let err = pd.create_dct_builder().setup_srq(&srq).build().unwrap_err();
         assert!(
             matches!(err.0, CreateDcTargetErrorKind::MissingReceiveCompletionQueue),
             "{err:?}"
@@ -35,7 +35,7 @@ fn dc_target_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
         let built = pd
             .create_dct_builder()
             .setup_recv_cq(cq)
-            .setup_srq(srq)
+            .setup_srq(&srq)
             .setup_dc_key(0xd0d0)
             .build();
         if !dc.is_supported() {
