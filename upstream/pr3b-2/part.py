@@ -105,9 +105,6 @@ MOVES = {
                  "    /// attribute mask against the DC target's table (it never goes past RTR).",
                  "    /// Modifies the queue pair with `ibv_modify_qp`; a refusal (`EINVAL`) is explained by the DC\n"
                  "    /// target's table (it never goes past RTR).", 1),
-                # sideway's attribute has no mask() yet (1c-2): its field.
-                ("        let remote_atomics = attr\n            .mask()\n            .contains(crate::ibverbs::queue_pair::",
-                 "        let remote_atomics = attr\n            .attr_mask\n            .contains(crate::ibverbs::queue_pair::", 1),
             ],
         },
         {
@@ -124,7 +121,6 @@ MOVES = {
                  "            false => from,\n"
                  "        };\n"
                  "        attr_mask_check(attr.attr_mask, from, to, &DC_TARGET_STATE_TABLE).is_ok()", 1),
-                ("rtr.mask.contains(", "rtr.attr_mask.contains(", 1),
                 # sideway's DC module has no guide of its own: the fleet rule, said here.
                 ("; see\n    /// [the DC module](crate::mlx5::dc#across-nodes).",
                  ": initiators must send no larger\n"

@@ -15,7 +15,7 @@ use crate::ibverbs::zeroed::Zeroed;
 #[derive(Clone)]
 pub struct QueuePairAttribute {
     pub(crate) attr: Zeroed<ibv_qp_attr>,
-    pub(crate) mask: QueuePairAttributeMask,
+    pub(crate) attr_mask: QueuePairAttributeMask,
 }
 
 impl Default for QueuePairAttribute {
@@ -27,7 +27,7 @@ impl Default for QueuePairAttribute {
 impl std::fmt::Debug for QueuePairAttribute {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePairAttribute")
-            .field("mask", &self.mask)
+            .field("attr_mask", &self.attr_mask)
             .field("state", &self.state())
             .finish_non_exhaustive()
     }
@@ -39,7 +39,7 @@ macro_rules! qp_attribute_setters {
             $(#[$doc])*
             pub fn $setup(&mut self, value: $ty) -> &mut Self {
                 self.attr.$field = value;
-                self.mask |= QueuePairAttributeMask::$mask;
+                self.attr_mask |= QueuePairAttributeMask::$mask;
                 self
             }
 
@@ -56,19 +56,19 @@ impl QueuePairAttribute {
     pub fn new() -> Self {
         Self {
             attr: Zeroed::new(),
-            mask: QueuePairAttributeMask::none(),
+            attr_mask: QueuePairAttributeMask::none(),
         }
     }
 
     /// The mask of the fields set so far.
     pub fn mask(&self) -> QueuePairAttributeMask {
-        self.mask
+        self.attr_mask
     }
 
     /// The state to move to (`IBV_QP_STATE`).
     pub fn setup_state(&mut self, state: QueuePairState) -> &mut Self {
         self.attr.qp_state = state as u32;
-        self.mask |= QueuePairAttributeMask::State;
+        self.attr_mask |= QueuePairAttributeMask::State;
         self
     }
 
@@ -81,14 +81,14 @@ impl QueuePairAttribute {
     /// The access flags for incoming RDMA and atomics (`IBV_QP_ACCESS_FLAGS`).
     pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
         self.attr.qp_access_flags = access_flags.bits() as u32;
-        self.mask |= QueuePairAttributeMask::AccessFlags;
+        self.attr_mask |= QueuePairAttributeMask::AccessFlags;
         self
     }
 
     /// The path MTU (`IBV_QP_PATH_MTU`).
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.attr.path_mtu = path_mtu as u32;
-        self.mask |= QueuePairAttributeMask::PathMtu;
+        self.attr_mask |= QueuePairAttributeMask::PathMtu;
         self
     }
 
@@ -96,7 +96,7 @@ impl QueuePairAttribute {
     pub fn setup_address_vector(&mut self, ah_attr: &AddressHandleAttribute) -> &mut Self {
         // SAFETY: an untyped copy between two live values: the GRH's padding stays zero.
         unsafe { std::ptr::copy_nonoverlapping(&*ah_attr.attr, &mut self.attr.ah_attr, 1) };
-        self.mask |= QueuePairAttributeMask::AddressVector;
+        self.attr_mask |= QueuePairAttributeMask::AddressVector;
         self
     }
 

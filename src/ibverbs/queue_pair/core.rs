@@ -181,11 +181,11 @@ impl QueuePairCore {
         self.table.check(self.state, attr)?;
         let mut raw = attr.attr.clone();
         // SAFETY: the handle is alive and exclusively borrowed; raw is a valid ibv_qp_attr.
-        let ret = unsafe { rdma_mummy_sys::ibv_modify_qp(self.qp.as_ptr(), raw.as_mut_ptr(), attr.mask.bits()) };
+        let ret = unsafe { rdma_mummy_sys::ibv_modify_qp(self.qp.as_ptr(), raw.as_mut_ptr(), attr.attr_mask.bits()) };
         if ret != 0 {
             return Err(ModifyQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
-        if attr.mask.contains(QueuePairAttributeMask::State) {
+        if attr.attr_mask.contains(QueuePairAttributeMask::State) {
             self.state = attr.state();
         }
         Ok(())
@@ -209,7 +209,7 @@ impl QueuePairCore {
         if ret != 0 {
             return Err(QueryQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
         }
-        attr.mask = mask;
+        attr.attr_mask = mask;
         if mask.contains(QueuePairAttributeMask::State) {
             self.state = state_from_raw(attr.attr.qp_state);
         }

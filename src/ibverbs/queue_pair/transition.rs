@@ -171,8 +171,8 @@ impl TransitionTable {
     pub(crate) fn check(
         &self, from: QueuePairState, attr: &QueuePairAttribute,
     ) -> Result<(), ModifyQueuePairErrorKind> {
-        let given = attr.mask.bits();
-        let to = if attr.mask.contains(QueuePairAttributeMask::State) {
+        let given = attr.attr_mask.bits();
+        let to = if attr.attr_mask.contains(QueuePairAttributeMask::State) {
             attr.state()
         } else {
             from

@@ -347,7 +347,7 @@ impl DcTarget {
             Err(err) => err,
         };
         let remote_atomics = attr
-            .mask()
+            .attr_mask
             .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AccessFlags)
             && attr.attr.qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
         Err(match &err.0 {

@@ -121,7 +121,7 @@ mod tests {
         assert!(takes(QueuePairState::Reset, &init));
         assert!(takes(QueuePairState::Init, &rtr));
         assert_eq!(rtr.attr.min_rnr_timer, 12);
-        assert!(!rtr.mask.contains(QueuePairAttributeMask::MaxDestinationReadAtomic));
+        assert!(!rtr.attr_mask.contains(QueuePairAttributeMask::MaxDestinationReadAtomic));
         // RoCE: a global address vector from the source GID index.
         let mut roce = DcTargetBringUp::new(1);
         let [_, rtr] = roce.attributes(access, Mtu::Mtu1024, Some(3));
