@@ -101,10 +101,6 @@ MOVES = {
                 # The DC initiator comes with the next part (3c-1).
                 ("so that a\n    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults",
                  "so that a\n    /// DC initiator built with its defaults", 1),
-                ("    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the\n"
-                 "    /// attribute mask against the DC target's table (it never goes past RTR).",
-                 "    /// Modifies the queue pair with `ibv_modify_qp`; a refusal (`EINVAL`) is explained by the DC\n"
-                 "    /// target's table (it never goes past RTR).", 1),
             ],
         },
         {
@@ -121,10 +117,6 @@ MOVES = {
                  "            false => from,\n"
                  "        };\n"
                  "        attr_mask_check(attr.attr_mask, from, to, &DC_TARGET_STATE_TABLE).is_ok()", 1),
-                # sideway's DC module has no guide of its own: the fleet rule, said here.
-                ("; see\n    /// [the DC module](crate::mlx5::dc#across-nodes).",
-                 ": initiators must send no larger\n"
-                 "    /// packets, and it answers READs in packets as large (`mlx5_ib_modify_dct`, `dctc.mtu`).", 1),
             ],
         },
         {

@@ -21,10 +21,6 @@ _ALWAYS = {
         ("    core: QueuePairCore,\n", "    core: DriverQueuePair,\n", 1),
         # The number as the library holds it: read, never cached, as the DC target's.
         ("self.core.qp_number()", "self.core.live_qp_number()", 1),
-        ("    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the\n"
-         "    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →",
-         "    /// Modifies the queue pair with `ibv_modify_qp`; a refusal (`EINVAL`) is explained by the DC\n"
-         "    /// initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →", 1),
     ],
     "creation.rs": [
         ("use crate::ibverbs::queue_pair::QueuePairCore;\n",
@@ -42,16 +38,6 @@ _ALWAYS = {
         ("sideway_ext::mlx5::", "sideway::mlx5::", 1),
         # The doctest is a user of sideway: COMMON made its path the crate's.
         ("/// use crate::ibverbs::queue_pair::QueuePairState::", "/// use sideway::ibverbs::queue_pair::QueuePairState::", 1),
-        # sideway's modify_qp explains the device's EINVAL with the table (no check before it).
-        ("transitions' attributes (checked against the DC initiator's table),",
-         "transitions' attributes (which the DC initiator's table takes),", 1),
-        ("A transition failed (checked against the DC initiator's table first).",
-         "A transition failed (a refusal explained by the DC initiator's table).", 1),
-        ("(RESET → INIT → RTR → RTS, each\n    /// checked against the DC initiator's table)",
-         "(RESET → INIT → RTR → RTS, a\n    /// refusal explained by the DC initiator's table)", 1),
-        # This crate's DC guide has the fleet rule; sideway's DC module has no such section.
-        (", the fleet rule of [the DC module](super::super#across-nodes).",
-         ", so that no packet is larger than a\n    /// destination's port takes.", 1),
         # The unit tests' table check: sideway's attr_mask_check, as the DC target's.
         ("    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;\n",
          "    use crate::ibverbs::queue_pair::{attr_mask_check, QueuePairAttributeMask};\n"

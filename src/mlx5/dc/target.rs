@@ -339,8 +339,8 @@ impl DcTarget {
         self.core.state()
     }
 
-    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
-    /// attribute mask against the DC target's table (it never goes past RTR).
+    /// Modifies the queue pair with `ibv_modify_qp`, a refusal told apart by the DC target's
+    /// table (it never goes past RTR).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyDcTargetError> {
         let err = match self.core.modify(attr) {
             Ok(()) => return Ok(()),

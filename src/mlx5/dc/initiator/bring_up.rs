@@ -1,5 +1,5 @@
 //! How a DC initiator reaches RTS: the bring-up parameters, their settings and the three
-//! transitions' attributes (checked against the DC initiator's table), `bring_up` and its errors,
+//! transitions' attributes (which the DC initiator's table takes), `bring_up` and its errors,
 //! and what it was brought up with (kept for `recover`, in `recovery`).
 use std::io;
 use std::sync::Arc;
@@ -59,7 +59,7 @@ pub enum BringUpDcInitiatorErrorKind {
         /// The library's error.
         source: ModifyQueuePairError,
     },
-    /// A transition failed (checked against the DC initiator's table first).
+    /// A transition failed (a refusal told apart by the DC initiator's table).
     #[error(transparent)]
     Modify(#[from] ModifyQueuePairError),
 }
@@ -151,7 +151,7 @@ impl DcInitiatorBringUp {
     }
 
     /// The smallest path MTU among the DC targets it will reach (default: none known); bring-up
-    /// takes the smaller of this and its own, the fleet rule of [the DC module](super::super#across-nodes).
+    /// takes the smaller of this and its own: no packet larger than a destination's port takes.
     pub fn setup_destination_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.destination_path_mtu = Some(path_mtu);
         self
@@ -256,8 +256,8 @@ impl DcInitiator {
             .map(|(_, _, required, _)| required.bits())
     }
 
-    /// Brings the DC initiator from RESET to RTS in one call (RESET → INIT → RTR → RTS, each
-    /// checked against the DC initiator's table), and keeps the attributes for
+    /// Brings the DC initiator from RESET to RTS in one call (RESET → INIT → RTR → RTS, a
+    /// refusal told apart by the DC initiator's table), and keeps the attributes for
     /// [`recover`](Self::recover); a port that cannot carry traffic yet is refused first.
     pub fn bring_up(&mut self, params: &DcInitiatorBringUp) -> Result<(), BringUpDcInitiatorError> {
         let invalid_port = |source| BringUpDcInitiatorErrorKind::InvalidPort {

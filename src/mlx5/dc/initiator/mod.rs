@@ -308,8 +308,8 @@ impl DcInitiator {
         self.read_atomic_depth
     }
 
-    /// Modifies the queue pair with `ibv_modify_qp`, after checking the transition and the
-    /// attribute mask against the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →
+    /// Modifies the queue pair with `ibv_modify_qp`, a refusal told apart by the DC initiator's
+    /// table (mlx5_ib's `modify_dci_qp_is_ok`: RESET →
     /// INIT → RTR → RTS, INIT → INIT and RTS → RTS with their optional attributes, any state to
     /// RESET, any state but RESET to ERR; every modification carries the state).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {

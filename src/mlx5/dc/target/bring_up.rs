@@ -40,8 +40,9 @@ impl DcTargetBringUp {
         self
     }
 
-    /// The path MTU (default: the port's active MTU), which the target's endpoint announces; see
-    /// [the DC module](crate::mlx5::dc#across-nodes).
+    /// The path MTU (default: the port's active MTU), which the target's endpoint announces:
+    /// initiators must send no larger packets, and it answers READs in packets as large
+    /// (`mlx5_ib_modify_dct`, `dctc.mtu`).
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
