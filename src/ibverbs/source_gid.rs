@@ -365,7 +365,7 @@ fn query_gid_error(port: u8, index: u8, errno: i32) -> SourceGidErrorKind {
 /// # Safety
 ///
 /// `context` must be a context `query_gid_entry` takes: an open device context for
-/// [`query_gid_entry`] (libibverbs), anything for a unit test's reader.
+/// [`query_gid_entry`].
 pub(crate) unsafe fn read_gid_table(
     context: NonNull<ibv_context>, port: u8, gid_tbl_len: i32,
     query_gid_entry: unsafe fn(*mut ibv_context, u8, u32, *mut ibv_gid_entry) -> i32,

@@ -21,7 +21,6 @@ MOVES = {
             "to": "src/ibverbs/source_gid.rs",
             "helpers": [],
             "rewrites": [
-                (" (libibverbs), anything for a unit test's reader.", ".", 1),
                 # The test of the fallback, ported to sideway's tests.
                 ("(`tests/test_device.rs`)", "(`tests/test_source_gid.rs`)", 1),
             ],

@@ -151,9 +151,7 @@ MOVES = {
             *PATH_MTUS_MOD,
         ]),
         _move("guard.rs", GUARD_REWRITES("guard.rs", "pr1c-2")),
-        _move("request.rs", [
-            ("\n    /// mode, `ib_mlx5dv_md.c`; `mlx5_devinfo --dc-selftest` reports it).", "\n    /// mode, `ib_mlx5dv_md.c`).", 1),
-        ]),
+        _move("request.rs"),
         _move("data.rs", GUARD_REWRITES("data.rs", "pr1c-2")),
         _move("error.rs", GUARD_REWRITES("error.rs", "pr1c-2")),
         _move("operation.rs"),

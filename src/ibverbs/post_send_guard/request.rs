@@ -83,7 +83,7 @@ impl<'g, T: RemoteMemoryAccess> TypedWorkRequestHandle<'g, T> {
     /// is the device's: a ConnectX uses host order only where mlx5_core set its
     /// `atomic_req_8B_endianness_mode` so, big-endian (InfiniBand's wire order) otherwise, as rxe
     /// and other providers may too. Keep atomic variables in the device's order (UCX reads the
-    /// mode, `ib_mlx5dv_md.c`; `mlx5_devinfo --dc-selftest` reports it).
+    /// mode, `ib_mlx5dv_md.c`).
     #[inline]
     pub fn setup_atomic_compare_swap(
         self, rkey: u32, remote_addr: u64, compare: u64, swap: u64,
