@@ -39,3 +39,6 @@ FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "Tran
 
 # The most it may change: lines, and lines of sideway's existing files.
 LIMITS = (1250, 10)
+
+# Run at its last commit on the software ConnectX by --check (see software_connectx_tests).
+SOFTMLX5 = {"tests": ["test_dc_initiator"], "counters": {"DC targets created": 1, "requests": 1}}
