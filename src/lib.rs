@@ -28,7 +28,6 @@
 //! use sideway::ibverbs::queue_pair::SetScatterGatherEntry;
 //! use sideway::ibverbs::AccessFlags;
 //! use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
-//! use sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage;
 //! use sideway_ext::ibverbs::work_completion::WorkCompletion;
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,8 +41,7 @@
 //!     let mr = unsafe { pd.reg_mr(base as usize, buffer.len(), AccessFlags::LocalWrite)? };
 //!
 //!     let srq = pd.create_srq_builder().setup_max_wr(64).setup_max_sge(1).build()?;
-//!     let mut storage = PostReceiveStorage::with_capacity(64, 0); // one entry each: none in lists
-//!     let mut guard = srq.start_post_recv(&mut storage);
+//!     let mut guard = srq.start_post_recv();
 //!     for slot in 0..64u64 {
 //!         // SAFETY: each slot lies in `mr` and stays valid until its receive completes.
 //!         unsafe { guard.construct_wr(slot).setup_sge(mr.lkey(), base + slot * 4096, 4096) };

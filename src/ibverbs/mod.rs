@@ -26,12 +26,12 @@
 //!
 //! # What posting guarantees
 //!
-//! - **Cost**: a send request is its `ibv_wr_*` calls; a receive batch is linked in place in a
-//!   reused [`PostReceiveStorage`](shared_receive_queue::PostReceiveStorage) and handed over in
-//!   one call, allocating nothing once the storage has grown.
+//! - **Cost**: a send request is its `ibv_wr_*` calls; a receive batch is built in two vectors
+//!   and handed over in one call, as sideway's `PostRecvGuard` does; `post_recv_one` allocates
+//!   nothing.
 //! - **No call through a NULL provider entry** ([`post_send_guard`]).
 //! - **What went in**: a failed send batch posted nothing, a failed receive batch exactly the
-//!   requests before `err.failed_index()`.
+//!   requests before `err.index()`.
 //! - **Shared access**: queue pairs are `Sync`; every call that lets libibverbs write one takes
 //!   `&mut self`.
 //! - **No panic on what a device or a newer library reports** (unknown statuses, opcodes and
@@ -57,6 +57,7 @@ pub mod completion_channel;
 pub mod extension;
 #[cfg(feature = "serde")]
 pub(crate) mod gid_as_ipv6;
+mod post_recv_one;
 pub mod post_send_guard;
 pub mod queue_pair;
 pub mod shared_receive_queue;
