@@ -34,7 +34,7 @@ use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 
 /// Bytes per request.
 const LEN: u32 = 64;
@@ -104,14 +104,14 @@ fn send_raw(qp: *mut ibv_qp_ex, b: Buffers, batch: usize) {
 // inline(always): into its measured_* function, as the rows it is compared with; with
 // #[inline], `scripts/bench --check` moves the floor, pool and rxe rows it sits in.
 #[inline(always)]
-fn recv_guard(srq: &SharedReceiveQueue, storage: &mut PostReceiveStorage, b: Buffers, batch: usize) {
-    let mut guard = srq.start_post_recv(storage);
+fn recv_guard(srq: &SharedReceiveQueue, b: Buffers, batch: usize) {
+    let mut guard = srq.start_post_recv();
     for n in 0..batch as u64 {
         // SAFETY: the buffers lie in the registered region, which outlives the SRQ.
         unsafe { guard.construct_wr(n).setup_sge(b.lkey, b.local + n * LEN as u64, LEN) };
     }
     if guard.post().is_err() {
-        failed("SharedReceiveQueuePostGuard::post");
+        failed("PostSrqRecvGuard::post");
     }
 }
 
@@ -233,8 +233,8 @@ fn measured_send_rc_write_raw(qp: *mut ibv_qp_ex, b: Buffers, batch: usize) {
     send_raw(qp, b, batch)
 }
 #[inline(never)]
-fn measured_recv_srq_guard(srq: &SharedReceiveQueue, storage: &mut PostReceiveStorage, b: Buffers, batch: usize) {
-    recv_guard(srq, storage, b, batch)
+fn measured_recv_srq_guard(srq: &SharedReceiveQueue, b: Buffers, batch: usize) {
+    recv_guard(srq, b, batch)
 }
 #[inline(never)]
 fn measured_recv_srq_raw(srq: *mut ibv_srq, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers) {
@@ -283,12 +283,9 @@ fn warm_send(qp: &mut SharedReceiveQueuePair<ReliableConnection>, b: Buffers, ba
     }
 }
 #[inline(never)]
-fn warm_recv(
-    srq: &SharedReceiveQueue, storage: &mut PostReceiveStorage, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge],
-    b: Buffers,
-) {
+fn warm_recv(srq: &SharedReceiveQueue, wrs: &mut [ibv_recv_wr], sges: &mut [ibv_sge], b: Buffers) {
     black_box(1);
-    recv_guard(srq, storage, b, wrs.len());
+    recv_guard(srq, b, wrs.len());
     // SAFETY: the handle is used while `srq` is alive.
     recv_raw(unsafe { srq.srq() }.as_ptr(), wrs, sges, b);
 }
@@ -395,16 +392,14 @@ fn main() {
     };
     let (mut wrs, mut sges) = (vec![empty_wr; batch], vec![empty_sge; batch]);
     let mut srq = new_srq(&pd);
-    // The guard's storage, reused batch after batch as the raw side's `wrs` and `sges` are.
-    let mut storage = PostReceiveStorage::new();
-    warm_recv(&srq, &mut storage, &mut wrs, &mut sges, b);
+    warm_recv(&srq, &mut wrs, &mut sges, b);
     let mut free = SRQ_WR as usize - 2 * batch;
     for _ in 0..rounds {
         if free < 2 * batch {
             srq = new_srq(&pd);
             free = SRQ_WR as usize;
         }
-        measured_recv_srq_guard(&srq, &mut storage, b, batch);
+        measured_recv_srq_guard(&srq, b, batch);
         // SAFETY: the handle is used while `srq` is alive.
         measured_recv_srq_raw(unsafe { srq.srq() }.as_ptr(), &mut wrs, &mut sges, b);
         free -= 2 * batch;

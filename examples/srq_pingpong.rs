@@ -54,7 +54,7 @@ use sideway_ext::ibverbs::extension::{
 };
 use sideway_ext::ibverbs::post_send_guard::ReliableConnection;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 
 /// `wr_id` of every receive; also its bit in a queue pair's pending mask.
@@ -355,13 +355,10 @@ fn check_byte(page: usize) -> u8 {
     (page % std::mem::size_of::<u8>()) as u8
 }
 
-/// Posts `n` receives of the whole buffer on the SRQ in one call, staged in `storage` (reused
-/// refill after refill); returns how many were posted (on a full queue, those before the
-/// refused one).
-fn post_recv(
-    srq: &SharedReceiveQueue, storage: &mut PostReceiveStorage, mr: &MemoryRegion, buf: &Buffer, n: u32,
-) -> u32 {
-    let mut guard = srq.start_post_recv(storage);
+/// Posts `n` receives of the whole buffer on the SRQ in one call; returns how many were posted
+/// (on a full queue, those before the refused one).
+fn post_recv(srq: &SharedReceiveQueue, mr: &MemoryRegion, buf: &Buffer, n: u32) -> u32 {
+    let mut guard = srq.start_post_recv();
     for _ in 0..n {
         // SAFETY: the buffer lies in the memory region and outlives the queue pairs and the SRQ
         // (it is declared before them in `run`, so dropped after them).
@@ -373,7 +370,7 @@ fn post_recv(
     }
     match guard.post() {
         Ok(()) => n,
-        Err(err) => err.posted() as u32,
+        Err(err) => err.index() as u32,
     }
 }
 
@@ -526,8 +523,7 @@ fn run(args: &Args) -> Result<()> {
         inline |= qp.max_inline_data() as usize >= size;
         qps.push(qp);
     }
-    let mut storage = PostReceiveStorage::with_capacity(args.rx_depth as usize, 0);
-    let mut routs = post_recv(&srq, &mut storage, &mr, &buf, args.rx_depth);
+    let mut routs = post_recv(&srq, &mr, &buf, args.rx_depth);
     if routs < args.rx_depth {
         return Err(format!("Couldn't post receive ({routs})").into());
     }
@@ -631,7 +627,7 @@ fn run(args: &Args) -> Result<()> {
                 RECV_WRID => {
                     routs -= 1;
                     if routs <= args.num_qp {
-                        routs += post_recv(&srq, &mut storage, &mr, &buf, args.rx_depth - routs);
+                        routs += post_recv(&srq, &mr, &buf, args.rx_depth - routs);
                         if routs < args.rx_depth {
                             return Err(format!("Couldn't post receive ({routs})").into());
                         }

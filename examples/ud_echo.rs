@@ -29,7 +29,7 @@ mod bring_up;
 use std::error::Error;
 use std::net::Ipv6Addr;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bring_up::UdBringUp;
@@ -54,7 +54,7 @@ use sideway_ext::ibverbs::extension::{
 use sideway_ext::ibverbs::post_send_guard::UnreliableDatagram;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
 use sideway_ext::ibverbs::shared_receive_queue::{
-    PostReceiveStorage, SharedReceiveQueue, SharedReceiveQueueModification,
+    SharedReceiveQueue, SharedReceiveQueueModification,
 };
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -145,9 +145,6 @@ struct Slots {
     // Deregistered before the memory is freed (field order).
     mr: Arc<MemoryRegion>,
     buffer: Vec<u8>,
-    /// Where each post's receives are staged, reused post after post (locked only inside
-    /// `post`, which does not await).
-    storage: Mutex<PostReceiveStorage>,
 }
 
 impl Slots {
@@ -156,11 +153,7 @@ impl Slots {
         // SAFETY: the buffer is never reallocated and outlives the region (field order); the
         // queues that write into it are dropped before the Slots (declared after them).
         let mr = unsafe { pd.reg_mr(buffer.as_ptr() as usize, buffer.len(), AccessFlags::LocalWrite)? };
-        Ok(Self {
-            mr,
-            buffer,
-            storage: Mutex::new(PostReceiveStorage::with_capacity(count, 0)),
-        })
+        Ok(Self { mr, buffer })
     }
 
     fn sge(&self, slot: usize) -> ibv_sge {
@@ -173,8 +166,7 @@ impl Slots {
 
     /// Posts a receive for each of `slots` on `srq` in one call.
     fn post(&self, srq: &SharedReceiveQueue, slots: impl IntoIterator<Item = usize>) -> Result<()> {
-        let mut storage = self.storage.lock().unwrap_or_else(|e| e.into_inner());
-        let mut guard = srq.start_post_recv(&mut storage);
+        let mut guard = srq.start_post_recv();
         for slot in slots {
             let sge = self.sge(slot);
             // SAFETY: the slot lies in the registered buffer, which outlives the SRQ.

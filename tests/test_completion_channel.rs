@@ -217,8 +217,7 @@ fn solicited_only_raises_an_event_for_a_solicited_receive_only() {
 
     // Messages from the receiver to the sender, whose receives complete on the armed CQ.
     let inbox = Buffer::new(&lb.pd, 2 * 64);
-    let mut storage = sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage::new();
-    let mut receives = lb.srq.start_post_recv(&mut storage);
+    let mut receives = lb.srq.start_post_recv();
     for slot in 0..2u64 {
         // SAFETY: `inbox` outlives both receives, awaited below.
         unsafe {

@@ -58,7 +58,7 @@ use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::TypedPostSendGuard;
 use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::{DcEndpoint, MAX_DCT_NUMBER};
 use sideway_ext::mlx5::dc::initiator::{
@@ -349,8 +349,7 @@ impl DcFixture {
 
     /// Posts one receive of `len` bytes at `to` on the targets' SRQ.
     fn post_receive(&self, wr_id: u64, to: At<'_>, len: usize) {
-        let mut storage = PostReceiveStorage::new();
-        let mut guard = self.srq.start_post_recv(&mut storage);
+        let mut guard = self.srq.start_post_recv();
         // SAFETY: the buffer lies in its memory region; the tests wait for the receive's
         // completion before they drop it (and on a failure, the memory region is deregistered
         // before the memory is freed).

@@ -20,7 +20,6 @@ use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 
 /// The first rdma-core release whose rxe does not overrun (commit b78b414).
@@ -53,8 +52,7 @@ fn one_send_completion(ctx: &Arc<DeviceContext>, send_cq: &Arc<ExtendedCompletio
     let recv_cq = ctx.create_cq_builder().setup_cqe(16).build().expect("recv CQ");
     let srq = pd.create_srq_builder().setup_max_wr(4).build().expect("SRQ");
     let buffer = common::Buffer::new(&pd, 64);
-    let mut storage = PostReceiveStorage::new();
-    let mut guard = srq.start_post_recv(&mut storage);
+    let mut guard = srq.start_post_recv();
     // SAFETY: `buffer` is returned in the Holder, alive as long as the queue pair.
     unsafe { guard.construct_wr(1).setup_sge(buffer.lkey(), buffer.addr(0), 64) };
     guard.post().expect("post receive");

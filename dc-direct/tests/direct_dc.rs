@@ -16,7 +16,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp};
@@ -166,8 +166,7 @@ fn write_and_send(lb: &mut Loopback, dci: &mut DirectDcInitiator, seed: u8) {
     assert_eq!(lb.remote.read(LEN), pattern(LEN, seed), "the bytes written");
     assert_eq!(dci.outstanding(), 0);
 
-    let mut storage = PostReceiveStorage::new();
-    let mut receive = lb.srq.start_post_recv(&mut storage);
+    let mut receive = lb.srq.start_post_recv();
     // SAFETY: the remote buffer lies in its region and outlives the receive.
     unsafe {
         receive

@@ -16,7 +16,7 @@ mod common;
 
 use std::hint::black_box;
 
-use common::{RecvSrq, RecvSrqOne, SendRcWrite, SendRcWriteOne, Workload, BATCHES, REQUESTS};
+use common::{SendRcWrite, SendRcWriteOne, Workload, BATCHES, REQUESTS};
 use common::{
     SendDcFloorDedicatedSettled, SendDcFloorWrite, SendDcFloorWriteSettled, SendDcPoolDedicatedSettled,
     SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne,
@@ -71,8 +71,6 @@ macro_rules! rows {
 rows! {
     batched measured_send_rc_write_guard, measured_send_rc_write_raw: SendRcWrite;
     one measured_send_rc_write_one_guard, measured_send_rc_write_one_raw: SendRcWriteOne;
-    batched measured_recv_srq_guard, measured_recv_srq_raw: RecvSrq;
-    one measured_recv_srq_one_guard, measured_recv_srq_one_raw: RecvSrqOne;
     batched measured_send_dc_write_guard, measured_send_dc_write_raw: SendDcWrite;
     one measured_send_dc_write_one_guard, measured_send_dc_write_one_raw: SendDcWriteOne;
     batched measured_send_dc_pool_write_guard, measured_send_dc_pool_write_raw: SendDcPoolWrite;

@@ -2,8 +2,7 @@
 //! provider tables (no device), at batch sizes 1, 16 and 256. Per row and batch size, guard and
 //! raw runs of `REQUESTS` requests alternate, `ROUNDS` of each, on one warm state; the median run
 //! of each side is printed as `time <row> batch=<BATCH> guard=<ns> raw=<ns>`, in ns per request,
-//! for scripts/bench-results. `recv_srq_threads` posts from several threads to one SRQ at once.
-//! See BENCHMARKS.md.
+//! for scripts/bench-results. See BENCHMARKS.md.
 //!
 //! ```text
 //! post_time run      # scripts/bench runs it; without `run` it measures nothing
@@ -11,17 +10,14 @@
 mod common;
 
 use std::hint::black_box;
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{CountingSrq, RecvSrq, SendRcWrite, Workload, BATCHES};
+use common::{SendRcWrite, Workload, BATCHES};
 
 /// Requests per timed run (whole batches at every batch size).
 const REQUESTS: usize = 1 << 16;
 /// Timed runs per side.
 const ROUNDS: usize = 51;
-/// Threads posting to one SRQ in `recv_srq_threads`.
-const THREADS: usize = 2;
 
 /// Times `run(guard)` for guard and raw alternately and prints the median of each side.
 fn alternate(name: &str, batch: usize, mut run: impl FnMut(bool) -> Duration) {
@@ -53,35 +49,6 @@ fn workload<W: Workload>() {
     }
 }
 
-/// `THREADS` threads each post `REQUESTS` requests in batches to one shared SRQ, started
-/// together; the time is the slowest thread's.
-fn threads_posting(batch: usize, guard: bool) -> Duration {
-    let srq = CountingSrq::new();
-    let start = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let (srq, start) = (srq.clone(), start.clone());
-            std::thread::spawn(move || {
-                // Warm: the guard's per-thread storage grown, as on a thread that posted before.
-                let mut state = RecvSrq::setup_on(srq, batch);
-                start.wait();
-                let t = Instant::now();
-                if guard {
-                    RecvSrq::guard(&mut state, black_box(REQUESTS));
-                } else {
-                    RecvSrq::raw(&mut state, black_box(REQUESTS));
-                }
-                t.elapsed()
-            })
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("posting thread"))
-        .max()
-        .unwrap_or_default()
-}
-
 fn main() {
     // `cargo bench` without `run` (e.g. `cargo bench --all-targets`): nothing to measure.
     if !std::env::args().any(|a| a == "run") {
@@ -90,14 +57,9 @@ fn main() {
     }
     // A row per workload (see benches/common/mod.rs).
     workload::<SendRcWrite>();
-    workload::<RecvSrq>();
     workload::<common::SendDcWrite>();
     // Their "raw" is the direct DC initiator's guard. Only the settled pool rows: the posting-only
     // row never settles, so its send queue would fill.
     workload::<common::SendDcPoolWriteSettled>();
     workload::<common::SendDcPoolDedicatedSettled>();
-    for batch in BATCHES {
-        let name = format!("{}_threads", RecvSrq::NAME);
-        alternate(&name, batch, |guard| threads_posting(batch, guard));
-    }
 }

@@ -1,5 +1,5 @@
-//! Posting allocates nothing per batch once warm, also with several threads posting to one SRQ
-//! and through a DC initiator pool (with `--features mlx5`):
+//! Posting sends allocates nothing per batch once warm, also through a DC initiator pool (with
+//! `--features mlx5`):
 //! the benchmarks' counting provider tables (benches/common/mod.rs), under a global allocator
 //! that counts. Host-only (no device).
 #[path = "../benches/common/mod.rs"]
@@ -7,9 +7,8 @@ mod workloads;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::{Arc, Barrier};
 
-use workloads::{CountingSrq, RecvSrq, SendRcWrite, Workload, BATCHES};
+use workloads::{SendRcWrite, Workload, BATCHES};
 
 /// Counts each thread's allocations (the test harness's threads allocate meanwhile).
 struct Counting;
@@ -75,38 +74,4 @@ fn dc_sends_allocate_nothing_per_batch_also_through_a_pool() {
     no_allocation_once_warm::<workloads::SendDcWrite>();
     no_allocation_once_warm::<workloads::SendDcPoolWriteSettled>();
     no_allocation_once_warm::<workloads::SendDcPoolDedicatedSettled>();
-}
-
-#[test]
-fn receives_allocate_nothing_per_batch() {
-    no_allocation_once_warm::<RecvSrq>();
-}
-
-#[test]
-fn threads_posting_to_one_srq_allocate_nothing_per_batch() {
-    const THREADS: usize = 4;
-    for batch in BATCHES {
-        let srq = CountingSrq::new();
-        let go = Arc::new(Barrier::new(THREADS));
-        let threads: Vec<_> = (0..THREADS)
-            .map(|_| {
-                let (srq, go) = (srq.clone(), go.clone());
-                std::thread::spawn(move || {
-                    let mut state = RecvSrq::setup_on(srq, batch);
-                    // Every thread is warm: they post at once.
-                    go.wait();
-                    allocations_while(|| RecvSrq::guard(&mut state, 256 * batch))
-                })
-            })
-            .collect();
-        for thread in threads {
-            let n = thread.join().expect("posting thread");
-            assert_eq!(
-                n, 0,
-                "batch {batch}: {n} allocations in 256 batches on one of {THREADS} threads"
-            );
-        }
-        // Each thread's setup posted a batch each way.
-        assert_eq!(srq.requests(), (THREADS * (256 + 2) * batch) as u64);
-    }
 }

@@ -19,7 +19,7 @@ use sideway::ibverbs::queue_pair::{QueuePairState, SetScatterGatherEntry, WorkRe
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::shared_receive_queue::{PostReceiveStorage, SharedReceiveQueue};
+use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::source_gid::SourceGid;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
@@ -555,8 +555,7 @@ pub fn run(
     }
 
     let result = (|| {
-        let mut storage = PostReceiveStorage::new();
-        let mut guard = lb.srq.start_post_recv(&mut storage);
+        let mut guard = lb.srq.start_post_recv();
         // SAFETY: the remote buffer lies in its memory region and outlives the receive.
         unsafe {
             guard

@@ -116,9 +116,7 @@ use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventReader, AsyncEventType};
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, DeviceContextExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::post_send_guard::PathMtus;
-use sideway_ext::ibverbs::shared_receive_queue::{
-    PostReceiveStorage, SharedReceiveQueue, SharedReceiveQueueModification,
-};
+use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
 use sideway_ext::ibverbs::source_gid::SourceGid;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;

@@ -13,8 +13,6 @@ pub(crate) struct Receiver<'a> {
     pub(crate) limit: u32,
     /// Slots whose receive completed and was checked: free to post again.
     pub(crate) free: Vec<u32>,
-    /// Where each refill's receives are staged, reused refill after refill.
-    pub(crate) storage: PostReceiveStorage,
     /// Receives posted and not yet seen completing.
     pub(crate) outstanding: u32,
     pub(crate) limit_events: u64,
@@ -29,7 +27,7 @@ impl Receiver<'_> {
         if self.free.is_empty() {
             return Ok(());
         }
-        let mut guard = self.srq.start_post_recv(&mut self.storage);
+        let mut guard = self.srq.start_post_recv();
         for &slot in &self.free {
             let offset = slot as usize * self.size as usize;
             // SAFETY: the slot lies in the buffer the memory region of `lkey` covers; the buffer
@@ -396,7 +394,6 @@ pub(crate) fn run_server(args: &Args, parameters: &TestParameters) -> Result<()>
         slots,
         limit: (args.rx_depth / 2).max(1),
         free: Vec::with_capacity(slots as usize),
-        storage: PostReceiveStorage::with_capacity(slots as usize, 0),
         outstanding: 0,
         limit_events: 0,
         reposted: 0,

@@ -111,11 +111,10 @@ impl DeviceBed {
     }
 
     pub fn post_receives(&mut self, count: usize) {
-        let mut storage = sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage::new();
         for _ in 0..count {
             let slot = self.posted;
             assert!(slot < 64, "the bed holds 64 receives");
-            let mut guard = self.srq.start_post_recv(&mut storage);
+            let mut guard = self.srq.start_post_recv();
             // SAFETY: the slot lies in the receives' region, which outlives the SRQ's use of it
             // (the queue pairs drop first).
             unsafe {

@@ -196,11 +196,10 @@ impl Fabric {
 
     /// Posts `count` receives of [`RECEIVE`] bytes on the SRQ.
     pub fn post_receives(&mut self, count: usize) {
-        let mut storage = sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage::new();
         for _ in 0..count {
             let slot = self.posted;
             assert!(slot < RECEIVES, "the fabric holds {RECEIVES} receives");
-            let mut guard = self.srq.start_post_recv(&mut storage);
+            let mut guard = self.srq.start_post_recv();
             // SAFETY: the slot lies in the receives' region, which outlives the SRQ's use of it.
             unsafe {
                 guard.construct_wr(slot as u64).setup_sge(

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use sideway::ibverbs::completion::WorkCompletionStatus;
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::shared_receive_queue::PostReceiveStorage;
 use sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind;
 use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
@@ -163,8 +162,7 @@ fn write_and_send(
         return Err("the bytes the direct WRITE left differ from those sent".into());
     }
 
-    let mut storage = PostReceiveStorage::new();
-    let mut receive = lb.srq.start_post_recv(&mut storage);
+    let mut receive = lb.srq.start_post_recv();
     // SAFETY: the remote buffer lies in its memory region and outlives the receive.
     unsafe {
         receive

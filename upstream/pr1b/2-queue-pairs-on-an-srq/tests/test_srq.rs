@@ -6,7 +6,6 @@ use sideway::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError, WorkCompletionStatus};
 use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::queue_pair::{GenericQueuePair, PostSendGuard, SetScatterGatherEntry, WorkRequestFlags};
-use sideway::ibverbs::shared_receive_queue::PostReceiveStorage;
 use sideway::ibverbs::{
     address::{AddressHandleAttribute, GidType},
     device,
@@ -135,8 +134,7 @@ fn four_rc_receivers_share_one_srq(#[case] use_qp_ex: bool) -> Result<(), Box<dy
             .build()
             .unwrap();
         // One receive per message, each its own slot (wr_id = slot).
-        let mut storage = PostReceiveStorage::new();
-        let mut guard = srq.start_post_recv(&mut storage);
+        let mut guard = srq.start_post_recv();
         for slot in 0..messages {
             // SAFETY: the slot lies inside `recv_data`, registered as `recv_mr`.
             unsafe {
