@@ -48,24 +48,6 @@ MOVES = {
             "rewrites": [],
         },
         {
-            "from": "src/ibverbs/shared_receive_queue/storage.rs",
-            "to": "src/ibverbs/shared_receive_queue/storage.rs",
-            "helpers": [],
-            "rewrites": [],
-        },
-        {
-            "from": "src/ibverbs/shared_receive_queue/post_one.rs",
-            "to": "src/ibverbs/shared_receive_queue/post_one.rs",
-            "helpers": [],
-            "rewrites": [],
-        },
-        {
-            "from": "src/ibverbs/shared_receive_queue/post_error.rs",
-            "to": "src/ibverbs/shared_receive_queue/post_error.rs",
-            "helpers": [],
-            "rewrites": [],
-        },
-        {
             "from": "src/ibverbs/zeroed.rs",
             "to": "src/ibverbs/zeroed.rs",
             "helpers": [],
@@ -82,7 +64,8 @@ SHARED = {
 }
 
 # What a moved file, or a line a diff adds, must not say.
-FORBIDDEN = GLUE + ["SharedReceiveQueuePair", "mlx5"]
+# The mlx5 API comes with pull request 2 (naming libmlx5's post function as a reference is no use of it).
+FORBIDDEN = GLUE + ["SharedReceiveQueuePair", "mlx5dv", "mlx5::", "libmlx5", "Mlx5"]
 
 # The most it may change: lines, and lines of sideway's existing files.
-LIMITS = (1600, 300)
+LIMITS = (1000, 300)
