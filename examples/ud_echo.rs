@@ -53,9 +53,7 @@ use sideway_ext::ibverbs::extension::{
 };
 use sideway_ext::ibverbs::post_send_guard::UnreliableDatagram;
 use sideway_ext::ibverbs::queue_pair::SharedReceiveQueuePair;
-use sideway_ext::ibverbs::shared_receive_queue::{
-    SharedReceiveQueue, SharedReceiveQueueModification,
-};
+use sideway_ext::ibverbs::shared_receive_queue::{SharedReceiveQueue, SharedReceiveQueueModification};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};

@@ -351,7 +351,8 @@ fn posting_past_capacity_reports_the_failed_request() {
     );
     assert_eq!(err.wr_id(), 1000 + posted as u64);
     assert!(
-        err.to_string().contains(&format!("request {posted} (wr_id {})", 1000 + posted)),
+        err.to_string()
+            .contains(&format!("request {posted} (wr_id {})", 1000 + posted)),
         "{err}"
     );
 

@@ -16,11 +16,11 @@ mod common;
 
 use std::hint::black_box;
 
-use common::{SendRcWrite, SendRcWriteOne, Workload, BATCHES, REQUESTS};
 use common::{
     SendDcFloorDedicatedSettled, SendDcFloorWrite, SendDcFloorWriteSettled, SendDcPoolDedicatedSettled,
     SendDcPoolWrite, SendDcPoolWriteSettled, SendDcWrite, SendDcWriteOne,
 };
+use common::{SendRcWrite, SendRcWriteOne, Workload, BATCHES, REQUESTS};
 
 /// Builds a warm state for batches of `batch` (not measured), runs `measured` on it once and
 /// says so.

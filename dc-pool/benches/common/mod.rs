@@ -13,8 +13,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{
-    ibv_qp_ex, ibv_send_flags, ibv_sge, ibv_wr_complete,
-    ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
+    ibv_qp_ex, ibv_send_flags, ibv_sge, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
 };
 use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::{

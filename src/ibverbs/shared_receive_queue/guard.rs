@@ -52,13 +52,17 @@ impl<'srq> PostSrqRecvGuard<'srq> {
         }
         let (count, mut sges) = (self.wrs.len(), self.sges.as_mut_ptr());
         let head = self.wrs.as_mut_ptr().cast::<ibv_recv_wr>();
-        for (index, wr) in self.wrs.iter_mut().enumerate() {
-            wr.sg_list = sges;
-            // SAFETY: each num_sge is at most the entries its request pushed, in order: the sum
-            // stays within `sges`.
-            sges = unsafe { sges.add(wr.num_sge as usize) };
-            // SAFETY: `Zeroed` is transparent: the next request's address in the vector.
-            wr.next = if index + 1 < count { unsafe { head.add(index + 1) } } else { null_mut() };
+        // SAFETY: `Zeroed` is transparent: `head` is an array of `count` requests, each linked to
+        // the next (the last to none) and to its entries, at most those it pushed, in order: the
+        // sum stays within `sges`.
+        unsafe {
+            for index in 0..count {
+                let wr = head.add(index);
+                (*wr).sg_list = sges;
+                sges = sges.add((*wr).num_sge as usize);
+                (*wr).next = wr.add(1);
+            }
+            (*head.add(count - 1)).next = null_mut();
         }
         let mut bad_wr = null_mut();
         // SAFETY: the list is the guard's requests, linked to their entries in `sges` above (the
