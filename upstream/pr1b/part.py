@@ -1,22 +1,10 @@
-# Pull request 1b: asynchronous events; queue pairs on an SRQ. Read by scripts/upstream-pr (see upstream/README.md).
+# Pull request 1b: queue pairs on an SRQ. Read by scripts/upstream-pr (see upstream/README.md).
 
-# Its commits, in order: the folders beside this file.
-COMMITS = ["1-async-events", "2-queue-pairs-on-an-srq"]
+# Its commit: the folder beside this file.
+COMMITS = ["1-queue-pairs-on-an-srq"]
 
-# The files that move, per commit (see MOVES in scripts/upstream-pr).
-MOVES = {
-    "1-async-events": [
-        {
-            "from": "src/ibverbs/async_event.rs",
-            "to": "src/ibverbs/async_event.rs",
-            "helpers": ["wait_readable"],
-            "rewrites": [
-                ("use crate::ibverbs::device_context::DeviceContext;", "use super::device_context::DeviceContext;", 1),
-                ("super::wait_readable(", "wait_readable(", 1),
-            ],
-        },
-    ],
-}
+# No file moves: the changes are to sideway's own files (its *.diff) and a test.
+MOVES = {}
 
 # What a moved file, or a line a diff adds, must not say.
 FORBIDDEN = GLUE + ["SharedReceiveQueuePair", "mlx5"]

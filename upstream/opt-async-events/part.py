@@ -1,0 +1,25 @@
+# An optional request: asynchronous events. Read by scripts/upstream-pr (see upstream/README.md).
+
+# Its commit: the folder beside this file.
+COMMITS = ["1-async-events"]
+
+# The files that move, per commit (see MOVES in scripts/upstream-pr).
+MOVES = {
+    "1-async-events": [
+        {
+            "from": "src/ibverbs/async_event.rs",
+            "to": "src/ibverbs/async_event.rs",
+            "helpers": ["wait_readable"],
+            "rewrites": [
+                ("use crate::ibverbs::device_context::DeviceContext;", "use super::device_context::DeviceContext;", 1),
+                ("super::wait_readable(", "wait_readable(", 1),
+            ],
+        },
+    ],
+}
+
+# What a moved file, or a line a diff adds, must not say.
+FORBIDDEN = GLUE + ["SharedReceiveQueuePair", "mlx5"]
+
+# The most it may change: lines, and lines of sideway's existing files.
+LIMITS = (800, 300)
