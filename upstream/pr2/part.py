@@ -1,7 +1,7 @@
 # Pull request 2: the mlx5 control plane. Read by scripts/upstream-pr (see upstream/README.md).
 
 # Its commits, in order: the folders beside this file.
-COMMITS = ["1-mlx5-device-queries", "2-mlx5-devinfo-example"]
+COMMITS = ["1-mlx5-device-queries", "2-clippy-every-feature"]
 
 # The largest send request read with QUERY_HCA_CAP (src/mlx5/send_wqe_sizes.rs, which stays: it
 # calls mlx5dv_devx_general_cmd, which rdma-mummy-sys does not bind), cut from the DC summary.
@@ -61,35 +61,6 @@ MOVES = {
             "helpers": [],
             "rewrites": [
                 *_NO_SEND_WQE_SIZES["src/mlx5/dc_capabilities.rs"],
-            ],
-        },
-    ],
-    "2-mlx5-devinfo-example": [
-        {
-            # The example without its DC self-test (pull request 3 brings DC), one file upstream.
-            "from": "examples/mlx5_devinfo/main.rs",
-            "to": "examples/mlx5_devinfo.rs",
-            "common": False,
-            "helpers": [],
-            "rewrites": [
-                ("sideway_ext::mlx5::", "sideway::mlx5::", 3),
-                # The self-test's command lines, the last of the usage block.
-                (("//! cargo run --features mlx5 --example mlx5_devinfo -- --dc-selftest", "//! ```\n"), "//! ```\n", 1),
-                (("//! `--dc-selftest` runs DC end to end", "\n//!\n"), "", 1),
-                ("(or the named one does not exist), and\n"
-                 "//! with `--dc-selftest` also when the device is not mlx5; 2 when a self-test check failed.",
-                 "(or the named one does not exist).", 1),
-                # What a failed device list means (device_list.rs) and the run a report comes
-                # from (run.rs) stay this crate's: upstream says the list's error as it is.
-                (("\n//! Where the list fails, the message says", "module not loaded."), "", 1),
-                (("mod dc_selftest;\n", "\n\n"), "", 1),
-                ("    run: run::Run,\n", "", 1),
-                ("        run: run::Run::read(),\n", "", 1),
-                ('            eprintln!("mlx5_devinfo: {}", device_list::list_error(&err));\n',
-                 '            eprintln!("mlx5_devinfo: cannot list RDMA devices: {}", chain(&err));\n', 1),
-                (("    /// Run the DC self-test", "    report: Option<std::path::PathBuf>,\n"), "", 1),
-                (("    if args.dc_selftest {\n", "        std::process::exit(status);\n    }\n"), "", 1),
-                (("/// Runs the DC self-test on the chosen device", "    status\n}\n\n"), "", 1),
             ],
         },
     ],
