@@ -83,6 +83,9 @@ pub enum SharedReceiveQueueModification {
 
 impl SharedReceiveQueue {
     /// Reads the queue's attributes with `ibv_query_srq`; `srq_limit` is 0 when no limit is armed.
+    /// On mlx5 the `max_wr` read back is the kernel's, which counts the provider's wait queue
+    /// (`mlx5_create_srq` creates the queue with it): it can be about twice what may be posted,
+    /// which [`max_wr`](SharedReceiveQueue::max_wr) keeps from creation.
     pub fn query(&self) -> Result<SharedReceiveQueueAttribute, QuerySharedReceiveQueueError> {
         let mut attr = ibv_srq_attr {
             max_wr: 0,
