@@ -51,7 +51,8 @@ use sideway::ibverbs::completion::{BasicCompletionQueue, WorkCompletionOperation
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
-    QueuePairState, SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags,
+    ModifyQueuePairErrorKind, QueuePairState, SendOperationFlags, SetInlineData, SetScatterGatherEntry,
+    WorkRequestFlags,
 };
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
@@ -65,9 +66,7 @@ use sideway_ext::mlx5::dc::initiator::{
     CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DciStreams, DynamicallyConnected,
     ResetDciStreamErrorKind,
 };
-use sideway_ext::mlx5::dc::target::{
-    CreateDcTargetErrorKind, DcTarget, DcTargetBringUp, DcTargetEndpointErrorKind, ModifyDcTargetErrorKind,
-};
+use sideway_ext::mlx5::dc::target::{CreateDcTargetErrorKind, DcTarget, DcTargetBringUp, DcTargetEndpointErrorKind};
 use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
@@ -521,8 +520,8 @@ fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
     let port = f.ctx.query_port(PORT).expect("query port 1");
     assert_eq!(target.endpoint.lid(), port.lid(), "{:?}", target.endpoint);
     println!("DC target {:?}, endpoint {:?}", target.dct, target.endpoint);
-    // A DC target moves RESET -> INIT -> RTR only (mlx5_ib_modify_dct): RESET and ERR are
-    // refused before the call, and it stays in RTR with its number.
+    // A DC target moves RESET -> INIT -> RTR only (mlx5_ib_modify_dct): the kernel refuses RESET
+    // and ERR, the DC target's table names the transition, and it stays in RTR with its number.
     let mut target = target;
     for state in [
         QueuePairState::Reset,
@@ -533,7 +532,7 @@ fn mlx5_hw_dc_target_and_initiator_are_created_and_brought_up() {
         attr.setup_state(state);
         let err = target.dct.modify(&attr).unwrap_err();
         assert!(
-            matches!(err.0, ModifyDcTargetErrorKind::InvalidTransition { .. }),
+            matches!(err.0, ModifyQueuePairErrorKind::InvalidTransition { .. }),
             "a DC target refuses RTR -> {state:?}: {err:?}"
         );
     }

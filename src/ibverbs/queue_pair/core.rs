@@ -1,4 +1,4 @@
-//! [`QueuePairCore`], the part every queue pair of this crate shares (RC and UD here, DC in mlx5).
+//! [`QueuePairCore`], the part this crate's RC and UD queue pairs share.
 use std::io;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -18,16 +18,14 @@ use super::QueuePairAttribute;
 use crate::ibverbs::post_send_guard::{MissingProviderEntry, ProviderEntries};
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 
-/// The part every queue pair of this crate shares. Nothing here reads the C struct through a Rust
-/// reference: libibverbs writes `ibv_qp::state` in `ibv_modify_qp` and `ibv_query_qp`, which
+/// The part this crate's RC and UD queue pairs share. Nothing here reads the C struct through a
+/// Rust reference: libibverbs writes `ibv_qp::state` in `ibv_modify_qp` and `ibv_query_qp`, which
 /// take `&mut self`.
 #[derive(Debug)]
 pub(crate) struct QueuePairCore {
     qp: NonNull<ibv_qp>,
     qp_ex: Option<(NonNull<ibv_qp_ex>, ProviderEntries)>,
     table: &'static TransitionTable,
-    /// Kept open by `_pd`.
-    context: NonNull<rdma_mummy_sys::ibv_context>,
     qp_number: u32,
     state: QueuePairState,
     _srq: Option<Arc<SharedReceiveQueue>>,
@@ -56,12 +54,10 @@ impl QueuePairCore {
         send_cq: Option<GenericCompletionQueue>, recv_cq: Option<GenericCompletionQueue>,
         srq: Option<Arc<SharedReceiveQueue>>,
     ) -> Self {
-        let context = NonNull::new_unchecked(pd.pd().as_ref().context);
         Self {
             qp,
             qp_ex: None,
             table,
-            context,
             qp_number: (*qp.as_ptr()).qp_num,
             state: QueuePairState::Reset,
             _srq: srq,
@@ -85,30 +81,6 @@ impl QueuePairCore {
         Ok(())
     }
 
-    /// Destroys the queue pair and adopts `qp`, a new one on the same parents (a DC initiator
-    /// rebuilt where the kernel refuses its move to RESET): the parents stay, the number and
-    /// views are the new queue pair's, the state RESET.
-    ///
-    /// # Safety
-    ///
-    /// As [`new`](Self::new), for `qp` on this core's parents (with `granted`, created with those
-    /// `send_ops_flags`), and no view of the old queue pair may be used afterwards.
-    #[allow(dead_code)] // used by the DC initiator of the mlx5 module
-    pub(crate) unsafe fn replace(
-        &mut self, qp: NonNull<ibv_qp>, granted: Option<SendOperationFlags>,
-    ) -> Result<(), MissingProviderEntry> {
-        let old = std::mem::replace(&mut self.qp, qp);
-        let ret = rdma_mummy_sys::ibv_destroy_qp(old.as_ptr());
-        crate::ibverbs::check_destroy("ibv_destroy_qp", ret);
-        self.qp_number = (*qp.as_ptr()).qp_num;
-        self.state = QueuePairState::Reset;
-        self.qp_ex = None;
-        match granted {
-            Some(granted) => self.read_send_view(granted),
-            None => Ok(()),
-        }
-    }
-
     pub(crate) fn qp(&self) -> NonNull<ibv_qp> {
         self.qp
     }
@@ -118,55 +90,9 @@ impl QueuePairCore {
         self.qp_ex.map_or(ProviderEntries::NONE, |(_, entries)| entries)
     }
 
-    /// The device context the queue pair was created on.
-    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) fn context(&self) -> NonNull<rdma_mummy_sys::ibv_context> {
-        self.context
-    }
-
-    /// `ibv_query_port` on the queue pair's context.
-    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) fn query_port(&self, port: u8) -> io::Result<rdma_mummy_sys::ibv_port_attr> {
-        // SAFETY: the context is open while the protection domain is.
-        unsafe { crate::ibverbs::query_port(self.context, port) }
-    }
-
-    /// The set slots of local `port`'s GID table
-    /// ([`read_gid_table`](crate::ibverbs::source_gid::read_gid_table)).
-    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
-    pub(crate) fn gid_table(
-        &self, port: u8, port_attr: &rdma_mummy_sys::ibv_port_attr,
-    ) -> Result<Vec<rdma_mummy_sys::ibv_gid_entry>, crate::ibverbs::source_gid::SourceGidError> {
-        // SAFETY: the context is open while the protection domain is.
-        unsafe {
-            crate::ibverbs::source_gid::read_gid_table(
-                self.context,
-                port,
-                port_attr.gid_tbl_len,
-                crate::ibverbs::source_gid::query_gid_entry,
-            )
-        }
-    }
-
     /// The extended view of a queue pair created with send operations, and its entries.
     pub(crate) fn send_view(&self) -> Option<(NonNull<ibv_qp_ex>, ProviderEntries)> {
         self.qp_ex
-    }
-
-    /// Adds entries the queue pair's provider filled outside `ibv_qp_ex` (checked by the caller).
-    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) fn add_entries(&mut self, bits: u32) {
-        if let Some((_, entries)) = &mut self.qp_ex {
-            *entries = entries.with(bits);
-        }
-    }
-
-    /// The queue pair number as the library holds it now (a DC target gets its number at RTR).
-    #[allow(dead_code)] // used by the DC queue pairs of the mlx5 module
-    pub(crate) fn live_qp_number(&self) -> u32 {
-        // SAFETY: the handle is alive; the library writes qp_num only inside ibv_modify_qp, which
-        // takes `&mut self`; the field is read through a raw pointer, no reference.
-        unsafe { std::ptr::addr_of!((*self.qp.as_ptr()).qp_num).read() }
     }
 
     pub(crate) fn qp_number(&self) -> u32 {
@@ -189,12 +115,6 @@ impl QueuePairCore {
             self.state = attr.state();
         }
         Ok(())
-    }
-
-    /// The state read from the device (`ibv_query_qp`), kept as the state from then on.
-    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))] // used by the DC initiator of the mlx5 module
-    pub(crate) fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
-        self.query(QueuePairAttributeMask::State).map(|attr| attr.state())
     }
 
     pub(crate) fn query(&mut self, mask: QueuePairAttributeMask) -> Result<QueuePairAttribute, QueryQueuePairError> {

@@ -1,6 +1,5 @@
-//! The queue-pair state machine as data: a [`TransitionTable`] per queue-pair type (RC and UD
-//! here, DC in the mlx5 module), against which the queue-pair core checks every modification
-//! before `ibv_modify_qp`.
+//! The queue-pair state machine as data: a [`TransitionTable`] per queue-pair type (RC and UD),
+//! against which the queue-pair core checks every modification before `ibv_modify_qp`.
 use std::io;
 
 use rdma_mummy_sys::ibv_qp_attr_mask;
@@ -12,24 +11,17 @@ use super::QueuePairAttribute;
 /// in `required` when the state changes).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Transition {
-    pub(crate) from: QueuePairState,
-    pub(crate) to: QueuePairState,
-    pub(crate) required: i32,
-    pub(crate) optional: i32,
+    from: QueuePairState,
+    to: QueuePairState,
+    required: i32,
+    optional: i32,
 }
 
-/// The transitions a queue-pair type allows.
+/// The transitions a queue-pair type allows besides any state's move to RESET or ERR with the
+/// state alone (the kernel's `qp_state_table`).
 #[derive(Debug)]
 pub(crate) struct TransitionTable {
-    pub(crate) transitions: &'static [Transition],
-    /// Whether any state may go to RESET or ERR with the state alone, as the kernel's
-    /// `qp_state_table` lets RC and UD do. When `false` (the DC types, whose rules are mlx5_ib's
-    /// own), only the listed transitions exist.
-    pub(crate) any_to_reset_or_error: bool,
-    /// Whether every modification must carry `IBV_QP_STATE`, even one that stays in its state
-    /// (mlx5_ib's DC rules: `modify_dci_qp_is_ok` requires it, `mlx5_ib_modify_dct` refuses a
-    /// mask without it).
-    pub(crate) state_always_required: bool,
+    transitions: &'static [Transition],
 }
 
 /// The bits of `bits` as an `ibv_modify_qp` attribute mask.
@@ -73,8 +65,6 @@ mod tables {
 
     /// RC, as the kernel's `qp_state_table` (drivers/infiniband/core/verbs.c).
     pub(crate) static RELIABLE_CONNECTION: TransitionTable = TransitionTable {
-        any_to_reset_or_error: true,
-        state_always_required: false,
         transitions: &[
             transition(Reset, Init, RC_INIT, 0),
             transition(Init, Init, 0, RC_INIT),
@@ -133,8 +123,6 @@ mod tables {
 
     /// UD, as the kernel's `qp_state_table`.
     pub(crate) static UNRELIABLE_DATAGRAM: TransitionTable = TransitionTable {
-        any_to_reset_or_error: true,
-        state_always_required: false,
         transitions: &[
             transition(Reset, Init, UD_INIT, 0),
             transition(Init, Init, 0, UD_INIT),
@@ -155,11 +143,8 @@ impl TransitionTable {
     /// `(required, optional)` attribute masks of `from -> to` (`IBV_QP_STATE` left to the caller),
     /// or `None` when the type does not allow it.
     pub(crate) fn transition(&self, from: QueuePairState, to: QueuePairState) -> Option<(i32, i32)> {
-        // Any state may go to RESET or ERR (kernel `qp_state_table`), where the type says so.
-        if self.any_to_reset_or_error
-            && matches!(to, QueuePairState::Reset | QueuePairState::Error)
-            && from != QueuePairState::Unknown
-        {
+        // Any state may go to RESET or ERR (kernel `qp_state_table`).
+        if matches!(to, QueuePairState::Reset | QueuePairState::Error) && from != QueuePairState::Unknown {
             return Some((0, 0));
         }
         let listed = self.transitions.iter().find(|t| t.from == from && t.to == to);
@@ -179,15 +164,6 @@ impl TransitionTable {
         };
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
         let state_bit = mask(&[ibv_qp_attr_mask::IBV_QP_STATE]);
-        if self.state_always_required && given & state_bit == 0 {
-            return Err(ModifyQueuePairErrorKind::InvalidAttributeMask {
-                cur_state: from,
-                next_state: to,
-                invalid: QueuePairAttributeMask::from(0),
-                needed: QueuePairAttributeMask::from(state_bit),
-                source: einval(),
-            });
-        }
         let Some((required, optional)) = self.transition(from, to) else {
             return Err(ModifyQueuePairErrorKind::InvalidTransition {
                 cur_state: from,

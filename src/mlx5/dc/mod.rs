@@ -64,3 +64,5 @@ mod queue_pair;
 mod service_class;
 mod state_table;
 pub mod target;
+
+pub use self::queue_pair::PortNotReady;

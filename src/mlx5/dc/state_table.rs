@@ -1,12 +1,13 @@
 //! The transition tables of the DC queue pairs: what mlx5_ib accepts for a DC initiator (its
 //! `modify_dci_qp_is_ok`) and a DC target (its `mlx5_ib_modify_dct`), each transition with the
 //! attributes it requires besides `IBV_QP_STATE`
-//! and those it may take. From the lists, the tables a DC queue pair's `modify` checks a
-//! transition and its attribute mask against.
+//! and those it may take; and the check a DC queue pair's `modify` explains the library's
+//! `EINVAL` with.
+use std::io;
+
+use sideway::ibverbs::queue_pair::ModifyQueuePairErrorKind;
 use sideway::ibverbs::queue_pair::QueuePairAttributeMask as Mask;
 use sideway::ibverbs::queue_pair::QueuePairState::{self, *};
-
-use crate::ibverbs::queue_pair::transition::{Transition, TransitionTable};
 
 /// A transition of a DC queue pair: from, to, the attributes it requires besides the state, and
 /// those it may take.
@@ -75,45 +76,32 @@ pub(crate) const DC_TARGET_TRANSITIONS: [DcTransition; 2] = [
     ),
 ];
 
-// The tables, as this crate's queue-pair core checks them before `ibv_modify_qp`.
-
-/// The DC initiator's table, [`DC_INITIATOR_TRANSITIONS`].
-pub(crate) static DC_INITIATOR_STATE_TABLE: TransitionTable = dc_table(&DC_INITIATOR_ROWS);
-static DC_INITIATOR_ROWS: [Transition; 18] = rows(DC_INITIATOR_TRANSITIONS);
-
-/// The DC target's table, [`DC_TARGET_TRANSITIONS`].
-pub(crate) static DC_TARGET_STATE_TABLE: TransitionTable = dc_table(&DC_TARGET_ROWS);
-static DC_TARGET_ROWS: [Transition; 2] = rows(DC_TARGET_TRANSITIONS);
-
-/// A table of DC rules: only the listed transitions exist, and each needs `IBV_QP_STATE`.
-const fn dc_table(transitions: &'static [Transition]) -> TransitionTable {
-    TransitionTable {
-        any_to_reset_or_error: false,
-        state_always_required: true,
-        transitions,
+/// Explains a refusal of `from` → `to` with `mask` by `list`: `InvalidTransition` where it lists
+/// no such transition, `InvalidAttributeMask` where the mask lacks a required attribute (the
+/// state included) or has one neither required nor optional.
+pub(crate) fn check(
+    list: &[DcTransition], from: QueuePairState, to: QueuePairState, mask: Mask,
+) -> Result<(), ModifyQueuePairErrorKind> {
+    let source = io::Error::from_raw_os_error(libc::EINVAL);
+    let Some(&(_, _, required, optional)) = list.iter().find(|listed| (listed.0, listed.1) == (from, to)) else {
+        return Err(ModifyQueuePairErrorKind::InvalidTransition {
+            cur_state: from,
+            next_state: to,
+            source,
+        });
+    };
+    let required = required | Mask::State;
+    let (invalid, needed) = (mask & !(required | optional), required & !mask);
+    if invalid.is_none() && needed.is_none() {
+        return Ok(());
     }
-}
-
-/// The transitions of a list, their masks as `ibv_qp_attr_mask` bits.
-const fn rows<const N: usize>(list: [DcTransition; N]) -> [Transition; N] {
-    let mut rows = [Transition {
-        from: Reset,
-        to: Reset,
-        required: 0,
-        optional: 0,
-    }; N];
-    let mut i = 0;
-    while i < N {
-        let (from, to, required, optional) = list[i];
-        rows[i] = Transition {
-            from,
-            to,
-            required: required.bits(),
-            optional: optional.bits(),
-        };
-        i += 1;
-    }
-    rows
+    Err(ModifyQueuePairErrorKind::InvalidAttributeMask {
+        cur_state: from,
+        next_state: to,
+        invalid,
+        needed,
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -17,10 +17,10 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKin
 use sideway::ibverbs::AccessFlags;
 
 use super::endpoint::DcEndpoint;
-use super::queue_pair::{active_mtu, check_port_ready, create_dc_qp};
-use super::state_table::DC_TARGET_STATE_TABLE;
+use super::queue_pair::{active_mtu, check_port_ready, create_dc_qp, DcQueuePair, PortNotReady};
+use super::state_table::DC_TARGET_TRANSITIONS;
 use crate::ibverbs::address_handle::PortAddressing;
-use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use crate::ibverbs::source_gid::{SourceGidEntry, SourceGidError};
 use crate::ibverbs::zeroed::Zeroed;
@@ -29,7 +29,6 @@ use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 mod bring_up;
 
 pub use self::bring_up::DcTargetBringUp;
-pub use super::queue_pair::PortNotReady;
 
 /// Error returned by [`DcTargetBuilder::build`].
 #[derive(Debug, thiserror::Error)]
@@ -171,18 +170,9 @@ impl DcTargetBuilder {
             Some(err) => CreateDcTargetErrorKind::Ibverbs(err),
         })?;
         // SAFETY: qp was just created on these parents, in RESET, and is owned here.
-        let core = unsafe {
-            QueuePairCore::new(
-                qp,
-                &DC_TARGET_STATE_TABLE,
-                Arc::clone(&self.pd),
-                None,
-                Some(recv_cq),
-                Some(srq),
-            )
-        };
+        let qp = unsafe { DcQueuePair::new(qp, &DC_TARGET_TRANSITIONS, Arc::clone(&self.pd), recv_cq, Some(srq)) };
         Ok(DcTarget {
-            core,
+            qp,
             dc_key: self.dc_key,
             access_flags: self.access_flags.unwrap_or(DEFAULT_ACCESS),
             default_access: self.access_flags.is_none(),
@@ -215,34 +205,11 @@ pub enum BringUpDcTargetErrorKind {
     /// The source GID could not be resolved.
     #[error(transparent)]
     SourceGid(#[from] SourceGidError),
-    /// A transition failed (checked against the DC target's table first).
-    #[error(transparent)]
-    Modify(#[from] ModifyDcTargetError),
-}
-
-/// Error returned by [`DcTarget::modify`].
-#[derive(Debug, thiserror::Error)]
-#[error("failed to modify DC target")]
-#[non_exhaustive]
-pub struct ModifyDcTargetError(#[from] pub ModifyDcTargetErrorKind);
-
-/// The enum type for [`ModifyDcTargetError`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ModifyDcTargetErrorKind {
-    /// Not RESET → INIT or INIT → RTR, the only transitions of a DC target (mlx5_ib's
-    /// `mlx5_ib_modify_dct`); refused before the call.
-    #[error("a DC target only moves RESET -> INIT -> RTR, not {from:?} -> {to:?}; it is torn down by dropping it")]
-    InvalidTransition {
-        /// The state it is in.
-        from: QueuePairState,
-        /// The state asked for.
-        to: QueuePairState,
-    },
-    /// `mlx5_ib_modify_dct` returned `EOPNOTSUPP` for remote atomics.
+    /// Remote atomics asked for with [`DcTargetBuilder::setup_access_flags`] on a device without
+    /// DC atomics (`mlx5_ib_modify_dct`: `EOPNOTSUPP`); it is left in RESET.
     #[error("the device has no DC atomics: remote atomic access refused")]
     RemoteAtomicsNotSupported,
-    /// The attribute mask does not fit the transition, or the library call failed.
+    /// A transition failed (a refusal told apart by the DC target's table).
     #[error(transparent)]
     Modify(#[from] ModifyQueuePairError),
 }
@@ -276,7 +243,7 @@ pub enum DcTargetEndpointErrorKind {
 /// A DC target (DCT), created by [`DcTargetBuilder::build`]; holds its parents.
 #[doc = include_str!("target/wrong_key.md")]
 pub struct DcTarget {
-    core: QueuePairCore,
+    qp: DcQueuePair,
     dc_key: u64,
     access_flags: AccessFlags,
     /// Whether `access_flags` is the builder's default (remote atomics dropped where refused).
@@ -315,13 +282,13 @@ impl DcTarget {
     /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
     /// `ibv_qp` is not associated with the return value.
     pub unsafe fn qp(&self) -> NonNull<ibv_qp> {
-        self.core.qp()
+        self.qp.qp()
     }
 
     /// The DCT number initiators address, read from the library: `None` before RTR, where the
     /// hardware object and its number are created.
     pub fn dct_number(&self) -> Option<u32> {
-        (self.core.state() == QueuePairState::ReadyToReceive).then(|| self.core.live_qp_number())
+        (self.qp.state() == QueuePairState::ReadyToReceive).then(|| self.qp.qp_number())
     }
 
     /// The DC access key initiators must name.
@@ -336,35 +303,14 @@ impl DcTarget {
 
     /// The state, as of the last [`modify`](Self::modify) through this value.
     pub fn state(&self) -> QueuePairState {
-        self.core.state()
+        self.qp.state()
     }
 
-    /// Modifies the queue pair with `ibv_modify_qp`, a refusal told apart by the DC target's
-    /// table (it never goes past RTR).
-    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyDcTargetError> {
-        let err = match self.core.modify(attr) {
-            Ok(()) => return Ok(()),
-            Err(err) => err,
-        };
-        let remote_atomics = attr
-            .attr_mask
-            .contains(sideway::ibverbs::queue_pair::QueuePairAttributeMask::AccessFlags)
-            && attr.attr.qp_access_flags & rdma_mummy_sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0 != 0;
-        Err(match &err.0 {
-            ModifyQueuePairErrorKind::InvalidTransition {
-                cur_state, next_state, ..
-            } => ModifyDcTargetErrorKind::InvalidTransition {
-                from: *cur_state,
-                to: *next_state,
-            },
-            ModifyQueuePairErrorKind::Ibverbs(errno)
-                if errno.raw_os_error() == Some(libc::EOPNOTSUPP) && remote_atomics =>
-            {
-                ModifyDcTargetErrorKind::RemoteAtomicsNotSupported
-            },
-            _ => ModifyDcTargetErrorKind::Modify(err),
-        }
-        .into())
+    /// Modifies the queue pair with `ibv_modify_qp`, a refusal explained by the DC target's
+    /// table (mlx5_ib's `mlx5_ib_modify_dct`: RESET → INIT → RTR, each with the state and its
+    /// exact attributes; it is torn down by dropping it, never by a move to RESET or ERR).
+    pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
+        self.qp.modify(attr)
     }
 
     /// What a peer needs to reach this DC target, as [`bring_up`](Self::bring_up) brought it
@@ -374,7 +320,7 @@ impl DcTarget {
         let address = self.brought_up_with.ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
         let port = address.port;
         let attr = self
-            .core
+            .qp
             .query_port(port)
             .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
         let gid = address.source_gid.map(|entry| entry.gid()).unwrap_or_default();
@@ -403,12 +349,12 @@ impl DcTarget {
             port: params.port,
             source,
         };
-        let port = self.core.query_port(params.port).map_err(invalid_port)?;
+        let port = self.qp.query_port(params.port).map_err(invalid_port)?;
         check_port_ready(params.port, &port).map_err(BringUpDcTargetErrorKind::PortNotReady)?;
         let (active, addressing) = (active_mtu(&port), PortAddressing::of(&port));
         let table = match params.source_gid.reads_gid_table(addressing) {
             true => self
-                .core
+                .qp
                 .gid_table(params.port, &port)
                 .map_err(BringUpDcTargetErrorKind::SourceGid)?,
             false => Vec::new(),
@@ -421,9 +367,15 @@ impl DcTarget {
         let src_gid_index = source_gid.map(|entry| entry.index());
         let [init, rtr] = params.attributes(self.access_flags, path_mtu, src_gid_index);
         match self.modify(&init) {
-            // The default access asks for remote atomics where the device has DC atomics: the
-            // kernel refuses them before it changes anything, so INIT is asked again without.
-            Err(err) if self.default_access && matches!(err.0, ModifyDcTargetErrorKind::RemoteAtomicsNotSupported) => {
+            // The kernel refuses remote atomics without DC atomics before it changes anything:
+            // the default access, which asks for them, asks for INIT again without.
+            Err(err)
+                if self.access_flags.contains(AccessFlags::RemoteAtomic)
+                    && matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EOPNOTSUPP)) =>
+            {
+                if !self.default_access {
+                    return Err(BringUpDcTargetErrorKind::RemoteAtomicsNotSupported.into());
+                }
                 self.access_flags = DEFAULT_ACCESS.and(AccessFlags::RemoteAtomic.not());
                 let [init, _] = params.attributes(self.access_flags, path_mtu, src_gid_index);
                 self.modify(&init).map_err(BringUpDcTargetErrorKind::Modify)?;

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairState};
 
-use super::{DcInitiator, PortNotReady};
+use super::DcInitiator;
 use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::address_handle::PortAddressing;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::{SourceGid, SourceGidEntry, SourceGidError};
-use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready};
+use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready, PortNotReady};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 
 /// Error returned by [`DcInitiator::bring_up`].
@@ -264,14 +264,14 @@ impl DcInitiator {
             port: params.port,
             source,
         };
-        let port = self.core.query_port(params.port).map_err(invalid_port)?;
+        let port = self.qp.query_port(params.port).map_err(invalid_port)?;
         check_port_ready(params.port, &port).map_err(BringUpDcInitiatorErrorKind::PortNotReady)?;
         let addressing = PortAddressing::of(&port);
         let roce = addressing.is_roce();
         let global_av = params.rtr_address_vector.as_ref().is_some_and(|av| av.is_global());
         let table = match params.source_gid.reads_gid_table(addressing) || global_av {
             true => self
-                .core
+                .qp
                 .gid_table(params.port, &port)
                 .map_err(BringUpDcInitiatorErrorKind::SourceGid)?,
             false => Vec::new(),
@@ -290,7 +290,7 @@ impl DcInitiator {
             resolve(&params.source_gid).map_err(|kind| BringUpDcInitiatorErrorKind::SourceGid(kind.into()))?;
         let attributes = params.attributes(active_mtu(&port), self.read_atomic_depth, source_gid);
         for attr in [&attributes.init, &attributes.rtr, &attributes.rts] {
-            self.core.modify(attr).map_err(|err| {
+            self.qp.modify(attr).map_err(|err| {
                 let refused_av = params.rtr_address_vector.is_some()
                     && attr.state() == QueuePairState::ReadyToReceive
                     && matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL));
@@ -309,11 +309,11 @@ impl DcInitiator {
 mod tests {
     //! The bring-up attributes against the DC table.
     use super::*;
-    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
+    use crate::mlx5::dc::state_table::{check, DC_INITIATOR_TRANSITIONS};
 
     /// Whether the DC initiator's table takes `attr` in state `from`.
     fn takes(from: QueuePairState, attr: &QueuePairAttribute) -> bool {
-        DC_INITIATOR_STATE_TABLE.check(from, attr).is_ok()
+        check(&DC_INITIATOR_TRANSITIONS, from, attr.state(), attr.attr_mask).is_ok()
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::{
-    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
-    mlx5dv_qp_init_attr_mask,
+    ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type, mlx5dv_dc_type,
+    mlx5dv_qp_ex, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
@@ -16,11 +16,11 @@ use super::{
     dc_entries, CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciCreation,
     DciStreams, Granted,
 };
-use crate::ibverbs::queue_pair::QueuePairCore;
+use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::thread_domain::ThreadDomain;
 use crate::ibverbs::zeroed::Zeroed;
-use crate::mlx5::dc::queue_pair::create_dc_qp;
-use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;
+use crate::mlx5::dc::queue_pair::{create_dc_qp, DcQueuePair};
+use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;
 
@@ -166,22 +166,10 @@ impl DcInitiatorBuilder {
             .map_err(|err| creation_error(err, &params, &device))?;
         // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
         let granted = Granted::of(&init);
-        // SAFETY: qp was just created on these parents, with these send operations, in RESET,
-        // and is owned here (an error below destroys it).
-        let mut core = unsafe {
-            QueuePairCore::new(
-                qp,
-                &DC_INITIATOR_STATE_TABLE,
-                Arc::clone(&self.pd),
-                Some(send_cq),
-                None,
-                None,
-            )
-        };
-        // SAFETY: created with these send operations.
-        unsafe { core.read_send_view(params.send_ops) }
-            .map_err(|err| CreateDcInitiatorErrorKind::MissingProviderEntry { entry: err.0 })?;
-        let mut dci = DcInitiator::adopt(core, creation, granted, device.read_atomic_depth)
+        // SAFETY: qp was just created on these parents, in RESET, and is owned here (an error
+        // below destroys it).
+        let qp = unsafe { DcQueuePair::new(qp, &DC_INITIATOR_TRANSITIONS, Arc::clone(&self.pd), send_cq, None) };
+        let mut dci = DcInitiator::adopt(qp, creation, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })?;
         dci.thread_domain = thread_domain;
         Ok(dci)
@@ -234,15 +222,15 @@ struct DciPlan {
 }
 
 impl DcInitiator {
-    /// Completes a DC initiator around a new queue-pair core: its mlx5 view and DC entries, or
-    /// the name of the first entry the provider left NULL.
+    /// Completes a DC initiator around its new queue pair: its views and entries, or the name of
+    /// the first entry the provider left NULL.
     fn adopt(
-        mut core: QueuePairCore, creation: DciCreation, granted: Granted, read_atomic_depth: u8,
+        qp: DcQueuePair, creation: DciCreation, granted: Granted, read_atomic_depth: u8,
     ) -> Result<Self, &'static str> {
-        let mlx5_qp_ex = Self::attach(&mut core, creation.params.streams.is_some())?;
-        let send_view = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
+        // SAFETY: a DC initiator's queue pair, created with these send operations.
+        let (send_view, mlx5_qp_ex) = unsafe { Self::attach(qp.qp(), &creation.params) }?;
         Ok(Self {
-            core,
+            qp,
             granted,
             send_view,
             mlx5_qp_ex,
@@ -253,15 +241,25 @@ impl DcInitiator {
         })
     }
 
-    /// Reads the mlx5 view of the core's queue pair and adds the DC setters to its entries.
-    pub(super) fn attach(core: &mut QueuePairCore, streams: bool) -> Result<NonNull<mlx5dv_qp_ex>, &'static str> {
-        let (qp_ex, _) = core.send_view().ok_or("ibv_qp_to_qp_ex")?;
+    /// Reads the extended and mlx5 views of a DC initiator's queue pair and its provider entries,
+    /// the DC setters included, or the name of the first entry the provider left NULL.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must be a live DC initiator created with `params`' send operations.
+    pub(super) unsafe fn attach(
+        qp: NonNull<ibv_qp>, params: &DciInitParameters,
+    ) -> Result<((NonNull<ibv_qp_ex>, ProviderEntries), NonNull<mlx5dv_qp_ex>), &'static str> {
+        // SAFETY: the queue pair is alive and was created with send operations.
+        let qp_ex = NonNull::new(unsafe { ibv_qp_to_qp_ex(qp.as_ptr()) }).ok_or("ibv_qp_to_qp_ex")?;
+        // SAFETY: its extended view, created with `params.send_ops`.
+        let entries = unsafe { ProviderEntries::new(qp_ex, params.send_ops) }.map_err(|missing| missing.0)?;
         // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
         let mlx5_qp_ex = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
             .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
         // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are read.
-        core.add_entries(unsafe { dc_entries(mlx5_qp_ex, streams) }?);
-        Ok(mlx5_qp_ex)
+        let dc = unsafe { dc_entries(mlx5_qp_ex, params.streams.is_some()) }?;
+        Ok(((qp_ex, entries.with(dc)), mlx5_qp_ex))
     }
 }
 

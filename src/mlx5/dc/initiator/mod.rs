@@ -17,11 +17,12 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOpe
 
 use self::bring_up::BringUpAttributes;
 use self::plan::DciInitParameters;
+use super::queue_pair::DcQueuePair;
 use crate::ibverbs::address_handle::AddressHandle;
 use crate::ibverbs::post_send_guard::{
     entry, PathMtus, ProviderEntries, TypedPostSendError, TypedPostSendGuard, TypedWorkRequestHandle,
 };
-use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};
+use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};
 use crate::ibverbs::zeroed::Zeroed;
 
@@ -39,7 +40,6 @@ pub use self::recovery::{
     DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
 };
 pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
-pub use super::queue_pair::PortNotReady;
 
 /// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
 /// `mlx5dv_qp_ex::wr_set_dc_addr`.
@@ -218,9 +218,9 @@ pub struct DcInitiatorBuilder {
 /// send CQ and thread domain, if any.
 pub struct DcInitiator {
     /// Dropped first: the queue pair, before the thread domain it was created on.
-    core: QueuePairCore,
+    qp: DcQueuePair,
     granted: Granted,
-    // The core's extended view and entries (the DC setters included), which every DCI has.
+    // Its extended view and entries (the DC setters included), which every DCI has.
     send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
     mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
     creation: DciCreation,
@@ -253,17 +253,17 @@ impl DcInitiator {
     /// Return the handle of the queue pair. We mark this method unsafe because the lifetime of
     /// `ibv_qp` is not associated with the return value.
     pub unsafe fn qp(&self) -> NonNull<ibv_qp> {
-        self.core.qp()
+        self.qp.qp()
     }
 
     /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt it).
     pub fn qp_number(&self) -> u32 {
-        self.core.qp_number()
+        self.qp.qp_number()
     }
 
     /// The state, as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state).
     pub fn state(&self) -> QueuePairState {
-        self.core.state()
+        self.qp.state()
     }
 
     /// The send queue capacity `mlx5dv_create_qp` granted: at least what was asked for.
@@ -313,7 +313,7 @@ impl DcInitiator {
     /// INIT → RTR → RTS, INIT → INIT and RTS → RTS with their optional attributes, any state to
     /// RESET, any state but RESET to ERR; every modification carries the state).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
-        self.core.modify(attr)
+        self.qp.modify(attr)
     }
 
     /// Starts a batch of send requests (`ibv_wr_start`) that all go to `dct_number`/`dc_key` over

@@ -61,7 +61,7 @@ impl DcInitiator {
     /// whole DC initiator is in ERR ([`recover`](Self::recover) it) or, with DCI streams, only
     /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.
     pub fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
-        self.core.query_state()
+        self.qp.query_state()
     }
 
     /// Reads the state every millisecond until it is ERR or `timeout` has passed, and returns the
@@ -87,7 +87,7 @@ impl DcInitiator {
             .brought_up_with
             .clone()
             .ok_or(RecoverDcInitiatorErrorKind::NotBroughtUp)?;
-        let recovery = match self.core.modify(&reset_attribute()) {
+        let recovery = match self.qp.modify(&reset_attribute()) {
             Ok(()) => DcRecovery::Reset,
             Err(err) if matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EINVAL)) => {
                 self.rebuild()?
@@ -95,30 +95,27 @@ impl DcInitiator {
             Err(err) => return Err(RecoverDcInitiatorErrorKind::Modify(err).into()),
         };
         for attr in attributes.steps() {
-            self.core.modify(attr).map_err(RecoverDcInitiatorErrorKind::Modify)?;
+            self.qp.modify(attr).map_err(RecoverDcInitiatorErrorKind::Modify)?;
         }
         Ok(recovery)
     }
 
     /// Creates the DC initiator again and puts the new queue pair in the old one's place.
     fn rebuild(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
-        let previous_qp_number = self.core.qp_number();
+        let previous_qp_number = self.qp.qp_number();
         let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
-        // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while the core
-        // is; the context is theirs.
-        let qp = unsafe { create_dc_qp(self.core.context(), &mut init, &mut mlx5) }.map_err(|err| {
+        // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while it is; the
+        // context is theirs.
+        let qp = unsafe { create_dc_qp(self.qp.context(), &mut init, &mut mlx5) }.map_err(|err| {
             RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
         })?;
         // The same request is granted the same sizes; keep what this one was granted.
         self.granted = Granted::of(&init);
-        // SAFETY: qp was just created on the core's parents with these send operations, in
-        // RESET; the old views are replaced below before any use.
-        let replaced = unsafe { self.core.replace(qp, Some(self.creation.params.send_ops)) };
-        let attached = replaced
-            .map_err(|err| err.0)
-            .and_then(|()| Self::attach(&mut self.core, self.creation.params.streams.is_some()))
-            .and_then(|mlx5_qp_ex| Ok((self.core.send_view().ok_or("ibv_qp_to_qp_ex")?, mlx5_qp_ex)));
-        match attached {
+        // SAFETY: qp was just created on the same parents, in RESET; the old views are replaced
+        // below before any use.
+        unsafe { self.qp.replace(qp) };
+        // SAFETY: a DC initiator's queue pair, created with these send operations.
+        match unsafe { Self::attach(self.qp.qp(), &self.creation.params) } {
             Ok((send_view, mlx5_qp_ex)) => {
                 self.send_view = send_view;
                 self.mlx5_qp_ex = mlx5_qp_ex;
@@ -189,14 +186,14 @@ impl DcInitiator {
         }
         let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;
         // libmlx5 checks its cached state, which ibv_modify_qp and ibv_query_qp update as the
-        // core does.
-        let state = self.core.state();
+        // handle does.
+        let state = self.qp.state();
         if state != QueuePairState::ReadyToSend {
             return Err(ResetDciStreamErrorKind::NotReadyToSend { state }.into());
         }
         // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C
         // signature it was resolved with.
-        match unsafe { reset(self.core.qp().as_ptr(), stream_id) } {
+        match unsafe { reset(self.qp.qp().as_ptr(), stream_id) } {
             0 => Ok(()),
             // The DC initiator may have gone to ERR since the state was last read (libmlx5
             // refuses with EOPNOTSUPP after a query, the device with a command error before).

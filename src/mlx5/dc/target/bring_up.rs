@@ -108,11 +108,11 @@ mod tests {
     use sideway::ibverbs::queue_pair::QueuePairAttributeMask;
 
     use super::*;
-    use crate::mlx5::dc::state_table::DC_TARGET_STATE_TABLE;
+    use crate::mlx5::dc::state_table::{check, DC_TARGET_TRANSITIONS};
 
     /// Whether the DC target's table takes `attr` in state `from`.
     fn takes(from: QueuePairState, attr: &QueuePairAttribute) -> bool {
-        DC_TARGET_STATE_TABLE.check(from, attr).is_ok()
+        check(&DC_TARGET_TRANSITIONS, from, attr.state(), attr.attr_mask).is_ok()
     }
 
     #[test]
