@@ -15,37 +15,21 @@ _ENDPOINTS = runpy.run_path(str(Path(__file__).resolve().parent.parent / "pr3b-1
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-dc-target"]
 
-# The crate's tables are made at compile time from the lists; sideway's are QueuePairStateTables
-# (LazyLock, as its RC, UC, UD tables), checked by `modify_qp` after the device's EINVAL.
-UPSTREAM_TABLES = '''// The tables, as sideway's `modify_qp` explains the device's `EINVAL` with them.
-
-/// The DC initiator's table, [`DC_INITIATOR_TRANSITIONS`].
-#[cfg_attr(not(test), allow(dead_code))] // the DC initiator's, which comes next
-pub(crate) static DC_INITIATOR_STATE_TABLE: LazyLock<QueuePairStateTable> =
-    LazyLock::new(|| dc_table(&DC_INITIATOR_TRANSITIONS));
-
-/// The DC target's table, [`DC_TARGET_TRANSITIONS`].
-pub(crate) static DC_TARGET_STATE_TABLE: LazyLock<QueuePairStateTable> =
-    LazyLock::new(|| dc_table(&DC_TARGET_TRANSITIONS));
-
-/// A table in which only the listed transitions are valid, each needing `IBV_QP_STATE` too.
-fn dc_table(transitions: &[DcTransition]) -> QueuePairStateTable {
-    let invalid = QueuePairStateTableEntry {
-        valid: false,
-        required_mask: Mask::none(),
-        optional_mask: Mask::none(),
-    };
-    let mut table = [[invalid; QueuePairState::Error as usize + 1]; QueuePairState::Error as usize + 1];
-    for &(from, to, required, optional) in transitions {
-        table[from as usize][to as usize] = QueuePairStateTableEntry {
-            valid: true,
-            required_mask: required | Mask::State,
-            optional_mask: optional,
-        };
-    }
-    table
-}
-'''
+# The DC queue pair's file, as this part and the DC initiator's bring-up (3c-2) move it: its
+# query of the state and its replacement, which only the DC initiator's recovery calls, are cut
+# from this part's copy.
+DC_QUEUE_PAIR_REWRITES = [
+    # sideway's QueuePairAttribute holds the `ibv_qp_attr` itself, not this crate's zeroed wrapper.
+    ("ibv_qp_attr { ..*attr.attr }", "ibv_qp_attr { ..attr.attr }", 1),
+    # The port check's unit test stays here (what the software ConnectX cannot be).
+    (("\n#[cfg(test)]\nmod tests {", "\n    }\n}\n"), "", 1),
+]
+_INITIATOR_ONLY = [
+    ("ibv_qp_init_attr, ibv_qp_init_attr_ex", "ibv_qp_init_attr_ex", 1),
+    (" QueryQueuePairError, QueryQueuePairErrorKind,\n   ", "", 1),
+    (("\n    /// Destroys the queue pair and takes `qp`", "        Ok(self.state)\n    }\n"), "", 1),
+    (" or [`query_state`](Self::query_state), never", ", never", 1),
+]
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr).
 MOVES = {
@@ -57,47 +41,26 @@ MOVES = {
             "rewrites": _ENDPOINTS["ENDPOINT_REWRITES"]("pr3b-2"),
         },
         {
-            # The DC transitions as they are; the tables made from them in sideway's shape. The
-            # tests (on the kernel's named transitions, beside this workspace's device tests) stay: sideway's
+            # The DC transitions and the check that explains a refusal with them. The tests (on the
+            # kernel's named transitions, beside this workspace's device tests) stay: sideway's
             # are files/src/mlx5/dc/state_table/tests.rs.
             "from": "src/mlx5/dc/state_table.rs",
             "to": "src/mlx5/dc/state_table.rs",
             "helpers": [],
-            "rewrites": [
-                ("use crate::ibverbs::queue_pair::QueuePairAttributeMask as Mask;\n"
-                 "use crate::ibverbs::queue_pair::QueuePairState::{self, *};\n\n"
-                 "use crate::ibverbs::queue_pair::transition::{Transition, TransitionTable};\n",
-                 "use std::sync::LazyLock;\n\n"
-                 "use crate::ibverbs::queue_pair::QueuePairAttributeMask as Mask;\n"
-                 "use crate::ibverbs::queue_pair::QueuePairState::{self, *};\n"
-                 "use crate::ibverbs::queue_pair::{QueuePairStateTable, QueuePairStateTableEntry};\n", 1),
-                (("// The tables, as this crate's queue-pair core checks them", "    rows\n}\n"),
-                 UPSTREAM_TABLES, 1),
-            ],
+            "rewrites": [],
         },
         {
-            # What the DC queue pairs share, calling libmlx5 itself.
+            # The DC queue pair: creation, the handle and its modify, the port check.
             "from": "src/mlx5/dc/queue_pair.rs",
             "to": "src/mlx5/dc/queue_pair.rs",
             "helpers": [],
-            "rewrites": [
-                ("use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};",
-                 "use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_create_qp, mlx5dv_qp_init_attr};", 1),
-                ("unsafe { rdma_mummy_sys::mlx5dv_create_qp(", "unsafe { mlx5dv_create_qp(", 1),
-                # The port check's unit test stays here (what the software ConnectX cannot be).
-                (("\n#[cfg(test)]\nmod tests {", "\n    }\n}\n"), "", 1),
-            ],
+            "rewrites": DC_QUEUE_PAIR_REWRITES + _INITIATOR_ONLY,
         },
         {
-            # The DC target on sideway's driver queue-pair core.
             "from": "src/mlx5/dc/target.rs",
             "to": "src/mlx5/dc/target.rs",
             "helpers": [],
             "rewrites": [
-                ("use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};\n",
-                 "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n"
-                 "use crate::ibverbs::queue_pair::QueuePairAttribute;\n", 1),
-                ("QueuePairCore", "DriverQueuePair", 2),
                 # The DC initiator comes with the next part (3c-1).
                 ("so that a\n    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults",
                  "so that a\n    /// DC initiator built with its defaults", 1),
@@ -107,17 +70,7 @@ MOVES = {
             "from": "src/mlx5/dc/target/bring_up.rs",
             "to": "src/mlx5/dc/target/bring_up.rs",
             "helpers": [],
-            "rewrites": [
-                ("use crate::mlx5::dc::state_table::DC_TARGET_STATE_TABLE;\n",
-                 "use crate::ibverbs::queue_pair::attr_mask_check;\n"
-                 "    use crate::mlx5::dc::state_table::DC_TARGET_STATE_TABLE;\n", 1),
-                ("        DC_TARGET_STATE_TABLE.check(from, attr).is_ok()",
-                 "        let to = match attr.attr_mask.contains(QueuePairAttributeMask::State) {\n"
-                 "            true => attr.attr.qp_state.into(),\n"
-                 "            false => from,\n"
-                 "        };\n"
-                 "        attr_mask_check(attr.attr_mask, from, to, &DC_TARGET_STATE_TABLE).is_ok()", 1),
-            ],
+            "rewrites": [],
         },
         {
             # Included by target.rs as the DC target's documentation.
@@ -140,12 +93,6 @@ FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "Tran
 
 # The most it may change: lines, and lines of sideway's existing files (1 320 and 64 measured).
 LIMITS = (1400, 70)
-
-# Its unit tests beyond the mlx5 module's (which --check runs on the host anyway): the transition
-# to or from Unknown, which panicked.
-HOST_TESTS = [
-    "ibverbs::queue_pair::tests::state_table_tests::test_unknown_state_is_an_invalid_transition",
-]
 
 # Files of the moved dc/ folder that later parts take.
 LEFT_OUT = {

@@ -12,25 +12,9 @@ COMMITS = ["1-dc-initiator"]
 
 _INIT = "src/mlx5/dc/initiator/"
 
-# What holds for every part: this crate's queue-pair core is sideway's driver queue-pair core.
+# What holds for every part.
 _ALWAYS = {
-    "mod.rs": [
-        ("use crate::ibverbs::queue_pair::{QueuePairAttribute, QueuePairCore};\n",
-         "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n"
-         "use crate::ibverbs::queue_pair::QueuePairAttribute;\n", 1),
-        ("    core: QueuePairCore,\n", "    core: DriverQueuePair,\n", 1),
-        # The number as the library holds it: read, never cached, as the DC target's.
-        ("self.core.qp_number()", "self.core.live_qp_number()", 1),
-    ],
     "creation.rs": [
-        ("use crate::ibverbs::queue_pair::QueuePairCore;\n",
-         "use crate::ibverbs::driver_queue_pair::DriverQueuePair;\n", 1),
-        ("QueuePairCore", "DriverQueuePair", 3),
-        ("    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex, mlx5dv_qp_init_attr,\n"
-         "    mlx5dv_qp_init_attr_mask,\n",
-         "    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_dc_type, mlx5dv_qp_ex,\n"
-         "    mlx5dv_qp_ex_from_ibv_qp_ex, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,\n", 1),
-        ("rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())", "mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())", 1),
         # ibv_query_device through the protection domain's context, carried (helpers).
         ("crate::ibverbs::query_device_attr(&self.pd)", "query_device_attr(&self.pd)", 1),
     ],
@@ -38,16 +22,6 @@ _ALWAYS = {
         ("sideway_ext::mlx5::", "sideway::mlx5::", 1),
         # The doctest is a user of sideway: COMMON made its path the crate's.
         ("/// use crate::ibverbs::queue_pair::QueuePairState::", "/// use sideway::ibverbs::queue_pair::QueuePairState::", 1),
-        # The unit tests' table check: sideway's attr_mask_check, as the DC target's.
-        ("    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;\n",
-         "    use crate::ibverbs::queue_pair::{attr_mask_check, QueuePairAttributeMask};\n"
-         "    use crate::mlx5::dc::state_table::DC_INITIATOR_STATE_TABLE;\n", 1),
-        ("        DC_INITIATOR_STATE_TABLE.check(from, attr).is_ok()",
-         "        let to = match attr.attr_mask.contains(QueuePairAttributeMask::State) {\n"
-         "            true => attr.attr.qp_state.into(),\n"
-         "            false => from,\n"
-         "        };\n"
-         "        attr_mask_check(attr.attr_mask, from, to, &DC_INITIATOR_STATE_TABLE).is_ok()", 1),
     ],
     # DC posting (3d on).
     "transport.rs": [
@@ -68,9 +42,6 @@ _ALWAYS = {
         # The doctest is a user of sideway: COMMON made its path the crate's.
         ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
         ("/// use sideway_ext::", "/// use sideway::", 2),
-    ],
-    "recovery.rs": [
-        ("self.core.qp_number()", "self.core.live_qp_number()", 1),
     ],
 }
 
@@ -261,7 +232,6 @@ _LATER = {
             ("pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};\n",
              "", 1),
             ("pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", "", 1),
-            ("pub use super::queue_pair::PortNotReady;\n", "", 1),
             ("    brought_up_with: Option<Arc<BringUpAttributes>>,\n", "", 1),
             # Read by recovery, which creates the DC initiator again where the kernel refuses RESET.
             ("    init: Zeroed<ibv_qp_init_attr_ex>,\n    mlx5: Zeroed<mlx5dv_qp_init_attr>,\n",

@@ -42,9 +42,9 @@ _STREAM_RESET = [
      "", 1),
     ("        // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C\n"
      "        // signature it was resolved with.\n"
-     "        match unsafe { reset(self.core.qp().as_ptr(), stream_id) } {",
+     "        match unsafe { reset(self.qp.qp().as_ptr(), stream_id) } {",
      "        // SAFETY: the queue pair is alive and exclusively borrowed.\n"
-     "        match unsafe { mlx5dv_dci_stream_id_reset(self.core.qp().as_ptr(), stream_id) } {", 1),
+     "        match unsafe { mlx5dv_dci_stream_id_reset(self.qp.qp().as_ptr(), stream_id) } {", 1),
 ]
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr).

@@ -2,7 +2,6 @@
 //! `mlx5dv_create_qp`, [`DcQueuePair`], the handle that owns one, and before bring-up the check
 //! that the port can carry DC traffic ([`PortNotReady`]) and its active MTU.
 use std::io;
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -65,21 +64,6 @@ impl DcQueuePair {
         }
     }
 
-    /// Destroys the queue pair and takes `qp`, created again on the same parents (a DC initiator
-    /// where the kernel refuses its move to RESET), in RESET.
-    ///
-    /// # Safety
-    ///
-    /// As [`new`](Self::new), for `qp` on this queue pair's parents; no view of the old one may
-    /// be used afterwards.
-    pub(crate) unsafe fn replace(&mut self, qp: NonNull<ibv_qp>) {
-        let old = std::mem::replace(&mut self.qp, qp);
-        // SAFETY: the old handle came from a create call and is destroyed once.
-        let ret = unsafe { rdma_mummy_sys::ibv_destroy_qp(old.as_ptr()) };
-        crate::ibverbs::check_destroy("ibv_destroy_qp", ret);
-        self.state = QueuePairState::Reset;
-    }
-
     pub(crate) fn qp(&self) -> NonNull<ibv_qp> {
         self.qp
     }
@@ -132,30 +116,6 @@ impl DcQueuePair {
         .into())
     }
 
-    /// The state read from the device (`ibv_query_qp`), kept as the state from then on: the
-    /// device moves a queue pair to ERR on its own.
-    pub(crate) fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
-        let mut attr = QueuePairAttribute::new();
-        // SAFETY: ibv_qp_init_attr is plain data for which all zeroes is valid.
-        let mut init_attr: ibv_qp_init_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        let mask = QueuePairAttributeMask::State.bits();
-        // SAFETY: the handle is alive and exclusively borrowed (libibverbs updates its cached
-        // state); both structs are writable (`attr.attr` is an ibv_qp_attr).
-        let ret = unsafe {
-            rdma_mummy_sys::ibv_query_qp(
-                self.qp.as_ptr(),
-                std::ptr::addr_of_mut!(attr.attr).cast(),
-                mask,
-                &mut init_attr,
-            )
-        };
-        if ret != 0 {
-            return Err(QueryQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
-        }
-        self.state = attr.state();
-        Ok(self.state)
-    }
-
     /// The device context of the queue pair's protection domain.
     pub(crate) fn context(&self) -> NonNull<ibv_context> {
         // SAFETY: the context is open while the protection domain is.
@@ -174,6 +134,38 @@ impl DcQueuePair {
     ) -> Result<Vec<rdma_mummy_sys::ibv_gid_entry>, SourceGidError> {
         // SAFETY: the context is open while the protection domain is.
         unsafe { read_gid_table(self.context(), port, port_attr.gid_tbl_len, query_gid_entry) }
+    }
+
+    /// Destroys the queue pair and takes `qp`, created again on the same parents (a DC initiator
+    /// where the kernel refuses its move to RESET), in RESET.
+    ///
+    /// # Safety
+    ///
+    /// As [`new`](Self::new), for `qp` on this queue pair's parents; no view of the old one may
+    /// be used afterwards.
+    pub(crate) unsafe fn replace(&mut self, qp: NonNull<ibv_qp>) {
+        let old = std::mem::replace(&mut self.qp, qp);
+        // SAFETY: the old handle came from a create call and is destroyed once.
+        let ret = unsafe { rdma_mummy_sys::ibv_destroy_qp(old.as_ptr()) };
+        crate::ibverbs::check_destroy("ibv_destroy_qp", ret);
+        self.state = QueuePairState::Reset;
+    }
+
+    /// The state read from the device (`ibv_query_qp`), kept as the state from then on: the
+    /// device moves a queue pair to ERR on its own.
+    pub(crate) fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
+        let (mut attr, mask) = (QueuePairAttribute::new(), QueuePairAttributeMask::State.bits());
+        // SAFETY: ibv_qp_init_attr is plain data for which all zeroes is valid.
+        let mut init_attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let raw = std::ptr::addr_of_mut!(attr.attr).cast();
+        // SAFETY: the handle is alive and exclusively borrowed (libibverbs updates its cached
+        // state); both structs are writable (`attr.attr` is an ibv_qp_attr).
+        let ret = unsafe { rdma_mummy_sys::ibv_query_qp(self.qp.as_ptr(), raw, mask, &mut init_attr) };
+        if ret != 0 {
+            return Err(QueryQueuePairErrorKind::Ibverbs(io::Error::from_raw_os_error(ret)).into());
+        }
+        self.state = attr.state();
+        Ok(self.state)
     }
 }
 

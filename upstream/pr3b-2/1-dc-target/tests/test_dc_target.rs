@@ -1,9 +1,7 @@
 #![cfg(feature = "mlx5")]
 use sideway::ibverbs::device::DeviceList;
-use sideway::ibverbs::queue_pair::{QueuePairAttribute, QueuePairState};
-use sideway::mlx5::dc::target::{
-    CreateDcTargetErrorKind, DcTargetBringUp, DcTargetEndpointErrorKind, ModifyDcTargetErrorKind,
-};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairErrorKind, QueuePairAttribute, QueuePairState};
+use sideway::mlx5::dc::target::{CreateDcTargetErrorKind, DcTargetBringUp, DcTargetEndpointErrorKind};
 use sideway::mlx5::device_context::Mlx5DeviceContext;
 
 /// On every device: a DC target without its shared receive queue or receive CQ is refused before
@@ -57,7 +55,7 @@ fn dc_target_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
         rts.setup_state(QueuePairState::ReadyToSend);
         let err = dct.modify(&rts).unwrap_err();
         assert!(
-            matches!(err.0, ModifyDcTargetErrorKind::InvalidTransition { .. }),
+            matches!(err.0, ModifyQueuePairErrorKind::InvalidTransition { .. }),
             "{err:?}"
         );
     }
