@@ -22,9 +22,9 @@ use crate::ibverbs::source_gid::{query_gid_entry, read_gid_table, SourceGidError
 // SAFETY: a bindgen struct of integers, raw pointers and unions of these; zero is valid.
 unsafe impl crate::ibverbs::zeroed::PlainData for mlx5dv_qp_init_attr {}
 
-/// A DC queue pair, owned: destroyed on drop, before the parents it holds. Its state is the one
-/// of the last [`modify`](Self::modify) or [`query_state`](Self::query_state), never read from
-/// the C struct, which libibverbs writes in both (they take `&mut self`).
+/// A DC queue pair, owned: destroyed on drop, before the parents it holds. Its state is kept
+/// here, as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state): the
+/// library writes the C struct's during the call, which takes `&mut self`.
 #[derive(Debug)]
 pub(crate) struct DcQueuePair {
     qp: NonNull<ibv_qp>,

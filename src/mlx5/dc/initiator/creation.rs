@@ -247,9 +247,7 @@ impl DcInitiator {
     /// # Safety
     ///
     /// `qp` must be a live DC initiator created with `params`' send operations.
-    pub(super) unsafe fn attach(
-        qp: NonNull<ibv_qp>, params: &DciInitParameters,
-    ) -> Result<((NonNull<ibv_qp_ex>, ProviderEntries), NonNull<mlx5dv_qp_ex>), &'static str> {
+    pub(super) unsafe fn attach(qp: NonNull<ibv_qp>, params: &DciInitParameters) -> Result<Views, &'static str> {
         // SAFETY: the queue pair is alive and was created with send operations.
         let qp_ex = NonNull::new(unsafe { ibv_qp_to_qp_ex(qp.as_ptr()) }).ok_or("ibv_qp_to_qp_ex")?;
         // SAFETY: its extended view, created with `params.send_ops`.
@@ -262,6 +260,9 @@ impl DcInitiator {
         Ok(((qp_ex, entries.with(dc)), mlx5_qp_ex))
     }
 }
+
+/// A DC initiator's extended view with its provider entries, and its mlx5 view.
+type Views = ((NonNull<ibv_qp_ex>, ProviderEntries), NonNull<mlx5dv_qp_ex>);
 
 /// Why `mlx5dv_create_qp` refused the DC initiator `params` describes: `EOPNOTSUPP` (`None`) is
 /// a device without DC; `EINVAL` for a request larger than the device's sizes is libmlx5's
