@@ -1,18 +1,17 @@
 //! [`AddressHandleAttribute`]: the route to a remote port, for an [`address_handle`](super::address_handle)
 //! and for a connected queue pair's address vector.
 //!
-//! sideway's own keeps its `ibv_ah_attr` private: this one is sideway's with what it lacks (every
-//! field readable, traffic class and flow label, `Copy`, `Debug`), which upstream adds to
-//! sideway's; [`new`](AddressHandleAttribute::new) starts on port 1, sideway's on port 0.
+//! sideway's own keeps its `ibv_ah_attr` private: this one has the same crate-private field, which
+//! the address handle reads in both crates, and what sideway's lacks (every field readable,
+//! traffic class and flow label, `Copy`, `Debug`); [`new`](AddressHandleAttribute::new) starts on
+//! port 1, sideway's on port 0.
 use rdma_mummy_sys::ibv_ah_attr;
 use sideway::ibverbs::address::Gid;
-
-use super::zeroed::Zeroed;
 
 /// The route to a remote port, and for global routing (required on RoCE) its GRH.
 #[derive(Clone, Copy)]
 pub struct AddressHandleAttribute {
-    pub(crate) attr: Zeroed<ibv_ah_attr>,
+    pub(crate) attr: ibv_ah_attr,
 }
 
 impl Default for AddressHandleAttribute {
@@ -42,7 +41,8 @@ impl std::fmt::Debug for AddressHandleAttribute {
 impl AddressHandleAttribute {
     /// An all-zero attribute on port 1, not global.
     pub fn new() -> Self {
-        let mut attr = Zeroed::<ibv_ah_attr>::new();
+        // SAFETY: ibv_ah_attr is plain integers: all zero is valid.
+        let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
         attr.port_num = 1;
         Self { attr }
     }

@@ -111,7 +111,7 @@ impl AddressHandleAttribute {
                 port,
                 raw_wc.as_mut_ptr(),
                 raw_grh.as_mut_ptr(),
-                attr.attr.as_mut_ptr(),
+                &mut attr.attr,
             )
         };
         if ret != 0 {

@@ -3,8 +3,8 @@
 //! [`AddressHandleAttribute`] with `pd.create_ah(&attr)`.
 //!
 //! On RoCE, and on an InfiniBand port that requires a GRH, every address must be global: set the
-//! `setup_grh_*` methods, its source GID index from a
-//! [`SourceGid`](super::source_gid::SourceGid). The kernel refuses any other
+//! `setup_grh_*` methods, its source GID index from the port's GID table
+//! (`DeviceContext::query_gid_table`). The kernel refuses any other
 //! (`rdma_check_ah_attr`: `EINVAL`), and on RoCE a router forwards no packet from a link-local
 //! source to a routed destination (RFC 4291, section 2.5.6): both are refused before the call.
 //!
@@ -19,11 +19,11 @@
 //! of the first request to it to keep that wait off the posting path.
 //!
 //! ```no_run
+//! use sideway::ibverbs::address::GidType;
 //! use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 //! use sideway_ext::ibverbs::address::AddressHandleAttribute;
 //! use sideway_ext::ibverbs::address_handle::DEFAULT_HOP_LIMIT;
-//! use sideway_ext::ibverbs::extension::{DeviceContextExt, ProtectionDomainExt};
-//! use sideway_ext::ibverbs::source_gid::SourceGid;
+//! use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let devices = DeviceList::new()?;
@@ -33,21 +33,26 @@
 //!     let (remote_lid, remote_gid) = (0x12, "::ffff:192.0.2.7".parse::<std::net::Ipv6Addr>()?.into());
 //!     let mut attr = AddressHandleAttribute::new();
 //!     attr.setup_port(1).setup_dest_lid(remote_lid);
-//!     // On RoCE, send from the port's RoCE v2 GID; on InfiniBand the LID is the address.
-//!     if let Some(local) = ctx.source_gid(1, &SourceGid::Automatic)? {
-//!         attr.setup_grh_src_gid_index(local.index())
+//!     // On RoCE, send from the port's RoCE v2 GID with an IPv4 address (a router forwards its
+//!     // packets); on InfiniBand the LID is the address.
+//!     let table = ctx.query_gid_table()?;
+//!     let routable = table.iter().find(|e| {
+//!         let ipv4 = std::net::Ipv6Addr::from(e.gid()).to_ipv4_mapped().is_some();
+//!         e.port_num() == 1 && e.gid_type() == GidType::RoceV2 && ipv4
+//!     });
+//!     if let Some(local) = routable {
+//!         attr.setup_grh_src_gid_index(local.gid_index() as u8)
 //!             .setup_grh_dest_gid(&remote_gid)
 //!             .setup_grh_hop_limit(DEFAULT_HOP_LIMIT);
 //!     }
-//!     let ah = pd.create_ah(&attr)?; // cache it: one per destination
-//!     assert_eq!(ah.attribute().dest_gid(), remote_gid);
+//!     let _ah = pd.create_ah(&attr)?; // cache it: one per destination
 //!     Ok(())
 //! }
 //! ```
-use std::io;
 use std::net::Ipv6Addr;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::{fmt, io};
 
 use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, ibv_gid, ibv_port_attr, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::address::Gid;
@@ -88,7 +93,7 @@ pub enum CreateAddressHandleErrorKind {
     /// On RoCE, a link-local source GID (`fe80::/10`) for a destination that is not link-local.
     #[error(
         "GID index {src_gid_index} of port {port} is link-local (fe80::/10) and the destination {destination} is \
-         not: send from a global or IPv4-mapped GID (SourceGid::Automatic picks one where the port has it)"
+         not: send from a global or IPv4-mapped GID"
     )]
     LinkLocalSourceToRoutedDestination {
         /// The port.
@@ -151,11 +156,6 @@ impl PortAddressing {
         self == Self::Roce
     }
 
-    /// Whether every address from the port must be global (carry a GRH).
-    pub(crate) fn requires_grh(self) -> bool {
-        self != Self::InfiniBand
-    }
-
     /// Refuses an address that is not global where the port requires a GRH.
     fn check_global(self, port: u8, global: bool) -> Result<(), CreateAddressHandleErrorKind> {
         match self {
@@ -183,13 +183,13 @@ pub(crate) fn port_addressing(
 fn check_link_local(
     port: u8, attr: &AddressHandleAttribute, source: impl FnOnce() -> Option<Gid>,
 ) -> Result<(), CreateAddressHandleErrorKind> {
-    let destination = attr.dest_gid();
-    if !attr.is_global() || is_link_local(destination) || !source().is_some_and(is_link_local) {
+    let destination = Gid::from(attr.attr.grh.dgid);
+    if attr.attr.is_global == 0 || is_link_local(destination) || !source().is_some_and(is_link_local) {
         return Ok(());
     }
     Err(CreateAddressHandleErrorKind::LinkLocalSourceToRoutedDestination {
         port,
-        src_gid_index: attr.src_gid_index(),
+        src_gid_index: attr.attr.grh.sgid_index,
         destination: destination.into(),
     })
 }
@@ -225,7 +225,6 @@ unsafe fn query_gid(pd: &Arc<ProtectionDomain>, port: u8, index: u8) -> Option<G
 
 /// An address handle (`ibv_ah`), destroyed when dropped. Cache one per destination: creating a
 /// handle per work request is slow.
-#[derive(Debug)]
 pub struct AddressHandle {
     ah: NonNull<ibv_ah>,
     attr: AddressHandleAttribute,
@@ -239,6 +238,14 @@ unsafe impl Send for AddressHandle {}
 // SAFETY: as above.
 unsafe impl Sync for AddressHandle {}
 
+impl fmt::Debug for AddressHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AddressHandle")
+            .field("ah", &self.ah)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for AddressHandle {
     fn drop(&mut self) {
         // SAFETY: the handle came from ibv_create_ah and is destroyed once.
@@ -251,20 +258,20 @@ impl AddressHandle {
     pub(crate) fn new(
         pd: &Arc<ProtectionDomain>, attr: &AddressHandleAttribute,
     ) -> Result<Self, CreateAddressHandleError> {
-        let port = attr.port();
+        let port = attr.attr.port_num;
         let addressing = port_addressing(pd, port)?;
-        addressing.check_global(port, attr.is_global())?;
+        addressing.check_global(port, attr.attr.is_global != 0)?;
         if addressing.is_roce() {
             // SAFETY: the PD (and so its context) is alive.
-            check_link_local(port, attr, || unsafe { query_gid(pd, port, attr.src_gid_index()) })?;
+            check_link_local(port, attr, || unsafe { query_gid(pd, port, attr.attr.grh.sgid_index) })?;
         }
         let mut raw = attr.attr;
         // SAFETY: the PD is alive; raw is a valid ibv_ah_attr the call only reads.
-        let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), raw.as_mut_ptr()) };
+        let ah = unsafe { ibv_create_ah(pd.pd().as_ptr(), &mut raw) };
         let ah = NonNull::new(ah).ok_or_else(|| create_failure(port, addressing, io::Error::last_os_error()))?;
         Ok(Self {
             ah,
-            attr: *attr,
+            attr: AddressHandleAttribute { attr: attr.attr },
             destination_path_mtu: None,
             _pd: Arc::clone(pd),
         })
@@ -314,7 +321,7 @@ mod tests {
         let infiniband = rdma_mummy_sys::IBV_LINK_LAYER_INFINIBAND;
         let grh_required = PortAddressing::of(&port(infiniband, IBV_QPF_GRH_REQUIRED));
         assert_eq!(grh_required, PortAddressing::InfiniBandGrhRequired);
-        assert!(grh_required.requires_grh() && !grh_required.is_roce());
+        assert!(!grh_required.is_roce());
         assert!(matches!(
             grh_required.check_global(1, false),
             Err(CreateAddressHandleErrorKind::GrhRequired { port: 1 })
@@ -322,10 +329,10 @@ mod tests {
         assert!(grh_required.check_global(1, true).is_ok());
         let plain = PortAddressing::of(&port(infiniband, 0));
         assert_eq!(plain, PortAddressing::InfiniBand);
-        assert!(!plain.requires_grh() && plain.check_global(1, false).is_ok());
+        assert!(plain.check_global(1, false).is_ok());
         // RoCE, whatever its flags.
         let roce = PortAddressing::of(&port(IBV_LINK_LAYER_ETHERNET, IBV_QPF_GRH_REQUIRED));
-        assert!(roce.is_roce() && roce.requires_grh());
+        assert!(roce.is_roce());
         assert!(matches!(
             roce.check_global(2, false),
             Err(CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 2 })
@@ -385,7 +392,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "GID index 1 of port 1 is link-local (fe80::/10) and the destination ::ffff:192.0.2.7 is not: send \
-             from a global or IPv4-mapped GID (SourceGid::Automatic picks one where the port has it)"
+             from a global or IPv4-mapped GID"
         );
         // Link-local to link-local: the source is not even read.
         let unread = || panic!("no need to read the source GID");

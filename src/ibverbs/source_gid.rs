@@ -189,6 +189,13 @@ fn preference(gid: Gid) -> u8 {
     }
 }
 
+impl PortAddressing {
+    /// Whether every address from the port must be global (carry a GRH).
+    fn requires_grh(self) -> bool {
+        self != Self::InfiniBand
+    }
+}
+
 impl SourceGid {
     /// The entry of local `port`'s GID table this names; `None` for
     /// [`Automatic`](Self::Automatic) on InfiniBand without a GRH required.

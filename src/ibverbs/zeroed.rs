@@ -7,9 +7,7 @@
 use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 
-use rdma_mummy_sys::{
-    ibv_ah_attr, ibv_grh, ibv_qp_attr, ibv_qp_init_attr_ex, ibv_recv_wr, ibv_srq_attr, ibv_srq_init_attr, ibv_wc,
-};
+use rdma_mummy_sys::{ibv_grh, ibv_qp_attr, ibv_qp_init_attr_ex, ibv_recv_wr, ibv_srq_attr, ibv_srq_init_attr, ibv_wc};
 
 /// Plain C data: integers, raw pointers, and structs, unions and arrays of these.
 ///
@@ -28,8 +26,6 @@ unsafe impl PlainData for ibv_recv_wr {}
 unsafe impl PlainData for ibv_qp_attr {}
 // SAFETY: as above.
 unsafe impl PlainData for ibv_qp_init_attr_ex {}
-// SAFETY: as above.
-unsafe impl PlainData for ibv_ah_attr {}
 // SAFETY: as above.
 unsafe impl PlainData for ibv_wc {}
 // SAFETY: as above.

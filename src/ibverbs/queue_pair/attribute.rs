@@ -95,7 +95,7 @@ impl QueuePairAttribute {
     /// The primary path's address vector (`IBV_QP_AV`); on RoCE it must be global.
     pub fn setup_address_vector(&mut self, ah_attr: &AddressHandleAttribute) -> &mut Self {
         // SAFETY: an untyped copy between two live values: the GRH's padding stays zero.
-        unsafe { std::ptr::copy_nonoverlapping(&*ah_attr.attr, &mut self.attr.ah_attr, 1) };
+        unsafe { std::ptr::copy_nonoverlapping(&ah_attr.attr, &mut self.attr.ah_attr, 1) };
         self.attr_mask |= QueuePairAttributeMask::AddressVector;
         self
     }
