@@ -1,14 +1,5 @@
 # Pull request 1c-1b: the source GID of an address. Read by scripts/upstream-pr (see
 # upstream/README.md).
-#
-# The address handle's file, moved with 1c-1, moves again with the rewrites that hold from here on
-# (upstream/pr1c-1/part.py, ADDRESS_HANDLE_REWRITES): what this part adds to it (the doctest's
-# ctx.source_gid, whether a port requires a GRH) is the difference.
-import runpy
-from pathlib import Path
-
-_FIRST = runpy.run_path(str(Path(__file__).resolve().parent.parent / "pr1c-1" / "part.py"),
-                        init_globals={"GLUE": GLUE, "DC_DATA_PLANE": DC_DATA_PLANE})
 
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-source-gids"]
@@ -24,12 +15,6 @@ MOVES = {
                 # The test of the fallback, ported to sideway's tests.
                 ("(`tests/test_device.rs`)", "(`tests/test_source_gid.rs`)", 1),
             ],
-        },
-        {
-            "from": "src/ibverbs/address_handle.rs",
-            "to": "src/ibverbs/address_handle.rs",
-            "helpers": [],
-            "rewrites": _FIRST["ADDRESS_HANDLE_REWRITES"]("pr1c-1b"),
         },
     ],
 }

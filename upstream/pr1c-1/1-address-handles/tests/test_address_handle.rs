@@ -6,8 +6,8 @@ use sideway::ibverbs::device;
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
 
 /// On each device's first port: an address handle to the port's own GID, sent from its RoCE v2
-/// GID with an IPv4 address (on RoCE), keeps the route it was made with; a non-global one on RoCE
-/// and one on a port the device lacks are refused before the library.
+/// GID with an IPv4 address (on RoCE), is made, twice; a non-global one on RoCE and one on a port
+/// the device lacks are refused before the library.
 #[test]
 fn create_ah_to_the_port_itself() -> Result<(), Box<dyn std::error::Error>> {
     let device_list = device::DeviceList::new()?;
@@ -31,26 +31,14 @@ fn create_ah_to_the_port_itself() -> Result<(), Box<dyn std::error::Error>> {
                 matches!(err.0, CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 1 }),
                 "{err:?}"
             );
-            attr.setup_grh_src_gid_index(entry.gid_index() as u8)
-                .setup_grh_dest_gid(&entry.gid())
-                .setup_grh_hop_limit(DEFAULT_HOP_LIMIT)
-                .setup_grh_traffic_class(0x10)
-                .setup_grh_flow_label(0x12345);
+            let (flow_label, traffic_class) = (0x12345, 0x10);
+            attr.setup_grh(&entry.gid(), flow_label, entry.gid_index() as u8, DEFAULT_HOP_LIMIT, traffic_class);
         }
 
         let ah = pd.create_ah(&attr)?;
-        let made = ah.attribute();
-        assert_eq!((made.port(), made.dest_lid(), made.service_level()), (1, port.lid(), 1));
-        assert_eq!(made.is_global(), roce);
-        if roce {
-            assert_eq!(made.dest_gid(), attr.dest_gid());
-            assert_eq!(
-                (made.hop_limit(), made.traffic_class(), made.flow_label()),
-                (DEFAULT_HOP_LIMIT, 0x10, 0x12345)
-            );
-        }
         // A second handle for the same route, dropped before the first.
         drop(pd.create_ah(&attr)?);
+        drop(ah);
 
         // A port the device lacks: a typed error.
         let missing = port_after_the_last(&ctx);
@@ -98,8 +86,7 @@ fn create_ah_from_a_link_local_gid_to_a_routed_destination_is_refused() -> Resul
             "{err:?}"
         );
         attr.setup_grh_dest_gid(&link_local.gid());
-        let ah = pd.create_ah(&attr)?;
-        assert_eq!(ah.attribute().src_gid_index(), index);
+        pd.create_ah(&attr)?;
     }
     Ok(())
 }
