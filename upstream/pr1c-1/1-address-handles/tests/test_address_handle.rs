@@ -31,8 +31,9 @@ fn create_ah_to_the_port_itself() -> Result<(), Box<dyn std::error::Error>> {
                 matches!(err.0, CreateAddressHandleErrorKind::GlobalRoutingRequired { port: 1 }),
                 "{err:?}"
             );
-            let (flow_label, traffic_class) = (0x12345, 0x10);
-            attr.setup_grh(&entry.gid(), flow_label, entry.gid_index() as u8, DEFAULT_HOP_LIMIT, traffic_class);
+            // Flow label 0x12345, traffic class 0x10.
+            let index = entry.gid_index() as u8;
+            attr.setup_grh(&entry.gid(), 0x12345, index, DEFAULT_HOP_LIMIT, 0x10);
         }
 
         let ah = pd.create_ah(&attr)?;
