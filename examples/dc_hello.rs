@@ -11,7 +11,6 @@ use std::net::Ipv6Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
@@ -79,13 +78,10 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     // The target: a DCT on a shared receive queue, at RTR; its endpoint is what a peer is sent.
     let srq = pd.create_srq_builder().setup_max_wr(16).build()?;
-    let receive = ibv_sge {
-        addr: at(128),
-        length: 64,
-        lkey: mr.lkey(),
-    };
+    let mut receives = srq.start_post_recv();
     // SAFETY: the receive buffer lies in `mr` and outlives the SRQ.
-    unsafe { srq.post_recv_one(RECEIVE, &[receive])? };
+    unsafe { receives.construct_wr(RECEIVE).setup_sge(mr.lkey(), at(128), 64) };
+    receives.post()?;
     let mut dct = pd
         .create_dct_builder()
         .setup_recv_cq(cq.clone())
