@@ -8,7 +8,7 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry};
 
-use super::{entry, Destination, Operation, PathMtus, PendingRequest};
+use super::{entry, Destination, Operation, PendingRequest};
 
 /// The data step of a request: scatter/gather entries or inline data. Giving the data issues the
 /// request's C calls.
@@ -19,44 +19,10 @@ pub struct TypedLocalBufferHandle<'g, O: Operation, D: Destination> {
 }
 
 impl<'g, O: Operation, D: Destination> TypedLocalBufferHandle<'g, O, D> {
-    /// The data step of `request`, sent to `destination`; for the destination steps of other
-    /// modules' transports. A READ is held to the batch's path MTUs
-    /// ([`TypedPostSendGuard::set_path_mtus`](super::TypedPostSendGuard::set_path_mtus)).
+    /// The data step of `request`, sent to `destination`.
     #[inline]
     pub(crate) fn new(request: PendingRequest<'g, O>, destination: D) -> Self {
         Self { request, destination }
-    }
-
-    /// The same, for a transport whose requests are addressed one by one: a READ is held to
-    /// these path MTUs, its own (when known), which replace the batch's. Other operations are
-    /// not looked at.
-    #[inline]
-    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
-    pub(crate) fn between(request: PendingRequest<'g, O>, destination: D, path_mtus: Option<PathMtus>) -> Self {
-        if O::ENTRY == entry::RDMA_READ {
-            request.batch.path_mtus = path_mtus;
-        }
-        Self { request, destination }
-    }
-
-    /// Whether the request is an RDMA READ whose responses, `length` bytes in all, the
-    /// requester's path would drop (the batch's path MTUs: [`Batch`](super::Batch)); then it is
-    /// recorded as refused. One test of a constant for every other operation.
-    #[inline]
-    fn read_refused(&mut self, length: impl FnOnce() -> u64) -> bool {
-        if O::ENTRY != entry::RDMA_READ {
-            return false;
-        }
-        let batch = &mut *self.request.batch;
-        let Some(path_mtus) = batch.path_mtus else {
-            return false;
-        };
-        let length = length();
-        if path_mtus.read_fits(length) {
-            return false;
-        }
-        batch.refuse_read(self.request.wr_id, length, path_mtus);
-        true
     }
 
     /// Makes the request's C calls in order: `wr_id` and `wr_flags` (with the inline bit set
@@ -68,7 +34,7 @@ impl<'g, O: Operation, D: Destination> TypedLocalBufferHandle<'g, O, D> {
         let batch = request.batch;
         let needed = O::ENTRY | D::ENTRY | SETTER;
         if batch.missing & needed != 0 {
-            batch.refuse(request.wr_id, needed, D::ENTRY_NAME);
+            batch.refuse(request.wr_id, needed);
             return;
         }
         let qp = batch.qp_ex.as_ptr();
@@ -98,10 +64,7 @@ impl<O: Operation, D: Destination> SetInlineData for TypedLocalBufferHandle<'_, 
     /// Copies `buf` into the request (`ibv_wr_set_inline_data`): at most the queue pair's
     /// granted `max_inline_data` bytes.
     #[inline]
-    fn setup_inline_data(mut self, buf: &[u8]) {
-        if self.read_refused(|| buf.len() as u64) {
-            return;
-        }
+    fn setup_inline_data(self, buf: &[u8]) {
         if buf.len() > self.request.batch.max_inline_data as usize {
             return self.request.batch.refuse_inline(self.request.wr_id, buf.len());
         }
@@ -113,10 +76,7 @@ impl<O: Operation, D: Destination> SetInlineData for TypedLocalBufferHandle<'_, 
 
     /// Copies the slices, one after the other, into the request (`ibv_wr_set_inline_data_list`).
     #[inline]
-    fn setup_inline_data_list(mut self, bufs: &[IoSlice<'_>]) {
-        if self.read_refused(|| bufs.iter().map(|buf| buf.len() as u64).sum()) {
-            return;
-        }
+    fn setup_inline_data_list(self, bufs: &[IoSlice<'_>]) {
         let max = self.request.batch.max_inline_data as usize;
         if max != u32::MAX as usize {
             let length = bufs.iter().map(|buf| buf.len()).sum();
@@ -138,10 +98,7 @@ impl<O: Operation, D: Destination> SetScatterGatherEntry for TypedLocalBufferHan
     /// The buffer must lie in the memory region of `lkey` and stay valid until the request
     /// completes.
     #[inline]
-    unsafe fn setup_sge(mut self, lkey: u32, addr: u64, length: u32) {
-        if self.read_refused(|| u64::from(length)) {
-            return;
-        }
+    unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
         self.issue::<{ entry::SET_SGE }, false>(|qp| ibv_wr_set_sge(qp, lkey, addr, length));
     }
 
@@ -151,10 +108,7 @@ impl<O: Operation, D: Destination> SetScatterGatherEntry for TypedLocalBufferHan
     /// completes; more entries than the queue pair's `max_send_sge` fail the post with
     /// [`InvalidWorkRequest`](super::TypedPostSendErrorKind::InvalidWorkRequest).
     #[inline]
-    unsafe fn setup_sge_list(mut self, sg_list: &[ibv_sge]) {
-        if self.read_refused(|| sg_list.iter().map(|sge| u64::from(sge.length)).sum()) {
-            return;
-        }
+    unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
         self.issue::<{ entry::SET_SGE_LIST }, false>(|qp| ibv_wr_set_sge_list(qp, sg_list.len(), sg_list.as_ptr()));
     }
 }

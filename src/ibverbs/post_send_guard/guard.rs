@@ -7,7 +7,7 @@ use rdma_mummy_sys::{ibv_qp_ex, ibv_wr_abort, ibv_wr_complete, ibv_wr_start};
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use super::error::complete_error;
-use super::{PathMtus, ProviderEntries, Transport, TypedPostSendError, TypedPostSendErrorKind, TypedWorkRequestHandle};
+use super::{ProviderEntries, Transport, TypedPostSendError, TypedPostSendErrorKind, TypedWorkRequestHandle};
 
 /// The state of a batch that its requests update (reached only through a [`TypedPostSendGuard`]).
 #[derive(Debug)]
@@ -19,13 +19,6 @@ pub struct Batch {
     refused: Option<Refused>,
     /// The queue pair's granted inline size (`u32::MAX` where it is not known here).
     pub(super) max_inline_data: u32,
-    /// The path MTUs an RDMA READ is held to, when known: the batch's two ends', for a batch to
-    /// one responder ([`TypedPostSendGuard::set_path_mtus`]); or, on a transport whose requests are
-    /// addressed one by one, the last READ's own, set at its address step.
-    pub(super) path_mtus: Option<PathMtus>,
-    /// The path MTUs of the first refused request, when it is an RDMA READ refused for them
-    /// (its refusal is then [`Refusal::DataTooLong`] with the READ's length).
-    refused_path_mtus: Option<PathMtus>,
 }
 
 /// The first request of a batch that was refused before reaching the provider.
@@ -41,18 +34,16 @@ struct Refused {
 enum Refusal {
     /// It needed this entry, which the queue pair lacks.
     Entry(&'static str),
-    /// Its data has this length: inline data over the granted size, or, where the batch has
-    /// `refused_path_mtus`, an RDMA READ whose responses the requester's path would drop (one
-    /// variant for both keeps `Refused` small).
+    /// Its inline data has this length, over the granted size.
     DataTooLong(usize),
 }
 
 impl Batch {
     /// Records a refused request.
     #[inline]
-    pub(super) fn refuse(&mut self, wr_id: u64, needed: u32, external: &'static str) {
+    pub(super) fn refuse(&mut self, wr_id: u64, needed: u32) {
         if self.refused.is_none() {
-            self.refused = Some(refusal(self.missing, self.len, wr_id, needed, external));
+            self.refused = Some(refusal(self.missing, self.len, wr_id, needed));
         }
         self.len += 1;
     }
@@ -72,47 +63,13 @@ impl Batch {
     }
 }
 
-impl Batch {
-    /// Records an RDMA READ of `length` bytes whose responses, at the responder's path MTU, are
-    /// larger than the requester's path takes.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn refuse_read(&mut self, wr_id: u64, length: u64, path_mtus: PathMtus) {
-        if self.refused.is_none() {
-            self.refused = Some(Refused {
-                index: self.len,
-                wr_id,
-                reason: Refusal::DataTooLong(usize::try_from(length).unwrap_or(usize::MAX)),
-            });
-            self.refused_path_mtus = Some(path_mtus);
-        }
-        self.len += 1;
-    }
-}
-
-/// The error of a READ refused for its responses (out of the post's path: refusals are rare).
 #[cold]
 #[inline(never)]
-fn read_refused(
-    index: usize, wr_id: u64, length: usize, path_mtus: PathMtus, batch_len: usize,
-) -> TypedPostSendErrorKind {
-    TypedPostSendErrorKind::ReadResponsesTooLarge {
-        index,
-        wr_id,
-        length: length as u64,
-        path_mtu: path_mtus.requester(),
-        responder_path_mtu: path_mtus.responder(),
-        batch_len,
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'static str) -> Refused {
+fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32) -> Refused {
     Refused {
         index,
         wr_id,
-        reason: Refusal::Entry(ProviderEntries(!missing).name_of_first_missing(needed, external)),
+        reason: Refusal::Entry(ProviderEntries(!missing).name_of_first_missing(needed)),
     }
 }
 
@@ -120,8 +77,7 @@ fn refusal(missing: u32, index: usize, wr_id: u64, needed: u32, external: &'stat
 #[must_use = "the batch is posted only by post(); dropping the guard aborts it"]
 pub struct TypedPostSendGuard<'qp, T: Transport> {
     batch: Batch,
-    context: T::Context,
-    _qp: PhantomData<&'qp mut ()>,
+    _qp: PhantomData<(&'qp mut (), T)>,
 }
 
 impl<T: Transport> TypedPostSendGuard<'_, T> {
@@ -137,7 +93,7 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
     /// // SAFETY: the queue pair is alive and used by no one else while the guard lives.
     /// let entries = unsafe { ProviderEntries::new(qp_ex, SendOperationFlags::Send) }?;
     /// // SAFETY: as above; its provider filled `entries`.
-    /// let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp_ex, entries, ()) };
+    /// let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp_ex, entries) };
     /// // SAFETY: the buffer at 0x1000 is registered under lkey 7 and outlives the request.
     /// unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_sge(7, 0x1000, 64) };
     /// guard.post()?;
@@ -148,10 +104,9 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
     ///
     /// - `qp_ex` must be the extended view of a live queue pair, exclusively borrowed for the
     ///   guard's lifetime, whose provider filled at least the entries named by `entries`
-    ///   (read them with [`ProviderEntries::new`]);
-    /// - `context` must be what `T` needs for this queue pair.
+    ///   (read them with [`ProviderEntries::new`]), of `T`'s queue-pair type.
     #[inline]
-    pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context) -> Self {
+    pub unsafe fn start(qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries) -> Self {
         ibv_wr_start(qp_ex.as_ptr());
         Self {
             batch: Batch {
@@ -160,10 +115,7 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
                 len: 0,
                 refused: None,
                 max_inline_data: u32::MAX,
-                path_mtus: None,
-                refused_path_mtus: None,
             },
-            context,
             _qp: PhantomData,
         }
     }
@@ -176,7 +128,7 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
             batch: &mut self.batch,
             wr_id,
             wr_flags: wr_flags.bits(),
-            context: self.context,
+            _transport: PhantomData,
         }
     }
 
@@ -186,15 +138,6 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
     #[inline]
     pub fn set_max_inline_data(&mut self, max_inline_data: u32) {
         self.batch.max_inline_data = max_inline_data;
-    }
-
-    /// The path MTUs of the batch's two ends, for a guard whose requests all go to one
-    /// responder ([`BatchAddressed`](crate::mlx5::dc::initiator::BatchAddressed)): an RDMA READ
-    /// whose responses would not reach this queue pair is then refused before the provider
-    /// ([`ReadResponsesTooLarge`](TypedPostSendErrorKind::ReadResponsesTooLarge)).
-    #[inline]
-    pub fn set_path_mtus(&mut self, path_mtus: Option<PathMtus>) {
-        self.batch.path_mtus = path_mtus;
     }
 
     /// How many requests the batch holds (those that reached their data step).
@@ -211,7 +154,7 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
         let batch_len = self.batch.len;
         let qp = self.batch.qp_ex.as_ptr();
         if let Some(refused) = self.batch.refused {
-            let (max_inline_data, refused_path_mtus) = (self.batch.max_inline_data, self.batch.refused_path_mtus);
+            let max_inline_data = self.batch.max_inline_data;
             // Dropping the guard aborts the batch.
             drop(self);
             let Refused { index, wr_id, reason } = refused;
@@ -222,15 +165,12 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
                     entry,
                     batch_len,
                 },
-                Refusal::DataTooLong(length) => match refused_path_mtus {
-                    None => TypedPostSendErrorKind::InlineDataTooLong {
-                        index,
-                        wr_id,
-                        length,
-                        max_inline_data,
-                        batch_len,
-                    },
-                    Some(path_mtus) => read_refused(index, wr_id, length, path_mtus, batch_len),
+                Refusal::DataTooLong(length) => TypedPostSendErrorKind::InlineDataTooLong {
+                    index,
+                    wr_id,
+                    length,
+                    max_inline_data,
+                    batch_len,
                 },
             }
             .into());

@@ -1,11 +1,11 @@
-//! Posting send work requests with the `ibv_wr_*` API, for every queue-pair type of this crate.
+//! Posting send work requests with the `ibv_wr_*` API, for the RC and UD queue pairs of this
+//! crate (a DC initiator has its own guard, `mlx5::dc::initiator::DcPostSendGuard`).
 //!
 //! A [`TypedPostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`, and
 //! aborts them (`ibv_wr_abort`) when dropped without [`post`](TypedPostSendGuard::post). Each
 //! request is described in the order the C API demands, enforced by types:
 //! [`construct_wr`](TypedPostSendGuard::construct_wr) → an operation (`setup_send`, …) → for
-//! datagram transports, the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module)
-//! → the data ([`SetScatterGatherEntry`] or [`SetInlineData`]). Its C calls are made together
+//! UD, the destination (`setup_ud_addr`) → the data ([`SetScatterGatherEntry`] or [`SetInlineData`]). Its C calls are made together
 //! at the data step, so the [`Inline`] flag always matches the data (rxe reads it at the builder
 //! call) and a request that never reached its data step leaves nothing half-built.
 //!
@@ -42,7 +42,6 @@ mod unreliable_datagram;
 pub use data::TypedLocalBufferHandle;
 pub use error::{TypedPostSendError, TypedPostSendErrorKind};
 pub use guard::{Batch, TypedPostSendGuard};
-pub(crate) use path_mtus::mtu_bytes;
 pub use path_mtus::PathMtus;
 pub(crate) use provider_entries::entry;
 pub use provider_entries::{MissingProviderEntry, ProviderEntries};
@@ -50,12 +49,10 @@ pub use request::{PendingRequest, TypedWorkRequestHandle};
 pub use transport::{Connected, Destination, ReliableConnection, RemoteMemoryAccess, Transport};
 pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};
 
-pub(crate) mod sealed {
-    // Transports and operations are this crate's: each one's guarantees (which builders, which
-    // destination step) depend on how its queue pairs were created, and the guard's checks of
-    // provider entries rely on them. (Destinations are open, an unsafe trait: a destination only
-    // sets an address through entries the guard checks.) Visible crate-wide so that the mlx5
-    // module's DC transport can implement them.
+mod sealed {
+    // Transports, operations and destinations are this crate's: each one's guarantees (which
+    // builders, which destination step) depend on how its queue pairs were created, and the
+    // guard's checks of provider entries rely on them.
     pub trait Sealed {}
 }
 

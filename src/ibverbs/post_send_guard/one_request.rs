@@ -18,10 +18,10 @@ impl<T: Transport> TypedPostSendGuard<'_, T> {
     /// As [`start`](Self::start).
     #[inline]
     pub unsafe fn post_one(
-        qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, context: T::Context, wr_id: u64,
-        wr_flags: WorkRequestFlags, request: impl FnOnce(TypedWorkRequestHandle<'_, T>),
+        qp_ex: NonNull<ibv_qp_ex>, entries: ProviderEntries, wr_id: u64, wr_flags: WorkRequestFlags,
+        request: impl FnOnce(TypedWorkRequestHandle<'_, T>),
     ) -> Result<(), TypedPostSendError> {
-        let mut guard = Self::start(qp_ex, entries, context);
+        let mut guard = Self::start(qp_ex, entries);
         request(guard.construct_wr(wr_id, wr_flags));
         guard.post()
     }

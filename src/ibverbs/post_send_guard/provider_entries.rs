@@ -36,10 +36,6 @@ pub(crate) mod entry {
     pub const SET_INLINE_DATA_LIST: u32 = 1 << 10;
     /// `wr_set_ud_addr`.
     pub const SET_UD_ADDR: u32 = 1 << 11;
-    /// The first bit free for entries outside `ibv_qp_ex` (the mlx5 module's).
-    #[cfg_attr(not(feature = "mlx5"), allow(dead_code))]
-    pub const FIRST_EXTERNAL: u32 = 1 << 16;
-
     pub(crate) const NAMES: [&str; 12] = [
         "wr_send",
         "wr_send_imm",
@@ -133,26 +129,13 @@ impl ProviderEntries {
         self.0 & bits == bits
     }
 
-    /// The first bit free for the entries of a [`Destination`](super::Destination) of another
-    /// crate: below it, `ibv_qp_ex`'s entries and this crate's own outside it (mlx5's DC setters).
-    pub const FIRST_EXTERNAL_FREE: u32 = entry::FIRST_EXTERNAL << 2;
-
-    /// Adds entries that lie outside `ibv_qp_ex`: the DC setters that
-    /// [`DcContext::entries`](crate::mlx5::dc::initiator::DcContext::entries) reads, or a
-    /// [`Destination`](super::Destination) of another crate's, from
-    /// [`FIRST_EXTERNAL_FREE`](Self::FIRST_EXTERNAL_FREE) up.
-    pub const fn with(self, bits: u32) -> Self {
-        Self(self.0 | bits)
-    }
-
-    /// The name of the first entry of `needed` that is missing: an `ibv_qp_ex` entry, or else
-    /// `external` (the destination's own entry).
-    pub(super) fn name_of_first_missing(self, needed: u32, external: &'static str) -> &'static str {
+    /// The name of the first entry of `needed` that is missing.
+    pub(super) fn name_of_first_missing(self, needed: u32) -> &'static str {
         let missing = needed & !self.0;
         entry::NAMES
             .get(missing.trailing_zeros() as usize)
             .copied()
-            .unwrap_or(external)
+            .unwrap_or("")
     }
 }
 
@@ -213,21 +196,14 @@ mod tests {
         // Not granted (its builder NULL): a request of it is refused by the builder's name.
         assert!(!entries.contains(entry::RDMA_WRITE));
         assert_eq!(
-            entries.name_of_first_missing(entry::RDMA_WRITE | entry::SET_SGE, "external"),
+            entries.name_of_first_missing(entry::RDMA_WRITE | entry::SET_SGE),
             "wr_rdma_write"
         );
         // A setter the provider lacks: left out, refused by its name.
         assert!(!entries.contains(entry::SET_INLINE_DATA_LIST));
         assert_eq!(
-            entries.name_of_first_missing(entry::SEND | entry::SET_INLINE_DATA_LIST, "external"),
+            entries.name_of_first_missing(entry::SEND | entry::SET_INLINE_DATA_LIST),
             "wr_set_inline_data_list"
         );
-        // An entry outside ibv_qp_ex (a bit past its entries') takes the destination's name.
-        let outside = 1 << 20;
-        assert_eq!(
-            entries.name_of_first_missing(entry::SEND | outside, "wr_set_dc_addr"),
-            "wr_set_dc_addr"
-        );
-        assert!(entries.with(outside).contains(outside));
     }
 }

@@ -17,21 +17,18 @@ pub struct TypedWorkRequestHandle<'g, T: Transport> {
     pub(super) batch: &'g mut Batch,
     pub(super) wr_id: u64,
     pub(super) wr_flags: u32,
-    pub(super) context: T::Context,
+    pub(super) _transport: std::marker::PhantomData<T>,
 }
 
 impl<'g, T: Transport> TypedWorkRequestHandle<'g, T> {
     #[inline]
     fn with<O: Operation>(self, operation: O) -> T::AfterOperation<'g, O> {
-        T::after_operation(
-            PendingRequest {
-                batch: self.batch,
-                wr_id: self.wr_id,
-                wr_flags: self.wr_flags,
-                operation,
-            },
-            self.context,
-        )
+        T::after_operation(PendingRequest {
+            batch: self.batch,
+            wr_id: self.wr_id,
+            wr_flags: self.wr_flags,
+            operation,
+        })
     }
 
     /// A SEND (`ibv_wr_send`).

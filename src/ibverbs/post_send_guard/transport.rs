@@ -5,17 +5,12 @@ use rdma_mummy_sys::ibv_qp_ex;
 use super::{sealed, Operation, PendingRequest, TypedLocalBufferHandle};
 
 /// How the requests of a queue-pair type are addressed: nothing for RC (the connection is the
-/// address), an address handle and remote QPN/Q_Key for UD, an address handle, DCT number and
-/// DC key for DC. Sealed.
+/// address), an address handle and remote QPN/Q_Key for UD. Sealed.
 pub trait Transport: sealed::Sealed + Sized {
-    /// Per-queue-pair data the destination step needs (for DC, the mlx5 view of the queue pair).
-    type Context: Copy;
     /// What an operation leads to: the data step, or first the destination step.
     type AfterOperation<'g, O: Operation>;
-    /// The step after the operation of `request`, on a queue pair with `context`.
-    fn after_operation<O: Operation>(
-        request: PendingRequest<'_, O>, context: Self::Context,
-    ) -> Self::AfterOperation<'_, O>;
+    /// The step after the operation of `request`.
+    fn after_operation<O: Operation>(request: PendingRequest<'_, O>) -> Self::AfterOperation<'_, O>;
 }
 
 /// Transports on which RDMA reads, writes and atomics can be posted.
@@ -28,36 +23,25 @@ pub enum ReliableConnection {}
 impl sealed::Sealed for ReliableConnection {}
 
 impl Transport for ReliableConnection {
-    type Context = ();
     type AfterOperation<'g, O: Operation> = TypedLocalBufferHandle<'g, O, Connected>;
 
     #[inline]
-    fn after_operation<O: Operation>(
-        request: PendingRequest<'_, O>, _context: (),
-    ) -> TypedLocalBufferHandle<'_, O, Connected> {
+    fn after_operation<O: Operation>(request: PendingRequest<'_, O>) -> TypedLocalBufferHandle<'_, O, Connected> {
         TypedLocalBufferHandle::new(request, Connected)
     }
 }
 
 impl RemoteMemoryAccess for ReliableConnection {}
 
-/// Where a request goes, set at its data step right after the operation's builder.
-///
-/// Open, and `unsafe` to implement: a destination of one's own (e.g. for a provider table of
-/// one's own) names in `ENTRY` the entries its `set` calls, each
-/// [`ProviderEntries::FIRST_EXTERNAL_FREE`](super::ProviderEntries::FIRST_EXTERNAL_FREE) or above
-/// when it lies outside `ibv_qp_ex` and is not one of this crate's; the guard refuses the request
-/// before the provider when the queue pair's entries lack one.
+/// Where a request goes, set at its data step right after the operation's builder. Sealed.
 ///
 /// # Safety
 ///
 /// `set` calls nothing but the entries `ENTRY` names (which the guard checked the queue pair
 /// has), with handles alive as long as the destination is used.
-pub unsafe trait Destination: Copy {
+pub unsafe trait Destination: sealed::Sealed + Copy {
     /// The [`ProviderEntries`](super::ProviderEntries) bits of its setter.
     const ENTRY: u32;
-    /// The setter's name, for errors.
-    const ENTRY_NAME: &'static str;
     /// Calls the setter.
     ///
     /// # Safety
@@ -76,7 +60,6 @@ impl sealed::Sealed for Connected {}
 // SAFETY: it calls nothing.
 unsafe impl Destination for Connected {
     const ENTRY: u32 = 0;
-    const ENTRY_NAME: &'static str = "";
 
     #[inline]
     unsafe fn set(self, _qp: *mut ibv_qp_ex) {}

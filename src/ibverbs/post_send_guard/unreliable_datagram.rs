@@ -15,13 +15,10 @@ pub enum UnreliableDatagram {}
 impl sealed::Sealed for UnreliableDatagram {}
 
 impl Transport for UnreliableDatagram {
-    type Context = ();
     type AfterOperation<'g, O: Operation> = UnreliableDatagramDestination<'g, O>;
 
     #[inline]
-    fn after_operation<O: Operation>(
-        request: PendingRequest<'_, O>, _context: (),
-    ) -> UnreliableDatagramDestination<'_, O> {
+    fn after_operation<O: Operation>(request: PendingRequest<'_, O>) -> UnreliableDatagramDestination<'_, O> {
         UnreliableDatagramDestination { request }
     }
 }
@@ -39,7 +36,6 @@ impl sealed::Sealed for DatagramAddress {}
 // SAFETY: it calls `wr_set_ud_addr`, its entry, with the address handle the guard's borrow keeps.
 unsafe impl Destination for DatagramAddress {
     const ENTRY: u32 = entry::SET_UD_ADDR;
-    const ENTRY_NAME: &'static str = "wr_set_ud_addr";
 
     #[inline]
     unsafe fn set(self, qp: *mut ibv_qp_ex) {

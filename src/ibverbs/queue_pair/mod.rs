@@ -87,12 +87,12 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
     #[inline]
     pub fn start_post_send(&mut self) -> TypedPostSendGuard<'_, T>
     where
-        T: Transport<Context = ()>,
+        T: Transport,
     {
         let (qp_ex, entries) = self.send_view;
         // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
         // provider filled the entries read at creation; RC and UD need no context.
-        unsafe { TypedPostSendGuard::start(qp_ex, entries, ()) }
+        unsafe { TypedPostSendGuard::start(qp_ex, entries) }
     }
 
     /// Posts one send request, at the cost of the raw calls, with a batch's guarantees (see the
@@ -105,10 +105,10 @@ impl<T: Transport> SharedReceiveQueuePair<T> {
         request: impl FnOnce(super::post_send_guard::TypedWorkRequestHandle<'_, T>),
     ) -> Result<(), super::post_send_guard::TypedPostSendError>
     where
-        T: Transport<Context = ()>,
+        T: Transport,
     {
         let (qp_ex, entries) = self.send_view;
         // SAFETY: as in start_post_send, for the call.
-        unsafe { TypedPostSendGuard::post_one(qp_ex, entries, (), wr_id, wr_flags, request) }
+        unsafe { TypedPostSendGuard::post_one(qp_ex, entries, wr_id, wr_flags, request) }
     }
 }

@@ -63,6 +63,7 @@ pub mod initiator;
 mod queue_pair;
 mod service_class;
 mod state_table;
+pub mod streams;
 pub mod target;
 
 pub use self::queue_pair::PortNotReady;

@@ -5,18 +5,18 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::{
-    ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type, mlx5dv_dc_type,
-    mlx5dv_qp_ex, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
+    ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type, mlx5dv_dc_type,
+    mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
+use super::post_send::DcSendView;
 use super::{
-    dc_entries, CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciCreation,
-    DciStreams, Granted,
+    CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciCreation, DciStreams,
+    Granted,
 };
-use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::thread_domain::ThreadDomain;
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::{create_dc_qp, DcQueuePair};
@@ -222,18 +222,17 @@ struct DciPlan {
 }
 
 impl DcInitiator {
-    /// Completes a DC initiator around its new queue pair: its views and entries, or the name of
+    /// Completes a DC initiator around its new queue pair: its checked send views, or the name of
     /// the first entry the provider left NULL.
     fn adopt(
         qp: DcQueuePair, creation: DciCreation, granted: Granted, read_atomic_depth: u8,
     ) -> Result<Self, &'static str> {
         // SAFETY: a DC initiator's queue pair, created with these send operations.
-        let (send_view, mlx5_qp_ex) = unsafe { Self::attach(qp.qp(), &creation.params) }?;
+        let send = unsafe { Self::attach(qp.qp(), &creation.params) }?;
         Ok(Self {
             qp,
             granted,
-            send_view,
-            mlx5_qp_ex,
+            send,
             creation,
             read_atomic_depth,
             brought_up_with: None,
@@ -241,28 +240,24 @@ impl DcInitiator {
         })
     }
 
-    /// Reads the extended and mlx5 views of a DC initiator's queue pair and its provider entries,
-    /// the DC setters included, or the name of the first entry the provider left NULL.
+    /// Reads the send views of a DC initiator's queue pair, every entry a guard calls checked, or
+    /// the name of the first entry the provider left NULL.
     ///
     /// # Safety
     ///
     /// `qp` must be a live DC initiator created with `params`' send operations.
-    pub(super) unsafe fn attach(qp: NonNull<ibv_qp>, params: &DciInitParameters) -> Result<Views, &'static str> {
+    pub(super) unsafe fn attach(qp: NonNull<ibv_qp>, params: &DciInitParameters) -> Result<DcSendView, &'static str> {
         // SAFETY: the queue pair is alive and was created with send operations.
         let qp_ex = NonNull::new(unsafe { ibv_qp_to_qp_ex(qp.as_ptr()) }).ok_or("ibv_qp_to_qp_ex")?;
-        // SAFETY: its extended view, created with `params.send_ops`.
-        let entries = unsafe { ProviderEntries::new(qp_ex, params.send_ops) }.map_err(|missing| missing.0)?;
-        // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
-        let mlx5_qp_ex = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
-            .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
-        // SAFETY: the mlx5 view lives as long as the queue pair; only its function pointers are read.
-        let dc = unsafe { dc_entries(mlx5_qp_ex, params.streams.is_some()) }?;
-        Ok(((qp_ex, entries.with(dc)), mlx5_qp_ex))
+        // SAFETY: the extended view of a live DC initiator created with these send operations.
+        let send = unsafe { DcSendView::new(qp_ex, params.send_ops) }?;
+        if params.streams.is_some() {
+            // SAFETY: as above.
+            unsafe { crate::mlx5::dc::streams::check_stream_setter(qp_ex) }?;
+        }
+        Ok(send)
     }
 }
-
-/// A DC initiator's extended view with its provider entries, and its mlx5 view.
-type Views = ((NonNull<ibv_qp_ex>, ProviderEntries), NonNull<mlx5dv_qp_ex>);
 
 /// Why `mlx5dv_create_qp` refused the DC initiator `params` describes: `EOPNOTSUPP` (`None`) is
 /// a device without DC; `EINVAL` for a request larger than the device's sizes is libmlx5's

@@ -2,50 +2,39 @@
 //! its destination with `mlx5dv_wr_set_dc_addr`.
 //!
 //! Build one with [`DcInitiatorBuilder`], bring it to RTS with [`DcInitiator::bring_up`], post
-//! with [`DcInitiator::start_post_send`]: `construct_wr` → operation → `setup_dc_addr` → data;
-//! data before the address does not compile ([`Addressed`]). After an error completion it is in
+//! with [`DcInitiator::start_post_send`]: `construct_wr` → operation → `setup_dc_addr` → data
+//! ([`DcPostSendGuard`]). After an error completion it is in
 //! ERR for every destination: [`DcInitiator::recover`] it, or with
 //! DCI streams [`DcInitiator::reset_stream`] the one errored stream.
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, mlx5dv_qp_ex, mlx5dv_qp_init_attr};
+use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
 use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags, WorkRequestFlags};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
 
 use self::bring_up::BringUpAttributes;
 use self::plan::DciInitParameters;
+use self::post_send::DcSendView;
 use super::queue_pair::DcQueuePair;
-use crate::ibverbs::address_handle::AddressHandle;
-use crate::ibverbs::post_send_guard::{
-    entry, PathMtus, ProviderEntries, TypedPostSendError, TypedPostSendGuard, TypedWorkRequestHandle,
-};
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};
 use crate::ibverbs::zeroed::Zeroed;
 
-mod addressed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
+mod post_send;
 pub(crate) mod recovery;
-mod transport;
 
-pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};
 pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
 use self::plan::DciRequest;
+pub use self::post_send::{DcDestinationHandle, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle};
 pub use self::recovery::{
     DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
 };
-pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, DynamicallyConnected};
-
-/// The [`ProviderEntries`](crate::ibverbs::post_send_guard::ProviderEntries) bit of
-/// `mlx5dv_qp_ex::wr_set_dc_addr`.
-pub(crate) const SET_DC_ADDR: u32 = entry::FIRST_EXTERNAL;
-/// The bit of `mlx5dv_qp_ex::wr_set_dc_addr_stream`.
-const SET_DC_ADDR_STREAM: u32 = entry::FIRST_EXTERNAL << 1;
 
 /// Every send operation a DC initiator can post (libmlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`,
 /// less send with invalidate, which DC cannot carry); the atomics need a device with atomics.
@@ -220,9 +209,8 @@ pub struct DcInitiator {
     /// Dropped first: the queue pair, before the thread domain it was created on.
     qp: DcQueuePair,
     granted: Granted,
-    // Its extended view and entries (the DC setters included), which every DCI has.
-    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),
-    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,
+    // The views its guards post through, their entries checked.
+    send: DcSendView,
     creation: DciCreation,
     read_atomic_depth: u8,
     brought_up_with: Option<Arc<BringUpAttributes>>,
@@ -315,74 +303,6 @@ impl DcInitiator {
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.qp.modify(attr)
     }
-
-    /// Starts a batch of send requests (`ibv_wr_start`) that all go to `dct_number`/`dc_key` over
-    /// `ah` (on DCI stream `stream`, if some), with no address step; a `stream` without DCI streams
-    /// refuses each request, naming `wr_set_dc_addr_stream`.
-    #[inline]
-    pub fn start_post_send_to<'g>(
-        &'g mut self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
-    ) -> TypedPostSendGuard<'g, BatchAddressed<DcBatchAddress>> {
-        let (qp_ex, mut entries) = self.send_view;
-        if stream.is_some() && !entries.contains(SET_DC_ADDR_STREAM) {
-            // Refused under the stream setter's name (DcBatchAddress).
-            entries = ProviderEntries::NONE.with(entries.bits() & !SET_DC_ADDR);
-        }
-        // SAFETY: the mlx5 view is this initiator's own, and `ah` is borrowed for as long as the
-        // guard lives (libmlx5 copies its address vector at each request's data step).
-        let address = unsafe { DcAddress::new(self.mlx5_qp_ex, ah.ah(), dct_number, dc_key) };
-        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
-        // provider filled the entries read at creation (the DC setters checked as above).
-        let mut guard = unsafe { TypedPostSendGuard::start(qp_ex, entries, DcBatchAddress::new(address, stream)) };
-        guard.set_max_inline_data(self.granted.max_inline_data);
-        guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));
-        guard
-    }
-
-    /// Starts a batch of send requests (`ibv_wr_start`); each request is addressed with
-    /// `setup_dc_addr` between its operation and its data.
-    #[inline]
-    pub fn start_post_send(&mut self) -> TypedPostSendGuard<'_, DynamicallyConnected> {
-        let (qp_ex, entries) = self.send_view;
-        let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());
-        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
-        // provider filled the entries read at creation; the context is its mlx5 view.
-        let mut guard = unsafe { TypedPostSendGuard::start(qp_ex, entries, context) };
-        guard.set_max_inline_data(self.granted.max_inline_data);
-        guard
-    }
-
-    /// Posts one send request at the cost of the raw calls, as
-    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):
-    /// `request` describes it from its operation on, its DC address included.
-    #[inline]
-    pub fn post_send_one(
-        &mut self, wr_id: u64, wr_flags: WorkRequestFlags,
-        request: impl FnOnce(TypedWorkRequestHandle<'_, DynamicallyConnected>),
-    ) -> Result<(), TypedPostSendError> {
-        let mut guard = self.start_post_send();
-        request(guard.construct_wr(wr_id, wr_flags));
-        guard.post()
-    }
-}
-
-/// The mlx5 entries a DC initiator's requests call, or the name of the first missing one.
-///
-/// # Safety
-///
-/// `mlx5_qp_ex` must point to a live `struct mlx5dv_qp_ex`.
-pub(crate) unsafe fn dc_entries(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, streams: bool) -> Result<u32, &'static str> {
-    let view = mlx5_qp_ex.as_ref();
-    if view.wr_set_dc_addr.is_none() {
-        return Err("wr_set_dc_addr");
-    }
-    if !streams {
-        return Ok(SET_DC_ADDR);
-    }
-    if view.wr_set_dc_addr_stream.is_none() {
-        return Err("wr_set_dc_addr_stream");
-    }
-    Ok(SET_DC_ADDR | SET_DC_ADDR_STREAM)
 }
 
 /// What a DC initiator was created with, to create it again where the kernel refuses its move

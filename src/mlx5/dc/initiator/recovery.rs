@@ -9,7 +9,6 @@ use sideway::ibverbs::queue_pair::{
 };
 
 use super::{DcInitiator, Granted};
-use crate::ibverbs::post_send_guard::ProviderEntries;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::mlx5::dc::queue_pair::create_dc_qp;
 
@@ -32,7 +31,8 @@ pub enum RecoverDcInitiatorErrorKind {
     /// Creating the DC initiator again failed: it is still the old queue pair, in its old state.
     #[error("the kernel refused the move to RESET, and creating the DC initiator again failed")]
     Rebuild(#[source] io::Error),
-    /// The rebuilt queue pair was destroyed; posting is refused until a later `recover` succeeds.
+    /// The new queue pair lacked a provider entry and was destroyed: the DC initiator is still the
+    /// old queue pair, in its old state.
     #[error("the rebuilt DC initiator lacks the provider entry `{entry}`")]
     RebuildMissingProviderEntry {
         /// The entry's name.
@@ -109,25 +109,26 @@ impl DcInitiator {
         let qp = unsafe { create_dc_qp(self.qp.context(), &mut init, &mut mlx5) }.map_err(|err| {
             RecoverDcInitiatorErrorKind::Rebuild(err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EOPNOTSUPP)))
         })?;
+        // The new queue pair's entries are checked before it takes the old one's place: a
+        // failed check leaves the DC initiator as it was, the old queue pair and its views.
+        // SAFETY: a DC initiator's queue pair, created with these send operations.
+        let send = match unsafe { Self::attach(qp, &self.creation.params) } {
+            Ok(send) => send,
+            Err(entry) => {
+                // SAFETY: the new handle came from the create call above, is owned by no one and
+                // is destroyed once.
+                let ret = unsafe { rdma_mummy_sys::ibv_destroy_qp(qp.as_ptr()) };
+                crate::ibverbs::check_destroy("ibv_destroy_qp", ret);
+                return Err(RecoverDcInitiatorErrorKind::RebuildMissingProviderEntry { entry }.into());
+            },
+        };
+        // SAFETY: qp was just created on the same parents, in RESET; its views replace the old
+        // ones at once.
+        unsafe { self.qp.replace(qp) };
+        self.send = send;
         // The same request is granted the same sizes; keep what this one was granted.
         self.granted = Granted::of(&init);
-        // SAFETY: qp was just created on the same parents, in RESET; the old views are replaced
-        // below before any use.
-        unsafe { self.qp.replace(qp) };
-        // SAFETY: a DC initiator's queue pair, created with these send operations.
-        match unsafe { Self::attach(self.qp.qp(), &self.creation.params) } {
-            Ok((send_view, mlx5_qp_ex)) => {
-                self.send_view = send_view;
-                self.mlx5_qp_ex = mlx5_qp_ex;
-                Ok(DcRecovery::Rebuilt { previous_qp_number })
-            },
-            Err(entry) => {
-                // Posting must not reach the new queue pair's NULL entry: no entry is granted
-                // until a later recover succeeds.
-                self.send_view.1 = ProviderEntries::NONE;
-                Err(RecoverDcInitiatorErrorKind::RebuildMissingProviderEntry { entry }.into())
-            },
-        }
+        Ok(DcRecovery::Rebuilt { previous_qp_number })
     }
 }
 
