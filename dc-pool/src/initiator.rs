@@ -11,11 +11,11 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::CompletionQueueExt;
-use sideway_ext::ibverbs::post_send_guard::{
-    Transport, TypedPostSendError, TypedPostSendGuard, TypedWorkRequestHandle,
-};
+use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcBatchAddress, DcInitiator};
+use sideway_ext::mlx5::dc::initiator::DcInitiator;
+
+use super::dc_batch::DcBatch;
 
 /// Why [`PoolInitiator::reset_stream`] refused.
 #[derive(Debug)]
@@ -149,7 +149,7 @@ impl From<&WorkCompletion> for PoolCompletion {
 
 impl PoolInitiator for DcInitiator {
     type Address = Arc<AddressHandle>;
-    type Batch<'a> = TypedPostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
+    type Batch<'a> = DcBatch<'a>;
     type CompletionQueue = GenericCompletionQueue;
 
     fn qp_number(&self) -> u32 {
@@ -193,30 +193,7 @@ impl PoolInitiator for DcInitiator {
     fn start_batch<'a>(
         &'a mut self, address: &'a Arc<AddressHandle>, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self::Batch<'a> {
-        self.start_post_send_to(address, dct_number, dc_key, stream)
-    }
-}
-
-/// sideway-ext's post guards, as [`DcInitiator::start_post_send_to`] starts them.
-impl<'g, T: Transport> PoolBatch for TypedPostSendGuard<'g, T> {
-    type Request<'r>
-        = TypedWorkRequestHandle<'r, T>
-    where
-        Self: 'r;
-
-    #[inline]
-    fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> TypedWorkRequestHandle<'_, T> {
-        TypedPostSendGuard::construct_wr(self, wr_id, wr_flags)
-    }
-
-    #[inline]
-    fn batch_len(&self) -> usize {
-        TypedPostSendGuard::batch_len(self)
-    }
-
-    #[inline]
-    fn post(self) -> Result<(), TypedPostSendError> {
-        TypedPostSendGuard::post(self)
+        DcBatch::new(self, address, dct_number, dc_key, stream)
     }
 }
 

@@ -181,6 +181,7 @@ use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 pub mod builder;
+pub mod dc_batch;
 mod destinations;
 pub mod initiator;
 pub mod post_guard;

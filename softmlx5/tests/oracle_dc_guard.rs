@@ -9,8 +9,7 @@ use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::{ProviderEntries, TypedPostSendGuard};
-use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
+use sideway_ext::mlx5::dc::initiator::DcPostSendGuard;
 use softmlx5::oracle::decode::{self, decode_dc_wqe, Data, DecodedWqe};
 use softmlx5::oracle::{DciShape, OracleAh, OracleDci};
 
@@ -151,32 +150,19 @@ fn post(dci: &OracleDci, ah: &OracleAh, requests: &[Request]) {
         | SendOperationFlags::AtomicCompareAndSwap
         | SendOperationFlags::AtomicFetchAndAdd;
     // SAFETY: the oracle's DCI is alive, its builders installed, and used by this guard alone.
-    let mut guard = unsafe {
-        let entries = ProviderEntries::new(dci.qp_ex(), granted).expect("libmlx5's DCI entries");
-        let context = DcContext::from_raw(dci.mlx5_qp_ex());
-        let entries = context.entries(entries, dci.shape().streams).expect("the DC setters");
-        TypedPostSendGuard::<DynamicallyConnected>::start(dci.qp_ex(), entries, context)
-    };
-    guard.set_max_inline_data(dci.max_inline_data());
+    let mut guard = unsafe { DcPostSendGuard::start_adopted(dci.qp_ex(), dci.mlx5_qp_ex(), granted) }
+        .expect("libmlx5's DCI entries");
     for request in requests {
         let wr = guard.construct_wr(request.wr_id, request.flags);
         macro_rules! addressed {
             ($after:expr) => {{
                 let after = $after;
-                match request.stream {
-                    Some(stream) => {
-                        // SAFETY: the oracle's handle outlives the guard.
-                        let data = unsafe {
-                            after.setup_dc_addr_stream_raw(ah.ibv_ah(), request.dct_number, request.dc_key, stream)
-                        };
-                        finish(data, &request.payload)
-                    },
-                    None => finish(
-                        // SAFETY: the oracle's handle outlives the guard.
-                        unsafe { after.setup_dc_addr_raw(ah.ibv_ah(), request.dct_number, request.dc_key) },
-                        &request.payload,
-                    ),
-                }
+                // SAFETY: the oracle's handle outlives the guard; a request on a stream only on
+                // an oracle DCI with streams (libmlx5 fills the setter).
+                let data = unsafe {
+                    after.setup_dc_addr_adopted(ah.ibv_ah(), request.dct_number, request.dc_key, request.stream)
+                };
+                finish(data, &request.payload)
             }};
         }
         match request.operation {

@@ -3,7 +3,7 @@
 //! `mlx5dv_wr_set_dc_addr_stream`).
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_qp_ex, mlx5dv_qp_ex_from_ibv_qp_ex, mlx5dv_wr_set_dc_addr_stream};
+use rdma_mummy_sys::{mlx5dv_qp_ex, mlx5dv_wr_set_dc_addr_stream};
 
 use super::initiator::{DcDestinationHandle, DcLocalBufferHandle};
 use crate::ibverbs::address_handle::AddressHandle;
@@ -32,10 +32,9 @@ impl<'g> DcDestinationHandle<'g> {
 ///
 /// # Safety
 ///
-/// `qp_ex` must be the extended view of a live DC initiator.
-pub(crate) unsafe fn check_stream_setter(qp_ex: NonNull<ibv_qp_ex>) -> Result<(), &'static str> {
-    let mlx5 = NonNull::new(mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())).ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
-    match mlx5.as_ref().wr_set_dc_addr_stream {
+/// `mlx5_qp_ex` must be the mlx5 view of a live DC initiator.
+pub(crate) unsafe fn check_stream_setter(mlx5_qp_ex: NonNull<mlx5dv_qp_ex>) -> Result<(), &'static str> {
+    match mlx5_qp_ex.as_ref().wr_set_dc_addr_stream {
         Some(_) => Ok(()),
         None => Err("wr_set_dc_addr_stream"),
     }

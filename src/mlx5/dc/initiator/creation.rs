@@ -249,11 +249,14 @@ impl DcInitiator {
     pub(super) unsafe fn attach(qp: NonNull<ibv_qp>, params: &DciInitParameters) -> Result<DcSendView, &'static str> {
         // SAFETY: the queue pair is alive and was created with send operations.
         let qp_ex = NonNull::new(unsafe { ibv_qp_to_qp_ex(qp.as_ptr()) }).ok_or("ibv_qp_to_qp_ex")?;
-        // SAFETY: the extended view of a live DC initiator created with these send operations.
-        let send = unsafe { DcSendView::new(qp_ex, params.send_ops) }?;
+        // SAFETY: qp_ex is the extended view of a live mlx5 queue pair.
+        let mlx5_qp_ex = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
+            .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
+        // SAFETY: the views of a live DC initiator created with these send operations.
+        let send = unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, params.send_ops) }?;
         if params.streams.is_some() {
             // SAFETY: as above.
-            unsafe { crate::mlx5::dc::streams::check_stream_setter(qp_ex) }?;
+            unsafe { crate::mlx5::dc::streams::check_stream_setter(mlx5_qp_ex) }?;
         }
         Ok(send)
     }

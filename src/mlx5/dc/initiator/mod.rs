@@ -26,7 +26,7 @@ use crate::ibverbs::zeroed::Zeroed;
 pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
-mod post_send;
+pub(crate) mod post_send;
 pub(crate) mod recovery;
 
 pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};

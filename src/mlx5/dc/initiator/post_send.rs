@@ -45,7 +45,7 @@ use rdma_mummy_sys::{
     ibv_data_buf, ibv_qp_ex, ibv_sge, ibv_wr_abort, ibv_wr_atomic_cmp_swp, ibv_wr_atomic_fetch_add, ibv_wr_complete,
     ibv_wr_rdma_read, ibv_wr_rdma_write, ibv_wr_rdma_write_imm, ibv_wr_send, ibv_wr_send_imm, ibv_wr_set_inline_data,
     ibv_wr_set_inline_data_list, ibv_wr_set_sge, ibv_wr_set_sge_list, ibv_wr_start, mlx5dv_qp_ex,
-    mlx5dv_qp_ex_from_ibv_qp_ex, mlx5dv_wr_set_dc_addr,
+    mlx5dv_wr_set_dc_addr,
 };
 use sideway::ibverbs::queue_pair::{
     PostSendError, SendOperationFlags, SetInlineData, SetScatterGatherEntry, WorkRequestFlags,
@@ -63,16 +63,17 @@ pub(crate) struct DcSendView {
 }
 
 impl DcSendView {
-    /// Reads the mlx5 view of `qp_ex` and checks that the provider filled every entry a guard
-    /// calls: the batch entries, the builders of `send_ops`, the four data setters and
-    /// `wr_set_dc_addr`; or the name of the first it left NULL.
+    /// Checks that the provider filled every entry a guard calls: the batch entries, the
+    /// builders of `send_ops`, the four data setters and `wr_set_dc_addr`; or the name of the
+    /// first it left NULL.
     ///
     /// # Safety
     ///
-    /// `qp_ex` must be the extended view of a live DC initiator created with `send_ops`.
-    pub(crate) unsafe fn new(qp_ex: NonNull<ibv_qp_ex>, send_ops: SendOperationFlags) -> Result<Self, &'static str> {
-        let mlx5_qp_ex =
-            NonNull::new(mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr())).ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
+    /// `qp_ex` and `mlx5_qp_ex` must be the extended and mlx5 views of a live DC initiator
+    /// created with `send_ops`.
+    pub(crate) unsafe fn new(
+        qp_ex: NonNull<ibv_qp_ex>, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, send_ops: SendOperationFlags,
+    ) -> Result<Self, &'static str> {
         let (qp, mlx5) = (qp_ex.as_ref(), mlx5_qp_ex.as_ref());
         let granted = |operation| send_ops.contains(operation);
         let entries = [
@@ -126,15 +127,8 @@ impl DcInitiator {
     /// [`setup_dc_addr`](DcDestinationHandle::setup_dc_addr) between its operation and its data.
     #[inline]
     pub fn start_post_send(&mut self) -> DcPostSendGuard<'_> {
-        let view = self.send;
-        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime; its
-        // build checked `wr_start`.
-        unsafe { ibv_wr_start(view.qp_ex.as_ptr()) };
-        DcPostSendGuard {
-            view,
-            refused: false,
-            _qp: PhantomData,
-        }
+        // SAFETY: the queue pair is alive and exclusively borrowed for the guard's lifetime.
+        unsafe { DcPostSendGuard::start(self.send) }
     }
 }
 
@@ -154,6 +148,22 @@ pub struct DcPostSendGuard<'qp> {
 }
 
 impl DcPostSendGuard<'_> {
+    /// Starts a batch on `view` (`ibv_wr_start`).
+    ///
+    /// # Safety
+    ///
+    /// The queue pair of `view` must be alive and used by nothing else for the guard's lifetime.
+    #[inline]
+    pub(crate) unsafe fn start(view: DcSendView) -> Self {
+        // SAFETY: the caller's promise; the view's check covered `wr_start`.
+        unsafe { ibv_wr_start(view.qp_ex.as_ptr()) };
+        Self {
+            view,
+            refused: false,
+            _qp: PhantomData,
+        }
+    }
+
     /// Starts a new request with this `wr_id` and flags; continue with its operation.
     #[inline]
     pub fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> DcWorkRequestHandle<'_> {
