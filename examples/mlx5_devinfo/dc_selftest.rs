@@ -269,15 +269,7 @@ impl Loopback {
     /// waits for its completion.
     fn one(
         &mut self, dci: &mut DcInitiator, key: u64, stream: Option<u16>,
-        build: impl FnOnce(
-            &mut Self,
-            &mut sideway_ext::ibverbs::post_send_guard::TypedPostSendGuard<
-                '_,
-                sideway_ext::mlx5::dc::initiator::DynamicallyConnected,
-            >,
-            u64,
-            Option<u16>,
-        ),
+        build: impl FnOnce(&mut Self, &mut sideway_ext::mlx5::dc::initiator::DcPostSendGuard<'_>, u64, Option<u16>),
     ) -> Result<WorkCompletion> {
         let mut guard = dci.start_post_send();
         build(self, &mut guard, key, stream);
@@ -293,7 +285,8 @@ macro_rules! finish {
         let number = $loopback.endpoint.dct_number();
         match $stream {
             Some(stream) => {
-                let $handle = $request.setup_dc_addr_stream(&$loopback.ah, number, $key, stream);
+                // SAFETY: the self-test passes a stream only to a DC initiator built with streams.
+                let $handle = unsafe { $request.setup_dc_addr_stream(&$loopback.ah, number, $key, stream) };
                 $body
             },
             None => {
