@@ -1,58 +1,108 @@
-//! A [`DcInitiator`]'s batch to one DC address ([`DcBatch`]): its post guard, with the address
-//! set on each request between its operation and its data (libmlx5 writes it into every request
-//! anyway), and the requests counted at their data step.
+//! A DC initiator's batch to one DC address ([`DcBatch`]): its post guard, with the address set
+//! on each request between its operation and its data (libmlx5 writes it into every request
+//! anyway), the requests counted at their data step, and inline data over the initiator's
+//! granted size or a READ whose responses would not reach it refused before the provider.
 use std::io::{self, IoSlice};
+use std::ptr::NonNull;
 
-use rdma_mummy_sys::ibv_sge;
+use rdma_mummy_sys::{ibv_ah, ibv_sge};
 use sideway::ibverbs::queue_pair::{PostSendError, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
 use super::initiator::PoolBatch;
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::post_send_guard::{TypedPostSendError, TypedPostSendErrorKind};
+use sideway_ext::ibverbs::post_send_guard::{PathMtus, TypedPostSendError, TypedPostSendErrorKind};
 use sideway_ext::mlx5::dc::initiator::{
     DcDestinationHandle, DcInitiator, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle,
 };
 
 /// Where a batch's requests go: an address handle, a DC target and its key, a stream.
 #[derive(Clone, Copy)]
-struct DcBatchAddress<'a> {
-    ah: &'a AddressHandle,
+struct DcBatchAddress {
+    ah: NonNull<ibv_ah>,
     dct_number: u32,
     dc_key: u64,
-    /// Only for a DC initiator built with streams (see [`DcBatch::new`]).
     stream: Option<u16>,
 }
 
-/// A batch of requests to one DC address on a [`DcInitiator`].
+/// Why a batch is refused at [`post`](PoolBatch::post), before the provider.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// A stream asked of a DC initiator without streams.
+    Stream,
+    /// The first READ whose responses would not reach the initiator: its index, `wr_id`, length.
+    Read(usize, u64, u64),
+    /// The first inline data over the granted size: its index, `wr_id`, length.
+    Inline(usize, u64, usize),
+}
+
+/// The batch's count and refusal, which each request's data step updates.
+#[derive(Default)]
+struct Tally {
+    len: usize,
+    refusal: Option<Refusal>,
+}
+
+/// A batch of requests to one DC address on a DC initiator.
 pub struct DcBatch<'a> {
     guard: DcPostSendGuard<'a>,
-    address: DcBatchAddress<'a>,
-    len: usize,
-    /// A stream asked of a DC initiator without streams: the batch is refused at post.
-    stream_refused: bool,
+    address: DcBatchAddress,
+    /// Both ends' path MTUs, where known: the batch's READs are held to them.
+    path_mtus: Option<PathMtus>,
+    max_inline_data: u32,
+    tally: Tally,
 }
 
 impl<'a> DcBatch<'a> {
-    /// Starts a batch on `dci` to `dct_number`/`dc_key` over `ah`, on `stream` if given.
+    /// Starts a batch on `dci` to `dct_number`/`dc_key` over `ah`, on `stream` if given; its
+    /// READs are held to the path MTUs of `dci` and of the port `ah` reaches, its inline data to
+    /// the size `dci` was granted.
     pub(crate) fn new(
         dci: &'a mut DcInitiator, ah: &'a AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self {
         let stream_refused = stream.is_some() && dci.streams().is_none();
+        let path_mtus = PathMtus::known(dci.path_mtu(), ah.destination_path_mtu());
+        let max_inline_data = dci.max_inline_data();
+        let guard = dci.start_post_send();
+        // SAFETY: `ah` is borrowed as long as the guard; a stream is kept only where `dci` has
+        // streams, whose build checked their setter.
+        let mut batch =
+            unsafe { Self::adopted(guard, ah.ah(), dct_number, dc_key, stream, path_mtus, max_inline_data) };
+        if stream_refused {
+            batch.address.stream = None;
+            batch.tally.refusal = Some(Refusal::Stream);
+        }
+        batch
+    }
+
+    /// The batch of a DC initiator created elsewhere, on its `guard`
+    /// ([`DcPostSendGuard::start_adopted`]): to `dct_number`/`dc_key` over `ah`, on `stream` if
+    /// given, its READs held to `path_mtus` if given and its inline data to `max_inline_data`.
+    ///
+    /// # Safety
+    ///
+    /// `ah` must be a live address handle for as long as the batch; a stream only on a DC
+    /// initiator created with streams.
+    #[inline]
+    pub unsafe fn adopted(
+        guard: DcPostSendGuard<'a>, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream: Option<u16>,
+        path_mtus: Option<PathMtus>, max_inline_data: u32,
+    ) -> Self {
         Self {
-            guard: dci.start_post_send(),
+            guard,
             address: DcBatchAddress {
                 ah,
                 dct_number,
                 dc_key,
-                stream: stream.filter(|_| !stream_refused),
+                stream,
             },
-            len: 0,
-            stream_refused,
+            path_mtus,
+            max_inline_data,
+            tally: Tally::default(),
         }
     }
 }
 
-impl<'a> PoolBatch for DcBatch<'a> {
+impl PoolBatch for DcBatch<'_> {
     type Request<'r>
         = DcBatchRequest<'r>
     where
@@ -62,33 +112,58 @@ impl<'a> PoolBatch for DcBatch<'a> {
     fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> DcBatchRequest<'_> {
         DcBatchRequest {
             request: self.guard.construct_wr(wr_id, wr_flags),
-            address: self.address,
-            len: &mut self.len,
+            rest: Addressing {
+                address: self.address,
+                wr_id,
+                path_mtus: self.path_mtus,
+                max_inline_data: self.max_inline_data,
+                tally: &mut self.tally,
+            },
         }
     }
 
     #[inline]
     fn batch_len(&self) -> usize {
-        self.len
+        self.tally.len
     }
 
     #[inline]
     fn post(self) -> Result<(), TypedPostSendError> {
-        let batch_len = self.len;
-        if self.stream_refused {
-            return Err(stream_refused(batch_len));
+        let batch_len = self.tally.len;
+        if let Some(refusal) = self.tally.refusal {
+            // Dropping the guard aborts the batch.
+            return Err(refused(refusal, self.path_mtus, self.max_inline_data, batch_len));
         }
         self.guard.post().map_err(|err| post_error(err, batch_len))
     }
 }
 
 #[cold]
-fn stream_refused(batch_len: usize) -> TypedPostSendError {
-    TypedPostSendErrorKind::OperationNotEnabled {
-        index: 0,
-        wr_id: 0,
-        entry: "wr_set_dc_addr_stream",
-        batch_len,
+fn refused(
+    refusal: Refusal, path_mtus: Option<PathMtus>, max_inline_data: u32, batch_len: usize,
+) -> TypedPostSendError {
+    match (refusal, path_mtus) {
+        (Refusal::Inline(index, wr_id, length), _) => TypedPostSendErrorKind::InlineDataTooLong {
+            index,
+            wr_id,
+            length,
+            max_inline_data,
+            batch_len,
+        },
+        (Refusal::Read(index, wr_id, length), Some(mtus)) => TypedPostSendErrorKind::ReadResponsesTooLarge {
+            index,
+            wr_id,
+            length,
+            path_mtu: mtus.requester(),
+            responder_path_mtu: mtus.responder(),
+            batch_len,
+        },
+        _ => TypedPostSendErrorKind::OperationNotEnabled {
+            index: 0,
+            wr_id: 0,
+            entry: "wr_set_dc_addr_stream",
+            batch_len,
+        },
     }
     .into()
 }
@@ -113,73 +188,85 @@ fn post_error(err: PostSendError, batch_len: usize) -> TypedPostSendError {
 #[must_use = "a request joins the batch at its data step"]
 pub struct DcBatchRequest<'r> {
     request: DcWorkRequestHandle<'r>,
-    address: DcBatchAddress<'r>,
-    len: &'r mut usize,
+    rest: Addressing<'r>,
 }
 
-impl<'r> DcBatchRequest<'r> {
-    /// The request's address, right after its operation.
+/// What a request takes from its batch to its data step.
+struct Addressing<'r> {
+    address: DcBatchAddress,
+    wr_id: u64,
+    path_mtus: Option<PathMtus>,
+    max_inline_data: u32,
+    tally: &'r mut Tally,
+}
+
+impl<'r> Addressing<'r> {
+    /// The request's address, right after its operation (a READ if `read`).
     #[inline]
-    fn address(
-        address: DcBatchAddress<'r>, len: &'r mut usize, destination: DcDestinationHandle<'r>,
-    ) -> DcBatchData<'r> {
+    fn data(self, destination: DcDestinationHandle<'r>, read: bool) -> DcBatchData<'r> {
         let DcBatchAddress {
             ah,
             dct_number,
             dc_key,
             stream,
-        } = address;
-        let data = match stream {
-            None => destination.setup_dc_addr(ah, dct_number, dc_key),
-            // SAFETY: a batch keeps a stream only for a DC initiator built with streams.
-            Some(stream) => unsafe { destination.setup_dc_addr_stream(ah, dct_number, dc_key, stream) },
-        };
-        DcBatchData { data, len }
+        } = self.address;
+        // SAFETY: the batch's promise (see DcBatch::adopted).
+        let data = unsafe { destination.setup_dc_addr_adopted(ah, dct_number, dc_key, stream) };
+        DcBatchData {
+            data,
+            wr_id: self.wr_id,
+            read: self.path_mtus.filter(|_| read),
+            max_inline_data: self.max_inline_data,
+            tally: self.tally,
+        }
     }
+}
 
+impl<'r> DcBatchRequest<'r> {
     /// A SEND.
     #[inline]
     pub fn setup_send(self) -> DcBatchData<'r> {
-        Self::address(self.address, self.len, self.request.setup_send())
+        self.rest.data(self.request.setup_send(), false)
     }
 
     /// A SEND with immediate data.
     #[inline]
     pub fn setup_send_imm(self, imm_data: u32) -> DcBatchData<'r> {
-        Self::address(self.address, self.len, self.request.setup_send_imm(imm_data))
+        self.rest.data(self.request.setup_send_imm(imm_data), false)
     }
 
     /// An RDMA WRITE.
     #[inline]
     pub fn setup_write(self, rkey: u32, remote_addr: u64) -> DcBatchData<'r> {
-        Self::address(self.address, self.len, self.request.setup_write(rkey, remote_addr))
+        self.rest.data(self.request.setup_write(rkey, remote_addr), false)
     }
 
     /// An RDMA WRITE with immediate data.
     #[inline]
     pub fn setup_write_imm(self, rkey: u32, remote_addr: u64, imm_data: u32) -> DcBatchData<'r> {
         let destination = self.request.setup_write_imm(rkey, remote_addr, imm_data);
-        Self::address(self.address, self.len, destination)
+        self.rest.data(destination, false)
     }
 
-    /// An RDMA READ.
+    /// An RDMA READ: refused at post if longer than the initiator's path MTU to a destination
+    /// whose path MTU is larger ([`PathMtus::read_fits`]).
     #[inline]
     pub fn setup_read(self, rkey: u32, remote_addr: u64) -> DcBatchData<'r> {
-        Self::address(self.address, self.len, self.request.setup_read(rkey, remote_addr))
+        self.rest.data(self.request.setup_read(rkey, remote_addr), true)
     }
 
     /// An atomic compare-and-swap.
     #[inline]
     pub fn setup_atomic_compare_swap(self, rkey: u32, remote_addr: u64, compare: u64, swap: u64) -> DcBatchData<'r> {
         let destination = self.request.setup_atomic_compare_swap(rkey, remote_addr, compare, swap);
-        Self::address(self.address, self.len, destination)
+        self.rest.data(destination, false)
     }
 
     /// An atomic fetch-and-add.
     #[inline]
     pub fn setup_atomic_fetch_add(self, rkey: u32, remote_addr: u64, add: u64) -> DcBatchData<'r> {
         let destination = self.request.setup_atomic_fetch_add(rkey, remote_addr, add);
-        Self::address(self.address, self.len, destination)
+        self.rest.data(destination, false)
     }
 }
 
@@ -187,19 +274,52 @@ impl<'r> DcBatchRequest<'r> {
 #[must_use = "a request joins the batch at its data step"]
 pub struct DcBatchData<'r> {
     data: DcLocalBufferHandle<'r>,
-    len: &'r mut usize,
+    wr_id: u64,
+    /// For a READ, the path MTUs it is held to.
+    read: Option<PathMtus>,
+    max_inline_data: u32,
+    tally: &'r mut Tally,
+}
+
+impl DcBatchData<'_> {
+    /// Counts the request, and holds a READ of `length` bytes to its path MTUs.
+    #[inline]
+    fn count(&mut self, length: impl FnOnce() -> u64) {
+        if let Some(mtus) = self.read {
+            let length = length();
+            if !mtus.read_fits(length) {
+                self.refuse(Refusal::Read(self.tally.len, self.wr_id, length));
+            }
+        }
+        self.tally.len += 1;
+    }
+
+    /// Counts inline data of `length` bytes, refused over the granted size.
+    #[inline]
+    fn count_inline(&mut self, length: usize) {
+        if length > self.max_inline_data as usize {
+            self.refuse(Refusal::Inline(self.tally.len, self.wr_id, length));
+        }
+        self.count(|| length as u64);
+    }
+
+    /// Keeps the batch's first refusal.
+    #[cold]
+    fn refuse(&mut self, refusal: Refusal) {
+        self.tally.refusal.get_or_insert(refusal);
+    }
 }
 
 impl SetInlineData for DcBatchData<'_> {
     #[inline]
-    fn setup_inline_data(self, buf: &[u8]) {
-        *self.len += 1;
+    fn setup_inline_data(mut self, buf: &[u8]) {
+        self.count_inline(buf.len());
         self.data.setup_inline_data(buf)
     }
 
     #[inline]
-    fn setup_inline_data_list(self, bufs: &[IoSlice<'_>]) {
-        *self.len += 1;
+    fn setup_inline_data_list(mut self, bufs: &[IoSlice<'_>]) {
+        self.count_inline(bufs.iter().map(|buf| buf.len()).sum());
         self.data.setup_inline_data_list(bufs)
     }
 }
@@ -209,8 +329,8 @@ impl SetScatterGatherEntry for DcBatchData<'_> {
     ///
     /// As sideway's [`SetScatterGatherEntry::setup_sge`].
     #[inline]
-    unsafe fn setup_sge(self, lkey: u32, addr: u64, length: u32) {
-        *self.len += 1;
+    unsafe fn setup_sge(mut self, lkey: u32, addr: u64, length: u32) {
+        self.count(|| u64::from(length));
         self.data.setup_sge(lkey, addr, length)
     }
 
@@ -218,8 +338,8 @@ impl SetScatterGatherEntry for DcBatchData<'_> {
     ///
     /// As sideway's [`SetScatterGatherEntry::setup_sge_list`].
     #[inline]
-    unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
-        *self.len += 1;
+    unsafe fn setup_sge_list(mut self, sg_list: &[ibv_sge]) {
+        self.count(|| sg_list.iter().map(|sge| u64::from(sge.length)).sum());
         self.data.setup_sge_list(sg_list)
     }
 }

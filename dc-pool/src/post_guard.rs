@@ -140,8 +140,9 @@ impl BatchRecord<'_> {
     #[inline(never)]
     fn refused(self, mut err: TypedPostSendError) -> TypedPostSendError {
         use sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind as Kind;
-        if let Kind::OperationNotEnabled { index, wr_id, .. } | Kind::InlineDataTooLong { index, wr_id, .. } =
-            &mut err.0
+        if let Kind::OperationNotEnabled { index, wr_id, .. }
+        | Kind::InlineDataTooLong { index, wr_id, .. }
+        | Kind::ReadResponsesTooLarge { index, wr_id, .. } = &mut err.0
         {
             if let Some(callers) = self.wr_ids.get(*index) {
                 *wr_id = *callers;

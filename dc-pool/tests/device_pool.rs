@@ -1114,7 +1114,10 @@ fn a_retiring_destination_counts_its_requests_and_a_removed_one_is_unknown() {
 #[test]
 fn path_mtu() {
     on_device!();
-    checks!(a_destination_with_a_smaller_path_mtu_than_the_initiators_is_refused_before_the_wire,);
+    checks!(
+        a_destination_with_a_smaller_path_mtu_than_the_initiators_is_refused_before_the_wire,
+        a_read_whose_responses_would_not_reach_the_initiators_is_refused_before_the_wire,
+    );
 }
 
 /// A pool of 2 initiators (static) whose packets are `mtu`; the fabric's targets as destinations
@@ -1176,6 +1179,73 @@ fn a_destination_with_a_smaller_path_mtu_than_the_initiators_is_refused_before_t
         write(&mut pool, &fabric, id, t, &[t as u64]).expect("post");
         assert_eq!(poll_reports(&mut pool, 1), [completed(id, t as u64)]);
     }
+}
+
+/// One signalled READ of `length` bytes of `target`'s slot into the local buffer.
+fn post_read(
+    pool: &mut DcInitiatorPool, fabric: &Fabric, destination: DestinationId, target: usize, wr_id: u64, length: u32,
+) -> Result<(), sideway_ext::ibverbs::post_send_guard::TypedPostSendError> {
+    let mut guard = pool.start_post_send(destination).expect("the pool grants a batch");
+    // SAFETY: both regions outlive the completions polled by the caller.
+    unsafe {
+        guard
+            .construct_wr(wr_id, WorkRequestFlags::Signaled)
+            .expect("room")
+            .setup_read(fabric.remote.mr.rkey(), fabric.slot(target, 0))
+            .setup_sge(fabric.local.mr.lkey(), fabric.local.addr(0), length);
+    }
+    guard.post()
+}
+
+fn a_read_whose_responses_would_not_reach_the_initiators_is_refused_before_the_wire() {
+    // Targets with room for READs of several packets.
+    let mut fabric = Fabric::new(0);
+    fabric.remote = Buffer::new(&fabric.pd, 3 * 8192, all());
+    for _ in 0..3 {
+        fabric.add_target();
+    }
+    let (mut pool, ids) = pool_at_mtu(&fabric, Mtu::Mtu1024, &[Some(Mtu::Mtu4096), Some(Mtu::Mtu1024), None]);
+    let far = ids[0];
+    pool.prepare(far)
+        .expect("a larger MTU takes every request the initiators send");
+    device().clear_trace();
+    let err = post_read(&mut pool, &fabric, far, 0, 1, 4096).unwrap_err();
+    assert!(
+        matches!(
+            err.0,
+            TypedPostSendErrorKind::ReadResponsesTooLarge {
+                index: 0,
+                wr_id: 1,
+                length: 4096,
+                path_mtu: Mtu::Mtu1024,
+                responder_path_mtu: Mtu::Mtu4096,
+                batch_len: 1,
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(requests().is_empty(), "nothing reached the device");
+    assert_eq!(pool.outstanding(far), 0, "the refused batch holds nothing");
+    post_read(&mut pool, &fabric, far, 0, 2, 1024).expect("one response packet of 1024 bytes");
+    write(&mut pool, &fabric, far, 0, &[3]).expect("post");
+    assert_eq!(pool.outstanding(far), 2);
+    assert_eq!(poll_reports(&mut pool, 2), [completed(far, 2), completed(far, 3)]);
+    // No larger MTU known: the READ goes out (the targets answer at the port's MTU).
+    for &destination in &ids[1..] {
+        post_read(&mut pool, &fabric, destination, 1, 4, 4096).expect("no larger MTU known");
+        assert_eq!(pool.outstanding(destination), 1);
+        assert_eq!(reports(&poll_reports(&mut pool, 1)), 1);
+    }
+    let sent: Vec<_> = requests().iter().map(|e| (e.opcode, e.length)).collect();
+    assert_eq!(
+        sent,
+        [
+            (OPCODE_RDMA_READ, 1024),
+            (OPCODE_RDMA_WRITE, 64),
+            (OPCODE_RDMA_READ, 4096),
+            (OPCODE_RDMA_READ, 4096)
+        ]
+    );
 }
 
 #[test]

@@ -42,6 +42,7 @@ mod unreliable_datagram;
 pub use data::TypedLocalBufferHandle;
 pub use error::{TypedPostSendError, TypedPostSendErrorKind};
 pub use guard::{Batch, TypedPostSendGuard};
+pub(crate) use path_mtus::mtu_bytes;
 pub use path_mtus::PathMtus;
 pub(crate) use provider_entries::entry;
 pub use provider_entries::{MissingProviderEntry, ProviderEntries};

@@ -4,8 +4,9 @@ use sideway::ibverbs::device_context::Mtu;
 
 /// The path MTUs of a request's two ends: the requester's (the queue pair that posts it) and the
 /// responder's (the one that answers). A DC initiator and a DC target each have their own (the
-/// target its [`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)); no
-/// guard checks them: a program that reads over DC checks [`read_fits`](Self::read_fits) itself.
+/// target its [`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)); the
+/// DC post guard does not check them: a program that reads over DC checks
+/// [`read_fits`](Self::read_fits) itself (the DC pool does, before its batches reach the provider).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PathMtus {
     // `ibv_mtu` values (1 to 5, in the order of their sizes), one byte each: a DC address that
@@ -72,6 +73,11 @@ impl PathMtus {
     }
 }
 
+/// The payload bytes of a packet at `mtu` (256 to 4096).
+pub(crate) fn mtu_bytes(mtu: Mtu) -> u32 {
+    256 << (mtu as u32 - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,9 +85,11 @@ mod tests {
     const ALL: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
 
     /// The rule itself is held to the device's in tests/test_dc_device.rs
-    /// (`the_guards_read_rule_is_the_devices_for_every_pair_of_path_mtus`).
+    /// (`the_read_rule_is_the_devices_for_every_pair_of_path_mtus`).
     #[test]
-    fn the_pair_is_kept() {
+    fn the_bytes_of_each_mtu_and_the_pair_kept() {
+        assert_eq!(mtu_bytes(Mtu::Mtu256), 256);
+        assert_eq!(mtu_bytes(Mtu::Mtu4096), 4096);
         for (requester, responder) in ALL.iter().zip(ALL.iter().rev()) {
             let mtus = PathMtus::new(*requester, *responder);
             assert_eq!((mtus.requester(), mtus.responder()), (*requester, *responder));
