@@ -19,8 +19,8 @@ use sideway::ibverbs::completion::{BasicCompletionQueue, WorkCompletionStatus};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
-    ModifyQueuePairErrorKind, PostSendError, QueuePairState, SendOperationFlags, SetInlineData,
-    SetScatterGatherEntry, WorkRequestFlags,
+    ModifyQueuePairErrorKind, PostSendError, QueuePairState, SendOperationFlags, SetInlineData, SetScatterGatherEntry,
+    WorkRequestFlags,
 };
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address::AddressHandleAttribute;
@@ -1148,9 +1148,7 @@ fn post_receive(bed: &Bed, buffer: &Buffer, wr_id: u64) {
 }
 
 /// Posts `len` bytes inline on `dci` to `endpoint`.
-fn post_inline(
-    device: &Device, dci: &mut DcInitiator, endpoint: &DcEndpoint, len: usize,
-) -> Result<(), PostSendError> {
+fn post_inline(device: &Device, dci: &mut DcInitiator, endpoint: &DcEndpoint, len: usize) -> Result<(), PostSendError> {
     let ah = device.ah(dci, endpoint);
     let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
     dci.post_send_one(9, WorkRequestFlags::Signaled, |wr| {

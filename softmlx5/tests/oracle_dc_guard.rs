@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use rdma_mummy_sys::ibv_sge;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+use sideway_ext::mlx5::dc::adopted::AdoptedDcSendViews;
 use sideway_ext::mlx5::dc::initiator::DcPostSendGuard;
 use softmlx5::oracle::decode::{self, decode_dc_wqe, Data, DecodedWqe};
 use softmlx5::oracle::{DciShape, OracleAh, OracleDci};
@@ -149,9 +150,11 @@ fn post(dci: &OracleDci, ah: &OracleAh, requests: &[Request]) {
         | SendOperationFlags::Read
         | SendOperationFlags::AtomicCompareAndSwap
         | SendOperationFlags::AtomicFetchAndAdd;
-    // SAFETY: the oracle's DCI is alive, its builders installed, and used by this guard alone.
-    let mut guard = unsafe { DcPostSendGuard::start_adopted(dci.qp_ex(), dci.mlx5_qp_ex(), granted) }
-        .expect("libmlx5's DCI entries");
+    // SAFETY: the oracle's DCI is alive and its builders installed.
+    let views =
+        unsafe { AdoptedDcSendViews::new(dci.qp_ex(), dci.mlx5_qp_ex(), granted) }.expect("libmlx5's DCI entries");
+    // SAFETY: as above, and the DCI is used by this guard alone.
+    let mut guard = unsafe { DcPostSendGuard::start_adopted(views) };
     for request in requests {
         let wr = guard.construct_wr(request.wr_id, request.flags);
         macro_rules! addressed {

@@ -1,8 +1,8 @@
 //! The "DC pool, WRITE 1 SGE" row: sideway-ext-dc-pool's pool (the `Static` policy, one
 //! initiator, one destination, every batch to it) posting signalled DC RDMA WRITEs of one 64-byte
 //! entry, through the pool's traits on two initiators: one posting through libmlx5's own
-//! builders (sideway-ext's post guard over an unrecorded oracle DCI, its provider entries read
-//! from its tables, as a `DcInitiator`'s `start_post_send_to` starts it), and one posting through
+//! builders (sideway-ext's DC post guard over an unrecorded oracle DCI, its views checked once,
+//! in the pool's DC batch as a `DcInitiator`'s), and one posting through
 //! the direct writer's batch to one address (`SendQueue::start_post_send_to` over a second such
 //! DCI's memory, as a direct initiator's pool posts; the direct initiator adds its queue's borrow
 //! flag, a store at each end of a batch). The same pool code on both, counted whole: what the
@@ -18,10 +18,11 @@ use rdma_mummy_sys::ibv_ah;
 use sideway::ibverbs::completion::PollCompletionQueueError;
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::post_send_guard::{PathMtus, ProviderEntries, TypedPostSendGuard};
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc::initiator::{BatchAddressed, DcAddress, DcContext};
+use sideway_ext::mlx5::dc::adopted::AdoptedDcSendViews;
+use sideway_ext::mlx5::dc::initiator::DcPostSendGuard;
 use sideway_ext_dc_direct::send_queue::{AddressVector, BatchAddress, SendQueue, SendQueueParts};
+use sideway_ext_dc_pool::dc_batch::DcBatch;
 use sideway_ext_dc_pool::initiator::{PoolCompletion, PoolCompletionQueue, StreamResetRefusal};
 use sideway_ext_dc_pool::settings::DcPoolSettings;
 use sideway_ext_dc_pool::types::{DcPoolPolicy, DestinationId};
@@ -33,7 +34,7 @@ use super::{failed, shape, Fields, SGE_LENGTH};
 /// A DCI posted on through libmlx5's builders.
 struct Libmlx5Initiator {
     dci: OracleDci,
-    entries: ProviderEntries,
+    views: AdoptedDcSendViews,
 }
 
 /// A DCI's memory posted on through the direct writer.
@@ -79,7 +80,7 @@ macro_rules! pooled {
 impl PoolInitiator for Libmlx5Initiator {
     /// The oracle's address handle, alive as long as the pool (`PoolState` drops it last).
     type Address = NonNull<ibv_ah>;
-    type Batch<'a> = TypedPostSendGuard<'a, BatchAddressed<DcAddress>>;
+    type Batch<'a> = DcBatch<'a>;
     type CompletionQueue = NoCompletions;
 
     pooled!();
@@ -92,20 +93,18 @@ impl PoolInitiator for Libmlx5Initiator {
         self.dci.max_post()
     }
 
-    /// As a `DcInitiator`'s `start_post_send_to`.
+    /// As a `DcInitiator`'s batch.
     #[inline]
     fn start_batch<'a>(
         &'a mut self, ah: &'a NonNull<ibv_ah>, dct_number: u32, dc_key: u64, _: Option<u16>,
     ) -> Self::Batch<'a> {
-        // SAFETY: the oracle DCI's own views, alive and borrowed for the guard's lifetime, with
-        // the entries its tables have; the handle outlives the pool.
-        let mut guard = unsafe {
-            let address = DcAddress::new(self.dci.mlx5_qp_ex(), *ah, dct_number, dc_key);
-            TypedPostSendGuard::start(self.dci.qp_ex(), self.entries, address)
-        };
-        guard.set_max_inline_data(self.dci.max_inline_data());
-        guard.set_path_mtus(PathMtus::known(None, None));
-        guard
+        // SAFETY: the oracle DCI's own views, alive and borrowed for the guard's lifetime, their
+        // entries checked; the handle outlives the pool; no stream; both ends' path MTUs not
+        // known here.
+        unsafe {
+            let guard = DcPostSendGuard::start_adopted(self.views);
+            DcBatch::adopted(guard, *ah, dct_number, dc_key, None, None, self.dci.max_inline_data())
+        }
     }
 }
 
@@ -155,12 +154,8 @@ impl PoolState {
         let ah = OracleAh::new(av);
         let operations = SendOperationFlags::Write | SendOperationFlags::Send;
         // SAFETY: the oracle's tables are alive, libmlx5's builders installed.
-        let entries = unsafe {
-            let ibv = ProviderEntries::new(dci.qp_ex(), operations).expect("libmlx5's entries");
-            DcContext::from_raw(dci.mlx5_qp_ex())
-                .entries(ibv, false)
-                .expect("libmlx5's DC setters")
-        };
+        let views =
+            unsafe { AdoptedDcSendViews::new(dci.qp_ex(), dci.mlx5_qp_ex(), operations) }.expect("libmlx5's entries");
         let layout = memory.layout();
         let parts = SendQueueParts {
             buffer: layout.buffer,
@@ -181,7 +176,7 @@ impl PoolState {
         let queue = unsafe { SendQueue::from_parts(parts) }.expect("the oracle's shape");
         let mut settings = DcPoolSettings::default();
         settings.setup_policy(DcPoolPolicy::Static);
-        let mut libmlx5 = DcInitiatorPool::from_initiators(vec![Libmlx5Initiator { dci, entries }], None, &settings)
+        let mut libmlx5 = DcInitiatorPool::from_initiators(vec![Libmlx5Initiator { dci, views }], None, &settings)
             .expect("a pool of one initiator");
         let mut direct = DcInitiatorPool::from_initiators(vec![DirectInitiator { queue, memory }], None, &settings)
             .expect("a pool of one initiator");

@@ -20,10 +20,10 @@
 //! figures and limits against (BENCHMARKS.md), not a pool anyone could use.
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, mlx5dv_qp_ex};
+use rdma_mummy_sys::ibv_ah;
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::ibverbs::post_send_guard::{ProviderEntries, TypedPostSendGuard};
-use sideway_ext::mlx5::dc::initiator::{DcContext, DynamicallyConnected};
+use sideway_ext::mlx5::dc::adopted::AdoptedDcSendViews;
+use sideway_ext::mlx5::dc::initiator::DcPostSendGuard;
 
 use super::dc::{
     CountingDc, DedicatedRows, PoolRow, SendDcWrite, StaticRows, DEDICATED_DESTINATIONS, DEDICATED_INITIATORS,
@@ -51,9 +51,7 @@ struct FloorDestination {
 }
 
 struct FloorInitiator {
-    qp: NonNull<ibv_qp_ex>,
-    entries: ProviderEntries,
-    view: NonNull<mlx5dv_qp_ex>,
+    views: AdoptedDcSendViews,
     /// The next request's number, the oldest not reported, and the number a batch may not
     /// reach: `min(oldest + capacity, the ring's end after head)` (a batch does not wrap).
     head: u64,
@@ -73,12 +71,10 @@ impl FloorInitiator {
     fn new(capacity: u64) -> Self {
         let mut qp = CountingQp::new();
         let mut view = CountingDc::new();
-        let entries = view.entries(&mut qp);
+        let views = view.views(&mut qp);
         let size = (2 * capacity).next_power_of_two();
         Self {
-            qp: qp.as_ptr(),
-            entries,
-            view: view.view_ptr(),
+            views,
             head: 0,
             oldest: 0,
             limit: capacity,
@@ -169,13 +165,7 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
         let slots = initiator.wr_ids[start..start + batch].as_mut_ptr();
         let base = ((i as u64) << NUMBER_BITS) | head;
         // SAFETY: the counting tables are live and not used elsewhere during the batch.
-        let mut guard = unsafe {
-            TypedPostSendGuard::<DynamicallyConnected>::start(
-                initiator.qp,
-                initiator.entries,
-                DcContext::from_raw(initiator.view),
-            )
-        };
+        let mut guard = unsafe { DcPostSendGuard::start_adopted(initiator.views) };
         for n in first..first + batch as u64 {
             // SAFETY: `slots` holds `batch` places (checked above), and `n - first` is below it.
             unsafe { *slots.add((n - first) as usize) = n };
@@ -184,7 +174,7 @@ impl<const DEDICATED: bool> FloorPool<DEDICATED> {
                 guard
                     .construct_wr(base + (n - first), WorkRequestFlags::Signaled)
                     .setup_write(b.rkey, b.remote + n * STRIDE)
-                    .setup_dc_addr_raw(ah, dct_number, dc_key)
+                    .setup_dc_addr_adopted(ah, dct_number, dc_key, None)
                     .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
             };
         }

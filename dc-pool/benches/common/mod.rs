@@ -13,7 +13,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::{
-    ibv_qp_ex, ibv_send_flags, ibv_sge, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
+    ibv_data_buf, ibv_qp_ex, ibv_send_flags, ibv_sge, ibv_wr_complete, ibv_wr_rdma_write, ibv_wr_set_sge, ibv_wr_start,
 };
 use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::{
@@ -68,6 +68,7 @@ pub struct CountingQp {
     aborts: u64,
     requests: u64,
     sges: u64,
+    inlines: u64,
 }
 
 /// The counting queue pair whose first field is `qp`.
@@ -99,9 +100,15 @@ unsafe extern "C" fn count_set_sge(qp: *mut ibv_qp_ex, _lkey: u32, _addr: u64, _
 unsafe extern "C" fn count_set_sge_list(qp: *mut ibv_qp_ex, n: usize, _list: *const ibv_sge) {
     (*counting(qp)).sges += n as u64;
 }
+unsafe extern "C" fn count_set_inline_data(qp: *mut ibv_qp_ex, _addr: *mut std::ffi::c_void, _len: usize) {
+    (*counting(qp)).inlines += 1;
+}
+unsafe extern "C" fn count_set_inline_data_list(qp: *mut ibv_qp_ex, n: usize, _list: *const ibv_data_buf) {
+    (*counting(qp)).inlines += n as u64;
+}
 
 impl CountingQp {
-    /// A zeroed `ibv_qp_ex` with counting batch entries, RDMA write and the SGE setters.
+    /// A zeroed `ibv_qp_ex` with counting batch entries, RDMA write and the four data setters.
     pub fn new() -> Box<Self> {
         // SAFETY: ibv_qp_ex is plain data and optional function pointers, for which zeroes are
         // valid; so are the counters.
@@ -112,6 +119,8 @@ impl CountingQp {
         qp.qp.wr_rdma_write = Some(count_rdma_write);
         qp.qp.wr_set_sge = Some(count_set_sge);
         qp.qp.wr_set_sge_list = Some(count_set_sge_list);
+        qp.qp.wr_set_inline_data = Some(count_set_inline_data);
+        qp.qp.wr_set_inline_data_list = Some(count_set_inline_data_list);
         qp
     }
 
@@ -200,8 +209,8 @@ impl Workload for SendRcWrite {
         let mut next = 0;
         while next < requests {
             // SAFETY: the counting queue pair is live and not used elsewhere during the batch;
-            // its entries were read by ProviderEntries::new; RC needs no context.
-            let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp, entries, ()) };
+            // its entries were read by ProviderEntries::new.
+            let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp, entries) };
             for n in next as u64..(next + batch) as u64 {
                 // SAFETY: the counting provider never touches the buffers.
                 unsafe {
@@ -275,16 +284,9 @@ impl Workload for SendRcWriteOne {
                 }
             };
             // SAFETY: the counting queue pair is live and not used elsewhere during the call; its
-            // entries were read by ProviderEntries::new; RC needs no context.
+            // entries were read by ProviderEntries::new.
             let posted = unsafe {
-                TypedPostSendGuard::<ReliableConnection>::post_one(
-                    qp,
-                    entries,
-                    (),
-                    n,
-                    WorkRequestFlags::Signaled,
-                    request,
-                )
+                TypedPostSendGuard::<ReliableConnection>::post_one(qp, entries, n, WorkRequestFlags::Signaled, request)
             };
             if posted.is_err() {
                 failed("TypedPostSendGuard::post_one");
@@ -336,12 +338,9 @@ mod dc {
     use sideway::ibverbs::completion::GenericCompletionQueue;
     use sideway::ibverbs::queue_pair::{SendOperationFlags, SetScatterGatherEntry, WorkRequestFlags};
     use sideway_ext::ibverbs::address_handle::AddressHandle;
-    use sideway_ext::ibverbs::post_send_guard::{
-        PathMtus, ProviderEntries, TypedPostSendGuard, TypedWorkRequestHandle,
-    };
-    use sideway_ext::mlx5::dc::initiator::{
-        BatchAddressed, DcAddress, DcBatchAddress, DcContext, DynamicallyConnected,
-    };
+    use sideway_ext::mlx5::dc::adopted::AdoptedDcSendViews;
+    use sideway_ext::mlx5::dc::initiator::{DcPostSendGuard, DcWorkRequestHandle};
+    use sideway_ext_dc_pool::dc_batch::DcBatch;
     use sideway_ext_dc_pool::initiator::{PoolCompletion, StreamResetRefusal};
     use sideway_ext_dc_pool::post_guard::DcPoolPostGuard;
     use sideway_ext_dc_pool::settings::DcPoolSettings;
@@ -369,17 +368,12 @@ mod dc {
             view
         }
 
-        /// The entries of the counting `ibv_qp_ex` (RDMA write) plus `wr_set_dc_addr`, read
-        /// once, as a DC initiator does at creation.
-        pub(super) fn entries(&mut self, qp: &mut CountingQp) -> ProviderEntries {
-            // SAFETY: both tables are live.
-            unsafe {
-                let ibv = ProviderEntries::new(qp.as_ptr(), SendOperationFlags::Write)
-                    .expect("the counting table fills the entries a write needs");
-                DcContext::from_raw(NonNull::from(&mut self.view))
-                    .entries(ibv, false)
-                    .expect("the counting view fills wr_set_dc_addr")
-            }
+        /// The views of the counting `ibv_qp_ex` (RDMA write) and this `mlx5dv_qp_ex`, checked
+        /// once, as a DC initiator's are at creation.
+        pub(super) fn views(&mut self, qp: &mut CountingQp) -> AdoptedDcSendViews {
+            // SAFETY: both tables are live as long as the state that holds them.
+            unsafe { AdoptedDcSendViews::new(qp.as_ptr(), NonNull::from(&mut self.view), SendOperationFlags::Write) }
+                .expect("the counting tables fill the entries a DC write needs")
         }
     }
 
@@ -410,7 +404,7 @@ mod dc {
     pub struct DcState {
         qp: Box<CountingQp>,
         view: Box<CountingDc>,
-        entries: ProviderEntries,
+        views: AdoptedDcSendViews,
         batch: usize,
         buffers: Buffers,
         ah: NonNull<ibv_ah>,
@@ -428,11 +422,11 @@ mod dc {
         fn setup(batch: usize) -> DcState {
             let mut qp = CountingQp::new();
             let mut view = CountingDc::new();
-            let entries = view.entries(&mut qp);
+            let views = view.views(&mut qp);
             let mut state = DcState {
                 qp,
                 view,
-                entries,
+                views,
                 batch: black_box(batch),
                 buffers: Buffers::opaque(),
                 // Never dereferenced: the counting setter only counts.
@@ -447,27 +441,25 @@ mod dc {
 
         #[inline(never)]
         fn guard(state: &mut DcState, requests: usize) {
-            let (qp, entries, batch, b) = (state.qp.as_ptr(), state.entries, state.batch, state.buffers);
+            let (views, batch, b) = (state.views, state.batch, state.buffers);
             let (ah, dct_number, dc_key) = (state.ah, state.dct_number, state.dc_key);
-            // SAFETY: the view is live for the state's lifetime.
-            let context = unsafe { DcContext::from_raw(NonNull::from(&mut state.view.view)) };
             let mut next = 0;
             while next < requests {
                 // SAFETY: the counting tables are live and not used elsewhere during the batch;
-                // their entries were read once above.
-                let mut guard = unsafe { TypedPostSendGuard::<DynamicallyConnected>::start(qp, entries, context) };
+                // their entries were checked once at setup.
+                let mut guard = unsafe { DcPostSendGuard::start_adopted(views) };
                 for n in next as u64..(next + batch) as u64 {
                     // SAFETY: the counting provider never touches the buffers or the handle.
                     unsafe {
                         guard
                             .construct_wr(n, WorkRequestFlags::Signaled)
                             .setup_write(b.rkey, b.remote + n * STRIDE)
-                            .setup_dc_addr_raw(ah, dct_number, dc_key)
+                            .setup_dc_addr_adopted(ah, dct_number, dc_key, None)
                             .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
                     };
                 }
                 if guard.post().is_err() {
-                    failed("TypedPostSendGuard::post");
+                    failed("DcPostSendGuard::post");
                 }
                 next += batch;
             }
@@ -504,9 +496,9 @@ mod dc {
         }
     }
 
-    /// The same DC RDMA writes posted one request at a time: `post_send_one` (through
-    /// `TypedPostSendGuard::post_one`, as `DcInitiator::post_send_one`) against `ibv_wr_start`, the
-    /// request's calls with `mlx5dv_wr_set_dc_addr`, `ibv_wr_complete` per request.
+    /// The same DC RDMA writes posted one request at a time: a batch of one on the DC guard (as
+    /// `DcInitiator::post_send_one` posts it) against `ibv_wr_start`, the request's calls with
+    /// `mlx5dv_wr_set_dc_addr`, `ibv_wr_complete` per request.
     pub enum SendDcWriteOne {}
 
     impl Workload for SendDcWriteOne {
@@ -522,33 +514,23 @@ mod dc {
 
         #[inline(never)]
         fn guard(state: &mut DcState, requests: usize) {
-            let (qp, entries, b) = (state.qp.as_ptr(), state.entries, state.buffers);
+            let (views, b) = (state.views, state.buffers);
             let (ah, dct_number, dc_key) = (state.ah, state.dct_number, state.dc_key);
-            // SAFETY: the view is live for the state's lifetime.
-            let context = unsafe { DcContext::from_raw(NonNull::from(&mut state.view.view)) };
             for n in 0..requests as u64 {
-                let request = |wr: TypedWorkRequestHandle<'_, DynamicallyConnected>| {
+                let request = |wr: DcWorkRequestHandle<'_>| {
                     // SAFETY: the counting provider never touches the buffers or the handle.
                     unsafe {
                         wr.setup_write(b.rkey, b.remote + n * STRIDE)
-                            .setup_dc_addr_raw(ah, dct_number, dc_key)
+                            .setup_dc_addr_adopted(ah, dct_number, dc_key, None)
                             .setup_sge(b.lkey, b.local + n * STRIDE, STRIDE as u32)
                     }
                 };
                 // SAFETY: the counting tables are live and not used elsewhere during the call;
-                // their entries were read once at setup.
-                let posted = unsafe {
-                    TypedPostSendGuard::<DynamicallyConnected>::post_one(
-                        qp,
-                        entries,
-                        context,
-                        n,
-                        WorkRequestFlags::Signaled,
-                        request,
-                    )
-                };
-                if posted.is_err() {
-                    failed("TypedPostSendGuard::post_one");
+                // their entries were checked once at setup.
+                let mut guard = unsafe { DcPostSendGuard::start_adopted(views) };
+                request(guard.construct_wr(n, WorkRequestFlags::Signaled));
+                if guard.post().is_err() {
+                    failed("DcPostSendGuard::post");
                 }
             }
         }
@@ -584,19 +566,19 @@ mod dc {
     pub struct CountingInitiator {
         qp: Box<CountingQp>,
         view: Box<CountingDc>,
-        entries: ProviderEntries,
+        views: AdoptedDcSendViews,
     }
 
     /// Its send queue: every request of a measured run and of the warm-up fits, so that the
     /// posting-only row never settles anything.
     const POOL_SEND_QUEUE: u32 = 8192;
 
-    /// Its batches are sideway-ext's guards started on the counting tables, as a DC initiator
-    /// starts them ([`DcInitiator::start_post_send_to`](sideway_ext::mlx5::dc::initiator::DcInitiator::start_post_send_to)).
+    /// Its batches are the pool's DC batches on sideway-ext's DC guard started on the counting
+    /// tables ([`DcBatch::adopted`]), as a DC initiator's are on its own guard.
     impl PoolInitiator for CountingInitiator {
         /// The address handle the counting setter is handed (never dereferenced).
         type Address = NonNull<ibv_ah>;
-        type Batch<'a> = TypedPostSendGuard<'a, BatchAddressed<DcBatchAddress>>;
+        type Batch<'a> = DcBatch<'a>;
         type CompletionQueue = GenericCompletionQueue;
 
         fn qp_number(&self) -> u32 {
@@ -630,18 +612,13 @@ mod dc {
         fn start_batch<'a>(
             &'a mut self, address: &'a NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream: Option<u16>,
         ) -> Self::Batch<'a> {
-            let (qp_ex, mlx5) = (self.qp.as_ptr(), NonNull::from(&mut self.view.view));
-            // SAFETY: the counting setter never dereferences the handle; the view is its box.
-            let dc_address = unsafe { DcAddress::new(mlx5, *address, dct_number, dc_key) };
-            // SAFETY: the boxes it owns, borrowed for the guard's lifetime, with the entries
-            // read from them (no streams).
-            let mut guard =
-                unsafe { TypedPostSendGuard::start(qp_ex, self.entries, DcBatchAddress::new(dc_address, stream)) };
-            // As a DC initiator's guard: its granted inline size (the counting tables take
-            // any), and both ends' path MTUs (not known here).
-            guard.set_max_inline_data(u32::MAX);
-            guard.set_path_mtus(PathMtus::known(None, None));
-            guard
+            // SAFETY: the boxes it owns, borrowed for the guard's lifetime, their entries checked
+            // at its creation.
+            let guard = unsafe { DcPostSendGuard::start_adopted(self.views) };
+            // SAFETY: the counting setter never dereferences the handle; no streams (the pool
+            // asks for none of an initiator without). As a DC initiator's batch: both ends' path
+            // MTUs (not known here), its granted inline size (the counting tables take any).
+            unsafe { DcBatch::adopted(guard, *address, dct_number, dc_key, stream, None, u32::MAX) }
         }
     }
 
@@ -758,8 +735,8 @@ mod dc {
         fn setup(batch: usize) -> Self::State {
             let mut qp = CountingQp::new();
             let mut view = CountingDc::new();
-            let entries = view.entries(&mut qp);
-            let initiator = CountingInitiator { qp, view, entries };
+            let views = view.views(&mut qp);
+            let initiator = CountingInitiator { qp, view, views };
             let mut settings = DcPoolSettings::default();
             settings.setup_policy(DcPoolPolicy::Static);
             let Ok(mut pool) = DcInitiatorPool::from_initiators(vec![initiator], None, &settings) else {
@@ -989,8 +966,8 @@ mod dc {
                 .map(|_| {
                     let mut qp = CountingQp::new();
                     let mut view = CountingDc::new();
-                    let entries = view.entries(&mut qp);
-                    CountingInitiator { qp, view, entries }
+                    let views = view.views(&mut qp);
+                    CountingInitiator { qp, view, views }
                 })
                 .collect();
             let Ok(mut pool) = DcInitiatorPool::from_initiators(initiators, None, &DcPoolSettings::default()) else {

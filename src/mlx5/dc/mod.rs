@@ -58,7 +58,7 @@
 //!   [`ibv_create_ah`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html),
 //!   [`ibv_query_port`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
 //! - Linux `drivers/infiniband/hw/mlx5/qp.c`: `modify_dci_qp_is_ok`, `mlx5_ib_modify_dct`, `is_valid_mask`
-mod adopted;
+pub mod adopted;
 pub mod endpoint;
 pub mod initiator;
 mod post_one;
