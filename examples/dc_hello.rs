@@ -116,20 +116,23 @@ fn run() -> Result<(), Box<dyn Error>> {
     let ah = endpoint.create_ah(&pd, PORT, dci.source_gid().map_or(0, |entry| entry.index()))?;
     let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
 
-    // An RDMA WRITE of the first 64 bytes into the second, then a SEND into the SRQ's receive.
-    dci.post_send_one(WRITE, WorkRequestFlags::Signaled, |wr| {
-        // SAFETY: both places lie in `mr`, alive until the completion is polled below.
-        unsafe {
-            wr.setup_write(mr.rkey(), at(64))
-                .setup_dc_addr(&ah, dct_number, dc_key)
-                .setup_sge(mr.lkey(), at(0), 64)
-        }
-    })?;
-    dci.post_send_one(SEND, WorkRequestFlags::Signaled, |wr| {
-        wr.setup_send()
+    // One batch: an RDMA WRITE of the first 64 bytes into the second, then a SEND into the SRQ's
+    // receive.
+    let mut guard = dci.start_post_send();
+    // SAFETY: both places lie in `mr`, alive until the completion is polled below.
+    unsafe {
+        guard
+            .construct_wr(WRITE, WorkRequestFlags::Signaled)
+            .setup_write(mr.rkey(), at(64))
             .setup_dc_addr(&ah, dct_number, dc_key)
-            .setup_inline_data(HELLO)
-    })?;
+            .setup_sge(mr.lkey(), at(0), 64);
+    }
+    guard
+        .construct_wr(SEND, WorkRequestFlags::Signaled)
+        .setup_send()
+        .setup_dc_addr(&ah, dct_number, dc_key)
+        .setup_inline_data(HELLO);
+    guard.post()?;
     let mut done = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut wcs = [WorkCompletion::default(); 4];

@@ -13,12 +13,12 @@ fn post_guard_borrow_rules() {
     cases.compile_fail("tests/compile_fail/*.rs");
 }
 
-/// The DC initiator's request order (`--features mlx5`): no data step before the DC address (the
-/// error names `setup_dc_addr`), one batch per DC initiator (a pool's, in sideway-ext-dc-pool's
-/// own test).
+/// The DC initiator's batches (`--features mlx5`): one at a time per DC initiator (a pool's, in
+/// sideway-ext-dc-pool's own test). The data step before the DC address is the `compile_fail`
+/// doctest of `mlx5::dc::initiator`'s post guard.
 #[cfg(feature = "mlx5")]
 #[test]
-fn dc_request_order() {
+fn dc_one_batch_at_a_time() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/compile_fail/dc/*.rs");
 }

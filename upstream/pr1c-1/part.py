@@ -1,13 +1,10 @@
 # Pull request 1c-1: address handles. Read by scripts/upstream-pr (see upstream/README.md).
-#
-# The address handle's file moves again with 3d-2 (ADDRESS_HANDLE_REWRITES, which
-# upstream/pr3d-2/part.py reads): that part's commit is the difference.
 
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-address-handles"]
 
-# What 3d-2 (DC READs held to path MTUs) brings to the address handle's file, cut before it: the path MTU of the
-# port a handle reaches, which a DC endpoint's handle carries to the DC initiator's READs.
+# What stays this crate's, cut from the address handle's file: the path MTU of the port a handle
+# reaches, which a DC endpoint's handle carries to this crate's DC pool, which holds its READs to it.
 _DESTINATION_PATH_MTU = [
     ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
     ("    destination_path_mtu: Option<Mtu>,\n", "", 1),
@@ -18,8 +15,8 @@ _DESTINATION_PATH_MTU = [
 
 
 def ADDRESS_HANDLE_REWRITES(part):
-    """The rewrites of src/ibverbs/address_handle.rs in `part` (pr1c-1 or pr3d-2)."""
-    return (_DESTINATION_PATH_MTU if part != "pr3d-2" else []) + [
+    """The rewrites of src/ibverbs/address_handle.rs (it moves with 1c-1 only)."""
+    return _DESTINATION_PATH_MTU + [
         # The doctest's imports: sideway's own items, whose inherent create_ah stands for the Ext trait.
         (("//! use crate::ibverbs::address::GidType;\n", "//! use sideway_ext::ibverbs::extension::ProtectionDomainExt;\n"),
          "//! use sideway::ibverbs::address::{AddressHandleAttribute, GidType};\n"

@@ -15,8 +15,6 @@ MOVES = {
             "to": _GUARD + "mod.rs",
             "helpers": [],
             "rewrites": [
-                ("the destination (`setup_ud_addr`, or DC's address step in the `mlx5` module)",
-                 "the destination (`setup_ud_addr`)", 1),
                 # As pull request 1c-2 moved it: no one-request post, destinations sealed.
                 (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus).",
                  ".", 1),
@@ -24,13 +22,8 @@ MOVES = {
                 # The path MTUs an RDMA READ is held to come with DC posting (3d).
                 ("mod path_mtus;\n", "", 1),
                 ("pub(crate) use path_mtus::mtu_bytes;\npub use path_mtus::PathMtus;\n", "", 1),
-                ("    // Transports and operations are this crate's:",
+                ("    // Transports, operations and destinations are this crate's:",
                  "    // Transports, operations and destinations are sideway's:", 1),
-                ("provider entries rely on them. (Destinations are open, an unsafe trait: a destination only\n"
-                 "    // sets an address through entries the guard checks.) Visible crate-wide so that the mlx5\n"
-                 "    // module's DC transport can implement them.",
-                 "provider entries rely on them. Visible crate-wide so that the mlx5 module's DC transport can\n"
-                 "    // implement them.", 1),
             ],
         },
         {
@@ -39,8 +32,8 @@ MOVES = {
             "helpers": [],
             "rewrites": [
                 # The queue-pair type a transport posts on (1c-2's `Transport::QP_TYPE`).
-                ("    type Context = ();\n",
-                 "    const QP_TYPE: QueuePairType = QueuePairType::UnreliableDatagram;\n    type Context = ();\n", 1),
+                ("impl Transport for UnreliableDatagram {\n",
+                 "impl Transport for UnreliableDatagram {\n    const QP_TYPE: QueuePairType = QueuePairType::UnreliableDatagram;\n", 1),
                 ("use crate::ibverbs::address_handle::AddressHandle;\n",
                  "use crate::ibverbs::address_handle::AddressHandle;\nuse crate::ibverbs::queue_pair::QueuePairType;\n", 1),
             ],

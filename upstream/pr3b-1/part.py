@@ -49,18 +49,13 @@ _TARGET_MTU_DOCS = [
 ]
 
 # The module's paragraph on the path MTU, from 3b-2 on: without this crate's DC guide's section
-# and its pool; the READ's refusal from 3d-2 on.
+# and its pool (which refuses the READs whose responses would be dropped).
 _MTU_PARAGRAPH = (
     "//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]), for the fleet rule:\n"
     "//! every DC initiator and target brought up with one path MTU, the smallest of their ports'. An\n"
     "//! initiator sends at its own MTU and a target answers READs at its own: where they differ, the\n"
     "//! larger packets are dropped.\n"
 )
-_READ_MTU_PARAGRAPH = _MTU_PARAGRAPH.replace(
-    "//! larger packets are dropped.\n",
-    "//! larger packets are dropped. An RDMA READ longer than the initiator's MTU from a target whose\n"
-    "//! MTU is larger is refused before the provider (the address handle [`DcEndpoint::create_ah`]\n"
-    "//! makes carries the MTU to the post).\n")
 
 
 def _paragraph(text):
@@ -76,8 +71,8 @@ _MTU_DOCS = [
      "    /// responses of a READ longer than its own.", 1),
 ]
 
-# What 3d-2 (DC READs held to path MTUs) brings to the endpoint's file, cut before it: the address handle carries
-# the endpoint's path MTU, to which the DC initiator holds its READs (ReadResponsesTooLarge).
+# What stays this crate's, cut from the endpoint's file: the address handle carries the endpoint's
+# path MTU, to which this crate's DC pool holds its READs (ReadResponsesTooLarge).
 _READ_MTU_DOCS = [
     ("the MTU is unknown and nothing is refused for it.", "the MTU is unknown.", 1),
 ]
@@ -93,13 +88,11 @@ _READ_MTU = [
 def _mtu_rewrites(part):
     if part == "pr3b-1":
         return _TARGET_MTU_DOCS + _READ_MTU
-    if part == "pr3b-2":
-        return _paragraph(_MTU_PARAGRAPH) + _MTU_DOCS + _READ_MTU_DOCS + _READ_MTU
-    return _paragraph(_READ_MTU_PARAGRAPH) + _MTU_DOCS
+    return _paragraph(_MTU_PARAGRAPH) + _MTU_DOCS + _READ_MTU_DOCS + _READ_MTU
 
 
 def ENDPOINT_REWRITES(part):
-    """The rewrites of src/mlx5/dc/endpoint.rs in `part` (pr3b-1, pr3b-2 or pr3d-2)."""
+    """The rewrites of src/mlx5/dc/endpoint.rs in `part` (pr3b-1 or pr3b-2)."""
     return UNGATED + _mtu_rewrites(part) + [
         # The example takes its source GID index from the device context: the DC
         # initiator, whose bring-up resolves it, comes with 3c.
@@ -161,8 +154,7 @@ LEFT_OUT = {
     "src/mlx5/dc/initiator/creation.rs": "the DC initiator's creation: pull request 3c-1",
     "src/mlx5/dc/initiator/plan.rs": "the DC initiator's planning: pull request 3c-1",
     "src/mlx5/dc/initiator/bring_up.rs": "the DC initiator's bring-up and recovery: pull request 3c-2",
-    "src/mlx5/dc/initiator/transport.rs": "DC posting: pull request 3d",
-    "src/mlx5/dc/initiator/addressed.rs": "DC posting: pull request 3d",
+    "src/mlx5/dc/initiator/post_send.rs": "DC posting: pull request 3d",
 }
 
 # What a moved file, or a line a diff adds, must not say: the later DC parts' names.

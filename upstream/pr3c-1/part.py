@@ -23,25 +23,10 @@ _ALWAYS = {
         # The doctest is a user of sideway: COMMON made its path the crate's.
         ("/// use crate::ibverbs::queue_pair::QueuePairState::", "/// use sideway::ibverbs::queue_pair::QueuePairState::", 1),
     ],
-    # DC posting (3d on).
-    "transport.rs": [
-        # The raw stream setter stays this crate's (the libmlx5 oracle's test addresses by raw handle).
-        (("    /// As [`setup_dc_addr_stream`](Self::setup_dc_addr_stream), with a raw address handle",
-          "DcStreamAddress::new(address, stream_id), None)\n    }\n\n"), "", 1),
-        # sideway's transports name the queue-pair type they post on (1c-2): DC's is Driver.
-        ("impl Transport for DynamicallyConnected {\n",
-         "impl Transport for DynamicallyConnected {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
-        ("use crate::ibverbs::post_send_guard::TypedPostSendGuard;\nuse crate::ibverbs::post_send_guard::{\n",
-         "use crate::ibverbs::post_send_guard::TypedPostSendGuard;\nuse crate::ibverbs::queue_pair::QueuePairType;\n"
-         "use crate::ibverbs::post_send_guard::{\n", 1),
-    ],
-    "addressed.rs": [
-        ("impl<A: DcAddressing> Transport for BatchAddressed<A> {\n",
-         "impl<A: DcAddressing> Transport for BatchAddressed<A> {\n    const QP_TYPE: QueuePairType = QueuePairType::Driver;\n", 1),
-        ("use crate::ibverbs::post_send_guard::{\n", "use crate::ibverbs::queue_pair::QueuePairType;\nuse crate::ibverbs::post_send_guard::{\n", 1),
-        # The doctest is a user of sideway: COMMON made its path the crate's.
-        ("/// use crate::ibverbs::queue_pair::", "/// use sideway::ibverbs::queue_pair::", 1),
-        ("/// use sideway_ext::", "/// use sideway::", 2),
+    # DC posting (3d on): the doctests are users of sideway (COMMON made their path the crate's).
+    "post_send.rs": [
+        ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 2),
+        ("//! use sideway_ext::", "//! use sideway::", 3),
     ],
 }
 
@@ -118,6 +103,8 @@ _THIS_CRATE = {
         (" parents and thread domain).", " parents).", 1),
     ],
     "creation.rs": [
+        # The stream address step is this crate's own (src/mlx5/dc/streams.rs), and its setter's check.
+        (("        if params.streams.is_some() {\n", "check_stream_setter(mlx5_qp_ex) }?;\n        }\n"), "", 1),
         ("use crate::ibverbs::thread_domain::ThreadDomain;\n", "", 1),
         ("use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;\n", "", 1),
         ("            thread_domain: false,\n", "", 1),
@@ -186,19 +173,17 @@ _GUIDE = {
         "//! Build one with [`DcInitiatorBuilder`]\n"
         "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)),\n"
         "//! bring it to RTS with [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]),\n"
-        "//! then post with [`DcInitiator::start_post_send`]: `construct_wr` → an operation →\n"
-        "//! `setup_dc_addr` → the data. A request without its address or its data does not compile.\n"
+        "//! then post with [`DcInitiator::start_post_send`] ([`DcPostSendGuard`]): `construct_wr` → an\n"
+        "//! operation → `setup_dc_addr` → the data. A data step before the address does not compile.\n"
         "//!\n"
         "//! After an error completion a DC initiator is in ERR for every destination:\n"
         "//! [`DcInitiator::recover`] brings it back in one call.\n"
         "//!\n"
-        "//! This module defines the builder and its errors and the DC initiator with its accessors and\n"
-        "//! its batches; the DC initiator's other methods are in one file per concept: `creation`, the\n"
-        "//! builder's settings and `build` (planned by `plan`, sized as libmlx5 sizes it, so what it will\n"
-        "//! grant is known before the call); `bring_up`, the transitions to RTS; `recovery`, the state\n"
-        "//! read from the device and `recover` after an error. `transport` and `addressed` are the DC\n"
-        "//! transport of the post guard (a request's address step, `mlx5dv_wr_set_dc_addr`, or one\n"
-        "//! address for a whole batch).\n"
+        "//! This module defines the builder and its errors and the DC initiator with its accessors; its\n"
+        "//! other methods are in one file per concept: `creation`, the builder's settings and `build`\n"
+        "//! (planned by `plan`, sized as libmlx5 sizes it, so what it will grant is known before the\n"
+        "//! call); `bring_up`, the transitions to RTS; `recovery`, the state read from the device and\n"
+        "//! `recover` after an error; `post_send`, the post guard.\n"
     ),
     "pr3c-2": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
@@ -218,8 +203,6 @@ _GUIDE = {
         "//! from the device and `recover` after an error.\n"
     ),
 }
-
-_GUIDE["pr3d-2"] = _GUIDE["pr3d"]
 
 # What a later part brings, cut from the files until it comes.
 _LATER = {
@@ -250,92 +233,28 @@ _LATER = {
             ("            brought_up_with: None,\n", "", 1),
         ],
     },
-    # Posting: the DC transport of the post guard.
+    # Posting: the DC post guard, and the views it posts through, checked at creation.
     "pr3d": {
         "mod.rs": [
-            ("mod addressed;\n", "", 1),
-            ("mod transport;\n", "", 1),
-            (("\n    /// Starts a batch of send requests (`ibv_wr_start`) that all go to `dct_number`/`dc_key` over\n",
-              "        request(guard.construct_wr(wr_id, wr_flags));\n        guard.post()\n    }\n"), "", 1),
-            ("use crate::ibverbs::address_handle::AddressHandle;\n", "", 1),
-            (("use crate::ibverbs::post_send_guard::{\n", "TypedWorkRequestHandle,\n};\n"),
-             "use crate::ibverbs::post_send_guard::{entry, ProviderEntries};\n", 1),
-            ("SendOperationFlags, WorkRequestFlags};\n", "SendOperationFlags};\n", 1),
-            ("pub use self::addressed::{BatchAddressed, DcAddressing, DcBatchAddress};\n", "", 1),
-            ("pub use self::transport::{Addressed, DcAddress, DcContext, DcDestination, DcStreamAddress, "
-             "DynamicallyConnected};\n", "", 1),
-            ("    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),\n    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,\n",
-             "    #[allow(dead_code)] // what DC posting, which comes later, starts its guards with\n"
-             "    send_view: (NonNull<ibv_qp_ex>, ProviderEntries),\n"
-             "    #[allow(dead_code)] // as `send_view`\n"
-             "    mlx5_qp_ex: NonNull<mlx5dv_qp_ex>,\n", 1),
+            ("use self::post_send::DcSendView;\n", "", 1),
+            ("pub(crate) mod post_send;\n", "", 1),
+            ("pub use self::post_send::{DcDestinationHandle, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle};\n",
+             "", 1),
+            ("    // The views its guards post through, their entries checked.\n    send: DcSendView,\n", "", 1),
         ],
         "creation.rs": [
+            ("use super::post_send::DcSendView;\n", "", 1),
             ("    /// Requests then address with `setup_dc_addr_stream`.\n", "", 1),
+            ("    ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type,",
+             "    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type,", 1),
+            ("        // SAFETY: a DC initiator's queue pair, created with these send operations.\n"
+             "        let send = unsafe { Self::attach(qp.qp(), &creation.params) }?;\n", "", 1),
+            ("            send,\n", "", 1),
+            (("\n    /// Reads the send views of a DC initiator's queue pair", "        Ok(send)\n    }\n"), "", 1),
         ],
-    },
-    # An RDMA READ held to the path MTUs of its two ends: refused where its responses would not
-    # reach the DC initiator.
-    "pr3d-2": {
-        "transport.rs": [
-            ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
-            ("    entry, sealed, Destination, Operation, PathMtus, PendingRequest, RemoteMemoryAccess, Transport,\n",
-             "    sealed, Destination, Operation, PendingRequest, RemoteMemoryAccess, Transport,\n", 1),
-            (("/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view, and the path MTU\n",
-              "    path_mtu: Option<Mtu>,\n}\n"),
-             "/// The per-queue-pair context of the DC transport: the queue pair's mlx5 view.\n"
-             "#[derive(Debug, Clone, Copy)]\n"
-             "pub struct DcContext {\n"
-             "    view: NonNull<mlx5dv_qp_ex>,\n"
-             "}\n", 1),
-            ("    /// The context of a DC initiator of this crate: its mlx5 view and the path MTU it was brought\n"
-             "    /// up with.\n"
-             "    pub(super) fn new(view: NonNull<mlx5dv_qp_ex>, path_mtu: Option<Mtu>) -> Self {\n"
-             "        Self { view, path_mtu }\n",
-             "    /// The context of a DC initiator of this crate: its mlx5 view.\n"
-             "    pub(super) fn new(view: NonNull<mlx5dv_qp_ex>) -> Self {\n"
-             "        Self { view }\n", 1),
-            ("    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create. Its path MTU is\n"
-             "    /// not known, so no RDMA READ is refused for it.\n",
-             "    /// [`TypedPostSendGuard::start`] on a DC initiator this crate did not create.\n", 1),
-            ("        Self {\n            view: mlx5_qp_ex,\n            path_mtu: None,\n        }\n",
-             "        Self { view: mlx5_qp_ex }\n", 1),
-            (("completion).\n    ///\n    /// An RDMA READ whose responses would not reach this DC initiator", "a READ only.\n"),
-             "completion).\n", 1),
-            ("        let path_mtus = self.read_path_mtus(ah);\n"
-             "        let address = self.route(ah, dct_number, dc_key);\n"
-             "        TypedLocalBufferHandle::between(self.request, address, path_mtus)\n",
-             "        let address = self.route(ah, dct_number, dc_key);\n"
-             "        TypedLocalBufferHandle::new(self.request, address)\n", 1),
-            ("        let path_mtus = self.read_path_mtus(ah);\n"
-             "        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);\n"
-             "        TypedLocalBufferHandle::between(self.request, address, path_mtus)\n",
-             "        let address = DcStreamAddress::new(self.route(ah, dct_number, dc_key), stream_id);\n"
-             "        TypedLocalBufferHandle::new(self.request, address)\n", 1),
-            (" A raw handle says\n    /// nothing of its target's path MTU: no READ is refused for it.\n", "\n", 1),
-            (("    /// The path MTUs a READ over `ah` is held to", "ah.destination_path_mtu())\n    }\n\n"), "", 1),
-            ("        // A raw handle says nothing of its target's MTU.\n"
-             "        TypedLocalBufferHandle::between(self.request, address, None)\n",
-             "        TypedLocalBufferHandle::new(self.request, address)\n", 1),
-        ],
-        "route.rs": [
-            ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
-            (("\n    /// The path MTU of the target this route reaches", "        None\n    }\n"), "", 1),
-            (("\n    /// What [`DcEndpoint::create_ah`]", "        AddressHandle::destination_path_mtu(self)\n    }\n"), "", 1),
-            ("\n    #[inline]\n    fn destination_path_mtu(&self) -> Option<Mtu> {\n        R::destination_path_mtu(self)\n    }\n",
-             "", 1),
-        ],
-        "mod.rs": [
-            ("        let context = DcContext::new(self.mlx5_qp_ex, self.path_mtu());\n",
-             "        let context = DcContext::new(self.mlx5_qp_ex);\n", 1),
-            ("    entry, PathMtus, ProviderEntries,", "    entry, ProviderEntries,", 1),
-            ("        guard.set_path_mtus(PathMtus::known(self.path_mtu(), ah.destination_path_mtu()));\n", "", 1),
-        ],
-        "addressed.rs": [
-            ((",\n/// which holds its RDMA READs to both ends' path MTUs", "refused before the provider):\n"),
-             ":\n", 1),
-        ],
-        "bring_up.rs": [
+        "recovery.rs": [
+            (("        // The new queue pair's entries are checked before", "            },\n        };\n"), "", 1),
+            ("        self.send = send;\n", "", 1),
         ],
     },
     # The reset of one DCI stream (mlx5dv_dci_stream_id_reset: an rdma-mummy-sys release first).
@@ -363,18 +282,10 @@ _LATER = {
     },
 }
 
-_PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3d-2", "pr3e"]
+_PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3e"]
 
 # What holds from a part on (once what it brings is there).
-_SINCE = {
-    "pr3d": {
-        "mod.rs": [
-            ("    /// Posts one send request at the cost of the raw calls, as\n"
-             "    /// [`SharedReceiveQueuePair::post_send_one`](crate::ibverbs::queue_pair::SharedReceiveQueuePair::post_send_one):\n",
-             "    /// Posts one send request at the cost of the raw calls:\n", 1),
-        ],
-    },
-}
+_SINCE = {}
 
 
 def INITIATOR_REWRITES(name, part):
@@ -415,8 +326,7 @@ MOVES = {
 LEFT_OUT = {
     _INIT + "bring_up.rs": "the DC initiator's bring-up: pull request 3c-2",
     _INIT + "recovery.rs": "the DC initiator's recovery: pull request 3c-2",
-    _INIT + "transport.rs": "DC posting: pull request 3d",
-    _INIT + "addressed.rs": "DC posting: pull request 3d",
+    _INIT + "post_send.rs": "DC posting: pull request 3d",
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
@@ -425,7 +335,7 @@ FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "Tran
                     "SharedReceiveQueuePair", "extension::",
                     "DcInitiatorBringUp", "BringUpAttributes", "DcRecovery", "recover`", "query_state",
                     "wait_for_error", "bring_up", "PortNotReady",
-                    "DynamicallyConnected", "setup_dc_addr", "BatchAddressed", "DcContext",
+                    "DcPostSendGuard", "DcSendView", "setup_dc_addr",
                     "reset_stream", "stream_reset", "dc_hello", "dc_selftest"]
 
 # The most it may change: lines, and lines of sideway's existing files.

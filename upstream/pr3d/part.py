@@ -1,9 +1,9 @@
 # Pull request 3d: DC posting on the post guard. Read by scripts/upstream-pr (see
 # upstream/README.md).
 #
-# The DC initiator's module and creation move again, with the rewrites that hold from here on
-# (upstream/pr3c-1/part.py, INITIATOR_REWRITES): this part's commit is their difference and the
-# posting files.
+# The DC initiator's module, creation and recovery move again, with the rewrites that hold from
+# here on (upstream/pr3c-1/part.py, INITIATOR_REWRITES): this part's commit is their difference and
+# the post guard.
 import runpy
 from pathlib import Path
 
@@ -19,19 +19,20 @@ def _move(name, helpers=()):
     return {"from": path, "to": path, "helpers": list(helpers), "rewrites": _SHARED["INITIATOR_REWRITES"](name, "pr3d")}
 
 
-# The files that move, per commit (see MOVES in scripts/upstream-pr): the DC transport, its
-# batch-addressed form; the DC initiator's posting.
+# The files that move, per commit (see MOVES in scripts/upstream-pr): the DC post guard, whole;
+# the DC initiator's views it posts through, read at creation and at a rebuild.
 MOVES = {
     "1-dc-posting": [
         _move("mod.rs"),
         _move("creation.rs", helpers=["query_device_attr"]),
-        _move("transport.rs"),
-        _move("addressed.rs"),
+        _move("recovery.rs"),
+        _move("post_send.rs"),
     ],
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
-# words of the later parts (3d-2: READs held to path MTUs; 3e: stream reset, example).
+# words of the later part (3e: stream reset, example), and of what stays this crate's (READs held
+# to path MTUs, in its DC pool).
 FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "TransitionTable", "modelled",
                     "SharedReceiveQueuePair", "extension::", "test_support",
                     "reset_stream", "stream_reset", "dc_hello", "dc_selftest",

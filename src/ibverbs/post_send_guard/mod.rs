@@ -1,13 +1,14 @@
-//! Posting send work requests with the `ibv_wr_*` API, for the RC and UD queue pairs of this
-//! crate (a DC initiator has its own guard, `mlx5::dc::initiator::DcPostSendGuard`).
+//! Posting send work requests with the `ibv_wr_*` API, for RC and UD queue pairs (a DC
+//! initiator has a guard of its own).
 //!
 //! A [`TypedPostSendGuard`] batches requests between `ibv_wr_start` and `ibv_wr_complete`, and
 //! aborts them (`ibv_wr_abort`) when dropped without [`post`](TypedPostSendGuard::post). Each
 //! request is described in the order the C API demands, enforced by types:
 //! [`construct_wr`](TypedPostSendGuard::construct_wr) → an operation (`setup_send`, …) → for
-//! UD, the destination (`setup_ud_addr`) → the data ([`SetScatterGatherEntry`] or [`SetInlineData`]). Its C calls are made together
-//! at the data step, so the [`Inline`] flag always matches the data (rxe reads it at the builder
-//! call) and a request that never reached its data step leaves nothing half-built.
+//! datagram transports, the destination (`setup_ud_addr`) → the data ([`SetScatterGatherEntry`]
+//! or [`SetInlineData`]). Its C calls are made together at the data step, so the [`Inline`] flag
+//! always matches the data (rxe reads it at the builder call) and a request that never reached
+//! its data step leaves nothing half-built.
 //!
 //! A provider fills only the `ibv_qp_ex` builders of the operations a queue pair was created
 //! with (rxe leaves the others NULL): a request whose entry is missing ([`ProviderEntries`]) is

@@ -37,11 +37,12 @@
 //!     refuses such a destination);
 //!   - a DC target answers an RDMA READ at *its* path MTU (`mlx5_ib_modify_dct` sets
 //!     `dctc.mtu`): an initiator at a smaller MTU drops the responses of a READ longer than its
-//!     own, which is refused before the provider (`ReadResponsesTooLarge`) where both MTUs are
-//!     known (the target's from its endpoint, carried by the address handle).
+//!     own. The DC post guard does not refuse it: check `PathMtus::read_fits` with both MTUs
+//!     (the target's from its endpoint) before such a READ (a pool refuses it,
+//!     `ReadResponsesTooLarge`, where both are known).
 //!
-//!   Where the target's MTU is unknown, nothing is refused and the rule is the program's. This is
-//!   what the kernel's and perftest's sources say; no ConnectX has confirmed it for sideway-ext.
+//!   This is what the kernel's and perftest's sources say; no ConnectX has confirmed it for
+//!   sideway-ext.
 //! - **Port.** A port that is not active, or an InfiniBand port without a LID, is refused before
 //!   any transition (`PortNotReady`).
 //!
