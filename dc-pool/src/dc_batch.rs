@@ -15,13 +15,16 @@ use sideway_ext::mlx5::dc::initiator::{
     DcDestinationHandle, DcInitiator, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle,
 };
 
-/// Where a batch's requests go: an address handle, a DC target and its key, a stream.
+/// Where a batch's requests go (an address handle, a DC target and its key, a stream), and what
+/// they are held to (both ends' path MTUs where known, the granted inline size).
 #[derive(Clone, Copy)]
 struct DcBatchAddress {
     ah: NonNull<ibv_ah>,
     dct_number: u32,
     dc_key: u64,
     stream: Option<u16>,
+    path_mtus: Option<PathMtus>,
+    max_inline_data: u32,
 }
 
 /// Why a batch is refused at [`post`](PoolBatch::post), before the provider.
@@ -46,9 +49,6 @@ struct Tally {
 pub struct DcBatch<'a> {
     guard: DcPostSendGuard<'a>,
     address: DcBatchAddress,
-    /// Both ends' path MTUs, where known: the batch's READs are held to them.
-    path_mtus: Option<PathMtus>,
-    max_inline_data: u32,
     tally: Tally,
 }
 
@@ -94,9 +94,9 @@ impl<'a> DcBatch<'a> {
                 dct_number,
                 dc_key,
                 stream,
+                path_mtus,
+                max_inline_data,
             },
-            path_mtus,
-            max_inline_data,
             tally: Tally::default(),
         }
     }
@@ -112,11 +112,9 @@ impl PoolBatch for DcBatch<'_> {
     fn construct_wr(&mut self, wr_id: u64, wr_flags: WorkRequestFlags) -> DcBatchRequest<'_> {
         DcBatchRequest {
             request: self.guard.construct_wr(wr_id, wr_flags),
-            rest: Addressing {
+            pending: Pending {
                 address: self.address,
                 wr_id,
-                path_mtus: self.path_mtus,
-                max_inline_data: self.max_inline_data,
                 tally: &mut self.tally,
             },
         }
@@ -132,22 +130,20 @@ impl PoolBatch for DcBatch<'_> {
         let batch_len = self.tally.len;
         if let Some(refusal) = self.tally.refusal {
             // Dropping the guard aborts the batch.
-            return Err(refused(refusal, self.path_mtus, self.max_inline_data, batch_len));
+            return Err(refused(refusal, self.address, batch_len));
         }
         self.guard.post().map_err(|err| post_error(err, batch_len))
     }
 }
 
 #[cold]
-fn refused(
-    refusal: Refusal, path_mtus: Option<PathMtus>, max_inline_data: u32, batch_len: usize,
-) -> TypedPostSendError {
-    match (refusal, path_mtus) {
+fn refused(refusal: Refusal, address: DcBatchAddress, batch_len: usize) -> TypedPostSendError {
+    match (refusal, address.path_mtus) {
         (Refusal::Inline(index, wr_id, length), _) => TypedPostSendErrorKind::InlineDataTooLong {
             index,
             wr_id,
             length,
-            max_inline_data,
+            max_inline_data: address.max_inline_data,
             batch_len,
         },
         (Refusal::Read(index, wr_id, length), Some(mtus)) => TypedPostSendErrorKind::ReadResponsesTooLarge {
@@ -188,121 +184,101 @@ fn post_error(err: PostSendError, batch_len: usize) -> TypedPostSendError {
 #[must_use = "a request joins the batch at its data step"]
 pub struct DcBatchRequest<'r> {
     request: DcWorkRequestHandle<'r>,
-    rest: Addressing<'r>,
+    pending: Pending<'r>,
 }
 
 /// What a request takes from its batch to its data step.
-struct Addressing<'r> {
+struct Pending<'r> {
     address: DcBatchAddress,
     wr_id: u64,
-    path_mtus: Option<PathMtus>,
-    max_inline_data: u32,
     tally: &'r mut Tally,
 }
 
-impl<'r> Addressing<'r> {
+impl<'r> Pending<'r> {
     /// The request's address, right after its operation (a READ if `read`).
     #[inline]
     fn data(self, destination: DcDestinationHandle<'r>, read: bool) -> DcBatchData<'r> {
-        let DcBatchAddress {
-            ah,
-            dct_number,
-            dc_key,
-            stream,
-        } = self.address;
+        let address = self.address;
         // SAFETY: the batch's promise (see DcBatch::adopted).
-        let data = unsafe { destination.setup_dc_addr_adopted(ah, dct_number, dc_key, stream) };
+        let data = unsafe {
+            destination.setup_dc_addr_adopted(address.ah, address.dct_number, address.dc_key, address.stream)
+        };
         DcBatchData {
             data,
-            wr_id: self.wr_id,
-            read: self.path_mtus.filter(|_| read),
-            max_inline_data: self.max_inline_data,
-            tally: self.tally,
+            pending: self,
+            read,
         }
     }
 }
 
-impl<'r> DcBatchRequest<'r> {
+/// The operations of a [`DcBatchRequest`]: the DC guard's, each followed by the batch's address
+/// (`true`: a READ, held to the batch's path MTUs).
+macro_rules! operations {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*), $read:literal;)*) => {
+        impl<'r> DcBatchRequest<'r> {
+            $(
+                $(#[$doc])*
+                #[inline]
+                pub fn $name(self, $($arg: $ty),*) -> DcBatchData<'r> {
+                    self.pending.data(self.request.$name($($arg),*), $read)
+                }
+            )*
+        }
+    };
+}
+
+operations! {
     /// A SEND.
-    #[inline]
-    pub fn setup_send(self) -> DcBatchData<'r> {
-        self.rest.data(self.request.setup_send(), false)
-    }
-
+    setup_send(), false;
     /// A SEND with immediate data.
-    #[inline]
-    pub fn setup_send_imm(self, imm_data: u32) -> DcBatchData<'r> {
-        self.rest.data(self.request.setup_send_imm(imm_data), false)
-    }
-
+    setup_send_imm(imm_data: u32), false;
     /// An RDMA WRITE.
-    #[inline]
-    pub fn setup_write(self, rkey: u32, remote_addr: u64) -> DcBatchData<'r> {
-        self.rest.data(self.request.setup_write(rkey, remote_addr), false)
-    }
-
+    setup_write(rkey: u32, remote_addr: u64), false;
     /// An RDMA WRITE with immediate data.
-    #[inline]
-    pub fn setup_write_imm(self, rkey: u32, remote_addr: u64, imm_data: u32) -> DcBatchData<'r> {
-        let destination = self.request.setup_write_imm(rkey, remote_addr, imm_data);
-        self.rest.data(destination, false)
-    }
-
+    setup_write_imm(rkey: u32, remote_addr: u64, imm_data: u32), false;
     /// An RDMA READ: refused at post if longer than the initiator's path MTU to a destination
     /// whose path MTU is larger ([`PathMtus::read_fits`]).
-    #[inline]
-    pub fn setup_read(self, rkey: u32, remote_addr: u64) -> DcBatchData<'r> {
-        self.rest.data(self.request.setup_read(rkey, remote_addr), true)
-    }
-
+    setup_read(rkey: u32, remote_addr: u64), true;
     /// An atomic compare-and-swap.
-    #[inline]
-    pub fn setup_atomic_compare_swap(self, rkey: u32, remote_addr: u64, compare: u64, swap: u64) -> DcBatchData<'r> {
-        let destination = self.request.setup_atomic_compare_swap(rkey, remote_addr, compare, swap);
-        self.rest.data(destination, false)
-    }
-
+    setup_atomic_compare_swap(rkey: u32, remote_addr: u64, compare: u64, swap: u64), false;
     /// An atomic fetch-and-add.
-    #[inline]
-    pub fn setup_atomic_fetch_add(self, rkey: u32, remote_addr: u64, add: u64) -> DcBatchData<'r> {
-        let destination = self.request.setup_atomic_fetch_add(rkey, remote_addr, add);
-        self.rest.data(destination, false)
-    }
+    setup_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64), false;
 }
 
 /// The data step of a [`DcBatchRequest`], where it joins the batch.
 #[must_use = "a request joins the batch at its data step"]
 pub struct DcBatchData<'r> {
     data: DcLocalBufferHandle<'r>,
-    wr_id: u64,
-    /// For a READ, the path MTUs it is held to.
-    read: Option<PathMtus>,
-    max_inline_data: u32,
-    tally: &'r mut Tally,
+    pending: Pending<'r>,
+    read: bool,
 }
 
 impl DcBatchData<'_> {
-    /// Counts the request, and holds a READ of `length` bytes to its path MTUs.
+    /// Counts the request, and holds a READ of `length` bytes to the batch's path MTUs.
     #[inline]
     fn count(&mut self, length: impl FnOnce() -> u64) {
-        if let Some(mtus) = self.read {
+        let pending = &mut self.pending;
+        if let Some(mtus) = pending.address.path_mtus.filter(|_| self.read) {
             let length = length();
             if !mtus.read_fits(length) {
-                self.refuse(Refusal::Read(self.tally.len, self.wr_id, length));
+                pending.refuse(Refusal::Read(pending.tally.len, pending.wr_id, length));
             }
         }
-        self.tally.len += 1;
+        pending.tally.len += 1;
     }
 
     /// Counts inline data of `length` bytes, refused over the granted size.
     #[inline]
     fn count_inline(&mut self, length: usize) {
-        if length > self.max_inline_data as usize {
-            self.refuse(Refusal::Inline(self.tally.len, self.wr_id, length));
+        let pending = &mut self.pending;
+        if length > pending.address.max_inline_data as usize {
+            pending.refuse(Refusal::Inline(pending.tally.len, pending.wr_id, length));
         }
         self.count(|| length as u64);
     }
+}
 
+impl Pending<'_> {
     /// Keeps the batch's first refusal.
     #[cold]
     fn refuse(&mut self, refusal: Refusal) {
