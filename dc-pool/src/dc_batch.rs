@@ -32,13 +32,14 @@ struct DcBatchAddress {
 enum Refusal {
     /// A stream asked of a DC initiator without streams.
     Stream,
-    /// The first READ whose responses would not reach the initiator: its index, `wr_id`, length.
-    Read(usize, u64, u64),
-    /// The first inline data over the granted size: its index, `wr_id`, length.
-    Inline(usize, u64, usize),
+    /// The first READ whose responses would not reach the initiator: its index and length.
+    Read(u32, u64),
+    /// The first inline data over the granted size: its index and length.
+    Inline(u32, usize),
 }
 
-/// The batch's count and refusal, which each request's data step updates.
+/// The batch's count and refusal, which each request's data step updates (a batch holds at most
+/// a send queue's requests: an index fits in a `u32`).
 #[derive(Default)]
 struct Tally {
     len: usize,
@@ -113,8 +114,7 @@ impl PoolBatch for DcBatch<'_> {
         DcBatchRequest {
             request: self.guard.construct_wr(wr_id, wr_flags),
             pending: Pending {
-                address: self.address,
-                wr_id,
+                address: &self.address,
                 tally: &mut self.tally,
             },
         }
@@ -136,19 +136,21 @@ impl PoolBatch for DcBatch<'_> {
     }
 }
 
+/// The error of a refused batch; a refused request's `wr_id` is left 0: the pool names it by the
+/// `wr_id` its caller gave.
 #[cold]
 fn refused(refusal: Refusal, address: DcBatchAddress, batch_len: usize) -> TypedPostSendError {
     match (refusal, address.path_mtus) {
-        (Refusal::Inline(index, wr_id, length), _) => TypedPostSendErrorKind::InlineDataTooLong {
-            index,
-            wr_id,
+        (Refusal::Inline(index, length), _) => TypedPostSendErrorKind::InlineDataTooLong {
+            index: index as usize,
+            wr_id: 0,
             length,
             max_inline_data: address.max_inline_data,
             batch_len,
         },
-        (Refusal::Read(index, wr_id, length), Some(mtus)) => TypedPostSendErrorKind::ReadResponsesTooLarge {
-            index,
-            wr_id,
+        (Refusal::Read(index, length), Some(mtus)) => TypedPostSendErrorKind::ReadResponsesTooLarge {
+            index: index as usize,
+            wr_id: 0,
             length,
             path_mtu: mtus.requester(),
             responder_path_mtu: mtus.responder(),
@@ -189,8 +191,7 @@ pub struct DcBatchRequest<'r> {
 
 /// What a request takes from its batch to its data step.
 struct Pending<'r> {
-    address: DcBatchAddress,
-    wr_id: u64,
+    address: &'r DcBatchAddress,
     tally: &'r mut Tally,
 }
 
@@ -198,7 +199,7 @@ impl<'r> Pending<'r> {
     /// The request's address, right after its operation (a READ if `read`).
     #[inline]
     fn data(self, destination: DcDestinationHandle<'r>, read: bool) -> DcBatchData<'r> {
-        let address = self.address;
+        let address = *self.address;
         // SAFETY: the batch's promise (see DcBatch::adopted).
         let data = unsafe {
             destination.setup_dc_addr_adopted(address.ah, address.dct_number, address.dc_key, address.stream)
@@ -261,7 +262,7 @@ impl DcBatchData<'_> {
         if let Some(mtus) = pending.address.path_mtus.filter(|_| self.read) {
             let length = length();
             if !mtus.read_fits(length) {
-                pending.refuse(Refusal::Read(pending.tally.len, pending.wr_id, length));
+                pending.refuse(Refusal::Read(pending.tally.len as u32, length));
             }
         }
         pending.tally.len += 1;
@@ -272,7 +273,7 @@ impl DcBatchData<'_> {
     fn count_inline(&mut self, length: usize) {
         let pending = &mut self.pending;
         if length > pending.address.max_inline_data as usize {
-            pending.refuse(Refusal::Inline(pending.tally.len, pending.wr_id, length));
+            pending.refuse(Refusal::Inline(pending.tally.len as u32, length));
         }
         self.count(|| length as u64);
     }
