@@ -125,7 +125,9 @@ impl PoolBatch for DcBatch<'_> {
         self.tally.len
     }
 
-    #[inline]
+    // inline(always): a batch passed to a call by reference is reloaded from memory after each
+    // provider call of each request.
+    #[inline(always)]
     fn post(self) -> Result<(), TypedPostSendError> {
         let batch_len = self.tally.len;
         if let Some(refusal) = self.tally.refusal {
@@ -262,7 +264,8 @@ impl DcBatchData<'_> {
         if let Some(mtus) = pending.address.path_mtus.filter(|_| self.read) {
             let length = length();
             if !mtus.read_fits(length) {
-                pending.refuse(Refusal::Read(pending.tally.len as u32, length));
+                let refusal = Refusal::Read(pending.tally.len as u32, length);
+                pending.tally.refusal.get_or_insert(refusal);
             }
         }
         pending.tally.len += 1;
@@ -273,17 +276,10 @@ impl DcBatchData<'_> {
     fn count_inline(&mut self, length: usize) {
         let pending = &mut self.pending;
         if length > pending.address.max_inline_data as usize {
-            pending.refuse(Refusal::Inline(pending.tally.len as u32, length));
+            let refusal = Refusal::Inline(pending.tally.len as u32, length);
+            pending.tally.refusal.get_or_insert(refusal);
         }
         self.count(|| length as u64);
-    }
-}
-
-impl Pending<'_> {
-    /// Keeps the batch's first refusal.
-    #[cold]
-    fn refuse(&mut self, refusal: Refusal) {
-        self.tally.refusal.get_or_insert(refusal);
     }
 }
 

@@ -7,7 +7,7 @@
 //! [`SetScatterGatherEntry`] and [`SetInlineData`]. The data step is reachable only through the
 //! address:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0599
 //! use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
 //! use sideway_ext::mlx5::dc::initiator::DcInitiator;
 //!
@@ -213,6 +213,7 @@ impl DcPostSendGuard<'_> {
 }
 
 impl Drop for DcPostSendGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: the batch was started and not completed; its build checked `wr_abort`.
         unsafe { ibv_wr_abort(self.view.qp_ex.as_ptr()) };
