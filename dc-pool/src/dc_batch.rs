@@ -125,8 +125,8 @@ impl PoolBatch for DcBatch<'_> {
         self.tally.len
     }
 
-    // inline(always): a batch passed to a call by reference is reloaded from memory after each
-    // provider call of each request.
+    // inline(always): the pool rows of `scripts/bench` ask for it: called, the batch passed by
+    // reference is reloaded from memory after each provider call of each request.
     #[inline(always)]
     fn post(self) -> Result<(), TypedPostSendError> {
         let batch_len = self.tally.len;
