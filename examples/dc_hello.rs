@@ -18,7 +18,7 @@ use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::source_gid::SourceGid;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
-use sideway_ext::mlx5::dc::target::DcTargetBringUp;
+use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 

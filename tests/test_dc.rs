@@ -65,7 +65,8 @@ use sideway_ext::mlx5::dc::initiator::{
     CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder, DcPostSendGuard, DciStreams,
     ResetDciStreamErrorKind,
 };
-use sideway_ext::mlx5::dc::target::{CreateDcTargetErrorKind, DcTarget, DcTargetBringUp, DcTargetEndpointErrorKind};
+use sideway_ext::mlx5::dc::target::{CreateDcTargetErrorKind, DcTarget};
+use sideway_ext::mlx5::dc::target_bring_up::{DcTargetBringUp, DcTargetEndpointErrorKind};
 use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;

@@ -33,7 +33,8 @@ use sideway_ext::mlx5::dc::initiator::{
     DcInitiatorBuilder, DcRecovery, DciStreams, RecoverDcInitiatorErrorKind, ResetDciStreamErrorKind,
     DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
 };
-use sideway_ext::mlx5::dc::target::{BringUpDcTargetErrorKind, DcTarget, DcTargetBringUp, DcTargetEndpointErrorKind};
+use sideway_ext::mlx5::dc::target::DcTarget;
+use sideway_ext::mlx5::dc::target_bring_up::{BringUpDcTargetErrorKind, DcTargetBringUp, DcTargetEndpointErrorKind};
 use sideway_ext::mlx5::dc::PortNotReady;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use softmlx5::event_kind;

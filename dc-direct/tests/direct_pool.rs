@@ -27,7 +27,8 @@ use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 use sideway_ext::mlx5::dc::initiator::{DcInitiatorBringUp, DciStreams};
-use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::dc::target::DcTarget;
+use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::{
     PollDirectCompletionQueueError as DirectPollError, PollDirectCompletionQueueErrorKind,

@@ -102,7 +102,7 @@
 //! use sideway::ibverbs::AccessFlags;
 //! use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 //! use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
-//! use sideway_ext::mlx5::dc::target::DcTargetBringUp;
+//! use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 //! use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 //! use sideway_ext_dc_pool::builder::DcPoolProtectionDomainExt;
 //! use sideway_ext_dc_pool::types::{DcPoolEvent, PostToDestinationErrorKind};

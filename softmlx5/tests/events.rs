@@ -8,7 +8,7 @@ use sideway::ibverbs::completion::WorkCompletionStatus;
 use sideway::ibverbs::queue_pair::QueuePairState;
 use sideway_ext::ibverbs::async_event::{AsyncEventElement, AsyncEventType};
 use sideway_ext::ibverbs::extension::{DeviceContextExt, ProtectionDomainExt};
-use sideway_ext::mlx5::dc::target::DcTargetBringUp;
+use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
 const WAIT: Duration = Duration::from_secs(5);

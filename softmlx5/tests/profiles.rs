@@ -38,7 +38,8 @@ use sideway_ext::mlx5::dc::initiator::{
     BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder,
     DcRecovery, DciStreams, ResetDciStreamErrorKind,
 };
-use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::dc::target::DcTarget;
+use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::dc::PortNotReady;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;

@@ -8,7 +8,7 @@ use common::{all, Bed, PORT};
 use sideway::ibverbs::completion::WorkCompletionStatus;
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
-use sideway_ext::mlx5::dc::target::DcTargetBringUp;
+use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_pool::builder::DcPoolProtectionDomainExt;
 use sideway_ext_dc_pool::types::{DcPoolEvent, DcPoolPolicy};

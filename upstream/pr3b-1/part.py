@@ -149,7 +149,7 @@ LEFT_OUT = {
                           "each later part adds its modules",
     "src/mlx5/dc/state_table.rs": "the DC transition tables: pull request 3b-2, with the target",
     "src/mlx5/dc/target.rs": "the DC target: pull request 3b-2",
-    "src/mlx5/dc/target/bring_up.rs": "the DC target's bring-up: pull request 3b-2",
+    "src/mlx5/dc/target_bring_up.rs": "the DC target's bring-up and endpoint: pull request 3b-2",
     "src/mlx5/dc/initiator/mod.rs": "the DC initiator: pull requests 3c-1, 3c-2",
     "src/mlx5/dc/initiator/creation.rs": "the DC initiator's creation: pull request 3c-1",
     "src/mlx5/dc/initiator/plan.rs": "the DC initiator's planning: pull request 3c-1",

@@ -1,8 +1,5 @@
 # Pull request 3b-2: the DC target. Read by scripts/upstream-pr (see upstream/README.md).
 #
-# sideway's .gitignore says `target/`, which hides src/mlx5/dc/target/ from `git add`:
-# gitignore.diff anchors it (`/target/`).
-#
 # The DC endpoint's file, moved with 3b-1, moves again with the rewrites that hold from here on
 # (upstream/pr3b-1/part.py, ENDPOINT_REWRITES): what this part adds to it (the address from an
 # InfiniBand port that requires a GRH, as the target's bring-up here) is the difference.
@@ -61,29 +58,26 @@ MOVES = {
             "rewrites": DC_QUEUE_PAIR_REWRITES + _INITIATOR_ONLY,
         },
         {
+            # The DC target, whole.
             "from": "src/mlx5/dc/target.rs",
             "to": "src/mlx5/dc/target.rs",
-            "helpers": [],
-            "rewrites": [
-                # The DC initiator comes with the next part (3c-1).
-                ("so that a\n    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults",
-                 "so that a\n    /// DC initiator built with its defaults", 1),
-            ],
-        },
-        {
-            "from": "src/mlx5/dc/target/bring_up.rs",
-            "to": "src/mlx5/dc/target/bring_up.rs",
             "helpers": [],
             "rewrites": [],
         },
         {
-            # Included by target.rs as the DC target's documentation.
-            "from": "src/mlx5/dc/target/wrong_key.md",
-            "to": "src/mlx5/dc/target/wrong_key.md",
+            # Its bring-up in one call and its endpoint, beside it on its public API.
+            "from": "src/mlx5/dc/target_bring_up.rs",
+            "to": "src/mlx5/dc/target_bring_up.rs",
+            "helpers": [],
+            "rewrites": [],
+        },
+        {
+            # Included by target_bring_up.rs as its documentation.
+            "from": "src/mlx5/dc/target_wrong_key.md",
+            "to": "src/mlx5/dc/target_wrong_key.md",
             "common": False,
             "helpers": [],
-            "rewrites": [
-            ],
+            "rewrites": [],
         },
     ],
 }

@@ -15,7 +15,8 @@ use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp};
-use sideway_ext::mlx5::dc::target::{DcTarget, DcTargetBringUp};
+use sideway_ext::mlx5::dc::target::DcTarget;
+use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
 /// The target's memory the WRITEs reach, in bytes.

@@ -68,5 +68,6 @@ mod service_class;
 mod state_table;
 pub mod streams;
 pub mod target;
+pub mod target_bring_up;
 
 pub use self::queue_pair::PortNotReady;

@@ -1,34 +1,27 @@
 //! The DC target (DCT): the receiving end of the DC transport, one per node for every DC initiator
 //! that names its DCT number and DC key, consuming receives from its [`SharedReceiveQueue`]. Build
-//! it with [`DcTargetBuilder`], bring it to RTR with [`DcTarget::bring_up`], then publish its
-//! [`endpoint`](DcTarget::endpoint) (the DCT number exists only from RTR on).
+//! it with [`DcTargetBuilder`], bring it to RTR with [`DcTarget::modify`] (RESET → INIT → RTR), then
+//! send its peers its [`dct_number`](DcTarget::dct_number) and DC key (the DCT number exists only
+//! from RTR on).
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::{
     ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
-    IBV_LINK_LAYER_ETHERNET,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairState};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairAttributeMask, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
-use super::endpoint::DcEndpoint;
-use super::queue_pair::{active_mtu, check_port_ready, create_dc_qp, DcQueuePair, PortNotReady};
+use super::queue_pair::{create_dc_qp, DcQueuePair};
 use super::state_table::DC_TARGET_TRANSITIONS;
-use crate::ibverbs::address_handle::PortAddressing;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
-use crate::ibverbs::source_gid::{SourceGidEntry, SourceGidError};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
-
-mod bring_up;
-
-pub use self::bring_up::DcTargetBringUp;
 
 /// Error returned by [`DcTargetBuilder::build`].
 #[derive(Debug, thiserror::Error)]
@@ -89,8 +82,7 @@ pub struct DcTargetBuilder {
     recv_cq: Option<GenericCompletionQueue>,
     srq: Option<Arc<SharedReceiveQueue>>,
     dc_key: u64,
-    /// `None`: [`DEFAULT_ACCESS`], with remote atomics where the device has DC atomics.
-    access_flags: Option<AccessFlags>,
+    access_flags: AccessFlags,
 }
 
 /// The default access of a DC target ([`DcTargetBuilder::setup_access_flags`]).
@@ -107,7 +99,7 @@ impl DcTargetBuilder {
             recv_cq: None,
             srq: None,
             dc_key: 0,
-            access_flags: None,
+            access_flags: DEFAULT_ACCESS,
         }
     }
 
@@ -129,13 +121,12 @@ impl DcTargetBuilder {
         self
     }
 
-    /// What initiators may do to this node's memory (set at RESET → INIT), used as given; default
-    /// [`DEFAULT_ACCESS`], so that a
-    /// [`DcInitiator`](super::initiator::DcInitiator) built with its defaults can post each of its
-    /// operations, less remote atomics where the kernel refuses them (`mlx5_ib_modify_dct`:
-    /// `EOPNOTSUPP` without DC atomics).
+    /// What initiators may do to this node's memory, given at RESET → INIT; default
+    /// [`DEFAULT_ACCESS`], so that a DC initiator built with its defaults can post each of its
+    /// operations. The kernel refuses remote atomics on a device without DC atomics
+    /// (`mlx5_ib_modify_dct`: `EOPNOTSUPP`).
     pub fn setup_access_flags(&mut self, access_flags: AccessFlags) -> &mut Self {
-        self.access_flags = Some(access_flags);
+        self.access_flags = access_flags;
         self
     }
 
@@ -174,90 +165,22 @@ impl DcTargetBuilder {
         Ok(DcTarget {
             qp,
             dc_key: self.dc_key,
-            access_flags: self.access_flags.unwrap_or(DEFAULT_ACCESS),
-            default_access: self.access_flags.is_none(),
-            brought_up_with: None,
+            access_flags: self.access_flags,
+            port: None,
+            path_mtu: None,
+            src_gid_index: None,
         })
     }
 }
 
-/// Error returned by [`DcTarget::bring_up`].
-#[derive(Debug, thiserror::Error)]
-#[error("failed to bring up DC target")]
-#[non_exhaustive]
-pub struct BringUpDcTargetError(#[from] pub BringUpDcTargetErrorKind);
-
-/// The enum type for [`BringUpDcTargetError`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BringUpDcTargetErrorKind {
-    /// The port is 0 or the device has no such port.
-    #[error("port {port} does not exist on this device")]
-    InvalidPort {
-        /// The port asked for.
-        port: u8,
-        /// The library's error from querying it.
-        source: io::Error,
-    },
-    /// The port cannot carry DC traffic yet.
-    #[error(transparent)]
-    PortNotReady(PortNotReady),
-    /// The source GID could not be resolved.
-    #[error(transparent)]
-    SourceGid(#[from] SourceGidError),
-    /// Remote atomics asked for with [`DcTargetBuilder::setup_access_flags`] on a device without
-    /// DC atomics (`mlx5_ib_modify_dct`: `EOPNOTSUPP`); it is left in RESET.
-    #[error("the device has no DC atomics: remote atomic access refused")]
-    RemoteAtomicsNotSupported,
-    /// A transition failed (a refusal told apart by the DC target's table).
-    #[error(transparent)]
-    Modify(#[from] ModifyQueuePairError),
-}
-
-/// Error returned by [`DcTarget::endpoint`].
-#[derive(Debug, thiserror::Error)]
-#[error("failed to describe the DC target's endpoint")]
-#[non_exhaustive]
-pub struct DcTargetEndpointError(#[from] pub DcTargetEndpointErrorKind);
-
-/// The enum type for [`DcTargetEndpointError`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DcTargetEndpointErrorKind {
-    /// The DC target was not brought up to RTR by [`DcTarget::bring_up`].
-    #[error("the DC target has no DCT number before RTR (bring_up first)")]
-    NoDctNumber,
-    /// The port is 0 or the device has no such port.
-    #[error("port {port} does not exist on this device")]
-    InvalidPort {
-        /// The port asked for.
-        port: u8,
-        /// The library's error from querying it.
-        source: io::Error,
-    },
-    /// The endpoint would be invalid (a RoCE port and the zero GID given).
-    #[error(transparent)]
-    InvalidEndpoint(#[from] super::endpoint::InvalidDcEndpointError),
-}
-
 /// A DC target (DCT), created by [`DcTargetBuilder::build`]; holds its parents.
-#[doc = include_str!("target/wrong_key.md")]
 pub struct DcTarget {
     qp: DcQueuePair,
     dc_key: u64,
     access_flags: AccessFlags,
-    /// Whether `access_flags` is the builder's default (remote atomics dropped where refused).
-    default_access: bool,
-    /// What [`DcTarget::bring_up`] brought it up with, which its endpoint announces.
-    brought_up_with: Option<TargetAddress>,
-}
-
-/// The port, source GID and path MTU a DC target was brought up with.
-#[derive(Debug, Clone, Copy)]
-struct TargetAddress {
-    port: u8,
-    source_gid: Option<SourceGidEntry>,
-    path_mtu: Mtu,
+    port: Option<u8>,
+    path_mtu: Option<Mtu>,
+    src_gid_index: Option<u8>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
@@ -296,9 +219,27 @@ impl DcTarget {
         self.dc_key
     }
 
-    /// What initiators may do to this node's memory, as granted.
+    /// What initiators may do to this node's memory: as built, or as given to the last
+    /// [`modify`](Self::modify) that set them.
     pub fn access_flags(&self) -> AccessFlags {
         self.access_flags
+    }
+
+    /// The local port given at RESET → INIT (`None` before).
+    pub fn port(&self) -> Option<u8> {
+        self.port
+    }
+
+    /// The path MTU given at INIT → RTR (`None` before): initiators must send no larger packets,
+    /// and it answers READs in packets as large (`mlx5_ib_modify_dct`, `dctc.mtu`).
+    pub fn path_mtu(&self) -> Option<Mtu> {
+        self.path_mtu
+    }
+
+    /// The source GID index of a global address vector given at INIT → RTR (`None` before, and
+    /// without one).
+    pub fn src_gid_index(&self) -> Option<u8> {
+        self.src_gid_index
     }
 
     /// The state, as of the last [`modify`](Self::modify) through this value.
@@ -310,84 +251,20 @@ impl DcTarget {
     /// table (mlx5_ib's `mlx5_ib_modify_dct`: RESET → INIT → RTR, each with the state and its
     /// exact attributes; it is torn down by dropping it, never by a move to RESET or ERR).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
-        self.qp.modify(attr)
-    }
-
-    /// What a peer needs to reach this DC target, as [`bring_up`](Self::bring_up) brought it
-    /// up; its GID is the one the target answers from (zero on InfiniBand without one).
-    pub fn endpoint(&self) -> Result<DcEndpoint, DcTargetEndpointError> {
-        let dct_number = self.dct_number().ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
-        let address = self.brought_up_with.ok_or(DcTargetEndpointErrorKind::NoDctNumber)?;
-        let port = address.port;
-        let attr = self
-            .qp
-            .query_port(port)
-            .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
-        let gid = address.source_gid.map(|entry| entry.gid()).unwrap_or_default();
-        let mut endpoint = DcEndpoint::new(
-            attr.lid,
-            gid,
-            dct_number,
-            self.dc_key,
-            attr.link_layer == IBV_LINK_LAYER_ETHERNET,
-        )
-        .map_err(DcTargetEndpointErrorKind::InvalidEndpoint)?;
-        endpoint.setup_path_mtu(address.path_mtu);
-        Ok(endpoint)
-    }
-
-    /// The source GID it was brought up with (`None` before [`bring_up`](Self::bring_up), and
-    /// on InfiniBand without one).
-    pub fn source_gid(&self) -> Option<SourceGidEntry> {
-        self.brought_up_with?.source_gid
-    }
-
-    /// Brings the DC target from RESET to RTR in one call, with the access flags it was built
-    /// with, after checking the port and resolving the source GID.
-    pub fn bring_up(&mut self, params: &DcTargetBringUp) -> Result<(), BringUpDcTargetError> {
-        let invalid_port = |source| BringUpDcTargetErrorKind::InvalidPort {
-            port: params.port,
-            source,
-        };
-        let port = self.qp.query_port(params.port).map_err(invalid_port)?;
-        check_port_ready(params.port, &port).map_err(BringUpDcTargetErrorKind::PortNotReady)?;
-        let (active, addressing) = (active_mtu(&port), PortAddressing::of(&port));
-        let table = match params.source_gid.reads_gid_table(addressing) {
-            true => self
-                .qp
-                .gid_table(params.port, &port)
-                .map_err(BringUpDcTargetErrorKind::SourceGid)?,
-            false => Vec::new(),
-        };
-        let source_gid = params
-            .source_gid
-            .resolve(params.port, addressing, &table)
-            .map_err(|kind| BringUpDcTargetErrorKind::SourceGid(kind.into()))?;
-        let path_mtu = params.path_mtu.unwrap_or(active);
-        let src_gid_index = source_gid.map(|entry| entry.index());
-        let [init, rtr] = params.attributes(self.access_flags, path_mtu, src_gid_index);
-        match self.modify(&init) {
-            // The kernel refuses remote atomics without DC atomics before it changes anything:
-            // the default access, which asks for them, asks for INIT again without.
-            Err(err)
-                if self.access_flags.contains(AccessFlags::RemoteAtomic)
-                    && matches!(&err.0, ModifyQueuePairErrorKind::Ibverbs(errno) if errno.raw_os_error() == Some(libc::EOPNOTSUPP)) =>
-            {
-                if !self.default_access {
-                    return Err(BringUpDcTargetErrorKind::RemoteAtomicsNotSupported.into());
-                }
-                self.access_flags = DEFAULT_ACCESS.and(AccessFlags::RemoteAtomic.not());
-                let [init, _] = params.attributes(self.access_flags, path_mtu, src_gid_index);
-                self.modify(&init).map_err(BringUpDcTargetErrorKind::Modify)?;
-            },
-            other => other.map_err(BringUpDcTargetErrorKind::Modify)?,
+        self.qp.modify(attr)?;
+        let (raw, mask) = (&attr.attr, attr.attr_mask);
+        if mask.contains(QueuePairAttributeMask::AccessFlags) {
+            self.access_flags = AccessFlags::from(raw.qp_access_flags as i32);
         }
-        self.modify(&rtr).map_err(BringUpDcTargetErrorKind::Modify)?;
-        self.brought_up_with = Some(TargetAddress {
-            port: params.port,
-            source_gid,
-            path_mtu,
-        });
+        if mask.contains(QueuePairAttributeMask::Port) {
+            self.port = Some(raw.port_num);
+        }
+        if mask.contains(QueuePairAttributeMask::PathMtu) {
+            self.path_mtu = Some(Mtu::from(raw.path_mtu));
+        }
+        if mask.contains(QueuePairAttributeMask::AddressVector) {
+            self.src_gid_index = (raw.ah_attr.is_global != 0).then_some(raw.ah_attr.grh.sgid_index);
+        }
         Ok(())
     }
 }
