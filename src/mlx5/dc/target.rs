@@ -13,7 +13,7 @@ use rdma_mummy_sys::{
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairAttributeMask, QueuePairState};
+use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairAttributeMask as Mask, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
 use super::queue_pair::{create_dc_qp, DcQueuePair};
@@ -252,17 +252,13 @@ impl DcTarget {
     /// exact attributes; it is torn down by dropping it, never by a move to RESET or ERR).
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.qp.modify(attr)?;
-        let (raw, mask) = (&attr.attr, attr.attr_mask);
-        if mask.contains(QueuePairAttributeMask::AccessFlags) {
+        let (raw, has) = (&attr.attr, |bit| attr.attr_mask.contains(bit));
+        if has(Mask::AccessFlags) {
             self.access_flags = AccessFlags::from(raw.qp_access_flags as i32);
         }
-        if mask.contains(QueuePairAttributeMask::Port) {
-            self.port = Some(raw.port_num);
-        }
-        if mask.contains(QueuePairAttributeMask::PathMtu) {
-            self.path_mtu = Some(Mtu::from(raw.path_mtu));
-        }
-        if mask.contains(QueuePairAttributeMask::AddressVector) {
+        self.port = has(Mask::Port).then_some(raw.port_num).or(self.port);
+        self.path_mtu = has(Mask::PathMtu).then(|| Mtu::from(raw.path_mtu)).or(self.path_mtu);
+        if has(Mask::AddressVector) {
             self.src_gid_index = (raw.ah_attr.is_global != 0).then_some(raw.ah_attr.grh.sgid_index);
         }
         Ok(())

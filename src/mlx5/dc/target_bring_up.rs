@@ -6,7 +6,7 @@
 use std::io;
 use std::ptr::NonNull;
 
-use rdma_mummy_sys::{ibv_context, ibv_port_attr, IBV_LINK_LAYER_ETHERNET};
+use rdma_mummy_sys::{ibv_context, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairState};
 use sideway::ibverbs::AccessFlags;
@@ -168,9 +168,6 @@ pub enum DcTargetEndpointErrorKind {
         /// The library's error from querying it.
         source: io::Error,
     },
-    /// The source GID could not be read back.
-    #[error(transparent)]
-    SourceGid(#[from] SourceGidError),
     /// The endpoint would be invalid (a RoCE port and the zero GID given).
     #[error(transparent)]
     InvalidEndpoint(#[from] InvalidDcEndpointError),
@@ -192,11 +189,7 @@ impl DcTarget {
         // SAFETY: the context is open while the target is.
         let attr = unsafe { crate::ibverbs::query_port(context(self), port) }
             .map_err(|source| DcTargetEndpointErrorKind::InvalidPort { port, source })?;
-        let gid = self
-            .read_source_gid(port, &attr)
-            .map_err(DcTargetEndpointErrorKind::from)?
-            .map(|entry| entry.gid())
-            .unwrap_or_default();
+        let gid = self.source_gid().map(|entry| entry.gid()).unwrap_or_default();
         let is_roce = attr.link_layer == IBV_LINK_LAYER_ETHERNET;
         let mut endpoint = DcEndpoint::new(attr.lid, gid, dct_number, self.dc_key(), is_roce)
             .map_err(DcTargetEndpointErrorKind::from)?;
@@ -206,20 +199,13 @@ impl DcTarget {
 
     /// The source GID of its address vector (`None` before RTR, and on InfiniBand without one).
     pub fn source_gid(&self) -> Option<SourceGidEntry> {
-        let port = self.port()?;
-        // SAFETY: the context is open while the target is.
+        let (port, index) = (self.port()?, self.src_gid_index()?);
+        // SAFETY: the context is open while the target is (both calls).
         let attr = unsafe { crate::ibverbs::query_port(context(self), port) }.ok()?;
-        self.read_source_gid(port, &attr).ok().flatten()
-    }
-
-    /// The entry of `port`'s GID table at its source GID index.
-    fn read_source_gid(&self, port: u8, attr: &ibv_port_attr) -> Result<Option<SourceGidEntry>, SourceGidError> {
-        let Some(index) = self.src_gid_index() else {
-            return Ok(None);
-        };
-        // SAFETY: the context is open while the target is.
-        let table = unsafe { read_gid_table(context(self), port, attr.gid_tbl_len, query_gid_entry) }?;
-        Ok(SourceGid::Index(index).resolve(port, PortAddressing::of(attr), &table)?)
+        let table = unsafe { read_gid_table(context(self), port, attr.gid_tbl_len, query_gid_entry) }.ok()?;
+        SourceGid::Index(index)
+            .resolve(port, PortAddressing::of(&attr), &table)
+            .ok()?
     }
 
     /// Brings the DC target from RESET to RTR in one call, with the access flags it was built
