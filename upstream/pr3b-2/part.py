@@ -21,10 +21,15 @@ DC_QUEUE_PAIR_REWRITES = [
     # The port check's unit test stays here (what the software ConnectX cannot be).
     (("\n#[cfg(test)]\nmod tests {", "\n    }\n}\n"), "", 1),
 ]
+# The DC target's bring-up reads its port through the target's public API: the queue pair's
+# context and port queries are the DC initiator's, and the protection domain only held.
 _INITIATOR_ONLY = [
-    ("ibv_qp_init_attr, ibv_qp_init_attr_ex", "ibv_qp_init_attr_ex", 1),
+    ("ibv_context, ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_init_attr_ex", "ibv_qp, ibv_qp_attr, ibv_qp_init_attr_ex", 1),
     (" QueryQueuePairError, QueryQueuePairErrorKind,\n   ", "", 1),
-    (("\n    /// Destroys the queue pair and takes `qp`", "        Ok(self.state)\n    }\n"), "", 1),
+    ("use crate::ibverbs::source_gid::{query_gid_entry, read_gid_table, SourceGidError};\n", "", 1),
+    ("    pd: Arc<ProtectionDomain>,\n}", "    _pd: Arc<ProtectionDomain>,\n}", 1),
+    ("            pd,\n        }", "            _pd: pd,\n        }", 1),
+    (("\n    /// The device context of the queue pair's protection domain.", "        Ok(self.state)\n    }\n"), "", 1),
     (" or [`query_state`](Self::query_state):", ":", 1),
 ]
 
