@@ -1,24 +1,25 @@
 //! DC in one program: one DC target and one DC initiator on the same port (loopback), an RDMA
-//! WRITE and a SEND addressed by the target's endpoint, both checked.
+//! WRITE and a SEND addressed to the target, both checked.
+//!
+//! Both ends are brought up step by step with `modify`, as sideway's RC examples do.
 //!
 //! `cargo run --features mlx5 --example dc_hello -- [DEVICE [GID_INDEX]]` (defaults: the first
-//! device; on RoCE the port's RoCE v2 GID, IPv4-mapped first, which bring-up picks; on
-//! InfiniBand the LID; printed).
+//! device; on RoCE the port's first RoCE v2 GID; on InfiniBand the LID; printed).
 //! On a device that is not mlx5 (SoftRoCE's rxe) it stops with "DEVICE: not an mlx5 device" and
 //! exit status 1. Errors are printed with their causes.
 use std::error::Error;
-use std::net::Ipv6Addr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use sideway::ibverbs::address::GidType;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
+use sideway::ibverbs::device_context::LinkLayer;
+use sideway::ibverbs::queue_pair::{QueuePairState, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
+use sideway_ext::ibverbs::address::AddressHandleAttribute;
 use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
-use sideway_ext::ibverbs::source_gid::SourceGid;
+use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
-use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
-use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
@@ -61,8 +62,31 @@ fn run() -> Result<(), Box<dyn Error>> {
             false => err.into(),
         });
     }
-    // Both ends send from the same GID: the one given, or the port's RoCE v2 GID.
-    let source_gid = gid_index.map_or(SourceGid::Automatic, SourceGid::Index);
+    // The port's address: on RoCE a GID (the one given, or the port's first RoCE v2 GID), on
+    // InfiniBand its LID. Both ends send from it.
+    let port = ctx.query_port(PORT)?;
+    let mut av = AddressHandleAttribute::new();
+    av.setup_port(PORT);
+    let gid_index = match port.link_layer() {
+        LinkLayer::Ethernet => {
+            let gid_index = match gid_index {
+                Some(index) => index,
+                None => (ctx.query_gid_table()?.iter())
+                    .find(|entry| entry.port_num() == u32::from(PORT) && entry.gid_type() == GidType::RoceV2)
+                    .ok_or("no RoCE v2 GID on the port")?
+                    .gid_index() as u8,
+            };
+            let gid = ctx.query_gid(PORT, gid_index.into())?;
+            av.setup_grh_dest_gid(&gid)
+                .setup_grh_src_gid_index(gid_index)
+                .setup_grh_hop_limit(64);
+            Some(gid_index)
+        },
+        _ => {
+            av.setup_dest_lid(port.lid());
+            None
+        },
+    };
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq_builder().setup_cqe(16).build()?;
     // 64 bytes to write from, 64 to write to, 64 to receive into; never moved, dropped last.
@@ -76,7 +100,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     // SAFETY: in bounds of `memory`; volatile, since the device wrote it.
     let read = |offset: usize, len: usize| (offset..offset + len).map(|i| unsafe { base.add(i).read_volatile() });
 
-    // The target: a DCT on a shared receive queue, at RTR; its endpoint is what a peer is sent.
+    // The target: a DCT on a shared receive queue, at RTR; its number, key and the port's
+    // address are what a peer is sent.
     let srq = pd.create_srq_builder().setup_max_wr(16).build()?;
     let mut receives = srq.start_post_recv();
     // SAFETY: the receive buffer lies in `mr` and outlives the SRQ.
@@ -89,32 +114,53 @@ fn run() -> Result<(), Box<dyn Error>> {
         .setup_dc_key(DC_KEY)
         .setup_access_flags(access)
         .build()?;
-    dct.bring_up(DcTargetBringUp::new(PORT).setup_source_gid(source_gid.clone()))?;
-    let endpoint = dct.endpoint()?;
+    // RESET → INIT → RTR; the target answers on the port's address vector.
+    let mut init = QueuePairAttribute::new();
+    init.setup_state(QueuePairState::Init)
+        .setup_pkey_index(0)
+        .setup_port(PORT)
+        .setup_access_flags(access);
+    dct.modify(&init)?;
+    let mut rtr = QueuePairAttribute::new();
+    rtr.setup_state(QueuePairState::ReadyToReceive)
+        .setup_path_mtu(port.active_mtu())
+        .setup_min_rnr_timer(12)
+        .setup_address_vector(&av);
+    dct.modify(&rtr)?;
+    let dct_number = dct.dct_number().ok_or("the DC target has no number")?;
     println!(
-        "{}: port {PORT}, GID index {} ({}), path MTU {:?}",
+        "{}: port {PORT}, GID index {}, path MTU {:?}",
         device.name(),
-        dct.source_gid()
-            .map_or("none".into(), |entry| entry.index().to_string()),
-        Ipv6Addr::from(endpoint.gid()),
-        endpoint.path_mtu()
+        gid_index.map_or("none".into(), |index| index.to_string()),
+        port.active_mtu()
     );
 
-    // The initiator: a DCI at RTS, and the address handle of the target's endpoint.
+    // The initiator: a DCI at RTS, and the address handle of the target's port.
     let mut dci = pd
         .create_dci_builder()
         .setup_send_cq(cq.clone())
         .setup_max_inline_data(64)
         .build()?;
-    // Its packets no larger than the target takes (the same port here).
-    let mut params = DcInitiatorBringUp::new(PORT);
-    params.setup_source_gid(source_gid);
-    if let Some(mtu) = endpoint.path_mtu() {
-        params.setup_destination_path_mtu(mtu);
-    }
-    dci.bring_up(&params)?;
-    let ah = endpoint.create_ah(&pd, PORT, dci.source_gid().map_or(0, |entry| entry.index()))?;
-    let (dct_number, dc_key) = (endpoint.dct_number(), endpoint.dc_key());
+    // RESET → INIT → RTR → RTS (perftest's timeout and retries).
+    let mut init = QueuePairAttribute::new();
+    init.setup_state(QueuePairState::Init)
+        .setup_pkey_index(0)
+        .setup_port(PORT);
+    dci.modify(&init)?;
+    let mut rtr = QueuePairAttribute::new();
+    rtr.setup_state(QueuePairState::ReadyToReceive)
+        .setup_path_mtu(port.active_mtu());
+    dci.modify(&rtr)?;
+    let mut rts = QueuePairAttribute::new();
+    rts.setup_state(QueuePairState::ReadyToSend)
+        .setup_timeout(14)
+        .setup_retry_cnt(7)
+        .setup_rnr_retry(7)
+        .setup_max_read_atomic(1)
+        .setup_sq_psn(0);
+    dci.modify(&rts)?;
+    let ah = pd.create_ah(&av)?;
+    let dc_key = DC_KEY;
 
     // One batch: an RDMA WRITE of the first 64 bytes into the second, then a SEND into the SRQ's
     // receive.
