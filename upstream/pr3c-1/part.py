@@ -8,7 +8,7 @@
 # `later` (pull request 3c-2 reads this file with runpy).
 
 # Its commits, in order: the folders beside this file.
-COMMITS = ["1-dc-initiator"]
+COMMITS = ["1-dc-initiator", "2-dc-hello-example"]
 
 _INIT = "src/mlx5/dc/initiator/"
 
@@ -160,16 +160,18 @@ _GUIDE = {
     "pr3c-1": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
         "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)):\n"
-        "//! The plan checks the request against the device (send operations, capacities, DCI\n"
-        "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called,\n"
-        "//! and creation reads the provider entries its requests will call, the DC setters of the mlx5\n"
-        "//! view included. It is created in RESET; [`DcInitiator::modify`] moves it, its refusals\n"
-        "//! explained by the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`).\n"
+        "//! the plan checks the request against the device (send operations, capacities, DCI\n"
+        "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called.\n"
+        "//! It is created in RESET; [`DcInitiator::modify`] moves it to RTS, its refusals explained by\n"
+        "//! the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`). Then post with\n"
+        "//! [`DcInitiator::start_post_send`] ([`DcPostSendGuard`]): `construct_wr` → an operation →\n"
+        "//! `setup_dc_addr` → the data. A data step before the address does not compile.\n"
         "//!\n"
         "//! This module defines the builder and its errors and the DC initiator with its accessors;\n"
-        "//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`.\n"
+        "//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`,\n"
+        "//! `post_send` the post guard.\n"
     ),
-    "pr3d": (
+    "pr3c-2": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
         "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)),\n"
         "//! bring it to RTS with [`DcInitiator::bring_up`] (or step by step with [`DcInitiator::modify`]),\n"
@@ -184,23 +186,6 @@ _GUIDE = {
         "//! (planned by `plan`, sized as libmlx5 sizes it, so what it will grant is known before the\n"
         "//! call); `bring_up`, the transitions to RTS; `recovery`, the state read from the device and\n"
         "//! `recover` after an error; `post_send`, the post guard.\n"
-    ),
-    "pr3c-2": (
-        "//! Build one with [`DcInitiatorBuilder`]\n"
-        "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)):\n"
-        "//! The plan checks the request against the device (send operations, capacities, DCI\n"
-        "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called,\n"
-        "//! and creation reads the provider entries its requests will call, the DC setters of the mlx5\n"
-        "//! view included. Bring it to RTS with [`DcInitiator::bring_up`] (or step by step with\n"
-        "//! [`DcInitiator::modify`], its refusals explained by the DC initiator's table).\n"
-        "//!\n"
-        "//! After an error completion a DC initiator is in ERR for every destination:\n"
-        "//! [`DcInitiator::recover`] brings it back in one call.\n"
-        "//!\n"
-        "//! This module defines the builder and its errors and the DC initiator with its accessors;\n"
-        "//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`,\n"
-        "//! `bring_up` the bring-up parameters and the transitions to RTS, `recovery` the state read\n"
-        "//! from the device and `recover` after an error.\n"
     ),
 }
 
@@ -233,30 +218,6 @@ _LATER = {
             ("            brought_up_with: None,\n", "", 1),
         ],
     },
-    # Posting: the DC post guard, and the views it posts through, checked at creation.
-    "pr3d": {
-        "mod.rs": [
-            ("use self::post_send::DcSendView;\n", "", 1),
-            ("pub(crate) mod post_send;\n", "", 1),
-            ("pub use self::post_send::{DcDestinationHandle, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle};\n",
-             "", 1),
-            ("    // The views its guards post through, their entries checked.\n    send: DcSendView,\n", "", 1),
-        ],
-        "creation.rs": [
-            ("use super::post_send::DcSendView;\n", "", 1),
-            ("    /// Requests then address with `setup_dc_addr_stream`.\n", "", 1),
-            ("    ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type,",
-             "    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_type,", 1),
-            ("        // SAFETY: a DC initiator's queue pair, created with these send operations.\n"
-             "        let send = unsafe { Self::attach(qp.qp(), &creation.params) }?;\n", "", 1),
-            ("            send,\n", "", 1),
-            (("\n    /// Reads the send views of a DC initiator's queue pair", "        Ok(send)\n    }\n"), "", 1),
-        ],
-        "recovery.rs": [
-            (("        // The new queue pair's entries are checked before", "            },\n        };\n"), "", 1),
-            ("        self.send = send;\n", "", 1),
-        ],
-    },
     # The reset of one DCI stream (mlx5dv_dci_stream_id_reset: an rdma-mummy-sys release first).
     "pr3e": {
         "recovery.rs": [
@@ -282,7 +243,7 @@ _LATER = {
     },
 }
 
-_PARTS = ["pr3c-1", "pr3c-2", "pr3d", "pr3e"]
+_PARTS = ["pr3c-1", "pr3c-2", "pr3e"]
 
 # What holds from a part on (once what it brings is there).
 _SINCE = {}
@@ -319,6 +280,44 @@ MOVES = {
         _move("mod.rs", "pr3c-1"),
         _move("creation.rs", "pr3c-1", helpers=["query_device_attr"]),
         _move("plan.rs", "pr3c-1"),
+        _move("post_send.rs", "pr3c-1"),
+    ],
+    "2-dc-hello-example": [
+        {
+            # The example as a user of sideway writes it: sideway's inherent methods (no extension
+            # traits) and its completion poller.
+            "from": "examples/dc_hello.rs",
+            "to": "examples/dc_hello.rs",
+            "common": False,
+            "helpers": [],
+            "rewrites": [
+                ("use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};\n", "", 1),
+                ("use sideway_ext::ibverbs::work_completion::WorkCompletion;\n", "", 1),
+                ("use sideway_ext::mlx5::extension::DcProtectionDomainExt;\n", "", 1),
+                ("use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n",
+                 "use sideway::ibverbs::completion::{PollCompletionQueueError, WorkCompletionStatus};\n"
+                 "use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n", 1),
+                ("sideway_ext::", "sideway::", 3),
+                ("    let mut wcs = [WorkCompletion::default(); 4];\n", "", 1),
+                ("        for wc in cq.poll_work_completions(&mut wcs)? {\n"
+                 "            if !wc.is_success() {\n"
+                 "                return Err(format!(\"request {} failed: {wc:?}\", wc.wr_id()).into());\n"
+                 "            }\n"
+                 "            done.push((wc.wr_id(), wc.byte_len()));\n"
+                 "        }\n",
+                 "        let poller = match cq.start_poll() {\n"
+                 "            Ok(poller) => poller,\n"
+                 "            Err(PollCompletionQueueError::CompletionQueueEmpty) => continue,\n"
+                 "            Err(err) => return Err(err.into()),\n"
+                 "        };\n"
+                 "        for wc in poller {\n"
+                 "            if wc.status() != WorkCompletionStatus::Success as u32 {\n"
+                 "                return Err(format!(\"request {} failed: status {}\", wc.wr_id(), wc.status()).into());\n"
+                 "            }\n"
+                 "            done.push((wc.wr_id(), wc.byte_len()));\n"
+                 "        }\n", 1),
+            ],
+        },
     ],
 }
 
@@ -326,7 +325,6 @@ MOVES = {
 LEFT_OUT = {
     _INIT + "bring_up.rs": "the DC initiator's bring-up: pull request 3c-2",
     _INIT + "recovery.rs": "the DC initiator's recovery: pull request 3c-2",
-    _INIT + "post_send.rs": "DC posting: pull request 3d",
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC
@@ -334,12 +332,13 @@ LEFT_OUT = {
 FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "TransitionTable", "modelled",
                     "SharedReceiveQueuePair", "extension::",
                     "DcInitiatorBringUp", "BringUpAttributes", "DcRecovery", "recover`", "query_state",
-                    "wait_for_error", "bring_up", "PortNotReady",
-                    "DcPostSendGuard", "DcSendView", "setup_dc_addr",
-                    "reset_stream", "stream_reset", "dc_hello", "dc_selftest"]
+                    "wait_for_error", "bring_up", "PortNotReady", "test_support",
+                    "reset_stream", "stream_reset", "dc_selftest", "WorkCompletion::default",
+                    "PathMtus", "ReadResponsesTooLarge", "destination_path_mtu", "set_path_mtus", "with_path_mtu"]
 
 # The most it may change: lines, and lines of sideway's existing files.
-LIMITS = (1300, 20)
+LIMITS = (2000, 30)
 
 # Run at its last commit on the software ConnectX by --check (see software_connectx_tests).
-SOFTMLX5 = {"tests": ["test_dc_initiator"], "counters": {"DC initiators created": 1}}
+SOFTMLX5 = {"tests": ["test_dc_initiator"], "examples": ["dc_hello"],
+            "counters": {"DC targets created": 1, "DC initiators created": 1, "requests": 2}}

@@ -1,4 +1,4 @@
-# Pull request 3e: the reset of one DCI stream and the DC example. Read by scripts/upstream-pr (see
+# Pull request 3e: the reset of one DCI stream. Read by scripts/upstream-pr (see
 # upstream/README.md).
 #
 # The reset calls mlx5dv_dci_stream_id_reset, which rdma-mummy-sys binds from 0.2.7 on (the
@@ -12,7 +12,7 @@ _SHARED = runpy.run_path(str(Path(__file__).resolve().parent.parent / "pr3c-1" /
                          init_globals={"GLUE": GLUE, "DC_DATA_PLANE": DC_DATA_PLANE})
 
 # Its commits, in order: the folders beside this file.
-COMMITS = ["1-dci-stream-reset", "2-dc-hello-example"]
+COMMITS = ["1-dci-stream-reset"]
 
 # `--check` builds this part against the generated rdma-mummy-sys 0.2.7 (a [patch] of the check's
 # copy only: the pull request itself requires the release).
@@ -54,43 +54,6 @@ MOVES = {
         _move("creation.rs", helpers=["query_device_attr"]),
         _move("recovery.rs", rewrites=_STREAM_RESET),
     ],
-    "2-dc-hello-example": [
-        {
-            # The example as a user of sideway writes it: sideway's inherent methods (no extension
-            # traits) and its completion poller.
-            "from": "examples/dc_hello.rs",
-            "to": "examples/dc_hello.rs",
-            "common": False,
-            "helpers": [],
-            "rewrites": [
-                ("use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};\n", "", 1),
-                ("use sideway_ext::ibverbs::work_completion::WorkCompletion;\n", "", 1),
-                ("use sideway_ext::mlx5::extension::DcProtectionDomainExt;\n", "", 1),
-                ("use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n",
-                 "use sideway::ibverbs::completion::{PollCompletionQueueError, WorkCompletionStatus};\n"
-                 "use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n", 1),
-                ("sideway_ext::", "sideway::", 4),
-                ("    let mut wcs = [WorkCompletion::default(); 4];\n", "", 1),
-                ("        for wc in cq.poll_work_completions(&mut wcs)? {\n"
-                 "            if !wc.is_success() {\n"
-                 "                return Err(format!(\"request {} failed: {wc:?}\", wc.wr_id()).into());\n"
-                 "            }\n"
-                 "            done.push((wc.wr_id(), wc.byte_len()));\n"
-                 "        }\n",
-                 "        let poller = match cq.start_poll() {\n"
-                 "            Ok(poller) => poller,\n"
-                 "            Err(PollCompletionQueueError::CompletionQueueEmpty) => continue,\n"
-                 "            Err(err) => return Err(err.into()),\n"
-                 "        };\n"
-                 "        for wc in poller {\n"
-                 "            if wc.status() != WorkCompletionStatus::Success as u32 {\n"
-                 "                return Err(format!(\"request {} failed: status {}\", wc.wr_id(), wc.status()).into());\n"
-                 "            }\n"
-                 "            done.push((wc.wr_id(), wc.byte_len()));\n"
-                 "        }\n", 1),
-            ],
-        },
-    ],
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue (the last
@@ -103,4 +66,4 @@ FORBIDDEN = GLUE + ["library::", "library.rs", "DcVerbs", "QueuePairCore", "Tran
 LIMITS = (330, 10)
 
 # Run at its last commit on the software ConnectX by --check (see software_connectx_tests).
-SOFTMLX5 = {"tests": ["test_dc_initiator"], "examples": ["dc_hello"], "counters": {"DC targets created": 2, "DC initiators created": 2, "requests": 3}}
+SOFTMLX5 = {"tests": ["test_dc_initiator"], "counters": {"DC targets created": 1, "DC initiators created": 2, "requests": 1}}

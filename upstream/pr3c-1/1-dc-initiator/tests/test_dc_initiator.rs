@@ -71,3 +71,94 @@ fn dc_initiator_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
     }
     Ok(())
 }
+
+/// Where the device has DC: a DC target and a DC initiator on port 1, each brought up with
+/// `modify` (RESET → INIT → RTR, and on to RTS), and one inline RDMA WRITE addressed to the target
+/// with `setup_dc_addr` lands in the target's memory.
+#[test]
+fn dc_initiator_writes_to_a_dc_target() -> Result<(), Box<dyn std::error::Error>> {
+    use sideway::ibverbs::address::{AddressHandleAttribute, GidType};
+    use sideway::ibverbs::completion::{PollCompletionQueueError, WorkCompletionStatus};
+    use sideway::ibverbs::device_context::LinkLayer;
+    use sideway::ibverbs::queue_pair::{SetInlineData, WorkRequestFlags};
+    use sideway::ibverbs::AccessFlags;
+    use std::time::{Duration, Instant};
+
+    for device in &DeviceList::new()? {
+        let ctx = device.open()?;
+        if !Mlx5DeviceContext::new(ctx.clone()).query_dc_capabilities()?.is_supported() {
+            continue;
+        }
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq_builder().setup_cqe(16).build()?;
+        let port = ctx.query_port(1)?;
+        let mut av = AddressHandleAttribute::new();
+        av.setup_port(1);
+        if port.link_layer() == LinkLayer::Ethernet {
+            let entry = (ctx.query_gid_table()?.into_iter())
+                .find(|entry| entry.port_num() == 1 && entry.gid_type() == GidType::RoceV2)
+                .ok_or("no RoCE v2 GID on port 1")?;
+            av.setup_grh_dest_gid(&entry.gid())
+                .setup_grh_src_gid_index(entry.gid_index() as u8)
+                .setup_grh_hop_limit(64);
+        } else {
+            av.setup_dest_lid(port.lid());
+        }
+        let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        let mut dct = pd
+            .create_dct_builder()
+            .setup_recv_cq(cq.clone())
+            .setup_srq(&pd.create_srq_builder().build()?)
+            .setup_dc_key(0xd0d0)
+            .setup_access_flags(access)
+            .build()?;
+        let mut dci = pd.create_dci_builder().setup_send_cq(cq.clone()).build()?;
+        let mut init = QueuePairAttribute::new();
+        init.setup_state(QueuePairState::Init).setup_pkey_index(0).setup_port(1);
+        dci.modify(&init)?;
+        dct.modify(init.setup_access_flags(access))?;
+        let mut rtr = QueuePairAttribute::new();
+        rtr.setup_state(QueuePairState::ReadyToReceive).setup_path_mtu(port.active_mtu());
+        dci.modify(&rtr)?;
+        dct.modify(rtr.setup_min_rnr_timer(12).setup_address_vector(&av))?;
+        let mut rts = QueuePairAttribute::new();
+        rts.setup_state(QueuePairState::ReadyToSend)
+            .setup_timeout(14)
+            .setup_retry_cnt(7)
+            .setup_rnr_retry(7)
+            .setup_max_read_atomic(1)
+            .setup_sq_psn(0);
+        dci.modify(&rts)?;
+        assert_eq!(dci.state(), QueuePairState::ReadyToSend);
+
+        let ah = pd.create_ah(&av)?;
+        let mut buffer = vec![0u8; 64];
+        // SAFETY: the buffer outlives the memory region, which is dropped first.
+        let mr = unsafe { pd.reg_mr(buffer.as_mut_ptr() as usize, buffer.len(), access) }?;
+        let mut guard = dci.start_post_send();
+        guard
+            .construct_wr(7, WorkRequestFlags::Signaled)
+            .setup_write(mr.rkey(), mr.get_ptr() as u64)
+            .setup_dc_addr(&ah, dct.dct_number().ok_or("no DCT number")?, dct.dc_key())
+            .setup_inline_data(b"over DC");
+        guard.post()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let wr_id = loop {
+            match cq.start_poll() {
+                Ok(mut poller) => {
+                    let wc = poller.next().ok_or("an empty poll")?;
+                    assert_eq!(wc.status(), WorkCompletionStatus::Success as u32);
+                    break wc.wr_id();
+                },
+                Err(PollCompletionQueueError::CompletionQueueEmpty) if Instant::now() < deadline => {
+                    std::thread::yield_now()
+                },
+                Err(err) => return Err(err.into()),
+            }
+        };
+        assert_eq!(wr_id, 7);
+        drop(mr);
+        assert_eq!(&buffer[..7], b"over DC");
+    }
+    Ok(())
+}
