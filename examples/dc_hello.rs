@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use sideway::ibverbs::address::GidType;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::LinkLayer;
 use sideway::ibverbs::queue_pair::{QueuePairState, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::address::AddressHandleAttribute;
@@ -62,31 +61,27 @@ fn run() -> Result<(), Box<dyn Error>> {
             false => err.into(),
         });
     }
-    // The port's address: on RoCE a GID (the one given, or the port's first RoCE v2 GID), on
-    // InfiniBand its LID. Both ends send from it.
+    // The port's address: a GID (the one given, or the port's first RoCE v2 GID), or without
+    // one (InfiniBand) its LID. Both ends send from it.
     let port = ctx.query_port(PORT)?;
     let mut av = AddressHandleAttribute::new();
     av.setup_port(PORT);
-    let gid_index = match port.link_layer() {
-        LinkLayer::Ethernet => {
-            let gid_index = match gid_index {
-                Some(index) => index,
-                None => (ctx.query_gid_table()?.iter())
-                    .find(|entry| entry.port_num() == u32::from(PORT) && entry.gid_type() == GidType::RoceV2)
-                    .ok_or("no RoCE v2 GID on the port")?
-                    .gid_index() as u8,
-            };
-            let gid = ctx.query_gid(PORT, gid_index.into())?;
+    let roce_v2 = ctx
+        .query_gid_table()?
+        .into_iter()
+        .find(|entry| entry.port_num() == u32::from(PORT) && entry.gid_type() == GidType::RoceV2);
+    let gid_index = gid_index.or(roce_v2.map(|entry| entry.gid_index() as u8));
+    match gid_index {
+        Some(index) => {
+            let gid = ctx.query_gid(PORT, index.into())?;
             av.setup_grh_dest_gid(&gid)
-                .setup_grh_src_gid_index(gid_index)
+                .setup_grh_src_gid_index(index)
                 .setup_grh_hop_limit(64);
-            Some(gid_index)
         },
-        _ => {
+        None => {
             av.setup_dest_lid(port.lid());
-            None
         },
-    };
+    }
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq_builder().setup_cqe(16).build()?;
     // 64 bytes to write from, 64 to write to, 64 to receive into; never moved, dropped last.
