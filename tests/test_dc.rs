@@ -581,10 +581,9 @@ fn dci_depth(caps: &DcCapabilities) -> u64 {
 #[serial]
 fn mlx5_hw_dc_initiator_requests_are_bounded_by_the_reported_send_request_sizes() {
     let f = DcFixture::new();
-    let caps = Mlx5DeviceContext::new(f.ctx.clone())
-        .query_dc_capabilities()
-        .expect("DC capabilities");
-    let sizes = caps.send_wqe_sizes().expect("an mlx5 device has send request sizes");
+    let sizes = Mlx5DeviceContext::new(f.ctx.clone())
+        .query_send_wqe_sizes()
+        .expect("an mlx5 device has send request sizes");
     let max_sge = f.ctx.query_device().expect("query_device").max_sge().max(0) as u32;
     println!("{sizes:?}, max_sge {max_sge}");
     assert!(

@@ -101,10 +101,10 @@ fn query_device_on_a_device_that_is_not_mlx5_is_not_supported() {
     assert!(!dc.is_mlx5() && !dc.is_supported());
     assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (None, None));
     assert_eq!((dc.dci_streams(), dc.dc_odp()), (None, None));
-    assert_eq!(
-        dc.send_wqe_sizes(),
-        None,
-        "no QUERY_HCA_CAP on a device that is not mlx5"
+    let sizes = mlx5.query_send_wqe_sizes();
+    assert!(
+        sizes.as_ref().is_err_and(|err| err.is_not_supported()),
+        "no QUERY_HCA_CAP on a device that is not mlx5: {sizes:?}"
     );
     let attr = ctx.query_device().expect("query_device");
     assert_eq!(dc.rc_max_qp_rd_atom(), attr.max_qp_rd_atom() as u32);
@@ -295,7 +295,9 @@ fn mlx5_hw_query_device_on_connectx() {
     let part = ctx.query_device().expect("query_device").vendor_part_id();
     let dc = mlx5.query_dc_capabilities().expect("DC capabilities");
     assert!(dc.is_mlx5() && dc.is_supported());
-    let sizes = dc.send_wqe_sizes().expect("an mlx5 device has send request sizes");
+    let sizes = mlx5
+        .query_send_wqe_sizes()
+        .expect("an mlx5 device has send request sizes");
     let max_sge = ctx.query_device().expect("query_device").max_sge().max(0) as u32;
     println!(
         "{name}: max_wqe_sz_sq {}, max_wqe_sz_sq_dc {} (reported: {}), max_sge {max_sge}",

@@ -402,7 +402,7 @@ pub fn run(
     let mlx5 = Mlx5DeviceContext::new(Arc::clone(ctx));
     let capabilities = match mlx5.query_dc_capabilities() {
         Ok(capabilities) => {
-            report.capabilities(&capabilities);
+            report.capabilities(&capabilities, mlx5.query_send_wqe_sizes().ok());
             capabilities
         },
         Err(err) => return stop(report, name, format!("the DC capability query failed: {}", chain(&err))),

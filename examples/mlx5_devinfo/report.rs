@@ -20,6 +20,7 @@ use sideway::ibverbs::device_context::DeviceContext;
 use sideway_ext::ibverbs::source_gid::SourceGidEntry;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 use sideway_ext::mlx5::dc_capabilities::DcCapabilities;
+use sideway_ext::mlx5::send_wqe_sizes::SendWqeSizes;
 
 use crate::fault::Fault;
 use crate::port::{GidFacts, PortFacts};
@@ -334,7 +335,7 @@ impl SelftestReport {
     }
 
     /// The DC capabilities the self-test decides by.
-    pub fn capabilities(&mut self, dc: &DcCapabilities) {
+    pub fn capabilities(&mut self, dc: &DcCapabilities, sizes: Option<SendWqeSizes>) {
         self.capabilities = Some(Capabilities {
             is_mlx5: dc.is_mlx5(),
             dc_supported: dc.is_supported(),
@@ -345,9 +346,9 @@ impl SelftestReport {
             dc_odp: dc.dc_odp().map(|odp| format!("{odp:?}")),
             rc_max_qp_rd_atom: dc.rc_max_qp_rd_atom(),
             rc_max_qp_init_rd_atom: dc.rc_max_qp_init_rd_atom(),
-            max_wqe_sz_sq: dc.send_wqe_sizes().map(|sizes| sizes.max_wqe_sz_sq()),
-            max_wqe_sz_sq_dc: dc.send_wqe_sizes().map(|sizes| sizes.max_wqe_sz_sq_dc()),
-            wqe_sizes_reported: dc.send_wqe_sizes().map(|sizes| sizes.is_reported()),
+            max_wqe_sz_sq: sizes.map(|sizes| sizes.max_wqe_sz_sq()),
+            max_wqe_sz_sq_dc: sizes.map(|sizes| sizes.max_wqe_sz_sq_dc()),
+            wqe_sizes_reported: sizes.map(|sizes| sizes.is_reported()),
         });
     }
 

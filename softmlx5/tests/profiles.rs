@@ -414,7 +414,7 @@ fn every_profile_answers_one_set_of_capabilities() {
     );
     // sideway-ext's summary reads the same command
     let dc = mlx5.query_dc_capabilities().expect("DC capabilities");
-    let sizes = dc.send_wqe_sizes().expect("send request sizes");
+    let sizes = mlx5.query_send_wqe_sizes().expect("send request sizes");
     assert!(sizes.is_reported());
     assert_eq!(
         (sizes.max_wqe_sz_sq(), sizes.max_wqe_sz_sq_dc()),

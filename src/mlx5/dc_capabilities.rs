@@ -3,12 +3,10 @@
 //!
 //! [`Mlx5DeviceContext::query_dc_capabilities`]: super::device_context::Mlx5DeviceContext::query_dc_capabilities
 use super::device_attributes::{DciStreamsCapabilities, Mlx5DeviceAttributes, OdpTransportCapabilities};
-use super::send_wqe_sizes::SendWqeSizes;
 
 /// What a program needs to know before it builds DC queue pairs on a device.
 ///
-/// Combines [`mlx5dv_query_device(3)`] (the DC values), the device's general capabilities
-/// (`max_wqe_sz_sq` and `max_wqe_sz_sq_dc`, [`SendWqeSizes`]) and sideway's
+/// Combines [`mlx5dv_query_device(3)`] (the DC values) with sideway's
 /// [`DeviceAttr`](sideway::ibverbs::device_context::DeviceAttr) (the RC depths, for comparison).
 /// On a device that is not mlx5 (or without libmlx5), every DC value is [`None`].
 ///
@@ -20,7 +18,6 @@ pub struct DcCapabilities {
     max_dc_init_rd_atom: Option<u64>,
     dci_streams: Option<DciStreamsCapabilities>,
     dc_odp: Option<OdpTransportCapabilities>,
-    send_wqe_sizes: Option<SendWqeSizes>,
     rc_max_qp_rd_atom: u32,
     rc_max_qp_init_rd_atom: u32,
 }
@@ -28,12 +25,8 @@ pub struct DcCapabilities {
 impl DcCapabilities {
     /// Combines the mlx5 parts (`None` when the device is not mlx5) with the RC depths.
     pub(crate) fn from_parts(
-        mlx5: Option<(&Mlx5DeviceAttributes, SendWqeSizes)>, rc_max_qp_rd_atom: i32, rc_max_qp_init_rd_atom: i32,
+        mlx5: Option<&Mlx5DeviceAttributes>, rc_max_qp_rd_atom: i32, rc_max_qp_init_rd_atom: i32,
     ) -> Self {
-        let (mlx5, send_wqe_sizes) = match mlx5 {
-            Some((attributes, sizes)) => (Some(attributes), Some(sizes)),
-            None => (None, None),
-        };
         // rdma-core reports 0 when it could not read a DC depth: that is "unknown", not "none".
         let known = |depth: Option<u64>| depth.filter(|&d| d != 0);
         DcCapabilities {
@@ -44,7 +37,6 @@ impl DcCapabilities {
                 .and_then(Mlx5DeviceAttributes::dci_streams_caps)
                 .filter(|caps| caps.max_log_num_concurrent > 0),
             dc_odp: mlx5.and_then(Mlx5DeviceAttributes::dc_odp_caps),
-            send_wqe_sizes,
             rc_max_qp_rd_atom: rc_max_qp_rd_atom.max(0) as u32,
             rc_max_qp_init_rd_atom: rc_max_qp_init_rd_atom.max(0) as u32,
         }
@@ -90,13 +82,6 @@ impl DcCapabilities {
         self.dc_odp
     }
 
-    /// The largest send request the device takes (`max_wqe_sz_sq`, and `max_wqe_sz_sq_dc` for a DC
-    /// initiator), read with `QUERY_HCA_CAP`, or the bound every device takes where it did not
-    /// answer ([`SendWqeSizes::is_reported`]); [`None`] when the device is not mlx5.
-    pub fn send_wqe_sizes(&self) -> Option<SendWqeSizes> {
-        self.send_wqe_sizes
-    }
-
     /// The RC depth as responder from `ibv_query_device` (`max_qp_rd_atom`), for comparison.
     pub fn rc_max_qp_rd_atom(&self) -> u32 {
         self.rc_max_qp_rd_atom
@@ -132,7 +117,6 @@ mod tests {
     fn not_mlx5_is_unsupported_with_rc_values_only() {
         let dc = DcCapabilities::from_parts(None, 16, 16);
         assert!(!dc.is_mlx5() && !dc.is_supported());
-        assert_eq!(dc.send_wqe_sizes(), None);
         assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (None, None));
         assert_eq!((dc.dci_streams(), dc.dc_odp()), (None, None));
         assert_eq!((dc.rc_max_qp_rd_atom(), dc.rc_max_qp_init_rd_atom()), (16, 16));
@@ -141,9 +125,8 @@ mod tests {
     #[test]
     fn mlx5_with_every_part() {
         let attr = mlx5(Mlx5ContextMask::all_flags(), 64, 16);
-        let dc = DcCapabilities::from_parts(Some((&attr, SendWqeSizes::new(1024, 512))), 16, 16);
+        let dc = DcCapabilities::from_parts(Some(&attr), 16, 16);
         assert!(dc.is_mlx5() && dc.is_supported());
-        assert_eq!(dc.send_wqe_sizes(), Some(SendWqeSizes::new(1024, 512)));
         assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (Some(64), Some(16)));
         assert_eq!(dc.dci_streams().map(|s| s.max_log_num_concurrent), Some(4));
         assert_eq!(dc.dc_odp(), Some(OdpTransportCapabilities::Send));
@@ -152,12 +135,12 @@ mod tests {
     #[test]
     fn zero_or_unreported_dc_depths_are_unknown() {
         let zero = mlx5(Mlx5ContextMask::MaxDcReadAtomic, 0, 0);
-        let dc = DcCapabilities::from_parts(Some((&zero, SendWqeSizes::guaranteed(30))), 16, 16);
+        let dc = DcCapabilities::from_parts(Some(&zero), 16, 16);
         assert!(dc.is_supported());
         assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (None, None));
 
         let old = mlx5(Mlx5ContextMask::none(), 64, 16);
-        let dc = DcCapabilities::from_parts(Some((&old, SendWqeSizes::guaranteed(30))), -1, 16);
+        let dc = DcCapabilities::from_parts(Some(&old), -1, 16);
         assert_eq!((dc.max_dc_rd_atom(), dc.max_dc_init_rd_atom()), (None, None));
         assert_eq!((dc.dci_streams(), dc.dc_odp()), (None, None));
         assert_eq!(dc.rc_max_qp_rd_atom(), 0, "a negative count from ibverbs is clamped");

@@ -8,7 +8,6 @@ use sideway::ibverbs::device_context::{DeviceContext, QueryDeviceError};
 
 use super::dc_capabilities::DcCapabilities;
 use super::device_attributes::{Mlx5ContextMask, Mlx5DeviceAttributes};
-use super::send_wqe_sizes::query_send_wqe_sizes_raw;
 
 /// Error returned by [`Mlx5DeviceContext::query_device`].
 #[derive(Debug, thiserror::Error)]
@@ -114,11 +113,8 @@ impl Mlx5DeviceContext {
     }
 
     /// The DC (Dynamically Connected transport) summary of the device: whether DC is usable,
-    /// the DC read/atomic depths, DCI streams, DC on-demand paging and the largest send request
-    /// (`max_wqe_sz_sq`, `max_wqe_sz_sq_dc`: [`DcCapabilities::send_wqe_sizes`]), with the RC
-    /// depths from `ibv_query_device` for comparison.
-    ///
-    /// On an mlx5 device this also sends `QUERY_HCA_CAP` ([`SendWqeSizes`](super::send_wqe_sizes::SendWqeSizes)).
+    /// the DC read/atomic depths, DCI streams and DC on-demand paging, with the RC depths from
+    /// `ibv_query_device` for comparison.
     ///
     /// On a device that is not mlx5 (or without libmlx5) this succeeds, with
     /// [`DcCapabilities::is_supported`] `false`.
@@ -138,14 +134,8 @@ impl Mlx5DeviceContext {
             .context
             .query_device()
             .map_err(QueryDcCapabilitiesErrorKind::from)?;
-        let sizes = mlx5.as_ref().map(|attributes| {
-            // SAFETY: the context is open for as long as `self.context` lives, and it is mlx5 (it
-            // answered mlx5dv_query_device).
-            let sizes = unsafe { query_send_wqe_sizes_raw(self.context.context(), attr.max_sge().max(0) as u32) };
-            (attributes, sizes)
-        });
         Ok(DcCapabilities::from_parts(
-            sizes,
+            mlx5.as_ref(),
             attr.max_qp_rd_atom(),
             attr.max_qp_init_rd_atom(),
         ))

@@ -13,8 +13,59 @@ use std::ffi::c_int;
 use std::ptr::NonNull;
 
 use rdma_mummy_sys::ibv_context;
+use sideway::ibverbs::device_context::QueryDeviceError;
 
+use super::device_context::{Mlx5DeviceContext, QueryMlx5DeviceError};
 use super::library::devx_general_cmd;
+
+/// Error returned by [`Mlx5DeviceContext::query_send_wqe_sizes`].
+#[derive(Debug, thiserror::Error)]
+#[error("failed to query the send request sizes")]
+#[non_exhaustive]
+pub struct QuerySendWqeSizesError(#[from] pub QuerySendWqeSizesErrorKind);
+
+/// The enum type for [`QuerySendWqeSizesError`].
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+#[non_exhaustive]
+pub enum QuerySendWqeSizesErrorKind {
+    /// `mlx5dv_query_device` failed: the device is not mlx5, libmlx5 is missing
+    /// ([`is_not_supported`](QueryMlx5DeviceError::is_not_supported)), or another error.
+    QueryMlx5Device(#[from] QueryMlx5DeviceError),
+    /// `ibv_query_device` (for `max_sge`) failed.
+    QueryDevice(#[from] QueryDeviceError),
+}
+
+impl QuerySendWqeSizesError {
+    /// Whether the device is not mlx5 or libmlx5 is missing.
+    pub fn is_not_supported(&self) -> bool {
+        matches!(&self.0, QuerySendWqeSizesErrorKind::QueryMlx5Device(err) if err.is_not_supported())
+    }
+}
+
+impl Mlx5DeviceContext {
+    /// The largest send request the device takes (`max_wqe_sz_sq`, and `max_wqe_sz_sq_dc` for a
+    /// DC initiator), read with `QUERY_HCA_CAP`, or the bound every device takes where it did not
+    /// answer ([`SendWqeSizes::is_reported`]).
+    ///
+    /// # Errors
+    ///
+    /// - [`QuerySendWqeSizesErrorKind::QueryMlx5Device`]: the device is not mlx5 (or libmlx5 is
+    ///   missing), or `mlx5dv_query_device` failed.
+    /// - [`QuerySendWqeSizesErrorKind::QueryDevice`]: `ibv_query_device` failed.
+    pub fn query_send_wqe_sizes(&self) -> Result<SendWqeSizes, QuerySendWqeSizesError> {
+        self.query_device().map_err(QuerySendWqeSizesErrorKind::from)?;
+        let context = self.device_context();
+        let max_sge = context
+            .query_device()
+            .map_err(QuerySendWqeSizesErrorKind::from)?
+            .max_sge()
+            .max(0) as u32;
+        // SAFETY: the context is open for as long as `self` holds it, and it is mlx5 (it answered
+        // mlx5dv_query_device).
+        Ok(unsafe { query_send_wqe_sizes_raw(context.context(), max_sge) })
+    }
+}
 
 /// `MLX5_CMD_OP_QUERY_HCA_CAP` (mlx5_ifc.h).
 const QUERY_HCA_CAP: u16 = 0x100;
@@ -34,8 +85,7 @@ const MAX_WQE_SZ_SQ: usize = CAPABILITY + 0x290 / 8;
 const MAX_WQE_SZ_SQ_DC: usize = CAPABILITY + 0x2d0 / 8;
 
 /// The largest send request (WQE) a device takes, in bytes, reported or the bound every device
-/// takes; a DC initiator's builder refuses a request above
-/// [`max_dc_request_bytes`](Self::max_dc_request_bytes) when reported:
+/// takes: [`Mlx5DeviceContext::query_send_wqe_sizes`].
 ///
 /// ```no_run
 /// use sideway::ibverbs::device::DeviceList;
@@ -44,10 +94,9 @@ const MAX_WQE_SZ_SQ_DC: usize = CAPABILITY + 0x2d0 / 8;
 /// let list = DeviceList::new()?;
 /// let device = list.iter().next().expect("an RDMA device");
 /// let mlx5 = Mlx5DeviceContext::new(device.open()?);
-/// if let Some(sizes) = mlx5.query_dc_capabilities()?.send_wqe_sizes() {
-///     println!("max_wqe_sz_sq {}, max_wqe_sz_sq_dc {} (reported: {})",
-///         sizes.max_wqe_sz_sq(), sizes.max_wqe_sz_sq_dc(), sizes.is_reported());
-/// }
+/// let sizes = mlx5.query_send_wqe_sizes()?;
+/// println!("max_wqe_sz_sq {}, max_wqe_sz_sq_dc {} (reported: {})",
+///     sizes.max_wqe_sz_sq(), sizes.max_wqe_sz_sq_dc(), sizes.is_reported());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
