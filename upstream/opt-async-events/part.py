@@ -23,3 +23,7 @@ FORBIDDEN = GLUE + ["SharedReceiveQueuePair", "mlx5"]
 
 # The most it may change: lines, and lines of sideway's existing files.
 LIMITS = (800, 300)
+
+# Asynchronous events need only the shared receive queues and their queue pairs, but sit beside
+# the mission path's lines in sideway's files: they apply on its last request.
+BASE = "pr3c-1"

@@ -67,3 +67,6 @@ LIMITS = (330, 10)
 
 # Run at its last commit on the software ConnectX by --check (see software_connectx_tests).
 SOFTMLX5 = {"tests": ["test_dc_initiator"], "counters": {"DC targets created": 1, "DC initiators created": 2, "requests": 1}}
+
+# Stream reset needs the DC initiator's recovery (3c-2), not the endpoints.
+BASE = "pr3c-2"

@@ -62,6 +62,7 @@
 pub mod adopted;
 pub mod endpoint;
 pub mod initiator;
+mod port;
 mod post_one;
 mod queue_pair;
 mod service_class;
@@ -70,4 +71,4 @@ pub mod streams;
 pub mod target;
 pub mod target_bring_up;
 
-pub use self::queue_pair::PortNotReady;
+pub use self::port::PortNotReady;

@@ -1,23 +1,19 @@
 //! What the DC queue pairs, target and initiator, share: their creation with
-//! `mlx5dv_create_qp`, [`DcQueuePair`], the handle that owns one, and before bring-up the check
-//! that the port can carry DC traffic ([`PortNotReady`]) and its active MTU.
+//! `mlx5dv_create_qp` and [`DcQueuePair`], the handle that owns one.
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_context, ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
+use rdma_mummy_sys::{ibv_qp, ibv_qp_attr, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
 use sideway::ibverbs::completion::GenericCompletionQueue;
-use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
-    ModifyQueuePairError, ModifyQueuePairErrorKind, QueryQueuePairError, QueryQueuePairErrorKind,
-    QueuePairAttributeMask, QueuePairState,
+    ModifyQueuePairError, ModifyQueuePairErrorKind, QueuePairAttributeMask, QueuePairState,
 };
 
 use super::state_table::{check, DcTransition};
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::shared_receive_queue::SharedReceiveQueue;
-use crate::ibverbs::source_gid::{query_gid_entry, read_gid_table, SourceGidError};
 
 // SAFETY: a bindgen struct of integers, raw pointers and unions of these; zero is valid.
 unsafe impl crate::ibverbs::zeroed::PlainData for mlx5dv_qp_init_attr {}
@@ -32,7 +28,7 @@ pub(crate) struct DcQueuePair {
     state: QueuePairState,
     _cq: GenericCompletionQueue,
     _srq: Option<Arc<SharedReceiveQueue>>,
-    pd: Arc<ProtectionDomain>,
+    _pd: Arc<ProtectionDomain>,
 }
 
 impl Drop for DcQueuePair {
@@ -60,7 +56,7 @@ impl DcQueuePair {
             state: QueuePairState::Reset,
             _cq: cq,
             _srq: srq,
-            pd,
+            _pd: pd,
         }
     }
 
@@ -83,7 +79,8 @@ impl DcQueuePair {
     /// the queue pair's transitions (`InvalidTransition`, `InvalidAttributeMask`, or the bare
     /// errno where they see nothing wrong), so a kernel that takes more is never refused here.
     pub(crate) fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
-        let mut raw = ibv_qp_attr { ..*attr.attr };
+        let given: &ibv_qp_attr = &attr.attr;
+        let mut raw = ibv_qp_attr { ..*given };
         // SAFETY: the handle is alive and exclusively borrowed; raw is a valid ibv_qp_attr.
         let ret = unsafe { rdma_mummy_sys::ibv_modify_qp(self.qp.as_ptr(), &mut raw, attr.attr_mask.bits()) };
         let errno = |errno| io::Error::from_raw_os_error(errno);
@@ -116,10 +113,11 @@ impl DcQueuePair {
         .into())
     }
 
-    /// The device context of the queue pair's protection domain.
-    pub(crate) fn context(&self) -> NonNull<ibv_context> {
-        // SAFETY: the context is open while the protection domain is.
-        unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) }
+    /// The device context of the queue pair.
+    pub(crate) fn context(&self) -> NonNull<rdma_mummy_sys::ibv_context> {
+        // SAFETY: the handle is alive; libibverbs sets its context at creation and never changes it,
+        // and the context is open while the queue pair's protection domain is.
+        unsafe { NonNull::new_unchecked(std::ptr::addr_of!((*self.qp.as_ptr()).context).read()) }
     }
 
     /// `ibv_query_port` on the queue pair's context.
@@ -128,10 +126,11 @@ impl DcQueuePair {
         unsafe { crate::ibverbs::query_port(self.context(), port) }
     }
 
-    /// The set slots of local `port`'s GID table ([`read_gid_table`]), `port_attr` its attributes.
+    /// The set slots of local `port`'s GID table, `port_attr` its attributes.
     pub(crate) fn gid_table(
         &self, port: u8, port_attr: &rdma_mummy_sys::ibv_port_attr,
-    ) -> Result<Vec<rdma_mummy_sys::ibv_gid_entry>, SourceGidError> {
+    ) -> Result<Vec<rdma_mummy_sys::ibv_gid_entry>, crate::ibverbs::source_gid::SourceGidError> {
+        use crate::ibverbs::source_gid::{query_gid_entry, read_gid_table};
         // SAFETY: the context is open while the protection domain is.
         unsafe { read_gid_table(self.context(), port, port_attr.gid_tbl_len, query_gid_entry) }
     }
@@ -153,10 +152,11 @@ impl DcQueuePair {
 
     /// The state read from the device (`ibv_query_qp`), kept as the state from then on: the
     /// device moves a queue pair to ERR on its own.
-    pub(crate) fn query_state(&mut self) -> Result<QueuePairState, QueryQueuePairError> {
+    pub(crate) fn query_state(&mut self) -> Result<QueuePairState, sideway::ibverbs::queue_pair::QueryQueuePairError> {
+        use sideway::ibverbs::queue_pair::QueryQueuePairErrorKind;
         let (mut attr, mask) = (QueuePairAttribute::new(), QueuePairAttributeMask::State.bits());
         // SAFETY: ibv_qp_init_attr is plain data for which all zeroes is valid.
-        let mut init_attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mut init_attr: rdma_mummy_sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         let raw = std::ptr::addr_of_mut!(attr.attr).cast();
         // SAFETY: the handle is alive and exclusively borrowed (libibverbs updates its cached
         // state); both structs are writable (`attr.attr` is an ibv_qp_attr).
@@ -182,102 +182,4 @@ pub(crate) unsafe fn create_dc_qp(
     NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_create_qp(context.as_ptr(), init, mlx5) })
         .ok_or_else(io::Error::last_os_error)
         .map_err(|err| (err.raw_os_error() != Some(libc::EOPNOTSUPP)).then_some(err))
-}
-
-/// Why a port cannot carry DC traffic yet, found by bring-up before any transition (a queue pair
-/// brought up on it would fail every request with `RETRY_EXC`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PortNotReady {
-    /// The port's logical state is not `IBV_PORT_ACTIVE`.
-    #[error("port {port} is not active (state {}): bring its link up first", port_state_name(*.state))]
-    NotActive {
-        /// The port.
-        port: u8,
-        /// Its `ibv_port_state` value.
-        state: u32,
-    },
-    /// An InfiniBand port without a LID (0): no subnet manager has assigned one.
-    #[error("InfiniBand port {port} has no LID: is a subnet manager running?")]
-    NoLid {
-        /// The port.
-        port: u8,
-    },
-}
-
-/// `ibv_port_state_str`'s names.
-fn port_state_name(state: u32) -> String {
-    match state {
-        0 => "NOP".into(),
-        1 => "DOWN".into(),
-        2 => "INIT".into(),
-        3 => "ARMED".into(),
-        4 => "ACTIVE".into(),
-        5 => "ACTIVE_DEFER".into(),
-        other => other.to_string(),
-    }
-}
-
-/// Refuses a port that cannot carry DC traffic yet ([`PortNotReady`]).
-pub(crate) fn check_port_ready(port: u8, attr: &rdma_mummy_sys::ibv_port_attr) -> Result<(), PortNotReady> {
-    if attr.state != rdma_mummy_sys::ibv_port_state::IBV_PORT_ACTIVE {
-        return Err(PortNotReady::NotActive {
-            port,
-            state: attr.state,
-        });
-    }
-    if attr.link_layer != rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET && attr.lid == 0 {
-        return Err(PortNotReady::NoLid { port });
-    }
-    Ok(())
-}
-
-/// A port's active MTU (`ibv_port_attr::active_mtu`).
-pub(crate) fn active_mtu(attr: &rdma_mummy_sys::ibv_port_attr) -> Mtu {
-    match attr.active_mtu {
-        1..=5 => Mtu::from(attr.active_mtu),
-        // A value this crate does not know: the smallest MTU every port supports.
-        _ => Mtu::Mtu1024,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use rdma_mummy_sys::ibv_port_state::{IBV_PORT_ACTIVE, IBV_PORT_DOWN};
-
-    use super::*;
-
-    fn port(state: u32, link_layer: u8, lid: u16) -> rdma_mummy_sys::ibv_port_attr {
-        // SAFETY: ibv_port_attr is plain data for which all zeroes is valid.
-        let mut attr: rdma_mummy_sys::ibv_port_attr = unsafe { std::mem::zeroed() };
-        attr.state = state;
-        attr.link_layer = link_layer;
-        attr.lid = lid;
-        attr
-    }
-
-    /// The ports the software ConnectX cannot be: an InfiniBand port no subnet manager gave a LID
-    /// (its ports always have one); and the rest of the rule beside it.
-    #[test]
-    fn a_port_is_ready_when_active_and_on_infiniband_with_a_lid() {
-        let (infiniband, ethernet) = (1, rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET);
-        assert_eq!(check_port_ready(1, &port(IBV_PORT_ACTIVE, infiniband, 7)), Ok(()));
-        assert_eq!(
-            check_port_ready(1, &port(IBV_PORT_ACTIVE, infiniband, 0)),
-            Err(PortNotReady::NoLid { port: 1 })
-        );
-        assert_eq!(
-            PortNotReady::NoLid { port: 1 }.to_string(),
-            "InfiniBand port 1 has no LID: is a subnet manager running?"
-        );
-        // RoCE has no LID: active is enough.
-        assert_eq!(check_port_ready(2, &port(IBV_PORT_ACTIVE, ethernet, 0)), Ok(()));
-        assert_eq!(
-            check_port_ready(1, &port(IBV_PORT_DOWN, infiniband, 7)),
-            Err(PortNotReady::NotActive {
-                port: 1,
-                state: IBV_PORT_DOWN
-            })
-        );
-    }
 }

@@ -12,7 +12,7 @@ use sideway::ibverbs::queue_pair::{ModifyQueuePairError, ModifyQueuePairErrorKin
 use sideway::ibverbs::AccessFlags;
 
 use super::endpoint::{DcEndpoint, DcServiceClass, InvalidDcEndpointError, DEFAULT_HOP_LIMIT};
-use super::queue_pair::{active_mtu, check_port_ready, PortNotReady};
+use super::port::{active_mtu, check_port_ready, PortNotReady};
 use super::target::{DcTarget, DEFAULT_ACCESS};
 use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::address_handle::PortAddressing;

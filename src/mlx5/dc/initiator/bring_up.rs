@@ -12,7 +12,7 @@ use crate::ibverbs::address::AddressHandleAttribute;
 use crate::ibverbs::address_handle::PortAddressing;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::ibverbs::source_gid::{SourceGid, SourceGidEntry, SourceGidError};
-use crate::mlx5::dc::queue_pair::{active_mtu, check_port_ready, PortNotReady};
+use crate::mlx5::dc::port::{active_mtu, check_port_ready, PortNotReady};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 
 /// Error returned by [`DcInitiator::bring_up`].
