@@ -30,6 +30,3 @@ LIMITS = (1100, 30)
 HOST_TESTS = [
     "ibverbs::source_gid::tests",
 ]
-
-# Source GID selection: on the whole mission path (the DC bring-up of 3c-2 resolves with it).
-BASE = "pr3c-1"

@@ -3,7 +3,7 @@ use std::net::Ipv6Addr;
 use sideway::ibverbs::address::{AddressHandleAttribute, GidEntry, GidType};
 use sideway::ibverbs::address_handle::{CreateAddressHandleErrorKind, DEFAULT_HOP_LIMIT};
 use sideway::ibverbs::device;
-use sideway::ibverbs::device_context::{DeviceContext, LinkLayer};
+use sideway::ibverbs::device_context::DeviceContext;
 
 /// On each device's first port: an address handle to the port's own GID, sent from its RoCE v2
 /// GID with an IPv4 address (on RoCE), is made, twice; a non-global one on RoCE and one on a port
@@ -16,7 +16,7 @@ fn create_ah_to_the_port_itself() -> Result<(), Box<dyn std::error::Error>> {
         let ctx = device.open()?;
         let pd = ctx.alloc_pd()?;
         let port = ctx.query_port(1)?;
-        let roce = port.link_layer() == Ok(LinkLayer::Ethernet);
+        let roce = first_port_is_roce(&ctx)?;
 
         let mut attr = AddressHandleAttribute::new();
         attr.setup_port(1).setup_dest_lid(port.lid()).setup_service_level(1);
@@ -63,7 +63,7 @@ fn create_ah_from_a_link_local_gid_to_a_routed_destination_is_refused() -> Resul
     let device_list = device::DeviceList::new()?;
     for device in &device_list {
         let ctx = device.open()?;
-        if ctx.query_port(1)?.link_layer() != Ok(LinkLayer::Ethernet) {
+        if !first_port_is_roce(&ctx)? {
             continue;
         }
         let pd = ctx.alloc_pd()?;
@@ -104,4 +104,13 @@ fn port_after_the_last(ctx: &DeviceContext) -> u8 {
     (2..=u8::MAX)
         .find(|&port| ctx.query_port(port).is_err())
         .expect("a missing port")
+}
+
+/// Whether the first port is RoCE: its GIDs are RoCE's (an InfiniBand port's are all
+/// `GidType::InfiniBand`).
+fn first_port_is_roce(ctx: &DeviceContext) -> Result<bool, Box<dyn std::error::Error>> {
+    let table = ctx.query_gid_table()?;
+    Ok(table
+        .iter()
+        .any(|entry| entry.port_num() == 1 && entry.gid_type() != GidType::InfiniBand))
 }
