@@ -16,6 +16,3 @@ LIMITS = (300, 300)
 
 # Its unit tests, and those of the transition tables it changes: no device, so on the host.
 HOST_TESTS = ["ibverbs::queue_pair::tests::state_table_tests"]
-
-# sideway's own fixes: on sideway 0.4.3 itself, apart from the mission path.
-BASE = None
