@@ -118,8 +118,3 @@ FORBIDDEN = GLUE + ["plan_dci", "DcPoolPolicy", "reset_stream", "SharedReceiveQu
 # 850, and the endpoint's reading of later versions' fields, with its test; in sideway's files the
 # address attribute's getters, traffic class, flow label and Debug (address.diff).
 LIMITS = (1300, 120)
-
-# The address attribute's unit tests: no device, so they run on the host.
-HOST_TESTS = [
-    "ibverbs::address::tests",
-]
