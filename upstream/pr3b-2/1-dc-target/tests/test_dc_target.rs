@@ -33,9 +33,10 @@ fn dc_target_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
             "{err:?}"
         );
 
-        let roce_v2 = ctx.query_gid_table()?.into_iter().find(|entry| {
-            entry.port_num() == 1 && matches!(entry.gid_type(), GidType::RoceV2)
-        });
+        let roce_v2 = ctx
+            .query_gid_table()?
+            .into_iter()
+            .find(|entry| entry.port_num() == 1 && matches!(entry.gid_type(), GidType::RoceV2));
         let dc = Mlx5DeviceContext::new(ctx.clone()).query_dc_capabilities()?;
         let built = pd
             .create_dct_builder()
@@ -60,7 +61,8 @@ fn dc_target_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
         let mut av = AddressHandleAttribute::new();
         av.setup_port(1);
         if let Some(entry) = &roce_v2 {
-            av.setup_grh_src_gid_index(entry.gid_index() as u8).setup_grh_hop_limit(64);
+            av.setup_grh_src_gid_index(entry.gid_index() as u8)
+                .setup_grh_hop_limit(64);
         }
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive)
@@ -70,7 +72,10 @@ fn dc_target_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
         dct.modify(&rtr)?;
         assert_eq!(dct.state(), QueuePairState::ReadyToReceive);
         assert!(dct.dct_number().is_some());
-        assert_eq!((dct.port(), dct.path_mtu(), dct.dc_key()), (Some(1), Some(Mtu::Mtu1024), 0xd0d0));
+        assert_eq!(
+            (dct.port(), dct.path_mtu(), dct.dc_key()),
+            (Some(1), Some(Mtu::Mtu1024), 0xd0d0)
+        );
         assert_eq!(dct.src_gid_index(), roce_v2.map(|entry| entry.gid_index() as u8));
         let mut rts = QueuePairAttribute::new();
         rts.setup_state(QueuePairState::ReadyToSend);

@@ -85,7 +85,10 @@ fn dc_initiator_writes_to_a_dc_target() -> Result<(), Box<dyn std::error::Error>
 
     for device in &DeviceList::new()? {
         let ctx = device.open()?;
-        if !Mlx5DeviceContext::new(ctx.clone()).query_dc_capabilities()?.is_supported() {
+        if !Mlx5DeviceContext::new(ctx.clone())
+            .query_dc_capabilities()?
+            .is_supported()
+        {
             continue;
         }
         let pd = ctx.alloc_pd()?;
@@ -116,7 +119,8 @@ fn dc_initiator_writes_to_a_dc_target() -> Result<(), Box<dyn std::error::Error>
         dci.modify(&init)?;
         dct.modify(init.setup_access_flags(access))?;
         let mut rtr = QueuePairAttribute::new();
-        rtr.setup_state(QueuePairState::ReadyToReceive).setup_path_mtu(port.active_mtu());
+        rtr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(port.active_mtu());
         dci.modify(&rtr)?;
         dct.modify(rtr.setup_min_rnr_timer(12).setup_address_vector(&av))?;
         let mut rts = QueuePairAttribute::new();
