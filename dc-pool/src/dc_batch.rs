@@ -4,8 +4,10 @@
 //! granted size or a READ whose responses would not reach it refused before the provider.
 use std::io::{self, IoSlice};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use rdma_mummy_sys::{ibv_ah, ibv_sge};
+use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{PostSendError, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
 use super::initiator::PoolBatch;
@@ -14,6 +16,31 @@ use sideway_ext::ibverbs::post_send_guard::{PathMtus, TypedPostSendError, TypedP
 use sideway_ext::mlx5::dc::initiator::{
     DcDestinationHandle, DcInitiator, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle,
 };
+
+/// A destination's address as a DC initiator's batches use it: its address handle, and the path
+/// MTU the destination announced, to which READs are held.
+#[derive(Debug, Clone)]
+pub struct DcAddress {
+    ah: Arc<AddressHandle>,
+    path_mtu: Option<Mtu>,
+}
+
+impl DcAddress {
+    /// The address of `ah`, reaching a port whose path MTU is `path_mtu` where known.
+    pub fn new(ah: Arc<AddressHandle>, path_mtu: Option<Mtu>) -> Self {
+        Self { ah, path_mtu }
+    }
+
+    /// The address handle.
+    pub fn ah(&self) -> &Arc<AddressHandle> {
+        &self.ah
+    }
+
+    /// The path MTU of the port it reaches, where the destination announced one.
+    pub fn path_mtu(&self) -> Option<Mtu> {
+        self.path_mtu
+    }
+}
 
 /// Where a batch's requests go (an address handle, a DC target and its key, a stream), and what
 /// they are held to (both ends' path MTUs where known, the granted inline size).
@@ -54,14 +81,14 @@ pub struct DcBatch<'a> {
 }
 
 impl<'a> DcBatch<'a> {
-    /// Starts a batch on `dci` to `dct_number`/`dc_key` over `ah`, on `stream` if given; its
-    /// READs are held to the path MTUs of `dci` and of the port `ah` reaches, its inline data to
-    /// the size `dci` was granted.
+    /// Starts a batch on `dci` to `dct_number`/`dc_key` at `address`, on `stream` if given; its
+    /// READs are held to the path MTUs of `dci` and of the port `address` reaches, its inline data
+    /// to the size `dci` was granted.
     pub(crate) fn new(
-        dci: &'a mut DcInitiator, ah: &'a AddressHandle, dct_number: u32, dc_key: u64, stream: Option<u16>,
+        dci: &'a mut DcInitiator, address: &'a DcAddress, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self {
         let stream_refused = stream.is_some() && dci.streams().is_none();
-        let path_mtus = PathMtus::known(dci.path_mtu(), ah.destination_path_mtu());
+        let (ah, path_mtus) = (&address.ah, PathMtus::known(dci.path_mtu(), address.path_mtu));
         let max_inline_data = dci.max_inline_data();
         let guard = dci.start_post_send();
         // SAFETY: `ah` is borrowed as long as the guard; a stream is kept only where `dci` has

@@ -15,7 +15,7 @@ use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
-use super::dc_batch::DcBatch;
+use super::dc_batch::{DcAddress, DcBatch};
 
 /// Why [`PoolInitiator::reset_stream`] refused.
 #[derive(Debug)]
@@ -62,8 +62,11 @@ pub trait PoolInitiator {
     /// Resets one errored stream (every request of it was reported).
     fn reset_stream(&mut self, stream: u16) -> Result<(), StreamResetRefusal>;
 
-    /// Its address of the address handle the pool created for a destination.
-    fn address(&self, ah: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>>;
+    /// Its address of the address handle the pool created for a destination, whose path MTU is
+    /// `path_mtu` where the destination announced one.
+    fn address(
+        &self, ah: Arc<AddressHandle>, path_mtu: Option<Mtu>,
+    ) -> Result<Self::Address, Box<dyn Error + Send + Sync>>;
 
     /// Starts a batch to DC target `dct_number` with key `dc_key` at `address`, on `stream` if given.
     fn start_batch<'a>(
@@ -148,7 +151,7 @@ impl From<&WorkCompletion> for PoolCompletion {
 }
 
 impl PoolInitiator for DcInitiator {
-    type Address = Arc<AddressHandle>;
+    type Address = DcAddress;
     type Batch<'a> = DcBatch<'a>;
     type CompletionQueue = GenericCompletionQueue;
 
@@ -185,13 +188,15 @@ impl PoolInitiator for DcInitiator {
         })
     }
 
-    fn address(&self, ah: Arc<AddressHandle>) -> Result<Arc<AddressHandle>, Box<dyn Error + Send + Sync>> {
-        Ok(ah)
+    fn address(
+        &self, ah: Arc<AddressHandle>, path_mtu: Option<Mtu>,
+    ) -> Result<DcAddress, Box<dyn Error + Send + Sync>> {
+        Ok(DcAddress::new(ah, path_mtu))
     }
 
     #[inline]
     fn start_batch<'a>(
-        &'a mut self, address: &'a Arc<AddressHandle>, dct_number: u32, dc_key: u64, stream: Option<u16>,
+        &'a mut self, address: &'a DcAddress, dct_number: u32, dc_key: u64, stream: Option<u16>,
     ) -> Self::Batch<'a> {
         DcBatch::new(self, address, dct_number, dc_key, stream)
     }

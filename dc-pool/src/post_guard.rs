@@ -58,7 +58,7 @@ impl<I: PoolInitiator> DcInitiatorPool<I> {
         // Kept until the destination is removed (libmlx5 copies the address into each request).
         let ah = endpoint.create_ah_with_class(pd, port, src_gid_index, service_class)?;
         let address = first
-            .address(ah)
+            .address(ah, endpoint.path_mtu())
             .map_err(|source| PostToDestinationErrorKind::Address { source })?;
         self.core.resolve(destination);
         self.keep_address(destination, address);

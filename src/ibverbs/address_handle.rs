@@ -56,7 +56,6 @@ use std::{fmt, io};
 
 use rdma_mummy_sys::{ibv_ah, ibv_create_ah, ibv_destroy_ah, ibv_gid, ibv_port_attr, IBV_LINK_LAYER_ETHERNET};
 use sideway::ibverbs::address::Gid;
-use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use super::address::AddressHandleAttribute;
@@ -228,7 +227,6 @@ unsafe fn query_gid(pd: &Arc<ProtectionDomain>, port: u8, index: u8) -> Option<G
 pub struct AddressHandle {
     ah: NonNull<ibv_ah>,
     attr: AddressHandleAttribute,
-    destination_path_mtu: Option<Mtu>,
     // Destroyed before the protection domain it was created on.
     _pd: Arc<ProtectionDomain>,
 }
@@ -272,16 +270,8 @@ impl AddressHandle {
         Ok(Self {
             ah,
             attr: AddressHandleAttribute { attr: attr.attr },
-            destination_path_mtu: None,
             _pd: Arc::clone(pd),
         })
-    }
-
-    /// The same handle, reaching a port whose path MTU is `path_mtu` (when known).
-    #[cfg(feature = "mlx5")]
-    pub(crate) fn with_destination_path_mtu(mut self, path_mtu: Option<Mtu>) -> Self {
-        self.destination_path_mtu = path_mtu;
-        self
     }
 
     /// # Safety
@@ -295,13 +285,6 @@ impl AddressHandle {
     /// The attributes the handle was created with.
     pub fn attribute(&self) -> &AddressHandleAttribute {
         &self.attr
-    }
-
-    /// The path MTU of the port the handle reaches, when its creator (a DC endpoint's
-    /// [`create_ah`](crate::mlx5::dc::endpoint::DcEndpoint::create_ah)) knew it.
-    #[inline]
-    pub fn destination_path_mtu(&self) -> Option<Mtu> {
-        self.destination_path_mtu
     }
 }
 

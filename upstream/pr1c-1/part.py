@@ -3,20 +3,9 @@
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-address-handles"]
 
-# What stays this crate's, cut from the address handle's file: the path MTU of the port a handle
-# reaches, which a DC endpoint's handle carries to this crate's DC pool, which holds its READs to it.
-_DESTINATION_PATH_MTU = [
-    ("use crate::ibverbs::device_context::Mtu;\n", "", 1),
-    ("    destination_path_mtu: Option<Mtu>,\n", "", 1),
-    ("            destination_path_mtu: None,\n", "", 1),
-    (("    /// The same handle, reaching a port whose path MTU", "        self\n    }\n\n"), "", 1),
-    (("\n    /// The path MTU of the port the handle reaches", "        self.destination_path_mtu\n    }\n"), "", 1),
-]
-
-
 def ADDRESS_HANDLE_REWRITES(part):
     """The rewrites of src/ibverbs/address_handle.rs (it moves with 1c-1 only)."""
-    return _DESTINATION_PATH_MTU + [
+    return [
         # The doctest's imports: sideway's own items, whose inherent create_ah stands for the Ext trait.
         (("//! use crate::ibverbs::address::GidType;\n", "//! use sideway_ext::ibverbs::extension::ProtectionDomainExt;\n"),
          "//! use sideway::ibverbs::address::{AddressHandleAttribute, GidType};\n"

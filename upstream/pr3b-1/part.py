@@ -18,46 +18,9 @@ UNGATED = [
     ("/// With the `serde` feature it is `Serialize` and `Deserialize`:", "/// It is `Serialize` and `Deserialize`:", 1),
 ]
 
-# The module's paragraph on the path MTU, from 3b-2 on: without this crate's DC guide's section
-# and its pool (which refuses the READs whose responses would be dropped).
-_MTU_PARAGRAPH = (
-    "//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]), for the fleet rule:\n"
-    "//! every DC initiator and target brought up with one path MTU, the smallest of their ports'. An\n"
-    "//! initiator sends at its own MTU and a target answers READs at its own: where they differ, the\n"
-    "//! larger packets are dropped.\n"
-)
-
-
-def _paragraph(text):
-    return [(("//! The endpoint carries the target's path MTU", "carries the MTU to the post).\n"), text, 1)]
-
-
-# The same docs from 3b-2 on: without this crate's pool.
-_MTU_DOCS = [
-    ("([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up\n"
-     "    /// with); the fleet rule is [the DC module's](super#across-nodes).",
-     "(a DC target's endpoint sets the one it was brought up\n"
-     "    /// with): a DC initiator must send no larger packets, and one at a smaller MTU drops the\n"
-     "    /// responses of a READ longer than its own.", 1),
-]
-
-# What stays this crate's, cut from the endpoint's file: the address handle carries the endpoint's
-# path MTU, to which this crate's DC pool holds its READs (ReadResponsesTooLarge).
-_READ_MTU_DOCS = [
-    ("the MTU is unknown and nothing is refused for it.", "the MTU is unknown.", 1),
-]
-_READ_MTU = [
-    (" The handle\n    /// carries the [`path_mtu`](Self::path_mtu) a DC initiator holds its READs to.\n", "\n", 1),
-    ("        let ah = AddressHandle::new(pd, &attr).map_err(CreateDcAddressHandleErrorKind::from)?;\n"
-     "        Ok(Arc::new(ah.with_destination_path_mtu(self.path_mtu)))\n",
-     "        let ah = pd.create_ah(&attr).map_err(CreateDcAddressHandleErrorKind::from)?;\n        Ok(ah)\n", 1),
-]
-
-
-
 def ENDPOINT_REWRITES(part):
     """The rewrites of src/mlx5/dc/endpoint.rs."""
-    return UNGATED + _paragraph(_MTU_PARAGRAPH) + _MTU_DOCS + _READ_MTU_DOCS + _READ_MTU + [
+    return UNGATED + [
         # The example is a user of sideway (COMMON made its first path the crate's).
         ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),
         ("//! use sideway_ext::", "//! use sideway::", 3),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use rdma_mummy_sys::ibv_ah;
 use sideway::ibverbs::completion::PollCompletionQueueError;
+use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags};
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
@@ -71,7 +72,9 @@ macro_rules! pooled {
             Err(StreamResetRefusal::NotReadyToSend)
         }
 
-        fn address(&self, _: Arc<AddressHandle>) -> Result<Self::Address, Box<dyn Error + Send + Sync>> {
+        fn address(
+            &self, _: Arc<AddressHandle>, _: Option<Mtu>,
+        ) -> Result<Self::Address, Box<dyn Error + Send + Sync>> {
             Err("destinations are added with their address".into())
         }
     };

@@ -52,7 +52,7 @@ impl PoolInitiator for DirectDcInitiator {
 
     /// The address vector of `ah`, read once: each request copies it, and the handle itself is
     /// not needed after (libmlx5 copies the same bytes at each request).
-    fn address(&self, ah: Arc<AddressHandle>) -> Result<AddressVector, Box<dyn Error + Send + Sync>> {
+    fn address(&self, ah: Arc<AddressHandle>, _: Option<Mtu>) -> Result<AddressVector, Box<dyn Error + Send + Sync>> {
         Ok(AddressVector::from_address_handle(&ah)?)
     }
 

@@ -602,7 +602,7 @@ mod dc {
         }
 
         fn address(
-            &self, _ah: std::sync::Arc<AddressHandle>,
+            &self, _ah: std::sync::Arc<AddressHandle>, _path_mtu: Option<sideway::ibverbs::device_context::Mtu>,
         ) -> Result<NonNull<ibv_ah>, Box<dyn std::error::Error + Send + Sync>> {
             Err("the counting initiators have no device".into())
         }

@@ -5,9 +5,10 @@
 //! [`DcEndpoint::create_ah`], once per destination, and names that handle, the DCT number and
 //! the DC key in every work request (`mlx5dv_wr_set_dc_addr`).
 //!
-//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]) for the fleet rule of
-//! [the DC module](super#across-nodes) (the address handle [`DcEndpoint::create_ah`] makes
-//! carries the MTU to the post).
+//! The endpoint carries the target's path MTU ([`DcEndpoint::path_mtu`]), for the fleet rule:
+//! every DC initiator and target brought up with one path MTU, the smallest of their ports'. An
+//! initiator sends at its own MTU and a target answers READs at its own: where they differ, the
+//! larger packets are dropped.
 //!
 //! # Example
 //!
@@ -182,9 +183,10 @@ impl DcEndpoint {
     }
 
     /// The target's path MTU: the largest packets its port takes, and those it answers READs with
-    /// ([`DcTarget::endpoint`](super::target::DcTarget::endpoint) sets the one it was brought up
-    /// with); the fleet rule is [the DC module's](super#across-nodes). Unset (an older peer's
-    /// endpoint), the MTU is unknown and nothing is refused for it.
+    /// (a DC target's endpoint sets the one it was brought up
+    /// with): a DC initiator must send no larger packets, and one at a smaller MTU drops the
+    /// responses of a READ longer than its own. Unset (an older peer's endpoint), the MTU is
+    /// unknown.
     pub fn setup_path_mtu(&mut self, path_mtu: Mtu) -> &mut Self {
         self.path_mtu = Some(path_mtu);
         self
@@ -246,8 +248,7 @@ impl DcEndpoint {
     /// Creates the address handle that reaches this endpoint from local `port`, after checking
     /// with `ibv_query_port` that the port is on the endpoint's link layer (global from an
     /// InfiniBand port that requires a GRH, `IBV_QPF_GRH_REQUIRED`, where the kernel refuses any
-    /// other). Cache it: one per destination, alive until its requests complete. The handle
-    /// carries the [`path_mtu`](Self::path_mtu) a DC initiator holds its READs to.
+    /// other). Cache it: one per destination, alive until its requests complete.
     ///
     /// # Errors
     ///
@@ -272,7 +273,7 @@ impl DcEndpoint {
         let mut attr = self.address_from(port, addressing, src_gid_index)?;
         class.apply_to(&mut attr);
         let ah = AddressHandle::new(pd, &attr).map_err(CreateDcAddressHandleErrorKind::from)?;
-        Ok(Arc::new(ah.with_destination_path_mtu(self.path_mtu)))
+        Ok(Arc::new(ah))
     }
 
     /// The address [`create_ah`](Self::create_ah) makes from local `port`, addressed as `addressing`.
