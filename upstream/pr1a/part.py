@@ -20,26 +20,13 @@ MOVES = {
             "helpers": ["query_device_attr"],
             "rewrites": [
                 ("crate::ibverbs::query_device_attr(", "query_device_attr(", 1),
-                ("[`ProtectionDomainExt::create_srq_builder`](crate::ibverbs::extension::ProtectionDomainExt::create_srq_builder)",
-                 "[`ProtectionDomain::create_srq_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_srq_builder)", 1),
-                ("created on it (see [`create_qp_builder`](Self::create_qp_builder), in the\n"
-                 "/// [`queue_pair`](crate::ibverbs::queue_pair) module).",
-                 "created on it (see\n"
-                 "/// `QueuePairBuilder::setup_srq`, which the next pull request adds).", 1),
-                # Asynchronous events come with the next pull request too: no link into it.
-                ("(see [`AsyncEvent::element`](crate::ibverbs::async_event::AsyncEvent::element))",
-                 "(see `AsyncEvent::element`, which the next pull request adds)", 1),
             ],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/attributes.rs",
             "to": "src/ibverbs/shared_receive_queue/attributes.rs",
             "helpers": [],
-            "rewrites": [
-                # Asynchronous events come with the next pull request: no link into it.
-                ("[`SharedReceiveQueueLimitReached`](crate::ibverbs::async_event::AsyncEventType::SharedReceiveQueueLimitReached)",
-                 "`SharedReceiveQueueLimitReached` (an asynchronous event)", 1),
-            ],
+            "rewrites": [],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/guard.rs",

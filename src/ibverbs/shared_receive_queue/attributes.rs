@@ -71,8 +71,7 @@ pub struct SharedReceiveQueueAttribute {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SharedReceiveQueueModification {
     /// Arm the limit: once fewer than this many receives are posted, the device raises one
-    /// [`SharedReceiveQueueLimitReached`](crate::ibverbs::async_event::AsyncEventType::SharedReceiveQueueLimitReached)
-    /// event and disarms the limit (it reads 0 until armed again).
+    /// `SharedReceiveQueueLimitReached` asynchronous event and disarms the limit (it reads 0 until armed again).
     ArmLimit(u32),
     /// Resize the queue to hold `max_wr` receives (needs the device's SRQ-resize capability).
     Resize {

@@ -57,12 +57,11 @@ pub enum CreateSharedReceiveQueueErrorKind {
 }
 
 /// An opaque identity of a [`SharedReceiveQueue`], to match asynchronous events with the queue
-/// they concern (see [`AsyncEvent::element`](crate::ibverbs::async_event::AsyncEvent::element)).
+/// they concern (an asynchronous event's element).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SharedReceiveQueueId(pub(crate) usize);
 
-/// Builds a [`SharedReceiveQueue`]; created by
-/// [`ProtectionDomainExt::create_srq_builder`](crate::ibverbs::extension::ProtectionDomainExt::create_srq_builder).
+/// Builds a [`SharedReceiveQueue`]; created by `pd.create_srq_builder()`.
 #[derive(Debug)]
 pub struct SharedReceiveQueueBuilder {
     pd: Arc<ProtectionDomain>,
@@ -167,8 +166,7 @@ impl SharedReceiveQueueBuilder {
 }
 
 /// A shared receive queue (SRQ): receive requests posted once, consumed by every queue pair
-/// created on it (see [`create_qp_builder`](Self::create_qp_builder), in the
-/// [`queue_pair`](crate::ibverbs::queue_pair) module).
+/// created on it.
 ///
 /// Queue pairs hold an `Arc` of their SRQ, so the SRQ is destroyed only after the last of them.
 #[derive(Debug)]
