@@ -55,7 +55,8 @@ pub mod async_event;
 pub mod async_event_waiter;
 pub mod completion_channel;
 pub mod extension;
-#[cfg(feature = "serde")]
+// Used by the endpoints peers exchange: DC's (mlx5) for now.
+#[cfg(feature = "mlx5")]
 pub(crate) mod gid_as_ipv6;
 mod post_recv_one;
 pub mod post_send_guard;

@@ -3,24 +3,10 @@
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-dc-endpoints"]
 
-# The serde attributes of the endpoint, without this crate's `serde` feature: sideway depends on
-# serde unconditionally (a `cfg(feature = "serde")` is an unexpected_cfgs error there).
-UNGATED = [
-    ("#[cfg_attr(feature = \"serde\", derive(serde::Serialize))]", "#[derive(serde::Serialize)]", 1),
-    ("#[cfg_attr(feature = \"serde\", serde(with = \"crate::ibverbs::gid_as_ipv6\"))]",
-     "#[serde(with = \"crate::ibverbs::gid_as_ipv6\")]", 1),
-    ("#[cfg_attr(\n        feature = \"serde\",\n        serde(with = \"mtu_as_bytes\", skip_serializing_if = \"Option::is_none\")\n    )]",
-     "#[serde(with = \"mtu_as_bytes\", skip_serializing_if = \"Option::is_none\")]", 1),
-    ("#[cfg(feature = \"serde\")]\n#[cfg_attr(docsrs, doc(cfg(feature = \"serde\")))]\n", "", 1),
-    ("#[cfg(feature = \"serde\")]\nmod mtu_as_bytes", "mod mtu_as_bytes", 1),
-    ("#[cfg(all(test, feature = \"serde\"))]", "#[cfg(test)]", 1),
-    ("; with the `serde` feature it\n//! serializes)", "; it serializes\n//! with serde)", 1),
-    ("/// With the `serde` feature it is `Serialize` and `Deserialize`:", "/// It is `Serialize` and `Deserialize`:", 1),
-]
 
 def ENDPOINT_REWRITES(part):
     """The rewrites of src/mlx5/dc/endpoint.rs."""
-    return UNGATED + [
+    return [
         # The example is a user of sideway (COMMON made its first path the crate's).
         ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),
         ("//! use sideway_ext::", "//! use sideway::", 3),

@@ -1,7 +1,7 @@
 //! A [`DcEndpoint`] is what a DC initiator needs to reach a DC target on another host: the
 //! target port's LID and GID, the DCT number and DC key, and whether that port is RoCE. Peers
-//! exchange it out of band (over TCP, or a key-value store; with the `serde` feature it
-//! serializes), then each initiator turns it into an [`AddressHandle`] for its local port with
+//! exchange it out of band (over TCP, or a key-value store; it serializes
+//! with serde), then each initiator turns it into an [`AddressHandle`] for its local port with
 //! [`DcEndpoint::create_ah`], once per destination, and names that handle, the DCT number and
 //! the DC key in every work request (`mlx5dv_wr_set_dc_addr`).
 //!
@@ -121,23 +121,19 @@ fn link_layer_name(is_roce: bool) -> &'static str {
 
 /// What a DC initiator needs to reach a DC target (DCT), as the module says.
 ///
-/// With the `serde` feature it is `Serialize` and `Deserialize`: the GID as IPv6 text (16 octets
+/// It is `Serialize` and `Deserialize`: the GID as IPv6 text (16 octets
 /// in binary formats), the path MTU as its bytes, the rest named like the getters; deserializing
 /// validates like [`new`](Self::new). An unknown field is skipped and a missing MTU is unknown,
 /// so peers of different versions read each other's endpoints.
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct DcEndpoint {
     lid: u16,
-    #[cfg_attr(feature = "serde", serde(with = "crate::ibverbs::gid_as_ipv6"))]
+    #[serde(with = "crate::ibverbs::gid_as_ipv6")]
     gid: Gid,
     dct_number: u32,
     dc_key: u64,
     is_roce: bool,
-    #[cfg_attr(
-        feature = "serde",
-        serde(with = "mtu_as_bytes", skip_serializing_if = "Option::is_none")
-    )]
+    #[serde(with = "mtu_as_bytes", skip_serializing_if = "Option::is_none")]
     path_mtu: Option<Mtu>,
 }
 
@@ -298,8 +294,6 @@ impl DcEndpoint {
     }
 }
 
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl<'de> serde::Deserialize<'de> for DcEndpoint {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         /// The serialized fields, not yet validated.
@@ -324,7 +318,6 @@ impl<'de> serde::Deserialize<'de> for DcEndpoint {
 }
 
 /// A path MTU for serde: its bytes (256 to 4096).
-#[cfg(feature = "serde")]
 mod mtu_as_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
     use sideway::ibverbs::device_context::Mtu;
@@ -503,7 +496,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, feature = "serde"))]
+#[cfg(test)]
 mod serde_tests {
     use super::*;
 
