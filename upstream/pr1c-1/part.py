@@ -3,17 +3,6 @@
 # Its commits, in order: the folders beside this file.
 COMMITS = ["1-address-handles"]
 
-def ADDRESS_HANDLE_REWRITES(part):
-    """The rewrites of src/ibverbs/address_handle.rs (it moves with 1c-1 only)."""
-    return [
-        # The doctest's imports: sideway's own items, whose inherent create_ah stands for the Ext trait.
-        (("//! use crate::ibverbs::address::GidType;\n", "//! use sideway_ext::ibverbs::extension::ProtectionDomainExt;\n"),
-         "//! use sideway::ibverbs::address::{AddressHandleAttribute, GidType};\n"
-         "//! use sideway::ibverbs::address_handle::DEFAULT_HOP_LIMIT;\n"
-         "//! use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n", 1),
-    ]
-
-
 # The files that move, per commit (see MOVES in scripts/upstream-pr). This crate's
 # AddressHandleAttribute (src/ibverbs/address.rs) does not move: it has sideway's crate-private
 # field, which the handle reads, so sideway's own needs nothing. The attribute from a work
@@ -26,7 +15,7 @@ MOVES = {
             "from": "src/ibverbs/address_handle.rs",
             "to": "src/ibverbs/address_handle.rs",
             "helpers": [],
-            "rewrites": ADDRESS_HANDLE_REWRITES("pr1c-1"),
+            "rewrites": [],
         },
     ],
 }

@@ -6,24 +6,6 @@ COMMITS = ["1-post-send-guard"]
 
 _GUARD = "src/ibverbs/post_send_guard/"
 
-# The example of the raw `TypedPostSendGuard::start`, after COMMON.
-START_EXAMPLE = """    ///
-    /// ```no_run
-    /// # use std::ptr::NonNull;
-    /// # use crate::ibverbs::queue_pair::{SendOperationFlags, WorkRequestFlags, SetScatterGatherEntry};
-    /// use sideway_ext::ibverbs::post_send_guard::{ProviderEntries, ReliableConnection, TypedPostSendGuard};
-    /// # fn adopt(qp_ex: NonNull<rdma_mummy_sys::ibv_qp_ex>) -> Result<(), Box<dyn std::error::Error>> {
-    /// // `qp_ex`: the extended view of an RC queue pair created elsewhere and in RTS.
-    /// // SAFETY: the queue pair is alive and used by no one else while the guard lives.
-    /// let entries = unsafe { ProviderEntries::new(qp_ex, SendOperationFlags::Send) }?;
-    /// // SAFETY: as above; its provider filled `entries`.
-    /// let mut guard = unsafe { TypedPostSendGuard::<ReliableConnection>::start(qp_ex, entries) };
-    /// // SAFETY: the buffer at 0x1000 is registered under lkey 7 and outlives the request.
-    /// unsafe { guard.construct_wr(1, WorkRequestFlags::Signaled).setup_send().setup_sge(7, 0x1000, 64) };
-    /// guard.post()?;
-    /// # Ok(()) }
-    /// ```
-"""
 
 # The one-request post's line in the guard's mod.rs (pull requests 1c-2 and 1c-3).
 ONE_REQUEST = [
@@ -61,8 +43,6 @@ _ALWAYS = {
          "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
          "    /// calls it.\n",
          1),
-        (START_EXAMPLE, START_EXAMPLE.replace("# use crate::ibverbs::", "# use sideway::ibverbs::")
-         .replace("use sideway_ext::", "use sideway::"), 1),
     ],
 }
 

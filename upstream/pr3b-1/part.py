@@ -6,11 +6,7 @@ COMMITS = ["1-dc-endpoints"]
 
 def ENDPOINT_REWRITES(part):
     """The rewrites of src/mlx5/dc/endpoint.rs."""
-    return [
-        # The example is a user of sideway (COMMON made its first path the crate's).
-        ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 1),
-        ("//! use sideway_ext::", "//! use sideway::", 3),
-    ]
+    return []
 
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr). src/mlx5/dc/mod.rs is
@@ -27,9 +23,7 @@ MOVES = {
             "from": "src/mlx5/dc/service_class.rs",
             "to": "src/mlx5/dc/service_class.rs",
             "helpers": [],
-            "rewrites": [
-                ("/// use sideway_ext::mlx5::", "/// use sideway::mlx5::", 1),
-            ],
+            "rewrites": [],
         },
         {
             # A GID as IPv6 text in serde, for the endpoints peers exchange (DC's here, RC's with

@@ -18,16 +18,6 @@ _ALWAYS = {
         # ibv_query_device through the protection domain's context, carried (helpers).
         ("crate::ibverbs::query_device_attr(&self.pd)", "query_device_attr(&self.pd)", 1),
     ],
-    "bring_up.rs": [
-        ("sideway_ext::mlx5::", "sideway::mlx5::", 1),
-        # The doctest is a user of sideway: COMMON made its path the crate's.
-        ("/// use crate::ibverbs::queue_pair::QueuePairState::", "/// use sideway::ibverbs::queue_pair::QueuePairState::", 1),
-    ],
-    # DC posting (3d on): the doctests are users of sideway (COMMON made their path the crate's).
-    "post_send.rs": [
-        ("//! use crate::ibverbs::", "//! use sideway::ibverbs::", 2),
-        ("//! use sideway_ext::", "//! use sideway::", 3),
-    ],
 }
 
 # Cut before anything else: the test of a device that did not report its send request sizes
