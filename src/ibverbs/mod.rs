@@ -60,6 +60,7 @@ pub mod extension;
 pub(crate) mod gid_as_ipv6;
 mod post_recv_one;
 pub mod post_send_guard;
+mod post_send_one;
 pub mod queue_pair;
 pub mod shared_receive_queue;
 pub mod source_gid;

@@ -7,11 +7,9 @@ COMMITS = ["1-post-send-guard"]
 _GUARD = "src/ibverbs/post_send_guard/"
 
 
-# The one-request post's line in the guard's mod.rs (pull requests 1c-2 and 1c-3).
-ONE_REQUEST = [
-    (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus).",
-     ".", 1),
-    ("mod one_request;\n", "", 1),
+# The path MTUs' line in the guard's mod.rs (pull requests 1c-2 and 1c-3).
+PATH_MTUS_LINE = [
+    (", the path MTUs of a\n// request's two ends (path_mtus).", ".", 1),
 ]
 
 # What stays this crate's, cut here and in 1c-3: the path MTUs an RDMA READ is held to
@@ -30,21 +28,7 @@ _READ_MTUS = {
     ],
 }
 
-# What holds for every part.
-_ALWAYS = {
-    "guard.rs": [
-        # The raw start stays public upstream, for a queue pair created through libibverbs directly.
-        # The one-request post on a raw queue pair (one_request.rs, LEFT_OUT) goes: sideway does
-        # not call it.
-        ("on a queue pair this crate did not create: one created\n"
-         "    /// through libibverbs directly, or a provider table of one's own (a counting table).\n",
-         "on a queue pair's extended view: one created\n"
-         "    /// through libibverbs directly.\n"
-         "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as)\n"
-         "    /// calls it.\n",
-         1),
-    ],
-}
+_ALWAYS = {}
 
 
 def GUARD_REWRITES(name, part):
@@ -66,9 +50,7 @@ MOVES = {
             ("(transport: the trait, RC; unreliable_datagram: UD and its destination step)",
              "(transport: the trait, RC)", 1),
             ("mod unreliable_datagram;\n", "", 1),
-            *ONE_REQUEST,
-            ("    // Transports, operations and destinations are this crate's:",
-             "    // Transports, operations and destinations are sideway's:", 1),
+            *PATH_MTUS_LINE,
             ("pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};\n",
              "", 1),
             *PATH_MTUS_MOD,
@@ -79,27 +61,10 @@ MOVES = {
         _move("error.rs", GUARD_REWRITES("error.rs", "pr1c-2")),
         _move("operation.rs"),
         _move("provider_entries.rs"),
-        _move("transport.rs", [
-            # The queue-pair type a transport posts on: ExtendedQueuePair::start_post_send_as checks it.
-            ("pub trait Transport: sealed::Sealed + Sized {\n",
-             "pub trait Transport: sealed::Sealed + Sized {\n"
-             "    /// The type of the queue pairs whose requests it posts, checked by\n"
-             "    /// [`ExtendedQueuePair::start_post_send_as`](crate::ibverbs::queue_pair::ExtendedQueuePair::start_post_send_as).\n"
-             "    const QP_TYPE: QueuePairType;\n", 1),
-            ("    type AfterOperation<'g, O: Operation> = TypedLocalBufferHandle<'g, O, Connected>;\n",
-             "    const QP_TYPE: QueuePairType = QueuePairType::ReliableConnection;\n"
-             "    type AfterOperation<'g, O: Operation> = TypedLocalBufferHandle<'g, O, Connected>;\n", 1),
-            ("use super::{sealed, Operation, PendingRequest, TypedLocalBufferHandle};\n",
-             "use super::{sealed, Operation, PendingRequest, TypedLocalBufferHandle};\n"
-             "use crate::ibverbs::queue_pair::QueuePairType;\n", 1),
-        ]),
+        _move("transport.rs"),
     ],
 }
 
-# The files of the moved folder that a later part takes.
-LEFT_OUT = {
-    _GUARD + "one_request.rs": "the one-request post on a raw queue pair: sideway has no caller (its start is crate-private)",
-}
 
 # What a moved file, or a line a diff adds, must not say: this crate's names, DC's data plane,
 # and UD's transport (pull request 1c-3).

@@ -15,28 +15,17 @@ MOVES = {
             "to": _GUARD + "mod.rs",
             "helpers": [],
             "rewrites": [
-                # As pull request 1c-2 moved it: no one-request post, destinations sealed.
-                (", one-request posts on\n// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus).",
-                 ".", 1),
-                ("mod one_request;\n", "", 1),
-                # The path MTUs an RDMA READ is held to come with DC posting (3d).
+                # As pull request 1c-2 moved it: the path MTUs an RDMA READ is held to stay this crate's.
+                (", the path MTUs of a\n// request's two ends (path_mtus).", ".", 1),
                 ("mod path_mtus;\n", "", 1),
                 ("pub(crate) use path_mtus::mtu_bytes;\npub use path_mtus::PathMtus;\n", "", 1),
-                ("    // Transports, operations and destinations are this crate's:",
-                 "    // Transports, operations and destinations are sideway's:", 1),
             ],
         },
         {
             "from": _GUARD + "unreliable_datagram.rs",
             "to": _GUARD + "unreliable_datagram.rs",
             "helpers": [],
-            "rewrites": [
-                # The queue-pair type a transport posts on (1c-2's `Transport::QP_TYPE`).
-                ("impl Transport for UnreliableDatagram {\n",
-                 "impl Transport for UnreliableDatagram {\n    const QP_TYPE: QueuePairType = QueuePairType::UnreliableDatagram;\n", 1),
-                ("use crate::ibverbs::address_handle::AddressHandle;\n",
-                 "use crate::ibverbs::address_handle::AddressHandle;\nuse crate::ibverbs::queue_pair::QueuePairType;\n", 1),
-            ],
+            "rewrites": [],
         },
     ],
 }

@@ -81,8 +81,8 @@ pub struct TypedPostSendGuard<'qp, T: Transport> {
 }
 
 impl<T: Transport> TypedPostSendGuard<'_, T> {
-    /// Starts a batch with `ibv_wr_start` on a queue pair this crate did not create: one created
-    /// through libibverbs directly, or a provider table of one's own (a counting table).
+    /// Starts a batch with `ibv_wr_start` on a queue pair's extended view: one created
+    /// through libibverbs directly.
     ///
     /// ```no_run
     /// # use std::ptr::NonNull;

@@ -27,12 +27,11 @@
 // The guard and the state of its batch (guard), each request's operation step (request), the
 // transports (transport: the trait, RC; unreliable_datagram: UD and its destination step), the
 // data step that makes a request's C calls (data), the provider entries the guard checks
-// (provider_entries), the errors (error), the operation types (operation), one-request posts on
-// a raw queue pair (one_request), the path MTUs of a request's two ends (path_mtus).
+// (provider_entries), the errors (error), the operation types (operation), the path MTUs of a
+// request's two ends (path_mtus).
 mod data;
 mod error;
 mod guard;
-mod one_request;
 pub mod operation;
 mod path_mtus;
 mod provider_entries;
@@ -52,7 +51,7 @@ pub use transport::{Connected, Destination, ReliableConnection, RemoteMemoryAcce
 pub use unreliable_datagram::{DatagramAddress, UnreliableDatagram, UnreliableDatagramDestination};
 
 mod sealed {
-    // Transports, operations and destinations are this crate's: each one's guarantees (which
+    // Transports, operations and destinations are sealed: each one's guarantees (which
     // builders, which destination step) depend on how its queue pairs were created, and the
     // guard's checks of provider entries rely on them.
     pub trait Sealed {}

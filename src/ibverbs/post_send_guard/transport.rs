@@ -3,10 +3,13 @@
 use rdma_mummy_sys::ibv_qp_ex;
 
 use super::{sealed, Operation, PendingRequest, TypedLocalBufferHandle};
+use sideway::ibverbs::queue_pair::QueuePairType;
 
 /// How the requests of a queue-pair type are addressed: nothing for RC (the connection is the
 /// address), an address handle and remote QPN/Q_Key for UD. Sealed.
 pub trait Transport: sealed::Sealed + Sized {
+    /// The type of the queue pairs whose requests it posts.
+    const QP_TYPE: QueuePairType;
     /// What an operation leads to: the data step, or first the destination step.
     type AfterOperation<'g, O: Operation>;
     /// The step after the operation of `request`.
@@ -23,6 +26,7 @@ pub enum ReliableConnection {}
 impl sealed::Sealed for ReliableConnection {}
 
 impl Transport for ReliableConnection {
+    const QP_TYPE: QueuePairType = QueuePairType::ReliableConnection;
     type AfterOperation<'g, O: Operation> = TypedLocalBufferHandle<'g, O, Connected>;
 
     #[inline]

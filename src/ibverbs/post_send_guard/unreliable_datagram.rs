@@ -7,6 +7,7 @@ use rdma_mummy_sys::{ibv_ah, ibv_qp_ex, ibv_wr_set_ud_addr};
 
 use super::{entry, sealed, Destination, Operation, PendingRequest, Transport, TypedLocalBufferHandle};
 use crate::ibverbs::address_handle::AddressHandle;
+use sideway::ibverbs::queue_pair::QueuePairType;
 
 /// The unreliable-datagram transport (UD): every request names its destination.
 #[derive(Debug)]
@@ -15,6 +16,7 @@ pub enum UnreliableDatagram {}
 impl sealed::Sealed for UnreliableDatagram {}
 
 impl Transport for UnreliableDatagram {
+    const QP_TYPE: QueuePairType = QueuePairType::UnreliableDatagram;
     type AfterOperation<'g, O: Operation> = UnreliableDatagramDestination<'g, O>;
 
     #[inline]

@@ -5,7 +5,9 @@ use std::ptr::NonNull;
 use rdma_mummy_sys::ibv_qp_ex;
 use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
-use super::{ProviderEntries, Transport, TypedPostSendError, TypedPostSendGuard, TypedWorkRequestHandle};
+use super::post_send_guard::{
+    ProviderEntries, Transport, TypedPostSendError, TypedPostSendGuard, TypedWorkRequestHandle,
+};
 
 impl<T: Transport> TypedPostSendGuard<'_, T> {
     /// Posts one request on a raw queue pair: `ibv_wr_start`, the request described by `request`
