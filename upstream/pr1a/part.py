@@ -17,10 +17,8 @@ MOVES = {
         {
             "from": "src/ibverbs/shared_receive_queue/queue.rs",
             "to": "src/ibverbs/shared_receive_queue/queue.rs",
-            "helpers": ["query_device_attr"],
-            "rewrites": [
-                ("crate::ibverbs::query_device_attr(", "query_device_attr(", 1),
-            ],
+            "helpers": [],
+            "rewrites": [],
         },
         {
             "from": "src/ibverbs/shared_receive_queue/attributes.rs",
@@ -47,6 +45,7 @@ MOVES = {
 SHARED = {
     "1-shared-receive-queue": [
         ("check_destroy", []),
+        ("query_device_attr", []),
     ],
 }
 
