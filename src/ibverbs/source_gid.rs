@@ -20,8 +20,8 @@
 //! own fallback reads it (`query_sysfs_gid_entry`): the GID with `ibv_query_gid`, its type and
 //! network device from sysfs `gid_attrs/`; where that fails too, the error is
 //! [`LibraryTooOld`](SourceGidErrorKind::LibraryTooOld). The fallback has run on SoftRoCE with
-//! `_ibv_query_gid_ex` hidden from `dlsym` (`tests/test_device.rs`), not with rdma-core 28 itself
-//! nor on a ConnectX.
+//! `_ibv_query_gid_ex` hidden from `dlsym` (a device test), not with rdma-core 28 itself nor on
+//! a ConnectX.
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::Ipv6Addr;

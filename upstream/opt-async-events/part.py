@@ -9,11 +9,8 @@ MOVES = {
         {
             "from": "src/ibverbs/async_event.rs",
             "to": "src/ibverbs/async_event.rs",
-            "helpers": ["wait_readable"],
-            "rewrites": [
-                ("use crate::ibverbs::device_context::DeviceContext;", "use super::device_context::DeviceContext;", 1),
-                ("super::wait_readable(", "wait_readable(", 1),
-            ],
+            "helpers": [],
+            "rewrites": [],
         },
     ],
 }
@@ -27,3 +24,8 @@ LIMITS = (800, 300)
 # Asynchronous events need only the shared receive queues and their queue pairs, but sit beside
 # the mission path's lines in sideway's files: they apply on its last request.
 BASE = "pr3c-1"
+
+# The helpers of src/ibverbs/mod.rs that its moved file calls.
+SHARED = {
+    "1-async-events": [("wait_readable", [])],
+}

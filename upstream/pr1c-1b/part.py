@@ -11,10 +11,7 @@ MOVES = {
             "from": "src/ibverbs/source_gid.rs",
             "to": "src/ibverbs/source_gid.rs",
             "helpers": [],
-            "rewrites": [
-                # The test of the fallback, ported to sideway's tests.
-                ("(`tests/test_device.rs`)", "(`tests/test_source_gid.rs`)", 1),
-            ],
+            "rewrites": [],
         },
     ],
 }
