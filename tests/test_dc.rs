@@ -572,8 +572,8 @@ fn dci_depth(caps: &DcCapabilities) -> u64 {
 /// The largest DC send request, read from the device (`QUERY_HCA_CAP` through
 /// `mlx5dv_devx_general_cmd`, as libmlx5's `get_hca_general_caps` reads it): a DC initiator whose
 /// request fills the smaller of `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` with inline data is
-/// created and brought up, and one whose request is 16 bytes larger is refused before the library,
-/// naming both sizes. The sizes hold the kernel's relation (`mlx5_ib_query_device` derives
+/// created and brought up, and one whose request is 16 bytes larger than `max_wqe_sz_sq` is
+/// refused by libmlx5 (`mlx5_calc_send_wqe`), named. The sizes hold the kernel's relation (`mlx5_ib_query_device` derives
 /// `max_sge` from `max_wqe_sz_sq`). Skipped where the device does not answer the command (no DEVX
 /// user contexts), its sizes then being the bound every device takes.
 #[test]
@@ -620,20 +620,16 @@ fn mlx5_hw_dc_initiator_requests_are_bounded_by_the_reported_send_request_sizes(
     dci.bring_up(&DcInitiatorBringUp::new(PORT))
         .expect("the largest DC initiator to RTS");
     assert!(dci.max_inline_data() >= largest_inline, "{dci:?}");
-    let err = build(largest_inline + 1).unwrap_err();
+    let beyond = (sizes.max_wqe_sz_sq() - overhead) / 16 * 16 - 4 + 1;
+    let err = build(beyond).unwrap_err();
     match err.0 {
         CreateDcInitiatorErrorKind::RequestTooLarge {
             request_bytes,
-            max_wqe_sz_sq,
-            max_wqe_sz_sq_dc,
-            reported: true,
+            guaranteed,
             ..
         } => {
-            assert_eq!(request_bytes, overhead + (largest_inline + 4) + 16);
-            assert_eq!(
-                (max_wqe_sz_sq, max_wqe_sz_sq_dc),
-                (sizes.max_wqe_sz_sq(), sizes.max_wqe_sz_sq_dc())
-            );
+            assert_eq!(request_bytes, overhead + (beyond - 1 + 4) + 16);
+            assert_eq!(guaranteed, 16 * max_sge + 32);
         },
         other => panic!("one more inline byte than {sizes:?} takes: {other:?}"),
     }

@@ -812,9 +812,10 @@ fn every_dci_creation_is_created_or_refused_before_the_library() {
 }
 
 #[test]
-fn a_request_beyond_the_devices_dc_send_request_is_refused_before_the_library() {
-    // ConnectX-6 Dx on softmlx5: DC requests of 512 bytes at most, where any other queue pair
-    // takes 1024: libmlx5 checks only the latter, and would create the DCI.
+fn a_request_beyond_the_devices_send_request_is_refused_by_libmlx5_and_named() {
+    // ConnectX-6 Dx on softmlx5: send requests of 1024 bytes at most (libmlx5's
+    // `max_sq_desc_sz`), DC requests of 512. libmlx5 checks only the former; the DC initiator
+    // checks nothing device-specific before it, and names libmlx5's EINVAL.
     on_device!(("SOFTMLX5_PROFILE", "cx6dx"));
     let device = open();
     let create = |sge: u32, inline: u32| {
@@ -822,42 +823,29 @@ fn a_request_beyond_the_devices_dc_send_request_is_refused_before_the_library() 
             builder.setup_max_send_sge(sge).setup_max_inline_data(inline);
         })
     };
-    // 27 entries with the atomics' overhead: 96 + 27 * 16 = 528 bytes.
-    let err = create(27, 0).unwrap_err();
+    // 1000 bytes inline with the atomics' overhead: 96 + (4 + 1000, padded to 16) = 1104.
+    let err = create(1, 1000).unwrap_err();
     assert!(
         matches!(
             err.0,
             CreateDcInitiatorErrorKind::RequestTooLarge {
-                max_send_sge: 27,
-                max_inline_data: 0,
-                request_bytes: 528,
-                max_wqe_sz_sq: 1024,
-                max_wqe_sz_sq_dc: 512,
-                reported: true,
+                max_send_sge: 1,
+                max_inline_data: 1000,
+                request_bytes: 1104,
+                guaranteed: 512,
             }
         ),
         "{err:?}"
     );
     let message = err.0.to_string();
     assert!(
-        message.contains("528 bytes")
-            && message.contains("max_wqe_sz_sq 1024")
-            && message.contains("max_wqe_sz_sq_dc 512"),
+        message.contains("1104 bytes") && message.contains("512 bytes fit every device"),
         "{message}"
     );
-    // 413 bytes inline: 96 + (4 + 413, padded to 16) = 528.
-    let err = create(1, 413).unwrap_err();
-    assert!(
-        matches!(
-            err.0,
-            CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 528, .. }
-        ),
-        "{err:?}"
-    );
-    // What fits 512 bytes is created: 26 entries, or 412 bytes inline.
-    create(26, 0).expect("26 entries fit 512 bytes");
-    let dci = create(1, 412).expect("412 inline bytes fit 512 bytes");
-    assert_eq!(dci.max_inline_data(), 412);
+    // What fits 1024 bytes is created, beyond the DC limit too (the device refuses it at post).
+    create(27, 0).expect("528 bytes fit 1024 bytes");
+    let dci = create(1, 924).expect("924 inline bytes fit 1024 bytes");
+    assert_eq!(dci.max_inline_data(), 924);
 }
 
 #[test]

@@ -20,69 +20,16 @@ _ALWAYS = {
     ],
 }
 
-# Cut before anything else: the test of a device that did not report its send request sizes
-# (read with QUERY_HCA_CAP, this crate's own: see below).
-_FIRST = {
-    "creation.rs": [
-        (("\n    /// A device that did not report its send request sizes",
-          "CreateDcInitiatorErrorKind::DcNotSupportedByDevice\n        ));\n    }\n"), "", 1),
-    ],
-}
-
 # What stays this crate's, cut from every part: the thread domain a DC initiator can be created
 # on (src/ibverbs/thread_domain.rs: the register of sideway-ext-dc-direct's writer; upstream's DC
 # initiator posts through libmlx5), and the largest send request read with QUERY_HCA_CAP
 # (src/mlx5/send_wqe_sizes.rs, through mlx5dv_devx_general_cmd, which rdma-mummy-sys does not
 # bind). Upstream, plan_dci refuses no request by its size: a request larger than every device
 # takes is left to libmlx5, whose EINVAL is told apart as RequestTooLarge.
-_REQUEST_TOO_LARGE = (
-    "    /// libmlx5 refused the size of a request (`EINVAL` from `mlx5_calc_send_wqe`): with\n"
-    "    /// `max_send_sge` entries or `max_inline_data` bytes inline, and this initiator's overhead,\n"
-    "    /// a request takes `request_bytes`, more than the device's largest send request\n"
-    "    /// (`max_wqe_sz_sq`, which no query of libibverbs or libmlx5 reports; every device takes\n"
-    "    /// `guaranteed`). See [`DcInitiatorBuilder::setup_max_send_sge`].\n"
-    "    #[error(\n"
-    "        \"a request of {request_bytes} bytes (max_send_sge {max_send_sge}, max_inline_data {max_inline_data}) \\\n"
-    "         is larger than the device's largest send request; {guaranteed} bytes fit every device\"\n"
-    "    )]\n"
-    "    RequestTooLarge {\n"
-    "        /// The scatter/gather entries asked for.\n"
-    "        max_send_sge: u32,\n"
-    "        /// The inline bytes asked for.\n"
-    "        max_inline_data: u32,\n"
-    "        /// What a request takes (libmlx5's sizing, before rounding to 64-byte blocks).\n"
-    "        request_bytes: u32,\n"
-    "        /// What every device with this `max_sge` takes (`16 · max_sge + 32`).\n"
-    "        guaranteed: u32,\n"
-    "    },\n"
-)
-_MAX_SEND_SGE = (
-    "    /// libmlx5 also bounds the whole request (`mlx5_calc_send_wqe`): this initiator's overhead\n"
-    "    /// (control segment, 48-byte address vector, 16 more for RDMA's remote address, 32 more for\n"
-    "    /// an atomic's), then 16 bytes an entry, or the inline data with a 4-byte header padded to\n"
-    "    /// 16, must fit the device's largest send request, `max_wqe_sz_sq`, which no query of\n"
-    "    /// libibverbs or libmlx5 reports. Every device takes at least `16 · max_sge + 32` bytes (the\n"
-    "    /// kernel derives `max_sge` from it, capped at 512), so `max_sge − 3` entries (`− 4` with\n"
-    "    /// atomics) and 428 bytes of inline data (412 with atomics) fit every device with `max_sge`\n"
-    "    /// 30. A larger request is left to the library, and its refusal reported as\n"
-    "    /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge), never a bare `EINVAL`.\n"
-)
-_GUARANTEED = (
-    "/// The largest send request every device with this `max_sge` takes, in bytes: the kernel's\n"
-    "/// `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`, and its\n"
-    "/// `mlx5_ib_alloc_ucontext` hands libmlx5 `max_wqe_sz_sq` itself as `max_sq_desc_sz`, the bound\n"
-    "/// of `mlx5_calc_send_wqe`: so `max_sq_desc_sz ≥ 16 · max_sge + 32`.\n"
-    "pub(crate) fn guaranteed_request_bytes(max_sge: u32) -> u32 {\n"
-    "    max_sge.saturating_mul(16).saturating_add(32)\n"
-    "}\n"
-)
 _THIS_CRATE = {
     "mod.rs": [
         ("use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};\n", "", 1),
-        (("    /// A request does not fit the device's largest DC send request", "        reported: bool,\n    },\n"),
-         _REQUEST_TOO_LARGE, 1),
         (("    /// Allocating the DC initiator's thread domain failed", "AllocateThreadDomainError),\n"), "", 1),
-        (("/// The end of [`CreateDcInitiatorErrorKind::RequestTooLarge`]'s message", "\n}\n\n"), "", 1),
         ("    thread_domain: bool,\n", "", 1),
         ("; holds its protection domain,\n/// send CQ and thread domain, if any.",
          "; holds its protection domain\n/// and send CQ.", 1),
@@ -96,13 +43,8 @@ _THIS_CRATE = {
         # The stream address step is this crate's own (src/mlx5/dc/streams.rs), and its setter's check.
         (("        if params.streams.is_some() {\n", "check_stream_setter(mlx5_qp_ex) }?;\n        }\n"), "", 1),
         ("use crate::ibverbs::thread_domain::ThreadDomain;\n", "", 1),
-        ("use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;\n", "", 1),
         ("            thread_domain: false,\n", "", 1),
-        (("    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`)", "never a bare `EINVAL`.\n"),
-         _MAX_SEND_SGE, 1),
         (("    /// Whether each DC initiator is created on a thread domain of its own", "        self\n    }\n\n"), "", 1),
-        (", the largest send request, DCI streams, see\n    /// [`CreateDcInitiatorErrorKind`]).\n",
-         ", DCI streams, see [`CreateDcInitiatorErrorKind`]).\n", 1),
         (("        // Dropped after the queue pair if creation fails below", "        unsafe {\n"),
          "        // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.\n        unsafe {\n", 1),
         (("            init.pd = match &thread_domain {", "            };\n"), "            init.pd = self.pd.pd().as_ptr();\n", 1),
@@ -110,38 +52,7 @@ _THIS_CRATE = {
         ("            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })?;\n"
          "        dci.thread_domain = thread_domain;\n        Ok(dci)\n",
          "            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())\n", 1),
-        (", and `QUERY_HCA_CAP` through\n    /// `mlx5dv_devx_general_cmd` for the largest send request)", ")", 1),
-        ("        let max_sge = device.max_sge.max(0) as u32;\n", "", 1),
-        ("            max_sge,\n            atomics:", "            max_sge: device.max_sge.max(0) as u32,\n            atomics:", 1),
-        (("            // SAFETY: as above; the device is mlx5", "query_send_wqe_sizes_raw(context, max_sge) },\n"), "", 1),
         ("            thread_domain: None,\n", "", 1),
-        # The plan's test without the device's largest send request (read with QUERY_HCA_CAP).
-        ("two (20 requests of 128 bytes: 32), and\n"
-         "    /// 500 bytes inline make a request of 80 + 512 bytes, beyond the device's DC size.\n",
-         "two (20 requests of 128 bytes: 32).\n", 1),
-        ("        let mut request = DciRequest {\n            max_send_wr: 20,", "        let request = DciRequest {\n            max_send_wr: 20,", 1),
-        ("            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::new(1024, 512),\n", "", 1),
-        (("        request.max_inline_data = 500;\n", "                ..\n            })\n        ));\n"), "", 1),
-        ("`EINVAL` for a request larger than the device's sizes is libmlx5's",
-         "`EINVAL` for a request larger than every device takes\n"
-         "/// ([`guaranteed_request_bytes`]) is libmlx5's", 1),
-        ("    let sizes = device.send_wqe_sizes;\n", "    let guaranteed = guaranteed_request_bytes(device.max_sge);\n", 1),
-        (("        Some(libc::EINVAL) if request_bytes > sizes.max_dc_request_bytes() => {", "        },\n"),
-         "        Some(libc::EINVAL) if request_bytes > guaranteed => CreateDcInitiatorErrorKind::RequestTooLarge {\n"
-         "            max_send_sge: params.max_send_sge,\n"
-         "            max_inline_data: params.max_inline_data,\n"
-         "            request_bytes,\n"
-         "            guaranteed,\n"
-         "        },\n", 1),
-    ],
-    "plan.rs": [
-        ("use crate::mlx5::send_wqe_sizes::SendWqeSizes;\n", "", 1),
-        ("`atomic_cap`, `mlx5dv_query_device`'s `dci_streams_caps`, and the\n"
-         "/// general capabilities' `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` (`QUERY_HCA_CAP`).",
-         "`atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.", 1),
-        (("    /// The largest send request the device takes: reported", "    pub send_wqe_sizes: SendWqeSizes,\n"), "", 1),
-        (("    let request_bytes = dci_request_bytes(send_ops,", "        ));\n    }\n"), "", 1),
-        (("/// The refusal of a request (`max_send_sge` entries", "\n    }\n}\n"), _GUARANTEED, 1),
     ],
 }
 
@@ -242,7 +153,7 @@ _SINCE = {}
 def INITIATOR_REWRITES(name, part):
     """The rewrites of the DC initiator's file `name` (under src/mlx5/dc/initiator/) in `part`."""
     later = _PARTS[_PARTS.index(part) + 1:]
-    rewrites = list(_FIRST.get(name, [])) + _THIS_CRATE.get(name, [])
+    rewrites = list(_THIS_CRATE.get(name, []))
     # The later parts' cuts first (the latest first: a part's rewrites read its own lines, which
     # an earlier part's cut would remove): some of the crate's lines they cut name this crate's types.
     for other in reversed(later):

@@ -22,7 +22,6 @@ use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::{create_dc_qp, DcQueuePair};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
-use crate::mlx5::send_wqe_sizes::query_send_wqe_sizes_raw;
 
 // The planning, which `build` runs first (and the unit tests' paths name here).
 pub(crate) use super::plan::*;
@@ -78,9 +77,14 @@ impl DcInitiatorBuilder {
 
     /// Scatter/gather entries per send request (default 1), at most the device's `max_sge`.
     ///
-    /// The whole request is bounded too (libmlx5's `mlx5_calc_send_wqe`), by the device's
-    /// [`SendWqeSizes`](crate::mlx5::send_wqe_sizes::SendWqeSizes), checked before any call; where
-    /// they are not reported, libmlx5's refusal is reported as
+    /// libmlx5 also bounds the whole request (`mlx5_calc_send_wqe`): this initiator's overhead
+    /// (control segment, 48-byte address vector, 16 more for RDMA's remote address, 32 more for
+    /// an atomic's), then 16 bytes an entry, or the inline data with a 4-byte header padded to
+    /// 16, must fit the device's largest send request, `max_wqe_sz_sq`, which no query of
+    /// libibverbs or libmlx5 reports. Every device takes at least `16 · max_sge + 32` bytes (the
+    /// kernel derives `max_sge` from it, capped at 512), so `max_sge − 3` entries (`− 4` with
+    /// atomics) and 428 bytes of inline data (412 with atomics) fit every device with `max_sge`
+    /// 30. A larger request is left to the library, and its refusal reported as
     /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge), never a bare `EINVAL`.
     pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
         self.request.max_send_sge = max_send_sge;
@@ -124,8 +128,7 @@ impl DcInitiatorBuilder {
     }
 
     /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
-    /// device (send operations, capacities, the largest send request, DCI streams, see
-    /// [`CreateDcInitiatorErrorKind`]).
+    /// device (send operations, capacities, DCI streams, see [`CreateDcInitiatorErrorKind`]).
     ///
     /// Scatter to CQE is off: libmlx5's `create_qp` turns it off for every DC queue pair.
     pub fn build(&self) -> Result<DcInitiator, CreateDcInitiatorError> {
@@ -180,8 +183,7 @@ impl DcInitiatorBuilder {
         Ok(self.plan()?.params.granted_max_send_wr())
     }
 
-    /// Queries the device (`mlx5dv_query_device`, `ibv_query_device`, and `QUERY_HCA_CAP` through
-    /// `mlx5dv_devx_general_cmd` for the largest send request) and plans the creation
+    /// Queries the device (`mlx5dv_query_device`, `ibv_query_device`) and plans the creation
     /// ([`plan_dci`]), refusing what the device does not take before `mlx5dv_create_qp`.
     fn plan(&self) -> Result<DciPlan, CreateDcInitiatorError> {
         if let Some(requested) = self.request.send_ops {
@@ -195,15 +197,12 @@ impl DcInitiatorBuilder {
             QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
         let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
-        let max_sge = device.max_sge.max(0) as u32;
         let device = DciDevice {
             max_qp_wr: device.max_qp_wr.max(0) as u32,
-            max_sge,
+            max_sge: device.max_sge.max(0) as u32,
             atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
             dci_streams: mlx5.dci_streams_caps(),
             read_atomic_depth: dci_read_atomic_depth(mlx5.max_dc_rd_atom(), mlx5.max_dc_init_rd_atom()),
-            // SAFETY: as above; the device is mlx5 (it answered mlx5dv_query_device).
-            send_wqe_sizes: unsafe { query_send_wqe_sizes_raw(context, max_sge) },
         };
         let params = plan_dci(&self.request, &device)?;
         Ok(DciPlan {
@@ -263,8 +262,8 @@ impl DcInitiator {
 }
 
 /// Why `mlx5dv_create_qp` refused the DC initiator `params` describes: `EOPNOTSUPP` (`None`) is
-/// a device without DC; `EINVAL` for a request larger than the device's sizes is libmlx5's
-/// `mlx5_calc_send_wqe` refusing its size.
+/// a device without DC; `EINVAL` for a request larger than every device takes
+/// ([`guaranteed_request_bytes`]) is libmlx5's `mlx5_calc_send_wqe` refusing its size.
 pub(crate) fn creation_error(
     err: Option<io::Error>, params: &DciInitParameters, device: &DciDevice,
 ) -> CreateDcInitiatorErrorKind {
@@ -272,10 +271,13 @@ pub(crate) fn creation_error(
         return CreateDcInitiatorErrorKind::DcNotSupportedByDevice;
     };
     let request_bytes = dci_request_bytes(params.send_ops, params.max_send_sge, params.max_inline_data);
-    let sizes = device.send_wqe_sizes;
+    let guaranteed = guaranteed_request_bytes(device.max_sge);
     match err.raw_os_error() {
-        Some(libc::EINVAL) if request_bytes > sizes.max_dc_request_bytes() => {
-            request_too_large(params.max_send_sge, params.max_inline_data, request_bytes, sizes)
+        Some(libc::EINVAL) if request_bytes > guaranteed => CreateDcInitiatorErrorKind::RequestTooLarge {
+            max_send_sge: params.max_send_sge,
+            max_inline_data: params.max_inline_data,
+            request_bytes,
+            guaranteed,
         },
         _ => CreateDcInitiatorErrorKind::Ibverbs(err),
     }
@@ -423,72 +425,10 @@ mod tests {
         ));
     }
 
-    /// A device that did not report its send request sizes (`QUERY_HCA_CAP` refused): the plan
-    /// knows only the bound every device takes, leaves a larger request to libmlx5, and its
-    /// `EINVAL` is named, not a bare errno; another `EINVAL` is left as it is.
+    /// libmlx5 rounds the queue's bytes up to a power of two (20 requests of 128 bytes: 32).
     #[test]
-    fn a_request_beyond_unreported_sizes_is_left_to_libmlx5_and_named_not_a_bare_einval() {
-        let device = DciDevice {
-            max_qp_wr: 32768,
-            max_sge: 30,
-            atomics: true,
-            dci_streams: None,
-            read_atomic_depth: 16,
-            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::guaranteed(30),
-        };
-        let einval = || Some(io::Error::from_raw_os_error(libc::EINVAL));
-        let request = |max_send_sge, max_inline_data| DciRequest {
-            max_send_wr: 16,
-            max_send_sge,
-            max_inline_data,
-            send_ops: None,
-            streams: None,
-            sq_sig_all: false,
-        };
-        // 30 entries with the atomics' overhead: 96 + 30 * 16 = 576 bytes, beyond 512.
-        let params = plan_dci(&request(30, 0), &device).expect("left to libmlx5");
-        let kind = creation_error(einval(), &params, &device);
-        assert!(
-            matches!(
-                kind,
-                CreateDcInitiatorErrorKind::RequestTooLarge {
-                    max_send_sge: 30,
-                    max_inline_data: 0,
-                    request_bytes: 576,
-                    max_wqe_sz_sq: 512,
-                    max_wqe_sz_sq_dc: 512,
-                    reported: false,
-                }
-            ),
-            "{kind:?}"
-        );
-        assert!(kind.to_string().contains("libmlx5 refused it"), "{kind}");
-        // 500 bytes inline: 96 + (4 + 500, padded to 16) = 608.
-        let params = plan_dci(&request(1, 500), &device).expect("left to libmlx5");
-        let kind = creation_error(einval(), &params, &device);
-        assert!(
-            matches!(
-                kind,
-                CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 608, .. }
-            ),
-            "{kind:?}"
-        );
-        // The request fits: the library refused something else.
-        let params = plan_dci(&request(26, 0), &device).expect("planned");
-        let kind = creation_error(einval(), &params, &device);
-        assert!(matches!(kind, CreateDcInitiatorErrorKind::Ibverbs(_)), "{kind:?}");
-        // EOPNOTSUPP (None): a device without DC.
-        assert!(matches!(
-            creation_error(None, &params, &device),
-            CreateDcInitiatorErrorKind::DcNotSupportedByDevice
-        ));
-    }
-
-    /// libmlx5 rounds the queue's bytes up to a power of two (20 requests of 128 bytes: 32), and
-    /// 500 bytes inline make a request of 80 + 512 bytes, beyond the device's DC size.
-    #[test]
-    fn the_plan_rounds_the_send_queue_as_libmlx5_and_refuses_a_request_beyond_the_dc_size() {
-        let mut request = DciRequest {
+    fn the_plan_rounds_the_send_queue_as_libmlx5() {
+        let request = DciRequest {
             max_send_wr: 20,
             max_send_sge: 1,
             max_inline_data: 0,
@@ -502,18 +442,65 @@ mod tests {
             atomics: false,
             dci_streams: None,
             read_atomic_depth: 1,
-            send_wqe_sizes: crate::mlx5::send_wqe_sizes::SendWqeSizes::new(1024, 512),
         };
         let planned = plan_dci(&request, &device).expect("planned");
         assert_eq!(planned.granted_max_send_wr(), 32);
-        request.max_inline_data = 500;
+    }
+
+    /// A request beyond what every device takes is left to libmlx5, and its `EINVAL` is named,
+    /// not a bare errno; another `EINVAL` is left as it is.
+    #[test]
+    fn a_request_beyond_every_device_is_left_to_libmlx5_and_its_einval_named() {
+        let device = DciDevice {
+            max_qp_wr: 32768,
+            max_sge: 30,
+            atomics: true,
+            dci_streams: None,
+            read_atomic_depth: 16,
+        };
+        let einval = || Some(io::Error::from_raw_os_error(libc::EINVAL));
+        let request = |max_send_sge, max_inline_data| DciRequest {
+            max_send_wr: 16,
+            max_send_sge,
+            max_inline_data,
+            send_ops: None,
+            streams: None,
+            sq_sig_all: false,
+        };
+        // 30 entries with the atomics' overhead: 96 + 30 * 16 = 576 bytes, beyond 16 * 30 + 32.
+        let params = plan_dci(&request(30, 0), &device).expect("left to libmlx5");
+        let kind = creation_error(einval(), &params, &device);
+        assert!(
+            matches!(
+                kind,
+                CreateDcInitiatorErrorKind::RequestTooLarge {
+                    max_send_sge: 30,
+                    max_inline_data: 0,
+                    request_bytes: 576,
+                    guaranteed: 512,
+                }
+            ),
+            "{kind:?}"
+        );
+        assert!(kind.to_string().contains("512 bytes fit every device"), "{kind}");
+        // 500 bytes inline: 96 + (4 + 500, padded to 16) = 608.
+        let params = plan_dci(&request(1, 500), &device).expect("left to libmlx5");
+        let kind = creation_error(einval(), &params, &device);
+        assert!(
+            matches!(
+                kind,
+                CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 608, .. }
+            ),
+            "{kind:?}"
+        );
+        // The request fits every device: the library refused something else.
+        let params = plan_dci(&request(26, 0), &device).expect("planned");
+        let kind = creation_error(einval(), &params, &device);
+        assert!(matches!(kind, CreateDcInitiatorErrorKind::Ibverbs(_)), "{kind:?}");
+        // EOPNOTSUPP (None): a device without DC.
         assert!(matches!(
-            plan_dci(&request, &device),
-            Err(CreateDcInitiatorErrorKind::RequestTooLarge {
-                request_bytes: 592,
-                max_wqe_sz_sq_dc: 512,
-                ..
-            })
+            creation_error(None, &params, &device),
+            CreateDcInitiatorErrorKind::DcNotSupportedByDevice
         ));
     }
 }

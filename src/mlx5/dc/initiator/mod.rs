@@ -127,11 +127,14 @@ pub enum CreateDcInitiatorErrorKind {
         /// The device's limit.
         max: u32,
     },
-    /// A request does not fit the device's largest DC send request (libmlx5's `mlx5_calc_send_wqe`).
+    /// libmlx5 refused the size of a request (`EINVAL` from `mlx5_calc_send_wqe`): with
+    /// `max_send_sge` entries or `max_inline_data` bytes inline, and this initiator's overhead,
+    /// a request takes `request_bytes`, more than the device's largest send request
+    /// (`max_wqe_sz_sq`, which no query of libibverbs or libmlx5 reports; every device takes
+    /// `guaranteed`). See [`DcInitiatorBuilder::setup_max_send_sge`].
     #[error(
         "a request of {request_bytes} bytes (max_send_sge {max_send_sge}, max_inline_data {max_inline_data}) \
-         is larger than the device's largest DC send request: {}",
-        send_wqe_sizes_named(.max_wqe_sz_sq, .max_wqe_sz_sq_dc, .reported)
+         is larger than the device's largest send request; {guaranteed} bytes fit every device"
     )]
     RequestTooLarge {
         /// The scatter/gather entries asked for.
@@ -140,12 +143,8 @@ pub enum CreateDcInitiatorErrorKind {
         max_inline_data: u32,
         /// What a request takes (libmlx5's sizing, before rounding to 64-byte blocks).
         request_bytes: u32,
-        /// The device's `max_wqe_sz_sq`, or where unreported `16 · max_sge + 32`.
-        max_wqe_sz_sq: u32,
-        /// The device's `max_wqe_sz_sq_dc`, or the same bound.
-        max_wqe_sz_sq_dc: u32,
-        /// Whether the device reported both sizes; otherwise libmlx5 refused the request.
-        reported: bool,
+        /// What every device with this `max_sge` takes (`16 · max_sge + 32`).
+        guaranteed: u32,
     },
     /// DCI streams on a device without them (e.g. a ConnectX-6 that is not a Dx).
     #[error("the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 or not reported)")]
@@ -172,17 +171,6 @@ pub enum CreateDcInitiatorErrorKind {
     /// The library call failed.
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
-}
-
-/// The end of [`CreateDcInitiatorErrorKind::RequestTooLarge`]'s message.
-fn send_wqe_sizes_named(max_wqe_sz_sq: &u32, max_wqe_sz_sq_dc: &u32, reported: &bool) -> String {
-    match reported {
-        true => format!("max_wqe_sz_sq {max_wqe_sz_sq} and max_wqe_sz_sq_dc {max_wqe_sz_sq_dc} bytes"),
-        false => format!(
-            "libmlx5 refused it; the device did not report max_wqe_sz_sq and max_wqe_sz_sq_dc, and \
-             {max_wqe_sz_sq} bytes fit every device"
-        ),
-    }
 }
 
 /// DCI streams: 2^`log_num_concurrent` concurrent streams; 2^`log_num_errored` streams in error

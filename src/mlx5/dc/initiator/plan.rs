@@ -6,7 +6,6 @@ use sideway::ibverbs::queue_pair::SendOperationFlags;
 use super::DcInitiatorBuilder;
 use super::{CreateDcInitiatorErrorKind, DciStreams, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS};
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
-use crate::mlx5::send_wqe_sizes::SendWqeSizes;
 
 /// The init attributes of a DC initiator but the pointers (`cap`, `send_ops_flags`, streams,
 /// `sq_sig_all`), as a [`DcInitiatorBuilder`] asks for them ([`DciRequest`]) and as planned.
@@ -27,8 +26,7 @@ pub(crate) type DciRequest = DciParameters<Option<SendOperationFlags>>;
 pub(crate) type DciInitParameters = DciParameters<SendOperationFlags>;
 
 /// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
-/// `max_qp_wr`, `max_sge` and `atomic_cap`, `mlx5dv_query_device`'s `dci_streams_caps`, and the
-/// general capabilities' `max_wqe_sz_sq` and `max_wqe_sz_sq_dc` (`QUERY_HCA_CAP`).
+/// `max_qp_wr`, `max_sge` and `atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DciDevice {
     pub max_qp_wr: u32,
@@ -38,9 +36,6 @@ pub(crate) struct DciDevice {
     pub dci_streams: Option<DciStreamsCapabilities>,
     /// The deepest `max_rd_atomic` a DC initiator takes ([`dci_read_atomic_depth`]).
     pub read_atomic_depth: u8,
-    /// The largest send request the device takes: reported, or the bound every device with
-    /// `max_sge` takes ([`SendWqeSizes::guaranteed`]) where it did not report it.
-    pub send_wqe_sizes: SendWqeSizes,
 }
 
 /// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
@@ -98,16 +93,6 @@ pub(crate) fn plan_dci(
             max: device.max_sge,
         });
     }
-    let request_bytes = dci_request_bytes(send_ops, request.max_send_sge, request.max_inline_data);
-    let sizes = device.send_wqe_sizes;
-    if sizes.is_reported() && request_bytes > sizes.max_dc_request_bytes() {
-        return Err(request_too_large(
-            request.max_send_sge,
-            request.max_inline_data,
-            request_bytes,
-            sizes,
-        ));
-    }
     let request_size = dci_request_size(send_ops, request.max_send_sge, request.max_inline_data);
     let max = dci_max_send_wr(device.max_qp_wr, request_size);
     if request.max_send_wr > max {
@@ -131,19 +116,12 @@ pub(crate) fn plan_dci(
     })
 }
 
-/// The refusal of a request (`max_send_sge` entries, `max_inline_data` bytes inline) of
-/// `request_bytes` that does not fit `sizes`.
-pub(crate) fn request_too_large(
-    max_send_sge: u32, max_inline_data: u32, request_bytes: u32, sizes: SendWqeSizes,
-) -> CreateDcInitiatorErrorKind {
-    CreateDcInitiatorErrorKind::RequestTooLarge {
-        max_send_sge,
-        max_inline_data,
-        request_bytes,
-        max_wqe_sz_sq: sizes.max_wqe_sz_sq(),
-        max_wqe_sz_sq_dc: sizes.max_wqe_sz_sq_dc(),
-        reported: sizes.is_reported(),
-    }
+/// The largest send request every device with this `max_sge` takes, in bytes: the kernel's
+/// `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`, and its
+/// `mlx5_ib_alloc_ucontext` hands libmlx5 `max_wqe_sz_sq` itself as `max_sq_desc_sz`, the bound
+/// of `mlx5_calc_send_wqe`: so `max_sq_desc_sz ≥ 16 · max_sge + 32`.
+pub(crate) fn guaranteed_request_bytes(max_sge: u32) -> u32 {
+    max_sge.saturating_mul(16).saturating_add(32)
 }
 
 /// The bytes one DC request takes before rounding, as libmlx5 sizes it (`mlx5_calc_send_wqe`
