@@ -21,7 +21,7 @@
 //!     batch;
 //!   - a wrong DC key: an error completion, the initiator in ERR for every destination (the next
 //!     request is flushed), `recover` and traffic again;
-//!   - a DC initiator on a thread domain of its own (`setup_thread_domain`): posted through
+//!   - a DC initiator on a thread domain of its own (`build_on_thread_domain`): posted through
 //!     libmlx5 as any other, recovered after a wrong DC key, and torn down before its thread
 //!     domain;
 //!   - a destroyed target: a "transport retry counter exceeded" error completion (the status
@@ -1155,13 +1155,17 @@ fn mlx5_hw_wrong_dc_key_puts_the_initiator_in_error_and_recover_brings_it_back()
 fn mlx5_hw_a_dc_initiator_on_a_thread_domain_writes_recovers_and_is_torn_down() {
     let f = DcFixture::new();
     let target = f.target(KEY);
-    let mut dci = f.initiator_with(
-        |builder| {
-            builder.setup_thread_domain(true);
-        },
-        &DcInitiatorBringUp::new(PORT),
-    );
-    assert!(dci.thread_domain().is_some());
+    let mut builder = f.pd.create_dci_builder();
+    builder
+        .setup_send_cq(f.send_cq.clone())
+        .setup_max_send_wr(64)
+        .setup_max_inline_data(64);
+    let mut dci = builder
+        .build_on_thread_domain()
+        .expect("a DC initiator on a thread domain");
+    dci.bring_up(&DcInitiatorBringUp::new(PORT))
+        .expect("DC initiator to RTS");
+    assert!(dci.is_on_its_thread_domain());
     let remote = f.buffer(MESSAGE);
     let mut local = f.buffer(MESSAGE);
     assert_write_works(&f, &mut dci, &target, &mut local, at(&remote, 0), MESSAGE, 3);
@@ -1184,7 +1188,7 @@ fn mlx5_hw_a_dc_initiator_on_a_thread_domain_writes_recovers_and_is_torn_down() 
         QueuePairState::Error
     );
     recover(&mut dci);
-    assert!(dci.thread_domain().is_some(), "still on its thread domain");
+    assert!(dci.is_on_its_thread_domain(), "still on its thread domain");
     assert_write_works(&f, &mut dci, &target, &mut local, at(&remote, 0), MESSAGE, 5);
     drop(dci);
 }

@@ -848,6 +848,26 @@ fn a_request_beyond_the_devices_send_request_is_refused_by_libmlx5_and_named() {
     assert_eq!(dci.max_inline_data(), 924);
 }
 
+/// A DC initiator on a thread domain of its own is destroyed before it; one swapped into another
+/// owner (through `DerefMut`) makes both owners leak their thread domains rather than deallocate
+/// one under a live queue pair (libmlx5 and softmlx5 answer `EBUSY`, which would panic in drop).
+#[test]
+fn a_dc_initiator_on_a_thread_domain_is_destroyed_first_and_a_swapped_one_leaks_it() {
+    on_device!();
+    let device = open();
+    let builder = device.builder(|_| {});
+    let dci = builder.build_on_thread_domain().expect("on a thread domain");
+    assert!(dci.is_on_its_thread_domain());
+    drop(dci);
+    let mut first = builder.build_on_thread_domain().expect("on a thread domain");
+    let mut second = builder.build_on_thread_domain().expect("on another");
+    assert!(first.is_on_its_thread_domain() && second.is_on_its_thread_domain());
+    std::mem::swap(&mut *first, &mut *second);
+    assert!(!first.is_on_its_thread_domain() && !second.is_on_its_thread_domain());
+    drop(first);
+    drop(second);
+}
+
 #[test]
 fn a_request_within_a_device_without_a_dc_limit_is_created() {
     // ConnectX-5 on softmlx5: DC requests as large as any (1024 bytes).

@@ -33,8 +33,8 @@
 //!     let mut direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }?;
 //!     let mut builder = pd.create_dci_builder();
 //!     // On a thread domain of its own: a register no other queue pair writes.
-//!     builder.setup_send_cq(cq).setup_max_send_wr(64).setup_thread_domain(true);
-//!     let mut dci = DirectDcInitiator::new(builder.build()?, &direct_cq)?;
+//!     builder.setup_send_cq(cq).setup_max_send_wr(64);
+//!     let mut dci = DirectDcInitiator::new(builder.build_on_thread_domain()?, &direct_cq)?;
 //!     dci.bring_up(&DcInitiatorBringUp::new(1))?;
 //!     let av = AddressVector::from_address_handle(ah)?;
 //!     // One target (else `start_post_send`, and `setup_dc_addr` after each operation).
@@ -92,7 +92,7 @@ let bring_up = DcInitiatorBringUp::new(1);
 let mut initiators = Vec::new();
 for _ in 0..4 {
     let mut dci = DirectDcInitiator::new(
-        pd.create_dci_builder().setup_send_cq(cq.clone()).setup_thread_domain(true).build()?,
+        pd.create_dci_builder().setup_send_cq(cq.clone()).build_on_thread_domain()?,
         &direct_cq,
     )?;
     dci.bring_up(&bring_up)?;
@@ -147,8 +147,9 @@ while pool.poll(|event| assert!(matches!(event, DcPoolEvent::Completed { wr_id: 
 //! # The BlueFlame register
 //!
 //! This writer takes no lock and toggles the halves of its register on its own, so it must own
-//! it: a DC initiator on a thread domain of its own
-//! ([`ThreadDomain`](sideway_ext::ibverbs::thread_domain::ThreadDomain) says why, from libmlx5's
+//! it: a DC initiator on a thread domain of its own, which the direct initiator then holds until
+//! after the queue pair (`build_on_thread_domain`, taken as an [`OwnedDcInitiator`];
+//! [`ThreadDomain`](sideway_ext::ibverbs::thread_domain::ThreadDomain) says why, from libmlx5's
 //! `create_qp`; no ConnectX has confirmed it here), or any doorbell register (`bf.size` 0).
 //! [`DirectDcInitiator::new`] refuses any other BlueFlame register
 //! ([`BlueFlameRegisterNotOwned`](CreateDirectDcInitiatorErrorKind::BlueFlameRegisterNotOwned));
@@ -165,5 +166,5 @@ pub mod send_queue;
 pub use completion_queue::DirectCompletionQueue;
 pub use initiator::{
     CreateDirectDcInitiatorError, CreateDirectDcInitiatorErrorKind, DirectBatch, DirectDcInitiator, DirectRegister,
-    RecoverDirectDcInitiatorError, RecoverDirectDcInitiatorErrorKind,
+    OwnedDcInitiator, RecoverDirectDcInitiatorError, RecoverDirectDcInitiatorErrorKind,
 };

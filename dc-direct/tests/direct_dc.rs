@@ -19,7 +19,7 @@ use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
 use sideway_ext::ibverbs::shared_receive_queue::SharedReceiveQueue;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
-use sideway_ext::mlx5::dc::initiator::{DcInitiator, DcInitiatorBringUp};
+use sideway_ext::mlx5::dc::initiator::DcInitiatorBringUp;
 use sideway_ext::mlx5::dc::target::DcTarget;
 use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
@@ -28,7 +28,7 @@ use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::Completion;
 use sideway_ext_dc_direct::send_queue::AddressVector;
 use sideway_ext_dc_direct::{
-    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, DirectRegister,
+    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, DirectRegister, OwnedDcInitiator,
     RecoverDirectDcInitiatorErrorKind,
 };
 
@@ -101,13 +101,13 @@ impl Loopback {
 
     /// A DC initiator completing into the direct CQ, in RESET, on a thread domain of its own or
     /// not.
-    fn dci(&self, thread_domain: bool) -> DcInitiator {
+    fn dci(&self, thread_domain: bool) -> OwnedDcInitiator {
         let mut builder = self.pd.create_dci_builder();
-        builder
-            .setup_send_cq(self.cq.clone())
-            .setup_max_send_wr(16)
-            .setup_thread_domain(thread_domain);
-        builder.build().expect("a DC initiator")
+        builder.setup_send_cq(self.cq.clone()).setup_max_send_wr(16);
+        match thread_domain {
+            true => builder.build_on_thread_domain().expect("a DC initiator").into(),
+            false => builder.build().expect("a DC initiator").into(),
+        }
     }
 
     /// Waits for one completion of the direct CQ.
@@ -311,8 +311,8 @@ fn mlx5_hw_a_dc_initiator_brought_up_or_on_another_cq_is_refused() {
         "{refused:?}"
     );
     let mut builder = lb.pd.create_dci_builder();
-    builder.setup_send_cq(lb.recv_cq.clone()).setup_thread_domain(true);
-    let elsewhere = builder.build().expect("a DC initiator");
+    builder.setup_send_cq(lb.recv_cq.clone());
+    let elsewhere = builder.build_on_thread_domain().expect("a DC initiator");
     let refused = DirectDcInitiator::new(elsewhere, &lb.direct_cq).unwrap_err();
     assert!(
         matches!(refused.0, CreateDirectDcInitiatorErrorKind::DifferentCompletionQueue),

@@ -112,12 +112,10 @@ impl Bed {
                         log_num_errored: 1,
                     });
                 }
-                builder
-                    .setup_send_cq(send_cq.clone())
-                    .setup_max_send_wr(max_send_wr)
-                    .setup_thread_domain(true);
+                builder.setup_send_cq(send_cq.clone()).setup_max_send_wr(max_send_wr);
                 // Each on a thread domain of its own: the safe constructor takes its register.
-                let mut dci = DirectDcInitiator::new(builder.build().expect("a DCI"), &direct_cq).expect("direct");
+                let mut dci = DirectDcInitiator::new(builder.build_on_thread_domain().expect("a DCI"), &direct_cq)
+                    .expect("direct");
                 dci.bring_up(&bring_up).expect("to RTS");
                 dci
             })

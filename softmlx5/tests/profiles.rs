@@ -34,6 +34,7 @@ use sideway_ext::ibverbs::source_gid::{SourceGid, SourceGidEntry};
 use sideway_ext::ibverbs::thread_domain::AllocateThreadDomainErrorKind;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
+use sideway_ext::mlx5::dc::initiator::thread_domain::CreateDcInitiatorOnThreadDomainErrorKind;
 use sideway_ext::mlx5::dc::initiator::{
     BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder,
     DcRecovery, DciStreams, ResetDciStreamErrorKind,
@@ -711,16 +712,10 @@ fn without_dynamic_uar_thread_domains_are_numbered_and_shut_up_bf_keeps_blueflam
     let cq: GenericCompletionQueue = ctx.create_cq_builder().setup_cqe(64).build().expect("CQ").into();
     // SAFETY: only direct initiators complete into it, and only the direct CQ polls it.
     let direct_cq = unsafe { DirectCompletionQueue::new(cq.clone()) }.expect("a direct CQ");
-    let dci = |thread_domain: bool| {
-        let mut builder = lb.pd.create_dci_builder();
-        builder
-            .setup_send_cq(cq.clone())
-            .setup_max_send_wr(16)
-            .setup_thread_domain(thread_domain);
-        builder.build()
-    };
-    let err =
-        DirectDcInitiator::new(dci(false).expect("DC initiator"), &direct_cq).expect_err("a shared BlueFlame register");
+    let mut builder = lb.pd.create_dci_builder();
+    builder.setup_send_cq(cq.clone()).setup_max_send_wr(16);
+    let err = DirectDcInitiator::new(builder.build().expect("DC initiator"), &direct_cq)
+        .expect_err("a shared BlueFlame register");
     assert!(
         matches!(
             err.0,
@@ -728,7 +723,8 @@ fn without_dynamic_uar_thread_domains_are_numbered_and_shut_up_bf_keeps_blueflam
         ),
         "{err:?}"
     );
-    let direct = DirectDcInitiator::new(dci(true).expect("DC initiator"), &direct_cq).expect("a thread domain's");
+    let direct = DirectDcInitiator::new(builder.build_on_thread_domain().expect("DC initiator"), &direct_cq)
+        .expect("a thread domain's");
     assert_eq!(direct.register(), DirectRegister::ThreadDomain { blueflame_size: 256 });
     drop(direct);
 
@@ -743,8 +739,8 @@ fn without_dynamic_uar_thread_domains_are_numbered_and_shut_up_bf_keeps_blueflam
         }
     };
     assert_eq!((thread_domains.len(), errno), (1024, Some(libc::EINVAL)));
-    let err = dci(true).expect_err("no register left");
-    let CreateDcInitiatorErrorKind::ThreadDomain(err) = err.0 else {
+    let err = builder.build_on_thread_domain().expect_err("no register left");
+    let CreateDcInitiatorOnThreadDomainErrorKind::ThreadDomain(err) = err.0 else {
         panic!("{err:?}");
     };
     assert!(
@@ -754,8 +750,8 @@ fn without_dynamic_uar_thread_domains_are_numbered_and_shut_up_bf_keeps_blueflam
     let given_back = thread_domains.pop().unwrap();
     // SAFETY: allocated above, nothing holds it.
     assert_eq!(unsafe { rdma_mummy_sys::ibv_dealloc_td(given_back.as_ptr()) }, 0);
-    let dci = dci(true).expect("the register given back");
-    assert!(dci.thread_domain().is_some());
+    let dci = builder.build_on_thread_domain().expect("the register given back");
+    assert!(dci.is_on_its_thread_domain());
     drop(dci);
     for td in thread_domains {
         // SAFETY: allocated above, nothing holds it.

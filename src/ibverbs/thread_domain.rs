@@ -8,8 +8,9 @@
 //! same register (`uct_ib_mlx5_res_domain_init`). No ConnectX has confirmed this here: it is read
 //! from rdma-core's and UCX's sources.
 //!
-//! Only [`DcInitiatorBuilder::setup_thread_domain`](crate::mlx5::dc::initiator::DcInitiatorBuilder::setup_thread_domain)
-//! makes one; the DC initiator holds it.
+//! Only [`DcInitiatorBuilder::build_on_thread_domain`](crate::mlx5::dc::initiator::DcInitiatorBuilder::build_on_thread_domain)
+//! makes one; its [`DcInitiatorOnThreadDomain`](crate::mlx5::dc::initiator::thread_domain::DcInitiatorOnThreadDomain)
+//! holds it, and destroys the DC initiator first.
 use std::io;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -21,7 +22,7 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-/// Error returned by [`DcInitiatorBuilder::build`](crate::mlx5::dc::initiator::DcInitiatorBuilder::build)
+/// Error returned by [`DcInitiatorBuilder::build_on_thread_domain`](crate::mlx5::dc::initiator::DcInitiatorBuilder::build_on_thread_domain)
 /// when it allocates a [`ThreadDomain`].
 #[derive(Debug, thiserror::Error)]
 #[error("failed to allocate thread domain")]

@@ -20,39 +20,17 @@ _ALWAYS = {
     ],
 }
 
-# What stays this crate's, cut from every part: the thread domain a DC initiator can be created
-# on (src/ibverbs/thread_domain.rs: the register of sideway-ext-dc-direct's writer; upstream's DC
-# initiator posts through libmlx5), and the largest send request read with QUERY_HCA_CAP
-# (src/mlx5/send_wqe_sizes.rs, through mlx5dv_devx_general_cmd, which rdma-mummy-sys does not
-# bind). Upstream, plan_dci refuses no request by its size: a request larger than every device
-# takes is left to libmlx5, whose EINVAL is told apart as RequestTooLarge.
+# What stays this crate's, cut from every part: the module of a DC initiator created on a thread
+# domain of its own (src/mlx5/dc/initiator/thread_domain.rs: the register of sideway-ext-dc-direct's
+# writer; upstream's DC initiator posts through libmlx5, which needs none).
 _THIS_CRATE = {
     "mod.rs": [
-        ("use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};\n", "", 1),
-        (("    /// Allocating the DC initiator's thread domain failed", "AllocateThreadDomainError),\n"), "", 1),
-        ("    thread_domain: bool,\n", "", 1),
-        ("; holds its protection domain,\n/// send CQ and thread domain, if any.",
-         "; holds its protection domain\n/// and send CQ.", 1),
-        ("    /// Dropped first: the queue pair, before the thread domain it was created on.\n", "", 1),
-        ("    thread_domain: Option<ThreadDomain>,\n", "", 1),
-        ("            .field(\"thread_domain\", &self.thread_domain.is_some())\n", "", 1),
-        (("    /// The thread domain it was created on, of its own", "    }\n\n"), "", 1),
-        (" parents and thread domain).", " parents).", 1),
+        # A DC initiator on a thread domain of its own (thread_domain.rs, which stays).
+        ("pub mod thread_domain;\n", "", 1),
     ],
     "creation.rs": [
         # The stream address step is this crate's own (src/mlx5/dc/streams.rs), and its setter's check.
         (("        if params.streams.is_some() {\n", "check_stream_setter(mlx5_qp_ex) }?;\n        }\n"), "", 1),
-        ("use crate::ibverbs::thread_domain::ThreadDomain;\n", "", 1),
-        ("            thread_domain: false,\n", "", 1),
-        (("    /// Whether each DC initiator is created on a thread domain of its own", "        self\n    }\n\n"), "", 1),
-        (("        // Dropped after the queue pair if creation fails below", "        unsafe {\n"),
-         "        // SAFETY: the PD and CQ are alive: self holds them, and the queue pair will too.\n        unsafe {\n", 1),
-        (("            init.pd = match &thread_domain {", "            };\n"), "            init.pd = self.pd.pd().as_ptr();\n", 1),
-        ("        let mut dci = DcInitiator::adopt(", "        DcInitiator::adopt(", 1),
-        ("            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })?;\n"
-         "        dci.thread_domain = thread_domain;\n        Ok(dci)\n",
-         "            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())\n", 1),
-        ("            thread_domain: None,\n", "", 1),
     ],
 }
 

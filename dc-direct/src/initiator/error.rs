@@ -60,7 +60,7 @@ pub enum CreateDirectDcInitiatorErrorKind {
     /// See [`new_with_blueflame`](super::DirectDcInitiator::new_with_blueflame).
     #[error(
         "the queue pair's register is a BlueFlame register of {blueflame_size} bytes a half, which libmlx5 may share: \
-         create the DC initiator on a thread domain of its own (setup_thread_domain)"
+         create the DC initiator on a thread domain of its own (build_on_thread_domain)"
     )]
     BlueFlameRegisterNotOwned {
         /// `bf.size`.

@@ -12,9 +12,11 @@ mod register;
 #[cfg(test)]
 mod tests;
 
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 use sideway::ibverbs::queue_pair::{QueryQueuePairError, QueuePairState};
+use sideway_ext::mlx5::dc::initiator::thread_domain::DcInitiatorOnThreadDomain;
 use sideway_ext::mlx5::dc::initiator::{BringUpDcInitiatorError, DcInitiator, DcInitiatorBringUp, ResetDciStreamError};
 use sideway_ext::mlx5::direct_objects::queue_pair_object;
 
@@ -44,8 +46,62 @@ pub struct DirectDcInitiator {
     _claim: Option<RegisterClaim>,
     /// What [`bring_up`](Self::bring_up) was given, for [`recover`](Self::recover).
     brought_up_with: Option<DcInitiatorBringUp>,
-    /// Dropped last: the queue pair whose memory the send queue writes.
-    dci: DcInitiator,
+    /// Dropped last: the queue pair whose memory the send queue writes (and its thread domain).
+    dci: OwnedDcInitiator,
+}
+
+/// The DC initiator a [`DirectDcInitiator`] takes over: alone, or with the thread domain it was
+/// created on ([`build_on_thread_domain`](sideway_ext::mlx5::dc::initiator::DcInitiatorBuilder::build_on_thread_domain)),
+/// whose register the direct initiator then writes without a lock, holding the thread domain
+/// until after the queue pair.
+#[derive(Debug)]
+pub enum OwnedDcInitiator {
+    /// Without a thread domain of its own.
+    Alone(DcInitiator),
+    /// With the thread domain it was created on.
+    OnThreadDomain(DcInitiatorOnThreadDomain),
+}
+
+impl OwnedDcInitiator {
+    /// Whether it is the DC initiator created on the thread domain held with it.
+    fn is_on_its_thread_domain(&self) -> bool {
+        match self {
+            Self::Alone(_) => false,
+            Self::OnThreadDomain(dci) => dci.is_on_its_thread_domain(),
+        }
+    }
+}
+
+impl From<DcInitiator> for OwnedDcInitiator {
+    fn from(dci: DcInitiator) -> Self {
+        Self::Alone(dci)
+    }
+}
+
+impl From<DcInitiatorOnThreadDomain> for OwnedDcInitiator {
+    fn from(dci: DcInitiatorOnThreadDomain) -> Self {
+        Self::OnThreadDomain(dci)
+    }
+}
+
+impl Deref for OwnedDcInitiator {
+    type Target = DcInitiator;
+
+    fn deref(&self) -> &DcInitiator {
+        match self {
+            Self::Alone(dci) => dci,
+            Self::OnThreadDomain(dci) => dci,
+        }
+    }
+}
+
+impl DerefMut for OwnedDcInitiator {
+    fn deref_mut(&mut self) -> &mut DcInitiator {
+        match self {
+            Self::Alone(dci) => dci,
+            Self::OnThreadDomain(dci) => dci,
+        }
+    }
 }
 
 impl DirectDcInitiator {
@@ -55,9 +111,11 @@ impl DirectDcInitiator {
     /// # Errors
     ///
     /// [`CreateDirectDcInitiatorErrorKind`]; `dci` is dropped (destroyed) with the error.
-    pub fn new(dci: DcInitiator, cq: &DirectCompletionQueue) -> Result<Self, CreateDirectDcInitiatorError> {
+    pub fn new(
+        dci: impl Into<OwnedDcInitiator>, cq: &DirectCompletionQueue,
+    ) -> Result<Self, CreateDirectDcInitiatorError> {
         // SAFETY: without a promise, only registers this writer may write alone are taken.
-        unsafe { Self::create(dci, cq, BlueFlame::Refused) }
+        unsafe { Self::create(dci.into(), cq, BlueFlame::Refused) }
     }
 
     /// As [`new`](Self::new), also for a DC initiator without a thread domain of its own whose
@@ -77,17 +135,17 @@ impl DirectDcInitiator {
     /// context posts meanwhile, or when at most that many exist. A kernel without dynamic UAR
     /// allocation maps them uncached under `MLX5_SHUT_UP_BF`, which nothing has checked.
     pub unsafe fn new_with_blueflame(
-        dci: DcInitiator, cq: &DirectCompletionQueue,
+        dci: impl Into<OwnedDcInitiator>, cq: &DirectCompletionQueue,
     ) -> Result<Self, CreateDirectDcInitiatorError> {
         // SAFETY: the caller's promise.
-        unsafe { Self::create(dci, cq, BlueFlame::Owned) }
+        unsafe { Self::create(dci.into(), cq, BlueFlame::Owned) }
     }
 
     /// # Safety
     ///
     /// With [`BlueFlame::Owned`], as [`new_with_blueflame`](Self::new_with_blueflame).
     unsafe fn create(
-        mut dci: DcInitiator, cq: &DirectCompletionQueue, blueflame: BlueFlame,
+        mut dci: OwnedDcInitiator, cq: &DirectCompletionQueue, blueflame: BlueFlame,
     ) -> Result<Self, CreateDirectDcInitiatorError> {
         use CreateDirectDcInitiatorErrorKind::*;
         check_architecture(std::env::consts::ARCH).map_err(|architecture| UnsupportedArchitecture { architecture })?;
@@ -113,7 +171,9 @@ impl DirectDcInitiator {
         };
         // SAFETY: libmlx5 gave `object` for the live queue pair.
         let parts = unsafe { send_queue_parts(&object, created) }?;
-        let register = DirectRegister::of(dci.thread_domain().is_some(), parts.blueflame_size, blueflame)?;
+        // Its own thread domain's register only where it holds the thread domain it was created on
+        // (which this initiator then holds until after the queue pair).
+        let register = DirectRegister::of(dci.is_on_its_thread_domain(), parts.blueflame_size, blueflame)?;
         let claim = match register.blueflame_size() {
             0 => None,
             _ => {

@@ -10,14 +10,14 @@ use std::time::Instant;
 
 use sideway::ibverbs::completion::WorkCompletionStatus;
 use sideway::ibverbs::queue_pair::{SetScatterGatherEntry, WorkRequestFlags};
-use sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind;
+use sideway_ext::mlx5::dc::initiator::thread_domain::CreateDcInitiatorOnThreadDomainErrorKind;
 use sideway_ext::mlx5::device_attributes::Mlx5ContextFlags;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 use sideway_ext_dc_direct::completion_queue::{Completion, CreateDirectCompletionQueueErrorKind};
 use sideway_ext_dc_direct::send_queue::AddressVector;
 use sideway_ext_dc_direct::{
-    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, DirectRegister,
+    CreateDirectDcInitiatorErrorKind, DirectCompletionQueue, DirectDcInitiator, DirectRegister, OwnedDcInitiator,
 };
 
 use super::{cq, pattern, success, Loopback, Result, KEY, LEN, TIMEOUT};
@@ -104,17 +104,14 @@ pub fn direct_path(
         },
     };
     let mut builder = lb.pd.create_dci_builder();
-    builder
-        .setup_send_cq(send_cq)
-        .setup_max_send_wr(16)
-        .setup_thread_domain(true);
+    builder.setup_send_cq(send_cq).setup_max_send_wr(16);
     // Without a thread domain where none can be had (a kernel without dynamic UAR allocation
     // has a fixed number of registers for them, and none on a device without BlueFlame).
-    let (dci, no_thread_domain) = match builder.build() {
-        Ok(dci) => (dci, None),
-        Err(err) if matches!(err.0, CreateDcInitiatorErrorKind::ThreadDomain(_)) => {
-            match builder.setup_thread_domain(false).build() {
-                Ok(dci) => (dci, Some(chain(&err))),
+    let (dci, no_thread_domain): (OwnedDcInitiator, _) = match builder.build_on_thread_domain() {
+        Ok(dci) => (dci.into(), None),
+        Err(err) if matches!(err.0, CreateDcInitiatorOnThreadDomainErrorKind::ThreadDomain(_)) => {
+            match builder.build() {
+                Ok(dci) => (dci.into(), Some(chain(&err))),
                 Err(err) => return Verdict::Checked(Err(format!("create the DC initiator: {}", chain(&err)))),
             }
         },

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_mummy_sys::{
-    ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type, mlx5dv_dc_type,
+    ibv_pd, ibv_qp, ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_to_qp_ex, ibv_qp_type, mlx5dv_dc_type,
     mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
 };
 use sideway::ibverbs::completion::{CompletionQueue, GenericCompletionQueue};
@@ -17,7 +17,6 @@ use super::{
     CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciCreation, DciStreams,
     Granted,
 };
-use crate::ibverbs::thread_domain::ThreadDomain;
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::{create_dc_qp, DcQueuePair};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
@@ -41,7 +40,6 @@ impl DcInitiatorBuilder {
                 streams: None,
                 sq_sig_all: false,
             },
-            thread_domain: false,
         }
     }
 
@@ -119,19 +117,22 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// Whether each DC initiator is created on a thread domain of its own (default false), whose
-    /// parent domain it is created on, so that its queue pair has a register no other is given
-    /// (the [`thread_domain`](crate::ibverbs::thread_domain) module has the rules).
-    pub fn setup_thread_domain(&mut self, thread_domain: bool) -> &mut Self {
-        self.thread_domain = thread_domain;
-        self
-    }
-
     /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
     /// device (send operations, capacities, DCI streams, see [`CreateDcInitiatorErrorKind`]).
     ///
     /// Scatter to CQE is off: libmlx5's `create_qp` turns it off for every DC queue pair.
     pub fn build(&self) -> Result<DcInitiator, CreateDcInitiatorError> {
+        // SAFETY: the builder's protection domain, which the DC initiator holds.
+        unsafe { self.build_on(self.pd.pd()) }
+    }
+
+    /// Creates the DC initiator as [`build`](Self::build) does, on `pd`.
+    ///
+    /// # Safety
+    ///
+    /// `pd` must be the builder's protection domain, or a parent domain of it, alive while the DC
+    /// initiator is.
+    pub(crate) unsafe fn build_on(&self, pd: NonNull<ibv_pd>) -> Result<DcInitiator, CreateDcInitiatorError> {
         let send_cq = self
             .send_cq
             .clone()
@@ -142,19 +143,9 @@ impl DcInitiatorBuilder {
             params,
         } = self.plan()?;
         let (mut init, mut mlx5_init) = dci_init_attributes(&params);
-        // Dropped after the queue pair if creation fails below (declared before it).
-        let thread_domain = self
-            .thread_domain
-            .then(|| ThreadDomain::new(&self.pd))
-            .transpose()
-            .map_err(CreateDcInitiatorErrorKind::from)?;
-        // SAFETY: the PD (or the parent domain), and the CQ are alive: self (or thread_domain)
-        // holds them, and the queue pair will too.
+        init.pd = pd.as_ptr();
+        // SAFETY: the CQ is alive: self holds it, and the queue pair will too.
         unsafe {
-            init.pd = match &thread_domain {
-                Some(thread_domain) => thread_domain.pd().as_ptr(),
-                None => self.pd.pd().as_ptr(),
-            };
             init.send_cq = send_cq.cq().as_ptr();
             init.recv_cq = send_cq.cq().as_ptr();
         }
@@ -164,7 +155,7 @@ impl DcInitiatorBuilder {
             params,
             max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
         };
-        // SAFETY: init's pointers are alive for the call.
+        // SAFETY: init's pointers are alive for the call (the caller's promise for the PD).
         let qp = unsafe { create_dc_qp(context, &mut init, &mut mlx5_init) }
             .map_err(|err| creation_error(err, &params, &device))?;
         // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
@@ -172,10 +163,8 @@ impl DcInitiatorBuilder {
         // SAFETY: qp was just created on these parents, in RESET, and is owned here (an error
         // below destroys it).
         let qp = unsafe { DcQueuePair::new(qp, &DC_INITIATOR_TRANSITIONS, Arc::clone(&self.pd), send_cq, None) };
-        let mut dci = DcInitiator::adopt(qp, creation, granted, device.read_atomic_depth)
-            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry })?;
-        dci.thread_domain = thread_domain;
-        Ok(dci)
+        DcInitiator::adopt(qp, creation, granted, device.read_atomic_depth)
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
 
     /// The send queue [`build`](Self::build) will be granted, before creating anything.
@@ -235,7 +224,6 @@ impl DcInitiator {
             creation,
             read_atomic_depth,
             brought_up_with: None,
-            thread_domain: None,
         })
     }
 

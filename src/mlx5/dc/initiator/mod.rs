@@ -20,7 +20,6 @@ use self::plan::DciInitParameters;
 use self::post_send::DcSendView;
 use super::queue_pair::DcQueuePair;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
-use crate::ibverbs::thread_domain::{AllocateThreadDomainError, ThreadDomain};
 use crate::ibverbs::zeroed::Zeroed;
 
 pub(crate) mod bring_up;
@@ -28,6 +27,7 @@ pub(crate) mod creation;
 mod plan;
 pub(crate) mod post_send;
 pub(crate) mod recovery;
+pub mod thread_domain;
 
 pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
 use self::plan::DciRequest;
@@ -165,9 +165,6 @@ pub enum CreateDcInitiatorErrorKind {
         /// The entry's name.
         entry: &'static str,
     },
-    /// Allocating the DC initiator's thread domain failed.
-    #[error(transparent)]
-    ThreadDomain(#[from] AllocateThreadDomainError),
     /// The library call failed.
     #[error(transparent)]
     Ibverbs(#[from] io::Error),
@@ -188,13 +185,11 @@ pub struct DcInitiatorBuilder {
     pd: Arc<ProtectionDomain>,
     send_cq: Option<GenericCompletionQueue>,
     request: DciRequest,
-    thread_domain: bool,
 }
 
-/// A DC initiator (DCI), created by [`DcInitiatorBuilder::build`]; holds its protection domain,
-/// send CQ and thread domain, if any.
+/// A DC initiator (DCI), created by [`DcInitiatorBuilder::build`]; holds its protection domain
+/// and send CQ.
 pub struct DcInitiator {
-    /// Dropped first: the queue pair, before the thread domain it was created on.
     qp: DcQueuePair,
     granted: Granted,
     // The views its guards post through, their entries checked.
@@ -202,7 +197,6 @@ pub struct DcInitiator {
     creation: DciCreation,
     read_atomic_depth: u8,
     brought_up_with: Option<Arc<BringUpAttributes>>,
-    thread_domain: Option<ThreadDomain>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
@@ -218,7 +212,6 @@ impl std::fmt::Debug for DcInitiator {
             .field("qp_number", &self.qp_number())
             .field("state", &self.state())
             .field("streams", &self.creation.params.streams)
-            .field("thread_domain", &self.thread_domain.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -272,11 +265,6 @@ impl DcInitiator {
         self.creation.params.streams
     }
 
-    /// The thread domain it was created on, of its own.
-    pub fn thread_domain(&self) -> Option<&ThreadDomain> {
-        self.thread_domain.as_ref()
-    }
-
     /// The deepest `max_rd_atomic` it takes, which [`bring_up`](Self::bring_up) caps with: the
     /// smaller of `max_dc_rd_atom` and `max_dc_init_rd_atom` (mlx5_ib's `validate_rd_atomic`); 1
     /// before rdma-core 47.
@@ -294,7 +282,7 @@ impl DcInitiator {
 }
 
 /// What a DC initiator was created with, to create it again where the kernel refuses its move
-/// to RESET (the pointers are kept alive by the queue pair's parents and thread domain).
+/// to RESET (the pointers are kept alive by the queue pair's parents).
 #[derive(Clone, Copy)]
 struct DciCreation {
     init: Zeroed<ibv_qp_init_attr_ex>,
