@@ -28,10 +28,6 @@ _THIS_CRATE = {
         # A DC initiator on a thread domain of its own (thread_domain.rs, which stays).
         ("pub mod thread_domain;\n", "", 1),
     ],
-    "creation.rs": [
-        # The stream address step is this crate's own (src/mlx5/dc/streams.rs), and its setter's check.
-        (("        if params.streams.is_some() {\n", "check_stream_setter(mlx5_qp_ex) }?;\n        }\n"), "", 1),
-    ],
 }
 
 # The module's guide, as each part has it.

@@ -240,12 +240,7 @@ impl DcInitiator {
         let mlx5_qp_ex = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
             .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
         // SAFETY: the views of a live DC initiator created with these send operations.
-        let send = unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, params.send_ops) }?;
-        if params.streams.is_some() {
-            // SAFETY: as above.
-            unsafe { crate::mlx5::dc::streams::check_stream_setter(mlx5_qp_ex) }?;
-        }
-        Ok(send)
+        unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, params.send_ops) }
     }
 }
 

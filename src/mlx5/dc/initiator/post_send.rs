@@ -316,17 +316,22 @@ impl<'g> DcDestinationHandle<'g> {
     /// (`mlx5dv_wr_set_dc_addr`).
     #[inline]
     pub fn setup_dc_addr(self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64) -> DcLocalBufferHandle<'g> {
-        // SAFETY: the guard holds the live queue pair inside a batch, right after a builder; the
-        // DC initiator's build checked `wr_set_dc_addr`; `ah` is borrowed until the data step,
-        // after which libmlx5 no longer reads it (it copied the address vector here).
-        self.setup_address(|mlx5| unsafe { mlx5dv_wr_set_dc_addr(mlx5.as_ptr(), ah.ah().as_ptr(), dct_number, dc_key) })
+        self.setup_address(|mlx5| {
+            // SAFETY: the guard holds the live queue pair inside a batch, right after a builder;
+            // the DC initiator's build checked `wr_set_dc_addr`; `ah` is borrowed until the data
+            // step, after which libmlx5 no longer reads it (it copied the address vector here).
+            unsafe { mlx5dv_wr_set_dc_addr(mlx5.as_ptr(), ah.ah().as_ptr(), dct_number, dc_key) };
+            true
+        })
     }
 
-    /// Calls `set` with the mlx5 view, unless the request's operation was refused.
+    /// Calls `set` with the mlx5 view, unless the request's operation was refused; `set` returns
+    /// whether it could address the request, which is refused if not (its batch is aborted at
+    /// [`post`](DcPostSendGuard::post)).
     #[inline]
-    pub(crate) fn setup_address(self, set: impl FnOnce(NonNull<mlx5dv_qp_ex>)) -> DcLocalBufferHandle<'g> {
-        if !*self.refused {
-            set(self.view.mlx5_qp_ex);
+    pub(crate) fn setup_address(self, set: impl FnOnce(NonNull<mlx5dv_qp_ex>) -> bool) -> DcLocalBufferHandle<'g> {
+        if !*self.refused && !set(self.view.mlx5_qp_ex) {
+            *self.refused = true;
         }
         DcLocalBufferHandle {
             view: self.view,
