@@ -76,18 +76,6 @@ _LATER = {
              "", 1),
             ("pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", "", 1),
             ("    brought_up_with: Option<Arc<BringUpAttributes>>,\n", "", 1),
-            # Read by recovery, which creates the DC initiator again where the kernel refuses RESET.
-            ("    init: Zeroed<ibv_qp_init_attr_ex>,\n    mlx5: Zeroed<mlx5dv_qp_init_attr>,\n",
-             "    #[allow(dead_code)] // read by recovery, which comes next\n"
-             "    init: Zeroed<ibv_qp_init_attr_ex>,\n"
-             "    #[allow(dead_code)] // as `init`\n"
-             "    mlx5: Zeroed<mlx5dv_qp_init_attr>,\n", 1),
-            ("    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt it).",
-             "    /// The queue pair number.", 1),
-            ("as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state).",
-             "as of the last [`modify`](Self::modify).", 1),
-            ("it takes, which [`bring_up`](Self::bring_up) caps with: the\n    /// smaller",
-             "it takes: the\n    /// smaller", 1),
         ],
         "creation.rs": [
             ("            brought_up_with: None,\n", "", 1),
@@ -109,11 +97,6 @@ _LATER = {
              "    DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,\n"
              "};\n",
              "pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", 1),
-            ("    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).\n"
-             "    max_log_num_errored: u8,\n", "", 1),
-        ],
-        "creation.rs": [
-            ("            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),\n", "", 1),
         ],
     },
 }

@@ -13,10 +13,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::post_send::DcSendView;
-use super::{
-    CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciCreation, DciStreams,
-    Granted,
-};
+use super::{CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciStreams, Granted};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::{create_dc_qp, DcQueuePair};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
@@ -149,12 +146,6 @@ impl DcInitiatorBuilder {
             init.send_cq = send_cq.cq().as_ptr();
             init.recv_cq = send_cq.cq().as_ptr();
         }
-        let creation = DciCreation {
-            init,
-            mlx5: mlx5_init,
-            params,
-            max_log_num_errored: device.dci_streams.map_or(0, |caps| caps.max_log_num_errored),
-        };
         // SAFETY: init's pointers are alive for the call (the caller's promise for the PD).
         let qp = unsafe { create_dc_qp(context, &mut init, &mut mlx5_init) }
             .map_err(|err| creation_error(err, &params, &device))?;
@@ -163,7 +154,7 @@ impl DcInitiatorBuilder {
         // SAFETY: qp was just created on these parents, in RESET, and is owned here (an error
         // below destroys it).
         let qp = unsafe { DcQueuePair::new(qp, &DC_INITIATOR_TRANSITIONS, Arc::clone(&self.pd), send_cq, None) };
-        DcInitiator::adopt(qp, creation, granted, device.read_atomic_depth)
+        DcInitiator::adopt(qp, params, granted, device.read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
 
@@ -213,15 +204,15 @@ impl DcInitiator {
     /// Completes a DC initiator around its new queue pair: its checked send views, or the name of
     /// the first entry the provider left NULL.
     fn adopt(
-        qp: DcQueuePair, creation: DciCreation, granted: Granted, read_atomic_depth: u8,
+        qp: DcQueuePair, params: DciInitParameters, granted: Granted, read_atomic_depth: u8,
     ) -> Result<Self, &'static str> {
         // SAFETY: a DC initiator's queue pair, created with these send operations.
-        let send = unsafe { Self::attach(qp.qp(), &creation.params) }?;
+        let send = unsafe { Self::attach(qp.qp(), &params) }?;
         Ok(Self {
             qp,
             granted,
             send,
-            creation,
+            params,
             read_atomic_depth,
             brought_up_with: None,
         })

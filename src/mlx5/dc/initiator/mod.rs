@@ -10,7 +10,7 @@ use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex, mlx5dv_qp_init_attr};
+use rdma_mummy_sys::{ibv_qp, ibv_qp_init_attr_ex};
 use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
@@ -20,7 +20,6 @@ use self::plan::DciInitParameters;
 use self::post_send::DcSendView;
 use super::queue_pair::DcQueuePair;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
-use crate::ibverbs::zeroed::Zeroed;
 
 pub(crate) mod bring_up;
 pub(crate) mod creation;
@@ -194,14 +193,14 @@ pub struct DcInitiator {
     granted: Granted,
     // The views its guards post through, their entries checked.
     send: DcSendView,
-    creation: DciCreation,
+    /// What it was created with (and is created again with where recovery rebuilds it).
+    params: DciInitParameters,
     read_atomic_depth: u8,
     brought_up_with: Option<Arc<BringUpAttributes>>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
-// queue pair (modify, posting) takes `&mut self`; the creation attributes' pointers are only
-// handed to the library again, from `&mut self`.
+// queue pair (modify, posting) takes `&mut self`.
 unsafe impl Send for DcInitiator {}
 // SAFETY: `&self` methods read only Rust-side copies, never the C structs.
 unsafe impl Sync for DcInitiator {}
@@ -211,7 +210,7 @@ impl std::fmt::Debug for DcInitiator {
         f.debug_struct("DcInitiator")
             .field("qp_number", &self.qp_number())
             .field("state", &self.state())
-            .field("streams", &self.creation.params.streams)
+            .field("streams", &self.params.streams)
             .finish_non_exhaustive()
     }
 }
@@ -225,12 +224,12 @@ impl DcInitiator {
         self.qp.qp()
     }
 
-    /// The queue pair number (a new one after [`recover`](Self::recover) rebuilt it).
+    /// The queue pair number.
     pub fn qp_number(&self) -> u32 {
         self.qp.qp_number()
     }
 
-    /// The state, as of the last [`modify`](Self::modify) or [`query_state`](Self::query_state).
+    /// The state, as last modified or read from the device (this call asks the device nothing).
     pub fn state(&self) -> QueuePairState {
         self.qp.state()
     }
@@ -247,25 +246,25 @@ impl DcInitiator {
 
     /// The scatter/gather entries a request takes, granted as asked.
     pub fn max_send_sge(&self) -> u32 {
-        self.creation.params.max_send_sge
+        self.params.max_send_sge
     }
 
     /// Whether every request is signaled, as created.
     pub fn sq_sig_all(&self) -> bool {
-        self.creation.params.sq_sig_all
+        self.params.sq_sig_all
     }
 
     /// The send operations it was created with (the builder's, or the device's default).
     pub fn send_ops_flags(&self) -> SendOperationFlags {
-        self.creation.params.send_ops
+        self.params.send_ops
     }
 
     /// The DCI streams it was created with.
     pub fn streams(&self) -> Option<DciStreams> {
-        self.creation.params.streams
+        self.params.streams
     }
 
-    /// The deepest `max_rd_atomic` it takes, which [`bring_up`](Self::bring_up) caps with: the
+    /// The deepest `max_rd_atomic` it takes: the
     /// smaller of `max_dc_rd_atom` and `max_dc_init_rd_atom` (mlx5_ib's `validate_rd_atomic`); 1
     /// before rdma-core 47.
     pub fn max_read_atomic(&self) -> u8 {
@@ -279,17 +278,6 @@ impl DcInitiator {
     pub fn modify(&mut self, attr: &QueuePairAttribute) -> Result<(), ModifyQueuePairError> {
         self.qp.modify(attr)
     }
-}
-
-/// What a DC initiator was created with, to create it again where the kernel refuses its move
-/// to RESET (the pointers are kept alive by the queue pair's parents).
-#[derive(Clone, Copy)]
-struct DciCreation {
-    init: Zeroed<ibv_qp_init_attr_ex>,
-    mlx5: Zeroed<mlx5dv_qp_init_attr>,
-    params: DciInitParameters,
-    /// The device's `dci_streams_caps.max_log_num_errored` (0: no stream can be reset).
-    max_log_num_errored: u8,
 }
 
 /// What `mlx5dv_create_qp` granted, as libmlx5 wrote it back.

@@ -8,6 +8,7 @@ use sideway::ibverbs::queue_pair::{
     ModifyQueuePairError, ModifyQueuePairErrorKind, QueryQueuePairError, QueuePairState,
 };
 
+use super::creation::dci_init_attributes;
 use super::{DcInitiator, Granted};
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 use crate::mlx5::dc::queue_pair::create_dc_qp;
@@ -103,7 +104,11 @@ impl DcInitiator {
     /// Creates the DC initiator again and puts the new queue pair in the old one's place.
     fn rebuild(&mut self) -> Result<DcRecovery, RecoverDcInitiatorError> {
         let previous_qp_number = self.qp.qp_number();
-        let (mut init, mut mlx5) = (self.creation.init, self.creation.mlx5);
+        let (mut init, mut mlx5) = dci_init_attributes(&self.params);
+        // SAFETY: the queue pair is alive; its PD and CQ fields are read.
+        let old = unsafe { self.qp.qp().as_ref() };
+        // On the same parents (the PD may be a parent domain).
+        (init.pd, init.send_cq, init.recv_cq) = (old.pd, old.send_cq, old.recv_cq);
         // SAFETY: init's PD and CQ pointers are this queue pair's parents, alive while it is; the
         // context is theirs.
         let qp = unsafe { create_dc_qp(self.qp.context(), &mut init, &mut mlx5) }.map_err(|err| {
@@ -112,7 +117,7 @@ impl DcInitiator {
         // The new queue pair's entries are checked before it takes the old one's place: a
         // failed check leaves the DC initiator as it was, the old queue pair and its views.
         // SAFETY: a DC initiator's queue pair, created with these send operations.
-        let send = match unsafe { Self::attach(qp, &self.creation.params) } {
+        let send = match unsafe { Self::attach(qp, &self.params) } {
             Ok(send) => send,
             Err(entry) => {
                 // SAFETY: the new handle came from the create call above, is owned by no one and
@@ -179,10 +184,20 @@ impl DcInitiator {
     /// [`ResetDciStreamErrorKind`]; [`NotReadyToSend`](ResetDciStreamErrorKind::NotReadyToSend):
     /// [`recover`](Self::recover) it.
     pub fn reset_stream(&mut self, stream_id: u16) -> Result<(), ResetDciStreamError> {
-        if self.creation.params.streams.is_none() {
+        if self.params.streams.is_none() {
             return Err(ResetDciStreamErrorKind::NoStreams.into());
         }
-        if self.creation.max_log_num_errored == 0 {
+        // SAFETY: the queue pair's context is open while it is.
+        let device =
+            unsafe { crate::mlx5::device_context::query_device_raw(self.qp.context()) }.map_err(|err| match err.0 {
+                crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => {
+                    ResetDciStreamErrorKind::NotSupported
+                },
+                crate::mlx5::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => {
+                    ResetDciStreamErrorKind::Ibverbs(err)
+                },
+            })?;
+        if device.dci_streams_caps().map_or(0, |caps| caps.max_log_num_errored) == 0 {
             return Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into());
         }
         let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;
