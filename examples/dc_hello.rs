@@ -12,13 +12,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use sideway::ibverbs::address::GidType;
+use sideway::ibverbs::completion::{PollCompletionQueueError, WorkCompletionStatus};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::queue_pair::{QueuePairState, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway::ibverbs::AccessFlags;
+
 use sideway_ext::ibverbs::address::AddressHandleAttribute;
-use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};
+use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;
-use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::device_context::Mlx5DeviceContext;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
 
@@ -176,14 +177,18 @@ fn run() -> Result<(), Box<dyn Error>> {
     guard.post()?;
     let mut done = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut wcs = [WorkCompletion::default(); 4];
     while done.len() < 3 {
         if Instant::now() > deadline {
             return Err(format!("only {} of 3 completions within 10 s", done.len()).into());
         }
-        for wc in cq.poll_work_completions(&mut wcs)? {
-            if !wc.is_success() {
-                return Err(format!("request {} failed: {wc:?}", wc.wr_id()).into());
+        let poller = match cq.start_poll() {
+            Ok(poller) => poller,
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => continue,
+            Err(err) => return Err(err.into()),
+        };
+        for wc in poller {
+            if wc.status() != WorkCompletionStatus::Success as u32 {
+                return Err(format!("request {} failed: status {}", wc.wr_id(), wc.status()).into());
             }
             done.push((wc.wr_id(), wc.byte_len()));
         }

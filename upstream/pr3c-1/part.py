@@ -149,31 +149,15 @@ MOVES = {
             "common": False,
             "helpers": [],
             "rewrites": [
-                ("use sideway_ext::ibverbs::extension::{CompletionQueueExt, ProtectionDomainExt};\n", "", 1),
-                ("use sideway_ext::ibverbs::work_completion::WorkCompletion;\n", "", 1),
-                ("use sideway_ext::mlx5::extension::DcProtectionDomainExt;\n", "", 1),
-                ("use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n",
-                 "use sideway::ibverbs::completion::{PollCompletionQueueError, WorkCompletionStatus};\n"
-                 "use sideway::ibverbs::device::{DeviceInfo, DeviceList};\n", 1),
-                ("sideway_ext::", "sideway::", 3),
-                ("    let mut wcs = [WorkCompletion::default(); 4];\n", "", 1),
-                ("        for wc in cq.poll_work_completions(&mut wcs)? {\n"
-                 "            if !wc.is_success() {\n"
-                 "                return Err(format!(\"request {} failed: {wc:?}\", wc.wr_id()).into());\n"
-                 "            }\n"
-                 "            done.push((wc.wr_id(), wc.byte_len()));\n"
-                 "        }\n",
-                 "        let poller = match cq.start_poll() {\n"
-                 "            Ok(poller) => poller,\n"
-                 "            Err(PollCompletionQueueError::CompletionQueueEmpty) => continue,\n"
-                 "            Err(err) => return Err(err.into()),\n"
-                 "        };\n"
-                 "        for wc in poller {\n"
-                 "            if wc.status() != WorkCompletionStatus::Success as u32 {\n"
-                 "                return Err(format!(\"request {} failed: status {}\", wc.wr_id(), wc.status()).into());\n"
-                 "            }\n"
-                 "            done.push((wc.wr_id(), wc.byte_len()));\n"
-                 "        }\n", 1),
+                # This crate's traits give sideway's types the DC factories; upstream has them inherent.
+                ("use sideway_ext::ibverbs::address::AddressHandleAttribute;\n"
+                 "use sideway_ext::ibverbs::extension::ProtectionDomainExt;\n"
+                 "use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;\n"
+                 "use sideway_ext::mlx5::device_context::Mlx5DeviceContext;\n"
+                 "use sideway_ext::mlx5::extension::DcProtectionDomainExt;\n",
+                 "use sideway::ibverbs::address::AddressHandleAttribute;\n"
+                 "use sideway::ibverbs::queue_pair::QueuePairAttribute;\n"
+                 "use sideway::mlx5::device_context::Mlx5DeviceContext;\n", 1),
             ],
         },
     ],
