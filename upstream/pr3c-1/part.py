@@ -69,13 +69,10 @@ _LATER = {
     # Bring-up and recovery.
     "pr3c-2": {
         "mod.rs": [
-            ("use self::bring_up::BringUpAttributes;\n", "", 1),
-            ("pub(crate) mod bring_up;\n", "", 1),
-            ("pub(crate) mod recovery;\n", "", 1),
-            ("pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};\n",
-             "", 1),
-            ("pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", "", 1),
-            ("    brought_up_with: Option<Arc<BringUpAttributes>>,\n", "", 1),
+            # (After 3e's cut of the stream reset's error from the last line.)
+            (("\n// How it reaches RTS, and comes back after an error.\n",
+              "pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n"), "", 1),
+            ("    brought_up_with: Option<Arc<bring_up::BringUpAttributes>>,\n", "", 1),
         ],
         "creation.rs": [
             ("            brought_up_with: None,\n", "", 1),

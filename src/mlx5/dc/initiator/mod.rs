@@ -15,22 +15,23 @@ use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
 
-use self::bring_up::BringUpAttributes;
 use self::plan::DciInitParameters;
 use self::post_send::DcSendView;
 use super::queue_pair::DcQueuePair;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 
-pub(crate) mod bring_up;
 pub(crate) mod creation;
 mod plan;
 pub(crate) mod post_send;
-pub(crate) mod recovery;
 pub mod thread_domain;
 
-pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
 use self::plan::DciRequest;
 pub use self::post_send::{DcDestinationHandle, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle};
+
+// How it reaches RTS, and comes back after an error.
+pub(crate) mod bring_up;
+pub(crate) mod recovery;
+pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
 pub use self::recovery::{
     DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
 };
@@ -196,7 +197,7 @@ pub struct DcInitiator {
     /// What it was created with (and is created again with where recovery rebuilds it).
     params: DciInitParameters,
     read_atomic_depth: u8,
-    brought_up_with: Option<Arc<BringUpAttributes>>,
+    brought_up_with: Option<Arc<bring_up::BringUpAttributes>>,
 }
 
 // SAFETY: the handles may be used from any thread; every call that lets the library write the
