@@ -30,22 +30,8 @@ _THIS_CRATE = {
     ],
 }
 
-# The module's guide, as each part has it.
+# The module's guide from 3c-2 on (this crate's, src/mlx5/dc/initiator/mod.rs, is 3c-1's).
 _GUIDE = {
-    "pr3c-1": (
-        "//! Build one with [`DcInitiatorBuilder`]\n"
-        "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)):\n"
-        "//! the plan checks the request against the device (send operations, capacities, DCI\n"
-        "//! streams) and sizes the send queue as libmlx5 sizes it before `mlx5dv_create_qp` is called.\n"
-        "//! It is created in RESET; [`DcInitiator::modify`] moves it to RTS, its refusals explained by\n"
-        "//! the DC initiator's table (mlx5_ib's `modify_dci_qp_is_ok`). Then post with\n"
-        "//! [`DcInitiator::start_post_send`] ([`DcPostSendGuard`]): `construct_wr` → an operation →\n"
-        "//! `setup_dc_addr` → the data. A data step before the address does not compile.\n"
-        "//!\n"
-        "//! This module defines the builder and its errors and the DC initiator with its accessors;\n"
-        "//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`,\n"
-        "//! `post_send` the post guard.\n"
-    ),
     "pr3c-2": (
         "//! Build one with [`DcInitiatorBuilder`]\n"
         "//! ([`ProtectionDomain::create_dci_builder`](crate::ibverbs::protection_domain::ProtectionDomain::create_dci_builder)),\n"
@@ -116,9 +102,10 @@ def INITIATOR_REWRITES(name, part):
         if since not in later:
             rewrites += files.get(name, [])
     rewrites += _ALWAYS.get(name, [])
-    if name == "mod.rs" and part in _GUIDE:
-        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "DCI streams [`DcInitiator::reset_stream`] the one errored stream.\n"),
-                         _GUIDE[part], 1))
+    if name == "mod.rs" and part != "pr3c-1":
+        # This crate's guide is pr3c-1's; from bring-up on, the guide of 3c-2.
+        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "//! `post_send` the post guard.\n"),
+                         _GUIDE["pr3c-2"], 1))
     return rewrites
 
 

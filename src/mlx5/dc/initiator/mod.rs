@@ -1,11 +1,17 @@
 //! The DC initiator (DCI): a send-only queue pair of the DC transport whose every request names
 //! its destination with `mlx5dv_wr_set_dc_addr`.
 //!
-//! Build one with [`DcInitiatorBuilder`], bring it to RTS with [`DcInitiator::bring_up`], post
-//! with [`DcInitiator::start_post_send`]: `construct_wr` → operation → `setup_dc_addr` → data
-//! ([`DcPostSendGuard`]). After an error completion it is in
-//! ERR for every destination: [`DcInitiator::recover`] it, or with
-//! DCI streams [`DcInitiator::reset_stream`] the one errored stream.
+//! Build one with [`DcInitiatorBuilder`] (`pd.create_dci_builder()`): the plan checks the request
+//! against the device (send operations, capacities, DCI streams) and sizes the send queue as
+//! libmlx5 sizes it before `mlx5dv_create_qp` is called. It is created in RESET;
+//! [`DcInitiator::modify`] moves it to RTS, its refusals explained by the DC initiator's table
+//! (mlx5_ib's `modify_dci_qp_is_ok`). Then post with [`DcInitiator::start_post_send`]
+//! ([`DcPostSendGuard`]): `construct_wr` → an operation → `setup_dc_addr` → the data. A data step
+//! before the address does not compile.
+//!
+//! This module defines the builder and its errors and the DC initiator with its accessors;
+//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`,
+//! `post_send` the post guard.
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
