@@ -200,7 +200,7 @@ pub struct DcInitiator {
     granted: Granted,
     // The views its guards post through, their entries checked.
     send: DcSendView,
-    /// What it was created with (and is created again with where recovery rebuilds it).
+    /// What it was created with.
     params: DciInitParameters,
     read_atomic_depth: u8,
     brought_up_with: Option<Arc<bring_up::BringUpAttributes>>,
