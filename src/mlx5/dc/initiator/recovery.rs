@@ -187,17 +187,18 @@ impl DcInitiator {
         if self.params.streams.is_none() {
             return Err(ResetDciStreamErrorKind::NoStreams.into());
         }
+        // The device's limit, read now (`dci_streams_caps.max_log_num_errored`; 0: no stream can
+        // be reset). Not an mlx5 device, which a DC initiator is on, would be one without.
         // SAFETY: the queue pair's context is open while it is.
-        let device =
-            unsafe { crate::mlx5::device_context::query_device_raw(self.qp.context()) }.map_err(|err| match err.0 {
-                crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => {
-                    ResetDciStreamErrorKind::NotSupported
-                },
+        let max_log_num_errored = unsafe { crate::mlx5::device_context::query_device_raw(self.qp.context()) }
+            .map(|device| device.dci_streams_caps().map_or(0, |caps| caps.max_log_num_errored))
+            .or_else(|err| match err.0 {
+                crate::mlx5::device_context::QueryMlx5DeviceErrorKind::NotSupported => Ok(0),
                 crate::mlx5::device_context::QueryMlx5DeviceErrorKind::Ibverbs(err) => {
-                    ResetDciStreamErrorKind::Ibverbs(err)
+                    Err(ResetDciStreamErrorKind::Ibverbs(err))
                 },
             })?;
-        if device.dci_streams_caps().map_or(0, |caps| caps.max_log_num_errored) == 0 {
+        if max_log_num_errored == 0 {
             return Err(ResetDciStreamErrorKind::DeviceCannotResetStreams.into());
         }
         let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;
