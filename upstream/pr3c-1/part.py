@@ -13,12 +13,7 @@ COMMITS = ["1-dc-initiator", "2-dc-hello-example"]
 _INIT = "src/mlx5/dc/initiator/"
 
 # What holds for every part.
-_ALWAYS = {
-    "creation.rs": [
-        # ibv_query_device through the protection domain's context, carried (helpers).
-        ("crate::ibverbs::query_device_attr(&self.pd)", "query_device_attr(&self.pd)", 1),
-    ],
-}
+_ALWAYS = {}
 
 # What stays this crate's, cut from every part: the module of a DC initiator created on a thread
 # domain of its own (src/mlx5/dc/initiator/thread_domain.rs: the register of sideway-ext-dc-direct's
@@ -120,7 +115,7 @@ MOVES = {
         # As 3b-2 moved it, now that the DC initiator's transitions are used.
         {"from": "src/mlx5/dc/state_table.rs", "to": "src/mlx5/dc/state_table.rs", "helpers": [], "rewrites": []},
         _move("mod.rs", "pr3c-1"),
-        _move("creation.rs", "pr3c-1", helpers=["query_device_attr"]),
+        _move("creation.rs", "pr3c-1"),
         _move("plan.rs", "pr3c-1"),
         _move("post_send.rs", "pr3c-1"),
     ],

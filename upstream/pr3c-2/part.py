@@ -27,7 +27,7 @@ MOVES = {
         # The port checks both bring-ups make before any transition.
         {"from": "src/mlx5/dc/port.rs", "to": "src/mlx5/dc/port.rs", "helpers": [], "rewrites": []},
         _move("mod.rs"),
-        _move("creation.rs", helpers=["query_device_attr"]),
+        _move("creation.rs"),
         _move("bring_up.rs"),
         _move("recovery.rs"),
     ],

@@ -51,7 +51,7 @@ _STREAM_RESET = [
 MOVES = {
     "1-dci-stream-reset": [
         _move("mod.rs"),
-        _move("creation.rs", helpers=["query_device_attr"]),
+        _move("creation.rs"),
         _move("recovery.rs", rewrites=_STREAM_RESET),
     ],
 }
