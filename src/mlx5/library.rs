@@ -32,6 +32,20 @@ pub(crate) fn dci_stream_id_reset() -> Option<DciStreamIdReset> {
     })
 }
 
+/// `mlx5dv_dci_stream_id_reset` as rdma-mummy-sys 0.2.7 binds it: `EOPNOTSUPP` where libmlx5
+/// lacks the function, as libmlx5 itself answers where the device cannot reset streams.
+///
+/// # Safety
+///
+/// `qp` must be a live queue pair, not used by another thread during the call.
+pub(crate) unsafe fn mlx5dv_dci_stream_id_reset(qp: *mut ibv_qp, stream_id: u16) -> c_int {
+    match dci_stream_id_reset() {
+        // SAFETY: the caller's promise; the function has the C signature it was resolved with.
+        Some(reset) => unsafe { reset(qp, stream_id) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
 /// `mlx5dv_init_obj` (libmlx5's default version, `MLX5_1.2`), if libmlx5 is there.
 pub(crate) fn init_obj() -> Option<InitObj> {
     static RESOLVED: OnceLock<Option<InitObj>> = OnceLock::new();

@@ -21,7 +21,7 @@ _ALWAYS = {}
 _THIS_CRATE = {
     "mod.rs": [
         # A DC initiator on a thread domain of its own (thread_domain.rs, which stays).
-        ("pub mod thread_domain;\n", "", 1),
+        ("\n// This crate's own: a DC initiator on a thread domain of its own.\npub mod thread_domain;\n", "", 1),
     ],
 }
 
@@ -50,7 +50,6 @@ _LATER = {
     # Bring-up and recovery.
     "pr3c-2": {
         "mod.rs": [
-            # (After 3e's cut of the stream reset's error from the last line.)
             (("\n// How it reaches RTS, and comes back after an error.\n",
               "pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n"), "", 1),
             ("    brought_up_with: Option<Arc<bring_up::BringUpAttributes>>,\n", "", 1),
@@ -61,20 +60,9 @@ _LATER = {
     },
     # The reset of one DCI stream (mlx5dv_dci_stream_id_reset: an rdma-mummy-sys release first).
     "pr3e": {
-        "recovery.rs": [
-            ("only\n    /// a stream errored ([`reset_stream`](Self::reset_stream)) and it is still RTS.",
-             "only\n    /// a stream errored and it is still RTS.", 1),
-            (",\n//! `recover`, and the reset of one errored DCI stream (`mlx5dv_dci_stream_id_reset`, resolved\n"
-             "//! here until rdma-mummy-sys binds it).\n", ",\n//! and `recover`.\n", 1),
-            (("\n/// Error returned by [`DcInitiator::reset_stream`].\n",
-              "_ => Err(ResetDciStreamErrorKind::Ibverbs(io::Error::from_raw_os_error(errno)).into()),\n"
-              "            },\n        }\n    }\n}\n"), "", 1),
-        ],
         "mod.rs": [
-            ("pub use self::recovery::{\n"
-             "    DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,\n"
-             "};\n",
-             "pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n", 1),
+            (("// The reset of one errored DCI stream.\n", "pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};\n"),
+             "", 1),
         ],
     },
 }
@@ -125,19 +113,9 @@ MOVES = {
             # traits) and its completion poller.
             "from": "examples/dc_hello.rs",
             "to": "examples/dc_hello.rs",
-            "common": False,
+            "common": "user",
             "helpers": [],
-            "rewrites": [
-                # This crate's traits give sideway's types the DC factories; upstream has them inherent.
-                ("use sideway_ext::ibverbs::address::AddressHandleAttribute;\n"
-                 "use sideway_ext::ibverbs::extension::ProtectionDomainExt;\n"
-                 "use sideway_ext::ibverbs::queue_pair::QueuePairAttribute;\n"
-                 "use sideway_ext::mlx5::device_context::Mlx5DeviceContext;\n"
-                 "use sideway_ext::mlx5::extension::DcProtectionDomainExt;\n",
-                 "use sideway::ibverbs::address::AddressHandleAttribute;\n"
-                 "use sideway::ibverbs::queue_pair::QueuePairAttribute;\n"
-                 "use sideway::mlx5::device_context::Mlx5DeviceContext;\n", 1),
-            ],
+            "rewrites": [],
         },
     ],
 }
@@ -146,6 +124,7 @@ MOVES = {
 LEFT_OUT = {
     _INIT + "bring_up.rs": "the DC initiator's bring-up: pull request 3c-2",
     _INIT + "recovery.rs": "the DC initiator's recovery: pull request 3c-2",
+    _INIT + "stream_reset.rs": "the reset of one DCI stream: pull request 3e",
 }
 
 # What a moved file, or a line a diff adds, must not say: this crate's names and glue, and the DC

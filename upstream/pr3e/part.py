@@ -25,34 +25,18 @@ def _move(name, helpers=(), rewrites=()):
             "rewrites": _SHARED["INITIATOR_REWRITES"](name, "pr3e") + list(rewrites)}
 
 
-# The reset through rdma-mummy-sys' binding: its wrapper returns EOPNOTSUPP where libmlx5 lacks the
-# function, as libmlx5 does where the device cannot reset streams, so the two are one error kind.
+# The reset through rdma-mummy-sys' binding (0.2.7), which this crate's library.rs mirrors until
+# then: the same name and answers (EOPNOTSUPP where libmlx5 lacks the function).
 _STREAM_RESET = [
-    ("(`mlx5dv_dci_stream_id_reset`, resolved\n//! here until rdma-mummy-sys binds it).\n",
-     "(`mlx5dv_dci_stream_id_reset`,\n//! libmlx5 of rdma-core v37 and later).\n", 1),
-    ("use std::time::{Duration, Instant};\n\n",
-     "use std::time::{Duration, Instant};\n\nuse rdma_mummy_sys::mlx5dv_dci_stream_id_reset;\n", 1),
-    (("    /// libmlx5 has no `mlx5dv_dci_stream_id_reset`", "    NotSupported,\n"), "", 1),
-    ("    /// The device cannot reset streams (`EOPNOTSUPP` while the DC initiator is in RTS).",
-     "    /// The device, or libmlx5 before rdma-core v37, cannot reset streams (`EOPNOTSUPP` while the\n"
-     "    /// DC initiator is in RTS).", 1),
-    ("(max_log_num_errored 0 or no QP context extension)",
-     "(max_log_num_errored 0, no QP context extension, or libmlx5 before v37)", 1),
-    ("        let reset = crate::mlx5::library::dci_stream_id_reset().ok_or(ResetDciStreamErrorKind::NotSupported)?;\n",
-     "", 1),
-    ("        // SAFETY: the queue pair is alive and exclusively borrowed; the function has the C\n"
-     "        // signature it was resolved with.\n"
-     "        match unsafe { reset(self.qp.qp().as_ptr(), stream_id) } {",
-     "        // SAFETY: the queue pair is alive and exclusively borrowed.\n"
-     "        match unsafe { mlx5dv_dci_stream_id_reset(self.qp.qp().as_ptr(), stream_id) } {", 1),
+    ("use crate::mlx5::library::mlx5dv_dci_stream_id_reset;", "use rdma_mummy_sys::mlx5dv_dci_stream_id_reset;", 1),
 ]
 
 # The files that move, per commit (see MOVES in scripts/upstream-pr).
 MOVES = {
     "1-dci-stream-reset": [
         _move("mod.rs"),
-        _move("creation.rs"),
-        _move("recovery.rs", rewrites=_STREAM_RESET),
+        {"from": "src/mlx5/dc/initiator/stream_reset.rs", "to": "src/mlx5/dc/initiator/stream_reset.rs",
+         "helpers": [], "rewrites": _STREAM_RESET},
     ],
 }
 

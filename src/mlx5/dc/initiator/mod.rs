@@ -29,7 +29,6 @@ use crate::ibverbs::queue_pair::QueuePairAttribute;
 pub(crate) mod creation;
 mod plan;
 pub(crate) mod post_send;
-pub mod thread_domain;
 
 use self::plan::DciRequest;
 pub use self::post_send::{DcDestinationHandle, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle};
@@ -38,9 +37,12 @@ pub use self::post_send::{DcDestinationHandle, DcLocalBufferHandle, DcPostSendGu
 pub(crate) mod bring_up;
 pub(crate) mod recovery;
 pub use self::bring_up::{BringUpDcInitiatorError, BringUpDcInitiatorErrorKind, DcInitiatorBringUp};
-pub use self::recovery::{
-    DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind, ResetDciStreamError, ResetDciStreamErrorKind,
-};
+pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};
+// The reset of one errored DCI stream.
+mod stream_reset;
+pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};
+// This crate's own: a DC initiator on a thread domain of its own.
+pub mod thread_domain;
 
 /// Every send operation a DC initiator can post (libmlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`,
 /// less send with invalidate, which DC cannot carry); the atomics need a device with atomics.
