@@ -43,8 +43,8 @@
  * - max_wqe_sz_sq, max_wqe_sz_rq (512: max_srq_sge 31, mlx5_ib max_rq_sg - 1) and
  *   max_wqe_sz_sq_dc: no source read gives a device's value; max_sge is 30 whatever
  *   max_wqe_sz_sq is above 512 (mlx5_ib caps it at 512). ConnectX-6 Dx and -7 are given a DC
- *   limit below max_wqe_sz_sq, so that a profile holds the rule that a DC request is bounded by
- *   max_wqe_sz_sq_dc (sideway-ext's RequestTooLarge); which ConnectX has one is unknown. */
+ *   limit below max_wqe_sz_sq, so that a profile reports a DC limit of its own (sideway-ext's
+ *   query_send_wqe_sizes); which ConnectX has one is unknown. */
 #define COUNTS                                                                                   \
 	.log_max_qp = 16, .log_max_qp_sz = 15, .log_max_srq = 16, .log_max_srq_sz = 15,          \
 	.log_max_cq = 16, .log_max_cq_sz = 22, .log_max_mkey = 16, .log_max_pd = 16,             \
