@@ -40,12 +40,6 @@ impl DcInitiatorBuilder {
         }
     }
 
-    /// The protection domain the initiator is created on (default: the builder's).
-    pub fn setup_protection_domain(&mut self, pd: &Arc<ProtectionDomain>) -> &mut Self {
-        self.pd = Arc::clone(pd);
-        self
-    }
-
     /// The send queue asked for: at most what [`build`](Self::build) is granted.
     pub fn max_send_wr(&self) -> u32 {
         self.request.max_send_wr
