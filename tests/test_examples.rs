@@ -200,7 +200,7 @@ mod dc_hello {
         let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device]));
         assert!(finished.succeeded(), "{finished}");
         assert!(
-            finished.stdout.contains(&format!("GID index {gid_index} (")),
+            finished.stdout.contains(&format!("GID index {gid_index},")),
             "{finished}"
         );
         assert!(finished.stdout.contains("DC write and send checked"), "{finished}");
