@@ -193,10 +193,16 @@ mod dc_hello {
     #[ignore = "mlx5 hardware test: needs SIDEWAY_EXT_TEST_MLX5_DEVICE (a ConnectX-4 or newer)"]
     fn mlx5_hw_dc_hello_writes_and_sends() {
         let (ctx, device) = common::open_mlx5_test_device_named();
-        let (gid_index, _) = common::local_gid(&ctx);
+        // No GID index: dc_hello picks the port's first RoCE v2 GID (none on InfiniBand, where the
+        // LID is the address) and prints it.
+        let roce_v2 = ctx
+            .query_gid_table()
+            .expect("query_gid_table")
+            .into_iter()
+            .find(|entry| entry.port_num() == 1 && entry.gid_type() == sideway::ibverbs::address::GidType::RoceV2);
+        let gid_index = roce_v2.map_or("none".to_string(), |entry| entry.gid_index().to_string());
         drop(ctx);
         let binary = peer::example_binary("dc_hello", Some("mlx5"));
-        // No GID index: dc_hello picks the port's RoCE v2 GID (0 on InfiniBand) and prints it.
         let finished = peer::Peer::run("dc_hello", &binary, &peer::strings(&[&device]));
         assert!(finished.succeeded(), "{finished}");
         assert!(

@@ -43,8 +43,8 @@ mod stream_reset;
 pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};
 // This crate's own: a DC initiator on a thread domain of its own, or a builder's settings on
 // another protection domain.
-pub mod thread_domain;
 mod protection_domain;
+pub mod thread_domain;
 
 /// Every send operation a DC initiator can post (libmlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`,
 /// less send with invalidate, which DC cannot carry); the atomics need a device with atomics.
