@@ -21,7 +21,7 @@ _ALWAYS = {}
 _THIS_CRATE = {
     "mod.rs": [
         # A DC initiator on a thread domain of its own (thread_domain.rs, which stays).
-        (("\n// This crate's own: a DC initiator on a thread domain", "mod protection_domain;\n"), "", 1),
+        (("// This crate's own: a DC initiator on a thread domain", "pub mod thread_domain;\n"), "", 1),
     ],
 }
 
@@ -50,7 +50,7 @@ _LATER = {
     # Bring-up and recovery.
     "pr3c-2": {
         "mod.rs": [
-            (("\n// How it reaches RTS, and comes back after an error.\n",
+            (("// How it reaches RTS, and comes back after an error.\n",
               "pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiatorErrorKind};\n"), "", 1),
             ("    brought_up_with: Option<Arc<bring_up::BringUpAttributes>>,\n", "", 1),
         ],
