@@ -607,8 +607,7 @@ mod dc {
             Err("the counting initiators have no device".into())
         }
 
-        // inline(always): as a DC initiator's, which the pool's post path inlines.
-        #[inline(always)]
+        #[inline]
         fn start_batch<'a>(
             &'a mut self, address: &'a NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream: Option<u16>,
         ) -> Self::Batch<'a> {
