@@ -15,7 +15,7 @@ use super::types::DcPoolPolicy;
 use super::{DcInitiatorPool, PoolInitiator};
 use sideway_ext::mlx5::dc::endpoint::DcServiceClass;
 use sideway_ext::mlx5::dc::initiator::{
-    BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder,
+    BringUpDcInitiatorError, CreateDcInitiatorError, DcInitiatorBringUp, DcInitiatorBuilder, PlanDcInitiatorError,
 };
 
 /// Error returned by [`DcInitiatorPoolBuilder::build`].
@@ -27,11 +27,9 @@ pub struct CreateDcInitiatorPoolError(#[from] pub CreateDcInitiatorPoolErrorKind
 impl CreateDcInitiatorPoolError {
     /// Whether the device is not mlx5, libmlx5 is missing, or it has no DC (or DCI streams).
     pub fn is_not_supported(&self) -> bool {
-        use sideway_ext::mlx5::dc::initiator::CreateDcInitiatorErrorKind as Kind;
         match &self.0 {
-            CreateDcInitiatorPoolErrorKind::Initiator { source, .. } => {
-                source.is_not_supported() || matches!(source.0, Kind::DciStreamsNotSupported)
-            },
+            CreateDcInitiatorPoolErrorKind::Plan { source } => source.is_not_supported(),
+            CreateDcInitiatorPoolErrorKind::Initiator { source, .. } => source.is_not_supported(),
             _ => false,
         }
     }
@@ -80,7 +78,14 @@ pub enum CreateDcInitiatorPoolErrorKind {
     /// No `setup_bring_up`.
     #[error("the pool brings its initiators up: setup_bring_up is required")]
     MissingBringUp,
-    /// The ones before it were destroyed.
+    /// The initiators' settings do not fit the device (checked before anything is created).
+    #[error("the DC initiators' settings do not fit the device")]
+    Plan {
+        /// Why.
+        #[source]
+        source: PlanDcInitiatorError,
+    },
+    /// Creation of initiator `index`; the ones before it were destroyed.
     #[error("creating DC initiator {index} failed")]
     Initiator {
         /// Which one.
@@ -219,6 +224,10 @@ impl DcInitiatorPoolBuilder {
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
         let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
+        // The initiators' settings checked against the device before anything is created.
+        let per_initiator = initiator_builder
+            .planned_max_send_wr()
+            .map_err(|source| CreateDcInitiatorPoolErrorKind::Plan { source })?;
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
                 let cqe = entries(cq);
@@ -244,9 +253,6 @@ impl DcInitiatorPoolBuilder {
                 };
                 cqe_of(at_least)?;
                 // Sized for the send queue libmlx5 will grant each initiator.
-                let per_initiator = initiator_builder
-                    .planned_max_send_wr()
-                    .map_err(|source| CreateDcInitiatorPoolErrorKind::Initiator { index: 0, source })?;
                 let needed = self.count as u64 * u64::from(per_initiator.max(1));
                 let cqe = cqe_of(needed)?;
                 let mut builder = context.create_cq_builder();

@@ -37,7 +37,7 @@ use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
 use sideway_ext::mlx5::dc::initiator::thread_domain::CreateDcInitiatorOnThreadDomainErrorKind;
 use sideway_ext::mlx5::dc::initiator::{
     BringUpDcInitiatorErrorKind, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBringUp, DcInitiatorBuilder,
-    DcRecovery, DciStreams, ResetDciStreamErrorKind,
+    DcRecovery, DciStreams, PlanDcInitiatorErrorKind, ResetDciStreamErrorKind,
 };
 use sideway_ext::mlx5::dc::target::DcTarget;
 use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
@@ -455,9 +455,15 @@ fn a_connectx_6_has_no_dci_streams() {
         log_num_concurrent: 1,
         log_num_errored: 1,
     });
+    let err = builder.planned_max_send_wr().expect_err("streams on a ConnectX-6");
+    assert!(
+        matches!(err.0, PlanDcInitiatorErrorKind::DciStreamsNotSupported),
+        "{err:?}"
+    );
+    // libmlx5's `create_qp` refuses streams beyond dci_streams_caps: EINVAL.
     let err = builder.build().expect_err("streams on a ConnectX-6");
     assert!(
-        matches!(err.0, CreateDcInitiatorErrorKind::DciStreamsNotSupported),
+        matches!(&err.0, CreateDcInitiatorErrorKind::Ibverbs(err) if err.raw_os_error() == Some(libc::EINVAL)),
         "{err:?}"
     );
 
@@ -544,9 +550,16 @@ fn a_connectx_6_dx_grants_dci_streams() {
     };
     let mut builder = lb.pd.create_dci_builder();
     builder.setup_send_cq(lb.cq.clone()).setup_dci_streams(too_many);
+    let err = builder
+        .planned_max_send_wr()
+        .expect_err("more streams than the device has");
+    assert!(
+        matches!(err.0, PlanDcInitiatorErrorKind::DciStreamsTooLarge { .. }),
+        "{err:?}"
+    );
     let err = builder.build().expect_err("more streams than the device has");
     assert!(
-        matches!(err.0, CreateDcInitiatorErrorKind::DciStreamsTooLarge { .. }),
+        matches!(&err.0, CreateDcInitiatorErrorKind::Ibverbs(err) if err.raw_os_error() == Some(libc::EINVAL)),
         "{err:?}"
     );
 

@@ -1,6 +1,5 @@
-//! How a DC initiator is created: the builder's settings and `build`, which plans the init
-//! parameters, hands them to `mlx5dv_create_qp` and completes the queue pair into a [`DcInitiator`].
-use std::io;
+//! How a DC initiator is created: the builder's settings and `build`, which hands them to
+//! `mlx5dv_create_qp` and completes the queue pair into a [`DcInitiator`].
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -13,14 +12,81 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
 use super::post_send::DcSendView;
-use super::{CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciStreams, Granted};
+use super::{
+    CreateDcInitiatorError, CreateDcInitiatorErrorKind, DcInitiator, DcInitiatorBuilder, DciStreams, Granted,
+    DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS,
+};
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::{create_dc_qp, DcQueuePair};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 
-// The planning, which `build` runs first (and the unit tests' paths name here).
-pub(crate) use super::plan::*;
+/// The init attributes of a DC initiator but the pointers (`cap`, `send_ops_flags`, streams,
+/// `sq_sig_all`), as a [`DcInitiatorBuilder`] asks for them ([`DciRequest`]) and as created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DciParameters<SendOps> {
+    pub max_send_wr: u32,
+    pub max_send_sge: u32,
+    pub max_inline_data: u32,
+    pub send_ops: SendOps,
+    pub streams: Option<DciStreams>,
+    pub sq_sig_all: bool,
+}
+
+/// What a builder asks for; send operations `None`: [`DC_SEND_OPERATIONS`] the device can do.
+pub(crate) type DciRequest = DciParameters<Option<SendOperationFlags>>;
+
+/// What a DC initiator is created with.
+pub(crate) type DciInitParameters = DciParameters<SendOperationFlags>;
+
+impl DciRequest {
+    /// The parameters a DC initiator is created with on a device with atomics or without: the
+    /// send operations asked for, or every DC operation the device can do. Atomics asked of a
+    /// device without them are refused here, as libmlx5's `mlx5_qp_fill_wr_pfns` would refuse
+    /// them with the `EOPNOTSUPP` of a device without DC.
+    pub(crate) fn init_parameters(&self, atomics: bool) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
+        let send_ops = match self.send_ops {
+            Some(requested) if !atomics && !requested.and(DC_ATOMIC_OPERATIONS).is_none() => {
+                let requested = requested.and(DC_ATOMIC_OPERATIONS);
+                return Err(CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested });
+            },
+            Some(requested) => requested,
+            None if atomics => DC_SEND_OPERATIONS,
+            None => DC_SEND_OPERATIONS.and(DC_ATOMIC_OPERATIONS.not()),
+        };
+        Ok(DciInitParameters {
+            max_send_wr: self.max_send_wr,
+            max_send_sge: self.max_send_sge,
+            max_inline_data: self.max_inline_data,
+            send_ops,
+            streams: self.streams,
+            sq_sig_all: self.sq_sig_all,
+        })
+    }
+}
+
+/// Refuses send operations a DC initiator cannot post, whatever the device.
+pub(crate) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), CreateDcInitiatorErrorKind> {
+    if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
+        return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
+            requested,
+            allowed: DC_SEND_OPERATIONS,
+        });
+    }
+    Ok(())
+}
+
+/// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
+/// smaller known of `max_dc_rd_atom` and `max_dc_init_rd_atom` (`1 << log_max_ra_res_dc`, the
+/// bound of mlx5_ib's `validate_rd_atomic`); 1, which every device takes, before rdma-core 47.
+pub(crate) fn dci_read_atomic_depth(max_dc_rd_atom: Option<u64>, max_dc_init_rd_atom: Option<u64>) -> u8 {
+    [max_dc_rd_atom, max_dc_init_rd_atom]
+        .into_iter()
+        .flatten()
+        .filter(|&depth| depth > 0)
+        .min()
+        .map_or(1, |depth| depth.min(u64::from(u8::MAX)) as u8)
+}
 
 impl DcInitiatorBuilder {
     /// A builder with the defaults: 16 send requests of 1 entry, no inline data, every DC
@@ -57,8 +123,7 @@ impl DcInitiatorBuilder {
     }
 
     /// Capacity of the send queue (default 16; [`DcInitiator::max_send_wr`] reads what was
-    /// granted), in requests of at least two 64-byte blocks (libmlx5's `mlx5_calc_send_wqe`) where
-    /// `max_qp_wr` counts blocks ([`SendQueueTooLarge`](CreateDcInitiatorErrorKind::SendQueueTooLarge)).
+    /// granted, which libmlx5 rounds up), at most the device's `max_qp_wr`.
     pub fn setup_max_send_wr(&mut self, max_send_wr: u32) -> &mut Self {
         self.request.max_send_wr = max_send_wr;
         self
@@ -66,15 +131,11 @@ impl DcInitiatorBuilder {
 
     /// Scatter/gather entries per send request (default 1), at most the device's `max_sge`.
     ///
-    /// libmlx5 also bounds the whole request (`mlx5_calc_send_wqe`): this initiator's overhead
+    /// libmlx5 also bounds the whole request (`mlx5_calc_send_wqe`): a DC request's overhead
     /// (control segment, 48-byte address vector, 16 more for RDMA's remote address, 32 more for
     /// an atomic's), then 16 bytes an entry, or the inline data with a 4-byte header padded to
-    /// 16, must fit the device's largest send request, `max_wqe_sz_sq`, which no query of
-    /// libibverbs or libmlx5 reports. Every device takes at least `16 · max_sge + 32` bytes (the
-    /// kernel derives `max_sge` from it, capped at 512), so `max_sge − 3` entries (`− 4` with
-    /// atomics) and 428 bytes of inline data (412 with atomics) fit every device with `max_sge`
-    /// 30. A larger request is left to the library, and its refusal reported as
-    /// [`RequestTooLarge`](CreateDcInitiatorErrorKind::RequestTooLarge), never a bare `EINVAL`.
+    /// 16, must fit the device's largest send request (`max_wqe_sz_sq`), or `build` fails with
+    /// `EINVAL`.
     pub fn setup_max_send_sge(&mut self, max_send_sge: u32) -> &mut Self {
         self.request.max_send_sge = max_send_sge;
         self
@@ -95,8 +156,8 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), checked against `dci_streams_caps`.
-    /// Requests then address with `setup_dc_addr_stream`.
+    /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), at most the device's
+    /// `dci_streams_caps`.
     pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
         self.request.streams = Some(streams);
         self
@@ -108,8 +169,9 @@ impl DcInitiatorBuilder {
         self
     }
 
-    /// Creates the DC initiator with `mlx5dv_create_qp`, after checking the request against the
-    /// device (send operations, capacities, DCI streams, see [`CreateDcInitiatorErrorKind`]).
+    /// Creates the DC initiator with `mlx5dv_create_qp`, in RESET. A send operation that is not a
+    /// DC operation is refused first; what the device does not take (capacities, DCI streams,
+    /// atomics) libmlx5 or the kernel refuses.
     ///
     /// Scatter to CQE is off: libmlx5's `create_qp` turns it off for every DC queue pair.
     pub fn build(&self) -> Result<DcInitiator, CreateDcInitiatorError> {
@@ -128,38 +190,6 @@ impl DcInitiatorBuilder {
             .send_cq
             .clone()
             .ok_or(CreateDcInitiatorErrorKind::MissingSendCompletionQueue)?;
-        let DciPlan {
-            context,
-            device,
-            params,
-        } = self.plan()?;
-        let (mut init, mut mlx5_init) = dci_init_attributes(&params);
-        init.pd = pd.as_ptr();
-        // SAFETY: the CQ is alive: self holds it, and the queue pair will too.
-        unsafe {
-            init.send_cq = send_cq.cq().as_ptr();
-            init.recv_cq = send_cq.cq().as_ptr();
-        }
-        // SAFETY: init's pointers are alive for the call (the caller's promise for the PD).
-        let qp = unsafe { create_dc_qp(context, &mut init, &mut mlx5_init) }
-            .map_err(|err| creation_error(err, &params, &device))?;
-        // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
-        let granted = Granted::of(&init);
-        // SAFETY: qp was just created on these parents, in RESET, and is owned here (an error
-        // below destroys it).
-        let qp = unsafe { DcQueuePair::new(qp, &DC_INITIATOR_TRANSITIONS, Arc::clone(&self.pd), send_cq, None) };
-        DcInitiator::adopt(qp, params, granted, device.read_atomic_depth)
-            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
-    }
-
-    /// The send queue [`build`](Self::build) will be granted, before creating anything.
-    pub fn planned_max_send_wr(&self) -> Result<u32, CreateDcInitiatorError> {
-        Ok(self.plan()?.params.granted_max_send_wr())
-    }
-
-    /// Queries the device (`mlx5dv_query_device`, `ibv_query_device`) and plans the creation
-    /// ([`plan_dci`]), refusing what the device does not take before `mlx5dv_create_qp`.
-    fn plan(&self) -> Result<DciPlan, CreateDcInitiatorError> {
         if let Some(requested) = self.request.send_ops {
             check_dc_operations(requested)?;
         }
@@ -171,27 +201,27 @@ impl DcInitiatorBuilder {
             QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
         })?;
         let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
-        let device = DciDevice {
-            max_qp_wr: device.max_qp_wr.max(0) as u32,
-            max_sge: device.max_sge.max(0) as u32,
-            atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
-            dci_streams: mlx5.dci_streams_caps(),
-            read_atomic_depth: dci_read_atomic_depth(mlx5.max_dc_rd_atom(), mlx5.max_dc_init_rd_atom()),
-        };
-        let params = plan_dci(&self.request, &device)?;
-        Ok(DciPlan {
-            context,
-            device,
-            params,
-        })
+        let atomics = device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE;
+        let params = self.request.init_parameters(atomics)?;
+        let (mut init, mut mlx5_init) = dci_init_attributes(&params);
+        init.pd = pd.as_ptr();
+        // SAFETY: the CQ is alive: self holds it, and the queue pair will too.
+        unsafe {
+            init.send_cq = send_cq.cq().as_ptr();
+            init.recv_cq = send_cq.cq().as_ptr();
+        }
+        // SAFETY: init's pointers are alive for the call (the caller's promise for the PD).
+        let qp = unsafe { create_dc_qp(context, &mut init, &mut mlx5_init) }
+            .map_err(|err| err.map_or(CreateDcInitiatorErrorKind::DcNotSupportedByDevice, Into::into))?;
+        // libmlx5 wrote the granted sizes back (`create_qp`, `mlx5_calc_sq_size`).
+        let granted = Granted::of(&init);
+        // SAFETY: qp was just created on these parents, in RESET, and is owned here (an error
+        // below destroys it).
+        let qp = unsafe { DcQueuePair::new(qp, &DC_INITIATOR_TRANSITIONS, Arc::clone(&self.pd), send_cq, None) };
+        let read_atomic_depth = dci_read_atomic_depth(mlx5.max_dc_rd_atom(), mlx5.max_dc_init_rd_atom());
+        DcInitiator::adopt(qp, params, granted, read_atomic_depth)
+            .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
     }
-}
-
-/// What [`DcInitiatorBuilder::build`] creates a DC initiator from.
-struct DciPlan {
-    context: NonNull<rdma_mummy_sys::ibv_context>,
-    device: DciDevice,
-    params: DciInitParameters,
 }
 
 impl DcInitiator {
@@ -226,28 +256,6 @@ impl DcInitiator {
             .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
         // SAFETY: the views of a live DC initiator created with these send operations.
         unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, params.send_ops) }
-    }
-}
-
-/// Why `mlx5dv_create_qp` refused the DC initiator `params` describes: `EOPNOTSUPP` (`None`) is
-/// a device without DC; `EINVAL` for a request larger than every device takes
-/// ([`guaranteed_request_bytes`]) is libmlx5's `mlx5_calc_send_wqe` refusing its size.
-pub(crate) fn creation_error(
-    err: Option<io::Error>, params: &DciInitParameters, device: &DciDevice,
-) -> CreateDcInitiatorErrorKind {
-    let Some(err) = err else {
-        return CreateDcInitiatorErrorKind::DcNotSupportedByDevice;
-    };
-    let request_bytes = dci_request_bytes(params.send_ops, params.max_send_sge, params.max_inline_data);
-    let guaranteed = guaranteed_request_bytes(device.max_sge);
-    match err.raw_os_error() {
-        Some(libc::EINVAL) if request_bytes > guaranteed => CreateDcInitiatorErrorKind::RequestTooLarge {
-            max_send_sge: params.max_send_sge,
-            max_inline_data: params.max_inline_data,
-            request_bytes,
-            guaranteed,
-        },
-        _ => CreateDcInitiatorErrorKind::Ibverbs(err),
     }
 }
 
@@ -287,10 +295,8 @@ const MLX5DV_DCTYPE_DCI: mlx5dv_dc_type = rdma_mummy_sys::MLX5DV_DCTYPE_DCI;
 
 #[cfg(test)]
 mod tests {
-    //! The init attributes and the streams check, against the reference rules.
-    use super::super::DC_SEND_OPERATIONS;
+    //! The init attributes and the send operations, against the reference rules.
     use super::*;
-    use crate::mlx5::device_attributes::DciStreamsCapabilities;
 
     #[test]
     fn the_read_atomic_depth_is_the_smaller_known_depth_and_1_when_none_is_known() {
@@ -365,110 +371,32 @@ mod tests {
         assert_eq!(mlx5.create_flags, 0);
     }
     #[test]
-    fn streams_are_checked_against_the_device_with_the_limit_named() {
-        let caps = DciStreamsCapabilities {
-            max_log_num_concurrent: 4,
-            max_log_num_errored: 2,
-        };
-        let ok = DciStreams {
-            log_num_concurrent: 4,
-            log_num_errored: 2,
-        };
-        assert!(check_streams(ok, Some(caps)).is_ok());
-        assert!(matches!(
-            check_streams(ok, None),
-            Err(CreateDcInitiatorErrorKind::DciStreamsNotSupported)
-        ));
-        let errored = DciStreams {
-            log_num_errored: 3,
-            ..ok
-        };
-        assert!(matches!(
-            check_streams(errored, Some(caps)),
-            Err(CreateDcInitiatorErrorKind::DciStreamsTooLarge {
-                limit: "log_num_errored",
-                requested: 3,
-                max: 2
-            })
-        ));
-    }
-
-    /// libmlx5 rounds the queue's bytes up to a power of two (20 requests of 128 bytes: 32).
-    #[test]
-    fn the_plan_rounds_the_send_queue_as_libmlx5() {
-        let request = DciRequest {
-            max_send_wr: 20,
+    fn the_default_send_operations_are_the_dc_operations_the_device_can_do() {
+        let request = |send_ops| DciRequest {
+            max_send_wr: 16,
             max_send_sge: 1,
             max_inline_data: 0,
-            send_ops: None,
+            send_ops,
             streams: None,
             sq_sig_all: false,
         };
-        let device = DciDevice {
-            max_qp_wr: 1 << 15,
-            max_sge: 30,
-            atomics: false,
-            dci_streams: None,
-            read_atomic_depth: 1,
-        };
-        let planned = plan_dci(&request, &device).expect("planned");
-        assert_eq!(planned.granted_max_send_wr(), 32);
-    }
-
-    /// A request beyond what every device takes is left to libmlx5, and its `EINVAL` is named,
-    /// not a bare errno; another `EINVAL` is left as it is.
-    #[test]
-    fn a_request_beyond_every_device_is_left_to_libmlx5_and_its_einval_named() {
-        let device = DciDevice {
-            max_qp_wr: 32768,
-            max_sge: 30,
-            atomics: true,
-            dci_streams: None,
-            read_atomic_depth: 16,
-        };
-        let einval = || Some(io::Error::from_raw_os_error(libc::EINVAL));
-        let request = |max_send_sge, max_inline_data| DciRequest {
-            max_send_wr: 16,
-            max_send_sge,
-            max_inline_data,
-            send_ops: None,
-            streams: None,
-            sq_sig_all: false,
-        };
-        // 30 entries with the atomics' overhead: 96 + 30 * 16 = 576 bytes, beyond 16 * 30 + 32.
-        let params = plan_dci(&request(30, 0), &device).expect("left to libmlx5");
-        let kind = creation_error(einval(), &params, &device);
-        assert!(
-            matches!(
-                kind,
-                CreateDcInitiatorErrorKind::RequestTooLarge {
-                    max_send_sge: 30,
-                    max_inline_data: 0,
-                    request_bytes: 576,
-                    guaranteed: 512,
-                }
-            ),
-            "{kind:?}"
-        );
-        assert!(kind.to_string().contains("512 bytes fit every device"), "{kind}");
-        // 500 bytes inline: 96 + (4 + 500, padded to 16) = 608.
-        let params = plan_dci(&request(1, 500), &device).expect("left to libmlx5");
-        let kind = creation_error(einval(), &params, &device);
-        assert!(
-            matches!(
-                kind,
-                CreateDcInitiatorErrorKind::RequestTooLarge { request_bytes: 608, .. }
-            ),
-            "{kind:?}"
-        );
-        // The request fits every device: the library refused something else.
-        let params = plan_dci(&request(26, 0), &device).expect("planned");
-        let kind = creation_error(einval(), &params, &device);
-        assert!(matches!(kind, CreateDcInitiatorErrorKind::Ibverbs(_)), "{kind:?}");
-        // EOPNOTSUPP (None): a device without DC.
+        let send_ops = |request: DciRequest, atomics| request.init_parameters(atomics).map(|params| params.send_ops);
+        assert_eq!(send_ops(request(None), true).unwrap(), DC_SEND_OPERATIONS);
+        let without_atomics = send_ops(request(None), false).unwrap();
+        assert!(without_atomics.and(DC_ATOMIC_OPERATIONS).is_none());
+        assert!(without_atomics.contains(SendOperationFlags::Read | SendOperationFlags::Send));
+        // Asked for: as asked, but atomics of a device without them.
+        let asked = SendOperationFlags::Write | SendOperationFlags::AtomicFetchAndAdd;
+        assert_eq!(send_ops(request(Some(asked)), true).unwrap(), asked);
         assert!(matches!(
-            creation_error(None, &params, &device),
-            CreateDcInitiatorErrorKind::DcNotSupportedByDevice
+            send_ops(request(Some(asked)), false),
+            Err(CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested })
+                if requested == SendOperationFlags::AtomicFetchAndAdd
+        ));
+        assert!(check_dc_operations(asked).is_ok());
+        assert!(matches!(
+            check_dc_operations(SendOperationFlags::SendWithInvalidate),
+            Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations { .. })
         ));
     }
 }

@@ -1,17 +1,15 @@
 //! The DC initiator (DCI): a send-only queue pair of the DC transport whose every request names
 //! its destination with `mlx5dv_wr_set_dc_addr`.
 //!
-//! Build one with [`DcInitiatorBuilder`] (`pd.create_dci_builder()`): the plan checks the request
-//! against the device (send operations, capacities, DCI streams) and sizes the send queue as
-//! libmlx5 sizes it before `mlx5dv_create_qp` is called. It is created in RESET;
+//! Build one with [`DcInitiatorBuilder`] (`pd.create_dci_builder()`): `mlx5dv_create_qp` creates
+//! it in RESET;
 //! [`DcInitiator::modify`] moves it to RTS, its refusals explained by the DC initiator's table
 //! (mlx5_ib's `modify_dci_qp_is_ok`). Then post with [`DcInitiator::start_post_send`]
 //! ([`DcPostSendGuard`]): `construct_wr` → an operation → `setup_dc_addr` → the data. A data step
 //! before the address does not compile.
 //!
 //! This module defines the builder and its errors and the DC initiator with its accessors;
-//! `plan` decides the init parameters, `creation` holds the builder's settings and `build`,
-//! `post_send` the post guard.
+//! `creation` holds the builder's settings and `build`, `post_send` the post guard.
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -21,16 +19,14 @@ use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{ModifyQueuePairError, QueuePairState, SendOperationFlags};
 
-use self::plan::DciInitParameters;
+use self::creation::{DciInitParameters, DciRequest};
 use self::post_send::DcSendView;
 use super::queue_pair::DcQueuePair;
 use crate::ibverbs::queue_pair::QueuePairAttribute;
 
 pub(crate) mod creation;
-mod plan;
 pub(crate) mod post_send;
 
-use self::plan::DciRequest;
 pub use self::post_send::{DcDestinationHandle, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle};
 
 // How it reaches RTS, and comes back after an error.
@@ -41,9 +37,11 @@ pub use self::recovery::{DcRecovery, RecoverDcInitiatorError, RecoverDcInitiator
 // The reset of one errored DCI stream.
 mod stream_reset;
 pub use self::stream_reset::{ResetDciStreamError, ResetDciStreamErrorKind};
-// This crate's own: a DC initiator on a thread domain of its own, or a builder's settings on
-// another protection domain.
+// This crate's own: a DC initiator on a thread domain of its own, a builder's settings on
+// another protection domain, or checked against the device before it is built.
+mod plan;
 mod protection_domain;
+pub use self::plan::{PlanDcInitiatorError, PlanDcInitiatorErrorKind};
 pub mod thread_domain;
 
 /// Every send operation a DC initiator can post (libmlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`,
@@ -83,8 +81,8 @@ pub enum CreateDcInitiatorErrorKind {
     /// `mlx5dv_query_device` returned `EOPNOTSUPP`.
     #[error("DC needs an mlx5 device and libmlx5")]
     NotSupported,
-    /// `mlx5dv_create_qp` returned `EOPNOTSUPP` after every other check passed (the kernel's
-    /// `set_mlx_qp_type` without the `dct` capability, e.g. a ConnectX-4 Lx).
+    /// `mlx5dv_create_qp` returned `EOPNOTSUPP` (the kernel's `set_mlx_qp_type` without the
+    /// `dct` capability, e.g. a ConnectX-4 Lx).
     #[error("this mlx5 device has no DC transport (mlx5dv_create_qp: EOPNOTSUPP)")]
     DcNotSupportedByDevice,
     /// No send completion queue was set up.
@@ -105,69 +103,6 @@ pub enum CreateDcInitiatorErrorKind {
         requested: SendOperationFlags,
         /// What a DC initiator can post.
         allowed: SendOperationFlags,
-    },
-    /// `max_send_wr` is out of range.
-    #[error("max_send_wr {requested} must be between 1 and the device's max_qp_wr {max}")]
-    InvalidMaxSendWorkRequests {
-        /// What was asked for.
-        requested: u32,
-        /// The device's limit.
-        max: u32,
-    },
-    /// The send queue would take more basic blocks than the device has (libmlx5's `mlx5_calc_sq_size`).
-    #[error(
-        "max_send_wr {requested} does not fit: a DC request takes {request_size} bytes, and the device's \
-         {max_qp_wr} send queue blocks of 64 bytes hold at most {max} of them"
-    )]
-    SendQueueTooLarge {
-        /// What was asked for.
-        requested: u32,
-        /// The largest `max_send_wr` that fits.
-        max: u32,
-        /// The size of one request, in bytes (a multiple of 64).
-        request_size: u32,
-        /// The device's `max_qp_wr`, read as its number of basic blocks.
-        max_qp_wr: u32,
-    },
-    /// `max_send_sge` is above the device's.
-    #[error("max_send_sge {requested} is above the device's max_sge {max}")]
-    TooManyScatterGatherEntries {
-        /// What was asked for.
-        requested: u32,
-        /// The device's limit.
-        max: u32,
-    },
-    /// libmlx5 refused the size of a request (`EINVAL` from `mlx5_calc_send_wqe`): with
-    /// `max_send_sge` entries or `max_inline_data` bytes inline, and this initiator's overhead,
-    /// a request takes `request_bytes`, more than the device's largest send request
-    /// (`max_wqe_sz_sq`, which no query of libibverbs or libmlx5 reports; every device takes
-    /// `guaranteed`). See [`DcInitiatorBuilder::setup_max_send_sge`].
-    #[error(
-        "a request of {request_bytes} bytes (max_send_sge {max_send_sge}, max_inline_data {max_inline_data}) \
-         is larger than the device's largest send request; {guaranteed} bytes fit every device"
-    )]
-    RequestTooLarge {
-        /// The scatter/gather entries asked for.
-        max_send_sge: u32,
-        /// The inline bytes asked for.
-        max_inline_data: u32,
-        /// What a request takes (libmlx5's sizing, before rounding to 64-byte blocks).
-        request_bytes: u32,
-        /// What every device with this `max_sge` takes (`16 · max_sge + 32`).
-        guaranteed: u32,
-    },
-    /// DCI streams on a device without them (e.g. a ConnectX-6 that is not a Dx).
-    #[error("the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 or not reported)")]
-    DciStreamsNotSupported,
-    /// A DCI-streams size is above the device's.
-    #[error("DCI streams: {limit} {requested} is above the device's {max}")]
-    DciStreamsTooLarge {
-        /// Which limit: `log_num_concurent` or `log_num_errored`.
-        limit: &'static str,
-        /// What was asked for.
-        requested: u8,
-        /// The device's maximum.
-        max: u8,
     },
     /// The provider left an entry NULL that posting would call; the queue pair was destroyed.
     #[error("the provider does not implement `{entry}` for this DC initiator")]

@@ -1,102 +1,148 @@
-//! How a DC initiator is planned before it is created ([`plan_dci`]), its send queue sized as
-//! libmlx5 sizes it (`mlx5_calc_send_wqe`, `mlx5_calc_sq_size`).
+//! This crate's own: a DC initiator's request checked against the device before it is built
+//! ([`DcInitiatorBuilder::planned_max_send_wr`]), every refusal named, its send queue sized as
+//! libmlx5 sizes it (`mlx5_calc_send_wqe`, `mlx5_calc_sq_size`), so that a pool sizes its
+//! completion queue before it creates anything. `build` itself leaves these limits to libmlx5
+//! and the kernel, as sideway's queue pair builder does.
 use sideway::ibverbs::queue_pair::SendOperationFlags;
 
-#[cfg(doc)]
-use super::DcInitiatorBuilder;
-use super::{CreateDcInitiatorErrorKind, DciStreams, DC_ATOMIC_OPERATIONS, DC_SEND_OPERATIONS};
+use super::creation::{check_dc_operations, DciInitParameters, DciRequest};
+use super::{CreateDcInitiatorErrorKind, DcInitiatorBuilder, DciStreams, DC_ATOMIC_OPERATIONS};
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
+use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 
-/// The init attributes of a DC initiator but the pointers (`cap`, `send_ops_flags`, streams,
-/// `sq_sig_all`), as a [`DcInitiatorBuilder`] asks for them ([`DciRequest`]) and as planned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DciParameters<SendOps> {
-    pub max_send_wr: u32,
-    pub max_send_sge: u32,
-    pub max_inline_data: u32,
-    pub send_ops: SendOps,
-    pub streams: Option<DciStreams>,
-    pub sq_sig_all: bool,
+/// Error returned by [`DcInitiatorBuilder::planned_max_send_wr`].
+#[derive(Debug, thiserror::Error)]
+#[error("the DC initiator asked for does not fit the device")]
+#[non_exhaustive]
+pub struct PlanDcInitiatorError(#[from] pub PlanDcInitiatorErrorKind);
+
+impl PlanDcInitiatorError {
+    /// Whether DC, or the DCI streams asked for, is not available on this device.
+    pub fn is_not_supported(&self) -> bool {
+        matches!(
+            self.0,
+            PlanDcInitiatorErrorKind::Create(CreateDcInitiatorErrorKind::NotSupported)
+                | PlanDcInitiatorErrorKind::DciStreamsNotSupported
+        )
+    }
 }
 
-/// What a builder asks for; send operations `None`: [`DC_SEND_OPERATIONS`] the device can do.
-pub(crate) type DciRequest = DciParameters<Option<SendOperationFlags>>;
+/// The enum type for [`PlanDcInitiatorError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanDcInitiatorErrorKind {
+    /// What `build` refuses before the library: send operations that are not DC operations,
+    /// atomics on a device without them, no mlx5 device or library.
+    #[error(transparent)]
+    Create(#[from] CreateDcInitiatorErrorKind),
+    /// `max_send_wr` is out of range.
+    #[error("max_send_wr {requested} must be between 1 and the device's max_qp_wr {max}")]
+    InvalidMaxSendWorkRequests {
+        /// What was asked for.
+        requested: u32,
+        /// The device's limit.
+        max: u32,
+    },
+    /// The send queue would take more basic blocks than the device has (libmlx5's `mlx5_calc_sq_size`).
+    #[error(
+        "max_send_wr {requested} does not fit: a DC request takes {request_size} bytes, and the device's \
+         {max_qp_wr} send queue blocks of 64 bytes hold at most {max} of them"
+    )]
+    SendQueueTooLarge {
+        /// What was asked for.
+        requested: u32,
+        /// The largest `max_send_wr` that fits.
+        max: u32,
+        /// The size of one request, in bytes (a multiple of 64).
+        request_size: u32,
+        /// The device's `max_qp_wr`, read as its number of basic blocks.
+        max_qp_wr: u32,
+    },
+    /// `max_send_sge` is above the device's.
+    #[error("max_send_sge {requested} is above the device's max_sge {max}")]
+    TooManyScatterGatherEntries {
+        /// What was asked for.
+        requested: u32,
+        /// The device's limit.
+        max: u32,
+    },
+    /// DCI streams on a device without them (e.g. a ConnectX-6 that is not a Dx).
+    #[error("the device has no DCI streams (dci_streams_caps.max_log_num_concurent is 0 or not reported)")]
+    DciStreamsNotSupported,
+    /// A DCI-streams size is above the device's.
+    #[error("DCI streams: {limit} {requested} is above the device's {max}")]
+    DciStreamsTooLarge {
+        /// Which limit: `log_num_concurent` or `log_num_errored`.
+        limit: &'static str,
+        /// What was asked for.
+        requested: u8,
+        /// The device's maximum.
+        max: u8,
+    },
+}
 
-/// What a DC initiator is created with.
-pub(crate) type DciInitParameters = DciParameters<SendOperationFlags>;
-
-/// What the device reports that decides a DC initiator's creation: `ibv_query_device`'s
+/// What the device reports that decides a DC initiator's limits: `ibv_query_device`'s
 /// `max_qp_wr`, `max_sge` and `atomic_cap`, and `mlx5dv_query_device`'s `dci_streams_caps`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DciDevice {
-    pub max_qp_wr: u32,
-    pub max_sge: u32,
+struct DciDevice {
+    max_qp_wr: u32,
+    max_sge: u32,
     /// `atomic_cap` is not `IBV_ATOMIC_NONE` (libmlx5 sets `atomics_enabled` from it).
-    pub atomics: bool,
-    pub dci_streams: Option<DciStreamsCapabilities>,
-    /// The deepest `max_rd_atomic` a DC initiator takes ([`dci_read_atomic_depth`]).
-    pub read_atomic_depth: u8,
+    atomics: bool,
+    dci_streams: Option<DciStreamsCapabilities>,
 }
 
-/// A DC initiator's read/atomic depth from what libmlx5 reports (0 or absent: unknown): the
-/// smaller known of `max_dc_rd_atom` and `max_dc_init_rd_atom` (`1 << log_max_ra_res_dc`, the
-/// bound of mlx5_ib's `validate_rd_atomic`); 1, which every device takes, before rdma-core 47.
-pub(crate) fn dci_read_atomic_depth(max_dc_rd_atom: Option<u64>, max_dc_init_rd_atom: Option<u64>) -> u8 {
-    [max_dc_rd_atom, max_dc_init_rd_atom]
-        .into_iter()
-        .flatten()
-        .filter(|&depth| depth > 0)
-        .min()
-        .map_or(1, |depth| depth.min(u64::from(u8::MAX)) as u8)
-}
-
-/// Refuses send operations a DC initiator cannot post, whatever the device.
-pub(super) fn check_dc_operations(requested: SendOperationFlags) -> Result<(), CreateDcInitiatorErrorKind> {
-    if requested.bits() & !DC_SEND_OPERATIONS.bits() != 0 {
-        return Err(CreateDcInitiatorErrorKind::UnsupportedSendOperations {
-            requested,
-            allowed: DC_SEND_OPERATIONS,
-        });
+impl DcInitiatorBuilder {
+    /// The send queue [`build`](Self::build) will be granted (libmlx5 rounds the queue's bytes up
+    /// to a power of two), after checking the request against the device (`ibv_query_device`,
+    /// `mlx5dv_query_device`): each limit `build` leaves to libmlx5 and the kernel, which refuse
+    /// it with a bare `EINVAL`, is refused here by name. Creates nothing.
+    pub fn planned_max_send_wr(&self) -> Result<u32, PlanDcInitiatorError> {
+        if let Some(requested) = self.request.send_ops {
+            check_dc_operations(requested).map_err(PlanDcInitiatorErrorKind::from)?;
+        }
+        let device = self.query_dci_device().map_err(PlanDcInitiatorErrorKind::from)?;
+        Ok(plan_dci(&self.request, &device)?.granted_max_send_wr())
     }
-    Ok(())
+
+    /// What the device reports that decides a DC initiator's limits.
+    fn query_dci_device(&self) -> Result<DciDevice, CreateDcInitiatorErrorKind> {
+        // SAFETY: the PD's context is open while the PD is.
+        let context = unsafe { std::ptr::NonNull::new_unchecked(self.pd.pd().as_ref().context) };
+        // SAFETY: as above.
+        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
+            QueryMlx5DeviceErrorKind::NotSupported => CreateDcInitiatorErrorKind::NotSupported,
+            QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+        })?;
+        let device = crate::ibverbs::query_device_attr(&self.pd)?;
+        Ok(DciDevice {
+            max_qp_wr: device.max_qp_wr.max(0) as u32,
+            max_sge: device.max_sge.max(0) as u32,
+            atomics: device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            dci_streams: mlx5.dci_streams_caps(),
+        })
+    }
 }
 
 /// Decides a DC initiator's init parameters from the request and the device.
-///
-/// # Errors
-///
-/// What [`DcInitiatorBuilder::build`] refuses before the library.
-pub(crate) fn plan_dci(
-    request: &DciRequest, device: &DciDevice,
-) -> Result<DciInitParameters, CreateDcInitiatorErrorKind> {
-    let send_ops = match request.send_ops {
-        Some(requested) => {
-            check_dc_operations(requested)?;
-            let atomics = requested.and(DC_ATOMIC_OPERATIONS);
-            if !atomics.is_none() && !device.atomics {
-                return Err(CreateDcInitiatorErrorKind::AtomicOperationsNotSupported { requested: atomics });
-            }
-            requested
-        },
-        None if device.atomics => DC_SEND_OPERATIONS,
-        None => DC_SEND_OPERATIONS.and(DC_ATOMIC_OPERATIONS.not()),
-    };
+fn plan_dci(request: &DciRequest, device: &DciDevice) -> Result<DciInitParameters, PlanDcInitiatorErrorKind> {
+    let params = request.init_parameters(device.atomics)?;
     if request.max_send_wr == 0 || request.max_send_wr > device.max_qp_wr {
-        return Err(CreateDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
+        return Err(PlanDcInitiatorErrorKind::InvalidMaxSendWorkRequests {
             requested: request.max_send_wr,
             max: device.max_qp_wr,
         });
     }
     if request.max_send_sge > device.max_sge {
-        return Err(CreateDcInitiatorErrorKind::TooManyScatterGatherEntries {
+        return Err(PlanDcInitiatorErrorKind::TooManyScatterGatherEntries {
             requested: request.max_send_sge,
             max: device.max_sge,
         });
     }
-    let request_size = dci_request_size(send_ops, request.max_send_sge, request.max_inline_data);
+    let request_size = dci_request_size(params.send_ops, request.max_send_sge, request.max_inline_data);
     let max = dci_max_send_wr(device.max_qp_wr, request_size);
     if request.max_send_wr > max {
-        return Err(CreateDcInitiatorErrorKind::SendQueueTooLarge {
+        return Err(PlanDcInitiatorErrorKind::SendQueueTooLarge {
             requested: request.max_send_wr,
             max,
             request_size,
@@ -106,22 +152,7 @@ pub(crate) fn plan_dci(
     if let Some(streams) = request.streams {
         check_streams(streams, device.dci_streams)?;
     }
-    Ok(DciInitParameters {
-        max_send_wr: request.max_send_wr,
-        max_send_sge: request.max_send_sge,
-        max_inline_data: request.max_inline_data,
-        send_ops,
-        streams: request.streams,
-        sq_sig_all: request.sq_sig_all,
-    })
-}
-
-/// The largest send request every device with this `max_sge` takes, in bytes: the kernel's
-/// `mlx5_ib_query_device` derives `max_sge` as `(min(max_wqe_sz_sq, 512) − 32) / 16`, and its
-/// `mlx5_ib_alloc_ucontext` hands libmlx5 `max_wqe_sz_sq` itself as `max_sq_desc_sz`, the bound
-/// of `mlx5_calc_send_wqe`: so `max_sq_desc_sz ≥ 16 · max_sge + 32`.
-pub(crate) fn guaranteed_request_bytes(max_sge: u32) -> u32 {
-    max_sge.saturating_mul(16).saturating_add(32)
+    Ok(params)
 }
 
 /// The bytes one DC request takes before rounding, as libmlx5 sizes it (`mlx5_calc_send_wqe`
@@ -130,7 +161,7 @@ pub(crate) fn guaranteed_request_bytes(max_sge: u32) -> u32 {
 /// larger of the scatter/gather entries (16 bytes each) and the inline data (a 4-byte header,
 /// padded to 16). It must not exceed the device's `max_sq_desc_sz` (`max_wqe_sz_sq`, which libmlx5
 /// checks) nor its `max_wqe_sz_sq_dc` (which nothing before the device checks).
-pub(crate) fn dci_request_bytes(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
+fn dci_request_bytes(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
     let rdma = SendOperationFlags::Write | SendOperationFlags::WriteWithImmediate | SendOperationFlags::Read;
     let operation = if !send_ops.and(DC_ATOMIC_OPERATIONS).is_none() {
         48
@@ -149,7 +180,7 @@ pub(crate) fn dci_request_bytes(send_ops: SendOperationFlags, max_send_sge: u32,
 }
 
 /// The bytes one DC request takes in the send queue: [`dci_request_bytes`] in 64-byte blocks.
-pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
+fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, max_inline_data: u32) -> u32 {
     dci_request_bytes(send_ops, max_send_sge, max_inline_data).saturating_add(63) & !63
 }
 
@@ -158,7 +189,7 @@ pub(crate) fn dci_request_size(send_ops: SendOperationFlags, max_send_sge: u32, 
 /// requests' bytes rounded up to a power of two, at most `max_send_wqebb` blocks, which the
 /// kernel's `mlx5_ib_alloc_ucontext` sets to `1 << log_max_qp_sz`, as `max_qp_wr` was before
 /// kernels that report fewer): `max_qp_wr` itself at most.
-pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
+fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
     let blocks = match max_qp_wr {
         0 => return 0,
         n => 1u64 << (31 - n.leading_zeros()),
@@ -168,14 +199,14 @@ pub(crate) fn dci_max_send_wr(max_qp_wr: u32, request_size: u32) -> u32 {
 
 /// The requests a send queue of `max_send_wr` requests of `request_size` bytes is granted
 /// (libmlx5's `mlx5_calc_sq_size` rounds its bytes up to a power of two).
-pub(crate) fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
+fn dci_granted_send_wr(max_send_wr: u32, request_size: u32) -> u32 {
     let request_size = u64::from(request_size.max(64));
     ((u64::from(max_send_wr) * request_size).next_power_of_two() / request_size).min(u64::from(u32::MAX)) as u32
 }
 
 impl DciInitParameters {
     /// The send queue `mlx5dv_create_qp` grants these parameters.
-    pub(crate) fn granted_max_send_wr(&self) -> u32 {
+    fn granted_max_send_wr(&self) -> u32 {
         let request_size = dci_request_size(self.send_ops, self.max_send_sge, self.max_inline_data);
         dci_granted_send_wr(self.max_send_wr, request_size)
     }
@@ -184,12 +215,10 @@ impl DciInitParameters {
 /// Checks DCI streams against the device's capabilities: none reported, or a concurrency of 0
 /// (libmlx5's `_mlx5dv_query_device` reports the capability on every device, with zeros where
 /// there are no streams), is a device without streams.
-pub(super) fn check_streams(
-    streams: DciStreams, caps: Option<DciStreamsCapabilities>,
-) -> Result<(), CreateDcInitiatorErrorKind> {
+fn check_streams(streams: DciStreams, caps: Option<DciStreamsCapabilities>) -> Result<(), PlanDcInitiatorErrorKind> {
     let caps = caps
         .filter(|caps| caps.max_log_num_concurrent > 0)
-        .ok_or(CreateDcInitiatorErrorKind::DciStreamsNotSupported)?;
+        .ok_or(PlanDcInitiatorErrorKind::DciStreamsNotSupported)?;
     for (limit, requested, max) in [
         (
             "log_num_concurent",
@@ -199,8 +228,64 @@ pub(super) fn check_streams(
         ("log_num_errored", streams.log_num_errored, caps.max_log_num_errored),
     ] {
         if requested > max {
-            return Err(CreateDcInitiatorErrorKind::DciStreamsTooLarge { limit, requested, max });
+            return Err(PlanDcInitiatorErrorKind::DciStreamsTooLarge { limit, requested, max });
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The plan's refusals and its sizing, against the reference rules.
+    use super::*;
+
+    #[test]
+    fn streams_are_checked_against_the_device_with_the_limit_named() {
+        let caps = DciStreamsCapabilities {
+            max_log_num_concurrent: 4,
+            max_log_num_errored: 2,
+        };
+        let ok = DciStreams {
+            log_num_concurrent: 4,
+            log_num_errored: 2,
+        };
+        assert!(check_streams(ok, Some(caps)).is_ok());
+        assert!(matches!(
+            check_streams(ok, None),
+            Err(PlanDcInitiatorErrorKind::DciStreamsNotSupported)
+        ));
+        let errored = DciStreams {
+            log_num_errored: 3,
+            ..ok
+        };
+        assert!(matches!(
+            check_streams(errored, Some(caps)),
+            Err(PlanDcInitiatorErrorKind::DciStreamsTooLarge {
+                limit: "log_num_errored",
+                requested: 3,
+                max: 2
+            })
+        ));
+    }
+
+    /// libmlx5 rounds the queue's bytes up to a power of two (20 requests of 128 bytes: 32).
+    #[test]
+    fn the_plan_rounds_the_send_queue_as_libmlx5() {
+        let request = DciRequest {
+            max_send_wr: 20,
+            max_send_sge: 1,
+            max_inline_data: 0,
+            send_ops: None,
+            streams: None,
+            sq_sig_all: false,
+        };
+        let device = DciDevice {
+            max_qp_wr: 1 << 15,
+            max_sge: 30,
+            atomics: false,
+            dci_streams: None,
+        };
+        let planned = plan_dci(&request, &device).expect("planned");
+        assert_eq!(planned.granted_max_send_wr(), 32);
+    }
 }

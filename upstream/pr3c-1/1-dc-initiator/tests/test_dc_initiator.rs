@@ -6,8 +6,7 @@ use sideway::mlx5::device_context::Mlx5DeviceContext;
 
 /// On every device: a DC initiator without its send CQ, or with an operation DC cannot post, is
 /// refused before the library; with its send CQ it is created where the device has DC (mlx5), in
-/// RESET, granted at least the send queue it asked for (what `planned_max_send_wr` said before)
-/// and the operations the device can do, and moves to INIT through the DC initiator's table; on
+/// RESET, granted at least the send queue it asked for and the operations the device can do, and moves to INIT through the DC initiator's table; on
 /// any other device its creation is the typed "not supported".
 #[test]
 fn dc_initiator_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
@@ -47,15 +46,12 @@ fn dc_initiator_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
         if !dc.is_supported() {
             let err = built.unwrap_err();
             assert!(err.is_not_supported(), "{err:?}");
-            let err = builder.planned_max_send_wr().unwrap_err();
-            assert!(err.is_not_supported(), "{err:?}");
             continue;
         }
         // A ConnectX with DC (not run yet: the SoftRoCE VM has none).
         let mut dci = built?;
         assert_eq!(dci.state(), QueuePairState::Reset);
         assert!(dci.max_send_wr() >= 20);
-        assert_eq!(dci.max_send_wr(), builder.planned_max_send_wr()?);
         assert_eq!(dci.send_ops_flags().bits() & !DC_SEND_OPERATIONS.bits(), 0);
         assert!(dci.max_read_atomic() >= 1);
         let mut rts = QueuePairAttribute::new();
