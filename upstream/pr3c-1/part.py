@@ -1,4 +1,4 @@
-# Pull request 3c-1: the DC initiator's creation and its planning. Read by scripts/upstream-pr (see
+# Pull request 3c-1: the DC initiator, its posting and dc_hello. Read by scripts/upstream-pr (see
 # upstream/README.md).
 #
 # The DC initiator's files move again with 3c-2 (bring-up, recovery), 3d (posting) and 3e (stream
@@ -15,9 +15,12 @@ _INIT = "src/mlx5/dc/initiator/"
 # What holds for every part.
 _ALWAYS = {}
 
-# What stays this crate's, cut from every part: the module of a DC initiator created on a thread
-# domain of its own (src/mlx5/dc/initiator/thread_domain.rs: the register of sideway-ext-dc-direct's
-# writer; upstream's DC initiator posts through libmlx5, which needs none).
+# What stays this crate's, cut from every part: the module lines of a DC initiator created on a
+# thread domain of its own (thread_domain.rs: the register of sideway-ext-dc-direct's writer;
+# upstream's DC initiator posts through libmlx5, which needs none), of a builder's settings taken
+# to another protection domain (protection_domain.rs, the pool's) and of the plan that checks a
+# request against the device before it is built (plan.rs, the pool's: upstream's `build` leaves
+# the device's limits to libmlx5 and the kernel, as sideway's queue pair builder does).
 _THIS_CRATE = {
     "mod.rs": [
         # A DC initiator on a thread domain of its own (thread_domain.rs, which stays).
@@ -38,9 +41,8 @@ _GUIDE = {
         "//! [`DcInitiator::recover`] brings it back in one call.\n"
         "//!\n"
         "//! This module defines the builder and its errors and the DC initiator with its accessors; its\n"
-        "//! other methods are in one file per concept: `creation`, the builder's settings and `build`\n"
-        "//! (planned by `plan`, sized as libmlx5 sizes it, so what it will grant is known before the\n"
-        "//! call); `bring_up`, the transitions to RTS; `recovery`, the state read from the device and\n"
+        "//! other methods are in one file per concept: `creation`, the builder's settings and `build`;\n"
+        "//! `bring_up`, the transitions to RTS; `recovery`, the state read from the device and\n"
         "//! `recover` after an error; `post_send`, the post guard.\n"
     ),
 }
@@ -87,7 +89,7 @@ def INITIATOR_REWRITES(name, part):
     rewrites += _ALWAYS.get(name, [])
     if name == "mod.rs" and part != "pr3c-1":
         # This crate's guide is pr3c-1's; from bring-up on, the guide of 3c-2.
-        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "//! `post_send` the post guard.\n"),
+        rewrites.append((("//! Build one with [`DcInitiatorBuilder`]", "`post_send` the post guard.\n"),
                          _GUIDE["pr3c-2"], 1))
     return rewrites
 
@@ -104,7 +106,6 @@ MOVES = {
         {"from": "src/mlx5/dc/state_table.rs", "to": "src/mlx5/dc/state_table.rs", "helpers": [], "rewrites": []},
         _move("mod.rs", "pr3c-1"),
         _move("creation.rs", "pr3c-1"),
-        _move("plan.rs", "pr3c-1"),
         _move("post_send.rs", "pr3c-1"),
     ],
     "2-dc-hello-example": [
@@ -134,7 +135,7 @@ FORBIDDEN = GLUE + ["setup_protection_domain", "library::", "library.rs", "DcVer
                     "DcInitiatorBringUp", "BringUpAttributes", "DcRecovery", "recover`", "query_state",
                     "wait_for_error", "bring_up", "PortNotReady", "test_support",
                     "reset_stream", "stream_reset", "dc_selftest", "WorkCompletion::default",
-                    "PathMtus", "ReadResponsesTooLarge", "destination_path_mtu", "set_path_mtus", "with_path_mtu"]
+                    "PathMtus", "ReadResponsesTooLarge", "planned_max_send_wr", "PlanDcInitiator", "SendQueueTooLarge", "destination_path_mtu", "set_path_mtus", "with_path_mtu"]
 
 # The most it may change: lines, and lines of sideway's existing files.
 LIMITS = (2000, 30)

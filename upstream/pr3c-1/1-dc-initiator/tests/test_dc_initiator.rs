@@ -6,8 +6,9 @@ use sideway::mlx5::device_context::Mlx5DeviceContext;
 
 /// On every device: a DC initiator without its send CQ, or with an operation DC cannot post, is
 /// refused before the library; with its send CQ it is created where the device has DC (mlx5), in
-/// RESET, granted at least the send queue it asked for and the operations the device can do, and moves to INIT through the DC initiator's table; on
-/// any other device its creation is the typed "not supported".
+/// RESET, granted at least the send queue it asked for and the operations the device can do, and
+/// moves to INIT through the DC initiator's table; on any other device its creation is the typed
+/// "not supported".
 #[test]
 fn dc_initiator_on_every_device() -> Result<(), Box<dyn std::error::Error>> {
     let list = DeviceList::new()?;
