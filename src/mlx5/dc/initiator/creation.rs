@@ -149,8 +149,8 @@ impl DcInitiatorBuilder {
     }
 
     /// The send operations the DC initiator will post; another one is refused at post. Default:
-    /// every one of [`DC_SEND_OPERATIONS`](super::DC_SEND_OPERATIONS) the device can do (no
-    /// atomics where `atomic_cap` is `IBV_ATOMIC_NONE`).
+    /// every one of [`DC_SEND_OPERATIONS`] the device can do (no atomics where `atomic_cap` is
+    /// `IBV_ATOMIC_NONE`).
     pub fn setup_send_ops_flags(&mut self, send_ops_flags: SendOperationFlags) -> &mut Self {
         self.request.send_ops = Some(send_ops_flags);
         self
