@@ -32,7 +32,7 @@ impl AdoptedDcSendViews {
         qp_ex: NonNull<ibv_qp_ex>, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, send_ops: SendOperationFlags,
     ) -> Result<Self, &'static str> {
         // SAFETY: the caller's promise.
-        Ok(Self(unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, send_ops) }?))
+        Ok(Self(unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, send_ops, false) }?))
     }
 }
 
@@ -63,16 +63,13 @@ impl<'g> DcDestinationHandle<'g> {
     pub unsafe fn setup_dc_addr_adopted(
         self, ah: NonNull<ibv_ah>, dct_number: u32, dc_key: u64, stream_id: Option<u16>,
     ) -> DcLocalBufferHandle<'g> {
-        self.setup_address(|mlx5| {
-            // SAFETY: right after the request's builder on the guard's live queue pair; the
-            // handle and the stream setter are the caller's promise.
-            unsafe {
-                match stream_id {
-                    None => mlx5dv_wr_set_dc_addr(mlx5.as_ptr(), ah.as_ptr(), dct_number, dc_key),
-                    Some(id) => mlx5dv_wr_set_dc_addr_stream(mlx5.as_ptr(), ah.as_ptr(), dct_number, dc_key, id),
-                }
-            };
-            true
+        // SAFETY: right after the request's builder on the guard's live queue pair; the handle
+        // and the stream setter are the caller's promise.
+        self.setup_address(|mlx5| unsafe {
+            match stream_id {
+                None => mlx5dv_wr_set_dc_addr(mlx5.as_ptr(), ah.as_ptr(), dct_number, dc_key),
+                Some(id) => mlx5dv_wr_set_dc_addr_stream(mlx5.as_ptr(), ah.as_ptr(), dct_number, dc_key, id),
+            }
         })
     }
 }

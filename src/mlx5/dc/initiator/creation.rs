@@ -157,7 +157,9 @@ impl DcInitiatorBuilder {
     }
 
     /// DCI streams (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`), at most the device's
-    /// `dci_streams_caps`.
+    /// `dci_streams_caps`; `build` also checks the provider's stream address setter
+    /// ([`MissingProviderEntry`](CreateDcInitiatorErrorKind::MissingProviderEntry)
+    /// `wr_set_dc_addr_stream` where it has none).
     pub fn setup_dci_streams(&mut self, streams: DciStreams) -> &mut Self {
         self.request.streams = Some(streams);
         self
@@ -255,7 +257,7 @@ impl DcInitiator {
         let mlx5_qp_ex = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qp_ex.as_ptr()) })
             .ok_or("mlx5dv_qp_ex_from_ibv_qp_ex")?;
         // SAFETY: the views of a live DC initiator created with these send operations.
-        unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, params.send_ops) }
+        unsafe { DcSendView::new(qp_ex, mlx5_qp_ex, params.send_ops, params.streams.is_some()) }
     }
 }
 

@@ -64,15 +64,16 @@ pub(crate) struct DcSendView {
 
 impl DcSendView {
     /// Checks that the provider filled every entry a guard calls: the batch entries, the
-    /// builders of `send_ops`, the four data setters and `wr_set_dc_addr`; or the name of the
-    /// first it left NULL.
+    /// builders of `send_ops`, the four data setters and `wr_set_dc_addr`, and
+    /// `wr_set_dc_addr_stream` for a DC initiator created with `streams` (libmlx5 before
+    /// rdma-core 37 has none); or the name of the first it left NULL.
     ///
     /// # Safety
     ///
     /// `qp_ex` and `mlx5_qp_ex` must be the extended and mlx5 views of a live DC initiator
     /// created with `send_ops`.
     pub(crate) unsafe fn new(
-        qp_ex: NonNull<ibv_qp_ex>, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, send_ops: SendOperationFlags,
+        qp_ex: NonNull<ibv_qp_ex>, mlx5_qp_ex: NonNull<mlx5dv_qp_ex>, send_ops: SendOperationFlags, streams: bool,
     ) -> Result<Self, &'static str> {
         let (qp, mlx5) = (qp_ex.as_ref(), mlx5_qp_ex.as_ref());
         let granted = |operation| send_ops.contains(operation);
@@ -110,6 +111,10 @@ impl DcSendView {
             (qp.wr_set_inline_data.is_some(), "wr_set_inline_data"),
             (qp.wr_set_inline_data_list.is_some(), "wr_set_inline_data_list"),
             (mlx5.wr_set_dc_addr.is_some(), "wr_set_dc_addr"),
+            (
+                mlx5.wr_set_dc_addr_stream.is_some() || !streams,
+                "wr_set_dc_addr_stream",
+            ),
         ];
         match entries.into_iter().find(|(filled, _)| !filled) {
             Some((_, name)) => Err(name),
@@ -316,22 +321,17 @@ impl<'g> DcDestinationHandle<'g> {
     /// (`mlx5dv_wr_set_dc_addr`).
     #[inline]
     pub fn setup_dc_addr(self, ah: &'g AddressHandle, dct_number: u32, dc_key: u64) -> DcLocalBufferHandle<'g> {
-        self.setup_address(|mlx5| {
-            // SAFETY: the guard holds the live queue pair inside a batch, right after a builder;
-            // the DC initiator's build checked `wr_set_dc_addr`; `ah` is borrowed until the data
-            // step, after which libmlx5 no longer reads it (it copied the address vector here).
-            unsafe { mlx5dv_wr_set_dc_addr(mlx5.as_ptr(), ah.ah().as_ptr(), dct_number, dc_key) };
-            true
-        })
+        // SAFETY: the guard holds the live queue pair inside a batch, right after a builder; the
+        // DC initiator's build checked `wr_set_dc_addr`; `ah` is borrowed until the data step,
+        // after which libmlx5 no longer reads it (it copied the address vector here).
+        self.setup_address(|mlx5| unsafe { mlx5dv_wr_set_dc_addr(mlx5.as_ptr(), ah.ah().as_ptr(), dct_number, dc_key) })
     }
 
-    /// Calls `set` with the mlx5 view, unless the request's operation was refused; `set` returns
-    /// whether it could address the request, which is refused if not (its batch is aborted at
-    /// [`post`](DcPostSendGuard::post)).
+    /// Calls `set` with the mlx5 view, unless the request's operation was refused.
     #[inline]
-    pub(crate) fn setup_address(self, set: impl FnOnce(NonNull<mlx5dv_qp_ex>) -> bool) -> DcLocalBufferHandle<'g> {
-        if !*self.refused && !set(self.view.mlx5_qp_ex) {
-            *self.refused = true;
+    pub(crate) fn setup_address(self, set: impl FnOnce(NonNull<mlx5dv_qp_ex>)) -> DcLocalBufferHandle<'g> {
+        if !*self.refused {
+            set(self.view.mlx5_qp_ex);
         }
         DcLocalBufferHandle {
             view: self.view,
@@ -395,5 +395,72 @@ impl SetScatterGatherEntry for DcLocalBufferHandle<'_> {
     #[inline]
     unsafe fn setup_sge_list(self, sg_list: &[ibv_sge]) {
         self.with(|qp| ibv_wr_set_sge_list(qp, sg_list.len(), sg_list.as_ptr()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The entries a DC initiator's build checks, read from a hand-made table.
+    use std::mem::MaybeUninit;
+
+    use rdma_mummy_sys::ibv_ah;
+
+    use super::*;
+
+    unsafe extern "C" fn batch(_: *mut ibv_qp_ex) {}
+    unsafe extern "C" fn complete(_: *mut ibv_qp_ex) -> i32 {
+        0
+    }
+    unsafe extern "C" fn send(_: *mut ibv_qp_ex) {}
+    unsafe extern "C" fn sge(_: *mut ibv_qp_ex, _: u32, _: u64, _: u32) {}
+    unsafe extern "C" fn sge_list(_: *mut ibv_qp_ex, _: usize, _: *const ibv_sge) {}
+    unsafe extern "C" fn inline(_: *mut ibv_qp_ex, _: *mut std::ffi::c_void, _: usize) {}
+    unsafe extern "C" fn inline_list(_: *mut ibv_qp_ex, _: usize, _: *const ibv_data_buf) {}
+    unsafe extern "C" fn dc_addr(_: *mut mlx5dv_qp_ex, _: *mut ibv_ah, _: u32, _: u64) {}
+    unsafe extern "C" fn dc_addr_stream(_: *mut mlx5dv_qp_ex, _: *mut ibv_ah, _: u32, _: u64, _: u16) {}
+
+    /// The tables of a DC initiator created with SEND by a provider without the stream setter
+    /// (libmlx5 before rdma-core 37).
+    fn without_stream_setter() -> (ibv_qp_ex, mlx5dv_qp_ex) {
+        // SAFETY: zeroes are valid for both (plain data and optional function pointers).
+        let (mut qp, mut mlx5): (ibv_qp_ex, mlx5dv_qp_ex) =
+            unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
+        qp.wr_start = Some(batch);
+        qp.wr_complete = Some(complete);
+        qp.wr_abort = Some(batch);
+        qp.wr_send = Some(send);
+        qp.wr_set_sge = Some(sge);
+        qp.wr_set_sge_list = Some(sge_list);
+        qp.wr_set_inline_data = Some(inline);
+        qp.wr_set_inline_data_list = Some(inline_list);
+        mlx5.wr_set_dc_addr = Some(dc_addr);
+        (qp, mlx5)
+    }
+
+    #[test]
+    fn a_dc_initiator_with_streams_needs_the_stream_setter() {
+        let (mut qp, mut mlx5) = without_stream_setter();
+        let check = |qp: &mut ibv_qp_ex, mlx5: &mut mlx5dv_qp_ex, streams| {
+            // SAFETY: both tables are alive for the call, which only reads them.
+            unsafe {
+                DcSendView::new(
+                    NonNull::from(qp),
+                    NonNull::from(mlx5),
+                    SendOperationFlags::Send,
+                    streams,
+                )
+            }
+            .map(|_| ())
+        };
+        assert_eq!(
+            check(&mut qp, &mut mlx5, false),
+            Ok(()),
+            "without streams, no stream setter"
+        );
+        assert_eq!(check(&mut qp, &mut mlx5, true), Err("wr_set_dc_addr_stream"));
+        mlx5.wr_set_dc_addr_stream = Some(dc_addr_stream);
+        assert_eq!(check(&mut qp, &mut mlx5, true), Ok(()));
+        mlx5.wr_set_dc_addr = None;
+        assert_eq!(check(&mut qp, &mut mlx5, false), Err("wr_set_dc_addr"));
     }
 }
