@@ -1625,13 +1625,14 @@ fn mtu_bytes(mtu: Mtu) -> u64 {
     256 << (mtu as u32 - 1)
 }
 
-/// The READ rule ([`PathMtus::read_fits`], which the DC pool holds its READs to) is the device's:
-/// for every pair of path MTUs, a READ posted through the DC post guard (which holds no READ to
-/// it) completes where the rule lets it through, and where it refuses it the responses, at the
-/// target's MTU, never reach the DC initiator (dropped, the READ ends in RETRY_EXC).
+/// The READ rule (sideway-ext-dc-pool's `PathMtus::read_fits`, which the pool holds its READs
+/// to) is the device's: for every pair of path MTUs, a READ posted through the DC post guard
+/// (which holds no READ to it) completes where the rule lets it through, and where it refuses it
+/// the responses, at the target's MTU, never reach the DC initiator (dropped, the READ ends in
+/// RETRY_EXC).
 #[test]
 fn the_read_rule_is_the_devices_for_every_pair_of_path_mtus() {
-    use sideway_ext::ibverbs::post_send_guard::PathMtus;
+    use sideway_ext_dc_pool::path_mtus::PathMtus;
     on_device!();
     let device = open();
     let (local, remote) = (device.buffer(1 << 16), device.buffer(1 << 16));

@@ -141,8 +141,8 @@ while pool.poll(|event| assert!(matches!(event, DcPoolEvent::Completed { wr_id: 
 //!
 //! The error kinds list it. Not refused: an RDMA READ longer than the initiator's path MTU from a
 //! target whose path MTU is larger (its responses are dropped: `RETRY_EXC`), as sideway-ext's DC
-//! guard does not refuse it (a DC pool does, `ReadResponsesTooLarge`): check `PathMtus::read_fits`
-//! before a READ.
+//! guard does not refuse it (a DC pool does, `ReadResponsesTooLarge`): check sideway-ext-dc-pool's
+//! `PathMtus::read_fits` before a READ.
 //!
 //! # The BlueFlame register
 //!

@@ -11,8 +11,10 @@ use sideway::ibverbs::device_context::Mtu;
 use sideway::ibverbs::queue_pair::{PostSendError, SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 
 use super::initiator::PoolBatch;
+use super::path_mtus::PathMtus;
+use super::types::{PostBatchError, PostBatchErrorKind};
 use sideway_ext::ibverbs::address_handle::AddressHandle;
-use sideway_ext::ibverbs::post_send_guard::{PathMtus, TypedPostSendError, TypedPostSendErrorKind};
+use sideway_ext::ibverbs::post_send_guard::{TypedPostSendError, TypedPostSendErrorKind};
 use sideway_ext::mlx5::dc::initiator::{
     DcDestinationHandle, DcInitiator, DcLocalBufferHandle, DcPostSendGuard, DcWorkRequestHandle,
 };
@@ -155,34 +157,37 @@ impl PoolBatch for DcBatch<'_> {
     // inline(always): the pool rows of `scripts/bench` ask for it: called, the batch passed by
     // reference is reloaded from memory after each provider call of each request.
     #[inline(always)]
-    fn post(self) -> Result<(), TypedPostSendError> {
+    fn post(self) -> Result<(), PostBatchError> {
         let batch_len = self.tally.len;
         if let Some(refusal) = self.tally.refusal {
             // Dropping the guard aborts the batch.
             return Err(refused(refusal, self.address, batch_len));
         }
-        self.guard.post().map_err(|err| post_error(err, batch_len))
+        self.guard.post().map_err(|err| post_error(err, batch_len).into())
     }
 }
 
 /// The error of a refused batch; a refused request's `wr_id` is left 0: the pool names it by the
 /// `wr_id` its caller gave.
 #[cold]
-fn refused(refusal: Refusal, address: DcBatchAddress, batch_len: usize) -> TypedPostSendError {
-    match (refusal, address.path_mtus) {
+fn refused(refusal: Refusal, address: DcBatchAddress, batch_len: usize) -> PostBatchError {
+    let refused = match (refusal, address.path_mtus) {
+        (Refusal::Read(index, length), Some(mtus)) => {
+            return PostBatchErrorKind::ReadResponsesTooLarge {
+                index: index as usize,
+                wr_id: 0,
+                length,
+                path_mtu: mtus.requester(),
+                responder_path_mtu: mtus.responder(),
+                batch_len,
+            }
+            .into();
+        },
         (Refusal::Inline(index, length), _) => TypedPostSendErrorKind::InlineDataTooLong {
             index: index as usize,
             wr_id: 0,
             length,
             max_inline_data: address.max_inline_data,
-            batch_len,
-        },
-        (Refusal::Read(index, length), Some(mtus)) => TypedPostSendErrorKind::ReadResponsesTooLarge {
-            index: index as usize,
-            wr_id: 0,
-            length,
-            path_mtu: mtus.requester(),
-            responder_path_mtu: mtus.responder(),
             batch_len,
         },
         _ => TypedPostSendErrorKind::OperationNotEnabled {
@@ -191,8 +196,8 @@ fn refused(refusal: Refusal, address: DcBatchAddress, batch_len: usize) -> Typed
             entry: "wr_set_dc_addr_stream",
             batch_len,
         },
-    }
-    .into()
+    };
+    TypedPostSendError::from(refused).into()
 }
 
 /// sideway's error of `ibv_wr_complete`, as the pool reports it.

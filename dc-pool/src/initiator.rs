@@ -11,11 +11,11 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 
 use sideway_ext::ibverbs::address_handle::AddressHandle;
 use sideway_ext::ibverbs::extension::CompletionQueueExt;
-use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 use super::dc_batch::{DcAddress, DcBatch};
+use super::types::PostBatchError;
 
 /// Why [`PoolInitiator::reset_stream`] refused.
 #[derive(Debug)]
@@ -89,7 +89,7 @@ pub trait PoolBatch {
     fn batch_len(&self) -> usize;
 
     /// Posts the batch: all of it, or on error none of it.
-    fn post(self) -> Result<(), TypedPostSendError>;
+    fn post(self) -> Result<(), PostBatchError>;
 }
 
 /// The send completion queue of a pool's initiators ([`PoolInitiator::CompletionQueue`]).

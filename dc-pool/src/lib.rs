@@ -184,6 +184,7 @@ pub mod builder;
 pub mod dc_batch;
 mod destinations;
 pub mod initiator;
+pub mod path_mtus;
 pub mod post_guard;
 mod requests;
 pub mod settings;

@@ -5,9 +5,12 @@ use sideway::ibverbs::queue_pair::WorkRequestFlags;
 use super::destinations::{PoolCore, Refusal};
 use super::initiator::PoolBatch;
 use super::requests::encode;
-use super::types::{DcPoolWouldBlock, DestinationId, PostToDestinationError, PostToDestinationErrorKind};
+use super::types::{
+    DcPoolWouldBlock, DestinationId, PostBatchError, PostBatchErrorKind, PostToDestinationError,
+    PostToDestinationErrorKind,
+};
 use super::{DcInitiatorPool, PoolInitiator};
-use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
+use sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind;
 use sideway_ext::mlx5::dc::initiator::DcInitiator;
 
 impl<I: PoolInitiator> DcInitiatorPool<I> {
@@ -138,12 +141,18 @@ impl BatchRecord<'_> {
     /// Ends the batch unposted; gives back `err` naming the caller's `wr_id` of the refused request.
     #[cold]
     #[inline(never)]
-    fn refused(self, mut err: TypedPostSendError) -> TypedPostSendError {
-        use sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind as Kind;
-        if let Kind::OperationNotEnabled { index, wr_id, .. }
-        | Kind::InlineDataTooLong { index, wr_id, .. }
-        | Kind::ReadResponsesTooLarge { index, wr_id, .. } = &mut err.0
-        {
+    fn refused(self, mut err: PostBatchError) -> PostBatchError {
+        use TypedPostSendErrorKind as Kind;
+        let named = match &mut err.0 {
+            PostBatchErrorKind::ReadResponsesTooLarge { index, wr_id, .. } => Some((index, wr_id)),
+            PostBatchErrorKind::Post(err) => match &mut err.0 {
+                Kind::OperationNotEnabled { index, wr_id, .. } | Kind::InlineDataTooLong { index, wr_id, .. } => {
+                    Some((index, wr_id))
+                },
+                _ => None,
+            },
+        };
+        if let Some((index, wr_id)) = named {
             if let Some(callers) = self.wr_ids.get(*index) {
                 *wr_id = *callers;
             }
@@ -202,7 +211,7 @@ impl<'p, I: PoolInitiator + 'p> DcPoolPostGuard<'p, I> {
     // inline(always): with #[inline] the post path's steps stayed calls; the pool rows of
     // `scripts/bench` then broke their limits.
     #[inline(always)]
-    pub fn post(self) -> Result<(), TypedPostSendError> {
+    pub fn post(self) -> Result<(), PostBatchError> {
         let Self { inner, batch } = self;
         let len = inner.batch_len();
         if let Err(err) = inner.post() {

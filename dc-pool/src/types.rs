@@ -2,6 +2,8 @@
 use sideway::ibverbs::device_context::Mtu;
 
 use super::destinations::Refusal;
+use super::path_mtus::mtu_bytes;
+use sideway_ext::ibverbs::post_send_guard::TypedPostSendError;
 use sideway_ext::ibverbs::work_completion::WorkCompletion;
 use sideway_ext::mlx5::dc::endpoint::CreateDcAddressHandleError;
 
@@ -291,6 +293,63 @@ impl From<Refusal> for PostToDestinationErrorKind {
             Refusal::UnknownDestination | Refusal::Unresolved => Self::UnknownDestination,
         }
     }
+}
+
+/// Error returned by [`DcPoolPostGuard::post`](super::post_guard::DcPoolPostGuard::post) and
+/// [`PoolBatch::post`](super::initiator::PoolBatch::post); a batch is posted whole or not at all.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+#[non_exhaustive]
+pub struct PostBatchError(#[from] pub PostBatchErrorKind);
+
+impl PostBatchError {
+    /// How many requests the failed batch held (none of them was posted).
+    pub fn batch_len(&self) -> usize {
+        match &self.0 {
+            PostBatchErrorKind::Post(err) => err.batch_len(),
+            PostBatchErrorKind::ReadResponsesTooLarge { batch_len, .. } => *batch_len,
+        }
+    }
+}
+
+impl From<TypedPostSendError> for PostBatchError {
+    fn from(err: TypedPostSendError) -> Self {
+        Self(err.into())
+    }
+}
+
+/// The enum type for [`PostBatchError`]; none of the batch was posted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostBatchErrorKind {
+    /// Refused by the initiator's post guard, or by its provider.
+    #[error(transparent)]
+    Post(#[from] TypedPostSendError),
+    /// An RDMA READ longer than the initiator's path MTU, to a destination whose path MTU is
+    /// larger ([`PathMtus::read_fits`](crate::path_mtus::PathMtus::read_fits)): it would end in
+    /// `IBV_WC_RETRY_EXC_ERR`. It never reached the provider. Read at most `path_mtu`'s bytes per
+    /// request, or bring both ends up with one path MTU.
+    #[error(
+        "request {index} (wr_id {wr_id}) of a batch of {batch_len} reads {length} bytes from a responder whose path \
+         MTU is {} bytes, larger than the initiator's {}: its responses would come in packets this side's path \
+         drops; none was posted",
+        mtu_bytes(*responder_path_mtu),
+        mtu_bytes(*path_mtu)
+    )]
+    ReadResponsesTooLarge {
+        /// Index in the batch of the first such request.
+        index: usize,
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// The READ's length (its scatter/gather entries together).
+        length: u64,
+        /// The initiator's path MTU: the longest READ the batch may carry to this destination.
+        path_mtu: Mtu,
+        /// The destination's path MTU, larger.
+        responder_path_mtu: Mtu,
+        /// Requests in the batch.
+        batch_len: usize,
+    },
 }
 
 /// Error returned by [`DcInitiatorPool::remove_destination`](super::DcInitiatorPool::remove_destination).

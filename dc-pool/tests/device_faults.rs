@@ -405,7 +405,7 @@ fn receives(fabric: &Fabric, count: usize) -> Vec<WorkCompletion> {
 fn send(
     pool: &mut DcInitiatorPool, fabric: &Fabric, destination: DestinationId, wr_id: u64, len: u32,
     inline: Option<&[u8]>,
-) -> Result<(), sideway_ext::ibverbs::post_send_guard::TypedPostSendError> {
+) -> Result<(), sideway_ext_dc_pool::types::PostBatchError> {
     let mut guard = pool.start_post_send(destination).expect("a batch");
     let request = guard
         .construct_wr(wr_id, WorkRequestFlags::Signaled)

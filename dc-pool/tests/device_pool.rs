@@ -14,8 +14,8 @@ use device::*;
 use sideway::ibverbs::queue_pair::{SetInlineData, SetScatterGatherEntry, WorkRequestFlags};
 use sideway_ext::ibverbs::post_send_guard::TypedPostSendErrorKind;
 use sideway_ext_dc_pool::types::{
-    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, DestinationState, PostToDestinationErrorKind,
-    RemoveDestinationErrorKind,
+    DcPoolEvent, DcPoolPolicy, DcPoolWouldBlock, DestinationId, DestinationState, PostBatchError, PostBatchErrorKind,
+    PostToDestinationErrorKind, RemoveDestinationErrorKind,
 };
 use sideway_ext_dc_pool::DcInitiatorPool;
 
@@ -220,7 +220,8 @@ fn a_failed_post_counts_nothing_and_releases_the_initiator() {
         .setup_inline_data(&[0xee; 200]);
     let err = guard.post().unwrap_err();
     assert!(
-        matches!(err.0, TypedPostSendErrorKind::InlineDataTooLong { .. }),
+        matches!(&err.0, PostBatchErrorKind::Post(post)
+            if matches!(post.0, TypedPostSendErrorKind::InlineDataTooLong { .. })),
         "{err:?}"
     );
     assert_eq!((pool.outstanding(da), pool.assignment(da)), (0, None));
@@ -1184,7 +1185,7 @@ fn a_destination_with_a_smaller_path_mtu_than_the_initiators_is_refused_before_t
 /// One signalled READ of `length` bytes of `target`'s slot into the local buffer.
 fn post_read(
     pool: &mut DcInitiatorPool, fabric: &Fabric, destination: DestinationId, target: usize, wr_id: u64, length: u32,
-) -> Result<(), sideway_ext::ibverbs::post_send_guard::TypedPostSendError> {
+) -> Result<(), PostBatchError> {
     let mut guard = pool.start_post_send(destination).expect("the pool grants a batch");
     // SAFETY: both regions outlive the completions polled by the caller.
     unsafe {
@@ -1213,7 +1214,7 @@ fn a_read_whose_responses_would_not_reach_the_initiators_is_refused_before_the_w
     assert!(
         matches!(
             err.0,
-            TypedPostSendErrorKind::ReadResponsesTooLarge {
+            PostBatchErrorKind::ReadResponsesTooLarge {
                 index: 0,
                 wr_id: 1,
                 length: 4096,
@@ -1314,11 +1315,11 @@ fn a_pools_inline_data_beyond_the_granted_size_is_its_own_error_not_a_full_queue
     post(granted).expect("the granted size fits");
     let err = post(granted + 1).unwrap_err();
     assert!(
-        matches!(
-            err.0,
+        matches!(&err.0, PostBatchErrorKind::Post(post) if matches!(
+            post.0,
             TypedPostSendErrorKind::InlineDataTooLong { wr_id: 9, length, max_inline_data, .. }
                 if length == granted + 1 && max_inline_data as usize == granted
-        ),
+        )),
         "{err:?}"
     );
     assert_eq!(poll_reports(&mut pool, 1), [completed(ids[0], 9)]);

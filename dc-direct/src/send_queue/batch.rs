@@ -214,7 +214,7 @@ impl sideway_ext_dc_pool::initiator::PoolBatch for SendQueueBatch<'_, BatchAddre
     }
 
     #[inline]
-    fn post(self) -> Result<(), sideway_ext::ibverbs::post_send_guard::TypedPostSendError> {
+    fn post(self) -> Result<(), sideway_ext_dc_pool::types::PostBatchError> {
         SendQueueBatch::post(self);
         Ok(())
     }

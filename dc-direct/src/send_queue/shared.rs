@@ -138,7 +138,7 @@ impl sideway_ext_dc_pool::initiator::PoolBatch for DirectBatch<'_, BatchAddress>
     }
 
     #[inline]
-    fn post(self) -> Result<(), sideway_ext::ibverbs::post_send_guard::TypedPostSendError> {
+    fn post(self) -> Result<(), sideway_ext_dc_pool::types::PostBatchError> {
         let Self { guard, _borrow } = self;
         guard.post();
         Ok(())

@@ -1,8 +1,6 @@
 //! [`TypedPostSendError`]: why a batch was not posted (none of it was).
 use std::io;
 
-use sideway::ibverbs::device_context::Mtu;
-
 /// Error returned by [`TypedPostSendGuard::post`](super::TypedPostSendGuard::post);
 /// `ibv_wr_complete` posts a batch whole or not at all.
 #[derive(Debug, thiserror::Error)]
@@ -59,30 +57,6 @@ pub enum TypedPostSendErrorKind {
         /// Requests in the batch.
         batch_len: usize,
     },
-    /// An RDMA READ longer than the queue pair's path MTU, to a responder whose path MTU is
-    /// larger ([`PathMtus::read_fits`](super::PathMtus::read_fits)): it would end in
-    /// `IBV_WC_RETRY_EXC_ERR`. It never reached the provider. Read at most `path_mtu`'s bytes per
-    /// request, or bring both ends up with one path MTU.
-    #[error(
-        "request {index} (wr_id {wr_id}) reads {length} bytes from a responder whose path MTU is {} bytes, \
-         larger than this queue pair's {}: its responses would come in packets this side's path drops",
-        super::mtu_bytes(*responder_path_mtu),
-        super::mtu_bytes(*path_mtu)
-    )]
-    ReadResponsesTooLarge {
-        /// Index in the batch of the first such request.
-        index: usize,
-        /// Its `wr_id`.
-        wr_id: u64,
-        /// The READ's length (its scatter/gather entries together).
-        length: u64,
-        /// The queue pair's path MTU: the longest READ the batch may carry to this responder.
-        path_mtu: Mtu,
-        /// The responder's path MTU, larger.
-        responder_path_mtu: Mtu,
-        /// Requests in the batch.
-        batch_len: usize,
-    },
     /// The send queue is full (ENOMEM); on a queue pair whose granted inline size this crate
     /// does not know, also inline data over it.
     #[error("the send queue has no room for the batch of {batch_len}")]
@@ -107,7 +81,6 @@ impl TypedPostSendErrorKind {
         match self {
             Self::OperationNotEnabled { batch_len, .. }
             | Self::InlineDataTooLong { batch_len, .. }
-            | Self::ReadResponsesTooLarge { batch_len, .. }
             | Self::InvalidWorkRequest { batch_len, .. }
             | Self::QueueFull { batch_len, .. }
             | Self::Ibverbs { batch_len, .. } => *batch_len,

@@ -27,13 +27,11 @@
 // The guard and the state of its batch (guard), each request's operation step (request), the
 // transports (transport: the trait, RC; unreliable_datagram: UD and its destination step), the
 // data step that makes a request's C calls (data), the provider entries the guard checks
-// (provider_entries), the errors (error), the operation types (operation), the path MTUs of a
-// request's two ends (path_mtus).
+// (provider_entries), the errors (error), the operation types (operation).
 mod data;
 mod error;
 mod guard;
 pub mod operation;
-mod path_mtus;
 mod provider_entries;
 mod request;
 mod transport;
@@ -42,8 +40,6 @@ mod unreliable_datagram;
 pub use data::TypedLocalBufferHandle;
 pub use error::{TypedPostSendError, TypedPostSendErrorKind};
 pub use guard::{Batch, TypedPostSendGuard};
-pub(crate) use path_mtus::mtu_bytes;
-pub use path_mtus::PathMtus;
 pub(crate) use provider_entries::entry;
 pub use provider_entries::{MissingProviderEntry, ProviderEntries};
 pub use request::{PendingRequest, TypedWorkRequestHandle};

@@ -37,9 +37,9 @@
 //!     refuses such a destination);
 //!   - a DC target answers an RDMA READ at *its* path MTU (`mlx5_ib_modify_dct` sets
 //!     `dctc.mtu`): an initiator at a smaller MTU drops the responses of a READ longer than its
-//!     own. The DC post guard does not refuse it: check `PathMtus::read_fits` with both MTUs
-//!     (the target's from its endpoint) before such a READ (a pool refuses it,
-//!     `ReadResponsesTooLarge`, where both are known).
+//!     own. The DC post guard does not refuse it: check both MTUs (the target's from its
+//!     endpoint) before such a READ with sideway-ext-dc-pool's `PathMtus::read_fits` (its pool
+//!     refuses such a READ, `ReadResponsesTooLarge`, where both are known).
 //!
 //!   This is what the kernel's and perftest's sources say; no ConnectX has confirmed it for
 //!   sideway-ext.

@@ -4,9 +4,11 @@ use sideway::ibverbs::device_context::Mtu;
 
 /// The path MTUs of a request's two ends: the requester's (the queue pair that posts it) and the
 /// responder's (the one that answers). A DC initiator and a DC target each have their own (the
-/// target its [`DcEndpoint::path_mtu`](crate::mlx5::dc::endpoint::DcEndpoint::path_mtu)); the
-/// DC post guard does not check them: a program that reads over DC checks
-/// [`read_fits`](Self::read_fits) itself (the DC pool does, before its batches reach the provider).
+/// target its [`DcEndpoint::path_mtu`](sideway_ext::mlx5::dc::endpoint::DcEndpoint::path_mtu));
+/// sideway-ext's DC post guard does not check them: the pool holds the READs of its batches to
+/// [`read_fits`](Self::read_fits) before they reach the provider
+/// ([`ReadResponsesTooLarge`](crate::types::PostBatchErrorKind::ReadResponsesTooLarge)), and a
+/// program that reads over DC without the pool checks it itself.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PathMtus {
     // `ibv_mtu` values (1 to 5, in the order of their sizes), one byte each: a DC address that
@@ -58,7 +60,7 @@ impl PathMtus {
     ///
     /// ```
     /// use sideway::ibverbs::device_context::Mtu;
-    /// use sideway_ext::ibverbs::post_send_guard::PathMtus;
+    /// use sideway_ext_dc_pool::path_mtus::PathMtus;
     ///
     /// // A 1500-byte Ethernet port (1024) reading from a 9000-byte one (4096).
     /// let mtus = PathMtus::new(Mtu::Mtu1024, Mtu::Mtu4096);
