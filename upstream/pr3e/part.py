@@ -52,5 +52,5 @@ LIMITS = (330, 10)
 # Run at its last commit on the software ConnectX by --check (see software_connectx_tests).
 SOFTMLX5 = {"tests": ["test_dc_initiator"], "counters": {"DC targets created": 1, "DC initiators created": 2, "requests": 1}}
 
-# Stream reset needs the DC initiator's recovery (3c-2), not the endpoints.
-BASE = "pr3c-2"
+# Stream reset needs the DC initiator's recovery (3c-2), not the endpoints (3b-1); it sits last,
+# on the one before it, as every optional request does (a maintainer takes a prefix of the chain).
