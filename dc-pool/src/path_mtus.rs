@@ -86,7 +86,7 @@ mod tests {
 
     const ALL: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
 
-    /// The rule itself is held to the device's in tests/test_dc_device.rs
+    /// The rule itself is held to the device's in tests/device_pool.rs
     /// (`the_read_rule_is_the_devices_for_every_pair_of_path_mtus`).
     #[test]
     fn the_bytes_of_each_mtu_and_the_pair_kept() {

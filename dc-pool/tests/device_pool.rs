@@ -1118,6 +1118,7 @@ fn path_mtu() {
     checks!(
         a_destination_with_a_smaller_path_mtu_than_the_initiators_is_refused_before_the_wire,
         a_read_whose_responses_would_not_reach_the_initiators_is_refused_before_the_wire,
+        the_read_rule_is_the_devices_for_every_pair_of_path_mtus,
     );
 }
 
@@ -1247,6 +1248,77 @@ fn a_read_whose_responses_would_not_reach_the_initiators_is_refused_before_the_w
             (OPCODE_RDMA_READ, 4096)
         ]
     );
+}
+
+/// The bytes of a packet at `mtu`.
+fn mtu_bytes(mtu: Mtu) -> u64 {
+    256 << (mtu as u32 - 1)
+}
+
+/// The READ rule the pool holds its READs to (`PathMtus::read_fits`) is the device's: for every
+/// pair of path MTUs, a READ posted through sideway-ext's DC post guard (which holds no READ to
+/// it) completes where the rule lets it through, and where it refuses it the responses, at the
+/// target's MTU, never reach the DC initiator (dropped, the READ ends in RETRY_EXC).
+fn the_read_rule_is_the_devices_for_every_pair_of_path_mtus() {
+    use sideway::ibverbs::completion::WorkCompletionStatus;
+    use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
+    use sideway_ext_dc_pool::path_mtus::PathMtus;
+    const ALL: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
+    let fabric = Fabric::new(0);
+    let cq = fabric.ctx.create_cq_builder().setup_cqe(64).build().expect("send CQ");
+    let (local, remote) = (
+        Buffer::new(&fabric.pd, 1 << 16, all()),
+        Buffer::new(&fabric.pd, 1 << 16, all()),
+    );
+    let (lkey, rkey) = (local.mr.lkey(), remote.mr.rkey());
+    let (mut checked, mut refused) = (0, 0);
+    for requester in ALL {
+        let mut dci = fabric
+            .initiator_builder(16)
+            .setup_send_cq(cq.clone())
+            .build()
+            .expect("created");
+        let mut bring_up = fast_bring_up();
+        bring_up.setup_path_mtu(requester);
+        dci.bring_up(&bring_up).expect("brought up");
+        assert_eq!(dci.path_mtu(), Some(requester));
+        for responder in ALL {
+            let mut target_bring_up = DcTargetBringUp::new(PORT);
+            target_bring_up.setup_path_mtu(responder);
+            let dct = fabric.target(&target_bring_up);
+            let endpoint = dct.endpoint().expect("endpoint");
+            let gid_index = dci.source_gid().map_or(0, |entry| entry.index());
+            let ah = endpoint.create_ah(&fabric.pd, PORT, gid_index).expect("address handle");
+            let small = mtu_bytes(requester).min(mtu_bytes(responder));
+            for length in [1, small - 1, small, small + 1, 4096, 4097, 1 << 16] {
+                let fits = PathMtus::new(requester, responder).read_fits(length);
+                let mut guard = dci.start_post_send();
+                // SAFETY: the handle and the buffers outlive the completion.
+                unsafe {
+                    guard
+                        .construct_wr(length, WorkRequestFlags::Signaled)
+                        .setup_read(rkey, remote.addr(0))
+                        .setup_dc_addr(&ah, endpoint.dct_number(), endpoint.dc_key())
+                        .setup_sge(lkey, local.addr(0), length as u32);
+                }
+                guard.post().expect("posted");
+                let status = next_completion(&cq).status();
+                let reached = status == Some(WorkCompletionStatus::Success);
+                assert_eq!(
+                    fits, reached,
+                    "{requester:?} reading {length} bytes from {responder:?}: {status:?}"
+                );
+                checked += 1;
+                if !reached {
+                    assert_eq!(status, Some(WorkCompletionStatus::RetryCounterExceededError));
+                    refused += 1;
+                    dci.recover().expect("recovered");
+                }
+            }
+        }
+    }
+    eprintln!("{checked} READs checked, {refused} refused by the rule and the device");
+    assert!(refused > 0, "no READ was refused: the comparison proves nothing");
 }
 
 #[test]

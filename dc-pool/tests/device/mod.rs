@@ -181,6 +181,14 @@ impl Fabric {
 
     /// One more target, in RTR; its index.
     pub fn add_target(&mut self) -> usize {
+        let dct = self.target(&DcTargetBringUp::new(PORT));
+        self.targets.push(dct);
+        self.targets.len() - 1
+    }
+
+    /// A DC target (key [`KEY`], every access) on the fabric's SRQ, brought up with `bring_up`;
+    /// not one of the fabric's targets.
+    pub fn target(&self, bring_up: &DcTargetBringUp) -> DcTarget {
         let mut dct = self
             .pd
             .create_dct_builder()
@@ -190,9 +198,8 @@ impl Fabric {
             .setup_access_flags(all())
             .build()
             .expect("DC target");
-        dct.bring_up(&DcTargetBringUp::new(PORT)).expect("DC target to RTR");
-        self.targets.push(dct);
-        self.targets.len() - 1
+        dct.bring_up(bring_up).expect("DC target to RTR");
+        dct
     }
 
     /// Posts `count` receives of [`RECEIVE`] bytes on the SRQ.
