@@ -2,11 +2,10 @@
 //! its destination with `mlx5dv_wr_set_dc_addr`.
 //!
 //! Build one with [`DcInitiatorBuilder`] (`pd.create_dci_builder()`): `mlx5dv_create_qp` creates
-//! it in RESET;
-//! [`DcInitiator::modify`] moves it to RTS, its refusals explained by the DC initiator's table
-//! (mlx5_ib's `modify_dci_qp_is_ok`). Then post with [`DcInitiator::start_post_send`]
-//! ([`DcPostSendGuard`]): `construct_wr` → an operation → `setup_dc_addr` → the data. A data step
-//! before the address does not compile.
+//! it in RESET; [`DcInitiator::modify`] moves it to RTS, its refusals explained by the DC
+//! initiator's table (mlx5_ib's `modify_dci_qp_is_ok`). Then post with
+//! [`DcInitiator::start_post_send`] ([`DcPostSendGuard`]): `construct_wr` → an operation →
+//! `setup_dc_addr` → the data. A data step before the address does not compile.
 //!
 //! This module defines the builder and its errors and the DC initiator with its accessors;
 //! `creation` holds the builder's settings and `build`, `post_send` the post guard.
