@@ -19,6 +19,7 @@ use super::{
 use crate::ibverbs::zeroed::Zeroed;
 use crate::mlx5::dc::queue_pair::{create_dc_qp, DcQueuePair};
 use crate::mlx5::dc::state_table::DC_INITIATOR_TRANSITIONS;
+use crate::mlx5::device_attributes::Mlx5DeviceAttributes;
 use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 
 /// The init attributes of a DC initiator but the pointers (`cap`, `send_ops_flags`, streams,
@@ -195,16 +196,11 @@ impl DcInitiatorBuilder {
         if let Some(requested) = self.request.send_ops {
             check_dc_operations(requested)?;
         }
-        // SAFETY: the PD's context is open while the PD is.
-        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
-        // SAFETY: as above.
-        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
-            QueryMlx5DeviceErrorKind::NotSupported => CreateDcInitiatorErrorKind::NotSupported,
-            QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
-        })?;
-        let device = crate::ibverbs::query_device_attr(&self.pd).map_err(CreateDcInitiatorErrorKind::Ibverbs)?;
+        let (mlx5, device) = self.query_device()?;
         let atomics = device.atomic_cap != rdma_mummy_sys::ibv_atomic_cap::IBV_ATOMIC_NONE;
         let params = self.request.init_parameters(atomics)?;
+        // SAFETY: the PD's context is open while the PD is.
+        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
         let (mut init, mut mlx5_init) = dci_init_attributes(&params);
         init.pd = pd.as_ptr();
         // SAFETY: the CQ is alive: self holds it, and the queue pair will too.
@@ -223,6 +219,24 @@ impl DcInitiatorBuilder {
         let read_atomic_depth = dci_read_atomic_depth(mlx5.max_dc_rd_atom(), mlx5.max_dc_init_rd_atom());
         DcInitiator::adopt(qp, params, granted, read_atomic_depth)
             .map_err(|entry| CreateDcInitiatorErrorKind::MissingProviderEntry { entry }.into())
+    }
+}
+
+impl DcInitiatorBuilder {
+    /// What the builder's device reports (`mlx5dv_query_device`, `ibv_query_device`); a device
+    /// that is not mlx5, or no libmlx5, is the typed "not supported".
+    pub(crate) fn query_device(
+        &self,
+    ) -> Result<(Mlx5DeviceAttributes, rdma_mummy_sys::ibv_device_attr), CreateDcInitiatorErrorKind> {
+        // SAFETY: the PD's context is open while the PD is.
+        let context = unsafe { NonNull::new_unchecked(self.pd.pd().as_ref().context) };
+        // SAFETY: as above.
+        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
+            QueryMlx5DeviceErrorKind::NotSupported => CreateDcInitiatorErrorKind::NotSupported,
+            QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
+        })?;
+        let device = crate::ibverbs::query_device_attr(&self.pd)?;
+        Ok((mlx5, device))
     }
 }
 

@@ -8,7 +8,6 @@ use sideway::ibverbs::queue_pair::SendOperationFlags;
 use super::creation::{check_dc_operations, DciInitParameters, DciRequest};
 use super::{CreateDcInitiatorErrorKind, DcInitiatorBuilder, DciStreams, DC_ATOMIC_OPERATIONS};
 use crate::mlx5::device_attributes::DciStreamsCapabilities;
-use crate::mlx5::device_context::{query_device_raw, QueryMlx5DeviceErrorKind};
 
 /// Error returned by [`DcInitiatorBuilder::planned_max_send_wr`].
 #[derive(Debug, thiserror::Error)]
@@ -107,14 +106,7 @@ impl DcInitiatorBuilder {
 
     /// What the device reports that decides a DC initiator's limits.
     fn query_dci_device(&self) -> Result<DciDevice, CreateDcInitiatorErrorKind> {
-        // SAFETY: the PD's context is open while the PD is.
-        let context = unsafe { std::ptr::NonNull::new_unchecked(self.pd.pd().as_ref().context) };
-        // SAFETY: as above.
-        let mlx5 = unsafe { query_device_raw(context) }.map_err(|err| match err.0 {
-            QueryMlx5DeviceErrorKind::NotSupported => CreateDcInitiatorErrorKind::NotSupported,
-            QueryMlx5DeviceErrorKind::Ibverbs(err) => CreateDcInitiatorErrorKind::Ibverbs(err),
-        })?;
-        let device = crate::ibverbs::query_device_attr(&self.pd)?;
+        let (mlx5, device) = self.query_device()?;
         Ok(DciDevice {
             max_qp_wr: device.max_qp_wr.max(0) as u32,
             max_sge: device.max_sge.max(0) as u32,
