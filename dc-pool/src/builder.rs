@@ -224,12 +224,16 @@ impl DcInitiatorPoolBuilder {
         let mut initiator_builder = self.initiator.clone();
         initiator_builder.setup_protection_domain(&self.pd);
         let at_least = self.count as u64 * u64::from(self.initiator.max_send_wr().max(1));
-        // The initiators' settings checked against the device before anything is created.
-        let per_initiator = initiator_builder
-            .planned_max_send_wr()
-            .map_err(|source| CreateDcInitiatorPoolErrorKind::Plan { source })?;
+        // The initiators' settings checked against the device before anything is created; the
+        // send queue libmlx5 will grant each.
+        let plan = || {
+            initiator_builder
+                .planned_max_send_wr()
+                .map_err(|source| CreateDcInitiatorPoolErrorKind::Plan { source })
+        };
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
+                plan()?;
                 let cqe = entries(cq);
                 if u64::from(cqe) < at_least {
                     return Err(
@@ -252,8 +256,7 @@ impl DcInitiatorPoolBuilder {
                         })
                 };
                 cqe_of(at_least)?;
-                // Sized for the send queue libmlx5 will grant each initiator.
-                let needed = self.count as u64 * u64::from(per_initiator.max(1));
+                let needed = self.count as u64 * u64::from(plan()?.max(1));
                 let cqe = cqe_of(needed)?;
                 let mut builder = context.create_cq_builder();
                 builder.setup_cqe(cqe);

@@ -39,7 +39,9 @@ use sideway::ibverbs::AccessFlags;
 use sideway_ext::ibverbs::extension::ProtectionDomainExt;
 use sideway_ext::ibverbs::work_completion::decode_status;
 use sideway_ext::mlx5::dc::endpoint::DcEndpoint;
-use sideway_ext::mlx5::dc::initiator::{CreateDcInitiatorErrorKind, DcInitiatorBringUp, DciStreams};
+use sideway_ext::mlx5::dc::initiator::{
+    CreateDcInitiatorErrorKind, DcInitiatorBringUp, DciStreams, PlanDcInitiatorErrorKind,
+};
 use sideway_ext::mlx5::dc::target::DcTarget;
 use sideway_ext::mlx5::dc::target_bring_up::DcTargetBringUp;
 use sideway_ext::mlx5::extension::DcProtectionDomainExt;
@@ -57,8 +59,8 @@ const SOME_STREAMS: DciStreams = DciStreams {
     log_num_errored: 1,
 };
 
-/// On a device that is not mlx5, a pool whose input is valid fails at its first initiator with
-/// the typed "not supported", under every policy (streams included: the device is not mlx5
+/// On a device that is not mlx5, a pool whose input is valid fails at its initiators' plan,
+/// before any is created, with the typed "not supported", under every policy (streams included: the device is not mlx5
 /// before it lacks streams).
 #[test]
 #[ignore = "device test: needs SIDEWAY_EXT_TEST_DEVICE (scripts/test runs it in the SoftRoCE VM)"]
@@ -97,11 +99,14 @@ fn dci_pool_on_a_device_that_is_not_mlx5_is_not_supported() {
         let own_err = own.build().unwrap_err();
         assert!(own_err.is_not_supported(), "{policy:?}, own CQ: {own_err:?}");
         match &err.0 {
-            CreateDcInitiatorPoolErrorKind::Initiator { index: 0, source } => assert!(
-                matches!(source.0, CreateDcInitiatorErrorKind::NotSupported),
-                "{policy:?}: the first initiator is not supported: {err:?}"
+            CreateDcInitiatorPoolErrorKind::Plan { source } => assert!(
+                matches!(
+                    source.0,
+                    PlanDcInitiatorErrorKind::Create(CreateDcInitiatorErrorKind::NotSupported)
+                ),
+                "{policy:?}: the initiators are not supported: {err:?}"
             ),
-            _ => panic!("{policy:?}: the first initiator must fail: {err:?}"),
+            _ => panic!("{policy:?}: the initiators' plan must fail: {err:?}"),
         }
     }
 }
