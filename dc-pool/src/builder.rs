@@ -233,13 +233,13 @@ impl DcInitiatorPoolBuilder {
         };
         let send_cq = match (&self.send_cq, &self.own_send_cq) {
             (Some(cq), _) => {
-                plan()?;
                 let cqe = entries(cq);
                 if u64::from(cqe) < at_least {
                     return Err(
                         CreateDcInitiatorPoolErrorKind::SendCompletionQueueTooSmall { cqe, needed: at_least }.into(),
                     );
                 }
+                plan()?;
                 cq.clone()
             },
             (None, Some((context, channel))) => {
